@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+"""Save the parts of /sys and /proc that numa_utils reads into a fixture folder.
+
+Usage:
+    python3 tools/gather.py OUTDIR              # from the running machine
+    python3 tools/gather.py --root TREE OUTDIR  # from another filesystem root
+
+Writes OUTDIR/root/ (a filesystem root holding sys/ and proc/, byte-for-byte
+copies of the files read, including odd endings such as "\\n\\0") and
+OUTDIR/SOURCE.md (kernel, machine, date, what was skipped and why).
+OUTDIR/expected.json is not written: a person writes it after checking the files.
+
+Stdlib only and only modules that Debian's python3.X-minimal ships (os, sys, re,
+argparse, time), so it runs inside a bare QEMU guest. Python 3.8+.
+
+Symlinks are followed only when their target stays inside the root; anything
+that resolves outside it is skipped with a note. Unreadable files (EACCES, EIO,
+write-only attributes) are skipped with a note, never fatal.
+"""
+
+import argparse
+import os
+import re
+import sys
+import time
+
+NODE_FILES = ("online", "possible", "has_cpu", "has_memory", "has_normal_memory",
+              "has_generic_initiator", "has_high_memory")
+NODE_DIR_FILES = ("cpulist", "cpumap", "meminfo", "distance", "numastat", "vmstat")
+HUGEPAGE_NODE_FILES = ("nr_hugepages", "free_hugepages", "surplus_hugepages")
+HUGEPAGE_GLOBAL_FILES = ("nr_hugepages", "free_hugepages", "surplus_hugepages",
+                         "resv_hugepages", "nr_overcommit_hugepages")
+CPU_FILES = ("possible", "present", "online", "offline", "kernel_max")
+CPU_TOPOLOGY_FILES = ("core_id", "physical_package_id", "die_id", "cluster_id",
+                      "thread_siblings_list", "thread_siblings", "core_cpus_list",
+                      "core_cpus", "core_siblings_list", "package_cpus_list")
+CPU_CACHE_FILES = ("level", "type", "shared_cpu_list", "shared_cpu_map", "size")
+PCI_FILES = ("vendor", "device", "class", "subsystem_vendor", "subsystem_device",
+             "numa_node", "local_cpulist", "local_cpus")
+PROC_FILES = ("proc/meminfo", "proc/version", "proc/sys/kernel/numa_balancing",
+              "proc/sys/kernel/osrelease", "proc/sys/kernel/ostype")
+SYS_FILES = ("sys/kernel/mm/transparent_hugepage/enabled",
+             "sys/kernel/mm/transparent_hugepage/defrag")
+
+NUMBERED = re.compile(r"^(node|cpu|index)(\d+)$")
+
+
+class Gatherer:
+    def __init__(self, root, out_root):
+        self.root = os.path.realpath(root)
+        self.out_root = out_root
+        self.copied = 0
+        self.notes = []  # (relative path, reason)
+
+    # -- paths -------------------------------------------------------------
+    def src(self, rel):
+        return os.path.join(self.root, rel)
+
+    def inside(self, rel):
+        """True when rel, with every symlink resolved, stays inside the root."""
+        real = os.path.realpath(self.src(rel))
+        return real == self.root or real.startswith(self.root.rstrip("/") + "/")
+
+    def listdir(self, rel, pattern=None):
+        """Names in a directory of the root (sorted numerically), [] if absent."""
+        path = self.src(rel)
+        if not os.path.isdir(path):
+            return []
+        if not self.inside(rel):
+            self.notes.append((rel + "/", "skipped: resolves outside the root"))
+            return []
+        try:
+            names = os.listdir(path)
+        except OSError as exc:
+            self.notes.append((rel + "/", "not listable: %s" % _why(exc)))
+            return []
+        if pattern is not None:
+            names = [n for n in names if re.match(pattern, n)]
+        return sorted(names, key=_natural)
+
+    # -- copying -------------------------------------------------------------
+    def copy(self, rel, dest_rel=None, quiet_missing=True):
+        """Copy one file of the root into out_root (at dest_rel, default rel)."""
+        path = self.src(rel)
+        if not os.path.lexists(path):
+            if not quiet_missing:
+                self.notes.append((rel, "absent"))
+            return False
+        if not self.inside(rel):
+            self.notes.append((rel, "skipped: resolves outside the root"))
+            return False
+        if not os.path.isfile(path):
+            self.notes.append((rel, "skipped: not a regular file"))
+            return False
+        try:
+            data = _read_bytes(path)
+        except OSError as exc:
+            self.notes.append((rel, "unreadable: %s" % _why(exc)))
+            return False
+        dest = os.path.join(self.out_root, dest_rel or rel)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        with open(dest, "wb") as fh:
+            fh.write(data)
+        self.copied += 1
+        return True
+
+    # -- the parts numa_utils reads ----------------------------------------
+    def gather(self, self_status=True):
+        node = "sys/devices/system/node"
+        for name in NODE_FILES:
+            self.copy("%s/%s" % (node, name))
+        for name in self.listdir(node, r"^node\d+$"):
+            base = "%s/%s" % (node, name)
+            for f in NODE_DIR_FILES:
+                self.copy("%s/%s" % (base, f))
+            hp = base + "/hugepages"
+            for size in self.listdir(hp, r"^hugepages-\d+kB$"):
+                for f in HUGEPAGE_NODE_FILES:
+                    self.copy("%s/%s/%s" % (hp, size, f))
+
+        cpu = "sys/devices/system/cpu"
+        for name in CPU_FILES:
+            self.copy("%s/%s" % (cpu, name))
+        for name in self.listdir(cpu, r"^cpu\d+$"):
+            base = "%s/%s" % (cpu, name)
+            self.copy(base + "/online")
+            for f in CPU_TOPOLOGY_FILES:
+                self.copy("%s/topology/%s" % (base, f))
+            for idx in self.listdir(base + "/cache", r"^index\d+$"):
+                for f in CPU_CACHE_FILES:
+                    self.copy("%s/cache/%s/%s" % (base, idx, f))
+
+        pci = "sys/bus/pci/devices"
+        for addr in self.listdir(pci, r"^[0-9a-fA-F]{4,}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$"):
+            # The entries are symlinks into sys/devices/pci*/; saved as plain
+            # directories under the same sys/bus/pci/devices/<address>/ name.
+            if not self.inside("%s/%s" % (pci, addr)):
+                self.notes.append(("%s/%s" % (pci, addr), "skipped: resolves outside the root"))
+                continue
+            for f in PCI_FILES:
+                self.copy("%s/%s/%s" % (pci, addr, f))
+
+        for rel in SYS_FILES:
+            self.copy(rel)
+        hp = "sys/kernel/mm/hugepages"
+        for size in self.listdir(hp, r"^hugepages-\d+kB$"):
+            for f in HUGEPAGE_GLOBAL_FILES:
+                self.copy("%s/%s/%s" % (hp, size, f))
+        wi = "sys/kernel/mm/mempolicy/weighted_interleave"
+        for name in self.listdir(wi, r"^node\d+$"):
+            self.copy("%s/%s" % (wi, name))
+
+        for rel in PROC_FILES:
+            self.copy(rel)
+        if self_status:
+            # On the running system this is the status of this very process
+            # (its cpuset: Cpus_allowed_list, Mems_allowed_list).
+            self.copy("proc/self/status", quiet_missing=False)
+        nv = "proc/driver/nvidia/gpus"
+        for bus in self.listdir(nv):
+            self.copy("%s/%s/information" % (nv, bus))
+
+
+def _natural(name):
+    m = NUMBERED.match(name)
+    if m:
+        return (m.group(1), int(m.group(2)), "")
+    return ("~", 0, name)
+
+
+def _why(exc):
+    return os.strerror(exc.errno) if getattr(exc, "errno", None) else str(exc)
+
+
+def _read_bytes(path):
+    # sysfs reports st_size 4096 for every attribute; read to EOF instead.
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _first_line(path, prefixes):
+    try:
+        with open(path, "r", errors="replace") as fh:
+            for line in fh:
+                for p in prefixes:
+                    if line.lower().startswith(p.lower()):
+                        return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def _text(path):
+    try:
+        with open(path, "r", errors="replace") as fh:
+            return fh.read().strip().replace("\0", "")
+    except OSError:
+        return None
+
+
+def write_source(outdir, g, running, argv):
+    lines = ["# Source", ""]
+    lines.append("Gathered with `python3 tools/gather.py%s` on %s." % (
+        "" if running else " --root <tree>",
+        time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())))
+    lines.append("")
+    if running:
+        u = os.uname()
+        lines.append("From the running system:")
+        lines.append("")
+        lines.append("- uname: `%s <host> %s %s %s`" % (u.sysname, u.release, u.version, u.machine))
+    else:
+        lines.append("From a filesystem root given with --root (its path is not recorded); "
+                     "kernel facts below come from that tree.")
+        lines.append("")
+        rel = _text(g.src("proc/sys/kernel/osrelease"))
+        if rel:
+            lines.append("- kernel release: `%s`" % rel)
+    ver = _text(g.src("proc/version"))
+    if ver:
+        lines.append("- /proc/version: `%s`" % ver)
+    if running:
+        model = _first_line("/proc/cpuinfo", ("model name", "cpu\t", "Hardware", "machine"))
+        if model:
+            lines.append("- CPU: `%s`" % model)
+        for f in ("sys_vendor", "product_name"):
+            v = _text("/sys/class/dmi/id/" + f)
+            if v:
+                lines.append("- DMI %s: `%s`" % (f, v))
+    lines.append("- python: `%s`" % sys.version.split()[0])
+    lines.append("- files copied: %d" % g.copied)
+    lines.append("")
+    if g.notes:
+        lines.append("## Skipped")
+        lines.append("")
+        for rel, why in g.notes:
+            lines.append("- `%s`: %s" % (rel, why))
+        lines.append("")
+    with open(os.path.join(outdir, "SOURCE.md"), "w") as fh:
+        fh.write("\n".join(lines))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(
+        prog="gather.py",
+        description="Save the sysfs/procfs files numa_utils reads into OUTDIR/root/.")
+    ap.add_argument("outdir", help="fixture folder to create (root/ and SOURCE.md go in it)")
+    ap.add_argument("--root", default="/",
+                    help="filesystem root to read (default: the running system, /)")
+    ap.add_argument("--no-self-status", action="store_true",
+                    help="do not record proc/self/status (the gatherer's cpuset)")
+    ap.add_argument("--force", action="store_true",
+                    help="write into OUTDIR even if OUTDIR/root already exists")
+    args = ap.parse_args(argv)
+
+    out_root = os.path.join(args.outdir, "root")
+    if os.path.exists(out_root) and not args.force:
+        sys.stderr.write("gather.py: %s exists; use --force to add to it\n" % out_root)
+        return 2
+    if not os.path.isdir(args.root):
+        sys.stderr.write("gather.py: root %s is not a directory\n" % args.root)
+        return 2
+    os.makedirs(out_root, exist_ok=True)
+    running = os.path.realpath(args.root) == "/"
+    g = Gatherer(args.root, out_root)
+    g.gather(self_status=not args.no_self_status)
+    write_source(args.outdir, g, running, argv)
+    sys.stdout.write("gather.py: %d files into %s, %d skipped (see SOURCE.md)\n"
+                     % (g.copied, out_root, len(g.notes)))
+    for rel, why in g.notes:
+        sys.stdout.write("  %s: %s\n" % (rel, why))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
