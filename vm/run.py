@@ -1,0 +1,343 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Boot a Debian kernel under QEMU (software emulation, no KVM) with an emulated
+NUMA topology and run a command in it.
+
+The guest's initramfs is the cached base archive from vm/build.py followed by a
+small per-run archive holding /init, the current numa_utils.py (and envs.py when
+present), tests/kernel_checks.py, vm/guest_runner.py and the expected topology
+(/vmtest/expect.json). /init mounts proc, sysfs, devtmpfs, a tmpfs on /dev/shm
+and /tmp (and cgroup2 for the ``cpuset`` topology), runs the command between
+markers on the console and powers off.
+
+    python3 vm/run.py x86_64 two-node              # run the kernel checks
+    python3 vm/run.py aarch64 memory-only -- cat /sys/devices/system/node/online
+    python3 vm/run.py --list                       # the topologies
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, Mapping, Optional, Tuple, Union
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import build  # noqa: E402  (vm/build.py: cache location and cpio writer)
+
+BEGIN = "@@NUMA_UTILS_VM BEGIN@@"
+END_RE = re.compile(r"@@NUMA_UTILS_VM END rc=(\d+)@@")
+
+# Guest architecture -> QEMU binary, machine arguments and console device.
+QEMU = {
+    "x86_64": {"binary": "qemu-system-x86_64", "machine": ["-M", "pc"],
+               "console": "ttyS0"},
+    "aarch64": {"binary": "qemu-system-aarch64",
+                "machine": ["-M", "virt", "-cpu", "cortex-a57"], "console": "ttyAMA0"},
+    "ppc64le": {"binary": "qemu-system-ppc64",
+                "machine": ["-M", "pseries", "-cpu", "power9"], "console": "hvc0"},
+    "s390x": {"binary": "qemu-system-s390x",
+              "machine": ["-M", "s390-ccw-virtio", "-cpu", "max"], "console": "ttysclp0"},
+}
+
+
+# ---------------------------------------------------------------- topologies
+#
+# A topology is described once, as what the guest must see; the QEMU arguments
+# are generated from it. QEMU keeps node ids as given on the command line, but
+# x86_64 Linux renumbers nodes in the order the firmware (SRAT) lists them, CPU
+# nodes first (KERNEL_FACTS section 9), so every topology here lists CPU nodes
+# first and numbers nodes densely: then the guest's ids equal ours.
+
+
+def _topology(nodes, distances=None, *, cgroup_mems=None, numa=True) -> dict:
+    """nodes: list of (cpus, mem_mb); distances: {(a, b): d} (symmetric)."""
+    n = len(nodes)
+    dist = [[10 if i == j else 20 for j in range(n)] for i in range(n)]
+    for (a, b), d in (distances or {}).items():
+        dist[a][b] = dist[b][a] = d
+    cpus_total = sum(len(c) for c, _ in nodes)
+    return {
+        "numa": numa,
+        "nodes": {str(i): {"cpus": list(c), "mem_mb": m} for i, (c, m) in enumerate(nodes)},
+        "distances": dist if numa else None,
+        "memory_only": [i for i, (c, _) in enumerate(nodes) if not c and numa],
+        "cpus": cpus_total,
+        "mem_mb": sum(m for _, m in nodes),
+        "allowed_mems": (list(cgroup_mems) if cgroup_mems is not None
+                         else [i for i, (_, m) in enumerate(nodes) if m] if numa else None),
+        "cgroup_mems": list(cgroup_mems) if cgroup_mems is not None else None,
+    }
+
+
+TOPOLOGIES = {
+    "two-node": _topology([([0], 512), ([1], 512)]),
+    "four-node-asym": _topology(
+        [([0], 256), ([1], 256), ([2], 256), ([3], 256)],
+        {(0, 1): 12, (0, 2): 20, (0, 3): 30, (1, 2): 25, (1, 3): 20, (2, 3): 15}),
+    "memory-only": _topology([([0], 512), ([1], 512), ([], 256)],
+                             {(0, 1): 20, (0, 2): 30, (1, 2): 40}),
+    # One node per CPU plus 64 memory-only nodes: node masks wider than one
+    # 64-bit word. x86_64 only (Debian's arm64 kernel allows 16 nodes).
+    "many-66": _topology([([0], 256), ([1], 256)] + [([], 32)] * 64),
+    "cpuset": _topology([([0], 512), ([1], 512)], cgroup_mems=[0]),
+    "no-numa": _topology([([0, 1], 512)], numa=False),
+}
+
+# Which topologies each architecture can boot.
+SUPPORTED = {
+    "x86_64": {"two-node", "four-node-asym", "memory-only", "many-66", "cpuset", "no-numa"},
+    "aarch64": {"two-node", "four-node-asym", "memory-only", "cpuset", "no-numa"},
+    "ppc64le": {"two-node", "four-node-asym", "memory-only", "cpuset", "no-numa"},
+    # Debian's s390x kernel has no NUMA: the only honest topology is none.
+    "s390x": {"no-numa"},
+}
+
+
+def qemu_topology_args(topo: dict) -> list:
+    args = ["-smp", str(topo["cpus"]), "-m", f"{topo['mem_mb']}M"]
+    if not topo["numa"]:
+        return args
+    for nid, node in topo["nodes"].items():
+        args += ["-object", f"memory-backend-ram,id=m{nid},size={node['mem_mb']}M"]
+        spec = f"node,nodeid={nid},memdev=m{nid}"
+        for cpu in node["cpus"]:
+            spec += f",cpus={cpu}"
+        args += ["-numa", spec]
+    n = len(topo["nodes"])
+    dist = topo["distances"]
+    pairs = [(a, b) for a in range(n) for b in range(a + 1, n)]
+    # QEMU wants either no distances or one for every pair.
+    if any(dist[a][b] != 20 for a, b in pairs):
+        for a, b in pairs:
+            args += ["-numa", f"dist,src={a},dst={b},val={dist[a][b]}"]
+    return args
+
+
+def expect_for(arch: str, topology: str) -> dict:
+    topo = dict(TOPOLOGIES[topology])
+    topo["arch"] = arch
+    topo["topology"] = topology
+    return topo
+
+
+# ---------------------------------------------------------------- the guest
+
+INIT = r"""#!/bin/busybox sh
+export PATH=/usr/bin:/bin:/usr/sbin:/sbin HOME=/root PYTHONDONTWRITEBYTECODE=1
+export PYTHONPATH=/vmtest LANG=C.UTF-8
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev 2>/dev/null
+mkdir -p /dev/shm
+mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+if [ "@CGROUP@" = 1 ]; then
+    mount -t cgroup2 none /sys/fs/cgroup
+fi
+[ -w /proc/sys/kernel/numa_balancing ] && echo 0 > /proc/sys/kernel/numa_balancing
+cd /vmtest
+echo "@BEGIN@"
+@COMMAND@
+echo "@@NUMA_UTILS_VM END rc=$?@@"
+sync
+poweroff -f
+"""
+
+DEFAULT_COMMAND = "python3 /vmtest/guest_runner.py"
+
+FileSpec = Union[str, bytes]
+
+
+def _guest_files(expect: dict, files: Optional[Mapping[str, FileSpec]],
+                 patch_module=None) -> Dict[str, bytes]:
+    out: Dict[str, bytes] = {}
+
+    def read(path: str) -> bytes:
+        with open(path, "rb") as fh:
+            return fh.read()
+
+    module = read(os.path.join(REPO, "numa_utils.py")) if os.path.exists(
+        os.path.join(REPO, "numa_utils.py")) else None
+    if module is not None:
+        if patch_module is not None:
+            module = patch_module(module.decode()).encode()
+        out["/vmtest/numa_utils.py"] = module
+    if os.path.exists(os.path.join(REPO, "envs.py")):
+        out["/vmtest/envs.py"] = read(os.path.join(REPO, "envs.py"))
+    out["/vmtest/kernel_checks.py"] = read(os.path.join(REPO, "tests", "kernel_checks.py"))
+    out["/vmtest/guest_runner.py"] = read(os.path.join(HERE, "guest_runner.py"))
+    out["/vmtest/expect.json"] = json.dumps(expect, indent=1).encode()
+    for guest_path, spec in (files or {}).items():
+        out[guest_path] = spec if isinstance(spec, bytes) else read(spec)
+    return out
+
+
+def _run_archive(files: Dict[str, bytes], init: str, dest: str) -> None:
+    def write(w: build.CpioWriter) -> None:
+        dirs = set()
+        for path in sorted(files):
+            parts = path.strip("/").split("/")[:-1]
+            for i in range(1, len(parts) + 1):
+                d = "/".join(parts[:i])
+                if d not in dirs:
+                    dirs.add(d)
+                    w.add_dir(d)
+        w.add_file("init", init.encode(), 0o755)
+        for path in sorted(files):
+            w.add_file(path.strip("/"), files[path], 0o755 if path.endswith(".sh") else 0o644)
+    build.pack_cpio_gz(write, dest, level=1)
+
+
+def images(arch: str) -> Tuple[str, str]:
+    d = os.path.join(build.cache_dir(), arch)
+    return os.path.join(d, "vmlinuz"), os.path.join(d, "base.cpio.gz")
+
+
+def missing_reason(arch: str) -> Optional[str]:
+    """Why this architecture's guest cannot boot here, or None."""
+    q = QEMU[arch]["binary"]
+    if shutil.which(q) is None:
+        return (f"{q} not found (apt-get install qemu-system-x86 qemu-system-arm "
+                "qemu-system-ppc qemu-system-misc)")
+    for path in images(arch):
+        if not os.path.exists(path):
+            return f"{path} missing (run: python3 vm/build.py --arch {arch})"
+    return None
+
+
+def qemu_command(arch: str, topology: str, initrd: str, *, extra_append: str = "") -> list:
+    kernel, _ = images(arch)
+    q = QEMU[arch]
+    append = (f"console={q['console']} panic=-1 quiet rdinit=/init loglevel=3 "
+              f"{extra_append}").strip()
+    return ([q["binary"], *q["machine"], "-accel", "tcg", "-no-reboot", "-nographic",
+             "-net", "none", "-kernel", kernel, "-initrd", initrd, "-append", append]
+            + qemu_topology_args(TOPOLOGIES[topology]))
+
+
+def run_guest(arch: str, topology: str, files: Optional[Mapping[str, FileSpec]] = None,
+              command: str = DEFAULT_COMMAND, timeout: float = 180, *,
+              patch_module=None, echo: bool = False) -> Tuple[bool, str]:
+    """Boot the guest, run command, power off. Returns (exit_ok, console text).
+
+    exit_ok is True when the command exited 0 inside the guest and QEMU ended
+    by itself. files maps guest paths to host paths or bytes; patch_module is
+    an optional str -> str applied to the guest's copy of numa_utils.py.
+    """
+    if topology not in SUPPORTED[arch]:
+        raise ValueError(f"{arch} cannot boot topology {topology!r}")
+    reason = missing_reason(arch)
+    if reason:
+        raise FileNotFoundError(reason)
+    expect = expect_for(arch, topology)
+    init = (INIT.replace("@BEGIN@", BEGIN)
+            .replace("@CGROUP@", "1" if expect["cgroup_mems"] is not None else "0")
+            .replace("@COMMAND@", command))
+    _, base = images(arch)
+    with tempfile.TemporaryDirectory(prefix="numa_utils_vm_") as tmp:
+        run_cpio = os.path.join(tmp, "run.cpio.gz")
+        _run_archive(_guest_files(expect, files, patch_module), init, run_cpio)
+        initrd = os.path.join(tmp, "initrd.gz")
+        # The kernel unpacks concatenated archives in order; later files win.
+        with open(initrd, "wb") as out:
+            for part in (base, run_cpio):
+                with open(part, "rb") as fh:
+                    shutil.copyfileobj(fh, out)
+        cmd = qemu_command(arch, topology, initrd)
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)
+        chunks = []
+        deadline = time.monotonic() + timeout
+        timed_out = False
+        try:
+            assert proc.stdout is not None
+            # Read as it comes so a hung guest still shows what it printed.
+            import selectors
+            sel = selectors.DefaultSelector()
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    timed_out = True
+                    break
+                if not sel.select(timeout=min(left, 1.0)):
+                    if proc.poll() is not None:
+                        break
+                    continue
+                data = os.read(proc.stdout.fileno(), 65536)
+                if not data:
+                    break
+                chunks.append(data)
+                if echo:
+                    sys.stdout.write(data.decode("utf-8", "replace"))
+                    sys.stdout.flush()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+    text = b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")
+    if timed_out:
+        text += f"\n[vm/run] TIMEOUT after {timeout:.0f}s\n"
+    m = END_RE.search(text)
+    ok = (not timed_out and proc.returncode == 0 and m is not None and m.group(1) == "0")
+    return ok, text
+
+
+def guest_output(console: str) -> str:
+    """The part of the console between the markers (the command's output)."""
+    start = console.find(BEGIN)
+    if start < 0:
+        return ""
+    body = console[start + len(BEGIN):]
+    m = END_RE.search(body)
+    return body[: m.start()] if m else body
+
+
+def check_results(console: str) -> list:
+    """The per-check JSON records guest_runner.py printed (lines 'VMCHECK {...}')."""
+    out = []
+    for line in guest_output(console).splitlines():
+        line = line.strip()
+        if line.startswith("VMCHECK "):
+            try:
+                out.append(json.loads(line[len("VMCHECK "):]))
+            except ValueError:
+                out.append({"name": "?", "status": "fail", "detail": f"bad record {line!r}"})
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="Boot a NUMA guest under QEMU and run a command.")
+    ap.add_argument("arch", nargs="?", choices=sorted(QEMU))
+    ap.add_argument("topology", nargs="?", choices=sorted(TOPOLOGIES))
+    ap.add_argument("command", nargs="*", help="shell command (default: the kernel checks)")
+    ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--list", action="store_true", help="list topologies and QEMU arguments")
+    args = ap.parse_args(argv)
+    if args.list or not args.arch:
+        for name, topo in TOPOLOGIES.items():
+            archs = ",".join(a for a in QEMU if name in SUPPORTED[a])
+            print(f"{name:16} [{archs}]  {shlex.join(qemu_topology_args(topo))}")
+        return 0
+    topology = args.topology or ("no-numa" if args.arch == "s390x" else "two-node")
+    command = " ".join(args.command) if args.command else DEFAULT_COMMAND
+    t0 = time.monotonic()
+    ok, console = run_guest(args.arch, topology, command=command, timeout=args.timeout,
+                            echo=True)
+    print(f"\n[vm/run] {args.arch} {topology}: {'ok' if ok else 'FAILED'} "
+          f"in {time.monotonic() - t0:.1f}s")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
