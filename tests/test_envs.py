@@ -1,0 +1,352 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Tests for envs.py, the registry of numa_utils environment variables."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import envs as envs_mod  # the one line to change to test a copy under another name
+
+REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
+START = "<!-- envs-table:start -->"
+END = "<!-- envs-table:end -->"
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    """No test sees a NUMA_UTILS_*/TEST_* variable from the caller, or leaks a prefix."""
+    for name in list(os.environ):
+        if name.startswith(("NUMA_UTILS_", "LIGHTLLM_", "TEST_")):
+            monkeypatch.delenv(name)
+    old = envs_mod.set_prefix(envs_mod.DEFAULT_PREFIX)
+    yield
+    envs_mod.set_prefix(old)
+
+
+# ---------------------------------------------------------------------------
+# One parser per kind: good and bad values
+# ---------------------------------------------------------------------------
+
+BOOL_GOOD = [
+    ("1", True), ("0", False), ("true", True), ("false", False), ("TRUE", True),
+    ("False", False), ("yes", True), ("No", False), ("on", True), ("OFF", False),
+    ("  yes\n", True), ("\t0 ", False),
+]
+BOOL_BAD = ["2", "-1", "y", "n", "t", "enable", "true1", "o n", "1.0", "none", "ja"]
+
+
+@pytest.mark.parametrize(("text", "want"), BOOL_GOOD, ids=[repr(t) for t, _ in BOOL_GOOD])
+def test_parse_bool_good(text, want):
+    assert envs_mod.parse_bool(text) is want
+
+
+@pytest.mark.parametrize("text", BOOL_BAD)
+def test_parse_bool_bad(text):
+    with pytest.raises(ValueError, match=re.escape(f"X_FLAG={text!r}")):
+        envs_mod.parse_bool(text, "X_FLAG")
+
+
+NODES_GOOD = [
+    ("0", (0,)), ("0-1,4", (0, 1, 4)), (" 3 , 1-2 ", (1, 2, 3)), ("4,0-1,1", (0, 1, 4)),
+    ("250-255,8,0", (0, 8, 250, 251, 252, 253, 254, 255)), ("5-5", (5,)), ("1023", (1023,)),
+]
+NODES_BAD = ["", " ", ",", "0,", ",1", "0,,1", "1-", "-1", "3-1", "a", "0-x", "0 1",
+             "+1", "0-1:2/4", "1024", "0-4000000000", "0x1", "\u0661", "0;1", "1.5"]
+
+
+@pytest.mark.parametrize(("text", "want"), NODES_GOOD, ids=[t for t, _ in NODES_GOOD])
+def test_parse_nodelist_good(text, want):
+    assert envs_mod.parse_nodelist(text) == want
+
+
+@pytest.mark.parametrize("text", NODES_BAD, ids=[repr(t) for t in NODES_BAD])
+def test_parse_nodelist_bad(text):
+    with pytest.raises(ValueError, match="^MY_NODES="):
+        envs_mod.parse_nodelist(text, "MY_NODES")
+
+
+# (suffix, raw value, expected typed value); every registered variable appears.
+GOOD = [
+    ("ENABLE_NUMA_INTERLEAVE", "1", True),
+    ("ENABLE_NUMA_INTERLEAVE", "off", False),
+    ("NUMA_STRICT", "Yes", True),
+    ("NUMA_STRICT", "0", False),
+    ("NUMA_NODES", "0-1,4", (0, 1, 4)),
+    ("NUMA_PREFAULT_THREADS", "1", 1),
+    ("NUMA_PREFAULT_THREADS", " 64 ", 64),
+    ("NUMA_HUGEPAGES", "off", "off"),
+    ("NUMA_HUGEPAGES", "2m", "2M"),
+    ("NUMA_HUGEPAGES", "1G", "1G"),
+    ("NUMA_HUGEPAGES", "THP", "thp"),
+    ("NUMA_HUGEPAGES", "auto", "auto"),
+    ("NUMA_BIND_POLICY", "exclusive", "exclusive"),
+    ("NUMA_BIND_POLICY", "Core-Complex", "core-complex"),
+    ("NUMA_BIND_POLICY", "none", "none"),
+    ("NUMA_RESERVED_CORES", "0", 0),
+    ("NUMA_RESERVED_CORES", "2", 2),
+    ("NUMA_MEMORY_POLICY", "bind", "bind"),
+    ("NUMA_MEMORY_POLICY", "INTERLEAVE", "interleave"),
+    ("NUMA_MEMORY_POLICY", "none", "none"),
+]
+BAD = [
+    ("ENABLE_NUMA_INTERLEAVE", "2"),
+    ("NUMA_STRICT", "maybe"),
+    ("NUMA_NODES", "0-"),
+    ("NUMA_NODES", "all"),
+    ("NUMA_PREFAULT_THREADS", "0"),
+    ("NUMA_PREFAULT_THREADS", "-3"),
+    ("NUMA_PREFAULT_THREADS", "four"),
+    ("NUMA_PREFAULT_THREADS", "1.5"),
+    ("NUMA_PREFAULT_THREADS", "1_000"),
+    ("NUMA_HUGEPAGES", "4k"),
+    ("NUMA_HUGEPAGES", "yes"),
+    ("NUMA_BIND_POLICY", "numa"),
+    ("NUMA_BIND_POLICY", "core_complex"),
+    ("NUMA_RESERVED_CORES", "-1"),
+    ("NUMA_RESERVED_CORES", "+1"),
+    ("NUMA_MEMORY_POLICY", "preferred"),
+    ("NUMA_MEMORY_POLICY", "local"),
+]
+
+
+def test_tables_cover_every_variable():
+    assert {s for s, _, _ in GOOD} == set(envs_mod.REGISTRY)
+    assert {s for s, _ in BAD} == set(envs_mod.REGISTRY)
+
+
+@pytest.mark.parametrize(("suffix", "raw", "want"), GOOD, ids=[f"{s}={r}" for s, r, _ in GOOD])
+def test_get_good(monkeypatch, suffix, raw, want):
+    monkeypatch.setenv("NUMA_UTILS_" + suffix, raw)
+    assert envs_mod.get(suffix) == want
+    assert envs_mod.effective()["NUMA_UTILS_" + suffix] == (want, "env")
+
+
+@pytest.mark.parametrize(("suffix", "raw"), BAD, ids=[f"{s}={r}" for s, r in BAD])
+def test_get_bad_names_variable_and_value(monkeypatch, suffix, raw):
+    monkeypatch.setenv("NUMA_UTILS_" + suffix, raw)
+    with pytest.raises(ValueError) as info:
+        envs_mod.get(suffix)
+    message = str(info.value)
+    assert f"NUMA_UTILS_{suffix}" in message
+    assert repr(raw) in message
+    with pytest.raises(ValueError, match=f"NUMA_UTILS_{suffix}"):
+        envs_mod.effective()
+
+
+@pytest.mark.parametrize("suffix", sorted(envs_mod.REGISTRY))
+@pytest.mark.parametrize("raw", [None, "", "   "], ids=["unset", "empty", "blank"])
+def test_unset_or_empty_is_default(monkeypatch, suffix, raw):
+    if raw is not None:
+        monkeypatch.setenv("NUMA_UTILS_" + suffix, raw)
+    var = envs_mod.REGISTRY[suffix]
+    assert envs_mod.get(suffix) == var.default
+    assert envs_mod.effective()["NUMA_UTILS_" + suffix] == (var.default, "default")
+
+
+def test_defaults():
+    assert envs_mod.enable_numa_interleave() is False
+    assert envs_mod.numa_strict() is False
+    assert envs_mod.numa_nodes() is None
+    assert envs_mod.numa_prefault_threads() is None
+    assert envs_mod.numa_hugepages() == "off"
+    assert envs_mod.numa_bind_policy() == "none"
+    assert envs_mod.numa_reserved_cores() == 0
+    assert envs_mod.numa_memory_policy() == "prefer"
+
+
+def test_typed_accessors(monkeypatch):
+    values = {
+        "ENABLE_NUMA_INTERLEAVE": "on", "NUMA_STRICT": "true", "NUMA_NODES": "2,0",
+        "NUMA_PREFAULT_THREADS": "8", "NUMA_HUGEPAGES": "1g", "NUMA_BIND_POLICY": "socket",
+        "NUMA_RESERVED_CORES": "1", "NUMA_MEMORY_POLICY": "bind",
+    }
+    for suffix, raw in values.items():
+        monkeypatch.setenv("NUMA_UTILS_" + suffix, raw)
+    assert envs_mod.enable_numa_interleave() is True
+    assert envs_mod.numa_strict() is True
+    assert envs_mod.numa_nodes() == (0, 2)
+    assert envs_mod.numa_prefault_threads() == 8
+    assert envs_mod.numa_hugepages() == "1G"
+    assert envs_mod.numa_bind_policy() == "socket"
+    assert envs_mod.numa_reserved_cores() == 1
+    assert envs_mod.numa_memory_policy() == "bind"
+
+
+def test_unknown_setting():
+    with pytest.raises(KeyError, match="NO_SUCH_THING"):
+        envs_mod.get("NO_SUCH_THING")
+
+
+def test_suffix_is_case_insensitive(monkeypatch):
+    monkeypatch.setenv("NUMA_UTILS_NUMA_STRICT", "1")
+    assert envs_mod.get("numa_strict") is True
+
+
+# ---------------------------------------------------------------------------
+# Read at call time, prefixes
+# ---------------------------------------------------------------------------
+
+
+def test_read_at_call_time_not_import(monkeypatch):
+    assert envs_mod.enable_numa_interleave() is False
+    monkeypatch.setenv("NUMA_UTILS_ENABLE_NUMA_INTERLEAVE", "1")
+    assert envs_mod.enable_numa_interleave() is True
+    monkeypatch.setenv("NUMA_UTILS_ENABLE_NUMA_INTERLEAVE", "0")
+    assert envs_mod.enable_numa_interleave() is False
+    monkeypatch.delenv("NUMA_UTILS_ENABLE_NUMA_INTERLEAVE")
+    assert envs_mod.enable_numa_interleave() is False
+
+
+def test_set_prefix(monkeypatch):
+    monkeypatch.setenv("LIGHTLLM_ENABLE_NUMA_INTERLEAVE", "1")
+    monkeypatch.setenv("NUMA_UTILS_ENABLE_NUMA_INTERLEAVE", "0")
+    assert envs_mod.enable_numa_interleave() is False
+    assert envs_mod.set_prefix("LIGHTLLM_") == "NUMA_UTILS_"
+    assert envs_mod.get_prefix() == "LIGHTLLM_"
+    assert envs_mod.enable_numa_interleave() is True
+    assert "LIGHTLLM_ENABLE_NUMA_INTERLEAVE" in envs_mod.effective()
+    monkeypatch.setenv("LIGHTLLM_NUMA_STRICT", "bogus")
+    with pytest.raises(ValueError, match="LIGHTLLM_NUMA_STRICT='bogus'"):
+        envs_mod.numa_strict()
+
+
+def test_prefix_per_call(monkeypatch):
+    monkeypatch.setenv("TEST_NUMA_NODES", "1-2")
+    assert envs_mod.numa_nodes() is None
+    assert envs_mod.numa_nodes(prefix="TEST_") == (1, 2)
+    assert envs_mod.get("NUMA_NODES", prefix="TEST_") == (1, 2)
+    assert envs_mod.effective(prefix="TEST_")["TEST_NUMA_NODES"] == ((1, 2), "env")
+    assert envs_mod.get_prefix() == "NUMA_UTILS_"  # a per-call prefix changes nothing
+
+
+def test_empty_prefix(monkeypatch):
+    monkeypatch.setenv("NUMA_STRICT", "1")
+    assert envs_mod.numa_strict(prefix="") is True
+
+
+def test_environ_argument():
+    environ = {"NUMA_UTILS_NUMA_RESERVED_CORES": "3"}
+    assert envs_mod.numa_reserved_cores(environ=environ) == 3
+    assert envs_mod.numa_reserved_cores() == 0
+
+
+@pytest.mark.parametrize("bad", ["1ABC_", "A-B_", "A B", "X.", None, 3])
+def test_bad_prefix(bad):
+    with pytest.raises(ValueError, match="prefix"):
+        envs_mod.set_prefix(bad)
+    assert envs_mod.get_prefix() == "NUMA_UTILS_"
+    if bad is not None:  # prefix=None per call means "the module prefix"
+        with pytest.raises(ValueError, match="prefix"):
+            envs_mod.get("NUMA_STRICT", prefix=bad)
+
+
+def test_effective_lists_every_variable_in_order():
+    names = list(envs_mod.effective())
+    assert names == ["NUMA_UTILS_" + s for s in envs_mod.REGISTRY]
+
+
+def test_registry_is_read_only():
+    with pytest.raises(TypeError):
+        envs_mod.REGISTRY["X"] = None  # type: ignore[index]
+
+
+def test_registry_entries_are_well_formed():
+    for suffix, var in envs_mod.REGISTRY.items():
+        assert suffix == var.suffix and re.fullmatch(r"[A-Z][A-Z0-9_]*", suffix)
+        assert var.kind in ("bool", "int", "str", "nodes", "choice")
+        assert var.doc and "\n" not in var.doc and "|" not in var.doc
+        if var.kind == "choice":
+            assert var.default in var.choices
+
+
+# ---------------------------------------------------------------------------
+# Importing reads nothing; the file works under another name
+# ---------------------------------------------------------------------------
+
+
+def _run(code, env_extra=None, cwd=None):
+    env = dict(os.environ)
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, cwd=cwd, check=False)
+
+
+def test_import_reads_no_environment():
+    # A malformed value must not break `import envs`, only the call that reads it.
+    here = Path(envs_mod.__file__)
+    code = (
+        f"import {here.stem} as envs\n"
+        "try:\n"
+        "    envs.numa_strict()\n"
+        "except ValueError as exc:\n"
+        "    print('late:', exc)\n"
+    )
+    proc = _run(code, {"NUMA_UTILS_NUMA_STRICT": "garbage"}, cwd=str(here.parent))
+    assert proc.returncode == 0, proc.stderr
+    assert "late: NUMA_UTILS_NUMA_STRICT='garbage'" in proc.stdout
+
+
+def test_works_inside_a_package(tmp_path):
+    pkg = tmp_path / "lightllm" / "utils"
+    pkg.mkdir(parents=True)
+    (tmp_path / "lightllm" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "envs.py").write_text(Path(envs_mod.__file__).read_text())
+    code = (
+        "from lightllm.utils import envs\n"
+        "import sys\n"
+        "assert 'envs' not in sys.modules\n"
+        "envs.set_prefix('LIGHTLLM_')\n"
+        "print(envs.enable_numa_interleave(), envs.numa_nodes())\n"
+    )
+    proc = _run(code, {"LIGHTLLM_ENABLE_NUMA_INTERLEAVE": "yes", "LIGHTLLM_NUMA_NODES": "0-1",
+                       "PYTHONPATH": str(tmp_path)}, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "True (0, 1)"
+
+
+# ---------------------------------------------------------------------------
+# CLI and the README table
+# ---------------------------------------------------------------------------
+
+
+def test_cli_markdown(capsys):
+    assert envs_mod.main(["--markdown"]) == 0
+    assert capsys.readouterr().out == envs_mod.markdown_table()
+
+
+def test_cli_effective_and_error(monkeypatch, capsys):
+    monkeypatch.setenv("TEST_NUMA_NODES", "0,2")
+    assert envs_mod.main(["--prefix", "TEST_"]) == 0
+    out = capsys.readouterr().out
+    assert "TEST_NUMA_NODES=0,2  (env)" in out
+    assert "TEST_NUMA_STRICT=False  (default)" in out
+    monkeypatch.setenv("TEST_NUMA_STRICT", "perhaps")
+    assert envs_mod.main(["--prefix", "TEST_"]) == 2
+    assert "TEST_NUMA_STRICT='perhaps'" in capsys.readouterr().err
+
+
+def test_markdown_table_shape():
+    table = envs_mod.markdown_table()
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    assert len(rows) == len(envs_mod.REGISTRY)
+    assert all(row.count("|") == 5 for row in rows)
+    assert "`NUMA_UTILS_ENABLE_NUMA_INTERLEAVE`" in table
+    assert "`LIGHTLLM_NUMA_STRICT`" in envs_mod.markdown_table(prefix="LIGHTLLM_")
+
+
+def test_readme_table_is_current():
+    if not README.is_file():
+        pytest.skip("README.md not written yet")
+    text = README.read_text(encoding="utf-8")
+    if START not in text or END not in text:
+        pytest.skip(f"README.md has no {START} ... {END} markers yet")
+    current = text.split(START, 1)[1].split(END, 1)[0].strip()
+    assert current == envs_mod.markdown_table().strip(), (
+        "README env-variable table is stale: replace the text between the markers "
+        "with the output of `python envs.py --markdown`")
