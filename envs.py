@@ -72,11 +72,9 @@ class EnvVar(NamedTuple):
     kind: str  # "bool" | "int" | "str" | "nodes" | "choice"
     default: object
     doc: str
-    choices: tuple = ()  # canonical spellings, for kind "choice"
-    minimum: object = None  # smallest accepted int, for kind "int"
+    choices: tuple[str, ...] = ()  # canonical spellings, for kind "choice"
+    minimum: int | None = None  # smallest accepted value, for kind "int"
 
-
-_KINDS = ("bool", "int", "str", "nodes", "choice")
 
 # Order here is the order of the README table and of `status`.
 _VARS = (
@@ -176,7 +174,7 @@ def parse_nodelist(text: str, name: str = "value") -> tuple[int, ...]:
     Rejects empty items, reversed ranges, signs, strides and ids above 1023 with a
     ValueError naming ``name``.
     """
-    nodes = set()
+    nodes: set[int] = set()
     stripped = text.strip()
     if not stripped:
         raise ValueError(f"{name}={text!r}: empty node list")
@@ -199,19 +197,19 @@ def parse_nodelist(text: str, name: str = "value") -> tuple[int, ...]:
     return tuple(sorted(nodes))
 
 
-def _parse_int(text: str, name: str, minimum: object) -> int:
+def _parse_int(text: str, name: str, minimum: int | None) -> int:
     word = text.strip()
     # int() would also take "+3", "1_000" and non-ASCII digits; keep it plain.
     if not (word.isdigit() and word.isascii()) and not (
             word.startswith("-") and word[1:].isdigit() and word[1:].isascii()):
         raise ValueError(f"{name}={text!r}: expected an integer")
     value = int(word)
-    if isinstance(minimum, int) and value < minimum:
+    if minimum is not None and value < minimum:
         raise ValueError(f"{name}={text!r}: must be >= {minimum}")
     return value
 
 
-def _parse_choice(text: str, name: str, choices: tuple) -> str:
+def _parse_choice(text: str, name: str, choices: tuple[str, ...]) -> str:
     word = text.strip().lower()
     for choice in choices:
         if choice.lower() == word:
@@ -351,7 +349,7 @@ def _format_default(var: EnvVar) -> str:
 def _format_kind(var: EnvVar) -> str:
     if var.kind == "choice":
         return "one of " + ", ".join(f"`{c}`" for c in var.choices)
-    if var.kind == "int" and isinstance(var.minimum, int):
+    if var.kind == "int" and var.minimum is not None:
         return f"integer >= {var.minimum}"
     if var.kind == "bool":
         return "boolean"

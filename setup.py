@@ -12,7 +12,7 @@ _RENAMED = {"envs": "numa_utils_envs"}
 
 
 class BuildPy(build_py):
-    def get_module_outfile(self, build_dir, package, module):  # type: ignore[no-untyped-def]
+    def get_module_outfile(self, build_dir, package, module):
         if not "".join(package):  # the top level: "" or [""] depending on caller
             module = _RENAMED.get(module, module)
         return super().get_module_outfile(build_dir, package, module)
