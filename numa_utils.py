@@ -937,3 +937,1393 @@ def to_json(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [to_json(x) for x in obj]
     return obj
+
+
+# ===========================================================================
+# Memory policy: constants and node masks.  include/uapi/linux/mempolicy.h;
+# the maxnode rules of mm/mempolicy.c get_nodes() / copy_nodes_to_user().
+# ===========================================================================
+
+class Mode(enum.IntEnum):
+    DEFAULT = 0
+    PREFERRED = 1
+    BIND = 2
+    INTERLEAVE = 3
+    LOCAL = 4
+    PREFERRED_MANY = 5          # Linux 5.15+
+    WEIGHTED_INTERLEAVE = 6     # Linux 6.9+
+
+
+class ModeFlag(enum.IntFlag):
+    NUMA_BALANCING = 1 << 13
+    RELATIVE_NODES = 1 << 14
+    STATIC_NODES = 1 << 15
+
+
+_MODE_FLAGS_MASK = int(ModeFlag.NUMA_BALANCING | ModeFlag.RELATIVE_NODES
+                       | ModeFlag.STATIC_NODES)
+
+
+class MbindFlag(enum.IntFlag):
+    STRICT = 1
+    MOVE = 2
+    MOVE_ALL = 4                # needs CAP_SYS_NICE
+
+
+class GetFlag(enum.IntFlag):
+    NODE = 1
+    ADDR = 2
+    MEMS_ALLOWED = 4
+
+
+MADV_POPULATE_READ = 22         # Linux 5.14+
+MADV_POPULATE_WRITE = 23        # Linux 5.14+
+
+
+class NodeMask:
+    """A kernel nodemask: C unsigned longs, node n is bit n % W of word n // W.
+
+    Sized from the highest node id (not the node count) and written word by word in
+    the ABI's byte order, so big-endian machines and sparse ids are right.  ``maxnode``
+    is the value for mbind/set_mempolicy/migrate_pages: bits + 1, because the kernel's
+    get_nodes() decrements it before reading.
+    """
+
+    def __init__(self, nodes: Iterable[int] = (), *, abi: Optional[Abi] = None,
+                 bits: int = 0) -> None:
+        self.abi = abi if abi is not None else abi_for()
+        ids = frozenset(nodes)
+        for n in ids:
+            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+                raise ValueError(f"invalid NUMA node id {n!r}")
+        self.nodes = ids
+        w = self.abi.word_bits
+        need = max(max(ids) + 1 if ids else 0, bits, 1)
+        self.words = (need + w - 1) // w
+        self.bits = self.words * w
+        self.buffer = ctypes.create_string_buffer(self.nbytes)
+        raw = bytearray()
+        for i in range(self.words):
+            word = 0
+            for n in ids:
+                if n // w == i:
+                    word |= 1 << (n % w)
+            raw += word.to_bytes(w // 8, self.abi.byteorder)
+        ctypes.memmove(self.buffer, bytes(raw), len(raw))
+
+    @property
+    def nbytes(self) -> int:
+        # Room for what get_mempolicy writes: ALIGN(maxnode - 1, 64) / 8 bytes.
+        return ((self.bits + 63) // 64) * 8
+
+    @property
+    def address(self) -> int:
+        return ctypes.addressof(self.buffer)
+
+    @property
+    def maxnode(self) -> int:
+        return self.bits + 1
+
+    def read(self) -> FrozenSet[int]:
+        """Decode the buffer (after the kernel wrote into it)."""
+        return decode_nodemask(self.buffer.raw[: self.words * self.abi.word_bits // 8],
+                               self.abi)
+
+    def __repr__(self) -> str:
+        return f"NodeMask({format_cpulist(self.nodes)!r}, bits={self.bits})"
+
+
+def decode_nodemask(raw: bytes, abi: Abi) -> FrozenSet[int]:
+    wb = abi.word_bits // 8
+    out = set()
+    for i in range(len(raw) // wb):
+        word = int.from_bytes(raw[i * wb:(i + 1) * wb], abi.byteorder)
+        bit = 0
+        while word:
+            if word & 1:
+                out.add(i * abi.word_bits + bit)
+            word >>= 1
+            bit += 1
+    return frozenset(out)
+
+
+def _nr_node_ids(backend: Backend) -> int:
+    """Highest possible node id + 1 (the kernel's nr_node_ids)."""
+    text = backend.read_optional(f"{_NODE_DIR}/possible")
+    if text is not None:
+        try:
+            ids = parse_cpulist(text, source=f"{_NODE_DIR}/possible")
+            if ids:
+                return max(ids) + 1
+        except ValueError:
+            pass
+    if not backend.exists(_NODE_DIR):
+        return 1
+    # Unknown: a generous bound the kernel accepts (copy_nodes_to_user clears the rest).
+    return 1024
+
+
+# ===========================================================================
+# Memory policy: the raw syscalls.  Public, for libnuma-level control; they raise
+# OSError built from errno.  Most engines want the safe layer below instead.
+# ===========================================================================
+
+def _mode_value(mode: int, flags: int = 0) -> int:
+    return int(mode) | int(flags)
+
+
+def mbind(addr: int, length: int, mode: int, nodes: Iterable[int] = (),
+          flags: int = 0, *, mode_flags: int = 0,
+          backend: Optional[Backend] = None) -> None:
+    """mbind(2): set the policy of [addr, addr+length).  ``addr`` must be page aligned."""
+    b = _b(backend)
+    nr = b.abi.number("mbind")
+    ids = frozenset(nodes)
+    if ids:
+        mask = NodeMask(ids, abi=b.abi)
+        b.syscall(nr, addr, length, _mode_value(mode, mode_flags), mask.address,
+                  mask.maxnode, int(flags))
+    else:
+        b.syscall(nr, addr, length, _mode_value(mode, mode_flags), 0, 0, int(flags))
+
+
+def set_mempolicy(mode: int, nodes: Iterable[int] = (), *, mode_flags: int = 0,
+                  backend: Optional[Backend] = None) -> None:
+    """set_mempolicy(2): the calling THREAD's policy (threads it creates inherit it)."""
+    b = _b(backend)
+    nr = b.abi.number("set_mempolicy")
+    ids = frozenset(nodes)
+    if ids:
+        mask = NodeMask(ids, abi=b.abi)
+        b.syscall(nr, _mode_value(mode, mode_flags), mask.address, mask.maxnode)
+    else:
+        b.syscall(nr, _mode_value(mode, mode_flags), 0, 0)
+
+
+def get_mempolicy(addr: Optional[int] = None, flags: int = 0, *,
+                  backend: Optional[Backend] = None) -> Tuple[int, FrozenSet[int]]:
+    """get_mempolicy(2) -> (value, nodes).
+
+    ``value`` is the mode with its mode flags, or a node id with GetFlag.NODE.  The mask
+    is sized so that maxnode >= nr_node_ids, with room for what the kernel writes.
+    """
+    b = _b(backend)
+    nr = b.abi.number("get_mempolicy")
+    mask = NodeMask((), abi=b.abi, bits=_nr_node_ids(b))
+    pol = ctypes.c_int(-1)
+    f = int(flags)
+    if addr is not None:
+        f |= int(GetFlag.ADDR)
+    b.syscall(nr, ctypes.addressof(pol), mask.address, mask.maxnode,
+              addr if addr is not None else 0, f)
+    return pol.value, mask.read()
+
+
+def _word_array(values: Sequence[int], abi: Abi, signed: bool = False) -> ctypes.Array:
+    wb = abi.word_bits // 8
+    raw = b"".join((v & ((1 << abi.word_bits) - 1)).to_bytes(wb, abi.byteorder)
+                   for v in values)
+    buf = ctypes.create_string_buffer(max(len(raw), 1))
+    ctypes.memmove(buf, raw, len(raw))
+    return buf
+
+
+def _int_array(values: Sequence[int], abi: Abi) -> ctypes.Array:
+    raw = b"".join(struct.pack((">" if abi.byteorder == "big" else "<") + "i", v)
+                   for v in values)
+    buf = ctypes.create_string_buffer(max(len(raw), 1))
+    ctypes.memmove(buf, raw, len(raw))
+    return buf
+
+
+def _read_int_array(buf: ctypes.Array, count: int, abi: Abi) -> List[int]:
+    fmt = (">" if abi.byteorder == "big" else "<") + f"{count}i"
+    return list(struct.unpack(fmt, buf.raw[: 4 * count]))
+
+
+def move_pages(pid: int, pages: Sequence[int], nodes: Optional[Sequence[int]] = None,
+               flags: int = 0, *, backend: Optional[Backend] = None) -> List[int]:
+    """move_pages(2).  Without ``nodes``: where each page is (node, or -errno such as
+    -ENOENT for a page not yet faulted in).  With ``nodes``: move, return status."""
+    b = _b(backend)
+    nr = b.abi.number("move_pages")
+    count = len(pages)
+    if nodes is not None and len(nodes) != count:
+        raise ValueError("move_pages: pages and nodes differ in length")
+    parr = _word_array(list(pages), b.abi)
+    narr = _int_array(list(nodes), b.abi) if nodes is not None else None
+    status = _int_array([0] * count, b.abi)
+    b.syscall(nr, pid, count, ctypes.addressof(parr),
+              ctypes.addressof(narr) if narr is not None else 0,
+              ctypes.addressof(status), int(flags))
+    return _read_int_array(status, count, b.abi)
+
+
+def migrate_pages(pid: int, old_nodes: Iterable[int], new_nodes: Iterable[int], *,
+                  backend: Optional[Backend] = None) -> int:
+    """migrate_pages(2): move a process's pages from ``old_nodes`` to ``new_nodes``."""
+    b = _b(backend)
+    nr = b.abi.number("migrate_pages")
+    old, new = frozenset(old_nodes), frozenset(new_nodes)
+    bits = max(max(old | new, default=0) + 1, 1)
+    om = NodeMask(old, abi=b.abi, bits=bits)
+    nm = NodeMask(new, abi=b.abi, bits=bits)
+    return b.syscall(nr, pid, om.maxnode, om.address, nm.address)
+
+
+def set_mempolicy_home_node(addr: int, length: int, home_node: int, flags: int = 0, *,
+                            backend: Optional[Backend] = None) -> None:
+    """set_mempolicy_home_node(2) (Linux 5.17+), for BIND / PREFERRED_MANY ranges."""
+    b = _b(backend)
+    b.syscall(b.abi.number("set_mempolicy_home_node"), addr, length, home_node, flags)
+
+
+# ===========================================================================
+# SimulatedBackend: a model of the kernel's memory-policy semantics behind the same
+# seam, so that multi-node logic runs on single-node machines.  It sits at the raw
+# syscall boundary: it gets the syscall number and plain integer arguments, decodes
+# them with the simulated ABI's table and the kernel's own maxnode/mask rules
+# (mm/mempolicy.c), and reads and writes "user memory" through a pipe so that a bad
+# pointer gives EFAULT, as in the kernel, instead of crashing the test process.
+# ===========================================================================
+
+@dataclasses.dataclass(frozen=True)
+class _Pol:
+    mode: int                    # Mode value, without flags
+    flags: int                   # ModeFlag bits
+    nodes: FrozenSet[int]        # effective nodes (after cpuset)
+    user_nodes: FrozenSet[int]   # as the caller gave them (reported for =static/=relative)
+    home_node: int = -1
+
+    def describe(self) -> str:
+        """The policy as /proc/<pid>/numa_maps prints it (mpol_to_str)."""
+        names = {0: "default", 1: "prefer", 2: "bind", 3: "interleave", 4: "local",
+                 5: "prefer (many)", 6: "weighted interleave"}
+        s = names.get(self.mode, "?")
+        if self.flags & _MODE_FLAGS_MASK:
+            s += "="
+            if self.flags & ModeFlag.STATIC_NODES:
+                s += "static"
+            elif self.flags & ModeFlag.RELATIVE_NODES:
+                s += "relative"
+            if self.flags & ModeFlag.NUMA_BALANCING:
+                if (self.flags & _MODE_FLAGS_MASK) != ModeFlag.NUMA_BALANCING:
+                    s += "|"
+                s += "balancing"
+        if self.mode not in (Mode.DEFAULT, Mode.LOCAL) and self.nodes:
+            s += ":" + format_cpulist(self.nodes)
+        return s
+
+
+class _Intervals:
+    """Non-overlapping [start, end) -> value intervals (policies by address/page)."""
+
+    def __init__(self) -> None:
+        self.items: List[Tuple[int, int, Any]] = []
+
+    def set(self, start: int, end: int, value: Any) -> None:
+        out = []
+        for s, e, v in self.items:
+            if e <= start or s >= end:
+                out.append((s, e, v))
+                continue
+            if s < start:
+                out.append((s, start, v))
+            if e > end:
+                out.append((end, e, v))
+        if value is not None:
+            out.append((start, end, value))
+        out.sort(key=lambda t: t[0])
+        self.items = out
+
+    def get(self, pos: int) -> Any:
+        for s, e, v in self.items:
+            if s <= pos < e:
+                return v
+        return None
+
+    def pieces(self, start: int, end: int) -> List[Tuple[int, int, Any]]:
+        """[start, end) cut at interval edges, each piece with its value (or None)."""
+        cuts = {start, end}
+        for s, e, _ in self.items:
+            if start < s < end:
+                cuts.add(s)
+            if start < e < end:
+                cuts.add(e)
+        edges = sorted(cuts)
+        return [(a, z, self.get(a)) for a, z in zip(edges, edges[1:])]
+
+
+class _SimObject:
+    """A shared memory object (SysV segment, tmpfs/memfd file): the shared policy and
+    the pages live here, so every process mapping it sees the same placement."""
+
+    def __init__(self, name: str, size: int, page: int) -> None:
+        self.name = name
+        self.size = size
+        self.page = page
+        self.policy = _Intervals()              # by page index
+        self.nodes: Dict[int, int] = {}         # page index -> node
+        self.backing: Optional[Any] = None      # real memory standing in for it
+
+
+@dataclasses.dataclass
+class _SimMapping:
+    start: int
+    end: int
+    obj: Optional[_SimObject] = None
+    obj_page: int = 0                           # page index in obj at ``start``
+    label: str = ""                             # numa_maps "file=..." / "heap" / ""
+    mapped: Optional[bytearray] = None          # shared: pages in this page table
+
+
+class _SimKernel:
+    """State shared by every simulated process: topology, free pages, objects."""
+
+    def __init__(self, topo: Topology, page: int, free_kb: Optional[Mapping[int, int]],
+                 max_numnodes: int, numa: bool) -> None:
+        self.topo = topo
+        self.page = page
+        self.numa = numa
+        self.max_numnodes = max_numnodes
+        self.free_pages: Dict[int, int] = {}
+        for n in topo.nodes_with_memory:
+            kb = (free_kb or {}).get(n, topo.nodes[n].mem_free_kb if n in topo.nodes else 0)
+            self.free_pages[n] = kb * 1024 // page
+        self.objects: Dict[str, _SimObject] = {}
+        self.fail: Dict[str, Tuple[int, Optional[int]]] = {}   # name -> (errno, times)
+        self.next_pid = 4242
+        self.calls: List[Tuple[str, Tuple[int, ...]]] = []
+
+
+class SimulatedBackend(Backend):
+    """One process on a simulated kernel, topology from a fake_sysfs tree.
+
+    ``arch`` picks the ABI (syscall table, word size, byte order) and the page size
+    (64 KiB on ppc64).  ``fail(name, errno)`` makes a syscall fail (EPERM like Docker's
+    default seccomp profile, ENOSYS, EINVAL, ENOMEM ...).  ``numa=False`` models a
+    kernel built without CONFIG_NUMA (every policy syscall ENOSYS, no numa_maps).
+    ``process()`` gives another process on the same kernel (shared objects, free
+    memory).  Policies, first-touch, interleave by page offset, bind, preferred,
+    spill to the nearest node when one is full, and the cpuset are modelled; the
+    placement is rendered as /proc/self/numa_maps.
+    """
+
+    is_live = False
+
+    def __init__(self, root: str, *, arch: str = "x86_64", page_size: Optional[int] = None,
+                 mems_allowed: Optional[Iterable[int]] = None,
+                 cpus_allowed: Optional[Iterable[int]] = None,
+                 free_kb: Optional[Mapping[int, int]] = None,
+                 cap_sys_nice: bool = True, numa: bool = True,
+                 populate: bool = True, max_numnodes: Optional[int] = None,
+                 _kernel: Optional[_SimKernel] = None) -> None:
+        self.root = os.path.abspath(root)
+        self._files = LinuxBackend(self.root)
+        bits = 32 if arch in ("i386", "i686", "arm", "armv7l", "x32") else 64
+        self.abi = abi_for(arch, bits)
+        self.page_size = page_size or _DEFAULT_PAGE.get(self.abi.name, 4096)
+        if _kernel is None:
+            topo = read_topology(backend=self._files)
+            if max_numnodes is None:
+                max_numnodes = {"aarch64": 64, "ppc64le": 256, "ppc64": 256}.get(
+                    self.abi.name, 1024)
+            _kernel = _SimKernel(topo, self.page_size, free_kb, max_numnodes,
+                                 numa and topo.has_node_dir)
+        self.kernel = _kernel
+        topo = _kernel.topo
+        self.pid = _kernel.next_pid
+        _kernel.next_pid += 1
+        self.cap_sys_nice = cap_sys_nice
+        self.populate = populate
+        self.cpus_allowed = frozenset(cpus_allowed) if cpus_allowed is not None \
+            else topo.allowed_cpus
+        self.mems_allowed = frozenset(mems_allowed) if mems_allowed is not None \
+            else topo.allowed_mems
+        self.affinity = self.cpus_allowed
+        self.mappings: List[_SimMapping] = []
+        self.policy = _Intervals()               # private ranges: by address
+        self.pages: Dict[int, int] = {}          # private: page address -> node
+        self.thread_policy: Dict[int, _Pol] = {}
+        self._il_prev: Dict[int, int] = {}
+        self._numbers = {v: k for k, v in (self.abi.syscalls or {}).items()}
+        self._pipe: Optional[Tuple[int, int]] = None
+        self._keep: List[Any] = []
+
+    def __repr__(self) -> str:
+        return f"SimulatedBackend({self.root!r}, arch={self.abi.name!r}, pid={self.pid})"
+
+    # -- processes, failures, inspection ---------------------------------------------
+    def process(self, **kw: Any) -> "SimulatedBackend":
+        """Another process on the same simulated kernel."""
+        return SimulatedBackend(self.root, arch=self.abi.name, page_size=self.page_size,
+                                _kernel=self.kernel, **kw)
+
+    def fail(self, name: str, err: int, times: Optional[int] = None) -> None:
+        """Make syscall ``name`` ("mbind", "*" for every policy call) fail with errno."""
+        self.kernel.fail[name] = (err, times)
+
+    def clear_failures(self) -> None:
+        self.kernel.fail.clear()
+
+    @property
+    def topology(self) -> Topology:
+        return self.kernel.topo
+
+    def current_cpu(self) -> Optional[int]:
+        return min(self.affinity) if self.affinity else None
+
+    def local_node(self) -> int:
+        cpu = self.current_cpu()
+        node = self.kernel.topo.node_of_cpu(cpu) if cpu is not None else None
+        return node if node is not None else min(self.kernel.topo.online_nodes or {0})
+
+    # -- files --------------------------------------------------------------------------
+    def _is_own_proc(self, path: str, leaf: str) -> bool:
+        return path in (f"/proc/self/{leaf}", f"/proc/{self.pid}/{leaf}",
+                        f"/proc/thread-self/{leaf}")
+
+    def read_text(self, path: str) -> str:
+        if self._is_own_proc(path, "numa_maps"):
+            if not self.kernel.numa:
+                raise FileNotFoundError(errno.ENOENT, "no numa_maps (kernel without NUMA)",
+                                        path)
+            return self.render_numa_maps()
+        if self._is_own_proc(path, "status"):
+            return self._render_status()
+        return self._files.read_text(path)
+
+    def listdir(self, path: str) -> List[str]:
+        return self._files.listdir(path)
+
+    def exists(self, path: str) -> bool:
+        if self._is_own_proc(path, "numa_maps"):
+            return self.kernel.numa
+        return self._files.exists(path)
+
+    def _render_status(self) -> str:
+        base = self._files.read_optional("/proc/self/status") or ""
+        lines = [ln for ln in base.splitlines()
+                 if not ln.startswith(("Cpus_allowed_list", "Mems_allowed_list", "Pid:"))]
+        lines.append(f"Pid:\t{self.pid}")
+        lines.append(f"Cpus_allowed_list:\t{format_cpulist(self.affinity)}")
+        lines.append(f"Mems_allowed_list:\t{format_cpulist(self.mems_allowed)}")
+        return "\n".join(lines) + "\n"
+
+    # -- user memory, through a pipe: a bad pointer is EFAULT, not a crash -------------
+    def _fds(self) -> Tuple[int, int]:
+        if self._pipe is None:
+            self._pipe = os.pipe()
+        return self._pipe
+
+    def _copy_from_user(self, addr: int, n: int) -> bytes:
+        if n == 0:
+            return b""
+        if addr == 0:
+            raise _oserror(errno.EFAULT, "copy_from_user")
+        r, w = self._fds()
+        out = bytearray()
+        for off in range(0, n, 32768):
+            k = min(32768, n - off)
+            try:
+                os.write(w, (ctypes.c_char * k).from_address(addr + off))
+            except OSError:
+                raise _oserror(errno.EFAULT, "copy_from_user") from None
+            out += os.read(r, k)
+        return bytes(out)
+
+    def _copy_to_user(self, addr: int, data: bytes) -> None:
+        if not data:
+            return
+        if addr == 0:
+            raise _oserror(errno.EFAULT, "copy_to_user")
+        r, w = self._fds()
+        for off in range(0, len(data), 32768):
+            chunk = data[off:off + 32768]
+            os.write(w, chunk)
+            try:
+                os.readv(r, [(ctypes.c_char * len(chunk)).from_address(addr + off)])
+            except OSError:
+                os.read(r, len(chunk))
+                raise _oserror(errno.EFAULT, "copy_to_user") from None
+
+    # -- syscall entry --------------------------------------------------------------------
+    def syscall(self, nr: int, *args: int) -> int:
+        name = self._numbers.get(nr)
+        k = self.kernel
+        k.calls.append((name or str(nr), tuple(args)))
+        for key in (name, "*"):
+            if key is not None and key in k.fail:
+                err, times = k.fail[key]
+                if times is not None:
+                    if times <= 1:
+                        del k.fail[key]
+                    else:
+                        k.fail[key] = (err, times - 1)
+                raise _oserror(err, name or f"syscall {nr}")
+        if name is None or not k.numa:
+            raise _oserror(errno.ENOSYS, f"syscall {nr}")
+        words = [a & ((1 << self.abi.word_bits) - 1) for a in args] + [0] * 6
+        return int(getattr(self, "_sys_" + name)(*words[:6]))
+
+    def _signed(self, v: int, bits: int = 32) -> int:
+        v &= (1 << bits) - 1
+        return v - (1 << bits) if v >> (bits - 1) else v
+
+    # -- kernel helpers (mm/mempolicy.c) ---------------------------------------------
+    def _get_nodes(self, nmask: int, maxnode: int) -> FrozenSet[int]:
+        maxnode = (maxnode - 1) & ((1 << self.abi.word_bits) - 1)
+        if maxnode == 0 or nmask == 0:
+            return frozenset()
+        if maxnode > self.page_size * 8:
+            raise _oserror(errno.EINVAL, "get_nodes", "maxnode too large")
+        w = self.abi.word_bits
+        nwords = (maxnode + w - 1) // w
+        raw = self._copy_from_user(nmask, nwords * w // 8)
+        nodes = frozenset(n for n in decode_nodemask(raw, self.abi) if n < maxnode)
+        if any(n >= self.kernel.max_numnodes for n in nodes):
+            raise _oserror(errno.EINVAL, "get_nodes", "node beyond MAX_NUMNODES")
+        return nodes
+
+    def _sanitize(self, mode: int) -> Tuple[int, int]:
+        flags = mode & _MODE_FLAGS_MASK
+        mode &= ~_MODE_FLAGS_MASK
+        if mode < 0 or mode >= 7:
+            raise _oserror(errno.EINVAL, "mempolicy", "invalid mode")
+        if flags & ModeFlag.STATIC_NODES and flags & ModeFlag.RELATIVE_NODES:
+            raise _oserror(errno.EINVAL, "mempolicy", "static and relative")
+        if flags & ModeFlag.NUMA_BALANCING and mode not in (Mode.BIND,
+                                                            Mode.PREFERRED_MANY):
+            raise _oserror(errno.EINVAL, "mempolicy", "balancing needs bind")
+        return mode, flags
+
+    def _mpol_new(self, mode: int, flags: int, nodes: FrozenSet[int]) -> Optional[_Pol]:
+        if mode == Mode.DEFAULT:
+            if nodes:
+                raise _oserror(errno.EINVAL, "mempolicy", "default takes no nodes")
+            return None
+        if not nodes:
+            if mode == Mode.PREFERRED:
+                if flags & (ModeFlag.STATIC_NODES | ModeFlag.RELATIVE_NODES):
+                    raise _oserror(errno.EINVAL, "mempolicy")
+                mode = Mode.LOCAL
+            elif mode != Mode.LOCAL:
+                raise _oserror(errno.EINVAL, "mempolicy", "empty nodemask")
+        elif mode == Mode.LOCAL:
+            raise _oserror(errno.EINVAL, "mempolicy", "local takes no nodes")
+        if mode == Mode.LOCAL:
+            return _Pol(Mode.LOCAL, flags, frozenset(), frozenset())
+        allowed = self.mems_allowed & self.kernel.topo.nodes_with_memory
+        if flags & ModeFlag.RELATIVE_NODES:
+            # mpol_relative_nodemask: fold the user mask onto the allowed nodes.
+            order = sorted(allowed)
+            eff = frozenset(order[n % len(order)] for n in nodes) if order else frozenset()
+        else:
+            eff = nodes & allowed
+        if not eff:
+            raise _oserror(errno.EINVAL, "mempolicy", "no allowed node in the mask")
+        if mode == Mode.PREFERRED:
+            eff = frozenset({min(eff)})
+        return _Pol(mode, flags, eff, nodes)
+
+    # -- syscalls -----------------------------------------------------------------------
+    def _sys_set_mempolicy(self, mode: int, nmask: int, maxnode: int, *_: int) -> int:
+        m, f = self._sanitize(self._signed(mode))
+        nodes = self._get_nodes(nmask, maxnode)
+        pol = self._mpol_new(m, f, nodes)
+        tid = threading.get_ident()
+        if pol is None:
+            self.thread_policy.pop(tid, None)
+        else:
+            self.thread_policy[tid] = pol
+        return 0
+
+    def _sys_mbind(self, start: int, length: int, mode: int, nmask: int, maxnode: int,
+                   flags: int) -> int:
+        m, f = self._sanitize(self._signed(mode, self.abi.word_bits))
+        nodes = self._get_nodes(nmask, maxnode)
+        if flags & ~7:
+            raise _oserror(errno.EINVAL, "mbind", "invalid flags")
+        if flags & MbindFlag.MOVE_ALL and not self.cap_sys_nice:
+            raise _oserror(errno.EPERM, "mbind", "MPOL_MF_MOVE_ALL needs CAP_SYS_NICE")
+        if start % self.page_size:
+            raise _oserror(errno.EINVAL, "mbind", "unaligned start")
+        if m == Mode.DEFAULT:
+            flags &= ~MbindFlag.STRICT
+        length = (length + self.page_size - 1) // self.page_size * self.page_size
+        end = start + length
+        if end >= 1 << self.abi.word_bits:
+            raise _oserror(errno.EINVAL, "mbind")
+        if end == start:
+            return 0
+        pol = self._mpol_new(m, f, nodes)
+        self._ensure_mapped(start, end)
+        for mp in self._mappings_in(start, end):
+            a, z = max(start, mp.start), min(end, mp.end)
+            if mp.obj is not None:
+                p0 = mp.obj_page + (a - mp.start) // self.page_size
+                mp.obj.policy.set(p0, p0 + (z - a) // self.page_size, pol)
+            else:
+                self.policy.set(a, z, pol)
+        if flags & (MbindFlag.MOVE | MbindFlag.MOVE_ALL | MbindFlag.STRICT) and pol:
+            misplaced = self._misplaced(start, end, pol)
+            if flags & (MbindFlag.MOVE | MbindFlag.MOVE_ALL):
+                for addr in misplaced:
+                    self._move_page(addr, self._alloc(pol, self._ilx(addr)))
+            elif misplaced:
+                raise _oserror(errno.EIO, "mbind", "MPOL_MF_STRICT: misplaced pages")
+        return 0
+
+    def _sys_get_mempolicy(self, policy: int, nmask: int, maxnode: int, addr: int,
+                           flags: int, *_: int) -> int:
+        if flags & ~7:
+            raise _oserror(errno.EINVAL, "get_mempolicy", "invalid flags")
+        nr_node_ids = max(self.kernel.topo.possible_nodes, default=0) + 1
+        if nmask and maxnode < nr_node_ids:
+            raise _oserror(errno.EINVAL, "get_mempolicy", "maxnode < nr_node_ids")
+        tid = threading.get_ident()
+        value = 0
+        if flags & GetFlag.MEMS_ALLOWED:
+            if flags & (GetFlag.NODE | GetFlag.ADDR):
+                raise _oserror(errno.EINVAL, "get_mempolicy")
+            nodes = self.mems_allowed
+        else:
+            if flags & GetFlag.ADDR:
+                if self._mapping_at(addr) is None:
+                    raise _oserror(errno.EFAULT, "get_mempolicy", "address not mapped")
+                pol = self._vma_policy(addr)
+            elif addr:
+                raise _oserror(errno.EINVAL, "get_mempolicy", "address without MPOL_F_ADDR")
+            else:
+                pol = self.thread_policy.get(tid)
+            if flags & GetFlag.NODE:
+                if flags & GetFlag.ADDR:
+                    page = addr - addr % self.page_size
+                    node = self._node_of_page(page)
+                    if node is None:
+                        self._fault(page)
+                        node = self._node_of_page(page)
+                    value = node if node is not None else 0
+                elif pol is not None and pol.mode == Mode.INTERLEAVE:
+                    order = sorted(pol.nodes)
+                    prev = self._il_prev.get(tid, -1)
+                    nxt = [n for n in order if n > prev]
+                    value = nxt[0] if nxt else order[0]
+                else:
+                    raise _oserror(errno.EINVAL, "get_mempolicy", "MPOL_F_NODE")
+            else:
+                value = (pol.mode | (pol.flags & _MODE_FLAGS_MASK)) if pol else 0
+            if pol is None or pol.mode in (Mode.DEFAULT, Mode.LOCAL):
+                nodes = frozenset()
+            elif pol.flags & (ModeFlag.STATIC_NODES | ModeFlag.RELATIVE_NODES):
+                nodes = pol.user_nodes
+            else:
+                nodes = pol.nodes
+        if nmask:
+            copy = ((maxnode - 1 + 63) // 64) * 8
+            w = self.abi.word_bits
+            nbytes = (nr_node_ids + w - 1) // w * (w // 8)
+            if copy > nbytes:
+                if copy > self.page_size:
+                    raise _oserror(errno.EINVAL, "get_mempolicy")
+                self._copy_to_user(nmask + nbytes, bytes(copy - nbytes))
+                copy = nbytes
+            words = copy // (w // 8)
+            raw = b""
+            for i in range(words):
+                word = 0
+                for n in nodes:
+                    if n // w == i:
+                        word |= 1 << (n % w)
+                raw += word.to_bytes(w // 8, self.abi.byteorder)
+            self._copy_to_user(nmask, raw)
+        if policy:
+            self._copy_to_user(policy, struct.pack(
+                (">" if self.abi.byteorder == "big" else "<") + "i", value))
+        return 0
+
+    def _sys_move_pages(self, pid: int, count: int, pages: int, nodes: int, status: int,
+                        flags: int) -> int:
+        if flags & ~(MbindFlag.MOVE | MbindFlag.MOVE_ALL):
+            raise _oserror(errno.EINVAL, "move_pages")
+        if flags & MbindFlag.MOVE_ALL and not self.cap_sys_nice:
+            raise _oserror(errno.EPERM, "move_pages")
+        if self._signed(pid) not in (0, self.pid):
+            raise _oserror(errno.ESRCH, "move_pages")
+        wb = self.abi.word_bits // 8
+        raw = self._copy_from_user(pages, count * wb)
+        addrs = [int.from_bytes(raw[i * wb:(i + 1) * wb], self.abi.byteorder)
+                 for i in range(count)]
+        e = ">" if self.abi.byteorder == "big" else "<"
+        targets = None
+        if nodes:
+            targets = list(struct.unpack(f"{e}{count}i", self._copy_from_user(nodes,
+                                                                              4 * count)))
+            for t in targets:
+                if t < 0 or t >= self.kernel.max_numnodes or \
+                        t not in self.kernel.topo.nodes_with_memory:
+                    raise _oserror(errno.ENODEV, "move_pages")
+                if t not in self.mems_allowed:
+                    raise _oserror(errno.EACCES, "move_pages")
+        out = []
+        for i, a in enumerate(addrs):
+            page = a - a % self.page_size
+            if self._mapping_at(page) is None:
+                out.append(-errno.EFAULT)
+                continue
+            node = self._node_of_page(page)
+            if node is None:
+                out.append(-errno.ENOENT)
+                continue
+            if targets is not None and targets[i] != node:
+                if self.kernel.free_pages.get(targets[i], 0) <= 0:
+                    out.append(-errno.ENOMEM)
+                    continue
+                self._move_page(page, targets[i])
+                node = targets[i]
+            out.append(node)
+        self._copy_to_user(status, struct.pack(f"{e}{count}i", *out))
+        return 0
+
+    def _sys_migrate_pages(self, pid: int, maxnode: int, old: int, new: int,
+                           *_: int) -> int:
+        if self._signed(pid) not in (0, self.pid):
+            raise _oserror(errno.ESRCH, "migrate_pages")
+        old_n = self._get_nodes(old, maxnode)
+        new_n = self._get_nodes(new, maxnode)
+        if not new_n <= self.mems_allowed and not self.cap_sys_nice:
+            raise _oserror(errno.EPERM, "migrate_pages")
+        if not new_n <= self.kernel.topo.nodes_with_memory:
+            raise _oserror(errno.EINVAL, "migrate_pages")
+        src, dst = sorted(old_n), sorted(new_n)
+        if not src or not dst:
+            return 0
+        remap = {s: dst[i % len(dst)] for i, s in enumerate(src)}
+        for page, node in list(self._all_pages()):
+            if node in remap and remap[node] != node:
+                self._move_page(page, remap[node])
+        return 0
+
+    def _sys_set_mempolicy_home_node(self, start: int, length: int, home: int,
+                                     flags: int, *_: int) -> int:
+        if flags or start % self.page_size:
+            raise _oserror(errno.EINVAL, "set_mempolicy_home_node")
+        if home >= self.kernel.max_numnodes or home not in self.kernel.topo.online_nodes:
+            raise _oserror(errno.EINVAL, "set_mempolicy_home_node")
+        end = start + (length + self.page_size - 1) // self.page_size * self.page_size
+        for a, z, pol in self.policy.pieces(start, end):
+            if pol is None:
+                continue
+            if pol.mode not in (Mode.BIND, Mode.PREFERRED_MANY):
+                raise _oserror(errno.EOPNOTSUPP, "set_mempolicy_home_node")
+            self.policy.set(a, z, dataclasses.replace(pol, home_node=home))
+        return 0
+
+    # -- memory ---------------------------------------------------------------------------
+    def map_object(self, name: str, size: int, *, create: bool = True,
+                   label: Optional[str] = None) -> int:
+        """Map shared object ``name`` (created if needed) into this process; its address.
+
+        Real memory stands behind it (one anonymous mapping per object, shared by every
+        simulated process) so that data written by one process is seen by the others.
+        """
+        import mmap as _mmap
+        k = self.kernel
+        obj = k.objects.get(name)
+        if obj is None:
+            if not create:
+                raise _oserror(errno.ENOENT, "map_object", name)
+            obj = _SimObject(name, size, self.page_size)
+            obj.backing = _mmap.mmap(-1, max(size, 1))
+            k.objects[name] = obj
+        addr = _buffer_address(obj.backing)
+        npages = (obj.size + self.page_size - 1) // self.page_size
+        mp = _SimMapping(addr, addr + npages * self.page_size, obj, 0,
+                         label if label is not None else f"file=/{name}",
+                         bytearray(npages))
+        self.mappings = [m for m in self.mappings if not (m.start == addr)]
+        self.mappings.append(mp)
+        return addr
+
+    def unmap(self, addr: int) -> None:
+        self.mappings = [m for m in self.mappings if m.start != addr]
+
+    def remove_object(self, name: str) -> None:
+        obj = self.kernel.objects.pop(name, None)
+        if obj is not None:
+            for node in obj.nodes.values():
+                self.kernel.free_pages[node] = self.kernel.free_pages.get(node, 0) + 1
+
+    def _ensure_mapped(self, start: int, end: int) -> None:
+        """Unknown addresses are private anonymous memory (the test's own buffers)."""
+        page = self.page_size
+        start -= start % page
+        end = (end + page - 1) // page * page
+        covered = sorted((m.start, m.end) for m in self.mappings
+                         if m.end > start and m.start < end)
+        pos = start
+        for s, e in covered + [(end, end)]:
+            if s > pos:
+                self.mappings.append(_SimMapping(pos, s))
+            pos = max(pos, e)
+        self.mappings.sort(key=lambda m: m.start)
+
+    def _mappings_in(self, start: int, end: int) -> List[_SimMapping]:
+        return [m for m in self.mappings if m.end > start and m.start < end]
+
+    def _mapping_at(self, addr: int) -> Optional[_SimMapping]:
+        for m in self.mappings:
+            if m.start <= addr < m.end:
+                return m
+        return None
+
+    def _vma_policy(self, addr: int) -> Optional[_Pol]:
+        mp = self._mapping_at(addr)
+        if mp is not None and mp.obj is not None:
+            return mp.obj.policy.get(mp.obj_page + (addr - mp.start) // self.page_size)
+        return self.policy.get(addr)
+
+    def _ilx(self, addr: int) -> int:
+        mp = self._mapping_at(addr)
+        if mp is not None and mp.obj is not None:
+            return mp.obj_page + (addr - mp.start) // self.page_size
+        # Anonymous memory: vm_pgoff is the virtual page number, so the interleave
+        # index is the page's virtual page number (mm/mempolicy.c get_vma_policy).
+        return addr // self.page_size
+
+    def _node_of_page(self, page: int) -> Optional[int]:
+        mp = self._mapping_at(page)
+        if mp is not None and mp.obj is not None:
+            idx = (page - mp.start) // self.page_size
+            if mp.mapped is not None and not mp.mapped[idx]:
+                return None
+            return mp.obj.nodes.get(mp.obj_page + idx)
+        return self.pages.get(page)
+
+    def _all_pages(self) -> Iterator[Tuple[int, int]]:
+        yield from self.pages.items()
+        for mp in self.mappings:
+            if mp.obj is None or mp.mapped is None:
+                continue
+            for idx, flag in enumerate(mp.mapped):
+                if flag:
+                    node = mp.obj.nodes.get(mp.obj_page + idx)
+                    if node is not None:
+                        yield mp.start + idx * self.page_size, node
+
+    def _move_page(self, page: int, node: Optional[int]) -> None:
+        if node is None:
+            return
+        k = self.kernel
+        mp = self._mapping_at(page)
+        if mp is not None and mp.obj is not None:
+            key = mp.obj_page + (page - mp.start) // self.page_size
+            old = mp.obj.nodes.get(key)
+            mp.obj.nodes[key] = node
+        else:
+            old = self.pages.get(page)
+            self.pages[page] = node
+        if old is not None:
+            k.free_pages[old] = k.free_pages.get(old, 0) + 1
+        k.free_pages[node] = k.free_pages.get(node, 0) - 1
+
+    def _misplaced(self, start: int, end: int, pol: _Pol) -> List[int]:
+        out = []
+        for page in range(start, end, self.page_size):
+            node = self._node_of_page(page)
+            if node is None:
+                continue
+            if pol.mode == Mode.INTERLEAVE:
+                want = sorted(pol.nodes)
+                if node != want[self._ilx(page) % len(want)]:
+                    out.append(page)
+            elif pol.mode in (Mode.BIND, Mode.PREFERRED, Mode.PREFERRED_MANY) \
+                    and node not in pol.nodes:
+                out.append(page)
+        return out
+
+    def _alloc(self, pol: Optional[_Pol], ilx: int) -> Optional[int]:
+        """The node a new page goes to (mm/mempolicy.c alloc_pages_mpol), or None (OOM)."""
+        k = self.kernel
+        topo = k.topo
+        allowed = sorted((self.mems_allowed & topo.nodes_with_memory)
+                         or topo.nodes_with_memory)
+        local = self.local_node()
+
+        def has_room(n: int) -> bool:
+            return k.free_pages.get(n, 0) > 0
+
+        def nearest_with_room(origin: int, among: Iterable[int]) -> Optional[int]:
+            for n in topo.nearest(origin, among):
+                if has_room(n):
+                    return n
+            return None
+
+        if pol is None:
+            tid_pol = self.thread_policy.get(threading.get_ident())
+            pol = tid_pol
+        if pol is None or pol.mode in (Mode.DEFAULT, Mode.LOCAL):
+            return nearest_with_room(local, allowed)
+        if pol.mode in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
+            order = sorted(pol.nodes)
+            target = order[ilx % len(order)]
+            return target if has_room(target) else nearest_with_room(target, allowed)
+        if pol.mode == Mode.PREFERRED:
+            target = min(pol.nodes)
+            return target if has_room(target) else nearest_with_room(target, allowed)
+        origin = pol.home_node if pol.home_node >= 0 else local
+        if pol.mode == Mode.BIND:
+            return nearest_with_room(origin, pol.nodes)     # strict: OOM otherwise
+        # PREFERRED_MANY: the mask first, then anywhere allowed.
+        n = nearest_with_room(origin, pol.nodes)
+        return n if n is not None else nearest_with_room(origin, allowed)
+
+    def _fault(self, page: int) -> None:
+        mp = self._mapping_at(page)
+        if mp is None:
+            self._ensure_mapped(page, page + self.page_size)
+            mp = self._mapping_at(page)
+        assert mp is not None
+        if mp.obj is not None:
+            idx = (page - mp.start) // self.page_size
+            key = mp.obj_page + idx
+            if key not in mp.obj.nodes:
+                node = self._alloc(mp.obj.policy.get(key), key)
+                if node is None:
+                    raise _oserror(errno.ENOMEM, "page fault", "simulated OOM")
+                mp.obj.nodes[key] = node
+                self.kernel.free_pages[node] -= 1
+            if mp.mapped is not None:
+                mp.mapped[idx] = 1
+            return
+        if page not in self.pages:
+            node = self._alloc(self.policy.get(page), self._ilx(page))
+            if node is None:
+                raise _oserror(errno.ENOMEM, "page fault", "simulated OOM")
+            self.pages[page] = node
+            self.kernel.free_pages[node] -= 1
+
+    def touch(self, addr: int, length: int) -> None:
+        page = self.page_size
+        start = addr - addr % page
+        end = addr + length
+        self._ensure_mapped(start, end)
+        for p in range(start, end, page):
+            self._fault(p)
+
+    def madvise(self, addr: int, length: int, advice: int) -> None:
+        if addr % self.page_size:
+            raise _oserror(errno.EINVAL, "madvise")
+        if advice in (MADV_POPULATE_READ, MADV_POPULATE_WRITE):
+            if not self.populate:
+                raise _oserror(errno.EINVAL, "madvise", "MADV_POPULATE_* needs Linux 5.14")
+            if advice == MADV_POPULATE_WRITE:
+                self.touch(addr, length)
+            else:
+                for mp in self._mappings_in(addr, addr + length):
+                    if mp.obj is not None:
+                        self.touch(max(addr, mp.start),
+                                   min(addr + length, mp.end) - max(addr, mp.start))
+
+    def sched_getaffinity(self, pid: int = 0) -> FrozenSet[int]:
+        return self.affinity
+
+    def sched_setaffinity(self, pid: int, cpus: Iterable[int]) -> None:
+        want = frozenset(cpus) & self.cpus_allowed & self.kernel.topo.online_cpus
+        if not want:
+            raise _oserror(errno.EINVAL, "sched_setaffinity", "no allowed CPU in the set")
+        self.affinity = want
+
+    # -- /proc/self/numa_maps -------------------------------------------------------------
+    def render_numa_maps(self) -> str:
+        lines = []
+        default = self.thread_policy.get(threading.get_ident())
+        kb = self.page_size // 1024
+        for mp in sorted(self.mappings, key=lambda m: m.start):
+            if mp.obj is not None:
+                pieces = [(mp.start, mp.end, mp.obj.policy.get(mp.obj_page))]
+            else:
+                pieces = self.policy.pieces(mp.start, mp.end)
+            for a, z, pol in pieces:
+                p = pol or default
+                text = f"{a:x} {p.describe() if p else 'default'}"
+                if mp.label:
+                    text += " " + mp.label
+                counts: Dict[int, int] = {}
+                for page in range(a, z, self.page_size):
+                    node = self._node_of_page(page)
+                    if node is not None:
+                        counts[node] = counts.get(node, 0) + 1
+                total = sum(counts.values())
+                if total:
+                    if mp.obj is None:
+                        text += f" anon={total}"
+                    text += f" dirty={total}"
+                    text += "".join(f" N{n}={c}" for n, c in sorted(counts.items()))
+                    text += f" kernelpagesize_kB={kb}"
+                lines.append(text)
+        return "".join(line + "\n" for line in lines)
+
+
+# ===========================================================================
+# Buffers: address + length of anything that has memory behind it.
+# ===========================================================================
+
+class _PyBuffer(ctypes.Structure):
+    # Py_buffer (Include/pybuffer.h), stable since Python 3.3.
+    _fields_ = [("buf", ctypes.c_void_p), ("obj", ctypes.py_object),
+                ("len", ctypes.c_ssize_t), ("itemsize", ctypes.c_ssize_t),
+                ("readonly", ctypes.c_int), ("ndim", ctypes.c_int),
+                ("format", ctypes.c_char_p), ("shape", ctypes.c_void_p),
+                ("strides", ctypes.c_void_p), ("suboffsets", ctypes.c_void_p),
+                ("internal", ctypes.c_void_p)]
+
+
+def _buffer_address(obj: Any) -> int:
+    """Address of a contiguous buffer-protocol object, read-only ones included,
+    without keeping an export alive (an mmap stays closable)."""
+    view = _PyBuffer()
+    api = ctypes.pythonapi
+    get = api.PyObject_GetBuffer
+    get.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
+    get.restype = ctypes.c_int
+    release = api.PyBuffer_Release
+    release.argtypes = [ctypes.POINTER(_PyBuffer)]
+    release.restype = None
+    if get(obj, ctypes.byref(view), 0) != 0:   # PyBUF_SIMPLE: contiguous bytes
+        raise TypeError(f"{type(obj).__name__} is not a contiguous buffer")
+    try:
+        return view.buf or 0
+    finally:
+        release(ctypes.byref(view))
+
+
+def buffer_range(buf: Any, length: Optional[int] = None) -> Tuple[int, int]:
+    """(address, length) of ``buf``: an int address (then ``length`` is required),
+    bytearray, mmap, memoryview, ctypes object, numpy array, or anything with
+    ``data_ptr()`` and ``nbytes`` (torch tensors).  ``length`` caps the length."""
+    if isinstance(buf, bool):
+        raise TypeError("a bool is not a buffer")
+    if isinstance(buf, int):
+        if length is None:
+            raise TypeError("an integer address needs a length")
+        return buf, int(length)
+    if hasattr(buf, "data_ptr") and hasattr(buf, "nbytes"):
+        addr, size = int(buf.data_ptr()), int(buf.nbytes)
+        if hasattr(buf, "is_contiguous") and not buf.is_contiguous():
+            raise TypeError("tensor is not contiguous")
+    elif hasattr(buf, "__array_interface__"):
+        ai = buf.__array_interface__
+        if ai.get("strides") is not None and hasattr(buf, "flags") and \
+                not buf.flags["C_CONTIGUOUS"]:
+            raise TypeError("array is not contiguous")
+        addr, size = int(ai["data"][0]), int(buf.nbytes)
+    elif isinstance(buf, (ctypes._SimpleCData, ctypes.Array, ctypes.Structure,
+                          ctypes.Union)):
+        addr, size = ctypes.addressof(buf), ctypes.sizeof(buf)
+    else:
+        addr = _buffer_address(buf)
+        size = memoryview(buf).nbytes
+    if length is not None:
+        if length < 0 or length > size:
+            raise ValueError(f"length {length} outside the buffer's {size} bytes")
+        size = int(length)
+    return addr, size
+
+
+def _page_range(addr: int, length: int, page: int) -> Tuple[int, int]:
+    """The whole pages covering [addr, addr+length): mbind needs an aligned start."""
+    start = addr - addr % page
+    end = addr + length
+    end = (end + page - 1) // page * page
+    return start, end - start
+
+
+# ===========================================================================
+# Memory policy: the safe layer engines call.  Never raises unless strict=True;
+# returns a PolicyResult that is truthy when the policy was applied and otherwise
+# says why, with the memory left usable under the kernel's first-touch default.
+# ===========================================================================
+
+_HINTS = MappingProxyType({
+    "EPERM": "memory policy syscalls are denied: in a container add CAP_SYS_NICE "
+             "(docker run --cap-add SYS_NICE) or use a seccomp profile that allows "
+             "mbind/set_mempolicy/get_mempolicy",
+    "ENOSYS": "the kernel has no NUMA memory policy support (CONFIG_NUMA off)",
+    "unsupported-arch": "no syscall table for this CPU architecture/ABI",
+    "cpuset": "the cpuset (Mems_allowed_list) forbids every requested node",
+    "single-node": "only one memory node is usable: nothing to spread",
+    "not-live": "the backend reads a saved tree, not the running system",
+    "disabled": "disabled by configuration",
+    "EINVAL": "the kernel rejected the policy (EINVAL)",
+    "no-memory-node": "the requested nodes have no memory or do not exist",
+})
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyResult:
+    """What a safe-layer call did.  Truthy when the policy was applied."""
+
+    applied: bool
+    mode: str                       # "interleave", "bind", "preferred", "local", ...
+    nodes: FrozenSet[int]
+    start: int = 0                  # covered range (whole pages); 0/0 for thread policy
+    length: int = 0
+    reason: Optional[str] = None    # why not applied: "EPERM", "single-node", ...
+    errno: Optional[int] = None
+    hint: Optional[str] = None
+    dropped: FrozenSet[int] = frozenset()   # requested nodes the cpuset forbids
+
+    def __bool__(self) -> bool:
+        return self.applied
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"applied": self.applied, "mode": self.mode, "nodes": sorted(self.nodes),
+                "start": self.start, "length": self.length, "reason": self.reason,
+                "errno": self.errno, "hint": self.hint, "dropped": sorted(self.dropped)}
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyInfo:
+    """A policy read back from the kernel (get_policy)."""
+
+    mode: Mode
+    flags: int
+    nodes: FrozenSet[int]
+
+    def __str__(self) -> str:
+        return _Pol(int(self.mode), self.flags, self.nodes, self.nodes).describe()
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"mode": self.mode.name.lower(), "flags": self.flags,
+                "nodes": sorted(self.nodes), "text": str(self)}
+
+
+_MODE_NAMES = MappingProxyType({
+    "default": Mode.DEFAULT, "first-touch": Mode.DEFAULT, "none": Mode.DEFAULT,
+    "preferred": Mode.PREFERRED, "prefer": Mode.PREFERRED, "bind": Mode.BIND,
+    "membind": Mode.BIND, "interleave": Mode.INTERLEAVE, "local": Mode.LOCAL,
+    "preferred_many": Mode.PREFERRED_MANY, "preferred-many": Mode.PREFERRED_MANY,
+    "weighted_interleave": Mode.WEIGHTED_INTERLEAVE,
+    "weighted-interleave": Mode.WEIGHTED_INTERLEAVE,
+})
+
+
+def _mode_of(mode: Union[str, int]) -> Mode:
+    if isinstance(mode, str):
+        try:
+            return _MODE_NAMES[mode.lower()]
+        except KeyError:
+            raise ValueError(f"unknown memory policy {mode!r}; one of "
+                             f"{', '.join(sorted(_MODE_NAMES))}") from None
+    return Mode(int(mode) & ~_MODE_FLAGS_MASK)
+
+
+def _memory_nodes(b: Backend) -> Tuple[FrozenSet[int], FrozenSet[int]]:
+    """(nodes with memory, Mems_allowed) cheaply, without reading the whole topology."""
+    if not b.exists(_NODE_DIR):
+        return frozenset({0}), frozenset({0})
+    mem = None
+    t = b.read_optional(f"{_NODE_DIR}/has_memory")
+    if t is not None:
+        try:
+            mem = parse_cpulist(t, source=f"{_NODE_DIR}/has_memory")
+        except ValueError:
+            mem = None
+    if mem is None:
+        mem = frozenset(n for n in _node_dirs(b))
+    try:
+        _, allowed = _allowed_from_status(b)
+    except ValueError:
+        allowed = None
+    return mem, (allowed if allowed is not None else mem)
+
+
+def _errno_reason(err: int) -> str:
+    return errno.errorcode.get(err, f"errno {err}")
+
+
+def _fallback(res: PolicyResult, strict: bool, what: str) -> PolicyResult:
+    if strict:
+        if res.errno:
+            raise OSError(res.errno, f"{what}: {res.reason}: {res.hint or ''}".rstrip(": "))
+        raise OSError(errno.EINVAL, f"{what}: {res.reason}: {res.hint or ''}")
+    if res.reason not in ("disabled", "single-node"):
+        _warn_once(f"{what}:{res.reason}", "numa_utils: %s not applied (%s); memory "
+                   "stays usable under first-touch. %s", what, res.reason, res.hint or "")
+    return res
+
+
+def _strict_default(strict: Optional[bool]) -> bool:
+    return bool(strict)
+
+
+def apply_policy(buf: Any = None, length: Optional[int] = None, *,
+                 mode: Union[str, int], nodes: Optional[Iterable[int]] = None,
+                 mode_flags: int = 0, move: bool = False, strict: Optional[bool] = None,
+                 enabled: bool = True, page_size: Optional[int] = None,
+                 backend: Optional[Backend] = None) -> PolicyResult:
+    """Apply ``mode`` over ``nodes`` to ``buf`` (or, with ``buf=None``, to the calling
+    thread).  ``nodes=None``: every node with memory this process may use.
+
+    Returns a PolicyResult; on failure the memory stays usable under first-touch
+    and the result says why.  ``strict=True`` raises OSError instead.
+    """
+    b = _b(backend)
+    strict_ = _strict_default(strict)
+    m = _mode_of(mode)
+    mname = m.name.lower()
+    what = f"{mname} policy"
+    start = size = 0
+    if buf is not None:
+        addr, n = buffer_range(buf, length)
+        start, size = _page_range(addr, n, page_size or b.page_size)
+    explicit = nodes is not None
+    mem, allowed = _memory_nodes(b)
+    want = frozenset(nodes) if nodes is not None else (mem & allowed or mem)
+    if explicit:
+        for n in want:
+            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+                raise ValueError(f"invalid NUMA node id {n!r}")
+    base = dict(mode=mname, nodes=want, start=start, length=size)
+
+    def fail(reason: str, err: Optional[int] = None, **kw: Any) -> PolicyResult:
+        return _fallback(PolicyResult(False, reason=reason, errno=err,
+                                      hint=_HINTS.get(reason), **{**base, **kw}),
+                         strict_, what)
+
+    if not enabled:
+        return PolicyResult(False, reason="disabled", hint=_HINTS["disabled"], **base)
+    if m in (Mode.DEFAULT, Mode.LOCAL):
+        want = frozenset()
+        base["nodes"] = want
+    else:
+        if not want:
+            return fail("EINVAL", errno.EINVAL)
+        # Intersect with the cpuset first (the kernel would fail the whole call with
+        # EINVAL only when nothing is left, silently dropping the rest).
+        missing = want - mem
+        forbidden = (want & mem) - allowed
+        dropped = missing | forbidden
+        if dropped and explicit and strict_:
+            raise OSError(errno.EINVAL, f"{what}: nodes {format_cpulist(dropped)} are "
+                          "not usable (no memory, or outside this process's cpuset: "
+                          f"Mems_allowed_list {format_cpulist(allowed)})")
+        want = want - dropped
+        base.update(nodes=want, dropped=dropped)
+        if not want:
+            return fail("cpuset" if forbidden else "no-memory-node", errno.EINVAL)
+        if not explicit and len(want) < 2 and m == Mode.INTERLEAVE:
+            return PolicyResult(False, reason="single-node", hint=_HINTS["single-node"],
+                                **base)
+        if m == Mode.PREFERRED and len(want) > 1:
+            raise ValueError("preferred takes one node; use preferred_many for several")
+    if not b.abi.supported:
+        return fail("unsupported-arch", errno.ENOSYS)
+    try:
+        if buf is None:
+            set_mempolicy(m, want, mode_flags=mode_flags, backend=b)
+        elif size:
+            mbind(start, size, m, want, MbindFlag.MOVE if move else 0,
+                  mode_flags=mode_flags, backend=b)
+    except NotLiveError as e:
+        return fail("not-live", e.errno)
+    except OSError as e:
+        err = e.errno or errno.EIO
+        return fail(_errno_reason(err), err)
+    return PolicyResult(True, **base)
+
+
+def interleave(buf: Any, length: Optional[int] = None, nodes: Optional[Iterable[int]] = None,
+               **kw: Any) -> PolicyResult:
+    """Interleave ``buf``'s pages over ``nodes`` (default: every usable memory node).
+
+    Call before the pages are touched (then prefault): pages already present stay.
+    On a machine with one usable memory node this is a no-op (reason "single-node").
+    """
+    return apply_policy(buf, length, mode=Mode.INTERLEAVE, nodes=nodes, **kw)
+
+
+def bind(buf: Any, nodes: Iterable[int], length: Optional[int] = None,
+         **kw: Any) -> PolicyResult:
+    """Strictly allocate ``buf``'s pages from ``nodes`` (MPOL_BIND)."""
+    return apply_policy(buf, length, mode=Mode.BIND, nodes=nodes, **kw)
+
+
+def prefer(buf: Any, node: int, length: Optional[int] = None, **kw: Any) -> PolicyResult:
+    """Allocate ``buf``'s pages from ``node`` while it has room (MPOL_PREFERRED)."""
+    return apply_policy(buf, length, mode=Mode.PREFERRED, nodes=[node], **kw)
+
+
+def set_local(buf: Any = None, length: Optional[int] = None, **kw: Any) -> PolicyResult:
+    """Allocate from the node of the CPU that faults the page (MPOL_LOCAL); with
+    ``buf=None`` for the calling thread."""
+    return apply_policy(buf, length, mode=Mode.LOCAL, **kw)
+
+
+def set_thread_policy(mode: Union[str, int], nodes: Optional[Iterable[int]] = None,
+                      **kw: Any) -> PolicyResult:
+    """The calling thread's policy (set_mempolicy is per thread; threads created
+    afterwards inherit it).  For a whole process, call it first thing in ``main``."""
+    return apply_policy(None, mode=mode, nodes=nodes, **kw)
+
+
+class thread_policy:
+    """Context manager: run a block under a thread memory policy, then restore the
+    previous one.  ``with thread_policy("bind", [1]): arr = np.ones(n)``."""
+
+    def __init__(self, mode: Union[str, int], nodes: Optional[Iterable[int]] = None,
+                 **kw: Any) -> None:
+        self.mode, self.nodes, self.kw = mode, nodes, kw
+        self.result: Optional[PolicyResult] = None
+        self._old: Optional[Tuple[int, FrozenSet[int]]] = None
+
+    def __enter__(self) -> PolicyResult:
+        b = _b(self.kw.get("backend"))
+        try:
+            self._old = get_mempolicy(backend=b)
+        except OSError:
+            self._old = None
+        self.result = set_thread_policy(self.mode, self.nodes, **self.kw)
+        return self.result
+
+    def __exit__(self, *exc: Any) -> None:
+        if not self.result or self._old is None:
+            return
+        b = _b(self.kw.get("backend"))
+        value, nodes = self._old
+        try:
+            set_mempolicy(value & ~_MODE_FLAGS_MASK, nodes,
+                          mode_flags=value & _MODE_FLAGS_MASK, backend=b)
+        except OSError as e:
+            _warn_once("thread_policy-restore", "numa_utils: could not restore the "
+                       "thread memory policy: %s", e)
+
+
+def get_policy(buf: Any = None, *, backend: Optional[Backend] = None) -> PolicyInfo:
+    """The policy of the page holding ``buf``'s first byte (or of the calling thread)."""
+    b = _b(backend)
+    addr = None if buf is None else buffer_range(buf, None if not isinstance(buf, int)
+                                                 else 1)[0]
+    value, nodes = get_mempolicy(addr, backend=b)
+    return PolicyInfo(Mode(value & ~_MODE_FLAGS_MASK), value & _MODE_FLAGS_MASK, nodes)
+
+
+def node_of(buf: Any, *, backend: Optional[Backend] = None) -> Optional[int]:
+    """The node holding the page of ``buf``'s first byte; None if not faulted in.
+
+    Uses move_pages (query only); where that is denied (Docker's default seccomp
+    profile), falls back to get_mempolicy(MPOL_F_NODE|MPOL_F_ADDR), which faults the
+    page in.
+    """
+    b = _b(backend)
+    addr = buffer_range(buf, 1 if isinstance(buf, int) else None)[0]
+    page = addr - addr % b.page_size
+    try:
+        st = move_pages(0, [page], backend=b)[0]
+        return st if st >= 0 else None
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.ENOSYS):
+            raise
+    value, _ = get_mempolicy(page, GetFlag.NODE, backend=b)
+    return value
