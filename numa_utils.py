@@ -2327,3 +2327,426 @@ def node_of(buf: Any, *, backend: Optional[Backend] = None) -> Optional[int]:
             raise
     value, _ = get_mempolicy(page, GetFlag.NODE, backend=b)
     return value
+
+
+# ===========================================================================
+# numa_maps: parsing and placement checks (issue 4).
+# ===========================================================================
+
+# -- numa_maps section: owned by the shared-memory work; replace these stubs --------
+def parse_numa_maps(text: str) -> List["NumaMapsEntry"]:  # pragma: no cover - stub
+    raise NotImplementedError
+
+
+class NumaMapsEntry:  # pragma: no cover - stub
+    pass
+
+
+def placement(buf: Any, length: Optional[int] = None, *, pid: Union[int, str] = "self",
+              backend: Optional[Backend] = None) -> Dict[int, int]:  # pragma: no cover
+    raise NotImplementedError
+
+
+def _cli_maps(sub: Any) -> None:
+    pass
+# -- end of numa_maps section ----------------------------------------------------------
+
+
+# ===========================================================================
+# Shared-memory regions and prefault (issue 4).
+# ===========================================================================
+
+# -- shared-memory section: owned by the shared-memory work; replace these stubs -----
+def prefault(buf: Any, length: Optional[int] = None, threads: Optional[int] = None, *,
+             backend: Optional[Backend] = None) -> None:  # pragma: no cover - stub
+    raise NotImplementedError
+
+
+class SharedRegion:  # pragma: no cover - stub
+    pass
+
+
+def _cli_cleanup(sub: Any) -> None:
+    pass
+# -- end of shared-memory section ------------------------------------------------------
+
+
+# ===========================================================================
+# GPU locality, CPU plans and binding (issue 6).
+# ===========================================================================
+
+# -- GPU section: owned by the binding work; replace these stubs ---------------------
+def gpus(*, backend: Optional[Backend] = None) -> List[Any]:  # pragma: no cover - stub
+    raise NotImplementedError
+
+
+def gpu_node(device: int, **kw: Any) -> Optional[int]:  # pragma: no cover - stub
+    raise NotImplementedError
+
+
+def cpus_for_gpu(device: int, **kw: Any) -> FrozenSet[int]:  # pragma: no cover - stub
+    raise NotImplementedError
+
+
+def bind_to_node(node: int, **kw: Any) -> Any:  # pragma: no cover - stub
+    raise NotImplementedError
+
+
+def bind_for_gpu(device: int, **kw: Any) -> Any:  # pragma: no cover - stub
+    raise NotImplementedError
+
+
+def _cli_plan(sub: Any) -> None:
+    pass
+
+
+def _cli_run(sub: Any) -> None:
+    pass
+# -- end of GPU section ----------------------------------------------------------------
+
+
+# ===========================================================================
+# Observation: counters, remote share, node chooser, CUDA pinning (issue 8).
+# ===========================================================================
+
+# -- observation section: owned by the observation work; replace these stubs ---------
+class NodeCounters:  # pragma: no cover - stub
+    pass
+
+
+def counters(*, backend: Optional[Backend] = None) -> Any:  # pragma: no cover - stub
+    raise NotImplementedError
+
+
+def choose_node(**kw: Any) -> Any:  # pragma: no cover - stub
+    raise NotImplementedError
+
+
+def pin_for_cuda(buf: Any, **kw: Any) -> Any:  # pragma: no cover - stub
+    raise NotImplementedError
+
+
+def _cli_watch(sub: Any) -> None:
+    pass
+
+
+def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
+    """Hook: the observation work adds counters and advice to the status report."""
+# -- end of observation section --------------------------------------------------------
+
+
+# ===========================================================================
+# Configuration from envs.py, when it sits next to this file (optional).
+# ===========================================================================
+
+def _load_envs() -> Any:
+    """The envs.py registry beside this file, or None: numa_utils.py works alone."""
+    import importlib
+    import importlib.util
+    pkg = __package__
+    if pkg:
+        try:
+            return importlib.import_module(pkg + ".envs")
+        except ImportError:
+            return None
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.path.join(here, "envs.py")
+    if not os.path.exists(path):
+        return None
+    name = "_numa_utils_envs"
+    mod = sys.modules.get(name)
+    if mod is not None:
+        return mod
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            return None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+        return mod
+    except Exception:   # a broken envs.py must not break status
+        sys.modules.pop(name, None)
+        return None
+
+
+# ===========================================================================
+# status: the report a person reads instead of `numactl --hardware`.
+# ===========================================================================
+
+def _gpu_node(topo: Topology, dev: PciDevice) -> Tuple[Optional[int], str]:
+    """(node, how) for a PCI device: firmware's numa_node, else derived from the
+    device's local CPUs when they fall on exactly one node."""
+    if dev.numa_node >= 0:
+        return dev.numa_node, "numa_node"
+    if dev.local_cpus:
+        hits = {topo.node_of_cpu(c) for c in dev.local_cpus} - {None}
+        if len(hits) == 1:
+            return hits.pop(), "local_cpulist"
+    if len(topo.nodes_with_cpus) == 1:
+        return next(iter(topo.nodes_with_cpus)), "single node"
+    return None, "unknown"
+
+
+def _fmt_kb(kb: int) -> str:
+    v = float(kb)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        if v < 1024 or unit == "TiB":
+            return f"{v:.1f} {unit}" if unit != "KiB" else f"{int(v)} KiB"
+        v /= 1024
+    return f"{kb} KiB"
+
+
+def _uname() -> Tuple[str, str]:
+    u = os.uname()
+    return u.release, u.machine
+
+
+def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
+    """Everything ``status --json`` prints, as a dict."""
+    b = _b(backend)
+    topo = read_topology(backend=b)
+    tj = _topology_json(topo)
+    warnings: List[str] = []
+    multi = len(topo.nodes_with_memory) > 1 or len(topo.nodes_with_cpus) > 1
+    gpu_rows = []
+    for g in topo.gpus:
+        node, how = _gpu_node(topo, g)
+        row = _pci_json(g)
+        row.update(node=node, node_source=how)
+        gpu_rows.append(row)
+        if multi and g.numa_node < 0:
+            if node is None:
+                warnings.append(f"GPU {g.address}: firmware reports no NUMA node "
+                                "(numa_node=-1) and its local CPUs span several nodes; "
+                                "pass the node explicitly when binding workers")
+            else:
+                warnings.append(f"GPU {g.address}: firmware reports no NUMA node "
+                                f"(numa_node=-1); using node {node} from its local CPUs")
+        if node is not None and multi:
+            ncpus = topo.nodes[node].cpus if node in topo.nodes else frozenset()
+            if ncpus and not (ncpus & topo.allowed_cpus):
+                warnings.append(f"GPU {g.address} hangs off node {node} but this "
+                                "process's cpuset allows none of its CPUs "
+                                f"({format_cpulist(ncpus)}): its worker will run remote")
+            if node in topo.nodes_with_memory and node not in topo.allowed_mems:
+                warnings.append(f"GPU {g.address} hangs off node {node} but this "
+                                "process's cpuset (Mems_allowed_list "
+                                f"{format_cpulist(topo.allowed_mems)}) excludes that "
+                                "node's memory: host buffers for it will be remote")
+    if topo.numa_balancing and len(topo.nodes_with_memory) > 1:
+        warnings.append("numa_balancing is on: the kernel migrates pages behind the "
+                        "engine's back, which costs tail latency; for serving set "
+                        "`sysctl -w kernel.numa_balancing=0`")
+    restricted = topo.nodes_with_memory - topo.allowed_mems
+    if restricted and topo.allowed_mems & topo.nodes_with_memory:
+        warnings.append("the cpuset limits memory to nodes "
+                        f"{format_cpulist(topo.allowed_mems)}; nodes "
+                        f"{format_cpulist(restricted)} cannot be used for interleave")
+    for n in sorted(topo.nodes_with_cpus - topo.nodes_with_memory):
+        warnings.append(f"node {n} has CPUs but no memory: its threads always allocate "
+                        "from another node")
+    if not b.abi.supported:
+        warnings.append(f"no syscall table for the {b.abi.name!r} ABI: memory policies "
+                        "fall back to first-touch")
+    warnings.extend(f"could not read: {p}" for p in topo.problems)
+    policy: Optional[Dict[str, Any]] = None
+    policy_error = None
+    if b.is_live or isinstance(b, SimulatedBackend):
+        try:
+            policy = get_policy(backend=b).to_json()
+        except OSError as e:
+            policy_error = f"{_errno_reason(e.errno or 0)}: {e.strerror or e}"
+    else:
+        policy_error = "not the running system"
+    release, machine = _uname() if b.is_live else (None, None)
+    report: Dict[str, Any] = {
+        "version": __version__,
+        "root": b.root,
+        "nodes": tj["nodes"],
+        "gpus": gpu_rows,
+        "process": {
+            "pid": os.getpid() if b.is_live else None,
+            "allowed_cpus": tj["allowed_cpus"],
+            "allowed_mems": tj["allowed_mems"],
+            "policy": policy,
+            "policy_error": policy_error,
+        },
+        "kernel": {
+            "release": release, "machine": machine, "abi": b.abi.name,
+            "syscalls": dict(b.abi.syscalls) if b.abi.syscalls else None,
+            "page_size": b.page_size,
+            "numa": topo.has_node_dir,
+            "online_nodes": tj["online_nodes"], "possible_nodes": tj["possible_nodes"],
+            "nodes_with_cpus": tj["nodes_with_cpus"],
+            "nodes_with_memory": tj["nodes_with_memory"],
+            "online_cpus": tj["online_cpus"],
+            "numa_balancing": topo.numa_balancing, "thp": topo.thp,
+        },
+        "cpus": tj["cpus"],
+        "warnings": warnings,
+    }
+    envs = _load_envs()
+    if envs is not None and hasattr(envs, "effective"):
+        try:
+            report["config"] = {k: {"value": to_json(v[0]), "source": v[1]}
+                                for k, v in envs.effective().items()}
+        except Exception as e:   # a bad variable must not break status
+            report["config_error"] = str(e)
+    _status_extra(report, topo, b)
+    return report
+
+
+def _render_status(rep: Dict[str, Any]) -> str:
+    out: List[str] = []
+    k = rep["kernel"]
+    where = "this machine" if rep["root"] == "/" else f"saved tree {rep['root']}"
+    head = f"numa_utils {rep['version']} status: {where}"
+    if k.get("release"):
+        head += f" (Linux {k['release']}, {k['machine']})"
+    out.append(head)
+    out.append(f"ABI {k['abi']}, page size {k['page_size'] // 1024} KiB"
+               + ("" if k["numa"] else "; kernel without NUMA (no node directory)"))
+    out.append("")
+    nodes = rep["nodes"]
+    out.append(f"NODES: {len(nodes)} online (possible "
+               f"{format_cpulist(k['possible_nodes'])}); CPUs on "
+               f"{format_cpulist(k['nodes_with_cpus']) or '-'}; memory on "
+               f"{format_cpulist(k['nodes_with_memory']) or '-'}")
+    w = max([len(format_cpulist(n["cpus"])) for n in nodes] + [4])
+    out.append(f"  {'node':>4}  {'cpus':<{w}}  {'memory':>11}  {'free':>11}  hugepages")
+    for n in nodes:
+        hp = "  ".join(f"{int(sz) // 1024 if int(sz) < 1048576 else int(sz) // 1048576}"
+                       f"{'M' if int(sz) < 1048576 else 'G'}: {h['free']}/{h['total']}"
+                       for sz, h in n["hugepages"].items() if h["total"]) or "-"
+        out.append(f"  {n['id']:>4}  {format_cpulist(n['cpus']) or '-':<{w}}  "
+                   f"{_fmt_kb(n['mem_total_kb']):>11}  {_fmt_kb(n['mem_free_kb']):>11}  "
+                   f"{hp}")
+    out.append("")
+    ids = [n["id"] for n in nodes]
+    if len(ids) > 1:
+        out.append("DISTANCES")
+        cw = max(4, max(len(str(i)) for i in ids) + 1)
+        out.append("  " + " " * cw + "".join(f"{i:>{cw}}" for i in ids))
+        for n in nodes:
+            out.append("  " + f"{n['id']:>{cw}}" + "".join(
+                f"{n['distances'].get(str(j), '?'):>{cw}}" for j in ids))
+        out.append("")
+    if rep["gpus"]:
+        out.append("GPUS")
+        for g in rep["gpus"]:
+            node = g["node"] if g["node"] is not None else "?"
+            note = "" if g["node_source"] == "numa_node" else f" ({g['node_source']})"
+            out.append(f"  {g['address']}  {g['vendor_name']:<6} {g['device']}  "
+                       f"node {node}{note}  local cpus "
+                       f"{format_cpulist(g['local_cpus']) or '-'}")
+        out.append("")
+    p = rep["process"]
+    out.append(f"PROCESS{' (pid %s)' % p['pid'] if p['pid'] else ''}")
+    all_cpus = k["online_cpus"]
+    out.append(f"  allowed cpus   {format_cpulist(p['allowed_cpus']) or '-'}"
+               + (" (all online)" if p["allowed_cpus"] == all_cpus else ""))
+    out.append(f"  allowed mems   {format_cpulist(p['allowed_mems']) or '-'}"
+               + (" (all)" if p["allowed_mems"] == k["nodes_with_memory"] else ""))
+    pol = p["policy"]["text"] if p["policy"] else f"unknown ({p['policy_error']})"
+    out.append(f"  memory policy  {pol}")
+    out.append("")
+    out.append("KERNEL")
+    nb = k["numa_balancing"]
+    out.append(f"  numa_balancing {'-' if nb is None else nb}"
+               + ("" if nb is None else (" (on)" if nb else " (off)")))
+    out.append(f"  THP            {k['thp'] or '-'}")
+    for extra in rep.get("extra_text", []):
+        out.append(extra)
+    if "config" in rep:
+        out.append("")
+        out.append("CONFIGURATION (envs.py)")
+        for name, v in rep["config"].items():
+            out.append(f"  {name:<34} {v['value']!s:<12} ({v['source']})")
+    out.append("")
+    out.append("WARNINGS" if rep["warnings"] else "WARNINGS: none")
+    for wtext in rep["warnings"]:
+        out.append(f"  - {wtext}")
+    return "\n".join(out) + "\n"
+
+
+# ===========================================================================
+# Command line.
+# ===========================================================================
+
+def _backend_from_args(args: argparse.Namespace) -> Backend:
+    root = getattr(args, "root", None) or "/"
+    if root != "/" and not os.path.isdir(root):
+        raise FileNotFoundError(errno.ENOENT, "no such tree", root)
+    return LinuxBackend(root)
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    b = _backend_from_args(args)
+    rep = status_report(backend=b)
+    fmt = getattr(args, "format", None) or ("json" if args.json else "text")
+    if fmt == "json":
+        rep.pop("extra_text", None)
+        _print_json(rep)
+    elif fmt in _STATUS_FORMATS:
+        sys.stdout.write(_STATUS_FORMATS[fmt](rep))
+    else:
+        sys.stdout.write(_render_status(rep))
+    return 0
+
+
+# Extra ``status --format`` renderers (name -> function(report) -> text).
+_STATUS_FORMATS: Dict[str, Callable[[Dict[str, Any]], str]] = {}
+
+
+def _common_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--root", metavar="DIR", default=None,
+                        help="read a saved sysfs/procfs tree instead of this system")
+    common.add_argument("--json", action="store_true", help="print JSON")
+    return common
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="numa_utils",
+        description="NUMA topology, memory policy and placement for inference engines.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log details")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    common = _common_parser()
+    p = sub.add_parser("status", parents=[common],
+                       help="topology, GPUs, process limits and advice")
+    p.add_argument("--format", choices=["text", "json", "prometheus"], default=None,
+                   help="output format (default text; --json is --format json)")
+    p.set_defaults(func=_cmd_status)
+    sub.common = common  # type: ignore[attr-defined]
+    for add in (_cli_maps, _cli_cleanup, _cli_plan, _cli_run, _cli_watch):
+        add(sub)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Command-line entry point; returns the exit status."""
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    except (OSError, ValueError) as e:
+        sys.stderr.write(f"numa_utils {args.command}: {e}\n")
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
