@@ -79,7 +79,9 @@ __all__ = [
     # GPU locality and binding
     "gpus", "gpu_node", "cpus_for_gpu", "bind_to_node", "bind_for_gpu",
     # observation
-    "NodeCounters", "counters", "choose_node", "pin_for_cuda",
+    "NodeCounters", "Counters", "counters", "RemoteShare", "remote_share", "watch",
+    "NodeCandidate", "NodeChoice", "choose_node", "CudaPin", "CudaHostRegisterFlag",
+    "pin_for_cuda", "REMOTE_SHARE_THRESHOLD",
     # CLI
     "main",
 ]
@@ -2410,28 +2412,1032 @@ def _cli_run(sub: Any) -> None:
 # ===========================================================================
 
 # -- observation section: owned by the observation work; replace these stubs ---------
-class NodeCounters:  # pragma: no cover - stub
-    pass
+
+# Per-node allocation counters, in pages (drivers/base/node.c node_read_numastat;
+# Documentation/admin-guide/numastat.rst).  numa_miss/numa_foreign/other_node are
+# the "remote" ones: a page that went to another node than the one asked for, or to
+# this node for a CPU on another node.
+_NUMASTAT_FIELDS = ("numa_hit", "numa_miss", "numa_foreign", "interleave_hit",
+                    "local_node", "other_node")
+
+# The share of a process's pages that may sit off its CPUs' nodes before we warn
+# (the seed write-up alerts above 10%).
+REMOTE_SHARE_THRESHOLD = 0.10
 
 
-def counters(*, backend: Optional[Backend] = None) -> Any:  # pragma: no cover - stub
-    raise NotImplementedError
+def _parse_numastat(text: str, *, source: Optional[str] = None) -> Dict[str, int]:
+    """nodeN/numastat ("numa_hit 4495833\\n...") -> {"numa_hit": 4495833, ...}."""
+    out: Dict[str, int] = {}
+    for line in _clean(text).splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != 2 or not parts[1].isdigit():
+            raise ValueError(f"invalid numastat line{_where(source)}: {line!r}")
+        out[parts[0]] = int(parts[1])
+    return out
 
 
-def choose_node(**kw: Any) -> Any:  # pragma: no cover - stub
-    raise NotImplementedError
+@dataclasses.dataclass(frozen=True)
+class NodeCounters:
+    """One node's numastat counters (pages) and meminfo (kB).
+
+    From ``counters()`` these are totals since boot; after ``after - before`` they
+    are the change over the interval (numastat never negative; meminfo signed).
+    A missing file gives an empty mapping and the properties read 0.
+    """
+
+    node: int
+    numastat: Mapping[str, int]     # numa_hit, numa_miss, ... in pages
+    meminfo: Mapping[str, int]      # MemTotal, MemFree, FilePages, ... in kB
+
+    def _stat(self, name: str) -> int:
+        return self.numastat.get(name, 0)
+
+    @property
+    def numa_hit(self) -> int:
+        return self._stat("numa_hit")
+
+    @property
+    def numa_miss(self) -> int:
+        return self._stat("numa_miss")
+
+    @property
+    def numa_foreign(self) -> int:
+        return self._stat("numa_foreign")
+
+    @property
+    def interleave_hit(self) -> int:
+        return self._stat("interleave_hit")
+
+    @property
+    def local_node(self) -> int:
+        return self._stat("local_node")
+
+    @property
+    def other_node(self) -> int:
+        return self._stat("other_node")
+
+    @property
+    def mem_total_kb(self) -> int:
+        return self.meminfo.get("MemTotal", 0)
+
+    @property
+    def mem_free_kb(self) -> int:
+        return self.meminfo.get("MemFree", 0)
+
+    @property
+    def file_kb(self) -> int:
+        """Page cache on the file LRUs: what reclaim can give back without swap."""
+        mi = self.meminfo
+        if "Active(file)" in mi or "Inactive(file)" in mi:
+            return mi.get("Active(file)", 0) + mi.get("Inactive(file)", 0)
+        # Older kernels: FilePages includes shmem, which reclaim cannot drop.
+        return max(mi.get("FilePages", 0) - mi.get("Shmem", 0), 0)
+
+    @property
+    def available_kb(self) -> int:
+        """MemFree plus reclaimable file pages (what a new worker can count on)."""
+        return self.mem_free_kb + self.file_kb
+
+    def __sub__(self, other: NodeCounters) -> NodeCounters:
+        if not isinstance(other, NodeCounters):
+            return NotImplemented
+        # numastat counters only grow; a smaller value means the node went offline
+        # and came back (they restart at 0), so the change is the new value.
+        stat = {k: (v - other.numastat[k] if v >= other.numastat.get(k, 0) else v)
+                if k in other.numastat else v for k, v in self.numastat.items()}
+        mem = {k: v - other.meminfo.get(k, 0) for k, v in self.meminfo.items()}
+        return NodeCounters(self.node, MappingProxyType(stat), MappingProxyType(mem))
+
+    def to_json(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"node": self.node}
+        out.update({k: self.numastat.get(k) for k in _NUMASTAT_FIELDS})
+        out.update(mem_total_kb=self.mem_total_kb, mem_free_kb=self.mem_free_kb,
+                   file_kb=self.file_kb, available_kb=self.available_kb,
+                   meminfo=dict(self.meminfo))
+        return out
 
 
-def pin_for_cuda(buf: Any, **kw: Any) -> Any:  # pragma: no cover - stub
-    raise NotImplementedError
+@dataclasses.dataclass(frozen=True)
+class Counters:
+    """A snapshot of every online node's counters (``counters()``), or the change
+    between two snapshots (``after - before``: ``seconds`` is then the interval)."""
+
+    timestamp: float                     # time.time() of the (later) snapshot
+    monotonic: float                     # time.monotonic(), for intervals
+    nodes: Mapping[int, NodeCounters]
+    page_size: int
+    problems: Tuple[str, ...] = ()       # files that could not be read
+    seconds: Optional[float] = None      # set on a difference
+
+    def __getitem__(self, node: int) -> NodeCounters:
+        return self.nodes[node]
+
+    def __iter__(self) -> Iterator[NodeCounters]:
+        return iter(self.nodes[n] for n in sorted(self.nodes))
+
+    @property
+    def is_delta(self) -> bool:
+        return self.seconds is not None
+
+    def total(self, name: str) -> int:
+        """Sum of one numastat counter over every node."""
+        return sum(n.numastat.get(name, 0) for n in self.nodes.values())
+
+    @property
+    def remote_pages(self) -> int:
+        """Pages allocated on a node other than the allocating CPU's (other_node)."""
+        return self.total("other_node")
+
+    @property
+    def remote_ratio(self) -> float:
+        """other_node / (local_node + other_node); 0.0 when nothing was counted."""
+        local, remote = self.total("local_node"), self.total("other_node")
+        return remote / (local + remote) if local + remote else 0.0
+
+    def __sub__(self, other: Counters) -> Counters:
+        if not isinstance(other, Counters):
+            return NotImplemented
+        nodes = {n: (c - other.nodes[n] if n in other.nodes else c)
+                 for n, c in self.nodes.items()}
+        return Counters(self.timestamp, self.monotonic, MappingProxyType(nodes),
+                        self.page_size, self.problems,
+                        max(self.monotonic - other.monotonic, 0.0))
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"timestamp": self.timestamp, "seconds": self.seconds,
+                "page_size": self.page_size,
+                "nodes": [c.to_json() for c in self],
+                "remote_pages": self.remote_pages, "remote_ratio": self.remote_ratio,
+                "problems": list(self.problems)}
+
+
+def counters(*, backend: Optional[Backend] = None) -> Counters:
+    """Snapshot of per-node numastat counters and meminfo, for ``after - before``.
+
+    Reads nodeN/numastat and nodeN/meminfo for every online node.  Fallbacks (never
+    raises for a missing or malformed file; see ``Counters.problems``): no node
+    directory (kernel without NUMA) -> node 0 with /proc/meminfo and no numastat;
+    a missing numastat/meminfo file -> an empty mapping for that node.
+    """
+    import time
+    b = _b(backend)
+    r = _Reader(b)
+    nodes: Dict[int, NodeCounters] = {}
+    if b.exists(_NODE_DIR):
+        online = r.parsed(f"{_NODE_DIR}/online", parse_cpulist)
+        if online is None:
+            online = frozenset(_node_dirs(b))
+        for n in sorted(online):
+            d = f"{_NODE_DIR}/node{n}"
+            stat = r.parsed(f"{d}/numastat", _parse_numastat) or {}
+            mi = r.parsed(f"{d}/meminfo", parse_meminfo) or {}
+            nodes[n] = NodeCounters(n, MappingProxyType(stat), MappingProxyType(mi))
+    else:
+        mi = r.parsed("/proc/meminfo", parse_meminfo) or {}
+        nodes[0] = NodeCounters(0, MappingProxyType({}), MappingProxyType(mi))
+    return Counters(time.time(), time.monotonic(), MappingProxyType(nodes),
+                    b.page_size, tuple(r.problems))
+
+
+# ---------------------------------------------------------------------------
+# Remote share: where a process's pages are against where its CPUs are.
+# ---------------------------------------------------------------------------
+
+def _numa_maps_bytes(text: str) -> Dict[int, int]:
+    """Bytes per node over every VMA of a numa_maps text (N<node>=<pages> fields
+    times kernelpagesize_kB; the ABI page size when a kernel does not print it)."""
+    out: Dict[int, int] = {}
+    for line in text.splitlines():
+        pages: Dict[int, int] = {}
+        kb = None
+        for field in line.split()[1:]:
+            key, sep, val = field.partition("=")
+            if not sep or not val.isdigit():
+                continue
+            if key == "kernelpagesize_kB":
+                kb = int(val)
+            elif len(key) > 1 and key[0] == "N" and key[1:].isdigit():
+                pages[int(key[1:])] = int(val)
+        size = kb * 1024 if kb else 4096
+        for n, p in pages.items():
+            out[n] = out.get(n, 0) + p * size
+    return out
+
+
+def _status_cpus(b: Backend, pid: Union[int, str]) -> Optional[FrozenSet[int]]:
+    text = b.read_optional(f"/proc/{pid}/status")
+    if text is None:
+        return None
+    for line in text.splitlines():
+        key, _, val = line.partition(":")
+        if key == "Cpus_allowed_list":
+            try:
+                return parse_cpulist(val, source=f"/proc/{pid}/status")
+            except ValueError:
+                return None
+    return None
+
+
+def _local_memory_nodes(topo: Topology, cpus: Iterable[int]) -> FrozenSet[int]:
+    """The memory nodes local to ``cpus``: their own nodes, and for a CPU node without
+    memory the nearest node(s) with memory (where the kernel's local allocation goes)."""
+    cpu_nodes = {topo.node_of_cpu(c) for c in cpus} - {None}
+    out = set()
+    for n in cpu_nodes:
+        assert n is not None
+        if n in topo.nodes_with_memory:
+            out.add(n)
+            continue
+        near = topo.nearest(n, topo.nodes_with_memory)
+        if near:
+            best = topo.distance(n, near[0])
+            out.update(m for m in near if topo.distance(n, m) == best)
+    return frozenset(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class RemoteShare:
+    """Where a process's pages are, against the nodes of the CPUs it may run on."""
+
+    pid: Union[int, str]
+    bytes_by_node: Mapping[int, int]
+    cpus: FrozenSet[int]                 # Cpus_allowed_list
+    local_nodes: FrozenSet[int]          # memory nodes local to those CPUs
+    threshold: float = REMOTE_SHARE_THRESHOLD
+    error: Optional[str] = None          # why nothing could be measured
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.bytes_by_node.values())
+
+    @property
+    def remote_bytes(self) -> int:
+        return sum(v for n, v in self.bytes_by_node.items() if n not in self.local_nodes)
+
+    @property
+    def local_bytes(self) -> int:
+        return self.total_bytes - self.remote_bytes
+
+    @property
+    def share(self) -> float:
+        """Remote bytes / all bytes (0.0 when nothing is mapped or measured)."""
+        total = self.total_bytes
+        return self.remote_bytes / total if total else 0.0
+
+    @property
+    def over_threshold(self) -> bool:
+        return self.total_bytes > 0 and self.share > self.threshold
+
+    @property
+    def warning(self) -> Optional[str]:
+        if not self.over_threshold:
+            return None
+        return (f"process {self.pid}: {self.share:.0%} of its pages "
+                f"({_fmt_kb(self.remote_bytes // 1024)}) sit off the nodes of its CPUs "
+                f"(node {format_cpulist(self.local_nodes) or '-'}); above the "
+                f"{self.threshold:.0%} threshold: bind its memory to its CPUs' node or "
+                "move its CPUs to where the memory is")
+
+    def to_json(self) -> Dict[str, Any]:
+        total = self.total_bytes
+        return {"pid": self.pid,
+                "bytes_by_node": {str(n): v for n, v in sorted(self.bytes_by_node.items())},
+                "share_by_node": {str(n): (v / total if total else 0.0)
+                                  for n, v in sorted(self.bytes_by_node.items())},
+                "cpus": sorted(self.cpus), "local_nodes": sorted(self.local_nodes),
+                "total_bytes": total, "remote_bytes": self.remote_bytes,
+                "remote_share": self.share, "threshold": self.threshold,
+                "over_threshold": self.over_threshold, "error": self.error}
+
+
+def remote_share(pid: Union[int, str] = "self", *, threshold: float = REMOTE_SHARE_THRESHOLD,
+                 topology: Optional[Topology] = None,
+                 backend: Optional[Backend] = None) -> RemoteShare:
+    """The share of ``pid``'s pages (numa_maps) that sit off the nodes of the CPUs it
+    may run on (Cpus_allowed_list).  Never raises: an unreadable process gives a
+    result with ``error`` set and no pages.  Warns once when above ``threshold``."""
+    b = _b(backend)
+    topo = topology if topology is not None else read_topology(backend=b)
+    cpus = _status_cpus(b, pid)
+    error = None
+    if cpus is None:
+        cpus = topo.allowed_cpus if pid == "self" else frozenset()
+        error = f"cannot read Cpus_allowed_list of /proc/{pid}/status"
+    local = _local_memory_nodes(topo, cpus) if topo.has_node_dir else frozenset({0})
+    try:
+        by_node = _numa_maps_bytes(b.read_text(f"/proc/{pid}/numa_maps"))
+    except OSError as e:
+        by_node = {}
+        error = f"cannot read /proc/{pid}/numa_maps: {e.strerror or e}"
+    res = RemoteShare(pid, MappingProxyType(by_node), frozenset(cpus), local, threshold,
+                      error)
+    if res.warning:
+        _warn_once(f"remote-share:{pid}", "numa_utils: %s", res.warning)
+    return res
+
+
+# ---------------------------------------------------------------------------
+# Node chooser.
+# ---------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class NodeCandidate:
+    """One node considered by ``choose_node``."""
+
+    node: int
+    memory_node: Optional[int]      # where its allocations go (itself, or nearest)
+    available_kb: int               # MemFree + reclaimable file pages of memory_node
+    load: int                       # workers already placed there (``loads``)
+    gpu_distance: Optional[int]     # distance from the GPU's node (None: no GPU)
+    memory_distance: Optional[int]  # distance to memory_node
+    fits: bool                      # available_kb covers need_bytes
+
+    def to_json(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeChoice:
+    """What ``choose_node`` picked and why.  Falsy when no node could be chosen."""
+
+    node: Optional[int]
+    reason: str
+    candidates: Tuple[NodeCandidate, ...] = ()
+    gpu_node: Optional[int] = None
+
+    def __bool__(self) -> bool:
+        return self.node is not None
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"node": self.node, "reason": self.reason, "gpu_node": self.gpu_node,
+                "candidates": [c.to_json() for c in self.candidates]}
+
+
+def _resolve_gpu(gpu: Any, topo: Topology, b: Backend) -> Tuple[Optional[int], str]:
+    """(node, label) of a GPU given as a PciDevice, a PCI address or a device index
+    (PCI bus order, as with CUDA_DEVICE_ORDER=PCI_BUS_ID)."""
+    dev: Optional[PciDevice] = None
+    if isinstance(gpu, PciDevice):
+        dev = gpu
+    elif isinstance(gpu, str):
+        want = gpu.lower()
+        if want.count(":") == 1:
+            want = "0000:" + want
+        for g in topo.gpus:
+            if g.address.lower() == want:
+                dev = g
+        if dev is None:
+            raise ValueError(f"no GPU at PCI address {gpu!r}; GPUs: "
+                             f"{', '.join(g.address for g in topo.gpus) or 'none'}")
+    elif isinstance(gpu, int) and not isinstance(gpu, bool):
+        ordered = sorted(topo.gpus, key=lambda g: g.address)
+        if not 0 <= gpu < len(ordered):
+            raise ValueError(f"no GPU {gpu}: {len(ordered)} GPU(s) found")
+        dev = ordered[gpu]
+    else:
+        raise TypeError(f"gpu must be an index, a PCI address or a PciDevice, not {gpu!r}")
+    node, _how = _gpu_node(topo, dev)
+    return node, f"GPU {dev.address}"
+
+
+def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] = (),
+                loads: Optional[Mapping[int, int]] = None,
+                backend: Optional[Backend] = None) -> NodeChoice:
+    """Pick the node for a new worker the way a careful operator would.
+
+    Only nodes with CPUs that this process's cpuset allows are candidates (never
+    assuming contiguous ids).  Order: the GPU's node when ``gpu`` is given (the
+    nearest node with CPUs when the GPU hangs off a memory-only node), enough memory
+    for ``need_bytes`` (MemFree plus reclaimable file pages), fewest workers already
+    there (``loads``: node -> count), then the shortest distance to memory.  The
+    result says why in ``reason`` and lists every candidate.
+    """
+    b = _b(backend)
+    topo = read_topology(backend=b)
+    snap = counters(backend=b)
+    loads = dict(loads or {})
+    excluded = frozenset(exclude)
+    usable_mem = topo.usable_memory_nodes
+    nodes = sorted(n for n in topo.nodes_with_cpus
+                   if n in topo.nodes and topo.nodes[n].cpus & topo.allowed_cpus)
+    if not topo.has_node_dir:
+        nodes = [0]
+    skipped = [n for n in nodes if n in excluded]
+    nodes = [n for n in nodes if n not in excluded]
+    gnode: Optional[int] = None
+    glabel = ""
+    if gpu is not None:
+        gnode, glabel = _resolve_gpu(gpu, topo, b)
+
+    def available(m: Optional[int]) -> int:
+        if m is None:
+            return 0
+        c = snap.nodes.get(m)
+        if c is not None and c.meminfo:
+            return c.available_kb
+        return topo.nodes[m].mem_free_kb if m in topo.nodes else 0
+
+    need_kb = (max(int(need_bytes), 0) + 1023) // 1024
+    cands: List[NodeCandidate] = []
+    for n in nodes:
+        if n in usable_mem:
+            mnode: Optional[int] = n
+        else:
+            near = topo.nearest(n, usable_mem)
+            mnode = near[0] if near else None
+        avail = available(mnode)
+        cands.append(NodeCandidate(
+            node=n, memory_node=mnode, available_kb=avail, load=int(loads.get(n, 0)),
+            gpu_distance=topo.distance(gnode, n) if gnode is not None else None,
+            memory_distance=topo.distance(n, mnode) if mnode is not None else None,
+            fits=avail >= need_kb))
+    if not cands:
+        why = "no node with CPUs is usable"
+        if skipped:
+            why += f" (excluded: {format_cpulist(skipped)})"
+        why += f"; this process may run on CPUs {format_cpulist(topo.allowed_cpus) or '-'}"
+        return NodeChoice(None, why, (), gnode)
+    far = 1 << 16
+
+    def key(c: NodeCandidate) -> Tuple[int, int, int, int, int]:
+        gd = 0 if gnode is None else (c.gpu_distance if c.gpu_distance is not None
+                                      else (0 if c.node == gnode else far))
+        md = c.memory_distance if c.memory_distance is not None else far
+        return (0 if c.fits else 1, gd, c.load, md, c.node)
+
+    fitting = [c for c in cands if c.fits]
+    if fitting:
+        best = min(fitting, key=key)
+    else:
+        best = max(cands, key=lambda c: (c.available_kb, -c.node))
+    parts: List[str] = []
+    if gnode is not None:
+        if best.node == gnode:
+            parts.append(f"{glabel} is on node {gnode}")
+        elif gnode not in topo.nodes_with_cpus:
+            parts.append(f"{glabel} is on node {gnode}, which has no CPUs; node "
+                         f"{best.node} is the nearest usable node with CPUs"
+                         f" (distance {best.gpu_distance})")
+        elif gnode in excluded:
+            parts.append(f"{glabel} is on node {gnode}, which was excluded; node "
+                         f"{best.node} is the nearest other usable node")
+        elif not any(c.node == gnode for c in cands):
+            parts.append(f"{glabel} is on node {gnode} but this process's cpuset allows "
+                         f"none of its CPUs; node {best.node} is the nearest allowed node")
+        else:
+            parts.append(f"{glabel} is on node {gnode}, which lacks the memory; node "
+                         f"{best.node} is the nearest node that has it")
+    elif gpu is not None:
+        parts.append(f"{glabel}'s node is unknown (firmware reports numa_node=-1), so "
+                     "it did not count")
+    mem_txt = _fmt_kb(best.available_kb)
+    if best.memory_node is not None and best.memory_node != best.node:
+        mem_txt += f" on its nearest memory node {best.memory_node}"
+    if not fitting:
+        parts.append(f"no node has {_fmt_kb(need_kb)} available; node {best.node} has "
+                     f"the most ({mem_txt})")
+    else:
+        parts.append(f"{mem_txt} available (MemFree + reclaimable page cache)"
+                     + (f" for the {_fmt_kb(need_kb)} needed" if need_kb else ""))
+        parts.append(f"{best.load} worker(s) already there"
+                     + (f" (fewest among {len(fitting)} fitting node(s))"
+                        if len(fitting) > 1 and gnode is None else ""))
+    if len(cands) == 1:
+        parts.append("it is the only usable node with CPUs")
+    reason = f"node {best.node}: " + "; ".join(parts)
+    return NodeChoice(best.node, reason, tuple(cands), gnode)
+
+
+# ---------------------------------------------------------------------------
+# CUDA pinning: cudaHostRegister in chunks from several threads.
+# ---------------------------------------------------------------------------
+
+class CudaHostRegisterFlag(enum.IntFlag):
+    """cudaHostRegister flags (cuda_runtime_api.h, driver_types.h)."""
+
+    DEFAULT = 0
+    PORTABLE = 1         # pinned for every CUDA context, not only the current one
+    MAPPED = 2           # also mapped into the device address space
+    IO_MEMORY = 4
+    READ_ONLY = 8
+
+
+# Sonames tried by name (the loader's own search path) after torch and find_library;
+# newest first.  Never an absolute path.
+_CUDART_SONAMES = ("libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so")
+_CUDART_RE = re.compile(r"/libcudart\.so[0-9.]*$")
+
+
+def _cudart_candidates(b: Backend) -> List[str]:
+    """Where libcudart may be, best first: the copy this process already loaded
+    (torch imported it: /proc/self/maps), torch's lib dir and the nvidia-cuda-runtime
+    wheel beside it, ctypes.util.find_library, then sonames."""
+    out: List[str] = []
+    if "torch" in sys.modules and b.is_live:
+        maps = b.read_optional("/proc/self/maps") or ""
+        for line in maps.splitlines():
+            path = line.split(None, 5)[-1] if line.count(" ") >= 5 else ""
+            if _CUDART_RE.search(path) and path not in out:
+                out.append(path)
+        torch = sys.modules["torch"]
+        base = os.path.dirname(getattr(torch, "__file__", None) or "")
+        if base:
+            for d in (os.path.join(base, "lib"),
+                      os.path.join(os.path.dirname(base), "nvidia", "cuda_runtime", "lib")):
+                try:
+                    names = sorted(os.listdir(d), reverse=True)
+                except OSError:
+                    continue
+                out.extend(os.path.join(d, n) for n in names if n.startswith("libcudart.so"))
+    found = ctypes.util.find_library("cudart")
+    if found:
+        out.append(found)
+    out.extend(_CUDART_SONAMES)
+    return out
+
+
+def _load_cudart(cudart: Any, b: Backend) -> Tuple[Optional[ctypes.CDLL], str]:
+    """(library, where) or (None, why not)."""
+    if isinstance(cudart, ctypes.CDLL):
+        lib: Optional[ctypes.CDLL] = cudart
+        where = getattr(cudart, "_name", "libcudart")
+    else:
+        names = [cudart] if cudart is not None else _cudart_candidates(b)
+        lib, where, errors = None, "", []
+        for name in names:
+            try:
+                lib = ctypes.CDLL(name)
+                where = name
+                break
+            except OSError as e:
+                errors.append(str(e))
+        if lib is None:
+            return None, ("libcudart not found (tried " + ", ".join(names) + ")"
+                          if cudart is None else f"cannot load {cudart}: {errors[-1]}")
+    assert lib is not None
+    try:
+        reg, unreg, err = lib.cudaHostRegister, lib.cudaHostUnregister, lib.cudaGetErrorString
+    except AttributeError as e:
+        return None, f"{where} lacks the CUDA runtime API ({e})"
+    reg.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
+    reg.restype = ctypes.c_int
+    unreg.argtypes = [ctypes.c_void_p]
+    unreg.restype = ctypes.c_int
+    err.argtypes = [ctypes.c_int]
+    err.restype = ctypes.c_char_p
+    return lib, where
+
+
+class CudaPin:
+    """Host memory registered with CUDA (``pin_for_cuda``).  Truthy when registered.
+
+    Use as a context manager or call ``close()``: every chunk is unregistered.
+    """
+
+    def __init__(self, ok: bool, addr: int, length: int, *, flags: int = 0,
+                 chunks: Sequence[Tuple[int, int]] = (), threads: int = 0,
+                 reason: Optional[str] = None, error: Optional[int] = None,
+                 library: Optional[str] = None, lib: Optional[ctypes.CDLL] = None) -> None:
+        self.ok = ok
+        self.addr = addr
+        self.length = length
+        self.flags = flags
+        self.chunks: Tuple[Tuple[int, int], ...] = tuple(chunks)
+        self.threads = threads
+        self.reason = reason         # why not registered ("libcudart not found" ...)
+        self.error = error           # cudaError_t of the failing call, if any
+        self.library = library
+        self._lib = lib
+        self._lock = threading.Lock()
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    @property
+    def closed(self) -> bool:
+        return not self.ok
+
+    def close(self) -> None:
+        """Unregister every chunk (idempotent).  Failures are logged, not raised."""
+        with self._lock:
+            if not self.ok:
+                return
+            self.ok = False
+            lib, chunks = self._lib, self.chunks
+        assert lib is not None
+        for start, _size in chunks:
+            rc = lib.cudaHostUnregister(ctypes.c_void_p(start))
+            if rc != 0:
+                _warn_once(f"cudaHostUnregister:{rc}", "numa_utils: cudaHostUnregister "
+                           "failed: %s", _cuda_error(lib, rc))
+
+    def __enter__(self) -> CudaPin:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "registered" if self.ok else f"not registered: {self.reason or 'closed'}"
+        return (f"CudaPin(0x{self.addr:x}, {self.length} bytes, {len(self.chunks)} "
+                f"chunk(s), {state})")
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"ok": self.ok, "addr": self.addr, "length": self.length,
+                "flags": self.flags, "chunks": len(self.chunks), "threads": self.threads,
+                "reason": self.reason, "error": self.error, "library": self.library}
+
+
+def _cuda_error(lib: ctypes.CDLL, rc: int) -> str:
+    try:
+        text = lib.cudaGetErrorString(rc)
+    except Exception:   # a foreign library; its message is a nicety
+        text = None
+    return f"cudaError {rc}" + (f" ({text.decode('utf-8', 'replace')})" if text else "")
+
+
+def pin_for_cuda(buf: Any, length: Optional[int] = None, *, chunk: int = 128 << 20,
+                 threads: Optional[int] = None,
+                 flags: int = CudaHostRegisterFlag.PORTABLE | CudaHostRegisterFlag.MAPPED,
+                 strict: bool = False, cudart: Any = None,
+                 backend: Optional[Backend] = None) -> CudaPin:
+    """Pin ``buf`` for DMA: cudaHostRegister in ``chunk``-byte pieces from ``threads``
+    threads (ctypes releases the GIL during each call), so that pinning a large host
+    region (KV cache offload, weights) costs seconds, not minutes.
+
+    libcudart is the one torch already loaded, else ``ctypes.util.find_library``,
+    else a soname; ``cudart=`` (a path, soname or CDLL) overrides the search.  Without
+    CUDA, or when a chunk fails (the chunks already registered are unregistered),
+    returns a falsy CudaPin whose ``reason`` says why; ``strict=True`` raises OSError.
+    """
+    b = _b(backend)
+    addr, size = buffer_range(buf, length)
+    page = b.page_size
+    flags = int(flags)
+
+    def fail(reason: str, err: Optional[int] = None, **kw: Any) -> CudaPin:
+        if strict:
+            raise OSError(errno.EIO if err is not None else errno.ENOENT,
+                          f"pin_for_cuda: {reason}")
+        _warn_once(f"pin_for_cuda:{reason}", "numa_utils: host memory not pinned for "
+                   "CUDA: %s", reason)
+        return CudaPin(False, addr, size, flags=flags, reason=reason, error=err, **kw)
+
+    if chunk <= 0:
+        raise ValueError(f"chunk must be positive, not {chunk}")
+    lib, where = _load_cudart(cudart, b)
+    if lib is None:
+        return fail(f"CUDA not available: {where}")
+    if size == 0:
+        return CudaPin(True, addr, 0, flags=flags, library=where, lib=lib)
+    # Interior chunk edges on page boundaries: two registrations must never share a
+    # page (CUDA pins whole pages; overlapping ones fail as already registered).
+    step = max(chunk - chunk % page, page)
+    edges = [addr]
+    e = addr - addr % page + step
+    while e < addr + size:
+        edges.append(e)
+        e += step
+    edges.append(addr + size)
+    pieces = [(a, z - a) for a, z in zip(edges, edges[1:]) if z > a]
+    nthreads = max(1, min(threads if threads else min(8, os.cpu_count() or 1),
+                          len(pieces)))
+    done: List[Tuple[int, int]] = []
+    failed: List[Tuple[int, int, int]] = []      # (start, size, cudaError)
+    lock = threading.Lock()
+    todo = iter(list(pieces))
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if failed:
+                    return
+                piece = next(todo, None)
+            if piece is None:
+                return
+            rc = lib.cudaHostRegister(ctypes.c_void_p(piece[0]), piece[1], flags)
+            with lock:
+                if rc == 0:
+                    done.append(piece)
+                else:
+                    failed.append((piece[0], piece[1], rc))
+
+    if nthreads == 1:
+        worker()
+    else:
+        pool = [threading.Thread(target=worker, name=f"pin_for_cuda-{i}", daemon=True)
+                for i in range(nthreads)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+    pin = CudaPin(True, addr, size, flags=flags, chunks=sorted(done), threads=nthreads,
+                  library=where, lib=lib)
+    if failed:
+        start, n, rc = min(failed)
+        pin.close()     # roll back what was registered
+        return fail(f"cudaHostRegister(0x{start:x}, {n}) failed: {_cuda_error(lib, rc)}; "
+                    f"{len(done)} chunk(s) already registered were unregistered", rc,
+                    chunks=(), threads=nthreads, library=where)
+    return pin
+
+
+# ---------------------------------------------------------------------------
+# watch: a live per-node table (python -m numa_utils watch).
+# ---------------------------------------------------------------------------
+
+def watch(*, interval: float = 1.0, count: Optional[int] = None,
+          pid: Optional[Union[int, str]] = None, threshold: float = REMOTE_SHARE_THRESHOLD,
+          backend: Optional[Backend] = None,
+          sleep: Optional[Callable[[float], None]] = None) -> Iterator[Dict[str, Any]]:
+    """Yield one sample per ``interval`` seconds (``count`` samples, or forever):
+    per-node numastat changes over the interval, free memory, and for ``pid`` its
+    bytes per node and remote share (``RemoteShare.to_json()``).  JSON-ready dicts."""
+    import time
+    b = _b(backend)
+    pause = sleep if sleep is not None else time.sleep
+    topo = read_topology(backend=b)
+    before = counters(backend=b)
+    i = 0
+    while count is None or i < count:
+        pause(max(interval, 0.0))
+        after = counters(backend=b)
+        delta = after - before
+        rows = []
+        for c in after:
+            d = delta.nodes.get(c.node)
+            row: Dict[str, Any] = {"node": c.node}
+            for k in _NUMASTAT_FIELDS:
+                row[k] = d.numastat.get(k) if d is not None else None
+            row.update(mem_total_kb=c.mem_total_kb, mem_free_kb=c.mem_free_kb,
+                       available_kb=c.available_kb)
+            rows.append(row)
+        sample: Dict[str, Any] = {"time": after.timestamp, "seconds": delta.seconds,
+                                  "nodes": rows, "remote_ratio": delta.remote_ratio}
+        if pid is not None:
+            sample["process"] = remote_share(pid, threshold=threshold, topology=topo,
+                                             backend=b).to_json()
+        yield sample
+        before = after
+        i += 1
+
+
+def _render_watch(sample: Dict[str, Any], first: bool) -> str:
+    import time
+    out = []
+    stamp = time.strftime("%H:%M:%S", time.localtime(sample["time"]))
+    secs = sample["seconds"] or 0.0
+    proc = sample.get("process")
+    head = (f"{'node':>5} {'hit':>10} {'miss':>8} {'foreign':>8} {'interlv':>8} "
+            f"{'local':>10} {'other':>8} {'free':>11} {'available':>11}")
+    if proc is not None:
+        head += f" {'pid mem':>11} {'pid %':>6}"
+    if first:
+        out.append(f"numastat changes per interval, in pages; memory now ({stamp})")
+        out.append(head)
+    else:
+        out.append(f"-- {stamp} (+{secs:.2f}s)")
+    total = proc["total_bytes"] if proc else 0
+    for r in sample["nodes"]:
+        v = {k: "-" if r[k] is None else str(r[k]) for k in _NUMASTAT_FIELDS}
+        line = (f"{r['node']:>5} {v['numa_hit']:>10} {v['numa_miss']:>8} "
+                f"{v['numa_foreign']:>8} {v['interleave_hit']:>8} {v['local_node']:>10} "
+                f"{v['other_node']:>8} {_fmt_kb(r['mem_free_kb']):>11} "
+                f"{_fmt_kb(r['available_kb']):>11}")
+        if proc is not None:
+            nb = proc["bytes_by_node"].get(str(r["node"]), 0)
+            pct = f"{100.0 * nb / total:.1f}" if total else "-"
+            line += f" {_fmt_kb(nb // 1024):>11} {pct:>6}"
+        out.append(line)
+    if proc is not None:
+        if proc["error"]:
+            out.append(f"  pid {proc['pid']}: {proc['error']}")
+        else:
+            flag = "  ABOVE THRESHOLD" if proc["over_threshold"] else ""
+            out.append(f"  pid {proc['pid']}: {_fmt_kb(total // 1024)} mapped, "
+                       f"{100.0 * proc['remote_share']:.1f}% remote (CPUs "
+                       f"{format_cpulist(proc['cpus']) or '-'} -> local memory node "
+                       f"{format_cpulist(proc['local_nodes']) or '-'}){flag}")
+    return "\n".join(out) + "\n"
+
+
+def _cmd_watch(args: argparse.Namespace) -> int:
+    b = _backend_from_args(args)
+    pid: Optional[Union[int, str]] = args.pid
+    if pid is not None and pid != "self":
+        pid = int(pid)
+    for i, sample in enumerate(watch(interval=args.interval, count=args.count, pid=pid,
+                                     backend=b)):
+        if args.json:
+            sys.stdout.write(json.dumps(sample, sort_keys=False) + "\n")
+        else:
+            sys.stdout.write(_render_watch(sample, i == 0))
+        sys.stdout.flush()
+    return 0
+
+
+def _positive_float(text: str) -> float:
+    v = float(text)
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, not {text}")
+    return v
 
 
 def _cli_watch(sub: Any) -> None:
-    pass
+    p = sub.add_parser("watch", parents=[sub.common],
+                       help="live per-node allocation counters, free memory, and a "
+                            "process's pages per node")
+    p.add_argument("--interval", type=_positive_float, default=1.0, metavar="S",
+                   help="seconds between samples (default 1)")
+    p.add_argument("--count", type=int, default=None, metavar="N",
+                   help="stop after N samples (default: until interrupted)")
+    p.add_argument("--pid", default=None, metavar="PID",
+                   help="also show this process's pages per node and remote share "
+                        "('self' for this process)")
+    p.set_defaults(func=_cmd_watch)
+
+
+# ---------------------------------------------------------------------------
+# status --format prometheus: node_exporter textfile-collector format
+# (https://prometheus.io/docs/instrumenting/exposition_formats/).
+# ---------------------------------------------------------------------------
+
+def _prom_escape(value: Any) -> str:
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+class _PromWriter:
+    """Collects samples per family, then writes HELP/TYPE and each family's samples
+    together (the format wants a family in one block) with no duplicate series."""
+
+    def __init__(self) -> None:
+        self.families: Dict[str, Tuple[str, str, Dict[str, str]]] = {}
+
+    def add(self, name: str, kind: str, help_: str, value: Any,
+            **labels: Any) -> None:
+        if value is None:
+            return
+        fam = self.families.setdefault(name, (kind, help_, {}))
+        lab = ",".join(f'{k}="{_prom_escape(v)}"' for k, v in labels.items())
+        series = f"{name}{{{lab}}}" if lab else name
+        if isinstance(value, bool):
+            value = int(value)
+        fam[2][series] = repr(float(value)) if isinstance(value, float) else str(int(value))
+
+    def text(self) -> str:
+        out = []
+        for name, (kind, help_, samples) in self.families.items():
+            out.append(f"# HELP {name} {help_}")
+            out.append(f"# TYPE {name} {kind}")
+            out.extend(f"{s} {v}" for s, v in samples.items())
+        return "\n".join(out) + "\n"
+
+
+def _render_prometheus(rep: Dict[str, Any]) -> str:
+    w = _PromWriter()
+    k = rep["kernel"]
+    w.add("numa_utils_info", "gauge", "numa_utils version and ABI (value is 1).", 1,
+          version=rep["version"], abi=k["abi"], page_size=k["page_size"])
+    w.add("numa_utils_numa_kernel", "gauge",
+          "1 when the kernel has NUMA support (a node directory in sysfs).", k["numa"])
+    for n in rep["nodes"]:
+        node = str(n["id"])
+        w.add("numa_utils_node_cpus", "gauge", "Number of CPUs on the node.",
+              len(n["cpus"]), node=node)
+        w.add("numa_utils_node_memory_total_bytes", "gauge", "MemTotal of the node.",
+              n["mem_total_kb"] * 1024, node=node)
+        w.add("numa_utils_node_memory_free_bytes", "gauge", "MemFree of the node.",
+              n["mem_free_kb"] * 1024, node=node)
+        for to, d in n["distances"].items():
+            w.add("numa_utils_node_distance", "gauge",
+                  "SLIT distance from node to node (10 is local).", d, node=node, to=to)
+        for sz, h in n["hugepages"].items():
+            w.add("numa_utils_node_hugepages", "gauge",
+                  "Persistent huge pages configured on the node.", h["total"], node=node,
+                  size_kb=sz)
+            w.add("numa_utils_node_hugepages_free", "gauge",
+                  "Free persistent huge pages on the node.", h["free"], node=node,
+                  size_kb=sz)
+    for c in rep.get("counters", {}).get("nodes", []):
+        node = str(c["node"])
+        w.add("numa_utils_node_memory_available_bytes", "gauge",
+              "MemFree plus reclaimable file pages of the node.", c["available_kb"] * 1024,
+              node=node)
+        for f in _NUMASTAT_FIELDS:
+            w.add(f"numa_utils_node_{f}_pages_total", "counter",
+                  f"numastat {f} of the node, in pages, since boot.", c.get(f), node=node)
+    p = rep["process"]
+    usable = p.get("policy") is not None
+    w.add("numa_utils_policy_syscalls_usable", "gauge",
+          "1 when memory policy syscalls work for this process; reason says why not.",
+          usable, reason="ok" if usable else (p.get("policy_error") or "unknown"))
+    w.add("numa_utils_abi_supported", "gauge",
+          "1 when numa_utils has a syscall table for this ABI.", k["syscalls"] is not None,
+          abi=k["abi"])
+    w.add("numa_utils_numa_balancing", "gauge",
+          "kernel.numa_balancing (0 off, 1 on, 2 memory tiering).", k["numa_balancing"])
+    if k["thp"]:
+        w.add("numa_utils_thp_enabled", "gauge",
+              "Transparent huge pages mode in use (value is 1).", 1, mode=k["thp"])
+    w.add("numa_utils_process_allowed_cpus", "gauge", "CPUs this process's cpuset allows.",
+          len(p["allowed_cpus"]))
+    w.add("numa_utils_process_allowed_memory_nodes", "gauge",
+          "Memory nodes this process's cpuset allows.", len(p["allowed_mems"]))
+    rs = p.get("remote_share")
+    if rs and not rs.get("error"):
+        w.add("numa_utils_process_remote_pages_ratio", "gauge",
+              "Share of this process's pages off its CPUs' nodes.", float(rs["remote_share"]))
+    for g in rep["gpus"]:
+        w.add("numa_utils_gpu_info", "gauge", "A GPU and its NUMA node (value is 1).", 1,
+              address=g["address"], vendor=g["vendor_name"], device=g["device"],
+              node="" if g["node"] is None else str(g["node"]), node_source=g["node_source"])
+        w.add("numa_utils_gpu_numa_node", "gauge",
+              "NUMA node of the GPU (-1 when unknown).",
+              -1 if g["node"] is None else g["node"], address=g["address"])
+    w.add("numa_utils_warnings", "gauge", "Number of warnings in the status report.",
+          len(rep["warnings"]))
+    return w.text()
+
+
+
+# ---------------------------------------------------------------------------
+# status: counters and advice.
+# ---------------------------------------------------------------------------
+
+def _process_maps_text(b: Backend) -> Optional[str]:
+    return b.read_optional("/proc/self/numa_maps")
 
 
 def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
-    """Hook: the observation work adds counters and advice to the status report."""
+    """Add counters, the process's remote share and advice to the status report."""
+    warnings: List[str] = report["warnings"]
+    text: List[str] = report.setdefault("extra_text", [])
+    snap = counters(backend=b)
+    report["counters"] = snap.to_json()
+    if any(c.numastat for c in snap):
+        text.append("")
+        text.append("COUNTERS (numastat since boot, pages)")
+        text.append(f"  {'node':>4} {'numa_hit':>14} {'numa_miss':>12} {'foreign':>12} "
+                    f"{'interleave':>11} {'local_node':>14} {'other_node':>12}")
+        for c in snap:
+            text.append(f"  {c.node:>4} {c.numa_hit:>14} {c.numa_miss:>12} "
+                        f"{c.numa_foreign:>12} {c.interleave_hit:>11} {c.local_node:>14} "
+                        f"{c.other_node:>12}")
+        text.append(f"  remote allocations (other_node): {snap.remote_ratio:.2%} of pages")
+    # The process's own pages (the running system, or the simulated process).
+    maps = _process_maps_text(b) if (b.is_live or isinstance(b, SimulatedBackend)) \
+        else None
+    if maps is not None:
+        rs = remote_share("self", topology=topo, backend=b)
+        report["process"]["remote_share"] = rs.to_json()
+        if rs.total_bytes:
+            text.append("")
+            text.append("PROCESS PAGES")
+            per = ", ".join(f"node {n}: {_fmt_kb(v // 1024)}"
+                            for n, v in sorted(rs.bytes_by_node.items()))
+            text.append(f"  {per}; {rs.share:.1%} remote to the CPUs' node(s) "
+                        f"{format_cpulist(rs.local_nodes) or '-'}")
+        if rs.warning and len(topo.nodes_with_memory) > 1:
+            warnings.append(rs.warning)
+        if topo.thp == "always" and len(topo.nodes_with_memory) > 1 and \
+                re.search(r"^\S+ (weighted )?interleave", maps, re.M):
+            warnings.append("THP is 'always' and this process has interleaved regions: "
+                            "a first touch places a whole 2 MiB huge page on one node, so "
+                            "interleave spreads huge pages, not 4 KiB pages; use THP "
+                            "'madvise' or madvise(MADV_NOHUGEPAGE) on those regions for "
+                            "an even spread")
+    # Huge pages reserved on one general-purpose node only.
+    general = sorted(topo.nodes_with_cpus & topo.nodes_with_memory)
+    if len(general) > 1:
+        sizes = sorted({sz for n in general for sz in topo.nodes[n].hugepages})
+        for sz in sizes:
+            on = [n for n in general if topo.nodes[n].hugepages.get(sz, HugePages(0, 0))
+                  .total > 0]
+            if len(on) == 1:
+                label = f"{sz // 1024} MiB" if sz < 1048576 else f"{sz // 1048576} GiB"
+                warnings.append(f"{label} huge pages are configured on node {on[0]} only: "
+                                "workers on other nodes that use them get remote memory; "
+                                "reserve them per node (nodeN/hugepages/hugepages-"
+                                f"{sz}kB/nr_hugepages)")
+    # GPUs whose node has (almost) no free memory.
+    for g in report["gpus"]:
+        node = g.get("node")
+        if node is None or node not in snap.nodes:
+            continue
+        c = snap.nodes[node]
+        if node in topo.nodes_with_memory and c.mem_total_kb:
+            if c.available_kb < 0.05 * c.mem_total_kb:
+                warnings.append(f"GPU {g['address']}: its node {node} has "
+                                f"{_fmt_kb(c.available_kb)} available of "
+                                f"{_fmt_kb(c.mem_total_kb)} (< 5%): pinned host buffers "
+                                "for it will come from another node")
+        elif len(topo.nodes_with_memory) >= 1 and node not in topo.nodes_with_memory:
+            near = topo.nearest(node, topo.nodes_with_memory)
+            warnings.append(f"GPU {g['address']}: its node {node} has no memory; host "
+                            "buffers for it come from node "
+                            f"{near[0] if near else '?'}")
 # -- end of observation section --------------------------------------------------------
 
 
@@ -2701,6 +3707,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 # Extra ``status --format`` renderers (name -> function(report) -> text).
 _STATUS_FORMATS: Dict[str, Callable[[Dict[str, Any]], str]] = {}
+_STATUS_FORMATS["prometheus"] = _render_prometheus     # observation section
 
 
 def _common_parser() -> argparse.ArgumentParser:
