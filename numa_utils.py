@@ -128,7 +128,7 @@ def _where(source: Optional[str]) -> str:
     return f" in {source}" if source else ""
 
 
-_CHUNK_RE = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+)/(\d+))?)?$")
+_CHUNK_RE = re.compile(r"^([0-9]+)(?:-([0-9]+)(?::([0-9]+)/([0-9]+))?)?$")
 
 
 def parse_cpulist(text: str, *, source: Optional[str] = None) -> FrozenSet[int]:
@@ -696,7 +696,7 @@ class _Reader:
 def _hugepages(r: _Reader, base: str) -> Dict[int, HugePages]:
     out: Dict[int, HugePages] = {}
     for name in sorted(r.listdir(base)):
-        m = re.match(r"^hugepages-(\d+)kB$", name)
+        m = re.match(r"^hugepages-([0-9]+)kB$", name)
         if not m:
             continue
         d = f"{base}/{name}"

@@ -355,12 +355,12 @@ def check_raw_sysfs_topology(env):
     online = _cpulist(_read(f"{base}/online"))
     assert online == env.expected_nodes, (online, env.expected_nodes)
     seen = {}
-    for n in online:
+    for i, n in enumerate(online):
         cpus = _cpulist(_read(f"{base}/node{n}/cpulist"))
         want = env.expect["nodes"][str(n)]["cpus"]
         assert cpus == want, f"node{n} cpus {cpus} != {want}"
         dist = [int(x) for x in _read(f"{base}/node{n}/distance").split()]
-        assert dist == env.expect["distances"][n], f"node{n} distance {dist}"
+        assert dist == env.expect["distances"][i], f"node{n} distance {dist}"
         memkb = 0
         for line in _read(f"{base}/node{n}/meminfo").splitlines():
             if "MemTotal:" in line:
@@ -669,9 +669,11 @@ def check_topology(env):
         node = topo.nodes[n]
         want = env.expect["nodes"][str(n)]
         assert sorted(node.cpus) == want["cpus"], f"node{n} cpus {sorted(node.cpus)}"
-        assert 0 < node.mem_total_kb <= want["mem_mb"] * 1024, (n, node.mem_total_kb)
-        dist = [node.distances[m] for m in nodes]
-        assert dist == env.expect["distances"][n], f"node{n} distances {dist}"
+        kb = node.mem_total_kb
+        assert kb <= want["mem_mb"] * 1024 and (kb == 0) == (want["mem_mb"] == 0), (n, kb)
+        dist = [node.distances.get(m) for m in nodes]
+        row = env.expect["distances"][nodes.index(n)]
+        assert dist == row, f"node{n} distances {dist} != {row}"
     memory_only = sorted(set(topo.nodes_with_memory) - set(topo.nodes_with_cpus))
     assert memory_only == env.expect["memory_only"], memory_only
     assert sorted(topo.mems_allowed) == env.expect["allowed_mems"], sorted(topo.mems_allowed)
@@ -696,3 +698,209 @@ def check_numa_maps_parse(env):
         assert got_policy is not None and kind.split("=")[0] in str(got_policy), (kind, e)
         out[kind] = repr(e)[:160]
     return out
+
+
+# -- helpers for the API checks (work on both backends) ----------------------
+
+
+class _ApiBuffer:
+    """npages of anonymous memory, page aligned for the backend's page size, with
+    a guard page either side. On a real kernel THP is turned off for it so one
+    fault places one page. ``addr``/``length`` are what the checks pass on."""
+
+    def __init__(self, env, npages):
+        self.env = env
+        self.page = env.page_size
+        self.mm = mmap.mmap(-1, (npages + 3) * self.page)
+        if env.real and hasattr(mmap, "MADV_NOHUGEPAGE"):
+            self.mm.madvise(mmap.MADV_NOHUGEPAGE)
+        self._ref = ctypes.c_char.from_buffer(self.mm)
+        base = ctypes.addressof(self._ref)
+        self.addr = base + (-base) % self.page + self.page
+        self.length = npages * self.page
+        self.npages = npages
+
+    def pages(self):
+        return [self.addr + i * self.page for i in range(self.npages)]
+
+    def close(self):
+        if not self.env.real:
+            # SimulatedBackend models no munmap of private memory: keep the
+            # mapping alive so the next buffer cannot reuse its addresses.
+            self.env.__dict__.setdefault("_keep", []).append(self)
+            return
+        del self._ref
+        self.mm.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def backend_numa_maps_line(env, addr) -> str:
+    """The numa_maps line (as the backend renders it) of the VMA holding addr:
+    the one with the largest start <= addr (numa_maps lists every VMA)."""
+    text = env.backend.read_text("/proc/self/numa_maps")
+    best, best_start = None, -1
+    for line in text.splitlines():
+        try:
+            start = int(line.split(" ", 1)[0], 16)
+        except ValueError:
+            continue
+        if best_start < start <= addr:
+            best, best_start = line, start
+    assert best is not None, f"no numa_maps line for {addr:#x}"
+    return best
+
+
+def _split_by_move_pages(env, buf):
+    st = env.nu.move_pages(0, buf.pages(), backend=env.backend)
+    out = {}
+    for s in st:
+        out[s] = out.get(s, 0) + buf.page
+    return out
+
+
+def _placement(env, buf):
+    """numa_utils.placement() when implemented, else None."""
+    try:
+        got = env.nu.placement(buf.addr, buf.length, backend=env.backend)
+    except NotImplementedError:
+        return None
+    return {int(k): v for k, v in got.items() if v}
+
+
+# -- API checks ---------------------------------------------------------------
+
+
+def check_interleave_split(env):
+    """interleave() over every usable node: the exact split in numa_maps, in
+    move_pages (and in placement()), and get_policy() reads it back."""
+    nu = env.nu
+    env.need("interleave", "move_pages", "get_policy")
+    env.need_numa()
+    nodes = env.memory_nodes
+    with _ApiBuffer(env, 8 * len(nodes)) as buf:
+        res = nu.interleave(buf.addr, buf.length, backend=env.backend)
+        if len(nodes) == 1:
+            assert not res and res.reason, res
+            return {"nodes": nodes, "applied": False, "reason": res.reason}
+        assert res, f"interleave not applied: reason={res.reason} errno={res.errno}"
+        assert sorted(res.nodes) == nodes, (sorted(res.nodes), nodes)
+        pol = nu.get_policy(buf.addr, backend=env.backend)
+        assert pol.mode == nu.Mode.INTERLEAVE and sorted(pol.nodes) == nodes, str(pol)
+        env.backend.touch(buf.addr, buf.length)
+        want = even_split(nodes, buf.npages, buf.page)
+        line = backend_numa_maps_line(env, buf.addr)
+        assert raw_counts(line) == want, f"numa_maps {raw_counts(line)} != {want}: {line}"
+        by_mp = _split_by_move_pages(env, buf)
+        assert by_mp == want, f"move_pages {by_mp} != {want}"
+        placed = _placement(env, buf)
+        assert placed is None or placed == want, f"placement() {placed} != {want}"
+    return {"nodes": nodes, "split": want, "policy": str(pol), "numa_maps": line,
+            "placement": "checked" if placed is not None else "not implemented"}
+
+
+def check_bind_prefer(env):
+    """bind() and prefer() put every page on the node asked for; get_policy()
+    and node_of() agree."""
+    nu = env.nu
+    env.need("bind", "prefer", "get_policy", "node_of")
+    env.need_numa()
+    target = env.memory_nodes[-1]
+    seen = {}
+    for name, call, mode in (
+            ("bind", lambda b: nu.bind(b.addr, [target], length=b.length,
+                                       backend=env.backend), nu.Mode.BIND),
+            ("prefer", lambda b: nu.prefer(b.addr, target, length=b.length,
+                                           backend=env.backend), nu.Mode.PREFERRED)):
+        with _ApiBuffer(env, 4) as buf:
+            res = call(buf)
+            assert res, f"{name}: reason={res.reason} errno={res.errno}"
+            pol = nu.get_policy(buf.addr, backend=env.backend)
+            assert pol.mode == mode and set(pol.nodes) == {target}, f"{name}: {pol}"
+            env.backend.touch(buf.addr, buf.length)
+            counts = raw_counts(backend_numa_maps_line(env, buf.addr))
+            assert counts == {target: buf.length}, f"{name}: {counts}"
+            assert nu.node_of(buf.addr, backend=env.backend) == target
+            seen[name] = {"policy": str(pol), "numa_maps": counts}
+    return {"target": target, **seen}
+
+
+def check_cpuset_einval(env):
+    """In a cpuset that excludes a node: raw mbind() of that node is EINVAL (as
+    OSError), the safe layer does not apply it, interleave() keeps to the cpuset."""
+    nu = env.nu
+    env.need("mbind", "bind", "Mode")
+    env.need_numa()
+    allowed = env.expect.get("cgroup_mems")
+    if allowed is None:
+        raise Skip("no cpuset restriction in this topology")
+    outside = [n for n in env.expected_nodes if n not in allowed]
+    out = {}
+    with _ApiBuffer(env, 2) as buf:
+        try:
+            nu.mbind(buf.addr, buf.length, nu.Mode.BIND, outside, backend=env.backend)
+            raise AssertionError("mbind of a node outside the cpuset succeeded")
+        except OSError as e:
+            assert e.errno == errno.EINVAL, e
+            out["mbind_outside"] = "EINVAL"
+        res = nu.bind(buf.addr, outside, length=buf.length, backend=env.backend)
+        assert not res, f"bind outside the cpuset applied: {res}"
+        out["bind_outside"] = {"reason": res.reason, "errno": res.errno}
+    return out
+
+
+def _policy_denied_body(env):
+    nu = env.nu
+    nodes = env.memory_nodes
+    with _ApiBuffer(env, 4 * len(nodes)) as buf:
+        res = nu.interleave(buf.addr, buf.length, backend=env.backend)
+        assert not res, f"interleave applied under a filter denying mbind: {res}"
+        assert res.errno == errno.EPERM and "EPERM" in str(res.reason), \
+            f"reason={res.reason!r} errno={res.errno}"
+        env.backend.touch(buf.addr, buf.length)     # memory still usable
+        return {"reason": res.reason, "errno": res.errno, "hint": res.hint}
+
+
+def check_seccomp_fallback(env):
+    """With the policy syscalls denied (seccomp SECCOMP_RET_ERRNO|EPERM on a real
+    kernel, SimulatedBackend.fail() in the simulator), interleave() falls back:
+    not applied, reason EPERM, and the memory is still usable."""
+    env.need("interleave")
+    env.need_numa()
+    if len(env.memory_nodes) < 2:
+        raise Skip("one usable memory node: interleave() is a no-op before any syscall")
+    if env.real:
+        arch = platform.machine()
+
+        def child():
+            _seccomp_deny(arch, RAW_SYSCALLS[arch])
+            return _policy_denied_body(env)
+        return {"seccomp": in_child(child)}
+    env.backend.fail("*", errno.EPERM)
+    try:
+        return {"simulated": _policy_denied_body(env)}
+    finally:
+        env.backend.clear_failures()
+
+
+def check_no_numa_api(env):
+    """Kernel without NUMA: the raw calls raise ENOSYS, the safe layer does not
+    apply (with a reason) and memory still works."""
+    nu = env.nu
+    env.need("mbind", "interleave", "Mode")
+    if env.numa:
+        raise Skip("this kernel has NUMA")
+    with _ApiBuffer(env, 2) as buf:
+        try:
+            nu.mbind(buf.addr, buf.length, nu.Mode.INTERLEAVE, [0], backend=env.backend)
+            raise AssertionError("mbind succeeded on a kernel without NUMA")
+        except OSError as e:
+            assert e.errno == errno.ENOSYS, e
+        res = nu.interleave(buf.addr, buf.length, backend=env.backend)
+        assert not res and res.reason, res
+        env.backend.touch(buf.addr, buf.length)
+    return {"mbind": "ENOSYS", "interleave": {"reason": res.reason, "errno": res.errno}}
