@@ -2425,14 +2425,21 @@ _NUMASTAT_FIELDS = ("numa_hit", "numa_miss", "numa_foreign", "interleave_hit",
 REMOTE_SHARE_THRESHOLD = 0.10
 
 
-def _parse_numastat(text: str, *, source: Optional[str] = None) -> Dict[str, int]:
-    """nodeN/numastat ("numa_hit 4495833\\n...") -> {"numa_hit": 4495833, ...}."""
+def _parse_numastat(text: str, *, source: Optional[str] = None,
+                    lenient: bool = False) -> Dict[str, int]:
+    """nodeN/numastat ("numa_hit 4495833\\n...") -> {"numa_hit": 4495833, ...}.
+
+    Values are unsigned (the kernel prints %lu).  A malformed line raises ValueError;
+    with ``lenient=True`` it is skipped and the good lines are kept.
+    """
     out: Dict[str, int] = {}
     for line in _clean(text).splitlines():
         parts = line.split()
         if not parts:
             continue
         if len(parts) != 2 or not parts[1].isdigit():
+            if lenient:
+                continue
             raise ValueError(f"invalid numastat line{_where(source)}: {line!r}")
         out[parts[0]] = int(parts[1])
     return out
@@ -2591,7 +2598,12 @@ def counters(*, backend: Optional[Backend] = None) -> Counters:
             online = frozenset(_node_dirs(b))
         for n in sorted(online):
             d = f"{_NODE_DIR}/node{n}"
-            stat = r.parsed(f"{d}/numastat", _parse_numastat) or {}
+            stat = r.parsed(f"{d}/numastat", _parse_numastat)
+            if stat is None:
+                # Missing: no counters.  Malformed (the problem is recorded): keep
+                # the lines that do parse rather than lose the whole node.
+                t = r.text(f"{d}/numastat")
+                stat = _parse_numastat(t, lenient=True) if t is not None else {}
             mi = r.parsed(f"{d}/meminfo", parse_meminfo) or {}
             nodes[n] = NodeCounters(n, MappingProxyType(stat), MappingProxyType(mi))
     else:
@@ -2861,11 +2873,12 @@ def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] 
         return NodeChoice(None, why, (), gnode)
     far = 1 << 16
 
-    def key(c: NodeCandidate) -> Tuple[int, int, int, int, int]:
+    def key(c: NodeCandidate) -> Tuple[int, int, int, int, int, int]:
         gd = 0 if gnode is None else (c.gpu_distance if c.gpu_distance is not None
                                       else (0 if c.node == gnode else far))
         md = c.memory_distance if c.memory_distance is not None else far
-        return (0 if c.fits else 1, gd, c.load, md, c.node)
+        # Last: more memory available, then the lower id (a stable answer).
+        return (0 if c.fits else 1, gd, c.load, md, -c.available_kb, c.node)
 
     fitting = [c for c in cands if c.fits]
     if fitting:
