@@ -5416,7 +5416,7 @@ class NodeCounters:
         """MemFree plus reclaimable file pages (what a new worker can count on)."""
         return self.mem_free_kb + self.file_kb
 
-    def __sub__(self, other: NodeCounters) -> NodeCounters:
+    def __sub__(self, other: object) -> NodeCounters:
         if not isinstance(other, NodeCounters):
             return NotImplemented
         # numastat counters only grow; a smaller value means the node went offline
@@ -5472,7 +5472,7 @@ class Counters:
         local, remote = self.total("local_node"), self.total("other_node")
         return remote / (local + remote) if local + remote else 0.0
 
-    def __sub__(self, other: Counters) -> Counters:
+    def __sub__(self, other: object) -> Counters:
         if not isinstance(other, Counters):
             return NotImplemented
         nodes = {n: (c - other.nodes[n] if n in other.nodes else c)
@@ -5526,24 +5526,12 @@ def counters(*, backend: Optional[Backend] = None) -> Counters:
 # Remote share: where a process's pages are against where its CPUs are.
 # ---------------------------------------------------------------------------
 
-def _numa_maps_bytes(text: str) -> Dict[int, int]:
-    """Bytes per node over every VMA of a numa_maps text (N<node>=<pages> fields
-    times kernelpagesize_kB; the ABI page size when a kernel does not print it)."""
+def _numa_maps_bytes(text: str, page_size_kb: int = 0) -> Dict[int, int]:
+    """Bytes per node over every VMA of a numa_maps text (``parse_numa_maps``)."""
     out: Dict[int, int] = {}
-    for line in text.splitlines():
-        pages: Dict[int, int] = {}
-        kb = None
-        for field in line.split()[1:]:
-            key, sep, val = field.partition("=")
-            if not sep or not val.isdigit():
-                continue
-            if key == "kernelpagesize_kB":
-                kb = int(val)
-            elif len(key) > 1 and key[0] == "N" and key[1:].isdigit():
-                pages[int(key[1:])] = int(val)
-        size = kb * 1024 if kb else 4096
-        for n, p in pages.items():
-            out[n] = out.get(n, 0) + p * size
+    for e in parse_numa_maps(text, page_size_kb=page_size_kb):
+        for n, v in e.bytes_per_node.items():
+            out[n] = out.get(n, 0) + v
     return out
 
 
@@ -5647,11 +5635,13 @@ def remote_share(pid: Union[int, str] = "self", *, threshold: float = REMOTE_SHA
         cpus = topo.allowed_cpus if pid == "self" else frozenset()
         error = f"cannot read Cpus_allowed_list of /proc/{pid}/status"
     local = _local_memory_nodes(topo, cpus) if topo.has_node_dir else frozenset({0})
+    by_node: Dict[int, int] = {}
     try:
-        by_node = _numa_maps_bytes(b.read_text(f"/proc/{pid}/numa_maps"))
+        by_node = _numa_maps_bytes(b.read_text(_maps_path(pid)), _page_kb(b))
     except OSError as e:
-        by_node = {}
         error = f"cannot read /proc/{pid}/numa_maps: {e.strerror or e}"
+    except ValueError as e:     # a malformed line (parse_numa_maps names it)
+        error = str(e)
     res = RemoteShare(pid, MappingProxyType(by_node), frozenset(cpus), local, threshold,
                       error)
     if res.warning:
@@ -5696,35 +5686,32 @@ class NodeChoice:
                 "candidates": [c.to_json() for c in self.candidates]}
 
 
-def _resolve_gpu(gpu: Any, topo: Topology, b: Backend) -> Tuple[Optional[int], str]:
-    """(node, label) of a GPU given as a PciDevice, a PCI address or a device index
-    (PCI bus order, as with CUDA_DEVICE_ORDER=PCI_BUS_ID)."""
-    dev: Optional[PciDevice] = None
-    if isinstance(gpu, PciDevice):
-        dev = gpu
-    elif isinstance(gpu, str):
-        want = gpu.lower()
-        if want.count(":") == 1:
-            want = "0000:" + want
-        for g in topo.gpus:
-            if g.address.lower() == want:
-                dev = g
-        if dev is None:
-            raise ValueError(f"no GPU at PCI address {gpu!r}; GPUs: "
-                             f"{', '.join(g.address for g in topo.gpus) or 'none'}")
-    elif isinstance(gpu, int) and not isinstance(gpu, bool):
-        ordered = sorted(topo.gpus, key=lambda g: g.address)
-        if not 0 <= gpu < len(ordered):
-            raise ValueError(f"no GPU {gpu}: {len(ordered)} GPU(s) found")
-        dev = ordered[gpu]
-    else:
-        raise TypeError(f"gpu must be an index, a PCI address or a PciDevice, not {gpu!r}")
-    node, _how = _gpu_node(topo, dev)
-    return node, f"GPU {dev.address}"
+def _resolve_gpu(gpu: Any, topo: Topology, b: Backend,
+                 environ: Optional[Mapping[str, str]]) -> Tuple[Optional[int], str]:
+    """(the GPU's own node, label) for a CUDA device index (as this process numbers
+    it: CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER honoured), a PCI address or a
+    GpuInfo.  The node may be memory-only (GPU memory exposed as a node)."""
+    if isinstance(gpu, GpuInfo):
+        return gpu.node, f"GPU {gpu.pci}"
+    infos = _gpu_infos(topo, b)
+    if isinstance(gpu, str):
+        r = _resolve(0, gpu, infos, b, environ)
+        if r.gpu is None:
+            raise ValueError(f"no GPU at PCI address {gpu!r} ({r.how}); GPUs: "
+                             f"{', '.join(g.pci for g in infos) or 'none'}")
+        return r.gpu.node, f"GPU {r.gpu.pci}"
+    if isinstance(gpu, int) and not isinstance(gpu, bool):
+        r = _resolve(gpu, None, infos, b, environ)
+        if r.gpu is None:
+            raise ValueError(f"no GPU {gpu}: {r.how}")
+        return r.gpu.node, f"CUDA device {gpu} (GPU {r.gpu.pci})"
+    raise TypeError(f"gpu must be a CUDA device index, a PCI address or a GpuInfo, "
+                    f"not {gpu!r}")
 
 
 def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] = (),
                 loads: Optional[Mapping[int, int]] = None,
+                environ: Optional[Mapping[str, str]] = None,
                 backend: Optional[Backend] = None) -> NodeChoice:
     """Pick the node for a new worker the way a careful operator would.
 
@@ -5733,7 +5720,9 @@ def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] 
     nearest node with CPUs when the GPU hangs off a memory-only node), enough memory
     for ``need_bytes`` (MemFree plus reclaimable file pages), fewest workers already
     there (``loads``: node -> count), then the shortest distance to memory.  The
-    result says why in ``reason`` and lists every candidate.
+    result says why in ``reason`` and lists every candidate.  ``gpu``: a CUDA device
+    index (CUDA_VISIBLE_DEVICES from ``environ``, default os.environ), a PCI address
+    or a GpuInfo.
     """
     b = _b(backend)
     topo = read_topology(backend=b)
@@ -5750,7 +5739,7 @@ def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] 
     gnode: Optional[int] = None
     glabel = ""
     if gpu is not None:
-        gnode, glabel = _resolve_gpu(gpu, topo, b)
+        gnode, glabel = _resolve_gpu(gpu, topo, b, environ)
 
     def available(m: Optional[int]) -> int:
         if m is None:
@@ -6323,8 +6312,12 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
                         f"{format_cpulist(rs.local_nodes) or '-'}")
         if rs.warning and len(topo.nodes_with_memory) > 1:
             warnings.append(rs.warning)
-        if topo.thp == "always" and len(topo.nodes_with_memory) > 1 and \
-                re.search(r"^\S+ (weighted )?interleave", maps, re.M):
+        try:
+            interleaved = any(e.mode in ("interleave", "weighted interleave")
+                              for e in parse_numa_maps(maps, page_size_kb=_page_kb(b)))
+        except ValueError:
+            interleaved = False
+        if topo.thp == "always" and len(topo.nodes_with_memory) > 1 and interleaved:
             warnings.append("THP is 'always' and this process has interleaved regions: "
                             "a first touch places a whole 2 MiB huge page on one node, so "
                             "interleave spreads huge pages, not 4 KiB pages; use THP "

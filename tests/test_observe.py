@@ -293,9 +293,11 @@ def test_choose_node_every_fixture(name):
         for n in considered:
             assert topo.nodes[n].cpus & topo.allowed_cpus, (n, "has no allowed CPU")
     json.dumps(res.to_json())
-    for i in range(len(topo.gpus)):
-        r = nu.choose_node(gpu=i, backend=b)
-        assert r.node in considered and "GPU" in r.reason
+    for g in nu.gpus(backend=b):
+        r = nu.choose_node(gpu=g.pci, backend=b)
+        assert r.node in considered and f"GPU {g.pci}" in r.reason
+    if nu.gpus(backend=b):
+        assert "CUDA device 0 (GPU" in nu.choose_node(gpu=0, environ={}, backend=b).reason
 
 
 def test_choose_node_gh200_gpu_memory_nodes_are_never_candidates():
@@ -303,7 +305,7 @@ def test_choose_node_gh200_gpu_memory_nodes_are_never_candidates():
     res = nu.choose_node(gpu=0, backend=b)
     assert res.node == 0 and res.gpu_node == 0
     assert [c.node for c in res.candidates] == [0]         # HBM node 1, MIG nodes 2-8
-    assert "GPU 0009:01:00.0 is on node 0" in res.reason
+    assert "GPU 0009:01:00.0) is on node 0" in res.reason
 
 
 def test_choose_node_gpu_on_memory_only_node_takes_nearest_cpu_node():
