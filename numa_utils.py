@@ -5969,6 +5969,20 @@ def _cuda_error(lib: ctypes.CDLL, rc: int) -> str:
     return f"cudaError {rc}" + (f" ({text.decode('utf-8', 'replace')})" if text else "")
 
 
+def _cuda_current_device(lib: ctypes.CDLL) -> Optional[int]:
+    """The calling thread's CUDA device, or None (no cudaGetDevice, or it failed)."""
+    try:
+        get, put = lib.cudaGetDevice, lib.cudaSetDevice
+    except AttributeError:
+        return None
+    get.argtypes = [ctypes.POINTER(ctypes.c_int)]
+    get.restype = ctypes.c_int
+    put.argtypes = [ctypes.c_int]
+    put.restype = ctypes.c_int
+    dev = ctypes.c_int(-1)
+    return dev.value if get(ctypes.byref(dev)) == 0 and dev.value >= 0 else None
+
+
 def pin_for_cuda(buf: Any, length: Optional[int] = None, *, chunk: int = 128 << 20,
                  threads: Optional[int] = None,
                  flags: int = CudaHostRegisterFlag.PORTABLE | CudaHostRegisterFlag.MAPPED,
@@ -6017,10 +6031,18 @@ def pin_for_cuda(buf: Any, length: Optional[int] = None, *, chunk: int = 128 << 
                           len(pieces)))
     done: List[Tuple[int, int]] = []
     failed: List[Tuple[int, int, int]] = []      # (start, size, cudaError)
+    caller = threading.current_thread()
     lock = threading.Lock()
     todo = iter(list(pieces))
 
+    # A new thread's current CUDA device is 0: registering from it would create a
+    # context on GPU 0 (hundreds of MiB there) for an engine that runs on GPU 3.
+    # Each worker first selects the caller's device.
+    device = _cuda_current_device(lib)
+
     def worker() -> None:
+        if device is not None and threading.current_thread() is not caller:
+            lib.cudaSetDevice(device)
         while True:
             with lock:
                 if failed:

@@ -202,6 +202,24 @@ def test_watch_pid_interleaved_region_is_half_remote():
     assert rs.local_nodes == {1} and rs.share == pytest.approx(0.5)
 
 
+def test_watch_pid_shared_region_from_the_shm_section():
+    """The same, the way an engine does it: one process creates an interleaved
+    SharedRegion, a worker bound to node 0 attaches and prefaults it."""
+    base = sim("dual-socket-8gpu")
+    owner = base.process()
+    with nu.SharedRegion.create("obs-kv", 512 * 4096, policy="interleave", nodes=[0, 1],
+                                backend=owner) as region:
+        assert region.policy
+        worker = base.process(cpus_allowed=_node_cpus(base, 0))
+        with nu.SharedRegion.attach("obs-kv", prefault=True, backend=worker) as mine:
+            proc = next(nu.watch(count=1, interval=0, pid=worker.pid, backend=worker,
+                                 sleep=no_sleep))["process"]
+            assert proc["share_by_node"] == {"0": 0.5, "1": 0.5}
+            assert proc["remote_share"] == pytest.approx(0.5, abs=0.02)
+            assert nu.placement(mine.address, mine.size, backend=worker) == \
+                {0: 256 * 4096, 1: 256 * 4096}
+
+
 def test_remote_share_bound_memory_is_local_or_remote():
     base = sim("dual-socket-8gpu")
     p = base.process(cpus_allowed=_node_cpus(base, 0))
@@ -437,6 +455,15 @@ int cudaHostUnregister(void *p) {
     return 0;
 }
 
+int current_device = 3, n_set = 0, set_device[MAXC];
+int cudaGetDevice(int *dev) { *dev = current_device; return 0; }
+int cudaSetDevice(int dev) {
+    pthread_mutex_lock(&mu);
+    set_device[n_set++ % MAXC] = dev;
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+
 const char *cudaGetErrorString(int rc) {
     return rc == 2 ? "out of memory (fake)" : "unknown error (fake)";
 }
@@ -491,6 +518,9 @@ def test_pin_for_cuda_chunks_flags_threads_and_close(fake_cudart):
         assert set(fake_cudart.array("call_flags", 11, ctypes.c_uint)) == {3}
         assert 1 < len(set(fake_cudart.array("tid", 11))) <= 4
         assert fake_cudart.max_in_flight > 1                   # the GIL was released
+        # every worker thread selected the caller's device (3), none stayed on GPU 0
+        assert fake_cudart.n_set == 4 and \
+            set(fake_cudart.array("set_device", 4, ctypes.c_int)) == {3}
         assert fake_cudart.n_unreg == 0
     assert not pin and pin.closed
     assert sorted(fake_cudart.array("unreg_ptr", fake_cudart.n_unreg)) == \
