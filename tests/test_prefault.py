@@ -67,8 +67,7 @@ def test_progress_exception_stops_workers(exc):
     with pytest.raises(exc):
         nu.prefault(addr, 256 * MiB, threads=4, backend=s, progress=progress)
     assert not [t for t in threading.enumerate() if t.name.startswith("numa_utils-")]
-    placed = sum(nu.placement(addr, 256 * MiB, backend=s).values())
-    assert placed < 256 * MiB                        # stopped early
+    assert len(seen) == 1                            # nothing after the exception
 
 
 @pytest.mark.realkernel
