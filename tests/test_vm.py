@@ -205,3 +205,19 @@ def test_native_multi_node():
     print(_summary("native", os.uname().machine, records, 0))
     failed = [r for r in records if r["status"] == "fail"]
     assert not failed, "\n".join(f"{r['name']}: {r['detail']}" for r in failed)
+
+
+def test_simulated_catches_wrong_syscall_number(monkeypatch):
+    """The simulator tier fails too when numa_utils' aarch64 mbind is 237."""
+    from types import MappingProxyType
+    fixture = "qemu-aarch64-four-node"
+    if fixture not in SIM_FIXTURES:
+        pytest.skip(f"fixture {fixture} missing")
+    tables = dict(nu.SYSCALL_TABLES)
+    tables["aarch64"] = MappingProxyType({**tables["aarch64"], "mbind": 237})
+    monkeypatch.setattr(nu, "SYSCALL_TABLES", MappingProxyType(tables))
+    backend = nu.SimulatedBackend(str(FIXTURES_DIR / fixture / "root"), arch="aarch64")
+    env = kc.make_env(expect_from_fixture(fixture, "aarch64"), nu, backend, real=False)
+    status = {r["name"]: r["status"]
+              for r in kc.run_checks(env, ["interleave_split", "bind_prefer"])}
+    assert status == {"interleave_split": "fail", "bind_prefer": "fail"}, status
