@@ -296,6 +296,14 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def _val(c: Dict[str, Any], key: str) -> str:
+    """A comparison value; differences (unit other than "x") carry their unit."""
+    v = c[key]
+    if v is None or c.get("unit", "x") == "x":
+        return _fmt(v)
+    return "%+.1f %s" % (v, c["unit"])
+
+
 def _met(m: Optional[bool]) -> str:
     return {True: "met", False: "**missed**", None: "-"}[m]
 
@@ -313,7 +321,9 @@ def render_markdown(report: Dict[str, Any]) -> str:
     out.append("")
     out.append("Contenders alternate (A B C, C B A, ...); min/median/max over rounds. "
                "Ratios are A/B of the metric shown: the ratio of medians, and the median "
-               "of the per-round ratios. A target is met only when both agree.")
+               "of the per-round ratios (for a difference in ms: the difference of "
+               "medians, and the median of per-round differences). A target is met only "
+               "when both agree.")
     out.append("")
     targets = [(s, c) for s in report["sections"] for c in s["comparisons"] if c["target"]]
     if targets:
@@ -321,8 +331,8 @@ def render_markdown(report: Dict[str, Any]) -> str:
                 "| median of round ratios | target | result |", "|---|---|---|---|---|---|---|"]
         for s, c in targets:
             out.append("| %s | %s | %s | %s | %s | %s | %s |" % (
-                s["name"], c["what"], c["metric"], _fmt(c["ratio_of_medians"]),
-                _fmt(c["median_round_ratio"]), c["target"], _met(c["met"])))
+                s["name"], c["what"], c["metric"], _val(c, "ratio_of_medians"),
+                _val(c, "median_round_ratio"), c["target"], _met(c["met"])))
         out.append("")
     for s in report["sections"]:
         out += ["## %s" % s["title"], ""]
@@ -345,8 +355,8 @@ def render_markdown(report: Dict[str, Any]) -> str:
                     "| target | result |", "|---|---|---|---|---|---|"]
             for c in s["comparisons"]:
                 out.append("| %s | %s | %s | %s | %s | %s |" % (
-                    c["what"], c["metric"], _fmt(c["ratio_of_medians"]),
-                    _fmt(c["median_round_ratio"]), c["target"] or "-", _met(c["met"])))
+                    c["what"], c["metric"], _val(c, "ratio_of_medians"),
+                    _val(c, "median_round_ratio"), c["target"] or "-", _met(c["met"])))
             out.append("")
         for k in s["skipped"]:
             out.append("- skipped %s: %s" % (k["contender"], k["reason"]))
@@ -368,6 +378,26 @@ def write_report(report: Dict[str, Any], out_dir: str, stem: str) -> Tuple[str, 
     with open(mpath, "w") as f:
         f.write(render_markdown(report) + "\n")
     return jpath, mpath
+
+
+def build_c(name: str) -> str:
+    """Compile bench/NAME.c with the system compiler into bench/build/NAME (once;
+    again when the source is newer).  Raises Skip when there is no compiler."""
+    cc = os.environ.get("CC") or which("cc") or which("gcc")
+    if not cc:
+        raise Skip("no C compiler (cc) on PATH to build %s.c" % name)
+    src = os.path.join(BENCH_DIR, name + ".c")
+    os.makedirs(BUILD_DIR, exist_ok=True)
+    exe = os.path.join(BUILD_DIR, name)
+    if os.path.exists(exe) and os.path.getmtime(exe) >= os.path.getmtime(src):
+        return exe
+    tmp = "%s.%d.tmp" % (exe, os.getpid())
+    r = subprocess.run([cc, "-O2", "-pthread", "-o", tmp, src], capture_output=True,
+                       text=True)
+    if r.returncode != 0:
+        raise Skip("cc failed on %s.c: %s" % (name, r.stderr.strip()[-300:]))
+    os.replace(tmp, exe)
+    return exe
 
 
 def which(name: str) -> Optional[str]:

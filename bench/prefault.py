@@ -22,7 +22,6 @@ import ctypes
 import json
 import mmap
 import os
-import subprocess
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
@@ -222,21 +221,7 @@ def nu_prefault_only(nu: Any, size: int, kind: str, threads: int) -> Dict[str, f
 
 
 def build_baseline() -> str:
-    """Compile prefault_baseline.c with the system compiler into bench/build/."""
-    cc = os.environ.get("CC") or common.which("cc") or common.which("gcc")
-    if not cc:
-        raise Skip("no C compiler (cc) on PATH")
-    src = os.path.join(common.BENCH_DIR, "prefault_baseline.c")
-    os.makedirs(common.BUILD_DIR, exist_ok=True)
-    exe = os.path.join(common.BUILD_DIR, "prefault_baseline")
-    if os.path.exists(exe) and os.path.getmtime(exe) >= os.path.getmtime(src):
-        return exe
-    r = subprocess.run([cc, "-O2", "-pthread", "-o", exe + ".tmp", src],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        raise Skip("cc failed on prefault_baseline.c: %s" % r.stderr.strip()[-300:])
-    os.replace(exe + ".tmp", exe)
-    return exe
+    return common.build_c("prefault_baseline")
 
 
 def c_baseline(exe: str, size: int, kind: str, threads: int) -> Dict[str, float]:
