@@ -62,11 +62,11 @@ def describe(mf: Any, cpus: int, nodes: int, gpus: int) -> Dict[str, Any]:
     for g in range(gpus):
         n = g * nodes // max(gpus, 1)
         bus = 0x10 + g * 8
-        devs.append(mf.pci("0000:%02x:00.0" % bus, 0x10DE, 0x2330, 0x030200, n))
-        devs.append(mf.pci("0000:%02x:00.0" % (bus + 1), 0x15B3, 0x1021, 0x020000, n))
+        devs.append(mf.pci(f"0000:{bus:02x}:00.0", 0x10DE, 0x2330, 0x030200, n))
+        devs.append(mf.pci(f"0000:{bus + 1:02x}:00.0", 0x15B3, 0x1021, 0x020000, n))
     return mf.base(
-        "bench-%dcpu-%dnode" % (cpus, nodes),
-        source="bench/gen_topology.py: %d CPUs, %d nodes, %d GPUs" % (cpus, nodes, gpus),
+        f"bench-{cpus}cpu-{nodes}node",
+        source=f"bench/gen_topology.py: {cpus} CPUs, {nodes} nodes, {gpus} GPUs",
         topo=topo, nodes=desc_nodes, distance=dist, pci=devs, nvidia_proc=True)
 
 
@@ -110,7 +110,7 @@ def _add_hwloc_files(mf: Any, files: Dict[str, bytes], m: Dict[str, Any],
             d = rel[: -len("shared_cpu_list")]
             add[d + "shared_cpu_map"] = (mask(data.decode().strip()) + "\n").encode()
             level = int(files[d + "level"].decode())
-            add[d + "size"] = b"%dK\n" % _CACHE_KB.get(level, 1024)
+            add[d + "size"] = f"{_CACHE_KB.get(level, 1024)}K\n".encode()
             add[d + "coherency_line_size"] = b"64\n"
             add[d + "ways_of_associativity"] = b"16\n"
             add[d + "physical_line_partition"] = b"1\n"

@@ -43,8 +43,8 @@ def run(*, rounds: int, log: Callable[[str], None] = common.log) -> Section:
         probe = common.build_c("rss_probe")
     except Skip as e:
         probe = ""
-        sec.notes.append("peak RSS not measured: %s (rss_probe.c explains why a small "
-                         "launcher is needed)" % e)
+        sec.notes.append(f"peak RSS not measured: {e} (rss_probe.c explains why a small "
+                         "launcher is needed)")
 
     def whole(*args: str) -> Callable[[], Dict[str, float]]:
         argv = common.python_argv(*args)
@@ -59,7 +59,7 @@ def run(*, rounds: int, log: Callable[[str], None] = common.log) -> Section:
             r.check("rss_probe " + " ".join(args))
             kb, secs, rc = r.stdout.decode().split()
             if int(rc) != 0:
-                raise RuntimeError("%s exited %s: %s" % (" ".join(args), rc,
+                raise RuntimeError("{} exited {}: {}".format(" ".join(args), rc,
                                                          r.stderr.decode()[-300:]))
             return {"ms": float(secs) * 1e3, "rss": float(kb)}
         return fn
@@ -72,7 +72,7 @@ def run(*, rounds: int, log: Callable[[str], None] = common.log) -> Section:
         (imp, whole("-c", "import numa_utils")),
         (status, whole("-m", "numa_utils", "status")),
     ]
-    log("import: %d contenders x %d rounds" % (len(contenders), rounds))
+    log(f"import: {len(contenders)} contenders x {rounds} rounds")
     samples, skipped = common.alternate(contenders, rounds, log=log)
     for name, why in skipped.items():
         sec.skip_contender(name, why)
@@ -118,9 +118,9 @@ def run(*, rounds: int, log: Callable[[str], None] = common.log) -> Section:
     if extra:
         top = sorted(extra.items(), key=lambda kv: -statistics.median(kv[1]))
         sec.notes.append("modules numa_utils imports that `python -c pass` does not (median "
-                         "self us): " + ", ".join("%s %d" % (m, statistics.median(v))
+                         "self us): " + ", ".join(f"{m} {statistics.median(v)}"
                                                   for m, v in top[:12])
-                         + (" (+%d more)" % (len(top) - 12) if len(top) > 12 else ""))
+                         + (f" (+{len(top) - 12} more)" if len(top) > 12 else ""))
     sec.notes.append("wall times are whole processes (fork to reap); RSS is ru_maxrss of "
                      "the reaped child, per process")
     return sec

@@ -32,7 +32,7 @@ class Helper:
         if not line:
             err = self.p.stderr.read().decode() if self.p.stderr else ""
             self.p.wait()
-            raise Skip("VMA helper failed: %s" % err.strip().splitlines()[-1:])
+            raise Skip(f"VMA helper failed: {err.strip().splitlines()[-1:]}")
         pid, addr, length, count = (int(x) for x in line.split())
         self.pid, self.addr, self.length, self.vmas = pid, addr, length, count
 
@@ -52,19 +52,19 @@ def _whole(argv: List[str], env: Optional[Dict[str, str]] = None,
         r = common.spawn(argv, cwd=common.ROOT, env=env)
         if r.rc != 0:
             tail = r.stderr.decode(errors="replace").strip().splitlines()[-1:]
-            raise Skip("%s exited %d: %s" % (what or argv[0], r.rc, " ".join(tail)))
+            raise Skip(f"{what or argv[0]} exited {r.rc}: {' '.join(tail)}")
         return {"s": r.seconds}
     return fn
 
 
 def run(*, vmas: int, rounds: int, log: Callable[[str], None] = common.log) -> Section:
-    sec = Section("maps", "2. numa_maps with %d VMAs" % vmas)
+    sec = Section("maps", f"2. numa_maps with {vmas} VMAs")
     nu = common.numa_utils()
     env = common.child_env()
     helper = Helper(vmas)
     try:
         pid = helper.pid
-        text = open("/proc/%d/numa_maps" % pid).read()
+        text = open(f"/proc/{pid}/numa_maps").read()
         nlines = text.count("\n")
         sec.params = {"vmas_in_helper": helper.vmas, "numa_maps_lines": nlines,
                       "numa_maps_bytes": len(text), "region": common.fmt_size(REGION),
@@ -83,8 +83,8 @@ def run(*, vmas: int, rounds: int, log: Callable[[str], None] = common.log) -> S
         probe = common.spawn(common.python_argv("-m", "numa_utils", "maps", "--help"),
                              cwd=common.ROOT, env=env)
         if probe.rc != 0:
-            why = "no `maps` subcommand in this checkout (%s)" % " ".join(
-                probe.stderr.decode(errors="replace").strip().splitlines()[-1:])
+            why = "no `maps` subcommand in this checkout ({})".format(" ".join(
+                probe.stderr.decode(errors="replace").strip().splitlines()[-1:]))
             sec.skip_contender(maps_name, why)
             sec.skip_contender(json_name, why)
         else:
@@ -99,7 +99,7 @@ def run(*, vmas: int, rounds: int, log: Callable[[str], None] = common.log) -> S
 
         def read_raw() -> Dict[str, float]:
             t0 = time.perf_counter()
-            with open("/proc/%d/numa_maps" % pid, "rb") as f:
+            with open(f"/proc/{pid}/numa_maps", "rb") as f:
                 f.read()
             return {"s": time.perf_counter() - t0}
         contenders.append((read_name, read_raw))
@@ -114,7 +114,7 @@ def run(*, vmas: int, rounds: int, log: Callable[[str], None] = common.log) -> S
             except NotImplementedError as e:
                 raise Skip("numa_utils.placement is a stub in this checkout") from e
             except TypeError as e:
-                raise Skip("placement(addr, length, pid=PID) not accepted: %s" % e) from e
+                raise Skip(f"placement(addr, length, pid=PID) not accepted: {e}") from e
             dt = time.perf_counter() - t0
             got["placement"] = res
             return {"s": dt}
@@ -133,8 +133,8 @@ def run(*, vmas: int, rounds: int, log: Callable[[str], None] = common.log) -> S
             return {"s": dt, "lines/s": nlines / dt}
         contenders.append((parse_name, parse))
 
-        log("maps: helper pid with %d VMAs, %d contenders x %d rounds"
-            % (helper.vmas, len(contenders), rounds))
+        log(f"maps: helper pid with {helper.vmas} VMAs, {len(contenders)} contenders x "
+            f"{rounds} rounds")
         samples, skipped = common.alternate(contenders, rounds, log=log)
     finally:
         helper.close()
@@ -145,12 +145,11 @@ def run(*, vmas: int, rounds: int, log: Callable[[str], None] = common.log) -> S
             sec.row(name, "s", samples[name])
     if parse_name in samples:
         sec.row(parse_name, "lines/s", samples[parse_name],
-                note="%s entries from %d lines" % (got.get("entries"), nlines))
+                note=f"{got.get('entries')} entries from {nlines} lines")
     if "placement" in got:
         p = got["placement"]
-        sec.notes.append("placement() of the %s region returned %s"
-                         % (common.fmt_size(REGION), p if not isinstance(p, dict) else
-                            {k: v for k, v in sorted(p.items())}))
+        shown = dict(sorted(p.items())) if isinstance(p, dict) else p
+        sec.notes.append(f"placement() of the {common.fmt_size(REGION)} region returned {shown}")
 
     def cmp(a: str, b: str, label: str, target: Optional[str] = None,
             ok: Optional[Callable[[float], bool]] = None) -> None:

@@ -38,7 +38,7 @@ def _whole(argv: List[str], env: Dict[str, str], what: str) -> Callable[[], Dict
         r = common.spawn(argv, cwd=common.ROOT, env=env)
         if r.rc != 0:
             tail = r.stderr.decode(errors="replace").strip().splitlines()[-1:]
-            raise Skip("%s exited %d: %s" % (what, r.rc, " ".join(tail)))
+            raise Skip(f"{what} exited {r.rc}: {' '.join(tail)}")
         return {"s": r.seconds}
     return fn
 
@@ -54,12 +54,12 @@ def run(*, rounds: int, quick: bool = False,
         trees: List[Tuple[int, str]] = []
         for cpus, nodes, gpus in shapes:
             t0 = time.perf_counter()
-            dest = os.path.join(scratch, "cpu%d" % cpus)
+            dest = os.path.join(scratch, f"cpu{cpus}")
             shape = gen_topology.write_tree(dest, cpus, nodes, gpus)
-            log("topology: wrote %d CPUs / %d nodes / %d GPUs (%d files) in %.1f s"
-                % (cpus, nodes, gpus, shape["files"], time.perf_counter() - t0))
-            sec.params["tree_%d" % cpus] = "%d nodes, %d GPUs, %d files" % (
-                nodes, gpus, shape["files"])
+            files = shape["files"]
+            log(f"topology: wrote {cpus} CPUs / {nodes} nodes / {gpus} GPUs ({files} files) "
+                f"in {time.perf_counter() - t0:.1f} s")
+            sec.params[f"tree_{cpus}"] = f"{nodes} nodes, {gpus} GPUs, {files} files"
             trees.append((cpus, dest))
         sec.params["rounds"] = rounds
         sec.params["tree_folder"] = "tmpfs" if scratch.startswith("/dev/shm") else "tempdir"
@@ -72,14 +72,14 @@ def run(*, rounds: int, quick: bool = False,
                 t0 = time.perf_counter()
                 nu.read_topology(backend=nu.LinuxBackend(dest))
                 return {"s": time.perf_counter() - t0}
-            n = names["read", cpus] = "read_topology() in-process, %d CPUs" % cpus
+            n = names["read", cpus] = f"read_topology() in-process, {cpus} CPUs"
             contenders.append((n, read))
-            n = names["status", cpus] = "numa_utils status --json --root, %d CPUs" % cpus
+            n = names["status", cpus] = f"numa_utils status --json --root, {cpus} CPUs"
             contenders.append((n, _whole(common.python_argv(
                 "-m", "numa_utils", "status", "--json", "--root", dest), env,
                 "numa_utils status")))
-            n = names["lstopo", cpus] = "lstopo-no-graphics (HWLOC_FSROOT), %d CPUs" % cpus
-            n2 = names["xml", cpus] = "lstopo-no-graphics --input --of xml, %d CPUs" % cpus
+            n = names["lstopo", cpus] = f"lstopo-no-graphics (HWLOC_FSROOT), {cpus} CPUs"
+            n2 = names["xml", cpus] = f"lstopo-no-graphics --input --of xml, {cpus} CPUs"
             if lstopo:
                 contenders.append((n, _whole([lstopo], dict(env, HWLOC_FSROOT=dest),
                                              "lstopo-no-graphics")))
@@ -89,7 +89,7 @@ def run(*, rounds: int, quick: bool = False,
                 why = "lstopo-no-graphics not found (Debian package hwloc)"
                 sec.skip_contender(n, why)
                 sec.skip_contender(n2, why)
-        log("topology: %d contenders x %d rounds" % (len(contenders), rounds))
+        log(f"topology: {len(contenders)} contenders x {rounds} rounds")
         samples, skipped = common.alternate(contenders, rounds, log=log)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -106,11 +106,11 @@ def run(*, rounds: int, quick: bool = False,
 
     for cpus, _ in trees:
         cmp(names["status", cpus], names["lstopo", cpus],
-            "status --json / lstopo, %d CPUs" % cpus, "<= 1.0", lambda x: x <= 1.0)
+            f"status --json / lstopo, {cpus} CPUs", "<= 1.0", lambda x: x <= 1.0)
         cmp(names["status", cpus], names["xml", cpus],
-            "status --json / lstopo --of xml, %d CPUs" % cpus)
+            f"status --json / lstopo --of xml, {cpus} CPUs")
         cmp(names["read", cpus], names["lstopo", cpus],
-            "read_topology() / lstopo, %d CPUs" % cpus)
+            f"read_topology() / lstopo, {cpus} CPUs")
 
     # Growth: cost per CPU at the large size over the small one (1.0 = linear).
     (small, _), (large, _) = trees[0], trees[-1]
@@ -122,11 +122,11 @@ def run(*, rounds: int, quick: bool = False,
             continue
         for cpus in (small, large):
             s = common.summary(samples[names[kind, cpus]], "s")
-            sec.value_row("%s per CPU, %d CPUs" % (label, cpus), "us/CPU",
+            sec.value_row(f"{label} per CPU, {cpus} CPUs", "us/CPU",
                           [x / cpus * 1e6 for x in s["samples"]])
         per = [None if x is None else {"c": x["s"] / large} for x in samples[a]]
         base = [None if x is None else {"c": x["s"] / small} for x in samples[b]]
-        sec.compare("%s per-CPU cost, %d / %d CPUs" % (label, large, small), "time/CPU",
+        sec.compare(f"{label} per-CPU cost, {large} / {small} CPUs", "time/CPU",
                     per, base, key="c",
                     target="<= 1.25 (linear)" if target else None,
                     ok=(lambda x: x <= 1.25) if target else None)

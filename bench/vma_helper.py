@@ -38,8 +38,8 @@ def main() -> int:
     def protect(addr: int, length: int, prot: int) -> None:
         if libc.mprotect(addr, length, prot) != 0:
             e = ctypes.get_errno()
-            raise OSError(e, "mprotect: %s (vm.max_map_count too low for %d VMAs?)"
-                          % (os.strerror(e), n))
+            raise OSError(e, f"mprotect: {os.strerror(e)} (vm.max_map_count too low "
+                             f"for {n} VMAs?)")
 
     guard = get(region + page)
     protect(guard, page, 0)     # PROT_NONE (the mmap module has no name for it)
@@ -51,7 +51,7 @@ def main() -> int:
         protect(big + i * page, page, mmap.PROT_READ)
     with open("/proc/self/maps") as f:
         vmas = sum(1 for _ in f)
-    sys.stdout.write("%d %d %d %d\n" % (os.getpid(), addr, region, vmas))
+    sys.stdout.write(f"{os.getpid()} {addr} {region} {vmas}\n")
     sys.stdout.flush()
     sys.stdin.read()                          # until the parent closes our stdin
     return 0
