@@ -38,6 +38,7 @@ def run(*, rounds: int, log: Callable[[str], None] = common.log) -> Section:
     env = common.child_env()
     nu = common.numa_utils()
     sec.params = {"rounds": rounds, "numa_utils": getattr(nu, "__version__", "?")}
+    sec.params["numa_utils_bytecode"] = common.warm_bytecode()
 
     try:
         probe = common.build_c("rss_probe")

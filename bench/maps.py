@@ -69,6 +69,7 @@ def run(*, vmas: int, rounds: int, log: Callable[[str], None] = common.log) -> S
         sec.params = {"vmas_in_helper": helper.vmas, "numa_maps_lines": nlines,
                       "numa_maps_bytes": len(text), "region": common.fmt_size(REGION),
                       "rounds": rounds}
+        sec.params["numa_utils_bytecode"] = common.warm_bytecode()
         contenders: List[Tuple[str, Callable[[], Dict[str, float]]]] = []
 
         numastat = common.which("numastat")

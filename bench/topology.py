@@ -62,6 +62,7 @@ def run(*, rounds: int, quick: bool = False,
             sec.params[f"tree_{cpus}"] = f"{nodes} nodes, {gpus} GPUs, {files} files"
             trees.append((cpus, dest))
         sec.params["rounds"] = rounds
+        sec.params["numa_utils_bytecode"] = common.warm_bytecode()
         sec.params["tree_folder"] = "tmpfs" if scratch.startswith("/dev/shm") else "tempdir"
 
         env = common.child_env()
