@@ -35,7 +35,7 @@ def _run_one(name: str, args: argparse.Namespace) -> Section:
     if name == "maps":
         from . import maps
         return maps.run(vmas=args.vmas or (10000 if args.quick else 60000),
-                        rounds=_rounds(args, 15, 3))
+                        rounds=_rounds(args, 7, 3))
     if name == "topology":
         from . import topology
         return topology.run(rounds=_rounds(args, 9, 2), quick=args.quick)
@@ -117,7 +117,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sections.append(sec.to_json())
         report.clear()
         report.update(command=cmd.strip(), started=started, machine=machine,
-                      seconds=time.perf_counter() - t0, sections=sections)
+                      seconds=time.perf_counter() - t0, sections=sections,
+                      loadavg_end=" ".join(f"{x:.2f}" for x in os.getloadavg()))
         write()          # after each benchmark: a crash later keeps what was measured
     jpath, mpath = write()
     common.log(f"wrote {os.path.relpath(jpath)} and {os.path.relpath(mpath)}")

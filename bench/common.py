@@ -286,6 +286,7 @@ def machine_info() -> Dict[str, Any]:
         "python": platform.python_version(),
         "thp": _read("/sys/kernel/mm/transparent_hugepage/enabled").strip(),
         "shmem_thp": _read("/sys/kernel/mm/transparent_hugepage/shmem_enabled").strip(),
+        "loadavg_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
     try:
         info["commit"] = subprocess.run(
@@ -341,6 +342,10 @@ def render_markdown(report: Dict[str, Any]) -> str:
                    m["numa_nodes_online"], m["kernel"], m["arch"], m["python"],
                    m["thp"] or "-", m["shmem_thp"] or "-", m["commit"] or "-",
                    m["numa_utils_version"], report["command"], _fmt(report["seconds"])))
+    out.append("")
+    start, end = m.get("loadavg_start", "?"), report.get("loadavg_end", "?")
+    out.append(f"Load average (1/5/15 min) at start {start}, at end {end}: other work shares "
+               "this machine; the alternation and per-round ratios are there for that.")
     out.append("")
     out.append("Contenders alternate (A B C, C B A, ...); min/median/max over rounds. "
                "Ratios are A/B of the metric shown: the ratio of medians, and the median "
