@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# ruff: noqa: UP031  (printf-style on purpose: it mirrors the kernel's formats)
 """Save the parts of /sys and /proc that numa_utils reads into a fixture folder.
 
 Usage:
@@ -72,7 +73,7 @@ class Gatherer:
         try:
             names = os.listdir(path)
         except OSError as exc:
-            self.notes.append((rel + "/", "not listable: %s" % _why(exc)))
+            self.notes.append((rel + "/", f"not listable: {_why(exc)}"))
             return []
         if pattern is not None:
             names = [n for n in names if re.match(pattern, n)]
@@ -95,7 +96,7 @@ class Gatherer:
         try:
             data = _read_bytes(path)
         except OSError as exc:
-            self.notes.append((rel, "unreadable: %s" % _why(exc)))
+            self.notes.append((rel, f"unreadable: {_why(exc)}"))
             return False
         dest = os.path.join(self.out_root, dest_rel or rel)
         os.makedirs(os.path.dirname(dest), exist_ok=True)
@@ -108,47 +109,47 @@ class Gatherer:
     def gather(self, self_status=True):
         node = "sys/devices/system/node"
         for name in NODE_FILES:
-            self.copy("%s/%s" % (node, name))
+            self.copy(f"{node}/{name}")
         for name in self.listdir(node, r"^node\d+$"):
-            base = "%s/%s" % (node, name)
+            base = f"{node}/{name}"
             for f in NODE_DIR_FILES:
-                self.copy("%s/%s" % (base, f))
+                self.copy(f"{base}/{f}")
             hp = base + "/hugepages"
             for size in self.listdir(hp, r"^hugepages-\d+kB$"):
                 for f in HUGEPAGE_NODE_FILES:
-                    self.copy("%s/%s/%s" % (hp, size, f))
+                    self.copy(f"{hp}/{size}/{f}")
 
         cpu = "sys/devices/system/cpu"
         for name in CPU_FILES:
-            self.copy("%s/%s" % (cpu, name))
+            self.copy(f"{cpu}/{name}")
         for name in self.listdir(cpu, r"^cpu\d+$"):
-            base = "%s/%s" % (cpu, name)
+            base = f"{cpu}/{name}"
             self.copy(base + "/online")
             for f in CPU_TOPOLOGY_FILES:
-                self.copy("%s/topology/%s" % (base, f))
+                self.copy(f"{base}/topology/{f}")
             for idx in self.listdir(base + "/cache", r"^index\d+$"):
                 for f in CPU_CACHE_FILES:
-                    self.copy("%s/cache/%s/%s" % (base, idx, f))
+                    self.copy(f"{base}/cache/{idx}/{f}")
 
         pci = "sys/bus/pci/devices"
         for addr in self.listdir(pci, r"^[0-9a-fA-F]{4,}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$"):
             # The entries are symlinks into sys/devices/pci*/; saved as plain
             # directories under the same sys/bus/pci/devices/<address>/ name.
-            if not self.inside("%s/%s" % (pci, addr)):
-                self.notes.append(("%s/%s" % (pci, addr), "skipped: resolves outside the root"))
+            if not self.inside(f"{pci}/{addr}"):
+                self.notes.append((f"{pci}/{addr}", "skipped: resolves outside the root"))
                 continue
             for f in PCI_FILES:
-                self.copy("%s/%s/%s" % (pci, addr, f))
+                self.copy(f"{pci}/{addr}/{f}")
 
         for rel in SYS_FILES:
             self.copy(rel)
         hp = "sys/kernel/mm/hugepages"
         for size in self.listdir(hp, r"^hugepages-\d+kB$"):
             for f in HUGEPAGE_GLOBAL_FILES:
-                self.copy("%s/%s/%s" % (hp, size, f))
+                self.copy(f"{hp}/{size}/{f}")
         wi = "sys/kernel/mm/mempolicy/weighted_interleave"
         for name in self.listdir(wi, r"^node\d+$"):
-            self.copy("%s/%s" % (wi, name))
+            self.copy(f"{wi}/{name}")
 
         for rel in PROC_FILES:
             self.copy(rel)
@@ -158,7 +159,7 @@ class Gatherer:
             self.copy("proc/self/status", quiet_missing=False)
         nv = "proc/driver/nvidia/gpus"
         for bus in self.listdir(nv):
-            self.copy("%s/%s/information" % (nv, bus))
+            self.copy(f"{nv}/{bus}/information")
 
 
 def _natural(name):
@@ -189,7 +190,7 @@ def _read_bytes(path):
 
 def _first_line(path, prefixes):
     try:
-        with open(path, "r", errors="replace") as fh:
+        with open(path, errors="replace") as fh:
             for line in fh:
                 for p in prefixes:
                     if line.lower().startswith(p.lower()):
@@ -201,7 +202,7 @@ def _first_line(path, prefixes):
 
 def _text(path):
     try:
-        with open(path, "r", errors="replace") as fh:
+        with open(path, errors="replace") as fh:
             return fh.read().strip().replace("\0", "")
     except OSError:
         return None
@@ -209,7 +210,7 @@ def _text(path):
 
 def write_source(outdir, g, running, argv):
     lines = ["# Source", ""]
-    lines.append("Gathered with `python3 tools/gather.py%s` on %s." % (
+    lines.append("Gathered with `python3 tools/gather.py{}` on {}.".format(
         "" if running else " --root <tree>",
         time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())))
     lines.append("")
@@ -217,33 +218,33 @@ def write_source(outdir, g, running, argv):
         u = os.uname()
         lines.append("From the running system:")
         lines.append("")
-        lines.append("- uname: `%s <host> %s %s %s`" % (u.sysname, u.release, u.version, u.machine))
+        lines.append(f"- uname: `{u.sysname} <host> {u.release} {u.version} {u.machine}`")
     else:
         lines.append("From a filesystem root given with --root (its path is not recorded); "
                      "kernel facts below come from that tree.")
         lines.append("")
         rel = _text(g.src("proc/sys/kernel/osrelease"))
         if rel:
-            lines.append("- kernel release: `%s`" % rel)
+            lines.append(f"- kernel release: `{rel}`")
     ver = _text(g.src("proc/version"))
     if ver:
-        lines.append("- /proc/version: `%s`" % ver)
+        lines.append(f"- /proc/version: `{ver}`")
     if running:
         model = _first_line("/proc/cpuinfo", ("model name", "cpu\t", "Hardware", "machine"))
         if model:
-            lines.append("- CPU: `%s`" % model)
+            lines.append(f"- CPU: `{model}`")
         for f in ("sys_vendor", "product_name"):
             v = _text("/sys/class/dmi/id/" + f)
             if v:
-                lines.append("- DMI %s: `%s`" % (f, v))
-    lines.append("- python: `%s`" % sys.version.split()[0])
+                lines.append(f"- DMI {f}: `{v}`")
+    lines.append(f"- python: `{sys.version.split()[0]}`")
     lines.append("- files copied: %d" % g.copied)
     lines.append("")
     if g.notes:
         lines.append("## Skipped")
         lines.append("")
         for rel, why in g.notes:
-            lines.append("- `%s`: %s" % (rel, why))
+            lines.append(f"- `{rel}`: {why}")
         lines.append("")
     with open(os.path.join(outdir, "SOURCE.md"), "w") as fh:
         fh.write("\n".join(lines))
@@ -264,10 +265,10 @@ def main(argv=None):
 
     out_root = os.path.join(args.outdir, "root")
     if os.path.exists(out_root) and not args.force:
-        sys.stderr.write("gather.py: %s exists; use --force to add to it\n" % out_root)
+        sys.stderr.write(f"gather.py: {out_root} exists; use --force to add to it\n")
         return 2
     if not os.path.isdir(args.root):
-        sys.stderr.write("gather.py: root %s is not a directory\n" % args.root)
+        sys.stderr.write(f"gather.py: root {args.root} is not a directory\n")
         return 2
     os.makedirs(out_root, exist_ok=True)
     running = os.path.realpath(args.root) == "/"
@@ -277,7 +278,7 @@ def main(argv=None):
     sys.stdout.write("gather.py: %d files into %s, %d skipped (see SOURCE.md)\n"
                      % (g.copied, out_root, len(g.notes)))
     for rel, why in g.notes:
-        sys.stdout.write("  %s: %s\n" % (rel, why))
+        sys.stdout.write(f"  {rel}: {why}\n")
     return 0
 
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# ruff: noqa: UP031  (printf-style on purpose: it mirrors the kernel's formats)
 """Write the synthetic fixtures under fake_sysfs/ from machine descriptions.
 
 Each machine below is plain data (CPUs, nodes, memory, distances, PCI devices,
@@ -237,7 +238,8 @@ def four_node_asym():
                                  [12, 10, 30, 20],
                                  [20, 30, 10, 12],
                                  [31, 20, 12, 10]])
-    devs = [pci("0000:00:00.0", 0x1022, 0x14A4, 0x060000, 0),       # AMD host bridge: 0x1022 != 0x1002
+    # AMD's host bridges use vendor 0x1022, not 0x1002: not GPUs.
+    devs = [pci("0000:00:00.0", 0x1022, 0x14A4, 0x060000, 0),
             pci("0000:41:00.0", 0x1002, 0x740F, 0x038000, 1),       # MI210, display-other class
             pci("0000:41:00.1", 0x1002, 0xAB28, 0x040300, 1),       # AMD HD audio: not a GPU
             pci("0000:c1:00.0", 0x1002, 0x740F, 0x038000, 3),
@@ -314,7 +316,7 @@ def cxl_memory_node():
                               [50, 60, 10]])
     devs = [pci("0000:00:00.0", 0x1022, 0x14A4, 0x060000, 0),
             pci("0000:c1:00.0", 0x10DE, 0x26B9, 0x030200, 1),       # L40S
-            pci("0000:41:00.0", 0x8086, 0x0D93, 0x050210, 0),       # CXL Type-3 memory device, Intel vendor
+            pci("0000:41:00.0", 0x8086, 0x0D93, 0x050210, 0),       # CXL Type-3 memory, Intel
             pci("0000:03:00.0", 0x1A03, 0x2000, 0x030000, 0)]
     return base(
         "cxl-memory-node",
@@ -453,7 +455,7 @@ def gpu_numa_unknown():
             pci("0000:00:05.0", 0x10DE, 0x20B2, 0x030200, -1),      # A100, node unknown
             pci("0000:00:06.0", 0x10DE, 0x20B2, 0x030200, -1),
             pci("0000:00:07.0", 0x10DE, 0x20B2, 0x030200, -1,
-                local=list(range(16, 32))),                          # unknown node, one socket local
+                local=list(range(16, 32))),         # unknown node, one socket local
             pci("0000:80:00.0", 0x10DE, 0x20B2, 0x030200, 1)]
     return base(
         "gpu-numa-unknown",
@@ -652,9 +654,10 @@ def expected(m, r):
     for dev in sorted(m["pci"], key=lambda d: d["address"]):
         if not is_gpu(dev):
             continue
-        gpus.append({"address": dev["address"], "vendor": "0x%04x" % dev["vendor"],
+        gpus.append({"address": dev["address"], "vendor": "0x{:04x}".format(dev["vendor"]),
                      "vendor_name": VENDOR_NAMES[dev["vendor"]],
-                     "device": "0x%04x" % dev["device"], "class": "0x%06x" % dev["class"],
+                     "device": "0x{:04x}".format(dev["device"]),
+                     "class": "0x{:06x}".format(dev["class"]),
                      "numa_node": dev["numa_node"], "local_cpus": pci_local(m, r, dev)})
     return {
         "nodes": nodes_out,
@@ -819,7 +822,7 @@ def proc_status(m, r):
             ("Mems_allowed", fmt_mask(mems, m["max_numnodes"])),
             ("Mems_allowed_list", fmt_list(mems)),
             ("voluntary_ctxt_switches", "12"), ("nonvoluntary_ctxt_switches", "3")]
-    return "".join("%s:\t%s\n" % kv for kv in rows)
+    return "".join("{}:\t{}\n".format(*kv) for kv in rows)
 
 
 def nvidia_information(dev, minor):
@@ -846,7 +849,7 @@ def build_tree(m, r, root):
     ND = "sys/devices/system/node"
     if m["node_dir"]:
         def nodefile(rel, text):
-            t.line("%s/%s" % (ND, rel), text, nul=rel.split("/")[-1] in m["nul_files"])
+            t.line(f"{ND}/{rel}", text, nul=rel.split("/")[-1] in m["nul_files"])
         nodefile("online", fmt_list(r["online_nodes"]))
         nodefile("possible", fmt_list(r["possible_nodes"]))
         nodefile("has_cpu", fmt_list(r["with_cpus"]))
@@ -860,15 +863,15 @@ def build_tree(m, r, root):
             if m["node_cpulist"]:
                 nodefile(d + "/cpulist", fmt_list(r["node_cpus"][n]))
             nodefile(d + "/cpumap", fmt_mask(r["node_cpus"][n], bits))
-            t.put("%s/%s/meminfo" % (ND, d),
+            t.put(f"{ND}/{d}/meminfo",
                   node_meminfo(n, nd["total"], nd["free"],
                                nd["hugepages"].get(m["default_hugepage_kb"], (0, 0, 0)))
                   if m["node_cpulist"] else old_node_meminfo(n, nd["total"], nd["free"]))
             nodefile(d + "/distance",
                      " ".join(str(m["distance"][(n, b)]) for b in r["online_nodes"]))
-            t.put("%s/%s/numastat" % (ND, d), numastat(n, nd["total"]))
+            t.put(f"{ND}/{d}/numastat", numastat(n, nd["total"]))
             if m["node_cpulist"]:
-                t.put("%s/%s/vmstat" % (ND, d), node_vmstat(n, nd["total"], nd["free"]))
+                t.put(f"{ND}/{d}/vmstat", node_vmstat(n, nd["total"], nd["free"]))
             if m["node_hugepages"]:
                 for size, (tot, free, sur) in sorted(nd["hugepages"].items()):
                     hd = "%s/%s/hugepages/hugepages-%dkB" % (ND, d, size)
@@ -881,7 +884,8 @@ def build_tree(m, r, root):
     t.line(CD + "/present", fmt_list(r["present"]))
     t.line(CD + "/online", fmt_list(r["online"]))
     t.line(CD + "/offline", fmt_list(set(r["possible"]) - on))
-    t.line(CD + "/kernel_max", str(max(r["nr_cpu_ids"], 8192 if m["arch"] == "x86_64" else 4096) - 1))
+    nr_cpus = 8192 if m["arch"] == "x86_64" else 4096
+    t.line(CD + "/kernel_max", str(max(r["nr_cpu_ids"], nr_cpus) - 1))
     for c in r["present"]:
         d = "%s/cpu%d" % (CD, c)
         if c != 0 or m["cpu0_online_file"]:
@@ -905,24 +909,24 @@ def build_tree(m, r, root):
     PD = "sys/bus/pci/devices"
     minor = 0
     for dev in sorted(m["pci"], key=lambda x: x["address"]):
-        d = "%s/%s" % (PD, dev["address"])
+        d = "{}/{}".format(PD, dev["address"])
         local = pci_local(m, r, dev)
-        t.line(d + "/vendor", "0x%04x" % dev["vendor"])
-        t.line(d + "/device", "0x%04x" % dev["device"])
-        t.line(d + "/class", "0x%06x" % dev["class"])
+        t.line(d + "/vendor", "0x{:04x}".format(dev["vendor"]))
+        t.line(d + "/device", "0x{:04x}".format(dev["device"]))
+        t.line(d + "/class", "0x{:06x}".format(dev["class"]))
         t.line(d + "/numa_node", str(dev["numa_node"]))
         if m["pci_cpulist"]:
             t.line(d + "/local_cpulist", fmt_list(local))
         t.line(d + "/local_cpus", fmt_mask(local, bits))
         if m["nvidia_proc"] and is_gpu(dev) and dev["vendor"] == 0x10DE:
-            t.put("proc/driver/nvidia/gpus/%s/information" % dev["address"],
+            t.put("proc/driver/nvidia/gpus/{}/information".format(dev["address"]),
                   nvidia_information(dev, minor))
             minor += 1
 
     if m["thp"] is not None:
         modes = ["always", "madvise", "never"]
         t.line("sys/kernel/mm/transparent_hugepage/enabled",
-               " ".join("[%s]" % x if x == m["thp"] else x for x in modes))
+               " ".join(f"[{x}]" if x == m["thp"] else x for x in modes))
         t.line("sys/kernel/mm/transparent_hugepage/defrag",
                "always defer defer+madvise [madvise] never")
     for size, (tot, free, sur) in sorted(r["ghp"].items()):
@@ -945,8 +949,8 @@ def build_tree(m, r, root):
     t.put("proc/self/status", proc_status(m, r))
     t.line("proc/sys/kernel/osrelease", m["kernel"])
     t.line("proc/sys/kernel/ostype", "Linux")
-    t.line("proc/version", "Linux version %s (synthetic fixture from tools/make_fixtures.py)"
-           % m["kernel"])
+    t.line("proc/version", "Linux version {} (synthetic fixture from tools/make_fixtures.py)"
+           .format(m["kernel"]))
     return t
 
 
@@ -1003,7 +1007,7 @@ def main(argv=None):
     known = [m["name"] for m in machines]
     for n in args.names:
         if n not in known:
-            ap.error("unknown fixture %r (known: %s)" % (n, ", ".join(known)))
+            ap.error("unknown fixture {!r} (known: {})".format(n, ", ".join(known)))
     bad = 0
     for m in machines:
         if args.names and m["name"] not in args.names:
@@ -1012,7 +1016,7 @@ def main(argv=None):
         folder = os.path.join(args.out, m["name"])
         if args.check:
             if on_disk(folder) != files:
-                print("differs: %s" % m["name"])
+                print("differs: {}".format(m["name"]))
                 bad += 1
             continue
         if os.path.isdir(folder):

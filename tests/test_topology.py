@@ -1,0 +1,153 @@
+"""The topology reader against every fixture's expected.json, and against broken trees."""
+import json
+import os
+import shutil
+
+import pytest
+from conftest import FIXTURES, FIXTURES_DIR, fixture_root, nu
+
+
+def _read(name_or_root):
+    root = name_or_root if os.path.isdir(name_or_root) else fixture_root(name_or_root)
+    return nu.read_topology(backend=nu.LinuxBackend(root))
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_fixture_matches_expected_json(name):
+    expected = json.loads((FIXTURES_DIR / name / "expected.json").read_text())
+    got = nu.to_json(_read(name))
+    problems = got.pop("problems")
+    expected.pop("problems", None)
+    assert problems == [], problems
+    assert got == expected
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_fixture_has_source_md(name):
+    assert (FIXTURES_DIR / name / "SOURCE.md").stat().st_size > 0
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_topology_invariants(name):
+    t = _read(name)
+    json.dumps(nu.to_json(t))            # JSON-serialisable through one function
+    for n in t.nodes.values():
+        assert isinstance(n.cpus, frozenset)
+        for c in n.cpus:
+            assert t.node_of_cpu(c) == n.id
+        if t.has_node_dir and len(t.nodes) > 1:
+            assert n.distances[n.id] == 10
+    assert t.nodes_with_memory <= t.online_nodes <= t.possible_nodes
+    assert t.allowed_cpus <= frozenset(t.cpus)
+    for g in t.gpus:
+        assert g.vendor in nu.GPU_VENDORS
+
+
+def test_sparse_ids_are_not_assumed_contiguous():
+    t = _read("sparse-ids")
+    assert t.online_nodes == frozenset({0, 8, 250, 251, 252, 253, 254, 255})
+    assert set(t.nodes[8].distances) == set(t.online_nodes)
+
+
+def test_no_node_dir_is_one_node_with_everything():
+    t = _read("no-node-dir")
+    assert list(t.nodes) == [0]
+    assert t.nodes[0].cpus == t.online_cpus
+    assert t.nodes[0].mem_total_kb > 0
+    assert t.has_node_dir is False
+
+
+def test_memory_only_and_memoryless_nodes():
+    cxl = _read("cxl-memory-node")
+    cpuless = cxl.nodes_with_memory - cxl.nodes_with_cpus
+    assert cpuless and all(not cxl.nodes[n].cpus for n in cpuless)
+    ml = _read("memoryless-cpu-node")
+    memless = ml.nodes_with_cpus - ml.nodes_with_memory
+    assert memless and all(ml.nodes[n].mem_total_kb == 0 for n in memless)
+
+
+def test_cpuset_smaller_than_machine():
+    t = _read("container-cpuset")
+    assert t.allowed_cpus < t.online_cpus
+    assert t.allowed_mems < t.nodes_with_memory
+    assert t.usable_memory_nodes == t.allowed_mems & t.nodes_with_memory
+
+
+def test_nearest_orders_by_distance():
+    t = _read("four-node-asym")
+    for n in t.nodes:
+        order = t.nearest(n, t.nodes)
+        assert order[0] == n
+        ds = [t.distance(n, m) for m in order]
+        assert ds == sorted(ds)
+
+
+# -- broken trees: a warning in Topology.problems, never a crash ----------------------
+
+@pytest.fixture
+def tree(tmp_path):
+    dst = tmp_path / "root"
+    shutil.copytree(fixture_root("dual-socket-8gpu"), dst, symlinks=True)
+    return dst
+
+
+NODE = "sys/devices/system/node"
+
+
+@pytest.mark.parametrize("rel,content,expect", [
+    (f"{NODE}/node1/cpulist", "garbage!\n", "node1/cpulist"),
+    (f"{NODE}/node0/meminfo", "Node 0 MemTotal: lots kB\n", "node0/meminfo"),
+    (f"{NODE}/node0/distance", "10 x\n", "node0/distance"),
+    (f"{NODE}/node0/distance", "10 21 31\n", "distances ignored"),
+    (f"{NODE}/online", "0-\n", "node/online"),
+    ("proc/self/status", "Name: x\nCpus_allowed_list:\tzz\n", "Cpus_allowed_list"),
+    ("sys/kernel/mm/transparent_hugepage/enabled", "always madvise never\n", "THP"),
+    ("proc/sys/kernel/numa_balancing", "on\n", "numa_balancing"),
+])
+def test_malformed_files_become_problems(tree, rel, content, expect):
+    (tree / rel).write_text(content)
+    t = _read(str(tree))
+    assert any(expect in p for p in t.problems), t.problems
+    assert t.nodes                        # still a usable topology
+
+
+def test_unreadable_file_is_a_problem_not_a_crash(tree):
+    p = tree / NODE / "node0" / "meminfo"
+    p.unlink()
+    p.mkdir()                             # reading a directory fails even as root
+    t = _read(str(tree))
+    assert any("node0/meminfo" in x for x in t.problems)
+    assert t.nodes[0].mem_total_kb == 0
+
+
+def test_cpumap_only_and_nul_terminated(tree):
+    for n in (0, 1):
+        (tree / NODE / f"node{n}" / "cpulist").unlink()
+    want = _read("dual-socket-8gpu")
+    got = _read(str(tree))
+    assert got.nodes[0].cpus == want.nodes[0].cpus
+    assert got.nodes[1].cpus == want.nodes[1].cpus
+    (tree / NODE / "online").write_text("0-1\n\0")
+    assert _read(str(tree)).online_nodes == frozenset({0, 1})
+
+
+def test_missing_files_fall_back(tree):
+    for rel in (f"{NODE}/has_cpu", f"{NODE}/has_memory", f"{NODE}/possible",
+                "proc/self/status", "proc/sys/kernel/numa_balancing"):
+        os.unlink(tree / rel)
+    t = _read(str(tree))
+    assert t.nodes_with_cpus == frozenset({0, 1})
+    assert t.nodes_with_memory == frozenset({0, 1})
+    assert t.possible_nodes == t.online_nodes
+    assert t.allowed_cpus == t.online_cpus and t.allowed_mems == frozenset({0, 1})
+    assert t.numa_balancing is None
+    assert t.problems == ()
+
+
+def test_live_machine_reads():
+    if not os.path.isdir("/sys/devices/system/cpu"):
+        pytest.skip("no sysfs here")
+    t = nu.read_topology()
+    assert t.online_cpus
+    assert t.allowed_cpus <= t.online_cpus | frozenset(t.cpus)
+    assert os.sched_getaffinity(0) <= t.allowed_cpus | t.online_cpus

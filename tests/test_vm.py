@@ -1,0 +1,223 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The real-kernel tier: tests/kernel_checks.py against real Debian kernels booted
+under QEMU (vm/), and the same check functions against SimulatedBackend.
+
+- ``test_guest[<arch>-<topology>]`` (marker ``vm``): boot the guest, run every
+  check inside, assert none failed and the ones that matter for that guest ran.
+  Skips when qemu-system-<arch> or the cached images (``python3 vm/build.py``)
+  are missing.
+- ``test_guest_catches_wrong_syscall_number`` (marker ``vm``): the guest copy of
+  numa_utils gets aarch64 mbind = 237 (x86_64's number, set_mempolicy there);
+  the tier must fail.
+- ``test_simulated[<fixture>-<arch>]``: the API checks against SimulatedBackend
+  over the fake_sysfs fixtures, with the expectation taken from expected.json.
+
+Run: ``python3 vm/build.py && pytest -m vm -rP tests/test_vm.py`` (``-rP`` shows
+what each guest checked).
+"""
+
+import importlib.util
+import json
+import math
+import os
+import pathlib
+import time
+
+import kernel_checks as kc
+import pytest
+from conftest import nu
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _load_vm_run():
+    spec = importlib.util.spec_from_file_location("numa_utils_vm_run", REPO / "vm" / "run.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+vmrun = _load_vm_run()
+
+# Each risk at least once (KERNEL_FACTS section 9, issue 5):
+GUESTS = [
+    ("x86_64", "two-node"),         # baseline, x86_64 syscall order 237/238/239
+    ("x86_64", "four-node-asym"),   # asymmetric distances
+    ("x86_64", "many-66"),          # 66 nodes: masks wider than one 64-bit word
+    ("x86_64", "cpuset"),           # cgroup v2 cpuset.mems=0: real EINVAL paths
+    ("aarch64", "two-node"),        # asm-generic numbers (235/236/237), the 237 trap
+    ("aarch64", "memory-only"),     # a CPU-less memory node
+    ("ppc64le", "two-node"),        # 64 KiB pages
+    ("s390x", "no-numa"),           # big-endian, kernel without NUMA: ENOSYS
+]
+
+# Checks that must have run (passed, not skipped) in a guest of that kind.
+_ALWAYS = {"raw_sysfs_topology", "topology"}
+_NUMA = {"raw_interleave_split", "raw_bind_prefer_get", "raw_seccomp_eperm",
+         "raw_shared_regions", "raw_numa_maps_kinds", "interleave_split", "bind_prefer"}
+
+
+def required_checks(arch, topology):
+    topo = vmrun.TOPOLOGIES[topology]
+    need = set(_ALWAYS)
+    if not topo["numa"]:
+        need |= {"raw_no_numa", "no_numa_api"}
+        return need
+    need |= _NUMA
+    if topo["cgroup_mems"] is not None:
+        need |= {"raw_cpuset_einval", "cpuset_einval"}
+    else:
+        need.add("seccomp_fallback")
+    if arch == "aarch64":
+        need.add("raw_wrong_number_is_caught")
+    return need
+
+
+def _summary(arch, topology, records, seconds):
+    lines = [f"guest {arch} topology {topology}: {len(records)} checks in {seconds:.1f}s"]
+    for r in records:
+        what = r.get("detail") or json.dumps(r.get("data"))[:150]
+        lines.append(f"  {r['status']:4} {r['name']:28} {what}")
+    return "\n".join(lines)
+
+
+def _boot(arch, topology, **kw):
+    reason = vmrun.missing_reason(arch)
+    if reason:
+        pytest.skip(reason)
+    t0 = time.monotonic()
+    ok, console = vmrun.run_guest(arch, topology, timeout=kw.pop("timeout", 240), **kw)
+    return ok, console, vmrun.check_results(console), time.monotonic() - t0
+
+
+@pytest.mark.vm
+@pytest.mark.parametrize("arch,topology", GUESTS, ids=[f"{a}-{t}" for a, t in GUESTS])
+def test_guest(arch, topology):
+    ok, console, records, seconds = _boot(arch, topology)
+    summary = _summary(arch, topology, records, seconds)
+    print(summary)
+    assert records, f"no check results from the guest; console:\n{console[-4000:]}"
+    failed = [r for r in records if r["status"] == "fail"]
+    assert not failed, summary + "\n\n" + "\n".join(
+        f"{r['name']}: {r['detail']}\n{r.get('traceback', '')}" for r in failed)
+    status = {r["name"]: r["status"] for r in records}
+    missing = sorted(n for n in required_checks(arch, topology) if status.get(n) != "pass")
+    assert not missing, f"required checks did not pass: {missing}\n{summary}"
+    assert ok, f"guest did not exit cleanly\n{summary}\n{console[-3000:]}"
+
+
+@pytest.mark.vm
+def test_guest_catches_wrong_syscall_number():
+    """aarch64 with mbind = 237 in numa_utils' table: the tier must fail."""
+    command = ("NUMA_UTILS_VM_WRONG_SYSCALL=mbind=237 "
+               "NUMA_UTILS_VM_ONLY=interleave_split,bind_prefer "
+               "python3 /vmtest/guest_runner.py")
+    ok, console, records, seconds = _boot("aarch64", "two-node", command=command)
+    summary = _summary("aarch64", "two-node (mbind patched to 237)", records, seconds)
+    print(summary)
+    assert "patching numa_utils aarch64 mbind: 235 -> 237" in console, console[-3000:]
+    status = {r["name"]: r["status"] for r in records}
+    assert status == {"interleave_split": "fail", "bind_prefer": "fail"}, summary
+    assert not ok, "the guest passed with a wrong mbind number"
+
+
+# ---------------------------------------------------------------- simulator
+
+FIXTURES_DIR = REPO / "fake_sysfs"
+SIM_FIXTURES = sorted(p.name for p in FIXTURES_DIR.iterdir()
+                      if (p / "expected.json").is_file()) if FIXTURES_DIR.is_dir() else []
+SIM_ARCHES = ("x86_64", "aarch64", "ppc64le")
+
+
+def expect_from_fixture(name, arch):
+    """The same expectation dict vm/run.py writes for a guest, from expected.json."""
+    with open(FIXTURES_DIR / name / "expected.json") as fh:
+        exp = json.load(fh)
+    nodes = sorted(exp["nodes"], key=lambda n: n["id"])
+    ids = [n["id"] for n in nodes]
+    has_dir = (FIXTURES_DIR / name / "root" / "sys/devices/system/node").is_dir()
+    return {
+        "arch": arch,
+        "topology": f"fixture:{name}",
+        "numa": has_dir,
+        "nodes": {str(n["id"]): {"cpus": sorted(n["cpus"]),
+                                 "mem_mb": math.ceil(n["mem_total_kb"] / 1024)}
+                  for n in nodes},
+        "distances": [[n["distances"].get(str(m)) for m in ids] for n in nodes],
+        "memory_only": sorted(set(exp["nodes_with_memory"]) - set(exp["nodes_with_cpus"])),
+        "cpus": len(exp.get("cpus", {})),
+        "allowed_mems": sorted(exp["allowed_mems"]),
+        "cgroup_mems": None,
+    }
+
+
+@pytest.mark.parametrize("fixture", SIM_FIXTURES)
+@pytest.mark.parametrize("arch", SIM_ARCHES)
+def test_simulated(fixture, arch):
+    if not hasattr(nu, "SimulatedBackend"):
+        pytest.skip("numa_utils.SimulatedBackend does not exist yet")
+    expect = expect_from_fixture(fixture, arch)
+    if arch == "aarch64" and max(int(n) for n in expect["nodes"]) >= 64:
+        pytest.skip("node ids >= 64 cannot exist on aarch64 (arm64 kernels allow at "
+                    "most 64 nodes, Debian's 16): mbind is EINVAL there, rightly")
+    backend = nu.SimulatedBackend(str(FIXTURES_DIR / fixture / "root"), arch=arch)
+    env = kc.make_env(expect, nu, backend, real=False)
+    records = kc.run_checks(env)
+    print(_summary(f"simulated {arch}", fixture, records, 0))
+    failed = [r for r in records if r["status"] == "fail"]
+    assert not failed, "\n".join(f"{r['name']}: {r['detail']}\n{r.get('traceback', '')}"
+                                 for r in failed)
+    assert any(r["status"] == "pass" for r in records if not r["name"].startswith("raw_"))
+
+
+# ---------------------------------------------------------------- native
+
+def _native_expect():
+    """The expectation for this machine, from its own sysfs (the policy checks
+    then verify placement against it)."""
+    topo = nu.read_topology()
+    ids = sorted(topo.nodes)
+    return {
+        "arch": os.uname().machine,
+        "topology": "native",
+        "numa": bool(getattr(topo, "has_node_dir", True)),
+        "nodes": {str(n): {"cpus": sorted(topo.nodes[n].cpus),
+                           "mem_mb": math.ceil(topo.nodes[n].mem_total_kb / 1024)}
+                  for n in ids},
+        "distances": [[topo.nodes[n].distances.get(m) for m in ids] for n in ids],
+        "memory_only": sorted(set(topo.nodes_with_memory) - set(topo.nodes_with_cpus)),
+        "cpus": len(topo.cpus),
+        "allowed_mems": sorted(topo.allowed_mems),
+        "cgroup_mems": None,
+    }
+
+
+@pytest.mark.realkernel
+def test_native_multi_node():
+    """On a machine with real multiple nodes the same checks run natively."""
+    if not os.path.isdir("/sys/devices/system/node/node1"):
+        pytest.skip("this machine has one NUMA node: the QEMU guests (-m vm) cover it")
+    expect = _native_expect()
+    if len([n for n in expect["nodes"].values() if n["mem_mb"]]) < 2:
+        pytest.skip("fewer than two nodes with memory")
+    env = kc.make_env(expect, nu, nu.LinuxBackend(), real=True)
+    records = kc.run_checks(env)
+    print(_summary("native", os.uname().machine, records, 0))
+    failed = [r for r in records if r["status"] == "fail"]
+    assert not failed, "\n".join(f"{r['name']}: {r['detail']}" for r in failed)
+
+
+def test_simulated_catches_wrong_syscall_number(monkeypatch):
+    """The simulator tier fails too when numa_utils' aarch64 mbind is 237."""
+    from types import MappingProxyType
+    fixture = "qemu-aarch64-four-node"
+    if fixture not in SIM_FIXTURES:
+        pytest.skip(f"fixture {fixture} missing")
+    tables = dict(nu.SYSCALL_TABLES)
+    tables["aarch64"] = MappingProxyType({**tables["aarch64"], "mbind": 237})
+    monkeypatch.setattr(nu, "SYSCALL_TABLES", MappingProxyType(tables))
+    backend = nu.SimulatedBackend(str(FIXTURES_DIR / fixture / "root"), arch="aarch64")
+    env = kc.make_env(expect_from_fixture(fixture, "aarch64"), nu, backend, real=False)
+    status = {r["name"]: r["status"]
+              for r in kc.run_checks(env, ["interleave_split", "bind_prefer"])}
+    assert status == {"interleave_split": "fail", "bind_prefer": "fail"}, status
