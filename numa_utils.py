@@ -1243,18 +1243,26 @@ def get_mempolicy(addr: Optional[int] = None, flags: int = 0, *,
     b = _b(backend)
     nr = b.abi.number("get_mempolicy")
     mask = NodeMask((), abi=b.abi, bits=_nr_node_ids(b))
-    pol = ctypes.c_int(-1)
+    # An int the kernel writes, decoded in the ABI's byte order (the same as the
+    # host's on a real kernel; a simulated big-endian kernel writes big-endian).
+    pol = ctypes.create_string_buffer(4)
     f = int(flags)
     if addr is not None:
         f |= int(GetFlag.ADDR)
     b.syscall(nr, ctypes.addressof(pol), mask.address, mask.maxnode,
               addr if addr is not None else 0, f)
-    return pol.value, mask.read()
+    return int.from_bytes(pol.raw, b.abi.byteorder, signed=True), mask.read()
 
 
-def _word_array(values: Sequence[int], abi: Abi, signed: bool = False) -> ctypes.Array:
-    wb = abi.word_bits // 8
-    raw = b"".join((v & ((1 << abi.word_bits) - 1)).to_bytes(wb, abi.byteorder)
+def _pointer_bits(abi: Abi) -> int:
+    # Equal to abi.word_bits on a real kernel; a 32-bit ABI simulated on a 64-bit
+    # host keeps host-sized pointers.
+    return max(abi.word_bits, ctypes.sizeof(ctypes.c_void_p) * 8)
+
+
+def _pointer_array(values: Sequence[int], abi: Abi) -> ctypes.Array:
+    bits = _pointer_bits(abi)
+    raw = b"".join((v & ((1 << bits) - 1)).to_bytes(bits // 8, abi.byteorder)
                    for v in values)
     buf = ctypes.create_string_buffer(max(len(raw), 1))
     ctypes.memmove(buf, raw, len(raw))
@@ -1283,7 +1291,7 @@ def move_pages(pid: int, pages: Sequence[int], nodes: Optional[Sequence[int]] = 
     count = len(pages)
     if nodes is not None and len(nodes) != count:
         raise ValueError("move_pages: pages and nodes differ in length")
-    parr = _word_array(list(pages), b.abi)
+    parr = _pointer_array(list(pages), b.abi)
     narr = _int_array(list(nodes), b.abi) if nodes is not None else None
     status = _int_array([0] * count, b.abi)
     b.syscall(nr, pid, count, ctypes.addressof(parr),
@@ -1688,7 +1696,10 @@ class SimulatedBackend(Backend):
                 raise _oserror(err, name or f"syscall {nr}")
         if name is None or not k.numa:
             raise _oserror(errno.ENOSYS, f"syscall {nr}")
-        words = [a & ((1 << self.abi.word_bits) - 1) for a in args] + [0] * 6
+        # Scalars are truncated to the ABI's word; a 32-bit ABI simulated on a 64-bit
+        # host keeps host-sized pointers (its "user memory" is the host's).
+        width = max(self.abi.word_bits, ctypes.sizeof(ctypes.c_void_p) * 8)
+        words = [a & ((1 << width) - 1) for a in args] + [0] * 6
         return int(getattr(self, "_sys_" + name)(*words[:6]))
 
     def _signed(self, v: int, bits: int = 32) -> int:
@@ -1777,7 +1788,7 @@ class SimulatedBackend(Backend):
             flags &= ~MbindFlag.STRICT
         length = (length + self.page_size - 1) // self.page_size * self.page_size
         end = start + length
-        if end >= 1 << self.abi.word_bits:
+        if end >= 1 << max(self.abi.word_bits, ctypes.sizeof(ctypes.c_void_p) * 8):
             raise _oserror(errno.EINVAL, "mbind")
         if end == start:
             return 0
@@ -1877,7 +1888,7 @@ class SimulatedBackend(Backend):
             raise _oserror(errno.EPERM, "move_pages")
         if self._signed(pid) not in (0, self.pid):
             raise _oserror(errno.ESRCH, "move_pages")
-        wb = self.abi.word_bits // 8
+        wb = _pointer_bits(self.abi) // 8
         raw = self._copy_from_user(pages, count * wb)
         addrs = [int.from_bytes(raw[i * wb:(i + 1) * wb], self.abi.byteorder)
                  for i in range(count)]
@@ -1979,7 +1990,7 @@ class SimulatedBackend(Backend):
 
     def unmap(self, addr: int) -> None:
         """Remove the mapping made at ``addr`` (all its VMAs, if mbind split it)."""
-        first = self._mapping_at(addr)
+        first = self._find_mapping(addr)
         if first is None or first.start != addr:
             self.mappings = [m for m in self.mappings if m.start != addr]
             return
@@ -2006,14 +2017,20 @@ class SimulatedBackend(Backend):
         covered = sorted((m.start, m.end) for m in self.mappings
                          if m.end > start and m.start < end)
         pos = start
-        added = False
         for s, e in covered + [(end, end)]:
             if s > pos:
                 self.mappings.append(_SimMapping(pos, s, page=page))
-                added = True
             pos = max(pos, e)
-        if added:
-            self.mappings.sort(key=lambda m: m.start)
+        # Adjacent private anonymous ranges are one VMA, as the kernel merges them.
+        merged: List[_SimMapping] = []
+        for m in sorted(self.mappings, key=lambda m: m.start):
+            last = merged[-1] if merged else None
+            if last is not None and last.obj is None and m.obj is None and \
+                    last.end == m.start and last.label == m.label:
+                last.end = m.end
+            else:
+                merged.append(m)
+        self.mappings = merged
 
     def _mappings_in(self, start: int, end: int) -> List[_SimMapping]:
         return [m for m in self.mappings if m.end > start and m.start < end]
@@ -2022,11 +2039,30 @@ class SimulatedBackend(Backend):
         for m in self.mappings:
             if m.start <= addr < m.end:
                 return m
+        # Memory the simulator has not seen yet but the host process really has
+        # mapped (a test's own buffer) is private anonymous memory; an address
+        # that is not readable is unmapped (EFAULT), as in the kernel.
+        page = addr - addr % self.page_size
+        try:
+            self._copy_from_user(page, 1)
+        except OSError:
+            return None
+        self._ensure_mapped(page, page + self.page_size)
+        for m in self.mappings:
+            if m.start <= addr < m.end:
+                return m
+        return None
+
+    def _find_mapping(self, addr: int) -> Optional[_SimMapping]:
+        """The mapping holding ``addr``, without inventing one (see _mapping_at)."""
+        for m in self.mappings:
+            if m.start <= addr < m.end:
+                return m
         return None
 
     def _split(self, addr: int) -> None:
         """Split the object mapping holding ``addr`` there (mbind splits VMAs)."""
-        mp = self._mapping_at(addr)
+        mp = self._find_mapping(addr)
         if mp is None or mp.obj is None or mp.start == addr:
             return
         if (addr - mp.start) % mp.page:
@@ -2482,7 +2518,7 @@ class SimulatedBackend(Backend):
 
     def munmap(self, addr: int, length: int) -> None:
         self._maybe_fail("munmap")
-        mp = self._mapping_at(addr)
+        mp = self._find_mapping(addr)
         self.unmap(addr)
         if mp is not None and mp.obj is not None:
             self._reap(mp.obj)

@@ -13,6 +13,10 @@ from . import common
 from .common import Section
 
 BENCHES = ("prefault", "maps", "topology", "import")
+TITLES = {"prefault": "1. Prefault of a shared region", "maps": "2. numa_maps",
+          "topology": "3. Topology of large generated trees",
+          "import": "4. Import time and footprint",
+          "dma": "5. Pinned host buffers: H2D/D2H by placement"}
 
 
 def _rounds(args: argparse.Namespace, full: int, quick: int) -> int:
@@ -31,7 +35,7 @@ def _run_one(name: str, args: argparse.Namespace) -> Section:
     if name == "maps":
         from . import maps
         return maps.run(vmas=args.vmas or (10000 if args.quick else 60000),
-                        rounds=_rounds(args, 15, 3))
+                        rounds=_rounds(args, 7, 3))
     if name == "topology":
         from . import topology
         return topology.run(rounds=_rounds(args, 9, 2), quick=args.quick)
@@ -51,10 +55,10 @@ def _guarded(name: str, args: argparse.Namespace) -> Section:
     try:
         sec = _run_one(name, args)
     except common.Skip as e:
-        sec = Section(name, name).skip(str(e))
+        sec = Section(name, TITLES[name]).skip(str(e))
     except Exception as e:  # one broken benchmark must not lose the others
         traceback.print_exc()
-        sec = Section(name, name).skip("error: %r" % (e,))
+        sec = Section(name, TITLES[name]).skip(f"error: {e!r}")
         sec.status = "error"
     sec.seconds = time.perf_counter() - t0
     return sec
@@ -106,17 +110,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     write: Callable[[], Any] = lambda: common.write_report(report, out, stem)  # noqa: E731
     machine = common.machine_info()
     for name in names:
-        common.log("== %s" % name)
+        common.log(f"== {name}")
         sec = _guarded(name, args)
-        common.log("== %s: %s in %.1f s%s" % (name, sec.status, sec.seconds,
-                                               (" (%s)" % sec.reason) if sec.reason else ""))
+        common.log("== {}: {} in {:.1f} s{}".format(name, sec.status, sec.seconds,
+                                               (f" ({sec.reason})") if sec.reason else ""))
         sections.append(sec.to_json())
         report.clear()
         report.update(command=cmd.strip(), started=started, machine=machine,
-                      seconds=time.perf_counter() - t0, sections=sections)
+                      seconds=time.perf_counter() - t0, sections=sections,
+                      loadavg_end=" ".join(f"{x:.2f}" for x in os.getloadavg()))
         write()          # after each benchmark: a crash later keeps what was measured
     jpath, mpath = write()
-    common.log("wrote %s and %s" % (os.path.relpath(jpath), os.path.relpath(mpath)))
+    common.log(f"wrote {os.path.relpath(jpath)} and {os.path.relpath(mpath)}")
     return 1 if any(s["status"] == "error" for s in sections) else 0
 
 

@@ -34,20 +34,42 @@ def numa_utils() -> Any:
         import numa_utils as mod  # noqa: PLC0415
         here = os.path.dirname(os.path.abspath(mod.__file__))
         if os.path.realpath(here) != os.path.realpath(ROOT):
-            raise ImportError("numa_utils was imported from %s, not from this checkout"
-                              % here)
+            raise ImportError(f"numa_utils was imported from {here}, not from this checkout")
         _nu = mod
     return _nu
 
 
 def child_env(**extra: str) -> Dict[str, str]:
-    """Environment for child Pythons: this checkout first on the path."""
+    """Environment for child Pythons: this checkout first on the path, and bytecode
+    caching on (an engine imports numa_utils from its __pycache__; with
+    PYTHONDONTWRITEBYTECODE set, as in some CI shells, every start would recompile
+    the whole file and the benchmark would measure the compiler)."""
     env = dict(os.environ)
     old = env.get("PYTHONPATH")
     env["PYTHONPATH"] = ROOT + (os.pathsep + old if old else "")
     env.pop("PYTHONSTARTUP", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.update(extra)
     return env
+
+
+_bytecode_state: Optional[str] = None
+
+
+def warm_bytecode() -> str:
+    """Import numa_utils once in a child so its .pyc exists before anything is
+    timed; returns how the timed runs will load it."""
+    global _bytecode_state
+    if _bytecode_state is None:
+        import importlib.util  # noqa: PLC0415
+        src = os.path.join(ROOT, "numa_utils.py")
+        spawn([sys.executable, "-c", "import numa_utils"], cwd=ROOT, env=child_env())
+        pyc = importlib.util.cache_from_source(src)
+        if os.path.exists(pyc) and os.path.getmtime(pyc) >= os.path.getmtime(src):
+            _bytecode_state = "cached .pyc (written before timing)"
+        else:
+            _bytecode_state = "compiled from source on every start (__pycache__ not writable)"
+    return _bytecode_state
 
 
 class Skip(Exception):
@@ -67,10 +89,11 @@ class ChildResult:
         self.stdout = stdout
         self.stderr = stderr
 
-    def check(self, what: str) -> "ChildResult":
+    def check(self, what: str) -> ChildResult:
         if self.rc != 0:
             tail = self.stderr.decode(errors="replace").strip().splitlines()[-3:]
-            raise RuntimeError("%s exited %d: %s" % (what, self.rc, " | ".join(tail)))
+            joined = " | ".join(tail)
+            raise RuntimeError(f"{what} exited {self.rc}: {joined}")
         return self
 
 
@@ -135,7 +158,7 @@ def alternate(contenders: Sequence[Tuple[str, Callable[[], Sample]]], rounds: in
                 continue
             samples[name].append(s)
         if log:
-            log("  round %d/%d done" % (r + 1, rounds))
+            log(f"  round {r + 1}/{rounds} done")
     return samples, skipped
 
 
@@ -182,7 +205,7 @@ class Section:
         self.notes: List[str] = []
         self.seconds = 0.0
 
-    def skip(self, reason: str) -> "Section":
+    def skip(self, reason: str) -> Section:
         self.status = "skipped"
         self.reason = reason
         return self
@@ -263,6 +286,7 @@ def machine_info() -> Dict[str, Any]:
         "python": platform.python_version(),
         "thp": _read("/sys/kernel/mm/transparent_hugepage/enabled").strip(),
         "shmem_thp": _read("/sys/kernel/mm/transparent_hugepage/shmem_enabled").strip(),
+        "loadavg_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
     try:
         info["commit"] = subprocess.run(
@@ -273,7 +297,7 @@ def machine_info() -> Dict[str, Any]:
     try:
         info["numa_utils_version"] = numa_utils().__version__
     except Exception as e:  # the report must still be written
-        info["numa_utils_version"] = "import failed: %s" % e
+        info["numa_utils_version"] = f"import failed: {e}"
     return info
 
 
@@ -285,15 +309,23 @@ def _fmt(v: Any) -> str:
         if a == 0:
             return "0"
         if a >= 1e6:
-            return "%.3g" % v
+            return f"{v:.3g}"
         if a >= 100:
-            return "%.0f" % v
+            return f"{v:.0f}"
         if a >= 10:
-            return "%.1f" % v
+            return f"{v:.1f}"
         if a >= 1:
-            return "%.2f" % v
-        return "%.3g" % v
+            return f"{v:.2f}"
+        return f"{v:.3g}"
     return str(v)
+
+
+def _val(c: Dict[str, Any], key: str) -> str:
+    """A comparison value; differences (unit other than "x") carry their unit."""
+    v = c[key]
+    if v is None or c.get("unit", "x") == "x":
+        return _fmt(v)
+    return "{:+.1f} {}".format(v, c["unit"])
 
 
 def _met(m: Optional[bool]) -> str:
@@ -303,53 +335,59 @@ def _met(m: Optional[bool]) -> str:
 def render_markdown(report: Dict[str, Any]) -> str:
     m = report["machine"]
     out = ["# numa_utils benchmarks", ""]
-    out.append("Machine: %s, %s CPUs online (%s allowed), %s GiB, NUMA nodes %s, "
-               "Linux %s (%s), Python %s; THP %s; shmem THP %s. Commit %s, "
-               "numa_utils %s. Run: `%s` (%s s)."
-               % (m["cpu_model"], m["cpus_online"], m["cpus_allowed"], m["memory_gib"],
-                  m["numa_nodes_online"], m["kernel"], m["arch"], m["python"],
-                  m["thp"] or "-", m["shmem_thp"] or "-", m["commit"] or "-",
-                  m["numa_utils_version"], report["command"], _fmt(report["seconds"])))
+    out.append("Machine: {}, {} CPUs online ({} allowed), {} GiB, NUMA nodes {}, "
+               "Linux {} ({}), Python {}; THP {}; shmem THP {}. Commit {}, "
+               "numa_utils {}. Run: `{}` ({} s).".format(
+                   m["cpu_model"], m["cpus_online"], m["cpus_allowed"], m["memory_gib"],
+                   m["numa_nodes_online"], m["kernel"], m["arch"], m["python"],
+                   m["thp"] or "-", m["shmem_thp"] or "-", m["commit"] or "-",
+                   m["numa_utils_version"], report["command"], _fmt(report["seconds"])))
+    out.append("")
+    start, end = m.get("loadavg_start", "?"), report.get("loadavg_end", "?")
+    out.append(f"Load average (1/5/15 min) at start {start}, at end {end}: other work shares "
+               "this machine; the alternation and per-round ratios are there for that.")
     out.append("")
     out.append("Contenders alternate (A B C, C B A, ...); min/median/max over rounds. "
                "Ratios are A/B of the metric shown: the ratio of medians, and the median "
-               "of the per-round ratios. A target is met only when both agree.")
+               "of the per-round ratios (for a difference in ms: the difference of "
+               "medians, and the median of per-round differences). A target is met only "
+               "when both agree.")
     out.append("")
     targets = [(s, c) for s in report["sections"] for c in s["comparisons"] if c["target"]]
     if targets:
         out += ["## Targets", "", "| benchmark | comparison | metric | ratio of medians "
                 "| median of round ratios | target | result |", "|---|---|---|---|---|---|---|"]
         for s, c in targets:
-            out.append("| %s | %s | %s | %s | %s | %s | %s |" % (
-                s["name"], c["what"], c["metric"], _fmt(c["ratio_of_medians"]),
-                _fmt(c["median_round_ratio"]), c["target"], _met(c["met"])))
+            out.append("| {} | {} | {} | {} | {} | {} | {} |".format(
+                s["name"], c["what"], c["metric"], _val(c, "ratio_of_medians"),
+                _val(c, "median_round_ratio"), c["target"], _met(c["met"])))
         out.append("")
     for s in report["sections"]:
-        out += ["## %s" % s["title"], ""]
+        out += ["## {}".format(s["title"]), ""]
         if s["status"] == "skipped":
-            out += ["Skipped: %s" % s["reason"], ""]
+            out += ["Skipped: {}".format(s["reason"]), ""]
             continue
         if s["params"]:
-            out += ["Parameters: " + ", ".join("%s=%s" % (k, v)
+            out += ["Parameters: " + ", ".join(f"{k}={v}"
                                                 for k, v in s["params"].items()), ""]
         if s["rows"]:
             out += ["| contender | metric | min | median | max | n | note |",
                     "|---|---|---|---|---|---|---|"]
             for r in s["rows"]:
-                out.append("| %s | %s | %s | %s | %s | %d | %s |" % (
-                    r["contender"], r["metric"], _fmt(r["min"]), _fmt(r["median"]),
-                    _fmt(r["max"]), r["n"], r["note"]))
+                cells = [r["contender"], r["metric"], _fmt(r["min"]), _fmt(r["median"]),
+                         _fmt(r["max"]), str(r["n"]), r["note"]]
+                out.append("| " + " | ".join(cells) + " |")
             out.append("")
         if s["comparisons"]:
             out += ["| comparison | metric | ratio of medians | median of round ratios "
                     "| target | result |", "|---|---|---|---|---|---|"]
             for c in s["comparisons"]:
-                out.append("| %s | %s | %s | %s | %s | %s |" % (
-                    c["what"], c["metric"], _fmt(c["ratio_of_medians"]),
-                    _fmt(c["median_round_ratio"]), c["target"] or "-", _met(c["met"])))
+                out.append("| {} | {} | {} | {} | {} | {} |".format(
+                    c["what"], c["metric"], _val(c, "ratio_of_medians"),
+                    _val(c, "median_round_ratio"), c["target"] or "-", _met(c["met"])))
             out.append("")
         for k in s["skipped"]:
-            out.append("- skipped %s: %s" % (k["contender"], k["reason"]))
+            out.append("- skipped {}: {}".format(k["contender"], k["reason"]))
         for n in s["notes"]:
             out.append("- " + n)
         if s["skipped"] or s["notes"]:
@@ -370,6 +408,26 @@ def write_report(report: Dict[str, Any], out_dir: str, stem: str) -> Tuple[str, 
     return jpath, mpath
 
 
+def build_c(name: str) -> str:
+    """Compile bench/NAME.c with the system compiler into bench/build/NAME (once;
+    again when the source is newer).  Raises Skip when there is no compiler."""
+    cc = os.environ.get("CC") or which("cc") or which("gcc")
+    if not cc:
+        raise Skip(f"no C compiler (cc) on PATH to build {name}.c")
+    src = os.path.join(BENCH_DIR, name + ".c")
+    os.makedirs(BUILD_DIR, exist_ok=True)
+    exe = os.path.join(BUILD_DIR, name)
+    if os.path.exists(exe) and os.path.getmtime(exe) >= os.path.getmtime(src):
+        return exe
+    tmp = f"{exe}.{os.getpid()}.tmp"
+    r = subprocess.run([cc, "-O2", "-pthread", "-o", tmp, src], capture_output=True,
+                       text=True)
+    if r.returncode != 0:
+        raise Skip(f"cc failed on {name}.c: {r.stderr.strip()[-300:]}")
+    os.replace(tmp, exe)
+    return exe
+
+
 def which(name: str) -> Optional[str]:
     return shutil.which(name)
 
@@ -385,8 +443,8 @@ def parse_size(text: str) -> int:
 def fmt_size(n: int) -> str:
     for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if n >= 1 << shift and n % (1 << shift) == 0:
-            return "%d %s" % (n >> shift, unit)
-    return "%d B" % n
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
 
 
 def log(msg: str) -> None:

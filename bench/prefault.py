@@ -22,7 +22,6 @@ import ctypes
 import json
 import mmap
 import os
-import subprocess
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
@@ -61,7 +60,7 @@ def libc() -> Any:
 
 def _err(what: str) -> OSError:
     e = ctypes.get_errno()
-    return OSError(e, "%s: %s" % (what, os.strerror(e)))
+    return OSError(e, f"{what}: {os.strerror(e)}")
 
 
 class Segment:
@@ -149,7 +148,7 @@ def _feature_check(nu: Any, kind: str) -> Tuple[Optional[str], Optional[str]]:
         except NotImplementedError:
             pre_reason = "numa_utils.prefault is a stub (NotImplementedError) in this checkout"
         except Exception as e:
-            pre_reason = "numa_utils.prefault failed on a 4-page segment: %r" % (e,)
+            pre_reason = f"numa_utils.prefault failed on a 4-page segment: {e!r}"
         finally:
             seg.close()
     return region_reason, pre_reason
@@ -170,7 +169,7 @@ class NumaUtilsRegion:
         self.n += 1
         if self.int_keys:
             return 0x4E420000 | ((os.getpid() * 64 + self.n) & 0xFFFF)
-        return "numa-utils-bench-%d-%d" % (os.getpid(), self.n)
+        return f"numa-utils-bench-{os.getpid()}-{self.n}"
 
     def _create(self, threads: int) -> Any:
         kw = dict(policy="interleave", kind=self.kind, prefault=True, threads=threads)
@@ -189,7 +188,7 @@ class NumaUtilsRegion:
         except NotImplementedError as e:
             raise Skip("SharedRegion.create is a stub in this checkout") from e
         except Exception as e:
-            raise Skip("SharedRegion.create(..., kind=%r) failed: %r" % (self.kind, e)) from e
+            raise Skip(f"SharedRegion.create(..., kind={self.kind!r}) failed: {e!r}") from e
         dt = time.perf_counter() - t0
         release(region, self.errors)
         return {"s": dt, "GB/s": self.size / dt / 1e9}
@@ -205,7 +204,7 @@ def release(region: Any, errors: List[str]) -> None:
                 fn()
                 done = True
             except Exception as e:
-                errors.append("%s(): %r" % (name, e))
+                errors.append(f"{name}(): {e!r}")
     if not done and hasattr(region, "__exit__"):
         region.__exit__(None, None, None)
 
@@ -222,21 +221,7 @@ def nu_prefault_only(nu: Any, size: int, kind: str, threads: int) -> Dict[str, f
 
 
 def build_baseline() -> str:
-    """Compile prefault_baseline.c with the system compiler into bench/build/."""
-    cc = os.environ.get("CC") or common.which("cc") or common.which("gcc")
-    if not cc:
-        raise Skip("no C compiler (cc) on PATH")
-    src = os.path.join(common.BENCH_DIR, "prefault_baseline.c")
-    os.makedirs(common.BUILD_DIR, exist_ok=True)
-    exe = os.path.join(common.BUILD_DIR, "prefault_baseline")
-    if os.path.exists(exe) and os.path.getmtime(exe) >= os.path.getmtime(src):
-        return exe
-    r = subprocess.run([cc, "-O2", "-pthread", "-o", exe + ".tmp", src],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        raise Skip("cc failed on prefault_baseline.c: %s" % r.stderr.strip()[-300:])
-    os.replace(exe + ".tmp", exe)
-    return exe
+    return common.build_c("prefault_baseline")
 
 
 def c_baseline(exe: str, size: int, kind: str, threads: int) -> Dict[str, float]:
@@ -266,7 +251,7 @@ def seed_method(np: Any, size: int, kind: str, nthreads: int = 8) -> Dict[str, f
         for t in ts:
             t.join()
         dt = time.perf_counter() - t0
-        del arr
+
     finally:
         seg.close()
     return {"s": dt, "GB/s": size / dt / 1e9}
@@ -308,10 +293,10 @@ def run(*, size: int, rounds: int, kind: str = "sysv", quick: bool = False,
     nur.errors = errors
 
     def nu_name(t: int) -> str:
-        return "numa_utils create+policy+prefault, %d thr" % t
+        return f"numa_utils create+policy+prefault, {t} thr"
 
     def c_name(t: int) -> str:
-        return "C baseline (1 byte/page), %d thr" % t
+        return f"C baseline (1 byte/page), {t} thr"
 
     for t in tlist:
         if region_reason:
@@ -325,7 +310,7 @@ def run(*, size: int, rounds: int, kind: str = "sysv", quick: bool = False,
     except Skip as e:
         for t in tlist:
             sec.skip_contender(c_name(t), str(e))
-    pre_name = "numa_utils prefault() only, %d thr" % ncpu
+    pre_name = f"numa_utils prefault() only, {ncpu} thr"
     if pre_reason:
         sec.skip_contender(pre_name, pre_reason)
     else:
@@ -339,8 +324,8 @@ def run(*, size: int, rounds: int, kind: str = "sysv", quick: bool = False,
     loop_name = "plain Python loop (memoryview), 1 thr"
     contenders.append((loop_name, lambda: python_loop(loop_size, kind)))
 
-    log("prefault: %s %s, %d contenders x %d rounds"
-        % (common.fmt_size(size), kind, len(contenders), rounds))
+    log(f"prefault: {common.fmt_size(size)} {kind}, {len(contenders)} contenders x "
+        f"{rounds} rounds")
     samples, skipped = common.alternate(contenders, rounds, log=log)
     for name, why in skipped.items():
         sec.skip_contender(name, why)
@@ -348,9 +333,9 @@ def run(*, size: int, rounds: int, kind: str = "sysv", quick: bool = False,
     for name, _ in contenders:
         if name in samples:
             secs = common.summary(samples[name], "s")
-            note = "median %.3f s" % secs["median"] if secs["n"] else ""
+            note = "median {:.3f} s".format(secs["median"]) if secs["n"] else ""
             if name == loop_name:
-                note += " on %s" % common.fmt_size(loop_size)
+                note += f" on {common.fmt_size(loop_size)}"
             sec.row(name, "GB/s", samples[name], note=note)
     main_nu, main_c = nu_name(ncpu), c_name(ncpu)
 
@@ -359,18 +344,18 @@ def run(*, size: int, rounds: int, kind: str = "sysv", quick: bool = False,
         if a in samples and b in samples:
             sec.compare(label, "GB/s", samples[a], samples[b], target=target, ok=ok)
 
-    cmp(main_nu, main_c, "numa_utils / C baseline (%d thr)" % ncpu, ">= 0.95",
+    cmp(main_nu, main_c, f"numa_utils / C baseline ({ncpu} thr)", ">= 0.95",
         lambda x: x >= 0.95)
-    cmp(main_nu, seed_name, "numa_utils (%d thr) / seed method" % ncpu, "> 1.0",
+    cmp(main_nu, seed_name, f"numa_utils ({ncpu} thr) / seed method", "> 1.0",
         lambda x: x > 1.0)
-    cmp(main_nu, loop_name, "numa_utils (%d thr) / Python loop" % ncpu)
-    cmp(pre_name, main_c, "prefault() only / C baseline (%d thr)" % ncpu)
+    cmp(main_nu, loop_name, f"numa_utils ({ncpu} thr) / Python loop")
+    cmp(pre_name, main_c, f"prefault() only / C baseline ({ncpu} thr)")
     for t in tlist:
         if t != ncpu:
-            cmp(nu_name(t), c_name(t), "numa_utils / C baseline (%d thr)" % t)
+            cmp(nu_name(t), c_name(t), f"numa_utils / C baseline ({t} thr)")
     if ncpu > 1:
-        cmp(nu_name(ncpu), nu_name(1), "numa_utils scaling %d thr / 1 thr" % ncpu)
-        cmp(c_name(ncpu), c_name(1), "C baseline scaling %d thr / 1 thr" % ncpu)
+        cmp(nu_name(ncpu), nu_name(1), f"numa_utils scaling {ncpu} thr / 1 thr")
+        cmp(c_name(ncpu), c_name(1), f"C baseline scaling {ncpu} thr / 1 thr")
 
     # Leak accounting: nothing this process created may remain.
     after = sysv_segments()
@@ -383,15 +368,14 @@ def run(*, size: int, rounds: int, kind: str = "sysv", quick: bool = False,
     sec.params["leaked_sysv_segments"] = len(ours)
     sec.params["leaked_dev_shm_files"] = len(new_files)
     if ours:
-        sec.notes.append("LEAK: %d SysV segment(s) created by this run were still present "
-                         "after destroy()/close(); removed them" % len(ours))
+        sec.notes.append(f"LEAK: {len(ours)} SysV segment(s) created by this run were still "
+                         "present after destroy()/close(); removed them")
     if new_files:
-        sec.notes.append("LEAK: /dev/shm files left behind: %s" % ", ".join(new_files))
+        sec.notes.append("LEAK: /dev/shm files left behind: " + ", ".join(new_files))
     for e in sorted(set(errors)):
-        sec.notes.append("release error: %s" % e)
+        sec.notes.append(f"release error: {e}")
     sec.notes.append("GB/s = region bytes / (creation to last page) / 1e9; the C "
                      "baseline times itself, so process start-up is not counted")
     if ncpu <= 2:
-        sec.notes.append("this machine allows %d CPUs, so 'all cores' is %d threads"
-                         % (ncpu, ncpu))
+        sec.notes.append(f"this machine allows {ncpu} CPUs, so 'all cores' is {ncpu} threads")
     return sec
