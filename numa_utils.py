@@ -2606,9 +2606,11 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
     return out
 
 
-def _nvml_devices() -> Optional[List[_NvmlGpu]]:
-    """NVML's GPUs in NVML order, or None without NVML.  The seam tests monkeypatch;
-    only consulted for the running system (never for a saved tree or a simulation)."""
+def _nvml_devices(b: Backend) -> Optional[List[_NvmlGpu]]:
+    """NVML's GPUs in NVML order, or None without NVML.  The seam tests monkeypatch.
+    NVML describes the running system, so a saved tree or a simulation gets None."""
+    if not (b.is_live and isinstance(b, LinuxBackend)):
+        return None
     with _nvml_lock:
         if "gpus" not in _nvml_cache:
             _nvml_cache["gpus"] = _nvml_query()
@@ -2761,7 +2763,7 @@ def _attribute_gpu_memory(topo: Topology, infos: List[GpuInfo],
 
 
 def _gpu_infos(topo: Topology, b: Backend) -> List[GpuInfo]:
-    nvml = _nvml_devices() if b.is_live and isinstance(b, LinuxBackend) else None
+    nvml = _nvml_devices(b)
     uuids = _driver_uuids(b)
     for nv in nvml or ():
         if nv.uuid:
@@ -2907,7 +2909,7 @@ def _resolve(device: int, pci_bus_id: Optional[str], infos: List[GpuInfo], b: Ba
         bus_t = _torch_bus_id(device)
         if bus_t is not None and bus_t in by_pci:
             return _Resolved(by_pci[bus_t], "torch", ())
-    nvml = _nvml_devices() if b.is_live and isinstance(b, LinuxBackend) else None
+    nvml = _nvml_devices(b)
     vis, notes = _visible_gpus(infos, nvml, os.environ if env is None else env)
     if device >= len(vis):
         cvd = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
@@ -3160,7 +3162,7 @@ def gpu_plans(policy: Optional[str] = None, *, reserve: Optional[int] = None,
     st = _strict_or_env(strict)
     topo = read_topology(backend=b)
     infos = _gpu_infos(topo, b)
-    nvml = _nvml_devices() if b.is_live and isinstance(b, LinuxBackend) else None
+    nvml = _nvml_devices(b)
     vis, notes = _visible_gpus(infos, nvml, os.environ if environ is None else environ)
     planned = _plan_all(topo, infos, pol, res, st) if vis else {}
     return [_plan_for(topo, infos, v.gpu, i, pol, res, mem, st,
