@@ -2687,6 +2687,45 @@ class GpuInfo:
                 "memory_source": self.memory_source, "uuid": self.uuid}
 
 
+def _cpuset_cpus(b: Backend) -> Optional[FrozenSet[int]]:
+    """This process's cgroup cpuset (the most sched_setaffinity may ever give it), or
+    None when it cannot be read.  Cgroup v2: <path>/cpuset.cpus.effective; v1:
+    cpuset/<path>/cpuset.effective_cpus (Documentation/admin-guide/cgroup-v2.rst,
+    cgroup-v1/cpusets.rst); the path comes from /proc/self/cpuset."""
+    if isinstance(b, SimulatedBackend):
+        return b.cpus_allowed
+    text = b.read_optional("/proc/self/cpuset")
+    path = _clean(text) if text is not None else ""
+    if not path.startswith("/"):
+        return None
+    path = path.rstrip("/")
+    for f in (f"/sys/fs/cgroup{path}/cpuset.cpus.effective",
+              f"/sys/fs/cgroup/cpuset{path}/cpuset.effective_cpus",
+              f"/sys/fs/cgroup/cpuset{path}/cpuset.cpus"):
+        t = b.read_optional(f)
+        if t is None:
+            continue
+        try:
+            cpus = parse_cpulist(t, source=f)
+        except ValueError:
+            continue
+        if cpus:
+            return cpus
+    return None
+
+
+def _planning_topology(b: Backend) -> Topology:
+    """The topology with ``allowed_cpus`` widened from this thread's affinity
+    (Cpus_allowed_list) to the cpuset when that is readable: after a first binding the
+    affinity is the bound set, and plans and re-binding must still see every CPU the
+    process may use.  A narrower affinity set before (taskset) is replaced by binding."""
+    topo = read_topology(backend=b)
+    cs = _cpuset_cpus(b)
+    if cs is not None and cs & topo.online_cpus:
+        return dataclasses.replace(topo, allowed_cpus=frozenset(cs & topo.online_cpus))
+    return topo
+
+
 def _nearest_cpu_node(topo: Topology, node: int) -> Optional[int]:
     """``node`` when it has CPUs, else the nearest node that has (by distance, then id)."""
     if node in topo.nodes_with_cpus:
@@ -3160,7 +3199,7 @@ def gpu_plans(policy: Optional[str] = None, *, reserve: Optional[int] = None,
     res = _reserve_or_env(reserve)
     mem = _memory_or_env(memory)
     st = _strict_or_env(strict)
-    topo = read_topology(backend=b)
+    topo = _planning_topology(b)
     infos = _gpu_infos(topo, b)
     nvml = _nvml_devices(b)
     vis, notes = _visible_gpus(infos, nvml, os.environ if environ is None else environ)
@@ -3188,7 +3227,7 @@ def cpus_for_gpu(device: int, policy: Optional[str] = None, *,
     pol = "node" if pol == "none" else pol
     res = _reserve_or_env(reserve)
     st = _strict_or_env(strict)
-    topo = read_topology(backend=b)
+    topo = _planning_topology(b)
     infos = _gpu_infos(topo, b)
     r = _resolve(device, pci_bus_id, infos, b, environ)
     for note in r.notes:
@@ -3287,7 +3326,7 @@ def bind_to_node(node: int, *, cpus: Union[bool, Iterable[int]] = True,
     mem = _memory_or_env(memory)
     if threads not in ("all", "current"):
         raise ValueError(f"threads must be 'all' or 'current', not {threads!r}")
-    topo = read_topology(backend=b)
+    topo = _planning_topology(b)
     if isinstance(node, bool) or not isinstance(node, int) or node not in topo.nodes:
         raise ValueError(f"no NUMA node {node!r} (online: "
                          f"{format_cpulist(topo.online_nodes)})")
@@ -3319,6 +3358,12 @@ def bind_to_node(node: int, *, cpus: Union[bool, Iterable[int]] = True,
     pres: Optional[PolicyResult] = None
     if mem is not None:
         mnodes = _plan_memory(topo, infos, node, mem) if mem != "local" else ()
+        if mem in ("prefer", "bind") and mnodes and node not in mnodes:
+            msg = (f"node {node} has no memory this process may use; memory policy "
+                   f"{mem} on node(s) {format_cpulist(mnodes)}, the nearest")
+            if node in topo.nodes_with_memory:     # the cpuset's doing, not the machine's
+                _fail(st, f"bind:mems:{node}", msg)
+            notes.append(msg)
         mode = {"prefer": Mode.PREFERRED, "bind": Mode.BIND, "interleave": Mode.INTERLEAVE,
                 "local": Mode.LOCAL}[mem]
         if mode == Mode.PREFERRED and len(mnodes) > 1:
@@ -3374,7 +3419,7 @@ def bind_for_gpu(device: int, policy: Optional[str] = None, *,
     res = _reserve_or_env(reserve)
     mem = _memory_or_env(memory)
     st = _strict_or_env(strict)
-    topo = read_topology(backend=b)
+    topo = _planning_topology(b)
     infos = _gpu_infos(topo, b)
     r = _resolve(device, pci_bus_id, infos, b, environ)
     for note in r.notes:
