@@ -25,22 +25,17 @@ the running system or a saved tree, ``SimulatedBackend`` for a model of the kern
 
 from __future__ import annotations
 
-import argparse
 import ctypes
-import ctypes.util
-import dataclasses
 import enum
 import errno
-import json
-import logging
 import os
-import platform
 import re
 import struct
 import sys
 import threading
 from types import MappingProxyType
 from typing import (
+    TYPE_CHECKING,
     Any,
     Callable,
     Dict,
@@ -49,6 +44,7 @@ from typing import (
     Iterator,
     List,
     Mapping,
+    NamedTuple,
     Optional,
     Sequence,
     Set,
@@ -72,7 +68,7 @@ __all__ = [
     "mbind", "set_mempolicy", "get_mempolicy", "move_pages", "migrate_pages",
     "set_mempolicy_home_node",
     # memory policy: safe layer
-    "PolicyResult", "Policy", "buffer_range", "interleave", "bind", "prefer",
+    "PolicyResult", "PolicyInfo", "buffer_range", "interleave", "bind", "prefer",
     "set_local", "apply_policy", "thread_policy", "set_thread_policy", "get_policy",
     "node_of",
     # shared memory, prefault, placement
@@ -86,11 +82,16 @@ __all__ = [
     "main",
 ]
 
-_log = logging.getLogger(__name__)
+if TYPE_CHECKING:   # imported lazily at run time: importing numa_utils stays cheap
+    import argparse
+
+    from typing_extensions import Literal
+
+    ByteOrder = Literal["little", "big"]
 
 # Warnings are logged once per distinct reason, not once per call (an engine may call
 # interleave() for every layer of every request: that must not become a log storm).
-_warned: set = set()
+_warned: Set[str] = set()
 _warned_lock = threading.Lock()
 
 
@@ -99,7 +100,8 @@ def _warn_once(key: str, msg: str, *args: Any) -> None:
         if key in _warned:
             return
         _warned.add(key)
-    _log.warning(msg, *args)
+    import logging
+    logging.getLogger(__name__).warning(msg, *args)
 
 
 def _oserror(err: int, what: str, extra: str = "") -> OSError:
@@ -139,7 +141,7 @@ def parse_cpulist(text: str, *, source: Optional[str] = None) -> FrozenSet[int]:
     s = _clean(text)
     if not s:
         return frozenset()
-    out: set = set()
+    out: Set[int] = set()
     for chunk in s.split(","):
         m = _CHUNK_RE.match(chunk.strip())
         if m is None:
@@ -273,13 +275,6 @@ SYSCALL_TABLES: Mapping[str, Mapping[str, int]] = MappingProxyType({
     "s390x": _table(268, 270, 269, 287, 310, 450),
 })
 
-# AUDIT_ARCH_* (include/uapi/linux/audit.h), for seccomp filters in tests and tools.
-_AUDIT_ARCH = MappingProxyType({
-    "x86_64": 0xC000003E, "i386": 0x40000003, "aarch64": 0xC00000B7,
-    "riscv64": 0xC00000F3, "loongarch64": 0xC0000102, "arm": 0x40000028,
-    "ppc64": 0x80000015, "ppc64le": 0xC0000015, "s390x": 0x80000016,
-})
-
 _MACHINE_ALIASES = MappingProxyType({
     "amd64": "x86_64", "x64": "x86_64", "x86-64": "x86_64",
     "i486": "i386", "i586": "i386", "i686": "i386", "x86": "i386",
@@ -292,13 +287,12 @@ _BIG_ENDIAN = frozenset({"ppc64", "s390x"})
 _DEFAULT_PAGE = MappingProxyType({"ppc64": 65536, "ppc64le": 65536})
 
 
-@dataclasses.dataclass(frozen=True)
-class Abi:
+class Abi(NamedTuple):
     """The ABI a syscall is made in: table name, word size and byte order."""
 
     name: str                      # key of SYSCALL_TABLES, or the unknown machine name
     word_bits: int                 # C unsigned long width: nodemask word size
-    byteorder: str                 # "little" | "big"
+    byteorder: ByteOrder           # "little" | "big"
     syscalls: Optional[Mapping[str, int]]   # None: unsupported ABI -> ENOSYS at call time
 
     @property
@@ -320,7 +314,7 @@ def abi_for(machine: Optional[str] = None, pointer_bits: Optional[int] = None) -
     refused: its numbers differ and engines do not run there.
     """
     if machine is None:
-        machine = platform.machine()
+        machine = os.uname().machine
     if pointer_bits is None:
         pointer_bits = ctypes.sizeof(ctypes.c_void_p) * 8
     m = machine.lower()
@@ -339,10 +333,11 @@ def abi_for(machine: Optional[str] = None, pointer_bits: Optional[int] = None) -
     if name in ("x86_64", "aarch64", "riscv64", "loongarch64", "ppc64", "ppc64le",
                 "s390x") and pointer_bits != 64:
         table = None
-    byteorder = "big" if name in _BIG_ENDIAN else "little"
     if table is None and name not in SYSCALL_TABLES:
-        byteorder = sys.byteorder
-    return Abi(name, pointer_bits, byteorder, table)
+        big = sys.byteorder == "big"
+    else:
+        big = name in _BIG_ENDIAN
+    return Abi(name, pointer_bits, "big" if big else "little", table)
 
 
 # ===========================================================================
@@ -359,7 +354,7 @@ class Backend:
 
     root: str = "/"
     abi: Abi
-    page_size: int
+    page_size: int = 4096
     is_live: bool = False
 
     def read_text(self, path: str) -> str:
@@ -475,7 +470,7 @@ class LinuxBackend(Backend):
         self._refuse(f"syscall {nr}")
         libc = _get_libc()
         ctypes.set_errno(0)
-        res = libc.syscall(ctypes.c_long(nr), *[_as_clong(a) for a in args])
+        res = int(libc.syscall(ctypes.c_long(nr), *[_as_clong(a) for a in args]))
         if res == -1:
             err = ctypes.get_errno()
             raise _oserror(err or errno.EIO, f"syscall {nr}")
@@ -562,15 +557,13 @@ GPU_VENDORS: Mapping[int, str] = MappingProxyType({
 _GPU_CLASSES = (0x03, 0x12)
 
 
-@dataclasses.dataclass(frozen=True)
-class HugePages:
+class HugePages(NamedTuple):
     total: int
     free: int
     surplus: int = 0
 
 
-@dataclasses.dataclass(frozen=True)
-class Node:
+class Node(NamedTuple):
     id: int
     cpus: FrozenSet[int]
     mem_total_kb: int
@@ -579,8 +572,7 @@ class Node:
     hugepages: Mapping[int, HugePages]    # page size in kB -> counts
 
 
-@dataclasses.dataclass(frozen=True)
-class Cpu:
+class Cpu(NamedTuple):
     id: int
     node: Optional[int]
     online: bool
@@ -590,8 +582,7 @@ class Cpu:
     llc: FrozenSet[int]
 
 
-@dataclasses.dataclass(frozen=True)
-class PciDevice:
+class PciDevice(NamedTuple):
     address: str                 # "0000:17:00.0"
     vendor: int
     device: int
@@ -604,8 +595,7 @@ class PciDevice:
         return GPU_VENDORS.get(self.vendor, f"0x{self.vendor:04x}")
 
 
-@dataclasses.dataclass(frozen=True)
-class Topology:
+class Topology(NamedTuple):
     nodes: Mapping[int, Node]
     online_nodes: FrozenSet[int]
     possible_nodes: FrozenSet[int]
@@ -781,7 +771,8 @@ def _read_gpus(r: _Reader) -> Tuple[PciDevice, ...]:
         d = f"{_PCI_DIR}/{addr}"
         vendor = r.integer(f"{d}/vendor")
         cls = r.integer(f"{d}/class")
-        if vendor not in GPU_VENDORS or cls is None or (cls >> 16) not in _GPU_CLASSES:
+        if vendor is None or vendor not in GPU_VENDORS or cls is None or \
+                (cls >> 16) not in _GPU_CLASSES:
             continue
         device = r.integer(f"{d}/device") or 0
         numa = r.integer(f"{d}/numa_node")
@@ -847,7 +838,7 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     cpus, online_cpus = _read_cpus(r, node_of)
     if not has_node_dir:
         node_cpus[0] = online_cpus
-        cpus = {c: dataclasses.replace(v, node=0) for c, v in cpus.items()}
+        cpus = {c: v._replace(node=0) for c, v in cpus.items()}
     order = sorted(online)
     nodes: Dict[int, Node] = {}
     for n in order:
@@ -873,13 +864,13 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
         allowed_mems = frozenset(with_mem)
     nb = r.integer("/proc/sys/kernel/numa_balancing")
     thp = None
-    t = r.text("/sys/kernel/mm/transparent_hugepage/enabled")
-    if t is not None:
-        m = re.search(r"\[(\w+)\]", t)
+    thp_text = r.text("/sys/kernel/mm/transparent_hugepage/enabled")
+    if thp_text is not None:
+        m = re.search(r"\[(\w+)\]", thp_text)
         if m:
             thp = m.group(1)
         else:
-            r.problems.append(f"no [selected] THP mode in {t.strip()!r}")
+            r.problems.append(f"no [selected] THP mode in {thp_text.strip()!r}")
     return Topology(
         nodes=MappingProxyType(nodes),
         online_nodes=frozenset(online), possible_nodes=frozenset(possible),
@@ -936,8 +927,8 @@ def to_json(obj: Any) -> Any:
         return _pci_json(obj)
     if hasattr(obj, "to_json") and callable(obj.to_json):
         return obj.to_json()
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, tuple) and hasattr(obj, "_asdict"):
+        return {k: to_json(v) for k, v in obj._asdict().items()}
     if isinstance(obj, enum.Enum):
         return obj.name.lower()
     if isinstance(obj, (frozenset, set)):
@@ -1120,25 +1111,33 @@ def get_mempolicy(addr: Optional[int] = None, flags: int = 0, *,
     b = _b(backend)
     nr = b.abi.number("get_mempolicy")
     mask = NodeMask((), abi=b.abi, bits=_nr_node_ids(b))
-    pol = ctypes.c_int(-1)
+    # An int the kernel writes, decoded in the ABI's byte order (the same as the
+    # host's on a real kernel; a simulated big-endian kernel writes big-endian).
+    pol = ctypes.create_string_buffer(4)
     f = int(flags)
     if addr is not None:
         f |= int(GetFlag.ADDR)
     b.syscall(nr, ctypes.addressof(pol), mask.address, mask.maxnode,
               addr if addr is not None else 0, f)
-    return pol.value, mask.read()
+    return int.from_bytes(pol.raw, b.abi.byteorder, signed=True), mask.read()
 
 
-def _word_array(values: Sequence[int], abi: Abi, signed: bool = False) -> ctypes.Array:
-    wb = abi.word_bits // 8
-    raw = b"".join((v & ((1 << abi.word_bits) - 1)).to_bytes(wb, abi.byteorder)
+def _pointer_bits(abi: Abi) -> int:
+    # Equal to abi.word_bits on a real kernel; a 32-bit ABI simulated on a 64-bit
+    # host keeps host-sized pointers.
+    return max(abi.word_bits, ctypes.sizeof(ctypes.c_void_p) * 8)
+
+
+def _pointer_array(values: Sequence[int], abi: Abi) -> ctypes.Array[ctypes.c_char]:
+    bits = _pointer_bits(abi)
+    raw = b"".join((v & ((1 << bits) - 1)).to_bytes(bits // 8, abi.byteorder)
                    for v in values)
     buf = ctypes.create_string_buffer(max(len(raw), 1))
     ctypes.memmove(buf, raw, len(raw))
     return buf
 
 
-def _int_array(values: Sequence[int], abi: Abi) -> ctypes.Array:
+def _int_array(values: Sequence[int], abi: Abi) -> ctypes.Array[ctypes.c_char]:
     raw = b"".join(struct.pack((">" if abi.byteorder == "big" else "<") + "i", v)
                    for v in values)
     buf = ctypes.create_string_buffer(max(len(raw), 1))
@@ -1146,7 +1145,7 @@ def _int_array(values: Sequence[int], abi: Abi) -> ctypes.Array:
     return buf
 
 
-def _read_int_array(buf: ctypes.Array, count: int, abi: Abi) -> List[int]:
+def _read_int_array(buf: ctypes.Array[ctypes.c_char], count: int, abi: Abi) -> List[int]:
     fmt = (">" if abi.byteorder == "big" else "<") + f"{count}i"
     return list(struct.unpack(fmt, buf.raw[: 4 * count]))
 
@@ -1160,7 +1159,7 @@ def move_pages(pid: int, pages: Sequence[int], nodes: Optional[Sequence[int]] = 
     count = len(pages)
     if nodes is not None and len(nodes) != count:
         raise ValueError("move_pages: pages and nodes differ in length")
-    parr = _word_array(list(pages), b.abi)
+    parr = _pointer_array(list(pages), b.abi)
     narr = _int_array(list(nodes), b.abi) if nodes is not None else None
     status = _int_array([0] * count, b.abi)
     b.syscall(nr, pid, count, ctypes.addressof(parr),
@@ -1197,8 +1196,7 @@ def set_mempolicy_home_node(addr: int, length: int, home_node: int, flags: int =
 # pointer gives EFAULT, as in the kernel, instead of crashing the test process.
 # ===========================================================================
 
-@dataclasses.dataclass(frozen=True)
-class _Pol:
+class _Pol(NamedTuple):
     mode: int                    # Mode value, without flags
     flags: int                   # ModeFlag bits
     nodes: FrozenSet[int]        # effective nodes (after cpuset)
@@ -1277,14 +1275,20 @@ class _SimObject:
         self.backing: Optional[Any] = None      # real memory standing in for it
 
 
-@dataclasses.dataclass
 class _SimMapping:
-    start: int
-    end: int
-    obj: Optional[_SimObject] = None
-    obj_page: int = 0                           # page index in obj at ``start``
-    label: str = ""                             # numa_maps "file=..." / "heap" / ""
-    mapped: Optional[bytearray] = None          # shared: pages in this page table
+    """One VMA of a simulated process."""
+
+    __slots__ = ("start", "end", "obj", "obj_page", "label", "mapped")
+
+    def __init__(self, start: int, end: int, obj: Optional[_SimObject] = None,
+                 obj_page: int = 0, label: str = "",
+                 mapped: Optional[bytearray] = None) -> None:
+        self.start = start
+        self.end = end
+        self.obj = obj                      # shared object, or None: private anon
+        self.obj_page = obj_page            # page index in obj at ``start``
+        self.label = label                  # numa_maps "file=..." / "heap" / ""
+        self.mapped = mapped                # shared: pages in this page table
 
 
 class _SimKernel:
@@ -1332,7 +1336,7 @@ class SimulatedBackend(Backend):
         self._files = LinuxBackend(self.root)
         bits = 32 if arch in ("i386", "i686", "arm", "armv7l", "x32") else 64
         self.abi = abi_for(arch, bits)
-        self.page_size = page_size or _DEFAULT_PAGE.get(self.abi.name, 4096)
+        self.page_size = page_size if page_size else _DEFAULT_PAGE.get(self.abi.name, 4096)
         if _kernel is None:
             topo = read_topology(backend=self._files)
             if max_numnodes is None:
@@ -1365,7 +1369,7 @@ class SimulatedBackend(Backend):
         return f"SimulatedBackend({self.root!r}, arch={self.abi.name!r}, pid={self.pid})"
 
     # -- processes, failures, inspection ---------------------------------------------
-    def process(self, **kw: Any) -> "SimulatedBackend":
+    def process(self, **kw: Any) -> SimulatedBackend:
         """Another process on the same simulated kernel."""
         return SimulatedBackend(self.root, arch=self.abi.name, page_size=self.page_size,
                                 _kernel=self.kernel, **kw)
@@ -1488,7 +1492,10 @@ class SimulatedBackend(Backend):
                 raise _oserror(err, name or f"syscall {nr}")
         if name is None or not k.numa:
             raise _oserror(errno.ENOSYS, f"syscall {nr}")
-        words = [a & ((1 << self.abi.word_bits) - 1) for a in args] + [0] * 6
+        # Scalars are truncated to the ABI's word; a 32-bit ABI simulated on a 64-bit
+        # host keeps host-sized pointers (its "user memory" is the host's).
+        width = max(self.abi.word_bits, ctypes.sizeof(ctypes.c_void_p) * 8)
+        words = [a & ((1 << width) - 1) for a in args] + [0] * 6
         return int(getattr(self, "_sys_" + name)(*words[:6]))
 
     def _signed(self, v: int, bits: int = 32) -> int:
@@ -1577,7 +1584,7 @@ class SimulatedBackend(Backend):
             flags &= ~MbindFlag.STRICT
         length = (length + self.page_size - 1) // self.page_size * self.page_size
         end = start + length
-        if end >= 1 << self.abi.word_bits:
+        if end >= 1 << max(self.abi.word_bits, ctypes.sizeof(ctypes.c_void_p) * 8):
             raise _oserror(errno.EINVAL, "mbind")
         if end == start:
             return 0
@@ -1675,7 +1682,7 @@ class SimulatedBackend(Backend):
             raise _oserror(errno.EPERM, "move_pages")
         if self._signed(pid) not in (0, self.pid):
             raise _oserror(errno.ESRCH, "move_pages")
-        wb = self.abi.word_bits // 8
+        wb = _pointer_bits(self.abi) // 8
         raw = self._copy_from_user(pages, count * wb)
         addrs = [int.from_bytes(raw[i * wb:(i + 1) * wb], self.abi.byteorder)
                  for i in range(count)]
@@ -1696,10 +1703,11 @@ class SimulatedBackend(Backend):
             if self._mapping_at(page) is None:
                 out.append(-errno.EFAULT)
                 continue
-            node = self._node_of_page(page)
-            if node is None:
+            found = self._node_of_page(page)
+            if found is None:
                 out.append(-errno.ENOENT)
                 continue
+            node = found
             if targets is not None and targets[i] != node:
                 if self.kernel.free_pages.get(targets[i], 0) <= 0:
                     out.append(-errno.ENOMEM)
@@ -1741,7 +1749,7 @@ class SimulatedBackend(Backend):
                 continue
             if pol.mode not in (Mode.BIND, Mode.PREFERRED_MANY):
                 raise _oserror(errno.EOPNOTSUPP, "set_mempolicy_home_node")
-            self.policy.set(a, z, dataclasses.replace(pol, home_node=home))
+            self.policy.set(a, z, pol._replace(home_node=home))
         return 0
 
     # -- memory ---------------------------------------------------------------------------
@@ -1791,7 +1799,16 @@ class SimulatedBackend(Backend):
             if s > pos:
                 self.mappings.append(_SimMapping(pos, s))
             pos = max(pos, e)
-        self.mappings.sort(key=lambda m: m.start)
+        # Adjacent private anonymous ranges are one VMA, as the kernel merges them.
+        merged: List[_SimMapping] = []
+        for m in sorted(self.mappings, key=lambda m: m.start):
+            last = merged[-1] if merged else None
+            if last is not None and last.obj is None and m.obj is None and \
+                    last.end == m.start and last.label == m.label:
+                last.end = m.end
+            else:
+                merged.append(m)
+        self.mappings = merged
 
     def _mappings_in(self, start: int, end: int) -> List[_SimMapping]:
         return [m for m in self.mappings if m.end > start and m.start < end]
@@ -1800,13 +1817,28 @@ class SimulatedBackend(Backend):
         for m in self.mappings:
             if m.start <= addr < m.end:
                 return m
+        # Memory the simulator has not seen yet but the host process really has
+        # mapped (a test's own buffer) is private anonymous memory; an address
+        # that is not readable is unmapped (EFAULT), as in the kernel.
+        page = addr - addr % self.page_size
+        try:
+            self._copy_from_user(page, 1)
+        except OSError:
+            return None
+        self._ensure_mapped(page, page + self.page_size)
+        for m in self.mappings:
+            if m.start <= addr < m.end:
+                return m
         return None
 
     def _vma_policy(self, addr: int) -> Optional[_Pol]:
         mp = self._mapping_at(addr)
         if mp is not None and mp.obj is not None:
-            return mp.obj.policy.get(mp.obj_page + (addr - mp.start) // self.page_size)
-        return self.policy.get(addr)
+            pol: Optional[_Pol] = mp.obj.policy.get(
+                mp.obj_page + (addr - mp.start) // self.page_size)
+            return pol
+        found: Optional[_Pol] = self.policy.get(addr)
+        return found
 
     def _ilx(self, addr: int) -> int:
         mp = self._mapping_at(addr)
@@ -2094,8 +2126,7 @@ _HINTS = MappingProxyType({
 })
 
 
-@dataclasses.dataclass(frozen=True)
-class PolicyResult:
+class PolicyResult(NamedTuple):
     """What a safe-layer call did.  Truthy when the policy was applied."""
 
     applied: bool
@@ -2117,8 +2148,7 @@ class PolicyResult:
                 "errno": self.errno, "hint": self.hint, "dropped": sorted(self.dropped)}
 
 
-@dataclasses.dataclass(frozen=True)
-class PolicyInfo:
+class PolicyInfo(NamedTuple):
     """A policy read back from the kernel (get_policy)."""
 
     mode: Mode
@@ -2219,18 +2249,17 @@ def apply_policy(buf: Any = None, length: Optional[int] = None, *,
         for n in want:
             if not isinstance(n, int) or isinstance(n, bool) or n < 0:
                 raise ValueError(f"invalid NUMA node id {n!r}")
-    base = dict(mode=mname, nodes=want, start=start, length=size)
+    res = PolicyResult(False, mname, want, start, size)
 
-    def fail(reason: str, err: Optional[int] = None, **kw: Any) -> PolicyResult:
-        return _fallback(PolicyResult(False, reason=reason, errno=err,
-                                      hint=_HINTS.get(reason), **{**base, **kw}),
+    def fail(reason: str, err: Optional[int] = None) -> PolicyResult:
+        return _fallback(res._replace(reason=reason, errno=err, hint=_HINTS.get(reason)),
                          strict_, what)
 
     if not enabled:
-        return PolicyResult(False, reason="disabled", hint=_HINTS["disabled"], **base)
+        return res._replace(reason="disabled", hint=_HINTS["disabled"])
     if m in (Mode.DEFAULT, Mode.LOCAL):
         want = frozenset()
-        base["nodes"] = want
+        res = res._replace(nodes=want)
     else:
         if not want:
             return fail("EINVAL", errno.EINVAL)
@@ -2244,12 +2273,11 @@ def apply_policy(buf: Any = None, length: Optional[int] = None, *,
                           "not usable (no memory, or outside this process's cpuset: "
                           f"Mems_allowed_list {format_cpulist(allowed)})")
         want = want - dropped
-        base.update(nodes=want, dropped=dropped)
+        res = res._replace(nodes=want, dropped=dropped)
         if not want:
             return fail("cpuset" if forbidden else "no-memory-node", errno.EINVAL)
         if not explicit and len(want) < 2 and m == Mode.INTERLEAVE:
-            return PolicyResult(False, reason="single-node", hint=_HINTS["single-node"],
-                                **base)
+            return res._replace(reason="single-node", hint=_HINTS["single-node"])
         if m == Mode.PREFERRED and len(want) > 1:
             raise ValueError("preferred takes one node; use preferred_many for several")
     if not b.abi.supported:
@@ -2265,7 +2293,7 @@ def apply_policy(buf: Any = None, length: Optional[int] = None, *,
     except OSError as e:
         err = e.errno or errno.EIO
         return fail(_errno_reason(err), err)
-    return PolicyResult(True, **base)
+    return res._replace(applied=True)
 
 
 def interleave(buf: Any, length: Optional[int] = None, nodes: Optional[Iterable[int]] = None,
@@ -2368,7 +2396,7 @@ def node_of(buf: Any, *, backend: Optional[Backend] = None) -> Optional[int]:
 # ===========================================================================
 
 # -- numa_maps section: owned by the shared-memory work; replace these stubs --------
-def parse_numa_maps(text: str) -> List["NumaMapsEntry"]:  # pragma: no cover - stub
+def parse_numa_maps(text: str) -> List[NumaMapsEntry]:  # pragma: no cover - stub
     raise NotImplementedError
 
 
@@ -3856,7 +3884,7 @@ def _render_status(rep: Dict[str, Any]) -> str:
                        f"{format_cpulist(g['local_cpus']) or '-'}")
         out.append("")
     p = rep["process"]
-    out.append(f"PROCESS{' (pid %s)' % p['pid'] if p['pid'] else ''}")
+    out.append("PROCESS" + (f" (pid {p['pid']})" if p["pid"] else ""))
     all_cpus = k["online_cpus"]
     out.append(f"  allowed cpus   {format_cpulist(p['allowed_cpus']) or '-'}"
                + (" (all online)" if p["allowed_cpus"] == all_cpus else ""))
@@ -3896,6 +3924,7 @@ def _backend_from_args(args: argparse.Namespace) -> Backend:
 
 
 def _print_json(data: Any) -> None:
+    import json
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
@@ -3918,6 +3947,7 @@ _STATUS_FORMATS: Dict[str, Callable[[Dict[str, Any]], str]] = {}
 
 
 def _common_parser() -> argparse.ArgumentParser:
+    import argparse
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--root", metavar="DIR", default=None,
                         help="read a saved sysfs/procfs tree instead of this system")
@@ -3926,6 +3956,7 @@ def _common_parser() -> argparse.ArgumentParser:
 
 
 def _build_parser() -> argparse.ArgumentParser:
+    import argparse
     parser = argparse.ArgumentParser(
         prog="numa_utils",
         description="NUMA topology, memory policy and placement for inference engines.")
@@ -3949,6 +3980,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Command-line entry point; returns the exit status."""
     parser = _build_parser()
     args = parser.parse_args(argv)
+    import logging
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(message)s")
     try:

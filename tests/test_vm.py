@@ -23,9 +23,8 @@ import os
 import pathlib
 import time
 
-import pytest
-
 import kernel_checks as kc
+import pytest
 from conftest import nu
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -169,3 +168,56 @@ def test_simulated(fixture, arch):
     assert not failed, "\n".join(f"{r['name']}: {r['detail']}\n{r.get('traceback', '')}"
                                  for r in failed)
     assert any(r["status"] == "pass" for r in records if not r["name"].startswith("raw_"))
+
+
+# ---------------------------------------------------------------- native
+
+def _native_expect():
+    """The expectation for this machine, from its own sysfs (the policy checks
+    then verify placement against it)."""
+    topo = nu.read_topology()
+    ids = sorted(topo.nodes)
+    return {
+        "arch": os.uname().machine,
+        "topology": "native",
+        "numa": bool(getattr(topo, "has_node_dir", True)),
+        "nodes": {str(n): {"cpus": sorted(topo.nodes[n].cpus),
+                           "mem_mb": math.ceil(topo.nodes[n].mem_total_kb / 1024)}
+                  for n in ids},
+        "distances": [[topo.nodes[n].distances.get(m) for m in ids] for n in ids],
+        "memory_only": sorted(set(topo.nodes_with_memory) - set(topo.nodes_with_cpus)),
+        "cpus": len(topo.cpus),
+        "allowed_mems": sorted(topo.allowed_mems),
+        "cgroup_mems": None,
+    }
+
+
+@pytest.mark.realkernel
+def test_native_multi_node():
+    """On a machine with real multiple nodes the same checks run natively."""
+    if not os.path.isdir("/sys/devices/system/node/node1"):
+        pytest.skip("this machine has one NUMA node: the QEMU guests (-m vm) cover it")
+    expect = _native_expect()
+    if len([n for n in expect["nodes"].values() if n["mem_mb"]]) < 2:
+        pytest.skip("fewer than two nodes with memory")
+    env = kc.make_env(expect, nu, nu.LinuxBackend(), real=True)
+    records = kc.run_checks(env)
+    print(_summary("native", os.uname().machine, records, 0))
+    failed = [r for r in records if r["status"] == "fail"]
+    assert not failed, "\n".join(f"{r['name']}: {r['detail']}" for r in failed)
+
+
+def test_simulated_catches_wrong_syscall_number(monkeypatch):
+    """The simulator tier fails too when numa_utils' aarch64 mbind is 237."""
+    from types import MappingProxyType
+    fixture = "qemu-aarch64-four-node"
+    if fixture not in SIM_FIXTURES:
+        pytest.skip(f"fixture {fixture} missing")
+    tables = dict(nu.SYSCALL_TABLES)
+    tables["aarch64"] = MappingProxyType({**tables["aarch64"], "mbind": 237})
+    monkeypatch.setattr(nu, "SYSCALL_TABLES", MappingProxyType(tables))
+    backend = nu.SimulatedBackend(str(FIXTURES_DIR / fixture / "root"), arch="aarch64")
+    env = kc.make_env(expect_from_fixture(fixture, "aarch64"), nu, backend, real=False)
+    status = {r["name"]: r["status"]
+              for r in kc.run_checks(env, ["interleave_split", "bind_prefer"])}
+    assert status == {"interleave_split": "fail", "bind_prefer": "fail"}, status
