@@ -2543,8 +2543,7 @@ def _norm_bus_id(text: str) -> str:
 # Header: nvml.h (nvmlPciInfo_t, nvmlDeviceGetNumaNodeId since r545).
 # ---------------------------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
-class _NvmlGpu:
+class _NvmlGpu(NamedTuple):
     """One GPU as NVML reports it (NVML enumerates in PCI order, ignoring
     CUDA_VISIBLE_DEVICES)."""
 
@@ -2554,18 +2553,12 @@ class _NvmlGpu:
     mig_uuids: Tuple[str, ...] = ()         # "MIG-..." of its MIG devices
 
 
-class _NvmlPciInfo(ctypes.Structure):
-    _fields_ = [("busIdLegacy", ctypes.c_char * 16), ("domain", ctypes.c_uint),
-                ("bus", ctypes.c_uint), ("device", ctypes.c_uint),
-                ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
-                ("busId", ctypes.c_char * 32)]
-
-
 _nvml_lock = threading.Lock()
 _nvml_cache: Dict[str, Optional[List[_NvmlGpu]]] = {}
 
 
 def _load_nvml() -> Optional[ctypes.CDLL]:
+    import ctypes.util
     names = ["libnvidia-ml.so.1"]
     found = ctypes.util.find_library("nvidia-ml")
     if found and found not in names:
@@ -2582,6 +2575,13 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
     lib = _load_nvml()
     if lib is None:
         return None
+
+    class PciInfo(ctypes.Structure):     # nvmlPciInfo_t (v2/v3 layout)
+        _fields_ = [("busIdLegacy", ctypes.c_char * 16), ("domain", ctypes.c_uint),
+                    ("bus", ctypes.c_uint), ("device", ctypes.c_uint),
+                    ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
+                    ("busId", ctypes.c_char * 32)]
+
     handle_t = ctypes.c_void_p
     try:
         init = getattr(lib, "nvmlInit_v2", None) or lib.nvmlInit
@@ -2600,7 +2600,7 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
             h = handle_t()
             if lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(i), ctypes.byref(h)) != 0:
                 continue
-            pci = _NvmlPciInfo()
+            pci = PciInfo()
             if get_pci(h, ctypes.byref(pci)) != 0:
                 continue
             bus = f"{pci.domain:04x}:{pci.bus:02x}:{pci.device:02x}.0"
@@ -2690,8 +2690,7 @@ def _torch_bus_id(device: int) -> Optional[str]:
 # GPUs from sysfs
 # ---------------------------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
-class GpuInfo:
+class GpuInfo(NamedTuple):
     """A GPU found in sysfs, with what numa_utils knows about its locality."""
 
     pci: str                          # "0000:19:00.0"
@@ -2750,7 +2749,7 @@ def _planning_topology(b: Backend) -> Topology:
     topo = read_topology(backend=b)
     cs = _cpuset_cpus(b)
     if cs is not None and cs & topo.online_cpus:
-        return dataclasses.replace(topo, allowed_cpus=frozenset(cs & topo.online_cpus))
+        return topo._replace(allowed_cpus=frozenset(cs & topo.online_cpus))
     return topo
 
 
@@ -2824,8 +2823,7 @@ def _attribute_gpu_memory(topo: Topology, infos: List[GpuInfo],
             order = sorted(cands, key=lambda x: (x.cpu_node, x.pci))
             for i, g in enumerate(order):
                 claimed[g.pci] = (tuple(free[i * k:(i + 1) * k]), "driver")
-    return [dataclasses.replace(g, memory_nodes=claimed[g.pci][0],
-                                memory_source=claimed[g.pci][1])
+    return [g._replace(memory_nodes=claimed[g.pci][0], memory_source=claimed[g.pci][1])
             if g.pci in claimed else g for g in infos]
 
 
@@ -2857,8 +2855,7 @@ def gpus(*, backend: Optional[Backend] = None) -> List[GpuInfo]:
 # CUDA device index -> GPU
 # ---------------------------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
-class _Visible:
+class _Visible(NamedTuple):
     gpu: Optional[GpuInfo]       # None: the entry names a GPU we cannot identify
     entry: str                   # the CUDA_VISIBLE_DEVICES entry, or "" (all visible)
     how: str
@@ -2956,8 +2953,7 @@ def _apply_visible(base: List[_Visible], raw: str, uuids: Mapping[str, GpuInfo],
     return out
 
 
-@dataclasses.dataclass(frozen=True)
-class _Resolved:
+class _Resolved(NamedTuple):
     gpu: Optional[GpuInfo]
     how: str
     notes: Tuple[str, ...]
@@ -3058,8 +3054,7 @@ def _memory_nodes_for(topo: Topology, node: int) -> Tuple[int, ...]:
     return tuple(n for n in near if topo.distance(node, n) == d0)
 
 
-@dataclasses.dataclass(frozen=True)
-class GpuPlan:
+class GpuPlan(NamedTuple):
     """The CPUs and host memory planned for one GPU's worker."""
 
     gpu: Optional[int]                # CUDA index in this process; None: not visible
@@ -3271,8 +3266,7 @@ def cpus_for_gpu(device: int, policy: Optional[str] = None, *,
 # Binding
 # ---------------------------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
-class BindResult:
+class BindResult(NamedTuple):
     """What bind_to_node / bind_for_gpu applied.  Truthy when everything asked was."""
 
     node: Optional[int]
@@ -3461,7 +3455,7 @@ def bind_for_gpu(device: int, policy: Optional[str] = None, *,
                           notes=plan.notes)
     out = bind_to_node(plan.cpu_node, cpus=False if pol == "none" else plan.cpus,
                        memory=mem, threads=threads, strict=st, backend=b)
-    return dataclasses.replace(out, plan=plan, notes=plan.notes + out.notes)
+    return out._replace(plan=plan, notes=plan.notes + out.notes)
 
 
 # ---------------------------------------------------------------------------
@@ -3589,6 +3583,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         res = bind_to_node(args.node, cpus=pol != "none", memory=memory, threads="all",
                            strict=strict, backend=b)
     if args.json:
+        import json
         sys.stderr.write(json.dumps(res.to_json()) + "\n")
     elif not res:
         what = []
@@ -3634,6 +3629,7 @@ def _cli_plan(sub: Any) -> None:
 
 
 def _cli_run(sub: Any) -> None:
+    import argparse
     p = sub.add_parser("run", parents=[sub.common],
                        help="bind to a GPU's or node's CPUs and memory, then exec CMD")
     g = p.add_mutually_exclusive_group(required=True)
