@@ -25,22 +25,17 @@ the running system or a saved tree, ``SimulatedBackend`` for a model of the kern
 
 from __future__ import annotations
 
-import argparse
 import ctypes
-import ctypes.util
-import dataclasses
 import enum
 import errno
-import json
-import logging
 import os
-import platform
 import re
 import struct
 import sys
 import threading
 from types import MappingProxyType
 from typing import (
+    TYPE_CHECKING,
     Any,
     Callable,
     Dict,
@@ -49,6 +44,7 @@ from typing import (
     Iterator,
     List,
     Mapping,
+    NamedTuple,
     Optional,
     Sequence,
     Set,
@@ -72,7 +68,7 @@ __all__ = [
     "mbind", "set_mempolicy", "get_mempolicy", "move_pages", "migrate_pages",
     "set_mempolicy_home_node",
     # memory policy: safe layer
-    "PolicyResult", "Policy", "buffer_range", "interleave", "bind", "prefer",
+    "PolicyResult", "PolicyInfo", "buffer_range", "interleave", "bind", "prefer",
     "set_local", "apply_policy", "thread_policy", "set_thread_policy", "get_policy",
     "node_of",
     # shared memory, prefault, placement
@@ -88,11 +84,16 @@ __all__ = [
     "main",
 ]
 
-_log = logging.getLogger(__name__)
+if TYPE_CHECKING:   # imported lazily at run time: importing numa_utils stays cheap
+    import argparse
+
+    from typing_extensions import Literal
+
+    ByteOrder = Literal["little", "big"]
 
 # Warnings are logged once per distinct reason, not once per call (an engine may call
 # interleave() for every layer of every request: that must not become a log storm).
-_warned: set = set()
+_warned: Set[str] = set()
 _warned_lock = threading.Lock()
 
 
@@ -101,7 +102,8 @@ def _warn_once(key: str, msg: str, *args: Any) -> None:
         if key in _warned:
             return
         _warned.add(key)
-    _log.warning(msg, *args)
+    import logging
+    logging.getLogger(__name__).warning(msg, *args)
 
 
 def _oserror(err: int, what: str, extra: str = "") -> OSError:
@@ -141,7 +143,7 @@ def parse_cpulist(text: str, *, source: Optional[str] = None) -> FrozenSet[int]:
     s = _clean(text)
     if not s:
         return frozenset()
-    out: set = set()
+    out: Set[int] = set()
     for chunk in s.split(","):
         m = _CHUNK_RE.match(chunk.strip())
         if m is None:
@@ -275,13 +277,6 @@ SYSCALL_TABLES: Mapping[str, Mapping[str, int]] = MappingProxyType({
     "s390x": _table(268, 270, 269, 287, 310, 450),
 })
 
-# AUDIT_ARCH_* (include/uapi/linux/audit.h), for seccomp filters in tests and tools.
-_AUDIT_ARCH = MappingProxyType({
-    "x86_64": 0xC000003E, "i386": 0x40000003, "aarch64": 0xC00000B7,
-    "riscv64": 0xC00000F3, "loongarch64": 0xC0000102, "arm": 0x40000028,
-    "ppc64": 0x80000015, "ppc64le": 0xC0000015, "s390x": 0x80000016,
-})
-
 _MACHINE_ALIASES = MappingProxyType({
     "amd64": "x86_64", "x64": "x86_64", "x86-64": "x86_64",
     "i486": "i386", "i586": "i386", "i686": "i386", "x86": "i386",
@@ -294,13 +289,12 @@ _BIG_ENDIAN = frozenset({"ppc64", "s390x"})
 _DEFAULT_PAGE = MappingProxyType({"ppc64": 65536, "ppc64le": 65536})
 
 
-@dataclasses.dataclass(frozen=True)
-class Abi:
+class Abi(NamedTuple):
     """The ABI a syscall is made in: table name, word size and byte order."""
 
     name: str                      # key of SYSCALL_TABLES, or the unknown machine name
     word_bits: int                 # C unsigned long width: nodemask word size
-    byteorder: str                 # "little" | "big"
+    byteorder: ByteOrder           # "little" | "big"
     syscalls: Optional[Mapping[str, int]]   # None: unsupported ABI -> ENOSYS at call time
 
     @property
@@ -322,7 +316,7 @@ def abi_for(machine: Optional[str] = None, pointer_bits: Optional[int] = None) -
     refused: its numbers differ and engines do not run there.
     """
     if machine is None:
-        machine = platform.machine()
+        machine = os.uname().machine
     if pointer_bits is None:
         pointer_bits = ctypes.sizeof(ctypes.c_void_p) * 8
     m = machine.lower()
@@ -341,10 +335,11 @@ def abi_for(machine: Optional[str] = None, pointer_bits: Optional[int] = None) -
     if name in ("x86_64", "aarch64", "riscv64", "loongarch64", "ppc64", "ppc64le",
                 "s390x") and pointer_bits != 64:
         table = None
-    byteorder = "big" if name in _BIG_ENDIAN else "little"
     if table is None and name not in SYSCALL_TABLES:
-        byteorder = sys.byteorder
-    return Abi(name, pointer_bits, byteorder, table)
+        big = sys.byteorder == "big"
+    else:
+        big = name in _BIG_ENDIAN
+    return Abi(name, pointer_bits, "big" if big else "little", table)
 
 
 # ===========================================================================
@@ -361,7 +356,7 @@ class Backend:
 
     root: str = "/"
     abi: Abi
-    page_size: int
+    page_size: int = 4096
     is_live: bool = False
 
     def read_text(self, path: str) -> str:
@@ -522,7 +517,7 @@ class LinuxBackend(Backend):
         self._refuse(f"syscall {nr}")
         libc = _get_libc()
         ctypes.set_errno(0)
-        res = libc.syscall(ctypes.c_long(nr), *[_as_clong(a) for a in args])
+        res = int(libc.syscall(ctypes.c_long(nr), *[_as_clong(a) for a in args]))
         if res == -1:
             err = ctypes.get_errno()
             raise _oserror(err or errno.EIO, f"syscall {nr}")
@@ -685,15 +680,13 @@ GPU_VENDORS: Mapping[int, str] = MappingProxyType({
 _GPU_CLASSES = (0x03, 0x12)
 
 
-@dataclasses.dataclass(frozen=True)
-class HugePages:
+class HugePages(NamedTuple):
     total: int
     free: int
     surplus: int = 0
 
 
-@dataclasses.dataclass(frozen=True)
-class Node:
+class Node(NamedTuple):
     id: int
     cpus: FrozenSet[int]
     mem_total_kb: int
@@ -702,8 +695,7 @@ class Node:
     hugepages: Mapping[int, HugePages]    # page size in kB -> counts
 
 
-@dataclasses.dataclass(frozen=True)
-class Cpu:
+class Cpu(NamedTuple):
     id: int
     node: Optional[int]
     online: bool
@@ -713,8 +705,7 @@ class Cpu:
     llc: FrozenSet[int]
 
 
-@dataclasses.dataclass(frozen=True)
-class PciDevice:
+class PciDevice(NamedTuple):
     address: str                 # "0000:17:00.0"
     vendor: int
     device: int
@@ -727,8 +718,7 @@ class PciDevice:
         return GPU_VENDORS.get(self.vendor, f"0x{self.vendor:04x}")
 
 
-@dataclasses.dataclass(frozen=True)
-class Topology:
+class Topology(NamedTuple):
     nodes: Mapping[int, Node]
     online_nodes: FrozenSet[int]
     possible_nodes: FrozenSet[int]
@@ -904,7 +894,8 @@ def _read_gpus(r: _Reader) -> Tuple[PciDevice, ...]:
         d = f"{_PCI_DIR}/{addr}"
         vendor = r.integer(f"{d}/vendor")
         cls = r.integer(f"{d}/class")
-        if vendor not in GPU_VENDORS or cls is None or (cls >> 16) not in _GPU_CLASSES:
+        if vendor is None or vendor not in GPU_VENDORS or cls is None or \
+                (cls >> 16) not in _GPU_CLASSES:
             continue
         device = r.integer(f"{d}/device") or 0
         numa = r.integer(f"{d}/numa_node")
@@ -970,7 +961,7 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     cpus, online_cpus = _read_cpus(r, node_of)
     if not has_node_dir:
         node_cpus[0] = online_cpus
-        cpus = {c: dataclasses.replace(v, node=0) for c, v in cpus.items()}
+        cpus = {c: v._replace(node=0) for c, v in cpus.items()}
     order = sorted(online)
     nodes: Dict[int, Node] = {}
     for n in order:
@@ -996,13 +987,13 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
         allowed_mems = frozenset(with_mem)
     nb = r.integer("/proc/sys/kernel/numa_balancing")
     thp = None
-    t = r.text("/sys/kernel/mm/transparent_hugepage/enabled")
-    if t is not None:
-        m = re.search(r"\[(\w+)\]", t)
+    thp_text = r.text("/sys/kernel/mm/transparent_hugepage/enabled")
+    if thp_text is not None:
+        m = re.search(r"\[(\w+)\]", thp_text)
         if m:
             thp = m.group(1)
         else:
-            r.problems.append(f"no [selected] THP mode in {t.strip()!r}")
+            r.problems.append(f"no [selected] THP mode in {thp_text.strip()!r}")
     return Topology(
         nodes=MappingProxyType(nodes),
         online_nodes=frozenset(online), possible_nodes=frozenset(possible),
@@ -1059,8 +1050,8 @@ def to_json(obj: Any) -> Any:
         return _pci_json(obj)
     if hasattr(obj, "to_json") and callable(obj.to_json):
         return obj.to_json()
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, tuple) and hasattr(obj, "_asdict"):
+        return {k: to_json(v) for k, v in obj._asdict().items()}
     if isinstance(obj, enum.Enum):
         return obj.name.lower()
     if isinstance(obj, (frozenset, set)):
@@ -1260,7 +1251,7 @@ def _pointer_bits(abi: Abi) -> int:
     return max(abi.word_bits, ctypes.sizeof(ctypes.c_void_p) * 8)
 
 
-def _pointer_array(values: Sequence[int], abi: Abi) -> ctypes.Array:
+def _pointer_array(values: Sequence[int], abi: Abi) -> ctypes.Array[ctypes.c_char]:
     bits = _pointer_bits(abi)
     raw = b"".join((v & ((1 << bits) - 1)).to_bytes(bits // 8, abi.byteorder)
                    for v in values)
@@ -1269,7 +1260,7 @@ def _pointer_array(values: Sequence[int], abi: Abi) -> ctypes.Array:
     return buf
 
 
-def _int_array(values: Sequence[int], abi: Abi) -> ctypes.Array:
+def _int_array(values: Sequence[int], abi: Abi) -> ctypes.Array[ctypes.c_char]:
     raw = b"".join(struct.pack((">" if abi.byteorder == "big" else "<") + "i", v)
                    for v in values)
     buf = ctypes.create_string_buffer(max(len(raw), 1))
@@ -1277,7 +1268,7 @@ def _int_array(values: Sequence[int], abi: Abi) -> ctypes.Array:
     return buf
 
 
-def _read_int_array(buf: ctypes.Array, count: int, abi: Abi) -> List[int]:
+def _read_int_array(buf: ctypes.Array[ctypes.c_char], count: int, abi: Abi) -> List[int]:
     fmt = (">" if abi.byteorder == "big" else "<") + f"{count}i"
     return list(struct.unpack(fmt, buf.raw[: 4 * count]))
 
@@ -1328,8 +1319,7 @@ def set_mempolicy_home_node(addr: int, length: int, home_node: int, flags: int =
 # pointer gives EFAULT, as in the kernel, instead of crashing the test process.
 # ===========================================================================
 
-@dataclasses.dataclass(frozen=True)
-class _Pol:
+class _Pol(NamedTuple):
     mode: int                    # Mode value, without flags
     flags: int                   # ModeFlag bits
     nodes: FrozenSet[int]        # effective nodes (after cpuset)
@@ -1435,7 +1425,6 @@ class _SimObject:
                 kernel.free_pages[n] = kernel.free_pages.get(n, 0) + 1
 
 
-@dataclasses.dataclass
 class _SimMapping:
     start: int
     end: int
@@ -1529,7 +1518,7 @@ class SimulatedBackend(Backend):
         self._files = LinuxBackend(self.root)
         bits = 32 if arch in ("i386", "i686", "arm", "armv7l", "x32") else 64
         self.abi = abi_for(arch, bits)
-        self.page_size = page_size or _DEFAULT_PAGE.get(self.abi.name, 4096)
+        self.page_size = page_size if page_size else _DEFAULT_PAGE.get(self.abi.name, 4096)
         if _kernel is None:
             topo = read_topology(backend=self._files)
             if max_numnodes is None:
@@ -1567,7 +1556,7 @@ class SimulatedBackend(Backend):
         return f"SimulatedBackend({self.root!r}, arch={self.abi.name!r}, pid={self.pid})"
 
     # -- processes, failures, inspection ---------------------------------------------
-    def process(self, **kw: Any) -> "SimulatedBackend":
+    def process(self, **kw: Any) -> SimulatedBackend:
         """Another process on the same simulated kernel."""
         return SimulatedBackend(self.root, arch=self.abi.name, page_size=self.page_size,
                                 _kernel=self.kernel, **kw)
@@ -1909,10 +1898,11 @@ class SimulatedBackend(Backend):
             if self._mapping_at(page) is None:
                 out.append(-errno.EFAULT)
                 continue
-            node = self._node_of_page(page)
-            if node is None:
+            found = self._node_of_page(page)
+            if found is None:
                 out.append(-errno.ENOENT)
                 continue
+            node = found
             if targets is not None and targets[i] != node:
                 if self.kernel.free_pages.get(targets[i], 0) <= 0:
                     out.append(-errno.ENOMEM)
@@ -1954,7 +1944,7 @@ class SimulatedBackend(Backend):
                 continue
             if pol.mode not in (Mode.BIND, Mode.PREFERRED_MANY):
                 raise _oserror(errno.EOPNOTSUPP, "set_mempolicy_home_node")
-            self.policy.set(a, z, dataclasses.replace(pol, home_node=home))
+            self.policy.set(a, z, pol._replace(home_node=home))
         return 0
 
     # -- memory ---------------------------------------------------------------------------
@@ -2671,8 +2661,7 @@ _HINTS = MappingProxyType({
 })
 
 
-@dataclasses.dataclass(frozen=True)
-class PolicyResult:
+class PolicyResult(NamedTuple):
     """What a safe-layer call did.  Truthy when the policy was applied."""
 
     applied: bool
@@ -2694,8 +2683,7 @@ class PolicyResult:
                 "errno": self.errno, "hint": self.hint, "dropped": sorted(self.dropped)}
 
 
-@dataclasses.dataclass(frozen=True)
-class PolicyInfo:
+class PolicyInfo(NamedTuple):
     """A policy read back from the kernel (get_policy)."""
 
     mode: Mode
@@ -2796,18 +2784,17 @@ def apply_policy(buf: Any = None, length: Optional[int] = None, *,
         for n in want:
             if not isinstance(n, int) or isinstance(n, bool) or n < 0:
                 raise ValueError(f"invalid NUMA node id {n!r}")
-    base = dict(mode=mname, nodes=want, start=start, length=size)
+    res = PolicyResult(False, mname, want, start, size)
 
-    def fail(reason: str, err: Optional[int] = None, **kw: Any) -> PolicyResult:
-        return _fallback(PolicyResult(False, reason=reason, errno=err,
-                                      hint=_HINTS.get(reason), **{**base, **kw}),
+    def fail(reason: str, err: Optional[int] = None) -> PolicyResult:
+        return _fallback(res._replace(reason=reason, errno=err, hint=_HINTS.get(reason)),
                          strict_, what)
 
     if not enabled:
-        return PolicyResult(False, reason="disabled", hint=_HINTS["disabled"], **base)
+        return res._replace(reason="disabled", hint=_HINTS["disabled"])
     if m in (Mode.DEFAULT, Mode.LOCAL):
         want = frozenset()
-        base["nodes"] = want
+        res = res._replace(nodes=want)
     else:
         if not want:
             return fail("EINVAL", errno.EINVAL)
@@ -2821,12 +2808,11 @@ def apply_policy(buf: Any = None, length: Optional[int] = None, *,
                           "not usable (no memory, or outside this process's cpuset: "
                           f"Mems_allowed_list {format_cpulist(allowed)})")
         want = want - dropped
-        base.update(nodes=want, dropped=dropped)
+        res = res._replace(nodes=want, dropped=dropped)
         if not want:
             return fail("cpuset" if forbidden else "no-memory-node", errno.EINVAL)
         if not explicit and len(want) < 2 and m == Mode.INTERLEAVE:
-            return PolicyResult(False, reason="single-node", hint=_HINTS["single-node"],
-                                **base)
+            return res._replace(reason="single-node", hint=_HINTS["single-node"])
         if m == Mode.PREFERRED and len(want) > 1:
             raise ValueError("preferred takes one node; use preferred_many for several")
     if not b.abi.supported:
@@ -2842,7 +2828,7 @@ def apply_policy(buf: Any = None, length: Optional[int] = None, *,
     except OSError as e:
         err = e.errno or errno.EIO
         return fail(_errno_reason(err), err)
-    return PolicyResult(True, **base)
+    return res._replace(applied=True)
 
 
 def interleave(buf: Any, length: Optional[int] = None, nodes: Optional[Iterable[int]] = None,
@@ -4295,8 +4281,7 @@ def _norm_bus_id(text: str) -> str:
 # Header: nvml.h (nvmlPciInfo_t, nvmlDeviceGetNumaNodeId since r545).
 # ---------------------------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
-class _NvmlGpu:
+class _NvmlGpu(NamedTuple):
     """One GPU as NVML reports it (NVML enumerates in PCI order, ignoring
     CUDA_VISIBLE_DEVICES)."""
 
@@ -4306,18 +4291,12 @@ class _NvmlGpu:
     mig_uuids: Tuple[str, ...] = ()         # "MIG-..." of its MIG devices
 
 
-class _NvmlPciInfo(ctypes.Structure):
-    _fields_ = [("busIdLegacy", ctypes.c_char * 16), ("domain", ctypes.c_uint),
-                ("bus", ctypes.c_uint), ("device", ctypes.c_uint),
-                ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
-                ("busId", ctypes.c_char * 32)]
-
-
 _nvml_lock = threading.Lock()
 _nvml_cache: Dict[str, Optional[List[_NvmlGpu]]] = {}
 
 
 def _load_nvml() -> Optional[ctypes.CDLL]:
+    import ctypes.util
     names = ["libnvidia-ml.so.1"]
     found = ctypes.util.find_library("nvidia-ml")
     if found and found not in names:
@@ -4334,6 +4313,13 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
     lib = _load_nvml()
     if lib is None:
         return None
+
+    class PciInfo(ctypes.Structure):     # nvmlPciInfo_t (v2/v3 layout)
+        _fields_ = [("busIdLegacy", ctypes.c_char * 16), ("domain", ctypes.c_uint),
+                    ("bus", ctypes.c_uint), ("device", ctypes.c_uint),
+                    ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
+                    ("busId", ctypes.c_char * 32)]
+
     handle_t = ctypes.c_void_p
     try:
         init = getattr(lib, "nvmlInit_v2", None) or lib.nvmlInit
@@ -4352,7 +4338,7 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
             h = handle_t()
             if lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(i), ctypes.byref(h)) != 0:
                 continue
-            pci = _NvmlPciInfo()
+            pci = PciInfo()
             if get_pci(h, ctypes.byref(pci)) != 0:
                 continue
             bus = f"{pci.domain:04x}:{pci.bus:02x}:{pci.device:02x}.0"
@@ -4386,9 +4372,11 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
     return out
 
 
-def _nvml_devices() -> Optional[List[_NvmlGpu]]:
-    """NVML's GPUs in NVML order, or None without NVML.  The seam tests monkeypatch;
-    only consulted for the running system (never for a saved tree or a simulation)."""
+def _nvml_devices(b: Backend) -> Optional[List[_NvmlGpu]]:
+    """NVML's GPUs in NVML order, or None without NVML.  The seam tests monkeypatch.
+    NVML describes the running system, so a saved tree or a simulation gets None."""
+    if not (b.is_live and isinstance(b, LinuxBackend)):
+        return None
     with _nvml_lock:
         if "gpus" not in _nvml_cache:
             _nvml_cache["gpus"] = _nvml_query()
@@ -4440,8 +4428,7 @@ def _torch_bus_id(device: int) -> Optional[str]:
 # GPUs from sysfs
 # ---------------------------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
-class GpuInfo:
+class GpuInfo(NamedTuple):
     """A GPU found in sysfs, with what numa_utils knows about its locality."""
 
     pci: str                          # "0000:19:00.0"
@@ -4463,6 +4450,45 @@ class GpuInfo:
                 "local_cpus": sorted(self.local_cpus),
                 "memory_nodes": list(self.memory_nodes),
                 "memory_source": self.memory_source, "uuid": self.uuid}
+
+
+def _cpuset_cpus(b: Backend) -> Optional[FrozenSet[int]]:
+    """This process's cgroup cpuset (the most sched_setaffinity may ever give it), or
+    None when it cannot be read.  Cgroup v2: <path>/cpuset.cpus.effective; v1:
+    cpuset/<path>/cpuset.effective_cpus (Documentation/admin-guide/cgroup-v2.rst,
+    cgroup-v1/cpusets.rst); the path comes from /proc/self/cpuset."""
+    if isinstance(b, SimulatedBackend):
+        return b.cpus_allowed
+    text = b.read_optional("/proc/self/cpuset")
+    path = _clean(text) if text is not None else ""
+    if not path.startswith("/"):
+        return None
+    path = path.rstrip("/")
+    for f in (f"/sys/fs/cgroup{path}/cpuset.cpus.effective",
+              f"/sys/fs/cgroup/cpuset{path}/cpuset.effective_cpus",
+              f"/sys/fs/cgroup/cpuset{path}/cpuset.cpus"):
+        t = b.read_optional(f)
+        if t is None:
+            continue
+        try:
+            cpus = parse_cpulist(t, source=f)
+        except ValueError:
+            continue
+        if cpus:
+            return cpus
+    return None
+
+
+def _planning_topology(b: Backend) -> Topology:
+    """The topology with ``allowed_cpus`` widened from this thread's affinity
+    (Cpus_allowed_list) to the cpuset when that is readable: after a first binding the
+    affinity is the bound set, and plans and re-binding must still see every CPU the
+    process may use.  A narrower affinity set before (taskset) is replaced by binding."""
+    topo = read_topology(backend=b)
+    cs = _cpuset_cpus(b)
+    if cs is not None and cs & topo.online_cpus:
+        return topo._replace(allowed_cpus=frozenset(cs & topo.online_cpus))
+    return topo
 
 
 def _nearest_cpu_node(topo: Topology, node: int) -> Optional[int]:
@@ -4535,13 +4561,12 @@ def _attribute_gpu_memory(topo: Topology, infos: List[GpuInfo],
             order = sorted(cands, key=lambda x: (x.cpu_node, x.pci))
             for i, g in enumerate(order):
                 claimed[g.pci] = (tuple(free[i * k:(i + 1) * k]), "driver")
-    return [dataclasses.replace(g, memory_nodes=claimed[g.pci][0],
-                                memory_source=claimed[g.pci][1])
+    return [g._replace(memory_nodes=claimed[g.pci][0], memory_source=claimed[g.pci][1])
             if g.pci in claimed else g for g in infos]
 
 
 def _gpu_infos(topo: Topology, b: Backend) -> List[GpuInfo]:
-    nvml = _nvml_devices() if b.is_live and isinstance(b, LinuxBackend) else None
+    nvml = _nvml_devices(b)
     uuids = _driver_uuids(b)
     for nv in nvml or ():
         if nv.uuid:
@@ -4568,8 +4593,7 @@ def gpus(*, backend: Optional[Backend] = None) -> List[GpuInfo]:
 # CUDA device index -> GPU
 # ---------------------------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
-class _Visible:
+class _Visible(NamedTuple):
     gpu: Optional[GpuInfo]       # None: the entry names a GPU we cannot identify
     entry: str                   # the CUDA_VISIBLE_DEVICES entry, or "" (all visible)
     how: str
@@ -4667,8 +4691,7 @@ def _apply_visible(base: List[_Visible], raw: str, uuids: Mapping[str, GpuInfo],
     return out
 
 
-@dataclasses.dataclass(frozen=True)
-class _Resolved:
+class _Resolved(NamedTuple):
     gpu: Optional[GpuInfo]
     how: str
     notes: Tuple[str, ...]
@@ -4687,7 +4710,7 @@ def _resolve(device: int, pci_bus_id: Optional[str], infos: List[GpuInfo], b: Ba
         bus_t = _torch_bus_id(device)
         if bus_t is not None and bus_t in by_pci:
             return _Resolved(by_pci[bus_t], "torch", ())
-    nvml = _nvml_devices() if b.is_live and isinstance(b, LinuxBackend) else None
+    nvml = _nvml_devices(b)
     vis, notes = _visible_gpus(infos, nvml, os.environ if env is None else env)
     if device >= len(vis):
         cvd = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
@@ -4769,8 +4792,7 @@ def _memory_nodes_for(topo: Topology, node: int) -> Tuple[int, ...]:
     return tuple(n for n in near if topo.distance(node, n) == d0)
 
 
-@dataclasses.dataclass(frozen=True)
-class GpuPlan:
+class GpuPlan(NamedTuple):
     """The CPUs and host memory planned for one GPU's worker."""
 
     gpu: Optional[int]                # CUDA index in this process; None: not visible
@@ -4938,9 +4960,9 @@ def gpu_plans(policy: Optional[str] = None, *, reserve: Optional[int] = None,
     res = _reserve_or_env(reserve)
     mem = _memory_or_env(memory)
     st = _strict_or_env(strict)
-    topo = read_topology(backend=b)
+    topo = _planning_topology(b)
     infos = _gpu_infos(topo, b)
-    nvml = _nvml_devices() if b.is_live and isinstance(b, LinuxBackend) else None
+    nvml = _nvml_devices(b)
     vis, notes = _visible_gpus(infos, nvml, os.environ if environ is None else environ)
     planned = _plan_all(topo, infos, pol, res, st) if vis else {}
     return [_plan_for(topo, infos, v.gpu, i, pol, res, mem, st,
@@ -4966,7 +4988,7 @@ def cpus_for_gpu(device: int, policy: Optional[str] = None, *,
     pol = "node" if pol == "none" else pol
     res = _reserve_or_env(reserve)
     st = _strict_or_env(strict)
-    topo = read_topology(backend=b)
+    topo = _planning_topology(b)
     infos = _gpu_infos(topo, b)
     r = _resolve(device, pci_bus_id, infos, b, environ)
     for note in r.notes:
@@ -4982,8 +5004,7 @@ def cpus_for_gpu(device: int, policy: Optional[str] = None, *,
 # Binding
 # ---------------------------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
-class BindResult:
+class BindResult(NamedTuple):
     """What bind_to_node / bind_for_gpu applied.  Truthy when everything asked was."""
 
     node: Optional[int]
@@ -5065,7 +5086,7 @@ def bind_to_node(node: int, *, cpus: Union[bool, Iterable[int]] = True,
     mem = _memory_or_env(memory)
     if threads not in ("all", "current"):
         raise ValueError(f"threads must be 'all' or 'current', not {threads!r}")
-    topo = read_topology(backend=b)
+    topo = _planning_topology(b)
     if isinstance(node, bool) or not isinstance(node, int) or node not in topo.nodes:
         raise ValueError(f"no NUMA node {node!r} (online: "
                          f"{format_cpulist(topo.online_nodes)})")
@@ -5097,6 +5118,12 @@ def bind_to_node(node: int, *, cpus: Union[bool, Iterable[int]] = True,
     pres: Optional[PolicyResult] = None
     if mem is not None:
         mnodes = _plan_memory(topo, infos, node, mem) if mem != "local" else ()
+        if mem in ("prefer", "bind") and mnodes and node not in mnodes:
+            msg = (f"node {node} has no memory this process may use; memory policy "
+                   f"{mem} on node(s) {format_cpulist(mnodes)}, the nearest")
+            if node in topo.nodes_with_memory:     # the cpuset's doing, not the machine's
+                _fail(st, f"bind:mems:{node}", msg)
+            notes.append(msg)
         mode = {"prefer": Mode.PREFERRED, "bind": Mode.BIND, "interleave": Mode.INTERLEAVE,
                 "local": Mode.LOCAL}[mem]
         if mode == Mode.PREFERRED and len(mnodes) > 1:
@@ -5152,7 +5179,7 @@ def bind_for_gpu(device: int, policy: Optional[str] = None, *,
     res = _reserve_or_env(reserve)
     mem = _memory_or_env(memory)
     st = _strict_or_env(strict)
-    topo = read_topology(backend=b)
+    topo = _planning_topology(b)
     infos = _gpu_infos(topo, b)
     r = _resolve(device, pci_bus_id, infos, b, environ)
     for note in r.notes:
@@ -5166,7 +5193,7 @@ def bind_for_gpu(device: int, policy: Optional[str] = None, *,
                           notes=plan.notes)
     out = bind_to_node(plan.cpu_node, cpus=False if pol == "none" else plan.cpus,
                        memory=mem, threads=threads, strict=st, backend=b)
-    return dataclasses.replace(out, plan=plan, notes=plan.notes + out.notes)
+    return out._replace(plan=plan, notes=plan.notes + out.notes)
 
 
 # ---------------------------------------------------------------------------
@@ -5294,6 +5321,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         res = bind_to_node(args.node, cpus=pol != "none", memory=memory, threads="all",
                            strict=strict, backend=b)
     if args.json:
+        import json
         sys.stderr.write(json.dumps(res.to_json()) + "\n")
     elif not res:
         what = []
@@ -5339,6 +5367,7 @@ def _cli_plan(sub: Any) -> None:
 
 
 def _cli_run(sub: Any) -> None:
+    import argparse
     p = sub.add_parser("run", parents=[sub.common],
                        help="bind to a GPU's or node's CPUs and memory, then exec CMD")
     g = p.add_mutually_exclusive_group(required=True)
@@ -6621,7 +6650,7 @@ def _render_status(rep: Dict[str, Any]) -> str:
                        f"{format_cpulist(g['local_cpus']) or '-'}")
         out.append("")
     p = rep["process"]
-    out.append(f"PROCESS{' (pid %s)' % p['pid'] if p['pid'] else ''}")
+    out.append("PROCESS" + (f" (pid {p['pid']})" if p["pid"] else ""))
     all_cpus = k["online_cpus"]
     out.append(f"  allowed cpus   {format_cpulist(p['allowed_cpus']) or '-'}"
                + (" (all online)" if p["allowed_cpus"] == all_cpus else ""))
@@ -6661,6 +6690,7 @@ def _backend_from_args(args: argparse.Namespace) -> Backend:
 
 
 def _print_json(data: Any) -> None:
+    import json
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
@@ -6684,6 +6714,7 @@ _STATUS_FORMATS["prometheus"] = _render_prometheus     # observation section
 
 
 def _common_parser() -> argparse.ArgumentParser:
+    import argparse
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--root", metavar="DIR", default=None,
                         help="read a saved sysfs/procfs tree instead of this system")
@@ -6692,6 +6723,7 @@ def _common_parser() -> argparse.ArgumentParser:
 
 
 def _build_parser() -> argparse.ArgumentParser:
+    import argparse
     parser = argparse.ArgumentParser(
         prog="numa_utils",
         description="NUMA topology, memory policy and placement for inference engines.")
@@ -6715,6 +6747,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Command-line entry point; returns the exit status."""
     parser = _build_parser()
     args = parser.parse_args(argv)
+    import logging
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(message)s")
     try:
