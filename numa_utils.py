@@ -26,6 +26,7 @@ the running system or a saved tree, ``SimulatedBackend`` for a model of the kern
 from __future__ import annotations
 
 import ctypes
+import dataclasses  # merge shim: the shm section still uses it (main moved to NamedTuple)
 import enum
 import errno
 import os
@@ -1425,6 +1426,7 @@ class _SimObject:
                 kernel.free_pages[n] = kernel.free_pages.get(n, 0) + 1
 
 
+@dataclasses.dataclass
 class _SimMapping:
     start: int
     end: int
@@ -3941,7 +3943,9 @@ def _quietly(fn: Callable[..., Any], *args: Any) -> None:
     try:
         fn(*args)
     except OSError as e:
-        _log.debug("numa_utils: cleanup %s%r failed: %s", fn.__name__, args, e)
+        import logging  # merge shim: main dropped the module-level _log
+        logging.getLogger(__name__).debug("numa_utils: cleanup %s%r failed: %s",
+                                          fn.__name__, args, e)
 
 
 def _undo_create(b: Backend, kind: str, shmid: int, name: str, addr: int, size: int,
@@ -5419,8 +5423,7 @@ def _parse_numastat(text: str, *, source: Optional[str] = None,
     return out
 
 
-@dataclasses.dataclass(frozen=True)
-class NodeCounters:
+class NodeCounters(NamedTuple):
     """One node's numastat counters (pages) and meminfo (kB).
 
     From ``counters()`` these are totals since boot; after ``after - before`` they
@@ -5500,17 +5503,27 @@ class NodeCounters:
         return out
 
 
-@dataclasses.dataclass(frozen=True)
 class Counters:
     """A snapshot of every online node's counters (``counters()``), or the change
-    between two snapshots (``after - before``: ``seconds`` is then the interval)."""
+    between two snapshots (``after - before``: ``seconds`` is then the interval).
+    ``snap[node]`` is a NodeCounters; iterating gives them in node order."""
 
-    timestamp: float                     # time.time() of the (later) snapshot
-    monotonic: float                     # time.monotonic(), for intervals
-    nodes: Mapping[int, NodeCounters]
-    page_size: int
-    problems: Tuple[str, ...] = ()       # files that could not be read
-    seconds: Optional[float] = None      # set on a difference
+    __slots__ = ("timestamp", "monotonic", "nodes", "page_size", "problems", "seconds")
+
+    def __init__(self, timestamp: float, monotonic: float,
+                 nodes: Mapping[int, NodeCounters], page_size: int,
+                 problems: Tuple[str, ...] = (), seconds: Optional[float] = None) -> None:
+        self.timestamp = timestamp       # time.time() of the (later) snapshot
+        self.monotonic = monotonic       # time.monotonic(), for intervals
+        self.nodes = nodes
+        self.page_size = page_size
+        self.problems = problems         # files that could not be read
+        self.seconds = seconds           # set on a difference
+
+    def __repr__(self) -> str:
+        kind = f"delta over {self.seconds:.3f}s" if self.seconds is not None else "snapshot"
+        return (f"Counters({kind}, nodes {format_cpulist(self.nodes)}, "
+                f"remote {self.remote_ratio:.2%})")
 
     def __getitem__(self, node: int) -> NodeCounters:
         return self.nodes[node]
@@ -5631,8 +5644,7 @@ def _local_memory_nodes(topo: Topology, cpus: Iterable[int]) -> FrozenSet[int]:
     return frozenset(out)
 
 
-@dataclasses.dataclass(frozen=True)
-class RemoteShare:
+class RemoteShare(NamedTuple):
     """Where a process's pages are, against the nodes of the CPUs it may run on."""
 
     pid: Union[int, str]
@@ -5718,8 +5730,7 @@ def remote_share(pid: Union[int, str] = "self", *, threshold: float = REMOTE_SHA
 # Node chooser.
 # ---------------------------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
-class NodeCandidate:
+class NodeCandidate(NamedTuple):
     """One node considered by ``choose_node``."""
 
     node: int
@@ -5731,11 +5742,10 @@ class NodeCandidate:
     fits: bool                      # available_kb covers need_bytes
 
     def to_json(self) -> Dict[str, Any]:
-        return dataclasses.asdict(self)
+        return dict(self._asdict())
 
 
-@dataclasses.dataclass(frozen=True)
-class NodeChoice:
+class NodeChoice(NamedTuple):
     """What ``choose_node`` picked and why.  Falsy when no node could be chosen."""
 
     node: Optional[int]
@@ -5910,6 +5920,7 @@ def _cudart_candidates(b: Backend) -> List[str]:
     """Where libcudart may be, best first: the copy this process already loaded
     (torch imported it: /proc/self/maps), torch's lib dir and the nvidia-cuda-runtime
     wheel beside it, ctypes.util.find_library, then sonames."""
+    import ctypes.util
     out: List[str] = []
     if "torch" in sys.modules and b.is_live:
         maps = b.read_optional("/proc/self/maps") or ""
@@ -6222,6 +6233,7 @@ def _render_watch(sample: Dict[str, Any], first: bool) -> str:
 
 
 def _cmd_watch(args: argparse.Namespace) -> int:
+    import json
     b = _backend_from_args(args)
     pid: Optional[Union[int, str]] = args.pid
     if pid is not None and pid != "self":
@@ -6237,6 +6249,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
 
 
 def _positive_float(text: str) -> float:
+    import argparse
     v = float(text)
     if not v > 0:
         raise argparse.ArgumentTypeError(f"must be > 0, not {text}")
