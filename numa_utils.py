@@ -6387,6 +6387,8 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
     text: List[str] = report.setdefault("extra_text", [])
     snap = counters(backend=b)
     report["counters"] = snap.to_json()
+    warnings.extend(f"could not read: {p}" for p in snap.problems
+                    if f"could not read: {p}" not in warnings)
     if any(c.numastat for c in snap):
         text.append("")
         text.append("COUNTERS (numastat since boot, pages)")

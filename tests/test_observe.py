@@ -113,6 +113,7 @@ def test_memoryless_fixture_keeps_good_numastat_lines():
     snap = nu.counters(backend=tree("memoryless-cpu-node"))
     assert snap[0].numa_miss == 17 and "local_node" not in snap[0].numastat
     assert snap.problems
+    assert "could not read: invalid numastat line" in _warnings(tree("memoryless-cpu-node"))
 
 
 def _nc(node, stat, mem):
