@@ -3678,34 +3678,43 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
 # ===========================================================================
 
 def _load_envs() -> Any:
-    """The envs.py registry beside this file, or None: numa_utils.py works alone."""
+    """The envs.py registry beside this file, or None: numa_utils.py works alone.
+
+    Looked up at call time only: ``<package>.envs`` when vendored into a package,
+    else ``envs.py`` (or ``numa_utils_envs.py``, its name when pip-installed) in the
+    same folder, loaded under a private name so no other project's ``envs`` is taken.
+    """
     import importlib
     import importlib.util
     pkg = __package__
     if pkg:
         try:
-            return importlib.import_module(pkg + ".envs")
+            mod = importlib.import_module(pkg + ".envs")
+            return mod if getattr(mod, "NUMA_UTILS_ENVS_API", None) == 1 else None
         except ImportError:
             return None
     here = os.path.dirname(os.path.abspath(__file__))
-    path = os.path.join(here, "envs.py")
-    if not os.path.exists(path):
-        return None
-    name = "_numa_utils_envs"
-    mod = sys.modules.get(name)
-    if mod is not None:
-        return mod
-    try:
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
-            return None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-        return mod
-    except Exception:   # a broken envs.py must not break status
-        sys.modules.pop(name, None)
-        return None
+    for filename in ("envs.py", "numa_utils_envs.py"):
+        path = os.path.join(here, filename)
+        if not os.path.exists(path):
+            continue
+        name = "_numa_utils_envs_" + re.sub(r"\W", "_", path)
+        mod = sys.modules.get(name)
+        if mod is not None:
+            return mod
+        try:
+            spec = importlib.util.spec_from_file_location(name, path)
+            if spec is None or spec.loader is None:
+                continue
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[name] = mod
+            spec.loader.exec_module(mod)
+        except Exception:   # a broken envs.py must not break the engine
+            sys.modules.pop(name, None)
+            continue
+        if getattr(mod, "NUMA_UTILS_ENVS_API", None) == 1:
+            return mod
+    return None
 
 
 # ===========================================================================
@@ -3831,6 +3840,7 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
                                 for k, v in envs.effective().items()}
         except Exception as e:   # a bad variable must not break status
             report["config_error"] = str(e)
+            warnings.append(f"configuration: {e}")
     _status_extra(report, topo, b)
     return report
 

@@ -74,3 +74,26 @@ def test_import_reads_nothing_and_loads_no_library(tmp_path):
         print("ok")
     """, tmp_path)
     assert p.returncode == 0, p.stderr
+
+
+def test_envs_beside_the_copy_in_a_package_with_an_engine_prefix(tmp_path):
+    pkg = tmp_path / "engine" / "utils"
+    pkg.mkdir(parents=True)
+    (tmp_path / "engine" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "numa_utils.py").write_text((REPO / "numa_utils.py").read_text())
+    (pkg / "envs.py").write_text((REPO / "envs.py").read_text())
+    p = _run(f"""
+        import os
+        from engine.utils import envs, numa_utils as nu
+        envs.set_prefix("LIGHTLLM_")
+        os.environ["LIGHTLLM_ENABLE_NUMA_INTERLEAVE"] = "yes"
+        rep = nu.status_report(backend=nu.LinuxBackend({fixture_root('single-node')!r}))
+        cfg = rep["config"]
+        assert cfg["LIGHTLLM_ENABLE_NUMA_INTERLEAVE"] == {{"value": True, "source": "env"}}, cfg
+        os.environ["LIGHTLLM_NUMA_STRICT"] = "maybe"
+        rep = nu.status_report(backend=nu.LinuxBackend({fixture_root('single-node')!r}))
+        assert "LIGHTLLM_NUMA_STRICT" in rep["config_error"], rep.get("config_error")
+        print("ok")
+    """, tmp_path)
+    assert p.returncode == 0, p.stderr
