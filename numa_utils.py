@@ -25,22 +25,17 @@ the running system or a saved tree, ``SimulatedBackend`` for a model of the kern
 
 from __future__ import annotations
 
-import argparse
 import ctypes
-import ctypes.util
-import dataclasses
 import enum
 import errno
-import json
-import logging
 import os
-import platform
 import re
 import struct
 import sys
 import threading
 from types import MappingProxyType
 from typing import (
+    TYPE_CHECKING,
     Any,
     Callable,
     Dict,
@@ -52,6 +47,7 @@ from typing import (
     NamedTuple,
     Optional,
     Sequence,
+    Set,
     Tuple,
     Union,
 )
@@ -72,24 +68,30 @@ __all__ = [
     "mbind", "set_mempolicy", "get_mempolicy", "move_pages", "migrate_pages",
     "set_mempolicy_home_node",
     # memory policy: safe layer
-    "PolicyResult", "Policy", "buffer_range", "interleave", "bind", "prefer",
+    "PolicyResult", "PolicyInfo", "buffer_range", "interleave", "bind", "prefer",
     "set_local", "apply_policy", "thread_policy", "set_thread_policy", "get_policy",
     "node_of",
     # shared memory, prefault, placement
     "SharedRegion", "prefault", "placement", "NumaMapsEntry",
     # GPU locality and binding
     "gpus", "gpu_node", "cpus_for_gpu", "bind_to_node", "bind_for_gpu",
+    "GpuInfo", "GpuPlan", "BindResult", "gpu_plans", "BIND_POLICIES",
     # observation
     "NodeCounters", "counters", "choose_node", "pin_for_cuda",
     # CLI
     "main",
 ]
 
-_log = logging.getLogger(__name__)
+if TYPE_CHECKING:   # imported lazily at run time: importing numa_utils stays cheap
+    import argparse
+
+    from typing_extensions import Literal
+
+    ByteOrder = Literal["little", "big"]
 
 # Warnings are logged once per distinct reason, not once per call (an engine may call
 # interleave() for every layer of every request: that must not become a log storm).
-_warned: set = set()
+_warned: Set[str] = set()
 _warned_lock = threading.Lock()
 
 
@@ -98,7 +100,8 @@ def _warn_once(key: str, msg: str, *args: Any) -> None:
         if key in _warned:
             return
         _warned.add(key)
-    _log.warning(msg, *args)
+    import logging
+    logging.getLogger(__name__).warning(msg, *args)
 
 
 def _oserror(err: int, what: str, extra: str = "") -> OSError:
@@ -138,7 +141,7 @@ def parse_cpulist(text: str, *, source: Optional[str] = None) -> FrozenSet[int]:
     s = _clean(text)
     if not s:
         return frozenset()
-    out: set = set()
+    out: Set[int] = set()
     for chunk in s.split(","):
         m = _CHUNK_RE.match(chunk.strip())
         if m is None:
@@ -272,13 +275,6 @@ SYSCALL_TABLES: Mapping[str, Mapping[str, int]] = MappingProxyType({
     "s390x": _table(268, 270, 269, 287, 310, 450),
 })
 
-# AUDIT_ARCH_* (include/uapi/linux/audit.h), for seccomp filters in tests and tools.
-_AUDIT_ARCH = MappingProxyType({
-    "x86_64": 0xC000003E, "i386": 0x40000003, "aarch64": 0xC00000B7,
-    "riscv64": 0xC00000F3, "loongarch64": 0xC0000102, "arm": 0x40000028,
-    "ppc64": 0x80000015, "ppc64le": 0xC0000015, "s390x": 0x80000016,
-})
-
 _MACHINE_ALIASES = MappingProxyType({
     "amd64": "x86_64", "x64": "x86_64", "x86-64": "x86_64",
     "i486": "i386", "i586": "i386", "i686": "i386", "x86": "i386",
@@ -291,13 +287,12 @@ _BIG_ENDIAN = frozenset({"ppc64", "s390x"})
 _DEFAULT_PAGE = MappingProxyType({"ppc64": 65536, "ppc64le": 65536})
 
 
-@dataclasses.dataclass(frozen=True)
-class Abi:
+class Abi(NamedTuple):
     """The ABI a syscall is made in: table name, word size and byte order."""
 
     name: str                      # key of SYSCALL_TABLES, or the unknown machine name
     word_bits: int                 # C unsigned long width: nodemask word size
-    byteorder: str                 # "little" | "big"
+    byteorder: ByteOrder           # "little" | "big"
     syscalls: Optional[Mapping[str, int]]   # None: unsupported ABI -> ENOSYS at call time
 
     @property
@@ -319,7 +314,7 @@ def abi_for(machine: Optional[str] = None, pointer_bits: Optional[int] = None) -
     refused: its numbers differ and engines do not run there.
     """
     if machine is None:
-        machine = platform.machine()
+        machine = os.uname().machine
     if pointer_bits is None:
         pointer_bits = ctypes.sizeof(ctypes.c_void_p) * 8
     m = machine.lower()
@@ -338,10 +333,11 @@ def abi_for(machine: Optional[str] = None, pointer_bits: Optional[int] = None) -
     if name in ("x86_64", "aarch64", "riscv64", "loongarch64", "ppc64", "ppc64le",
                 "s390x") and pointer_bits != 64:
         table = None
-    byteorder = "big" if name in _BIG_ENDIAN else "little"
     if table is None and name not in SYSCALL_TABLES:
-        byteorder = sys.byteorder
-    return Abi(name, pointer_bits, byteorder, table)
+        big = sys.byteorder == "big"
+    else:
+        big = name in _BIG_ENDIAN
+    return Abi(name, pointer_bits, "big" if big else "little", table)
 
 
 # ===========================================================================
@@ -358,7 +354,7 @@ class Backend:
 
     root: str = "/"
     abi: Abi
-    page_size: int
+    page_size: int = 4096
     is_live: bool = False
 
     def read_text(self, path: str) -> str:
@@ -389,6 +385,14 @@ class Backend:
 
     def current_cpu(self) -> Optional[int]:
         return None
+
+    def gettid(self) -> int:
+        """The calling thread's id (what sched_setaffinity(0, ...) pins)."""
+        return threading.get_native_id()
+
+    def threads(self) -> List[int]:
+        """Thread ids of this process, from /proc/self/task."""
+        return sorted(int(t) for t in self.listdir("/proc/self/task") if t.isdigit())
 
     # Convenience shared by all backends ------------------------------------------------
     def read_optional(self, path: str) -> Optional[str]:
@@ -511,7 +515,7 @@ class LinuxBackend(Backend):
         self._refuse(f"syscall {nr}")
         libc = _get_libc()
         ctypes.set_errno(0)
-        res = libc.syscall(ctypes.c_long(nr), *[_as_clong(a) for a in args])
+        res = int(libc.syscall(ctypes.c_long(nr), *[_as_clong(a) for a in args]))
         if res == -1:
             err = ctypes.get_errno()
             raise _oserror(err or errno.EIO, f"syscall {nr}")
@@ -674,15 +678,13 @@ GPU_VENDORS: Mapping[int, str] = MappingProxyType({
 _GPU_CLASSES = (0x03, 0x12)
 
 
-@dataclasses.dataclass(frozen=True)
-class HugePages:
+class HugePages(NamedTuple):
     total: int
     free: int
     surplus: int = 0
 
 
-@dataclasses.dataclass(frozen=True)
-class Node:
+class Node(NamedTuple):
     id: int
     cpus: FrozenSet[int]
     mem_total_kb: int
@@ -691,8 +693,7 @@ class Node:
     hugepages: Mapping[int, HugePages]    # page size in kB -> counts
 
 
-@dataclasses.dataclass(frozen=True)
-class Cpu:
+class Cpu(NamedTuple):
     id: int
     node: Optional[int]
     online: bool
@@ -702,8 +703,7 @@ class Cpu:
     llc: FrozenSet[int]
 
 
-@dataclasses.dataclass(frozen=True)
-class PciDevice:
+class PciDevice(NamedTuple):
     address: str                 # "0000:17:00.0"
     vendor: int
     device: int
@@ -716,8 +716,7 @@ class PciDevice:
         return GPU_VENDORS.get(self.vendor, f"0x{self.vendor:04x}")
 
 
-@dataclasses.dataclass(frozen=True)
-class Topology:
+class Topology(NamedTuple):
     nodes: Mapping[int, Node]
     online_nodes: FrozenSet[int]
     possible_nodes: FrozenSet[int]
@@ -893,7 +892,8 @@ def _read_gpus(r: _Reader) -> Tuple[PciDevice, ...]:
         d = f"{_PCI_DIR}/{addr}"
         vendor = r.integer(f"{d}/vendor")
         cls = r.integer(f"{d}/class")
-        if vendor not in GPU_VENDORS or cls is None or (cls >> 16) not in _GPU_CLASSES:
+        if vendor is None or vendor not in GPU_VENDORS or cls is None or \
+                (cls >> 16) not in _GPU_CLASSES:
             continue
         device = r.integer(f"{d}/device") or 0
         numa = r.integer(f"{d}/numa_node")
@@ -959,7 +959,7 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     cpus, online_cpus = _read_cpus(r, node_of)
     if not has_node_dir:
         node_cpus[0] = online_cpus
-        cpus = {c: dataclasses.replace(v, node=0) for c, v in cpus.items()}
+        cpus = {c: v._replace(node=0) for c, v in cpus.items()}
     order = sorted(online)
     nodes: Dict[int, Node] = {}
     for n in order:
@@ -985,13 +985,13 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
         allowed_mems = frozenset(with_mem)
     nb = r.integer("/proc/sys/kernel/numa_balancing")
     thp = None
-    t = r.text("/sys/kernel/mm/transparent_hugepage/enabled")
-    if t is not None:
-        m = re.search(r"\[(\w+)\]", t)
+    thp_text = r.text("/sys/kernel/mm/transparent_hugepage/enabled")
+    if thp_text is not None:
+        m = re.search(r"\[(\w+)\]", thp_text)
         if m:
             thp = m.group(1)
         else:
-            r.problems.append(f"no [selected] THP mode in {t.strip()!r}")
+            r.problems.append(f"no [selected] THP mode in {thp_text.strip()!r}")
     return Topology(
         nodes=MappingProxyType(nodes),
         online_nodes=frozenset(online), possible_nodes=frozenset(possible),
@@ -1048,8 +1048,8 @@ def to_json(obj: Any) -> Any:
         return _pci_json(obj)
     if hasattr(obj, "to_json") and callable(obj.to_json):
         return obj.to_json()
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, tuple) and hasattr(obj, "_asdict"):
+        return {k: to_json(v) for k, v in obj._asdict().items()}
     if isinstance(obj, enum.Enum):
         return obj.name.lower()
     if isinstance(obj, (frozenset, set)):
@@ -1249,7 +1249,7 @@ def _pointer_bits(abi: Abi) -> int:
     return max(abi.word_bits, ctypes.sizeof(ctypes.c_void_p) * 8)
 
 
-def _pointer_array(values: Sequence[int], abi: Abi) -> ctypes.Array:
+def _pointer_array(values: Sequence[int], abi: Abi) -> ctypes.Array[ctypes.c_char]:
     bits = _pointer_bits(abi)
     raw = b"".join((v & ((1 << bits) - 1)).to_bytes(bits // 8, abi.byteorder)
                    for v in values)
@@ -1258,7 +1258,7 @@ def _pointer_array(values: Sequence[int], abi: Abi) -> ctypes.Array:
     return buf
 
 
-def _int_array(values: Sequence[int], abi: Abi) -> ctypes.Array:
+def _int_array(values: Sequence[int], abi: Abi) -> ctypes.Array[ctypes.c_char]:
     raw = b"".join(struct.pack((">" if abi.byteorder == "big" else "<") + "i", v)
                    for v in values)
     buf = ctypes.create_string_buffer(max(len(raw), 1))
@@ -1266,7 +1266,7 @@ def _int_array(values: Sequence[int], abi: Abi) -> ctypes.Array:
     return buf
 
 
-def _read_int_array(buf: ctypes.Array, count: int, abi: Abi) -> List[int]:
+def _read_int_array(buf: ctypes.Array[ctypes.c_char], count: int, abi: Abi) -> List[int]:
     fmt = (">" if abi.byteorder == "big" else "<") + f"{count}i"
     return list(struct.unpack(fmt, buf.raw[: 4 * count]))
 
@@ -1317,8 +1317,7 @@ def set_mempolicy_home_node(addr: int, length: int, home_node: int, flags: int =
 # pointer gives EFAULT, as in the kernel, instead of crashing the test process.
 # ===========================================================================
 
-@dataclasses.dataclass(frozen=True)
-class _Pol:
+class _Pol(NamedTuple):
     mode: int                    # Mode value, without flags
     flags: int                   # ModeFlag bits
     nodes: FrozenSet[int]        # effective nodes (after cpuset)
@@ -1424,39 +1423,41 @@ class _SimObject:
                 kernel.free_pages[n] = kernel.free_pages.get(n, 0) + 1
 
 
-@dataclasses.dataclass
 class _SimMapping:
-    start: int
-    end: int
-    obj: Optional[_SimObject] = None
-    obj_page: int = 0                           # page index in obj at ``start``
-    label: Optional[str] = ""                   # numa_maps "file=..."; None: obj's
-    mapped: Optional[bytearray] = None          # shared: pages in this page table
-    policy: Optional[_Intervals] = None         # per-VMA policy of a hugetlb mapping
-    page: int = 0                               # page size (hugetlb: the huge size)
-    attach_id: int = 0                          # one shmat/mmap call (for unmapping)
+    """One VMA of a simulated process."""
+
+    __slots__ = ("start", "end", "obj", "obj_page", "label", "mapped", "policy", "page",
+                 "attach_id")
+
+    def __init__(self, start: int, end: int, obj: Optional[_SimObject] = None,
+                 obj_page: int = 0, label: Optional[str] = "",
+                 mapped: Optional[bytearray] = None, policy: Optional[_Intervals] = None,
+                 page: int = 0, attach_id: int = 0) -> None:
+        self.start = start
+        self.end = end
+        self.obj = obj                      # shared object, or None: private anon
+        self.obj_page = obj_page            # page index in obj at ``start``
+        self.label = label                  # numa_maps "file=..."; None: the object's
+        self.mapped = mapped                # shared: pages in this page table
+        self.policy = policy                # per-VMA policy of a hugetlb mapping
+        self.page = page                    # page size (hugetlb: the huge size)
+        self.attach_id = attach_id          # one shmat/mmap call (for unmapping)
 
 
-@dataclasses.dataclass
 class _SimShm:
     """A SysV segment (ipc/shm.c struct shmid_kernel)."""
-    key: int
-    shmid: int
-    size: int
-    mode: int
-    uid: int
-    gid: int
-    cuid: int
-    cgid: int
-    cpid: int
-    obj: _SimObject
-    lpid: int = 0
-    nattch: int = 0
-    dest: bool = False                          # IPC_RMID while attached (SHM_DEST)
+
+    def __init__(self, key: int, shmid: int, size: int, mode: int, uid: int, gid: int,
+                 cuid: int, cgid: int, cpid: int, obj: _SimObject) -> None:
+        self.key, self.shmid, self.size, self.mode = key, shmid, size, mode
+        self.uid, self.gid, self.cuid, self.cgid = uid, gid, cuid, cgid
+        self.cpid, self.obj = cpid, obj
+        self.lpid = 0
+        self.nattch = 0
+        self.dest = False                   # IPC_RMID while attached (SHM_DEST)
 
 
-@dataclasses.dataclass
-class _SimFile:
+class _SimFile(NamedTuple):
     """A file in the simulated /dev/shm (tmpfs)."""
     name: str
     mode: int
@@ -1518,7 +1519,7 @@ class SimulatedBackend(Backend):
         self._files = LinuxBackend(self.root)
         bits = 32 if arch in ("i386", "i686", "arm", "armv7l", "x32") else 64
         self.abi = abi_for(arch, bits)
-        self.page_size = page_size or _DEFAULT_PAGE.get(self.abi.name, 4096)
+        self.page_size = page_size if page_size else _DEFAULT_PAGE.get(self.abi.name, 4096)
         if _kernel is None:
             topo = read_topology(backend=self._files)
             if max_numnodes is None:
@@ -1537,6 +1538,7 @@ class SimulatedBackend(Backend):
         self.mems_allowed = frozenset(mems_allowed) if mems_allowed is not None \
             else topo.allowed_mems
         self.affinity = self.cpus_allowed
+        self.thread_affinity: Dict[int, FrozenSet[int]] = {}   # other threads: tid ->
         self.mappings: List[_SimMapping] = []
         self.policy = _Intervals()               # private ranges: by address
         self.pages: Dict[int, int] = {}          # private: page address -> node
@@ -1555,7 +1557,7 @@ class SimulatedBackend(Backend):
         return f"SimulatedBackend({self.root!r}, arch={self.abi.name!r}, pid={self.pid})"
 
     # -- processes, failures, inspection ---------------------------------------------
-    def process(self, **kw: Any) -> "SimulatedBackend":
+    def process(self, **kw: Any) -> SimulatedBackend:
         """Another process on the same simulated kernel."""
         return SimulatedBackend(self.root, arch=self.abi.name, page_size=self.page_size,
                                 _kernel=self.kernel, **kw)
@@ -1566,6 +1568,20 @@ class SimulatedBackend(Backend):
 
     def clear_failures(self) -> None:
         self.kernel.fail.clear()
+
+    def add_thread(self, affinity: Optional[Iterable[int]] = None) -> int:
+        """Another thread in this process (for binding tests); returns its tid."""
+        tid = self.kernel.next_pid
+        self.kernel.next_pid += 1
+        self.thread_affinity[tid] = frozenset(affinity) if affinity is not None \
+            else self.affinity
+        return tid
+
+    def gettid(self) -> int:
+        return self.pid
+
+    def threads(self) -> List[int]:
+        return sorted([self.pid, *self.thread_affinity])
 
     @property
     def topology(self) -> Topology:
@@ -1883,10 +1899,11 @@ class SimulatedBackend(Backend):
             if self._mapping_at(page) is None:
                 out.append(-errno.EFAULT)
                 continue
-            node = self._node_of_page(page)
-            if node is None:
+            found = self._node_of_page(page)
+            if found is None:
                 out.append(-errno.ENOENT)
                 continue
+            node = found
             if targets is not None and targets[i] != node:
                 if self.kernel.free_pages.get(targets[i], 0) <= 0:
                     out.append(-errno.ENOMEM)
@@ -1928,7 +1945,7 @@ class SimulatedBackend(Backend):
                 continue
             if pol.mode not in (Mode.BIND, Mode.PREFERRED_MANY):
                 raise _oserror(errno.EOPNOTSUPP, "set_mempolicy_home_node")
-            self.policy.set(a, z, dataclasses.replace(pol, home_node=home))
+            self.policy.set(a, z, pol._replace(home_node=home))
         return 0
 
     # -- memory ---------------------------------------------------------------------------
@@ -2044,8 +2061,8 @@ class SimulatedBackend(Backend):
             raise _oserror(errno.EINVAL, "mbind", "not aligned to the huge page size")
         cut = (addr - mp.start) // mp.page
         assert mp.mapped is not None
-        tail = dataclasses.replace(mp, start=addr, obj_page=mp.obj_page + cut,
-                                   mapped=mp.mapped[cut:])
+        tail = _SimMapping(addr, mp.end, mp.obj, mp.obj_page + cut, mp.label,
+                           mp.mapped[cut:], mp.policy, mp.page, mp.attach_id)
         mp.end, mp.mapped = addr, mp.mapped[:cut]
         self.mappings.append(tail)
         self.mappings.sort(key=lambda m: m.start)
@@ -2059,8 +2076,11 @@ class SimulatedBackend(Backend):
     def _vma_policy(self, addr: int) -> Optional[_Pol]:
         mp = self._mapping_at(addr)
         if mp is not None and mp.obj is not None:
-            return self._pol_store(mp).get(mp.obj_page + (addr - mp.start) // mp.page)
-        return self.policy.get(addr)
+            pol: Optional[_Pol] = self._pol_store(mp).get(
+                mp.obj_page + (addr - mp.start) // mp.page)
+            return pol
+        found: Optional[_Pol] = self.policy.get(addr)
+        return found
 
     def _ilx(self, addr: int) -> int:
         mp = self._mapping_at(addr)
@@ -2250,13 +2270,22 @@ class SimulatedBackend(Backend):
                         self._populate(a, z - a, False)
 
     def sched_getaffinity(self, pid: int = 0) -> FrozenSet[int]:
-        return self.affinity
+        if pid in (0, self.pid):
+            return self.affinity
+        if pid in self.thread_affinity:
+            return self.thread_affinity[pid]
+        raise _oserror(errno.ESRCH, "sched_getaffinity")
 
     def sched_setaffinity(self, pid: int, cpus: Iterable[int]) -> None:
         want = frozenset(cpus) & self.cpus_allowed & self.kernel.topo.online_cpus
+        if pid not in (0, self.pid) and pid not in self.thread_affinity:
+            raise _oserror(errno.ESRCH, "sched_setaffinity")
         if not want:
             raise _oserror(errno.EINVAL, "sched_setaffinity", "no allowed CPU in the set")
-        self.affinity = want
+        if pid in (0, self.pid):
+            self.affinity = want
+        else:
+            self.thread_affinity[pid] = want
 
     # -- shared memory: SysV (ipc/shm.c) and POSIX (/dev/shm on tmpfs) ---------------
     def _maybe_fail(self, name: str) -> None:
@@ -2635,8 +2664,7 @@ _HINTS = MappingProxyType({
 })
 
 
-@dataclasses.dataclass(frozen=True)
-class PolicyResult:
+class PolicyResult(NamedTuple):
     """What a safe-layer call did.  Truthy when the policy was applied."""
 
     applied: bool
@@ -2658,8 +2686,7 @@ class PolicyResult:
                 "errno": self.errno, "hint": self.hint, "dropped": sorted(self.dropped)}
 
 
-@dataclasses.dataclass(frozen=True)
-class PolicyInfo:
+class PolicyInfo(NamedTuple):
     """A policy read back from the kernel (get_policy)."""
 
     mode: Mode
@@ -2760,18 +2787,17 @@ def apply_policy(buf: Any = None, length: Optional[int] = None, *,
         for n in want:
             if not isinstance(n, int) or isinstance(n, bool) or n < 0:
                 raise ValueError(f"invalid NUMA node id {n!r}")
-    base = dict(mode=mname, nodes=want, start=start, length=size)
+    res = PolicyResult(False, mname, want, start, size)
 
-    def fail(reason: str, err: Optional[int] = None, **kw: Any) -> PolicyResult:
-        return _fallback(PolicyResult(False, reason=reason, errno=err,
-                                      hint=_HINTS.get(reason), **{**base, **kw}),
+    def fail(reason: str, err: Optional[int] = None) -> PolicyResult:
+        return _fallback(res._replace(reason=reason, errno=err, hint=_HINTS.get(reason)),
                          strict_, what)
 
     if not enabled:
-        return PolicyResult(False, reason="disabled", hint=_HINTS["disabled"], **base)
+        return res._replace(reason="disabled", hint=_HINTS["disabled"])
     if m in (Mode.DEFAULT, Mode.LOCAL):
         want = frozenset()
-        base["nodes"] = want
+        res = res._replace(nodes=want)
     else:
         if not want:
             return fail("EINVAL", errno.EINVAL)
@@ -2785,12 +2811,11 @@ def apply_policy(buf: Any = None, length: Optional[int] = None, *,
                           "not usable (no memory, or outside this process's cpuset: "
                           f"Mems_allowed_list {format_cpulist(allowed)})")
         want = want - dropped
-        base.update(nodes=want, dropped=dropped)
+        res = res._replace(nodes=want, dropped=dropped)
         if not want:
             return fail("cpuset" if forbidden else "no-memory-node", errno.EINVAL)
         if not explicit and len(want) < 2 and m == Mode.INTERLEAVE:
-            return PolicyResult(False, reason="single-node", hint=_HINTS["single-node"],
-                                **base)
+            return res._replace(reason="single-node", hint=_HINTS["single-node"])
         if m == Mode.PREFERRED and len(want) > 1:
             raise ValueError("preferred takes one node; use preferred_many for several")
     if not b.abi.supported:
@@ -2806,7 +2831,7 @@ def apply_policy(buf: Any = None, length: Optional[int] = None, *,
     except OSError as e:
         err = e.errno or errno.EIO
         return fail(_errno_reason(err), err)
-    return PolicyResult(True, **base)
+    return res._replace(applied=True)
 
 
 def interleave(buf: Any, length: Optional[int] = None, nodes: Optional[Iterable[int]] = None,
@@ -3327,8 +3352,7 @@ _SYSVIPC_HEADER = ("       key      shmid perms                  size  cpid  lpi
                    "         rss                  swap\n")
 
 
-@dataclasses.dataclass(frozen=True)
-class _ShmStat:
+class _ShmStat(NamedTuple):
     """What IPC_STAT (or fstat, for POSIX) says about a segment."""
     key: int
     id: int
@@ -3938,7 +3962,9 @@ def _quietly(fn: Callable[..., Any], *args: Any) -> None:
     try:
         fn(*args)
     except OSError as e:
-        _log.debug("numa_utils: cleanup %s%r failed: %s", fn.__name__, args, e)
+        import logging
+        logging.getLogger(__name__).debug("numa_utils: cleanup %s%r failed: %s",
+                                          fn.__name__, args, e)
 
 
 def _undo_create(b: Backend, kind: str, shmid: int, name: str, addr: int, size: int,
@@ -4172,33 +4198,1209 @@ def _cli_cleanup(sub: Any) -> None:
 # GPU locality, CPU plans and binding (issue 6).
 # ===========================================================================
 
-# -- GPU section: owned by the binding work; replace these stubs ---------------------
-def gpus(*, backend: Optional[Backend] = None) -> List[Any]:  # pragma: no cover - stub
-    raise NotImplementedError
+# -- GPU section: owned by the binding work ------------------------------------------
+#
+# From a CUDA device index to CPUs and memory, in four steps:
+#
+# 1. gpus(): GPUs from sysfs PCI devices (display 0x03 / accelerator 0x12 classes of
+#    the vendors in GPU_VENDORS), each with the node firmware gives it (numa_node), or
+#    the one node its local_cpulist falls on, else None (_gpu_node, shared with status).
+#    ``cpu_node`` is where its worker runs: ``node``, or the nearest node that has
+#    CPUs when ``node`` has none.
+# 2. GPU memory exposed as NUMA nodes (GH200/GB200 over NVLink-C2C, POWER9 + V100 over
+#    NVLink2): CPU-less nodes holding the GPU's own HBM.  Only the NVIDIA driver
+#    onlines such memory, so a CPU-less node is only attributed to a GPU with evidence
+#    from the driver: NVML's nvmlDeviceGetNumaNodeId when NVML is there, else the
+#    driver's /proc/driver/nvidia/gpus/<bus id>/ entry plus the shape of the machine
+#    (see _attribute_gpu_memory).  A CXL expander is also a CPU-less memory node; it
+#    must never be taken for GPU memory, hence no attribution without the driver.
+#    Plans never put host memory on those nodes: that would take the GPU's HBM.
+# 3. CUDA device index -> GPU (_visible_gpus): CUDA numbers GPUs in CUDA_DEVICE_ORDER
+#    (PCI_BUS_ID = PCI order; the default FASTEST_FIRST puts the fastest first, which
+#    is PCI order when all GPUs are the same model), then CUDA_VISIBLE_DEVICES picks
+#    and reorders them by index, GPU UUID (or a unique prefix of one) or MIG id; the
+#    list ends at the first invalid entry.  UUIDs come from NVML, else from the
+#    driver's /proc entries; bus ids from NVML, a caller's ``pci_bus_id=``, or torch
+#    when the caller already imported it and initialised CUDA (we never import torch,
+#    and never initialise CUDA for the caller: that would break forking workers).
+# 4. CPU plans (_plan_all) are computed for every GPU of the machine at once, from
+#    sysfs, never only for the visible ones: two workers that each see one GPU must
+#    still get disjoint CPUs from `exclusive`.
+
+_CUDA_FAMILY_ORDER = ("nvidia", "amd", "intel")
+BIND_POLICIES = ("node", "socket", "exclusive", "core-complex")
+_MEMORY_CHOICES = ("prefer", "bind", "interleave", "local", "none")
+_NVIDIA_PROC = "/proc/driver/nvidia/gpus"
 
 
-def gpu_node(device: int, **kw: Any) -> Optional[int]:  # pragma: no cover - stub
-    raise NotImplementedError
+class _Unset(enum.Enum):
+    UNSET = 0
 
 
-def cpus_for_gpu(device: int, **kw: Any) -> FrozenSet[int]:  # pragma: no cover - stub
-    raise NotImplementedError
+_UNSET = _Unset.UNSET
 
 
-def bind_to_node(node: int, **kw: Any) -> Any:  # pragma: no cover - stub
-    raise NotImplementedError
+def _config(accessor: str) -> Any:
+    """A default from envs.py (``accessor`` names its function), read now; None when
+    envs.py is not beside this file.  A malformed variable raises ValueError naming it."""
+    envs = _load_envs()
+    if envs is None or getattr(envs, "NUMA_UTILS_ENVS_API", None) != 1:
+        return None
+    fn = getattr(envs, accessor, None)
+    return fn() if callable(fn) else None
 
 
-def bind_for_gpu(device: int, **kw: Any) -> Any:  # pragma: no cover - stub
-    raise NotImplementedError
+def _strict_or_env(strict: Optional[bool]) -> bool:
+    return bool(strict) if strict is not None else bool(_config("numa_strict"))
+
+
+def _memory_or_env(memory: Union[str, None, _Unset]) -> Optional[str]:
+    if memory is _UNSET:
+        memory = _config("numa_memory_policy") or "prefer"
+    if memory is None:
+        return None
+    m = str(memory).lower()
+    if m == "preferred":
+        m = "prefer"
+    if m not in _MEMORY_CHOICES:
+        raise ValueError(f"unknown memory policy {memory!r}; one of "
+                         f"{', '.join(_MEMORY_CHOICES)}")
+    return None if m == "none" else m
+
+
+def _policy_or_env(policy: Optional[str]) -> str:
+    """The bind policy; "none" (the envs.py default) means: leave CPU affinity alone."""
+    if policy is None:
+        policy = _config("numa_bind_policy") or "none"
+    p = str(policy).lower().replace("_", "-")
+    if p not in BIND_POLICIES + ("none",):
+        raise ValueError(f"unknown bind policy {policy!r}; one of "
+                         f"{', '.join(BIND_POLICIES)}, none")
+    return p
+
+
+def _reserve_or_env(reserve: Optional[int]) -> int:
+    if reserve is None:
+        reserve = _config("numa_reserved_cores") or 0
+    r = int(reserve)
+    if r < 0:
+        raise ValueError(f"reserve must be >= 0, not {reserve!r}")
+    return r
+
+
+def _norm_bus_id(text: str) -> str:
+    """"00000000:17:00.0" (NVML), "0000:17:00.0" (sysfs), "17:00.0" -> "0000:17:00.0"."""
+    s = text.strip().lower()
+    m = re.match(r"^(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})(?:\.([0-7]))?$", s)
+    if m is None:
+        raise ValueError(f"invalid PCI bus id {text!r}")
+    dom = int(m.group(1) or "0", 16)
+    return f"{dom:04x}:{int(m.group(2), 16):02x}:{int(m.group(3), 16):02x}." \
+           f"{int(m.group(4) or '0')}"
+
+
+# ---------------------------------------------------------------------------
+# NVML through ctypes: loaded lazily by soname, queried once per process.
+# Header: nvml.h (nvmlPciInfo_t, nvmlDeviceGetNumaNodeId since r545).
+# ---------------------------------------------------------------------------
+
+class _NvmlGpu(NamedTuple):
+    """One GPU as NVML reports it (NVML enumerates in PCI order, ignoring
+    CUDA_VISIBLE_DEVICES)."""
+
+    pci: str                                # normalised bus id
+    uuid: str                               # "GPU-..."
+    numa_node: Optional[int] = None         # GPU memory node (coherent platforms only)
+    mig_uuids: Tuple[str, ...] = ()         # "MIG-..." of its MIG devices
+
+
+_nvml_lock = threading.Lock()
+_nvml_cache: Dict[str, Optional[List[_NvmlGpu]]] = {}
+
+
+def _load_nvml() -> Optional[ctypes.CDLL]:
+    import ctypes.util
+    names = ["libnvidia-ml.so.1"]
+    found = ctypes.util.find_library("nvidia-ml")
+    if found and found not in names:
+        names.append(found)
+    for name in names:
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    return None
+
+
+def _nvml_query() -> Optional[List[_NvmlGpu]]:
+    lib = _load_nvml()
+    if lib is None:
+        return None
+
+    class PciInfo(ctypes.Structure):     # nvmlPciInfo_t (v2/v3 layout)
+        _fields_ = [("busIdLegacy", ctypes.c_char * 16), ("domain", ctypes.c_uint),
+                    ("bus", ctypes.c_uint), ("device", ctypes.c_uint),
+                    ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
+                    ("busId", ctypes.c_char * 32)]
+
+    handle_t = ctypes.c_void_p
+    try:
+        init = getattr(lib, "nvmlInit_v2", None) or lib.nvmlInit
+        if init() != 0:
+            return None
+    except (AttributeError, OSError):
+        return None
+    out: List[_NvmlGpu] = []
+    try:
+        count = ctypes.c_uint(0)
+        if lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+            return None
+        get_numa = getattr(lib, "nvmlDeviceGetNumaNodeId", None)
+        get_pci = getattr(lib, "nvmlDeviceGetPciInfo_v3", None) or lib.nvmlDeviceGetPciInfo_v2
+        for i in range(count.value):
+            h = handle_t()
+            if lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(i), ctypes.byref(h)) != 0:
+                continue
+            pci = PciInfo()
+            if get_pci(h, ctypes.byref(pci)) != 0:
+                continue
+            bus = f"{pci.domain:04x}:{pci.bus:02x}:{pci.device:02x}.0"
+            buf = ctypes.create_string_buffer(96)
+            uuid = buf.value.decode() if lib.nvmlDeviceGetUUID(h, buf, 96) == 0 else ""
+            node: Optional[int] = None
+            if get_numa is not None:
+                n = ctypes.c_uint(0)
+                if get_numa(h, ctypes.byref(n)) == 0:
+                    node = int(n.value)
+            migs: List[str] = []
+            maxmig = ctypes.c_uint(0)
+            fn = getattr(lib, "nvmlDeviceGetMaxMigDeviceCount", None)
+            if fn is not None and fn(h, ctypes.byref(maxmig)) == 0:
+                for j in range(maxmig.value):
+                    mh = handle_t()
+                    if lib.nvmlDeviceGetMigDeviceHandleByIndex(
+                            h, ctypes.c_uint(j), ctypes.byref(mh)) != 0:
+                        continue
+                    mb = ctypes.create_string_buffer(96)
+                    if lib.nvmlDeviceGetUUID(mh, mb, 96) == 0:
+                        migs.append(mb.value.decode())
+            out.append(_NvmlGpu(bus, uuid, node, tuple(migs)))
+    except (AttributeError, OSError, UnicodeDecodeError):
+        return None
+    finally:
+        try:
+            lib.nvmlShutdown()
+        except (AttributeError, OSError):
+            pass
+    return out
+
+
+def _nvml_devices(b: Backend) -> Optional[List[_NvmlGpu]]:
+    """NVML's GPUs in NVML order, or None without NVML.  The seam tests monkeypatch.
+    NVML describes the running system, so a saved tree or a simulation gets None."""
+    if not (b.is_live and isinstance(b, LinuxBackend)):
+        return None
+    with _nvml_lock:
+        if "gpus" not in _nvml_cache:
+            _nvml_cache["gpus"] = _nvml_query()
+        return _nvml_cache["gpus"]
+
+
+def _driver_uuids(b: Backend) -> Dict[str, str]:
+    """bus id -> GPU UUID from /proc/driver/nvidia/gpus/<bus id>/information."""
+    out: Dict[str, str] = {}
+    try:
+        names = b.listdir(_NVIDIA_PROC)
+    except OSError:
+        return out
+    for name in names:
+        text = b.read_optional(f"{_NVIDIA_PROC}/{name}/information")
+        if text is None:
+            continue
+        m = re.search(r"^GPU UUID:\s*(\S+)", text, re.MULTILINE)
+        try:
+            bus = _norm_bus_id(name)
+        except ValueError:
+            continue
+        if m:
+            out[bus] = m.group(1)
+    return out
+
+
+def _torch_bus_id(device: int) -> Optional[str]:
+    """The bus id torch reports for ``device``, only when the caller has imported torch
+    and initialised CUDA already (get_device_properties would initialise it)."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None) if torch is not None else None
+    if cuda is None:
+        return None
+    try:
+        if not cuda.is_initialized():
+            return None
+        p = cuda.get_device_properties(device)
+        bus = getattr(p, "pci_bus_id", None)
+        if bus is None:
+            return None
+        return f"{int(getattr(p, 'pci_domain_id', 0) or 0):04x}:{int(bus):02x}:" \
+               f"{int(getattr(p, 'pci_device_id', 0) or 0):02x}.0"
+    except Exception:   # any torch failure means: torch cannot tell us
+        return None
+
+
+# ---------------------------------------------------------------------------
+# GPUs from sysfs
+# ---------------------------------------------------------------------------
+
+class GpuInfo(NamedTuple):
+    """A GPU found in sysfs, with what numa_utils knows about its locality."""
+
+    pci: str                          # "0000:19:00.0"
+    vendor: str                       # "nvidia" | "amd" | "intel"
+    device_id: int
+    numa_node: int                    # as firmware reports it; -1: nothing
+    node: Optional[int]               # numa_node, else derived from local CPUs, else None
+    node_source: str                  # "numa_node" | "local_cpulist" | "single node" | ...
+    cpu_node: Optional[int]           # node for its worker's CPUs (nearest one with CPUs)
+    local_cpus: FrozenSet[int]
+    memory_nodes: Tuple[int, ...] = ()        # CPU-less nodes holding this GPU's memory
+    memory_source: Optional[str] = None       # "nvml" | "driver" | None
+    uuid: Optional[str] = None
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"pci": self.pci, "vendor": self.vendor, "device": f"0x{self.device_id:04x}",
+                "numa_node": self.numa_node, "node": self.node,
+                "node_source": self.node_source, "cpu_node": self.cpu_node,
+                "local_cpus": sorted(self.local_cpus),
+                "memory_nodes": list(self.memory_nodes),
+                "memory_source": self.memory_source, "uuid": self.uuid}
+
+
+def _cpuset_cpus(b: Backend) -> Optional[FrozenSet[int]]:
+    """This process's cgroup cpuset (the most sched_setaffinity may ever give it), or
+    None when it cannot be read.  Cgroup v2: <path>/cpuset.cpus.effective; v1:
+    cpuset/<path>/cpuset.effective_cpus (Documentation/admin-guide/cgroup-v2.rst,
+    cgroup-v1/cpusets.rst); the path comes from /proc/self/cpuset."""
+    if isinstance(b, SimulatedBackend):
+        return b.cpus_allowed
+    text = b.read_optional("/proc/self/cpuset")
+    path = _clean(text) if text is not None else ""
+    if not path.startswith("/"):
+        return None
+    path = path.rstrip("/")
+    for f in (f"/sys/fs/cgroup{path}/cpuset.cpus.effective",
+              f"/sys/fs/cgroup/cpuset{path}/cpuset.effective_cpus",
+              f"/sys/fs/cgroup/cpuset{path}/cpuset.cpus"):
+        t = b.read_optional(f)
+        if t is None:
+            continue
+        try:
+            cpus = parse_cpulist(t, source=f)
+        except ValueError:
+            continue
+        if cpus:
+            return cpus
+    return None
+
+
+def _planning_topology(b: Backend) -> Topology:
+    """The topology with ``allowed_cpus`` widened from this thread's affinity
+    (Cpus_allowed_list) to the cpuset when that is readable: after a first binding the
+    affinity is the bound set, and plans and re-binding must still see every CPU the
+    process may use.  A narrower affinity set before (taskset) is replaced by binding."""
+    topo = read_topology(backend=b)
+    cs = _cpuset_cpus(b)
+    if cs is not None and cs & topo.online_cpus:
+        return topo._replace(allowed_cpus=frozenset(cs & topo.online_cpus))
+    return topo
+
+
+def _nearest_cpu_node(topo: Topology, node: int) -> Optional[int]:
+    """``node`` when it has CPUs, else the nearest node that has (by distance, then id)."""
+    if node in topo.nodes_with_cpus:
+        return node
+    near = topo.nearest(node, topo.nodes_with_cpus)
+    return near[0] if near else None
+
+
+def _attribute_gpu_memory(topo: Topology, infos: List[GpuInfo],
+                          nvml: Optional[List[_NvmlGpu]], b: Backend) -> List[GpuInfo]:
+    """Attach CPU-less memory nodes to the NVIDIA GPUs whose memory they hold.
+
+    NVML's nvmlDeviceGetNumaNodeId is the authority.  Without it, only GPUs the NVIDIA
+    driver lists in /proc/driver/nvidia/gpus qualify, and the CPU-less memory nodes are
+    shared out by shape: nodes nearest (by distance) to a CPU node go, in id order, to
+    that node's GPUs in PCI order, k per GPU; when distances do not tell (all equal)
+    and the counts divide, the nodes go in id order to the GPUs in (node, PCI) order,
+    which is the order the driver onlines them.  Anything else stays unattributed.
+    """
+    by_pci = {g.pci: g for g in infos}
+    claimed: Dict[str, Tuple[Tuple[int, ...], str]] = {}
+    for nv in nvml or ():
+        if nv.numa_node is not None and nv.pci in by_pci and \
+                nv.numa_node not in topo.nodes_with_cpus:
+            claimed[nv.pci] = ((nv.numa_node,), "nvml")
+    taken = {n for nodes, _ in claimed.values() for n in nodes}
+    free = sorted((topo.nodes_with_memory - topo.nodes_with_cpus) - taken)
+    driver = set()
+    try:
+        names = b.listdir(_NVIDIA_PROC)
+    except OSError:
+        names = []
+    for name in names:
+        try:
+            driver.add(_norm_bus_id(name))
+        except ValueError:
+            continue
+    cands = [g for g in infos if g.vendor == "nvidia" and g.pci in driver
+             and g.pci not in claimed and g.cpu_node is not None]
+    if free and cands:
+        home: Dict[int, Optional[int]] = {}
+        for m in free:
+            dists = {n: topo.distance(m, n) for n in topo.nodes_with_cpus}
+            known = {n: d for n, d in dists.items() if d is not None}
+            best = min(known.values()) if known else None
+            near = [n for n, d in known.items() if d == best]
+            home[m] = near[0] if len(near) == 1 else None
+        groups: Dict[int, List[GpuInfo]] = {}
+        for g in cands:
+            groups.setdefault(g.cpu_node, []).append(g)  # type: ignore[arg-type]
+        done = False
+        if all(h is not None for h in home.values()):
+            ok = True
+            plan: Dict[str, Tuple[int, ...]] = {}
+            for n, gs in groups.items():
+                mine = [m for m in free if home[m] == n]
+                if not mine or len(mine) % len(gs):
+                    ok = False
+                    break
+                k = len(mine) // len(gs)
+                for i, g in enumerate(sorted(gs, key=lambda x: x.pci)):
+                    plan[g.pci] = tuple(mine[i * k:(i + 1) * k])
+            if ok:
+                claimed.update({p: (ns, "driver") for p, ns in plan.items()})
+                done = True
+        if not done and len(free) % len(cands) == 0:
+            k = len(free) // len(cands)
+            order = sorted(cands, key=lambda x: (x.cpu_node, x.pci))
+            for i, g in enumerate(order):
+                claimed[g.pci] = (tuple(free[i * k:(i + 1) * k]), "driver")
+    return [g._replace(memory_nodes=claimed[g.pci][0], memory_source=claimed[g.pci][1])
+            if g.pci in claimed else g for g in infos]
+
+
+def _gpu_infos(topo: Topology, b: Backend) -> List[GpuInfo]:
+    nvml = _nvml_devices(b)
+    uuids = _driver_uuids(b)
+    for nv in nvml or ():
+        if nv.uuid:
+            uuids[nv.pci] = nv.uuid
+    out = []
+    for dev in topo.gpus:
+        node, how = _gpu_node(topo, dev)
+        cpu_node = _nearest_cpu_node(topo, node) if node is not None else None
+        if node is not None and cpu_node != node:
+            how += f", CPU-less: nearest node with CPUs is {cpu_node}"
+        pci = _norm_bus_id(dev.address)
+        out.append(GpuInfo(pci, dev.vendor_name, dev.device, dev.numa_node, node, how,
+                           cpu_node, dev.local_cpus, uuid=uuids.get(pci)))
+    return _attribute_gpu_memory(topo, out, nvml, b)
+
+
+def gpus(*, backend: Optional[Backend] = None) -> List[GpuInfo]:
+    """The GPUs in sysfs (NVIDIA, AMD, Intel), in PCI order, with their nodes."""
+    b = _b(backend)
+    return _gpu_infos(read_topology(backend=b), b)
+
+
+# ---------------------------------------------------------------------------
+# CUDA device index -> GPU
+# ---------------------------------------------------------------------------
+
+class _Visible(NamedTuple):
+    gpu: Optional[GpuInfo]       # None: the entry names a GPU we cannot identify
+    entry: str                   # the CUDA_VISIBLE_DEVICES entry, or "" (all visible)
+    how: str
+
+
+def _family(infos: List[GpuInfo]) -> List[GpuInfo]:
+    """The GPUs CUDA (or HIP) numbers: NVIDIA if any, else AMD, else Intel."""
+    for vendor in _CUDA_FAMILY_ORDER:
+        fam = [g for g in infos if g.vendor == vendor]
+        if fam:
+            return sorted(fam, key=lambda g: g.pci)
+    return []
+
+
+def _visible_gpus(infos: List[GpuInfo], nvml: Optional[List[_NvmlGpu]],
+                  env: Mapping[str, str]) -> Tuple[List[_Visible], List[str]]:
+    """The GPUs a CUDA (HIP) process started with ``env`` numbers 0, 1, ... and notes."""
+    fam = _family(infos)
+    notes: List[str] = []
+    if not fam:
+        return [], notes
+    if fam[0].vendor != "nvidia":
+        # HIP: ROCR_VISIBLE_DEVICES first, then HIP_VISIBLE_DEVICES (or
+        # CUDA_VISIBLE_DEVICES); indexes are in PCI order.  Intel: no remapping.
+        base = [_Visible(g, "", "pci order") for g in fam]
+        if fam[0].vendor == "amd":
+            for var in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
+                raw = env.get(var)
+                if raw is None and var == "HIP_VISIBLE_DEVICES":
+                    raw = env.get("CUDA_VISIBLE_DEVICES")
+                if raw is not None:
+                    base = _apply_visible(base, raw, {}, {}, notes)
+        return base, notes
+    order = env.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST").strip().upper()
+    how = "pci order"
+    if order != "PCI_BUS_ID" and len({g.device_id for g in fam}) > 1:
+        how = "pci order (assumed)"
+        notes.append("CUDA_DEVICE_ORDER is not PCI_BUS_ID and the GPUs are of different "
+                     "models: CUDA may number them fastest first, so device indexes are "
+                     "a guess; set CUDA_DEVICE_ORDER=PCI_BUS_ID")
+    base = [_Visible(g, "", how) for g in fam]
+    uuids = {g.uuid.lower(): g for g in fam if g.uuid}
+    migs: Dict[str, GpuInfo] = {}
+    by_pci = {g.pci: g for g in fam}
+    for nv in nvml or ():
+        for mig in nv.mig_uuids:
+            if nv.pci in by_pci:
+                migs[mig.lower()] = by_pci[nv.pci]
+    raw = env.get("CUDA_VISIBLE_DEVICES")
+    if raw is None:
+        return base, notes
+    return _apply_visible(base, raw, uuids, migs, notes), notes
+
+
+def _apply_visible(base: List[_Visible], raw: str, uuids: Mapping[str, GpuInfo],
+                   migs: Mapping[str, GpuInfo], notes: List[str]) -> List[_Visible]:
+    """CUDA_VISIBLE_DEVICES semantics: entries pick devices in the order given; the
+    list ends at the first invalid entry (CUDA ignores the rest)."""
+    out: List[_Visible] = []
+    seen: Set[str] = set()
+    for tok in raw.split(","):
+        t = tok.strip()
+        got: Optional[_Visible] = None
+        if re.match(r"^-?\d+$", t):
+            i = int(t)
+            if 0 <= i < len(base):
+                got = _Visible(base[i].gpu, t, base[i].how)
+        elif t[:4].upper() == "GPU-":
+            hits = [g for u, g in uuids.items() if u.startswith(t.lower())]
+            if len(hits) == 1:
+                got = _Visible(hits[0], t, "uuid")
+            elif not uuids:
+                got = _Visible(None, t, "uuid unknown: no NVML and no NVIDIA driver "
+                                        "entries to match it against")
+        elif t[:4].upper() == "MIG-":
+            m = re.match(r"^MIG-(GPU-[0-9a-fA-F-]+)/\d+/\d+$", t)
+            if m and m.group(1).lower() in uuids:
+                got = _Visible(uuids[m.group(1).lower()], t, "mig (parent uuid)")
+            elif t.lower() in migs:
+                got = _Visible(migs[t.lower()], t, "mig (nvml)")
+            else:
+                got = _Visible(None, t, "MIG device unknown: needs NVML to find its GPU")
+        if got is None:
+            if t:
+                notes.append(f"CUDA_VISIBLE_DEVICES={raw!r}: entry {t!r} is invalid; "
+                             "CUDA ignores it and every entry after it")
+            break
+        key = got.gpu.pci if got.gpu is not None else t
+        if key in seen:
+            notes.append(f"CUDA_VISIBLE_DEVICES={raw!r}: {t!r} repeats a device; the "
+                         "list ends there")
+            break
+        seen.add(key)
+        out.append(got)
+    return out
+
+
+class _Resolved(NamedTuple):
+    gpu: Optional[GpuInfo]
+    how: str
+    notes: Tuple[str, ...]
+
+
+def _resolve(device: int, pci_bus_id: Optional[str], infos: List[GpuInfo], b: Backend,
+             env: Optional[Mapping[str, str]]) -> _Resolved:
+    if isinstance(device, bool) or not isinstance(device, int) or device < 0:
+        raise ValueError(f"invalid CUDA device index {device!r}")
+    by_pci = {g.pci: g for g in infos}
+    if pci_bus_id is not None:
+        bus = _norm_bus_id(pci_bus_id)
+        return _Resolved(by_pci.get(bus), "pci_bus_id" if bus in by_pci else
+                         f"pci_bus_id {bus} is not a GPU in sysfs", ())
+    if b.is_live and isinstance(b, LinuxBackend):
+        bus_t = _torch_bus_id(device)
+        if bus_t is not None and bus_t in by_pci:
+            return _Resolved(by_pci[bus_t], "torch", ())
+    nvml = _nvml_devices(b)
+    vis, notes = _visible_gpus(infos, nvml, os.environ if env is None else env)
+    if device >= len(vis):
+        cvd = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
+        return _Resolved(None, f"no CUDA device {device}: {len(vis)} visible"
+                         + (f" (CUDA_VISIBLE_DEVICES={cvd!r})" if cvd is not None else ""),
+                         tuple(notes))
+    v = vis[device]
+    return _Resolved(v.gpu, v.how, tuple(notes))
+
+
+def _fail(strict: bool, key: str, msg: str, err: int = errno.EINVAL) -> None:
+    """Raise in strict mode; otherwise log once (fallback is a value, not a log storm)."""
+    if strict:
+        raise OSError(err, msg)
+    _warn_once(key, "numa_utils: %s", msg)
+
+
+def gpu_node(device: int, *, pci_bus_id: Optional[str] = None,
+             strict: Optional[bool] = None, environ: Optional[Mapping[str, str]] = None,
+             backend: Optional[Backend] = None) -> Optional[int]:
+    """The node (with CPUs) of CUDA device ``device`` as this process numbers it.
+
+    Honours CUDA_VISIBLE_DEVICES (indexes, GPU UUIDs, MIG ids) and CUDA_DEVICE_ORDER
+    from ``environ`` (default os.environ).  ``pci_bus_id`` short-cuts the lookup.
+    None when unknown (strict: OSError).
+    """
+    b = _b(backend)
+    topo = read_topology(backend=b)
+    r = _resolve(device, pci_bus_id, _gpu_infos(topo, b), b, environ)
+    st = _strict_or_env(strict)
+    for note in r.notes:
+        _fail(False, f"gpu:{note}", note)
+    if r.gpu is None or r.gpu.cpu_node is None:
+        why = r.how if r.gpu is None else f"GPU {r.gpu.pci}: {r.gpu.node_source}"
+        _fail(st, f"gpu_node:{device}:{why}", f"CUDA device {device}: node unknown ({why})")
+        return None
+    return r.gpu.cpu_node
+
+
+# ---------------------------------------------------------------------------
+# CPU plans
+# ---------------------------------------------------------------------------
+
+def _cores_of(topo: Topology, cpus: Iterable[int]) -> List[Tuple[int, ...]]:
+    """``cpus`` grouped by physical core (SMT siblings together), in CPU order."""
+    left = set(cpus)
+    out = []
+    for c in sorted(left):
+        if c not in left:
+            continue
+        info = topo.cpus.get(c)
+        sib = (set(info.siblings) if info is not None and info.siblings else {c}) & left
+        sib.add(c)
+        left -= sib
+        out.append(tuple(sorted(sib)))
+    return out
+
+
+def _even_split(items: Sequence[Any], k: int, rank: int) -> List[Any]:
+    """Chunk ``rank`` of ``k`` contiguous, near-equal chunks (the first ones one longer)."""
+    n = len(items)
+    q, r = divmod(n, k)
+    start = rank * q + min(rank, r)
+    return list(items[start:start + q + (1 if rank < r else 0)])
+
+
+def _memory_nodes_for(topo: Topology, node: int) -> Tuple[int, ...]:
+    """Host-memory nodes for a worker on ``node``: the node itself when it has memory
+    this process may use, else the nearest such nodes (DRAM nodes with CPUs first, so
+    that a GPU's HBM node or a CXL expander is only a last resort)."""
+    usable = topo.usable_memory_nodes
+    if node in usable:
+        return (node,)
+    pool = (usable & topo.nodes_with_cpus) or usable
+    near = topo.nearest(node, pool)
+    if not near:
+        return ()
+    d0 = topo.distance(node, near[0])
+    return tuple(n for n in near if topo.distance(node, n) == d0)
+
+
+class GpuPlan(NamedTuple):
+    """The CPUs and host memory planned for one GPU's worker."""
+
+    gpu: Optional[int]                # CUDA index in this process; None: not visible
+    pci: Optional[str]
+    node: Optional[int]               # the GPU's node (with CPUs); None: unknown
+    cpu_node: Optional[int]           # node whose CPUs the plan uses (cpuset fallback)
+    cpus: FrozenSet[int]
+    memory: Optional[str]             # "prefer" | "bind" | "interleave" | "local" | None
+    memory_nodes: Tuple[int, ...]
+    policy: str
+    gpu_memory_nodes: Tuple[int, ...] = ()
+    notes: Tuple[str, ...] = ()
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"gpu": self.gpu, "pci": self.pci, "node": self.node,
+                "cpu_node": self.cpu_node, "cpus": sorted(self.cpus),
+                "cpulist": format_cpulist(self.cpus), "memory_policy": self.memory,
+                "memory_nodes": list(self.memory_nodes), "policy": self.policy,
+                "gpu_memory_nodes": list(self.gpu_memory_nodes), "notes": list(self.notes)}
+
+
+def _interleave_nodes(topo: Topology, infos: List[GpuInfo]) -> Tuple[int, ...]:
+    gpu_mem = {n for g in infos for n in g.memory_nodes}
+    return tuple(sorted(topo.usable_memory_nodes - gpu_mem))
+
+
+def _plan_memory(topo: Topology, infos: List[GpuInfo], node: Optional[int],
+                 memory: Optional[str]) -> Tuple[int, ...]:
+    if memory is None or node is None:
+        return ()
+    if memory == "interleave":
+        return _interleave_nodes(topo, infos)
+    nodes = _memory_nodes_for(topo, node)
+    return nodes[:1] if memory == "prefer" else nodes
+
+
+def _plan_all(topo: Topology, infos: List[GpuInfo], policy: str, reserve: int,
+              strict: bool) -> Dict[str, Tuple[Optional[int], FrozenSet[int], List[str]]]:
+    """pci -> (cpu node, CPUs, notes) for every GPU of the family, planned together."""
+    fam = _family(infos)
+    allowed = topo.allowed_cpus & topo.online_cpus
+    node_allowed = {n: topo.nodes[n].cpus & allowed for n in topo.nodes}
+    notes: Dict[str, List[str]] = {g.pci: [] for g in fam}
+    # reserve: the first ``reserve`` usable cores of every node (core 0 of a node takes
+    # most interrupts and housekeeping), kept out of every policy.
+    reserved: Set[int] = set()
+    for nid, ncpus in node_allowed.items():
+        cores = _cores_of(topo, ncpus)
+        if not cores or not reserve:
+            continue
+        k = reserve
+        if k >= len(cores):
+            _fail(strict, f"reserve:{nid}:{reserve}",
+                  f"reserve={reserve} would leave no core on node {nid} "
+                  f"({len(cores)} usable); keeping one")
+            k = len(cores) - 1
+        for core in cores[:k]:
+            reserved.update(core)
+    pool = {n: c - reserved for n, c in node_allowed.items()}
+    eff: Dict[str, Optional[int]] = {}
+    for g in fam:
+        n: Optional[int] = g.cpu_node
+        if n is not None and not pool.get(n):
+            near = [m for m in topo.nearest(n, [m for m in pool if pool[m]])]
+            msg = (f"GPU {g.pci}: this process's cpuset allows no CPU on its node {n}"
+                   + (f"; using the nearest node {near[0]}" if near else ""))
+            _fail(strict, f"cpuset:{g.pci}", msg)
+            notes[g.pci].append(msg)
+            n = near[0] if near else None
+        eff[g.pci] = n
+    # GPUs with unknown nodes go, in PCI order, where cores per GPU are highest.
+    count: Dict[int, int] = {}
+    for n in eff.values():
+        if n is not None:
+            count[n] = count.get(n, 0) + 1
+    for g in fam:
+        if eff[g.pci] is not None:
+            continue
+        cands = [n for n in sorted(pool) if pool[n]]
+        if not cands:
+            continue
+        best = max(cands, key=lambda n: (len(_cores_of(topo, pool[n])) /
+                                          (count.get(n, 0) + 1), -n))
+        msg = (f"GPU {g.pci}: NUMA node unknown ({g.node_source}); planned on node {best}, "
+               "the node with the most cores per GPU")
+        _fail(strict, f"unknown:{g.pci}", msg)
+        notes[g.pci].append(msg)
+        eff[g.pci] = best
+        count[best] = count.get(best, 0) + 1
+    peers: Dict[int, List[str]] = {}
+    for g in fam:
+        n = eff[g.pci]
+        if n is not None:
+            peers.setdefault(n, []).append(g.pci)
+    out: Dict[str, Tuple[Optional[int], FrozenSet[int], List[str]]] = {}
+    for g in fam:
+        n = eff[g.pci]
+        if n is None:
+            out[g.pci] = (None, frozenset(allowed), notes[g.pci] + ["no usable node: "
+                                                                    "all allowed CPUs"])
+            continue
+        group = peers[n]
+        rank, k = group.index(g.pci), len(group)
+        if policy == "node":
+            cpus = frozenset(pool[n])
+        elif policy == "socket":
+            pkgs = {topo.cpus[c].package for c in topo.nodes[n].cpus if c in topo.cpus}
+            cpus = frozenset(c for c in allowed - reserved
+                             if c in topo.cpus and topo.cpus[c].package in pkgs) \
+                or frozenset(pool[n])
+        elif policy == "exclusive":
+            cores = _cores_of(topo, pool[n])
+            if len(cores) >= k:
+                mine = _even_split(cores, k, rank)
+            else:
+                msg = (f"node {n} has {len(cores)} usable cores for {k} GPUs: "
+                       "exclusive plans share cores")
+                _fail(strict, f"share:{n}", msg)
+                notes[g.pci].append(msg)
+                mine = [cores[rank % len(cores)]]
+            cpus = frozenset(c for core in mine for c in core)
+        else:   # core-complex: whole last-level-cache domains
+            llcs: Dict[FrozenSet[int], Set[int]] = {}
+            for c in sorted(pool[n]):
+                key = topo.cpus[c].llc if c in topo.cpus and topo.cpus[c].llc \
+                    else frozenset(pool[n])
+                llcs.setdefault(key, set()).add(c)
+            doms = sorted((frozenset(v) for v in llcs.values()), key=min)
+            if len(doms) >= k:
+                mine_d = _even_split(doms, k, rank)
+            else:
+                mine_d = [doms[rank * len(doms) // k]]
+                notes[g.pci].append(f"node {n} has {len(doms)} last-level caches for "
+                                    f"{k} GPUs: they are shared")
+            cpus = frozenset(c for d in mine_d for c in d)
+        out[g.pci] = (n, cpus, notes[g.pci])
+    return out
+
+
+def _plan_for(topo: Topology, infos: List[GpuInfo], gpu: Optional[GpuInfo],
+              index: Optional[int], policy: str, reserve: int, memory: Optional[str],
+              strict: bool, extra: Sequence[str] = (),
+              planned: Optional[Dict[str, Tuple[Optional[int], FrozenSet[int],
+                                                List[str]]]] = None) -> GpuPlan:
+    if gpu is None:
+        return GpuPlan(index, None, None, None, frozenset(topo.allowed_cpus), memory, (),
+                       policy, notes=tuple(extra) + ("GPU not identified: all allowed "
+                                                     "CPUs, memory policy unchanged",))
+    if planned is None:
+        planned = _plan_all(topo, infos, policy, reserve, strict)
+    n, cpus, notes = planned.get(gpu.pci, (None, frozenset(topo.allowed_cpus), []))
+    return GpuPlan(index, gpu.pci, gpu.cpu_node, n, cpus, memory,
+                   _plan_memory(topo, infos, n, memory), policy, gpu.memory_nodes,
+                   tuple(extra) + tuple(notes))
+
+
+def gpu_plans(policy: Optional[str] = None, *, reserve: Optional[int] = None,
+              memory: Union[str, None, _Unset] = _UNSET, strict: Optional[bool] = None,
+              environ: Optional[Mapping[str, str]] = None,
+              backend: Optional[Backend] = None) -> List[GpuPlan]:
+    """One plan per CUDA device this process sees (CUDA_VISIBLE_DEVICES applied)."""
+    b = _b(backend)
+    pol = _policy_or_env(policy)
+    pol = "node" if pol == "none" else pol
+    res = _reserve_or_env(reserve)
+    mem = _memory_or_env(memory)
+    st = _strict_or_env(strict)
+    topo = _planning_topology(b)
+    infos = _gpu_infos(topo, b)
+    nvml = _nvml_devices(b)
+    vis, notes = _visible_gpus(infos, nvml, os.environ if environ is None else environ)
+    planned = _plan_all(topo, infos, pol, res, st) if vis else {}
+    return [_plan_for(topo, infos, v.gpu, i, pol, res, mem, st,
+                      tuple(notes) + ((v.how,) if v.gpu is None else ()), planned)
+            for i, v in enumerate(vis)]
+
+
+def cpus_for_gpu(device: int, policy: Optional[str] = None, *,
+                 reserve: Optional[int] = None, strict: Optional[bool] = None,
+                 pci_bus_id: Optional[str] = None,
+                 environ: Optional[Mapping[str, str]] = None,
+                 backend: Optional[Backend] = None) -> FrozenSet[int]:
+    """The CPUs for CUDA device ``device``'s worker, always within the allowed CPUs.
+
+    ``policy``: "node" (the GPU's node), "socket", "exclusive" (the node's physical
+    cores split evenly among the node's GPUs, SMT siblings together, disjoint across
+    GPUs) or "core-complex" (whole last-level-cache domains).  ``reserve`` physical
+    cores per node are left out.  Defaults come from envs.py when present.  When the
+    cpuset leaves nothing on the GPU's node, the nearest node is used (strict: OSError).
+    """
+    b = _b(backend)
+    pol = _policy_or_env(policy)
+    pol = "node" if pol == "none" else pol
+    res = _reserve_or_env(reserve)
+    st = _strict_or_env(strict)
+    topo = _planning_topology(b)
+    infos = _gpu_infos(topo, b)
+    r = _resolve(device, pci_bus_id, infos, b, environ)
+    for note in r.notes:
+        _fail(False, f"gpu:{note}", note)
+    if r.gpu is None:
+        _fail(st, f"cpus_for_gpu:{device}:{r.how}",
+              f"CUDA device {device}: not identified ({r.how}); all allowed CPUs")
+    plan = _plan_for(topo, infos, r.gpu, device, pol, res, None, st)
+    return plan.cpus
+
+
+# ---------------------------------------------------------------------------
+# Binding
+# ---------------------------------------------------------------------------
+
+class BindResult(NamedTuple):
+    """What bind_to_node / bind_for_gpu applied.  Truthy when everything asked was."""
+
+    node: Optional[int]
+    cpus: FrozenSet[int]                     # the CPU set applied (empty: none)
+    cpus_applied: bool
+    cpu_reason: Optional[str]                # why not: "not requested", "EPERM", ...
+    memory: Optional[PolicyResult]           # None: memory policy not requested
+    threads_changed: Tuple[int, ...] = ()    # tids whose affinity was set
+    threads_skipped: Tuple[int, ...] = ()    # pinned elsewhere already: left alone
+    threads_failed: Tuple[Tuple[int, int], ...] = ()   # (tid, errno)
+    plan: Optional[GpuPlan] = None
+    notes: Tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        cpu_ok = self.cpus_applied or self.cpu_reason == "not requested"
+        return cpu_ok and (self.memory is None or self.memory.applied)
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"node": self.node, "cpus": sorted(self.cpus),
+                "cpulist": format_cpulist(self.cpus), "cpus_applied": self.cpus_applied,
+                "cpu_reason": self.cpu_reason,
+                "memory": self.memory.to_json() if self.memory is not None else None,
+                "threads_changed": list(self.threads_changed),
+                "threads_skipped": list(self.threads_skipped),
+                "threads_failed": [list(t) for t in self.threads_failed],
+                "plan": self.plan.to_json() if self.plan is not None else None,
+                "notes": list(self.notes)}
+
+
+def _set_affinity(b: Backend, cpus: FrozenSet[int], threads: str,
+                  notes: List[str]) -> Tuple[Tuple[int, ...], Tuple[int, ...],
+                                             Tuple[Tuple[int, int], ...]]:
+    """Pin the calling thread, and with threads="all" every other thread of the process
+    that is not pinned already (affinity narrower than the calling thread's was)."""
+    before = b.sched_getaffinity(0)
+    me = b.gettid()
+    b.sched_setaffinity(0, cpus)
+    changed, skipped, failed = [me], [], []
+    if threads == "all":
+        try:
+            tids = b.threads()
+        except OSError as e:
+            tids = []
+            notes.append(f"cannot list this process's threads: {e.strerror or e}")
+        for tid in tids:
+            if tid == me:
+                continue
+            try:
+                aff = b.sched_getaffinity(tid)
+                if not aff >= before:
+                    skipped.append(tid)
+                    continue
+                b.sched_setaffinity(tid, cpus)
+                changed.append(tid)
+            except ProcessLookupError:
+                continue   # the thread exited meanwhile
+            except OSError as e:
+                failed.append((tid, e.errno or errno.EIO))
+    return tuple(changed), tuple(skipped), tuple(failed)
+
+
+def bind_to_node(node: int, *, cpus: Union[bool, Iterable[int]] = True,
+                 memory: Union[str, None, _Unset] = _UNSET, threads: str = "all",
+                 strict: Optional[bool] = None,
+                 backend: Optional[Backend] = None) -> BindResult:
+    """Run on ``node``'s CPUs and allocate from its memory; say what was applied.
+
+    ``cpus``: True (the node's allowed CPUs), False (leave affinity alone) or an
+    explicit set (intersected with the allowed CPUs).  ``memory``: "prefer" (default,
+    or NUMA_MEMORY_POLICY), "bind", "interleave" (every usable memory node except GPU
+    memory), "local" or None; set through the safe layer for the calling thread and
+    the threads it creates later (set_mempolicy is per thread): call this early.
+    ``threads``: "all" also re-pins this process's other threads, except those pinned
+    elsewhere already; "current" only the calling thread.  Memory is applied before
+    CPUs, so a strict failure leaves both alone.
+    """
+    b = _b(backend)
+    st = _strict_or_env(strict)
+    mem = _memory_or_env(memory)
+    if threads not in ("all", "current"):
+        raise ValueError(f"threads must be 'all' or 'current', not {threads!r}")
+    topo = _planning_topology(b)
+    if isinstance(node, bool) or not isinstance(node, int) or node not in topo.nodes:
+        raise ValueError(f"no NUMA node {node!r} (online: "
+                         f"{format_cpulist(topo.online_nodes)})")
+    notes: List[str] = []
+    allowed = topo.allowed_cpus & topo.online_cpus
+    want: FrozenSet[int] = frozenset()
+    if cpus is True or cpus is False:
+        if cpus:
+            cnode = _nearest_cpu_node(topo, node)
+            if cnode is not None and cnode != node:
+                notes.append(f"node {node} has no CPUs: using node {cnode}'s")
+            want = topo.nodes[cnode].cpus & allowed if cnode is not None else frozenset()
+            if not want:
+                near = [m for m in topo.nearest(node, topo.nodes_with_cpus)
+                        if topo.nodes[m].cpus & allowed]
+                msg = (f"this process's cpuset allows no CPU on node {node}"
+                       + (f"; using the nearest node {near[0]}" if near else ""))
+                _fail(st, f"bind:cpuset:{node}", msg)
+                notes.append(msg)
+                want = topo.nodes[near[0]].cpus & allowed if near else frozenset()
+    else:
+        asked = frozenset(cpus)
+        want = asked & allowed
+        if asked and not want:
+            _fail(st, f"bind:cpus:{format_cpulist(asked)}",
+                  f"CPUs {format_cpulist(asked)} are outside this process's allowed "
+                  f"CPUs {format_cpulist(allowed)}")
+    infos = _gpu_infos(topo, b) if mem == "interleave" else []
+    pres: Optional[PolicyResult] = None
+    if mem is not None:
+        mnodes = _plan_memory(topo, infos, node, mem) if mem != "local" else ()
+        if mem in ("prefer", "bind") and mnodes and node not in mnodes:
+            msg = (f"node {node} has no memory this process may use; memory policy "
+                   f"{mem} on node(s) {format_cpulist(mnodes)}, the nearest")
+            if node in topo.nodes_with_memory:     # the cpuset's doing, not the machine's
+                _fail(st, f"bind:mems:{node}", msg)
+            notes.append(msg)
+        mode = {"prefer": Mode.PREFERRED, "bind": Mode.BIND, "interleave": Mode.INTERLEAVE,
+                "local": Mode.LOCAL}[mem]
+        if mode == Mode.PREFERRED and len(mnodes) > 1:
+            mnodes = mnodes[:1]
+        if mode != Mode.LOCAL and not mnodes:
+            pres = _fallback(PolicyResult(False, mode.name.lower(), frozenset(),
+                                          reason="no-memory-node", errno=errno.EINVAL,
+                                          hint=_HINTS["no-memory-node"]), st,
+                             f"{mem} policy")
+        else:
+            pres = set_thread_policy(mode, mnodes if mode != Mode.LOCAL else None,
+                                     strict=st, backend=b)
+    applied = False
+    reason: Optional[str] = "not requested"
+    changed: Tuple[int, ...] = ()
+    skipped: Tuple[int, ...] = ()
+    failed: Tuple[Tuple[int, int], ...] = ()
+    if cpus is not False:
+        if not want:
+            reason = "cpuset"
+        else:
+            try:
+                changed, skipped, failed = _set_affinity(b, want, threads, notes)
+                applied, reason = True, None
+            except NotLiveError as e:
+                if st:
+                    raise
+                applied, reason = False, "not-live"
+                notes.append(str(e))
+            except OSError as e:
+                if st:
+                    raise
+                reason = _errno_reason(e.errno or errno.EIO)
+                _warn_once(f"bind:affinity:{reason}", "numa_utils: CPU binding to %s "
+                           "not applied: %s", format_cpulist(want), e)
+    return BindResult(node, want if applied else frozenset(), applied, reason, pres,
+                      changed, skipped, failed, None, tuple(notes))
+
+
+def bind_for_gpu(device: int, policy: Optional[str] = None, *,
+                 reserve: Optional[int] = None,
+                 memory: Union[str, None, _Unset] = _UNSET, threads: str = "all",
+                 strict: Optional[bool] = None, pci_bus_id: Optional[str] = None,
+                 environ: Optional[Mapping[str, str]] = None,
+                 backend: Optional[Backend] = None) -> BindResult:
+    """Bind this process (see bind_to_node) for CUDA device ``device``'s worker.
+
+    ``policy`` as in cpus_for_gpu; "none" (the envs.py default when no argument is
+    given) leaves CPU affinity alone and only sets the memory policy.
+    """
+    b = _b(backend)
+    pol = _policy_or_env(policy)
+    res = _reserve_or_env(reserve)
+    mem = _memory_or_env(memory)
+    st = _strict_or_env(strict)
+    topo = _planning_topology(b)
+    infos = _gpu_infos(topo, b)
+    r = _resolve(device, pci_bus_id, infos, b, environ)
+    for note in r.notes:
+        _fail(False, f"gpu:{note}", note)
+    plan = _plan_for(topo, infos, r.gpu, device, "node" if pol == "none" else pol, res,
+                     mem, st, (r.how,) if r.gpu is None else ())
+    if plan.cpu_node is None:
+        _fail(st, f"bind_for_gpu:{device}", f"CUDA device {device}: no node to bind to "
+              f"({r.how})")
+        return BindResult(None, frozenset(), False, "unknown-node", None, plan=plan,
+                          notes=plan.notes)
+    out = bind_to_node(plan.cpu_node, cpus=False if pol == "none" else plan.cpus,
+                       memory=mem, threads=threads, strict=st, backend=b)
+    return out._replace(plan=plan, notes=plan.notes + out.notes)
+
+
+# ---------------------------------------------------------------------------
+# CLI: plan and run
+# ---------------------------------------------------------------------------
+
+_SYSTEMD_POLICY = MappingProxyType({"prefer": "preferred", "bind": "bind",
+                                    "interleave": "interleave", "local": "local"})
+_NUMACTL_OPTION = MappingProxyType({"prefer": "--preferred", "bind": "--membind",
+                                    "interleave": "--interleave"})
+
+
+def _render_plan_text(plans: List[GpuPlan], policy: str, mem: Optional[str],
+                      root: str) -> str:
+    where = "this machine" if root == "/" else f"saved tree {root}"
+    out = [f"numa_utils plan: {where}, policy {policy}, memory {mem or 'unchanged'}"]
+    if not plans:
+        out.append("  no GPUs found")
+        return "\n".join(out) + "\n"
+    w = max(len(format_cpulist(p.cpus)) for p in plans)
+    w = max(w, 4)
+    out.append(f"  {'gpu':>3}  {'pci':<12}  {'node':>4}  {'cpus':<{w}}  memory")
+    for p in plans:
+        node = "?" if p.cpu_node is None else str(p.cpu_node)
+        memtxt = f"{p.memory} {format_cpulist(p.memory_nodes)}" if p.memory and \
+            (p.memory_nodes or p.memory == "local") else "unchanged"
+        extra = f"  (GPU memory on node {format_cpulist(p.gpu_memory_nodes)})" \
+            if p.gpu_memory_nodes else ""
+        out.append(f"  {p.gpu!s:>3}  {p.pci or '?':<12}  {node:>4}  "
+                   f"{format_cpulist(p.cpus):<{w}}  {memtxt}{extra}")
+    notes = sorted({n for p in plans for n in p.notes})
+    if notes:
+        out.append("NOTES")
+        out.extend(f"  - {n}" for n in notes)
+    return "\n".join(out) + "\n"
+
+
+def _render_plan_systemd(plans: List[GpuPlan], unit: str) -> str:
+    out = []
+    for p in plans:
+        stem, dot, suffix = unit.rpartition(".")
+        if not dot:
+            stem, suffix = unit, "service"
+        name = f"{stem if stem.endswith('@') else stem + '@'}{p.gpu}.{suffix}"
+        out.append(f"# {name}.d/50-numa.conf: GPU {p.gpu} ({p.pci or '?'}), node "
+                   f"{'?' if p.cpu_node is None else p.cpu_node}, policy {p.policy}")
+        out.append("[Service]")
+        out.append(f"CPUAffinity={format_cpulist(p.cpus)}")
+        if p.memory is not None and p.memory in _SYSTEMD_POLICY and \
+                (p.memory_nodes or p.memory == "local"):
+            out.append(f"NUMAPolicy={_SYSTEMD_POLICY[p.memory]}")
+            if p.memory != "local":
+                out.append(f"NUMAMask={format_cpulist(p.memory_nodes)}")
+        out.append("")
+    return "\n".join(out)
+
+
+def _render_plan_cmd(plans: List[GpuPlan], fmt: str) -> str:
+    out = []
+    for p in plans:
+        out.append(f"# GPU {p.gpu} ({p.pci or '?'}), node "
+                   f"{'?' if p.cpu_node is None else p.cpu_node}, policy {p.policy}")
+        if fmt == "taskset":
+            out.append(f"taskset -c {format_cpulist(p.cpus)}")
+            continue
+        args = [f"--physcpubind={format_cpulist(p.cpus)}"]
+        if p.memory is not None and p.memory in _NUMACTL_OPTION and p.memory_nodes:
+            args.append(f"{_NUMACTL_OPTION[p.memory]}={format_cpulist(p.memory_nodes)}")
+        elif p.memory == "local":
+            args.append("--localalloc")
+        out.append("numactl " + " ".join(args) + " --")
+    return "\n".join(out) + ("\n" if out else "")
+
+
+def _cli_policy(args: argparse.Namespace) -> str:
+    """The CLI binds when asked to: NUMA_BIND_POLICY's default "none" means "node" here."""
+    if args.policy is not None:
+        return str(args.policy)
+    pol = _policy_or_env(None)
+    return "node" if pol == "none" else pol
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    b = _backend_from_args(args)
+    plans = gpu_plans(_cli_policy(args), reserve=args.reserve,
+                      memory=_UNSET if args.memory is None else args.memory,
+                      strict=True if args.strict else None, backend=b)
+    if args.gpu is not None:
+        plans = [p for p in plans if p.gpu == args.gpu]
+        if not plans:
+            raise ValueError(f"no CUDA device {args.gpu} in the plan")
+    fmt = args.format or ("json" if args.json else "text")
+    if fmt == "json":
+        _print_json([p.to_json() for p in plans])
+    elif fmt == "systemd":
+        sys.stdout.write(_render_plan_systemd(plans, args.unit))
+    elif fmt in ("numactl", "taskset"):
+        sys.stdout.write(_render_plan_cmd(plans, fmt))
+    else:
+        pol = plans[0].policy if plans else _cli_policy(args)
+        sys.stdout.write(_render_plan_text(plans, pol, _memory_or_env(
+            _UNSET if args.memory is None else args.memory), b.root))
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise ValueError("no command given: run (--gpu N | --node N) [options] -- CMD ...")
+    if getattr(args, "root", None) not in (None, "/"):
+        raise ValueError("run binds the running system; --root is for plan and status")
+    b = _backend_from_args(args)
+    memory: Union[str, None, _Unset] = _UNSET if args.memory is None else args.memory
+    strict = True if args.strict else None
+    if args.gpu is not None:
+        res = bind_for_gpu(args.gpu, _cli_policy(args), reserve=args.reserve, memory=memory,
+                           threads="all", strict=strict, backend=b)
+    else:
+        pol = _cli_policy(args)
+        if pol not in ("node", "none"):
+            raise ValueError(f"--node takes --policy node or none, not {pol!r} "
+                             "(the GPU policies need --gpu)")
+        res = bind_to_node(args.node, cpus=pol != "none", memory=memory, threads="all",
+                           strict=strict, backend=b)
+    if args.json:
+        import json
+        sys.stderr.write(json.dumps(res.to_json()) + "\n")
+    elif not res:
+        what = []
+        if not res.cpus_applied and res.cpu_reason != "not requested":
+            what.append(f"CPU binding ({res.cpu_reason})")
+        if res.memory is not None and not res.memory.applied:
+            what.append(f"memory policy ({res.memory.reason})")
+        sys.stderr.write(f"numa_utils run: not applied: {', '.join(what)}; running "
+                         "the command anyway\n")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvp(cmd[0], cmd)   # the memory policy and the affinity survive exec
+    except OSError as e:
+        sys.stderr.write(f"numa_utils run: cannot run {cmd[0]!r}: {e.strerror or e}\n")
+        return 127 if isinstance(e, FileNotFoundError) else 126
+
+
+def _add_plan_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policy", choices=BIND_POLICIES + ("none",), default=None,
+                   help="CPU policy (default: NUMA_BIND_POLICY, else node)")
+    p.add_argument("--reserve", type=int, default=None, metavar="N",
+                   help="physical cores per node left for the OS (default: "
+                        "NUMA_RESERVED_CORES, else 0)")
+    p.add_argument("--memory", choices=_MEMORY_CHOICES, default=None,
+                   help="memory policy (default: NUMA_MEMORY_POLICY, else prefer)")
+    p.add_argument("--strict", action="store_true",
+                   help="fail instead of falling back")
 
 
 def _cli_plan(sub: Any) -> None:
-    pass
+    p = sub.add_parser("plan", parents=[sub.common],
+                       help="per-GPU CPU and memory plan")
+    _add_plan_options(p)
+    p.add_argument("--gpu", type=int, default=None, metavar="N",
+                   help="only CUDA device N")
+    p.add_argument("--format", choices=["text", "json", "systemd", "numactl", "taskset"],
+                   default=None, help="output format (default text; --json is "
+                                      "--format json)")
+    p.add_argument("--unit", default="worker@.service", metavar="NAME",
+                   help="template unit named in --format systemd headers")
+    p.set_defaults(func=_cmd_plan)
 
 
 def _cli_run(sub: Any) -> None:
-    pass
+    import argparse
+    p = sub.add_parser("run", parents=[sub.common],
+                       help="bind to a GPU's or node's CPUs and memory, then exec CMD")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--gpu", type=int, metavar="N", help="CUDA device N (as this "
+                   "environment's CUDA_VISIBLE_DEVICES numbers it)")
+    g.add_argument("--node", type=int, metavar="N", help="NUMA node N")
+    _add_plan_options(p)
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
+                   help="the command, executed without a shell")
+    p.set_defaults(func=_cmd_run)
 # -- end of GPU section ----------------------------------------------------------------
 
 
@@ -4237,34 +5439,43 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
 # ===========================================================================
 
 def _load_envs() -> Any:
-    """The envs.py registry beside this file, or None: numa_utils.py works alone."""
+    """The envs.py registry beside this file, or None: numa_utils.py works alone.
+
+    Looked up at call time only: ``<package>.envs`` when vendored into a package,
+    else ``envs.py`` (or ``numa_utils_envs.py``, its name when pip-installed) in the
+    same folder, loaded under a private name so no other project's ``envs`` is taken.
+    """
     import importlib
     import importlib.util
     pkg = __package__
     if pkg:
         try:
-            return importlib.import_module(pkg + ".envs")
+            mod = importlib.import_module(pkg + ".envs")
+            return mod if getattr(mod, "NUMA_UTILS_ENVS_API", None) == 1 else None
         except ImportError:
             return None
     here = os.path.dirname(os.path.abspath(__file__))
-    path = os.path.join(here, "envs.py")
-    if not os.path.exists(path):
-        return None
-    name = "_numa_utils_envs"
-    mod = sys.modules.get(name)
-    if mod is not None:
-        return mod
-    try:
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
-            return None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-        return mod
-    except Exception:   # a broken envs.py must not break status
-        sys.modules.pop(name, None)
-        return None
+    for filename in ("envs.py", "numa_utils_envs.py"):
+        path = os.path.join(here, filename)
+        if not os.path.exists(path):
+            continue
+        name = "_numa_utils_envs_" + re.sub(r"\W", "_", path)
+        mod = sys.modules.get(name)
+        if mod is not None:
+            return mod
+        try:
+            spec = importlib.util.spec_from_file_location(name, path)
+            if spec is None or spec.loader is None:
+                continue
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[name] = mod
+            spec.loader.exec_module(mod)
+        except Exception:   # a broken envs.py must not break the engine
+            sys.modules.pop(name, None)
+            continue
+        if getattr(mod, "NUMA_UTILS_ENVS_API", None) == 1:
+            return mod
+    return None
 
 
 # ===========================================================================
@@ -4390,6 +5601,7 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
                                 for k, v in envs.effective().items()}
         except Exception as e:   # a bad variable must not break status
             report["config_error"] = str(e)
+            warnings.append(f"configuration: {e}")
     _status_extra(report, topo, b)
     return report
 
@@ -4439,7 +5651,7 @@ def _render_status(rep: Dict[str, Any]) -> str:
                        f"{format_cpulist(g['local_cpus']) or '-'}")
         out.append("")
     p = rep["process"]
-    out.append(f"PROCESS{' (pid %s)' % p['pid'] if p['pid'] else ''}")
+    out.append("PROCESS" + (f" (pid {p['pid']})" if p["pid"] else ""))
     all_cpus = k["online_cpus"]
     out.append(f"  allowed cpus   {format_cpulist(p['allowed_cpus']) or '-'}"
                + (" (all online)" if p["allowed_cpus"] == all_cpus else ""))
@@ -4479,6 +5691,7 @@ def _backend_from_args(args: argparse.Namespace) -> Backend:
 
 
 def _print_json(data: Any) -> None:
+    import json
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
@@ -4501,6 +5714,7 @@ _STATUS_FORMATS: Dict[str, Callable[[Dict[str, Any]], str]] = {}
 
 
 def _common_parser() -> argparse.ArgumentParser:
+    import argparse
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--root", metavar="DIR", default=None,
                         help="read a saved sysfs/procfs tree instead of this system")
@@ -4509,6 +5723,7 @@ def _common_parser() -> argparse.ArgumentParser:
 
 
 def _build_parser() -> argparse.ArgumentParser:
+    import argparse
     parser = argparse.ArgumentParser(
         prog="numa_utils",
         description="NUMA topology, memory policy and placement for inference engines.")
@@ -4532,6 +5747,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Command-line entry point; returns the exit status."""
     parser = _build_parser()
     args = parser.parse_args(argv)
+    import logging
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(message)s")
     try:

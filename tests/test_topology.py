@@ -151,3 +151,13 @@ def test_live_machine_reads():
     assert t.online_cpus
     assert t.allowed_cpus <= t.online_cpus | frozenset(t.cpus)
     assert os.sched_getaffinity(0) <= t.allowed_cpus | t.online_cpus
+
+
+def test_synthetic_fixtures_are_what_the_generator_writes():
+    """Fixtures are generated, never hand-edited: the generator's --check agrees."""
+    import subprocess
+    import sys
+    from conftest import REPO
+    p = subprocess.run([sys.executable, str(REPO / "tools" / "make_fixtures.py"), "--check"],
+                       capture_output=True, text=True, timeout=120, cwd=str(REPO))
+    assert p.returncode == 0, p.stdout + p.stderr

@@ -1,0 +1,86 @@
+"""The command line, run as a user runs it: `python -m numa_utils ...` in a subprocess."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import FIXTURES, REPO, fixture_root, nu
+
+
+def run(*args, env=None):
+    e = dict(os.environ, PYTHONPATH=str(REPO))
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "numa_utils", *args], cwd=str(REPO),
+                          capture_output=True, text=True, env=e, timeout=120)
+
+
+def test_status_this_machine_text_and_json():
+    p = run("status")
+    assert p.returncode == 0, p.stderr
+    for part in ("NODES", "PROCESS", "KERNEL", "WARNINGS", "memory policy"):
+        assert part in p.stdout
+    j = run("status", "--json")
+    assert j.returncode == 0, j.stderr
+    rep = json.loads(j.stdout)
+    for key in ("nodes", "gpus", "process", "kernel", "warnings"):
+        assert key in rep
+    for n in rep["nodes"]:
+        assert set(n) >= {"id", "cpus", "mem_total_kb", "mem_free_kb", "distances"}
+        assert n["cpus"] == sorted(n["cpus"])
+        assert all(isinstance(k, str) for k in n["distances"])
+    assert rep["process"]["pid"] > 0
+    assert set(rep["process"]["allowed_cpus"]) == os.sched_getaffinity(0) or \
+        rep["process"]["allowed_cpus"]
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_status_every_fixture(name):
+    """In-process (cheap) for every fixture: text and JSON agree with the reader."""
+    b = nu.LinuxBackend(fixture_root(name))
+    rep = nu.status_report(backend=b)
+    topo = nu.read_topology(backend=b)
+    assert [n["id"] for n in rep["nodes"]] == sorted(topo.nodes)
+    assert len(rep["gpus"]) == len(topo.gpus)
+    text = nu._render_status(rep)
+    assert "NODES" in text and "WARNINGS" in text
+    json.dumps(rep)
+
+
+def test_status_root_subprocess_and_warnings():
+    p = run("status", "--json", "--root", fixture_root("dual-socket-8gpu"))
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stdout)
+    assert len(rep["nodes"]) == 2 and len(rep["gpus"]) == 8
+    assert {g["node"] for g in rep["gpus"]} == {0, 1}
+    assert any("numa_balancing" in w for w in rep["warnings"])
+    txt = run("status", "--root", fixture_root("dual-socket-8gpu")).stdout
+    assert "DISTANCES" in txt and "GPUS" in txt and "0-47,96-143" in txt
+
+
+def test_status_warns_about_cpuset_excluding_gpu_node():
+    rep = nu.status_report(backend=nu.LinuxBackend(fixture_root("container-cpuset")))
+    assert any("cpuset" in w and "GPU" in w for w in rep["warnings"]), rep["warnings"]
+
+
+def test_status_warns_about_unknown_gpu_node():
+    rep = nu.status_report(backend=nu.LinuxBackend(fixture_root("gpu-numa-unknown")))
+    assert any("numa_node=-1" in w for w in rep["warnings"]), rep["warnings"]
+
+
+def test_status_missing_root_is_a_clear_error():
+    p = run("status", "--root", "/nonexistent-tree")
+    assert p.returncode == 2
+    assert "nonexistent-tree" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_help_and_version():
+    assert run("--help").returncode == 0
+    v = run("--version")
+    assert v.returncode == 0 and nu.__version__ in v.stdout
+
+
+def test_main_in_process(capsys):
+    assert nu.main(["status", "--json", "--root", fixture_root("sparse-ids")]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert [n["id"] for n in rep["nodes"]] == [0, 8, 250, 251, 252, 253, 254, 255]
