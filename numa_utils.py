@@ -26,7 +26,6 @@ the running system or a saved tree, ``SimulatedBackend`` for a model of the kern
 from __future__ import annotations
 
 import ctypes
-import dataclasses  # merge shim: the shm section still uses it (main moved to NamedTuple)
 import enum
 import errno
 import os
@@ -1426,39 +1425,41 @@ class _SimObject:
                 kernel.free_pages[n] = kernel.free_pages.get(n, 0) + 1
 
 
-@dataclasses.dataclass
 class _SimMapping:
-    start: int
-    end: int
-    obj: Optional[_SimObject] = None
-    obj_page: int = 0                           # page index in obj at ``start``
-    label: Optional[str] = ""                   # numa_maps "file=..."; None: obj's
-    mapped: Optional[bytearray] = None          # shared: pages in this page table
-    policy: Optional[_Intervals] = None         # per-VMA policy of a hugetlb mapping
-    page: int = 0                               # page size (hugetlb: the huge size)
-    attach_id: int = 0                          # one shmat/mmap call (for unmapping)
+    """One VMA of a simulated process."""
+
+    __slots__ = ("start", "end", "obj", "obj_page", "label", "mapped", "policy", "page",
+                 "attach_id")
+
+    def __init__(self, start: int, end: int, obj: Optional[_SimObject] = None,
+                 obj_page: int = 0, label: Optional[str] = "",
+                 mapped: Optional[bytearray] = None, policy: Optional[_Intervals] = None,
+                 page: int = 0, attach_id: int = 0) -> None:
+        self.start = start
+        self.end = end
+        self.obj = obj                      # shared object, or None: private anon
+        self.obj_page = obj_page            # page index in obj at ``start``
+        self.label = label                  # numa_maps "file=..."; None: the object's
+        self.mapped = mapped                # shared: pages in this page table
+        self.policy = policy                # per-VMA policy of a hugetlb mapping
+        self.page = page                    # page size (hugetlb: the huge size)
+        self.attach_id = attach_id          # one shmat/mmap call (for unmapping)
 
 
-@dataclasses.dataclass
 class _SimShm:
     """A SysV segment (ipc/shm.c struct shmid_kernel)."""
-    key: int
-    shmid: int
-    size: int
-    mode: int
-    uid: int
-    gid: int
-    cuid: int
-    cgid: int
-    cpid: int
-    obj: _SimObject
-    lpid: int = 0
-    nattch: int = 0
-    dest: bool = False                          # IPC_RMID while attached (SHM_DEST)
+
+    def __init__(self, key: int, shmid: int, size: int, mode: int, uid: int, gid: int,
+                 cuid: int, cgid: int, cpid: int, obj: _SimObject) -> None:
+        self.key, self.shmid, self.size, self.mode = key, shmid, size, mode
+        self.uid, self.gid, self.cuid, self.cgid = uid, gid, cuid, cgid
+        self.cpid, self.obj = cpid, obj
+        self.lpid = 0
+        self.nattch = 0
+        self.dest = False                   # IPC_RMID while attached (SHM_DEST)
 
 
-@dataclasses.dataclass
-class _SimFile:
+class _SimFile(NamedTuple):
     """A file in the simulated /dev/shm (tmpfs)."""
     name: str
     mode: int
@@ -2062,8 +2063,8 @@ class SimulatedBackend(Backend):
             raise _oserror(errno.EINVAL, "mbind", "not aligned to the huge page size")
         cut = (addr - mp.start) // mp.page
         assert mp.mapped is not None
-        tail = dataclasses.replace(mp, start=addr, obj_page=mp.obj_page + cut,
-                                   mapped=mp.mapped[cut:])
+        tail = _SimMapping(addr, mp.end, mp.obj, mp.obj_page + cut, mp.label,
+                           mp.mapped[cut:], mp.policy, mp.page, mp.attach_id)
         mp.end, mp.mapped = addr, mp.mapped[:cut]
         self.mappings.append(tail)
         self.mappings.sort(key=lambda m: m.start)
@@ -2077,8 +2078,11 @@ class SimulatedBackend(Backend):
     def _vma_policy(self, addr: int) -> Optional[_Pol]:
         mp = self._mapping_at(addr)
         if mp is not None and mp.obj is not None:
-            return self._pol_store(mp).get(mp.obj_page + (addr - mp.start) // mp.page)
-        return self.policy.get(addr)
+            pol: Optional[_Pol] = self._pol_store(mp).get(
+                mp.obj_page + (addr - mp.start) // mp.page)
+            return pol
+        found: Optional[_Pol] = self.policy.get(addr)
+        return found
 
     def _ilx(self, addr: int) -> int:
         mp = self._mapping_at(addr)
@@ -2196,9 +2200,8 @@ class SimulatedBackend(Backend):
                 if nodes[key] < 0:
                     node: Optional[int]
                     if il is not None:
-                        node = il[key % len(il)]
-                        if free.get(node, 0) <= 0:
-                            node = self._alloc(pol, key)
+                        want = il[key % len(il)]
+                        node = want if free.get(want, 0) > 0 else self._alloc(pol, key)
                     elif cached is not None and free.get(cached, 0) > 0:
                         node = cached
                     else:
@@ -2952,14 +2955,13 @@ def _unescape_path(text: str) -> str:
     return _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), text)
 
 
-@dataclasses.dataclass(frozen=True)
-class NumaMapsEntry:
+class NumaMapsEntry(NamedTuple):
     """One line of /proc/<pid>/numa_maps: one VMA, its policy and where its pages are.
 
     Page counts are in units of ``page_size_kb`` (the VMA's kernel page size; the
     system page size on kernels that do not print kernelpagesize_kB).  ``active`` is
     None when the kernel did not print it (it does so only when fewer pages than
-    ``pages_total`` are active).
+    ``pages_total`` are active).  A NamedTuple: tens of thousands are built per read.
     """
 
     start: int
@@ -2979,9 +2981,9 @@ class NumaMapsEntry:
     swapcache: int = 0
     active: Optional[int] = None
     writeback: int = 0
-    pages: Mapping[int, int] = dataclasses.field(default_factory=dict)  # node -> pages
+    pages: Mapping[int, int] = MappingProxyType({})     # node -> pages
     page_size_kb: int = 4
-    other: Mapping[str, str] = dataclasses.field(default_factory=dict)  # unknown key=value
+    other: Mapping[str, str] = MappingProxyType({})     # unknown key=value (newer kernels)
 
     @property
     def pages_total(self) -> int:
@@ -3018,12 +3020,15 @@ class NumaMapsEntry:
         }
 
 
+_POLICY_NAMES = frozenset({"default", "local", "prefer", "bind", "interleave",
+                           "prefer (many)", "weighted interleave", "unknown"})
+
+
 def _parse_policy(text: str, line: str) -> Tuple[str, FrozenSet[int], Tuple[str, ...]]:
     """"bind=relative|balancing:0-1" -> ("bind", {0, 1}, ("relative", "balancing"))."""
     name, _, nodelist = text.partition(":")
     mode, _, flagtext = name.partition("=")
-    if mode not in ("default", "local", "prefer", "bind", "interleave", "prefer (many)",
-                    "weighted interleave", "unknown"):
+    if mode not in _POLICY_NAMES:
         raise ValueError(f"invalid numa_maps line: unknown policy {text!r}: {line!r}")
     flags: Tuple[str, ...] = ()
     if flagtext:
@@ -3044,58 +3049,77 @@ def _parse_policy(text: str, line: str) -> Tuple[str, FrozenSet[int], Tuple[str,
     return mode, nodes, flags
 
 
-def _parse_maps_line(line: str, default_kb: int) -> NumaMapsEntry:
+_COUNTER_INDEX = MappingProxyType({k: i for i, k in enumerate(_MAPS_COUNTERS)})
+
+
+def _parse_maps_line(line: str, default_kb: int,
+                     cache: Optional[Dict[str, Any]] = None) -> NumaMapsEntry:
+    """One line; ``cache`` memoizes policy texts (a few distinct ones per file)."""
     parts = line.split(" ")
+    p0 = parts[0]
+    if not p0 or len(parts) < 2 or not parts[1]:
+        raise ValueError(f"invalid numa_maps line: no address and policy: {line!r}")
     try:
-        start = int(parts[0], 16)
+        start = int(p0, 16)
     except ValueError:
         raise ValueError(f"invalid numa_maps line: bad start address: {line!r}") from None
-    if len(parts) < 2 or not parts[1]:
-        raise ValueError(f"invalid numa_maps line: no policy: {line!r}")
     i = 2
     pol = parts[1]
     # Two policy names contain a space (mpol_to_str's policy_modes[] table).
-    if pol == "prefer" and len(parts) > 2 and parts[2].startswith("(many)"):
+    if (pol == "prefer" or pol == "weighted") and len(parts) > 2 and \
+            parts[2].startswith("(many)" if pol == "prefer" else "interleave"):
         pol += " " + parts[2]
         i = 3
-    elif pol == "weighted" and len(parts) > 2 and parts[2].startswith("interleave"):
-        pol += " " + parts[2]
-        i = 3
-    mode, nodes, flags = _parse_policy(pol, line)
-    kw: Dict[str, Any] = {}
+    parsed = cache.get(pol) if cache is not None else None
+    if parsed is None:
+        parsed = _parse_policy(pol, line)
+        if cache is not None:
+            cache[pol] = parsed
+    mode, nodes, flags = parsed
+    counters = [0, 0, 0, 0, 0, -1, 0]        # _MAPS_COUNTERS order; -1: not printed
     pages: Dict[int, int] = {}
-    other: Dict[str, str] = {}
+    other: Optional[Dict[str, str]] = None
+    file: Optional[str] = None
+    deleted = heap = stack = huge = False
+    kb = default_kb
     for tok in parts[i:]:
-        if not tok:
-            continue
         key, eq, val = tok.partition("=")
-        if not eq:
-            if tok in ("heap", "stack", "huge"):
-                kw[tok] = True
-            elif tok.startswith("stack:") and tok[6:].isdigit():   # kernels < 3.x
-                kw["stack"] = True
+        if eq:
+            if key[0] == "N" and key[1:].isdigit() and val.isdigit():
+                pages[int(key[1:])] = int(val)
+                continue
+            if key == "file":
+                path = _unescape_path(val)
+                if path.endswith(" (deleted)"):
+                    path = path[:-10]
+                    deleted = True
+                file = path
+                continue
+            if not val.isdigit():
+                raise ValueError(f"invalid numa_maps line: value of {key!r}: {line!r}")
+            if key == "kernelpagesize_kB":
+                kb = int(val)
+            elif key in _COUNTER_INDEX:
+                counters[_COUNTER_INDEX[key]] = int(val)
             else:
-                raise ValueError(f"invalid numa_maps line: token {tok!r}: {line!r}")
-            continue
-        if key == "file":
-            path = _unescape_path(val)
-            if path.endswith(" (deleted)"):
-                path = path[:-10]
-                kw["deleted"] = True
-            kw["file"] = path
-            continue
-        if not val.isdigit():
-            raise ValueError(f"invalid numa_maps line: value of {key!r}: {line!r}")
-        if key[0] == "N" and key[1:].isdigit():
-            pages[int(key[1:])] = int(val)
-        elif key in _MAPS_COUNTERS:
-            kw[key] = int(val)
-        elif key == "kernelpagesize_kB":
-            kw["page_size_kb"] = int(val)
-        else:
-            other[key] = val        # a counter from a newer kernel: keep, do not fail
-    kw.setdefault("page_size_kb", default_kb)
-    return NumaMapsEntry(start, pol, mode, nodes, flags, pages=pages, other=other, **kw)
+                if other is None:
+                    other = {}
+                other[key] = val    # a counter from a newer kernel: keep, do not fail
+        elif tok == "heap":
+            heap = True
+        elif tok == "stack" or (tok.startswith("stack:") and tok[6:].isdigit()):
+            stack = True            # "stack:<tid>": kernels before 3.x
+        elif tok == "huge":
+            huge = True
+        elif tok:
+            raise ValueError(f"invalid numa_maps line: token {tok!r}: {line!r}")
+    return NumaMapsEntry(start, pol, mode, nodes, flags, file, deleted, heap, stack, huge,
+                         counters[0], counters[1], counters[2], counters[3], counters[4],
+                         None if counters[5] < 0 else counters[5], counters[6], pages, kb,
+                         _NO_OTHER if other is None else other)
+
+
+_NO_OTHER: Mapping[str, str] = MappingProxyType({})
 
 
 def parse_numa_maps(text: str, *, page_size_kb: int = 0) -> List[NumaMapsEntry]:
@@ -3106,11 +3130,9 @@ def parse_numa_maps(text: str, *, page_size_kb: int = 0) -> List[NumaMapsEntry]:
     naming it.
     """
     default_kb = page_size_kb or _system_page_kb()
-    out = []
-    for line in text.splitlines():
-        if line:
-            out.append(_parse_maps_line(line, default_kb))
-    return out
+    cache: Dict[str, Any] = {}
+    return [_parse_maps_line(line, default_kb, cache) for line in text.splitlines()
+            if line]
 
 
 def _system_page_kb() -> int:
@@ -3332,8 +3354,7 @@ _SYSVIPC_HEADER = ("       key      shmid perms                  size  cpid  lpi
                    "         rss                  swap\n")
 
 
-@dataclasses.dataclass(frozen=True)
-class _ShmStat:
+class _ShmStat(NamedTuple):
     """What IPC_STAT (or fstat, for POSIX) says about a segment."""
     key: int
     id: int
@@ -3647,7 +3668,7 @@ def _huge_size(hugepages: Union[bool, int, str, None], b: Backend,
             raise ValueError(f"invalid huge page size {hugepages!r} (2M, 1G, 2048kB)")
         nbytes = int(m.group(1)) << {"k": 10, "m": 20, "g": 30}[m.group(2).lower()]
     else:
-        nbytes = int(hugepages)
+        nbytes = int(hugepages or 0)
     if nbytes // 1024 not in sizes_kb:
         raise OSError(errno.ENOMEM, f"no {nbytes >> 10} kB huge pages reserved on nodes "
                       f"{format_cpulist(targets)}")
@@ -3943,7 +3964,7 @@ def _quietly(fn: Callable[..., Any], *args: Any) -> None:
     try:
         fn(*args)
     except OSError as e:
-        import logging  # merge shim: main dropped the module-level _log
+        import logging
         logging.getLogger(__name__).debug("numa_utils: cleanup %s%r failed: %s",
                                           fn.__name__, args, e)
 

@@ -137,14 +137,22 @@ Sample = Dict[str, float]
 
 
 def alternate(contenders: Sequence[Tuple[str, Callable[[], Sample]]], rounds: int,
-              *, log: Optional[Callable[[str], None]] = None
+              *, log: Optional[Callable[[str], None]] = None, warmup: bool = True
               ) -> Tuple[Dict[str, List[Optional[Sample]]], Dict[str, str]]:
     """Run the contenders in alternating order (A B C, C B A, A B C, ...), ``rounds``
-    times each.  Returns (samples per contender, aligned by round with None where
-    a call failed, skip reasons).  A contender that raises Skip is dropped."""
+    times each, after one untimed warm-up call each (page cache, bytecode, and in a
+    VM the host's backing of guest memory).  Returns (samples per contender, aligned
+    by round, skip reasons).  A contender that raises Skip is dropped."""
     samples: Dict[str, List[Optional[Sample]]] = {n: [] for n, _ in contenders}
     skipped: Dict[str, str] = {}
     order = list(contenders)
+    if warmup:
+        for name, fn in order:
+            try:
+                fn()
+            except Skip as e:
+                skipped[name] = str(e)
+                samples.pop(name, None)
     for r in range(rounds):
         seq = order if r % 2 == 0 else order[::-1]
         for name, fn in seq:

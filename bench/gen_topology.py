@@ -45,7 +45,9 @@ def describe(mf: Any, cpus: int, nodes: int, gpus: int) -> Dict[str, Any]:
     cores = cores_total // sockets
     per_socket = nodes // sockets
     assert sockets * cores * threads == cpus, (sockets, cores, threads, cpus)
-    topo = mf.x86_smp(sockets, cores, threads, llc_per_socket=per_socket)
+    # One L3 per 16 cores whatever the size, so every CPU carries the same amount of
+    # sysfs text at every size and the per-CPU cost comparison is like for like.
+    topo = mf.x86_smp(sockets, cores, threads, llc_per_socket=max(1, cores // 16))
     cores_per_node = cores // per_socket
     hp = {2048: (0, 0, 0), 1048576: (0, 0, 0)}
     node_cpus: Dict[int, List[int]] = {n: [] for n in range(nodes)}

@@ -119,7 +119,7 @@ def run(*, rounds: int, log: Callable[[str], None] = common.log) -> Section:
     if extra:
         top = sorted(extra.items(), key=lambda kv: -statistics.median(kv[1]))
         sec.notes.append("modules numa_utils imports that `python -c pass` does not (median "
-                         "self us): " + ", ".join(f"{m} {statistics.median(v)}"
+                         "self us): " + ", ".join(f"{m} {statistics.median(v):.0f}"
                                                   for m, v in top[:12])
                          + (f" (+{len(top) - 12} more)" if len(top) > 12 else ""))
     sec.notes.append("wall times are whole processes (fork to reap); RSS is ru_maxrss of "

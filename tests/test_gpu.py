@@ -488,3 +488,78 @@ def test_systemd_drop_in_passes_verify(tmp_path, memory):
     conf.write_text(conf.read_text() + "NUMAMask=not-a-node\n")
     rc, out = verify()
     assert "50-numa.conf" in out, out
+
+
+# -- NVML through ctypes, against a fake library (no NVML on the test machines) -----------
+
+class _FakeNvml:
+    """Answers the NVML calls _nvml_query makes, writing through the ctypes pointers."""
+
+    def __init__(self, gpus):
+        self.gpus = gpus            # [(domain, bus, uuid, numa_node or None, [mig uuids])]
+        self.shutdown = False
+
+    def nvmlInit_v2(self):
+        return 0
+
+    def nvmlShutdown(self):
+        self.shutdown = True
+        return 0
+
+    def nvmlDeviceGetCount_v2(self, count):
+        count._obj.value = len(self.gpus)
+        return 0
+
+    def nvmlDeviceGetHandleByIndex_v2(self, i, handle):
+        handle._obj.value = 100 + i.value
+        return 0
+
+    def _gpu(self, h):
+        return self.gpus[h.value - 100] if h.value < 1000 else None
+
+    def nvmlDeviceGetPciInfo_v3(self, h, info):
+        dom, bus, *_ = self._gpu(h)
+        info._obj.domain, info._obj.bus, info._obj.device = dom, bus, 0
+        return 0
+
+    def nvmlDeviceGetUUID(self, h, buf, size):
+        if h.value >= 1000:
+            buf.value = self.gpus[h.value // 1000 - 1][4][h.value % 1000].encode()
+        else:
+            buf.value = self._gpu(h)[2].encode()
+        return 0
+
+    def nvmlDeviceGetNumaNodeId(self, h, node):
+        n = self._gpu(h)[3]
+        if n is None:
+            return 3                # NVML_ERROR_NOT_SUPPORTED
+        node._obj.value = n
+        return 0
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h, count):
+        count._obj.value = 7
+        return 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h, j, mh):
+        migs = self._gpu(h)[4]
+        if j.value >= len(migs):
+            return 6                # NVML_ERROR_NOT_FOUND
+        mh._obj.value = (h.value - 100 + 1) * 1000 + j.value
+        return 0
+
+
+def test_nvml_query_through_ctypes(monkeypatch):
+    fake = _FakeNvml([(0, 0x19, "GPU-one", None, []),
+                      (9, 0x01, "GPU-two", 1, ["MIG-a", "MIG-b"])])
+    monkeypatch.setattr(nu, "_load_nvml", lambda: fake)
+    got = nu._nvml_query()
+    assert got == [nu._NvmlGpu("0000:19:00.0", "GPU-one", None, ()),
+                   nu._NvmlGpu("0009:01:00.0", "GPU-two", 1, ("MIG-a", "MIG-b"))]
+    assert fake.shutdown
+    monkeypatch.setattr(nu, "_load_nvml", lambda: None)
+    assert nu._nvml_query() is None
+
+
+def test_nvml_is_never_asked_about_a_saved_tree(monkeypatch):
+    monkeypatch.setattr(nu, "_nvml_query", lambda: pytest.fail("NVML queried"))
+    assert nu._nvml_devices(tree("gh200")) is None

@@ -8,7 +8,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import REPO, nu, sim
 
 # (line, expected fields) -- formats from fs/proc/task_mmu.c show_numa_map and

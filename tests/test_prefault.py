@@ -7,7 +7,6 @@ import mmap
 import threading
 
 import pytest
-
 from conftest import nu, sim
 
 MiB = 1 << 20
