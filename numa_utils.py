@@ -3699,21 +3699,21 @@ def _load_envs() -> Any:
         if not os.path.exists(path):
             continue
         name = "_numa_utils_envs_" + re.sub(r"\W", "_", path)
-        mod = sys.modules.get(name)
-        if mod is not None:
-            return mod
+        cached = sys.modules.get(name)
+        if cached is not None:
+            return cached
         try:
             spec = importlib.util.spec_from_file_location(name, path)
             if spec is None or spec.loader is None:
                 continue
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules[name] = mod
-            spec.loader.exec_module(mod)
+            loaded = importlib.util.module_from_spec(spec)
+            sys.modules[name] = loaded
+            spec.loader.exec_module(loaded)
         except Exception:   # a broken envs.py must not break the engine
             sys.modules.pop(name, None)
             continue
-        if getattr(mod, "NUMA_UTILS_ENVS_API", None) == 1:
-            return mod
+        if getattr(loaded, "NUMA_UTILS_ENVS_API", None) == 1:
+            return loaded
     return None
 
 
