@@ -401,6 +401,51 @@ class Backend:
         except OSError:
             return None
 
+    # Shared memory (added for SharedRegion).  SysV: ipc/shm.c; POSIX: a file in the
+    # tmpfs at /dev/shm, as glibc's shm_open does.  Addresses and fds are plain ints.
+    def geteuid(self) -> int:
+        raise NotImplementedError
+
+    def shmget(self, key: int, size: int, flags: int) -> int:
+        raise NotImplementedError
+
+    def shmat(self, shmid: int, flags: int = 0) -> int:
+        raise NotImplementedError
+
+    def shmdt(self, addr: int) -> None:
+        raise NotImplementedError
+
+    def shm_stat(self, shmid: int) -> _ShmStat:
+        """shmctl(IPC_STAT)."""
+        raise NotImplementedError
+
+    def shm_rmid(self, shmid: int) -> None:
+        """shmctl(IPC_RMID): gone now, or at the last detach (the key is freed now)."""
+        raise NotImplementedError
+
+    def shm_open(self, name: str, flags: int, mode: int) -> int:
+        """Open /dev/shm/<name> (no slash in name); the fd."""
+        raise NotImplementedError
+
+    def shm_unlink(self, name: str) -> None:
+        raise NotImplementedError
+
+    def ftruncate(self, fd: int, size: int) -> None:
+        raise NotImplementedError
+
+    def fstat(self, fd: int) -> _ShmStat:
+        raise NotImplementedError
+
+    def close(self, fd: int) -> None:
+        raise NotImplementedError
+
+    def mmap(self, length: int, fd: int, *, huge: bool = False) -> int:
+        """A shared read-write mapping of ``fd``; its address."""
+        raise NotImplementedError
+
+    def munmap(self, addr: int, length: int) -> None:
+        raise NotImplementedError
+
 
 _libc_lock = threading.Lock()
 _libc: Optional[ctypes.CDLL] = None
@@ -508,19 +553,95 @@ class LinuxBackend(Backend):
             return None
 
 
+    # -- shared memory -----------------------------------------------------------------
+    def geteuid(self) -> int:
+        return os.geteuid()
+
+    def _libc_call(self, what: str, fn: Any, *args: Any) -> Any:
+        self._refuse(what)
+        ctypes.set_errno(0)
+        res = fn(*args)
+        if res == -1 or res is None and what in ("shmat", "mmap"):
+            raise _oserror(ctypes.get_errno() or errno.EIO, what)
+        return res
+
+    def shmget(self, key: int, size: int, flags: int) -> int:
+        libc = _get_shm_libc()
+        return int(self._libc_call("shmget", libc.shmget, _as_key(key), size, flags))
+
+    def shmat(self, shmid: int, flags: int = 0) -> int:
+        libc = _get_shm_libc()
+        res = self._libc_call("shmat", libc.shmat, shmid, None, flags)
+        if res is None or res == _MAP_FAILED:
+            raise _oserror(ctypes.get_errno() or errno.EIO, "shmat")
+        return int(res)
+
+    def shmdt(self, addr: int) -> None:
+        self._libc_call("shmdt", _get_shm_libc().shmdt, addr)
+
+    def shm_stat(self, shmid: int) -> _ShmStat:
+        self._refuse("shmctl(IPC_STAT)")
+        if self.abi.name not in _SHMID_DS_GENERIC64:
+            # Other layouts of struct shmid_ds (ppc64, s390x, 32-bit): the same facts,
+            # as text, from the kernel's own table.
+            return _sysvipc_stat(self.read_text("/proc/sysvipc/shm"), shmid)
+        buf = ctypes.create_string_buffer(256)
+        self._libc_call("shmctl(IPC_STAT)", _get_shm_libc().shmctl, shmid, IPC_STAT, buf)
+        return _decode_shmid_ds(buf.raw, shmid)
+
+    def shm_rmid(self, shmid: int) -> None:
+        self._libc_call("shmctl(IPC_RMID)", _get_shm_libc().shmctl, shmid, IPC_RMID,
+                        None)
+
+    def _shm_path(self, name: str) -> str:
+        if not name or "/" in name or name in (".", ".."):
+            raise _oserror(errno.EINVAL, "shm_open", repr(name))
+        return "/dev/shm/" + name
+
+    def shm_open(self, name: str, flags: int, mode: int) -> int:
+        self._refuse("shm_open")
+        fd = os.open(self._shm_path(name), flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        if flags & os.O_CREAT and flags & os.O_EXCL:
+            try:
+                os.fchmod(fd, mode)             # exactly ``mode``, whatever the umask
+            except OSError:
+                os.close(fd)
+                os.unlink(self._shm_path(name))
+                raise
+        return fd
+
+    def shm_unlink(self, name: str) -> None:
+        self._refuse("shm_unlink")
+        os.unlink(self._shm_path(name))
+
+    def ftruncate(self, fd: int, size: int) -> None:
+        self._refuse("ftruncate")
+        os.ftruncate(fd, size)
+
+    def fstat(self, fd: int) -> _ShmStat:
+        st = os.fstat(fd)
+        return _ShmStat(0, fd, st.st_uid, st.st_gid, st.st_uid, st.st_gid,
+                        st.st_mode & 0o7777, st.st_size, st.st_nlink, 0, 0)
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+    def mmap(self, length: int, fd: int, *, huge: bool = False) -> int:
+        libc = _get_shm_libc()
+        flags = _MAP_SHARED | (_MAP_HUGETLB if huge else 0)
+        res = self._libc_call("mmap", libc.mmap, None, length, _PROT_READ | _PROT_WRITE,
+                              flags, fd, 0)
+        if res is None or res == _MAP_FAILED:
+            raise _oserror(ctypes.get_errno() or errno.EIO, "mmap")
+        return int(res)
+
+    def munmap(self, addr: int, length: int) -> None:
+        self._libc_call("munmap", _get_shm_libc().munmap, addr, length)
+
 def _touch_pages(addr: int, length: int, page: int) -> None:
-    """Write a zero byte to each page (memset of 1 byte per page, GIL held)."""
-    if length <= 0:
-        return
-    first = addr - (addr % page)
-    p = first
-    end = addr + length
-    while p < end:
-        q = max(p, addr)
-        # Read-then-write the same byte keeps the contents: prefault must not lose data.
-        b = ctypes.c_ubyte.from_address(q)
-        b.value = b.value
-        p += page
+    """Write each page's own byte back (a first touch that keeps the contents), in C:
+    see _touch_iov.  A Python loop per page is far slower than the faults."""
+    _touch_iov(addr, length, page)
 
 
 _default_lock = threading.Lock()
@@ -1264,31 +1385,85 @@ class _Intervals:
 
 class _SimObject:
     """A shared memory object (SysV segment, tmpfs/memfd file): the shared policy and
-    the pages live here, so every process mapping it sees the same placement."""
+    the pages live here, so every process mapping it sees the same placement.
 
-    def __init__(self, name: str, size: int, page: int) -> None:
+    Per-page state is kept in flat arrays (node id or -1, dirty flag, how many page
+    tables map the page), so a 1 GiB object (262,144 pages) renders in milliseconds.
+    """
+
+    def __init__(self, name: str, size: int, page: int, *, shared_policy: bool = True,
+                 path: Optional[str] = None) -> None:
+        import array
         self.name = name
         self.size = size
         self.page = page
+        self.npages = (size + page - 1) // page
         self.policy = _Intervals()              # by page index
-        self.nodes: Dict[int, int] = {}         # page index -> node
+        self.node = array.array("h", [-1]) * self.npages     # page index -> node, -1
+        self.dirty = bytearray(self.npages)
+        self.mapcount = array.array("i", [0]) * self.npages
+        # hugetlbfs has no shared policy (no set_policy vm op): the policy lives in
+        # each process's VMA, which is why every attacher must mbind its own mapping.
+        self.shared_policy = shared_policy
+        self.path = path if path is not None else "/" + name   # numa_maps file=
+        self.deleted = False
         self.backing: Optional[Any] = None      # real memory standing in for it
+
+    def label(self) -> str:
+        path = self.path + (" (deleted)" if self.deleted else "")
+        # seq_path(m, path, "\n\t= ") escapes these four characters as octal.
+        for ch in "\\\n\t= ":
+            if ch != "\\":
+                path = path.replace(ch, f"\\{ord(ch):03o}")
+        return "file=" + path
+
+    def free_pages(self, kernel: _SimKernel) -> None:
+        for n in self.node:
+            if n >= 0:
+                kernel.free_pages[n] = kernel.free_pages.get(n, 0) + 1
 
 
 class _SimMapping:
     """One VMA of a simulated process."""
 
-    __slots__ = ("start", "end", "obj", "obj_page", "label", "mapped")
+    __slots__ = ("start", "end", "obj", "obj_page", "label", "mapped", "policy", "page",
+                 "attach_id")
 
     def __init__(self, start: int, end: int, obj: Optional[_SimObject] = None,
-                 obj_page: int = 0, label: str = "",
-                 mapped: Optional[bytearray] = None) -> None:
+                 obj_page: int = 0, label: Optional[str] = "",
+                 mapped: Optional[bytearray] = None, policy: Optional[_Intervals] = None,
+                 page: int = 0, attach_id: int = 0) -> None:
         self.start = start
         self.end = end
         self.obj = obj                      # shared object, or None: private anon
         self.obj_page = obj_page            # page index in obj at ``start``
-        self.label = label                  # numa_maps "file=..." / "heap" / ""
+        self.label = label                  # numa_maps "file=..."; None: the object's
         self.mapped = mapped                # shared: pages in this page table
+        self.policy = policy                # per-VMA policy of a hugetlb mapping
+        self.page = page                    # page size (hugetlb: the huge size)
+        self.attach_id = attach_id          # one shmat/mmap call (for unmapping)
+
+
+class _SimShm:
+    """A SysV segment (ipc/shm.c struct shmid_kernel)."""
+
+    def __init__(self, key: int, shmid: int, size: int, mode: int, uid: int, gid: int,
+                 cuid: int, cgid: int, cpid: int, obj: _SimObject) -> None:
+        self.key, self.shmid, self.size, self.mode = key, shmid, size, mode
+        self.uid, self.gid, self.cuid, self.cgid = uid, gid, cuid, cgid
+        self.cpid, self.obj = cpid, obj
+        self.lpid = 0
+        self.nattch = 0
+        self.dest = False                   # IPC_RMID while attached (SHM_DEST)
+
+
+class _SimFile(NamedTuple):
+    """A file in the simulated /dev/shm (tmpfs)."""
+    name: str
+    mode: int
+    uid: int
+    gid: int
+    obj: _SimObject
 
 
 class _SimKernel:
@@ -1308,6 +1483,13 @@ class _SimKernel:
         self.fail: Dict[str, Tuple[int, Optional[int]]] = {}   # name -> (errno, times)
         self.next_pid = 4242
         self.calls: List[Tuple[str, Tuple[int, ...]]] = []
+        # Shared memory: SysV segments by shmid, /dev/shm files by name.
+        self.shm: Dict[int, _SimShm] = {}
+        self.next_shmid = 0
+        self.files: Dict[str, _SimFile] = {}
+        self.next_attach = 0
+        self.procs: List[Any] = []               # weakrefs to every process
+        self.lock = threading.RLock()            # prefault threads fault concurrently
 
 
 class SimulatedBackend(Backend):
@@ -1331,6 +1513,7 @@ class SimulatedBackend(Backend):
                  free_kb: Optional[Mapping[int, int]] = None,
                  cap_sys_nice: bool = True, numa: bool = True,
                  populate: bool = True, max_numnodes: Optional[int] = None,
+                 uid: int = 1000, gid: int = 1000,
                  _kernel: Optional[_SimKernel] = None) -> None:
         self.root = os.path.abspath(root)
         self._files = LinuxBackend(self.root)
@@ -1364,6 +1547,11 @@ class SimulatedBackend(Backend):
         self._numbers = {v: k for k, v in (self.abi.syscalls or {}).items()}
         self._pipe: Optional[Tuple[int, int]] = None
         self._keep: List[Any] = []
+        self.uid, self.gid = uid, gid
+        self.fds: Dict[int, _SimFile] = {}
+        self.shm_attached: Dict[int, int] = {}   # address -> shmid
+        import weakref
+        _kernel.procs.append(weakref.ref(self))
 
     def __repr__(self) -> str:
         return f"SimulatedBackend({self.root!r}, arch={self.abi.name!r}, pid={self.pid})"
@@ -1420,14 +1608,20 @@ class SimulatedBackend(Backend):
             return self.render_numa_maps()
         if self._is_own_proc(path, "status"):
             return self._render_status()
+        if path == "/proc/sysvipc/shm":
+            return self._render_sysvipc()
         return self._files.read_text(path)
 
     def listdir(self, path: str) -> List[str]:
+        if path.rstrip("/") == "/dev/shm":
+            return sorted(self.kernel.files)
         return self._files.listdir(path)
 
     def exists(self, path: str) -> bool:
         if self._is_own_proc(path, "numa_maps"):
             return self.kernel.numa
+        if path.startswith("/dev/shm/"):
+            return path[9:] in self.kernel.files
         return self._files.exists(path)
 
     def _render_status(self) -> str:
@@ -1590,11 +1784,13 @@ class SimulatedBackend(Backend):
             return 0
         pol = self._mpol_new(m, f, nodes)
         self._ensure_mapped(start, end)
+        self._split(start)                      # mbind splits VMAs at the range edges
+        self._split(end)
         for mp in self._mappings_in(start, end):
             a, z = max(start, mp.start), min(end, mp.end)
             if mp.obj is not None:
-                p0 = mp.obj_page + (a - mp.start) // self.page_size
-                mp.obj.policy.set(p0, p0 + (z - a) // self.page_size, pol)
+                p0 = mp.obj_page + (a - mp.start) // mp.page
+                self._pol_store(mp).set(p0, p0 + (z - a + mp.page - 1) // mp.page, pol)
             else:
                 self.policy.set(a, z, pol)
         if flags & (MbindFlag.MOVE | MbindFlag.MOVE_ALL | MbindFlag.STRICT) and pol:
@@ -1754,11 +1950,14 @@ class SimulatedBackend(Backend):
 
     # -- memory ---------------------------------------------------------------------------
     def map_object(self, name: str, size: int, *, create: bool = True,
-                   label: Optional[str] = None) -> int:
+                   label: Optional[str] = None, page_size: Optional[int] = None,
+                   path: Optional[str] = None) -> int:
         """Map shared object ``name`` (created if needed) into this process; its address.
 
         Real memory stands behind it (one anonymous mapping per object, shared by every
         simulated process) so that data written by one process is seen by the others.
+        ``page_size`` larger than the base page makes a hugetlb object (per-VMA policy,
+        " huge" in numa_maps).
         """
         import mmap as _mmap
         k = self.kernel
@@ -1766,26 +1965,40 @@ class SimulatedBackend(Backend):
         if obj is None:
             if not create:
                 raise _oserror(errno.ENOENT, "map_object", name)
-            obj = _SimObject(name, size, self.page_size)
-            obj.backing = _mmap.mmap(-1, max(size, 1))
+            pg = page_size or self.page_size
+            obj = _SimObject(name, size, pg, shared_policy=pg == self.page_size, path=path)
+            obj.backing = _mmap.mmap(-1, max(obj.npages * pg, 1))
             k.objects[name] = obj
         addr = _buffer_address(obj.backing)
-        npages = (obj.size + self.page_size - 1) // self.page_size
-        mp = _SimMapping(addr, addr + npages * self.page_size, obj, 0,
-                         label if label is not None else f"file=/{name}",
-                         bytearray(npages))
-        self.mappings = [m for m in self.mappings if not (m.start == addr)]
+        k.next_attach += 1
+        mp = _SimMapping(addr, addr + obj.npages * obj.page, obj, 0, label,
+                         bytearray(obj.npages), None if obj.shared_policy else _Intervals(),
+                         obj.page, k.next_attach)
+        self.unmap(addr)
         self.mappings.append(mp)
+        self.mappings.sort(key=lambda m: m.start)
         return addr
 
     def unmap(self, addr: int) -> None:
-        self.mappings = [m for m in self.mappings if m.start != addr]
+        """Remove the mapping made at ``addr`` (all its VMAs, if mbind split it)."""
+        first = self._find_mapping(addr)
+        if first is None or first.start != addr:
+            self.mappings = [m for m in self.mappings if m.start != addr]
+            return
+        gone = [m for m in self.mappings if m.obj is not None and first.obj is not None
+                and m.attach_id == first.attach_id] or [first]
+        for m in gone:
+            if m.obj is not None and m.mapped is not None:
+                mc = m.obj.mapcount
+                for idx in (i for i, f in enumerate(m.mapped) if f):
+                    mc[m.obj_page + idx] -= 1
+        self.mappings = [m for m in self.mappings if all(m is not g for g in gone)]
 
     def remove_object(self, name: str) -> None:
         obj = self.kernel.objects.pop(name, None)
         if obj is not None:
-            for node in obj.nodes.values():
-                self.kernel.free_pages[node] = self.kernel.free_pages.get(node, 0) + 1
+            obj.free_pages(self.kernel)
+            obj.node = obj.node[:0]
 
     def _ensure_mapped(self, start: int, end: int) -> None:
         """Unknown addresses are private anonymous memory (the test's own buffers)."""
@@ -1797,7 +2010,7 @@ class SimulatedBackend(Backend):
         pos = start
         for s, e in covered + [(end, end)]:
             if s > pos:
-                self.mappings.append(_SimMapping(pos, s))
+                self.mappings.append(_SimMapping(pos, s, page=page))
             pos = max(pos, e)
         # Adjacent private anonymous ranges are one VMA, as the kernel merges them.
         merged: List[_SimMapping] = []
@@ -1831,11 +2044,40 @@ class SimulatedBackend(Backend):
                 return m
         return None
 
+    def _find_mapping(self, addr: int) -> Optional[_SimMapping]:
+        """The mapping holding ``addr``, without inventing one (see _mapping_at)."""
+        for m in self.mappings:
+            if m.start <= addr < m.end:
+                return m
+        return None
+
+    def _split(self, addr: int) -> None:
+        """Split the object mapping holding ``addr`` there (mbind splits VMAs)."""
+        mp = self._find_mapping(addr)
+        if mp is None or mp.obj is None or mp.start == addr:
+            return
+        if (addr - mp.start) % mp.page:
+            # hugetlb VMAs split only at huge page boundaries (hugetlb_vm_op_split).
+            raise _oserror(errno.EINVAL, "mbind", "not aligned to the huge page size")
+        cut = (addr - mp.start) // mp.page
+        assert mp.mapped is not None
+        tail = _SimMapping(addr, mp.end, mp.obj, mp.obj_page + cut, mp.label,
+                           mp.mapped[cut:], mp.policy, mp.page, mp.attach_id)
+        mp.end, mp.mapped = addr, mp.mapped[:cut]
+        self.mappings.append(tail)
+        self.mappings.sort(key=lambda m: m.start)
+
+    def _pol_store(self, mp: _SimMapping) -> _Intervals:
+        assert mp.obj is not None
+        if mp.obj.shared_policy or mp.policy is None:
+            return mp.obj.policy
+        return mp.policy
+
     def _vma_policy(self, addr: int) -> Optional[_Pol]:
         mp = self._mapping_at(addr)
         if mp is not None and mp.obj is not None:
-            pol: Optional[_Pol] = mp.obj.policy.get(
-                mp.obj_page + (addr - mp.start) // self.page_size)
+            pol: Optional[_Pol] = self._pol_store(mp).get(
+                mp.obj_page + (addr - mp.start) // mp.page)
             return pol
         found: Optional[_Pol] = self.policy.get(addr)
         return found
@@ -1843,7 +2085,7 @@ class SimulatedBackend(Backend):
     def _ilx(self, addr: int) -> int:
         mp = self._mapping_at(addr)
         if mp is not None and mp.obj is not None:
-            return mp.obj_page + (addr - mp.start) // self.page_size
+            return mp.obj_page + (addr - mp.start) // mp.page
         # Anonymous memory: vm_pgoff is the virtual page number, so the interleave
         # index is the page's virtual page number (mm/mempolicy.c get_vma_policy).
         return addr // self.page_size
@@ -1851,32 +2093,35 @@ class SimulatedBackend(Backend):
     def _node_of_page(self, page: int) -> Optional[int]:
         mp = self._mapping_at(page)
         if mp is not None and mp.obj is not None:
-            idx = (page - mp.start) // self.page_size
+            idx = (page - mp.start) // mp.page
             if mp.mapped is not None and not mp.mapped[idx]:
                 return None
-            return mp.obj.nodes.get(mp.obj_page + idx)
-        return self.pages.get(page)
+            n = mp.obj.node[mp.obj_page + idx]
+            return n if n >= 0 else None
+        return self.pages.get(page - page % self.page_size)
 
     def _all_pages(self) -> Iterator[Tuple[int, int]]:
-        yield from self.pages.items()
-        for mp in self.mappings:
+        yield from list(self.pages.items())
+        for mp in list(self.mappings):
             if mp.obj is None or mp.mapped is None:
                 continue
             for idx, flag in enumerate(mp.mapped):
                 if flag:
-                    node = mp.obj.nodes.get(mp.obj_page + idx)
-                    if node is not None:
-                        yield mp.start + idx * self.page_size, node
+                    node = mp.obj.node[mp.obj_page + idx]
+                    if node >= 0:
+                        yield mp.start + idx * mp.page, node
 
     def _move_page(self, page: int, node: Optional[int]) -> None:
         if node is None:
             return
         k = self.kernel
         mp = self._mapping_at(page)
+        old: Optional[int]
         if mp is not None and mp.obj is not None:
-            key = mp.obj_page + (page - mp.start) // self.page_size
-            old = mp.obj.nodes.get(key)
-            mp.obj.nodes[key] = node
+            key = mp.obj_page + (page - mp.start) // mp.page
+            old = mp.obj.node[key]
+            old = old if old >= 0 else None
+            mp.obj.node[key] = node
         else:
             old = self.pages.get(page)
             self.pages[page] = node
@@ -1886,17 +2131,19 @@ class SimulatedBackend(Backend):
 
     def _misplaced(self, start: int, end: int, pol: _Pol) -> List[int]:
         out = []
-        for page in range(start, end, self.page_size):
-            node = self._node_of_page(page)
-            if node is None:
-                continue
-            if pol.mode == Mode.INTERLEAVE:
-                want = sorted(pol.nodes)
-                if node != want[self._ilx(page) % len(want)]:
+        want = sorted(pol.nodes)
+        for mp in self._mappings_in(start, end):
+            step = mp.page or self.page_size
+            for page in range(max(start, mp.start), min(end, mp.end), step):
+                node = self._node_of_page(page)
+                if node is None:
+                    continue
+                if pol.mode == Mode.INTERLEAVE:
+                    if node != want[self._ilx(page) % len(want)]:
+                        out.append(page)
+                elif pol.mode in (Mode.BIND, Mode.PREFERRED, Mode.PREFERRED_MANY) \
+                        and node not in pol.nodes:
                     out.append(page)
-            elif pol.mode in (Mode.BIND, Mode.PREFERRED, Mode.PREFERRED_MANY) \
-                    and node not in pol.nodes:
-                out.append(page)
         return out
 
     def _alloc(self, pol: Optional[_Pol], ilx: int) -> Optional[int]:
@@ -1935,24 +2182,50 @@ class SimulatedBackend(Backend):
         n = nearest_with_room(origin, pol.nodes)
         return n if n is not None else nearest_with_room(origin, allowed)
 
-    def _fault(self, page: int) -> None:
+    def _fault_object(self, mp: _SimMapping, i0: int, i1: int, write: bool) -> None:
+        """Fault pages [i0, i1) of object mapping ``mp`` (indices into the mapping)."""
+        obj = mp.obj
+        assert obj is not None and mp.mapped is not None
+        k = self.kernel
+        free = k.free_pages
+        nodes, dirty, mc, mapped = obj.node, obj.dirty, obj.mapcount, mp.mapped
+        base = mp.obj_page
+        for a, z, pol in self._pol_store(mp).pieces(base + i0, base + i1):
+            il = sorted(pol.nodes) if pol is not None and pol.mode in (
+                Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE) else None
+            cached: Optional[int] = None
+            for key in range(a, z):
+                if nodes[key] < 0:
+                    node: Optional[int]
+                    if il is not None:
+                        want = il[key % len(il)]
+                        node = want if free.get(want, 0) > 0 else self._alloc(pol, key)
+                    elif cached is not None and free.get(cached, 0) > 0:
+                        node = cached
+                    else:
+                        node = cached = self._alloc(pol, key)
+                    if node is None:
+                        raise _oserror(errno.ENOMEM, "page fault", "simulated OOM")
+                    nodes[key] = node
+                    free[node] = free.get(node, 0) - 1
+                if write:
+                    dirty[key] = 1
+                idx = key - base
+                if not mapped[idx]:
+                    mapped[idx] = 1
+                    mc[key] += 1
+
+    def _fault(self, page: int, write: bool = True) -> None:
         mp = self._mapping_at(page)
         if mp is None:
             self._ensure_mapped(page, page + self.page_size)
             mp = self._mapping_at(page)
         assert mp is not None
         if mp.obj is not None:
-            idx = (page - mp.start) // self.page_size
-            key = mp.obj_page + idx
-            if key not in mp.obj.nodes:
-                node = self._alloc(mp.obj.policy.get(key), key)
-                if node is None:
-                    raise _oserror(errno.ENOMEM, "page fault", "simulated OOM")
-                mp.obj.nodes[key] = node
-                self.kernel.free_pages[node] -= 1
-            if mp.mapped is not None:
-                mp.mapped[idx] = 1
+            idx = (page - mp.start) // mp.page
+            self._fault_object(mp, idx, idx + 1, write)
             return
+        page -= page % self.page_size
         if page not in self.pages:
             node = self._alloc(self.policy.get(page), self._ilx(page))
             if node is None:
@@ -1960,27 +2233,41 @@ class SimulatedBackend(Backend):
             self.pages[page] = node
             self.kernel.free_pages[node] -= 1
 
-    def touch(self, addr: int, length: int) -> None:
+    def _populate(self, addr: int, length: int, write: bool) -> None:
         page = self.page_size
         start = addr - addr % page
         end = addr + length
-        self._ensure_mapped(start, end)
-        for p in range(start, end, page):
-            self._fault(p)
+        with self.kernel.lock:
+            self._ensure_mapped(start, end)
+            for mp in self._mappings_in(start, end):
+                a, z = max(start, mp.start), min(end, mp.end)
+                if mp.obj is not None:
+                    i0 = (a - mp.start) // mp.page
+                    i1 = (z - mp.start + mp.page - 1) // mp.page
+                    self._fault_object(mp, i0, i1, write)
+                else:
+                    for p in range(a, z, page):
+                        self._fault(p, write)
+
+    def touch(self, addr: int, length: int) -> None:
+        self._populate(addr, length, True)
 
     def madvise(self, addr: int, length: int, advice: int) -> None:
+        self._maybe_fail("madvise")
         if addr % self.page_size:
             raise _oserror(errno.EINVAL, "madvise")
         if advice in (MADV_POPULATE_READ, MADV_POPULATE_WRITE):
             if not self.populate:
                 raise _oserror(errno.EINVAL, "madvise", "MADV_POPULATE_* needs Linux 5.14")
             if advice == MADV_POPULATE_WRITE:
-                self.touch(addr, length)
+                self._populate(addr, length, True)
             else:
+                # A read fault on private anonymous memory maps the zero page (nothing
+                # allocated); on shared memory it allocates the page.
                 for mp in self._mappings_in(addr, addr + length):
                     if mp.obj is not None:
-                        self.touch(max(addr, mp.start),
-                                   min(addr + length, mp.end) - max(addr, mp.start))
+                        a, z = max(addr, mp.start), min(addr + length, mp.end)
+                        self._populate(a, z - a, False)
 
     def sched_getaffinity(self, pid: int = 0) -> FrozenSet[int]:
         if pid in (0, self.pid):
@@ -2000,33 +2287,284 @@ class SimulatedBackend(Backend):
         else:
             self.thread_affinity[pid] = want
 
+    # -- shared memory: SysV (ipc/shm.c) and POSIX (/dev/shm on tmpfs) ---------------
+    def _maybe_fail(self, name: str) -> None:
+        """Error injection for the non-policy calls: only an exact name matches."""
+        k = self.kernel
+        k.calls.append((name, ()))
+        if name in k.fail:
+            err, times = k.fail[name]
+            if times is not None:
+                if times <= 1:
+                    del k.fail[name]
+                else:
+                    k.fail[name] = (err, times - 1)
+            raise _oserror(err, name)
+
+    def geteuid(self) -> int:
+        return self.uid
+
+    def _perm_ok(self, uid: int, gid: int, mode: int, want: int) -> bool:
+        """ipc/util.c ipcperms and generic_permission: want is an rwx triple (0-7)."""
+        if self.uid == 0:                       # CAP_IPC_OWNER / CAP_DAC_OVERRIDE
+            return True
+        granted = mode >> 6 if self.uid == uid else mode >> 3 if self.gid == gid else mode
+        return not (want & ~granted & 7)
+
+    def _shm_lookup(self, shmid: int, what: str) -> _SimShm:
+        seg = self.kernel.shm.get(shmid)
+        if seg is None:
+            raise _oserror(errno.EINVAL, what, f"no segment {shmid}")
+        return seg
+
+    def _shm_destroy(self, seg: _SimShm) -> None:
+        self.kernel.shm.pop(seg.shmid, None)
+        self.remove_object(seg.obj.name)
+
+    def shmget(self, key: int, size: int, flags: int) -> int:
+        self._maybe_fail("shmget")
+        k = self.kernel
+        key &= 0xFFFFFFFF
+        seg = None if key == 0 else next(
+            (s for s in k.shm.values() if s.key == key and not s.dest), None)
+        if seg is not None:
+            if flags & IPC_CREAT and flags & IPC_EXCL:
+                raise _oserror(errno.EEXIST, "shmget", f"key 0x{key:08x}")
+            if size > seg.size:
+                raise _oserror(errno.EINVAL, "shmget", "segment smaller than size")
+            if not self._perm_ok(seg.uid, seg.gid, seg.mode, (flags >> 6 | flags >> 3
+                                                              | flags) & 7):
+                raise _oserror(errno.EACCES, "shmget")
+            return seg.shmid
+        if not flags & IPC_CREAT and key != 0:
+            raise _oserror(errno.ENOENT, "shmget", f"key 0x{key:08x}")
+        if size < 1:
+            raise _oserror(errno.EINVAL, "shmget", "size 0")
+        page = self.page_size
+        if flags & SHM_HUGETLB:
+            shift = (flags >> SHM_HUGE_SHIFT) & 0x3F
+            page = 1 << shift if shift else 2 << 20
+            kb = page // 1024
+            hp = [n.hugepages.get(kb) for n in k.topo.nodes.values()]
+            if not any(h is not None and h.total for h in hp):
+                raise _oserror(errno.EINVAL, "shmget", f"no {kb} kB huge pages")
+            if sum(h.free for h in hp if h is not None) * page < size:
+                raise _oserror(errno.ENOMEM, "shmget", f"too few free {kb} kB huge pages")
+        k.next_shmid += 1
+        shmid = k.next_shmid
+        name = f"SYSV{key:08x}#{shmid}"
+        self.kernel.objects[name] = obj = _SimObject(
+            name, size, page, shared_policy=page == self.page_size,
+            path=f"/SYSV{key:08x}")
+        obj.deleted = True                      # shm files are never linked anywhere
+        k.shm[shmid] = _SimShm(key, shmid, size, flags & 0o777, self.uid, self.gid,
+                               self.uid, self.gid, self.pid, obj)
+        return shmid
+
+    def shmat(self, shmid: int, flags: int = 0) -> int:
+        self._maybe_fail("shmat")
+        seg = self._shm_lookup(shmid, "shmat")
+        want = 4 if flags & SHM_RDONLY else 6
+        if not self._perm_ok(seg.uid, seg.gid, seg.mode, want):
+            raise _oserror(errno.EACCES, "shmat")
+        import mmap as _mmap
+        if seg.obj.backing is None:
+            seg.obj.backing = _mmap.mmap(-1, seg.obj.npages * seg.obj.page)
+        addr = self.map_object(seg.obj.name, seg.size)
+        seg.nattch += 1
+        seg.lpid = self.pid
+        self.shm_attached[addr] = shmid
+        return addr
+
+    def shmdt(self, addr: int) -> None:
+        self._maybe_fail("shmdt")
+        shmid = self.shm_attached.pop(addr, None)
+        if shmid is None:
+            raise _oserror(errno.EINVAL, "shmdt", "not an attach address")
+        self.unmap(addr)
+        seg = self.kernel.shm.get(shmid)
+        if seg is not None:
+            seg.nattch -= 1
+            seg.lpid = self.pid
+            if seg.dest and seg.nattch <= 0:
+                self._shm_destroy(seg)
+
+    def shm_stat(self, shmid: int) -> _ShmStat:
+        self._maybe_fail("shm_stat")
+        seg = self._shm_lookup(shmid, "shmctl(IPC_STAT)")
+        if not self._perm_ok(seg.uid, seg.gid, seg.mode, 4):
+            raise _oserror(errno.EACCES, "shmctl(IPC_STAT)")
+        return _ShmStat(0 if seg.dest else seg.key, seg.shmid, seg.uid, seg.gid,
+                        seg.cuid, seg.cgid, seg.mode | (SHM_DEST if seg.dest else 0),
+                        seg.size, seg.nattch, seg.cpid, seg.lpid)
+
+    def shm_rmid(self, shmid: int) -> None:
+        self._maybe_fail("shm_rmid")
+        seg = self._shm_lookup(shmid, "shmctl(IPC_RMID)")
+        if self.uid not in (0, seg.uid, seg.cuid):
+            raise _oserror(errno.EPERM, "shmctl(IPC_RMID)")
+        if seg.nattch <= 0:
+            self._shm_destroy(seg)
+        else:
+            seg.dest = True                     # the key is free again from now on
+
+    def _render_sysvipc(self) -> str:
+        out = [_SYSVIPC_HEADER]
+        for seg in sorted(self.kernel.shm.values(), key=lambda s: s.shmid):
+            key = 0 if seg.dest else seg.key
+            key = key - (1 << 32) if key >= 1 << 31 else key
+            rss = sum(1 for n in seg.obj.node if n >= 0) * seg.obj.page
+            mode = seg.mode | (SHM_DEST if seg.dest else 0)
+            out.append(f"{key:10d} {seg.shmid:10d}  {mode:4o} {seg.size:21d} "
+                       f"{seg.cpid:5d} {seg.lpid:5d}  {seg.nattch:5d} {seg.uid:5d} "
+                       f"{seg.gid:5d} {seg.cuid:5d} {seg.cgid:5d} {0:10d} {0:10d} "
+                       f"{0:10d} {rss:21d} {0:21d}\n")
+        return "".join(out)
+
+    def shm_open(self, name: str, flags: int, mode: int) -> int:
+        self._maybe_fail("shm_open")
+        k = self.kernel
+        if not name or "/" in name or name in (".", ".."):
+            raise _oserror(errno.EINVAL, "shm_open", repr(name))
+        f = k.files.get(name)
+        if f is not None:
+            if flags & os.O_CREAT and flags & os.O_EXCL:
+                raise _oserror(errno.EEXIST, "shm_open", name)
+            want = 6 if flags & os.O_ACCMODE == os.O_RDWR else 4
+            if not self._perm_ok(f.uid, f.gid, f.mode, want):
+                raise _oserror(errno.EACCES, "shm_open", name)
+        elif not flags & os.O_CREAT:
+            raise _oserror(errno.ENOENT, "shm_open", name)
+        else:
+            k.next_attach += 1
+            obj = _SimObject(f"dev/shm/{name}#{k.next_attach}", 0, self.page_size,
+                             path=f"/dev/shm/{name}")
+            k.objects[obj.name] = obj
+            f = k.files[name] = _SimFile(name, mode & 0o7777, self.uid, self.gid, obj)
+        k.next_attach += 1
+        fd = 1000 + k.next_attach
+        self.fds[fd] = f
+        return fd
+
+    def _file(self, fd: int, what: str) -> _SimFile:
+        f = self.fds.get(fd)
+        if f is None:
+            raise _oserror(errno.EBADF, what)
+        return f
+
+    def ftruncate(self, fd: int, size: int) -> None:
+        self._maybe_fail("ftruncate")
+        f = self._file(fd, "ftruncate")
+        import array
+        import mmap as _mmap
+        obj = f.obj
+        if obj.backing is not None and size > obj.size:
+            raise _oserror(errno.EBUSY, "ftruncate", "growing a mapped simulated file")
+        old = obj.npages
+        obj.size = size
+        obj.npages = (size + obj.page - 1) // obj.page
+        grow = obj.npages - old
+        if grow > 0:
+            obj.node.extend(array.array("h", [-1]) * grow)
+            obj.dirty.extend(bytearray(grow))
+            obj.mapcount.extend(array.array("i", [0]) * grow)
+        if obj.backing is None and size:
+            obj.backing = _mmap.mmap(-1, obj.npages * obj.page)
+
+    def fstat(self, fd: int) -> _ShmStat:
+        f = self._file(fd, "fstat")
+        return _ShmStat(0, fd, f.uid, f.gid, f.uid, f.gid, f.mode, f.obj.size, 0, 0, 0)
+
+    def close(self, fd: int) -> None:
+        self._file(fd, "close")
+        del self.fds[fd]
+
+    def shm_unlink(self, name: str) -> None:
+        self._maybe_fail("shm_unlink")
+        f = self.kernel.files.get(name)
+        if f is None:
+            raise _oserror(errno.ENOENT, "shm_unlink", name)
+        if self.uid not in (0, f.uid):           # sticky /dev/shm: only the owner
+            raise _oserror(errno.EPERM, "shm_unlink", name)
+        del self.kernel.files[name]
+        f.obj.deleted = True
+        self._reap(f.obj)
+
+    def _reap(self, obj: _SimObject) -> None:
+        """Free a deleted file's pages once no process maps it."""
+        if not obj.deleted or obj.name.startswith("SYSV"):
+            return
+        for ref in self.kernel.procs:
+            proc = ref()
+            if proc is not None and any(m.obj is obj for m in proc.mappings):
+                return
+        self.remove_object(obj.name)
+
+    def mmap(self, length: int, fd: int, *, huge: bool = False) -> int:
+        self._maybe_fail("mmap")
+        f = self._file(fd, "mmap")
+        if length <= 0 or length > f.obj.npages * f.obj.page:
+            raise _oserror(errno.EINVAL if length <= 0 else errno.ENXIO, "mmap")
+        if huge:
+            raise _oserror(errno.EINVAL, "mmap", "MAP_HUGETLB on a tmpfs file")
+        return self.map_object(f.obj.name, f.obj.size)
+
+    def munmap(self, addr: int, length: int) -> None:
+        self._maybe_fail("munmap")
+        mp = self._find_mapping(addr)
+        self.unmap(addr)
+        if mp is not None and mp.obj is not None:
+            self._reap(mp.obj)
+
     # -- /proc/self/numa_maps -------------------------------------------------------------
     def render_numa_maps(self) -> str:
+        import bisect
+        import collections
+        from itertools import compress
         lines = []
         default = self.thread_policy.get(threading.get_ident())
-        kb = self.page_size // 1024
+        base_kb = self.page_size // 1024
+        private = sorted(self.pages.items())
+        keys = [p for p, _ in private]
         for mp in sorted(self.mappings, key=lambda m: m.start):
             if mp.obj is not None:
-                pieces = [(mp.start, mp.end, mp.obj.policy.get(mp.obj_page))]
-            else:
-                pieces = self.policy.pieces(mp.start, mp.end)
-            for a, z, pol in pieces:
-                p = pol or default
-                text = f"{a:x} {p.describe() if p else 'default'}"
-                if mp.label:
-                    text += " " + mp.label
-                counts: Dict[int, int] = {}
-                for page in range(a, z, self.page_size):
-                    node = self._node_of_page(page)
-                    if node is not None:
-                        counts[node] = counts.get(node, 0) + 1
+                obj = mp.obj
+                assert mp.mapped is not None
+                pol = self._pol_store(mp).get(mp.obj_page) or default
+                text = f"{mp.start:08x} {pol.describe() if pol else 'default'}"
+                text += " " + (mp.label if mp.label else obj.label())
+                if obj.page != self.page_size:
+                    text += " huge"
+                a, z = mp.obj_page, mp.obj_page + len(mp.mapped)
+                sel = mp.mapped
+                counts = collections.Counter(compress(obj.node[a:z], sel))
+                counts.pop(-1, None)
                 total = sum(counts.values())
                 if total:
-                    if mp.obj is None:
-                        text += f" anon={total}"
-                    text += f" dirty={total}"
+                    dirty = sum(compress(obj.dirty[a:z], sel))
+                    mapmax = max(compress(obj.mapcount[a:z], sel))
+                    if dirty:
+                        text += f" dirty={dirty}"
+                    if total != dirty:          # and != anon, which is 0 for shmem
+                        text += f" mapped={total}"
+                    if mapmax > 1:
+                        text += f" mapmax={mapmax}"
                     text += "".join(f" N{n}={c}" for n, c in sorted(counts.items()))
-                    text += f" kernelpagesize_kB={kb}"
+                    text += f" kernelpagesize_kB={obj.page // 1024}"
+                lines.append(text)
+                continue
+            for a, z, pol in self.policy.pieces(mp.start, mp.end):
+                p = pol or default
+                text = f"{a:08x} {p.describe() if p else 'default'}"
+                if mp.label:
+                    text += " " + mp.label
+                lo, hi = bisect.bisect_left(keys, a), bisect.bisect_left(keys, z)
+                counts = collections.Counter(n for _, n in private[lo:hi])
+                total = hi - lo
+                if total:
+                    text += f" anon={total} dirty={total}"
+                    text += "".join(f" N{n}={c}" for n, c in sorted(counts.items()))
+                    text += f" kernelpagesize_kB={base_kb}"
                 lines.append(text)
         return "".join(line + "\n" for line in lines)
 
@@ -2395,22 +2933,385 @@ def node_of(buf: Any, *, backend: Optional[Backend] = None) -> Optional[int]:
 # numa_maps: parsing and placement checks (issue 4).
 # ===========================================================================
 
-# -- numa_maps section: owned by the shared-memory work; replace these stubs --------
-def parse_numa_maps(text: str) -> List[NumaMapsEntry]:  # pragma: no cover - stub
-    raise NotImplementedError
+# -- numa_maps section: owned by the shared-memory work ------------------------------
+# Format: fs/proc/task_mmu.c show_numa_map() and mm/mempolicy.c mpol_to_str():
+#   "<%08lx start> <policy>[ file=<path>| heap| stack][ huge][ anon=N][ dirty=N]
+#    [ mapped=N][ mapmax=N][ swapcache=N][ active=N][ writeback=N][ N<nid>=N]...
+#    [ kernelpagesize_kB=N]"
+# The path goes through seq_path(..., "\n\t= "), so those four characters come out as
+# octal escapes (\012 \011 \075 \040); d_path appends " (deleted)" -> "\040(deleted)".
+
+_MAPS_COUNTERS = ("anon", "dirty", "mapped", "mapmax", "swapcache", "active",
+                  "writeback")
+_MAPS_FLAG_NAMES = ("static", "relative", "balancing")
+_OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
 
 
-class NumaMapsEntry:  # pragma: no cover - stub
-    pass
+def _unescape_path(text: str) -> str:
+    if "\\" not in text:
+        return text
+    return _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), text)
+
+
+class NumaMapsEntry(NamedTuple):
+    """One line of /proc/<pid>/numa_maps: one VMA, its policy and where its pages are.
+
+    Page counts are in units of ``page_size_kb`` (the VMA's kernel page size; the
+    system page size on kernels that do not print kernelpagesize_kB).  ``active`` is
+    None when the kernel did not print it (it does so only when fewer pages than
+    ``pages_total`` are active).  A NamedTuple: tens of thousands are built per read.
+    """
+
+    start: int
+    policy: str                          # as printed: "bind=static:0", "prefer (many):0,2"
+    mode: str                            # "default", "interleave", "prefer (many)" ...
+    nodes: FrozenSet[int]                # the policy's nodes (empty for default/local)
+    flags: Tuple[str, ...] = ()          # "static", "relative", "balancing"
+    file: Optional[str] = None           # path, \040-style escapes decoded
+    deleted: bool = False                # path ended in " (deleted)" (SysV, memfd, ...)
+    heap: bool = False
+    stack: bool = False
+    huge: bool = False                   # hugetlb VMA
+    anon: int = 0
+    dirty: int = 0
+    mapped: int = 0
+    mapmax: int = 0
+    swapcache: int = 0
+    active: Optional[int] = None
+    writeback: int = 0
+    pages: Mapping[int, int] = MappingProxyType({})     # node -> pages
+    page_size_kb: int = 4
+    other: Mapping[str, str] = MappingProxyType({})     # unknown key=value (newer kernels)
+
+    @property
+    def pages_total(self) -> int:
+        return sum(self.pages.values())
+
+    @property
+    def bytes_per_node(self) -> Dict[int, int]:
+        unit = self.page_size_kb * 1024
+        return {n: c * unit for n, c in self.pages.items()}
+
+    @property
+    def kind(self) -> str:
+        """"file", "heap", "stack" or "anon" (what numastat -p groups by, huge aside)."""
+        if self.file is not None:
+            return "file"
+        if self.heap:
+            return "heap"
+        if self.stack:
+            return "stack"
+        return "anon"
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "start": f"0x{self.start:x}", "policy": self.policy, "mode": self.mode,
+            "nodes": sorted(self.nodes), "flags": list(self.flags), "file": self.file,
+            "deleted": self.deleted, "heap": self.heap, "stack": self.stack,
+            "huge": self.huge, "anon": self.anon, "dirty": self.dirty,
+            "mapped": self.mapped, "mapmax": self.mapmax, "swapcache": self.swapcache,
+            "active": self.active, "writeback": self.writeback,
+            "pages": {str(n): c for n, c in sorted(self.pages.items())},
+            "page_size_kb": self.page_size_kb,
+            "kb": {str(n): c * self.page_size_kb for n, c in sorted(self.pages.items())},
+            "other": dict(self.other),
+        }
+
+
+_POLICY_NAMES = frozenset({"default", "local", "prefer", "bind", "interleave",
+                           "prefer (many)", "weighted interleave", "unknown"})
+
+
+def _parse_policy(text: str, line: str) -> Tuple[str, FrozenSet[int], Tuple[str, ...]]:
+    """"bind=relative|balancing:0-1" -> ("bind", {0, 1}, ("relative", "balancing"))."""
+    name, _, nodelist = text.partition(":")
+    mode, _, flagtext = name.partition("=")
+    if mode not in _POLICY_NAMES:
+        raise ValueError(f"invalid numa_maps line: unknown policy {text!r}: {line!r}")
+    flags: Tuple[str, ...] = ()
+    if flagtext:
+        flags = tuple(flagtext.split("|"))
+        if any(f not in _MAPS_FLAG_NAMES for f in flags):
+            raise ValueError(f"invalid numa_maps line: policy flags {text!r}: {line!r}")
+    nodes: FrozenSet[int] = frozenset()
+    if nodelist:
+        try:
+            nodes = parse_cpulist(nodelist)
+        except ValueError:
+            # mpol_to_str writes into a 64-byte buffer: a long list is cut at 63
+            # characters, possibly inside a number.  Keep the complete chunks.
+            if len(text) < 63 or "," not in nodelist:
+                raise ValueError(f"invalid numa_maps line: policy nodes {text!r}: "
+                                 f"{line!r}") from None
+            nodes = parse_cpulist(nodelist.rsplit(",", 1)[0])
+    return mode, nodes, flags
+
+
+_COUNTER_INDEX = MappingProxyType({k: i for i, k in enumerate(_MAPS_COUNTERS)})
+
+
+def _parse_maps_line(line: str, default_kb: int,
+                     cache: Optional[Dict[str, Any]] = None) -> NumaMapsEntry:
+    """One line; ``cache`` memoizes policy texts (a few distinct ones per file)."""
+    parts = line.split(" ")
+    p0 = parts[0]
+    if not p0 or len(parts) < 2 or not parts[1]:
+        raise ValueError(f"invalid numa_maps line: no address and policy: {line!r}")
+    try:
+        start = int(p0, 16)
+    except ValueError:
+        raise ValueError(f"invalid numa_maps line: bad start address: {line!r}") from None
+    i = 2
+    pol = parts[1]
+    # Two policy names contain a space (mpol_to_str's policy_modes[] table).
+    if (pol == "prefer" or pol == "weighted") and len(parts) > 2 and \
+            parts[2].startswith("(many)" if pol == "prefer" else "interleave"):
+        pol += " " + parts[2]
+        i = 3
+    parsed = cache.get(pol) if cache is not None else None
+    if parsed is None:
+        parsed = _parse_policy(pol, line)
+        if cache is not None:
+            cache[pol] = parsed
+    mode, nodes, flags = parsed
+    counters = [0, 0, 0, 0, 0, -1, 0]        # _MAPS_COUNTERS order; -1: not printed
+    pages: Dict[int, int] = {}
+    other: Optional[Dict[str, str]] = None
+    file: Optional[str] = None
+    deleted = heap = stack = huge = False
+    kb = default_kb
+    for tok in parts[i:]:
+        key, eq, val = tok.partition("=")
+        if eq:
+            if key[0] == "N" and key[1:].isdigit() and val.isdigit():
+                pages[int(key[1:])] = int(val)
+                continue
+            if key == "file":
+                path = _unescape_path(val)
+                if path.endswith(" (deleted)"):
+                    path = path[:-10]
+                    deleted = True
+                file = path
+                continue
+            if not val.isdigit():
+                raise ValueError(f"invalid numa_maps line: value of {key!r}: {line!r}")
+            if key == "kernelpagesize_kB":
+                kb = int(val)
+            elif key in _COUNTER_INDEX:
+                counters[_COUNTER_INDEX[key]] = int(val)
+            else:
+                if other is None:
+                    other = {}
+                other[key] = val    # a counter from a newer kernel: keep, do not fail
+        elif tok == "heap":
+            heap = True
+        elif tok == "stack" or (tok.startswith("stack:") and tok[6:].isdigit()):
+            stack = True            # "stack:<tid>": kernels before 3.x
+        elif tok == "huge":
+            huge = True
+        elif tok:
+            raise ValueError(f"invalid numa_maps line: token {tok!r}: {line!r}")
+    return NumaMapsEntry(start, pol, mode, nodes, flags, file, deleted, heap, stack, huge,
+                         counters[0], counters[1], counters[2], counters[3], counters[4],
+                         None if counters[5] < 0 else counters[5], counters[6], pages, kb,
+                         _NO_OTHER if other is None else other)
+
+
+_NO_OTHER: Mapping[str, str] = MappingProxyType({})
+
+
+def parse_numa_maps(text: str, *, page_size_kb: int = 0) -> List[NumaMapsEntry]:
+    """Parse /proc/<pid>/numa_maps text into one NumaMapsEntry per VMA (one pass).
+
+    ``page_size_kb`` is the unit for lines without kernelpagesize_kB (kernels before
+    3.19); default: this system's page size.  A malformed line raises ValueError
+    naming it.
+    """
+    default_kb = page_size_kb or _system_page_kb()
+    cache: Dict[str, Any] = {}
+    return [_parse_maps_line(line, default_kb, cache) for line in text.splitlines()
+            if line]
+
+
+def _system_page_kb() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") // 1024
+    except (AttributeError, ValueError, OSError):
+        return 4
+
+
+def _maps_path(pid: Union[int, str]) -> str:
+    if isinstance(pid, bool) or not (pid == "self" or str(pid).isdigit()):
+        raise ValueError(f"invalid pid {pid!r}")
+    return f"/proc/{pid}/numa_maps"
+
+
+def _line_start(text: str, pos: int) -> int:
+    return int(text[pos:text.index(" ", pos)], 16)
 
 
 def placement(buf: Any, length: Optional[int] = None, *, pid: Union[int, str] = "self",
-              backend: Optional[Backend] = None) -> Dict[int, int]:  # pragma: no cover
-    raise NotImplementedError
+              backend: Optional[Backend] = None) -> Dict[int, int]:
+    """Bytes per node of the pages of ``buf`` that are faulted in, from numa_maps.
+
+    Counts whole VMAs: those starting inside the range plus the one holding its
+    first byte.  A region from SharedRegion or mmap is its own VMA(s), so this is
+    exact there; a buffer carved out of a larger mapping (malloc) also counts its
+    neighbours.  Only the lines of that range are parsed (a binary search over the
+    address-sorted lines), never the whole file.
+    """
+    b = _b(backend)
+    if isinstance(buf, int) and length is None:
+        raise TypeError("an integer address needs a length")
+    addr, size = buffer_range(buf, length) if not isinstance(buf, int) \
+        else (buf, int(length or 0))
+    text = b.read_text(_maps_path(pid))
+    return _placement_in(text, addr, addr + max(size, 1), _page_kb(b))
+
+
+def _page_kb(b: Backend) -> int:
+    return max(b.page_size // 1024, 1)
+
+
+def _placement_in(text: str, start: int, end: int, default_kb: int) -> Dict[int, int]:
+    # Lines are sorted by address: binary search for the last line starting at or
+    # before ``start`` (the VMA holding the first byte), then walk until ``end``.
+    lo, hi, first = 0, len(text), 0
+    while lo < hi:
+        p = text.rfind("\n", 0, (lo + hi) // 2) + 1     # a line start, >= lo
+        if _line_start(text, p) <= start:
+            first = p
+            nl = text.find("\n", p)
+            lo = len(text) if nl < 0 else nl + 1
+        else:
+            hi = p
+    out: Dict[int, int] = {}
+    n = len(text)
+    pos = first
+    while pos < n:
+        nl = text.find("\n", pos)
+        nl = n if nl < 0 else nl
+        line = text[pos:nl]
+        pos = nl + 1
+        if not line:
+            continue
+        if int(line[:line.index(" ")], 16) >= end:
+            break
+        for node, nbytes in _parse_maps_line(line, default_kb).bytes_per_node.items():
+            out[node] = out.get(node, 0) + nbytes
+    return out
+
+
+def _verdict(per_node: Mapping[int, int], mode: str = "") -> str:
+    """"interleaved 50.0/50.0 over nodes 0-1", "all on node 0", ..."""
+    total = sum(per_node.values())
+    used = sorted(n for n, v in per_node.items() if v)
+    if not total:
+        return "nothing faulted in"
+    if len(used) == 1:
+        return f"all on node {used[0]}"
+    shares = "/".join(f"{100.0 * per_node[n] / total:.1f}" for n in used)
+    word = "interleaved" if "interleave" in mode else "split"
+    return f"{word} {shares} over nodes {format_cpulist(used)}"
+
+
+def _parse_size(text: str) -> int:
+    m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*$", text)
+    if not m:
+        raise ValueError(f"invalid size {text!r} (e.g. 4G, 512M, 1048576)")
+    unit = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}[m.group(2).lower()]
+    return int(float(m.group(1)) * (1 << unit))
+
+
+def _maps_totals(entries: Sequence[NumaMapsEntry]) -> Tuple[Dict[int, int],
+                                                            Dict[str, Dict[int, int]]]:
+    """kB per node overall, and per numastat -p category (Huge/Heap/Stack/Private)."""
+    totals: Dict[int, int] = {}
+    cats: Dict[str, Dict[int, int]] = {c: {} for c in ("Huge", "Heap", "Stack",
+                                                      "Private")}
+    for e in entries:
+        if not e.pages:
+            continue
+        cat = cats["Huge" if e.huge else "Heap" if e.heap else "Stack" if e.stack
+                   else "Private"]
+        kb = e.page_size_kb
+        for n, c in e.pages.items():
+            totals[n] = totals.get(n, 0) + c * kb
+            cat[n] = cat.get(n, 0) + c * kb
+    return totals, cats
+
+
+def _cmd_maps(args: argparse.Namespace) -> int:
+    if args.file is not None:
+        with open(args.file, "rb") as f:
+            text = f.read().decode("utf-8", "replace")
+        what = args.file
+    elif args.pid is not None:
+        b = _backend_from_args(args)
+        text = b.read_text(_maps_path(args.pid))
+        what = f"pid {args.pid}"
+    else:
+        raise ValueError("give a PID or --file PATH")
+    entries = parse_numa_maps(text, page_size_kb=args.page_kb or 0)
+    totals, cats = _maps_totals(entries)
+    if args.json:
+        vmas = []
+        for e in entries:
+            d = e.to_json()
+            d["verdict"] = _verdict(e.bytes_per_node, e.mode) if e.pages else None
+            vmas.append(d)
+        _print_json({"vmas": vmas,
+                     "totals_kb": {str(n): kb for n, kb in sorted(totals.items())}})
+        return 0
+    min_bytes = 0 if args.all else _parse_size(args.min_size)
+    out: List[str] = []
+    shown = [e for e in entries
+             if args.all or e.pages_total * e.page_size_kb * 1024 >= max(min_bytes, 1)]
+    out.append(f"numa_maps of {what}: {len(entries)} VMAs; "
+               + ("all shown" if args.all else
+                  f"{len(shown)} with >= {_fmt_kb(min_bytes // 1024)} resident shown "
+                  "(--all for every VMA)"))
+    if shown:
+        out.append(f"  {'start':>14}  {'resident':>10}  {'policy':<22}  "
+                   f"{'mapping':<28}  verdict")
+    for e in shown:
+        name = (e.file or "") + (" (deleted)" if e.deleted else "") if e.file is not None \
+            else e.kind
+        if e.huge:
+            name += " [huge]"
+        res = _fmt_kb(e.pages_total * e.page_size_kb)
+        verdict = _verdict(e.bytes_per_node, e.mode) if e.pages else "nothing faulted in"
+        out.append(f"  {e.start:>14x}  {res:>10}  {e.policy:<22}  {name:<28}  {verdict}")
+    nodes = sorted(totals)
+    out.append("")
+    out.append(f"Per-node memory usage (in MBs) for {what}")
+    head = "".join(f"{'Node ' + str(n):>15} " for n in nodes)
+    out.append(f"{'':<16} {head}{'Total':>15}")
+    for cat in ("Huge", "Heap", "Stack", "Private"):
+        row = cats[cat]
+        out.append(f"{cat:<16} " + "".join(f"{row.get(n, 0) / 1024:>15.2f} " for n in nodes)
+                   + f"{sum(row.values()) / 1024:>15.2f}")
+    out.append("-" * 16 + " " + "".join(f"{'-' * 15} " for _ in nodes) + "-" * 15)
+    out.append(f"{'Total':<16} " + "".join(f"{totals[n] / 1024:>15.2f} " for n in nodes)
+               + f"{sum(totals.values()) / 1024:>15.2f}")
+    if totals:
+        out.append(f"process: {_verdict({n: kb * 1024 for n, kb in totals.items()})}")
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0
 
 
 def _cli_maps(sub: Any) -> None:
-    pass
+    p = sub.add_parser("maps", parents=[sub.common],
+                       help="where a process's memory is, per VMA and per node "
+                            "(numa_maps, like numastat -p)")
+    p.add_argument("pid", nargs="?", help="process id (or 'self')")
+    p.add_argument("--file", metavar="PATH", help="read a saved numa_maps file instead")
+    p.add_argument("--all", action="store_true", help="list every VMA")
+    p.add_argument("--min-size", default="1M", metavar="SIZE",
+                   help="list VMAs with at least this much resident (default 1M)")
+    p.add_argument("--page-kb", type=int, default=0, metavar="KB",
+                   help="page size for lines without kernelpagesize_kB (old kernels)")
+    p.set_defaults(func=_cmd_maps)
 # -- end of numa_maps section ----------------------------------------------------------
 
 
@@ -2418,18 +3319,878 @@ def _cli_maps(sub: Any) -> None:
 # Shared-memory regions and prefault (issue 4).
 # ===========================================================================
 
-# -- shared-memory section: owned by the shared-memory work; replace these stubs -----
+# -- shared-memory section: owned by the shared-memory work --------------------------
+# SysV: ipc/shm.c, include/uapi/linux/ipc.h and shm.h; POSIX: glibc's shm_open opens
+# a file in the tmpfs mounted at /dev/shm.  Policy before touch (KERNEL_FACTS 4),
+# prefault with MADV_POPULATE_WRITE (KERNEL_FACTS 8).
+
+IPC_CREAT = 0o1000
+IPC_EXCL = 0o2000
+IPC_RMID = 0
+IPC_STAT = 2
+SHM_RDONLY = 0o10000
+SHM_HUGETLB = 0o4000
+SHM_HUGE_SHIFT = 26
+SHM_DEST = 0o1000                 # in shm_perm.mode: IPC_RMID done, attached still
+_PROT_READ, _PROT_WRITE = 1, 2
+_MAP_SHARED = 0x01
+_MAP_HUGETLB = 0x40000            # x86, arm, ppc, s390, riscv alike
+_MAP_FAILED = (1 << (ctypes.sizeof(ctypes.c_void_p) * 8)) - 1
+_IOV_MAX = 1024
+
+# Keys of our SysV segments: "NU" (0x4e55) in the top 16 bits, a CRC of the region's
+# name below.  POSIX regions are /dev/shm/numa_utils-<name>.  `numa_utils cleanup`
+# recognises ours by these, and only removes those owned by the calling user.
+SYSV_KEY_PREFIX = 0x4E550000
+POSIX_PREFIX = "numa_utils-"
+
+# struct shmid_ds as glibc lays it out on 64-bit little-endian ABIs with the
+# asm-generic ipc structures (x86_64 differs only in a u16 mode + padding).
+_SHMID_DS_GENERIC64 = frozenset({"x86_64", "aarch64", "riscv64", "loongarch64"})
+_SYSVIPC_HEADER = ("       key      shmid perms                  size  cpid  lpid nattch"
+                   "   uid   gid  cuid  cgid      atime      dtime      ctime          "
+                   "         rss                  swap\n")
+
+
+class _ShmStat(NamedTuple):
+    """What IPC_STAT (or fstat, for POSIX) says about a segment."""
+    key: int
+    id: int
+    uid: int
+    gid: int
+    cuid: int
+    cgid: int
+    mode: int
+    size: int
+    nattch: int
+    cpid: int
+    lpid: int
+
+
+def _decode_shmid_ds(raw: bytes, shmid: int) -> _ShmStat:
+    key, uid, gid, cuid, cgid, mode = struct.unpack_from("<iIIIIH", raw, 0)
+    (size,) = struct.unpack_from("<Q", raw, 48)
+    cpid, lpid, nattch = struct.unpack_from("<iiQ", raw, 80)
+    return _ShmStat(key & 0xFFFFFFFF, shmid, uid, gid, cuid, cgid, mode, size, nattch,
+                    cpid, lpid)
+
+
+def _sysvipc_rows(text: str) -> Iterator[_ShmStat]:
+    """Rows of /proc/sysvipc/shm (ipc/shm.c sysvipc_shm_proc_show)."""
+    for line in text.splitlines()[1:]:
+        f = line.split()
+        if len(f) < 11:
+            continue
+        try:
+            yield _ShmStat(int(f[0]) & 0xFFFFFFFF, int(f[1]), int(f[7]), int(f[8]),
+                           int(f[9]), int(f[10]), int(f[2], 8), int(f[3]), int(f[6]),
+                           int(f[4]), int(f[5]))
+        except ValueError:
+            raise ValueError(f"invalid /proc/sysvipc/shm line: {line!r}") from None
+
+
+def _sysvipc_stat(text: str, shmid: int) -> _ShmStat:
+    for row in _sysvipc_rows(text):
+        if row.id == shmid:
+            return row
+    raise _oserror(errno.EINVAL, "shmctl(IPC_STAT)", f"no segment {shmid}")
+
+
+_shm_libc: Optional[ctypes.CDLL] = None
+
+
+def _get_shm_libc() -> ctypes.CDLL:
+    """libc with the shared-memory prototypes set (its own handle: set once)."""
+    global _shm_libc
+    with _libc_lock:
+        if _shm_libc is None:
+            lib = ctypes.CDLL(None, use_errno=True)
+            vp, sz, i = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
+            for name, args, res in (
+                ("shmget", [i, sz, i], i), ("shmat", [i, vp, i], vp),
+                ("shmdt", [vp], i), ("shmctl", [i, i, vp], i),
+                ("mmap", [vp, sz, i, i, i, ctypes.c_long], vp),
+                ("munmap", [vp, sz], i), ("madvise", [vp, sz, i], i),
+                ("readv", [i, vp, i], ctypes.c_ssize_t),
+                ("writev", [i, vp, i], ctypes.c_ssize_t),
+            ):
+                fn = getattr(lib, name)
+                fn.argtypes, fn.restype = args, res
+            _shm_libc = lib
+        return _shm_libc
+
+
+def _as_key(key: int) -> int:
+    """A key_t (C int) from 0..2**32-1."""
+    key &= 0xFFFFFFFF
+    return key - (1 << 32) if key >= 1 << 31 else key
+
+
+def _sysv_key(key: Union[int, str]) -> int:
+    if isinstance(key, bool):
+        raise TypeError("key must be a str or an int")
+    if isinstance(key, int):
+        if not 0 <= key <= 0xFFFFFFFF:
+            raise ValueError(f"SysV key {key} outside 0..0xffffffff")
+        return key
+    if not key:
+        raise ValueError("empty key")
+    import zlib
+    return SYSV_KEY_PREFIX | (zlib.crc32(key.encode("utf-8")) & 0xFFFF)
+
+
+def _posix_name(key: Union[int, str]) -> str:
+    if isinstance(key, bool) or not isinstance(key, (int, str)):
+        raise TypeError("key must be a str or an int")
+    name = str(key)
+    if not name or "/" in name or "\0" in name or len(name) > 200:
+        raise ValueError(f"invalid POSIX shared memory name {name!r}")
+    return POSIX_PREFIX + name
+
+
+# -- prefault ----------------------------------------------------------------------------
+
+def _touch_iov(addr: int, length: int, page: int) -> None:
+    """First-touch every page of [addr, addr+length) in C, keeping the contents.
+
+    For kernels without MADV_POPULATE_WRITE: one byte per page goes through a pipe
+    and back (writev gathers it, readv writes it back: a write fault per page), 1024
+    pages per system call, with the GIL released.  No Python loop per page.
+    """
+    import array
+    if length <= 0:
+        return
+    libc = _get_shm_libc()
+    first = addr - addr % page
+    starts = array.array("Q", range(first, addr + length, page))
+    if starts and starts[0] < addr:
+        starts[0] = addr
+    iov = array.array("Q", bytes(16 * len(starts)))
+    iov[0::2] = starts
+    iov[1::2] = array.array("Q", [1]) * len(starts)
+    base = iov.buffer_info()[0]
+    r, w = os.pipe()
+    try:
+        for i in range(0, len(starts), _IOV_MAX):
+            n = min(_IOV_MAX, len(starts) - i)
+            ptr = base + 16 * i
+            ctypes.set_errno(0)
+            if libc.writev(w, ptr, n) != n or libc.readv(r, ptr, n) != n:
+                raise _oserror(ctypes.get_errno() or errno.EIO, "prefault (touch)")
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def _default_threads(b: Backend) -> int:
+    envs = _load_envs()
+    if envs is not None and hasattr(envs, "numa_prefault_threads"):
+        n = envs.numa_prefault_threads()
+        if n:
+            return int(n)
+    try:
+        cpus = len(b.sched_getaffinity(0))
+    except OSError:
+        cpus = os.cpu_count() or 1
+    # Page population scales with cores until memory bandwidth runs out.
+    return max(1, min(cpus, 32))
+
+
 def prefault(buf: Any, length: Optional[int] = None, threads: Optional[int] = None, *,
-             backend: Optional[Backend] = None) -> None:  # pragma: no cover - stub
-    raise NotImplementedError
+             backend: Optional[Backend] = None,
+             progress: Optional[Callable[[int, int], Any]] = None,
+             page_size: Optional[int] = None) -> Dict[str, Any]:
+    """Fault every page of ``buf`` in, for writing, under the range's memory policy.
+
+    MADV_POPULATE_WRITE (Linux 5.14+) in ``threads`` threads (default: the allowed
+    CPUs, at most 32; NUMA_PREFAULT_THREADS) on disjoint page-aligned slices; the
+    calls release the GIL.  Older kernels: a write of each page's own byte, done in
+    C (contents are kept).  ``progress(done_bytes, total_bytes)`` is called from the
+    calling thread; an exception it raises (KeyboardInterrupt included) stops the
+    workers and propagates.  ``page_size``: the huge page size for hugetlb memory.
+    Returns {"bytes", "threads", "method", "seconds"}.
+    """
+    import time
+    b = _b(backend)
+    if isinstance(buf, int):
+        if length is None:
+            raise TypeError("an integer address needs a length")
+        addr, size = buf, int(length)
+    else:
+        addr, size = buffer_range(buf, length)
+    pg = page_size or b.page_size
+    start, span = _page_range(addr, size, pg)
+    t0 = time.monotonic()
+    if span == 0:
+        return {"bytes": 0, "threads": 0, "method": "none", "seconds": 0.0}
+    # Slices of at least 16 MiB: below that a thread costs more than it saves.
+    want = threads if threads is not None else _default_threads(b)
+    if want < 1:
+        raise ValueError("threads must be >= 1")
+    n = max(1, min(int(want), span // max(pg, 16 << 20) or 1))
+    pages = span // pg
+    method = "populate_write"
+    # Probe on the first page: EINVAL means no MADV_POPULATE_WRITE (or a mapping it
+    # cannot populate) -> touch pages instead.  Other errors are real (ENOMEM, EFAULT).
+    try:
+        b.madvise(start, pg, MADV_POPULATE_WRITE)
+    except OSError as e:
+        if e.errno != errno.EINVAL:
+            raise
+        method = "touch"
+    chunk = max(pg, min(64 << 20, span // (4 * n)) // pg * pg)
+    done = [0] * n
+    errors: List[BaseException] = []
+    stop = threading.Event()
+
+    def work(i: int, lo: int, hi: int) -> None:
+        try:
+            p = lo
+            while p < hi and not stop.is_set():
+                q = min(hi, p + chunk)
+                if method == "populate_write":
+                    b.madvise(p, q - p, MADV_POPULATE_WRITE)
+                elif b.is_live:
+                    _touch_iov(p, q - p, pg)
+                else:
+                    b.touch(p, q - p)
+                done[i] += q - p
+                p = q
+        except BaseException as e:      # re-raised in the calling thread
+            errors.append(e)
+            stop.set()
+
+    bounds = [start + (pages * i // n) * pg for i in range(n + 1)]
+    workers = [threading.Thread(target=work, args=(i, bounds[i], bounds[i + 1]),
+                                name=f"numa_utils-prefault-{i}", daemon=True)
+               for i in range(n)]
+    try:
+        if n == 1:
+            # One slice: run it here, still calling progress between chunks.
+            p = start
+            while p < start + span:
+                q = min(start + span, p + chunk)
+                work(0, p, q)
+                if errors:
+                    break
+                if progress is not None:
+                    progress(sum(done), span)
+                p = q
+        else:
+            for t in workers:
+                t.start()
+            while any(t.is_alive() for t in workers):
+                workers[0].join(0.05)
+                if progress is not None and not errors:
+                    progress(sum(done), span)
+    finally:
+        stop.set()
+        for t in workers:
+            if t.is_alive() or t.ident is not None:
+                t.join()
+    if errors:
+        raise errors[0]
+    if progress is not None and n > 1:
+        progress(span, span)
+    return {"bytes": span, "threads": n, "method": method,
+            "seconds": time.monotonic() - t0}
 
 
-class SharedRegion:  # pragma: no cover - stub
-    pass
+_do_prefault = prefault     # SharedRegion.create's ``prefault`` argument shadows it
+
+
+# -- SharedRegion ----------------------------------------------------------------------
+
+_POLICY_WORDS = MappingProxyType({
+    "interleave": Mode.INTERLEAVE, "bind": Mode.BIND, "prefer": Mode.PREFERRED,
+    "preferred": Mode.PREFERRED, "local": Mode.LOCAL, "default": Mode.DEFAULT,
+    "first-touch": Mode.DEFAULT, "none": Mode.DEFAULT,
+})
+
+
+def _region_policy(policy: Optional[str], nodes: Optional[Iterable[int]],
+                   strict: Optional[bool]) -> Tuple[Mode, Optional[FrozenSet[int]], bool,
+                                                    bool]:
+    """(mode, nodes, strict, explicit) from the arguments and envs.py (if present):
+    policy=None means interleave when ENABLE_NUMA_INTERLEAVE is set, else first-touch;
+    nodes=None means NUMA_NODES, else every usable node; strict=None: NUMA_STRICT."""
+    envs = _load_envs()
+    explicit = policy is not None
+    if policy is None:
+        on = envs is not None and hasattr(envs, "enable_numa_interleave") and \
+            envs.enable_numa_interleave()
+        mode = Mode.INTERLEAVE if on else Mode.DEFAULT
+    else:
+        if not isinstance(policy, str) or policy.lower() not in _POLICY_WORDS:
+            raise ValueError(f"unknown region policy {policy!r}; one of interleave, bind, "
+                             "prefer, local, default")
+        mode = _POLICY_WORDS[policy.lower()]
+    if nodes is None and envs is not None and hasattr(envs, "numa_nodes") and \
+            mode not in (Mode.DEFAULT, Mode.LOCAL):
+        env_nodes = envs.numa_nodes()
+        nodes = env_nodes if env_nodes else None
+    if strict is None and envs is not None and hasattr(envs, "numa_strict"):
+        strict = envs.numa_strict()
+    ids = frozenset(nodes) if nodes is not None else None
+    if mode == Mode.PREFERRED and (ids is None or len(ids) != 1):
+        raise ValueError("policy='prefer' needs nodes=[one node]")
+    return mode, ids, bool(strict), explicit
+
+
+def _huge_size(hugepages: Union[bool, int, str, None], b: Backend,
+               nodes: Optional[FrozenSet[int]]) -> int:
+    """Huge page size in bytes (0: base pages).  True: the size reserved on every
+    target node, 2 MiB first; "2M"/"1G"/"2048kB" or a byte count pick one."""
+    if hugepages in (None, False, 0, "off", ""):
+        return 0
+    topo = read_topology(backend=b)
+    targets = nodes if nodes else (topo.usable_memory_nodes or frozenset(topo.nodes))
+    common: Optional[FrozenSet[int]] = None
+    for n in targets:
+        node = topo.nodes.get(n)
+        have = frozenset(kb for kb, h in (node.hugepages.items() if node else ())
+                         if h.total)
+        common = have if common is None else common & have
+    sizes_kb = common or frozenset()
+    if hugepages is True:
+        if not sizes_kb:
+            raise OSError(errno.ENOMEM, "no huge pages reserved on nodes "
+                          f"{format_cpulist(targets)}: reserve some (e.g. "
+                          "nodeN/hugepages/hugepages-2048kB/nr_hugepages) or use "
+                          "hugepages=False")
+        kb = 2048 if 2048 in sizes_kb else min(sizes_kb)
+        return kb * 1024
+    if isinstance(hugepages, str):
+        m = re.match(r"^(\d+)\s*([kKmMgG])[bB]?$", hugepages.strip())
+        if not m:
+            raise ValueError(f"invalid huge page size {hugepages!r} (2M, 1G, 2048kB)")
+        nbytes = int(m.group(1)) << {"k": 10, "m": 20, "g": 30}[m.group(2).lower()]
+    else:
+        nbytes = int(hugepages or 0)
+    if nbytes // 1024 not in sizes_kb:
+        raise OSError(errno.ENOMEM, f"no {nbytes >> 10} kB huge pages reserved on nodes "
+                      f"{format_cpulist(targets)}")
+    return nbytes
+
+
+class SharedRegion:
+    """A shared memory region (SysV segment or /dev/shm file) placed by a policy.
+
+    ``create`` makes it (0600, policy applied before any page is touched, then
+    prefaulted); ``attach`` maps an existing one after checking its owner, mode and
+    size, and applies the same policy to its own mapping.  ``with`` closes it; the
+    creator's ``with`` also destroys it.  Crash safety: ``attach(..., remove=True)``
+    (or ``remove()``) marks a SysV segment for removal at once: it disappears when
+    the last process detaches or dies, and its key is free again immediately.
+    """
+
+    def __init__(self, *, backend: Backend, kind: str, key: Union[int, str],
+                 address: int, size: int, page_size: int, policy: PolicyResult,
+                 created: bool, shmid: int = -1, name: str = "",
+                 prefaulted: Optional[Dict[str, Any]] = None) -> None:
+        self._b = backend
+        self.kind = kind
+        self._key = key
+        self._address = address
+        self._size = size
+        self.page_size = page_size
+        self._policy = policy
+        self.created = created
+        self.shmid = shmid
+        self.name = name                      # POSIX: the file name in /dev/shm
+        self.prefaulted = prefaulted
+        self._closed = False
+        self._removed = False
+
+    # -- properties --------------------------------------------------------------------
+    @property
+    def address(self) -> int:
+        return self._address
+
+    @property
+    def size(self) -> int:
+        """Mapped bytes (the requested size rounded up to whole pages)."""
+        return self._size
+
+    @property
+    def key(self) -> Union[int, str]:
+        return self._key
+
+    @property
+    def ipc_key(self) -> int:
+        """The numeric SysV key (0 for POSIX regions)."""
+        return _sysv_key(self._key) if self.kind == "sysv" else 0
+
+    @property
+    def policy(self) -> PolicyResult:
+        """What happened to the memory policy (truthy when it was applied)."""
+        return self._policy
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def buffer(self) -> Any:
+        """The memory as a ctypes char array (valid until close())."""
+        self._check_open()
+        return (ctypes.c_char * self._size).from_address(self._address)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"at 0x{self._address:x}"
+        pol = self._policy.mode + (":" + format_cpulist(self._policy.nodes)
+                                   if self._policy.nodes else "")
+        if not self._policy:
+            pol += f" (not applied: {self._policy.reason})"
+        ident = f"key=0x{self.ipc_key:08x} shmid={self.shmid}" if self.kind == "sysv" \
+            else f"name={self.name!r}"
+        return (f"SharedRegion({self.kind} {ident} {self._key!r}, {_fmt_kb(self._size // 1024)}, "
+                f"page {self.page_size // 1024} KiB, policy {pol}, {state}"
+                f"{', owner' if self.created else ''})")
+
+    # -- create / attach -----------------------------------------------------------------
+    @classmethod
+    def create(cls, key: Union[int, str], size: int, *, policy: Optional[str] = None,
+               nodes: Optional[Iterable[int]] = None, prefault: bool = True,
+               hugepages: Union[bool, int, str] = False, kind: str = "sysv",
+               mode: int = 0o600, threads: Optional[int] = None,
+               strict: Optional[bool] = None,
+               progress: Optional[Callable[[int, int], Any]] = None,
+               backend: Optional[Backend] = None) -> SharedRegion:
+        """Create region ``key`` (a str name, or an int SysV key) of ``size`` bytes.
+
+        Fails with FileExistsError when it exists.  Nothing is left behind when any
+        step fails (policy denied under strict, prefault interrupted, ...).
+        """
+        b = _b(backend)
+        if kind not in ("sysv", "posix"):
+            raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
+        if size <= 0:
+            raise ValueError("size must be > 0")
+        if mode & ~0o777:
+            raise ValueError(f"mode {mode:o}: permission bits only")
+        pmode, pnodes, strict_, _ = _region_policy(policy, nodes, strict)
+        huge = _huge_size(hugepages, b, pnodes)
+        if huge and kind == "posix":
+            raise ValueError("hugepages need kind='sysv' (SHM_HUGETLB): /dev/shm is tmpfs")
+        page = huge or b.page_size
+        size = (size + page - 1) // page * page
+        shmid, name, addr = -1, "", 0
+        fd = -1
+        try:
+            if kind == "sysv":
+                flags = IPC_CREAT | IPC_EXCL | mode
+                if huge:
+                    flags |= SHM_HUGETLB | ((huge.bit_length() - 1) << SHM_HUGE_SHIFT)
+                ikey = _sysv_key(key)
+                try:
+                    shmid = b.shmget(ikey, size, flags)
+                except FileExistsError:
+                    raise FileExistsError(
+                        errno.EEXIST, f"a SysV segment with key 0x{ikey:08x} ({key!r}) "
+                        "exists: attach it, or remove a stale one with `numa_utils "
+                        "cleanup --remove`") from None
+                addr = b.shmat(shmid)
+            else:
+                pname = _posix_name(key)
+                try:
+                    fd = b.shm_open(pname, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
+                except FileExistsError:
+                    raise FileExistsError(
+                        errno.EEXIST, f"/dev/shm/{pname} exists: attach it, or remove a "
+                        "stale one with `numa_utils cleanup --remove`") from None
+                name = pname                    # ours now: undone on any error below
+                b.ftruncate(fd, size)
+                addr = b.mmap(size, fd)
+                b.close(fd)
+                fd = -1
+            res = _region_apply(b, addr, size, page, pmode, pnodes, strict_)
+            region = cls(backend=b, kind=kind, key=key, address=addr, size=size,
+                         page_size=page, policy=res, created=True, shmid=shmid, name=name)
+            if prefault:
+                region.prefaulted = _do_prefault(
+                    addr, size, threads, backend=b, progress=progress, page_size=page)
+            return region
+        except BaseException:
+            _undo_create(b, kind, shmid, name, addr, size, fd)
+            raise
+
+    @classmethod
+    def attach(cls, key: Union[int, str], size: Optional[int] = None, *,
+               policy: Optional[str] = None, nodes: Optional[Iterable[int]] = None,
+               kind: str = "sysv", trust: bool = False, remove: bool = False,
+               prefault: bool = False, threads: Optional[int] = None,
+               hugepages: Union[bool, int, str] = False, strict: Optional[bool] = None,
+               progress: Optional[Callable[[int, int], Any]] = None,
+               backend: Optional[Backend] = None) -> SharedRegion:
+        """Map the existing region ``key`` after checking it can be trusted.
+
+        Refused (PermissionError) unless it is owned by this user and nobody else can
+        write it (group/other write bits), unless ``trust=True``; ``size`` must not
+        exceed it.  The policy: ``policy`` if given, applied to this mapping before
+        any touch (hugetlb segments need it in every process); else the region's
+        shared policy as the kernel reports it, or ENABLE_NUMA_INTERLEAVE.
+        ``remove=True`` marks a SysV segment for removal after attaching (see class).
+        """
+        b = _b(backend)
+        if kind not in ("sysv", "posix"):
+            raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
+        pmode, pnodes, strict_, explicit = _region_policy(policy, nodes, strict)
+        huge = _huge_size(hugepages, b, pnodes) if hugepages else 0
+        page = huge or b.page_size
+        shmid, name, addr, fd, seg_size = -1, "", 0, -1, 0
+        try:
+            if kind == "sysv":
+                ikey = _sysv_key(key)
+                try:
+                    shmid = b.shmget(ikey, 0, 0)
+                except FileNotFoundError:
+                    raise FileNotFoundError(errno.ENOENT, f"no SysV segment with key "
+                                            f"0x{ikey:08x} ({key!r})") from None
+                st = b.shm_stat(shmid)
+                what = f"SysV segment 0x{ikey:08x} (shmid {shmid})"
+            else:
+                name = _posix_name(key)
+                try:
+                    fd = b.shm_open(name, os.O_RDWR, 0)
+                except FileNotFoundError:
+                    raise FileNotFoundError(errno.ENOENT, f"no /dev/shm/{name}") from None
+                st = b.fstat(fd)
+                what = f"/dev/shm/{name}"
+            _check_trust(st, b.geteuid(), trust, what)
+            seg_size = (st.size + page - 1) // page * page
+            if size is not None and size > seg_size:
+                raise ValueError(f"{what} holds {st.size} bytes, fewer than the "
+                                 f"{size} asked for")
+            if kind == "sysv":
+                addr = b.shmat(shmid)
+            else:
+                addr = b.mmap(seg_size, fd)
+                b.close(fd)
+                fd = -1
+            if explicit and pmode != Mode.DEFAULT:
+                res = _region_apply(b, addr, seg_size, page, pmode, pnodes, strict_)
+            else:
+                # Never mbind(MPOL_DEFAULT) here: it would wipe the creator's shared
+                # policy.  Report the policy in force; ENABLE_NUMA_INTERLEAVE only
+                # fills in where there is none (and hugetlb, where it is per VMA).
+                res = _region_readback(b, addr, seg_size)
+                if not explicit and pmode != Mode.DEFAULT and res.mode == "default":
+                    res = _region_apply(b, addr, seg_size, page, pmode, pnodes, strict_)
+            region = cls(backend=b, kind=kind, key=key, address=addr, size=seg_size,
+                         page_size=page, policy=res, created=False, shmid=shmid,
+                         name=name)
+            if remove and kind == "sysv":
+                region.remove()
+            if prefault:
+                region.prefaulted = _do_prefault(
+                    addr, seg_size, threads, backend=b, progress=progress,
+                    page_size=page)
+            return region
+        except BaseException:
+            if addr:
+                _quietly(b.shmdt, addr) if kind == "sysv" else \
+                    _quietly(b.munmap, addr, seg_size)
+            if fd >= 0:
+                _quietly(b.close, fd)
+            raise
+
+    # -- use and teardown ----------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"{self!r} is closed")
+
+    def placement(self) -> Dict[int, int]:
+        """Bytes per node of this region's pages, measured (this process's numa_maps)."""
+        self._check_open()
+        return placement(self._address, self._size, backend=self._b)
+
+    def prefault(self, threads: Optional[int] = None, *,
+                 progress: Optional[Callable[[int, int], Any]] = None) -> Dict[str, Any]:
+        self._check_open()
+        return _do_prefault(self._address, self._size, threads, backend=self._b,
+                                     progress=progress, page_size=self.page_size)
+
+    def remove(self) -> None:
+        """Remove the name now (IPC_RMID / unlink); the memory lives until every
+        process has closed it.  Nobody can attach afterwards."""
+        if self._removed:
+            return
+        if self.kind == "sysv":
+            self._b.shm_rmid(self.shmid)
+        else:
+            try:
+                self._b.shm_unlink(self.name)
+            except FileNotFoundError:
+                pass
+        self._removed = True
+
+    def close(self) -> None:
+        """Detach (unmap) from this process; the region stays for the others."""
+        if self._closed:
+            return
+        if self.kind == "sysv":
+            self._b.shmdt(self._address)
+        else:
+            self._b.munmap(self._address, self._size)
+        self._closed = True
+
+    def destroy(self) -> None:
+        """Remove the region and detach from it."""
+        try:
+            self.remove()
+        finally:
+            self.close()
+
+    def __enter__(self) -> SharedRegion:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.created:
+            self.destroy()
+        else:
+            self.close()
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"kind": self.kind, "key": self._key, "ipc_key": self.ipc_key,
+                "shmid": self.shmid, "name": self.name, "address": self._address,
+                "size": self._size, "page_size": self.page_size,
+                "policy": self._policy.to_json(), "created": self.created,
+                "closed": self._closed}
+
+
+def _quietly(fn: Callable[..., Any], *args: Any) -> None:
+    try:
+        fn(*args)
+    except OSError as e:
+        import logging
+        logging.getLogger(__name__).debug("numa_utils: cleanup %s%r failed: %s",
+                                          fn.__name__, args, e)
+
+
+def _undo_create(b: Backend, kind: str, shmid: int, name: str, addr: int, size: int,
+                 fd: int) -> None:
+    """Undo a half-made region: nothing may stay behind."""
+    if kind == "sysv":
+        if addr:
+            _quietly(b.shmdt, addr)
+        if shmid >= 0:
+            _quietly(b.shm_rmid, shmid)
+    else:
+        if addr:
+            _quietly(b.munmap, addr, size)
+        if fd >= 0:
+            _quietly(b.close, fd)
+        if name:
+            _quietly(b.shm_unlink, name)
+
+
+def _check_trust(st: _ShmStat, euid: int, trust: bool, what: str) -> None:
+    if trust:
+        return
+    if st.uid != euid or st.cuid != euid:
+        raise PermissionError(errno.EPERM, f"{what} belongs to uid {st.uid} (created by "
+                              f"uid {st.cuid}), not to this user (uid {euid}); pass "
+                              "trust=True to attach anyway")
+    if st.mode & 0o022:
+        raise PermissionError(errno.EPERM, f"{what} has mode {st.mode & 0o777:03o}: "
+                              "other users can write it; pass trust=True to attach "
+                              "anyway")
+
+
+def _region_apply(b: Backend, addr: int, size: int, page: int, mode: Mode,
+                  nodes: Optional[FrozenSet[int]], strict: bool) -> PolicyResult:
+    if mode == Mode.DEFAULT:
+        # A fresh mapping is first-touch already; an mbind(MPOL_DEFAULT) on an
+        # attached one would wipe the creator's shared policy.
+        return PolicyResult(True, "default", frozenset(), addr, size)
+    return apply_policy(addr, size, mode=mode, nodes=nodes, strict=strict,
+                        page_size=page, backend=b)
+
+
+def _region_readback(b: Backend, addr: int, size: int) -> PolicyResult:
+    """The shared policy as this process sees it (shmem keeps it on the object)."""
+    try:
+        info = get_policy(addr, backend=b)
+    except OSError as e:
+        err = e.errno or errno.EIO
+        return PolicyResult(False, "default", frozenset(), addr, size,
+                            reason=_errno_reason(err), errno=err, hint=_HINTS.get(
+                                _errno_reason(err)))
+    return PolicyResult(True, info.mode.name.lower(), info.nodes, addr, size)
+
+
+# -- CLI: cleanup and region -----------------------------------------------------------
+
+def _our_segments(b: Backend) -> List[Dict[str, Any]]:
+    """Our regions on this machine: SysV keys 0x4e55xxxx and /dev/shm/numa_utils-*
+    files, owned (and for SysV also created) by this user.  Others' never appear."""
+    euid = b.geteuid()
+    out: List[Dict[str, Any]] = []
+    text = b.read_optional("/proc/sysvipc/shm") or ""
+    for st in _sysvipc_rows(text):
+        if st.key & 0xFFFF0000 != SYSV_KEY_PREFIX or st.uid != euid or st.cuid != euid:
+            continue
+        out.append({"kind": "sysv", "key": f"0x{st.key:08x}", "shmid": st.id,
+                    "size": st.size, "mode": f"{st.mode & 0o777:03o}",
+                    "attached": st.nattch, "stale": st.nattch == 0})
+    try:
+        names = sorted(n for n in b.listdir("/dev/shm") if n.startswith(POSIX_PREFIX))
+    except OSError:
+        names = []
+    users = _dev_shm_users(b, names) if names else {}
+    for name in names:
+        try:
+            fd = b.shm_open(name, os.O_RDONLY, 0)
+        except OSError:
+            continue
+        try:
+            st = b.fstat(fd)
+        finally:
+            b.close(fd)
+        if st.uid != euid:
+            continue
+        n = users.get(name, 0)
+        out.append({"kind": "posix", "name": name, "path": f"/dev/shm/{name}",
+                    "size": st.size, "mode": f"{st.mode & 0o777:03o}", "attached": n,
+                    "stale": n == 0})
+    return out
+
+
+def _dev_shm_users(b: Backend, names: Sequence[str]) -> Dict[str, int]:
+    """How many processes map each /dev/shm file (from /proc/<pid>/maps)."""
+    want = {f"/dev/shm/{n}": n for n in names}
+    counts: Dict[str, int] = {}
+    try:
+        pids = [p for p in b.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return counts
+    for pid in pids:
+        text = b.read_optional(f"/proc/{pid}/maps")
+        if not text or "/dev/shm/" not in text:
+            continue
+        seen = set()
+        for line in text.splitlines():
+            i = line.find("/dev/shm/")
+            if i >= 0:
+                path = line[i:].replace(" (deleted)", "")
+                if path in want:
+                    seen.add(want[path])
+        for n in seen:
+            counts[n] = counts.get(n, 0) + 1
+    return counts
+
+
+def _cmd_cleanup(args: argparse.Namespace) -> int:
+    b = _backend_from_args(args)
+    rows = _our_segments(b)
+    for r in rows:
+        r["action"] = "keep (in use)" if not r["stale"] else \
+            ("removed" if args.remove else "would remove")
+        if args.remove and r["stale"]:
+            try:
+                if r["kind"] == "sysv":
+                    b.shm_rmid(r["shmid"])
+                else:
+                    b.shm_unlink(r["name"])
+            except OSError as e:
+                r["action"] = f"failed: {e.strerror or e}"
+    if args.json:
+        _print_json({"regions": rows, "removed": bool(args.remove)})
+        return 0
+    out = ["Our regions: SysV keys 0x4e55xxxx and /dev/shm/numa_utils-* owned by uid "
+           f"{b.geteuid()}; others' segments are never listed or touched."]
+    if not rows:
+        out.append("  none")
+    for r in rows:
+        ident = f"sysv {r['key']} shmid {r['shmid']}" if r["kind"] == "sysv" \
+            else f"posix {r['path']}"
+        out.append(f"  {ident:<36} {_fmt_kb(r['size'] // 1024):>10}  mode {r['mode']}  "
+                   f"attached {r['attached']}  {r['action']}")
+    if not args.remove and any(r["stale"] for r in rows):
+        out.append("dry run: add --remove to remove the stale ones")
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0
+
+
+def _progress_bar(stream: Any) -> Callable[[int, int], None]:
+    import time
+    t0 = time.monotonic()
+    tty = hasattr(stream, "isatty") and stream.isatty()
+    last = [-1]
+
+    def show(done: int, total: int) -> None:
+        pct = int(100 * done / total) if total else 100
+        if pct == last[0] or (not tty and pct != 100):
+            return
+        last[0] = pct
+        el = time.monotonic() - t0
+        rate = done / el / 1e9 if el > 0 else 0.0
+        bar = "#" * (pct * 30 // 100)
+        stream.write(f"{chr(13) if tty else ''}prefault [{bar:<30}] {pct:3d}% "
+                     f"{done / (1 << 30):.2f}/{total / (1 << 30):.2f} GiB "
+                     f"{rate:.2f} GB/s" + ("" if tty and pct < 100 else "\n"))
+        stream.flush()
+    return show
+
+
+def _cmd_region(args: argparse.Namespace) -> int:
+    b = _backend_from_args(args)
+    nodes = parse_cpulist(args.nodes) if args.nodes else None
+    hp: Union[bool, str] = args.hugepages if args.hugepages else False
+    region = SharedRegion.create(
+        args.key, _parse_size(args.size), policy=args.policy, nodes=nodes,
+        kind=args.kind, hugepages=hp, threads=args.threads, backend=b,
+        prefault=not args.no_prefault,
+        progress=None if args.json else _progress_bar(sys.stderr))
+    try:
+        where = region.placement()
+        rep = region.to_json()
+        rep.update(prefault=region.prefaulted,
+                   placement={str(n): v for n, v in sorted(where.items())},
+                   verdict=_verdict(where, region.policy.mode), kept=args.keep)
+        if args.json:
+            _print_json(rep)
+        else:
+            pf = region.prefaulted
+            lines = [repr(region)]
+            if pf:
+                gbs = pf["bytes"] / pf["seconds"] / 1e9 if pf["seconds"] else 0.0
+                lines.append(f"prefault: {pf['method']}, {pf['threads']} threads, "
+                             f"{pf['seconds']:.3f} s, {gbs:.2f} GB/s")
+            lines.append(f"placement: {_verdict(where, region.policy.mode)} ("
+                         + ", ".join(f"node {n}: {_fmt_kb(v // 1024)}"
+                                     for n, v in sorted(where.items())) + ")")
+            lines.append("kept: remove with `numa_utils cleanup --remove` once detached"
+                         if args.keep else "destroyed")
+            sys.stdout.write("\n".join(lines) + "\n")
+    finally:
+        if args.keep:
+            region.close()
+        else:
+            region.destroy()
+    return 0
 
 
 def _cli_cleanup(sub: Any) -> None:
-    pass
+    p = sub.add_parser("cleanup", parents=[sub.common],
+                       help="list (and with --remove, remove) our stale shared memory "
+                            "regions; never other programs' or users'")
+    p.add_argument("--remove", action="store_true",
+                   help="remove the stale ones (default: dry run, list only)")
+    p.set_defaults(func=_cmd_cleanup)
+    p = sub.add_parser("region", parents=[sub.common],
+                       help="create a shared region with a policy, prefault it with a "
+                            "progress bar, report placement, then destroy it (or --keep)")
+    p.add_argument("key", help="region name (SysV key 0x4e55xxxx / /dev/shm/numa_utils-KEY)")
+    p.add_argument("size", help="size: 4G, 512M, bytes")
+    p.add_argument("--policy", choices=sorted(_POLICY_WORDS), default=None)
+    p.add_argument("--nodes", default=None, metavar="LIST", help="node list, e.g. 0-1")
+    p.add_argument("--kind", choices=["sysv", "posix"], default="sysv")
+    p.add_argument("--hugepages", default=None, metavar="SIZE", help="2M, 1G")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--no-prefault", action="store_true")
+    p.add_argument("--keep", action="store_true", help="leave the region in place")
+    p.set_defaults(func=_cmd_region)
 # -- end of shared-memory section ------------------------------------------------------
 
 

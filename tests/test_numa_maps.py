@@ -1,0 +1,196 @@
+# SPDX-License-Identifier: Apache-2.0
+"""numa_maps: the parser over every line format the kernel prints, placement()
+reading only the lines of one range, the simulator's rendering, and `maps`."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import REPO, nu, sim
+
+# (line, expected fields) -- formats from fs/proc/task_mmu.c show_numa_map and
+# mm/mempolicy.c mpol_to_str, across kernel versions.
+LINES = [
+    ("7f0000000000 default", dict(mode="default", nodes=frozenset(), pages={})),
+    ("00400000 default file=/usr/bin/python3.11 mapped=1175 mapmax=3 N0=1175 "
+     "kernelpagesize_kB=4",
+     dict(file="/usr/bin/python3.11", mapped=1175, mapmax=3, pages={0: 1175})),
+    ("01a9e000 default heap anon=3366 dirty=3366 N0=1690 N1=1676 kernelpagesize_kB=4",
+     dict(heap=True, anon=3366, dirty=3366, pages={0: 1690, 1: 1676})),
+    ("7ffd3a5e2000 default stack anon=9 dirty=9 active=0 N1=9 kernelpagesize_kB=4",
+     dict(stack=True, active=0, pages={1: 9})),
+    ("7f1000000000 interleave:0-3 file=/SYSV4e551234\\040(deleted) dirty=4096 "
+     "mapmax=2 N0=1024 N1=1024 N2=1024 N3=1024 kernelpagesize_kB=4",
+     dict(mode="interleave", nodes=frozenset({0, 1, 2, 3}), file="/SYSV4e551234",
+          deleted=True, dirty=4096, mapmax=2, pages={0: 1024, 1: 1024, 2: 1024, 3: 1024})),
+    ("7f2000000000 bind:1 anon=10 dirty=10 N1=10 kernelpagesize_kB=4",
+     dict(mode="bind", nodes=frozenset({1}))),
+    ("7f2000000000 prefer:1 anon=1 dirty=1 N1=1 kernelpagesize_kB=4",
+     dict(mode="prefer", nodes=frozenset({1}))),
+    ("7f2000000000 prefer (many):0,2 anon=2 dirty=2 N0=1 N2=1 kernelpagesize_kB=4",
+     dict(mode="prefer (many)", policy="prefer (many):0,2", nodes=frozenset({0, 2}))),
+    ("7f2000000000 weighted interleave:0-1 anon=3 dirty=3 N0=2 N1=1 kernelpagesize_kB=4",
+     dict(mode="weighted interleave", nodes=frozenset({0, 1}), pages={0: 2, 1: 1})),
+    ("7f2000000000 local anon=1 dirty=1 N0=1 kernelpagesize_kB=4",
+     dict(mode="local", nodes=frozenset())),
+    ("7f2000000000 bind=static:0 anon=1 dirty=1 N0=1 kernelpagesize_kB=4",
+     dict(mode="bind", flags=("static",), nodes=frozenset({0}))),
+    ("7f2000000000 bind=relative|balancing:0 anon=1 dirty=1 N0=1 kernelpagesize_kB=4",
+     dict(mode="bind", flags=("relative", "balancing"), nodes=frozenset({0}))),
+    ("7f2000000000 bind=balancing:0-1 N0=1 kernelpagesize_kB=4",
+     dict(flags=("balancing",))),
+    ("7f2000000000 interleave=static:0-3 N0=1 kernelpagesize_kB=4",
+     dict(mode="interleave", flags=("static",), nodes=frozenset({0, 1, 2, 3}))),
+    ("7f3000000000 default file=/dev/shm/numa_utils-a\\040b\\075c\\040(deleted) "
+     "dirty=1 active=0 N0=1 kernelpagesize_kB=4",
+     dict(file="/dev/shm/numa_utils-a b=c", deleted=True)),
+    ("7f3000000000 default file=/memfd:kv\\040(deleted) dirty=2 N0=2 kernelpagesize_kB=4",
+     dict(file="/memfd:kv", deleted=True)),
+    ("7f4000000000 interleave:0-1 file=/SYSV00000000\\040(deleted) huge dirty=8 N0=4 "
+     "N1=4 kernelpagesize_kB=2048",
+     dict(huge=True, page_size_kb=2048, pages={0: 4, 1: 4})),
+    ("7f5000000000 default file=/anon_hugepage\\040(deleted) huge anon=1 dirty=1 N0=1 "
+     "kernelpagesize_kB=1048576", dict(huge=True, page_size_kb=1048576, anon=1)),
+    # Sparse node ids (only N_MEMORY nodes with pages are printed).
+    ("7f6000000000 interleave:0,8,250-251 anon=4 dirty=4 N0=1 N8=1 N250=1 N251=1 "
+     "kernelpagesize_kB=64",
+     dict(nodes=frozenset({0, 8, 250, 251}), pages={0: 1, 8: 1, 250: 1, 251: 1},
+          page_size_kb=64)),
+    # Kernels before 3.19: no kernelpagesize_kB (-> the page size given); 2.6: stack:<tid>.
+    ("00601000 default file=/bin/bash anon=2 dirty=2 N0=2", dict(page_size_kb=4)),
+    ("7fff1000 default stack:1234 anon=3 dirty=3 N0=3", dict(stack=True, page_size_kb=4)),
+    ("7f7000000000 default anon=1 dirty=1 swapcache=1 writeback=1 N0=1 "
+     "kernelpagesize_kB=4", dict(swapcache=1, writeback=1)),
+    # A counter from a newer kernel is kept, not an error.
+    ("7f7000000000 default anon=1 dirty=1 futurecount=7 N0=1 kernelpagesize_kB=4",
+     dict(other={"futurecount": "7"})),
+]
+
+
+@pytest.mark.parametrize("line,want", LINES, ids=[f"line{i}" for i in range(len(LINES))])
+def test_parse_real_format(line, want):
+    (e,) = nu.parse_numa_maps(line + "\n", page_size_kb=4)
+    assert e.start == int(line.split()[0], 16)
+    for k, v in want.items():
+        got = getattr(e, k)
+        if k in ("pages", "other"):
+            got = dict(got)
+        assert got == v, (k, got, v)
+
+
+BAD = [
+    "zzzz default", "7f00", "7f00 mystery:0", "7f00 bind=loose:0", "7f00 bind:0-x",
+    "7f00 default N0=abc", "7f00 default anon=-1", "7f00 default garbage",
+]
+
+
+@pytest.mark.parametrize("line", BAD)
+def test_parse_malformed_names_line(line):
+    with pytest.raises(ValueError) as ei:
+        nu.parse_numa_maps("7f0000 default\n" + line + "\n")
+    assert repr(line) in str(ei.value)
+
+
+def test_truncated_policy_keeps_complete_chunks():
+    # mpol_to_str cuts the policy at 63 characters, maybe inside a number.
+    nodes = ",".join(str(n) for n in range(0, 80, 2))
+    pol = ("interleave:" + nodes)[:63]
+    (e,) = nu.parse_numa_maps(f"7f00 {pol} N0=1 kernelpagesize_kB=4")
+    assert e.nodes and max(e.nodes) < 80 and 0 in e.nodes
+
+
+def test_entry_helpers_and_json():
+    (e,) = nu.parse_numa_maps("7f00 interleave:0-1 anon=4 dirty=4 N0=2 N1=2 "
+                              "kernelpagesize_kB=2048")
+    assert e.pages_total == 4 and e.bytes_per_node == {0: 4 << 20, 1: 4 << 20}
+    j = e.to_json()
+    assert j["kb"] == {"0": 4096, "1": 4096} and j["start"] == "0x7f00"
+    json.dumps(j)
+
+
+def _synthetic(n):
+    lines = [f"{0x10000 + i * 0x2000:x} default anon=1 dirty=1 N{i % 2}=1 "
+             "kernelpagesize_kB=4" for i in range(n)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 10, 101])
+def test_placement_binary_search(n):
+    text = _synthetic(n)
+    starts = [0x10000 + i * 0x2000 for i in range(n)]
+    for i in range(n):
+        # exactly one VMA; one starting inside; the whole file
+        assert nu._placement_in(text, starts[i], starts[i] + 0x2000, 4) == \
+            {i % 2: 4096}
+        assert nu._placement_in(text, starts[i] + 0x1000, starts[i] + 0x1800, 4) == \
+            {i % 2: 4096}
+    whole = nu._placement_in(text, 0, 1 << 48, 4)
+    assert sum(whole.values()) == n * 4096
+    assert nu._placement_in(text, 1 << 47, 1 << 48, 4) == {i % 2: 4096 for i in [n - 1]}
+
+
+def test_placement_via_simulator_and_fast_render():
+    s = sim("four-node-asym")
+    r = nu.SharedRegion.create("big", 1 << 30, policy="interleave", backend=s)
+    try:
+        t = time.perf_counter()
+        text = s.read_text("/proc/self/numa_maps")
+        assert time.perf_counter() - t < 0.5, "render of a 1 GiB region too slow"
+        want = {n: (1 << 30) // len(r.policy.nodes) for n in r.policy.nodes}
+        assert nu.placement(r.address, r.size, backend=s) == want
+        assert r.placement() == want
+        (e,) = [e for e in nu.parse_numa_maps(text) if e.file]
+        assert e.file.startswith("/SYSV4e55") and e.deleted and e.dirty == 262144
+    finally:
+        r.destroy()
+
+
+def test_placement_bad_pid():
+    with pytest.raises(ValueError):
+        nu.placement(0x1000, 4096, pid="../1", backend=sim("single-node"))
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "numa_utils", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_maps_cli_file(tmp_path):
+    f = tmp_path / "numa_maps"
+    f.write_text("\n".join(line for line, _ in LINES) + "\n")
+    r = _cli("maps", "--file", str(f), "--all")
+    assert r.returncode == 0, r.stderr
+    assert "interleaved 25.0/25.0/25.0/25.0 over nodes 0-3" in r.stdout
+    assert "Per-node memory usage" in r.stdout and "Huge" in r.stdout
+    j = _cli("maps", "--file", str(f), "--json")
+    data = json.loads(j.stdout)
+    assert set(data) == {"vmas", "totals_kb"}
+    assert len(data["vmas"]) == len(LINES)
+    assert data["totals_kb"]["1"] > 0 and "251" in data["totals_kb"]
+
+
+def test_maps_cli_bad_file(tmp_path):
+    f = tmp_path / "numa_maps"
+    f.write_text("7f00 default\nnot a line\n")
+    r = _cli("maps", "--file", str(f))
+    assert r.returncode == 2 and "not a line" in r.stderr
+
+
+@pytest.mark.realkernel
+def test_maps_cli_self_pid():
+    import os
+    if not os.path.exists("/proc/self/numa_maps"):
+        pytest.skip("kernel without NUMA: no numa_maps")
+    r = _cli("maps", str(os.getpid()), "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["vmas"] and data["totals_kb"]
+
+
+def test_verdicts():
+    assert nu._verdict({0: 50, 1: 50}, "interleave") == "interleaved 50.0/50.0 over nodes 0-1"
+    assert nu._verdict({0: 10}) == "all on node 0"
+    assert nu._verdict({}) == "nothing faulted in"
+    assert nu._verdict({0: 75, 2: 25}, "bind") == "split 75.0/25.0 over nodes 0,2"

@@ -1,0 +1,118 @@
+# SPDX-License-Identifier: Apache-2.0
+"""prefault: MADV_POPULATE_WRITE in threads, the write-per-page fallback in C that
+keeps the contents, progress from the calling thread, interruption."""
+
+import errno
+import mmap
+import threading
+
+import pytest
+from conftest import nu, sim
+
+MiB = 1 << 20
+
+
+def test_sim_prefault_places_under_policy_with_threads():
+    s = sim("dual-socket-8gpu")
+    addr = s.map_object("buf", 64 * MiB)
+    assert nu.interleave(addr, 64 * MiB, backend=s)
+    calls = []
+    res = nu.prefault(addr, 64 * MiB, threads=4, backend=s,
+                      progress=lambda d, t: calls.append((d, t, threading.get_ident())))
+    assert res["method"] == "populate_write" and res["threads"] == 4
+    assert res["bytes"] == 64 * MiB
+    assert nu.placement(addr, 64 * MiB, backend=s) == {0: 32 * MiB, 1: 32 * MiB}
+    assert calls and calls[-1][:2] == (64 * MiB, 64 * MiB)
+    assert {c[2] for c in calls} == {threading.get_ident()}
+    assert all(a[0] <= b[0] for a, b in zip(calls, calls[1:]))
+
+
+def test_sim_fallback_without_populate():
+    s = sim("dual-socket-8gpu", populate=False)
+    addr = s.map_object("old", 8 * MiB)
+    nu.bind(addr, [1], 8 * MiB, backend=s)
+    res = nu.prefault(addr, 8 * MiB, threads=2, backend=s)
+    assert res["method"] == "touch"
+    assert nu.placement(addr, 8 * MiB, backend=s) == {1: 8 * MiB}
+
+
+def test_sim_real_errors_propagate():
+    s = sim("single-node")
+    addr = s.map_object("e", MiB)
+    s.fail("madvise", errno.ENOMEM)
+    with pytest.raises(OSError) as ei:
+        nu.prefault(addr, MiB, backend=s)
+    assert ei.value.errno == errno.ENOMEM
+
+
+def test_bad_arguments():
+    s = sim("single-node")
+    with pytest.raises(TypeError):
+        nu.prefault(0x10000, backend=s)
+    with pytest.raises(ValueError):
+        nu.prefault(0x10000, 4096, threads=0, backend=s)
+    assert nu.prefault(0x10000, 0, backend=s)["bytes"] == 0
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, ValueError])
+def test_progress_exception_stops_workers(exc):
+    s = sim("dual-socket-8gpu")
+    addr = s.map_object("stop", 256 * MiB)
+    seen = []
+
+    def progress(done, total):
+        seen.append(done)
+        raise exc("stop")
+    with pytest.raises(exc):
+        nu.prefault(addr, 256 * MiB, threads=4, backend=s, progress=progress)
+    assert not [t for t in threading.enumerate() if t.name.startswith("numa_utils-")]
+    assert len(seen) == 1                            # nothing after the exception
+
+
+@pytest.mark.realkernel
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_real_prefault_anonymous_keeps_data(threads):
+    m = mmap.mmap(-1, 32 * MiB)
+    m[0:5] = b"hello"
+    m[17 * MiB + 3] = 42
+    res = nu.prefault(m, threads=threads)
+    assert res["bytes"] == 32 * MiB and res["method"] in ("populate_write", "touch")
+    assert m[0:5] == b"hello" and m[17 * MiB + 3] == 42
+    assert sum(nu.placement(m).values()) >= 32 * MiB
+    m.close()
+
+
+@pytest.mark.realkernel
+def test_real_touch_fallback_keeps_data_and_faults():
+    m = mmap.mmap(-1, 8 * MiB)
+    m[4096 * 7 + 1] = 7
+    m[-1] = 9
+    addr, size = nu.buffer_range(m)
+    nu._touch_iov(addr + 100, size - 100, 4096)      # unaligned start
+    assert m[4096 * 7 + 1] == 7 and m[-1] == 9
+    assert sum(nu.placement(m).values()) >= 8 * MiB
+    m.close()
+
+
+@pytest.mark.realkernel
+def test_real_fallback_when_populate_is_einval(monkeypatch):
+    b = nu.LinuxBackend("/")
+    real = b.madvise
+
+    def madvise(addr, length, advice):
+        if advice == nu.MADV_POPULATE_WRITE:
+            raise OSError(errno.EINVAL, "old kernel")
+        return real(addr, length, advice)
+    monkeypatch.setattr(b, "madvise", madvise)
+    m = mmap.mmap(-1, 4 * MiB)
+    m[123] = 5
+    res = nu.prefault(m, threads=2, backend=b)
+    assert res["method"] == "touch" and m[123] == 5
+    assert sum(nu.placement(m, backend=b).values()) >= 4 * MiB
+    m.close()
+
+
+def test_not_live_backend_refuses():
+    b = nu.LinuxBackend(str(sim("single-node").root))
+    with pytest.raises(nu.NotLiveError):
+        nu.prefault(0x10000, 4096, backend=b)

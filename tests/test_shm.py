@@ -1,0 +1,395 @@
+# SPDX-License-Identifier: Apache-2.0
+"""SharedRegion: create/attach with every policy across simulated processes, exact
+splits read back through numa_maps, error injection with nothing leaked, trust
+checks, and real SysV/POSIX regions on this machine (attached from a second process).
+"""
+
+import errno
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, nu, sim
+
+MiB = 1 << 20
+
+
+# -- leak accounting --------------------------------------------------------------------
+
+def _ours_real():
+    """Our SysV segments (key prefix) and /dev/shm files on the real machine."""
+    segs = set()
+    try:
+        with open("/proc/sysvipc/shm") as f:
+            for line in f.read().splitlines()[1:]:
+                key = int(line.split()[0]) & 0xFFFFFFFF
+                if key & 0xFFFF0000 == nu.SYSV_KEY_PREFIX or key == 0:
+                    segs.add(int(line.split()[1]))
+    except OSError:
+        pass
+    try:
+        files = {n for n in os.listdir("/dev/shm") if n.startswith(nu.POSIX_PREFIX)}
+    except OSError:
+        files = set()
+    return segs, files
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_real_leaks():
+    """Session-level guard of this module: no SysV segment or /dev/shm file of ours
+    (created by these tests, tagged with this pid) is left behind."""
+    tag = f"t{os.getpid()}"
+    yield
+    left = [n for n in _ours_real()[1] if tag in n]
+    assert not left, f"/dev/shm files leaked: {left}"
+    text = open("/proc/sysvipc/shm").read() if os.path.exists("/proc/sysvipc/shm") else ""
+    keys = {nu._sysv_key(f"{tag}-{k}") for k in REAL_KEYS}
+    leaked = [ln for ln in text.splitlines()[1:]
+              if int(ln.split()[0]) & 0xFFFFFFFF in keys]
+    assert not leaked, f"SysV segments leaked: {leaked}"
+
+
+REAL_KEYS = ("real-sysv", "real-posix", "stale", "intr", "rmid")
+
+
+def _sim_counts(s):
+    return (len(s.read_text("/proc/sysvipc/shm").splitlines()) - 1,
+            len(s.listdir("/dev/shm")), len(s.kernel.objects))
+
+
+# -- simulated: policies and exact splits ----------------------------------------------
+
+@pytest.mark.parametrize("fixture,nodes", [("dual-socket-8gpu", [0, 1]),
+                                           ("four-node-asym", [0, 1, 2, 3])])
+@pytest.mark.parametrize("kind", ["sysv", "posix"])
+def test_interleave_exact_split_seen_by_attachers(fixture, nodes, kind):
+    s = sim(fixture, free_kb={n: 8 << 20 for n in nodes})
+    size = 1 << 30 if kind == "sysv" else 64 * MiB
+    r = nu.SharedRegion.create("kv", size, policy="interleave", kind=kind, backend=s)
+    try:
+        assert r.policy and r.policy.nodes == frozenset(nodes)
+        want = {n: size // len(nodes) for n in nodes}
+        assert r.placement() == want
+        for _ in range(2):                       # two more processes
+            p = s.process()
+            a = nu.SharedRegion.attach("kv", kind=kind, prefault=True, backend=p)
+            assert a.policy.mode == "interleave" and a.policy.nodes == frozenset(nodes)
+            assert a.placement() == want
+            (e,) = [e for e in nu.parse_numa_maps(p.read_text("/proc/self/numa_maps"))
+                    if e.file]
+            assert e.mode == "interleave" and e.mapmax >= 2 and e.dirty == size // 4096
+            a.close()
+    finally:
+        r.destroy()
+    assert _sim_counts(s) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("policy,nodes,want", [
+    ("bind", [1], {1: 16 * MiB}),
+    ("prefer", [1], {1: 16 * MiB}),
+    ("local", None, {0: 16 * MiB}),
+    ("default", None, {0: 16 * MiB}),
+    ("interleave", [0, 1], {0: 8 * MiB, 1: 8 * MiB}),
+])
+def test_every_policy(policy, nodes, want):
+    s = sim("dual-socket-8gpu")
+    with nu.SharedRegion.create("p", 16 * MiB, policy=policy, nodes=nodes,
+                                backend=s) as r:
+        assert r.policy
+        assert r.placement() == want
+        p = s.process(cpus_allowed=[100])       # a CPU on node 1
+        with nu.SharedRegion.attach("p", prefault=True, backend=p) as a:
+            assert a.placement() == want       # pages are where the creator put them
+    assert _sim_counts(s) == (0, 0, 0)
+
+
+def test_policy_default_from_envs(monkeypatch):
+    s = sim("dual-socket-8gpu")
+    monkeypatch.setenv("NUMA_UTILS_ENABLE_NUMA_INTERLEAVE", "1")
+    envs = nu._load_envs()
+    if envs is None:
+        pytest.skip("envs.py not beside numa_utils.py")
+    with nu.SharedRegion.create("env", 8 * MiB, backend=s) as r:
+        assert r.policy.mode == "interleave"
+        assert r.placement() == {0: 4 * MiB, 1: 4 * MiB}
+    monkeypatch.delenv("NUMA_UTILS_ENABLE_NUMA_INTERLEAVE")
+    with nu.SharedRegion.create("env", 8 * MiB, backend=s) as r:
+        assert r.policy.mode == "default"
+
+
+def test_attach_does_not_reset_shared_policy():
+    s = sim("dual-socket-8gpu")
+    with nu.SharedRegion.create("keep", 8 * MiB, policy="bind", nodes=[1],
+                                prefault=False, backend=s):
+        p = s.process()
+        a = nu.SharedRegion.attach("keep", policy="default", prefault=True, backend=p)
+        assert a.policy.mode == "bind" and a.placement() == {1: 8 * MiB}
+        a.close()
+
+
+def test_hugetlb_every_attacher_applies_policy():
+    # hugetlbfs has no shared policy: an attacher that does not mbind its own
+    # mapping faults pages under first-touch.
+    s = sim("dual-socket-8gpu")
+    with nu.SharedRegion.create("huge", 5 * MiB, policy="interleave", hugepages=True,
+                                prefault=False, backend=s) as r:
+        assert r.page_size == 2 * MiB and r.size == 6 * MiB
+        p = s.process()
+        with nu.SharedRegion.attach("huge", policy="interleave", hugepages=True,
+                                    prefault=True, backend=p) as a:
+            assert a.placement() == {0: 2 * MiB, 1: 4 * MiB} or \
+                a.placement() == {0: 4 * MiB, 1: 2 * MiB}
+            text = p.read_text("/proc/self/numa_maps")
+            (e,) = [e for e in nu.parse_numa_maps(text) if e.file]
+            assert e.huge and e.page_size_kb == 2048 and e.mode == "interleave"
+        q = s.process(cpus_allowed=[0])
+        with nu.SharedRegion.attach("huge", backend=q) as a2:
+            assert a2.policy.mode == "default"  # per-VMA: not visible to others
+
+
+def test_sizes_round_to_pages():
+    s = sim("single-node")
+    with nu.SharedRegion.create("r", 5000, backend=s) as r:
+        assert r.size == 8192
+        assert "SharedRegion(sysv" in repr(r) and "owner" in repr(r)
+    assert "closed" in repr(r)
+
+
+# -- simulated: failures leak nothing -------------------------------------------------
+
+@pytest.mark.parametrize("kind,step", [
+    ("sysv", "shmget"), ("sysv", "shmat"), ("sysv", "madvise"),
+    ("posix", "shm_open"), ("posix", "ftruncate"), ("posix", "mmap"),
+    ("posix", "madvise"),
+])
+def test_failure_at_each_step_leaks_nothing(kind, step):
+    s = sim("dual-socket-8gpu")
+    before = _sim_counts(s)
+    s.fail(step, errno.ENOMEM)
+    with pytest.raises(OSError) as ei:
+        nu.SharedRegion.create("f", 8 * MiB, policy="interleave", kind=kind, backend=s)
+    assert ei.value.errno == errno.ENOMEM
+    assert _sim_counts(s) == before
+    s.clear_failures()
+    with nu.SharedRegion.create("f", 8 * MiB, kind=kind, backend=s):
+        pass
+    assert _sim_counts(s) == before
+
+
+@pytest.mark.parametrize("kind", ["sysv", "posix"])
+def test_policy_denied(kind):
+    s = sim("dual-socket-8gpu")
+    s.fail("mbind", errno.EPERM)
+    with pytest.raises(PermissionError):
+        nu.SharedRegion.create("d", 8 * MiB, policy="interleave", strict=True,
+                               kind=kind, backend=s)
+    assert _sim_counts(s) == (0, 0, 0)
+    # Not strict: the region exists, under first-touch, and says why.
+    with nu.SharedRegion.create("d", 8 * MiB, policy="interleave", kind=kind,
+                                backend=s) as r:
+        assert not r.policy and r.policy.reason == "EPERM" and "CAP_SYS_NICE" in r.policy.hint
+        assert r.placement() == {0: 8 * MiB}
+    assert _sim_counts(s) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, RuntimeError])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_prefault_interrupted_leaks_nothing(exc, threads):
+    s = sim("dual-socket-8gpu")
+
+    def progress(done, total):
+        if done:
+            raise exc("stop")
+    with pytest.raises(exc):
+        nu.SharedRegion.create("i", 256 * MiB, policy="interleave", threads=threads,
+                               progress=progress, backend=s)
+    assert _sim_counts(s) == (0, 0, 0)
+    assert sum(s.kernel.free_pages.values()) == sum(
+        sim("dual-socket-8gpu").kernel.free_pages.values())
+
+
+def test_create_existing_and_attach_missing():
+    s = sim("single-node")
+    with nu.SharedRegion.create("x", MiB, backend=s):
+        with pytest.raises(FileExistsError, match="cleanup"):
+            nu.SharedRegion.create("x", MiB, backend=s)
+        with pytest.raises(ValueError, match="fewer"):
+            nu.SharedRegion.attach("x", 2 * MiB, backend=s.process())
+    with pytest.raises(FileNotFoundError):
+        nu.SharedRegion.attach("x", backend=s)
+    with pytest.raises(FileNotFoundError):
+        nu.SharedRegion.attach("x", kind="posix", backend=s)
+    assert _sim_counts(s) == (0, 0, 0)
+
+
+# -- simulated: trust checks -----------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["sysv", "posix"])
+def test_attach_refuses_other_owner_and_writable_mode(kind):
+    s = sim("single-node", uid=1000)
+    with nu.SharedRegion.create("t", MiB, kind=kind, backend=s):
+        other = s.process(uid=1001)
+        with pytest.raises(PermissionError):       # 0600: the kernel says no
+            nu.SharedRegion.attach("t", kind=kind, backend=other)
+        root = s.process(uid=0)
+        with pytest.raises(PermissionError, match="uid 1000"):
+            nu.SharedRegion.attach("t", kind=kind, backend=root)
+        with nu.SharedRegion.attach("t", kind=kind, trust=True, backend=root) as a:
+            assert a.size == MiB
+    with nu.SharedRegion.create("w", MiB, kind=kind, mode=0o666, backend=s):
+        with pytest.raises(PermissionError, match="666"):
+            nu.SharedRegion.attach("w", kind=kind, backend=s.process())
+        with nu.SharedRegion.attach("w", kind=kind, trust=True, backend=s.process()):
+            pass
+    assert _sim_counts(s) == (0, 0, 0)
+
+
+def test_created_0600_by_default():
+    s = sim("single-node")
+    with nu.SharedRegion.create("m", MiB, backend=s) as r:
+        assert s.shm_stat(r.shmid).mode & 0o777 == 0o600
+    with nu.SharedRegion.create("m", MiB, kind="posix", backend=s) as r:
+        fd = s.shm_open(r.name, os.O_RDONLY, 0)
+        assert s.fstat(fd).mode & 0o777 == 0o600
+        s.close(fd)
+
+
+def test_remove_after_attach():
+    s = sim("single-node")
+    r = nu.SharedRegion.create("rm", MiB, backend=s)
+    a = nu.SharedRegion.attach("rm", remove=True, backend=s.process())
+    assert _sim_counts(s)[0] == 1                 # still there, key freed
+    with pytest.raises(FileNotFoundError):
+        nu.SharedRegion.attach("rm", backend=s.process())
+    r.close()
+    a.close()                                     # last detach: gone
+    assert _sim_counts(s) == (0, 0, 0)
+
+
+def test_sysvipc_rendering_parses():
+    s = sim("single-node")
+    with nu.SharedRegion.create("v", MiB, backend=s) as r:
+        (row,) = nu._sysvipc_rows(s.read_text("/proc/sysvipc/shm"))
+        assert row.id == r.shmid and row.key == r.ipc_key and row.size == MiB
+        assert row.nattch == 1 and row.mode == 0o600
+
+
+def test_cleanup_lists_ours_only():
+    s = sim("single-node")
+    mine = nu.SharedRegion.create("stale", MiB, backend=s)
+    mine.close()                                   # crashed owner: stale
+    busy = nu.SharedRegion.create("busy", MiB, backend=s)
+    other = s.process(uid=1001)
+    foreign = other.shmget(nu._sysv_key("x"), MiB, nu.IPC_CREAT | 0o600)
+    plain = s.shmget(0x1234, MiB, nu.IPC_CREAT | 0o600)
+    rows = nu._our_segments(s)
+    assert {r["shmid"] for r in rows} == {mine.shmid, busy.shmid}
+    assert [r["stale"] for r in rows if r["shmid"] == mine.shmid] == [True]
+    busy.destroy()
+    other.shm_rmid(foreign)
+    s.shm_rmid(plain)
+    s.shm_rmid(mine.shmid)
+
+
+# -- the real kernel ------------------------------------------------------------------
+
+def _real_ok():
+    if not os.path.isdir("/dev/shm") or not os.path.exists("/proc/sysvipc/shm"):
+        pytest.skip("no /dev/shm or SysV IPC here")
+
+
+_ATTACH = """
+import sys
+sys.path.insert(0, {repo!r})
+import numa_utils as nu
+r = nu.SharedRegion.attach({key!r}, kind={kind!r}, prefault=True)
+assert r.buffer()[0] == b"Z", r.buffer()[0]
+print(sorted(r.placement().items()))
+r.close()
+"""
+
+
+@pytest.mark.realkernel
+@pytest.mark.xdist_group("realshm")
+@pytest.mark.parametrize("kind", ["sysv", "posix"])
+def test_real_create_attach_placement_destroy(kind):
+    _real_ok()
+    key = f"t{os.getpid()}-real-{kind}"
+    size = 32 * MiB
+    with nu.SharedRegion.create(key, size, policy="interleave", kind=kind) as r:
+        assert r.prefaulted and r.prefaulted["bytes"] == size
+        r.buffer()[0] = b"Z"
+        where = r.placement()
+        assert sum(where.values()) == size
+        mems = nu.read_topology().nodes_with_memory
+        if len(mems) == 1:
+            assert where == {min(mems): size}
+        out = subprocess.run([sys.executable, "-c", _ATTACH.format(
+            repo=str(REPO), key=key, kind=kind)], capture_output=True, text=True,
+            timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert eval(out.stdout) == sorted(where.items())
+        if kind == "sysv":
+            assert nu.default_backend().shm_stat(r.shmid).mode & 0o777 == 0o600
+            # IPC_STAT through ctypes agrees with the kernel's text table
+            st = nu.default_backend().shm_stat(r.shmid)
+            row = nu._sysvipc_stat(open("/proc/sysvipc/shm").read(), r.shmid)
+            assert (st.key, st.uid, st.mode, st.size, st.nattch) == \
+                (row.key, row.uid, row.mode, row.size, row.nattch)
+        else:
+            assert os.stat(f"/dev/shm/{r.name}").st_mode & 0o777 == 0o600
+    assert r.closed
+
+
+@pytest.mark.realkernel
+@pytest.mark.xdist_group("realshm")
+def test_real_prefault_interrupt_leaks_nothing():
+    _real_ok()
+    key = f"t{os.getpid()}-intr"
+
+    def progress(done, total):
+        raise KeyboardInterrupt
+    for kind in ("sysv", "posix"):
+        with pytest.raises(KeyboardInterrupt):
+            nu.SharedRegion.create(key, 64 * MiB, kind=kind, threads=2,
+                                   progress=progress)
+    # Other tests (and other sessions) may create segments meanwhile: look for ours.
+    assert nu.POSIX_PREFIX + key not in _ours_real()[1]
+    keys = [int(ln.split()[0]) & 0xFFFFFFFF
+            for ln in open("/proc/sysvipc/shm").read().splitlines()[1:]]
+    assert nu._sysv_key(key) not in keys
+
+
+@pytest.mark.realkernel
+@pytest.mark.xdist_group("realshm")
+def test_real_cleanup_cli_removes_only_stale_ours():
+    _real_ok()
+    key = f"t{os.getpid()}-stale"
+    r = nu.SharedRegion.create(key, MiB, prefault=False)
+    r.close()                                      # owner "crashed"
+    def cli(*a):
+        return subprocess.run([sys.executable, "-m", "numa_utils", "cleanup", *a],
+                              cwd=REPO, capture_output=True, text=True, timeout=60)
+    dry = cli()
+    assert dry.returncode == 0 and f"0x{r.ipc_key:08x}" in dry.stdout
+    assert "would remove" in dry.stdout
+    assert str(r.shmid) in open("/proc/sysvipc/shm").read()
+    out = cli("--remove", "--json")
+    import json
+    rows = [x for x in json.loads(out.stdout)["regions"] if x.get("shmid") == r.shmid]
+    assert rows and rows[0]["action"] == "removed"
+    with pytest.raises(FileNotFoundError):
+        nu.SharedRegion.attach(key)
+
+
+@pytest.mark.realkernel
+@pytest.mark.xdist_group("realshm")
+def test_real_region_cli_progress():
+    _real_ok()
+    out = subprocess.run([sys.executable, "-m", "numa_utils", "region",
+                          f"t{os.getpid()}-rmid", "16M", "--threads", "2"], cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "prefault [" in out.stderr and "100%" in out.stderr
+    assert "all on node" in out.stdout or "over nodes" in out.stdout
