@@ -3243,6 +3243,60 @@ def _maps_totals(entries: Sequence[NumaMapsEntry]) -> Tuple[Dict[int, int],
     return totals, cats
 
 
+def _scan_totals(text: str, default_kb: int, min_kb: int
+                 ) -> Tuple[Dict[int, int], Dict[str, Dict[int, int]], List[str], int]:
+    """The text report's fast path: per-node totals and numastat categories from the
+    node counters alone, and the lines of VMAs with at least ``min_kb`` resident
+    (the only ones parsed in full).  Returns (totals, categories, big lines, VMAs)."""
+    totals: Dict[int, int] = {}
+    cats: Dict[str, Dict[int, int]] = {c: {} for c in ("Huge", "Heap", "Stack",
+                                                      "Private")}
+    big: List[str] = []
+    count = 0
+    for line in text.splitlines():
+        if not line:
+            continue
+        count += 1
+        sp = line.find(" ")
+        try:
+            int(line[:sp], 16)
+            if sp <= 0:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"invalid numa_maps line: {line!r}") from None
+        i = line.find(" N")
+        if i < 0:                       # nothing faulted in
+            if min_kb <= 0:
+                big.append(line)
+            continue
+        head = line[:i]
+        kb = default_kb
+        pages: List[Tuple[int, int]] = []
+        resident = 0
+        try:
+            for tok in line[i + 1:].split(" "):
+                if tok[:1] == "N":
+                    node_s, eq, count_s = tok[1:].partition("=")
+                    if not eq:
+                        raise ValueError
+                    pages.append((int(node_s), int(count_s)))
+                    resident += int(count_s)
+                elif tok.startswith("kernelpagesize_kB="):
+                    kb = int(tok[18:])
+                elif tok:
+                    raise ValueError
+        except ValueError:
+            raise ValueError(f"invalid numa_maps line: {line!r}") from None
+        cat = cats["Huge" if " huge" in head else "Heap" if " heap" in head else
+                   "Stack" if " stack" in head else "Private"]
+        for n, c in pages:
+            totals[n] = totals.get(n, 0) + c * kb
+            cat[n] = cat.get(n, 0) + c * kb
+        if resident * kb >= min_kb:
+            big.append(line)
+    return totals, cats, big, count
+
+
 def _cmd_maps(args: argparse.Namespace) -> int:
     if args.file is not None:
         with open(args.file, "rb") as f:
@@ -3254,6 +3308,14 @@ def _cmd_maps(args: argparse.Namespace) -> int:
         what = f"pid {args.pid}"
     else:
         raise ValueError("give a PID or --file PATH")
+    if not args.json and not args.all:
+        # Most VMAs of a big process are small: sum their counters without building
+        # an entry for each, and parse in full only the lines that will be shown.
+        min_bytes = _parse_size(args.min_size)
+        totals, cats, lines, nvmas = _scan_totals(text, args.page_kb or _system_page_kb(),
+                                                  max(min_bytes // 1024, 1))
+        return _print_maps(parse_numa_maps("\n".join(lines), page_size_kb=args.page_kb),
+                           totals, cats, what, nvmas, min_bytes, False)
     entries = parse_numa_maps(text, page_size_kb=args.page_kb or 0)
     totals, cats = _maps_totals(entries)
     if args.json:
@@ -3265,12 +3327,17 @@ def _cmd_maps(args: argparse.Namespace) -> int:
         _print_json({"vmas": vmas,
                      "totals_kb": {str(n): kb for n, kb in sorted(totals.items())}})
         return 0
-    min_bytes = 0 if args.all else _parse_size(args.min_size)
+    return _print_maps(entries, totals, cats, what, len(entries), 0, True)
+
+
+def _print_maps(entries: Sequence[NumaMapsEntry], totals: Dict[int, int],
+                cats: Dict[str, Dict[int, int]], what: str, nvmas: int, min_bytes: int,
+                show_all: bool) -> int:
     out: List[str] = []
     shown = [e for e in entries
-             if args.all or e.pages_total * e.page_size_kb * 1024 >= max(min_bytes, 1)]
-    out.append(f"numa_maps of {what}: {len(entries)} VMAs; "
-               + ("all shown" if args.all else
+             if show_all or e.pages_total * e.page_size_kb * 1024 >= max(min_bytes, 1)]
+    out.append(f"numa_maps of {what}: {nvmas} VMAs; "
+               + ("all shown" if show_all else
                   f"{len(shown)} with >= {_fmt_kb(min_bytes // 1024)} resident shown "
                   "(--all for every VMA)"))
     if shown:
@@ -6505,21 +6572,21 @@ def _load_envs() -> Any:
         if not os.path.exists(path):
             continue
         name = "_numa_utils_envs_" + re.sub(r"\W", "_", path)
-        mod = sys.modules.get(name)
-        if mod is not None:
-            return mod
+        cached = sys.modules.get(name)
+        if cached is not None:
+            return cached
         try:
             spec = importlib.util.spec_from_file_location(name, path)
             if spec is None or spec.loader is None:
                 continue
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules[name] = mod
-            spec.loader.exec_module(mod)
+            loaded = importlib.util.module_from_spec(spec)
+            sys.modules[name] = loaded
+            spec.loader.exec_module(loaded)
         except Exception:   # a broken envs.py must not break the engine
             sys.modules.pop(name, None)
             continue
-        if getattr(mod, "NUMA_UTILS_ENVS_API", None) == 1:
-            return mod
+        if getattr(loaded, "NUMA_UTILS_ENVS_API", None) == 1:
+            return loaded
     return None
 
 

@@ -1,10 +1,10 @@
 """Shared test setup.  The suite reaches the module under test through ONE line:"""
-import numa_utils as nu  # noqa: F401  <- point the whole suite at another copy here
-
 import os
 import pathlib
 
 import pytest
+
+import numa_utils as nu  # noqa: F401  <- point the whole suite at another copy here
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 FIXTURES_DIR = REPO / "fake_sysfs"

@@ -194,3 +194,35 @@ def test_verdicts():
     assert nu._verdict({0: 10}) == "all on node 0"
     assert nu._verdict({}) == "nothing faulted in"
     assert nu._verdict({0: 75, 2: 25}, "bind") == "split 75.0/25.0 over nodes 0,2"
+
+
+def test_maps_text_fast_path_agrees_with_full_parse(tmp_path, capsys):
+    """The default text report sums counters without full entries; --all parses
+    every line: both must print the same per-node table."""
+    lines = []
+    a = 0x7F0000000000
+    kinds = ["", " heap", " stack", " file=/lib/x\\040y.so", " huge anon=1"]
+    for i in range(500):
+        k = kinds[i % len(kinds)]
+        if i % 3:
+            kb = 2048 if "huge" in k else 4
+            lines.append(f"{a:x} default{k} dirty={i} N0={i} N{1 + i % 2 * 2}=2 "
+                         f"kernelpagesize_kB={kb}")
+        else:
+            lines.append(f"{a:x} bind:0{k}")
+        a += 1 << 21
+    lines.append(f"{a:x} interleave:0,3 anon=4096 dirty=4096 N0=2048 N3=2048 "
+                 "kernelpagesize_kB=4")
+    f = tmp_path / "numa_maps"
+    f.write_text("\n".join(lines) + "\n")
+
+    def table(*extra):
+        assert nu.main(["maps", "--file", str(f), *extra]) == 0
+        out = capsys.readouterr().out
+        return out[out.index("Per-node memory usage"):]
+    fast, full = table(), table("--all")
+    assert fast.replace(str(f), "F") == full.replace(str(f), "F")
+    assert nu.main(["maps", "--file", str(f), "--min-size", "8M"]) == 0
+    out = capsys.readouterr().out
+    assert "interleaved 50.0/50.0 over nodes 0,3" in out
+    assert "501 VMAs" in out

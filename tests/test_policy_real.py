@@ -4,10 +4,9 @@ import errno
 import mmap
 import platform
 
+import kernel_checks as kc
 import pytest
 from conftest import live_kernel_has_policy_syscalls, nu
-
-import kernel_checks as kc
 
 pytestmark = [
     pytest.mark.realkernel,

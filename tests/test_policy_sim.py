@@ -324,7 +324,7 @@ def test_mode_flags_and_numa_maps_text(region):
         (dict(mode="bind", nodes=[2], mode_flags=F.NUMA_BALANCING), "bind=balancing:2"),
         (dict(mode="preferred_many", nodes=[0, 2]), "prefer (many):0,2"),
     ]
-    for i, (kw, text) in enumerate(cases):
+    for i, (kw, _text) in enumerate(cases):
         assert nu.apply_policy(r.addr + i * MiB, MiB, backend=b, **kw)
     maps = b.read_text("/proc/self/numa_maps")
     for _, text in cases:

@@ -157,6 +157,7 @@ def test_synthetic_fixtures_are_what_the_generator_writes():
     """Fixtures are generated, never hand-edited: the generator's --check agrees."""
     import subprocess
     import sys
+
     from conftest import REPO
     p = subprocess.run([sys.executable, str(REPO / "tools" / "make_fixtures.py"), "--check"],
                        capture_output=True, text=True, timeout=120, cwd=str(REPO))
