@@ -3407,10 +3407,13 @@ _MAP_HUGETLB = 0x40000            # x86, arm, ppc, s390, riscv alike
 _MAP_FAILED = (1 << (ctypes.sizeof(ctypes.c_void_p) * 8)) - 1
 _IOV_MAX = 1024
 
-# Keys of our SysV segments: "NU" (0x4e55) in the top 16 bits, a CRC of the region's
-# name below.  POSIX regions are /dev/shm/numa_utils-<name>.  `numa_utils cleanup`
-# recognises ours by these, and only removes those owned by the calling user.
-SYSV_KEY_PREFIX = 0x4E550000
+# Keys of our SysV segments: "N" (0x4e) in the top 8 bits, 24 bits of a CRC of the
+# region's name below (16 bits would make two of a few hundred names collide: an
+# attacher could then map another region's data).  An int key is used as given.
+# POSIX regions are /dev/shm/numa_utils-<name>.  `numa_utils cleanup` recognises ours
+# by these, and only removes those owned (and created) by the calling user.
+SYSV_KEY_PREFIX = 0x4E000000
+SYSV_KEY_MASK = 0xFF000000
 POSIX_PREFIX = "numa_utils-"
 
 # struct shmid_ds as glibc lays it out on 64-bit little-endian ABIs with the
@@ -3505,7 +3508,7 @@ def _sysv_key(key: Union[int, str]) -> int:
     if not key:
         raise ValueError("empty key")
     import zlib
-    return SYSV_KEY_PREFIX | (zlib.crc32(key.encode("utf-8")) & 0xFFFF)
+    return SYSV_KEY_PREFIX | (zlib.crc32(key.encode("utf-8")) & ~SYSV_KEY_MASK & 0xFFFFFFFF)
 
 
 def _posix_name(key: Union[int, str]) -> str:
@@ -4090,20 +4093,27 @@ def _region_readback(b: Backend, addr: int, size: int) -> PolicyResult:
 
 # -- CLI: cleanup and region -----------------------------------------------------------
 
-def _our_segments(b: Backend) -> List[Dict[str, Any]]:
-    """Our regions on this machine: SysV keys 0x4e55xxxx and /dev/shm/numa_utils-*
-    files, owned (and for SysV also created) by this user.  Others' never appear."""
+def _our_segments(b: Backend, keys: Optional[Sequence[str]] = None
+                  ) -> List[Dict[str, Any]]:
+    """Our regions on this machine: SysV keys 0x4exxxxxx and /dev/shm/numa_utils-*
+    files, owned (and for SysV also created) by this user.  Others' never appear.
+    ``keys``: only the regions of these names."""
     euid = b.geteuid()
+    want_sysv = None if keys is None else {_sysv_key(k) for k in keys}
+    want_posix = None if keys is None else {_posix_name(k) for k in keys}
     out: List[Dict[str, Any]] = []
     text = b.read_optional("/proc/sysvipc/shm") or ""
     for st in _sysvipc_rows(text):
-        if st.key & 0xFFFF0000 != SYSV_KEY_PREFIX or st.uid != euid or st.cuid != euid:
+        if st.key & SYSV_KEY_MASK != SYSV_KEY_PREFIX or st.uid != euid or st.cuid != euid:
+            continue
+        if want_sysv is not None and st.key not in want_sysv:
             continue
         out.append({"kind": "sysv", "key": f"0x{st.key:08x}", "shmid": st.id,
                     "size": st.size, "mode": f"{st.mode & 0o777:03o}",
                     "attached": st.nattch, "stale": st.nattch == 0})
     try:
-        names = sorted(n for n in b.listdir("/dev/shm") if n.startswith(POSIX_PREFIX))
+        names = sorted(n for n in b.listdir("/dev/shm") if n.startswith(POSIX_PREFIX)
+                       and (want_posix is None or n in want_posix))
     except OSError:
         names = []
     users = _dev_shm_users(b, names) if names else {}
@@ -4151,7 +4161,7 @@ def _dev_shm_users(b: Backend, names: Sequence[str]) -> Dict[str, int]:
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:
     b = _backend_from_args(args)
-    rows = _our_segments(b)
+    rows = _our_segments(b, args.key)
     for r in rows:
         r["action"] = "keep (in use)" if not r["stale"] else \
             ("removed" if args.remove else "would remove")
@@ -4166,7 +4176,7 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"regions": rows, "removed": bool(args.remove)})
         return 0
-    out = ["Our regions: SysV keys 0x4e55xxxx and /dev/shm/numa_utils-* owned by uid "
+    out = ["Our regions: SysV keys 0x4exxxxxx and /dev/shm/numa_utils-* owned by uid "
            f"{b.geteuid()}; others' segments are never listed or touched."]
     if not rows:
         out.append("  none")
@@ -4246,11 +4256,13 @@ def _cli_cleanup(sub: Any) -> None:
                             "regions; never other programs' or users'")
     p.add_argument("--remove", action="store_true",
                    help="remove the stale ones (default: dry run, list only)")
+    p.add_argument("--key", action="append", default=None, metavar="NAME",
+                   help="only the region(s) of this name (repeatable)")
     p.set_defaults(func=_cmd_cleanup)
     p = sub.add_parser("region", parents=[sub.common],
                        help="create a shared region with a policy, prefault it with a "
                             "progress bar, report placement, then destroy it (or --keep)")
-    p.add_argument("key", help="region name (SysV key 0x4e55xxxx / /dev/shm/numa_utils-KEY)")
+    p.add_argument("key", help="region name (SysV key 0x4exxxxxx / /dev/shm/numa_utils-KEY)")
     p.add_argument("size", help="size: 4G, 512M, bytes")
     p.add_argument("--policy", choices=sorted(_POLICY_WORDS), default=None)
     p.add_argument("--nodes", default=None, metavar="LIST", help="node list, e.g. 0-1")

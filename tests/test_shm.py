@@ -24,7 +24,7 @@ def _ours_real():
         with open("/proc/sysvipc/shm") as f:
             for line in f.read().splitlines()[1:]:
                 key = int(line.split()[0]) & 0xFFFFFFFF
-                if key & 0xFFFF0000 == nu.SYSV_KEY_PREFIX or key == 0:
+                if key & nu.SYSV_KEY_MASK == nu.SYSV_KEY_PREFIX or key == 0:
                     segs.add(int(line.split()[1]))
     except OSError:
         pass
@@ -375,8 +375,10 @@ def test_real_cleanup_cli_removes_only_stale_ours():
     assert dry.returncode == 0 and f"0x{r.ipc_key:08x}" in dry.stdout
     assert "would remove" in dry.stdout
     assert str(r.shmid) in open("/proc/sysvipc/shm").read()
-    out = cli("--remove", "--json")
+    # --key: only this test's region (other tests run at the same time)
     import json
+    out = cli("--remove", "--json", "--key", key)
+    assert {x.get("shmid") for x in json.loads(out.stdout)["regions"]} <= {r.shmid, None}
     rows = [x for x in json.loads(out.stdout)["regions"] if x.get("shmid") == r.shmid]
     assert rows and rows[0]["action"] == "removed"
     with pytest.raises(FileNotFoundError):
@@ -393,3 +395,12 @@ def test_real_region_cli_progress():
     assert out.returncode == 0, out.stderr
     assert "prefault [" in out.stderr and "100%" in out.stderr
     assert "all on node" in out.stdout or "over nodes" in out.stdout
+
+
+def test_sysv_keys_from_names_rarely_collide():
+    """24 bits of name hash: 2,000 region names give no collision (16 bits would
+    give ~30); an int key is used as given."""
+    keys = {nu._sysv_key(f"kvcache-{i}") for i in range(2000)}
+    assert len(keys) == 2000
+    assert all(k & nu.SYSV_KEY_MASK == nu.SYSV_KEY_PREFIX for k in keys)
+    assert nu._sysv_key(0x1234) == 0x1234
