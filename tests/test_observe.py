@@ -107,13 +107,21 @@ def test_counters_missing_and_malformed_files_do_not_crash():
     assert any("node1/meminfo" in p for p in snap.problems)
 
 
-def test_memoryless_fixture_keeps_good_numastat_lines():
-    # The generator wrote "local_node -17" for a node without memory: one bad line
-    # must not hide the other counters.
-    snap = nu.counters(backend=tree("memoryless-cpu-node"))
+def test_bad_numastat_line_keeps_the_good_ones(tmp_path):
+    # A negative counter (seen in a generated tree once) is one bad line: it must
+    # not hide the other counters, and status reports it.
+    import shutil
+    root = tmp_path / "root"
+    shutil.copytree(fixture_root("memoryless-cpu-node"), root, symlinks=True)
+    (root / "sys/devices/system/node/node0/numastat").write_text(
+        "numa_hit 0\nnuma_miss 17\nnuma_foreign 8\ninterleave_hit 1100\n"
+        "local_node -17\nother_node 17\n")
+    b = nu.LinuxBackend(str(root))
+    snap = nu.counters(backend=b)
     assert snap[0].numa_miss == 17 and "local_node" not in snap[0].numastat
     assert snap.problems
-    assert "could not read: invalid numastat line" in _warnings(tree("memoryless-cpu-node"))
+    assert "could not read: invalid numastat line" in _warnings(b)
+    assert not nu.counters(backend=tree("memoryless-cpu-node")).problems
 
 
 def _nc(node, stat, mem):

@@ -744,6 +744,9 @@ def old_node_meminfo(n, total, free):
 
 
 def numastat(n, total):
+    if not total:           # a node without memory allocates nothing itself
+        return ("numa_hit 0\nnuma_miss 0\nnuma_foreign 0\ninterleave_hit 0\n"
+                "local_node 0\nother_node 0\n")
     base_hits = (total // 4096) * 37 + n * 1009
     other = n * 311 + 17
     return ("numa_hit %d\nnuma_miss %d\nnuma_foreign %d\ninterleave_hit %d\n"
