@@ -25,7 +25,6 @@ the running system or a saved tree, ``SimulatedBackend`` for a model of the kern
 
 from __future__ import annotations
 
-import ctypes
 import enum
 import errno
 import os
@@ -44,7 +43,6 @@ from typing import (
     Iterator,
     List,
     Mapping,
-    NamedTuple,
     Optional,
     Sequence,
     Set,
@@ -53,6 +51,43 @@ from typing import (
 )
 
 __version__ = "0.1.0"
+
+# Importing this file must stay cheap (engines import it on every worker start):
+# ctypes is imported on first use, and records are namedtuples built without
+# typing.NamedTuple's per-field type checks.  Type checkers see the usual forms.
+if TYPE_CHECKING:
+    import ctypes
+    from typing import NamedTuple as _Record
+else:
+    import collections
+
+    class _LazyCtypes:
+        """Stands in for the ctypes module until first use, then replaces itself."""
+
+        def __getattr__(self, name):
+            import ctypes as real
+            globals()["ctypes"] = real
+            return getattr(real, name)
+
+    ctypes = _LazyCtypes()
+
+    class _RecordMeta(type):
+        """``class X(_Record): a: int; b: str = ""`` -> an immutable namedtuple
+        subclass with those fields, defaults, methods and docstring (what
+        typing.NamedTuple gives, at a third of the import cost)."""
+
+        def __new__(mcls, name, bases, ns):
+            if not bases:
+                return super().__new__(mcls, name, bases, ns)
+            fields = list(ns.get("__annotations__", {}))
+            defaults = [ns.pop(f) for f in fields if f in ns]
+            base = collections.namedtuple(name, fields, defaults=defaults,
+                                          module=ns.get("__module__"))
+            ns["__slots__"] = ()
+            return type(name, (base,), ns)
+
+    class _Record(metaclass=_RecordMeta):
+        pass
 
 __all__ = [
     # parsers (pure, no I/O)
@@ -289,7 +324,7 @@ _BIG_ENDIAN = frozenset({"ppc64", "s390x"})
 _DEFAULT_PAGE = MappingProxyType({"ppc64": 65536, "ppc64le": 65536})
 
 
-class Abi(NamedTuple):
+class Abi(_Record):
     """The ABI a syscall is made in: table name, word size and byte order."""
 
     name: str                      # key of SYSCALL_TABLES, or the unknown machine name
@@ -574,7 +609,7 @@ class LinuxBackend(Backend):
     def shmat(self, shmid: int, flags: int = 0) -> int:
         libc = _get_shm_libc()
         res = self._libc_call("shmat", libc.shmat, shmid, None, flags)
-        if res is None or res == _MAP_FAILED:
+        if res is None or res == _map_failed():
             raise _oserror(ctypes.get_errno() or errno.EIO, "shmat")
         return int(res)
 
@@ -633,7 +668,7 @@ class LinuxBackend(Backend):
         flags = _MAP_SHARED | (_MAP_HUGETLB if huge else 0)
         res = self._libc_call("mmap", libc.mmap, None, length, _PROT_READ | _PROT_WRITE,
                               flags, fd, 0)
-        if res is None or res == _MAP_FAILED:
+        if res is None or res == _map_failed():
             raise _oserror(ctypes.get_errno() or errno.EIO, "mmap")
         return int(res)
 
@@ -680,13 +715,13 @@ GPU_VENDORS: Mapping[int, str] = MappingProxyType({
 _GPU_CLASSES = (0x03, 0x12)
 
 
-class HugePages(NamedTuple):
+class HugePages(_Record):
     total: int
     free: int
     surplus: int = 0
 
 
-class Node(NamedTuple):
+class Node(_Record):
     id: int
     cpus: FrozenSet[int]
     mem_total_kb: int
@@ -695,7 +730,7 @@ class Node(NamedTuple):
     hugepages: Mapping[int, HugePages]    # page size in kB -> counts
 
 
-class Cpu(NamedTuple):
+class Cpu(_Record):
     id: int
     node: Optional[int]
     online: bool
@@ -705,7 +740,7 @@ class Cpu(NamedTuple):
     llc: FrozenSet[int]
 
 
-class PciDevice(NamedTuple):
+class PciDevice(_Record):
     address: str                 # "0000:17:00.0"
     vendor: int
     device: int
@@ -718,7 +753,7 @@ class PciDevice(NamedTuple):
         return GPU_VENDORS.get(self.vendor, f"0x{self.vendor:04x}")
 
 
-class Topology(NamedTuple):
+class Topology(_Record):
     nodes: Mapping[int, Node]
     online_nodes: FrozenSet[int]
     possible_nodes: FrozenSet[int]
@@ -1319,7 +1354,7 @@ def set_mempolicy_home_node(addr: int, length: int, home_node: int, flags: int =
 # pointer gives EFAULT, as in the kernel, instead of crashing the test process.
 # ===========================================================================
 
-class _Pol(NamedTuple):
+class _Pol(_Record):
     mode: int                    # Mode value, without flags
     flags: int                   # ModeFlag bits
     nodes: FrozenSet[int]        # effective nodes (after cpuset)
@@ -1459,7 +1494,7 @@ class _SimShm:
         self.dest = False                   # IPC_RMID while attached (SHM_DEST)
 
 
-class _SimFile(NamedTuple):
+class _SimFile(_Record):
     """A file in the simulated /dev/shm (tmpfs)."""
     name: str
     mode: int
@@ -2575,27 +2610,36 @@ class SimulatedBackend(Backend):
 # Buffers: address + length of anything that has memory behind it.
 # ===========================================================================
 
-class _PyBuffer(ctypes.Structure):
-    # Py_buffer (Include/pybuffer.h), stable since Python 3.3.
-    _fields_ = [("buf", ctypes.c_void_p), ("obj", ctypes.py_object),
-                ("len", ctypes.c_ssize_t), ("itemsize", ctypes.c_ssize_t),
-                ("readonly", ctypes.c_int), ("ndim", ctypes.c_int),
-                ("format", ctypes.c_char_p), ("shape", ctypes.c_void_p),
-                ("strides", ctypes.c_void_p), ("suboffsets", ctypes.c_void_p),
-                ("internal", ctypes.c_void_p)]
+_py_buffer_api: List[Any] = []
+
+
+def _py_buffer() -> Tuple[Any, Any, Any]:
+    """(Py_buffer struct type, PyObject_GetBuffer, PyBuffer_Release), made once."""
+    if not _py_buffer_api:
+        class PyBuffer(ctypes.Structure):
+            # Py_buffer (Include/pybuffer.h), stable since Python 3.3.
+            _fields_ = [("buf", ctypes.c_void_p), ("obj", ctypes.py_object),
+                        ("len", ctypes.c_ssize_t), ("itemsize", ctypes.c_ssize_t),
+                        ("readonly", ctypes.c_int), ("ndim", ctypes.c_int),
+                        ("format", ctypes.c_char_p), ("shape", ctypes.c_void_p),
+                        ("strides", ctypes.c_void_p), ("suboffsets", ctypes.c_void_p),
+                        ("internal", ctypes.c_void_p)]
+        api = ctypes.pythonapi
+        get = api.PyObject_GetBuffer
+        get.argtypes = [ctypes.py_object, ctypes.POINTER(PyBuffer), ctypes.c_int]
+        get.restype = ctypes.c_int
+        release = api.PyBuffer_Release
+        release.argtypes = [ctypes.POINTER(PyBuffer)]
+        release.restype = None
+        _py_buffer_api[:] = [PyBuffer, get, release]
+    return _py_buffer_api[0], _py_buffer_api[1], _py_buffer_api[2]
 
 
 def _buffer_address(obj: Any) -> int:
     """Address of a contiguous buffer-protocol object, read-only ones included,
     without keeping an export alive (an mmap stays closable)."""
-    view = _PyBuffer()
-    api = ctypes.pythonapi
-    get = api.PyObject_GetBuffer
-    get.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
-    get.restype = ctypes.c_int
-    release = api.PyBuffer_Release
-    release.argtypes = [ctypes.POINTER(_PyBuffer)]
-    release.restype = None
+    PyBuffer, get, release = _py_buffer()
+    view = PyBuffer()
     if get(obj, ctypes.byref(view), 0) != 0:   # PyBUF_SIMPLE: contiguous bytes
         raise TypeError(f"{type(obj).__name__} is not a contiguous buffer")
     try:
@@ -2666,7 +2710,7 @@ _HINTS = MappingProxyType({
 })
 
 
-class PolicyResult(NamedTuple):
+class PolicyResult(_Record):
     """What a safe-layer call did.  Truthy when the policy was applied."""
 
     applied: bool
@@ -2688,7 +2732,7 @@ class PolicyResult(NamedTuple):
                 "errno": self.errno, "hint": self.hint, "dropped": sorted(self.dropped)}
 
 
-class PolicyInfo(NamedTuple):
+class PolicyInfo(_Record):
     """A policy read back from the kernel (get_policy)."""
 
     mode: Mode
@@ -2955,7 +2999,7 @@ def _unescape_path(text: str) -> str:
     return _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), text)
 
 
-class NumaMapsEntry(NamedTuple):
+class NumaMapsEntry(_Record):
     """One line of /proc/<pid>/numa_maps: one VMA, its policy and where its pages are.
 
     Page counts are in units of ``page_size_kb`` (the VMA's kernel page size; the
@@ -3404,7 +3448,6 @@ SHM_DEST = 0o1000                 # in shm_perm.mode: IPC_RMID done, attached st
 _PROT_READ, _PROT_WRITE = 1, 2
 _MAP_SHARED = 0x01
 _MAP_HUGETLB = 0x40000            # x86, arm, ppc, s390, riscv alike
-_MAP_FAILED = (1 << (ctypes.sizeof(ctypes.c_void_p) * 8)) - 1
 _IOV_MAX = 1024
 
 # Keys of our SysV segments: "N" (0x4e) in the top 8 bits, 24 bits of a CRC of the
@@ -3424,7 +3467,7 @@ _SYSVIPC_HEADER = ("       key      shmid perms                  size  cpid  lpi
                    "         rss                  swap\n")
 
 
-class _ShmStat(NamedTuple):
+class _ShmStat(_Record):
     """What IPC_STAT (or fstat, for POSIX) says about a segment."""
     key: int
     id: int
@@ -3469,6 +3512,11 @@ def _sysvipc_stat(text: str, shmid: int) -> _ShmStat:
 
 
 _shm_libc: Optional[ctypes.CDLL] = None
+
+
+def _map_failed() -> int:
+    """MAP_FAILED, (void *) -1, as an unsigned address."""
+    return (1 << (ctypes.sizeof(ctypes.c_void_p) * 8)) - 1
 
 
 def _get_shm_libc() -> ctypes.CDLL:
@@ -4385,7 +4433,7 @@ def _norm_bus_id(text: str) -> str:
 # Header: nvml.h (nvmlPciInfo_t, nvmlDeviceGetNumaNodeId since r545).
 # ---------------------------------------------------------------------------
 
-class _NvmlGpu(NamedTuple):
+class _NvmlGpu(_Record):
     """One GPU as NVML reports it (NVML enumerates in PCI order, ignoring
     CUDA_VISIBLE_DEVICES)."""
 
@@ -4532,7 +4580,7 @@ def _torch_bus_id(device: int) -> Optional[str]:
 # GPUs from sysfs
 # ---------------------------------------------------------------------------
 
-class GpuInfo(NamedTuple):
+class GpuInfo(_Record):
     """A GPU found in sysfs, with what numa_utils knows about its locality."""
 
     pci: str                          # "0000:19:00.0"
@@ -4697,7 +4745,7 @@ def gpus(*, backend: Optional[Backend] = None) -> List[GpuInfo]:
 # CUDA device index -> GPU
 # ---------------------------------------------------------------------------
 
-class _Visible(NamedTuple):
+class _Visible(_Record):
     gpu: Optional[GpuInfo]       # None: the entry names a GPU we cannot identify
     entry: str                   # the CUDA_VISIBLE_DEVICES entry, or "" (all visible)
     how: str
@@ -4795,7 +4843,7 @@ def _apply_visible(base: List[_Visible], raw: str, uuids: Mapping[str, GpuInfo],
     return out
 
 
-class _Resolved(NamedTuple):
+class _Resolved(_Record):
     gpu: Optional[GpuInfo]
     how: str
     notes: Tuple[str, ...]
@@ -4896,7 +4944,7 @@ def _memory_nodes_for(topo: Topology, node: int) -> Tuple[int, ...]:
     return tuple(n for n in near if topo.distance(node, n) == d0)
 
 
-class GpuPlan(NamedTuple):
+class GpuPlan(_Record):
     """The CPUs and host memory planned for one GPU's worker."""
 
     gpu: Optional[int]                # CUDA index in this process; None: not visible
@@ -5108,7 +5156,7 @@ def cpus_for_gpu(device: int, policy: Optional[str] = None, *,
 # Binding
 # ---------------------------------------------------------------------------
 
-class BindResult(NamedTuple):
+class BindResult(_Record):
     """What bind_to_node / bind_for_gpu applied.  Truthy when everything asked was."""
 
     node: Optional[int]
@@ -5523,7 +5571,7 @@ def _parse_numastat(text: str, *, source: Optional[str] = None,
     return out
 
 
-class NodeCounters(NamedTuple):
+class NodeCounters(_Record):
     """One node's numastat counters (pages) and meminfo (kB).
 
     From ``counters()`` these are totals since boot; after ``after - before`` they
@@ -5744,7 +5792,7 @@ def _local_memory_nodes(topo: Topology, cpus: Iterable[int]) -> FrozenSet[int]:
     return frozenset(out)
 
 
-class RemoteShare(NamedTuple):
+class RemoteShare(_Record):
     """Where a process's pages are, against the nodes of the CPUs it may run on."""
 
     pid: Union[int, str]
@@ -5830,7 +5878,7 @@ def remote_share(pid: Union[int, str] = "self", *, threshold: float = REMOTE_SHA
 # Node chooser.
 # ---------------------------------------------------------------------------
 
-class NodeCandidate(NamedTuple):
+class NodeCandidate(_Record):
     """One node considered by ``choose_node``."""
 
     node: int
@@ -5845,7 +5893,7 @@ class NodeCandidate(NamedTuple):
         return dict(self._asdict())
 
 
-class NodeChoice(NamedTuple):
+class NodeChoice(_Record):
     """What ``choose_node`` picked and why.  Falsy when no node could be chosen."""
 
     node: Optional[int]
