@@ -1446,6 +1446,15 @@ class _SimObject:
         self.deleted = False
         self.backing: Optional[Any] = None      # real memory standing in for it
 
+    def address(self) -> int:
+        """Where the object's memory is, aligned to its page size as the kernel
+        aligns every mapping (the host's pages may be smaller than simulated ones)."""
+        import mmap as _mmap
+        if self.backing is None:
+            self.backing = _mmap.mmap(-1, max(self.npages, 1) * self.page + self.page)
+        base = _buffer_address(self.backing)
+        return (base + self.page - 1) // self.page * self.page
+
     def label(self) -> str:
         path = self.path + (" (deleted)" if self.deleted else "")
         # seq_path(m, path, "\n\t= ") escapes these four characters as octal.
@@ -1996,7 +2005,6 @@ class SimulatedBackend(Backend):
         ``page_size`` larger than the base page makes a hugetlb object (per-VMA policy,
         " huge" in numa_maps).
         """
-        import mmap as _mmap
         k = self.kernel
         obj = k.objects.get(name)
         if obj is None:
@@ -2004,14 +2012,14 @@ class SimulatedBackend(Backend):
                 raise _oserror(errno.ENOENT, "map_object", name)
             pg = page_size or self.page_size
             obj = _SimObject(name, size, pg, shared_policy=pg == self.page_size, path=path)
-            obj.backing = _mmap.mmap(-1, max(obj.npages * pg, 1))
             k.objects[name] = obj
-        addr = _buffer_address(obj.backing)
+        addr = obj.address()
         k.next_attach += 1
         mp = _SimMapping(addr, addr + obj.npages * obj.page, obj, 0, label,
                          bytearray(obj.npages), None if obj.shared_policy else _Intervals(),
                          obj.page, k.next_attach)
         self.unmap(addr)
+        self._drop_private(mp.start, mp.end)
         self.mappings.append(mp)
         self.mappings.sort(key=lambda m: m.start)
         return addr
@@ -2030,6 +2038,24 @@ class SimulatedBackend(Backend):
                 for idx in (i for i, f in enumerate(m.mapped) if f):
                     mc[m.obj_page + idx] -= 1
         self.mappings = [m for m in self.mappings if all(m is not g for g in gone)]
+
+    def _drop_private(self, start: int, end: int) -> None:
+        """A new mapping replaces private memory the simulator saw at those addresses
+        earlier (a freed test buffer whose addresses the host reused), as mmap does."""
+        keep: List[_SimMapping] = []
+        for m in self.mappings:
+            if m.obj is not None or m.end <= start or m.start >= end:
+                keep.append(m)
+                continue
+            if m.start < start:
+                keep.append(_SimMapping(m.start, start, label=m.label))
+            if m.end > end:
+                keep.append(_SimMapping(end, m.end, label=m.label))
+        self.mappings = keep
+        for page in [p for p in self.pages if start <= p < end]:
+            node = self.pages.pop(page)
+            self.kernel.free_pages[node] = self.kernel.free_pages.get(node, 0) + 1
+        self.policy.set(start, end, None)
 
     def remove_object(self, name: str) -> None:
         obj = self.kernel.objects.pop(name, None)
@@ -2404,9 +2430,6 @@ class SimulatedBackend(Backend):
         want = 4 if flags & SHM_RDONLY else 6
         if not self._perm_ok(seg.uid, seg.gid, seg.mode, want):
             raise _oserror(errno.EACCES, "shmat")
-        import mmap as _mmap
-        if seg.obj.backing is None:
-            seg.obj.backing = _mmap.mmap(-1, seg.obj.npages * seg.obj.page)
         addr = self.map_object(seg.obj.name, seg.size)
         seg.nattch += 1
         seg.lpid = self.pid
@@ -2493,7 +2516,6 @@ class SimulatedBackend(Backend):
         self._maybe_fail("ftruncate")
         f = self._file(fd, "ftruncate")
         import array
-        import mmap as _mmap
         obj = f.obj
         if obj.backing is not None and size > obj.size:
             raise _oserror(errno.EBUSY, "ftruncate", "growing a mapped simulated file")
@@ -2505,8 +2527,8 @@ class SimulatedBackend(Backend):
             obj.node.extend(array.array("h", [-1]) * grow)
             obj.dirty.extend(bytearray(grow))
             obj.mapcount.extend(array.array("i", [0]) * grow)
-        if obj.backing is None and size:
-            obj.backing = _mmap.mmap(-1, obj.npages * obj.page)
+        if size:
+            obj.address()
 
     def fstat(self, fd: int) -> _ShmStat:
         f = self._file(fd, "fstat")
@@ -3196,23 +3218,67 @@ def _line_start(text: str, pos: int) -> int:
     return int(text[pos:text.index(" ", pos)], 16)
 
 
-def placement(buf: Any, length: Optional[int] = None, *, pid: Union[int, str] = "self",
-              backend: Optional[Backend] = None) -> Dict[int, int]:
-    """Bytes per node of the pages of ``buf`` that are faulted in, from numa_maps.
+_MOVE_PAGES_LIMIT = 1 << 16    # pages: above this, one numa_maps read is cheaper
 
-    Counts whole VMAs: those starting inside the range plus the one holding its
-    first byte.  A region from SharedRegion or mmap is its own VMA(s), so this is
-    exact there; a buffer carved out of a larger mapping (malloc) also counts its
-    neighbours.  Only the lines of that range are parsed (a binary search over the
-    address-sorted lines), never the whole file.
+
+def placement(buf: Any, length: Optional[int] = None, *, pid: Union[int, str] = "self",
+              method: str = "auto", backend: Optional[Backend] = None) -> Dict[int, int]:
+    """Bytes per node of the pages of ``buf`` that are faulted in.
+
+    ``method="numa_maps"`` reads /proc/<pid>/numa_maps and counts whole VMAs: those
+    starting inside the range plus the one holding its first byte.  A region from
+    SharedRegion or mmap is its own VMA(s), so this is exact there; a buffer carved
+    out of a larger mapping (malloc) also counts its neighbours.  Only the lines of
+    that range are parsed (a binary search over the address-sorted lines).
+    ``method="move_pages"`` asks the kernel where each page of exactly this range
+    is (one query per page, no file to generate: the cost follows the range, not
+    the process's VMA count).  ``"auto"`` (default) uses move_pages for ranges up to
+    64 Ki pages and numa_maps beyond, or wherever move_pages is denied (Docker's
+    default seccomp profile) or unavailable.
     """
+    if method not in ("auto", "numa_maps", "move_pages"):
+        raise ValueError(f"unknown placement method {method!r}")
     b = _b(backend)
     if isinstance(buf, int) and length is None:
         raise TypeError("an integer address needs a length")
     addr, size = buffer_range(buf, length) if not isinstance(buf, int) \
         else (buf, int(length or 0))
-    text = b.read_text(_maps_path(pid))
+    path = _maps_path(pid)
+    npages = (addr % b.page_size + size + b.page_size - 1) // b.page_size
+    if method == "move_pages" or (method == "auto" and npages <= _MOVE_PAGES_LIMIT
+                                  and b.abi.supported):
+        try:
+            return _placement_move_pages(b, 0 if pid == "self" else int(pid), addr, size)
+        except OSError:
+            if method == "move_pages":
+                raise
+    text = b.read_text(path)
     return _placement_in(text, addr, addr + max(size, 1), _page_kb(b))
+
+
+def _placement_move_pages(b: Backend, pid: int, addr: int, size: int) -> Dict[int, int]:
+    """Bytes per node of [addr, addr+size) from move_pages queries, in batches."""
+    import array
+    import collections
+    page = b.page_size
+    start = addr - addr % page
+    end = addr + max(size, 1)
+    bits = _pointer_bits(b.abi)
+    swap = b.abi.byteorder != sys.byteorder
+    nr = b.abi.number("move_pages")
+    seen: collections.Counter[int] = collections.Counter()
+    batch = 16384
+    for lo in range(start, end, page * batch):
+        ptrs = array.array("Q" if bits == 64 else "I", range(lo, min(end, lo + page * batch),
+                                                            page))
+        status = array.array("i", bytes(4 * len(ptrs)))
+        if swap:
+            ptrs.byteswap()
+        b.syscall(nr, pid, len(ptrs), ptrs.buffer_info()[0], 0, status.buffer_info()[0], 0)
+        if swap:
+            status.byteswap()
+        seen.update(status)
+    return {n: c * page for n, c in sorted(seen.items()) if n >= 0}
 
 
 def _page_kb(b: Backend) -> int:

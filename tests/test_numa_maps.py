@@ -226,3 +226,42 @@ def test_maps_text_fast_path_agrees_with_full_parse(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "interleaved 50.0/50.0 over nodes 0,3" in out
     assert "501 VMAs" in out
+
+
+def test_placement_methods_agree_and_fall_back():
+    """move_pages (exact range, cost per page) and numa_maps (whole VMAs, cost per
+    VMA) give the same answer for a region; where move_pages is denied (Docker's
+    default seccomp profile) "auto" reads numa_maps instead."""
+    import errno
+
+    from conftest import sim
+    b = sim("four-node-asym")
+    r = nu.SharedRegion.create("placement-methods", 64 * 4096 * 4, policy="interleave",
+                               backend=b)
+    try:
+        want = {n: 64 * 4096 for n in range(4)}
+        assert nu.placement(r.address, r.size, backend=b, method="move_pages") == want
+        assert nu.placement(r.address, r.size, backend=b, method="numa_maps") == want
+        b.fail("move_pages", errno.EPERM)
+        assert nu.placement(r.address, r.size, backend=b) == want          # auto
+        with pytest.raises(PermissionError):
+            nu.placement(r.address, r.size, backend=b, method="move_pages")
+        with pytest.raises(ValueError):
+            nu.placement(r.address, r.size, backend=b, method="guess")
+    finally:
+        b.clear_failures()
+        r.destroy()
+
+
+def test_placement_methods_agree_on_this_kernel():
+    import mmap
+    m = mmap.mmap(-1, 1 << 20)
+    try:
+        m.write(b"x" * (1 << 19))                  # half of it faulted in
+        a = nu.placement(m, method="move_pages")
+        b = nu.placement(m, method="numa_maps")
+        assert a == b and sum(a.values()) == 1 << 19
+    except PermissionError:
+        pytest.skip("move_pages denied here")
+    finally:
+        m.close()
