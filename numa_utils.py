@@ -2632,29 +2632,35 @@ class SimulatedBackend(Backend):
 # Buffers: address + length of anything that has memory behind it.
 # ===========================================================================
 
-_py_buffer_api: List[Any] = []
+_py_buffer_api: Optional[Tuple[Any, Any, Any]] = None
 
 
 def _py_buffer() -> Tuple[Any, Any, Any]:
-    """(Py_buffer struct type, PyObject_GetBuffer, PyBuffer_Release), made once."""
-    if not _py_buffer_api:
-        class PyBuffer(ctypes.Structure):
-            # Py_buffer (Include/pybuffer.h), stable since Python 3.3.
-            _fields_ = [("buf", ctypes.c_void_p), ("obj", ctypes.py_object),
-                        ("len", ctypes.c_ssize_t), ("itemsize", ctypes.c_ssize_t),
-                        ("readonly", ctypes.c_int), ("ndim", ctypes.c_int),
-                        ("format", ctypes.c_char_p), ("shape", ctypes.c_void_p),
-                        ("strides", ctypes.c_void_p), ("suboffsets", ctypes.c_void_p),
-                        ("internal", ctypes.c_void_p)]
-        api = ctypes.pythonapi
-        get = api.PyObject_GetBuffer
-        get.argtypes = [ctypes.py_object, ctypes.POINTER(PyBuffer), ctypes.c_int]
-        get.restype = ctypes.c_int
-        release = api.PyBuffer_Release
-        release.argtypes = [ctypes.POINTER(PyBuffer)]
-        release.restype = None
-        _py_buffer_api[:] = [PyBuffer, get, release]
-    return _py_buffer_api[0], _py_buffer_api[1], _py_buffer_api[2]
+    """(Py_buffer struct type, PyObject_GetBuffer, PyBuffer_Release), made once.
+
+    Under the lock: argtypes live on ctypes.pythonapi's one cached function object,
+    so two threads each building their own PyBuffer class would leave one of them
+    calling with the other's argtypes (ctypes.ArgumentError)."""
+    global _py_buffer_api
+    with _libc_lock:
+        if _py_buffer_api is None:
+            class PyBuffer(ctypes.Structure):
+                # Py_buffer (Include/pybuffer.h), stable since Python 3.3.
+                _fields_ = [("buf", ctypes.c_void_p), ("obj", ctypes.py_object),
+                            ("len", ctypes.c_ssize_t), ("itemsize", ctypes.c_ssize_t),
+                            ("readonly", ctypes.c_int), ("ndim", ctypes.c_int),
+                            ("format", ctypes.c_char_p), ("shape", ctypes.c_void_p),
+                            ("strides", ctypes.c_void_p), ("suboffsets", ctypes.c_void_p),
+                            ("internal", ctypes.c_void_p)]
+            api = ctypes.pythonapi
+            get = api.PyObject_GetBuffer
+            get.argtypes = [ctypes.py_object, ctypes.POINTER(PyBuffer), ctypes.c_int]
+            get.restype = ctypes.c_int
+            release = api.PyBuffer_Release
+            release.argtypes = [ctypes.POINTER(PyBuffer)]
+            release.restype = None
+            _py_buffer_api = (PyBuffer, get, release)
+        return _py_buffer_api
 
 
 def _buffer_address(obj: Any) -> int:
