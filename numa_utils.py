@@ -598,7 +598,9 @@ class LinuxBackend(Backend):
         self._refuse(what)
         ctypes.set_errno(0)
         res = fn(*args)
-        if res == -1 or res is None and what in ("shmat", "mmap"):
+        # -1 for the int-returning calls; NULL or MAP_FAILED ((void *) -1, unsigned
+        # through c_void_p) for shmat and mmap.
+        if res == -1 or res is None or res == _map_failed():
             raise _oserror(ctypes.get_errno() or errno.EIO, what)
         return res
 
@@ -608,10 +610,7 @@ class LinuxBackend(Backend):
 
     def shmat(self, shmid: int, flags: int = 0) -> int:
         libc = _get_shm_libc()
-        res = self._libc_call("shmat", libc.shmat, shmid, None, flags)
-        if res is None or res == _map_failed():
-            raise _oserror(ctypes.get_errno() or errno.EIO, "shmat")
-        return int(res)
+        return int(self._libc_call("shmat", libc.shmat, shmid, None, flags))
 
     def shmdt(self, addr: int) -> None:
         self._libc_call("shmdt", _get_shm_libc().shmdt, addr)
@@ -666,11 +665,8 @@ class LinuxBackend(Backend):
     def mmap(self, length: int, fd: int, *, huge: bool = False) -> int:
         libc = _get_shm_libc()
         flags = _MAP_SHARED | (_MAP_HUGETLB if huge else 0)
-        res = self._libc_call("mmap", libc.mmap, None, length, _PROT_READ | _PROT_WRITE,
-                              flags, fd, 0)
-        if res is None or res == _map_failed():
-            raise _oserror(ctypes.get_errno() or errno.EIO, "mmap")
-        return int(res)
+        return int(self._libc_call("mmap", libc.mmap, None, length,
+                                   _PROT_READ | _PROT_WRITE, flags, fd, 0))
 
     def munmap(self, addr: int, length: int) -> None:
         self._libc_call("munmap", _get_shm_libc().munmap, addr, length)
