@@ -575,7 +575,7 @@ class LinuxBackend(Backend):
 
     def touch(self, addr: int, length: int) -> None:
         self._refuse("touch")
-        _touch_pages(addr, length, self.page_size)
+        _touch_iov(addr, length, self.page_size)
 
     def current_cpu(self) -> Optional[int]:
         if not self.is_live:
@@ -588,7 +588,6 @@ class LinuxBackend(Backend):
             return cpu if cpu >= 0 else None
         except (AttributeError, OSError):
             return None
-
 
     # -- shared memory -----------------------------------------------------------------
     def geteuid(self) -> int:
@@ -670,11 +669,6 @@ class LinuxBackend(Backend):
 
     def munmap(self, addr: int, length: int) -> None:
         self._libc_call("munmap", _get_shm_libc().munmap, addr, length)
-
-def _touch_pages(addr: int, length: int, page: int) -> None:
-    """Write each page's own byte back (a first touch that keeps the contents), in C:
-    see _touch_iov.  A Python loop per page is far slower than the faults."""
-    _touch_iov(addr, length, page)
 
 
 _default_lock = threading.Lock()
@@ -2826,10 +2820,6 @@ def _fallback(res: PolicyResult, strict: bool, what: str) -> PolicyResult:
     return res
 
 
-def _strict_default(strict: Optional[bool]) -> bool:
-    return bool(strict)
-
-
 def apply_policy(buf: Any = None, length: Optional[int] = None, *,
                  mode: Union[str, int], nodes: Optional[Iterable[int]] = None,
                  mode_flags: int = 0, move: bool = False, strict: Optional[bool] = None,
@@ -2842,7 +2832,7 @@ def apply_policy(buf: Any = None, length: Optional[int] = None, *,
     and the result says why.  ``strict=True`` raises OSError instead.
     """
     b = _b(backend)
-    strict_ = _strict_default(strict)
+    strict_ = bool(strict)
     m = _mode_of(mode)
     mname = m.name.lower()
     what = f"{mname} policy"
