@@ -1448,9 +1448,8 @@ class _SimObject:
     def label(self) -> str:
         path = self.path + (" (deleted)" if self.deleted else "")
         # seq_path(m, path, "\n\t= ") escapes these four characters as octal.
-        for ch in "\\\n\t= ":
-            if ch != "\\":
-                path = path.replace(ch, f"\\{ord(ch):03o}")
+        for ch in "\n\t= ":
+            path = path.replace(ch, f"\\{ord(ch):03o}")
         return "file=" + path
 
     def free_pages(self, kernel: _SimKernel) -> None:
@@ -1712,19 +1711,14 @@ class SimulatedBackend(Backend):
         k = self.kernel
         k.calls.append((name or str(nr), tuple(args)))
         for key in (name, "*"):
-            if key is not None and key in k.fail:
-                err, times = k.fail[key]
-                if times is not None:
-                    if times <= 1:
-                        del k.fail[key]
-                    else:
-                        k.fail[key] = (err, times - 1)
+            err = self._take_failure(key) if key is not None else None
+            if err is not None:
                 raise _oserror(err, name or f"syscall {nr}")
         if name is None or not k.numa:
             raise _oserror(errno.ENOSYS, f"syscall {nr}")
         # Scalars are truncated to the ABI's word; a 32-bit ABI simulated on a 64-bit
         # host keeps host-sized pointers (its "user memory" is the host's).
-        width = max(self.abi.word_bits, ctypes.sizeof(ctypes.c_void_p) * 8)
+        width = _pointer_bits(self.abi)
         words = [a & ((1 << width) - 1) for a in args] + [0] * 6
         return int(getattr(self, "_sys_" + name)(*words[:6]))
 
@@ -1814,7 +1808,7 @@ class SimulatedBackend(Backend):
             flags &= ~MbindFlag.STRICT
         length = (length + self.page_size - 1) // self.page_size * self.page_size
         end = start + length
-        if end >= 1 << max(self.abi.word_bits, ctypes.sizeof(ctypes.c_void_p) * 8):
+        if end >= 1 << _pointer_bits(self.abi):
             raise _oserror(errno.EINVAL, "mbind")
         if end == start:
             return 0
@@ -2080,9 +2074,9 @@ class SimulatedBackend(Backend):
         return [m for m in self.mappings if m.end > start and m.start < end]
 
     def _mapping_at(self, addr: int) -> Optional[_SimMapping]:
-        for m in self.mappings:
-            if m.start <= addr < m.end:
-                return m
+        found = self._find_mapping(addr)
+        if found is not None:
+            return found
         # Memory the simulator has not seen yet but the host process really has
         # mapped (a test's own buffer) is private anonymous memory; an address
         # that is not readable is unmapped (EFAULT), as in the kernel.
@@ -2092,10 +2086,7 @@ class SimulatedBackend(Backend):
         except OSError:
             return None
         self._ensure_mapped(page, page + self.page_size)
-        for m in self.mappings:
-            if m.start <= addr < m.end:
-                return m
-        return None
+        return self._find_mapping(addr)
 
     def _find_mapping(self, addr: int) -> Optional[_SimMapping]:
         """The mapping holding ``addr``, without inventing one (see _mapping_at)."""
@@ -2341,17 +2332,25 @@ class SimulatedBackend(Backend):
             self.thread_affinity[pid] = want
 
     # -- shared memory: SysV (ipc/shm.c) and POSIX (/dev/shm on tmpfs) ---------------
-    def _maybe_fail(self, name: str) -> None:
-        """Error injection for the non-policy calls: only an exact name matches."""
+    def _take_failure(self, key: str) -> Optional[int]:
+        """Use up one failure injected with fail(key, ...); its errno, or None."""
         k = self.kernel
-        k.calls.append((name, ()))
-        if name in k.fail:
-            err, times = k.fail[name]
+        with k.lock:                    # prefault threads call madvise concurrently
+            if key not in k.fail:
+                return None
+            err, times = k.fail[key]
             if times is not None:
                 if times <= 1:
-                    del k.fail[name]
+                    del k.fail[key]
                 else:
-                    k.fail[name] = (err, times - 1)
+                    k.fail[key] = (err, times - 1)
+            return err
+
+    def _maybe_fail(self, name: str) -> None:
+        """Error injection for the non-policy calls: only an exact name matches."""
+        self.kernel.calls.append((name, ()))
+        err = self._take_failure(name)
+        if err is not None:
             raise _oserror(err, name)
 
     def geteuid(self) -> int:
