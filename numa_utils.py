@@ -222,6 +222,11 @@ def parse_cpumap(text: str, *, source: Optional[str] = None) -> FrozenSet[int]:
         if not w or len(w) > 8 or any(c not in "0123456789abcdefABCDEF" for c in w):
             raise ValueError(f"invalid CPU mask{_where(source)}: word {w!r} of {text!r}")
         value = (value << 32) | int(w, 16)
+    return _set_bits(value)
+
+
+def _set_bits(value: int) -> FrozenSet[int]:
+    """The positions of the 1 bits of ``value`` (bit 0 is CPU/node 0)."""
     out = set()
     bit = 0
     while value:
@@ -1151,14 +1156,8 @@ class NodeMask:
         self.words = (need + w - 1) // w
         self.bits = self.words * w
         self.buffer = ctypes.create_string_buffer(self.nbytes)
-        raw = bytearray()
-        for i in range(self.words):
-            word = 0
-            for n in ids:
-                if n // w == i:
-                    word |= 1 << (n % w)
-            raw += word.to_bytes(w // 8, self.abi.byteorder)
-        ctypes.memmove(self.buffer, bytes(raw), len(raw))
+        raw = _encode_nodemask(ids, self.words, self.abi)
+        ctypes.memmove(self.buffer, raw, len(raw))
 
     @property
     def nbytes(self) -> int:
@@ -1182,18 +1181,22 @@ class NodeMask:
         return f"NodeMask({format_cpulist(self.nodes)!r}, bits={self.bits})"
 
 
+def _encode_nodemask(nodes: Iterable[int], words: int, abi: Abi) -> bytes:
+    """``words`` unsigned longs in the ABI's byte order; nodes beyond them are left out."""
+    w = abi.word_bits
+    value = 0
+    for n in nodes:
+        value |= 1 << n
+    return b"".join(((value >> (i * w)) & ((1 << w) - 1)).to_bytes(w // 8, abi.byteorder)
+                    for i in range(words))
+
+
 def decode_nodemask(raw: bytes, abi: Abi) -> FrozenSet[int]:
     wb = abi.word_bits // 8
-    out = set()
+    value = 0
     for i in range(len(raw) // wb):
-        word = int.from_bytes(raw[i * wb:(i + 1) * wb], abi.byteorder)
-        bit = 0
-        while word:
-            if word & 1:
-                out.add(i * abi.word_bits + bit)
-            word >>= 1
-            bit += 1
-    return frozenset(out)
+        value |= int.from_bytes(raw[i * wb:(i + 1) * wb], abi.byteorder) << (i * 8 * wb)
+    return _set_bits(value)
 
 
 def _nr_node_ids(backend: Backend) -> int:
@@ -1886,15 +1889,7 @@ class SimulatedBackend(Backend):
                     raise _oserror(errno.EINVAL, "get_mempolicy")
                 self._copy_to_user(nmask + nbytes, bytes(copy - nbytes))
                 copy = nbytes
-            words = copy // (w // 8)
-            raw = b""
-            for i in range(words):
-                word = 0
-                for n in nodes:
-                    if n // w == i:
-                        word |= 1 << (n % w)
-                raw += word.to_bytes(w // 8, self.abi.byteorder)
-            self._copy_to_user(nmask, raw)
+            self._copy_to_user(nmask, _encode_nodemask(nodes, copy // (w // 8), self.abi))
         if policy:
             self._copy_to_user(policy, struct.pack(
                 (">" if self.abi.byteorder == "big" else "<") + "i", value))
