@@ -825,14 +825,8 @@ class _Reader:
             return default
 
     def integer(self, path: str) -> Optional[int]:
-        t = self.text(path)
-        if t is None:
-            return None
-        try:
-            return _parse_int(t, path)
-        except ValueError as e:
-            self.problems.append(str(e))
-            return None
+        n: Optional[int] = self.parsed(path, _parse_int)
+        return n
 
     def listdir(self, path: str) -> List[str]:
         try:
