@@ -3765,14 +3765,18 @@ def prefault(buf: Any, length: Optional[int] = None, threads: Optional[int] = No
         else:
             for t in workers:
                 t.start()
-            while any(t.is_alive() for t in workers):
-                workers[0].join(0.05)
-                if progress is not None and not errors:
-                    progress(sum(done), span)
+            # Wait on each worker in turn: joining one that has already ended returns
+            # at once, and waiting on it would spin (and call progress) until the
+            # slowest slice is done.
+            for t in workers:
+                while t.is_alive():
+                    t.join(0.05)
+                    if progress is not None and not errors:
+                        progress(sum(done), span)
     finally:
         stop.set()
         for t in workers:
-            if t.is_alive() or t.ident is not None:
+            if t.ident is not None:         # started (joining one never started raises)
                 t.join()
     if errors:
         raise errors[0]
