@@ -3577,7 +3577,7 @@ def _sysvipc_stat(text: str, shmid: int) -> _ShmStat:
     raise _oserror(errno.EINVAL, "shmctl(IPC_STAT)", f"no segment {shmid}")
 
 
-_shm_libc: Optional[ctypes.CDLL] = None
+_shm_protos_set = False
 
 
 def _map_failed() -> int:
@@ -3586,24 +3586,25 @@ def _map_failed() -> int:
 
 
 def _get_shm_libc() -> ctypes.CDLL:
-    """libc with the shared-memory prototypes set (its own handle: set once)."""
-    global _shm_libc
+    """_get_libc()'s handle, with the shared-memory prototypes set (once, under the
+    lock, before any caller can use them)."""
+    global _shm_protos_set
+    lib = _get_libc()                   # takes _libc_lock itself: call it outside
     with _libc_lock:
-        if _shm_libc is None:
-            lib = ctypes.CDLL(None, use_errno=True)
+        if not _shm_protos_set:
             vp, sz, i = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
             for name, args, res in (
                 ("shmget", [i, sz, i], i), ("shmat", [i, vp, i], vp),
                 ("shmdt", [vp], i), ("shmctl", [i, i, vp], i),
                 ("mmap", [vp, sz, i, i, i, ctypes.c_long], vp),
-                ("munmap", [vp, sz], i), ("madvise", [vp, sz, i], i),
+                ("munmap", [vp, sz], i),
                 ("readv", [i, vp, i], ctypes.c_ssize_t),
                 ("writev", [i, vp, i], ctypes.c_ssize_t),
             ):
                 fn = getattr(lib, name)
                 fn.argtypes, fn.restype = args, res
-            _shm_libc = lib
-        return _shm_libc
+            _shm_protos_set = True
+    return lib
 
 
 def _as_key(key: int) -> int:
