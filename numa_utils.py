@@ -3151,7 +3151,7 @@ def _parse_maps_line(line: str, default_kb: int,
     for tok in parts[i:]:
         key, eq, val = tok.partition("=")
         if eq:
-            if key[0] == "N" and key[1:].isdigit() and val.isdigit():
+            if key[:1] == "N" and key[1:].isdigit() and val.isdigit():
                 pages[int(key[1:])] = int(val)
                 continue
             if key == "file":
@@ -3161,6 +3161,8 @@ def _parse_maps_line(line: str, default_kb: int,
                     deleted = True
                 file = path
                 continue
+            if not key:
+                raise ValueError(f"invalid numa_maps line: token {tok!r}: {line!r}")
             if not val.isdigit():
                 raise ValueError(f"invalid numa_maps line: value of {key!r}: {line!r}")
             if key == "kernelpagesize_kB":

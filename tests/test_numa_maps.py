@@ -83,6 +83,7 @@ def test_parse_real_format(line, want):
 BAD = [
     "zzzz default", "7f00", "7f00 mystery:0", "7f00 bind=loose:0", "7f00 bind:0-x",
     "7f00 default N0=abc", "7f00 default anon=-1", "7f00 default garbage",
+    "7f00 default =5", "7f00 default N0=1 =",
 ]
 
 
