@@ -3241,10 +3241,7 @@ def placement(buf: Any, length: Optional[int] = None, *, pid: Union[int, str] = 
     if method not in ("auto", "numa_maps", "move_pages"):
         raise ValueError(f"unknown placement method {method!r}")
     b = _b(backend)
-    if isinstance(buf, int) and length is None:
-        raise TypeError("an integer address needs a length")
-    addr, size = buffer_range(buf, length) if not isinstance(buf, int) \
-        else (buf, int(length or 0))
+    addr, size = buffer_range(buf, length)
     path = _maps_path(pid)
     npages = (addr % b.page_size + size + b.page_size - 1) // b.page_size
     if method == "move_pages" or (method == "auto" and npages <= _MOVE_PAGES_LIMIT
@@ -3701,12 +3698,7 @@ def prefault(buf: Any, length: Optional[int] = None, threads: Optional[int] = No
     """
     import time
     b = _b(backend)
-    if isinstance(buf, int):
-        if length is None:
-            raise TypeError("an integer address needs a length")
-        addr, size = buf, int(length)
-    else:
-        addr, size = buffer_range(buf, length)
+    addr, size = buffer_range(buf, length)
     pg = page_size or b.page_size
     start, span = _page_range(addr, size, pg)
     t0 = time.monotonic()

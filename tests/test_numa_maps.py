@@ -153,6 +153,14 @@ def test_placement_bad_pid():
         nu.placement(0x1000, 4096, pid="../1", backend=sim("single-node"))
 
 
+def test_placement_address_arguments_as_buffer_range():
+    s = sim("single-node")
+    with pytest.raises(TypeError):
+        nu.placement(0x1000, backend=s)
+    with pytest.raises(TypeError):          # a bool is not an address (was address 1)
+        nu.placement(True, 4096, backend=s)
+
+
 def _cli(*args):
     return subprocess.run([sys.executable, "-m", "numa_utils", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=60)

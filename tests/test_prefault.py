@@ -50,6 +50,8 @@ def test_bad_arguments():
     s = sim("single-node")
     with pytest.raises(TypeError):
         nu.prefault(0x10000, backend=s)
+    with pytest.raises(TypeError):          # a bool is not an address
+        nu.prefault(True, 4096, backend=s)
     with pytest.raises(ValueError):
         nu.prefault(0x10000, 4096, threads=0, backend=s)
     assert nu.prefault(0x10000, 0, backend=s)["bytes"] == 0
