@@ -3858,6 +3858,15 @@ def _huge_size(hugepages: Union[bool, int, str, None], b: Backend,
     return nbytes
 
 
+def _region_page(hugepages: Union[bool, int, str, None], kind: str, b: Backend,
+                 nodes: Optional[FrozenSet[int]]) -> Tuple[int, int]:
+    """(huge page size or 0, the page size the region is mapped with)."""
+    huge = _huge_size(hugepages, b, nodes)
+    if huge and kind == "posix":
+        raise ValueError("hugepages need kind='sysv' (SHM_HUGETLB): /dev/shm is tmpfs")
+    return huge, huge or b.page_size
+
+
 class SharedRegion:
     """A shared memory region (SysV segment or /dev/shm file) placed by a policy.
 
@@ -3954,10 +3963,7 @@ class SharedRegion:
         if mode & ~0o777:
             raise ValueError(f"mode {mode:o}: permission bits only")
         pmode, pnodes, strict_, _ = _region_policy(policy, nodes, strict)
-        huge = _huge_size(hugepages, b, pnodes)
-        if huge and kind == "posix":
-            raise ValueError("hugepages need kind='sysv' (SHM_HUGETLB): /dev/shm is tmpfs")
-        page = huge or b.page_size
+        huge, page = _region_page(hugepages, kind, b, pnodes)
         size = (size + page - 1) // page * page
         shmid, name, addr = -1, "", 0
         fd = -1
@@ -4020,8 +4026,7 @@ class SharedRegion:
         if kind not in ("sysv", "posix"):
             raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
         pmode, pnodes, strict_, explicit = _region_policy(policy, nodes, strict)
-        huge = _huge_size(hugepages, b, pnodes) if hugepages else 0
-        page = huge or b.page_size
+        _, page = _region_page(hugepages, kind, b, pnodes)
         shmid, name, addr, fd, seg_size = -1, "", 0, -1, 0
         try:
             if kind == "sysv":
