@@ -3131,7 +3131,7 @@ def _parse_maps_line(line: str, default_kb: int,
     for tok in parts[i:]:
         key, eq, val = tok.partition("=")
         if eq:
-            if key[0] == "N" and key[1:].isdigit() and val.isdigit():
+            if key[:1] == "N" and key[1:].isdigit() and val.isdigit():
                 pages[int(key[1:])] = int(val)
                 continue
             if key == "file":
@@ -3141,6 +3141,8 @@ def _parse_maps_line(line: str, default_kb: int,
                     deleted = True
                 file = path
                 continue
+            if not key:
+                raise ValueError(f"invalid numa_maps line: token {tok!r}: {line!r}")
             if not val.isdigit():
                 raise ValueError(f"invalid numa_maps line: value of {key!r}: {line!r}")
             if key == "kernelpagesize_kB":
@@ -3219,10 +3221,7 @@ def placement(buf: Any, length: Optional[int] = None, *, pid: Union[int, str] = 
     if method not in ("auto", "numa_maps", "move_pages"):
         raise ValueError(f"unknown placement method {method!r}")
     b = _b(backend)
-    if isinstance(buf, int) and length is None:
-        raise TypeError("an integer address needs a length")
-    addr, size = buffer_range(buf, length) if not isinstance(buf, int) \
-        else (buf, int(length or 0))
+    addr, size = buffer_range(buf, length)
     path = _maps_path(pid)
     npages = (addr % b.page_size + size + b.page_size - 1) // b.page_size
     if method == "move_pages" or (method == "auto" and npages <= _MOVE_PAGES_LIMIT
@@ -3557,7 +3556,7 @@ def _sysvipc_stat(text: str, shmid: int) -> _ShmStat:
     raise _oserror(errno.EINVAL, "shmctl(IPC_STAT)", f"no segment {shmid}")
 
 
-_shm_libc: Optional[ctypes.CDLL] = None
+_shm_protos_set = False
 
 
 def _map_failed() -> int:
@@ -3566,24 +3565,25 @@ def _map_failed() -> int:
 
 
 def _get_shm_libc() -> ctypes.CDLL:
-    """libc with the shared-memory prototypes set (its own handle: set once)."""
-    global _shm_libc
+    """_get_libc()'s handle, with the shared-memory prototypes set (once, under the
+    lock, before any caller can use them)."""
+    global _shm_protos_set
+    lib = _get_libc()                   # takes _libc_lock itself: call it outside
     with _libc_lock:
-        if _shm_libc is None:
-            lib = ctypes.CDLL(None, use_errno=True)
+        if not _shm_protos_set:
             vp, sz, i = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
             for name, args, res in (
                 ("shmget", [i, sz, i], i), ("shmat", [i, vp, i], vp),
                 ("shmdt", [vp], i), ("shmctl", [i, i, vp], i),
                 ("mmap", [vp, sz, i, i, i, ctypes.c_long], vp),
-                ("munmap", [vp, sz], i), ("madvise", [vp, sz, i], i),
+                ("munmap", [vp, sz], i),
                 ("readv", [i, vp, i], ctypes.c_ssize_t),
                 ("writev", [i, vp, i], ctypes.c_ssize_t),
             ):
                 fn = getattr(lib, name)
                 fn.argtypes, fn.restype = args, res
-            _shm_libc = lib
-        return _shm_libc
+            _shm_protos_set = True
+    return lib
 
 
 def _as_key(key: int) -> int:
@@ -3678,12 +3678,7 @@ def prefault(buf: Any, length: Optional[int] = None, threads: Optional[int] = No
     """
     import time
     b = _b(backend)
-    if isinstance(buf, int):
-        if length is None:
-            raise TypeError("an integer address needs a length")
-        addr, size = buf, int(length)
-    else:
-        addr, size = buffer_range(buf, length)
+    addr, size = buffer_range(buf, length)
     pg = page_size or b.page_size
     start, span = _page_range(addr, size, pg)
     t0 = time.monotonic()
@@ -3745,14 +3740,18 @@ def prefault(buf: Any, length: Optional[int] = None, threads: Optional[int] = No
         else:
             for t in workers:
                 t.start()
-            while any(t.is_alive() for t in workers):
-                workers[0].join(0.05)
-                if progress is not None and not errors:
-                    progress(sum(done), span)
+            # Wait on each worker in turn: joining one that has already ended returns
+            # at once, and waiting on it would spin (and call progress) until the
+            # slowest slice is done.
+            for t in workers:
+                while t.is_alive():
+                    t.join(0.05)
+                    if progress is not None and not errors:
+                        progress(sum(done), span)
     finally:
         stop.set()
         for t in workers:
-            if t.is_alive() or t.ident is not None:
+            if t.ident is not None:         # started (joining one never started raises)
                 t.join()
     if errors:
         raise errors[0]
@@ -3837,6 +3836,15 @@ def _huge_size(hugepages: Union[bool, int, str, None], b: Backend,
         raise OSError(errno.ENOMEM, f"no {nbytes >> 10} kB huge pages reserved on nodes "
                       f"{format_cpulist(targets)}")
     return nbytes
+
+
+def _region_page(hugepages: Union[bool, int, str, None], kind: str, b: Backend,
+                 nodes: Optional[FrozenSet[int]]) -> Tuple[int, int]:
+    """(huge page size or 0, the page size the region is mapped with)."""
+    huge = _huge_size(hugepages, b, nodes)
+    if huge and kind == "posix":
+        raise ValueError("hugepages need kind='sysv' (SHM_HUGETLB): /dev/shm is tmpfs")
+    return huge, huge or b.page_size
 
 
 class SharedRegion:
@@ -3935,10 +3943,7 @@ class SharedRegion:
         if mode & ~0o777:
             raise ValueError(f"mode {mode:o}: permission bits only")
         pmode, pnodes, strict_, _ = _region_policy(policy, nodes, strict)
-        huge = _huge_size(hugepages, b, pnodes)
-        if huge and kind == "posix":
-            raise ValueError("hugepages need kind='sysv' (SHM_HUGETLB): /dev/shm is tmpfs")
-        page = huge or b.page_size
+        huge, page = _region_page(hugepages, kind, b, pnodes)
         size = (size + page - 1) // page * page
         shmid, name, addr = -1, "", 0
         fd = -1
@@ -4001,8 +4006,7 @@ class SharedRegion:
         if kind not in ("sysv", "posix"):
             raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
         pmode, pnodes, strict_, explicit = _region_policy(policy, nodes, strict)
-        huge = _huge_size(hugepages, b, pnodes) if hugepages else 0
-        page = huge or b.page_size
+        _, page = _region_page(hugepages, kind, b, pnodes)
         shmid, name, addr, fd, seg_size = -1, "", 0, -1, 0
         try:
             if kind == "sysv":

@@ -83,6 +83,7 @@ def test_parse_real_format(line, want):
 BAD = [
     "zzzz default", "7f00", "7f00 mystery:0", "7f00 bind=loose:0", "7f00 bind:0-x",
     "7f00 default N0=abc", "7f00 default anon=-1", "7f00 default garbage",
+    "7f00 default =5", "7f00 default N0=1 =",
 ]
 
 
@@ -150,6 +151,14 @@ def test_placement_via_simulator_and_fast_render():
 def test_placement_bad_pid():
     with pytest.raises(ValueError):
         nu.placement(0x1000, 4096, pid="../1", backend=sim("single-node"))
+
+
+def test_placement_address_arguments_as_buffer_range():
+    s = sim("single-node")
+    with pytest.raises(TypeError):
+        nu.placement(0x1000, backend=s)
+    with pytest.raises(TypeError):          # a bool is not an address (was address 1)
+        nu.placement(True, 4096, backend=s)
 
 
 def _cli(*args):

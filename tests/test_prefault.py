@@ -5,6 +5,7 @@ keeps the contents, progress from the calling thread, interruption."""
 import errno
 import mmap
 import threading
+import time
 
 import pytest
 from conftest import nu, sim
@@ -49,9 +50,30 @@ def test_bad_arguments():
     s = sim("single-node")
     with pytest.raises(TypeError):
         nu.prefault(0x10000, backend=s)
+    with pytest.raises(TypeError):          # a bool is not an address
+        nu.prefault(True, 4096, backend=s)
     with pytest.raises(ValueError):
         nu.prefault(0x10000, 4096, threads=0, backend=s)
     assert nu.prefault(0x10000, 0, backend=s)["bytes"] == 0
+
+
+def test_waiting_for_a_slow_slice_does_not_spin():
+    # Slice 0 ends at once, slice 1 takes ~0.2 s: the calling thread must wait on
+    # slice 1, not loop on the finished slice 0 (that spun: ~100,000 progress calls).
+    s = sim("dual-socket-8gpu")
+    addr = s.map_object("slow", 64 * MiB)
+    real = s.madvise
+
+    def madvise(a, length, advice):
+        if a >= addr + 32 * MiB:
+            time.sleep(0.05)
+        return real(a, length, advice)
+    s.madvise = madvise
+    calls = []
+    res = nu.prefault(addr, 64 * MiB, threads=2, backend=s,
+                      progress=lambda d, t: calls.append(d))
+    assert res["threads"] == 2 and calls[-1] == 64 * MiB
+    assert len(calls) < 100, len(calls)
 
 
 @pytest.mark.parametrize("exc", [KeyboardInterrupt, ValueError])

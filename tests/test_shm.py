@@ -148,6 +148,16 @@ def test_hugetlb_every_attacher_applies_policy():
             assert a2.policy.mode == "default"  # per-VMA: not visible to others
 
 
+def test_posix_refuses_hugepages_on_attach_too():
+    # /dev/shm is tmpfs: a huge-page-sized mapping of it would run past the file's
+    # end (SIGBUS on touch), so attach refuses hugepages as create does.
+    s = sim("dual-socket-8gpu")
+    with nu.SharedRegion.create("p", 8192, kind="posix", prefault=False, backend=s):
+        for fn in (nu.SharedRegion.create, nu.SharedRegion.attach):
+            with pytest.raises(ValueError, match="kind='sysv'"):
+                fn("p", 8192, kind="posix", hugepages=True, backend=s.process())
+
+
 def test_sizes_round_to_pages():
     s = sim("single-node")
     with nu.SharedRegion.create("r", 5000, backend=s) as r:
