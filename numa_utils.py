@@ -4393,7 +4393,7 @@ def _cli_cleanup(sub: Any) -> None:
 # GPU locality, CPU plans and binding (issue 6).
 # ===========================================================================
 
-# -- GPU section: owned by the binding work ------------------------------------------
+# -- GPU section -----------------------------------------------------------------------
 #
 # From a CUDA device index to CPUs and memory, in four steps:
 #
@@ -5603,7 +5603,7 @@ def _cli_run(sub: Any) -> None:
 # Observation: counters, remote share, node chooser, CUDA pinning (issue 8).
 # ===========================================================================
 
-# -- observation section: owned by the observation work; replace these stubs ---------
+# -- observation section ---------------------------------------------------------------
 
 # Per-node allocation counters, in pages (drivers/base/node.c node_read_numastat;
 # Documentation/admin-guide/numastat.rst).  numa_miss/numa_foreign/other_node are
@@ -6584,7 +6584,6 @@ def _render_prometheus(rep: Dict[str, Any]) -> str:
     w.add("numa_utils_warnings", "gauge", "Number of warnings in the status report.",
           len(rep["warnings"]))
     return w.text()
-
 
 
 # ---------------------------------------------------------------------------
