@@ -5302,9 +5302,15 @@ def bind_to_node(node: int, *, cpus: Union[bool, Iterable[int]] = True,
     b = _b(backend)
     st = _strict_or_env(strict)
     mem = _memory_or_env(memory)
+    return _bind_node(b, _planning_topology(b), node, cpus, mem, threads, st)
+
+
+def _bind_node(b: Backend, topo: Topology, node: int, cpus: Union[bool, Iterable[int]],
+               mem: Optional[str], threads: str, st: bool,
+               infos: Optional[List[GpuInfo]] = None) -> BindResult:
+    """bind_to_node on a topology (and GPU list) the caller has already read."""
     if threads not in ("all", "current"):
         raise ValueError(f"threads must be 'all' or 'current', not {threads!r}")
-    topo = _planning_topology(b)
     if isinstance(node, bool) or not isinstance(node, int) or node not in topo.nodes:
         raise ValueError(f"no NUMA node {node!r} (online: "
                          f"{format_cpulist(topo.online_nodes)})")
@@ -5332,7 +5338,10 @@ def bind_to_node(node: int, *, cpus: Union[bool, Iterable[int]] = True,
             _fail(st, f"bind:cpus:{format_cpulist(asked)}",
                   f"CPUs {format_cpulist(asked)} are outside this process's allowed "
                   f"CPUs {format_cpulist(allowed)}")
-    infos = _gpu_infos(topo, b) if mem == "interleave" else []
+    if mem != "interleave":
+        infos = []
+    elif infos is None:
+        infos = _gpu_infos(topo, b)
     pres: Optional[PolicyResult] = None
     if mem is not None:
         mnodes = _plan_memory(topo, infos, node, mem) if mem != "local" else ()
@@ -5409,8 +5418,8 @@ def bind_for_gpu(device: int, policy: Optional[str] = None, *,
               f"({r.how})")
         return BindResult(None, frozenset(), False, "unknown-node", None, plan=plan,
                           notes=plan.notes)
-    out = bind_to_node(plan.cpu_node, cpus=False if pol == "none" else plan.cpus,
-                       memory=mem, threads=threads, strict=st, backend=b)
+    out = _bind_node(b, topo, plan.cpu_node, False if pol == "none" else plan.cpus, mem,
+                     threads, st, infos)
     return out._replace(plan=plan, notes=plan.notes + out.notes)
 
 
