@@ -5829,8 +5829,12 @@ def counters(*, backend: Optional[Backend] = None) -> Counters:
 
 def _numa_maps_bytes(text: str, page_size_kb: int = 0) -> Dict[int, int]:
     """Bytes per node over every VMA of a numa_maps text (``parse_numa_maps``)."""
+    return _entries_bytes(parse_numa_maps(text, page_size_kb=page_size_kb))
+
+
+def _entries_bytes(entries: Iterable[NumaMapsEntry]) -> Dict[int, int]:
     out: Dict[int, int] = {}
-    for e in parse_numa_maps(text, page_size_kb=page_size_kb):
+    for e in entries:
         for n, v in e.bytes_per_node.items():
             out[n] = out.get(n, 0) + v
     return out
@@ -5929,21 +5933,29 @@ def remote_share(pid: Union[int, str] = "self", *, threshold: float = REMOTE_SHA
     result with ``error`` set and no pages.  Warns once when above ``threshold``."""
     b = _b(backend)
     topo = topology if topology is not None else read_topology(backend=b)
+    entries: List[NumaMapsEntry] = []
+    maps_error = None
+    try:
+        entries = parse_numa_maps(b.read_text(_maps_path(pid)), page_size_kb=_page_kb(b))
+    except OSError as e:
+        maps_error = f"cannot read /proc/{pid}/numa_maps: {e.strerror or e}"
+    except ValueError as e:     # a malformed line (parse_numa_maps names it)
+        maps_error = str(e)
+    return _remote_share(pid, entries, maps_error, threshold, topo, b)
+
+
+def _remote_share(pid: Union[int, str], entries: Iterable[NumaMapsEntry],
+                  maps_error: Optional[str], threshold: float, topo: Topology,
+                  b: Backend) -> RemoteShare:
+    """remote_share on numa_maps entries already read (``maps_error``: why not)."""
     cpus = _status_cpus(b, pid)
-    error = None
+    error = maps_error
     if cpus is None:
         cpus = topo.allowed_cpus if pid == "self" else frozenset()
-        error = f"cannot read Cpus_allowed_list of /proc/{pid}/status"
+        error = error or f"cannot read Cpus_allowed_list of /proc/{pid}/status"
     local = _local_memory_nodes(topo, cpus) if topo.has_node_dir else frozenset({0})
-    by_node: Dict[int, int] = {}
-    try:
-        by_node = _numa_maps_bytes(b.read_text(_maps_path(pid)), _page_kb(b))
-    except OSError as e:
-        error = f"cannot read /proc/{pid}/numa_maps: {e.strerror or e}"
-    except ValueError as e:     # a malformed line (parse_numa_maps names it)
-        error = str(e)
-    res = RemoteShare(pid, MappingProxyType(by_node), frozenset(cpus), local, threshold,
-                      error)
+    res = RemoteShare(pid, MappingProxyType(_entries_bytes(entries)), frozenset(cpus),
+                      local, threshold, error)
     if res.warning:
         _warn_once(f"remote-share:{pid}", "numa_utils: %s", res.warning)
     return res
@@ -6599,10 +6611,6 @@ def _render_prometheus(rep: Dict[str, Any]) -> str:
 # status: counters and advice.
 # ---------------------------------------------------------------------------
 
-def _process_maps_text(b: Backend) -> Optional[str]:
-    return b.read_optional("/proc/self/numa_maps")
-
-
 def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
     """Add counters, the process's remote share and advice to the status report."""
     warnings: List[str] = report["warnings"]
@@ -6622,10 +6630,17 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
                         f"{c.other_node:>12}")
         text.append(f"  remote allocations (other_node): {snap.remote_ratio:.2%} of pages")
     # The process's own pages (the running system, or the simulated process).
-    maps = _process_maps_text(b) if (b.is_live or isinstance(b, SimulatedBackend)) \
-        else None
+    maps = b.read_optional(_maps_path("self")) \
+        if (b.is_live or isinstance(b, SimulatedBackend)) else None
     if maps is not None:
-        rs = remote_share("self", topology=topo, backend=b)
+        # Read and parsed once, for the remote share and the interleave check.
+        entries: List[NumaMapsEntry] = []
+        maps_error = None
+        try:
+            entries = parse_numa_maps(maps, page_size_kb=_page_kb(b))
+        except ValueError as e:
+            maps_error = str(e)
+        rs = _remote_share("self", entries, maps_error, REMOTE_SHARE_THRESHOLD, topo, b)
         report["process"]["remote_share"] = rs.to_json()
         if rs.total_bytes:
             text.append("")
@@ -6636,11 +6651,8 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
                         f"{format_cpulist(rs.local_nodes) or '-'}")
         if rs.warning and len(topo.nodes_with_memory) > 1:
             warnings.append(rs.warning)
-        try:
-            interleaved = any(e.mode in ("interleave", "weighted interleave")
-                              for e in parse_numa_maps(maps, page_size_kb=_page_kb(b)))
-        except ValueError:
-            interleaved = False
+        interleaved = any(e.mode in ("interleave", "weighted interleave")
+                          for e in entries)
         if topo.thp == "always" and len(topo.nodes_with_memory) > 1 and interleaved:
             warnings.append("THP is 'always' and this process has interleaved regions: "
                             "a first touch places a whole 2 MiB huge page on one node, so "

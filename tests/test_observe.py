@@ -777,6 +777,16 @@ def test_status_thp_always_with_interleaved_region():
     assert any("THP is 'always'" in w for w in rep["warnings"])
     assert rep["process"]["remote_share"]["total_bytes"] == 32 * 4096
     assert "PROCESS PAGES" in nu._render_status(rep)
+    reads = []
+    real = s.read_text
+
+    def counting(path):
+        reads.append(path)
+        return real(path)
+
+    s.read_text = counting                  # status reads and parses numa_maps once
+    nu.status_report(backend=s)
+    assert reads.count("/proc/self/numa_maps") == 1
     s2 = sim("four-node-asym")                               # THP [madvise]
     buf2 = mmap.mmap(-1, 32 * 4096)
     assert nu.interleave(buf2, backend=s2)
