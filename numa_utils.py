@@ -5074,7 +5074,7 @@ def _plan_all(topo: Topology, infos: List[GpuInfo], policy: str, reserve: int,
     for g in fam:
         n: Optional[int] = g.cpu_node
         if n is not None and not pool.get(n):
-            near = [m for m in topo.nearest(n, [m for m in pool if pool[m]])]
+            near = topo.nearest(n, [m for m in pool if pool[m]])
             msg = (f"GPU {g.pci}: this process's cpuset allows no CPU on its node {n}"
                    + (f"; using the nearest node {near[0]}" if near else ""))
             _fail(strict, f"cpuset:{g.pci}", msg)
@@ -5353,8 +5353,6 @@ def _bind_node(b: Backend, topo: Topology, node: int, cpus: Union[bool, Iterable
             notes.append(msg)
         mode = {"prefer": Mode.PREFERRED, "bind": Mode.BIND, "interleave": Mode.INTERLEAVE,
                 "local": Mode.LOCAL}[mem]
-        if mode == Mode.PREFERRED and len(mnodes) > 1:
-            mnodes = mnodes[:1]
         if mode != Mode.LOCAL and not mnodes:
             pres = _fallback(PolicyResult(False, mode.name.lower(), frozenset(),
                                           reason="no-memory-node", errno=errno.EINVAL,
