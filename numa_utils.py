@@ -6033,7 +6033,9 @@ def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] 
     or a GpuInfo.
     """
     b = _b(backend)
-    topo = read_topology(backend=b)
+    # The cpuset, not this thread's affinity: after bind_to_node the affinity is one
+    # node, and a new worker may still go anywhere the cpuset allows.
+    topo = _planning_topology(b)
     snap = counters(backend=b)
     loads = dict(loads or {})
     excluded = frozenset(exclude)

@@ -364,6 +364,13 @@ def test_choose_node_container_cpuset():
     assert not res and res.node is None and "excluded: 1" in res.reason
 
 
+def test_choose_node_after_binding_still_sees_the_cpuset():
+    b = sim("dual-socket-8gpu")
+    assert nu.bind_to_node(0, memory=None, backend=b)      # affinity now node 0 only
+    res = nu.choose_node(loads={0: 5}, backend=b)
+    assert [c.node for c in res.candidates] == [0, 1] and res.node == 1
+
+
 def test_choose_node_sparse_ids():
     b = tree("sparse-ids")
     assert {c.node for c in nu.choose_node(backend=b).candidates} == {0, 8}
