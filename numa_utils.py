@@ -4377,7 +4377,7 @@ def _cli_cleanup(sub: Any) -> None:
 # GPU locality, CPU plans and binding (issue 6).
 # ===========================================================================
 
-# -- GPU section: owned by the binding work ------------------------------------------
+# -- GPU section -----------------------------------------------------------------------
 #
 # From a CUDA device index to CPUs and memory, in four steps:
 #
@@ -5058,7 +5058,7 @@ def _plan_all(topo: Topology, infos: List[GpuInfo], policy: str, reserve: int,
     for g in fam:
         n: Optional[int] = g.cpu_node
         if n is not None and not pool.get(n):
-            near = [m for m in topo.nearest(n, [m for m in pool if pool[m]])]
+            near = topo.nearest(n, [m for m in pool if pool[m]])
             msg = (f"GPU {g.pci}: this process's cpuset allows no CPU on its node {n}"
                    + (f"; using the nearest node {near[0]}" if near else ""))
             _fail(strict, f"cpuset:{g.pci}", msg)
@@ -5286,9 +5286,15 @@ def bind_to_node(node: int, *, cpus: Union[bool, Iterable[int]] = True,
     b = _b(backend)
     st = _strict_or_env(strict)
     mem = _memory_or_env(memory)
+    return _bind_node(b, _planning_topology(b), node, cpus, mem, threads, st)
+
+
+def _bind_node(b: Backend, topo: Topology, node: int, cpus: Union[bool, Iterable[int]],
+               mem: Optional[str], threads: str, st: bool,
+               infos: Optional[List[GpuInfo]] = None) -> BindResult:
+    """bind_to_node on a topology (and GPU list) the caller has already read."""
     if threads not in ("all", "current"):
         raise ValueError(f"threads must be 'all' or 'current', not {threads!r}")
-    topo = _planning_topology(b)
     if isinstance(node, bool) or not isinstance(node, int) or node not in topo.nodes:
         raise ValueError(f"no NUMA node {node!r} (online: "
                          f"{format_cpulist(topo.online_nodes)})")
@@ -5316,7 +5322,10 @@ def bind_to_node(node: int, *, cpus: Union[bool, Iterable[int]] = True,
             _fail(st, f"bind:cpus:{format_cpulist(asked)}",
                   f"CPUs {format_cpulist(asked)} are outside this process's allowed "
                   f"CPUs {format_cpulist(allowed)}")
-    infos = _gpu_infos(topo, b) if mem == "interleave" else []
+    if mem != "interleave":
+        infos = []
+    elif infos is None:
+        infos = _gpu_infos(topo, b)
     pres: Optional[PolicyResult] = None
     if mem is not None:
         mnodes = _plan_memory(topo, infos, node, mem) if mem != "local" else ()
@@ -5328,8 +5337,6 @@ def bind_to_node(node: int, *, cpus: Union[bool, Iterable[int]] = True,
             notes.append(msg)
         mode = {"prefer": Mode.PREFERRED, "bind": Mode.BIND, "interleave": Mode.INTERLEAVE,
                 "local": Mode.LOCAL}[mem]
-        if mode == Mode.PREFERRED and len(mnodes) > 1:
-            mnodes = mnodes[:1]
         if mode != Mode.LOCAL and not mnodes:
             pres = _fallback(PolicyResult(False, mode.name.lower(), frozenset(),
                                           reason="no-memory-node", errno=errno.EINVAL,
@@ -5393,8 +5400,8 @@ def bind_for_gpu(device: int, policy: Optional[str] = None, *,
               f"({r.how})")
         return BindResult(None, frozenset(), False, "unknown-node", None, plan=plan,
                           notes=plan.notes)
-    out = bind_to_node(plan.cpu_node, cpus=False if pol == "none" else plan.cpus,
-                       memory=mem, threads=threads, strict=st, backend=b)
+    out = _bind_node(b, topo, plan.cpu_node, False if pol == "none" else plan.cpus, mem,
+                     threads, st, infos)
     return out._replace(plan=plan, notes=plan.notes + out.notes)
 
 
@@ -5587,7 +5594,7 @@ def _cli_run(sub: Any) -> None:
 # Observation: counters, remote share, node chooser, CUDA pinning (issue 8).
 # ===========================================================================
 
-# -- observation section: owned by the observation work; replace these stubs ---------
+# -- observation section ---------------------------------------------------------------
 
 # Per-node allocation counters, in pages (drivers/base/node.c node_read_numastat;
 # Documentation/admin-guide/numastat.rst).  numa_miss/numa_foreign/other_node are
@@ -5804,8 +5811,12 @@ def counters(*, backend: Optional[Backend] = None) -> Counters:
 
 def _numa_maps_bytes(text: str, page_size_kb: int = 0) -> Dict[int, int]:
     """Bytes per node over every VMA of a numa_maps text (``parse_numa_maps``)."""
+    return _entries_bytes(parse_numa_maps(text, page_size_kb=page_size_kb))
+
+
+def _entries_bytes(entries: Iterable[NumaMapsEntry]) -> Dict[int, int]:
     out: Dict[int, int] = {}
-    for e in parse_numa_maps(text, page_size_kb=page_size_kb):
+    for e in entries:
         for n, v in e.bytes_per_node.items():
             out[n] = out.get(n, 0) + v
     return out
@@ -5904,21 +5915,29 @@ def remote_share(pid: Union[int, str] = "self", *, threshold: float = REMOTE_SHA
     result with ``error`` set and no pages.  Warns once when above ``threshold``."""
     b = _b(backend)
     topo = topology if topology is not None else read_topology(backend=b)
+    entries: List[NumaMapsEntry] = []
+    maps_error = None
+    try:
+        entries = parse_numa_maps(b.read_text(_maps_path(pid)), page_size_kb=_page_kb(b))
+    except OSError as e:
+        maps_error = f"cannot read /proc/{pid}/numa_maps: {e.strerror or e}"
+    except ValueError as e:     # a malformed line (parse_numa_maps names it)
+        maps_error = str(e)
+    return _remote_share(pid, entries, maps_error, threshold, topo, b)
+
+
+def _remote_share(pid: Union[int, str], entries: Iterable[NumaMapsEntry],
+                  maps_error: Optional[str], threshold: float, topo: Topology,
+                  b: Backend) -> RemoteShare:
+    """remote_share on numa_maps entries already read (``maps_error``: why not)."""
     cpus = _status_cpus(b, pid)
-    error = None
+    error = maps_error
     if cpus is None:
         cpus = topo.allowed_cpus if pid == "self" else frozenset()
-        error = f"cannot read Cpus_allowed_list of /proc/{pid}/status"
+        error = error or f"cannot read Cpus_allowed_list of /proc/{pid}/status"
     local = _local_memory_nodes(topo, cpus) if topo.has_node_dir else frozenset({0})
-    by_node: Dict[int, int] = {}
-    try:
-        by_node = _numa_maps_bytes(b.read_text(_maps_path(pid)), _page_kb(b))
-    except OSError as e:
-        error = f"cannot read /proc/{pid}/numa_maps: {e.strerror or e}"
-    except ValueError as e:     # a malformed line (parse_numa_maps names it)
-        error = str(e)
-    res = RemoteShare(pid, MappingProxyType(by_node), frozenset(cpus), local, threshold,
-                      error)
+    res = RemoteShare(pid, MappingProxyType(_entries_bytes(entries)), frozenset(cpus),
+                      local, threshold, error)
     if res.warning:
         _warn_once(f"remote-share:{pid}", "numa_utils: %s", res.warning)
     return res
@@ -5998,7 +6017,9 @@ def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] 
     or a GpuInfo.
     """
     b = _b(backend)
-    topo = read_topology(backend=b)
+    # The cpuset, not this thread's affinity: after bind_to_node the affinity is one
+    # node, and a new worker may still go anywhere the cpuset allows.
+    topo = _planning_topology(b)
     snap = counters(backend=b)
     loads = dict(loads or {})
     excluded = frozenset(exclude)
@@ -6570,14 +6591,9 @@ def _render_prometheus(rep: Dict[str, Any]) -> str:
     return w.text()
 
 
-
 # ---------------------------------------------------------------------------
 # status: counters and advice.
 # ---------------------------------------------------------------------------
-
-def _process_maps_text(b: Backend) -> Optional[str]:
-    return b.read_optional("/proc/self/numa_maps")
-
 
 def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
     """Add counters, the process's remote share and advice to the status report."""
@@ -6598,10 +6614,17 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
                         f"{c.other_node:>12}")
         text.append(f"  remote allocations (other_node): {snap.remote_ratio:.2%} of pages")
     # The process's own pages (the running system, or the simulated process).
-    maps = _process_maps_text(b) if (b.is_live or isinstance(b, SimulatedBackend)) \
-        else None
+    maps = b.read_optional(_maps_path("self")) \
+        if (b.is_live or isinstance(b, SimulatedBackend)) else None
     if maps is not None:
-        rs = remote_share("self", topology=topo, backend=b)
+        # Read and parsed once, for the remote share and the interleave check.
+        entries: List[NumaMapsEntry] = []
+        maps_error = None
+        try:
+            entries = parse_numa_maps(maps, page_size_kb=_page_kb(b))
+        except ValueError as e:
+            maps_error = str(e)
+        rs = _remote_share("self", entries, maps_error, REMOTE_SHARE_THRESHOLD, topo, b)
         report["process"]["remote_share"] = rs.to_json()
         if rs.total_bytes:
             text.append("")
@@ -6612,11 +6635,8 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
                         f"{format_cpulist(rs.local_nodes) or '-'}")
         if rs.warning and len(topo.nodes_with_memory) > 1:
             warnings.append(rs.warning)
-        try:
-            interleaved = any(e.mode in ("interleave", "weighted interleave")
-                              for e in parse_numa_maps(maps, page_size_kb=_page_kb(b)))
-        except ValueError:
-            interleaved = False
+        interleaved = any(e.mode in ("interleave", "weighted interleave")
+                          for e in entries)
         if topo.thp == "always" and len(topo.nodes_with_memory) > 1 and interleaved:
             warnings.append("THP is 'always' and this process has interleaved regions: "
                             "a first touch places a whole 2 MiB huge page on one node, so "

@@ -156,6 +156,21 @@ def test_bind_for_gpu_exclusive():
     assert nu.get_policy(backend=b).nodes == {1}
 
 
+def test_bind_for_gpu_reads_the_topology_once(monkeypatch):
+    b = sim("dual-socket-8gpu")
+    calls = []
+    real = nu.read_topology
+
+    def counting(**kw):
+        calls.append(kw)
+        return real(**kw)
+
+    monkeypatch.setattr(nu, "read_topology", counting)
+    r = nu.bind_for_gpu(5, "exclusive", memory="interleave", environ={}, backend=b)
+    assert r and r.memory.applied
+    assert len(calls) == 1
+
+
 def test_bind_for_gpu_reordered_visible_devices():
     b = sim("dual-socket-8gpu")
     env = {"CUDA_VISIBLE_DEVICES": "GPU-5eed0007,GPU-5eed0000"}

@@ -364,6 +364,13 @@ def test_choose_node_container_cpuset():
     assert not res and res.node is None and "excluded: 1" in res.reason
 
 
+def test_choose_node_after_binding_still_sees_the_cpuset():
+    b = sim("dual-socket-8gpu")
+    assert nu.bind_to_node(0, memory=None, backend=b)      # affinity now node 0 only
+    res = nu.choose_node(loads={0: 5}, backend=b)
+    assert [c.node for c in res.candidates] == [0, 1] and res.node == 1
+
+
 def test_choose_node_sparse_ids():
     b = tree("sparse-ids")
     assert {c.node for c in nu.choose_node(backend=b).candidates} == {0, 8}
@@ -777,6 +784,16 @@ def test_status_thp_always_with_interleaved_region():
     assert any("THP is 'always'" in w for w in rep["warnings"])
     assert rep["process"]["remote_share"]["total_bytes"] == 32 * 4096
     assert "PROCESS PAGES" in nu._render_status(rep)
+    reads = []
+    real = s.read_text
+
+    def counting(path):
+        reads.append(path)
+        return real(path)
+
+    s.read_text = counting                  # status reads and parses numa_maps once
+    nu.status_report(backend=s)
+    assert reads.count("/proc/self/numa_maps") == 1
     s2 = sim("four-node-asym")                               # THP [madvise]
     buf2 = mmap.mmap(-1, 32 * 4096)
     assert nu.interleave(buf2, backend=s2)
