@@ -3616,12 +3616,16 @@ def _posix_name(key: Union[int, str]) -> str:
 
 # -- prefault ----------------------------------------------------------------------------
 
-def _touch_iov(addr: int, length: int, page: int) -> None:
+def _touch_iov(addr: int, length: int, page: int, write: bool = True) -> None:
     """First-touch every page of [addr, addr+length) in C, keeping the contents.
 
     For kernels without MADV_POPULATE_WRITE: one byte per page goes through a pipe
-    and back (writev gathers it, readv writes it back: a write fault per page), 1024
-    pages per system call, with the GIL released.  No Python loop per page.
+    (writev gathers it: a read fault per page), 1024 pages per system call, with the
+    GIL released; no Python loop per page.  ``write=True`` writes each byte back
+    (readv: a write fault), which private anonymous memory needs (a read fault only
+    maps the shared zero page) but which would undo a concurrent writer's store in
+    between.  Shared memory (shm, tmpfs) allocates its page on the read fault, under
+    the shared policy, so regions use ``write=False`` and never rewrite data.
     """
     import array
     if length <= 0:
@@ -3641,8 +3645,13 @@ def _touch_iov(addr: int, length: int, page: int) -> None:
             n = min(_IOV_MAX, len(starts) - i)
             ptr = base + 16 * i
             ctypes.set_errno(0)
-            if libc.writev(w, ptr, n) != n or libc.readv(r, ptr, n) != n:
+            if libc.writev(w, ptr, n) != n:
                 raise _oserror(ctypes.get_errno() or errno.EIO, "prefault (touch)")
+            if write:
+                if libc.readv(r, ptr, n) != n:
+                    raise _oserror(ctypes.get_errno() or errno.EIO, "prefault (touch)")
+            else:
+                os.read(r, n)           # drain: the bytes were only read
     finally:
         os.close(r)
         os.close(w)
@@ -3665,7 +3674,7 @@ def _default_threads(b: Backend) -> int:
 def prefault(buf: Any, length: Optional[int] = None, threads: Optional[int] = None, *,
              backend: Optional[Backend] = None,
              progress: Optional[Callable[[int, int], Any]] = None,
-             page_size: Optional[int] = None) -> Dict[str, Any]:
+             page_size: Optional[int] = None, shared: bool = False) -> Dict[str, Any]:
     """Fault every page of ``buf`` in, for writing, under the range's memory policy.
 
     MADV_POPULATE_WRITE (Linux 5.14+) in ``threads`` threads (default: the allowed
@@ -3674,6 +3683,8 @@ def prefault(buf: Any, length: Optional[int] = None, threads: Optional[int] = No
     C (contents are kept).  ``progress(done_bytes, total_bytes)`` is called from the
     calling thread; an exception it raises (KeyboardInterrupt included) stops the
     workers and propagates.  ``page_size``: the huge page size for hugetlb memory.
+    ``shared=True`` (shared memory): the old-kernel fallback only reads each page,
+    which allocates it there, so a concurrent writer's data is never rewritten.
     Returns {"bytes", "threads", "method", "seconds"}.
     """
     import time
@@ -3712,7 +3723,7 @@ def prefault(buf: Any, length: Optional[int] = None, threads: Optional[int] = No
                 if method == "populate_write":
                     b.madvise(p, q - p, MADV_POPULATE_WRITE)
                 elif b.is_live:
-                    _touch_iov(p, q - p, pg)
+                    _touch_iov(p, q - p, pg, write=not shared)
                 else:
                     b.touch(p, q - p)
                 done[i] += q - p
@@ -3979,7 +3990,8 @@ class SharedRegion:
                          page_size=page, policy=res, created=True, shmid=shmid, name=name)
             if prefault:
                 region.prefaulted = _do_prefault(
-                    addr, size, threads, backend=b, progress=progress, page_size=page)
+                    addr, size, threads, backend=b, progress=progress, page_size=page,
+                    shared=True)
             return region
         except BaseException:
             _undo_create(b, kind, shmid, name, addr, size, fd)
@@ -4054,7 +4066,7 @@ class SharedRegion:
             if prefault:
                 region.prefaulted = _do_prefault(
                     addr, seg_size, threads, backend=b, progress=progress,
-                    page_size=page)
+                    page_size=page, shared=True)
             return region
         except BaseException:
             if addr:
@@ -4078,20 +4090,22 @@ class SharedRegion:
                  progress: Optional[Callable[[int, int], Any]] = None) -> Dict[str, Any]:
         self._check_open()
         return _do_prefault(self._address, self._size, threads, backend=self._b,
-                                     progress=progress, page_size=self.page_size)
+                            progress=progress, page_size=self.page_size, shared=True)
 
     def remove(self) -> None:
         """Remove the name now (IPC_RMID / unlink); the memory lives until every
         process has closed it.  Nobody can attach afterwards."""
         if self._removed:
             return
-        if self.kind == "sysv":
-            self._b.shm_rmid(self.shmid)
-        else:
-            try:
+        try:
+            if self.kind == "sysv":
+                self._b.shm_rmid(self.shmid)
+            else:
                 self._b.shm_unlink(self.name)
-            except FileNotFoundError:
-                pass
+        except OSError as e:
+            # Already removed (by `cleanup`, or another process): nothing left to do.
+            if e.errno not in (errno.ENOENT, errno.EINVAL, errno.EIDRM):
+                raise
         self._removed = True
 
     def close(self) -> None:

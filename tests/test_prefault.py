@@ -138,3 +138,39 @@ def test_not_live_backend_refuses():
     b = nu.LinuxBackend(str(sim("single-node").root))
     with pytest.raises(nu.NotLiveError):
         nu.prefault(0x10000, 4096, backend=b)
+
+
+@pytest.mark.realkernel
+def test_real_read_touch_allocates_shared_memory_without_writing(tmp_path):
+    """Shared memory gets its pages from a read fault (shmem allocates under the
+    shared policy), so the regions' fallback never writes a byte back: a store made
+    by another process in between cannot be undone."""
+    import os
+    path = "/dev/shm" if os.path.isdir("/dev/shm") else str(tmp_path)
+    fname = os.path.join(path, f"numa_utils-test-readtouch-{os.getpid()}")
+    fd = os.open(fname, os.O_CREAT | os.O_RDWR | os.O_EXCL, 0o600)
+    try:
+        os.ftruncate(fd, 4 * MiB)
+        m = mmap.mmap(fd, 4 * MiB, mmap.MAP_SHARED, mmap.PROT_READ)   # read-only map
+        addr, size = nu.buffer_range(m)
+        nu._touch_iov(addr, size, mmap.PAGESIZE, write=False)   # a write would fault
+        assert sum(nu.placement(m, method="numa_maps").values()) == 4 * MiB
+        m.close()
+    finally:
+        os.close(fd)
+        os.unlink(fname)
+
+
+def test_removing_an_already_removed_region_is_quiet():
+    import errno as _errno
+
+    from conftest import sim
+    b = sim("dual-socket-8gpu")
+    r = nu.SharedRegion.create("gone-already", 1 << 20, prefault=False, backend=b)
+    r.close()
+    b.shm_rmid(r.shmid)                       # `cleanup` (or another process) got there
+    with pytest.raises(OSError) as ei:        # what remove() now meets ...
+        b.shm_rmid(r.shmid)
+    assert ei.value.errno in (_errno.EINVAL, _errno.EIDRM)
+    r.remove()                                # ... and takes as "already removed"
+    r.destroy()
