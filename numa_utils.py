@@ -4280,6 +4280,10 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
         if args.remove and r["stale"]:
             try:
                 if r["kind"] == "sysv":
+                    # Someone may have attached since the listing: look again last.
+                    if b.shm_stat(r["shmid"]).nattch:
+                        r["action"] = "keep (in use)"
+                        continue
                     b.shm_rmid(r["shmid"])
                 else:
                     b.shm_unlink(r["name"])
