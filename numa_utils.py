@@ -1793,7 +1793,7 @@ class SimulatedBackend(Backend):
 
     def _sys_mbind(self, start: int, length: int, mode: int, nmask: int, maxnode: int,
                    flags: int) -> int:
-        m, f = self._sanitize(self._signed(mode, self.abi.word_bits))
+        m, f = self._sanitize(self._signed(mode))       # kernel_mbind: int lmode = mode
         nodes = self._get_nodes(nmask, maxnode)
         if flags & ~7:
             raise _oserror(errno.EINVAL, "mbind", "invalid flags")
