@@ -852,18 +852,21 @@ def _hugepages(r: _Reader, base: str) -> Dict[int, HugePages]:
     return out
 
 
-def _allowed_from_status(backend: Backend) -> Tuple[Optional[FrozenSet[int]],
-                                                     Optional[FrozenSet[int]]]:
-    text = backend.read_optional("/proc/self/status")
+def _allowed_from_status(backend: Backend, pid: Union[int, str] = "self"
+                         ) -> Tuple[Optional[FrozenSet[int]], Optional[FrozenSet[int]]]:
+    """(Cpus_allowed_list, Mems_allowed_list) of /proc/<pid>/status; None for a file
+    or line that is not there.  A malformed list raises ValueError naming it."""
+    path = f"/proc/{pid}/status"
+    text = backend.read_optional(path)
     cpus = mems = None
     if text is None:
         return None, None
     for line in text.splitlines():
         key, _, val = line.partition(":")
         if key == "Cpus_allowed_list":
-            cpus = parse_cpulist(val, source="/proc/self/status Cpus_allowed_list")
+            cpus = parse_cpulist(val, source=f"{path} Cpus_allowed_list")
         elif key == "Mems_allowed_list":
-            mems = parse_cpulist(val, source="/proc/self/status Mems_allowed_list")
+            mems = parse_cpulist(val, source=f"{path} Mems_allowed_list")
     return cpus, mems
 
 
@@ -5841,17 +5844,10 @@ def _entries_bytes(entries: Iterable[NumaMapsEntry]) -> Dict[int, int]:
 
 
 def _status_cpus(b: Backend, pid: Union[int, str]) -> Optional[FrozenSet[int]]:
-    text = b.read_optional(f"/proc/{pid}/status")
-    if text is None:
+    try:
+        return _allowed_from_status(b, pid)[0]
+    except ValueError:
         return None
-    for line in text.splitlines():
-        key, _, val = line.partition(":")
-        if key == "Cpus_allowed_list":
-            try:
-                return parse_cpulist(val, source=f"/proc/{pid}/status")
-            except ValueError:
-                return None
-    return None
 
 
 def _local_memory_nodes(topo: Topology, cpus: Iterable[int]) -> FrozenSet[int]:
