@@ -2,7 +2,6 @@
 read back, and a seccomp-denied call falls back with reason EPERM."""
 import errno
 import mmap
-import platform
 
 import kernel_checks as kc
 import pytest
@@ -75,31 +74,45 @@ def test_mems_allowed_and_move_pages(buf):
     assert st[0] in t.nodes_with_memory and st[1] == -errno.ENOENT
 
 
+_SECCOMP_CHILD = r"""
+import errno, json, mmap, platform, sys
+import kernel_checks as kc
+import numa_utils as nu
+node = min(nu.read_topology().usable_memory_nodes)
+numbers = [nu.SYSCALL_TABLES[nu.abi_for().name][name] for name in
+           ("mbind", "set_mempolicy", "get_mempolicy", "move_pages")]
+kc._seccomp_deny(platform.machine(), numbers)
+m = mmap.mmap(-1, 1 << 20)
+res = nu.interleave(m, nodes=[node])
+thread = nu.set_thread_policy("bind", [node])
+m.write(b"y" * (1 << 20))                      # still usable
+try:
+    nu.interleave(m, nodes=[node], strict=True)
+    raised = None
+except PermissionError as e:
+    raised = e.errno
+print(json.dumps({"reason": res.reason, "errno": res.errno, "hint": res.hint,
+                  "thread": thread.reason, "usable": m[:1] == b"y", "strict": raised}))
+"""
+
+
 def test_seccomp_eperm_falls_back():
-    """What Docker's default profile does without CAP_SYS_NICE, for real."""
+    """What Docker's default profile does without CAP_SYS_NICE, for real: in a fresh
+    process (forking a multi-threaded test process could deadlock the child)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO
     arch = nu.abi_for().name
     if arch not in kc.AUDIT_ARCH:
         pytest.skip(f"no AUDIT_ARCH for {arch}")
-    numbers = [nu.SYSCALL_TABLES[arch][name] for name in
-               ("mbind", "set_mempolicy", "get_mempolicy", "move_pages")]
-
-    def child():
-        kc._seccomp_deny(platform.machine(), numbers)
-        m = mmap.mmap(-1, MiB)
-        res = nu.interleave(m, nodes=[node0()])
-        thread = nu.set_thread_policy("bind", [node0()])
-        m.write(b"y" * MiB)                           # still usable
-        ok = m[:1] == b"y"
-        try:
-            nu.interleave(m, nodes=[node0()], strict=True)
-            raised = None
-        except PermissionError as e:
-            raised = e.errno
-        m.close()
-        return {"reason": res.reason, "errno": res.errno, "hint": res.hint,
-                "thread": thread.reason, "usable": ok, "strict": raised}
-
-    got = kc.in_child(child)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests")]))
+    p = subprocess.run([sys.executable, "-c", _SECCOMP_CHILD], capture_output=True,
+                       text=True, timeout=120, env=env, cwd=str(REPO))
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout.strip().splitlines()[-1])
     assert got["reason"] == "EPERM" and got["errno"] == errno.EPERM
     assert "CAP_SYS_NICE" in got["hint"]
     assert got["thread"] == "EPERM" and got["usable"]
