@@ -3007,7 +3007,7 @@ def node_of(buf: Any, *, backend: Optional[Backend] = None) -> Optional[int]:
 # numa_maps: parsing and placement checks (issue 4).
 # ===========================================================================
 
-# -- numa_maps section: owned by the shared-memory work ------------------------------
+# -- numa_maps section -----------------------------------------------------------------
 # Format: fs/proc/task_mmu.c show_numa_map() and mm/mempolicy.c mpol_to_str():
 #   "<%08lx start> <policy>[ file=<path>| heap| stack][ huge][ anon=N][ dirty=N]
 #    [ mapped=N][ mapmax=N][ swapcache=N][ active=N][ writeback=N][ N<nid>=N]...
@@ -3503,7 +3503,7 @@ def _cli_maps(sub: Any) -> None:
 # Shared-memory regions and prefault (issue 4).
 # ===========================================================================
 
-# -- shared-memory section: owned by the shared-memory work --------------------------
+# -- shared-memory section -------------------------------------------------------------
 # SysV: ipc/shm.c, include/uapi/linux/ipc.h and shm.h; POSIX: glibc's shm_open opens
 # a file in the tmpfs mounted at /dev/shm.  Policy before touch (KERNEL_FACTS 4),
 # prefault with MADV_POPULATE_WRITE (KERNEL_FACTS 8).
