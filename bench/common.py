@@ -125,6 +125,19 @@ def spawn(argv: Sequence[str], *, cwd: Optional[str] = None,
                            err.read())
 
 
+
+def whole_process(argv: List[str], env: Optional[Dict[str, str]] = None,
+                  what: str = "") -> Callable[[], Dict[str, float]]:
+    """A contender that runs ``argv`` as a whole process (start-up included) and
+    reports its seconds; a non-zero exit is a Skip naming ``what``."""
+    def fn() -> Dict[str, float]:
+        r = spawn(argv, cwd=ROOT, env=env)
+        if r.rc != 0:
+            tail = r.stderr.decode(errors="replace").strip().splitlines()[-1:]
+            raise Skip(f"{what or argv[0]} exited {r.rc}: {' '.join(tail)}")
+        return {"s": r.seconds}
+    return fn
+
 def python_argv(*args: str) -> List[str]:
     return [sys.executable, *args]
 

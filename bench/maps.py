@@ -16,7 +16,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import common
-from .common import Section, Skip
+from .common import Section, Skip, whole_process
 
 REGION = 16 << 20
 
@@ -46,17 +46,6 @@ class Helper:
             self.p.wait()
 
 
-def _whole(argv: List[str], env: Optional[Dict[str, str]] = None,
-           what: str = "") -> Callable[[], Dict[str, float]]:
-    def fn() -> Dict[str, float]:
-        r = common.spawn(argv, cwd=common.ROOT, env=env)
-        if r.rc != 0:
-            tail = r.stderr.decode(errors="replace").strip().splitlines()[-1:]
-            raise Skip(f"{what or argv[0]} exited {r.rc}: {' '.join(tail)}")
-        return {"s": r.seconds}
-    return fn
-
-
 def run(*, vmas: int, rounds: int, log: Callable[[str], None] = common.log) -> Section:
     sec = Section("maps", f"2. numa_maps with {vmas} VMAs")
     nu = common.numa_utils()
@@ -75,7 +64,7 @@ def run(*, vmas: int, rounds: int, log: Callable[[str], None] = common.log) -> S
         numastat = common.which("numastat")
         ns_name = "numastat -p PID"
         if numastat:
-            contenders.append((ns_name, _whole([numastat, "-p", str(pid)], what="numastat")))
+            contenders.append((ns_name, whole_process([numastat, "-p", str(pid)], what="numastat")))
         else:
             sec.skip_contender(ns_name, "numastat not found (Debian package numactl)")
 
@@ -90,11 +79,11 @@ def run(*, vmas: int, rounds: int, log: Callable[[str], None] = common.log) -> S
             sec.skip_contender(json_name, why)
         else:
             base = common.python_argv("-m", "numa_utils", "maps", str(pid))
-            contenders.append((maps_name, _whole(base, env, "numa_utils maps")))
-            contenders.append((json_name, _whole(base + ["--json"], env,
+            contenders.append((maps_name, whole_process(base, env, "numa_utils maps")))
+            contenders.append((json_name, whole_process(base + ["--json"], env,
                                                  "numa_utils maps --json")))
         pass_name = "python -c pass (start-up floor)"
-        contenders.append((pass_name, _whole(common.python_argv("-c", "pass"), env)))
+        contenders.append((pass_name, whole_process(common.python_argv("-c", "pass"), env)))
 
         read_name = "read /proc/PID/numa_maps in-process (kernel floor)"
 

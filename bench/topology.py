@@ -19,7 +19,7 @@ import time
 from typing import Callable, Dict, List, Optional, Tuple
 
 from . import common, gen_topology
-from .common import Section, Skip
+from .common import Section, Skip, whole_process
 
 
 def _scratch() -> str:
@@ -31,16 +31,6 @@ def _scratch() -> str:
         except OSError:
             continue
     raise Skip("no writable temporary folder")
-
-
-def _whole(argv: List[str], env: Dict[str, str], what: str) -> Callable[[], Dict[str, float]]:
-    def fn() -> Dict[str, float]:
-        r = common.spawn(argv, cwd=common.ROOT, env=env)
-        if r.rc != 0:
-            tail = r.stderr.decode(errors="replace").strip().splitlines()[-1:]
-            raise Skip(f"{what} exited {r.rc}: {' '.join(tail)}")
-        return {"s": r.seconds}
-    return fn
 
 
 def run(*, rounds: int, quick: bool = False,
@@ -76,15 +66,15 @@ def run(*, rounds: int, quick: bool = False,
             n = names["read", cpus] = f"read_topology() in-process, {cpus} CPUs"
             contenders.append((n, read))
             n = names["status", cpus] = f"numa_utils status --json --root, {cpus} CPUs"
-            contenders.append((n, _whole(common.python_argv(
+            contenders.append((n, whole_process(common.python_argv(
                 "-m", "numa_utils", "status", "--json", "--root", dest), env,
                 "numa_utils status")))
             n = names["lstopo", cpus] = f"lstopo-no-graphics (HWLOC_FSROOT), {cpus} CPUs"
             n2 = names["xml", cpus] = f"lstopo-no-graphics --input --of xml, {cpus} CPUs"
             if lstopo:
-                contenders.append((n, _whole([lstopo], dict(env, HWLOC_FSROOT=dest),
+                contenders.append((n, whole_process([lstopo], dict(env, HWLOC_FSROOT=dest),
                                              "lstopo-no-graphics")))
-                contenders.append((n2, _whole([lstopo, "--input", dest, "--of", "xml", "-"],
+                contenders.append((n2, whole_process([lstopo, "--input", dest, "--of", "xml", "-"],
                                               env, "lstopo-no-graphics --of xml")))
             else:
                 why = "lstopo-no-graphics not found (Debian package hwloc)"

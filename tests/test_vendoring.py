@@ -12,12 +12,18 @@ def _run(code, cwd):
                           capture_output=True, text=True, timeout=60)
 
 
-def test_copy_under_another_name_in_a_package(tmp_path):
-    pkg = tmp_path / "lightllm" / "utils"
+def _vendor(tmp_path, engine, *files):
+    """Copy ``files`` into ``<engine>/utils/``, a package, as an engine vendors them."""
+    pkg = tmp_path / engine / "utils"
     pkg.mkdir(parents=True)
-    (tmp_path / "lightllm" / "__init__.py").write_text("")
+    (tmp_path / engine / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
-    (pkg / "numa_utils.py").write_text((REPO / "numa_utils.py").read_text())
+    for name in files:
+        (pkg / name).write_text((REPO / name).read_text())
+
+
+def test_copy_under_another_name_in_a_package(tmp_path):
+    _vendor(tmp_path, "lightllm", "numa_utils.py")
     p = _run(f"""
         import sys
         from lightllm.utils import numa_utils as nu
@@ -77,12 +83,7 @@ def test_import_reads_nothing_and_loads_no_library(tmp_path):
 
 
 def test_envs_beside_the_copy_in_a_package_with_an_engine_prefix(tmp_path):
-    pkg = tmp_path / "engine" / "utils"
-    pkg.mkdir(parents=True)
-    (tmp_path / "engine" / "__init__.py").write_text("")
-    (pkg / "__init__.py").write_text("")
-    (pkg / "numa_utils.py").write_text((REPO / "numa_utils.py").read_text())
-    (pkg / "envs.py").write_text((REPO / "envs.py").read_text())
+    _vendor(tmp_path, "engine", "numa_utils.py", "envs.py")
     p = _run(f"""
         import os
         from engine.utils import envs, numa_utils as nu
