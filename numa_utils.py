@@ -98,6 +98,7 @@ __all__ = [
     "default_backend",
     # topology
     "Topology", "Node", "Cpu", "PciDevice", "HugePages", "read_topology", "to_json",
+    "MemoryAccess", "default_memory_nodes", "memory_node_choice", "MemoryNodeChoice",
     # memory policy: raw syscalls
     "Mode", "ModeFlag", "MbindFlag", "GetFlag", "NodeMask",
     "mbind", "set_mempolicy", "get_mempolicy", "move_pages", "migrate_pages",
@@ -716,6 +717,25 @@ class HugePages(_Record):
     surplus: int = 0
 
 
+class MemoryAccess(_Record):
+    """HMAT figures of a memory node as the kernel reports them for access class 0
+    (nodeN/access0/initiators/, Documentation/admin-guide/mm/numaperf.rst): from the
+    best initiators, which are listed; None where a file is missing."""
+
+    read_bandwidth_mbps: Optional[int]
+    write_bandwidth_mbps: Optional[int]
+    read_latency_ns: Optional[int]
+    write_latency_ns: Optional[int]
+    initiators: FrozenSet[int]
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"read_bandwidth_mbps": self.read_bandwidth_mbps,
+                "write_bandwidth_mbps": self.write_bandwidth_mbps,
+                "read_latency_ns": self.read_latency_ns,
+                "write_latency_ns": self.write_latency_ns,
+                "initiators": sorted(self.initiators)}
+
+
 class Node(_Record):
     id: int
     cpus: FrozenSet[int]
@@ -723,6 +743,11 @@ class Node(_Record):
     mem_free_kb: int
     distances: Mapping[int, int]
     hugepages: Mapping[int, HugePages]    # page size in kB -> counts
+    tier: Optional[int] = None            # memory_tierN (lower is faster); None: no tiers
+    access: Optional[MemoryAccess] = None     # HMAT access class 0; None: no HMAT
+    has_normal_memory: Optional[bool] = None  # False: ZONE_MOVABLE only; None: unknown
+    kind: str = ""                        # "dram" | "cpu-less" | "gpu" | "movable-only"
+    kind_evidence: str = ""               #   | "no-memory"; and what says so
 
 
 class Cpu(_Record):
@@ -763,6 +788,9 @@ class Topology(_Record):
     thp: Optional[str]
     problems: Tuple[str, ...] = ()   # what could not be read, as warnings
     has_node_dir: bool = True
+    memory_tiers: Mapping[int, FrozenSet[int]] = MappingProxyType({})   # tier -> nodes
+    interleave_weights: Optional[Mapping[int, int]] = None   # None: kernel < 6.9
+    interleave_auto: Optional[bool] = None    # weights derived from HMAT (6.16+)
 
     def node_of_cpu(self, cpu: int) -> Optional[int]:
         c = self.cpus.get(cpu)
@@ -957,6 +985,64 @@ def _read_gpus(r: _Reader) -> Tuple[PciDevice, ...]:
     return tuple(out)
 
 
+_TIER_DIR = "/sys/devices/virtual/memory_tiering"     # Linux 6.1+, mm/memory-tiers.c
+_WI_DIR = "/sys/kernel/mm/mempolicy/weighted_interleave"   # Linux 6.9+
+
+
+def _read_access(r: _Reader, n: int) -> Optional[MemoryAccess]:
+    d = f"{_NODE_DIR}/node{n}/access0/initiators"
+    names = r.listdir(d)
+    if not names:
+        return None
+    inits = frozenset(int(x[4:]) for x in names if x.startswith("node") and x[4:].isdigit())
+    bw_r, bw_w, lat_r, lat_w = (r.integer(f"{d}/{f}") for f in (
+        "read_bandwidth", "write_bandwidth", "read_latency", "write_latency"))
+    return MemoryAccess(bw_r, bw_w, lat_r, lat_w, inits)
+
+
+def _read_tiers(r: _Reader) -> Dict[int, FrozenSet[int]]:
+    tiers: Dict[int, FrozenSet[int]] = {}
+    for name in r.listdir(_TIER_DIR):
+        if name.startswith("memory_tier") and name[11:].isdigit():
+            nodes = r.parsed(f"{_TIER_DIR}/{name}/nodelist", parse_cpulist)
+            if nodes:
+                tiers[int(name[11:])] = nodes
+    return tiers
+
+
+def _read_weights(r: _Reader) -> Tuple[Optional[Dict[int, int]], Optional[bool]]:
+    """({node: weight} or None without weighted interleave, auto mode or None)."""
+    if not r.b.exists(_WI_DIR):
+        return None, None
+    weights: Dict[int, int] = {}
+    auto = None
+    for name in sorted(r.listdir(_WI_DIR)):
+        if name.startswith("node") and name[4:].isdigit():
+            w = r.integer(f"{_WI_DIR}/{name}")
+            if w is not None:
+                weights[int(name[4:])] = w
+        elif name == "auto":
+            t = (r.text(f"{_WI_DIR}/auto") or "").strip().lower()
+            if t in ("1", "y", "true", "0", "n", "false"):
+                auto = t in ("1", "y", "true")
+            else:
+                r.problems.append(f"{_WI_DIR}/auto: unexpected value {t!r}")
+    return weights, auto
+
+
+def _node_kind(n: Node, with_mem: FrozenSet[int], normal: Optional[FrozenSet[int]]
+               ) -> Tuple[str, str]:
+    """(kind, evidence) from sysfs alone; GPU memory is told apart afterwards."""
+    if n.id not in with_mem:
+        return "no-memory", "not in has_memory"
+    if normal is not None and n.id not in normal:
+        return "movable-only", ("memory only in ZONE_MOVABLE (not in has_normal_memory)"
+                                + ("" if n.cpus else "; no CPUs"))
+    if n.cpus:
+        return "dram", f"CPUs {format_cpulist(n.cpus)} and normal memory"
+    return "cpu-less", "memory but no CPUs"
+
+
 def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     """Read NUMA topology from sysfs/procfs through ``backend`` (default: this system).
 
@@ -1035,6 +1121,19 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
         allowed_cpus = online_cpus
     if allowed_mems is None:
         allowed_mems = frozenset(with_mem)
+    # Memory tiers, HMAT and weighted interleave (issue 11).
+    tiers = _read_tiers(r) if has_node_dir else {}
+    tier_of = {m: t for t, ns in sorted(tiers.items(), reverse=True) for m in ns}
+    normal = r.parsed(f"{_NODE_DIR}/has_normal_memory", parse_cpulist) \
+        if has_node_dir else None
+    for n, nd in nodes.items():
+        nd = nd._replace(tier=tier_of.get(n),
+                         access=_read_access(r, n) if has_node_dir and n in with_mem
+                         else None,
+                         has_normal_memory=None if normal is None else n in normal)
+        kind, why = _node_kind(nd, frozenset(with_mem), normal)
+        nodes[n] = nd._replace(kind=kind, kind_evidence=why)
+    weights, auto = _read_weights(r)
     nb = r.integer("/proc/sys/kernel/numa_balancing")
     thp = None
     thp_text = r.text("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -1044,7 +1143,7 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
             thp = m.group(1)
         else:
             r.problems.append(f"no [selected] THP mode in {thp_text.strip()!r}")
-    return Topology(
+    topo = Topology(
         nodes=MappingProxyType(nodes),
         online_nodes=frozenset(online), possible_nodes=frozenset(possible),
         nodes_with_cpus=frozenset(with_cpus), nodes_with_memory=frozenset(with_mem),
@@ -1052,7 +1151,120 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
         allowed_cpus=frozenset(allowed_cpus), allowed_mems=frozenset(allowed_mems),
         gpus=_read_gpus(r), numa_balancing=nb, thp=thp,
         problems=tuple(r.problems), has_node_dir=has_node_dir,
+        memory_tiers=MappingProxyType(tiers),
+        interleave_weights=None if weights is None else MappingProxyType(weights),
+        interleave_auto=auto,
     )
+    # GPU memory onlined as a node: CPU-less memory nodes the GPU section attributes
+    # to a GPU (NVML or the NVIDIA driver's /proc entries; never by shape alone).
+    if topo.nodes_with_memory - topo.nodes_with_cpus and \
+            any(g.vendor_name == "nvidia" for g in topo.gpus):
+        nodes = dict(topo.nodes)
+        for g in _gpu_infos(topo, b):
+            for m in g.memory_nodes:
+                if m in nodes:
+                    nodes[m] = nodes[m]._replace(
+                        kind="gpu", kind_evidence=f"memory of GPU {g.pci} "
+                        f"({g.memory_source}); {nodes[m].kind_evidence}")
+        topo = topo._replace(nodes=MappingProxyType(nodes))
+    return topo
+
+
+# ---------------------------------------------------------------------------
+# The default memory nodes (issue 11): where a KV cache and every ``nodes=None``
+# call go.  Memory tiers (mm/memory-tiers.c: a lower tier id is faster; DRAM is tier
+# 4) and HMAT drive the kernel's own demotion; we follow them, and without them fall
+# back to evidence that has no false positives on plain machines.
+# ---------------------------------------------------------------------------
+
+class MemoryNodeChoice(_Record):
+    """The nodes default_memory_nodes() chose, those it left out (node -> why) and
+    what the choice rests on ("memory tiers", "distances (no tier or HMAT data)" ...)."""
+
+    nodes: FrozenSet[int]
+    left_out: Mapping[int, str]
+    basis: str
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"nodes": sorted(self.nodes), "basis": self.basis,
+                "left_out": {str(k): v for k, v in sorted(self.left_out.items())}}
+
+
+def memory_node_choice(topology: Optional[Topology] = None, *,
+                       backend: Optional[Backend] = None) -> MemoryNodeChoice:
+    """default_memory_nodes() with the reasons.  The rule, in order (a step never
+    leaves nothing): nodes with memory inside this process's cpuset; not GPU memory
+    (it is the GPU's own HBM); not movable-only memory (no normal memory: CXL
+    expanders, GPU memory); then, when the kernel's memory tiers tell nodes apart,
+    only the tier of the CPUs' own DRAM: slower tiers (CXL, far memory) and faster
+    CPU-less tiers (HBM in flat mode: small, for explicit use) are left out.  Without
+    tier data, a CPU-less node with no HMAT figures is left out when it is farther
+    from every CPU node than the CPU nodes are from each other."""
+    t = topology if topology is not None else read_topology(backend=backend)
+    mem = t.nodes_with_memory
+    cands = set(t.usable_memory_nodes)
+    left: Dict[int, str] = {}
+    basis = ["nodes with memory in the cpuset"]
+    for n in sorted(mem - cands):
+        left[n] = ("outside this process's cpuset (Mems_allowed_list "
+                   f"{format_cpulist(t.allowed_mems)})")
+
+    def drop(ns: Iterable[int], why: Callable[[Node], str]) -> bool:
+        out = set(ns) & cands
+        if not out or not cands - out:
+            return False
+        for n in sorted(out):
+            left[n] = why(t.nodes[n])
+            cands.discard(n)
+        return True
+
+    nodes = {n: t.nodes[n] for n in cands if n in t.nodes}
+    if drop((n for n, v in nodes.items() if v.kind == "gpu"),
+            lambda v: f"GPU memory ({v.kind_evidence.split(';')[0]}): host buffers "
+                      "there take the GPU's own HBM"):
+        basis.append("GPU memory nodes")
+    if drop((n for n, v in nodes.items() if v.has_normal_memory is False),
+            lambda v: "movable-only memory (not in has_normal_memory; CXL expanders "
+                      "and GPU memory come up this way)"):
+        basis.append("has_normal_memory")
+    tiers = {n: t.nodes[n].tier for n in cands}
+    with_cpus = cands & t.nodes_with_cpus
+    if None not in tiers.values() and len(set(tiers.values())) > 1:
+        basis.append("memory tiers")
+        ref = min(tiers[n] for n in (with_cpus or cands))  # type: ignore[type-var]
+        drop((n for n in list(cands) if tiers[n] > ref),  # type: ignore[operator]
+             lambda v: f"slower memory tier {v.tier} (the default uses tier {ref}, the "
+                       "CPUs' DRAM)")
+        drop((n for n in list(cands) if tiers[n] < ref and n not in t.nodes_with_cpus),
+             lambda v: f"faster CPU-less tier {v.tier} (HBM-like and small: for "
+                       f"explicit use; the default uses tier {ref}, the CPUs' DRAM)")
+    else:
+        cpu_nodes = sorted(with_cpus or (t.nodes_with_cpus & set(t.nodes)))
+        pairs = [t.distance(a, b) for a in cpu_nodes for b in cpu_nodes if a != b] or \
+            [t.distance(a, a) for a in cpu_nodes]
+        known = [d for d in pairs if d is not None]
+        if cpu_nodes and known:
+            remote = max(known)
+            far: Dict[int, int] = {}
+            for m in cands - t.nodes_with_cpus:
+                ds = [t.distance(c, m) for c in cpu_nodes]
+                if t.nodes[m].access is None and None not in ds and \
+                        min(ds) > remote:  # type: ignore[type-var]
+                    far[m] = min(ds)  # type: ignore[type-var]
+            if drop(far, lambda v: f"CPU-less and far (distance {far[v.id]} from the "
+                                   f"nearest CPU node, > {remote} between CPU nodes); "
+                                   "no tier or HMAT data to say it is fast"):
+                basis.append("distances (no tier or HMAT data)")
+    return MemoryNodeChoice(frozenset(cands), MappingProxyType(left), ", ".join(basis))
+
+
+def default_memory_nodes(topology: Optional[Topology] = None, *,
+                         backend: Optional[Backend] = None) -> FrozenSet[int]:
+    """The nodes a KV cache, and every ``nodes=None`` call (interleave, bind,
+    SharedRegion.create, plans, choose_node), uses: the CPUs' DRAM tier, within the
+    cpuset, never GPU memory or a slower tier.  memory_node_choice() says what it
+    left out and why; pass ``nodes=[...]`` (or NUMA_NODES) to use other nodes."""
+    return memory_node_choice(topology, backend=backend).nodes
 
 
 # ---------------------------------------------------------------------------
@@ -1069,6 +1281,9 @@ def _topology_json(t: Topology) -> Dict[str, Any]:
             "distances": {str(k): v for k, v in sorted(n.distances.items())},
             "hugepages": {str(k): {"total": h.total, "free": h.free, "surplus": h.surplus}
                           for k, h in sorted(n.hugepages.items())},
+            "tier": n.tier, "access": n.access.to_json() if n.access else None,
+            "has_normal_memory": n.has_normal_memory, "kind": n.kind,
+            "kind_evidence": n.kind_evidence,
         } for n in (t.nodes[i] for i in sorted(t.nodes))],
         "online_nodes": ids(t.online_nodes), "possible_nodes": ids(t.possible_nodes),
         "nodes_with_cpus": ids(t.nodes_with_cpus),
@@ -1081,6 +1296,10 @@ def _topology_json(t: Topology) -> Dict[str, Any]:
         "allowed_cpus": ids(t.allowed_cpus), "allowed_mems": ids(t.allowed_mems),
         "gpus": [_pci_json(g) for g in t.gpus],
         "numa_balancing": t.numa_balancing, "thp": t.thp,
+        "memory_tiers": {str(k): ids(v) for k, v in sorted(t.memory_tiers.items())},
+        "interleave_weights": None if t.interleave_weights is None else
+        {str(k): v for k, v in sorted(t.interleave_weights.items())},
+        "interleave_auto": t.interleave_auto,
         "problems": list(t.problems),
     }
 
@@ -2799,10 +3018,12 @@ def _mode_of(mode: Union[str, int]) -> Mode:
     return Mode(int(mode) & ~_MODE_FLAGS_MASK)
 
 
-def _memory_nodes(b: Backend) -> Tuple[FrozenSet[int], FrozenSet[int]]:
-    """(nodes with memory, Mems_allowed) cheaply, without reading the whole topology."""
+def _memory_nodes(b: Backend) -> Tuple[FrozenSet[int], FrozenSet[int], FrozenSet[int]]:
+    """(nodes with memory, Mems_allowed, default_memory_nodes) cheaply: the whole
+    topology is read only when a memory node lacks CPUs or normal memory or the
+    kernel has several memory tiers (otherwise the default is every allowed node)."""
     if not b.exists(_NODE_DIR):
-        return frozenset({0}), frozenset({0})
+        return frozenset({0}), frozenset({0}), frozenset({0})
     mem = None
     t = b.read_optional(f"{_NODE_DIR}/has_memory")
     if t is not None:
@@ -2816,7 +3037,21 @@ def _memory_nodes(b: Backend) -> Tuple[FrozenSet[int], FrozenSet[int]]:
         _, allowed = _allowed_from_status(b)
     except ValueError:
         allowed = None
-    return mem, (allowed if allowed is not None else mem)
+    allowed = allowed if allowed is not None else mem
+    plain = True
+    for name, need in (("has_cpu", mem), ("has_normal_memory", mem)):
+        t = b.read_optional(f"{_NODE_DIR}/{name}")
+        try:
+            plain = plain and (t is None or need <= parse_cpulist(t))
+        except ValueError:
+            plain = False
+    if plain:
+        try:
+            plain = sum(x.startswith("memory_tier") for x in b.listdir(_TIER_DIR)) < 2
+        except OSError:
+            pass
+    default = (mem & allowed or mem) if plain else default_memory_nodes(backend=b)
+    return mem, allowed, default
 
 
 def _errno_reason(err: int) -> str:
@@ -2855,8 +3090,8 @@ def apply_policy(buf: Any = None, length: Optional[int] = None, *,
         addr, n = buffer_range(buf, length)
         start, size = _page_range(addr, n, page_size or b.page_size)
     explicit = nodes is not None
-    mem, allowed = _memory_nodes(b)
-    want = frozenset(nodes) if nodes is not None else (mem & allowed or mem)
+    mem, allowed, default = _memory_nodes(b)
+    want = frozenset(nodes) if nodes is not None else default
     if explicit:
         for n in want:
             if not isinstance(n, int) or isinstance(n, bool) or n < 0:
@@ -3846,7 +4081,7 @@ def _huge_size(hugepages: Union[bool, int, str, None], b: Backend,
     if hugepages in (None, False, 0, "off", ""):
         return 0
     topo = read_topology(backend=b)
-    targets = nodes if nodes else (topo.usable_memory_nodes or frozenset(topo.nodes))
+    targets = nodes if nodes else (default_memory_nodes(topo) or frozenset(topo.nodes))
     common: Optional[FrozenSet[int]] = None
     for n in targets:
         node = topo.nodes.get(n)
@@ -5027,7 +5262,7 @@ def _memory_nodes_for(topo: Topology, node: int) -> Tuple[int, ...]:
     """Host-memory nodes for a worker on ``node``: the node itself when it has memory
     this process may use, else the nearest such nodes (DRAM nodes with CPUs first, so
     that a GPU's HBM node or a CXL expander is only a last resort)."""
-    usable = topo.usable_memory_nodes
+    usable = default_memory_nodes(topo)
     if node in usable:
         return (node,)
     pool = (usable & topo.nodes_with_cpus) or usable
@@ -5062,7 +5297,7 @@ class GpuPlan(_Record):
 
 def _interleave_nodes(topo: Topology, infos: List[GpuInfo]) -> Tuple[int, ...]:
     gpu_mem = {n for g in infos for n in g.memory_nodes}
-    return tuple(sorted(topo.usable_memory_nodes - gpu_mem))
+    return tuple(sorted(default_memory_nodes(topo) - gpu_mem))
 
 
 def _plan_memory(topo: Topology, infos: List[GpuInfo], node: Optional[int],
@@ -6060,7 +6295,7 @@ def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] 
     snap = counters(backend=b)
     loads = dict(loads or {})
     excluded = frozenset(exclude)
-    usable_mem = topo.usable_memory_nodes
+    usable_mem = default_memory_nodes(topo)
     nodes = sorted(n for n in topo.nodes_with_cpus
                    if n in topo.nodes and topo.nodes[n].cpus & topo.allowed_cpus)
     if not topo.has_node_dir:
