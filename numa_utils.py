@@ -105,6 +105,8 @@ __all__ = [
     "set_mempolicy_home_node",
     # memory policy: safe layer
     "PolicyResult", "PolicyInfo", "buffer_range", "interleave", "bind", "prefer",
+    "weighted_interleave", "interleave_weights", "set_interleave_weights",
+    "suggest_weights",
     "set_local", "apply_policy", "thread_policy", "set_thread_policy", "get_policy",
     "node_of",
     # shared memory, prefault, placement
@@ -422,6 +424,10 @@ class Backend:
     def sched_setaffinity(self, pid: int, cpus: Iterable[int]) -> None:
         raise NotImplementedError
 
+    def write_text(self, path: str, text: str) -> None:
+        """Write a sysfs/procfs file (the weighted-interleave weights)."""
+        raise NotImplementedError
+
     def touch(self, addr: int, length: int) -> None:
         """Write one byte per page of [addr, addr+length): a first touch."""
         raise NotImplementedError
@@ -578,6 +584,11 @@ class LinuxBackend(Backend):
     def sched_setaffinity(self, pid: int, cpus: Iterable[int]) -> None:
         self._refuse("sched_setaffinity")
         os.sched_setaffinity(pid, set(cpus))
+
+    def write_text(self, path: str, text: str) -> None:
+        self._refuse(f"write {path}")
+        with open(self._path(path), "w") as fh:
+            fh.write(text)
 
     def touch(self, addr: int, length: int) -> None:
         self._refuse("touch")
@@ -1766,6 +1777,10 @@ class _SimKernel:
         self.files: Dict[str, _SimFile] = {}
         self.next_attach = 0
         self.procs: List[Any] = []               # weakrefs to every process
+        # Weighted interleave (mm/mempolicy.c iw_table): supported?, weights, auto.
+        self.wi = topo.interleave_weights is not None
+        self.wi_weights: Dict[int, int] = dict(topo.interleave_weights or {})
+        self.wi_auto = topo.interleave_auto
         self.lock = threading.RLock()            # prefault threads fault concurrently
 
 
@@ -1791,6 +1806,7 @@ class SimulatedBackend(Backend):
                  cap_sys_nice: bool = True, numa: bool = True,
                  populate: bool = True, max_numnodes: Optional[int] = None,
                  uid: int = 1000, gid: int = 1000,
+                 weighted_interleave: Optional[bool] = None,
                  _kernel: Optional[_SimKernel] = None) -> None:
         self.root = os.path.abspath(root)
         self._files = LinuxBackend(self.root)
@@ -1804,6 +1820,12 @@ class SimulatedBackend(Backend):
                     self.abi.name, 1024)
             _kernel = _SimKernel(topo, self.page_size, free_kb, max_numnodes,
                                  numa and topo.has_node_dir)
+            # MPOL_WEIGHTED_INTERLEAVE is Linux 6.9+: a tree with its sysfs weights is
+            # such a kernel, unless the caller says otherwise.
+            if weighted_interleave is not None:
+                _kernel.wi = weighted_interleave
+                if weighted_interleave and not _kernel.wi_weights:
+                    _kernel.wi_weights = {n: 1 for n in topo.possible_nodes}
         self.kernel = _kernel
         topo = _kernel.topo
         self.pid = _kernel.next_pid
@@ -1821,6 +1843,7 @@ class SimulatedBackend(Backend):
         self.pages: Dict[int, int] = {}          # private: page address -> node
         self.thread_policy: Dict[int, _Pol] = {}
         self._il_prev: Dict[int, int] = {}
+        self._il_weight: Dict[int, int] = {}     # tid -> weight left at _il_prev
         self._numbers = {v: k for k, v in (self.abi.syscalls or {}).items()}
         self._pipe: Optional[Tuple[int, int]] = None
         self._keep: List[Any] = []
@@ -1887,11 +1910,74 @@ class SimulatedBackend(Backend):
             return self._render_status()
         if path == "/proc/sysvipc/shm":
             return self._render_sysvipc()
+        if path.startswith(_WI_DIR + "/"):
+            leaf = self._wi_leaf(path)
+            if leaf == "auto":
+                return "true\n" if self.kernel.wi_auto else "false\n"
+            return f"{self._il_w(int(leaf[4:]))}\n"
         return self._files.read_text(path)
+
+    def _wi_leaf(self, path: str) -> str:
+        """The weighted_interleave file ``path`` names; ENOENT when the simulated
+        kernel has no such file."""
+        leaf = path[len(_WI_DIR) + 1:]
+        k = self.kernel
+        if not k.wi or not ((leaf == "auto" and k.wi_auto is not None) or (
+                leaf.startswith("node") and leaf[4:].isdigit()
+                and int(leaf[4:]) in k.wi_weights)):
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+        return leaf
+
+    def write_text(self, path: str, text: str) -> None:
+        """The weighted-interleave weights (root only, 1-255, as sysfs node_store)."""
+        if not path.startswith(_WI_DIR + "/"):
+            raise _oserror(errno.EACCES, f"open {path}", "not modelled as writable")
+        leaf = self._wi_leaf(path)
+        if self.uid != 0:
+            raise _oserror(errno.EACCES, f"open {path}")
+        t = text.strip()
+        if leaf == "auto":
+            if t not in ("true", "false", "1", "0"):
+                raise _oserror(errno.EINVAL, f"write {path}")
+            self.kernel.wi_auto = t in ("true", "1")
+            return
+        if not t.isdigit() or not 1 <= int(t) <= 255:
+            raise _oserror(errno.EINVAL, f"write {path}", "weight must be 1-255")
+        self.kernel.wi_weights[int(leaf[4:])] = int(t)
+        if self.kernel.wi_auto is not None:
+            self.kernel.wi_auto = False      # writing a weight leaves auto mode (6.16)
+
+    def _il_w(self, node: int) -> int:
+        return self.kernel.wi_weights.get(node, 1)
+
+    def _wi_node(self, order: Sequence[int], ilx: Optional[int]) -> int:
+        """mm/mempolicy.c weighted_interleave_nid: the nodes in id order, each taking
+        ``weight`` consecutive indices of every sum(weights).  ``ilx=None`` is the
+        per-task counter (weighted_interleave_nodes: il_prev, il_weight)."""
+        if ilx is not None:
+            t = ilx % sum(self._il_w(n) for n in order)
+            for n in order:
+                if t < self._il_w(n):
+                    return n
+                t -= self._il_w(n)
+        tid = threading.get_ident()
+        prev = self._il_prev.get(tid, -1)
+        if not self._il_weight.get(tid) or prev not in order:
+            nxt = [n for n in order if n > prev]
+            prev = nxt[0] if nxt else order[0]
+            self._il_prev[tid] = prev
+            self._il_weight[tid] = self._il_w(prev)
+        self._il_weight[tid] -= 1
+        return prev
 
     def listdir(self, path: str) -> List[str]:
         if path.rstrip("/") == "/dev/shm":
             return sorted(self.kernel.files)
+        if path.rstrip("/") == _WI_DIR:
+            if not self.kernel.wi:
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+            return [f"node{n}" for n in sorted(self.kernel.wi_weights)] + \
+                (["auto"] if self.kernel.wi_auto is not None else [])
         return self._files.listdir(path)
 
     def exists(self, path: str) -> bool:
@@ -1899,6 +1985,10 @@ class SimulatedBackend(Backend):
             return self.kernel.numa
         if path.startswith("/dev/shm/"):
             return path[9:] in self.kernel.files
+        if path.rstrip("/") == _WI_DIR:
+            return self.kernel.wi
+        if path.startswith(_WI_DIR + "/"):
+            return self.read_optional(path) is not None
         return self._files.exists(path)
 
     def _render_status(self) -> str:
@@ -1986,7 +2076,8 @@ class SimulatedBackend(Backend):
     def _sanitize(self, mode: int) -> Tuple[int, int]:
         flags = mode & _MODE_FLAGS_MASK
         mode &= ~_MODE_FLAGS_MASK
-        if mode < 0 or mode >= 7:
+        if mode < 0 or mode >= 7 or (mode == Mode.WEIGHTED_INTERLEAVE
+                                     and not self.kernel.wi):
             raise _oserror(errno.EINVAL, "mempolicy", "invalid mode")
         if flags & ModeFlag.STATIC_NODES and flags & ModeFlag.RELATIVE_NODES:
             raise _oserror(errno.EINVAL, "mempolicy", "static and relative")
@@ -2109,6 +2200,11 @@ class SimulatedBackend(Backend):
                     prev = self._il_prev.get(tid, -1)
                     nxt = [n for n in order if n > prev]
                     value = nxt[0] if nxt else order[0]
+                elif pol is not None and pol.mode == Mode.WEIGHTED_INTERLEAVE:
+                    order = sorted(pol.nodes)
+                    prev = self._il_prev.get(tid, -1)
+                    nxt = [n for n in order if n > prev] or order
+                    value = prev if self._il_weight.get(tid) else nxt[0]
                 else:
                     raise _oserror(errno.EINVAL, "get_mempolicy", "MPOL_F_NODE")
             else:
@@ -2419,12 +2515,15 @@ class SimulatedBackend(Backend):
                 if pol.mode == Mode.INTERLEAVE:
                     if node != want[self._ilx(page) % len(want)]:
                         out.append(page)
+                elif pol.mode == Mode.WEIGHTED_INTERLEAVE:
+                    if node != self._wi_node(want, self._ilx(page)):
+                        out.append(page)
                 elif pol.mode in (Mode.BIND, Mode.PREFERRED, Mode.PREFERRED_MANY) \
                         and node not in pol.nodes:
                     out.append(page)
         return out
 
-    def _alloc(self, pol: Optional[_Pol], ilx: int) -> Optional[int]:
+    def _alloc(self, pol: Optional[_Pol], ilx: Optional[int]) -> Optional[int]:
         """The node a new page goes to (mm/mempolicy.c alloc_pages_mpol), or None (OOM)."""
         k = self.kernel
         topo = k.topo
@@ -2448,7 +2547,8 @@ class SimulatedBackend(Backend):
             return nearest_with_room(local, allowed)
         if pol.mode in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
             order = sorted(pol.nodes)
-            target = order[ilx % len(order)]
+            target = self._wi_node(order, ilx) if pol.mode == Mode.WEIGHTED_INTERLEAVE \
+                else order[(ilx or 0) % len(order)]
             return target if has_room(target) else nearest_with_room(target, allowed)
         if pol.mode == Mode.PREFERRED:
             target = min(pol.nodes)
@@ -2476,7 +2576,8 @@ class SimulatedBackend(Backend):
                 if nodes[key] < 0:
                     node: Optional[int]
                     if il is not None:
-                        want = il[key % len(il)]
+                        want = il[key % len(il)] if pol.mode == Mode.INTERLEAVE \
+                            else self._wi_node(il, key)  # type: ignore[union-attr]
                         node = want if free.get(want, 0) > 0 else self._alloc(pol, key)
                     elif cached is not None and free.get(cached, 0) > 0:
                         node = cached
@@ -2958,6 +3059,8 @@ _HINTS = MappingProxyType({
     "disabled": "disabled by configuration",
     "EINVAL": "the kernel rejected the policy (EINVAL)",
     "no-memory-node": "the requested nodes have no memory or do not exist",
+    "no-weighted-interleave": "the kernel lacks MPOL_WEIGHTED_INTERLEAVE (Linux 6.9+); "
+                              "pass fallback='interleave' to accept a plain interleave",
 })
 
 
@@ -3123,7 +3226,8 @@ def apply_policy(buf: Any = None, length: Optional[int] = None, *,
         res = res._replace(nodes=want, dropped=dropped)
         if not want:
             return fail("cpuset" if forbidden else "no-memory-node", errno.EINVAL)
-        if not explicit and len(want) < 2 and m == Mode.INTERLEAVE:
+        if not explicit and len(want) < 2 and m in (Mode.INTERLEAVE,
+                                                    Mode.WEIGHTED_INTERLEAVE):
             return res._replace(reason="single-node", hint=_HINTS["single-node"])
         if m == Mode.PREFERRED and len(want) > 1:
             raise ValueError("preferred takes one node; use preferred_many for several")
@@ -3139,6 +3243,9 @@ def apply_policy(buf: Any = None, length: Optional[int] = None, *,
         return fail("not-live", e.errno)
     except OSError as e:
         err = e.errno or errno.EIO
+        if err == errno.EINVAL and m == Mode.WEIGHTED_INTERLEAVE:
+            # Before 6.9 mode 6 is an invalid mode: never a silent plain interleave.
+            return fail("no-weighted-interleave", err)
         return fail(_errno_reason(err), err)
     return res._replace(applied=True)
 
@@ -3151,6 +3258,26 @@ def interleave(buf: Any, length: Optional[int] = None, nodes: Optional[Iterable[
     On a machine with one usable memory node this is a no-op (reason "single-node").
     """
     return apply_policy(buf, length, mode=Mode.INTERLEAVE, nodes=nodes, **kw)
+
+
+def weighted_interleave(buf: Any, length: Optional[int] = None,
+                        nodes: Optional[Iterable[int]] = None, *,
+                        strict: Optional[bool] = None, fallback: Optional[str] = None,
+                        **kw: Any) -> PolicyResult:
+    """Interleave ``buf``'s pages over ``nodes`` in proportion to the kernel's global
+    weights (MPOL_WEIGHTED_INTERLEAVE, Linux 6.9+; see interleave_weights(),
+    set_interleave_weights(), suggest_weights()).  On an older kernel the result is
+    falsy with reason "no-weighted-interleave", unless ``fallback="interleave"``."""
+    if fallback not in (None, "interleave"):
+        raise ValueError(f"fallback must be None or 'interleave', not {fallback!r}")
+    res = apply_policy(buf, length, mode=Mode.WEIGHTED_INTERLEAVE, nodes=nodes,
+                       strict=strict and fallback is None, **kw)
+    if not res and fallback and res.reason == "no-weighted-interleave":
+        return apply_policy(buf, length, mode=Mode.INTERLEAVE, nodes=nodes, strict=strict,
+                            **kw)
+    if not res and strict and res.reason not in ("disabled", "single-node"):
+        return _fallback(res, True, "weighted_interleave policy")
+    return res
 
 
 def bind(buf: Any, nodes: Iterable[int], length: Optional[int] = None,
@@ -3236,6 +3363,64 @@ def node_of(buf: Any, *, backend: Optional[Backend] = None) -> Optional[int]:
             raise
     value, _ = get_mempolicy(page, GetFlag.NODE, backend=b)
     return value
+
+
+# -- weighted interleave weights (issue 11) -------------------------------------------
+# Global, not per call: /sys/kernel/mm/mempolicy/weighted_interleave/nodeN, 1-255.
+
+def interleave_weights(*, backend: Optional[Backend] = None) -> Optional[Dict[int, int]]:
+    """{node: weight} the kernel uses for weighted interleave; None on kernels without
+    it (before 6.9)."""
+    w = read_topology(backend=backend).interleave_weights
+    return None if w is None else dict(w)
+
+
+def set_interleave_weights(weights: Mapping[int, int], *,
+                           backend: Optional[Backend] = None) -> Dict[int, int]:
+    """Write the global weights (needs root; every process using weighted interleave
+    sees them).  Returns the previous weights of every node, so callers can restore.
+    Raises OSError: ENOTSUP without weighted interleave, EACCES without root, ENOENT
+    for a node the kernel has no weight for; ValueError for a weight outside 1-255."""
+    b = _b(backend)
+    before = interleave_weights(backend=b)
+    if before is None:
+        raise OSError(errno.ENOTSUP, "this kernel has no weighted interleave (Linux "
+                      f"6.9+: {_WI_DIR})")
+    for n, w in weights.items():
+        if isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= 255:
+            raise ValueError(f"interleave weight for node {n} must be 1-255, not {w!r}")
+        if n not in before:
+            raise OSError(errno.ENOENT, f"no weighted-interleave weight for node {n}",
+                          f"{_WI_DIR}/node{n}")
+    for n, w in sorted(weights.items()):
+        b.write_text(f"{_WI_DIR}/node{n}", f"{w}\n")
+    return before
+
+
+def suggest_weights(topology: Optional[Topology] = None, initiator: Optional[int] = None,
+                    *, backend: Optional[Backend] = None) -> Dict[int, int]:
+    """Weights from HMAT bandwidth the way the kernel's auto mode derives them
+    (mm/mempolicy.c reduce_interleave_weights): each node's min(read, write)
+    bandwidth scaled to 1..32 of the total, then divided by the weights' GCD.
+    ``initiator``: only nodes whose best initiators include it.  {} without HMAT."""
+    import math
+    t = topology if topology is not None else read_topology(backend=backend)
+    bw: Dict[int, int] = {}
+    for n in sorted(t.nodes_with_memory):
+        a = t.nodes[n].access if n in t.nodes else None
+        if a is None or (initiator is not None and initiator not in a.initiators):
+            continue
+        vals = [v for v in (a.read_bandwidth_mbps, a.write_bandwidth_mbps) if v]
+        if vals:
+            bw[n] = min(vals)
+    total = sum(bw.values())
+    if not total:
+        return {}
+    out = {n: max(32 * v // total, 1) for n, v in bw.items()}
+    g = 0
+    for w in out.values():
+        g = math.gcd(g, w)
+    return {n: w // g for n, w in out.items()}
 
 
 # ===========================================================================
@@ -4042,6 +4227,7 @@ _POLICY_WORDS = MappingProxyType({
     "interleave": Mode.INTERLEAVE, "bind": Mode.BIND, "prefer": Mode.PREFERRED,
     "preferred": Mode.PREFERRED, "local": Mode.LOCAL, "default": Mode.DEFAULT,
     "first-touch": Mode.DEFAULT, "none": Mode.DEFAULT,
+    "weighted-interleave": Mode.WEIGHTED_INTERLEAVE,
 })
 
 
@@ -4059,8 +4245,8 @@ def _region_policy(policy: Optional[str], nodes: Optional[Iterable[int]],
         mode = Mode.INTERLEAVE if on else Mode.DEFAULT
     else:
         if not isinstance(policy, str) or policy.lower() not in _POLICY_WORDS:
-            raise ValueError(f"unknown region policy {policy!r}; one of interleave, bind, "
-                             "prefer, local, default")
+            raise ValueError(f"unknown region policy {policy!r}; one of interleave, "
+                             "weighted-interleave, bind, prefer, local, default")
         mode = _POLICY_WORDS[policy.lower()]
     if nodes is None and envs is not None and hasattr(envs, "numa_nodes") and \
             mode not in (Mode.DEFAULT, Mode.LOCAL):
@@ -7106,6 +7292,10 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
             "numa_balancing": topo.numa_balancing, "thp": topo.thp,
         },
         "cpus": tj["cpus"],
+        "memory_tiers": tj["memory_tiers"],
+        "interleave_weights": tj["interleave_weights"],
+        "interleave_auto": tj["interleave_auto"],
+        "default_memory_nodes": memory_node_choice(topo).to_json(),
         "warnings": warnings,
     }
     envs = _load_envs()
@@ -7118,6 +7308,40 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
             warnings.append(f"configuration: {e}")
     _status_extra(report, topo, b)
     return report
+
+
+def _render_tiers(rep: Dict[str, Any]) -> List[str]:
+    """MEMORY: kind, tier, HMAT figures and weight per node, and the default nodes."""
+    out: List[str] = []
+    nodes = [n for n in rep["nodes"] if n.get("kind") not in (None, "no-memory")]
+    weights = rep.get("interleave_weights")
+    if len(nodes) > 1 or rep.get("memory_tiers"):
+        out.append("MEMORY (tier: lower is faster; HMAT access class 0; weighted-interleave "
+                   "weight)")
+        for n in nodes:
+            a = n.get("access")
+            perf = (f"{a['read_bandwidth_mbps'] or '?'}/{a['write_bandwidth_mbps'] or '?'}"
+                    f" MB/s r/w, {a['read_latency_ns'] or '?'}/{a['write_latency_ns'] or '?'}"
+                    f" ns from node {format_cpulist(a['initiators']) or '?'}") if a else \
+                "no HMAT figures"
+            tier = "-" if n.get("tier") is None else n["tier"]
+            w = "-" if weights is None else weights.get(str(n["id"]), "-")
+            out.append(f"  {n['id']:>4}  {n['kind']:<12} tier {tier!s:<3} weight {w!s:<3} "
+                       f"{perf}; {n['kind_evidence']}")
+        if weights is None:
+            out.append("  weighted interleave: not in this kernel (Linux 6.9+)")
+    d = rep.get("default_memory_nodes")
+    if d and d["left_out"]:
+        out.append(f"  default memory nodes (nodes=None, NUMA_NODES unset): "
+                   f"{format_cpulist(d['nodes'])} ({d['basis']})")
+        for k, why in d["left_out"].items():
+            out.append(f"    left out: node {k}: {why}")
+        every = format_cpulist(int(k) for k in [*d["left_out"], *map(str, d["nodes"])])
+        out.append(f"    to use them anyway pass nodes=[...] or set NUMA_NODES (e.g. "
+                   f"NUMA_NODES={every})")
+    if out:
+        out.append("")
+    return out
 
 
 def _render_status(rep: Dict[str, Any]) -> str:
@@ -7164,6 +7388,7 @@ def _render_status(rep: Dict[str, Any]) -> str:
                        f"node {node}{note}  local cpus "
                        f"{format_cpulist(g['local_cpus']) or '-'}")
         out.append("")
+    out.extend(_render_tiers(rep))
     p = rep["process"]
     out.append("PROCESS" + (f" (pid {p['pid']})" if p["pid"] else ""))
     all_cpus = k["online_cpus"]
