@@ -1170,14 +1170,14 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     # to a GPU (NVML or the NVIDIA driver's /proc entries; never by shape alone).
     if topo.nodes_with_memory - topo.nodes_with_cpus and \
             any(g.vendor_name == "nvidia" for g in topo.gpus):
-        nodes = dict(topo.nodes)
+        gnodes = dict(topo.nodes)
         for g in _gpu_infos(topo, b):
-            for m in g.memory_nodes:
-                if m in nodes:
-                    nodes[m] = nodes[m]._replace(
+            for gm in g.memory_nodes:
+                if gm in gnodes:
+                    gnodes[gm] = gnodes[gm]._replace(
                         kind="gpu", kind_evidence=f"memory of GPU {g.pci} "
-                        f"({g.memory_source}); {nodes[m].kind_evidence}")
-        topo = topo._replace(nodes=MappingProxyType(nodes))
+                        f"({g.memory_source}); {gnodes[gm].kind_evidence}")
+        topo = topo._replace(nodes=MappingProxyType(gnodes))
     return topo
 
 
@@ -1239,14 +1239,16 @@ def memory_node_choice(topology: Optional[Topology] = None, *,
                       "and GPU memory come up this way)"):
         basis.append("has_normal_memory")
     tiers = {n: t.nodes[n].tier for n in cands}
+    known_tiers = {n: v for n, v in tiers.items() if v is not None}
     with_cpus = cands & t.nodes_with_cpus
-    if None not in tiers.values() and len(set(tiers.values())) > 1:
+    if len(known_tiers) == len(tiers) and len(set(known_tiers.values())) > 1:
         basis.append("memory tiers")
-        ref = min(tiers[n] for n in (with_cpus or cands))  # type: ignore[type-var]
-        drop((n for n in list(cands) if tiers[n] > ref),  # type: ignore[operator]
+        ref = min(known_tiers[n] for n in (with_cpus or cands))
+        drop((n for n in list(cands) if known_tiers[n] > ref),
              lambda v: f"slower memory tier {v.tier} (the default uses tier {ref}, the "
                        "CPUs' DRAM)")
-        drop((n for n in list(cands) if tiers[n] < ref and n not in t.nodes_with_cpus),
+        drop((n for n in list(cands)
+              if known_tiers[n] < ref and n not in t.nodes_with_cpus),
              lambda v: f"faster CPU-less tier {v.tier} (HBM-like and small: for "
                        f"explicit use; the default uses tier {ref}, the CPUs' DRAM)")
     else:
@@ -1259,9 +1261,9 @@ def memory_node_choice(topology: Optional[Topology] = None, *,
             far: Dict[int, int] = {}
             for m in cands - t.nodes_with_cpus:
                 ds = [t.distance(c, m) for c in cpu_nodes]
-                if t.nodes[m].access is None and None not in ds and \
-                        min(ds) > remote:  # type: ignore[type-var]
-                    far[m] = min(ds)  # type: ignore[type-var]
+                dk = [d for d in ds if d is not None]
+                if t.nodes[m].access is None and len(dk) == len(ds) and min(dk) > remote:
+                    far[m] = min(dk)
             if drop(far, lambda v: f"CPU-less and far (distance {far[v.id]} from the "
                                    f"nearest CPU node, > {remote} between CPU nodes); "
                                    "no tier or HMAT data to say it is fast"):
@@ -2571,13 +2573,15 @@ class SimulatedBackend(Backend):
         for a, z, pol in self._pol_store(mp).pieces(base + i0, base + i1):
             il = sorted(pol.nodes) if pol is not None and pol.mode in (
                 Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE) else None
+            if il is not None and pol is not None and pol.mode == Mode.WEIGHTED_INTERLEAVE:
+                # One period of the weighted walk: node n repeated weight(n) times.
+                il = [n for n in il for _ in range(self._il_w(n))]
             cached: Optional[int] = None
             for key in range(a, z):
                 if nodes[key] < 0:
                     node: Optional[int]
                     if il is not None:
-                        want = il[key % len(il)] if pol.mode == Mode.INTERLEAVE \
-                            else self._wi_node(il, key)  # type: ignore[union-attr]
+                        want = il[key % len(il)]
                         node = want if free.get(want, 0) > 0 else self._alloc(pol, key)
                     elif cached is not None and free.get(cached, 0) > 0:
                         node = cached
