@@ -13,7 +13,7 @@ Usage::
     print(topo.nodes_with_memory, topo.node_of_cpu(0))
 
     buf = bytearray(1 << 30)                  # or mmap, numpy array, torch tensor
-    res = nu.interleave(buf)                  # over every node this process may use
+    res = nu.interleave(buf)                  # over default_memory_nodes(): DRAM tier
     if not res:                               # a value, not an exception:
         print("first-touch:", res.reason)     #   "single memory node", "EPERM", ...
     nu.prefault(buf)                          # pages land under the policy
@@ -3182,7 +3182,7 @@ def apply_policy(buf: Any = None, length: Optional[int] = None, *,
                  enabled: bool = True, page_size: Optional[int] = None,
                  backend: Optional[Backend] = None) -> PolicyResult:
     """Apply ``mode`` over ``nodes`` to ``buf`` (or, with ``buf=None``, to the calling
-    thread).  ``nodes=None``: every node with memory this process may use.
+    thread).  ``nodes=None``: default_memory_nodes() (the CPUs' DRAM tier in the cpuset).
 
     Returns a PolicyResult; on failure the memory stays usable under first-touch
     and the result says why.  ``strict=True`` raises OSError instead.
@@ -3256,7 +3256,7 @@ def apply_policy(buf: Any = None, length: Optional[int] = None, *,
 
 def interleave(buf: Any, length: Optional[int] = None, nodes: Optional[Iterable[int]] = None,
                **kw: Any) -> PolicyResult:
-    """Interleave ``buf``'s pages over ``nodes`` (default: every usable memory node).
+    """Interleave ``buf``'s pages over ``nodes`` (default: default_memory_nodes()).
 
     Call before the pages are touched (then prefault): pages already present stay.
     On a machine with one usable memory node this is a no-op (reason "single-node").
@@ -4240,7 +4240,7 @@ def _region_policy(policy: Optional[str], nodes: Optional[Iterable[int]],
                                                     bool]:
     """(mode, nodes, strict, explicit) from the arguments and envs.py (if present):
     policy=None means interleave when ENABLE_NUMA_INTERLEAVE is set, else first-touch;
-    nodes=None means NUMA_NODES, else every usable node; strict=None: NUMA_STRICT."""
+    nodes=None means NUMA_NODES, else default_memory_nodes(); strict=None: NUMA_STRICT."""
     envs = _load_envs()
     explicit = policy is not None
     if policy is None:
