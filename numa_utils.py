@@ -3146,19 +3146,35 @@ def _memory_nodes(b: Backend) -> Tuple[FrozenSet[int], FrozenSet[int], FrozenSet
         allowed = None
     allowed = allowed if allowed is not None else mem
     plain = True
-    for name, need in (("has_cpu", mem), ("has_normal_memory", mem)):
+    texts = []
+    for name in ("has_cpu", "has_normal_memory"):
         t = b.read_optional(f"{_NODE_DIR}/{name}")
+        texts.append(t)
         try:
-            plain = plain and (t is None or need <= parse_cpulist(t))
+            plain = plain and (t is None or mem <= parse_cpulist(t))
         except ValueError:
             plain = False
-    if plain:
-        try:
-            plain = sum(x.startswith("memory_tier") for x in b.listdir(_TIER_DIR)) < 2
-        except OSError:
-            pass
-    default = (mem & allowed or mem) if plain else default_memory_nodes(backend=b)
+    try:
+        tiers = tuple(sorted(x for x in b.listdir(_TIER_DIR) if x.startswith("memory_tier")))
+    except OSError:
+        tiers = ()
+    if plain and len(tiers) < 2:
+        return mem, allowed, (mem & allowed or mem)
+    # A tiered machine: the whole topology decides (~10 ms), once per distinct state
+    # of these files (an engine may interleave every layer of every request).
+    key = (type(b).__name__, b.root, mem, allowed, tuple(texts), tiers)
+    with _warned_lock:
+        default = _default_cache.get(key)
+    if default is None:
+        default = default_memory_nodes(backend=b)
+        with _warned_lock:
+            if len(_default_cache) > 64:
+                _default_cache.clear()
+            _default_cache[key] = default
     return mem, allowed, default
+
+
+_default_cache: Dict[Tuple[Any, ...], FrozenSet[int]] = {}
 
 
 def _errno_reason(err: int) -> str:

@@ -122,7 +122,7 @@ def test_status_json_and_text(capsys):
 
 @pytest.mark.parametrize("name,want", [
     ("cxl-memory-node", {0, 1}), ("gh200", {0}), ("sparse-ids", {0, 8}),
-    ("qemu-x86_64-memory-only", {0, 1}),
+    ("qemu-x86_64-memory-only", {0, 1}), ("xeon-max-hbm-flat", {0, 1}),
     # plain machines: every node with memory in the cpuset, as before
     ("dual-socket-8gpu", {0, 1}), ("four-node-asym", {0, 1, 2, 3}), ("single-node", {0}),
     ("container-cpuset", {1}), ("memoryless-cpu-node", {1, 2}), ("no-node-dir", {0}),

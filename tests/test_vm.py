@@ -141,6 +141,7 @@ DEFAULT_MEMORY_NODES = {
     "sparse-ids": [0, 8],               # 250-255: the V100s' movable-only HBM
     "qemu-x86_64-memory-only": [0, 1],  # node 2: CPU-less at 30/40 > 20
     "qemu-ppc64le-memory-only": [0, 1],
+    "xeon-max-hbm-flat": [0, 1],        # nodes 2-3: HBM in the faster tier 3, opt-in
 }
 
 

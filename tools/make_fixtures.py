@@ -554,9 +554,39 @@ def mi300x():
     )
 
 
+def xeon_max_hbm_flat():
+    topo = x86_smp(2, 56, 2, llc_per_socket=1)
+    n0 = [c for c in topo if topo[c]["package"] == 0]
+    n1 = [c for c in topo if topo[c]["package"] == 1]
+    hp = {2048: (0, 0, 0), 1048576: (0, 0, 0)}
+    ddr, hbm = 268435456, 67108864
+    dist = matrix([0, 1, 2, 3], [[10, 21, 13, 23],
+                                 [21, 10, 23, 13],
+                                 [13, 23, 10, 23],
+                                 [23, 13, 23, 10]])
+    return base(
+        "xeon-max-hbm-flat",
+        source=("2-socket Intel Xeon Max 9480 shape (2 x 56 cores x 2 threads) in HBM "
+                "flat mode, quadrant clustering: nodes 0-1 = DDR5 with the CPUs, nodes "
+                "2-3 = each socket's 64 GiB of HBM2e as CPU-less nodes with normal "
+                "memory (has_normal_memory 0-3). Distances 10/13/21/23 as numactl shows "
+                "them on these machines. Memory tiers and HMAT (modelled, not gathered): "
+                "the HBM nodes have ~3x the bandwidth and slightly higher latency, so "
+                "the kernel ranks them in the faster tier 3, the DDR nodes in tier 4. "
+                "The default keeps to DDR: HBM is opt-in."),
+        topo=topo,
+        nodes={0: node(n0, ddr, ddr - 8 * GIB_KB, hp), 1: node(n1, ddr, ddr - 6 * GIB_KB, hp),
+               2: node([], hbm, hbm - GIB_KB, hp), 3: node([], hbm, hbm - GIB_KB, hp)},
+        distance=dist, pci=[pci("0000:00:00.0", 0x8086, 0x09A2, 0x060000, 0)],
+        memory_tiers={3: [2, 3], 4: [0, 1]},
+        hmat={0: (250000, 250000, 120, 120, [0]), 1: (250000, 250000, 120, 120, [1]),
+              2: (800000, 800000, 135, 135, [0]), 3: (800000, 800000, 135, 135, [1])},
+    )
+
+
 MACHINES = [h100_box, four_node_asym, sparse_ids, cxl_memory_node, memoryless_cpu_node,
             gh200, container_cpuset, no_node_dir, gpu_numa_unknown, old_kernel_cpumap,
-            mi300x]
+            mi300x, xeon_max_hbm_flat]
 
 
 # ---------------------------------------------------------------------------
