@@ -3391,8 +3391,7 @@ def node_of(buf: Any, *, backend: Optional[Backend] = None) -> Optional[int]:
 def interleave_weights(*, backend: Optional[Backend] = None) -> Optional[Dict[int, int]]:
     """{node: weight} the kernel uses for weighted interleave; None on kernels without
     it (before 6.9)."""
-    w = read_topology(backend=backend).interleave_weights
-    return None if w is None else dict(w)
+    return _read_weights(_Reader(_b(backend)))[0]
 
 
 def set_interleave_weights(weights: Mapping[int, int], *,
