@@ -31,6 +31,7 @@ NODE_DIR_FILES = ("cpulist", "cpumap", "meminfo", "distance", "numastat", "vmsta
 HUGEPAGE_NODE_FILES = ("nr_hugepages", "free_hugepages", "surplus_hugepages")
 HUGEPAGE_GLOBAL_FILES = ("nr_hugepages", "free_hugepages", "surplus_hugepages",
                          "resv_hugepages", "nr_overcommit_hugepages")
+HMAT_FILES = ("read_bandwidth", "write_bandwidth", "read_latency", "write_latency")
 CPU_FILES = ("possible", "present", "online", "offline", "kernel_max")
 CPU_TOPOLOGY_FILES = ("core_id", "physical_package_id", "die_id", "cluster_id",
                       "thread_siblings_list", "thread_siblings", "core_cpus_list",
@@ -105,6 +106,16 @@ class Gatherer:
         self.copied += 1
         return True
 
+    def link(self, rel, target):
+        """Save a symlink of the root (an HMAT initiator) as a relative link."""
+        if not os.path.islink(self.src(rel)):
+            return
+        dest = os.path.join(self.out_root, rel)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        if not os.path.lexists(dest):
+            os.symlink(target, dest)
+        self.copied += 1
+
     # -- the parts numa_utils reads ----------------------------------------
     def gather(self, self_status=True):
         node = "sys/devices/system/node"
@@ -118,6 +129,17 @@ class Gatherer:
             for size in self.listdir(hp, r"^hugepages-\d+kB$"):
                 for f in HUGEPAGE_NODE_FILES:
                     self.copy(f"{hp}/{size}/{f}")
+            # HMAT (Documentation/admin-guide/mm/numaperf.rst): figures, and the
+            # initiator links, saved as the same relative links.
+            for acc in self.listdir(base, r"^access\d+$"):
+                ini = f"{base}/{acc}/initiators"
+                for f in HMAT_FILES:
+                    self.copy(f"{ini}/{f}")
+                for link in self.listdir(ini, r"^node\d+$"):
+                    self.link(f"{ini}/{link}", f"../../../{link}")
+        tiers = "sys/devices/virtual/memory_tiering"
+        for name in self.listdir(tiers, r"^memory_tier\d+$"):
+            self.copy(f"{tiers}/{name}/nodelist")
 
         cpu = "sys/devices/system/cpu"
         for name in CPU_FILES:
@@ -148,7 +170,7 @@ class Gatherer:
             for f in HUGEPAGE_GLOBAL_FILES:
                 self.copy(f"{hp}/{size}/{f}")
         wi = "sys/kernel/mm/mempolicy/weighted_interleave"
-        for name in self.listdir(wi, r"^node\d+$"):
+        for name in self.listdir(wi, r"^(node\d+|auto)$"):
             self.copy(f"{wi}/{name}")
 
         for rel in PROC_FILES:
