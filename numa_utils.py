@@ -3941,10 +3941,13 @@ class SharedRegion:
     def closed(self) -> bool:
         return self._closed
 
-    def buffer(self) -> Any:
-        """The memory as a ctypes char array (valid until close())."""
+    def buffer(self) -> memoryview:
+        """The memory as a writable memoryview of unsigned bytes (format "B"), which
+        slice assignment, ``numpy.frombuffer`` and ``torch.frombuffer`` take without a
+        copy.  Valid until close(): a view used after it touches unmapped memory."""
         self._check_open()
-        return (ctypes.c_char * self._size).from_address(self._address)
+        return memoryview((ctypes.c_ubyte * self._size).from_address(
+            self._address)).cast("B")
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"at 0x{self._address:x}"
