@@ -7028,9 +7028,54 @@ def _render_status(rep: Dict[str, Any]) -> str:
 
 def _backend_from_args(args: argparse.Namespace) -> Backend:
     root = getattr(args, "root", None) or "/"
+    if root != "/" and os.path.isfile(root):
+        root = _unpack_tree(root)
     if root != "/" and not os.path.isdir(root):
         raise FileNotFoundError(errno.ENOENT, "no such tree", root)
     return LinuxBackend(root)
+
+
+_unpacked: List[Any] = []     # temporary folders of unpacked archives, removed at exit
+
+
+def _unpack_tree(path: str, limit: int = 256 << 20) -> str:
+    """A saved tree archive (tools/gather.py --archive) unpacked into a private
+    temporary folder; its root.  Only plain files and folders with relative names
+    and no "..", at most ``limit`` bytes in all: links, devices and FIFOs are refused
+    (gather.py writes none), and nothing is written outside the folder."""
+    import tarfile
+    import tempfile
+    tmp = tempfile.TemporaryDirectory(prefix="numa_utils-tree-")
+    _unpacked.append(tmp)
+    check = getattr(tarfile, "data_filter", None)      # 3.12+ and backports
+    total = 0
+    try:
+        with tarfile.open(path, "r:*") as tar:
+            for m in tar:
+                parts = m.name.replace("\\", "/").split("/")
+                if m.name.startswith("/") or ".." in parts or not (m.isfile() or m.isdir()):
+                    raise ValueError(f"refused member {m.name!r}: only plain files and "
+                                     "folders with relative names")
+                total += m.size
+                if total > limit:
+                    raise ValueError(f"more than {limit >> 20} MiB unpacked")
+                if check is not None:
+                    check(m, tmp.name)
+                dest = os.path.join(tmp.name, *[x for x in parts if x not in ("", ".")])
+                if m.isdir():
+                    os.makedirs(dest, 0o700, exist_ok=True)
+                    continue
+                os.makedirs(os.path.dirname(dest), 0o700, exist_ok=True)
+                src = tar.extractfile(m)
+                with open(dest, "wb") as out:
+                    out.write(src.read() if src is not None else b"")
+    except (tarfile.TarError, EOFError, ValueError) as e:
+        raise ValueError(f"{path}: not a saved tree archive ({e})") from None
+    for base in (tmp.name, os.path.join(tmp.name, "root")):
+        if os.path.isdir(os.path.join(base, "sys")) or \
+                os.path.isdir(os.path.join(base, "proc")):
+            return base
+    raise ValueError(f"{path}: no sys/ or proc/ in the archive (nor under root/)")
 
 
 def _print_json(data: Any) -> None:
