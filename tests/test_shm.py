@@ -320,14 +320,12 @@ def test_buffer_numpy_without_copy():
         assert arr[:2].tobytes() == np.float16(1.0).tobytes()
 
 
+@pytest.mark.filterwarnings("error::UserWarning")
 def test_buffer_torch_without_copy():
     torch = pytest.importorskip("torch")
     s = sim("dual-socket-8gpu")
     with nu.SharedRegion.create("pt", MiB, policy="interleave", backend=s) as r:
-        import warnings
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")         # "non-writable buffer" is not us
-            t = torch.frombuffer(r.buffer(), dtype=torch.uint8)
+        t = torch.frombuffer(r.buffer(), dtype=torch.uint8)   # no "non-writable" warning
         t.fill_(5)
         assert t.data_ptr() == r.address and t.numel() == r.size
         assert r.buffer()[0] == 5 and r.buffer()[r.size - 1] == 5
