@@ -7032,7 +7032,7 @@ def _backend_from_args(args: argparse.Namespace) -> Backend:
         root = _unpack_tree(root)
     if root != "/" and not os.path.isdir(root):
         raise FileNotFoundError(errno.ENOENT, "no such tree", root)
-    return LinuxBackend(root)
+    return LinuxBackend(root) if root != "/" else default_backend()
 
 
 _unpacked: List[Any] = []     # temporary folders of unpacked archives, removed at exit
