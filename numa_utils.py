@@ -7096,6 +7096,8 @@ def _print_json(data: Any) -> None:
 def _cmd_status(args: argparse.Namespace) -> int:
     b = _backend_from_args(args)
     rep = status_report(backend=b)
+    if b.root != "/" and os.path.isfile(args.root):
+        rep["root"] = args.root             # the archive, not its temporary folder
     fmt = getattr(args, "format", None) or ("json" if args.json else "text")
     if fmt == "json":
         rep.pop("extra_text", None)

@@ -44,6 +44,9 @@ def test_gather_archive_reads_like_the_folder(tmp_path, capsys, how):
     for key in ("nodes", "gpus", "cpus", "kernel", "last_level_caches", "warnings"):
         assert got[key] == want[key], key          # (counters carry a timestamp)
     assert len(got["nodes"]) == 2
+    assert nu.main(["status", "--root", str(arc)]) == 0
+    assert capsys.readouterr().out.startswith(f"numa_utils {nu.__version__} status: "
+                                              f"saved tree {arc}\n")
 
 
 def test_gather_archive_refuses_to_overwrite(tmp_path, capsys):
