@@ -7118,7 +7118,9 @@ def _common_parser() -> argparse.ArgumentParser:
     import argparse
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--root", metavar="DIR", default=None,
-                        help="read a saved sysfs/procfs tree instead of this system")
+                        help="read a saved sysfs/procfs tree (a folder, or the "
+                             ".tar.gz tools/gather.py --archive writes) instead of "
+                             "this system")
     common.add_argument("--json", action="store_true", help="print JSON")
     return common
 
