@@ -3239,8 +3239,8 @@ def apply_policy(buf: Any = None, length: Optional[int] = None, *,
         forbidden = (want & mem) - allowed
         dropped = missing | forbidden
         if dropped and explicit and strict_:
-            raise OSError(errno.EINVAL, f"{what}: nodes {format_cpulist(dropped)} are "
-                          "not usable (no memory, or outside this process's cpuset: "
+            raise OSError(errno.EINVAL, f"{what}: {_nodes_txt(dropped)} not "
+                          "usable (no memory, or outside this process's cpuset: "
                           f"Mems_allowed_list {format_cpulist(allowed)})")
         want = want - dropped
         res = res._replace(nodes=want, dropped=dropped)
@@ -3902,6 +3902,8 @@ def _print_maps(entries: Sequence[NumaMapsEntry], totals: Dict[int, int],
             else e.kind
         if e.huge:
             name += " [huge]"
+        if len(name) > 28:                  # keep the verdict column in line: the
+            name = "..." + name[-25:]       # end of a path says the most
         res = _fmt_kb(e.pages_total * e.page_size_kb)
         verdict = _verdict(e.bytes_per_node, e.mode) if e.pages else "nothing faulted in"
         out.append(f"  {e.start:>14x}  {res:>10}  {e.policy:<22}  {name:<28}  {verdict}")
@@ -4296,8 +4298,8 @@ def _huge_size(hugepages: Union[bool, int, str, None], b: Backend,
     sizes_kb = common or frozenset()
     if hugepages is True:
         if not sizes_kb:
-            raise OSError(errno.ENOMEM, "no huge pages reserved on nodes "
-                          f"{format_cpulist(targets)}: reserve some (e.g. "
+            raise OSError(errno.ENOMEM, "no huge pages reserved on "
+                          f"{_nodes_txt(targets)}: reserve some (e.g. "
                           "nodeN/hugepages/hugepages-2048kB/nr_hugepages) or use "
                           "hugepages=False")
         kb = 2048 if 2048 in sizes_kb else min(sizes_kb)
@@ -4310,8 +4312,8 @@ def _huge_size(hugepages: Union[bool, int, str, None], b: Backend,
     else:
         nbytes = int(hugepages or 0)
     if nbytes // 1024 not in sizes_kb:
-        raise OSError(errno.ENOMEM, f"no {nbytes >> 10} kB huge pages reserved on nodes "
-                      f"{format_cpulist(targets)}")
+        raise OSError(errno.ENOMEM, f"no {nbytes >> 10} kB huge pages reserved on "
+                      f"{_nodes_txt(targets)}")
     return nbytes
 
 
@@ -4381,10 +4383,13 @@ class SharedRegion:
     def closed(self) -> bool:
         return self._closed
 
-    def buffer(self) -> Any:
-        """The memory as a ctypes char array (valid until close())."""
+    def buffer(self) -> memoryview:
+        """The memory as a writable memoryview of unsigned bytes (format "B"), which
+        slice assignment, ``numpy.frombuffer`` and ``torch.frombuffer`` take without a
+        copy.  Valid until close(): a view used after it touches unmapped memory."""
         self._check_open()
-        return (ctypes.c_char * self._size).from_address(self._address)
+        return memoryview((ctypes.c_ubyte * self._size).from_address(
+            self._address)).cast("B")
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"at 0x{self._address:x}"
@@ -4785,11 +4790,11 @@ def _progress_bar(stream: Any) -> Callable[[int, int], None]:
             return
         last[0] = pct
         el = time.monotonic() - t0
-        rate = done / el / 1e9 if el > 0 else 0.0
+        rate = done / el / (1 << 30) if el > 0 else 0.0
         bar = "#" * (pct * 30 // 100)
         stream.write(f"{chr(13) if tty else ''}prefault [{bar:<30}] {pct:3d}% "
                      f"{done / (1 << 30):.2f}/{total / (1 << 30):.2f} GiB "
-                     f"{rate:.2f} GB/s" + ("" if tty and pct < 100 else "\n"))
+                     f"{rate:.2f} GiB/s" + ("" if tty and pct < 100 else "\n"))
         stream.flush()
     return show
 
@@ -4815,12 +4820,14 @@ def _cmd_region(args: argparse.Namespace) -> int:
             pf = region.prefaulted
             lines = [repr(region)]
             if pf:
-                gbs = pf["bytes"] / pf["seconds"] / 1e9 if pf["seconds"] else 0.0
+                gbs = pf["bytes"] / pf["seconds"] / (1 << 30) if pf["seconds"] else 0.0
                 lines.append(f"prefault: {pf['method']}, {pf['threads']} threads, "
-                             f"{pf['seconds']:.3f} s, {gbs:.2f} GB/s")
-            lines.append(f"placement: {_verdict(where, region.policy.mode)} ("
-                         + ", ".join(f"node {n}: {_fmt_kb(v // 1024)}"
-                                     for n, v in sorted(where.items())) + ")")
+                             f"{pf['seconds']:.3f} s, {gbs:.2f} GiB/s")
+            per = ", ".join(f"node {n}: {_fmt_kb(v // 1024)}"
+                            for n, v in sorted(where.items()) if v)
+            lines.append(f"placement: {_verdict(where, region.policy.mode)}"
+                         + (f" ({per})" if per else " yet: --no-prefault, pages land "
+                            "on first touch" if args.no_prefault else ""))
             lines.append("kept: remove with `numa_utils cleanup --remove` once detached"
                          if args.keep else "destroyed")
             sys.stdout.write("\n".join(lines) + "\n")
@@ -5815,7 +5822,7 @@ def _bind_node(b: Backend, topo: Topology, node: int, cpus: Union[bool, Iterable
         mnodes = _plan_memory(topo, infos, node, mem) if mem != "local" else ()
         if mem in ("prefer", "bind") and mnodes and node not in mnodes:
             msg = (f"node {node} has no memory this process may use; memory policy "
-                   f"{mem} on node(s) {format_cpulist(mnodes)}, the nearest")
+                   f"{mem} on {_nodes_txt(mnodes)}, the nearest")
             if node in topo.nodes_with_memory:     # the cpuset's doing, not the machine's
                 _fail(st, f"bind:mems:{node}", msg)
             notes.append(msg)
@@ -6368,7 +6375,7 @@ class RemoteShare(_Record):
             return None
         return (f"process {self.pid}: {self.share:.0%} of its pages "
                 f"({_fmt_kb(self.remote_bytes // 1024)}) sit off the nodes of its CPUs "
-                f"(node {format_cpulist(self.local_nodes) or '-'}); above the "
+                f"({_nodes_txt(self.local_nodes)}); above the "
                 f"{self.threshold:.0%} threshold: bind its memory to its CPUs' node or "
                 "move its CPUs to where the memory is")
 
@@ -6923,8 +6930,8 @@ def _render_watch(sample: Dict[str, Any], first: bool) -> str:
             flag = "  ABOVE THRESHOLD" if proc["over_threshold"] else ""
             out.append(f"  pid {proc['pid']}: {_fmt_kb(total // 1024)} mapped, "
                        f"{100.0 * proc['remote_share']:.1f}% remote (CPUs "
-                       f"{format_cpulist(proc['cpus']) or '-'} -> local memory node "
-                       f"{format_cpulist(proc['local_nodes']) or '-'}){flag}")
+                       f"{format_cpulist(proc['cpus']) or '-'} -> local memory "
+                       f"{_nodes_txt(proc['local_nodes'])}){flag}")
     return "\n".join(out) + "\n"
 
 
@@ -7108,8 +7115,8 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
             text.append("PROCESS PAGES")
             per = ", ".join(f"node {n}: {_fmt_kb(v // 1024)}"
                             for n, v in sorted(rs.bytes_by_node.items()))
-            text.append(f"  {per}; {rs.share:.1%} remote to the CPUs' node(s) "
-                        f"{format_cpulist(rs.local_nodes) or '-'}")
+            text.append(f"  {per}; {rs.share:.1%} remote to the CPUs' "
+                        f"{_nodes_txt(rs.local_nodes)}")
         if rs.warning and len(topo.nodes_with_memory) > 1:
             warnings.append(rs.warning)
         interleaved = any(e.mode in ("interleave", "weighted interleave")
@@ -7267,9 +7274,8 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
                         "`sysctl -w kernel.numa_balancing=0`")
     restricted = topo.nodes_with_memory - topo.allowed_mems
     if restricted and topo.allowed_mems & topo.nodes_with_memory:
-        warnings.append("the cpuset limits memory to nodes "
-                        f"{format_cpulist(topo.allowed_mems)}; nodes "
-                        f"{format_cpulist(restricted)} cannot be used for interleave")
+        warnings.append(f"the cpuset limits memory to {_nodes_txt(topo.allowed_mems)}; "
+                        f"{_nodes_txt(restricted)} cannot be used for interleave")
     for n in sorted(topo.nodes_with_cpus - topo.nodes_with_memory):
         warnings.append(f"node {n} has CPUs but no memory: its threads always allocate "
                         "from another node")
@@ -7325,6 +7331,7 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
         except Exception as e:   # a bad variable must not break status
             report["config_error"] = str(e)
             warnings.append(f"configuration: {e}")
+    report["last_level_caches"] = _llc_json(topo, b)
     _status_extra(report, topo, b)
     return report
 
@@ -7363,6 +7370,60 @@ def _render_tiers(rep: Dict[str, Any]) -> List[str]:
     return out
 
 
+def _llc_json(topo: Topology, b: Backend) -> List[Dict[str, Any]]:
+    """Each last-level cache once: level, size (kB, None if sysfs omits it), CPUs."""
+    out = []
+    r = _Reader(b)
+    for llc in sorted({c.llc for c in topo.cpus.values() if c.llc}, key=min):
+        d = f"{_CPU_DIR}/cpu{min(llc)}/cache"
+        level: Optional[int] = None
+        size: Optional[int] = None
+        for idx in r.listdir(d):
+            lvl = r.integer(f"{d}/{idx}/level") if idx.startswith("index") else None
+            if lvl is not None and (level is None or lvl > level):
+                text = (r.text(f"{d}/{idx}/size") or "").strip().upper()
+                m = re.match(r"^(\d+)([KMG]?)$", text)
+                level, size = lvl, int(m.group(1)) << {"": 0, "K": 0, "M": 10, "G": 20}[
+                    m.group(2)] if m else None
+        out.append({"level": level, "size_kb": size, "cpus": sorted(llc)})
+    return out
+
+
+def _nodes_txt(ids: Iterable[int]) -> str:
+    """"node 0" / "nodes 0-1,4": the word agrees with the count."""
+    some = sorted(ids)
+    return ("node " if len(some) == 1 else "nodes ") + (format_cpulist(some) or "-")
+
+
+def _cpu_summary(rep: Dict[str, Any]) -> str:
+    """"2 packages x 32 cores x 2 threads; LLC: 8 x 32 MiB L3 (per 8 cores)", the way
+    lscpu and lstopo summarise a machine (from status_report's cpus and caches)."""
+    cores: Dict[Any, Set[Any]] = {}
+    threads: Set[int] = set()
+    for c in rep["cpus"].values():
+        if c["online"]:
+            cores.setdefault(c["package"], set()).add(c["core"])
+            threads.add(len(c["siblings"]) or 1)
+    if not cores:
+        return "CPUs: none online"
+
+    def count(ns: Iterable[int], one: str) -> str:     # "2 packages", "5-6 cores"
+        lo, hi = min(ns), max(ns)
+        return (f"{lo}" if lo == hi else f"{lo}-{hi}") + f" {one}" + \
+            ("" if hi == 1 else "s")
+    out = f"CPUs: {count([len(cores)], 'package')} x " \
+          f"{count([len(v) for v in cores.values()], 'core')} x {count(threads, 'thread')}"
+    llcs = rep.get("last_level_caches") or []
+    if llcs:
+        kinds = sorted({(x["size_kb"], x["level"]) for x in llcs}, key=str)
+        per = {len({(rep["cpus"][str(c)]["package"], rep["cpus"][str(c)]["core"])
+                    for c in x["cpus"] if str(c) in rep["cpus"]}) for x in llcs}
+        what = ", ".join(((_fmt_kb(kb).replace(".0 ", " ") + " ") if kb else "")
+                         + (f"L{lvl}" if lvl else "cache") for kb, lvl in kinds)
+        out += f"; LLC: {len(llcs)} x {what} (per {count(per, 'core')})"
+    return out
+
+
 def _render_status(rep: Dict[str, Any]) -> str:
     out: List[str] = []
     k = rep["kernel"]
@@ -7375,15 +7436,18 @@ def _render_status(rep: Dict[str, Any]) -> str:
                + ("" if k["numa"] else "; kernel without NUMA (no node directory)"))
     out.append("")
     nodes = rep["nodes"]
-    out.append(f"NODES: {len(nodes)} online (possible "
-               f"{format_cpulist(k['possible_nodes'])}); CPUs on "
-               f"{format_cpulist(k['nodes_with_cpus']) or '-'}; memory on "
-               f"{format_cpulist(k['nodes_with_memory']) or '-'}")
+    out.append(f"NODES: {len(nodes)} online ({format_cpulist(k['online_nodes']) or '-'}) "
+               f"of {len(k['possible_nodes'])} possible "
+               f"({format_cpulist(k['possible_nodes']) or '-'}); CPUs on "
+               f"{_nodes_txt(k['nodes_with_cpus'])}; memory on "
+               f"{_nodes_txt(k['nodes_with_memory'])}")
+    out.append(_cpu_summary(rep))
     w = max([len(format_cpulist(n["cpus"])) for n in nodes] + [4])
-    out.append(f"  {'node':>4}  {'cpus':<{w}}  {'memory':>11}  {'free':>11}  hugepages")
+    out.append(f"  {'node':>4}  {'cpus':<{w}}  {'memory':>11}  {'free':>11}  "
+               "hugepages (free/total)")
     for n in nodes:
         hp = "  ".join(f"{int(sz) // 1024 if int(sz) < 1048576 else int(sz) // 1048576}"
-                       f"{'M' if int(sz) < 1048576 else 'G'}: {h['free']}/{h['total']}"
+                       f"{'M' if int(sz) < 1048576 else 'G'}: {h['free']} free/{h['total']}"
                        for sz, h in n["hugepages"].items() if h["total"]) or "-"
         out.append(f"  {n['id']:>4}  {format_cpulist(n['cpus']) or '-':<{w}}  "
                    f"{_fmt_kb(n['mem_total_kb']):>11}  {_fmt_kb(n['mem_free_kb']):>11}  "
@@ -7443,9 +7507,54 @@ def _render_status(rep: Dict[str, Any]) -> str:
 
 def _backend_from_args(args: argparse.Namespace) -> Backend:
     root = getattr(args, "root", None) or "/"
+    if root != "/" and os.path.isfile(root):
+        root = _unpack_tree(root)
     if root != "/" and not os.path.isdir(root):
         raise FileNotFoundError(errno.ENOENT, "no such tree", root)
-    return LinuxBackend(root)
+    return LinuxBackend(root) if root != "/" else default_backend()
+
+
+_unpacked: List[Any] = []     # temporary folders of unpacked archives, removed at exit
+
+
+def _unpack_tree(path: str, limit: int = 256 << 20) -> str:
+    """A saved tree archive (tools/gather.py --archive) unpacked into a private
+    temporary folder; its root.  Only plain files and folders with relative names
+    and no "..", at most ``limit`` bytes in all: links, devices and FIFOs are refused
+    (gather.py writes none), and nothing is written outside the folder."""
+    import tarfile
+    import tempfile
+    tmp = tempfile.TemporaryDirectory(prefix="numa_utils-tree-")
+    _unpacked.append(tmp)
+    check = getattr(tarfile, "data_filter", None)      # 3.12+ and backports
+    total = 0
+    try:
+        with tarfile.open(path, "r:*") as tar:
+            for m in tar:
+                parts = m.name.replace("\\", "/").split("/")
+                if m.name.startswith("/") or ".." in parts or not (m.isfile() or m.isdir()):
+                    raise ValueError(f"refused member {m.name!r}: only plain files and "
+                                     "folders with relative names")
+                total += m.size
+                if total > limit:
+                    raise ValueError(f"more than {limit >> 20} MiB unpacked")
+                if check is not None:
+                    check(m, tmp.name)
+                dest = os.path.join(tmp.name, *[x for x in parts if x not in ("", ".")])
+                if m.isdir():
+                    os.makedirs(dest, 0o700, exist_ok=True)
+                    continue
+                os.makedirs(os.path.dirname(dest), 0o700, exist_ok=True)
+                src = tar.extractfile(m)
+                with open(dest, "wb") as out:
+                    out.write(src.read() if src is not None else b"")
+    except (tarfile.TarError, EOFError, ValueError) as e:
+        raise ValueError(f"{path}: not a saved tree archive ({e})") from None
+    for base in (tmp.name, os.path.join(tmp.name, "root")):
+        if os.path.isdir(os.path.join(base, "sys")) or \
+                os.path.isdir(os.path.join(base, "proc")):
+            return base
+    raise ValueError(f"{path}: no sys/ or proc/ in the archive (nor under root/)")
 
 
 def _print_json(data: Any) -> None:
@@ -7466,6 +7575,8 @@ def _print_json(data: Any) -> None:
 def _cmd_status(args: argparse.Namespace) -> int:
     b = _backend_from_args(args)
     rep = status_report(backend=b)
+    if b.root != "/" and os.path.isfile(args.root):
+        rep["root"] = args.root             # the archive, not its temporary folder
     fmt = getattr(args, "format", None) or ("json" if args.json else "text")
     if fmt == "json":
         rep.pop("extra_text", None)
@@ -7486,7 +7597,9 @@ def _common_parser() -> argparse.ArgumentParser:
     import argparse
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--root", metavar="DIR", default=None,
-                        help="read a saved sysfs/procfs tree instead of this system")
+                        help="read a saved sysfs/procfs tree (a folder, or the "
+                             ".tar.gz tools/gather.py --archive writes) instead of "
+                             "this system")
     common.add_argument("--json", action="store_true", help="print JSON")
     return common
 

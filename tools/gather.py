@@ -3,13 +3,17 @@
 """Save the parts of /sys and /proc that numa_utils reads into a fixture folder.
 
 Usage:
-    python3 tools/gather.py OUTDIR              # from the running machine
+    python3 tools/gather.py --archive FILE.tar.gz   # one file to send (or FILE.tar.gz
+                                                    # as OUTDIR: same thing)
+    python3 tools/gather.py OUTDIR              # a folder, from the running machine
     python3 tools/gather.py --root TREE OUTDIR  # from another filesystem root
 
 Writes OUTDIR/root/ (a filesystem root holding sys/ and proc/, byte-for-byte
 copies of the files read, including odd endings such as "\\n\\0") and
 OUTDIR/SOURCE.md (kernel, machine, date, what was skipped and why).
 OUTDIR/expected.json is not written: a person writes it after checking the files.
+An archive holds the same root/ and SOURCE.md as plain files and folders (no links);
+`numa_utils status --root FILE.tar.gz` reads it as it is.
 
 Stdlib only and only modules that Debian's python3.X-minimal ships (os, sys, re,
 argparse, time), so it runs inside a bare QEMU guest. Python 3.8+.
@@ -276,7 +280,11 @@ def main(argv=None):
     ap = argparse.ArgumentParser(
         prog="gather.py",
         description="Save the sysfs/procfs files numa_utils reads into OUTDIR/root/.")
-    ap.add_argument("outdir", help="fixture folder to create (root/ and SOURCE.md go in it)")
+    ap.add_argument("outdir", nargs="?", default=None,
+                    help="fixture folder to create (root/ and SOURCE.md go in it); a name "
+                         "ending in .tar.gz or .tgz writes an archive instead")
+    ap.add_argument("--archive", metavar="FILE.tar.gz", default=None,
+                    help="write one gzip'd tar file (root/ and SOURCE.md) instead of a folder")
     ap.add_argument("--root", default="/",
                     help="filesystem root to read (default: the running system, /)")
     ap.add_argument("--no-self-status", action="store_true",
@@ -284,6 +292,14 @@ def main(argv=None):
     ap.add_argument("--force", action="store_true",
                     help="write into OUTDIR even if OUTDIR/root already exists")
     args = ap.parse_args(argv)
+    if args.archive is None and args.outdir and args.outdir.endswith((".tar.gz", ".tgz")):
+        args.archive, args.outdir = args.outdir, None
+    if args.archive is not None:
+        if args.outdir is not None:
+            ap.error("give OUTDIR or --archive FILE, not both")
+        return _write_archive(args, argv)
+    if args.outdir is None:
+        ap.error("give OUTDIR (a folder) or --archive FILE.tar.gz")
 
     out_root = os.path.join(args.outdir, "root")
     if os.path.exists(out_root) and not args.force:
@@ -301,6 +317,39 @@ def main(argv=None):
                      % (g.copied, out_root, len(g.notes)))
     for rel, why in g.notes:
         sys.stdout.write(f"  {rel}: {why}\n")
+    return 0
+
+
+def _write_archive(args, argv):
+    """Gather into a private temporary folder, then pack it as one .tar.gz: plain
+    files and folders only, owner 0, sorted, so the archive is all data."""
+    import tarfile
+    import tempfile
+    if os.path.exists(args.archive) and not args.force:
+        sys.stderr.write(f"gather.py: {args.archive} exists; use --force to replace it\n")
+        return 2
+    with tempfile.TemporaryDirectory(prefix="gather-") as tmp:
+        rc = main(["--root", args.root, tmp + "/m", "--force"]
+                  + (["--no-self-status"] if args.no_self_status else []))
+        if rc:
+            return rc
+        part = args.archive + ".part"
+        with tarfile.open(part, "w:gz") as tar:
+            base = os.path.join(tmp, "m")
+            for dirpath, dirs, files in os.walk(base):
+                dirs.sort()
+                for name in sorted(files):
+                    path = os.path.join(dirpath, name)
+                    info = tar.gettarinfo(path, os.path.relpath(path, base))
+                    info.uid = info.gid = 0
+                    info.uname = info.gname = ""
+                    info.mode = 0o644
+                    with open(path, "rb") as fh:
+                        tar.addfile(info, fh)
+        os.replace(part, args.archive)
+    sys.stdout.write(f"gather.py: wrote {args.archive} "
+                     f"({os.path.getsize(args.archive)} bytes); "
+                     f"check it with: python3 numa_utils.py status --root {args.archive}\n")
     return 0
 
 
