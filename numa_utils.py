@@ -914,7 +914,10 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
                 if not idx.startswith("index"):
                     continue
                 lvl = r.integer(f"{d}/cache/{idx}/level")
-                if lvl is None or lvl <= best:
+                # Instruction caches (and unknown types) are not where data is shared
+                # (PyTorch's binding reads only Unified/Data the same way).
+                if lvl is None or lvl <= best or (r.text(f"{d}/cache/{idx}/type") or
+                                                  "").strip() not in ("Unified", "Data"):
                     continue
                 shared = r.parsed(f"{d}/cache/{idx}/shared_cpu_list", parse_cpulist)
                 if shared is not None:
