@@ -6962,6 +6962,561 @@ def _render_status(rep: Dict[str, Any]) -> str:
 
 
 # ===========================================================================
+# numactl's command line (issue 13): `numa_utils numactl [OPTIONS] CMD ...` takes
+# numactl 2.0.19's options, node/CPU lists, exit statuses and --show/--hardware
+# formats, so torchrun/SGLang/vLLM command lines work where the numactl package is
+# missing.  Facts from numactl.c, libnuma.c and affinity.c (numactl 2.0.16-2.0.19).
+# ===========================================================================
+
+# strtoul(s, &end, 0) as libnuma calls it: blanks, a sign, then hex (0x), octal (0) or
+# decimal digits.
+_STRTOUL = re.compile(r"[ \t\n\v\f\r]*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")
+
+
+class _ListError(ValueError):
+    """A node/CPU list libnuma rejects; ``warn``: what libnuma prints about it on
+    stderr (nothing for trailing characters; an empty line after its parser's own)."""
+
+    def __init__(self, msg: str, warn: bool = True, blank: bool = False) -> None:
+        super().__init__(msg)
+        self.warn = (msg + "\n" * blank) if warn else ""
+
+
+def _strtoul(s: str, i: int) -> Tuple[Optional[int], int]:
+    m = _STRTOUL.match(s, i)
+    if not m:
+        return None, i
+    digits = m.group(2)
+    base = 16 if digits[1:2] in ("x", "X") else 8 if digits.startswith("0") else 10
+    v = int(digits, base) if base != 16 else int(digits[2:], 16)
+    return (-v if m.group(1) == "-" else v), m.end()
+
+
+def _device_node(spec: str, b: Backend) -> Optional[FrozenSet[int]]:
+    """libnuma's device forms (netdev:, block:, file:, pci:, ip:) -> the device's node
+    from sysfs; None when ``spec`` is none of them."""
+    kind, colon, dev = spec.partition(":")
+    if not colon or kind not in ("netdev", "block", "file", "pci", "ip"):
+        return None
+    dev = dev.lstrip()
+    cls = "block" if kind in ("block", "file") else "net" if kind != "pci" else ""
+    if kind == "pci":
+        head, _, func = dev.partition(".")
+        parts = head.split(":")
+        try:
+            nums = [int(x, 16) for x in parts] + [int(func or "0", 16)]
+        except ValueError:
+            raise _ListError(f"Cannot parse PCI device `{dev}'") from None
+        if len(parts) == 2:
+            nums.insert(0, 0)
+        if len(nums) != 4:
+            raise _ListError(f"Cannot parse PCI device `{dev}'")
+        path = "/sys/bus/pci/devices/%04x:%02x:%02x.%x/numa_node" % tuple(nums)
+    else:
+        if kind == "file":              # the block device holding the file
+            try:
+                st = os.stat(dev)
+            except OSError:
+                raise _ListError(f"Cannot stat file {dev}") from None
+            import stat as st_mod
+            d = st.st_rdev if st_mod.S_ISBLK(st.st_mode) else st.st_dev
+            want = f"{os.major(d)}:{os.minor(d)}"
+            names = [n for n in b.listdir("/sys/class/block")
+                     if (b.read_optional(f"/sys/class/block/{n}/dev") or "").strip() == want]
+            if not names:
+                raise _ListError(f"Cannot find block device {want} in sysfs for `{dev}'")
+            dev = names[0]
+        elif kind == "ip":              # the interface the route to HOST goes through
+            dev = _route_device(dev, b)
+        if "/" in dev or "." in dev:
+            raise _ListError(f"Illegal characters in `{dev}' specification")
+        path = f"/sys/class/{cls}/{dev}/device/numa_node"
+    text = b.read_optional(path)
+    if text is None and kind != "pci":      # a virtio device: its PCI parent knows
+        text = b.read_optional(f"/sys/class/{cls}/{dev}/device/../numa_node")
+    try:
+        node = int(text.strip()) if text is not None else None
+    except ValueError:
+        node = None
+    if node is None:
+        raise _ListError(f"Cannot read node mask for {cls} device `{dev}'")
+    if node < 0:
+        raise _ListError(f"Kernel does not know node mask for {cls + ' ' if cls else ''}"
+                         f"device `{dev}'")
+    return frozenset({node})
+
+
+def _route_device(host: str, b: Backend) -> str:
+    """The interface of the longest-prefix IPv4 route to ``host`` (/proc/net/route)."""
+    import socket
+    try:
+        addr = struct.unpack("<I", socket.inet_aton(socket.gethostbyname(host)))[0]
+    except (OSError, UnicodeError):
+        raise _ListError(f"Cannot resolve {host}") from None
+    best: Tuple[int, str] = (-1, "")
+    for line in (b.read_optional("/proc/net/route") or "").splitlines()[1:]:
+        f = line.split()
+        try:
+            dst, mask = int(f[1], 16), int(f[7], 16)
+        except (IndexError, ValueError):
+            continue
+        if addr & mask == dst and bin(mask).count("1") > best[0]:
+            best = (bin(mask).count("1"), f[0])
+    if not best[1]:
+        raise _ListError(f"Cannot find a route to {host}")
+    return best[1]
+
+
+def parse_nodestring(text: str, *, cpus: bool = False, possible: bool = False,
+                     backend: Optional[Backend] = None,
+                     topology: Optional[Topology] = None) -> FrozenSet[int]:
+    """numactl's node list (CPU list with ``cpus=True``) -> ids, read as libnuma's
+    numa_parse_nodestring/numa_parse_cpustring do.
+
+    ``1,3,5-7``; numbers in C's bases (``0x2`` hex, ``010`` octal); ``all`` (every
+    allowed id); ``!LIST`` (all but); ``+LIST`` (the n-th allowed ids); for nodes also
+    ``netdev:DEV``, ``block:DEV``, ``file:PATH``, ``pci:[SEG:]BUS:DEV[.FN]``,
+    ``ip:HOST`` (the device's node from sysfs).  Allowed ids are the cpuset's
+    (Mems_allowed / Cpus_allowed); ``possible=True`` (numactl --all) allows every
+    node or CPU the machine has.  An empty text is the empty set.  Raises ValueError
+    with libnuma's reason."""
+    b = _b(backend)
+    t = topology if topology is not None else read_topology(backend=b)
+    what = "cpu" if cpus else "node"
+    if cpus:
+        conf = max(t.cpus, default=0) + 1       # numa_num_configured_cpus
+        allowed = frozenset(range(conf)) if possible else \
+            frozenset(c for c in t.allowed_cpus if c < conf)
+    else:
+        conf = len(t.nodes_with_memory)         # numa_num_configured_nodes (sic)
+        allowed = frozenset(range(max(t.nodes, default=0) + 1)) if possible else \
+            t.allowed_mems
+    order = sorted(allowed)
+    s, i, mask = text, 0, set()
+    if not s:
+        return frozenset()
+    invert = s.startswith("!")
+    i += invert
+    relative = s.startswith("+", i)
+    i += relative
+
+    def number(j: int) -> Tuple[Optional[int], int]:
+        v, end = _strtoul(s, j)
+        if v is not None and relative:       # the v-th allowed id
+            v = order[v] if 0 <= v < len(order) else -1
+        return v, end
+
+    while True:
+        rest = s[i:]
+        if rest == "all" or (rest[:1].isalpha() and rest[:1].isascii() and not cpus):
+            dev = allowed if rest == "all" else _device_node(rest, b)
+            if dev is not None:
+                mask |= dev
+                i = len(s)
+                break
+        v, end = number(i)
+        if v is None:
+            raise _ListError(f"unparseable {what} description `{rest}'", blank=True)
+        if v not in allowed:
+            raise _ListError(f"{what} argument {rest if cpus else v} is out of range",
+                             blank=True)
+        mask.add(v)
+        i = end
+        if s.startswith("-", i):
+            v2, end = number(i + 1)
+            if v2 is None:
+                raise _ListError(f"missing {what} argument {s[i + 1:]}", blank=True)
+            if v2 not in allowed:
+                raise _ListError(f"{what} argument {s[i + 1:] if cpus else v2} out of range",
+                                 blank=True)
+            mask.update(n for n in order if v <= n <= v2)
+            i = end
+        if not s.startswith(",", i):
+            break
+        i += 1
+    if i != len(s):
+        raise _ListError(f"trailing characters in {what} list {s!r}", warn=False)
+    if invert:      # libnuma flips ids below the count, not the allowed set
+        mask ^= set(range(conf))
+    return frozenset(mask)
+
+
+def _single_node(text: str, b: Backend) -> int:
+    """A node option that takes one node (``run --node``) in numactl's grammar."""
+    nodes = parse_nodestring(str(text), backend=b)
+    if len(nodes) != 1:
+        raise ValueError(f"{text!r} is {len(nodes)} nodes, not one")
+    return next(iter(nodes))
+
+
+# getopt table: numactl's long options, the short letter each stands for, and whether
+# it takes an argument ("=").  --fallback is ours (run's fall-back, see below).
+_NUMACTL_OPTS = MappingProxyType({
+    "all": "a", "interleave=": "i", "weighted-interleave=": "w", "preferred=": "p",
+    "preferred-many=": "P", "cpubind=": "c", "cpunodebind=": "N", "physcpubind=": "C",
+    "membind=": "m", "show": "s", "localalloc": "l", "balancing": "b", "hardware": "H",
+    "shm=": "S", "file=": "f", "offset=": "o", "length=": "L", "strict": "t",
+    "shmmode=": "M", "dump": "d", "dump-nodes": "D", "shmid=": "I", "huge": "u",
+    "touch": "T", "verify": "V", "fallback": "F"})
+# numactl's policy_name(): the mode value get_mempolicy returns, flags included.
+_NUMACTL_POLICY = ("default", "preferred", "bind", "interleave", "local",
+                   "preferred-many", "weighted interleave")
+_NUMACTL_USAGE = """\
+usage: numactl [--all | -a] [--balancing | -b]
+               [--interleave= | -i <nodes>] [--weighted-interleave= | -w <nodes>]
+               [--preferred= | -p <node>] [--preferred-many= | -P <nodes>]
+               [--physcpubind= | -C <cpus>] [--cpunodebind= | -N <nodes>]
+               [--membind= | -m <nodes>] [--localalloc | -l] [--fallback] command args ...
+       numactl [--show | -s]
+       numactl [--hardware | -H]
+       numactl [--length | -L <length>] [--offset | -o <offset>] [--shmmode | -M <shmmode>]
+               [--strict | -t] [--shmid | -I <id>] --shm | -S <shmkeyfile>
+               [--shmid | -I <id>] --file | -f <tmpfsfile>
+               [--huge | -u] [--touch | -T] memory policy
+(numa_utils's numactl: numactl 2.0.19's options; <nodes>: N,N-N, all, !<nodes>,
++<nodes> (cpuset-relative), netdev:DEV, block:DEV, file:PATH, pci:[SEG:]BUS:DEV[.FN],
+ip:HOST; <cpus> likewise without the device forms; <length> takes k/m/g suffixes;
+--fallback runs the command even where the system denies the policy.)
+"""
+
+
+class _NumactlExit(Exception):
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _numactl_version() -> Tuple[int, ...]:
+    """The numactl release whose behaviour to copy: NUMA_UTILS_NUMACTL_VERSION
+    (e.g. 2.0.16: no -w, 3-wide distance table), else 2.0.19."""
+    try:
+        return tuple(int(x) for x in
+                     os.environ.get("NUMA_UTILS_NUMACTL_VERSION", "2.0.19").split("."))
+    except ValueError:
+        return (2, 0, 19)
+
+
+def _numactl_mask(name: str, ids: Iterable[int]) -> str:
+    return f"{name}: " + "".join(f"{i} " for i in sorted(ids)) + "\n"
+
+
+def _numactl_show(b: Backend, t: Topology) -> Tuple[str, int]:
+    """numactl --show's text, from this process's policy and affinity."""
+    aff = b.sched_getaffinity(0)
+    try:
+        pol, nodes = get_mempolicy(backend=b)
+    except OSError as e:
+        if e.errno in (errno.ENOSYS, errno.EPERM):
+            return (_numactl_mask("physcpubind", aff) +
+                    "No NUMA support available on this system.\n"), 1
+        pol, nodes = 0, frozenset()
+    try:
+        cur = get_mempolicy(flags=GetFlag.NODE, backend=b)[0]
+    except OSError:
+        cur = 0
+    membind = nodes if pol == Mode.BIND else t.allowed_mems
+    pref = {Mode.PREFERRED: f"{min(nodes, default=0)}\n", Mode.DEFAULT: "current\n",
+            Mode.INTERLEAVE: f"{cur} (interleave next)\n",
+            Mode.BIND: f"{min(membind, default=-1)}\n",
+            Mode.PREFERRED_MANY: f"{cur} (preferred-many)\n"}.get(pol, "")
+    out = [f"policy: {_NUMACTL_POLICY[pol] if 0 <= pol < len(_NUMACTL_POLICY) else f'[{pol}]'}"
+           f"\npreferred node: {pref}"]
+    if pol == Mode.INTERLEAVE:
+        out.append(_numactl_mask("interleavemask", nodes) + f"interleavenode: {cur}\n")
+    run_nodes = [n for n in sorted(t.allowed_mems) if n in t.nodes and t.nodes[n].cpus & aff]
+    out += [_numactl_mask("physcpubind", aff), _numactl_mask("cpubind", run_nodes),
+            _numactl_mask("nodebind", run_nodes), _numactl_mask("membind", membind),
+            _numactl_mask("preferred", nodes)]
+    return "".join(out), 0
+
+
+def _numactl_hardware(t: Topology, wide: bool) -> str:
+    """numactl --hardware's text (numactl 2.0.19 widened the distance table: ``wide``)."""
+    ids = sorted(t.nodes)
+    out = [f"available: {len(ids)} nodes ({format_cpulist(ids)})\n"]
+    for n in ids:
+        node = t.nodes[n]
+        out.append(f"node {n} cpus:" + "".join(f" {c}" for c in sorted(node.cpus)) + "\n")
+        out.append(f"node {n} size: {node.mem_total_kb >> 10} MB\n"
+                   f"node {n} free: {node.mem_free_kb >> 10} MB\n")
+    if not ids or not t.distance(ids[-1], ids[0]):
+        return "".join(out) + "No distance information available.\n"
+    w = 4 if wide else 3
+    out.append("node distances:\nnode " + " " * (w - 3) +
+               "".join(f"{i:{w}d} " for i in ids) + "\n")
+    for i in ids:
+        out.append(f"{i:{w}d}: " + "".join(f"{t.distance(i, k) or 0:{w}d} " for k in ids)
+                   + "\n")
+    return "".join(out)
+
+
+def _memsize(text: str) -> int:
+    """numactl's memsize(): strtoul base 0, then an optional k/m/g (anything else ignored)."""
+    v, end = _strtoul(text, 0)
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[end:end + 1].upper(), 1)
+    return (v or 0) * mult
+
+
+def _cmd_numactl(argv: Sequence[str], *, backend: Optional[Backend] = None,
+                 execvp: Callable[[str, List[str]], Any] = os.execvp) -> int:
+    """``numa_utils numactl ARGS``: numactl's options parsed left to right with
+    getopt (stopping at the command), applied as numactl applies them, then exec."""
+    try:
+        return _numactl(list(argv), _b(backend), execvp)
+    except _NumactlExit as e:
+        return e.code
+
+
+def _numactl(argv: List[str], b: Backend, execvp: Callable[[str, List[str]], Any]) -> int:
+    import getopt
+    out, err = sys.stdout, sys.stderr
+    ver = _numactl_version()
+    opts = dict(_NUMACTL_OPTS)
+    if ver < (2, 0, 19):
+        del opts["weighted-interleave="]
+
+    def usage(msg: str = "") -> None:
+        if msg:
+            err.write(f"numactl: {msg}")
+            out.write("\n")         # numactl's usage_msg ends the line on stdout
+            out.flush()
+        err.write(_NUMACTL_USAGE)
+        raise _NumactlExit(1)
+
+    def complain(msg: str) -> None:
+        err.write(f"numactl: {msg}\n")
+        raise _NumactlExit(1)
+
+    short = "".join(v + (":" if k.endswith("=") else "") for k, v in opts.items()
+                    if v != "F")
+    try:
+        parsed, cmd = getopt.getopt(argv, short, list(opts))
+    except getopt.GetoptError as e:
+        o = e.opt
+        if e.msg.endswith("not a unique prefix"):
+            err.write(f"numactl: option '--{o}' is ambiguous\n")
+        elif len(o) == 1:
+            err.write(f"numactl: option requires an argument -- '{o}'\n" if "requires"
+                      in e.msg else f"numactl: invalid option -- '{o}'\n")
+        elif "requires" in e.msg:
+            err.write(f"numactl: option '--{o}' requires an argument\n")
+        elif "must not have" in e.msg:
+            err.write(f"numactl: option '--{o}' doesn't allow an argument\n")
+        else:
+            err.write(f"numactl: unrecognized option '--{o}'\n")
+        usage()
+    letter = {"--" + k.rstrip("="): v for k, v in opts.items()}
+    fallback = ("--fallback", "") in parsed
+    topo: List[Topology] = []
+
+    def tp() -> Topology:
+        if not topo:
+            topo.append(read_topology(backend=b))
+        return topo[0]
+
+    st: Dict[str, Any] = {"policy": None, "all": False, "parsed": False, "cpubind": False,
+                          "balancing": False, "weighted": False, "shmopt": None,
+                          "strict": False, "hardware": False}
+
+    def available() -> bool:
+        try:
+            get_mempolicy(backend=b)
+        except OSError as e:
+            return e.errno not in (errno.ENOSYS, errno.EPERM)
+        return True
+
+    def checknuma() -> None:
+        if not fallback and not available():
+            complain("This system does not support NUMA policy")
+
+    def setpolicy(mode: int) -> None:
+        if st["policy"] is not None:
+            usage("Conflicting policies")
+        st["policy"] = mode
+
+    def nopolicy() -> None:
+        if st["policy"] is not None:
+            usage("specify policy after --shm/--file")
+
+    def nodes(arg: str, cpus: bool = False) -> FrozenSet[int]:
+        try:
+            got = parse_nodestring(arg, cpus=cpus, possible=st["all"], backend=b,
+                                   topology=tp())
+        except ValueError as e:
+            warn = getattr(e, "warn", f"{e}\n")
+            if warn:
+                err.write(f"libnuma: Warning: {warn}\n")
+            out.write(f"<{arg}> is invalid\n")
+            out.flush()
+            usage()
+            raise
+        st["parsed"] = True
+        return got
+
+    def call(fn: Callable[..., Any], what: str, *args: Any, libnuma: str = "",
+             **kw: Any) -> None:
+        """Apply; on failure print libnuma's and numactl's perror lines and exit 1,
+        or with --fallback warn and go on."""
+        try:
+            fn(*args, backend=b, **kw)
+        except OSError as e:
+            text = os.strerror(e.errno or errno.EIO)
+            if fallback:
+                err.write(f"numactl: warning: {what}: {text}; running the command "
+                          "without it (--fallback)\n")
+                return
+            if libnuma:
+                err.write(f"{libnuma}: {text}\n")
+            err.write(f"{what}: {text}\n")
+            if e.errno == errno.EPERM:
+                err.write("numactl: the system denies NUMA policy here (a container "
+                          "without CAP_SYS_NICE, or seccomp); --fallback runs the "
+                          "command anyway\n")
+            raise _NumactlExit(1) from None
+
+    def setaff(pid: int, cpus: FrozenSet[int], *, backend: Backend) -> None:
+        backend.sched_setaffinity(pid, cpus)
+
+    for opt, arg in parsed:
+        c = letter[opt] if opt.startswith("--") else opt[1]
+        if c == "s":
+            text, rc = _numactl_show(b, tp())
+            out.write(text)
+            return rc
+        if c == "H":
+            nopolicy()
+            if ver < (2, 0, 19):
+                break
+            st["hardware"] = True
+        elif c == "b":
+            nopolicy()
+            st["balancing"] = True
+        elif c in "wi":
+            st["weighted"] = st["weighted"] or c == "w"
+            checknuma()
+            mask = nodes(arg)
+            mode = Mode.WEIGHTED_INTERLEAVE if st["weighted"] else Mode.INTERLEAVE
+            setpolicy(mode)
+            call(set_mempolicy, "setting interleave mask", mode if mask else Mode.DEFAULT,
+                 mask, libnuma="set_mempolicy")
+        elif c in "Nc":
+            if st["shmopt"]:
+                usage(f"{st['shmopt']} shm option is not allowed before "
+                      "-c/--cpubind/--cpunodebind")
+            checknuma()
+            mask = nodes(arg)
+            st["cpubind"] = True
+            t = tp()
+            cpus = frozenset(x for n in mask if n in t.nodes for x in t.nodes[n].cpus)
+            call(setaff, "sched_setaffinity", 0, cpus,
+                 libnuma="numa_sched_setaffinity_v2_int() failed")
+        elif c == "C":
+            if st["shmopt"]:
+                usage(f"{st['shmopt']} shm option is not allowed before -C/--physcpubind")
+            mask = nodes(arg, cpus=True)
+            st["cpubind"] = True
+            call(setaff, "sched_setaffinity", 0, mask)
+        elif c == "m":
+            checknuma()
+            setpolicy(Mode.BIND)
+            mask = nodes(arg)
+            flags = ModeFlag.NUMA_BALANCING if st["balancing"] else 0
+            try:
+                set_mempolicy(Mode.BIND, mask, mode_flags=flags, backend=b)
+            except OSError as e:
+                if not flags or e.errno != errno.EINVAL:   # no balancing: plain bind
+                    call(set_mempolicy, "setting membind", Mode.BIND, mask,
+                         mode_flags=flags, libnuma="set_mempolicy")
+                else:
+                    call(set_mempolicy, "setting membind", Mode.BIND, mask,
+                         libnuma="set_mempolicy")
+        elif c in "pP":
+            checknuma()
+            mask = nodes(arg)
+            if c == "p":
+                if len(mask) != 1:
+                    usage()
+                setpolicy(Mode.PREFERRED)
+                call(set_mempolicy, "setting preferred node", Mode.PREFERRED, mask,
+                     libnuma="set_mempolicy")
+            else:
+                setpolicy(Mode.PREFERRED_MANY)
+                try:
+                    set_mempolicy(Mode.PREFERRED_MANY, mask, backend=b)
+                except OSError as e:
+                    if e.errno == errno.EINVAL and mask and not fallback:
+                        complain("preferred-many requested without kernel support")
+                    call(set_mempolicy, "setting preferred node", Mode.PREFERRED_MANY,
+                         mask, libnuma="set_mempolicy")
+        elif c == "l":
+            checknuma()
+            setpolicy(Mode.LOCAL)
+            call(set_mempolicy, "local allocation", Mode.LOCAL, (),
+                 libnuma="set_mempolicy")
+        elif c == "a":
+            if st["parsed"]:
+                usage("--all/-a option must be before all cpu/node specifications")
+            st["all"] = True
+        elif c == "t":
+            st["strict"] = True
+        elif c in "LoMIu":
+            st["shmopt"] = opt if opt.startswith("--") else \
+                {"L": "--length", "o": "--offset", "M": "--shmmode", "u": "--huge"}.get(c)
+            if c == "M" and not re.fullmatch(r"[0-7]+", arg):
+                usage()
+            if c == "I" and _strtoul(arg, 0)[1] != len(arg):
+                usage()
+            if c in "Lo":
+                _memsize(arg)
+        elif c in "dD":
+            complain(f"Cannot do {opt} without shared memory.\n")
+        elif c in "SfTV":
+            if st["cpubind"] and c in "Sf":
+                usage("cannot do --cpubind on shared memory\n")
+            if c in "TV":
+                usage(f"{'--touch' if c == 'T' else '--verify'} must be after shared "
+                      "memory specification")
+            nopolicy()
+            complain("--shm/--file are not implemented by numa_utils numactl: use "
+                     "`numa_utils region` or SharedRegion")
+    if st["hardware"] or (parsed and ver < (2, 0, 19) and
+                          any(letter.get(o, o[1:]) == "H" for o, _ in parsed)):
+        if not available():
+            out.write("No NUMA available on this system\n")
+            return 1
+        out.write(_numactl_hardware(tp(), ver >= (2, 0, 19)))
+        return 0
+    if st["strict"]:
+        err.write("numactl: warning. Strict flag for process ignored.\n")
+    if st["shmopt"]:
+        usage(f"shm related option {st['shmopt']} for process")
+    if not cmd:
+        usage()
+    e = _exec(cmd, execvp)
+    complain(f"execution of `{cmd[0]}': {e.strerror or e}\n")
+    return 1
+
+
+def _exec(cmd: List[str], execvp: Callable[[str, List[str]], Any] = os.execvp) -> OSError:
+    """Exec ``cmd`` without a shell (the memory policy and the affinity survive exec);
+    returns the error when it cannot run."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        execvp(cmd[0], cmd)
+    except OSError as e:
+        return e
+    return OSError(errno.ENOEXEC, "exec returned")
+
+
+def _cli_numactl(sub: Any) -> None:
+    # Parsed by _cmd_numactl's own getopt loop (main hands it the raw arguments);
+    # registered here so that --help lists it.
+    sub.add_parser("numactl", add_help=False,
+                   help="numactl's command line: [OPTIONS] CMD ... (numactl 2.0.19)")
+
+
+# ===========================================================================
 # Command line.
 # ===========================================================================
 
@@ -7031,15 +7586,18 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="output format (default text; --json is --format json)")
     p.set_defaults(func=_cmd_status)
     sub.common = common  # type: ignore[attr-defined]
-    for add in (_cli_maps, _cli_cleanup, _cli_plan, _cli_run, _cli_watch):
+    for add in (_cli_maps, _cli_cleanup, _cli_plan, _cli_run, _cli_watch, _cli_numactl):
         add(sub)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Command-line entry point; returns the exit status."""
+    raw = list(sys.argv[1:] if argv is None else argv)
+    if raw[:1] == ["numactl"]:      # numactl's own getopt grammar, not argparse's
+        return _cmd_numactl(raw[1:])
     parser = _build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(raw)
     import logging
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(message)s")
