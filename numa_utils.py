@@ -3814,8 +3814,8 @@ _POLICY_WORDS = MappingProxyType({
 
 
 def _region_policy(policy: Optional[str], nodes: Optional[Iterable[int]],
-                   strict: Optional[bool]) -> Tuple[Mode, Optional[FrozenSet[int]], bool,
-                                                    bool]:
+                   strict: Optional[bool], b: Optional[Backend] = None
+                   ) -> Tuple[Mode, Optional[FrozenSet[int]], bool, bool]:
     """(mode, nodes, strict, explicit) from the arguments and envs.py (if present):
     policy=None means interleave when ENABLE_NUMA_INTERLEAVE is set, else first-touch;
     nodes=None means NUMA_NODES, else every usable node; strict=None: NUMA_STRICT."""
@@ -3833,6 +3833,11 @@ def _region_policy(policy: Optional[str], nodes: Optional[Iterable[int]],
     if nodes is None and envs is not None and hasattr(envs, "numa_nodes") and \
             mode not in (Mode.DEFAULT, Mode.LOCAL):
         env_nodes = envs.numa_nodes()
+        if isinstance(env_nodes, str):      # numactl grammar: resolved on this machine
+            try:
+                env_nodes = parse_nodestring(env_nodes, backend=b)
+            except ValueError as e:
+                raise ValueError(f"NUMA_NODES={env_nodes!r}: {e}") from None
         nodes = env_nodes if env_nodes else None
     if strict is None and envs is not None and hasattr(envs, "numa_strict"):
         strict = envs.numa_strict()
@@ -3982,7 +3987,7 @@ class SharedRegion:
             raise ValueError("size must be > 0")
         if mode & ~0o777:
             raise ValueError(f"mode {mode:o}: permission bits only")
-        pmode, pnodes, strict_, _ = _region_policy(policy, nodes, strict)
+        pmode, pnodes, strict_, _ = _region_policy(policy, nodes, strict, b)
         huge, page = _region_page(hugepages, kind, b, pnodes)
         size = (size + page - 1) // page * page
         shmid, name, addr = -1, "", 0
@@ -4046,7 +4051,7 @@ class SharedRegion:
         b = _b(backend)
         if kind not in ("sysv", "posix"):
             raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
-        pmode, pnodes, strict_, explicit = _region_policy(policy, nodes, strict)
+        pmode, pnodes, strict_, explicit = _region_policy(policy, nodes, strict, b)
         _, page = _region_page(hugepages, kind, b, pnodes)
         shmid, name, addr, fd, seg_size = -1, "", 0, -1, 0
         try:
@@ -4359,7 +4364,7 @@ def _progress_bar(stream: Any) -> Callable[[int, int], None]:
 
 def _cmd_region(args: argparse.Namespace) -> int:
     b = _backend_from_args(args)
-    nodes = parse_cpulist(args.nodes) if args.nodes else None
+    nodes = parse_nodestring(args.nodes, backend=b) if args.nodes else None
     hp: Union[bool, str] = args.hugepages if args.hugepages else False
     region = SharedRegion.create(
         args.key, _parse_size(args.size), policy=args.policy, nodes=nodes,
@@ -4410,7 +4415,8 @@ def _cli_cleanup(sub: Any) -> None:
     p.add_argument("key", help="region name (SysV key 0x4exxxxxx / /dev/shm/numa_utils-KEY)")
     p.add_argument("size", help="size: 4G, 512M, bytes")
     p.add_argument("--policy", choices=sorted(_POLICY_WORDS), default=None)
-    p.add_argument("--nodes", default=None, metavar="LIST", help="node list, e.g. 0-1")
+    p.add_argument("--nodes", default=None, metavar="LIST",
+                   help="node list in numactl's grammar, e.g. 0-1, all, !0")
     p.add_argument("--kind", choices=["sysv", "posix"], default="sysv")
     p.add_argument("--hugepages", default=None, metavar="SIZE", help="2M, 1G")
     p.add_argument("--threads", type=int, default=None)
@@ -5574,8 +5580,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if pol not in ("node", "none"):
             raise ValueError(f"--node takes --policy node or none, not {pol!r} "
                              "(the GPU policies need --gpu)")
-        res = bind_to_node(args.node, cpus=pol != "none", memory=memory, threads="all",
-                           strict=strict, backend=b)
+        res = bind_to_node(_single_node(args.node, b), cpus=pol != "none", memory=memory,
+                           threads="all", strict=strict, backend=b)
     if args.json:
         import json
         sys.stderr.write(json.dumps(res.to_json()) + "\n")
@@ -5587,13 +5593,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             what.append(f"memory policy ({res.memory.reason})")
         sys.stderr.write(f"numa_utils run: not applied: {', '.join(what)}; running "
                          "the command anyway\n")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        os.execvp(cmd[0], cmd)   # the memory policy and the affinity survive exec
-    except OSError as e:
-        sys.stderr.write(f"numa_utils run: cannot run {cmd[0]!r}: {e.strerror or e}\n")
-        return 127 if isinstance(e, FileNotFoundError) else 126
+    e = _exec(cmd)
+    sys.stderr.write(f"numa_utils run: cannot run {cmd[0]!r}: {e.strerror or e}\n")
+    return 127 if isinstance(e, FileNotFoundError) else 126
 
 
 def _add_plan_options(p: argparse.ArgumentParser) -> None:
@@ -5629,7 +5631,8 @@ def _cli_run(sub: Any) -> None:
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--gpu", type=int, metavar="N", help="CUDA device N (as this "
                    "environment's CUDA_VISIBLE_DEVICES numbers it)")
-    g.add_argument("--node", type=int, metavar="N", help="NUMA node N")
+    g.add_argument("--node", metavar="N", help="NUMA node N (numactl's grammar: "
+                   "2, +0, netdev:eth0, pci:3b:00.0)")
     _add_plan_options(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
                    help="the command, executed without a shell")
@@ -7011,7 +7014,8 @@ def _device_node(spec: str, b: Backend) -> Optional[FrozenSet[int]]:
             nums.insert(0, 0)
         if len(nums) != 4:
             raise _ListError(f"Cannot parse PCI device `{dev}'")
-        path = "/sys/bus/pci/devices/%04x:%02x:%02x.%x/numa_node" % tuple(nums)
+        seg, bus, slot, fn = nums
+        path = f"/sys/bus/pci/devices/{seg:04x}:{bus:02x}:{slot:02x}.{fn:x}/numa_node"
     else:
         if kind == "file":              # the block device holding the file
             try:
@@ -7092,7 +7096,8 @@ def parse_nodestring(text: str, *, cpus: bool = False, possible: bool = False,
         allowed = frozenset(range(max(t.nodes, default=0) + 1)) if possible else \
             t.allowed_mems
     order = sorted(allowed)
-    s, i, mask = text, 0, set()
+    s, i = text, 0
+    mask: Set[int] = set()
     if not s:
         return frozenset()
     invert = s.startswith("!")
@@ -7215,7 +7220,7 @@ def _numactl_show(b: Backend, t: Topology) -> Tuple[str, int]:
     except OSError:
         cur = 0
     membind = nodes if pol == Mode.BIND else t.allowed_mems
-    pref = {Mode.PREFERRED: f"{min(nodes, default=0)}\n", Mode.DEFAULT: "current\n",
+    pref = {int(Mode.PREFERRED): f"{min(nodes, default=0)}\n", Mode.DEFAULT: "current\n",
             Mode.INTERLEAVE: f"{cur} (interleave next)\n",
             Mode.BIND: f"{min(membind, default=-1)}\n",
             Mode.PREFERRED_MANY: f"{cur} (preferred-many)\n"}.get(pol, "")
@@ -7492,8 +7497,8 @@ def _numactl(argv: List[str], b: Backend, execvp: Callable[[str, List[str]], Any
         usage(f"shm related option {st['shmopt']} for process")
     if not cmd:
         usage()
-    e = _exec(cmd, execvp)
-    complain(f"execution of `{cmd[0]}': {e.strerror or e}\n")
+    failed = _exec(cmd, execvp)
+    complain(f"execution of `{cmd[0]}': {failed.strerror or failed}\n")
     return 1
 
 

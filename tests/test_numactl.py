@@ -3,7 +3,6 @@
 Expected values are derived from numactl's and libnuma's sources (numactl.c, libnuma.c
 numa_parse_nodestring/numa_parse_cpustring), not from this implementation; the live
 tests compare with the numactl binary when the host has one."""
-import io
 import os
 import shutil
 import subprocess
@@ -278,3 +277,15 @@ def test_own_show_and_hardware_equal_numactls():
     if "2.0.16" not in subprocess.run(["dpkg-query", "-W", "numactl"],
                                       capture_output=True, text=True).stdout:
         pytest.skip("the distance table was compared as numactl 2.0.16 prints it")
+
+
+@pytest.mark.parametrize("value,want", [("!0", {1, 2, 3}), ("+1-2", {1, 2}), ("0x3", {3}),
+                                        ("1,3", {1, 3})])
+def test_numa_nodes_takes_numactls_grammar(value, want, monkeypatch):
+    """NUMA_NODES goes through the same parser (resolved against the region's machine)."""
+    monkeypatch.setenv("NUMA_UTILS_NUMA_NODES", value)
+    b = sim(FOUR)
+    assert nu._region_policy("interleave", None, None, b)[1] == want
+    monkeypatch.setenv("NUMA_UTILS_NUMA_NODES", "+9")
+    with pytest.raises(ValueError, match="NUMA_NODES='\\+9'.*out of range"):
+        nu._region_policy("interleave", None, None, b)
