@@ -7382,6 +7382,16 @@ def _numactl(argv: List[str], b: Backend, execvp: Callable[[str, List[str]], Any
     def setaff(pid: int, cpus: FrozenSet[int], *, backend: Backend) -> None:
         backend.sched_setaffinity(pid, cpus)
 
+    shm: Optional[Tuple[int, int]] = None
+
+    def policy(mode: int, mask: FrozenSet[int], what: str, flags: int = 0) -> None:
+        """The process policy, or with --shm/--file the region's (mbind; --strict)."""
+        if shm is None:
+            call(set_mempolicy, what, mode, mask, mode_flags=flags, libnuma="set_mempolicy")
+        else:
+            call(mbind, what, shm[0], shm[1], mode, mask,
+                 MbindFlag.STRICT if st["strict"] else 0, libnuma="mbind")
+
     for opt, arg in parsed:
         c = letter[opt] if opt.startswith("--") else opt[1]
         if c == "s":
@@ -7402,8 +7412,8 @@ def _numactl(argv: List[str], b: Backend, execvp: Callable[[str, List[str]], Any
             mask = nodes(arg)
             mode = Mode.WEIGHTED_INTERLEAVE if st["weighted"] else Mode.INTERLEAVE
             setpolicy(mode)
-            call(set_mempolicy, "setting interleave mask", mode if mask else Mode.DEFAULT,
-                 mask, libnuma="set_mempolicy")
+            policy(Mode.INTERLEAVE if shm else mode if mask else Mode.DEFAULT, mask,
+                   "setting interleave mask")
         elif c in "Nc":
             if st["shmopt"]:
                 usage(f"{st['shmopt']} shm option is not allowed before "
@@ -7425,25 +7435,26 @@ def _numactl(argv: List[str], b: Backend, execvp: Callable[[str, List[str]], Any
             checknuma()
             setpolicy(Mode.BIND)
             mask = nodes(arg)
-            flags = ModeFlag.NUMA_BALANCING if st["balancing"] else 0
+            flags = ModeFlag.NUMA_BALANCING if st["balancing"] and not shm else 0
             try:
-                set_mempolicy(Mode.BIND, mask, mode_flags=flags, backend=b)
+                if flags:   # numa_set_membind_balancing: plain bind where unsupported
+                    set_mempolicy(Mode.BIND, mask, mode_flags=flags, backend=b)
+                    continue
             except OSError as e:
-                if not flags or e.errno != errno.EINVAL:   # no balancing: plain bind
-                    call(set_mempolicy, "setting membind", Mode.BIND, mask,
-                         mode_flags=flags, libnuma="set_mempolicy")
-                else:
-                    call(set_mempolicy, "setting membind", Mode.BIND, mask,
-                         libnuma="set_mempolicy")
+                if e.errno != errno.EINVAL:
+                    flags = 0
+            policy(Mode.BIND, mask, "setting membind", flags)
         elif c in "pP":
             checknuma()
             mask = nodes(arg)
-            if c == "p":
+            if shm:         # libnuma's numa_tonode_memory passes preferred-many an
+                setpolicy(Mode.PREFERRED_MANY)      # empty mask: EINVAL (2.0.16, kept)
+                policy(Mode.PREFERRED_MANY, frozenset(), "setting preferred node")
+            elif c == "p":
                 if len(mask) != 1:
                     usage()
                 setpolicy(Mode.PREFERRED)
-                call(set_mempolicy, "setting preferred node", Mode.PREFERRED, mask,
-                     libnuma="set_mempolicy")
+                policy(Mode.PREFERRED, mask, "setting preferred node")
             else:
                 setpolicy(Mode.PREFERRED_MANY)
                 try:
@@ -7451,45 +7462,60 @@ def _numactl(argv: List[str], b: Backend, execvp: Callable[[str, List[str]], Any
                 except OSError as e:
                     if e.errno == errno.EINVAL and mask and not fallback:
                         complain("preferred-many requested without kernel support")
-                    call(set_mempolicy, "setting preferred node", Mode.PREFERRED_MANY,
-                         mask, libnuma="set_mempolicy")
+                    policy(Mode.PREFERRED_MANY, mask, "setting preferred node")
         elif c == "l":
             checknuma()
             setpolicy(Mode.LOCAL)
-            call(set_mempolicy, "local allocation", Mode.LOCAL, (),
-                 libnuma="set_mempolicy")
+            policy(Mode.LOCAL, frozenset(), "local allocation")
         elif c == "a":
             if st["parsed"]:
                 usage("--all/-a option must be before all cpu/node specifications")
             st["all"] = True
         elif c == "t":
             st["strict"] = True
-        elif c in "LoMIu":
-            st["shmopt"] = opt if opt.startswith("--") else \
-                {"L": "--length", "o": "--offset", "M": "--shmmode", "u": "--huge"}.get(c)
-            if c == "M" and not re.fullmatch(r"[0-7]+", arg):
+        elif c in "LoMu":
+            name = {"L": "--length", "o": "--offset", "M": "--shmmode", "u": "--huge"}[c]
+            if shm:
+                usage(f"{name} must be before shared memory specification")
+            st["shmopt"] = name
+            if c == "M":
+                if not re.fullmatch(r"[0-7]+", arg):
+                    usage()
+                st["shmmode"] = int(arg, 8)
+            elif c in "Lo":
+                st[name] = _memsize(arg)
+            else:
+                st["huge"] = True
+        elif c == "I":
+            v, end = _strtoul(arg, 0)
+            if v is None or end != len(arg):
                 usage()
-            if c == "I" and _strtoul(arg, 0)[1] != len(arg):
-                usage()
-            if c in "Lo":
-                _memsize(arg)
+            st["shmid"] = v
         elif c in "dD":
-            complain(f"Cannot do {opt} without shared memory.\n")
-        elif c in "SfTV":
-            if st["cpubind"] and c in "Sf":
-                usage("cannot do --cpubind on shared memory\n")
-            if c in "TV":
+            complain(f"Cannot do {opt} without shared memory.\n" if not shm else
+                     f"{opt} is not implemented by numa_utils numactl: "
+                     "`numa_utils maps PID` shows the placement")
+        elif c in "TV":
+            if not shm:
                 usage(f"{'--touch' if c == 'T' else '--verify'} must be after shared "
                       "memory specification")
+            if c == "T" and shm:
+                b.touch(shm[0], shm[1])
+        elif c in "Sf":
+            if st["cpubind"]:
+                usage("cannot do --cpubind on shared memory\n")
             nopolicy()
-            complain("--shm/--file are not implemented by numa_utils numactl: use "
-                     "`numa_utils region` or SharedRegion")
+            shm = _numactl_attach(c, arg, st, b, complain)
     if st["hardware"] or (parsed and ver < (2, 0, 19) and
                           any(letter.get(o, o[1:]) == "H" for o, _ in parsed)):
         if not available():
             out.write("No NUMA available on this system\n")
             return 1
         out.write(_numactl_hardware(tp(), ver >= (2, 0, 19)))
+        return 0
+    if shm is not None:
+        if cmd:
+            usage()
         return 0
     if st["strict"]:
         err.write("numactl: warning. Strict flag for process ignored.\n")
@@ -7500,6 +7526,61 @@ def _numactl(argv: List[str], b: Backend, execvp: Callable[[str, List[str]], Any
     failed = _exec(cmd, execvp)
     complain(f"execution of `{cmd[0]}': {failed.strerror or failed}\n")
     return 1
+
+
+def _numactl_attach(c: str, name: str, st: Dict[str, Any], b: Backend,
+                    complain: Callable[[str], Any]) -> Tuple[int, int]:
+    """numactl --shm KEYFILE (a SysV segment keyed by ftok(KEYFILE, --shmid)) or
+    --file /dev/shm/NAME, created with --length when missing; the (address, length)
+    the policy options that follow apply to.  The region stays after exit."""
+    length, offset = st.get("--length", 0), st.get("--offset", 0)
+    mode = st.get("shmmode", 0o600)
+    if c == "S":
+        try:
+            fst = os.stat(name)
+        except FileNotFoundError:
+            sys.stderr.write(f"numactl: Creating shm key file {name} mode {mode:04o}\n")
+            os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode))
+            fst = os.stat(name)
+        key = (fst.st_ino & 0xFFFF) | ((fst.st_dev & 0xFF) << 16) | \
+            ((st.get("shmid", 0) & 0xFF) << 24)     # ftok(3)
+        try:
+            region = SharedRegion.attach(key, trust=True, policy="default", backend=b)
+        except FileNotFoundError:
+            if not length:
+                complain("need a --length to create a sysv shared memory segment")
+            sys.stderr.write(f"numactl: Creating shared memory segment {name} id "
+                             f"{st.get('shmid', 0)} mode {mode:04o} length "
+                             f"{length / (1 << 20):.0f}MB\n")
+            region = SharedRegion.create(key, length, policy="default", prefault=False,
+                                         hugepages=bool(st.get("huge")), mode=mode,
+                                         backend=b)
+        addr, size = region.address, region.size
+    else:
+        if os.path.dirname(os.path.abspath(name)) != "/dev/shm" or offset:
+            complain(f"--file {name}: numa_utils numactl maps files in /dev/shm only, "
+                     "without --offset")
+        leaf = os.path.basename(name)
+        try:
+            fd = b.shm_open(leaf, os.O_RDWR, 0)
+        except FileNotFoundError:
+            if not length:
+                complain("need a --length to create a shared file")
+            fd = b.shm_open(leaf, os.O_RDWR | os.O_CREAT, mode)
+        try:
+            size = b.fstat(fd).size
+            if length > size:
+                b.ftruncate(fd, length)
+            size = length or size
+            addr = b.mmap(size, fd)
+        finally:
+            b.close(fd)
+        offset = 0
+    length = length or size - offset
+    if offset >= size or length % b.page_size or offset % b.page_size:
+        complain("policy region not page aligned" if offset < size else
+                 f"region offset {offset:#x} beyond its length {size:#x}")
+    return addr + offset, length
 
 
 def _exec(cmd: List[str], execvp: Callable[[str, List[str]], Any] = os.execvp) -> OSError:

@@ -289,3 +289,35 @@ def test_numa_nodes_takes_numactls_grammar(value, want, monkeypatch):
     monkeypatch.setenv("NUMA_UTILS_NUMA_NODES", "+9")
     with pytest.raises(ValueError, match="NUMA_NODES='\\+9'.*out of range"):
         nu._region_policy("interleave", None, None, b)
+
+
+# -- shared memory forms (SysV under SimulatedBackend: the host's IPC is not touched) ----
+
+def test_shm_creates_then_applies_policy_to_the_segment(tmp_path, capsys):
+    b = sim(FOUR)
+    keyfile = str(tmp_path / "key")
+    argv = ["--length", "8m", "--shm", keyfile, "--interleave", "1,3", "--touch"]
+    assert nu._cmd_numactl(argv, backend=b) == 0
+    err = capsys.readouterr().err
+    assert "Creating shm key file" in err and "length 8MB" in err
+    st = os.stat(keyfile)
+    key = (st.st_ino & 0xFFFF) | ((st.st_dev & 0xFF) << 16)       # ftok(keyfile, 0)
+    (line,) = [x for x in b.render_numa_maps().splitlines() if f"SYSV{key:08x}" in x]
+    assert " interleave:1,3 " in line and " N1=1024 N3=1024 " in line   # touched
+    # attached again (no --length needed): a command after it is a usage error
+    assert nu._cmd_numactl(["--shm", keyfile, "-m", "0", "true"], backend=b) == 1
+    assert nu._cmd_numactl(["--shm", str(tmp_path / "new"), "-m", "0"], backend=b) == 1
+    assert "need a --length" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["-N", "0", "--shm", "k"], "cannot do --cpubind on shared memory"),
+    (["-i", "0", "--shm", "k"], "specify policy after --shm/--file"),
+    (["--touch"], "--touch must be after shared memory specification"),
+    (["--dump"], "Cannot do --dump without shared memory"),
+    (["--shmmode", "9", "true"], "usage:"),
+    (["--file", "/tmp/x", "--length", "4k"], "/dev/shm only"),
+])
+def test_shm_ordering_rules(argv, msg, capsys):
+    assert nu._cmd_numactl(argv, backend=sim(FOUR), execvp=lambda *a: None) == 1
+    assert msg in capsys.readouterr().err
