@@ -7680,8 +7680,11 @@ def _build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Command-line entry point; returns the exit status."""
     raw = list(sys.argv[1:] if argv is None else argv)
-    if raw[:1] == ["numactl"]:      # numactl's own getopt grammar, not argparse's
-        return _cmd_numactl(raw[1:])
+    lead = 0
+    while raw[lead:lead + 1] in (["-v"], ["--verbose"]):
+        lead += 1
+    if raw[lead:lead + 1] == ["numactl"]:   # numactl's own getopt grammar, not argparse's
+        return _cmd_numactl(raw[lead + 1:])
     parser = _build_parser()
     args = parser.parse_args(raw)
     import logging

@@ -321,3 +321,18 @@ def test_shm_creates_then_applies_policy_to_the_segment(tmp_path, capsys):
 def test_shm_ordering_rules(argv, msg, capsys):
     assert nu._cmd_numactl(argv, backend=sim(FOUR), execvp=lambda *a: None) == 1
     assert msg in capsys.readouterr().err
+
+
+def test_run_node_takes_numactls_grammar():
+    b = nu.LinuxBackend(fixture_root("container-cpuset"))
+    assert nu._single_node("+0", b) == 1          # the cpuset's first node
+    with pytest.raises(ValueError, match="2 nodes, not one"):
+        nu._single_node("0,1", nu.LinuxBackend(fixture_root(FOUR)))
+    with pytest.raises(ValueError, match="out of range"):
+        nu._single_node("0", b)
+
+
+def test_main_hands_numactl_its_raw_arguments(capsys):
+    """argparse never sees numactl's options (it would mis-parse `-i 0 cmd -i 1`)."""
+    rc = nu.main(["-v", "numactl", "--bogus"])
+    assert rc == 1 and "unrecognized option '--bogus'" in capsys.readouterr().err
