@@ -115,8 +115,8 @@ __all__ = [
     "NodeCounters", "Counters", "counters", "RemoteShare", "remote_share", "watch",
     "NodeCandidate", "NodeChoice", "choose_node", "CudaPin", "CudaHostRegisterFlag",
     "pin_for_cuda", "REMOTE_SHARE_THRESHOLD",
-    # CLI
-    "main",
+    # numactl's node/CPU list grammar; CLI
+    "parse_nodestring", "main",
 ]
 
 if TYPE_CHECKING:   # imported lazily at run time: importing numa_utils stays cheap
@@ -7400,9 +7400,9 @@ def _numactl(argv: List[str], b: Backend, execvp: Callable[[str, List[str]], Any
             return rc
         if c == "H":
             nopolicy()
-            if ver < (2, 0, 19):
-                break
             st["hardware"] = True
+            if ver < (2, 0, 19):        # 2.0.16 prints at once; 2.0.19 after the options
+                break
         elif c == "b":
             nopolicy()
             st["balancing"] = True
@@ -7441,7 +7441,7 @@ def _numactl(argv: List[str], b: Backend, execvp: Callable[[str, List[str]], Any
                     set_mempolicy(Mode.BIND, mask, mode_flags=flags, backend=b)
                     continue
             except OSError as e:
-                if e.errno != errno.EINVAL:
+                if e.errno == errno.EINVAL:     # the kernel predates the flag
                     flags = 0
             policy(Mode.BIND, mask, "setting membind", flags)
         elif c in "pP":
@@ -7506,8 +7506,7 @@ def _numactl(argv: List[str], b: Backend, execvp: Callable[[str, List[str]], Any
                 usage("cannot do --cpubind on shared memory\n")
             nopolicy()
             shm = _numactl_attach(c, arg, st, b, complain)
-    if st["hardware"] or (parsed and ver < (2, 0, 19) and
-                          any(letter.get(o, o[1:]) == "H" for o, _ in parsed)):
+    if st["hardware"]:
         if not available():
             out.write("No NUMA available on this system\n")
             return 1

@@ -92,6 +92,14 @@ def test_device_forms_read_sysfs_locality(tmp_path):
         nu.parse_nodestring("netdev:nope", backend=b)
     with pytest.raises(ValueError, match="Illegal characters"):
         nu.parse_nodestring("netdev:../x", backend=b)
+    route = tmp_path / "root/proc/net/route"
+    route.parent.mkdir(parents=True, exist_ok=True)
+    route.write_text("Iface\tDestination\tGateway\tFlags\tRefCnt\tUse\tMetric\tMask\n"
+                     "lo\t00000000\t00000000\t0001\t0\t0\t0\t00000000\n"
+                     "eth9\t0000010A\t00000000\t0001\t0\t0\t0\t0000FFFF\n")
+    assert nu.parse_nodestring("ip:10.1.2.3", backend=b) == {2}     # 10.1/16 via eth9
+    with pytest.raises(ValueError, match="Cannot read node mask for net device `lo'"):
+        nu.parse_nodestring("ip:192.168.0.1", backend=b)            # default via lo
     b = _pci_tree(tmp_path / "u", -1)
     with pytest.raises(ValueError, match="Kernel does not know"):
         nu.parse_nodestring("netdev:eth9", backend=b)
