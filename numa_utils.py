@@ -6972,8 +6972,8 @@ def _render_status(rep: Dict[str, Any]) -> str:
 # ===========================================================================
 
 # strtoul(s, &end, 0) as libnuma calls it: blanks, a sign, then hex (0x), octal (0) or
-# decimal digits.
-_STRTOUL = re.compile(r"[ \t\n\v\f\r]*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")
+# decimal digits (compiled on first use: re caches it).
+_STRTOUL = r"[ \t\n\v\f\r]*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)"
 
 
 class _ListError(ValueError):
@@ -6986,7 +6986,7 @@ class _ListError(ValueError):
 
 
 def _strtoul(s: str, i: int) -> Tuple[Optional[int], int]:
-    m = _STRTOUL.match(s, i)
+    m = re.compile(_STRTOUL).match(s, i)
     if not m:
         return None, i
     digits = m.group(2)

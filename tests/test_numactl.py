@@ -263,6 +263,11 @@ def test_child_show_equals_numactls(args):
     got = subprocess.run([sys.executable, "-m", "numa_utils", "numactl"] + args +
                          [NUMACTL, "--show"], capture_output=True, text=True, env=env)
     assert (got.returncode, got.stdout) == (want.returncode, want.stdout), got.stderr
+    # and our --show as the child of the real numactl prints what numactl's does
+    ours = subprocess.run(["numactl"] + args + [sys.executable, "-m", "numa_utils",
+                                                "numactl", "--show"], executable=NUMACTL,
+                          capture_output=True, text=True, env=env)
+    assert (ours.returncode, ours.stdout) == (want.returncode, want.stdout), ours.stderr
     # the first line of stderr (libnuma's or numactl's message) up to the usage text
     assert got.stderr.split("usage:")[0].split("\n")[0] == \
         want.stderr.split("usage:")[0].split("\n")[0]
