@@ -7388,6 +7388,7 @@ def _numactl(argv: List[str], b: Backend, execvp: Callable[[str, List[str]], Any
         """The process policy, or with --shm/--file the region's (mbind; --strict)."""
         if shm is None:
             call(set_mempolicy, what, mode, mask, mode_flags=flags, libnuma="set_mempolicy")
+            st["task"] = (mode, mask, flags)
         else:
             call(mbind, what, shm[0], shm[1], mode, mask,
                  MbindFlag.STRICT if st["strict"] else 0, libnuma="mbind")
@@ -7439,6 +7440,7 @@ def _numactl(argv: List[str], b: Backend, execvp: Callable[[str, List[str]], Any
             try:
                 if flags:   # numa_set_membind_balancing: plain bind where unsupported
                     set_mempolicy(Mode.BIND, mask, mode_flags=flags, backend=b)
+                    st["task"] = (Mode.BIND, mask, flags)
                     continue
             except OSError as e:
                 if e.errno == errno.EINVAL:     # the kernel predates the flag
@@ -7522,6 +7524,15 @@ def _numactl(argv: List[str], b: Backend, execvp: Callable[[str, List[str]], Any
         usage(f"shm related option {st['shmopt']} for process")
     if not cmd:
         usage()
+    task = st.get("task")
+    if task and task[0] in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
+        # Setting the policy again restarts the interleave cursor (il_prev): what
+        # Python allocated since would move the child's "interleave next" (which
+        # still moves with every page faulted before it asks, ASLR included).
+        try:
+            set_mempolicy(task[0], task[1], backend=b)
+        except OSError:
+            pass
     failed = _exec(cmd, execvp)
     complain(f"execution of `{cmd[0]}': {failed.strerror or failed}\n")
     return 1
