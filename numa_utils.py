@@ -3375,30 +3375,35 @@ _MAPS_CATS = ("Huge", "Heap", "Stack", "Private")
 
 
 def _maps_chunks(b: Backend, path: str) -> Iterator[str]:
-    """A numa_maps file in decoded pieces of 1 MiB: memory stays bounded whatever its
-    size.  Regular files only, opened non-blocking: a FIFO or a device (/dev/zero)
-    would block or never end."""
+    """A numa_maps file in decoded pieces of about 1 MiB: memory stays bounded
+    whatever its size.  Opened now, non-blocking, and refused unless a regular file:
+    a FIFO or a device (/dev/zero) would block or never end."""
     if not isinstance(b, LinuxBackend):
-        yield b.read_text(path)
-        return
+        return iter((b.read_text(path),))
     import codecs
     import stat
     fd = os.open(b._path(path), os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise ValueError(f"{path}: not a regular file")
-        dec = codecs.getincrementaldecoder("utf-8")("replace")
-        end = False
-        while not end:
-            parts: List[bytes] = []
-            size = 0
-            while size < 1 << 20 and not end:     # /proc gives a page or so per read
-                parts.append(os.read(fd, 1 << 20))
-                size += len(parts[-1])
-                end = not parts[-1]
-            yield dec.decode(b"".join(parts), end)
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    f = os.fdopen(fd, "rb", buffering=0)
+
+    def pieces() -> Iterator[str]:
+        dec = codecs.getincrementaldecoder("utf-8")("replace")
+        with f:
+            end = False
+            while not end:
+                parts: List[bytes] = []
+                size = 0
+                while size < 1 << 20 and not end:     # /proc gives a page per read
+                    parts.append(f.read(1 << 20))
+                    size += len(parts[-1])
+                    end = not parts[-1]
+                yield dec.decode(b"".join(parts), end)
+    return pieces()
 
 
 def _maps_cat(e: NumaMapsEntry) -> str:
@@ -3444,7 +3449,13 @@ class _MapsScan:
         self.nvmas += len(pairs)
         self.rests = collections.Counter(map(itemgetter(1), pairs))
         for rest, times in self.rests.items():
-            e = self.entry(rest)[0]
+            try:
+                e = self.entry(rest)[0]
+            except ValueError:      # name the whole line, address included
+                for a, r in pairs:
+                    if r == rest:
+                        _parse_maps_line(a + " " + r, self.default_kb, self.policies)
+                raise
             row = self.cats[_maps_cat(e)]
             for n, c in e.pages.items():
                 kb = c * e.page_size_kb * times
