@@ -3477,17 +3477,23 @@ class _MapsScan:
                 row[n] = row.get(n, 0) + kb
         return pairs
 
-    def shown(self, pairs: List[Tuple[str, str]], min_kb: int) -> List[NumaMapsEntry]:
-        """The entries of the chunk's VMAs with at least ``min_kb`` resident."""
+    def rows(self, pairs: List[Tuple[str, str]], min_kb: int) -> List[str]:
+        """Table rows of the chunk's VMAs with at least ``min_kb`` resident (all when
+        0), in file order; each distinct rest is formatted once."""
         from itertools import compress
         from operator import itemgetter
-        big: Set[str] = set()
+        tails: Dict[str, str] = {}
         for r in self.rests:
             e = self.entry(r)[0]
             if e.pages_total * e.page_size_kb >= min_kb:
-                big.add(r)
-        return [_parse_maps_line(a + " " + r, self.default_kb, self.policies) for a, r in
-                compress(pairs, map(big.__contains__, map(itemgetter(1), pairs)))]
+                name = (e.file + (" (deleted)" if e.deleted else "") if e.file is not None
+                        else e.kind) + (" [huge]" if e.huge else "")
+                verdict = _verdict(e.bytes_per_node, e.mode) if e.pages else \
+                    "nothing faulted in"
+                tails[r] = (f"{_fmt_kb(e.pages_total * e.page_size_kb):>10}  "
+                            f"{e.policy:<22}  {name:<28}  {verdict}\n")
+        return [f"  {a:>14}  " + tails[r] for a, r in
+                compress(pairs, map(tails.__contains__, map(itemgetter(1), pairs)))]
 
     def json(self, pairs: List[Tuple[str, str]], tty: bool) -> str:
         """The chunk's VMAs as JSON objects, each after a comma.  Each distinct rest is
@@ -3548,17 +3554,12 @@ def _cmd_maps(args: argparse.Namespace) -> int:
     write(f"numa_maps of {what}:\n")
     nshown = 0
     for text in _whole_lines(chunks):
-        for e in scan.shown(scan.chunk(text), min_kb):
-            if not nshown:
-                write(f"  {'start':>14}  {'resident':>10}  {'policy':<22}  "
-                      f"{'mapping':<28}  verdict\n")
-            nshown += 1
-            name = (e.file + (" (deleted)" if e.deleted else "") if e.file is not None
-                    else e.kind) + (" [huge]" if e.huge else "")
-            res = _fmt_kb(e.pages_total * e.page_size_kb)
-            verdict = _verdict(e.bytes_per_node, e.mode) if e.pages else \
-                "nothing faulted in"
-            write(f"  {e.start:>14x}  {res:>10}  {e.policy:<22}  {name:<28}  {verdict}\n")
+        rows = scan.rows(scan.chunk(text), min_kb)
+        if rows and not nshown:
+            write(f"  {'start':>14}  {'resident':>10}  {'policy':<22}  "
+                  f"{'mapping':<28}  verdict\n")
+        nshown += len(rows)
+        write("".join(rows))
     write(f"{scan.nvmas} VMAs; " + ("all shown" if args.all else
           f"{nshown} with >= {_fmt_kb(min_bytes // 1024)} resident shown "
           "(--all for every VMA)") + "\n")
