@@ -92,7 +92,7 @@ else:
 __all__ = [
     # parsers (pure, no I/O)
     "parse_cpulist", "format_cpulist", "parse_cpumap", "parse_meminfo",
-    "parse_distance_row", "parse_numa_maps",
+    "parse_distance_row", "parse_numa_maps", "iter_numa_maps",
     # backends
     "Abi", "abi_for", "Backend", "LinuxBackend", "SimulatedBackend", "NotLiveError",
     "default_backend",
@@ -246,8 +246,15 @@ def parse_meminfo(text: str, *, source: Optional[str] = None) -> Dict[str, int]:
     The "Node N " prefix of per-node files is dropped.  Values without a unit
     (HugePages_Total) are returned as plain counts.
     """
+    s = _clean(text)
+    # The whole file in C when every line is plain "[Node N ]Key:   123[ kB]" (read
+    # per node by read_topology and counters); anything else line by line below.
+    pairs = re.findall(r"(?am)^(?:Node [0-9]+ +)?([A-Za-z][^:\n]*?):[ \t]*([0-9]+)"
+                       r"(?: kB)?[ \t]*$", s)
+    if len(pairs) == s.count("\n") + 1 and not any(k.startswith("Node ") for k, _ in pairs):
+        return {k.strip(): int(v) for k, v in pairs}
     out: Dict[str, int] = {}
-    for line in _clean(text).splitlines():
+    for line in s.splitlines():
         line = line.strip()
         if not line:
             continue
@@ -542,7 +549,9 @@ class LinuxBackend(Backend):
     def _path(self, path: str) -> str:
         if self.is_live:
             return path
-        return os.path.join(self.root, path.lstrip("/"))
+        if path[:1] == "/":         # the usual case, without os.path.join's cost
+            return self.root + path
+        return os.path.join(self.root, path)
 
     def read_text(self, path: str) -> str:
         with open(self._path(path), "rb") as f:
@@ -927,6 +936,7 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
     # ~12 (a 1,024-CPU machine has ~9,000 such files).
     core_of: Dict[int, Tuple[Optional[int], Optional[int], FrozenSet[int]]] = {}
     llc_of: Dict[int, FrozenSet[int]] = {}
+    levels: Dict[Tuple[str, ...], List[Tuple[int, str]]] = {}
     for c in sorted(possible):
         d = f"{_CPU_DIR}/cpu{c}"
         topo = f"{d}/topology"
@@ -948,19 +958,24 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
                 cpus[c] = Cpu(c, _cpu_node(r, c, d, node_of), True, core, package,
                               siblings, llc_of[c])
                 continue
-            best = -1
-            for idx in r.listdir(f"{d}/cache"):
-                if not idx.startswith("index"):
-                    continue
-                lvl = r.integer(f"{d}/cache/{idx}/level")
-                # Instruction caches (and unknown types) are not where data is shared
-                # (PyTorch's binding reads only Unified/Data the same way).
-                if lvl is None or lvl <= best or (r.text(f"{d}/cache/{idx}/type") or
-                                                  "").strip() not in ("Unified", "Data"):
-                    continue
+            # Which index is which level is read once per set of index folders, not
+            # per CPU (cacheinfo builds every CPU's leaves the same way): 4 fewer
+            # files per CPU where CPUs share no last-level cache.  Instruction caches
+            # (and unknown types) are not where data is shared (PyTorch's binding
+            # reads only Unified/Data the same way).
+            names = tuple(sorted(i for i in r.listdir(f"{d}/cache") if i.startswith("index")))
+            order = levels.get(names)
+            if order is None:
+                order = levels[names] = sorted(
+                    (-lvl, i) for i, lvl in ((i, r.integer(f"{d}/cache/{i}/level"))
+                                             for i in names)
+                    if lvl is not None and (r.text(f"{d}/cache/{i}/type") or "").strip()
+                    in ("Unified", "Data"))
+            for _, idx in order:       # the highest level with a readable sharing list
                 shared = r.parsed(f"{d}/cache/{idx}/shared_cpu_list", parse_cpulist)
                 if shared is not None:
-                    best, llc = lvl, shared
+                    llc = shared
+                    break
             if c in llc:
                 for s in llc & online:
                     llc_of[s] = llc
@@ -3638,17 +3653,48 @@ def _parse_maps_line(line: str, default_kb: int,
 _NO_OTHER: Mapping[str, str] = MappingProxyType({})
 
 
+def iter_numa_maps(text: Union[str, Iterable[str]], *,
+                   page_size_kb: int = 0) -> Iterator[NumaMapsEntry]:
+    """``parse_numa_maps`` one entry at a time, for huge inputs: ``text`` is the whole
+    text or an iterable of chunks cut anywhere (a file read in blocks)."""
+    default_kb = page_size_kb or _system_page_kb()
+    cache: Dict[str, Any] = {}
+    for chunk in _whole_lines(text):
+        for line in chunk.split("\n"):
+            if line:
+                yield _parse_maps_line(line, default_kb, cache)
+
+
 def parse_numa_maps(text: str, *, page_size_kb: int = 0) -> List[NumaMapsEntry]:
     """Parse /proc/<pid>/numa_maps text into one NumaMapsEntry per VMA (one pass).
 
     ``page_size_kb`` is the unit for lines without kernelpagesize_kB (kernels before
     3.19); default: this system's page size.  A malformed line raises ValueError
-    naming it.
+    naming it.  Lines end at "\\n" only: the kernel does not escape "\\r", "\\f" or
+    U+2028 in file names, where ``str.splitlines`` would cut.
     """
-    default_kb = page_size_kb or _system_page_kb()
-    cache: Dict[str, Any] = {}
-    return [_parse_maps_line(line, default_kb, cache) for line in text.splitlines()
-            if line]
+    return list(iter_numa_maps(text, page_size_kb=page_size_kb))
+
+
+_MAPS_LINE_MAX = 1 << 20    # a line holds one path (<= 4 KiB, escaped x4) + node counts
+
+
+def _whole_lines(text: Union[str, Iterable[str]]) -> Iterator[str]:
+    """Chunks of whole lines, each ending in "\\n", from a text or its pieces."""
+    if isinstance(text, str):
+        text = (text,)
+    carry = ""
+    for piece in text:
+        piece = carry + piece
+        cut = piece.rfind("\n") + 1
+        carry = piece[cut:]
+        if len(carry) > _MAPS_LINE_MAX:
+            raise ValueError(f"invalid numa_maps line: over {_MAPS_LINE_MAX} characters: "
+                             f"{carry[:80]!r}...")
+        if cut:
+            yield piece[:cut]
+    if carry:
+        yield carry + "\n"
 
 
 def _system_page_kb() -> int:
@@ -3782,140 +3828,199 @@ def _parse_size(text: str) -> int:
     return int(float(m.group(1)) * (1 << unit))
 
 
-def _maps_totals(entries: Sequence[NumaMapsEntry]) -> Tuple[Dict[int, int],
-                                                            Dict[str, Dict[int, int]]]:
-    """kB per node overall, and per numastat -p category (Huge/Heap/Stack/Private)."""
-    totals: Dict[int, int] = {}
-    cats: Dict[str, Dict[int, int]] = {c: {} for c in ("Huge", "Heap", "Stack",
-                                                      "Private")}
-    for e in entries:
-        if not e.pages:
-            continue
-        cat = cats["Huge" if e.huge else "Heap" if e.heap else "Stack" if e.stack
-                   else "Private"]
-        kb = e.page_size_kb
-        for n, c in e.pages.items():
-            totals[n] = totals.get(n, 0) + c * kb
-            cat[n] = cat.get(n, 0) + c * kb
-    return totals, cats
+_MAPS_CATS = ("Huge", "Heap", "Stack", "Private")
 
 
-def _scan_totals(text: str, default_kb: int, min_kb: int
-                 ) -> Tuple[Dict[int, int], Dict[str, Dict[int, int]], List[str], int]:
-    """The text report's fast path: per-node totals and numastat categories from the
-    node counters alone, and the lines of VMAs with at least ``min_kb`` resident
-    (the only ones parsed in full).  Returns (totals, categories, big lines, VMAs)."""
-    totals: Dict[int, int] = {}
-    cats: Dict[str, Dict[int, int]] = {c: {} for c in ("Huge", "Heap", "Stack",
-                                                      "Private")}
-    big: List[str] = []
-    count = 0
-    for line in text.splitlines():
-        if not line:
-            continue
-        count += 1
-        sp = line.find(" ")
-        try:
-            int(line[:sp], 16)
-            if sp <= 0:
-                raise ValueError
-        except ValueError:
-            raise ValueError(f"invalid numa_maps line: {line!r}") from None
-        i = line.find(" N")
-        if i < 0:                       # nothing faulted in
-            if min_kb <= 0:
-                big.append(line)
-            continue
-        head = line[:i]
-        kb = default_kb
-        pages: List[Tuple[int, int]] = []
-        resident = 0
-        try:
-            for tok in line[i + 1:].split(" "):
-                if tok[:1] == "N":
-                    node_s, eq, count_s = tok[1:].partition("=")
-                    if not eq:
-                        raise ValueError
-                    pages.append((int(node_s), int(count_s)))
-                    resident += int(count_s)
-                elif tok.startswith("kernelpagesize_kB="):
-                    kb = int(tok[18:])
-                elif tok:
-                    raise ValueError
-        except ValueError:
-            raise ValueError(f"invalid numa_maps line: {line!r}") from None
-        cat = cats["Huge" if " huge" in head else "Heap" if " heap" in head else
-                   "Stack" if " stack" in head else "Private"]
-        for n, c in pages:
-            totals[n] = totals.get(n, 0) + c * kb
-            cat[n] = cat.get(n, 0) + c * kb
-        if resident * kb >= min_kb:
-            big.append(line)
-    return totals, cats, big, count
+def _maps_chunks(b: Backend, path: str) -> Iterator[str]:
+    """A numa_maps file in decoded pieces of about 1 MiB: memory stays bounded
+    whatever its size.  Opened now, non-blocking, and refused unless a regular file:
+    a FIFO or a device (/dev/zero) would block or never end."""
+    if not isinstance(b, LinuxBackend):
+        return iter((b.read_text(path),))
+    import codecs
+    import stat
+    fd = os.open(b._path(path), os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path}: not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    f = os.fdopen(fd, "rb", buffering=0)
+
+    def pieces() -> Iterator[str]:
+        dec = codecs.getincrementaldecoder("utf-8")("replace")
+        with f:
+            end = False
+            while not end:
+                parts: List[bytes] = []
+                size = 0
+                while size < 1 << 20 and not end:     # /proc gives a page per read
+                    parts.append(f.read(1 << 20))
+                    size += len(parts[-1])
+                    end = not parts[-1]
+                yield dec.decode(b"".join(parts), end)
+    return pieces()
+
+
+def _maps_cat(e: NumaMapsEntry) -> str:
+    return "Huge" if e.huge else "Heap" if e.heap else "Stack" if e.stack else "Private"
+
+
+class _MapsScan:
+    """Per-node totals and numastat -p categories over numa_maps chunks, with the work
+    per line done in C: one regular expression splits every line into its address
+    (leading zeros dropped) and the rest, lines with the same rest (most of a big
+    process: "default anon=1 dirty=1 N0=1 ...") are counted together, and only each
+    distinct rest is parsed in Python."""
+
+    def __init__(self, default_kb: int) -> None:
+        self.default_kb = default_kb
+        self.totals: Dict[int, int] = {}
+        self.cats: Dict[str, Dict[int, int]] = {c: {} for c in _MAPS_CATS}
+        self.nvmas = 0
+        self.policies: Dict[str, Any] = {}
+        self.known: Dict[str, Tuple[NumaMapsEntry, Any]] = {}   # rest -> (entry, JSON)
+        self.rests: Dict[str, int] = {}      # the last chunk's distinct rests
+
+    def entry(self, rest: str) -> Tuple[NumaMapsEntry, Any]:
+        got = self.known.get(rest)
+        if got is None:
+            if len(self.known) > 4096:      # bounded: a file of all-distinct lines
+                self.known.clear()
+            got = self.known[rest] = (
+                _parse_maps_line("0 " + rest, self.default_kb, self.policies), None)
+        return got
+
+    def chunk(self, text: str) -> List[Tuple[str, str]]:
+        """Add one chunk of whole lines to the totals; returns its (address in hex,
+        rest) pairs."""
+        import collections
+        from operator import itemgetter
+        pairs = re.findall(r"(?am)^0*([0-9a-f]+) (.*)$", text)
+        if len(pairs) != text.count("\n"):
+            # A line the expression did not take (malformed, empty, an upper-case
+            # address): the full parser names a bad one.
+            pairs = [(f"{_parse_maps_line(line, self.default_kb, self.policies).start:x}",
+                      line.partition(" ")[2]) for line in text.split("\n") if line]
+        self.nvmas += len(pairs)
+        self.rests = collections.Counter(map(itemgetter(1), pairs))
+        for rest, times in self.rests.items():
+            try:
+                e = self.entry(rest)[0]
+            except ValueError:      # name the whole line, address included
+                for a, r in pairs:
+                    if r == rest:
+                        _parse_maps_line(a + " " + r, self.default_kb, self.policies)
+                raise
+            row = self.cats[_maps_cat(e)]
+            for n, c in e.pages.items():
+                kb = c * e.page_size_kb * times
+                self.totals[n] = self.totals.get(n, 0) + kb
+                row[n] = row.get(n, 0) + kb
+        return pairs
+
+    def rows(self, pairs: List[Tuple[str, str]], min_kb: int) -> List[str]:
+        """Table rows of the chunk's VMAs with at least ``min_kb`` resident (all when
+        0), in file order; each distinct rest is formatted once."""
+        from itertools import compress
+        from operator import itemgetter
+        tails: Dict[str, str] = {}
+        for r in self.rests:
+            e = self.entry(r)[0]
+            if e.pages_total * e.page_size_kb >= min_kb:
+                name = (e.file + (" (deleted)" if e.deleted else "") if e.file is not None
+                        else e.kind) + (" [huge]" if e.huge else "")
+                if len(name) > 28:              # keep the verdict column in line: the
+                    name = "..." + name[-25:]   # end of a path says the most
+                verdict = _verdict(e.bytes_per_node, e.mode) if e.pages else \
+                    "nothing faulted in"
+                tails[r] = (f"{_fmt_kb(e.pages_total * e.page_size_kb):>10}  "
+                            f"{e.policy:<22}  {name:<28}  {verdict}\n")
+        return [f"  {a:>14}  " + tails[r] for a, r in
+                compress(pairs, map(tails.__contains__, map(itemgetter(1), pairs)))]
+
+    def json(self, pairs: List[Tuple[str, str]], tty: bool) -> str:
+        """The chunk's VMAs as JSON objects, each after a comma.  Each distinct rest is
+        encoded once; per line only the address changes, joined in C."""
+        import json
+        from itertools import chain, repeat
+        from operator import itemgetter
+        frags: Dict[str, str] = {}
+        for rest in self.rests:
+            e, frag = self.entry(rest)
+            if frag is None:
+                d = e.to_json()
+                d["verdict"] = _verdict(e.bytes_per_node, e.mode) if e.pages else None
+                del d["start"]
+                frag = (json.dumps(d, indent=2).replace("\n", "\n    ")[1:] if tty else
+                        json.dumps(d, separators=(",", ":"))[1:])
+                self.known[rest] = (e, frag)
+            frags[rest] = frag
+        return "".join(chain.from_iterable(zip(
+            repeat(',\n    {\n      "start": "0x' if tty else ',{"start":"0x'),
+            map(itemgetter(0), pairs), repeat('",' if not tty else '",'),
+            map(frags.__getitem__, map(itemgetter(1), pairs)))))
 
 
 def _cmd_maps(args: argparse.Namespace) -> int:
     if args.file is not None:
-        with open(args.file, "rb") as f:
-            text = f.read().decode("utf-8", "replace")
+        chunks = _maps_chunks(LinuxBackend(), args.file)
         what = args.file
     elif args.pid is not None:
-        b = _backend_from_args(args)
-        text = b.read_text(_maps_path(args.pid))
+        chunks = _maps_chunks(_backend_from_args(args), _maps_path(args.pid))
         what = f"pid {args.pid}"
     else:
         raise ValueError("give a PID or --file PATH")
-    if not args.json and not args.all:
-        # Most VMAs of a big process are small: sum their counters without building
-        # an entry for each, and parse in full only the lines that will be shown.
-        min_bytes = _parse_size(args.min_size)
-        totals, cats, lines, nvmas = _scan_totals(text, args.page_kb or _system_page_kb(),
-                                                  max(min_bytes // 1024, 1))
-        return _print_maps(parse_numa_maps("\n".join(lines), page_size_kb=args.page_kb),
-                           totals, cats, what, nvmas, min_bytes, False)
-    entries = parse_numa_maps(text, page_size_kb=args.page_kb or 0)
-    totals, cats = _maps_totals(entries)
+    scan = _MapsScan(args.page_kb or _system_page_kb())
+    write = sys.stdout.write
     if args.json:
-        vmas = []
-        for e in entries:
-            d = e.to_json()
-            d["verdict"] = _verdict(e.bytes_per_node, e.mode) if e.pages else None
-            vmas.append(d)
-        _print_json({"vmas": vmas,
-                     "totals_kb": {str(n): kb for n, kb in sorted(totals.items())}})
+        # {"vmas": [...], "totals_kb": {...}} written chunk by chunk.
+        import json
+        try:
+            tty = sys.stdout.isatty()
+        except (AttributeError, ValueError):
+            tty = False
+        write('{\n  "vmas": [' if tty else '{"vmas":[')
+        for text in _whole_lines(chunks):
+            before = scan.nvmas
+            part = scan.json(scan.chunk(text), tty)
+            write(part if before else part[1:])
+        totals = {str(n): kb for n, kb in sorted(scan.totals.items())}
+        write('\n  ],\n  "totals_kb": ' + json.dumps(totals, indent=2).replace("\n", "\n  ")
+              + "\n}\n" if tty else
+              '],"totals_kb":' + json.dumps(totals, separators=(",", ":")) + "}\n")
         return 0
-    return _print_maps(entries, totals, cats, what, len(entries), 0, True)
+    # Most VMAs of a big process are small: their counters are summed without an
+    # entry each, and only the lines shown are parsed in full.  Rows are written as
+    # they come (memory bounded), the counts after them.
+    min_bytes = 0 if args.all else _parse_size(args.min_size)
+    min_kb = 0 if args.all else max(min_bytes // 1024, 1)
+    write(f"numa_maps of {what}:\n")
+    nshown = 0
+    for text in _whole_lines(chunks):
+        rows = scan.rows(scan.chunk(text), min_kb)
+        if rows and not nshown:
+            write(f"  {'start':>14}  {'resident':>10}  {'policy':<22}  "
+                  f"{'mapping':<28}  verdict\n")
+        nshown += len(rows)
+        write("".join(rows))
+    write(f"{scan.nvmas} VMAs; " + ("all shown" if args.all else
+          f"{nshown} with >= {_fmt_kb(min_bytes // 1024)} resident shown "
+          "(--all for every VMA)") + "\n")
+    _print_maps_totals(scan.totals, scan.cats, what)
+    return 0
 
 
-def _print_maps(entries: Sequence[NumaMapsEntry], totals: Dict[int, int],
-                cats: Dict[str, Dict[int, int]], what: str, nvmas: int, min_bytes: int,
-                show_all: bool) -> int:
+def _print_maps_totals(totals: Dict[int, int], cats: Dict[str, Dict[int, int]],
+                       what: str) -> None:
     out: List[str] = []
-    shown = [e for e in entries
-             if show_all or e.pages_total * e.page_size_kb * 1024 >= max(min_bytes, 1)]
-    out.append(f"numa_maps of {what}: {nvmas} VMAs; "
-               + ("all shown" if show_all else
-                  f"{len(shown)} with >= {_fmt_kb(min_bytes // 1024)} resident shown "
-                  "(--all for every VMA)"))
-    if shown:
-        out.append(f"  {'start':>14}  {'resident':>10}  {'policy':<22}  "
-                   f"{'mapping':<28}  verdict")
-    for e in shown:
-        name = (e.file or "") + (" (deleted)" if e.deleted else "") if e.file is not None \
-            else e.kind
-        if e.huge:
-            name += " [huge]"
-        if len(name) > 28:                  # keep the verdict column in line: the
-            name = "..." + name[-25:]       # end of a path says the most
-        res = _fmt_kb(e.pages_total * e.page_size_kb)
-        verdict = _verdict(e.bytes_per_node, e.mode) if e.pages else "nothing faulted in"
-        out.append(f"  {e.start:>14x}  {res:>10}  {e.policy:<22}  {name:<28}  {verdict}")
     nodes = sorted(totals)
     out.append("")
     out.append(f"Per-node memory usage (in MBs) for {what}")
     head = "".join(f"{'Node ' + str(n):>15} " for n in nodes)
     out.append(f"{'':<16} {head}{'Total':>15}")
-    for cat in ("Huge", "Heap", "Stack", "Private"):
+    for cat in _MAPS_CATS:
         row = cats[cat]
         out.append(f"{cat:<16} " + "".join(f"{row.get(n, 0) / 1024:>15.2f} " for n in nodes)
                    + f"{sum(row.values()) / 1024:>15.2f}")
@@ -3925,7 +4030,6 @@ def _print_maps(entries: Sequence[NumaMapsEntry], totals: Dict[int, int],
     if totals:
         out.append(f"process: {_verdict({n: kb * 1024 for n, kb in totals.items()})}")
     sys.stdout.write("\n".join(out) + "\n")
-    return 0
 
 
 def _cli_maps(sub: Any) -> None:
