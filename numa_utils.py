@@ -167,33 +167,64 @@ def _where(source: Optional[str]) -> str:
     return f" in {source}" if source else ""
 
 
-_CHUNK_RE = re.compile(r"^([0-9]+)(?:-([0-9]+)(?::([0-9]+)/([0-9]+))?)?$")
+_CHUNK_RE = re.compile(r"^([0-9]{1,9})(?:-([0-9]{1,9})(?::([0-9]{1,9})/([0-9]{1,9}))?)?$")
+
+# The largest ids a kernel can produce, so that a hostile or corrupt list cannot make
+# us expand billions of ids: CPU ids < NR_CPUS, at most 8192 (the Kconfig maximum of
+# x86_64 with MAXSMP and of powerpc; arm64 stops at 4096), node ids < MAX_NUMNODES =
+# 1 << NODES_SHIFT, NODES_SHIFT at most 10 on every architecture.  Beyond: malformed.
+MAX_CPUS = 8192
+MAX_NODES = 1024
 
 
-def parse_cpulist(text: str, *, source: Optional[str] = None) -> FrozenSet[int]:
+def parse_cpulist(text: str, *, source: Optional[str] = None,
+                  limit: int = MAX_CPUS) -> FrozenSet[int]:
     """Parse the kernel's list format ("0-3,8,10-11", "0-15:2/4") into a frozenset.
 
-    An empty string is the empty set.  Garbage raises ValueError naming ``source``.
+    An empty string is the empty set.  Garbage, or an id >= ``limit`` (MAX_CPUS;
+    MAX_NODES for node lists), raises ValueError naming ``source``.  Linear in the
+    text: ids are gathered as bits of one integer.
     """
     s = _clean(text)
     if not s:
         return frozenset()
-    out: Set[int] = set()
+    bits = 0
     for chunk in s.split(","):
         m = _CHUNK_RE.match(chunk.strip())
         if m is None:
             raise ValueError(
-                f"invalid CPU/node list{_where(source)}: chunk {chunk!r} of {text!r}")
+                f"invalid CPU/node list{_where(source)}: chunk {chunk[:40]!r} of "
+                f"{_short(text)}")
         lo = int(m.group(1))
         hi = int(m.group(2)) if m.group(2) is not None else lo
         used = int(m.group(3)) if m.group(3) is not None else 1
         group = int(m.group(4)) if m.group(4) is not None else 1
-        if hi < lo or used == 0 or group == 0 or used > group or hi - lo > (1 << 24):
+        if hi < lo or used == 0 or group == 0 or used > group or hi >= limit:
             raise ValueError(
-                f"invalid CPU/node list{_where(source)}: chunk {chunk!r} of {text!r}")
-        for base in range(lo, hi + 1, group):
-            out.update(range(base, min(base + used, hi + 1)))
-    return frozenset(out)
+                f"invalid CPU/node list{_where(source)}: chunk {chunk[:40]!r} of "
+                f"{_short(text)}" + (f" (ids must be < {limit})" if hi >= limit else ""))
+        if group == 1 or used == group:
+            bits |= ((1 << (hi - lo + 1)) - 1) << lo
+        else:
+            # "lo-hi:used/group": ``used`` ids out of every ``group``; the pattern
+            # is doubled until it covers the range (log steps, not one per group).
+            span = hi - lo + 1
+            pat, width = (1 << min(used, span)) - 1, group
+            while width < span:
+                pat |= pat << width
+                width *= 2
+            bits |= (pat & ((1 << span) - 1)) << lo
+    return _set_bits(bits)
+
+
+def _short(text: str, n: int = 80) -> str:
+    """repr() of ``text``, cut to ``n`` characters (error messages stay one line)."""
+    return repr(text) if len(text) <= n else repr(text[:n]) + f"... ({len(text)} chars)"
+
+
+def _parse_nodelist(text: str, *, source: Optional[str] = None) -> FrozenSet[int]:
+    """parse_cpulist for node lists: ids < MAX_NODES."""
+    return parse_cpulist(text, source=source, limit=MAX_NODES)
 
 
 def format_cpulist(ids: Iterable[int]) -> str:
@@ -210,30 +241,39 @@ def format_cpulist(ids: Iterable[int]) -> str:
     return ",".join(parts)
 
 
-def parse_cpumap(text: str, *, source: Optional[str] = None) -> FrozenSet[int]:
-    """Parse a hex mask ("00000000,0000ff00"; 32-bit words, most significant first)."""
+def parse_cpumap(text: str, *, source: Optional[str] = None,
+                 limit: int = MAX_CPUS) -> FrozenSet[int]:
+    """Parse a hex mask ("00000000,0000ff00"; 32-bit words, most significant first).
+
+    At most ``limit`` bits (the kernel prints nr_cpu_ids of them); linear in the text.
+    """
     s = _clean(text)
     if not s:
         return frozenset()
     words = s.split(",")
-    value = 0
+    if len(words) > (limit + 31) // 32:
+        raise ValueError(f"invalid CPU mask{_where(source)}: {len(words)} words, more "
+                         f"than {limit} bits: {_short(text)}")
     for w in words:
         w = w.strip()
         if not w or len(w) > 8 or any(c not in "0123456789abcdefABCDEF" for c in w):
-            raise ValueError(f"invalid CPU mask{_where(source)}: word {w!r} of {text!r}")
-        value = (value << 32) | int(w, 16)
+            raise ValueError(f"invalid CPU mask{_where(source)}: word {w[:40]!r} of "
+                             f"{_short(text)}")
+    value = int("".join(w.strip().rjust(8, "0") for w in words), 16)
+    if value >> limit:
+        raise ValueError(f"invalid CPU mask{_where(source)}: bits at or above {limit}: "
+                         f"{_short(text)}")
     return _set_bits(value)
 
 
 def _set_bits(value: int) -> FrozenSet[int]:
-    """The positions of the 1 bits of ``value`` (bit 0 is CPU/node 0)."""
-    out = set()
-    bit = 0
-    while value:
-        if value & 1:
-            out.add(bit)
-        value >>= 1
-        bit += 1
+    """The positions of the 1 bits of ``value`` (bit 0 is CPU/node 0); linear."""
+    digits = bin(value)[:1:-1]            # least significant first
+    out = []
+    i = digits.find("1")
+    while i >= 0:
+        out.append(i)
+        i = digits.find("1", i + 1)
     return frozenset(out)
 
 
@@ -259,31 +299,35 @@ def parse_meminfo(text: str, *, source: Optional[str] = None) -> Dict[str, int]:
             len(fields) == 2 and fields[1] != "kB"
         ):
             raise ValueError(f"invalid meminfo line{_where(source)}: {line!r}")
-        try:
-            out[key.strip()] = int(fields[0])
-        except ValueError:
-            raise ValueError(f"invalid meminfo value{_where(source)}: {line!r}") from None
+        # Values are unsigned longs: 20 digits at most (a longer one is corrupt, and
+        # int() of a huge digit string is slow and overflows later formatting).
+        if not fields[0].isascii() or not fields[0].isdigit() or len(fields[0]) > 20:
+            raise ValueError(f"invalid meminfo value{_where(source)}: {_short(line)}")
+        out[key.strip()] = int(fields[0])
     return out
 
 
 def parse_distance_row(text: str, *, source: Optional[str] = None) -> Tuple[int, ...]:
     """Parse nodeN/distance ("10 21 21") into a tuple of ints (online-node order)."""
     s = _clean(text)
-    try:
-        row = tuple(int(x) for x in s.split())
-    except ValueError:
-        raise ValueError(f"invalid distance row{_where(source)}: {text!r}") from None
-    if not row or any(d <= 0 or d > 255 for d in row):
-        raise ValueError(f"invalid distance row{_where(source)}: {text!r}")
+    parts = s.split()
+    if not parts or len(parts) > MAX_NODES or any(
+            len(x) > 3 or not x.isascii() or not x.isdigit() for x in parts):
+        raise ValueError(f"invalid distance row{_where(source)}: {_short(text)}")
+    row = tuple(int(x) for x in parts)
+    if any(d <= 0 or d > 255 for d in row):
+        raise ValueError(f"invalid distance row{_where(source)}: {_short(text)}")
     return row
 
 
 def _parse_int(text: str, source: str) -> int:
     s = _clean(text)
     try:
+        if len(s) > 24:         # a 64-bit value in decimal or hex, and a sign
+            raise ValueError
         return int(s, 0) if s.lower().startswith("0x") else int(s)
     except ValueError:
-        raise ValueError(f"invalid integer in {source}: {text!r}") from None
+        raise ValueError(f"invalid integer in {source}: {_short(text)}") from None
 
 
 # ===========================================================================
@@ -434,7 +478,8 @@ class Backend:
 
     def threads(self) -> List[int]:
         """Thread ids of this process, from /proc/self/task."""
-        return sorted(int(t) for t in self.listdir("/proc/self/task") if t.isdigit())
+        return sorted(int(t) for t in self.listdir("/proc/self/task")
+                      if t.isascii() and t.isdigit())
 
     # Convenience shared by all backends ------------------------------------------------
     def read_optional(self, path: str) -> Optional[str]:
@@ -528,18 +573,71 @@ class LinuxBackend(Backend):
         self.is_live = self.root == "/"
         self.abi = abi if abi is not None else abi_for()
         self.page_size = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        self._real_paths: Dict[str, str] = {}
 
     def __repr__(self) -> str:
         return f"LinuxBackend(root={self.root!r})"
 
-    def _path(self, path: str) -> str:
+    # A saved tree can come from anyone (a bug report, a shared folder), so it is read
+    # as if it were "/": symlinks resolve inside it (".." stops at the tree's root, an
+    # absolute target names a file of the tree), only regular files are opened
+    # (O_NOFOLLOW|O_NONBLOCK, then fstat: a FIFO would block, /dev/zero never ends),
+    # and at most _TREE_MAX_READ bytes of each.  Resolved directories are cached: the
+    # tree is taken to stay put while it is read.
+    _TREE_MAX_READ = 64 << 20
+
+    def _path(self, path: str, depth: int = 0) -> str:
         if self.is_live:
             return path
-        return os.path.join(self.root, path.lstrip("/"))
+        rel = path.strip("/")
+        got = self._real_paths.get(rel)
+        if got is not None:
+            return got
+        head, _, leaf = rel.rpartition("/")
+        base = self._path(head, depth) if head else self.root
+        if leaf in ("", "."):
+            real = base
+        elif leaf == "..":
+            real = os.path.dirname(base) if base != self.root else base
+        else:
+            real = os.path.join(base, leaf)
+            try:
+                link = os.readlink(real)
+            except OSError:
+                link = None             # not a symlink, or not there: open() will say
+            if link is not None:
+                if depth >= 40:
+                    raise _oserror(errno.ELOOP, "read", f"{path} in {self.root}")
+                if not link.startswith("/"):
+                    link = os.path.relpath(base, self.root) + "/" + link
+                real = self._path(link, depth + 1)
+        if depth == 0:
+            self._real_paths[rel] = real
+        return real
 
     def read_text(self, path: str) -> str:
-        with open(self._path(path), "rb") as f:
-            return f.read().decode("utf-8", "replace")
+        if self.is_live:
+            with open(path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        fd = os.open(self._path(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK |
+                     os.O_CLOEXEC)
+        try:
+            import stat
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file")
+            chunks = []
+            left = self._TREE_MAX_READ + 1
+            while left > 0:
+                chunk = os.read(fd, min(left, 1 << 20))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                left -= len(chunk)
+            if left <= 0:
+                raise OSError(errno.EFBIG, f"larger than {self._TREE_MAX_READ >> 20} MiB")
+            return b"".join(chunks).decode("utf-8", "replace")
+        finally:
+            os.close(fd)
 
     def listdir(self, path: str) -> List[str]:
         return os.listdir(self._path(path))
@@ -790,12 +888,20 @@ class Topology(_Record):
         return sorted(set(among), key=key)
 
 
-def _node_dirs(backend: Backend) -> List[int]:
-    out = []
-    for name in backend.listdir(_NODE_DIR):
-        if name.startswith("node") and name[4:].isdigit():
-            out.append(int(name[4:]))
-    return sorted(out)
+def _id_of(name: str, prefix: str) -> Optional[int]:
+    """7 for "node7" with prefix "node"; None for anything else ("node³", "nodes")."""
+    tail = name[len(prefix):]
+    if name.startswith(prefix) and 0 < len(tail) <= 9 and tail.isascii() and \
+            tail.isdigit():
+        return int(tail)
+    return None
+
+
+def _node_dirs(r: _Reader) -> List[int]:
+    # Through the reader: a node directory that is a file or unreadable is a problem
+    # listed in Topology.problems, not an exception out of read_topology().
+    ids = (_id_of(n, "node") for n in r.listdir(_NODE_DIR))
+    return sorted(i for i in ids if i is not None and i < MAX_NODES)
 
 
 class _Reader:
@@ -866,7 +972,7 @@ def _allowed_from_status(backend: Backend, pid: Union[int, str] = "self"
         if key == "Cpus_allowed_list":
             cpus = parse_cpulist(val, source=f"{path} Cpus_allowed_list")
         elif key == "Mems_allowed_list":
-            mems = parse_cpulist(val, source=f"{path} Mems_allowed_list")
+            mems = _parse_nodelist(val, source=f"{path} Mems_allowed_list")
     return cpus, mems
 
 
@@ -876,8 +982,8 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
     if possible is None:
         possible = r.parsed(f"{_CPU_DIR}/present", parse_cpulist)
     if possible is None:
-        possible = frozenset(int(n[3:]) for n in r.listdir(_CPU_DIR)
-                             if n.startswith("cpu") and n[3:].isdigit())
+        possible = frozenset(i for i in (_id_of(n, "cpu") for n in r.listdir(_CPU_DIR))
+                             if i is not None and i < MAX_CPUS)
     online = r.parsed(f"{_CPU_DIR}/online", parse_cpulist)
     if online is None:
         online = frozenset(possible)
@@ -933,8 +1039,9 @@ def _cpu_node(r: _Reader, cpu: int, d: str, node_of: Mapping[int, int]) -> Optio
         # Offline CPUs may be missing from the node cpulists; the cpuN/nodeM link
         # still says where they belong.
         for name in r.listdir(d):
-            if name.startswith("node") and name[4:].isdigit():
-                return int(name[4:])
+            i = _id_of(name, "node")
+            if i is not None:
+                return i
     return node
 
 
@@ -971,11 +1078,11 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     hp: Dict[int, Dict[int, HugePages]] = {}
     rows: Dict[int, Tuple[int, ...]] = {}
     if has_node_dir:
-        dirs = _node_dirs(b)
-        online = r.parsed(f"{_NODE_DIR}/online", parse_cpulist)
+        dirs = _node_dirs(r)
+        online = r.parsed(f"{_NODE_DIR}/online", _parse_nodelist)
         if online is None:
             online = frozenset(dirs)
-        possible = r.parsed(f"{_NODE_DIR}/possible", parse_cpulist)
+        possible = r.parsed(f"{_NODE_DIR}/possible", _parse_nodelist)
         if possible is None:
             possible = frozenset(online)
         for n in sorted(online):
@@ -990,10 +1097,10 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
             row = r.parsed(f"{d}/distance", parse_distance_row)
             if row is not None:
                 rows[n] = row
-        with_cpus = r.parsed(f"{_NODE_DIR}/has_cpu", parse_cpulist)
+        with_cpus = r.parsed(f"{_NODE_DIR}/has_cpu", _parse_nodelist)
         if with_cpus is None:
             with_cpus = frozenset(n for n, c in node_cpus.items() if c)
-        with_mem = r.parsed(f"{_NODE_DIR}/has_memory", parse_cpulist)
+        with_mem = r.parsed(f"{_NODE_DIR}/has_memory", _parse_nodelist)
         if with_mem is None:
             with_mem = frozenset(n for n, (t, _) in mem.items() if t > 0)
     else:
@@ -1224,7 +1331,7 @@ def _nr_node_ids(backend: Backend) -> int:
     text = backend.read_optional(f"{_NODE_DIR}/possible")
     if text is not None:
         try:
-            ids = parse_cpulist(text, source=f"{_NODE_DIR}/possible")
+            ids = _parse_nodelist(text, source=f"{_NODE_DIR}/possible")
             if ids:
                 return max(ids) + 1
         except ValueError:
@@ -2807,11 +2914,11 @@ def _memory_nodes(b: Backend) -> Tuple[FrozenSet[int], FrozenSet[int]]:
     t = b.read_optional(f"{_NODE_DIR}/has_memory")
     if t is not None:
         try:
-            mem = parse_cpulist(t, source=f"{_NODE_DIR}/has_memory")
+            mem = _parse_nodelist(t, source=f"{_NODE_DIR}/has_memory")
         except ValueError:
             mem = None
     if mem is None:
-        mem = frozenset(n for n in _node_dirs(b))
+        mem = frozenset(_node_dirs(_Reader(b)))
     try:
         _, allowed = _allowed_from_status(b)
     except ValueError:
@@ -3110,14 +3217,14 @@ def _parse_policy(text: str, line: str) -> Tuple[str, FrozenSet[int], Tuple[str,
     nodes: FrozenSet[int] = frozenset()
     if nodelist:
         try:
-            nodes = parse_cpulist(nodelist)
+            nodes = _parse_nodelist(nodelist)
         except ValueError:
             # mpol_to_str writes into a 64-byte buffer: a long list is cut at 63
             # characters, possibly inside a number.  Keep the complete chunks.
             if len(text) < 63 or "," not in nodelist:
                 raise ValueError(f"invalid numa_maps line: policy nodes {text!r}: "
                                  f"{line!r}") from None
-            nodes = parse_cpulist(nodelist.rsplit(",", 1)[0])
+            nodes = _parse_nodelist(nodelist.rsplit(",", 1)[0])
     return mode, nodes, flags
 
 
@@ -5829,9 +5936,9 @@ def counters(*, backend: Optional[Backend] = None) -> Counters:
     r = _Reader(b)
     nodes: Dict[int, NodeCounters] = {}
     if b.exists(_NODE_DIR):
-        online = r.parsed(f"{_NODE_DIR}/online", parse_cpulist)
+        online = r.parsed(f"{_NODE_DIR}/online", _parse_nodelist)
         if online is None:
-            online = frozenset(_node_dirs(b))
+            online = frozenset(_node_dirs(r))
         for n in sorted(online):
             d = f"{_NODE_DIR}/node{n}"
             stat = r.parsed(f"{d}/numastat", _parse_numastat)
