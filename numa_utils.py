@@ -29,6 +29,7 @@ import enum
 import errno
 import os
 import re
+import stat
 import struct
 import sys
 import threading
@@ -622,7 +623,6 @@ class LinuxBackend(Backend):
         fd = os.open(self._path(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK |
                      os.O_CLOEXEC)
         try:
-            import stat
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise OSError(errno.EINVAL, "not a regular file")
             chunks = []
@@ -737,8 +737,16 @@ class LinuxBackend(Backend):
         return "/dev/shm/" + name
 
     def shm_open(self, name: str, flags: int, mode: int) -> int:
+        # Anyone can put a FIFO, a symlink or a device node in /dev/shm under one of
+        # our names: O_NONBLOCK|O_NOFOLLOW so that opening it cannot block or leave
+        # /dev/shm, then a regular file or nothing.
         self._refuse("shm_open")
-        fd = os.open(self._shm_path(name), flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        fd = os.open(self._shm_path(name),
+                     flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise _oserror(errno.EINVAL, "shm_open",
+                           f"/dev/shm/{name} is not a regular file")
         if flags & os.O_CREAT and flags & os.O_EXCL:
             try:
                 os.fchmod(fd, mode)             # exactly ``mode``, whatever the umask
@@ -758,8 +766,11 @@ class LinuxBackend(Backend):
 
     def fstat(self, fd: int) -> _ShmStat:
         st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _oserror(errno.EINVAL, "fstat", "not a regular file")
         return _ShmStat(0, fd, st.st_uid, st.st_gid, st.st_uid, st.st_gid,
-                        st.st_mode & 0o7777, st.st_size, st.st_nlink, 0, 0)
+                        st.st_mode & 0o7777, st.st_size, st.st_nlink, 0, 0, st.st_ino,
+                        st.st_dev)
 
     def close(self, fd: int) -> None:
         os.close(fd)
@@ -3440,11 +3451,17 @@ def _verdict(per_node: Mapping[int, int], mode: str = "") -> str:
 
 
 def _parse_size(text: str) -> int:
-    m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*$", text)
+    m = re.match(r"^\s*([0-9]{1,20}(?:\.[0-9]{1,20})?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*$",
+                 text)
     if not m:
-        raise ValueError(f"invalid size {text!r} (e.g. 4G, 512M, 1048576)")
+        raise ValueError(f"invalid size {_short(text)} (e.g. 4G, 512M, 1048576)")
     unit = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}[m.group(2).lower()]
-    return int(float(m.group(1)) * (1 << unit))
+    whole, _, frac = m.group(1).partition(".")
+    n = (int(whole) << unit) + (int(frac) << unit) // 10 ** len(frac) if frac else \
+        int(whole) << unit
+    if n > _SIZE_MAX:
+        raise ValueError(f"invalid size {_short(text)}: more than 2**64-1 bytes")
+    return n
 
 
 def _maps_totals(entries: Sequence[NumaMapsEntry]) -> Tuple[Dict[int, int],
@@ -3600,7 +3617,7 @@ def _cli_maps(sub: Any) -> None:
     p.add_argument("--all", action="store_true", help="list every VMA")
     p.add_argument("--min-size", default="1M", metavar="SIZE",
                    help="list VMAs with at least this much resident (default 1M)")
-    p.add_argument("--page-kb", type=int, default=0, metavar="KB",
+    p.add_argument("--page-kb", type=_positive_int, default=0, metavar="KB",
                    help="page size for lines without kernelpagesize_kB (old kernels)")
     p.set_defaults(func=_cmd_maps)
 # -- end of numa_maps section ----------------------------------------------------------
@@ -3627,6 +3644,7 @@ _PROT_READ, _PROT_WRITE = 1, 2
 _MAP_SHARED = 0x01
 _MAP_HUGETLB = 0x40000            # x86, arm, ppc, s390, riscv alike
 _IOV_MAX = 1024
+_SIZE_MAX = (1 << 64) - 1        # the largest size_t of any ABI; Abi.bits narrows it
 
 # Keys of our SysV segments: "N" (0x4e) in the top 8 bits, 24 bits of a CRC of the
 # region's name below (16 bits would make two of a few hundred names collide: an
@@ -3658,6 +3676,8 @@ class _ShmStat(_Record):
     nattch: int
     cpid: int
     lpid: int
+    ino: int = 0        # POSIX: the file's inode and device, to find its mappings
+    dev: int = 0
 
 
 def _decode_shmid_ds(raw: bytes, shmid: int) -> _ShmStat:
@@ -4082,15 +4102,24 @@ class SharedRegion:
         b = _b(backend)
         if kind not in ("sysv", "posix"):
             raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
-        if size <= 0:
-            raise ValueError("size must be > 0")
+        if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+            raise ValueError(f"size must be an int > 0, not {size!r}")
         if mode & ~0o777:
             raise ValueError(f"mode {mode:o}: permission bits only")
         pmode, pnodes, strict_, _ = _region_policy(policy, nodes, strict)
         huge, page = _region_page(hugepages, kind, b, pnodes)
         size = (size + page - 1) // page * page
+        # Checked before any system call: size_t would silently truncate (2**64 + 1M
+        # gave a 1 MiB segment behind a region claiming 2**64 + 1M).
+        size_max = (1 << b.abi.word_bits) - 1 if b.abi.word_bits else _SIZE_MAX
+        if size > size_max:
+            raise ValueError(f"size {size} is larger than this ABI's size_t "
+                             f"({size_max})")
         shmid, name, addr = -1, "", 0
         fd = -1
+        # SIGINT/SIGTERM wait while the object is made and handed to the undo path
+        # below: an interrupt between shmget/shm_open and the bookkeeping leaked it.
+        held = _hold_signals()
         try:
             if kind == "sysv":
                 flags = IPC_CREAT | IPC_EXCL | mode
@@ -4102,7 +4131,7 @@ class SharedRegion:
                 except FileExistsError:
                     raise FileExistsError(
                         errno.EEXIST, f"a SysV segment with key 0x{ikey:08x} ({key!r}) "
-                        "exists: attach it, or remove a stale one with `numa_utils "
+                        f"exists: attach it, or remove a stale one with `{_prog()} "
                         "cleanup --remove`") from None
                 addr = b.shmat(shmid)
             else:
@@ -4112,12 +4141,14 @@ class SharedRegion:
                 except FileExistsError:
                     raise FileExistsError(
                         errno.EEXIST, f"/dev/shm/{pname} exists: attach it, or remove a "
-                        "stale one with `numa_utils cleanup --remove`") from None
+                        f"stale one with `{_prog()} cleanup --remove`") from None
                 name = pname                    # ours now: undone on any error below
                 b.ftruncate(fd, size)
                 addr = b.mmap(size, fd)
                 b.close(fd)
                 fd = -1
+            _release_signals(held)          # a pending SIGINT raises here: undone
+            held = None
             res = _region_apply(b, addr, size, page, pmode, pnodes, strict_)
             region = cls(backend=b, kind=kind, key=key, address=addr, size=size,
                          page_size=page, policy=res, created=True, shmid=shmid, name=name)
@@ -4129,6 +4160,8 @@ class SharedRegion:
         except BaseException:
             _undo_create(b, kind, shmid, name, addr, size, fd)
             raise
+        finally:
+            _release_signals(held)
 
     @classmethod
     def attach(cls, key: Union[int, str], size: Optional[int] = None, *,
@@ -4152,7 +4185,11 @@ class SharedRegion:
             raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
         pmode, pnodes, strict_, explicit = _region_policy(policy, nodes, strict)
         _, page = _region_page(hugepages, kind, b, pnodes)
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int)
+                                 or size < 0 or size > _SIZE_MAX):
+            raise ValueError(f"invalid size {size!r}")
         shmid, name, addr, fd, seg_size = -1, "", 0, -1, 0
+        held = _hold_signals()              # as in create: no unrecorded mapping
         try:
             if kind == "sysv":
                 ikey = _sysv_key(key)
@@ -4182,6 +4219,8 @@ class SharedRegion:
                 addr = b.mmap(seg_size, fd)
                 b.close(fd)
                 fd = -1
+            _release_signals(held)
+            held = None
             if explicit and pmode != Mode.DEFAULT:
                 res = _region_apply(b, addr, seg_size, page, pmode, pnodes, strict_)
             else:
@@ -4208,6 +4247,8 @@ class SharedRegion:
             if fd >= 0:
                 _quietly(b.close, fd)
             raise
+        finally:
+            _release_signals(held)
 
     # -- use and teardown ----------------------------------------------------------------
     def _check_open(self) -> None:
@@ -4273,6 +4314,29 @@ class SharedRegion:
                 "size": self._size, "page_size": self.page_size,
                 "policy": self._policy.to_json(), "created": self.created,
                 "closed": self._closed}
+
+
+_HELD_SIGNALS = ("SIGINT", "SIGTERM")
+
+
+def _hold_signals() -> Optional[Any]:
+    """Block SIGINT and SIGTERM in the main thread (Python runs handlers only there);
+    the old mask, for _release_signals.  None where nothing was blocked."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    import signal
+    if not hasattr(signal, "pthread_sigmask"):
+        return None
+    return signal.pthread_sigmask(
+        signal.SIG_BLOCK, [getattr(signal, n) for n in _HELD_SIGNALS])
+
+
+def _release_signals(old: Optional[Any]) -> None:
+    """Restore the mask: a signal that came meanwhile is handled now (KeyboardInterrupt
+    is raised from this call, inside the caller's undo scope)."""
+    if old is not None:
+        import signal
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _quietly(fn: Callable[..., Any], *args: Any) -> None:
@@ -4361,18 +4425,22 @@ def _our_segments(b: Backend, keys: Optional[Sequence[str]] = None
                        and (want_posix is None or n in want_posix))
     except OSError:
         names = []
-    users = _dev_shm_users(b, names) if names else {}
+    stats = {}
     for name in names:
         try:
             fd = b.shm_open(name, os.O_RDONLY, 0)
         except OSError:
-            continue
+            continue                    # gone, or not a regular file: not a region
         try:
             st = b.fstat(fd)
+        except OSError:
+            continue
         finally:
             b.close(fd)
-        if st.uid != euid:
-            continue
+        if st.uid == euid:
+            stats[name] = st
+    users = _dev_shm_users(b, stats) if stats else {}
+    for name, st in stats.items():
         n = users.get(name, 0)
         out.append({"kind": "posix", "name": name, "path": f"/dev/shm/{name}",
                     "size": st.size, "mode": f"{st.mode & 0o777:03o}", "attached": n,
@@ -4380,12 +4448,18 @@ def _our_segments(b: Backend, keys: Optional[Sequence[str]] = None
     return out
 
 
-def _dev_shm_users(b: Backend, names: Sequence[str]) -> Dict[str, int]:
-    """How many processes map each /dev/shm file (from /proc/<pid>/maps)."""
-    want = {f"/dev/shm/{n}": n for n in names}
+def _dev_shm_users(b: Backend, files: Mapping[str, _ShmStat]) -> Dict[str, int]:
+    """How many processes map each /dev/shm file (from /proc/<pid>/maps).
+
+    Matched by device and inode, not by name: the name field escapes only "\\n"
+    and appends " (deleted)", so "x (deleted)" or a name with a newline cannot be
+    told from another file's; and a mapping of a removed file of the same name is
+    another inode."""
+    want = {(f"{os.major(st.dev):02x}:{os.minor(st.dev):02x}", str(st.ino)): n
+            for n, st in files.items()}
     counts: Dict[str, int] = {}
     try:
-        pids = [p for p in b.listdir("/proc") if p.isdigit()]
+        pids = [p for p in b.listdir("/proc") if p.isascii() and p.isdigit()]
     except OSError:
         return counts
     for pid in pids:
@@ -4394,11 +4468,9 @@ def _dev_shm_users(b: Backend, names: Sequence[str]) -> Dict[str, int]:
             continue
         seen = set()
         for line in text.splitlines():
-            i = line.find("/dev/shm/")
-            if i >= 0:
-                path = line[i:].replace(" (deleted)", "")
-                if path in want:
-                    seen.add(want[path])
+            f = line.split(None, 5)
+            if len(f) == 6 and f[5].startswith("/dev/shm/") and (f[3], f[4]) in want:
+                seen.add(want[f[3], f[4]])
         for n in seen:
             counts[n] = counts.get(n, 0) + 1
     return counts
@@ -4463,7 +4535,13 @@ def _progress_bar(stream: Any) -> Callable[[int, int], None]:
 
 def _cmd_region(args: argparse.Namespace) -> int:
     b = _backend_from_args(args)
-    nodes = parse_cpulist(args.nodes) if args.nodes else None
+    nodes = _parse_nodelist(args.nodes, source="--nodes") if args.nodes else None
+    if nodes is not None:
+        have = read_topology(backend=b).nodes_with_memory
+        if not nodes or nodes - have:
+            raise ValueError(f"--nodes {args.nodes}: no memory node "
+                             f"{format_cpulist(nodes - have) or '(empty list)'} on this "
+                             f"machine (memory nodes: {format_cpulist(have) or '-'})")
     hp: Union[bool, str] = args.hugepages if args.hugepages else False
     region = SharedRegion.create(
         args.key, _parse_size(args.size), policy=args.policy, nodes=nodes,
@@ -4488,7 +4566,7 @@ def _cmd_region(args: argparse.Namespace) -> int:
             lines.append(f"placement: {_verdict(where, region.policy.mode)} ("
                          + ", ".join(f"node {n}: {_fmt_kb(v // 1024)}"
                                      for n, v in sorted(where.items())) + ")")
-            lines.append("kept: remove with `numa_utils cleanup --remove` once detached"
+            lines.append(f"kept: remove with `{_prog()} cleanup --remove` once detached"
                          if args.keep else "destroyed")
             sys.stdout.write("\n".join(lines) + "\n")
     finally:
@@ -5671,6 +5749,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     memory: Union[str, None, _Unset] = _UNSET if args.memory is None else args.memory
     strict = True if args.strict else None
     if args.gpu is not None:
+        found = _resolve(args.gpu, None, _gpu_infos(read_topology(backend=b), b), b, None)
+        if found.gpu is None:
+            raise ValueError(found.how)         # as --node 99: a usage error
         res = bind_for_gpu(args.gpu, _cli_policy(args), reserve=args.reserve, memory=memory,
                            threads="all", strict=strict, backend=b)
     else:
@@ -5728,12 +5809,14 @@ def _cli_plan(sub: Any) -> None:
 
 def _cli_run(sub: Any) -> None:
     import argparse
-    p = sub.add_parser("run", parents=[sub.common],
+    # run binds the running system: no --root among its options.
+    p = sub.add_parser("run", parents=[sub.common_live],
                        help="bind to a GPU's or node's CPUs and memory, then exec CMD")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--gpu", type=int, metavar="N", help="CUDA device N (as this "
                    "environment's CUDA_VISIBLE_DEVICES numbers it)")
     g.add_argument("--node", type=int, metavar="N", help="NUMA node N")
+    p.add_argument("--root", default=None, help=argparse.SUPPRESS)   # refused, unlisted
     _add_plan_options(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
                    help="the command, executed without a shell")
@@ -6600,7 +6683,11 @@ def _cmd_watch(args: argparse.Namespace) -> int:
     b = _backend_from_args(args)
     pid: Optional[Union[int, str]] = args.pid
     if pid is not None and pid != "self":
+        if not (pid.isascii() and pid.isdigit() and 0 < len(pid) <= 10 and int(pid)):
+            raise ValueError(f"--pid {pid!r}: a process id (a positive number) or 'self'")
         pid = int(pid)
+        if not b.exists(f"/proc/{pid}"):
+            raise ValueError(f"--pid {pid}: no such process")
     for i, sample in enumerate(watch(interval=args.interval, count=args.count, pid=pid,
                                      backend=b)):
         if args.json:
@@ -6613,10 +6700,21 @@ def _cmd_watch(args: argparse.Namespace) -> int:
 
 def _positive_float(text: str) -> float:
     import argparse
-    v = float(text)
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, not {text}")
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not 0 < v <= 86400:                  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"must be a number of seconds in (0, 86400], "
+                                         f"not {text[:40]!r}")
     return v
+
+
+def _positive_int(text: str) -> int:
+    import argparse
+    if not (text.isascii() and text.isdigit() and 0 < len(text) <= 18 and int(text)):
+        raise argparse.ArgumentTypeError(f"must be a whole number > 0, not {text[:40]!r}")
+    return int(text)
 
 
 def _cli_watch(sub: Any) -> None:
@@ -6625,7 +6723,7 @@ def _cli_watch(sub: Any) -> None:
                             "process's pages per node")
     p.add_argument("--interval", type=_positive_float, default=1.0, metavar="S",
                    help="seconds between samples (default 1)")
-    p.add_argument("--count", type=int, default=None, metavar="N",
+    p.add_argument("--count", type=_positive_int, default=None, metavar="N",
                    help="stop after N samples (default: until interrupted)")
     p.add_argument("--pid", default=None, metavar="PID",
                    help="also show this process's pages per node and remote share "
@@ -6896,6 +6994,24 @@ def _uname() -> Tuple[str, str]:
     return u.release, u.machine
 
 
+def _tree_machine(b: Backend) -> Tuple[Optional[str], Optional[str], Optional[int]]:
+    """(release, machine, page size) of the machine a saved tree was taken on, as far
+    as the tree tells: proc/sys/kernel/osrelease and arch (Linux 6.1+; gather.py
+    saves both) and the smallest kernelpagesize_kB of a saved proc/self/numa_maps.
+    None for what it does not tell (never this host's values)."""
+    def word(path: str) -> Optional[str]:
+        t = _clean(b.read_optional(path) or "")
+        return t if 0 < len(t) <= 64 and t.isprintable() and " " not in t else None
+    page = None
+    maps = b.read_optional("/proc/self/numa_maps")
+    if maps:
+        kbs = [int(k) for k in re.findall(r" kernelpagesize_kB=([0-9]{1,8})\b", maps)]
+        kb = min(kbs) if kbs else 0
+        if kb >= 4 and kb & (kb - 1) == 0:
+            page = kb * 1024
+    return word("/proc/sys/kernel/osrelease"), word("/proc/sys/kernel/arch"), page
+
+
 def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     """Everything ``status --json`` prints, as a dict."""
     b = _b(backend)
@@ -6940,7 +7056,7 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     for n in sorted(topo.nodes_with_cpus - topo.nodes_with_memory):
         warnings.append(f"node {n} has CPUs but no memory: its threads always allocate "
                         "from another node")
-    if not b.abi.supported:
+    if (b.is_live or isinstance(b, SimulatedBackend)) and not b.abi.supported:
         warnings.append(f"no syscall table for the {b.abi.name!r} ABI: memory policies "
                         "fall back to first-touch")
     warnings.extend(f"could not read: {p}" for p in topo.problems)
@@ -6953,7 +7069,23 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
             policy_error = f"{_errno_reason(e.errno or 0)}: {e.strerror or e}"
     else:
         policy_error = "not the running system"
-    release, machine = _uname() if b.is_live else (None, None)
+    release: Optional[str] = None
+    machine: Optional[str] = None
+    abi: Optional[Abi] = b.abi
+    page_size: Optional[int] = b.page_size
+    if b.is_live:
+        release, machine = _uname()
+    elif not isinstance(b, SimulatedBackend):
+        # A saved tree: its own machine's facts, or None ("unknown"), never ours.
+        release, machine, page_size = _tree_machine(b)
+        abi = abi_for(machine, 64 if "64" in machine or machine == "s390x" else 32) \
+            if machine else None
+        if abi is None:
+            warnings.append("the saved tree does not record its machine "
+                            "(proc/sys/kernel/arch): ABI and syscall numbers unknown")
+        elif not abi.supported:
+            warnings.append(f"no syscall table for the {abi.name!r} ABI: memory "
+                            "policies fall back to first-touch")
     report: Dict[str, Any] = {
         "version": __version__,
         "root": b.root,
@@ -6967,9 +7099,10 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
             "policy_error": policy_error,
         },
         "kernel": {
-            "release": release, "machine": machine, "abi": b.abi.name,
-            "syscalls": dict(b.abi.syscalls) if b.abi.syscalls else None,
-            "page_size": b.page_size,
+            "release": release, "machine": machine,
+            "abi": abi.name if abi is not None else None,
+            "syscalls": dict(abi.syscalls) if abi is not None and abi.syscalls else None,
+            "page_size": page_size,
             "numa": topo.has_node_dir,
             "online_nodes": tj["online_nodes"], "possible_nodes": tj["possible_nodes"],
             "nodes_with_cpus": tj["nodes_with_cpus"],
@@ -6997,10 +7130,11 @@ def _render_status(rep: Dict[str, Any]) -> str:
     k = rep["kernel"]
     where = "this machine" if rep["root"] == "/" else f"saved tree {rep['root']}"
     head = f"numa_utils {rep['version']} status: {where}"
-    if k.get("release"):
-        head += f" (Linux {k['release']}, {k['machine']})"
+    if k.get("release") or k.get("machine"):
+        head += f" (Linux {k['release'] or '?'}, {k['machine'] or '?'})"
     out.append(head)
-    out.append(f"ABI {k['abi']}, page size {k['page_size'] // 1024} KiB"
+    page = "unknown" if k["page_size"] is None else f"{k['page_size'] // 1024} KiB"
+    out.append(f"ABI {k['abi'] or 'unknown'}, page size {page}"
                + ("" if k["numa"] else "; kernel without NUMA (no node directory)"))
     out.append("")
     nodes = rep["nodes"]
@@ -7073,7 +7207,19 @@ def _backend_from_args(args: argparse.Namespace) -> Backend:
     root = getattr(args, "root", None) or "/"
     if root != "/" and not os.path.isdir(root):
         raise FileNotFoundError(errno.ENOENT, "no such tree", root)
+    _check_tree(root)
     return LinuxBackend(root)
+
+
+def _check_tree(root: str) -> None:
+    """A saved tree holds sys/ or proc/; anything else would read as an empty
+    one-node machine.  tools/gather.py puts the tree in DIR/root: say so."""
+    if root == "/" or any(os.path.isdir(os.path.join(root, d)) for d in ("sys", "proc")):
+        return
+    hint = ""
+    if os.path.isdir(os.path.join(root, "root")):
+        hint = f"; did you mean {os.path.join(root, 'root')}?"
+    raise ValueError(f"--root {root}: not a saved tree (no sys/ or proc/ in it){hint}")
 
 
 def _print_json(data: Any) -> None:
@@ -7110,19 +7256,51 @@ _STATUS_FORMATS: Dict[str, Callable[[Dict[str, Any]], str]] = {}
 _STATUS_FORMATS["prometheus"] = _render_prometheus     # observation section
 
 
-def _common_parser() -> argparse.ArgumentParser:
+def _common_parser(root: bool = True) -> argparse.ArgumentParser:
     import argparse
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--root", metavar="DIR", default=None,
-                        help="read a saved sysfs/procfs tree instead of this system")
+    if root:
+        common.add_argument("--root", metavar="DIR", default=None,
+                            help="read a saved sysfs/procfs tree instead of this system")
     common.add_argument("--json", action="store_true", help="print JSON")
     return common
+
+
+def _prog() -> str:
+    """The command the user typed, for messages and hints: "numa-utils" (the
+    installed script), "python3 -m numa_utils" (or a vendored copy's module path),
+    "python3 numa_utils.py"."""
+    py = os.path.basename(sys.executable or "") or "python3"
+    if __name__ == "__main__":
+        if __spec__ is not None and __spec__.name:
+            return f"{py} -m {__spec__.name}"
+        return f"{py} {sys.argv[0] if sys.argv and sys.argv[0] else 'numa_utils.py'}"
+    argv0 = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if argv0 in ("numa-utils", "numa_utils"):
+        return argv0
+    return f"{py} -m {__name__}"
+
+
+# Before argparse sees them: "-5M" is not a number to argparse (it only knows
+# "-5" and "-.5"), so `region kv -5M` said "size required".  Such a token is a
+# negative size or number: refused as one, not as an unknown option.
+_NEGATIVE_RE = re.compile(r"^-[0-9.]")
+
+
+def _refuse_negative(argv: Sequence[str], prog: str) -> None:
+    for tok in argv:
+        if tok == "--":
+            break                   # run's command: passed through untouched
+        if _NEGATIVE_RE.match(tok):
+            sys.stderr.write(f"{prog}: error: invalid value {tok[:40]!r}: sizes and "
+                             "counts are positive (e.g. 64M)\n")
+            raise SystemExit(2)
 
 
 def _build_parser() -> argparse.ArgumentParser:
     import argparse
     parser = argparse.ArgumentParser(
-        prog="numa_utils",
+        prog=_prog(),
         description="NUMA topology, memory policy and placement for inference engines.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log details")
@@ -7135,6 +7313,7 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="output format (default text; --json is --format json)")
     p.set_defaults(func=_cmd_status)
     sub.common = common  # type: ignore[attr-defined]
+    sub.common_live = _common_parser(root=False)  # type: ignore[attr-defined]
     for add in (_cli_maps, _cli_cleanup, _cli_plan, _cli_run, _cli_watch):
         add(sub)
     return parser
@@ -7143,6 +7322,7 @@ def _build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Command-line entry point; returns the exit status."""
     parser = _build_parser()
+    _refuse_negative(sys.argv[1:] if argv is None else argv, parser.prog)
     args = parser.parse_args(argv)
     import logging
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
@@ -7154,7 +7334,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         return 130
     except (OSError, ValueError) as e:
-        sys.stderr.write(f"numa_utils {args.command}: {e}\n")
+        sys.stderr.write(f"{parser.prog} {args.command}: {e}\n")
         return 2
 
 
