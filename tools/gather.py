@@ -38,8 +38,10 @@ CPU_TOPOLOGY_FILES = ("core_id", "physical_package_id", "die_id", "cluster_id",
 CPU_CACHE_FILES = ("level", "type", "shared_cpu_list", "shared_cpu_map", "size")
 PCI_FILES = ("vendor", "device", "class", "subsystem_vendor", "subsystem_device",
              "numa_node", "local_cpulist", "local_cpus")
+# osrelease and arch (Linux 6.1+) tell `status --root` which machine the tree is from.
 PROC_FILES = ("proc/meminfo", "proc/version", "proc/sys/kernel/numa_balancing",
-              "proc/sys/kernel/osrelease", "proc/sys/kernel/ostype")
+              "proc/sys/kernel/osrelease", "proc/sys/kernel/ostype",
+              "proc/sys/kernel/arch")
 SYS_FILES = ("sys/kernel/mm/transparent_hugepage/enabled",
              "sys/kernel/mm/transparent_hugepage/defrag")
 
@@ -105,6 +107,25 @@ class Gatherer:
         self.copied += 1
         return True
 
+    def copy_numa_maps(self):
+        """This process's proc/self/numa_maps without its file lines (they name the
+        host's paths): its kernelpagesize_kB gives the tree's base page size."""
+        rel = "proc/self/numa_maps"
+        path = self.src(rel)
+        if not os.path.isfile(path) or not self.inside(rel):
+            return
+        try:
+            text = _read_bytes(path).decode("utf-8", "replace")
+        except OSError as exc:
+            self.notes.append((rel, f"unreadable: {_why(exc)}"))
+            return
+        keep = [ln for ln in text.splitlines() if " file=" not in ln]
+        dest = os.path.join(self.out_root, rel)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        with open(dest, "w") as fh:
+            fh.write("\n".join(keep) + "\n")
+        self.copied += 1
+
     # -- the parts numa_utils reads ----------------------------------------
     def gather(self, self_status=True):
         node = "sys/devices/system/node"
@@ -157,6 +178,7 @@ class Gatherer:
             # On the running system this is the status of this very process
             # (its cpuset: Cpus_allowed_list, Mems_allowed_list).
             self.copy("proc/self/status", quiet_missing=False)
+            self.copy_numa_maps()
         nv = "proc/driver/nvidia/gpus"
         for bus in self.listdir(nv):
             self.copy(f"{nv}/{bus}/information")
