@@ -741,8 +741,15 @@ class LinuxBackend(Backend):
         # our names: O_NONBLOCK|O_NOFOLLOW so that opening it cannot block or leave
         # /dev/shm, then a regular file or nothing.
         self._refuse("shm_open")
-        fd = os.open(self._shm_path(name),
-                     flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+        path = self._shm_path(name)
+        if not flags & os.O_CREAT:
+            try:                # not even opened: opening a device can act already
+                if not stat.S_ISREG(os.lstat(path).st_mode):
+                    raise _oserror(errno.EINVAL, "shm_open",
+                                   f"/dev/shm/{name} is not a regular file")
+            except FileNotFoundError:
+                pass
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
             raise _oserror(errno.EINVAL, "shm_open",
