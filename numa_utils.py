@@ -4127,6 +4127,7 @@ class SharedRegion:
         # SIGINT/SIGTERM wait while the object is made and handed to the undo path
         # below: an interrupt between shmget/shm_open and the bookkeeping leaked it.
         held = _hold_signals()
+        blocked = held is not None
         try:
             if kind == "sysv":
                 flags = IPC_CREAT | IPC_EXCL | mode
@@ -4154,8 +4155,9 @@ class SharedRegion:
                 addr = b.mmap(size, fd)
                 b.close(fd)
                 fd = -1
-            _release_signals(held)          # a pending SIGINT raises here: undone
-            held = None
+            if blocked:
+                blocked = False
+                _release_signals(held)      # a pending SIGINT raises here: undone
             res = _region_apply(b, addr, size, page, pmode, pnodes, strict_)
             region = cls(backend=b, kind=kind, key=key, address=addr, size=size,
                          page_size=page, policy=res, created=True, shmid=shmid, name=name)
@@ -4165,10 +4167,20 @@ class SharedRegion:
                     shared=True)
             return region
         except BaseException:
+            if held is not None and not blocked:
+                # Block again before undoing (a second interrupt must not cut the
+                # undo short).  C calls only from here: a Python call's entry is
+                # where a pending signal would strike first.
+                try:
+                    held[1]()
+                except BaseException:       # it struck during the call: blocked now
+                    pass
+                blocked = True
             _undo_create(b, kind, shmid, name, addr, size, fd)
             raise
         finally:
-            _release_signals(held)
+            if blocked:
+                _release_signals(held)
 
     @classmethod
     def attach(cls, key: Union[int, str], size: Optional[int] = None, *,
@@ -4197,6 +4209,7 @@ class SharedRegion:
             raise ValueError(f"invalid size {size!r}")
         shmid, name, addr, fd, seg_size = -1, "", 0, -1, 0
         held = _hold_signals()              # as in create: no unrecorded mapping
+        blocked = held is not None
         try:
             if kind == "sysv":
                 ikey = _sysv_key(key)
@@ -4226,8 +4239,9 @@ class SharedRegion:
                 addr = b.mmap(seg_size, fd)
                 b.close(fd)
                 fd = -1
-            _release_signals(held)
-            held = None
+            if blocked:
+                blocked = False
+                _release_signals(held)
             if explicit and pmode != Mode.DEFAULT:
                 res = _region_apply(b, addr, seg_size, page, pmode, pnodes, strict_)
             else:
@@ -4248,6 +4262,15 @@ class SharedRegion:
                     page_size=page, shared=True)
             return region
         except BaseException:
+            if held is not None and not blocked:
+                # Block again before undoing (a second interrupt must not cut the
+                # undo short).  C calls only from here: a Python call's entry is
+                # where a pending signal would strike first.
+                try:
+                    held[1]()
+                except BaseException:       # it struck during the call: blocked now
+                    pass
+                blocked = True
             if addr:
                 _quietly(b.shmdt, addr) if kind == "sysv" else \
                     _quietly(b.munmap, addr, seg_size)
@@ -4255,7 +4278,8 @@ class SharedRegion:
                 _quietly(b.close, fd)
             raise
         finally:
-            _release_signals(held)
+            if blocked:
+                _release_signals(held)
 
     # -- use and teardown ----------------------------------------------------------------
     def _check_open(self) -> None:
@@ -4326,24 +4350,27 @@ class SharedRegion:
 _HELD_SIGNALS = ("SIGINT", "SIGTERM")
 
 
-def _hold_signals() -> Optional[Any]:
-    """Block SIGINT and SIGTERM in the main thread (Python runs handlers only there);
-    the old mask, for _release_signals.  None where nothing was blocked."""
+def _hold_signals() -> Optional[Tuple[Any, Callable[[], Any]]]:
+    """Block SIGINT and SIGTERM in the main thread (Python runs handlers only there):
+    (the old mask, a C-only callable that blocks them again); None off the main
+    thread, where no KeyboardInterrupt can be raised."""
     if threading.current_thread() is not threading.main_thread():
         return None
+    import functools
     import signal
     if not hasattr(signal, "pthread_sigmask"):
         return None
-    return signal.pthread_sigmask(
-        signal.SIG_BLOCK, [getattr(signal, n) for n in _HELD_SIGNALS])
+    block = functools.partial(signal.pthread_sigmask, signal.SIG_BLOCK,
+                              [getattr(signal, n) for n in _HELD_SIGNALS])
+    return block(), block
 
 
-def _release_signals(old: Optional[Any]) -> None:
+def _release_signals(held: Optional[Tuple[Any, Callable[[], Any]]]) -> None:
     """Restore the mask: a signal that came meanwhile is handled now (KeyboardInterrupt
     is raised from this call, inside the caller's undo scope)."""
-    if old is not None:
+    if held is not None:
         import signal
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        signal.pthread_sigmask(signal.SIG_SETMASK, held[0])
 
 
 def _quietly(fn: Callable[..., Any], *args: Any) -> None:
