@@ -6716,10 +6716,12 @@ def _cmd_watch(args: argparse.Namespace) -> int:
     import json
     b = _backend_from_args(args)
     pid: Optional[Union[int, str]] = args.pid
-    if pid is not None and pid != "self":
-        if not (pid.isascii() and pid.isdigit() and 0 < len(pid) <= 10 and int(pid)):
-            raise ValueError(f"--pid {pid!r}: a process id (a positive number) or 'self'")
-        pid = int(pid)
+    if args.pid is not None and args.pid != "self":
+        text = str(args.pid)
+        if not (text.isascii() and text.isdigit() and 0 < len(text) <= 10 and int(text)):
+            raise ValueError(f"--pid {text[:40]!r}: a process id (a positive number) or "
+                             "'self'")
+        pid = int(text)
         if not b.exists(f"/proc/{pid}"):
             raise ValueError(f"--pid {pid}: no such process")
     for i, sample in enumerate(watch(interval=args.interval, count=args.count, pid=pid,

@@ -233,7 +233,7 @@ def test_parsers_linear_on_long_inputs():
     rnd = random.Random(7)
     big = {
         "cpulist": ",".join(str(rnd.randrange(8192)) for _ in range(150000)),
-        "cpumap": ",".join("%08x" % rnd.randrange(1 << 32) for _ in range(110000)),
+        "cpumap": ",".join(f"{rnd.randrange(1 << 32):08x}" for _ in range(110000)),
         "meminfo": "".join(f"K{i}: {i} kB\n" for i in range(60000)),
     }
     with deadline(30, "long inputs"):
