@@ -4147,9 +4147,16 @@ class SharedRegion:
                 try:
                     fd = b.shm_open(pname, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
                 except FileExistsError:
-                    raise FileExistsError(
-                        errno.EEXIST, f"/dev/shm/{pname} exists: attach it, or remove a "
-                        f"stale one with `{_prog()} cleanup --remove`") from None
+                    why = f"attach it, or remove a stale one with `{_prog()} cleanup " \
+                        "--remove`"
+                    try:
+                        b.close(b.shm_open(pname, os.O_RDONLY, 0))
+                    except OSError as e:
+                        if e.errno == errno.EINVAL:     # a FIFO, symlink, device...
+                            why = "it is not a region (not a regular file): use " \
+                                "another name"
+                    raise FileExistsError(errno.EEXIST,
+                                          f"/dev/shm/{pname} exists: {why}") from None
                 name = pname                    # ours now: undone on any error below
                 b.ftruncate(fd, size)
                 addr = b.mmap(size, fd)

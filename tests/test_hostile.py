@@ -250,6 +250,7 @@ for name in ("x", "y", "z"):
 out = subprocess.run([sys.executable, "-m", "numa_utils", "region", "x", "1M", "--kind",
                       "posix"], capture_output=True, text=True, timeout=10)
 assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+assert "not a region" in out.stderr and "cleanup" not in out.stderr, out.stderr
 assert sorted(os.listdir("/dev/shm")) == ["numa_utils-x", "numa_utils-y", "numa_utils-z"]
 print("ok")
 """
