@@ -190,7 +190,7 @@ def parse_cpulist(text: str, *, source: Optional[str] = None,
     if not s:
         return frozenset()
     bits = 0
-    for chunk in s.split(","):
+    for chunk in dict.fromkeys(s.split(",")):       # a repeated chunk costs nothing
         m = _CHUNK_RE.match(chunk.strip())
         if m is None:
             raise ValueError(
