@@ -29,6 +29,7 @@ import enum
 import errno
 import os
 import re
+import stat
 import struct
 import sys
 import threading
@@ -170,33 +171,64 @@ def _where(source: Optional[str]) -> str:
     return f" in {source}" if source else ""
 
 
-_CHUNK_RE = re.compile(r"^([0-9]+)(?:-([0-9]+)(?::([0-9]+)/([0-9]+))?)?$")
+_CHUNK_RE = re.compile(r"^([0-9]{1,9})(?:-([0-9]{1,9})(?::([0-9]{1,9})/([0-9]{1,9}))?)?$")
+
+# The largest ids a kernel can produce, so that a hostile or corrupt list cannot make
+# us expand billions of ids: CPU ids < NR_CPUS, at most 8192 (the Kconfig maximum of
+# x86_64 with MAXSMP and of powerpc; arm64 stops at 4096), node ids < MAX_NUMNODES =
+# 1 << NODES_SHIFT, NODES_SHIFT at most 10 on every architecture.  Beyond: malformed.
+MAX_CPUS = 8192
+MAX_NODES = 1024
 
 
-def parse_cpulist(text: str, *, source: Optional[str] = None) -> FrozenSet[int]:
+def parse_cpulist(text: str, *, source: Optional[str] = None,
+                  limit: int = MAX_CPUS) -> FrozenSet[int]:
     """Parse the kernel's list format ("0-3,8,10-11", "0-15:2/4") into a frozenset.
 
-    An empty string is the empty set.  Garbage raises ValueError naming ``source``.
+    An empty string is the empty set.  Garbage, or an id >= ``limit`` (MAX_CPUS;
+    MAX_NODES for node lists), raises ValueError naming ``source``.  Linear in the
+    text: ids are gathered as bits of one integer.
     """
     s = _clean(text)
     if not s:
         return frozenset()
-    out: Set[int] = set()
-    for chunk in s.split(","):
+    bits = 0
+    for chunk in dict.fromkeys(s.split(",")):       # a repeated chunk costs nothing
         m = _CHUNK_RE.match(chunk.strip())
         if m is None:
             raise ValueError(
-                f"invalid CPU/node list{_where(source)}: chunk {chunk!r} of {text!r}")
+                f"invalid CPU/node list{_where(source)}: chunk {chunk[:40]!r} of "
+                f"{_short(text)}")
         lo = int(m.group(1))
         hi = int(m.group(2)) if m.group(2) is not None else lo
         used = int(m.group(3)) if m.group(3) is not None else 1
         group = int(m.group(4)) if m.group(4) is not None else 1
-        if hi < lo or used == 0 or group == 0 or used > group or hi - lo > (1 << 24):
+        if hi < lo or used == 0 or group == 0 or used > group or hi >= limit:
             raise ValueError(
-                f"invalid CPU/node list{_where(source)}: chunk {chunk!r} of {text!r}")
-        for base in range(lo, hi + 1, group):
-            out.update(range(base, min(base + used, hi + 1)))
-    return frozenset(out)
+                f"invalid CPU/node list{_where(source)}: chunk {chunk[:40]!r} of "
+                f"{_short(text)}" + (f" (ids must be < {limit})" if hi >= limit else ""))
+        if group == 1 or used == group:
+            bits |= ((1 << (hi - lo + 1)) - 1) << lo
+        else:
+            # "lo-hi:used/group": ``used`` ids out of every ``group``; the pattern
+            # is doubled until it covers the range (log steps, not one per group).
+            span = hi - lo + 1
+            pat, width = (1 << min(used, span)) - 1, group
+            while width < span:
+                pat |= pat << width
+                width *= 2
+            bits |= (pat & ((1 << span) - 1)) << lo
+    return _set_bits(bits)
+
+
+def _short(text: str, n: int = 80) -> str:
+    """repr() of ``text``, cut to ``n`` characters (error messages stay one line)."""
+    return repr(text) if len(text) <= n else repr(text[:n]) + f"... ({len(text)} chars)"
+
+
+def _parse_nodelist(text: str, *, source: Optional[str] = None) -> FrozenSet[int]:
+    """parse_cpulist for node lists: ids < MAX_NODES."""
+    return parse_cpulist(text, source=source, limit=MAX_NODES)
 
 
 def format_cpulist(ids: Iterable[int]) -> str:
@@ -213,30 +245,39 @@ def format_cpulist(ids: Iterable[int]) -> str:
     return ",".join(parts)
 
 
-def parse_cpumap(text: str, *, source: Optional[str] = None) -> FrozenSet[int]:
-    """Parse a hex mask ("00000000,0000ff00"; 32-bit words, most significant first)."""
+def parse_cpumap(text: str, *, source: Optional[str] = None,
+                 limit: int = MAX_CPUS) -> FrozenSet[int]:
+    """Parse a hex mask ("00000000,0000ff00"; 32-bit words, most significant first).
+
+    At most ``limit`` bits (the kernel prints nr_cpu_ids of them); linear in the text.
+    """
     s = _clean(text)
     if not s:
         return frozenset()
     words = s.split(",")
-    value = 0
+    if len(words) > (limit + 31) // 32:
+        raise ValueError(f"invalid CPU mask{_where(source)}: {len(words)} words, more "
+                         f"than {limit} bits: {_short(text)}")
     for w in words:
         w = w.strip()
         if not w or len(w) > 8 or any(c not in "0123456789abcdefABCDEF" for c in w):
-            raise ValueError(f"invalid CPU mask{_where(source)}: word {w!r} of {text!r}")
-        value = (value << 32) | int(w, 16)
+            raise ValueError(f"invalid CPU mask{_where(source)}: word {w[:40]!r} of "
+                             f"{_short(text)}")
+    value = int("".join(w.strip().rjust(8, "0") for w in words), 16)
+    if value >> limit:
+        raise ValueError(f"invalid CPU mask{_where(source)}: bits at or above {limit}: "
+                         f"{_short(text)}")
     return _set_bits(value)
 
 
 def _set_bits(value: int) -> FrozenSet[int]:
-    """The positions of the 1 bits of ``value`` (bit 0 is CPU/node 0)."""
-    out = set()
-    bit = 0
-    while value:
-        if value & 1:
-            out.add(bit)
-        value >>= 1
-        bit += 1
+    """The positions of the 1 bits of ``value`` (bit 0 is CPU/node 0); linear."""
+    digits = bin(value)[:1:-1]            # least significant first
+    out = []
+    i = digits.find("1")
+    while i >= 0:
+        out.append(i)
+        i = digits.find("1", i + 1)
     return frozenset(out)
 
 
@@ -249,7 +290,7 @@ def parse_meminfo(text: str, *, source: Optional[str] = None) -> Dict[str, int]:
     s = _clean(text)
     # The whole file in C when every line is plain "[Node N ]Key:   123[ kB]" (read
     # per node by read_topology and counters); anything else line by line below.
-    pairs = re.findall(r"(?am)^(?:Node [0-9]+ +)?([A-Za-z][^:\n]*?):[ \t]*([0-9]+)"
+    pairs = re.findall(r"(?am)^(?:Node [0-9]+ +)?([A-Za-z][^:\n]*?):[ \t]*([0-9]{1,20})"
                        r"(?: kB)?[ \t]*$", s)
     if len(pairs) == s.count("\n") + 1 and not any(k.startswith("Node ") for k, _ in pairs):
         return {k.strip(): int(v) for k, v in pairs}
@@ -269,31 +310,35 @@ def parse_meminfo(text: str, *, source: Optional[str] = None) -> Dict[str, int]:
             len(fields) == 2 and fields[1] != "kB"
         ):
             raise ValueError(f"invalid meminfo line{_where(source)}: {line!r}")
-        try:
-            out[key.strip()] = int(fields[0])
-        except ValueError:
-            raise ValueError(f"invalid meminfo value{_where(source)}: {line!r}") from None
+        # Values are unsigned longs: 20 digits at most (a longer one is corrupt, and
+        # int() of a huge digit string is slow and overflows later formatting).
+        if not fields[0].isascii() or not fields[0].isdigit() or len(fields[0]) > 20:
+            raise ValueError(f"invalid meminfo value{_where(source)}: {_short(line)}")
+        out[key.strip()] = int(fields[0])
     return out
 
 
 def parse_distance_row(text: str, *, source: Optional[str] = None) -> Tuple[int, ...]:
     """Parse nodeN/distance ("10 21 21") into a tuple of ints (online-node order)."""
     s = _clean(text)
-    try:
-        row = tuple(int(x) for x in s.split())
-    except ValueError:
-        raise ValueError(f"invalid distance row{_where(source)}: {text!r}") from None
-    if not row or any(d <= 0 or d > 255 for d in row):
-        raise ValueError(f"invalid distance row{_where(source)}: {text!r}")
+    parts = s.split()
+    if not parts or len(parts) > MAX_NODES or any(
+            len(x) > 3 or not x.isascii() or not x.isdigit() for x in parts):
+        raise ValueError(f"invalid distance row{_where(source)}: {_short(text)}")
+    row = tuple(int(x) for x in parts)
+    if any(d <= 0 or d > 255 for d in row):
+        raise ValueError(f"invalid distance row{_where(source)}: {_short(text)}")
     return row
 
 
 def _parse_int(text: str, source: str) -> int:
     s = _clean(text)
     try:
+        if len(s) > 24:         # a 64-bit value in decimal or hex, and a sign
+            raise ValueError
         return int(s, 0) if s.lower().startswith("0x") else int(s)
     except ValueError:
-        raise ValueError(f"invalid integer in {source}: {text!r}") from None
+        raise ValueError(f"invalid integer in {source}: {_short(text)}") from None
 
 
 # ===========================================================================
@@ -448,7 +493,8 @@ class Backend:
 
     def threads(self) -> List[int]:
         """Thread ids of this process, from /proc/self/task."""
-        return sorted(int(t) for t in self.listdir("/proc/self/task") if t.isdigit())
+        return sorted(int(t) for t in self.listdir("/proc/self/task")
+                      if t.isascii() and t.isdigit())
 
     # Convenience shared by all backends ------------------------------------------------
     def read_optional(self, path: str) -> Optional[str]:
@@ -542,20 +588,70 @@ class LinuxBackend(Backend):
         self.is_live = self.root == "/"
         self.abi = abi if abi is not None else abi_for()
         self.page_size = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        self._real_paths: Dict[str, str] = {}
 
     def __repr__(self) -> str:
         return f"LinuxBackend(root={self.root!r})"
 
-    def _path(self, path: str) -> str:
+    # A saved tree can come from anyone (a bug report, a shared folder), so it is read
+    # as if it were "/": symlinks resolve inside it (".." stops at the tree's root, an
+    # absolute target names a file of the tree), only regular files are opened
+    # (O_NOFOLLOW|O_NONBLOCK, then fstat: a FIFO would block, /dev/zero never ends),
+    # and at most _TREE_MAX_READ bytes of each.  Resolved directories are cached: the
+    # tree is taken to stay put while it is read.
+    _TREE_MAX_READ = 64 << 20
+
+    def _path(self, path: str, depth: int = 0) -> str:
         if self.is_live:
             return path
-        if path[:1] == "/":         # the usual case, without os.path.join's cost
-            return self.root + path
-        return os.path.join(self.root, path)
+        rel = path.strip("/")
+        got = self._real_paths.get(rel)
+        if got is not None:
+            return got
+        head, _, leaf = rel.rpartition("/")
+        base = self._path(head, depth) if head else self.root
+        if leaf in ("", "."):
+            real = base
+        elif leaf == "..":
+            real = os.path.dirname(base) if base != self.root else base
+        else:
+            real = os.path.join(base, leaf)
+            try:
+                link = os.readlink(real)
+            except OSError:
+                link = None             # not a symlink, or not there: open() will say
+            if link is not None:
+                if depth >= 40:
+                    raise _oserror(errno.ELOOP, "read", f"{path} in {self.root}")
+                if not link.startswith("/"):
+                    link = os.path.relpath(base, self.root) + "/" + link
+                real = self._path(link, depth + 1)
+        if depth == 0:
+            self._real_paths[rel] = real
+        return real
 
     def read_text(self, path: str) -> str:
-        with open(self._path(path), "rb") as f:
-            return f.read().decode("utf-8", "replace")
+        if self.is_live:
+            with open(path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        fd = os.open(self._path(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK |
+                     os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file")
+            chunks = []
+            left = self._TREE_MAX_READ + 1
+            while left > 0:
+                chunk = os.read(fd, min(left, 1 << 20))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                left -= len(chunk)
+            if left <= 0:
+                raise OSError(errno.EFBIG, f"larger than {self._TREE_MAX_READ >> 20} MiB")
+            return b"".join(chunks).decode("utf-8", "replace")
+        finally:
+            os.close(fd)
 
     def listdir(self, path: str) -> List[str]:
         return os.listdir(self._path(path))
@@ -660,8 +756,23 @@ class LinuxBackend(Backend):
         return "/dev/shm/" + name
 
     def shm_open(self, name: str, flags: int, mode: int) -> int:
+        # Anyone can put a FIFO, a symlink or a device node in /dev/shm under one of
+        # our names: O_NONBLOCK|O_NOFOLLOW so that opening it cannot block or leave
+        # /dev/shm, then a regular file or nothing.
         self._refuse("shm_open")
-        fd = os.open(self._shm_path(name), flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        path = self._shm_path(name)
+        if not flags & os.O_CREAT:
+            try:                # not even opened: opening a device can act already
+                if not stat.S_ISREG(os.lstat(path).st_mode):
+                    raise _oserror(errno.EINVAL, "shm_open",
+                                   f"/dev/shm/{name} is not a regular file")
+            except FileNotFoundError:
+                pass
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise _oserror(errno.EINVAL, "shm_open",
+                           f"/dev/shm/{name} is not a regular file")
         if flags & os.O_CREAT and flags & os.O_EXCL:
             try:
                 os.fchmod(fd, mode)             # exactly ``mode``, whatever the umask
@@ -681,8 +792,11 @@ class LinuxBackend(Backend):
 
     def fstat(self, fd: int) -> _ShmStat:
         st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _oserror(errno.EINVAL, "fstat", "not a regular file")
         return _ShmStat(0, fd, st.st_uid, st.st_gid, st.st_uid, st.st_gid,
-                        st.st_mode & 0o7777, st.st_size, st.st_nlink, 0, 0)
+                        st.st_mode & 0o7777, st.st_size, st.st_nlink, 0, 0, st.st_ino,
+                        st.st_dev)
 
     def close(self, fd: int) -> None:
         os.close(fd)
@@ -838,12 +952,20 @@ class Topology(_Record):
         return sorted(set(among), key=key)
 
 
-def _node_dirs(backend: Backend) -> List[int]:
-    out = []
-    for name in backend.listdir(_NODE_DIR):
-        if name.startswith("node") and name[4:].isdigit():
-            out.append(int(name[4:]))
-    return sorted(out)
+def _id_of(name: str, prefix: str) -> Optional[int]:
+    """7 for "node7" with prefix "node"; None for anything else ("node³", "nodes")."""
+    tail = name[len(prefix):]
+    if name.startswith(prefix) and 0 < len(tail) <= 9 and tail.isascii() and \
+            tail.isdigit():
+        return int(tail)
+    return None
+
+
+def _node_dirs(r: _Reader) -> List[int]:
+    # Through the reader: a node directory that is a file or unreadable is a problem
+    # listed in Topology.problems, not an exception out of read_topology().
+    ids = (_id_of(n, "node") for n in r.listdir(_NODE_DIR))
+    return sorted(i for i in ids if i is not None and i < MAX_NODES)
 
 
 class _Reader:
@@ -914,7 +1036,7 @@ def _allowed_from_status(backend: Backend, pid: Union[int, str] = "self"
         if key == "Cpus_allowed_list":
             cpus = parse_cpulist(val, source=f"{path} Cpus_allowed_list")
         elif key == "Mems_allowed_list":
-            mems = parse_cpulist(val, source=f"{path} Mems_allowed_list")
+            mems = _parse_nodelist(val, source=f"{path} Mems_allowed_list")
     return cpus, mems
 
 
@@ -924,8 +1046,8 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
     if possible is None:
         possible = r.parsed(f"{_CPU_DIR}/present", parse_cpulist)
     if possible is None:
-        possible = frozenset(int(n[3:]) for n in r.listdir(_CPU_DIR)
-                             if n.startswith("cpu") and n[3:].isdigit())
+        possible = frozenset(i for i in (_id_of(n, "cpu") for n in r.listdir(_CPU_DIR))
+                             if i is not None and i < MAX_CPUS)
     online = r.parsed(f"{_CPU_DIR}/online", parse_cpulist)
     if online is None:
         online = frozenset(possible)
@@ -990,8 +1112,9 @@ def _cpu_node(r: _Reader, cpu: int, d: str, node_of: Mapping[int, int]) -> Optio
         # Offline CPUs may be missing from the node cpulists; the cpuN/nodeM link
         # still says where they belong.
         for name in r.listdir(d):
-            if name.startswith("node") and name[4:].isdigit():
-                return int(name[4:])
+            i = _id_of(name, "node")
+            if i is not None:
+                return i
     return node
 
 
@@ -1086,11 +1209,11 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     hp: Dict[int, Dict[int, HugePages]] = {}
     rows: Dict[int, Tuple[int, ...]] = {}
     if has_node_dir:
-        dirs = _node_dirs(b)
-        online = r.parsed(f"{_NODE_DIR}/online", parse_cpulist)
+        dirs = _node_dirs(r)
+        online = r.parsed(f"{_NODE_DIR}/online", _parse_nodelist)
         if online is None:
             online = frozenset(dirs)
-        possible = r.parsed(f"{_NODE_DIR}/possible", parse_cpulist)
+        possible = r.parsed(f"{_NODE_DIR}/possible", _parse_nodelist)
         if possible is None:
             possible = frozenset(online)
         for n in sorted(online):
@@ -1105,10 +1228,10 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
             row = r.parsed(f"{d}/distance", parse_distance_row)
             if row is not None:
                 rows[n] = row
-        with_cpus = r.parsed(f"{_NODE_DIR}/has_cpu", parse_cpulist)
+        with_cpus = r.parsed(f"{_NODE_DIR}/has_cpu", _parse_nodelist)
         if with_cpus is None:
             with_cpus = frozenset(n for n, c in node_cpus.items() if c)
-        with_mem = r.parsed(f"{_NODE_DIR}/has_memory", parse_cpulist)
+        with_mem = r.parsed(f"{_NODE_DIR}/has_memory", _parse_nodelist)
         if with_mem is None:
             with_mem = frozenset(n for n, (t, _) in mem.items() if t > 0)
     else:
@@ -1474,7 +1597,7 @@ def _nr_node_ids(backend: Backend) -> int:
     text = backend.read_optional(f"{_NODE_DIR}/possible")
     if text is not None:
         try:
-            ids = parse_cpulist(text, source=f"{_NODE_DIR}/possible")
+            ids = _parse_nodelist(text, source=f"{_NODE_DIR}/possible")
             if ids:
                 return max(ids) + 1
         except ValueError:
@@ -3153,11 +3276,11 @@ def _memory_nodes(b: Backend) -> Tuple[FrozenSet[int], FrozenSet[int], FrozenSet
     t = b.read_optional(f"{_NODE_DIR}/has_memory")
     if t is not None:
         try:
-            mem = parse_cpulist(t, source=f"{_NODE_DIR}/has_memory")
+            mem = _parse_nodelist(t, source=f"{_NODE_DIR}/has_memory")
         except ValueError:
             mem = None
     if mem is None:
-        mem = frozenset(n for n in _node_dirs(b))
+        mem = frozenset(_node_dirs(_Reader(b)))
     try:
         _, allowed = _allowed_from_status(b)
     except ValueError:
@@ -3567,14 +3690,14 @@ def _parse_policy(text: str, line: str) -> Tuple[str, FrozenSet[int], Tuple[str,
     nodes: FrozenSet[int] = frozenset()
     if nodelist:
         try:
-            nodes = parse_cpulist(nodelist)
+            nodes = _parse_nodelist(nodelist)
         except ValueError:
             # mpol_to_str writes into a 64-byte buffer: a long list is cut at 63
             # characters, possibly inside a number.  Keep the complete chunks.
             if len(text) < 63 or "," not in nodelist:
                 raise ValueError(f"invalid numa_maps line: policy nodes {text!r}: "
                                  f"{line!r}") from None
-            nodes = parse_cpulist(nodelist.rsplit(",", 1)[0])
+            nodes = _parse_nodelist(nodelist.rsplit(",", 1)[0])
     return mode, nodes, flags
 
 
@@ -3821,11 +3944,17 @@ def _verdict(per_node: Mapping[int, int], mode: str = "") -> str:
 
 
 def _parse_size(text: str) -> int:
-    m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*$", text)
+    m = re.match(r"^\s*([0-9]{1,20}(?:\.[0-9]{1,20})?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*$",
+                 text)
     if not m:
-        raise ValueError(f"invalid size {text!r} (e.g. 4G, 512M, 1048576)")
+        raise ValueError(f"invalid size {_short(text)} (e.g. 4G, 512M, 1048576)")
     unit = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}[m.group(2).lower()]
-    return int(float(m.group(1)) * (1 << unit))
+    whole, _, frac = m.group(1).partition(".")
+    n = (int(whole) << unit) + (int(frac) << unit) // 10 ** len(frac) if frac else \
+        int(whole) << unit
+    if n > _SIZE_MAX:
+        raise ValueError(f"invalid size {_short(text)}: more than 2**64-1 bytes")
+    return n
 
 
 _MAPS_CATS = ("Huge", "Heap", "Stack", "Private")
@@ -4041,7 +4170,7 @@ def _cli_maps(sub: Any) -> None:
     p.add_argument("--all", action="store_true", help="list every VMA")
     p.add_argument("--min-size", default="1M", metavar="SIZE",
                    help="list VMAs with at least this much resident (default 1M)")
-    p.add_argument("--page-kb", type=int, default=0, metavar="KB",
+    p.add_argument("--page-kb", type=_positive_int, default=0, metavar="KB",
                    help="page size for lines without kernelpagesize_kB (old kernels)")
     p.set_defaults(func=_cmd_maps)
 # -- end of numa_maps section ----------------------------------------------------------
@@ -4068,6 +4197,7 @@ _PROT_READ, _PROT_WRITE = 1, 2
 _MAP_SHARED = 0x01
 _MAP_HUGETLB = 0x40000            # x86, arm, ppc, s390, riscv alike
 _IOV_MAX = 1024
+_SIZE_MAX = (1 << 64) - 1        # the largest size_t of any ABI; Abi.bits narrows it
 
 # Keys of our SysV segments: "N" (0x4e) in the top 8 bits, 24 bits of a CRC of the
 # region's name below (16 bits would make two of a few hundred names collide: an
@@ -4099,6 +4229,8 @@ class _ShmStat(_Record):
     nattch: int
     cpid: int
     lpid: int
+    ino: int = 0        # POSIX: the file's inode and device, to find its mappings
+    dev: int = 0
 
 
 def _decode_shmid_ds(raw: bytes, shmid: int) -> _ShmStat:
@@ -4532,15 +4664,25 @@ class SharedRegion:
         b = _b(backend)
         if kind not in ("sysv", "posix"):
             raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
-        if size <= 0:
-            raise ValueError("size must be > 0")
+        if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+            raise ValueError(f"size must be an int > 0, not {size!r}")
         if mode & ~0o777:
             raise ValueError(f"mode {mode:o}: permission bits only")
         pmode, pnodes, strict_, _ = _region_policy(policy, nodes, strict, b)
         huge, page = _region_page(hugepages, kind, b, pnodes)
         size = (size + page - 1) // page * page
+        # Checked before any system call: size_t would silently truncate (2**64 + 1M
+        # gave a 1 MiB segment behind a region claiming 2**64 + 1M).
+        size_max = (1 << b.abi.word_bits) - 1 if b.abi.word_bits else _SIZE_MAX
+        if size > size_max:
+            raise ValueError(f"size {size} is larger than this ABI's size_t "
+                             f"({size_max})")
         shmid, name, addr = -1, "", 0
         fd = -1
+        # SIGINT/SIGTERM wait while the object is made and handed to the undo path
+        # below: an interrupt between shmget/shm_open and the bookkeeping leaked it.
+        held = _hold_signals()
+        blocked = held is not None
         try:
             if kind == "sysv":
                 flags = IPC_CREAT | IPC_EXCL | mode
@@ -4552,7 +4694,7 @@ class SharedRegion:
                 except FileExistsError:
                     raise FileExistsError(
                         errno.EEXIST, f"a SysV segment with key 0x{ikey:08x} ({key!r}) "
-                        "exists: attach it, or remove a stale one with `numa_utils "
+                        f"exists: attach it, or remove a stale one with `{_prog()} "
                         "cleanup --remove`") from None
                 addr = b.shmat(shmid)
             else:
@@ -4560,14 +4702,24 @@ class SharedRegion:
                 try:
                     fd = b.shm_open(pname, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
                 except FileExistsError:
-                    raise FileExistsError(
-                        errno.EEXIST, f"/dev/shm/{pname} exists: attach it, or remove a "
-                        "stale one with `numa_utils cleanup --remove`") from None
+                    why = f"attach it, or remove a stale one with `{_prog()} cleanup " \
+                        "--remove`"
+                    try:
+                        b.close(b.shm_open(pname, os.O_RDONLY, 0))
+                    except OSError as e:
+                        if e.errno == errno.EINVAL:     # a FIFO, symlink, device...
+                            why = "it is not a region (not a regular file): use " \
+                                "another name"
+                    raise FileExistsError(errno.EEXIST,
+                                          f"/dev/shm/{pname} exists: {why}") from None
                 name = pname                    # ours now: undone on any error below
                 b.ftruncate(fd, size)
                 addr = b.mmap(size, fd)
                 b.close(fd)
                 fd = -1
+            if blocked:
+                blocked = False
+                _release_signals(held)      # a pending SIGINT raises here: undone
             res = _region_apply(b, addr, size, page, pmode, pnodes, strict_)
             region = cls(backend=b, kind=kind, key=key, address=addr, size=size,
                          page_size=page, policy=res, created=True, shmid=shmid, name=name)
@@ -4577,8 +4729,20 @@ class SharedRegion:
                     shared=True)
             return region
         except BaseException:
+            if held is not None and not blocked:
+                # Block again before undoing (a second interrupt must not cut the
+                # undo short).  C calls only from here: a Python call's entry is
+                # where a pending signal would strike first.
+                try:
+                    held[1]()
+                except BaseException:       # it struck during the call: blocked now
+                    pass
+                blocked = True
             _undo_create(b, kind, shmid, name, addr, size, fd)
             raise
+        finally:
+            if blocked:
+                _release_signals(held)
 
     @classmethod
     def attach(cls, key: Union[int, str], size: Optional[int] = None, *,
@@ -4602,7 +4766,12 @@ class SharedRegion:
             raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
         pmode, pnodes, strict_, explicit = _region_policy(policy, nodes, strict, b)
         _, page = _region_page(hugepages, kind, b, pnodes)
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int)
+                                 or size < 0 or size > _SIZE_MAX):
+            raise ValueError(f"invalid size {size!r}")
         shmid, name, addr, fd, seg_size = -1, "", 0, -1, 0
+        held = _hold_signals()              # as in create: no unrecorded mapping
+        blocked = held is not None
         try:
             if kind == "sysv":
                 ikey = _sysv_key(key)
@@ -4632,6 +4801,9 @@ class SharedRegion:
                 addr = b.mmap(seg_size, fd)
                 b.close(fd)
                 fd = -1
+            if blocked:
+                blocked = False
+                _release_signals(held)
             if explicit and pmode != Mode.DEFAULT:
                 res = _region_apply(b, addr, seg_size, page, pmode, pnodes, strict_)
             else:
@@ -4652,12 +4824,24 @@ class SharedRegion:
                     page_size=page, shared=True)
             return region
         except BaseException:
+            if held is not None and not blocked:
+                # Block again before undoing (a second interrupt must not cut the
+                # undo short).  C calls only from here: a Python call's entry is
+                # where a pending signal would strike first.
+                try:
+                    held[1]()
+                except BaseException:       # it struck during the call: blocked now
+                    pass
+                blocked = True
             if addr:
                 _quietly(b.shmdt, addr) if kind == "sysv" else \
                     _quietly(b.munmap, addr, seg_size)
             if fd >= 0:
                 _quietly(b.close, fd)
             raise
+        finally:
+            if blocked:
+                _release_signals(held)
 
     # -- use and teardown ----------------------------------------------------------------
     def _check_open(self) -> None:
@@ -4723,6 +4907,32 @@ class SharedRegion:
                 "size": self._size, "page_size": self.page_size,
                 "policy": self._policy.to_json(), "created": self.created,
                 "closed": self._closed}
+
+
+_HELD_SIGNALS = ("SIGINT", "SIGTERM")
+
+
+def _hold_signals() -> Optional[Tuple[Any, Callable[[], Any]]]:
+    """Block SIGINT and SIGTERM in the main thread (Python runs handlers only there):
+    (the old mask, a C-only callable that blocks them again); None off the main
+    thread, where no KeyboardInterrupt can be raised."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    import functools
+    import signal
+    if not hasattr(signal, "pthread_sigmask"):
+        return None
+    block = functools.partial(signal.pthread_sigmask, signal.SIG_BLOCK,
+                              [getattr(signal, n) for n in _HELD_SIGNALS])
+    return block(), block
+
+
+def _release_signals(held: Optional[Tuple[Any, Callable[[], Any]]]) -> None:
+    """Restore the mask: a signal that came meanwhile is handled now (KeyboardInterrupt
+    is raised from this call, inside the caller's undo scope)."""
+    if held is not None:
+        import signal
+        signal.pthread_sigmask(signal.SIG_SETMASK, held[0])
 
 
 def _quietly(fn: Callable[..., Any], *args: Any) -> None:
@@ -4811,18 +5021,22 @@ def _our_segments(b: Backend, keys: Optional[Sequence[str]] = None
                        and (want_posix is None or n in want_posix))
     except OSError:
         names = []
-    users = _dev_shm_users(b, names) if names else {}
+    stats = {}
     for name in names:
         try:
             fd = b.shm_open(name, os.O_RDONLY, 0)
         except OSError:
-            continue
+            continue                    # gone, or not a regular file: not a region
         try:
             st = b.fstat(fd)
+        except OSError:
+            continue
         finally:
             b.close(fd)
-        if st.uid != euid:
-            continue
+        if st.uid == euid:
+            stats[name] = st
+    users = _dev_shm_users(b, stats) if stats else {}
+    for name, st in stats.items():
         n = users.get(name, 0)
         out.append({"kind": "posix", "name": name, "path": f"/dev/shm/{name}",
                     "size": st.size, "mode": f"{st.mode & 0o777:03o}", "attached": n,
@@ -4830,12 +5044,18 @@ def _our_segments(b: Backend, keys: Optional[Sequence[str]] = None
     return out
 
 
-def _dev_shm_users(b: Backend, names: Sequence[str]) -> Dict[str, int]:
-    """How many processes map each /dev/shm file (from /proc/<pid>/maps)."""
-    want = {f"/dev/shm/{n}": n for n in names}
+def _dev_shm_users(b: Backend, files: Mapping[str, _ShmStat]) -> Dict[str, int]:
+    """How many processes map each /dev/shm file (from /proc/<pid>/maps).
+
+    Matched by device and inode, not by name: the name field escapes only "\\n"
+    and appends " (deleted)", so "x (deleted)" or a name with a newline cannot be
+    told from another file's; and a mapping of a removed file of the same name is
+    another inode."""
+    want = {(f"{os.major(st.dev):02x}:{os.minor(st.dev):02x}", str(st.ino)): n
+            for n, st in files.items()}
     counts: Dict[str, int] = {}
     try:
-        pids = [p for p in b.listdir("/proc") if p.isdigit()]
+        pids = [p for p in b.listdir("/proc") if p.isascii() and p.isdigit()]
     except OSError:
         return counts
     for pid in pids:
@@ -4844,11 +5064,9 @@ def _dev_shm_users(b: Backend, names: Sequence[str]) -> Dict[str, int]:
             continue
         seen = set()
         for line in text.splitlines():
-            i = line.find("/dev/shm/")
-            if i >= 0:
-                path = line[i:].replace(" (deleted)", "")
-                if path in want:
-                    seen.add(want[path])
+            f = line.split(None, 5)
+            if len(f) == 6 and f[5].startswith("/dev/shm/") and (f[3], f[4]) in want:
+                seen.add(want[f[3], f[4]])
         for n in seen:
             counts[n] = counts.get(n, 0) + 1
     return counts
@@ -4914,6 +5132,12 @@ def _progress_bar(stream: Any) -> Callable[[int, int], None]:
 def _cmd_region(args: argparse.Namespace) -> int:
     b = _backend_from_args(args)
     nodes = parse_nodestring(args.nodes, backend=b) if args.nodes else None
+    if nodes is not None:
+        have = read_topology(backend=b).nodes_with_memory
+        if not nodes or nodes - have:
+            raise ValueError(f"--nodes {args.nodes}: no memory node "
+                             f"{format_cpulist(nodes - have) or '(empty list)'} on this "
+                             f"machine (memory nodes: {format_cpulist(have) or '-'})")
     hp: Union[bool, str] = args.hugepages if args.hugepages else False
     region = SharedRegion.create(
         args.key, _parse_size(args.size), policy=args.policy, nodes=nodes,
@@ -4940,7 +5164,7 @@ def _cmd_region(args: argparse.Namespace) -> int:
             lines.append(f"placement: {_verdict(where, region.policy.mode)}"
                          + (f" ({per})" if per else " yet: --no-prefault, pages land "
                             "on first touch" if args.no_prefault else ""))
-            lines.append("kept: remove with `numa_utils cleanup --remove` once detached"
+            lines.append(f"kept: remove with `{_prog()} cleanup --remove` once detached"
                          if args.keep else "destroyed")
             sys.stdout.write("\n".join(lines) + "\n")
     finally:
@@ -6124,6 +6348,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     memory: Union[str, None, _Unset] = _UNSET if args.memory is None else args.memory
     strict = True if args.strict else None
     if args.gpu is not None:
+        found = _resolve(args.gpu, None, _gpu_infos(read_topology(backend=b), b), b, None)
+        if found.gpu is None:
+            raise ValueError(found.how)         # as --node 99: a usage error
         res = bind_for_gpu(args.gpu, _cli_policy(args), reserve=args.reserve, memory=memory,
                            threads="all", strict=strict, backend=b)
     else:
@@ -6177,13 +6404,15 @@ def _cli_plan(sub: Any) -> None:
 
 def _cli_run(sub: Any) -> None:
     import argparse
-    p = sub.add_parser("run", parents=[sub.common],
+    # run binds the running system: no --root among its options.
+    p = sub.add_parser("run", parents=[sub.common_live],
                        help="bind to a GPU's or node's CPUs and memory, then exec CMD")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--gpu", type=int, metavar="N", help="CUDA device N (as this "
                    "environment's CUDA_VISIBLE_DEVICES numbers it)")
     g.add_argument("--node", metavar="N", help="NUMA node N (numactl's grammar: "
                    "2, +0, netdev:eth0, pci:3b:00.0)")
+    p.add_argument("--root", default=None, help=argparse.SUPPRESS)   # refused, unlisted
     _add_plan_options(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
                    help="the command, executed without a shell")
@@ -6386,9 +6615,9 @@ def counters(*, backend: Optional[Backend] = None) -> Counters:
     r = _Reader(b)
     nodes: Dict[int, NodeCounters] = {}
     if b.exists(_NODE_DIR):
-        online = r.parsed(f"{_NODE_DIR}/online", parse_cpulist)
+        online = r.parsed(f"{_NODE_DIR}/online", _parse_nodelist)
         if online is None:
-            online = frozenset(_node_dirs(b))
+            online = frozenset(_node_dirs(r))
         for n in sorted(online):
             d = f"{_NODE_DIR}/node{n}"
             stat = r.parsed(f"{d}/numastat", _parse_numastat)
@@ -7049,8 +7278,14 @@ def _cmd_watch(args: argparse.Namespace) -> int:
     import json
     b = _backend_from_args(args)
     pid: Optional[Union[int, str]] = args.pid
-    if pid is not None and pid != "self":
-        pid = int(pid)
+    if args.pid is not None and args.pid != "self":
+        text = str(args.pid)
+        if not (text.isascii() and text.isdigit() and 0 < len(text) <= 10 and int(text)):
+            raise ValueError(f"--pid {text[:40]!r}: a process id (a positive number) or "
+                             "'self'")
+        pid = int(text)
+        if not b.exists(f"/proc/{pid}"):
+            raise ValueError(f"--pid {pid}: no such process")
     for i, sample in enumerate(watch(interval=args.interval, count=args.count, pid=pid,
                                      backend=b)):
         if args.json:
@@ -7063,10 +7298,21 @@ def _cmd_watch(args: argparse.Namespace) -> int:
 
 def _positive_float(text: str) -> float:
     import argparse
-    v = float(text)
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, not {text}")
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not 0 < v <= 86400:                  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"must be a number of seconds in (0, 86400], "
+                                         f"not {text[:40]!r}")
     return v
+
+
+def _positive_int(text: str) -> int:
+    import argparse
+    if not (text.isascii() and text.isdigit() and 0 < len(text) <= 18 and int(text)):
+        raise argparse.ArgumentTypeError(f"must be a whole number > 0, not {text[:40]!r}")
+    return int(text)
 
 
 def _cli_watch(sub: Any) -> None:
@@ -7075,7 +7321,7 @@ def _cli_watch(sub: Any) -> None:
                             "process's pages per node")
     p.add_argument("--interval", type=_positive_float, default=1.0, metavar="S",
                    help="seconds between samples (default 1)")
-    p.add_argument("--count", type=int, default=None, metavar="N",
+    p.add_argument("--count", type=_positive_int, default=None, metavar="N",
                    help="stop after N samples (default: until interrupted)")
     p.add_argument("--pid", default=None, metavar="PID",
                    help="also show this process's pages per node and remote share "
@@ -7346,6 +7592,24 @@ def _uname() -> Tuple[str, str]:
     return u.release, u.machine
 
 
+def _tree_machine(b: Backend) -> Tuple[Optional[str], Optional[str], Optional[int]]:
+    """(release, machine, page size) of the machine a saved tree was taken on, as far
+    as the tree tells: proc/sys/kernel/osrelease and arch (Linux 6.1+; gather.py
+    saves both) and the smallest kernelpagesize_kB of a saved proc/self/numa_maps.
+    None for what it does not tell (never this host's values)."""
+    def word(path: str) -> Optional[str]:
+        t = _clean(b.read_optional(path) or "")
+        return t if 0 < len(t) <= 64 and t.isprintable() and " " not in t else None
+    page = None
+    maps = b.read_optional("/proc/self/numa_maps")
+    if maps:
+        kbs = [int(k) for k in re.findall(r" kernelpagesize_kB=([0-9]{1,8})\b", maps)]
+        kb = min(kbs) if kbs else 0
+        if kb >= 4 and kb & (kb - 1) == 0:
+            page = kb * 1024
+    return word("/proc/sys/kernel/osrelease"), word("/proc/sys/kernel/arch"), page
+
+
 def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     """Everything ``status --json`` prints, as a dict."""
     b = _b(backend)
@@ -7389,7 +7653,7 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     for n in sorted(topo.nodes_with_cpus - topo.nodes_with_memory):
         warnings.append(f"node {n} has CPUs but no memory: its threads always allocate "
                         "from another node")
-    if not b.abi.supported:
+    if (b.is_live or isinstance(b, SimulatedBackend)) and not b.abi.supported:
         warnings.append(f"no syscall table for the {b.abi.name!r} ABI: memory policies "
                         "fall back to first-touch")
     warnings.extend(f"could not read: {p}" for p in topo.problems)
@@ -7402,7 +7666,23 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
             policy_error = f"{_errno_reason(e.errno or 0)}: {e.strerror or e}"
     else:
         policy_error = "not the running system"
-    release, machine = _uname() if b.is_live else (None, None)
+    release: Optional[str] = None
+    machine: Optional[str] = None
+    abi: Optional[Abi] = b.abi
+    page_size: Optional[int] = b.page_size
+    if b.is_live:
+        release, machine = _uname()
+    elif not isinstance(b, SimulatedBackend):
+        # A saved tree: its own machine's facts, or None ("unknown"), never ours.
+        release, machine, page_size = _tree_machine(b)
+        abi = abi_for(machine, 64 if "64" in machine or machine == "s390x" else 32) \
+            if machine else None
+        if abi is None:
+            warnings.append("the saved tree does not record its machine "
+                            "(proc/sys/kernel/arch): ABI and syscall numbers unknown")
+        elif not abi.supported:
+            warnings.append(f"no syscall table for the {abi.name!r} ABI: memory "
+                            "policies fall back to first-touch")
     report: Dict[str, Any] = {
         "version": __version__,
         "root": b.root,
@@ -7416,9 +7696,10 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
             "policy_error": policy_error,
         },
         "kernel": {
-            "release": release, "machine": machine, "abi": b.abi.name,
-            "syscalls": dict(b.abi.syscalls) if b.abi.syscalls else None,
-            "page_size": b.page_size,
+            "release": release, "machine": machine,
+            "abi": abi.name if abi is not None else None,
+            "syscalls": dict(abi.syscalls) if abi is not None and abi.syscalls else None,
+            "page_size": page_size,
             "numa": topo.has_node_dir,
             "online_nodes": tj["online_nodes"], "possible_nodes": tj["possible_nodes"],
             "nodes_with_cpus": tj["nodes_with_cpus"],
@@ -7539,10 +7820,11 @@ def _render_status(rep: Dict[str, Any]) -> str:
     k = rep["kernel"]
     where = "this machine" if rep["root"] == "/" else f"saved tree {rep['root']}"
     head = f"numa_utils {rep['version']} status: {where}"
-    if k.get("release"):
-        head += f" (Linux {k['release']}, {k['machine']})"
+    if k.get("release") or k.get("machine"):
+        head += f" (Linux {k['release'] or '?'}, {k['machine'] or '?'})"
     out.append(head)
-    out.append(f"ABI {k['abi']}, page size {k['page_size'] // 1024} KiB"
+    page = "unknown" if k["page_size"] is None else f"{k['page_size'] // 1024} KiB"
+    out.append(f"ABI {k['abi'] or 'unknown'}, page size {page}"
                + ("" if k["numa"] else "; kernel without NUMA (no node directory)"))
     out.append("")
     nodes = rep["nodes"]
@@ -8267,6 +8549,7 @@ def _backend_from_args(args: argparse.Namespace) -> Backend:
         root = _unpack_tree(root)
     if root != "/" and not os.path.isdir(root):
         raise FileNotFoundError(errno.ENOENT, "no such tree", root)
+    _check_tree(root)
     return LinuxBackend(root) if root != "/" else default_backend()
 
 
@@ -8275,9 +8558,10 @@ _unpacked: List[Any] = []     # temporary folders of unpacked archives, removed 
 
 def _unpack_tree(path: str, limit: int = 256 << 20) -> str:
     """A saved tree archive (tools/gather.py --archive) unpacked into a private
-    temporary folder; its root.  Only plain files and folders with relative names
-    and no "..", at most ``limit`` bytes in all: links, devices and FIFOs are refused
-    (gather.py writes none), and nothing is written outside the folder."""
+    temporary folder; its root.  Only plain files, folders and symlinks that stay
+    inside (HMAT initiator links), with relative names and no "..", at most ``limit``
+    bytes in all: hard links, devices and FIFOs are refused, and nothing is written
+    outside the folder (LinuxBackend(root) keeps every link inside the tree too)."""
     import tarfile
     import tempfile
     tmp = tempfile.TemporaryDirectory(prefix="numa_utils-tree-")
@@ -8288,9 +8572,13 @@ def _unpack_tree(path: str, limit: int = 256 << 20) -> str:
         with tarfile.open(path, "r:*") as tar:
             for m in tar:
                 parts = m.name.replace("\\", "/").split("/")
-                if m.name.startswith("/") or ".." in parts or not (m.isfile() or m.isdir()):
-                    raise ValueError(f"refused member {m.name!r}: only plain files and "
-                                     "folders with relative names")
+                inside = m.issym() and not m.linkname.startswith("/") and not \
+                    os.path.normpath(os.path.join(os.path.dirname(m.name), m.linkname)
+                                     ).startswith("..")
+                if m.name.startswith("/") or ".." in parts or not (
+                        m.isfile() or m.isdir() or inside):
+                    raise ValueError(f"refused member {m.name!r}: only plain files, "
+                                     "folders and links inside, with relative names")
                 total += m.size
                 if total > limit:
                     raise ValueError(f"more than {limit >> 20} MiB unpacked")
@@ -8301,6 +8589,9 @@ def _unpack_tree(path: str, limit: int = 256 << 20) -> str:
                     os.makedirs(dest, 0o700, exist_ok=True)
                     continue
                 os.makedirs(os.path.dirname(dest), 0o700, exist_ok=True)
+                if inside:
+                    os.symlink(m.linkname, dest)
+                    continue
                 src = tar.extractfile(m)
                 with open(dest, "wb") as out:
                     out.write(src.read() if src is not None else b"")
@@ -8311,6 +8602,17 @@ def _unpack_tree(path: str, limit: int = 256 << 20) -> str:
                 os.path.isdir(os.path.join(base, "proc")):
             return base
     raise ValueError(f"{path}: no sys/ or proc/ in the archive (nor under root/)")
+
+
+def _check_tree(root: str) -> None:
+    """A saved tree holds sys/ or proc/; anything else would read as an empty
+    one-node machine.  tools/gather.py puts the tree in DIR/root: say so."""
+    if root == "/" or any(os.path.isdir(os.path.join(root, d)) for d in ("sys", "proc")):
+        return
+    hint = ""
+    if os.path.isdir(os.path.join(root, "root")):
+        hint = f"; did you mean {os.path.join(root, 'root')}?"
+    raise ValueError(f"--root {root}: not a saved tree (no sys/ or proc/ in it){hint}")
 
 
 def _print_json(data: Any) -> None:
@@ -8349,21 +8651,53 @@ _STATUS_FORMATS: Dict[str, Callable[[Dict[str, Any]], str]] = {}
 _STATUS_FORMATS["prometheus"] = _render_prometheus     # observation section
 
 
-def _common_parser() -> argparse.ArgumentParser:
+def _common_parser(root: bool = True) -> argparse.ArgumentParser:
     import argparse
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--root", metavar="DIR", default=None,
-                        help="read a saved sysfs/procfs tree (a folder, or the "
-                             ".tar.gz tools/gather.py --archive writes) instead of "
-                             "this system")
+    if root:
+        common.add_argument("--root", metavar="DIR", default=None,
+                            help="read a saved sysfs/procfs tree (a folder, or the "
+                                 ".tar.gz tools/gather.py --archive writes) instead of "
+                                 "this system")
     common.add_argument("--json", action="store_true", help="print JSON")
     return common
+
+
+def _prog() -> str:
+    """The command the user typed, for messages and hints: "numa-utils" (the
+    installed script), "python3 -m numa_utils" (or a vendored copy's module path),
+    "python3 numa_utils.py"."""
+    py = os.path.basename(sys.executable or "") or "python3"
+    if __name__ == "__main__":
+        if __spec__ is not None and __spec__.name:
+            return f"{py} -m {__spec__.name}"
+        return f"{py} {sys.argv[0] if sys.argv and sys.argv[0] else 'numa_utils.py'}"
+    argv0 = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if argv0 in ("numa-utils", "numa_utils"):
+        return argv0
+    return f"{py} -m {__name__}"
+
+
+# Before argparse sees them: "-5M" is not a number to argparse (it only knows
+# "-5" and "-.5"), so `region kv -5M` said "size required".  Such a token is a
+# negative size or number: refused as one, not as an unknown option.
+_NEGATIVE_RE = re.compile(r"^-[0-9.]")
+
+
+def _refuse_negative(argv: Sequence[str], prog: str) -> None:
+    for tok in argv:
+        if tok == "--":
+            break                   # run's command: passed through untouched
+        if _NEGATIVE_RE.match(tok):
+            sys.stderr.write(f"{prog}: error: invalid value {tok[:40]!r}: sizes and "
+                             "counts are positive (e.g. 64M)\n")
+            raise SystemExit(2)
 
 
 def _build_parser() -> argparse.ArgumentParser:
     import argparse
     parser = argparse.ArgumentParser(
-        prog="numa_utils",
+        prog=_prog(),
         description="NUMA topology, memory policy and placement for inference engines.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log details")
@@ -8376,6 +8710,7 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="output format (default text; --json is --format json)")
     p.set_defaults(func=_cmd_status)
     sub.common = common  # type: ignore[attr-defined]
+    sub.common_live = _common_parser(root=False)  # type: ignore[attr-defined]
     for add in (_cli_maps, _cli_cleanup, _cli_plan, _cli_run, _cli_watch, _cli_numactl):
         add(sub)
     return parser
@@ -8390,6 +8725,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if raw[lead:lead + 1] == ["numactl"]:   # numactl's own getopt grammar, not argparse's
         return _cmd_numactl(raw[lead + 1:])
     parser = _build_parser()
+    _refuse_negative(raw, parser.prog)
     args = parser.parse_args(raw)
     import logging
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
@@ -8401,7 +8737,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         return 130
     except (OSError, ValueError) as e:
-        sys.stderr.write(f"numa_utils {args.command}: {e}\n")
+        sys.stderr.write(f"{parser.prog} {args.command}: {e}\n")
         return 2
 
 

@@ -28,6 +28,8 @@ def pytest_configure(config):
         ("vm", "boots real kernels under QEMU (tox -e vm)"),
         ("realkernel", "needs the running kernel's NUMA syscalls"),
         ("slow", "takes more than a few seconds"),
+        ("private_shm", "runs in private IPC+mount namespaces (own /dev/shm, own SysV "
+                        "IPC); skips where unshare is not allowed"),
     ):
         config.addinivalue_line("markers", f"{marker}: {text}")
 
@@ -54,3 +56,80 @@ def live_kernel_has_policy_syscalls() -> bool:
 
 
 ON_LINUX = os.name == "posix" and os.path.isdir("/proc/self")
+
+
+# -- private IPC + mount namespaces for real shared-memory tests -------------------------
+# Tests that create SysV segments or /dev/shm files on the real kernel run inside
+# `unshare --ipc --mount` with a fresh tmpfs on /dev/shm: they never see or touch the
+# host's segments and files, and whatever they leak dies with the namespace.
+
+PRIVATE_SHM_ENV = "NUMA_UTILS_TEST_IN_PRIVATE_SHM"
+IN_PRIVATE_SHM = os.environ.get(PRIVATE_SHM_ENV) == "1"
+_PRIVATE_SH = "mount -t tmpfs -o mode=1777 tmpfs /dev/shm && exec \"$@\""
+_private_why = []
+
+
+def private_shm_command(argv):
+    """``argv`` wrapped to run in private IPC and mount namespaces with its own /dev/shm."""
+    return ["unshare", "--ipc", "--mount", "--propagation", "private", "sh", "-c",
+            _PRIVATE_SH, "sh", *argv]
+
+
+def private_shm_unavailable():
+    """None when private namespaces work here, else why not (cached)."""
+    import shutil
+    import subprocess
+    if not _private_why:
+        why = None
+        if shutil.which("unshare") is None or not os.path.isdir("/dev/shm"):
+            why = "no unshare(1) or no /dev/shm"
+        else:
+            try:
+                out = subprocess.run(private_shm_command(["true"]), capture_output=True,
+                                     text=True, timeout=30)
+                if out.returncode != 0:
+                    why = ("cannot make private IPC+mount namespaces here: "
+                           + (out.stderr.strip().splitlines() or ["?"])[-1])
+            except (OSError, subprocess.TimeoutExpired) as e:
+                why = f"unshare failed: {e}"
+        _private_why.append(why)
+    return _private_why[0]
+
+
+def run_private_shm(code, *args, timeout=120):
+    """Run the Python snippet ``code`` in private IPC+mount namespaces (a tmpfs of its
+    own on /dev/shm), the repository first on sys.path.  Skips the calling test
+    with a reason when such namespaces cannot be made here."""
+    import subprocess
+    import sys
+    why = private_shm_unavailable()
+    if why:
+        pytest.skip(why)
+    env = dict(os.environ, PYTHONPATH=str(REPO), **{PRIVATE_SHM_ENV: "1"})
+    return subprocess.run(private_shm_command([sys.executable, "-c", code, *args]),
+                          capture_output=True, text=True, timeout=timeout, cwd=str(REPO),
+                          env=env)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """A test marked ``private_shm`` runs again, alone, in private namespaces; its
+    result there is its result here (the body never runs against the host)."""
+    if pyfuncitem.get_closest_marker("private_shm") is None or IN_PRIVATE_SHM:
+        return None
+    import subprocess
+    import sys
+    why = private_shm_unavailable()
+    if why:
+        pytest.skip(why)
+    env = dict(os.environ, **{PRIVATE_SHM_ENV: "1"})
+    out = subprocess.run(private_shm_command(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "-rs", pyfuncitem.nodeid]), capture_output=True, text=True, timeout=600,
+        cwd=str(REPO), env=env)
+    tail = "\n".join(out.stdout.strip().splitlines()[-30:])
+    if out.returncode != 0:
+        pytest.fail(f"in private namespaces:\n{tail}\n{out.stderr[-2000:]}", pytrace=False)
+    if " passed" not in tail:
+        pytest.skip(f"in private namespaces: {tail.splitlines()[-1] if tail else '?'}")
+    return True

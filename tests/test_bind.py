@@ -277,15 +277,17 @@ def test_run_errors():
     assert rc == 2
 
 
-def test_run_without_gpu_still_runs_the_command(request):
+def test_run_gpu_that_does_not_exist_is_a_usage_error(request):
+    """Issue 12: like --node 99, a CUDA device the machine does not have is exit 2
+    with one line naming it, and the command is not run."""
     for m in real:
         request.applymarker(m)
     if nu.gpus():
         pytest.skip("this machine has GPUs")
     _, rc, out, err = _run_cli("run", "--gpu", "0", "--", sys.executable, "-c",
                                "print('child ran')")
-    assert rc == 0 and out.strip() == "child ran"
-    assert "not applied" in err
+    assert rc == 2 and "child ran" not in out
+    assert "no CUDA device 0" in err and len(err.strip().splitlines()) == 1
 
 
 def test_real_bind_to_node_in_a_child(request):

@@ -78,7 +78,7 @@ def _pci_tree(tmp_path, numa_node):
     (dev / "numa_node").write_text(f"{numa_node}\n")
     net = root / "sys/class/net/eth9"
     net.mkdir(parents=True)
-    (net / "device").symlink_to(dev)
+    (net / "device").symlink_to(os.path.relpath(dev, net))     # relative, as sysfs's
     return nu.LinuxBackend(str(root))
 
 

@@ -141,6 +141,7 @@ def test_not_live_backend_refuses():
 
 
 @pytest.mark.realkernel
+@pytest.mark.private_shm
 def test_real_read_touch_allocates_shared_memory_without_writing(tmp_path):
     """Shared memory gets its pages from a read fault (shmem allocates under the
     shared policy), so the regions' fallback never writes a byte back: a store made

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """SharedRegion: create/attach with every policy across simulated processes, exact
 splits read back through numa_maps, error injection with nothing leaked, trust
-checks, and real SysV/POSIX regions on this machine (attached from a second process).
+checks, and real SysV/POSIX regions on this machine (attached from a second process),
+inside private IPC+mount namespaces (conftest.private_shm): never the host's segments.
 """
 
 import errno
@@ -377,6 +378,7 @@ r.close()
 
 
 @pytest.mark.realkernel
+@pytest.mark.private_shm
 @pytest.mark.xdist_group("realshm")
 @pytest.mark.parametrize("kind", ["sysv", "posix"])
 def test_real_create_attach_placement_destroy(kind):
@@ -409,6 +411,7 @@ def test_real_create_attach_placement_destroy(kind):
 
 
 @pytest.mark.realkernel
+@pytest.mark.private_shm
 @pytest.mark.xdist_group("realshm")
 def test_real_prefault_interrupt_leaks_nothing():
     _real_ok()
@@ -428,6 +431,7 @@ def test_real_prefault_interrupt_leaks_nothing():
 
 
 @pytest.mark.realkernel
+@pytest.mark.private_shm
 @pytest.mark.xdist_group("realshm")
 def test_real_cleanup_cli_removes_only_stale_ours():
     _real_ok()
@@ -452,6 +456,7 @@ def test_real_cleanup_cli_removes_only_stale_ours():
 
 
 @pytest.mark.realkernel
+@pytest.mark.private_shm
 @pytest.mark.xdist_group("realshm")
 def test_real_region_cli_progress():
     _real_ok()

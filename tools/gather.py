@@ -43,8 +43,10 @@ CPU_TOPOLOGY_FILES = ("core_id", "physical_package_id", "die_id", "cluster_id",
 CPU_CACHE_FILES = ("level", "type", "shared_cpu_list", "shared_cpu_map", "size")
 PCI_FILES = ("vendor", "device", "class", "subsystem_vendor", "subsystem_device",
              "numa_node", "local_cpulist", "local_cpus")
+# osrelease and arch (Linux 6.1+) tell `status --root` which machine the tree is from.
 PROC_FILES = ("proc/meminfo", "proc/version", "proc/sys/kernel/numa_balancing",
-              "proc/sys/kernel/osrelease", "proc/sys/kernel/ostype")
+              "proc/sys/kernel/osrelease", "proc/sys/kernel/ostype",
+              "proc/sys/kernel/arch")
 SYS_FILES = ("sys/kernel/mm/transparent_hugepage/enabled",
              "sys/kernel/mm/transparent_hugepage/defrag")
 
@@ -120,6 +122,25 @@ class Gatherer:
             os.symlink(target, dest)
         self.copied += 1
 
+    def copy_numa_maps(self):
+        """This process's proc/self/numa_maps without its file lines (they name the
+        host's paths): its kernelpagesize_kB gives the tree's base page size."""
+        rel = "proc/self/numa_maps"
+        path = self.src(rel)
+        if not os.path.isfile(path) or not self.inside(rel):
+            return
+        try:
+            text = _read_bytes(path).decode("utf-8", "replace")
+        except OSError as exc:
+            self.notes.append((rel, f"unreadable: {_why(exc)}"))
+            return
+        keep = [ln for ln in text.splitlines() if " file=" not in ln]
+        dest = os.path.join(self.out_root, rel)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        with open(dest, "w") as fh:
+            fh.write("\n".join(keep) + "\n")
+        self.copied += 1
+
     # -- the parts numa_utils reads ----------------------------------------
     def gather(self, self_status=True):
         node = "sys/devices/system/node"
@@ -183,6 +204,7 @@ class Gatherer:
             # On the running system this is the status of this very process
             # (its cpuset: Cpus_allowed_list, Mems_allowed_list).
             self.copy("proc/self/status", quiet_missing=False)
+            self.copy_numa_maps()
         nv = "proc/driver/nvidia/gpus"
         for bus in self.listdir(nv):
             self.copy(f"{nv}/{bus}/information")
@@ -322,7 +344,7 @@ def main(argv=None):
 
 def _write_archive(args, argv):
     """Gather into a private temporary folder, then pack it as one .tar.gz: plain
-    files and folders only, owner 0, sorted, so the archive is all data."""
+    files and the tree's own relative links (HMAT initiators), owner 0, sorted."""
     import tarfile
     import tempfile
     if os.path.exists(args.archive) and not args.force:
@@ -338,18 +360,23 @@ def _write_archive(args, argv):
             base = os.path.join(tmp, "m")
             for dirpath, dirs, files in os.walk(base):
                 dirs.sort()
-                for name in sorted(files):
+                # os.walk lists a link to a folder among dirs (and does not follow it)
+                links = [d for d in dirs if os.path.islink(os.path.join(dirpath, d))]
+                for name in sorted(files + links):
                     path = os.path.join(dirpath, name)
                     info = tar.gettarinfo(path, os.path.relpath(path, base))
                     info.uid = info.gid = 0
                     info.uname = info.gname = ""
+                    if info.issym():
+                        tar.addfile(info)
+                        continue
                     info.mode = 0o644
                     with open(path, "rb") as fh:
                         tar.addfile(info, fh)
         os.replace(part, args.archive)
     sys.stdout.write(f"gather.py: wrote {args.archive} "
                      f"({os.path.getsize(args.archive)} bytes); "
-                     f"check it with: python3 numa_utils.py status --root {args.archive}\n")
+                     f"check it with: python3 -m numa_utils status --root {args.archive}\n")
     return 0
 
 

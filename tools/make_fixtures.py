@@ -1048,6 +1048,8 @@ def build_tree(m, r, root):
     t.put("proc/self/status", proc_status(m, r))
     t.line("proc/sys/kernel/osrelease", m["kernel"])
     t.line("proc/sys/kernel/ostype", "Linux")
+    if tuple(int(x) for x in m["kernel"].split(".")[:2]) >= (6, 1):
+        t.line("proc/sys/kernel/arch", m["arch"])        # uname -m, since Linux 6.1
     t.line("proc/version", "Linux version {} (synthetic fixture from tools/make_fixtures.py)"
            .format(m["kernel"]))
     return t
