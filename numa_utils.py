@@ -1970,16 +1970,18 @@ class SimulatedBackend(Backend):
     def _il_w(self, node: int) -> int:
         return self.kernel.wi_weights.get(node, 1)
 
-    def _wi_node(self, order: Sequence[int], ilx: Optional[int]) -> int:
-        """mm/mempolicy.c weighted_interleave_nid: the nodes in id order, each taking
-        ``weight`` consecutive indices of every sum(weights).  ``ilx=None`` is the
-        per-task counter (weighted_interleave_nodes: il_prev, il_weight)."""
-        if ilx is not None:
-            t = ilx % sum(self._il_w(n) for n in order)
-            for n in order:
-                if t < self._il_w(n):
-                    return n
-                t -= self._il_w(n)
+    def _il_period(self, pol: _Pol) -> List[int]:
+        """One period of the interleave walk, indexed by ilx % its length (mm/mempolicy.c
+        interleave_nid, weighted_interleave_nid): the nodes in id order, each repeated
+        ``weight`` times under weighted interleave."""
+        order = sorted(pol.nodes)
+        if pol.mode == Mode.WEIGHTED_INTERLEAVE:
+            order = [n for n in order for _ in range(self._il_w(n))]
+        return order
+
+    def _wi_next(self, order: Sequence[int]) -> int:
+        """The per-task counter for allocations without an interleave index
+        (mm/mempolicy.c weighted_interleave_nodes: il_prev, il_weight)."""
         tid = threading.get_ident()
         prev = self._il_prev.get(tid, -1)
         if not self._il_weight.get(tid) or prev not in order:
@@ -2525,18 +2527,15 @@ class SimulatedBackend(Backend):
 
     def _misplaced(self, start: int, end: int, pol: _Pol) -> List[int]:
         out = []
-        want = sorted(pol.nodes)
+        want = self._il_period(pol)
         for mp in self._mappings_in(start, end):
             step = mp.page or self.page_size
             for page in range(max(start, mp.start), min(end, mp.end), step):
                 node = self._node_of_page(page)
                 if node is None:
                     continue
-                if pol.mode == Mode.INTERLEAVE:
+                if pol.mode in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
                     if node != want[self._ilx(page) % len(want)]:
-                        out.append(page)
-                elif pol.mode == Mode.WEIGHTED_INTERLEAVE:
-                    if node != self._wi_node(want, self._ilx(page)):
                         out.append(page)
                 elif pol.mode in (Mode.BIND, Mode.PREFERRED, Mode.PREFERRED_MANY) \
                         and node not in pol.nodes:
@@ -2566,9 +2565,11 @@ class SimulatedBackend(Backend):
         if pol is None or pol.mode in (Mode.DEFAULT, Mode.LOCAL):
             return nearest_with_room(local, allowed)
         if pol.mode in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
-            order = sorted(pol.nodes)
-            target = self._wi_node(order, ilx) if pol.mode == Mode.WEIGHTED_INTERLEAVE \
-                else order[(ilx or 0) % len(order)]
+            if ilx is None and pol.mode == Mode.WEIGHTED_INTERLEAVE:
+                target = self._wi_next(sorted(pol.nodes))
+            else:
+                order = self._il_period(pol)
+                target = order[(ilx or 0) % len(order)]
             return target if has_room(target) else nearest_with_room(target, allowed)
         if pol.mode == Mode.PREFERRED:
             target = min(pol.nodes)
@@ -2589,11 +2590,8 @@ class SimulatedBackend(Backend):
         nodes, dirty, mc, mapped = obj.node, obj.dirty, obj.mapcount, mp.mapped
         base = mp.obj_page
         for a, z, pol in self._pol_store(mp).pieces(base + i0, base + i1):
-            il = sorted(pol.nodes) if pol is not None and pol.mode in (
+            il = self._il_period(pol) if pol is not None and pol.mode in (
                 Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE) else None
-            if il is not None and pol is not None and pol.mode == Mode.WEIGHTED_INTERLEAVE:
-                # One period of the weighted walk: node n repeated weight(n) times.
-                il = [n for n in il for _ in range(self._il_w(n))]
             cached: Optional[int] = None
             for key in range(a, z):
                 if nodes[key] < 0:
