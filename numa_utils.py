@@ -749,11 +749,7 @@ class MemoryAccess(_Record):
     initiators: FrozenSet[int]
 
     def to_json(self) -> Dict[str, Any]:
-        return {"read_bandwidth_mbps": self.read_bandwidth_mbps,
-                "write_bandwidth_mbps": self.write_bandwidth_mbps,
-                "read_latency_ns": self.read_latency_ns,
-                "write_latency_ns": self.write_latency_ns,
-                "initiators": sorted(self.initiators)}
+        return dict(self._asdict(), initiators=sorted(self.initiators))
 
 
 class Node(_Record):
@@ -1160,7 +1156,7 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
                          access=_read_access(r, n) if has_node_dir and n in with_mem
                          else None,
                          has_normal_memory=None if normal is None else n in normal)
-        kind, why = _node_kind(nd, frozenset(with_mem), normal)
+        kind, why = _node_kind(nd, with_mem, normal)
         nodes[n] = nd._replace(kind=kind, kind_evidence=why)
     weights, auto = _read_weights(r)
     nb = r.integer("/proc/sys/kernel/numa_balancing")
