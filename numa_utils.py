@@ -3435,6 +3435,7 @@ def suggest_weights(topology: Optional[Topology] = None, initiator: Optional[int
     bandwidth scaled to 1..32 of the total, then divided by the weights' GCD.
     ``initiator``: only nodes whose best initiators include it.  {} without HMAT."""
     import math
+    from functools import reduce
     t = topology if topology is not None else read_topology(backend=backend)
     bw: Dict[int, int] = {}
     for n in sorted(t.nodes_with_memory):
@@ -3448,9 +3449,7 @@ def suggest_weights(topology: Optional[Topology] = None, initiator: Optional[int
     if not total:
         return {}
     out = {n: max(32 * v // total, 1) for n, v in bw.items()}
-    g = 0
-    for w in out.values():
-        g = math.gcd(g, w)
+    g = reduce(math.gcd, out.values())
     return {n: w // g for n, w in out.items()}
 
 
