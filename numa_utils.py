@@ -3952,7 +3952,7 @@ class _MapsScan:
             frags[rest] = frag
         return "".join(chain.from_iterable(zip(
             repeat(',\n    {\n      "start": "0x' if tty else ',{"start":"0x'),
-            map(itemgetter(0), pairs), repeat('",' if not tty else '",'),
+            map(itemgetter(0), pairs), repeat('",'),
             map(frags.__getitem__, map(itemgetter(1), pairs)))))
 
 
@@ -7465,7 +7465,7 @@ def _render_tiers(rep: Dict[str, Any]) -> List[str]:
                    f"{format_cpulist(d['nodes'])} ({d['basis']})")
         for k, why in d["left_out"].items():
             out.append(f"    left out: node {k}: {why}")
-        every = format_cpulist(int(k) for k in [*d["left_out"], *map(str, d["nodes"])])
+        every = format_cpulist([*map(int, d["left_out"]), *d["nodes"]])
         out.append(f"    to use them anyway pass nodes=[...] or set NUMA_NODES (e.g. "
                    f"NUMA_NODES={every})")
     if out:
