@@ -5613,17 +5613,13 @@ class GpuPlan(_Record):
                 "gpu_memory_nodes": list(self.gpu_memory_nodes), "notes": list(self.notes)}
 
 
-def _interleave_nodes(topo: Topology, infos: List[GpuInfo]) -> Tuple[int, ...]:
-    gpu_mem = {n for g in infos for n in g.memory_nodes}
-    return tuple(sorted(default_memory_nodes(topo) - gpu_mem))
-
-
 def _plan_memory(topo: Topology, infos: List[GpuInfo], node: Optional[int],
                  memory: Optional[str]) -> Tuple[int, ...]:
     if memory is None or node is None:
         return ()
     if memory == "interleave":
-        return _interleave_nodes(topo, infos)
+        gpu_mem = {n for g in infos for n in g.memory_nodes}
+        return tuple(sorted(default_memory_nodes(topo) - gpu_mem))
     nodes = _memory_nodes_for(topo, node)
     return nodes[:1] if memory == "prefer" else nodes
 
