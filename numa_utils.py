@@ -7954,8 +7954,8 @@ def _numactl(argv: List[str], b: Backend, execvp: Callable[[str, List[str]], Any
         return topo[0]
 
     st: Dict[str, Any] = {"policy": None, "all": False, "parsed": False, "cpubind": False,
-                          "balancing": False, "weighted": False, "shmopt": None,
-                          "strict": False, "hardware": False}
+                          "balancing": False, "shmopt": None, "strict": False,
+                          "hardware": False}
 
     def available() -> bool:
         try:
@@ -8042,10 +8042,9 @@ def _numactl(argv: List[str], b: Backend, execvp: Callable[[str, List[str]], Any
             nopolicy()
             st["balancing"] = True
         elif c in "wi":
-            st["weighted"] = st["weighted"] or c == "w"
             checknuma()
             mask = nodes(arg)
-            mode = Mode.WEIGHTED_INTERLEAVE if st["weighted"] else Mode.INTERLEAVE
+            mode = Mode.WEIGHTED_INTERLEAVE if c == "w" else Mode.INTERLEAVE
             setpolicy(mode)
             policy(Mode.INTERLEAVE if shm else mode if mask else Mode.DEFAULT, mask,
                    "setting interleave mask")
