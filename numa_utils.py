@@ -863,11 +863,7 @@ class MemoryAccess(_Record):
     initiators: FrozenSet[int]
 
     def to_json(self) -> Dict[str, Any]:
-        return {"read_bandwidth_mbps": self.read_bandwidth_mbps,
-                "write_bandwidth_mbps": self.write_bandwidth_mbps,
-                "read_latency_ns": self.read_latency_ns,
-                "write_latency_ns": self.write_latency_ns,
-                "initiators": sorted(self.initiators)}
+        return dict(self._asdict(), initiators=sorted(self.initiators))
 
 
 class Node(_Record):
@@ -1283,7 +1279,7 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
                          access=_read_access(r, n) if has_node_dir and n in with_mem
                          else None,
                          has_normal_memory=None if normal is None else n in normal)
-        kind, why = _node_kind(nd, frozenset(with_mem), normal)
+        kind, why = _node_kind(nd, with_mem, normal)
         nodes[n] = nd._replace(kind=kind, kind_evidence=why)
     weights, auto = _read_weights(r)
     nb = r.integer("/proc/sys/kernel/numa_balancing")
@@ -2093,16 +2089,18 @@ class SimulatedBackend(Backend):
     def _il_w(self, node: int) -> int:
         return self.kernel.wi_weights.get(node, 1)
 
-    def _wi_node(self, order: Sequence[int], ilx: Optional[int]) -> int:
-        """mm/mempolicy.c weighted_interleave_nid: the nodes in id order, each taking
-        ``weight`` consecutive indices of every sum(weights).  ``ilx=None`` is the
-        per-task counter (weighted_interleave_nodes: il_prev, il_weight)."""
-        if ilx is not None:
-            t = ilx % sum(self._il_w(n) for n in order)
-            for n in order:
-                if t < self._il_w(n):
-                    return n
-                t -= self._il_w(n)
+    def _il_period(self, pol: _Pol) -> List[int]:
+        """One period of the interleave walk, indexed by ilx % its length (mm/mempolicy.c
+        interleave_nid, weighted_interleave_nid): the nodes in id order, each repeated
+        ``weight`` times under weighted interleave."""
+        order = sorted(pol.nodes)
+        if pol.mode == Mode.WEIGHTED_INTERLEAVE:
+            order = [n for n in order for _ in range(self._il_w(n))]
+        return order
+
+    def _wi_next(self, order: Sequence[int]) -> int:
+        """The per-task counter for allocations without an interleave index
+        (mm/mempolicy.c weighted_interleave_nodes: il_prev, il_weight)."""
         tid = threading.get_ident()
         prev = self._il_prev.get(tid, -1)
         if not self._il_weight.get(tid) or prev not in order:
@@ -2648,18 +2646,15 @@ class SimulatedBackend(Backend):
 
     def _misplaced(self, start: int, end: int, pol: _Pol) -> List[int]:
         out = []
-        want = sorted(pol.nodes)
+        want = self._il_period(pol)
         for mp in self._mappings_in(start, end):
             step = mp.page or self.page_size
             for page in range(max(start, mp.start), min(end, mp.end), step):
                 node = self._node_of_page(page)
                 if node is None:
                     continue
-                if pol.mode == Mode.INTERLEAVE:
+                if pol.mode in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
                     if node != want[self._ilx(page) % len(want)]:
-                        out.append(page)
-                elif pol.mode == Mode.WEIGHTED_INTERLEAVE:
-                    if node != self._wi_node(want, self._ilx(page)):
                         out.append(page)
                 elif pol.mode in (Mode.BIND, Mode.PREFERRED, Mode.PREFERRED_MANY) \
                         and node not in pol.nodes:
@@ -2689,9 +2684,11 @@ class SimulatedBackend(Backend):
         if pol is None or pol.mode in (Mode.DEFAULT, Mode.LOCAL):
             return nearest_with_room(local, allowed)
         if pol.mode in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
-            order = sorted(pol.nodes)
-            target = self._wi_node(order, ilx) if pol.mode == Mode.WEIGHTED_INTERLEAVE \
-                else order[(ilx or 0) % len(order)]
+            if ilx is None and pol.mode == Mode.WEIGHTED_INTERLEAVE:
+                target = self._wi_next(sorted(pol.nodes))
+            else:
+                order = self._il_period(pol)
+                target = order[(ilx or 0) % len(order)]
             return target if has_room(target) else nearest_with_room(target, allowed)
         if pol.mode == Mode.PREFERRED:
             target = min(pol.nodes)
@@ -2712,11 +2709,8 @@ class SimulatedBackend(Backend):
         nodes, dirty, mc, mapped = obj.node, obj.dirty, obj.mapcount, mp.mapped
         base = mp.obj_page
         for a, z, pol in self._pol_store(mp).pieces(base + i0, base + i1):
-            il = sorted(pol.nodes) if pol is not None and pol.mode in (
+            il = self._il_period(pol) if pol is not None and pol.mode in (
                 Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE) else None
-            if il is not None and pol is not None and pol.mode == Mode.WEIGHTED_INTERLEAVE:
-                # One period of the weighted walk: node n repeated weight(n) times.
-                il = [n for n in il for _ in range(self._il_w(n))]
             cached: Optional[int] = None
             for key in range(a, z):
                 if nodes[key] < 0:
@@ -3564,6 +3558,7 @@ def suggest_weights(topology: Optional[Topology] = None, initiator: Optional[int
     bandwidth scaled to 1..32 of the total, then divided by the weights' GCD.
     ``initiator``: only nodes whose best initiators include it.  {} without HMAT."""
     import math
+    from functools import reduce
     t = topology if topology is not None else read_topology(backend=backend)
     bw: Dict[int, int] = {}
     for n in sorted(t.nodes_with_memory):
@@ -3577,9 +3572,7 @@ def suggest_weights(topology: Optional[Topology] = None, initiator: Optional[int
     if not total:
         return {}
     out = {n: max(32 * v // total, 1) for n, v in bw.items()}
-    g = 0
-    for w in out.values():
-        g = math.gcd(g, w)
+    g = reduce(math.gcd, out.values())
     return {n: w // g for n, w in out.items()}
 
 
@@ -4088,7 +4081,7 @@ class _MapsScan:
             frags[rest] = frag
         return "".join(chain.from_iterable(zip(
             repeat(',\n    {\n      "start": "0x' if tty else ',{"start":"0x'),
-            map(itemgetter(0), pairs), repeat('",' if not tty else '",'),
+            map(itemgetter(0), pairs), repeat('",'),
             map(frags.__getitem__, map(itemgetter(1), pairs)))))
 
 
@@ -5844,17 +5837,13 @@ class GpuPlan(_Record):
                 "gpu_memory_nodes": list(self.gpu_memory_nodes), "notes": list(self.notes)}
 
 
-def _interleave_nodes(topo: Topology, infos: List[GpuInfo]) -> Tuple[int, ...]:
-    gpu_mem = {n for g in infos for n in g.memory_nodes}
-    return tuple(sorted(default_memory_nodes(topo) - gpu_mem))
-
-
 def _plan_memory(topo: Topology, infos: List[GpuInfo], node: Optional[int],
                  memory: Optional[str]) -> Tuple[int, ...]:
     if memory is None or node is None:
         return ()
     if memory == "interleave":
-        return _interleave_nodes(topo, infos)
+        gpu_mem = {n for g in infos for n in g.memory_nodes}
+        return tuple(sorted(default_memory_nodes(topo) - gpu_mem))
     nodes = _memory_nodes_for(topo, node)
     return nodes[:1] if memory == "prefer" else nodes
 
@@ -7753,7 +7742,7 @@ def _render_tiers(rep: Dict[str, Any]) -> List[str]:
                    f"{format_cpulist(d['nodes'])} ({d['basis']})")
         for k, why in d["left_out"].items():
             out.append(f"    left out: node {k}: {why}")
-        every = format_cpulist(int(k) for k in [*d["left_out"], *map(str, d["nodes"])])
+        every = format_cpulist([*map(int, d["left_out"]), *d["nodes"]])
         out.append(f"    to use them anyway pass nodes=[...] or set NUMA_NODES (e.g. "
                    f"NUMA_NODES={every})")
     if out:
@@ -8247,8 +8236,8 @@ def _numactl(argv: List[str], b: Backend, execvp: Callable[[str, List[str]], Any
         return topo[0]
 
     st: Dict[str, Any] = {"policy": None, "all": False, "parsed": False, "cpubind": False,
-                          "balancing": False, "weighted": False, "shmopt": None,
-                          "strict": False, "hardware": False}
+                          "balancing": False, "shmopt": None, "strict": False,
+                          "hardware": False}
 
     def available() -> bool:
         try:
@@ -8335,10 +8324,9 @@ def _numactl(argv: List[str], b: Backend, execvp: Callable[[str, List[str]], Any
             nopolicy()
             st["balancing"] = True
         elif c in "wi":
-            st["weighted"] = st["weighted"] or c == "w"
             checknuma()
             mask = nodes(arg)
-            mode = Mode.WEIGHTED_INTERLEAVE if st["weighted"] else Mode.INTERLEAVE
+            mode = Mode.WEIGHTED_INTERLEAVE if c == "w" else Mode.INTERLEAVE
             setpolicy(mode)
             policy(Mode.INTERLEAVE if shm else mode if mask else Mode.DEFAULT, mask,
                    "setting interleave mask")
