@@ -110,8 +110,11 @@ TOPOLOGIES = {
     "four-node-asym": _topology(
         [([0], 256), ([1], 256), ([2], 256), ([3], 256)],
         {(0, 1): 12, (0, 2): 20, (0, 3): 30, (1, 2): 25, (1, 3): 20, (2, 3): 15}),
-    "memory-only": _topology([([0], 512), ([1], 512), ([], 256)],
-                             {(0, 1): 20, (0, 2): 30, (1, 2): 40}),
+    "memory-only": dict(_topology([([0], 512), ([1], 512), ([], 256)],
+                                  {(0, 1): 20, (0, 2): 30, (1, 2): 40}),
+                        # CPU-less and farther than the remote DRAM node (issue 11):
+                        # not a nodes=None node.
+                        default_nodes=[0, 1]),
     # One node per CPU plus 64 memory-only nodes: node masks wider than one
     # 64-bit word. x86_64 only (Debian's arm64 kernel allows 16 nodes).
     "many-66": _topology([([0], 256), ([1], 256)] + [([], 32)] * 64),
@@ -127,8 +130,7 @@ TOPOLOGIES = {
 
 # Which topologies each guest image (vm/build.py IMAGES) can boot.
 SUPPORTED = {
-    "x86_64": {"two-node", "four-node-asym", "memory-only", "many-66", "cpuset", "no-numa",
-               "hmat-tiers"},
+    "x86_64": {"two-node", "four-node-asym", "memory-only", "many-66", "cpuset", "no-numa"},
     "x86_64-6.12": {"two-node", "memory-only", "cpuset", "hmat-tiers"},
     "aarch64": {"two-node", "four-node-asym", "memory-only", "cpuset", "no-numa"},
     "ppc64le": {"two-node", "four-node-asym", "memory-only", "cpuset", "no-numa"},
