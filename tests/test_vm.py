@@ -152,7 +152,13 @@ def expect_from_fixture(name, arch):
     nodes = sorted(exp["nodes"], key=lambda n: n["id"])
     ids = [n["id"] for n in nodes]
     has_dir = (FIXTURES_DIR / name / "root" / "sys/devices/system/node").is_dir()
+    tiers = {}
+    if "memory_tiers" in exp:   # issue 11 keys: the tiers fastest first, HMAT access0
+        tiers["tiers"] = [sorted(v) for _, v in sorted(exp["memory_tiers"].items(),
+                                                       key=lambda kv: int(kv[0]))]
+        tiers["access"] = {str(n["id"]): n["access"] for n in nodes if n.get("access")}
     return {
+        **tiers,
         "arch": arch,
         "topology": f"fixture:{name}",
         "numa": has_dir,

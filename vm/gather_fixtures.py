@@ -64,6 +64,9 @@ FIXTURES: Dict[str, Tuple[str, str]] = {
     "qemu-aarch64-four-node": ("aarch64", "four-node-asym"),
     "qemu-ppc64le-memory-only": ("ppc64le", "memory-only"),
     "qemu-s390x-no-numa": ("s390x", "no-numa"),
+    # Linux 6.12 (Debian 13 image) with ACPI HMAT: memory tiers, access0/access1,
+    # weighted-interleave weights (issue 11).
+    "qemu-x86_64-hmat-tiers": ("x86_64-6.12", "hmat-tiers"),
 }
 
 # Node memory as the kernel reports it must be at most what QEMU gave the node
@@ -75,7 +78,22 @@ TAR_END = "@@FIXTURE TAR END@@"
 
 # Runs in the guest after gather.py: the folder as tar.gz, base64, between markers.
 PACK_PY = r'''
-import base64, io, sys, tarfile, zlib
+import base64, glob, io, os, sys, tarfile, zlib
+# Tiered-memory files (issue 11), saved here too in case tools/gather.py does not
+# yet: tier node lists and the HMAT access classes. The initiators/nodeN entries
+# are symlinks in sysfs; saved as empty files (the name is what a reader uses).
+for pat in ("/sys/devices/virtual/memory_tiering/memory_tier*/nodelist",
+            "/sys/devices/system/node/node*/access[01]/initiators/*",
+            "/sys/kernel/mm/mempolicy/weighted_interleave/*"):
+    for src in glob.glob(pat):
+        dst = os.path.join(sys.argv[1], "root", src.lstrip("/"))
+        if os.path.exists(dst):
+            continue
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        with open(dst, "wb") as out:
+            if not os.path.islink(src):
+                with open(src, "rb") as fh:
+                    out.write(fh.read())
 buf = io.BytesIO()
 with tarfile.open(fileobj=buf, mode="w:gz") as tar:
     tar.add(sys.argv[1], arcname="fixture")
@@ -311,6 +329,7 @@ def oracle(arch: str, topology: str, root: str) -> Tuple[dict, List[str]]:
             notes.append("QEMU had no -numa but the tree has sys/devices/system/node")
     allowed_cpus = _status(root, "Cpus_allowed_list")
     allowed_mems = _status(root, "Mems_allowed_list")
+    tiers, access, weights = _tier_oracle(topo, root, ids, notes)
     nb = _read(root, "proc/sys/kernel/numa_balancing")
     thp = re.search(r"\[(\w+)\]", _read(root, "sys/kernel/mm/transparent_hugepage/enabled") or "")
     exp = {
@@ -327,7 +346,59 @@ def oracle(arch: str, topology: str, root: str) -> Tuple[dict, List[str]]:
         "numa_balancing": _int(nb),
         "thp": thp.group(1) if thp else None,
     }
+    if TIER_KEYS:
+        for node in nodes:
+            node["tier"] = next((t for t, v in tiers.items() if node["id"] in v), None)
+            node["access"] = access.get(str(node["id"]))
+        exp["memory_tiers"] = {str(t): v for t, v in sorted(tiers.items())}
+        exp["interleave_weights"] = weights
     return exp, notes
+
+
+# expected.json carries the tier keys (per node "tier" and "access", top-level
+# "memory_tiers" and "interleave_weights") only once numa_utils' topology JSON has
+# them (issue 11 lands separately; tests/test_topology.py compares the whole dict).
+TIER_KEYS = False
+
+
+def _tier_keys_known() -> bool:
+    sys.path.insert(0, REPO)
+    import numa_utils as nu
+    return "memory_tiers" in nu.to_json(nu.read_topology(backend=nu.LinuxBackend(
+        os.path.join(FIXTURES_DIR, "no-node-dir", "root"))))
+
+
+def _tier_oracle(topo: dict, root: str, ids: List[int], notes: List[str]):
+    """Memory tiers, HMAT access class 0 and interleave weights. What the kernel had to
+    do comes from the QEMU definition (tier grouping fastest first, access figures);
+    the tier ids, which the kernel computes, and the weights from the tree."""
+    tiers: Dict[int, List[int]] = {}
+    tdir = os.path.join(root, "sys/devices/virtual/memory_tiering")
+    for name in sorted(os.listdir(tdir)) if os.path.isdir(tdir) else []:
+        m = re.fullmatch(r"memory_tier(\d+)", name)
+        if m:
+            tiers[int(m.group(1))] = _list(_read(root, f"sys/devices/virtual/memory_tiering/"
+                                                       f"{name}/nodelist"))
+    if topo.get("tiers") is not None and tiers:
+        got = [tiers[t] for t in sorted(tiers)]
+        if got != topo["tiers"]:
+            notes.append(f"memory tiers {tiers}, QEMU definition says {topo['tiers']}")
+    access = {str(n): v for n, v in (topo.get("access") or {}).items()}
+    for n in ids:
+        present = os.path.isdir(os.path.join(
+            root, f"sys/devices/system/node/node{n}/access0/initiators"))
+        if present != (str(n) in access):
+            notes.append(f"node{n}/access0 {'present' if present else 'absent'}, "
+                         f"QEMU definition {'has' if str(n) in access else 'has no'} HMAT")
+    wdir = os.path.join(root, "sys/kernel/mm/mempolicy/weighted_interleave")
+    weights = None
+    if os.path.isdir(wdir):
+        weights = {}
+        for name in sorted(os.listdir(wdir), key=lambda x: int(x[4:]) if x[4:].isdigit() else 0):
+            if re.fullmatch(r"node\d+", name):
+                weights[name[4:]] = _int(_read(root, f"sys/kernel/mm/mempolicy/"
+                                                     f"weighted_interleave/{name}"))
+    return tiers, access, weights
 
 
 def diff(want, got, path="") -> List[str]:
@@ -412,6 +483,11 @@ def _observations(arch: str, topology: str, root: str, exp: dict) -> List[str]:
         devs.append(f"{addr} {_read(root, r + '/vendor')}:{_read(root, r + '/device')} "
                     f"class {_read(root, r + '/class')} numa_node {_read(root, r + '/numa_node')}")
     out.append("PCI: " + ("; ".join(devs) if devs else "none") + f"; GPUs: {len(exp['gpus'])}")
+    tiers, _, weights = _tier_oracle(topo, root, [n["id"] for n in exp["nodes"]], [])
+    acc = {n["id"]: _read(root, f"sys/devices/system/node/node{n['id']}/access0/initiators/"
+                                "read_bandwidth") for n in exp["nodes"]}
+    out.append(f"memory tiers (tier id: nodes): {tiers or 'none'}; access0 read_bandwidth "
+               f"(MB/s) per node: {acc}; weighted_interleave weights: {weights}")
     out.append(f"numa_balancing {exp['numa_balancing']} (the guest's /init writes 0 when "
                f"the file exists), thp {exp['thp']}")
     return out
@@ -427,17 +503,22 @@ def source_md(name: str, arch: str, topology: str, gathered_md: str, root: str,
     pkg = manifest.get("kernel_package", "?")
     version = manifest.get("packages", {}).get(pkg, "?")
     topo = vmrun.TOPOLOGIES[topology]
+    suite = build.IMAGES[arch]["suite"]
+    debian, py = {"bookworm": 12, "trixie": 13}.get(suite, suite), build.SUITES[suite]
     desc = []
     for nid, node in topo["nodes"].items():
         desc.append(f"node {nid}: CPUs {node['cpus'] or 'none'}, {node['mem_mb']} MiB")
     lines = [gathered_md.rstrip(), "", "## How this fixture was made", "",
              f"Written by `python3 vm/gather_fixtures.py {name}` on "
-             f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}: a real Debian 12 "
-             f"kernel, package `{pkg}` version `{version}` (Debian's apt repositories, "
-             "cached by `vm/build.py`), booted under QEMU TCG by `vm/run.py` "
-             f"(arch `{arch}`, topology `{topology}`), with python3.11-minimal + stdlib "
+             f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}: a real Debian "
+             f"{debian} kernel, package `{pkg}` version `{version}` (Debian's apt "
+             "repositories, cached by `vm/build.py`), booted under QEMU TCG by `vm/run.py` "
+             f"(image `{arch}`, topology `{topology}`), with python{py}-minimal + stdlib "
              "only, running `python3 tools/gather.py`; the folder came back over the "
-             "console as a tar.gz in base64. Files under `root/` are unedited.", "",
+             "console as a tar.gz in base64. Files under `root/` are unedited, except that "
+             "the memory tier lists, `nodeN/access0|1/initiators/*` and the weighted "
+             "interleave weights are saved by `vm/gather_fixtures.py` where gather.py did "
+             "not (the `initiators/nodeM` symlinks as empty files).", "",
              "Topology QEMU was given (`vm/run.py` TOPOLOGIES): " + "; ".join(desc)
              + ("; no `-numa` options" if not topo["numa"] else
                 f"; distances {topo['distances']}"), "",
@@ -521,6 +602,8 @@ def main(argv=None) -> int:
     ap.add_argument("-j", "--jobs", type=int, default=2, help="guests at a time")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per guest")
     args = ap.parse_args(argv)
+    global TIER_KEYS
+    TIER_KEYS = _tier_keys_known()
     if args.list:
         for name, (arch, topo) in FIXTURES.items():
             qargs = shlex.join(vmrun.qemu_topology_args(vmrun.TOPOLOGIES[topo]))
