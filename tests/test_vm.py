@@ -145,6 +145,22 @@ SIM_FIXTURES = sorted(p.name for p in FIXTURES_DIR.iterdir()
 SIM_ARCHES = ("x86_64", "aarch64", "ppc64le")
 
 
+# What nodes=None calls use where that is not every memory node in the cpuset (issue
+# 11, the rule of default_memory_nodes): GPU HBM and movable-only nodes, and CPU-less
+# nodes farther from every CPU node than the CPU nodes are from each other, stay out.
+DEFAULT_MEMORY_NODES = {
+    "cxl-memory-node": [0, 1],          # node 2: movable-only CXL expander, tier 22
+    "gh200": [0],                       # node 1: the H100's HBM
+    "sparse-ids": [0, 8],               # 250-255: the V100s' movable-only HBM
+    "qemu-x86_64-memory-only": [0, 1],  # node 2: CPU-less at 30/40 > 20
+    "qemu-ppc64le-memory-only": [0, 1],
+    "xeon-max-hbm-flat": [0, 1],        # nodes 2-3: HBM in the faster tier 3, opt-in
+}
+
+
+DEFAULT_MEMORY_NODES["qemu-x86_64-hmat-tiers"] = [0, 1]   # node 2: HMAT tier 54
+
+
 def expect_from_fixture(name, arch):
     """The same expectation dict vm/run.py writes for a guest, from expected.json."""
     with open(FIXTURES_DIR / name / "expected.json") as fh:
@@ -170,6 +186,7 @@ def expect_from_fixture(name, arch):
         "cpus": len(exp.get("cpus", {})),
         "allowed_mems": sorted(exp["allowed_mems"]),
         "cgroup_mems": None,
+        "default_memory_nodes": DEFAULT_MEMORY_NODES.get(name),
     }
 
 

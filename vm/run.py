@@ -80,7 +80,7 @@ def _topology(nodes, distances=None, *, cgroup_mems=None, numa=True) -> dict:
 
 
 def _hmat_topology(nodes, distances, initiator_of, lb, *, local, remote, tiers,
-                   default_nodes) -> dict:
+                   default_memory_nodes) -> dict:
     """A topology with ACPI HMAT (`-machine pc,hmat=on`): initiator_of gives each
     CPU-less node the initiator QEMU needs; lb[(i, t)] = (latency ns, bandwidth GB/s)
     for CPU node i and target t, else local/remote. What the guest must read back:
@@ -101,7 +101,7 @@ def _hmat_topology(nodes, distances, initiator_of, lb, *, local, remote, tiers,
                           "read_bandwidth_mbps": bw * 1024, "write_bandwidth_mbps": bw * 1024}
     topo.update(hmat={"initiator_of": {str(k): v for k, v in initiator_of.items()},
                       "lb": table},
-                access=access, tiers=tiers, default_nodes=default_nodes)
+                access=access, tiers=tiers, default_memory_nodes=default_memory_nodes)
     return topo
 
 
@@ -114,7 +114,7 @@ TOPOLOGIES = {
                                   {(0, 1): 20, (0, 2): 30, (1, 2): 40}),
                         # CPU-less and farther than the remote DRAM node (issue 11):
                         # not a nodes=None node.
-                        default_nodes=[0, 1]),
+                        default_memory_nodes=[0, 1]),
     # One node per CPU plus 64 memory-only nodes: node masks wider than one
     # 64-bit word. x86_64 only (Debian's arm64 kernel allows 16 nodes).
     "many-66": _topology([([0], 256), ([1], 256)] + [([], 32)] * 64),
@@ -125,7 +125,7 @@ TOPOLOGIES = {
     "hmat-tiers": _hmat_topology(
         [([0], 512), ([1], 512), ([], 512)], {(0, 1): 20, (0, 2): 30, (1, 2): 30},
         {2: 0}, {(0, 2): (300, 50), (1, 2): (300, 50)},
-        local=(100, 200), remote=(200, 100), tiers=[[0, 1], [2]], default_nodes=[0, 1]),
+        local=(100, 200), remote=(200, 100), tiers=[[0, 1], [2]], default_memory_nodes=[0, 1]),
 }
 
 # Which topologies each guest image (vm/build.py IMAGES) can boot.
