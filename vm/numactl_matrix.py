@@ -7,8 +7,9 @@ numactl_matrix.txt, run
 
 and print one ``NUMACTL {json}`` line per command line: both exit statuses, both
 outputs and whether they match (exit status and stdout, with the next-interleave
-node masked; --hardware also with the free-memory figures masked; for file= lines
-also the policy and per-node pages of the file's numa_maps line). stderr is recorded,
+node masked; --hardware also with the free-memory figures masked and blanks
+collapsed; for file= lines also the policy and per-node pages of the file's
+numa_maps line). stderr is recorded,
 not compared (messages may be worded differently). When numa_utils has no
 ``numactl`` subcommand one ``NUMACTL {"skip": reason}`` line is printed instead.
 NUMACTL_MATRIX_SELFTEST=1 compares numactl with itself (every line must match: a
@@ -106,7 +107,10 @@ def mask(text, hardware):
     interleave node, a per-task counter advanced by every page the parent allocated
     between set_mempolicy and exec (numactl against itself differs there too)."""
     if hardware:
+        # Free memory moves; the distance table's column widths differ between
+        # numactl 2.0.16 and 2.0.19 (numa_utils prints 2.0.19's): compare its fields.
         text = re.sub(r"^(node \d+ free:) \d+ MB$", r"\1 * MB", text, flags=re.M)
+        text = re.sub(r"[ \t]+", " ", text)
     text = re.sub(r"^(preferred node:) \d+ (\(interleave next\))$", r"\1 * \2", text,
                   flags=re.M)
     return re.sub(r"^(interleavenode:) \d+$", r"\1 *", text, flags=re.M)
@@ -156,17 +160,19 @@ def main(argv):
         py_compile.compile("/vmtest/numa_utils.py", doraise=True)
     except (OSError, py_compile.PyCompileError) as exc:
         print(f"NUMACTL_NOTE cannot precompile numa_utils: {exc}")
-    probe = subprocess.run(nu_cmd + ["--help"], stdout=subprocess.PIPE,
+    # numa_utils without the subcommand: argparse's "invalid choice", exit 2. (Its
+    # --help exits 1 as numactl's does: an unrecognized option.)
+    probe = subprocess.run(nu_cmd + ["--show"], stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)
     if nu_cmd == ["numactl"]:
         probe.returncode = 0
     version = numactl_version()
     print("NUMACTL_NOTE numactl " + ".".join(map(str, version)) + " (2.0.0: no --version, "
-          "older than 2.0.19); numa_utils numactl --help exit " + str(probe.returncode),
+          "older than 2.0.19); numa_utils numactl --show exit " + str(probe.returncode),
           flush=True)
     if probe.returncode != 0:
         reason = ("numa_utils has no `numactl` subcommand yet (python3 -m numa_utils "
-                  f"numactl --help exits {probe.returncode}: {probe.stdout.strip()[-200:]})")
+                  f"numactl --show exits {probe.returncode}: {probe.stdout.strip()[-200:]})")
         print("NUMACTL " + json.dumps({"skip": reason}), flush=True)
         return 0
     lines = parse(data)
