@@ -84,8 +84,9 @@ _VARS = (
     EnvVar("NUMA_STRICT", "bool", False,
            "Raise instead of falling back when a NUMA policy or binding cannot be applied."),
     EnvVar("NUMA_NODES", "nodes", None,
-           "Memory nodes to use, in cpulist format (`0-1,4`); unset means every "
-           "memory node this process is allowed."),
+           "Memory nodes to use, in cpulist format (`0-1,4`); unset means "
+           "default_memory_nodes(): the allowed nodes of the CPUs' DRAM tier, without "
+           "GPU memory, CXL or other slower memory."),
     EnvVar("NUMA_PREFAULT_THREADS", "int", None,
            "Threads that prefault interleaved regions; unset means one per allowed CPU.",
            minimum=1),

@@ -13,7 +13,7 @@ Usage::
     print(topo.nodes_with_memory, topo.node_of_cpu(0))
 
     buf = bytearray(1 << 30)                  # or mmap, numpy array, torch tensor
-    res = nu.interleave(buf)                  # over every node this process may use
+    res = nu.interleave(buf)                  # over default_memory_nodes(): DRAM tier
     if not res:                               # a value, not an exception:
         print("first-touch:", res.reason)     #   "single memory node", "EPERM", ...
     nu.prefault(buf)                          # pages land under the policy
@@ -98,12 +98,15 @@ __all__ = [
     "default_backend",
     # topology
     "Topology", "Node", "Cpu", "PciDevice", "HugePages", "read_topology", "to_json",
+    "MemoryAccess", "default_memory_nodes", "memory_node_choice", "MemoryNodeChoice",
     # memory policy: raw syscalls
     "Mode", "ModeFlag", "MbindFlag", "GetFlag", "NodeMask",
     "mbind", "set_mempolicy", "get_mempolicy", "move_pages", "migrate_pages",
     "set_mempolicy_home_node",
     # memory policy: safe layer
     "PolicyResult", "PolicyInfo", "buffer_range", "interleave", "bind", "prefer",
+    "weighted_interleave", "interleave_weights", "set_interleave_weights",
+    "suggest_weights",
     "set_local", "apply_policy", "thread_policy", "set_thread_policy", "get_policy",
     "node_of",
     # shared memory, prefault, placement
@@ -421,6 +424,10 @@ class Backend:
     def sched_setaffinity(self, pid: int, cpus: Iterable[int]) -> None:
         raise NotImplementedError
 
+    def write_text(self, path: str, text: str) -> None:
+        """Write a sysfs/procfs file (the weighted-interleave weights)."""
+        raise NotImplementedError
+
     def touch(self, addr: int, length: int) -> None:
         """Write one byte per page of [addr, addr+length): a first touch."""
         raise NotImplementedError
@@ -578,6 +585,11 @@ class LinuxBackend(Backend):
         self._refuse("sched_setaffinity")
         os.sched_setaffinity(pid, set(cpus))
 
+    def write_text(self, path: str, text: str) -> None:
+        self._refuse(f"write {path}")
+        with open(self._path(path), "w") as fh:
+            fh.write(text)
+
     def touch(self, addr: int, length: int) -> None:
         self._refuse("touch")
         _touch_iov(addr, length, self.page_size)
@@ -716,6 +728,25 @@ class HugePages(_Record):
     surplus: int = 0
 
 
+class MemoryAccess(_Record):
+    """HMAT figures of a memory node as the kernel reports them for access class 0
+    (nodeN/access0/initiators/, Documentation/admin-guide/mm/numaperf.rst): from the
+    best initiators, which are listed; None where a file is missing."""
+
+    read_bandwidth_mbps: Optional[int]
+    write_bandwidth_mbps: Optional[int]
+    read_latency_ns: Optional[int]
+    write_latency_ns: Optional[int]
+    initiators: FrozenSet[int]
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"read_bandwidth_mbps": self.read_bandwidth_mbps,
+                "write_bandwidth_mbps": self.write_bandwidth_mbps,
+                "read_latency_ns": self.read_latency_ns,
+                "write_latency_ns": self.write_latency_ns,
+                "initiators": sorted(self.initiators)}
+
+
 class Node(_Record):
     id: int
     cpus: FrozenSet[int]
@@ -723,6 +754,11 @@ class Node(_Record):
     mem_free_kb: int
     distances: Mapping[int, int]
     hugepages: Mapping[int, HugePages]    # page size in kB -> counts
+    tier: Optional[int] = None            # memory_tierN (lower is faster); None: no tiers
+    access: Optional[MemoryAccess] = None     # HMAT access class 0; None: no HMAT
+    has_normal_memory: Optional[bool] = None  # False: ZONE_MOVABLE only; None: unknown
+    kind: str = ""                        # "dram" | "cpu-less" | "gpu" | "movable-only"
+    kind_evidence: str = ""               #   | "no-memory"; and what says so
 
 
 class Cpu(_Record):
@@ -763,6 +799,9 @@ class Topology(_Record):
     thp: Optional[str]
     problems: Tuple[str, ...] = ()   # what could not be read, as warnings
     has_node_dir: bool = True
+    memory_tiers: Mapping[int, FrozenSet[int]] = MappingProxyType({})   # tier -> nodes
+    interleave_weights: Optional[Mapping[int, int]] = None   # None: kernel < 6.9
+    interleave_auto: Optional[bool] = None    # weights derived from HMAT (6.16+)
 
     def node_of_cpu(self, cpu: int) -> Optional[int]:
         c = self.cpus.get(cpu)
@@ -957,6 +996,64 @@ def _read_gpus(r: _Reader) -> Tuple[PciDevice, ...]:
     return tuple(out)
 
 
+_TIER_DIR = "/sys/devices/virtual/memory_tiering"     # Linux 6.1+, mm/memory-tiers.c
+_WI_DIR = "/sys/kernel/mm/mempolicy/weighted_interleave"   # Linux 6.9+
+
+
+def _read_access(r: _Reader, n: int) -> Optional[MemoryAccess]:
+    d = f"{_NODE_DIR}/node{n}/access0/initiators"
+    names = r.listdir(d)
+    if not names:
+        return None
+    inits = frozenset(int(x[4:]) for x in names if x.startswith("node") and x[4:].isdigit())
+    bw_r, bw_w, lat_r, lat_w = (r.integer(f"{d}/{f}") for f in (
+        "read_bandwidth", "write_bandwidth", "read_latency", "write_latency"))
+    return MemoryAccess(bw_r, bw_w, lat_r, lat_w, inits)
+
+
+def _read_tiers(r: _Reader) -> Dict[int, FrozenSet[int]]:
+    tiers: Dict[int, FrozenSet[int]] = {}
+    for name in r.listdir(_TIER_DIR):
+        if name.startswith("memory_tier") and name[11:].isdigit():
+            nodes = r.parsed(f"{_TIER_DIR}/{name}/nodelist", parse_cpulist)
+            if nodes:
+                tiers[int(name[11:])] = nodes
+    return tiers
+
+
+def _read_weights(r: _Reader) -> Tuple[Optional[Dict[int, int]], Optional[bool]]:
+    """({node: weight} or None without weighted interleave, auto mode or None)."""
+    if not r.b.exists(_WI_DIR):
+        return None, None
+    weights: Dict[int, int] = {}
+    auto = None
+    for name in sorted(r.listdir(_WI_DIR)):
+        if name.startswith("node") and name[4:].isdigit():
+            w = r.integer(f"{_WI_DIR}/{name}")
+            if w is not None:
+                weights[int(name[4:])] = w
+        elif name == "auto":
+            t = (r.text(f"{_WI_DIR}/auto") or "").strip().lower()
+            if t in ("1", "y", "true", "0", "n", "false"):
+                auto = t in ("1", "y", "true")
+            else:
+                r.problems.append(f"{_WI_DIR}/auto: unexpected value {t!r}")
+    return weights, auto
+
+
+def _node_kind(n: Node, with_mem: FrozenSet[int], normal: Optional[FrozenSet[int]]
+               ) -> Tuple[str, str]:
+    """(kind, evidence) from sysfs alone; GPU memory is told apart afterwards."""
+    if n.id not in with_mem:
+        return "no-memory", "not in has_memory"
+    if normal is not None and n.id not in normal:
+        return "movable-only", ("memory only in ZONE_MOVABLE (not in has_normal_memory)"
+                                + ("" if n.cpus else "; no CPUs"))
+    if n.cpus:
+        return "dram", f"CPUs {format_cpulist(n.cpus)} and normal memory"
+    return "cpu-less", "memory but no CPUs"
+
+
 def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     """Read NUMA topology from sysfs/procfs through ``backend`` (default: this system).
 
@@ -1035,6 +1132,19 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
         allowed_cpus = online_cpus
     if allowed_mems is None:
         allowed_mems = frozenset(with_mem)
+    # Memory tiers, HMAT and weighted interleave (issue 11).
+    tiers = _read_tiers(r) if has_node_dir else {}
+    tier_of = {m: t for t, ns in sorted(tiers.items(), reverse=True) for m in ns}
+    normal = r.parsed(f"{_NODE_DIR}/has_normal_memory", parse_cpulist) \
+        if has_node_dir else None
+    for n, nd in nodes.items():
+        nd = nd._replace(tier=tier_of.get(n),
+                         access=_read_access(r, n) if has_node_dir and n in with_mem
+                         else None,
+                         has_normal_memory=None if normal is None else n in normal)
+        kind, why = _node_kind(nd, frozenset(with_mem), normal)
+        nodes[n] = nd._replace(kind=kind, kind_evidence=why)
+    weights, auto = _read_weights(r)
     nb = r.integer("/proc/sys/kernel/numa_balancing")
     thp = None
     thp_text = r.text("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -1044,7 +1154,7 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
             thp = m.group(1)
         else:
             r.problems.append(f"no [selected] THP mode in {thp_text.strip()!r}")
-    return Topology(
+    topo = Topology(
         nodes=MappingProxyType(nodes),
         online_nodes=frozenset(online), possible_nodes=frozenset(possible),
         nodes_with_cpus=frozenset(with_cpus), nodes_with_memory=frozenset(with_mem),
@@ -1052,7 +1162,122 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
         allowed_cpus=frozenset(allowed_cpus), allowed_mems=frozenset(allowed_mems),
         gpus=_read_gpus(r), numa_balancing=nb, thp=thp,
         problems=tuple(r.problems), has_node_dir=has_node_dir,
+        memory_tiers=MappingProxyType(tiers),
+        interleave_weights=None if weights is None else MappingProxyType(weights),
+        interleave_auto=auto,
     )
+    # GPU memory onlined as a node: CPU-less memory nodes the GPU section attributes
+    # to a GPU (NVML or the NVIDIA driver's /proc entries; never by shape alone).
+    if topo.nodes_with_memory - topo.nodes_with_cpus and \
+            any(g.vendor_name == "nvidia" for g in topo.gpus):
+        gnodes = dict(topo.nodes)
+        for g in _gpu_infos(topo, b):
+            for gm in g.memory_nodes:
+                if gm in gnodes:
+                    gnodes[gm] = gnodes[gm]._replace(
+                        kind="gpu", kind_evidence=f"memory of GPU {g.pci} "
+                        f"({g.memory_source}); {gnodes[gm].kind_evidence}")
+        topo = topo._replace(nodes=MappingProxyType(gnodes))
+    return topo
+
+
+# ---------------------------------------------------------------------------
+# The default memory nodes (issue 11): where a KV cache and every ``nodes=None``
+# call go.  Memory tiers (mm/memory-tiers.c: a lower tier id is faster; DRAM is tier
+# 4) and HMAT drive the kernel's own demotion; we follow them, and without them fall
+# back to evidence that has no false positives on plain machines.
+# ---------------------------------------------------------------------------
+
+class MemoryNodeChoice(_Record):
+    """The nodes default_memory_nodes() chose, those it left out (node -> why) and
+    what the choice rests on ("memory tiers", "distances (no tier or HMAT data)" ...)."""
+
+    nodes: FrozenSet[int]
+    left_out: Mapping[int, str]
+    basis: str
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"nodes": sorted(self.nodes), "basis": self.basis,
+                "left_out": {str(k): v for k, v in sorted(self.left_out.items())}}
+
+
+def memory_node_choice(topology: Optional[Topology] = None, *,
+                       backend: Optional[Backend] = None) -> MemoryNodeChoice:
+    """default_memory_nodes() with the reasons.  The rule, in order (a step never
+    leaves nothing): nodes with memory inside this process's cpuset; not GPU memory
+    (it is the GPU's own HBM); not movable-only memory (no normal memory: CXL
+    expanders, GPU memory); then, when the kernel's memory tiers tell nodes apart,
+    only the tier of the CPUs' own DRAM: slower tiers (CXL, far memory) and faster
+    CPU-less tiers (HBM in flat mode: small, for explicit use) are left out.  Without
+    tier data, a CPU-less node with no HMAT figures is left out when it is farther
+    from every CPU node than the CPU nodes are from each other."""
+    t = topology if topology is not None else read_topology(backend=backend)
+    mem = t.nodes_with_memory
+    cands = set(t.usable_memory_nodes)
+    left: Dict[int, str] = {}
+    basis = ["nodes with memory in the cpuset"]
+    for n in sorted(mem - cands):
+        left[n] = ("outside this process's cpuset (Mems_allowed_list "
+                   f"{format_cpulist(t.allowed_mems)})")
+
+    def drop(ns: Iterable[int], why: Callable[[Node], str]) -> bool:
+        out = set(ns) & cands
+        if not out or not cands - out:
+            return False
+        for n in sorted(out):
+            left[n] = why(t.nodes[n])
+            cands.discard(n)
+        return True
+
+    nodes = {n: t.nodes[n] for n in cands if n in t.nodes}
+    if drop((n for n, v in nodes.items() if v.kind == "gpu"),
+            lambda v: f"GPU memory ({v.kind_evidence.split(';')[0]}): host buffers "
+                      "there take the GPU's own HBM"):
+        basis.append("GPU memory nodes")
+    if drop((n for n, v in nodes.items() if v.has_normal_memory is False),
+            lambda v: "movable-only memory (not in has_normal_memory; CXL expanders "
+                      "and GPU memory come up this way)"):
+        basis.append("has_normal_memory")
+    tiers = {n: t.nodes[n].tier for n in cands}
+    known_tiers = {n: v for n, v in tiers.items() if v is not None}
+    with_cpus = cands & t.nodes_with_cpus
+    if len(known_tiers) == len(tiers) and len(set(known_tiers.values())) > 1:
+        basis.append("memory tiers")
+        ref = min(known_tiers[n] for n in (with_cpus or cands))
+        drop((n for n in list(cands) if known_tiers[n] > ref),
+             lambda v: f"slower memory tier {v.tier} (the default uses tier {ref}, the "
+                       "CPUs' DRAM)")
+        drop((n for n in list(cands)
+              if known_tiers[n] < ref and n not in t.nodes_with_cpus),
+             lambda v: f"faster CPU-less tier {v.tier} (HBM-like and small: for "
+                       f"explicit use; the default uses tier {ref}, the CPUs' DRAM)")
+    else:
+        cpu_nodes = sorted(with_cpus or (t.nodes_with_cpus & set(t.nodes)))
+        pairs = [t.distance(a, b) for a in cpu_nodes for b in cpu_nodes if a != b] or \
+            [t.distance(a, a) for a in cpu_nodes]
+        known = [d for d in pairs if d is not None]
+        if cpu_nodes and known:
+            remote = max(known)
+            far: Dict[int, int] = {}
+            for m in cands - t.nodes_with_cpus:
+                ds = [t.distance(c, m) for c in cpu_nodes]
+                dk = [d for d in ds if d is not None]
+                if t.nodes[m].access is None and len(dk) == len(ds) and min(dk) > remote:
+                    far[m] = min(dk)
+            if drop(far, lambda v: f"CPU-less and far (distance {far[v.id]} from the "
+                                   f"nearest CPU node, > {remote} between CPU nodes); "
+                                   "no tier or HMAT data to say it is fast"):
+                basis.append("distances (no tier or HMAT data)")
+    return MemoryNodeChoice(frozenset(cands), MappingProxyType(left), ", ".join(basis))
+
+
+def default_memory_nodes(topology: Optional[Topology] = None, *,
+                         backend: Optional[Backend] = None) -> FrozenSet[int]:
+    """The nodes a KV cache, and every ``nodes=None`` call (interleave, bind,
+    SharedRegion.create, plans, choose_node), uses: the CPUs' DRAM tier, within the
+    cpuset, never GPU memory or a slower tier.  memory_node_choice() says what it
+    left out and why; pass ``nodes=[...]`` (or NUMA_NODES) to use other nodes."""
+    return memory_node_choice(topology, backend=backend).nodes
 
 
 # ---------------------------------------------------------------------------
@@ -1069,6 +1294,9 @@ def _topology_json(t: Topology) -> Dict[str, Any]:
             "distances": {str(k): v for k, v in sorted(n.distances.items())},
             "hugepages": {str(k): {"total": h.total, "free": h.free, "surplus": h.surplus}
                           for k, h in sorted(n.hugepages.items())},
+            "tier": n.tier, "access": n.access.to_json() if n.access else None,
+            "has_normal_memory": n.has_normal_memory, "kind": n.kind,
+            "kind_evidence": n.kind_evidence,
         } for n in (t.nodes[i] for i in sorted(t.nodes))],
         "online_nodes": ids(t.online_nodes), "possible_nodes": ids(t.possible_nodes),
         "nodes_with_cpus": ids(t.nodes_with_cpus),
@@ -1081,6 +1309,10 @@ def _topology_json(t: Topology) -> Dict[str, Any]:
         "allowed_cpus": ids(t.allowed_cpus), "allowed_mems": ids(t.allowed_mems),
         "gpus": [_pci_json(g) for g in t.gpus],
         "numa_balancing": t.numa_balancing, "thp": t.thp,
+        "memory_tiers": {str(k): ids(v) for k, v in sorted(t.memory_tiers.items())},
+        "interleave_weights": None if t.interleave_weights is None else
+        {str(k): v for k, v in sorted(t.interleave_weights.items())},
+        "interleave_auto": t.interleave_auto,
         "problems": list(t.problems),
     }
 
@@ -1547,6 +1779,10 @@ class _SimKernel:
         self.files: Dict[str, _SimFile] = {}
         self.next_attach = 0
         self.procs: List[Any] = []               # weakrefs to every process
+        # Weighted interleave (mm/mempolicy.c iw_table): supported?, weights, auto.
+        self.wi = topo.interleave_weights is not None
+        self.wi_weights: Dict[int, int] = dict(topo.interleave_weights or {})
+        self.wi_auto = topo.interleave_auto
         self.lock = threading.RLock()            # prefault threads fault concurrently
 
 
@@ -1572,6 +1808,7 @@ class SimulatedBackend(Backend):
                  cap_sys_nice: bool = True, numa: bool = True,
                  populate: bool = True, max_numnodes: Optional[int] = None,
                  uid: int = 1000, gid: int = 1000,
+                 weighted_interleave: Optional[bool] = None,
                  _kernel: Optional[_SimKernel] = None) -> None:
         self.root = os.path.abspath(root)
         self._files = LinuxBackend(self.root)
@@ -1585,6 +1822,12 @@ class SimulatedBackend(Backend):
                     self.abi.name, 1024)
             _kernel = _SimKernel(topo, self.page_size, free_kb, max_numnodes,
                                  numa and topo.has_node_dir)
+            # MPOL_WEIGHTED_INTERLEAVE is Linux 6.9+: a tree with its sysfs weights is
+            # such a kernel, unless the caller says otherwise.
+            if weighted_interleave is not None:
+                _kernel.wi = weighted_interleave
+                if weighted_interleave and not _kernel.wi_weights:
+                    _kernel.wi_weights = {n: 1 for n in topo.possible_nodes}
         self.kernel = _kernel
         topo = _kernel.topo
         self.pid = _kernel.next_pid
@@ -1602,6 +1845,7 @@ class SimulatedBackend(Backend):
         self.pages: Dict[int, int] = {}          # private: page address -> node
         self.thread_policy: Dict[int, _Pol] = {}
         self._il_prev: Dict[int, int] = {}
+        self._il_weight: Dict[int, int] = {}     # tid -> weight left at _il_prev
         self._numbers = {v: k for k, v in (self.abi.syscalls or {}).items()}
         self._pipe: Optional[Tuple[int, int]] = None
         self._keep: List[Any] = []
@@ -1668,11 +1912,74 @@ class SimulatedBackend(Backend):
             return self._render_status()
         if path == "/proc/sysvipc/shm":
             return self._render_sysvipc()
+        if path.startswith(_WI_DIR + "/"):
+            leaf = self._wi_leaf(path)
+            if leaf == "auto":
+                return "true\n" if self.kernel.wi_auto else "false\n"
+            return f"{self._il_w(int(leaf[4:]))}\n"
         return self._files.read_text(path)
+
+    def _wi_leaf(self, path: str) -> str:
+        """The weighted_interleave file ``path`` names; ENOENT when the simulated
+        kernel has no such file."""
+        leaf = path[len(_WI_DIR) + 1:]
+        k = self.kernel
+        if not k.wi or not ((leaf == "auto" and k.wi_auto is not None) or (
+                leaf.startswith("node") and leaf[4:].isdigit()
+                and int(leaf[4:]) in k.wi_weights)):
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+        return leaf
+
+    def write_text(self, path: str, text: str) -> None:
+        """The weighted-interleave weights (root only, 1-255, as sysfs node_store)."""
+        if not path.startswith(_WI_DIR + "/"):
+            raise _oserror(errno.EACCES, f"open {path}", "not modelled as writable")
+        leaf = self._wi_leaf(path)
+        if self.uid != 0:
+            raise _oserror(errno.EACCES, f"open {path}")
+        t = text.strip()
+        if leaf == "auto":
+            if t not in ("true", "false", "1", "0"):
+                raise _oserror(errno.EINVAL, f"write {path}")
+            self.kernel.wi_auto = t in ("true", "1")
+            return
+        if not t.isdigit() or not 1 <= int(t) <= 255:
+            raise _oserror(errno.EINVAL, f"write {path}", "weight must be 1-255")
+        self.kernel.wi_weights[int(leaf[4:])] = int(t)
+        if self.kernel.wi_auto is not None:
+            self.kernel.wi_auto = False      # writing a weight leaves auto mode (6.16)
+
+    def _il_w(self, node: int) -> int:
+        return self.kernel.wi_weights.get(node, 1)
+
+    def _wi_node(self, order: Sequence[int], ilx: Optional[int]) -> int:
+        """mm/mempolicy.c weighted_interleave_nid: the nodes in id order, each taking
+        ``weight`` consecutive indices of every sum(weights).  ``ilx=None`` is the
+        per-task counter (weighted_interleave_nodes: il_prev, il_weight)."""
+        if ilx is not None:
+            t = ilx % sum(self._il_w(n) for n in order)
+            for n in order:
+                if t < self._il_w(n):
+                    return n
+                t -= self._il_w(n)
+        tid = threading.get_ident()
+        prev = self._il_prev.get(tid, -1)
+        if not self._il_weight.get(tid) or prev not in order:
+            nxt = [n for n in order if n > prev]
+            prev = nxt[0] if nxt else order[0]
+            self._il_prev[tid] = prev
+            self._il_weight[tid] = self._il_w(prev)
+        self._il_weight[tid] -= 1
+        return prev
 
     def listdir(self, path: str) -> List[str]:
         if path.rstrip("/") == "/dev/shm":
             return sorted(self.kernel.files)
+        if path.rstrip("/") == _WI_DIR:
+            if not self.kernel.wi:
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+            return [f"node{n}" for n in sorted(self.kernel.wi_weights)] + \
+                (["auto"] if self.kernel.wi_auto is not None else [])
         return self._files.listdir(path)
 
     def exists(self, path: str) -> bool:
@@ -1680,6 +1987,10 @@ class SimulatedBackend(Backend):
             return self.kernel.numa
         if path.startswith("/dev/shm/"):
             return path[9:] in self.kernel.files
+        if path.rstrip("/") == _WI_DIR:
+            return self.kernel.wi
+        if path.startswith(_WI_DIR + "/"):
+            return self.read_optional(path) is not None
         return self._files.exists(path)
 
     def _render_status(self) -> str:
@@ -1767,7 +2078,8 @@ class SimulatedBackend(Backend):
     def _sanitize(self, mode: int) -> Tuple[int, int]:
         flags = mode & _MODE_FLAGS_MASK
         mode &= ~_MODE_FLAGS_MASK
-        if mode < 0 or mode >= 7:
+        if mode < 0 or mode >= 7 or (mode == Mode.WEIGHTED_INTERLEAVE
+                                     and not self.kernel.wi):
             raise _oserror(errno.EINVAL, "mempolicy", "invalid mode")
         if flags & ModeFlag.STATIC_NODES and flags & ModeFlag.RELATIVE_NODES:
             raise _oserror(errno.EINVAL, "mempolicy", "static and relative")
@@ -1890,6 +2202,11 @@ class SimulatedBackend(Backend):
                     prev = self._il_prev.get(tid, -1)
                     nxt = [n for n in order if n > prev]
                     value = nxt[0] if nxt else order[0]
+                elif pol is not None and pol.mode == Mode.WEIGHTED_INTERLEAVE:
+                    order = sorted(pol.nodes)
+                    prev = self._il_prev.get(tid, -1)
+                    nxt = [n for n in order if n > prev] or order
+                    value = prev if self._il_weight.get(tid) else nxt[0]
                 else:
                     raise _oserror(errno.EINVAL, "get_mempolicy", "MPOL_F_NODE")
             else:
@@ -2200,12 +2517,15 @@ class SimulatedBackend(Backend):
                 if pol.mode == Mode.INTERLEAVE:
                     if node != want[self._ilx(page) % len(want)]:
                         out.append(page)
+                elif pol.mode == Mode.WEIGHTED_INTERLEAVE:
+                    if node != self._wi_node(want, self._ilx(page)):
+                        out.append(page)
                 elif pol.mode in (Mode.BIND, Mode.PREFERRED, Mode.PREFERRED_MANY) \
                         and node not in pol.nodes:
                     out.append(page)
         return out
 
-    def _alloc(self, pol: Optional[_Pol], ilx: int) -> Optional[int]:
+    def _alloc(self, pol: Optional[_Pol], ilx: Optional[int]) -> Optional[int]:
         """The node a new page goes to (mm/mempolicy.c alloc_pages_mpol), or None (OOM)."""
         k = self.kernel
         topo = k.topo
@@ -2229,7 +2549,8 @@ class SimulatedBackend(Backend):
             return nearest_with_room(local, allowed)
         if pol.mode in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
             order = sorted(pol.nodes)
-            target = order[ilx % len(order)]
+            target = self._wi_node(order, ilx) if pol.mode == Mode.WEIGHTED_INTERLEAVE \
+                else order[(ilx or 0) % len(order)]
             return target if has_room(target) else nearest_with_room(target, allowed)
         if pol.mode == Mode.PREFERRED:
             target = min(pol.nodes)
@@ -2252,6 +2573,9 @@ class SimulatedBackend(Backend):
         for a, z, pol in self._pol_store(mp).pieces(base + i0, base + i1):
             il = sorted(pol.nodes) if pol is not None and pol.mode in (
                 Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE) else None
+            if il is not None and pol is not None and pol.mode == Mode.WEIGHTED_INTERLEAVE:
+                # One period of the weighted walk: node n repeated weight(n) times.
+                il = [n for n in il for _ in range(self._il_w(n))]
             cached: Optional[int] = None
             for key in range(a, z):
                 if nodes[key] < 0:
@@ -2739,6 +3063,8 @@ _HINTS = MappingProxyType({
     "disabled": "disabled by configuration",
     "EINVAL": "the kernel rejected the policy (EINVAL)",
     "no-memory-node": "the requested nodes have no memory or do not exist",
+    "no-weighted-interleave": "the kernel lacks MPOL_WEIGHTED_INTERLEAVE (Linux 6.9+); "
+                              "pass fallback='interleave' to accept a plain interleave",
 })
 
 
@@ -2799,10 +3125,12 @@ def _mode_of(mode: Union[str, int]) -> Mode:
     return Mode(int(mode) & ~_MODE_FLAGS_MASK)
 
 
-def _memory_nodes(b: Backend) -> Tuple[FrozenSet[int], FrozenSet[int]]:
-    """(nodes with memory, Mems_allowed) cheaply, without reading the whole topology."""
+def _memory_nodes(b: Backend) -> Tuple[FrozenSet[int], FrozenSet[int], FrozenSet[int]]:
+    """(nodes with memory, Mems_allowed, default_memory_nodes) cheaply: the whole
+    topology is read only when a memory node lacks CPUs or normal memory or the
+    kernel has several memory tiers (otherwise the default is every allowed node)."""
     if not b.exists(_NODE_DIR):
-        return frozenset({0}), frozenset({0})
+        return frozenset({0}), frozenset({0}), frozenset({0})
     mem = None
     t = b.read_optional(f"{_NODE_DIR}/has_memory")
     if t is not None:
@@ -2816,7 +3144,37 @@ def _memory_nodes(b: Backend) -> Tuple[FrozenSet[int], FrozenSet[int]]:
         _, allowed = _allowed_from_status(b)
     except ValueError:
         allowed = None
-    return mem, (allowed if allowed is not None else mem)
+    allowed = allowed if allowed is not None else mem
+    plain = True
+    texts = []
+    for name in ("has_cpu", "has_normal_memory"):
+        t = b.read_optional(f"{_NODE_DIR}/{name}")
+        texts.append(t)
+        try:
+            plain = plain and (t is None or mem <= parse_cpulist(t))
+        except ValueError:
+            plain = False
+    try:
+        tiers = tuple(sorted(x for x in b.listdir(_TIER_DIR) if x.startswith("memory_tier")))
+    except OSError:
+        tiers = ()
+    if plain and len(tiers) < 2:
+        return mem, allowed, (mem & allowed or mem)
+    # A tiered machine: the whole topology decides (~10 ms), once per distinct state
+    # of these files (an engine may interleave every layer of every request).
+    key = (type(b).__name__, b.root, mem, allowed, tuple(texts), tiers)
+    with _warned_lock:
+        default = _default_cache.get(key)
+    if default is None:
+        default = default_memory_nodes(backend=b)
+        with _warned_lock:
+            if len(_default_cache) > 64:
+                _default_cache.clear()
+            _default_cache[key] = default
+    return mem, allowed, default
+
+
+_default_cache: Dict[Tuple[Any, ...], FrozenSet[int]] = {}
 
 
 def _errno_reason(err: int) -> str:
@@ -2840,7 +3198,7 @@ def apply_policy(buf: Any = None, length: Optional[int] = None, *,
                  enabled: bool = True, page_size: Optional[int] = None,
                  backend: Optional[Backend] = None) -> PolicyResult:
     """Apply ``mode`` over ``nodes`` to ``buf`` (or, with ``buf=None``, to the calling
-    thread).  ``nodes=None``: every node with memory this process may use.
+    thread).  ``nodes=None``: default_memory_nodes() (the CPUs' DRAM tier in the cpuset).
 
     Returns a PolicyResult; on failure the memory stays usable under first-touch
     and the result says why.  ``strict=True`` raises OSError instead.
@@ -2855,8 +3213,8 @@ def apply_policy(buf: Any = None, length: Optional[int] = None, *,
         addr, n = buffer_range(buf, length)
         start, size = _page_range(addr, n, page_size or b.page_size)
     explicit = nodes is not None
-    mem, allowed = _memory_nodes(b)
-    want = frozenset(nodes) if nodes is not None else (mem & allowed or mem)
+    mem, allowed, default = _memory_nodes(b)
+    want = frozenset(nodes) if nodes is not None else default
     if explicit:
         for n in want:
             if not isinstance(n, int) or isinstance(n, bool) or n < 0:
@@ -2881,14 +3239,15 @@ def apply_policy(buf: Any = None, length: Optional[int] = None, *,
         forbidden = (want & mem) - allowed
         dropped = missing | forbidden
         if dropped and explicit and strict_:
-            raise OSError(errno.EINVAL, f"{what}: nodes {format_cpulist(dropped)} are "
-                          "not usable (no memory, or outside this process's cpuset: "
+            raise OSError(errno.EINVAL, f"{what}: {_nodes_txt(dropped)} not "
+                          "usable (no memory, or outside this process's cpuset: "
                           f"Mems_allowed_list {format_cpulist(allowed)})")
         want = want - dropped
         res = res._replace(nodes=want, dropped=dropped)
         if not want:
             return fail("cpuset" if forbidden else "no-memory-node", errno.EINVAL)
-        if not explicit and len(want) < 2 and m == Mode.INTERLEAVE:
+        if not explicit and len(want) < 2 and m in (Mode.INTERLEAVE,
+                                                    Mode.WEIGHTED_INTERLEAVE):
             return res._replace(reason="single-node", hint=_HINTS["single-node"])
         if m == Mode.PREFERRED and len(want) > 1:
             raise ValueError("preferred takes one node; use preferred_many for several")
@@ -2904,18 +3263,41 @@ def apply_policy(buf: Any = None, length: Optional[int] = None, *,
         return fail("not-live", e.errno)
     except OSError as e:
         err = e.errno or errno.EIO
+        if err == errno.EINVAL and m == Mode.WEIGHTED_INTERLEAVE:
+            # Before 6.9 mode 6 is an invalid mode: never a silent plain interleave.
+            return fail("no-weighted-interleave", err)
         return fail(_errno_reason(err), err)
     return res._replace(applied=True)
 
 
 def interleave(buf: Any, length: Optional[int] = None, nodes: Optional[Iterable[int]] = None,
                **kw: Any) -> PolicyResult:
-    """Interleave ``buf``'s pages over ``nodes`` (default: every usable memory node).
+    """Interleave ``buf``'s pages over ``nodes`` (default: default_memory_nodes()).
 
     Call before the pages are touched (then prefault): pages already present stay.
     On a machine with one usable memory node this is a no-op (reason "single-node").
     """
     return apply_policy(buf, length, mode=Mode.INTERLEAVE, nodes=nodes, **kw)
+
+
+def weighted_interleave(buf: Any, length: Optional[int] = None,
+                        nodes: Optional[Iterable[int]] = None, *,
+                        strict: Optional[bool] = None, fallback: Optional[str] = None,
+                        **kw: Any) -> PolicyResult:
+    """Interleave ``buf``'s pages over ``nodes`` in proportion to the kernel's global
+    weights (MPOL_WEIGHTED_INTERLEAVE, Linux 6.9+; see interleave_weights(),
+    set_interleave_weights(), suggest_weights()).  On an older kernel the result is
+    falsy with reason "no-weighted-interleave", unless ``fallback="interleave"``."""
+    if fallback not in (None, "interleave"):
+        raise ValueError(f"fallback must be None or 'interleave', not {fallback!r}")
+    res = apply_policy(buf, length, mode=Mode.WEIGHTED_INTERLEAVE, nodes=nodes,
+                       strict=strict and fallback is None, **kw)
+    if not res and fallback and res.reason == "no-weighted-interleave":
+        return apply_policy(buf, length, mode=Mode.INTERLEAVE, nodes=nodes, strict=strict,
+                            **kw)
+    if not res and strict and res.reason not in ("disabled", "single-node"):
+        return _fallback(res, True, "weighted_interleave policy")
+    return res
 
 
 def bind(buf: Any, nodes: Iterable[int], length: Optional[int] = None,
@@ -3001,6 +3383,63 @@ def node_of(buf: Any, *, backend: Optional[Backend] = None) -> Optional[int]:
             raise
     value, _ = get_mempolicy(page, GetFlag.NODE, backend=b)
     return value
+
+
+# -- weighted interleave weights (issue 11) -------------------------------------------
+# Global, not per call: /sys/kernel/mm/mempolicy/weighted_interleave/nodeN, 1-255.
+
+def interleave_weights(*, backend: Optional[Backend] = None) -> Optional[Dict[int, int]]:
+    """{node: weight} the kernel uses for weighted interleave; None on kernels without
+    it (before 6.9)."""
+    return _read_weights(_Reader(_b(backend)))[0]
+
+
+def set_interleave_weights(weights: Mapping[int, int], *,
+                           backend: Optional[Backend] = None) -> Dict[int, int]:
+    """Write the global weights (needs root; every process using weighted interleave
+    sees them).  Returns the previous weights of every node, so callers can restore.
+    Raises OSError: ENOTSUP without weighted interleave, EACCES without root, ENOENT
+    for a node the kernel has no weight for; ValueError for a weight outside 1-255."""
+    b = _b(backend)
+    before = interleave_weights(backend=b)
+    if before is None:
+        raise OSError(errno.ENOTSUP, "this kernel has no weighted interleave (Linux "
+                      f"6.9+: {_WI_DIR})")
+    for n, w in weights.items():
+        if isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= 255:
+            raise ValueError(f"interleave weight for node {n} must be 1-255, not {w!r}")
+        if n not in before:
+            raise OSError(errno.ENOENT, f"no weighted-interleave weight for node {n}",
+                          f"{_WI_DIR}/node{n}")
+    for n, w in sorted(weights.items()):
+        b.write_text(f"{_WI_DIR}/node{n}", f"{w}\n")
+    return before
+
+
+def suggest_weights(topology: Optional[Topology] = None, initiator: Optional[int] = None,
+                    *, backend: Optional[Backend] = None) -> Dict[int, int]:
+    """Weights from HMAT bandwidth the way the kernel's auto mode derives them
+    (mm/mempolicy.c reduce_interleave_weights): each node's min(read, write)
+    bandwidth scaled to 1..32 of the total, then divided by the weights' GCD.
+    ``initiator``: only nodes whose best initiators include it.  {} without HMAT."""
+    import math
+    t = topology if topology is not None else read_topology(backend=backend)
+    bw: Dict[int, int] = {}
+    for n in sorted(t.nodes_with_memory):
+        a = t.nodes[n].access if n in t.nodes else None
+        if a is None or (initiator is not None and initiator not in a.initiators):
+            continue
+        vals = [v for v in (a.read_bandwidth_mbps, a.write_bandwidth_mbps) if v]
+        if vals:
+            bw[n] = min(vals)
+    total = sum(bw.values())
+    if not total:
+        return {}
+    out = {n: max(32 * v // total, 1) for n, v in bw.items()}
+    g = 0
+    for w in out.values():
+        g = math.gcd(g, w)
+    return {n: w // g for n, w in out.items()}
 
 
 # ===========================================================================
@@ -3463,6 +3902,8 @@ def _print_maps(entries: Sequence[NumaMapsEntry], totals: Dict[int, int],
             else e.kind
         if e.huge:
             name += " [huge]"
+        if len(name) > 28:                  # keep the verdict column in line: the
+            name = "..." + name[-25:]       # end of a path says the most
         res = _fmt_kb(e.pages_total * e.page_size_kb)
         verdict = _verdict(e.bytes_per_node, e.mode) if e.pages else "nothing faulted in"
         out.append(f"  {e.start:>14x}  {res:>10}  {e.policy:<22}  {name:<28}  {verdict}")
@@ -3807,6 +4248,7 @@ _POLICY_WORDS = MappingProxyType({
     "interleave": Mode.INTERLEAVE, "bind": Mode.BIND, "prefer": Mode.PREFERRED,
     "preferred": Mode.PREFERRED, "local": Mode.LOCAL, "default": Mode.DEFAULT,
     "first-touch": Mode.DEFAULT, "none": Mode.DEFAULT,
+    "weighted-interleave": Mode.WEIGHTED_INTERLEAVE,
 })
 
 
@@ -3815,7 +4257,7 @@ def _region_policy(policy: Optional[str], nodes: Optional[Iterable[int]],
                                                     bool]:
     """(mode, nodes, strict, explicit) from the arguments and envs.py (if present):
     policy=None means interleave when ENABLE_NUMA_INTERLEAVE is set, else first-touch;
-    nodes=None means NUMA_NODES, else every usable node; strict=None: NUMA_STRICT."""
+    nodes=None means NUMA_NODES, else default_memory_nodes(); strict=None: NUMA_STRICT."""
     envs = _load_envs()
     explicit = policy is not None
     if policy is None:
@@ -3824,8 +4266,8 @@ def _region_policy(policy: Optional[str], nodes: Optional[Iterable[int]],
         mode = Mode.INTERLEAVE if on else Mode.DEFAULT
     else:
         if not isinstance(policy, str) or policy.lower() not in _POLICY_WORDS:
-            raise ValueError(f"unknown region policy {policy!r}; one of interleave, bind, "
-                             "prefer, local, default")
+            raise ValueError(f"unknown region policy {policy!r}; one of interleave, "
+                             "weighted-interleave, bind, prefer, local, default")
         mode = _POLICY_WORDS[policy.lower()]
     if nodes is None and envs is not None and hasattr(envs, "numa_nodes") and \
             mode not in (Mode.DEFAULT, Mode.LOCAL):
@@ -3846,7 +4288,7 @@ def _huge_size(hugepages: Union[bool, int, str, None], b: Backend,
     if hugepages in (None, False, 0, "off", ""):
         return 0
     topo = read_topology(backend=b)
-    targets = nodes if nodes else (topo.usable_memory_nodes or frozenset(topo.nodes))
+    targets = nodes if nodes else (default_memory_nodes(topo) or frozenset(topo.nodes))
     common: Optional[FrozenSet[int]] = None
     for n in targets:
         node = topo.nodes.get(n)
@@ -3856,8 +4298,8 @@ def _huge_size(hugepages: Union[bool, int, str, None], b: Backend,
     sizes_kb = common or frozenset()
     if hugepages is True:
         if not sizes_kb:
-            raise OSError(errno.ENOMEM, "no huge pages reserved on nodes "
-                          f"{format_cpulist(targets)}: reserve some (e.g. "
+            raise OSError(errno.ENOMEM, "no huge pages reserved on "
+                          f"{_nodes_txt(targets)}: reserve some (e.g. "
                           "nodeN/hugepages/hugepages-2048kB/nr_hugepages) or use "
                           "hugepages=False")
         kb = 2048 if 2048 in sizes_kb else min(sizes_kb)
@@ -3870,8 +4312,8 @@ def _huge_size(hugepages: Union[bool, int, str, None], b: Backend,
     else:
         nbytes = int(hugepages or 0)
     if nbytes // 1024 not in sizes_kb:
-        raise OSError(errno.ENOMEM, f"no {nbytes >> 10} kB huge pages reserved on nodes "
-                      f"{format_cpulist(targets)}")
+        raise OSError(errno.ENOMEM, f"no {nbytes >> 10} kB huge pages reserved on "
+                      f"{_nodes_txt(targets)}")
     return nbytes
 
 
@@ -3941,10 +4383,13 @@ class SharedRegion:
     def closed(self) -> bool:
         return self._closed
 
-    def buffer(self) -> Any:
-        """The memory as a ctypes char array (valid until close())."""
+    def buffer(self) -> memoryview:
+        """The memory as a writable memoryview of unsigned bytes (format "B"), which
+        slice assignment, ``numpy.frombuffer`` and ``torch.frombuffer`` take without a
+        copy.  Valid until close(): a view used after it touches unmapped memory."""
         self._check_open()
-        return (ctypes.c_char * self._size).from_address(self._address)
+        return memoryview((ctypes.c_ubyte * self._size).from_address(
+            self._address)).cast("B")
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"at 0x{self._address:x}"
@@ -4345,11 +4790,11 @@ def _progress_bar(stream: Any) -> Callable[[int, int], None]:
             return
         last[0] = pct
         el = time.monotonic() - t0
-        rate = done / el / 1e9 if el > 0 else 0.0
+        rate = done / el / (1 << 30) if el > 0 else 0.0
         bar = "#" * (pct * 30 // 100)
         stream.write(f"{chr(13) if tty else ''}prefault [{bar:<30}] {pct:3d}% "
                      f"{done / (1 << 30):.2f}/{total / (1 << 30):.2f} GiB "
-                     f"{rate:.2f} GB/s" + ("" if tty and pct < 100 else "\n"))
+                     f"{rate:.2f} GiB/s" + ("" if tty and pct < 100 else "\n"))
         stream.flush()
     return show
 
@@ -4375,12 +4820,14 @@ def _cmd_region(args: argparse.Namespace) -> int:
             pf = region.prefaulted
             lines = [repr(region)]
             if pf:
-                gbs = pf["bytes"] / pf["seconds"] / 1e9 if pf["seconds"] else 0.0
+                gbs = pf["bytes"] / pf["seconds"] / (1 << 30) if pf["seconds"] else 0.0
                 lines.append(f"prefault: {pf['method']}, {pf['threads']} threads, "
-                             f"{pf['seconds']:.3f} s, {gbs:.2f} GB/s")
-            lines.append(f"placement: {_verdict(where, region.policy.mode)} ("
-                         + ", ".join(f"node {n}: {_fmt_kb(v // 1024)}"
-                                     for n, v in sorted(where.items())) + ")")
+                             f"{pf['seconds']:.3f} s, {gbs:.2f} GiB/s")
+            per = ", ".join(f"node {n}: {_fmt_kb(v // 1024)}"
+                            for n, v in sorted(where.items()) if v)
+            lines.append(f"placement: {_verdict(where, region.policy.mode)}"
+                         + (f" ({per})" if per else " yet: --no-prefault, pages land "
+                            "on first touch" if args.no_prefault else ""))
             lines.append("kept: remove with `numa_utils cleanup --remove` once detached"
                          if args.keep else "destroyed")
             sys.stdout.write("\n".join(lines) + "\n")
@@ -5027,7 +5474,7 @@ def _memory_nodes_for(topo: Topology, node: int) -> Tuple[int, ...]:
     """Host-memory nodes for a worker on ``node``: the node itself when it has memory
     this process may use, else the nearest such nodes (DRAM nodes with CPUs first, so
     that a GPU's HBM node or a CXL expander is only a last resort)."""
-    usable = topo.usable_memory_nodes
+    usable = default_memory_nodes(topo)
     if node in usable:
         return (node,)
     pool = (usable & topo.nodes_with_cpus) or usable
@@ -5062,7 +5509,7 @@ class GpuPlan(_Record):
 
 def _interleave_nodes(topo: Topology, infos: List[GpuInfo]) -> Tuple[int, ...]:
     gpu_mem = {n for g in infos for n in g.memory_nodes}
-    return tuple(sorted(topo.usable_memory_nodes - gpu_mem))
+    return tuple(sorted(default_memory_nodes(topo) - gpu_mem))
 
 
 def _plan_memory(topo: Topology, infos: List[GpuInfo], node: Optional[int],
@@ -5375,7 +5822,7 @@ def _bind_node(b: Backend, topo: Topology, node: int, cpus: Union[bool, Iterable
         mnodes = _plan_memory(topo, infos, node, mem) if mem != "local" else ()
         if mem in ("prefer", "bind") and mnodes and node not in mnodes:
             msg = (f"node {node} has no memory this process may use; memory policy "
-                   f"{mem} on node(s) {format_cpulist(mnodes)}, the nearest")
+                   f"{mem} on {_nodes_txt(mnodes)}, the nearest")
             if node in topo.nodes_with_memory:     # the cpuset's doing, not the machine's
                 _fail(st, f"bind:mems:{node}", msg)
             notes.append(msg)
@@ -5928,7 +6375,7 @@ class RemoteShare(_Record):
             return None
         return (f"process {self.pid}: {self.share:.0%} of its pages "
                 f"({_fmt_kb(self.remote_bytes // 1024)}) sit off the nodes of its CPUs "
-                f"(node {format_cpulist(self.local_nodes) or '-'}); above the "
+                f"({_nodes_txt(self.local_nodes)}); above the "
                 f"{self.threshold:.0%} threshold: bind its memory to its CPUs' node or "
                 "move its CPUs to where the memory is")
 
@@ -6060,7 +6507,7 @@ def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] 
     snap = counters(backend=b)
     loads = dict(loads or {})
     excluded = frozenset(exclude)
-    usable_mem = topo.usable_memory_nodes
+    usable_mem = default_memory_nodes(topo)
     nodes = sorted(n for n in topo.nodes_with_cpus
                    if n in topo.nodes and topo.nodes[n].cpus & topo.allowed_cpus)
     if not topo.has_node_dir:
@@ -6483,8 +6930,8 @@ def _render_watch(sample: Dict[str, Any], first: bool) -> str:
             flag = "  ABOVE THRESHOLD" if proc["over_threshold"] else ""
             out.append(f"  pid {proc['pid']}: {_fmt_kb(total // 1024)} mapped, "
                        f"{100.0 * proc['remote_share']:.1f}% remote (CPUs "
-                       f"{format_cpulist(proc['cpus']) or '-'} -> local memory node "
-                       f"{format_cpulist(proc['local_nodes']) or '-'}){flag}")
+                       f"{format_cpulist(proc['cpus']) or '-'} -> local memory "
+                       f"{_nodes_txt(proc['local_nodes'])}){flag}")
     return "\n".join(out) + "\n"
 
 
@@ -6668,8 +7115,8 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
             text.append("PROCESS PAGES")
             per = ", ".join(f"node {n}: {_fmt_kb(v // 1024)}"
                             for n, v in sorted(rs.bytes_by_node.items()))
-            text.append(f"  {per}; {rs.share:.1%} remote to the CPUs' node(s) "
-                        f"{format_cpulist(rs.local_nodes) or '-'}")
+            text.append(f"  {per}; {rs.share:.1%} remote to the CPUs' "
+                        f"{_nodes_txt(rs.local_nodes)}")
         if rs.warning and len(topo.nodes_with_memory) > 1:
             warnings.append(rs.warning)
         interleaved = any(e.mode in ("interleave", "weighted interleave")
@@ -6827,9 +7274,8 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
                         "`sysctl -w kernel.numa_balancing=0`")
     restricted = topo.nodes_with_memory - topo.allowed_mems
     if restricted and topo.allowed_mems & topo.nodes_with_memory:
-        warnings.append("the cpuset limits memory to nodes "
-                        f"{format_cpulist(topo.allowed_mems)}; nodes "
-                        f"{format_cpulist(restricted)} cannot be used for interleave")
+        warnings.append(f"the cpuset limits memory to {_nodes_txt(topo.allowed_mems)}; "
+                        f"{_nodes_txt(restricted)} cannot be used for interleave")
     for n in sorted(topo.nodes_with_cpus - topo.nodes_with_memory):
         warnings.append(f"node {n} has CPUs but no memory: its threads always allocate "
                         "from another node")
@@ -6871,6 +7317,10 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
             "numa_balancing": topo.numa_balancing, "thp": topo.thp,
         },
         "cpus": tj["cpus"],
+        "memory_tiers": tj["memory_tiers"],
+        "interleave_weights": tj["interleave_weights"],
+        "interleave_auto": tj["interleave_auto"],
+        "default_memory_nodes": memory_node_choice(topo).to_json(),
         "warnings": warnings,
     }
     envs = _load_envs()
@@ -6881,8 +7331,97 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
         except Exception as e:   # a bad variable must not break status
             report["config_error"] = str(e)
             warnings.append(f"configuration: {e}")
+    report["last_level_caches"] = _llc_json(topo, b)
     _status_extra(report, topo, b)
     return report
+
+
+def _render_tiers(rep: Dict[str, Any]) -> List[str]:
+    """MEMORY: kind, tier, HMAT figures and weight per node, and the default nodes."""
+    out: List[str] = []
+    nodes = [n for n in rep["nodes"] if n.get("kind") not in (None, "no-memory")]
+    weights = rep.get("interleave_weights")
+    if len(nodes) > 1 or rep.get("memory_tiers"):
+        out.append("MEMORY (tier: lower is faster; HMAT access class 0; weighted-interleave "
+                   "weight)")
+        for n in nodes:
+            a = n.get("access")
+            perf = (f"{a['read_bandwidth_mbps'] or '?'}/{a['write_bandwidth_mbps'] or '?'}"
+                    f" MB/s r/w, {a['read_latency_ns'] or '?'}/{a['write_latency_ns'] or '?'}"
+                    f" ns from node {format_cpulist(a['initiators']) or '?'}") if a else \
+                "no HMAT figures"
+            tier = "-" if n.get("tier") is None else n["tier"]
+            w = "-" if weights is None else weights.get(str(n["id"]), "-")
+            out.append(f"  {n['id']:>4}  {n['kind']:<12} tier {tier!s:<3} weight {w!s:<3} "
+                       f"{perf}; {n['kind_evidence']}")
+        if weights is None:
+            out.append("  weighted interleave: not in this kernel (Linux 6.9+)")
+    d = rep.get("default_memory_nodes")
+    if d and d["left_out"]:
+        out.append(f"  default memory nodes (nodes=None, NUMA_NODES unset): "
+                   f"{format_cpulist(d['nodes'])} ({d['basis']})")
+        for k, why in d["left_out"].items():
+            out.append(f"    left out: node {k}: {why}")
+        every = format_cpulist(int(k) for k in [*d["left_out"], *map(str, d["nodes"])])
+        out.append(f"    to use them anyway pass nodes=[...] or set NUMA_NODES (e.g. "
+                   f"NUMA_NODES={every})")
+    if out:
+        out.append("")
+    return out
+
+
+def _llc_json(topo: Topology, b: Backend) -> List[Dict[str, Any]]:
+    """Each last-level cache once: level, size (kB, None if sysfs omits it), CPUs."""
+    out = []
+    r = _Reader(b)
+    for llc in sorted({c.llc for c in topo.cpus.values() if c.llc}, key=min):
+        d = f"{_CPU_DIR}/cpu{min(llc)}/cache"
+        level: Optional[int] = None
+        size: Optional[int] = None
+        for idx in r.listdir(d):
+            lvl = r.integer(f"{d}/{idx}/level") if idx.startswith("index") else None
+            if lvl is not None and (level is None or lvl > level):
+                text = (r.text(f"{d}/{idx}/size") or "").strip().upper()
+                m = re.match(r"^(\d+)([KMG]?)$", text)
+                level, size = lvl, int(m.group(1)) << {"": 0, "K": 0, "M": 10, "G": 20}[
+                    m.group(2)] if m else None
+        out.append({"level": level, "size_kb": size, "cpus": sorted(llc)})
+    return out
+
+
+def _nodes_txt(ids: Iterable[int]) -> str:
+    """"node 0" / "nodes 0-1,4": the word agrees with the count."""
+    some = sorted(ids)
+    return ("node " if len(some) == 1 else "nodes ") + (format_cpulist(some) or "-")
+
+
+def _cpu_summary(rep: Dict[str, Any]) -> str:
+    """"2 packages x 32 cores x 2 threads; LLC: 8 x 32 MiB L3 (per 8 cores)", the way
+    lscpu and lstopo summarise a machine (from status_report's cpus and caches)."""
+    cores: Dict[Any, Set[Any]] = {}
+    threads: Set[int] = set()
+    for c in rep["cpus"].values():
+        if c["online"]:
+            cores.setdefault(c["package"], set()).add(c["core"])
+            threads.add(len(c["siblings"]) or 1)
+    if not cores:
+        return "CPUs: none online"
+
+    def count(ns: Iterable[int], one: str) -> str:     # "2 packages", "5-6 cores"
+        lo, hi = min(ns), max(ns)
+        return (f"{lo}" if lo == hi else f"{lo}-{hi}") + f" {one}" + \
+            ("" if hi == 1 else "s")
+    out = f"CPUs: {count([len(cores)], 'package')} x " \
+          f"{count([len(v) for v in cores.values()], 'core')} x {count(threads, 'thread')}"
+    llcs = rep.get("last_level_caches") or []
+    if llcs:
+        kinds = sorted({(x["size_kb"], x["level"]) for x in llcs}, key=str)
+        per = {len({(rep["cpus"][str(c)]["package"], rep["cpus"][str(c)]["core"])
+                    for c in x["cpus"] if str(c) in rep["cpus"]}) for x in llcs}
+        what = ", ".join(((_fmt_kb(kb).replace(".0 ", " ") + " ") if kb else "")
+                         + (f"L{lvl}" if lvl else "cache") for kb, lvl in kinds)
+        out += f"; LLC: {len(llcs)} x {what} (per {count(per, 'core')})"
+    return out
 
 
 def _render_status(rep: Dict[str, Any]) -> str:
@@ -6897,15 +7436,18 @@ def _render_status(rep: Dict[str, Any]) -> str:
                + ("" if k["numa"] else "; kernel without NUMA (no node directory)"))
     out.append("")
     nodes = rep["nodes"]
-    out.append(f"NODES: {len(nodes)} online (possible "
-               f"{format_cpulist(k['possible_nodes'])}); CPUs on "
-               f"{format_cpulist(k['nodes_with_cpus']) or '-'}; memory on "
-               f"{format_cpulist(k['nodes_with_memory']) or '-'}")
+    out.append(f"NODES: {len(nodes)} online ({format_cpulist(k['online_nodes']) or '-'}) "
+               f"of {len(k['possible_nodes'])} possible "
+               f"({format_cpulist(k['possible_nodes']) or '-'}); CPUs on "
+               f"{_nodes_txt(k['nodes_with_cpus'])}; memory on "
+               f"{_nodes_txt(k['nodes_with_memory'])}")
+    out.append(_cpu_summary(rep))
     w = max([len(format_cpulist(n["cpus"])) for n in nodes] + [4])
-    out.append(f"  {'node':>4}  {'cpus':<{w}}  {'memory':>11}  {'free':>11}  hugepages")
+    out.append(f"  {'node':>4}  {'cpus':<{w}}  {'memory':>11}  {'free':>11}  "
+               "hugepages (free/total)")
     for n in nodes:
         hp = "  ".join(f"{int(sz) // 1024 if int(sz) < 1048576 else int(sz) // 1048576}"
-                       f"{'M' if int(sz) < 1048576 else 'G'}: {h['free']}/{h['total']}"
+                       f"{'M' if int(sz) < 1048576 else 'G'}: {h['free']} free/{h['total']}"
                        for sz, h in n["hugepages"].items() if h["total"]) or "-"
         out.append(f"  {n['id']:>4}  {format_cpulist(n['cpus']) or '-':<{w}}  "
                    f"{_fmt_kb(n['mem_total_kb']):>11}  {_fmt_kb(n['mem_free_kb']):>11}  "
@@ -6929,6 +7471,7 @@ def _render_status(rep: Dict[str, Any]) -> str:
                        f"node {node}{note}  local cpus "
                        f"{format_cpulist(g['local_cpus']) or '-'}")
         out.append("")
+    out.extend(_render_tiers(rep))
     p = rep["process"]
     out.append("PROCESS" + (f" (pid {p['pid']})" if p["pid"] else ""))
     all_cpus = k["online_cpus"]
@@ -6964,9 +7507,54 @@ def _render_status(rep: Dict[str, Any]) -> str:
 
 def _backend_from_args(args: argparse.Namespace) -> Backend:
     root = getattr(args, "root", None) or "/"
+    if root != "/" and os.path.isfile(root):
+        root = _unpack_tree(root)
     if root != "/" and not os.path.isdir(root):
         raise FileNotFoundError(errno.ENOENT, "no such tree", root)
-    return LinuxBackend(root)
+    return LinuxBackend(root) if root != "/" else default_backend()
+
+
+_unpacked: List[Any] = []     # temporary folders of unpacked archives, removed at exit
+
+
+def _unpack_tree(path: str, limit: int = 256 << 20) -> str:
+    """A saved tree archive (tools/gather.py --archive) unpacked into a private
+    temporary folder; its root.  Only plain files and folders with relative names
+    and no "..", at most ``limit`` bytes in all: links, devices and FIFOs are refused
+    (gather.py writes none), and nothing is written outside the folder."""
+    import tarfile
+    import tempfile
+    tmp = tempfile.TemporaryDirectory(prefix="numa_utils-tree-")
+    _unpacked.append(tmp)
+    check = getattr(tarfile, "data_filter", None)      # 3.12+ and backports
+    total = 0
+    try:
+        with tarfile.open(path, "r:*") as tar:
+            for m in tar:
+                parts = m.name.replace("\\", "/").split("/")
+                if m.name.startswith("/") or ".." in parts or not (m.isfile() or m.isdir()):
+                    raise ValueError(f"refused member {m.name!r}: only plain files and "
+                                     "folders with relative names")
+                total += m.size
+                if total > limit:
+                    raise ValueError(f"more than {limit >> 20} MiB unpacked")
+                if check is not None:
+                    check(m, tmp.name)
+                dest = os.path.join(tmp.name, *[x for x in parts if x not in ("", ".")])
+                if m.isdir():
+                    os.makedirs(dest, 0o700, exist_ok=True)
+                    continue
+                os.makedirs(os.path.dirname(dest), 0o700, exist_ok=True)
+                src = tar.extractfile(m)
+                with open(dest, "wb") as out:
+                    out.write(src.read() if src is not None else b"")
+    except (tarfile.TarError, EOFError, ValueError) as e:
+        raise ValueError(f"{path}: not a saved tree archive ({e})") from None
+    for base in (tmp.name, os.path.join(tmp.name, "root")):
+        if os.path.isdir(os.path.join(base, "sys")) or \
+                os.path.isdir(os.path.join(base, "proc")):
+            return base
+    raise ValueError(f"{path}: no sys/ or proc/ in the archive (nor under root/)")
 
 
 def _print_json(data: Any) -> None:
@@ -6987,6 +7575,8 @@ def _print_json(data: Any) -> None:
 def _cmd_status(args: argparse.Namespace) -> int:
     b = _backend_from_args(args)
     rep = status_report(backend=b)
+    if b.root != "/" and os.path.isfile(args.root):
+        rep["root"] = args.root             # the archive, not its temporary folder
     fmt = getattr(args, "format", None) or ("json" if args.json else "text")
     if fmt == "json":
         rep.pop("extra_text", None)
@@ -7007,7 +7597,9 @@ def _common_parser() -> argparse.ArgumentParser:
     import argparse
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--root", metavar="DIR", default=None,
-                        help="read a saved sysfs/procfs tree instead of this system")
+                        help="read a saved sysfs/procfs tree (a folder, or the "
+                             ".tar.gz tools/gather.py --archive writes) instead of "
+                             "this system")
     common.add_argument("--json", action="store_true", help="print JSON")
     return common
 

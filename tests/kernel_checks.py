@@ -79,9 +79,7 @@ class Env:
         GPU memory, movable-only, slower-tier and far CPU-less nodes): the
         expectation's "default_memory_nodes" when it names them, else memory_nodes."""
         d = self.expect.get("default_memory_nodes")
-        if d is None or not hasattr(self.nu, "default_memory_nodes"):
-            return self.memory_nodes    # a numa_utils from before issue 11: every node
-        return sorted(d)
+        return sorted(d) if d is not None else self.memory_nodes
 
     @property
     def page_size(self) -> int:

@@ -285,6 +285,62 @@ def test_sysvipc_rendering_parses():
         assert row.nattch == 1 and row.mode == 0o600
 
 
+# -- buffer(): numpy and torch take the region without a copy (issue 15) -----------------
+
+@pytest.mark.parametrize("kind", ["sysv", "posix"])
+def test_buffer_is_writable_unsigned_bytes_shared_with_attachers(kind):
+    s = sim("dual-socket-8gpu")
+    with nu.SharedRegion.create("buf", MiB, policy="interleave", kind=kind,
+                                backend=s) as r:
+        view = r.buffer()
+        assert (view.format, view.itemsize, view.readonly) == ("B", 1, False)
+        assert view.nbytes == r.size and view.c_contiguous
+        view[10:13] = b"abc"                       # slice assignment
+        view[0] = 255
+        a = nu.SharedRegion.attach("buf", kind=kind, backend=s.process())
+        assert bytes(a.buffer()[10:13]) == b"abc" and a.buffer()[0] == 255
+        a.buffer()[-1] = 9
+        assert view[-1] == 9
+        a.close()
+        assert nu.buffer_range(view) == (r.address, r.size)
+
+
+def test_buffer_numpy_without_copy():
+    np = pytest.importorskip("numpy")
+    s = sim("dual-socket-8gpu")
+    with nu.SharedRegion.create("np", MiB, policy="interleave", backend=s) as r:
+        arr = np.frombuffer(r.buffer(), dtype="u1")
+        arr[:] = 7
+        assert arr.ctypes.data == r.address and arr.nbytes == r.size
+        assert not arr.flags.owndata and arr.flags.writeable
+        assert r.buffer()[0] == 7 and r.buffer()[r.size - 1] == 7
+        assert bytes(r.buffer()[:4]) == b"\x07" * 4
+        halves = np.frombuffer(r.buffer(), dtype=np.float16)   # any dtype, same memory
+        halves[0] = 1.0
+        assert arr[:2].tobytes() == np.float16(1.0).tobytes()
+
+
+@pytest.mark.filterwarnings("error::UserWarning")
+def test_buffer_torch_without_copy():
+    torch = pytest.importorskip("torch")
+    s = sim("dual-socket-8gpu")
+    with nu.SharedRegion.create("pt", MiB, policy="interleave", backend=s) as r:
+        t = torch.frombuffer(r.buffer(), dtype=torch.uint8)   # no "non-writable" warning
+        t.fill_(5)
+        assert t.data_ptr() == r.address and t.numel() == r.size
+        assert r.buffer()[0] == 5 and r.buffer()[r.size - 1] == 5
+        r.buffer()[1] = 6
+        assert int(t[1]) == 6
+
+
+def test_buffer_after_close_is_refused():
+    s = sim("single-node")
+    r = nu.SharedRegion.create("closed", MiB, backend=s)
+    r.destroy()
+    with pytest.raises(ValueError, match="closed"):
+        r.buffer()
+
+
 def test_cleanup_lists_ours_only():
     s = sim("single-node")
     mine = nu.SharedRegion.create("stale", MiB, backend=s)
@@ -314,7 +370,7 @@ import sys
 sys.path.insert(0, {repo!r})
 import numa_utils as nu
 r = nu.SharedRegion.attach({key!r}, kind={kind!r}, prefault=True)
-assert r.buffer()[0] == b"Z", r.buffer()[0]
+assert r.buffer()[0] == ord("Z"), r.buffer()[0]
 print(sorted(r.placement().items()))
 r.close()
 """
@@ -329,7 +385,7 @@ def test_real_create_attach_placement_destroy(kind):
     size = 32 * MiB
     with nu.SharedRegion.create(key, size, policy="interleave", kind=kind) as r:
         assert r.prefaulted and r.prefaulted["bytes"] == size
-        r.buffer()[0] = b"Z"
+        r.buffer()[0] = ord("Z")
         where = r.placement()
         assert sum(where.values()) == size
         mems = nu.read_topology().nodes_with_memory

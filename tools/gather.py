@@ -3,13 +3,17 @@
 """Save the parts of /sys and /proc that numa_utils reads into a fixture folder.
 
 Usage:
-    python3 tools/gather.py OUTDIR              # from the running machine
+    python3 tools/gather.py --archive FILE.tar.gz   # one file to send (or FILE.tar.gz
+                                                    # as OUTDIR: same thing)
+    python3 tools/gather.py OUTDIR              # a folder, from the running machine
     python3 tools/gather.py --root TREE OUTDIR  # from another filesystem root
 
 Writes OUTDIR/root/ (a filesystem root holding sys/ and proc/, byte-for-byte
 copies of the files read, including odd endings such as "\\n\\0") and
 OUTDIR/SOURCE.md (kernel, machine, date, what was skipped and why).
 OUTDIR/expected.json is not written: a person writes it after checking the files.
+An archive holds the same root/ and SOURCE.md as plain files and folders (no links);
+`numa_utils status --root FILE.tar.gz` reads it as it is.
 
 Stdlib only and only modules that Debian's python3.X-minimal ships (os, sys, re,
 argparse, time), so it runs inside a bare QEMU guest. Python 3.8+.
@@ -31,6 +35,7 @@ NODE_DIR_FILES = ("cpulist", "cpumap", "meminfo", "distance", "numastat", "vmsta
 HUGEPAGE_NODE_FILES = ("nr_hugepages", "free_hugepages", "surplus_hugepages")
 HUGEPAGE_GLOBAL_FILES = ("nr_hugepages", "free_hugepages", "surplus_hugepages",
                          "resv_hugepages", "nr_overcommit_hugepages")
+HMAT_FILES = ("read_bandwidth", "write_bandwidth", "read_latency", "write_latency")
 CPU_FILES = ("possible", "present", "online", "offline", "kernel_max")
 CPU_TOPOLOGY_FILES = ("core_id", "physical_package_id", "die_id", "cluster_id",
                       "thread_siblings_list", "thread_siblings", "core_cpus_list",
@@ -105,6 +110,16 @@ class Gatherer:
         self.copied += 1
         return True
 
+    def link(self, rel, target):
+        """Save a symlink of the root (an HMAT initiator) as a relative link."""
+        if not os.path.islink(self.src(rel)):
+            return
+        dest = os.path.join(self.out_root, rel)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        if not os.path.lexists(dest):
+            os.symlink(target, dest)
+        self.copied += 1
+
     # -- the parts numa_utils reads ----------------------------------------
     def gather(self, self_status=True):
         node = "sys/devices/system/node"
@@ -118,6 +133,17 @@ class Gatherer:
             for size in self.listdir(hp, r"^hugepages-\d+kB$"):
                 for f in HUGEPAGE_NODE_FILES:
                     self.copy(f"{hp}/{size}/{f}")
+            # HMAT (Documentation/admin-guide/mm/numaperf.rst): figures, and the
+            # initiator links, saved as the same relative links.
+            for acc in self.listdir(base, r"^access\d+$"):
+                ini = f"{base}/{acc}/initiators"
+                for f in HMAT_FILES:
+                    self.copy(f"{ini}/{f}")
+                for link in self.listdir(ini, r"^node\d+$"):
+                    self.link(f"{ini}/{link}", f"../../../{link}")
+        tiers = "sys/devices/virtual/memory_tiering"
+        for name in self.listdir(tiers, r"^memory_tier\d+$"):
+            self.copy(f"{tiers}/{name}/nodelist")
 
         cpu = "sys/devices/system/cpu"
         for name in CPU_FILES:
@@ -148,7 +174,7 @@ class Gatherer:
             for f in HUGEPAGE_GLOBAL_FILES:
                 self.copy(f"{hp}/{size}/{f}")
         wi = "sys/kernel/mm/mempolicy/weighted_interleave"
-        for name in self.listdir(wi, r"^node\d+$"):
+        for name in self.listdir(wi, r"^(node\d+|auto)$"):
             self.copy(f"{wi}/{name}")
 
         for rel in PROC_FILES:
@@ -254,7 +280,11 @@ def main(argv=None):
     ap = argparse.ArgumentParser(
         prog="gather.py",
         description="Save the sysfs/procfs files numa_utils reads into OUTDIR/root/.")
-    ap.add_argument("outdir", help="fixture folder to create (root/ and SOURCE.md go in it)")
+    ap.add_argument("outdir", nargs="?", default=None,
+                    help="fixture folder to create (root/ and SOURCE.md go in it); a name "
+                         "ending in .tar.gz or .tgz writes an archive instead")
+    ap.add_argument("--archive", metavar="FILE.tar.gz", default=None,
+                    help="write one gzip'd tar file (root/ and SOURCE.md) instead of a folder")
     ap.add_argument("--root", default="/",
                     help="filesystem root to read (default: the running system, /)")
     ap.add_argument("--no-self-status", action="store_true",
@@ -262,6 +292,14 @@ def main(argv=None):
     ap.add_argument("--force", action="store_true",
                     help="write into OUTDIR even if OUTDIR/root already exists")
     args = ap.parse_args(argv)
+    if args.archive is None and args.outdir and args.outdir.endswith((".tar.gz", ".tgz")):
+        args.archive, args.outdir = args.outdir, None
+    if args.archive is not None:
+        if args.outdir is not None:
+            ap.error("give OUTDIR or --archive FILE, not both")
+        return _write_archive(args, argv)
+    if args.outdir is None:
+        ap.error("give OUTDIR (a folder) or --archive FILE.tar.gz")
 
     out_root = os.path.join(args.outdir, "root")
     if os.path.exists(out_root) and not args.force:
@@ -279,6 +317,39 @@ def main(argv=None):
                      % (g.copied, out_root, len(g.notes)))
     for rel, why in g.notes:
         sys.stdout.write(f"  {rel}: {why}\n")
+    return 0
+
+
+def _write_archive(args, argv):
+    """Gather into a private temporary folder, then pack it as one .tar.gz: plain
+    files and folders only, owner 0, sorted, so the archive is all data."""
+    import tarfile
+    import tempfile
+    if os.path.exists(args.archive) and not args.force:
+        sys.stderr.write(f"gather.py: {args.archive} exists; use --force to replace it\n")
+        return 2
+    with tempfile.TemporaryDirectory(prefix="gather-") as tmp:
+        rc = main(["--root", args.root, tmp + "/m", "--force"]
+                  + (["--no-self-status"] if args.no_self_status else []))
+        if rc:
+            return rc
+        part = args.archive + ".part"
+        with tarfile.open(part, "w:gz") as tar:
+            base = os.path.join(tmp, "m")
+            for dirpath, dirs, files in os.walk(base):
+                dirs.sort()
+                for name in sorted(files):
+                    path = os.path.join(dirpath, name)
+                    info = tar.gettarinfo(path, os.path.relpath(path, base))
+                    info.uid = info.gid = 0
+                    info.uname = info.gname = ""
+                    info.mode = 0o644
+                    with open(path, "rb") as fh:
+                        tar.addfile(info, fh)
+        os.replace(part, args.archive)
+    sys.stdout.write(f"gather.py: wrote {args.archive} "
+                     f"({os.path.getsize(args.archive)} bytes); "
+                     f"check it with: python3 numa_utils.py status --root {args.archive}\n")
     return 0
 
 

@@ -185,6 +185,10 @@ def base(name, **kw):
         "node_hugepages": True,
         "nvidia_proc": False,
         "weighted_interleave": False,
+        "memory_tiers": None,        # {tier id: [nodes]}: memory_tiering/ (6.1+)
+        "hmat": {},                  # node: (read MB/s, write MB/s, read ns, write ns,
+                                     #        [initiators]) in nodeN/access0/initiators/
+        "gpu_memory": {},            # node: PCI address of the GPU whose HBM it holds
         "proc_total": None,          # proc/meminfo MemTotal if it must differ
     }
     m.update(kw)
@@ -326,12 +330,18 @@ def cxl_memory_node():
                 "Distances 10/32 between sockets, 50/60 to the expander. numa_balancing 2 "
                 "(memory tiering mode): the value is an int, not a bool. The CXL memory "
                 "device is Intel-vendor class 0x0502, not a GPU. Weighted-interleave "
-                "weights present (6.9+)."),
+                "weights present (6.9+). Memory tiers and HMAT (modelled, not gathered): "
+                "DRAM nodes 0-1 in tier 4 (230 GB/s, 110 ns from their own socket), the "
+                "expander in tier 22 (32 GB/s read, 28 GB/s write, 270/300 ns from "
+                "socket 0), as the kernel tiers a CXL node from its CDAT/HMAT figures."),
         kernel="6.11.0-9-generic",
         topo=topo,
         nodes={0: node(n0, 395844352, 380000000, hp), 1: node(n1, 396361728, 391002112, hp),
                2: node([], 268435456, 268000000, hp, normal=False)},
         distance=dist, pci=devs, numa_balancing=2, weighted_interleave=True,
+        memory_tiers={4: [0, 1], 22: [2]},
+        hmat={0: (230400, 230400, 110, 110, [0]), 1: (230400, 230400, 110, 110, [1]),
+              2: (32000, 28000, 270, 300, [0])},
     )
 
 
@@ -390,11 +400,17 @@ def gh200():
                 "modelled (10 local, 80 elsewhere), not gathered. GPU 10de:2342 at "
                 "0009:01:00.0 with numa_node 0; /proc/driver/nvidia present. Hugepage "
                 "sizes of a 64K-page arm64 kernel: 2 MiB, 512 MiB, 16 GiB. Every CPU "
-                "including cpu0 has an online file (arm64)."),
+                "including cpu0 has an online file (arm64). Memory tiers and HMAT "
+                "(modelled): LPDDR5X node 0 in tier 4 (500 GB/s, 120 ns); the HBM node 1 "
+                "seen from the Grace CPUs over NVLink-C2C in tier 17 (450 GB/s, "
+                "800 ns); node 1 is the GPU's memory (the NVIDIA driver's node)."),
         arch="aarch64", kernel="6.8.0-1013-nvidia-64k",
         topo=topo, nodes=nodes, online_nodes=online, possible_nodes=online,
         distance=dist, pci=devs, max_numnodes=64, cpu0_online_file=True,
         default_hugepage_kb=524288, nvidia_proc=True,
+        memory_tiers={4: [0], 17: [1]},
+        hmat={0: (512000, 512000, 120, 120, [0]), 1: (450000, 450000, 800, 800, [0])},
+        gpu_memory={1: "0009:01:00.0"},
     )
 
 
@@ -538,9 +554,39 @@ def mi300x():
     )
 
 
+def xeon_max_hbm_flat():
+    topo = x86_smp(2, 56, 2, llc_per_socket=1)
+    n0 = [c for c in topo if topo[c]["package"] == 0]
+    n1 = [c for c in topo if topo[c]["package"] == 1]
+    hp = {2048: (0, 0, 0), 1048576: (0, 0, 0)}
+    ddr, hbm = 268435456, 67108864
+    dist = matrix([0, 1, 2, 3], [[10, 21, 13, 23],
+                                 [21, 10, 23, 13],
+                                 [13, 23, 10, 23],
+                                 [23, 13, 23, 10]])
+    return base(
+        "xeon-max-hbm-flat",
+        source=("2-socket Intel Xeon Max 9480 shape (2 x 56 cores x 2 threads) in HBM "
+                "flat mode, quadrant clustering: nodes 0-1 = DDR5 with the CPUs, nodes "
+                "2-3 = each socket's 64 GiB of HBM2e as CPU-less nodes with normal "
+                "memory (has_normal_memory 0-3). Distances 10/13/21/23 as numactl shows "
+                "them on these machines. Memory tiers and HMAT (modelled, not gathered): "
+                "the HBM nodes have ~3x the bandwidth and slightly higher latency, so "
+                "the kernel ranks them in the faster tier 3, the DDR nodes in tier 4. "
+                "The default keeps to DDR: HBM is opt-in."),
+        topo=topo,
+        nodes={0: node(n0, ddr, ddr - 8 * GIB_KB, hp), 1: node(n1, ddr, ddr - 6 * GIB_KB, hp),
+               2: node([], hbm, hbm - GIB_KB, hp), 3: node([], hbm, hbm - GIB_KB, hp)},
+        distance=dist, pci=[pci("0000:00:00.0", 0x8086, 0x09A2, 0x060000, 0)],
+        memory_tiers={3: [2, 3], 4: [0, 1]},
+        hmat={0: (250000, 250000, 120, 120, [0]), 1: (250000, 250000, 120, 120, [1]),
+              2: (800000, 800000, 135, 135, [0]), 3: (800000, 800000, 135, 135, [1])},
+    )
+
+
 MACHINES = [h100_box, four_node_asym, sparse_ids, cxl_memory_node, memoryless_cpu_node,
             gh200, container_cpuset, no_node_dir, gpu_numa_unknown, old_kernel_cpumap,
-            mi300x]
+            mi300x, xeon_max_hbm_flat]
 
 
 # ---------------------------------------------------------------------------
@@ -621,6 +667,7 @@ def expected(m, r):
                 "distances": {str(b): m["distance"][(n, b)] for b in r["online_nodes"]},
                 "hugepages": hp,
             })
+            nodes_out[-1].update(memory_facts(m, r, n))
         node_of = {c: n for n in r["online_nodes"] for c in r["node_cpus"][n]}
         online_nodes, possible_nodes = r["online_nodes"], r["possible_nodes"]
         with_cpus, with_mem = r["with_cpus"], r["with_mem"]
@@ -632,6 +679,8 @@ def expected(m, r):
             "distances": {"0": 10},
             "hugepages": {str(s): {"total": t, "free": f, "surplus": u}
                           for s, (t, f, u) in sorted(r["ghp"].items())},
+            "tier": None, "access": None, "has_normal_memory": None, "kind": "dram",
+            "kind_evidence": "CPUs %s and normal memory" % fmt_list(r["online"]),
         })
         node_of = {c: 0 for c in r["online"]}
         online_nodes = possible_nodes = with_cpus = with_mem = [0]
@@ -668,7 +717,39 @@ def expected(m, r):
         "gpus": gpus,
         "numa_balancing": m["numa_balancing"],
         "thp": m["thp"],
+        "memory_tiers": {str(t): sorted(ns)
+                         for t, ns in sorted((m["memory_tiers"] or {}).items())},
+        "interleave_weights": {str(n): 1 for n in r["online_nodes"]}
+        if m["weighted_interleave"] else None,
+        "interleave_auto": None,
     }
+
+
+def memory_facts(m, r, n):
+    """tier, HMAT access, has_normal_memory and the kind of memory of node n."""
+    tier = None
+    for t, ns in (m["memory_tiers"] or {}).items():
+        if n in ns:
+            tier = t
+    h = m["hmat"].get(n)
+    access = None if h is None else {
+        "read_bandwidth_mbps": h[0], "write_bandwidth_mbps": h[1],
+        "read_latency_ns": h[2], "write_latency_ns": h[3], "initiators": sorted(h[4])}
+    cpus = r["node_cpus"][n]
+    if n not in r["with_mem"]:
+        kind, why = "no-memory", "not in has_memory"
+    elif n not in r["with_normal"]:
+        kind = "movable-only"
+        why = "memory only in ZONE_MOVABLE (not in has_normal_memory)" + \
+            ("" if cpus else "; no CPUs")
+    elif cpus:
+        kind, why = "dram", "CPUs %s and normal memory" % fmt_list(cpus)
+    else:
+        kind, why = "cpu-less", "memory but no CPUs"
+    if n in m["gpu_memory"]:
+        kind, why = "gpu", "memory of GPU %s (driver); %s" % (m["gpu_memory"][n], why)
+    return {"tier": tier, "access": access, "has_normal_memory": n in r["with_normal"],
+            "kind": kind, "kind_evidence": why}
 
 
 # ---------------------------------------------------------------------------
@@ -679,6 +760,7 @@ class Tree:
     def __init__(self, root):
         self.root = root
         self.files = {}
+        self.links = {}     # relative path -> symlink target
 
     def put(self, rel, text, nul=False):
         data = text.encode() + (b"\0" if nul else b"")
@@ -686,6 +768,9 @@ class Tree:
 
     def line(self, rel, text, nul=False):
         self.put(rel, text + "\n", nul)
+
+    def link(self, rel, target):
+        self.links[rel] = target
 
     def write(self):
         for rel in sorted(self.files):
@@ -944,6 +1029,17 @@ def build_tree(m, r, root):
             t.line("sys/kernel/mm/mempolicy/weighted_interleave/node%d" % n,
                    "1")
 
+    for tier, ns in sorted((m["memory_tiers"] or {}).items()):
+        t.line("sys/devices/virtual/memory_tiering/memory_tier%d/nodelist" % tier,
+               fmt_list(ns))
+    for n, (rbw, wbw, rlat, wlat, inits) in sorted(m["hmat"].items()):
+        d = "%s/node%d/access0/initiators" % (ND, n)
+        for name, v in (("read_bandwidth", rbw), ("write_bandwidth", wbw),
+                        ("read_latency", rlat), ("write_latency", wlat)):
+            t.line("%s/%s" % (d, name), str(v))
+        for i in inits:     # the kernel's links to the initiator nodes
+            t.link("%s/node%d" % (d, i), "../../../node%d" % i)
+
     if m["numa_balancing"] is not None:
         t.line("proc/sys/kernel/numa_balancing", str(m["numa_balancing"]))
     total = m["proc_total"] or sum(m["nodes"][n]["total"] for n in r["online_nodes"])
@@ -984,6 +1080,7 @@ def render(m):
     r = resolve(m)
     tree = build_tree(m, r, None)
     files = {"root/" + k: v for k, v in tree.files.items()}
+    files.update({"root/" + k: ("symlink", v) for k, v in tree.links.items()})
     files["expected.json"] = (json.dumps(expected(m, r), indent=1) + "\n").encode()
     files["SOURCE.md"] = source_md(m, r).encode()
     return files
@@ -991,11 +1088,14 @@ def render(m):
 
 def on_disk(folder):
     out = {}
-    for dirpath, _, names in os.walk(folder):
-        for nm in names:
+    for dirpath, dirs, names in os.walk(folder):
+        for nm in names + dirs:
             p = os.path.join(dirpath, nm)
-            with open(p, "rb") as fh:
-                out[os.path.relpath(p, folder)] = fh.read()
+            if os.path.islink(p):
+                out[os.path.relpath(p, folder)] = ("symlink", os.readlink(p))
+            elif nm in names:
+                with open(p, "rb") as fh:
+                    out[os.path.relpath(p, folder)] = fh.read()
     return out
 
 
@@ -1027,6 +1127,9 @@ def main(argv=None):
         for rel in sorted(files):
             path = os.path.join(folder, rel)
             os.makedirs(os.path.dirname(path), exist_ok=True)
+            if isinstance(files[rel], tuple):
+                os.symlink(files[rel][1], path)
+                continue
             with open(path, "wb") as fh:
                 fh.write(files[rel])
         print("wrote %s (%d files)" % (m["name"], len(files)))

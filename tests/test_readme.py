@@ -1,0 +1,149 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Every code block in README.md runs here, so the guide cannot drift from the code.
+
+Rules (for whoever adds a README section):
+
+- Each fenced block names its language.  ```python and ```sh blocks run; ```text
+  (and json, toml, ini, yaml) are not code.  A block that must not run is preceded
+  by ``<!-- not run: why -->`` on the line(s) just above its fence.
+- The blocks of one ``## `` section run in order as one test, on one simulated
+  machine: ``SimulatedBackend`` over ``fake_sysfs/dual-socket-8gpu`` (2 sockets,
+  8 GPUs), or the fixture named by ``<!-- fixture: NAME -->`` above any block of
+  the section.  ``numa_utils`` (and ``myengine.utils.numa_utils``, the vendoring
+  example's name) is the module under test with that backend as its default, so
+  blocks call the API as an engine would, without ``backend=``.
+- ``<!-- process: NAME -->`` runs a block as another process on the same machine
+  (own variables, own simulated process: shared memory is shared, ``remove=True``
+  and detaches count as in the kernel).  Unmarked blocks are process "main".
+- A section must leave no shared memory region behind, and no region ever touches
+  this host's /dev/shm or SysV IPC (they live in the simulated kernel).
+- ```sh blocks run with bash -e in a scratch folder that links to every top-level
+  entry of the repository (files they write stay there); ``python3`` is the
+  interpreter running the tests.
+- A block that needs numpy or torch where it is not installed is skipped (the
+  section still runs, then reports the skip).
+"""
+
+import os
+import re
+import subprocess
+import sys
+import types
+
+import pytest
+from conftest import REPO, fixture_root, nu
+
+README = REPO / "README.md"
+RUN = {"python": "python", "py": "python", "sh": "sh", "bash": "sh", "shell": "sh"}
+TEXT = {"text", "json", "toml", "ini", "yaml"}
+OPTIONAL = {"numpy", "torch"}
+DEFAULT_FIXTURE = "dual-socket-8gpu"
+MARK = re.compile(r"^\s*<!--\s*(not run|process|fixture)\s*:\s*(.*?)\s*-->\s*$")
+
+
+def _blocks(text):
+    """(section, line, lang, code, marks) for every fenced block."""
+    out, section, marks = [], "(top)", {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("## "):
+            section = line[3:].strip()
+        m = MARK.match(line)
+        if m:
+            marks[m.group(1)] = m.group(2)
+        elif line.startswith("```"):
+            lang = line[3:].strip()
+            start = i + 1
+            i += 1
+            while i < len(lines) and not lines[i].startswith("```"):
+                i += 1
+            out.append((section, start, lang, "\n".join(lines[start:i]) + "\n", marks))
+            marks = {}
+        elif line.strip():
+            marks = {}
+        i += 1
+    return out
+
+
+BLOCKS = _blocks(README.read_text()) if README.exists() else []
+SECTIONS = []
+for _b in BLOCKS:
+    if RUN.get(_b[2]) and "not run" not in _b[4] and _b[0] not in SECTIONS:
+        SECTIONS.append(_b[0])
+
+
+def test_every_block_is_classified():
+    assert BLOCKS, "no code blocks found in README.md"
+    for section, line, lang, _code, marks in BLOCKS:
+        assert lang in RUN or lang in TEXT, \
+            f"README.md:{line} ({section}): name the block's language (python, sh, text)"
+        if "not run" in marks:
+            assert marks["not run"], f"README.md:{line}: say why it is not run"
+    assert SECTIONS, "no runnable block in README.md"
+
+
+@pytest.fixture
+def scratch(tmp_path):
+    """A folder that looks like the repository (links to its entries) and a bin/ whose
+    python3 is this interpreter."""
+    work = tmp_path / "work"
+    work.mkdir()
+    for entry in os.listdir(REPO):
+        if entry not in (".git", ".tox") and not entry.startswith(".pytest"):
+            os.symlink(REPO / entry, work / entry)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("python3", "python"):
+        os.symlink(sys.executable, bin_dir / name)
+    return work, bin_dir
+
+
+def _run_sh(code, line, work, bin_dir):
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    env.pop("PYTHONPATH", None)
+    out = subprocess.run(["bash", "-e", "-c", code], cwd=work, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, \
+        f"README.md:{line}: sh block failed ({out.returncode}):\n{code}\n{out.stderr[-3000:]}"
+
+
+@pytest.mark.parametrize("section", SECTIONS)
+def test_readme_section(section, scratch, monkeypatch):
+    work, bin_dir = scratch
+    blocks = [b for b in BLOCKS if b[0] == section and RUN.get(b[2])
+              and "not run" not in b[4]]
+    fixture = next((b[4]["fixture"] for b in blocks if "fixture" in b[4]), DEFAULT_FIXTURE)
+    machine = nu.SimulatedBackend(fixture_root(fixture))
+    procs = {}                                     # name -> (backend, namespace)
+    # The README's imports find the module under test, whatever its file is called.
+    pkg, sub = types.ModuleType("myengine"), types.ModuleType("myengine.utils")
+    pkg.__path__, sub.__path__ = [], []
+    pkg.utils, sub.numa_utils = sub, nu
+    for name, mod in (("numa_utils", nu), ("myengine", pkg), ("myengine.utils", sub),
+                      ("myengine.utils.numa_utils", nu)):
+        monkeypatch.setitem(sys.modules, name, mod)
+    monkeypatch.chdir(work)
+    skipped = []
+    for _section, line, lang, code, marks in blocks:
+        if RUN[lang] == "sh":
+            _run_sh(code, line, work, bin_dir)
+            continue
+        name = marks.get("process", "main")
+        if name not in procs:
+            procs[name] = (machine if not procs else machine.process(),
+                           {"__name__": f"readme_{name}"})
+        backend, ns = procs[name]
+        monkeypatch.setattr(nu, "_default", backend)
+        try:
+            exec(compile(code, f"README.md:{line}", "exec"), ns)
+        except ModuleNotFoundError as e:
+            if e.name not in OPTIONAL:
+                raise
+            skipped.append(f"README.md:{line} needs {e.name}")
+    k = machine.kernel
+    assert not k.shm and not k.files, \
+        f"section {section!r} leaves regions behind: {list(k.shm.values())} {list(k.files)}"
+    if skipped:
+        pytest.skip("; ".join(skipped))
