@@ -78,22 +78,7 @@ TAR_END = "@@FIXTURE TAR END@@"
 
 # Runs in the guest after gather.py: the folder as tar.gz, base64, between markers.
 PACK_PY = r'''
-import base64, glob, io, os, sys, tarfile, zlib
-# Tiered-memory files (issue 11), saved here too in case tools/gather.py does not
-# yet: tier node lists and the HMAT access classes. The initiators/nodeN entries
-# are symlinks in sysfs; saved as empty files (the name is what a reader uses).
-for pat in ("/sys/devices/virtual/memory_tiering/memory_tier*/nodelist",
-            "/sys/devices/system/node/node*/access[01]/initiators/*",
-            "/sys/kernel/mm/mempolicy/weighted_interleave/*"):
-    for src in glob.glob(pat):
-        dst = os.path.join(sys.argv[1], "root", src.lstrip("/"))
-        if os.path.exists(dst):
-            continue
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        with open(dst, "wb") as out:
-            if not os.path.islink(src):
-                with open(src, "rb") as fh:
-                    out.write(fh.read())
+import base64, io, sys, tarfile, zlib
 buf = io.BytesIO()
 with tarfile.open(fileobj=buf, mode="w:gz") as tar:
     tar.add(sys.argv[1], arcname="fixture")
@@ -156,6 +141,15 @@ def extract(data: bytes, dest: str) -> None:
             target = os.path.join(dest, rel)
             if member.isdir():
                 os.makedirs(target, exist_ok=True)
+            elif member.issym():
+                # gather.py saves an HMAT initiator (accessN/initiators/nodeM) as a
+                # relative link to the node's folder; nothing may point outside.
+                inside = os.path.normpath(os.path.join(os.path.dirname(rel), member.linkname))
+                if os.path.isabs(member.linkname) or inside.split(os.sep)[0] in ("..", ""):
+                    raise ValueError(f"archive link {name!r} -> {member.linkname!r} leaves "
+                                     "the fixture")
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                os.symlink(member.linkname, target)
             elif member.isfile():
                 os.makedirs(os.path.dirname(target), exist_ok=True)
                 src = tar.extractfile(member)
@@ -347,12 +341,42 @@ def oracle(arch: str, topology: str, root: str) -> Tuple[dict, List[str]]:
         "thp": thp.group(1) if thp else None,
     }
     if TIER_KEYS:
+        normal_text = _read(root, "sys/devices/system/node/has_normal_memory")
+        normal = _list(normal_text) if normal_text is not None else None
         for node in nodes:
-            node["tier"] = next((t for t, v in tiers.items() if node["id"] in v), None)
-            node["access"] = access.get(str(node["id"]))
+            n = node["id"]
+            node["tier"] = next((t for t, v in tiers.items() if n in v), None)
+            node["access"] = access.get(str(n))
+            node["has_normal_memory"] = None if normal is None else n in normal
+            # What the memory is, from the QEMU definition (no GPUs in these guests).
+            if n not in with_mem:
+                kind = ("no-memory", "not in has_memory")
+            elif normal is not None and n not in normal:
+                kind = ("movable-only", "memory only in ZONE_MOVABLE (not in "
+                        "has_normal_memory)" + ("" if node["cpus"] else "; no CPUs"))
+            elif node["cpus"]:
+                kind = ("dram", f"CPUs {_ranges(node['cpus'])} and normal memory")
+            else:
+                kind = ("cpu-less", "memory but no CPUs")
+            node["kind"], node["kind_evidence"] = kind
         exp["memory_tiers"] = {str(t): v for t, v in sorted(tiers.items())}
         exp["interleave_weights"] = weights
+        auto = _read(root, "sys/kernel/mm/mempolicy/weighted_interleave/auto")
+        exp["interleave_auto"] = None if auto is None else auto in ("true", "1", "Y")
     return exp, notes
+
+
+def _ranges(ids: List[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2,5' (the kernel's cpulist format)."""
+    out: List[str] = []
+    for i in sorted(ids):
+        if out and "-" in out[-1] and int(out[-1].split("-")[1]) == i - 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{i}"
+        elif out and "-" not in out[-1] and int(out[-1]) == i - 1:
+            out[-1] = f"{out[-1]}-{i}"
+        else:
+            out.append(str(i))
+    return ",".join(out)
 
 
 # expected.json carries the tier keys (per node "tier" and "access", top-level
@@ -515,10 +539,7 @@ def source_md(name: str, arch: str, topology: str, gathered_md: str, root: str,
              "repositories, cached by `vm/build.py`), booted under QEMU TCG by `vm/run.py` "
              f"(image `{arch}`, topology `{topology}`), with python{py}-minimal + stdlib "
              "only, running `python3 tools/gather.py`; the folder came back over the "
-             "console as a tar.gz in base64. Files under `root/` are unedited, except that "
-             "the memory tier lists, `nodeN/access0|1/initiators/*` and the weighted "
-             "interleave weights are saved by `vm/gather_fixtures.py` where gather.py did "
-             "not (the `initiators/nodeM` symlinks as empty files).", "",
+             "console as a tar.gz in base64. Files under `root/` are unedited.", "",
              "Topology QEMU was given (`vm/run.py` TOPOLOGIES): " + "; ".join(desc)
              + ("; no `-numa` options" if not topo["numa"] else
                 f"; distances {topo['distances']}"), "",
