@@ -84,9 +84,10 @@ _VARS = (
     EnvVar("NUMA_STRICT", "bool", False,
            "Raise instead of falling back when a NUMA policy or binding cannot be applied."),
     EnvVar("NUMA_NODES", "nodes", None,
-           "Memory nodes to use, in cpulist format (`0-1,4`); unset means "
-           "default_memory_nodes(): the allowed nodes of the CPUs' DRAM tier, without "
-           "GPU memory, CXL or other slower memory."),
+           "Memory nodes to use, in numactl's node-list grammar (`0-1,4`, `all`, `!0`, "
+           "`+0-1`, `netdev:eth0`); unset means default_memory_nodes(): the allowed "
+           "nodes of the CPUs' DRAM tier, without GPU memory, CXL or other slower "
+           "memory (`all` takes every allowed memory node)."),
     EnvVar("NUMA_PREFAULT_THREADS", "int", None,
            "Threads that prefault interleaved regions; unset means one per allowed CPU.",
            minimum=1),
@@ -169,16 +170,27 @@ def parse_bool(text: str, name: str = "value") -> bool:
         f"{name}={text!r}: expected a boolean (1/0, true/false, yes/no, on/off)")
 
 
-def parse_nodelist(text: str, name: str = "value") -> tuple[int, ...]:
-    """Parse a kernel cpulist-style node list (``0-1,4``) into sorted unique ids.
+# What only the machine can resolve in numactl's node-list grammar: all, !, +, hex and
+# octal numbers, reversed ranges, device forms (netdev:eth0, pci:3b:00.0, ...).
+_NUMACTL_SPEC = re.compile(r"[!+]?[0-9A-Za-z_:.,+\-/ ]*[0-9A-Za-z]")
 
-    Rejects empty items, reversed ranges, signs, strides and ids above 1023 with a
-    ValueError naming ``name``.
+
+def parse_nodelist(text: str, name: str = "value") -> tuple[int, ...] | str:
+    """Parse a node list (``0-1,4``) into sorted unique ids.
+
+    A list in numactl's grammar that needs the machine (``all``, ``!0``, ``+1``,
+    ``0x2``, ``010``, ``netdev:eth0``) is returned as the stripped text: numa_utils
+    resolves it with ``parse_nodestring`` (this file stays standalone).  Rejects
+    empty items, signs, strides and ids above 1023 with a ValueError naming ``name``.
     """
     nodes: set[int] = set()
     stripped = text.strip()
     if not stripped:
         raise ValueError(f"{name}={text!r}: empty node list")
+    if _NUMACTL_SPEC.fullmatch(stripped) and (
+            re.search(r"[^0-9,\- ]|(^|[^0-9])0[0-9]", stripped) or any(
+                int(lo) > int(hi) for lo, hi in re.findall(r"(\d+)\s*-\s*(\d+)", stripped))):
+        return stripped
     for chunk in stripped.split(","):
         item = chunk.strip()
         lo_s, dash, hi_s = item.partition("-")
@@ -189,8 +201,6 @@ def parse_nodelist(text: str, name: str = "value") -> tuple[int, ...]:
                 f"(expected a list like 0-1,4)")
         lo = int(lo_s)
         hi = int(hi_s) if dash else lo
-        if lo > hi:
-            raise ValueError(f"{name}={text!r}: reversed node range {item!r}")
         if hi > _MAX_NODE:
             raise ValueError(
                 f"{name}={text!r}: node {hi} is above the kernel limit {_MAX_NODE}")
@@ -297,10 +307,12 @@ def numa_strict(*, prefix: str | None = None,
 
 
 def numa_nodes(*, prefix: str | None = None,
-               environ: Mapping[str, str] | None = None) -> tuple[int, ...] | None:
-    """NUMA_NODES: sorted node ids, or None for every allowed memory node."""
+               environ: Mapping[str, str] | None = None) -> tuple[int, ...] | str | None:
+    """NUMA_NODES: sorted node ids, None for every allowed memory node, or a numactl
+    node list only the machine can resolve (``all``, ``!0``, ``netdev:eth0``: a str
+    for numa_utils.parse_nodestring)."""
     value = get("NUMA_NODES", prefix=prefix, environ=environ)
-    return None if value is None else tuple(value)
+    return None if value is None else value if isinstance(value, str) else tuple(value)
 
 
 def numa_prefault_threads(*, prefix: str | None = None,

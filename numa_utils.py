@@ -92,7 +92,7 @@ else:
 __all__ = [
     # parsers (pure, no I/O)
     "parse_cpulist", "format_cpulist", "parse_cpumap", "parse_meminfo",
-    "parse_distance_row", "parse_numa_maps",
+    "parse_distance_row", "parse_numa_maps", "iter_numa_maps",
     # backends
     "Abi", "abi_for", "Backend", "LinuxBackend", "SimulatedBackend", "NotLiveError",
     "default_backend",
@@ -118,8 +118,8 @@ __all__ = [
     "NodeCounters", "Counters", "counters", "RemoteShare", "remote_share", "watch",
     "NodeCandidate", "NodeChoice", "choose_node", "CudaPin", "CudaHostRegisterFlag",
     "pin_for_cuda", "REMOTE_SHARE_THRESHOLD",
-    # CLI
-    "main",
+    # numactl's node/CPU list grammar; CLI
+    "parse_nodestring", "main",
 ]
 
 if TYPE_CHECKING:   # imported lazily at run time: importing numa_utils stays cheap
@@ -246,8 +246,15 @@ def parse_meminfo(text: str, *, source: Optional[str] = None) -> Dict[str, int]:
     The "Node N " prefix of per-node files is dropped.  Values without a unit
     (HugePages_Total) are returned as plain counts.
     """
+    s = _clean(text)
+    # The whole file in C when every line is plain "[Node N ]Key:   123[ kB]" (read
+    # per node by read_topology and counters); anything else line by line below.
+    pairs = re.findall(r"(?am)^(?:Node [0-9]+ +)?([A-Za-z][^:\n]*?):[ \t]*([0-9]+)"
+                       r"(?: kB)?[ \t]*$", s)
+    if len(pairs) == s.count("\n") + 1 and not any(k.startswith("Node ") for k, _ in pairs):
+        return {k.strip(): int(v) for k, v in pairs}
     out: Dict[str, int] = {}
-    for line in _clean(text).splitlines():
+    for line in s.splitlines():
         line = line.strip()
         if not line:
             continue
@@ -542,7 +549,9 @@ class LinuxBackend(Backend):
     def _path(self, path: str) -> str:
         if self.is_live:
             return path
-        return os.path.join(self.root, path.lstrip("/"))
+        if path[:1] == "/":         # the usual case, without os.path.join's cost
+            return self.root + path
+        return os.path.join(self.root, path)
 
     def read_text(self, path: str) -> str:
         with open(self._path(path), "rb") as f:
@@ -927,6 +936,7 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
     # ~12 (a 1,024-CPU machine has ~9,000 such files).
     core_of: Dict[int, Tuple[Optional[int], Optional[int], FrozenSet[int]]] = {}
     llc_of: Dict[int, FrozenSet[int]] = {}
+    levels: Dict[Tuple[str, ...], List[Tuple[int, str]]] = {}
     for c in sorted(possible):
         d = f"{_CPU_DIR}/cpu{c}"
         topo = f"{d}/topology"
@@ -948,16 +958,24 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
                 cpus[c] = Cpu(c, _cpu_node(r, c, d, node_of), True, core, package,
                               siblings, llc_of[c])
                 continue
-            best = -1
-            for idx in r.listdir(f"{d}/cache"):
-                if not idx.startswith("index"):
-                    continue
-                lvl = r.integer(f"{d}/cache/{idx}/level")
-                if lvl is None or lvl <= best:
-                    continue
+            # Which index is which level is read once per set of index folders, not
+            # per CPU (cacheinfo builds every CPU's leaves the same way): 4 fewer
+            # files per CPU where CPUs share no last-level cache.  Instruction caches
+            # (and unknown types) are not where data is shared (PyTorch's binding
+            # reads only Unified/Data the same way).
+            names = tuple(sorted(i for i in r.listdir(f"{d}/cache") if i.startswith("index")))
+            order = levels.get(names)
+            if order is None:
+                order = levels[names] = sorted(
+                    (-lvl, i) for i, lvl in ((i, r.integer(f"{d}/cache/{i}/level"))
+                                             for i in names)
+                    if lvl is not None and (r.text(f"{d}/cache/{i}/type") or "").strip()
+                    in ("Unified", "Data"))
+            for _, idx in order:       # the highest level with a readable sharing list
                 shared = r.parsed(f"{d}/cache/{idx}/shared_cpu_list", parse_cpulist)
                 if shared is not None:
-                    best, llc = lvl, shared
+                    llc = shared
+                    break
             if c in llc:
                 for s in llc & online:
                     llc_of[s] = llc
@@ -3635,17 +3653,48 @@ def _parse_maps_line(line: str, default_kb: int,
 _NO_OTHER: Mapping[str, str] = MappingProxyType({})
 
 
+def iter_numa_maps(text: Union[str, Iterable[str]], *,
+                   page_size_kb: int = 0) -> Iterator[NumaMapsEntry]:
+    """``parse_numa_maps`` one entry at a time, for huge inputs: ``text`` is the whole
+    text or an iterable of chunks cut anywhere (a file read in blocks)."""
+    default_kb = page_size_kb or _system_page_kb()
+    cache: Dict[str, Any] = {}
+    for chunk in _whole_lines(text):
+        for line in chunk.split("\n"):
+            if line:
+                yield _parse_maps_line(line, default_kb, cache)
+
+
 def parse_numa_maps(text: str, *, page_size_kb: int = 0) -> List[NumaMapsEntry]:
     """Parse /proc/<pid>/numa_maps text into one NumaMapsEntry per VMA (one pass).
 
     ``page_size_kb`` is the unit for lines without kernelpagesize_kB (kernels before
     3.19); default: this system's page size.  A malformed line raises ValueError
-    naming it.
+    naming it.  Lines end at "\\n" only: the kernel does not escape "\\r", "\\f" or
+    U+2028 in file names, where ``str.splitlines`` would cut.
     """
-    default_kb = page_size_kb or _system_page_kb()
-    cache: Dict[str, Any] = {}
-    return [_parse_maps_line(line, default_kb, cache) for line in text.splitlines()
-            if line]
+    return list(iter_numa_maps(text, page_size_kb=page_size_kb))
+
+
+_MAPS_LINE_MAX = 1 << 20    # a line holds one path (<= 4 KiB, escaped x4) + node counts
+
+
+def _whole_lines(text: Union[str, Iterable[str]]) -> Iterator[str]:
+    """Chunks of whole lines, each ending in "\\n", from a text or its pieces."""
+    if isinstance(text, str):
+        text = (text,)
+    carry = ""
+    for piece in text:
+        piece = carry + piece
+        cut = piece.rfind("\n") + 1
+        carry = piece[cut:]
+        if len(carry) > _MAPS_LINE_MAX:
+            raise ValueError(f"invalid numa_maps line: over {_MAPS_LINE_MAX} characters: "
+                             f"{carry[:80]!r}...")
+        if cut:
+            yield piece[:cut]
+    if carry:
+        yield carry + "\n"
 
 
 def _system_page_kb() -> int:
@@ -3779,140 +3828,199 @@ def _parse_size(text: str) -> int:
     return int(float(m.group(1)) * (1 << unit))
 
 
-def _maps_totals(entries: Sequence[NumaMapsEntry]) -> Tuple[Dict[int, int],
-                                                            Dict[str, Dict[int, int]]]:
-    """kB per node overall, and per numastat -p category (Huge/Heap/Stack/Private)."""
-    totals: Dict[int, int] = {}
-    cats: Dict[str, Dict[int, int]] = {c: {} for c in ("Huge", "Heap", "Stack",
-                                                      "Private")}
-    for e in entries:
-        if not e.pages:
-            continue
-        cat = cats["Huge" if e.huge else "Heap" if e.heap else "Stack" if e.stack
-                   else "Private"]
-        kb = e.page_size_kb
-        for n, c in e.pages.items():
-            totals[n] = totals.get(n, 0) + c * kb
-            cat[n] = cat.get(n, 0) + c * kb
-    return totals, cats
+_MAPS_CATS = ("Huge", "Heap", "Stack", "Private")
 
 
-def _scan_totals(text: str, default_kb: int, min_kb: int
-                 ) -> Tuple[Dict[int, int], Dict[str, Dict[int, int]], List[str], int]:
-    """The text report's fast path: per-node totals and numastat categories from the
-    node counters alone, and the lines of VMAs with at least ``min_kb`` resident
-    (the only ones parsed in full).  Returns (totals, categories, big lines, VMAs)."""
-    totals: Dict[int, int] = {}
-    cats: Dict[str, Dict[int, int]] = {c: {} for c in ("Huge", "Heap", "Stack",
-                                                      "Private")}
-    big: List[str] = []
-    count = 0
-    for line in text.splitlines():
-        if not line:
-            continue
-        count += 1
-        sp = line.find(" ")
-        try:
-            int(line[:sp], 16)
-            if sp <= 0:
-                raise ValueError
-        except ValueError:
-            raise ValueError(f"invalid numa_maps line: {line!r}") from None
-        i = line.find(" N")
-        if i < 0:                       # nothing faulted in
-            if min_kb <= 0:
-                big.append(line)
-            continue
-        head = line[:i]
-        kb = default_kb
-        pages: List[Tuple[int, int]] = []
-        resident = 0
-        try:
-            for tok in line[i + 1:].split(" "):
-                if tok[:1] == "N":
-                    node_s, eq, count_s = tok[1:].partition("=")
-                    if not eq:
-                        raise ValueError
-                    pages.append((int(node_s), int(count_s)))
-                    resident += int(count_s)
-                elif tok.startswith("kernelpagesize_kB="):
-                    kb = int(tok[18:])
-                elif tok:
-                    raise ValueError
-        except ValueError:
-            raise ValueError(f"invalid numa_maps line: {line!r}") from None
-        cat = cats["Huge" if " huge" in head else "Heap" if " heap" in head else
-                   "Stack" if " stack" in head else "Private"]
-        for n, c in pages:
-            totals[n] = totals.get(n, 0) + c * kb
-            cat[n] = cat.get(n, 0) + c * kb
-        if resident * kb >= min_kb:
-            big.append(line)
-    return totals, cats, big, count
+def _maps_chunks(b: Backend, path: str) -> Iterator[str]:
+    """A numa_maps file in decoded pieces of about 1 MiB: memory stays bounded
+    whatever its size.  Opened now, non-blocking, and refused unless a regular file:
+    a FIFO or a device (/dev/zero) would block or never end."""
+    if not isinstance(b, LinuxBackend):
+        return iter((b.read_text(path),))
+    import codecs
+    import stat
+    fd = os.open(b._path(path), os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path}: not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    f = os.fdopen(fd, "rb", buffering=0)
+
+    def pieces() -> Iterator[str]:
+        dec = codecs.getincrementaldecoder("utf-8")("replace")
+        with f:
+            end = False
+            while not end:
+                parts: List[bytes] = []
+                size = 0
+                while size < 1 << 20 and not end:     # /proc gives a page per read
+                    parts.append(f.read(1 << 20))
+                    size += len(parts[-1])
+                    end = not parts[-1]
+                yield dec.decode(b"".join(parts), end)
+    return pieces()
+
+
+def _maps_cat(e: NumaMapsEntry) -> str:
+    return "Huge" if e.huge else "Heap" if e.heap else "Stack" if e.stack else "Private"
+
+
+class _MapsScan:
+    """Per-node totals and numastat -p categories over numa_maps chunks, with the work
+    per line done in C: one regular expression splits every line into its address
+    (leading zeros dropped) and the rest, lines with the same rest (most of a big
+    process: "default anon=1 dirty=1 N0=1 ...") are counted together, and only each
+    distinct rest is parsed in Python."""
+
+    def __init__(self, default_kb: int) -> None:
+        self.default_kb = default_kb
+        self.totals: Dict[int, int] = {}
+        self.cats: Dict[str, Dict[int, int]] = {c: {} for c in _MAPS_CATS}
+        self.nvmas = 0
+        self.policies: Dict[str, Any] = {}
+        self.known: Dict[str, Tuple[NumaMapsEntry, Any]] = {}   # rest -> (entry, JSON)
+        self.rests: Dict[str, int] = {}      # the last chunk's distinct rests
+
+    def entry(self, rest: str) -> Tuple[NumaMapsEntry, Any]:
+        got = self.known.get(rest)
+        if got is None:
+            if len(self.known) > 4096:      # bounded: a file of all-distinct lines
+                self.known.clear()
+            got = self.known[rest] = (
+                _parse_maps_line("0 " + rest, self.default_kb, self.policies), None)
+        return got
+
+    def chunk(self, text: str) -> List[Tuple[str, str]]:
+        """Add one chunk of whole lines to the totals; returns its (address in hex,
+        rest) pairs."""
+        import collections
+        from operator import itemgetter
+        pairs = re.findall(r"(?am)^0*([0-9a-f]+) (.*)$", text)
+        if len(pairs) != text.count("\n"):
+            # A line the expression did not take (malformed, empty, an upper-case
+            # address): the full parser names a bad one.
+            pairs = [(f"{_parse_maps_line(line, self.default_kb, self.policies).start:x}",
+                      line.partition(" ")[2]) for line in text.split("\n") if line]
+        self.nvmas += len(pairs)
+        self.rests = collections.Counter(map(itemgetter(1), pairs))
+        for rest, times in self.rests.items():
+            try:
+                e = self.entry(rest)[0]
+            except ValueError:      # name the whole line, address included
+                for a, r in pairs:
+                    if r == rest:
+                        _parse_maps_line(a + " " + r, self.default_kb, self.policies)
+                raise
+            row = self.cats[_maps_cat(e)]
+            for n, c in e.pages.items():
+                kb = c * e.page_size_kb * times
+                self.totals[n] = self.totals.get(n, 0) + kb
+                row[n] = row.get(n, 0) + kb
+        return pairs
+
+    def rows(self, pairs: List[Tuple[str, str]], min_kb: int) -> List[str]:
+        """Table rows of the chunk's VMAs with at least ``min_kb`` resident (all when
+        0), in file order; each distinct rest is formatted once."""
+        from itertools import compress
+        from operator import itemgetter
+        tails: Dict[str, str] = {}
+        for r in self.rests:
+            e = self.entry(r)[0]
+            if e.pages_total * e.page_size_kb >= min_kb:
+                name = (e.file + (" (deleted)" if e.deleted else "") if e.file is not None
+                        else e.kind) + (" [huge]" if e.huge else "")
+                if len(name) > 28:              # keep the verdict column in line: the
+                    name = "..." + name[-25:]   # end of a path says the most
+                verdict = _verdict(e.bytes_per_node, e.mode) if e.pages else \
+                    "nothing faulted in"
+                tails[r] = (f"{_fmt_kb(e.pages_total * e.page_size_kb):>10}  "
+                            f"{e.policy:<22}  {name:<28}  {verdict}\n")
+        return [f"  {a:>14}  " + tails[r] for a, r in
+                compress(pairs, map(tails.__contains__, map(itemgetter(1), pairs)))]
+
+    def json(self, pairs: List[Tuple[str, str]], tty: bool) -> str:
+        """The chunk's VMAs as JSON objects, each after a comma.  Each distinct rest is
+        encoded once; per line only the address changes, joined in C."""
+        import json
+        from itertools import chain, repeat
+        from operator import itemgetter
+        frags: Dict[str, str] = {}
+        for rest in self.rests:
+            e, frag = self.entry(rest)
+            if frag is None:
+                d = e.to_json()
+                d["verdict"] = _verdict(e.bytes_per_node, e.mode) if e.pages else None
+                del d["start"]
+                frag = (json.dumps(d, indent=2).replace("\n", "\n    ")[1:] if tty else
+                        json.dumps(d, separators=(",", ":"))[1:])
+                self.known[rest] = (e, frag)
+            frags[rest] = frag
+        return "".join(chain.from_iterable(zip(
+            repeat(',\n    {\n      "start": "0x' if tty else ',{"start":"0x'),
+            map(itemgetter(0), pairs), repeat('",' if not tty else '",'),
+            map(frags.__getitem__, map(itemgetter(1), pairs)))))
 
 
 def _cmd_maps(args: argparse.Namespace) -> int:
     if args.file is not None:
-        with open(args.file, "rb") as f:
-            text = f.read().decode("utf-8", "replace")
+        chunks = _maps_chunks(LinuxBackend(), args.file)
         what = args.file
     elif args.pid is not None:
-        b = _backend_from_args(args)
-        text = b.read_text(_maps_path(args.pid))
+        chunks = _maps_chunks(_backend_from_args(args), _maps_path(args.pid))
         what = f"pid {args.pid}"
     else:
         raise ValueError("give a PID or --file PATH")
-    if not args.json and not args.all:
-        # Most VMAs of a big process are small: sum their counters without building
-        # an entry for each, and parse in full only the lines that will be shown.
-        min_bytes = _parse_size(args.min_size)
-        totals, cats, lines, nvmas = _scan_totals(text, args.page_kb or _system_page_kb(),
-                                                  max(min_bytes // 1024, 1))
-        return _print_maps(parse_numa_maps("\n".join(lines), page_size_kb=args.page_kb),
-                           totals, cats, what, nvmas, min_bytes, False)
-    entries = parse_numa_maps(text, page_size_kb=args.page_kb or 0)
-    totals, cats = _maps_totals(entries)
+    scan = _MapsScan(args.page_kb or _system_page_kb())
+    write = sys.stdout.write
     if args.json:
-        vmas = []
-        for e in entries:
-            d = e.to_json()
-            d["verdict"] = _verdict(e.bytes_per_node, e.mode) if e.pages else None
-            vmas.append(d)
-        _print_json({"vmas": vmas,
-                     "totals_kb": {str(n): kb for n, kb in sorted(totals.items())}})
+        # {"vmas": [...], "totals_kb": {...}} written chunk by chunk.
+        import json
+        try:
+            tty = sys.stdout.isatty()
+        except (AttributeError, ValueError):
+            tty = False
+        write('{\n  "vmas": [' if tty else '{"vmas":[')
+        for text in _whole_lines(chunks):
+            before = scan.nvmas
+            part = scan.json(scan.chunk(text), tty)
+            write(part if before else part[1:])
+        totals = {str(n): kb for n, kb in sorted(scan.totals.items())}
+        write('\n  ],\n  "totals_kb": ' + json.dumps(totals, indent=2).replace("\n", "\n  ")
+              + "\n}\n" if tty else
+              '],"totals_kb":' + json.dumps(totals, separators=(",", ":")) + "}\n")
         return 0
-    return _print_maps(entries, totals, cats, what, len(entries), 0, True)
+    # Most VMAs of a big process are small: their counters are summed without an
+    # entry each, and only the lines shown are parsed in full.  Rows are written as
+    # they come (memory bounded), the counts after them.
+    min_bytes = 0 if args.all else _parse_size(args.min_size)
+    min_kb = 0 if args.all else max(min_bytes // 1024, 1)
+    write(f"numa_maps of {what}:\n")
+    nshown = 0
+    for text in _whole_lines(chunks):
+        rows = scan.rows(scan.chunk(text), min_kb)
+        if rows and not nshown:
+            write(f"  {'start':>14}  {'resident':>10}  {'policy':<22}  "
+                  f"{'mapping':<28}  verdict\n")
+        nshown += len(rows)
+        write("".join(rows))
+    write(f"{scan.nvmas} VMAs; " + ("all shown" if args.all else
+          f"{nshown} with >= {_fmt_kb(min_bytes // 1024)} resident shown "
+          "(--all for every VMA)") + "\n")
+    _print_maps_totals(scan.totals, scan.cats, what)
+    return 0
 
 
-def _print_maps(entries: Sequence[NumaMapsEntry], totals: Dict[int, int],
-                cats: Dict[str, Dict[int, int]], what: str, nvmas: int, min_bytes: int,
-                show_all: bool) -> int:
+def _print_maps_totals(totals: Dict[int, int], cats: Dict[str, Dict[int, int]],
+                       what: str) -> None:
     out: List[str] = []
-    shown = [e for e in entries
-             if show_all or e.pages_total * e.page_size_kb * 1024 >= max(min_bytes, 1)]
-    out.append(f"numa_maps of {what}: {nvmas} VMAs; "
-               + ("all shown" if show_all else
-                  f"{len(shown)} with >= {_fmt_kb(min_bytes // 1024)} resident shown "
-                  "(--all for every VMA)"))
-    if shown:
-        out.append(f"  {'start':>14}  {'resident':>10}  {'policy':<22}  "
-                   f"{'mapping':<28}  verdict")
-    for e in shown:
-        name = (e.file or "") + (" (deleted)" if e.deleted else "") if e.file is not None \
-            else e.kind
-        if e.huge:
-            name += " [huge]"
-        if len(name) > 28:                  # keep the verdict column in line: the
-            name = "..." + name[-25:]       # end of a path says the most
-        res = _fmt_kb(e.pages_total * e.page_size_kb)
-        verdict = _verdict(e.bytes_per_node, e.mode) if e.pages else "nothing faulted in"
-        out.append(f"  {e.start:>14x}  {res:>10}  {e.policy:<22}  {name:<28}  {verdict}")
     nodes = sorted(totals)
     out.append("")
     out.append(f"Per-node memory usage (in MBs) for {what}")
     head = "".join(f"{'Node ' + str(n):>15} " for n in nodes)
     out.append(f"{'':<16} {head}{'Total':>15}")
-    for cat in ("Huge", "Heap", "Stack", "Private"):
+    for cat in _MAPS_CATS:
         row = cats[cat]
         out.append(f"{cat:<16} " + "".join(f"{row.get(n, 0) / 1024:>15.2f} " for n in nodes)
                    + f"{sum(row.values()) / 1024:>15.2f}")
@@ -3922,7 +4030,6 @@ def _print_maps(entries: Sequence[NumaMapsEntry], totals: Dict[int, int],
     if totals:
         out.append(f"process: {_verdict({n: kb * 1024 for n, kb in totals.items()})}")
     sys.stdout.write("\n".join(out) + "\n")
-    return 0
 
 
 def _cli_maps(sub: Any) -> None:
@@ -4253,8 +4360,8 @@ _POLICY_WORDS = MappingProxyType({
 
 
 def _region_policy(policy: Optional[str], nodes: Optional[Iterable[int]],
-                   strict: Optional[bool]) -> Tuple[Mode, Optional[FrozenSet[int]], bool,
-                                                    bool]:
+                   strict: Optional[bool], b: Optional[Backend] = None
+                   ) -> Tuple[Mode, Optional[FrozenSet[int]], bool, bool]:
     """(mode, nodes, strict, explicit) from the arguments and envs.py (if present):
     policy=None means interleave when ENABLE_NUMA_INTERLEAVE is set, else first-touch;
     nodes=None means NUMA_NODES, else default_memory_nodes(); strict=None: NUMA_STRICT."""
@@ -4272,6 +4379,11 @@ def _region_policy(policy: Optional[str], nodes: Optional[Iterable[int]],
     if nodes is None and envs is not None and hasattr(envs, "numa_nodes") and \
             mode not in (Mode.DEFAULT, Mode.LOCAL):
         env_nodes = envs.numa_nodes()
+        if isinstance(env_nodes, str):      # numactl grammar: resolved on this machine
+            try:
+                env_nodes = parse_nodestring(env_nodes, backend=b)
+            except ValueError as e:
+                raise ValueError(f"NUMA_NODES={env_nodes!r}: {e}") from None
         nodes = env_nodes if env_nodes else None
     if strict is None and envs is not None and hasattr(envs, "numa_strict"):
         strict = envs.numa_strict()
@@ -4424,7 +4536,7 @@ class SharedRegion:
             raise ValueError("size must be > 0")
         if mode & ~0o777:
             raise ValueError(f"mode {mode:o}: permission bits only")
-        pmode, pnodes, strict_, _ = _region_policy(policy, nodes, strict)
+        pmode, pnodes, strict_, _ = _region_policy(policy, nodes, strict, b)
         huge, page = _region_page(hugepages, kind, b, pnodes)
         size = (size + page - 1) // page * page
         shmid, name, addr = -1, "", 0
@@ -4488,7 +4600,7 @@ class SharedRegion:
         b = _b(backend)
         if kind not in ("sysv", "posix"):
             raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
-        pmode, pnodes, strict_, explicit = _region_policy(policy, nodes, strict)
+        pmode, pnodes, strict_, explicit = _region_policy(policy, nodes, strict, b)
         _, page = _region_page(hugepages, kind, b, pnodes)
         shmid, name, addr, fd, seg_size = -1, "", 0, -1, 0
         try:
@@ -4801,7 +4913,7 @@ def _progress_bar(stream: Any) -> Callable[[int, int], None]:
 
 def _cmd_region(args: argparse.Namespace) -> int:
     b = _backend_from_args(args)
-    nodes = parse_cpulist(args.nodes) if args.nodes else None
+    nodes = parse_nodestring(args.nodes, backend=b) if args.nodes else None
     hp: Union[bool, str] = args.hugepages if args.hugepages else False
     region = SharedRegion.create(
         args.key, _parse_size(args.size), policy=args.policy, nodes=nodes,
@@ -4854,7 +4966,8 @@ def _cli_cleanup(sub: Any) -> None:
     p.add_argument("key", help="region name (SysV key 0x4exxxxxx / /dev/shm/numa_utils-KEY)")
     p.add_argument("size", help="size: 4G, 512M, bytes")
     p.add_argument("--policy", choices=sorted(_POLICY_WORDS), default=None)
-    p.add_argument("--nodes", default=None, metavar="LIST", help="node list, e.g. 0-1")
+    p.add_argument("--nodes", default=None, metavar="LIST",
+                   help="node list in numactl's grammar, e.g. 0-1, all, !0")
     p.add_argument("--kind", choices=["sysv", "posix"], default="sysv")
     p.add_argument("--hugepages", default=None, metavar="SIZE", help="2M, 1G")
     p.add_argument("--threads", type=int, default=None)
@@ -6018,8 +6131,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if pol not in ("node", "none"):
             raise ValueError(f"--node takes --policy node or none, not {pol!r} "
                              "(the GPU policies need --gpu)")
-        res = bind_to_node(args.node, cpus=pol != "none", memory=memory, threads="all",
-                           strict=strict, backend=b)
+        res = bind_to_node(_single_node(args.node, b), cpus=pol != "none", memory=memory,
+                           threads="all", strict=strict, backend=b)
     if args.json:
         import json
         sys.stderr.write(json.dumps(res.to_json()) + "\n")
@@ -6031,13 +6144,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             what.append(f"memory policy ({res.memory.reason})")
         sys.stderr.write(f"numa_utils run: not applied: {', '.join(what)}; running "
                          "the command anyway\n")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        os.execvp(cmd[0], cmd)   # the memory policy and the affinity survive exec
-    except OSError as e:
-        sys.stderr.write(f"numa_utils run: cannot run {cmd[0]!r}: {e.strerror or e}\n")
-        return 127 if isinstance(e, FileNotFoundError) else 126
+    e = _exec(cmd)
+    sys.stderr.write(f"numa_utils run: cannot run {cmd[0]!r}: {e.strerror or e}\n")
+    return 127 if isinstance(e, FileNotFoundError) else 126
 
 
 def _add_plan_options(p: argparse.ArgumentParser) -> None:
@@ -6073,7 +6182,8 @@ def _cli_run(sub: Any) -> None:
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--gpu", type=int, metavar="N", help="CUDA device N (as this "
                    "environment's CUDA_VISIBLE_DEVICES numbers it)")
-    g.add_argument("--node", type=int, metavar="N", help="NUMA node N")
+    g.add_argument("--node", metavar="N", help="NUMA node N (numactl's grammar: "
+                   "2, +0, netdev:eth0, pci:3b:00.0)")
     _add_plan_options(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
                    help="the command, executed without a shell")
@@ -7502,6 +7612,652 @@ def _render_status(rep: Dict[str, Any]) -> str:
 
 
 # ===========================================================================
+# numactl's command line (issue 13): `numa_utils numactl [OPTIONS] CMD ...` takes
+# numactl 2.0.19's options, node/CPU lists, exit statuses and --show/--hardware
+# formats, so torchrun/SGLang/vLLM command lines work where the numactl package is
+# missing.  Facts from numactl.c, libnuma.c and affinity.c (numactl 2.0.16-2.0.19).
+# ===========================================================================
+
+# strtoul(s, &end, 0) as libnuma calls it: blanks, a sign, then hex (0x), octal (0) or
+# decimal digits (compiled on first use: re caches it).
+_STRTOUL = r"[ \t\n\v\f\r]*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)"
+
+
+class _ListError(ValueError):
+    """A node/CPU list libnuma rejects; ``warn``: what libnuma prints about it on
+    stderr (nothing for trailing characters; an empty line after its parser's own)."""
+
+    def __init__(self, msg: str, warn: bool = True, blank: bool = False) -> None:
+        super().__init__(msg)
+        self.warn = (msg + "\n" * blank) if warn else ""
+
+
+def _strtoul(s: str, i: int) -> Tuple[Optional[int], int]:
+    m = re.compile(_STRTOUL).match(s, i)
+    if not m:
+        return None, i
+    digits = m.group(2)
+    base = 16 if digits[1:2] in ("x", "X") else 8 if digits.startswith("0") else 10
+    v = int(digits, base) if base != 16 else int(digits[2:], 16)
+    return (-v if m.group(1) == "-" else v), m.end()
+
+
+def _device_node(spec: str, b: Backend) -> Optional[FrozenSet[int]]:
+    """libnuma's device forms (netdev:, block:, file:, pci:, ip:) -> the device's node
+    from sysfs; None when ``spec`` is none of them."""
+    kind, colon, dev = spec.partition(":")
+    if not colon or kind not in ("netdev", "block", "file", "pci", "ip"):
+        return None
+    dev = dev.lstrip()
+    cls = "block" if kind in ("block", "file") else "net" if kind != "pci" else ""
+    if kind == "pci":
+        head, _, func = dev.partition(".")
+        parts = head.split(":")
+        try:
+            nums = [int(x, 16) for x in parts] + [int(func or "0", 16)]
+        except ValueError:
+            raise _ListError(f"Cannot parse PCI device `{dev}'") from None
+        if len(parts) == 2:
+            nums.insert(0, 0)
+        if len(nums) != 4:
+            raise _ListError(f"Cannot parse PCI device `{dev}'")
+        seg, bus, slot, fn = nums
+        path = f"/sys/bus/pci/devices/{seg:04x}:{bus:02x}:{slot:02x}.{fn:x}/numa_node"
+    else:
+        if kind == "file":              # the block device holding the file
+            try:
+                st = os.stat(dev)
+            except OSError:
+                raise _ListError(f"Cannot stat file {dev}") from None
+            import stat as st_mod
+            d = st.st_rdev if st_mod.S_ISBLK(st.st_mode) else st.st_dev
+            want = f"{os.major(d)}:{os.minor(d)}"
+            names = [n for n in b.listdir("/sys/class/block")
+                     if (b.read_optional(f"/sys/class/block/{n}/dev") or "").strip() == want]
+            if not names:
+                raise _ListError(f"Cannot find block device {want} in sysfs for `{dev}'")
+            dev = names[0]
+        elif kind == "ip":              # the interface the route to HOST goes through
+            dev = _route_device(dev, b)
+        if "/" in dev or "." in dev:
+            raise _ListError(f"Illegal characters in `{dev}' specification")
+        path = f"/sys/class/{cls}/{dev}/device/numa_node"
+    text = b.read_optional(path)
+    if text is None and kind != "pci":      # a virtio device: its PCI parent knows
+        text = b.read_optional(f"/sys/class/{cls}/{dev}/device/../numa_node")
+    try:
+        node = int(text.strip()) if text is not None else None
+    except ValueError:
+        node = None
+    if node is None:
+        raise _ListError(f"Cannot read node mask for {cls} device `{dev}'")
+    if node < 0:
+        raise _ListError(f"Kernel does not know node mask for {cls + ' ' if cls else ''}"
+                         f"device `{dev}'")
+    return frozenset({node})
+
+
+def _route_device(host: str, b: Backend) -> str:
+    """The interface of the longest-prefix IPv4 route to ``host`` (/proc/net/route)."""
+    import socket
+    try:
+        addr = struct.unpack("<I", socket.inet_aton(socket.gethostbyname(host)))[0]
+    except (OSError, UnicodeError):
+        raise _ListError(f"Cannot resolve {host}") from None
+    best: Tuple[int, str] = (-1, "")
+    for line in (b.read_optional("/proc/net/route") or "").splitlines()[1:]:
+        f = line.split()
+        try:
+            dst, mask = int(f[1], 16), int(f[7], 16)
+        except (IndexError, ValueError):
+            continue
+        if addr & mask == dst and bin(mask).count("1") > best[0]:
+            best = (bin(mask).count("1"), f[0])
+    if not best[1]:
+        raise _ListError(f"Cannot find a route to {host}")
+    return best[1]
+
+
+def parse_nodestring(text: str, *, cpus: bool = False, possible: bool = False,
+                     backend: Optional[Backend] = None,
+                     topology: Optional[Topology] = None) -> FrozenSet[int]:
+    """numactl's node list (CPU list with ``cpus=True``) -> ids, read as libnuma's
+    numa_parse_nodestring/numa_parse_cpustring do.
+
+    ``1,3,5-7``; numbers in C's bases (``0x2`` hex, ``010`` octal); ``all`` (every
+    allowed id); ``!LIST`` (all but); ``+LIST`` (the n-th allowed ids); for nodes also
+    ``netdev:DEV``, ``block:DEV``, ``file:PATH``, ``pci:[SEG:]BUS:DEV[.FN]``,
+    ``ip:HOST`` (the device's node from sysfs).  Allowed ids are the cpuset's
+    (Mems_allowed / Cpus_allowed); ``possible=True`` (numactl --all) allows every
+    node or CPU the machine has.  An empty text is the empty set.  Raises ValueError
+    with libnuma's reason."""
+    b = _b(backend)
+    t = topology if topology is not None else read_topology(backend=b)
+    what = "cpu" if cpus else "node"
+    if cpus:
+        conf = max(t.cpus, default=0) + 1       # numa_num_configured_cpus
+        allowed = frozenset(range(conf)) if possible else \
+            frozenset(c for c in t.allowed_cpus if c < conf)
+    else:
+        conf = len(t.nodes_with_memory)         # numa_num_configured_nodes (sic)
+        allowed = frozenset(range(max(t.nodes, default=0) + 1)) if possible else \
+            t.allowed_mems
+    order = sorted(allowed)
+    s, i = text, 0
+    mask: Set[int] = set()
+    if not s:
+        return frozenset()
+    invert = s.startswith("!")
+    i += invert
+    relative = s.startswith("+", i)
+    i += relative
+
+    def number(j: int) -> Tuple[Optional[int], int]:
+        v, end = _strtoul(s, j)
+        if v is not None and relative:       # the v-th allowed id
+            v = order[v] if 0 <= v < len(order) else -1
+        return v, end
+
+    while True:
+        rest = s[i:]
+        if rest == "all" or (rest[:1].isalpha() and rest[:1].isascii() and not cpus):
+            dev = allowed if rest == "all" else _device_node(rest, b)
+            if dev is not None:
+                mask |= dev
+                i = len(s)
+                break
+        v, end = number(i)
+        if v is None:
+            raise _ListError(f"unparseable {what} description `{rest}'", blank=True)
+        if v not in allowed:
+            raise _ListError(f"{what} argument {rest if cpus else v} is out of range",
+                             blank=True)
+        mask.add(v)
+        i = end
+        if s.startswith("-", i):
+            v2, end = number(i + 1)
+            if v2 is None:
+                raise _ListError(f"missing {what} argument {s[i + 1:]}", blank=True)
+            if v2 not in allowed:
+                raise _ListError(f"{what} argument {s[i + 1:] if cpus else v2} out of range",
+                                 blank=True)
+            mask.update(n for n in order if v <= n <= v2)
+            i = end
+        if not s.startswith(",", i):
+            break
+        i += 1
+    if i != len(s):
+        raise _ListError(f"trailing characters in {what} list {s!r}", warn=False)
+    if invert:      # libnuma flips ids below the count, not the allowed set
+        mask ^= set(range(conf))
+    return frozenset(mask)
+
+
+def _single_node(text: str, b: Backend) -> int:
+    """A node option that takes one node (``run --node``) in numactl's grammar."""
+    nodes = parse_nodestring(str(text), backend=b)
+    if len(nodes) != 1:
+        raise ValueError(f"{text!r} is {len(nodes)} nodes, not one")
+    return next(iter(nodes))
+
+
+# getopt table: numactl's long options, the short letter each stands for, and whether
+# it takes an argument ("=").  --fallback is ours (run's fall-back, see below).
+_NUMACTL_OPTS = MappingProxyType({
+    "all": "a", "interleave=": "i", "weighted-interleave=": "w", "preferred=": "p",
+    "preferred-many=": "P", "cpubind=": "c", "cpunodebind=": "N", "physcpubind=": "C",
+    "membind=": "m", "show": "s", "localalloc": "l", "balancing": "b", "hardware": "H",
+    "shm=": "S", "file=": "f", "offset=": "o", "length=": "L", "strict": "t",
+    "shmmode=": "M", "dump": "d", "dump-nodes": "D", "shmid=": "I", "huge": "u",
+    "touch": "T", "verify": "V", "fallback": "F"})
+# numactl's policy_name(): the mode value get_mempolicy returns, flags included.
+_NUMACTL_POLICY = ("default", "preferred", "bind", "interleave", "local",
+                   "preferred-many", "weighted interleave")
+_NUMACTL_USAGE = """\
+usage: numactl [--all | -a] [--balancing | -b]
+               [--interleave= | -i <nodes>] [--weighted-interleave= | -w <nodes>]
+               [--preferred= | -p <node>] [--preferred-many= | -P <nodes>]
+               [--physcpubind= | -C <cpus>] [--cpunodebind= | -N <nodes>]
+               [--membind= | -m <nodes>] [--localalloc | -l] [--fallback] command args ...
+       numactl [--show | -s]
+       numactl [--hardware | -H]
+       numactl [--length | -L <length>] [--offset | -o <offset>] [--shmmode | -M <shmmode>]
+               [--strict | -t] [--shmid | -I <id>] --shm | -S <shmkeyfile>
+               [--shmid | -I <id>] --file | -f <tmpfsfile>
+               [--huge | -u] [--touch | -T] memory policy
+(numa_utils's numactl: numactl 2.0.19's options; <nodes>: N,N-N, all, !<nodes>,
++<nodes> (cpuset-relative), netdev:DEV, block:DEV, file:PATH, pci:[SEG:]BUS:DEV[.FN],
+ip:HOST; <cpus> likewise without the device forms; <length> takes k/m/g suffixes;
+--fallback runs the command even where the system denies the policy.)
+"""
+
+
+class _NumactlExit(Exception):
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _numactl_version() -> Tuple[int, ...]:
+    """The numactl release whose behaviour to copy: NUMA_UTILS_NUMACTL_VERSION
+    (e.g. 2.0.16: no -w), else 2.0.19."""
+    try:
+        return tuple(int(x) for x in
+                     os.environ.get("NUMA_UTILS_NUMACTL_VERSION", "2.0.19").split("."))
+    except ValueError:
+        return (2, 0, 19)
+
+
+def _numactl_mask(name: str, ids: Iterable[int]) -> str:
+    return f"{name}: " + "".join(f"{i} " for i in sorted(ids)) + "\n"
+
+
+def _numactl_show(b: Backend, t: Topology) -> Tuple[str, int]:
+    """numactl --show's text, from this process's policy and affinity."""
+    aff = b.sched_getaffinity(0)
+    try:
+        pol, nodes = get_mempolicy(backend=b)
+    except OSError as e:
+        if e.errno in (errno.ENOSYS, errno.EPERM):
+            return (_numactl_mask("physcpubind", aff) +
+                    "No NUMA support available on this system.\n"), 1
+        pol, nodes = 0, frozenset()
+    try:
+        cur = get_mempolicy(flags=GetFlag.NODE, backend=b)[0]
+    except OSError:
+        cur = 0
+    membind = nodes if pol == Mode.BIND else t.allowed_mems
+    pref = {int(Mode.PREFERRED): f"{min(nodes, default=0)}\n", Mode.DEFAULT: "current\n",
+            Mode.INTERLEAVE: f"{cur} (interleave next)\n",
+            Mode.BIND: f"{min(membind, default=-1)}\n",
+            Mode.PREFERRED_MANY: f"{cur} (preferred-many)\n"}.get(pol, "")
+    out = [f"policy: {_NUMACTL_POLICY[pol] if 0 <= pol < len(_NUMACTL_POLICY) else f'[{pol}]'}"
+           f"\npreferred node: {pref}"]
+    if pol == Mode.INTERLEAVE:
+        out.append(_numactl_mask("interleavemask", nodes) + f"interleavenode: {cur}\n")
+    run_nodes = [n for n in sorted(t.allowed_mems) if n in t.nodes and t.nodes[n].cpus & aff]
+    out += [_numactl_mask("physcpubind", aff), _numactl_mask("cpubind", run_nodes),
+            _numactl_mask("nodebind", run_nodes), _numactl_mask("membind", membind),
+            _numactl_mask("preferred", nodes)]
+    return "".join(out), 0
+
+
+def _numactl_hardware(t: Topology) -> str:
+    """numactl --hardware's text (the distance table as Debian's 2.0.16 and 2.0.19 print
+    it: 4-wide columns)."""
+    ids = sorted(t.nodes)
+    out = [f"available: {len(ids)} nodes ({format_cpulist(ids)})\n"]
+    for n in ids:
+        node = t.nodes[n]
+        out.append(f"node {n} cpus:" + "".join(f" {c}" for c in sorted(node.cpus)) + "\n")
+        out.append(f"node {n} size: {node.mem_total_kb >> 10} MB\n"
+                   f"node {n} free: {node.mem_free_kb >> 10} MB\n")
+    if not ids or not t.distance(ids[-1], ids[0]):
+        return "".join(out) + "No distance information available.\n"
+    out.append("node distances:\nnode  " + "".join(f"{i:4d} " for i in ids) + "\n")
+    for i in ids:
+        out.append(f"{i:4d}: " + "".join(f"{t.distance(i, k) or 0:4d} " for k in ids) + "\n")
+    return "".join(out)
+
+
+def _memsize(text: str) -> int:
+    """numactl's memsize(): strtoul base 0, then an optional k/m/g (anything else ignored)."""
+    v, end = _strtoul(text, 0)
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[end:end + 1].upper(), 1)
+    return (v or 0) * mult
+
+
+def _cmd_numactl(argv: Sequence[str], *, backend: Optional[Backend] = None,
+                 execvp: Callable[[str, List[str]], Any] = os.execvp) -> int:
+    """``numa_utils numactl ARGS``: numactl's options parsed left to right with
+    getopt (stopping at the command), applied as numactl applies them, then exec."""
+    try:
+        return _numactl(list(argv), _b(backend), execvp)
+    except _NumactlExit as e:
+        return e.code
+
+
+def _numactl(argv: List[str], b: Backend, execvp: Callable[[str, List[str]], Any]) -> int:
+    import getopt
+    out, err = sys.stdout, sys.stderr
+    ver = _numactl_version()
+    opts = dict(_NUMACTL_OPTS)
+    if ver < (2, 0, 19):
+        del opts["weighted-interleave="]
+
+    def usage(msg: str = "") -> None:
+        if msg:
+            err.write(f"numactl: {msg}")
+            out.write("\n")         # numactl's usage_msg ends the line on stdout
+            out.flush()
+        err.write(_NUMACTL_USAGE)
+        raise _NumactlExit(1)
+
+    def complain(msg: str) -> None:
+        err.write(f"numactl: {msg}\n")
+        raise _NumactlExit(1)
+
+    short = "".join(v + (":" if k.endswith("=") else "") for k, v in opts.items()
+                    if v != "F")
+    try:
+        parsed, cmd = getopt.getopt(argv, short, list(opts))
+    except getopt.GetoptError as e:
+        o = e.opt
+        if e.msg.endswith("not a unique prefix"):
+            err.write(f"numactl: option '--{o}' is ambiguous\n")
+        elif len(o) == 1:
+            err.write(f"numactl: option requires an argument -- '{o}'\n" if "requires"
+                      in e.msg else f"numactl: invalid option -- '{o}'\n")
+        elif "requires" in e.msg:
+            err.write(f"numactl: option '--{o}' requires an argument\n")
+        elif "must not have" in e.msg:
+            err.write(f"numactl: option '--{o}' doesn't allow an argument\n")
+        else:
+            err.write(f"numactl: unrecognized option '--{o}'\n")
+        usage()
+    letter = {"--" + k.rstrip("="): v for k, v in opts.items()}
+    fallback = ("--fallback", "") in parsed
+    topo: List[Topology] = []
+
+    def tp() -> Topology:
+        if not topo:
+            topo.append(read_topology(backend=b))
+        return topo[0]
+
+    st: Dict[str, Any] = {"policy": None, "all": False, "parsed": False, "cpubind": False,
+                          "balancing": False, "weighted": False, "shmopt": None,
+                          "strict": False, "hardware": False}
+
+    def available() -> bool:
+        try:
+            get_mempolicy(backend=b)
+        except OSError as e:
+            return e.errno not in (errno.ENOSYS, errno.EPERM)
+        return True
+
+    def checknuma() -> None:
+        if not fallback and not available():
+            complain("This system does not support NUMA policy")
+
+    def setpolicy(mode: int) -> None:
+        if st["policy"] is not None:
+            usage("Conflicting policies")
+        st["policy"] = mode
+
+    def nopolicy() -> None:
+        if st["policy"] is not None:
+            usage("specify policy after --shm/--file")
+
+    def nodes(arg: str, cpus: bool = False) -> FrozenSet[int]:
+        try:
+            got = parse_nodestring(arg, cpus=cpus, possible=st["all"], backend=b,
+                                   topology=tp())
+        except ValueError as e:
+            warn = getattr(e, "warn", f"{e}\n")
+            if warn:
+                err.write(f"libnuma: Warning: {warn}\n")
+            out.write(f"<{arg}> is invalid\n")
+            out.flush()
+            usage()
+            raise
+        st["parsed"] = True
+        return got
+
+    def call(fn: Callable[..., Any], what: str, *args: Any, libnuma: str = "",
+             **kw: Any) -> None:
+        """Apply; on failure print libnuma's and numactl's perror lines and exit 1,
+        or with --fallback warn and go on."""
+        try:
+            fn(*args, backend=b, **kw)
+        except OSError as e:
+            text = os.strerror(e.errno or errno.EIO)
+            if fallback:
+                err.write(f"numactl: warning: {what}: {text}; running the command "
+                          "without it (--fallback)\n")
+                return
+            if libnuma:
+                err.write(f"{libnuma}: {text}\n")
+            err.write(f"{what}: {text}\n")
+            if e.errno == errno.EPERM:
+                err.write("numactl: the system denies NUMA policy here (a container "
+                          "without CAP_SYS_NICE, or seccomp); --fallback runs the "
+                          "command anyway\n")
+            raise _NumactlExit(1) from None
+
+    def setaff(pid: int, cpus: FrozenSet[int], *, backend: Backend) -> None:
+        backend.sched_setaffinity(pid, cpus)
+
+    shm: Optional[Tuple[int, int]] = None
+
+    def policy(mode: int, mask: FrozenSet[int], what: str, flags: int = 0) -> None:
+        """The process policy, or with --shm/--file the region's (mbind; --strict)."""
+        if shm is None:
+            call(set_mempolicy, what, mode, mask, mode_flags=flags, libnuma="set_mempolicy")
+            st["task"] = (mode, mask, flags)
+        else:
+            call(mbind, what, shm[0], shm[1], mode, mask,
+                 MbindFlag.STRICT if st["strict"] else 0, libnuma="mbind")
+
+    for opt, arg in parsed:
+        c = letter[opt] if opt.startswith("--") else opt[1]
+        if c == "s":
+            text, rc = _numactl_show(b, tp())
+            out.write(text)
+            return rc
+        if c == "H":
+            nopolicy()
+            st["hardware"] = True
+            if ver < (2, 0, 19):        # 2.0.16 prints at once; 2.0.19 after the options
+                break
+        elif c == "b":
+            nopolicy()
+            st["balancing"] = True
+        elif c in "wi":
+            st["weighted"] = st["weighted"] or c == "w"
+            checknuma()
+            mask = nodes(arg)
+            mode = Mode.WEIGHTED_INTERLEAVE if st["weighted"] else Mode.INTERLEAVE
+            setpolicy(mode)
+            policy(Mode.INTERLEAVE if shm else mode if mask else Mode.DEFAULT, mask,
+                   "setting interleave mask")
+        elif c in "Nc":
+            if st["shmopt"]:
+                usage(f"{st['shmopt']} shm option is not allowed before "
+                      "-c/--cpubind/--cpunodebind")
+            checknuma()
+            mask = nodes(arg)
+            st["cpubind"] = True
+            t = tp()
+            cpus = frozenset(x for n in mask if n in t.nodes for x in t.nodes[n].cpus)
+            call(setaff, "sched_setaffinity", 0, cpus,
+                 libnuma="numa_sched_setaffinity_v2_int() failed")
+        elif c == "C":
+            if st["shmopt"]:
+                usage(f"{st['shmopt']} shm option is not allowed before -C/--physcpubind")
+            mask = nodes(arg, cpus=True)
+            st["cpubind"] = True
+            call(setaff, "sched_setaffinity", 0, mask)
+        elif c == "m":
+            checknuma()
+            setpolicy(Mode.BIND)
+            mask = nodes(arg)
+            flags = ModeFlag.NUMA_BALANCING if st["balancing"] and not shm else 0
+            try:
+                if flags:   # numa_set_membind_balancing: plain bind where unsupported
+                    set_mempolicy(Mode.BIND, mask, mode_flags=flags, backend=b)
+                    st["task"] = (Mode.BIND, mask, flags)
+                    continue
+            except OSError as e:
+                if e.errno == errno.EINVAL:     # the kernel predates the flag
+                    flags = 0
+            policy(Mode.BIND, mask, "setting membind", flags)
+        elif c in "pP":
+            checknuma()
+            mask = nodes(arg)
+            if shm:         # libnuma's numa_tonode_memory passes preferred-many an
+                setpolicy(Mode.PREFERRED_MANY)      # empty mask: EINVAL (2.0.16, kept)
+                policy(Mode.PREFERRED_MANY, frozenset(), "setting preferred node")
+            elif c == "p":
+                if len(mask) != 1:
+                    usage()
+                setpolicy(Mode.PREFERRED)
+                policy(Mode.PREFERRED, mask, "setting preferred node")
+            else:
+                setpolicy(Mode.PREFERRED_MANY)
+                try:
+                    set_mempolicy(Mode.PREFERRED_MANY, mask, backend=b)
+                except OSError as e:
+                    if e.errno == errno.EINVAL and mask and not fallback:
+                        complain("preferred-many requested without kernel support")
+                    policy(Mode.PREFERRED_MANY, mask, "setting preferred node")
+        elif c == "l":
+            checknuma()
+            setpolicy(Mode.LOCAL)
+            policy(Mode.LOCAL, frozenset(), "local allocation")
+        elif c == "a":
+            if st["parsed"]:
+                usage("--all/-a option must be before all cpu/node specifications")
+            st["all"] = True
+        elif c == "t":
+            st["strict"] = True
+        elif c in "LoMu":
+            name = {"L": "--length", "o": "--offset", "M": "--shmmode", "u": "--huge"}[c]
+            if shm:
+                usage(f"{name} must be before shared memory specification")
+            st["shmopt"] = name
+            if c == "M":
+                if not re.fullmatch(r"[0-7]+", arg):
+                    usage()
+                st["shmmode"] = int(arg, 8)
+            elif c in "Lo":
+                st[name] = _memsize(arg)
+            else:
+                st["huge"] = True
+        elif c == "I":
+            v, end = _strtoul(arg, 0)
+            if v is None or end != len(arg):
+                usage()
+            st["shmid"] = v
+        elif c in "dD":
+            complain(f"Cannot do {opt} without shared memory.\n" if not shm else
+                     f"{opt} is not implemented by numa_utils numactl: "
+                     "`numa_utils maps PID` shows the placement")
+        elif c in "TV":
+            if not shm:
+                usage(f"{'--touch' if c == 'T' else '--verify'} must be after shared "
+                      "memory specification")
+            if c == "T" and shm:
+                b.touch(shm[0], shm[1])
+        elif c in "Sf":
+            if st["cpubind"]:
+                usage("cannot do --cpubind on shared memory\n")
+            nopolicy()
+            shm = _numactl_attach(c, arg, st, b, complain)
+    if st["hardware"]:
+        if not available():
+            out.write("No NUMA available on this system\n")
+            return 1
+        out.write(_numactl_hardware(tp()))
+        return 0
+    if shm is not None:
+        if cmd:
+            usage()
+        return 0
+    if st["strict"]:
+        err.write("numactl: warning. Strict flag for process ignored.\n")
+    if st["shmopt"]:
+        usage(f"shm related option {st['shmopt']} for process")
+    if not cmd:
+        usage()
+    task = st.get("task")
+    if task and task[0] in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
+        # Setting the policy again restarts the interleave cursor (il_prev): what
+        # Python allocated since would move the child's "interleave next" (which
+        # still moves with every page faulted before it asks, ASLR included).
+        try:
+            set_mempolicy(task[0], task[1], backend=b)
+        except OSError:
+            pass
+    failed = _exec(cmd, execvp)
+    complain(f"execution of `{cmd[0]}': {failed.strerror or failed}\n")
+    return 1
+
+
+def _numactl_attach(c: str, name: str, st: Dict[str, Any], b: Backend,
+                    complain: Callable[[str], Any]) -> Tuple[int, int]:
+    """numactl --shm KEYFILE (a SysV segment keyed by ftok(KEYFILE, --shmid)) or
+    --file /dev/shm/NAME, created with --length when missing; the (address, length)
+    the policy options that follow apply to.  The region stays after exit."""
+    length, offset = st.get("--length", 0), st.get("--offset", 0)
+    mode = st.get("shmmode", 0o600)
+    if c == "S":
+        try:
+            fst = os.stat(name)
+        except FileNotFoundError:
+            sys.stderr.write(f"numactl: Creating shm key file {name} mode {mode:04o}\n")
+            os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode))
+            fst = os.stat(name)
+        key = (fst.st_ino & 0xFFFF) | ((fst.st_dev & 0xFF) << 16) | \
+            ((st.get("shmid", 0) & 0xFF) << 24)     # ftok(3)
+        try:
+            region = SharedRegion.attach(key, trust=True, policy="default", backend=b)
+        except FileNotFoundError:
+            if not length:
+                complain("need a --length to create a sysv shared memory segment")
+            sys.stderr.write(f"numactl: Creating shared memory segment {name} id "
+                             f"{st.get('shmid', 0)} mode {mode:04o} length "
+                             f"{length / (1 << 20):.0f}MB\n")
+            region = SharedRegion.create(key, length, policy="default", prefault=False,
+                                         hugepages=bool(st.get("huge")), mode=mode,
+                                         backend=b)
+        addr, size = region.address, region.size
+    else:
+        if os.path.dirname(os.path.abspath(name)) != "/dev/shm" or offset:
+            complain(f"--file {name}: numa_utils numactl maps files in /dev/shm only, "
+                     "without --offset")
+        leaf = os.path.basename(name)
+        try:
+            fd = b.shm_open(leaf, os.O_RDWR, 0)
+        except FileNotFoundError:
+            if not length:
+                complain("need a --length to create a shared file")
+            fd = b.shm_open(leaf, os.O_RDWR | os.O_CREAT, mode)
+        try:
+            size = b.fstat(fd).size
+            if length > size:
+                b.ftruncate(fd, length)
+            size = length or size
+            addr = b.mmap(size, fd)
+        finally:
+            b.close(fd)
+        offset = 0
+    length = length or size - offset
+    if offset >= size or length % b.page_size or offset % b.page_size:
+        complain("policy region not page aligned" if offset < size else
+                 f"region offset {offset:#x} beyond its length {size:#x}")
+    return addr + offset, length
+
+
+def _exec(cmd: List[str], execvp: Callable[[str, List[str]], Any] = os.execvp) -> OSError:
+    """Exec ``cmd`` without a shell (the memory policy and the affinity survive exec);
+    returns the error when it cannot run."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        execvp(cmd[0], cmd)
+    except OSError as e:
+        return e
+    return OSError(errno.ENOEXEC, "exec returned")
+
+
+def _cli_numactl(sub: Any) -> None:
+    # Parsed by _cmd_numactl's own getopt loop (main hands it the raw arguments);
+    # registered here so that --help lists it.
+    sub.add_parser("numactl", add_help=False,
+                   help="numactl's command line: [OPTIONS] CMD ... (numactl 2.0.19)")
+
+
+# ===========================================================================
 # Command line.
 # ===========================================================================
 
@@ -7620,15 +8376,21 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="output format (default text; --json is --format json)")
     p.set_defaults(func=_cmd_status)
     sub.common = common  # type: ignore[attr-defined]
-    for add in (_cli_maps, _cli_cleanup, _cli_plan, _cli_run, _cli_watch):
+    for add in (_cli_maps, _cli_cleanup, _cli_plan, _cli_run, _cli_watch, _cli_numactl):
         add(sub)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Command-line entry point; returns the exit status."""
+    raw = list(sys.argv[1:] if argv is None else argv)
+    lead = 0
+    while raw[lead:lead + 1] in (["-v"], ["--verbose"]):
+        lead += 1
+    if raw[lead:lead + 1] == ["numactl"]:   # numactl's own getopt grammar, not argparse's
+        return _cmd_numactl(raw[lead + 1:])
     parser = _build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(raw)
     import logging
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(message)s")

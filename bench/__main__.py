@@ -12,8 +12,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from . import common
 from .common import Section
 
-BENCHES = ("prefault", "maps", "topology", "import")
+BENCHES = ("prefault", "maps", "maps_file", "topology", "import")
 TITLES = {"prefault": "1. Prefault of a shared region", "maps": "2. numa_maps",
+          "maps_file": "2b. maps --file on a large numa_maps",
           "topology": "3. Topology of large generated trees",
           "import": "4. Import time and footprint",
           "dma": "5. Pinned host buffers: H2D/D2H by placement"}
@@ -36,6 +37,10 @@ def _run_one(name: str, args: argparse.Namespace) -> Section:
         from . import maps
         return maps.run(vmas=args.vmas or (10000 if args.quick else 60000),
                         rounds=_rounds(args, 7, 3))
+    if name == "maps_file":
+        from . import maps
+        return maps.file_case(small=(1 if args.quick else 20) * 10**6,
+                              rounds=_rounds(args, 3, 2))
     if name == "topology":
         from . import topology
         return topology.run(rounds=_rounds(args, 9, 2), quick=args.quick)
@@ -82,7 +87,7 @@ def _portable(argv: Sequence[str]) -> List[str]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument("what", choices=("all",) + BENCHES + ("dma",),
-                   help="all = prefault, maps, topology and import (not dma)")
+                   help="all = prefault, maps, maps_file, topology and import (not dma)")
     p.add_argument("--quick", action="store_true", help="smoke run: small sizes, 2-5 rounds")
     p.add_argument("--size", default=None,
                    help="prefault region size, e.g. 4G (default 4G, --quick 64M); "

@@ -72,6 +72,27 @@ def describe(mf: Any, cpus: int, nodes: int, gpus: int) -> Dict[str, Any]:
         topo=topo, nodes=desc_nodes, distance=dist, pci=devs, nvidia_proc=True)
 
 
+def describe_many_nodes(mf: Any, cpus: int, nodes: int) -> Dict[str, Any]:
+    """The shape of hwloc's 256-CPU, 64-node test machine (an Itanium system named
+    "64n2s2c" there): per node two packages of single-thread cores, no SMT, one
+    cache per package, distances growing with the hops between nodes.  Written from
+    that shape, not copied; used at 256 CPUs / 64 nodes."""
+    sockets = nodes * 2
+    cores = cpus // sockets
+    assert sockets * cores == cpus, (cpus, nodes)
+    topo = mf.x86_smp(sockets, cores, 1)
+    gib = 1024 * 1024
+    desc_nodes = {n: mf.node([c for c in topo if topo[c]["package"] // 2 == n],
+                             8 * gib, 6 * gib - n * 1024, {2048: (0, 0, 0)})
+                  for n in range(nodes)}
+    dist = {(a, b): 10 if a == b else 15 + 5 * bin(a ^ b).count("1")
+            for a in range(nodes) for b in range(nodes)}
+    return mf.base(
+        f"bench-{cpus}cpu-{nodes}node-hwloc",
+        source=f"bench/gen_topology.py: {cpus} CPUs, {nodes} nodes (2 packages per node)",
+        topo=topo, nodes=desc_nodes, distance=dist, pci=[], nvidia_proc=False)
+
+
 _CACHE_KB = {1: 48, 2: 2048, 3: 65536}
 
 
@@ -120,9 +141,11 @@ def _add_hwloc_files(mf: Any, files: Dict[str, bytes], m: Dict[str, Any],
 
 
 def write_tree(dest: str, cpus: int, nodes: int, gpus: int) -> Dict[str, Any]:
-    """Write the tree under ``dest`` (its filesystem root); returns its shape."""
+    """Write the tree under ``dest`` (its filesystem root); returns its shape.  With
+    more nodes than a quarter of the CPUs' cores, the many-node shape (no GPUs)."""
     mf = fixtures_module()
-    m = describe(mf, cpus, nodes, gpus)
+    m = describe_many_nodes(mf, cpus, nodes) if nodes * 4 >= cpus else \
+        describe(mf, cpus, nodes, gpus)
     r = mf.resolve(m)
     tree = mf.build_tree(m, r, dest)
     _add_hwloc_files(mf, tree.files, m, r)

@@ -47,7 +47,7 @@ def run(*, rounds: int, log: Callable[[str], None] = common.log) -> Section:
         sec.notes.append(f"peak RSS not measured: {e} (rss_probe.c explains why a small "
                          "launcher is needed)")
 
-    def whole(*args: str) -> Callable[[], Dict[str, float]]:
+    def whole(*args: str, env: Dict[str, str] = env) -> Callable[[], Dict[str, float]]:
         argv = common.python_argv(*args)
 
         def fn() -> Dict[str, float]:
@@ -68,21 +68,46 @@ def run(*, rounds: int, log: Callable[[str], None] = common.log) -> Section:
     bare = "python -c pass"
     imp = "python -c \"import numa_utils\""
     status = "python -m numa_utils status"
+    # No bytecode cache (PYTHONDONTWRITEBYTECODE=1 in many container images, or a
+    # read-only install): every import compiles the whole file.  An empty
+    # PYTHONPYCACHEPREFIX hides this checkout's __pycache__ from the child.
+    import tempfile
+    nocache = tempfile.mkdtemp(prefix="nubench-nopyc-")
+    env_nopyc = dict(env, PYTHONDONTWRITEBYTECODE="1", PYTHONPYCACHEPREFIX=nocache)
+    imp_nopyc = "python -c \"import numa_utils\", no bytecode cache"
+    script = "python numa_utils.py --version (a script: never cached)"
+    module = "python -m numa_utils --version"
     contenders: List[Tuple[str, Callable[[], Dict[str, float]]]] = [
         (bare, whole("-c", "pass")),
         (imp, whole("-c", "import numa_utils")),
         (status, whole("-m", "numa_utils", "status")),
+        (imp_nopyc, whole("-c", "import numa_utils", env=env_nopyc)),
+        (script, whole("numa_utils.py", "--version")),
+        (module, whole("-m", "numa_utils", "--version")),
     ]
     log(f"import: {len(contenders)} contenders x {rounds} rounds")
-    samples, skipped = common.alternate(contenders, rounds, log=log)
+    try:
+        samples, skipped = common.alternate(contenders, rounds, log=log)
+    finally:
+        import shutil
+        shutil.rmtree(nocache, ignore_errors=True)
     for name, why in skipped.items():
         sec.skip_contender(name, why)
-    for name in (bare, imp, status):
+    for name, _ in contenders:
         if name in samples:
             sec.row(name, "wall ms", samples[name], key="ms")
     for name in (bare, imp, status):
         if name in samples:
             sec.row(name, "peak RSS kB", samples[name], key="rss")
+    for name, label in ((imp_nopyc, "import numa_utils without bytecode - python -c pass"),
+                        (script, "numa_utils.py --version - python -c pass"),
+                        (module, "python -m numa_utils --version - python -c pass")):
+        if bare in samples and name in samples:
+            d = [x["ms"] - y["ms"] for x, y in zip(samples[name], samples[bare]) if x and y]
+            sec.add_comparison(label, "added wall ms",
+                               statistics.median(s["ms"] for s in samples[name] if s)
+                               - statistics.median(s["ms"] for s in samples[bare] if s),
+                               statistics.median(d) if d else None, unit="ms")
 
     if bare in samples and imp in samples:
         a = [s["ms"] for s in samples[imp] if s]

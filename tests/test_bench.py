@@ -13,6 +13,7 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 SECTIONS = {
     "prefault": "## 1. Prefault",
     "maps": "## 2. numa_maps",
+    "maps_file": "## 2b. maps --file",
     "topology": "## 3. Topology",
     "import": "## 4. Import",
 }
@@ -70,6 +71,8 @@ def check_sections_measured(out):
     assert pre["params"]["leaked_dev_shm_files"] == 0
     assert by["maps"]["status"] == "ok"
     assert by["maps"]["params"]["vmas_in_helper"] >= 2000
+    assert by["maps_file"]["status"] == "ok"
+    assert {c["metric"] for c in by["maps_file"]["comparisons"]} == {"peak RSS MiB", "time"}
     assert by["topology"]["status"] == "ok"
     assert any(r["contender"].startswith("read_topology()") for r in by["topology"]["rows"])
     assert by["import"]["status"] == "ok"

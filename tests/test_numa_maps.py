@@ -274,3 +274,135 @@ def test_placement_methods_agree_on_this_kernel():
         pytest.skip("move_pages denied here")
     finally:
         m.close()
+
+
+# -- issue 12/14: maps streams, refuses what is not a regular file, splits at "\n" only --
+
+@pytest.mark.parametrize("sep", ["\r", "\f", "\v", "\x1c", "\x1d", "\x1e", "\x85", "\u2028",
+                                 "\u2029"], ids=lambda s: f"U+{ord(s):04X}")
+def test_parse_numa_maps_splits_lines_at_newline_only(sep, tmp_path, capsys):
+    """Issue 12: str.splitlines() cut valid kernel output where a file name holds one
+    of these (seq_path escapes only "\\n", "\\t", "=" and space)."""
+    name = f"/tmp/odd{sep}name.so"
+    text = (f"7f0000000000 default file={name} anon=1 dirty=1 N0=1 kernelpagesize_kB=4\n"
+            "7f0000200000 default heap anon=2 dirty=2 N0=2 kernelpagesize_kB=4\n")
+    a, b = nu.parse_numa_maps(text)
+    assert a.file == name and a.pages == {0: 1} and b.heap
+    f = tmp_path / "numa_maps"
+    f.write_bytes(text.encode())
+    assert nu.main(["maps", "--file", str(f), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [v["file"] for v in data["vmas"]] == [name, None]
+    assert nu.main(["maps", "--file", str(f), "--min-size", "4k"]) == 0
+    assert "2 VMAs; 2 with" in capsys.readouterr().out
+
+
+def test_iter_numa_maps_chunks_cut_anywhere():
+    """The iterator form gives the list form's entries whatever the chunk borders."""
+    text = "\n".join(line for line, _ in LINES) + "\n"
+    want = nu.parse_numa_maps(text, page_size_kb=4)
+    for size in (1, 7, 64, 1000, len(text)):
+        chunks = (text[i:i + size] for i in range(0, len(text), size))
+        assert list(nu.iter_numa_maps(chunks, page_size_kb=4)) == want, size
+    assert list(nu.iter_numa_maps(text.rstrip("\n"), page_size_kb=4)) == want  # no final \n
+    with pytest.raises(ValueError, match="over"):
+        list(nu.iter_numa_maps(iter(["7f00 default file=/" + "x" * (1 << 20)] * 2)))
+
+
+def _mixed_maps(n):
+    out, a = [], 0x7F0000000000
+    kinds = ["", " heap", " stack", " file=/lib/x\\040y%s.so", " huge anon=1"]
+    for i in range(n):
+        k = kinds[i % len(kinds)]
+        pol = ("interleave:0-3", "default", "bind=static:1", "prefer (many):0,2")[i % 4]
+        if i % 3:
+            out.append(f"{a:x} {pol}{k} dirty={i % 7} N0={i % 50} N{1 + i % 2 * 2}=2 "
+                       f"kernelpagesize_kB={2048 if 'huge' in k else 4}")
+        else:
+            out.append(f"{a:08x} {pol}{k}")
+        a += 1 << 21
+    return out
+
+
+@pytest.mark.parametrize("upper", [False, True], ids=["fast", "fallback"])
+def test_maps_json_streamed_matches_entries(upper, tmp_path, capsys):
+    """The streamed JSON (each distinct line rest encoded once) is what the entries
+    themselves give, on the fast path and on the line-by-line fallback (an upper-case
+    address the regular expression does not take)."""
+    lines = _mixed_maps(3000)
+    if upper:
+        addr, rest = lines[1500].split(" ", 1)
+        lines[1500] = addr.upper() + " " + rest
+    text = "\n".join(lines) + "\n"
+    f = tmp_path / "numa_maps"
+    f.write_text(text)
+    assert nu.main(["maps", "--file", str(f), "--json", "--page-kb", "4"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    entries = nu.parse_numa_maps(text, page_size_kb=4)
+    want = []
+    totals = {}
+    for e in entries:
+        d = e.to_json()
+        d["verdict"] = nu._verdict(e.bytes_per_node, e.mode) if e.pages else None
+        want.append(d)
+        for n, kb in d["kb"].items():
+            totals[n] = totals.get(n, 0) + kb
+    assert got["vmas"] == want
+    assert got["totals_kb"] == dict(sorted(totals.items(), key=lambda kv: int(kv[0])))
+
+
+def test_maps_bad_rest_names_whole_line(tmp_path):
+    f = tmp_path / "numa_maps"
+    f.write_text("7f00 default N0=1\n7f01 bogus N0=1\n")
+    r = _cli("maps", "--file", str(f))
+    assert r.returncode == 2 and "'7f01 bogus N0=1'" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev_zero", "directory"])
+def test_maps_file_refuses_non_regular(kind, tmp_path):
+    """Issue 12: `maps --file /dev/zero` read forever (9 GB after 10 s) and a FIFO
+    blocked; both are a one-line error and exit 2 now, before any output."""
+    import os
+    path = {"dev_zero": "/dev/zero", "directory": str(tmp_path)}.get(kind)
+    if kind == "fifo":
+        path = str(tmp_path / "fifo")
+        os.mkfifo(path)
+    elif not os.path.exists(path):
+        pytest.skip(f"{path} does not exist here")
+    for extra in ((), ("--json",)):
+        t0 = time.monotonic()
+        r = subprocess.run([sys.executable, "-m", "numa_utils", "maps", "--file", path,
+                            *extra], cwd=REPO, capture_output=True, text=True, timeout=30)
+        assert time.monotonic() - t0 < 20
+        assert r.returncode == 2 and "not a regular file" in r.stderr, r.stderr
+        assert r.stdout == "" and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_maps_file_memory_bounded(tmp_path):
+    """Issue 12/14: a big numa_maps file (here 24 MB, 330k VMAs) is read in pieces:
+    peak RSS stays within 64 MiB of a bare interpreter's, text and --json alike (the
+    whole-file parse needed ~12x the file size for text, ~36x for --json)."""
+    lines = _mixed_maps(1000)
+    block = ("\n".join(lines) + "\n").encode()
+    f = tmp_path / "numa_maps"
+    with open(f, "wb") as out:
+        for _ in range((24 << 20) // len(block) + 1):
+            out.write(block)
+    # VmHWM, not ru_maxrss: the latter carries the forking parent's RSS across exec.
+    hwm = ("[int(x.split()[1]) for x in open('/proc/self/status') "
+           "if x.startswith('VmHWM:')][0]")
+    code = (f"import sys; sys.path.insert(0, {str(REPO)!r}); import numa_utils as nu; "
+            "rc = nu.main(sys.argv[1:]); sys.stdout.flush(); "
+            f"print({hwm}, file=sys.stderr); sys.exit(rc)")
+    bare = subprocess.run([sys.executable, "-c", f"print({hwm})"],
+                          capture_output=True, text=True, timeout=60)
+    if bare.returncode != 0:
+        pytest.skip("no VmHWM in /proc/self/status here")
+    base_kb = int(bare.stdout)
+    for extra in ((), ("--json",)):
+        r = subprocess.run([sys.executable, "-c", code, "maps", "--file", str(f), *extra],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                           timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        peak_kb = int(r.stderr.strip().splitlines()[-1])
+        assert peak_kb - base_kb < 64 * 1024, (extra, peak_kb, base_kb)

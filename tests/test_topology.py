@@ -162,3 +162,22 @@ def test_synthetic_fixtures_are_what_the_generator_writes():
     p = subprocess.run([sys.executable, str(REPO / "tools" / "make_fixtures.py"), "--check"],
                        capture_output=True, text=True, timeout=120, cwd=str(REPO))
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_llc_counts_only_unified_and_data_caches(tree):
+    """An Instruction (or unknown-type) cache at a higher level is not the LLC."""
+    cpu = tree / "sys/devices/system/cpu"
+    for c in os.listdir(cpu):
+        idx = cpu / c / "cache" / "index4"
+        if not (cpu / c / "cache").is_dir():
+            continue
+        idx.mkdir()
+        (idx / "level").write_text("4\n")
+        (idx / "type").write_text("Instruction\n")
+        (idx / "shared_cpu_list").write_text("0-191\n")
+    t = _read(str(tree))
+    assert t.cpus[0].llc == frozenset(range(48)) | frozenset(range(96, 144))
+    for c in os.listdir(cpu):
+        if (cpu / c / "cache" / "index4").is_dir():
+            (cpu / c / "cache" / "index4" / "type").write_text("Unified\n")
+    assert _read(str(tree)).cpus[0].llc == frozenset(range(192))
