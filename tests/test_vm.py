@@ -22,6 +22,7 @@ import math
 import os
 import pathlib
 import time
+import warnings
 
 import kernel_checks as kc
 import pytest
@@ -308,6 +309,12 @@ def test_numactl_matrix(arch, topology):
     summary = _matrix_summary(records)
     print(f"{arch} {topology}: {len(records)} command lines in {seconds:.0f}s\n{summary}")
     assert len(records) >= 40, summary
-    assert all(r["match"] for r in records), \
-        f"{sum(not r['match'] for r in records)} of {len(records)} differ\n{summary}"
+    bad = [r for r in records if not r["match"] and "known" not in r["tags"]]
+    assert not bad, f"{len(bad)} of {len(records)} differ\n{summary}"
+    fixed = [" ".join(r["args"]) for r in records if r["match"] and "known" in r["tags"]]
+    assert not fixed, f"these now match: drop their 'known' tag: {fixed}"
     assert ok, console[-3000:]
+    known = [" ".join(r["args"]) for r in records if not r["match"]]
+    if known:
+        warnings.warn(f"numactl matrix {arch} {topology}: known differences: {known}",
+                      stacklevel=1)

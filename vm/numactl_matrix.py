@@ -184,6 +184,9 @@ def main(argv):
     for args, tags in lines:
         if "2.0.19" in tags and version < (2, 0, 19):
             continue
+        if "known-2.0.19" in tags:     # a known difference against 2.0.19 only
+            tags = ["known" if t == "known-2.0.19" else t for t in tags
+                    if t != "known-2.0.19" or version >= (2, 0, 19)]
         if "cpuset" in tags and not in_cpuset:
             make_cpuset()
             enter_cpuset()
@@ -193,7 +196,7 @@ def main(argv):
         b = run_one([*nu_cmd, *args, *tail], tags)
         hardware = any(x in ("-H", "--hardware") for x in args)
         why = compare(a, b, hardware)
-        bad += bool(why)
+        bad += bool(why) and "known" not in tags
         print("NUMACTL " + json.dumps({"args": args, "tags": tags, "match": not why,
                                        "why": why, "numactl": a, "numa_utils": b}),
               flush=True)
