@@ -165,6 +165,7 @@ AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7, "ppc64le": 0xC0000015
 
 MPOL_DEFAULT, MPOL_PREFERRED, MPOL_BIND, MPOL_INTERLEAVE, MPOL_LOCAL = 0, 1, 2, 3, 4
 MPOL_PREFERRED_MANY = 5
+MPOL_WEIGHTED_INTERLEAVE = 6      # Linux 6.9+; EINVAL before
 MPOL_F_STATIC_NODES, MPOL_F_RELATIVE_NODES = 1 << 15, 1 << 14
 MPOL_F_NODE, MPOL_F_ADDR = 1, 2
 MPOL_MF_MOVE = 2
@@ -658,6 +659,111 @@ def check_raw_wrong_number_is_caught(env):
         return {"syscall_237_as_mbind": errno.errorcode.get(err, err)}
 
 
+TIER_DIR = "/sys/devices/virtual/memory_tiering"
+WEIGHTS_DIR = "/sys/kernel/mm/mempolicy/weighted_interleave"
+
+
+def raw_memory_tiers():
+    """{tier id: [nodes]} from memory_tierN/nodelist; None without the folder."""
+    if not os.path.isdir(TIER_DIR):
+        return None
+    return {int(name[11:]): _cpulist(_read(f"{TIER_DIR}/{name}/nodelist"))
+            for name in os.listdir(TIER_DIR)
+            if name.startswith("memory_tier") and name[11:].isdigit()}
+
+
+def raw_access(node, cls=0):
+    """nodeN/access<cls>/initiators as the numa_utils record's keys; None if absent."""
+    base = f"/sys/devices/system/node/node{node}/access{cls}/initiators"
+    if not os.path.isdir(base):
+        return None
+    rec = {"initiators": sorted(int(n[4:]) for n in os.listdir(base)
+                                if n.startswith("node") and n[4:].isdigit())}
+    for rw in ("read", "write"):
+        rec[f"{rw}_bandwidth_mbps"] = int(_read(f"{base}/{rw}_bandwidth"))
+        rec[f"{rw}_latency_ns"] = int(_read(f"{base}/{rw}_latency"))
+    return rec
+
+
+def tier_groups(tiers):
+    """{tier: nodes} -> node lists, fastest (lowest id) first."""
+    return [sorted(tiers[t]) for t in sorted(tiers)]
+
+
+def expected_tiers(env):
+    """The tiers the kernel must form, fastest first: the topology's own list, else
+    (no performance data) one tier holding every node with memory."""
+    if env.expect.get("tiers") is not None:
+        return env.expect["tiers"]
+    return [[n for n in env.expected_nodes if env.expect["nodes"][str(n)]["mem_mb"]]]
+
+
+def kernel_version():
+    """(major, minor) of the running kernel."""
+    parts = platform.release().split(".")
+    return int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or 0)
+
+
+def check_raw_tiers_hmat(env):
+    """Memory tiers and HMAT access class 0 read back exactly as QEMU was told (the
+    hmat-tiers guest: node 2 in its own lower tier); without HMAT one tier and no
+    access folders."""
+    env.need_real()
+    env.need_numa()
+    tiers = raw_memory_tiers()
+    if tiers is None:
+        raise Skip(f"no {TIER_DIR} on {platform.release()}")
+    assert tier_groups(tiers) == expected_tiers(env), (tiers, expected_tiers(env))
+    want = env.expect.get("access") or {}
+    seen = {}
+    for n in env.expected_nodes:
+        got = raw_access(n)
+        assert got == want.get(str(n)), f"node{n} access0 {got} != {want.get(str(n))}"
+        seen[n] = got
+    return {"tiers": {str(t): v for t, v in sorted(tiers.items())},
+            "access0": seen if want else "none (no HMAT)"}
+
+
+def check_raw_weighted_interleave(env):
+    """Linux 6.9+: weight 3 on the first memory node, 1 on the last, then
+    mbind(MPOL_WEIGHTED_INTERLEAVE) of 64 MiB gives exactly 3:1 pages in numa_maps
+    ('weighted interleave:A,B'); older kernels answer mode 6 with EINVAL."""
+    env.need_real()
+    env.need_numa()
+    nodes = env.memory_nodes
+    if len(nodes) < 2:
+        raise Skip("one usable memory node")
+    a, b = nodes[0], nodes[-1]
+    if kernel_version() < (6, 9):
+        with RawBuffer(2) as buf:
+            r, err = raw_mbind(buf.addr, buf.length, MPOL_WEIGHTED_INTERLEAVE, [a, b])
+        assert (r, err) == (-1, errno.EINVAL), (r, errno.errorcode.get(err, err))
+        assert not os.path.exists(WEIGHTS_DIR), WEIGHTS_DIR
+        return {"kernel": platform.release(), "mbind_mode_6": "EINVAL"}
+    paths = {n: f"{WEIGHTS_DIR}/node{n}" for n in (a, b)}
+    before = {n: _read(p) for n, p in paths.items()}
+    page = mmap.PAGESIZE
+    npages = (64 << 20) // page
+    try:
+        for n, w in ((a, "3"), (b, "1")):
+            with open(paths[n], "w") as fh:
+                fh.write(w)
+        with RawBuffer(npages) as buf:
+            r, err = raw_mbind(buf.addr, buf.length, MPOL_WEIGHTED_INTERLEAVE, [a, b])
+            assert r == 0, f"mbind(MPOL_WEIGHTED_INTERLEAVE): {os.strerror(err)}"
+            buf.touch()
+            line = numa_maps_line(buf.addr)
+    finally:
+        for n, p in paths.items():
+            with open(p, "w") as fh:
+                fh.write(before[n])
+    want = {a: npages * 3 // 4 * page, b: npages // 4 * page}
+    assert raw_counts(line) == want, f"numa_maps {raw_counts(line)} != {want}: {line}"
+    assert f"weighted interleave:{a},{b}" in line, line
+    return {"kernel": platform.release(), "weights": {a: 3, b: 1}, "weights_before": before,
+            "pages": {n: v // page for n, v in want.items()}, "numa_maps": line[:120]}
+
+
 # --------------------------------------------------------------------------
 # numa_utils API checks: same functions against SimulatedBackend and real kernels.
 
@@ -964,3 +1070,155 @@ def check_shared_regions(env):
             region.close()
             _call(region.destroy)
     return out
+
+
+# -- tiered memory (issue 11): tiers, HMAT, weighted interleave, the default -----
+
+
+def _access_dict(acc):
+    if acc is None:
+        return None
+    keys = ("read_bandwidth_mbps", "write_bandwidth_mbps", "read_latency_ns",
+            "write_latency_ns")
+    rec = {k: getattr(acc, k) for k in keys}
+    rec["initiators"] = sorted(acc.initiators)
+    return rec
+
+
+def check_tiers_api(env):
+    """read_topology(): nodes[n].tier, nodes[n].access (HMAT access class 0) and
+    memory_tiers equal what QEMU was told (or the fixture's expectation) and, on a
+    real kernel, what the raw sysfs parser above reads."""
+    (read_topology,) = env.need("read_topology")
+    env.need_numa()
+    topo = read_topology(backend=env.backend)
+    if not all(hasattr(n, "tier") and hasattr(n, "access") for n in topo.nodes.values()) \
+            or not hasattr(topo, "memory_tiers"):
+        raise Skip("numa_utils has no Node.tier / Node.access / Topology.memory_tiers yet")
+    if env.real:
+        tiers = raw_memory_tiers()
+        want_groups = tier_groups(tiers) if tiers is not None else []
+        assert tiers is None or want_groups == expected_tiers(env), (tiers, env.expect)
+        want_access = {str(n): raw_access(n) for n in env.expected_nodes}
+    elif env.expect.get("tiers") is not None or env.expect.get("access") is not None:
+        want_groups = env.expect.get("tiers") or []
+        want_access = env.expect.get("access") or {}
+    else:
+        raise Skip("this fixture's expected.json has no tier/HMAT expectation")
+    got_tiers = {int(t): sorted(v) for t, v in topo.memory_tiers.items()}
+    assert tier_groups(got_tiers) == want_groups, f"memory_tiers {got_tiers} != {want_groups}"
+    out = {}
+    for n, node in sorted(topo.nodes.items()):
+        tier = next((t for t, v in got_tiers.items() if n in v), None)
+        assert node.tier == tier, f"node{n}.tier {node.tier} but memory_tiers {got_tiers}"
+        acc = _access_dict(node.access)
+        assert acc == want_access.get(str(n)), f"node{n}.access {acc} != " \
+            f"{want_access.get(str(n))}"
+        out[n] = {"tier": node.tier, "access": acc}
+    return {"memory_tiers": {str(t): v for t, v in sorted(got_tiers.items())},
+            "nodes": out if len(out) <= 8 else f"{len(out)} nodes"}
+
+
+def check_default_memory_nodes(env):
+    """default_memory_nodes(topology) is what the topology expects (hmat-tiers: the
+    two DRAM nodes, node 2 left out) or at least every usable node with CPUs; an
+    explicit node list still reaches every usable node."""
+    nu = env.nu
+    dmn, read_topology = env.need("default_memory_nodes", "read_topology")
+    env.need("interleave")
+    env.need_numa()
+    got = sorted(dmn(read_topology(backend=env.backend)))
+    usable = env.memory_nodes
+    want = env.expect.get("default_memory_nodes")
+    if want is not None:
+        want = [n for n in want if n in usable] or usable[:1]
+        assert got == want, f"default_memory_nodes {got} != {want}"
+    else:
+        with_cpus = [n for n in usable if env.expect["nodes"][str(n)]["cpus"]]
+        assert got and set(with_cpus) <= set(got) <= set(usable), (got, usable)
+    out = {"default": got, "usable": usable}
+    if len(usable) > len(got) >= 1:
+        with _ApiBuffer(env, 8 * len(usable)) as buf:
+            res = nu.interleave(buf.addr, buf.length, nodes=usable, backend=env.backend)
+            assert res and sorted(res.nodes) == usable, f"explicit nodes: {res}"
+            env.backend.touch(buf.addr, buf.length)
+            counts = raw_counts(backend_numa_maps_line(env, buf.addr))
+            assert counts == even_split(usable, buf.npages, buf.page), counts
+            out["explicit_all"] = counts
+    return out
+
+
+def check_weighted_interleave_api(env):
+    """interleave_weights() / set_interleave_weights() / weighted_interleave(): 3:1
+    weights over the first and last memory node give exactly 3:1 pages and are
+    restored after; where the kernel has no weighted interleave (interleave_weights()
+    is None: Linux < 6.9) the call is falsy with a reason."""
+    nu = env.nu
+    env.need("interleave_weights", "set_interleave_weights", "weighted_interleave")
+    env.need_numa()
+    usable = env.memory_nodes
+    if len(usable) < 2:
+        raise Skip("one usable memory node")
+    a, b = usable[0], usable[-1]
+    weights = nu.interleave_weights(backend=env.backend)
+    npages = (64 << 20) // env.page_size if env.real else 64
+    with _ApiBuffer(env, npages) as buf:
+        if weights is None:
+            res = _call(nu.weighted_interleave, buf.addr, buf.length, nodes=[a, b],
+                        backend=env.backend)
+            assert not res and res.reason, f"no weights on this kernel, yet {res}"
+            env.backend.touch(buf.addr, buf.length)
+            return {"weights": None, "reason": res.reason, "errno": res.errno}
+        admin = env.backend
+        if not env.real and getattr(env.backend, "uid", 0) != 0:
+            # The weights are root-writable only: an unprivileged process gets EACCES;
+            # a root process on the same simulated kernel sets them for everyone.
+            try:
+                nu.set_interleave_weights({a: 3}, backend=env.backend)
+                raise AssertionError("set_interleave_weights succeeded without root")
+            except PermissionError:
+                pass
+            admin = env.backend.process(uid=0)
+        prev = nu.set_interleave_weights({a: 3, b: 1}, backend=admin)
+        try:
+            assert {n: prev.get(n) for n in (a, b)} == {n: weights.get(n) for n in (a, b)}, \
+                f"set_interleave_weights returned {prev}, weights were {weights}"
+            now = nu.interleave_weights(backend=env.backend)
+            assert (now[a], now[b]) == (3, 1), now
+            res = _call(nu.weighted_interleave, buf.addr, buf.length, nodes=[a, b],
+                        backend=env.backend)
+            assert res, f"weighted_interleave not applied: {res}"
+            env.backend.touch(buf.addr, buf.length)
+            line = backend_numa_maps_line(env, buf.addr)
+        finally:
+            nu.set_interleave_weights(prev, backend=admin)
+    want = {a: npages * 3 // 4 * buf.page, b: npages // 4 * buf.page}
+    assert raw_counts(line) == want, f"numa_maps {raw_counts(line)} != {want}: {line}"
+    assert f"weighted interleave:{a},{b}" in line, line
+    after = nu.interleave_weights(backend=env.backend)
+    assert after == weights, f"weights not restored: {after} != {weights}"
+    return {"weights_before": weights, "pages": {n: v // buf.page for n, v in want.items()},
+            "numa_maps": line[:120]}
+
+
+def check_suggest_weights(env):
+    """suggest_weights(topology) ranks the nodes by HMAT bandwidth: more bandwidth,
+    never a smaller weight; twice the bandwidth, a larger one; weights 1..255."""
+    nu = env.nu
+    suggest, read_topology = env.need("suggest_weights", "read_topology")
+    env.need_numa()
+    topo = read_topology(backend=env.backend)
+    bw = {n: node.access.read_bandwidth_mbps for n, node in topo.nodes.items()
+          if getattr(node, "access", None) is not None}
+    if len(bw) < 2:
+        raise Skip("fewer than two nodes with HMAT bandwidth here")
+    w = nu.suggest_weights(topo)
+    assert isinstance(w, dict) and set(bw) <= set(w), (w, bw)
+    assert all(isinstance(v, int) and 1 <= v <= 255 for v in w.values()), w
+    for m in bw:
+        for n in bw:
+            if bw[m] > bw[n]:
+                assert w[m] >= w[n], f"node{m} {bw[m]} MB/s > node{n} {bw[n]} MB/s: {w}"
+            if bw[m] >= 2 * bw[n]:
+                assert w[m] > w[n], f"node{m} {bw[m]} MB/s >= 2x node{n}: {w}"
+    return {"bandwidth": bw, "weights": w}

@@ -1,20 +1,27 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """Fetch and cache what the real-kernel test tier boots: Debian kernels and a
-small Python root filesystem per architecture, packed as a gzip'd cpio (newc)
+small Python root filesystem per guest image, packed as a gzip'd cpio (newc)
 initramfs.
 
 Everything comes from Debian's apt repositories through ``apt-get download``;
 nothing else is fetched. The result lives in ``vm/.cache/`` (or in
 ``$NUMA_UTILS_VM_CACHE``)::
 
-    <cache>/<arch>/vmlinuz          kernel image (vmlinux on ppc64le)
-    <cache>/<arch>/base.cpio.gz     root filesystem with busybox and python3.11
-    <cache>/<arch>/manifest.json    package versions it was built from
+    <cache>/<image>/vmlinuz          kernel image (vmlinux on ppc64le)
+    <cache>/<image>/base.cpio.gz     root filesystem: busybox, python3, (numactl)
+    <cache>/<image>/manifest.json    package versions it was built from
+
+Images (IMAGES below): one Debian 12 ("bookworm", Linux 6.1, Python 3.11) per
+architecture, named after it, and ``x86_64-6.12``: Debian 13 ("trixie", Linux
+6.12, Python 3.13, numactl 2.0.19). Trixie's packages come from the mirror the
+host's own apt sources name, through a private apt state folder
+(``<cache>/apt-trixie/``: its own source file, lists and package cache), so the
+system's apt state is never touched.
 
 A second run with a complete cache does nothing (no apt calls at all).
 
-Usage: python3 vm/build.py [--arch x86_64,aarch64,ppc64le,s390x] [--force]
+Usage: python3 vm/build.py [--arch x86_64,x86_64-6.12,aarch64,ppc64le,s390x] [--force]
 Needs: apt-get, apt-cache, dpkg, dpkg-deb (Debian or Ubuntu host), root for
 ``dpkg --add-architecture`` and ``apt-get update`` the first time.
 """
@@ -42,20 +49,30 @@ ARCHES = {
     "s390x": {"deb": "s390x", "kernel_meta": "linux-image-s390x"},
 }
 
-# The root filesystem: busybox for /init and the shell tools, python3.11 with the
-# parts of the standard library the checks use (ctypes, mmap, json, subprocess,
-# multiprocessing.shared_memory). _ctypes needs libffi; pyexpat needs libexpat.
-ROOTFS_PACKAGES = (
-    "busybox-static",
-    "libc6",
-    "libgcc-s1",
-    "zlib1g",
-    "libexpat1",
-    "libffi8",
-    "python3.11-minimal",
-    "libpython3.11-minimal",
-    "libpython3.11-stdlib",
-)
+# Debian suites and the Python each one ships.
+SUITES = {"bookworm": "3.11", "trixie": "3.13"}
+
+# Guest images: the cache folder name -> guest architecture, Debian suite and the
+# packages added to the common root filesystem. numactl/libnuma1 (2.0.16 in
+# bookworm, 2.0.19 in trixie) are what the numactl matrix (vm/numactl_matrix.py)
+# compares `numa_utils numactl` with.
+IMAGES = {
+    "x86_64": {"arch": "x86_64", "suite": "bookworm", "extra": ("numactl", "libnuma1")},
+    "aarch64": {"arch": "aarch64", "suite": "bookworm", "extra": ()},
+    "ppc64le": {"arch": "ppc64le", "suite": "bookworm", "extra": ()},
+    "s390x": {"arch": "s390x", "suite": "bookworm", "extra": ()},
+    "x86_64-6.12": {"arch": "x86_64", "suite": "trixie", "extra": ("numactl", "libnuma1")},
+}
+
+
+def rootfs_packages(image: str) -> tuple:
+    """The root filesystem: busybox for /init and the shell tools, python3 with the
+    parts of the standard library the checks use (ctypes, mmap, json, subprocess,
+    multiprocessing.shared_memory). _ctypes needs libffi; pyexpat needs libexpat."""
+    py = SUITES[IMAGES[image]["suite"]]
+    return ("busybox-static", "libc6", "libgcc-s1", "zlib1g", "libexpat1", "libffi8",
+            f"python{py}-minimal", f"libpython{py}-minimal", f"libpython{py}-stdlib"
+            ) + tuple(IMAGES[image]["extra"])
 
 # Dropped from the root filesystem to keep the initramfs small: the guest
 # unpacks it under software emulation at every boot.
@@ -67,19 +84,9 @@ PRUNE_DIRS = (
     "usr/share/binfmts",
     "usr/share/applications",
     "usr/share/pixmaps",
-    "usr/lib/python3.11/test",
-    "usr/lib/python3.11/idlelib",
-    "usr/lib/python3.11/tkinter",
-    "usr/lib/python3.11/turtledemo",
-    "usr/lib/python3.11/ensurepip",
-    "usr/lib/python3.11/lib2to3",
-    "usr/lib/python3.11/pydoc_data",
-    "usr/lib/python3.11/distutils",
-    "usr/lib/python3.11/venv",
-    "usr/lib/python3.11/sqlite3",
-    "usr/lib/python3.11/curses",
-    "usr/lib/python3.11/dbm",
 )
+PRUNE_PY_DIRS = ("test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3",
+                 "pydoc_data", "distutils", "venv", "sqlite3", "curses", "dbm")
 PRUNE_GLOBS_IN = ("gconv",)  # glibc charset modules under usr/lib/<triplet>/
 
 # Shell tools /init needs, as busybox applet links.
@@ -103,6 +110,56 @@ def run(cmd, **kw) -> str:
     return res.stdout
 
 
+def host_mirror() -> str:
+    """The Debian mirror the host's apt sources already use (deb822 first, then the
+    one-line format); deb.debian.org when neither names one."""
+    try:
+        with open("/etc/apt/sources.list.d/debian.sources") as fh:
+            for stanza in fh.read().split("\n\n"):
+                fields = {}
+                for line in stanza.splitlines():
+                    if line[:1] not in ("#", " ", "\t") and ":" in line:
+                        k, v = line.split(":", 1)
+                        fields[k.strip().lower()] = v.split()
+                if any("security" not in suite for suite in fields.get("suites", [])):
+                    for uri in fields.get("uris", []):
+                        return uri.rstrip("/")
+    except OSError:
+        pass
+    try:
+        with open("/etc/apt/sources.list") as fh:
+            for line in fh:
+                parts = line.split("#", 1)[0].split()
+                if len(parts) >= 3 and parts[0] == "deb" and "security" not in parts[2]:
+                    uri = next(p for p in parts[1:] if not p.startswith("["))
+                    return uri.rstrip("/")
+    except (OSError, StopIteration):
+        pass
+    return "http://deb.debian.org/debian"
+
+
+def apt_opts(suite: str, deb_arch: str) -> list:
+    """apt options for a suite. bookworm: the host's own apt state. Any other suite:
+    a private folder with its own source file, lists and package cache
+    (KERNEL_FACTS section 10), so the system's apt state is never changed."""
+    if suite == "bookworm":
+        return []
+    state = os.path.join(cache_dir(), f"apt-{suite}")
+    os.makedirs(os.path.join(state, "lists", "partial"), exist_ok=True)
+    os.makedirs(os.path.join(state, "cache", "archives", "partial"), exist_ok=True)
+    os.makedirs(os.path.join(state, "sources"), exist_ok=True)
+    src = (f"Types: deb\nURIs: {host_mirror()}\nSuites: {suite}\nComponents: main\n"
+           f"Architectures: {deb_arch}\n"
+           "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n")
+    path = os.path.join(state, "sources", f"{suite}.sources")
+    if not os.path.exists(path) or open(path).read() != src:
+        with open(path, "w") as fh:
+            fh.write(src)
+    return ["-o", "Dir::Etc::sourcelist=-", "-o", f"Dir::Etc::sourceparts={state}/sources",
+            "-o", f"Dir::State::Lists={state}/lists", "-o", f"Dir::Cache={state}/cache",
+            "-o", "Acquire::Languages=none"]
+
+
 # --------------------------------------------------------------------------- apt
 
 
@@ -119,8 +176,8 @@ def ensure_foreign_arch(deb_arch: str) -> bool:
     return True
 
 
-def has_candidate(pkg: str) -> bool:
-    out = subprocess.run(["apt-cache", "policy", pkg], stdout=subprocess.PIPE,
+def has_candidate(pkg: str, opts=()) -> bool:
+    out = subprocess.run(["apt-cache", *opts, "policy", pkg], stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL, text=True).stdout
     for line in out.splitlines():
         line = line.strip()
@@ -129,21 +186,24 @@ def has_candidate(pkg: str) -> bool:
     return False
 
 
-def apt_update() -> None:
+def apt_update(opts=()) -> None:
     """apt-get update, retried: a mirror caught mid-sync fails one index file
     ("File has unexpected size") and is fine a minute later. A partial failure
     that still leaves every package resolvable is not fatal."""
     for attempt in range(3):
-        log("apt-get update" + (f" (retry {attempt})" if attempt else ""))
-        if subprocess.run(["apt-get", "update", "-q"], stdout=subprocess.DEVNULL).returncode == 0:
+        log("apt-get update" + (" (private state: " + opts[3].split("=", 1)[1] + ")"
+                                if opts else "") + (f" (retry {attempt})" if attempt else ""))
+        sandbox = ["-o", "APT::Sandbox::User=root"] if os.geteuid() == 0 else []
+        if subprocess.run(["apt-get", *opts, *sandbox, "update", "-q"],
+                          stdout=subprocess.DEVNULL).returncode == 0:
             return
         time.sleep(10 * (attempt + 1))
     log("apt-get update kept failing; continuing with the indexes it did fetch")
 
 
-def resolve_kernel_package(meta: str, deb_arch: str) -> str:
+def resolve_kernel_package(meta: str, deb_arch: str, opts=()) -> str:
     """linux-image-amd64 -> linux-image-6.1.0-NN-amd64 (the meta's dependency)."""
-    out = run(["apt-cache", "depends", f"{meta}:{deb_arch}"])
+    out = run(["apt-cache", *opts, "depends", f"{meta}:{deb_arch}"])
     for line in out.splitlines():
         line = line.strip()
         if line.startswith("Depends:"):
@@ -153,7 +213,7 @@ def resolve_kernel_package(meta: str, deb_arch: str) -> str:
     raise SystemExit(f"cannot resolve the kernel package behind {meta}:{deb_arch}")
 
 
-def download(pkgs, deb_arch: str, dest: str) -> dict:
+def download(pkgs, deb_arch: str, dest: str, apt=()) -> dict:
     """apt-get download each package into dest; returns {package: .deb path}."""
     os.makedirs(dest, exist_ok=True)
     wanted = [f"{p}:{deb_arch}" for p in pkgs]
@@ -161,7 +221,7 @@ def download(pkgs, deb_arch: str, dest: str) -> dict:
     # As root, apt drops to the _apt user, which cannot write into the cache
     # folder: it warns and downloads anyway. Say so up front instead.
     opts = ["-o", "APT::Sandbox::User=root"] if os.geteuid() == 0 else []
-    subprocess.run(["apt-get", "download", "-q", *opts, *wanted], cwd=dest, check=True,
+    subprocess.run(["apt-get", "download", "-q", *apt, *opts, *wanted], cwd=dest, check=True,
                    stdout=subprocess.DEVNULL)
     debs = {}
     for fn in os.listdir(dest):
@@ -246,8 +306,8 @@ def pack_cpio_gz(writer_fn, dest: str, level: int = 6) -> None:
 # ------------------------------------------------------------------- rootfs
 
 
-def prune_rootfs(root: str) -> None:
-    for rel in PRUNE_DIRS:
+def prune_rootfs(root: str, py: str) -> None:
+    for rel in PRUNE_DIRS + tuple(f"usr/lib/python{py}/{d}" for d in PRUNE_PY_DIRS):
         shutil.rmtree(os.path.join(root, rel), ignore_errors=True)
     for base in ("usr/lib", "lib"):
         top = os.path.join(root, base)
@@ -258,25 +318,51 @@ def prune_rootfs(root: str) -> None:
                 shutil.rmtree(os.path.join(top, triplet, name), ignore_errors=True)
 
 
-def precompile(root: str) -> None:
-    """Byte-compile the guest's stdlib with the host's interpreter when it is the
-    same minor version (.pyc files are architecture independent); saves seconds
-    of compiling under emulation at every boot. Unchecked hashes: no mtime games."""
-    if sys.version_info[:2] != (3, 11):
-        log("host python is not 3.11: guest stdlib left uncompiled (slower boots)")
-        return
-    import compileall
-    import py_compile
-    lib = os.path.join(root, "usr/lib/python3.11")
-    compileall.compile_dir(
-        lib, quiet=2, ddir="/usr/lib/python3.11", workers=0,
-        invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+def precompile(root: str, py: str) -> None:
+    """Byte-compile the guest's stdlib with a host interpreter of the same minor
+    version (.pyc files are architecture independent; this one, else pythonX.Y on
+    PATH); saves seconds of compiling under emulation at every boot. Unchecked
+    hashes: no mtime games."""
+    lib = os.path.join(root, f"usr/lib/python{py}")
+    import glob
+    pyenv = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    found = [sys.executable] if f"{sys.version_info[0]}.{sys.version_info[1]}" == py else []
+    # pyenv's shims answer only for `pyenv global` versions: look at its versions too.
+    found += [p for p in (shutil.which(f"python{py}"), *sorted(glob.glob(
+        os.path.join(pyenv, "versions", f"{py}*", "bin", f"python{py}")))) if p]
+    exe = next((p for p in found if subprocess.run(
+        [p, "-c", ""], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0),
+        None)
+    if not exe or subprocess.run(
+            [exe, "-m", "compileall", "-q", "-q", "-j", "0", "-d", f"/usr/lib/python{py}",
+             "--invalidation-mode", "unchecked-hash", lib],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode:
+        log(f"no working host python{py}: guest stdlib left uncompiled (slower boots)")
 
 
-def build_rootfs(debs: dict, root: str) -> None:
+def merge_usr(root: str) -> None:
+    """Debian 13 packages ship /usr only and rely on base-files' /bin -> usr/bin
+    (and lib, lib64, sbin) links; make them, moving anything a package put in the
+    old place."""
+    for d in ("bin", "sbin", "lib", "lib64"):
+        top, usr = os.path.join(root, d), os.path.join(root, "usr", d)
+        os.makedirs(usr, exist_ok=True)
+        if os.path.isdir(top) and not os.path.islink(top):
+            for name in os.listdir(top):
+                if not os.path.lexists(os.path.join(usr, name)):
+                    os.rename(os.path.join(top, name), os.path.join(usr, name))
+            shutil.rmtree(top)
+        if not os.path.lexists(top):
+            os.symlink(f"usr/{d}", top)
+
+
+def build_rootfs(debs: dict, root: str, image: str) -> None:
+    py = SUITES[IMAGES[image]["suite"]]
     for deb in debs.values():
         subprocess.run(["dpkg-deb", "-x", deb, root], check=True)
-    prune_rootfs(root)
+    if IMAGES[image]["suite"] != "bookworm":
+        merge_usr(root)
+    prune_rootfs(root, py)
     bindir = os.path.join(root, "bin")
     os.makedirs(bindir, exist_ok=True)
     for applet in BUSYBOX_APPLETS:
@@ -285,11 +371,11 @@ def build_rootfs(debs: dict, root: str) -> None:
             os.symlink("busybox", link)
     usrbin = os.path.join(root, "usr/bin")
     if not os.path.lexists(os.path.join(usrbin, "python3")):
-        os.symlink("python3.11", os.path.join(usrbin, "python3"))
+        os.symlink(f"python{py}", os.path.join(usrbin, "python3"))
     for d in ("proc", "sys", "dev", "tmp", "run", "etc", "root"):
         os.makedirs(os.path.join(root, d), exist_ok=True)
     os.chmod(os.path.join(root, "tmp"), 0o1777)
-    precompile(root)
+    precompile(root, py)
 
 
 def extract_kernel(deb: str, dest: str) -> str:
@@ -310,31 +396,45 @@ def extract_kernel(deb: str, dest: str) -> str:
 # --------------------------------------------------------------------- main
 
 
-def arch_complete(arch: str) -> bool:
-    d = os.path.join(cache_dir(), arch)
-    return all(os.path.isfile(os.path.join(d, f))
-               for f in ("vmlinuz", "base.cpio.gz", "manifest.json"))
+def arch_complete(image: str) -> bool:
+    """The image is cached, built from this suite with every package it needs now
+    (an image cached before a package was added is rebuilt)."""
+    d = os.path.join(cache_dir(), image)
+    if not all(os.path.isfile(os.path.join(d, f))
+               for f in ("vmlinuz", "base.cpio.gz", "manifest.json")):
+        return False
+    try:
+        with open(os.path.join(d, "manifest.json")) as fh:
+            manifest = json.load(fh)
+    except (OSError, ValueError):
+        return False
+    return (manifest.get("suite", "bookworm") == IMAGES[image]["suite"]
+            and set(rootfs_packages(image)) <= set(manifest.get("packages", ())))
 
 
-def build_arch(arch: str, keep_debs: bool) -> None:
+def build_arch(image: str, keep_debs: bool) -> None:
+    arch = IMAGES[image]["arch"]
+    suite = IMAGES[image]["suite"]
     info = ARCHES[arch]
     deb_arch = info["deb"]
-    out = os.path.join(cache_dir(), arch)
+    apt = apt_opts(suite, deb_arch)
+    out = os.path.join(cache_dir(), image)
     os.makedirs(out, exist_ok=True)
     t0 = time.monotonic()
-    kernel_pkg = resolve_kernel_package(info["kernel_meta"], deb_arch)
+    kernel_pkg = resolve_kernel_package(info["kernel_meta"], deb_arch, apt)
     debdir = os.path.join(out, "debs")
     shutil.rmtree(debdir, ignore_errors=True)
-    debs = download((kernel_pkg,) + ROOTFS_PACKAGES, deb_arch, debdir)
-    image = extract_kernel(debs[kernel_pkg], os.path.join(out, "vmlinuz"))
+    debs = download((kernel_pkg,) + rootfs_packages(image), deb_arch, debdir, apt)
+    kimage = extract_kernel(debs[kernel_pkg], os.path.join(out, "vmlinuz"))
     with tempfile.TemporaryDirectory(dir=out) as root:
-        build_rootfs({p: d for p, d in debs.items() if p != kernel_pkg}, root)
+        build_rootfs({p: d for p, d in debs.items() if p != kernel_pkg}, root, image)
         pack_cpio_gz(lambda w: w.add_tree(root), os.path.join(out, "base.cpio.gz"))
     manifest = {
         "arch": arch,
+        "suite": suite,
         "debian_arch": deb_arch,
         "kernel_package": kernel_pkg,
-        "kernel_image": image,
+        "kernel_image": kimage,
         "packages": {p: deb_version(d) for p, d in debs.items()},
     }
     if not keep_debs:
@@ -342,33 +442,39 @@ def build_arch(arch: str, keep_debs: bool) -> None:
     with open(os.path.join(out, "manifest.json"), "w") as fh:
         json.dump(manifest, fh, indent=2, sort_keys=True)
     size = os.path.getsize(os.path.join(out, "base.cpio.gz")) >> 20
-    log(f"{arch}: {image} + base.cpio.gz ({size} MiB) in {time.monotonic() - t0:.0f}s")
+    log(f"{image}: {kimage} + base.cpio.gz ({size} MiB) in {time.monotonic() - t0:.0f}s")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--arch", default=",".join(ARCHES),
-                    help="comma separated guest architectures (default: all)")
+    ap.add_argument("--arch", default=",".join(IMAGES),
+                    help="comma separated guest images (default: all)")
     ap.add_argument("--force", action="store_true", help="rebuild even when cached")
     ap.add_argument("--keep-debs", action="store_true",
                     help="keep the downloaded .deb files in the cache")
     args = ap.parse_args(argv)
     arches = [a.strip() for a in args.arch.split(",") if a.strip()]
-    unknown = [a for a in arches if a not in ARCHES]
+    unknown = [a for a in arches if a not in IMAGES]
     if unknown:
-        ap.error(f"unknown architecture(s) {unknown}; known: {list(ARCHES)}")
+        ap.error(f"unknown image(s) {unknown}; known: {list(IMAGES)}")
     todo = [a for a in arches if args.force or not arch_complete(a)]
     if not todo:
         log(f"cache complete for {', '.join(arches)} in {cache_dir()}: nothing to do")
         return 0
-    need_update = False
+    # One apt-get update per apt state (the host's for bookworm, a private one
+    # for each other suite), only when a package to fetch has no candidate.
+    need_update = {}
     for a in todo:
-        need_update |= ensure_foreign_arch(ARCHES[a]["deb"])
-    if not need_update:
-        need_update = not all(has_candidate(f"{ARCHES[a]['kernel_meta']}:{ARCHES[a]['deb']}")
-                              for a in todo)
-    if need_update:
-        apt_update()
+        deb = ARCHES[IMAGES[a]["arch"]]["deb"]
+        suite = IMAGES[a]["suite"]
+        added = suite == "bookworm" and ensure_foreign_arch(deb)
+        stale = added or not all(has_candidate(f"{p}:{deb}", apt_opts(suite, deb))
+                                 for p in (ARCHES[IMAGES[a]["arch"]]["kernel_meta"],
+                                           *IMAGES[a]["extra"]))
+        if stale:
+            need_update[suite] = apt_opts(suite, deb)
+    for opts in need_update.values():
+        apt_update(opts)
     for a in todo:
         build_arch(a, args.keep_debs)
     return 0

@@ -64,6 +64,9 @@ FIXTURES: Dict[str, Tuple[str, str]] = {
     "qemu-aarch64-four-node": ("aarch64", "four-node-asym"),
     "qemu-ppc64le-memory-only": ("ppc64le", "memory-only"),
     "qemu-s390x-no-numa": ("s390x", "no-numa"),
+    # Linux 6.12 (Debian 13 image) with ACPI HMAT: memory tiers, access0/access1,
+    # weighted-interleave weights (issue 11).
+    "qemu-x86_64-hmat-tiers": ("x86_64-6.12", "hmat-tiers"),
 }
 
 # Node memory as the kernel reports it must be at most what QEMU gave the node
@@ -138,6 +141,15 @@ def extract(data: bytes, dest: str) -> None:
             target = os.path.join(dest, rel)
             if member.isdir():
                 os.makedirs(target, exist_ok=True)
+            elif member.issym():
+                # gather.py saves an HMAT initiator (accessN/initiators/nodeM) as a
+                # relative link to the node's folder; nothing may point outside.
+                inside = os.path.normpath(os.path.join(os.path.dirname(rel), member.linkname))
+                if os.path.isabs(member.linkname) or inside.split(os.sep)[0] in ("..", ""):
+                    raise ValueError(f"archive link {name!r} -> {member.linkname!r} leaves "
+                                     "the fixture")
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                os.symlink(member.linkname, target)
             elif member.isfile():
                 os.makedirs(os.path.dirname(target), exist_ok=True)
                 src = tar.extractfile(member)
@@ -311,6 +323,7 @@ def oracle(arch: str, topology: str, root: str) -> Tuple[dict, List[str]]:
             notes.append("QEMU had no -numa but the tree has sys/devices/system/node")
     allowed_cpus = _status(root, "Cpus_allowed_list")
     allowed_mems = _status(root, "Mems_allowed_list")
+    tiers, access, weights = _tier_oracle(topo, root, ids, notes)
     nb = _read(root, "proc/sys/kernel/numa_balancing")
     thp = re.search(r"\[(\w+)\]", _read(root, "sys/kernel/mm/transparent_hugepage/enabled") or "")
     exp = {
@@ -327,7 +340,89 @@ def oracle(arch: str, topology: str, root: str) -> Tuple[dict, List[str]]:
         "numa_balancing": _int(nb),
         "thp": thp.group(1) if thp else None,
     }
+    if TIER_KEYS:
+        normal_text = _read(root, "sys/devices/system/node/has_normal_memory")
+        normal = _list(normal_text) if normal_text is not None else None
+        for node in nodes:
+            n = node["id"]
+            node["tier"] = next((t for t, v in tiers.items() if n in v), None)
+            node["access"] = access.get(str(n))
+            node["has_normal_memory"] = None if normal is None else n in normal
+            # What the memory is, from the QEMU definition (no GPUs in these guests).
+            if n not in with_mem:
+                kind = ("no-memory", "not in has_memory")
+            elif normal is not None and n not in normal:
+                kind = ("movable-only", "memory only in ZONE_MOVABLE (not in "
+                        "has_normal_memory)" + ("" if node["cpus"] else "; no CPUs"))
+            elif node["cpus"]:
+                kind = ("dram", f"CPUs {_ranges(node['cpus'])} and normal memory")
+            else:
+                kind = ("cpu-less", "memory but no CPUs")
+            node["kind"], node["kind_evidence"] = kind
+        exp["memory_tiers"] = {str(t): v for t, v in sorted(tiers.items())}
+        exp["interleave_weights"] = weights
+        auto = _read(root, "sys/kernel/mm/mempolicy/weighted_interleave/auto")
+        exp["interleave_auto"] = None if auto is None else auto in ("true", "1", "Y")
     return exp, notes
+
+
+def _ranges(ids: List[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2,5' (the kernel's cpulist format)."""
+    out: List[str] = []
+    for i in sorted(ids):
+        if out and "-" in out[-1] and int(out[-1].split("-")[1]) == i - 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{i}"
+        elif out and "-" not in out[-1] and int(out[-1]) == i - 1:
+            out[-1] = f"{out[-1]}-{i}"
+        else:
+            out.append(str(i))
+    return ",".join(out)
+
+
+# expected.json carries the tier keys (per node "tier" and "access", top-level
+# "memory_tiers" and "interleave_weights") only once numa_utils' topology JSON has
+# them (issue 11 lands separately; tests/test_topology.py compares the whole dict).
+TIER_KEYS = False
+
+
+def _tier_keys_known() -> bool:
+    sys.path.insert(0, REPO)
+    import numa_utils as nu
+    return "memory_tiers" in nu.to_json(nu.read_topology(backend=nu.LinuxBackend(
+        os.path.join(FIXTURES_DIR, "no-node-dir", "root"))))
+
+
+def _tier_oracle(topo: dict, root: str, ids: List[int], notes: List[str]):
+    """Memory tiers, HMAT access class 0 and interleave weights. What the kernel had to
+    do comes from the QEMU definition (tier grouping fastest first, access figures);
+    the tier ids, which the kernel computes, and the weights from the tree."""
+    tiers: Dict[int, List[int]] = {}
+    tdir = os.path.join(root, "sys/devices/virtual/memory_tiering")
+    for name in sorted(os.listdir(tdir)) if os.path.isdir(tdir) else []:
+        m = re.fullmatch(r"memory_tier(\d+)", name)
+        if m:
+            tiers[int(m.group(1))] = _list(_read(root, f"sys/devices/virtual/memory_tiering/"
+                                                       f"{name}/nodelist"))
+    if topo.get("tiers") is not None and tiers:
+        got = [tiers[t] for t in sorted(tiers)]
+        if got != topo["tiers"]:
+            notes.append(f"memory tiers {tiers}, QEMU definition says {topo['tiers']}")
+    access = {str(n): v for n, v in (topo.get("access") or {}).items()}
+    for n in ids:
+        present = os.path.isdir(os.path.join(
+            root, f"sys/devices/system/node/node{n}/access0/initiators"))
+        if present != (str(n) in access):
+            notes.append(f"node{n}/access0 {'present' if present else 'absent'}, "
+                         f"QEMU definition {'has' if str(n) in access else 'has no'} HMAT")
+    wdir = os.path.join(root, "sys/kernel/mm/mempolicy/weighted_interleave")
+    weights = None
+    if os.path.isdir(wdir):
+        weights = {}
+        for name in sorted(os.listdir(wdir), key=lambda x: int(x[4:]) if x[4:].isdigit() else 0):
+            if re.fullmatch(r"node\d+", name):
+                weights[name[4:]] = _int(_read(root, f"sys/kernel/mm/mempolicy/"
+                                                     f"weighted_interleave/{name}"))
+    return tiers, access, weights
 
 
 def diff(want, got, path="") -> List[str]:
@@ -412,6 +507,11 @@ def _observations(arch: str, topology: str, root: str, exp: dict) -> List[str]:
         devs.append(f"{addr} {_read(root, r + '/vendor')}:{_read(root, r + '/device')} "
                     f"class {_read(root, r + '/class')} numa_node {_read(root, r + '/numa_node')}")
     out.append("PCI: " + ("; ".join(devs) if devs else "none") + f"; GPUs: {len(exp['gpus'])}")
+    tiers, _, weights = _tier_oracle(topo, root, [n["id"] for n in exp["nodes"]], [])
+    acc = {n["id"]: _read(root, f"sys/devices/system/node/node{n['id']}/access0/initiators/"
+                                "read_bandwidth") for n in exp["nodes"]}
+    out.append(f"memory tiers (tier id: nodes): {tiers or 'none'}; access0 read_bandwidth "
+               f"(MB/s) per node: {acc}; weighted_interleave weights: {weights}")
     out.append(f"numa_balancing {exp['numa_balancing']} (the guest's /init writes 0 when "
                f"the file exists), thp {exp['thp']}")
     return out
@@ -427,15 +527,17 @@ def source_md(name: str, arch: str, topology: str, gathered_md: str, root: str,
     pkg = manifest.get("kernel_package", "?")
     version = manifest.get("packages", {}).get(pkg, "?")
     topo = vmrun.TOPOLOGIES[topology]
+    suite = build.IMAGES[arch]["suite"]
+    debian, py = {"bookworm": 12, "trixie": 13}.get(suite, suite), build.SUITES[suite]
     desc = []
     for nid, node in topo["nodes"].items():
         desc.append(f"node {nid}: CPUs {node['cpus'] or 'none'}, {node['mem_mb']} MiB")
     lines = [gathered_md.rstrip(), "", "## How this fixture was made", "",
              f"Written by `python3 vm/gather_fixtures.py {name}` on "
-             f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}: a real Debian 12 "
-             f"kernel, package `{pkg}` version `{version}` (Debian's apt repositories, "
-             "cached by `vm/build.py`), booted under QEMU TCG by `vm/run.py` "
-             f"(arch `{arch}`, topology `{topology}`), with python3.11-minimal + stdlib "
+             f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}: a real Debian "
+             f"{debian} kernel, package `{pkg}` version `{version}` (Debian's apt "
+             "repositories, cached by `vm/build.py`), booted under QEMU TCG by `vm/run.py` "
+             f"(image `{arch}`, topology `{topology}`), with python{py}-minimal + stdlib "
              "only, running `python3 tools/gather.py`; the folder came back over the "
              "console as a tar.gz in base64. Files under `root/` are unedited.", "",
              "Topology QEMU was given (`vm/run.py` TOPOLOGIES): " + "; ".join(desc)
@@ -521,6 +623,8 @@ def main(argv=None) -> int:
     ap.add_argument("-j", "--jobs", type=int, default=2, help="guests at a time")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per guest")
     args = ap.parse_args(argv)
+    global TIER_KEYS
+    TIER_KEYS = _tier_keys_known()
     if args.list:
         for name, (arch, topo) in FIXTURES.items():
             qargs = shlex.join(vmrun.qemu_topology_args(vmrun.TOPOLOGIES[topo]))

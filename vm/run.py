@@ -79,23 +79,59 @@ def _topology(nodes, distances=None, *, cgroup_mems=None, numa=True) -> dict:
     }
 
 
+def _hmat_topology(nodes, distances, initiator_of, lb, *, local, remote, tiers,
+                   default_memory_nodes) -> dict:
+    """A topology with ACPI HMAT (`-machine pc,hmat=on`): initiator_of gives each
+    CPU-less node the initiator QEMU needs; lb[(i, t)] = (latency ns, bandwidth GB/s)
+    for CPU node i and target t, else local/remote. What the guest must read back:
+    per node its best initiator and access class 0 figures (MB/s = GB/s * 1024,
+    as the kernel reports QEMU's 'G'), the tiers fastest first, and the nodes
+    default_memory_nodes() must choose."""
+    topo = _topology(nodes, distances)
+    cpu_nodes = [i for i, (c, _) in enumerate(nodes) if c]
+    table = {}
+    for i in cpu_nodes:
+        for t in range(len(nodes)):
+            table[f"{i},{t}"] = list(lb.get((i, t), local if i == t else remote))
+    access = {}
+    for t in range(len(nodes)):
+        ini = t if t in cpu_nodes else initiator_of[t]
+        lat, bw = table[f"{ini},{t}"]
+        access[str(t)] = {"initiators": [ini], "read_latency_ns": lat, "write_latency_ns": lat,
+                          "read_bandwidth_mbps": bw * 1024, "write_bandwidth_mbps": bw * 1024}
+    topo.update(hmat={"initiator_of": {str(k): v for k, v in initiator_of.items()},
+                      "lb": table},
+                access=access, tiers=tiers, default_memory_nodes=default_memory_nodes)
+    return topo
+
+
 TOPOLOGIES = {
     "two-node": _topology([([0], 512), ([1], 512)]),
     "four-node-asym": _topology(
         [([0], 256), ([1], 256), ([2], 256), ([3], 256)],
         {(0, 1): 12, (0, 2): 20, (0, 3): 30, (1, 2): 25, (1, 3): 20, (2, 3): 15}),
-    "memory-only": _topology([([0], 512), ([1], 512), ([], 256)],
-                             {(0, 1): 20, (0, 2): 30, (1, 2): 40}),
+    "memory-only": dict(_topology([([0], 512), ([1], 512), ([], 256)],
+                                  {(0, 1): 20, (0, 2): 30, (1, 2): 40}),
+                        # CPU-less and farther than the remote DRAM node (issue 11):
+                        # not a nodes=None node.
+                        default_memory_nodes=[0, 1]),
     # One node per CPU plus 64 memory-only nodes: node masks wider than one
     # 64-bit word. x86_64 only (Debian's arm64 kernel allows 16 nodes).
     "many-66": _topology([([0], 256), ([1], 256)] + [([], 32)] * 64),
     "cpuset": _topology([([0], 512), ([1], 512)], cgroup_mems=[0]),
     "no-numa": _topology([([0, 1], 512)], numa=False),
+    # Two DRAM nodes and a slow CPU-less one (CXL-like), described with ACPI HMAT
+    # (KERNEL_FACTS section 10): the kernel puts node 2 in its own lower tier.
+    "hmat-tiers": _hmat_topology(
+        [([0], 512), ([1], 512), ([], 512)], {(0, 1): 20, (0, 2): 30, (1, 2): 30},
+        {2: 0}, {(0, 2): (300, 50), (1, 2): (300, 50)},
+        local=(100, 200), remote=(200, 100), tiers=[[0, 1], [2]], default_memory_nodes=[0, 1]),
 }
 
-# Which topologies each architecture can boot.
+# Which topologies each guest image (vm/build.py IMAGES) can boot.
 SUPPORTED = {
     "x86_64": {"two-node", "four-node-asym", "memory-only", "many-66", "cpuset", "no-numa"},
+    "x86_64-6.12": {"two-node", "memory-only", "cpuset", "hmat-tiers"},
     "aarch64": {"two-node", "four-node-asym", "memory-only", "cpuset", "no-numa"},
     "ppc64le": {"two-node", "four-node-asym", "memory-only", "cpuset", "no-numa"},
     # Debian's s390x kernel has no NUMA: the only honest topology is none.
@@ -107,11 +143,14 @@ def qemu_topology_args(topo: dict) -> list:
     args = ["-smp", str(topo["cpus"]), "-m", f"{topo['mem_mb']}M"]
     if not topo["numa"]:
         return args
+    hmat = topo.get("hmat")
     for nid, node in topo["nodes"].items():
         args += ["-object", f"memory-backend-ram,id=m{nid},size={node['mem_mb']}M"]
         spec = f"node,nodeid={nid},memdev=m{nid}"
         for cpu in node["cpus"]:
             spec += f",cpus={cpu}"
+        if hmat:
+            spec += f",initiator={nid if node['cpus'] else hmat['initiator_of'][nid]}"
         args += ["-numa", spec]
     n = len(topo["nodes"])
     dist = topo["distances"]
@@ -120,12 +159,23 @@ def qemu_topology_args(topo: dict) -> list:
     if any(dist[a][b] != 20 for a, b in pairs):
         for a, b in pairs:
             args += ["-numa", f"dist,src={a},dst={b},val={dist[a][b]}"]
+    for key, (lat, bw) in (hmat or {}).get("lb", {}).items():
+        i, t = key.split(",")
+        base = f"hmat-lb,initiator={i},target={t},hierarchy=memory"
+        args += ["-numa", f"{base},data-type=access-latency,latency={lat}",
+                 "-numa", f"{base},data-type=access-bandwidth,bandwidth={bw}G"]
     return args
 
 
-def expect_for(arch: str, topology: str) -> dict:
+def arch_of(image: str) -> str:
+    """Guest image (x86_64, x86_64-6.12, ...) -> its architecture."""
+    return build.IMAGES[image]["arch"]
+
+
+def expect_for(image: str, topology: str) -> dict:
     topo = dict(TOPOLOGIES[topology])
-    topo["arch"] = arch
+    topo["arch"] = arch_of(image)
+    topo["image"] = image
     topo["topology"] = topology
     return topo
 
@@ -198,29 +248,32 @@ def _run_archive(files: Dict[str, bytes], init: str, dest: str) -> None:
     build.pack_cpio_gz(write, dest, level=1)
 
 
-def images(arch: str) -> Tuple[str, str]:
-    d = os.path.join(build.cache_dir(), arch)
+def images(image: str) -> Tuple[str, str]:
+    d = os.path.join(build.cache_dir(), image)
     return os.path.join(d, "vmlinuz"), os.path.join(d, "base.cpio.gz")
 
 
-def missing_reason(arch: str) -> Optional[str]:
-    """Why this architecture's guest cannot boot here, or None."""
-    q = QEMU[arch]["binary"]
+def missing_reason(image: str) -> Optional[str]:
+    """Why this image's guest cannot boot here, or None."""
+    q = QEMU[arch_of(image)]["binary"]
     if shutil.which(q) is None:
         return (f"{q} not found (apt-get install qemu-system-x86 qemu-system-arm "
                 "qemu-system-ppc qemu-system-misc)")
-    for path in images(arch):
+    for path in images(image):
         if not os.path.exists(path):
-            return f"{path} missing (run: python3 vm/build.py --arch {arch})"
+            return f"{path} missing (run: python3 vm/build.py --arch {image})"
     return None
 
 
-def qemu_command(arch: str, topology: str, initrd: str, *, extra_append: str = "") -> list:
-    kernel, _ = images(arch)
-    q = QEMU[arch]
+def qemu_command(image: str, topology: str, initrd: str, *, extra_append: str = "") -> list:
+    kernel, _ = images(image)
+    q = QEMU[arch_of(image)]
+    machine = list(q["machine"])
+    if TOPOLOGIES[topology].get("hmat"):
+        machine[1] += ",hmat=on"
     append = (f"console={q['console']} panic=-1 quiet rdinit=/init loglevel=3 "
               f"{extra_append}").strip()
-    return ([q["binary"], *q["machine"], "-accel", "tcg", "-no-reboot", "-nographic",
+    return ([q["binary"], *machine, "-accel", "tcg", "-no-reboot", "-nographic",
              "-net", "none", "-kernel", kernel, "-initrd", initrd, "-append", append]
             + qemu_topology_args(TOPOLOGIES[topology]))
 
@@ -318,7 +371,8 @@ def check_results(console: str) -> list:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="Boot a NUMA guest under QEMU and run a command.")
-    ap.add_argument("arch", nargs="?", choices=sorted(QEMU))
+    ap.add_argument("arch", nargs="?", choices=sorted(SUPPORTED),
+                    help="guest image: an architecture (Debian 12, Linux 6.1) or x86_64-6.12")
     ap.add_argument("topology", nargs="?", choices=sorted(TOPOLOGIES))
     ap.add_argument("command", nargs="*", help="shell command (default: the kernel checks)")
     ap.add_argument("--timeout", type=float, default=300)
@@ -326,7 +380,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.list or not args.arch:
         for name, topo in TOPOLOGIES.items():
-            archs = ",".join(a for a in QEMU if name in SUPPORTED[a])
+            archs = ",".join(a for a in SUPPORTED if name in SUPPORTED[a])
             print(f"{name:16} [{archs}]  {shlex.join(qemu_topology_args(topo))}")
         return 0
     topology = args.topology or ("no-numa" if args.arch == "s390x" else "two-node")
