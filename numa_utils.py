@@ -8364,8 +8364,8 @@ def _numactl(argv: List[str], b: Backend, execvp: Callable[[str, List[str]], Any
         elif c in "pP":
             checknuma()
             mask = nodes(arg)
-            if shm and (c == "P" or ver < (2, 0, 19)):  # libnuma 2.0.16's numa_tonode_
-                setpolicy(Mode.PREFERRED_MANY)  # memory: an empty preferred-many mask, EINVAL
+            if shm:         # libnuma's numa_tonode_memory passes preferred-many an
+                setpolicy(Mode.PREFERRED_MANY)      # empty mask: EINVAL (2.0.16, kept)
                 policy(Mode.PREFERRED_MANY, frozenset(), "setting preferred node")
             elif c == "p":
                 if len(mask) != 1:
