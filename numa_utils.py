@@ -4722,20 +4722,12 @@ class SharedRegion:
                     shared=True)
             return region
         except BaseException:
-            if held is not None and not blocked:
-                # Block again before undoing (a second interrupt must not cut the
-                # undo short).  C calls only from here: a Python call's entry is
-                # where a pending signal would strike first.
-                try:
-                    held[1]()
-                except BaseException:       # it struck during the call: blocked now
-                    pass
-                blocked = True
-            _undo_create(b, kind, shmid, name, addr, size, fd)
+            blocked = held is not None      # _undo blocks them again
+            _undo(held, b, kind, shmid, name, addr, size, fd)
             raise
         finally:
-            if blocked:
-                _release_signals(held)
+            if blocked:                     # (not after a success: an interrupt in
+                _release_signals(held)      # a call here would drop the region made)
 
     @classmethod
     def attach(cls, key: Union[int, str], size: Optional[int] = None, *,
@@ -4817,20 +4809,8 @@ class SharedRegion:
                     page_size=page, shared=True)
             return region
         except BaseException:
-            if held is not None and not blocked:
-                # Block again before undoing (a second interrupt must not cut the
-                # undo short).  C calls only from here: a Python call's entry is
-                # where a pending signal would strike first.
-                try:
-                    held[1]()
-                except BaseException:       # it struck during the call: blocked now
-                    pass
-                blocked = True
-            if addr:
-                _quietly(b.shmdt, addr) if kind == "sysv" else \
-                    _quietly(b.munmap, addr, seg_size)
-            if fd >= 0:
-                _quietly(b.close, fd)
+            blocked = held is not None
+            _undo(held, b, kind, -1, "", addr, seg_size, fd)   # unmap; never remove
             raise
         finally:
             if blocked:
@@ -4912,20 +4892,32 @@ def _hold_signals() -> Optional[Tuple[Any, Callable[[], Any]]]:
     if threading.current_thread() is not threading.main_thread():
         return None
     import functools
-    import signal
-    if not hasattr(signal, "pthread_sigmask"):
+    sig = _csignal()
+    if not hasattr(sig, "pthread_sigmask"):
         return None
-    block = functools.partial(signal.pthread_sigmask, signal.SIG_BLOCK,
-                              [getattr(signal, n) for n in _HELD_SIGNALS])
+    block = functools.partial(sig.pthread_sigmask, sig.SIG_BLOCK,
+                              [getattr(sig, n) for n in _HELD_SIGNALS])
     return block(), block
+
+
+def _csignal() -> Any:
+    """The C signal module: signal.pthread_sigmask is a Python wrapper (enum
+    conversion), at whose entry a pending signal would strike before the mask is set
+    (measured: 1-4 leaks per 2,000 storm-interrupted creates on Python 3.8-3.10)."""
+    try:
+        import _signal  # type: ignore[import-not-found]
+        return _signal
+    except ImportError:             # not CPython
+        import signal
+        return signal
 
 
 def _release_signals(held: Optional[Tuple[Any, Callable[[], Any]]]) -> None:
     """Restore the mask: a signal that came meanwhile is handled now (KeyboardInterrupt
     is raised from this call, inside the caller's undo scope)."""
     if held is not None:
-        import signal
-        signal.pthread_sigmask(signal.SIG_SETMASK, held[0])
+        sig = _csignal()
+        sig.pthread_sigmask(sig.SIG_SETMASK, held[0])
 
 
 def _quietly(fn: Callable[..., Any], *args: Any) -> None:
@@ -4935,6 +4927,21 @@ def _quietly(fn: Callable[..., Any], *args: Any) -> None:
         import logging
         logging.getLogger(__name__).debug("numa_utils: cleanup %s%r failed: %s",
                                           fn.__name__, args, e)
+
+
+def _undo(held: Optional[Tuple[Any, Callable[[], Any]]], b: Backend, kind: str,
+          shmid: int, name: str, addr: int, size: int, fd: int) -> None:
+    """Undo a half-made (or half-attached: shmid -1, no name) region with SIGINT and
+    SIGTERM blocked again.  An interrupt that lands before the block (a second Ctrl-C
+    within a few bytecodes of the first) restarts it: every step may run twice."""
+    while True:
+        try:
+            if held is not None:
+                held[1]()
+            _undo_create(b, kind, shmid, name, addr, size, fd)
+            return
+        except (KeyboardInterrupt, SystemExit):
+            continue
 
 
 def _undo_create(b: Backend, kind: str, shmid: int, name: str, addr: int, size: int,

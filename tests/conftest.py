@@ -1,6 +1,7 @@
 """Shared test setup.  The suite reaches the module under test through ONE line:"""
 import os
 import pathlib
+import re
 
 import pytest
 
@@ -125,7 +126,9 @@ def pytest_pyfunc_call(pyfuncitem):
     env = dict(os.environ, **{PRIVATE_SHM_ENV: "1"})
     out = subprocess.run(private_shm_command(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         "-rs", pyfuncitem.nodeid]), capture_output=True, text=True, timeout=600,
+         # older pytest-xdist appends "@<xdist_group>" to the node id
+         "-rs", re.sub(r"@\w+$", "", pyfuncitem.nodeid)]), capture_output=True,
+        text=True, timeout=600,
         cwd=str(REPO), env=env)
     tail = "\n".join(out.stdout.strip().splitlines()[-30:])
     if out.returncode != 0:

@@ -300,19 +300,26 @@ import numa_utils as nu
 kind, mask = sys.argv[1], sys.argv[2] == "1"
 if not mask:
     nu._hold_signals = lambda: None          # the behaviour before issue 12
-armed = [False]
+CREATE = nu.SharedRegion.create.__func__.__code__
 hits = [0]
 
 
 def on_sigint(signum, frame):
-    # KeyboardInterrupt, as the default handler, but only inside create(): an
-    # interrupt elsewhere (our own loop and teardown) would measure nothing.
-    if armed[0]:
-        hits[0] += 1
-        raise KeyboardInterrupt
+    # KeyboardInterrupt, as the default handler, but only while create() runs (its
+    # frame on the stack): an interrupt in our own loop -- also the one just after
+    # create() returned, before `r =` binds the region -- measures nothing.
+    while frame is not None:
+        if frame.f_code is CREATE:
+            hits[0] += 1
+            raise KeyboardInterrupt
+        frame = frame.f_back
 
 
 signal.signal(signal.SIGINT, on_sigint)
+# First use imports ctypes and loads libc: an interrupt inside Python's import
+# machinery (3.8) can leave a half-made module behind, which is Python's to fix and
+# not the window measured here.
+nu.SharedRegion.create("warm", 1 << 16, kind=kind, prefault=False).destroy()
 made = 0
 print("ready", flush=True)
 for i in itertools.count():
@@ -320,12 +327,9 @@ for i in itertools.count():
         break
     r = None
     try:
-        armed[0] = True
         r = nu.SharedRegion.create(f"s{i}", 1 << 16, kind=kind, prefault=False)
     except KeyboardInterrupt:
         pass
-    finally:
-        armed[0] = False
     if r is not None:
         made += 1
         r.destroy()
@@ -357,9 +361,14 @@ def _storm(kind, mask, n):
 @pytest.mark.parametrize("kind", ["sysv", "posix"])
 def test_sigint_storm_during_create_leaks_nothing(kind):
     n = int(os.environ.get("NUMA_UTILS_TEST_STORM_SIGNALS", "300"))
-    got = _storm(kind, True, n)
-    assert got["interrupted"] >= 10, got                # the storm did land
-    assert got["leaked"] == 0, got
+    landed = 0
+    for _ in range(5):          # how many land inside create() varies from run to run
+        got = _storm(kind, True, n)
+        assert got["leaked"] == 0, got
+        landed += got["interrupted"]
+        if landed >= 10:
+            break
+    assert landed >= 10, got                            # the storm did land
 
 
 # -- the command line --------------------------------------------------------------------
