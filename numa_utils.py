@@ -454,6 +454,12 @@ class Backend:
     page_size: int = 4096
     is_live: bool = False
 
+    @property
+    def has_process(self) -> bool:
+        """Whether this backend has a calling process (/proc/self, its policy, its
+        syscalls): the running system, or a model of one; a saved tree has none."""
+        return self.is_live
+
     def read_text(self, path: str) -> str:
         raise NotImplementedError
 
@@ -502,6 +508,34 @@ class Backend:
             return self.read_text(path)
         except OSError:
             return None
+
+    def read_chunks(self, path: str) -> Iterator[str]:
+        """A file in decoded pieces (numa_maps of a large process: bounded memory)."""
+        return iter((self.read_text(path),))
+
+    def cpuset_cpus(self) -> Optional[FrozenSet[int]]:
+        """This process's cgroup cpuset (the most sched_setaffinity may ever give it), or
+        None when it cannot be read.  Cgroup v2: <path>/cpuset.cpus.effective; v1:
+        cpuset/<path>/cpuset.effective_cpus (Documentation/admin-guide/cgroup-v2.rst,
+        cgroup-v1/cpusets.rst); the path comes from /proc/self/cpuset."""
+        text = self.read_optional("/proc/self/cpuset")
+        path = _clean(text) if text is not None else ""
+        if not path.startswith("/"):
+            return None
+        path = path.rstrip("/")
+        for f in (f"/sys/fs/cgroup{path}/cpuset.cpus.effective",
+                  f"/sys/fs/cgroup/cpuset{path}/cpuset.effective_cpus",
+                  f"/sys/fs/cgroup/cpuset{path}/cpuset.cpus"):
+            t = self.read_optional(f)
+            if t is None:
+                continue
+            try:
+                cpus = parse_cpulist(t, source=f)
+            except ValueError:
+                continue
+            if cpus:
+                return cpus
+        return None
 
     # Shared memory (added for SharedRegion).  SysV: ipc/shm.c; POSIX: a file in the
     # tmpfs at /dev/shm, as glibc's shm_open does.  Addresses and fds are plain ints.
@@ -652,6 +686,33 @@ class LinuxBackend(Backend):
             return b"".join(chunks).decode("utf-8", "replace")
         finally:
             os.close(fd)
+
+    def read_chunks(self, path: str) -> Iterator[str]:
+        """Decoded pieces of about 1 MiB.  Opened now, non-blocking, and refused unless
+        a regular file: a FIFO or a device (/dev/zero) would block or never end."""
+        import codecs
+        fd = os.open(self._path(path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ValueError(f"{path}: not a regular file")
+        except BaseException:
+            os.close(fd)
+            raise
+        f = os.fdopen(fd, "rb", buffering=0)
+
+        def pieces() -> Iterator[str]:
+            dec = codecs.getincrementaldecoder("utf-8")("replace")
+            with f:
+                end = False
+                while not end:
+                    parts: List[bytes] = []
+                    size = 0
+                    while size < 1 << 20 and not end:     # /proc gives a page per read
+                        parts.append(f.read(1 << 20))
+                        size += len(parts[-1])
+                        end = not parts[-1]
+                    yield dec.decode(b"".join(parts), end)
+        return pieces()
 
     def listdir(self, path: str) -> List[str]:
         return os.listdir(self._path(path))
@@ -1937,6 +1998,7 @@ class SimulatedBackend(Backend):
     """
 
     is_live = False
+    has_process = True
 
     def __init__(self, root: str, *, arch: str = "x86_64", page_size: Optional[int] = None,
                  mems_allowed: Optional[Iterable[int]] = None,
@@ -2793,6 +2855,9 @@ class SimulatedBackend(Backend):
         if pid in self.thread_affinity:
             return self.thread_affinity[pid]
         raise _oserror(errno.ESRCH, "sched_getaffinity")
+
+    def cpuset_cpus(self) -> Optional[FrozenSet[int]]:
+        return self.cpus_allowed
 
     def sched_setaffinity(self, pid: int, cpus: Iterable[int]) -> None:
         want = frozenset(cpus) & self.cpus_allowed & self.kernel.topo.online_cpus
@@ -3953,38 +4018,6 @@ def _parse_size(text: str) -> int:
 _MAPS_CATS = ("Huge", "Heap", "Stack", "Private")
 
 
-def _maps_chunks(b: Backend, path: str) -> Iterator[str]:
-    """A numa_maps file in decoded pieces of about 1 MiB: memory stays bounded
-    whatever its size.  Opened now, non-blocking, and refused unless a regular file:
-    a FIFO or a device (/dev/zero) would block or never end."""
-    if not isinstance(b, LinuxBackend):
-        return iter((b.read_text(path),))
-    import codecs
-    import stat
-    fd = os.open(b._path(path), os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError(f"{path}: not a regular file")
-    except BaseException:
-        os.close(fd)
-        raise
-    f = os.fdopen(fd, "rb", buffering=0)
-
-    def pieces() -> Iterator[str]:
-        dec = codecs.getincrementaldecoder("utf-8")("replace")
-        with f:
-            end = False
-            while not end:
-                parts: List[bytes] = []
-                size = 0
-                while size < 1 << 20 and not end:     # /proc gives a page per read
-                    parts.append(f.read(1 << 20))
-                    size += len(parts[-1])
-                    end = not parts[-1]
-                yield dec.decode(b"".join(parts), end)
-    return pieces()
-
-
 def _maps_cat(e: NumaMapsEntry) -> str:
     return "Huge" if e.huge else "Heap" if e.heap else "Stack" if e.stack else "Private"
 
@@ -4087,10 +4120,10 @@ class _MapsScan:
 
 def _cmd_maps(args: argparse.Namespace) -> int:
     if args.file is not None:
-        chunks = _maps_chunks(LinuxBackend(), args.file)
+        chunks = LinuxBackend().read_chunks(args.file)
         what = args.file
     elif args.pid is not None:
-        chunks = _maps_chunks(_backend_from_args(args), _maps_path(args.pid))
+        chunks = _backend_from_args(args).read_chunks(_maps_path(args.pid))
         what = f"pid {args.pid}"
     else:
         raise ValueError("give a PID or --file PATH")
@@ -5482,40 +5515,13 @@ class GpuInfo(_Record):
                 "memory_source": self.memory_source, "uuid": self.uuid}
 
 
-def _cpuset_cpus(b: Backend) -> Optional[FrozenSet[int]]:
-    """This process's cgroup cpuset (the most sched_setaffinity may ever give it), or
-    None when it cannot be read.  Cgroup v2: <path>/cpuset.cpus.effective; v1:
-    cpuset/<path>/cpuset.effective_cpus (Documentation/admin-guide/cgroup-v2.rst,
-    cgroup-v1/cpusets.rst); the path comes from /proc/self/cpuset."""
-    if isinstance(b, SimulatedBackend):
-        return b.cpus_allowed
-    text = b.read_optional("/proc/self/cpuset")
-    path = _clean(text) if text is not None else ""
-    if not path.startswith("/"):
-        return None
-    path = path.rstrip("/")
-    for f in (f"/sys/fs/cgroup{path}/cpuset.cpus.effective",
-              f"/sys/fs/cgroup/cpuset{path}/cpuset.effective_cpus",
-              f"/sys/fs/cgroup/cpuset{path}/cpuset.cpus"):
-        t = b.read_optional(f)
-        if t is None:
-            continue
-        try:
-            cpus = parse_cpulist(t, source=f)
-        except ValueError:
-            continue
-        if cpus:
-            return cpus
-    return None
-
-
 def _planning_topology(b: Backend) -> Topology:
     """The topology with ``allowed_cpus`` widened from this thread's affinity
     (Cpus_allowed_list) to the cpuset when that is readable: after a first binding the
     affinity is the bound set, and plans and re-binding must still see every CPU the
     process may use.  A narrower affinity set before (taskset) is replaced by binding."""
     topo = read_topology(backend=b)
-    cs = _cpuset_cpus(b)
+    cs = b.cpuset_cpus()
     if cs is not None and cs & topo.online_cpus:
         return topo._replace(allowed_cpus=frozenset(cs & topo.online_cpus))
     return topo
@@ -7451,7 +7457,7 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
         text.append(f"  remote allocations (other_node): {snap.remote_ratio:.2%} of pages")
     # The process's own pages (the running system, or the simulated process).
     maps = b.read_optional(_maps_path("self")) \
-        if (b.is_live or isinstance(b, SimulatedBackend)) else None
+        if b.has_process else None
     if maps is not None:
         # Read and parsed once, for the remote share and the interleave check.
         entries: List[NumaMapsEntry] = []
@@ -7649,13 +7655,13 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     for n in sorted(topo.nodes_with_cpus - topo.nodes_with_memory):
         warnings.append(f"node {n} has CPUs but no memory: its threads always allocate "
                         "from another node")
-    if (b.is_live or isinstance(b, SimulatedBackend)) and not b.abi.supported:
+    if b.has_process and not b.abi.supported:
         warnings.append(f"no syscall table for the {b.abi.name!r} ABI: memory policies "
                         "fall back to first-touch")
     warnings.extend(f"could not read: {p}" for p in topo.problems)
     policy: Optional[Dict[str, Any]] = None
     policy_error = None
-    if b.is_live or isinstance(b, SimulatedBackend):
+    if b.has_process:
         try:
             policy = get_policy(backend=b).to_json()
         except OSError as e:
@@ -7668,7 +7674,7 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     page_size: Optional[int] = b.page_size
     if b.is_live:
         release, machine = _uname()
-    elif not isinstance(b, SimulatedBackend):
+    elif not b.has_process:
         # A saved tree: its own machine's facts, or None ("unknown"), never ours.
         release, machine, page_size = _tree_machine(b)
         abi = abi_for(machine, 64 if "64" in machine or machine == "s390x" else 32) \
