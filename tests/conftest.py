@@ -6,6 +6,8 @@ import re
 import pytest
 
 import numa_utils as nu  # noqa: F401  <- point the whole suite at another copy here
+import numa_utils_cli as cli  # noqa: F401  the commands beyond status
+import numa_utils_sim as nusim  # noqa: F401  the simulator
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 FIXTURES_DIR = REPO / "fake_sysfs"
@@ -21,7 +23,7 @@ def fixture_root(name: str) -> str:
 
 def sim(name: str, **kw):
     """A SimulatedBackend over fixture ``name``."""
-    return nu.SimulatedBackend(fixture_root(name), **kw)
+    return nusim.SimulatedBackend(fixture_root(name), **kw)
 
 
 def pytest_configure(config):

@@ -16,7 +16,7 @@ import signal
 import string
 
 import pytest
-from conftest import FIXTURES, REPO, fixture_root, nu
+from conftest import FIXTURES, REPO, cli, fixture_root, nu
 
 SCALE = max(1, int(os.environ.get("NUMA_UTILS_TEST_FUZZ_ITERATIONS", "1")))
 SECRET = "OUTSIDE-THE-TREE-7f3a"
@@ -115,7 +115,7 @@ def test_corrupted_fixture_trees(tmp_path, name):
         with deadline(20, f"seed {seed} ({done})"):
             topo = nu.read_topology(backend=b)
             rep = nu.status_report(backend=b)
-            text = nu._render_status(rep) + nu._render_prometheus(rep)
+            text = nu._render_status(rep) + cli._render_prometheus(rep)
             nu.counters(backend=b)
         assert SECRET not in text + repr(topo), seed
         assert all(c < nu.MAX_CPUS for c in topo.cpus), seed
@@ -197,7 +197,7 @@ def _numa_maps(t):
 
 
 def _size(t):
-    assert 0 <= nu._parse_size(t) < 1 << 64
+    assert 0 <= cli._parse_size(t) < 1 << 64
 
 
 PARSERS = [

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, fixture_root, nu, sim
+from conftest import REPO, cli, fixture_root, nu, sim
 
 FOUR = "four-node-asym"          # nodes 0-3, 16 CPUs each, all with memory
 
@@ -116,12 +116,12 @@ def _run(argv, fixture=FOUR, capsys=None):
     def execvp(prog, cmd):
         ran.append(cmd)
         if cmd[1:] == ["--show"]:
-            text, _ = nu._numactl_show(b, nu.read_topology(backend=b))
+            text, _ = cli._numactl_show(b, nu.read_topology(backend=b))
             sys.stdout.write(text)
         raise SystemExit(0)     # stands in for the exec that does not return
 
     try:
-        rc = nu._cmd_numactl(argv, backend=b, execvp=execvp)
+        rc = cli._cmd_numactl(argv, backend=b, execvp=execvp)
     except SystemExit as e:
         rc = e.code
     out, err = capsys.readouterr()
@@ -184,7 +184,7 @@ def test_exec_failure_is_numactls_message(capsys):
     def execvp(prog, cmd):
         raise FileNotFoundError(2, "No such file or directory")
 
-    assert nu._cmd_numactl(["-i", "all", "no-such"], backend=b, execvp=execvp) == 1
+    assert cli._cmd_numactl(["-i", "all", "no-such"], backend=b, execvp=execvp) == 1
     assert "numactl: execution of `no-such': No such file or directory" in \
         capsys.readouterr().err
 
@@ -193,12 +193,12 @@ def test_eperm_fails_unless_fallback(capsys):
     b = sim(FOUR)
     b.fail("set_mempolicy", 1)          # EPERM, as a container's seccomp profile gives
     ran = []
-    rc = nu._cmd_numactl(["-i", "all", "true"], backend=b,
+    rc = cli._cmd_numactl(["-i", "all", "true"], backend=b,
                          execvp=lambda p, c: ran.append(c))
     err = capsys.readouterr().err
     assert rc == 1 and not ran
     assert "setting interleave mask: Operation not permitted" in err
-    rc = nu._cmd_numactl(["--fallback", "-i", "all", "true"], backend=b,
+    rc = cli._cmd_numactl(["--fallback", "-i", "all", "true"], backend=b,
                          execvp=lambda p, c: ran.append(c))
     assert ran == [["true"]] and "--fallback" in capsys.readouterr().err
 
@@ -305,7 +305,7 @@ def test_shm_creates_then_applies_policy_to_the_segment(tmp_path, capsys):
     b = sim(FOUR)
     keyfile = str(tmp_path / "key")
     argv = ["--length", "8m", "--shm", keyfile, "--interleave", "1,3", "--touch"]
-    assert nu._cmd_numactl(argv, backend=b) == 0
+    assert cli._cmd_numactl(argv, backend=b) == 0
     err = capsys.readouterr().err
     assert "Creating shm key file" in err and "length 8MB" in err
     st = os.stat(keyfile)
@@ -313,8 +313,8 @@ def test_shm_creates_then_applies_policy_to_the_segment(tmp_path, capsys):
     (line,) = [x for x in b.render_numa_maps().splitlines() if f"SYSV{key:08x}" in x]
     assert " interleave:1,3 " in line and " N1=1024 N3=1024 " in line   # touched
     # attached again (no --length needed): a command after it is a usage error
-    assert nu._cmd_numactl(["--shm", keyfile, "-m", "0", "true"], backend=b) == 1
-    assert nu._cmd_numactl(["--shm", str(tmp_path / "new"), "-m", "0"], backend=b) == 1
+    assert cli._cmd_numactl(["--shm", keyfile, "-m", "0", "true"], backend=b) == 1
+    assert cli._cmd_numactl(["--shm", str(tmp_path / "new"), "-m", "0"], backend=b) == 1
     assert "need a --length" in capsys.readouterr().err
 
 
@@ -327,17 +327,17 @@ def test_shm_creates_then_applies_policy_to_the_segment(tmp_path, capsys):
     (["--file", "/tmp/x", "--length", "4k"], "/dev/shm only"),
 ])
 def test_shm_ordering_rules(argv, msg, capsys):
-    assert nu._cmd_numactl(argv, backend=sim(FOUR), execvp=lambda *a: None) == 1
+    assert cli._cmd_numactl(argv, backend=sim(FOUR), execvp=lambda *a: None) == 1
     assert msg in capsys.readouterr().err
 
 
 def test_run_node_takes_numactls_grammar():
     b = nu.LinuxBackend(fixture_root("container-cpuset"))
-    assert nu._single_node("+0", b) == 1          # the cpuset's first node
+    assert cli._single_node("+0", b) == 1          # the cpuset's first node
     with pytest.raises(ValueError, match="2 nodes, not one"):
-        nu._single_node("0,1", nu.LinuxBackend(fixture_root(FOUR)))
+        cli._single_node("0,1", nu.LinuxBackend(fixture_root(FOUR)))
     with pytest.raises(ValueError, match="out of range"):
-        nu._single_node("0", b)
+        cli._single_node("0", b)
 
 
 def test_main_hands_numactl_its_raw_arguments(capsys):

@@ -14,7 +14,7 @@ import shutil
 import subprocess
 
 import pytest
-from conftest import FIXTURES, fixture_root, nu, sim
+from conftest import FIXTURES, cli, fixture_root, nu, sim
 
 NUMA_FIXTURES = [f for f in FIXTURES
                  if os.path.isdir(os.path.join(fixture_root(f), "sys/devices/system/node"))]
@@ -199,7 +199,7 @@ def test_watch_pid_interleaved_region_is_half_remote():
     assert proc["over_threshold"] is True
     assert {r["node"] for r in samples[0]["nodes"]} == {0, 1}
     json.dumps(samples)
-    text = nu._render_watch(samples[0], True)
+    text = cli._render_watch(samples[0], True)
     assert "50.0" in text and "remote" in text and "ABOVE THRESHOLD" in text
 
     # A second process on node 1 attaching the same shared object sees the same split.
@@ -721,20 +721,20 @@ def test_prometheus_every_fixture(name, capsys):
 
 def test_prometheus_live_and_simulated():
     for b in (nu.LinuxBackend("/"), sim("dual-socket-8gpu")):
-        text = nu._STATUS_FORMATS["prometheus"](nu.status_report(backend=b))
+        text = cli._render_prometheus(nu.status_report(backend=b))
         assert check_textfile(text) == [], text
         assert "numa_utils_policy_syscalls_usable{" in text
-    text = nu._STATUS_FORMATS["prometheus"](
+    text = cli._render_prometheus(
         nu.status_report(backend=sim("dual-socket-8gpu")))
     assert 'numa_utils_policy_syscalls_usable{reason="ok"} 1' in text
     s = sim("dual-socket-8gpu")
     s.fail("get_mempolicy", errno.EPERM)
-    text = nu._STATUS_FORMATS["prometheus"](nu.status_report(backend=s))
+    text = cli._render_prometheus(nu.status_report(backend=s))
     assert re.search(r'numa_utils_policy_syscalls_usable\{reason="EPERM: [^"]*"\} 0', text)
 
 
 def test_prometheus_label_escaping():
-    w = nu._PromWriter()
+    w = cli._PromWriter()
     w.add("m", "gauge", "h", 1, a='x"y\\z\nw')
     assert w.text() == '# HELP m h\n# TYPE m gauge\nm{a="x\\"y\\\\z\\nw"} 1\n'
     assert check_textfile(w.text()) == []

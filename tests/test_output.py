@@ -9,7 +9,7 @@ import os
 import re
 
 import pytest
-from conftest import FIXTURES, FIXTURES_DIR, fixture_root, nu, sim
+from conftest import FIXTURES, FIXTURES_DIR, cli, fixture_root, nu, sim
 
 
 def _status_text(name):
@@ -87,7 +87,7 @@ def test_cpu_summary_like_lscpu(name):
 
 def test_progress_bar_one_unit_family():
     out = io.StringIO()
-    show = nu._progress_bar(out)
+    show = cli._progress_bar(out)
     show(1 << 30, 2 << 30)
     show(2 << 30, 2 << 30)
     text = out.getvalue()
@@ -97,8 +97,8 @@ def test_progress_bar_one_unit_family():
 
 def _region_cli(monkeypatch, capsys, *argv):
     s = sim("dual-socket-8gpu")
-    monkeypatch.setattr(nu, "_backend_from_args", lambda args: s)
-    assert nu.main(["region", *argv]) == 0
+    with nu.use_backend(s):
+        assert nu.main(["region", *argv]) == 0
     return capsys.readouterr(), s
 
 

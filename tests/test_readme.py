@@ -126,22 +126,23 @@ def test_readme_section(section, scratch, monkeypatch):
         monkeypatch.setitem(sys.modules, name, mod)
     monkeypatch.chdir(work)
     skipped = []
-    for _section, line, lang, code, marks in blocks:
-        if RUN[lang] == "sh":
-            _run_sh(code, line, work, bin_dir)
-            continue
-        name = marks.get("process", "main")
-        if name not in procs:
-            procs[name] = (machine if not procs else machine.process(),
-                           {"__name__": f"readme_{name}"})
-        backend, ns = procs[name]
-        monkeypatch.setattr(nu, "_default", backend)
-        try:
-            exec(compile(code, f"README.md:{line}", "exec"), ns)
-        except ModuleNotFoundError as e:
-            if e.name not in OPTIONAL:
-                raise
-            skipped.append(f"README.md:{line} needs {e.name}")
+    with nu.use_backend(machine):      # each block runs against its process
+        for _section, line, lang, code, marks in blocks:
+            if RUN[lang] == "sh":
+                _run_sh(code, line, work, bin_dir)
+                continue
+            name = marks.get("process", "main")
+            if name not in procs:
+                procs[name] = (machine if not procs else machine.process(),
+                               {"__name__": f"readme_{name}"})
+            backend, ns = procs[name]
+            nu.use_backend(backend)
+            try:
+                exec(compile(code, f"README.md:{line}", "exec"), ns)
+            except ModuleNotFoundError as e:
+                if e.name not in OPTIONAL:
+                    raise
+                skipped.append(f"README.md:{line} needs {e.name}")
     k = machine.kernel
     assert not k.shm and not k.files, \
         f"section {section!r} leaves regions behind: {list(k.shm.values())} {list(k.files)}"

@@ -4,8 +4,8 @@
 NUMA topology and run a command in it.
 
 The guest's initramfs is the cached base archive from vm/build.py followed by a
-small per-run archive holding /init, the current numa_utils.py (and envs.py when
-present), tests/kernel_checks.py, vm/guest_runner.py and the expected topology
+small per-run archive holding /init, the current numa_utils.py (with envs.py,
+numa_utils_cli.py and numa_utils_sim.py when present), tests/kernel_checks.py, vm/guest_runner.py and the expected topology
 (/vmtest/expect.json). /init mounts proc, sysfs, devtmpfs, a tmpfs on /dev/shm
 and /tmp (and cgroup2 for the ``cpuset`` topology), runs the command between
 markers on the console and powers off.
@@ -222,8 +222,9 @@ def _guest_files(expect: dict, files: Optional[Mapping[str, FileSpec]],
         if patch_module is not None:
             module = patch_module(module.decode()).encode()
         out["/vmtest/numa_utils.py"] = module
-    if os.path.exists(os.path.join(REPO, "envs.py")):
-        out["/vmtest/envs.py"] = read(os.path.join(REPO, "envs.py"))
+    for name in ("envs.py", "numa_utils_cli.py", "numa_utils_sim.py"):
+        if os.path.exists(os.path.join(REPO, name)):
+            out["/vmtest/" + name] = read(os.path.join(REPO, name))
     out["/vmtest/kernel_checks.py"] = read(os.path.join(REPO, "tests", "kernel_checks.py"))
     out["/vmtest/guest_runner.py"] = read(os.path.join(HERE, "guest_runner.py"))
     out["/vmtest/expect.json"] = json.dumps(expect, indent=1).encode()

@@ -1,0 +1,1302 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The numa-utils commands beyond ``status``: numactl, run, plan, region, maps,
+cleanup, watch, and the systemd, numactl, taskset and Prometheus exports.
+
+``python -m numa_utils CMD`` and the ``numa-utils`` script reach this module when it
+is installed or sits beside numa_utils.py; it imports numa_utils as a sibling
+(``pkg.numa_utils`` when vendored as ``pkg.numa_utils_cli``, else the top-level one)
+and refuses a numa_utils of another version, whose private helpers it uses.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import sys
+from types import MappingProxyType
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    FrozenSet,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    import argparse
+
+    import numa_utils as _nu
+else:
+    def _library():
+        import importlib
+        for name in ([__package__ + ".numa_utils"] if __package__ else []) + ["numa_utils"]:
+            try:
+                return importlib.import_module(name)
+            except ModuleNotFoundError as e:
+                if e.name != name:
+                    raise
+        raise ImportError("numa_utils_cli needs numa_utils.py beside it (or installed)")
+
+    _nu = _library()
+
+if _nu.__version__ != __version__:
+    raise ImportError(f"numa_utils_cli {__version__} needs numa_utils {__version__}, "
+                      f"not {_nu.__version__} ({_nu.__file__}): copy both from one release")
+
+BIND_POLICIES = _nu.BIND_POLICIES
+Backend = _nu.Backend
+GetFlag = _nu.GetFlag
+GpuPlan = _nu.GpuPlan
+LinuxBackend = _nu.LinuxBackend
+MbindFlag = _nu.MbindFlag
+Mode = _nu.Mode
+ModeFlag = _nu.ModeFlag
+NumaMapsEntry = _nu.NumaMapsEntry
+SharedRegion = _nu.SharedRegion
+Topology = _nu.Topology
+_MEMORY_CHOICES = _nu._MEMORY_CHOICES
+_NUMASTAT_FIELDS = _nu._NUMASTAT_FIELDS
+_POLICY_WORDS = _nu._POLICY_WORDS
+_SIZE_MAX = _nu._SIZE_MAX
+_UNSET = _nu._UNSET
+_Unset = _nu._Unset
+_b = _nu._b
+_backend_from_args = _nu._backend_from_args
+_fmt_kb = _nu._fmt_kb
+_gpu_infos = _nu._gpu_infos
+_maps_path = _nu._maps_path
+_memory_or_env = _nu._memory_or_env
+_nodes_txt = _nu._nodes_txt
+_our_segments = _nu._our_segments
+_parse_maps_line = _nu._parse_maps_line
+_policy_or_env = _nu._policy_or_env
+_print_json = _nu._print_json
+_prog = _nu._prog
+_resolve = _nu._resolve
+_short = _nu._short
+_strtoul = _nu._strtoul
+_system_page_kb = _nu._system_page_kb
+_whole_lines = _nu._whole_lines
+bind_for_gpu = _nu.bind_for_gpu
+bind_to_node = _nu.bind_to_node
+format_cpulist = _nu.format_cpulist
+get_mempolicy = _nu.get_mempolicy
+gpu_plans = _nu.gpu_plans
+mbind = _nu.mbind
+parse_nodestring = _nu.parse_nodestring
+read_topology = _nu.read_topology
+set_mempolicy = _nu.set_mempolicy
+watch = _nu.watch
+
+def _verdict(per_node: Mapping[int, int], mode: str = "") -> str:
+    """"interleaved 50.0/50.0 over nodes 0-1", "all on node 0", ..."""
+    total = sum(per_node.values())
+    used = sorted(n for n, v in per_node.items() if v)
+    if not total:
+        return "nothing faulted in"
+    if len(used) == 1:
+        return f"all on node {used[0]}"
+    shares = "/".join(f"{100.0 * per_node[n] / total:.1f}" for n in used)
+    word = "interleaved" if "interleave" in mode else "split"
+    return f"{word} {shares} over nodes {format_cpulist(used)}"
+
+
+def _parse_size(text: str) -> int:
+    m = re.match(r"^\s*([0-9]{1,20}(?:\.[0-9]{1,20})?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*$",
+                 text)
+    if not m:
+        raise ValueError(f"invalid size {_short(text)} (e.g. 4G, 512M, 1048576)")
+    unit = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}[m.group(2).lower()]
+    whole, _, frac = m.group(1).partition(".")
+    n = (int(whole) << unit) + (int(frac) << unit) // 10 ** len(frac) if frac else \
+        int(whole) << unit
+    if n > _SIZE_MAX:
+        raise ValueError(f"invalid size {_short(text)}: more than 2**64-1 bytes")
+    return n
+
+
+_MAPS_CATS = ("Huge", "Heap", "Stack", "Private")
+
+
+def _maps_cat(e: NumaMapsEntry) -> str:
+    return "Huge" if e.huge else "Heap" if e.heap else "Stack" if e.stack else "Private"
+
+
+class _MapsScan:
+    """Per-node totals and numastat -p categories over numa_maps chunks, with the work
+    per line done in C: one regular expression splits every line into its address
+    (leading zeros dropped) and the rest, lines with the same rest (most of a big
+    process: "default anon=1 dirty=1 N0=1 ...") are counted together, and only each
+    distinct rest is parsed in Python."""
+
+    def __init__(self, default_kb: int) -> None:
+        self.default_kb = default_kb
+        self.totals: Dict[int, int] = {}
+        self.cats: Dict[str, Dict[int, int]] = {c: {} for c in _MAPS_CATS}
+        self.nvmas = 0
+        self.policies: Dict[str, Any] = {}
+        self.known: Dict[str, Tuple[NumaMapsEntry, Any]] = {}   # rest -> (entry, JSON)
+        self.rests: Dict[str, int] = {}      # the last chunk's distinct rests
+
+    def entry(self, rest: str) -> Tuple[NumaMapsEntry, Any]:
+        got = self.known.get(rest)
+        if got is None:
+            if len(self.known) > 4096:      # bounded: a file of all-distinct lines
+                self.known.clear()
+            got = self.known[rest] = (
+                _parse_maps_line("0 " + rest, self.default_kb, self.policies), None)
+        return got
+
+    def chunk(self, text: str) -> List[Tuple[str, str]]:
+        """Add one chunk of whole lines to the totals; returns its (address in hex,
+        rest) pairs."""
+        import collections
+        from operator import itemgetter
+        pairs = re.findall(r"(?am)^0*([0-9a-f]+) (.*)$", text)
+        if len(pairs) != text.count("\n"):
+            # A line the expression did not take (malformed, empty, an upper-case
+            # address): the full parser names a bad one.
+            pairs = [(f"{_parse_maps_line(line, self.default_kb, self.policies).start:x}",
+                      line.partition(" ")[2]) for line in text.split("\n") if line]
+        self.nvmas += len(pairs)
+        self.rests = collections.Counter(map(itemgetter(1), pairs))
+        for rest, times in self.rests.items():
+            try:
+                e = self.entry(rest)[0]
+            except ValueError:      # name the whole line, address included
+                for a, r in pairs:
+                    if r == rest:
+                        _parse_maps_line(a + " " + r, self.default_kb, self.policies)
+                raise
+            row = self.cats[_maps_cat(e)]
+            for n, c in e.pages.items():
+                kb = c * e.page_size_kb * times
+                self.totals[n] = self.totals.get(n, 0) + kb
+                row[n] = row.get(n, 0) + kb
+        return pairs
+
+    def rows(self, pairs: List[Tuple[str, str]], min_kb: int) -> List[str]:
+        """Table rows of the chunk's VMAs with at least ``min_kb`` resident (all when
+        0), in file order; each distinct rest is formatted once."""
+        from itertools import compress
+        from operator import itemgetter
+        tails: Dict[str, str] = {}
+        for r in self.rests:
+            e = self.entry(r)[0]
+            if e.pages_total * e.page_size_kb >= min_kb:
+                name = (e.file + (" (deleted)" if e.deleted else "") if e.file is not None
+                        else e.kind) + (" [huge]" if e.huge else "")
+                if len(name) > 28:              # keep the verdict column in line: the
+                    name = "..." + name[-25:]   # end of a path says the most
+                verdict = _verdict(e.bytes_per_node, e.mode) if e.pages else \
+                    "nothing faulted in"
+                tails[r] = (f"{_fmt_kb(e.pages_total * e.page_size_kb):>10}  "
+                            f"{e.policy:<22}  {name:<28}  {verdict}\n")
+        return [f"  {a:>14}  " + tails[r] for a, r in
+                compress(pairs, map(tails.__contains__, map(itemgetter(1), pairs)))]
+
+    def json(self, pairs: List[Tuple[str, str]], tty: bool) -> str:
+        """The chunk's VMAs as JSON objects, each after a comma.  Each distinct rest is
+        encoded once; per line only the address changes, joined in C."""
+        import json
+        from itertools import chain, repeat
+        from operator import itemgetter
+        frags: Dict[str, str] = {}
+        for rest in self.rests:
+            e, frag = self.entry(rest)
+            if frag is None:
+                d = e.to_json()
+                d["verdict"] = _verdict(e.bytes_per_node, e.mode) if e.pages else None
+                del d["start"]
+                frag = (json.dumps(d, indent=2).replace("\n", "\n    ")[1:] if tty else
+                        json.dumps(d, separators=(",", ":"))[1:])
+                self.known[rest] = (e, frag)
+            frags[rest] = frag
+        return "".join(chain.from_iterable(zip(
+            repeat(',\n    {\n      "start": "0x' if tty else ',{"start":"0x'),
+            map(itemgetter(0), pairs), repeat('",'),
+            map(frags.__getitem__, map(itemgetter(1), pairs)))))
+
+
+def _cmd_maps(args: argparse.Namespace) -> int:
+    if args.file is not None:
+        chunks = LinuxBackend().read_chunks(args.file)
+        what = args.file
+    elif args.pid is not None:
+        chunks = _backend_from_args(args).read_chunks(_maps_path(args.pid))
+        what = f"pid {args.pid}"
+    else:
+        raise ValueError("give a PID or --file PATH")
+    scan = _MapsScan(args.page_kb or _system_page_kb())
+    write = sys.stdout.write
+    if args.json:
+        # {"vmas": [...], "totals_kb": {...}} written chunk by chunk.
+        import json
+        try:
+            tty = sys.stdout.isatty()
+        except (AttributeError, ValueError):
+            tty = False
+        write('{\n  "vmas": [' if tty else '{"vmas":[')
+        for text in _whole_lines(chunks):
+            before = scan.nvmas
+            part = scan.json(scan.chunk(text), tty)
+            write(part if before else part[1:])
+        totals = {str(n): kb for n, kb in sorted(scan.totals.items())}
+        write('\n  ],\n  "totals_kb": ' + json.dumps(totals, indent=2).replace("\n", "\n  ")
+              + "\n}\n" if tty else
+              '],"totals_kb":' + json.dumps(totals, separators=(",", ":")) + "}\n")
+        return 0
+    # Most VMAs of a big process are small: their counters are summed without an
+    # entry each, and only the lines shown are parsed in full.  Rows are written as
+    # they come (memory bounded), the counts after them.
+    min_bytes = 0 if args.all else _parse_size(args.min_size)
+    min_kb = 0 if args.all else max(min_bytes // 1024, 1)
+    write(f"numa_maps of {what}:\n")
+    nshown = 0
+    for text in _whole_lines(chunks):
+        rows = scan.rows(scan.chunk(text), min_kb)
+        if rows and not nshown:
+            write(f"  {'start':>14}  {'resident':>10}  {'policy':<22}  "
+                  f"{'mapping':<28}  verdict\n")
+        nshown += len(rows)
+        write("".join(rows))
+    write(f"{scan.nvmas} VMAs; " + ("all shown" if args.all else
+          f"{nshown} with >= {_fmt_kb(min_bytes // 1024)} resident shown "
+          "(--all for every VMA)") + "\n")
+    _print_maps_totals(scan.totals, scan.cats, what)
+    return 0
+
+
+def _print_maps_totals(totals: Dict[int, int], cats: Dict[str, Dict[int, int]],
+                       what: str) -> None:
+    out: List[str] = []
+    nodes = sorted(totals)
+    out.append("")
+    out.append(f"Per-node memory usage (in MBs) for {what}")
+    head = "".join(f"{'Node ' + str(n):>15} " for n in nodes)
+    out.append(f"{'':<16} {head}{'Total':>15}")
+    for cat in _MAPS_CATS:
+        row = cats[cat]
+        out.append(f"{cat:<16} " + "".join(f"{row.get(n, 0) / 1024:>15.2f} " for n in nodes)
+                   + f"{sum(row.values()) / 1024:>15.2f}")
+    out.append("-" * 16 + " " + "".join(f"{'-' * 15} " for _ in nodes) + "-" * 15)
+    out.append(f"{'Total':<16} " + "".join(f"{totals[n] / 1024:>15.2f} " for n in nodes)
+               + f"{sum(totals.values()) / 1024:>15.2f}")
+    if totals:
+        out.append(f"process: {_verdict({n: kb * 1024 for n, kb in totals.items()})}")
+    sys.stdout.write("\n".join(out) + "\n")
+
+
+def _cli_maps(sub: Any) -> None:
+    p = sub.add_parser("maps", parents=[sub.common],
+                       help="where a process's memory is, per VMA and per node "
+                            "(numa_maps, like numastat -p)")
+    p.add_argument("pid", nargs="?", help="process id (or 'self')")
+    p.add_argument("--file", metavar="PATH", help="read a saved numa_maps file instead")
+    p.add_argument("--all", action="store_true", help="list every VMA")
+    p.add_argument("--min-size", default="1M", metavar="SIZE",
+                   help="list VMAs with at least this much resident (default 1M)")
+    p.add_argument("--page-kb", type=_positive_int, default=0, metavar="KB",
+                   help="page size for lines without kernelpagesize_kB (old kernels)")
+    p.set_defaults(func=_cmd_maps)
+
+
+def _cmd_cleanup(args: argparse.Namespace) -> int:
+    b = _backend_from_args(args)
+    rows = _our_segments(b, args.key)
+    for r in rows:
+        r["action"] = "keep (in use)" if not r["stale"] else \
+            ("removed" if args.remove else "would remove")
+        if args.remove and r["stale"]:
+            try:
+                if r["kind"] == "sysv":
+                    # Someone may have attached since the listing: look again last.
+                    if b.shm_stat(r["shmid"]).nattch:
+                        r["action"] = "keep (in use)"
+                        continue
+                    b.shm_rmid(r["shmid"])
+                else:
+                    b.shm_unlink(r["name"])
+            except OSError as e:
+                r["action"] = f"failed: {e.strerror or e}"
+    if args.json:
+        _print_json({"regions": rows, "removed": bool(args.remove)})
+        return 0
+    out = ["Our regions: SysV keys 0x4exxxxxx and /dev/shm/numa_utils-* owned by uid "
+           f"{b.geteuid()}; others' segments are never listed or touched."]
+    if not rows:
+        out.append("  none")
+    for r in rows:
+        ident = f"sysv {r['key']} shmid {r['shmid']}" if r["kind"] == "sysv" \
+            else f"posix {r['path']}"
+        out.append(f"  {ident:<36} {_fmt_kb(r['size'] // 1024):>10}  mode {r['mode']}  "
+                   f"attached {r['attached']}  {r['action']}")
+    if not args.remove and any(r["stale"] for r in rows):
+        out.append("dry run: add --remove to remove the stale ones")
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0
+
+
+def _progress_bar(stream: Any) -> Callable[[int, int], None]:
+    import time
+    t0 = time.monotonic()
+    tty = hasattr(stream, "isatty") and stream.isatty()
+    last = [-1]
+
+    def show(done: int, total: int) -> None:
+        pct = int(100 * done / total) if total else 100
+        if pct == last[0] or (not tty and pct != 100):
+            return
+        last[0] = pct
+        el = time.monotonic() - t0
+        rate = done / el / (1 << 30) if el > 0 else 0.0
+        bar = "#" * (pct * 30 // 100)
+        stream.write(f"{chr(13) if tty else ''}prefault [{bar:<30}] {pct:3d}% "
+                     f"{done / (1 << 30):.2f}/{total / (1 << 30):.2f} GiB "
+                     f"{rate:.2f} GiB/s" + ("" if tty and pct < 100 else "\n"))
+        stream.flush()
+    return show
+
+
+def _cmd_region(args: argparse.Namespace) -> int:
+    b = _backend_from_args(args)
+    nodes = parse_nodestring(args.nodes, backend=b) if args.nodes else None
+    if nodes is not None:
+        have = read_topology(backend=b).nodes_with_memory
+        if not nodes or nodes - have:
+            raise ValueError(f"--nodes {args.nodes}: no memory node "
+                             f"{format_cpulist(nodes - have) or '(empty list)'} on this "
+                             f"machine (memory nodes: {format_cpulist(have) or '-'})")
+    hp: Union[bool, str] = args.hugepages if args.hugepages else False
+    region = SharedRegion.create(
+        args.key, _parse_size(args.size), policy=args.policy, nodes=nodes,
+        kind=args.kind, hugepages=hp, threads=args.threads, backend=b,
+        prefault=not args.no_prefault,
+        progress=None if args.json else _progress_bar(sys.stderr))
+    try:
+        where = region.placement()
+        rep = region.to_json()
+        rep.update(prefault=region.prefaulted,
+                   placement={str(n): v for n, v in sorted(where.items())},
+                   verdict=_verdict(where, region.policy.mode), kept=args.keep)
+        if args.json:
+            _print_json(rep)
+        else:
+            pf = region.prefaulted
+            lines = [repr(region)]
+            if pf:
+                gbs = pf["bytes"] / pf["seconds"] / (1 << 30) if pf["seconds"] else 0.0
+                lines.append(f"prefault: {pf['method']}, {pf['threads']} threads, "
+                             f"{pf['seconds']:.3f} s, {gbs:.2f} GiB/s")
+            per = ", ".join(f"node {n}: {_fmt_kb(v // 1024)}"
+                            for n, v in sorted(where.items()) if v)
+            lines.append(f"placement: {_verdict(where, region.policy.mode)}"
+                         + (f" ({per})" if per else " yet: --no-prefault, pages land "
+                            "on first touch" if args.no_prefault else ""))
+            lines.append(f"kept: remove with `{_prog()} cleanup --remove` once detached"
+                         if args.keep else "destroyed")
+            sys.stdout.write("\n".join(lines) + "\n")
+    finally:
+        if args.keep:
+            region.close()
+        else:
+            region.destroy()
+    return 0
+
+
+def _cli_cleanup(sub: Any) -> None:
+    p = sub.add_parser("cleanup", parents=[sub.common],
+                       help="list (and with --remove, remove) our stale shared memory "
+                            "regions; never other programs' or users'")
+    p.add_argument("--remove", action="store_true",
+                   help="remove the stale ones (default: dry run, list only)")
+    p.add_argument("--key", action="append", default=None, metavar="NAME",
+                   help="only the region(s) of this name (repeatable)")
+    p.set_defaults(func=_cmd_cleanup)
+    p = sub.add_parser("region", parents=[sub.common],
+                       help="create a shared region with a policy, prefault it with a "
+                            "progress bar, report placement, then destroy it (or --keep)")
+    p.add_argument("key", help="region name (SysV key 0x4exxxxxx / /dev/shm/numa_utils-KEY)")
+    p.add_argument("size", help="size: 4G, 512M, bytes")
+    p.add_argument("--policy", choices=sorted(_POLICY_WORDS), default=None)
+    p.add_argument("--nodes", default=None, metavar="LIST",
+                   help="node list in numactl's grammar, e.g. 0-1, all, !0")
+    p.add_argument("--kind", choices=["sysv", "posix"], default="sysv")
+    p.add_argument("--hugepages", default=None, metavar="SIZE", help="2M, 1G")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--no-prefault", action="store_true")
+    p.add_argument("--keep", action="store_true", help="leave the region in place")
+    p.set_defaults(func=_cmd_region)
+
+
+# ---------------------------------------------------------------------------
+# CLI: plan and run
+# ---------------------------------------------------------------------------
+
+_SYSTEMD_POLICY = MappingProxyType({"prefer": "preferred", "bind": "bind",
+                                    "interleave": "interleave", "local": "local"})
+_NUMACTL_OPTION = MappingProxyType({"prefer": "--preferred", "bind": "--membind",
+                                    "interleave": "--interleave"})
+
+
+def _render_plan_text(plans: List[GpuPlan], policy: str, mem: Optional[str],
+                      root: str) -> str:
+    where = "this machine" if root == "/" else f"saved tree {root}"
+    out = [f"numa_utils plan: {where}, policy {policy}, memory {mem or 'unchanged'}"]
+    if not plans:
+        out.append("  no GPUs found")
+        return "\n".join(out) + "\n"
+    w = max(len(format_cpulist(p.cpus)) for p in plans)
+    w = max(w, 4)
+    out.append(f"  {'gpu':>3}  {'pci':<12}  {'node':>4}  {'cpus':<{w}}  memory")
+    for p in plans:
+        node = "?" if p.cpu_node is None else str(p.cpu_node)
+        memtxt = f"{p.memory} {format_cpulist(p.memory_nodes)}" if p.memory and \
+            (p.memory_nodes or p.memory == "local") else "unchanged"
+        extra = f"  (GPU memory on node {format_cpulist(p.gpu_memory_nodes)})" \
+            if p.gpu_memory_nodes else ""
+        out.append(f"  {p.gpu!s:>3}  {p.pci or '?':<12}  {node:>4}  "
+                   f"{format_cpulist(p.cpus):<{w}}  {memtxt}{extra}")
+    notes = sorted({n for p in plans for n in p.notes})
+    if notes:
+        out.append("NOTES")
+        out.extend(f"  - {n}" for n in notes)
+    return "\n".join(out) + "\n"
+
+
+def _render_plan_systemd(plans: List[GpuPlan], unit: str) -> str:
+    out = []
+    for p in plans:
+        stem, dot, suffix = unit.rpartition(".")
+        if not dot:
+            stem, suffix = unit, "service"
+        name = f"{stem if stem.endswith('@') else stem + '@'}{p.gpu}.{suffix}"
+        out.append(f"# {name}.d/50-numa.conf: GPU {p.gpu} ({p.pci or '?'}), node "
+                   f"{'?' if p.cpu_node is None else p.cpu_node}, policy {p.policy}")
+        out.append("[Service]")
+        out.append(f"CPUAffinity={format_cpulist(p.cpus)}")
+        if p.memory is not None and p.memory in _SYSTEMD_POLICY and \
+                (p.memory_nodes or p.memory == "local"):
+            out.append(f"NUMAPolicy={_SYSTEMD_POLICY[p.memory]}")
+            if p.memory != "local":
+                out.append(f"NUMAMask={format_cpulist(p.memory_nodes)}")
+        out.append("")
+    return "\n".join(out)
+
+
+def _render_plan_cmd(plans: List[GpuPlan], fmt: str) -> str:
+    out = []
+    for p in plans:
+        out.append(f"# GPU {p.gpu} ({p.pci or '?'}), node "
+                   f"{'?' if p.cpu_node is None else p.cpu_node}, policy {p.policy}")
+        if fmt == "taskset":
+            out.append(f"taskset -c {format_cpulist(p.cpus)}")
+            continue
+        args = [f"--physcpubind={format_cpulist(p.cpus)}"]
+        if p.memory is not None and p.memory in _NUMACTL_OPTION and p.memory_nodes:
+            args.append(f"{_NUMACTL_OPTION[p.memory]}={format_cpulist(p.memory_nodes)}")
+        elif p.memory == "local":
+            args.append("--localalloc")
+        out.append("numactl " + " ".join(args) + " --")
+    return "\n".join(out) + ("\n" if out else "")
+
+
+def _cli_policy(args: argparse.Namespace) -> str:
+    """The CLI binds when asked to: NUMA_BIND_POLICY's default "none" means "node" here."""
+    if args.policy is not None:
+        return str(args.policy)
+    pol = _policy_or_env(None)
+    return "node" if pol == "none" else pol
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    b = _backend_from_args(args)
+    plans = gpu_plans(_cli_policy(args), reserve=args.reserve,
+                      memory=_UNSET if args.memory is None else args.memory,
+                      strict=True if args.strict else None, backend=b)
+    if args.gpu is not None:
+        plans = [p for p in plans if p.gpu == args.gpu]
+        if not plans:
+            raise ValueError(f"no CUDA device {args.gpu} in the plan")
+    fmt = args.format or ("json" if args.json else "text")
+    if fmt == "json":
+        _print_json([p.to_json() for p in plans])
+    elif fmt == "systemd":
+        sys.stdout.write(_render_plan_systemd(plans, args.unit))
+    elif fmt in ("numactl", "taskset"):
+        sys.stdout.write(_render_plan_cmd(plans, fmt))
+    else:
+        pol = plans[0].policy if plans else _cli_policy(args)
+        sys.stdout.write(_render_plan_text(plans, pol, _memory_or_env(
+            _UNSET if args.memory is None else args.memory), b.root))
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise ValueError("no command given: run (--gpu N | --node N) [options] -- CMD ...")
+    if getattr(args, "root", None) not in (None, "/"):
+        raise ValueError("run binds the running system; --root is for plan and status")
+    b = _backend_from_args(args)
+    memory: Union[str, None, _Unset] = _UNSET if args.memory is None else args.memory
+    strict = True if args.strict else None
+    if args.gpu is not None:
+        found = _resolve(args.gpu, None, _gpu_infos(read_topology(backend=b), b), b, None)
+        if found.gpu is None:
+            raise ValueError(found.how)         # as --node 99: a usage error
+        res = bind_for_gpu(args.gpu, _cli_policy(args), reserve=args.reserve, memory=memory,
+                           threads="all", strict=strict, backend=b)
+    else:
+        pol = _cli_policy(args)
+        if pol not in ("node", "none"):
+            raise ValueError(f"--node takes --policy node or none, not {pol!r} "
+                             "(the GPU policies need --gpu)")
+        res = bind_to_node(_single_node(args.node, b), cpus=pol != "none", memory=memory,
+                           threads="all", strict=strict, backend=b)
+    if args.json:
+        import json
+        sys.stderr.write(json.dumps(res.to_json()) + "\n")
+    elif not res:
+        what = []
+        if not res.cpus_applied and res.cpu_reason != "not requested":
+            what.append(f"CPU binding ({res.cpu_reason})")
+        if res.memory is not None and not res.memory.applied:
+            what.append(f"memory policy ({res.memory.reason})")
+        sys.stderr.write(f"numa_utils run: not applied: {', '.join(what)}; running "
+                         "the command anyway\n")
+    e = _exec(cmd)
+    sys.stderr.write(f"numa_utils run: cannot run {cmd[0]!r}: {e.strerror or e}\n")
+    return 127 if isinstance(e, FileNotFoundError) else 126
+
+
+def _add_plan_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policy", choices=BIND_POLICIES + ("none",), default=None,
+                   help="CPU policy (default: NUMA_BIND_POLICY, else node)")
+    p.add_argument("--reserve", type=int, default=None, metavar="N",
+                   help="physical cores per node left for the OS (default: "
+                        "NUMA_RESERVED_CORES, else 0)")
+    p.add_argument("--memory", choices=_MEMORY_CHOICES, default=None,
+                   help="memory policy (default: NUMA_MEMORY_POLICY, else prefer)")
+    p.add_argument("--strict", action="store_true",
+                   help="fail instead of falling back")
+
+
+def _cli_plan(sub: Any) -> None:
+    p = sub.add_parser("plan", parents=[sub.common],
+                       help="per-GPU CPU and memory plan")
+    _add_plan_options(p)
+    p.add_argument("--gpu", type=int, default=None, metavar="N",
+                   help="only CUDA device N")
+    p.add_argument("--format", choices=["text", "json", "systemd", "numactl", "taskset"],
+                   default=None, help="output format (default text; --json is "
+                                      "--format json)")
+    p.add_argument("--unit", default="worker@.service", metavar="NAME",
+                   help="template unit named in --format systemd headers")
+    p.set_defaults(func=_cmd_plan)
+
+
+def _cli_run(sub: Any) -> None:
+    import argparse
+    # run binds the running system: no --root among its options.
+    p = sub.add_parser("run", parents=[sub.common_live],
+                       help="bind to a GPU's or node's CPUs and memory, then exec CMD")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--gpu", type=int, metavar="N", help="CUDA device N (as this "
+                   "environment's CUDA_VISIBLE_DEVICES numbers it)")
+    g.add_argument("--node", metavar="N", help="NUMA node N (numactl's grammar: "
+                   "2, +0, netdev:eth0, pci:3b:00.0)")
+    p.add_argument("--root", default=None, help=argparse.SUPPRESS)   # refused, unlisted
+    _add_plan_options(p)
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
+                   help="the command, executed without a shell")
+    p.set_defaults(func=_cmd_run)
+
+
+def _render_watch(sample: Dict[str, Any], first: bool) -> str:
+    import time
+    out = []
+    stamp = time.strftime("%H:%M:%S", time.localtime(sample["time"]))
+    secs = sample["seconds"] or 0.0
+    proc = sample.get("process")
+    head = (f"{'node':>5} {'hit':>10} {'miss':>8} {'foreign':>8} {'interlv':>8} "
+            f"{'local':>10} {'other':>8} {'free':>11} {'available':>11}")
+    if proc is not None:
+        head += f" {'pid mem':>11} {'pid %':>6}"
+    if first:
+        out.append(f"numastat changes per interval, in pages; memory now ({stamp})")
+        out.append(head)
+    else:
+        out.append(f"-- {stamp} (+{secs:.2f}s)")
+    total = proc["total_bytes"] if proc else 0
+    for r in sample["nodes"]:
+        v = {k: "-" if r[k] is None else str(r[k]) for k in _NUMASTAT_FIELDS}
+        line = (f"{r['node']:>5} {v['numa_hit']:>10} {v['numa_miss']:>8} "
+                f"{v['numa_foreign']:>8} {v['interleave_hit']:>8} {v['local_node']:>10} "
+                f"{v['other_node']:>8} {_fmt_kb(r['mem_free_kb']):>11} "
+                f"{_fmt_kb(r['available_kb']):>11}")
+        if proc is not None:
+            nb = proc["bytes_by_node"].get(str(r["node"]), 0)
+            pct = f"{100.0 * nb / total:.1f}" if total else "-"
+            line += f" {_fmt_kb(nb // 1024):>11} {pct:>6}"
+        out.append(line)
+    if proc is not None:
+        if proc["error"]:
+            out.append(f"  pid {proc['pid']}: {proc['error']}")
+        else:
+            flag = "  ABOVE THRESHOLD" if proc["over_threshold"] else ""
+            out.append(f"  pid {proc['pid']}: {_fmt_kb(total // 1024)} mapped, "
+                       f"{100.0 * proc['remote_share']:.1f}% remote (CPUs "
+                       f"{format_cpulist(proc['cpus']) or '-'} -> local memory "
+                       f"{_nodes_txt(proc['local_nodes'])}){flag}")
+    return "\n".join(out) + "\n"
+
+
+def _cmd_watch(args: argparse.Namespace) -> int:
+    import json
+    b = _backend_from_args(args)
+    pid: Optional[Union[int, str]] = args.pid
+    if args.pid is not None and args.pid != "self":
+        text = str(args.pid)
+        if not (text.isascii() and text.isdigit() and 0 < len(text) <= 10 and int(text)):
+            raise ValueError(f"--pid {text[:40]!r}: a process id (a positive number) or "
+                             "'self'")
+        pid = int(text)
+        if not b.exists(f"/proc/{pid}"):
+            raise ValueError(f"--pid {pid}: no such process")
+    for i, sample in enumerate(watch(interval=args.interval, count=args.count, pid=pid,
+                                     backend=b)):
+        if args.json:
+            sys.stdout.write(json.dumps(sample, sort_keys=False) + "\n")
+        else:
+            sys.stdout.write(_render_watch(sample, i == 0))
+        sys.stdout.flush()
+    return 0
+
+
+def _positive_float(text: str) -> float:
+    import argparse
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not 0 < v <= 86400:                  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"must be a number of seconds in (0, 86400], "
+                                         f"not {text[:40]!r}")
+    return v
+
+
+def _positive_int(text: str) -> int:
+    import argparse
+    if not (text.isascii() and text.isdigit() and 0 < len(text) <= 18 and int(text)):
+        raise argparse.ArgumentTypeError(f"must be a whole number > 0, not {text[:40]!r}")
+    return int(text)
+
+
+def _cli_watch(sub: Any) -> None:
+    p = sub.add_parser("watch", parents=[sub.common],
+                       help="live per-node allocation counters, free memory, and a "
+                            "process's pages per node")
+    p.add_argument("--interval", type=_positive_float, default=1.0, metavar="S",
+                   help="seconds between samples (default 1)")
+    p.add_argument("--count", type=_positive_int, default=None, metavar="N",
+                   help="stop after N samples (default: until interrupted)")
+    p.add_argument("--pid", default=None, metavar="PID",
+                   help="also show this process's pages per node and remote share "
+                        "('self' for this process)")
+    p.set_defaults(func=_cmd_watch)
+
+
+# ---------------------------------------------------------------------------
+# status --format prometheus: node_exporter textfile-collector format
+# (https://prometheus.io/docs/instrumenting/exposition_formats/).
+# ---------------------------------------------------------------------------
+
+def _prom_escape(value: Any) -> str:
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+class _PromWriter:
+    """Collects samples per family, then writes HELP/TYPE and each family's samples
+    together (the format wants a family in one block) with no duplicate series."""
+
+    def __init__(self) -> None:
+        self.families: Dict[str, Tuple[str, str, Dict[str, str]]] = {}
+
+    def add(self, name: str, kind: str, help_: str, value: Any,
+            **labels: Any) -> None:
+        if value is None:
+            return
+        fam = self.families.setdefault(name, (kind, help_, {}))
+        lab = ",".join(f'{k}="{_prom_escape(v)}"' for k, v in labels.items())
+        series = f"{name}{{{lab}}}" if lab else name
+        if isinstance(value, bool):
+            value = int(value)
+        fam[2][series] = repr(float(value)) if isinstance(value, float) else str(int(value))
+
+    def text(self) -> str:
+        out = []
+        for name, (kind, help_, samples) in self.families.items():
+            out.append(f"# HELP {name} {help_}")
+            out.append(f"# TYPE {name} {kind}")
+            out.extend(f"{s} {v}" for s, v in samples.items())
+        return "\n".join(out) + "\n"
+
+
+def _render_prometheus(rep: Dict[str, Any]) -> str:
+    w = _PromWriter()
+    k = rep["kernel"]
+    w.add("numa_utils_info", "gauge", "numa_utils version and ABI (value is 1).", 1,
+          version=rep["version"], abi=k["abi"], page_size=k["page_size"])
+    w.add("numa_utils_numa_kernel", "gauge",
+          "1 when the kernel has NUMA support (a node directory in sysfs).", k["numa"])
+    for n in rep["nodes"]:
+        node = str(n["id"])
+        w.add("numa_utils_node_cpus", "gauge", "Number of CPUs on the node.",
+              len(n["cpus"]), node=node)
+        w.add("numa_utils_node_memory_total_bytes", "gauge", "MemTotal of the node.",
+              n["mem_total_kb"] * 1024, node=node)
+        w.add("numa_utils_node_memory_free_bytes", "gauge", "MemFree of the node.",
+              n["mem_free_kb"] * 1024, node=node)
+        for to, d in n["distances"].items():
+            w.add("numa_utils_node_distance", "gauge",
+                  "SLIT distance from node to node (10 is local).", d, node=node, to=to)
+        for sz, h in n["hugepages"].items():
+            w.add("numa_utils_node_hugepages", "gauge",
+                  "Persistent huge pages configured on the node.", h["total"], node=node,
+                  size_kb=sz)
+            w.add("numa_utils_node_hugepages_free", "gauge",
+                  "Free persistent huge pages on the node.", h["free"], node=node,
+                  size_kb=sz)
+    for c in rep.get("counters", {}).get("nodes", []):
+        node = str(c["node"])
+        w.add("numa_utils_node_memory_available_bytes", "gauge",
+              "MemFree plus reclaimable file pages of the node.", c["available_kb"] * 1024,
+              node=node)
+        for f in _NUMASTAT_FIELDS:
+            w.add(f"numa_utils_node_{f}_pages_total", "counter",
+                  f"numastat {f} of the node, in pages, since boot.", c.get(f), node=node)
+    p = rep["process"]
+    usable = p.get("policy") is not None
+    w.add("numa_utils_policy_syscalls_usable", "gauge",
+          "1 when memory policy syscalls work for this process; reason says why not.",
+          usable, reason="ok" if usable else (p.get("policy_error") or "unknown"))
+    w.add("numa_utils_abi_supported", "gauge",
+          "1 when numa_utils has a syscall table for this ABI.", k["syscalls"] is not None,
+          abi=k["abi"])
+    w.add("numa_utils_numa_balancing", "gauge",
+          "kernel.numa_balancing (0 off, 1 on, 2 memory tiering).", k["numa_balancing"])
+    if k["thp"]:
+        w.add("numa_utils_thp_enabled", "gauge",
+              "Transparent huge pages mode in use (value is 1).", 1, mode=k["thp"])
+    w.add("numa_utils_process_allowed_cpus", "gauge", "CPUs this process's cpuset allows.",
+          len(p["allowed_cpus"]))
+    w.add("numa_utils_process_allowed_memory_nodes", "gauge",
+          "Memory nodes this process's cpuset allows.", len(p["allowed_mems"]))
+    rs = p.get("remote_share")
+    if rs and not rs.get("error"):
+        w.add("numa_utils_process_remote_pages_ratio", "gauge",
+              "Share of this process's pages off its CPUs' nodes.", float(rs["remote_share"]))
+    for g in rep["gpus"]:
+        w.add("numa_utils_gpu_info", "gauge", "A GPU and its NUMA node (value is 1).", 1,
+              address=g["address"], vendor=g["vendor_name"], device=g["device"],
+              node="" if g["node"] is None else str(g["node"]), node_source=g["node_source"])
+        w.add("numa_utils_gpu_numa_node", "gauge",
+              "NUMA node of the GPU (-1 when unknown).",
+              -1 if g["node"] is None else g["node"], address=g["address"])
+    w.add("numa_utils_warnings", "gauge", "Number of warnings in the status report.",
+          len(rep["warnings"]))
+    return w.text()
+
+
+def _single_node(text: str, b: Backend) -> int:
+    """A node option that takes one node (``run --node``) in numactl's grammar."""
+    nodes = parse_nodestring(str(text), backend=b)
+    if len(nodes) != 1:
+        raise ValueError(f"{text!r} is {len(nodes)} nodes, not one")
+    return next(iter(nodes))
+
+
+# getopt table: numactl's long options, the short letter each stands for, and whether
+# it takes an argument ("=").  --fallback is ours (run's fall-back, see below).
+_NUMACTL_OPTS = MappingProxyType({
+    "all": "a", "interleave=": "i", "weighted-interleave=": "w", "preferred=": "p",
+    "preferred-many=": "P", "cpubind=": "c", "cpunodebind=": "N", "physcpubind=": "C",
+    "membind=": "m", "show": "s", "localalloc": "l", "balancing": "b", "hardware": "H",
+    "shm=": "S", "file=": "f", "offset=": "o", "length=": "L", "strict": "t",
+    "shmmode=": "M", "dump": "d", "dump-nodes": "D", "shmid=": "I", "huge": "u",
+    "touch": "T", "verify": "V", "fallback": "F"})
+# numactl's policy_name(): the mode value get_mempolicy returns, flags included.
+_NUMACTL_POLICY = ("default", "preferred", "bind", "interleave", "local",
+                   "preferred-many", "weighted interleave")
+_NUMACTL_USAGE = """\
+usage: numactl [--all | -a] [--balancing | -b]
+               [--interleave= | -i <nodes>] [--weighted-interleave= | -w <nodes>]
+               [--preferred= | -p <node>] [--preferred-many= | -P <nodes>]
+               [--physcpubind= | -C <cpus>] [--cpunodebind= | -N <nodes>]
+               [--membind= | -m <nodes>] [--localalloc | -l] [--fallback] command args ...
+       numactl [--show | -s]
+       numactl [--hardware | -H]
+       numactl [--length | -L <length>] [--offset | -o <offset>] [--shmmode | -M <shmmode>]
+               [--strict | -t] [--shmid | -I <id>] --shm | -S <shmkeyfile>
+               [--shmid | -I <id>] --file | -f <tmpfsfile>
+               [--huge | -u] [--touch | -T] memory policy
+(numa_utils's numactl: numactl 2.0.19's options; <nodes>: N,N-N, all, !<nodes>,
++<nodes> (cpuset-relative), netdev:DEV, block:DEV, file:PATH, pci:[SEG:]BUS:DEV[.FN],
+ip:HOST; <cpus> likewise without the device forms; <length> takes k/m/g suffixes;
+--fallback runs the command even where the system denies the policy.)
+"""
+
+
+class _NumactlExit(Exception):
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _numactl_version() -> Tuple[int, ...]:
+    """The numactl release whose behaviour to copy: NUMA_UTILS_NUMACTL_VERSION
+    (e.g. 2.0.16: no -w), else 2.0.19."""
+    try:
+        return tuple(int(x) for x in
+                     os.environ.get("NUMA_UTILS_NUMACTL_VERSION", "2.0.19").split("."))
+    except ValueError:
+        return (2, 0, 19)
+
+
+def _numactl_mask(name: str, ids: Iterable[int]) -> str:
+    return f"{name}: " + "".join(f"{i} " for i in sorted(ids)) + "\n"
+
+
+def _numactl_show(b: Backend, t: Topology) -> Tuple[str, int]:
+    """numactl --show's text, from this process's policy and affinity."""
+    aff = b.sched_getaffinity(0)
+    try:
+        pol, nodes = get_mempolicy(backend=b)
+    except OSError as e:
+        if e.errno in (errno.ENOSYS, errno.EPERM):
+            return (_numactl_mask("physcpubind", aff) +
+                    "No NUMA support available on this system.\n"), 1
+        pol, nodes = 0, frozenset()
+    try:
+        cur = get_mempolicy(flags=GetFlag.NODE, backend=b)[0]
+    except OSError:
+        cur = 0
+    membind = nodes if pol == Mode.BIND else t.allowed_mems
+    pref = {int(Mode.PREFERRED): f"{min(nodes, default=0)}\n", Mode.DEFAULT: "current\n",
+            Mode.INTERLEAVE: f"{cur} (interleave next)\n",
+            Mode.BIND: f"{min(membind, default=-1)}\n",
+            Mode.PREFERRED_MANY: f"{cur} (preferred-many)\n"}.get(pol, "")
+    out = [f"policy: {_NUMACTL_POLICY[pol] if 0 <= pol < len(_NUMACTL_POLICY) else f'[{pol}]'}"
+           f"\npreferred node: {pref}"]
+    if pol == Mode.INTERLEAVE:
+        out.append(_numactl_mask("interleavemask", nodes) + f"interleavenode: {cur}\n")
+    run_nodes = [n for n in sorted(t.allowed_mems) if n in t.nodes and t.nodes[n].cpus & aff]
+    out += [_numactl_mask("physcpubind", aff), _numactl_mask("cpubind", run_nodes),
+            _numactl_mask("nodebind", run_nodes), _numactl_mask("membind", membind),
+            _numactl_mask("preferred", nodes)]
+    return "".join(out), 0
+
+
+def _numactl_hardware(t: Topology) -> str:
+    """numactl --hardware's text (the distance table as Debian's 2.0.16 and 2.0.19 print
+    it: 4-wide columns)."""
+    ids = sorted(t.nodes)
+    out = [f"available: {len(ids)} nodes ({format_cpulist(ids)})\n"]
+    for n in ids:
+        node = t.nodes[n]
+        out.append(f"node {n} cpus:" + "".join(f" {c}" for c in sorted(node.cpus)) + "\n")
+        out.append(f"node {n} size: {node.mem_total_kb >> 10} MB\n"
+                   f"node {n} free: {node.mem_free_kb >> 10} MB\n")
+    if not ids or not t.distance(ids[-1], ids[0]):
+        return "".join(out) + "No distance information available.\n"
+    out.append("node distances:\nnode  " + "".join(f"{i:4d} " for i in ids) + "\n")
+    for i in ids:
+        out.append(f"{i:4d}: " + "".join(f"{t.distance(i, k) or 0:4d} " for k in ids) + "\n")
+    return "".join(out)
+
+
+def _memsize(text: str) -> int:
+    """numactl's memsize(): strtoul base 0, then an optional k/m/g (anything else ignored)."""
+    v, end = _strtoul(text, 0)
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[end:end + 1].upper(), 1)
+    return (v or 0) * mult
+
+
+def _cmd_numactl(argv: Sequence[str], *, backend: Optional[Backend] = None,
+                 execvp: Callable[[str, List[str]], Any] = os.execvp) -> int:
+    """``numa_utils numactl ARGS``: numactl's options parsed left to right with
+    getopt (stopping at the command), applied as numactl applies them, then exec."""
+    try:
+        return _numactl(list(argv), _b(backend), execvp)
+    except _NumactlExit as e:
+        return e.code
+
+
+def _numactl(argv: List[str], b: Backend, execvp: Callable[[str, List[str]], Any]) -> int:
+    import getopt
+    out, err = sys.stdout, sys.stderr
+    ver = _numactl_version()
+    opts = dict(_NUMACTL_OPTS)
+    if ver < (2, 0, 19):
+        del opts["weighted-interleave="]
+
+    def usage(msg: str = "") -> None:
+        if msg:
+            err.write(f"numactl: {msg}")
+            out.write("\n")         # numactl's usage_msg ends the line on stdout
+            out.flush()
+        err.write(_NUMACTL_USAGE)
+        raise _NumactlExit(1)
+
+    def complain(msg: str) -> None:
+        err.write(f"numactl: {msg}\n")
+        raise _NumactlExit(1)
+
+    short = "".join(v + (":" if k.endswith("=") else "") for k, v in opts.items()
+                    if v != "F")
+    try:
+        parsed, cmd = getopt.getopt(argv, short, list(opts))
+    except getopt.GetoptError as e:
+        o = e.opt
+        if e.msg.endswith("not a unique prefix"):
+            err.write(f"numactl: option '--{o}' is ambiguous\n")
+        elif len(o) == 1:
+            err.write(f"numactl: option requires an argument -- '{o}'\n" if "requires"
+                      in e.msg else f"numactl: invalid option -- '{o}'\n")
+        elif "requires" in e.msg:
+            err.write(f"numactl: option '--{o}' requires an argument\n")
+        elif "must not have" in e.msg:
+            err.write(f"numactl: option '--{o}' doesn't allow an argument\n")
+        else:
+            err.write(f"numactl: unrecognized option '--{o}'\n")
+        usage()
+    letter = {"--" + k.rstrip("="): v for k, v in opts.items()}
+    fallback = ("--fallback", "") in parsed
+    topo: List[Topology] = []
+
+    def tp() -> Topology:
+        if not topo:
+            topo.append(read_topology(backend=b))
+        return topo[0]
+
+    st: Dict[str, Any] = {"policy": None, "all": False, "parsed": False, "cpubind": False,
+                          "balancing": False, "shmopt": None, "strict": False,
+                          "hardware": False}
+
+    def available() -> bool:
+        try:
+            get_mempolicy(backend=b)
+        except OSError as e:
+            return e.errno not in (errno.ENOSYS, errno.EPERM)
+        return True
+
+    def checknuma() -> None:
+        if not fallback and not available():
+            complain("This system does not support NUMA policy")
+
+    def setpolicy(mode: int) -> None:
+        if st["policy"] is not None:
+            usage("Conflicting policies")
+        st["policy"] = mode
+
+    def nopolicy() -> None:
+        if st["policy"] is not None:
+            usage("specify policy after --shm/--file")
+
+    def nodes(arg: str, cpus: bool = False) -> FrozenSet[int]:
+        try:
+            got = parse_nodestring(arg, cpus=cpus, possible=st["all"], backend=b,
+                                   topology=tp())
+        except ValueError as e:
+            warn = getattr(e, "warn", f"{e}\n")
+            if warn:
+                err.write(f"libnuma: Warning: {warn}\n")
+            out.write(f"<{arg}> is invalid\n")
+            out.flush()
+            usage()
+            raise
+        st["parsed"] = True
+        return got
+
+    def call(fn: Callable[..., Any], what: str, *args: Any, libnuma: str = "",
+             **kw: Any) -> None:
+        """Apply; on failure print libnuma's and numactl's perror lines and exit 1,
+        or with --fallback warn and go on."""
+        try:
+            fn(*args, backend=b, **kw)
+        except OSError as e:
+            text = os.strerror(e.errno or errno.EIO)
+            if fallback:
+                err.write(f"numactl: warning: {what}: {text}; running the command "
+                          "without it (--fallback)\n")
+                return
+            if libnuma:
+                err.write(f"{libnuma}: {text}\n")
+            err.write(f"{what}: {text}\n")
+            if e.errno == errno.EPERM:
+                err.write("numactl: the system denies NUMA policy here (a container "
+                          "without CAP_SYS_NICE, or seccomp); --fallback runs the "
+                          "command anyway\n")
+            raise _NumactlExit(1) from None
+
+    def setaff(pid: int, cpus: FrozenSet[int], *, backend: Backend) -> None:
+        backend.sched_setaffinity(pid, cpus)
+
+    shm: Optional[Tuple[int, int]] = None
+
+    def policy(mode: int, mask: FrozenSet[int], what: str, flags: int = 0) -> None:
+        """The process policy, or with --shm/--file the region's (mbind; --strict)."""
+        if shm is None:
+            call(set_mempolicy, what, mode, mask, mode_flags=flags, libnuma="set_mempolicy")
+            st["task"] = (mode, mask, flags)
+        else:
+            call(mbind, what, shm[0], shm[1], mode, mask,
+                 MbindFlag.STRICT if st["strict"] else 0, libnuma="mbind")
+
+    for opt, arg in parsed:
+        c = letter[opt] if opt.startswith("--") else opt[1]
+        if c == "s":
+            text, rc = _numactl_show(b, tp())
+            out.write(text)
+            return rc
+        if c == "H":
+            nopolicy()
+            st["hardware"] = True
+            if ver < (2, 0, 19):        # 2.0.16 prints at once; 2.0.19 after the options
+                break
+        elif c == "b":
+            nopolicy()
+            st["balancing"] = True
+        elif c in "wi":
+            checknuma()
+            mask = nodes(arg)
+            mode = Mode.WEIGHTED_INTERLEAVE if c == "w" else Mode.INTERLEAVE
+            setpolicy(mode)
+            policy(Mode.INTERLEAVE if shm else mode if mask else Mode.DEFAULT, mask,
+                   "setting interleave mask")
+        elif c in "Nc":
+            if st["shmopt"]:
+                usage(f"{st['shmopt']} shm option is not allowed before "
+                      "-c/--cpubind/--cpunodebind")
+            checknuma()
+            mask = nodes(arg)
+            st["cpubind"] = True
+            t = tp()
+            cpus = frozenset(x for n in mask if n in t.nodes for x in t.nodes[n].cpus)
+            call(setaff, "sched_setaffinity", 0, cpus,
+                 libnuma="numa_sched_setaffinity_v2_int() failed")
+        elif c == "C":
+            if st["shmopt"]:
+                usage(f"{st['shmopt']} shm option is not allowed before -C/--physcpubind")
+            mask = nodes(arg, cpus=True)
+            st["cpubind"] = True
+            call(setaff, "sched_setaffinity", 0, mask)
+        elif c == "m":
+            checknuma()
+            setpolicy(Mode.BIND)
+            mask = nodes(arg)
+            flags = ModeFlag.NUMA_BALANCING if st["balancing"] and not shm else 0
+            try:
+                if flags:   # numa_set_membind_balancing: plain bind where unsupported
+                    set_mempolicy(Mode.BIND, mask, mode_flags=flags, backend=b)
+                    st["task"] = (Mode.BIND, mask, flags)
+                    continue
+            except OSError as e:
+                if e.errno == errno.EINVAL:     # the kernel predates the flag
+                    flags = 0
+            policy(Mode.BIND, mask, "setting membind", flags)
+        elif c in "pP":
+            checknuma()
+            mask = nodes(arg)
+            if shm:         # libnuma's numa_tonode_memory passes preferred-many an
+                setpolicy(Mode.PREFERRED_MANY)      # empty mask: EINVAL (2.0.16, kept)
+                policy(Mode.PREFERRED_MANY, frozenset(), "setting preferred node")
+            elif c == "p":
+                if len(mask) != 1:
+                    usage()
+                setpolicy(Mode.PREFERRED)
+                policy(Mode.PREFERRED, mask, "setting preferred node")
+            else:
+                setpolicy(Mode.PREFERRED_MANY)
+                try:
+                    set_mempolicy(Mode.PREFERRED_MANY, mask, backend=b)
+                except OSError as e:
+                    if e.errno == errno.EINVAL and mask and not fallback:
+                        complain("preferred-many requested without kernel support")
+                    policy(Mode.PREFERRED_MANY, mask, "setting preferred node")
+        elif c == "l":
+            checknuma()
+            setpolicy(Mode.LOCAL)
+            policy(Mode.LOCAL, frozenset(), "local allocation")
+        elif c == "a":
+            if st["parsed"]:
+                usage("--all/-a option must be before all cpu/node specifications")
+            st["all"] = True
+        elif c == "t":
+            st["strict"] = True
+        elif c in "LoMu":
+            name = {"L": "--length", "o": "--offset", "M": "--shmmode", "u": "--huge"}[c]
+            if shm:
+                usage(f"{name} must be before shared memory specification")
+            st["shmopt"] = name
+            if c == "M":
+                if not re.fullmatch(r"[0-7]+", arg):
+                    usage()
+                st["shmmode"] = int(arg, 8)
+            elif c in "Lo":
+                st[name] = _memsize(arg)
+            else:
+                st["huge"] = True
+        elif c == "I":
+            v, end = _strtoul(arg, 0)
+            if v is None or end != len(arg):
+                usage()
+            st["shmid"] = v
+        elif c in "dD":
+            complain(f"Cannot do {opt} without shared memory.\n" if not shm else
+                     f"{opt} is not implemented by numa_utils numactl: "
+                     "`numa_utils maps PID` shows the placement")
+        elif c in "TV":
+            if not shm:
+                usage(f"{'--touch' if c == 'T' else '--verify'} must be after shared "
+                      "memory specification")
+            if c == "T" and shm:
+                b.touch(shm[0], shm[1])
+        elif c in "Sf":
+            if st["cpubind"]:
+                usage("cannot do --cpubind on shared memory\n")
+            nopolicy()
+            shm = _numactl_attach(c, arg, st, b, complain)
+    if st["hardware"]:
+        if not available():
+            out.write("No NUMA available on this system\n")
+            return 1
+        out.write(_numactl_hardware(tp()))
+        return 0
+    if shm is not None:
+        if cmd:
+            usage()
+        return 0
+    if st["strict"]:
+        err.write("numactl: warning. Strict flag for process ignored.\n")
+    if st["shmopt"]:
+        usage(f"shm related option {st['shmopt']} for process")
+    if not cmd:
+        usage()
+    task = st.get("task")
+    if task and task[0] in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
+        # Setting the policy again restarts the interleave cursor (il_prev): what
+        # Python allocated since would move the child's "interleave next" (which
+        # still moves with every page faulted before it asks, ASLR included).
+        try:
+            set_mempolicy(task[0], task[1], backend=b)
+        except OSError:
+            pass
+    failed = _exec(cmd, execvp)
+    complain(f"execution of `{cmd[0]}': {failed.strerror or failed}\n")
+    return 1
+
+
+def _numactl_attach(c: str, name: str, st: Dict[str, Any], b: Backend,
+                    complain: Callable[[str], Any]) -> Tuple[int, int]:
+    """numactl --shm KEYFILE (a SysV segment keyed by ftok(KEYFILE, --shmid)) or
+    --file /dev/shm/NAME, created with --length when missing; the (address, length)
+    the policy options that follow apply to.  The region stays after exit."""
+    length, offset = st.get("--length", 0), st.get("--offset", 0)
+    mode = st.get("shmmode", 0o600)
+    if c == "S":
+        try:
+            fst = os.stat(name)
+        except FileNotFoundError:
+            sys.stderr.write(f"numactl: Creating shm key file {name} mode {mode:04o}\n")
+            os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode))
+            fst = os.stat(name)
+        key = (fst.st_ino & 0xFFFF) | ((fst.st_dev & 0xFF) << 16) | \
+            ((st.get("shmid", 0) & 0xFF) << 24)     # ftok(3)
+        try:
+            region = SharedRegion.attach(key, trust=True, policy="default", backend=b)
+        except FileNotFoundError:
+            if not length:
+                complain("need a --length to create a sysv shared memory segment")
+            sys.stderr.write(f"numactl: Creating shared memory segment {name} id "
+                             f"{st.get('shmid', 0)} mode {mode:04o} length "
+                             f"{length / (1 << 20):.0f}MB\n")
+            region = SharedRegion.create(key, length, policy="default", prefault=False,
+                                         hugepages=bool(st.get("huge")), mode=mode,
+                                         backend=b)
+        addr, size = region.address, region.size
+    else:
+        if os.path.dirname(os.path.abspath(name)) != "/dev/shm" or offset:
+            complain(f"--file {name}: numa_utils numactl maps files in /dev/shm only, "
+                     "without --offset")
+        leaf = os.path.basename(name)
+        try:
+            fd = b.shm_open(leaf, os.O_RDWR, 0)
+        except FileNotFoundError:
+            if not length:
+                complain("need a --length to create a shared file")
+            fd = b.shm_open(leaf, os.O_RDWR | os.O_CREAT, mode)
+        try:
+            size = b.fstat(fd).size
+            if length > size:
+                b.ftruncate(fd, length)
+            size = length or size
+            addr = b.mmap(size, fd)
+        finally:
+            b.close(fd)
+        offset = 0
+    length = length or size - offset
+    if offset >= size or length % b.page_size or offset % b.page_size:
+        complain("policy region not page aligned" if offset < size else
+                 f"region offset {offset:#x} beyond its length {size:#x}")
+    return addr + offset, length
+
+
+def _exec(cmd: List[str], execvp: Callable[[str, List[str]], Any] = os.execvp) -> OSError:
+    """Exec ``cmd`` without a shell (the memory policy and the affinity survive exec);
+    returns the error when it cannot run."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        execvp(cmd[0], cmd)
+    except OSError as e:
+        return e
+    return OSError(errno.ENOEXEC, "exec returned")
+
+
+def _cli_numactl(sub: Any) -> None:
+    # Parsed by _cmd_numactl's own getopt loop (main hands it the raw arguments);
+    # registered here so that --help lists it.
+    sub.add_parser("numactl", add_help=False,
+                   help="numactl's command line: [OPTIONS] CMD ... (numactl 2.0.19)")
+
+
+_COMMANDS = (_cli_maps, _cli_cleanup, _cli_plan, _cli_run, _cli_watch, _cli_numactl)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Every numa-utils command (numa_utils.main hands all but ``status`` here)."""
+    raw = list(sys.argv[1:] if argv is None else argv)
+    lead = 0
+    while raw[lead:lead + 1] in (["-v"], ["--verbose"]):
+        lead += 1
+    if raw[lead:lead + 1] == ["numactl"]:   # numactl's own getopt grammar, not argparse's
+        return _cmd_numactl(raw[lead + 1:])
+    return _nu._run(raw, _COMMANDS)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1428 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A simulated Linux kernel behind numa_utils' Backend interface: a test kit.
+
+Copy ``numa_utils_sim.py`` beside ``numa_utils.py`` in your tests (or install
+numa-utils) and run your own code on a modelled multi-node machine::
+
+    import numa_utils as nu
+    from numa_utils_sim import SimulatedBackend
+
+    sim = SimulatedBackend("fake_sysfs/sparse-ids/root")
+    with nu.use_backend(sim):
+        ...                                   # every numa_utils call sees the model
+
+numa_utils is imported as a sibling module: ``pkg.numa_utils`` when this file is
+vendored as ``pkg.numa_utils_sim``, else the top-level ``numa_utils``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import struct
+import threading
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Dict,
+    FrozenSet,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+)
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from typing import NamedTuple as _Record
+
+    import numa_utils as _nu
+else:
+    def _library():
+        import importlib
+        for name in ([__package__ + ".numa_utils"] if __package__ else []) + ["numa_utils"]:
+            try:
+                return importlib.import_module(name)
+            except ModuleNotFoundError as e:
+                if e.name != name:
+                    raise
+        raise ImportError("numa_utils_sim needs numa_utils.py beside it (or installed)")
+
+    _nu = _library()
+    _Record = _nu._Record
+
+Backend = _nu.Backend
+GetFlag = _nu.GetFlag
+IPC_CREAT = _nu.IPC_CREAT
+IPC_EXCL = _nu.IPC_EXCL
+LinuxBackend = _nu.LinuxBackend
+MADV_POPULATE_READ = _nu.MADV_POPULATE_READ
+MADV_POPULATE_WRITE = _nu.MADV_POPULATE_WRITE
+MbindFlag = _nu.MbindFlag
+Mode = _nu.Mode
+ModeFlag = _nu.ModeFlag
+SHM_DEST = _nu.SHM_DEST
+SHM_HUGETLB = _nu.SHM_HUGETLB
+SHM_HUGE_SHIFT = _nu.SHM_HUGE_SHIFT
+SHM_RDONLY = _nu.SHM_RDONLY
+Topology = _nu.Topology
+_DEFAULT_PAGE = _nu._DEFAULT_PAGE
+_MODE_FLAGS_MASK = _nu._MODE_FLAGS_MASK
+_Pol = _nu._Pol
+_SYSVIPC_HEADER = _nu._SYSVIPC_HEADER
+_ShmStat = _nu._ShmStat
+_WI_DIR = _nu._WI_DIR
+_buffer_address = _nu._buffer_address
+_encode_nodemask = _nu._encode_nodemask
+_oserror = _nu._oserror
+_pointer_bits = _nu._pointer_bits
+abi_for = _nu.abi_for
+decode_nodemask = _nu.decode_nodemask
+format_cpulist = _nu.format_cpulist
+read_topology = _nu.read_topology
+
+# ===========================================================================
+# SimulatedBackend: a model of the kernel's memory-policy semantics behind the same
+# seam, so that multi-node logic runs on single-node machines.  It sits at the raw
+# syscall boundary: it gets the syscall number and plain integer arguments, decodes
+# them with the simulated ABI's table and the kernel's own maxnode/mask rules
+# (mm/mempolicy.c), and reads and writes "user memory" through a pipe so that a bad
+# pointer gives EFAULT, as in the kernel, instead of crashing the test process.
+# ===========================================================================
+
+
+class _Intervals:
+    """Non-overlapping [start, end) -> value intervals (policies by address/page)."""
+
+    def __init__(self) -> None:
+        self.items: List[Tuple[int, int, Any]] = []
+
+    def set(self, start: int, end: int, value: Any) -> None:
+        out = []
+        for s, e, v in self.items:
+            if e <= start or s >= end:
+                out.append((s, e, v))
+                continue
+            if s < start:
+                out.append((s, start, v))
+            if e > end:
+                out.append((end, e, v))
+        if value is not None:
+            out.append((start, end, value))
+        out.sort(key=lambda t: t[0])
+        self.items = out
+
+    def get(self, pos: int) -> Any:
+        for s, e, v in self.items:
+            if s <= pos < e:
+                return v
+        return None
+
+    def pieces(self, start: int, end: int) -> List[Tuple[int, int, Any]]:
+        """[start, end) cut at interval edges, each piece with its value (or None)."""
+        cuts = {start, end}
+        for s, e, _ in self.items:
+            if start < s < end:
+                cuts.add(s)
+            if start < e < end:
+                cuts.add(e)
+        edges = sorted(cuts)
+        return [(a, z, self.get(a)) for a, z in zip(edges, edges[1:])]
+
+
+class _SimObject:
+    """A shared memory object (SysV segment, tmpfs/memfd file): the shared policy and
+    the pages live here, so every process mapping it sees the same placement.
+
+    Per-page state is kept in flat arrays (node id or -1, dirty flag, how many page
+    tables map the page), so a 1 GiB object (262,144 pages) renders in milliseconds.
+    """
+
+    def __init__(self, name: str, size: int, page: int, *, shared_policy: bool = True,
+                 path: Optional[str] = None) -> None:
+        import array
+        self.name = name
+        self.size = size
+        self.page = page
+        self.npages = (size + page - 1) // page
+        self.policy = _Intervals()              # by page index
+        self.node = array.array("h", [-1]) * self.npages     # page index -> node, -1
+        self.dirty = bytearray(self.npages)
+        self.mapcount = array.array("i", [0]) * self.npages
+        # hugetlbfs has no shared policy (no set_policy vm op): the policy lives in
+        # each process's VMA, which is why every attacher must mbind its own mapping.
+        self.shared_policy = shared_policy
+        self.path = path if path is not None else "/" + name   # numa_maps file=
+        self.deleted = False
+        self.backing: Optional[Any] = None      # real memory standing in for it
+
+    def address(self) -> int:
+        """Where the object's memory is, aligned to its page size as the kernel
+        aligns every mapping (the host's pages may be smaller than simulated ones)."""
+        import mmap as _mmap
+        if self.backing is None:
+            self.backing = _mmap.mmap(-1, max(self.npages, 1) * self.page + self.page)
+        base = _buffer_address(self.backing)
+        return (base + self.page - 1) // self.page * self.page
+
+    def label(self) -> str:
+        path = self.path + (" (deleted)" if self.deleted else "")
+        # seq_path(m, path, "\n\t= ") escapes these four characters as octal.
+        for ch in "\n\t= ":
+            path = path.replace(ch, f"\\{ord(ch):03o}")
+        return "file=" + path
+
+    def free_pages(self, kernel: _SimKernel) -> None:
+        for n in self.node:
+            if n >= 0:
+                kernel.free_pages[n] = kernel.free_pages.get(n, 0) + 1
+
+
+class _SimMapping:
+    """One VMA of a simulated process."""
+
+    __slots__ = ("start", "end", "obj", "obj_page", "label", "mapped", "policy", "page",
+                 "attach_id")
+
+    def __init__(self, start: int, end: int, obj: Optional[_SimObject] = None,
+                 obj_page: int = 0, label: Optional[str] = "",
+                 mapped: Optional[bytearray] = None, policy: Optional[_Intervals] = None,
+                 page: int = 0, attach_id: int = 0) -> None:
+        self.start = start
+        self.end = end
+        self.obj = obj                      # shared object, or None: private anon
+        self.obj_page = obj_page            # page index in obj at ``start``
+        self.label = label                  # numa_maps "file=..."; None: the object's
+        self.mapped = mapped                # shared: pages in this page table
+        self.policy = policy                # per-VMA policy of a hugetlb mapping
+        self.page = page                    # page size (hugetlb: the huge size)
+        self.attach_id = attach_id          # one shmat/mmap call (for unmapping)
+
+
+class _SimShm:
+    """A SysV segment (ipc/shm.c struct shmid_kernel)."""
+
+    def __init__(self, key: int, shmid: int, size: int, mode: int, uid: int, gid: int,
+                 cuid: int, cgid: int, cpid: int, obj: _SimObject) -> None:
+        self.key, self.shmid, self.size, self.mode = key, shmid, size, mode
+        self.uid, self.gid, self.cuid, self.cgid = uid, gid, cuid, cgid
+        self.cpid, self.obj = cpid, obj
+        self.lpid = 0
+        self.nattch = 0
+        self.dest = False                   # IPC_RMID while attached (SHM_DEST)
+
+
+class _SimFile(_Record):
+    """A file in the simulated /dev/shm (tmpfs)."""
+    name: str
+    mode: int
+    uid: int
+    gid: int
+    obj: _SimObject
+
+
+class _SimKernel:
+    """State shared by every simulated process: topology, free pages, objects."""
+
+    def __init__(self, topo: Topology, page: int, free_kb: Optional[Mapping[int, int]],
+                 max_numnodes: int, numa: bool) -> None:
+        self.topo = topo
+        self.page = page
+        self.numa = numa
+        self.max_numnodes = max_numnodes
+        self.free_pages: Dict[int, int] = {}
+        for n in topo.nodes_with_memory:
+            kb = (free_kb or {}).get(n, topo.nodes[n].mem_free_kb if n in topo.nodes else 0)
+            self.free_pages[n] = kb * 1024 // page
+        self.objects: Dict[str, _SimObject] = {}
+        self.fail: Dict[str, Tuple[int, Optional[int]]] = {}   # name -> (errno, times)
+        self.next_pid = 4242
+        self.calls: List[Tuple[str, Tuple[int, ...]]] = []
+        # Shared memory: SysV segments by shmid, /dev/shm files by name.
+        self.shm: Dict[int, _SimShm] = {}
+        self.next_shmid = 0
+        self.files: Dict[str, _SimFile] = {}
+        self.next_attach = 0
+        self.procs: List[Any] = []               # weakrefs to every process
+        # Weighted interleave (mm/mempolicy.c iw_table): supported?, weights, auto.
+        self.wi = topo.interleave_weights is not None
+        self.wi_weights: Dict[int, int] = dict(topo.interleave_weights or {})
+        self.wi_auto = topo.interleave_auto
+        self.lock = threading.RLock()            # prefault threads fault concurrently
+
+
+class SimulatedBackend(Backend):
+    """One process on a simulated kernel, topology from a fake_sysfs tree.
+
+    ``arch`` picks the ABI (syscall table, word size, byte order) and the page size
+    (64 KiB on ppc64).  ``fail(name, errno)`` makes a syscall fail (EPERM like Docker's
+    default seccomp profile, ENOSYS, EINVAL, ENOMEM ...).  ``numa=False`` models a
+    kernel built without CONFIG_NUMA (every policy syscall ENOSYS, no numa_maps).
+    ``process()`` gives another process on the same kernel (shared objects, free
+    memory).  Policies, first-touch, interleave by page offset, bind, preferred,
+    spill to the nearest node when one is full, and the cpuset are modelled; the
+    placement is rendered as /proc/self/numa_maps.
+    """
+
+    is_live = False
+    has_process = True
+
+    def __init__(self, root: str, *, arch: str = "x86_64", page_size: Optional[int] = None,
+                 mems_allowed: Optional[Iterable[int]] = None,
+                 cpus_allowed: Optional[Iterable[int]] = None,
+                 free_kb: Optional[Mapping[int, int]] = None,
+                 cap_sys_nice: bool = True, numa: bool = True,
+                 populate: bool = True, max_numnodes: Optional[int] = None,
+                 uid: int = 1000, gid: int = 1000,
+                 weighted_interleave: Optional[bool] = None,
+                 _kernel: Optional[_SimKernel] = None) -> None:
+        self.root = os.path.abspath(root)
+        self._files = LinuxBackend(self.root)
+        bits = 32 if arch in ("i386", "i686", "arm", "armv7l", "x32") else 64
+        self.abi = abi_for(arch, bits)
+        self.page_size = page_size if page_size else _DEFAULT_PAGE.get(self.abi.name, 4096)
+        if _kernel is None:
+            topo = read_topology(backend=self._files)
+            if max_numnodes is None:
+                max_numnodes = {"aarch64": 64, "ppc64le": 256, "ppc64": 256}.get(
+                    self.abi.name, 1024)
+            _kernel = _SimKernel(topo, self.page_size, free_kb, max_numnodes,
+                                 numa and topo.has_node_dir)
+            # MPOL_WEIGHTED_INTERLEAVE is Linux 6.9+: a tree with its sysfs weights is
+            # such a kernel, unless the caller says otherwise.
+            if weighted_interleave is not None:
+                _kernel.wi = weighted_interleave
+                if weighted_interleave and not _kernel.wi_weights:
+                    _kernel.wi_weights = {n: 1 for n in topo.possible_nodes}
+        self.kernel = _kernel
+        topo = _kernel.topo
+        self.pid = _kernel.next_pid
+        _kernel.next_pid += 1
+        self.cap_sys_nice = cap_sys_nice
+        self.populate = populate
+        self.cpus_allowed = frozenset(cpus_allowed) if cpus_allowed is not None \
+            else topo.allowed_cpus
+        self.mems_allowed = frozenset(mems_allowed) if mems_allowed is not None \
+            else topo.allowed_mems
+        self.affinity = self.cpus_allowed
+        self.thread_affinity: Dict[int, FrozenSet[int]] = {}   # other threads: tid ->
+        self.mappings: List[_SimMapping] = []
+        self.policy = _Intervals()               # private ranges: by address
+        self.pages: Dict[int, int] = {}          # private: page address -> node
+        self.thread_policy: Dict[int, _Pol] = {}
+        self._il_prev: Dict[int, int] = {}
+        self._il_weight: Dict[int, int] = {}     # tid -> weight left at _il_prev
+        self._numbers = {v: k for k, v in (self.abi.syscalls or {}).items()}
+        self._pipe: Optional[Tuple[int, int]] = None
+        self._keep: List[Any] = []
+        self.uid, self.gid = uid, gid
+        self.fds: Dict[int, _SimFile] = {}
+        self.shm_attached: Dict[int, int] = {}   # address -> shmid
+        import weakref
+        _kernel.procs.append(weakref.ref(self))
+
+    def __repr__(self) -> str:
+        return f"SimulatedBackend({self.root!r}, arch={self.abi.name!r}, pid={self.pid})"
+
+    # -- processes, failures, inspection ---------------------------------------------
+    def process(self, **kw: Any) -> SimulatedBackend:
+        """Another process on the same simulated kernel."""
+        return SimulatedBackend(self.root, arch=self.abi.name, page_size=self.page_size,
+                                _kernel=self.kernel, **kw)
+
+    def fail(self, name: str, err: int, times: Optional[int] = None) -> None:
+        """Make syscall ``name`` ("mbind", "*" for every policy call) fail with errno."""
+        self.kernel.fail[name] = (err, times)
+
+    def clear_failures(self) -> None:
+        self.kernel.fail.clear()
+
+    def add_thread(self, affinity: Optional[Iterable[int]] = None) -> int:
+        """Another thread in this process (for binding tests); returns its tid."""
+        tid = self.kernel.next_pid
+        self.kernel.next_pid += 1
+        self.thread_affinity[tid] = frozenset(affinity) if affinity is not None \
+            else self.affinity
+        return tid
+
+    def gettid(self) -> int:
+        return self.pid
+
+    def threads(self) -> List[int]:
+        return sorted([self.pid, *self.thread_affinity])
+
+    @property
+    def topology(self) -> Topology:
+        return self.kernel.topo
+
+    def current_cpu(self) -> Optional[int]:
+        return min(self.affinity) if self.affinity else None
+
+    def local_node(self) -> int:
+        cpu = self.current_cpu()
+        node = self.kernel.topo.node_of_cpu(cpu) if cpu is not None else None
+        return node if node is not None else min(self.kernel.topo.online_nodes or {0})
+
+    # -- files --------------------------------------------------------------------------
+    def _is_own_proc(self, path: str, leaf: str) -> bool:
+        return path in (f"/proc/self/{leaf}", f"/proc/{self.pid}/{leaf}",
+                        f"/proc/thread-self/{leaf}")
+
+    def read_text(self, path: str) -> str:
+        if self._is_own_proc(path, "numa_maps"):
+            if not self.kernel.numa:
+                raise FileNotFoundError(errno.ENOENT, "no numa_maps (kernel without NUMA)",
+                                        path)
+            return self.render_numa_maps()
+        if self._is_own_proc(path, "status"):
+            return self._render_status()
+        if path == "/proc/sysvipc/shm":
+            return self._render_sysvipc()
+        if path.startswith(_WI_DIR + "/"):
+            leaf = self._wi_leaf(path)
+            if leaf == "auto":
+                return "true\n" if self.kernel.wi_auto else "false\n"
+            return f"{self._il_w(int(leaf[4:]))}\n"
+        return self._files.read_text(path)
+
+    def _wi_leaf(self, path: str) -> str:
+        """The weighted_interleave file ``path`` names; ENOENT when the simulated
+        kernel has no such file."""
+        leaf = path[len(_WI_DIR) + 1:]
+        k = self.kernel
+        if not k.wi or not ((leaf == "auto" and k.wi_auto is not None) or (
+                leaf.startswith("node") and leaf[4:].isdigit()
+                and int(leaf[4:]) in k.wi_weights)):
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+        return leaf
+
+    def write_text(self, path: str, text: str) -> None:
+        """The weighted-interleave weights (root only, 1-255, as sysfs node_store)."""
+        if not path.startswith(_WI_DIR + "/"):
+            raise _oserror(errno.EACCES, f"open {path}", "not modelled as writable")
+        leaf = self._wi_leaf(path)
+        if self.uid != 0:
+            raise _oserror(errno.EACCES, f"open {path}")
+        t = text.strip()
+        if leaf == "auto":
+            if t not in ("true", "false", "1", "0"):
+                raise _oserror(errno.EINVAL, f"write {path}")
+            self.kernel.wi_auto = t in ("true", "1")
+            return
+        if not t.isdigit() or not 1 <= int(t) <= 255:
+            raise _oserror(errno.EINVAL, f"write {path}", "weight must be 1-255")
+        self.kernel.wi_weights[int(leaf[4:])] = int(t)
+        if self.kernel.wi_auto is not None:
+            self.kernel.wi_auto = False      # writing a weight leaves auto mode (6.16)
+
+    def _il_w(self, node: int) -> int:
+        return self.kernel.wi_weights.get(node, 1)
+
+    def _il_period(self, pol: _Pol) -> List[int]:
+        """One period of the interleave walk, indexed by ilx % its length (mm/mempolicy.c
+        interleave_nid, weighted_interleave_nid): the nodes in id order, each repeated
+        ``weight`` times under weighted interleave."""
+        order = sorted(pol.nodes)
+        if pol.mode == Mode.WEIGHTED_INTERLEAVE:
+            order = [n for n in order for _ in range(self._il_w(n))]
+        return order
+
+    def _wi_next(self, order: Sequence[int]) -> int:
+        """The per-task counter for allocations without an interleave index
+        (mm/mempolicy.c weighted_interleave_nodes: il_prev, il_weight)."""
+        tid = threading.get_ident()
+        prev = self._il_prev.get(tid, -1)
+        if not self._il_weight.get(tid) or prev not in order:
+            nxt = [n for n in order if n > prev]
+            prev = nxt[0] if nxt else order[0]
+            self._il_prev[tid] = prev
+            self._il_weight[tid] = self._il_w(prev)
+        self._il_weight[tid] -= 1
+        return prev
+
+    def listdir(self, path: str) -> List[str]:
+        if path.rstrip("/") == "/dev/shm":
+            return sorted(self.kernel.files)
+        if path.rstrip("/") == _WI_DIR:
+            if not self.kernel.wi:
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+            return [f"node{n}" for n in sorted(self.kernel.wi_weights)] + \
+                (["auto"] if self.kernel.wi_auto is not None else [])
+        return self._files.listdir(path)
+
+    def exists(self, path: str) -> bool:
+        if self._is_own_proc(path, "numa_maps"):
+            return self.kernel.numa
+        if path.startswith("/dev/shm/"):
+            return path[9:] in self.kernel.files
+        if path.rstrip("/") == _WI_DIR:
+            return self.kernel.wi
+        if path.startswith(_WI_DIR + "/"):
+            return self.read_optional(path) is not None
+        return self._files.exists(path)
+
+    def _render_status(self) -> str:
+        base = self._files.read_optional("/proc/self/status") or ""
+        lines = [ln for ln in base.splitlines()
+                 if not ln.startswith(("Cpus_allowed_list", "Mems_allowed_list", "Pid:"))]
+        lines.append(f"Pid:\t{self.pid}")
+        lines.append(f"Cpus_allowed_list:\t{format_cpulist(self.affinity)}")
+        lines.append(f"Mems_allowed_list:\t{format_cpulist(self.mems_allowed)}")
+        return "\n".join(lines) + "\n"
+
+    # -- user memory, through a pipe: a bad pointer is EFAULT, not a crash -------------
+    def _fds(self) -> Tuple[int, int]:
+        if self._pipe is None:
+            self._pipe = os.pipe()
+        return self._pipe
+
+    def _copy_from_user(self, addr: int, n: int) -> bytes:
+        if n == 0:
+            return b""
+        if addr == 0:
+            raise _oserror(errno.EFAULT, "copy_from_user")
+        r, w = self._fds()
+        out = bytearray()
+        for off in range(0, n, 32768):
+            k = min(32768, n - off)
+            try:
+                os.write(w, (ctypes.c_char * k).from_address(addr + off))
+            except OSError:
+                raise _oserror(errno.EFAULT, "copy_from_user") from None
+            out += os.read(r, k)
+        return bytes(out)
+
+    def _copy_to_user(self, addr: int, data: bytes) -> None:
+        if not data:
+            return
+        if addr == 0:
+            raise _oserror(errno.EFAULT, "copy_to_user")
+        r, w = self._fds()
+        for off in range(0, len(data), 32768):
+            chunk = data[off:off + 32768]
+            os.write(w, chunk)
+            try:
+                os.readv(r, [(ctypes.c_char * len(chunk)).from_address(addr + off)])
+            except OSError:
+                os.read(r, len(chunk))
+                raise _oserror(errno.EFAULT, "copy_to_user") from None
+
+    # -- syscall entry --------------------------------------------------------------------
+    def syscall(self, nr: int, *args: int) -> int:
+        name = self._numbers.get(nr)
+        k = self.kernel
+        k.calls.append((name or str(nr), tuple(args)))
+        for key in (name, "*"):
+            err = self._take_failure(key) if key is not None else None
+            if err is not None:
+                raise _oserror(err, name or f"syscall {nr}")
+        if name is None or not k.numa:
+            raise _oserror(errno.ENOSYS, f"syscall {nr}")
+        # Scalars are truncated to the ABI's word; a 32-bit ABI simulated on a 64-bit
+        # host keeps host-sized pointers (its "user memory" is the host's).
+        width = _pointer_bits(self.abi)
+        words = [a & ((1 << width) - 1) for a in args] + [0] * 6
+        return int(getattr(self, "_sys_" + name)(*words[:6]))
+
+    def _signed(self, v: int, bits: int = 32) -> int:
+        v &= (1 << bits) - 1
+        return v - (1 << bits) if v >> (bits - 1) else v
+
+    # -- kernel helpers (mm/mempolicy.c) ---------------------------------------------
+    def _get_nodes(self, nmask: int, maxnode: int) -> FrozenSet[int]:
+        maxnode = (maxnode - 1) & ((1 << self.abi.word_bits) - 1)
+        if maxnode == 0 or nmask == 0:
+            return frozenset()
+        if maxnode > self.page_size * 8:
+            raise _oserror(errno.EINVAL, "get_nodes", "maxnode too large")
+        w = self.abi.word_bits
+        nwords = (maxnode + w - 1) // w
+        raw = self._copy_from_user(nmask, nwords * w // 8)
+        nodes = frozenset(n for n in decode_nodemask(raw, self.abi) if n < maxnode)
+        if any(n >= self.kernel.max_numnodes for n in nodes):
+            raise _oserror(errno.EINVAL, "get_nodes", "node beyond MAX_NUMNODES")
+        return nodes
+
+    def _sanitize(self, mode: int) -> Tuple[int, int]:
+        flags = mode & _MODE_FLAGS_MASK
+        mode &= ~_MODE_FLAGS_MASK
+        if mode < 0 or mode >= 7 or (mode == Mode.WEIGHTED_INTERLEAVE
+                                     and not self.kernel.wi):
+            raise _oserror(errno.EINVAL, "mempolicy", "invalid mode")
+        if flags & ModeFlag.STATIC_NODES and flags & ModeFlag.RELATIVE_NODES:
+            raise _oserror(errno.EINVAL, "mempolicy", "static and relative")
+        if flags & ModeFlag.NUMA_BALANCING and mode not in (Mode.BIND,
+                                                            Mode.PREFERRED_MANY):
+            raise _oserror(errno.EINVAL, "mempolicy", "balancing needs bind")
+        return mode, flags
+
+    def _mpol_new(self, mode: int, flags: int, nodes: FrozenSet[int]) -> Optional[_Pol]:
+        if mode == Mode.DEFAULT:
+            if nodes:
+                raise _oserror(errno.EINVAL, "mempolicy", "default takes no nodes")
+            return None
+        if not nodes:
+            if mode == Mode.PREFERRED:
+                if flags & (ModeFlag.STATIC_NODES | ModeFlag.RELATIVE_NODES):
+                    raise _oserror(errno.EINVAL, "mempolicy")
+                mode = Mode.LOCAL
+            elif mode != Mode.LOCAL:
+                raise _oserror(errno.EINVAL, "mempolicy", "empty nodemask")
+        elif mode == Mode.LOCAL:
+            raise _oserror(errno.EINVAL, "mempolicy", "local takes no nodes")
+        if mode == Mode.LOCAL:
+            return _Pol(Mode.LOCAL, flags, frozenset(), frozenset())
+        allowed = self.mems_allowed & self.kernel.topo.nodes_with_memory
+        if flags & ModeFlag.RELATIVE_NODES:
+            # mpol_relative_nodemask: fold the user mask onto the allowed nodes.
+            order = sorted(allowed)
+            eff = frozenset(order[n % len(order)] for n in nodes) if order else frozenset()
+        else:
+            eff = nodes & allowed
+        if not eff:
+            raise _oserror(errno.EINVAL, "mempolicy", "no allowed node in the mask")
+        if mode == Mode.PREFERRED:
+            eff = frozenset({min(eff)})
+        return _Pol(mode, flags, eff, nodes)
+
+    # -- syscalls -----------------------------------------------------------------------
+    def _sys_set_mempolicy(self, mode: int, nmask: int, maxnode: int, *_: int) -> int:
+        m, f = self._sanitize(self._signed(mode))
+        nodes = self._get_nodes(nmask, maxnode)
+        pol = self._mpol_new(m, f, nodes)
+        tid = threading.get_ident()
+        if pol is None:
+            self.thread_policy.pop(tid, None)
+        else:
+            self.thread_policy[tid] = pol
+        return 0
+
+    def _sys_mbind(self, start: int, length: int, mode: int, nmask: int, maxnode: int,
+                   flags: int) -> int:
+        m, f = self._sanitize(self._signed(mode))       # kernel_mbind: int lmode = mode
+        nodes = self._get_nodes(nmask, maxnode)
+        if flags & ~7:
+            raise _oserror(errno.EINVAL, "mbind", "invalid flags")
+        if flags & MbindFlag.MOVE_ALL and not self.cap_sys_nice:
+            raise _oserror(errno.EPERM, "mbind", "MPOL_MF_MOVE_ALL needs CAP_SYS_NICE")
+        if start % self.page_size:
+            raise _oserror(errno.EINVAL, "mbind", "unaligned start")
+        if m == Mode.DEFAULT:
+            flags &= ~MbindFlag.STRICT
+        length = (length + self.page_size - 1) // self.page_size * self.page_size
+        end = start + length
+        if end >= 1 << _pointer_bits(self.abi):
+            raise _oserror(errno.EINVAL, "mbind")
+        if end == start:
+            return 0
+        pol = self._mpol_new(m, f, nodes)
+        self._ensure_mapped(start, end)
+        self._split(start)                      # mbind splits VMAs at the range edges
+        self._split(end)
+        for mp in self._mappings_in(start, end):
+            a, z = max(start, mp.start), min(end, mp.end)
+            if mp.obj is not None:
+                p0 = mp.obj_page + (a - mp.start) // mp.page
+                self._pol_store(mp).set(p0, p0 + (z - a + mp.page - 1) // mp.page, pol)
+            else:
+                self.policy.set(a, z, pol)
+        if flags & (MbindFlag.MOVE | MbindFlag.MOVE_ALL | MbindFlag.STRICT) and pol:
+            misplaced = self._misplaced(start, end, pol)
+            if flags & (MbindFlag.MOVE | MbindFlag.MOVE_ALL):
+                for addr in misplaced:
+                    self._move_page(addr, self._alloc(pol, self._ilx(addr)))
+            elif misplaced:
+                raise _oserror(errno.EIO, "mbind", "MPOL_MF_STRICT: misplaced pages")
+        return 0
+
+    def _sys_get_mempolicy(self, policy: int, nmask: int, maxnode: int, addr: int,
+                           flags: int, *_: int) -> int:
+        if flags & ~7:
+            raise _oserror(errno.EINVAL, "get_mempolicy", "invalid flags")
+        nr_node_ids = max(self.kernel.topo.possible_nodes, default=0) + 1
+        if nmask and maxnode < nr_node_ids:
+            raise _oserror(errno.EINVAL, "get_mempolicy", "maxnode < nr_node_ids")
+        tid = threading.get_ident()
+        value = 0
+        if flags & GetFlag.MEMS_ALLOWED:
+            if flags & (GetFlag.NODE | GetFlag.ADDR):
+                raise _oserror(errno.EINVAL, "get_mempolicy")
+            nodes = self.mems_allowed
+        else:
+            if flags & GetFlag.ADDR:
+                if self._mapping_at(addr) is None:
+                    raise _oserror(errno.EFAULT, "get_mempolicy", "address not mapped")
+                pol = self._vma_policy(addr)
+            elif addr:
+                raise _oserror(errno.EINVAL, "get_mempolicy", "address without MPOL_F_ADDR")
+            else:
+                pol = self.thread_policy.get(tid)
+            if flags & GetFlag.NODE:
+                if flags & GetFlag.ADDR:
+                    page = addr - addr % self.page_size
+                    node = self._node_of_page(page)
+                    if node is None:
+                        self._fault(page)
+                        node = self._node_of_page(page)
+                    value = node if node is not None else 0
+                elif pol is not None and pol.mode == Mode.INTERLEAVE:
+                    order = sorted(pol.nodes)
+                    prev = self._il_prev.get(tid, -1)
+                    nxt = [n for n in order if n > prev]
+                    value = nxt[0] if nxt else order[0]
+                elif pol is not None and pol.mode == Mode.WEIGHTED_INTERLEAVE:
+                    order = sorted(pol.nodes)
+                    prev = self._il_prev.get(tid, -1)
+                    nxt = [n for n in order if n > prev] or order
+                    value = prev if self._il_weight.get(tid) else nxt[0]
+                else:
+                    raise _oserror(errno.EINVAL, "get_mempolicy", "MPOL_F_NODE")
+            else:
+                value = (pol.mode | (pol.flags & _MODE_FLAGS_MASK)) if pol else 0
+            if pol is None or pol.mode in (Mode.DEFAULT, Mode.LOCAL):
+                nodes = frozenset()
+            elif pol.flags & (ModeFlag.STATIC_NODES | ModeFlag.RELATIVE_NODES):
+                nodes = pol.user_nodes
+            else:
+                nodes = pol.nodes
+        if nmask:
+            copy = ((maxnode - 1 + 63) // 64) * 8
+            w = self.abi.word_bits
+            nbytes = (nr_node_ids + w - 1) // w * (w // 8)
+            if copy > nbytes:
+                if copy > self.page_size:
+                    raise _oserror(errno.EINVAL, "get_mempolicy")
+                self._copy_to_user(nmask + nbytes, bytes(copy - nbytes))
+                copy = nbytes
+            self._copy_to_user(nmask, _encode_nodemask(nodes, copy // (w // 8), self.abi))
+        if policy:
+            self._copy_to_user(policy, struct.pack(
+                (">" if self.abi.byteorder == "big" else "<") + "i", value))
+        return 0
+
+    def _sys_move_pages(self, pid: int, count: int, pages: int, nodes: int, status: int,
+                        flags: int) -> int:
+        if flags & ~(MbindFlag.MOVE | MbindFlag.MOVE_ALL):
+            raise _oserror(errno.EINVAL, "move_pages")
+        if flags & MbindFlag.MOVE_ALL and not self.cap_sys_nice:
+            raise _oserror(errno.EPERM, "move_pages")
+        if self._signed(pid) not in (0, self.pid):
+            raise _oserror(errno.ESRCH, "move_pages")
+        wb = _pointer_bits(self.abi) // 8
+        raw = self._copy_from_user(pages, count * wb)
+        addrs = [int.from_bytes(raw[i * wb:(i + 1) * wb], self.abi.byteorder)
+                 for i in range(count)]
+        e = ">" if self.abi.byteorder == "big" else "<"
+        targets = None
+        if nodes:
+            targets = list(struct.unpack(f"{e}{count}i", self._copy_from_user(nodes,
+                                                                              4 * count)))
+            for t in targets:
+                if t < 0 or t >= self.kernel.max_numnodes or \
+                        t not in self.kernel.topo.nodes_with_memory:
+                    raise _oserror(errno.ENODEV, "move_pages")
+                if t not in self.mems_allowed:
+                    raise _oserror(errno.EACCES, "move_pages")
+        out = []
+        for i, a in enumerate(addrs):
+            page = a - a % self.page_size
+            if self._mapping_at(page) is None:
+                out.append(-errno.EFAULT)
+                continue
+            found = self._node_of_page(page)
+            if found is None:
+                out.append(-errno.ENOENT)
+                continue
+            node = found
+            if targets is not None and targets[i] != node:
+                if self.kernel.free_pages.get(targets[i], 0) <= 0:
+                    out.append(-errno.ENOMEM)
+                    continue
+                self._move_page(page, targets[i])
+                node = targets[i]
+            out.append(node)
+        self._copy_to_user(status, struct.pack(f"{e}{count}i", *out))
+        return 0
+
+    def _sys_migrate_pages(self, pid: int, maxnode: int, old: int, new: int,
+                           *_: int) -> int:
+        if self._signed(pid) not in (0, self.pid):
+            raise _oserror(errno.ESRCH, "migrate_pages")
+        old_n = self._get_nodes(old, maxnode)
+        new_n = self._get_nodes(new, maxnode)
+        if not new_n <= self.mems_allowed and not self.cap_sys_nice:
+            raise _oserror(errno.EPERM, "migrate_pages")
+        if not new_n <= self.kernel.topo.nodes_with_memory:
+            raise _oserror(errno.EINVAL, "migrate_pages")
+        src, dst = sorted(old_n), sorted(new_n)
+        if not src or not dst:
+            return 0
+        remap = {s: dst[i % len(dst)] for i, s in enumerate(src)}
+        for page, node in list(self._all_pages()):
+            if node in remap and remap[node] != node:
+                self._move_page(page, remap[node])
+        return 0
+
+    def _sys_set_mempolicy_home_node(self, start: int, length: int, home: int,
+                                     flags: int, *_: int) -> int:
+        if flags or start % self.page_size:
+            raise _oserror(errno.EINVAL, "set_mempolicy_home_node")
+        if home >= self.kernel.max_numnodes or home not in self.kernel.topo.online_nodes:
+            raise _oserror(errno.EINVAL, "set_mempolicy_home_node")
+        end = start + (length + self.page_size - 1) // self.page_size * self.page_size
+        for a, z, pol in self.policy.pieces(start, end):
+            if pol is None:
+                continue
+            if pol.mode not in (Mode.BIND, Mode.PREFERRED_MANY):
+                raise _oserror(errno.EOPNOTSUPP, "set_mempolicy_home_node")
+            self.policy.set(a, z, pol._replace(home_node=home))
+        return 0
+
+    # -- memory ---------------------------------------------------------------------------
+    def map_object(self, name: str, size: int, *, create: bool = True,
+                   label: Optional[str] = None, page_size: Optional[int] = None,
+                   path: Optional[str] = None) -> int:
+        """Map shared object ``name`` (created if needed) into this process; its address.
+
+        Real memory stands behind it (one anonymous mapping per object, shared by every
+        simulated process) so that data written by one process is seen by the others.
+        ``page_size`` larger than the base page makes a hugetlb object (per-VMA policy,
+        " huge" in numa_maps).
+        """
+        k = self.kernel
+        obj = k.objects.get(name)
+        if obj is None:
+            if not create:
+                raise _oserror(errno.ENOENT, "map_object", name)
+            pg = page_size or self.page_size
+            obj = _SimObject(name, size, pg, shared_policy=pg == self.page_size, path=path)
+            k.objects[name] = obj
+        addr = obj.address()
+        k.next_attach += 1
+        mp = _SimMapping(addr, addr + obj.npages * obj.page, obj, 0, label,
+                         bytearray(obj.npages), None if obj.shared_policy else _Intervals(),
+                         obj.page, k.next_attach)
+        self.unmap(addr)
+        self._drop_private(mp.start, mp.end)
+        self.mappings.append(mp)
+        self.mappings.sort(key=lambda m: m.start)
+        return addr
+
+    def unmap(self, addr: int) -> None:
+        """Remove the mapping made at ``addr`` (all its VMAs, if mbind split it)."""
+        first = self._find_mapping(addr)
+        if first is None or first.start != addr:
+            self.mappings = [m for m in self.mappings if m.start != addr]
+            return
+        gone = [m for m in self.mappings if m.obj is not None and first.obj is not None
+                and m.attach_id == first.attach_id] or [first]
+        for m in gone:
+            if m.obj is not None and m.mapped is not None:
+                mc = m.obj.mapcount
+                for idx in (i for i, f in enumerate(m.mapped) if f):
+                    mc[m.obj_page + idx] -= 1
+        self.mappings = [m for m in self.mappings if all(m is not g for g in gone)]
+
+    def _drop_private(self, start: int, end: int) -> None:
+        """A new mapping replaces private memory the simulator saw at those addresses
+        earlier (a freed test buffer whose addresses the host reused), as mmap does."""
+        keep: List[_SimMapping] = []
+        for m in self.mappings:
+            if m.obj is not None or m.end <= start or m.start >= end:
+                keep.append(m)
+                continue
+            if m.start < start:
+                keep.append(_SimMapping(m.start, start, label=m.label))
+            if m.end > end:
+                keep.append(_SimMapping(end, m.end, label=m.label))
+        self.mappings = keep
+        for page in [p for p in self.pages if start <= p < end]:
+            node = self.pages.pop(page)
+            self.kernel.free_pages[node] = self.kernel.free_pages.get(node, 0) + 1
+        self.policy.set(start, end, None)
+
+    def remove_object(self, name: str) -> None:
+        obj = self.kernel.objects.pop(name, None)
+        if obj is not None:
+            obj.free_pages(self.kernel)
+            obj.node = obj.node[:0]
+
+    def _ensure_mapped(self, start: int, end: int) -> None:
+        """Unknown addresses are private anonymous memory (the test's own buffers)."""
+        page = self.page_size
+        start -= start % page
+        end = (end + page - 1) // page * page
+        covered = sorted((m.start, m.end) for m in self.mappings
+                         if m.end > start and m.start < end)
+        pos = start
+        for s, e in covered + [(end, end)]:
+            if s > pos:
+                self.mappings.append(_SimMapping(pos, s, page=page))
+            pos = max(pos, e)
+        # Adjacent private anonymous ranges are one VMA, as the kernel merges them.
+        merged: List[_SimMapping] = []
+        for m in sorted(self.mappings, key=lambda m: m.start):
+            last = merged[-1] if merged else None
+            if last is not None and last.obj is None and m.obj is None and \
+                    last.end == m.start and last.label == m.label:
+                last.end = m.end
+            else:
+                merged.append(m)
+        self.mappings = merged
+
+    def _mappings_in(self, start: int, end: int) -> List[_SimMapping]:
+        return [m for m in self.mappings if m.end > start and m.start < end]
+
+    def _mapping_at(self, addr: int) -> Optional[_SimMapping]:
+        found = self._find_mapping(addr)
+        if found is not None:
+            return found
+        # Memory the simulator has not seen yet but the host process really has
+        # mapped (a test's own buffer) is private anonymous memory; an address
+        # that is not readable is unmapped (EFAULT), as in the kernel.
+        page = addr - addr % self.page_size
+        try:
+            self._copy_from_user(page, 1)
+        except OSError:
+            return None
+        self._ensure_mapped(page, page + self.page_size)
+        return self._find_mapping(addr)
+
+    def _find_mapping(self, addr: int) -> Optional[_SimMapping]:
+        """The mapping holding ``addr``, without inventing one (see _mapping_at)."""
+        for m in self.mappings:
+            if m.start <= addr < m.end:
+                return m
+        return None
+
+    def _split(self, addr: int) -> None:
+        """Split the object mapping holding ``addr`` there (mbind splits VMAs)."""
+        mp = self._find_mapping(addr)
+        if mp is None or mp.obj is None or mp.start == addr:
+            return
+        if (addr - mp.start) % mp.page:
+            # hugetlb VMAs split only at huge page boundaries (hugetlb_vm_op_split).
+            raise _oserror(errno.EINVAL, "mbind", "not aligned to the huge page size")
+        cut = (addr - mp.start) // mp.page
+        assert mp.mapped is not None
+        tail = _SimMapping(addr, mp.end, mp.obj, mp.obj_page + cut, mp.label,
+                           mp.mapped[cut:], mp.policy, mp.page, mp.attach_id)
+        mp.end, mp.mapped = addr, mp.mapped[:cut]
+        self.mappings.append(tail)
+        self.mappings.sort(key=lambda m: m.start)
+
+    def _pol_store(self, mp: _SimMapping) -> _Intervals:
+        assert mp.obj is not None
+        if mp.obj.shared_policy or mp.policy is None:
+            return mp.obj.policy
+        return mp.policy
+
+    def _vma_policy(self, addr: int) -> Optional[_Pol]:
+        mp = self._mapping_at(addr)
+        if mp is not None and mp.obj is not None:
+            pol: Optional[_Pol] = self._pol_store(mp).get(
+                mp.obj_page + (addr - mp.start) // mp.page)
+            return pol
+        found: Optional[_Pol] = self.policy.get(addr)
+        return found
+
+    def _ilx(self, addr: int) -> int:
+        mp = self._mapping_at(addr)
+        if mp is not None and mp.obj is not None:
+            return mp.obj_page + (addr - mp.start) // mp.page
+        # Anonymous memory: vm_pgoff is the virtual page number, so the interleave
+        # index is the page's virtual page number (mm/mempolicy.c get_vma_policy).
+        return addr // self.page_size
+
+    def _node_of_page(self, page: int) -> Optional[int]:
+        mp = self._mapping_at(page)
+        if mp is not None and mp.obj is not None:
+            idx = (page - mp.start) // mp.page
+            if mp.mapped is not None and not mp.mapped[idx]:
+                return None
+            n = mp.obj.node[mp.obj_page + idx]
+            return n if n >= 0 else None
+        return self.pages.get(page - page % self.page_size)
+
+    def _all_pages(self) -> Iterator[Tuple[int, int]]:
+        yield from list(self.pages.items())
+        for mp in list(self.mappings):
+            if mp.obj is None or mp.mapped is None:
+                continue
+            for idx, flag in enumerate(mp.mapped):
+                if flag:
+                    node = mp.obj.node[mp.obj_page + idx]
+                    if node >= 0:
+                        yield mp.start + idx * mp.page, node
+
+    def _move_page(self, page: int, node: Optional[int]) -> None:
+        if node is None:
+            return
+        k = self.kernel
+        mp = self._mapping_at(page)
+        old: Optional[int]
+        if mp is not None and mp.obj is not None:
+            key = mp.obj_page + (page - mp.start) // mp.page
+            old = mp.obj.node[key]
+            old = old if old >= 0 else None
+            mp.obj.node[key] = node
+        else:
+            old = self.pages.get(page)
+            self.pages[page] = node
+        if old is not None:
+            k.free_pages[old] = k.free_pages.get(old, 0) + 1
+        k.free_pages[node] = k.free_pages.get(node, 0) - 1
+
+    def _misplaced(self, start: int, end: int, pol: _Pol) -> List[int]:
+        out = []
+        want = self._il_period(pol)
+        for mp in self._mappings_in(start, end):
+            step = mp.page or self.page_size
+            for page in range(max(start, mp.start), min(end, mp.end), step):
+                node = self._node_of_page(page)
+                if node is None:
+                    continue
+                if pol.mode in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
+                    if node != want[self._ilx(page) % len(want)]:
+                        out.append(page)
+                elif pol.mode in (Mode.BIND, Mode.PREFERRED, Mode.PREFERRED_MANY) \
+                        and node not in pol.nodes:
+                    out.append(page)
+        return out
+
+    def _alloc(self, pol: Optional[_Pol], ilx: Optional[int]) -> Optional[int]:
+        """The node a new page goes to (mm/mempolicy.c alloc_pages_mpol), or None (OOM)."""
+        k = self.kernel
+        topo = k.topo
+        allowed = sorted((self.mems_allowed & topo.nodes_with_memory)
+                         or topo.nodes_with_memory)
+        local = self.local_node()
+
+        def has_room(n: int) -> bool:
+            return k.free_pages.get(n, 0) > 0
+
+        def nearest_with_room(origin: int, among: Iterable[int]) -> Optional[int]:
+            for n in topo.nearest(origin, among):
+                if has_room(n):
+                    return n
+            return None
+
+        if pol is None:
+            tid_pol = self.thread_policy.get(threading.get_ident())
+            pol = tid_pol
+        if pol is None or pol.mode in (Mode.DEFAULT, Mode.LOCAL):
+            return nearest_with_room(local, allowed)
+        if pol.mode in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
+            if ilx is None and pol.mode == Mode.WEIGHTED_INTERLEAVE:
+                target = self._wi_next(sorted(pol.nodes))
+            else:
+                order = self._il_period(pol)
+                target = order[(ilx or 0) % len(order)]
+            return target if has_room(target) else nearest_with_room(target, allowed)
+        if pol.mode == Mode.PREFERRED:
+            target = min(pol.nodes)
+            return target if has_room(target) else nearest_with_room(target, allowed)
+        origin = pol.home_node if pol.home_node >= 0 else local
+        if pol.mode == Mode.BIND:
+            return nearest_with_room(origin, pol.nodes)     # strict: OOM otherwise
+        # PREFERRED_MANY: the mask first, then anywhere allowed.
+        n = nearest_with_room(origin, pol.nodes)
+        return n if n is not None else nearest_with_room(origin, allowed)
+
+    def _fault_object(self, mp: _SimMapping, i0: int, i1: int, write: bool) -> None:
+        """Fault pages [i0, i1) of object mapping ``mp`` (indices into the mapping)."""
+        obj = mp.obj
+        assert obj is not None and mp.mapped is not None
+        k = self.kernel
+        free = k.free_pages
+        nodes, dirty, mc, mapped = obj.node, obj.dirty, obj.mapcount, mp.mapped
+        base = mp.obj_page
+        for a, z, pol in self._pol_store(mp).pieces(base + i0, base + i1):
+            il = self._il_period(pol) if pol is not None and pol.mode in (
+                Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE) else None
+            cached: Optional[int] = None
+            for key in range(a, z):
+                if nodes[key] < 0:
+                    node: Optional[int]
+                    if il is not None:
+                        want = il[key % len(il)]
+                        node = want if free.get(want, 0) > 0 else self._alloc(pol, key)
+                    elif cached is not None and free.get(cached, 0) > 0:
+                        node = cached
+                    else:
+                        node = cached = self._alloc(pol, key)
+                    if node is None:
+                        raise _oserror(errno.ENOMEM, "page fault", "simulated OOM")
+                    nodes[key] = node
+                    free[node] = free.get(node, 0) - 1
+                if write:
+                    dirty[key] = 1
+                idx = key - base
+                if not mapped[idx]:
+                    mapped[idx] = 1
+                    mc[key] += 1
+
+    def _fault(self, page: int, write: bool = True) -> None:
+        mp = self._mapping_at(page)
+        if mp is None:
+            self._ensure_mapped(page, page + self.page_size)
+            mp = self._mapping_at(page)
+        assert mp is not None
+        if mp.obj is not None:
+            idx = (page - mp.start) // mp.page
+            self._fault_object(mp, idx, idx + 1, write)
+            return
+        page -= page % self.page_size
+        if page not in self.pages:
+            node = self._alloc(self.policy.get(page), self._ilx(page))
+            if node is None:
+                raise _oserror(errno.ENOMEM, "page fault", "simulated OOM")
+            self.pages[page] = node
+            self.kernel.free_pages[node] -= 1
+
+    def _populate(self, addr: int, length: int, write: bool) -> None:
+        page = self.page_size
+        start = addr - addr % page
+        end = addr + length
+        with self.kernel.lock:
+            self._ensure_mapped(start, end)
+            for mp in self._mappings_in(start, end):
+                a, z = max(start, mp.start), min(end, mp.end)
+                if mp.obj is not None:
+                    i0 = (a - mp.start) // mp.page
+                    i1 = (z - mp.start + mp.page - 1) // mp.page
+                    self._fault_object(mp, i0, i1, write)
+                else:
+                    for p in range(a, z, page):
+                        self._fault(p, write)
+
+    def touch(self, addr: int, length: int) -> None:
+        self._populate(addr, length, True)
+
+    def madvise(self, addr: int, length: int, advice: int) -> None:
+        self._maybe_fail("madvise")
+        if addr % self.page_size:
+            raise _oserror(errno.EINVAL, "madvise")
+        if advice in (MADV_POPULATE_READ, MADV_POPULATE_WRITE):
+            if not self.populate:
+                raise _oserror(errno.EINVAL, "madvise", "MADV_POPULATE_* needs Linux 5.14")
+            if advice == MADV_POPULATE_WRITE:
+                self._populate(addr, length, True)
+            else:
+                # A read fault on private anonymous memory maps the zero page (nothing
+                # allocated); on shared memory it allocates the page.
+                for mp in self._mappings_in(addr, addr + length):
+                    if mp.obj is not None:
+                        a, z = max(addr, mp.start), min(addr + length, mp.end)
+                        self._populate(a, z - a, False)
+
+    def sched_getaffinity(self, pid: int = 0) -> FrozenSet[int]:
+        if pid in (0, self.pid):
+            return self.affinity
+        if pid in self.thread_affinity:
+            return self.thread_affinity[pid]
+        raise _oserror(errno.ESRCH, "sched_getaffinity")
+
+    def cpuset_cpus(self) -> Optional[FrozenSet[int]]:
+        return self.cpus_allowed
+
+    def sched_setaffinity(self, pid: int, cpus: Iterable[int]) -> None:
+        want = frozenset(cpus) & self.cpus_allowed & self.kernel.topo.online_cpus
+        if pid not in (0, self.pid) and pid not in self.thread_affinity:
+            raise _oserror(errno.ESRCH, "sched_setaffinity")
+        if not want:
+            raise _oserror(errno.EINVAL, "sched_setaffinity", "no allowed CPU in the set")
+        if pid in (0, self.pid):
+            self.affinity = want
+        else:
+            self.thread_affinity[pid] = want
+
+    # -- shared memory: SysV (ipc/shm.c) and POSIX (/dev/shm on tmpfs) ---------------
+    def _take_failure(self, key: str) -> Optional[int]:
+        """Use up one failure injected with fail(key, ...); its errno, or None."""
+        k = self.kernel
+        with k.lock:                    # prefault threads call madvise concurrently
+            if key not in k.fail:
+                return None
+            err, times = k.fail[key]
+            if times is not None:
+                if times <= 1:
+                    del k.fail[key]
+                else:
+                    k.fail[key] = (err, times - 1)
+            return err
+
+    def _maybe_fail(self, name: str) -> None:
+        """Error injection for the non-policy calls: only an exact name matches."""
+        self.kernel.calls.append((name, ()))
+        err = self._take_failure(name)
+        if err is not None:
+            raise _oserror(err, name)
+
+    def geteuid(self) -> int:
+        return self.uid
+
+    def _perm_ok(self, uid: int, gid: int, mode: int, want: int) -> bool:
+        """ipc/util.c ipcperms and generic_permission: want is an rwx triple (0-7)."""
+        if self.uid == 0:                       # CAP_IPC_OWNER / CAP_DAC_OVERRIDE
+            return True
+        granted = mode >> 6 if self.uid == uid else mode >> 3 if self.gid == gid else mode
+        return not (want & ~granted & 7)
+
+    def _shm_lookup(self, shmid: int, what: str) -> _SimShm:
+        seg = self.kernel.shm.get(shmid)
+        if seg is None:
+            raise _oserror(errno.EINVAL, what, f"no segment {shmid}")
+        return seg
+
+    def _shm_destroy(self, seg: _SimShm) -> None:
+        self.kernel.shm.pop(seg.shmid, None)
+        self.remove_object(seg.obj.name)
+
+    def shmget(self, key: int, size: int, flags: int) -> int:
+        self._maybe_fail("shmget")
+        k = self.kernel
+        key &= 0xFFFFFFFF
+        seg = None if key == 0 else next(
+            (s for s in k.shm.values() if s.key == key and not s.dest), None)
+        if seg is not None:
+            if flags & IPC_CREAT and flags & IPC_EXCL:
+                raise _oserror(errno.EEXIST, "shmget", f"key 0x{key:08x}")
+            if size > seg.size:
+                raise _oserror(errno.EINVAL, "shmget", "segment smaller than size")
+            if not self._perm_ok(seg.uid, seg.gid, seg.mode, (flags >> 6 | flags >> 3
+                                                              | flags) & 7):
+                raise _oserror(errno.EACCES, "shmget")
+            return seg.shmid
+        if not flags & IPC_CREAT and key != 0:
+            raise _oserror(errno.ENOENT, "shmget", f"key 0x{key:08x}")
+        if size < 1:
+            raise _oserror(errno.EINVAL, "shmget", "size 0")
+        page = self.page_size
+        if flags & SHM_HUGETLB:
+            shift = (flags >> SHM_HUGE_SHIFT) & 0x3F
+            page = 1 << shift if shift else 2 << 20
+            kb = page // 1024
+            hp = [n.hugepages.get(kb) for n in k.topo.nodes.values()]
+            if not any(h is not None and h.total for h in hp):
+                raise _oserror(errno.EINVAL, "shmget", f"no {kb} kB huge pages")
+            if sum(h.free for h in hp if h is not None) * page < size:
+                raise _oserror(errno.ENOMEM, "shmget", f"too few free {kb} kB huge pages")
+        k.next_shmid += 1
+        shmid = k.next_shmid
+        name = f"SYSV{key:08x}#{shmid}"
+        self.kernel.objects[name] = obj = _SimObject(
+            name, size, page, shared_policy=page == self.page_size,
+            path=f"/SYSV{key:08x}")
+        obj.deleted = True                      # shm files are never linked anywhere
+        k.shm[shmid] = _SimShm(key, shmid, size, flags & 0o777, self.uid, self.gid,
+                               self.uid, self.gid, self.pid, obj)
+        return shmid
+
+    def shmat(self, shmid: int, flags: int = 0) -> int:
+        self._maybe_fail("shmat")
+        seg = self._shm_lookup(shmid, "shmat")
+        want = 4 if flags & SHM_RDONLY else 6
+        if not self._perm_ok(seg.uid, seg.gid, seg.mode, want):
+            raise _oserror(errno.EACCES, "shmat")
+        addr = self.map_object(seg.obj.name, seg.size)
+        seg.nattch += 1
+        seg.lpid = self.pid
+        self.shm_attached[addr] = shmid
+        return addr
+
+    def shmdt(self, addr: int) -> None:
+        self._maybe_fail("shmdt")
+        shmid = self.shm_attached.pop(addr, None)
+        if shmid is None:
+            raise _oserror(errno.EINVAL, "shmdt", "not an attach address")
+        self.unmap(addr)
+        seg = self.kernel.shm.get(shmid)
+        if seg is not None:
+            seg.nattch -= 1
+            seg.lpid = self.pid
+            if seg.dest and seg.nattch <= 0:
+                self._shm_destroy(seg)
+
+    def shm_stat(self, shmid: int) -> _ShmStat:
+        self._maybe_fail("shm_stat")
+        seg = self._shm_lookup(shmid, "shmctl(IPC_STAT)")
+        if not self._perm_ok(seg.uid, seg.gid, seg.mode, 4):
+            raise _oserror(errno.EACCES, "shmctl(IPC_STAT)")
+        return _ShmStat(0 if seg.dest else seg.key, seg.shmid, seg.uid, seg.gid,
+                        seg.cuid, seg.cgid, seg.mode | (SHM_DEST if seg.dest else 0),
+                        seg.size, seg.nattch, seg.cpid, seg.lpid)
+
+    def shm_rmid(self, shmid: int) -> None:
+        self._maybe_fail("shm_rmid")
+        seg = self._shm_lookup(shmid, "shmctl(IPC_RMID)")
+        if self.uid not in (0, seg.uid, seg.cuid):
+            raise _oserror(errno.EPERM, "shmctl(IPC_RMID)")
+        if seg.nattch <= 0:
+            self._shm_destroy(seg)
+        else:
+            seg.dest = True                     # the key is free again from now on
+
+    def _render_sysvipc(self) -> str:
+        out = [_SYSVIPC_HEADER]
+        for seg in sorted(self.kernel.shm.values(), key=lambda s: s.shmid):
+            key = 0 if seg.dest else seg.key
+            key = key - (1 << 32) if key >= 1 << 31 else key
+            rss = sum(1 for n in seg.obj.node if n >= 0) * seg.obj.page
+            mode = seg.mode | (SHM_DEST if seg.dest else 0)
+            out.append(f"{key:10d} {seg.shmid:10d}  {mode:4o} {seg.size:21d} "
+                       f"{seg.cpid:5d} {seg.lpid:5d}  {seg.nattch:5d} {seg.uid:5d} "
+                       f"{seg.gid:5d} {seg.cuid:5d} {seg.cgid:5d} {0:10d} {0:10d} "
+                       f"{0:10d} {rss:21d} {0:21d}\n")
+        return "".join(out)
+
+    def shm_open(self, name: str, flags: int, mode: int) -> int:
+        self._maybe_fail("shm_open")
+        k = self.kernel
+        if not name or "/" in name or name in (".", ".."):
+            raise _oserror(errno.EINVAL, "shm_open", repr(name))
+        f = k.files.get(name)
+        if f is not None:
+            if flags & os.O_CREAT and flags & os.O_EXCL:
+                raise _oserror(errno.EEXIST, "shm_open", name)
+            want = 6 if flags & os.O_ACCMODE == os.O_RDWR else 4
+            if not self._perm_ok(f.uid, f.gid, f.mode, want):
+                raise _oserror(errno.EACCES, "shm_open", name)
+        elif not flags & os.O_CREAT:
+            raise _oserror(errno.ENOENT, "shm_open", name)
+        else:
+            k.next_attach += 1
+            obj = _SimObject(f"dev/shm/{name}#{k.next_attach}", 0, self.page_size,
+                             path=f"/dev/shm/{name}")
+            k.objects[obj.name] = obj
+            f = k.files[name] = _SimFile(name, mode & 0o7777, self.uid, self.gid, obj)
+        k.next_attach += 1
+        fd = 1000 + k.next_attach
+        self.fds[fd] = f
+        return fd
+
+    def _file(self, fd: int, what: str) -> _SimFile:
+        f = self.fds.get(fd)
+        if f is None:
+            raise _oserror(errno.EBADF, what)
+        return f
+
+    def ftruncate(self, fd: int, size: int) -> None:
+        self._maybe_fail("ftruncate")
+        f = self._file(fd, "ftruncate")
+        import array
+        obj = f.obj
+        if obj.backing is not None and size > obj.size:
+            raise _oserror(errno.EBUSY, "ftruncate", "growing a mapped simulated file")
+        old = obj.npages
+        obj.size = size
+        obj.npages = (size + obj.page - 1) // obj.page
+        grow = obj.npages - old
+        if grow > 0:
+            obj.node.extend(array.array("h", [-1]) * grow)
+            obj.dirty.extend(bytearray(grow))
+            obj.mapcount.extend(array.array("i", [0]) * grow)
+        if size:
+            obj.address()
+
+    def fstat(self, fd: int) -> _ShmStat:
+        f = self._file(fd, "fstat")
+        return _ShmStat(0, fd, f.uid, f.gid, f.uid, f.gid, f.mode, f.obj.size, 0, 0, 0)
+
+    def close(self, fd: int) -> None:
+        self._file(fd, "close")
+        del self.fds[fd]
+
+    def shm_unlink(self, name: str) -> None:
+        self._maybe_fail("shm_unlink")
+        f = self.kernel.files.get(name)
+        if f is None:
+            raise _oserror(errno.ENOENT, "shm_unlink", name)
+        if self.uid not in (0, f.uid):           # sticky /dev/shm: only the owner
+            raise _oserror(errno.EPERM, "shm_unlink", name)
+        del self.kernel.files[name]
+        f.obj.deleted = True
+        self._reap(f.obj)
+
+    def _reap(self, obj: _SimObject) -> None:
+        """Free a deleted file's pages once no process maps it."""
+        if not obj.deleted or obj.name.startswith("SYSV"):
+            return
+        for ref in self.kernel.procs:
+            proc = ref()
+            if proc is not None and any(m.obj is obj for m in proc.mappings):
+                return
+        self.remove_object(obj.name)
+
+    def mmap(self, length: int, fd: int, *, huge: bool = False) -> int:
+        self._maybe_fail("mmap")
+        f = self._file(fd, "mmap")
+        if length <= 0 or length > f.obj.npages * f.obj.page:
+            raise _oserror(errno.EINVAL if length <= 0 else errno.ENXIO, "mmap")
+        if huge:
+            raise _oserror(errno.EINVAL, "mmap", "MAP_HUGETLB on a tmpfs file")
+        return self.map_object(f.obj.name, f.obj.size)
+
+    def munmap(self, addr: int, length: int) -> None:
+        self._maybe_fail("munmap")
+        mp = self._find_mapping(addr)
+        self.unmap(addr)
+        if mp is not None and mp.obj is not None:
+            self._reap(mp.obj)
+
+    # -- /proc/self/numa_maps -------------------------------------------------------------
+    def render_numa_maps(self) -> str:
+        import bisect
+        import collections
+        from itertools import compress
+        lines = []
+        default = self.thread_policy.get(threading.get_ident())
+        base_kb = self.page_size // 1024
+        private = sorted(self.pages.items())
+        keys = [p for p, _ in private]
+        for mp in sorted(self.mappings, key=lambda m: m.start):
+            if mp.obj is not None:
+                obj = mp.obj
+                assert mp.mapped is not None
+                pol = self._pol_store(mp).get(mp.obj_page) or default
+                text = f"{mp.start:08x} {pol.describe() if pol else 'default'}"
+                text += " " + (mp.label if mp.label else obj.label())
+                if obj.page != self.page_size:
+                    text += " huge"
+                a, z = mp.obj_page, mp.obj_page + len(mp.mapped)
+                sel = mp.mapped
+                counts = collections.Counter(compress(obj.node[a:z], sel))
+                counts.pop(-1, None)
+                total = sum(counts.values())
+                if total:
+                    dirty = sum(compress(obj.dirty[a:z], sel))
+                    mapmax = max(compress(obj.mapcount[a:z], sel))
+                    if dirty:
+                        text += f" dirty={dirty}"
+                    if total != dirty:          # and != anon, which is 0 for shmem
+                        text += f" mapped={total}"
+                    if mapmax > 1:
+                        text += f" mapmax={mapmax}"
+                    text += "".join(f" N{n}={c}" for n, c in sorted(counts.items()))
+                    text += f" kernelpagesize_kB={obj.page // 1024}"
+                lines.append(text)
+                continue
+            for a, z, pol in self.policy.pieces(mp.start, mp.end):
+                p = pol or default
+                text = f"{a:08x} {p.describe() if p else 'default'}"
+                if mp.label:
+                    text += " " + mp.label
+                lo, hi = bisect.bisect_left(keys, a), bisect.bisect_left(keys, z)
+                counts = collections.Counter(n for _, n in private[lo:hi])
+                total = hi - lo
+                if total:
+                    text += f" anon={total} dirty={total}"
+                    text += "".join(f" N{n}={c}" for n, c in sorted(counts.items()))
+                    text += f" kernelpagesize_kB={base_kb}"
+                lines.append(text)
+        return "".join(line + "\n" for line in lines)
