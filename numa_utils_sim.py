@@ -37,6 +37,9 @@ from typing import (
 )
 
 __version__ = "0.1.0"
+# numa_utils releases (major.minor) whose Backend interface and syscall layer this
+# simulator models.
+_MODELS = ("0.1",)
 
 if TYPE_CHECKING:
     from typing import NamedTuple as _Record
@@ -281,6 +284,10 @@ class SimulatedBackend(Backend):
                  uid: int = 1000, gid: int = 1000,
                  weighted_interleave: Optional[bool] = None,
                  _kernel: Optional[_SimKernel] = None) -> None:
+        if ".".join(_nu.__version__.split(".")[:2]) not in _MODELS:
+            raise RuntimeError(f"numa_utils_sim {__version__} models numa_utils "
+                               f"{', '.join(_MODELS)}, not {_nu.__version__} "
+                               f"({_nu.__file__}): copy both from one release")
         self.root = os.path.abspath(root)
         self._files = LinuxBackend(self.root)
         bits = 32 if arch in ("i386", "i686", "arm", "armv7l", "x32") else 64

@@ -98,3 +98,77 @@ def test_envs_beside_the_copy_in_a_package_with_an_engine_prefix(tmp_path):
         print("ok")
     """, tmp_path)
     assert p.returncode == 0, p.stderr
+
+
+def test_copy_alone_answers_other_commands_with_one_line(tmp_path):
+    """Without numa_utils_cli.py beside it, a command other than status is one line
+    naming the file to copy, and exit status 2; status still works."""
+    _vendor(tmp_path, "lightllm", "numa_utils.py")
+    for argv in (["maps", "self"], ["numactl", "--show"], ["-v", "plan"]):
+        p = subprocess.run([sys.executable, "-m", "lightllm.utils.numa_utils", *argv],
+                           cwd=str(tmp_path), capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2, (argv, p.stderr)
+        assert len(p.stderr.splitlines()) == 1 and "numa_utils_cli.py" in p.stderr, p.stderr
+    p = subprocess.run([sys.executable, "-m", "lightllm.utils.numa_utils", "status",
+                        "--root", fixture_root("single-node")], cwd=str(tmp_path),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "NODE" in p.stdout.upper(), p.stderr
+
+
+def test_cli_and_sim_found_as_siblings_in_a_package(tmp_path):
+    _vendor(tmp_path, "engine", "numa_utils.py", "numa_utils_cli.py", "numa_utils_sim.py")
+    p = _run(f"""
+        import io, contextlib, json, sys
+        from engine.utils import numa_utils as nu
+        from engine.utils.numa_utils_sim import SimulatedBackend
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert nu.main(["plan", "--root", {fixture_root('dual-socket-8gpu')!r},
+                            "--json"]) == 0
+        assert json.loads(out.getvalue())
+        assert nu.SimulatedBackend is SimulatedBackend
+        sim = SimulatedBackend({fixture_root('four-node-asym')!r})
+        with nu.use_backend(sim):
+            assert len(nu.read_topology().nodes) == 4
+        assert nu.default_backend() is not sim
+        assert "numa_utils" not in sys.modules and "numa_utils_cli" not in sys.modules
+        print("ok")
+    """, tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "ok" in p.stdout
+
+
+def test_cli_refuses_a_library_of_another_version(tmp_path):
+    (tmp_path / "numa_utils.py").write_text(
+        (REPO / "numa_utils.py").read_text().replace('__version__ = "', '__version__ = "9', 1))
+    (tmp_path / "numa_utils_cli.py").write_text((REPO / "numa_utils_cli.py").read_text())
+    p = subprocess.run([sys.executable, "numa_utils.py", "maps", "self"], cwd=str(tmp_path),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert len(p.stderr.splitlines()) == 1 and "another" not in p.stderr, p.stderr
+    assert "numa_utils_cli 0" in p.stderr and "not 9" in p.stderr, p.stderr
+
+
+def test_simulator_refuses_a_library_it_does_not_model(tmp_path):
+    (tmp_path / "numa_utils.py").write_text(
+        (REPO / "numa_utils.py").read_text().replace('__version__ = "', '__version__ = "9', 1))
+    (tmp_path / "numa_utils_sim.py").write_text((REPO / "numa_utils_sim.py").read_text())
+    p = _run(f"""
+        from numa_utils_sim import SimulatedBackend
+        try:
+            SimulatedBackend({fixture_root('single-node')!r})
+        except RuntimeError as e:
+            print("refused:", e)
+    """, tmp_path)
+    assert p.returncode == 0 and "refused: numa_utils_sim" in p.stdout, p.stderr
+
+
+def test_library_names_no_simulator():
+    import ast
+    tree = ast.parse((REPO / "numa_utils.py").read_text())
+    classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    assert not classes & {"SimulatedBackend", "_SimKernel"}, classes
+    checks = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+              and getattr(n.func, "id", None) == "isinstance"
+              and "Simulated" in ast.dump(n)]
+    assert not checks
