@@ -120,7 +120,7 @@ __all__ = [
     "NodeCandidate", "NodeChoice", "choose_node", "CudaPin", "CudaHostRegisterFlag",
     "pin_for_cuda", "REMOTE_SHARE_THRESHOLD",
     # numactl's node/CPU list grammar; CLI
-    "parse_nodestring", "main",
+    "parse_nodestring", "main", "configure",
 ]
 
 if TYPE_CHECKING:   # imported lazily at run time: importing numa_utils stays cheap
@@ -2889,11 +2889,9 @@ def _touch_iov(addr: int, length: int, page: int, write: bool = True) -> None:
 
 
 def _default_threads(b: Backend) -> int:
-    envs = _load_envs()
-    if envs is not None and hasattr(envs, "numa_prefault_threads"):
-        n = envs.numa_prefault_threads()
-        if n:
-            return int(n)
+    n = _env("NUMA_PREFAULT_THREADS")
+    if n:
+        return int(n)
     try:
         cpus = len(b.sched_getaffinity(0))
     except OSError:
@@ -3019,31 +3017,21 @@ _POLICY_WORDS = MappingProxyType({
 def _region_policy(policy: Optional[str], nodes: Optional[Iterable[int]],
                    strict: Optional[bool], b: Optional[Backend] = None
                    ) -> Tuple[Mode, Optional[FrozenSet[int]], bool, bool]:
-    """(mode, nodes, strict, explicit) from the arguments and envs.py (if present):
+    """(mode, nodes, strict, explicit) from the arguments and the environment:
     policy=None means interleave when ENABLE_NUMA_INTERLEAVE is set, else first-touch;
     nodes=None means NUMA_NODES, else default_memory_nodes(); strict=None: NUMA_STRICT."""
-    envs = _load_envs()
     explicit = policy is not None
     if policy is None:
-        on = envs is not None and hasattr(envs, "enable_numa_interleave") and \
-            envs.enable_numa_interleave()
-        mode = Mode.INTERLEAVE if on else Mode.DEFAULT
+        mode = Mode.INTERLEAVE if _env("ENABLE_NUMA_INTERLEAVE") else Mode.DEFAULT
     else:
         if not isinstance(policy, str) or policy.lower() not in _POLICY_WORDS:
             raise ValueError(f"unknown region policy {policy!r}; one of interleave, "
                              "weighted-interleave, bind, prefer, local, default")
         mode = _POLICY_WORDS[policy.lower()]
-    if nodes is None and envs is not None and hasattr(envs, "numa_nodes") and \
-            mode not in (Mode.DEFAULT, Mode.LOCAL):
-        env_nodes = envs.numa_nodes()
-        if isinstance(env_nodes, str):      # numactl grammar: resolved on this machine
-            try:
-                env_nodes = parse_nodestring(env_nodes, backend=b)
-            except ValueError as e:
-                raise ValueError(f"NUMA_NODES={env_nodes!r}: {e}") from None
-        nodes = env_nodes if env_nodes else None
-    if strict is None and envs is not None and hasattr(envs, "numa_strict"):
-        strict = envs.numa_strict()
+    if nodes is None and mode not in (Mode.DEFAULT, Mode.LOCAL):
+        nodes = _env_nodes(b) or None
+    if strict is None:
+        strict = _env("NUMA_STRICT")
     ids = frozenset(nodes) if nodes is not None else None
     if mode == Mode.PREFERRED and (ids is None or len(ids) != 1):
         raise ValueError("policy='prefer' needs nodes=[one node]")
@@ -3653,23 +3641,13 @@ class _Unset(enum.Enum):
 _UNSET = _Unset.UNSET
 
 
-def _config(accessor: str) -> Any:
-    """A default from envs.py (``accessor`` names its function), read now; None when
-    envs.py is not beside this file.  A malformed variable raises ValueError naming it."""
-    envs = _load_envs()
-    if envs is None or getattr(envs, "NUMA_UTILS_ENVS_API", None) != 1:
-        return None
-    fn = getattr(envs, accessor, None)
-    return fn() if callable(fn) else None
-
-
 def _strict_or_env(strict: Optional[bool]) -> bool:
-    return bool(strict) if strict is not None else bool(_config("numa_strict"))
+    return bool(strict) if strict is not None else bool(_env("NUMA_STRICT"))
 
 
 def _memory_or_env(memory: Union[str, None, _Unset]) -> Optional[str]:
     if memory is _UNSET:
-        memory = _config("numa_memory_policy") or "prefer"
+        memory = _env("NUMA_MEMORY_POLICY")
     if memory is None:
         return None
     m = str(memory).lower()
@@ -3682,9 +3660,10 @@ def _memory_or_env(memory: Union[str, None, _Unset]) -> Optional[str]:
 
 
 def _policy_or_env(policy: Optional[str]) -> str:
-    """The bind policy; "none" (the envs.py default) means: leave CPU affinity alone."""
+    """The bind policy; "none" (NUMA_BIND_POLICY's default) means: leave CPU affinity
+    alone."""
     if policy is None:
-        policy = _config("numa_bind_policy") or "none"
+        policy = _env("NUMA_BIND_POLICY")
     p = str(policy).lower().replace("_", "-")
     if p not in BIND_POLICIES + ("none",):
         raise ValueError(f"unknown bind policy {policy!r}; one of "
@@ -3694,7 +3673,7 @@ def _policy_or_env(policy: Optional[str]) -> str:
 
 def _reserve_or_env(reserve: Optional[int]) -> int:
     if reserve is None:
-        reserve = _config("numa_reserved_cores") or 0
+        reserve = _env("NUMA_RESERVED_CORES")
     r = int(reserve)
     if r < 0:
         raise ValueError(f"reserve must be >= 0, not {reserve!r}")
@@ -4385,7 +4364,7 @@ def cpus_for_gpu(device: int, policy: Optional[str] = None, *,
     ``policy``: "node" (the GPU's node), "socket", "exclusive" (the node's physical
     cores split evenly among the node's GPUs, SMT siblings together, disjoint across
     GPUs) or "core-complex" (whole last-level-cache domains).  ``reserve`` physical
-    cores per node are left out.  Defaults come from envs.py when present.  When the
+    cores per node are left out.  Defaults come from the NUMA_UTILS_* variables.  When the
     cpuset leaves nothing on the GPU's node, the nearest node is used (strict: OSError).
     """
     b = _b(backend)
@@ -4583,7 +4562,7 @@ def bind_for_gpu(device: int, policy: Optional[str] = None, *,
                  backend: Optional[Backend] = None) -> BindResult:
     """Bind this process (see bind_to_node) for CUDA device ``device``'s worker.
 
-    ``policy`` as in cpus_for_gpu; "none" (the envs.py default when no argument is
+    ``policy`` as in cpus_for_gpu; "none" (NUMA_BIND_POLICY's default when no argument is
     given) leaves CPU affinity alone and only sets the memory policy.
     """
     b = _b(backend)
@@ -5512,47 +5491,74 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
 
 
 # ===========================================================================
-# Configuration from envs.py, when it sits next to this file (optional).
+# Configuration: numa_utils' own environment variables, read when a call needs them.
 # ===========================================================================
 
-def _load_envs() -> Any:
-    """The envs.py registry beside this file, or None: numa_utils.py works alone.
+# Name after the prefix -> (default, kind): "bool", "int" (with its minimum), "nodes"
+# (numactl's node-list grammar, resolved on the machine), or the accepted choices.
+# envs.py is the same registry with documentation, for engines to merge into theirs
+# (tests/test_envs.py checks that the two agree).
+_ENV_VARS: Mapping[str, Tuple[Any, Any]] = MappingProxyType({
+    "ENABLE_NUMA_INTERLEAVE": (False, "bool"),
+    "NUMA_STRICT": (False, "bool"),
+    "NUMA_NODES": (None, "nodes"),
+    "NUMA_PREFAULT_THREADS": (None, ("int", 1)),
+    "NUMA_HUGEPAGES": ("off", ("off", "thp", "2M", "1G", "auto")),
+    "NUMA_BIND_POLICY": ("none", ("none", "node", "socket", "exclusive", "core-complex")),
+    "NUMA_RESERVED_CORES": (0, ("int", 0)),
+    "NUMA_MEMORY_POLICY": ("prefer", ("prefer", "bind", "interleave", "none")),
+})
+_env_prefix = "NUMA_UTILS_"
 
-    Looked up at call time only: ``<package>.envs`` when vendored into a package,
-    else ``envs.py`` (or ``numa_utils_envs.py``, its name when pip-installed) in the
-    same folder, loaded under a private name so no other project's ``envs`` is taken.
-    """
-    import importlib
-    import importlib.util
-    pkg = __package__
-    if pkg:
-        try:
-            mod = importlib.import_module(pkg + ".envs")
-            return mod if getattr(mod, "NUMA_UTILS_ENVS_API", None) == 1 else None
-        except ImportError:
-            return None
-    here = os.path.dirname(os.path.abspath(__file__))
-    for filename in ("envs.py", "numa_utils_envs.py"):
-        path = os.path.join(here, filename)
-        if not os.path.exists(path):
-            continue
-        name = "_numa_utils_envs_" + re.sub(r"\W", "_", path)
-        cached = sys.modules.get(name)
-        if cached is not None:
-            return cached
-        try:
-            spec = importlib.util.spec_from_file_location(name, path)
-            if spec is None or spec.loader is None:
-                continue
-            loaded = importlib.util.module_from_spec(spec)
-            sys.modules[name] = loaded
-            spec.loader.exec_module(loaded)
-        except Exception:   # a broken envs.py must not break the engine
-            sys.modules.pop(name, None)
-            continue
-        if getattr(loaded, "NUMA_UTILS_ENVS_API", None) == 1:
-            return loaded
-    return None
+
+def configure(*, env_prefix: str) -> str:
+    """Read numa_utils' variables under ``env_prefix``: ``configure(env_prefix=
+    "LIGHTLLM_")`` makes LIGHTLLM_NUMA_STRICT count instead of NUMA_UTILS_NUMA_STRICT.
+    Returns the previous prefix.  Variables are read when a call needs them."""
+    global _env_prefix
+    if not isinstance(env_prefix, str) or not re.fullmatch(r"([A-Za-z_]\w*)?", env_prefix) \
+            or not env_prefix.isascii():
+        raise ValueError(f"invalid environment variable prefix {env_prefix!r}")
+    old, _env_prefix = _env_prefix, env_prefix
+    return old
+
+
+def _env(suffix: str) -> Any:
+    """The typed value of <prefix><suffix>, read now; its default when unset or empty.
+    A malformed value raises ValueError naming the variable."""
+    default, kind = _ENV_VARS[suffix]
+    name = _env_prefix + suffix
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    word = raw.lower()
+    if kind == "bool":
+        if word in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            return word in ("1", "true", "yes", "on")
+        raise ValueError(f"{name}={raw!r}: expected a boolean (1/0, true/false, yes/no, on/off)")
+    if kind == "nodes":
+        return raw
+    if kind[0] == "int":
+        if not re.fullmatch(r"-?[0-9]{1,18}", raw):
+            raise ValueError(f"{name}={raw!r}: expected an integer")
+        if int(raw) < kind[1]:
+            raise ValueError(f"{name}={raw!r}: must be >= {kind[1]}")
+        return int(raw)
+    for choice in kind:
+        if choice.lower() == word:
+            return choice
+    raise ValueError(f"{name}={raw!r}: expected one of {', '.join(kind)}")
+
+
+def _env_nodes(b: Optional[Backend]) -> Optional[FrozenSet[int]]:
+    """NUMA_NODES resolved on the machine, or None when unset."""
+    text = _env("NUMA_NODES")
+    if text is None:
+        return None
+    try:
+        return parse_nodestring(text, backend=b)
+    except ValueError as e:
+        raise ValueError(f"{_env_prefix}NUMA_NODES={text!r}: {e}") from None
 
 
 # ===========================================================================
@@ -5709,14 +5715,19 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
         "default_memory_nodes": memory_node_choice(topo).to_json(),
         "warnings": warnings,
     }
-    envs = _load_envs()
-    if envs is not None and hasattr(envs, "effective"):
+    report["config"] = config = {}
+    for suffix in _ENV_VARS:
+        name = _env_prefix + suffix
         try:
-            report["config"] = {k: {"value": to_json(v[0]), "source": v[1]}
-                                for k, v in envs.effective().items()}
-        except Exception as e:   # a bad variable must not break status
-            report["config_error"] = str(e)
+            value = _env(suffix)
+            if suffix == "NUMA_NODES" and value is not None:
+                value = sorted(_env_nodes(b) or ())
+        except ValueError as e:      # a bad variable must not break status
+            report.setdefault("config_error", str(e))
             warnings.append(f"configuration: {e}")
+            value = os.environ.get(name)
+        config[name] = {"value": to_json(value),
+                        "source": "env" if os.environ.get(name, "").strip() else "default"}
     report["last_level_caches"] = _llc_json(topo, b)
     _status_extra(report, topo, b)
     return report
@@ -5878,7 +5889,7 @@ def _render_status(rep: Dict[str, Any]) -> str:
         out.append(extra)
     if "config" in rep:
         out.append("")
-        out.append("CONFIGURATION (envs.py)")
+        out.append("CONFIGURATION (environment)")
         for name, v in rep["config"].items():
             out.append(f"  {name:<34} {v['value']!s:<12} ({v['source']})")
     out.append("")
@@ -6162,6 +6173,8 @@ def _print_json(data: Any) -> None:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    if args.env_prefix is not None:
+        configure(env_prefix=args.env_prefix)
     b = _backend_from_args(args)
     rep = status_report(backend=b)
     if b.root != "/" and os.path.isfile(args.root):
@@ -6234,6 +6247,9 @@ def _build_parser(commands: Sequence[Callable[[Any], None]] = ()) -> argparse.Ar
                        help="topology, GPUs, process limits and advice")
     p.add_argument("--format", choices=["text", "json", "prometheus"], default=None,
                    help="output format (default text; --json is --format json)")
+    p.add_argument("--env-prefix", metavar="PREFIX", default=None,
+                   help="read the variables under this prefix, as the engine's "
+                        "nu.configure(env_prefix=...) does (default NUMA_UTILS_)")
     p.set_defaults(func=_cmd_status)
     sub.common = common  # type: ignore[attr-defined]
     sub.common_live = _common_parser(root=False)  # type: ignore[attr-defined]

@@ -358,3 +358,40 @@ def test_readme_table_is_current():
     assert current == envs_mod.markdown_table().strip(), (
         "README env-variable table is stale: replace the text between the markers "
         "with the output of `python envs.py --markdown`")
+
+
+def test_registry_is_the_table_numa_utils_reads():
+    """envs.py (what engines merge into their registry) and numa_utils' own reader
+    name the same variables with the same defaults, kinds and choices."""
+    import numa_utils as nu
+    assert list(envs_mod.REGISTRY) == list(nu._ENV_VARS)
+    for suffix, var in envs_mod.REGISTRY.items():
+        default, kind = nu._ENV_VARS[suffix]
+        assert default == var.default, suffix
+        if var.kind == "choice":
+            assert tuple(kind) == var.choices, suffix
+        elif var.kind == "int":
+            assert tuple(kind) == ("int", var.minimum), suffix
+        else:
+            assert kind == var.kind, suffix
+
+
+@pytest.mark.parametrize(("suffix", "raw", "want"), GOOD, ids=[f"{s}={r}" for s, r, _ in GOOD])
+def test_numa_utils_reads_what_envs_accepts(monkeypatch, suffix, raw, want):
+    import numa_utils as nu
+    monkeypatch.setenv("NUMA_UTILS_" + suffix, raw)
+    got = nu._env(suffix)
+    if suffix == "NUMA_NODES":      # resolved on the machine by parse_nodestring
+        assert got == raw.strip()
+    else:
+        assert got == want
+
+
+@pytest.mark.parametrize(("suffix", "raw"), BAD, ids=[f"{s}={r}" for s, r in BAD])
+def test_numa_utils_refuses_what_envs_refuses(monkeypatch, suffix, raw):
+    import numa_utils as nu
+    if suffix == "NUMA_NODES":
+        pytest.skip("node lists are checked against the machine by parse_nodestring")
+    monkeypatch.setenv("NUMA_UTILS_" + suffix, raw)
+    with pytest.raises(ValueError, match=f"NUMA_UTILS_{suffix}"):
+        nu._env(suffix)

@@ -1,5 +1,7 @@
 """The vendoring promise: numa_utils.py copied alone, under another name, in a package,
 imports without touching the system and works."""
+import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -45,7 +47,7 @@ def test_copy_alone_without_envs(tmp_path):
         with contextlib.redirect_stdout(out):
             assert nu.main(["status", "--json"]) == 0
         rep = json.loads(out.getvalue())
-        assert "config" not in rep
+        assert rep["config"]["NUMA_UTILS_NUMA_STRICT"] == {"value": False, "source": "default"}
         print("ok")
     """, tmp_path)
     assert p.returncode == 0, p.stderr
@@ -82,12 +84,12 @@ def test_import_reads_nothing_and_loads_no_library(tmp_path):
     assert p.returncode == 0, p.stderr
 
 
-def test_envs_beside_the_copy_in_a_package_with_an_engine_prefix(tmp_path):
+def test_engine_prefix_set_with_configure(tmp_path):
     _vendor(tmp_path, "engine", "numa_utils.py", "envs.py")
     p = _run(f"""
         import os
-        from engine.utils import envs, numa_utils as nu
-        envs.set_prefix("LIGHTLLM_")
+        from engine.utils import numa_utils as nu
+        nu.configure(env_prefix="LIGHTLLM_")
         os.environ["LIGHTLLM_ENABLE_NUMA_INTERLEAVE"] = "yes"
         rep = nu.status_report(backend=nu.LinuxBackend({fixture_root('single-node')!r}))
         cfg = rep["config"]
@@ -172,3 +174,43 @@ def test_library_names_no_simulator():
               and getattr(n.func, "id", None) == "isinstance"
               and "Simulated" in ast.dump(n)]
     assert not checks
+
+
+def test_foreign_envs_beside_a_vendored_copy_is_never_executed(tmp_path):
+    """numa_utils imports or executes no file found by its name: an engine's own
+    envs module (in the package, or top level) that does work or raises at import
+    leaves SharedRegion.create and status alone."""
+    _vendor(tmp_path, "other", "numa_utils.py", "numa_utils_sim.py")
+    marker = tmp_path / "executed"
+    bad = f"open({str(marker)!r}, 'w').close()\nraise RuntimeError('engine envs broke')\n"
+    (tmp_path / "other" / "utils" / "envs.py").write_text(bad)
+    (tmp_path / "other" / "envs.py").write_text(bad)
+    (tmp_path / "envs.py").write_text(bad)
+    (tmp_path / "other" / "utils" / "numa_utils_envs.py").write_text(bad)
+    p = _run(f"""
+        import os
+        os.environ["NUMA_UTILS_ENABLE_NUMA_INTERLEAVE"] = "1"
+        from other.utils import numa_utils as nu
+        from other.utils.numa_utils_sim import SimulatedBackend
+        s = SimulatedBackend({fixture_root('dual-socket-8gpu')!r})
+        with nu.SharedRegion.create("kv", 8 << 20, backend=s) as r:
+            assert r.policy.mode == "interleave", r.policy
+        rep = nu.status_report(backend=s)
+        assert rep["config"]["NUMA_UTILS_ENABLE_NUMA_INTERLEAVE"]["value"] is True
+        print("ok")
+    """, tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "ok" in p.stdout
+    assert not marker.exists(), "a foreign envs.py was executed"
+
+
+def test_status_env_prefix(tmp_path):
+    env = {**os.environ, "LIGHTLLM_NUMA_STRICT": "1", "LIGHTLLM_NUMA_NODES": "garbage"}
+    p = subprocess.run([sys.executable, str(REPO / "numa_utils.py"), "status", "--json",
+                        "--env-prefix", "LIGHTLLM_", "--root", fixture_root("single-node")],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stdout)
+    assert rep["config"]["LIGHTLLM_NUMA_STRICT"] == {"value": True, "source": "env"}
+    assert "NUMA_UTILS_NUMA_STRICT" not in rep["config"]
+    assert any("LIGHTLLM_NUMA_NODES='garbage'" in w for w in rep["warnings"]), rep["warnings"]
