@@ -2111,11 +2111,14 @@ def apply_policy(buf: Any = None, length: Optional[int] = None, *,
     thread).  ``nodes=None``: default_memory_nodes() (the CPUs' DRAM tier in the cpuset).
 
     Returns a PolicyResult; on failure the memory stays usable under first-touch
-    and the result says why.  ``strict=True`` raises OSError instead.
+    and the result says why.  ``strict=True`` raises OSError instead.  ``nodes=None``
+    and ``strict=None`` take NUMA_NODES and NUMA_STRICT when they are set.
     """
     b = _b(backend)
-    strict_ = bool(strict)
+    strict_ = _strict_or_env(strict)
     m = _mode_of(mode)
+    if nodes is None and m not in (Mode.DEFAULT, Mode.LOCAL):
+        nodes = _env_nodes(b)
     mname = m.name.lower()
     what = f"{mname} policy"
     start = size = 0
@@ -3006,14 +3009,6 @@ _do_prefault = prefault     # SharedRegion.create's ``prefault`` argument shadow
 
 # -- SharedRegion ----------------------------------------------------------------------
 
-_POLICY_WORDS = MappingProxyType({
-    "interleave": Mode.INTERLEAVE, "bind": Mode.BIND, "prefer": Mode.PREFERRED,
-    "preferred": Mode.PREFERRED, "local": Mode.LOCAL, "default": Mode.DEFAULT,
-    "first-touch": Mode.DEFAULT, "none": Mode.DEFAULT,
-    "weighted-interleave": Mode.WEIGHTED_INTERLEAVE,
-})
-
-
 def _region_policy(policy: Optional[str], nodes: Optional[Iterable[int]],
                    strict: Optional[bool], b: Optional[Backend] = None
                    ) -> Tuple[Mode, Optional[FrozenSet[int]], bool, bool]:
@@ -3024,10 +3019,9 @@ def _region_policy(policy: Optional[str], nodes: Optional[Iterable[int]],
     if policy is None:
         mode = Mode.INTERLEAVE if _env("ENABLE_NUMA_INTERLEAVE") else Mode.DEFAULT
     else:
-        if not isinstance(policy, str) or policy.lower() not in _POLICY_WORDS:
-            raise ValueError(f"unknown region policy {policy!r}; one of interleave, "
-                             "weighted-interleave, bind, prefer, local, default")
-        mode = _POLICY_WORDS[policy.lower()]
+        if not isinstance(policy, str):
+            raise ValueError(f"unknown region policy {policy!r}")
+        mode = _mode_of(policy)
     if nodes is None and mode not in (Mode.DEFAULT, Mode.LOCAL):
         nodes = _env_nodes(b) or None
     if strict is None:
@@ -3650,11 +3644,11 @@ def _memory_or_env(memory: Union[str, None, _Unset]) -> Optional[str]:
         memory = _env("NUMA_MEMORY_POLICY")
     if memory is None:
         return None
-    m = str(memory).lower()
-    if m == "preferred":
-        m = "prefer"
+    mode = _mode_of(str(memory))        # every name a result reports is accepted
+    m = "none" if mode == Mode.DEFAULT else "prefer" if mode == Mode.PREFERRED \
+        else mode.name.lower()
     if m not in _MEMORY_CHOICES:
-        raise ValueError(f"unknown memory policy {memory!r}; one of "
+        raise ValueError(f"memory policy {memory!r} cannot go with a CPU binding; one of "
                          f"{', '.join(_MEMORY_CHOICES)}")
     return None if m == "none" else m
 

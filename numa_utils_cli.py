@@ -66,7 +66,7 @@ SharedRegion = _nu.SharedRegion
 Topology = _nu.Topology
 _MEMORY_CHOICES = _nu._MEMORY_CHOICES
 _NUMASTAT_FIELDS = _nu._NUMASTAT_FIELDS
-_POLICY_WORDS = _nu._POLICY_WORDS
+_MODE_NAMES = _nu._MODE_NAMES
 _SIZE_MAX = _nu._SIZE_MAX
 _UNSET = _nu._UNSET
 _Unset = _nu._Unset
@@ -428,7 +428,7 @@ def _cli_cleanup(sub: Any) -> None:
                             "progress bar, report placement, then destroy it (or --keep)")
     p.add_argument("key", help="region name (SysV key 0x4exxxxxx / /dev/shm/numa_utils-KEY)")
     p.add_argument("size", help="size: 4G, 512M, bytes")
-    p.add_argument("--policy", choices=sorted(_POLICY_WORDS), default=None)
+    p.add_argument("--policy", choices=sorted(_MODE_NAMES), default=None)
     p.add_argument("--nodes", default=None, metavar="LIST",
                    help="node list in numactl's grammar, e.g. 0-1, all, !0")
     p.add_argument("--kind", choices=["sysv", "posix"], default="sysv")

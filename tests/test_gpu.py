@@ -394,16 +394,21 @@ def test_env_parsing_errors_name_the_variable(monkeypatch, var, value):
     assert p.returncode == 2 and var in p.stderr
 
 
-def test_works_without_envs_py(tmp_path):
+def test_copy_alone_reads_its_own_variables(tmp_path):
+    """Without envs.py beside it, a copy reads its variables itself."""
     shutil.copy(nu.__file__, tmp_path / "vendored_numa.py")
     code = ("import sys; sys.path.insert(0, sys.argv[1]); import vendored_numa as m;"
-            "assert m._load_envs() is None;"
             "b = m.LinuxBackend(sys.argv[2]);"
             "print(sorted(m.cpus_for_gpu(0, backend=b, environ={})))")
-    p = subprocess.run([sys.executable, "-c", code, str(tmp_path),
-                        fixture_root("gh200")], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "NUMA_UTILS_NUMA_BIND_POLICY": "bogus"})
-    assert p.returncode == 0, p.stderr
+    for policy, rc in (("bogus", 1), ("node", 0)):
+        p = subprocess.run([sys.executable, "-c", code, str(tmp_path),
+                            fixture_root("gh200")], capture_output=True, text=True,
+                           timeout=60, env={**os.environ, "NUMA_UTILS_NUMA_BIND_POLICY": policy})
+        assert p.returncode == rc, p.stderr
+    assert "NUMA_UTILS_NUMA_BIND_POLICY='bogus'" in subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path), fixture_root("gh200")],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "NUMA_UTILS_NUMA_BIND_POLICY": "bogus"}).stderr
     assert json.loads(p.stdout) == list(range(72))
 
 

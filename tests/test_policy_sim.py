@@ -414,3 +414,42 @@ def test_buffer_kinds():
         nu.buffer_range(np.zeros((64, 64))[:, ::2])
     with pytest.raises(TypeError):
         nu.buffer_range(12345)
+
+
+# -- one vocabulary, one switch -------------------------------------------------------------
+
+def test_numa_strict_env_makes_interleave_raise(monkeypatch):
+    s = sim("dual-socket-8gpu")
+    s.fail("mbind", errno.EPERM)
+    buf = bytearray(1 << 20)
+    assert not nu.interleave(buf, backend=s)            # falls back, says why
+    monkeypatch.setenv("NUMA_UTILS_NUMA_STRICT", "1")
+    with pytest.raises(OSError):
+        nu.interleave(buf, backend=s)
+    assert not nu.interleave(buf, strict=False, backend=s)   # the argument wins
+
+
+def test_numa_nodes_env_applies_to_interleave(monkeypatch):
+    s = sim("four-node-asym")
+    monkeypatch.setenv("NUMA_UTILS_NUMA_NODES", "1,3")
+    res = nu.interleave(bytearray(1 << 20), backend=s)
+    assert res.applied and res.nodes == frozenset({1, 3}), res
+    assert nu.interleave(bytearray(1 << 20), nodes=[0, 2], backend=s).nodes == {0, 2}
+
+
+@pytest.mark.parametrize("name", ["weighted_interleave", "interleave", "bind", "preferred",
+                                  "prefer", "local", "default"])
+def test_every_reported_policy_name_is_accepted_by_regions(name):
+    s = sim("dual-socket-8gpu", weighted_interleave=True)
+    nodes = [0] if name.startswith("prefer") else [0, 1]
+    with nu.SharedRegion.create("names", 4 << 20, policy=name, nodes=nodes,
+                                backend=s) as r:
+        assert r.policy.mode == nu.apply_policy(mode=name, nodes=nodes, backend=s).mode
+
+
+def test_plan_memory_accepts_the_names_results_report():
+    s = sim("dual-socket-8gpu")
+    res = nu.bind_to_node(0, memory="prefer", backend=s)
+    assert res.memory.mode == "preferred"
+    again = nu.bind_to_node(0, memory=res.memory.mode, backend=s)   # no ValueError
+    assert again.memory.mode == "preferred"
