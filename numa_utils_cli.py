@@ -911,8 +911,8 @@ def _numactl_show(b: Backend, t: Topology) -> Tuple[str, int]:
 
 
 def _numactl_hardware(t: Topology) -> str:
-    """numactl --hardware's text (the distance table as Debian's 2.0.16 and 2.0.19 print
-    it: 4-wide columns)."""
+    """numactl --hardware's text.  The distance table is print_distances()'s
+    printf("% 3d ") (numactl.c): a blank, then at least 3 columns in all."""
     ids = sorted(t.nodes)
     out = [f"available: {len(ids)} nodes ({format_cpulist(ids)})\n"]
     for n in ids:
@@ -922,9 +922,12 @@ def _numactl_hardware(t: Topology) -> str:
                    f"node {n} free: {node.mem_free_kb >> 10} MB\n")
     if not ids or not t.distance(ids[-1], ids[0]):
         return "".join(out) + "No distance information available.\n"
-    out.append("node distances:\nnode  " + "".join(f"{i:4d} " for i in ids) + "\n")
+    def c(v: int) -> str:
+        return f" {v}".rjust(3)
+
+    out.append("node distances:\nnode " + "".join(f"{c(i)} " for i in ids) + "\n")
     for i in ids:
-        out.append(f"{i:4d}: " + "".join(f"{t.distance(i, k) or 0:4d} " for k in ids) + "\n")
+        out.append(f"{c(i)}: " + "".join(f"{c(t.distance(i, k) or 0)} " for k in ids) + "\n")
     return "".join(out)
 
 

@@ -205,8 +205,9 @@ def test_eperm_fails_unless_fallback(capsys):
 
 @pytest.mark.parametrize("version", ["2.0.19", "2.0.16"])
 def test_hardware_format(version, monkeypatch, capsys):
-    # Debian's numactl 2.0.16 and 2.0.19 both print 4-wide distance columns
-    # (test_own_show_and_hardware_equal_numactls compares with the real binary).
+    # numactl.c print_distances(): printf("% 3d ") for ids and distances: Debian 12's
+    # 2.0.16 prints `node   0 ` and `  0:  10 ` (test_own_show_and_hardware_equal_numactls
+    # compares with the real binary).
     monkeypatch.setenv("NUMA_UTILS_NUMACTL_VERSION", version)
     rc, out, _, _ = _run(["--hardware"], capsys=capsys)
     assert rc == 0
@@ -217,11 +218,22 @@ def test_hardware_format(version, monkeypatch, capsys):
     assert lines[2] == "node 0 size: 128913 MB"
     assert lines[3].startswith("node 0 free: ")
     i = lines.index("node distances:")
-    assert lines[i + 1:] == ["node     0    1    2    3 ",
-                             "   0:   10   12   20   30 ",
-                             "   1:   12   10   30   20 ",
-                             "   2:   20   30   10   12 ",
-                             "   3:   31   20   12   10 "]
+    assert lines[i + 1:] == ["node   0   1   2   3 ",
+                             "  0:  10  12  20  30 ",
+                             "  1:  12  10  30  20 ",
+                             "  2:  20  30  10  12 ",
+                             "  3:  31  20  12  10 "]
+
+
+def test_hardware_distance_columns_grow_past_three_digits(capsys):
+    """printf("% 3d ") keeps its blank before a 3-digit id: columns widen, never merge."""
+    rc, out, _, _ = _run(["-H"], fixture="sparse-ids", capsys=capsys)
+    lines = out.splitlines()
+    i = lines.index("node distances:")
+    assert lines[i + 1] == "node   0   8  250  251  252  253  254  255 "
+    assert lines[i + 2].startswith("  0:  10 ")
+    assert lines[i + 3].startswith("  8: ")
+    assert lines[i + 4].startswith(" 250: ")
 
 
 def test_hardware_sparse_ids(capsys):
