@@ -5,10 +5,10 @@ NUMA topology and run a command in it.
 
 The guest's initramfs is the cached base archive from vm/build.py followed by a
 small per-run archive holding /init, the current numa_utils.py (with envs.py,
-numa_utils_cli.py and numa_utils_sim.py when present), tests/kernel_checks.py, vm/guest_runner.py and the expected topology
-(/vmtest/expect.json). /init mounts proc, sysfs, devtmpfs, a tmpfs on /dev/shm
-and /tmp (and cgroup2 for the ``cpuset`` topology), runs the command between
-markers on the console and powers off.
+numa_utils_cli.py and numa_utils_sim.py when present), tests/kernel_checks.py,
+vm/guest_runner.py and the expected topology (/vmtest/expect.json). /init mounts
+proc, sysfs, devtmpfs, a tmpfs on /dev/shm and /tmp (and cgroup2 for the ``cpuset``
+topology), runs the command between markers on the console and powers off.
 
     python3 vm/run.py x86_64 two-node              # run the kernel checks
     python3 vm/run.py aarch64 memory-only -- cat /sys/devices/system/node/online
