@@ -579,6 +579,8 @@ def build_modules(image: str) -> None:
     appends to its initramfs: /vmtest/modules/<name>.ko."""
     import lzma
     t0 = time.monotonic()
+    if not arch_complete(image):
+        raise SystemExit(f"{image}-modules: build the {image} image first (--arch {image})")
     pkg, version = _image_kernel(image)
     suite, deb_arch = IMAGES[image]["suite"], ARCHES[IMAGES[image]["arch"]]["deb"]
     apt = apt_opts(suite, deb_arch)
