@@ -1,4 +1,4 @@
-"""python -m bench (all | prefault | maps | topology | import | dma) [options]"""
+"""python -m bench (all | prefault | maps | topology | import | hot | dma) [options]"""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from . import common
 from .common import Section
 
-BENCHES = ("prefault", "maps", "maps_file", "topology", "import")
+BENCHES = ("prefault", "maps", "maps_file", "topology", "import", "hot")
 TITLES = {"prefault": "1. Prefault of a shared region", "maps": "2. numa_maps",
           "maps_file": "2b. maps --file on a large numa_maps",
           "topology": "3. Topology of large generated trees",
           "import": "4. Import time and footprint",
+          "hot": "6. Hot commands' own work",
           "dma": "5. Pinned host buffers: H2D/D2H by placement"}
 
 
@@ -47,6 +48,11 @@ def _run_one(name: str, args: argparse.Namespace) -> Section:
     if name == "import":
         from . import imports
         return imports.run(rounds=_rounds(args, 40, 5))
+    if name == "hot":
+        from . import hot
+        return hot.run(vmas=args.vmas or (2000 if args.quick else 60000),
+                       rounds=_rounds(args, 9, 2), snapshot=args.hwloc_snapshot,
+                       quick=args.quick)
     if name == "dma":
         from . import dma
         size = common.parse_size(args.size) if args.size else \
@@ -76,10 +82,10 @@ def _portable(argv: Sequence[str]) -> List[str]:
     for a in argv:
         if hide:
             a, hide = "DIR", False
-        elif a == "--out":
+        elif a in ("--out", "--hwloc-snapshot"):
             hide = True
-        elif a.startswith("--out="):
-            a = "--out=DIR"
+        elif a.startswith(("--out=", "--hwloc-snapshot=")):
+            a = a.split("=", 1)[0] + "=DIR"
         out.append(a)
     return out
 
@@ -87,7 +93,7 @@ def _portable(argv: Sequence[str]) -> List[str]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument("what", choices=("all",) + BENCHES + ("dma",),
-                   help="all = prefault, maps, maps_file, topology and import (not dma)")
+                   help="all = prefault, maps, maps_file, topology, import and hot (not dma)")
     p.add_argument("--quick", action="store_true", help="smoke run: small sizes, 2-5 rounds")
     p.add_argument("--size", default=None,
                    help="prefault region size, e.g. 4G (default 4G, --quick 64M); "
@@ -97,6 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=None, help="rounds per contender")
     p.add_argument("--vmas", type=int, default=None,
                    help="VMAs in the numa_maps helper (default 60000, --quick 10000)")
+    p.add_argument("--hwloc-snapshot", default=None, metavar="PATH",
+                   help="hwloc's 256ia64-64n2s2c saved machine (.tar.bz2 or folder) for "
+                        "`hot` (default $NUMA_UTILS_BENCH_HWLOC_SNAPSHOT; without it a "
+                        "generated tree of its shape stands in)")
     p.add_argument("--out", default=None,
                    help="output folder for JSON and Markdown (default bench/results)")
     return p

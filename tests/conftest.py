@@ -138,3 +138,85 @@ def pytest_pyfunc_call(pyfuncitem):
     if " passed" not in tail:
         pytest.skip(f"in private namespaces: {tail.splitlines()[-1] if tail else '?'}")
     return True
+
+
+# -- the host as the suite found it ------------------------------------------------------
+# Checked once per session, in the process that runs it (the xdist controller, not its
+# workers): a test must not install commands for every user of the machine (a numactl
+# shim in /usr/local/bin shadows the real numactl), nor leave shared memory behind.
+# /proc/sysvipc/shm is what `ipcs -m` prints.
+
+HOST_FILES = ("/usr/local/bin/numactl", "/usr/local/bin/numa-utils")
+_host_before = {}
+_host_changes = []
+
+
+def host_state():
+    """What the session check compares: HOST_FILES' identities, /dev/shm's names and
+    the SysV segments (key, shmid)."""
+    files = {}
+    for path in HOST_FILES:
+        try:
+            st = os.lstat(path)
+            files[path] = (st.st_ino, st.st_size, st.st_mtime_ns)
+        except OSError:
+            files[path] = None
+    try:
+        shm = set(os.listdir("/dev/shm"))
+    except OSError:
+        shm = set()
+    sysv = set()
+    try:
+        with open("/proc/sysvipc/shm") as fh:
+            next(fh, None)
+            for line in fh:
+                key, shmid = line.split()[:2]
+                sysv.add(f"key {int(key) & 0xFFFFFFFF:#010x} shmid {shmid}")
+    except OSError:
+        pass
+    return {"files": files, "shm": shm, "sysv": sysv}
+
+
+def host_changes(before, after):
+    """One line per thing the session changed or left behind."""
+    out = []
+    for path, was in before["files"].items():
+        now = after["files"].get(path)
+        if now != was:
+            what = "written" if was is None else "removed" if now is None else "replaced"
+            out.append(f"{path} {what}")
+    out += [f"/dev/shm/{n} left behind" for n in sorted(after["shm"] - before["shm"])]
+    out += [f"SysV segment {s} left behind (ipcs -m)"
+            for s in sorted(after["sysv"] - before["sysv"])]
+    return out
+
+
+def _checks_host(config):
+    return not IN_PRIVATE_SHM and not hasattr(config, "workerinput")
+
+
+def pytest_sessionstart(session):
+    if _checks_host(session.config):
+        _host_before["state"] = host_state()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if "state" not in _host_before:
+        return
+    _host_changes[:] = host_changes(_host_before.pop("state"), host_state())
+    if _host_changes:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if session.config.pluginmanager.get_plugin("terminalreporter") is None:
+            import sys
+            sys.stderr.write("the suite did not leave the host as it found it:\n  "
+                             + "\n  ".join(_host_changes) + "\n")
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _host_changes:
+        terminalreporter.section("the suite did not leave the host as it found it",
+                                 sep="!", red=True, bold=True)
+        for line in _host_changes:
+            terminalreporter.write_line(f"  {line}", red=True)
+        terminalreporter.write_line("  (a test wrote outside its temporary folders: "
+                                    "this run fails)", red=True)

@@ -375,10 +375,12 @@ def check_raw_sysfs_topology(env):
             if "MemTotal:" in line:
                 memkb = int(line.split()[3])
         want_mb = env.expect["nodes"][str(n)]["mem_mb"]
-        assert 0 < memkb <= want_mb * 1024, f"node{n} MemTotal {memkb} kB vs {want_mb} MiB"
+        assert (0 < memkb <= want_mb * 1024) if want_mb else memkb == 0, \
+            f"node{n} MemTotal {memkb} kB vs {want_mb} MiB"
         seen[n] = {"cpus": cpus, "mem_kb": memkb}
     has_cpu = _cpulist(_read(f"{base}/has_cpu"))
-    memory_only = sorted(set(online) - set(has_cpu))
+    # Memory but no CPUs: a node with neither (a generic initiator) is not memory-only.
+    memory_only = sorted(set(_cpulist(_read(f"{base}/has_memory"))) - set(has_cpu))
     assert memory_only == env.expect["memory_only"], (memory_only, env.expect["memory_only"])
     mems = None
     for line in _read("/proc/self/status").splitlines():
@@ -724,6 +726,17 @@ def check_raw_tiers_hmat(env):
             "access0": seen if want else "none (no HMAT)"}
 
 
+def _nodelist(a, b):
+    """Two nodes as numa_maps prints them (the kernel's %*pbl: '0-1', '0,2')."""
+    return f"{a}-{b}" if b == a + 1 else f"{a},{b}"
+
+
+def placement_mb(env):
+    """MiB a weighted-interleave check spreads: 64, or 4 where a node is emulated
+    CXL memory (about 55x slower than DRAM under TCG)."""
+    return 4 if env.expect.get("cxl_mb") else 64
+
+
 def check_raw_weighted_interleave(env):
     """Linux 6.9+: weight 3 on the first memory node, 1 on the last, then
     mbind(MPOL_WEIGHTED_INTERLEAVE) of 64 MiB gives exactly 3:1 pages in numa_maps
@@ -743,7 +756,7 @@ def check_raw_weighted_interleave(env):
     paths = {n: f"{WEIGHTS_DIR}/node{n}" for n in (a, b)}
     before = {n: _read(p) for n, p in paths.items()}
     page = mmap.PAGESIZE
-    npages = (64 << 20) // page
+    npages = (placement_mb(env) << 20) // page
     try:
         for n, w in ((a, "3"), (b, "1")):
             with open(paths[n], "w") as fh:
@@ -759,7 +772,7 @@ def check_raw_weighted_interleave(env):
                 fh.write(before[n])
     want = {a: npages * 3 // 4 * page, b: npages // 4 * page}
     assert raw_counts(line) == want, f"numa_maps {raw_counts(line)} != {want}: {line}"
-    assert f"weighted interleave:{a},{b}" in line, line
+    assert f"weighted interleave:{_nodelist(a, b)}" in line, line
     return {"kernel": platform.release(), "weights": {a: 3, b: 1}, "weights_before": before,
             "pages": {n: v // page for n, v in want.items()}, "numa_maps": line[:120]}
 
@@ -1161,7 +1174,7 @@ def check_weighted_interleave_api(env):
         raise Skip("one usable memory node")
     a, b = usable[0], usable[-1]
     weights = nu.interleave_weights(backend=env.backend)
-    npages = (64 << 20) // env.page_size if env.real else 64
+    npages = (placement_mb(env) << 20) // env.page_size if env.real else 64
     with _ApiBuffer(env, npages) as buf:
         if weights is None:
             res = _call(nu.weighted_interleave, buf.addr, buf.length, nodes=[a, b],
@@ -1194,7 +1207,7 @@ def check_weighted_interleave_api(env):
             nu.set_interleave_weights(prev, backend=admin)
     want = {a: npages * 3 // 4 * buf.page, b: npages // 4 * buf.page}
     assert raw_counts(line) == want, f"numa_maps {raw_counts(line)} != {want}: {line}"
-    assert f"weighted interleave:{a},{b}" in line, line
+    assert f"weighted interleave:{_nodelist(a, b)}" in line, line
     after = nu.interleave_weights(backend=env.backend)
     assert after == weights, f"weights not restored: {after} != {weights}"
     return {"weights_before": weights, "pages": {n: v // buf.page for n, v in want.items()},
@@ -1222,3 +1235,331 @@ def check_suggest_weights(env):
             if bw[m] >= 2 * bw[n]:
                 assert w[m] > w[n], f"node{m} {bw[m]} MB/s >= 2x node{n}: {w}"
     return {"bandwidth": bw, "weights": w}
+
+
+# -- devices, generic initiators, packages, CXL (issue 22) ----------------------
+#
+# The raw checks compare the guest's sysfs with the QEMU definition (vm/run.py
+# TOPOLOGIES: "pci", "generic_initiators", "packages", "cxl_mb"); the API checks
+# that need numa_utils.devices() / local_devices() / nodes_per_package skip with
+# 'needs numa_utils.devices' until the module has them.
+
+PCI_DIR = "/sys/bus/pci/devices"
+
+
+def _pci_addr(part):
+    p = part.split(":")
+    return len(p) == 3 and len(p[2]) == 4 and p[2][2] == "."
+
+
+def raw_pci_function(addr):
+    """One PCI function as vm/run.py's "pci" entries spell it, from sysfs."""
+    d = f"{PCI_DIR}/{addr}"
+    real = os.path.realpath(d)
+    path = [p for p in real.split("/") if _pci_addr(p)]
+    names = []
+    for cls in ("net", "nvme", "infiniband"):
+        base = f"/sys/class/{cls}"
+        for name in sorted(os.listdir(base)) if os.path.isdir(base) else ():
+            if os.path.realpath(f"{base}/{name}/device") == real:
+                names.append(name)
+    drv = f"{d}/driver"
+    return {"class": _read(f"{d}/class"), "vendor": _read(f"{d}/vendor"),
+            "device": _read(f"{d}/device"), "numa_node": int(_read(f"{d}/numa_node")),
+            "local_cpulist": _cpulist(_read(f"{d}/local_cpulist")),
+            "driver": os.path.basename(os.path.realpath(drv)) if os.path.exists(drv) else None,
+            "names": names, "root_port": path[0] if len(path) > 1 else None}
+
+
+def check_raw_pci_locality(env):
+    """Each PCI function QEMU put behind the expander on node 1 shows class, ids,
+    numa_node 1, local_cpulist 1, its driver, its kernel names and its root port;
+    the root ports themselves are on node 1 too."""
+    env.need_real("reads this machine's sysfs")
+    want = env.expect.get("pci")
+    if not want:
+        raise Skip("no PCI devices on a node in this topology")
+    got = {addr: raw_pci_function(addr) for addr in want}
+    for addr, w in want.items():
+        assert got[addr] == w, f"{addr}: {got[addr]} != {w}"
+        port = raw_pci_function(w["root_port"])
+        assert (port["numa_node"], port["local_cpulist"]) == (w["numa_node"],
+                                                               w["local_cpulist"]), port
+    return got
+
+
+def check_raw_generic_initiator(env):
+    """A node with neither CPUs nor memory standing for a device: listed in
+    has_generic_initiator (5.10+), online, in neither has_cpu nor has_memory nor
+    this process's Mems_allowed."""
+    env.need_real("reads this machine's sysfs")
+    gi = env.expect.get("generic_initiators")
+    if gi is None:
+        raise Skip("no generic-initiator node in this topology")
+    base = "/sys/devices/system/node"
+    assert _cpulist(_read(f"{base}/has_generic_initiator")) == gi
+    status = dict(line.split(":", 1) for line in _read("/proc/self/status").splitlines())
+    mems = _cpulist(status["Mems_allowed_list"].strip())
+    for n in gi:
+        assert n in _cpulist(_read(f"{base}/online")), n
+        assert n not in _cpulist(_read(f"{base}/has_cpu")), n
+        assert n not in _cpulist(_read(f"{base}/has_memory")), n
+        assert n not in mems, (n, mems)
+        assert _cpulist(_read(f"{base}/node{n}/cpulist")) == []
+    return {"has_generic_initiator": gi, "mems_allowed": mems}
+
+
+def _package_nodes(env):
+    """{package: [nodes with CPUs in it]} from the QEMU definition."""
+    out = {}
+    for n, node in sorted(env.expect["nodes"].items(), key=lambda kv: int(kv[0])):
+        for c in node["cpus"]:
+            nodes = out.setdefault(env.expect["packages"][c], [])
+            if int(n) not in nodes:
+                nodes.append(int(n))
+    return out
+
+
+def check_raw_packages(env):
+    """physical_package_id of every CPU is what -smp sockets= made; with several
+    nodes per package (SNC/NPS) every distance inside a package is smaller than
+    every distance between packages."""
+    env.need_real("reads this machine's sysfs")
+    packages = env.expect.get("packages")
+    if packages is None:
+        raise Skip("no package layout in this topology")
+    got = [int(_read(f"/sys/devices/system/cpu/cpu{c}/topology/physical_package_id"))
+           for c in range(env.expect["cpus"])]
+    assert got == packages, f"physical_package_id {got} != {packages}"
+    per = _package_nodes(env)
+    dist = {n: [int(x) for x in _read(f"/sys/devices/system/node/node{n}/distance").split()]
+            for ns in per.values() for n in ns}
+    inside = [dist[a][b] for ns in per.values() for a in ns for b in ns if a != b]
+    across = [dist[a][b] for p, ns in per.items() for q, ms in per.items() if p != q
+              for a in ns for b in ms]
+    if inside and across:
+        assert max(inside) < min(across), (inside, across)
+    want = env.expect.get("nodes_per_package")
+    if want is not None:
+        assert all(len(ns) == want for ns in per.values()), per
+    return {"packages": got, "nodes_by_package": per, "inside": sorted(set(inside)),
+            "across": sorted(set(across))}
+
+
+def check_raw_cxl_node(env):
+    """The CXL Type-3 expander is a committed region whose memory kmem onlined as
+    a CPU-less node; MPOL_BIND of a few MiB lands there (numa_maps, move_pages)."""
+    env.need_real()
+    mb = env.expect.get("cxl_mb")
+    if not mb:
+        raise Skip("no CXL memory in this topology")
+    base = "/sys/devices/system/node"
+    cxl = [n for n in env.expect["memory_only"]]
+    assert len(cxl) == 1, cxl
+    n = cxl[0]
+    regions = [r for r in os.listdir("/sys/bus/cxl/devices") if r.startswith("region")]
+    assert regions and _read(f"/sys/bus/cxl/devices/{regions[0]}/commit") == "1", regions
+    assert n in _cpulist(_read(f"{base}/has_memory")) and \
+        n not in _cpulist(_read(f"{base}/has_cpu")), n
+    kb = int(_read(f"{base}/node{n}/meminfo").split("MemTotal:")[1].split()[0])
+    assert 0.75 * mb * 1024 <= kb <= mb * 1024, f"node{n} MemTotal {kb} kB of {mb} MiB"
+    page = mmap.PAGESIZE
+    npages = (4 << 20) // page
+    t0 = time.monotonic()
+    with RawBuffer(npages) as buf:
+        r, err = raw_mbind(buf.addr, buf.length, MPOL_BIND, [n])
+        assert r == 0, os.strerror(err)
+        buf.touch()
+        counts = raw_counts(numa_maps_line(buf.addr))
+        assert counts == {n: buf.length}, counts
+        assert set(raw_move_pages_query(buf.addr, npages, page)) == {n}
+    return {"node": n, "mem_total_kb": kb, "region": regions[0], "bind_4MiB": counts,
+            "seconds": round(time.monotonic() - t0, 2)}
+
+
+def check_pci_topology_api(env):
+    """read_topology() and gpus() on the guest with devices on node 1: no QEMU
+    device is a GPU (its vendor ids are not NVIDIA's, AMD's or Intel's display
+    ones), and the CPUs and nodes are as QEMU made them."""
+    gpus, read_topology = env.need("gpus", "read_topology")
+    if not env.expect.get("pci"):
+        raise Skip("no PCI devices on a node in this topology")
+    found = gpus(backend=env.backend)
+    assert not [g for g in found if g.pci in env.expect["pci"]], found
+    topo = read_topology(backend=env.backend)
+    packages = {c: topo.cpus[c].package for c in sorted(topo.cpus)}
+    assert [packages[c] for c in sorted(packages)] == env.expect["packages"], packages
+    return {"gpus": [g.pci for g in found], "packages": packages}
+
+
+def check_generic_initiator_api(env):
+    """Today's API on a generic-initiator node: read_topology() has it with no CPUs
+    and no memory, default_memory_nodes() leaves it out, an explicit bind to it
+    is refused with a reason (it has no memory)."""
+    nu = env.nu
+    read_topology, dmn = env.need("read_topology", "default_memory_nodes")
+    gi = env.expect.get("generic_initiators")
+    if not gi:
+        raise Skip("no generic-initiator node in this topology")
+    topo = read_topology(backend=env.backend)
+    out = {}
+    for n in gi:
+        node = topo.nodes[n]
+        assert not node.cpus and node.mem_total_kb == 0, node
+        assert n not in topo.nodes_with_memory and n not in dmn(topo), n
+        with _ApiBuffer(env, 2) as buf:
+            res = nu.bind(buf.addr, [n], length=buf.length, backend=env.backend)
+            assert not res and res.reason, f"bind to node {n} without memory: {res}"
+        out[n] = {"kind": node.kind, "bind": res.reason}
+    return out
+
+
+def check_packages_api(env):
+    """read_topology(): each CPU's package as -smp sockets= made it; with two nodes
+    per package default_memory_nodes() keeps every DRAM node of every package."""
+    read_topology, dmn = env.need("read_topology", "default_memory_nodes")
+    packages = env.expect.get("packages")
+    if packages is None:
+        raise Skip("no package layout in this topology")
+    topo = read_topology(backend=env.backend)
+    got = [topo.cpus[c].package for c in sorted(topo.cpus)]
+    assert got == packages, got
+    dram = sorted(n for n in env.memory_nodes if env.expect["nodes"][str(n)]["cpus"])
+    assert set(dram) <= set(dmn(topo)), (dram, dmn(topo))
+    return {"packages": got, "default_memory_nodes": sorted(dmn(topo))}
+
+
+def check_cxl_api(env):
+    """numa_utils on the CXL node: CPU-less, in a slower tier than DRAM, not a
+    default memory node; bind() of a fresh 4 MiB mapping to it puts every page
+    there (placement() and numa_maps); weighted interleave over DRAM + CXL is
+    check_weighted_interleave_api (4 MiB here)."""
+    nu = env.nu
+    read_topology, dmn = env.need("read_topology", "default_memory_nodes")
+    env.need("bind", "placement")
+    if not env.expect.get("cxl_mb"):
+        raise Skip("no CXL memory in this topology")
+    (n,) = env.expect["memory_only"]
+    topo = read_topology(backend=env.backend)
+    node = topo.nodes[n]
+    assert not node.cpus and node.mem_total_kb > 0, node
+    assert n not in dmn(topo), dmn(topo)
+    dram_tier = topo.nodes[0].tier
+    assert node.tier is not None and dram_tier is not None and node.tier > dram_tier, \
+        (node.tier, dram_tier)
+    npages = (4 << 20) // env.page_size if env.real else 16
+    with _ApiBuffer(env, npages) as buf:
+        res = nu.bind(buf.addr, [n], length=buf.length, backend=env.backend)
+        assert res, f"bind to the CXL node: {res}"
+        env.backend.touch(buf.addr, buf.length)
+        placed = _placement(env, buf)
+        counts = raw_counts(backend_numa_maps_line(env, buf.addr))
+        assert counts == {n: buf.length}, counts
+        assert placed is None or placed == {n: buf.length}, placed
+    return {"node": n, "kind": node.kind, "tier": node.tier, "dram_tier": dram_tier,
+            "default": sorted(dmn(topo)), "bind": counts}
+
+
+# -- the device API of issue 22: run once numa_utils has it ---------------------
+
+_KIND_OF_CLASS = {0x03: "display", 0x02: "net", 0x0108: "nvme"}
+
+
+def _need_devices(env):
+    if env.nu is None or not hasattr(env.nu, "devices"):
+        raise Skip("needs numa_utils.devices")
+
+
+def _int(v):
+    return int(v, 16) if isinstance(v, str) else int(v)
+
+
+def _want_kind(w):
+    cls = int(w["class"], 16)
+    return _KIND_OF_CLASS.get(cls >> 8, _KIND_OF_CLASS.get(cls >> 16, "other"))
+
+
+def check_devices_api(env):
+    """devices(): each function QEMU put on node 1 with its kind, ids, node 1 and
+    node 1's CPUs, its kernel names and a path through its root port; devices('gpu')
+    agrees with gpus()."""
+    _need_devices(env)
+    nu = env.nu
+    want = env.expect.get("pci")
+    if not want:
+        raise Skip("no PCI devices on a node in this topology")
+    found = {d.address: d for d in nu.devices(backend=env.backend)}
+    out = {}
+    for addr, w in want.items():
+        assert addr in found, f"{addr} not in devices(): {sorted(found)}"
+        d = found[addr]
+        assert d.kind == _want_kind(w), (addr, d.kind)
+        assert (_int(d.vendor), _int(d.device), _int(d.pci_class)) == \
+            (int(w["vendor"], 16), int(w["device"], 16), int(w["class"], 16)), d
+        assert d.node == w["numa_node"] and d.node_source, d
+        assert sorted(d.cpus) == w["local_cpulist"], d
+        assert sorted(d.names) == sorted(w["names"]), d
+        assert w["root_port"] in str(d.path) and addr in str(d.path), d.path
+        assert [x.address for x in nu.devices(d.kind, backend=env.backend)
+                if x.address == addr] == [addr], d.kind
+        out[addr] = {"kind": d.kind, "node": d.node, "names": list(d.names)}
+    gpus = sorted(g.pci for g in nu.gpus(backend=env.backend))
+    assert sorted(d.address for d in nu.devices("gpu", backend=env.backend)) == gpus
+    return out
+
+
+def _nic(env):
+    return next(a for a, w in env.expect["pci"].items() if _want_kind(w) == "net")
+
+
+def check_local_devices_api(env):
+    """local_devices(): the NIC on node 1 is 'local' to node 1 and 'remote' to node 0
+    (another package), and a buffer bound to node 1 gives the NIC first."""
+    _need_devices(env)
+    nu = env.nu
+    if not env.expect.get("pci"):
+        raise Skip("no PCI devices on a node in this topology")
+    nic = _nic(env)
+    far = [n for n in env.expected_nodes if env.expect["nodes"][str(n)]["cpus"]
+           and n != env.expect["pci"][nic]["numa_node"]][0]
+    near = env.expect["pci"][nic]["numa_node"]
+    got = {}
+    for where, rel in ((near, "local"), (far, "remote")):
+        ranked = nu.local_devices(where, "net", backend=env.backend)
+        assert ranked and ranked[0][0].address == nic and ranked[0][1] == rel, ranked
+        got[where] = [(d.address, r) for d, r in ranked]
+    with _ApiBuffer(env, 4) as buf:
+        res = nu.bind(buf.addr, [near], length=buf.length, backend=env.backend)
+        assert res, res
+        env.backend.touch(buf.addr, buf.length)
+        ranked = nu.local_devices(buf.mm, "net", backend=env.backend)
+        assert ranked and ranked[0][0].address == nic and ranked[0][1] == "local", ranked
+        got["buffer"] = [(d.address, r) for d, r in ranked]
+    return got
+
+
+def check_generic_initiator_kind(env):
+    """A generic-initiator node has Node.kind 'generic-initiator' and is never a
+    default memory node."""
+    _need_devices(env)
+    gi = env.expect.get("generic_initiators")
+    if not gi:
+        raise Skip("no generic-initiator node in this topology")
+    topo = env.nu.read_topology(backend=env.backend)
+    for n in gi:
+        assert topo.nodes[n].kind == "generic-initiator", topo.nodes[n]
+        assert n not in env.nu.default_memory_nodes(topo)
+    return {n: topo.nodes[n].kind_evidence for n in gi}
+
+
+def check_nodes_per_package_api(env):
+    """Topology.nodes_per_package and the JSON key nodes_per_package name the
+    layout: 2 on the SNC2/NPS2 guest."""
+    _need_devices(env)
+    want = env.expect.get("nodes_per_package")
+    if want is None:
+        raise Skip("this topology does not fix nodes per package")
+    topo = env.nu.read_topology(backend=env.backend)
+    assert topo.nodes_per_package == want, topo.nodes_per_package
+    assert env.nu.to_json(topo)["nodes_per_package"] == want
+    return {"nodes_per_package": want}

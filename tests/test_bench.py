@@ -16,6 +16,7 @@ SECTIONS = {
     "maps_file": "## 2b. maps --file",
     "topology": "## 3. Topology",
     "import": "## 4. Import",
+    "hot": "## 6. Hot commands",
 }
 
 
@@ -77,3 +78,58 @@ def check_sections_measured(out):
     assert any(r["contender"].startswith("read_topology()") for r in by["topology"]["rows"])
     assert by["import"]["status"] == "ok"
     assert any(r["metric"] == "wall ms" for r in by["import"]["rows"])
+    check_hot(by["hot"])
+
+
+def check_hot(sec):
+    """The hot commands' section: measured, own work reported, and each reference
+    tool either compared or skipped with the reason."""
+    assert sec["status"] == "ok", sec["reason"]
+    rows = {r["contender"] for r in sec["rows"]}
+    assert {"python -m numa_utils maps PID: own work (less the floor)",
+            "python -m numa_utils status --root TREE: own work (less the floor)"} <= rows
+    skipped = {k["contender"]: k["reason"] for k in sec["skipped"]}
+    cmps = {c["what"]: c for c in sec["comparisons"]}
+    for cmd, ref, tool in (("maps", "numastat -p PID", "numastat"),
+                           ("status", "lstopo-no-graphics (HWLOC_FSROOT=TREE)",
+                            "lstopo-no-graphics")):
+        if ref in skipped:
+            assert f"{tool} not found" in skipped[ref]
+            continue
+        own = cmps[f"{cmd} own work / {ref}"]
+        whole = cmps[f"{cmd} whole process / {ref}"]
+        assert own["ratio_of_medians"] < whole["ratio_of_medians"]  # the floor is > 0
+    assert cmps["maps own work / numastat -p PID"]["target"] == "<= 1.5" or \
+        "numastat -p PID" in skipped
+    status = cmps.get("status own work / lstopo-no-graphics (HWLOC_FSROOT=TREE)")
+    if status and "hwloc's" not in sec["params"]["tree"]:
+        assert status["target"] is None       # a stand-in tree is not judged
+        assert any("snapshot not given" in n for n in sec["notes"])
+
+
+def test_own_work_is_taken_round_by_round():
+    sys.path.insert(0, str(REPO))
+    try:
+        from bench.hot import own_work
+    finally:
+        sys.path.remove(str(REPO))
+    cmd = [{"s": 0.30}, None, {"s": 0.50}, {"s": 0.20}]
+    floor = [{"s": 0.10}, {"s": 0.10}, None, {"s": 0.15}]
+    got = own_work(cmd, floor)
+    assert got[1] is None and got[2] is None
+    assert [round(x["s"], 9) for x in (got[0], got[3])] == [0.2, 0.05]
+
+
+@pytest.mark.slow
+def test_hot_smoke(tmp_path):
+    """`python -m bench hot --quick`: the hot commands against numastat and lstopo,
+    one round, a few seconds; no speed is checked."""
+    argv = [sys.executable, "-m", "bench", "hot", "--quick", "--rounds", "1",
+            "--vmas", "500", "--out", str(tmp_path)]
+    proc = subprocess.run(argv, cwd=str(REPO), capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "hot-quick.json").read_text())
+    (sec,) = report["sections"]
+    check_hot(sec)
+    assert "## 6. Hot commands' own work" in (tmp_path / "hot-quick.md").read_text()

@@ -3,6 +3,7 @@
 Expected values are derived from numactl's and libnuma's sources (numactl.c, libnuma.c
 numa_parse_nodestring/numa_parse_cpustring), not from this implementation; the live
 tests compare with the numactl binary when the host has one."""
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -244,7 +245,17 @@ def test_hardware_sparse_ids(capsys):
 
 # -- against the real numactl on this host -------------------------------------------
 
-NUMACTL = shutil.which("numactl")
+def _matrix():
+    spec = importlib.util.spec_from_file_location("numactl_matrix",
+                                                  REPO / "vm" / "numactl_matrix.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# The real binary: a wrapper on PATH (the README's shim runs numa_utils) would make
+# these tests compare numa_utils with itself.
+NUMACTL, NO_NUMACTL = _matrix().real_numactl()
 LIVE = [["-i", "all"], ["--interleave=0"], ["-m", "0"], ["--membind", "all"],
         ["-p", "0"], ["--preferred-many=0"], ["-l"], ["-N", "0"], ["-C", "0"],
         ["--physcpubind=+0"], ["-a", "-N", "all"], ["-b", "-m", "0"], ["-i", "0x0"],
@@ -252,14 +263,20 @@ LIVE = [["-i", "all"], ["--interleave=0"], ["-m", "0"], ["--membind", "all"],
         ["-x"], ["--show=1"], ["-N", "0", "-a"], ["-s"]]
 
 
-def _numactl_works():
+def _numactl_unusable():
+    """None when the real numactl runs here, else why not."""
     if not NUMACTL:
-        return False
-    return subprocess.run([NUMACTL, "-i", "all", "true"], capture_output=True).returncode == 0
+        return NO_NUMACTL
+    if subprocess.run([NUMACTL, "-i", "all", "true"], capture_output=True).returncode:
+        return f"{NUMACTL} -i all true fails here (no NUMA syscalls, or denied)"
+    return None
+
+
+NUMACTL_UNUSABLE = _numactl_unusable()
 
 
 @pytest.mark.realkernel
-@pytest.mark.skipif(not _numactl_works(), reason="numactl missing or denied here")
+@pytest.mark.skipif(NUMACTL_UNUSABLE is not None, reason=str(NUMACTL_UNUSABLE))
 @pytest.mark.parametrize("args", LIVE, ids=" ".join)
 def test_child_show_equals_numactls(args):
     env = dict(os.environ, PYTHONPATH=str(REPO), NUMA_UTILS_NUMACTL_VERSION=subprocess.run(
@@ -281,7 +298,7 @@ def test_child_show_equals_numactls(args):
 
 
 @pytest.mark.realkernel
-@pytest.mark.skipif(not _numactl_works(), reason="numactl missing or denied here")
+@pytest.mark.skipif(NUMACTL_UNUSABLE is not None, reason=str(NUMACTL_UNUSABLE))
 def test_own_show_and_hardware_equal_numactls():
     env = dict(os.environ, PYTHONPATH=str(REPO), NUMA_UTILS_NUMACTL_VERSION="2.0.16")
     for args in (["--show"], ["-i", "all", "--show"]):
@@ -297,6 +314,31 @@ def test_own_show_and_hardware_equal_numactls():
     if "2.0.16" not in subprocess.run(["dpkg-query", "-W", "numactl"],
                                       capture_output=True, text=True).stdout:
         pytest.skip("the distance table was compared as numactl 2.0.16 prints it")
+
+
+def _exe(path, body):
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(body)
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_real_numactl_refuses_wrapper_scripts(tmp_path):
+    find = _matrix().real_numactl
+    shim = _exe(tmp_path / "shim" / "numactl",
+                b'#!/bin/sh\nexec python3 -m numa_utils numactl "$@"\n')
+    other = _exe(tmp_path / "other" / "numactl", b"#!/bin/sh\nexec /opt/numactl \"$@\"\n")
+    elf = _exe(tmp_path / "elf" / "numactl", b"\x7fELF\x02\x01\x01" + bytes(64))
+    _exe(tmp_path / "noexec" / "numactl", b"\x7fELF")
+    (tmp_path / "noexec" / "numactl").chmod(0o644)
+    dirs = [str(tmp_path / d) for d in ("shim", "noexec", "other", "elf")]
+    assert find(os.pathsep.join(dirs), fallback=()) == (elf, None)
+    assert find(os.pathsep.join(dirs[:2]), fallback=[dirs[3]]) == (elf, None)
+    exe, why = find(os.pathsep.join(dirs[:3]), fallback=())
+    assert exe is None
+    assert why == (f"no real numactl binary, only {shim} (a script around numa_utils), "
+                   f"{other} (not an ELF binary)")
+    assert find("", fallback=()) == (None, "no numactl binary on PATH or in ")
 
 
 @pytest.mark.parametrize("value,want", [("!0", {1, 2, 3}), ("+1-2", {1, 2}), ("0x3", {3}),

@@ -19,13 +19,17 @@ Rules (for whoever adds a README section):
   this host's /dev/shm or SysV IPC (they live in the simulated kernel).
 - ```sh blocks run with bash -e in a scratch folder that links to every top-level
   entry of the repository (files they write stay there); ``python3`` is the
-  interpreter running the tests.
+  interpreter running the tests.  A block that installs into ``/usr/local`` (as a
+  reader would) runs with ``/usr/local`` redirected into the test's temporary
+  folder, whose ``bin/`` comes first on PATH; a block that writes any other absolute
+  path fails: the suite never writes outside its temporary folders.
 - A block that needs numpy or torch where it is not installed is skipped (the
   section still runs, then reports the skip).
 """
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 import types
@@ -100,8 +104,45 @@ def scratch(tmp_path):
     return work, bin_dir
 
 
+PREFIX = "/usr/local"
+# Commands whose operands (all but options) are written to, and the redirections.
+WRITERS = {"mkdir", "cp", "mv", "install", "ln", "touch", "tee", "chmod", "chown", "rm"}
+
+
+def _writes(code):
+    """The absolute paths a sh block writes (redirections, operands of WRITERS)."""
+    out = []
+    for line in code.splitlines():
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError:
+            words = line.split()
+        for i, w in enumerate(words):
+            if w in (">", ">>") and i + 1 < len(words):
+                out.append(words[i + 1])
+            elif re.match(r"^\d?>>?/", w):
+                out.append(w.lstrip("0123456789>"))
+        if words and words[0] in WRITERS:
+            out += [a for a in words[1:] if not a.startswith("-")]
+    return [p for p in out if p.startswith("/") and p != "/dev/null"]
+
+
+def _redirected(code, prefix):
+    """``code`` with /usr/local moved under ``prefix``; fails on any other absolute
+    path the block would write."""
+    code = re.sub(re.escape(PREFIX) + r"(?![\w.-])", str(prefix), code)
+    outside = [p for p in _writes(code) if not p.startswith(str(prefix) + "/")]
+    assert not outside, (f"sh block writes outside the scratch folder: {outside}; "
+                         f"install under {PREFIX} (redirected in the test) or mark it "
+                         "<!-- not run: why -->")
+    return code
+
+
 def _run_sh(code, line, work, bin_dir):
-    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    prefix = work.parent / "usr-local"
+    code = _redirected(code, prefix)
+    env = dict(os.environ, PATH=os.pathsep.join(
+        [str(prefix / "bin"), str(bin_dir), os.environ.get("PATH", "")]))
     env.pop("PYTHONPATH", None)
     out = subprocess.run(["bash", "-e", "-c", code], cwd=work, env=env,
                          capture_output=True, text=True, timeout=300)
@@ -148,3 +189,35 @@ def test_readme_section(section, scratch, monkeypatch):
         f"section {section!r} leaves regions behind: {list(k.shm.values())} {list(k.files)}"
     if skipped:
         pytest.skip("; ".join(skipped))
+
+
+@pytest.mark.parametrize("code,want", [
+    ("mkdir -p /usr/local/bin   # or any directory\n", ["/usr/local/bin"]),
+    ("printf 'x > /etc/no' > /usr/local/bin/numactl\n", ["/usr/local/bin/numactl"]),
+    ("echo hi >>/etc/motd\ncp a /opt/b\n", ["/etc/motd", "/opt/b"]),
+    ("chmod +x /usr/local/bin/numactl\nls /usr/bin >/dev/null\n",
+     ["/usr/local/bin/numactl"]),
+    ("cp numa_utils.py myengine/utils/\n", []),
+])
+def test_writes_finds_the_paths_a_block_writes(code, want):
+    assert _writes(code) == want
+
+
+def test_blocks_writing_outside_scratch_fail(tmp_path):
+    with pytest.raises(AssertionError, match=r"writes outside the scratch folder: \['/etc/x'\]"):
+        _redirected("mkdir -p /usr/local/bin\necho > /etc/x\n", tmp_path)
+    assert _redirected("cp a /usr/local/bin/b\n", tmp_path) == f"cp a {tmp_path}/bin/b\n"
+
+
+def test_numactl_shim_block_installs_into_scratch(scratch):
+    """The README's shim block, as a reader runs it, writes /usr/local/bin/numactl; in
+    the suite it lands in the scratch folder and is the numactl the block runs."""
+    work, bin_dir = scratch
+    (block,) = [b for b in BLOCKS if "/usr/local/bin/numactl" in b[3]]
+    before = os.path.lexists("/usr/local/bin/numactl") and os.lstat("/usr/local/bin/numactl")
+    _run_sh(block[3] + "command -v numactl > where\n", block[1], work, bin_dir)
+    shim = work.parent / "usr-local" / "bin" / "numactl"
+    assert "numa_utils numactl" in shim.read_text()
+    assert (work / "where").read_text().strip() == str(shim)
+    after = os.path.lexists("/usr/local/bin/numactl") and os.lstat("/usr/local/bin/numactl")
+    assert before == after

@@ -53,6 +53,12 @@ GUESTS = [
     # Linux 6.12 (Debian 13 image): ACPI HMAT, node 2 in a lower memory tier,
     # weighted interleave 3:1 (issue 11)
     ("x86_64-6.12", "hmat-tiers"),
+    # QEMU 10 (vm/build.py qemu10) on the 6.12 image (issue 22): devices behind a
+    # PCI Express expander on node 1 and a generic-initiator node; two packages of
+    # two nodes (SNC2/NPS2); a CXL Type-3 memory expander onlined as node 2.
+    ("x86_64-6.12", "pci-devices"),
+    ("x86_64-6.12", "snc-2x2"),
+    ("x86_64-6.12", "cxl"),
 ]
 
 # Checks that must have run (passed, not skipped) in a guest of that kind.
@@ -80,8 +86,16 @@ def required_checks(arch, topology):
     if len([n for n in topo["nodes"].values() if n["mem_mb"]]) >= 2 \
             and topo["cgroup_mems"] is None:
         need.add("raw_weighted_interleave")   # 3:1 on 6.9+, EINVAL on 6.1
-    if topo.get("hmat"):
+    if topo.get("hmat") or topo.get("tiers"):
         need.add("raw_tiers_hmat")
+    if topo.get("pci"):
+        need |= {"raw_pci_locality", "pci_topology_api"}
+    if topo.get("generic_initiators"):
+        need |= {"raw_generic_initiator", "generic_initiator_api"}
+    if topo.get("packages"):
+        need |= {"raw_packages", "packages_api"}
+    if topo.get("cxl_mb"):
+        need |= {"raw_cxl_node", "cxl_api", "weighted_interleave_api"}
     return need
 
 
@@ -94,7 +108,7 @@ def _summary(arch, topology, records, seconds):
 
 
 def _boot(arch, topology, **kw):
-    reason = vmrun.missing_reason(arch)
+    reason = vmrun.missing_reason(arch, topology)
     if reason:
         pytest.skip(reason)
     t0 = time.monotonic()
@@ -160,6 +174,8 @@ DEFAULT_MEMORY_NODES = {
 
 
 DEFAULT_MEMORY_NODES["qemu-x86_64-hmat-tiers"] = [0, 1]   # node 2: HMAT tier 54
+DEFAULT_MEMORY_NODES["qemu-x86_64-pci-devices"] = [0, 1]  # node 2: generic initiator
+DEFAULT_MEMORY_NODES["cxl-qemu-6.12"] = [0, 1]            # node 2: CXL, tier 22
 
 
 def expect_from_fixture(name, arch):

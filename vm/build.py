@@ -21,7 +21,19 @@ system's apt state is never touched.
 
 A second run with a complete cache does nothing (no apt calls at all).
 
-Usage: python3 vm/build.py [--arch x86_64,x86_64-6.12,aarch64,ppc64le,s390x] [--force]
+Two more cached items serve the x86_64-6.12 guests that need QEMU 10 (q35 with
+PCI expanders on a node, generic initiators, CXL; KERNEL_FACTS section 11):
+
+    <cache>/qemu10/root/                Debian 13's qemu-system-x86 and every library
+                                        it needs, unpacked with dpkg-deb -x
+    <cache>/qemu10/qemu-system-x86_64   a launcher: trixie's own dynamic loader and
+                                        library path, and QEMU 10's module folder
+                                        bind-mounted over the host's (unshare --mount)
+    <cache>/x86_64-6.12-modules/        the guest kernel modules those guests insmod
+                                        (nvme, e1000e, CXL, DAX kmem), decompressed
+
+Usage: python3 vm/build.py [--arch x86_64,x86_64-6.12,aarch64,ppc64le,s390x,qemu10,
+                           x86_64-6.12-modules] [--force]
 Needs: apt-get, apt-cache, dpkg, dpkg-deb (Debian or Ubuntu host), root for
 ``dpkg --add-architecture`` and ``apt-get update`` the first time.
 """
@@ -445,21 +457,188 @@ def build_arch(image: str, keep_debs: bool) -> None:
     log(f"{image}: {kimage} + base.cpio.gz ({size} MiB) in {time.monotonic() - t0:.0f}s")
 
 
+# ------------------------------------------------------------ QEMU 10 (trixie)
+
+# Debian 12's QEMU 7.2 lacks acpi-generic-initiator (QEMU 9+) and cannot commit a
+# CXL region the 6.12 kernel accepts; Debian 13's QEMU 10 runs here from a folder
+# (KERNEL_FACTS section 11). Both items below are built only from trixie's apt
+# repositories, through the private apt state of apt_opts().
+QEMU10 = {"suite": "trixie", "deb_arch": "amd64", "package": "qemu-system-x86"}
+
+# Guest kernel modules the QEMU 10 guests load, in insmod order, as paths under the
+# kernel package's usr/lib/modules/<version>/kernel/ (without .ko.xz). Debian's
+# 6.12 builds these as modules; their dependencies (modinfo 'depends') come first.
+# cxl_core, cxl_port and the DAX core are built in.
+GUEST_MODULES = {
+    "x86_64-6.12": (
+        "drivers/nvme/common/nvme-auth", "drivers/nvme/host/nvme-core", "drivers/nvme/host/nvme",
+        "drivers/net/ethernet/intel/e1000e/e1000e",
+        "drivers/cxl/cxl_acpi", "drivers/cxl/cxl_pci", "drivers/cxl/cxl_mem",
+        "drivers/dax/dax_cxl", "drivers/dax/kmem",
+    ),
+}
+
+LAUNCHER = r"""#!/bin/sh
+# Written by vm/build.py: Debian 13's QEMU 10 run from this folder with its own
+# dynamic loader and libraries (KERNEL_FACTS section 11).
+R="$(cd "$(dirname "$0")" && pwd)/root"
+L="$R/usr/lib/x86_64-linux-gnu"
+set -- "$L/ld-linux-x86-64.so.2" --library-path "$L:$R/lib/x86_64-linux-gnu" \
+    "$R/usr/bin/qemu-system-x86_64" -L "$R/usr/share/qemu" -L "$R/usr/share/seabios" \
+    -L "$R/usr/lib/ipxe/qemu" "$@"
+H=/usr/lib/x86_64-linux-gnu/qemu
+[ -d "$H" ] || exec "$@"
+# QEMU loads its modules from the folder compiled in, which is the host's QEMU's:
+# those abort QEMU 10 (module_load_dso assertion; QEMU_MODULE_DIR does not help).
+# In a private mount namespace, put QEMU 10's own modules over that folder.
+if [ "$(id -u)" = 0 ]; then U="unshare --mount"; else U="unshare --mount --map-root-user"; fi
+exec $U sh -c 'mount --bind "$0" "$1" && shift && exec "$@"' "$L/qemu" "$H" "$@"
+"""
+
+
+def qemu10_dir() -> str:
+    return os.path.join(cache_dir(), "qemu10")
+
+
+def qemu10_binary() -> str:
+    """The launcher of the cached QEMU 10 (exists once `build.py --arch qemu10` ran)."""
+    return os.path.join(qemu10_dir(), "qemu-system-x86_64")
+
+
+def qemu10_complete() -> bool:
+    d = qemu10_dir()
+    return all(os.path.isfile(os.path.join(d, f)) for f in (
+        "manifest.json", "qemu-system-x86_64", "root/usr/bin/qemu-system-x86_64"))
+
+
+def qemu10_packages(apt: list) -> list:
+    """qemu-system-x86 and everything it depends on, recursively (virtual names,
+    shown as <name>, are left out: a real package provides each)."""
+    out = run(["apt-cache", *apt, "depends", "--recurse", "--no-recommends", "--no-suggests",
+               "--no-conflicts", "--no-breaks", "--no-replaces", "--no-enhances",
+               f"{QEMU10['package']}:{QEMU10['deb_arch']}"])
+    names = {line.strip().split(":")[0] for line in out.splitlines()
+             if line.strip() and not line.startswith(" ") and not line.startswith("<")}
+    return sorted(names)
+
+
+def build_qemu10() -> None:
+    t0 = time.monotonic()
+    apt = apt_opts(QEMU10["suite"], QEMU10["deb_arch"])
+    if not has_candidate(f"{QEMU10['package']}:{QEMU10['deb_arch']}", apt):
+        apt_update(apt)
+    pkgs = qemu10_packages(apt)
+    out = qemu10_dir()
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+        debs = download(pkgs, QEMU10["deb_arch"], tmp, apt)
+        root = os.path.join(out, "root")
+        for deb in debs.values():
+            subprocess.run(["dpkg-deb", "-x", deb, root], check=True)
+        versions = {p: deb_version(d) for p, d in debs.items()}
+    for rel in PRUNE_DIRS:
+        shutil.rmtree(os.path.join(root, rel), ignore_errors=True)
+    with open(qemu10_binary(), "w") as fh:
+        fh.write(LAUNCHER)
+    os.chmod(qemu10_binary(), 0o755)
+    version = run([qemu10_binary(), "--version"]).splitlines()[0]
+    with open(os.path.join(out, "manifest.json"), "w") as fh:
+        json.dump({"suite": QEMU10["suite"], "version": version, "packages": versions},
+                  fh, indent=2, sort_keys=True)
+    log(f"qemu10: {version} ({len(pkgs)} packages) in {time.monotonic() - t0:.0f}s")
+
+
+def modules_dir(image: str) -> str:
+    return os.path.join(cache_dir(), f"{image}-modules")
+
+
+def _image_kernel(image: str) -> tuple:
+    with open(os.path.join(cache_dir(), image, "manifest.json")) as fh:
+        manifest = json.load(fh)
+    pkg = manifest["kernel_package"]
+    return pkg, manifest["packages"][pkg]
+
+
+def modules_complete(image: str) -> bool:
+    """The modules are cached, all of them, from the kernel the image boots."""
+    try:
+        with open(os.path.join(modules_dir(image), "manifest.json")) as fh:
+            manifest = json.load(fh)
+        kernel = _image_kernel(image)
+    except (OSError, ValueError, KeyError):
+        return False
+    return (tuple(manifest.get("kernel", ())) == kernel
+            and list(manifest.get("modules", ())) == list(GUEST_MODULES[image])
+            and os.path.isfile(os.path.join(modules_dir(image), "modules.cpio.gz")))
+
+
+def build_modules(image: str) -> None:
+    """Take GUEST_MODULES[image] out of the very kernel package the image boots,
+    decompressed (busybox insmod reads plain .ko), packed as a cpio archive the run
+    appends to its initramfs: /vmtest/modules/<name>.ko."""
+    import lzma
+    t0 = time.monotonic()
+    if not arch_complete(image):
+        raise SystemExit(f"{image}-modules: build the {image} image first (--arch {image})")
+    pkg, version = _image_kernel(image)
+    suite, deb_arch = IMAGES[image]["suite"], ARCHES[IMAGES[image]["arch"]]["deb"]
+    apt = apt_opts(suite, deb_arch)
+    out = modules_dir(image)
+    os.makedirs(out, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+        sandbox = ["-o", "APT::Sandbox::User=root"] if os.geteuid() == 0 else []
+        log(f"apt-get download {pkg}={version} (for its modules)")
+        subprocess.run(["apt-get", "download", "-q", *apt, *sandbox,
+                        f"{pkg}:{deb_arch}={version}"], cwd=tmp, check=True,
+                       stdout=subprocess.DEVNULL)
+        deb = next(os.path.join(tmp, f) for f in os.listdir(tmp) if f.endswith(".deb"))
+        kver = pkg[len("linux-image-"):]
+        members = [f"./usr/lib/modules/{kver}/kernel/{m}.ko.xz" for m in GUEST_MODULES[image]]
+        tar = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", deb], stdout=subprocess.PIPE)
+        subprocess.run(["tar", "-x", "-C", tmp, *members], stdin=tar.stdout, check=True)
+        tar.wait()
+        mods = {}
+        for m, member in zip(GUEST_MODULES[image], members):
+            with lzma.open(os.path.join(tmp, member)) as fh:
+                mods[os.path.basename(m)] = fh.read()
+
+    def write(w: CpioWriter) -> None:
+        w.add_dir("vmtest")
+        w.add_dir("vmtest/modules")
+        for name, data in mods.items():
+            w.add_file(f"vmtest/modules/{name}.ko", data)
+    pack_cpio_gz(write, os.path.join(out, "modules.cpio.gz"))
+    with open(os.path.join(out, "manifest.json"), "w") as fh:
+        json.dump({"kernel": [pkg, version], "modules": list(GUEST_MODULES[image])}, fh,
+                  indent=2)
+    log(f"{image}-modules: {len(mods)} modules of {pkg} in {time.monotonic() - t0:.0f}s")
+
+
+EXTRAS = {"qemu10": (qemu10_complete, build_qemu10),
+          "x86_64-6.12-modules": (lambda: modules_complete("x86_64-6.12"),
+                                  lambda: build_modules("x86_64-6.12"))}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--arch", default=",".join(IMAGES),
-                    help="comma separated guest images (default: all)")
+    ap.add_argument("--arch", default=",".join([*IMAGES, *EXTRAS]),
+                    help="comma separated guest images and extras (default: all)")
     ap.add_argument("--force", action="store_true", help="rebuild even when cached")
     ap.add_argument("--keep-debs", action="store_true",
                     help="keep the downloaded .deb files in the cache")
     args = ap.parse_args(argv)
-    arches = [a.strip() for a in args.arch.split(",") if a.strip()]
-    unknown = [a for a in arches if a not in IMAGES]
+    names = [a.strip() for a in args.arch.split(",") if a.strip()]
+    unknown = [a for a in names if a not in IMAGES and a not in EXTRAS]
     if unknown:
-        ap.error(f"unknown image(s) {unknown}; known: {list(IMAGES)}")
+        ap.error(f"unknown image(s) {unknown}; known: {[*IMAGES, *EXTRAS]}")
+    arches = [a for a in names if a in IMAGES]
+    extras = [a for a in names if a in EXTRAS]
     todo = [a for a in arches if args.force or not arch_complete(a)]
-    if not todo:
-        log(f"cache complete for {', '.join(arches)} in {cache_dir()}: nothing to do")
+    # The modules come from the image's own kernel package: build that image first.
+    todo_extras = [e for e in extras if args.force or not EXTRAS[e][0]()]
+    if not todo and not todo_extras:
+        log(f"cache complete for {', '.join(names)} in {cache_dir()}: nothing to do")
         return 0
     # One apt-get update per apt state (the host's for bookworm, a private one
     # for each other suite), only when a package to fetch has no candidate.
@@ -477,6 +656,8 @@ def main(argv=None) -> int:
         apt_update(opts)
     for a in todo:
         build_arch(a, args.keep_debs)
+    for e in todo_extras:
+        EXTRAS[e][1]()
     return 0
 
 

@@ -67,6 +67,12 @@ FIXTURES: Dict[str, Tuple[str, str]] = {
     # Linux 6.12 (Debian 13 image) with ACPI HMAT: memory tiers, access0/access1,
     # weighted-interleave weights (issue 11).
     "qemu-x86_64-hmat-tiers": ("x86_64-6.12", "hmat-tiers"),
+    # QEMU 10 guests of issue 22 (vm/build.py qemu10): PCI devices on node 1 and a
+    # generic-initiator node; two packages x two nodes; a CXL Type-3 expander.
+    # Each also keeps guest_oracle.json (vm/guest_oracle.py, run in the guest).
+    "qemu-x86_64-pci-devices": ("x86_64-6.12", "pci-devices"),
+    "qemu-x86_64-snc-2x2": ("x86_64-6.12", "snc-2x2"),
+    "cxl-qemu-6.12": ("x86_64-6.12", "cxl"),
 }
 
 # Node memory as the kernel reports it must be at most what QEMU gave the node
@@ -92,6 +98,7 @@ sys.stdout.flush()
 '''
 
 GUEST_COMMAND = ("python3 /vmtest/gather.py /tmp/fixture >/dev/null "
+                 "&& python3 /vmtest/guest_oracle.py > /tmp/fixture/guest_oracle.json "
                  "&& python3 /vmtest/pack_fixture.py /tmp/fixture")
 
 
@@ -101,6 +108,7 @@ def gather_in_guest(arch: str, topology: str, timeout: float = 300,
                     tries: int = 2) -> Tuple[bytes, str]:
     """Boot, gather, return (tar.gz bytes, console). Retries once on a garbled transfer."""
     files = {"/vmtest/gather.py": os.path.join(REPO, "tools", "gather.py"),
+             "/vmtest/guest_oracle.py": os.path.join(HERE, "guest_oracle.py"),
              "/vmtest/pack_fixture.py": PACK_PY.encode()}
     last = ""
     for _ in range(tries):
@@ -425,6 +433,40 @@ def _tier_oracle(topo: dict, root: str, ids: List[int], notes: List[str]):
     return tiers, access, weights
 
 
+# Keys of vm/run.py TOPOLOGIES that fix what the guest oracle must show.
+GUEST_ORACLE_KEYS = ("pci", "packages", "generic_initiators")
+
+
+def guest_oracle_notes(topology: str, go: dict) -> List[str]:
+    """Where guest_oracle.json (the guest's sysfs, read in the guest without
+    numa_utils) and the QEMU definition disagree."""
+    topo = vmrun.TOPOLOGIES[topology]
+    notes = []
+    for addr, want in (topo.get("pci") or {}).items():
+        got = go["pci"].get(addr)
+        if got is None:
+            notes.append(f"guest oracle: no PCI function {addr}")
+            continue
+        flat = dict(got, names=sorted(n for ns in got["names"].values() for n in ns))
+        for k, v in want.items():
+            if flat.get(k) != v:
+                notes.append(f"guest oracle: {addr} {k} {flat.get(k)!r}, QEMU definition {v!r}")
+    if topo.get("packages") is not None:
+        got = [go["cpus"][str(c)]["package"] for c in range(topo["cpus"])]
+        if got != topo["packages"]:
+            notes.append(f"guest oracle: packages {got}, QEMU definition {topo['packages']}")
+    gi = topo.get("generic_initiators") or []
+    if (go.get("has_generic_initiator") or []) != gi:
+        notes.append(f"guest oracle: has_generic_initiator {go.get('has_generic_initiator')}, "
+                     f"QEMU definition {gi}")
+    for n, node in topo["nodes"].items():
+        got = go["nodes"].get(n)
+        if got is None or got["cpus"] != node["cpus"] or \
+                got["distances"] != topo["distances"][int(n)]:
+            notes.append(f"guest oracle: node {n} {got}, QEMU definition {node}")
+    return notes
+
+
 def diff(want, got, path="") -> List[str]:
     """Every place where two JSON values differ, as 'path: want != got'."""
     if isinstance(want, dict) and isinstance(got, dict):
@@ -457,8 +499,10 @@ def compare_with_numa_utils(root: str, exp: dict) -> List[str]:
 def _qemu_command_text(arch: str, topology: str) -> str:
     cmd = vmrun.qemu_command(arch, topology, "INITRD")
     kernel, _ = vmrun.images(arch)
+    mods = " + modules.cpio.gz" if vmrun.TOPOLOGIES[topology].get("modules") else ""
     cmd = [f"vm/.cache/{arch}/vmlinuz" if a == kernel else
-           "<base.cpio.gz + per-run archive>" if a == "INITRD" else a for a in cmd]
+           "vm/.cache/qemu10/qemu-system-x86_64" if a == build.qemu10_binary() else
+           f"<base.cpio.gz{mods} + per-run archive>" if a == "INITRD" else a for a in cmd]
     return shlex.join(cmd)
 
 
@@ -518,7 +562,8 @@ def _observations(arch: str, topology: str, root: str, exp: dict) -> List[str]:
 
 
 def source_md(name: str, arch: str, topology: str, gathered_md: str, root: str,
-              exp: dict, notes: List[str], disagreements: List[str]) -> str:
+              exp: dict, notes: List[str], disagreements: List[str], *,
+              guest_oracle: bool = False) -> str:
     manifest = {}
     mpath = os.path.join(build.cache_dir(), arch, "manifest.json")
     if os.path.exists(mpath):
@@ -543,7 +588,14 @@ def source_md(name: str, arch: str, topology: str, gathered_md: str, root: str,
              "Topology QEMU was given (`vm/run.py` TOPOLOGIES): " + "; ".join(desc)
              + ("; no `-numa` options" if not topo["numa"] else
                 f"; distances {topo['distances']}"), "",
-             "QEMU command:", "", "    " + _qemu_command_text(arch, topology), "",
+             "QEMU command:", "", "    " + _qemu_command_text(arch, topology), ""]
+    if topo.get("modules") or topo.get("setup"):
+        lines += ["Before gathering, the guest's /init loaded these modules of the same "
+                  "kernel package (`vm/build.py` GUEST_MODULES, decompressed), in order: "
+                  + ", ".join(f"`{m}`" for m in topo.get("modules", ())) + "; then ran "
+                  "(`vm/run.py`):", ""]
+        lines += ["    " + ln for ln in topo.get("setup", "").strip().splitlines()] + [""]
+    lines += [
              "## expected.json", "",
              "Built by `vm/gather_fixtures.py` without numa_utils: nodes, their CPUs, "
              "distances, nodes with CPUs / memory and the online CPUs from the QEMU "
@@ -552,6 +604,17 @@ def source_md(name: str, arch: str, topology: str, gathered_md: str, root: str,
              "Cpus/Mems_allowed_list, numa_balancing and THP from the gathered files, "
              "parsed by the script's own code. Then compared with "
              "`numa_utils.read_topology` over `root/`.", ""]
+    if guest_oracle and any(topo.get(k) is not None for k in GUEST_ORACLE_KEYS):
+        lines += ["## guest_oracle.json", "",
+                  "Printed in the guest by `vm/guest_oracle.py` (the standard library "
+                  "reading the live sysfs, never numa_utils): every PCI function's address, "
+                  "class, vendor, device, numa_node, local_cpulist, driver, kernel names "
+                  "(/sys/class/net, nvme, infiniband), host bridge and path from its root "
+                  "port; the node masks (has_cpu, has_memory, has_normal_memory, "
+                  "has_generic_initiator), each node's CPUs, MemTotal and distances, the "
+                  "memory tiers, each CPU's physical_package_id and core_id. What `root/` "
+                  "does not keep (drivers, class names, the PCI paths) is only here. "
+                  "Compared with the QEMU definition under 'Tree vs QEMU definition'.", ""]
     lines += ["## What this kernel shows", ""]
     lines += [f"- {o}" for o in _observations(arch, topology, root, exp)]
     lines += ["", "## Tree vs QEMU definition", ""]
@@ -580,12 +643,24 @@ def make_fixture(name: str, out_dir: str, timeout: float) -> List[str]:
         with open(os.path.join(tmp, "SOURCE.md")) as fh:
             gathered_md = fh.read()
         exp, notes = oracle(arch, topology, root)
+        go_path = os.path.join(tmp, "guest_oracle.json")
+        go = None
+        if os.path.exists(go_path):
+            with open(go_path) as fh:
+                go = json.load(fh)
+            notes += guest_oracle_notes(topology, go)
         disagreements = compare_with_numa_utils(root, exp)
-        md = source_md(name, arch, topology, gathered_md, root, exp, notes, disagreements)
+        md = source_md(name, arch, topology, gathered_md, root, exp, notes, disagreements,
+                       guest_oracle=go is not None)
         os.makedirs(final, exist_ok=True)
         if os.path.isdir(os.path.join(final, "root")):
             shutil.rmtree(os.path.join(final, "root"))
         os.replace(root, os.path.join(final, "root"))
+    if go is not None and any(vmrun.TOPOLOGIES[topology].get(k) is not None
+                              for k in GUEST_ORACLE_KEYS):
+        with open(os.path.join(final, "guest_oracle.json"), "w") as fh:
+            json.dump(go, fh, indent=1, sort_keys=True)
+            fh.write("\n")
     with open(os.path.join(final, "SOURCE.md"), "w") as fh:
         fh.write(md)
     with open(os.path.join(final, "expected.json"), "w") as fh:

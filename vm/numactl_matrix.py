@@ -13,7 +13,9 @@ numa_maps line). stderr is recorded,
 not compared (messages may be worded differently). When numa_utils has no
 ``numactl`` subcommand one ``NUMACTL {"skip": reason}`` line is printed instead.
 NUMACTL_MATRIX_SELFTEST=1 compares numactl with itself (every line must match: a
-check of the harness).
+check of the harness).  "numactl" is the real binary (real_numactl): a wrapper
+script on PATH, such as the README's shim around numa_utils, is refused, since
+comparing numa_utils with itself proves nothing.
 
     python3 /vmtest/numactl_matrix.py /vmtest/numactl_matrix.txt
 """
@@ -31,6 +33,30 @@ CGROUP = "/sys/fs/cgroup"
 CPUSET = f"{CGROUP}/numactl_matrix"
 
 
+def real_numactl(path=None, fallback=("/usr/bin", "/bin")):
+    """(absolute path, None) of the first numactl on PATH, then /usr/bin and /bin,
+    that is an ELF executable; (None, why) when there is none.  Anything else named
+    numactl (a ``#!`` script such as ``exec python3 -m numa_utils numactl``) is
+    skipped, and named in ``why`` when nothing real is found."""
+    dirs = (path if path is not None else os.environ.get("PATH", "")).split(os.pathsep)
+    refused = []
+    for d in dirs + list(fallback):
+        exe = os.path.join(d or ".", "numactl")
+        if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+            continue
+        exe = os.path.abspath(exe)
+        with open(exe, "rb") as fh:
+            head = fh.read(4096)
+        if head[:4] == b"\x7fELF":
+            return exe, None
+        if exe not in refused:
+            refused.append(exe + (" (a script around numa_utils)" if b"numa_utils" in head
+                                  else " (not an ELF binary)"))
+    if refused:
+        return None, "no real numactl binary, only " + ", ".join(refused)
+    return None, "no numactl binary on PATH or in " + " ".join(fallback)
+
+
 def parse(path):
     """[(args, tags)] from the data file."""
     out = []
@@ -46,9 +72,9 @@ def parse(path):
     return out
 
 
-def numactl_version():
+def numactl_version(numactl="numactl"):
     """(2, 0, 19) from `numactl --version` (2.0.19+); (2, 0, 0) when it has none."""
-    res = subprocess.run(["numactl", "--version"], stdout=subprocess.PIPE,
+    res = subprocess.run([numactl, "--version"], stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
     m = re.search(r"(\d+)\.(\d+)\.(\d+)", res.stdout) if res.returncode == 0 else None
     return tuple(int(x) for x in m.groups()) if m else (2, 0, 0)
@@ -150,10 +176,14 @@ def compare(a, b, hardware):
 
 def main(argv):
     data = argv[1] if len(argv) > 1 else "/vmtest/numactl_matrix.txt"
+    numactl, why = real_numactl()
+    if numactl is None:
+        print("NUMACTL " + json.dumps({"skip": why}), flush=True)
+        return 0
     nu_cmd = [sys.executable, "-m", "numa_utils", "numactl"]
     if os.environ.get("NUMACTL_MATRIX_SELFTEST"):
         # numactl against itself: proves the harness (every line must match).
-        nu_cmd = ["numactl"]
+        nu_cmd = [numactl]
     # The guest writes no bytecode (PYTHONDONTWRITEBYTECODE): compile numa_utils
     # once so each of the ~60 runs does not compile 7,000 lines under emulation.
     try:
@@ -164,10 +194,11 @@ def main(argv):
     # --help exits 1 as numactl's does: an unrecognized option.)
     probe = subprocess.run(nu_cmd + ["--show"], stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)
-    if nu_cmd == ["numactl"]:
+    if nu_cmd == [numactl]:
         probe.returncode = 0
-    version = numactl_version()
-    print("NUMACTL_NOTE numactl " + ".".join(map(str, version)) + " (2.0.0: no --version, "
+    version = numactl_version(numactl)
+    print(f"NUMACTL_NOTE numactl {numactl} " + ".".join(map(str, version)) +
+          " (2.0.0: no --version, "
           "older than 2.0.19); numa_utils numactl --show exit " + str(probe.returncode),
           flush=True)
     if probe.returncode != 0:
@@ -191,8 +222,8 @@ def main(argv):
             make_cpuset()
             enter_cpuset()
             in_cpuset = True
-        tail = [] if "nocmd" in tags else ["numactl", "--show"]
-        a = run_one(["numactl", *args, *tail], tags)
+        tail = [] if "nocmd" in tags else [numactl, "--show"]
+        a = run_one([numactl, *args, *tail], tags)
         b = run_one([*nu_cmd, *args, *tail], tags)
         hardware = any(x in ("-H", "--hardware") for x in args)
         why = compare(a, b, hardware)

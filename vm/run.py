@@ -70,7 +70,8 @@ def _topology(nodes, distances=None, *, cgroup_mems=None, numa=True) -> dict:
         "numa": numa,
         "nodes": {str(i): {"cpus": list(c), "mem_mb": m} for i, (c, m) in enumerate(nodes)},
         "distances": dist if numa else None,
-        "memory_only": [i for i, (c, _) in enumerate(nodes) if not c and numa],
+        # Memory but no CPUs (a node with neither is not memory-only).
+        "memory_only": [i for i, (c, m) in enumerate(nodes) if not c and m and numa],
         "cpus": cpus_total,
         "mem_mb": sum(m for _, m in nodes),
         "allowed_mems": (list(cgroup_mems) if cgroup_mems is not None
@@ -105,6 +106,71 @@ def _hmat_topology(nodes, distances, initiator_of, lb, *, local, remote, tiers,
     return topo
 
 
+# -- QEMU 10 guests (KERNEL_FACTS section 11; x86_64-6.12 image, vm/build.py qemu10) --
+#
+# Extra keys: "qemu": "qemu10" (the cached launcher instead of the host's QEMU);
+# "machine", "smp": replace the image's -M and -smp; "devices": more QEMU arguments;
+# "modules": guest modules /init insmods first (vm/build.py GUEST_MODULES);
+# "setup": a shell snippet /init runs after them; "pci": the PCI functions the
+# guest must show (from the QEMU definition below); "packages": each CPU's
+# physical_package_id; "generic_initiators": nodes with neither CPUs nor memory
+# that stand for a device.
+
+_PXB = ["-device", "pxb-pcie,bus_nr=128,id=pxb1,numa_node=1,bus=pcie.0"]
+for _i, (_dev, _extra) in enumerate((("VGA,id=gpu0", ""),
+                                     ("nvme,id=nvme0,serial=numautils0,drive=nvm0", ""),
+                                     ("e1000e,id=nic0,romfile=", ""))):
+    _PXB += ["-device", f"pcie-root-port,id=rp{_i + 1},bus=pxb1,chassis={_i + 1},"
+             f"slot={_i + 1},addr={_i:#x}",
+             "-device", f"{_dev},bus=rp{_i + 1}{_extra}"]
+# A 16 MiB drive that reads zeroes and stores nothing (no file on the host).
+_PXB += ["-blockdev", "driver=null-co,node-name=nvm0,size=16777216,read-zeroes=on",
+         "-object", "acpi-generic-initiator,id=gi0,pci-dev=gpu0,node=2"]
+
+# What the guest must show behind the expander: bus 0x80 holds the three root
+# ports (devices 0-2), each the parent of bus 0x81 + i. QEMU's own ids (VGA
+# 1234:1111, NVMe 1b36:0010, e1000e 8086:10d3), driver and kernel names as Debian's
+# 6.12 names them without udev.
+_PCI = {
+    "0000:81:00.0": {"class": "0x030000", "vendor": "0x1234", "device": "0x1111",
+                     "driver": None, "names": [], "root_port": "0000:80:00.0"},
+    "0000:82:00.0": {"class": "0x010802", "vendor": "0x1b36", "device": "0x0010",
+                     "driver": "nvme", "names": ["nvme0"], "root_port": "0000:80:01.0"},
+    "0000:83:00.0": {"class": "0x020000", "vendor": "0x8086", "device": "0x10d3",
+                     "driver": "e1000e", "names": ["eth0"], "root_port": "0000:80:02.0"},
+}
+for _d in _PCI.values():
+    _d.update(numa_node=1, local_cpulist=[1])
+
+# The CXL Type-3 volatile expander's region, made through sysfs
+# (Documentation/ABI/testing/sysfs-bus-cxl): root decoder decoder0.0, the
+# endpoint decoder of mem0, 256 MiB, one way; cxl_region then dax_cxl and kmem
+# online it as node 2.
+CXL_SETUP = r"""
+B=/sys/bus/cxl/devices
+for i in $(seq 100); do
+    EP=$(for d in $B/decoder*.0; do [ -e $d/dpa_size ] && echo ${d##*/}; done | head -n1)
+    [ -e $B/decoder0.0/create_ram_region ] && [ -n "$EP" ] && break; sleep 0.1
+done
+R=$(cat $B/decoder0.0/create_ram_region)
+echo $R > $B/decoder0.0/create_ram_region
+echo 256 > $B/$R/interleave_granularity
+echo 1 > $B/$R/interleave_ways
+echo ram > $B/$EP/mode
+echo 0x10000000 > $B/$EP/dpa_size
+echo 0x10000000 > $B/$R/size
+echo $EP > $B/$R/target0
+echo 1 > $B/$R/commit
+echo $R > /sys/bus/cxl/drivers/cxl_region/bind
+for i in $(seq 200); do grep -q 2 /sys/devices/system/node/has_memory && break; sleep 0.1; done
+echo "VMNOTE cxl: $R on $EP; has_memory $(cat /sys/devices/system/node/has_memory)"
+"""
+
+PCI_SETUP = r"""
+for i in $(seq 100); do [ -e /sys/class/nvme/nvme0 ] && [ -e /sys/class/net/eth0 ] && break
+    sleep 0.1; done
+"""
+
 TOPOLOGIES = {
     "two-node": _topology([([0], 512), ([1], 512)]),
     "four-node-asym": _topology(
@@ -126,12 +192,42 @@ TOPOLOGIES = {
         [([0], 512), ([1], 512), ([], 512)], {(0, 1): 20, (0, 2): 30, (1, 2): 30},
         {2: 0}, {(0, 2): (300, 50), (1, 2): (300, 50)},
         local=(100, 200), remote=(200, 100), tiers=[[0, 1], [2]], default_memory_nodes=[0, 1]),
+    # q35, nodes 0 and 1 in packages 0 and 1, a PCI Express expander on node 1
+    # with a display device, an NVMe controller and a NIC behind three root
+    # ports; node 2 has neither CPUs nor memory: an ACPI generic initiator
+    # standing for the display device.
+    "pci-devices": dict(
+        _topology([([0], 512), ([1], 512), ([], 0)]),
+        qemu="qemu10", machine=["-M", "q35", "-vga", "none"], smp="2,sockets=2,cores=1",
+        devices=_PXB, modules=["nvme-auth", "nvme-core", "nvme", "e1000e"], setup=PCI_SETUP,
+        pci=_PCI, packages=[0, 1], generic_initiators=[2], tiers=[[0, 1]],
+        default_memory_nodes=[0, 1]),
+    # Sub-NUMA clustering (SNC2 / NPS2): two packages of two cores, one node per core.
+    "snc-2x2": dict(
+        _topology([([0], 256), ([1], 256), ([2], 256), ([3], 256)],
+                  {(0, 1): 11, (2, 3): 12, (0, 2): 20, (1, 3): 20, (0, 3): 21, (1, 2): 21}),
+        qemu="qemu10", smp="4,sockets=2,cores=2", packages=[0, 0, 1, 1],
+        nodes_per_package=2, tiers=[[0, 1, 2, 3]], default_memory_nodes=[0, 1, 2, 3]),
+    # A CXL Type-3 volatile memory expander (256 MiB) onlined by the kernel's CXL
+    # and DAX kmem drivers as the CPU-less node 2, in its own slower tier.
+    "cxl": dict(
+        _topology([([0], 512), ([1], 512), ([], 256)]),
+        qemu="qemu10", machine=["-M", "q35,cxl=on", "-cpu", "max,-hypervisor"],
+        smp="2,sockets=2,cores=1,threads=1", cxl_mb=256,
+        devices=["-object", "memory-backend-ram,id=cxlvmem0,size=256M",
+                 "-device", "pxb-cxl,bus_nr=12,bus=pcie.0,id=cxl.0",
+                 "-device", "cxl-rp,port=0,bus=cxl.0,id=cxl_rp0,chassis=0,slot=2",
+                 "-device", "cxl-type3,bus=cxl_rp0,volatile-memdev=cxlvmem0,id=cxl-vmem0",
+                 "-M", "cxl-fmw.0.targets.0=cxl.0,cxl-fmw.0.size=4G"],
+        modules=["cxl_acpi", "cxl_pci", "cxl_mem", "dax_cxl", "kmem"], setup=CXL_SETUP,
+        packages=[0, 1], tiers=[[0, 1], [2]], default_memory_nodes=[0, 1]),
 }
 
 # Which topologies each guest image (vm/build.py IMAGES) can boot.
 SUPPORTED = {
     "x86_64": {"two-node", "four-node-asym", "memory-only", "many-66", "cpuset", "no-numa"},
-    "x86_64-6.12": {"two-node", "memory-only", "cpuset", "hmat-tiers"},
+    "x86_64-6.12": {"two-node", "memory-only", "cpuset", "hmat-tiers", "pci-devices",
+                    "snc-2x2", "cxl"},
     "aarch64": {"two-node", "four-node-asym", "memory-only", "cpuset", "no-numa"},
     "ppc64le": {"two-node", "four-node-asym", "memory-only", "cpuset", "no-numa"},
     # Debian's s390x kernel has no NUMA: the only honest topology is none.
@@ -140,11 +236,18 @@ SUPPORTED = {
 
 
 def qemu_topology_args(topo: dict) -> list:
-    args = ["-smp", str(topo["cpus"]), "-m", f"{topo['mem_mb']}M"]
+    # The CXL window's memory is not part of -m (its own memory-backend-ram).
+    boot_mb = topo["mem_mb"] - topo.get("cxl_mb", 0)
+    args = ["-smp", topo.get("smp") or str(topo["cpus"]), "-m", f"{boot_mb}M"]
     if not topo["numa"]:
         return args
     hmat = topo.get("hmat")
     for nid, node in topo["nodes"].items():
+        if nid == "2" and topo.get("cxl_mb"):
+            continue    # the kernel makes it from the CXL region
+        if not node["mem_mb"]:
+            args += ["-numa", f"node,nodeid={nid}"]   # neither CPUs nor memory
+            continue
         args += ["-object", f"memory-backend-ram,id=m{nid},size={node['mem_mb']}M"]
         spec = f"node,nodeid={nid},memdev=m{nid}"
         for cpu in node["cpus"]:
@@ -156,7 +259,7 @@ def qemu_topology_args(topo: dict) -> list:
     dist = topo["distances"]
     pairs = [(a, b) for a in range(n) for b in range(a + 1, n)]
     # QEMU wants either no distances or one for every pair.
-    if any(dist[a][b] != 20 for a, b in pairs):
+    if any(dist[a][b] != 20 for a, b in pairs) and not topo.get("cxl_mb"):
         for a, b in pairs:
             args += ["-numa", f"dist,src={a},dst={b},val={dist[a][b]}"]
     for key, (lat, bw) in (hmat or {}).get("lb", {}).items():
@@ -164,7 +267,7 @@ def qemu_topology_args(topo: dict) -> list:
         base = f"hmat-lb,initiator={i},target={t},hierarchy=memory"
         args += ["-numa", f"{base},data-type=access-latency,latency={lat}",
                  "-numa", f"{base},data-type=access-bandwidth,bandwidth={bw}G"]
-    return args
+    return args + list(topo.get("devices", ()))
 
 
 def arch_of(image: str) -> str:
@@ -196,6 +299,8 @@ if [ "@CGROUP@" = 1 ]; then
 fi
 [ -w /proc/sys/kernel/numa_balancing ] && echo 0 > /proc/sys/kernel/numa_balancing
 cd /vmtest
+for m in @MODULES@; do busybox insmod /vmtest/modules/$m.ko || echo "VMNOTE insmod $m failed"; done
+@SETUP@
 echo "@BEGIN@"
 @COMMAND@
 echo "@@NUMA_UTILS_VM END rc=$?@@"
@@ -254,10 +359,18 @@ def images(image: str) -> Tuple[str, str]:
     return os.path.join(d, "vmlinuz"), os.path.join(d, "base.cpio.gz")
 
 
-def missing_reason(image: str) -> Optional[str]:
-    """Why this image's guest cannot boot here, or None."""
+def missing_reason(image: str, topology: Optional[str] = None) -> Optional[str]:
+    """Why this image's guest (with this topology) cannot boot here, or None."""
+    topo = TOPOLOGIES.get(topology or "", {})
+    if topo.get("qemu") == "qemu10":
+        if not build.qemu10_complete():
+            return (f"QEMU 10 missing: {build.qemu10_binary()} (run: python3 vm/build.py "
+                    "--arch qemu10)")
+        if topo.get("modules") and not build.modules_complete(image):
+            return (f"guest modules missing in {build.modules_dir(image)} (run: python3 "
+                    f"vm/build.py --arch {image}-modules)")
     q = QEMU[arch_of(image)]["binary"]
-    if shutil.which(q) is None:
+    if topo.get("qemu") != "qemu10" and shutil.which(q) is None:
         return (f"{q} not found (apt-get install qemu-system-x86 qemu-system-arm "
                 "qemu-system-ppc qemu-system-misc)")
     for path in images(image):
@@ -269,14 +382,16 @@ def missing_reason(image: str) -> Optional[str]:
 def qemu_command(image: str, topology: str, initrd: str, *, extra_append: str = "") -> list:
     kernel, _ = images(image)
     q = QEMU[arch_of(image)]
-    machine = list(q["machine"])
-    if TOPOLOGIES[topology].get("hmat"):
+    topo = TOPOLOGIES[topology]
+    machine = list(topo.get("machine") or q["machine"])
+    if topo.get("hmat"):
         machine[1] += ",hmat=on"
+    binary = build.qemu10_binary() if topo.get("qemu") == "qemu10" else q["binary"]
     append = (f"console={q['console']} panic=-1 quiet rdinit=/init loglevel=3 "
               f"{extra_append}").strip()
-    return ([q["binary"], *machine, "-accel", "tcg", "-no-reboot", "-nographic",
+    return ([binary, *machine, "-accel", "tcg", "-no-reboot", "-nographic",
              "-net", "none", "-kernel", kernel, "-initrd", initrd, "-append", append]
-            + qemu_topology_args(TOPOLOGIES[topology]))
+            + qemu_topology_args(topo))
 
 
 def run_guest(arch: str, topology: str, files: Optional[Mapping[str, FileSpec]] = None,
@@ -290,21 +405,26 @@ def run_guest(arch: str, topology: str, files: Optional[Mapping[str, FileSpec]] 
     """
     if topology not in SUPPORTED[arch]:
         raise ValueError(f"{arch} cannot boot topology {topology!r}")
-    reason = missing_reason(arch)
+    reason = missing_reason(arch, topology)
     if reason:
         raise FileNotFoundError(reason)
     expect = expect_for(arch, topology)
     init = (INIT.replace("@BEGIN@", BEGIN)
             .replace("@CGROUP@", "1" if expect["cgroup_mems"] is not None else "0")
+            .replace("@MODULES@", " ".join(expect.get("modules", ())))
+            .replace("@SETUP@", expect.get("setup", ""))
             .replace("@COMMAND@", command))
     _, base = images(arch)
+    parts = [base]
+    if expect.get("modules"):
+        parts.append(os.path.join(build.modules_dir(arch), "modules.cpio.gz"))
     with tempfile.TemporaryDirectory(prefix="numa_utils_vm_") as tmp:
         run_cpio = os.path.join(tmp, "run.cpio.gz")
         _run_archive(_guest_files(expect, files, patch_module), init, run_cpio)
         initrd = os.path.join(tmp, "initrd.gz")
         # The kernel unpacks concatenated archives in order; later files win.
         with open(initrd, "wb") as out:
-            for part in (base, run_cpio):
+            for part in (*parts, run_cpio):
                 with open(part, "rb") as fh:
                     shutil.copyfileobj(fh, out)
         cmd = qemu_command(arch, topology, initrd)
