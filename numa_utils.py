@@ -44,10 +44,12 @@ from typing import (
     Iterator,
     List,
     Mapping,
+    NoReturn,
     Optional,
     Sequence,
     Set,
     Tuple,
+    Type,
     Union,
 )
 
@@ -574,6 +576,203 @@ def _as_clong(v: int) -> ctypes.c_long:
     return ctypes.c_long(v)
 
 
+# Saved trees in one file.  Read into memory, never unpacked: nothing of an archive is
+# written to disk, so no member name or link can reach outside it.
+_TREE_MAX_TOTAL = 128 << 20      # an archive's bytes, uncompressed
+_TREE_MAX_STEPS = 1 << 21        # path components one backend walks, all lookups together
+_TEXT_ARCHIVE = b"# numa_utils saved tree"
+_PCT_RE = re.compile(rb"%([0-9A-Fa-f]{2})")
+_ENTRY_RE = re.compile(rb"(?m)^>>> ([^\n]*)\n?")
+_UNESCAPE_RE = re.compile(rb"(?m)^\\")
+
+
+def _read_regular(path: str, limit: int, flags: int = 0) -> bytes:
+    """At most ``limit`` bytes of a regular file (EFBIG past it); a FIFO or a device
+    is refused before it can block or never end."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | flags)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        chunks = []
+        left = limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        if left <= 0:
+            raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _unquote(b: bytes) -> str:
+    if b"%" not in b:
+        return b.decode("utf-8", "surrogateescape")
+    return _PCT_RE.sub(lambda m: bytes((int(m.group(1), 16),)), b).decode(
+        "utf-8", "surrogateescape")
+
+
+class _Archive:
+    """A saved tree held in memory, read-only: a text archive (one ``>>> PATH`` line
+    per entry, then its contents: fake_sysfs/README.md has the format), or a tar,
+    plain or compressed (tools/gather.py --archive).  Names are relative, without
+    ".." and at most 4,096 bytes and 128 components; only files, folders and
+    symbolic links (followed by LinuxBackend inside the tree)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.files: Dict[str, bytes] = {}
+        self.links: Dict[str, str] = {}
+        self.dirs: Dict[str, Dict[str, None]] = {"": {}}
+        try:
+            data = _read_regular(path, _TREE_MAX_TOTAL)
+        except OSError as e:
+            if e.errno != errno.EFBIG:
+                raise
+            self._bad(f"more than {_TREE_MAX_TOTAL >> 20} MiB")
+        if data.startswith(_TEXT_ARCHIVE):
+            self._text(data)
+        else:
+            self._tar(data)
+
+    def _bad(self, why: str) -> NoReturn:
+        raise ValueError(f"{self.path}: not a saved tree archive ({why})")
+
+    def _add(self, name: str, data: Optional[bytes] = None, link: Optional[str] = None
+             ) -> None:
+        rel = name.rstrip("/")
+        odd = "/" + rel + "/"
+        if "//" in odd or "/./" in odd or rel.startswith("./"):
+            rel = "/".join(p for p in name.split("/") if p not in ("", "."))
+        head, _, leaf = rel.rpartition("/")
+        if name.startswith("/") or not rel or "/../" in f"/{rel}/" or \
+                rel.count("/") >= 128 or len(name) > 4096 or (
+                    link is not None and len(link) > 4096):
+            self._bad(f"refused member {_short(name, 60)}: names are relative, "
+                      "without '..', at most 4,096 bytes and 128 components")
+        if head not in self.dirs:           # its folders, made once each
+            d = ""
+            for p in head.split("/"):
+                sub = f"{d}/{p}" if d else p
+                if sub in self.files or sub in self.links:
+                    self._bad(f"refused member {_short(name, 60)}: {sub!r} is not a "
+                              "folder")
+                self.dirs[d][p] = None
+                self.dirs.setdefault(sub, {})
+                d = sub
+        if rel in self.dirs and (data is not None or link is not None) or \
+                rel in self.links or (rel in self.files and data is None):
+            self._bad(f"refused member {_short(name, 60)}: named twice")
+        self.dirs[head][leaf] = None
+        if data is not None:
+            self.files[rel] = data
+        elif link is not None:
+            self.links[rel] = link
+        else:
+            self.dirs.setdefault(rel, {})
+
+    def _tar(self, data: bytes) -> None:
+        import io
+        import tarfile
+        import zlib
+        kind = {b"\x1f\x8b": "gzip", b"BZ": "bz2", b"\xfd7": "lzma"}.get(data[:2])
+        try:
+            if kind is not None:
+                mod = __import__(kind)
+                bad: Tuple[Type[BaseException], ...] = (OSError, EOFError, ValueError, zlib.error,
+                                         getattr(mod, "LZMAError", OSError))
+                try:
+                    with mod.open(io.BytesIO(data)) as z:
+                        data = z.read(_TREE_MAX_TOTAL + 1)
+                except bad as e:
+                    self._bad(f"{kind}: {e}")
+                if len(data) > _TREE_MAX_TOTAL:
+                    self._bad(f"more than {_TREE_MAX_TOTAL >> 20} MiB uncompressed")
+            with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+                for m in tar:
+                    if m.isdir():
+                        self._add(m.name)
+                    elif m.issym():
+                        self._add(m.name, link=m.linkname)
+                    elif m.isfile() and m.type != tarfile.GNUTYPE_SPARSE and \
+                            m.offset_data + m.size <= len(data):
+                        self._add(m.name, data[m.offset_data:m.offset_data + m.size])
+                    else:
+                        self._bad(f"refused member {_short(m.name, 60)}: only files, "
+                                  "folders and symbolic links, whole")
+                end = tar.offset
+        except (tarfile.TarError, EOFError) as e:
+            self._bad(str(e) or type(e).__name__)
+        # tarfile stops quietly at a header it cannot read: only the end-of-archive
+        # block says that nothing was cut off.
+        if data[end:end + 512] != bytes(512):
+            self._bad(f"truncated or damaged at byte {end}")
+
+    def _text(self, data: bytes) -> None:
+        import base64
+        parts = _ENTRY_RE.split(data)        # preamble, then (header, body) pairs
+        if any(ln and not ln.startswith(b"#") for ln in parts[0].split(b"\n")):
+            self._bad("text before the first '>>> PATH' line")
+        for i in range(1, len(parts), 2):
+            head, *flags = parts[i].split(b" ")
+            name, body = _unquote(head), parts[i + 1]
+            if flags[:1] == [b"->"] and len(flags) == 2 and not body:
+                self._add(name, link=_unquote(flags[1]))
+            elif name.endswith("/") and not flags and not body:
+                self._add(name)
+            elif flags == [b"base64"]:
+                try:
+                    self._add(name, base64.b64decode(body.replace(b"\n", b""),
+                                                     validate=True))
+                except ValueError as e:
+                    self._bad(f"{_short(name, 60)}: {e}")
+            elif flags in ([], [b"noeol"]):
+                if b"\\" in body:
+                    body = _UNESCAPE_RE.sub(b"", body)
+                self._add(name, body[:-1] if flags and body.endswith(b"\n") else body)
+            else:
+                self._bad(f"bad entry line {_short(parts[i].decode('utf-8', 'replace'))}")
+
+    def subtree(self) -> _Archive:
+        """The saved root in the archive: root/ (as tools/gather.py writes it) or the
+        archive's top when that holds sys/ or proc/."""
+        for base in ("root", ""):
+            if any(f"{base}/{d}".lstrip("/") in self.dirs for d in ("sys", "proc")):
+                break
+        else:
+            raise ValueError(f"{self.path}: no sys/ or proc/ in the archive "
+                             "(nor under root/)")
+        if not base:
+            return self
+        sub = _Archive.__new__(_Archive)
+        sub.path = self.path
+        cut = len(base) + 1
+        sub.files = {k[cut:]: v for k, v in self.files.items() if k[:cut] == base + "/"}
+        sub.links = {k[cut:]: v for k, v in self.links.items() if k[:cut] == base + "/"}
+        sub.dirs = {k[cut:]: v for k, v in self.dirs.items() if k[:cut] == base + "/"}
+        sub.dirs[""] = self.dirs[base]
+        return sub
+
+    def read(self, rel: str, path: str, limit: int) -> str:
+        data = self.files.get(rel)
+        if data is None:
+            err = errno.EISDIR if rel in self.dirs else errno.ENOENT
+            raise OSError(err, os.strerror(err), path)
+        if len(data) > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB", path)
+        return data.decode("utf-8", "replace")
+
+    def listdir(self, rel: str, path: str) -> List[str]:
+        names = self.dirs.get(rel)
+        if names is None:
+            err = errno.ENOTDIR if rel in self.files else errno.ENOENT
+            raise OSError(err, os.strerror(err), path)
+        return list(names)
+
+
 class LinuxBackend(Backend):
     """The Linux kernel, or a saved tree of it.
 
@@ -589,75 +788,99 @@ class LinuxBackend(Backend):
         self.abi = abi if abi is not None else abi_for()
         self.page_size = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
         self._real_paths: Dict[str, str] = {}
+        self._steps = 0
+        self._tree: Optional[_Archive] = None
+        if not self.is_live and os.path.isfile(self.root):
+            self._tree = _Archive(self.root).subtree()
 
     def __repr__(self) -> str:
         return f"LinuxBackend(root={self.root!r})"
 
-    # A saved tree can come from anyone (a bug report, a shared folder), so it is read
-    # as if it were "/": symlinks resolve inside it (".." stops at the tree's root, an
-    # absolute target names a file of the tree), only regular files are opened
-    # (O_NOFOLLOW|O_NONBLOCK, then fstat: a FIFO would block, /dev/zero never ends),
-    # and at most _TREE_MAX_READ bytes of each.  Resolved directories are cached: the
-    # tree is taken to stay put while it is read.
+    # A saved tree can come from anyone (a bug report, a shared folder, an archive), so
+    # it is read as if it were "/": every path goes through _walk, which follows links
+    # inside the tree (".." stops at its root, an absolute target names a file of the
+    # tree).  Only regular files are opened (O_NOFOLLOW|O_NONBLOCK, then fstat: a FIFO
+    # would block, /dev/zero never ends), at most _TREE_MAX_READ bytes of each.
+    # Resolved paths are cached: the tree is taken to stay put while it is read.
     _TREE_MAX_READ = 64 << 20
 
-    def _path(self, path: str, depth: int = 0) -> str:
-        if self.is_live:
-            return path
+    def _walk(self, path: str) -> str:
+        """``path`` inside the tree with every link followed, iteratively: at most 40
+        links per lookup (the kernel's MAXSYMLINKS), 512 components deep, and
+        _TREE_MAX_STEPS components walked by this backend in all, so that no tree of
+        links (chains that double, loops, 2,000-component targets) costs more."""
+        cur: List[str] = []
+        todo = path.split("/")[::-1]
+        links = 0
+        while todo:
+            c = todo.pop()
+            self._steps += 1
+            if self._steps > _TREE_MAX_STEPS or len(cur) > 512 or len(todo) > 4096:
+                raise _oserror(errno.ELOOP, path, f"links too deep or too many in "
+                               f"{self.root}")
+            if c in ("", "."):
+                continue
+            if c == "..":
+                if cur:
+                    cur.pop()
+                continue
+            cur.append(c)
+            rel = "/".join(cur)
+            if self._tree is not None:
+                link = self._tree.links.get(rel)
+            else:
+                try:
+                    link = os.readlink(os.path.join(self.root, rel))
+                except OSError:
+                    link = None         # not a link, or not there: the read will say
+            if link is None:
+                continue
+            links += 1
+            if links > 40:
+                raise _oserror(errno.ELOOP, path, f"in {self.root}")
+            cur.pop()
+            if link.startswith("/"):
+                cur = []
+            todo.extend(link.split("/")[::-1])
+        return "/".join(cur)
+
+    def _rel(self, path: str) -> str:
+        """The tree-relative path of ``path`` with its links followed."""
         rel = path.strip("/")
         got = self._real_paths.get(rel)
-        if got is not None:
-            return got
-        head, _, leaf = rel.rpartition("/")
-        base = self._path(head, depth) if head else self.root
-        if leaf in ("", "."):
-            real = base
-        elif leaf == "..":
-            real = os.path.dirname(base) if base != self.root else base
-        else:
-            real = os.path.join(base, leaf)
-            try:
-                link = os.readlink(real)
-            except OSError:
-                link = None             # not a symlink, or not there: open() will say
-            if link is not None:
-                if depth >= 40:
-                    raise _oserror(errno.ELOOP, "read", f"{path} in {self.root}")
-                if not link.startswith("/"):
-                    link = os.path.relpath(base, self.root) + "/" + link
-                real = self._path(link, depth + 1)
-        if depth == 0:
-            self._real_paths[rel] = real
-        return real
+        if got is None:
+            head, _, leaf = rel.rpartition("/")
+            base = self._real_paths.get(head)
+            if base is None:
+                base = self._real_paths[head] = self._walk(head)
+            got = self._real_paths[rel] = self._walk(base + "/" + leaf)
+        return got
+
+    def _path(self, path: str) -> str:
+        return path if self.is_live else os.path.join(self.root, self._rel(path))
 
     def read_text(self, path: str) -> str:
         if self.is_live:
             with open(path, "rb") as f:
                 return f.read().decode("utf-8", "replace")
-        fd = os.open(self._path(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK |
-                     os.O_CLOEXEC)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise OSError(errno.EINVAL, "not a regular file")
-            chunks = []
-            left = self._TREE_MAX_READ + 1
-            while left > 0:
-                chunk = os.read(fd, min(left, 1 << 20))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                left -= len(chunk)
-            if left <= 0:
-                raise OSError(errno.EFBIG, f"larger than {self._TREE_MAX_READ >> 20} MiB")
-            return b"".join(chunks).decode("utf-8", "replace")
-        finally:
-            os.close(fd)
+        if self._tree is not None:
+            return self._tree.read(self._rel(path), path, self._TREE_MAX_READ)
+        data = _read_regular(self._path(path), self._TREE_MAX_READ, os.O_NOFOLLOW)
+        return data.decode("utf-8", "replace")
 
     def listdir(self, path: str) -> List[str]:
+        if self._tree is not None:
+            return self._tree.listdir(self._rel(path), path)
         return os.listdir(self._path(path))
 
     def exists(self, path: str) -> bool:
-        return os.path.exists(self._path(path))
+        try:
+            rel = self._rel(path) if not self.is_live else ""
+        except OSError:
+            return False
+        if self._tree is not None:
+            return rel in self._tree.files or rel in self._tree.dirs
+        return os.path.exists(path if self.is_live else os.path.join(self.root, rel))
 
     def _refuse(self, what: str) -> None:
         if not self.is_live:
@@ -3957,7 +4180,7 @@ def _maps_chunks(b: Backend, path: str) -> Iterator[str]:
     """A numa_maps file in decoded pieces of about 1 MiB: memory stays bounded
     whatever its size.  Opened now, non-blocking, and refused unless a regular file:
     a FIFO or a device (/dev/zero) would block or never end."""
-    if not isinstance(b, LinuxBackend):
+    if not isinstance(b, LinuxBackend) or b._tree is not None:
         return iter((b.read_text(path),))
     import codecs
     import stat
@@ -8540,63 +8763,13 @@ def _cli_numactl(sub: Any) -> None:
 
 def _backend_from_args(args: argparse.Namespace) -> Backend:
     root = getattr(args, "root", None) or "/"
-    if root != "/" and os.path.isfile(root):
-        root = _unpack_tree(root)
-    if root != "/" and not os.path.isdir(root):
+    if root == "/":
+        return default_backend()
+    if not os.path.exists(root):
         raise FileNotFoundError(errno.ENOENT, "no such tree", root)
-    _check_tree(root)
-    return LinuxBackend(root) if root != "/" else default_backend()
-
-
-_unpacked: List[Any] = []     # temporary folders of unpacked archives, removed at exit
-
-
-def _unpack_tree(path: str, limit: int = 256 << 20) -> str:
-    """A saved tree archive (tools/gather.py --archive) unpacked into a private
-    temporary folder; its root.  Only plain files, folders and symlinks that stay
-    inside (HMAT initiator links), with relative names and no "..", at most ``limit``
-    bytes in all: hard links, devices and FIFOs are refused, and nothing is written
-    outside the folder (LinuxBackend(root) keeps every link inside the tree too)."""
-    import tarfile
-    import tempfile
-    tmp = tempfile.TemporaryDirectory(prefix="numa_utils-tree-")
-    _unpacked.append(tmp)
-    check = getattr(tarfile, "data_filter", None)      # 3.12+ and backports
-    total = 0
-    try:
-        with tarfile.open(path, "r:*") as tar:
-            for m in tar:
-                parts = m.name.replace("\\", "/").split("/")
-                inside = m.issym() and not m.linkname.startswith("/") and not \
-                    os.path.normpath(os.path.join(os.path.dirname(m.name), m.linkname)
-                                     ).startswith("..")
-                if m.name.startswith("/") or ".." in parts or not (
-                        m.isfile() or m.isdir() or inside):
-                    raise ValueError(f"refused member {m.name!r}: only plain files, "
-                                     "folders and links inside, with relative names")
-                total += m.size
-                if total > limit:
-                    raise ValueError(f"more than {limit >> 20} MiB unpacked")
-                if check is not None:
-                    check(m, tmp.name)
-                dest = os.path.join(tmp.name, *[x for x in parts if x not in ("", ".")])
-                if m.isdir():
-                    os.makedirs(dest, 0o700, exist_ok=True)
-                    continue
-                os.makedirs(os.path.dirname(dest), 0o700, exist_ok=True)
-                if inside:
-                    os.symlink(m.linkname, dest)
-                    continue
-                src = tar.extractfile(m)
-                with open(dest, "wb") as out:
-                    out.write(src.read() if src is not None else b"")
-    except (tarfile.TarError, EOFError, ValueError) as e:
-        raise ValueError(f"{path}: not a saved tree archive ({e})") from None
-    for base in (tmp.name, os.path.join(tmp.name, "root")):
-        if os.path.isdir(os.path.join(base, "sys")) or \
-                os.path.isdir(os.path.join(base, "proc")):
-            return base
-    raise ValueError(f"{path}: no sys/ or proc/ in the archive (nor under root/)")
+    if os.path.isdir(root):
+        _check_tree(root)
+    return LinuxBackend(root)
 
 
 def _check_tree(root: str) -> None:
@@ -8628,8 +8801,6 @@ def _print_json(data: Any) -> None:
 def _cmd_status(args: argparse.Namespace) -> int:
     b = _backend_from_args(args)
     rep = status_report(backend=b)
-    if b.root != "/" and os.path.isfile(args.root):
-        rep["root"] = args.root             # the archive, not its temporary folder
     fmt = getattr(args, "format", None) or ("json" if args.json else "text")
     if fmt == "json":
         rep.pop("extra_text", None)
