@@ -292,7 +292,7 @@ def parse_meminfo(text: str, *, source: Optional[str] = None) -> Dict[str, int]:
     s = _clean(text)
     # The whole file in C when every line is plain "[Node N ]Key:   123[ kB]" (read
     # per node by read_topology and counters); anything else line by line below.
-    pairs = re.findall(r"(?am)^(?:Node [0-9]+ +)?([A-Za-z][^:\n]*?):[ \t]*([0-9]{1,20})"
+    pairs = re.findall(r"(?am)^(?:Node [0-9]+ +)?([A-Za-z][^:\n]{0,80}?):[ \t]*([0-9]{1,20})"
                        r"(?: kB)?[ \t]*$", s)
     if len(pairs) == s.count("\n") + 1 and not any(k.startswith("Node ") for k, _ in pairs):
         return {k.strip(): int(v) for k, v in pairs}
@@ -304,14 +304,14 @@ def parse_meminfo(text: str, *, source: Optional[str] = None) -> Dict[str, int]:
         if line.startswith("Node "):
             parts = line.split(None, 2)
             if len(parts) < 3 or not parts[1].isdigit():
-                raise ValueError(f"invalid meminfo line{_where(source)}: {line!r}")
+                raise ValueError(f"invalid meminfo line{_where(source)}: {_short(line)}")
             line = parts[2]
         key, sep, rest = line.partition(":")
         fields = rest.split()
         if not sep or not key or not fields or len(fields) > 2 or (
             len(fields) == 2 and fields[1] != "kB"
         ):
-            raise ValueError(f"invalid meminfo line{_where(source)}: {line!r}")
+            raise ValueError(f"invalid meminfo line{_where(source)}: {_short(line)}")
         # Values are unsigned longs: 20 digits at most (a longer one is corrupt, and
         # int() of a huge digit string is slow and overflows later formatting).
         if not fields[0].isascii() or not fields[0].isdigit() or len(fields[0]) > 20:
@@ -333,14 +333,21 @@ def parse_distance_row(text: str, *, source: Optional[str] = None) -> Tuple[int,
     return row
 
 
+def _uint(s: str) -> Optional[int]:
+    """An unsigned decimal of 1-20 ASCII digits (a u64), else None.  isdigit() alone
+    passes "³", which int() refuses, and int() alone takes "٣", " 1_0 " and, slowly,
+    thousands of digits."""
+    return int(s) if 0 < len(s) <= 20 and s.isascii() and s.isdigit() else None
+
+
+_INT_RE = re.compile(r"-?[0-9]{1,20}|0[xX][0-9a-fA-F]{1,16}")
+
+
 def _parse_int(text: str, source: str) -> int:
     s = _clean(text)
-    try:
-        if len(s) > 24:         # a 64-bit value in decimal or hex, and a sign
-            raise ValueError
-        return int(s, 0) if s.lower().startswith("0x") else int(s)
-    except ValueError:
-        raise ValueError(f"invalid integer in {source}: {_short(text)}") from None
+    if not _INT_RE.fullmatch(s):
+        raise ValueError(f"invalid integer in {source}: {_short(text)}")
+    return int(s, 16) if s[1:2] in ("x", "X") else int(s)
 
 
 # ===========================================================================
@@ -800,9 +807,12 @@ class LinuxBackend(Backend):
     # it is read as if it were "/": every path goes through _walk, which follows links
     # inside the tree (".." stops at its root, an absolute target names a file of the
     # tree).  Only regular files are opened (O_NOFOLLOW|O_NONBLOCK, then fstat: a FIFO
-    # would block, /dev/zero never ends), at most _TREE_MAX_READ bytes of each.
+    # would block, /dev/zero never ends), at most _TREE_MAX_READ bytes of each, and of
+    # a sysfs file 1 MiB: the kernel prints an attribute into one page (fs/sysfs/file.c),
+    # so 64 links to one huge file cost 64 short refusals, not 64 huge parses.
     # Resolved paths are cached: the tree is taken to stay put while it is read.
     _TREE_MAX_READ = 64 << 20
+    _SYSFS_MAX_READ = 1 << 20
 
     def _walk(self, path: str) -> str:
         """``path`` inside the tree with every link followed, iteratively: at most 40
@@ -863,10 +873,11 @@ class LinuxBackend(Backend):
         if self.is_live:
             with open(path, "rb") as f:
                 return f.read().decode("utf-8", "replace")
+        limit = self._SYSFS_MAX_READ if path.startswith("/sys/") else self._TREE_MAX_READ
         if self._tree is not None:
-            return self._tree.read(self._rel(path), path, self._TREE_MAX_READ)
-        data = _read_regular(self._path(path), self._TREE_MAX_READ, os.O_NOFOLLOW)
-        return data.decode("utf-8", "replace")
+            return self._tree.read(self._rel(path), path, limit)
+        return _read_regular(self._path(path), limit, os.O_NOFOLLOW).decode("utf-8",
+                                                                            "replace")
 
     def listdir(self, path: str) -> List[str]:
         if self._tree is not None:
@@ -1174,10 +1185,7 @@ class Topology(_Record):
 def _id_of(name: str, prefix: str) -> Optional[int]:
     """7 for "node7" with prefix "node"; None for anything else ("node³", "nodes")."""
     tail = name[len(prefix):]
-    if name.startswith(prefix) and 0 < len(tail) <= 9 and tail.isascii() and \
-            tail.isdigit():
-        return int(tail)
-    return None
+    return _uint(tail) if name.startswith(prefix) and len(tail) <= 9 else None
 
 
 def _node_dirs(r: _Reader) -> List[int]:
@@ -1365,7 +1373,7 @@ def _read_access(r: _Reader, n: int) -> Optional[MemoryAccess]:
     names = r.listdir(d)
     if not names:
         return None
-    inits = frozenset(int(x[4:]) for x in names if x.startswith("node") and x[4:].isdigit())
+    inits = frozenset(i for i in (_id_of(x, "node") for x in names) if i is not None)
     bw_r, bw_w, lat_r, lat_w = (r.integer(f"{d}/{f}") for f in (
         "read_bandwidth", "write_bandwidth", "read_latency", "write_latency"))
     return MemoryAccess(bw_r, bw_w, lat_r, lat_w, inits)
@@ -1374,10 +1382,11 @@ def _read_access(r: _Reader, n: int) -> Optional[MemoryAccess]:
 def _read_tiers(r: _Reader) -> Dict[int, FrozenSet[int]]:
     tiers: Dict[int, FrozenSet[int]] = {}
     for name in r.listdir(_TIER_DIR):
-        if name.startswith("memory_tier") and name[11:].isdigit():
+        tier = _id_of(name, "memory_tier")
+        if tier is not None:
             nodes = r.parsed(f"{_TIER_DIR}/{name}/nodelist", parse_cpulist)
             if nodes:
-                tiers[int(name[11:])] = nodes
+                tiers[tier] = nodes
     return tiers
 
 
@@ -1388,16 +1397,17 @@ def _read_weights(r: _Reader) -> Tuple[Optional[Dict[int, int]], Optional[bool]]
     weights: Dict[int, int] = {}
     auto = None
     for name in sorted(r.listdir(_WI_DIR)):
-        if name.startswith("node") and name[4:].isdigit():
+        n = _id_of(name, "node")
+        if n is not None:
             w = r.integer(f"{_WI_DIR}/{name}")
             if w is not None:
-                weights[int(name[4:])] = w
+                weights[n] = w
         elif name == "auto":
             t = (r.text(f"{_WI_DIR}/auto") or "").strip().lower()
             if t in ("1", "y", "true", "0", "n", "false"):
                 auto = t in ("1", "y", "true")
             else:
-                r.problems.append(f"{_WI_DIR}/auto: unexpected value {t!r}")
+                r.problems.append(f"{_WI_DIR}/auto: unexpected value {_short(t)}")
     return weights, auto
 
 
@@ -3897,12 +3907,12 @@ def _parse_policy(text: str, line: str) -> Tuple[str, FrozenSet[int], Tuple[str,
     name, _, nodelist = text.partition(":")
     mode, _, flagtext = name.partition("=")
     if mode not in _POLICY_NAMES:
-        raise ValueError(f"invalid numa_maps line: unknown policy {text!r}: {line!r}")
+        raise ValueError(f"invalid numa_maps line: unknown policy {_short(text)}: {_short(line)}")
     flags: Tuple[str, ...] = ()
     if flagtext:
         flags = tuple(flagtext.split("|"))
         if any(f not in _MAPS_FLAG_NAMES for f in flags):
-            raise ValueError(f"invalid numa_maps line: policy flags {text!r}: {line!r}")
+            raise ValueError(f"invalid numa_maps line: policy flags {_short(text)}: {_short(line)}")
     nodes: FrozenSet[int] = frozenset()
     if nodelist:
         try:
@@ -3911,8 +3921,8 @@ def _parse_policy(text: str, line: str) -> Tuple[str, FrozenSet[int], Tuple[str,
             # mpol_to_str writes into a 64-byte buffer: a long list is cut at 63
             # characters, possibly inside a number.  Keep the complete chunks.
             if len(text) < 63 or "," not in nodelist:
-                raise ValueError(f"invalid numa_maps line: policy nodes {text!r}: "
-                                 f"{line!r}") from None
+                raise ValueError(f"invalid numa_maps line: policy nodes {_short(text)}: "
+                                 f"{_short(line)}") from None
             nodes = _parse_nodelist(nodelist.rsplit(",", 1)[0])
     return mode, nodes, flags
 
@@ -3926,11 +3936,11 @@ def _parse_maps_line(line: str, default_kb: int,
     parts = line.split(" ")
     p0 = parts[0]
     if not p0 or len(parts) < 2 or not parts[1]:
-        raise ValueError(f"invalid numa_maps line: no address and policy: {line!r}")
+        raise ValueError(f"invalid numa_maps line: no address and policy: {_short(line)}")
     try:
         start = int(p0, 16)
     except ValueError:
-        raise ValueError(f"invalid numa_maps line: bad start address: {line!r}") from None
+        raise ValueError(f"invalid numa_maps line: bad start address: {_short(line)}") from None
     i = 2
     pol = parts[1]
     # Two policy names contain a space (mpol_to_str's policy_modes[] table).
@@ -3964,9 +3974,9 @@ def _parse_maps_line(line: str, default_kb: int,
                 file = path
                 continue
             if not key:
-                raise ValueError(f"invalid numa_maps line: token {tok!r}: {line!r}")
+                raise ValueError(f"invalid numa_maps line: token {_short(tok)}: {_short(line)}")
             if not val.isdigit():
-                raise ValueError(f"invalid numa_maps line: value of {key!r}: {line!r}")
+                raise ValueError(f"invalid numa_maps line: value of {key!r}: {_short(line)}")
             if key == "kernelpagesize_kB":
                 kb = int(val)
             elif key in _COUNTER_INDEX:
@@ -3982,7 +3992,7 @@ def _parse_maps_line(line: str, default_kb: int,
         elif tok == "huge":
             huge = True
         elif tok:
-            raise ValueError(f"invalid numa_maps line: token {tok!r}: {line!r}")
+            raise ValueError(f"invalid numa_maps line: token {_short(tok)}: {_short(line)}")
     return NumaMapsEntry(start, pol, mode, nodes, flags, file, deleted, heap, stack, huge,
                          counters[0], counters[1], counters[2], counters[3], counters[4],
                          None if counters[5] < 0 else counters[5], counters[6], pages, kb,
@@ -4468,7 +4478,7 @@ def _sysvipc_rows(text: str) -> Iterator[_ShmStat]:
                            int(f[9]), int(f[10]), int(f[2], 8), int(f[3]), int(f[6]),
                            int(f[4]), int(f[5]))
         except ValueError:
-            raise ValueError(f"invalid /proc/sysvipc/shm line: {line!r}") from None
+            raise ValueError(f"invalid /proc/sysvipc/shm line: {_short(line)}") from None
 
 
 def _sysvipc_stat(text: str, shmid: int) -> _ShmStat:
@@ -6669,11 +6679,12 @@ def _parse_numastat(text: str, *, source: Optional[str] = None,
         parts = line.split()
         if not parts:
             continue
-        if len(parts) != 2 or not parts[1].isdigit():
+        v = _uint(parts[1]) if len(parts) == 2 else None
+        if v is None:
             if lenient:
                 continue
-            raise ValueError(f"invalid numastat line{_where(source)}: {line!r}")
-        out[parts[0]] = int(parts[1])
+            raise ValueError(f"invalid numastat line{_where(source)}: {_short(line)}")
+        out[parts[0]] = v
     return out
 
 
@@ -7992,7 +8003,7 @@ def _llc_json(topo: Topology, b: Backend) -> List[Dict[str, Any]]:
             lvl = r.integer(f"{d}/{idx}/level") if idx.startswith("index") else None
             if lvl is not None and (level is None or lvl > level):
                 text = (r.text(f"{d}/{idx}/size") or "").strip().upper()
-                m = re.match(r"^(\d+)([KMG]?)$", text)
+                m = re.match(r"^([0-9]{1,20})([KMG]?)$", text)
                 level, size = lvl, int(m.group(1)) << {"": 0, "K": 0, "M": 10, "G": 20}[
                     m.group(2)] if m else None
         out.append({"level": level, "size_kb": size, "cpus": sorted(llc)})
