@@ -783,10 +783,11 @@ class _Archive:
 class LinuxBackend(Backend):
     """The Linux kernel, or a saved tree of it.
 
-    ``root="/"`` is the running system.  Any other root is a saved tree (a directory
-    holding ``sys/`` and ``proc/``): files are read from there and every syscall is
-    refused with NotLiveError, so a tree gathered on another machine never drives
-    this machine's kernel.
+    ``root="/"`` is the running system.  Any other root is a saved tree: a directory
+    holding ``sys/`` and ``proc/``, or one file holding them (a text archive or a
+    tar, read into memory; ValueError when it is not one).  Files are read from
+    there and every syscall is refused with NotLiveError, so a tree gathered on
+    another machine never drives this machine's kernel.
     """
 
     def __init__(self, root: str = "/", *, abi: Optional[Abi] = None) -> None:
@@ -8832,10 +8833,10 @@ def _common_parser(root: bool = True) -> argparse.ArgumentParser:
     import argparse
     common = argparse.ArgumentParser(add_help=False)
     if root:
-        common.add_argument("--root", metavar="DIR", default=None,
-                            help="read a saved sysfs/procfs tree (a folder, or the "
-                                 ".tar.gz tools/gather.py --archive writes) instead of "
-                                 "this system")
+        common.add_argument("--root", metavar="TREE", default=None,
+                            help="read a saved sysfs/procfs tree (a folder, or the one "
+                                 "file tools/gather.py --archive writes: .txt or "
+                                 ".tar.gz) instead of this system")
     common.add_argument("--json", action="store_true", help="print JSON")
     return common
 
