@@ -815,12 +815,13 @@ class LinuxBackend(Backend):
     _TREE_MAX_READ = 64 << 20
     _SYSFS_MAX_READ = 1 << 20
 
-    def _walk(self, path: str) -> str:
+    def _walk(self, path: str, base: str = "") -> str:
         """``path`` inside the tree with every link followed, iteratively: at most 40
         links per lookup (the kernel's MAXSYMLINKS), 512 components deep, and
         _TREE_MAX_STEPS components walked by this backend in all, so that no tree of
-        links (chains that double, loops, 2,000-component targets) costs more."""
-        cur: List[str] = []
+        links (chains that double, loops, 2,000-component targets) costs more.
+        ``base``: an already resolved folder to start from."""
+        cur = base.split("/") if base else []
         todo = path.split("/")[::-1]
         links = 0
         while todo:
@@ -864,7 +865,7 @@ class LinuxBackend(Backend):
             base = self._real_paths.get(head)
             if base is None:
                 base = self._real_paths[head] = self._walk(head)
-            got = self._real_paths[rel] = self._walk(base + "/" + leaf)
+            got = self._real_paths[rel] = self._walk(leaf, base)
         return got
 
     def _path(self, path: str) -> str:
