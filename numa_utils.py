@@ -44,10 +44,12 @@ from typing import (
     Iterator,
     List,
     Mapping,
+    NoReturn,
     Optional,
     Sequence,
     Set,
     Tuple,
+    Type,
     Union,
 )
 
@@ -290,7 +292,7 @@ def parse_meminfo(text: str, *, source: Optional[str] = None) -> Dict[str, int]:
     s = _clean(text)
     # The whole file in C when every line is plain "[Node N ]Key:   123[ kB]" (read
     # per node by read_topology and counters); anything else line by line below.
-    pairs = re.findall(r"(?am)^(?:Node [0-9]+ +)?([A-Za-z][^:\n]*?):[ \t]*([0-9]{1,20})"
+    pairs = re.findall(r"(?am)^(?:Node [0-9]+ +)?([A-Za-z][^:\n]{0,80}?):[ \t]*([0-9]{1,20})"
                        r"(?: kB)?[ \t]*$", s)
     if len(pairs) == s.count("\n") + 1 and not any(k.startswith("Node ") for k, _ in pairs):
         return {k.strip(): int(v) for k, v in pairs}
@@ -302,14 +304,14 @@ def parse_meminfo(text: str, *, source: Optional[str] = None) -> Dict[str, int]:
         if line.startswith("Node "):
             parts = line.split(None, 2)
             if len(parts) < 3 or not parts[1].isdigit():
-                raise ValueError(f"invalid meminfo line{_where(source)}: {line!r}")
+                raise ValueError(f"invalid meminfo line{_where(source)}: {_short(line)}")
             line = parts[2]
         key, sep, rest = line.partition(":")
         fields = rest.split()
         if not sep or not key or not fields or len(fields) > 2 or (
             len(fields) == 2 and fields[1] != "kB"
         ):
-            raise ValueError(f"invalid meminfo line{_where(source)}: {line!r}")
+            raise ValueError(f"invalid meminfo line{_where(source)}: {_short(line)}")
         # Values are unsigned longs: 20 digits at most (a longer one is corrupt, and
         # int() of a huge digit string is slow and overflows later formatting).
         if not fields[0].isascii() or not fields[0].isdigit() or len(fields[0]) > 20:
@@ -331,14 +333,21 @@ def parse_distance_row(text: str, *, source: Optional[str] = None) -> Tuple[int,
     return row
 
 
+def _uint(s: str) -> Optional[int]:
+    """An unsigned decimal of 1-20 ASCII digits (a u64), else None.  isdigit() alone
+    passes "³", which int() refuses, and int() alone takes "٣", " 1_0 " and, slowly,
+    thousands of digits."""
+    return int(s) if 0 < len(s) <= 20 and s.isascii() and s.isdigit() else None
+
+
+_INT_RE = re.compile(r"-?[0-9]{1,20}|0[xX][0-9a-fA-F]{1,16}")
+
+
 def _parse_int(text: str, source: str) -> int:
     s = _clean(text)
-    try:
-        if len(s) > 24:         # a 64-bit value in decimal or hex, and a sign
-            raise ValueError
-        return int(s, 0) if s.lower().startswith("0x") else int(s)
-    except ValueError:
-        raise ValueError(f"invalid integer in {source}: {_short(text)}") from None
+    if not _INT_RE.fullmatch(s):
+        raise ValueError(f"invalid integer in {source}: {_short(text)}")
+    return int(s, 16) if s[1:2] in ("x", "X") else int(s)
 
 
 # ===========================================================================
@@ -574,13 +583,211 @@ def _as_clong(v: int) -> ctypes.c_long:
     return ctypes.c_long(v)
 
 
+# Saved trees in one file.  Read into memory, never unpacked: nothing of an archive is
+# written to disk, so no member name or link can reach outside it.
+_TREE_MAX_TOTAL = 128 << 20      # an archive's bytes, uncompressed
+_TREE_MAX_STEPS = 1 << 21        # path components one backend walks, all lookups together
+_TEXT_ARCHIVE = b"# numa_utils saved tree"
+_PCT_RE = re.compile(rb"%([0-9A-Fa-f]{2})")
+_ENTRY_RE = re.compile(rb"(?m)^>>> ([^\n]*)\n?")
+_UNESCAPE_RE = re.compile(rb"(?m)^\\")
+
+
+def _read_regular(path: str, limit: int, flags: int = 0) -> bytes:
+    """At most ``limit`` bytes of a regular file (EFBIG past it); a FIFO or a device
+    is refused before it can block or never end."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | flags)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        chunks = []
+        left = limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        if left <= 0:
+            raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _unquote(b: bytes) -> str:
+    if b"%" not in b:
+        return b.decode("utf-8", "surrogateescape")
+    return _PCT_RE.sub(lambda m: bytes((int(m.group(1), 16),)), b).decode(
+        "utf-8", "surrogateescape")
+
+
+class _Archive:
+    """A saved tree held in memory, read-only: a text archive (one ``>>> PATH`` line
+    per entry, then its contents: fake_sysfs/README.md has the format), or a tar,
+    plain or compressed (tools/gather.py --archive).  Names are relative, without
+    ".." and at most 4,096 bytes and 128 components; only files, folders and
+    symbolic links (followed by LinuxBackend inside the tree)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.files: Dict[str, bytes] = {}
+        self.links: Dict[str, str] = {}
+        self.dirs: Dict[str, Dict[str, None]] = {"": {}}
+        try:
+            data = _read_regular(path, _TREE_MAX_TOTAL)
+        except OSError as e:
+            if e.errno != errno.EFBIG:
+                raise
+            self._bad(f"more than {_TREE_MAX_TOTAL >> 20} MiB")
+        if data.startswith(_TEXT_ARCHIVE):
+            self._text(data)
+        else:
+            self._tar(data)
+
+    def _bad(self, why: str) -> NoReturn:
+        raise ValueError(f"{self.path}: not a saved tree archive ({why})")
+
+    def _add(self, name: str, data: Optional[bytes] = None, link: Optional[str] = None
+             ) -> None:
+        rel = name.rstrip("/")
+        odd = "/" + rel + "/"
+        if "//" in odd or "/./" in odd or rel.startswith("./"):
+            rel = "/".join(p for p in name.split("/") if p not in ("", "."))
+        head, _, leaf = rel.rpartition("/")
+        if name.startswith("/") or not rel or "/../" in f"/{rel}/" or \
+                rel.count("/") >= 128 or len(name) > 4096 or (
+                    link is not None and len(link) > 4096):
+            self._bad(f"refused member {_short(name, 60)}: names are relative, "
+                      "without '..', at most 4,096 bytes and 128 components")
+        if head not in self.dirs:           # its folders, made once each
+            d = ""
+            for p in head.split("/"):
+                sub = f"{d}/{p}" if d else p
+                if sub in self.files or sub in self.links:
+                    self._bad(f"refused member {_short(name, 60)}: {sub!r} is not a "
+                              "folder")
+                self.dirs[d][p] = None
+                self.dirs.setdefault(sub, {})
+                d = sub
+        if rel in self.dirs and (data is not None or link is not None) or \
+                rel in self.links or (rel in self.files and data is None):
+            self._bad(f"refused member {_short(name, 60)}: named twice")
+        self.dirs[head][leaf] = None
+        if data is not None:
+            self.files[rel] = data
+        elif link is not None:
+            self.links[rel] = link
+        else:
+            self.dirs.setdefault(rel, {})
+
+    def _tar(self, data: bytes) -> None:
+        import io
+        import tarfile
+        import zlib
+        kind = {b"\x1f\x8b": "gzip", b"BZ": "bz2", b"\xfd7": "lzma"}.get(data[:2])
+        try:
+            if kind is not None:
+                mod = __import__(kind)
+                bad: Tuple[Type[BaseException], ...] = (OSError, EOFError, ValueError, zlib.error,
+                                         getattr(mod, "LZMAError", OSError))
+                try:
+                    with mod.open(io.BytesIO(data)) as z:
+                        data = z.read(_TREE_MAX_TOTAL + 1)
+                except bad as e:
+                    self._bad(f"{kind}: {e}")
+                if len(data) > _TREE_MAX_TOTAL:
+                    self._bad(f"more than {_TREE_MAX_TOTAL >> 20} MiB uncompressed")
+            with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+                for m in tar:
+                    if m.isdir():
+                        self._add(m.name)
+                    elif m.issym():
+                        self._add(m.name, link=m.linkname)
+                    elif m.isfile() and m.type != tarfile.GNUTYPE_SPARSE and \
+                            m.offset_data + m.size <= len(data):
+                        self._add(m.name, data[m.offset_data:m.offset_data + m.size])
+                    else:
+                        self._bad(f"refused member {_short(m.name, 60)}: only files, "
+                                  "folders and symbolic links, whole")
+                end = tar.offset
+        except (tarfile.TarError, EOFError) as e:
+            self._bad(str(e) or type(e).__name__)
+        # tarfile stops quietly at a header it cannot read: only the end-of-archive
+        # block says that nothing was cut off.
+        if data[end:end + 512] != bytes(512):
+            self._bad(f"truncated or damaged at byte {end}")
+
+    def _text(self, data: bytes) -> None:
+        import base64
+        parts = _ENTRY_RE.split(data)        # preamble, then (header, body) pairs
+        if any(ln and not ln.startswith(b"#") for ln in parts[0].split(b"\n")):
+            self._bad("text before the first '>>> PATH' line")
+        for i in range(1, len(parts), 2):
+            head, *flags = parts[i].split(b" ")
+            name, body = _unquote(head), parts[i + 1]
+            if flags[:1] == [b"->"] and len(flags) == 2 and not body:
+                self._add(name, link=_unquote(flags[1]))
+            elif name.endswith("/") and not flags and not body:
+                self._add(name)
+            elif flags == [b"base64"]:
+                try:
+                    self._add(name, base64.b64decode(body.replace(b"\n", b""),
+                                                     validate=True))
+                except ValueError as e:
+                    self._bad(f"{_short(name, 60)}: {e}")
+            elif flags in ([], [b"noeol"]):
+                if b"\\" in body:
+                    body = _UNESCAPE_RE.sub(b"", body)
+                self._add(name, body[:-1] if flags and body.endswith(b"\n") else body)
+            else:
+                self._bad(f"bad entry line {_short(parts[i].decode('utf-8', 'replace'))}")
+
+    def subtree(self) -> _Archive:
+        """The saved root in the archive: root/ (as tools/gather.py writes it) or the
+        archive's top when that holds sys/ or proc/."""
+        for base in ("root", ""):
+            if any(f"{base}/{d}".lstrip("/") in self.dirs for d in ("sys", "proc")):
+                break
+        else:
+            raise ValueError(f"{self.path}: no sys/ or proc/ in the archive "
+                             "(nor under root/)")
+        if not base:
+            return self
+        sub = _Archive.__new__(_Archive)
+        sub.path = self.path
+        cut = len(base) + 1
+        sub.files = {k[cut:]: v for k, v in self.files.items() if k[:cut] == base + "/"}
+        sub.links = {k[cut:]: v for k, v in self.links.items() if k[:cut] == base + "/"}
+        sub.dirs = {k[cut:]: v for k, v in self.dirs.items() if k[:cut] == base + "/"}
+        sub.dirs[""] = self.dirs[base]
+        return sub
+
+    def read(self, rel: str, path: str, limit: int) -> str:
+        data = self.files.get(rel)
+        if data is None:
+            err = errno.EISDIR if rel in self.dirs else errno.ENOENT
+            raise OSError(err, os.strerror(err), path)
+        if len(data) > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB", path)
+        return data.decode("utf-8", "replace")
+
+    def listdir(self, rel: str, path: str) -> List[str]:
+        names = self.dirs.get(rel)
+        if names is None:
+            err = errno.ENOTDIR if rel in self.files else errno.ENOENT
+            raise OSError(err, os.strerror(err), path)
+        return list(names)
+
+
 class LinuxBackend(Backend):
     """The Linux kernel, or a saved tree of it.
 
-    ``root="/"`` is the running system.  Any other root is a saved tree (a directory
-    holding ``sys/`` and ``proc/``): files are read from there and every syscall is
-    refused with NotLiveError, so a tree gathered on another machine never drives
-    this machine's kernel.
+    ``root="/"`` is the running system.  Any other root is a saved tree: a directory
+    holding ``sys/`` and ``proc/``, or one file holding them (a text archive or a
+    tar, read into memory; ValueError when it is not one).  Files are read from
+    there and every syscall is refused with NotLiveError, so a tree gathered on
+    another machine never drives this machine's kernel.
     """
 
     def __init__(self, root: str = "/", *, abi: Optional[Abi] = None) -> None:
@@ -589,75 +796,104 @@ class LinuxBackend(Backend):
         self.abi = abi if abi is not None else abi_for()
         self.page_size = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
         self._real_paths: Dict[str, str] = {}
+        self._steps = 0
+        self._tree: Optional[_Archive] = None
+        if not self.is_live and os.path.isfile(self.root):
+            self._tree = _Archive(self.root).subtree()
 
     def __repr__(self) -> str:
         return f"LinuxBackend(root={self.root!r})"
 
-    # A saved tree can come from anyone (a bug report, a shared folder), so it is read
-    # as if it were "/": symlinks resolve inside it (".." stops at the tree's root, an
-    # absolute target names a file of the tree), only regular files are opened
-    # (O_NOFOLLOW|O_NONBLOCK, then fstat: a FIFO would block, /dev/zero never ends),
-    # and at most _TREE_MAX_READ bytes of each.  Resolved directories are cached: the
-    # tree is taken to stay put while it is read.
+    # A saved tree can come from anyone (a bug report, a shared folder, an archive), so
+    # it is read as if it were "/": every path goes through _walk, which follows links
+    # inside the tree (".." stops at its root, an absolute target names a file of the
+    # tree).  Only regular files are opened (O_NOFOLLOW|O_NONBLOCK, then fstat: a FIFO
+    # would block, /dev/zero never ends), at most _TREE_MAX_READ bytes of each, and of
+    # a sysfs file 1 MiB: the kernel prints an attribute into one page (fs/sysfs/file.c),
+    # so 64 links to one huge file cost 64 short refusals, not 64 huge parses.
+    # Resolved paths are cached: the tree is taken to stay put while it is read.
     _TREE_MAX_READ = 64 << 20
+    _SYSFS_MAX_READ = 1 << 20
 
-    def _path(self, path: str, depth: int = 0) -> str:
-        if self.is_live:
-            return path
+    def _walk(self, path: str, base: str = "") -> str:
+        """``path`` inside the tree with every link followed, iteratively: at most 40
+        links per lookup (the kernel's MAXSYMLINKS), 512 components deep, and
+        _TREE_MAX_STEPS components walked by this backend in all, so that no tree of
+        links (chains that double, loops, 2,000-component targets) costs more.
+        ``base``: an already resolved folder to start from."""
+        cur = base.split("/") if base else []
+        todo = path.split("/")[::-1]
+        links = 0
+        while todo:
+            c = todo.pop()
+            self._steps += 1
+            if self._steps > _TREE_MAX_STEPS or len(cur) > 512 or len(todo) > 4096:
+                raise _oserror(errno.ELOOP, path, f"links too deep or too many in "
+                               f"{self.root}")
+            if c in ("", "."):
+                continue
+            if c == "..":
+                if cur:
+                    cur.pop()
+                continue
+            cur.append(c)
+            rel = "/".join(cur)
+            if self._tree is not None:
+                link = self._tree.links.get(rel)
+            else:
+                try:
+                    link = os.readlink(os.path.join(self.root, rel))
+                except OSError:
+                    link = None         # not a link, or not there: the read will say
+            if link is None:
+                continue
+            links += 1
+            if links > 40:
+                raise _oserror(errno.ELOOP, path, f"in {self.root}")
+            cur.pop()
+            if link.startswith("/"):
+                cur = []
+            todo.extend(link.split("/")[::-1])
+        return "/".join(cur)
+
+    def _rel(self, path: str) -> str:
+        """The tree-relative path of ``path`` with its links followed."""
         rel = path.strip("/")
         got = self._real_paths.get(rel)
-        if got is not None:
-            return got
-        head, _, leaf = rel.rpartition("/")
-        base = self._path(head, depth) if head else self.root
-        if leaf in ("", "."):
-            real = base
-        elif leaf == "..":
-            real = os.path.dirname(base) if base != self.root else base
-        else:
-            real = os.path.join(base, leaf)
-            try:
-                link = os.readlink(real)
-            except OSError:
-                link = None             # not a symlink, or not there: open() will say
-            if link is not None:
-                if depth >= 40:
-                    raise _oserror(errno.ELOOP, "read", f"{path} in {self.root}")
-                if not link.startswith("/"):
-                    link = os.path.relpath(base, self.root) + "/" + link
-                real = self._path(link, depth + 1)
-        if depth == 0:
-            self._real_paths[rel] = real
-        return real
+        if got is None:
+            head, _, leaf = rel.rpartition("/")
+            base = self._real_paths.get(head)
+            if base is None:
+                base = self._real_paths[head] = self._walk(head)
+            got = self._real_paths[rel] = self._walk(leaf, base)
+        return got
+
+    def _path(self, path: str) -> str:
+        return path if self.is_live else os.path.join(self.root, self._rel(path))
 
     def read_text(self, path: str) -> str:
         if self.is_live:
             with open(path, "rb") as f:
                 return f.read().decode("utf-8", "replace")
-        fd = os.open(self._path(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK |
-                     os.O_CLOEXEC)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise OSError(errno.EINVAL, "not a regular file")
-            chunks = []
-            left = self._TREE_MAX_READ + 1
-            while left > 0:
-                chunk = os.read(fd, min(left, 1 << 20))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                left -= len(chunk)
-            if left <= 0:
-                raise OSError(errno.EFBIG, f"larger than {self._TREE_MAX_READ >> 20} MiB")
-            return b"".join(chunks).decode("utf-8", "replace")
-        finally:
-            os.close(fd)
+        limit = self._SYSFS_MAX_READ if path.startswith("/sys/") else self._TREE_MAX_READ
+        if self._tree is not None:
+            return self._tree.read(self._rel(path), path, limit)
+        return _read_regular(self._path(path), limit, os.O_NOFOLLOW).decode("utf-8",
+                                                                            "replace")
 
     def listdir(self, path: str) -> List[str]:
+        if self._tree is not None:
+            return self._tree.listdir(self._rel(path), path)
         return os.listdir(self._path(path))
 
     def exists(self, path: str) -> bool:
-        return os.path.exists(self._path(path))
+        try:
+            rel = self._rel(path) if not self.is_live else ""
+        except OSError:
+            return False
+        if self._tree is not None:
+            return rel in self._tree.files or rel in self._tree.dirs
+        return os.path.exists(path if self.is_live else os.path.join(self.root, rel))
 
     def _refuse(self, what: str) -> None:
         if not self.is_live:
@@ -951,10 +1187,7 @@ class Topology(_Record):
 def _id_of(name: str, prefix: str) -> Optional[int]:
     """7 for "node7" with prefix "node"; None for anything else ("node³", "nodes")."""
     tail = name[len(prefix):]
-    if name.startswith(prefix) and 0 < len(tail) <= 9 and tail.isascii() and \
-            tail.isdigit():
-        return int(tail)
-    return None
+    return _uint(tail) if name.startswith(prefix) and len(tail) <= 9 else None
 
 
 def _node_dirs(r: _Reader) -> List[int]:
@@ -1142,7 +1375,7 @@ def _read_access(r: _Reader, n: int) -> Optional[MemoryAccess]:
     names = r.listdir(d)
     if not names:
         return None
-    inits = frozenset(int(x[4:]) for x in names if x.startswith("node") and x[4:].isdigit())
+    inits = frozenset(i for i in (_id_of(x, "node") for x in names) if i is not None)
     bw_r, bw_w, lat_r, lat_w = (r.integer(f"{d}/{f}") for f in (
         "read_bandwidth", "write_bandwidth", "read_latency", "write_latency"))
     return MemoryAccess(bw_r, bw_w, lat_r, lat_w, inits)
@@ -1151,10 +1384,11 @@ def _read_access(r: _Reader, n: int) -> Optional[MemoryAccess]:
 def _read_tiers(r: _Reader) -> Dict[int, FrozenSet[int]]:
     tiers: Dict[int, FrozenSet[int]] = {}
     for name in r.listdir(_TIER_DIR):
-        if name.startswith("memory_tier") and name[11:].isdigit():
+        tier = _id_of(name, "memory_tier")
+        if tier is not None:
             nodes = r.parsed(f"{_TIER_DIR}/{name}/nodelist", parse_cpulist)
             if nodes:
-                tiers[int(name[11:])] = nodes
+                tiers[tier] = nodes
     return tiers
 
 
@@ -1165,16 +1399,17 @@ def _read_weights(r: _Reader) -> Tuple[Optional[Dict[int, int]], Optional[bool]]
     weights: Dict[int, int] = {}
     auto = None
     for name in sorted(r.listdir(_WI_DIR)):
-        if name.startswith("node") and name[4:].isdigit():
+        n = _id_of(name, "node")
+        if n is not None:
             w = r.integer(f"{_WI_DIR}/{name}")
             if w is not None:
-                weights[int(name[4:])] = w
+                weights[n] = w
         elif name == "auto":
             t = (r.text(f"{_WI_DIR}/auto") or "").strip().lower()
             if t in ("1", "y", "true", "0", "n", "false"):
                 auto = t in ("1", "y", "true")
             else:
-                r.problems.append(f"{_WI_DIR}/auto: unexpected value {t!r}")
+                r.problems.append(f"{_WI_DIR}/auto: unexpected value {_short(t)}")
     return weights, auto
 
 
@@ -3674,12 +3909,12 @@ def _parse_policy(text: str, line: str) -> Tuple[str, FrozenSet[int], Tuple[str,
     name, _, nodelist = text.partition(":")
     mode, _, flagtext = name.partition("=")
     if mode not in _POLICY_NAMES:
-        raise ValueError(f"invalid numa_maps line: unknown policy {text!r}: {line!r}")
+        raise ValueError(f"invalid numa_maps line: unknown policy {_short(text)}: {_short(line)}")
     flags: Tuple[str, ...] = ()
     if flagtext:
         flags = tuple(flagtext.split("|"))
         if any(f not in _MAPS_FLAG_NAMES for f in flags):
-            raise ValueError(f"invalid numa_maps line: policy flags {text!r}: {line!r}")
+            raise ValueError(f"invalid numa_maps line: policy flags {_short(text)}: {_short(line)}")
     nodes: FrozenSet[int] = frozenset()
     if nodelist:
         try:
@@ -3688,8 +3923,8 @@ def _parse_policy(text: str, line: str) -> Tuple[str, FrozenSet[int], Tuple[str,
             # mpol_to_str writes into a 64-byte buffer: a long list is cut at 63
             # characters, possibly inside a number.  Keep the complete chunks.
             if len(text) < 63 or "," not in nodelist:
-                raise ValueError(f"invalid numa_maps line: policy nodes {text!r}: "
-                                 f"{line!r}") from None
+                raise ValueError(f"invalid numa_maps line: policy nodes {_short(text)}: "
+                                 f"{_short(line)}") from None
             nodes = _parse_nodelist(nodelist.rsplit(",", 1)[0])
     return mode, nodes, flags
 
@@ -3703,11 +3938,11 @@ def _parse_maps_line(line: str, default_kb: int,
     parts = line.split(" ")
     p0 = parts[0]
     if not p0 or len(parts) < 2 or not parts[1]:
-        raise ValueError(f"invalid numa_maps line: no address and policy: {line!r}")
+        raise ValueError(f"invalid numa_maps line: no address and policy: {_short(line)}")
     try:
         start = int(p0, 16)
     except ValueError:
-        raise ValueError(f"invalid numa_maps line: bad start address: {line!r}") from None
+        raise ValueError(f"invalid numa_maps line: bad start address: {_short(line)}") from None
     i = 2
     pol = parts[1]
     # Two policy names contain a space (mpol_to_str's policy_modes[] table).
@@ -3741,9 +3976,9 @@ def _parse_maps_line(line: str, default_kb: int,
                 file = path
                 continue
             if not key:
-                raise ValueError(f"invalid numa_maps line: token {tok!r}: {line!r}")
+                raise ValueError(f"invalid numa_maps line: token {_short(tok)}: {_short(line)}")
             if not val.isdigit():
-                raise ValueError(f"invalid numa_maps line: value of {key!r}: {line!r}")
+                raise ValueError(f"invalid numa_maps line: value of {key!r}: {_short(line)}")
             if key == "kernelpagesize_kB":
                 kb = int(val)
             elif key in _COUNTER_INDEX:
@@ -3759,7 +3994,7 @@ def _parse_maps_line(line: str, default_kb: int,
         elif tok == "huge":
             huge = True
         elif tok:
-            raise ValueError(f"invalid numa_maps line: token {tok!r}: {line!r}")
+            raise ValueError(f"invalid numa_maps line: token {_short(tok)}: {_short(line)}")
     return NumaMapsEntry(start, pol, mode, nodes, flags, file, deleted, heap, stack, huge,
                          counters[0], counters[1], counters[2], counters[3], counters[4],
                          None if counters[5] < 0 else counters[5], counters[6], pages, kb,
@@ -3957,7 +4192,7 @@ def _maps_chunks(b: Backend, path: str) -> Iterator[str]:
     """A numa_maps file in decoded pieces of about 1 MiB: memory stays bounded
     whatever its size.  Opened now, non-blocking, and refused unless a regular file:
     a FIFO or a device (/dev/zero) would block or never end."""
-    if not isinstance(b, LinuxBackend):
+    if not isinstance(b, LinuxBackend) or b._tree is not None:
         return iter((b.read_text(path),))
     import codecs
     import stat
@@ -4245,7 +4480,7 @@ def _sysvipc_rows(text: str) -> Iterator[_ShmStat]:
                            int(f[9]), int(f[10]), int(f[2], 8), int(f[3]), int(f[6]),
                            int(f[4]), int(f[5]))
         except ValueError:
-            raise ValueError(f"invalid /proc/sysvipc/shm line: {line!r}") from None
+            raise ValueError(f"invalid /proc/sysvipc/shm line: {_short(line)}") from None
 
 
 def _sysvipc_stat(text: str, shmid: int) -> _ShmStat:
@@ -6446,11 +6681,12 @@ def _parse_numastat(text: str, *, source: Optional[str] = None,
         parts = line.split()
         if not parts:
             continue
-        if len(parts) != 2 or not parts[1].isdigit():
+        v = _uint(parts[1]) if len(parts) == 2 else None
+        if v is None:
             if lenient:
                 continue
-            raise ValueError(f"invalid numastat line{_where(source)}: {line!r}")
-        out[parts[0]] = int(parts[1])
+            raise ValueError(f"invalid numastat line{_where(source)}: {_short(line)}")
+        out[parts[0]] = v
     return out
 
 
@@ -7769,7 +8005,7 @@ def _llc_json(topo: Topology, b: Backend) -> List[Dict[str, Any]]:
             lvl = r.integer(f"{d}/{idx}/level") if idx.startswith("index") else None
             if lvl is not None and (level is None or lvl > level):
                 text = (r.text(f"{d}/{idx}/size") or "").strip().upper()
-                m = re.match(r"^(\d+)([KMG]?)$", text)
+                m = re.match(r"^([0-9]{1,20})([KMG]?)$", text)
                 level, size = lvl, int(m.group(1)) << {"": 0, "K": 0, "M": 10, "G": 20}[
                     m.group(2)] if m else None
         out.append({"level": level, "size_kb": size, "cpus": sorted(llc)})
@@ -8540,63 +8776,13 @@ def _cli_numactl(sub: Any) -> None:
 
 def _backend_from_args(args: argparse.Namespace) -> Backend:
     root = getattr(args, "root", None) or "/"
-    if root != "/" and os.path.isfile(root):
-        root = _unpack_tree(root)
-    if root != "/" and not os.path.isdir(root):
+    if root == "/":
+        return default_backend()
+    if not os.path.exists(root):
         raise FileNotFoundError(errno.ENOENT, "no such tree", root)
-    _check_tree(root)
-    return LinuxBackend(root) if root != "/" else default_backend()
-
-
-_unpacked: List[Any] = []     # temporary folders of unpacked archives, removed at exit
-
-
-def _unpack_tree(path: str, limit: int = 256 << 20) -> str:
-    """A saved tree archive (tools/gather.py --archive) unpacked into a private
-    temporary folder; its root.  Only plain files, folders and symlinks that stay
-    inside (HMAT initiator links), with relative names and no "..", at most ``limit``
-    bytes in all: hard links, devices and FIFOs are refused, and nothing is written
-    outside the folder (LinuxBackend(root) keeps every link inside the tree too)."""
-    import tarfile
-    import tempfile
-    tmp = tempfile.TemporaryDirectory(prefix="numa_utils-tree-")
-    _unpacked.append(tmp)
-    check = getattr(tarfile, "data_filter", None)      # 3.12+ and backports
-    total = 0
-    try:
-        with tarfile.open(path, "r:*") as tar:
-            for m in tar:
-                parts = m.name.replace("\\", "/").split("/")
-                inside = m.issym() and not m.linkname.startswith("/") and not \
-                    os.path.normpath(os.path.join(os.path.dirname(m.name), m.linkname)
-                                     ).startswith("..")
-                if m.name.startswith("/") or ".." in parts or not (
-                        m.isfile() or m.isdir() or inside):
-                    raise ValueError(f"refused member {m.name!r}: only plain files, "
-                                     "folders and links inside, with relative names")
-                total += m.size
-                if total > limit:
-                    raise ValueError(f"more than {limit >> 20} MiB unpacked")
-                if check is not None:
-                    check(m, tmp.name)
-                dest = os.path.join(tmp.name, *[x for x in parts if x not in ("", ".")])
-                if m.isdir():
-                    os.makedirs(dest, 0o700, exist_ok=True)
-                    continue
-                os.makedirs(os.path.dirname(dest), 0o700, exist_ok=True)
-                if inside:
-                    os.symlink(m.linkname, dest)
-                    continue
-                src = tar.extractfile(m)
-                with open(dest, "wb") as out:
-                    out.write(src.read() if src is not None else b"")
-    except (tarfile.TarError, EOFError, ValueError) as e:
-        raise ValueError(f"{path}: not a saved tree archive ({e})") from None
-    for base in (tmp.name, os.path.join(tmp.name, "root")):
-        if os.path.isdir(os.path.join(base, "sys")) or \
-                os.path.isdir(os.path.join(base, "proc")):
-            return base
-    raise ValueError(f"{path}: no sys/ or proc/ in the archive (nor under root/)")
+    if os.path.isdir(root):
+        _check_tree(root)
+    return LinuxBackend(root)
 
 
 def _check_tree(root: str) -> None:
@@ -8628,8 +8814,6 @@ def _print_json(data: Any) -> None:
 def _cmd_status(args: argparse.Namespace) -> int:
     b = _backend_from_args(args)
     rep = status_report(backend=b)
-    if b.root != "/" and os.path.isfile(args.root):
-        rep["root"] = args.root             # the archive, not its temporary folder
     fmt = getattr(args, "format", None) or ("json" if args.json else "text")
     if fmt == "json":
         rep.pop("extra_text", None)
@@ -8650,10 +8834,10 @@ def _common_parser(root: bool = True) -> argparse.ArgumentParser:
     import argparse
     common = argparse.ArgumentParser(add_help=False)
     if root:
-        common.add_argument("--root", metavar="DIR", default=None,
-                            help="read a saved sysfs/procfs tree (a folder, or the "
-                                 ".tar.gz tools/gather.py --archive writes) instead of "
-                                 "this system")
+        common.add_argument("--root", metavar="TREE", default=None,
+                            help="read a saved sysfs/procfs tree (a folder, or the one "
+                                 "file tools/gather.py --archive writes: .txt or "
+                                 ".tar.gz) instead of this system")
     common.add_argument("--json", action="store_true", help="print JSON")
     return common
 

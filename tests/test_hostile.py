@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, fixture_root, nu, run_private_shm, sim
+from conftest import REPO, fixture_root, fixture_text, fixture_tree, nu, run_private_shm, sim
 
 MiB = 1 << 20
 BIG = "9" * 400
@@ -34,7 +34,7 @@ def _one_line_error(rc, err):
 def tree(tmp_path):
     """A writable copy of the dual-socket fixture's saved tree."""
     dst = tmp_path / "t"
-    shutil.copytree(fixture_root("dual-socket-8gpu"), dst)
+    fixture_tree("dual-socket-8gpu", dst)
     return dst
 
 
@@ -412,9 +412,9 @@ def test_run_help_does_not_offer_root():
 def test_status_root_without_sys_or_proc(tmp_path, folder):
     d = tmp_path / "d"
     if folder == "gather":
-        shutil.copytree(fixture_root("single-node"), d / "root")
+        fixture_tree("single-node", d / "root")
     elif folder == "fixture":
-        d = REPO / "fake_sysfs" / "single-node"
+        fixture_tree("single-node", d, sub="")     # the archive's layout, unpacked
     else:
         d.mkdir()
     rc, out, err = _cli("status", "--root", str(d))
@@ -429,7 +429,7 @@ def test_status_root_without_sys_or_proc(tmp_path, folder):
 def test_status_root_describes_the_trees_machine(name, machine):
     rep = nu.status_report(backend=nu.LinuxBackend(fixture_root(name)))
     k = rep["kernel"]
-    release = open(os.path.join(fixture_root(name), "proc/sys/kernel/osrelease")).read()
+    release = fixture_text(name, "root/proc/sys/kernel/osrelease")
     assert k["release"] == release.strip()
     assert k["machine"] == machine and k["abi"] == nu.abi_for(machine, 64).name
     assert k["syscalls"] == dict(nu.abi_for(machine, 64).syscalls)
@@ -440,7 +440,7 @@ def test_status_root_describes_the_trees_machine(name, machine):
 
 def test_status_root_says_what_it_cannot_know(tmp_path):
     d = tmp_path / "t"
-    shutil.copytree(fixture_root("sparse-ids"), d)          # a 5.14 kernel: no arch
+    fixture_tree("sparse-ids", d)          # a 5.14 kernel: no arch
     rep = nu.status_report(backend=nu.LinuxBackend(str(d)))
     assert rep["kernel"]["abi"] is None and rep["kernel"]["machine"] is None
     assert any("does not record its machine" in w for w in rep["warnings"])

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, fixture_root, nu, sim
+from conftest import REPO, fixture_root, fixture_tree, nu, sim
 
 FOUR = "four-node-asym"          # nodes 0-3, 16 CPUs each, all with memory
 
@@ -73,7 +73,7 @@ def test_list_grammar_matches_libnuma(spec, fixture, kw, want):
 
 def _pci_tree(tmp_path, numa_node):
     root = tmp_path / "root"
-    shutil.copytree(fixture_root(FOUR), root, symlinks=True)
+    fixture_tree(FOUR, root)
     dev = root / "sys/bus/pci/devices/0000:3b:00.0"
     dev.mkdir(parents=True, exist_ok=True)
     (dev / "numa_node").write_text(f"{numa_node}\n")

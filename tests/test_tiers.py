@@ -4,10 +4,9 @@ import errno
 import json
 import os
 import re
-import shutil
 
 import pytest
-from conftest import fixture_root, nu, sim
+from conftest import fixture_root, fixture_tree, nu, sim
 
 MiB = 1 << 20
 
@@ -81,7 +80,7 @@ def _copy(name, tmp_path):
     dst = tmp_path / name
     for rel in ("sys/devices/system/node", "sys/devices/virtual",
                 "sys/kernel/mm/mempolicy"):
-        shutil.copytree(os.path.join(fixture_root(name), rel), dst / rel, symlinks=True)
+        fixture_tree(name, dst / rel, sub="root/" + rel)
     return dst
 
 
@@ -316,7 +315,8 @@ def test_gather_saves_tier_files(tmp_path):
     import sys
     tool = os.path.join(os.path.dirname(os.path.dirname(__file__)), "tools", "gather.py")
     out = tmp_path / "g"
-    subprocess.run([sys.executable, tool, "--root", fixture_root("cxl-memory-node"),
+    src = fixture_tree("cxl-memory-node", tmp_path / "src")
+    subprocess.run([sys.executable, tool, "--root", src,
                     "--no-self-status", str(out)], check=True, capture_output=True)
     a = nu.read_topology(backend=nu.LinuxBackend(str(out / "root")))
     b = topo("cxl-memory-node")
