@@ -1003,6 +1003,25 @@ class _Reader:
             self.problems.append(f"cannot list {path}: {e.strerror or e}")
             return []
 
+    def exists(self, path: str) -> bool:
+        try:
+            return self.b.exists(path)
+        except OSError as e:        # a saved tree's link loop (ELOOP)
+            self.problems.append(f"cannot read {path}: {e.strerror or e}")
+            return False
+
+    def online(self, ids: FrozenSet[int], online: FrozenSet[int], what: str
+               ) -> FrozenSet[int]:
+        """``ids`` (read from ``what``) that are online nodes.  The kernel's node lists
+        can name a node that is offline or has no directory (hwloc's snapshot
+        offline-cpu0-node0 lists node 0 in has_memory with only node 1 online):
+        every later lookup by node id assumes it is in Topology.nodes."""
+        extra = ids - online
+        if extra:
+            self.problems.append(f"{what} names {_nodes_txt(extra)}, not online "
+                                 f"(online: {format_cpulist(online) or 'none'}); ignored")
+        return ids & online
+
 
 def _hugepages(r: _Reader, base: str) -> Dict[int, HugePages]:
     out: Dict[int, HugePages] = {}
@@ -1049,10 +1068,12 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
         online = frozenset(possible)
     cpus: Dict[int, Cpu] = {}
     # Sharing is symmetric: an online CPU listed in another's thread siblings has the
-    # same core, package and siblings, and one listed in another's last-level cache
-    # set has that set as its own.  Reusing them reads ~1.5 files per CPU instead of
-    # ~12 (a 1,024-CPU machine has ~9,000 such files).
-    core_of: Dict[int, Tuple[Optional[int], Optional[int], FrozenSet[int]]] = {}
+    # same package and siblings, and one listed in another's last-level cache set has
+    # that set as its own.  Reusing them reads ~2.5 files per CPU instead of ~12 (a
+    # 1,024-CPU machine has ~9,000 such files).  core_id is read per CPU: AMD
+    # Bulldozer-family parts (util-linux's Opteron 6328 dump) list the two cores of a
+    # compute unit as thread siblings, each with its own core_id.
+    pkg_of: Dict[int, Tuple[Optional[int], FrozenSet[int]]] = {}
     llc_of: Dict[int, FrozenSet[int]] = {}
     levels: Dict[Tuple[str, ...], List[Tuple[int, str]]] = {}
     for c in sorted(possible):
@@ -1062,16 +1083,16 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
         siblings: FrozenSet[int] = frozenset()
         llc: FrozenSet[int] = frozenset()
         if c in online:
-            if c in core_of:
-                core, package, siblings = core_of[c]
+            core = r.integer(f"{topo}/core_id")
+            if c in pkg_of:
+                package, siblings = pkg_of[c]
             else:
-                core = r.integer(f"{topo}/core_id")
                 package = r.integer(f"{topo}/physical_package_id")
                 siblings = r.parsed(f"{topo}/thread_siblings_list", parse_cpulist) \
                     or r.parsed(f"{topo}/core_cpus_list", parse_cpulist) or frozenset()
                 if c in siblings:
                     for s in siblings & online:
-                        core_of[s] = (core, package, siblings)
+                        pkg_of[s] = (package, siblings)
             if c in llc_of:
                 cpus[c] = Cpu(c, _cpu_node(r, c, d, node_of), True, core, package,
                               siblings, llc_of[c])
@@ -1091,6 +1112,8 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
                     in ("Unified", "Data"))
             for _, idx in order:       # the highest level with a readable sharing list
                 shared = r.parsed(f"{d}/cache/{idx}/shared_cpu_list", parse_cpulist)
+                if shared is None:     # old kernels (POWER7 dumps): only the hex mask
+                    shared = r.parsed(f"{d}/cache/{idx}/shared_cpu_map", parse_cpumap)
                 if shared is not None:
                     llc = shared
                     break
@@ -1137,44 +1160,57 @@ _TIER_DIR = "/sys/devices/virtual/memory_tiering"     # Linux 6.1+, mm/memory-ti
 _WI_DIR = "/sys/kernel/mm/mempolicy/weighted_interleave"   # Linux 6.9+
 
 
-def _read_access(r: _Reader, n: int) -> Optional[MemoryAccess]:
+def _read_access(r: _Reader, n: int, online: FrozenSet[int]) -> Optional[MemoryAccess]:
     d = f"{_NODE_DIR}/node{n}/access0/initiators"
     names = r.listdir(d)
     if not names:
         return None
-    inits = frozenset(int(x[4:]) for x in names if x.startswith("node") and x[4:].isdigit())
+    inits = r.online(frozenset(i for i in (_id_of(x, "node") for x in names)
+                               if i is not None), online, f"{d}/node*")
     bw_r, bw_w, lat_r, lat_w = (r.integer(f"{d}/{f}") for f in (
         "read_bandwidth", "write_bandwidth", "read_latency", "write_latency"))
     return MemoryAccess(bw_r, bw_w, lat_r, lat_w, inits)
 
 
-def _read_tiers(r: _Reader) -> Dict[int, FrozenSet[int]]:
+def _read_tiers(r: _Reader, online: FrozenSet[int]) -> Dict[int, FrozenSet[int]]:
     tiers: Dict[int, FrozenSet[int]] = {}
     for name in r.listdir(_TIER_DIR):
-        if name.startswith("memory_tier") and name[11:].isdigit():
-            nodes = r.parsed(f"{_TIER_DIR}/{name}/nodelist", parse_cpulist)
+        tier = _id_of(name, "memory_tier")
+        if tier is not None:
+            path = f"{_TIER_DIR}/{name}/nodelist"
+            nodes = r.online(r.parsed(path, _parse_nodelist) or frozenset(), online, path)
             if nodes:
-                tiers[int(name[11:])] = nodes
+                tiers[tier] = nodes
     return tiers
 
 
-def _read_weights(r: _Reader) -> Tuple[Optional[Dict[int, int]], Optional[bool]]:
-    """({node: weight} or None without weighted interleave, auto mode or None)."""
-    if not r.b.exists(_WI_DIR):
+def _read_weights(r: _Reader, online: Optional[FrozenSet[int]] = None,
+                  possible: FrozenSet[int] = frozenset()
+                  ) -> Tuple[Optional[Dict[int, int]], Optional[bool]]:
+    """({node: weight} or None without weighted interleave, auto mode or None).
+    With ``online``: only online nodes' weights.  The kernel has a file for every
+    possible node (mm/mempolicy.c sysfs_wi), so possible offline nodes are dropped
+    without a warning; a file for any other node is a problem."""
+    if not r.exists(_WI_DIR):
         return None, None
     weights: Dict[int, int] = {}
     auto = None
     for name in sorted(r.listdir(_WI_DIR)):
-        if name.startswith("node") and name[4:].isdigit():
+        node = _id_of(name, "node")
+        if node is not None:
             w = r.integer(f"{_WI_DIR}/{name}")
             if w is not None:
-                weights[int(name[4:])] = w
+                weights[node] = w
         elif name == "auto":
             t = (r.text(f"{_WI_DIR}/auto") or "").strip().lower()
             if t in ("1", "y", "true", "0", "n", "false"):
                 auto = t in ("1", "y", "true")
             else:
-                r.problems.append(f"{_WI_DIR}/auto: unexpected value {t!r}")
+                r.problems.append(f"{_WI_DIR}/auto: unexpected value {_short(t)}")
+    if online is not None:
+        keep = r.online(frozenset(weights) - (possible - online), online,
+                        f"{_WI_DIR}/node*")
+        weights = {n: w for n, w in weights.items() if n in keep}
     return weights, auto
 
 
@@ -1199,7 +1235,7 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     """
     b = _b(backend)
     r = _Reader(b)
-    has_node_dir = b.exists(_NODE_DIR)
+    has_node_dir = r.exists(_NODE_DIR)
     node_cpus: Dict[int, FrozenSet[int]] = {}
     mem: Dict[int, Tuple[int, int]] = {}
     hp: Dict[int, Dict[int, HugePages]] = {}
@@ -1224,12 +1260,15 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
             row = r.parsed(f"{d}/distance", parse_distance_row)
             if row is not None:
                 rows[n] = row
+        # Every node list below is cut to the online nodes where it is read (once).
         with_cpus = r.parsed(f"{_NODE_DIR}/has_cpu", _parse_nodelist)
         if with_cpus is None:
             with_cpus = frozenset(n for n, c in node_cpus.items() if c)
+        with_cpus = r.online(with_cpus, online, f"{_NODE_DIR}/has_cpu")
         with_mem = r.parsed(f"{_NODE_DIR}/has_memory", _parse_nodelist)
         if with_mem is None:
             with_mem = frozenset(n for n, (t, _) in mem.items() if t > 0)
+        with_mem = r.online(with_mem, online, f"{_NODE_DIR}/has_memory")
     else:
         # No node directory (kernel without CONFIG_NUMA): one node 0 with every CPU
         # and all memory.
@@ -1252,11 +1291,17 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
         row = rows.get(n)
         dist: Dict[int, int] = {}
         if row is not None:
+            where = f"{_NODE_DIR}/node{n}/distance"
             if len(row) == len(order):
                 dist = dict(zip(order, row))
+            elif len(row) == len(possible) and online <= possible:
+                # One entry per possible node (a node taken offline): keep the online.
+                dist = {m: d for m, d in zip(sorted(possible), row) if m in online}
+                r.online(frozenset(possible), online, f"{where} (a column per possible "
+                         "node)")
             else:
-                r.problems.append(f"{_NODE_DIR}/node{n}/distance has {len(row)} entries "
-                                  f"for {len(order)} online nodes; distances ignored")
+                r.problems.append(f"{where} has {len(row)} entries for {len(order)} "
+                                  "online nodes; distances ignored")
         t, f = mem.get(n, (0, 0))
         nodes[n] = Node(n, frozenset(node_cpus.get(n, frozenset())), t, f,
                         MappingProxyType(dist), MappingProxyType(hp.get(n, {})))
@@ -1270,18 +1315,21 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     if allowed_mems is None:
         allowed_mems = frozenset(with_mem)
     # Memory tiers, HMAT and weighted interleave (issue 11).
-    tiers = _read_tiers(r) if has_node_dir else {}
+    online = frozenset(online)
+    tiers = _read_tiers(r, online) if has_node_dir else {}
     tier_of = {m: t for t, ns in sorted(tiers.items(), reverse=True) for m in ns}
-    normal = r.parsed(f"{_NODE_DIR}/has_normal_memory", parse_cpulist) \
+    normal = r.parsed(f"{_NODE_DIR}/has_normal_memory", _parse_nodelist) \
         if has_node_dir else None
+    if normal is not None:
+        normal = r.online(normal, online, f"{_NODE_DIR}/has_normal_memory")
     for n, nd in nodes.items():
         nd = nd._replace(tier=tier_of.get(n),
-                         access=_read_access(r, n) if has_node_dir and n in with_mem
-                         else None,
+                         access=_read_access(r, n, online)
+                         if has_node_dir and n in with_mem else None,
                          has_normal_memory=None if normal is None else n in normal)
         kind, why = _node_kind(nd, with_mem, normal)
         nodes[n] = nd._replace(kind=kind, kind_evidence=why)
-    weights, auto = _read_weights(r)
+    weights, auto = _read_weights(r, online, frozenset(possible))
     nb = r.integer("/proc/sys/kernel/numa_balancing")
     thp = None
     thp_text = r.text("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -3264,7 +3312,7 @@ def _memory_nodes(b: Backend) -> Tuple[FrozenSet[int], FrozenSet[int], FrozenSet
     """(nodes with memory, Mems_allowed, default_memory_nodes) cheaply: the whole
     topology is read only when a memory node lacks CPUs or normal memory or the
     kernel has several memory tiers (otherwise the default is every allowed node)."""
-    if not b.exists(_NODE_DIR):
+    if not _Reader(b).exists(_NODE_DIR):
         return frozenset({0}), frozenset({0}), frozenset({0})
     mem = None
     t = b.read_optional(f"{_NODE_DIR}/has_memory")
@@ -6610,7 +6658,7 @@ def counters(*, backend: Optional[Backend] = None) -> Counters:
     b = _b(backend)
     r = _Reader(b)
     nodes: Dict[int, NodeCounters] = {}
-    if b.exists(_NODE_DIR):
+    if r.exists(_NODE_DIR):
         online = r.parsed(f"{_NODE_DIR}/online", _parse_nodelist)
         if online is None:
             online = frozenset(_node_dirs(r))
@@ -7718,7 +7766,7 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
         except Exception as e:   # a bad variable must not break status
             report["config_error"] = str(e)
             warnings.append(f"configuration: {e}")
-    report["last_level_caches"] = _llc_json(topo, b)
+    report["last_level_caches"] = _llc_json(topo, b, warnings)
     _status_extra(report, topo, b)
     return report
 
@@ -7757,7 +7805,15 @@ def _render_tiers(rep: Dict[str, Any]) -> List[str]:
     return out
 
 
-def _llc_json(topo: Topology, b: Backend) -> List[Dict[str, Any]]:
+def _parse_cache_kb(text: str, *, source: Optional[str] = None) -> int:
+    """A cache's size file (cacheinfo prints "32K"; "1M" and a bare count also seen) in kB."""
+    m = re.match(r"^([0-9]{1,12})([KMG]?)$", _clean(text).upper())
+    if not m:
+        raise ValueError(f"invalid cache size{_where(source)}: {_short(text)}")
+    return int(m.group(1)) << {"": 0, "K": 0, "M": 10, "G": 20}[m.group(2)]
+
+
+def _llc_json(topo: Topology, b: Backend, warnings: List[str]) -> List[Dict[str, Any]]:
     """Each last-level cache once: level, size (kB, None if sysfs omits it), CPUs."""
     out = []
     r = _Reader(b)
@@ -7768,11 +7824,9 @@ def _llc_json(topo: Topology, b: Backend) -> List[Dict[str, Any]]:
         for idx in r.listdir(d):
             lvl = r.integer(f"{d}/{idx}/level") if idx.startswith("index") else None
             if lvl is not None and (level is None or lvl > level):
-                text = (r.text(f"{d}/{idx}/size") or "").strip().upper()
-                m = re.match(r"^(\d+)([KMG]?)$", text)
-                level, size = lvl, int(m.group(1)) << {"": 0, "K": 0, "M": 10, "G": 20}[
-                    m.group(2)] if m else None
+                level, size = lvl, r.parsed(f"{d}/{idx}/size", _parse_cache_kb)
         out.append({"level": level, "size_kb": size, "cpus": sorted(llc)})
+    warnings.extend(f"could not read: {p}" for p in r.problems)
     return out
 
 
