@@ -3581,14 +3581,19 @@ def set_interleave_weights(weights: Mapping[int, int], *,
                            backend: Optional[Backend] = None) -> Dict[int, int]:
     """Write the global weights (needs root; every process using weighted interleave
     sees them).  Returns the previous weights of every node, so callers can restore.
-    Raises OSError: ENOTSUP without weighted interleave, EACCES without root, ENOENT
-    for a node the kernel has no weight for; ValueError for a weight outside 1-255."""
+    The whole mapping is checked before the first write, so a bad entry writes
+    nothing.  Raises OSError: ENOTSUP without weighted interleave, EACCES without
+    root, ENOENT for a node the kernel has no weight for; ValueError for a node id
+    that is not an int (True, 1.0) or a weight outside 1-255."""
     b = _b(backend)
     before = interleave_weights(backend=b)
     if before is None:
         raise OSError(errno.ENOTSUP, "this kernel has no weighted interleave (Linux "
                       f"6.9+: {_WI_DIR})")
     for n, w in weights.items():
+        # True == 1 and 1.0 == 1 pass the lookup below, then name file "nodeTrue".
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise ValueError(f"interleave weight node id must be an int, not {n!r}")
         if isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= 255:
             raise ValueError(f"interleave weight for node {n} must be 1-255, not {w!r}")
         if n not in before:
