@@ -7765,15 +7765,44 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     }
     envs = _load_envs()
     if envs is not None and hasattr(envs, "effective"):
-        try:
-            report["config"] = {k: {"value": to_json(v[0]), "source": v[1]}
-                                for k, v in envs.effective().items()}
-        except Exception as e:   # a bad variable must not break status
-            report["config_error"] = str(e)
-            warnings.append(f"configuration: {e}")
+        _config_report(envs, report, topo, b)
     report["last_level_caches"] = _llc_json(topo, b, warnings)
     _status_extra(report, topo, b)
     return report
+
+
+def _config_report(envs: Any, report: Dict[str, Any], topo: Topology, b: Backend) -> None:
+    """report["config"]: every registered variable, each read alone, so that each
+    invalid one is a warning worded as the calls that read it refuse it (the first
+    also in "config_error"), and a node list is resolved as SharedRegion.create
+    resolves it: ``NUMA_NODES=garbage`` passes envs.py (numactl's grammar is left to
+    parse_nodestring) and is refused there."""
+    config: Dict[str, Any] = {}
+    warnings: List[str] = report["warnings"]
+    kinds = {envs.get_prefix() + k: v.kind for k, v in
+             getattr(envs, "REGISTRY", {}).items()} if hasattr(envs, "get_prefix") else {}
+    try:
+        names = list(envs.effective(environ={}))      # every variable, by its full name
+        for name in names:
+            raw = os.environ.get(name)
+            try:
+                value, source = envs.effective(environ={} if raw is None
+                                               else {name: raw})[name]
+                if isinstance(value, str) and kinds.get(name) == "nodes":
+                    parse_nodestring(value, backend=b, topology=topo)
+            except ValueError as e:
+                msg = str(e) if str(e).startswith(f"{name}=") else \
+                    f"{name}={_short(raw or '')}: {e}"
+                config[name] = {"value": raw, "source": "env", "error": msg}
+                report.setdefault("config_error", msg)
+                warnings.append(f"configuration: {msg}")
+                continue
+            config[name] = {"value": to_json(value), "source": source}
+    except Exception as e:      # an engine's own registry that fails: status still runs
+        report.setdefault("config_error", str(e))
+        warnings.append(f"configuration: {e}")
+        return
+    report["config"] = config
 
 
 def _render_tiers(rep: Dict[str, Any]) -> List[str]:
@@ -7940,7 +7969,8 @@ def _render_status(rep: Dict[str, Any]) -> str:
         out.append("")
         out.append("CONFIGURATION (envs.py)")
         for name, v in rep["config"].items():
-            out.append(f"  {name:<34} {v['value']!s:<12} ({v['source']})")
+            out.append(f"  {name:<34} {v['value']!s:<12} "
+                       f"({'invalid' if 'error' in v else v['source']})")
     out.append("")
     out.append("WARNINGS" if rep["warnings"] else "WARNINGS: none")
     for wtext in rep["warnings"]:
@@ -7979,12 +8009,17 @@ def _strtoul(s: str, i: int) -> Tuple[Optional[int], int]:
     return (-v if m.group(1) == "-" else v), m.end()
 
 
-def _device_node(spec: str, b: Backend) -> Optional[FrozenSet[int]]:
+def _device_node(spec: str, b: Backend, devices: bool) -> Optional[FrozenSet[int]]:
     """libnuma's device forms (netdev:, block:, file:, pci:, ip:) -> the device's node
-    from sysfs; None when ``spec`` is none of them."""
+    from sysfs; None when ``spec`` is none of them.  Refused unless ``devices``: they
+    stat files and (ip:) may ask a resolver, which only a typed command may do."""
     kind, colon, dev = spec.partition(":")
     if not colon or kind not in ("netdev", "block", "file", "pci", "ip"):
         return None
+    if not devices:
+        raise _ListError(f"the device form `{kind}:' is refused here: node lists "
+                         "(0-1,4, !0, +0-1) and all only; netdev:, block:, file:, pci: "
+                         "and ip: belong to the numactl command line")
     dev = dev.lstrip()
     cls = "block" if kind in ("block", "file") else "net" if kind != "pci" else ""
     if kind == "pci":
@@ -8035,12 +8070,18 @@ def _device_node(spec: str, b: Backend) -> Optional[FrozenSet[int]]:
 
 
 def _route_device(host: str, b: Backend) -> str:
-    """The interface of the longest-prefix IPv4 route to ``host`` (/proc/net/route)."""
+    """The interface of the longest-prefix IPv4 route to ``host`` (/proc/net/route).
+    An address is used as it is; a name is looked up through the system resolver
+    (DNS: it can wait on the network), as numactl does, because a person typed it."""
     import socket
     try:
-        addr = struct.unpack("<I", socket.inet_aton(socket.gethostbyname(host)))[0]
-    except (OSError, UnicodeError):
-        raise _ListError(f"Cannot resolve {host}") from None
+        packed = socket.inet_pton(socket.AF_INET, host)
+    except (OSError, ValueError):
+        try:
+            packed = socket.inet_aton(socket.gethostbyname(host))
+        except (OSError, UnicodeError, ValueError):
+            raise _ListError(f"Cannot resolve {host}") from None
+    addr = struct.unpack("<I", packed)[0]
     best: Tuple[int, str] = (-1, "")
     for line in (b.read_optional("/proc/net/route") or "").splitlines()[1:]:
         f = line.split()
@@ -8057,14 +8098,18 @@ def _route_device(host: str, b: Backend) -> str:
 
 def parse_nodestring(text: str, *, cpus: bool = False, possible: bool = False,
                      backend: Optional[Backend] = None,
-                     topology: Optional[Topology] = None) -> FrozenSet[int]:
+                     topology: Optional[Topology] = None,
+                     devices: bool = False) -> FrozenSet[int]:
     """numactl's node list (CPU list with ``cpus=True``) -> ids, read as libnuma's
     numa_parse_nodestring/numa_parse_cpustring do.
 
     ``1,3,5-7``; numbers in C's bases (``0x2`` hex, ``010`` octal); ``all`` (every
-    allowed id); ``!LIST`` (all but); ``+LIST`` (the n-th allowed ids); for nodes also
+    allowed id); ``!LIST`` (all but); ``+LIST`` (the n-th allowed ids).  With
+    ``devices=True`` (the numactl front end: a person typed it) nodes also take
     ``netdev:DEV``, ``block:DEV``, ``file:PATH``, ``pci:[SEG:]BUS:DEV[.FN]``,
-    ``ip:HOST`` (the device's node from sysfs).  Allowed ids are the cpuset's
+    ``ip:ADDR`` (the device's node from sysfs; ``ip:NAME`` asks the resolver);
+    without it they are refused, naming the form, so that a variable such as
+    NUMA_NODES never stats a file or waits on DNS.  Allowed ids are the cpuset's
     (Mems_allowed / Cpus_allowed); ``possible=True`` (numactl --all) allows every
     node or CPU the machine has.  An empty text is the empty set.  Raises ValueError
     with libnuma's reason."""
@@ -8098,7 +8143,7 @@ def parse_nodestring(text: str, *, cpus: bool = False, possible: bool = False,
     while True:
         rest = s[i:]
         if rest == "all" or (rest[:1].isalpha() and rest[:1].isascii() and not cpus):
-            dev = allowed if rest == "all" else _device_node(rest, b)
+            dev = allowed if rest == "all" else _device_node(rest, b, devices)
             if dev is not None:
                 mask |= dev
                 i = len(s)
@@ -8328,7 +8373,7 @@ def _numactl(argv: List[str], b: Backend, execvp: Callable[[str, List[str]], Any
     def nodes(arg: str, cpus: bool = False) -> FrozenSet[int]:
         try:
             got = parse_nodestring(arg, cpus=cpus, possible=st["all"], backend=b,
-                                   topology=tp())
+                                   topology=tp(), devices=True)
         except ValueError as e:
             warn = getattr(e, "warn", f"{e}\n")
             if warn:
