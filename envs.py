@@ -85,7 +85,8 @@ _VARS = (
            "Raise instead of falling back when a NUMA policy or binding cannot be applied."),
     EnvVar("NUMA_NODES", "nodes", None,
            "Memory nodes to use, in numactl's node-list grammar (`0-1,4`, `all`, `!0`, "
-           "`+0-1`, `netdev:eth0`); unset means default_memory_nodes(): the allowed "
+           "`+0-1`; not its device forms such as `netdev:eth0` or `ip:HOST`, which "
+           "are refused); unset means default_memory_nodes(): the allowed "
            "nodes of the CPUs' DRAM tier, without GPU memory, CXL or other slower "
            "memory (`all` takes every allowed memory node)."),
     EnvVar("NUMA_PREFAULT_THREADS", "int", None,
@@ -309,8 +310,8 @@ def numa_strict(*, prefix: str | None = None,
 def numa_nodes(*, prefix: str | None = None,
                environ: Mapping[str, str] | None = None) -> tuple[int, ...] | str | None:
     """NUMA_NODES: sorted node ids, None for every allowed memory node, or a numactl
-    node list only the machine can resolve (``all``, ``!0``, ``netdev:eth0``: a str
-    for numa_utils.parse_nodestring)."""
+    node list only the machine can resolve (``all``, ``!0``, ``+1``: a str for
+    numa_utils.parse_nodestring, which refuses device forms such as ``netdev:eth0``)."""
     value = get("NUMA_NODES", prefix=prefix, environ=environ)
     return None if value is None else value if isinstance(value, str) else tuple(value)
 

@@ -493,6 +493,12 @@ class Backend:
         """Write one byte per page of [addr, addr+length): a first touch."""
         raise NotImplementedError
 
+    def mincore(self, addr: int, length: int) -> int:
+        """How many pages of [addr, addr+length) (``addr`` page-aligned) are in
+        memory, as mincore(2) counts them: for shared memory, pages of the object
+        whether or not this process has touched them."""
+        raise NotImplementedError
+
     def current_cpu(self) -> Optional[int]:
         return None
 
@@ -889,7 +895,9 @@ class LinuxBackend(Backend):
     def exists(self, path: str) -> bool:
         try:
             rel = self._rel(path) if not self.is_live else ""
-        except OSError:
+        except OSError as e:
+            if e.errno == errno.ELOOP:      # a loop is worth a warning, not "absent"
+                raise
             return False
         if self._tree is not None:
             return rel in self._tree.files or rel in self._tree.dirs
@@ -934,6 +942,26 @@ class LinuxBackend(Backend):
     def touch(self, addr: int, length: int) -> None:
         self._refuse("touch")
         _touch_iov(addr, length, self.page_size)
+
+    _RESIDENT = bytes(i & 1 for i in range(256))     # mincore's bit 0; others reserved
+
+    def mincore(self, addr: int, length: int) -> int:
+        self._refuse("mincore")
+        libc = _get_libc()
+        fn = libc.mincore
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+        page = self.page_size
+        vec = ctypes.create_string_buffer(min((length + page - 1) // page, 1 << 20))
+        step = len(vec) * page          # 4 GiB of 4 KiB pages per call, 1 MiB of vector
+        count = 0
+        for a in range(addr, addr + length, step):
+            n = min(step, addr + length - a)
+            ctypes.set_errno(0)
+            if fn(ctypes.c_void_p(a), ctypes.c_size_t(n), vec) != 0:
+                raise _oserror(ctypes.get_errno() or errno.EIO, "mincore")
+            count += ctypes.string_at(vec, (n + page - 1) // page).translate(
+                self._RESIDENT).count(1)
+        return count
 
     def current_cpu(self) -> Optional[int]:
         if not self.is_live:
@@ -1236,6 +1264,25 @@ class _Reader:
             self.problems.append(f"cannot list {path}: {e.strerror or e}")
             return []
 
+    def exists(self, path: str) -> bool:
+        try:
+            return self.b.exists(path)
+        except OSError as e:        # a saved tree's link loop (ELOOP)
+            self.problems.append(f"cannot read {path}: {e.strerror or e}")
+            return False
+
+    def online(self, ids: FrozenSet[int], online: FrozenSet[int], what: str
+               ) -> FrozenSet[int]:
+        """``ids`` (read from ``what``) that are online nodes.  The kernel's node lists
+        can name a node that is offline or has no directory (hwloc's snapshot
+        offline-cpu0-node0 lists node 0 in has_memory with only node 1 online):
+        every later lookup by node id assumes it is in Topology.nodes."""
+        extra = ids - online
+        if extra:
+            self.problems.append(f"{what} names {_nodes_txt(extra)}, not online "
+                                 f"(online: {format_cpulist(online) or 'none'}); ignored")
+        return ids & online
+
 
 def _hugepages(r: _Reader, base: str) -> Dict[int, HugePages]:
     out: Dict[int, HugePages] = {}
@@ -1282,10 +1329,12 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
         online = frozenset(possible)
     cpus: Dict[int, Cpu] = {}
     # Sharing is symmetric: an online CPU listed in another's thread siblings has the
-    # same core, package and siblings, and one listed in another's last-level cache
-    # set has that set as its own.  Reusing them reads ~1.5 files per CPU instead of
-    # ~12 (a 1,024-CPU machine has ~9,000 such files).
-    core_of: Dict[int, Tuple[Optional[int], Optional[int], FrozenSet[int]]] = {}
+    # same package and siblings, and one listed in another's last-level cache set has
+    # that set as its own.  Reusing them reads ~2.5 files per CPU instead of ~12 (a
+    # 1,024-CPU machine has ~9,000 such files).  core_id is read per CPU: AMD
+    # Bulldozer-family parts (util-linux's Opteron 6328 dump) list the two cores of a
+    # compute unit as thread siblings, each with its own core_id.
+    pkg_of: Dict[int, Tuple[Optional[int], FrozenSet[int]]] = {}
     llc_of: Dict[int, FrozenSet[int]] = {}
     levels: Dict[Tuple[str, ...], List[Tuple[int, str]]] = {}
     for c in sorted(possible):
@@ -1295,16 +1344,16 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
         siblings: FrozenSet[int] = frozenset()
         llc: FrozenSet[int] = frozenset()
         if c in online:
-            if c in core_of:
-                core, package, siblings = core_of[c]
+            core = r.integer(f"{topo}/core_id")
+            if c in pkg_of:
+                package, siblings = pkg_of[c]
             else:
-                core = r.integer(f"{topo}/core_id")
                 package = r.integer(f"{topo}/physical_package_id")
                 siblings = r.parsed(f"{topo}/thread_siblings_list", parse_cpulist) \
                     or r.parsed(f"{topo}/core_cpus_list", parse_cpulist) or frozenset()
                 if c in siblings:
                     for s in siblings & online:
-                        core_of[s] = (core, package, siblings)
+                        pkg_of[s] = (package, siblings)
             if c in llc_of:
                 cpus[c] = Cpu(c, _cpu_node(r, c, d, node_of), True, core, package,
                               siblings, llc_of[c])
@@ -1324,6 +1373,8 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
                     in ("Unified", "Data"))
             for _, idx in order:       # the highest level with a readable sharing list
                 shared = r.parsed(f"{d}/cache/{idx}/shared_cpu_list", parse_cpulist)
+                if shared is None:     # old kernels (POWER7 dumps): only the hex mask
+                    shared = r.parsed(f"{d}/cache/{idx}/shared_cpu_map", parse_cpumap)
                 if shared is not None:
                     llc = shared
                     break
@@ -1370,46 +1421,57 @@ _TIER_DIR = "/sys/devices/virtual/memory_tiering"     # Linux 6.1+, mm/memory-ti
 _WI_DIR = "/sys/kernel/mm/mempolicy/weighted_interleave"   # Linux 6.9+
 
 
-def _read_access(r: _Reader, n: int) -> Optional[MemoryAccess]:
+def _read_access(r: _Reader, n: int, online: FrozenSet[int]) -> Optional[MemoryAccess]:
     d = f"{_NODE_DIR}/node{n}/access0/initiators"
     names = r.listdir(d)
     if not names:
         return None
-    inits = frozenset(i for i in (_id_of(x, "node") for x in names) if i is not None)
+    inits = r.online(frozenset(i for i in (_id_of(x, "node") for x in names)
+                               if i is not None), online, f"{d}/node*")
     bw_r, bw_w, lat_r, lat_w = (r.integer(f"{d}/{f}") for f in (
         "read_bandwidth", "write_bandwidth", "read_latency", "write_latency"))
     return MemoryAccess(bw_r, bw_w, lat_r, lat_w, inits)
 
 
-def _read_tiers(r: _Reader) -> Dict[int, FrozenSet[int]]:
+def _read_tiers(r: _Reader, online: FrozenSet[int]) -> Dict[int, FrozenSet[int]]:
     tiers: Dict[int, FrozenSet[int]] = {}
     for name in r.listdir(_TIER_DIR):
         tier = _id_of(name, "memory_tier")
         if tier is not None:
-            nodes = r.parsed(f"{_TIER_DIR}/{name}/nodelist", parse_cpulist)
+            path = f"{_TIER_DIR}/{name}/nodelist"
+            nodes = r.online(r.parsed(path, _parse_nodelist) or frozenset(), online, path)
             if nodes:
                 tiers[tier] = nodes
     return tiers
 
 
-def _read_weights(r: _Reader) -> Tuple[Optional[Dict[int, int]], Optional[bool]]:
-    """({node: weight} or None without weighted interleave, auto mode or None)."""
-    if not r.b.exists(_WI_DIR):
+def _read_weights(r: _Reader, online: Optional[FrozenSet[int]] = None,
+                  possible: FrozenSet[int] = frozenset()
+                  ) -> Tuple[Optional[Dict[int, int]], Optional[bool]]:
+    """({node: weight} or None without weighted interleave, auto mode or None).
+    With ``online``: only online nodes' weights.  The kernel has a file for every
+    possible node (mm/mempolicy.c sysfs_wi), so possible offline nodes are dropped
+    without a warning; a file for any other node is a problem."""
+    if not r.exists(_WI_DIR):
         return None, None
     weights: Dict[int, int] = {}
     auto = None
     for name in sorted(r.listdir(_WI_DIR)):
-        n = _id_of(name, "node")
-        if n is not None:
+        node = _id_of(name, "node")
+        if node is not None:
             w = r.integer(f"{_WI_DIR}/{name}")
             if w is not None:
-                weights[n] = w
+                weights[node] = w
         elif name == "auto":
             t = (r.text(f"{_WI_DIR}/auto") or "").strip().lower()
             if t in ("1", "y", "true", "0", "n", "false"):
                 auto = t in ("1", "y", "true")
             else:
                 r.problems.append(f"{_WI_DIR}/auto: unexpected value {_short(t)}")
+    if online is not None:
+        keep = r.online(frozenset(weights) - (possible - online), online,
+                        f"{_WI_DIR}/node*")
+        weights = {n: w for n, w in weights.items() if n in keep}
     return weights, auto
 
 
@@ -1434,7 +1496,7 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     """
     b = _b(backend)
     r = _Reader(b)
-    has_node_dir = b.exists(_NODE_DIR)
+    has_node_dir = r.exists(_NODE_DIR)
     node_cpus: Dict[int, FrozenSet[int]] = {}
     mem: Dict[int, Tuple[int, int]] = {}
     hp: Dict[int, Dict[int, HugePages]] = {}
@@ -1459,12 +1521,15 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
             row = r.parsed(f"{d}/distance", parse_distance_row)
             if row is not None:
                 rows[n] = row
+        # Every node list below is cut to the online nodes where it is read (once).
         with_cpus = r.parsed(f"{_NODE_DIR}/has_cpu", _parse_nodelist)
         if with_cpus is None:
             with_cpus = frozenset(n for n, c in node_cpus.items() if c)
+        with_cpus = r.online(with_cpus, online, f"{_NODE_DIR}/has_cpu")
         with_mem = r.parsed(f"{_NODE_DIR}/has_memory", _parse_nodelist)
         if with_mem is None:
             with_mem = frozenset(n for n, (t, _) in mem.items() if t > 0)
+        with_mem = r.online(with_mem, online, f"{_NODE_DIR}/has_memory")
     else:
         # No node directory (kernel without CONFIG_NUMA): one node 0 with every CPU
         # and all memory.
@@ -1487,11 +1552,17 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
         row = rows.get(n)
         dist: Dict[int, int] = {}
         if row is not None:
+            where = f"{_NODE_DIR}/node{n}/distance"
             if len(row) == len(order):
                 dist = dict(zip(order, row))
+            elif len(row) == len(possible) and online <= possible:
+                # One entry per possible node (a node taken offline): keep the online.
+                dist = {m: d for m, d in zip(sorted(possible), row) if m in online}
+                r.online(frozenset(possible), online, f"{where} (a column per possible "
+                         "node)")
             else:
-                r.problems.append(f"{_NODE_DIR}/node{n}/distance has {len(row)} entries "
-                                  f"for {len(order)} online nodes; distances ignored")
+                r.problems.append(f"{where} has {len(row)} entries for {len(order)} "
+                                  "online nodes; distances ignored")
         t, f = mem.get(n, (0, 0))
         nodes[n] = Node(n, frozenset(node_cpus.get(n, frozenset())), t, f,
                         MappingProxyType(dist), MappingProxyType(hp.get(n, {})))
@@ -1505,18 +1576,21 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     if allowed_mems is None:
         allowed_mems = frozenset(with_mem)
     # Memory tiers, HMAT and weighted interleave (issue 11).
-    tiers = _read_tiers(r) if has_node_dir else {}
+    online = frozenset(online)
+    tiers = _read_tiers(r, online) if has_node_dir else {}
     tier_of = {m: t for t, ns in sorted(tiers.items(), reverse=True) for m in ns}
-    normal = r.parsed(f"{_NODE_DIR}/has_normal_memory", parse_cpulist) \
+    normal = r.parsed(f"{_NODE_DIR}/has_normal_memory", _parse_nodelist) \
         if has_node_dir else None
+    if normal is not None:
+        normal = r.online(normal, online, f"{_NODE_DIR}/has_normal_memory")
     for n, nd in nodes.items():
         nd = nd._replace(tier=tier_of.get(n),
-                         access=_read_access(r, n) if has_node_dir and n in with_mem
-                         else None,
+                         access=_read_access(r, n, online)
+                         if has_node_dir and n in with_mem else None,
                          has_normal_memory=None if normal is None else n in normal)
         kind, why = _node_kind(nd, with_mem, normal)
         nodes[n] = nd._replace(kind=kind, kind_evidence=why)
-    weights, auto = _read_weights(r)
+    weights, auto = _read_weights(r, online, frozenset(possible))
     nb = r.integer("/proc/sys/kernel/numa_balancing")
     thp = None
     thp_text = r.text("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -3005,6 +3079,20 @@ class SimulatedBackend(Backend):
     def touch(self, addr: int, length: int) -> None:
         self._populate(addr, length, True)
 
+    def mincore(self, addr: int, length: int) -> int:
+        err = self._take_failure("mincore")     # injectable; not a policy syscall
+        if err is not None:
+            raise _oserror(err, "mincore")
+        page, count = self.page_size, 0
+        with self.kernel.lock:
+            for p in range(addr - addr % page, addr + length, page):
+                mp = self._mapping_at(p)
+                if mp is not None and mp.obj is not None:   # the object's pages
+                    count += mp.obj.node[mp.obj_page + (p - mp.start) // mp.page] >= 0
+                else:
+                    count += p in self.pages
+        return count
+
     def madvise(self, addr: int, length: int, advice: int) -> None:
         self._maybe_fail("madvise")
         if addr % self.page_size:
@@ -3435,6 +3523,9 @@ _HINTS = MappingProxyType({
     "no-memory-node": "the requested nodes have no memory or do not exist",
     "no-weighted-interleave": "the kernel lacks MPOL_WEIGHTED_INTERLEAVE (Linux 6.9+); "
                               "pass fallback='interleave' to accept a plain interleave",
+    "resident-unmoved": "the policy places pages faulted from now on; pages already in "
+                        "memory stay where they are: pass move=True to migrate them, or "
+                        "apply the policy before the first touch",
 })
 
 
@@ -3450,6 +3541,9 @@ class PolicyResult(_Record):
     errno: Optional[int] = None
     hint: Optional[str] = None
     dropped: FrozenSet[int] = frozenset()   # requested nodes the cpuset forbids
+    # Bytes of the range already in memory that the call left where they are (a
+    # policy places new pages; move=True migrates these).  Reason "resident-unmoved".
+    resident_unmoved: int = 0
 
     def __bool__(self) -> bool:
         return self.applied
@@ -3457,7 +3551,8 @@ class PolicyResult(_Record):
     def to_json(self) -> Dict[str, Any]:
         return {"applied": self.applied, "mode": self.mode, "nodes": sorted(self.nodes),
                 "start": self.start, "length": self.length, "reason": self.reason,
-                "errno": self.errno, "hint": self.hint, "dropped": sorted(self.dropped)}
+                "errno": self.errno, "hint": self.hint, "dropped": sorted(self.dropped),
+                "resident_unmoved": self.resident_unmoved}
 
 
 class PolicyInfo(_Record):
@@ -3499,7 +3594,7 @@ def _memory_nodes(b: Backend) -> Tuple[FrozenSet[int], FrozenSet[int], FrozenSet
     """(nodes with memory, Mems_allowed, default_memory_nodes) cheaply: the whole
     topology is read only when a memory node lacks CPUs or normal memory or the
     kernel has several memory tiers (otherwise the default is every allowed node)."""
-    if not b.exists(_NODE_DIR):
+    if not _Reader(b).exists(_NODE_DIR):
         return frozenset({0}), frozenset({0}), frozenset({0})
     mem = None
     t = b.read_optional(f"{_NODE_DIR}/has_memory")
@@ -3571,8 +3666,23 @@ def apply_policy(buf: Any = None, length: Optional[int] = None, *,
     thread).  ``nodes=None``: default_memory_nodes() (the CPUs' DRAM tier in the cpuset).
 
     Returns a PolicyResult; on failure the memory stays usable under first-touch
-    and the result says why.  ``strict=True`` raises OSError instead.
+    and the result says why.  ``strict=True`` raises OSError instead.  Pages of
+    ``buf`` already in memory stay where they are unless ``move=True``; the result
+    counts them (``resident_unmoved``, reason "resident-unmoved").
     """
+    return _apply_policy(buf, length, mode=mode, nodes=nodes, mode_flags=mode_flags,
+                         move=move, strict=strict, enabled=enabled, page_size=page_size,
+                         backend=backend)
+
+
+def _apply_policy(buf: Any, length: Optional[int], *, mode: Union[str, int],
+                  nodes: Optional[Iterable[int]], mode_flags: int = 0, move: bool = False,
+                  strict: Optional[bool] = None, enabled: bool = True,
+                  page_size: Optional[int] = None, backend: Optional[Backend] = None,
+                  count_resident: bool = True) -> PolicyResult:
+    """apply_policy.  SharedRegion passes ``count_resident=False``: a region it
+    creates is fresh, and an attached one's pages were placed by the creator under
+    the same shared policy; the mincore walk costs ~50 ms per 8 GiB of shmem."""
     b = _b(backend)
     strict_ = bool(strict)
     m = _mode_of(mode)
@@ -3637,7 +3747,16 @@ def apply_policy(buf: Any = None, length: Optional[int] = None, *,
             # Before 6.9 mode 6 is an invalid mode: never a silent plain interleave.
             return fail("no-weighted-interleave", err)
         return fail(_errno_reason(err), err)
-    return res._replace(applied=True)
+    res = res._replace(applied=True)
+    if size and not move and count_resident and m != Mode.DEFAULT:
+        try:            # mincore counts base pages, also in a hugetlb mapping
+            resident = b.mincore(start, size) * b.page_size
+        except (OSError, NotImplementedError):
+            resident = 0        # unknown: claim nothing
+        if resident:
+            res = res._replace(resident_unmoved=resident, reason="resident-unmoved",
+                               hint=_HINTS["resident-unmoved"])
+    return res
 
 
 def interleave(buf: Any, length: Optional[int] = None, nodes: Optional[Iterable[int]] = None,
@@ -3768,14 +3887,19 @@ def set_interleave_weights(weights: Mapping[int, int], *,
                            backend: Optional[Backend] = None) -> Dict[int, int]:
     """Write the global weights (needs root; every process using weighted interleave
     sees them).  Returns the previous weights of every node, so callers can restore.
-    Raises OSError: ENOTSUP without weighted interleave, EACCES without root, ENOENT
-    for a node the kernel has no weight for; ValueError for a weight outside 1-255."""
+    The whole mapping is checked before the first write, so a bad entry writes
+    nothing.  Raises OSError: ENOTSUP without weighted interleave, EACCES without
+    root, ENOENT for a node the kernel has no weight for; ValueError for a node id
+    that is not an int (True, 1.0) or a weight outside 1-255."""
     b = _b(backend)
     before = interleave_weights(backend=b)
     if before is None:
         raise OSError(errno.ENOTSUP, "this kernel has no weighted interleave (Linux "
                       f"6.9+: {_WI_DIR})")
     for n, w in weights.items():
+        # True == 1 and 1.0 == 1 pass the lookup below, then name file "nodeTrue".
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise ValueError(f"interleave weight node id must be an int, not {n!r}")
         if isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= 255:
             raise ValueError(f"interleave weight for node {n} must be 1-255, not {w!r}")
         if n not in before:
@@ -5215,8 +5339,8 @@ def _region_apply(b: Backend, addr: int, size: int, page: int, mode: Mode,
         # A fresh mapping is first-touch already; an mbind(MPOL_DEFAULT) on an
         # attached one would wipe the creator's shared policy.
         return PolicyResult(True, "default", frozenset(), addr, size)
-    return apply_policy(addr, size, mode=mode, nodes=nodes, strict=strict,
-                        page_size=page, backend=b)
+    return _apply_policy(addr, size, mode=mode, nodes=nodes, strict=strict,
+                         page_size=page, backend=b, count_resident=False)
 
 
 def _region_readback(b: Backend, addr: int, size: int) -> PolicyResult:
@@ -6846,7 +6970,7 @@ def counters(*, backend: Optional[Backend] = None) -> Counters:
     b = _b(backend)
     r = _Reader(b)
     nodes: Dict[int, NodeCounters] = {}
-    if b.exists(_NODE_DIR):
+    if r.exists(_NODE_DIR):
         online = r.parsed(f"{_NODE_DIR}/online", _parse_nodelist)
         if online is None:
             online = frozenset(_node_dirs(r))
@@ -7948,15 +8072,44 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     }
     envs = _load_envs()
     if envs is not None and hasattr(envs, "effective"):
-        try:
-            report["config"] = {k: {"value": to_json(v[0]), "source": v[1]}
-                                for k, v in envs.effective().items()}
-        except Exception as e:   # a bad variable must not break status
-            report["config_error"] = str(e)
-            warnings.append(f"configuration: {e}")
-    report["last_level_caches"] = _llc_json(topo, b)
+        _config_report(envs, report, topo, b)
+    report["last_level_caches"] = _llc_json(topo, b, warnings)
     _status_extra(report, topo, b)
     return report
+
+
+def _config_report(envs: Any, report: Dict[str, Any], topo: Topology, b: Backend) -> None:
+    """report["config"]: every registered variable, each read alone, so that each
+    invalid one is a warning worded as the calls that read it refuse it (the first
+    also in "config_error"), and a node list is resolved as SharedRegion.create
+    resolves it: ``NUMA_NODES=garbage`` passes envs.py (numactl's grammar is left to
+    parse_nodestring) and is refused there."""
+    config: Dict[str, Any] = {}
+    warnings: List[str] = report["warnings"]
+    kinds = {envs.get_prefix() + k: v.kind for k, v in
+             getattr(envs, "REGISTRY", {}).items()} if hasattr(envs, "get_prefix") else {}
+    try:
+        names = list(envs.effective(environ={}))      # every variable, by its full name
+        for name in names:
+            raw = os.environ.get(name)
+            try:
+                value, source = envs.effective(environ={} if raw is None
+                                               else {name: raw})[name]
+                if isinstance(value, str) and kinds.get(name) == "nodes":
+                    parse_nodestring(value, backend=b, topology=topo)
+            except ValueError as e:
+                msg = str(e) if str(e).startswith(f"{name}=") else \
+                    f"{name}={_short(raw or '')}: {e}"
+                config[name] = {"value": raw, "source": "env", "error": msg}
+                report.setdefault("config_error", msg)
+                warnings.append(f"configuration: {msg}")
+                continue
+            config[name] = {"value": to_json(value), "source": source}
+    except Exception as e:      # an engine's own registry that fails: status still runs
+        report.setdefault("config_error", str(e))
+        warnings.append(f"configuration: {e}")
+        return
+    report["config"] = config
 
 
 def _render_tiers(rep: Dict[str, Any]) -> List[str]:
@@ -7993,7 +8146,15 @@ def _render_tiers(rep: Dict[str, Any]) -> List[str]:
     return out
 
 
-def _llc_json(topo: Topology, b: Backend) -> List[Dict[str, Any]]:
+def _parse_cache_kb(text: str, *, source: Optional[str] = None) -> int:
+    """A cache's size file (cacheinfo prints "32K"; "1M" and a bare count also seen) in kB."""
+    m = re.match(r"^([0-9]{1,12})([KMG]?)$", _clean(text).upper())
+    if not m:
+        raise ValueError(f"invalid cache size{_where(source)}: {_short(text)}")
+    return int(m.group(1)) << {"": 0, "K": 0, "M": 10, "G": 20}[m.group(2)]
+
+
+def _llc_json(topo: Topology, b: Backend, warnings: List[str]) -> List[Dict[str, Any]]:
     """Each last-level cache once: level, size (kB, None if sysfs omits it), CPUs."""
     out = []
     r = _Reader(b)
@@ -8004,11 +8165,9 @@ def _llc_json(topo: Topology, b: Backend) -> List[Dict[str, Any]]:
         for idx in r.listdir(d):
             lvl = r.integer(f"{d}/{idx}/level") if idx.startswith("index") else None
             if lvl is not None and (level is None or lvl > level):
-                text = (r.text(f"{d}/{idx}/size") or "").strip().upper()
-                m = re.match(r"^([0-9]{1,20})([KMG]?)$", text)
-                level, size = lvl, int(m.group(1)) << {"": 0, "K": 0, "M": 10, "G": 20}[
-                    m.group(2)] if m else None
+                level, size = lvl, r.parsed(f"{d}/{idx}/size", _parse_cache_kb)
         out.append({"level": level, "size_kb": size, "cpus": sorted(llc)})
+    warnings.extend(f"could not read: {p}" for p in r.problems)
     return out
 
 
@@ -8117,7 +8276,8 @@ def _render_status(rep: Dict[str, Any]) -> str:
         out.append("")
         out.append("CONFIGURATION (envs.py)")
         for name, v in rep["config"].items():
-            out.append(f"  {name:<34} {v['value']!s:<12} ({v['source']})")
+            out.append(f"  {name:<34} {v['value']!s:<12} "
+                       f"({'invalid' if 'error' in v else v['source']})")
     out.append("")
     out.append("WARNINGS" if rep["warnings"] else "WARNINGS: none")
     for wtext in rep["warnings"]:
@@ -8156,12 +8316,17 @@ def _strtoul(s: str, i: int) -> Tuple[Optional[int], int]:
     return (-v if m.group(1) == "-" else v), m.end()
 
 
-def _device_node(spec: str, b: Backend) -> Optional[FrozenSet[int]]:
+def _device_node(spec: str, b: Backend, devices: bool) -> Optional[FrozenSet[int]]:
     """libnuma's device forms (netdev:, block:, file:, pci:, ip:) -> the device's node
-    from sysfs; None when ``spec`` is none of them."""
+    from sysfs; None when ``spec`` is none of them.  Refused unless ``devices``: they
+    stat files and (ip:) may ask a resolver, which only a typed command may do."""
     kind, colon, dev = spec.partition(":")
     if not colon or kind not in ("netdev", "block", "file", "pci", "ip"):
         return None
+    if not devices:
+        raise _ListError(f"the device form `{kind}:' is refused here: node lists "
+                         "(0-1,4, !0, +0-1) and all only; netdev:, block:, file:, pci: "
+                         "and ip: belong to the numactl command line")
     dev = dev.lstrip()
     cls = "block" if kind in ("block", "file") else "net" if kind != "pci" else ""
     if kind == "pci":
@@ -8212,12 +8377,18 @@ def _device_node(spec: str, b: Backend) -> Optional[FrozenSet[int]]:
 
 
 def _route_device(host: str, b: Backend) -> str:
-    """The interface of the longest-prefix IPv4 route to ``host`` (/proc/net/route)."""
+    """The interface of the longest-prefix IPv4 route to ``host`` (/proc/net/route).
+    An address is used as it is; a name is looked up through the system resolver
+    (DNS: it can wait on the network), as numactl does, because a person typed it."""
     import socket
     try:
-        addr = struct.unpack("<I", socket.inet_aton(socket.gethostbyname(host)))[0]
-    except (OSError, UnicodeError):
-        raise _ListError(f"Cannot resolve {host}") from None
+        packed = socket.inet_pton(socket.AF_INET, host)
+    except (OSError, ValueError):
+        try:
+            packed = socket.inet_aton(socket.gethostbyname(host))
+        except (OSError, UnicodeError, ValueError):
+            raise _ListError(f"Cannot resolve {host}") from None
+    addr = struct.unpack("<I", packed)[0]
     best: Tuple[int, str] = (-1, "")
     for line in (b.read_optional("/proc/net/route") or "").splitlines()[1:]:
         f = line.split()
@@ -8234,14 +8405,18 @@ def _route_device(host: str, b: Backend) -> str:
 
 def parse_nodestring(text: str, *, cpus: bool = False, possible: bool = False,
                      backend: Optional[Backend] = None,
-                     topology: Optional[Topology] = None) -> FrozenSet[int]:
+                     topology: Optional[Topology] = None,
+                     devices: bool = False) -> FrozenSet[int]:
     """numactl's node list (CPU list with ``cpus=True``) -> ids, read as libnuma's
     numa_parse_nodestring/numa_parse_cpustring do.
 
     ``1,3,5-7``; numbers in C's bases (``0x2`` hex, ``010`` octal); ``all`` (every
-    allowed id); ``!LIST`` (all but); ``+LIST`` (the n-th allowed ids); for nodes also
+    allowed id); ``!LIST`` (all but); ``+LIST`` (the n-th allowed ids).  With
+    ``devices=True`` (the numactl front end: a person typed it) nodes also take
     ``netdev:DEV``, ``block:DEV``, ``file:PATH``, ``pci:[SEG:]BUS:DEV[.FN]``,
-    ``ip:HOST`` (the device's node from sysfs).  Allowed ids are the cpuset's
+    ``ip:ADDR`` (the device's node from sysfs; ``ip:NAME`` asks the resolver);
+    without it they are refused, naming the form, so that a variable such as
+    NUMA_NODES never stats a file or waits on DNS.  Allowed ids are the cpuset's
     (Mems_allowed / Cpus_allowed); ``possible=True`` (numactl --all) allows every
     node or CPU the machine has.  An empty text is the empty set.  Raises ValueError
     with libnuma's reason."""
@@ -8275,7 +8450,7 @@ def parse_nodestring(text: str, *, cpus: bool = False, possible: bool = False,
     while True:
         rest = s[i:]
         if rest == "all" or (rest[:1].isalpha() and rest[:1].isascii() and not cpus):
-            dev = allowed if rest == "all" else _device_node(rest, b)
+            dev = allowed if rest == "all" else _device_node(rest, b, devices)
             if dev is not None:
                 mask |= dev
                 i = len(s)
@@ -8505,7 +8680,7 @@ def _numactl(argv: List[str], b: Backend, execvp: Callable[[str, List[str]], Any
     def nodes(arg: str, cpus: bool = False) -> FrozenSet[int]:
         try:
             got = parse_nodestring(arg, cpus=cpus, possible=st["all"], backend=b,
-                                   topology=tp())
+                                   topology=tp(), devices=True)
         except ValueError as e:
             warn = getattr(e, "warn", f"{e}\n")
             if warn:

@@ -322,3 +322,21 @@ def test_gather_saves_tier_files(tmp_path):
     b = topo("cxl-memory-node")
     assert a.nodes == b.nodes and a.memory_tiers == b.memory_tiers
     assert a.interleave_weights == b.interleave_weights
+
+
+@pytest.mark.parametrize("weights,match", [
+    ({0: 7, True: 3}, "node id must be an int, not True"),
+    ({0: 7, 1.0: 3}, "node id must be an int, not 1.0"),
+    ({0: 7, "1": 3}, "node id must be an int, not '1'"),
+    ({0: 7, 1: 0}, "must be 1-255, not 0"),
+    ({0: 7, 1: 256}, "must be 1-255, not 256"),
+    ({0: 7, 1: True}, "must be 1-255, not True"),
+    ({0: 7, 9: 3}, "no weighted-interleave weight for node 9"),
+])
+def test_set_interleave_weights_is_all_or_nothing(weights, match):
+    """A bad entry anywhere in the mapping writes no weight at all (node 0's 7 was
+    written before {0: 7, True: 3} failed)."""
+    b = sim("cxl-memory-node", uid=0)
+    with pytest.raises((ValueError, OSError), match=re.escape(match)):
+        nu.set_interleave_weights(weights, backend=b)
+    assert nu.interleave_weights(backend=b) == {0: 1, 1: 1, 2: 1}
