@@ -2034,6 +2034,7 @@ class SimulatedBackend(Backend):
         self.uid, self.gid = uid, gid
         self.fds: Dict[int, _SimFile] = {}
         self.shm_attached: Dict[int, int] = {}   # address -> shmid
+        self.dup_maps: Dict[int, int] = {}       # address -> further mappings there
         self.dead = False
         import weakref
         _kernel.procs.append(weakref.ref(self))
@@ -2515,6 +2516,12 @@ class SimulatedBackend(Backend):
             obj = _SimObject(name, size, pg, shared_policy=pg == self.page_size, path=path)
             k.objects[name] = obj
         addr = obj.address()
+        first = self._find_mapping(addr)
+        if first is not None and first.start == addr and first.obj is obj:
+            # Mapped here already (a region's record read by its own process): the
+            # kernel gives another address, this model shares one and counts it.
+            self.dup_maps[addr] = self.dup_maps.get(addr, 0) + 1
+            return addr
         k.next_attach += 1
         mp = _SimMapping(addr, addr + obj.npages * obj.page, obj, 0, label,
                          bytearray(obj.npages), None if obj.shared_policy else _Intervals(),
@@ -2948,10 +2955,14 @@ class SimulatedBackend(Backend):
 
     def shmdt(self, addr: int) -> None:
         self._maybe_fail("shmdt")
-        shmid = self.shm_attached.pop(addr, None)
+        shmid = self.shm_attached.get(addr)
         if shmid is None:
             raise _oserror(errno.EINVAL, "shmdt", "not an attach address")
-        self.unmap(addr)
+        if self.dup_maps.get(addr):
+            self.dup_maps[addr] -= 1
+        else:
+            del self.shm_attached[addr]
+            self.unmap(addr)
         seg = self.kernel.shm.get(shmid)
         if seg is not None:
             seg.nattch -= 1
@@ -3120,6 +3131,9 @@ class SimulatedBackend(Backend):
 
     def munmap(self, addr: int, length: int) -> None:
         self._maybe_fail("munmap")
+        if self.dup_maps.get(addr):
+            self.dup_maps[addr] -= 1
+            return
         mp = self._find_mapping(addr)
         self.unmap(addr)
         if mp is not None and mp.obj is not None:
@@ -4928,7 +4942,8 @@ class SharedRegion:
                 _run_pending(held)
                 blocked = False
                 _release_signals(held)          # a signal in this very call: undone
-            res = _region_apply(b, addr, size, page, pmode, pnodes, strict_)
+            # Over the record too: one VMA (one numa_maps line) per region.
+            res = _region_apply(b, addr, seg, page, pmode, pnodes, strict_)
             region = cls(backend=b, kind=kind, key=key, address=addr, size=size,
                          page_size=page, policy=res, created=True, shmid=shmid, name=name,
                          ipc_key=ikey, mapped=seg, fd=fd, identity=ident)
@@ -5049,14 +5064,14 @@ class SharedRegion:
                 blocked = False
                 _release_signals(held)
             if explicit and pmode != Mode.DEFAULT:
-                res = _region_apply(b, addr, data, page, pmode, pnodes, strict_)
+                res = _region_apply(b, addr, seg, page, pmode, pnodes, strict_)
             else:
                 # Never mbind(MPOL_DEFAULT) here: it would wipe the creator's shared
                 # policy.  Report the policy in force; ENABLE_NUMA_INTERLEAVE only
                 # fills in where there is none (and hugetlb, where it is per VMA).
                 res = _region_readback(b, addr, data)
                 if not explicit and pmode != Mode.DEFAULT and res.mode == "default":
-                    res = _region_apply(b, addr, data, page, pmode, pnodes, strict_)
+                    res = _region_apply(b, addr, seg, page, pmode, pnodes, strict_)
             region = cls(backend=b, kind=kind, key=key, address=addr, size=data,
                          page_size=page, policy=res, created=False, shmid=shmid,
                          name=name, ipc_key=ikey if kind == "sysv" else 0, mapped=seg,

@@ -267,17 +267,19 @@ import json, os, subprocess, sys
 import numa_utils as nu
 names = ["nl\nx", "d (deleted)", "tab\tx"]
 held = [nu.SharedRegion.create(n, 1 << 20, kind="posix", prefault=False) for n in names]
-# A stale one of a confusable name: "d" is not mapped, "d (deleted)" is.
-stale = nu.SharedRegion.create("d", 1 << 20, kind="posix", prefault=False)
-stale.close()
-out = subprocess.run([sys.executable, "-m", "numa_utils", "cleanup", "--remove", "--json"],
-                     capture_output=True, text=True, timeout=30)
+# A stale one of a confusable name: "d" is not mapped, "d (deleted)" is.  Its owner
+# died without destroying it.
+subprocess.run([sys.executable, "-c", "import os, numa_utils as nu; nu.SharedRegion.create("
+                "'d', 1 << 20, kind='posix', prefault=False); os._exit(0)"], check=True)
+out = subprocess.run([sys.executable, "-m", "numa_utils", "cleanup", "--remove", "--json",
+                      "--min-age", "0"], capture_output=True, text=True, timeout=30)
 assert out.returncode == 0, out.stderr
 rows = {r["name"]: r["action"] for r in json.loads(out.stdout)["regions"]}
+whys = {r["name"]: r["why"] for r in json.loads(out.stdout)["regions"]}
 left = set(os.listdir("/dev/shm"))
 for r in held:
     assert r.name in left, (r.name, rows)
-    assert rows[r.name] == "keep (in use)", rows
+    assert rows[r.name] == "keep" and whys[r.name].startswith("in use: mapped by 1"), whys
 assert "numa_utils-d" not in left and rows["numa_utils-d"] == "removed", rows
 print("ok")
 """

@@ -7,6 +7,7 @@ inside private IPC+mount namespaces (conftest.private_shm): never the host's seg
 
 import errno
 import os
+import re
 import subprocess
 import sys
 
@@ -282,8 +283,9 @@ def test_sysvipc_rendering_parses():
     s = sim("single-node")
     with nu.SharedRegion.create("v", MiB, backend=s) as r:
         (row,) = nu._sysvipc_rows(s.read_text("/proc/sysvipc/shm"))
-        assert row.id == r.shmid and row.key == r.ipc_key and row.size == MiB
-        assert row.nattch == 1 and row.mode == 0o600
+        # the data, then 16 KiB for the identity record
+        assert row.id == r.shmid and row.key == r.ipc_key and row.size == MiB + 16384
+        assert row.nattch == 1 and row.mode == 0o600 and row.used > 0
 
 
 # -- buffer(): numpy and torch take the region without a copy (issue 15) -----------------
@@ -344,15 +346,17 @@ def test_buffer_after_close_is_refused():
 
 def test_cleanup_lists_ours_only():
     s = sim("single-node")
-    mine = nu.SharedRegion.create("stale", MiB, backend=s)
-    mine.close()                                   # crashed owner: stale
+    crashed = s.process()
+    mine = nu.SharedRegion.create("stale", MiB, backend=crashed)
+    crashed.exit()                                 # died without destroying it
     busy = nu.SharedRegion.create("busy", MiB, backend=s)
     other = s.process(uid=1001)
     foreign = other.shmget(nu._sysv_key("x"), MiB, nu.IPC_CREAT | 0o600)
     plain = s.shmget(0x1234, MiB, nu.IPC_CREAT | 0o600)
-    rows = nu._our_segments(s)
+    rows = nu._our_segments(s, min_age=0)
     assert {r["shmid"] for r in rows} == {mine.shmid, busy.shmid}
     assert [r["stale"] for r in rows if r["shmid"] == mine.shmid] == [True]
+    assert [r["why"] for r in rows if r["shmid"] == busy.shmid] == ["in use: 1 attached"]
     busy.destroy()
     other.shm_rmid(foreign)
     s.shm_rmid(plain)
@@ -436,21 +440,30 @@ def test_real_prefault_interrupt_leaks_nothing():
 def test_real_cleanup_cli_removes_only_stale_ours():
     _real_ok()
     key = f"t{os.getpid()}-stale"
-    r = nu.SharedRegion.create(key, MiB, prefault=False)
-    r.close()                                      # owner "crashed"
+    crash = subprocess.run([sys.executable, "-c", (
+        "import os, numa_utils as nu\n"
+        f"r = nu.SharedRegion.create({key!r}, 1 << 20, prefault=False)\n"
+        "print(r.shmid, r.ipc_key, flush=True)\n"
+        "os._exit(0)")], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert crash.returncode == 0, crash.stderr
+    shmid, ipc_key = map(int, crash.stdout.split())
+
     def cli(*a):
         return subprocess.run([sys.executable, "-m", "numa_utils", "cleanup", *a],
                               cwd=REPO, capture_output=True, text=True, timeout=60)
-    dry = cli()
-    assert dry.returncode == 0 and f"0x{r.ipc_key:08x}" in dry.stdout
-    assert "would remove" in dry.stdout
-    assert str(r.shmid) in open("/proc/sysvipc/shm").read()
+    young = cli()                    # just died: kept for the minimum age
+    assert young.returncode == 0 and f"0x{ipc_key:08x}" in young.stdout
+    assert re.search(r"keep: used \d+ s ago \(minimum age 30 s\)", young.stdout), \
+        young.stdout
+    dry = cli("--min-age", "0")
+    assert "would remove" in dry.stdout, dry.stdout
+    assert str(shmid) in open("/proc/sysvipc/shm").read()
     # --key: only this test's region (other tests run at the same time)
     import json
-    out = cli("--remove", "--json", "--key", key)
-    assert {x.get("shmid") for x in json.loads(out.stdout)["regions"]} <= {r.shmid, None}
-    rows = [x for x in json.loads(out.stdout)["regions"] if x.get("shmid") == r.shmid]
-    assert rows and rows[0]["action"] == "removed"
+    out = cli("--remove", "--json", "--min-age", "0", "--key", key)
+    assert {x.get("shmid") for x in json.loads(out.stdout)["regions"]} <= {shmid, None}
+    rows = [x for x in json.loads(out.stdout)["regions"] if x.get("shmid") == shmid]
+    assert rows and rows[0]["action"] == "removed" and rows[0]["name"] == key, rows
     with pytest.raises(FileNotFoundError):
         nu.SharedRegion.attach(key)
 
