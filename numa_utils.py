@@ -5387,16 +5387,8 @@ def _creator_why(b: Backend, rec: Mapping[str, Any], me: Mapping[str, Any],
 def _sysv_verdict(b: Backend, st: _ShmStat, keys: Optional[Sequence[Union[int, str]]],
                   me: Mapping[str, Any], now: float, min_age: float
                   ) -> Tuple[str, Optional[Dict[str, Any]]]:
-    """('' when segment ``st`` is proven stale, else why it is kept; its record)."""
-    if st.nattch:
-        return f"in use: {st.nattch} attached", None
-    idle = now - st.used
-    if idle < min_age:
-        return f"used {max(idle, 0):.0f} s ago (minimum age {min_age:g} s)", None
-    if st.lpid not in (st.cpid, me["pid"]):     # (ours: an earlier look at its record)
-        why = _pid_why(b, st.lpid, "last user", me)
-        if why:
-            return why, None
+    """('' when segment ``st`` is proven stale, else why it is kept; its record).
+    Reading the record attaches for a moment: the pids judged are those of ``st``."""
     what = f"SysV segment 0x{st.key:08x} (shmid {st.id})"
     try:
         rec = _peek_record(b, st.id, st.size, what)
@@ -5412,6 +5404,15 @@ def _sysv_verdict(b: Backend, st: _ShmStat, keys: Optional[Sequence[Union[int, s
         return f"its identity record names {rec['kind']} region {rec['key']!r}", rec
     if keys is not None and not any(_same_key(rec["key"], k) for k in keys):
         return f"holds region {rec['key']!r}, not one asked for", rec
+    if st.nattch:
+        return f"in use: {st.nattch} attached", rec
+    idle = now - st.used
+    if idle < min_age:
+        return f"used {max(idle, 0):.0f} s ago (minimum age {min_age:g} s)", rec
+    if st.lpid not in (st.cpid, me["pid"]):     # (ours: an earlier look at its record)
+        why = _pid_why(b, st.lpid, "last user", me)
+        if why:
+            return why, rec
     return _creator_why(b, rec, me, st.cpid), rec
 
 
@@ -5420,14 +5421,6 @@ def _posix_verdict(b: Backend, fd: int, st: _ShmStat, name: str, users: int,
                    ) -> Tuple[str, Optional[Dict[str, Any]]]:
     """As _sysv_verdict for the /dev/shm file open at ``fd``; when stale, the
     exclusive lock taken stays held (until ``fd`` is closed) for the removal."""
-    if users:
-        return f"in use: mapped by {users} process(es)", None
-    try:
-        b.flock(fd, LOCK_EX | LOCK_NB)
-    except OSError as e:
-        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            return "in use: a process holds its lock", None
-        return f"cannot lock it: {e.strerror or e}", None
     rec = None
     if st.size >= _RECORD_END.size:
         try:
@@ -5447,6 +5440,14 @@ def _posix_verdict(b: Backend, fd: int, st: _ShmStat, name: str, users: int,
         mine = False
     if not mine:
         return f"its identity record names {rec['kind']} region {rec['key']!r}", rec
+    if users:
+        return f"in use: mapped by {users} process(es)", rec
+    try:
+        b.flock(fd, LOCK_EX | LOCK_NB)
+    except OSError as e:
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return "in use: a process holds its lock", rec
+        return f"cannot lock it: {e.strerror or e}", rec
     created = rec.get("created")
     age = now - created if isinstance(created, (int, float)) else 0.0
     if age < min_age:
@@ -5514,7 +5515,7 @@ def _our_segments(b: Backend, keys: Optional[Sequence[Union[int, str]]] = None, 
                 return f"failed: {e.strerror or e}"
             return ""
         verdict({"kind": "sysv", "key": f"0x{st.key:08x}", "shmid": st.id,
-                 "name": rec["key"] if rec else None,
+                 "region": rec["key"] if rec else None,
                  "size": rec["size"] if rec else st.size,
                  "mode": f"{st.mode & 0o777:03o}", "attached": st.nattch}, why, drop)
     try:
@@ -5550,6 +5551,7 @@ def _our_segments(b: Backend, keys: Optional[Sequence[Union[int, str]]] = None, 
                     return f"failed: {e.strerror or e}"
                 return ""
             verdict({"kind": "posix", "name": name, "path": f"/dev/shm/{name}",
+                     "region": rec["key"] if rec else None,
                      "size": rec["size"] if rec else st.size,
                      "mode": f"{st.mode & 0o777:03o}",
                      "attached": users.get(name, 0)}, why, unlink)

@@ -463,7 +463,7 @@ def test_real_cleanup_cli_removes_only_stale_ours():
     out = cli("--remove", "--json", "--min-age", "0", "--key", key)
     assert {x.get("shmid") for x in json.loads(out.stdout)["regions"]} <= {shmid, None}
     rows = [x for x in json.loads(out.stdout)["regions"] if x.get("shmid") == shmid]
-    assert rows and rows[0]["action"] == "removed" and rows[0]["name"] == key, rows
+    assert rows and rows[0]["action"] == "removed" and rows[0]["region"] == key, rows
     with pytest.raises(FileNotFoundError):
         nu.SharedRegion.attach(key)
 
@@ -488,3 +488,142 @@ def test_sysv_keys_from_names_rarely_collide():
     assert len(keys) == 2000
     assert all(k & nu.SYSV_KEY_MASK == nu.SYSV_KEY_PREFIX for k in keys)
     assert nu._sysv_key(0x1234) == 0x1234
+
+
+# -- identity records and colliding keys (issue 19 items 1, 2, 9) -------------------------
+
+A, B = "kvcache-708a", "kvcache-80060"       # found by a search: one 24-bit key
+
+
+def test_key_collision_never_maps_other_region():
+    assert nu._sysv_key(A) == nu._sysv_key(B) == 0x4EA2A476
+    s = sim("single-node")
+    a = nu.SharedRegion.create(A, MiB, backend=s)
+    a.buffer()[:4] = b"AAAA"
+    with pytest.raises(FileNotFoundError):                 # never created: not A's
+        nu.SharedRegion.attach(B, backend=s.process())
+    b = nu.SharedRegion.create(B, MiB, backend=s)          # the next key of B's
+    assert b.ipc_key != a.ipc_key and b.ipc_key == nu._sysv_keys(B)[1]
+    b.buffer()[:4] = b"BBBB"
+    with pytest.raises(FileExistsError, match="exists.*attach it"):
+        nu.SharedRegion.create(B, MiB, backend=s)
+    for name, data in ((A, b"AAAA"), (B, b"BBBB")):
+        with nu.SharedRegion.attach(name, backend=s.process()) as r:
+            assert bytes(r.buffer()[:4]) == data and r.identity["key"] == name
+    # A goes: B's first key is free, B is still found, and no twin of B is made there.
+    a.destroy()
+    with nu.SharedRegion.attach(B, backend=s.process()) as r:
+        assert bytes(r.buffer()[:4]) == b"BBBB"
+    with pytest.raises(FileExistsError, match="exists"):
+        nu.SharedRegion.create(B, MiB, backend=s)
+    b.destroy()
+    assert _sim_counts(s) == (0, 0, 0)
+    # cleanup --remove --key B, both owners dead: B's region goes, never A's
+    pa, pb = s.process(), s.process()
+    nu.SharedRegion.create(A, MiB, backend=pa)
+    nu.SharedRegion.create(B, MiB, backend=pb)
+    pa.exit()
+    pb.exit()
+    rows = {r["region"]: r for r in nu._our_segments(s, [B], remove=True, min_age=0)}
+    assert rows[B]["action"] == "removed"
+    assert rows[A]["action"] == "keep" and "not one asked for" in rows[A]["why"]
+    with pytest.raises(FileNotFoundError):
+        nu.SharedRegion.attach(B, backend=s.process())
+    nu.SharedRegion.attach(A, backend=s.process()).destroy()
+    assert _sim_counts(s) == (0, 0, 0)
+
+
+def test_key_collision_every_key_taken_fails_clearly(monkeypatch):
+    s = sim("single-node")
+    monkeypatch.setattr(nu, "_SYSV_PROBES", 2)
+    keys = nu._sysv_keys("n")
+    others = [s.shmget(k, MiB, nu.IPC_CREAT | 0o600) for k in keys]
+    for shmid, k in zip(others, keys):           # other programs' segments: no record
+        with pytest.raises(FileExistsError, match=f"0x{k:08x}.*without a numa_utils "
+                                                  "identity record"):
+            nu.SharedRegion.create("n", MiB, backend=s)
+        s.shm_rmid(shmid)
+    r = nu.SharedRegion.create("n", MiB, backend=s)
+    r.destroy()
+    assert _sim_counts(s) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("kind", ["sysv", "posix"])
+def test_identity_record_damaged_or_missing_is_a_clear_error(kind):
+    import ctypes
+    s = sim("single-node")
+    r = nu.SharedRegion.create("id", MiB, kind=kind, backend=s)
+    rec = r.identity
+    assert (rec["key"], rec["kind"], rec["size"], rec["page_size"]) == ("id", kind, MiB, 4096)
+    assert rec["pid"] == s.pid and rec["start"] and rec["boot"] and rec["created"] > 0
+    end = r.address + r._mapped                  # the record's end marker is last
+    ctypes.memset(end - nu._RECORD_END.size - 3, ord("x"), 1)     # in the JSON
+    with pytest.raises(ValueError, match="damaged identity record .checksum"):
+        nu.SharedRegion.attach("id", kind=kind, backend=s.process())
+    ctypes.memset(end - nu._RECORD_END.size, 0, nu._RECORD_END.size)   # truncated
+    with pytest.raises(FileNotFoundError, match="no numa_utils identity record"):
+        nu.SharedRegion.attach("id", kind=kind, backend=s.process())
+    r.destroy()
+    assert _sim_counts(s) == (0, 0, 0)
+
+
+def test_record_room_holds_a_few_kb_more():
+    # the layout (issue 20) goes into the same record: a few KB fit, more is an error
+    s = sim("single-node")
+    with nu.SharedRegion.create("room", MiB, backend=s) as r:
+        rec = dict(r.identity, layout="x" * 12000)
+        nu._record_write(r.address, r._mapped, rec)
+        assert nu._record_read(r.address, r._mapped, "r")["layout"] == "x" * 12000
+        with pytest.raises(ValueError, match="does not fit"):
+            nu._record_write(r.address, r._mapped, dict(rec, layout="x" * 17000))
+
+
+def test_int_key_region_carries_identity():
+    s = sim("single-node")
+    with nu.SharedRegion.create(0x1234, MiB, backend=s) as r:
+        assert r.ipc_key == 0x1234 and r.identity["key"] == 0x1234
+        r.buffer()[:2] = b"ok"
+        p = s.process()                          # an engine attaching the key itself
+        addr = p.shmat(p.shmget(0x1234, MiB, 0))
+        assert bytes(nu.SharedRegion.attach(0x1234, backend=s.process()).buffer()[:2]) \
+            == b"ok"
+        import ctypes
+        assert ctypes.string_at(addr, 2) == b"ok"   # the data at offset 0
+        p.shmdt(addr)
+        with pytest.raises(FileNotFoundError):      # the name "4660" is another region
+            nu.SharedRegion.attach("4660", backend=s.process())
+    plain = s.shmget(0x5678, MiB, nu.IPC_CREAT | 0o600)
+    with pytest.raises(FileNotFoundError, match="no numa_utils identity record"):
+        nu.SharedRegion.attach(0x5678, backend=s.process())
+    s.shm_rmid(plain)
+
+
+@pytest.mark.parametrize("kind", ["sysv", "posix"])
+def test_cleanup_removes_only_proven_stale(kind):
+    s = sim("single-node")
+
+    def made_by(proc, name):
+        return nu.SharedRegion.create(name, MiB, kind=kind, prefault=False, backend=proc)
+    alive = made_by(s.process(), "alive")            # creator alive, detached
+    alive.close()
+    dead_p = s.process()
+    made_by(dead_p, "dead")
+    dead_p.exit()
+    held_p, holder = s.process(), s.process()
+    made_by(held_p, "held")
+    kept = nu.SharedRegion.attach("held", kind=kind, backend=holder)
+    held_p.exit()                                    # creator dead, a user holds it
+    rows = {r["region"]: r for r in nu._our_segments(s, remove=True, min_age=0)}
+    assert rows["alive"]["action"] == "keep" and "creator (pid" in rows["alive"]["why"]
+    assert rows["dead"]["action"] == "removed"
+    assert rows["held"]["action"] == "keep" and rows["held"]["why"].startswith("in use")
+    young = s.process()
+    made_by(young, "young")
+    young.exit()
+    (row,) = nu._our_segments(s, ["young"], remove=True)
+    assert row["action"] == "keep" and "minimum age 30 s" in row["why"]
+    for name in ("alive", "held", "young"):
+        with nu.SharedRegion.attach(name, kind=kind, backend=s.process()) as r:
+            r.remove()
+    kept.close()
+    assert _sim_counts(s) == (0, 0, 0)
