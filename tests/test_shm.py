@@ -780,3 +780,36 @@ def test_cleanup_race_with_injected_delays_loses_nothing():
         "creator is not visible from this PID namespace: it may be alive", cross
     assert cross["old-cross-posix"].startswith("creator (pid "), cross
     assert "in another PID namespace" in cross["old-cross-posix"], cross
+
+
+_ADVICE = r'''
+import json, os, re, subprocess, sys
+import numa_utils as nu
+for key in (0x1234, "kv-advice"):
+    subprocess.run([sys.executable, "-c", "import os, numa_utils as nu; nu.SharedRegion."
+                    f"create({key!r}, 1 << 20, prefault=False); os._exit(0)"], check=True)
+    try:
+        nu.SharedRegion.create(key, 1 << 20, prefault=False)
+        raise SystemExit("created over a leftover")
+    except FileExistsError as e:
+        (cmd,) = re.findall(r"`([^`]*cleanup[^`]*)`", str(e))
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + ":" + os.environ["PATH"])
+    listed = subprocess.run(cmd, shell=True, env=env, capture_output=True, text=True)
+    assert listed.returncode == 0, listed.stderr
+    assert "minimum age" in listed.stdout, (cmd, listed.stdout)   # it died just now
+    gone = subprocess.run(cmd + " --min-age 0 --json", shell=True, env=env,
+                          capture_output=True, text=True)
+    (row,) = json.loads(gone.stdout)["regions"]
+    assert row["action"] == "removed" and row["region"] == key, row
+    nu.SharedRegion.create(key, 1 << 20, prefault=False).destroy()
+    print(cmd)
+'''
+
+
+@pytest.mark.realkernel
+def test_cleanup_reaches_int_keys_and_advice_runs():
+    out = run_private_shm(_ADVICE, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.split("\n")[:2] == [
+        f"{os.path.basename(sys.executable)} -m numa_utils cleanup --remove --key 0x00001234",
+        f"{os.path.basename(sys.executable)} -m numa_utils cleanup --remove --key kv-advice"]
