@@ -563,6 +563,21 @@ class Backend:
     def munmap(self, addr: int, length: int) -> None:
         raise NotImplementedError
 
+    def flock(self, fd: int, op: int) -> None:
+        """flock(2) on an open /dev/shm file: LOCK_SH or LOCK_EX, | LOCK_NB."""
+        raise NotImplementedError
+
+    def pid_start(self, pid: int) -> Optional[str]:
+        """When process ``pid`` (a pid of this namespace) started, as a token that
+        differs once the pid is reused: None when there is no such process, "" when
+        it exists but its start cannot be read."""
+        raise NotImplementedError
+
+    def whoami(self) -> Dict[str, Any]:
+        """This process for identity records: pid, start (as pid_start), boot (the
+        kernel's boot id) and pidns (its PID namespace)."""
+        raise NotImplementedError
+
 
 _libc_lock = threading.Lock()
 _libc: Optional[ctypes.CDLL] = None
@@ -1073,6 +1088,33 @@ class LinuxBackend(Backend):
 
     def munmap(self, addr: int, length: int) -> None:
         self._libc_call("munmap", _get_shm_libc().munmap, addr, length)
+
+    def flock(self, fd: int, op: int) -> None:
+        self._refuse("flock")
+        import fcntl
+        fcntl.flock(fd, op)
+
+    def pid_start(self, pid: int) -> Optional[str]:
+        self._refuse("kill")
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:         # another user's: it exists
+            pass
+        # proc(5): starttime is field 22; the command (field 2) may hold ") ".
+        f = (self.read_optional(f"/proc/{pid}/stat") or "").rpartition(")")[2].split()
+        return f[19] if len(f) > 19 else ""
+
+    def whoami(self) -> Dict[str, Any]:
+        pid = os.getpid()
+        try:
+            ns = os.readlink("/proc/self/ns/pid")
+        except OSError:
+            ns = ""
+        boot = self.read_optional("/proc/sys/kernel/random/boot_id") or ""
+        return {"pid": pid, "start": self.pid_start(pid) or "", "boot": boot.strip(),
+                "pidns": ns}
 
 
 _default_lock = threading.Lock()
@@ -2190,6 +2232,8 @@ class _SimShm:
         self.cpid, self.obj = cpid, obj
         self.lpid = 0
         self.nattch = 0
+        import time
+        self.used = int(time.time())        # latest shm_atime/dtime/ctime
         self.dest = False                   # IPC_RMID while attached (SHM_DEST)
 
 
@@ -2223,6 +2267,7 @@ class _SimKernel:
         self.shm: Dict[int, _SimShm] = {}
         self.next_shmid = 0
         self.files: Dict[str, _SimFile] = {}
+        self.flocks: Dict[str, Dict[Tuple[int, int], int]] = {}  # object -> (pid, fd)
         self.next_attach = 0
         self.procs: List[Any] = []               # weakrefs to every process
         # Weighted interleave (mm/mempolicy.c iw_table): supported?, weights, auto.
@@ -2298,6 +2343,8 @@ class SimulatedBackend(Backend):
         self.uid, self.gid = uid, gid
         self.fds: Dict[int, _SimFile] = {}
         self.shm_attached: Dict[int, int] = {}   # address -> shmid
+        self.dup_maps: Dict[int, int] = {}       # address -> further mappings there
+        self.dead = False
         import weakref
         _kernel.procs.append(weakref.ref(self))
 
@@ -2778,6 +2825,12 @@ class SimulatedBackend(Backend):
             obj = _SimObject(name, size, pg, shared_policy=pg == self.page_size, path=path)
             k.objects[name] = obj
         addr = obj.address()
+        first = self._find_mapping(addr)
+        if first is not None and first.start == addr and first.obj is obj:
+            # Mapped here already (a region's record read by its own process): the
+            # kernel gives another address, this model shares one and counts it.
+            self.dup_maps[addr] = self.dup_maps.get(addr, 0) + 1
+            return addr
         k.next_attach += 1
         mp = _SimMapping(addr, addr + obj.npages * obj.page, obj, 0, label,
                          bytearray(obj.npages), None if obj.shared_policy else _Intervals(),
@@ -3219,19 +3272,25 @@ class SimulatedBackend(Backend):
         addr = self.map_object(seg.obj.name, seg.size)
         seg.nattch += 1
         seg.lpid = self.pid
+        seg.used = max(seg.used, int(__import__("time").time()))
         self.shm_attached[addr] = shmid
         return addr
 
     def shmdt(self, addr: int) -> None:
         self._maybe_fail("shmdt")
-        shmid = self.shm_attached.pop(addr, None)
+        shmid = self.shm_attached.get(addr)
         if shmid is None:
             raise _oserror(errno.EINVAL, "shmdt", "not an attach address")
-        self.unmap(addr)
+        if self.dup_maps.get(addr):
+            self.dup_maps[addr] -= 1
+        else:
+            del self.shm_attached[addr]
+            self.unmap(addr)
         seg = self.kernel.shm.get(shmid)
         if seg is not None:
             seg.nattch -= 1
             seg.lpid = self.pid
+            seg.used = max(seg.used, int(__import__("time").time()))
             if seg.dest and seg.nattch <= 0:
                 self._shm_destroy(seg)
 
@@ -3242,7 +3301,7 @@ class SimulatedBackend(Backend):
             raise _oserror(errno.EACCES, "shmctl(IPC_STAT)")
         return _ShmStat(0 if seg.dest else seg.key, seg.shmid, seg.uid, seg.gid,
                         seg.cuid, seg.cgid, seg.mode | (SHM_DEST if seg.dest else 0),
-                        seg.size, seg.nattch, seg.cpid, seg.lpid)
+                        seg.size, seg.nattch, seg.cpid, seg.lpid, used=seg.used)
 
     def shm_rmid(self, shmid: int) -> None:
         self._maybe_fail("shm_rmid")
@@ -3263,8 +3322,8 @@ class SimulatedBackend(Backend):
             mode = seg.mode | (SHM_DEST if seg.dest else 0)
             out.append(f"{key:10d} {seg.shmid:10d}  {mode:4o} {seg.size:21d} "
                        f"{seg.cpid:5d} {seg.lpid:5d}  {seg.nattch:5d} {seg.uid:5d} "
-                       f"{seg.gid:5d} {seg.cuid:5d} {seg.cgid:5d} {0:10d} {0:10d} "
-                       f"{0:10d} {rss:21d} {0:21d}\n")
+                       f"{seg.gid:5d} {seg.cuid:5d} {seg.cgid:5d} {seg.used:10d} "
+                       f"{seg.used:10d} {seg.used:10d} {rss:21d} {0:21d}\n")
         return "".join(out)
 
     def shm_open(self, name: str, flags: int, mode: int) -> int:
@@ -3318,11 +3377,50 @@ class SimulatedBackend(Backend):
 
     def fstat(self, fd: int) -> _ShmStat:
         f = self._file(fd, "fstat")
-        return _ShmStat(0, fd, f.uid, f.gid, f.uid, f.gid, f.mode, f.obj.size, 0, 0, 0)
+        linked = 1 if self.kernel.files.get(f.name) is f else 0    # st_nlink
+        return _ShmStat(0, fd, f.uid, f.gid, f.uid, f.gid, f.mode, f.obj.size, linked,
+                        0, 0)
 
     def close(self, fd: int) -> None:
-        self._file(fd, "close")
+        f = self._file(fd, "close")
+        self.kernel.flocks.get(f.obj.name, {}).pop((self.pid, fd), None)
         del self.fds[fd]
+
+    def flock(self, fd: int, op: int) -> None:
+        """fs/locks.c flock: one lock per open file; shared ones coexist.  A call
+        that would block fails with EDEADLK (one simulated thread cannot wait)."""
+        self._maybe_fail("flock")
+        held = self.kernel.flocks.setdefault(self._file(fd, "flock").obj.name, {})
+        me = (self.pid, fd)
+        if op & LOCK_UN:
+            held.pop(me, None)
+            return
+        want = LOCK_EX if op & LOCK_EX else LOCK_SH
+        if any(h != me and (want == LOCK_EX or m == LOCK_EX) for h, m in held.items()):
+            raise _oserror(errno.EWOULDBLOCK if op & LOCK_NB else errno.EDEADLK, "flock")
+        held[me] = want
+
+    def pid_start(self, pid: int) -> Optional[str]:
+        for ref in self.kernel.procs:
+            p = ref()
+            if p is not None and p.pid == pid and not p.dead:
+                return f"sim{pid}"
+        return None
+
+    def whoami(self) -> Dict[str, Any]:
+        return {"pid": self.pid, "start": f"sim{self.pid}", "boot": "simulated",
+                "pidns": "pid:[simulated]"}
+
+    def exit(self) -> None:
+        """This process dies (as by kill -9): its SysV segments are detached, its
+        files closed (their flocks dropped) and unmapped."""
+        for addr in list(self.shm_attached):
+            self.shmdt(addr)
+        for fd in list(self.fds):
+            self.close(fd)
+        for m in [m for m in self.mappings if m.obj is not None]:
+            self.munmap(m.start, m.end - m.start)
+        self.dead = True
 
     def shm_unlink(self, name: str) -> None:
         self._maybe_fail("shm_unlink")
@@ -3356,6 +3454,9 @@ class SimulatedBackend(Backend):
 
     def munmap(self, addr: int, length: int) -> None:
         self._maybe_fail("munmap")
+        if self.dup_maps.get(addr):
+            self.dup_maps[addr] -= 1
+            return
         mp = self._find_mapping(addr)
         self.unmap(addr)
         if mp is not None and mp.obj is not None:
@@ -4552,13 +4653,18 @@ _IOV_MAX = 1024
 _SIZE_MAX = (1 << 64) - 1        # the largest size_t of any ABI; Abi.bits narrows it
 
 # Keys of our SysV segments: "N" (0x4e) in the top 8 bits, 24 bits of a CRC of the
-# region's name below (16 bits would make two of a few hundred names collide: an
-# attacher could then map another region's data).  An int key is used as given.
-# POSIX regions are /dev/shm/numa_utils-<name>.  `numa_utils cleanup` recognises ours
-# by these, and only removes those owned (and created) by the calling user.
+# region's name below.  24 bits still collide (among ~4,800 names more likely than
+# not), so a name has _SYSV_PROBES keys, tried in order; which name a segment holds
+# is in its identity record, which every attacher checks.  An int key is used as
+# given.  POSIX regions are /dev/shm/numa_utils-<name>.
 SYSV_KEY_PREFIX = 0x4E000000
 SYSV_KEY_MASK = 0xFF000000
 POSIX_PREFIX = "numa_utils-"
+_SYSV_PROBES = 8
+LOCK_SH, LOCK_EX, LOCK_NB, LOCK_UN = 1, 2, 4, 8     # include/uapi/asm-generic/fcntl.h
+# `cleanup` removes a region only after nobody used it for this long (besides proof
+# that its users are gone): `region --keep` hands a region over with nobody attached.
+CLEANUP_MIN_AGE = 30.0
 
 # struct shmid_ds as glibc lays it out on 64-bit little-endian ABIs with the
 # asm-generic ipc structures (x86_64 differs only in a u16 mode + padding).
@@ -4583,14 +4689,15 @@ class _ShmStat(_Record):
     lpid: int
     ino: int = 0        # POSIX: the file's inode and device, to find its mappings
     dev: int = 0
+    used: int = 0       # SysV: the latest of shm_atime, shm_dtime, shm_ctime (epoch s)
 
 
 def _decode_shmid_ds(raw: bytes, shmid: int) -> _ShmStat:
     key, uid, gid, cuid, cgid, mode = struct.unpack_from("<iIIIIH", raw, 0)
-    (size,) = struct.unpack_from("<Q", raw, 48)
+    size, atime, dtime, ctime = struct.unpack_from("<Qqqq", raw, 48)
     cpid, lpid, nattch = struct.unpack_from("<iiQ", raw, 80)
     return _ShmStat(key & 0xFFFFFFFF, shmid, uid, gid, cuid, cgid, mode, size, nattch,
-                    cpid, lpid)
+                    cpid, lpid, used=max(atime, dtime, ctime))
 
 
 def _sysvipc_rows(text: str) -> Iterator[_ShmStat]:
@@ -4602,7 +4709,8 @@ def _sysvipc_rows(text: str) -> Iterator[_ShmStat]:
         try:
             yield _ShmStat(int(f[0]) & 0xFFFFFFFF, int(f[1]), int(f[7]), int(f[8]),
                            int(f[9]), int(f[10]), int(f[2], 8), int(f[3]), int(f[6]),
-                           int(f[4]), int(f[5]))
+                           int(f[4]), int(f[5]),
+                           used=max(int(t) for t in f[11:14]) if len(f) > 13 else 0)
         except ValueError:
             raise ValueError(f"invalid /proc/sysvipc/shm line: {_short(line)}") from None
 
@@ -4670,6 +4778,104 @@ def _posix_name(key: Union[int, str]) -> str:
     if not name or "/" in name or "\0" in name or len(name) > 200:
         raise ValueError(f"invalid POSIX shared memory name {name!r}")
     return POSIX_PREFIX + name
+
+
+def _sysv_keys(key: Union[int, str]) -> List[int]:
+    """The keys a region may live under, in the order create tries them."""
+    first = _sysv_key(key)
+    if not isinstance(key, str):
+        return [first]
+    import zlib
+    return [first] + [SYSV_KEY_PREFIX | (zlib.crc32(f"{key}\0{i}".encode())
+                                         & ~SYSV_KEY_MASK & 0xFFFFFFFF)
+                      for i in range(1, _SYSV_PROBES)]
+
+
+def _same_key(a: Any, b: Union[int, str]) -> bool:
+    return a == b and isinstance(a, str) == isinstance(b, str) and \
+        not isinstance(a, bool)
+
+
+def _key_arg(key: Union[int, str]) -> str:
+    """``key`` as `cleanup --key` takes it."""
+    import shlex
+    return f"0x{key:08x}" if isinstance(key, int) else shlex.quote(key)
+
+
+# -- the identity record ----------------------------------------------------------------
+# Every region ends in a record of what it is: {"key", "kind", "size", "page_size",
+# "created", "uid", "pid", "start", "boot", "pidns"}, JSON, then _RECORD_END (magic,
+# format, JSON length, CRC-32) in its last bytes.  It lives inside the segment or file,
+# after the `size` bytes of data (which start at offset 0, where engines that attach
+# the key themselves expect them), in _RECORD_ROOM rounded up to a page (a hugetlb
+# region: one more huge page).  So it cannot outlive, or be swapped apart from, its
+# region, and only who can write the region can write it.  Readers ignore fields they
+# do not know: more can be added within the room.
+_RECORD_END = struct.Struct("<8sIII")
+_RECORD_MAGIC = b"numa_utl"
+_RECORD_FORMAT = 1
+_RECORD_ROOM = 16 << 10
+
+
+def _record_room(page: int) -> int:
+    return (_RECORD_ROOM + page - 1) // page * page
+
+
+def _record_write(addr: int, seg: int, rec: Mapping[str, Any]) -> None:
+    """Write ``rec`` at the end of the ``seg`` bytes mapped at ``addr``, after the
+    region's ``rec["size"]`` bytes of data."""
+    import json
+    import zlib
+    raw = json.dumps(rec, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    end = seg - _RECORD_END.size
+    if end - len(raw) < rec["size"]:
+        raise ValueError(f"identity record of {len(raw)} bytes does not fit the "
+                         f"{end - rec['size']} bytes kept for it")
+    ctypes.memmove(addr + end - len(raw), raw, len(raw))
+    ctypes.memmove(addr + end, _RECORD_END.pack(_RECORD_MAGIC, _RECORD_FORMAT, len(raw),
+                                                zlib.crc32(raw)), _RECORD_END.size)
+
+
+def _record_read(addr: int, seg: int, what: str) -> Optional[Dict[str, Any]]:
+    """The record of the ``seg`` bytes mapped at ``addr``; None when there is none
+    (not made by SharedRegion.create, or still being made); ValueError when damaged."""
+    import json
+    import zlib
+    end = seg - _RECORD_END.size
+    if end < 0:
+        return None
+    magic, fmt, n, crc = _RECORD_END.unpack(ctypes.string_at(addr + end,
+                                                             _RECORD_END.size))
+    if magic != _RECORD_MAGIC:
+        return None
+    bad = f"{what}: damaged identity record"
+    if fmt != _RECORD_FORMAT:
+        raise ValueError(f"{what}: identity record format {fmt}, not {_RECORD_FORMAT}: "
+                         "made by another numa_utils version")
+    if n > end:
+        raise ValueError(f"{bad} (length {n} in {seg} bytes)")
+    raw = ctypes.string_at(addr + end - n, n)
+    if zlib.crc32(raw) != crc:
+        raise ValueError(f"{bad} (checksum mismatch)")
+    try:
+        rec: Dict[str, Any] = json.loads(raw.decode("utf-8"))
+    except ValueError:
+        raise ValueError(f"{bad} (not JSON)") from None
+    ok = isinstance(rec, dict) and isinstance(rec.get("key"), (str, int)) and \
+        not isinstance(rec.get("key"), bool) and rec.get("kind") in ("sysv", "posix")
+    for f in ("size", "page_size"):
+        v = rec.get(f) if ok else None
+        ok = ok and isinstance(v, int) and not isinstance(v, bool) and v > 0
+    if not ok or rec["size"] > end - n:
+        raise ValueError(f"{bad} (fields)")
+    return rec
+
+
+def _identity(b: Backend, key: Union[int, str], kind: str, size: int,
+              page: int) -> Dict[str, Any]:
+    import time
+    return {"key": key, "kind": kind, "size": size, "page_size": page,
+            "created": round(time.time(), 3), "uid": b.geteuid(), **b.whoami()}
 
 
 # -- prefault ----------------------------------------------------------------------------
@@ -4927,27 +5133,35 @@ class SharedRegion:
 
     ``create`` makes it (0600, policy applied before any page is touched, then
     prefaulted); ``attach`` maps an existing one after checking its owner, mode and
-    size, and applies the same policy to its own mapping.  ``with`` closes it; the
-    creator's ``with`` also destroys it.  Crash safety: ``attach(..., remove=True)``
-    (or ``remove()``) marks a SysV segment for removal at once: it disappears when
-    the last process detaches or dies, and its key is free again immediately.
+    identity record (which region it is), and applies the same policy to its own
+    mapping.  ``with`` closes it; the creator's ``with`` also destroys it.  Crash
+    safety: ``attach(..., remove=True)`` (or ``remove()``) marks a SysV segment for
+    removal at once: it disappears when the last process detaches or dies, and its
+    key is free again immediately.  A POSIX region's users hold a shared flock on its
+    file while they have it open, which is how ``cleanup`` knows it is in use.
     """
 
     def __init__(self, *, backend: Backend, kind: str, key: Union[int, str],
                  address: int, size: int, page_size: int, policy: PolicyResult,
                  created: bool, shmid: int = -1, name: str = "",
-                 prefaulted: Optional[Dict[str, Any]] = None) -> None:
+                 prefaulted: Optional[Dict[str, Any]] = None, ipc_key: int = 0,
+                 mapped: int = 0, fd: int = -1,
+                 identity: Optional[Dict[str, Any]] = None) -> None:
         self._b = backend
         self.kind = kind
         self._key = key
+        self._ipc_key = ipc_key
         self._address = address
         self._size = size
+        self._mapped = mapped or size             # data + identity record
+        self._fd = fd                             # POSIX: holds the shared flock
         self.page_size = page_size
         self._policy = policy
         self.created = created
         self.shmid = shmid
         self.name = name                      # POSIX: the file name in /dev/shm
         self.prefaulted = prefaulted
+        self.identity = identity or {}        # the record read or written
         self._closed = False
         self._removed = False
 
@@ -4958,7 +5172,8 @@ class SharedRegion:
 
     @property
     def size(self) -> int:
-        """Mapped bytes (the requested size rounded up to whole pages)."""
+        """Bytes of data from the address on (the requested size rounded up to whole
+        pages); the identity record follows them."""
         return self._size
 
     @property
@@ -4967,8 +5182,8 @@ class SharedRegion:
 
     @property
     def ipc_key(self) -> int:
-        """The numeric SysV key (0 for POSIX regions)."""
-        return _sysv_key(self._key) if self.kind == "sysv" else 0
+        """The numeric SysV key it lives under (0 for POSIX regions)."""
+        return self._ipc_key
 
     @property
     def policy(self) -> PolicyResult:
@@ -5023,16 +5238,18 @@ class SharedRegion:
         pmode, pnodes, strict_, _ = _region_policy(policy, nodes, strict, b)
         huge, page = _region_page(hugepages, kind, b, pnodes)
         size = (size + page - 1) // page * page
+        seg = size + _record_room(page)
         # Checked before any system call: size_t would silently truncate (2**64 + 1M
         # gave a 1 MiB segment behind a region claiming 2**64 + 1M).
         size_max = (1 << b.abi.word_bits) - 1 if b.abi.word_bits else _SIZE_MAX
-        if size > size_max:
+        if seg > size_max:
             raise ValueError(f"size {size} is larger than this ABI's size_t "
                              f"({size_max})")
-        shmid, name, addr = -1, "", 0
-        fd = -1
+        ident = _identity(b, key, kind, size, page)
+        shmid, name, addr, fd, ikey = -1, "", 0, -1, 0
         # SIGINT/SIGTERM wait while the object is made and handed to the undo path
-        # below: an interrupt between shmget/shm_open and the bookkeeping leaked it.
+        # below; a handler for one that came meanwhile runs before they are let go
+        # (_run_pending), so that what it raises is undone here.
         held = _hold_signals()
         blocked = held is not None
         try:
@@ -5040,22 +5257,33 @@ class SharedRegion:
                 flags = IPC_CREAT | IPC_EXCL | mode
                 if huge:
                     flags |= SHM_HUGETLB | ((huge.bit_length() - 1) << SHM_HUGE_SHIFT)
-                ikey = _sysv_key(key)
-                try:
-                    shmid = b.shmget(ikey, size, flags)
-                except FileExistsError:
-                    raise FileExistsError(
-                        errno.EEXIST, f"a SysV segment with key 0x{ikey:08x} ({key!r}) "
-                        f"exists: attach it, or remove a stale one with `{_prog()} "
-                        "cleanup --remove`") from None
+                keys = _sysv_keys(key)
+                for ikey in keys:
+                    try:
+                        shmid = b.shmget(ikey, seg, flags)
+                        break
+                    except FileExistsError:
+                        why = _sysv_holder(b, ikey, key)
+                        if why:
+                            raise FileExistsError(errno.EEXIST, why) from None
+                else:
+                    raise FileExistsError(errno.EEXIST, f"the {len(keys)} SysV keys of "
+                                          f"{key!r} (0x{keys[0]:08x}, ...) all hold other "
+                                          "regions: use another name")
                 addr = b.shmat(shmid)
+                _record_write(addr, seg, ident)
+                # A twin under a later key: made while this key held another region.
+                for later in keys[keys.index(ikey) + 1:]:
+                    why = _sysv_holder(b, later, key)
+                    if why:
+                        raise FileExistsError(errno.EEXIST, why)
             else:
                 pname = _posix_name(key)
                 try:
                     fd = b.shm_open(pname, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
                 except FileExistsError:
                     why = f"attach it, or remove a stale one with `{_prog()} cleanup " \
-                        "--remove`"
+                        f"--remove --key {_key_arg(key)}`"
                     try:
                         b.close(b.shm_open(pname, os.O_RDONLY, 0))
                     except OSError as e:
@@ -5065,24 +5293,31 @@ class SharedRegion:
                     raise FileExistsError(errno.EEXIST,
                                           f"/dev/shm/{pname} exists: {why}") from None
                 name = pname                    # ours now: undone on any error below
-                b.ftruncate(fd, size)
-                addr = b.mmap(size, fd)
-                b.close(fd)
-                fd = -1
-            if blocked:
+                b.flock(fd, LOCK_SH)            # before it has a size: never stale
+                b.ftruncate(fd, seg)
+                addr = b.mmap(seg, fd)
+                _record_write(addr, seg, ident)
+            if prefault and blocked:            # prefault may take long: interruptible
+                _run_pending(held)
                 blocked = False
-                _release_signals(held)      # a pending SIGINT raises here: undone
-            res = _region_apply(b, addr, size, page, pmode, pnodes, strict_)
+                _release_signals(held)          # a signal in this very call: undone
+            # Over the record too: one VMA (one numa_maps line) per region.
+            res = _region_apply(b, addr, seg, page, pmode, pnodes, strict_)
             region = cls(backend=b, kind=kind, key=key, address=addr, size=size,
-                         page_size=page, policy=res, created=True, shmid=shmid, name=name)
+                         page_size=page, policy=res, created=True, shmid=shmid, name=name,
+                         ipc_key=ikey, mapped=seg, fd=fd, identity=ident)
             if prefault:
                 region.prefaulted = _do_prefault(
                     addr, size, threads, backend=b, progress=progress, page_size=page,
                     shared=True)
+            if blocked:
+                _run_pending(held)
+                blocked = False
+                _release_signals(held)
             return region
         except BaseException:
             blocked = held is not None      # _undo blocks them again
-            _undo(held, b, kind, shmid, name, addr, size, fd)
+            _undo(held, b, kind, shmid, name, addr, seg, fd)
             raise
         finally:
             if blocked:                     # (not after a success: an interrupt in
@@ -5099,77 +5334,121 @@ class SharedRegion:
         """Map the existing region ``key`` after checking it can be trusted.
 
         Refused (PermissionError) unless it is owned by this user and nobody else can
-        write it (group/other write bits), unless ``trust=True``; ``size`` must not
-        exceed it.  The policy: ``policy`` if given, applied to this mapping before
-        any touch (hugetlb segments need it in every process); else the region's
-        shared policy as the kernel reports it, or ENABLE_NUMA_INTERLEAVE.
-        ``remove=True`` marks a SysV segment for removal after attaching (see class).
+        write it (group/other write bits), unless ``trust=True``; its identity record
+        must name ``key`` (FileNotFoundError when no region of that name exists,
+        ValueError when the record is damaged); ``size`` must not exceed it.  The
+        policy: ``policy`` if given, applied to this mapping before any touch
+        (hugetlb segments need it in every process); else the region's shared policy
+        as the kernel reports it, or ENABLE_NUMA_INTERLEAVE.  ``remove=True`` marks a
+        SysV segment for removal after attaching (see class).
         """
         b = _b(backend)
         if kind not in ("sysv", "posix"):
             raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
         pmode, pnodes, strict_, explicit = _region_policy(policy, nodes, strict, b)
-        _, page = _region_page(hugepages, kind, b, pnodes)
+        _region_page(hugepages, kind, b, pnodes)     # the region's record says its page
         if size is not None and (isinstance(size, bool) or not isinstance(size, int)
                                  or size < 0 or size > _SIZE_MAX):
             raise ValueError(f"invalid size {size!r}")
-        shmid, name, addr, fd, seg_size = -1, "", 0, -1, 0
+        shmid, name, addr, fd, seg, ikey = -1, "", 0, -1, 0, 0
+        euid = b.geteuid()
         held = _hold_signals()              # as in create: no unrecorded mapping
         blocked = held is not None
         try:
+            rec: Optional[Dict[str, Any]] = None
             if kind == "sysv":
-                ikey = _sysv_key(key)
-                try:
-                    shmid = b.shmget(ikey, 0, 0)
-                except FileNotFoundError:
-                    raise FileNotFoundError(errno.ENOENT, f"no SysV segment with key "
-                                            f"0x{ikey:08x} ({key!r})") from None
-                st = b.shm_stat(shmid)
-                what = f"SysV segment 0x{ikey:08x} (shmid {shmid})"
+                first: Optional[Exception] = None
+                for ikey in _sysv_keys(key):
+                    try:
+                        shmid = b.shmget(ikey, 0, 0)
+                    except FileNotFoundError:
+                        continue
+                    what = f"SysV segment 0x{ikey:08x} (shmid {shmid})"
+                    try:
+                        st = b.shm_stat(shmid)
+                        _check_trust(st, euid, trust, what)
+                        seg = st.size
+                        addr = b.shmat(shmid)
+                        rec = _record_read(addr, seg, what)
+                        if rec is None:
+                            raise FileNotFoundError(
+                                errno.ENOENT, f"{what} has no numa_utils identity record: "
+                                "another program's segment, or one still being created")
+                        if not (_same_key(rec["key"], key) and rec["kind"] == "sysv"):
+                            other, rec = rec["key"], None   # another name's: next key
+                            if isinstance(key, int):
+                                raise ValueError(f"{what}: its identity record names "
+                                                 f"region {other!r}")
+                    except (PermissionError, FileNotFoundError, ValueError) as e:
+                        rec, first = None, first or e
+                    if rec is not None:
+                        break
+                    if addr:
+                        b.shmdt(addr)
+                        addr = 0
+                if rec is None:
+                    raise first or FileNotFoundError(
+                        errno.ENOENT, f"no SysV segment with key 0x{_sysv_key(key):08x} "
+                        f"({key!r}) or its other keys")
             else:
                 name = _posix_name(key)
+                what = f"/dev/shm/{name}"
                 try:
                     fd = b.shm_open(name, os.O_RDWR, 0)
                 except FileNotFoundError:
-                    raise FileNotFoundError(errno.ENOENT, f"no /dev/shm/{name}") from None
+                    raise FileNotFoundError(errno.ENOENT, f"no {what}") from None
+                _check_trust(b.fstat(fd), euid, trust, what)
+                b.flock(fd, LOCK_SH)            # waits while a cleanup decides on it
                 st = b.fstat(fd)
-                what = f"/dev/shm/{name}"
-            _check_trust(st, b.geteuid(), trust, what)
-            seg_size = (st.size + page - 1) // page * page
-            if size is not None and size > seg_size:
-                raise ValueError(f"{what} holds {st.size} bytes, fewer than the "
+                if not st.nattch:
+                    raise FileNotFoundError(errno.ENOENT, f"{what} was removed (stale) "
+                                            "while attaching")
+                seg = st.size
+                if seg >= _RECORD_END.size:
+                    addr = b.mmap(seg, fd)
+                    rec = _record_read(addr, seg, what)
+                if rec is None:
+                    raise FileNotFoundError(
+                        errno.ENOENT, f"{what} has no numa_utils identity record: not "
+                        "made by SharedRegion.create, or still being created")
+                if rec["kind"] != "posix" or _posix_name(rec["key"]) != name:
+                    raise ValueError(f"{what}: its identity record names {rec['kind']} "
+                                     f"region {rec['key']!r}")
+            data, page = rec["size"], rec["page_size"]
+            if size is not None and size > data:
+                raise ValueError(f"{what} holds {data} bytes, fewer than the "
                                  f"{size} asked for")
-            if kind == "sysv":
-                addr = b.shmat(shmid)
-            else:
-                addr = b.mmap(seg_size, fd)
-                b.close(fd)
-                fd = -1
-            if blocked:
+            if prefault and blocked:
+                _run_pending(held)
                 blocked = False
                 _release_signals(held)
             if explicit and pmode != Mode.DEFAULT:
-                res = _region_apply(b, addr, seg_size, page, pmode, pnodes, strict_)
+                res = _region_apply(b, addr, seg, page, pmode, pnodes, strict_)
             else:
                 # Never mbind(MPOL_DEFAULT) here: it would wipe the creator's shared
                 # policy.  Report the policy in force; ENABLE_NUMA_INTERLEAVE only
                 # fills in where there is none (and hugetlb, where it is per VMA).
-                res = _region_readback(b, addr, seg_size)
+                res = _region_readback(b, addr, data)
                 if not explicit and pmode != Mode.DEFAULT and res.mode == "default":
-                    res = _region_apply(b, addr, seg_size, page, pmode, pnodes, strict_)
-            region = cls(backend=b, kind=kind, key=key, address=addr, size=seg_size,
+                    res = _region_apply(b, addr, seg, page, pmode, pnodes, strict_)
+            region = cls(backend=b, kind=kind, key=key, address=addr, size=data,
                          page_size=page, policy=res, created=False, shmid=shmid,
-                         name=name)
+                         name=name, ipc_key=ikey if kind == "sysv" else 0, mapped=seg,
+                         fd=fd, identity=rec)
             if remove and kind == "sysv":
                 region.remove()
             if prefault:
                 region.prefaulted = _do_prefault(
-                    addr, seg_size, threads, backend=b, progress=progress,
+                    addr, data, threads, backend=b, progress=progress,
                     page_size=page, shared=True)
+            if blocked:
+                _run_pending(held)
+                blocked = False
+                _release_signals(held)
             return region
         except BaseException:
             blocked = held is not None
-            _undo(held, b, kind, -1, "", addr, seg_size, fd)   # unmap; never remove
+            _undo(held, b, kind, -1, "", addr, seg, fd)   # unmap; never remove
             raise
         finally:
             if blocked:
@@ -5191,31 +5470,45 @@ class SharedRegion:
         return _do_prefault(self._address, self._size, threads, backend=self._b,
                             progress=progress, page_size=self.page_size, shared=True)
 
+    # remove() and close() act and record it with SIGINT/SIGTERM held: interrupted
+    # in between, a retry would act again, on a key, name or address that may belong
+    # to another region by then.
     def remove(self) -> None:
         """Remove the name now (IPC_RMID / unlink); the memory lives until every
         process has closed it.  Nobody can attach afterwards."""
-        if self._removed:
-            return
+        held = _hold_signals()
         try:
-            if self.kind == "sysv":
-                self._b.shm_rmid(self.shmid)
-            else:
-                self._b.shm_unlink(self.name)
-        except OSError as e:
-            # Already removed (by `cleanup`, or another process): nothing left to do.
-            if e.errno not in (errno.ENOENT, errno.EINVAL, errno.EIDRM):
-                raise
-        self._removed = True
+            if self._removed:
+                return
+            try:
+                if self.kind == "sysv":
+                    self._b.shm_rmid(self.shmid)
+                else:
+                    self._b.shm_unlink(self.name)
+            except OSError as e:
+                # Already removed (by `cleanup`, or another process): nothing to do.
+                if e.errno not in (errno.ENOENT, errno.EINVAL, errno.EIDRM):
+                    raise
+            self._removed = True
+        finally:
+            _release_signals(held)
 
     def close(self) -> None:
         """Detach (unmap) from this process; the region stays for the others."""
-        if self._closed:
-            return
-        if self.kind == "sysv":
-            self._b.shmdt(self._address)
-        else:
-            self._b.munmap(self._address, self._size)
-        self._closed = True
+        held = _hold_signals()
+        try:
+            if self._closed:
+                return
+            if self.kind == "sysv":
+                self._b.shmdt(self._address)
+            else:
+                self._b.munmap(self._address, self._mapped)
+            self._closed = True
+            if self._fd >= 0:               # drops the flock: cleanup may judge it
+                fd, self._fd = self._fd, -1
+                _quietly(self._b.close, fd)
+        finally:
+            _release_signals(held)
 
     def destroy(self) -> None:
         """Remove the region and detach from it."""
@@ -5247,7 +5540,9 @@ _HELD_SIGNALS = ("SIGINT", "SIGTERM")
 def _hold_signals() -> Optional[Tuple[Any, Callable[[], Any]]]:
     """Block SIGINT and SIGTERM in the main thread (Python runs handlers only there):
     (the old mask, a C-only callable that blocks them again); None off the main
-    thread, where no KeyboardInterrupt can be raised."""
+    thread, where no KeyboardInterrupt can be raised.  A handler already due runs in
+    this call (the C call checks for signals after setting the mask), so from its
+    return nothing can interrupt until the release."""
     if threading.current_thread() is not threading.main_thread():
         return None
     import functools
@@ -5269,6 +5564,29 @@ def _csignal() -> Any:
     except ImportError:             # not CPython
         import signal
         return signal
+
+
+def _run_pending(held: Optional[Tuple[Any, Callable[[], Any]]]) -> None:
+    """Handle, with SIGINT/SIGTERM still blocked, one that came while they were: the
+    handler runs here and what it raises is undone by the caller with nothing let go.
+    (Released first, it would strike a few bytecodes later, and a second signal
+    within the undo's first bytecodes leaked the object: about 1 in 100 storms.)"""
+    if held is None:
+        return
+    sig = _csignal()
+    if not hasattr(sig, "sigpending"):
+        return
+    pending = sig.sigpending()
+    for n in _HELD_SIGNALS:
+        num = getattr(sig, n)
+        if num not in pending:
+            continue
+        handler = sig.getsignal(num)
+        if not callable(handler):
+            # SIG_DFL: the release kills the process; undo before it does.
+            raise InterruptedError(errno.EINTR, f"{n} while making a region")
+        sig.sigtimedwait([num], 0)              # taken: not delivered again
+        handler(num, sys._getframe(1))
 
 
 def _release_signals(held: Optional[Tuple[Any, Callable[[], Any]]]) -> None:
@@ -5314,10 +5632,10 @@ def _undo_create(b: Backend, kind: str, shmid: int, name: str, addr: int, size: 
     else:
         if addr:
             _quietly(b.munmap, addr, size)
+        if name:                        # while the flock still says "in use"
+            _quietly(b.shm_unlink, name)
         if fd >= 0:
             _quietly(b.close, fd)
-        if name:
-            _quietly(b.shm_unlink, name)
 
 
 def _check_trust(st: _ShmStat, euid: int, trust: bool, what: str) -> None:
@@ -5355,51 +5673,250 @@ def _region_readback(b: Backend, addr: int, size: int) -> PolicyResult:
     return PolicyResult(True, info.mode.name.lower(), info.nodes, addr, size)
 
 
-# -- CLI: cleanup and region -----------------------------------------------------------
+# -- which region holds a key, and which regions are stale ------------------------------
 
-def _our_segments(b: Backend, keys: Optional[Sequence[str]] = None
-                  ) -> List[Dict[str, Any]]:
-    """Our regions on this machine: SysV keys 0x4exxxxxx and /dev/shm/numa_utils-*
-    files, owned (and for SysV also created) by this user.  Others' never appear.
-    ``keys``: only the regions of these names."""
+def _peek_record(b: Backend, shmid: int, size: int, what: str) -> Optional[Dict[str, Any]]:
+    """The identity record of a SysV segment, read through a read-only attach."""
+    addr = b.shmat(shmid, SHM_RDONLY)
+    try:
+        return _record_read(addr, size, what)
+    finally:
+        b.shmdt(addr)
+
+
+def _sysv_holder(b: Backend, ikey: int, key: Union[int, str]) -> str:
+    """'' when region ``key`` may take SysV key ``ikey`` or pass it by (free, another
+    user's, another region's by its record); else why not, saying what to do."""
+    try:
+        shmid = b.shmget(ikey, 0, 0)
+        st = b.shm_stat(shmid)
+    except (FileNotFoundError, PermissionError):
+        return ""
     euid = b.geteuid()
-    want_sysv = None if keys is None else {_sysv_key(k) for k in keys}
+    if st.uid != euid or st.cuid != euid:
+        return ""
+    what = f"SysV key 0x{ikey:08x} (shmid {shmid})"
+    try:
+        rec = _peek_record(b, shmid, st.size, what)
+    except ValueError as e:
+        return f"{e}; `ipcrm -m {shmid}` removes it"
+    except OSError as e:
+        return f"{what}: cannot read its identity record: {e.strerror or e}"
+    if rec is None:
+        return (f"{what} is taken by a segment without a numa_utils identity record: "
+                f"another program's, or {key!r} being created right now; "
+                f"`ipcs -m -i {shmid}` shows it")
+    if rec["kind"] == "sysv" and _same_key(rec["key"], key):
+        return (f"region {key!r} exists ({what}): attach it, or if its owner died, "
+                f"`{_prog()} cleanup --remove --key {_key_arg(key)}` removes it")
+    return ""
+
+
+def _pid_why(b: Backend, pid: int, who: str, me: Mapping[str, Any],
+             start: Any = None) -> str:
+    """'' when process ``pid`` is provably gone (no such pid, or one that started at
+    another time than ``start``), else why it may be alive."""
+    if pid <= 0:
+        return f"{who} is not visible from this PID namespace: it may be alive"
+    if pid == me["pid"]:
+        return f"{who} (pid {pid}) is this process"
+    now = b.pid_start(pid)
+    if now is None or (start and now and now != start):
+        return ""
+    return f"{who} (pid {pid}) is alive"
+
+
+def _creator_why(b: Backend, rec: Mapping[str, Any], me: Mapping[str, Any],
+                 cpid: Optional[int] = None) -> str:
+    """'' when the creator recorded in ``rec`` is provably gone.  ``cpid``: the
+    kernel's shm_cpid, a pid of this namespace; else the record's pid counts only in
+    the PID namespace it was written in."""
+    if rec.get("boot") and me["boot"] and rec.get("boot") != me["boot"]:
+        return ""                               # made before the last boot
+    if cpid is not None:
+        pid = cpid
+    else:
+        pid = rec["pid"] if isinstance(rec.get("pid"), int) else 0
+        if not me["pidns"] or rec.get("pidns") != me["pidns"]:
+            return (f"creator (pid {pid}) is in another PID namespace "
+                    f"({rec.get('pidns') or '?'}): it may be alive")
+    return _pid_why(b, pid, "creator", me, rec.get("start"))
+
+
+def _sysv_verdict(b: Backend, st: _ShmStat, keys: Optional[Sequence[Union[int, str]]],
+                  me: Mapping[str, Any], now: float, min_age: float
+                  ) -> Tuple[str, Optional[Dict[str, Any]]]:
+    """('' when segment ``st`` is proven stale, else why it is kept; its record).
+    Reading the record attaches for a moment: the pids judged are those of ``st``."""
+    what = f"SysV segment 0x{st.key:08x} (shmid {st.id})"
+    try:
+        rec = _peek_record(b, st.id, st.size, what)
+    except (OSError, ValueError) as e:
+        return f"identity record unreadable: {e}", None
+    if rec is None:
+        return "no numa_utils identity record: not made by SharedRegion.create", None
+    try:
+        mine = rec["kind"] == "sysv" and st.key in _sysv_keys(rec["key"])
+    except ValueError:
+        mine = False
+    if not mine:
+        return f"its identity record names {rec['kind']} region {rec['key']!r}", rec
+    if keys is not None and not any(_same_key(rec["key"], k) for k in keys):
+        return f"holds region {rec['key']!r}, not one asked for", rec
+    if st.nattch:
+        return f"in use: {st.nattch} attached", rec
+    idle = now - st.used
+    if idle < min_age:
+        return f"used {max(idle, 0):.0f} s ago (minimum age {min_age:g} s)", rec
+    if st.lpid not in (st.cpid, me["pid"]):     # (ours: an earlier look at its record)
+        why = _pid_why(b, st.lpid, "last user", me)
+        if why:
+            return why, rec
+    return _creator_why(b, rec, me, st.cpid), rec
+
+
+def _posix_verdict(b: Backend, fd: int, st: _ShmStat, name: str, users: int,
+                   me: Mapping[str, Any], now: float, min_age: float
+                   ) -> Tuple[str, Optional[Dict[str, Any]]]:
+    """As _sysv_verdict for the /dev/shm file open at ``fd``; when stale, the
+    exclusive lock taken stays held (until ``fd`` is closed) for the removal."""
+    rec = None
+    if st.size >= _RECORD_END.size:
+        try:
+            addr = b.mmap(st.size, fd)
+            try:
+                rec = _record_read(addr, st.size, f"/dev/shm/{name}")
+            finally:
+                b.munmap(addr, st.size)
+        except (OSError, ValueError) as e:
+            return f"identity record unreadable: {e}", None
+    if rec is None:
+        return ("no numa_utils identity record: not made by SharedRegion.create, or "
+                "being made"), None
+    try:
+        mine = rec["kind"] == "posix" and _posix_name(rec["key"]) == name
+    except ValueError:
+        mine = False
+    if not mine:
+        return f"its identity record names {rec['kind']} region {rec['key']!r}", rec
+    if users:
+        return f"in use: mapped by {users} process(es)", rec
+    try:
+        b.flock(fd, LOCK_EX | LOCK_NB)
+    except OSError as e:
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return "in use: a process holds its lock", rec
+        return f"cannot lock it: {e.strerror or e}", rec
+    created = rec.get("created")
+    age = now - created if isinstance(created, (int, float)) else 0.0
+    if age < min_age:
+        return f"created {max(age, 0):.0f} s ago (minimum age {min_age:g} s)", rec
+    return _creator_why(b, rec, me), rec
+
+
+def _key_args(texts: Optional[Sequence[str]]) -> Optional[List[Union[int, str]]]:
+    """`cleanup --key` values: each is a name, and also an int key when it reads as
+    one (0x1234, 4660)."""
+    if texts is None:
+        return None
+    out: List[Union[int, str]] = []
+    for t in texts:
+        out.append(t)
+        m = re.fullmatch(r"(0[xX][0-9a-fA-F]{1,8})|([0-9]{1,10})", t.strip())
+        if m and int(t, 0 if m.group(1) else 10) <= 0xFFFFFFFF:
+            out.append(int(t, 0 if m.group(1) else 10))
+    return out
+
+
+def _our_segments(b: Backend, keys: Optional[Sequence[Union[int, str]]] = None, *,
+                  remove: bool = False, min_age: float = CLEANUP_MIN_AGE
+                  ) -> List[Dict[str, Any]]:
+    """Our regions on this machine, each with a verdict: ``stale`` when proven unused,
+    else ``why`` it is kept; ``remove=True`` removes the stale ones (``action``).
+
+    Proof, all of it: nobody attached (SysV nattch) or holding the file's lock
+    (POSIX: every user holds a shared flock); its creator gone (shm_cpid, or the
+    record's pid with its start time and PID namespace) and for SysV its last user
+    (shm_lpid); unused for ``min_age`` seconds; and an identity record saying it is
+    the region of its key.  A pid not visible here is no proof.  Listed: SysV keys
+    0x4exxxxxx and /dev/shm/numa_utils-* owned (SysV: also created) by this user;
+    ``keys`` (names or int keys): only their regions, under any key."""
+    import time
+    euid, me, now = b.geteuid(), b.whoami(), time.time()
+    want_sysv = None if keys is None else {k for key in keys for k in _sysv_keys(key)}
     want_posix = None if keys is None else {_posix_name(k) for k in keys}
     out: List[Dict[str, Any]] = []
-    text = b.read_optional("/proc/sysvipc/shm") or ""
-    for st in _sysvipc_rows(text):
-        if st.key & SYSV_KEY_MASK != SYSV_KEY_PREFIX or st.uid != euid or st.cuid != euid:
+
+    def verdict(row: Dict[str, Any], why: str, drop: Callable[[], str]) -> None:
+        row["stale"] = not why
+        if not why and remove:
+            why = drop()
+        row["why"] = why
+        row["action"] = why if why.startswith("failed") else "keep" if why else \
+            "removed" if remove else "would remove"
+        out.append(row)
+
+    for st in _sysvipc_rows(b.read_optional("/proc/sysvipc/shm") or ""):
+        if st.uid != euid or st.cuid != euid or not st.key or (
+                st.key & SYSV_KEY_MASK != SYSV_KEY_PREFIX if want_sysv is None
+                else st.key not in want_sysv):
             continue
-        if want_sysv is not None and st.key not in want_sysv:
-            continue
-        out.append({"kind": "sysv", "key": f"0x{st.key:08x}", "shmid": st.id,
-                    "size": st.size, "mode": f"{st.mode & 0o777:03o}",
-                    "attached": st.nattch, "stale": st.nattch == 0})
+        why, rec = _sysv_verdict(b, st, keys, me, now, min_age)
+
+        def drop(st: _ShmStat = st) -> str:
+            try:
+                again = b.shm_stat(st.id)       # someone may have come since: look last
+                if again.nattch or again.key != st.key or \
+                        again.lpid not in (st.lpid, me["pid"]):
+                    return "in use: attached since it was judged"
+                b.shm_rmid(st.id)
+            except OSError as e:
+                return f"failed: {e.strerror or e}"
+            return ""
+        verdict({"kind": "sysv", "key": f"0x{st.key:08x}", "shmid": st.id,
+                 "region": rec["key"] if rec else None,
+                 "size": rec["size"] if rec else st.size,
+                 "mode": f"{st.mode & 0o777:03o}", "attached": st.nattch}, why, drop)
     try:
         names = sorted(n for n in b.listdir("/dev/shm") if n.startswith(POSIX_PREFIX)
                        and (want_posix is None or n in want_posix))
     except OSError:
         names = []
-    stats = {}
-    for name in names:
-        try:
-            fd = b.shm_open(name, os.O_RDONLY, 0)
-        except OSError:
-            continue                    # gone, or not a regular file: not a region
-        try:
-            st = b.fstat(fd)
-        except OSError:
-            continue
-        finally:
-            b.close(fd)
-        if st.uid == euid:
-            stats[name] = st
-    users = _dev_shm_users(b, stats) if stats else {}
-    for name, st in stats.items():
-        n = users.get(name, 0)
-        out.append({"kind": "posix", "name": name, "path": f"/dev/shm/{name}",
-                    "size": st.size, "mode": f"{st.mode & 0o777:03o}", "attached": n,
-                    "stale": n == 0})
+    files: Dict[str, Tuple[int, _ShmStat]] = {}
+    try:
+        for name in names:
+            try:
+                fd = b.shm_open(name, os.O_RDWR, 0)
+            except OSError:
+                continue                # gone, or not a regular file: not a region
+            try:
+                fst: Optional[_ShmStat] = b.fstat(fd)
+            except OSError:
+                fst = None
+            if fst is None or fst.uid != euid:
+                b.close(fd)
+                continue
+            files[name] = (fd, fst)
+        users = _dev_shm_users(b, {n: st for n, (_, st) in files.items()}) \
+            if files else {}
+        for name, (fd, st) in files.items():
+            why, rec = _posix_verdict(b, fd, st, name, users.get(name, 0), me, now,
+                                      min_age)
+
+            def unlink(name: str = name) -> str:
+                try:
+                    b.shm_unlink(name)      # under the exclusive lock: nobody came
+                except OSError as e:
+                    return f"failed: {e.strerror or e}"
+                return ""
+            verdict({"kind": "posix", "name": name, "path": f"/dev/shm/{name}",
+                     "region": rec["key"] if rec else None,
+                     "size": rec["size"] if rec else st.size,
+                     "mode": f"{st.mode & 0o777:03o}",
+                     "attached": users.get(name, 0)}, why, unlink)
+    finally:
+        for fd, _ in files.values():
+            _quietly(b.close, fd)
     return out
 
 
@@ -5433,34 +5950,25 @@ def _dev_shm_users(b: Backend, files: Mapping[str, _ShmStat]) -> Dict[str, int]:
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:
     b = _backend_from_args(args)
-    rows = _our_segments(b, args.key)
-    for r in rows:
-        r["action"] = "keep (in use)" if not r["stale"] else \
-            ("removed" if args.remove else "would remove")
-        if args.remove and r["stale"]:
-            try:
-                if r["kind"] == "sysv":
-                    # Someone may have attached since the listing: look again last.
-                    if b.shm_stat(r["shmid"]).nattch:
-                        r["action"] = "keep (in use)"
-                        continue
-                    b.shm_rmid(r["shmid"])
-                else:
-                    b.shm_unlink(r["name"])
-            except OSError as e:
-                r["action"] = f"failed: {e.strerror or e}"
+    if not args.min_age >= 0:
+        raise ValueError(f"--min-age {args.min_age}: a number of seconds >= 0")
+    rows = _our_segments(b, _key_args(args.key), remove=args.remove,
+                         min_age=args.min_age)
     if args.json:
         _print_json({"regions": rows, "removed": bool(args.remove)})
         return 0
-    out = ["Our regions: SysV keys 0x4exxxxxx and /dev/shm/numa_utils-* owned by uid "
-           f"{b.geteuid()}; others' segments are never listed or touched."]
+    out = ["Our regions: SysV keys 0x4exxxxxx (any key with --key) and "
+           f"/dev/shm/numa_utils-* owned by uid {b.geteuid()}; others' are never listed "
+           "or touched.  Removed only when proven unused: nobody attached, its creator "
+           f"and last user gone, unused for {args.min_age:g} s (--min-age)."]
     if not rows:
         out.append("  none")
     for r in rows:
         ident = f"sysv {r['key']} shmid {r['shmid']}" if r["kind"] == "sysv" \
             else f"posix {r['path']}"
         out.append(f"  {ident:<36} {_fmt_kb(r['size'] // 1024):>10}  mode {r['mode']}  "
-                   f"attached {r['attached']}  {r['action']}")
+                   f"attached {r['attached']}  {r['action']}"
+                   + (f": {r['why']}" if r["action"] == "keep" else ""))
     if not args.remove and any(r["stale"] for r in rows):
         out.append("dry run: add --remove to remove the stale ones")
     sys.stdout.write("\n".join(out) + "\n")
@@ -5523,7 +6031,8 @@ def _cmd_region(args: argparse.Namespace) -> int:
             lines.append(f"placement: {_verdict(where, region.policy.mode)}"
                          + (f" ({per})" if per else " yet: --no-prefault, pages land "
                             "on first touch" if args.no_prefault else ""))
-            lines.append(f"kept: remove with `{_prog()} cleanup --remove` once detached"
+            lines.append(f"kept: remove with `{_prog()} cleanup --remove --key "
+                         f"{_key_arg(region.key)}` once detached"
                          if args.keep else "destroyed")
             sys.stdout.write("\n".join(lines) + "\n")
     finally:
@@ -5540,8 +6049,12 @@ def _cli_cleanup(sub: Any) -> None:
                             "regions; never other programs' or users'")
     p.add_argument("--remove", action="store_true",
                    help="remove the stale ones (default: dry run, list only)")
-    p.add_argument("--key", action="append", default=None, metavar="NAME",
-                   help="only the region(s) of this name (repeatable)")
+    p.add_argument("--key", action="append", default=None, metavar="KEY",
+                   help="only the region(s) of this name or int SysV key (0x1234), "
+                        "under any key (repeatable)")
+    p.add_argument("--min-age", type=float, default=CLEANUP_MIN_AGE, metavar="SECONDS",
+                   help="remove only regions unused for this long "
+                        f"(default {CLEANUP_MIN_AGE:g})")
     p.set_defaults(func=_cmd_cleanup)
     p = sub.add_parser("region", parents=[sub.common],
                        help="create a shared region with a policy, prefault it with a "
@@ -8887,18 +9400,22 @@ def _numactl_attach(c: str, name: str, st: Dict[str, Any], b: Backend,
             fst = os.stat(name)
         key = (fst.st_ino & 0xFFFF) | ((fst.st_dev & 0xFF) << 16) | \
             ((st.get("shmid", 0) & 0xFF) << 24)     # ftok(3)
+        # numactl's segments, as numactl makes them: `length` bytes, no identity
+        # record (SharedRegion's would make them larger than asked).
         try:
-            region = SharedRegion.attach(key, trust=True, policy="default", backend=b)
+            shmid = b.shmget(key, 0, 0)
         except FileNotFoundError:
             if not length:
                 complain("need a --length to create a sysv shared memory segment")
             sys.stderr.write(f"numactl: Creating shared memory segment {name} id "
                              f"{st.get('shmid', 0)} mode {mode:04o} length "
                              f"{length / (1 << 20):.0f}MB\n")
-            region = SharedRegion.create(key, length, policy="default", prefault=False,
-                                         hugepages=bool(st.get("huge")), mode=mode,
-                                         backend=b)
-        addr, size = region.address, region.size
+            flags = IPC_CREAT | mode
+            if st.get("huge"):
+                huge = _huge_size(True, b, None)
+                flags |= SHM_HUGETLB | ((huge.bit_length() - 1) << SHM_HUGE_SHIFT)
+            shmid = b.shmget(key, length, flags)
+        addr, size = b.shmat(shmid), b.shm_stat(shmid).size
     else:
         if os.path.dirname(os.path.abspath(name)) != "/dev/shm" or offset:
             complain(f"--file {name}: numa_utils numactl maps files in /dev/shm only, "

@@ -15,6 +15,7 @@ Rules (for whoever adds a README section):
 - ``<!-- process: NAME -->`` runs a block as another process on the same machine
   (own variables, own simulated process: shared memory is shared, ``remove=True``
   and detaches count as in the kernel).  Unmarked blocks are process "main".
+  ``<!-- process: NAME (dies) -->``: that process is killed after the block.
 - A section must leave no shared memory region behind, and no region ever touches
   this host's /dev/shm or SysV IPC (they live in the simulated kernel).
 - ```sh blocks run with bash -e in a scratch folder that links to every top-level
@@ -172,6 +173,8 @@ def test_readme_section(section, scratch, monkeypatch):
             _run_sh(code, line, work, bin_dir)
             continue
         name = marks.get("process", "main")
+        dies = name.endswith(" (dies)")
+        name = name[:-len(" (dies)")] if dies else name
         if name not in procs:
             procs[name] = (machine if not procs else machine.process(),
                            {"__name__": f"readme_{name}"})
@@ -183,6 +186,8 @@ def test_readme_section(section, scratch, monkeypatch):
             if e.name not in OPTIONAL:
                 raise
             skipped.append(f"README.md:{line} needs {e.name}")
+        if dies:
+            backend.exit()
     k = machine.kernel
     assert not k.shm and not k.files, \
         f"section {section!r} leaves regions behind: {list(k.shm.values())} {list(k.files)}"
