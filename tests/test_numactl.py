@@ -5,7 +5,6 @@ numa_parse_nodestring/numa_parse_cpustring), not from this implementation; the l
 tests compare with the numactl binary when the host has one."""
 import importlib.util
 import os
-import shutil
 import subprocess
 import sys
 
