@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Registry of the environment variables that configure numa_utils.
 
-Upstream: the numa_utils project (envs.py, next to numa_utils.py).  Copy it beside
-numa_utils.py; numa_utils.py also works without it (then every setting is its default).
+Upstream: the numa_utils project (envs.py, next to numa_utils.py).  numa_utils.py
+reads the same variables itself (numa_utils._ENV_VARS, tests/test_envs.py keeps the
+two equal) and never imports this module: it is for an engine's own registry.
 
 Nothing is read at import: every accessor reads ``os.environ`` when called, so a
 value set after import (or by a test's monkeypatch) is seen.  Engines rename the
@@ -19,7 +20,8 @@ variables by changing the prefix once at start-up::
 the effective configuration of this shell.
 
 The prefix is state of this module object.  Several vendored copies loaded in one
-process each have their own prefix; numa_utils.py uses the copy that sits next to it.
+process each have their own prefix; numa_utils.py has its own, set with
+``numa_utils.configure(env_prefix="LIGHTLLM_")``.
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ __all__ = [
     "main",
 ]
 
-# Tells numa_utils.py that a module it found under the name "envs" is this registry
-# and not some unrelated envs.py that happens to be on sys.path.  Bump on breaking
+# Tells a caller that a module it found under the name "envs" is this registry and
+# not some unrelated envs.py that happens to be on sys.path.  Bump on breaking
 # changes to the functions above.
 NUMA_UTILS_ENVS_API = 1
 
@@ -85,7 +87,8 @@ _VARS = (
            "Raise instead of falling back when a NUMA policy or binding cannot be applied."),
     EnvVar("NUMA_NODES", "nodes", None,
            "Memory nodes to use, in numactl's node-list grammar (`0-1,4`, `all`, `!0`, "
-           "`+0-1`, `netdev:eth0`); unset means default_memory_nodes(): the allowed "
+           "`+0-1`; not its device forms such as `netdev:eth0` or `ip:HOST`, which "
+           "are refused); unset means default_memory_nodes(): the allowed "
            "nodes of the CPUs' DRAM tier, without GPU memory, CXL or other slower "
            "memory (`all` takes every allowed memory node)."),
     EnvVar("NUMA_PREFAULT_THREADS", "int", None,
@@ -309,8 +312,8 @@ def numa_strict(*, prefix: str | None = None,
 def numa_nodes(*, prefix: str | None = None,
                environ: Mapping[str, str] | None = None) -> tuple[int, ...] | str | None:
     """NUMA_NODES: sorted node ids, None for every allowed memory node, or a numactl
-    node list only the machine can resolve (``all``, ``!0``, ``netdev:eth0``: a str
-    for numa_utils.parse_nodestring)."""
+    node list only the machine can resolve (``all``, ``!0``, ``+1``: a str for
+    numa_utils.parse_nodestring, which refuses device forms such as ``netdev:eth0``)."""
     value = get("NUMA_NODES", prefix=prefix, environ=environ)
     return None if value is None else value if isinstance(value, str) else tuple(value)
 

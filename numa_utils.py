@@ -44,10 +44,12 @@ from typing import (
     Iterator,
     List,
     Mapping,
+    NoReturn,
     Optional,
     Sequence,
     Set,
     Tuple,
+    Type,
     Union,
 )
 
@@ -290,7 +292,7 @@ def parse_meminfo(text: str, *, source: Optional[str] = None) -> Dict[str, int]:
     s = _clean(text)
     # The whole file in C when every line is plain "[Node N ]Key:   123[ kB]" (read
     # per node by read_topology and counters); anything else line by line below.
-    pairs = re.findall(r"(?am)^(?:Node [0-9]+ +)?([A-Za-z][^:\n]*?):[ \t]*([0-9]{1,20})"
+    pairs = re.findall(r"(?am)^(?:Node [0-9]+ +)?([A-Za-z][^:\n]{0,80}?):[ \t]*([0-9]{1,20})"
                        r"(?: kB)?[ \t]*$", s)
     if len(pairs) == s.count("\n") + 1 and not any(k.startswith("Node ") for k, _ in pairs):
         return {k.strip(): int(v) for k, v in pairs}
@@ -302,14 +304,14 @@ def parse_meminfo(text: str, *, source: Optional[str] = None) -> Dict[str, int]:
         if line.startswith("Node "):
             parts = line.split(None, 2)
             if len(parts) < 3 or not parts[1].isdigit():
-                raise ValueError(f"invalid meminfo line{_where(source)}: {line!r}")
+                raise ValueError(f"invalid meminfo line{_where(source)}: {_short(line)}")
             line = parts[2]
         key, sep, rest = line.partition(":")
         fields = rest.split()
         if not sep or not key or not fields or len(fields) > 2 or (
             len(fields) == 2 and fields[1] != "kB"
         ):
-            raise ValueError(f"invalid meminfo line{_where(source)}: {line!r}")
+            raise ValueError(f"invalid meminfo line{_where(source)}: {_short(line)}")
         # Values are unsigned longs: 20 digits at most (a longer one is corrupt, and
         # int() of a huge digit string is slow and overflows later formatting).
         if not fields[0].isascii() or not fields[0].isdigit() or len(fields[0]) > 20:
@@ -331,14 +333,21 @@ def parse_distance_row(text: str, *, source: Optional[str] = None) -> Tuple[int,
     return row
 
 
+def _uint(s: str) -> Optional[int]:
+    """An unsigned decimal of 1-20 ASCII digits (a u64), else None.  isdigit() alone
+    passes "³", which int() refuses, and int() alone takes "٣", " 1_0 " and, slowly,
+    thousands of digits."""
+    return int(s) if 0 < len(s) <= 20 and s.isascii() and s.isdigit() else None
+
+
+_INT_RE = re.compile(r"-?[0-9]{1,20}|0[xX][0-9a-fA-F]{1,16}")
+
+
 def _parse_int(text: str, source: str) -> int:
     s = _clean(text)
-    try:
-        if len(s) > 24:         # a 64-bit value in decimal or hex, and a sign
-            raise ValueError
-        return int(s, 0) if s.lower().startswith("0x") else int(s)
-    except ValueError:
-        raise ValueError(f"invalid integer in {source}: {_short(text)}") from None
+    if not _INT_RE.fullmatch(s):
+        raise ValueError(f"invalid integer in {source}: {_short(text)}")
+    return int(s, 16) if s[1:2] in ("x", "X") else int(s)
 
 
 # ===========================================================================
@@ -490,6 +499,12 @@ class Backend:
         """Write one byte per page of [addr, addr+length): a first touch."""
         raise NotImplementedError
 
+    def mincore(self, addr: int, length: int) -> int:
+        """How many pages of [addr, addr+length) (``addr`` page-aligned) are in
+        memory, as mincore(2) counts them: for shared memory, pages of the object
+        whether or not this process has touched them."""
+        raise NotImplementedError
+
     def current_cpu(self) -> Optional[int]:
         return None
 
@@ -582,6 +597,21 @@ class Backend:
     def munmap(self, addr: int, length: int) -> None:
         raise NotImplementedError
 
+    def flock(self, fd: int, op: int) -> None:
+        """flock(2) on an open /dev/shm file: LOCK_SH or LOCK_EX, | LOCK_NB."""
+        raise NotImplementedError
+
+    def pid_start(self, pid: int) -> Optional[str]:
+        """When process ``pid`` (a pid of this namespace) started, as a token that
+        differs once the pid is reused: None when there is no such process, "" when
+        it exists but its start cannot be read."""
+        raise NotImplementedError
+
+    def whoami(self) -> Dict[str, Any]:
+        """This process for identity records: pid, start (as pid_start), boot (the
+        kernel's boot id) and pidns (its PID namespace)."""
+        raise NotImplementedError
+
 
 _libc_lock = threading.Lock()
 _libc: Optional[ctypes.CDLL] = None
@@ -608,13 +638,211 @@ def _as_clong(v: int) -> ctypes.c_long:
     return ctypes.c_long(v)
 
 
+# Saved trees in one file.  Read into memory, never unpacked: nothing of an archive is
+# written to disk, so no member name or link can reach outside it.
+_TREE_MAX_TOTAL = 128 << 20      # an archive's bytes, uncompressed
+_TREE_MAX_STEPS = 1 << 21        # path components one backend walks, all lookups together
+_TEXT_ARCHIVE = b"# numa_utils saved tree"
+_PCT_RE = re.compile(rb"%([0-9A-Fa-f]{2})")
+_ENTRY_RE = re.compile(rb"(?m)^>>> ([^\n]*)\n?")
+_UNESCAPE_RE = re.compile(rb"(?m)^\\")
+
+
+def _read_regular(path: str, limit: int, flags: int = 0) -> bytes:
+    """At most ``limit`` bytes of a regular file (EFBIG past it); a FIFO or a device
+    is refused before it can block or never end."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | flags)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        chunks = []
+        left = limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        if left <= 0:
+            raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _unquote(b: bytes) -> str:
+    if b"%" not in b:
+        return b.decode("utf-8", "surrogateescape")
+    return _PCT_RE.sub(lambda m: bytes((int(m.group(1), 16),)), b).decode(
+        "utf-8", "surrogateescape")
+
+
+class _Archive:
+    """A saved tree held in memory, read-only: a text archive (one ``>>> PATH`` line
+    per entry, then its contents: fake_sysfs/README.md has the format), or a tar,
+    plain or compressed (tools/gather.py --archive).  Names are relative, without
+    ".." and at most 4,096 bytes and 128 components; only files, folders and
+    symbolic links (followed by LinuxBackend inside the tree)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.files: Dict[str, bytes] = {}
+        self.links: Dict[str, str] = {}
+        self.dirs: Dict[str, Dict[str, None]] = {"": {}}
+        try:
+            data = _read_regular(path, _TREE_MAX_TOTAL)
+        except OSError as e:
+            if e.errno != errno.EFBIG:
+                raise
+            self._bad(f"more than {_TREE_MAX_TOTAL >> 20} MiB")
+        if data.startswith(_TEXT_ARCHIVE):
+            self._text(data)
+        else:
+            self._tar(data)
+
+    def _bad(self, why: str) -> NoReturn:
+        raise ValueError(f"{self.path}: not a saved tree archive ({why})")
+
+    def _add(self, name: str, data: Optional[bytes] = None, link: Optional[str] = None
+             ) -> None:
+        rel = name.rstrip("/")
+        odd = "/" + rel + "/"
+        if "//" in odd or "/./" in odd or rel.startswith("./"):
+            rel = "/".join(p for p in name.split("/") if p not in ("", "."))
+        head, _, leaf = rel.rpartition("/")
+        if name.startswith("/") or not rel or "/../" in f"/{rel}/" or \
+                rel.count("/") >= 128 or len(name) > 4096 or (
+                    link is not None and len(link) > 4096):
+            self._bad(f"refused member {_short(name, 60)}: names are relative, "
+                      "without '..', at most 4,096 bytes and 128 components")
+        if head not in self.dirs:           # its folders, made once each
+            d = ""
+            for p in head.split("/"):
+                sub = f"{d}/{p}" if d else p
+                if sub in self.files or sub in self.links:
+                    self._bad(f"refused member {_short(name, 60)}: {sub!r} is not a "
+                              "folder")
+                self.dirs[d][p] = None
+                self.dirs.setdefault(sub, {})
+                d = sub
+        if rel in self.dirs and (data is not None or link is not None) or \
+                rel in self.links or (rel in self.files and data is None):
+            self._bad(f"refused member {_short(name, 60)}: named twice")
+        self.dirs[head][leaf] = None
+        if data is not None:
+            self.files[rel] = data
+        elif link is not None:
+            self.links[rel] = link
+        else:
+            self.dirs.setdefault(rel, {})
+
+    def _tar(self, data: bytes) -> None:
+        import io
+        import tarfile
+        import zlib
+        kind = {b"\x1f\x8b": "gzip", b"BZ": "bz2", b"\xfd7": "lzma"}.get(data[:2])
+        try:
+            if kind is not None:
+                mod = __import__(kind)
+                bad: Tuple[Type[BaseException], ...] = (OSError, EOFError, ValueError, zlib.error,
+                                         getattr(mod, "LZMAError", OSError))
+                try:
+                    with mod.open(io.BytesIO(data)) as z:
+                        data = z.read(_TREE_MAX_TOTAL + 1)
+                except bad as e:
+                    self._bad(f"{kind}: {e}")
+                if len(data) > _TREE_MAX_TOTAL:
+                    self._bad(f"more than {_TREE_MAX_TOTAL >> 20} MiB uncompressed")
+            with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+                for m in tar:
+                    if m.isdir():
+                        self._add(m.name)
+                    elif m.issym():
+                        self._add(m.name, link=m.linkname)
+                    elif m.isfile() and m.type != tarfile.GNUTYPE_SPARSE and \
+                            m.offset_data + m.size <= len(data):
+                        self._add(m.name, data[m.offset_data:m.offset_data + m.size])
+                    else:
+                        self._bad(f"refused member {_short(m.name, 60)}: only files, "
+                                  "folders and symbolic links, whole")
+                end = tar.offset
+        except (tarfile.TarError, EOFError) as e:
+            self._bad(str(e) or type(e).__name__)
+        # tarfile stops quietly at a header it cannot read: only the end-of-archive
+        # block says that nothing was cut off.
+        if data[end:end + 512] != bytes(512):
+            self._bad(f"truncated or damaged at byte {end}")
+
+    def _text(self, data: bytes) -> None:
+        import base64
+        parts = _ENTRY_RE.split(data)        # preamble, then (header, body) pairs
+        if any(ln and not ln.startswith(b"#") for ln in parts[0].split(b"\n")):
+            self._bad("text before the first '>>> PATH' line")
+        for i in range(1, len(parts), 2):
+            head, *flags = parts[i].split(b" ")
+            name, body = _unquote(head), parts[i + 1]
+            if flags[:1] == [b"->"] and len(flags) == 2 and not body:
+                self._add(name, link=_unquote(flags[1]))
+            elif name.endswith("/") and not flags and not body:
+                self._add(name)
+            elif flags == [b"base64"]:
+                try:
+                    self._add(name, base64.b64decode(body.replace(b"\n", b""),
+                                                     validate=True))
+                except ValueError as e:
+                    self._bad(f"{_short(name, 60)}: {e}")
+            elif flags in ([], [b"noeol"]):
+                if b"\\" in body:
+                    body = _UNESCAPE_RE.sub(b"", body)
+                self._add(name, body[:-1] if flags and body.endswith(b"\n") else body)
+            else:
+                self._bad(f"bad entry line {_short(parts[i].decode('utf-8', 'replace'))}")
+
+    def subtree(self) -> _Archive:
+        """The saved root in the archive: root/ (as tools/gather.py writes it) or the
+        archive's top when that holds sys/ or proc/."""
+        for base in ("root", ""):
+            if any(f"{base}/{d}".lstrip("/") in self.dirs for d in ("sys", "proc")):
+                break
+        else:
+            raise ValueError(f"{self.path}: no sys/ or proc/ in the archive "
+                             "(nor under root/)")
+        if not base:
+            return self
+        sub = _Archive.__new__(_Archive)
+        sub.path = self.path
+        cut = len(base) + 1
+        sub.files = {k[cut:]: v for k, v in self.files.items() if k[:cut] == base + "/"}
+        sub.links = {k[cut:]: v for k, v in self.links.items() if k[:cut] == base + "/"}
+        sub.dirs = {k[cut:]: v for k, v in self.dirs.items() if k[:cut] == base + "/"}
+        sub.dirs[""] = self.dirs[base]
+        return sub
+
+    def read(self, rel: str, path: str, limit: int) -> str:
+        data = self.files.get(rel)
+        if data is None:
+            err = errno.EISDIR if rel in self.dirs else errno.ENOENT
+            raise OSError(err, os.strerror(err), path)
+        if len(data) > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB", path)
+        return data.decode("utf-8", "replace")
+
+    def listdir(self, rel: str, path: str) -> List[str]:
+        names = self.dirs.get(rel)
+        if names is None:
+            err = errno.ENOTDIR if rel in self.files else errno.ENOENT
+            raise OSError(err, os.strerror(err), path)
+        return list(names)
+
+
 class LinuxBackend(Backend):
     """The Linux kernel, or a saved tree of it.
 
-    ``root="/"`` is the running system.  Any other root is a saved tree (a directory
-    holding ``sys/`` and ``proc/``): files are read from there and every syscall is
-    refused with NotLiveError, so a tree gathered on another machine never drives
-    this machine's kernel.
+    ``root="/"`` is the running system.  Any other root is a saved tree: a directory
+    holding ``sys/`` and ``proc/``, or one file holding them (a text archive or a
+    tar, read into memory; ValueError when it is not one).  Files are read from
+    there and every syscall is refused with NotLiveError, so a tree gathered on
+    another machine never drives this machine's kernel.
     """
 
     def __init__(self, root: str = "/", *, abi: Optional[Abi] = None) -> None:
@@ -623,73 +851,96 @@ class LinuxBackend(Backend):
         self.abi = abi if abi is not None else abi_for()
         self.page_size = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
         self._real_paths: Dict[str, str] = {}
+        self._steps = 0
+        self._tree: Optional[_Archive] = None
+        if not self.is_live and os.path.isfile(self.root):
+            self._tree = _Archive(self.root).subtree()
 
     def __repr__(self) -> str:
         return f"LinuxBackend(root={self.root!r})"
 
-    # A saved tree can come from anyone (a bug report, a shared folder), so it is read
-    # as if it were "/": symlinks resolve inside it (".." stops at the tree's root, an
-    # absolute target names a file of the tree), only regular files are opened
-    # (O_NOFOLLOW|O_NONBLOCK, then fstat: a FIFO would block, /dev/zero never ends),
-    # and at most _TREE_MAX_READ bytes of each.  Resolved directories are cached: the
-    # tree is taken to stay put while it is read.
+    # A saved tree can come from anyone (a bug report, a shared folder, an archive), so
+    # it is read as if it were "/": every path goes through _walk, which follows links
+    # inside the tree (".." stops at its root, an absolute target names a file of the
+    # tree).  Only regular files are opened (O_NOFOLLOW|O_NONBLOCK, then fstat: a FIFO
+    # would block, /dev/zero never ends), at most _TREE_MAX_READ bytes of each, and of
+    # a sysfs file 1 MiB: the kernel prints an attribute into one page (fs/sysfs/file.c),
+    # so 64 links to one huge file cost 64 short refusals, not 64 huge parses.
+    # Resolved paths are cached: the tree is taken to stay put while it is read.
     _TREE_MAX_READ = 64 << 20
+    _SYSFS_MAX_READ = 1 << 20
 
-    def _path(self, path: str, depth: int = 0) -> str:
-        if self.is_live:
-            return path
+    def _walk(self, path: str, base: str = "") -> str:
+        """``path`` inside the tree with every link followed, iteratively: at most 40
+        links per lookup (the kernel's MAXSYMLINKS), 512 components deep, and
+        _TREE_MAX_STEPS components walked by this backend in all, so that no tree of
+        links (chains that double, loops, 2,000-component targets) costs more.
+        ``base``: an already resolved folder to start from."""
+        cur = base.split("/") if base else []
+        todo = path.split("/")[::-1]
+        links = 0
+        while todo:
+            c = todo.pop()
+            self._steps += 1
+            if self._steps > _TREE_MAX_STEPS or len(cur) > 512 or len(todo) > 4096:
+                raise _oserror(errno.ELOOP, path, f"links too deep or too many in "
+                               f"{self.root}")
+            if c in ("", "."):
+                continue
+            if c == "..":
+                if cur:
+                    cur.pop()
+                continue
+            cur.append(c)
+            rel = "/".join(cur)
+            if self._tree is not None:
+                link = self._tree.links.get(rel)
+            else:
+                try:
+                    link = os.readlink(os.path.join(self.root, rel))
+                except OSError:
+                    link = None         # not a link, or not there: the read will say
+            if link is None:
+                continue
+            links += 1
+            if links > 40:
+                raise _oserror(errno.ELOOP, path, f"in {self.root}")
+            cur.pop()
+            if link.startswith("/"):
+                cur = []
+            todo.extend(link.split("/")[::-1])
+        return "/".join(cur)
+
+    def _rel(self, path: str) -> str:
+        """The tree-relative path of ``path`` with its links followed."""
         rel = path.strip("/")
         got = self._real_paths.get(rel)
-        if got is not None:
-            return got
-        head, _, leaf = rel.rpartition("/")
-        base = self._path(head, depth) if head else self.root
-        if leaf in ("", "."):
-            real = base
-        elif leaf == "..":
-            real = os.path.dirname(base) if base != self.root else base
-        else:
-            real = os.path.join(base, leaf)
-            try:
-                link = os.readlink(real)
-            except OSError:
-                link = None             # not a symlink, or not there: open() will say
-            if link is not None:
-                if depth >= 40:
-                    raise _oserror(errno.ELOOP, "read", f"{path} in {self.root}")
-                if not link.startswith("/"):
-                    link = os.path.relpath(base, self.root) + "/" + link
-                real = self._path(link, depth + 1)
-        if depth == 0:
-            self._real_paths[rel] = real
-        return real
+        if got is None:
+            head, _, leaf = rel.rpartition("/")
+            base = self._real_paths.get(head)
+            if base is None:
+                base = self._real_paths[head] = self._walk(head)
+            got = self._real_paths[rel] = self._walk(leaf, base)
+        return got
+
+    def _path(self, path: str) -> str:
+        return path if self.is_live else os.path.join(self.root, self._rel(path))
 
     def read_text(self, path: str) -> str:
         if self.is_live:
             with open(path, "rb") as f:
                 return f.read().decode("utf-8", "replace")
-        fd = os.open(self._path(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK |
-                     os.O_CLOEXEC)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise OSError(errno.EINVAL, "not a regular file")
-            chunks = []
-            left = self._TREE_MAX_READ + 1
-            while left > 0:
-                chunk = os.read(fd, min(left, 1 << 20))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                left -= len(chunk)
-            if left <= 0:
-                raise OSError(errno.EFBIG, f"larger than {self._TREE_MAX_READ >> 20} MiB")
-            return b"".join(chunks).decode("utf-8", "replace")
-        finally:
-            os.close(fd)
+        limit = self._SYSFS_MAX_READ if path.startswith("/sys/") else self._TREE_MAX_READ
+        if self._tree is not None:
+            return self._tree.read(self._rel(path), path, limit)
+        return _read_regular(self._path(path), limit, os.O_NOFOLLOW).decode("utf-8",
+                                                                            "replace")
 
     def read_chunks(self, path: str) -> Iterator[str]:
         """Decoded pieces of about 1 MiB.  Opened now, non-blocking, and refused unless
         a regular file: a FIFO or a device (/dev/zero) would block or never end."""
+        if self._tree is not None:
+            return iter((self.read_text(path),))
         import codecs
         fd = os.open(self._path(path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
@@ -715,10 +966,20 @@ class LinuxBackend(Backend):
         return pieces()
 
     def listdir(self, path: str) -> List[str]:
+        if self._tree is not None:
+            return self._tree.listdir(self._rel(path), path)
         return os.listdir(self._path(path))
 
     def exists(self, path: str) -> bool:
-        return os.path.exists(self._path(path))
+        try:
+            rel = self._rel(path) if not self.is_live else ""
+        except OSError as e:
+            if e.errno == errno.ELOOP:      # a loop is worth a warning, not "absent"
+                raise
+            return False
+        if self._tree is not None:
+            return rel in self._tree.files or rel in self._tree.dirs
+        return os.path.exists(path if self.is_live else os.path.join(self.root, rel))
 
     def _refuse(self, what: str) -> None:
         if not self.is_live:
@@ -759,6 +1020,26 @@ class LinuxBackend(Backend):
     def touch(self, addr: int, length: int) -> None:
         self._refuse("touch")
         _touch_iov(addr, length, self.page_size)
+
+    _RESIDENT = bytes(i & 1 for i in range(256))     # mincore's bit 0; others reserved
+
+    def mincore(self, addr: int, length: int) -> int:
+        self._refuse("mincore")
+        libc = _get_libc()
+        fn = libc.mincore
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+        page = self.page_size
+        vec = ctypes.create_string_buffer(min((length + page - 1) // page, 1 << 20))
+        step = len(vec) * page          # 4 GiB of 4 KiB pages per call, 1 MiB of vector
+        count = 0
+        for a in range(addr, addr + length, step):
+            n = min(step, addr + length - a)
+            ctypes.set_errno(0)
+            if fn(ctypes.c_void_p(a), ctypes.c_size_t(n), vec) != 0:
+                raise _oserror(ctypes.get_errno() or errno.EIO, "mincore")
+            count += ctypes.string_at(vec, (n + page - 1) // page).translate(
+                self._RESIDENT).count(1)
+        return count
 
     def current_cpu(self) -> Optional[int]:
         if not self.is_live:
@@ -870,6 +1151,33 @@ class LinuxBackend(Backend):
 
     def munmap(self, addr: int, length: int) -> None:
         self._libc_call("munmap", _get_shm_libc().munmap, addr, length)
+
+    def flock(self, fd: int, op: int) -> None:
+        self._refuse("flock")
+        import fcntl
+        fcntl.flock(fd, op)
+
+    def pid_start(self, pid: int) -> Optional[str]:
+        self._refuse("kill")
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:         # another user's: it exists
+            pass
+        # proc(5): starttime is field 22; the command (field 2) may hold ") ".
+        f = (self.read_optional(f"/proc/{pid}/stat") or "").rpartition(")")[2].split()
+        return f[19] if len(f) > 19 else ""
+
+    def whoami(self) -> Dict[str, Any]:
+        pid = os.getpid()
+        try:
+            ns = os.readlink("/proc/self/ns/pid")
+        except OSError:
+            ns = ""
+        boot = self.read_optional("/proc/sys/kernel/random/boot_id") or ""
+        return {"pid": pid, "start": self.pid_start(pid) or "", "boot": boot.strip(),
+                "pidns": ns}
 
 
 _default_lock = threading.Lock()
@@ -1063,10 +1371,7 @@ class Topology(_Record):
 def _id_of(name: str, prefix: str) -> Optional[int]:
     """7 for "node7" with prefix "node"; None for anything else ("node³", "nodes")."""
     tail = name[len(prefix):]
-    if name.startswith(prefix) and 0 < len(tail) <= 9 and tail.isascii() and \
-            tail.isdigit():
-        return int(tail)
-    return None
+    return _uint(tail) if name.startswith(prefix) and len(tail) <= 9 else None
 
 
 def _node_dirs(r: _Reader) -> List[int]:
@@ -1115,6 +1420,25 @@ class _Reader:
             self.problems.append(f"cannot list {path}: {e.strerror or e}")
             return []
 
+    def exists(self, path: str) -> bool:
+        try:
+            return self.b.exists(path)
+        except OSError as e:        # a saved tree's link loop (ELOOP)
+            self.problems.append(f"cannot read {path}: {e.strerror or e}")
+            return False
+
+    def online(self, ids: FrozenSet[int], online: FrozenSet[int], what: str
+               ) -> FrozenSet[int]:
+        """``ids`` (read from ``what``) that are online nodes.  The kernel's node lists
+        can name a node that is offline or has no directory (hwloc's snapshot
+        offline-cpu0-node0 lists node 0 in has_memory with only node 1 online):
+        every later lookup by node id assumes it is in Topology.nodes."""
+        extra = ids - online
+        if extra:
+            self.problems.append(f"{what} names {_nodes_txt(extra)}, not online "
+                                 f"(online: {format_cpulist(online) or 'none'}); ignored")
+        return ids & online
+
 
 def _hugepages(r: _Reader, base: str) -> Dict[int, HugePages]:
     out: Dict[int, HugePages] = {}
@@ -1161,10 +1485,12 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
         online = frozenset(possible)
     cpus: Dict[int, Cpu] = {}
     # Sharing is symmetric: an online CPU listed in another's thread siblings has the
-    # same core, package and siblings, and one listed in another's last-level cache
-    # set has that set as its own.  Reusing them reads ~1.5 files per CPU instead of
-    # ~12 (a 1,024-CPU machine has ~9,000 such files).
-    core_of: Dict[int, Tuple[Optional[int], Optional[int], FrozenSet[int]]] = {}
+    # same package and siblings, and one listed in another's last-level cache set has
+    # that set as its own.  Reusing them reads ~2.5 files per CPU instead of ~12 (a
+    # 1,024-CPU machine has ~9,000 such files).  core_id is read per CPU: AMD
+    # Bulldozer-family parts (util-linux's Opteron 6328 dump) list the two cores of a
+    # compute unit as thread siblings, each with its own core_id.
+    pkg_of: Dict[int, Tuple[Optional[int], FrozenSet[int]]] = {}
     llc_of: Dict[int, FrozenSet[int]] = {}
     levels: Dict[Tuple[str, ...], List[Tuple[int, str]]] = {}
     for c in sorted(possible):
@@ -1174,16 +1500,16 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
         siblings: FrozenSet[int] = frozenset()
         llc: FrozenSet[int] = frozenset()
         if c in online:
-            if c in core_of:
-                core, package, siblings = core_of[c]
+            core = r.integer(f"{topo}/core_id")
+            if c in pkg_of:
+                package, siblings = pkg_of[c]
             else:
-                core = r.integer(f"{topo}/core_id")
                 package = r.integer(f"{topo}/physical_package_id")
                 siblings = r.parsed(f"{topo}/thread_siblings_list", parse_cpulist) \
                     or r.parsed(f"{topo}/core_cpus_list", parse_cpulist) or frozenset()
                 if c in siblings:
                     for s in siblings & online:
-                        core_of[s] = (core, package, siblings)
+                        pkg_of[s] = (package, siblings)
             if c in llc_of:
                 cpus[c] = Cpu(c, _cpu_node(r, c, d, node_of), True, core, package,
                               siblings, llc_of[c])
@@ -1203,6 +1529,8 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
                     in ("Unified", "Data"))
             for _, idx in order:       # the highest level with a readable sharing list
                 shared = r.parsed(f"{d}/cache/{idx}/shared_cpu_list", parse_cpulist)
+                if shared is None:     # old kernels (POWER7 dumps): only the hex mask
+                    shared = r.parsed(f"{d}/cache/{idx}/shared_cpu_map", parse_cpumap)
                 if shared is not None:
                     llc = shared
                     break
@@ -1249,44 +1577,57 @@ _TIER_DIR = "/sys/devices/virtual/memory_tiering"     # Linux 6.1+, mm/memory-ti
 _WI_DIR = "/sys/kernel/mm/mempolicy/weighted_interleave"   # Linux 6.9+
 
 
-def _read_access(r: _Reader, n: int) -> Optional[MemoryAccess]:
+def _read_access(r: _Reader, n: int, online: FrozenSet[int]) -> Optional[MemoryAccess]:
     d = f"{_NODE_DIR}/node{n}/access0/initiators"
     names = r.listdir(d)
     if not names:
         return None
-    inits = frozenset(int(x[4:]) for x in names if x.startswith("node") and x[4:].isdigit())
+    inits = r.online(frozenset(i for i in (_id_of(x, "node") for x in names)
+                               if i is not None), online, f"{d}/node*")
     bw_r, bw_w, lat_r, lat_w = (r.integer(f"{d}/{f}") for f in (
         "read_bandwidth", "write_bandwidth", "read_latency", "write_latency"))
     return MemoryAccess(bw_r, bw_w, lat_r, lat_w, inits)
 
 
-def _read_tiers(r: _Reader) -> Dict[int, FrozenSet[int]]:
+def _read_tiers(r: _Reader, online: FrozenSet[int]) -> Dict[int, FrozenSet[int]]:
     tiers: Dict[int, FrozenSet[int]] = {}
     for name in r.listdir(_TIER_DIR):
-        if name.startswith("memory_tier") and name[11:].isdigit():
-            nodes = r.parsed(f"{_TIER_DIR}/{name}/nodelist", parse_cpulist)
+        tier = _id_of(name, "memory_tier")
+        if tier is not None:
+            path = f"{_TIER_DIR}/{name}/nodelist"
+            nodes = r.online(r.parsed(path, _parse_nodelist) or frozenset(), online, path)
             if nodes:
-                tiers[int(name[11:])] = nodes
+                tiers[tier] = nodes
     return tiers
 
 
-def _read_weights(r: _Reader) -> Tuple[Optional[Dict[int, int]], Optional[bool]]:
-    """({node: weight} or None without weighted interleave, auto mode or None)."""
-    if not r.b.exists(_WI_DIR):
+def _read_weights(r: _Reader, online: Optional[FrozenSet[int]] = None,
+                  possible: FrozenSet[int] = frozenset()
+                  ) -> Tuple[Optional[Dict[int, int]], Optional[bool]]:
+    """({node: weight} or None without weighted interleave, auto mode or None).
+    With ``online``: only online nodes' weights.  The kernel has a file for every
+    possible node (mm/mempolicy.c sysfs_wi), so possible offline nodes are dropped
+    without a warning; a file for any other node is a problem."""
+    if not r.exists(_WI_DIR):
         return None, None
     weights: Dict[int, int] = {}
     auto = None
     for name in sorted(r.listdir(_WI_DIR)):
-        if name.startswith("node") and name[4:].isdigit():
+        node = _id_of(name, "node")
+        if node is not None:
             w = r.integer(f"{_WI_DIR}/{name}")
             if w is not None:
-                weights[int(name[4:])] = w
+                weights[node] = w
         elif name == "auto":
             t = (r.text(f"{_WI_DIR}/auto") or "").strip().lower()
             if t in ("1", "y", "true", "0", "n", "false"):
                 auto = t in ("1", "y", "true")
             else:
-                r.problems.append(f"{_WI_DIR}/auto: unexpected value {t!r}")
+                r.problems.append(f"{_WI_DIR}/auto: unexpected value {_short(t)}")
+    if online is not None:
+        keep = r.online(frozenset(weights) - (possible - online), online,
+                        f"{_WI_DIR}/node*")
+        weights = {n: w for n, w in weights.items() if n in keep}
     return weights, auto
 
 
@@ -1311,7 +1652,7 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     """
     b = _b(backend)
     r = _Reader(b)
-    has_node_dir = b.exists(_NODE_DIR)
+    has_node_dir = r.exists(_NODE_DIR)
     node_cpus: Dict[int, FrozenSet[int]] = {}
     mem: Dict[int, Tuple[int, int]] = {}
     hp: Dict[int, Dict[int, HugePages]] = {}
@@ -1336,12 +1677,15 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
             row = r.parsed(f"{d}/distance", parse_distance_row)
             if row is not None:
                 rows[n] = row
+        # Every node list below is cut to the online nodes where it is read (once).
         with_cpus = r.parsed(f"{_NODE_DIR}/has_cpu", _parse_nodelist)
         if with_cpus is None:
             with_cpus = frozenset(n for n, c in node_cpus.items() if c)
+        with_cpus = r.online(with_cpus, online, f"{_NODE_DIR}/has_cpu")
         with_mem = r.parsed(f"{_NODE_DIR}/has_memory", _parse_nodelist)
         if with_mem is None:
             with_mem = frozenset(n for n, (t, _) in mem.items() if t > 0)
+        with_mem = r.online(with_mem, online, f"{_NODE_DIR}/has_memory")
     else:
         # No node directory (kernel without CONFIG_NUMA): one node 0 with every CPU
         # and all memory.
@@ -1364,11 +1708,17 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
         row = rows.get(n)
         dist: Dict[int, int] = {}
         if row is not None:
+            where = f"{_NODE_DIR}/node{n}/distance"
             if len(row) == len(order):
                 dist = dict(zip(order, row))
+            elif len(row) == len(possible) and online <= possible:
+                # One entry per possible node (a node taken offline): keep the online.
+                dist = {m: d for m, d in zip(sorted(possible), row) if m in online}
+                r.online(frozenset(possible), online, f"{where} (a column per possible "
+                         "node)")
             else:
-                r.problems.append(f"{_NODE_DIR}/node{n}/distance has {len(row)} entries "
-                                  f"for {len(order)} online nodes; distances ignored")
+                r.problems.append(f"{where} has {len(row)} entries for {len(order)} "
+                                  "online nodes; distances ignored")
         t, f = mem.get(n, (0, 0))
         nodes[n] = Node(n, frozenset(node_cpus.get(n, frozenset())), t, f,
                         MappingProxyType(dist), MappingProxyType(hp.get(n, {})))
@@ -1382,18 +1732,21 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     if allowed_mems is None:
         allowed_mems = frozenset(with_mem)
     # Memory tiers, HMAT and weighted interleave (issue 11).
-    tiers = _read_tiers(r) if has_node_dir else {}
+    online = frozenset(online)
+    tiers = _read_tiers(r, online) if has_node_dir else {}
     tier_of = {m: t for t, ns in sorted(tiers.items(), reverse=True) for m in ns}
-    normal = r.parsed(f"{_NODE_DIR}/has_normal_memory", parse_cpulist) \
+    normal = r.parsed(f"{_NODE_DIR}/has_normal_memory", _parse_nodelist) \
         if has_node_dir else None
+    if normal is not None:
+        normal = r.online(normal, online, f"{_NODE_DIR}/has_normal_memory")
     for n, nd in nodes.items():
         nd = nd._replace(tier=tier_of.get(n),
-                         access=_read_access(r, n) if has_node_dir and n in with_mem
-                         else None,
+                         access=_read_access(r, n, online)
+                         if has_node_dir and n in with_mem else None,
                          has_normal_memory=None if normal is None else n in normal)
         kind, why = _node_kind(nd, with_mem, normal)
         nodes[n] = nd._replace(kind=kind, kind_evidence=why)
-    weights, auto = _read_weights(r)
+    weights, auto = _read_weights(r, online, frozenset(possible))
     nb = r.integer("/proc/sys/kernel/numa_balancing")
     thp = None
     thp_text = r.text("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -1975,6 +2328,9 @@ _HINTS = MappingProxyType({
     "no-memory-node": "the requested nodes have no memory or do not exist",
     "no-weighted-interleave": "the kernel lacks MPOL_WEIGHTED_INTERLEAVE (Linux 6.9+); "
                               "pass fallback='interleave' to accept a plain interleave",
+    "resident-unmoved": "the policy places pages faulted from now on; pages already in "
+                        "memory stay where they are: pass move=True to migrate them, or "
+                        "apply the policy before the first touch",
 })
 
 
@@ -1990,6 +2346,9 @@ class PolicyResult(_Record):
     errno: Optional[int] = None
     hint: Optional[str] = None
     dropped: FrozenSet[int] = frozenset()   # requested nodes the cpuset forbids
+    # Bytes of the range already in memory that the call left where they are (a
+    # policy places new pages; move=True migrates these).  Reason "resident-unmoved".
+    resident_unmoved: int = 0
 
     def __bool__(self) -> bool:
         return self.applied
@@ -1997,7 +2356,8 @@ class PolicyResult(_Record):
     def to_json(self) -> Dict[str, Any]:
         return {"applied": self.applied, "mode": self.mode, "nodes": sorted(self.nodes),
                 "start": self.start, "length": self.length, "reason": self.reason,
-                "errno": self.errno, "hint": self.hint, "dropped": sorted(self.dropped)}
+                "errno": self.errno, "hint": self.hint, "dropped": sorted(self.dropped),
+                "resident_unmoved": self.resident_unmoved}
 
 
 class PolicyInfo(_Record):
@@ -2039,7 +2399,7 @@ def _memory_nodes(b: Backend) -> Tuple[FrozenSet[int], FrozenSet[int], FrozenSet
     """(nodes with memory, Mems_allowed, default_memory_nodes) cheaply: the whole
     topology is read only when a memory node lacks CPUs or normal memory or the
     kernel has several memory tiers (otherwise the default is every allowed node)."""
-    if not b.exists(_NODE_DIR):
+    if not _Reader(b).exists(_NODE_DIR):
         return frozenset({0}), frozenset({0}), frozenset({0})
     mem = None
     t = b.read_optional(f"{_NODE_DIR}/has_memory")
@@ -2112,8 +2472,23 @@ def apply_policy(buf: Any = None, length: Optional[int] = None, *,
 
     Returns a PolicyResult; on failure the memory stays usable under first-touch
     and the result says why.  ``strict=True`` raises OSError instead.  ``nodes=None``
-    and ``strict=None`` take NUMA_NODES and NUMA_STRICT when they are set.
+    and ``strict=None`` take NUMA_NODES and NUMA_STRICT when they are set.  Pages of
+    ``buf`` already in memory stay where they are unless ``move=True``; the result
+    counts them (``resident_unmoved``, reason "resident-unmoved").
     """
+    return _apply_policy(buf, length, mode=mode, nodes=nodes, mode_flags=mode_flags,
+                         move=move, strict=strict, enabled=enabled, page_size=page_size,
+                         backend=backend)
+
+
+def _apply_policy(buf: Any, length: Optional[int], *, mode: Union[str, int],
+                  nodes: Optional[Iterable[int]], mode_flags: int = 0, move: bool = False,
+                  strict: Optional[bool] = None, enabled: bool = True,
+                  page_size: Optional[int] = None, backend: Optional[Backend] = None,
+                  count_resident: bool = True) -> PolicyResult:
+    """apply_policy.  SharedRegion passes ``count_resident=False``: a region it
+    creates is fresh, and an attached one's pages were placed by the creator under
+    the same shared policy; the mincore walk costs ~50 ms per 8 GiB of shmem."""
     b = _b(backend)
     strict_ = _strict_or_env(strict)
     m = _mode_of(mode)
@@ -2180,7 +2555,16 @@ def apply_policy(buf: Any = None, length: Optional[int] = None, *,
             # Before 6.9 mode 6 is an invalid mode: never a silent plain interleave.
             return fail("no-weighted-interleave", err)
         return fail(_errno_reason(err), err)
-    return res._replace(applied=True)
+    res = res._replace(applied=True)
+    if size and not move and count_resident and m != Mode.DEFAULT:
+        try:            # mincore counts base pages, also in a hugetlb mapping
+            resident = b.mincore(start, size) * b.page_size
+        except (OSError, NotImplementedError):
+            resident = 0        # unknown: claim nothing
+        if resident:
+            res = res._replace(resident_unmoved=resident, reason="resident-unmoved",
+                               hint=_HINTS["resident-unmoved"])
+    return res
 
 
 def interleave(buf: Any, length: Optional[int] = None, nodes: Optional[Iterable[int]] = None,
@@ -2311,14 +2695,19 @@ def set_interleave_weights(weights: Mapping[int, int], *,
                            backend: Optional[Backend] = None) -> Dict[int, int]:
     """Write the global weights (needs root; every process using weighted interleave
     sees them).  Returns the previous weights of every node, so callers can restore.
-    Raises OSError: ENOTSUP without weighted interleave, EACCES without root, ENOENT
-    for a node the kernel has no weight for; ValueError for a weight outside 1-255."""
+    The whole mapping is checked before the first write, so a bad entry writes
+    nothing.  Raises OSError: ENOTSUP without weighted interleave, EACCES without
+    root, ENOENT for a node the kernel has no weight for; ValueError for a node id
+    that is not an int (True, 1.0) or a weight outside 1-255."""
     b = _b(backend)
     before = interleave_weights(backend=b)
     if before is None:
         raise OSError(errno.ENOTSUP, "this kernel has no weighted interleave (Linux "
                       f"6.9+: {_WI_DIR})")
     for n, w in weights.items():
+        # True == 1 and 1.0 == 1 pass the lookup below, then name file "nodeTrue".
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise ValueError(f"interleave weight node id must be an int, not {n!r}")
         if isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= 255:
             raise ValueError(f"interleave weight for node {n} must be 1-255, not {w!r}")
         if n not in before:
@@ -2452,12 +2841,12 @@ def _parse_policy(text: str, line: str) -> Tuple[str, FrozenSet[int], Tuple[str,
     name, _, nodelist = text.partition(":")
     mode, _, flagtext = name.partition("=")
     if mode not in _POLICY_NAMES:
-        raise ValueError(f"invalid numa_maps line: unknown policy {text!r}: {line!r}")
+        raise ValueError(f"invalid numa_maps line: unknown policy {_short(text)}: {_short(line)}")
     flags: Tuple[str, ...] = ()
     if flagtext:
         flags = tuple(flagtext.split("|"))
         if any(f not in _MAPS_FLAG_NAMES for f in flags):
-            raise ValueError(f"invalid numa_maps line: policy flags {text!r}: {line!r}")
+            raise ValueError(f"invalid numa_maps line: policy flags {_short(text)}: {_short(line)}")
     nodes: FrozenSet[int] = frozenset()
     if nodelist:
         try:
@@ -2466,8 +2855,8 @@ def _parse_policy(text: str, line: str) -> Tuple[str, FrozenSet[int], Tuple[str,
             # mpol_to_str writes into a 64-byte buffer: a long list is cut at 63
             # characters, possibly inside a number.  Keep the complete chunks.
             if len(text) < 63 or "," not in nodelist:
-                raise ValueError(f"invalid numa_maps line: policy nodes {text!r}: "
-                                 f"{line!r}") from None
+                raise ValueError(f"invalid numa_maps line: policy nodes {_short(text)}: "
+                                 f"{_short(line)}") from None
             nodes = _parse_nodelist(nodelist.rsplit(",", 1)[0])
     return mode, nodes, flags
 
@@ -2481,11 +2870,11 @@ def _parse_maps_line(line: str, default_kb: int,
     parts = line.split(" ")
     p0 = parts[0]
     if not p0 or len(parts) < 2 or not parts[1]:
-        raise ValueError(f"invalid numa_maps line: no address and policy: {line!r}")
+        raise ValueError(f"invalid numa_maps line: no address and policy: {_short(line)}")
     try:
         start = int(p0, 16)
     except ValueError:
-        raise ValueError(f"invalid numa_maps line: bad start address: {line!r}") from None
+        raise ValueError(f"invalid numa_maps line: bad start address: {_short(line)}") from None
     i = 2
     pol = parts[1]
     # Two policy names contain a space (mpol_to_str's policy_modes[] table).
@@ -2519,9 +2908,9 @@ def _parse_maps_line(line: str, default_kb: int,
                 file = path
                 continue
             if not key:
-                raise ValueError(f"invalid numa_maps line: token {tok!r}: {line!r}")
+                raise ValueError(f"invalid numa_maps line: token {_short(tok)}: {_short(line)}")
             if not val.isdigit():
-                raise ValueError(f"invalid numa_maps line: value of {key!r}: {line!r}")
+                raise ValueError(f"invalid numa_maps line: value of {key!r}: {_short(line)}")
             if key == "kernelpagesize_kB":
                 kb = int(val)
             elif key in _COUNTER_INDEX:
@@ -2537,7 +2926,7 @@ def _parse_maps_line(line: str, default_kb: int,
         elif tok == "huge":
             huge = True
         elif tok:
-            raise ValueError(f"invalid numa_maps line: token {tok!r}: {line!r}")
+            raise ValueError(f"invalid numa_maps line: token {_short(tok)}: {_short(line)}")
     return NumaMapsEntry(start, pol, mode, nodes, flags, file, deleted, heap, stack, huge,
                          counters[0], counters[1], counters[2], counters[3], counters[4],
                          None if counters[5] < 0 else counters[5], counters[6], pages, kb,
@@ -2728,13 +3117,18 @@ _IOV_MAX = 1024
 _SIZE_MAX = (1 << 64) - 1        # the largest size_t of any ABI; Abi.bits narrows it
 
 # Keys of our SysV segments: "N" (0x4e) in the top 8 bits, 24 bits of a CRC of the
-# region's name below (16 bits would make two of a few hundred names collide: an
-# attacher could then map another region's data).  An int key is used as given.
-# POSIX regions are /dev/shm/numa_utils-<name>.  `numa_utils cleanup` recognises ours
-# by these, and only removes those owned (and created) by the calling user.
+# region's name below.  24 bits still collide (among ~4,800 names more likely than
+# not), so a name has _SYSV_PROBES keys, tried in order; which name a segment holds
+# is in its identity record, which every attacher checks.  An int key is used as
+# given.  POSIX regions are /dev/shm/numa_utils-<name>.
 SYSV_KEY_PREFIX = 0x4E000000
 SYSV_KEY_MASK = 0xFF000000
 POSIX_PREFIX = "numa_utils-"
+_SYSV_PROBES = 8
+LOCK_SH, LOCK_EX, LOCK_NB, LOCK_UN = 1, 2, 4, 8     # include/uapi/asm-generic/fcntl.h
+# `cleanup` removes a region only after nobody used it for this long (besides proof
+# that its users are gone): `region --keep` hands a region over with nobody attached.
+CLEANUP_MIN_AGE = 30.0
 
 # struct shmid_ds as glibc lays it out on 64-bit little-endian ABIs with the
 # asm-generic ipc structures (x86_64 differs only in a u16 mode + padding).
@@ -2759,14 +3153,15 @@ class _ShmStat(_Record):
     lpid: int
     ino: int = 0        # POSIX: the file's inode and device, to find its mappings
     dev: int = 0
+    used: int = 0       # SysV: the latest of shm_atime, shm_dtime, shm_ctime (epoch s)
 
 
 def _decode_shmid_ds(raw: bytes, shmid: int) -> _ShmStat:
     key, uid, gid, cuid, cgid, mode = struct.unpack_from("<iIIIIH", raw, 0)
-    (size,) = struct.unpack_from("<Q", raw, 48)
+    size, atime, dtime, ctime = struct.unpack_from("<Qqqq", raw, 48)
     cpid, lpid, nattch = struct.unpack_from("<iiQ", raw, 80)
     return _ShmStat(key & 0xFFFFFFFF, shmid, uid, gid, cuid, cgid, mode, size, nattch,
-                    cpid, lpid)
+                    cpid, lpid, used=max(atime, dtime, ctime))
 
 
 def _sysvipc_rows(text: str) -> Iterator[_ShmStat]:
@@ -2778,9 +3173,10 @@ def _sysvipc_rows(text: str) -> Iterator[_ShmStat]:
         try:
             yield _ShmStat(int(f[0]) & 0xFFFFFFFF, int(f[1]), int(f[7]), int(f[8]),
                            int(f[9]), int(f[10]), int(f[2], 8), int(f[3]), int(f[6]),
-                           int(f[4]), int(f[5]))
+                           int(f[4]), int(f[5]),
+                           used=max(int(t) for t in f[11:14]) if len(f) > 13 else 0)
         except ValueError:
-            raise ValueError(f"invalid /proc/sysvipc/shm line: {line!r}") from None
+            raise ValueError(f"invalid /proc/sysvipc/shm line: {_short(line)}") from None
 
 
 def _sysvipc_stat(text: str, shmid: int) -> _ShmStat:
@@ -2846,6 +3242,104 @@ def _posix_name(key: Union[int, str]) -> str:
     if not name or "/" in name or "\0" in name or len(name) > 200:
         raise ValueError(f"invalid POSIX shared memory name {name!r}")
     return POSIX_PREFIX + name
+
+
+def _sysv_keys(key: Union[int, str]) -> List[int]:
+    """The keys a region may live under, in the order create tries them."""
+    first = _sysv_key(key)
+    if not isinstance(key, str):
+        return [first]
+    import zlib
+    return [first] + [SYSV_KEY_PREFIX | (zlib.crc32(f"{key}\0{i}".encode())
+                                         & ~SYSV_KEY_MASK & 0xFFFFFFFF)
+                      for i in range(1, _SYSV_PROBES)]
+
+
+def _same_key(a: Any, b: Union[int, str]) -> bool:
+    return a == b and isinstance(a, str) == isinstance(b, str) and \
+        not isinstance(a, bool)
+
+
+def _key_arg(key: Union[int, str]) -> str:
+    """``key`` as `cleanup --key` takes it."""
+    import shlex
+    return f"0x{key:08x}" if isinstance(key, int) else shlex.quote(key)
+
+
+# -- the identity record ----------------------------------------------------------------
+# Every region ends in a record of what it is: {"key", "kind", "size", "page_size",
+# "created", "uid", "pid", "start", "boot", "pidns"}, JSON, then _RECORD_END (magic,
+# format, JSON length, CRC-32) in its last bytes.  It lives inside the segment or file,
+# after the `size` bytes of data (which start at offset 0, where engines that attach
+# the key themselves expect them), in _RECORD_ROOM rounded up to a page (a hugetlb
+# region: one more huge page).  So it cannot outlive, or be swapped apart from, its
+# region, and only who can write the region can write it.  Readers ignore fields they
+# do not know: more can be added within the room.
+_RECORD_END = struct.Struct("<8sIII")
+_RECORD_MAGIC = b"numa_utl"
+_RECORD_FORMAT = 1
+_RECORD_ROOM = 16 << 10
+
+
+def _record_room(page: int) -> int:
+    return (_RECORD_ROOM + page - 1) // page * page
+
+
+def _record_write(addr: int, seg: int, rec: Mapping[str, Any]) -> None:
+    """Write ``rec`` at the end of the ``seg`` bytes mapped at ``addr``, after the
+    region's ``rec["size"]`` bytes of data."""
+    import json
+    import zlib
+    raw = json.dumps(rec, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    end = seg - _RECORD_END.size
+    if end - len(raw) < rec["size"]:
+        raise ValueError(f"identity record of {len(raw)} bytes does not fit the "
+                         f"{end - rec['size']} bytes kept for it")
+    ctypes.memmove(addr + end - len(raw), raw, len(raw))
+    ctypes.memmove(addr + end, _RECORD_END.pack(_RECORD_MAGIC, _RECORD_FORMAT, len(raw),
+                                                zlib.crc32(raw)), _RECORD_END.size)
+
+
+def _record_read(addr: int, seg: int, what: str) -> Optional[Dict[str, Any]]:
+    """The record of the ``seg`` bytes mapped at ``addr``; None when there is none
+    (not made by SharedRegion.create, or still being made); ValueError when damaged."""
+    import json
+    import zlib
+    end = seg - _RECORD_END.size
+    if end < 0:
+        return None
+    magic, fmt, n, crc = _RECORD_END.unpack(ctypes.string_at(addr + end,
+                                                             _RECORD_END.size))
+    if magic != _RECORD_MAGIC:
+        return None
+    bad = f"{what}: damaged identity record"
+    if fmt != _RECORD_FORMAT:
+        raise ValueError(f"{what}: identity record format {fmt}, not {_RECORD_FORMAT}: "
+                         "made by another numa_utils version")
+    if n > end:
+        raise ValueError(f"{bad} (length {n} in {seg} bytes)")
+    raw = ctypes.string_at(addr + end - n, n)
+    if zlib.crc32(raw) != crc:
+        raise ValueError(f"{bad} (checksum mismatch)")
+    try:
+        rec: Dict[str, Any] = json.loads(raw.decode("utf-8"))
+    except ValueError:
+        raise ValueError(f"{bad} (not JSON)") from None
+    ok = isinstance(rec, dict) and isinstance(rec.get("key"), (str, int)) and \
+        not isinstance(rec.get("key"), bool) and rec.get("kind") in ("sysv", "posix")
+    for f in ("size", "page_size"):
+        v = rec.get(f) if ok else None
+        ok = ok and isinstance(v, int) and not isinstance(v, bool) and v > 0
+    if not ok or rec["size"] > end - n:
+        raise ValueError(f"{bad} (fields)")
+    return rec
+
+
+def _identity(b: Backend, key: Union[int, str], kind: str, size: int,
+              page: int) -> Dict[str, Any]:
+    import time
+    return {"key": key, "kind": kind, "size": size, "page_size": page,
+            "created": round(time.time(), 3), "uid": b.geteuid(), **b.whoami()}
 
 
 # -- prefault ----------------------------------------------------------------------------
@@ -3082,27 +3576,35 @@ class SharedRegion:
 
     ``create`` makes it (0600, policy applied before any page is touched, then
     prefaulted); ``attach`` maps an existing one after checking its owner, mode and
-    size, and applies the same policy to its own mapping.  ``with`` closes it; the
-    creator's ``with`` also destroys it.  Crash safety: ``attach(..., remove=True)``
-    (or ``remove()``) marks a SysV segment for removal at once: it disappears when
-    the last process detaches or dies, and its key is free again immediately.
+    identity record (which region it is), and applies the same policy to its own
+    mapping.  ``with`` closes it; the creator's ``with`` also destroys it.  Crash
+    safety: ``attach(..., remove=True)`` (or ``remove()``) marks a SysV segment for
+    removal at once: it disappears when the last process detaches or dies, and its
+    key is free again immediately.  A POSIX region's users hold a shared flock on its
+    file while they have it open, which is how ``cleanup`` knows it is in use.
     """
 
     def __init__(self, *, backend: Backend, kind: str, key: Union[int, str],
                  address: int, size: int, page_size: int, policy: PolicyResult,
                  created: bool, shmid: int = -1, name: str = "",
-                 prefaulted: Optional[Dict[str, Any]] = None) -> None:
+                 prefaulted: Optional[Dict[str, Any]] = None, ipc_key: int = 0,
+                 mapped: int = 0, fd: int = -1,
+                 identity: Optional[Dict[str, Any]] = None) -> None:
         self._b = backend
         self.kind = kind
         self._key = key
+        self._ipc_key = ipc_key
         self._address = address
         self._size = size
+        self._mapped = mapped or size             # data + identity record
+        self._fd = fd                             # POSIX: holds the shared flock
         self.page_size = page_size
         self._policy = policy
         self.created = created
         self.shmid = shmid
         self.name = name                      # POSIX: the file name in /dev/shm
         self.prefaulted = prefaulted
+        self.identity = identity or {}        # the record read or written
         self._closed = False
         self._removed = False
 
@@ -3113,7 +3615,8 @@ class SharedRegion:
 
     @property
     def size(self) -> int:
-        """Mapped bytes (the requested size rounded up to whole pages)."""
+        """Bytes of data from the address on (the requested size rounded up to whole
+        pages); the identity record follows them."""
         return self._size
 
     @property
@@ -3122,8 +3625,8 @@ class SharedRegion:
 
     @property
     def ipc_key(self) -> int:
-        """The numeric SysV key (0 for POSIX regions)."""
-        return _sysv_key(self._key) if self.kind == "sysv" else 0
+        """The numeric SysV key it lives under (0 for POSIX regions)."""
+        return self._ipc_key
 
     @property
     def policy(self) -> PolicyResult:
@@ -3178,16 +3681,18 @@ class SharedRegion:
         pmode, pnodes, strict_, _ = _region_policy(policy, nodes, strict, b)
         huge, page = _region_page(hugepages, kind, b, pnodes)
         size = (size + page - 1) // page * page
+        seg = size + _record_room(page)
         # Checked before any system call: size_t would silently truncate (2**64 + 1M
         # gave a 1 MiB segment behind a region claiming 2**64 + 1M).
         size_max = (1 << b.abi.word_bits) - 1 if b.abi.word_bits else _SIZE_MAX
-        if size > size_max:
+        if seg > size_max:
             raise ValueError(f"size {size} is larger than this ABI's size_t "
                              f"({size_max})")
-        shmid, name, addr = -1, "", 0
-        fd = -1
+        ident = _identity(b, key, kind, size, page)
+        shmid, name, addr, fd, ikey = -1, "", 0, -1, 0
         # SIGINT/SIGTERM wait while the object is made and handed to the undo path
-        # below: an interrupt between shmget/shm_open and the bookkeeping leaked it.
+        # below; a handler for one that came meanwhile runs before they are let go
+        # (_run_pending), so that what it raises is undone here.
         held = _hold_signals()
         blocked = held is not None
         try:
@@ -3195,22 +3700,33 @@ class SharedRegion:
                 flags = IPC_CREAT | IPC_EXCL | mode
                 if huge:
                     flags |= SHM_HUGETLB | ((huge.bit_length() - 1) << SHM_HUGE_SHIFT)
-                ikey = _sysv_key(key)
-                try:
-                    shmid = b.shmget(ikey, size, flags)
-                except FileExistsError:
-                    raise FileExistsError(
-                        errno.EEXIST, f"a SysV segment with key 0x{ikey:08x} ({key!r}) "
-                        f"exists: attach it, or remove a stale one with `{_prog()} "
-                        "cleanup --remove`") from None
+                keys = _sysv_keys(key)
+                for ikey in keys:
+                    try:
+                        shmid = b.shmget(ikey, seg, flags)
+                        break
+                    except FileExistsError:
+                        why = _sysv_holder(b, ikey, key)
+                        if why:
+                            raise FileExistsError(errno.EEXIST, why) from None
+                else:
+                    raise FileExistsError(errno.EEXIST, f"the {len(keys)} SysV keys of "
+                                          f"{key!r} (0x{keys[0]:08x}, ...) all hold other "
+                                          "regions: use another name")
                 addr = b.shmat(shmid)
+                _record_write(addr, seg, ident)
+                # A twin under a later key: made while this key held another region.
+                for later in keys[keys.index(ikey) + 1:]:
+                    why = _sysv_holder(b, later, key)
+                    if why:
+                        raise FileExistsError(errno.EEXIST, why)
             else:
                 pname = _posix_name(key)
                 try:
                     fd = b.shm_open(pname, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
                 except FileExistsError:
                     why = f"attach it, or remove a stale one with `{_prog()} cleanup " \
-                        "--remove`"
+                        f"--remove --key {_key_arg(key)}`"
                     try:
                         b.close(b.shm_open(pname, os.O_RDONLY, 0))
                     except OSError as e:
@@ -3220,24 +3736,31 @@ class SharedRegion:
                     raise FileExistsError(errno.EEXIST,
                                           f"/dev/shm/{pname} exists: {why}") from None
                 name = pname                    # ours now: undone on any error below
-                b.ftruncate(fd, size)
-                addr = b.mmap(size, fd)
-                b.close(fd)
-                fd = -1
-            if blocked:
+                b.flock(fd, LOCK_SH)            # before it has a size: never stale
+                b.ftruncate(fd, seg)
+                addr = b.mmap(seg, fd)
+                _record_write(addr, seg, ident)
+            if prefault and blocked:            # prefault may take long: interruptible
+                _run_pending(held)
                 blocked = False
-                _release_signals(held)      # a pending SIGINT raises here: undone
-            res = _region_apply(b, addr, size, page, pmode, pnodes, strict_)
+                _release_signals(held)          # a signal in this very call: undone
+            # Over the record too: one VMA (one numa_maps line) per region.
+            res = _region_apply(b, addr, seg, page, pmode, pnodes, strict_)
             region = cls(backend=b, kind=kind, key=key, address=addr, size=size,
-                         page_size=page, policy=res, created=True, shmid=shmid, name=name)
+                         page_size=page, policy=res, created=True, shmid=shmid, name=name,
+                         ipc_key=ikey, mapped=seg, fd=fd, identity=ident)
             if prefault:
                 region.prefaulted = _do_prefault(
                     addr, size, threads, backend=b, progress=progress, page_size=page,
                     shared=True)
+            if blocked:
+                _run_pending(held)
+                blocked = False
+                _release_signals(held)
             return region
         except BaseException:
             blocked = held is not None      # _undo blocks them again
-            _undo(held, b, kind, shmid, name, addr, size, fd)
+            _undo(held, b, kind, shmid, name, addr, seg, fd)
             raise
         finally:
             if blocked:                     # (not after a success: an interrupt in
@@ -3254,77 +3777,121 @@ class SharedRegion:
         """Map the existing region ``key`` after checking it can be trusted.
 
         Refused (PermissionError) unless it is owned by this user and nobody else can
-        write it (group/other write bits), unless ``trust=True``; ``size`` must not
-        exceed it.  The policy: ``policy`` if given, applied to this mapping before
-        any touch (hugetlb segments need it in every process); else the region's
-        shared policy as the kernel reports it, or ENABLE_NUMA_INTERLEAVE.
-        ``remove=True`` marks a SysV segment for removal after attaching (see class).
+        write it (group/other write bits), unless ``trust=True``; its identity record
+        must name ``key`` (FileNotFoundError when no region of that name exists,
+        ValueError when the record is damaged); ``size`` must not exceed it.  The
+        policy: ``policy`` if given, applied to this mapping before any touch
+        (hugetlb segments need it in every process); else the region's shared policy
+        as the kernel reports it, or ENABLE_NUMA_INTERLEAVE.  ``remove=True`` marks a
+        SysV segment for removal after attaching (see class).
         """
         b = _b(backend)
         if kind not in ("sysv", "posix"):
             raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
         pmode, pnodes, strict_, explicit = _region_policy(policy, nodes, strict, b)
-        _, page = _region_page(hugepages, kind, b, pnodes)
+        _region_page(hugepages, kind, b, pnodes)     # the region's record says its page
         if size is not None and (isinstance(size, bool) or not isinstance(size, int)
                                  or size < 0 or size > _SIZE_MAX):
             raise ValueError(f"invalid size {size!r}")
-        shmid, name, addr, fd, seg_size = -1, "", 0, -1, 0
+        shmid, name, addr, fd, seg, ikey = -1, "", 0, -1, 0, 0
+        euid = b.geteuid()
         held = _hold_signals()              # as in create: no unrecorded mapping
         blocked = held is not None
         try:
+            rec: Optional[Dict[str, Any]] = None
             if kind == "sysv":
-                ikey = _sysv_key(key)
-                try:
-                    shmid = b.shmget(ikey, 0, 0)
-                except FileNotFoundError:
-                    raise FileNotFoundError(errno.ENOENT, f"no SysV segment with key "
-                                            f"0x{ikey:08x} ({key!r})") from None
-                st = b.shm_stat(shmid)
-                what = f"SysV segment 0x{ikey:08x} (shmid {shmid})"
+                first: Optional[Exception] = None
+                for ikey in _sysv_keys(key):
+                    try:
+                        shmid = b.shmget(ikey, 0, 0)
+                    except FileNotFoundError:
+                        continue
+                    what = f"SysV segment 0x{ikey:08x} (shmid {shmid})"
+                    try:
+                        st = b.shm_stat(shmid)
+                        _check_trust(st, euid, trust, what)
+                        seg = st.size
+                        addr = b.shmat(shmid)
+                        rec = _record_read(addr, seg, what)
+                        if rec is None:
+                            raise FileNotFoundError(
+                                errno.ENOENT, f"{what} has no numa_utils identity record: "
+                                "another program's segment, or one still being created")
+                        if not (_same_key(rec["key"], key) and rec["kind"] == "sysv"):
+                            other, rec = rec["key"], None   # another name's: next key
+                            if isinstance(key, int):
+                                raise ValueError(f"{what}: its identity record names "
+                                                 f"region {other!r}")
+                    except (PermissionError, FileNotFoundError, ValueError) as e:
+                        rec, first = None, first or e
+                    if rec is not None:
+                        break
+                    if addr:
+                        b.shmdt(addr)
+                        addr = 0
+                if rec is None:
+                    raise first or FileNotFoundError(
+                        errno.ENOENT, f"no SysV segment with key 0x{_sysv_key(key):08x} "
+                        f"({key!r}) or its other keys")
             else:
                 name = _posix_name(key)
+                what = f"/dev/shm/{name}"
                 try:
                     fd = b.shm_open(name, os.O_RDWR, 0)
                 except FileNotFoundError:
-                    raise FileNotFoundError(errno.ENOENT, f"no /dev/shm/{name}") from None
+                    raise FileNotFoundError(errno.ENOENT, f"no {what}") from None
+                _check_trust(b.fstat(fd), euid, trust, what)
+                b.flock(fd, LOCK_SH)            # waits while a cleanup decides on it
                 st = b.fstat(fd)
-                what = f"/dev/shm/{name}"
-            _check_trust(st, b.geteuid(), trust, what)
-            seg_size = (st.size + page - 1) // page * page
-            if size is not None and size > seg_size:
-                raise ValueError(f"{what} holds {st.size} bytes, fewer than the "
+                if not st.nattch:
+                    raise FileNotFoundError(errno.ENOENT, f"{what} was removed (stale) "
+                                            "while attaching")
+                seg = st.size
+                if seg >= _RECORD_END.size:
+                    addr = b.mmap(seg, fd)
+                    rec = _record_read(addr, seg, what)
+                if rec is None:
+                    raise FileNotFoundError(
+                        errno.ENOENT, f"{what} has no numa_utils identity record: not "
+                        "made by SharedRegion.create, or still being created")
+                if rec["kind"] != "posix" or _posix_name(rec["key"]) != name:
+                    raise ValueError(f"{what}: its identity record names {rec['kind']} "
+                                     f"region {rec['key']!r}")
+            data, page = rec["size"], rec["page_size"]
+            if size is not None and size > data:
+                raise ValueError(f"{what} holds {data} bytes, fewer than the "
                                  f"{size} asked for")
-            if kind == "sysv":
-                addr = b.shmat(shmid)
-            else:
-                addr = b.mmap(seg_size, fd)
-                b.close(fd)
-                fd = -1
-            if blocked:
+            if prefault and blocked:
+                _run_pending(held)
                 blocked = False
                 _release_signals(held)
             if explicit and pmode != Mode.DEFAULT:
-                res = _region_apply(b, addr, seg_size, page, pmode, pnodes, strict_)
+                res = _region_apply(b, addr, seg, page, pmode, pnodes, strict_)
             else:
                 # Never mbind(MPOL_DEFAULT) here: it would wipe the creator's shared
                 # policy.  Report the policy in force; ENABLE_NUMA_INTERLEAVE only
                 # fills in where there is none (and hugetlb, where it is per VMA).
-                res = _region_readback(b, addr, seg_size)
+                res = _region_readback(b, addr, data)
                 if not explicit and pmode != Mode.DEFAULT and res.mode == "default":
-                    res = _region_apply(b, addr, seg_size, page, pmode, pnodes, strict_)
-            region = cls(backend=b, kind=kind, key=key, address=addr, size=seg_size,
+                    res = _region_apply(b, addr, seg, page, pmode, pnodes, strict_)
+            region = cls(backend=b, kind=kind, key=key, address=addr, size=data,
                          page_size=page, policy=res, created=False, shmid=shmid,
-                         name=name)
+                         name=name, ipc_key=ikey if kind == "sysv" else 0, mapped=seg,
+                         fd=fd, identity=rec)
             if remove and kind == "sysv":
                 region.remove()
             if prefault:
                 region.prefaulted = _do_prefault(
-                    addr, seg_size, threads, backend=b, progress=progress,
+                    addr, data, threads, backend=b, progress=progress,
                     page_size=page, shared=True)
+            if blocked:
+                _run_pending(held)
+                blocked = False
+                _release_signals(held)
             return region
         except BaseException:
             blocked = held is not None
-            _undo(held, b, kind, -1, "", addr, seg_size, fd)   # unmap; never remove
+            _undo(held, b, kind, -1, "", addr, seg, fd)   # unmap; never remove
             raise
         finally:
             if blocked:
@@ -3346,31 +3913,45 @@ class SharedRegion:
         return _do_prefault(self._address, self._size, threads, backend=self._b,
                             progress=progress, page_size=self.page_size, shared=True)
 
+    # remove() and close() act and record it with SIGINT/SIGTERM held: interrupted
+    # in between, a retry would act again, on a key, name or address that may belong
+    # to another region by then.
     def remove(self) -> None:
         """Remove the name now (IPC_RMID / unlink); the memory lives until every
         process has closed it.  Nobody can attach afterwards."""
-        if self._removed:
-            return
+        held = _hold_signals()
         try:
-            if self.kind == "sysv":
-                self._b.shm_rmid(self.shmid)
-            else:
-                self._b.shm_unlink(self.name)
-        except OSError as e:
-            # Already removed (by `cleanup`, or another process): nothing left to do.
-            if e.errno not in (errno.ENOENT, errno.EINVAL, errno.EIDRM):
-                raise
-        self._removed = True
+            if self._removed:
+                return
+            try:
+                if self.kind == "sysv":
+                    self._b.shm_rmid(self.shmid)
+                else:
+                    self._b.shm_unlink(self.name)
+            except OSError as e:
+                # Already removed (by `cleanup`, or another process): nothing to do.
+                if e.errno not in (errno.ENOENT, errno.EINVAL, errno.EIDRM):
+                    raise
+            self._removed = True
+        finally:
+            _release_signals(held)
 
     def close(self) -> None:
         """Detach (unmap) from this process; the region stays for the others."""
-        if self._closed:
-            return
-        if self.kind == "sysv":
-            self._b.shmdt(self._address)
-        else:
-            self._b.munmap(self._address, self._size)
-        self._closed = True
+        held = _hold_signals()
+        try:
+            if self._closed:
+                return
+            if self.kind == "sysv":
+                self._b.shmdt(self._address)
+            else:
+                self._b.munmap(self._address, self._mapped)
+            self._closed = True
+            if self._fd >= 0:               # drops the flock: cleanup may judge it
+                fd, self._fd = self._fd, -1
+                _quietly(self._b.close, fd)
+        finally:
+            _release_signals(held)
 
     def destroy(self) -> None:
         """Remove the region and detach from it."""
@@ -3402,7 +3983,9 @@ _HELD_SIGNALS = ("SIGINT", "SIGTERM")
 def _hold_signals() -> Optional[Tuple[Any, Callable[[], Any]]]:
     """Block SIGINT and SIGTERM in the main thread (Python runs handlers only there):
     (the old mask, a C-only callable that blocks them again); None off the main
-    thread, where no KeyboardInterrupt can be raised."""
+    thread, where no KeyboardInterrupt can be raised.  A handler already due runs in
+    this call (the C call checks for signals after setting the mask), so from its
+    return nothing can interrupt until the release."""
     if threading.current_thread() is not threading.main_thread():
         return None
     import functools
@@ -3424,6 +4007,29 @@ def _csignal() -> Any:
     except ImportError:             # not CPython
         import signal
         return signal
+
+
+def _run_pending(held: Optional[Tuple[Any, Callable[[], Any]]]) -> None:
+    """Handle, with SIGINT/SIGTERM still blocked, one that came while they were: the
+    handler runs here and what it raises is undone by the caller with nothing let go.
+    (Released first, it would strike a few bytecodes later, and a second signal
+    within the undo's first bytecodes leaked the object: about 1 in 100 storms.)"""
+    if held is None:
+        return
+    sig = _csignal()
+    if not hasattr(sig, "sigpending"):
+        return
+    pending = sig.sigpending()
+    for n in _HELD_SIGNALS:
+        num = getattr(sig, n)
+        if num not in pending:
+            continue
+        handler = sig.getsignal(num)
+        if not callable(handler):
+            # SIG_DFL: the release kills the process; undo before it does.
+            raise InterruptedError(errno.EINTR, f"{n} while making a region")
+        sig.sigtimedwait([num], 0)              # taken: not delivered again
+        handler(num, sys._getframe(1))
 
 
 def _release_signals(held: Optional[Tuple[Any, Callable[[], Any]]]) -> None:
@@ -3469,10 +4075,10 @@ def _undo_create(b: Backend, kind: str, shmid: int, name: str, addr: int, size: 
     else:
         if addr:
             _quietly(b.munmap, addr, size)
+        if name:                        # while the flock still says "in use"
+            _quietly(b.shm_unlink, name)
         if fd >= 0:
             _quietly(b.close, fd)
-        if name:
-            _quietly(b.shm_unlink, name)
 
 
 def _check_trust(st: _ShmStat, euid: int, trust: bool, what: str) -> None:
@@ -3494,8 +4100,8 @@ def _region_apply(b: Backend, addr: int, size: int, page: int, mode: Mode,
         # A fresh mapping is first-touch already; an mbind(MPOL_DEFAULT) on an
         # attached one would wipe the creator's shared policy.
         return PolicyResult(True, "default", frozenset(), addr, size)
-    return apply_policy(addr, size, mode=mode, nodes=nodes, strict=strict,
-                        page_size=page, backend=b)
+    return _apply_policy(addr, size, mode=mode, nodes=nodes, strict=strict,
+                         page_size=page, backend=b, count_resident=False)
 
 
 def _region_readback(b: Backend, addr: int, size: int) -> PolicyResult:
@@ -3510,51 +4116,236 @@ def _region_readback(b: Backend, addr: int, size: int) -> PolicyResult:
     return PolicyResult(True, info.mode.name.lower(), info.nodes, addr, size)
 
 
-# -- CLI: cleanup and region -----------------------------------------------------------
+# -- which region holds a key, and which regions are stale ------------------------------
 
-def _our_segments(b: Backend, keys: Optional[Sequence[str]] = None
-                  ) -> List[Dict[str, Any]]:
-    """Our regions on this machine: SysV keys 0x4exxxxxx and /dev/shm/numa_utils-*
-    files, owned (and for SysV also created) by this user.  Others' never appear.
-    ``keys``: only the regions of these names."""
+def _peek_record(b: Backend, shmid: int, size: int, what: str) -> Optional[Dict[str, Any]]:
+    """The identity record of a SysV segment, read through a read-only attach."""
+    addr = b.shmat(shmid, SHM_RDONLY)
+    try:
+        return _record_read(addr, size, what)
+    finally:
+        b.shmdt(addr)
+
+
+def _sysv_holder(b: Backend, ikey: int, key: Union[int, str]) -> str:
+    """'' when region ``key`` may take SysV key ``ikey`` or pass it by (free, another
+    user's, another region's by its record); else why not, saying what to do."""
+    try:
+        shmid = b.shmget(ikey, 0, 0)
+        st = b.shm_stat(shmid)
+    except (FileNotFoundError, PermissionError):
+        return ""
     euid = b.geteuid()
-    want_sysv = None if keys is None else {_sysv_key(k) for k in keys}
+    if st.uid != euid or st.cuid != euid:
+        return ""
+    what = f"SysV key 0x{ikey:08x} (shmid {shmid})"
+    try:
+        rec = _peek_record(b, shmid, st.size, what)
+    except ValueError as e:
+        return f"{e}; `ipcrm -m {shmid}` removes it"
+    except OSError as e:
+        return f"{what}: cannot read its identity record: {e.strerror or e}"
+    if rec is None:
+        return (f"{what} is taken by a segment without a numa_utils identity record: "
+                f"another program's, or {key!r} being created right now; "
+                f"`ipcs -m -i {shmid}` shows it")
+    if rec["kind"] == "sysv" and _same_key(rec["key"], key):
+        return (f"region {key!r} exists ({what}): attach it, or if its owner died, "
+                f"`{_prog()} cleanup --remove --key {_key_arg(key)}` removes it")
+    return ""
+
+
+def _pid_why(b: Backend, pid: int, who: str, me: Mapping[str, Any],
+             start: Any = None) -> str:
+    """'' when process ``pid`` is provably gone (no such pid, or one that started at
+    another time than ``start``), else why it may be alive."""
+    if pid <= 0:
+        return f"{who} is not visible from this PID namespace: it may be alive"
+    if pid == me["pid"]:
+        return f"{who} (pid {pid}) is this process"
+    now = b.pid_start(pid)
+    if now is None or (start and now and now != start):
+        return ""
+    return f"{who} (pid {pid}) is alive"
+
+
+def _creator_why(b: Backend, rec: Mapping[str, Any], me: Mapping[str, Any],
+                 cpid: Optional[int] = None) -> str:
+    """'' when the creator recorded in ``rec`` is provably gone.  ``cpid``: the
+    kernel's shm_cpid, a pid of this namespace; else the record's pid counts only in
+    the PID namespace it was written in."""
+    if rec.get("boot") and me["boot"] and rec.get("boot") != me["boot"]:
+        return ""                               # made before the last boot
+    if cpid is not None:
+        pid = cpid
+    else:
+        pid = rec["pid"] if isinstance(rec.get("pid"), int) else 0
+        if not me["pidns"] or rec.get("pidns") != me["pidns"]:
+            return (f"creator (pid {pid}) is in another PID namespace "
+                    f"({rec.get('pidns') or '?'}): it may be alive")
+    return _pid_why(b, pid, "creator", me, rec.get("start"))
+
+
+def _sysv_verdict(b: Backend, st: _ShmStat, keys: Optional[Sequence[Union[int, str]]],
+                  me: Mapping[str, Any], now: float, min_age: float
+                  ) -> Tuple[str, Optional[Dict[str, Any]]]:
+    """('' when segment ``st`` is proven stale, else why it is kept; its record).
+    Reading the record attaches for a moment: the pids judged are those of ``st``."""
+    what = f"SysV segment 0x{st.key:08x} (shmid {st.id})"
+    try:
+        rec = _peek_record(b, st.id, st.size, what)
+    except (OSError, ValueError) as e:
+        return f"identity record unreadable: {e}", None
+    if rec is None:
+        return "no numa_utils identity record: not made by SharedRegion.create", None
+    try:
+        mine = rec["kind"] == "sysv" and st.key in _sysv_keys(rec["key"])
+    except ValueError:
+        mine = False
+    if not mine:
+        return f"its identity record names {rec['kind']} region {rec['key']!r}", rec
+    if keys is not None and not any(_same_key(rec["key"], k) for k in keys):
+        return f"holds region {rec['key']!r}, not one asked for", rec
+    if st.nattch:
+        return f"in use: {st.nattch} attached", rec
+    idle = now - st.used
+    if idle < min_age:
+        return f"used {max(idle, 0):.0f} s ago (minimum age {min_age:g} s)", rec
+    if st.lpid not in (st.cpid, me["pid"]):     # (ours: an earlier look at its record)
+        why = _pid_why(b, st.lpid, "last user", me)
+        if why:
+            return why, rec
+    return _creator_why(b, rec, me, st.cpid), rec
+
+
+def _posix_verdict(b: Backend, fd: int, st: _ShmStat, name: str, users: int,
+                   me: Mapping[str, Any], now: float, min_age: float
+                   ) -> Tuple[str, Optional[Dict[str, Any]]]:
+    """As _sysv_verdict for the /dev/shm file open at ``fd``; when stale, the
+    exclusive lock taken stays held (until ``fd`` is closed) for the removal."""
+    rec = None
+    if st.size >= _RECORD_END.size:
+        try:
+            addr = b.mmap(st.size, fd)
+            try:
+                rec = _record_read(addr, st.size, f"/dev/shm/{name}")
+            finally:
+                b.munmap(addr, st.size)
+        except (OSError, ValueError) as e:
+            return f"identity record unreadable: {e}", None
+    if rec is None:
+        return ("no numa_utils identity record: not made by SharedRegion.create, or "
+                "being made"), None
+    try:
+        mine = rec["kind"] == "posix" and _posix_name(rec["key"]) == name
+    except ValueError:
+        mine = False
+    if not mine:
+        return f"its identity record names {rec['kind']} region {rec['key']!r}", rec
+    if users:
+        return f"in use: mapped by {users} process(es)", rec
+    try:
+        b.flock(fd, LOCK_EX | LOCK_NB)
+    except OSError as e:
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return "in use: a process holds its lock", rec
+        return f"cannot lock it: {e.strerror or e}", rec
+    created = rec.get("created")
+    age = now - created if isinstance(created, (int, float)) else 0.0
+    if age < min_age:
+        return f"created {max(age, 0):.0f} s ago (minimum age {min_age:g} s)", rec
+    return _creator_why(b, rec, me), rec
+
+
+def _our_segments(b: Backend, keys: Optional[Sequence[Union[int, str]]] = None, *,
+                  remove: bool = False, min_age: float = CLEANUP_MIN_AGE
+                  ) -> List[Dict[str, Any]]:
+    """Our regions on this machine, each with a verdict: ``stale`` when proven unused,
+    else ``why`` it is kept; ``remove=True`` removes the stale ones (``action``).
+
+    Proof, all of it: nobody attached (SysV nattch) or holding the file's lock
+    (POSIX: every user holds a shared flock); its creator gone (shm_cpid, or the
+    record's pid with its start time and PID namespace) and for SysV its last user
+    (shm_lpid); unused for ``min_age`` seconds; and an identity record saying it is
+    the region of its key.  A pid not visible here is no proof.  Listed: SysV keys
+    0x4exxxxxx and /dev/shm/numa_utils-* owned (SysV: also created) by this user;
+    ``keys`` (names or int keys): only their regions, under any key."""
+    import time
+    euid, me, now = b.geteuid(), b.whoami(), time.time()
+    want_sysv = None if keys is None else {k for key in keys for k in _sysv_keys(key)}
     want_posix = None if keys is None else {_posix_name(k) for k in keys}
     out: List[Dict[str, Any]] = []
-    text = b.read_optional("/proc/sysvipc/shm") or ""
-    for st in _sysvipc_rows(text):
-        if st.key & SYSV_KEY_MASK != SYSV_KEY_PREFIX or st.uid != euid or st.cuid != euid:
+
+    def verdict(row: Dict[str, Any], why: str, drop: Callable[[], str]) -> None:
+        row["stale"] = not why
+        if not why and remove:
+            why = drop()
+        row["why"] = why
+        row["action"] = why if why.startswith("failed") else "keep" if why else \
+            "removed" if remove else "would remove"
+        out.append(row)
+
+    for st in _sysvipc_rows(b.read_optional("/proc/sysvipc/shm") or ""):
+        if st.uid != euid or st.cuid != euid or not st.key or (
+                st.key & SYSV_KEY_MASK != SYSV_KEY_PREFIX if want_sysv is None
+                else st.key not in want_sysv):
             continue
-        if want_sysv is not None and st.key not in want_sysv:
-            continue
-        out.append({"kind": "sysv", "key": f"0x{st.key:08x}", "shmid": st.id,
-                    "size": st.size, "mode": f"{st.mode & 0o777:03o}",
-                    "attached": st.nattch, "stale": st.nattch == 0})
+        why, rec = _sysv_verdict(b, st, keys, me, now, min_age)
+
+        def drop(st: _ShmStat = st) -> str:
+            try:
+                again = b.shm_stat(st.id)       # someone may have come since: look last
+                if again.nattch or again.key != st.key or \
+                        again.lpid not in (st.lpid, me["pid"]):
+                    return "in use: attached since it was judged"
+                b.shm_rmid(st.id)
+            except OSError as e:
+                return f"failed: {e.strerror or e}"
+            return ""
+        verdict({"kind": "sysv", "key": f"0x{st.key:08x}", "shmid": st.id,
+                 "region": rec["key"] if rec else None,
+                 "size": rec["size"] if rec else st.size,
+                 "mode": f"{st.mode & 0o777:03o}", "attached": st.nattch}, why, drop)
     try:
         names = sorted(n for n in b.listdir("/dev/shm") if n.startswith(POSIX_PREFIX)
                        and (want_posix is None or n in want_posix))
     except OSError:
         names = []
-    stats = {}
-    for name in names:
-        try:
-            fd = b.shm_open(name, os.O_RDONLY, 0)
-        except OSError:
-            continue                    # gone, or not a regular file: not a region
-        try:
-            st = b.fstat(fd)
-        except OSError:
-            continue
-        finally:
-            b.close(fd)
-        if st.uid == euid:
-            stats[name] = st
-    users = _dev_shm_users(b, stats) if stats else {}
-    for name, st in stats.items():
-        n = users.get(name, 0)
-        out.append({"kind": "posix", "name": name, "path": f"/dev/shm/{name}",
-                    "size": st.size, "mode": f"{st.mode & 0o777:03o}", "attached": n,
-                    "stale": n == 0})
+    files: Dict[str, Tuple[int, _ShmStat]] = {}
+    try:
+        for name in names:
+            try:
+                fd = b.shm_open(name, os.O_RDWR, 0)
+            except OSError:
+                continue                # gone, or not a regular file: not a region
+            try:
+                fst: Optional[_ShmStat] = b.fstat(fd)
+            except OSError:
+                fst = None
+            if fst is None or fst.uid != euid:
+                b.close(fd)
+                continue
+            files[name] = (fd, fst)
+        users = _dev_shm_users(b, {n: st for n, (_, st) in files.items()}) \
+            if files else {}
+        for name, (fd, st) in files.items():
+            why, rec = _posix_verdict(b, fd, st, name, users.get(name, 0), me, now,
+                                      min_age)
+
+            def unlink(name: str = name) -> str:
+                try:
+                    b.shm_unlink(name)      # under the exclusive lock: nobody came
+                except OSError as e:
+                    return f"failed: {e.strerror or e}"
+                return ""
+            verdict({"kind": "posix", "name": name, "path": f"/dev/shm/{name}",
+                     "region": rec["key"] if rec else None,
+                     "size": rec["size"] if rec else st.size,
+                     "mode": f"{st.mode & 0o777:03o}",
+                     "attached": users.get(name, 0)}, why, unlink)
+    finally:
+        for fd, _ in files.values():
+            _quietly(b.close, fd)
     return out
 
 
@@ -4614,11 +5405,12 @@ def _parse_numastat(text: str, *, source: Optional[str] = None,
         parts = line.split()
         if not parts:
             continue
-        if len(parts) != 2 or not parts[1].isdigit():
+        v = _uint(parts[1]) if len(parts) == 2 else None
+        if v is None:
             if lenient:
                 continue
-            raise ValueError(f"invalid numastat line{_where(source)}: {line!r}")
-        out[parts[0]] = int(parts[1])
+            raise ValueError(f"invalid numastat line{_where(source)}: {_short(line)}")
+        out[parts[0]] = v
     return out
 
 
@@ -4778,7 +5570,7 @@ def counters(*, backend: Optional[Backend] = None) -> Counters:
     b = _b(backend)
     r = _Reader(b)
     nodes: Dict[int, NodeCounters] = {}
-    if b.exists(_NODE_DIR):
+    if r.exists(_NODE_DIR):
         online = r.parsed(f"{_NODE_DIR}/online", _parse_nodelist)
         if online is None:
             online = frozenset(_node_dirs(r))
@@ -5710,19 +6502,20 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
         "warnings": warnings,
     }
     report["config"] = config = {}
-    for suffix in _ENV_VARS:
+    for suffix in _ENV_VARS:     # each read alone: every invalid one is its own warning
         name = _env_prefix + suffix
+        source = "env" if os.environ.get(name, "").strip() else "default"
         try:
             value = _env(suffix)
             if suffix == "NUMA_NODES" and value is not None:
                 value = sorted(_env_nodes(b) or ())
-        except ValueError as e:      # a bad variable must not break status
+        except ValueError as e:      # worded as the calls that read it refuse it
             report.setdefault("config_error", str(e))
             warnings.append(f"configuration: {e}")
-            value = os.environ.get(name)
-        config[name] = {"value": to_json(value),
-                        "source": "env" if os.environ.get(name, "").strip() else "default"}
-    report["last_level_caches"] = _llc_json(topo, b)
+            config[name] = {"value": os.environ.get(name), "source": source, "error": str(e)}
+            continue
+        config[name] = {"value": to_json(value), "source": source}
+    report["last_level_caches"] = _llc_json(topo, b, warnings)
     _status_extra(report, topo, b)
     return report
 
@@ -5761,7 +6554,15 @@ def _render_tiers(rep: Dict[str, Any]) -> List[str]:
     return out
 
 
-def _llc_json(topo: Topology, b: Backend) -> List[Dict[str, Any]]:
+def _parse_cache_kb(text: str, *, source: Optional[str] = None) -> int:
+    """A cache's size file (cacheinfo prints "32K"; "1M" and a bare count also seen) in kB."""
+    m = re.match(r"^([0-9]{1,12})([KMG]?)$", _clean(text).upper())
+    if not m:
+        raise ValueError(f"invalid cache size{_where(source)}: {_short(text)}")
+    return int(m.group(1)) << {"": 0, "K": 0, "M": 10, "G": 20}[m.group(2)]
+
+
+def _llc_json(topo: Topology, b: Backend, warnings: List[str]) -> List[Dict[str, Any]]:
     """Each last-level cache once: level, size (kB, None if sysfs omits it), CPUs."""
     out = []
     r = _Reader(b)
@@ -5772,11 +6573,9 @@ def _llc_json(topo: Topology, b: Backend) -> List[Dict[str, Any]]:
         for idx in r.listdir(d):
             lvl = r.integer(f"{d}/{idx}/level") if idx.startswith("index") else None
             if lvl is not None and (level is None or lvl > level):
-                text = (r.text(f"{d}/{idx}/size") or "").strip().upper()
-                m = re.match(r"^(\d+)([KMG]?)$", text)
-                level, size = lvl, int(m.group(1)) << {"": 0, "K": 0, "M": 10, "G": 20}[
-                    m.group(2)] if m else None
+                level, size = lvl, r.parsed(f"{d}/{idx}/size", _parse_cache_kb)
         out.append({"level": level, "size_kb": size, "cpus": sorted(llc)})
+    warnings.extend(f"could not read: {p}" for p in r.problems)
     return out
 
 
@@ -5885,7 +6684,8 @@ def _render_status(rep: Dict[str, Any]) -> str:
         out.append("")
         out.append("CONFIGURATION (environment)")
         for name, v in rep["config"].items():
-            out.append(f"  {name:<34} {v['value']!s:<12} ({v['source']})")
+            out.append(f"  {name:<34} {v['value']!s:<12} "
+                       f"({'invalid' if 'error' in v else v['source']})")
     out.append("")
     out.append("WARNINGS" if rep["warnings"] else "WARNINGS: none")
     for wtext in rep["warnings"]:
@@ -5924,12 +6724,17 @@ def _strtoul(s: str, i: int) -> Tuple[Optional[int], int]:
     return (-v if m.group(1) == "-" else v), m.end()
 
 
-def _device_node(spec: str, b: Backend) -> Optional[FrozenSet[int]]:
+def _device_node(spec: str, b: Backend, devices: bool) -> Optional[FrozenSet[int]]:
     """libnuma's device forms (netdev:, block:, file:, pci:, ip:) -> the device's node
-    from sysfs; None when ``spec`` is none of them."""
+    from sysfs; None when ``spec`` is none of them.  Refused unless ``devices``: they
+    stat files and (ip:) may ask a resolver, which only a typed command may do."""
     kind, colon, dev = spec.partition(":")
     if not colon or kind not in ("netdev", "block", "file", "pci", "ip"):
         return None
+    if not devices:
+        raise _ListError(f"the device form `{kind}:' is refused here: node lists "
+                         "(0-1,4, !0, +0-1) and all only; netdev:, block:, file:, pci: "
+                         "and ip: belong to the numactl command line")
     dev = dev.lstrip()
     cls = "block" if kind in ("block", "file") else "net" if kind != "pci" else ""
     if kind == "pci":
@@ -5980,12 +6785,18 @@ def _device_node(spec: str, b: Backend) -> Optional[FrozenSet[int]]:
 
 
 def _route_device(host: str, b: Backend) -> str:
-    """The interface of the longest-prefix IPv4 route to ``host`` (/proc/net/route)."""
+    """The interface of the longest-prefix IPv4 route to ``host`` (/proc/net/route).
+    An address is used as it is; a name is looked up through the system resolver
+    (DNS: it can wait on the network), as numactl does, because a person typed it."""
     import socket
     try:
-        addr = struct.unpack("<I", socket.inet_aton(socket.gethostbyname(host)))[0]
-    except (OSError, UnicodeError):
-        raise _ListError(f"Cannot resolve {host}") from None
+        packed = socket.inet_pton(socket.AF_INET, host)
+    except (OSError, ValueError):
+        try:
+            packed = socket.inet_aton(socket.gethostbyname(host))
+        except (OSError, UnicodeError, ValueError):
+            raise _ListError(f"Cannot resolve {host}") from None
+    addr = struct.unpack("<I", packed)[0]
     best: Tuple[int, str] = (-1, "")
     for line in (b.read_optional("/proc/net/route") or "").splitlines()[1:]:
         f = line.split()
@@ -6002,14 +6813,18 @@ def _route_device(host: str, b: Backend) -> str:
 
 def parse_nodestring(text: str, *, cpus: bool = False, possible: bool = False,
                      backend: Optional[Backend] = None,
-                     topology: Optional[Topology] = None) -> FrozenSet[int]:
+                     topology: Optional[Topology] = None,
+                     devices: bool = False) -> FrozenSet[int]:
     """numactl's node list (CPU list with ``cpus=True``) -> ids, read as libnuma's
     numa_parse_nodestring/numa_parse_cpustring do.
 
     ``1,3,5-7``; numbers in C's bases (``0x2`` hex, ``010`` octal); ``all`` (every
-    allowed id); ``!LIST`` (all but); ``+LIST`` (the n-th allowed ids); for nodes also
+    allowed id); ``!LIST`` (all but); ``+LIST`` (the n-th allowed ids).  With
+    ``devices=True`` (the numactl front end: a person typed it) nodes also take
     ``netdev:DEV``, ``block:DEV``, ``file:PATH``, ``pci:[SEG:]BUS:DEV[.FN]``,
-    ``ip:HOST`` (the device's node from sysfs).  Allowed ids are the cpuset's
+    ``ip:ADDR`` (the device's node from sysfs; ``ip:NAME`` asks the resolver);
+    without it they are refused, naming the form, so that a variable such as
+    NUMA_NODES never stats a file or waits on DNS.  Allowed ids are the cpuset's
     (Mems_allowed / Cpus_allowed); ``possible=True`` (numactl --all) allows every
     node or CPU the machine has.  An empty text is the empty set.  Raises ValueError
     with libnuma's reason."""
@@ -6043,7 +6858,7 @@ def parse_nodestring(text: str, *, cpus: bool = False, possible: bool = False,
     while True:
         rest = s[i:]
         if rest == "all" or (rest[:1].isalpha() and rest[:1].isascii() and not cpus):
-            dev = allowed if rest == "all" else _device_node(rest, b)
+            dev = allowed if rest == "all" else _device_node(rest, b, devices)
             if dev is not None:
                 mask |= dev
                 i = len(s)
@@ -6081,63 +6896,13 @@ def parse_nodestring(text: str, *, cpus: bool = False, possible: bool = False,
 
 def _backend_from_args(args: argparse.Namespace) -> Backend:
     root = getattr(args, "root", None) or "/"
-    if root != "/" and os.path.isfile(root):
-        root = _unpack_tree(root)
-    if root != "/" and not os.path.isdir(root):
+    if root == "/":
+        return default_backend()
+    if not os.path.exists(root):
         raise FileNotFoundError(errno.ENOENT, "no such tree", root)
-    _check_tree(root)
-    return LinuxBackend(root) if root != "/" else default_backend()
-
-
-_unpacked: List[Any] = []     # temporary folders of unpacked archives, removed at exit
-
-
-def _unpack_tree(path: str, limit: int = 256 << 20) -> str:
-    """A saved tree archive (tools/gather.py --archive) unpacked into a private
-    temporary folder; its root.  Only plain files, folders and symlinks that stay
-    inside (HMAT initiator links), with relative names and no "..", at most ``limit``
-    bytes in all: hard links, devices and FIFOs are refused, and nothing is written
-    outside the folder (LinuxBackend(root) keeps every link inside the tree too)."""
-    import tarfile
-    import tempfile
-    tmp = tempfile.TemporaryDirectory(prefix="numa_utils-tree-")
-    _unpacked.append(tmp)
-    check = getattr(tarfile, "data_filter", None)      # 3.12+ and backports
-    total = 0
-    try:
-        with tarfile.open(path, "r:*") as tar:
-            for m in tar:
-                parts = m.name.replace("\\", "/").split("/")
-                inside = m.issym() and not m.linkname.startswith("/") and not \
-                    os.path.normpath(os.path.join(os.path.dirname(m.name), m.linkname)
-                                     ).startswith("..")
-                if m.name.startswith("/") or ".." in parts or not (
-                        m.isfile() or m.isdir() or inside):
-                    raise ValueError(f"refused member {m.name!r}: only plain files, "
-                                     "folders and links inside, with relative names")
-                total += m.size
-                if total > limit:
-                    raise ValueError(f"more than {limit >> 20} MiB unpacked")
-                if check is not None:
-                    check(m, tmp.name)
-                dest = os.path.join(tmp.name, *[x for x in parts if x not in ("", ".")])
-                if m.isdir():
-                    os.makedirs(dest, 0o700, exist_ok=True)
-                    continue
-                os.makedirs(os.path.dirname(dest), 0o700, exist_ok=True)
-                if inside:
-                    os.symlink(m.linkname, dest)
-                    continue
-                src = tar.extractfile(m)
-                with open(dest, "wb") as out:
-                    out.write(src.read() if src is not None else b"")
-    except (tarfile.TarError, EOFError, ValueError) as e:
-        raise ValueError(f"{path}: not a saved tree archive ({e})") from None
-    for base in (tmp.name, os.path.join(tmp.name, "root")):
-        if os.path.isdir(os.path.join(base, "sys")) or \
-                os.path.isdir(os.path.join(base, "proc")):
-            return base
-    raise ValueError(f"{path}: no sys/ or proc/ in the archive (nor under root/)")
+    if os.path.isdir(root):
+        _check_tree(root)
+    return LinuxBackend(root)
 
 
 def _check_tree(root: str) -> None:
@@ -6171,8 +6936,6 @@ def _cmd_status(args: argparse.Namespace) -> int:
         configure(env_prefix=args.env_prefix)
     b = _backend_from_args(args)
     rep = status_report(backend=b)
-    if b.root != "/" and os.path.isfile(args.root):
-        rep["root"] = args.root             # the archive, not its temporary folder
     fmt = getattr(args, "format", None) or ("json" if args.json else "text")
     if fmt == "json":
         rep.pop("extra_text", None)
@@ -6188,10 +6951,10 @@ def _common_parser(root: bool = True) -> argparse.ArgumentParser:
     import argparse
     common = argparse.ArgumentParser(add_help=False)
     if root:
-        common.add_argument("--root", metavar="DIR", default=None,
-                            help="read a saved sysfs/procfs tree (a folder, or the "
-                                 ".tar.gz tools/gather.py --archive writes) instead of "
-                                 "this system")
+        common.add_argument("--root", metavar="TREE", default=None,
+                            help="read a saved sysfs/procfs tree (a folder, or the one "
+                                 "file tools/gather.py --archive writes: .txt or "
+                                 ".tar.gz) instead of this system")
     common.add_argument("--json", action="store_true", help="print JSON")
     return common
 

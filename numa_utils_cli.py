@@ -54,14 +54,18 @@ if _nu.__version__ != __version__:
                       f"not {_nu.__version__} ({_nu.__file__}): copy both from one release")
 
 BIND_POLICIES = _nu.BIND_POLICIES
+CLEANUP_MIN_AGE = _nu.CLEANUP_MIN_AGE
 Backend = _nu.Backend
 GetFlag = _nu.GetFlag
 GpuPlan = _nu.GpuPlan
+IPC_CREAT = _nu.IPC_CREAT
 LinuxBackend = _nu.LinuxBackend
 MbindFlag = _nu.MbindFlag
 Mode = _nu.Mode
 ModeFlag = _nu.ModeFlag
 NumaMapsEntry = _nu.NumaMapsEntry
+SHM_HUGETLB = _nu.SHM_HUGETLB
+SHM_HUGE_SHIFT = _nu.SHM_HUGE_SHIFT
 SharedRegion = _nu.SharedRegion
 Topology = _nu.Topology
 _MEMORY_CHOICES = _nu._MEMORY_CHOICES
@@ -74,6 +78,8 @@ _b = _nu._b
 _backend_from_args = _nu._backend_from_args
 _fmt_kb = _nu._fmt_kb
 _gpu_infos = _nu._gpu_infos
+_huge_size = _nu._huge_size
+_key_arg = _nu._key_arg
 _maps_path = _nu._maps_path
 _memory_or_env = _nu._memory_or_env
 _nodes_txt = _nu._nodes_txt
@@ -311,36 +317,41 @@ def _cli_maps(sub: Any) -> None:
     p.set_defaults(func=_cmd_maps)
 
 
+def _key_args(texts: Optional[Sequence[str]]) -> Optional[List[Union[int, str]]]:
+    """`cleanup --key` values: each is a name, and also an int key when it reads as
+    one (0x1234, 4660)."""
+    if texts is None:
+        return None
+    out: List[Union[int, str]] = []
+    for t in texts:
+        out.append(t)
+        m = re.fullmatch(r"(0[xX][0-9a-fA-F]{1,8})|([0-9]{1,10})", t.strip())
+        if m and int(t, 0 if m.group(1) else 10) <= 0xFFFFFFFF:
+            out.append(int(t, 0 if m.group(1) else 10))
+    return out
+
+
 def _cmd_cleanup(args: argparse.Namespace) -> int:
     b = _backend_from_args(args)
-    rows = _our_segments(b, args.key)
-    for r in rows:
-        r["action"] = "keep (in use)" if not r["stale"] else \
-            ("removed" if args.remove else "would remove")
-        if args.remove and r["stale"]:
-            try:
-                if r["kind"] == "sysv":
-                    # Someone may have attached since the listing: look again last.
-                    if b.shm_stat(r["shmid"]).nattch:
-                        r["action"] = "keep (in use)"
-                        continue
-                    b.shm_rmid(r["shmid"])
-                else:
-                    b.shm_unlink(r["name"])
-            except OSError as e:
-                r["action"] = f"failed: {e.strerror or e}"
+    if not args.min_age >= 0:
+        raise ValueError(f"--min-age {args.min_age}: a number of seconds >= 0")
+    rows = _our_segments(b, _key_args(args.key), remove=args.remove,
+                         min_age=args.min_age)
     if args.json:
         _print_json({"regions": rows, "removed": bool(args.remove)})
         return 0
-    out = ["Our regions: SysV keys 0x4exxxxxx and /dev/shm/numa_utils-* owned by uid "
-           f"{b.geteuid()}; others' segments are never listed or touched."]
+    out = ["Our regions: SysV keys 0x4exxxxxx (any key with --key) and "
+           f"/dev/shm/numa_utils-* owned by uid {b.geteuid()}; others' are never listed "
+           "or touched.  Removed only when proven unused: nobody attached, its creator "
+           f"and last user gone, unused for {args.min_age:g} s (--min-age)."]
     if not rows:
         out.append("  none")
     for r in rows:
         ident = f"sysv {r['key']} shmid {r['shmid']}" if r["kind"] == "sysv" \
             else f"posix {r['path']}"
         out.append(f"  {ident:<36} {_fmt_kb(r['size'] // 1024):>10}  mode {r['mode']}  "
-                   f"attached {r['attached']}  {r['action']}")
+                   f"attached {r['attached']}  {r['action']}"
+                   + (f": {r['why']}" if r["action"] == "keep" else ""))
     if not args.remove and any(r["stale"] for r in rows):
         out.append("dry run: add --remove to remove the stale ones")
     sys.stdout.write("\n".join(out) + "\n")
@@ -403,7 +414,8 @@ def _cmd_region(args: argparse.Namespace) -> int:
             lines.append(f"placement: {_verdict(where, region.policy.mode)}"
                          + (f" ({per})" if per else " yet: --no-prefault, pages land "
                             "on first touch" if args.no_prefault else ""))
-            lines.append(f"kept: remove with `{_prog()} cleanup --remove` once detached"
+            lines.append(f"kept: remove with `{_prog()} cleanup --remove --key "
+                         f"{_key_arg(region.key)}` once detached"
                          if args.keep else "destroyed")
             sys.stdout.write("\n".join(lines) + "\n")
     finally:
@@ -420,8 +432,12 @@ def _cli_cleanup(sub: Any) -> None:
                             "regions; never other programs' or users'")
     p.add_argument("--remove", action="store_true",
                    help="remove the stale ones (default: dry run, list only)")
-    p.add_argument("--key", action="append", default=None, metavar="NAME",
-                   help="only the region(s) of this name (repeatable)")
+    p.add_argument("--key", action="append", default=None, metavar="KEY",
+                   help="only the region(s) of this name or int SysV key (0x1234), "
+                        "under any key (repeatable)")
+    p.add_argument("--min-age", type=float, default=CLEANUP_MIN_AGE, metavar="SECONDS",
+                   help="remove only regions unused for this long "
+                        f"(default {CLEANUP_MIN_AGE:g})")
     p.set_defaults(func=_cmd_cleanup)
     p = sub.add_parser("region", parents=[sub.common],
                        help="create a shared region with a policy, prefault it with a "
@@ -1022,7 +1038,7 @@ def _numactl(argv: List[str], b: Backend, execvp: Callable[[str, List[str]], Any
     def nodes(arg: str, cpus: bool = False) -> FrozenSet[int]:
         try:
             got = parse_nodestring(arg, cpus=cpus, possible=st["all"], backend=b,
-                                   topology=tp())
+                                   topology=tp(), devices=True)
         except ValueError as e:
             warn = getattr(e, "warn", f"{e}\n")
             if warn:
@@ -1229,18 +1245,22 @@ def _numactl_attach(c: str, name: str, st: Dict[str, Any], b: Backend,
             fst = os.stat(name)
         key = (fst.st_ino & 0xFFFF) | ((fst.st_dev & 0xFF) << 16) | \
             ((st.get("shmid", 0) & 0xFF) << 24)     # ftok(3)
+        # numactl's segments, as numactl makes them: `length` bytes, no identity
+        # record (SharedRegion's would make them larger than asked).
         try:
-            region = SharedRegion.attach(key, trust=True, policy="default", backend=b)
+            shmid = b.shmget(key, 0, 0)
         except FileNotFoundError:
             if not length:
                 complain("need a --length to create a sysv shared memory segment")
             sys.stderr.write(f"numactl: Creating shared memory segment {name} id "
                              f"{st.get('shmid', 0)} mode {mode:04o} length "
                              f"{length / (1 << 20):.0f}MB\n")
-            region = SharedRegion.create(key, length, policy="default", prefault=False,
-                                         hugepages=bool(st.get("huge")), mode=mode,
-                                         backend=b)
-        addr, size = region.address, region.size
+            flags = IPC_CREAT | mode
+            if st.get("huge"):
+                huge = _huge_size(True, b, None)
+                flags |= SHM_HUGETLB | ((huge.bit_length() - 1) << SHM_HUGE_SHIFT)
+            shmid = b.shmget(key, length, flags)
+        addr, size = b.shmat(shmid), b.shm_stat(shmid).size
     else:
         if os.path.dirname(os.path.abspath(name)) != "/dev/shm" or offset:
             complain(f"--file {name}: numa_utils numactl maps files in /dev/shm only, "

@@ -63,6 +63,10 @@ Backend = _nu.Backend
 GetFlag = _nu.GetFlag
 IPC_CREAT = _nu.IPC_CREAT
 IPC_EXCL = _nu.IPC_EXCL
+LOCK_EX = _nu.LOCK_EX
+LOCK_NB = _nu.LOCK_NB
+LOCK_SH = _nu.LOCK_SH
+LOCK_UN = _nu.LOCK_UN
 LinuxBackend = _nu.LinuxBackend
 MADV_POPULATE_READ = _nu.MADV_POPULATE_READ
 MADV_POPULATE_WRITE = _nu.MADV_POPULATE_WRITE
@@ -217,6 +221,8 @@ class _SimShm:
         self.cpid, self.obj = cpid, obj
         self.lpid = 0
         self.nattch = 0
+        import time
+        self.used = int(time.time())        # latest shm_atime/dtime/ctime
         self.dest = False                   # IPC_RMID while attached (SHM_DEST)
 
 
@@ -250,6 +256,7 @@ class _SimKernel:
         self.shm: Dict[int, _SimShm] = {}
         self.next_shmid = 0
         self.files: Dict[str, _SimFile] = {}
+        self.flocks: Dict[str, Dict[Tuple[int, int], int]] = {}  # object -> (pid, fd)
         self.next_attach = 0
         self.procs: List[Any] = []               # weakrefs to every process
         # Weighted interleave (mm/mempolicy.c iw_table): supported?, weights, auto.
@@ -330,6 +337,8 @@ class SimulatedBackend(Backend):
         self.uid, self.gid = uid, gid
         self.fds: Dict[int, _SimFile] = {}
         self.shm_attached: Dict[int, int] = {}   # address -> shmid
+        self.dup_maps: Dict[int, int] = {}       # address -> further mappings there
+        self.dead = False
         import weakref
         _kernel.procs.append(weakref.ref(self))
 
@@ -810,6 +819,12 @@ class SimulatedBackend(Backend):
             obj = _SimObject(name, size, pg, shared_policy=pg == self.page_size, path=path)
             k.objects[name] = obj
         addr = obj.address()
+        first = self._find_mapping(addr)
+        if first is not None and first.start == addr and first.obj is obj:
+            # Mapped here already (a region's record read by its own process): the
+            # kernel gives another address, this model shares one and counts it.
+            self.dup_maps[addr] = self.dup_maps.get(addr, 0) + 1
+            return addr
         k.next_attach += 1
         mp = _SimMapping(addr, addr + obj.npages * obj.page, obj, 0, label,
                          bytearray(obj.npages), None if obj.shared_policy else _Intervals(),
@@ -1111,6 +1126,20 @@ class SimulatedBackend(Backend):
     def touch(self, addr: int, length: int) -> None:
         self._populate(addr, length, True)
 
+    def mincore(self, addr: int, length: int) -> int:
+        err = self._take_failure("mincore")     # injectable; not a policy syscall
+        if err is not None:
+            raise _oserror(err, "mincore")
+        page, count = self.page_size, 0
+        with self.kernel.lock:
+            for p in range(addr - addr % page, addr + length, page):
+                mp = self._mapping_at(p)
+                if mp is not None and mp.obj is not None:   # the object's pages
+                    count += mp.obj.node[mp.obj_page + (p - mp.start) // mp.page] >= 0
+                else:
+                    count += p in self.pages
+        return count
+
     def madvise(self, addr: int, length: int, advice: int) -> None:
         self._maybe_fail("madvise")
         if addr % self.page_size:
@@ -1240,19 +1269,25 @@ class SimulatedBackend(Backend):
         addr = self.map_object(seg.obj.name, seg.size)
         seg.nattch += 1
         seg.lpid = self.pid
+        seg.used = max(seg.used, int(__import__("time").time()))
         self.shm_attached[addr] = shmid
         return addr
 
     def shmdt(self, addr: int) -> None:
         self._maybe_fail("shmdt")
-        shmid = self.shm_attached.pop(addr, None)
+        shmid = self.shm_attached.get(addr)
         if shmid is None:
             raise _oserror(errno.EINVAL, "shmdt", "not an attach address")
-        self.unmap(addr)
+        if self.dup_maps.get(addr):
+            self.dup_maps[addr] -= 1
+        else:
+            del self.shm_attached[addr]
+            self.unmap(addr)
         seg = self.kernel.shm.get(shmid)
         if seg is not None:
             seg.nattch -= 1
             seg.lpid = self.pid
+            seg.used = max(seg.used, int(__import__("time").time()))
             if seg.dest and seg.nattch <= 0:
                 self._shm_destroy(seg)
 
@@ -1263,7 +1298,7 @@ class SimulatedBackend(Backend):
             raise _oserror(errno.EACCES, "shmctl(IPC_STAT)")
         return _ShmStat(0 if seg.dest else seg.key, seg.shmid, seg.uid, seg.gid,
                         seg.cuid, seg.cgid, seg.mode | (SHM_DEST if seg.dest else 0),
-                        seg.size, seg.nattch, seg.cpid, seg.lpid)
+                        seg.size, seg.nattch, seg.cpid, seg.lpid, used=seg.used)
 
     def shm_rmid(self, shmid: int) -> None:
         self._maybe_fail("shm_rmid")
@@ -1284,8 +1319,8 @@ class SimulatedBackend(Backend):
             mode = seg.mode | (SHM_DEST if seg.dest else 0)
             out.append(f"{key:10d} {seg.shmid:10d}  {mode:4o} {seg.size:21d} "
                        f"{seg.cpid:5d} {seg.lpid:5d}  {seg.nattch:5d} {seg.uid:5d} "
-                       f"{seg.gid:5d} {seg.cuid:5d} {seg.cgid:5d} {0:10d} {0:10d} "
-                       f"{0:10d} {rss:21d} {0:21d}\n")
+                       f"{seg.gid:5d} {seg.cuid:5d} {seg.cgid:5d} {seg.used:10d} "
+                       f"{seg.used:10d} {seg.used:10d} {rss:21d} {0:21d}\n")
         return "".join(out)
 
     def shm_open(self, name: str, flags: int, mode: int) -> int:
@@ -1339,11 +1374,50 @@ class SimulatedBackend(Backend):
 
     def fstat(self, fd: int) -> _ShmStat:
         f = self._file(fd, "fstat")
-        return _ShmStat(0, fd, f.uid, f.gid, f.uid, f.gid, f.mode, f.obj.size, 0, 0, 0)
+        linked = 1 if self.kernel.files.get(f.name) is f else 0    # st_nlink
+        return _ShmStat(0, fd, f.uid, f.gid, f.uid, f.gid, f.mode, f.obj.size, linked,
+                        0, 0)
 
     def close(self, fd: int) -> None:
-        self._file(fd, "close")
+        f = self._file(fd, "close")
+        self.kernel.flocks.get(f.obj.name, {}).pop((self.pid, fd), None)
         del self.fds[fd]
+
+    def flock(self, fd: int, op: int) -> None:
+        """fs/locks.c flock: one lock per open file; shared ones coexist.  A call
+        that would block fails with EDEADLK (one simulated thread cannot wait)."""
+        self._maybe_fail("flock")
+        held = self.kernel.flocks.setdefault(self._file(fd, "flock").obj.name, {})
+        me = (self.pid, fd)
+        if op & LOCK_UN:
+            held.pop(me, None)
+            return
+        want = LOCK_EX if op & LOCK_EX else LOCK_SH
+        if any(h != me and (want == LOCK_EX or m == LOCK_EX) for h, m in held.items()):
+            raise _oserror(errno.EWOULDBLOCK if op & LOCK_NB else errno.EDEADLK, "flock")
+        held[me] = want
+
+    def pid_start(self, pid: int) -> Optional[str]:
+        for ref in self.kernel.procs:
+            p = ref()
+            if p is not None and p.pid == pid and not p.dead:
+                return f"sim{pid}"
+        return None
+
+    def whoami(self) -> Dict[str, Any]:
+        return {"pid": self.pid, "start": f"sim{self.pid}", "boot": "simulated",
+                "pidns": "pid:[simulated]"}
+
+    def exit(self) -> None:
+        """This process dies (as by kill -9): its SysV segments are detached, its
+        files closed (their flocks dropped) and unmapped."""
+        for addr in list(self.shm_attached):
+            self.shmdt(addr)
+        for fd in list(self.fds):
+            self.close(fd)
+        for m in [m for m in self.mappings if m.obj is not None]:
+            self.munmap(m.start, m.end - m.start)
+        self.dead = True
 
     def shm_unlink(self, name: str) -> None:
         self._maybe_fail("shm_unlink")
@@ -1377,6 +1451,9 @@ class SimulatedBackend(Backend):
 
     def munmap(self, addr: int, length: int) -> None:
         self._maybe_fail("munmap")
+        if self.dup_maps.get(addr):
+            self.dup_maps[addr] -= 1
+            return
         mp = self._find_mapping(addr)
         self.unmap(addr)
         if mp is not None and mp.obj is not None:

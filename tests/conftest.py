@@ -11,14 +11,41 @@ import numa_utils_sim as nusim  # noqa: F401  the simulator
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 FIXTURES_DIR = REPO / "fake_sysfs"
-FIXTURES = sorted(p.name for p in FIXTURES_DIR.iterdir()
-                  if (p / "root").is_dir()) if FIXTURES_DIR.is_dir() else []
+# One text archive per saved machine (fake_sysfs/README.md has the format): its
+# root/ tree, SOURCE.md and expected.json.  Read in place, never unpacked per test.
+FIXTURES = sorted(p.name[:-4] for p in FIXTURES_DIR.glob("*.txt")) \
+    if FIXTURES_DIR.is_dir() else []
 assert FIXTURES, "no fixtures found under fake_sysfs/"
 
 
 def fixture_root(name: str) -> str:
-    """The saved filesystem root of fixture ``name``."""
-    return str(FIXTURES_DIR / name / "root")
+    """The saved machine ``name``: its archive, which --root, LinuxBackend and
+    SimulatedBackend read as they read a folder."""
+    return str(FIXTURES_DIR / f"{name}.txt")
+
+
+def fixture_text(name: str, rel: str) -> str:
+    """One file of fixture ``name``: "SOURCE.md", "expected.json", "root/proc/meminfo"."""
+    return nu._Archive(fixture_root(name)).files[rel].decode()
+
+
+def fixture_tree(name: str, dst, sub: str = "root") -> str:
+    """A writable copy of fixture ``name``'s ``sub`` folder made at ``dst`` (for tests
+    that damage a tree); ``dst`` as a string."""
+    a = nu._Archive(fixture_root(name))
+    dst = pathlib.Path(dst)
+    pre = sub + "/" if sub else ""
+    dst.mkdir(parents=True, exist_ok=True)
+    for rel in a.dirs:
+        if rel.startswith(pre):
+            (dst / rel[len(pre):]).mkdir(parents=True, exist_ok=True)
+    for rel, data in a.files.items():
+        if rel.startswith(pre):
+            (dst / rel[len(pre):]).write_bytes(data)
+    for rel, target in a.links.items():
+        if rel.startswith(pre):
+            os.symlink(target, dst / rel[len(pre):])
+    return str(dst)
 
 
 def sim(name: str, **kw):

@@ -395,3 +395,31 @@ def test_numa_utils_refuses_what_envs_refuses(monkeypatch, suffix, raw):
     monkeypatch.setenv("NUMA_UTILS_" + suffix, raw)
     with pytest.raises(ValueError, match=f"NUMA_UTILS_{suffix}"):
         nu._env(suffix)
+
+
+@pytest.mark.parametrize("name,value,refusal", [
+    ("NUMA_UTILS_NUMA_NODES", "garbage", "unparseable node description `garbage'"),
+    ("NUMA_UTILS_NUMA_NODES", "netdev:eth0", "device form `netdev:' is refused"),
+    ("NUMA_UTILS_NUMA_NODES", "!0x", "trailing characters"),
+    ("NUMA_UTILS_NUMA_STRICT", "maybe", "expected a boolean"),
+    ("NUMA_UTILS_NUMA_PREFAULT_THREADS", "0", "must be >= 1"),
+])
+def test_status_warns_about_each_invalid_variable(name, value, refusal, monkeypatch):
+    """status showed NUMA_UTILS_NUMA_NODES=garbage with no warning while
+    SharedRegion.create refused it; each invalid variable is a warning worded as
+    the call that reads it refuses it, and the others are still listed."""
+    from conftest import nu, sim
+    monkeypatch.setenv(name, value)
+    monkeypatch.setenv("NUMA_UTILS_NUMA_HUGEPAGES", "sideways")     # a second one
+    rep = nu.status_report(backend=sim("dual-socket-8gpu"))
+    mine = [w for w in rep["warnings"] if w.startswith(f"configuration: {name}=")]
+    assert len(mine) == 1 and refusal in mine[0], rep["warnings"]
+    assert any(w.startswith("configuration: NUMA_UTILS_NUMA_HUGEPAGES=")
+               for w in rep["warnings"]), rep["warnings"]
+    assert rep["config"][name] == {"value": value, "source": "env", "error": mine[0][15:]}
+    assert rep["config"]["NUMA_UTILS_ENABLE_NUMA_INTERLEAVE"] == {
+        "value": False, "source": "default"}
+    if name.endswith("NUMA_NODES"):       # the same words as the call that refuses it
+        with pytest.raises(ValueError, match=re.escape(refusal)):
+            nu.SharedRegion.create("kv", 1 << 20, policy="interleave",
+                                   backend=sim("dual-socket-8gpu"))

@@ -16,7 +16,7 @@ import signal
 import string
 
 import pytest
-from conftest import FIXTURES, REPO, cli, fixture_root, nu
+from conftest import FIXTURES, cli, fixture_root, fixture_text, fixture_tree, nu
 
 SCALE = max(1, int(os.environ.get("NUMA_UTILS_TEST_FUZZ_ITERATIONS", "1")))
 SECRET = "OUTSIDE-THE-TREE-7f3a"
@@ -93,14 +93,6 @@ def _corrupt_tree(root, rnd, n):
     return done
 
 
-def _link_copy(src, dst):
-    try:
-        shutil.copytree(src, dst, copy_function=os.link, symlinks=True)
-    except OSError:                     # another filesystem: a real copy
-        shutil.rmtree(dst, ignore_errors=True)
-        shutil.copytree(src, dst, symlinks=True)
-
-
 @pytest.mark.parametrize("name", FIXTURES)
 def test_corrupted_fixture_trees(tmp_path, name):
     (tmp_path / "secret").write_text(f"Cpus_allowed_list:\t{SECRET}\n{SECRET}\n")
@@ -108,7 +100,7 @@ def test_corrupted_fixture_trees(tmp_path, name):
         seed = f"{name}/{round_}"
         rnd = random.Random(seed)
         root = tmp_path / f"r{round_}" / "root"
-        _link_copy(fixture_root(name), root)
+        fixture_tree(name, root)
         os.symlink("../../secret", tmp_path / f"r{round_}" / "secret")
         done = _corrupt_tree(str(root), rnd, 12)
         b = nu.LinuxBackend(str(root))
@@ -129,13 +121,11 @@ def _samples(relname):
     """Real texts of one kind of file, from every fixture."""
     out = []
     for name in FIXTURES:
-        for dirpath, _, fnames in os.walk(fixture_root(name)):
-            for f in fnames:
-                if f == relname:
-                    with open(os.path.join(dirpath, f), errors="replace") as fh:
-                        out.append(fh.read())
-                    if len(out) > 40:
-                        return out
+        for rel, data in sorted(nu._Archive(fixture_root(name)).files.items()):
+            if rel.rpartition("/")[2] == relname:
+                out.append(data.decode("utf-8", "replace"))
+                if len(out) > 40:
+                    return out
     return out
 
 
@@ -303,8 +293,7 @@ def test_cli_argument_fuzz():
 
 
 def test_repo_fixture_copies_untouched():
-    """The corrupted trees were hard-linked copies: the fixtures must be intact."""
+    """The corrupted trees were copies: the fixtures must be intact."""
     for name in FIXTURES:
         nu.read_topology(backend=nu.LinuxBackend(fixture_root(name)))
-    assert (REPO / "fake_sysfs" / "dual-socket-8gpu" / "root" / "sys" / "devices" /
-            "system" / "cpu" / "online").read_text().strip() != ""
+    assert fixture_text("dual-socket-8gpu", "root/sys/devices/system/cpu/online").strip()

@@ -5,12 +5,11 @@ numa_parse_nodestring/numa_parse_cpustring), not from this implementation; the l
 tests compare with the numactl binary when the host has one."""
 import importlib.util
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
-from conftest import REPO, cli, fixture_root, nu, sim
+from conftest import REPO, cli, fixture_root, fixture_tree, nu, sim
 
 FOUR = "four-node-asym"          # nodes 0-3, 16 CPUs each, all with memory
 
@@ -73,7 +72,7 @@ def test_list_grammar_matches_libnuma(spec, fixture, kw, want):
 
 def _pci_tree(tmp_path, numa_node):
     root = tmp_path / "root"
-    shutil.copytree(fixture_root(FOUR), root, symlinks=True)
+    fixture_tree(FOUR, root)
     dev = root / "sys/bus/pci/devices/0000:3b:00.0"
     dev.mkdir(parents=True, exist_ok=True)
     (dev / "numa_node").write_text(f"{numa_node}\n")
@@ -83,27 +82,38 @@ def _pci_tree(tmp_path, numa_node):
     return nu.LinuxBackend(str(root))
 
 
-def test_device_forms_read_sysfs_locality(tmp_path):
+def _parse_typed(spec, backend):
+    """parse_nodestring as the numactl front end calls it (device forms allowed)."""
+    return nu.parse_nodestring(spec, backend=backend, devices=True)
+
+
+def test_device_forms_read_sysfs_locality(tmp_path, monkeypatch):
     b = _pci_tree(tmp_path, 2)
-    assert nu.parse_nodestring("pci:3b:00.0", backend=b) == {2}
-    assert nu.parse_nodestring("pci:0:3b:0", backend=b) == {2}
-    assert nu.parse_nodestring("netdev:eth9", backend=b) == {2}
-    assert nu.parse_nodestring("0,netdev:eth9", backend=b) == {0, 2}
+    assert _parse_typed("pci:3b:00.0", backend=b) == {2}
+    assert _parse_typed("pci:0:3b:0", backend=b) == {2}
+    assert _parse_typed("netdev:eth9", backend=b) == {2}
+    assert _parse_typed("0,netdev:eth9", backend=b) == {0, 2}
     with pytest.raises(ValueError, match="Cannot read node mask"):
-        nu.parse_nodestring("netdev:nope", backend=b)
+        _parse_typed("netdev:nope", backend=b)
     with pytest.raises(ValueError, match="Illegal characters"):
-        nu.parse_nodestring("netdev:../x", backend=b)
+        _parse_typed("netdev:../x", backend=b)
     route = tmp_path / "root/proc/net/route"
     route.parent.mkdir(parents=True, exist_ok=True)
     route.write_text("Iface\tDestination\tGateway\tFlags\tRefCnt\tUse\tMetric\tMask\n"
                      "lo\t00000000\t00000000\t0001\t0\t0\t0\t00000000\n"
                      "eth9\t0000010A\t00000000\t0001\t0\t0\t0\t0000FFFF\n")
-    assert nu.parse_nodestring("ip:10.1.2.3", backend=b) == {2}     # 10.1/16 via eth9
+    import socket
+    looked_up = []
+    monkeypatch.setattr(socket, "gethostbyname", lambda h: looked_up.append(h) or "10.1.0.9")
+    assert _parse_typed("ip:10.1.2.3", backend=b) == {2}     # 10.1/16 via eth9
+    assert looked_up == []                                   # an address: no lookup
+    assert _parse_typed("ip:kv.example", backend=b) == {2}    # a name the user typed
+    assert looked_up == ["kv.example"]
     with pytest.raises(ValueError, match="Cannot read node mask for net device `lo'"):
-        nu.parse_nodestring("ip:192.168.0.1", backend=b)            # default via lo
+        _parse_typed("ip:192.168.0.1", backend=b)            # default via lo
     b = _pci_tree(tmp_path / "u", -1)
     with pytest.raises(ValueError, match="Kernel does not know"):
-        nu.parse_nodestring("netdev:eth9", backend=b)
+        _parse_typed("netdev:eth9", backend=b)
 
 
 # -- the command under SimulatedBackend (multi-node) -------------------------------------
@@ -351,6 +361,37 @@ def test_numa_nodes_takes_numactls_grammar(value, want, monkeypatch):
     monkeypatch.setenv("NUMA_UTILS_NUMA_NODES", "+9")
     with pytest.raises(ValueError, match="NUMA_NODES='\\+9'.*out of range"):
         nu._region_policy("interleave", None, None, b)
+
+
+@pytest.mark.parametrize("value", ["ip:kvcache.example.com", "ip:10.0.0.1", "netdev:eth0",
+                                   "0,pci:3b:00.0", "file:/etc/hostname", "block:sda"])
+def test_numa_nodes_device_forms_never_reach_the_network(value, monkeypatch):
+    """NUMA_NODES=ip:HOST made SharedRegion.create resolve HOST (a connect to port 53
+    under strace).  The variable takes node lists and all; a device form is refused,
+    named, before any resolver or socket call."""
+    import socket
+    calls = []
+
+    def spy(name):
+        def call(*a, **k):
+            calls.append(name)
+            raise AssertionError(f"{name} called from a region create")
+        return call
+    for name in ("getaddrinfo", "gethostbyname", "gethostbyname_ex", "create_connection"):
+        monkeypatch.setattr(socket, name, spy(name))
+    monkeypatch.setattr(socket, "socket", spy("socket"))
+    monkeypatch.setenv("NUMA_UTILS_NUMA_NODES", value)
+    b = sim(FOUR)
+    form = value.split(",")[-1].split(":")[0]
+    with pytest.raises(ValueError, match=f"NUMA_NODES=.*device form `{form}:' is refused"):
+        nu.SharedRegion.create("kv", 1 << 20, policy="interleave", backend=b)
+    assert calls == []
+    with pytest.raises(ValueError, match="device form"):
+        nu.parse_nodestring(value, backend=b)              # every library path
+    rep = nu.status_report(backend=b)
+    assert any(w.startswith("configuration: NUMA_UTILS_NUMA_NODES=") and "device form" in w
+               for w in rep["warnings"]), rep["warnings"]
+    assert calls == []
 
 
 # -- shared memory forms (SysV under SimulatedBackend: the host's IPC is not touched) ----

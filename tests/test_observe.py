@@ -14,10 +14,10 @@ import shutil
 import subprocess
 
 import pytest
-from conftest import FIXTURES, cli, fixture_root, nu, sim
+from conftest import FIXTURES, cli, fixture_root, fixture_text, fixture_tree, nu, sim
 
 NUMA_FIXTURES = [f for f in FIXTURES
-                 if os.path.isdir(os.path.join(fixture_root(f), "sys/devices/system/node"))]
+                 if "root/sys/devices/system/node" in nu._Archive(fixture_root(f)).dirs]
 MiB = 1 << 20
 
 
@@ -110,9 +110,8 @@ def test_counters_missing_and_malformed_files_do_not_crash():
 def test_bad_numastat_line_keeps_the_good_ones(tmp_path):
     # A negative counter (seen in a generated tree once) is one bad line: it must
     # not hide the other counters, and status reports it.
-    import shutil
     root = tmp_path / "root"
-    shutil.copytree(fixture_root("memoryless-cpu-node"), root, symlinks=True)
+    fixture_tree("memoryless-cpu-node", root)
     (root / "sys/devices/system/node/node0/numastat").write_text(
         "numa_hit 0\nnuma_miss 17\nnuma_foreign 8\ninterleave_hit 1100\n"
         "local_node -17\nother_node 17\n")
@@ -765,7 +764,7 @@ def test_status_hugepages_on_one_node_only():
 
 def test_status_gpu_node_without_free_memory():
     node1 = "/sys/devices/system/node/node1/meminfo"
-    text = open(os.path.join(fixture_root("dual-socket-8gpu"), node1.lstrip("/"))).read()
+    text = fixture_text("dual-socket-8gpu", "root" + node1)
     text = re.sub(r"(MemFree:\s+)\d+", r"\g<1>1024", text)
     text = re.sub(r"((?:Active|Inactive)\(file\):\s+)\d+", r"\g<1>0", text)
     w = _warnings(Overlay(fixture_root("dual-socket-8gpu"), {node1: text}))

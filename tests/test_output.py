@@ -5,11 +5,10 @@ verdict column, `region --no-prefault`, and "node" vs "nodes"."""
 
 import io
 import json
-import os
 import re
 
 import pytest
-from conftest import FIXTURES, FIXTURES_DIR, cli, fixture_root, nu, sim
+from conftest import FIXTURES, cli, fixture_root, fixture_text, nu, sim
 
 
 def _status_text(name):
@@ -37,7 +36,7 @@ def test_nodes_line_counts_and_lists(name):
 def test_hugepages_say_which_number_is_free():
     text = _status_text("dual-socket-8gpu")
     assert "hugepages (free/total)" in text
-    node0 = json.loads((FIXTURES_DIR / "dual-socket-8gpu" / "expected.json").read_text())
+    node0 = json.loads(fixture_text("dual-socket-8gpu", "expected.json"))
     hp = {int(k): v for k, v in node0["nodes"][0]["hugepages"].items()}
     h2m = hp[2048]
     assert h2m["free"] != h2m["total"]                  # the fixture tells them apart
@@ -45,15 +44,17 @@ def test_hugepages_say_which_number_is_free():
 
 
 def _llc_from_files(root, cpu):
-    """(level, size text) of the highest cache level of ``cpu``, read directly."""
-    d = os.path.join(root, f"sys/devices/system/cpu/cpu{cpu}/cache")
+    """(level, size text) of the highest cache level of ``cpu``, read directly from
+    the archive's entries."""
+    files = nu._Archive(root).files
+    d = f"root/sys/devices/system/cpu/cpu{cpu}/cache/"
     best = (0, None)
-    for idx in os.listdir(d):
-        if idx.startswith("index"):
-            lvl = int(open(os.path.join(d, idx, "level")).read())
-            size = os.path.join(d, idx, "size")
+    for rel in files:
+        if rel.startswith(d + "index") and rel.endswith("/level"):
+            lvl = int(files[rel])
+            size = files.get(rel[:-5] + "size")
             if lvl > best[0]:
-                best = (lvl, open(size).read().strip() if os.path.exists(size) else None)
+                best = (lvl, size.decode().strip() if size is not None else None)
     return best
 
 

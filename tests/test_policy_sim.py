@@ -4,6 +4,7 @@ import errno
 import logging
 import mmap
 import re
+import sys
 import threading
 
 import pytest
@@ -453,3 +454,59 @@ def test_plan_memory_accepts_the_names_results_report():
     assert res.memory.mode == "preferred"
     again = nu.bind_to_node(0, memory=res.memory.mode, backend=s)   # no ValueError
     assert again.memory.mode == "preferred"
+
+
+def test_policy_on_resident_pages_says_they_stay(region):
+    """In the CXL guest `bind(bytearray(2 << 20), nodes=[2])` returned applied=True
+    while every page stayed on node 0 (numa_maps: bind:2 heap ... N0=513).  A call
+    that leaves resident pages where they are counts them and says move=True."""
+    b = sim("cxl-memory-node")
+    page = b.page_size
+    r = region(2 * MiB)
+    b.touch(r.addr, MiB)                          # the first half was faulted on node 0
+    res = nu.bind(r.addr, [2], 2 * MiB, backend=b)
+    assert res.applied and res.resident_unmoved == MiB
+    assert res.reason == "resident-unmoved" and "move=True" in res.hint
+    assert res.to_json()["resident_unmoved"] == MiB
+    b.touch(r.addr, 2 * MiB)
+    assert counts(b, r.addr, 2 * MiB) == {0: MiB // page, 2: MiB // page}
+    moved = nu.bind(r.addr, [2], 2 * MiB, move=True, backend=b)
+    assert moved.applied and moved.resident_unmoved == 0 and moved.reason is None
+    assert counts(b, r.addr, 2 * MiB) == {2: 2 * MiB // page}
+    fresh = region(MiB)
+    res = nu.interleave(fresh.addr, MiB, nodes=[0, 2], backend=b)
+    assert res.applied and res.resident_unmoved == 0 and res.reason is None
+
+
+def test_resident_count_unknown_claims_nothing_and_regions_skip_it(region):
+    b = sim("cxl-memory-node")
+    r = region(MiB)
+    b.touch(r.addr, MiB)
+    b.fail("mincore", errno.ENOMEM)
+    res = nu.bind(r.addr, [2], MiB, backend=b)
+    assert res.applied and res.resident_unmoved == 0 and res.reason is None
+    b.clear_failures()
+    b.fail("mincore", errno.EIO)     # a region's policy never walks its pages
+    with nu.SharedRegion.create("fresh", 4 * MiB, policy="bind", nodes=[2],
+                                backend=b) as reg:
+        assert reg.policy.applied and reg.policy.resident_unmoved == 0
+    assert b.kernel.fail.get("mincore"), "create called mincore"
+
+
+def test_linux_mincore_counts_resident_pages():
+    if not sys.platform.startswith("linux"):
+        pytest.skip("mincore(2) of the running kernel: Linux only")
+    b = nu.LinuxBackend()
+    page = b.page_size
+    m = mmap.mmap(-1, 64 * page)
+    try:
+        addr = nu.buffer_range(m)[0]
+        assert b.mincore(addr, 64 * page) == 0
+        for i in (0, 5, 63):
+            m[i * page] = 1
+        assert b.mincore(addr, 64 * page) == 3
+        assert b.mincore(addr + page, 4 * page) == 0
+    finally:
+        m.close()
+    with pytest.raises(nu.NotLiveError):
+        nu.LinuxBackend("/tmp").mincore(0, page)

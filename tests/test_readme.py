@@ -7,7 +7,7 @@ Rules (for whoever adds a README section):
   (and json, toml, ini, yaml) are not code.  A block that must not run is preceded
   by ``<!-- not run: why -->`` on the line(s) just above its fence.
 - The blocks of one ``## `` section run in order as one test, on one simulated
-  machine: ``SimulatedBackend`` over ``fake_sysfs/dual-socket-8gpu`` (2 sockets,
+  machine: ``SimulatedBackend`` over ``fake_sysfs/dual-socket-8gpu.txt`` (2 sockets,
   8 GPUs), or the fixture named by ``<!-- fixture: NAME -->`` above any block of
   the section.  ``numa_utils`` (and ``myengine.utils.numa_utils``, the vendoring
   example's name) is the module under test with that backend as its default, so
@@ -15,6 +15,7 @@ Rules (for whoever adds a README section):
 - ``<!-- process: NAME -->`` runs a block as another process on the same machine
   (own variables, own simulated process: shared memory is shared, ``remove=True``
   and detaches count as in the kernel).  Unmarked blocks are process "main".
+  ``<!-- process: NAME (dies) -->``: that process is killed after the block.
 - A section must leave no shared memory region behind, and no region ever touches
   this host's /dev/shm or SysV IPC (they live in the simulated kernel).
 - ```sh blocks run with bash -e in a scratch folder that links to every top-level
@@ -173,6 +174,8 @@ def test_readme_section(section, scratch, monkeypatch):
                 _run_sh(code, line, work, bin_dir)
                 continue
             name = marks.get("process", "main")
+            dies = name.endswith(" (dies)")
+            name = name[:-len(" (dies)")] if dies else name
             if name not in procs:
                 procs[name] = (machine if not procs else machine.process(),
                                {"__name__": f"readme_{name}"})
@@ -184,6 +187,8 @@ def test_readme_section(section, scratch, monkeypatch):
                 if e.name not in OPTIONAL:
                     raise
                 skipped.append(f"README.md:{line} needs {e.name}")
+            if dies:
+                backend.exit()
     k = machine.kernel
     assert not k.shm and not k.files, \
         f"section {section!r} leaves regions behind: {list(k.shm.values())} {list(k.files)}"

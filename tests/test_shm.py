@@ -6,12 +6,14 @@ inside private IPC+mount namespaces (conftest.private_shm): never the host's seg
 """
 
 import errno
+import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
-from conftest import REPO, nu, sim
+from conftest import REPO, nu, run_private_shm, sim
 
 MiB = 1 << 20
 
@@ -279,8 +281,9 @@ def test_sysvipc_rendering_parses():
     s = sim("single-node")
     with nu.SharedRegion.create("v", MiB, backend=s) as r:
         (row,) = nu._sysvipc_rows(s.read_text("/proc/sysvipc/shm"))
-        assert row.id == r.shmid and row.key == r.ipc_key and row.size == MiB
-        assert row.nattch == 1 and row.mode == 0o600
+        # the data, then 16 KiB for the identity record
+        assert row.id == r.shmid and row.key == r.ipc_key and row.size == MiB + 16384
+        assert row.nattch == 1 and row.mode == 0o600 and row.used > 0
 
 
 # -- buffer(): numpy and torch take the region without a copy (issue 15) -----------------
@@ -341,15 +344,17 @@ def test_buffer_after_close_is_refused():
 
 def test_cleanup_lists_ours_only():
     s = sim("single-node")
-    mine = nu.SharedRegion.create("stale", MiB, backend=s)
-    mine.close()                                   # crashed owner: stale
+    crashed = s.process()
+    mine = nu.SharedRegion.create("stale", MiB, backend=crashed)
+    crashed.exit()                                 # died without destroying it
     busy = nu.SharedRegion.create("busy", MiB, backend=s)
     other = s.process(uid=1001)
     foreign = other.shmget(nu._sysv_key("x"), MiB, nu.IPC_CREAT | 0o600)
     plain = s.shmget(0x1234, MiB, nu.IPC_CREAT | 0o600)
-    rows = nu._our_segments(s)
+    rows = nu._our_segments(s, min_age=0)
     assert {r["shmid"] for r in rows} == {mine.shmid, busy.shmid}
     assert [r["stale"] for r in rows if r["shmid"] == mine.shmid] == [True]
+    assert [r["why"] for r in rows if r["shmid"] == busy.shmid] == ["in use: 1 attached"]
     busy.destroy()
     other.shm_rmid(foreign)
     s.shm_rmid(plain)
@@ -433,21 +438,30 @@ def test_real_prefault_interrupt_leaks_nothing():
 def test_real_cleanup_cli_removes_only_stale_ours():
     _real_ok()
     key = f"t{os.getpid()}-stale"
-    r = nu.SharedRegion.create(key, MiB, prefault=False)
-    r.close()                                      # owner "crashed"
+    crash = subprocess.run([sys.executable, "-c", (
+        "import os, numa_utils as nu\n"
+        f"r = nu.SharedRegion.create({key!r}, 1 << 20, prefault=False)\n"
+        "print(r.shmid, r.ipc_key, flush=True)\n"
+        "os._exit(0)")], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert crash.returncode == 0, crash.stderr
+    shmid, ipc_key = map(int, crash.stdout.split())
+
     def cli(*a):
         return subprocess.run([sys.executable, "-m", "numa_utils", "cleanup", *a],
                               cwd=REPO, capture_output=True, text=True, timeout=60)
-    dry = cli()
-    assert dry.returncode == 0 and f"0x{r.ipc_key:08x}" in dry.stdout
-    assert "would remove" in dry.stdout
-    assert str(r.shmid) in open("/proc/sysvipc/shm").read()
+    young = cli()                    # just died: kept for the minimum age
+    assert young.returncode == 0 and f"0x{ipc_key:08x}" in young.stdout
+    assert re.search(r"keep: used \d+ s ago \(minimum age 30 s\)", young.stdout), \
+        young.stdout
+    dry = cli("--min-age", "0")
+    assert "would remove" in dry.stdout, dry.stdout
+    assert str(shmid) in open("/proc/sysvipc/shm").read()
     # --key: only this test's region (other tests run at the same time)
     import json
-    out = cli("--remove", "--json", "--key", key)
-    assert {x.get("shmid") for x in json.loads(out.stdout)["regions"]} <= {r.shmid, None}
-    rows = [x for x in json.loads(out.stdout)["regions"] if x.get("shmid") == r.shmid]
-    assert rows and rows[0]["action"] == "removed"
+    out = cli("--remove", "--json", "--min-age", "0", "--key", key)
+    assert {x.get("shmid") for x in json.loads(out.stdout)["regions"]} <= {shmid, None}
+    rows = [x for x in json.loads(out.stdout)["regions"] if x.get("shmid") == shmid]
+    assert rows and rows[0]["action"] == "removed" and rows[0]["region"] == key, rows
     with pytest.raises(FileNotFoundError):
         nu.SharedRegion.attach(key)
 
@@ -472,3 +486,327 @@ def test_sysv_keys_from_names_rarely_collide():
     assert len(keys) == 2000
     assert all(k & nu.SYSV_KEY_MASK == nu.SYSV_KEY_PREFIX for k in keys)
     assert nu._sysv_key(0x1234) == 0x1234
+
+
+# -- identity records and colliding keys (issue 19 items 1, 2, 9) -------------------------
+
+A, B = "kvcache-708a", "kvcache-80060"       # found by a search: one 24-bit key
+
+
+def test_key_collision_never_maps_other_region():
+    assert nu._sysv_key(A) == nu._sysv_key(B) == 0x4EA2A476
+    s = sim("single-node")
+    a = nu.SharedRegion.create(A, MiB, backend=s)
+    a.buffer()[:4] = b"AAAA"
+    with pytest.raises(FileNotFoundError):                 # never created: not A's
+        nu.SharedRegion.attach(B, backend=s.process())
+    b = nu.SharedRegion.create(B, MiB, backend=s)          # the next key of B's
+    assert b.ipc_key != a.ipc_key and b.ipc_key == nu._sysv_keys(B)[1]
+    b.buffer()[:4] = b"BBBB"
+    with pytest.raises(FileExistsError, match="exists.*attach it"):
+        nu.SharedRegion.create(B, MiB, backend=s)
+    for name, data in ((A, b"AAAA"), (B, b"BBBB")):
+        with nu.SharedRegion.attach(name, backend=s.process()) as r:
+            assert bytes(r.buffer()[:4]) == data and r.identity["key"] == name
+    # A goes: B's first key is free, B is still found, and no twin of B is made there.
+    a.destroy()
+    with nu.SharedRegion.attach(B, backend=s.process()) as r:
+        assert bytes(r.buffer()[:4]) == b"BBBB"
+    with pytest.raises(FileExistsError, match="exists"):
+        nu.SharedRegion.create(B, MiB, backend=s)
+    b.destroy()
+    assert _sim_counts(s) == (0, 0, 0)
+    # cleanup --remove --key B, both owners dead: B's region goes, never A's
+    pa, pb = s.process(), s.process()
+    nu.SharedRegion.create(A, MiB, backend=pa)
+    nu.SharedRegion.create(B, MiB, backend=pb)
+    pa.exit()
+    pb.exit()
+    rows = {r["region"]: r for r in nu._our_segments(s, [B], remove=True, min_age=0)}
+    assert rows[B]["action"] == "removed"
+    assert rows[A]["action"] == "keep" and "not one asked for" in rows[A]["why"]
+    with pytest.raises(FileNotFoundError):
+        nu.SharedRegion.attach(B, backend=s.process())
+    nu.SharedRegion.attach(A, backend=s.process()).destroy()
+    assert _sim_counts(s) == (0, 0, 0)
+
+
+def test_key_collision_every_key_taken_fails_clearly(monkeypatch):
+    s = sim("single-node")
+    monkeypatch.setattr(nu, "_SYSV_PROBES", 2)
+    keys = nu._sysv_keys("n")
+    others = [s.shmget(k, MiB, nu.IPC_CREAT | 0o600) for k in keys]
+    for shmid, k in zip(others, keys):           # other programs' segments: no record
+        with pytest.raises(FileExistsError, match=f"0x{k:08x}.*without a numa_utils "
+                                                  "identity record"):
+            nu.SharedRegion.create("n", MiB, backend=s)
+        s.shm_rmid(shmid)
+    r = nu.SharedRegion.create("n", MiB, backend=s)
+    r.destroy()
+    assert _sim_counts(s) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("kind", ["sysv", "posix"])
+def test_identity_record_damaged_or_missing_is_a_clear_error(kind):
+    import ctypes
+    s = sim("single-node")
+    r = nu.SharedRegion.create("id", MiB, kind=kind, backend=s)
+    rec = r.identity
+    assert (rec["key"], rec["kind"], rec["size"], rec["page_size"]) == ("id", kind, MiB, 4096)
+    assert rec["pid"] == s.pid and rec["start"] and rec["boot"] and rec["created"] > 0
+    end = r.address + r._mapped                  # the record's end marker is last
+    ctypes.memset(end - nu._RECORD_END.size - 3, ord("x"), 1)     # in the JSON
+    with pytest.raises(ValueError, match="damaged identity record .checksum"):
+        nu.SharedRegion.attach("id", kind=kind, backend=s.process())
+    ctypes.memset(end - nu._RECORD_END.size, 0, nu._RECORD_END.size)   # truncated
+    with pytest.raises(FileNotFoundError, match="no numa_utils identity record"):
+        nu.SharedRegion.attach("id", kind=kind, backend=s.process())
+    r.destroy()
+    assert _sim_counts(s) == (0, 0, 0)
+
+
+def test_record_room_holds_a_few_kb_more():
+    # the layout (issue 20) goes into the same record: a few KB fit, more is an error
+    s = sim("single-node")
+    with nu.SharedRegion.create("room", MiB, backend=s) as r:
+        rec = dict(r.identity, layout="x" * 12000)
+        nu._record_write(r.address, r._mapped, rec)
+        assert nu._record_read(r.address, r._mapped, "r")["layout"] == "x" * 12000
+        with pytest.raises(ValueError, match="does not fit"):
+            nu._record_write(r.address, r._mapped, dict(rec, layout="x" * 17000))
+
+
+def test_int_key_region_carries_identity():
+    s = sim("single-node")
+    with nu.SharedRegion.create(0x1234, MiB, backend=s) as r:
+        assert r.ipc_key == 0x1234 and r.identity["key"] == 0x1234
+        r.buffer()[:2] = b"ok"
+        p = s.process()                          # an engine attaching the key itself
+        addr = p.shmat(p.shmget(0x1234, MiB, 0))
+        assert bytes(nu.SharedRegion.attach(0x1234, backend=s.process()).buffer()[:2]) \
+            == b"ok"
+        import ctypes
+        assert ctypes.string_at(addr, 2) == b"ok"   # the data at offset 0
+        p.shmdt(addr)
+        with pytest.raises(FileNotFoundError):      # the name "4660" is another region
+            nu.SharedRegion.attach("4660", backend=s.process())
+    plain = s.shmget(0x5678, MiB, nu.IPC_CREAT | 0o600)
+    with pytest.raises(FileNotFoundError, match="no numa_utils identity record"):
+        nu.SharedRegion.attach(0x5678, backend=s.process())
+    s.shm_rmid(plain)
+
+
+@pytest.mark.parametrize("kind", ["sysv", "posix"])
+def test_cleanup_removes_only_proven_stale(kind):
+    s = sim("single-node")
+
+    def made_by(proc, name):
+        return nu.SharedRegion.create(name, MiB, kind=kind, prefault=False, backend=proc)
+    alive = made_by(s.process(), "alive")            # creator alive, detached
+    alive.close()
+    dead_p = s.process()
+    made_by(dead_p, "dead")
+    dead_p.exit()
+    held_p, holder = s.process(), s.process()
+    made_by(held_p, "held")
+    kept = nu.SharedRegion.attach("held", kind=kind, backend=holder)
+    held_p.exit()                                    # creator dead, a user holds it
+    rows = {r["region"]: r for r in nu._our_segments(s, remove=True, min_age=0)}
+    assert rows["alive"]["action"] == "keep" and "creator (pid" in rows["alive"]["why"]
+    assert rows["dead"]["action"] == "removed"
+    assert rows["held"]["action"] == "keep" and rows["held"]["why"].startswith("in use")
+    young = s.process()
+    made_by(young, "young")
+    young.exit()
+    (row,) = nu._our_segments(s, ["young"], remove=True)
+    assert row["action"] == "keep" and "minimum age 30 s" in row["why"]
+    for name in ("alive", "held", "young"):
+        with nu.SharedRegion.attach(name, kind=kind, backend=s.process()) as r:
+            r.remove()
+    kept.close()
+    assert _sim_counts(s) == (0, 0, 0)
+
+
+# The race of issue 19 item 2, with the windows held open by injected delays: creators
+# sleep between shmget and shmat and before ftruncate, cleanup sleeps between judging a
+# region and removing it; meanwhile regions are held by a process whose maps nobody
+# may read (PR_SET_DUMPABLE 0) and by processes in another PID namespace.  Everything
+# runs as an unprivileged user (root could read any /proc/PID/maps).  Nothing alive
+# may be lost; only the regions whose owners died go.
+_RACE = r'''
+import json, os, shutil, subprocess, sys, time
+import numa_utils as nu
+D = 0.3
+CHILD = r"""
+import ctypes, json, os, sys, time
+import numa_utils as nu
+D = 0.3
+class Slow(nu.LinuxBackend):
+    def shmat(self, shmid, flags=0):
+        if not flags:
+            time.sleep(D)                        # between shmget and shmat
+        return super().shmat(shmid, flags)
+    def ftruncate(self, fd, size):
+        time.sleep(D)
+        super().ftruncate(fd, size)
+    def shm_rmid(self, shmid):
+        time.sleep(D)                            # between judging and removing
+        super().shm_rmid(shmid)
+    def shm_unlink(self, name):
+        time.sleep(D)
+        super().shm_unlink(name)
+what, kind, name = sys.argv[1:4]
+if what == "create":
+    made = [nu.SharedRegion.create(f"{name}-{i}", 1 << 20, kind=kind, prefault=False,
+                                   backend=Slow()) for i in range(3)]
+    for r in made:
+        r.buffer()[0] = 7
+    print("made", flush=True)
+    sys.stdin.read()
+elif what == "crash":                            # dies without destroying it
+    nu.SharedRegion.create(name, 1 << 20, kind=kind, prefault=False)
+    os._exit(0)
+elif what == "hold":
+    if kind.startswith("nd-"):                   # nobody may read our /proc/PID/maps
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)   # PR_SET_DUMPABLE
+        kind = kind[3:]
+    r = nu.SharedRegion.attach(name, kind=kind) if name.startswith("old") else \
+        nu.SharedRegion.create(name, 1 << 20, kind=kind, prefault=False)
+    print("held", flush=True)
+    sys.stdin.read()
+elif what == "cleanup":                          # until /dev/shm/stop exists
+    rows = []
+    while True:
+        stop = os.path.exists("/dev/shm/stop")
+        rows = nu._our_segments(Slow(), remove=True, min_age=0)
+        print(json.dumps([r for r in rows if r["action"] == "removed"]), flush=True)
+        if stop:
+            break
+    print(json.dumps(rows), flush=True)
+elif what == "cleanup-once":
+    print(json.dumps(nu._our_segments(nu.LinuxBackend(), remove=True, min_age=0)))
+"""
+NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+PIDNS = ["unshare", "--pid", "--fork", "--mount-proc"]
+pidns = subprocess.run(PIDNS + ["true"]).returncode == 0
+
+
+def start(*args, ns=False, stdin=True):
+    argv = (PIDNS if ns else []) + NOBODY + [sys.executable, "-c", CHILD, *args]
+    return subprocess.Popen(argv, stdin=subprocess.PIPE if stdin else None,
+                            stdout=subprocess.PIPE, text=True)
+
+
+def wait_line(p, want):
+    got = p.stdout.readline().strip()
+    assert got == want, (want, got)
+
+
+for kind in ("sysv", "posix"):
+    for name in ("old-stale", "old-held", "old-nsheld"):
+        assert start("crash", kind, f"{name}-{kind}", stdin=False).wait() == 0
+holders = []
+for kind in ("sysv", "posix"):
+    holders.append(start("hold", f"nd-{kind}", f"old-held-{kind}"))
+    if pidns:
+        holders.append(start("hold", kind, f"old-nsheld-{kind}", ns=True))
+        holders.append(start("hold", kind, f"nsmade-{kind}", ns=True))
+for h in holders:
+    wait_line(h, "held")
+clean = start("cleanup", "-", "-", stdin=False)
+creators = [start("create", kind, f"live{i}-{kind}") for kind in ("sysv", "posix")
+            for i in range(3)]
+for c in creators:
+    wait_line(c, "made")
+time.sleep(2 * D)
+open("/dev/shm/stop", "w").close()
+lines = clean.stdout.read().strip().splitlines()
+assert clean.wait() == 0
+removed = sorted({r.get("region") for ln in lines[:-1] for r in json.loads(ln)})
+last = {r.get("region"): r for r in json.loads(lines[-1])}
+alive = [f"live{i}-{k}-{j}" for k in ("sysv", "posix") for i in range(3) for j in range(3)]
+alive += [f"old-held-{k}" for k in ("sysv", "posix")]
+if pidns:
+    alive += [f"{n}-{k}" for n in ("old-nsheld", "nsmade") for k in ("sysv", "posix")]
+lost = []
+for name in alive:
+    kind = name.rsplit("-", 2)[1] if name.startswith("live") else name.rsplit("-", 1)[1]
+    try:
+        r = nu.SharedRegion.attach(name, kind=kind, trust=True)
+    except OSError as e:
+        lost.append((name, str(e), last.get(name)))
+        continue
+    if name.startswith("live") and r.buffer()[0] != 7:
+        lost.append((name, "data", None))
+    r.close()
+# A cleanup in another PID namespace sees neither the creators nor the holders.
+cross = {}
+if pidns:
+    for kind in ("sysv", "posix"):
+        assert start("crash", kind, f"old-cross-{kind}", stdin=False).wait() == 0
+    once = start("cleanup-once", "-", "-", ns=True, stdin=False)
+    cross = {r["region"]: r["why"] for r in json.loads(once.stdout.read())}
+    assert once.wait() == 0
+    for name in ("old-cross-sysv", "old-cross-posix", "old-held-posix"):
+        nu.SharedRegion.attach(name, kind=name.rsplit("-", 1)[1], trust=True).close()
+print(json.dumps({"lost": lost, "removed": removed, "pidns": pidns, "cross": cross,
+                  "why": {k: v["why"] for k, v in last.items()}}))
+for p in creators + holders:
+    p.stdin.close()
+    p.wait()
+'''
+
+
+@pytest.mark.realkernel
+def test_cleanup_race_with_injected_delays_loses_nothing():
+    out = run_private_shm(_RACE, timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["lost"] == [], got
+    assert got["removed"] == ["old-stale-posix", "old-stale-sysv"], got
+    why = got["why"]
+    assert why["old-held-sysv"] == "in use: 1 attached", why
+    # the holder's maps are unreadable: only its lock says it is in use
+    assert why["old-held-posix"] == "in use: a process holds its lock", why
+    if not got["pidns"]:
+        pytest.skip("unshare --pid not allowed here: the PID-namespace cases did not run")
+    assert why["nsmade-posix"].startswith("in use"), why
+    cross = got["cross"]
+    assert cross["old-held-posix"] == "in use: a process holds its lock", cross
+    assert cross["old-cross-sysv"] == \
+        "creator is not visible from this PID namespace: it may be alive", cross
+    assert cross["old-cross-posix"].startswith("creator (pid "), cross
+    assert "in another PID namespace" in cross["old-cross-posix"], cross
+
+
+_ADVICE = r'''
+import json, os, re, subprocess, sys
+import numa_utils as nu
+for key in (0x1234, "kv-advice"):
+    subprocess.run([sys.executable, "-c", "import os, numa_utils as nu; nu.SharedRegion."
+                    f"create({key!r}, 1 << 20, prefault=False); os._exit(0)"], check=True)
+    try:
+        nu.SharedRegion.create(key, 1 << 20, prefault=False)
+        raise SystemExit("created over a leftover")
+    except FileExistsError as e:
+        (cmd,) = re.findall(r"`([^`]*cleanup[^`]*)`", str(e))
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + ":" + os.environ["PATH"])
+    listed = subprocess.run(cmd, shell=True, env=env, capture_output=True, text=True)
+    assert listed.returncode == 0, listed.stderr
+    assert "minimum age" in listed.stdout, (cmd, listed.stdout)   # it died just now
+    gone = subprocess.run(cmd + " --min-age 0 --json", shell=True, env=env,
+                          capture_output=True, text=True)
+    (row,) = json.loads(gone.stdout)["regions"]
+    assert row["action"] == "removed" and row["region"] == key, row
+    nu.SharedRegion.create(key, 1 << 20, prefault=False).destroy()
+    print(cmd)
+'''
+
+
+@pytest.mark.realkernel
+def test_cleanup_reaches_int_keys_and_advice_runs():
+    out = run_private_shm(_ADVICE, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.split("\n")[:2] == [
+        f"{os.path.basename(sys.executable)} -m numa_utils cleanup --remove --key 0x00001234",
+        f"{os.path.basename(sys.executable)} -m numa_utils cleanup --remove --key kv-advice"]

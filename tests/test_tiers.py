@@ -4,10 +4,9 @@ import errno
 import json
 import os
 import re
-import shutil
 
 import pytest
-from conftest import fixture_root, nu, sim
+from conftest import fixture_root, fixture_tree, nu, sim
 
 MiB = 1 << 20
 
@@ -81,7 +80,7 @@ def _copy(name, tmp_path):
     dst = tmp_path / name
     for rel in ("sys/devices/system/node", "sys/devices/virtual",
                 "sys/kernel/mm/mempolicy"):
-        shutil.copytree(os.path.join(fixture_root(name), rel), dst / rel, symlinks=True)
+        fixture_tree(name, dst / rel, sub="root/" + rel)
     return dst
 
 
@@ -316,9 +315,28 @@ def test_gather_saves_tier_files(tmp_path):
     import sys
     tool = os.path.join(os.path.dirname(os.path.dirname(__file__)), "tools", "gather.py")
     out = tmp_path / "g"
-    subprocess.run([sys.executable, tool, "--root", fixture_root("cxl-memory-node"),
+    src = fixture_tree("cxl-memory-node", tmp_path / "src")
+    subprocess.run([sys.executable, tool, "--root", src,
                     "--no-self-status", str(out)], check=True, capture_output=True)
     a = nu.read_topology(backend=nu.LinuxBackend(str(out / "root")))
     b = topo("cxl-memory-node")
     assert a.nodes == b.nodes and a.memory_tiers == b.memory_tiers
     assert a.interleave_weights == b.interleave_weights
+
+
+@pytest.mark.parametrize("weights,match", [
+    ({0: 7, True: 3}, "node id must be an int, not True"),
+    ({0: 7, 1.0: 3}, "node id must be an int, not 1.0"),
+    ({0: 7, "1": 3}, "node id must be an int, not '1'"),
+    ({0: 7, 1: 0}, "must be 1-255, not 0"),
+    ({0: 7, 1: 256}, "must be 1-255, not 256"),
+    ({0: 7, 1: True}, "must be 1-255, not True"),
+    ({0: 7, 9: 3}, "no weighted-interleave weight for node 9"),
+])
+def test_set_interleave_weights_is_all_or_nothing(weights, match):
+    """A bad entry anywhere in the mapping writes no weight at all (node 0's 7 was
+    written before {0: 7, True: 3} failed)."""
+    b = sim("cxl-memory-node", uid=0)
+    with pytest.raises((ValueError, OSError), match=re.escape(match)):
+        nu.set_interleave_weights(weights, backend=b)
+    assert nu.interleave_weights(backend=b) == {0: 1, 1: 1, 2: 1}

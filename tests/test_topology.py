@@ -1,10 +1,9 @@
 """The topology reader against every fixture's expected.json, and against broken trees."""
 import json
 import os
-import shutil
 
 import pytest
-from conftest import FIXTURES, FIXTURES_DIR, fixture_root, nu
+from conftest import FIXTURES, fixture_root, fixture_text, fixture_tree, nu
 
 
 def _read(name_or_root):
@@ -14,7 +13,7 @@ def _read(name_or_root):
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_fixture_matches_expected_json(name):
-    expected = json.loads((FIXTURES_DIR / name / "expected.json").read_text())
+    expected = json.loads(fixture_text(name, "expected.json"))
     got = nu.to_json(_read(name))
     problems = got.pop("problems")
     expected.pop("problems", None)
@@ -24,7 +23,7 @@ def test_fixture_matches_expected_json(name):
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_fixture_has_source_md(name):
-    assert (FIXTURES_DIR / name / "SOURCE.md").stat().st_size > 0
+    assert fixture_text(name, "SOURCE.md").strip()
 
 
 @pytest.mark.parametrize("name", FIXTURES)
@@ -87,7 +86,7 @@ def test_nearest_orders_by_distance():
 @pytest.fixture
 def tree(tmp_path):
     dst = tmp_path / "root"
-    shutil.copytree(fixture_root("dual-socket-8gpu"), dst, symlinks=True)
+    fixture_tree("dual-socket-8gpu", dst)
     return dst
 
 

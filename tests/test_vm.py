@@ -26,7 +26,7 @@ import warnings
 
 import kernel_checks as kc
 import pytest
-from conftest import nu
+from conftest import FIXTURES, fixture_root, fixture_text, nu
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -154,9 +154,7 @@ def test_guest_catches_wrong_syscall_number():
 
 # ---------------------------------------------------------------- simulator
 
-FIXTURES_DIR = REPO / "fake_sysfs"
-SIM_FIXTURES = sorted(p.name for p in FIXTURES_DIR.iterdir()
-                      if (p / "expected.json").is_file()) if FIXTURES_DIR.is_dir() else []
+SIM_FIXTURES = [f for f in FIXTURES if "expected.json" in nu._Archive(fixture_root(f)).files]
 SIM_ARCHES = ("x86_64", "aarch64", "ppc64le")
 
 
@@ -180,11 +178,10 @@ DEFAULT_MEMORY_NODES["cxl-qemu-6.12"] = [0, 1]            # node 2: CXL, tier 22
 
 def expect_from_fixture(name, arch):
     """The same expectation dict vm/run.py writes for a guest, from expected.json."""
-    with open(FIXTURES_DIR / name / "expected.json") as fh:
-        exp = json.load(fh)
+    exp = json.loads(fixture_text(name, "expected.json"))
     nodes = sorted(exp["nodes"], key=lambda n: n["id"])
     ids = [n["id"] for n in nodes]
-    has_dir = (FIXTURES_DIR / name / "root" / "sys/devices/system/node").is_dir()
+    has_dir = "root/sys/devices/system/node" in nu._Archive(fixture_root(name)).dirs
     tiers = {}
     if "memory_tiers" in exp:   # issue 11 keys: the tiers fastest first, HMAT access0
         tiers["tiers"] = [sorted(v) for _, v in sorted(exp["memory_tiers"].items(),
@@ -216,7 +213,7 @@ def test_simulated(fixture, arch):
     if arch == "aarch64" and max(int(n) for n in expect["nodes"]) >= 64:
         pytest.skip("node ids >= 64 cannot exist on aarch64 (arm64 kernels allow at "
                     "most 64 nodes, Debian's 16): mbind is EINVAL there, rightly")
-    backend = nu.SimulatedBackend(str(FIXTURES_DIR / fixture / "root"), arch=arch)
+    backend = nu.SimulatedBackend(fixture_root(fixture), arch=arch)
     env = kc.make_env(expect, nu, backend, real=False)
     records = kc.run_checks(env)
     print(_summary(f"simulated {arch}", fixture, records, 0))
@@ -272,7 +269,7 @@ def test_simulated_catches_wrong_syscall_number(monkeypatch):
     tables = dict(nu.SYSCALL_TABLES)
     tables["aarch64"] = MappingProxyType({**tables["aarch64"], "mbind": 237})
     monkeypatch.setattr(nu, "SYSCALL_TABLES", MappingProxyType(tables))
-    backend = nu.SimulatedBackend(str(FIXTURES_DIR / fixture / "root"), arch="aarch64")
+    backend = nu.SimulatedBackend(fixture_root(fixture), arch="aarch64")
     env = kc.make_env(expect_from_fixture(fixture, "aarch64"), nu, backend, real=False)
     status = {r["name"]: r["status"]
               for r in kc.run_checks(env, ["interleave_split", "bind_prefer"])}

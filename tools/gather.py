@@ -3,8 +3,9 @@
 """Save the parts of /sys and /proc that numa_utils reads into a fixture folder.
 
 Usage:
-    python3 tools/gather.py --archive FILE.tar.gz   # one file to send (or FILE.tar.gz
-                                                    # as OUTDIR: same thing)
+    python3 tools/gather.py --archive FILE.txt      # one file to send: a text archive
+    python3 tools/gather.py --archive FILE.tar.gz   # the same as a gzip'd tar (either
+                                                    # name as OUTDIR: same thing)
     python3 tools/gather.py OUTDIR              # a folder, from the running machine
     python3 tools/gather.py --root TREE OUTDIR  # from another filesystem root
 
@@ -12,8 +13,10 @@ Writes OUTDIR/root/ (a filesystem root holding sys/ and proc/, byte-for-byte
 copies of the files read, including odd endings such as "\\n\\0") and
 OUTDIR/SOURCE.md (kernel, machine, date, what was skipped and why).
 OUTDIR/expected.json is not written: a person writes it after checking the files.
-An archive holds the same root/ and SOURCE.md as plain files and folders (no links);
-`numa_utils status --root FILE.tar.gz` reads it as it is.
+An archive holds the same root/ and SOURCE.md (and the tree's own relative links);
+`numa_utils status --root FILE` reads it in place.  The text archive is the format
+fake_sysfs/ keeps its machines in (fake_sysfs/README.md describes it); pack_text()
+and folder_files() below write it.
 
 Stdlib only and only modules that Debian's python3.X-minimal ships (os, sys, re,
 argparse, time), so it runs inside a bare QEMU guest. Python 3.8+.
@@ -304,9 +307,11 @@ def main(argv=None):
         description="Save the sysfs/procfs files numa_utils reads into OUTDIR/root/.")
     ap.add_argument("outdir", nargs="?", default=None,
                     help="fixture folder to create (root/ and SOURCE.md go in it); a name "
-                         "ending in .tar.gz or .tgz writes an archive instead")
-    ap.add_argument("--archive", metavar="FILE.tar.gz", default=None,
-                    help="write one gzip'd tar file (root/ and SOURCE.md) instead of a folder")
+                         "ending in .txt, .tar.gz or .tgz writes an archive instead")
+    ap.add_argument("--archive", metavar="FILE", default=None,
+                    help="write one file (root/ and SOURCE.md) instead of a folder: a text "
+                         "archive (FILE.txt, as fake_sysfs/ keeps them) or, for a name "
+                         "ending in .tar.gz or .tgz, a gzip'd tar")
     ap.add_argument("--root", default="/",
                     help="filesystem root to read (default: the running system, /)")
     ap.add_argument("--no-self-status", action="store_true",
@@ -314,7 +319,7 @@ def main(argv=None):
     ap.add_argument("--force", action="store_true",
                     help="write into OUTDIR even if OUTDIR/root already exists")
     args = ap.parse_args(argv)
-    if args.archive is None and args.outdir and args.outdir.endswith((".tar.gz", ".tgz")):
+    if args.archive is None and args.outdir and args.outdir.endswith((".tar.gz", ".tgz", ".txt")):
         args.archive, args.outdir = args.outdir, None
     if args.archive is not None:
         if args.outdir is not None:
@@ -342,10 +347,72 @@ def main(argv=None):
     return 0
 
 
+# -- the text archive (one file per saved machine; format in fake_sysfs/README.md) ----
+TEXT_HEADER = b"# numa_utils saved tree: text archive v1 (format: fake_sysfs/README.md)\n"
+
+
+def _quote(name):
+    """A path or link target on one header line: %XX for '%', spaces, controls and
+    bytes outside ASCII."""
+    raw = os.fsencode(name)
+    return "".join(chr(c) if 0x20 < c < 0x7f and c != 0x25 else "%%%02X" % c
+                   for c in raw)
+
+
+def pack_text(files):
+    """{relative path: bytes, or ("symlink", target), or ("dir",)} as a text archive."""
+    import base64
+    out = [TEXT_HEADER]
+    for rel in sorted(files):
+        v = files[rel]
+        head = ">>> " + _quote(rel)
+        if isinstance(v, tuple) and v[0] == "symlink":
+            out.append((head + " -> " + _quote(v[1]) + "\n").encode())
+            continue
+        if isinstance(v, tuple):
+            out.append((head + "/\n").encode())
+            continue
+        try:
+            v.decode("utf-8")
+            text = b"\0" not in v and b"\r" not in v
+        except UnicodeDecodeError:
+            text = False
+        if not text:
+            b64 = base64.b64encode(v)
+            out.append((head + " base64\n").encode())
+            out.extend(b64[i:i + 76] + b"\n" for i in range(0, len(b64), 76))
+            continue
+        lines = v.split(b"\n")
+        if lines[-1] == b"":
+            lines.pop()
+        else:
+            head += " noeol"
+        out.append((head + "\n").encode())
+        out.extend((b"\\" + ln if ln.startswith((b">>> ", b"\\")) else ln) + b"\n"
+                   for ln in lines)
+    return b"".join(out)
+
+
+def folder_files(base):
+    """A folder's files, links and empty folders, keyed by path relative to it."""
+    out = {}
+    for dirpath, dirs, names in os.walk(base):
+        for nm in names + dirs:
+            p = os.path.join(dirpath, nm)
+            rel = os.path.relpath(p, base)
+            if os.path.islink(p):
+                out[rel] = ("symlink", os.readlink(p))
+            elif nm in names:
+                with open(p, "rb") as fh:
+                    out[rel] = fh.read()
+            elif not os.listdir(p):
+                out[rel] = ("dir",)
+    return out
+
+
 def _write_archive(args, argv):
-    """Gather into a private temporary folder, then pack it as one .tar.gz: plain
-    files and the tree's own relative links (HMAT initiators), owner 0, sorted."""
-    import tarfile
+    """Gather into a private temporary folder, then pack it as one file: a text
+    archive (FILE.txt, as fake_sysfs/ keeps its machines) or a .tar.gz."""
     import tempfile
     if os.path.exists(args.archive) and not args.force:
         sys.stderr.write(f"gather.py: {args.archive} exists; use --force to replace it\n")
@@ -356,28 +423,39 @@ def _write_archive(args, argv):
         if rc:
             return rc
         part = args.archive + ".part"
-        with tarfile.open(part, "w:gz") as tar:
-            base = os.path.join(tmp, "m")
-            for dirpath, dirs, files in os.walk(base):
-                dirs.sort()
-                # os.walk lists a link to a folder among dirs (and does not follow it)
-                links = [d for d in dirs if os.path.islink(os.path.join(dirpath, d))]
-                for name in sorted(files + links):
-                    path = os.path.join(dirpath, name)
-                    info = tar.gettarinfo(path, os.path.relpath(path, base))
-                    info.uid = info.gid = 0
-                    info.uname = info.gname = ""
-                    if info.issym():
-                        tar.addfile(info)
-                        continue
-                    info.mode = 0o644
-                    with open(path, "rb") as fh:
-                        tar.addfile(info, fh)
+        base = os.path.join(tmp, "m")
+        if not args.archive.endswith((".tar.gz", ".tgz")):
+            with open(part, "wb") as fh:
+                fh.write(pack_text(folder_files(base)))
+        else:
+            _write_tar(part, base)
         os.replace(part, args.archive)
     sys.stdout.write(f"gather.py: wrote {args.archive} "
                      f"({os.path.getsize(args.archive)} bytes); "
                      f"check it with: python3 -m numa_utils status --root {args.archive}\n")
     return 0
+
+
+def _write_tar(part, base):
+    """One .tar.gz: plain files and the tree's own relative links (HMAT
+    initiators), owner 0, sorted."""
+    import tarfile
+    with tarfile.open(part, "w:gz") as tar:
+        for dirpath, dirs, files in os.walk(base):
+            dirs.sort()
+            # os.walk lists a link to a folder among dirs (and does not follow it)
+            links = [d for d in dirs if os.path.islink(os.path.join(dirpath, d))]
+            for name in sorted(files + links):
+                path = os.path.join(dirpath, name)
+                info = tar.gettarinfo(path, os.path.relpath(path, base))
+                info.uid = info.gid = 0
+                info.uname = info.gname = ""
+                if info.issym():
+                    tar.addfile(info)
+                    continue
+                info.mode = 0o644
+                with open(path, "rb") as fh:
+                    tar.addfile(info, fh)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,10 @@
 
 Each machine below is plain data (CPUs, nodes, memory, distances, PCI devices,
 process cpuset, kernel quirks). From that one description this script writes
-BOTH the saved tree (fake_sysfs/<name>/root/, in the exact text formats the
-kernel prints) and fake_sysfs/<name>/expected.json (what numa_utils'
-reader must return). expected.json is computed from the description, never by
+BOTH the saved tree (root/ in fake_sysfs/<name>.txt, in the exact text formats
+the kernel prints) and the archive's expected.json (what numa_utils'
+reader must return), as one text archive (fake_sysfs/README.md has the
+format). expected.json is computed from the description, never by
 reading the tree back and never through numa_utils, so it is an independent
 oracle for the reader.
 
@@ -32,10 +33,12 @@ Kernel behaviour the writer follows (Linux 5.x/6.x unless a machine says otherwi
 import argparse
 import json
 import os
-import shutil
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import gather  # noqa: E402  (pack_text: the archive format, written in one place)
+
 FAKE = os.path.join(os.path.dirname(HERE), "fake_sysfs")
 
 GIB_KB = 1024 * 1024
@@ -1088,19 +1091,6 @@ def render(m):
     return files
 
 
-def on_disk(folder):
-    out = {}
-    for dirpath, dirs, names in os.walk(folder):
-        for nm in names + dirs:
-            p = os.path.join(dirpath, nm)
-            if os.path.islink(p):
-                out[os.path.relpath(p, folder)] = ("symlink", os.readlink(p))
-            elif nm in names:
-                with open(p, "rb") as fh:
-                    out[os.path.relpath(p, folder)] = fh.read()
-    return out
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("names", nargs="*", help="fixtures to write (default: all)")
@@ -1118,23 +1108,22 @@ def main(argv=None):
         if args.names and m["name"] not in args.names:
             continue
         files = render(m)
-        folder = os.path.join(args.out, m["name"])
+        data = gather.pack_text(files)
+        path = os.path.join(args.out, m["name"] + ".txt")
         if args.check:
-            if on_disk(folder) != files:
+            try:
+                with open(path, "rb") as fh:
+                    same = fh.read() == data
+            except OSError:
+                same = False
+            if not same:
                 print("differs: {}".format(m["name"]))
                 bad += 1
             continue
-        if os.path.isdir(folder):
-            shutil.rmtree(folder)
-        for rel in sorted(files):
-            path = os.path.join(folder, rel)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            if isinstance(files[rel], tuple):
-                os.symlink(files[rel][1], path)
-                continue
-            with open(path, "wb") as fh:
-                fh.write(files[rel])
-        print("wrote %s (%d files)" % (m["name"], len(files)))
+        with open(path + ".part", "wb") as fh:
+            fh.write(data)
+        os.replace(path + ".part", path)
+        print("wrote %s (%d files)" % (path, len(files)))
     return 1 if bad else 0
 
 

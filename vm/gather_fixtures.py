@@ -5,7 +5,7 @@
 For each fixture: boot the guest with vm/run.py, run tools/gather.py inside
 (shipped in the per-run archive; the guest has python3.11-minimal + stdlib
 only), bring the gathered folder back over the console as a gzip'd tar in
-base64 between markers, and write ``fake_sysfs/<name>/`` with
+base64 between markers, and write the archive ``fake_sysfs/<name>.txt`` holding
 
 - ``root/``         the gathered files, unedited;
 - ``SOURCE.md``     gather.py's own notes, plus the kernel package, the QEMU
@@ -38,7 +38,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import sys
 import tarfile
 import tempfile
@@ -52,6 +51,9 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import build  # noqa: E402
 import run as vmrun  # noqa: E402
+
+sys.path.insert(0, os.path.join(REPO, "tools"))
+import gather  # noqa: E402  (pack_text: the fixtures' text archive format)
 
 FIXTURES_DIR = os.path.join(REPO, "fake_sysfs")
 
@@ -166,6 +168,20 @@ def extract(data: bytes, dest: str) -> None:
                     fh.write(src.read())
             else:
                 raise ValueError(f"archive member {name!r} is not a plain file")
+
+
+def unpack_text(path: str, dest: str) -> None:
+    """A fixture's text archive as a folder (the oracle reads files by path)."""
+    sys.path.insert(0, REPO)
+    import numa_utils as nu
+    a = nu._Archive(path)
+    for rel in a.dirs:
+        os.makedirs(os.path.join(dest, rel), exist_ok=True)
+    for rel, data in a.files.items():
+        with open(os.path.join(dest, rel), "wb") as fh:
+            fh.write(data)
+    for rel, target in a.links.items():
+        os.symlink(target, os.path.join(dest, rel))
 
 
 # ---------------------------------------------------------------- the oracle
@@ -397,7 +413,7 @@ def _tier_keys_known() -> bool:
     sys.path.insert(0, REPO)
     import numa_utils as nu
     return "memory_tiers" in nu.to_json(nu.read_topology(backend=nu.LinuxBackend(
-        os.path.join(FIXTURES_DIR, "no-node-dir", "root"))))
+        os.path.join(FIXTURES_DIR, "no-node-dir.txt"))))
 
 
 def _tier_oracle(topo: dict, root: str, ids: List[int], notes: List[str]):
@@ -635,7 +651,7 @@ def make_fixture(name: str, out_dir: str, timeout: float) -> List[str]:
     arch, topology = FIXTURES[name]
     t0 = time.monotonic()
     data, _ = gather_in_guest(arch, topology, timeout)
-    final = os.path.join(out_dir, name)
+    final = os.path.join(out_dir, name + ".txt")
     os.makedirs(out_dir, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{name}.", dir=out_dir) as tmp:
         extract(data, tmp)
@@ -652,20 +668,19 @@ def make_fixture(name: str, out_dir: str, timeout: float) -> List[str]:
         disagreements = compare_with_numa_utils(root, exp)
         md = source_md(name, arch, topology, gathered_md, root, exp, notes, disagreements,
                        guest_oracle=go is not None)
-        os.makedirs(final, exist_ok=True)
-        if os.path.isdir(os.path.join(final, "root")):
-            shutil.rmtree(os.path.join(final, "root"))
-        os.replace(root, os.path.join(final, "root"))
-    if go is not None and any(vmrun.TOPOLOGIES[topology].get(k) is not None
-                              for k in GUEST_ORACLE_KEYS):
-        with open(os.path.join(final, "guest_oracle.json"), "w") as fh:
-            json.dump(go, fh, indent=1, sort_keys=True)
+        with open(os.path.join(tmp, "SOURCE.md"), "w") as fh:
+            fh.write(md)
+        with open(os.path.join(tmp, "expected.json"), "w") as fh:
+            json.dump(exp, fh, indent=2)
             fh.write("\n")
-    with open(os.path.join(final, "SOURCE.md"), "w") as fh:
-        fh.write(md)
-    with open(os.path.join(final, "expected.json"), "w") as fh:
-        json.dump(exp, fh, indent=2)
-        fh.write("\n")
+        if go is not None and any(vmrun.TOPOLOGIES[topology].get(k) is not None
+                                  for k in GUEST_ORACLE_KEYS):
+            with open(os.path.join(tmp, "guest_oracle.json"), "w") as fh:
+                json.dump(go, fh, indent=1, sort_keys=True)
+                fh.write("\n")
+        with open(final + ".part", "wb") as fh:
+            fh.write(gather.pack_text(gather.folder_files(tmp)))
+        os.replace(final + ".part", final)
     print(f"[gather_fixtures] {name}: {arch} {topology} in {time.monotonic() - t0:.1f}s; "
           f"{len(notes)} tree-vs-QEMU notes, {len(disagreements)} disagreements", flush=True)
     return [f"{name}: tree vs QEMU: {n}" for n in notes] + \
@@ -675,16 +690,20 @@ def make_fixture(name: str, out_dir: str, timeout: float) -> List[str]:
 def check_fixture(name: str, out_dir: str) -> List[str]:
     """No boot: the oracle from the saved tree vs expected.json and read_topology."""
     arch, topology = FIXTURES[name]
-    root = os.path.join(out_dir, name, "root")
-    if not os.path.isdir(root):
+    path = os.path.join(out_dir, name + ".txt")
+    if not os.path.isfile(path):
         return [f"{name}: no saved tree (run without --check)"]
-    exp, notes = oracle(arch, topology, root)
-    out = [f"{name}: tree vs QEMU: {n}" for n in notes]
-    with open(os.path.join(out_dir, name, "expected.json")) as fh:
-        on_disk = json.load(fh)
-    on_disk.pop("problems", None)
-    out += [f"{name}: expected.json differs from the oracle {d}" for d in diff(exp, on_disk)]
-    out += [f"{name}: DISAGREE {d}" for d in compare_with_numa_utils(root, exp)]
+    with tempfile.TemporaryDirectory(prefix=f".{name}.") as tmp:
+        unpack_text(path, tmp)
+        root = os.path.join(tmp, "root")
+        exp, notes = oracle(arch, topology, root)
+        out = [f"{name}: tree vs QEMU: {n}" for n in notes]
+        with open(os.path.join(tmp, "expected.json")) as fh:
+            on_disk = json.load(fh)
+        on_disk.pop("problems", None)
+        out += [f"{name}: expected.json differs from the oracle {d}"
+                for d in diff(exp, on_disk)]
+        out += [f"{name}: DISAGREE {d}" for d in compare_with_numa_utils(root, exp)]
     return out
 
 
