@@ -935,7 +935,7 @@ def _memsize(text: str) -> int:
     """numactl's memsize(): strtoul base 0, then an optional k/m/g (anything else ignored)."""
     v, end = _strtoul(text, 0)
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[end:end + 1].upper(), 1)
-    return (v or 0) * mult
+    return (v or 0) * mult % (1 << 64)     # C's unsigned long
 
 
 def _cmd_numactl(argv: Sequence[str], *, backend: Optional[Backend] = None,
@@ -1231,14 +1231,27 @@ class _Numactl:
     def attach_sysv(self, name: str) -> Tuple[int, int]:
         """numactl --shm KEYFILE: the SysV segment keyed by ftok(KEYFILE, --shmid),
         created with --length when missing.  The region stays after exit."""
+        def ftok() -> int:      # ftok(3); numactl takes a key with bit 31 for a failure
+            fst = os.stat(name)
+            key = (fst.st_ino & 0xFFFF) | ((fst.st_dev & 0xFF) << 16) | \
+                ((self.shmid & 0xFF) << 24)
+            if key >> 31:
+                raise OSError(0, "")
+            return key
+
         try:
-            fst = os.stat(name)
-        except FileNotFoundError:
+            key = ftok()
+        except OSError as e:
             self.err.write(f"numactl: Creating shm key file {name} mode {self.shmmode:04o}\n")
-            os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, self.shmmode))
-            fst = os.stat(name)
-        key = (fst.st_ino & 0xFFFF) | ((fst.st_dev & 0xFF) << 16) | \
-            ((self.shmid & 0xFF) << 24)     # ftok(3)
+            try:
+                os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, self.shmmode))
+            except OSError as e2:
+                self.complain(f"cannot create key for shm {name}\n: {e2.strerror}")
+            try:
+                key = ftok()
+            except OSError:     # numactl's nerror() appends the first ftok's errno
+                self.complain(f"cannot get key for newly created shm key file {name}" +
+                              (f": {e.strerror}" if e.errno else ""))
         try:
             region = SharedRegion.attach(key, trust=True, policy="default", backend=self.b)
         except FileNotFoundError:
@@ -1247,9 +1260,13 @@ class _Numactl:
             self.err.write(f"numactl: Creating shared memory segment {name} id "
                            f"{self.shmid} mode {self.shmmode:04o} length "
                            f"{self.length / (1 << 20):.0f}MB\n")
-            region = SharedRegion.create(key, self.length, policy="default",
-                                         prefault=False, hugepages=self.huge,
-                                         mode=self.shmmode, backend=self.b)
+            try:
+                region = SharedRegion.create(key, self.length, policy="default",
+                                             prefault=False, hugepages=self.huge,
+                                             mode=self.shmmode, backend=self.b)
+            except (OSError, ValueError, OverflowError) as e:    # shmget's size_t
+                self.complain("cannot create shared memory segment: " +
+                              os.strerror(getattr(e, "errno", None) or errno.EINVAL))
         return region.address, region.size
 
     def attach_file(self, name: str) -> Tuple[int, int]:
@@ -1259,16 +1276,25 @@ class _Numactl:
             self.complain(f"--file {name}: numa_utils numactl maps files in /dev/shm only, "
                           "without --offset")
         leaf = os.path.basename(name)
+        if os.path.isdir(name):
+            self.complain(f"cannot create file {name}: {os.strerror(errno.EISDIR)}")
         try:
             fd = b.shm_open(leaf, os.O_RDWR, 0)
         except FileNotFoundError:
             if not self.length:
                 self.complain("need a --length to create a shared file")
             fd = b.shm_open(leaf, os.O_RDWR | os.O_CREAT, self.shmmode)
+        except OSError as e:    # a FIFO: numactl opens it, then its ftruncate fails
+            self.err.write(f"ftruncate: {os.strerror(e.errno or errno.EINVAL)}\n")
+            raise _NumactlExit(1) from None
         try:
             size = b.fstat(fd).size
             if self.length > size:
-                b.ftruncate(fd, self.length)
+                try:
+                    b.ftruncate(fd, self.length)
+                except (OSError, OverflowError):    # off_t: negative past 2**63
+                    self.err.write(f"ftruncate: {os.strerror(errno.EINVAL)}\n")
+                    raise _NumactlExit(1) from None
             size = self.length or size
             return b.mmap(size, fd), size
         finally:
@@ -1313,6 +1339,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     while raw[lead:lead + 1] in (["-v"], ["--verbose"]):
         lead += 1
     if raw[lead:lead + 1] == ["numactl"]:   # numactl's own getopt grammar, not argparse's
+        for stream in (sys.stdout, sys.stderr):     # arguments echoed as the bytes given
+            getattr(stream, "reconfigure", lambda **kw: None)(errors="surrogateescape")
         return _cmd_numactl(raw[lead + 1:])
     return _nu._run(raw, _COMMANDS)
 
