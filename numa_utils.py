@@ -6721,7 +6721,9 @@ def _strtoul(s: str, i: int) -> Tuple[Optional[int], int]:
     digits = m.group(2)
     base = 16 if digits[1:2] in ("x", "X") else 8 if digits.startswith("0") else 10
     v = int(digits, base) if base != 16 else int(digits[2:], 16)
-    return (-v if m.group(1) == "-" else v), m.end()
+    # C's unsigned long: ULONG_MAX past it (ERANGE), a minus sign wraps
+    v = (1 << 64) - 1 if v >> 64 else -v % (1 << 64) if m.group(1) == "-" else v
+    return v, m.end()
 
 
 def _device_node(spec: str, b: Backend, devices: bool) -> Optional[FrozenSet[int]]:
@@ -6852,8 +6854,13 @@ def parse_nodestring(text: str, *, cpus: bool = False, possible: bool = False,
     def number(j: int) -> Tuple[Optional[int], int]:
         v, end = _strtoul(s, j)
         if v is not None and relative:       # the v-th allowed id
-            v = order[v] if 0 <= v < len(order) else -1
+            v = order[v] if v < len(order) else (1 << 64) - 1
         return v, end
+
+    def signed(v: int) -> int:              # libnuma's "%ld" of an unsigned long
+        return v - (1 << 64) if v >> 63 else v
+
+    # numa_bitmask_isbitset() takes an unsigned int: ids are read modulo 2**32
 
     while True:
         rest = s[i:]
@@ -6866,19 +6873,21 @@ def parse_nodestring(text: str, *, cpus: bool = False, possible: bool = False,
         v, end = number(i)
         if v is None:
             raise _ListError(f"unparseable {what} description `{rest}'", blank=True)
-        if v not in allowed:
-            raise _ListError(f"{what} argument {rest if cpus else v} is out of range",
-                             blank=True)
-        mask.add(v)
+        if v & 0xFFFFFFFF not in allowed:
+            raise _ListError(f"{what} argument {rest if cpus else signed(v)} is out of "
+                             "range", blank=True)
+        mask.add(v & 0xFFFFFFFF)
         i = end
         if s.startswith("-", i):
             v2, end = number(i + 1)
             if v2 is None:
                 raise _ListError(f"missing {what} argument {s[i + 1:]}", blank=True)
-            if v2 not in allowed:
-                raise _ListError(f"{what} argument {s[i + 1:] if cpus else v2} out of range",
-                                 blank=True)
-            mask.update(n for n in order if v <= n <= v2)
+            if v2 & 0xFFFFFFFF not in allowed:
+                raise _ListError(f"{what} argument {s[i + 1:] if cpus else signed(v2)} "
+                                 "out of range", blank=True)
+            lo = v & 0xFFFFFFFF
+            hi = lo + v2 - v        # the loop's int wraps: ids lo..hi modulo 2**32
+            mask.update(n for n in order if lo <= n <= hi or n <= hi - (1 << 32))
             i = end
         if not s.startswith(",", i):
             break

@@ -951,7 +951,7 @@ def _memsize(text: str) -> int:
     """numactl's memsize(): strtoul base 0, then an optional k/m/g (anything else ignored)."""
     v, end = _strtoul(text, 0)
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[end:end + 1].upper(), 1)
-    return (v or 0) * mult
+    return (v or 0) * mult % (1 << 64)     # C's unsigned long
 
 
 def _cmd_numactl(argv: Sequence[str], *, backend: Optional[Backend] = None,
@@ -959,333 +959,377 @@ def _cmd_numactl(argv: Sequence[str], *, backend: Optional[Backend] = None,
     """``numa_utils numactl ARGS``: numactl's options parsed left to right with
     getopt (stopping at the command), applied as numactl applies them, then exec."""
     try:
-        return _numactl(list(argv), _b(backend), execvp)
+        return _Numactl(_b(backend)).run(list(argv), execvp)
     except _NumactlExit as e:
         return e.code
 
 
-def _numactl(argv: List[str], b: Backend, execvp: Callable[[str, List[str]], Any]) -> int:
-    import getopt
-    out, err = sys.stdout, sys.stderr
-    ver = _numactl_version()
-    opts = dict(_NUMACTL_OPTS)
-    if ver < (2, 0, 19):
-        del opts["weighted-interleave="]
+class _Numactl:
+    """numactl's main(): its options applied in order, with the state they leave for
+    the options after them (a policy set, --all, --shm's region, the shm options)."""
 
-    def usage(msg: str = "") -> None:
+    def __init__(self, b: Backend) -> None:
+        self.b, self.out, self.err = b, sys.stdout, sys.stderr
+        self.ver = _numactl_version()
+        self.fallback = False           # --fallback: run the command despite failures
+        self.topo: Optional[Topology] = None
+        self.mode: Optional[int] = None     # the memory policy an option set
+        self.task: Optional[Tuple[int, FrozenSet[int], int]] = None    # set_mempolicy's
+        self.all = self.parsed = self.cpubind = self.balancing = False
+        self.strict = self.hardware = self.huge = False
+        self.shmopt = ""                # the last of --length/--offset/--shmmode/--huge
+        self.length = self.offset = self.shmid = 0
+        self.shmmode = 0o600
+        self.shm: Optional[Tuple[int, int]] = None      # --shm/--file: address, length
+
+    def usage(self, msg: str = "") -> None:
         if msg:
-            err.write(f"numactl: {msg}")
-            out.write("\n")         # numactl's usage_msg ends the line on stdout
-            out.flush()
-        err.write(_NUMACTL_USAGE)
+            self.err.write(f"numactl: {msg}")
+            self.out.write("\n")        # numactl's usage_msg ends the line on stdout
+            self.out.flush()
+        self.err.write(_NUMACTL_USAGE)
         raise _NumactlExit(1)
 
-    def complain(msg: str) -> None:
-        err.write(f"numactl: {msg}\n")
+    def complain(self, msg: str) -> None:
+        self.err.write(f"numactl: {msg}\n")
         raise _NumactlExit(1)
 
-    short = "".join(v + (":" if k.endswith("=") else "") for k, v in opts.items()
-                    if v != "F")
-    try:
-        parsed, cmd = getopt.getopt(argv, short, list(opts))
-    except getopt.GetoptError as e:
-        o = e.opt
-        if e.msg.endswith("not a unique prefix"):
-            err.write(f"numactl: option '--{o}' is ambiguous\n")
-        elif len(o) == 1:
-            err.write(f"numactl: option requires an argument -- '{o}'\n" if "requires"
-                      in e.msg else f"numactl: invalid option -- '{o}'\n")
-        elif "requires" in e.msg:
-            err.write(f"numactl: option '--{o}' requires an argument\n")
-        elif "must not have" in e.msg:
-            err.write(f"numactl: option '--{o}' doesn't allow an argument\n")
-        else:
-            err.write(f"numactl: unrecognized option '--{o}'\n")
-        usage()
-    letter = {"--" + k.rstrip("="): v for k, v in opts.items()}
-    fallback = ("--fallback", "") in parsed
-    topo: List[Topology] = []
+    def tp(self) -> Topology:
+        if self.topo is None:
+            self.topo = read_topology(backend=self.b)
+        return self.topo
 
-    def tp() -> Topology:
-        if not topo:
-            topo.append(read_topology(backend=b))
-        return topo[0]
-
-    st: Dict[str, Any] = {"policy": None, "all": False, "parsed": False, "cpubind": False,
-                          "balancing": False, "shmopt": None, "strict": False,
-                          "hardware": False}
-
-    def available() -> bool:
+    def available(self) -> bool:
         try:
-            get_mempolicy(backend=b)
+            get_mempolicy(backend=self.b)
         except OSError as e:
             return e.errno not in (errno.ENOSYS, errno.EPERM)
         return True
 
-    def checknuma() -> None:
-        if not fallback and not available():
-            complain("This system does not support NUMA policy")
+    def checknuma(self) -> None:
+        if not self.fallback and not self.available():
+            self.complain("This system does not support NUMA policy")
 
-    def setpolicy(mode: int) -> None:
-        if st["policy"] is not None:
-            usage("Conflicting policies")
-        st["policy"] = mode
+    def setpolicy(self, mode: int) -> None:
+        if self.mode is not None:
+            self.usage("Conflicting policies")
+        self.mode = mode
 
-    def nopolicy() -> None:
-        if st["policy"] is not None:
-            usage("specify policy after --shm/--file")
+    def nopolicy(self) -> None:
+        if self.mode is not None:
+            self.usage("specify policy after --shm/--file")
 
-    def nodes(arg: str, cpus: bool = False) -> FrozenSet[int]:
+    def nodes(self, arg: str, cpus: bool = False) -> FrozenSet[int]:
         try:
-            got = parse_nodestring(arg, cpus=cpus, possible=st["all"], backend=b,
-                                   topology=tp(), devices=True)
+            got = parse_nodestring(arg, cpus=cpus, possible=self.all, backend=self.b,
+                                   topology=self.tp(), devices=True)
         except ValueError as e:
             warn = getattr(e, "warn", f"{e}\n")
             if warn:
-                err.write(f"libnuma: Warning: {warn}\n")
-            out.write(f"<{arg}> is invalid\n")
-            out.flush()
-            usage()
+                self.err.write(f"libnuma: Warning: {warn}\n")
+            self.out.write(f"<{arg}> is invalid\n")
+            self.out.flush()
+            self.usage()
             raise
-        st["parsed"] = True
+        self.parsed = True
         return got
 
-    def call(fn: Callable[..., Any], what: str, *args: Any, libnuma: str = "",
-             **kw: Any) -> None:
+    def call(self, what: str, fn: Callable[[], Any], libnuma: str = "") -> None:
         """Apply; on failure print libnuma's and numactl's perror lines and exit 1,
         or with --fallback warn and go on."""
         try:
-            fn(*args, backend=b, **kw)
+            fn()
         except OSError as e:
             text = os.strerror(e.errno or errno.EIO)
-            if fallback:
-                err.write(f"numactl: warning: {what}: {text}; running the command "
-                          "without it (--fallback)\n")
+            if self.fallback:
+                self.err.write(f"numactl: warning: {what}: {text}; running the command "
+                               "without it (--fallback)\n")
                 return
             if libnuma:
-                err.write(f"{libnuma}: {text}\n")
-            err.write(f"{what}: {text}\n")
+                self.err.write(f"{libnuma}: {text}\n")
+            self.err.write(f"{what}: {text}\n")
             if e.errno == errno.EPERM:
-                err.write("numactl: the system denies NUMA policy here (a container "
-                          "without CAP_SYS_NICE, or seccomp); --fallback runs the "
-                          "command anyway\n")
+                self.err.write("numactl: the system denies NUMA policy here (a container "
+                               "without CAP_SYS_NICE, or seccomp); --fallback runs the "
+                               "command anyway\n")
             raise _NumactlExit(1) from None
 
-    def setaff(pid: int, cpus: FrozenSet[int], *, backend: Backend) -> None:
-        backend.sched_setaffinity(pid, cpus)
-
-    shm: Optional[Tuple[int, int]] = None
-
-    def policy(mode: int, mask: FrozenSet[int], what: str, flags: int = 0) -> None:
+    def policy(self, mode: int, mask: FrozenSet[int], what: str, flags: int = 0) -> None:
         """The process policy, or with --shm/--file the region's (mbind; --strict)."""
+        b, shm = self.b, self.shm
         if shm is None:
-            call(set_mempolicy, what, mode, mask, mode_flags=flags, libnuma="set_mempolicy")
-            st["task"] = (mode, mask, flags)
+            self.call(what, lambda: set_mempolicy(mode, mask, mode_flags=flags, backend=b),
+                      "set_mempolicy")
+            self.task = (mode, mask, flags)
         else:
-            call(mbind, what, shm[0], shm[1], mode, mask,
-                 MbindFlag.STRICT if st["strict"] else 0, libnuma="mbind")
+            addr, size = shm
+            self.call(what, lambda: mbind(addr, size, mode, mask, MbindFlag.STRICT
+                                          if self.strict else 0, backend=b), "mbind")
 
-    for opt, arg in parsed:
-        c = letter[opt] if opt.startswith("--") else opt[1]
-        if c == "s":
-            text, rc = _numactl_show(b, tp())
-            out.write(text)
-            return rc
-        if c == "H":
-            nopolicy()
-            st["hardware"] = True
-            if ver < (2, 0, 19):        # 2.0.16 prints at once; 2.0.19 after the options
+    def setaffinity(self, cpus: FrozenSet[int], libnuma: str = "") -> None:
+        self.cpubind = True
+        self.call("sched_setaffinity", lambda: self.b.sched_setaffinity(0, cpus), libnuma)
+
+    def run(self, argv: List[str], execvp: Callable[[str, List[str]], Any]) -> int:
+        import getopt
+        opts = dict(_NUMACTL_OPTS)
+        if self.ver < (2, 0, 19):
+            del opts["weighted-interleave="]
+        short = "".join(v + (":" if k.endswith("=") else "") for k, v in opts.items()
+                        if v != "F")
+        try:
+            parsed, cmd = getopt.getopt(argv, short, list(opts))
+        except getopt.GetoptError as e:
+            o = e.opt
+            if e.msg.endswith("not a unique prefix"):
+                self.err.write(f"numactl: option '--{o}' is ambiguous\n")
+            elif len(o) == 1:
+                self.err.write(f"numactl: option requires an argument -- '{o}'\n"
+                               if "requires" in e.msg else
+                               f"numactl: invalid option -- '{o}'\n")
+            elif "requires" in e.msg:
+                self.err.write(f"numactl: option '--{o}' requires an argument\n")
+            elif "must not have" in e.msg:
+                self.err.write(f"numactl: option '--{o}' doesn't allow an argument\n")
+            else:
+                self.err.write(f"numactl: unrecognized option '--{o}'\n")
+            self.usage()
+        letter = {"--" + k.rstrip("="): v for k, v in opts.items()}
+        self.fallback = ("--fallback", "") in parsed
+        for opt, arg in parsed:
+            c = letter[opt] if opt.startswith("--") else opt[1]
+            if c == "s":
+                text, rc = _numactl_show(self.b, self.tp())
+                self.out.write(text)
+                return rc
+            if c == "H" and self.ver < (2, 0, 19):  # 2.0.16 prints at once, 2.0.19 last
+                self.option(c, opt, arg)
                 break
+            self.option(c, opt, arg)
+        if self.hardware:
+            if not self.available():
+                self.out.write("No NUMA available on this system\n")
+                return 1
+            self.out.write(_numactl_hardware(self.tp()))
+            return 0
+        if self.shm is not None:
+            if cmd:
+                self.usage()
+            return 0
+        if self.strict:
+            self.err.write("numactl: warning. Strict flag for process ignored.\n")
+        if self.shmopt:
+            self.usage(f"shm related option {self.shmopt} for process")
+        if not cmd:
+            self.usage()
+        if self.task and self.task[0] in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
+            # Setting the policy again restarts the interleave cursor (il_prev): what
+            # Python allocated since would move the child's "interleave next" (which
+            # still moves with every page faulted before it asks, ASLR included).
+            try:
+                set_mempolicy(self.task[0], self.task[1], backend=self.b)
+            except OSError:
+                pass
+        failed = _exec(cmd, execvp)
+        self.complain(f"execution of `{cmd[0]}': {failed.strerror or failed}\n")
+        return 1
+
+    def option(self, c: str, opt: str, arg: str) -> None:
+        """One option, by its short letter."""
+        shm = self.shm
+        if c == "H":
+            self.nopolicy()
+            self.hardware = True
         elif c == "b":
-            nopolicy()
-            st["balancing"] = True
+            self.nopolicy()
+            self.balancing = True
         elif c in "wi":
-            checknuma()
-            mask = nodes(arg)
+            self.checknuma()
+            mask = self.nodes(arg)
             mode = Mode.WEIGHTED_INTERLEAVE if c == "w" else Mode.INTERLEAVE
-            setpolicy(mode)
-            policy(Mode.INTERLEAVE if shm else mode if mask else Mode.DEFAULT, mask,
-                   "setting interleave mask")
-        elif c in "Nc":
-            if st["shmopt"]:
-                usage(f"{st['shmopt']} shm option is not allowed before "
-                      "-c/--cpubind/--cpunodebind")
-            checknuma()
-            mask = nodes(arg)
-            st["cpubind"] = True
-            t = tp()
-            cpus = frozenset(x for n in mask if n in t.nodes for x in t.nodes[n].cpus)
-            call(setaff, "sched_setaffinity", 0, cpus,
-                 libnuma="numa_sched_setaffinity_v2_int() failed")
-        elif c == "C":
-            if st["shmopt"]:
-                usage(f"{st['shmopt']} shm option is not allowed before -C/--physcpubind")
-            mask = nodes(arg, cpus=True)
-            st["cpubind"] = True
-            call(setaff, "sched_setaffinity", 0, mask)
+            self.setpolicy(mode)
+            self.policy(Mode.INTERLEAVE if shm else mode if mask else Mode.DEFAULT, mask,
+                        "setting interleave mask")
+        elif c in "NcC":
+            if self.shmopt:
+                self.usage(f"{self.shmopt} shm option is not allowed before " +
+                           ("-C/--physcpubind" if c == "C" else
+                            "-c/--cpubind/--cpunodebind"))
+            if c == "C":
+                self.setaffinity(self.nodes(arg, cpus=True))
+                return
+            self.checknuma()
+            mask = self.nodes(arg)
+            t = self.tp()
+            self.setaffinity(frozenset(x for n in mask if n in t.nodes
+                                       for x in t.nodes[n].cpus),
+                             "numa_sched_setaffinity_v2_int() failed")
         elif c == "m":
-            checknuma()
-            setpolicy(Mode.BIND)
-            mask = nodes(arg)
-            flags = ModeFlag.NUMA_BALANCING if st["balancing"] and not shm else 0
+            self.checknuma()
+            self.setpolicy(Mode.BIND)
+            mask = self.nodes(arg)
+            flags = ModeFlag.NUMA_BALANCING if self.balancing and not shm else 0
             try:
                 if flags:   # numa_set_membind_balancing: plain bind where unsupported
-                    set_mempolicy(Mode.BIND, mask, mode_flags=flags, backend=b)
-                    st["task"] = (Mode.BIND, mask, flags)
-                    continue
+                    set_mempolicy(Mode.BIND, mask, mode_flags=flags, backend=self.b)
+                    self.task = (Mode.BIND, mask, flags)
+                    return
             except OSError as e:
                 if e.errno == errno.EINVAL:     # the kernel predates the flag
                     flags = 0
-            policy(Mode.BIND, mask, "setting membind", flags)
+            self.policy(Mode.BIND, mask, "setting membind", flags)
         elif c in "pP":
-            checknuma()
-            mask = nodes(arg)
+            self.checknuma()
+            mask = self.nodes(arg)
             if shm:         # libnuma's numa_tonode_memory passes preferred-many an
-                setpolicy(Mode.PREFERRED_MANY)      # empty mask: EINVAL (2.0.16, kept)
-                policy(Mode.PREFERRED_MANY, frozenset(), "setting preferred node")
+                self.setpolicy(Mode.PREFERRED_MANY)     # empty mask: EINVAL (2.0.16, kept)
+                self.policy(Mode.PREFERRED_MANY, frozenset(), "setting preferred node")
             elif c == "p":
                 if len(mask) != 1:
-                    usage()
-                setpolicy(Mode.PREFERRED)
-                policy(Mode.PREFERRED, mask, "setting preferred node")
+                    self.usage()
+                self.setpolicy(Mode.PREFERRED)
+                self.policy(Mode.PREFERRED, mask, "setting preferred node")
             else:
-                setpolicy(Mode.PREFERRED_MANY)
+                self.setpolicy(Mode.PREFERRED_MANY)
                 try:
-                    set_mempolicy(Mode.PREFERRED_MANY, mask, backend=b)
+                    set_mempolicy(Mode.PREFERRED_MANY, mask, backend=self.b)
                 except OSError as e:
-                    if e.errno == errno.EINVAL and mask and not fallback:
-                        complain("preferred-many requested without kernel support")
-                    policy(Mode.PREFERRED_MANY, mask, "setting preferred node")
+                    if e.errno == errno.EINVAL and mask and not self.fallback:
+                        self.complain("preferred-many requested without kernel support")
+                    self.policy(Mode.PREFERRED_MANY, mask, "setting preferred node")
         elif c == "l":
-            checknuma()
-            setpolicy(Mode.LOCAL)
-            policy(Mode.LOCAL, frozenset(), "local allocation")
+            self.checknuma()
+            self.setpolicy(Mode.LOCAL)
+            self.policy(Mode.LOCAL, frozenset(), "local allocation")
         elif c == "a":
-            if st["parsed"]:
-                usage("--all/-a option must be before all cpu/node specifications")
-            st["all"] = True
+            if self.parsed:
+                self.usage("--all/-a option must be before all cpu/node specifications")
+            self.all = True
         elif c == "t":
-            st["strict"] = True
+            self.strict = True
         elif c in "LoMu":
             name = {"L": "--length", "o": "--offset", "M": "--shmmode", "u": "--huge"}[c]
             if shm:
-                usage(f"{name} must be before shared memory specification")
-            st["shmopt"] = name
+                self.usage(f"{name} must be before shared memory specification")
+            self.shmopt = name
             if c == "M":
                 if not re.fullmatch(r"[0-7]+", arg):
-                    usage()
-                st["shmmode"] = int(arg, 8)
-            elif c in "Lo":
-                st[name] = _memsize(arg)
+                    self.usage()
+                self.shmmode = int(arg, 8)
+            elif c == "L":
+                self.length = _memsize(arg)
+            elif c == "o":
+                self.offset = _memsize(arg)
             else:
-                st["huge"] = True
+                self.huge = True
         elif c == "I":
             v, end = _strtoul(arg, 0)
             if v is None or end != len(arg):
-                usage()
-            st["shmid"] = v
+                self.usage()
+            self.shmid = v or 0
         elif c in "dD":
-            complain(f"Cannot do {opt} without shared memory.\n" if not shm else
-                     f"{opt} is not implemented by numa_utils numactl: "
-                     "`numa_utils maps PID` shows the placement")
+            self.complain(f"Cannot do {opt} without shared memory.\n" if not shm else
+                          f"{opt} is not implemented by numa_utils numactl: "
+                          "`numa_utils maps PID` shows the placement")
         elif c in "TV":
             if not shm:
-                usage(f"{'--touch' if c == 'T' else '--verify'} must be after shared "
-                      "memory specification")
-            if c == "T" and shm:
-                b.touch(shm[0], shm[1])
+                self.usage(f"{'--touch' if c == 'T' else '--verify'} must be after shared "
+                           "memory specification")
+            elif c == "T":
+                self.b.touch(shm[0], shm[1])
         elif c in "Sf":
-            if st["cpubind"]:
-                usage("cannot do --cpubind on shared memory\n")
-            nopolicy()
-            shm = _numactl_attach(c, arg, st, b, complain)
-    if st["hardware"]:
-        if not available():
-            out.write("No NUMA available on this system\n")
-            return 1
-        out.write(_numactl_hardware(tp()))
-        return 0
-    if shm is not None:
-        if cmd:
-            usage()
-        return 0
-    if st["strict"]:
-        err.write("numactl: warning. Strict flag for process ignored.\n")
-    if st["shmopt"]:
-        usage(f"shm related option {st['shmopt']} for process")
-    if not cmd:
-        usage()
-    task = st.get("task")
-    if task and task[0] in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
-        # Setting the policy again restarts the interleave cursor (il_prev): what
-        # Python allocated since would move the child's "interleave next" (which
-        # still moves with every page faulted before it asks, ASLR included).
-        try:
-            set_mempolicy(task[0], task[1], backend=b)
-        except OSError:
-            pass
-    failed = _exec(cmd, execvp)
-    complain(f"execution of `{cmd[0]}': {failed.strerror or failed}\n")
-    return 1
+            if self.cpubind:
+                self.usage("cannot do --cpubind on shared memory\n")
+            self.nopolicy()
+            self.shm = self.region(*(self.attach_sysv(arg) if c == "S" else
+                                     self.attach_file(arg)))
 
+    def attach_sysv(self, name: str) -> Tuple[int, int]:
+        """numactl --shm KEYFILE: the SysV segment keyed by ftok(KEYFILE, --shmid),
+        created with --length when missing.  The region stays after exit."""
+        def ftok() -> int:      # ftok(3); numactl takes a key with bit 31 for a failure
+            fst = os.stat(name)
+            key = (fst.st_ino & 0xFFFF) | ((fst.st_dev & 0xFF) << 16) | \
+                ((self.shmid & 0xFF) << 24)
+            if key >> 31:
+                raise OSError(0, "")
+            return key
 
-def _numactl_attach(c: str, name: str, st: Dict[str, Any], b: Backend,
-                    complain: Callable[[str], Any]) -> Tuple[int, int]:
-    """numactl --shm KEYFILE (a SysV segment keyed by ftok(KEYFILE, --shmid)) or
-    --file /dev/shm/NAME, created with --length when missing; the (address, length)
-    the policy options that follow apply to.  The region stays after exit."""
-    length, offset = st.get("--length", 0), st.get("--offset", 0)
-    mode = st.get("shmmode", 0o600)
-    if c == "S":
         try:
-            fst = os.stat(name)
-        except FileNotFoundError:
-            sys.stderr.write(f"numactl: Creating shm key file {name} mode {mode:04o}\n")
-            os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode))
-            fst = os.stat(name)
-        key = (fst.st_ino & 0xFFFF) | ((fst.st_dev & 0xFF) << 16) | \
-            ((st.get("shmid", 0) & 0xFF) << 24)     # ftok(3)
+            key = ftok()
+        except OSError as e:
+            self.err.write(f"numactl: Creating shm key file {name} mode {self.shmmode:04o}\n")
+            try:
+                os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, self.shmmode))
+            except OSError as e2:
+                self.complain(f"cannot create key for shm {name}\n: {e2.strerror}")
+            try:
+                key = ftok()
+            except OSError:     # numactl's nerror() appends the first ftok's errno
+                self.complain(f"cannot get key for newly created shm key file {name}" +
+                              (f": {e.strerror}" if e.errno else ""))
         # numactl's segments, as numactl makes them: `length` bytes, no identity
         # record (SharedRegion's would make them larger than asked).
+        b = self.b
         try:
             shmid = b.shmget(key, 0, 0)
         except FileNotFoundError:
-            if not length:
-                complain("need a --length to create a sysv shared memory segment")
-            sys.stderr.write(f"numactl: Creating shared memory segment {name} id "
-                             f"{st.get('shmid', 0)} mode {mode:04o} length "
-                             f"{length / (1 << 20):.0f}MB\n")
-            flags = IPC_CREAT | mode
-            if st.get("huge"):
-                huge = _huge_size(True, b, None)
-                flags |= SHM_HUGETLB | ((huge.bit_length() - 1) << SHM_HUGE_SHIFT)
-            shmid = b.shmget(key, length, flags)
-        addr, size = b.shmat(shmid), b.shm_stat(shmid).size
-    else:
-        if os.path.dirname(os.path.abspath(name)) != "/dev/shm" or offset:
-            complain(f"--file {name}: numa_utils numactl maps files in /dev/shm only, "
-                     "without --offset")
+            if not self.length:
+                self.complain("need a --length to create a sysv shared memory segment")
+            self.err.write(f"numactl: Creating shared memory segment {name} id "
+                           f"{self.shmid} mode {self.shmmode:04o} length "
+                           f"{self.length / (1 << 20):.0f}MB\n")
+            flags = IPC_CREAT | self.shmmode
+            try:
+                if self.huge:
+                    huge = _huge_size(True, b, None)
+                    flags |= SHM_HUGETLB | ((huge.bit_length() - 1) << SHM_HUGE_SHIFT)
+                shmid = b.shmget(key, self.length, flags)
+            except (OSError, ValueError, OverflowError) as e:    # shmget's size_t
+                self.complain("cannot create shared memory segment: " +
+                              os.strerror(getattr(e, "errno", None) or
+                                          (errno.ENOMEM if self.huge else errno.EINVAL)))
+        return b.shmat(shmid), b.shm_stat(shmid).size
+
+    def attach_file(self, name: str) -> Tuple[int, int]:
+        """numactl --file /dev/shm/NAME, created or grown to --length."""
+        b = self.b
+        if os.path.dirname(os.path.abspath(name)) != "/dev/shm" or self.offset:
+            self.complain(f"--file {name}: numa_utils numactl maps files in /dev/shm only, "
+                          "without --offset")
         leaf = os.path.basename(name)
+        if os.path.isdir(name):
+            self.complain(f"cannot create file {name}: {os.strerror(errno.EISDIR)}")
         try:
             fd = b.shm_open(leaf, os.O_RDWR, 0)
         except FileNotFoundError:
-            if not length:
-                complain("need a --length to create a shared file")
-            fd = b.shm_open(leaf, os.O_RDWR | os.O_CREAT, mode)
+            if not self.length:
+                self.complain("need a --length to create a shared file")
+            fd = b.shm_open(leaf, os.O_RDWR | os.O_CREAT, self.shmmode)
+        except OSError as e:    # a FIFO: numactl opens it, then its ftruncate fails
+            self.err.write(f"ftruncate: {os.strerror(e.errno or errno.EINVAL)}\n")
+            raise _NumactlExit(1) from None
         try:
             size = b.fstat(fd).size
-            if length > size:
-                b.ftruncate(fd, length)
-            size = length or size
-            addr = b.mmap(size, fd)
+            if self.length > size:
+                try:
+                    b.ftruncate(fd, self.length)
+                except (OSError, OverflowError):    # off_t: negative past 2**63
+                    self.err.write(f"ftruncate: {os.strerror(errno.EINVAL)}\n")
+                    raise _NumactlExit(1) from None
+            size = self.length or size
+            return b.mmap(size, fd), size
         finally:
             b.close(fd)
-        offset = 0
-    length = length or size - offset
-    if offset >= size or length % b.page_size or offset % b.page_size:
-        complain("policy region not page aligned" if offset < size else
-                 f"region offset {offset:#x} beyond its length {size:#x}")
-    return addr + offset, length
+
+    def region(self, addr: int, size: int) -> Tuple[int, int]:
+        """--offset and --length within the region mapped: the range the policy options
+        that follow apply to."""
+        offset, length = self.offset, self.length or size - self.offset
+        if offset >= size or length % self.b.page_size or offset % self.b.page_size:
+            self.complain("policy region not page aligned" if offset < size else
+                          f"region offset {offset:#x} beyond its length {size:#x}")
+        return addr + offset, length
 
 
 def _exec(cmd: List[str], execvp: Callable[[str, List[str]], Any] = os.execvp) -> OSError:
@@ -1317,6 +1361,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     while raw[lead:lead + 1] in (["-v"], ["--verbose"]):
         lead += 1
     if raw[lead:lead + 1] == ["numactl"]:   # numactl's own getopt grammar, not argparse's
+        for stream in (sys.stdout, sys.stderr):     # arguments echoed as the bytes given
+            getattr(stream, "reconfigure", lambda **kw: None)(errors="surrogateescape")
         return _cmd_numactl(raw[lead + 1:])
     return _nu._run(raw, _COMMANDS)
 

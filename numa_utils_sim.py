@@ -142,6 +142,13 @@ class _Intervals:
         return [(a, z, self.get(a)) for a, z in zip(edges, edges[1:])]
 
 
+# Simulated shmids and fds start past INT_MAX: the kernel's ipc ids and fds are ints
+# >= 0, and either truncated to the syscall's int is negative, so a real shmctl, shmat,
+# close or mmap handed one fails (EINVAL, EBADF) and never reaches a host object;
+# Python's os functions refuse them (OverflowError).  Still >= 0, as real ones are.
+_SIM_ID_BASE = 1 << 31
+
+
 class _SimObject:
     """A shared memory object (SysV segment, tmpfs/memfd file): the shared policy and
     the pages live here, so every process mapping it sees the same placement.
@@ -1250,7 +1257,7 @@ class SimulatedBackend(Backend):
             if sum(h.free for h in hp if h is not None) * page < size:
                 raise _oserror(errno.ENOMEM, "shmget", f"too few free {kb} kB huge pages")
         k.next_shmid += 1
-        shmid = k.next_shmid
+        shmid = _SIM_ID_BASE + k.next_shmid
         name = f"SYSV{key:08x}#{shmid}"
         self.kernel.objects[name] = obj = _SimObject(
             name, size, page, shared_policy=page == self.page_size,
@@ -1344,7 +1351,7 @@ class SimulatedBackend(Backend):
             k.objects[obj.name] = obj
             f = k.files[name] = _SimFile(name, mode & 0o7777, self.uid, self.gid, obj)
         k.next_attach += 1
-        fd = 1000 + k.next_attach
+        fd = _SIM_ID_BASE + k.next_attach
         self.fds[fd] = f
         return fd
 
