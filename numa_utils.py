@@ -118,6 +118,7 @@ __all__ = [
     # observation
     "NodeCounters", "Counters", "counters", "RemoteShare", "remote_share", "watch",
     "NodeCandidate", "NodeChoice", "choose_node", "CudaPin", "CudaHostRegisterFlag",
+    "CudaPinProgress",
     "pin_for_cuda", "REMOTE_SHARE_THRESHOLD",
     # numactl's node/CPU list grammar; CLI
     "parse_nodestring", "main",
@@ -7015,10 +7016,27 @@ def _load_cudart(cudart: Any, b: Backend) -> Tuple[Optional[ctypes.CDLL], str]:
     return lib, where
 
 
+class CudaPinProgress(_Record):
+    """How far a registration got: bytes registered, calls made, the longest call."""
+    bytes: int
+    calls: int
+    longest_s: float
+
+
+# One cudaHostRegister call holds the driver's lock for its whole length (every CUDA
+# call of the process waits: 11.6 s for 94 GB, vLLM #51414), and one of 512 GiB or
+# more fails outright (vLLM #51081).  So each call is cut at a budget, and never
+# reaches this, whatever ``chunk`` says.
+_PIN_CALL_MAX = 511 << 30
+
+
 class CudaPin:
     """Host memory registered with CUDA (``pin_for_cuda``).  Truthy when registered.
 
-    Use as a context manager or call ``close()``: every chunk is unregistered.
+    Use as a context manager or call ``close()``: every chunk is unregistered.  With
+    ``background=True`` it is returned at once: ``ready`` says the work has ended
+    (registered, or failed with ``reason``, ``error`` and ``failed_chunk``),
+    ``wait(timeout)`` blocks until then, ``progress`` says how far it is.
     """
 
     def __init__(self, ok: bool, addr: int, length: int, *, flags: int = 0,
@@ -7033,30 +7051,52 @@ class CudaPin:
         self.threads = threads
         self.reason = reason         # why not registered ("libcudart not found" ...)
         self.error = error           # cudaError_t of the failing call, if any
+        self.failed_chunk: Optional[Tuple[int, int]] = None   # (address, bytes) of it
         self.library = library
+        self.progress = CudaPinProgress(0, 0, 0.0)
         self._lib = lib
         self._lock = threading.Lock()
+        self._ended = threading.Event()
+        self._stop = False
+        self._worker: Optional[threading.Thread] = None
+        if ok or reason is not None:
+            self._ended.set()
 
     def __bool__(self) -> bool:
         return self.ok
 
     @property
+    def ready(self) -> bool:
+        """The registration has ended (check ``bool(pin)`` or ``reason`` for how)."""
+        return self._ended.is_set()
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Wait until ``ready`` (at most ``timeout`` seconds); returns ``ready``."""
+        return self._ended.wait(timeout)
+
+    @property
     def closed(self) -> bool:
-        return not self.ok
+        return not self.ok and self.ready
 
     def close(self) -> None:
-        """Unregister every chunk (idempotent).  Failures are logged, not raised."""
+        """Stop a background registration, then unregister every chunk (idempotent).
+        Failures are logged, not raised."""
+        self._stop = True
+        if self._worker is not None and self._worker is not threading.current_thread():
+            self._worker.join()
+        self._release()
+
+    def _release(self) -> None:
         with self._lock:
-            if not self.ok:
-                return
-            self.ok = False
             lib, chunks = self._lib, self.chunks
-        assert lib is not None
+            self.ok, self.chunks = False, ()
         for start, _size in chunks:
+            assert lib is not None
             rc = lib.cudaHostUnregister(ctypes.c_void_p(start))
             if rc != 0:
                 _warn_once(f"cudaHostUnregister:{rc}", "numa_utils: cudaHostUnregister "
                            "failed: %s", _cuda_error(lib, rc))
+        self._ended.set()
 
     def __enter__(self) -> CudaPin:
         return self
@@ -7065,14 +7105,81 @@ class CudaPin:
         self.close()
 
     def __repr__(self) -> str:
-        state = "registered" if self.ok else f"not registered: {self.reason or 'closed'}"
+        state = "registered" if self.ok else "registering" if not self.ready else \
+            f"not registered: {self.reason or 'closed'}"
         return (f"CudaPin(0x{self.addr:x}, {self.length} bytes, {len(self.chunks)} "
                 f"chunk(s), {state})")
 
     def to_json(self) -> Dict[str, Any]:
-        return {"ok": self.ok, "addr": self.addr, "length": self.length,
-                "flags": self.flags, "chunks": len(self.chunks), "threads": self.threads,
-                "reason": self.reason, "error": self.error, "library": self.library}
+        return {"ok": self.ok, "ready": self.ready, "addr": self.addr,
+                "length": self.length, "flags": self.flags, "chunks": len(self.chunks),
+                "threads": self.threads, "reason": self.reason, "error": self.error,
+                "failed_chunk": self.failed_chunk, "library": self.library,
+                "progress": self.progress._asdict()}
+
+    def _run(self, pieces: List[Tuple[int, int]], nthreads: int, device: Optional[int],
+             caller: threading.Thread, fault: Optional[Callable[[], Any]]) -> None:
+        """Register ``pieces`` from ``nthreads`` threads; on the first failure stop,
+        clear CUDA's error and unregister what was registered."""
+        import time
+        lib = self._lib
+        assert lib is not None
+        todo = iter(pieces)
+        done: List[Tuple[int, int]] = []
+        failed: List[Tuple[int, int, int]] = []      # (start, size, cudaError)
+
+        def worker() -> None:
+            if device is not None and threading.current_thread() is not caller:
+                lib.cudaSetDevice(device)
+            while True:
+                with self._lock:
+                    piece = None if failed or self._stop else next(todo, None)
+                if piece is None:
+                    return
+                t0 = time.monotonic()
+                rc = lib.cudaHostRegister(ctypes.c_void_p(piece[0]), piece[1], self.flags)
+                dt = time.monotonic() - t0
+                if rc != 0 and hasattr(lib, "cudaGetLastError"):
+                    # The error is also this thread's "last error": left there, the
+                    # engine's next kernel-launch check reports it as its own.
+                    lib.cudaGetLastError()
+                with self._lock:
+                    p = self.progress
+                    if rc == 0:
+                        done.append(piece)
+                        self.progress = CudaPinProgress(p.bytes + piece[1], p.calls + 1,
+                                                        max(p.longest_s, dt))
+                    else:
+                        failed.append((piece[0], piece[1], rc))
+                        self.progress = p._replace(calls=p.calls + 1,
+                                                   longest_s=max(p.longest_s, dt))
+        try:
+            if fault is not None:
+                fault()
+            pool = [threading.Thread(target=worker, name=f"pin_for_cuda-{i}", daemon=True)
+                    for i in range(nthreads - 1)]
+            for t in pool:
+                t.start()
+            worker()
+            for t in pool:
+                t.join()
+        except Exception as e:      # the prefault failed: nothing was registered
+            self.reason = f"prefault before registering failed: {e}"
+        with self._lock:
+            self.chunks = tuple(sorted(done))
+        if failed:
+            start, n, rc = min(failed)
+            self.error, self.failed_chunk = rc, (start, n)
+            self.reason = (f"cudaHostRegister(0x{start:x}, {n}) failed: "
+                           f"{_cuda_error(lib, rc)}; {len(done)} chunk(s) already "
+                           "registered were unregistered")
+        if self.reason is not None:
+            _warn_once(f"pin_for_cuda:{self.reason}", "numa_utils: host memory not "
+                       "pinned for CUDA: %s", self.reason)
+            self._release()         # roll back what was registered
+        else:
+            self.ok = not self._stop
+            self._ended.set()
 
 
 def _cuda_error(lib: ctypes.CDLL, rc: int) -> str:
@@ -7097,32 +7204,41 @@ def _cuda_current_device(lib: ctypes.CDLL) -> Optional[int]:
     return dev.value if get(ctypes.byref(dev)) == 0 and dev.value >= 0 else None
 
 
-def pin_for_cuda(buf: Any, length: Optional[int] = None, *, chunk: int = 128 << 20,
+def pin_for_cuda(buf: Any, length: Optional[int] = None, *, chunk: int = 1 << 30,
                  threads: Optional[int] = None,
-                 flags: int = CudaHostRegisterFlag.PORTABLE | CudaHostRegisterFlag.MAPPED,
-                 strict: bool = False, cudart: Any = None,
+                 flags: int = CudaHostRegisterFlag.PORTABLE, background: bool = False,
+                 prefault: bool = False, strict: bool = False, cudart: Any = None,
                  backend: Optional[Backend] = None) -> CudaPin:
-    """Pin ``buf`` for DMA: cudaHostRegister in ``chunk``-byte pieces from ``threads``
-    threads (ctypes releases the GIL during each call), so that pinning a large host
-    region (KV cache offload, weights) costs seconds, not minutes.
+    """Pin ``buf`` (or an address and ``length``) for DMA with cudaHostRegister, one
+    call per ``chunk`` bytes (default 1 GiB; never 512 GiB or more).  Each call holds
+    the CUDA driver's lock, so the chunk bounds how long any other CUDA call of the
+    process (a kernel launch, a copy) waits behind it.
+
+    ``flags``: PORTABLE by default; add CudaHostRegisterFlag.MAPPED only when the GPU
+    must address the memory directly (that mapping costs device memory).
+    ``prefault=True`` first faults the pages in from several threads (``prefault()``),
+    so that the driver, which faults on one thread, finds them present.  ``threads``:
+    how many threads register (default 1: the driver serialises the calls anyway).
+    ``background=True`` returns at once; see CudaPin.ready/wait/progress.
 
     libcudart is the one torch already loaded, else ``ctypes.util.find_library``,
     else a soname; ``cudart=`` (a path, soname or CDLL) overrides the search.  Without
-    CUDA, or when a chunk fails (the chunks already registered are unregistered),
-    returns a falsy CudaPin whose ``reason`` says why; ``strict=True`` raises OSError.
+    CUDA, or when a chunk fails (CUDA's error is cleared and the chunks already
+    registered are unregistered), the CudaPin is falsy and ``reason`` says why;
+    ``strict=True`` raises OSError instead (not with ``background``).
     """
     b = _b(backend)
     addr, size = buffer_range(buf, length)
     page = b.page_size
     flags = int(flags)
 
-    def fail(reason: str, err: Optional[int] = None, **kw: Any) -> CudaPin:
+    def fail(reason: str, err: Optional[int] = None) -> CudaPin:
         if strict:
             raise OSError(errno.EIO if err is not None else errno.ENOENT,
                           f"pin_for_cuda: {reason}")
         _warn_once(f"pin_for_cuda:{reason}", "numa_utils: host memory not pinned for "
                    "CUDA: %s", reason)
-        return CudaPin(False, addr, size, flags=flags, reason=reason, error=err, **kw)
+        return CudaPin(False, addr, size, flags=flags, reason=reason, error=err)
 
     if chunk <= 0:
         raise ValueError(f"chunk must be positive, not {chunk}")
@@ -7133,61 +7249,25 @@ def pin_for_cuda(buf: Any, length: Optional[int] = None, *, chunk: int = 128 << 
         return CudaPin(True, addr, 0, flags=flags, library=where, lib=lib)
     # Interior chunk edges on page boundaries: two registrations must never share a
     # page (CUDA pins whole pages; overlapping ones fail as already registered).
-    step = max(chunk - chunk % page, page)
-    edges = [addr]
-    e = addr - addr % page + step
-    while e < addr + size:
-        edges.append(e)
-        e += step
-    edges.append(addr + size)
+    step = max(min(chunk, _PIN_CALL_MAX) // page * page, page)
+    edges = [addr, *range(addr - addr % page + step, addr + size, step), addr + size]
     pieces = [(a, z - a) for a, z in zip(edges, edges[1:]) if z > a]
-    nthreads = max(1, min(threads if threads else min(8, os.cpu_count() or 1),
-                          len(pieces)))
-    done: List[Tuple[int, int]] = []
-    failed: List[Tuple[int, int, int]] = []      # (start, size, cudaError)
-    caller = threading.current_thread()
-    lock = threading.Lock()
-    todo = iter(list(pieces))
-
+    nthreads = max(1, min(threads or 1, len(pieces)))
+    pin = CudaPin(False, addr, size, flags=flags, threads=nthreads, library=where, lib=lib)
     # A new thread's current CUDA device is 0: registering from it would create a
     # context on GPU 0 (hundreds of MiB there) for an engine that runs on GPU 3.
     # Each worker first selects the caller's device.
     device = _cuda_current_device(lib)
-
-    def worker() -> None:
-        if device is not None and threading.current_thread() is not caller:
-            lib.cudaSetDevice(device)
-        while True:
-            with lock:
-                if failed:
-                    return
-                piece = next(todo, None)
-            if piece is None:
-                return
-            rc = lib.cudaHostRegister(ctypes.c_void_p(piece[0]), piece[1], flags)
-            with lock:
-                if rc == 0:
-                    done.append(piece)
-                else:
-                    failed.append((piece[0], piece[1], rc))
-
-    if nthreads == 1:
-        worker()
-    else:
-        pool = [threading.Thread(target=worker, name=f"pin_for_cuda-{i}", daemon=True)
-                for i in range(nthreads)]
-        for t in pool:
-            t.start()
-        for t in pool:
-            t.join()
-    pin = CudaPin(True, addr, size, flags=flags, chunks=sorted(done), threads=nthreads,
-                  library=where, lib=lib)
-    if failed:
-        start, n, rc = min(failed)
-        pin.close()     # roll back what was registered
-        return fail(f"cudaHostRegister(0x{start:x}, {n}) failed: {_cuda_error(lib, rc)}; "
-                    f"{len(done)} chunk(s) already registered were unregistered", rc,
-                    chunks=(), threads=nthreads, library=where)
+    fault = (lambda: _do_prefault(addr, size, backend=b)) if prefault else None
+    args = (pieces, nthreads, device, threading.current_thread(), fault)
+    if background:
+        pin._worker = threading.Thread(target=pin._run, args=args, name="pin_for_cuda",
+                                       daemon=True)
+        pin._worker.start()
+        return pin
+    pin._run(*args)
+    if not pin and strict:
+        raise OSError(errno.EIO, f"pin_for_cuda: {pin.reason}")
     return pin
 
 
