@@ -111,7 +111,8 @@ __all__ = [
     "set_local", "apply_policy", "thread_policy", "set_thread_policy", "get_policy",
     "node_of",
     # shared memory, prefault, placement
-    "SharedRegion", "prefault", "placement", "NumaMapsEntry",
+    "SharedRegion", "prefault", "placement", "NumaMapsEntry", "fit", "FitResult",
+    "FitNode", "FitLimit",
     # GPU locality and binding
     "gpus", "gpu_node", "cpus_for_gpu", "bind_to_node", "bind_for_gpu",
     "GpuInfo", "GpuPlan", "BindResult", "gpu_plans", "BIND_POLICIES",
@@ -498,6 +499,11 @@ class Backend:
                       if t.isascii() and t.isdigit())
 
     # Convenience shared by all backends ------------------------------------------------
+    def statvfs(self, path: str) -> Optional[Tuple[int, int]]:
+        """(size, bytes free to unprivileged users) of the file system at ``path``;
+        None when unknown (a saved tree)."""
+        return None
+
     def read_optional(self, path: str) -> Optional[str]:
         try:
             return self.read_text(path)
@@ -715,6 +721,12 @@ class LinuxBackend(Backend):
     # -- shared memory -----------------------------------------------------------------
     def geteuid(self) -> int:
         return os.geteuid()
+
+    def statvfs(self, path: str) -> Optional[Tuple[int, int]]:
+        if not self.is_live:
+            return None
+        st = os.statvfs(path)
+        return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
 
     def _libc_call(self, what: str, fn: Any, *args: Any) -> Any:
         self._refuse(what)
@@ -4521,9 +4533,9 @@ def _region_policy(policy: Optional[str], nodes: Optional[Iterable[int]],
 
 def _huge_size(hugepages: Union[bool, int, str, None], b: Backend,
                nodes: Optional[FrozenSet[int]]) -> int:
-    """Huge page size in bytes (0: base pages).  True: the size reserved on every
-    target node, 2 MiB first; "2M"/"1G"/"2048kB" or a byte count pick one."""
-    if hugepages in (None, False, 0, "off", ""):
+    """Huge page size in bytes (0: base pages, or "thp").  True: the size reserved on
+    every target node, 2 MiB first; "2M"/"1G"/"2048kB" or a byte count pick one."""
+    if hugepages in (None, False, 0, "off", "", "thp"):
         return 0
     topo = read_topology(backend=b)
     targets = nodes if nodes else (default_memory_nodes(topo) or frozenset(topo.nodes))
@@ -4564,6 +4576,252 @@ def _region_page(hugepages: Union[bool, int, str, None], kind: str, b: Backend,
     return huge, huge or b.page_size
 
 
+# -- fit: will an allocation succeed, checked before anything is made -------------------
+
+_THP_DIR = "/sys/kernel/mm/transparent_hugepage"
+MADV_HUGEPAGE = 14
+MADV_NOHUGEPAGE = 15
+_CGROUP = "/sys/fs/cgroup"
+
+
+class FitLimit(_Record):
+    """One limit on an allocation: what it is, the file that says so, the bytes it
+    still allows (None: only reported) and what raises it."""
+    name: str
+    source: str
+    allows: Optional[int]
+    fix: str = ""
+
+
+class FitNode(_Record):
+    node: int
+    needed: int                 # bytes this node should hold under the policy
+    available: int              # MemFree + reclaimable, or free huge pages x size
+    hugepages: Mapping[int, HugePages]      # page size in kB -> counts
+
+
+class FitResult(_Record):
+    """``fit()``: truthy when the allocation would succeed.  ``exact``: its pages
+    would also land where the policy asks (not spilled to other nodes)."""
+    ok: bool
+    exact: bool
+    reason: str
+    size: int
+    kind: str
+    page_size: int
+    hugepages: str              # "off", "thp", "2048kB" ...
+    nodes: Tuple[FitNode, ...]
+    limits: Tuple[FitLimit, ...]
+    thp: Mapping[str, str]      # enabled, defrag, shmem_enabled: the selected words
+    hugepages_fallback: Optional[str] = None    # why base pages instead of huge ones
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def to_json(self) -> Dict[str, Any]:
+        return dict(self._asdict(), nodes=[dict(n._asdict(), hugepages={
+            str(k): h._asdict() for k, h in n.hugepages.items()}) for n in self.nodes],
+            limits=[x._asdict() for x in self.limits], thp=dict(self.thp))
+
+
+def _selected(text: Optional[str]) -> Optional[str]:
+    m = re.search(r"\[([\w-]+)\]", text or "")
+    return m.group(1) if m else None
+
+
+def _thp_settings(b: Backend) -> Dict[str, str]:
+    out = {}
+    for name in ("enabled", "defrag", "shmem_enabled"):
+        word = _selected(b.read_optional(f"{_THP_DIR}/{name}"))
+        if word:
+            out[name] = word
+    return out
+
+
+def _hugepages_mode(hugepages: Union[bool, int, str, None]) -> Union[bool, int, str]:
+    """``hugepages=None``: NUMA_UTILS_NUMA_HUGEPAGES ("off" unless set)."""
+    if hugepages is None:
+        hugepages = _config("numa_hugepages") or False
+    return False if hugepages in ("off", "") else hugepages
+
+
+def _cgroup_dirs(b: Backend) -> List[str]:
+    """This process's cgroup v2 directory and its ancestors, innermost first."""
+    text = b.read_optional("/proc/self/cgroup") or ""
+    path = next((ln[3:].strip() for ln in text.splitlines() if ln.startswith("0::")), None)
+    if path is None or not path.startswith("/"):
+        return []
+    parts = [p for p in path.split("/") if p]
+    return [_CGROUP + "".join("/" + p for p in parts[:i]) for i in range(len(parts), -1, -1)]
+
+
+def _size_word(nbytes: int) -> str:
+    """hugetlb cgroup file names: 2MB, 1GB, 64KB (mm/hugetlb_cgroup.c mem_fmt)."""
+    for shift, unit in ((30, "GB"), (20, "MB"), (10, "KB")):
+        if nbytes >= 1 << shift:
+            return f"{nbytes >> shift}{unit}"
+    return f"{nbytes}B"
+
+
+def fit(size: int, *, nodes: Optional[Iterable[int]] = None,
+        policy: Optional[str] = "interleave",
+        hugepages: Union[bool, int, str, None] = None, kind: str = "sysv",
+        pin: bool = False, hugepages_required: bool = True,
+        backend: Optional[Backend] = None) -> FitResult:
+    """Would ``SharedRegion.create(size, policy=, nodes=, hugepages=, kind=)`` plus its
+    prefault (and ``pin_for_cuda`` with ``pin=True``) succeed?  Reads, never allocates:
+    per node MemFree plus reclaimable page cache or free huge pages, and every limit
+    with its source: cgroup v2 memory.max/memory.high/hugetlb.<size>.max less their
+    current use, cpuset.mems.effective, RLIMIT_MEMLOCK, the tmpfs behind /dev/shm,
+    shmmax/shmall, vm.overcommit_memory.  ``reason`` names the tightest limit and the
+    fix.  ``hugepages_required=False``: too few huge pages falls back to base pages.
+    """
+    b = _b(backend)
+    if kind not in ("sysv", "posix"):
+        raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
+    mode, ids, _, _ = _region_policy(policy, nodes, None, b)
+    topo = read_topology(backend=b)
+    allowed = topo.usable_memory_nodes
+    targets = sorted(allowed if mode in (Mode.DEFAULT, Mode.LOCAL) else ids
+                     if ids is not None else default_memory_nodes(topo) or allowed)
+    want = _hugepages_mode(hugepages)
+    thp = _thp_settings(b)
+    short: List[str] = []           # why the pages would not all land as asked
+    fallback = None
+    huge = 0
+    if want == "thp":
+        if thp.get("shmem_enabled", "never") in ("never", "deny"):
+            fallback = (f"shmem THP is {thp.get('shmem_enabled', 'absent')!r} "
+                        f"({_THP_DIR}/shmem_enabled): echo advise there")
+    elif want:
+        try:
+            huge = _region_page(True if want == "auto" else want, kind, b,
+                                frozenset(targets))[0]
+        except OSError as e:
+            want, fallback = ("thp", None) if want == "auto" else (want, str(e.args[-1]))
+    page = huge or b.page_size
+    npages = -(-size // page)
+    share = {n: (npages // len(targets) + (i < npages % len(targets))) * page
+             for i, n in enumerate(targets)} if mode in (
+        Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE) else {
+        targets[0]: npages * page} if mode == Mode.PREFERRED else {}
+    snap = counters(backend=b)
+    fnodes = []
+    for n in sorted(set(targets) | allowed):
+        node = topo.nodes.get(n)
+        hp = node.hugepages if node is not None else MappingProxyType({})
+        c = snap.nodes.get(n)
+        avail = hp[huge // 1024].free * huge if huge and huge // 1024 in hp else \
+            0 if huge else (c.available_kb if c is not None else 0) * 1024
+        fnodes.append(FitNode(n, share.get(n, 0), avail, hp))
+        if share.get(n, 0) > avail:
+            short.append(f"node {n} has {_fmt_kb(avail >> 10)} free"
+                         f"{f' in {huge >> 10} kB huge pages' if huge else ''} of the "
+                         f"{_fmt_kb(share[n] >> 10)} it should hold")
+    outside = set(targets) - allowed
+    if outside:
+        short.append(f"node(s) {format_cpulist(outside)} outside cpuset.mems.effective "
+                     f"({format_cpulist(allowed)}, /proc/self/status Mems_allowed_list): "
+                     "the policy is refused and pages land first-touch")
+    if huge and short and fallback is None:
+        fallback = "; ".join(short)
+    if fallback is not None and hugepages_required:
+        return FitResult(False, False, f"hugepages={want!r}: {fallback} (or pass "
+                         "hugepages_required=False for base pages)", size, kind, page,
+                         str(want), tuple(fnodes), (), thp)
+    if fallback is not None and huge:
+        return fit(size, nodes=nodes, policy=policy, hugepages=False, kind=kind, pin=pin,
+                   backend=b)._replace(hugepages_fallback=fallback)
+    need = npages * page
+    pool = frozenset(targets) if mode == Mode.BIND else allowed
+    limits = [FitLimit("memory of " + ("bound" if mode == Mode.BIND else "allowed")
+                       + f" node(s) {format_cpulist(pool)}", f"{_NODE_DIR}/node*/"
+                       + ("hugepages" if huge else "meminfo"),
+                       sum(f.available for f in fnodes if f.node in pool),
+                       "free memory there, or choose other nodes")]
+    limits += _fit_limits(b, huge, kind, pin, need)
+    res = FitResult(True, not short, "; ".join(short) or "fits as asked", size, kind,
+                    page, f"{huge >> 10}kB" if huge else "thp" if want == "thp" and
+                    fallback is None else "off", tuple(fnodes), tuple(limits), thp,
+                    fallback)
+    tight = min((x for x in limits if x.allows is not None and x.allows < need),
+                key=lambda x: x.allows or 0, default=None)
+    if tight is not None:
+        return res._replace(ok=False, exact=False, reason=(
+            f"{_fmt_kb(need >> 10)} needed, {tight.name} allows "
+            f"{_fmt_kb(max(tight.allows or 0, 0) >> 10)} ({tight.source}): {tight.fix}"))
+    return res
+
+
+def _fit_limits(b: Backend, huge: int, kind: str, pin: bool, need: int) -> List[FitLimit]:
+    """The limits beyond free memory, each with the file it came from."""
+    def num(path: str) -> Optional[int]:
+        t = b.read_optional(path)
+        return int(t.split()[0]) if t and t.split()[0].lstrip("-").isdigit() else None
+
+    out: List[FitLimit] = []
+    names = [f"hugetlb.{_size_word(huge)}.max"] if huge else ["memory.max", "memory.high"]
+    for d in _cgroup_dirs(b):
+        for name in names:
+            cap, cur = num(f"{d}/{name}"), num(f"{d}/{name.rsplit('.', 1)[0]}.current"
+                                              if huge else f"{d}/memory.current")
+            if cap is not None:
+                out.append(FitLimit(f"cgroup {name}", f"{d}/{name}", cap - (cur or 0),
+                                    f"raise {name} of the container/cgroup (docker "
+                                    "--memory, a Kubernetes limit)"))
+    if pin:
+        lim = re.search(r"^Max locked memory\s+(\S+)", b.read_optional("/proc/self/limits")
+                        or "", re.M)
+        if lim and lim.group(1).isdigit() and b.geteuid() != 0:
+            out.append(FitLimit("RLIMIT_MEMLOCK", "/proc/self/limits", int(lim.group(1)),
+                                "raise it (ulimit -l, docker --ulimit memlock=-1, "
+                                "LimitMEMLOCK=infinity)"))
+    if kind == "posix":
+        vfs = b.statvfs("/dev/shm")
+        if vfs is not None:
+            out.append(FitLimit("/dev/shm", f"/dev/shm is a {_fmt_kb(vfs[0] >> 10)} tmpfs",
+                                vfs[1], f"run the container with --shm-size="
+                                f"{-(-need >> 20) + (vfs[0] - vfs[1] >> 20)}m (or remount "
+                                "/dev/shm larger) or use kind='sysv'"))
+    else:
+        shmmax, shmall = num("/proc/sys/kernel/shmmax"), num("/proc/sys/kernel/shmall")
+        if shmmax is not None:
+            out.append(FitLimit("kernel.shmmax", "/proc/sys/kernel/shmmax", shmmax,
+                                "sysctl -w kernel.shmmax=..., or kind='posix'"))
+        if shmall is not None:
+            used = sum(-(-s.size // b.page_size) for s in _sysvipc_rows(
+                b.read_optional("/proc/sysvipc/shm") or ""))
+            out.append(FitLimit("kernel.shmall", "/proc/sys/kernel/shmall (pages)",
+                                (shmall - used) * b.page_size,
+                                "sysctl -w kernel.shmall=..., or kind='posix'"))
+    oc = num("/proc/sys/vm/overcommit_memory")
+    mi = parse_meminfo(b.read_optional("/proc/meminfo") or "")
+    if oc == 2 and not huge:
+        out.append(FitLimit("vm.overcommit_memory=2", "/proc/meminfo CommitLimit - "
+                            "Committed_AS", (mi.get("CommitLimit", 0) - mi.get(
+                                "Committed_AS", 0)) * 1024,
+                            "raise vm.overcommit_ratio or add swap"))
+    elif oc == 0 and kind == "sysv" and not huge and "MemTotal" in mi:
+        out.append(FitLimit("vm.overcommit_memory=0", "/proc/meminfo MemTotal + SwapTotal",
+                            (mi["MemTotal"] + mi.get("SwapTotal", 0)) * 1024,
+                            "a smaller region, or vm.overcommit_memory=1"))
+    return out
+
+
+def _fit_or_raise(size: int, policy: Optional[str], nodes: Optional[Iterable[int]],
+                  hugepages: Union[bool, int, str, None], required: bool, kind: str,
+                  b: Backend) -> Tuple[Union[bool, int, str], Optional[str]]:
+    """SharedRegion.create's check: (the hugepages mode to use, why it fell back) or
+    OSError naming the tightest limit, before anything is made."""
+    r = fit(size, nodes=nodes, policy=policy, hugepages=hugepages, kind=kind,
+            hugepages_required=required, backend=b)
+    if not r:
+        raise OSError(errno.ENOSPC if "/dev/shm allows" in r.reason else errno.ENOMEM,
+                      f"cannot create a {_fmt_kb(size >> 10)} region: {r.reason}")
+    return ("thp" if r.hugepages == "thp" else r.page_size if r.hugepages != "off"
+            else False), r.hugepages_fallback
+
+
 class SharedRegion:
     """A shared memory region (SysV segment or /dev/shm file) placed by a policy.
 
@@ -4592,6 +4850,7 @@ class SharedRegion:
         self.prefaulted = prefaulted
         self._closed = False
         self._removed = False
+        self.hugepages_fallback: Optional[str] = None   # why base pages, not huge ones
 
     # -- properties --------------------------------------------------------------------
     @property
@@ -4645,15 +4904,24 @@ class SharedRegion:
     @classmethod
     def create(cls, key: Union[int, str], size: int, *, policy: Optional[str] = None,
                nodes: Optional[Iterable[int]] = None, prefault: bool = True,
-               hugepages: Union[bool, int, str] = False, kind: str = "sysv",
+               hugepages: Union[bool, int, str, None] = None, kind: str = "sysv",
                mode: int = 0o600, threads: Optional[int] = None,
                strict: Optional[bool] = None,
                progress: Optional[Callable[[int, int], Any]] = None,
+               hugepages_required: bool = True,
                backend: Optional[Backend] = None) -> SharedRegion:
         """Create region ``key`` (a str name, or an int SysV key) of ``size`` bytes.
 
-        Fails with FileExistsError when it exists.  Nothing is left behind when any
-        step fails (policy denied under strict, prefault interrupted, ...).
+        ``hugepages``: False (base pages), True or "2M"/"1G" (hugetlb, kind="sysv"),
+        "thp" (MADV_HUGEPAGE before prefault, where shmem THP is advise/within_size/
+        always), None: NUMA_UTILS_NUMA_HUGEPAGES ("off" unless set; set it to "off",
+        or pass False, to give no THP advice).  ``fit()`` checks first: a region that
+        would not fit (too few huge pages on a node, a small /dev/shm, a cgroup
+        limit ...) is refused with OSError naming the limit and the fix; with
+        ``hugepages_required=False`` too few huge pages gives base pages instead, and
+        ``hugepages_fallback`` says why.  Fails with FileExistsError when it exists.
+        Nothing is left behind when any step fails (policy denied under strict,
+        prefault interrupted, ...).
         """
         b = _b(backend)
         if kind not in ("sysv", "posix"):
@@ -4662,6 +4930,8 @@ class SharedRegion:
             raise ValueError(f"size must be an int > 0, not {size!r}")
         if mode & ~0o777:
             raise ValueError(f"mode {mode:o}: permission bits only")
+        hugepages, huge_note = _fit_or_raise(size, policy, nodes, hugepages,
+                                             hugepages_required, kind, b)
         pmode, pnodes, strict_, _ = _region_policy(policy, nodes, strict, b)
         huge, page = _region_page(hugepages, kind, b, pnodes)
         size = (size + page - 1) // page * page
@@ -4715,8 +4985,11 @@ class SharedRegion:
                 blocked = False
                 _release_signals(held)      # a pending SIGINT raises here: undone
             res = _region_apply(b, addr, size, page, pmode, pnodes, strict_)
+            if hugepages == "thp":
+                b.madvise(addr, size, MADV_HUGEPAGE)
             region = cls(backend=b, kind=kind, key=key, address=addr, size=size,
                          page_size=page, policy=res, created=True, shmid=shmid, name=name)
+            region.hugepages_fallback = huge_note
             if prefault:
                 region.prefaulted = _do_prefault(
                     addr, size, threads, backend=b, progress=progress, page_size=page,
