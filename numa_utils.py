@@ -4647,7 +4647,6 @@ def _region_page(hugepages: Union[bool, int, str, None], kind: str, b: Backend,
 
 _THP_DIR = "/sys/kernel/mm/transparent_hugepage"
 MADV_HUGEPAGE = 14
-MADV_NOHUGEPAGE = 15
 _CGROUP = "/sys/fs/cgroup"
 
 
@@ -4705,13 +4704,6 @@ def _thp_settings(b: Backend) -> Dict[str, str]:
     return out
 
 
-def _hugepages_mode(hugepages: Union[bool, int, str, None]) -> Union[bool, int, str]:
-    """``hugepages=None``: NUMA_UTILS_NUMA_HUGEPAGES ("off" unless set)."""
-    if hugepages is None:
-        hugepages = _config("numa_hugepages") or False
-    return False if hugepages in ("off", "") else hugepages
-
-
 def _cgroup_dirs(b: Backend) -> List[str]:
     """This process's cgroup v2 directory and its ancestors, innermost first."""
     text = b.read_optional("/proc/self/cgroup") or ""
@@ -4751,7 +4743,9 @@ def fit(size: int, *, nodes: Optional[Iterable[int]] = None,
     allowed = topo.usable_memory_nodes
     targets = sorted(allowed if mode in (Mode.DEFAULT, Mode.LOCAL) else ids
                      if ids is not None else default_memory_nodes(topo) or allowed)
-    want = _hugepages_mode(hugepages)
+    # hugepages=None: NUMA_UTILS_NUMA_HUGEPAGES ("off" unless set).
+    want = (_config("numa_hugepages") or False) if hugepages is None else hugepages
+    want = False if want in ("off", "") else want
     thp = _thp_settings(b)
     short: List[str] = []           # why the pages would not all land as asked
     fallback = None
@@ -8159,6 +8153,7 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
             "nodes_with_memory": tj["nodes_with_memory"],
             "online_cpus": tj["online_cpus"],
             "numa_balancing": topo.numa_balancing, "thp": topo.thp,
+            "thp_settings": _thp_settings(b),
         },
         "cpus": tj["cpus"],
         "memory_tiers": tj["memory_tiers"],
@@ -8331,7 +8326,8 @@ def _render_status(rep: Dict[str, Any]) -> str:
     nb = k["numa_balancing"]
     out.append(f"  numa_balancing {'-' if nb is None else nb}"
                + ("" if nb is None else (" (on)" if nb else " (off)")))
-    out.append(f"  THP            {k['thp'] or '-'}")
+    out.append(f"  THP            {k['thp'] or '-'}" + "".join(
+        f", {n} {v}" for n, v in k.get("thp_settings", {}).items() if n != "enabled"))
     for extra in rep.get("extra_text", []):
         out.append(extra)
     if "config" in rep:
