@@ -595,14 +595,25 @@ _libc: Optional[ctypes.CDLL] = None
 
 
 def _get_libc() -> ctypes.CDLL:
-    """libc, loaded lazily and once, with errno capture."""
+    """libc, loaded lazily and once, with errno capture and the prototypes set
+    (under the lock, before any caller can use them)."""
     global _libc
     with _libc_lock:
         if _libc is None:
             lib = ctypes.CDLL(None, use_errno=True)
             lib.syscall.restype = ctypes.c_long
-            lib.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-            lib.madvise.restype = ctypes.c_int
+            vp, sz, i = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
+            for name, args, res in (
+                ("madvise", [vp, sz, i], i),
+                ("shmget", [i, sz, i], i), ("shmat", [i, vp, i], vp),
+                ("shmdt", [vp], i), ("shmctl", [i, i, vp], i),
+                ("mmap", [vp, sz, i, i, i, ctypes.c_long], vp),
+                ("munmap", [vp, sz], i),
+                ("readv", [i, vp, i], ctypes.c_ssize_t),
+                ("writev", [i, vp, i], ctypes.c_ssize_t),
+            ):
+                fn = getattr(lib, name)
+                fn.argtypes, fn.restype = args, res
             _libc = lib
         return _libc
 
@@ -800,15 +811,15 @@ class LinuxBackend(Backend):
         return res
 
     def shmget(self, key: int, size: int, flags: int) -> int:
-        libc = _get_shm_libc()
+        libc = _get_libc()
         return int(self._libc_call("shmget", libc.shmget, _as_key(key), size, flags))
 
     def shmat(self, shmid: int, flags: int = 0) -> int:
-        libc = _get_shm_libc()
+        libc = _get_libc()
         return int(self._libc_call("shmat", libc.shmat, shmid, None, flags))
 
     def shmdt(self, addr: int) -> None:
-        self._libc_call("shmdt", _get_shm_libc().shmdt, addr)
+        self._libc_call("shmdt", _get_libc().shmdt, addr)
 
     def shm_stat(self, shmid: int) -> _ShmStat:
         self._refuse("shmctl(IPC_STAT)")
@@ -817,11 +828,11 @@ class LinuxBackend(Backend):
             # as text, from the kernel's own table.
             return _sysvipc_stat(self.read_text("/proc/sysvipc/shm"), shmid)
         buf = ctypes.create_string_buffer(256)
-        self._libc_call("shmctl(IPC_STAT)", _get_shm_libc().shmctl, shmid, IPC_STAT, buf)
+        self._libc_call("shmctl(IPC_STAT)", _get_libc().shmctl, shmid, IPC_STAT, buf)
         return _decode_shmid_ds(buf.raw, shmid)
 
     def shm_rmid(self, shmid: int) -> None:
-        self._libc_call("shmctl(IPC_RMID)", _get_shm_libc().shmctl, shmid, IPC_RMID,
+        self._libc_call("shmctl(IPC_RMID)", _get_libc().shmctl, shmid, IPC_RMID,
                         None)
 
     def _shm_path(self, name: str) -> str:
@@ -876,13 +887,13 @@ class LinuxBackend(Backend):
         os.close(fd)
 
     def mmap(self, length: int, fd: int, *, huge: bool = False) -> int:
-        libc = _get_shm_libc()
+        libc = _get_libc()
         flags = _MAP_SHARED | (_MAP_HUGETLB if huge else 0)
         return int(self._libc_call("mmap", libc.mmap, None, length,
                                    _PROT_READ | _PROT_WRITE, flags, fd, 0))
 
     def munmap(self, addr: int, length: int) -> None:
-        self._libc_call("munmap", _get_shm_libc().munmap, addr, length)
+        self._libc_call("munmap", _get_libc().munmap, addr, length)
 
 
 _default_lock = threading.Lock()
@@ -2803,34 +2814,9 @@ def _sysvipc_stat(text: str, shmid: int) -> _ShmStat:
     raise _oserror(errno.EINVAL, "shmctl(IPC_STAT)", f"no segment {shmid}")
 
 
-_shm_protos_set = False
-
-
 def _map_failed() -> int:
     """MAP_FAILED, (void *) -1, as an unsigned address."""
     return (1 << (ctypes.sizeof(ctypes.c_void_p) * 8)) - 1
-
-
-def _get_shm_libc() -> ctypes.CDLL:
-    """_get_libc()'s handle, with the shared-memory prototypes set (once, under the
-    lock, before any caller can use them)."""
-    global _shm_protos_set
-    lib = _get_libc()                   # takes _libc_lock itself: call it outside
-    with _libc_lock:
-        if not _shm_protos_set:
-            vp, sz, i = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
-            for name, args, res in (
-                ("shmget", [i, sz, i], i), ("shmat", [i, vp, i], vp),
-                ("shmdt", [vp], i), ("shmctl", [i, i, vp], i),
-                ("mmap", [vp, sz, i, i, i, ctypes.c_long], vp),
-                ("munmap", [vp, sz], i),
-                ("readv", [i, vp, i], ctypes.c_ssize_t),
-                ("writev", [i, vp, i], ctypes.c_ssize_t),
-            ):
-                fn = getattr(lib, name)
-                fn.argtypes, fn.restype = args, res
-            _shm_protos_set = True
-    return lib
 
 
 def _as_key(key: int) -> int:
@@ -2877,7 +2863,7 @@ def _touch_iov(addr: int, length: int, page: int, write: bool = True) -> None:
     import array
     if length <= 0:
         return
-    libc = _get_shm_libc()
+    libc = _get_libc()
     first = addr - addr % page
     starts = array.array("Q", range(first, addr + length, page))
     if starts and starts[0] < addr:
@@ -3972,18 +3958,21 @@ _nvml_lock = threading.Lock()
 _nvml_cache: Dict[str, Optional[List[_NvmlGpu]]] = {}
 
 
+def _dlopen(names: Iterable[str]) -> Tuple[Optional[ctypes.CDLL], str, List[str]]:
+    """The first of ``names`` that loads: (library, its name, the errors before it)."""
+    errors: List[str] = []
+    for name in dict.fromkeys(names):
+        try:
+            return ctypes.CDLL(name), name, errors
+        except OSError as e:
+            errors.append(str(e))
+    return None, "", errors
+
+
 def _load_nvml() -> Optional[ctypes.CDLL]:
     import ctypes.util
-    names = ["libnvidia-ml.so.1"]
-    found = ctypes.util.find_library("nvidia-ml")
-    if found and found not in names:
-        names.append(found)
-    for name in names:
-        try:
-            return ctypes.CDLL(name)
-        except OSError:
-            continue
-    return None
+    return _dlopen(["libnvidia-ml.so.1", ctypes.util.find_library("nvidia-ml") or
+                    "libnvidia-ml.so.1"])[0]
 
 
 def _nvml_query() -> Optional[List[_NvmlGpu]]:
@@ -5426,14 +5415,7 @@ def _load_cudart(cudart: Any, b: Backend) -> Tuple[Optional[ctypes.CDLL], str]:
         where = getattr(cudart, "_name", "libcudart")
     else:
         names = [cudart] if cudart is not None else _cudart_candidates(b)
-        lib, where, errors = None, "", []
-        for name in names:
-            try:
-                lib = ctypes.CDLL(name)
-                where = name
-                break
-            except OSError as e:
-                errors.append(str(e))
+        lib, where, errors = _dlopen(names)
         if lib is None:
             return None, ("libcudart not found (tried " + ", ".join(names) + ")"
                           if cudart is None else f"cannot load {cudart}: {errors[-1]}")
