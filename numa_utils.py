@@ -3249,10 +3249,7 @@ def fit(size: int, *, nodes: Optional[Iterable[int]] = None,
 
 def _fit_limits(b: Backend, huge: int, kind: str, pin: bool, need: int) -> List[FitLimit]:
     """The limits beyond free memory, each with the file it came from."""
-    def num(path: str) -> Optional[int]:
-        t = b.read_optional(path)
-        return int(t.split()[0]) if t and t.split()[0].lstrip("-").isdigit() else None
-
+    num = _Reader(b).integer        # None: absent, unreadable or "max"
     out: List[FitLimit] = []
     names = [f"hugetlb.{_size_word(huge)}.max"] if huge else ["memory.max", "memory.high"]
     for d in _cgroup_dirs(b):
