@@ -113,13 +113,15 @@ __all__ = [
     "set_local", "apply_policy", "thread_policy", "set_thread_policy", "get_policy",
     "node_of",
     # shared memory, prefault, placement
-    "SharedRegion", "prefault", "placement", "NumaMapsEntry",
+    "SharedRegion", "prefault", "placement", "NumaMapsEntry", "fit", "FitResult",
+    "FitNode", "FitLimit",
     # GPU locality and binding
     "gpus", "gpu_node", "cpus_for_gpu", "bind_to_node", "bind_for_gpu",
     "GpuInfo", "GpuPlan", "BindResult", "gpu_plans", "BIND_POLICIES",
     # observation
     "NodeCounters", "Counters", "counters", "RemoteShare", "remote_share", "watch",
     "NodeCandidate", "NodeChoice", "choose_node", "CudaPin", "CudaHostRegisterFlag",
+    "CudaPinProgress",
     "pin_for_cuda", "REMOTE_SHARE_THRESHOLD",
     # numactl's node/CPU list grammar; CLI
     "parse_nodestring", "main", "configure",
@@ -518,6 +520,11 @@ class Backend:
                       if t.isascii() and t.isdigit())
 
     # Convenience shared by all backends ------------------------------------------------
+    def statvfs(self, path: str) -> Optional[Tuple[int, int]]:
+        """(size, bytes free to unprivileged users) of the file system at ``path``;
+        None when unknown (a saved tree)."""
+        return None
+
     def read_optional(self, path: str) -> Optional[str]:
         try:
             return self.read_text(path)
@@ -618,14 +625,25 @@ _libc: Optional[ctypes.CDLL] = None
 
 
 def _get_libc() -> ctypes.CDLL:
-    """libc, loaded lazily and once, with errno capture."""
+    """libc, loaded lazily and once, with errno capture and the prototypes set
+    (under the lock, before any caller can use them)."""
     global _libc
     with _libc_lock:
         if _libc is None:
             lib = ctypes.CDLL(None, use_errno=True)
             lib.syscall.restype = ctypes.c_long
-            lib.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-            lib.madvise.restype = ctypes.c_int
+            vp, sz, i = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
+            for name, args, res in (
+                ("madvise", [vp, sz, i], i),
+                ("shmget", [i, sz, i], i), ("shmat", [i, vp, i], vp),
+                ("shmdt", [vp], i), ("shmctl", [i, i, vp], i),
+                ("mmap", [vp, sz, i, i, i, ctypes.c_long], vp),
+                ("munmap", [vp, sz], i),
+                ("readv", [i, vp, i], ctypes.c_ssize_t),
+                ("writev", [i, vp, i], ctypes.c_ssize_t),
+            ):
+                fn = getattr(lib, name)
+                fn.argtypes, fn.restype = args, res
             _libc = lib
         return _libc
 
@@ -1057,6 +1075,12 @@ class LinuxBackend(Backend):
     def geteuid(self) -> int:
         return os.geteuid()
 
+    def statvfs(self, path: str) -> Optional[Tuple[int, int]]:
+        if not self.is_live:
+            return None
+        st = os.statvfs(path)
+        return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+
     def _libc_call(self, what: str, fn: Any, *args: Any) -> Any:
         self._refuse(what)
         ctypes.set_errno(0)
@@ -1068,15 +1092,15 @@ class LinuxBackend(Backend):
         return res
 
     def shmget(self, key: int, size: int, flags: int) -> int:
-        libc = _get_shm_libc()
+        libc = _get_libc()
         return int(self._libc_call("shmget", libc.shmget, _as_key(key), size, flags))
 
     def shmat(self, shmid: int, flags: int = 0) -> int:
-        libc = _get_shm_libc()
+        libc = _get_libc()
         return int(self._libc_call("shmat", libc.shmat, shmid, None, flags))
 
     def shmdt(self, addr: int) -> None:
-        self._libc_call("shmdt", _get_shm_libc().shmdt, addr)
+        self._libc_call("shmdt", _get_libc().shmdt, addr)
 
     def shm_stat(self, shmid: int) -> _ShmStat:
         self._refuse("shmctl(IPC_STAT)")
@@ -1085,11 +1109,11 @@ class LinuxBackend(Backend):
             # as text, from the kernel's own table.
             return _sysvipc_stat(self.read_text("/proc/sysvipc/shm"), shmid)
         buf = ctypes.create_string_buffer(256)
-        self._libc_call("shmctl(IPC_STAT)", _get_shm_libc().shmctl, shmid, IPC_STAT, buf)
+        self._libc_call("shmctl(IPC_STAT)", _get_libc().shmctl, shmid, IPC_STAT, buf)
         return _decode_shmid_ds(buf.raw, shmid)
 
     def shm_rmid(self, shmid: int) -> None:
-        self._libc_call("shmctl(IPC_RMID)", _get_shm_libc().shmctl, shmid, IPC_RMID,
+        self._libc_call("shmctl(IPC_RMID)", _get_libc().shmctl, shmid, IPC_RMID,
                         None)
 
     def _shm_path(self, name: str) -> str:
@@ -1144,13 +1168,13 @@ class LinuxBackend(Backend):
         os.close(fd)
 
     def mmap(self, length: int, fd: int, *, huge: bool = False) -> int:
-        libc = _get_shm_libc()
+        libc = _get_libc()
         flags = _MAP_SHARED | (_MAP_HUGETLB if huge else 0)
         return int(self._libc_call("mmap", libc.mmap, None, length,
                                    _PROT_READ | _PROT_WRITE, flags, fd, 0))
 
     def munmap(self, addr: int, length: int) -> None:
-        self._libc_call("munmap", _get_shm_libc().munmap, addr, length)
+        self._libc_call("munmap", _get_libc().munmap, addr, length)
 
     def flock(self, fd: int, op: int) -> None:
         self._refuse("flock")
@@ -3186,34 +3210,9 @@ def _sysvipc_stat(text: str, shmid: int) -> _ShmStat:
     raise _oserror(errno.EINVAL, "shmctl(IPC_STAT)", f"no segment {shmid}")
 
 
-_shm_protos_set = False
-
-
 def _map_failed() -> int:
     """MAP_FAILED, (void *) -1, as an unsigned address."""
     return (1 << (ctypes.sizeof(ctypes.c_void_p) * 8)) - 1
-
-
-def _get_shm_libc() -> ctypes.CDLL:
-    """_get_libc()'s handle, with the shared-memory prototypes set (once, under the
-    lock, before any caller can use them)."""
-    global _shm_protos_set
-    lib = _get_libc()                   # takes _libc_lock itself: call it outside
-    with _libc_lock:
-        if not _shm_protos_set:
-            vp, sz, i = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
-            for name, args, res in (
-                ("shmget", [i, sz, i], i), ("shmat", [i, vp, i], vp),
-                ("shmdt", [vp], i), ("shmctl", [i, i, vp], i),
-                ("mmap", [vp, sz, i, i, i, ctypes.c_long], vp),
-                ("munmap", [vp, sz], i),
-                ("readv", [i, vp, i], ctypes.c_ssize_t),
-                ("writev", [i, vp, i], ctypes.c_ssize_t),
-            ):
-                fn = getattr(lib, name)
-                fn.argtypes, fn.restype = args, res
-            _shm_protos_set = True
-    return lib
 
 
 def _as_key(key: int) -> int:
@@ -3358,7 +3357,7 @@ def _touch_iov(addr: int, length: int, page: int, write: bool = True) -> None:
     import array
     if length <= 0:
         return
-    libc = _get_shm_libc()
+    libc = _get_libc()
     first = addr - addr % page
     starts = array.array("Q", range(first, addr + length, page))
     if starts and starts[0] < addr:
@@ -3528,9 +3527,9 @@ def _region_policy(policy: Optional[str], nodes: Optional[Iterable[int]],
 
 def _huge_size(hugepages: Union[bool, int, str, None], b: Backend,
                nodes: Optional[FrozenSet[int]]) -> int:
-    """Huge page size in bytes (0: base pages).  True: the size reserved on every
-    target node, 2 MiB first; "2M"/"1G"/"2048kB" or a byte count pick one."""
-    if hugepages in (None, False, 0, "off", ""):
+    """Huge page size in bytes (0: base pages, or "thp").  True: the size reserved on
+    every target node, 2 MiB first; "2M"/"1G"/"2048kB" or a byte count pick one."""
+    if hugepages in (None, False, 0, "off", "", "thp"):
         return 0
     topo = read_topology(backend=b)
     targets = nodes if nodes else (default_memory_nodes(topo) or frozenset(topo.nodes))
@@ -3571,6 +3570,243 @@ def _region_page(hugepages: Union[bool, int, str, None], kind: str, b: Backend,
     return huge, huge or b.page_size
 
 
+# -- fit: will an allocation succeed, checked before anything is made -------------------
+
+_THP_DIR = "/sys/kernel/mm/transparent_hugepage"
+MADV_HUGEPAGE = 14
+_CGROUP = "/sys/fs/cgroup"
+
+
+class FitLimit(_Record):
+    """One limit on an allocation: what it is, the file that says so, the bytes it
+    still allows (None: only reported) and what raises it."""
+    name: str
+    source: str
+    allows: Optional[int]
+    fix: str = ""
+
+
+class FitNode(_Record):
+    node: int
+    needed: int                 # bytes this node should hold under the policy
+    available: int              # MemFree + reclaimable, or free huge pages x size
+    hugepages: Mapping[int, HugePages]      # page size in kB -> counts
+
+
+class FitResult(_Record):
+    """``fit()``: truthy when the allocation would succeed.  ``exact``: its pages
+    would also land where the policy asks (not spilled to other nodes)."""
+    ok: bool
+    exact: bool
+    reason: str
+    size: int
+    kind: str
+    page_size: int
+    hugepages: str              # "off", "thp", "2048kB" ...
+    nodes: Tuple[FitNode, ...]
+    limits: Tuple[FitLimit, ...]
+    thp: Mapping[str, str]      # enabled, defrag, shmem_enabled: the selected words
+    hugepages_fallback: Optional[str] = None    # why base pages instead of huge ones
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def to_json(self) -> Dict[str, Any]:
+        return dict(self._asdict(), nodes=[dict(n._asdict(), hugepages={
+            str(k): h._asdict() for k, h in n.hugepages.items()}) for n in self.nodes],
+            limits=[x._asdict() for x in self.limits], thp=dict(self.thp))
+
+
+def _selected(text: Optional[str]) -> Optional[str]:
+    m = re.search(r"\[([\w-]+)\]", text or "")
+    return m.group(1) if m else None
+
+
+def _thp_settings(b: Backend) -> Dict[str, str]:
+    out = {}
+    for name in ("enabled", "defrag", "shmem_enabled"):
+        word = _selected(b.read_optional(f"{_THP_DIR}/{name}"))
+        if word:
+            out[name] = word
+    return out
+
+
+def _cgroup_dirs(b: Backend) -> List[str]:
+    """This process's cgroup v2 directory and its ancestors, innermost first."""
+    text = b.read_optional("/proc/self/cgroup") or ""
+    path = next((ln[3:].strip() for ln in text.splitlines() if ln.startswith("0::")), None)
+    if path is None or not path.startswith("/"):
+        return []
+    parts = [p for p in path.split("/") if p]
+    return [_CGROUP + "".join("/" + p for p in parts[:i]) for i in range(len(parts), -1, -1)]
+
+
+def _size_word(nbytes: int) -> str:
+    """hugetlb cgroup file names: 2MB, 1GB, 64KB (mm/hugetlb_cgroup.c mem_fmt)."""
+    for shift, unit in ((30, "GB"), (20, "MB"), (10, "KB")):
+        if nbytes >= 1 << shift:
+            return f"{nbytes >> shift}{unit}"
+    return f"{nbytes}B"
+
+
+def fit(size: int, *, nodes: Optional[Iterable[int]] = None,
+        policy: Optional[str] = "interleave",
+        hugepages: Union[bool, int, str, None] = None, kind: str = "sysv",
+        pin: bool = False, hugepages_required: bool = True,
+        backend: Optional[Backend] = None) -> FitResult:
+    """Would ``SharedRegion.create(size, policy=, nodes=, hugepages=, kind=)`` plus its
+    prefault (and ``pin_for_cuda`` with ``pin=True``) succeed?  Reads, never allocates:
+    per node MemFree plus reclaimable page cache or free huge pages, and every limit
+    with its source: cgroup v2 memory.max/memory.high/hugetlb.<size>.max less their
+    current use, cpuset.mems.effective, RLIMIT_MEMLOCK, the tmpfs behind /dev/shm,
+    shmmax/shmall, vm.overcommit_memory.  ``reason`` names the tightest limit and the
+    fix.  ``hugepages_required=False``: too few huge pages falls back to base pages.
+    """
+    b = _b(backend)
+    if kind not in ("sysv", "posix"):
+        raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
+    mode, ids, _, _ = _region_policy(policy, nodes, None, b)
+    topo = read_topology(backend=b)
+    allowed = topo.usable_memory_nodes
+    targets = sorted(allowed if mode in (Mode.DEFAULT, Mode.LOCAL) else ids
+                     if ids is not None else default_memory_nodes(topo) or allowed)
+    # hugepages=None: NUMA_UTILS_NUMA_HUGEPAGES ("off" unless set).
+    want = _env("NUMA_HUGEPAGES") if hugepages is None else hugepages
+    want = False if want in ("off", "") else want
+    thp = _thp_settings(b)
+    short: List[str] = []           # why the pages would not all land as asked
+    fallback = None
+    huge = 0
+    if want == "thp":
+        if thp.get("shmem_enabled", "never") in ("never", "deny"):
+            fallback = (f"shmem THP is {thp.get('shmem_enabled', 'absent')!r} "
+                        f"({_THP_DIR}/shmem_enabled): echo advise there")
+    elif want:
+        try:
+            huge = _region_page(True if want == "auto" else want, kind, b,
+                                frozenset(targets))[0]
+        except OSError as e:
+            want, fallback = ("thp", None) if want == "auto" else (want, str(e.args[-1]))
+    page = huge or b.page_size
+    npages = -(-size // page)
+    share = {n: (npages // len(targets) + (i < npages % len(targets))) * page
+             for i, n in enumerate(targets)} if mode in (
+        Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE) else {
+        targets[0]: npages * page} if mode == Mode.PREFERRED else {}
+    snap = counters(backend=b)
+    fnodes = []
+    for n in sorted(set(targets) | allowed):
+        node = topo.nodes.get(n)
+        hp = node.hugepages if node is not None else MappingProxyType({})
+        c = snap.nodes.get(n)
+        avail = hp[huge // 1024].free * huge if huge and huge // 1024 in hp else \
+            0 if huge else (c.available_kb if c is not None else 0) * 1024
+        fnodes.append(FitNode(n, share.get(n, 0), avail, hp))
+        if share.get(n, 0) > avail:
+            short.append(f"node {n} has {_fmt_kb(avail >> 10)} free"
+                         f"{f' in {huge >> 10} kB huge pages' if huge else ''} of the "
+                         f"{_fmt_kb(share[n] >> 10)} it should hold")
+    outside = set(targets) - allowed
+    if outside:
+        short.append(f"node(s) {format_cpulist(outside)} outside cpuset.mems.effective "
+                     f"({format_cpulist(allowed)}, /proc/self/status Mems_allowed_list): "
+                     "the policy is refused and pages land first-touch")
+    if huge and short and fallback is None:
+        fallback = "; ".join(short)
+    if fallback is not None and hugepages_required:
+        return FitResult(False, False, f"hugepages={want!r}: {fallback} (or pass "
+                         "hugepages_required=False for base pages)", size, kind, page,
+                         str(want), tuple(fnodes), (), thp)
+    if fallback is not None and huge:
+        return fit(size, nodes=nodes, policy=policy, hugepages=False, kind=kind, pin=pin,
+                   backend=b)._replace(hugepages_fallback=fallback)
+    need = npages * page
+    pool = frozenset(targets) if mode == Mode.BIND else allowed
+    limits = [FitLimit("memory of " + ("bound" if mode == Mode.BIND else "allowed")
+                       + f" node(s) {format_cpulist(pool)}", f"{_NODE_DIR}/node*/"
+                       + ("hugepages" if huge else "meminfo"),
+                       sum(f.available for f in fnodes if f.node in pool),
+                       "free memory there, or choose other nodes")]
+    limits += _fit_limits(b, huge, kind, pin, need)
+    res = FitResult(True, not short, "; ".join(short) or "fits as asked", size, kind,
+                    page, f"{huge >> 10}kB" if huge else "thp" if want == "thp" and
+                    fallback is None else "off", tuple(fnodes), tuple(limits), thp,
+                    fallback)
+    tight = min((x for x in limits if x.allows is not None and x.allows < need),
+                key=lambda x: x.allows or 0, default=None)
+    if tight is not None:
+        return res._replace(ok=False, exact=False, reason=(
+            f"{_fmt_kb(need >> 10)} needed, {tight.name} allows "
+            f"{_fmt_kb(max(tight.allows or 0, 0) >> 10)} ({tight.source}): {tight.fix}"))
+    return res
+
+
+def _fit_limits(b: Backend, huge: int, kind: str, pin: bool, need: int) -> List[FitLimit]:
+    """The limits beyond free memory, each with the file it came from."""
+    num = _Reader(b).integer        # None: absent, unreadable or "max"
+    out: List[FitLimit] = []
+    names = [f"hugetlb.{_size_word(huge)}.max"] if huge else ["memory.max", "memory.high"]
+    for d in _cgroup_dirs(b):
+        for name in names:
+            cap, cur = num(f"{d}/{name}"), num(f"{d}/{name.rsplit('.', 1)[0]}.current"
+                                              if huge else f"{d}/memory.current")
+            if cap is not None:
+                out.append(FitLimit(f"cgroup {name}", f"{d}/{name}", cap - (cur or 0),
+                                    f"raise {name} of the container/cgroup (docker "
+                                    "--memory, a Kubernetes limit)"))
+    if pin:
+        lim = re.search(r"^Max locked memory\s+(\S+)", b.read_optional("/proc/self/limits")
+                        or "", re.M)
+        if lim and lim.group(1).isdigit() and b.geteuid() != 0:
+            out.append(FitLimit("RLIMIT_MEMLOCK", "/proc/self/limits", int(lim.group(1)),
+                                "raise it (ulimit -l, docker --ulimit memlock=-1, "
+                                "LimitMEMLOCK=infinity)"))
+    if kind == "posix":
+        vfs = b.statvfs("/dev/shm")
+        if vfs is not None:
+            out.append(FitLimit("/dev/shm", f"/dev/shm is a {_fmt_kb(vfs[0] >> 10)} tmpfs",
+                                vfs[1], f"run the container with --shm-size="
+                                f"{-(-need >> 20) + (vfs[0] - vfs[1] >> 20)}m (or remount "
+                                "/dev/shm larger) or use kind='sysv'"))
+    else:
+        shmmax, shmall = num("/proc/sys/kernel/shmmax"), num("/proc/sys/kernel/shmall")
+        if shmmax is not None:
+            out.append(FitLimit("kernel.shmmax", "/proc/sys/kernel/shmmax", shmmax,
+                                "sysctl -w kernel.shmmax=..., or kind='posix'"))
+        if shmall is not None:
+            used = sum(-(-s.size // b.page_size) for s in _sysvipc_rows(
+                b.read_optional("/proc/sysvipc/shm") or ""))
+            out.append(FitLimit("kernel.shmall", "/proc/sys/kernel/shmall (pages)",
+                                (shmall - used) * b.page_size,
+                                "sysctl -w kernel.shmall=..., or kind='posix'"))
+    oc = num("/proc/sys/vm/overcommit_memory")
+    mi = parse_meminfo(b.read_optional("/proc/meminfo") or "")
+    if oc == 2 and not huge:
+        out.append(FitLimit("vm.overcommit_memory=2", "/proc/meminfo CommitLimit - "
+                            "Committed_AS", (mi.get("CommitLimit", 0) - mi.get(
+                                "Committed_AS", 0)) * 1024,
+                            "raise vm.overcommit_ratio or add swap"))
+    elif oc == 0 and kind == "sysv" and not huge and "MemTotal" in mi:
+        out.append(FitLimit("vm.overcommit_memory=0", "/proc/meminfo MemTotal + SwapTotal",
+                            (mi["MemTotal"] + mi.get("SwapTotal", 0)) * 1024,
+                            "a smaller region, or vm.overcommit_memory=1"))
+    return out
+
+
+def _fit_or_raise(size: int, policy: Optional[str], nodes: Optional[Iterable[int]],
+                  hugepages: Union[bool, int, str, None], required: bool, kind: str,
+                  b: Backend) -> Tuple[Union[bool, int, str], Optional[str]]:
+    """SharedRegion.create's check: (the hugepages mode to use, why it fell back) or
+    OSError naming the tightest limit, before anything is made."""
+    r = fit(size, nodes=nodes, policy=policy, hugepages=hugepages, kind=kind,
+            hugepages_required=required, backend=b)
+    if not r:
+        raise OSError(errno.ENOSPC if "/dev/shm allows" in r.reason else errno.ENOMEM,
+                      f"cannot create a {_fmt_kb(size >> 10)} region: {r.reason}")
+    return ("thp" if r.hugepages == "thp" else r.page_size if r.hugepages != "off"
+            else False), r.hugepages_fallback
+
+
 class SharedRegion:
     """A shared memory region (SysV segment or /dev/shm file) placed by a policy.
 
@@ -3607,6 +3843,7 @@ class SharedRegion:
         self.identity = identity or {}        # the record read or written
         self._closed = False
         self._removed = False
+        self.hugepages_fallback: Optional[str] = None   # why base pages, not huge ones
 
     # -- properties --------------------------------------------------------------------
     @property
@@ -3661,15 +3898,24 @@ class SharedRegion:
     @classmethod
     def create(cls, key: Union[int, str], size: int, *, policy: Optional[str] = None,
                nodes: Optional[Iterable[int]] = None, prefault: bool = True,
-               hugepages: Union[bool, int, str] = False, kind: str = "sysv",
+               hugepages: Union[bool, int, str, None] = None, kind: str = "sysv",
                mode: int = 0o600, threads: Optional[int] = None,
                strict: Optional[bool] = None,
                progress: Optional[Callable[[int, int], Any]] = None,
+               hugepages_required: bool = True,
                backend: Optional[Backend] = None) -> SharedRegion:
         """Create region ``key`` (a str name, or an int SysV key) of ``size`` bytes.
 
-        Fails with FileExistsError when it exists.  Nothing is left behind when any
-        step fails (policy denied under strict, prefault interrupted, ...).
+        ``hugepages``: False (base pages), True or "2M"/"1G" (hugetlb, kind="sysv"),
+        "thp" (MADV_HUGEPAGE before prefault, where shmem THP is advise/within_size/
+        always), None: NUMA_UTILS_NUMA_HUGEPAGES ("off" unless set; set it to "off",
+        or pass False, to give no THP advice).  ``fit()`` checks first: a region that
+        would not fit (too few huge pages on a node, a small /dev/shm, a cgroup
+        limit ...) is refused with OSError naming the limit and the fix; with
+        ``hugepages_required=False`` too few huge pages gives base pages instead, and
+        ``hugepages_fallback`` says why.  Fails with FileExistsError when it exists.
+        Nothing is left behind when any step fails (policy denied under strict,
+        prefault interrupted, ...).
         """
         b = _b(backend)
         if kind not in ("sysv", "posix"):
@@ -3678,16 +3924,21 @@ class SharedRegion:
             raise ValueError(f"size must be an int > 0, not {size!r}")
         if mode & ~0o777:
             raise ValueError(f"mode {mode:o}: permission bits only")
+        # Checked before any system call (and before fit() weighs it): size_t would
+        # silently truncate (2**64 + 1M gave a 1 MiB segment behind a region claiming
+        # 2**64 + 1M).  Checked again once rounded to pages and given its record.
+        size_max = (1 << b.abi.word_bits) - 1 if b.abi.word_bits else _SIZE_MAX
+        too_big = ValueError(f"size {size} is larger than this ABI's size_t ({size_max})")
+        if size > size_max:
+            raise too_big
+        hugepages, huge_note = _fit_or_raise(size, policy, nodes, hugepages,
+                                             hugepages_required, kind, b)
         pmode, pnodes, strict_, _ = _region_policy(policy, nodes, strict, b)
         huge, page = _region_page(hugepages, kind, b, pnodes)
         size = (size + page - 1) // page * page
         seg = size + _record_room(page)
-        # Checked before any system call: size_t would silently truncate (2**64 + 1M
-        # gave a 1 MiB segment behind a region claiming 2**64 + 1M).
-        size_max = (1 << b.abi.word_bits) - 1 if b.abi.word_bits else _SIZE_MAX
         if seg > size_max:
-            raise ValueError(f"size {size} is larger than this ABI's size_t "
-                             f"({size_max})")
+            raise too_big
         ident = _identity(b, key, kind, size, page)
         shmid, name, addr, fd, ikey = -1, "", 0, -1, 0
         # SIGINT/SIGTERM wait while the object is made and handed to the undo path
@@ -3746,9 +3997,12 @@ class SharedRegion:
                 _release_signals(held)          # a signal in this very call: undone
             # Over the record too: one VMA (one numa_maps line) per region.
             res = _region_apply(b, addr, seg, page, pmode, pnodes, strict_)
+            if hugepages == "thp":
+                b.madvise(addr, seg, MADV_HUGEPAGE)
             region = cls(backend=b, kind=kind, key=key, address=addr, size=size,
                          page_size=page, policy=res, created=True, shmid=shmid, name=name,
                          ipc_key=ikey, mapped=seg, fd=fd, identity=ident)
+            region.hugepages_fallback = huge_note
             if prefault:
                 region.prefaulted = _do_prefault(
                     addr, size, threads, backend=b, progress=progress, page_size=page,
@@ -4495,18 +4749,21 @@ _nvml_lock = threading.Lock()
 _nvml_cache: Dict[str, Optional[List[_NvmlGpu]]] = {}
 
 
+def _dlopen(names: Iterable[str]) -> Tuple[Optional[ctypes.CDLL], str, List[str]]:
+    """The first of ``names`` that loads: (library, its name, the errors before it)."""
+    errors: List[str] = []
+    for name in dict.fromkeys(names):
+        try:
+            return ctypes.CDLL(name), name, errors
+        except OSError as e:
+            errors.append(str(e))
+    return None, "", errors
+
+
 def _load_nvml() -> Optional[ctypes.CDLL]:
     import ctypes.util
-    names = ["libnvidia-ml.so.1"]
-    found = ctypes.util.find_library("nvidia-ml")
-    if found and found not in names:
-        names.append(found)
-    for name in names:
-        try:
-            return ctypes.CDLL(name)
-        except OSError:
-            continue
-    return None
+    return _dlopen(["libnvidia-ml.so.1", ctypes.util.find_library("nvidia-ml") or
+                    "libnvidia-ml.so.1"])[0]
 
 
 def _nvml_query() -> Optional[List[_NvmlGpu]]:
@@ -5950,14 +6207,7 @@ def _load_cudart(cudart: Any, b: Backend) -> Tuple[Optional[ctypes.CDLL], str]:
         where = getattr(cudart, "_name", "libcudart")
     else:
         names = [cudart] if cudart is not None else _cudart_candidates(b)
-        lib, where, errors = None, "", []
-        for name in names:
-            try:
-                lib = ctypes.CDLL(name)
-                where = name
-                break
-            except OSError as e:
-                errors.append(str(e))
+        lib, where, errors = _dlopen(names)
         if lib is None:
             return None, ("libcudart not found (tried " + ", ".join(names) + ")"
                           if cudart is None else f"cannot load {cudart}: {errors[-1]}")
@@ -5975,10 +6225,27 @@ def _load_cudart(cudart: Any, b: Backend) -> Tuple[Optional[ctypes.CDLL], str]:
     return lib, where
 
 
+class CudaPinProgress(_Record):
+    """How far a registration got: bytes registered, calls made, the longest call."""
+    bytes: int
+    calls: int
+    longest_s: float
+
+
+# One cudaHostRegister call holds the driver's lock for its whole length (every CUDA
+# call of the process waits: 11.6 s for 94 GB, vLLM #51414), and one of 512 GiB or
+# more fails outright (vLLM #51081).  So each call is cut at a budget, and never
+# reaches this, whatever ``chunk`` says.
+_PIN_CALL_MAX = 511 << 30
+
+
 class CudaPin:
     """Host memory registered with CUDA (``pin_for_cuda``).  Truthy when registered.
 
-    Use as a context manager or call ``close()``: every chunk is unregistered.
+    Use as a context manager or call ``close()``: every chunk is unregistered.  With
+    ``background=True`` it is returned at once: ``ready`` says the work has ended
+    (registered, or failed with ``reason``, ``error`` and ``failed_chunk``),
+    ``wait(timeout)`` blocks until then, ``progress`` says how far it is.
     """
 
     def __init__(self, ok: bool, addr: int, length: int, *, flags: int = 0,
@@ -5993,30 +6260,52 @@ class CudaPin:
         self.threads = threads
         self.reason = reason         # why not registered ("libcudart not found" ...)
         self.error = error           # cudaError_t of the failing call, if any
+        self.failed_chunk: Optional[Tuple[int, int]] = None   # (address, bytes) of it
         self.library = library
+        self.progress = CudaPinProgress(0, 0, 0.0)
         self._lib = lib
         self._lock = threading.Lock()
+        self._ended = threading.Event()
+        self._stop = False
+        self._worker: Optional[threading.Thread] = None
+        if ok or reason is not None:
+            self._ended.set()
 
     def __bool__(self) -> bool:
         return self.ok
 
     @property
+    def ready(self) -> bool:
+        """The registration has ended (check ``bool(pin)`` or ``reason`` for how)."""
+        return self._ended.is_set()
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Wait until ``ready`` (at most ``timeout`` seconds); returns ``ready``."""
+        return self._ended.wait(timeout)
+
+    @property
     def closed(self) -> bool:
-        return not self.ok
+        return not self.ok and self.ready
 
     def close(self) -> None:
-        """Unregister every chunk (idempotent).  Failures are logged, not raised."""
+        """Stop a background registration, then unregister every chunk (idempotent).
+        Failures are logged, not raised."""
+        self._stop = True
+        if self._worker is not None and self._worker is not threading.current_thread():
+            self._worker.join()
+        self._release()
+
+    def _release(self) -> None:
         with self._lock:
-            if not self.ok:
-                return
-            self.ok = False
             lib, chunks = self._lib, self.chunks
-        assert lib is not None
+            self.ok, self.chunks = False, ()
         for start, _size in chunks:
+            assert lib is not None
             rc = lib.cudaHostUnregister(ctypes.c_void_p(start))
             if rc != 0:
                 _warn_once(f"cudaHostUnregister:{rc}", "numa_utils: cudaHostUnregister "
                            "failed: %s", _cuda_error(lib, rc))
+        self._ended.set()
 
     def __enter__(self) -> CudaPin:
         return self
@@ -6025,14 +6314,81 @@ class CudaPin:
         self.close()
 
     def __repr__(self) -> str:
-        state = "registered" if self.ok else f"not registered: {self.reason or 'closed'}"
+        state = "registered" if self.ok else "registering" if not self.ready else \
+            f"not registered: {self.reason or 'closed'}"
         return (f"CudaPin(0x{self.addr:x}, {self.length} bytes, {len(self.chunks)} "
                 f"chunk(s), {state})")
 
     def to_json(self) -> Dict[str, Any]:
-        return {"ok": self.ok, "addr": self.addr, "length": self.length,
-                "flags": self.flags, "chunks": len(self.chunks), "threads": self.threads,
-                "reason": self.reason, "error": self.error, "library": self.library}
+        return {"ok": self.ok, "ready": self.ready, "addr": self.addr,
+                "length": self.length, "flags": self.flags, "chunks": len(self.chunks),
+                "threads": self.threads, "reason": self.reason, "error": self.error,
+                "failed_chunk": self.failed_chunk, "library": self.library,
+                "progress": self.progress._asdict()}
+
+    def _run(self, pieces: List[Tuple[int, int]], nthreads: int, device: Optional[int],
+             caller: threading.Thread, fault: Optional[Callable[[], Any]]) -> None:
+        """Register ``pieces`` from ``nthreads`` threads; on the first failure stop,
+        clear CUDA's error and unregister what was registered."""
+        import time
+        lib = self._lib
+        assert lib is not None
+        todo = iter(pieces)
+        done: List[Tuple[int, int]] = []
+        failed: List[Tuple[int, int, int]] = []      # (start, size, cudaError)
+
+        def worker() -> None:
+            if device is not None and threading.current_thread() is not caller:
+                lib.cudaSetDevice(device)
+            while True:
+                with self._lock:
+                    piece = None if failed or self._stop else next(todo, None)
+                if piece is None:
+                    return
+                t0 = time.monotonic()
+                rc = lib.cudaHostRegister(ctypes.c_void_p(piece[0]), piece[1], self.flags)
+                dt = time.monotonic() - t0
+                if rc != 0 and hasattr(lib, "cudaGetLastError"):
+                    # The error is also this thread's "last error": left there, the
+                    # engine's next kernel-launch check reports it as its own.
+                    lib.cudaGetLastError()
+                with self._lock:
+                    p = self.progress
+                    if rc == 0:
+                        done.append(piece)
+                        self.progress = CudaPinProgress(p.bytes + piece[1], p.calls + 1,
+                                                        max(p.longest_s, dt))
+                    else:
+                        failed.append((piece[0], piece[1], rc))
+                        self.progress = p._replace(calls=p.calls + 1,
+                                                   longest_s=max(p.longest_s, dt))
+        try:
+            if fault is not None:
+                fault()
+            pool = [threading.Thread(target=worker, name=f"pin_for_cuda-{i}", daemon=True)
+                    for i in range(nthreads - 1)]
+            for t in pool:
+                t.start()
+            worker()
+            for t in pool:
+                t.join()
+        except Exception as e:      # the prefault failed: nothing was registered
+            self.reason = f"prefault before registering failed: {e}"
+        with self._lock:
+            self.chunks = tuple(sorted(done))
+        if failed:
+            start, n, rc = min(failed)
+            self.error, self.failed_chunk = rc, (start, n)
+            self.reason = (f"cudaHostRegister(0x{start:x}, {n}) failed: "
+                           f"{_cuda_error(lib, rc)}; {len(done)} chunk(s) already "
+                           "registered were unregistered")
+        if self.reason is not None:
+            _warn_once(f"pin_for_cuda:{self.reason}", "numa_utils: host memory not "
+                       "pinned for CUDA: %s", self.reason)
+            self._release()         # roll back what was registered
+        else:
+            self.ok = not self._stop
+            self._ended.set()
 
 
 def _cuda_error(lib: ctypes.CDLL, rc: int) -> str:
@@ -6057,32 +6413,41 @@ def _cuda_current_device(lib: ctypes.CDLL) -> Optional[int]:
     return dev.value if get(ctypes.byref(dev)) == 0 and dev.value >= 0 else None
 
 
-def pin_for_cuda(buf: Any, length: Optional[int] = None, *, chunk: int = 128 << 20,
+def pin_for_cuda(buf: Any, length: Optional[int] = None, *, chunk: int = 1 << 30,
                  threads: Optional[int] = None,
-                 flags: int = CudaHostRegisterFlag.PORTABLE | CudaHostRegisterFlag.MAPPED,
-                 strict: bool = False, cudart: Any = None,
+                 flags: int = CudaHostRegisterFlag.PORTABLE, background: bool = False,
+                 prefault: bool = False, strict: bool = False, cudart: Any = None,
                  backend: Optional[Backend] = None) -> CudaPin:
-    """Pin ``buf`` for DMA: cudaHostRegister in ``chunk``-byte pieces from ``threads``
-    threads (ctypes releases the GIL during each call), so that pinning a large host
-    region (KV cache offload, weights) costs seconds, not minutes.
+    """Pin ``buf`` (or an address and ``length``) for DMA with cudaHostRegister, one
+    call per ``chunk`` bytes (default 1 GiB; never 512 GiB or more).  Each call holds
+    the CUDA driver's lock, so the chunk bounds how long any other CUDA call of the
+    process (a kernel launch, a copy) waits behind it.
+
+    ``flags``: PORTABLE by default; add CudaHostRegisterFlag.MAPPED only when the GPU
+    must address the memory directly (that mapping costs device memory).
+    ``prefault=True`` first faults the pages in from several threads (``prefault()``),
+    so that the driver, which faults on one thread, finds them present.  ``threads``:
+    how many threads register (default 1: the driver serialises the calls anyway).
+    ``background=True`` returns at once; see CudaPin.ready/wait/progress.
 
     libcudart is the one torch already loaded, else ``ctypes.util.find_library``,
     else a soname; ``cudart=`` (a path, soname or CDLL) overrides the search.  Without
-    CUDA, or when a chunk fails (the chunks already registered are unregistered),
-    returns a falsy CudaPin whose ``reason`` says why; ``strict=True`` raises OSError.
+    CUDA, or when a chunk fails (CUDA's error is cleared and the chunks already
+    registered are unregistered), the CudaPin is falsy and ``reason`` says why;
+    ``strict=True`` raises OSError instead (not with ``background``).
     """
     b = _b(backend)
     addr, size = buffer_range(buf, length)
     page = b.page_size
     flags = int(flags)
 
-    def fail(reason: str, err: Optional[int] = None, **kw: Any) -> CudaPin:
+    def fail(reason: str, err: Optional[int] = None) -> CudaPin:
         if strict:
             raise OSError(errno.EIO if err is not None else errno.ENOENT,
                           f"pin_for_cuda: {reason}")
         _warn_once(f"pin_for_cuda:{reason}", "numa_utils: host memory not pinned for "
                    "CUDA: %s", reason)
-        return CudaPin(False, addr, size, flags=flags, reason=reason, error=err, **kw)
+        return CudaPin(False, addr, size, flags=flags, reason=reason, error=err)
 
     if chunk <= 0:
         raise ValueError(f"chunk must be positive, not {chunk}")
@@ -6093,61 +6458,25 @@ def pin_for_cuda(buf: Any, length: Optional[int] = None, *, chunk: int = 128 << 
         return CudaPin(True, addr, 0, flags=flags, library=where, lib=lib)
     # Interior chunk edges on page boundaries: two registrations must never share a
     # page (CUDA pins whole pages; overlapping ones fail as already registered).
-    step = max(chunk - chunk % page, page)
-    edges = [addr]
-    e = addr - addr % page + step
-    while e < addr + size:
-        edges.append(e)
-        e += step
-    edges.append(addr + size)
+    step = max(min(chunk, _PIN_CALL_MAX) // page * page, page)
+    edges = [addr, *range(addr - addr % page + step, addr + size, step), addr + size]
     pieces = [(a, z - a) for a, z in zip(edges, edges[1:]) if z > a]
-    nthreads = max(1, min(threads if threads else min(8, os.cpu_count() or 1),
-                          len(pieces)))
-    done: List[Tuple[int, int]] = []
-    failed: List[Tuple[int, int, int]] = []      # (start, size, cudaError)
-    caller = threading.current_thread()
-    lock = threading.Lock()
-    todo = iter(list(pieces))
-
+    nthreads = max(1, min(threads or 1, len(pieces)))
+    pin = CudaPin(False, addr, size, flags=flags, threads=nthreads, library=where, lib=lib)
     # A new thread's current CUDA device is 0: registering from it would create a
     # context on GPU 0 (hundreds of MiB there) for an engine that runs on GPU 3.
     # Each worker first selects the caller's device.
     device = _cuda_current_device(lib)
-
-    def worker() -> None:
-        if device is not None and threading.current_thread() is not caller:
-            lib.cudaSetDevice(device)
-        while True:
-            with lock:
-                if failed:
-                    return
-                piece = next(todo, None)
-            if piece is None:
-                return
-            rc = lib.cudaHostRegister(ctypes.c_void_p(piece[0]), piece[1], flags)
-            with lock:
-                if rc == 0:
-                    done.append(piece)
-                else:
-                    failed.append((piece[0], piece[1], rc))
-
-    if nthreads == 1:
-        worker()
-    else:
-        pool = [threading.Thread(target=worker, name=f"pin_for_cuda-{i}", daemon=True)
-                for i in range(nthreads)]
-        for t in pool:
-            t.start()
-        for t in pool:
-            t.join()
-    pin = CudaPin(True, addr, size, flags=flags, chunks=sorted(done), threads=nthreads,
-                  library=where, lib=lib)
-    if failed:
-        start, n, rc = min(failed)
-        pin.close()     # roll back what was registered
-        return fail(f"cudaHostRegister(0x{start:x}, {n}) failed: {_cuda_error(lib, rc)}; "
-                    f"{len(done)} chunk(s) already registered were unregistered", rc,
-                    chunks=(), threads=nthreads, library=where)
+    fault = (lambda: _do_prefault(addr, size, backend=b)) if prefault else None
+    args = (pieces, nthreads, device, threading.current_thread(), fault)
+    if background:
+        pin._worker = threading.Thread(target=pin._run, args=args, name="pin_for_cuda",
+                                       daemon=True)
+        pin._worker.start()
+        return pin
+    pin._run(*args)
+    if not pin and strict:
+        raise OSError(errno.EIO, f"pin_for_cuda: {pin.reason}")
     return pin
 
 
@@ -6493,6 +6822,7 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
             "nodes_with_memory": tj["nodes_with_memory"],
             "online_cpus": tj["online_cpus"],
             "numa_balancing": topo.numa_balancing, "thp": topo.thp,
+            "thp_settings": _thp_settings(b),
         },
         "cpus": tj["cpus"],
         "memory_tiers": tj["memory_tiers"],
@@ -6677,7 +7007,8 @@ def _render_status(rep: Dict[str, Any]) -> str:
     nb = k["numa_balancing"]
     out.append(f"  numa_balancing {'-' if nb is None else nb}"
                + ("" if nb is None else (" (on)" if nb else " (off)")))
-    out.append(f"  THP            {k['thp'] or '-'}")
+    out.append(f"  THP            {k['thp'] or '-'}" + "".join(
+        f", {n} {v}" for n, v in k.get("thp_settings", {}).items() if n != "enabled"))
     for extra in rep.get("extra_text", []):
         out.append(extra)
     if "config" in rep:
@@ -7025,7 +7356,8 @@ def _build_parser(commands: Sequence[Callable[[Any], None]] = ()) -> argparse.Ar
 
 
 # The commands numa_utils_cli.py serves; a copy of numa_utils.py alone serves status.
-_CLI_COMMANDS = ("numactl", "run", "plan", "region", "maps", "cleanup", "watch")
+_CLI_COMMANDS = ("numactl", "run", "plan", "region", "maps", "cleanup", "watch",
+                 "fit")
 
 
 def _commands(what: str) -> Any:

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """The numa-utils commands beyond ``status``: numactl, run, plan, region, maps,
-cleanup, watch, and the systemd, numactl, taskset and Prometheus exports.
+cleanup, watch, fit, and the systemd, numactl, taskset and Prometheus exports.
 
 ``python -m numa_utils CMD`` and the ``numa-utils`` script reach this module when it
 is installed or sits beside numa_utils.py; it imports numa_utils as a sibling
@@ -736,6 +736,43 @@ def _cli_watch(sub: Any) -> None:
 
 
 # ---------------------------------------------------------------------------
+# fit: the command (python -m numa_utils fit 64G --nodes 0-1 --huge 2M).
+# ---------------------------------------------------------------------------
+
+def _cmd_fit(args: argparse.Namespace) -> int:
+    b = _backend_from_args(args)
+    r = _nu.fit(_parse_size(args.size), nodes=parse_nodestring(args.nodes, backend=b)
+                if args.nodes else None, policy=args.policy, hugepages=args.huge or False,
+                kind=args.kind, pin=args.pin, backend=b)
+    if args.json:
+        _print_json(r.to_json())
+        return 0 if r else 1
+    print(("fits: " if r else "does not fit: ") + r.reason)
+    for n in r.nodes:
+        huge = ", ".join(f"{kb} kB: {h.free}/{h.total} free" for kb, h in n.hugepages.items()
+                         if h.total)
+        print(f"  node {n.node}: needs {_fmt_kb(n.needed >> 10)}, has "
+              f"{_fmt_kb(n.available >> 10)}" + (f" (huge pages {huge})" if huge else ""))
+    for x in r.limits:
+        print(f"  {x.name}: allows " + (_fmt_kb(max(x.allows, 0) >> 10) if x.allows
+                                        is not None else "?") + f" ({x.source})")
+    print("  THP: " + ", ".join(f"{k} [{v}]" for k, v in r.thp.items()))
+    return 0 if r else 1
+
+
+def _cli_fit(sub: Any) -> None:
+    p = sub.add_parser("fit", parents=[sub.common], help="would a region of SIZE fit? "
+                       "(exit 0: yes, 1: no, with the limit and the fix)")
+    p.add_argument("size", metavar="SIZE", help="bytes (64G, 512M, ...)")
+    p.add_argument("--nodes", default=None, help="memory nodes (numactl grammar)")
+    p.add_argument("--policy", default="interleave", choices=sorted(_MODE_NAMES))
+    p.add_argument("--huge", default=None, help="huge pages: 2M, 1G, thp")
+    p.add_argument("--kind", choices=("sysv", "posix"), default="sysv")
+    p.add_argument("--pin", action="store_true", help="also pinned with pin_for_cuda")
+    p.set_defaults(func=_cmd_fit)
+
+
+# ---------------------------------------------------------------------------
 # status --format prometheus: node_exporter textfile-collector format
 # (https://prometheus.io/docs/instrumenting/exposition_formats/).
 # ---------------------------------------------------------------------------
@@ -1351,7 +1388,8 @@ def _cli_numactl(sub: Any) -> None:
                    help="numactl's command line: [OPTIONS] CMD ... (numactl 2.0.19)")
 
 
-_COMMANDS = (_cli_maps, _cli_cleanup, _cli_plan, _cli_run, _cli_watch, _cli_numactl)
+_COMMANDS = (_cli_maps, _cli_cleanup, _cli_plan, _cli_run, _cli_watch, _cli_numactl,
+             _cli_fit)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

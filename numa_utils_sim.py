@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import re
 import struct
 import threading
 from typing import (
@@ -68,6 +69,7 @@ LOCK_NB = _nu.LOCK_NB
 LOCK_SH = _nu.LOCK_SH
 LOCK_UN = _nu.LOCK_UN
 LinuxBackend = _nu.LinuxBackend
+MADV_HUGEPAGE = _nu.MADV_HUGEPAGE
 MADV_POPULATE_READ = _nu.MADV_POPULATE_READ
 MADV_POPULATE_WRITE = _nu.MADV_POPULATE_WRITE
 MbindFlag = _nu.MbindFlag
@@ -78,16 +80,21 @@ SHM_HUGETLB = _nu.SHM_HUGETLB
 SHM_HUGE_SHIFT = _nu.SHM_HUGE_SHIFT
 SHM_RDONLY = _nu.SHM_RDONLY
 Topology = _nu.Topology
+_CGROUP = _nu._CGROUP
 _DEFAULT_PAGE = _nu._DEFAULT_PAGE
 _MODE_FLAGS_MASK = _nu._MODE_FLAGS_MASK
+_NODE_DIR = _nu._NODE_DIR
 _Pol = _nu._Pol
 _SYSVIPC_HEADER = _nu._SYSVIPC_HEADER
 _ShmStat = _nu._ShmStat
+_THP_DIR = _nu._THP_DIR
 _WI_DIR = _nu._WI_DIR
 _buffer_address = _nu._buffer_address
 _encode_nodemask = _nu._encode_nodemask
 _oserror = _nu._oserror
 _pointer_bits = _nu._pointer_bits
+_selected = _nu._selected
+_size_word = _nu._size_word
 abi_for = _nu.abi_for
 decode_nodemask = _nu.decode_nodemask
 format_cpulist = _nu.format_cpulist
@@ -174,6 +181,7 @@ class _SimObject:
         self.path = path if path is not None else "/" + name   # numa_maps file=
         self.deleted = False
         self.backing: Optional[Any] = None      # real memory standing in for it
+        self.thp = False                        # MADV_HUGEPAGE given and honoured
 
     def address(self) -> int:
         """Where the object's memory is, aligned to its page size as the kernel
@@ -192,9 +200,11 @@ class _SimObject:
         return "file=" + path
 
     def free_pages(self, kernel: _SimKernel) -> None:
+        pool = kernel.pool(self.page)
         for n in self.node:
             if n >= 0:
-                kernel.free_pages[n] = kernel.free_pages.get(n, 0) + 1
+                pool[n] = pool.get(n, 0) + 1
+                kernel.charge(self, -1)
 
 
 class _SimMapping:
@@ -271,6 +281,35 @@ class _SimKernel:
         self.wi_weights: Dict[int, int] = dict(topo.interleave_weights or {})
         self.wi_auto = topo.interleave_auto
         self.lock = threading.RLock()            # prefault threads fault concurrently
+        # Huge page pools per size (kB) and node; cgroup v2 limits and what is charged
+        # ("memory", "hugetlb.2MB" -> bytes); the size of the tmpfs on /dev/shm.
+        self.huge_free = {kb: {n: nd.hugepages[kb].free for n, nd in topo.nodes.items()
+                               if kb in nd.hugepages}
+                          for kb in {kb for nd in topo.nodes.values() for kb in nd.hugepages}}
+        self.cgroup: Dict[str, int] = {}
+        self.charged: Dict[str, int] = {}
+        self.shm_size: Optional[int] = None
+
+    def pool(self, page: int) -> Dict[int, int]:
+        return self.free_pages if page == self.page else self.huge_free.setdefault(
+            page // 1024, {})
+
+    def charge(self, obj: _SimObject, pages: int) -> None:
+        """Charge (or with pages < 0 uncharge) ``pages`` of ``obj``: memory.max and
+        memory.high (no swap: shared memory above high is never reclaimed, the
+        allocating task stalls) or hugetlb.<size>.max; the /dev/shm tmpfs size."""
+        name = "memory" if obj.page == self.page else f"hugetlb.{_size_word(obj.page)}"
+        used = self.charged.get(name, 0) + pages * obj.page
+        shm = obj.path.startswith("/dev/shm/")
+        for lim in (f"{name}.max", f"{name}.high"):
+            if pages > 0 and used > self.cgroup.get(lim, used):
+                raise _oserror(errno.ENOMEM, "page fault", f"simulated: cgroup {lim}")
+        if pages > 0 and shm and self.shm_size is not None and \
+                self.charged.get("/dev/shm", 0) + obj.page > self.shm_size:
+            raise _oserror(errno.EFAULT, "page fault", "simulated: /dev/shm is full")
+        self.charged[name] = used
+        if shm:
+            self.charged["/dev/shm"] = self.charged.get("/dev/shm", 0) + pages * obj.page
 
 
 class SimulatedBackend(Backend):
@@ -297,6 +336,7 @@ class SimulatedBackend(Backend):
                  populate: bool = True, max_numnodes: Optional[int] = None,
                  uid: int = 1000, gid: int = 1000,
                  weighted_interleave: Optional[bool] = None,
+                 cgroup: Optional[Mapping[str, int]] = None, shm_size: Optional[int] = None,
                  _kernel: Optional[_SimKernel] = None) -> None:
         if ".".join(_nu.__version__.split(".")[:2]) not in _MODELS:
             raise RuntimeError(f"numa_utils_sim {__version__} models numa_utils "
@@ -320,6 +360,7 @@ class SimulatedBackend(Backend):
                 _kernel.wi = weighted_interleave
                 if weighted_interleave and not _kernel.wi_weights:
                     _kernel.wi_weights = {n: 1 for n in topo.possible_nodes}
+            _kernel.cgroup, _kernel.shm_size = dict(cgroup or {}), shm_size
         self.kernel = _kernel
         topo = _kernel.topo
         self.pid = _kernel.next_pid
@@ -406,6 +447,24 @@ class SimulatedBackend(Backend):
             return self._render_status()
         if path == "/proc/sysvipc/shm":
             return self._render_sysvipc()
+        k = self.kernel
+        if path == "/proc/self/cgroup" and k.cgroup:
+            return "0::/sim\n"
+        if path.startswith(_CGROUP + "/sim/") and k.cgroup:
+            leaf = path[len(_CGROUP) + 5:]
+            if leaf.endswith(".current") or leaf in k.cgroup:
+                return f"{k.cgroup.get(leaf, k.charged.get(leaf[:-8], 0))}\n"
+        # What fit() reads is what this kernel has left: MemFree and free huge pages
+        # (no page cache to reclaim).
+        m = re.match(rf"^{_NODE_DIR}/node(\d+)/(meminfo|hugepages/hugepages-(\d+)kB/"
+                     r"free_hugepages)$", path)
+        if m and m.group(3):
+            return f"{k.huge_free.get(int(m.group(3)), {}).get(int(m.group(1)), 0)}\n"
+        if m:
+            free = k.free_pages.get(int(m.group(1)), 0) * k.page // 1024
+            return re.sub(r"(MemFree|Active\(file\)|Inactive\(file\)):(\s+)\d+", lambda x: (
+                f"{x.group(1)}:{x.group(2)}{free if x.group(1) == 'MemFree' else 0}"),
+                self._files.read_text(path))
         if path.startswith(_WI_DIR + "/"):
             leaf = self._wi_leaf(path)
             if leaf == "auto":
@@ -1024,16 +1083,19 @@ class SimulatedBackend(Backend):
                     out.append(page)
         return out
 
-    def _alloc(self, pol: Optional[_Pol], ilx: Optional[int]) -> Optional[int]:
-        """The node a new page goes to (mm/mempolicy.c alloc_pages_mpol), or None (OOM)."""
+    def _alloc(self, pol: Optional[_Pol], ilx: Optional[int],
+               free: Optional[Dict[int, int]] = None) -> Optional[int]:
+        """The node a new page goes to (mm/mempolicy.c alloc_pages_mpol), or None (OOM);
+        ``free``: the pool (base pages, or one huge page size)."""
         k = self.kernel
+        pool = k.free_pages if free is None else free
         topo = k.topo
         allowed = sorted((self.mems_allowed & topo.nodes_with_memory)
                          or topo.nodes_with_memory)
         local = self.local_node()
 
         def has_room(n: int) -> bool:
-            return k.free_pages.get(n, 0) > 0
+            return pool.get(n, 0) > 0
 
         def nearest_with_room(origin: int, among: Iterable[int]) -> Optional[int]:
             for n in topo.nearest(origin, among):
@@ -1068,7 +1130,7 @@ class SimulatedBackend(Backend):
         obj = mp.obj
         assert obj is not None and mp.mapped is not None
         k = self.kernel
-        free = k.free_pages
+        free = k.pool(obj.page)
         nodes, dirty, mc, mapped = obj.node, obj.dirty, obj.mapcount, mp.mapped
         base = mp.obj_page
         for a, z, pol in self._pol_store(mp).pieces(base + i0, base + i1):
@@ -1080,13 +1142,14 @@ class SimulatedBackend(Backend):
                     node: Optional[int]
                     if il is not None:
                         want = il[key % len(il)]
-                        node = want if free.get(want, 0) > 0 else self._alloc(pol, key)
+                        node = want if free.get(want, 0) > 0 else self._alloc(pol, key, free)
                     elif cached is not None and free.get(cached, 0) > 0:
                         node = cached
                     else:
-                        node = cached = self._alloc(pol, key)
+                        node = cached = self._alloc(pol, key, free)
                     if node is None:
                         raise _oserror(errno.ENOMEM, "page fault", "simulated OOM")
+                    k.charge(obj, 1)
                     nodes[key] = node
                     free[node] = free.get(node, 0) - 1
                 if write:
@@ -1151,6 +1214,12 @@ class SimulatedBackend(Backend):
         self._maybe_fail("madvise")
         if addr % self.page_size:
             raise _oserror(errno.EINVAL, "madvise")
+        if advice == MADV_HUGEPAGE:         # shmem THP serves only where enabled
+            on = _selected(self.read_optional(f"{_THP_DIR}/shmem_enabled")) in (
+                "advise", "within_size", "always", "force")
+            for mp in self._mappings_in(addr, addr + length):
+                if mp.obj is not None:
+                    mp.obj.thp = on
         if advice in (MADV_POPULATE_READ, MADV_POPULATE_WRITE):
             if not self.populate:
                 raise _oserror(errno.EINVAL, "madvise", "MADV_POPULATE_* needs Linux 5.14")
@@ -1210,6 +1279,11 @@ class SimulatedBackend(Backend):
     def geteuid(self) -> int:
         return self.uid
 
+    def statvfs(self, path: str) -> Optional[Tuple[int, int]]:
+        size = self.kernel.shm_size if path == "/dev/shm" else None
+        return None if size is None else (size, size - self.kernel.charged.get(
+            "/dev/shm", 0))
+
     def _perm_ok(self, uid: int, gid: int, mode: int, want: int) -> bool:
         """ipc/util.c ipcperms and generic_permission: want is an rwx triple (0-7)."""
         if self.uid == 0:                       # CAP_IPC_OWNER / CAP_DAC_OVERRIDE
@@ -1254,7 +1328,7 @@ class SimulatedBackend(Backend):
             hp = [n.hugepages.get(kb) for n in k.topo.nodes.values()]
             if not any(h is not None and h.total for h in hp):
                 raise _oserror(errno.EINVAL, "shmget", f"no {kb} kB huge pages")
-            if sum(h.free for h in hp if h is not None) * page < size:
+            if sum(k.pool(page).values()) * page < size:
                 raise _oserror(errno.ENOMEM, "shmget", f"too few free {kb} kB huge pages")
         k.next_shmid += 1
         shmid = _SIM_ID_BASE + k.next_shmid

@@ -1,4 +1,4 @@
-"""python -m bench (all | prefault | maps | topology | import | hot | dma) [options]"""
+"""python -m bench (all | prefault | maps | topology | import | hot | dma | page_modes) [options]"""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ TITLES = {"prefault": "1. Prefault of a shared region", "maps": "2. numa_maps",
           "topology": "3. Topology of large generated trees",
           "import": "4. Import time and footprint",
           "hot": "6. Hot commands' own work",
-          "dma": "5. Pinned host buffers: H2D/D2H by placement"}
+          "dma": "5. Pinned host buffers: H2D/D2H by placement",
+          "page_modes": "1b. Prefault by page mode against the physical floor"}
 
 
 def _rounds(args: argparse.Namespace, full: int, quick: int) -> int:
@@ -34,6 +35,11 @@ def _run_one(name: str, args: argparse.Namespace) -> Section:
             (64 << 20 if args.quick else 4 << 30)
         return prefault.run(size=size, rounds=_rounds(args, 5, 3), kind=args.kind,
                             quick=args.quick)
+    if name == "page_modes":
+        from . import prefault
+        size = common.parse_size(args.size) if args.size else \
+            (64 << 20 if args.quick else 1 << 30)
+        return prefault.modes(size=size, rounds=_rounds(args, 5, 3))
     if name == "maps":
         from . import maps
         return maps.run(vmas=args.vmas or (10000 if args.quick else 60000),
@@ -92,8 +98,9 @@ def _portable(argv: Sequence[str]) -> List[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    p.add_argument("what", choices=("all",) + BENCHES + ("dma",),
-                   help="all = prefault, maps, maps_file, topology, import and hot (not dma)")
+    p.add_argument("what", choices=("all",) + BENCHES + ("dma", "page_modes"),
+                   help="all = prefault, maps, maps_file, topology, import and hot (not "
+                        "dma, not page_modes: it reserves huge pages as root)")
     p.add_argument("--quick", action="store_true", help="smoke run: small sizes, 2-5 rounds")
     p.add_argument("--size", default=None,
                    help="prefault region size, e.g. 4G (default 4G, --quick 64M); "

@@ -304,5 +304,34 @@ def run(*, size: int, rounds: int, log: Callable[[str], None] = common.log) -> S
             if b.registered:
                 cuda.unregister(b.addr)
             b.close()
+    _pin_stalls(nu, cuda, size, sec, log)
     sec.notes.append("GB/s = buffer bytes / (copy + device synchronize) / 1e9")
     return sec
+
+
+def _pin_stalls(nu: Any, cuda: Any, size: int, sec: Section,
+                log: Callable[[str], None]) -> None:
+    """numa_utils.pin_for_cuda at its default stall budget (1 GiB per call) against
+    one call for the whole buffer: total time, longest call (how long every other
+    CUDA call of the process waits behind the driver's lock), registered GB/s."""
+    if not hasattr(nu, "CudaPinProgress"):
+        sec.skip_contender("pin_for_cuda stalls", "this numa_utils has no progress")
+        return
+    lib = getattr(cuda, "lib", None) or getattr(getattr(cuda, "cudart", None), "lib", None)
+    for label, chunk in (("pin_for_cuda 1 GiB calls", 1 << 30), ("one call", size)):
+        b = HostBuffer(size)
+        try:
+            b.touch()
+            t0 = time.perf_counter()
+            pin = nu.pin_for_cuda(b.addr, size, chunk=chunk, cudart=lib)
+            total = time.perf_counter() - t0
+            if not pin:
+                sec.skip_contender(label, str(pin.reason))
+                continue
+            log(f"dma: {label}: {total:.3f} s, longest call {pin.progress.longest_s:.3f} s")
+            sec.value_row(label, "register total s", [total])
+            sec.value_row(label, "longest stall s", [pin.progress.longest_s])
+            sec.value_row(label, "register GB/s", [size / total / 1e9])
+            pin.close()
+        finally:
+            b.close()

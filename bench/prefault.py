@@ -401,3 +401,146 @@ def run(*, size: int, rounds: int, kind: str = "sysv", quick: bool = False,
     if ncpu <= 2:
         sec.notes.append(f"this machine allows {ncpu} CPUs, so 'all cores' is {ncpu} threads")
     return sec
+
+
+# ---------------------------------------------------------------------------
+# Page modes: base pages, THP and hugetlb against the physical floor, same run
+# ---------------------------------------------------------------------------
+
+_NR_HUGE = "/proc/sys/vm/nr_hugepages"
+_HUGE = 2 << 20
+
+
+def _anon(size: int) -> int:
+    addr = libc().mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE,
+                       mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    if addr in (None, ctypes.c_void_p(-1).value):
+        raise _err("mmap")
+    return int(addr)
+
+
+def floor(size: int) -> Dict[str, float]:
+    """memset of memory already faulted in: what zeroing pages costs with no fault."""
+    addr = _anon(size)
+    try:
+        ctypes.memset(addr, 1, size)
+        t0 = time.perf_counter()
+        ctypes.memset(addr, 0, size)
+        dt = time.perf_counter() - t0
+    finally:
+        libc().munmap(ctypes.c_void_p(addr), size)
+    return {"s": dt, "GB/s": size / dt / 1e9}
+
+
+def nu_anon(nu: Any, size: int, thp: bool, threads: int) -> Dict[str, float]:
+    """numa_utils.prefault() of anonymous memory, after MADV_HUGEPAGE with ``thp``."""
+    t0 = time.perf_counter()
+    addr = _anon(size)
+    try:
+        if thp and libc().madvise(ctypes.c_void_p(addr), size, 14) != 0:
+            raise _err("madvise(MADV_HUGEPAGE)")
+        nu.prefault(addr, size, threads=threads)
+        dt = time.perf_counter() - t0
+    finally:
+        libc().munmap(ctypes.c_void_p(addr), size)
+    return {"s": dt, "GB/s": size / dt / 1e9}
+
+
+def nu_region(nu: Any, size: int, hugepages: Any, threads: int) -> Dict[str, float]:
+    t0 = time.perf_counter()
+    r = nu.SharedRegion.create(f"bench-modes-{os.getpid()}", size, policy="interleave",
+                               hugepages=hugepages, threads=threads)
+    dt = time.perf_counter() - t0
+    r.destroy()
+    return {"s": dt, "GB/s": size / dt / 1e9}
+
+
+def _reserve_huge(size: int, notes: List[str]) -> Optional[int]:
+    """Reserve enough 2 MiB pages (as root); returns the old nr_hugepages to restore,
+    or None (with the reason in ``notes``) when they cannot be had."""
+    try:
+        with open(_NR_HUGE) as f:
+            old = int(f.read())
+        with open(_NR_HUGE, "w") as f:
+            f.write(str(old + size // _HUGE + 1))
+        with open(_NR_HUGE) as f:
+            got = int(f.read()) - old
+    except OSError as e:
+        notes.append(f"hugetlb: cannot reserve 2 MiB pages ({_NR_HUGE}: {e.strerror}); "
+                     "run as root")
+        return None
+    if got < size // _HUGE:
+        notes.append(f"hugetlb: the kernel gave {got} of {size // _HUGE} 2 MiB pages "
+                     "(memory too fragmented or too small)")
+        _restore_huge(old)
+        return None
+    return old
+
+
+def _restore_huge(old: int) -> None:
+    with open(_NR_HUGE, "w") as f:
+        f.write(str(old))
+
+
+def modes(*, size: int, rounds: int, log: Callable[[str], None] = common.log) -> Section:
+    sec = Section("page_modes", "1b. Prefault by page mode against the physical floor")
+    ncpu = len(os.sched_getaffinity(0))
+    size = (size + _HUGE - 1) // _HUGE * _HUGE
+    nu = common.numa_utils()
+    thp = {n: (open(f"/sys/kernel/mm/transparent_hugepage/{n}").read().strip()
+               if os.path.exists(f"/sys/kernel/mm/transparent_hugepage/{n}") else "-")
+           for n in ("enabled", "defrag", "shmem_enabled")}
+    sec.params = {"size": common.fmt_size(size), "rounds": rounds, "threads": ncpu,
+                  **{f"thp_{k}": v for k, v in thp.items()}}
+    exe = build_baseline()
+    c = lambda kind: lambda: c_baseline(exe, size, kind, ncpu)  # noqa: E731
+    contenders: List[Tuple[str, Callable[[], Dict[str, float]]]] = [
+        ("floor: memset of faulted memory, 1 thr", lambda: floor(size)),
+        ("base: C baseline (SysV)", c("sysv")),
+        ("base: numa_utils region", lambda: nu_region(nu, size, False, ncpu)),
+        ("base anon: C baseline", c("anon")),
+        ("base anon: numa_utils prefault()", lambda: nu_anon(nu, size, False, ncpu)),
+        ("THP anon: C baseline", c("anon-thp")),
+        ("THP anon: numa_utils prefault()", lambda: nu_anon(nu, size, True, ncpu)),
+    ]
+    if "[never]" in thp["shmem_enabled"] or "[deny]" in thp["shmem_enabled"]:
+        sec.skip_contender("THP shared region", f"shmem_enabled is {thp['shmem_enabled']}"
+                           ": hugepages='thp' cannot serve shared memory here")
+    old = _reserve_huge(size, sec.notes)
+    if old is not None:
+        contenders += [("hugetlb: C baseline (SysV)", c("sysv-huge")),
+                       ("hugetlb: numa_utils region", lambda: nu_region(nu, size, "2M",
+                                                                        ncpu))]
+    try:
+        log(f"page_modes: {common.fmt_size(size)}, {len(contenders)} contenders x {rounds}")
+        samples, skipped = common.alternate(contenders, rounds, log=log)
+    finally:
+        if old is not None:
+            _restore_huge(old)
+            sec.notes.append(f"nr_hugepages restored to {old}")
+    for name, why in skipped.items():
+        sec.skip_contender(name, why)
+    for name, _ in contenders:
+        if name in samples:
+            sec.row(name, "GB/s", samples[name])
+    flo = contenders[0][0]
+    for mode, nu_name, c_name in (("base", "base: numa_utils region", "base: C baseline (SysV)"),
+                                  ("base anon", "base anon: numa_utils prefault()",
+                                   "base anon: C baseline"),
+                                  ("THP anon", "THP anon: numa_utils prefault()",
+                                   "THP anon: C baseline"),
+                                  ("hugetlb", "hugetlb: numa_utils region",
+                                   "hugetlb: C baseline (SysV)")):
+        if nu_name in samples and c_name in samples:
+            sec.compare(f"{mode}: numa_utils / C baseline", "GB/s", samples[nu_name],
+                        samples[c_name], target=">= 0.9", ok=lambda x: x >= 0.9)
+            sec.compare(f"{mode}: C baseline / floor", "GB/s", samples[c_name],
+                        samples[flo])
+    for big in ("THP anon: numa_utils prefault()", "hugetlb: numa_utils region"):
+        if big in samples and "base: numa_utils region" in samples:
+            sec.compare(f"{big.split(':')[0]} / base pages (numa_utils)", "GB/s",
+                        samples[big], samples["base: numa_utils region"], target=">= 3",
+                        ok=lambda x: x >= 3)
+    sec.notes.append("floor = memset bandwidth of memory already faulted in (one thread); "
+                     "the rest create and fault the memory (zeroing included)")
+    return sec

@@ -5,7 +5,7 @@
  * write one byte per page of a disjoint slice.  Prints one JSON line with the time
  * from creation to the last page, measured here so process start-up is not counted.
  *
- *   prefault_baseline SIZE_BYTES THREADS sysv|memfd
+ *   prefault_baseline SIZE_BYTES THREADS sysv|sysv-huge|anon|anon-thp|memfd
  *
  * The segment is marked for removal (IPC_RMID) right after attaching and the memfd
  * is anonymous, so nothing outlives this process, whatever happens to it.
@@ -76,6 +76,30 @@ int main(int argc, char **argv)
             perror("shmat");
             return 1;
         }
+    } else if (strcmp(kind, "sysv-huge") == 0) {      /* hugetlb: 2 MiB pages */
+        page = 2 << 20;
+        size = (size + page - 1) / page * page;
+        int id = shmget(IPC_PRIVATE, size, IPC_CREAT | SHM_HUGETLB | 0600);
+        if (id < 0) {
+            perror("shmget(SHM_HUGETLB)");
+            return 1;
+        }
+        base = shmat(id, NULL, 0);
+        shmctl(id, IPC_RMID, NULL);
+        if (base == (char *)-1) {
+            perror("shmat");
+            return 1;
+        }
+    } else if (strcmp(kind, "anon") == 0 || strcmp(kind, "anon-thp") == 0) {
+        base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (base == MAP_FAILED) {
+            perror("mmap");
+            return 1;
+        }
+        if (strcmp(kind, "anon-thp") == 0 && madvise(base, size, MADV_HUGEPAGE) != 0) {
+            perror("madvise(MADV_HUGEPAGE)");
+            return 1;
+        }
     } else if (strcmp(kind, "memfd") == 0) {
         int fd = (int)syscall(SYS_memfd_create, "prefault-baseline", 0);
         if (fd < 0) {
@@ -93,7 +117,7 @@ int main(int argc, char **argv)
             return 1;
         }
     } else {
-        fprintf(stderr, "kind must be sysv or memfd\n");
+        fprintf(stderr, "kind must be sysv, sysv-huge, anon, anon-thp or memfd\n");
         return 2;
     }
 

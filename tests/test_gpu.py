@@ -568,3 +568,206 @@ def test_nvml_query_through_ctypes(monkeypatch):
 def test_nvml_is_never_asked_about_a_saved_tree(monkeypatch):
     monkeypatch.setattr(nu, "_nvml_query", lambda: pytest.fail("NVML queried"))
     assert nu._nvml_devices(tree("gh200")) is None
+
+
+# -- pin_for_cuda against a fake libcudart that models the driver --------------------
+# One global lock held for each whole call, a cost per byte (nanosleep), the 512 GiB
+# limit of one cudaHostRegister, and a per-thread "last error" that stays until
+# cudaGetLastError reads it.  Every call is written to a log the tests read.
+
+STALL_CUDART = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stddef.h>
+#include <time.h>
+static pthread_mutex_t driver = PTHREAD_MUTEX_INITIALIZER;
+static __thread int last_error;
+static FILE *out;
+long long ns_per_mib = 0;
+int fail_call = -1, calls = 0;
+
+static double now(void) {
+    struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+int fake_log(const char *path) { out = fopen(path, "w"); return out ? 0 : 1; }
+void fake_flush(void) { fflush(out); }
+
+int cudaHostRegister(void *p, size_t n, unsigned int flags) {
+    pthread_mutex_lock(&driver);
+    double t0 = now();
+    int k = ++calls, rc = 0;
+    if (n >= (512ULL << 30)) rc = 1;            /* cudaErrorInvalidValue */
+    else if (k == fail_call) rc = 2;            /* cudaErrorMemoryAllocation */
+    else if (ns_per_mib) {
+        long long ns = ns_per_mib * (long long)(n >> 20);
+        struct timespec d = {ns / 1000000000, ns % 1000000000};
+        nanosleep(&d, NULL);
+    }
+    if (rc) last_error = rc;
+    fprintf(out, "register %d %lu %p %zu %u %d %.6f\n", k, (unsigned long)pthread_self(),
+            p, n, flags, rc, now() - t0);
+    pthread_mutex_unlock(&driver);
+    return rc;
+}
+int cudaHostUnregister(void *p) {
+    pthread_mutex_lock(&driver);
+    fprintf(out, "unregister %p\n", p);
+    pthread_mutex_unlock(&driver);
+    return 0;
+}
+int cudaGetLastError(void) {
+    int e = last_error;
+    last_error = 0;
+    pthread_mutex_lock(&driver);
+    fprintf(out, "getlasterror %lu %d\n", (unsigned long)pthread_self(), e);
+    pthread_mutex_unlock(&driver);
+    return e;
+}
+const char *cudaGetErrorString(int e) {
+    return e == 1 ? "invalid argument (fake)" : e == 2 ? "out of memory (fake)" : "?";
+}
+int cudaGetDevice(int *d) { *d = 0; return 0; }
+int cudaSetDevice(int d) { return 0; }
+"""
+
+GiB = 1 << 30
+
+
+class StallCudart:
+    def __init__(self, tmp_path):
+        import ctypes
+        cc = shutil.which("gcc") or shutil.which("cc")
+        if cc is None:
+            pytest.skip("no C compiler (gcc) to build the fake libcudart")
+        src, self.path = tmp_path / "cudart.c", str(tmp_path / "libcudart_stall.so")
+        src.write_text(STALL_CUDART)
+        subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", self.path, str(src),
+                        "-lpthread"], check=True, capture_output=True)
+        self.lib = ctypes.CDLL(self.path)
+        self.log = tmp_path / "calls.log"
+        assert self.lib.fake_log(str(self.log).encode()) == 0
+        self.ctypes = ctypes
+
+    def set(self, name, value):
+        t = self.ctypes.c_longlong if name == "ns_per_mib" else self.ctypes.c_int
+        t.in_dll(self.lib, name).value = value
+
+    def calls(self):
+        self.lib.fake_flush()
+        return [line.split() for line in self.log.read_text().splitlines()]
+
+    def registers(self):
+        return [(int(c[4]), int(c[6]), float(c[7]), int(c[2]), int(c[3], 16))
+                for c in self.calls() if c[0] == "register"]   # (size, rc, s, tid, addr)
+
+
+@pytest.fixture
+def stall_cudart(tmp_path):
+    return StallCudart(tmp_path)
+
+
+def test_pin_never_makes_a_call_of_512_gib_whatever_chunk_says(stall_cudart):
+    # An address range nobody maps: the fake never touches memory, and nothing here
+    # faults pages, so 1.5 TiB costs nothing.
+    base, length = 1 << 44, 3 << 39
+    pin = nu.pin_for_cuda(base, length, chunk=1 << 40, cudart=stall_cudart.path)
+    regs = stall_cudart.registers()
+    assert pin and pin.reason is None, pin.reason
+    assert regs and all(n < 512 * GiB for n, *_ in regs)
+    assert sum(n for n, *_ in regs) == length and len(regs) == 4
+    assert [a for *_, a in regs] == [a for a, _ in pin.chunks]
+    pin.close()
+    assert sum(c[0] == "unregister" for c in stall_cudart.calls()) == 4
+
+
+def test_pin_default_calls_are_at_most_1_gib_and_portable_only(stall_cudart):
+    base, length = 1 << 44, 5 * GiB + 12345
+    with nu.pin_for_cuda(base, length, cudart=stall_cudart.path) as pin:
+        regs = stall_cudart.registers()
+        assert pin and max(n for n, *_ in regs) <= GiB and len(regs) == 6
+        assert pin.flags == int(nu.CudaHostRegisterFlag.PORTABLE) == 1
+        assert {int(c[5]) for c in stall_cudart.calls() if c[0] == "register"} == {1}
+        assert pin.progress.bytes == length and pin.progress.calls == 6
+    mapped = nu.pin_for_cuda(base, GiB, cudart=stall_cudart.path,
+                             flags=nu.CudaHostRegisterFlag.PORTABLE
+                             | nu.CudaHostRegisterFlag.MAPPED)
+    assert mapped.flags == 3
+    mapped.close()
+
+
+def test_pin_stall_budget_bounds_the_longest_call(stall_cudart):
+    # 2 ms per MiB: one 64 MiB call would hold the driver lock ~128 ms; 8 MiB chunks
+    # keep every call near 16 ms, and progress reports the longest one.
+    stall_cudart.set("ns_per_mib", 2_000_000)
+    pin = nu.pin_for_cuda(1 << 44, 64 << 20, chunk=8 << 20, cudart=stall_cudart.path)
+    regs = stall_cudart.registers()
+    assert pin and len(regs) == 8
+    longest = max(s for _, _, s, *_ in regs)
+    assert 0.012 < longest < 0.1
+    assert pin.progress.longest_s >= longest and pin.progress.longest_s < 0.12
+    pin.close()
+
+
+def test_pin_failure_in_call_k_unregisters_the_rest_and_clears_the_error(stall_cudart):
+    stall_cudart.set("fail_call", 4)
+    pin = nu.pin_for_cuda(1 << 44, 6 * GiB, cudart=stall_cudart.path)
+    assert not pin and pin.ready and pin.error == 2 and "out of memory (fake)" in pin.reason
+    assert pin.failed_chunk == ((1 << 44) + 3 * GiB, GiB)
+    calls = stall_cudart.calls()
+    kinds = [c[0] for c in calls]
+    k = kinds.index("getlasterror")
+    # right after the failing call 4, in the same thread, the error is read (cleared)
+    assert calls[k - 1][:2] == ["register", "4"] and calls[k - 1][6] == "2"
+    assert calls[k][1] == calls[k - 1][2] and calls[k][2] == "2"
+    assert kinds.count("register") == 4           # nothing after the failure
+    unreg = sorted(int(c[1], 16) for c in calls if c[0] == "unregister")
+    assert unreg == [(1 << 44) + i * GiB for i in range(3)]
+    stall_cudart.set("fail_call", 6)          # the second call of the next pin
+    with pytest.raises(OSError, match="cudaHostRegister"):
+        nu.pin_for_cuda(1 << 44, 2 * GiB, strict=True, cudart=stall_cudart.path)
+
+
+def test_pin_background_returns_at_once_and_becomes_ready(stall_cudart):
+    import time
+    stall_cudart.set("ns_per_mib", 1_000_000)          # 1 ms per MiB: 256 ms in all
+    t0 = time.monotonic()
+    pin = nu.pin_for_cuda(1 << 44, 256 << 20, chunk=16 << 20, background=True,
+                          cudart=stall_cudart.path)
+    assert time.monotonic() - t0 < 0.1 and not pin.ready and not pin
+    assert "registering" in repr(pin)
+    assert pin.wait(10) and pin.ready and pin, pin.reason
+    assert pin.progress.bytes == 256 << 20 and pin.progress.calls == 16
+    assert len(pin.chunks) == 16
+    pin.close()
+    assert not pin and pin.closed
+
+
+def test_pin_background_failure_and_close_while_running(stall_cudart):
+    stall_cudart.set("ns_per_mib", 1_000_000)
+    stall_cudart.set("fail_call", 3)
+    pin = nu.pin_for_cuda(1 << 44, 64 << 20, chunk=8 << 20, background=True,
+                          cudart=stall_cudart.path)
+    assert pin.wait(10) and not pin and pin.error == 2 and pin.failed_chunk[1] == 8 << 20
+    stall_cudart.set("fail_call", -1)
+    pin = nu.pin_for_cuda(1 << 44, 1 << 30, chunk=8 << 20, background=True,
+                          cudart=stall_cudart.path)
+    pin.close()                                   # stops it; what it made is undone
+    regs = [c for c in stall_cudart.calls() if c[0] == "register"][3:]
+    unreg = [c for c in stall_cudart.calls() if c[0] == "unregister"][2:]
+    assert pin.ready and not pin and len(regs) < 128 and len(unreg) == len(regs)
+    assert all(c[6] == "0" for c in regs)
+
+
+def test_pin_prefault_faults_pages_before_registering(stall_cudart):
+    import mmap
+    buf = mmap.mmap(-1, 8 << 20)
+    pin = nu.pin_for_cuda(buf, prefault=True, cudart=stall_cudart.path)
+    assert pin
+    with open("/proc/self/smaps") as f:
+        text = f.read()
+    addr = nu.buffer_range(buf)[0]
+    block = text[text.index(f"{addr:x}-"):]
+    rss_kb = int(block.split("Rss:")[1].split()[0])
+    assert rss_kb >= 8 << 10
+    pin.close()
