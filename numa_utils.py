@@ -100,7 +100,7 @@ __all__ = [
     "Abi", "abi_for", "Backend", "LinuxBackend", "NotLiveError",
     "default_backend", "use_backend",
     # topology
-    "Topology", "Node", "Cpu", "PciDevice", "HugePages", "read_topology", "to_json",
+    "Topology", "Node", "Cpu", "HugePages", "read_topology", "to_json",
     "MemoryAccess", "default_memory_nodes", "memory_node_choice", "MemoryNodeChoice",
     # memory policy: raw syscalls
     "Mode", "ModeFlag", "MbindFlag", "GetFlag", "NodeMask",
@@ -118,6 +118,8 @@ __all__ = [
     # GPU locality and binding
     "gpus", "gpu_node", "cpus_for_gpu", "bind_to_node", "bind_for_gpu",
     "GpuInfo", "GpuPlan", "BindResult", "gpu_plans", "BIND_POLICIES",
+    # PCI devices: NICs, RDMA, NVMe, GPUs
+    "Device", "DEVICE_KINDS", "devices", "device_distance", "local_devices", "LocalDevices",
     # observation
     "NodeCounters", "Counters", "counters", "RemoteShare", "remote_share", "watch",
     "NodeCandidate", "NodeChoice", "choose_node", "CudaPin", "CudaHostRegisterFlag",
@@ -479,6 +481,11 @@ class Backend:
 
     def exists(self, path: str) -> bool:
         raise NotImplementedError
+
+    def realpath(self, path: str) -> str:
+        """``path`` with its symlinks resolved (a PCI device's place in the bus
+        tree); ``path`` itself where the backend keeps no links."""
+        return path
 
     def syscall(self, nr: int, *args: int) -> int:
         """Make syscall ``nr``; return its non-negative result or raise OSError."""
@@ -999,6 +1006,12 @@ class LinuxBackend(Backend):
             return rel in self._tree.files or rel in self._tree.dirs
         return os.path.exists(path if self.is_live else os.path.join(self.root, rel))
 
+    def realpath(self, path: str) -> str:
+        if self.is_live:
+            return os.path.realpath(path)
+        rel = os.path.relpath(self._path(path), self.root)
+        return "/" if rel == "." else "/" + rel
+
     def _refuse(self, what: str) -> None:
         if not self.is_live:
             raise NotLiveError(errno.EOPNOTSUPP,
@@ -1287,6 +1300,10 @@ GPU_VENDORS: Mapping[int, str] = MappingProxyType({
     0x10DE: "nvidia", 0x1002: "amd", 0x8086: "intel",
 })
 _GPU_CLASSES = (0x03, 0x12)
+DEVICE_KINDS = ("gpu", "net", "rdma", "nvme", "display", "other")
+# A PCI function's own subfolders naming its kernel devices (drivers/net,
+# drivers/infiniband/core/sysfs.c, drivers/nvme/host/core.c): eth0, mlx5_0, nvme0.
+_NAME_CLASSES = ("net", "infiniband", "nvme")
 
 
 class HugePages(_Record):
@@ -1321,7 +1338,7 @@ class Node(_Record):
     access: Optional[MemoryAccess] = None     # HMAT access class 0; None: no HMAT
     has_normal_memory: Optional[bool] = None  # False: ZONE_MOVABLE only; None: unknown
     kind: str = ""                        # "dram" | "cpu-less" | "gpu" | "movable-only"
-    kind_evidence: str = ""               #   | "no-memory"; and what says so
+    kind_evidence: str = ""               #   | "generic-initiator" | "no-memory"; and why
 
 
 class Cpu(_Record):
@@ -1334,17 +1351,33 @@ class Cpu(_Record):
     llc: FrozenSet[int]
 
 
-class PciDevice(_Record):
+class Device(_Record):
+    """A PCI function and where it sits.  ``node``: firmware's numa_node, else the one
+    node its local CPUs fall on (numa_node -1: no _PXM), else None; ``node_source``
+    says which ("numa_node", "local_cpulist", "single node") or "unknown"."""
+
     address: str                 # "0000:17:00.0"
+    kind: str                    # one of DEVICE_KINDS
     vendor: int
     device: int
     pci_class: int
     numa_node: int               # -1: firmware did not say
-    local_cpus: FrozenSet[int]
+    node: Optional[int]
+    node_source: str
+    cpus: FrozenSet[int]         # local_cpulist
+    names: Tuple[str, ...] = ()  # kernel names: eth0, mlx5_0, nvme0
+    # The host bridge ("pci0000:80") and the bridges down to the device, from the
+    # sysfs link; just the address in a saved tree that kept no links.
+    path: Tuple[str, ...] = ()
 
     @property
     def vendor_name(self) -> str:
         return GPU_VENDORS.get(self.vendor, f"0x{self.vendor:04x}")
+
+    def to_json(self) -> Dict[str, Any]:
+        return dict(_pci_json(self), kind=self.kind, node=self.node,
+                    node_source=self.node_source, names=list(self.names),
+                    path=list(self.path))
 
 
 class Topology(_Record):
@@ -1357,7 +1390,7 @@ class Topology(_Record):
     online_cpus: FrozenSet[int]
     allowed_cpus: FrozenSet[int]
     allowed_mems: FrozenSet[int]
-    gpus: Tuple[PciDevice, ...]
+    gpus: Tuple[Device, ...]
     numa_balancing: Optional[int]
     thp: Optional[str]
     problems: Tuple[str, ...] = ()   # what could not be read, as warnings
@@ -1379,6 +1412,22 @@ class Topology(_Record):
         """Nodes with memory that this process may allocate from (cpuset applied)."""
         usable = self.nodes_with_memory & self.allowed_mems
         return usable if usable else self.nodes_with_memory
+
+    @property
+    def package_nodes(self) -> Dict[int, FrozenSet[int]]:
+        """package id -> the nodes with its online CPUs (several with SNC or NPS)."""
+        out: Dict[int, Set[int]] = {}
+        for c in self.cpus.values():
+            if c.online and c.package is not None and c.node is not None:
+                out.setdefault(c.package, set()).add(c.node)
+        return {p: frozenset(v) for p, v in sorted(out.items())}
+
+    @property
+    def nodes_per_package(self) -> Optional[int]:
+        """Nodes with CPUs per package: 1, or 2-4 with Intel SNC / AMD NPS; None when
+        packages differ or sysfs does not tell."""
+        counts = {len(v) for v in self.package_nodes.values()}
+        return counts.pop() if len(counts) == 1 else None
 
     def distance(self, a: int, b: int) -> Optional[int]:
         n = self.nodes.get(a)
@@ -1578,22 +1627,41 @@ def _cpu_node(r: _Reader, cpu: int, d: str, node_of: Mapping[int, int]) -> Optio
     return node
 
 
-def _read_gpus(r: _Reader) -> Tuple[PciDevice, ...]:
+def _read_devices(r: _Reader, node_of: Mapping[int, int], cpu_nodes: FrozenSet[int],
+                  gpus_only: bool = False) -> Tuple[Device, ...]:
+    """Every PCI function but bridges (class 0x06), in PCI order; ``gpus_only``: the
+    display (0x03) and accelerator (0x12) classes of the vendors in GPU_VENDORS."""
     out = []
     for addr in sorted(r.listdir(_PCI_DIR)):
         d = f"{_PCI_DIR}/{addr}"
         vendor = r.integer(f"{d}/vendor")
         cls = r.integer(f"{d}/class")
-        if vendor is None or vendor not in GPU_VENDORS or cls is None or \
-                (cls >> 16) not in _GPU_CLASSES:
+        if vendor is None or cls is None or cls >> 16 == 0x06:
             continue
-        device = r.integer(f"{d}/device") or 0
+        gpu = vendor in GPU_VENDORS and cls >> 16 in _GPU_CLASSES
+        if gpus_only and not gpu:
+            continue
         numa = r.integer(f"{d}/numa_node")
+        numa = -1 if numa is None else numa
         local = r.parsed(f"{d}/local_cpulist", parse_cpulist)
         if local is None:
             local = r.parsed(f"{d}/local_cpus", parse_cpumap) or frozenset()
-        out.append(PciDevice(addr, vendor, device, cls, -1 if numa is None else numa,
-                             local))
+        hits = {node_of.get(c) for c in local} - {None}
+        node, how = (numa, "numa_node") if numa >= 0 else \
+            (hits.pop(), "local_cpulist") if len(hits) == 1 else \
+            (min(cpu_nodes), "single node") if len(cpu_nodes) == 1 else (None, "unknown")
+        sub = {c: sorted(r.listdir(f"{d}/{c}")) for c in _NAME_CLASSES}
+        kind = "gpu" if gpu else "rdma" if sub["infiniband"] or cls >> 8 == 0x0207 \
+            else "net" if cls >> 16 == 0x02 else "nvme" if cls >> 8 == 0x0108 \
+            else "display" if cls >> 16 == 0x03 else "other"
+        try:
+            parts = r.b.realpath(d).split("/")
+        except OSError:
+            parts = []
+        top = [i for i, p in enumerate(parts) if re.match(r"^pci[0-9a-f]{4,}:[0-9a-f]{2}$", p)]
+        out.append(Device(addr, kind, vendor, r.integer(f"{d}/device") or 0, cls, numa,
+                          node, how, local, tuple(n for c in _NAME_CLASSES for n in sub[c]),
+                          tuple(parts[top[0]:]) if top else (addr,)))
     return tuple(out)
 
 
@@ -1655,9 +1723,12 @@ def _read_weights(r: _Reader, online: Optional[FrozenSet[int]] = None,
     return weights, auto
 
 
-def _node_kind(n: Node, with_mem: FrozenSet[int], normal: Optional[FrozenSet[int]]
-               ) -> Tuple[str, str]:
+def _node_kind(n: Node, with_mem: FrozenSet[int], normal: Optional[FrozenSet[int]],
+               gi: FrozenSet[int]) -> Tuple[str, str]:
     """(kind, evidence) from sysfs alone; GPU memory is told apart afterwards."""
+    if n.id in gi:      # ACPI SRAT generic initiator (Linux 5.10+): a device's node
+        return "generic-initiator", "in has_generic_initiator" + \
+            ("" if n.cpus or n.id in with_mem else "; no CPUs, no memory")
     if n.id not in with_mem:
         return "no-memory", "not in has_memory"
     if normal is not None and n.id not in normal:
@@ -1763,12 +1834,21 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
         if has_node_dir else None
     if normal is not None:
         normal = r.online(normal, online, f"{_NODE_DIR}/has_normal_memory")
+    gi = r.online(r.parsed(f"{_NODE_DIR}/has_generic_initiator", _parse_nodelist,
+                           frozenset()), online, f"{_NODE_DIR}/has_generic_initiator") \
+        if has_node_dir else frozenset()
+    links: Dict[int, List[str]] = {}
+    for dev in _read_devices(r, node_of, frozenset(with_cpus)) if gi else ():
+        links.setdefault(dev.numa_node, []).append(dev.address)
     for n, nd in nodes.items():
         nd = nd._replace(tier=tier_of.get(n),
                          access=_read_access(r, n, online)
                          if has_node_dir and n in with_mem else None,
                          has_normal_memory=None if normal is None else n in normal)
-        kind, why = _node_kind(nd, with_mem, normal)
+        kind, why = _node_kind(nd, with_mem, normal, gi)
+        if n in gi:
+            why += "; standing for " + (", ".join(links[n]) if n in links else
+                                        "a device no PCI numa_node names")
         nodes[n] = nd._replace(kind=kind, kind_evidence=why)
     weights, auto = _read_weights(r, online, frozenset(possible))
     nb = r.integer("/proc/sys/kernel/numa_balancing")
@@ -1786,12 +1866,20 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
         nodes_with_cpus=frozenset(with_cpus), nodes_with_memory=frozenset(with_mem),
         cpus=MappingProxyType(cpus), online_cpus=online_cpus,
         allowed_cpus=frozenset(allowed_cpus), allowed_mems=frozenset(allowed_mems),
-        gpus=_read_gpus(r), numa_balancing=nb, thp=thp,
+        gpus=_read_devices(r, node_of, frozenset(with_cpus), True),
+        numa_balancing=nb, thp=thp,
         problems=tuple(r.problems), has_node_dir=has_node_dir,
         memory_tiers=MappingProxyType(tiers),
         interleave_weights=None if weights is None else MappingProxyType(weights),
         interleave_auto=auto,
     )
+    k = topo.nodes_per_package
+    if k and k > 1:       # several nodes per package: say so where the kind is read
+        pkg = {n: p for p, ns in topo.package_nodes.items() for n in ns}
+        topo = topo._replace(nodes=MappingProxyType({n: v._replace(
+            kind_evidence=f"{v.kind_evidence}; package {pkg[n]}, one of {k} nodes "
+            f"(SNC{k}/NPS{k})") if v.kind == "dram" and n in pkg else v
+            for n, v in nodes.items()}))
     # GPU memory onlined as a node: CPU-less memory nodes the GPU section attributes
     # to a GPU (NVML or the NVIDIA driver's /proc entries; never by shape alone).
     if topo.nodes_with_memory - topo.nodes_with_cpus and \
@@ -1856,6 +1944,9 @@ def memory_node_choice(topology: Optional[Topology] = None, *,
         return True
 
     nodes = {n: t.nodes[n] for n in cands if n in t.nodes}
+    if drop((n for n, v in nodes.items() if v.kind == "generic-initiator"),
+            lambda v: "a generic-initiator node: a device's, not the CPUs' memory"):
+        basis.append("generic initiators")
     if drop((n for n, v in nodes.items() if v.kind == "gpu"),
             lambda v: f"GPU memory ({v.kind_evidence.split(';')[0]}): host buffers "
                       "there take the GPU's own HBM"):
@@ -1933,7 +2024,7 @@ def _topology_json(t: Topology) -> Dict[str, Any]:
                  for c in (t.cpus[i] for i in sorted(t.cpus))},
         "online_cpus": ids(t.online_cpus),
         "allowed_cpus": ids(t.allowed_cpus), "allowed_mems": ids(t.allowed_mems),
-        "gpus": [_pci_json(g) for g in t.gpus],
+        "gpus": [_pci_json(g) for g in t.gpus], "nodes_per_package": t.nodes_per_package,
         "numa_balancing": t.numa_balancing, "thp": t.thp,
         "memory_tiers": {str(k): ids(v) for k, v in sorted(t.memory_tiers.items())},
         "interleave_weights": None if t.interleave_weights is None else
@@ -1943,19 +2034,17 @@ def _topology_json(t: Topology) -> Dict[str, Any]:
     }
 
 
-def _pci_json(g: PciDevice) -> Dict[str, Any]:
+def _pci_json(g: Device) -> Dict[str, Any]:
     return {"address": g.address, "vendor": f"0x{g.vendor:04x}",
             "vendor_name": g.vendor_name, "device": f"0x{g.device:04x}",
             "class": f"0x{g.pci_class:06x}", "numa_node": g.numa_node,
-            "local_cpus": sorted(g.local_cpus)}
+            "local_cpus": sorted(g.cpus)}
 
 
 def to_json(obj: Any) -> Any:
     """JSON-ready data for any numa_utils value (Topology, results, entries ...)."""
     if isinstance(obj, Topology):
         return _topology_json(obj)
-    if isinstance(obj, PciDevice):
-        return _pci_json(obj)
     if hasattr(obj, "to_json") and callable(obj.to_json):
         return obj.to_json()
     if isinstance(obj, tuple) and hasattr(obj, "_asdict"):
@@ -4644,7 +4733,7 @@ def _dev_shm_users(b: Backend, files: Mapping[str, _ShmStat]) -> Dict[str, int]:
 #
 # 1. gpus(): GPUs from sysfs PCI devices (display 0x03 / accelerator 0x12 classes of
 #    the vendors in GPU_VENDORS), each with the node firmware gives it (numa_node), or
-#    the one node its local_cpulist falls on, else None (_gpu_node, shared with status).
+#    the one node its local_cpulist falls on, else None (_read_devices: every device).
 #    ``cpu_node`` is where its worker runs: ``node``, or the nearest node that has
 #    CPUs when ``node`` has none.
 # 2. GPU memory exposed as NUMA nodes (GH200/GB200 over NVLink-C2C, POWER9 + V100 over
@@ -4669,7 +4758,7 @@ def _dev_shm_users(b: Backend, files: Mapping[str, _ShmStat]) -> Dict[str, int]:
 
 _CUDA_FAMILY_ORDER = ("nvidia", "amd", "intel")
 BIND_POLICIES = ("node", "socket", "exclusive", "core-complex")
-_MEMORY_CHOICES = ("prefer", "bind", "interleave", "local", "none")
+_MEMORY_CHOICES = ("prefer", "bind", "interleave", "local", "socket", "none")
 _NVIDIA_PROC = "/proc/driver/nvidia/gpus"
 
 
@@ -4687,8 +4776,8 @@ def _strict_or_env(strict: Optional[bool]) -> bool:
 def _memory_or_env(memory: Union[str, None, _Unset]) -> Optional[str]:
     if memory is _UNSET:
         memory = _env("NUMA_MEMORY_POLICY")
-    if memory is None:
-        return None
+    if memory is None or memory == "socket":
+        return memory
     mode = _mode_of(str(memory))        # every name a result reports is accepted
     m = "none" if mode == Mode.DEFAULT else "prefer" if mode == Mode.PREFERRED \
         else mode.name.lower()
@@ -5003,13 +5092,13 @@ def _gpu_infos(topo: Topology, b: Backend) -> List[GpuInfo]:
             uuids[nv.pci] = nv.uuid
     out = []
     for dev in topo.gpus:
-        node, how = _gpu_node(topo, dev)
+        node, how = dev.node, dev.node_source
         cpu_node = _nearest_cpu_node(topo, node) if node is not None else None
         if node is not None and cpu_node != node:
             how += f", CPU-less: nearest node with CPUs is {cpu_node}"
         pci = _norm_bus_id(dev.address)
         out.append(GpuInfo(pci, dev.vendor_name, dev.device, dev.numa_node, node, how,
-                           cpu_node, dev.local_cpus, uuid=uuids.get(pci)))
+                           cpu_node, dev.cpus, uuid=uuids.get(pci)))
     return _attribute_gpu_memory(topo, out, nvml, b)
 
 
@@ -5017,6 +5106,97 @@ def gpus(*, backend: Optional[Backend] = None) -> List[GpuInfo]:
     """The GPUs in sysfs (NVIDIA, AMD, Intel), in PCI order, with their nodes."""
     b = _b(backend)
     return _gpu_infos(read_topology(backend=b), b)
+
+
+# ---------------------------------------------------------------------------
+# Every PCI device: NICs and RDMA for KV transfers, NVMe for offload
+# ---------------------------------------------------------------------------
+
+def _devices(t: Topology, b: Backend) -> Tuple[Device, ...]:
+    return _read_devices(_Reader(b), {c: v.node for c, v in t.cpus.items()
+                                      if v.node is not None}, t.nodes_with_cpus)
+
+
+def devices(kind: Optional[str] = None, *, backend: Optional[Backend] = None) -> List[Device]:
+    """The PCI functions (bridges aside) in PCI order, with kind, node, local CPUs,
+    kernel names and bus path; ``kind``: only those of one of DEVICE_KINDS.  The
+    "gpu" ones are the GPUs gpus() describes."""
+    if kind is not None and kind not in DEVICE_KINDS:
+        raise ValueError(f"unknown device kind {kind!r}; one of {', '.join(DEVICE_KINDS)}")
+    b = _b(backend)
+    return [d for d in _devices(read_topology(backend=b), b) if kind in (None, d.kind)]
+
+
+def device_distance(a: Union[Device, str], b: Union[Device, str], *,
+                    backend: Optional[Backend] = None) -> str:
+    """How two devices reach each other, named as ``nvidia-smi topo -m`` does, from
+    their sysfs bus paths: "PIX" (at most one bridge or one switch between them),
+    "PXB" (several bridges, no host bridge), "PHB" (through their host bridge),
+    "NODE" (different host bridges of one node), "SYS" (different or unknown nodes).
+    A saved tree that kept no links has no paths: NODE or SYS.  ``a``/``b``: Devices
+    or PCI addresses."""
+    if isinstance(a, str) or isinstance(b, str):
+        found = {d.address: d for d in devices(backend=backend)}
+        try:
+            a, b = (found[_norm_bus_id(x)] if isinstance(x, str) else x for x in (a, b))
+        except KeyError as e:
+            raise ValueError(f"no PCI device {e.args[0]} (see devices())") from None
+    pa, pb = a.path, b.path
+    if pa[:1] == pb[:1] and pa[0].startswith("pci"):
+        k = 1
+        while k < min(len(pa), len(pb)) and pa[k] == pb[k]:
+            k += 1
+        if k == 1:
+            return "PHB"
+        return "PIX" if len(pa) - k <= 2 and len(pb) - k <= 2 else "PXB"
+    return "NODE" if a.node is not None and a.node == b.node else "SYS"
+
+
+class LocalDevices(List[Tuple[Device, str]]):
+    """local_devices()'s answer: (device, relation) pairs, nearest first.
+    ``fell_back``: no device of the kind was local, so all of them are listed."""
+
+    fell_back: bool = False
+
+
+_RELATIONS = ("local", "near", "remote")
+
+
+def local_devices(where: Any, kind: str = "net", *, strict: bool = False,
+                  backend: Optional[Backend] = None) -> LocalDevices:
+    """The devices of ``kind`` on ``where``: a node, a set (list) of nodes, or a buffer
+    (the nodes its pages are on, from placement(), else the node of its first page;
+    an address must be passed as a buffer object, an int is a node), as (device,
+    relation) pairs: "local" (on those nodes), "near" (another node of their package:
+    SNC/NPS) or "remote"; ranked by relation, NUMA distance, then PCI address.  When
+    none is local, ``strict=False`` lists every device of the kind, ``fell_back``
+    set, so a transfer never waits for want of a local NIC; ``strict=True`` lists none."""
+    b = _b(backend)
+    t = read_topology(backend=b)
+    if isinstance(where, int) and not isinstance(where, bool):
+        nodes = frozenset({where})
+    elif isinstance(where, (set, frozenset, list, tuple)):
+        nodes = frozenset(where)
+    else:
+        nodes = frozenset(placement(where, backend=b))
+        first = None if nodes else node_of(where, backend=b)
+        nodes = nodes if first is None else frozenset({first})
+    pkg = {n: p for p, ns in t.package_nodes.items() for n in ns}
+    home = {n: pkg.get(_nearest_cpu_node(t, n)) for n in t.nodes}   # type: ignore[arg-type]
+    mine = {home.get(n) for n in nodes} - {None}
+
+    def rank(d: Device) -> Tuple[int, int, str]:
+        rel = 0 if d.node in nodes else 1 if d.node is not None and \
+            home.get(d.node) in mine else 2
+        ds = [x for x in (t.distance(n, d.node) for n in nodes if d.node is not None)
+              if x is not None]
+        return rel, min(ds, default=1 << 16), d.address
+    ranked = sorted((rank(d), d) for d in _devices(t, b) if d.kind == kind)
+    out = LocalDevices((d, _RELATIONS[r[0]]) for r, d in ranked if r[0] == 0)
+    if not out and not strict:
+        out = LocalDevices((d, _RELATIONS[r[0]]) for r, d in ranked)
+        out.fell_back = True
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -5252,6 +5432,10 @@ def _plan_memory(topo: Topology, infos: List[GpuInfo], node: Optional[int],
         gpu_mem = {n for g in infos for n in g.memory_nodes}
         return tuple(sorted(default_memory_nodes(topo) - gpu_mem))
     nodes = _memory_nodes_for(topo, node)
+    if memory == "socket":       # preferred-many over the package's memory nodes
+        pk = {topo.cpus[c].package for c in topo.nodes[node].cpus if c in topo.cpus}
+        mine = {n for p, ns in topo.package_nodes.items() if p in pk for n in ns}
+        return tuple(sorted(default_memory_nodes(topo) & mine)) or nodes
     return nodes[:1] if memory == "prefer" else nodes
 
 
@@ -5560,7 +5744,7 @@ def _bind_node(b: Backend, topo: Topology, node: int, cpus: Union[bool, Iterable
                 _fail(st, f"bind:mems:{node}", msg)
             notes.append(msg)
         mode = {"prefer": Mode.PREFERRED, "bind": Mode.BIND, "interleave": Mode.INTERLEAVE,
-                "local": Mode.LOCAL}[mem]
+                "local": Mode.LOCAL, "socket": Mode.PREFERRED_MANY}[mem]
         if mode != Mode.LOCAL and not mnodes:
             pres = _fallback(PolicyResult(False, mode.name.lower(), frozenset(),
                                           reason="no-memory-node", errno=errno.EINVAL,
@@ -6680,20 +6864,6 @@ def _env_nodes(b: Optional[Backend]) -> Optional[FrozenSet[int]]:
 # status: the report a person reads instead of `numactl --hardware`.
 # ===========================================================================
 
-def _gpu_node(topo: Topology, dev: PciDevice) -> Tuple[Optional[int], str]:
-    """(node, how) for a PCI device: firmware's numa_node, else derived from the
-    device's local CPUs when they fall on exactly one node."""
-    if dev.numa_node >= 0:
-        return dev.numa_node, "numa_node"
-    if dev.local_cpus:
-        hits = {topo.node_of_cpu(c) for c in dev.local_cpus} - {None}
-        if len(hits) == 1:
-            return hits.pop(), "local_cpulist"
-    if len(topo.nodes_with_cpus) == 1:
-        return next(iter(topo.nodes_with_cpus)), "single node"
-    return None, "unknown"
-
-
 def _fmt_kb(kb: int) -> str:
     v = float(kb)
     for unit in ("KiB", "MiB", "GiB", "TiB"):
@@ -6735,7 +6905,7 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     multi = len(topo.nodes_with_memory) > 1 or len(topo.nodes_with_cpus) > 1
     gpu_rows = []
     for g in topo.gpus:
-        node, how = _gpu_node(topo, g)
+        node, how = g.node, g.node_source
         row = _pci_json(g)
         row.update(node=node, node_source=how)
         gpu_rows.append(row)
@@ -6758,6 +6928,13 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
                                 "process's cpuset (Mems_allowed_list "
                                 f"{format_cpulist(topo.allowed_mems)}) excludes that "
                                 "node's memory: host buffers for it will be remote")
+    devs = _devices(topo, b)
+    layout = _package_layout(topo)
+    if layout["nodes_per_package"] and layout["nodes_per_package"] > 1:
+        warnings.append(f"{layout['evidence']}: a 'socket' CPU plan spans all of a "
+                        "package's nodes and bind_for_gpu(memory='socket') prefers all of "
+                        "them (preferred-many); 'node' keeps a worker on one cluster, "
+                        "with that cluster's share of the memory bandwidth")
     if topo.numa_balancing and len(topo.nodes_with_memory) > 1:
         warnings.append("numa_balancing is on: the kernel migrates pages behind the "
                         "engine's back, which costs tail latency; for serving set "
@@ -6802,8 +6979,11 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     report: Dict[str, Any] = {
         "version": __version__,
         "root": b.root,
-        "nodes": tj["nodes"],
+        "nodes": [dict(n, devices=[d.address for d in devs if d.node == n["id"]])
+                  for n in tj["nodes"]],
         "gpus": gpu_rows,
+        "devices": [d.to_json() for d in devs],
+        "packages": layout,
         "process": {
             "pid": os.getpid() if b.is_live else None,
             "allowed_cpus": tj["allowed_cpus"],
@@ -6848,6 +7028,42 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     report["last_level_caches"] = _llc_json(topo, b, warnings)
     _status_extra(report, topo, b)
     return report
+
+
+def _package_layout(t: Topology) -> Dict[str, Any]:
+    """Nodes per package with its evidence: the distances inside a package against
+    those between packages (SNC on Intel, NPS on AMD split a package into nodes)."""
+    pk = t.package_nodes
+    k = t.nodes_per_package
+
+    def dists(same: bool) -> List[int]:
+        return sorted({d for p, ns in pk.items() for q, ms in pk.items() if (p == q) == same
+                       for a in ns for m in ms if a != m
+                       for d in (t.distance(a, m),) if d is not None})
+    inside, between = dists(True), dists(False)
+    ev = (f"{k} node{'s' * (k != 1)} per package" if k else "packages with different "
+          "node counts") + f" over {len(pk)} package{'s' * (len(pk) != 1)}"
+    if k and k > 1:
+        ev += f" (SNC{k} on Intel, NPS{k} on AMD)"
+    if inside:
+        ev += f": distance {format_cpulist(inside)} inside a package"
+    if between:
+        ev += (", " if inside else ": distance ") + f"{format_cpulist(between)} between packages"
+    return {"nodes_per_package": k, "nodes": {str(p): sorted(ns) for p, ns in pk.items()},
+            "distance_inside": inside, "distance_between": between, "evidence": ev}
+
+
+def _render_devices(rep: Dict[str, Any]) -> List[str]:
+    """DEVICES: each PCI function (bridges aside) under its node."""
+    devs = sorted(rep.get("devices") or [], key=lambda d: (d["node"] is None,
+                                                            d["node"] or 0, d["address"]))
+    out = ["DEVICES (PCI functions by node)"] if devs else []
+    for d in devs:
+        node = "?" if d["node"] is None else d["node"]
+        how = "" if d["node_source"] == "numa_node" else f" ({d['node_source']})"
+        out.append(f"  {node!s:>4}  {d['address']}  {d['kind']:<7} {d['vendor'][2:]}:"
+                   f"{d['device'][2:]}  {' '.join(d['names']) or '-'}{how}")
+    return out + [""] if out else out
 
 
 def _render_tiers(rep: Dict[str, Any]) -> List[str]:
@@ -6963,6 +7179,8 @@ def _render_status(rep: Dict[str, Any]) -> str:
                f"{_nodes_txt(k['nodes_with_cpus'])}; memory on "
                f"{_nodes_txt(k['nodes_with_memory'])}")
     out.append(_cpu_summary(rep))
+    if rep.get("packages"):
+        out.append(f"PACKAGES: {rep['packages']['evidence']}")
     w = max([len(format_cpulist(n["cpus"])) for n in nodes] + [4])
     out.append(f"  {'node':>4}  {'cpus':<{w}}  {'memory':>11}  {'free':>11}  "
                "hugepages (free/total)")
@@ -6992,6 +7210,7 @@ def _render_status(rep: Dict[str, Any]) -> str:
                        f"node {node}{note}  local cpus "
                        f"{format_cpulist(g['local_cpus']) or '-'}")
         out.append("")
+    out.extend(_render_devices(rep))
     out.extend(_render_tiers(rep))
     p = rep["process"]
     out.append("PROCESS" + (f" (pid {p['pid']})" if p["pid"] else ""))

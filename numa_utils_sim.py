@@ -548,6 +548,9 @@ class SimulatedBackend(Backend):
             return self.read_optional(path) is not None
         return self._files.exists(path)
 
+    def realpath(self, path: str) -> str:
+        return self._files.realpath(path)
+
     def _render_status(self) -> str:
         base = self._files.read_optional("/proc/self/status") or ""
         lines = [ln for ln in base.splitlines()

@@ -711,8 +711,19 @@ def expected(m, r):
                      "device": "0x{:04x}".format(dev["device"]),
                      "class": "0x{:06x}".format(dev["class"]),
                      "numa_node": dev["numa_node"], "local_cpus": pci_local(m, r, dev)})
+    per = {}
+    for c in cpus.values():
+        if c["online"] and c["package"] is not None and c["node"] is not None:
+            per.setdefault(c["package"], set()).add(c["node"])
+    counts = {len(v) for v in per.values()}
+    k = counts.pop() if len(counts) == 1 else None
+    for nd in nodes_out:     # several nodes per package (SNC/NPS): said in the evidence
+        pk = [p for p, ns in per.items() if nd["id"] in ns]
+        if k and k > 1 and pk and nd["kind"] == "dram":
+            nd["kind_evidence"] += "; package %d, one of %d nodes (SNC%d/NPS%d)" % (
+                pk[0], k, k, k)
     return {
-        "nodes": nodes_out,
+        "nodes": nodes_out, "nodes_per_package": k,
         "online_nodes": online_nodes, "possible_nodes": possible_nodes,
         "nodes_with_cpus": with_cpus, "nodes_with_memory": with_mem,
         "cpus": cpus, "online_cpus": r["online"],

@@ -382,12 +382,35 @@ def oracle(arch: str, topology: str, root: str) -> Tuple[dict, List[str]]:
                 kind = ("dram", f"CPUs {_ranges(node['cpus'])} and normal memory")
             else:
                 kind = ("cpu-less", "memory but no CPUs")
+            if n in (topo.get("generic_initiators") or []):
+                # A device's node (QEMU acpi-generic-initiator); vm/run.py ties it to
+                # a device behind the expander, whose numa_node stays the expander's.
+                kind = ("generic-initiator", "in has_generic_initiator" + (
+                    "" if node["cpus"] or n in with_mem else "; no CPUs, no memory")
+                    + "; standing for a device no PCI numa_node names")
             node["kind"], node["kind_evidence"] = kind
         exp["memory_tiers"] = {str(t): v for t, v in sorted(tiers.items())}
         exp["interleave_weights"] = weights
         auto = _read(root, "sys/kernel/mm/mempolicy/weighted_interleave/auto")
         exp["interleave_auto"] = None if auto is None else auto in ("true", "1", "Y")
+    package_facts(exp)
     return exp, notes
+
+
+def package_facts(exp: dict) -> None:
+    """nodes_per_package (nodes with CPUs per package; None when packages differ)
+    and, with several, each DRAM node's package in its kind evidence, from the
+    expectation's own CPUs."""
+    per: Dict[int, set] = {}
+    for c in exp["cpus"].values():
+        if c["online"] and c["package"] is not None and c["node"] is not None:
+            per.setdefault(c["package"], set()).add(c["node"])
+    counts = {len(v) for v in per.values()}
+    k = exp["nodes_per_package"] = counts.pop() if len(counts) == 1 else None
+    for node in exp["nodes"]:
+        pk = [p for p, ns in per.items() if node["id"] in ns]
+        if k and k > 1 and pk and node.get("kind") == "dram":
+            node["kind_evidence"] += f"; package {pk[0]}, one of {k} nodes (SNC{k}/NPS{k})"
 
 
 def _ranges(ids: List[int]) -> str:
