@@ -113,7 +113,7 @@ __all__ = [
     "set_local", "apply_policy", "thread_policy", "set_thread_policy", "get_policy",
     "node_of",
     # shared memory, prefault, placement
-    "SharedRegion", "prefault", "placement", "NumaMapsEntry",
+    "SharedRegion", "Layout", "Extent", "prefault", "placement", "NumaMapsEntry",
     # GPU locality and binding
     "gpus", "gpu_node", "cpus_for_gpu", "bind_to_node", "bind_for_gpu",
     "GpuInfo", "GpuPlan", "BindResult", "gpu_plans", "BIND_POLICIES",
@@ -5126,6 +5126,228 @@ def _region_page(hugepages: Union[bool, int, str, None], kind: str, b: Backend,
     if huge and kind == "posix":
         raise ValueError("hugepages need kind='sysv' (SHM_HUGETLB): /dev/shm is tmpfs")
     return huge, huge or b.page_size
+
+
+# -- layouts: a policy per extent of one region ------------------------------------------
+# One line of text, which the identity record carries to every attacher:
+#   layout := rule ["@" SIZE]  |  extent (";" extent)*
+#   rule   := "parts:" POLICY ":" ENTRIES          equal contiguous parts, one per entry
+#           | "blocks:" SIZE ":" POLICY ":" ENTRIES  block i on entry i % len(ENTRIES)
+#   extent := SIZE ":" POLICY [":" NODES]           contiguous from offset 0
+#   ENTRIES := NODES ("/" NODES)*     NODES := a node list (0-3,8)
+#   SIZE := bytes, or with K/M/G/T (binary) as everywhere else.  POLICY: bind,
+#   interleave, weighted-interleave, prefer, prefer-many, local, default.
+# "@SIZE" is the region size a rule was bound to (create adds it).  An extent without
+# NODES takes default_memory_nodes() where its policy needs nodes.  A blocks rule is
+# kept as the rule, not as one extent per block; a size that is not a whole number of
+# blocks ends in a shorter block.  Each extent is one mbind, and a mapping holds at
+# most vm.max_map_count (65530) VMAs: keep blocks that alternate nodes fewer than that.
+_LAYOUT_MODES = MappingProxyType({
+    "bind": Mode.BIND, "interleave": Mode.INTERLEAVE, "prefer": Mode.PREFERRED,
+    "prefer-many": Mode.PREFERRED_MANY, "weighted-interleave": Mode.WEIGHTED_INTERLEAVE,
+    "local": Mode.LOCAL, "default": Mode.DEFAULT})
+_LAYOUT_NAMES = MappingProxyType({m: w for w, m in _LAYOUT_MODES.items()})
+
+
+def _fmt_size(n: int) -> str:
+    """The shortest exact form _parse_size reads back: 2M, 1536K, 4097."""
+    for shift, unit in ((40, "T"), (30, "G"), (20, "M"), (10, "K")):
+        if n and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return str(n)
+
+
+class Extent(_Record):
+    offset: int
+    length: int
+    policy: str                 # a _LAYOUT_MODES word
+    nodes: FrozenSet[int]       # empty: none (default, local) or default_memory_nodes()
+
+
+class Layout:
+    """Where each extent of a region lives: an immutable, ordered list of extents.
+
+    Build one with ``parts``, ``blocks`` or ``extents``, or ``Layout.parse(text)``
+    (``str(layout)`` gives that text back).  A layout from ``parts``/``blocks``
+    without ``size`` takes the size of the region it is given to.
+    """
+
+    __slots__ = ("_kind", "_policy", "_entries", "_block", "_size", "_cache")
+
+    def __init__(self, kind: str, policy: str, entries: Sequence[Any], block: int = 0,
+                 size: Optional[int] = None) -> None:
+        self._kind, self._block, self._size = kind, block, size
+        self._cache: Optional[Tuple[Extent, ...]] = None
+        items = []
+        for ent in entries:
+            length, pol, nodes = ent if kind == "extents" else (0, policy, ent)
+            w = _POLICY_WORDS.get(str(pol).lower()) if str(pol).lower() != "prefer-many" \
+                else Mode.PREFERRED_MANY
+            if w is None:
+                raise ValueError(f"layout: unknown policy {pol!r}; one of "
+                                 f"{', '.join(_LAYOUT_MODES)}")
+            ids = frozenset([nodes] if isinstance(nodes, int) else nodes or ())
+            if any(not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in ids):
+                raise ValueError(f"layout: invalid node list {nodes!r}")
+            if (w in (Mode.DEFAULT, Mode.LOCAL)) == bool(ids) and (ids or kind != "extents"):
+                raise ValueError(f"layout: policy {_LAYOUT_NAMES[w]} "
+                                 f"{'takes no' if ids else 'needs'} nodes")
+            if w == Mode.PREFERRED and len(ids) != 1:
+                raise ValueError("layout: prefer takes one node (prefer-many: several)")
+            if kind == "extents" and (isinstance(length, bool) or not isinstance(
+                    length, int) or length <= 0):
+                raise ValueError(f"layout: extent length {length!r} is not an int > 0")
+            items.append((length, _LAYOUT_NAMES[w], ids))
+        if not items or (kind == "blocks" and (isinstance(block, bool) or block <= 0)):
+            raise ValueError("layout: no extents" if not items else
+                             f"layout: block size {block!r} is not an int > 0")
+        self._policy = items[0][1]
+        self._entries = tuple(items)
+        if kind == "extents":
+            self._size = sum(i[0] for i in items)
+
+    @classmethod
+    def parts(cls, nodes: Sequence[Union[int, Iterable[int]]], policy: str = "bind", *,
+              size: Optional[int] = None) -> Layout:
+        """Equal contiguous parts, one per entry of ``nodes`` (a node, or several for
+        interleave/prefer-many): ``[0, 0, 0, 0, 1, 1, 1, 1]`` is one part per TP rank."""
+        return cls("parts", policy, list(nodes), size=size)
+
+    @classmethod
+    def blocks(cls, block_size: int, nodes: Sequence[Union[int, Iterable[int]]],
+               policy: str = "bind", *, size: Optional[int] = None) -> Layout:
+        """Blocks of ``block_size`` bytes, block i on ``nodes[i % len(nodes)]``."""
+        return cls("blocks", policy, list(nodes), block=block_size, size=size)
+
+    @classmethod
+    def extents(cls, items: Iterable[Tuple[int, str, Union[int, Iterable[int]]]]
+                ) -> Layout:
+        """``[(length, policy, nodes), ...]``, contiguous from offset 0."""
+        return cls("extents", "", list(items))
+
+    @classmethod
+    def parse(cls, text: str) -> Layout:
+        """The layout ``str()`` wrote (grammar: see the comment above Layout)."""
+        def nodes(t: str) -> FrozenSet[int]:
+            return parse_cpulist(t) if t else frozenset()
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("layout: empty text")
+        body, at, size = text.strip().partition("@")
+        head, _, rest = body.partition(":")
+        try:
+            if head in ("parts", "blocks"):
+                f = rest.split(":", 2 if head == "blocks" else 1)
+                block = _parse_size(f.pop(0)) if head == "blocks" and len(f) == 3 else 0
+                if len(f) != 2:
+                    raise ValueError("expected " + head + ":" + ("SIZE:" if block else "")
+                                     + "POLICY:NODES[/NODES...]")
+                return cls(head, f[0], [nodes(e) for e in f[1].split("/")], block=block,
+                           size=_parse_size(size) if at else None)
+            if at:
+                raise ValueError("@SIZE follows only parts: and blocks:")
+            ext = []
+            for item in body.split(";"):
+                f = item.strip().split(":")
+                if len(f) not in (2, 3):
+                    raise ValueError(f"extent {item!r}: expected SIZE:POLICY[:NODES]")
+                ext.append((_parse_size(f[0]), f[1], nodes(f[2] if len(f) == 3 else "")))
+            return cls("extents", "", ext)
+        except ValueError as e:
+            msg = str(e).replace("layout: ", "")
+            raise ValueError(f"layout {_short(text)}: {msg}") from None
+
+    def __str__(self) -> str:
+        if self._kind == "extents":
+            return ";".join(f"{_fmt_size(n)}:{p}" + (f":{format_cpulist(ids)}" if ids
+                                                     else "") for n, p, ids in
+                            self._entries)
+        block = f"{_fmt_size(self._block)}:" if self._kind == "blocks" else ""
+        return (f"{self._kind}:{block}{self._policy}:"
+                + "/".join(format_cpulist(i[2]) for i in self._entries)
+                + (f"@{_fmt_size(self._size)}" if self._size is not None else ""))
+
+    def __repr__(self) -> str:
+        return f"Layout.parse({str(self)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Layout) and str(self) == str(other)
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+    @property
+    def size(self) -> Optional[int]:
+        """Bytes covered; None for a rule not bound to a region yet."""
+        return self._size
+
+    @property
+    def nodes(self) -> FrozenSet[int]:
+        """Every node an extent names."""
+        return frozenset().union(*(i[2] for i in self._entries))
+
+    def bound(self, size: int, page: int, nodes: Optional[FrozenSet[int]] = None
+              ) -> Layout:
+        """This layout for a region of ``size`` bytes of ``page``-byte pages; one
+        ValueError says what does not fit (alignment, size, unknown nodes)."""
+        lay = self if self._size is not None else Layout(
+            self._kind, self._policy, [i[2] for i in self._entries], self._block, size)
+        unit = _fmt_size(page)
+        if lay._size != size:
+            raise ValueError(f"layout {lay} covers {lay._size} bytes of a {size}-byte "
+                             "region: " + ("past the size" if (lay._size or 0) > size
+                                           else "the rest would have no policy"))
+        k = len(self._entries)
+        if self._kind == "parts" and size % (k * page):
+            raise ValueError(f"layout {lay}: {size} bytes do not split into {k} equal "
+                             f"parts of whole {unit} pages")
+        if (self._block or 0) % page or any(i[0] % page for i in self._entries):
+            raise ValueError(f"layout {lay}: extents must be whole {unit} pages")
+        if nodes is not None and self.nodes - nodes:
+            raise ValueError(f"layout {lay}: no memory node "
+                             f"{format_cpulist(self.nodes - nodes)} on this machine "
+                             f"(memory nodes: {format_cpulist(nodes) or '-'})")
+        return lay
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __getitem__(self, i: int) -> Extent:
+        return self._all()[i]
+
+    def __iter__(self) -> Iterator[Extent]:
+        return iter(self._all())
+
+    def _all(self) -> Tuple[Extent, ...]:
+        if self._cache is None:
+            size = self._size
+            if size is None:
+                raise ValueError(f"layout {self} is not bound to a size yet")
+            es, k = self._entries, len(self._entries)
+            step = self._block or (size // k if self._kind == "parts" else 0)
+            if step:
+                spans = [(off, min(step, size - off), es[j % k][1], es[j % k][2])
+                         for j, off in enumerate(range(0, size, step))]
+            else:
+                offs = [sum(e[0] for e in es[:j]) for j in range(k)]
+                spans = [(o, e[0], e[1], e[2]) for o, e in zip(offs, es)]
+            self._cache = tuple(Extent(*s) for s in spans)
+        return self._cache
+
+    def index(self, offset: int) -> int:
+        """The number of the extent holding byte ``offset``."""
+        ext = self._all()
+        if not 0 <= offset < (self._size or 0):
+            raise IndexError(f"offset {offset} is outside the layout's {self._size} bytes")
+        import bisect
+        return bisect.bisect_right([e.offset for e in ext], offset) - 1 \
+            if not (self._block or self._kind == "parts") else \
+            offset // (self._block or ext[0].length)
+
+    def location(self) -> str:
+        """Mooncake-style: one "cpu:NODES" per extent, as "OFFSET+LENGTH@cpu:NODES"
+        joined by ";" (hex offsets), for a transfer engine picking a local NIC."""
+        return ";".join(f"{e.offset:x}+{e.length:x}@cpu:{format_cpulist(e.nodes) or '*'}"
+                        for e in self._all())
 
 
 class SharedRegion:
