@@ -5220,7 +5220,7 @@ class Layout:
         return cls("blocks", policy, list(nodes), block=block_size, size=size)
 
     @classmethod
-    def extents(cls, items: Iterable[Tuple[int, str, Union[int, Iterable[int]]]]
+    def extents(cls, items: Iterable[Tuple[int, str, Union[int, Iterable[int], None]]]
                 ) -> Layout:
         """``[(length, policy, nodes), ...]``, contiguous from offset 0."""
         return cls("extents", "", list(items))
@@ -5368,7 +5368,9 @@ class SharedRegion:
                  created: bool, shmid: int = -1, name: str = "",
                  prefaulted: Optional[Dict[str, Any]] = None, ipc_key: int = 0,
                  mapped: int = 0, fd: int = -1,
-                 identity: Optional[Dict[str, Any]] = None) -> None:
+                 identity: Optional[Dict[str, Any]] = None,
+                 layout: Optional[Layout] = None,
+                 policies: Sequence[PolicyResult] = ()) -> None:
         self._b = backend
         self.kind = kind
         self._key = key
@@ -5379,6 +5381,8 @@ class SharedRegion:
         self._fd = fd                             # POSIX: holds the shared flock
         self.page_size = page_size
         self._policy = policy
+        self._layout = layout or Layout.extents([(size, "default", ())])
+        self.policies = list(policies) or [policy]    # one per extent
         self.created = created
         self.shmid = shmid
         self.name = name                      # POSIX: the file name in /dev/shm
@@ -5416,6 +5420,24 @@ class SharedRegion:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def layout(self) -> Layout:
+        """Where each extent lives, as its creator laid it out (from the record)."""
+        return self._layout
+
+    @property
+    def extents(self) -> List[Extent]:
+        return list(self._layout)
+
+    def view(self, i: int) -> memoryview:
+        """Extent ``i`` as a writable memoryview (see buffer())."""
+        e = self._layout[i]
+        return self.buffer()[e.offset:e.offset + e.length]
+
+    def node_of(self, offset: int) -> FrozenSet[int]:
+        """The nodes of the extent holding byte ``offset`` (empty: first touch)."""
+        return self._layout[self._layout.index(offset)].nodes
+
     def buffer(self) -> memoryview:
         """The memory as a writable memoryview of unsigned bytes (format "B"), which
         slice assignment, ``numpy.frombuffer`` and ``torch.frombuffer`` take without a
@@ -5444,11 +5466,15 @@ class SharedRegion:
                mode: int = 0o600, threads: Optional[int] = None,
                strict: Optional[bool] = None,
                progress: Optional[Callable[[int, int], Any]] = None,
-               backend: Optional[Backend] = None) -> SharedRegion:
+               backend: Optional[Backend] = None,
+               layout: Union[Layout, str, None] = None) -> SharedRegion:
         """Create region ``key`` (a str name, or an int SysV key) of ``size`` bytes.
 
-        Fails with FileExistsError when it exists.  Nothing is left behind when any
-        step fails (policy denied under strict, prefault interrupted, ...).
+        ``layout`` (a Layout or its text) gives each extent its policy; ``policy`` and
+        ``nodes`` make the one-extent layout.  The layout goes into the identity
+        record, where every attacher reads it.  Fails with FileExistsError when it
+        exists.  Nothing is left behind when any step fails (a bad layout, policy
+        denied under strict, prefault interrupted, ...).
         """
         b = _b(backend)
         if kind not in ("sysv", "posix"):
@@ -5458,8 +5484,15 @@ class SharedRegion:
         if mode & ~0o777:
             raise ValueError(f"mode {mode:o}: permission bits only")
         pmode, pnodes, strict_, _ = _region_policy(policy, nodes, strict, b)
-        huge, page = _region_page(hugepages, kind, b, pnodes)
+        if layout is not None and (policy is not None or nodes is not None):
+            raise ValueError("give layout= or policy=/nodes=, not both")
+        lay = Layout.parse(layout) if isinstance(layout, str) else layout
+        if lay is not None and not isinstance(lay, Layout):
+            raise ValueError(f"layout must be a Layout or its text, not {lay!r}")
+        huge, page = _region_page(hugepages, kind, b, lay.nodes if lay else pnodes)
         size = (size + page - 1) // page * page
+        lay = (lay or Layout.extents([(size, _LAYOUT_NAMES[pmode], pnodes)])).bound(
+            size, page, _memory_nodes(b)[0])
         seg = size + _record_room(page)
         # Checked before any system call: size_t would silently truncate (2**64 + 1M
         # gave a 1 MiB segment behind a region claiming 2**64 + 1M).
@@ -5467,7 +5500,7 @@ class SharedRegion:
         if seg > size_max:
             raise ValueError(f"size {size} is larger than this ABI's size_t "
                              f"({size_max})")
-        ident = _identity(b, key, kind, size, page)
+        ident = dict(_identity(b, key, kind, size, page), layout=str(lay))
         shmid, name, addr, fd, ikey = -1, "", 0, -1, 0
         # SIGINT/SIGTERM wait while the object is made and handed to the undo path
         # below; a handler for one that came meanwhile runs before they are let go
@@ -5523,15 +5556,13 @@ class SharedRegion:
                 _run_pending(held)
                 blocked = False
                 _release_signals(held)          # a signal in this very call: undone
-            # Over the record too: one VMA (one numa_maps line) per region.
-            res = _region_apply(b, addr, seg, page, pmode, pnodes, strict_)
+            res = _layout_apply(b, addr, seg, page, lay, strict_)
             region = cls(backend=b, kind=kind, key=key, address=addr, size=size,
-                         page_size=page, policy=res, created=True, shmid=shmid, name=name,
-                         ipc_key=ikey, mapped=seg, fd=fd, identity=ident)
+                         page_size=page, policy=res[0], created=True, shmid=shmid,
+                         name=name, ipc_key=ikey, mapped=seg, fd=fd, identity=ident,
+                         layout=lay, policies=res)
             if prefault:
-                region.prefaulted = _do_prefault(
-                    addr, size, threads, backend=b, progress=progress, page_size=page,
-                    shared=True)
+                region.prefaulted = region.prefault(threads, progress=progress)
             if blocked:
                 _run_pending(held)
                 blocked = False
@@ -5637,6 +5668,11 @@ class SharedRegion:
                     raise ValueError(f"{what}: its identity record names {rec['kind']} "
                                      f"region {rec['key']!r}")
             data, page = rec["size"], rec["page_size"]
+            try:
+                lay = Layout.parse(rec["layout"]).bound(data, page) if "layout" in rec \
+                    else Layout.extents([(data, "default", ())])
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"{what}: damaged identity record ({e})") from None
             if size is not None and size > data:
                 raise ValueError(f"{what} holds {data} bytes, fewer than the "
                                  f"{size} asked for")
@@ -5644,25 +5680,22 @@ class SharedRegion:
                 _run_pending(held)
                 blocked = False
                 _release_signals(held)
-            if explicit and pmode != Mode.DEFAULT:
-                res = _region_apply(b, addr, seg, page, pmode, pnodes, strict_)
-            else:
-                # Never mbind(MPOL_DEFAULT) here: it would wipe the creator's shared
-                # policy.  Report the policy in force; ENABLE_NUMA_INTERLEAVE only
-                # fills in where there is none (and hugetlb, where it is per VMA).
-                res = _region_readback(b, addr, data)
-                if not explicit and pmode != Mode.DEFAULT and res.mode == "default":
-                    res = _region_apply(b, addr, seg, page, pmode, pnodes, strict_)
+            # The creator's layout, re-applied to this mapping before any touch (hugetlb
+            # keeps policy per VMA, not on the object); the same policy on shmem moves
+            # nothing.  ``policy=`` overrides it with one extent; ENABLE_NUMA_INTERLEAVE
+            # fills in a region made first-touch.
+            if pmode != Mode.DEFAULT and (explicit or (len(lay) == 1 and
+                                            lay[0].policy == "default")):
+                lay = Layout.extents([(data, _LAYOUT_NAMES[pmode], pnodes)])
+            res = _layout_apply(b, addr, seg, page, lay, strict_)
             region = cls(backend=b, kind=kind, key=key, address=addr, size=data,
-                         page_size=page, policy=res, created=False, shmid=shmid,
+                         page_size=page, policy=res[0], created=False, shmid=shmid,
                          name=name, ipc_key=ikey if kind == "sysv" else 0, mapped=seg,
-                         fd=fd, identity=rec)
+                         fd=fd, identity=rec, layout=lay, policies=res)
             if remove and kind == "sysv":
                 region.remove()
             if prefault:
-                region.prefaulted = _do_prefault(
-                    addr, data, threads, backend=b, progress=progress,
-                    page_size=page, shared=True)
+                region.prefaulted = region.prefault(threads, progress=progress)
             if blocked:
                 _run_pending(held)
                 blocked = False
@@ -5681,16 +5714,21 @@ class SharedRegion:
         if self._closed:
             raise ValueError(f"{self!r} is closed")
 
-    def placement(self) -> Dict[int, int]:
-        """Bytes per node of this region's pages, measured (this process's numa_maps)."""
+    def placement(self, by_extent: bool = False) -> Any:
+        """Bytes per node of this region's pages, measured (this process's numa_maps);
+        ``by_extent=True``: one ExtentPlacement ({node: bytes}, with ``ok`` and
+        ``verdict``) per extent."""
         self._check_open()
-        return placement(self._address, self._size, backend=self._b)
+        if not by_extent:
+            return placement(self._address, self._size, backend=self._b)
+        return _extent_placement(self._b, self._address, self._mapped, self._layout)
 
     def prefault(self, threads: Optional[int] = None, *,
                  progress: Optional[Callable[[int, int], Any]] = None) -> Dict[str, Any]:
+        """Fault every page in, each extent from threads bound to its nodes' CPUs."""
         self._check_open()
-        return _do_prefault(self._address, self._size, threads, backend=self._b,
-                            progress=progress, page_size=self.page_size, shared=True)
+        return _layout_prefault(self._b, self._address, self._layout, self.page_size,
+                                threads, progress)
 
     # remove() and close() act and record it with SIGINT/SIGTERM held: interrupted
     # in between, a retry would act again, on a key, name or address that may belong
@@ -5752,7 +5790,8 @@ class SharedRegion:
         return {"kind": self.kind, "key": self._key, "ipc_key": self.ipc_key,
                 "shmid": self.shmid, "name": self.name, "address": self._address,
                 "size": self._size, "page_size": self.page_size,
-                "policy": self._policy.to_json(), "created": self.created,
+                "policy": self._policy.to_json(), "layout": str(self._layout),
+                "created": self.created,
                 "closed": self._closed}
 
 
@@ -5883,16 +5922,105 @@ def _region_apply(b: Backend, addr: int, size: int, page: int, mode: Mode,
                          page_size=page, backend=b, count_resident=False)
 
 
-def _region_readback(b: Backend, addr: int, size: int) -> PolicyResult:
-    """The shared policy as this process sees it (shmem keeps it on the object)."""
+def _layout_apply(b: Backend, addr: int, seg: int, page: int, lay: Layout,
+                  strict: bool) -> List[PolicyResult]:
+    """Each extent's policy on its part of the mapping; the last also covers the
+    identity record after the data (so a one-extent region stays one VMA)."""
+    out = []
+    for i, e in enumerate(lay):
+        end = seg if i == len(lay) - 1 else e.offset + e.length
+        out.append(_region_apply(b, addr + e.offset, end - e.offset, page,
+                                 _LAYOUT_MODES[e.policy], e.nodes or None, strict))
+    return out
+
+
+def _layout_prefault(b: Backend, addr: int, lay: Layout, page: int,
+                     threads: Optional[int],
+                     progress: Optional[Callable[[int, int], Any]]) -> Dict[str, Any]:
+    """prefault() over each extent with the calling thread (and so the workers it
+    starts) bound to the CPUs of the extent's nodes, or of the nearest nodes with
+    CPUs: first touches come from local CPUs (``prefer`` lands there, zeroing runs
+    on the socket that owns the memory).  Extents without nodes run unbound."""
+    import time
+    groups: Dict[FrozenSet[int], List[Extent]] = {}
+    for e in lay:
+        groups.setdefault(e.nodes, []).append(e)
+    topo = read_topology(backend=b) if any(groups) else None
+    t0, done, total = time.monotonic(), 0, lay.size or 0
+    out: Dict[str, Any] = {"bytes": 0, "threads": 0, "method": "none"}
+    before = b.sched_getaffinity(0)
     try:
-        info = get_policy(addr, backend=b)
-    except OSError as e:
-        err = e.errno or errno.EIO
-        return PolicyResult(False, "default", frozenset(), addr, size,
-                            reason=_errno_reason(err), errno=err, hint=_HINTS.get(
-                                _errno_reason(err)))
-    return PolicyResult(True, info.mode.name.lower(), info.nodes, addr, size)
+        for nodes, exts in groups.items():
+            cpus: FrozenSet[int] = frozenset()
+            if topo is not None and nodes:
+                near = sorted(nodes) if nodes & topo.nodes_with_cpus else \
+                    topo.nearest(min(nodes), topo.nodes_with_cpus)[:1]
+                cpus = frozenset().union(*(topo.nodes[n].cpus for n in near
+                                           if n in topo.nodes)) & before
+            b.sched_setaffinity(0, cpus or before)
+            for e in exts:
+                def step(d: int, _: int, base: int = done) -> None:
+                    if progress is not None:
+                        progress(base + d, total)
+                r = _do_prefault(addr + e.offset, e.length, threads, backend=b,
+                                 progress=step, page_size=page, shared=True)
+                done += e.length
+                out.update(bytes=out["bytes"] + r["bytes"], method=r["method"],
+                           threads=max(out["threads"], r["threads"]))
+    finally:
+        b.sched_setaffinity(0, before)
+    out.update(seconds=time.monotonic() - t0, extents=len(lay))
+    return out
+
+
+class ExtentPlacement(Dict[int, int]):
+    """Bytes per node of one extent, with ``ok`` (every page faulted in, each on a
+    node of the extent's policy) and a ``verdict`` in words."""
+    ok: bool = False
+    verdict: str = ""
+
+
+def _extent_placement(b: Backend, addr: int, seg: int, lay: Layout
+                      ) -> List[ExtentPlacement]:
+    """Per extent from one numa_maps read: a VMA inside one extent counts for it.  A
+    VMA over several (adjacent extents of one policy merge into one VMA, and the last
+    extent's VMA holds the identity record) is split by move_pages, or where that is
+    denied, by the extents' share of its length (the verdict then says so)."""
+    text = b.read_text(_maps_path("self"))
+    kb, end = _page_kb(b), addr + seg
+    vmas: List[Tuple[int, int, Dict[int, int]]] = []
+    for line in text.splitlines():
+        start = int(line[:line.index(" ")], 16) if " " in line else -1
+        if vmas and vmas[-1][1] > start >= 0:
+            vmas[-1] = (vmas[-1][0], start, vmas[-1][2])
+        if addr <= start < end:
+            vmas.append((start, end, _parse_maps_line(line, kb).bytes_per_node))
+    out = []
+    for e in lay:
+        lo, hi = addr + e.offset, addr + e.offset + e.length
+        mine = [v for v in vmas if v[0] < hi and v[1] > lo]
+        pl, note = ExtentPlacement(), ""
+        if mine and all(lo <= v[0] and v[1] <= hi for v in mine):
+            for v in mine:
+                for n, nb in v[2].items():
+                    pl[n] = pl.get(n, 0) + nb
+        else:
+            try:
+                pl.update(_placement_move_pages(b, 0, lo, e.length))
+            except OSError:
+                note = " (shared with neighbours: approximate)"
+                for v0, v1, per in mine:
+                    share = (min(v1, hi) - max(v0, lo)) / (v1 - v0)
+                    for n, nb in per.items():
+                        pl[n] = pl.get(n, 0) + int(nb * share) // kb // 1024 * kb * 1024
+        used = frozenset(n for n, v in pl.items() if v)
+        pl.ok = not note and sum(pl.values()) == e.length and (
+            not e.nodes or e.policy == "prefer-many" or used <= e.nodes) and (
+            e.policy != "prefer" or used == e.nodes)
+        pl.verdict = ("ok: " if pl.ok else "MISPLACED: " if used - e.nodes and e.nodes
+                      else "incomplete: ") + _verdict(pl, e.policy) + note
+        out.append(pl)
+    return out
 
 
 # -- which region holds a key, and which regions are stale ------------------------------
