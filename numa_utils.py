@@ -5381,7 +5381,7 @@ class SharedRegion:
         self._fd = fd                             # POSIX: holds the shared flock
         self.page_size = page_size
         self._policy = policy
-        self._layout = layout or Layout.extents([(size, "default", ())])
+        self._layout = layout if layout is not None else Layout.extents([(size, "default", ())])
         self.policies = list(policies) or [policy]    # one per extent
         self.created = created
         self.shmid = shmid
@@ -5489,10 +5489,11 @@ class SharedRegion:
         lay = Layout.parse(layout) if isinstance(layout, str) else layout
         if lay is not None and not isinstance(lay, Layout):
             raise ValueError(f"layout must be a Layout or its text, not {lay!r}")
-        huge, page = _region_page(hugepages, kind, b, lay.nodes if lay else pnodes)
+        huge, page = _region_page(hugepages, kind, b, lay.nodes if lay is not None else pnodes)
         size = (size + page - 1) // page * page
-        lay = (lay or Layout.extents([(size, _LAYOUT_NAMES[pmode], pnodes)])).bound(
-            size, page, _memory_nodes(b)[0])
+        if lay is None:
+            lay = Layout.extents([(size, _LAYOUT_NAMES[pmode], pnodes)])
+        lay = lay.bound(size, page, _memory_nodes(b)[0])
         seg = size + _record_room(page)
         # Checked before any system call: size_t would silently truncate (2**64 + 1M
         # gave a 1 MiB segment behind a region claiming 2**64 + 1M).
@@ -6359,14 +6360,19 @@ def _cmd_region(args: argparse.Namespace) -> int:
     region = SharedRegion.create(
         args.key, _parse_size(args.size), policy=args.policy, nodes=nodes,
         kind=args.kind, hugepages=hp, threads=args.threads, backend=b,
-        prefault=not args.no_prefault,
+        prefault=not args.no_prefault, layout=args.layout,
         progress=None if args.json else _progress_bar(sys.stderr))
     try:
         where = region.placement()
         rep = region.to_json()
+        per_ext = region.placement(by_extent=True)
         rep.update(prefault=region.prefaulted,
                    placement={str(n): v for n, v in sorted(where.items())},
-                   verdict=_verdict(where, region.policy.mode), kept=args.keep)
+                   verdict=_verdict(where, region.policy.mode), kept=args.keep,
+                   extents=[dict(e._asdict(), nodes=sorted(e.nodes), ok=p.ok,
+                                 verdict=p.verdict, placement={str(n): v for n, v in
+                                                              sorted(p.items())})
+                            for e, p in zip(region.extents, per_ext)])
         if args.json:
             _print_json(rep)
         else:
@@ -6381,6 +6387,10 @@ def _cmd_region(args: argparse.Namespace) -> int:
             lines.append(f"placement: {_verdict(where, region.policy.mode)}"
                          + (f" ({per})" if per else " yet: --no-prefault, pages land "
                             "on first touch" if args.no_prefault else ""))
+            if len(per_ext) > 1:
+                lines += [f"  extent {i} {e.offset:#x}+{_fmt_size(e.length)} {e.policy}:"
+                          f"{format_cpulist(e.nodes) or '-'}  {p.verdict}"
+                          for i, (e, p) in enumerate(zip(region.extents, per_ext))]
             lines.append(f"kept: remove with `{_prog()} cleanup --remove --key "
                          f"{_key_arg(region.key)}` once detached"
                          if args.keep else "destroyed")
@@ -6412,6 +6422,9 @@ def _cli_cleanup(sub: Any) -> None:
     p.add_argument("key", help="region name (SysV key 0x4exxxxxx / /dev/shm/numa_utils-KEY)")
     p.add_argument("size", help="size: 4G, 512M, bytes")
     p.add_argument("--policy", choices=sorted(_POLICY_WORDS), default=None)
+    p.add_argument("--layout", default=None, metavar="TEXT",
+                   help="a policy per extent: parts:bind:0/0/1/1, blocks:2M:bind:0/1, "
+                        "1G:bind:0;1G:interleave:0-1 (README: layouts)")
     p.add_argument("--nodes", default=None, metavar="LIST",
                    help="node list in numactl's grammar, e.g. 0-1, all, !0")
     p.add_argument("--kind", choices=["sysv", "posix"], default="sysv")
