@@ -113,7 +113,8 @@ __all__ = [
     "set_local", "apply_policy", "thread_policy", "set_thread_policy", "get_policy",
     "node_of",
     # shared memory, prefault, placement
-    "SharedRegion", "Layout", "Extent", "prefault", "placement", "NumaMapsEntry",
+    "SharedRegion", "Layout", "Extent", "ExtentPlacement", "prefault", "placement",
+    "NumaMapsEntry",
     # GPU locality and binding
     "gpus", "gpu_node", "cpus_for_gpu", "bind_to_node", "bind_for_gpu",
     "GpuInfo", "GpuPlan", "BindResult", "gpu_plans", "BIND_POLICIES",
@@ -5590,11 +5591,12 @@ class SharedRegion:
         Refused (PermissionError) unless it is owned by this user and nobody else can
         write it (group/other write bits), unless ``trust=True``; its identity record
         must name ``key`` (FileNotFoundError when no region of that name exists,
-        ValueError when the record is damaged); ``size`` must not exceed it.  The
-        policy: ``policy`` if given, applied to this mapping before any touch
-        (hugetlb segments need it in every process); else the region's shared policy
-        as the kernel reports it, or ENABLE_NUMA_INTERLEAVE.  ``remove=True`` marks a
-        SysV segment for removal after attaching (see class).
+        ValueError when the record or its layout is damaged); ``size`` must not
+        exceed it.  The policy: the region's layout from its record, each extent's
+        policy applied to this mapping before any touch (hugetlb segments need it in
+        every process; on shmem the same policy moves nothing); ``policy`` instead
+        (one extent) if given, and ENABLE_NUMA_INTERLEAVE for a first-touch region.
+        ``remove=True`` marks a SysV segment for removal after attaching (see class).
         """
         b = _b(backend)
         if kind not in ("sysv", "posix"):
@@ -6227,6 +6229,7 @@ def _our_segments(b: Backend, keys: Optional[Sequence[Union[int, str]]] = None, 
         verdict({"kind": "sysv", "key": f"0x{st.key:08x}", "shmid": st.id,
                  "region": rec["key"] if rec else None,
                  "size": rec["size"] if rec else st.size,
+                 "layout": rec.get("layout") if rec else None,
                  "mode": f"{st.mode & 0o777:03o}", "attached": st.nattch}, why, drop)
     try:
         names = sorted(n for n in b.listdir("/dev/shm") if n.startswith(POSIX_PREFIX)
@@ -6263,6 +6266,7 @@ def _our_segments(b: Backend, keys: Optional[Sequence[Union[int, str]]] = None, 
             verdict({"kind": "posix", "name": name, "path": f"/dev/shm/{name}",
                      "region": rec["key"] if rec else None,
                      "size": rec["size"] if rec else st.size,
+                     "layout": rec.get("layout") if rec else None,
                      "mode": f"{st.mode & 0o777:03o}",
                      "attached": users.get(name, 0)}, why, unlink)
     finally:
