@@ -5503,6 +5503,7 @@ class SharedRegion:
             raise ValueError(f"size {size} is larger than this ABI's size_t "
                              f"({size_max})")
         ident = dict(_identity(b, key, kind, size, page), layout=str(lay))
+        cpus = _extent_cpus(b, lay) if prefault else None
         shmid, name, addr, fd, ikey = -1, "", 0, -1, 0
         # SIGINT/SIGTERM wait while the object is made and handed to the undo path
         # below; a handler for one that came meanwhile runs before they are let go
@@ -5564,7 +5565,8 @@ class SharedRegion:
                          name=name, ipc_key=ikey, mapped=seg, fd=fd, identity=ident,
                          layout=lay, policies=res)
             if prefault:
-                region.prefaulted = region.prefault(threads, progress=progress)
+                region.prefaulted = _layout_prefault(b, addr, lay, page, threads,
+                                                     progress, cpus)
             if blocked:
                 _run_pending(held)
                 blocked = False
@@ -5679,10 +5681,6 @@ class SharedRegion:
             if size is not None and size > data:
                 raise ValueError(f"{what} holds {data} bytes, fewer than the "
                                  f"{size} asked for")
-            if prefault and blocked:
-                _run_pending(held)
-                blocked = False
-                _release_signals(held)
             # The creator's layout, re-applied to this mapping before any touch (hugetlb
             # keeps policy per VMA, not on the object); the same policy on shmem moves
             # nothing.  ``policy=`` overrides it with one extent; ENABLE_NUMA_INTERLEAVE
@@ -5690,6 +5688,11 @@ class SharedRegion:
             if pmode != Mode.DEFAULT and (explicit or (len(lay) == 1 and
                                             lay[0].policy == "default")):
                 lay = Layout.extents([(data, _LAYOUT_NAMES[pmode], pnodes)])
+            cpus = _extent_cpus(b, lay) if prefault else None
+            if prefault and blocked:
+                _run_pending(held)
+                blocked = False
+                _release_signals(held)
             res = _layout_apply(b, addr, seg, page, lay, strict_)
             region = cls(backend=b, kind=kind, key=key, address=addr, size=data,
                          page_size=page, policy=res[0], created=False, shmid=shmid,
@@ -5698,7 +5701,8 @@ class SharedRegion:
             if remove and kind == "sysv":
                 region.remove()
             if prefault:
-                region.prefaulted = region.prefault(threads, progress=progress)
+                region.prefaulted = _layout_prefault(b, addr, lay, page, threads,
+                                                     progress, cpus)
             if blocked:
                 _run_pending(held)
                 blocked = False
@@ -5937,31 +5941,42 @@ def _layout_apply(b: Backend, addr: int, seg: int, page: int, lay: Layout,
     return out
 
 
+def _extent_cpus(b: Backend, lay: Layout) -> Dict[FrozenSet[int], FrozenSet[int]]:
+    """{nodes: the CPUs of those nodes, or of the nearest with CPUs} per node set the
+    extents name, within this thread's affinity; empty: run as the caller is.  Read
+    before a region is made: the interruptible prefault then does no more."""
+    if not any(e.nodes for e in lay):
+        return {frozenset(): frozenset()}
+    topo, mine = read_topology(backend=b), b.sched_getaffinity(0)
+    out: Dict[FrozenSet[int], FrozenSet[int]] = {}
+    for nodes in dict.fromkeys(e.nodes for e in lay):
+        near = sorted(nodes) if nodes & topo.nodes_with_cpus else \
+            topo.nearest(min(nodes or {0}), topo.nodes_with_cpus)[:1]
+        out[nodes] = frozenset().union(*(topo.nodes[n].cpus for n in near
+                                         if nodes and n in topo.nodes)) & mine
+    return out
+
+
 def _layout_prefault(b: Backend, addr: int, lay: Layout, page: int,
                      threads: Optional[int],
-                     progress: Optional[Callable[[int, int], Any]]) -> Dict[str, Any]:
+                     progress: Optional[Callable[[int, int], Any]],
+                     cpus: Optional[Dict[FrozenSet[int], FrozenSet[int]]] = None
+                     ) -> Dict[str, Any]:
     """prefault() over each extent with the calling thread (and so the workers it
-    starts) bound to the CPUs of the extent's nodes, or of the nearest nodes with
-    CPUs: first touches come from local CPUs (``prefer`` lands there, zeroing runs
-    on the socket that owns the memory).  Extents without nodes run unbound."""
+    starts) bound to ``cpus[extent.nodes]`` (_extent_cpus): first touches come from
+    local CPUs (``prefer`` lands there, zeroing runs on the socket that owns the
+    memory).  Extents without nodes run as the caller does."""
     import time
-    groups: Dict[FrozenSet[int], List[Extent]] = {}
-    for e in lay:
-        groups.setdefault(e.nodes, []).append(e)
-    topo = read_topology(backend=b) if any(groups) else None
+    cpus = cpus if cpus is not None else _extent_cpus(b, lay)
     t0, done, total = time.monotonic(), 0, lay.size or 0
     out: Dict[str, Any] = {"bytes": 0, "threads": 0, "method": "none"}
-    before = b.sched_getaffinity(0)
+    before = b.sched_getaffinity(0) if any(cpus.values()) else frozenset()
     try:
-        for nodes, exts in groups.items():
-            cpus: FrozenSet[int] = frozenset()
-            if topo is not None and nodes:
-                near = sorted(nodes) if nodes & topo.nodes_with_cpus else \
-                    topo.nearest(min(nodes), topo.nodes_with_cpus)[:1]
-                cpus = frozenset().union(*(topo.nodes[n].cpus for n in near
-                                           if n in topo.nodes)) & before
-            b.sched_setaffinity(0, cpus or before)
-            for e in exts:
+        for nodes, want in cpus.items():
+            want = want or before
+            if want and want != b.sched_getaffinity(0):
+                b.sched_setaffinity(0, want)
+            for e in (e for e in lay if e.nodes == nodes):
                 def step(d: int, _: int, base: int = done) -> None:
                     if progress is not None:
                         progress(base + d, total)
@@ -5971,7 +5986,8 @@ def _layout_prefault(b: Backend, addr: int, lay: Layout, page: int,
                 out.update(bytes=out["bytes"] + r["bytes"], method=r["method"],
                            threads=max(out["threads"], r["threads"]))
     finally:
-        b.sched_setaffinity(0, before)
+        if before and b.sched_getaffinity(0) != before:
+            b.sched_setaffinity(0, before)
     out.update(seconds=time.monotonic() - t0, extents=len(lay))
     return out
 
