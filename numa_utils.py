@@ -113,8 +113,8 @@ __all__ = [
     "set_local", "apply_policy", "thread_policy", "set_thread_policy", "get_policy",
     "node_of",
     # shared memory, prefault, placement
-    "SharedRegion", "prefault", "placement", "NumaMapsEntry", "fit", "FitResult",
-    "FitNode", "FitLimit",
+    "SharedRegion", "Layout", "Extent", "ExtentPlacement", "prefault", "placement",
+    "NumaMapsEntry", "fit", "FitResult", "FitNode", "FitLimit",
     # GPU locality and binding
     "gpus", "gpu_node", "cpus_for_gpu", "bind_to_node", "bind_for_gpu",
     "GpuInfo", "GpuPlan", "BindResult", "gpu_plans", "BIND_POLICIES",
@@ -2493,7 +2493,7 @@ _MODE_NAMES = MappingProxyType({
     "preferred": Mode.PREFERRED, "prefer": Mode.PREFERRED, "bind": Mode.BIND,
     "membind": Mode.BIND, "interleave": Mode.INTERLEAVE, "local": Mode.LOCAL,
     "preferred_many": Mode.PREFERRED_MANY, "preferred-many": Mode.PREFERRED_MANY,
-    "weighted_interleave": Mode.WEIGHTED_INTERLEAVE,
+    "prefer-many": Mode.PREFERRED_MANY, "weighted_interleave": Mode.WEIGHTED_INTERLEAVE,
     "weighted-interleave": Mode.WEIGHTED_INTERLEAVE,
 })
 
@@ -3896,6 +3896,254 @@ def _fit_or_raise(size: int, policy: Optional[str], nodes: Optional[Iterable[int
             else False), r.hugepages_fallback
 
 
+# -- layouts: a policy per extent of one region ------------------------------------------
+# One line of text, which the identity record carries to every attacher:
+#   layout := rule ["@" SIZE]  |  extent (";" extent)*
+#   rule   := "parts:" POLICY ":" ENTRIES          equal contiguous parts, one per entry
+#           | "blocks:" SIZE ":" POLICY ":" ENTRIES  block i on entry i % len(ENTRIES)
+#   extent := SIZE ":" POLICY [":" NODES]           contiguous from offset 0
+#   ENTRIES := NODES ("/" NODES)*     NODES := a node list (0-3,8)
+#   SIZE := bytes, or with K/M/G/T (binary) as everywhere else.  POLICY: bind,
+#   interleave, weighted-interleave, prefer, prefer-many, local, default.
+# "@SIZE" is the region size a rule was bound to (create adds it).  An extent without
+# NODES takes default_memory_nodes() where its policy needs nodes.  A blocks rule is
+# kept as the rule, not as one extent per block; a size that is not a whole number of
+# blocks ends in a shorter block.  Each extent is one mbind, and a mapping holds at
+# most vm.max_map_count (65530) VMAs: keep blocks that alternate nodes fewer than that.
+def _verdict(per_node: Mapping[int, int], mode: str = "") -> str:
+    """"interleaved 50.0/50.0 over nodes 0-1", "all on node 0", ..."""
+    total = sum(per_node.values())
+    used = sorted(n for n, v in per_node.items() if v)
+    if not total:
+        return "nothing faulted in"
+    if len(used) == 1:
+        return f"all on node {used[0]}"
+    shares = "/".join(f"{100.0 * per_node[n] / total:.1f}" for n in used)
+    word = "interleaved" if "interleave" in mode else "split"
+    return f"{word} {shares} over nodes {format_cpulist(used)}"
+
+
+def _parse_size(text: str) -> int:
+    m = re.match(r"^\s*([0-9]{1,20}(?:\.[0-9]{1,20})?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*$",
+                 text)
+    if not m:
+        raise ValueError(f"invalid size {_short(text)} (e.g. 4G, 512M, 1048576)")
+    unit = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}[m.group(2).lower()]
+    whole, _, frac = m.group(1).partition(".")
+    n = (int(whole) << unit) + (int(frac) << unit) // 10 ** len(frac) if frac else \
+        int(whole) << unit
+    if n > _SIZE_MAX:
+        raise ValueError(f"invalid size {_short(text)}: more than 2**64-1 bytes")
+    return n
+
+
+_LAYOUT_MODES = MappingProxyType({
+    "bind": Mode.BIND, "interleave": Mode.INTERLEAVE, "prefer": Mode.PREFERRED,
+    "prefer-many": Mode.PREFERRED_MANY, "weighted-interleave": Mode.WEIGHTED_INTERLEAVE,
+    "local": Mode.LOCAL, "default": Mode.DEFAULT})
+_LAYOUT_NAMES = MappingProxyType({m: w for w, m in _LAYOUT_MODES.items()})
+
+
+def _fmt_size(n: int) -> str:
+    """The shortest exact form _parse_size reads back: 2M, 1536K, 4097."""
+    for shift, unit in ((40, "T"), (30, "G"), (20, "M"), (10, "K")):
+        if n and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return str(n)
+
+
+class Extent(_Record):
+    offset: int
+    length: int
+    policy: str                 # a _LAYOUT_MODES word
+    nodes: FrozenSet[int]       # empty: none (default, local) or default_memory_nodes()
+
+
+class Layout:
+    """Where each extent of a region lives: an immutable, ordered list of extents.
+
+    Build one with ``parts``, ``blocks`` or ``extents``, or ``Layout.parse(text)``
+    (``str(layout)`` gives that text back).  A layout from ``parts``/``blocks``
+    without ``size`` takes the size of the region it is given to.
+    """
+
+    __slots__ = ("_kind", "_policy", "_entries", "_block", "_size", "_cache")
+
+    def __init__(self, kind: str, policy: str, entries: Sequence[Any], block: int = 0,
+                 size: Optional[int] = None) -> None:
+        self._kind, self._block, self._size = kind, block, size
+        self._cache: Optional[Tuple[Extent, ...]] = None
+        items = []
+        for ent in entries:
+            length, pol, nodes = ent if kind == "extents" else (0, policy, ent)
+            w = _MODE_NAMES.get(str(pol).lower())
+            if w is None:
+                raise ValueError(f"layout: unknown policy {pol!r}; one of "
+                                 f"{', '.join(_LAYOUT_MODES)}")
+            ids = frozenset([nodes] if isinstance(nodes, int) else nodes or ())
+            if any(not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in ids):
+                raise ValueError(f"layout: invalid node list {nodes!r}")
+            if (w in (Mode.DEFAULT, Mode.LOCAL)) == bool(ids) and (ids or kind != "extents"):
+                raise ValueError(f"layout: policy {_LAYOUT_NAMES[w]} "
+                                 f"{'takes no' if ids else 'needs'} nodes")
+            if w == Mode.PREFERRED and len(ids) != 1:
+                raise ValueError("layout: prefer takes one node (prefer-many: several)")
+            if kind == "extents" and (isinstance(length, bool) or not isinstance(
+                    length, int) or length <= 0):
+                raise ValueError(f"layout: extent length {length!r} is not an int > 0")
+            items.append((length, _LAYOUT_NAMES[w], ids))
+        if not items or (kind == "blocks" and (isinstance(block, bool) or block <= 0)):
+            raise ValueError("layout: no extents" if not items else
+                             f"layout: block size {block!r} is not an int > 0")
+        self._policy = items[0][1]
+        self._entries = tuple(items)
+        if kind == "extents":
+            self._size = sum(i[0] for i in items)
+
+    @classmethod
+    def parts(cls, nodes: Sequence[Union[int, Iterable[int]]], policy: str = "bind", *,
+              size: Optional[int] = None) -> Layout:
+        """Equal contiguous parts, one per entry of ``nodes`` (a node, or several for
+        interleave/prefer-many): ``[0, 0, 0, 0, 1, 1, 1, 1]`` is one part per TP rank."""
+        return cls("parts", policy, list(nodes), size=size)
+
+    @classmethod
+    def blocks(cls, block_size: int, nodes: Sequence[Union[int, Iterable[int]]],
+               policy: str = "bind", *, size: Optional[int] = None) -> Layout:
+        """Blocks of ``block_size`` bytes, block i on ``nodes[i % len(nodes)]``."""
+        return cls("blocks", policy, list(nodes), block=block_size, size=size)
+
+    @classmethod
+    def extents(cls, items: Iterable[Tuple[int, str, Union[int, Iterable[int], None]]]
+                ) -> Layout:
+        """``[(length, policy, nodes), ...]``, contiguous from offset 0."""
+        return cls("extents", "", list(items))
+
+    @classmethod
+    def parse(cls, text: str) -> Layout:
+        """The layout ``str()`` wrote (grammar: see the comment above Layout)."""
+        def nodes(t: str) -> FrozenSet[int]:
+            return parse_cpulist(t) if t else frozenset()
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("layout: empty text")
+        body, at, size = text.strip().partition("@")
+        head, _, rest = body.partition(":")
+        try:
+            if head in ("parts", "blocks"):
+                f = rest.split(":", 2 if head == "blocks" else 1)
+                block = _parse_size(f.pop(0)) if head == "blocks" and len(f) == 3 else 0
+                if len(f) != 2:
+                    raise ValueError("expected " + head + ":" + ("SIZE:" if block else "")
+                                     + "POLICY:NODES[/NODES...]")
+                return cls(head, f[0], [nodes(e) for e in f[1].split("/")], block=block,
+                           size=_parse_size(size) if at else None)
+            if at:
+                raise ValueError("@SIZE follows only parts: and blocks:")
+            ext = []
+            for item in body.split(";"):
+                f = item.strip().split(":")
+                if len(f) not in (2, 3):
+                    raise ValueError(f"extent {item!r}: expected SIZE:POLICY[:NODES]")
+                ext.append((_parse_size(f[0]), f[1], nodes(f[2] if len(f) == 3 else "")))
+            return cls("extents", "", ext)
+        except ValueError as e:
+            msg = str(e).replace("layout: ", "")
+            raise ValueError(f"layout {_short(text)}: {msg}") from None
+
+    def __str__(self) -> str:
+        if self._kind == "extents":
+            return ";".join(f"{_fmt_size(n)}:{p}" + (f":{format_cpulist(ids)}" if ids
+                                                     else "") for n, p, ids in
+                            self._entries)
+        block = f"{_fmt_size(self._block)}:" if self._kind == "blocks" else ""
+        return (f"{self._kind}:{block}{self._policy}:"
+                + "/".join(format_cpulist(i[2]) for i in self._entries)
+                + (f"@{_fmt_size(self._size)}" if self._size is not None else ""))
+
+    def __repr__(self) -> str:
+        return f"Layout.parse({str(self)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Layout) and str(self) == str(other)
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+    @property
+    def size(self) -> Optional[int]:
+        """Bytes covered; None for a rule not bound to a region yet."""
+        return self._size
+
+    @property
+    def nodes(self) -> FrozenSet[int]:
+        """Every node an extent names."""
+        return frozenset().union(*(i[2] for i in self._entries))
+
+    def bound(self, size: int, page: int, nodes: Optional[FrozenSet[int]] = None
+              ) -> Layout:
+        """This layout for a region of ``size`` bytes of ``page``-byte pages; one
+        ValueError says what does not fit (alignment, size, unknown nodes)."""
+        lay = self if self._size is not None else Layout(
+            self._kind, self._policy, [i[2] for i in self._entries], self._block, size)
+        unit = _fmt_size(page)
+        if lay._size != size:
+            raise ValueError(f"layout {lay} covers {lay._size} bytes of a {size}-byte "
+                             "region: " + ("past the size" if (lay._size or 0) > size
+                                           else "the rest would have no policy"))
+        k = len(self._entries)
+        if self._kind == "parts" and size % (k * page):
+            raise ValueError(f"layout {lay}: {size} bytes do not split into {k} equal "
+                             f"parts of whole {unit} pages")
+        if (self._block or 0) % page or any(i[0] % page for i in self._entries):
+            raise ValueError(f"layout {lay}: extents must be whole {unit} pages")
+        if nodes is not None and self.nodes - nodes:
+            raise ValueError(f"layout {lay}: no memory node "
+                             f"{format_cpulist(self.nodes - nodes)} on this machine "
+                             f"(memory nodes: {format_cpulist(nodes) or '-'})")
+        return lay
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __getitem__(self, i: int) -> Extent:
+        return self._all()[i]
+
+    def __iter__(self) -> Iterator[Extent]:
+        return iter(self._all())
+
+    def _all(self) -> Tuple[Extent, ...]:
+        if self._cache is None:
+            size = self._size
+            if size is None:
+                raise ValueError(f"layout {self} is not bound to a size yet")
+            es, k = self._entries, len(self._entries)
+            step = self._block or (size // k if self._kind == "parts" else 0)
+            if step:
+                spans = [(off, min(step, size - off), es[j % k][1], es[j % k][2])
+                         for j, off in enumerate(range(0, size, step))]
+            else:
+                offs = [sum(e[0] for e in es[:j]) for j in range(k)]
+                spans = [(o, e[0], e[1], e[2]) for o, e in zip(offs, es)]
+            self._cache = tuple(Extent(*s) for s in spans)
+        return self._cache
+
+    def index(self, offset: int) -> int:
+        """The number of the extent holding byte ``offset``."""
+        ext = self._all()
+        if not 0 <= offset < (self._size or 0):
+            raise IndexError(f"offset {offset} is outside the layout's {self._size} bytes")
+        import bisect
+        return bisect.bisect_right([e.offset for e in ext], offset) - 1 \
+            if not (self._block or self._kind == "parts") else \
+            offset // (self._block or ext[0].length)
+
+    def location(self) -> str:
+        """Mooncake-style: one "cpu:NODES" per extent, as "OFFSET+LENGTH@cpu:NODES"
+        joined by ";" (hex offsets), for a transfer engine picking a local NIC."""
+        return ";".join(f"{e.offset:x}+{e.length:x}@cpu:{format_cpulist(e.nodes) or '*'}"
+                        for e in self._all())
+
+
 class SharedRegion:
     """A shared memory region (SysV segment or /dev/shm file) placed by a policy.
 
@@ -3914,7 +4162,9 @@ class SharedRegion:
                  created: bool, shmid: int = -1, name: str = "",
                  prefaulted: Optional[Dict[str, Any]] = None, ipc_key: int = 0,
                  mapped: int = 0, fd: int = -1,
-                 identity: Optional[Dict[str, Any]] = None) -> None:
+                 identity: Optional[Dict[str, Any]] = None,
+                 layout: Optional[Layout] = None,
+                 policies: Sequence[PolicyResult] = ()) -> None:
         self._b = backend
         self.kind = kind
         self._key = key
@@ -3925,6 +4175,8 @@ class SharedRegion:
         self._fd = fd                             # POSIX: holds the shared flock
         self.page_size = page_size
         self._policy = policy
+        self._layout = layout if layout is not None else Layout.extents([(size, "default", ())])
+        self.policies = list(policies) or [policy]    # one per extent
         self.created = created
         self.shmid = shmid
         self.name = name                      # POSIX: the file name in /dev/shm
@@ -3963,6 +4215,24 @@ class SharedRegion:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def layout(self) -> Layout:
+        """Where each extent lives, as its creator laid it out (from the record)."""
+        return self._layout
+
+    @property
+    def extents(self) -> List[Extent]:
+        return list(self._layout)
+
+    def view(self, i: int) -> memoryview:
+        """Extent ``i`` as a writable memoryview (see buffer())."""
+        e = self._layout[i]
+        return self.buffer()[e.offset:e.offset + e.length]
+
+    def node_of(self, offset: int) -> FrozenSet[int]:
+        """The nodes of the extent holding byte ``offset`` (empty: first touch)."""
+        return self._layout[self._layout.index(offset)].nodes
+
     def buffer(self) -> memoryview:
         """The memory as a writable memoryview of unsigned bytes (format "B"), which
         slice assignment, ``numpy.frombuffer`` and ``torch.frombuffer`` take without a
@@ -3992,9 +4262,13 @@ class SharedRegion:
                strict: Optional[bool] = None,
                progress: Optional[Callable[[int, int], Any]] = None,
                hugepages_required: bool = True,
-               backend: Optional[Backend] = None) -> SharedRegion:
+               backend: Optional[Backend] = None,
+               layout: Union[Layout, str, None] = None) -> SharedRegion:
         """Create region ``key`` (a str name, or an int SysV key) of ``size`` bytes.
 
+        ``layout`` (a Layout or its text) gives each extent its policy; ``policy`` and
+        ``nodes`` make the one-extent layout.  The layout goes into the identity
+        record, where every attacher reads it.
         ``hugepages``: False (base pages), True or "2M"/"1G" (hugetlb, kind="sysv"),
         "thp" (MADV_HUGEPAGE before prefault, where shmem THP is advise/within_size/
         always), None: NUMA_UTILS_NUMA_HUGEPAGES ("off" unless set; set it to "off",
@@ -4003,8 +4277,8 @@ class SharedRegion:
         limit ...) is refused with OSError naming the limit and the fix; with
         ``hugepages_required=False`` too few huge pages gives base pages instead, and
         ``hugepages_fallback`` says why.  Fails with FileExistsError when it exists.
-        Nothing is left behind when any step fails (policy denied under strict,
-        prefault interrupted, ...).
+        Nothing is left behind when any step fails (a bad layout, policy denied under
+        strict, prefault interrupted, ...).
         """
         b = _b(backend)
         if kind not in ("sysv", "posix"):
@@ -4023,12 +4297,22 @@ class SharedRegion:
         hugepages, huge_note = _fit_or_raise(size, policy, nodes, hugepages,
                                              hugepages_required, kind, b)
         pmode, pnodes, strict_, _ = _region_policy(policy, nodes, strict, b)
-        huge, page = _region_page(hugepages, kind, b, pnodes)
+        if layout is not None and (policy is not None or nodes is not None):
+            raise ValueError("give layout= or policy=/nodes=, not both")
+        lay = Layout.parse(layout) if isinstance(layout, str) else layout
+        if lay is not None and not isinstance(lay, Layout):
+            raise ValueError(f"layout must be a Layout or its text, not {lay!r}")
+        huge, page = _region_page(hugepages, kind, b, lay.nodes if lay is not None else pnodes)
         size = (size + page - 1) // page * page
+        if lay is None:
+            lay = Layout.extents([(size, _LAYOUT_NAMES[pmode], pnodes if pmode not in (
+                Mode.DEFAULT, Mode.LOCAL) else ())])    # as mbind: nodes ignored there
+        lay = lay.bound(size, page, _memory_nodes(b)[0])
         seg = size + _record_room(page)
         if seg > size_max:
             raise too_big
-        ident = _identity(b, key, kind, size, page)
+        ident = dict(_identity(b, key, kind, size, page), layout=str(lay))
+        cpus = _extent_cpus(b, lay) if prefault else None
         shmid, name, addr, fd, ikey = -1, "", 0, -1, 0
         # SIGINT/SIGTERM wait while the object is made and handed to the undo path
         # below; a handler for one that came meanwhile runs before they are let go
@@ -4085,17 +4369,17 @@ class SharedRegion:
                 blocked = False
                 _release_signals(held)          # a signal in this very call: undone
             # Over the record too: one VMA (one numa_maps line) per region.
-            res = _region_apply(b, addr, seg, page, pmode, pnodes, strict_)
+            res = _layout_apply(b, addr, seg, page, lay, strict_)
             if hugepages == "thp":
                 b.madvise(addr, seg, MADV_HUGEPAGE)
             region = cls(backend=b, kind=kind, key=key, address=addr, size=size,
-                         page_size=page, policy=res, created=True, shmid=shmid, name=name,
-                         ipc_key=ikey, mapped=seg, fd=fd, identity=ident)
+                         page_size=page, policy=res[0], created=True, shmid=shmid,
+                         name=name, ipc_key=ikey, mapped=seg, fd=fd, identity=ident,
+                         layout=lay, policies=res)
             region.hugepages_fallback = huge_note
             if prefault:
-                region.prefaulted = _do_prefault(
-                    addr, size, threads, backend=b, progress=progress, page_size=page,
-                    shared=True)
+                region.prefaulted = _layout_prefault(b, addr, lay, page, threads,
+                                                     progress, cpus)
             if blocked:
                 _run_pending(held)
                 blocked = False
@@ -4122,11 +4406,12 @@ class SharedRegion:
         Refused (PermissionError) unless it is owned by this user and nobody else can
         write it (group/other write bits), unless ``trust=True``; its identity record
         must name ``key`` (FileNotFoundError when no region of that name exists,
-        ValueError when the record is damaged); ``size`` must not exceed it.  The
-        policy: ``policy`` if given, applied to this mapping before any touch
-        (hugetlb segments need it in every process); else the region's shared policy
-        as the kernel reports it, or ENABLE_NUMA_INTERLEAVE.  ``remove=True`` marks a
-        SysV segment for removal after attaching (see class).
+        ValueError when the record or its layout is damaged); ``size`` must not
+        exceed it.  The policy: the region's layout from its record, each extent's
+        policy applied to this mapping before any touch (hugetlb segments need it in
+        every process; on shmem the same policy moves nothing); ``policy`` instead
+        (one extent) if given, and ENABLE_NUMA_INTERLEAVE for a first-touch region.
+        ``remove=True`` marks a SysV segment for removal after attaching (see class).
         """
         b = _b(backend)
         if kind not in ("sysv", "posix"):
@@ -4201,32 +4486,36 @@ class SharedRegion:
                     raise ValueError(f"{what}: its identity record names {rec['kind']} "
                                      f"region {rec['key']!r}")
             data, page = rec["size"], rec["page_size"]
+            try:
+                lay = Layout.parse(rec["layout"]).bound(data, page) if "layout" in rec \
+                    else Layout.extents([(data, "default", ())])
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"{what}: damaged identity record ({e})") from None
             if size is not None and size > data:
                 raise ValueError(f"{what} holds {data} bytes, fewer than the "
                                  f"{size} asked for")
+            # The creator's layout, re-applied to this mapping before any touch (hugetlb
+            # keeps policy per VMA, not on the object); the same policy on shmem moves
+            # nothing.  ``policy=`` overrides it with one extent; ENABLE_NUMA_INTERLEAVE
+            # fills in a region made first-touch.
+            if pmode != Mode.DEFAULT and (explicit or (len(lay) == 1 and
+                                            lay[0].policy == "default")):
+                lay = Layout.extents([(data, _LAYOUT_NAMES[pmode], pnodes)])
+            cpus = _extent_cpus(b, lay) if prefault else None
             if prefault and blocked:
                 _run_pending(held)
                 blocked = False
                 _release_signals(held)
-            if explicit and pmode != Mode.DEFAULT:
-                res = _region_apply(b, addr, seg, page, pmode, pnodes, strict_)
-            else:
-                # Never mbind(MPOL_DEFAULT) here: it would wipe the creator's shared
-                # policy.  Report the policy in force; ENABLE_NUMA_INTERLEAVE only
-                # fills in where there is none (and hugetlb, where it is per VMA).
-                res = _region_readback(b, addr, data)
-                if not explicit and pmode != Mode.DEFAULT and res.mode == "default":
-                    res = _region_apply(b, addr, seg, page, pmode, pnodes, strict_)
+            res = _layout_apply(b, addr, seg, page, lay, strict_)
             region = cls(backend=b, kind=kind, key=key, address=addr, size=data,
-                         page_size=page, policy=res, created=False, shmid=shmid,
+                         page_size=page, policy=res[0], created=False, shmid=shmid,
                          name=name, ipc_key=ikey if kind == "sysv" else 0, mapped=seg,
-                         fd=fd, identity=rec)
+                         fd=fd, identity=rec, layout=lay, policies=res)
             if remove and kind == "sysv":
                 region.remove()
             if prefault:
-                region.prefaulted = _do_prefault(
-                    addr, data, threads, backend=b, progress=progress,
-                    page_size=page, shared=True)
+                region.prefaulted = _layout_prefault(b, addr, lay, page, threads,
+                                                     progress, cpus)
             if blocked:
                 _run_pending(held)
                 blocked = False
@@ -4245,16 +4534,21 @@ class SharedRegion:
         if self._closed:
             raise ValueError(f"{self!r} is closed")
 
-    def placement(self) -> Dict[int, int]:
-        """Bytes per node of this region's pages, measured (this process's numa_maps)."""
+    def placement(self, by_extent: bool = False) -> Any:
+        """Bytes per node of this region's pages, measured (this process's numa_maps);
+        ``by_extent=True``: one ExtentPlacement ({node: bytes}, with ``ok`` and
+        ``verdict``) per extent."""
         self._check_open()
-        return placement(self._address, self._size, backend=self._b)
+        if not by_extent:
+            return placement(self._address, self._size, backend=self._b)
+        return _extent_placement(self._b, self._address, self._mapped, self._layout)
 
     def prefault(self, threads: Optional[int] = None, *,
                  progress: Optional[Callable[[int, int], Any]] = None) -> Dict[str, Any]:
+        """Fault every page in, each extent from threads bound to its nodes' CPUs."""
         self._check_open()
-        return _do_prefault(self._address, self._size, threads, backend=self._b,
-                            progress=progress, page_size=self.page_size, shared=True)
+        return _layout_prefault(self._b, self._address, self._layout, self.page_size,
+                                threads, progress)
 
     # remove() and close() act and record it with SIGINT/SIGTERM held: interrupted
     # in between, a retry would act again, on a key, name or address that may belong
@@ -4316,7 +4610,8 @@ class SharedRegion:
         return {"kind": self.kind, "key": self._key, "ipc_key": self.ipc_key,
                 "shmid": self.shmid, "name": self.name, "address": self._address,
                 "size": self._size, "page_size": self.page_size,
-                "policy": self._policy.to_json(), "created": self.created,
+                "policy": self._policy.to_json(), "layout": str(self._layout),
+                "created": self.created,
                 "closed": self._closed}
 
 
@@ -4447,16 +4742,117 @@ def _region_apply(b: Backend, addr: int, size: int, page: int, mode: Mode,
                          page_size=page, backend=b, count_resident=False)
 
 
-def _region_readback(b: Backend, addr: int, size: int) -> PolicyResult:
-    """The shared policy as this process sees it (shmem keeps it on the object)."""
+def _layout_apply(b: Backend, addr: int, seg: int, page: int, lay: Layout,
+                  strict: bool) -> List[PolicyResult]:
+    """Each extent's policy on its part of the mapping; the last also covers the
+    identity record after the data (so a one-extent region stays one VMA)."""
+    out = []
+    for i, e in enumerate(lay):
+        end = seg if i == len(lay) - 1 else e.offset + e.length
+        out.append(_region_apply(b, addr + e.offset, end - e.offset, page,
+                                 _LAYOUT_MODES[e.policy], e.nodes or None, strict))
+    return out
+
+
+def _extent_cpus(b: Backend, lay: Layout) -> Dict[FrozenSet[int], FrozenSet[int]]:
+    """{nodes: the CPUs of those nodes, or of the nearest with CPUs} per node set the
+    extents name, within this thread's affinity; empty: run as the caller is.  Read
+    before a region is made: the interruptible prefault then does no more."""
+    if not any(e.nodes for e in lay):
+        return {frozenset(): frozenset()}
+    topo, mine = read_topology(backend=b), b.sched_getaffinity(0)
+    out: Dict[FrozenSet[int], FrozenSet[int]] = {}
+    for nodes in dict.fromkeys(e.nodes for e in lay):
+        near = sorted(nodes) if nodes & topo.nodes_with_cpus else \
+            topo.nearest(min(nodes or {0}), topo.nodes_with_cpus)[:1]
+        out[nodes] = frozenset().union(*(topo.nodes[n].cpus for n in near
+                                         if nodes and n in topo.nodes)) & mine
+    return out
+
+
+def _layout_prefault(b: Backend, addr: int, lay: Layout, page: int,
+                     threads: Optional[int],
+                     progress: Optional[Callable[[int, int], Any]],
+                     cpus: Optional[Dict[FrozenSet[int], FrozenSet[int]]] = None
+                     ) -> Dict[str, Any]:
+    """prefault() over each extent with the calling thread (and so the workers it
+    starts) bound to ``cpus[extent.nodes]`` (_extent_cpus): first touches come from
+    local CPUs (``prefer`` lands there, zeroing runs on the socket that owns the
+    memory).  Extents without nodes run as the caller does."""
+    import time
+    cpus = cpus if cpus is not None else _extent_cpus(b, lay)
+    t0, done, total = time.monotonic(), 0, lay.size or 0
+    out: Dict[str, Any] = {"bytes": 0, "threads": 0, "method": "none"}
+    before = b.sched_getaffinity(0) if any(cpus.values()) else frozenset()
     try:
-        info = get_policy(addr, backend=b)
-    except OSError as e:
-        err = e.errno or errno.EIO
-        return PolicyResult(False, "default", frozenset(), addr, size,
-                            reason=_errno_reason(err), errno=err, hint=_HINTS.get(
-                                _errno_reason(err)))
-    return PolicyResult(True, info.mode.name.lower(), info.nodes, addr, size)
+        for nodes, want in cpus.items():
+            want = want or before
+            if want and want != b.sched_getaffinity(0):
+                b.sched_setaffinity(0, want)
+            for e in (e for e in lay if e.nodes == nodes):
+                def step(d: int, _: int, base: int = done) -> None:
+                    if progress is not None:
+                        progress(base + d, total)
+                r = _do_prefault(addr + e.offset, e.length, threads, backend=b,
+                                 progress=step, page_size=page, shared=True)
+                done += e.length
+                out.update(bytes=out["bytes"] + r["bytes"], method=r["method"],
+                           threads=max(out["threads"], r["threads"]))
+    finally:
+        if before and b.sched_getaffinity(0) != before:
+            b.sched_setaffinity(0, before)
+    out.update(seconds=time.monotonic() - t0, extents=len(lay))
+    return out
+
+
+class ExtentPlacement(Dict[int, int]):
+    """Bytes per node of one extent, with ``ok`` (every page faulted in, each on a
+    node of the extent's policy) and a ``verdict`` in words."""
+    ok: bool = False
+    verdict: str = ""
+
+
+def _extent_placement(b: Backend, addr: int, seg: int, lay: Layout
+                      ) -> List[ExtentPlacement]:
+    """Per extent from one numa_maps read: a VMA inside one extent counts for it.  A
+    VMA over several (adjacent extents of one policy merge into one VMA, and the last
+    extent's VMA holds the identity record) is split by move_pages, or where that is
+    denied, by the extents' share of its length (the verdict then says so)."""
+    text = b.read_text(_maps_path("self"))
+    kb, end = _page_kb(b), addr + seg
+    vmas: List[Tuple[int, int, Dict[int, int]]] = []
+    for line in text.splitlines():
+        start = int(line[:line.index(" ")], 16) if " " in line else -1
+        if vmas and vmas[-1][1] > start >= 0:
+            vmas[-1] = (vmas[-1][0], start, vmas[-1][2])
+        if addr <= start < end:
+            vmas.append((start, end, _parse_maps_line(line, kb).bytes_per_node))
+    out = []
+    for e in lay:
+        lo, hi = addr + e.offset, addr + e.offset + e.length
+        mine = [v for v in vmas if v[0] < hi and v[1] > lo]
+        pl, note = ExtentPlacement(), ""
+        if mine and all(lo <= v[0] and v[1] <= hi for v in mine):
+            for v in mine:
+                for n, nb in v[2].items():
+                    pl[n] = pl.get(n, 0) + nb
+        else:
+            try:
+                pl.update(_placement_move_pages(b, 0, lo, e.length))
+            except OSError:
+                note = " (shared with neighbours: approximate)"
+                for v0, v1, per in mine:
+                    share = (min(v1, hi) - max(v0, lo)) / (v1 - v0)
+                    for n, nb in per.items():
+                        pl[n] = pl.get(n, 0) + int(nb * share) // kb // 1024 * kb * 1024
+        used = frozenset(n for n, v in pl.items() if v)
+        pl.ok = not note and sum(pl.values()) == e.length and (
+            not e.nodes or e.policy == "prefer-many" or used <= e.nodes) and (
+            e.policy != "prefer" or used == e.nodes)
+        pl.verdict = ("ok: " if pl.ok else "MISPLACED: " if used - e.nodes and e.nodes
+                      else "incomplete: ") + _verdict(pl, e.policy) + note
+        out.append(pl)
+    return out
 
 
 # -- which region holds a key, and which regions are stale ------------------------------
@@ -4648,6 +5044,7 @@ def _our_segments(b: Backend, keys: Optional[Sequence[Union[int, str]]] = None, 
         verdict({"kind": "sysv", "key": f"0x{st.key:08x}", "shmid": st.id,
                  "region": rec["key"] if rec else None,
                  "size": rec["size"] if rec else st.size,
+                 "layout": rec.get("layout") if rec else None,
                  "mode": f"{st.mode & 0o777:03o}", "attached": st.nattch}, why, drop)
     try:
         names = sorted(n for n in b.listdir("/dev/shm") if n.startswith(POSIX_PREFIX)
@@ -4684,6 +5081,7 @@ def _our_segments(b: Backend, keys: Optional[Sequence[Union[int, str]]] = None, 
             verdict({"kind": "posix", "name": name, "path": f"/dev/shm/{name}",
                      "region": rec["key"] if rec else None,
                      "size": rec["size"] if rec else st.size,
+                     "layout": rec.get("layout") if rec else None,
                      "mode": f"{st.mode & 0o777:03o}",
                      "attached": users.get(name, 0)}, why, unlink)
     finally:

@@ -23,7 +23,6 @@ from typing import (
     FrozenSet,
     Iterable,
     List,
-    Mapping,
     Optional,
     Sequence,
     Tuple,
@@ -77,6 +76,9 @@ _Unset = _nu._Unset
 _b = _nu._b
 _backend_from_args = _nu._backend_from_args
 _fmt_kb = _nu._fmt_kb
+_fmt_size = _nu._fmt_size
+_parse_size = _nu._parse_size
+_verdict = _nu._verdict
 _gpu_infos = _nu._gpu_infos
 _huge_size = _nu._huge_size
 _key_arg = _nu._key_arg
@@ -103,33 +105,6 @@ parse_nodestring = _nu.parse_nodestring
 read_topology = _nu.read_topology
 set_mempolicy = _nu.set_mempolicy
 watch = _nu.watch
-
-def _verdict(per_node: Mapping[int, int], mode: str = "") -> str:
-    """"interleaved 50.0/50.0 over nodes 0-1", "all on node 0", ..."""
-    total = sum(per_node.values())
-    used = sorted(n for n, v in per_node.items() if v)
-    if not total:
-        return "nothing faulted in"
-    if len(used) == 1:
-        return f"all on node {used[0]}"
-    shares = "/".join(f"{100.0 * per_node[n] / total:.1f}" for n in used)
-    word = "interleaved" if "interleave" in mode else "split"
-    return f"{word} {shares} over nodes {format_cpulist(used)}"
-
-
-def _parse_size(text: str) -> int:
-    m = re.match(r"^\s*([0-9]{1,20}(?:\.[0-9]{1,20})?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*$",
-                 text)
-    if not m:
-        raise ValueError(f"invalid size {_short(text)} (e.g. 4G, 512M, 1048576)")
-    unit = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}[m.group(2).lower()]
-    whole, _, frac = m.group(1).partition(".")
-    n = (int(whole) << unit) + (int(frac) << unit) // 10 ** len(frac) if frac else \
-        int(whole) << unit
-    if n > _SIZE_MAX:
-        raise ValueError(f"invalid size {_short(text)}: more than 2**64-1 bytes")
-    return n
-
 
 _MAPS_CATS = ("Huge", "Heap", "Stack", "Private")
 
@@ -392,14 +367,19 @@ def _cmd_region(args: argparse.Namespace) -> int:
     region = SharedRegion.create(
         args.key, _parse_size(args.size), policy=args.policy, nodes=nodes,
         kind=args.kind, hugepages=hp, threads=args.threads, backend=b,
-        prefault=not args.no_prefault,
+        prefault=not args.no_prefault, layout=args.layout,
         progress=None if args.json else _progress_bar(sys.stderr))
     try:
         where = region.placement()
         rep = region.to_json()
+        per_ext = region.placement(by_extent=True)
         rep.update(prefault=region.prefaulted,
                    placement={str(n): v for n, v in sorted(where.items())},
-                   verdict=_verdict(where, region.policy.mode), kept=args.keep)
+                   verdict=_verdict(where, region.policy.mode), kept=args.keep,
+                   extents=[dict(e._asdict(), nodes=sorted(e.nodes), ok=p.ok,
+                                 verdict=p.verdict, placement={str(n): v for n, v in
+                                                              sorted(p.items())})
+                            for e, p in zip(region.extents, per_ext)])
         if args.json:
             _print_json(rep)
         else:
@@ -414,6 +394,10 @@ def _cmd_region(args: argparse.Namespace) -> int:
             lines.append(f"placement: {_verdict(where, region.policy.mode)}"
                          + (f" ({per})" if per else " yet: --no-prefault, pages land "
                             "on first touch" if args.no_prefault else ""))
+            if len(per_ext) > 1:
+                lines += [f"  extent {i} {e.offset:#x}+{_fmt_size(e.length)} {e.policy}:"
+                          f"{format_cpulist(e.nodes) or '-'}  {p.verdict}"
+                          for i, (e, p) in enumerate(zip(region.extents, per_ext))]
             lines.append(f"kept: remove with `{_prog()} cleanup --remove --key "
                          f"{_key_arg(region.key)}` once detached"
                          if args.keep else "destroyed")
@@ -445,6 +429,9 @@ def _cli_cleanup(sub: Any) -> None:
     p.add_argument("key", help="region name (SysV key 0x4exxxxxx / /dev/shm/numa_utils-KEY)")
     p.add_argument("size", help="size: 4G, 512M, bytes")
     p.add_argument("--policy", choices=sorted(_MODE_NAMES), default=None)
+    p.add_argument("--layout", default=None, metavar="TEXT",
+                   help="a policy per extent: parts:bind:0/0/1/1, blocks:2M:bind:0/1, "
+                        "1G:bind:0;1G:interleave:0-1 (README: layouts)")
     p.add_argument("--nodes", default=None, metavar="LIST",
                    help="node list in numactl's grammar, e.g. 0-1, all, !0")
     p.add_argument("--kind", choices=["sysv", "posix"], default="sysv")

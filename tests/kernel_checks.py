@@ -1085,6 +1085,93 @@ def check_shared_regions(env):
     return out
 
 
+
+def _raw_hugepages(nodes, count=8, kb=2048):
+    """Reserve ``count`` huge pages on each node (root in a guest); False when the
+    kernel would not give them all."""
+    for n in nodes:
+        path = f"/sys/devices/system/node/node{n}/hugepages/hugepages-{kb}kB/nr_hugepages"
+        try:
+            with open(path, "w") as fh:
+                fh.write(str(count))
+            if int(_read(path) or 0) < count:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def check_layout_regions(env):
+    """A parts layout (one part per memory node, bound), created in one process and
+    attached in a second told nothing: the attacher reads the same layout and each
+    extent's pages sit on its node, by raw numa_maps lines (the extents but the last,
+    whose VMA also holds the identity record), by raw move_pages, and by
+    placement(by_extent=True).  Then the same with 2 MiB hugetlb pages, reserved on
+    every node, which keep no shared policy: the attacher applies the layout itself."""
+    (region_cls,) = env.need("SharedRegion")
+    env.need("Layout")
+    env.need_numa()
+    nodes = env.memory_nodes
+    if len(nodes) < 2:
+        raise Skip("one usable memory node")
+    out = {}
+    cases = [("sysv", 0, env.page_size), ("posix", 0, env.page_size)]
+    if env.real and _raw_hugepages(nodes):
+        cases.append(("sysv", 2 << 20, 2 << 20))
+    elif not env.real and all(2048 in env.backend.topology.nodes[n].hugepages and
+                              env.backend.topology.nodes[n].hugepages[2048].total
+                              for n in nodes):
+        cases.append(("sysv", 2 << 20, 2 << 20))
+    for kind, huge, page in cases:
+        part = 4 * page
+        size = part * len(nodes)
+        key = f"numa_utils_check_{os.getpid()}_layout_{kind}_{huge}"
+        text = "parts:bind:" + "/".join(map(str, nodes))
+        region = region_cls.create(key, size, layout=text, kind=kind,
+                                   hugepages=f"{huge >> 20}M" if huge else False,
+                                   backend=env.backend)
+        try:
+            def attacher(backend, key=key, kind=kind, page=page):
+                r2 = region_cls.attach(key, kind=kind, prefault=True, backend=backend)
+                try:
+                    got = {"layout": str(r2.layout), "per": [], "ok": []}
+                    for i, (e, pl) in enumerate(zip(r2.extents,
+                                                    r2.placement(by_extent=True))):
+                        got["per"].append({int(k): v for k, v in pl.items() if v})
+                        got["ok"].append(pl.ok)
+                        if env.real:
+                            st = raw_move_pages_query(r2.address + e.offset,
+                                                      e.length // page, page)
+                            got.setdefault("move_pages", []).append(sorted(set(st)))
+                            if i < len(r2.extents) - 1:
+                                got.setdefault("raw", []).append(raw_counts(
+                                    numa_maps_line(r2.address + e.offset)))
+                    return got
+                finally:
+                    r2.close()
+            if env.real:
+                got = in_child(lambda: attacher(env.backend))
+            else:
+                got = attacher(env.backend.process())
+            name = f"{kind}{'-huge' if huge else ''}"
+            assert got["layout"].startswith(text + "@"), f"{name}: {got['layout']}"
+            want = [{n: part} for n in nodes]
+            per = [{int(k): v for k, v in d.items()} for d in got["per"]]
+            assert per == want and all(got["ok"]), f"{name}: per extent {per} != {want}"
+            for i, n in enumerate(nodes[:-1]):
+                if "raw" in got:
+                    raw = {int(k): v for k, v in got["raw"][i].items() if v}
+                    assert raw == {n: part}, f"{name}: numa_maps extent {i}: {raw}"
+            for i, n in enumerate(nodes):
+                if got.get("move_pages") and got["move_pages"][i]:
+                    assert got["move_pages"][i] == [n], \
+                        f"{name}: move_pages extent {i}: {got['move_pages'][i]}"
+            out[name] = per
+        finally:
+            region.close()
+            region.destroy()
+    return out
+
 # -- tiered memory (issue 11): tiers, HMAT, weighted interleave, the default -----
 
 

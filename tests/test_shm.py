@@ -143,9 +143,14 @@ def test_hugetlb_every_attacher_applies_policy():
             text = p.read_text("/proc/self/numa_maps")
             (e,) = [e for e in nu.parse_numa_maps(text) if e.file]
             assert e.huge and e.page_size_kb == 2048 and e.mode == "interleave"
+        # Not told the policy, an attacher takes it from the region's layout and
+        # applies it to its own VMA (the kernel keeps none on the hugetlb object).
         q = s.process(cpus_allowed=[0])
         with nu.SharedRegion.attach("huge", backend=q) as a2:
-            assert a2.policy.mode == "default"  # per-VMA: not visible to others
+            assert a2.policy.mode == "interleave" and a2.policy.applied
+            q.touch(a2.address, a2.size)
+            assert a2.placement() == {0: 2 * MiB, 1: 4 * MiB} or \
+                a2.placement() == {0: 4 * MiB, 1: 2 * MiB}
 
 
 def test_posix_refuses_hugepages_on_attach_too():
