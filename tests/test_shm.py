@@ -691,13 +691,28 @@ elif what == "cleanup":                          # until /dev/shm/stop exists
 elif what == "cleanup-once":
     print(json.dumps(nu._our_segments(nu.LinuxBackend(), remove=True, min_age=0)))
 """
-NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+# The children become uid 65534 only after this interpreter, its standard library and
+# numa_utils are loaded as root: the interpreter may live where that user cannot read
+# (pyenv under /root), as tox's does.  A uid change clears the dumpable flag, so it is
+# set again: only the "nd-" holders are non-dumpable.
+NOBODY = r"""
+import array, bisect, collections, ctypes, ctypes.util, errno, fcntl, functools, json
+import logging, math, os, signal, struct, sys, threading, time, zlib
+import numa_utils as nu
+nu._get_libc()
+os.setgroups([])
+os.setresgid(65534, 65534, 65534)
+os.setresuid(65534, 65534, 65534)
+ctypes.CDLL(None, use_errno=True).prctl(4, 1, 0, 0, 0)      # PR_SET_DUMPABLE, 1
+code, sys.argv = sys.argv[1], ["-c"] + sys.argv[2:]
+exec(compile(code, "<child>", "exec"), {"__name__": "__main__"})
+"""
 PIDNS = ["unshare", "--pid", "--fork", "--mount-proc"]
 pidns = subprocess.run(PIDNS + ["true"]).returncode == 0
 
 
 def start(*args, ns=False, stdin=True):
-    argv = (PIDNS if ns else []) + NOBODY + [sys.executable, "-c", CHILD, *args]
+    argv = (PIDNS if ns else []) + [sys.executable, "-c", NOBODY, CHILD, *args]
     return subprocess.Popen(argv, stdin=subprocess.PIPE if stdin else None,
                             stdout=subprocess.PIPE, text=True)
 

@@ -106,12 +106,16 @@ def test_copy_alone_answers_other_commands_with_one_line(tmp_path):
     """Without numa_utils_cli.py beside it, a command other than status is one line
     naming the file to copy, and exit status 2; status still works."""
     _vendor(tmp_path, "lightllm", "numa_utils.py")
+    # -S: no site-packages, where tox (pip install .) puts an installed numa_utils_cli
+    # that the copy would rightly use.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     for argv in (["maps", "self"], ["numactl", "--show"], ["-v", "plan"]):
-        p = subprocess.run([sys.executable, "-m", "lightllm.utils.numa_utils", *argv],
-                           cwd=str(tmp_path), capture_output=True, text=True, timeout=60)
+        p = subprocess.run([sys.executable, "-S", "-m", "lightllm.utils.numa_utils", *argv],
+                           cwd=str(tmp_path), capture_output=True, text=True, timeout=60,
+                           env=env)
         assert p.returncode == 2, (argv, p.stderr)
         assert len(p.stderr.splitlines()) == 1 and "numa_utils_cli.py" in p.stderr, p.stderr
-    p = subprocess.run([sys.executable, "-m", "lightllm.utils.numa_utils", "status",
+    p = subprocess.run([sys.executable, "-S", "-m", "lightllm.utils.numa_utils", "status",
                         "--root", fixture_root("single-node")], cwd=str(tmp_path),
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and "NODE" in p.stdout.upper(), p.stderr
