@@ -6,12 +6,20 @@ Rules (for whoever adds a README section):
 - Each fenced block names its language.  ```python and ```sh blocks run; ```text
   (and json, toml, ini, yaml) are not code.  A block that must not run is preceded
   by ``<!-- not run: why -->`` on the line(s) just above its fence.
-- The blocks of one ``## `` section run in order as one test, on one simulated
-  machine: ``SimulatedBackend`` over ``fake_sysfs/dual-socket-8gpu.txt`` (2 sockets,
-  8 GPUs), or the fixture named by ``<!-- fixture: NAME -->`` above any block of
-  the section.  ``numa_utils`` (and ``myengine.utils.numa_utils``, the vendoring
-  example's name) is the module under test with that backend as its default, so
-  blocks call the API as an engine would, without ``backend=``.
+- The blocks of one ``## `` or ``### `` section run in order as one test, on one
+  simulated machine: ``SimulatedBackend`` over ``fake_sysfs/dual-socket-8gpu.txt``
+  (2 sockets, 8 GPUs), or the fixture named by ``<!-- fixture: NAME -->`` above any
+  block of the section.  Blocks call the API as an engine would, without
+  ``backend=``: that machine is the default.
+- Each section runs as an engine that vendored numa_utils: its own ``python -I``
+  process (tests/readme_runner.py) whose only copies are ``enginepkg/`` files, and
+  ``import numa_utils as nu`` in a block imports ``enginepkg.numa_utils``
+  (``myengine.utils.numa_utils``, the vendoring example's name, is the same copy).
+  Under ``## API guide`` only ``numa_utils.py`` is there (``lib``); elsewhere
+  ``numa_utils_sim.py`` and ``numa_utils_cli.py`` too (``cli``).  A block that needs
+  more says so on the line above it: ``<!-- vendored: lib+sim -->`` (the simulator
+  beside the library) or ``<!-- vendored: cli -->``; from that block on, the
+  section has those files.  Top-level ``numa_utils*`` modules cannot be imported.
 - ``<!-- process: NAME -->`` runs a block as another process on the same machine
   (own variables, own simulated process: shared memory is shared, ``remove=True``
   and detaches count as in the kernel).  Unmarked blocks are process "main".
@@ -28,33 +36,36 @@ Rules (for whoever adds a README section):
   section still runs, then reports the skip).
 """
 
+import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
-import types
 
 import pytest
-from conftest import REPO, fixture_root, nu
+from conftest import REPO, fixture_root
 
 README = REPO / "README.md"
 RUN = {"python": "python", "py": "python", "sh": "sh", "bash": "sh", "shell": "sh"}
 TEXT = {"text", "json", "toml", "ini", "yaml"}
-OPTIONAL = {"numpy", "torch"}
+RUNNER = REPO / "tests" / "readme_runner.py"
 DEFAULT_FIXTURE = "dual-socket-8gpu"
-MARK = re.compile(r"^\s*<!--\s*(not run|process|fixture)\s*:\s*(.*?)\s*-->\s*$")
+MARK = re.compile(r"^\s*<!--\s*(not run|process|fixture|vendored)\s*:\s*(.*?)\s*-->\s*$")
 
 
 def _blocks(text):
     """(section, line, lang, code, marks) for every fenced block."""
-    out, section, marks = [], "(top)", {}
+    out, section, part, marks = [], "(top)", "(top)", {}
     lines = text.splitlines()
     i = 0
     while i < len(lines):
         line = lines[i]
         if line.startswith("## "):
-            section = line[3:].strip()
+            section = part = line[3:].strip()
+        elif line.startswith("### "):
+            section = f"{part} / {line[4:].strip()}"
         m = MARK.match(line)
         if m:
             marks[m.group(1)] = m.group(2)
@@ -151,49 +162,95 @@ def _run_sh(code, line, work, bin_dir):
         f"README.md:{line}: sh block failed ({out.returncode}):\n{code}\n{out.stderr[-3000:]}"
 
 
-@pytest.mark.parametrize("section", SECTIONS)
-def test_readme_section(section, scratch, monkeypatch):
-    work, bin_dir = scratch
+MODES = ("lib", "lib+sim", "cli")
+LIBRARY_SECTION = "API guide"       # what numa_utils.py alone must serve
+
+
+def _mode(section, marks):
+    """The files a block runs with: its ``vendored`` mark, else its section's."""
+    mode = marks.get("vendored") or \
+        ("lib" if section.split(" / ")[0] == LIBRARY_SECTION else "cli")
+    assert mode in MODES, f"<!-- vendored: {mode} -->: one of {', '.join(MODES)}"
+    return mode
+
+
+def _section_spec(section, work, bin_dir, tmp_path):
+    """The runner's input for ``section``: its blocks in order, each with its mode,
+    sh blocks already redirected."""
     blocks = [b for b in BLOCKS if b[0] == section and RUN.get(b[2])
               and "not run" not in b[4]]
     fixture = next((b[4]["fixture"] for b in blocks if "fixture" in b[4]), DEFAULT_FIXTURE)
-    machine = nu.SimulatedBackend(fixture_root(fixture))
-    procs = {}                                     # name -> (backend, namespace)
-    # The README's imports find the module under test, whatever its file is called.
-    pkg, sub = types.ModuleType("myengine"), types.ModuleType("myengine.utils")
-    pkg.__path__, sub.__path__ = [], []
-    pkg.utils, sub.numa_utils = sub, nu
-    for name, mod in (("numa_utils", nu), ("myengine", pkg), ("myengine.utils", sub),
-                      ("myengine.utils.numa_utils", nu)):
-        monkeypatch.setitem(sys.modules, name, mod)
-    monkeypatch.chdir(work)
-    skipped = []
-    with nu.use_backend(machine):      # each block runs against its process
-        for _section, line, lang, code, marks in blocks:
-            if RUN[lang] == "sh":
-                _run_sh(code, line, work, bin_dir)
-                continue
-            name = marks.get("process", "main")
-            dies = name.endswith(" (dies)")
-            name = name[:-len(" (dies)")] if dies else name
-            if name not in procs:
-                procs[name] = (machine if not procs else machine.process(),
-                               {"__name__": f"readme_{name}"})
-            backend, ns = procs[name]
-            nu.use_backend(backend)
-            try:
-                exec(compile(code, f"README.md:{line}", "exec"), ns)
-            except ModuleNotFoundError as e:
-                if e.name not in OPTIONAL:
-                    raise
-                skipped.append(f"README.md:{line} needs {e.name}")
-            if dies:
-                backend.exit()
-    k = machine.kernel
-    assert not k.shm and not k.files, \
-        f"section {section!r} leaves regions behind: {list(k.shm.values())} {list(k.files)}"
-    if skipped:
-        pytest.skip("; ".join(skipped))
+    prefix = work.parent / "usr-local"
+    env = dict(os.environ, PATH=os.pathsep.join(
+        [str(prefix / "bin"), str(bin_dir), os.environ.get("PATH", "")]))
+    env.pop("PYTHONPATH", None)
+    out, last = [], 0
+    for _section, line, lang, code, marks in blocks:
+        mode = _mode(section, marks)
+        assert MODES.index(mode) >= last, \
+            f"README.md:{line}: a {mode} block after a {MODES[last]} one in {section!r}"
+        last = MODES.index(mode)
+        name = marks.get("process", "main")
+        dies = name.endswith(" (dies)")
+        if RUN[lang] == "sh":
+            code = _redirected(code, prefix)
+        out.append({"line": line, "lang": RUN[lang], "code": code, "mode": mode,
+                    "process": name[:-len(" (dies)")] if dies else name, "dies": dies})
+    vendor = tmp_path / "vendor"
+    (vendor / "enginepkg").mkdir(parents=True)
+    (vendor / "enginepkg" / "__init__.py").write_text("")
+    shutil.copyfile(REPO / "numa_utils.py", vendor / "enginepkg" / "numa_utils.py")
+    return {"vendor": str(vendor), "repo": str(REPO), "fixture": fixture_root(fixture),
+            "blocks": out, "env": env, "result": str(tmp_path / "result.json")}
+
+
+@pytest.mark.parametrize("section", SECTIONS)
+def test_readme_section(section, scratch, tmp_path):
+    work, bin_dir = scratch
+    spec = _section_spec(section, work, bin_dir, tmp_path)
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    env = dict(spec["env"], PATH=os.environ.get("PATH", ""))
+    p = subprocess.run([sys.executable, "-I", str(RUNNER), str(tmp_path / "spec.json")],
+                       cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, f"section {section!r}:\n{p.stdout[-2000:]}{p.stderr[-6000:]}"
+    result = json.loads((tmp_path / "result.json").read_text())
+    want = {"numa_utils.py"} | {f for b in spec["blocks"] for f in {
+        "lib": (), "lib+sim": ("numa_utils_sim.py",),
+        "cli": ("numa_utils_sim.py", "numa_utils_cli.py")}[b["mode"]]}
+    assert set(result["vendored"]) == want
+    if result["skipped"]:
+        pytest.skip("; ".join(result["skipped"]))
+
+
+def test_library_sections_run_with_numa_utils_alone():
+    """The API guide runs on numa_utils.py alone, the simulator's section with
+    numa_utils_sim.py beside it, and only marked blocks need the CLI."""
+    modes = {}
+    for section, _line, lang, _code, marks in BLOCKS:
+        if RUN.get(lang) and "not run" not in marks and \
+                section.split(" / ")[0] == LIBRARY_SECTION:
+            modes.setdefault(_mode(section, marks), []).append(section)
+    assert modes.get("lib"), "no API guide block runs on numa_utils.py alone"
+    assert any("machine you do not have" in s for s in modes.get("lib+sim", [])), modes
+    assert len(modes.get("cli", [])) <= 1, modes
+
+
+def test_runner_refuses_top_level_copies(tmp_path):
+    """A lib section cannot reach the repository's modules: the runner's vendored
+    copy is the only numa_utils there is."""
+    spec = {"vendor": str(tmp_path / "vendor"), "repo": str(REPO),
+            "fixture": fixture_root(DEFAULT_FIXTURE), "env": dict(os.environ),
+            "result": str(tmp_path / "result.json"),
+            "blocks": [{"line": 1, "lang": "python", "mode": "lib", "process": "main",
+                        "dies": False, "code": "import numa_utils_sim\n"}]}
+    (tmp_path / "vendor" / "enginepkg").mkdir(parents=True)
+    (tmp_path / "vendor" / "enginepkg" / "__init__.py").write_text("")
+    shutil.copyfile(REPO / "numa_utils.py", tmp_path / "vendor/enginepkg/numa_utils.py")
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    p = subprocess.run([sys.executable, "-I", str(RUNNER), str(tmp_path / "spec.json")],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0
+    assert "No module named 'numa_utils_sim' (only enginepkg's copy" in p.stderr
 
 
 @pytest.mark.parametrize("code,want", [
