@@ -4161,7 +4161,8 @@ class SharedRegion:
                  mapped: int = 0, fd: int = -1,
                  identity: Optional[Dict[str, Any]] = None,
                  layout: Optional[Layout] = None,
-                 policies: Sequence[PolicyResult] = ()) -> None:
+                 policies: Sequence[PolicyResult] = (),
+                 hugepages_fallback: Optional[str] = None) -> None:
         self._b = backend
         self.kind = kind
         self._key = key
@@ -4181,7 +4182,7 @@ class SharedRegion:
         self.identity = identity or {}        # the record read or written
         self._closed = False
         self._removed = False
-        self.hugepages_fallback: Optional[str] = None   # why base pages, not huge ones
+        self.hugepages_fallback = hugepages_fallback    # why base pages, not huge ones
 
     # -- properties --------------------------------------------------------------------
     @property
@@ -4309,86 +4310,18 @@ class SharedRegion:
         if seg > size_max:
             raise too_big
         ident = dict(_identity(b, key, kind, size, page), layout=str(lay))
-        cpus = _extent_cpus(b, lay) if prefault else None
-        shmid, name, addr, fd, ikey = -1, "", 0, -1, 0
-        # SIGINT/SIGTERM wait while the object is made and handed to the undo path
-        # below; a handler for one that came meanwhile runs before they are let go
-        # (_run_pending), so that what it raises is undone here.
-        held = _hold_signals()
-        blocked = held is not None
-        try:
-            if kind == "sysv":
-                flags = IPC_CREAT | IPC_EXCL | mode
-                if huge:
-                    flags |= SHM_HUGETLB | ((huge.bit_length() - 1) << SHM_HUGE_SHIFT)
-                keys = _sysv_keys(key)
-                for ikey in keys:
-                    try:
-                        shmid = b.shmget(ikey, seg, flags)
-                        break
-                    except FileExistsError:
-                        why = _sysv_holder(b, ikey, key)
-                        if why:
-                            raise FileExistsError(errno.EEXIST, why) from None
-                else:
-                    raise FileExistsError(errno.EEXIST, f"the {len(keys)} SysV keys of "
-                                          f"{key!r} (0x{keys[0]:08x}, ...) all hold other "
-                                          "regions: use another name")
-                addr = b.shmat(shmid)
-                _record_write(addr, seg, ident)
-                # A twin under a later key: made while this key held another region.
-                for later in keys[keys.index(ikey) + 1:]:
-                    why = _sysv_holder(b, later, key)
-                    if why:
-                        raise FileExistsError(errno.EEXIST, why)
-            else:
-                pname = _posix_name(key)
-                try:
-                    fd = b.shm_open(pname, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
-                except FileExistsError:
-                    why = f"attach it, or remove a stale one with `{_prog()} cleanup " \
-                        f"--remove --key {_key_arg(key)}`"
-                    try:
-                        b.close(b.shm_open(pname, os.O_RDONLY, 0))
-                    except OSError as e:
-                        if e.errno == errno.EINVAL:     # a FIFO, symlink, device...
-                            why = "it is not a region (not a regular file): use " \
-                                "another name"
-                    raise FileExistsError(errno.EEXIST,
-                                          f"/dev/shm/{pname} exists: {why}") from None
-                name = pname                    # ours now: undone on any error below
-                b.flock(fd, LOCK_SH)            # before it has a size: never stale
-                b.ftruncate(fd, seg)
-                addr = b.mmap(seg, fd)
-                _record_write(addr, seg, ident)
-            if prefault and blocked:            # prefault may take long: interruptible
-                _run_pending(held)
-                blocked = False
-                _release_signals(held)          # a signal in this very call: undone
-            # Over the record too: one VMA (one numa_maps line) per region.
-            res = _layout_apply(b, addr, seg, page, lay, strict_)
-            if hugepages == "thp":
-                b.madvise(addr, seg, MADV_HUGEPAGE)
-            region = cls(backend=b, kind=kind, key=key, address=addr, size=size,
-                         page_size=page, policy=res[0], created=True, shmid=shmid,
-                         name=name, ipc_key=ikey, mapped=seg, fd=fd, identity=ident,
-                         layout=lay, policies=res)
-            region.hugepages_fallback = huge_note
-            if prefault:
-                region.prefaulted = _layout_prefault(b, addr, lay, page, threads,
-                                                     progress, cpus)
-            if blocked:
-                _run_pending(held)
-                blocked = False
-                _release_signals(held)
-            return region
-        except BaseException:
-            blocked = held is not None      # _undo blocks them again
-            _undo(held, b, kind, shmid, name, addr, seg, fd)
-            raise
-        finally:
-            if blocked:                     # (not after a success: an interrupt in
-                _release_signals(held)      # a call here would drop the region made)
+        flags = IPC_CREAT | IPC_EXCL | mode
+        if huge:
+            flags |= SHM_HUGETLB | ((huge.bit_length() - 1) << SHM_HUGE_SHIFT)
+
+        def make(m: Dict[str, Any], undo: List[Tuple[Any, ...]]
+                 ) -> Tuple[Dict[str, Any], Layout]:
+            m["mapped"] = seg
+            (_sysv_create if kind == "sysv" else _posix_create)(b, key, m, undo, ident,
+                                                                flags)
+            return ident, lay
+        return cls._open(b, kind, key, make, True, strict_, prefault, threads, progress,
+                         thp=hugepages == "thp", note=huge_note)
 
     @classmethod
     def attach(cls, key: Union[int, str], size: Optional[int] = None, *,
@@ -4418,70 +4351,11 @@ class SharedRegion:
         if size is not None and (isinstance(size, bool) or not isinstance(size, int)
                                  or size < 0 or size > _SIZE_MAX):
             raise ValueError(f"invalid size {size!r}")
-        shmid, name, addr, fd, seg, ikey = -1, "", 0, -1, 0, 0
-        euid = b.geteuid()
-        held = _hold_signals()              # as in create: no unrecorded mapping
-        blocked = held is not None
-        try:
-            rec: Optional[Dict[str, Any]] = None
-            if kind == "sysv":
-                first: Optional[Exception] = None
-                for ikey in _sysv_keys(key):
-                    try:
-                        shmid = b.shmget(ikey, 0, 0)
-                    except FileNotFoundError:
-                        continue
-                    what = f"SysV segment 0x{ikey:08x} (shmid {shmid})"
-                    try:
-                        st = b.shm_stat(shmid)
-                        _check_trust(st, euid, trust, what)
-                        seg = st.size
-                        addr = b.shmat(shmid)
-                        rec = _record_read(addr, seg, what)
-                        if rec is None:
-                            raise FileNotFoundError(
-                                errno.ENOENT, f"{what} has no numa_utils identity record: "
-                                "another program's segment, or one still being created")
-                        if not (_same_key(rec["key"], key) and rec["kind"] == "sysv"):
-                            other, rec = rec["key"], None   # another name's: next key
-                            if isinstance(key, int):
-                                raise ValueError(f"{what}: its identity record names "
-                                                 f"region {other!r}")
-                    except (PermissionError, FileNotFoundError, ValueError) as e:
-                        rec, first = None, first or e
-                    if rec is not None:
-                        break
-                    if addr:
-                        b.shmdt(addr)
-                        addr = 0
-                if rec is None:
-                    raise first or FileNotFoundError(
-                        errno.ENOENT, f"no SysV segment with key 0x{_sysv_key(key):08x} "
-                        f"({key!r}) or its other keys")
-            else:
-                name = _posix_name(key)
-                what = f"/dev/shm/{name}"
-                try:
-                    fd = b.shm_open(name, os.O_RDWR, 0)
-                except FileNotFoundError:
-                    raise FileNotFoundError(errno.ENOENT, f"no {what}") from None
-                _check_trust(b.fstat(fd), euid, trust, what)
-                b.flock(fd, LOCK_SH)            # waits while a cleanup decides on it
-                st = b.fstat(fd)
-                if not st.nattch:
-                    raise FileNotFoundError(errno.ENOENT, f"{what} was removed (stale) "
-                                            "while attaching")
-                seg = st.size
-                if seg >= _RECORD_END.size:
-                    addr = b.mmap(seg, fd)
-                    rec = _record_read(addr, seg, what)
-                if rec is None:
-                    raise FileNotFoundError(
-                        errno.ENOENT, f"{what} has no numa_utils identity record: not "
-                        "made by SharedRegion.create, or still being created")
-                if rec["kind"] != "posix" or _posix_name(rec["key"]) != name:
-                    raise ValueError(f"{what}: its identity record names {rec['kind']} "
-                                     f"region {rec['key']!r}")
+
+        def make(m: Dict[str, Any], undo: List[Tuple[Any, ...]]
+                 ) -> Tuple[Dict[str, Any], Layout]:
+            rec, what = (_sysv_attach if kind == "sysv" else _posix_attach)(b, key, m, undo,
+                                                                            trust)
             data, page = rec["size"], rec["page_size"]
             try:
                 lay = Layout.parse(rec["layout"]).bound(data, page) if "layout" in rec \
@@ -4498,16 +4372,46 @@ class SharedRegion:
             if pmode != Mode.DEFAULT and (explicit or (len(lay) == 1 and
                                             lay[0].policy == "default")):
                 lay = Layout.extents([(data, _LAYOUT_NAMES[pmode], pnodes)])
+            return rec, lay
+        return cls._open(b, kind, key, make, False, strict_, prefault, threads, progress,
+                         remove=remove)
+
+    @classmethod
+    def _open(cls, b: Backend, kind: str, key: Union[int, str],
+              make: Callable[[Dict[str, Any], List[Tuple[Any, ...]]],
+                             Tuple[Dict[str, Any], Layout]],
+              created: bool, strict: bool, prefault: bool, threads: Optional[int],
+              progress: Optional[Callable[[int, int], Any]], *, thp: bool = False,
+              note: Optional[str] = None, remove: bool = False) -> SharedRegion:
+        """The one path of create and attach.  ``make`` makes or maps the region: it
+        fills in ``m`` (the constructor's shmid, name, ipc_key, fd, address, mapped),
+        pushes the undo of each step it took onto ``undo`` and returns the identity
+        record and the layout.  Then each extent's policy, THP advice and prefault.
+        Nothing stays behind when any step fails; an attach never removes the region.
+
+        SIGINT/SIGTERM wait while the object is made and handed to the undo path; a
+        handler for one that came meanwhile runs before they are let go
+        (_run_pending), so that what it raises is undone here."""
+        m: Dict[str, Any] = {"shmid": -1, "name": "", "ipc_key": 0, "fd": -1,
+                             "address": 0, "mapped": 0}
+        undo: List[Tuple[Any, ...]] = []
+        held = _hold_signals()
+        blocked = held is not None
+        try:
+            rec, lay = make(m, undo)
+            page, addr = rec["page_size"], m["address"]
             cpus = _extent_cpus(b, lay) if prefault else None
-            if prefault and blocked:
+            if prefault and blocked:            # prefault may take long: interruptible
                 _run_pending(held)
                 blocked = False
-                _release_signals(held)
-            res = _layout_apply(b, addr, seg, page, lay, strict_)
-            region = cls(backend=b, kind=kind, key=key, address=addr, size=data,
-                         page_size=page, policy=res[0], created=False, shmid=shmid,
-                         name=name, ipc_key=ikey if kind == "sysv" else 0, mapped=seg,
-                         fd=fd, identity=rec, layout=lay, policies=res)
+                _release_signals(held)          # a signal in this very call: undone
+            # Over the record too: one VMA (one numa_maps line) per region.
+            res = _layout_apply(b, addr, m["mapped"], page, lay, strict)
+            if thp:
+                b.madvise(addr, m["mapped"], MADV_HUGEPAGE)
+            region = cls(backend=b, kind=kind, key=key, size=rec["size"], page_size=page,
+                         policy=res[0], created=created, identity=rec, layout=lay,
+                         policies=res, hugepages_fallback=note, **m)
             if remove and kind == "sysv":
                 region.remove()
             if prefault:
@@ -4519,12 +4423,12 @@ class SharedRegion:
                 _release_signals(held)
             return region
         except BaseException:
-            blocked = held is not None
-            _undo(held, b, kind, -1, "", addr, seg, fd)   # unmap; never remove
+            blocked = held is not None      # _undo blocks them again
+            _undo(held, undo)
             raise
         finally:
-            if blocked:
-                _release_signals(held)
+            if blocked:                     # (not after a success: an interrupt in
+                _release_signals(held)      # a call here would drop the region made)
 
     # -- use and teardown ----------------------------------------------------------------
     def _check_open(self) -> None:
@@ -4684,36 +4588,145 @@ def _quietly(fn: Callable[..., Any], *args: Any) -> None:
                                           fn.__name__, args, e)
 
 
-def _undo(held: Optional[Tuple[Any, Callable[[], Any]]], b: Backend, kind: str,
-          shmid: int, name: str, addr: int, size: int, fd: int) -> None:
-    """Undo a half-made (or half-attached: shmid -1, no name) region with SIGINT and
-    SIGTERM blocked again.  An interrupt that lands before the block (a second Ctrl-C
-    within a few bytecodes of the first) restarts it: every step may run twice."""
+def _undo(held: Optional[Tuple[Any, Callable[[], Any]]], undo: List[Tuple[Any, ...]]
+          ) -> None:
+    """Undo the steps of a half-made (or half-attached) region, last first, with SIGINT
+    and SIGTERM blocked again.  An interrupt that lands before the block (a second
+    Ctrl-C within a few bytecodes of the first) restarts it: a step may run twice."""
     while True:
         try:
             if held is not None:
                 held[1]()
-            _undo_create(b, kind, shmid, name, addr, size, fd)
+            while undo:
+                _quietly(*undo[-1])
+                undo.pop()
             return
         except (KeyboardInterrupt, SystemExit):
             continue
 
 
-def _undo_create(b: Backend, kind: str, shmid: int, name: str, addr: int, size: int,
-                 fd: int) -> None:
-    """Undo a half-made region: nothing may stay behind."""
-    if kind == "sysv":
-        if addr:
-            _quietly(b.shmdt, addr)
-        if shmid >= 0:
-            _quietly(b.shm_rmid, shmid)
+def _sysv_create(b: Backend, key: Union[int, str], m: Dict[str, Any],
+                 undo: List[Tuple[Any, ...]], ident: Dict[str, Any], flags: int) -> None:
+    """Make the segment of region ``key`` under the first of its keys free for it."""
+    keys = _sysv_keys(key)
+    for ikey in keys:
+        try:
+            m["shmid"] = shmid = b.shmget(ikey, m["mapped"], flags)
+            break
+        except FileExistsError:
+            why = _sysv_holder(b, ikey, key)
+            if why:
+                raise FileExistsError(errno.EEXIST, why) from None
     else:
-        if addr:
-            _quietly(b.munmap, addr, size)
-        if name:                        # while the flock still says "in use"
-            _quietly(b.shm_unlink, name)
-        if fd >= 0:
-            _quietly(b.close, fd)
+        raise FileExistsError(errno.EEXIST, f"the {len(keys)} SysV keys of {key!r} "
+                              f"(0x{keys[0]:08x}, ...) all hold other regions: use "
+                              "another name")
+    m["ipc_key"] = ikey
+    undo.append((b.shm_rmid, shmid))
+    m["address"] = b.shmat(shmid)
+    undo.append((b.shmdt, m["address"]))
+    _record_write(m["address"], m["mapped"], ident)
+    # A twin under a later key: made while this key held another region.
+    for later in keys[keys.index(ikey) + 1:]:
+        why = _sysv_holder(b, later, key)
+        if why:
+            raise FileExistsError(errno.EEXIST, why)
+
+
+def _posix_create(b: Backend, key: Union[int, str], m: Dict[str, Any],
+                  undo: List[Tuple[Any, ...]], ident: Dict[str, Any], flags: int) -> None:
+    """Make /dev/shm/numa_utils-``key`` with the permission bits of ``flags``."""
+    pname = _posix_name(key)
+    try:
+        fd = b.shm_open(pname, os.O_RDWR | os.O_CREAT | os.O_EXCL, flags & 0o777)
+    except FileExistsError:
+        why = f"attach it, or remove a stale one with `{_prog()} cleanup " \
+            f"--remove --key {_key_arg(key)}`"
+        try:
+            b.close(b.shm_open(pname, os.O_RDONLY, 0))
+        except OSError as e:
+            if e.errno == errno.EINVAL:     # a FIFO, symlink, device...
+                why = "it is not a region (not a regular file): use another name"
+        raise FileExistsError(errno.EEXIST, f"/dev/shm/{pname} exists: {why}") from None
+    m["fd"] = fd
+    undo.append((b.close, fd))
+    m["name"] = pname                   # ours now: undone on any error below
+    undo.append((b.shm_unlink, pname))  # (while the flock still says "in use")
+    b.flock(fd, LOCK_SH)                # before it has a size: never stale
+    b.ftruncate(fd, m["mapped"])
+    m["address"] = b.mmap(m["mapped"], fd)
+    undo.append((b.munmap, m["address"], m["mapped"]))
+    _record_write(m["address"], m["mapped"], ident)
+
+
+def _sysv_attach(b: Backend, key: Union[int, str], m: Dict[str, Any],
+                 undo: List[Tuple[Any, ...]], trust: bool) -> Tuple[Dict[str, Any], str]:
+    """Map the segment whose identity record names region ``key``: (record, what)."""
+    first: Optional[Exception] = None
+    for ikey in _sysv_keys(key):
+        try:
+            shmid = b.shmget(ikey, 0, 0)
+        except FileNotFoundError:
+            continue
+        what = f"SysV segment 0x{ikey:08x} (shmid {shmid})"
+        rec: Optional[Dict[str, Any]] = None
+        try:
+            st = b.shm_stat(shmid)
+            _check_trust(st, b.geteuid(), trust, what)
+            addr = b.shmat(shmid)
+            undo.append((b.shmdt, addr))
+            rec = _record_read(addr, st.size, what)
+            if rec is None:
+                raise FileNotFoundError(
+                    errno.ENOENT, f"{what} has no numa_utils identity record: "
+                    "another program's segment, or one still being created")
+            if not (_same_key(rec["key"], key) and rec["kind"] == "sysv"):
+                other, rec = rec["key"], None   # another name's: next key
+                if isinstance(key, int):
+                    raise ValueError(f"{what}: its identity record names "
+                                     f"region {other!r}")
+        except (PermissionError, FileNotFoundError, ValueError) as e:
+            rec, first = None, first or e
+        if rec is not None:
+            m.update(shmid=shmid, ipc_key=ikey, address=addr, mapped=st.size)
+            return rec, what
+        if undo:
+            b.shmdt(undo.pop()[1])
+    raise first or FileNotFoundError(errno.ENOENT, f"no SysV segment with key "
+                                     f"0x{_sysv_key(key):08x} ({key!r}) or its other keys")
+
+
+def _posix_attach(b: Backend, key: Union[int, str], m: Dict[str, Any],
+                  undo: List[Tuple[Any, ...]], trust: bool) -> Tuple[Dict[str, Any], str]:
+    """Map /dev/shm/numa_utils-``key``, holding its shared flock: (record, what)."""
+    name = _posix_name(key)
+    what = f"/dev/shm/{name}"
+    try:
+        m["fd"] = fd = b.shm_open(name, os.O_RDWR, 0)
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, f"no {what}") from None
+    undo.append((b.close, fd))
+    m["name"] = name
+    _check_trust(b.fstat(fd), b.geteuid(), trust, what)
+    b.flock(fd, LOCK_SH)                # waits while a cleanup decides on it
+    st = b.fstat(fd)
+    if not st.nattch:
+        raise FileNotFoundError(errno.ENOENT, f"{what} was removed (stale) while "
+                                "attaching")
+    m["mapped"] = seg = st.size
+    rec = None
+    if seg >= _RECORD_END.size:
+        m["address"] = addr = b.mmap(seg, fd)
+        undo.append((b.munmap, addr, seg))
+        rec = _record_read(addr, seg, what)
+    if rec is None:
+        raise FileNotFoundError(
+            errno.ENOENT, f"{what} has no numa_utils identity record: not "
+            "made by SharedRegion.create, or still being created")
+    if rec["kind"] != "posix" or _posix_name(rec["key"]) != name:
+        raise ValueError(f"{what}: its identity record names {rec['kind']} "
+                         f"region {rec['key']!r}")
+    return rec, what
 
 
 def _check_trust(st: _ShmStat, euid: int, trust: bool, what: str) -> None:
