@@ -2857,7 +2857,7 @@ def suggest_weights(topology: Optional[Topology] = None, initiator: Optional[int
 
 
 # ===========================================================================
-# numa_maps: parsing and placement checks (issue 4).
+# numa_maps: parsing and placement checks.
 # ===========================================================================
 
 # -- numa_maps section -----------------------------------------------------------------
@@ -3207,7 +3207,7 @@ def _placement_in(text: str, start: int, end: int, default_kb: int) -> Dict[int,
 
 
 # ===========================================================================
-# Shared-memory regions and prefault (issue 4).
+# Shared-memory regions and prefault.
 # ===========================================================================
 
 # -- shared-memory section -------------------------------------------------------------
@@ -3728,11 +3728,9 @@ def _cgroup_dirs(b: Backend) -> List[str]:
 
 
 def _size_word(nbytes: int) -> str:
-    """hugetlb cgroup file names: 2MB, 1GB, 64KB (mm/hugetlb_cgroup.c mem_fmt)."""
-    for shift, unit in ((30, "GB"), (20, "MB"), (10, "KB")):
-        if nbytes >= 1 << shift:
-            return f"{nbytes >> shift}{unit}"
-    return f"{nbytes}B"
+    """hugetlb cgroup file names: 2MB, 1GB, 64KB (mm/hugetlb_cgroup.c mem_fmt; huge
+    page sizes are powers of two below 1 TiB, where it agrees with _fmt_size)."""
+    return _fmt_size(nbytes) + "B"
 
 
 def fit(size: int, *, nodes: Optional[Iterable[int]] = None,
