@@ -2857,7 +2857,7 @@ def suggest_weights(topology: Optional[Topology] = None, initiator: Optional[int
 
 
 # ===========================================================================
-# numa_maps: parsing and placement checks (issue 4).
+# numa_maps: parsing and placement checks.
 # ===========================================================================
 
 # -- numa_maps section -----------------------------------------------------------------
@@ -3207,7 +3207,7 @@ def _placement_in(text: str, start: int, end: int, default_kb: int) -> Dict[int,
 
 
 # ===========================================================================
-# Shared-memory regions and prefault (issue 4).
+# Shared-memory regions and prefault.
 # ===========================================================================
 
 # -- shared-memory section -------------------------------------------------------------
@@ -3239,9 +3239,6 @@ SYSV_KEY_MASK = 0xFF000000
 POSIX_PREFIX = "numa_utils-"
 _SYSV_PROBES = 8
 LOCK_SH, LOCK_EX, LOCK_NB, LOCK_UN = 1, 2, 4, 8     # include/uapi/asm-generic/fcntl.h
-# `cleanup` removes a region only after nobody used it for this long (besides proof
-# that its users are gone): `region --keep` hands a region over with nobody attached.
-CLEANUP_MIN_AGE = 30.0
 
 # struct shmid_ds as glibc lays it out on 64-bit little-endian ABIs with the
 # asm-generic ipc structures (x86_64 differs only in a u16 mode + padding).
@@ -3731,11 +3728,9 @@ def _cgroup_dirs(b: Backend) -> List[str]:
 
 
 def _size_word(nbytes: int) -> str:
-    """hugetlb cgroup file names: 2MB, 1GB, 64KB (mm/hugetlb_cgroup.c mem_fmt)."""
-    for shift, unit in ((30, "GB"), (20, "MB"), (10, "KB")):
-        if nbytes >= 1 << shift:
-            return f"{nbytes >> shift}{unit}"
-    return f"{nbytes}B"
+    """hugetlb cgroup file names: 2MB, 1GB, 64KB (mm/hugetlb_cgroup.c mem_fmt; huge
+    page sizes are powers of two below 1 TiB, where it agrees with _fmt_size)."""
+    return _fmt_size(nbytes) + "B"
 
 
 def fit(size: int, *, nodes: Optional[Iterable[int]] = None,
@@ -4164,7 +4159,8 @@ class SharedRegion:
                  mapped: int = 0, fd: int = -1,
                  identity: Optional[Dict[str, Any]] = None,
                  layout: Optional[Layout] = None,
-                 policies: Sequence[PolicyResult] = ()) -> None:
+                 policies: Sequence[PolicyResult] = (),
+                 hugepages_fallback: Optional[str] = None) -> None:
         self._b = backend
         self.kind = kind
         self._key = key
@@ -4184,7 +4180,7 @@ class SharedRegion:
         self.identity = identity or {}        # the record read or written
         self._closed = False
         self._removed = False
-        self.hugepages_fallback: Optional[str] = None   # why base pages, not huge ones
+        self.hugepages_fallback = hugepages_fallback    # why base pages, not huge ones
 
     # -- properties --------------------------------------------------------------------
     @property
@@ -4312,86 +4308,18 @@ class SharedRegion:
         if seg > size_max:
             raise too_big
         ident = dict(_identity(b, key, kind, size, page), layout=str(lay))
-        cpus = _extent_cpus(b, lay) if prefault else None
-        shmid, name, addr, fd, ikey = -1, "", 0, -1, 0
-        # SIGINT/SIGTERM wait while the object is made and handed to the undo path
-        # below; a handler for one that came meanwhile runs before they are let go
-        # (_run_pending), so that what it raises is undone here.
-        held = _hold_signals()
-        blocked = held is not None
-        try:
-            if kind == "sysv":
-                flags = IPC_CREAT | IPC_EXCL | mode
-                if huge:
-                    flags |= SHM_HUGETLB | ((huge.bit_length() - 1) << SHM_HUGE_SHIFT)
-                keys = _sysv_keys(key)
-                for ikey in keys:
-                    try:
-                        shmid = b.shmget(ikey, seg, flags)
-                        break
-                    except FileExistsError:
-                        why = _sysv_holder(b, ikey, key)
-                        if why:
-                            raise FileExistsError(errno.EEXIST, why) from None
-                else:
-                    raise FileExistsError(errno.EEXIST, f"the {len(keys)} SysV keys of "
-                                          f"{key!r} (0x{keys[0]:08x}, ...) all hold other "
-                                          "regions: use another name")
-                addr = b.shmat(shmid)
-                _record_write(addr, seg, ident)
-                # A twin under a later key: made while this key held another region.
-                for later in keys[keys.index(ikey) + 1:]:
-                    why = _sysv_holder(b, later, key)
-                    if why:
-                        raise FileExistsError(errno.EEXIST, why)
-            else:
-                pname = _posix_name(key)
-                try:
-                    fd = b.shm_open(pname, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
-                except FileExistsError:
-                    why = f"attach it, or remove a stale one with `{_prog()} cleanup " \
-                        f"--remove --key {_key_arg(key)}`"
-                    try:
-                        b.close(b.shm_open(pname, os.O_RDONLY, 0))
-                    except OSError as e:
-                        if e.errno == errno.EINVAL:     # a FIFO, symlink, device...
-                            why = "it is not a region (not a regular file): use " \
-                                "another name"
-                    raise FileExistsError(errno.EEXIST,
-                                          f"/dev/shm/{pname} exists: {why}") from None
-                name = pname                    # ours now: undone on any error below
-                b.flock(fd, LOCK_SH)            # before it has a size: never stale
-                b.ftruncate(fd, seg)
-                addr = b.mmap(seg, fd)
-                _record_write(addr, seg, ident)
-            if prefault and blocked:            # prefault may take long: interruptible
-                _run_pending(held)
-                blocked = False
-                _release_signals(held)          # a signal in this very call: undone
-            # Over the record too: one VMA (one numa_maps line) per region.
-            res = _layout_apply(b, addr, seg, page, lay, strict_)
-            if hugepages == "thp":
-                b.madvise(addr, seg, MADV_HUGEPAGE)
-            region = cls(backend=b, kind=kind, key=key, address=addr, size=size,
-                         page_size=page, policy=res[0], created=True, shmid=shmid,
-                         name=name, ipc_key=ikey, mapped=seg, fd=fd, identity=ident,
-                         layout=lay, policies=res)
-            region.hugepages_fallback = huge_note
-            if prefault:
-                region.prefaulted = _layout_prefault(b, addr, lay, page, threads,
-                                                     progress, cpus)
-            if blocked:
-                _run_pending(held)
-                blocked = False
-                _release_signals(held)
-            return region
-        except BaseException:
-            blocked = held is not None      # _undo blocks them again
-            _undo(held, b, kind, shmid, name, addr, seg, fd)
-            raise
-        finally:
-            if blocked:                     # (not after a success: an interrupt in
-                _release_signals(held)      # a call here would drop the region made)
+        flags = IPC_CREAT | IPC_EXCL | mode
+        if huge:
+            flags |= SHM_HUGETLB | ((huge.bit_length() - 1) << SHM_HUGE_SHIFT)
+
+        def make(m: Dict[str, Any], undo: List[Tuple[Any, ...]]
+                 ) -> Tuple[Dict[str, Any], Layout]:
+            m["mapped"] = seg
+            (_sysv_create if kind == "sysv" else _posix_create)(b, key, m, undo, ident,
+                                                                flags)
+            return ident, lay
+        return cls._open(b, kind, key, make, True, strict_, prefault, threads, progress,
+                         thp=hugepages == "thp", note=huge_note)
 
     @classmethod
     def attach(cls, key: Union[int, str], size: Optional[int] = None, *,
@@ -4421,70 +4349,11 @@ class SharedRegion:
         if size is not None and (isinstance(size, bool) or not isinstance(size, int)
                                  or size < 0 or size > _SIZE_MAX):
             raise ValueError(f"invalid size {size!r}")
-        shmid, name, addr, fd, seg, ikey = -1, "", 0, -1, 0, 0
-        euid = b.geteuid()
-        held = _hold_signals()              # as in create: no unrecorded mapping
-        blocked = held is not None
-        try:
-            rec: Optional[Dict[str, Any]] = None
-            if kind == "sysv":
-                first: Optional[Exception] = None
-                for ikey in _sysv_keys(key):
-                    try:
-                        shmid = b.shmget(ikey, 0, 0)
-                    except FileNotFoundError:
-                        continue
-                    what = f"SysV segment 0x{ikey:08x} (shmid {shmid})"
-                    try:
-                        st = b.shm_stat(shmid)
-                        _check_trust(st, euid, trust, what)
-                        seg = st.size
-                        addr = b.shmat(shmid)
-                        rec = _record_read(addr, seg, what)
-                        if rec is None:
-                            raise FileNotFoundError(
-                                errno.ENOENT, f"{what} has no numa_utils identity record: "
-                                "another program's segment, or one still being created")
-                        if not (_same_key(rec["key"], key) and rec["kind"] == "sysv"):
-                            other, rec = rec["key"], None   # another name's: next key
-                            if isinstance(key, int):
-                                raise ValueError(f"{what}: its identity record names "
-                                                 f"region {other!r}")
-                    except (PermissionError, FileNotFoundError, ValueError) as e:
-                        rec, first = None, first or e
-                    if rec is not None:
-                        break
-                    if addr:
-                        b.shmdt(addr)
-                        addr = 0
-                if rec is None:
-                    raise first or FileNotFoundError(
-                        errno.ENOENT, f"no SysV segment with key 0x{_sysv_key(key):08x} "
-                        f"({key!r}) or its other keys")
-            else:
-                name = _posix_name(key)
-                what = f"/dev/shm/{name}"
-                try:
-                    fd = b.shm_open(name, os.O_RDWR, 0)
-                except FileNotFoundError:
-                    raise FileNotFoundError(errno.ENOENT, f"no {what}") from None
-                _check_trust(b.fstat(fd), euid, trust, what)
-                b.flock(fd, LOCK_SH)            # waits while a cleanup decides on it
-                st = b.fstat(fd)
-                if not st.nattch:
-                    raise FileNotFoundError(errno.ENOENT, f"{what} was removed (stale) "
-                                            "while attaching")
-                seg = st.size
-                if seg >= _RECORD_END.size:
-                    addr = b.mmap(seg, fd)
-                    rec = _record_read(addr, seg, what)
-                if rec is None:
-                    raise FileNotFoundError(
-                        errno.ENOENT, f"{what} has no numa_utils identity record: not "
-                        "made by SharedRegion.create, or still being created")
-                if rec["kind"] != "posix" or _posix_name(rec["key"]) != name:
-                    raise ValueError(f"{what}: its identity record names {rec['kind']} "
-                                     f"region {rec['key']!r}")
+
+        def make(m: Dict[str, Any], undo: List[Tuple[Any, ...]]
+                 ) -> Tuple[Dict[str, Any], Layout]:
+            rec, what = (_sysv_attach if kind == "sysv" else _posix_attach)(b, key, m, undo,
+                                                                            trust)
             data, page = rec["size"], rec["page_size"]
             try:
                 lay = Layout.parse(rec["layout"]).bound(data, page) if "layout" in rec \
@@ -4501,16 +4370,46 @@ class SharedRegion:
             if pmode != Mode.DEFAULT and (explicit or (len(lay) == 1 and
                                             lay[0].policy == "default")):
                 lay = Layout.extents([(data, _LAYOUT_NAMES[pmode], pnodes)])
+            return rec, lay
+        return cls._open(b, kind, key, make, False, strict_, prefault, threads, progress,
+                         remove=remove)
+
+    @classmethod
+    def _open(cls, b: Backend, kind: str, key: Union[int, str],
+              make: Callable[[Dict[str, Any], List[Tuple[Any, ...]]],
+                             Tuple[Dict[str, Any], Layout]],
+              created: bool, strict: bool, prefault: bool, threads: Optional[int],
+              progress: Optional[Callable[[int, int], Any]], *, thp: bool = False,
+              note: Optional[str] = None, remove: bool = False) -> SharedRegion:
+        """The one path of create and attach.  ``make`` makes or maps the region: it
+        fills in ``m`` (the constructor's shmid, name, ipc_key, fd, address, mapped),
+        pushes the undo of each step it took onto ``undo`` and returns the identity
+        record and the layout.  Then each extent's policy, THP advice and prefault.
+        Nothing stays behind when any step fails; an attach never removes the region.
+
+        SIGINT/SIGTERM wait while the object is made and handed to the undo path; a
+        handler for one that came meanwhile runs before they are let go
+        (_run_pending), so that what it raises is undone here."""
+        m: Dict[str, Any] = {"shmid": -1, "name": "", "ipc_key": 0, "fd": -1,
+                             "address": 0, "mapped": 0}
+        undo: List[Tuple[Any, ...]] = []
+        held = _hold_signals()
+        blocked = held is not None
+        try:
+            rec, lay = make(m, undo)
+            page, addr = rec["page_size"], m["address"]
             cpus = _extent_cpus(b, lay) if prefault else None
-            if prefault and blocked:
+            if prefault and blocked:            # prefault may take long: interruptible
                 _run_pending(held)
                 blocked = False
-                _release_signals(held)
-            res = _layout_apply(b, addr, seg, page, lay, strict_)
-            region = cls(backend=b, kind=kind, key=key, address=addr, size=data,
-                         page_size=page, policy=res[0], created=False, shmid=shmid,
-                         name=name, ipc_key=ikey if kind == "sysv" else 0, mapped=seg,
-                         fd=fd, identity=rec, layout=lay, policies=res)
+                _release_signals(held)          # a signal in this very call: undone
+            # Over the record too: one VMA (one numa_maps line) per region.
+            res = _layout_apply(b, addr, m["mapped"], page, lay, strict)
+            if thp:
+                b.madvise(addr, m["mapped"], MADV_HUGEPAGE)
+            region = cls(backend=b, kind=kind, key=key, size=rec["size"], page_size=page,
+                         policy=res[0], created=created, identity=rec, layout=lay,
+                         policies=res, hugepages_fallback=note, **m)
             if remove and kind == "sysv":
                 region.remove()
             if prefault:
@@ -4522,12 +4421,12 @@ class SharedRegion:
                 _release_signals(held)
             return region
         except BaseException:
-            blocked = held is not None
-            _undo(held, b, kind, -1, "", addr, seg, fd)   # unmap; never remove
+            blocked = held is not None      # _undo blocks them again
+            _undo(held, undo)
             raise
         finally:
-            if blocked:
-                _release_signals(held)
+            if blocked:                     # (not after a success: an interrupt in
+                _release_signals(held)      # a call here would drop the region made)
 
     # -- use and teardown ----------------------------------------------------------------
     def _check_open(self) -> None:
@@ -4687,36 +4586,145 @@ def _quietly(fn: Callable[..., Any], *args: Any) -> None:
                                           fn.__name__, args, e)
 
 
-def _undo(held: Optional[Tuple[Any, Callable[[], Any]]], b: Backend, kind: str,
-          shmid: int, name: str, addr: int, size: int, fd: int) -> None:
-    """Undo a half-made (or half-attached: shmid -1, no name) region with SIGINT and
-    SIGTERM blocked again.  An interrupt that lands before the block (a second Ctrl-C
-    within a few bytecodes of the first) restarts it: every step may run twice."""
+def _undo(held: Optional[Tuple[Any, Callable[[], Any]]], undo: List[Tuple[Any, ...]]
+          ) -> None:
+    """Undo the steps of a half-made (or half-attached) region, last first, with SIGINT
+    and SIGTERM blocked again.  An interrupt that lands before the block (a second
+    Ctrl-C within a few bytecodes of the first) restarts it: a step may run twice."""
     while True:
         try:
             if held is not None:
                 held[1]()
-            _undo_create(b, kind, shmid, name, addr, size, fd)
+            while undo:
+                _quietly(*undo[-1])
+                undo.pop()
             return
         except (KeyboardInterrupt, SystemExit):
             continue
 
 
-def _undo_create(b: Backend, kind: str, shmid: int, name: str, addr: int, size: int,
-                 fd: int) -> None:
-    """Undo a half-made region: nothing may stay behind."""
-    if kind == "sysv":
-        if addr:
-            _quietly(b.shmdt, addr)
-        if shmid >= 0:
-            _quietly(b.shm_rmid, shmid)
+def _sysv_create(b: Backend, key: Union[int, str], m: Dict[str, Any],
+                 undo: List[Tuple[Any, ...]], ident: Dict[str, Any], flags: int) -> None:
+    """Make the segment of region ``key`` under the first of its keys free for it."""
+    keys = _sysv_keys(key)
+    for ikey in keys:
+        try:
+            m["shmid"] = shmid = b.shmget(ikey, m["mapped"], flags)
+            break
+        except FileExistsError:
+            why = _sysv_holder(b, ikey, key)
+            if why:
+                raise FileExistsError(errno.EEXIST, why) from None
     else:
-        if addr:
-            _quietly(b.munmap, addr, size)
-        if name:                        # while the flock still says "in use"
-            _quietly(b.shm_unlink, name)
-        if fd >= 0:
-            _quietly(b.close, fd)
+        raise FileExistsError(errno.EEXIST, f"the {len(keys)} SysV keys of {key!r} "
+                              f"(0x{keys[0]:08x}, ...) all hold other regions: use "
+                              "another name")
+    m["ipc_key"] = ikey
+    undo.append((b.shm_rmid, shmid))
+    m["address"] = b.shmat(shmid)
+    undo.append((b.shmdt, m["address"]))
+    _record_write(m["address"], m["mapped"], ident)
+    # A twin under a later key: made while this key held another region.
+    for later in keys[keys.index(ikey) + 1:]:
+        why = _sysv_holder(b, later, key)
+        if why:
+            raise FileExistsError(errno.EEXIST, why)
+
+
+def _posix_create(b: Backend, key: Union[int, str], m: Dict[str, Any],
+                  undo: List[Tuple[Any, ...]], ident: Dict[str, Any], flags: int) -> None:
+    """Make /dev/shm/numa_utils-``key`` with the permission bits of ``flags``."""
+    pname = _posix_name(key)
+    try:
+        fd = b.shm_open(pname, os.O_RDWR | os.O_CREAT | os.O_EXCL, flags & 0o777)
+    except FileExistsError:
+        why = f"attach it, or remove a stale one with `{_prog()} cleanup " \
+            f"--remove --key {_key_arg(key)}`"
+        try:
+            b.close(b.shm_open(pname, os.O_RDONLY, 0))
+        except OSError as e:
+            if e.errno == errno.EINVAL:     # a FIFO, symlink, device...
+                why = "it is not a region (not a regular file): use another name"
+        raise FileExistsError(errno.EEXIST, f"/dev/shm/{pname} exists: {why}") from None
+    m["fd"] = fd
+    undo.append((b.close, fd))
+    m["name"] = pname                   # ours now: undone on any error below
+    undo.append((b.shm_unlink, pname))  # (while the flock still says "in use")
+    b.flock(fd, LOCK_SH)                # before it has a size: never stale
+    b.ftruncate(fd, m["mapped"])
+    m["address"] = b.mmap(m["mapped"], fd)
+    undo.append((b.munmap, m["address"], m["mapped"]))
+    _record_write(m["address"], m["mapped"], ident)
+
+
+def _sysv_attach(b: Backend, key: Union[int, str], m: Dict[str, Any],
+                 undo: List[Tuple[Any, ...]], trust: bool) -> Tuple[Dict[str, Any], str]:
+    """Map the segment whose identity record names region ``key``: (record, what)."""
+    first: Optional[Exception] = None
+    for ikey in _sysv_keys(key):
+        try:
+            shmid = b.shmget(ikey, 0, 0)
+        except FileNotFoundError:
+            continue
+        what = f"SysV segment 0x{ikey:08x} (shmid {shmid})"
+        rec: Optional[Dict[str, Any]] = None
+        try:
+            st = b.shm_stat(shmid)
+            _check_trust(st, b.geteuid(), trust, what)
+            addr = b.shmat(shmid)
+            undo.append((b.shmdt, addr))
+            rec = _record_read(addr, st.size, what)
+            if rec is None:
+                raise FileNotFoundError(
+                    errno.ENOENT, f"{what} has no numa_utils identity record: "
+                    "another program's segment, or one still being created")
+            if not (_same_key(rec["key"], key) and rec["kind"] == "sysv"):
+                other, rec = rec["key"], None   # another name's: next key
+                if isinstance(key, int):
+                    raise ValueError(f"{what}: its identity record names "
+                                     f"region {other!r}")
+        except (PermissionError, FileNotFoundError, ValueError) as e:
+            rec, first = None, first or e
+        if rec is not None:
+            m.update(shmid=shmid, ipc_key=ikey, address=addr, mapped=st.size)
+            return rec, what
+        if undo:
+            b.shmdt(undo.pop()[1])
+    raise first or FileNotFoundError(errno.ENOENT, f"no SysV segment with key "
+                                     f"0x{_sysv_key(key):08x} ({key!r}) or its other keys")
+
+
+def _posix_attach(b: Backend, key: Union[int, str], m: Dict[str, Any],
+                  undo: List[Tuple[Any, ...]], trust: bool) -> Tuple[Dict[str, Any], str]:
+    """Map /dev/shm/numa_utils-``key``, holding its shared flock: (record, what)."""
+    name = _posix_name(key)
+    what = f"/dev/shm/{name}"
+    try:
+        m["fd"] = fd = b.shm_open(name, os.O_RDWR, 0)
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, f"no {what}") from None
+    undo.append((b.close, fd))
+    m["name"] = name
+    _check_trust(b.fstat(fd), b.geteuid(), trust, what)
+    b.flock(fd, LOCK_SH)                # waits while a cleanup decides on it
+    st = b.fstat(fd)
+    if not st.nattch:
+        raise FileNotFoundError(errno.ENOENT, f"{what} was removed (stale) while "
+                                "attaching")
+    m["mapped"] = seg = st.size
+    rec = None
+    if seg >= _RECORD_END.size:
+        m["address"] = addr = b.mmap(seg, fd)
+        undo.append((b.munmap, addr, seg))
+        rec = _record_read(addr, seg, what)
+    if rec is None:
+        raise FileNotFoundError(
+            errno.ENOENT, f"{what} has no numa_utils identity record: not "
+            "made by SharedRegion.create, or still being created")
+    if rec["kind"] != "posix" or _posix_name(rec["key"]) != name:
+        raise ValueError(f"{what}: its identity record names {rec['kind']} "
+                         f"region {rec['key']!r}")
+    return rec, what
 
 
 def _check_trust(st: _ShmStat, euid: int, trust: bool, what: str) -> None:
@@ -4892,230 +4900,6 @@ def _sysv_holder(b: Backend, ikey: int, key: Union[int, str]) -> str:
         return (f"region {key!r} exists ({what}): attach it, or if its owner died, "
                 f"`{_prog()} cleanup --remove --key {_key_arg(key)}` removes it")
     return ""
-
-
-def _pid_why(b: Backend, pid: int, who: str, me: Mapping[str, Any],
-             start: Any = None) -> str:
-    """'' when process ``pid`` is provably gone (no such pid, or one that started at
-    another time than ``start``), else why it may be alive."""
-    if pid <= 0:
-        return f"{who} is not visible from this PID namespace: it may be alive"
-    if pid == me["pid"]:
-        return f"{who} (pid {pid}) is this process"
-    now = b.pid_start(pid)
-    if now is None or (start and now and now != start):
-        return ""
-    return f"{who} (pid {pid}) is alive"
-
-
-def _creator_why(b: Backend, rec: Mapping[str, Any], me: Mapping[str, Any],
-                 cpid: Optional[int] = None) -> str:
-    """'' when the creator recorded in ``rec`` is provably gone.  ``cpid``: the
-    kernel's shm_cpid, a pid of this namespace; else the record's pid counts only in
-    the PID namespace it was written in."""
-    if rec.get("boot") and me["boot"] and rec.get("boot") != me["boot"]:
-        return ""                               # made before the last boot
-    if cpid is not None:
-        pid = cpid
-    else:
-        pid = rec["pid"] if isinstance(rec.get("pid"), int) else 0
-        if not me["pidns"] or rec.get("pidns") != me["pidns"]:
-            return (f"creator (pid {pid}) is in another PID namespace "
-                    f"({rec.get('pidns') or '?'}): it may be alive")
-    return _pid_why(b, pid, "creator", me, rec.get("start"))
-
-
-def _sysv_verdict(b: Backend, st: _ShmStat, keys: Optional[Sequence[Union[int, str]]],
-                  me: Mapping[str, Any], now: float, min_age: float
-                  ) -> Tuple[str, Optional[Dict[str, Any]]]:
-    """('' when segment ``st`` is proven stale, else why it is kept; its record).
-    Reading the record attaches for a moment: the pids judged are those of ``st``."""
-    what = f"SysV segment 0x{st.key:08x} (shmid {st.id})"
-    try:
-        rec = _peek_record(b, st.id, st.size, what)
-    except (OSError, ValueError) as e:
-        return f"identity record unreadable: {e}", None
-    if rec is None:
-        return "no numa_utils identity record: not made by SharedRegion.create", None
-    try:
-        mine = rec["kind"] == "sysv" and st.key in _sysv_keys(rec["key"])
-    except ValueError:
-        mine = False
-    if not mine:
-        return f"its identity record names {rec['kind']} region {rec['key']!r}", rec
-    if keys is not None and not any(_same_key(rec["key"], k) for k in keys):
-        return f"holds region {rec['key']!r}, not one asked for", rec
-    if st.nattch:
-        return f"in use: {st.nattch} attached", rec
-    idle = now - st.used
-    if idle < min_age:
-        return f"used {max(idle, 0):.0f} s ago (minimum age {min_age:g} s)", rec
-    if st.lpid not in (st.cpid, me["pid"]):     # (ours: an earlier look at its record)
-        why = _pid_why(b, st.lpid, "last user", me)
-        if why:
-            return why, rec
-    return _creator_why(b, rec, me, st.cpid), rec
-
-
-def _posix_verdict(b: Backend, fd: int, st: _ShmStat, name: str, users: int,
-                   me: Mapping[str, Any], now: float, min_age: float
-                   ) -> Tuple[str, Optional[Dict[str, Any]]]:
-    """As _sysv_verdict for the /dev/shm file open at ``fd``; when stale, the
-    exclusive lock taken stays held (until ``fd`` is closed) for the removal."""
-    rec = None
-    if st.size >= _RECORD_END.size:
-        try:
-            addr = b.mmap(st.size, fd)
-            try:
-                rec = _record_read(addr, st.size, f"/dev/shm/{name}")
-            finally:
-                b.munmap(addr, st.size)
-        except (OSError, ValueError) as e:
-            return f"identity record unreadable: {e}", None
-    if rec is None:
-        return ("no numa_utils identity record: not made by SharedRegion.create, or "
-                "being made"), None
-    try:
-        mine = rec["kind"] == "posix" and _posix_name(rec["key"]) == name
-    except ValueError:
-        mine = False
-    if not mine:
-        return f"its identity record names {rec['kind']} region {rec['key']!r}", rec
-    if users:
-        return f"in use: mapped by {users} process(es)", rec
-    try:
-        b.flock(fd, LOCK_EX | LOCK_NB)
-    except OSError as e:
-        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            return "in use: a process holds its lock", rec
-        return f"cannot lock it: {e.strerror or e}", rec
-    created = rec.get("created")
-    age = now - created if isinstance(created, (int, float)) else 0.0
-    if age < min_age:
-        return f"created {max(age, 0):.0f} s ago (minimum age {min_age:g} s)", rec
-    return _creator_why(b, rec, me), rec
-
-
-def _our_segments(b: Backend, keys: Optional[Sequence[Union[int, str]]] = None, *,
-                  remove: bool = False, min_age: float = CLEANUP_MIN_AGE
-                  ) -> List[Dict[str, Any]]:
-    """Our regions on this machine, each with a verdict: ``stale`` when proven unused,
-    else ``why`` it is kept; ``remove=True`` removes the stale ones (``action``).
-
-    Proof, all of it: nobody attached (SysV nattch) or holding the file's lock
-    (POSIX: every user holds a shared flock); its creator gone (shm_cpid, or the
-    record's pid with its start time and PID namespace) and for SysV its last user
-    (shm_lpid); unused for ``min_age`` seconds; and an identity record saying it is
-    the region of its key.  A pid not visible here is no proof.  Listed: SysV keys
-    0x4exxxxxx and /dev/shm/numa_utils-* owned (SysV: also created) by this user;
-    ``keys`` (names or int keys): only their regions, under any key."""
-    import time
-    euid, me, now = b.geteuid(), b.whoami(), time.time()
-    want_sysv = None if keys is None else {k for key in keys for k in _sysv_keys(key)}
-    want_posix = None if keys is None else {_posix_name(k) for k in keys}
-    out: List[Dict[str, Any]] = []
-
-    def verdict(row: Dict[str, Any], why: str, drop: Callable[[], str]) -> None:
-        row["stale"] = not why
-        if not why and remove:
-            why = drop()
-        row["why"] = why
-        row["action"] = why if why.startswith("failed") else "keep" if why else \
-            "removed" if remove else "would remove"
-        out.append(row)
-
-    for st in _sysvipc_rows(b.read_optional("/proc/sysvipc/shm") or ""):
-        if st.uid != euid or st.cuid != euid or not st.key or (
-                st.key & SYSV_KEY_MASK != SYSV_KEY_PREFIX if want_sysv is None
-                else st.key not in want_sysv):
-            continue
-        why, rec = _sysv_verdict(b, st, keys, me, now, min_age)
-
-        def drop(st: _ShmStat = st) -> str:
-            try:
-                again = b.shm_stat(st.id)       # someone may have come since: look last
-                if again.nattch or again.key != st.key or \
-                        again.lpid not in (st.lpid, me["pid"]):
-                    return "in use: attached since it was judged"
-                b.shm_rmid(st.id)
-            except OSError as e:
-                return f"failed: {e.strerror or e}"
-            return ""
-        verdict({"kind": "sysv", "key": f"0x{st.key:08x}", "shmid": st.id,
-                 "region": rec["key"] if rec else None,
-                 "size": rec["size"] if rec else st.size,
-                 "layout": rec.get("layout") if rec else None,
-                 "mode": f"{st.mode & 0o777:03o}", "attached": st.nattch}, why, drop)
-    try:
-        names = sorted(n for n in b.listdir("/dev/shm") if n.startswith(POSIX_PREFIX)
-                       and (want_posix is None or n in want_posix))
-    except OSError:
-        names = []
-    files: Dict[str, Tuple[int, _ShmStat]] = {}
-    try:
-        for name in names:
-            try:
-                fd = b.shm_open(name, os.O_RDWR, 0)
-            except OSError:
-                continue                # gone, or not a regular file: not a region
-            try:
-                fst: Optional[_ShmStat] = b.fstat(fd)
-            except OSError:
-                fst = None
-            if fst is None or fst.uid != euid:
-                b.close(fd)
-                continue
-            files[name] = (fd, fst)
-        users = _dev_shm_users(b, {n: st for n, (_, st) in files.items()}) \
-            if files else {}
-        for name, (fd, st) in files.items():
-            why, rec = _posix_verdict(b, fd, st, name, users.get(name, 0), me, now,
-                                      min_age)
-
-            def unlink(name: str = name) -> str:
-                try:
-                    b.shm_unlink(name)      # under the exclusive lock: nobody came
-                except OSError as e:
-                    return f"failed: {e.strerror or e}"
-                return ""
-            verdict({"kind": "posix", "name": name, "path": f"/dev/shm/{name}",
-                     "region": rec["key"] if rec else None,
-                     "size": rec["size"] if rec else st.size,
-                     "layout": rec.get("layout") if rec else None,
-                     "mode": f"{st.mode & 0o777:03o}",
-                     "attached": users.get(name, 0)}, why, unlink)
-    finally:
-        for fd, _ in files.values():
-            _quietly(b.close, fd)
-    return out
-
-
-def _dev_shm_users(b: Backend, files: Mapping[str, _ShmStat]) -> Dict[str, int]:
-    """How many processes map each /dev/shm file (from /proc/<pid>/maps).
-
-    Matched by device and inode, not by name: the name field escapes only "\\n"
-    and appends " (deleted)", so "x (deleted)" or a name with a newline cannot be
-    told from another file's; and a mapping of a removed file of the same name is
-    another inode."""
-    want = {(f"{os.major(st.dev):02x}:{os.minor(st.dev):02x}", str(st.ino)): n
-            for n, st in files.items()}
-    counts: Dict[str, int] = {}
-    try:
-        pids = [p for p in b.listdir("/proc") if p.isascii() and p.isdigit()]
-    except OSError:
-        return counts
-    for pid in pids:
-        text = b.read_optional(f"/proc/{pid}/maps")
-        if not text or "/dev/shm/" not in text:
-            continue
-        seen = set()
-        for line in text.splitlines():
-            f = line.split(None, 5)
-            if len(f) == 6 and f[5].startswith("/dev/shm/") and (f[3], f[4]) in want:
-                seen.add(want[f[3], f[4]])
-        for n in seen:
-            counts[n] = counts.get(n, 0) + 1
-    return counts
 
 
 # -- end of shared-memory section ------------------------------------------------------

@@ -23,6 +23,7 @@ from typing import (
     FrozenSet,
     Iterable,
     List,
+    Mapping,
     Optional,
     Sequence,
     Tuple,
@@ -53,23 +54,29 @@ if _nu.__version__ != __version__:
                       f"not {_nu.__version__} ({_nu.__file__}): copy both from one release")
 
 BIND_POLICIES = _nu.BIND_POLICIES
-CLEANUP_MIN_AGE = _nu.CLEANUP_MIN_AGE
 Backend = _nu.Backend
 GetFlag = _nu.GetFlag
 GpuPlan = _nu.GpuPlan
 IPC_CREAT = _nu.IPC_CREAT
 LinuxBackend = _nu.LinuxBackend
+LOCK_EX = _nu.LOCK_EX
+LOCK_NB = _nu.LOCK_NB
 MbindFlag = _nu.MbindFlag
 Mode = _nu.Mode
 ModeFlag = _nu.ModeFlag
 NumaMapsEntry = _nu.NumaMapsEntry
+POSIX_PREFIX = _nu.POSIX_PREFIX
 SHM_HUGETLB = _nu.SHM_HUGETLB
 SHM_HUGE_SHIFT = _nu.SHM_HUGE_SHIFT
 SharedRegion = _nu.SharedRegion
+SYSV_KEY_MASK = _nu.SYSV_KEY_MASK
+SYSV_KEY_PREFIX = _nu.SYSV_KEY_PREFIX
 Topology = _nu.Topology
 _MEMORY_CHOICES = _nu._MEMORY_CHOICES
 _NUMASTAT_FIELDS = _nu._NUMASTAT_FIELDS
 _MODE_NAMES = _nu._MODE_NAMES
+_RECORD_END = _nu._RECORD_END
+_ShmStat = _nu._ShmStat
 _SIZE_MAX = _nu._SIZE_MAX
 _UNSET = _nu._UNSET
 _Unset = _nu._Unset
@@ -78,6 +85,13 @@ _backend_from_args = _nu._backend_from_args
 _fmt_kb = _nu._fmt_kb
 _fmt_size = _nu._fmt_size
 _parse_size = _nu._parse_size
+_peek_record = _nu._peek_record
+_posix_name = _nu._posix_name
+_quietly = _nu._quietly
+_record_read = _nu._record_read
+_same_key = _nu._same_key
+_sysv_keys = _nu._sysv_keys
+_sysvipc_rows = _nu._sysvipc_rows
 _verdict = _nu._verdict
 _gpu_infos = _nu._gpu_infos
 _huge_size = _nu._huge_size
@@ -85,7 +99,6 @@ _key_arg = _nu._key_arg
 _maps_path = _nu._maps_path
 _memory_or_env = _nu._memory_or_env
 _nodes_txt = _nu._nodes_txt
-_our_segments = _nu._our_segments
 _parse_maps_line = _nu._parse_maps_line
 _policy_or_env = _nu._policy_or_env
 _print_json = _nu._print_json
@@ -331,6 +344,236 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
         out.append("dry run: add --remove to remove the stale ones")
     sys.stdout.write("\n".join(out) + "\n")
     return 0
+
+
+# -- which regions are stale: what `cleanup` lists and removes ----------------------
+# `cleanup` removes a region only after nobody used it for this long (besides proof
+# that its users are gone): `region --keep` hands a region over with nobody attached.
+CLEANUP_MIN_AGE = 30.0
+
+
+def _pid_why(b: Backend, pid: int, who: str, me: Mapping[str, Any],
+             start: Any = None) -> str:
+    """'' when process ``pid`` is provably gone (no such pid, or one that started at
+    another time than ``start``), else why it may be alive."""
+    if pid <= 0:
+        return f"{who} is not visible from this PID namespace: it may be alive"
+    if pid == me["pid"]:
+        return f"{who} (pid {pid}) is this process"
+    now = b.pid_start(pid)
+    if now is None or (start and now and now != start):
+        return ""
+    return f"{who} (pid {pid}) is alive"
+
+
+def _creator_why(b: Backend, rec: Mapping[str, Any], me: Mapping[str, Any],
+                 cpid: Optional[int] = None) -> str:
+    """'' when the creator recorded in ``rec`` is provably gone.  ``cpid``: the
+    kernel's shm_cpid, a pid of this namespace; else the record's pid counts only in
+    the PID namespace it was written in."""
+    if rec.get("boot") and me["boot"] and rec.get("boot") != me["boot"]:
+        return ""                               # made before the last boot
+    if cpid is not None:
+        pid = cpid
+    else:
+        pid = rec["pid"] if isinstance(rec.get("pid"), int) else 0
+        if not me["pidns"] or rec.get("pidns") != me["pidns"]:
+            return (f"creator (pid {pid}) is in another PID namespace "
+                    f"({rec.get('pidns') or '?'}): it may be alive")
+    return _pid_why(b, pid, "creator", me, rec.get("start"))
+
+
+def _sysv_verdict(b: Backend, st: _ShmStat, keys: Optional[Sequence[Union[int, str]]],
+                  me: Mapping[str, Any], now: float, min_age: float
+                  ) -> Tuple[str, Optional[Dict[str, Any]]]:
+    """('' when segment ``st`` is proven stale, else why it is kept; its record).
+    Reading the record attaches for a moment: the pids judged are those of ``st``."""
+    what = f"SysV segment 0x{st.key:08x} (shmid {st.id})"
+    try:
+        rec = _peek_record(b, st.id, st.size, what)
+    except (OSError, ValueError) as e:
+        return f"identity record unreadable: {e}", None
+    if rec is None:
+        return "no numa_utils identity record: not made by SharedRegion.create", None
+    try:
+        mine = rec["kind"] == "sysv" and st.key in _sysv_keys(rec["key"])
+    except ValueError:
+        mine = False
+    if not mine:
+        return f"its identity record names {rec['kind']} region {rec['key']!r}", rec
+    if keys is not None and not any(_same_key(rec["key"], k) for k in keys):
+        return f"holds region {rec['key']!r}, not one asked for", rec
+    if st.nattch:
+        return f"in use: {st.nattch} attached", rec
+    idle = now - st.used
+    if idle < min_age:
+        return f"used {max(idle, 0):.0f} s ago (minimum age {min_age:g} s)", rec
+    if st.lpid not in (st.cpid, me["pid"]):     # (ours: an earlier look at its record)
+        why = _pid_why(b, st.lpid, "last user", me)
+        if why:
+            return why, rec
+    return _creator_why(b, rec, me, st.cpid), rec
+
+
+def _posix_verdict(b: Backend, fd: int, st: _ShmStat, name: str, users: int,
+                   me: Mapping[str, Any], now: float, min_age: float
+                   ) -> Tuple[str, Optional[Dict[str, Any]]]:
+    """As _sysv_verdict for the /dev/shm file open at ``fd``; when stale, the
+    exclusive lock taken stays held (until ``fd`` is closed) for the removal."""
+    rec = None
+    if st.size >= _RECORD_END.size:
+        try:
+            addr = b.mmap(st.size, fd)
+            try:
+                rec = _record_read(addr, st.size, f"/dev/shm/{name}")
+            finally:
+                b.munmap(addr, st.size)
+        except (OSError, ValueError) as e:
+            return f"identity record unreadable: {e}", None
+    if rec is None:
+        return ("no numa_utils identity record: not made by SharedRegion.create, or "
+                "being made"), None
+    try:
+        mine = rec["kind"] == "posix" and _posix_name(rec["key"]) == name
+    except ValueError:
+        mine = False
+    if not mine:
+        return f"its identity record names {rec['kind']} region {rec['key']!r}", rec
+    if users:
+        return f"in use: mapped by {users} process(es)", rec
+    try:
+        b.flock(fd, LOCK_EX | LOCK_NB)
+    except OSError as e:
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return "in use: a process holds its lock", rec
+        return f"cannot lock it: {e.strerror or e}", rec
+    created = rec.get("created")
+    age = now - created if isinstance(created, (int, float)) else 0.0
+    if age < min_age:
+        return f"created {max(age, 0):.0f} s ago (minimum age {min_age:g} s)", rec
+    return _creator_why(b, rec, me), rec
+
+
+def _our_segments(b: Backend, keys: Optional[Sequence[Union[int, str]]] = None, *,
+                  remove: bool = False, min_age: float = CLEANUP_MIN_AGE
+                  ) -> List[Dict[str, Any]]:
+    """Our regions on this machine, each with a verdict: ``stale`` when proven unused,
+    else ``why`` it is kept; ``remove=True`` removes the stale ones (``action``).
+
+    Proof, all of it: nobody attached (SysV nattch) or holding the file's lock
+    (POSIX: every user holds a shared flock); its creator gone (shm_cpid, or the
+    record's pid with its start time and PID namespace) and for SysV its last user
+    (shm_lpid); unused for ``min_age`` seconds; and an identity record saying it is
+    the region of its key.  A pid not visible here is no proof.  Listed: SysV keys
+    0x4exxxxxx and /dev/shm/numa_utils-* owned (SysV: also created) by this user;
+    ``keys`` (names or int keys): only their regions, under any key."""
+    import time
+    euid, me, now = b.geteuid(), b.whoami(), time.time()
+    want_sysv = None if keys is None else {k for key in keys for k in _sysv_keys(key)}
+    want_posix = None if keys is None else {_posix_name(k) for k in keys}
+    out: List[Dict[str, Any]] = []
+
+    def verdict(row: Dict[str, Any], why: str, drop: Callable[[], str]) -> None:
+        row["stale"] = not why
+        if not why and remove:
+            why = drop()
+        row["why"] = why
+        row["action"] = why if why.startswith("failed") else "keep" if why else \
+            "removed" if remove else "would remove"
+        out.append(row)
+
+    for st in _sysvipc_rows(b.read_optional("/proc/sysvipc/shm") or ""):
+        if st.uid != euid or st.cuid != euid or not st.key or (
+                st.key & SYSV_KEY_MASK != SYSV_KEY_PREFIX if want_sysv is None
+                else st.key not in want_sysv):
+            continue
+        why, rec = _sysv_verdict(b, st, keys, me, now, min_age)
+
+        def drop(st: _ShmStat = st) -> str:
+            try:
+                again = b.shm_stat(st.id)       # someone may have come since: look last
+                if again.nattch or again.key != st.key or \
+                        again.lpid not in (st.lpid, me["pid"]):
+                    return "in use: attached since it was judged"
+                b.shm_rmid(st.id)
+            except OSError as e:
+                return f"failed: {e.strerror or e}"
+            return ""
+        verdict({"kind": "sysv", "key": f"0x{st.key:08x}", "shmid": st.id,
+                 "region": rec["key"] if rec else None,
+                 "size": rec["size"] if rec else st.size,
+                 "layout": rec.get("layout") if rec else None,
+                 "mode": f"{st.mode & 0o777:03o}", "attached": st.nattch}, why, drop)
+    try:
+        names = sorted(n for n in b.listdir("/dev/shm") if n.startswith(POSIX_PREFIX)
+                       and (want_posix is None or n in want_posix))
+    except OSError:
+        names = []
+    files: Dict[str, Tuple[int, _ShmStat]] = {}
+    try:
+        for name in names:
+            try:
+                fd = b.shm_open(name, os.O_RDWR, 0)
+            except OSError:
+                continue                # gone, or not a regular file: not a region
+            try:
+                fst: Optional[_ShmStat] = b.fstat(fd)
+            except OSError:
+                fst = None
+            if fst is None or fst.uid != euid:
+                b.close(fd)
+                continue
+            files[name] = (fd, fst)
+        users = _dev_shm_users(b, {n: st for n, (_, st) in files.items()}) \
+            if files else {}
+        for name, (fd, st) in files.items():
+            why, rec = _posix_verdict(b, fd, st, name, users.get(name, 0), me, now,
+                                      min_age)
+
+            def unlink(name: str = name) -> str:
+                try:
+                    b.shm_unlink(name)      # under the exclusive lock: nobody came
+                except OSError as e:
+                    return f"failed: {e.strerror or e}"
+                return ""
+            verdict({"kind": "posix", "name": name, "path": f"/dev/shm/{name}",
+                     "region": rec["key"] if rec else None,
+                     "size": rec["size"] if rec else st.size,
+                     "layout": rec.get("layout") if rec else None,
+                     "mode": f"{st.mode & 0o777:03o}",
+                     "attached": users.get(name, 0)}, why, unlink)
+    finally:
+        for fd, _ in files.values():
+            _quietly(b.close, fd)
+    return out
+
+
+def _dev_shm_users(b: Backend, files: Mapping[str, _ShmStat]) -> Dict[str, int]:
+    """How many processes map each /dev/shm file (from /proc/<pid>/maps).
+
+    Matched by device and inode, not by name: the name field escapes only "\\n"
+    and appends " (deleted)", so "x (deleted)" or a name with a newline cannot be
+    told from another file's; and a mapping of a removed file of the same name is
+    another inode."""
+    want = {(f"{os.major(st.dev):02x}:{os.minor(st.dev):02x}", str(st.ino)): n
+            for n, st in files.items()}
+    counts: Dict[str, int] = {}
+    try:
+        pids = [p for p in b.listdir("/proc") if p.isascii() and p.isdigit()]
+    except OSError:
+        return counts
+    for pid in pids:
+        text = b.read_optional(f"/proc/{pid}/maps")
+        if not text or "/dev/shm/" not in text:
+            continue
+        seen = set()
+        for line in text.splitlines():
+            f = line.split(None, 5)
+            if len(f) == 6 and f[5].startswith("/dev/shm/") and (f[3], f[4]) in want:
+                seen.add(want[f[3], f[4]])
+        for n in seen:
+            counts[n] = counts.get(n, 0) + 1
+    return counts
 
 
 def _progress_bar(stream: Any) -> Callable[[int, int], None]:
