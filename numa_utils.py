@@ -514,9 +514,6 @@ class Backend:
         whether or not this process has touched them."""
         raise NotImplementedError
 
-    def current_cpu(self) -> Optional[int]:
-        return None
-
     def gettid(self) -> int:
         """The calling thread's id (what sched_setaffinity(0, ...) pins)."""
         return threading.get_native_id()
@@ -645,7 +642,7 @@ def _get_libc() -> ctypes.CDLL:
                 ("shmget", [i, sz, i], i), ("shmat", [i, vp, i], vp),
                 ("shmdt", [vp], i), ("shmctl", [i, i, vp], i),
                 ("mmap", [vp, sz, i, i, i, ctypes.c_long], vp),
-                ("munmap", [vp, sz], i),
+                ("munmap", [vp, sz], i), ("mincore", [vp, sz, ctypes.c_char_p], i),
                 ("readv", [i, vp, i], ctypes.c_ssize_t),
                 ("writev", [i, vp, i], ctypes.c_ssize_t),
             ):
@@ -653,14 +650,6 @@ def _get_libc() -> ctypes.CDLL:
                 fn.argtypes, fn.restype = args, res
             _libc = lib
         return _libc
-
-
-def _as_clong(v: int) -> ctypes.c_long:
-    bits = ctypes.sizeof(ctypes.c_long) * 8
-    v &= (1 << bits) - 1
-    if v >= 1 << (bits - 1):
-        v -= 1 << bits
-    return ctypes.c_long(v)
 
 
 # Saved trees in one file.  Read into memory, never unpacked: nothing of an archive is
@@ -1019,20 +1008,12 @@ class LinuxBackend(Backend):
                                "not the running system")
 
     def syscall(self, nr: int, *args: int) -> int:
-        self._refuse(f"syscall {nr}")
-        libc = _get_libc()
-        ctypes.set_errno(0)
-        res = int(libc.syscall(ctypes.c_long(nr), *[_as_clong(a) for a in args]))
-        if res == -1:
-            err = ctypes.get_errno()
-            raise _oserror(err or errno.EIO, f"syscall {nr}")
-        return res
+        # c_long wraps an unsigned value (an address, -1 as a u64) as C would.
+        return int(self._libc_call(f"syscall {nr}", _get_libc().syscall,
+                                   *[ctypes.c_long(a) for a in (nr, *args)]))
 
     def madvise(self, addr: int, length: int, advice: int) -> None:
-        self._refuse("madvise")
-        libc = _get_libc()
-        if libc.madvise(ctypes.c_void_p(addr), ctypes.c_size_t(length), advice) != 0:
-            raise _oserror(ctypes.get_errno(), "madvise")
+        self._libc_call("madvise", _get_libc().madvise, addr, length, advice)
 
     def sched_getaffinity(self, pid: int = 0) -> FrozenSet[int]:
         if not self.is_live:
@@ -1056,33 +1037,16 @@ class LinuxBackend(Backend):
 
     def mincore(self, addr: int, length: int) -> int:
         self._refuse("mincore")
-        libc = _get_libc()
-        fn = libc.mincore
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
         page = self.page_size
         vec = ctypes.create_string_buffer(min((length + page - 1) // page, 1 << 20))
         step = len(vec) * page          # 4 GiB of 4 KiB pages per call, 1 MiB of vector
         count = 0
         for a in range(addr, addr + length, step):
             n = min(step, addr + length - a)
-            ctypes.set_errno(0)
-            if fn(ctypes.c_void_p(a), ctypes.c_size_t(n), vec) != 0:
-                raise _oserror(ctypes.get_errno() or errno.EIO, "mincore")
+            self._libc_call("mincore", _get_libc().mincore, a, n, vec)
             count += ctypes.string_at(vec, (n + page - 1) // page).translate(
                 self._RESIDENT).count(1)
         return count
-
-    def current_cpu(self) -> Optional[int]:
-        if not self.is_live:
-            return None
-        try:
-            libc = _get_libc()
-            fn = libc.sched_getcpu
-            fn.restype = ctypes.c_int
-            cpu = fn()
-            return cpu if cpu >= 0 else None
-        except (AttributeError, OSError):
-            return None
 
     # -- shared memory -----------------------------------------------------------------
     def geteuid(self) -> int:
