@@ -443,10 +443,7 @@ def abi_for(machine: Optional[str] = None, pointer_bits: Optional[int] = None) -
     if name in ("x86_64", "aarch64", "riscv64", "loongarch64", "ppc64", "ppc64le",
                 "s390x") and pointer_bits != 64:
         table = None
-    if table is None and name not in SYSCALL_TABLES:
-        big = sys.byteorder == "big"
-    else:
-        big = name in _BIG_ENDIAN
+    big = name in _BIG_ENDIAN if name in SYSCALL_TABLES else sys.byteorder == "big"
     return Abi(name, pointer_bits, "big" if big else "little", table)
 
 
@@ -2086,9 +2083,8 @@ class NodeMask:
         need = max(max(ids) + 1 if ids else 0, bits, 1)
         self.words = (need + w - 1) // w
         self.bits = self.words * w
-        self.buffer = ctypes.create_string_buffer(self.nbytes)
-        raw = _encode_nodemask(ids, self.words, self.abi)
-        ctypes.memmove(self.buffer, raw, len(raw))
+        self.buffer = ctypes.create_string_buffer(
+            _encode_nodemask(ids, self.words, self.abi), self.nbytes)
 
     @property
     def nbytes(self) -> int:
@@ -2151,36 +2147,25 @@ def _nr_node_ids(backend: Backend) -> int:
 # OSError built from errno.  Most engines want the safe layer below instead.
 # ===========================================================================
 
-def _mode_value(mode: int, flags: int = 0) -> int:
-    return int(mode) | int(flags)
-
-
 def mbind(addr: int, length: int, mode: int, nodes: Iterable[int] = (),
           flags: int = 0, *, mode_flags: int = 0,
           backend: Optional[Backend] = None) -> None:
     """mbind(2): set the policy of [addr, addr+length).  ``addr`` must be page aligned."""
     b = _b(backend)
-    nr = b.abi.number("mbind")
     ids = frozenset(nodes)
-    if ids:
-        mask = NodeMask(ids, abi=b.abi)
-        b.syscall(nr, addr, length, _mode_value(mode, mode_flags), mask.address,
-                  mask.maxnode, int(flags))
-    else:
-        b.syscall(nr, addr, length, _mode_value(mode, mode_flags), 0, 0, int(flags))
+    mask = NodeMask(ids, abi=b.abi) if ids else None     # no nodes: a NULL mask
+    b.syscall(b.abi.number("mbind"), addr, length, int(mode) | int(mode_flags),
+              mask.address if mask else 0, mask.maxnode if mask else 0, int(flags))
 
 
 def set_mempolicy(mode: int, nodes: Iterable[int] = (), *, mode_flags: int = 0,
                   backend: Optional[Backend] = None) -> None:
     """set_mempolicy(2): the calling THREAD's policy (threads it creates inherit it)."""
     b = _b(backend)
-    nr = b.abi.number("set_mempolicy")
     ids = frozenset(nodes)
-    if ids:
-        mask = NodeMask(ids, abi=b.abi)
-        b.syscall(nr, _mode_value(mode, mode_flags), mask.address, mask.maxnode)
-    else:
-        b.syscall(nr, _mode_value(mode, mode_flags), 0, 0)
+    mask = NodeMask(ids, abi=b.abi) if ids else None
+    b.syscall(b.abi.number("set_mempolicy"), int(mode) | int(mode_flags),
+              mask.address if mask else 0, mask.maxnode if mask else 0)
 
 
 def get_mempolicy(addr: Optional[int] = None, flags: int = 0, *,
@@ -2214,17 +2199,13 @@ def _pointer_array(values: Sequence[int], abi: Abi) -> ctypes.Array[ctypes.c_cha
     bits = _pointer_bits(abi)
     raw = b"".join((v & ((1 << bits) - 1)).to_bytes(bits // 8, abi.byteorder)
                    for v in values)
-    buf = ctypes.create_string_buffer(max(len(raw), 1))
-    ctypes.memmove(buf, raw, len(raw))
-    return buf
+    return ctypes.create_string_buffer(raw, max(len(raw), 1))
 
 
 def _int_array(values: Sequence[int], abi: Abi) -> ctypes.Array[ctypes.c_char]:
-    raw = b"".join(struct.pack((">" if abi.byteorder == "big" else "<") + "i", v)
-                   for v in values)
-    buf = ctypes.create_string_buffer(max(len(raw), 1))
-    ctypes.memmove(buf, raw, len(raw))
-    return buf
+    raw = struct.pack((">" if abi.byteorder == "big" else "<") + f"{len(values)}i",
+                      *values)
+    return ctypes.create_string_buffer(raw, max(len(raw), 1))
 
 
 def _read_int_array(buf: ctypes.Array[ctypes.c_char], count: int, abi: Abi) -> List[int]:
