@@ -541,21 +541,15 @@ class Backend:
         None when it cannot be read.  Cgroup v2: <path>/cpuset.cpus.effective; v1:
         cpuset/<path>/cpuset.effective_cpus (Documentation/admin-guide/cgroup-v2.rst,
         cgroup-v1/cpusets.rst); the path comes from /proc/self/cpuset."""
-        text = self.read_optional("/proc/self/cpuset")
-        path = _clean(text) if text is not None else ""
+        r = _Reader(self)
+        path = _clean(r.text("/proc/self/cpuset") or "")
         if not path.startswith("/"):
             return None
         path = path.rstrip("/")
         for f in (f"/sys/fs/cgroup{path}/cpuset.cpus.effective",
                   f"/sys/fs/cgroup/cpuset{path}/cpuset.effective_cpus",
                   f"/sys/fs/cgroup/cpuset{path}/cpuset.cpus"):
-            t = self.read_optional(f)
-            if t is None:
-                continue
-            try:
-                cpus = parse_cpulist(t, source=f)
-            except ValueError:
-                continue
+            cpus: Optional[FrozenSet[int]] = r.parsed(f, parse_cpulist)
             if cpus:
                 return cpus
         return None
@@ -1493,11 +1487,8 @@ def _allowed_from_status(backend: Backend, pid: Union[int, str] = "self"
     """(Cpus_allowed_list, Mems_allowed_list) of /proc/<pid>/status; None for a file
     or line that is not there.  A malformed list raises ValueError naming it."""
     path = f"/proc/{pid}/status"
-    text = backend.read_optional(path)
     cpus = mems = None
-    if text is None:
-        return None, None
-    for line in text.splitlines():
+    for line in (backend.read_optional(path) or "").splitlines():
         key, _, val = line.partition(":")
         if key == "Cpus_allowed_list":
             cpus = parse_cpulist(val, source=f"{path} Cpus_allowed_list")
@@ -2128,18 +2119,12 @@ def decode_nodemask(raw: bytes, abi: Abi) -> FrozenSet[int]:
 
 def _nr_node_ids(backend: Backend) -> int:
     """Highest possible node id + 1 (the kernel's nr_node_ids)."""
-    text = backend.read_optional(f"{_NODE_DIR}/possible")
-    if text is not None:
-        try:
-            ids = _parse_nodelist(text, source=f"{_NODE_DIR}/possible")
-            if ids:
-                return max(ids) + 1
-        except ValueError:
-            pass
-    if not backend.exists(_NODE_DIR):
-        return 1
+    r = _Reader(backend)
+    ids: Optional[FrozenSet[int]] = r.parsed(f"{_NODE_DIR}/possible", _parse_nodelist)
+    if ids:
+        return max(ids) + 1
     # Unknown: a generous bound the kernel accepts (copy_nodes_to_user clears the rest).
-    return 1024
+    return 1024 if r.exists(_NODE_DIR) else 1
 
 
 # ===========================================================================
@@ -2457,35 +2442,23 @@ def _memory_nodes(b: Backend) -> Tuple[FrozenSet[int], FrozenSet[int], FrozenSet
     """(nodes with memory, Mems_allowed, default_memory_nodes) cheaply: the whole
     topology is read only when a memory node lacks CPUs or normal memory or the
     kernel has several memory tiers (otherwise the default is every allowed node)."""
-    if not _Reader(b).exists(_NODE_DIR):
+    r = _Reader(b)          # what it cannot read is read_topology's to report
+    if not r.exists(_NODE_DIR):
         return frozenset({0}), frozenset({0}), frozenset({0})
-    mem = None
-    t = b.read_optional(f"{_NODE_DIR}/has_memory")
-    if t is not None:
-        try:
-            mem = _parse_nodelist(t, source=f"{_NODE_DIR}/has_memory")
-        except ValueError:
-            mem = None
+    mem = r.parsed(f"{_NODE_DIR}/has_memory", _parse_nodelist)
     if mem is None:
-        mem = frozenset(_node_dirs(_Reader(b)))
+        mem = frozenset(_node_dirs(r))
     try:
         _, allowed = _allowed_from_status(b)
     except ValueError:
         allowed = None
     allowed = allowed if allowed is not None else mem
-    plain = True
-    texts = []
-    for name in ("has_cpu", "has_normal_memory"):
-        t = b.read_optional(f"{_NODE_DIR}/{name}")
-        texts.append(t)
-        try:
-            plain = plain and (t is None or mem <= parse_cpulist(t))
-        except ValueError:
-            plain = False
-    try:
-        tiers = tuple(sorted(x for x in b.listdir(_TIER_DIR) if x.startswith("memory_tier")))
-    except OSError:
-        tiers = ()
+    texts = tuple(r.text(f"{_NODE_DIR}/{name}") for name in ("has_cpu", "has_normal_memory"))
+    tiers = tuple(sorted(x for x in r.listdir(_TIER_DIR) if x.startswith("memory_tier")))
+    try:        # every memory node has CPUs and normal memory
+        plain = all(t is None or mem <= parse_cpulist(t) for t in texts)
+    except ValueError:
+        plain = False
     if plain and len(tiers) < 2:
         return mem, allowed, (mem & allowed or mem)
     # A tiered machine: the whole topology decides (~10 ms), once per distinct state
