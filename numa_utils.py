@@ -945,7 +945,7 @@ class LinuxBackend(Backend):
         """Decoded pieces of about 1 MiB.  Opened now, non-blocking, and refused unless
         a regular file: a FIFO or a device (/dev/zero) would block or never end."""
         if self._tree is not None:
-            return iter((self.read_text(path),))
+            return super().read_chunks(path)
         import codecs
         fd = os.open(self._path(path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
@@ -1435,6 +1435,12 @@ class _Reader:
             self.problems.append(str(e))
             return default
 
+    def cpus(self, cpulist: str, cpumap: str) -> Optional[FrozenSet[int]]:
+        """A CPU list file, else the hex mask beside it (all that old kernels print:
+        POWER7 dumps)."""
+        got: Optional[FrozenSet[int]] = self.parsed(cpulist, parse_cpulist)
+        return got if got is not None else self.parsed(cpumap, parse_cpumap)
+
     def integer(self, path: str) -> Optional[int]:
         n: Optional[int] = self.parsed(path, _parse_int)
         return n
@@ -1505,9 +1511,7 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
     if possible is None:
         possible = frozenset(i for i in (_id_of(n, "cpu") for n in r.listdir(_CPU_DIR))
                              if i is not None and i < MAX_CPUS)
-    online = r.parsed(f"{_CPU_DIR}/online", parse_cpulist)
-    if online is None:
-        online = frozenset(possible)
+    online = r.parsed(f"{_CPU_DIR}/online", parse_cpulist, frozenset(possible))
     cpus: Dict[int, Cpu] = {}
     # Sharing is symmetric: an online CPU listed in another's thread siblings has the
     # same package and siblings, and one listed in another's last-level cache set has
@@ -1553,9 +1557,8 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
                     if lvl is not None and (r.text(f"{d}/cache/{i}/type") or "").strip()
                     in ("Unified", "Data"))
             for _, idx in order:       # the highest level with a readable sharing list
-                shared = r.parsed(f"{d}/cache/{idx}/shared_cpu_list", parse_cpulist)
-                if shared is None:     # old kernels (POWER7 dumps): only the hex mask
-                    shared = r.parsed(f"{d}/cache/{idx}/shared_cpu_map", parse_cpumap)
+                shared = r.cpus(f"{d}/cache/{idx}/shared_cpu_list",
+                                f"{d}/cache/{idx}/shared_cpu_map")
                 if shared is not None:
                     llc = shared
                     break
@@ -1595,9 +1598,7 @@ def _read_devices(r: _Reader, node_of: Mapping[int, int], cpu_nodes: FrozenSet[i
             continue
         numa = r.integer(f"{d}/numa_node")
         numa = -1 if numa is None else numa
-        local = r.parsed(f"{d}/local_cpulist", parse_cpulist)
-        if local is None:
-            local = r.parsed(f"{d}/local_cpus", parse_cpumap) or frozenset()
+        local = r.cpus(f"{d}/local_cpulist", f"{d}/local_cpus") or frozenset()
         hits = {node_of.get(c) for c in local} - {None}
         node, how = (numa, "numa_node") if numa >= 0 else \
             (hits.pop(), "local_cpulist") if len(hits) == 1 else \
@@ -1706,18 +1707,11 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     rows: Dict[int, Tuple[int, ...]] = {}
     if has_node_dir:
         dirs = _node_dirs(r)
-        online = r.parsed(f"{_NODE_DIR}/online", _parse_nodelist)
-        if online is None:
-            online = frozenset(dirs)
-        possible = r.parsed(f"{_NODE_DIR}/possible", _parse_nodelist)
-        if possible is None:
-            possible = frozenset(online)
+        online = r.parsed(f"{_NODE_DIR}/online", _parse_nodelist, frozenset(dirs))
+        possible = r.parsed(f"{_NODE_DIR}/possible", _parse_nodelist, frozenset(online))
         for n in sorted(online):
             d = f"{_NODE_DIR}/node{n}"
-            cl = r.parsed(f"{d}/cpulist", parse_cpulist)
-            if cl is None:
-                cl = r.parsed(f"{d}/cpumap", parse_cpumap)
-            node_cpus[n] = cl or frozenset()
+            node_cpus[n] = r.cpus(f"{d}/cpulist", f"{d}/cpumap") or frozenset()
             mi = r.parsed(f"{d}/meminfo", parse_meminfo) or {}
             mem[n] = (mi.get("MemTotal", 0), mi.get("MemFree", 0))
             hp[n] = _hugepages(r, f"{d}/hugepages")
@@ -1725,14 +1719,10 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
             if row is not None:
                 rows[n] = row
         # Every node list below is cut to the online nodes where it is read (once).
-        with_cpus = r.parsed(f"{_NODE_DIR}/has_cpu", _parse_nodelist)
-        if with_cpus is None:
-            with_cpus = frozenset(n for n, c in node_cpus.items() if c)
-        with_cpus = r.online(with_cpus, online, f"{_NODE_DIR}/has_cpu")
-        with_mem = r.parsed(f"{_NODE_DIR}/has_memory", _parse_nodelist)
-        if with_mem is None:
-            with_mem = frozenset(n for n, (t, _) in mem.items() if t > 0)
-        with_mem = r.online(with_mem, online, f"{_NODE_DIR}/has_memory")
+        with_cpus = r.online(r.parsed(f"{_NODE_DIR}/has_cpu", _parse_nodelist, frozenset(
+            n for n, c in node_cpus.items() if c)), online, f"{_NODE_DIR}/has_cpu")
+        with_mem = r.online(r.parsed(f"{_NODE_DIR}/has_memory", _parse_nodelist, frozenset(
+            n for n, (t, _) in mem.items() if t > 0)), online, f"{_NODE_DIR}/has_memory")
     else:
         # No node directory (kernel without CONFIG_NUMA): one node 0 with every CPU
         # and all memory.
