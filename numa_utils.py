@@ -554,7 +554,7 @@ class Backend:
                 return cpus
         return None
 
-    # Shared memory (added for SharedRegion).  SysV: ipc/shm.c; POSIX: a file in the
+    # Shared memory, for SharedRegion.  SysV: ipc/shm.c; POSIX: a file in the
     # tmpfs at /dev/shm, as glibc's shm_open does.  Addresses and fds are plain ints.
     def geteuid(self) -> int:
         raise NotImplementedError
@@ -1768,7 +1768,7 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
         allowed_cpus = online_cpus
     if allowed_mems is None:
         allowed_mems = frozenset(with_mem)
-    # Memory tiers, HMAT and weighted interleave (issue 11).
+    # Memory tiers, HMAT and weighted interleave.
     online = frozenset(online)
     tiers = _read_tiers(r, online) if has_node_dir else {}
     tier_of = {m: t for t, ns in sorted(tiers.items(), reverse=True) for m in ns}
@@ -1838,7 +1838,7 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
 
 
 # ---------------------------------------------------------------------------
-# The default memory nodes (issue 11): where a KV cache and every ``nodes=None``
+# The default memory nodes: where a KV cache and every ``nodes=None``
 # call go.  Memory tiers (mm/memory-tiers.c: a lower tier id is faster; DRAM is tier
 # 4) and HMAT drive the kernel's own demotion; we follow them, and without them fall
 # back to evidence that has no false positives on plain machines.
@@ -2703,7 +2703,7 @@ def node_of(buf: Any, *, backend: Optional[Backend] = None) -> Optional[int]:
     return value
 
 
-# -- weighted interleave weights (issue 11) -------------------------------------------
+# -- weighted interleave weights ---------------------------------------------------
 # Global, not per call: /sys/kernel/mm/mempolicy/weighted_interleave/nodeN, 1-255.
 
 def interleave_weights(*, backend: Optional[Backend] = None) -> Optional[Dict[int, int]]:
