@@ -443,10 +443,7 @@ def abi_for(machine: Optional[str] = None, pointer_bits: Optional[int] = None) -
     if name in ("x86_64", "aarch64", "riscv64", "loongarch64", "ppc64", "ppc64le",
                 "s390x") and pointer_bits != 64:
         table = None
-    if table is None and name not in SYSCALL_TABLES:
-        big = sys.byteorder == "big"
-    else:
-        big = name in _BIG_ENDIAN
+    big = name in _BIG_ENDIAN if name in SYSCALL_TABLES else sys.byteorder == "big"
     return Abi(name, pointer_bits, "big" if big else "little", table)
 
 
@@ -514,9 +511,6 @@ class Backend:
         whether or not this process has touched them."""
         raise NotImplementedError
 
-    def current_cpu(self) -> Optional[int]:
-        return None
-
     def gettid(self) -> int:
         """The calling thread's id (what sched_setaffinity(0, ...) pins)."""
         return threading.get_native_id()
@@ -547,26 +541,20 @@ class Backend:
         None when it cannot be read.  Cgroup v2: <path>/cpuset.cpus.effective; v1:
         cpuset/<path>/cpuset.effective_cpus (Documentation/admin-guide/cgroup-v2.rst,
         cgroup-v1/cpusets.rst); the path comes from /proc/self/cpuset."""
-        text = self.read_optional("/proc/self/cpuset")
-        path = _clean(text) if text is not None else ""
+        r = _Reader(self)
+        path = _clean(r.text("/proc/self/cpuset") or "")
         if not path.startswith("/"):
             return None
         path = path.rstrip("/")
         for f in (f"/sys/fs/cgroup{path}/cpuset.cpus.effective",
                   f"/sys/fs/cgroup/cpuset{path}/cpuset.effective_cpus",
                   f"/sys/fs/cgroup/cpuset{path}/cpuset.cpus"):
-            t = self.read_optional(f)
-            if t is None:
-                continue
-            try:
-                cpus = parse_cpulist(t, source=f)
-            except ValueError:
-                continue
+            cpus: Optional[FrozenSet[int]] = r.parsed(f, parse_cpulist)
             if cpus:
                 return cpus
         return None
 
-    # Shared memory (added for SharedRegion).  SysV: ipc/shm.c; POSIX: a file in the
+    # Shared memory, for SharedRegion.  SysV: ipc/shm.c; POSIX: a file in the
     # tmpfs at /dev/shm, as glibc's shm_open does.  Addresses and fds are plain ints.
     def geteuid(self) -> int:
         raise NotImplementedError
@@ -645,7 +633,7 @@ def _get_libc() -> ctypes.CDLL:
                 ("shmget", [i, sz, i], i), ("shmat", [i, vp, i], vp),
                 ("shmdt", [vp], i), ("shmctl", [i, i, vp], i),
                 ("mmap", [vp, sz, i, i, i, ctypes.c_long], vp),
-                ("munmap", [vp, sz], i),
+                ("munmap", [vp, sz], i), ("mincore", [vp, sz, ctypes.c_char_p], i),
                 ("readv", [i, vp, i], ctypes.c_ssize_t),
                 ("writev", [i, vp, i], ctypes.c_ssize_t),
             ):
@@ -653,14 +641,6 @@ def _get_libc() -> ctypes.CDLL:
                 fn.argtypes, fn.restype = args, res
             _libc = lib
         return _libc
-
-
-def _as_clong(v: int) -> ctypes.c_long:
-    bits = ctypes.sizeof(ctypes.c_long) * 8
-    v &= (1 << bits) - 1
-    if v >= 1 << (bits - 1):
-        v -= 1 << bits
-    return ctypes.c_long(v)
 
 
 # Saved trees in one file.  Read into memory, never unpacked: nothing of an archive is
@@ -965,7 +945,7 @@ class LinuxBackend(Backend):
         """Decoded pieces of about 1 MiB.  Opened now, non-blocking, and refused unless
         a regular file: a FIFO or a device (/dev/zero) would block or never end."""
         if self._tree is not None:
-            return iter((self.read_text(path),))
+            return super().read_chunks(path)
         import codecs
         fd = os.open(self._path(path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
@@ -1019,20 +999,12 @@ class LinuxBackend(Backend):
                                "not the running system")
 
     def syscall(self, nr: int, *args: int) -> int:
-        self._refuse(f"syscall {nr}")
-        libc = _get_libc()
-        ctypes.set_errno(0)
-        res = int(libc.syscall(ctypes.c_long(nr), *[_as_clong(a) for a in args]))
-        if res == -1:
-            err = ctypes.get_errno()
-            raise _oserror(err or errno.EIO, f"syscall {nr}")
-        return res
+        # c_long wraps an unsigned value (an address, -1 as a u64) as C would.
+        return int(self._libc_call(f"syscall {nr}", _get_libc().syscall,
+                                   *[ctypes.c_long(a) for a in (nr, *args)]))
 
     def madvise(self, addr: int, length: int, advice: int) -> None:
-        self._refuse("madvise")
-        libc = _get_libc()
-        if libc.madvise(ctypes.c_void_p(addr), ctypes.c_size_t(length), advice) != 0:
-            raise _oserror(ctypes.get_errno(), "madvise")
+        self._libc_call("madvise", _get_libc().madvise, addr, length, advice)
 
     def sched_getaffinity(self, pid: int = 0) -> FrozenSet[int]:
         if not self.is_live:
@@ -1056,33 +1028,16 @@ class LinuxBackend(Backend):
 
     def mincore(self, addr: int, length: int) -> int:
         self._refuse("mincore")
-        libc = _get_libc()
-        fn = libc.mincore
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
         page = self.page_size
         vec = ctypes.create_string_buffer(min((length + page - 1) // page, 1 << 20))
         step = len(vec) * page          # 4 GiB of 4 KiB pages per call, 1 MiB of vector
         count = 0
         for a in range(addr, addr + length, step):
             n = min(step, addr + length - a)
-            ctypes.set_errno(0)
-            if fn(ctypes.c_void_p(a), ctypes.c_size_t(n), vec) != 0:
-                raise _oserror(ctypes.get_errno() or errno.EIO, "mincore")
+            self._libc_call("mincore", _get_libc().mincore, a, n, vec)
             count += ctypes.string_at(vec, (n + page - 1) // page).translate(
                 self._RESIDENT).count(1)
         return count
-
-    def current_cpu(self) -> Optional[int]:
-        if not self.is_live:
-            return None
-        try:
-            libc = _get_libc()
-            fn = libc.sched_getcpu
-            fn.restype = ctypes.c_int
-            cpu = fn()
-            return cpu if cpu >= 0 else None
-        except (AttributeError, OSError):
-            return None
 
     # -- shared memory -----------------------------------------------------------------
     def geteuid(self) -> int:
@@ -1480,6 +1435,12 @@ class _Reader:
             self.problems.append(str(e))
             return default
 
+    def cpus(self, cpulist: str, cpumap: str) -> Optional[FrozenSet[int]]:
+        """A CPU list file, else the hex mask beside it (all that old kernels print:
+        POWER7 dumps)."""
+        got: Optional[FrozenSet[int]] = self.parsed(cpulist, parse_cpulist)
+        return got if got is not None else self.parsed(cpumap, parse_cpumap)
+
     def integer(self, path: str) -> Optional[int]:
         n: Optional[int] = self.parsed(path, _parse_int)
         return n
@@ -1532,11 +1493,8 @@ def _allowed_from_status(backend: Backend, pid: Union[int, str] = "self"
     """(Cpus_allowed_list, Mems_allowed_list) of /proc/<pid>/status; None for a file
     or line that is not there.  A malformed list raises ValueError naming it."""
     path = f"/proc/{pid}/status"
-    text = backend.read_optional(path)
     cpus = mems = None
-    if text is None:
-        return None, None
-    for line in text.splitlines():
+    for line in (backend.read_optional(path) or "").splitlines():
         key, _, val = line.partition(":")
         if key == "Cpus_allowed_list":
             cpus = parse_cpulist(val, source=f"{path} Cpus_allowed_list")
@@ -1553,9 +1511,7 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
     if possible is None:
         possible = frozenset(i for i in (_id_of(n, "cpu") for n in r.listdir(_CPU_DIR))
                              if i is not None and i < MAX_CPUS)
-    online = r.parsed(f"{_CPU_DIR}/online", parse_cpulist)
-    if online is None:
-        online = frozenset(possible)
+    online = r.parsed(f"{_CPU_DIR}/online", parse_cpulist, frozenset(possible))
     cpus: Dict[int, Cpu] = {}
     # Sharing is symmetric: an online CPU listed in another's thread siblings has the
     # same package and siblings, and one listed in another's last-level cache set has
@@ -1601,9 +1557,8 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
                     if lvl is not None and (r.text(f"{d}/cache/{i}/type") or "").strip()
                     in ("Unified", "Data"))
             for _, idx in order:       # the highest level with a readable sharing list
-                shared = r.parsed(f"{d}/cache/{idx}/shared_cpu_list", parse_cpulist)
-                if shared is None:     # old kernels (POWER7 dumps): only the hex mask
-                    shared = r.parsed(f"{d}/cache/{idx}/shared_cpu_map", parse_cpumap)
+                shared = r.cpus(f"{d}/cache/{idx}/shared_cpu_list",
+                                f"{d}/cache/{idx}/shared_cpu_map")
                 if shared is not None:
                     llc = shared
                     break
@@ -1643,9 +1598,7 @@ def _read_devices(r: _Reader, node_of: Mapping[int, int], cpu_nodes: FrozenSet[i
             continue
         numa = r.integer(f"{d}/numa_node")
         numa = -1 if numa is None else numa
-        local = r.parsed(f"{d}/local_cpulist", parse_cpulist)
-        if local is None:
-            local = r.parsed(f"{d}/local_cpus", parse_cpumap) or frozenset()
+        local = r.cpus(f"{d}/local_cpulist", f"{d}/local_cpus") or frozenset()
         hits = {node_of.get(c) for c in local} - {None}
         node, how = (numa, "numa_node") if numa >= 0 else \
             (hits.pop(), "local_cpulist") if len(hits) == 1 else \
@@ -1754,18 +1707,11 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     rows: Dict[int, Tuple[int, ...]] = {}
     if has_node_dir:
         dirs = _node_dirs(r)
-        online = r.parsed(f"{_NODE_DIR}/online", _parse_nodelist)
-        if online is None:
-            online = frozenset(dirs)
-        possible = r.parsed(f"{_NODE_DIR}/possible", _parse_nodelist)
-        if possible is None:
-            possible = frozenset(online)
+        online = r.parsed(f"{_NODE_DIR}/online", _parse_nodelist, frozenset(dirs))
+        possible = r.parsed(f"{_NODE_DIR}/possible", _parse_nodelist, frozenset(online))
         for n in sorted(online):
             d = f"{_NODE_DIR}/node{n}"
-            cl = r.parsed(f"{d}/cpulist", parse_cpulist)
-            if cl is None:
-                cl = r.parsed(f"{d}/cpumap", parse_cpumap)
-            node_cpus[n] = cl or frozenset()
+            node_cpus[n] = r.cpus(f"{d}/cpulist", f"{d}/cpumap") or frozenset()
             mi = r.parsed(f"{d}/meminfo", parse_meminfo) or {}
             mem[n] = (mi.get("MemTotal", 0), mi.get("MemFree", 0))
             hp[n] = _hugepages(r, f"{d}/hugepages")
@@ -1773,14 +1719,10 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
             if row is not None:
                 rows[n] = row
         # Every node list below is cut to the online nodes where it is read (once).
-        with_cpus = r.parsed(f"{_NODE_DIR}/has_cpu", _parse_nodelist)
-        if with_cpus is None:
-            with_cpus = frozenset(n for n, c in node_cpus.items() if c)
-        with_cpus = r.online(with_cpus, online, f"{_NODE_DIR}/has_cpu")
-        with_mem = r.parsed(f"{_NODE_DIR}/has_memory", _parse_nodelist)
-        if with_mem is None:
-            with_mem = frozenset(n for n, (t, _) in mem.items() if t > 0)
-        with_mem = r.online(with_mem, online, f"{_NODE_DIR}/has_memory")
+        with_cpus = r.online(r.parsed(f"{_NODE_DIR}/has_cpu", _parse_nodelist, frozenset(
+            n for n, c in node_cpus.items() if c)), online, f"{_NODE_DIR}/has_cpu")
+        with_mem = r.online(r.parsed(f"{_NODE_DIR}/has_memory", _parse_nodelist, frozenset(
+            n for n, (t, _) in mem.items() if t > 0)), online, f"{_NODE_DIR}/has_memory")
     else:
         # No node directory (kernel without CONFIG_NUMA): one node 0 with every CPU
         # and all memory.
@@ -1826,7 +1768,7 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
         allowed_cpus = online_cpus
     if allowed_mems is None:
         allowed_mems = frozenset(with_mem)
-    # Memory tiers, HMAT and weighted interleave (issue 11).
+    # Memory tiers, HMAT and weighted interleave.
     online = frozenset(online)
     tiers = _read_tiers(r, online) if has_node_dir else {}
     tier_of = {m: t for t, ns in sorted(tiers.items(), reverse=True) for m in ns}
@@ -1896,7 +1838,7 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
 
 
 # ---------------------------------------------------------------------------
-# The default memory nodes (issue 11): where a KV cache and every ``nodes=None``
+# The default memory nodes: where a KV cache and every ``nodes=None``
 # call go.  Memory tiers (mm/memory-tiers.c: a lower tier id is faster; DRAM is tier
 # 4) and HMAT drive the kernel's own demotion; we follow them, and without them fall
 # back to evidence that has no false positives on plain machines.
@@ -2122,9 +2064,8 @@ class NodeMask:
         need = max(max(ids) + 1 if ids else 0, bits, 1)
         self.words = (need + w - 1) // w
         self.bits = self.words * w
-        self.buffer = ctypes.create_string_buffer(self.nbytes)
-        raw = _encode_nodemask(ids, self.words, self.abi)
-        ctypes.memmove(self.buffer, raw, len(raw))
+        self.buffer = ctypes.create_string_buffer(
+            _encode_nodemask(ids, self.words, self.abi), self.nbytes)
 
     @property
     def nbytes(self) -> int:
@@ -2168,18 +2109,12 @@ def decode_nodemask(raw: bytes, abi: Abi) -> FrozenSet[int]:
 
 def _nr_node_ids(backend: Backend) -> int:
     """Highest possible node id + 1 (the kernel's nr_node_ids)."""
-    text = backend.read_optional(f"{_NODE_DIR}/possible")
-    if text is not None:
-        try:
-            ids = _parse_nodelist(text, source=f"{_NODE_DIR}/possible")
-            if ids:
-                return max(ids) + 1
-        except ValueError:
-            pass
-    if not backend.exists(_NODE_DIR):
-        return 1
+    r = _Reader(backend)
+    ids: Optional[FrozenSet[int]] = r.parsed(f"{_NODE_DIR}/possible", _parse_nodelist)
+    if ids:
+        return max(ids) + 1
     # Unknown: a generous bound the kernel accepts (copy_nodes_to_user clears the rest).
-    return 1024
+    return 1024 if r.exists(_NODE_DIR) else 1
 
 
 # ===========================================================================
@@ -2187,36 +2122,25 @@ def _nr_node_ids(backend: Backend) -> int:
 # OSError built from errno.  Most engines want the safe layer below instead.
 # ===========================================================================
 
-def _mode_value(mode: int, flags: int = 0) -> int:
-    return int(mode) | int(flags)
-
-
 def mbind(addr: int, length: int, mode: int, nodes: Iterable[int] = (),
           flags: int = 0, *, mode_flags: int = 0,
           backend: Optional[Backend] = None) -> None:
     """mbind(2): set the policy of [addr, addr+length).  ``addr`` must be page aligned."""
     b = _b(backend)
-    nr = b.abi.number("mbind")
     ids = frozenset(nodes)
-    if ids:
-        mask = NodeMask(ids, abi=b.abi)
-        b.syscall(nr, addr, length, _mode_value(mode, mode_flags), mask.address,
-                  mask.maxnode, int(flags))
-    else:
-        b.syscall(nr, addr, length, _mode_value(mode, mode_flags), 0, 0, int(flags))
+    mask = NodeMask(ids, abi=b.abi) if ids else None     # no nodes: a NULL mask
+    b.syscall(b.abi.number("mbind"), addr, length, int(mode) | int(mode_flags),
+              mask.address if mask else 0, mask.maxnode if mask else 0, int(flags))
 
 
 def set_mempolicy(mode: int, nodes: Iterable[int] = (), *, mode_flags: int = 0,
                   backend: Optional[Backend] = None) -> None:
     """set_mempolicy(2): the calling THREAD's policy (threads it creates inherit it)."""
     b = _b(backend)
-    nr = b.abi.number("set_mempolicy")
     ids = frozenset(nodes)
-    if ids:
-        mask = NodeMask(ids, abi=b.abi)
-        b.syscall(nr, _mode_value(mode, mode_flags), mask.address, mask.maxnode)
-    else:
-        b.syscall(nr, _mode_value(mode, mode_flags), 0, 0)
+    mask = NodeMask(ids, abi=b.abi) if ids else None
+    b.syscall(b.abi.number("set_mempolicy"), int(mode) | int(mode_flags),
+              mask.address if mask else 0, mask.maxnode if mask else 0)
 
 
 def get_mempolicy(addr: Optional[int] = None, flags: int = 0, *,
@@ -2250,17 +2174,13 @@ def _pointer_array(values: Sequence[int], abi: Abi) -> ctypes.Array[ctypes.c_cha
     bits = _pointer_bits(abi)
     raw = b"".join((v & ((1 << bits) - 1)).to_bytes(bits // 8, abi.byteorder)
                    for v in values)
-    buf = ctypes.create_string_buffer(max(len(raw), 1))
-    ctypes.memmove(buf, raw, len(raw))
-    return buf
+    return ctypes.create_string_buffer(raw, max(len(raw), 1))
 
 
 def _int_array(values: Sequence[int], abi: Abi) -> ctypes.Array[ctypes.c_char]:
-    raw = b"".join(struct.pack((">" if abi.byteorder == "big" else "<") + "i", v)
-                   for v in values)
-    buf = ctypes.create_string_buffer(max(len(raw), 1))
-    ctypes.memmove(buf, raw, len(raw))
-    return buf
+    raw = struct.pack((">" if abi.byteorder == "big" else "<") + f"{len(values)}i",
+                      *values)
+    return ctypes.create_string_buffer(raw, max(len(raw), 1))
 
 
 def _read_int_array(buf: ctypes.Array[ctypes.c_char], count: int, abi: Abi) -> List[int]:
@@ -2512,35 +2432,23 @@ def _memory_nodes(b: Backend) -> Tuple[FrozenSet[int], FrozenSet[int], FrozenSet
     """(nodes with memory, Mems_allowed, default_memory_nodes) cheaply: the whole
     topology is read only when a memory node lacks CPUs or normal memory or the
     kernel has several memory tiers (otherwise the default is every allowed node)."""
-    if not _Reader(b).exists(_NODE_DIR):
+    r = _Reader(b)          # what it cannot read is read_topology's to report
+    if not r.exists(_NODE_DIR):
         return frozenset({0}), frozenset({0}), frozenset({0})
-    mem = None
-    t = b.read_optional(f"{_NODE_DIR}/has_memory")
-    if t is not None:
-        try:
-            mem = _parse_nodelist(t, source=f"{_NODE_DIR}/has_memory")
-        except ValueError:
-            mem = None
+    mem = r.parsed(f"{_NODE_DIR}/has_memory", _parse_nodelist)
     if mem is None:
-        mem = frozenset(_node_dirs(_Reader(b)))
+        mem = frozenset(_node_dirs(r))
     try:
         _, allowed = _allowed_from_status(b)
     except ValueError:
         allowed = None
     allowed = allowed if allowed is not None else mem
-    plain = True
-    texts = []
-    for name in ("has_cpu", "has_normal_memory"):
-        t = b.read_optional(f"{_NODE_DIR}/{name}")
-        texts.append(t)
-        try:
-            plain = plain and (t is None or mem <= parse_cpulist(t))
-        except ValueError:
-            plain = False
-    try:
-        tiers = tuple(sorted(x for x in b.listdir(_TIER_DIR) if x.startswith("memory_tier")))
-    except OSError:
-        tiers = ()
+    texts = tuple(r.text(f"{_NODE_DIR}/{name}") for name in ("has_cpu", "has_normal_memory"))
+    tiers = tuple(sorted(x for x in r.listdir(_TIER_DIR) if x.startswith("memory_tier")))
+    try:        # every memory node has CPUs and normal memory
+        plain = all(t is None or mem <= parse_cpulist(t) for t in texts)
+    except ValueError:
+        plain = False
     if plain and len(tiers) < 2:
         return mem, allowed, (mem & allowed or mem)
     # A tiered machine: the whole topology decides (~10 ms), once per distinct state
@@ -2795,7 +2703,7 @@ def node_of(buf: Any, *, backend: Optional[Backend] = None) -> Optional[int]:
     return value
 
 
-# -- weighted interleave weights (issue 11) -------------------------------------------
+# -- weighted interleave weights ---------------------------------------------------
 # Global, not per call: /sys/kernel/mm/mempolicy/weighted_interleave/nodeN, 1-255.
 
 def interleave_weights(*, backend: Optional[Backend] = None) -> Optional[Dict[int, int]]:
