@@ -699,7 +699,9 @@ elif what == "cleanup-once":
 NOBODY = r"""
 import array, bisect, collections, ctypes, ctypes.util, errno, fcntl, functools, json
 import logging, math, os, signal, struct, sys, threading, time, zlib
+import importlib
 import numa_utils as nu
+import numa_utils_cli
 nu._get_libc()
 os.setgroups([])
 os.setresgid(65534, 65534, 65534)
