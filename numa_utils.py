@@ -7662,6 +7662,11 @@ class _ListError(ValueError):
         self.warn = (msg + "\n" * blank) if warn else ""
 
 
+# libnuma's device forms (netdev:eth0, ...): the numactl command line resolves them
+# (numa_utils_cli._device_node); a library caller's node list never stats a file.
+_DEVICE_FORMS = ("netdev", "block", "file", "pci", "ip")
+
+
 def _strtoul(s: str, i: int) -> Tuple[Optional[int], int]:
     m = re.compile(_STRTOUL).match(s, i)
     if not m:
@@ -7672,93 +7677,6 @@ def _strtoul(s: str, i: int) -> Tuple[Optional[int], int]:
     # C's unsigned long: ULONG_MAX past it (ERANGE), a minus sign wraps
     v = (1 << 64) - 1 if v >> 64 else -v % (1 << 64) if m.group(1) == "-" else v
     return v, m.end()
-
-
-def _device_node(spec: str, b: Backend, devices: bool) -> Optional[FrozenSet[int]]:
-    """libnuma's device forms (netdev:, block:, file:, pci:, ip:) -> the device's node
-    from sysfs; None when ``spec`` is none of them.  Refused unless ``devices``: they
-    stat files and (ip:) may ask a resolver, which only a typed command may do."""
-    kind, colon, dev = spec.partition(":")
-    if not colon or kind not in ("netdev", "block", "file", "pci", "ip"):
-        return None
-    if not devices:
-        raise _ListError(f"the device form `{kind}:' is refused here: node lists "
-                         "(0-1,4, !0, +0-1) and all only; netdev:, block:, file:, pci: "
-                         "and ip: belong to the numactl command line")
-    dev = dev.lstrip()
-    cls = "block" if kind in ("block", "file") else "net" if kind != "pci" else ""
-    if kind == "pci":
-        head, _, func = dev.partition(".")
-        parts = head.split(":")
-        try:
-            nums = [int(x, 16) for x in parts] + [int(func or "0", 16)]
-        except ValueError:
-            raise _ListError(f"Cannot parse PCI device `{dev}'") from None
-        if len(parts) == 2:
-            nums.insert(0, 0)
-        if len(nums) != 4:
-            raise _ListError(f"Cannot parse PCI device `{dev}'")
-        seg, bus, slot, fn = nums
-        path = f"/sys/bus/pci/devices/{seg:04x}:{bus:02x}:{slot:02x}.{fn:x}/numa_node"
-    else:
-        if kind == "file":              # the block device holding the file
-            try:
-                st = os.stat(dev)
-            except OSError:
-                raise _ListError(f"Cannot stat file {dev}") from None
-            import stat as st_mod
-            d = st.st_rdev if st_mod.S_ISBLK(st.st_mode) else st.st_dev
-            want = f"{os.major(d)}:{os.minor(d)}"
-            names = [n for n in b.listdir("/sys/class/block")
-                     if (b.read_optional(f"/sys/class/block/{n}/dev") or "").strip() == want]
-            if not names:
-                raise _ListError(f"Cannot find block device {want} in sysfs for `{dev}'")
-            dev = names[0]
-        elif kind == "ip":              # the interface the route to HOST goes through
-            dev = _route_device(dev, b)
-        if "/" in dev or "." in dev:
-            raise _ListError(f"Illegal characters in `{dev}' specification")
-        path = f"/sys/class/{cls}/{dev}/device/numa_node"
-    text = b.read_optional(path)
-    if text is None and kind != "pci":      # a virtio device: its PCI parent knows
-        text = b.read_optional(f"/sys/class/{cls}/{dev}/device/../numa_node")
-    try:
-        node = int(text.strip()) if text is not None else None
-    except ValueError:
-        node = None
-    if node is None:
-        raise _ListError(f"Cannot read node mask for {cls} device `{dev}'")
-    if node < 0:
-        raise _ListError(f"Kernel does not know node mask for {cls + ' ' if cls else ''}"
-                         f"device `{dev}'")
-    return frozenset({node})
-
-
-def _route_device(host: str, b: Backend) -> str:
-    """The interface of the longest-prefix IPv4 route to ``host`` (/proc/net/route).
-    An address is used as it is; a name is looked up through the system resolver
-    (DNS: it can wait on the network), as numactl does, because a person typed it."""
-    import socket
-    try:
-        packed = socket.inet_pton(socket.AF_INET, host)
-    except (OSError, ValueError):
-        try:
-            packed = socket.inet_aton(socket.gethostbyname(host))
-        except (OSError, UnicodeError, ValueError):
-            raise _ListError(f"Cannot resolve {host}") from None
-    addr = struct.unpack("<I", packed)[0]
-    best: Tuple[int, str] = (-1, "")
-    for line in (b.read_optional("/proc/net/route") or "").splitlines()[1:]:
-        f = line.split()
-        try:
-            dst, mask = int(f[1], 16), int(f[7], 16)
-        except (IndexError, ValueError):
-            continue
-        if addr & mask == dst and bin(mask).count("1") > best[0]:
-            best = (bin(mask).count("1"), f[0])
-    if not best[1]:
-        raise _ListError(f"Cannot find a route to {host}")
-    return best[1]
 
 
 def parse_nodestring(text: str, *, cpus: bool = False, possible: bool = False,
@@ -7812,12 +7730,16 @@ def parse_nodestring(text: str, *, cpus: bool = False, possible: bool = False,
 
     while True:
         rest = s[i:]
-        if rest == "all" or (rest[:1].isalpha() and rest[:1].isascii() and not cpus):
-            dev = allowed if rest == "all" else _device_node(rest, b, devices)
-            if dev is not None:
-                mask |= dev
-                i = len(s)
-                break
+        kind, colon, _ = rest.partition(":")
+        if rest == "all" or (colon and kind in _DEVICE_FORMS and not cpus):
+            if rest != "all" and not devices:
+                raise _ListError(f"the device form `{kind}:' is refused here: node lists "
+                                 "(0-1,4, !0, +0-1) and all only; netdev:, block:, file:, "
+                                 "pci: and ip: belong to the numactl command line")
+            mask |= allowed if rest == "all" else \
+                _commands(f"the {kind}: node form")._device_node(rest, b)
+            i = len(s)
+            break
         v, end = number(i)
         if v is None:
             raise _ListError(f"unparseable {what} description `{rest}'", blank=True)
