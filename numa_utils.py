@@ -5236,10 +5236,10 @@ _nvml_lock = threading.Lock()
 _nvml_cache: Dict[str, Optional[List[_NvmlGpu]]] = {}
 
 
-def _dlopen(names: Iterable[str]) -> Tuple[Optional[ctypes.CDLL], str, List[str]]:
+def _dlopen(names: Iterable[Optional[str]]) -> Tuple[Optional[ctypes.CDLL], str, List[str]]:
     """The first of ``names`` that loads: (library, its name, the errors before it)."""
     errors: List[str] = []
-    for name in dict.fromkeys(names):
+    for name in dict.fromkeys(n for n in names if n is not None):
         try:
             return ctypes.CDLL(name), name, errors
         except OSError as e:
@@ -5249,8 +5249,7 @@ def _dlopen(names: Iterable[str]) -> Tuple[Optional[ctypes.CDLL], str, List[str]
 
 def _load_nvml() -> Optional[ctypes.CDLL]:
     import ctypes.util
-    return _dlopen(["libnvidia-ml.so.1", ctypes.util.find_library("nvidia-ml") or
-                    "libnvidia-ml.so.1"])[0]
+    return _dlopen(["libnvidia-ml.so.1", ctypes.util.find_library("nvidia-ml")])[0]
 
 
 def _nvml_query() -> Optional[List[_NvmlGpu]]:
@@ -5265,6 +5264,10 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
                     ("busId", ctypes.c_char * 32)]
 
     handle_t = ctypes.c_void_p
+
+    def uuid_of(h: Any) -> Optional[str]:
+        buf = ctypes.create_string_buffer(96)
+        return buf.value.decode() if lib.nvmlDeviceGetUUID(h, buf, 96) == 0 else None
     try:
         init = getattr(lib, "nvmlInit_v2", None) or lib.nvmlInit
         if init() != 0:
@@ -5286,8 +5289,6 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
             if get_pci(h, ctypes.byref(pci)) != 0:
                 continue
             bus = f"{pci.domain:04x}:{pci.bus:02x}:{pci.device:02x}.0"
-            buf = ctypes.create_string_buffer(96)
-            uuid = buf.value.decode() if lib.nvmlDeviceGetUUID(h, buf, 96) == 0 else ""
             node: Optional[int] = None
             if get_numa is not None:
                 n = ctypes.c_uint(0)
@@ -5302,10 +5303,10 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
                     if lib.nvmlDeviceGetMigDeviceHandleByIndex(
                             h, ctypes.c_uint(j), ctypes.byref(mh)) != 0:
                         continue
-                    mb = ctypes.create_string_buffer(96)
-                    if lib.nvmlDeviceGetUUID(mh, mb, 96) == 0:
-                        migs.append(mb.value.decode())
-            out.append(_NvmlGpu(bus, uuid, node, tuple(migs)))
+                    mig = uuid_of(mh)
+                    if mig is not None:
+                        migs.append(mig)
+            out.append(_NvmlGpu(bus, uuid_of(h) or "", node, tuple(migs)))
     except (AttributeError, OSError, UnicodeDecodeError):
         return None
     finally:
@@ -5327,24 +5328,22 @@ def _nvml_devices(b: Backend) -> Optional[List[_NvmlGpu]]:
         return _nvml_cache["gpus"]
 
 
-def _driver_uuids(b: Backend) -> Dict[str, str]:
-    """bus id -> GPU UUID from /proc/driver/nvidia/gpus/<bus id>/information."""
-    out: Dict[str, str] = {}
+def _driver_gpus(b: Backend) -> Dict[str, Optional[str]]:
+    """bus id -> GPU UUID (None: not told) of the GPUs the NVIDIA driver lists in
+    /proc/driver/nvidia/gpus/<bus id>/information."""
+    out: Dict[str, Optional[str]] = {}
     try:
         names = b.listdir(_NVIDIA_PROC)
     except OSError:
         return out
     for name in names:
-        text = b.read_optional(f"{_NVIDIA_PROC}/{name}/information")
-        if text is None:
-            continue
-        m = re.search(r"^GPU UUID:\s*(\S+)", text, re.MULTILINE)
         try:
             bus = _norm_bus_id(name)
         except ValueError:
             continue
-        if m:
-            out[bus] = m.group(1)
+        text = b.read_optional(f"{_NVIDIA_PROC}/{name}/information") or ""
+        m = re.search(r"^GPU UUID:\s*(\S+)", text, re.MULTILINE)
+        out[bus] = m.group(1) if m else None
     return out
 
 
@@ -5408,16 +5407,24 @@ def _planning_topology(b: Backend) -> Topology:
     return topo
 
 
+def _nearest_tied(topo: Topology, node: int, pool: Iterable[int]) -> Tuple[int, ...]:
+    """``(node,)`` when it is in ``pool``, else the nodes of ``pool`` nearest to it (all
+    those at the shortest distance, in id order)."""
+    pool = frozenset(pool)
+    if node in pool:
+        return (node,)
+    near = topo.nearest(node, pool)
+    return tuple(n for n in near if topo.distance(node, n) == topo.distance(node, near[0]))
+
+
 def _nearest_cpu_node(topo: Topology, node: int) -> Optional[int]:
     """``node`` when it has CPUs, else the nearest node that has (by distance, then id)."""
-    if node in topo.nodes_with_cpus:
-        return node
-    near = topo.nearest(node, topo.nodes_with_cpus)
-    return near[0] if near else None
+    return next(iter(_nearest_tied(topo, node, topo.nodes_with_cpus)), None)
 
 
 def _attribute_gpu_memory(topo: Topology, infos: List[GpuInfo],
-                          nvml: Optional[List[_NvmlGpu]], b: Backend) -> List[GpuInfo]:
+                          nvml: Optional[List[_NvmlGpu]],
+                          driver: Iterable[str]) -> List[GpuInfo]:
     """Attach CPU-less memory nodes to the NVIDIA GPUs whose memory they hold.
 
     NVML's nvmlDeviceGetNumaNodeId is the authority.  Without it, only GPUs the NVIDIA
@@ -5435,56 +5442,40 @@ def _attribute_gpu_memory(topo: Topology, infos: List[GpuInfo],
             claimed[nv.pci] = ((nv.numa_node,), "nvml")
     taken = {n for nodes, _ in claimed.values() for n in nodes}
     free = sorted((topo.nodes_with_memory - topo.nodes_with_cpus) - taken)
-    driver = set()
-    try:
-        names = b.listdir(_NVIDIA_PROC)
-    except OSError:
-        names = []
-    for name in names:
-        try:
-            driver.add(_norm_bus_id(name))
-        except ValueError:
-            continue
     cands = [g for g in infos if g.vendor == "nvidia" and g.pci in driver
              and g.pci not in claimed and g.cpu_node is not None]
     if free and cands:
         home: Dict[int, Optional[int]] = {}
         for m in free:
-            dists = {n: topo.distance(m, n) for n in topo.nodes_with_cpus}
-            known = {n: d for n, d in dists.items() if d is not None}
-            best = min(known.values()) if known else None
-            near = [n for n, d in known.items() if d == best]
+            known = [(d, n) for n in topo.nodes_with_cpus
+                     for d in (topo.distance(m, n),) if d is not None]
+            near = [n for d, n in known if d == min(known)[0]]
             home[m] = near[0] if len(near) == 1 else None
-        groups: Dict[int, List[GpuInfo]] = {}
-        for g in cands:
-            groups.setdefault(g.cpu_node, []).append(g)  # type: ignore[arg-type]
-        done = False
-        if all(h is not None for h in home.values()):
-            ok = True
-            plan: Dict[str, Tuple[int, ...]] = {}
+        groups: Dict[Optional[int], List[GpuInfo]] = {}
+        for g in sorted(cands, key=lambda x: x.pci):
+            groups.setdefault(g.cpu_node, []).append(g)
+        plan: Dict[str, Tuple[int, ...]] = {}
+        if None not in home.values():
             for n, gs in groups.items():
                 mine = [m for m in free if home[m] == n]
                 if not mine or len(mine) % len(gs):
-                    ok = False
+                    plan = {}
                     break
                 k = len(mine) // len(gs)
-                for i, g in enumerate(sorted(gs, key=lambda x: x.pci)):
-                    plan[g.pci] = tuple(mine[i * k:(i + 1) * k])
-            if ok:
-                claimed.update({p: (ns, "driver") for p, ns in plan.items()})
-                done = True
-        if not done and len(free) % len(cands) == 0:
+                plan.update((g.pci, tuple(mine[i * k:(i + 1) * k])) for i, g in enumerate(gs))
+        if not plan and len(free) % len(cands) == 0:
             k = len(free) // len(cands)
             order = sorted(cands, key=lambda x: (x.cpu_node, x.pci))
-            for i, g in enumerate(order):
-                claimed[g.pci] = (tuple(free[i * k:(i + 1) * k]), "driver")
+            plan = {g.pci: tuple(free[i * k:(i + 1) * k]) for i, g in enumerate(order)}
+        claimed.update((p, (ns, "driver")) for p, ns in plan.items())
     return [g._replace(memory_nodes=claimed[g.pci][0], memory_source=claimed[g.pci][1])
             if g.pci in claimed else g for g in infos]
 
 
 def _gpu_infos(topo: Topology, b: Backend) -> List[GpuInfo]:
     nvml = _nvml_devices(b)
-    uuids = _driver_uuids(b)
+    driver = _driver_gpus(b)
+    uuids = dict(driver)
     for nv in nvml or ():
         if nv.uuid:
             uuids[nv.pci] = nv.uuid
@@ -5497,7 +5488,7 @@ def _gpu_infos(topo: Topology, b: Backend) -> List[GpuInfo]:
         pci = _norm_bus_id(dev.address)
         out.append(GpuInfo(pci, dev.vendor_name, dev.device, dev.numa_node, node, how,
                            cpu_node, dev.cpus, uuid=uuids.get(pci)))
-    return _attribute_gpu_memory(topo, out, nvml, b)
+    return _attribute_gpu_memory(topo, out, nvml, driver)
 
 
 def gpus(*, backend: Optional[Backend] = None) -> List[GpuInfo]:
@@ -5790,14 +5781,8 @@ def _memory_nodes_for(topo: Topology, node: int) -> Tuple[int, ...]:
     this process may use, else the nearest such nodes (DRAM nodes with CPUs first, so
     that a GPU's HBM node or a CXL expander is only a last resort)."""
     usable = default_memory_nodes(topo)
-    if node in usable:
-        return (node,)
-    pool = (usable & topo.nodes_with_cpus) or usable
-    near = topo.nearest(node, pool)
-    if not near:
-        return ()
-    d0 = topo.distance(node, near[0])
-    return tuple(n for n in near if topo.distance(node, n) == d0)
+    return (node,) if node in usable else \
+        _nearest_tied(topo, node, (usable & topo.nodes_with_cpus) or usable)
 
 
 class GpuPlan(_Record):
@@ -6434,11 +6419,6 @@ def counters(*, backend: Optional[Backend] = None) -> Counters:
 # Remote share: where a process's pages are against where its CPUs are.
 # ---------------------------------------------------------------------------
 
-def _numa_maps_bytes(text: str, page_size_kb: int = 0) -> Dict[int, int]:
-    """Bytes per node over every VMA of a numa_maps text (``parse_numa_maps``)."""
-    return _entries_bytes(parse_numa_maps(text, page_size_kb=page_size_kb))
-
-
 def _entries_bytes(entries: Iterable[NumaMapsEntry]) -> Dict[int, int]:
     out: Dict[int, int] = {}
     for e in entries:
@@ -6447,28 +6427,12 @@ def _entries_bytes(entries: Iterable[NumaMapsEntry]) -> Dict[int, int]:
     return out
 
 
-def _status_cpus(b: Backend, pid: Union[int, str]) -> Optional[FrozenSet[int]]:
-    try:
-        return _allowed_from_status(b, pid)[0]
-    except ValueError:
-        return None
-
-
 def _local_memory_nodes(topo: Topology, cpus: Iterable[int]) -> FrozenSet[int]:
     """The memory nodes local to ``cpus``: their own nodes, and for a CPU node without
     memory the nearest node(s) with memory (where the kernel's local allocation goes)."""
-    cpu_nodes = {topo.node_of_cpu(c) for c in cpus} - {None}
-    out = set()
-    for n in cpu_nodes:
-        assert n is not None
-        if n in topo.nodes_with_memory:
-            out.add(n)
-            continue
-        near = topo.nearest(n, topo.nodes_with_memory)
-        if near:
-            best = topo.distance(n, near[0])
-            out.update(m for m in near if topo.distance(n, m) == best)
-    return frozenset(out)
+    cpu_nodes = {topo.node_of_cpu(c) for c in cpus}
+    return frozenset(m for n in cpu_nodes if n is not None
+                     for m in _nearest_tied(topo, n, topo.nodes_with_memory))
 
 
 class RemoteShare(_Record):
@@ -6548,8 +6512,11 @@ def _remote_share(pid: Union[int, str], entries: Iterable[NumaMapsEntry],
                   maps_error: Optional[str], threshold: float, topo: Topology,
                   b: Backend) -> RemoteShare:
     """remote_share on numa_maps entries already read (``maps_error``: why not)."""
-    cpus = _status_cpus(b, pid)
     error = maps_error
+    try:
+        cpus: Optional[FrozenSet[int]] = _allowed_from_status(b, pid)[0]
+    except ValueError:
+        cpus = None
     if cpus is None:
         cpus = topo.allowed_cpus if pid == "self" else frozenset()
         error = error or f"cannot read Cpus_allowed_list of /proc/{pid}/status"
@@ -6664,11 +6631,7 @@ def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] 
     need_kb = (max(int(need_bytes), 0) + 1023) // 1024
     cands: List[NodeCandidate] = []
     for n in nodes:
-        if n in usable_mem:
-            mnode: Optional[int] = n
-        else:
-            near = topo.nearest(n, usable_mem)
-            mnode = near[0] if near else None
+        mnode = next(iter(_nearest_tied(topo, n, usable_mem)), None)
         avail = available(mnode)
         cands.append(NodeCandidate(
             node=n, memory_node=mnode, available_kb=avail, load=int(loads.get(n, 0)),
@@ -7853,22 +7816,6 @@ def _prog() -> str:
     return f"{py} -m {__name__}"
 
 
-# Before argparse sees them: "-5M" is not a number to argparse (it only knows
-# "-5" and "-.5"), so `region kv -5M` said "size required".  Such a token is a
-# negative size or number: refused as one, not as an unknown option.
-_NEGATIVE_RE = re.compile(r"^-[0-9.]")
-
-
-def _refuse_negative(argv: Sequence[str], prog: str) -> None:
-    for tok in argv:
-        if tok == "--":
-            break                   # run's command: passed through untouched
-        if _NEGATIVE_RE.match(tok):
-            sys.stderr.write(f"{prog}: error: invalid value {tok[:40]!r}: sizes and "
-                             "counts are positive (e.g. 64M)\n")
-            raise SystemExit(2)
-
-
 def _build_parser(commands: Sequence[Callable[[Any], None]] = ()) -> argparse.ArgumentParser:
     import argparse
     parser = argparse.ArgumentParser(
@@ -7937,7 +7884,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _run(raw: List[str], commands: Sequence[Callable[[Any], None]]) -> int:
     parser = _build_parser(commands)
-    _refuse_negative(raw, parser.prog)
     args = parser.parse_args(raw)
     import logging
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,

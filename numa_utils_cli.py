@@ -1379,6 +1379,22 @@ def _cli_numactl(sub: Any) -> None:
 
 
 # ---------------------------------------------------------------------------
+# Before argparse sees them: "-5M" is not a number to argparse (it only knows
+# "-5" and "-.5"), so `region kv -5M` said "size required".  Such a token is a
+# negative size or number: refused as one, not as an unknown option.
+# ---------------------------------------------------------------------------
+
+def _refuse_negative(argv: Sequence[str], prog: str) -> None:
+    for tok in argv:
+        if tok == "--":
+            break                   # run's command: passed through untouched
+        if re.match(r"-[0-9.]", tok):
+            sys.stderr.write(f"{prog}: error: invalid value {tok[:40]!r}: sizes and "
+                             "counts are positive (e.g. 64M)\n")
+            raise SystemExit(2)
+
+
+# ---------------------------------------------------------------------------
 # numactl's device forms in node lists (netdev:, block:, file:, pci:, ip:).
 # ---------------------------------------------------------------------------
 
@@ -1476,6 +1492,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for stream in (sys.stdout, sys.stderr):     # arguments echoed as the bytes given
             getattr(stream, "reconfigure", lambda **kw: None)(errors="surrogateescape")
         return _cmd_numactl(raw[lead + 1:])
+    _refuse_negative(raw, _prog())
     return _nu._run(raw, _COMMANDS)
 
 
