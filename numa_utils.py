@@ -5948,15 +5948,12 @@ def gpu_plans(policy: Optional[str] = None, *, reserve: Optional[int] = None,
               backend: Optional[Backend] = None) -> List[GpuPlan]:
     """One plan per CUDA device this process sees (CUDA_VISIBLE_DEVICES applied)."""
     b = _b(backend)
-    pol = _policy_or_env(policy)
+    pol, res, mem, st = _plan_args(policy, reserve, memory, strict)
     pol = "node" if pol == "none" else pol
-    res = _reserve_or_env(reserve)
-    mem = _memory_or_env(memory)
-    st = _strict_or_env(strict)
     topo = _planning_topology(b)
     infos = _gpu_infos(topo, b)
-    nvml = _nvml_devices(b)
-    vis, notes = _visible_gpus(infos, nvml, os.environ if environ is None else environ)
+    vis, notes = _visible_gpus(infos, _nvml_devices(b),
+                               os.environ if environ is None else environ)
     planned = _plan_all(topo, infos, pol, res, st) if vis else {}
     return [_plan_for(topo, infos, v.gpu, i, pol, res, mem, st,
                       tuple(notes) + ((v.how,) if v.gpu is None else ()), planned)
@@ -5977,20 +5974,37 @@ def cpus_for_gpu(device: int, policy: Optional[str] = None, *,
     cpuset leaves nothing on the GPU's node, the nearest node is used (strict: OSError).
     """
     b = _b(backend)
-    pol = _policy_or_env(policy)
-    pol = "node" if pol == "none" else pol
-    res = _reserve_or_env(reserve)
-    st = _strict_or_env(strict)
+    pol, res, _, st = _plan_args(policy, reserve, None, strict)
+    r, plan = _device_plan(b, device, pci_bus_id, environ, pol, res, None, st)[2:]
+    if r.gpu is None:
+        _fail(st, f"cpus_for_gpu:{device}:{r.how}",
+              f"CUDA device {device}: not identified ({r.how}); all allowed CPUs")
+    return plan.cpus
+
+
+def _plan_args(policy: Optional[str], reserve: Optional[int],
+               memory: Union[str, None, _Unset], strict: Optional[bool],
+               ) -> Tuple[str, int, Optional[str], bool]:
+    """A plan's policy, reserve, memory policy and strictness; the unset ones from the
+    environment."""
+    return (_policy_or_env(policy), _reserve_or_env(reserve), _memory_or_env(memory),
+            _strict_or_env(strict))
+
+
+def _device_plan(b: Backend, device: int, pci_bus_id: Optional[str],
+                 environ: Optional[Mapping[str, str]], policy: str, reserve: int,
+                 memory: Optional[str], strict: bool,
+                 ) -> Tuple[Topology, List[GpuInfo], _Resolved, GpuPlan]:
+    """CUDA device ``device``'s GPU (the notes on finding it logged once) and its plan,
+    on the planning topology; policy "none" plans as "node"."""
     topo = _planning_topology(b)
     infos = _gpu_infos(topo, b)
     r = _resolve(device, pci_bus_id, infos, b, environ)
     for note in r.notes:
         _fail(False, f"gpu:{note}", note)
-    if r.gpu is None:
-        _fail(st, f"cpus_for_gpu:{device}:{r.how}",
-              f"CUDA device {device}: not identified ({r.how}); all allowed CPUs")
-    plan = _plan_for(topo, infos, r.gpu, device, pol, res, None, st)
-    return plan.cpus
+    return topo, infos, r, _plan_for(topo, infos, r.gpu, device,
+                                     "node" if policy == "none" else policy, reserve,
+                                     memory, strict, (r.how,) if r.gpu is None else ())
 
 
 # ---------------------------------------------------------------------------
@@ -6175,17 +6189,8 @@ def bind_for_gpu(device: int, policy: Optional[str] = None, *,
     given) leaves CPU affinity alone and only sets the memory policy.
     """
     b = _b(backend)
-    pol = _policy_or_env(policy)
-    res = _reserve_or_env(reserve)
-    mem = _memory_or_env(memory)
-    st = _strict_or_env(strict)
-    topo = _planning_topology(b)
-    infos = _gpu_infos(topo, b)
-    r = _resolve(device, pci_bus_id, infos, b, environ)
-    for note in r.notes:
-        _fail(False, f"gpu:{note}", note)
-    plan = _plan_for(topo, infos, r.gpu, device, "node" if pol == "none" else pol, res,
-                     mem, st, (r.how,) if r.gpu is None else ())
+    pol, res, mem, st = _plan_args(policy, reserve, memory, strict)
+    topo, infos, r, plan = _device_plan(b, device, pci_bus_id, environ, pol, res, mem, st)
     if plan.cpu_node is None:
         _fail(st, f"bind_for_gpu:{device}", f"CUDA device {device}: no node to bind to "
               f"({r.how})")
@@ -6761,13 +6766,14 @@ def _load_cudart(cudart: Any, b: Backend) -> Tuple[Optional[ctypes.CDLL], str]:
         reg, unreg, err = lib.cudaHostRegister, lib.cudaHostUnregister, lib.cudaGetErrorString
     except AttributeError as e:
         return None, f"{where} lacks the CUDA runtime API ({e})"
-    reg.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
-    reg.restype = ctypes.c_int
-    unreg.argtypes = [ctypes.c_void_p]
-    unreg.restype = ctypes.c_int
-    err.argtypes = [ctypes.c_int]
-    err.restype = ctypes.c_char_p
+    _proto(reg, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint)
+    _proto(unreg, ctypes.c_int, ctypes.c_void_p)
+    _proto(err, ctypes.c_char_p, ctypes.c_int)
     return lib, where
+
+
+def _proto(fn: Any, restype: Any, *argtypes: Any) -> None:
+    fn.restype, fn.argtypes = restype, list(argtypes)
 
 
 class CudaPinProgress(_Record):
@@ -6950,10 +6956,8 @@ def _cuda_current_device(lib: ctypes.CDLL) -> Optional[int]:
         get, put = lib.cudaGetDevice, lib.cudaSetDevice
     except AttributeError:
         return None
-    get.argtypes = [ctypes.POINTER(ctypes.c_int)]
-    get.restype = ctypes.c_int
-    put.argtypes = [ctypes.c_int]
-    put.restype = ctypes.c_int
+    _proto(get, ctypes.c_int, ctypes.POINTER(ctypes.c_int))
+    _proto(put, ctypes.c_int, ctypes.c_int)
     dev = ctypes.c_int(-1)
     return dev.value if get(ctypes.byref(dev)) == 0 and dev.value >= 0 else None
 
@@ -7125,7 +7129,7 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
             on = [n for n in general if topo.nodes[n].hugepages.get(sz, HugePages(0, 0))
                   .total > 0]
             if len(on) == 1:
-                label = f"{sz // 1024} MiB" if sz < 1048576 else f"{sz // 1048576} GiB"
+                label = _fmt_kb(sz).replace(".0 ", " ")
                 warnings.append(f"{label} huge pages are configured on node {on[0]} only: "
                                 "workers on other nodes that use them get remote memory; "
                                 "reserve them per node (nodeN/hugepages/hugepages-"
@@ -7546,8 +7550,7 @@ def _render_status(rep: Dict[str, Any]) -> str:
     out.append(f"  {'node':>4}  {'cpus':<{w}}  {'memory':>11}  {'free':>11}  "
                "hugepages (free/total)")
     for n in nodes:
-        hp = "  ".join(f"{int(sz) // 1024 if int(sz) < 1048576 else int(sz) // 1048576}"
-                       f"{'M' if int(sz) < 1048576 else 'G'}: {h['free']} free/{h['total']}"
+        hp = "  ".join(f"{_fmt_size(int(sz) << 10)}: {h['free']} free/{h['total']}"
                        for sz, h in n["hugepages"].items() if h["total"]) or "-"
         out.append(f"  {n['id']:>4}  {format_cpulist(n['cpus']) or '-':<{w}}  "
                    f"{_fmt_kb(n['mem_total_kb']):>11}  {_fmt_kb(n['mem_free_kb']):>11}  "
