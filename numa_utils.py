@@ -5122,7 +5122,7 @@ def _dev_shm_users(b: Backend, files: Mapping[str, _ShmStat]) -> Dict[str, int]:
 
 
 # ===========================================================================
-# GPU locality, CPU plans and binding (issue 6).
+# GPU locality, CPU plans and binding.
 # ===========================================================================
 
 # -- GPU section -----------------------------------------------------------------------
@@ -6205,7 +6205,7 @@ def bind_for_gpu(device: int, policy: Optional[str] = None, *,
 
 
 # ===========================================================================
-# Observation: counters, remote share, node chooser, CUDA pinning (issue 8).
+# Observation: counters, remote share, node chooser, CUDA pinning.
 # ===========================================================================
 
 # -- observation section ---------------------------------------------------------------
@@ -7608,10 +7608,9 @@ def _render_status(rep: Dict[str, Any]) -> str:
 
 
 # ===========================================================================
-# numactl's command line (issue 13): `numa_utils numactl [OPTIONS] CMD ...` takes
-# numactl 2.0.19's options, node/CPU lists, exit statuses and --show/--hardware
-# formats, so torchrun/SGLang/vLLM command lines work where the numactl package is
-# missing.  Facts from numactl.c, libnuma.c and affinity.c (numactl 2.0.16-2.0.19).
+# numactl's node/CPU list grammar, read as libnuma reads it (the numactl front end in
+# numa_utils_cli.py takes its options, exit statuses and --show/--hardware formats).
+# Facts from numactl.c, libnuma.c and affinity.c (numactl 2.0.16-2.0.19).
 # ===========================================================================
 
 # strtoul(s, &end, 0) as libnuma calls it: blanks, a sign, then hex (0x), octal (0) or
