@@ -4814,7 +4814,7 @@ def _sysv_holder(b: Backend, ikey: int, key: Union[int, str]) -> str:
 
 
 # ===========================================================================
-# GPU locality, CPU plans and binding (issue 6).
+# GPU locality, CPU plans and binding.
 # ===========================================================================
 
 # -- GPU section -----------------------------------------------------------------------
@@ -4928,10 +4928,10 @@ _nvml_lock = threading.Lock()
 _nvml_cache: Dict[str, Optional[List[_NvmlGpu]]] = {}
 
 
-def _dlopen(names: Iterable[str]) -> Tuple[Optional[ctypes.CDLL], str, List[str]]:
+def _dlopen(names: Iterable[Optional[str]]) -> Tuple[Optional[ctypes.CDLL], str, List[str]]:
     """The first of ``names`` that loads: (library, its name, the errors before it)."""
     errors: List[str] = []
-    for name in dict.fromkeys(names):
+    for name in dict.fromkeys(n for n in names if n is not None):
         try:
             return ctypes.CDLL(name), name, errors
         except OSError as e:
@@ -4941,8 +4941,7 @@ def _dlopen(names: Iterable[str]) -> Tuple[Optional[ctypes.CDLL], str, List[str]
 
 def _load_nvml() -> Optional[ctypes.CDLL]:
     import ctypes.util
-    return _dlopen(["libnvidia-ml.so.1", ctypes.util.find_library("nvidia-ml") or
-                    "libnvidia-ml.so.1"])[0]
+    return _dlopen(["libnvidia-ml.so.1", ctypes.util.find_library("nvidia-ml")])[0]
 
 
 def _nvml_query() -> Optional[List[_NvmlGpu]]:
@@ -4957,6 +4956,10 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
                     ("busId", ctypes.c_char * 32)]
 
     handle_t = ctypes.c_void_p
+
+    def uuid_of(h: Any) -> Optional[str]:
+        buf = ctypes.create_string_buffer(96)
+        return buf.value.decode() if lib.nvmlDeviceGetUUID(h, buf, 96) == 0 else None
     try:
         init = getattr(lib, "nvmlInit_v2", None) or lib.nvmlInit
         if init() != 0:
@@ -4978,8 +4981,6 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
             if get_pci(h, ctypes.byref(pci)) != 0:
                 continue
             bus = f"{pci.domain:04x}:{pci.bus:02x}:{pci.device:02x}.0"
-            buf = ctypes.create_string_buffer(96)
-            uuid = buf.value.decode() if lib.nvmlDeviceGetUUID(h, buf, 96) == 0 else ""
             node: Optional[int] = None
             if get_numa is not None:
                 n = ctypes.c_uint(0)
@@ -4994,10 +4995,10 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
                     if lib.nvmlDeviceGetMigDeviceHandleByIndex(
                             h, ctypes.c_uint(j), ctypes.byref(mh)) != 0:
                         continue
-                    mb = ctypes.create_string_buffer(96)
-                    if lib.nvmlDeviceGetUUID(mh, mb, 96) == 0:
-                        migs.append(mb.value.decode())
-            out.append(_NvmlGpu(bus, uuid, node, tuple(migs)))
+                    mig = uuid_of(mh)
+                    if mig is not None:
+                        migs.append(mig)
+            out.append(_NvmlGpu(bus, uuid_of(h) or "", node, tuple(migs)))
     except (AttributeError, OSError, UnicodeDecodeError):
         return None
     finally:
@@ -5019,24 +5020,22 @@ def _nvml_devices(b: Backend) -> Optional[List[_NvmlGpu]]:
         return _nvml_cache["gpus"]
 
 
-def _driver_uuids(b: Backend) -> Dict[str, str]:
-    """bus id -> GPU UUID from /proc/driver/nvidia/gpus/<bus id>/information."""
-    out: Dict[str, str] = {}
+def _driver_gpus(b: Backend) -> Dict[str, Optional[str]]:
+    """bus id -> GPU UUID (None: not told) of the GPUs the NVIDIA driver lists in
+    /proc/driver/nvidia/gpus/<bus id>/information."""
+    out: Dict[str, Optional[str]] = {}
     try:
         names = b.listdir(_NVIDIA_PROC)
     except OSError:
         return out
     for name in names:
-        text = b.read_optional(f"{_NVIDIA_PROC}/{name}/information")
-        if text is None:
-            continue
-        m = re.search(r"^GPU UUID:\s*(\S+)", text, re.MULTILINE)
         try:
             bus = _norm_bus_id(name)
         except ValueError:
             continue
-        if m:
-            out[bus] = m.group(1)
+        text = b.read_optional(f"{_NVIDIA_PROC}/{name}/information") or ""
+        m = re.search(r"^GPU UUID:\s*(\S+)", text, re.MULTILINE)
+        out[bus] = m.group(1) if m else None
     return out
 
 
@@ -5100,16 +5099,24 @@ def _planning_topology(b: Backend) -> Topology:
     return topo
 
 
+def _nearest_tied(topo: Topology, node: int, pool: Iterable[int]) -> Tuple[int, ...]:
+    """``(node,)`` when it is in ``pool``, else the nodes of ``pool`` nearest to it (all
+    those at the shortest distance, in id order)."""
+    pool = frozenset(pool)
+    if node in pool:
+        return (node,)
+    near = topo.nearest(node, pool)
+    return tuple(n for n in near if topo.distance(node, n) == topo.distance(node, near[0]))
+
+
 def _nearest_cpu_node(topo: Topology, node: int) -> Optional[int]:
     """``node`` when it has CPUs, else the nearest node that has (by distance, then id)."""
-    if node in topo.nodes_with_cpus:
-        return node
-    near = topo.nearest(node, topo.nodes_with_cpus)
-    return near[0] if near else None
+    return next(iter(_nearest_tied(topo, node, topo.nodes_with_cpus)), None)
 
 
 def _attribute_gpu_memory(topo: Topology, infos: List[GpuInfo],
-                          nvml: Optional[List[_NvmlGpu]], b: Backend) -> List[GpuInfo]:
+                          nvml: Optional[List[_NvmlGpu]],
+                          driver: Iterable[str]) -> List[GpuInfo]:
     """Attach CPU-less memory nodes to the NVIDIA GPUs whose memory they hold.
 
     NVML's nvmlDeviceGetNumaNodeId is the authority.  Without it, only GPUs the NVIDIA
@@ -5127,56 +5134,40 @@ def _attribute_gpu_memory(topo: Topology, infos: List[GpuInfo],
             claimed[nv.pci] = ((nv.numa_node,), "nvml")
     taken = {n for nodes, _ in claimed.values() for n in nodes}
     free = sorted((topo.nodes_with_memory - topo.nodes_with_cpus) - taken)
-    driver = set()
-    try:
-        names = b.listdir(_NVIDIA_PROC)
-    except OSError:
-        names = []
-    for name in names:
-        try:
-            driver.add(_norm_bus_id(name))
-        except ValueError:
-            continue
     cands = [g for g in infos if g.vendor == "nvidia" and g.pci in driver
              and g.pci not in claimed and g.cpu_node is not None]
     if free and cands:
         home: Dict[int, Optional[int]] = {}
         for m in free:
-            dists = {n: topo.distance(m, n) for n in topo.nodes_with_cpus}
-            known = {n: d for n, d in dists.items() if d is not None}
-            best = min(known.values()) if known else None
-            near = [n for n, d in known.items() if d == best]
+            known = [(d, n) for n in topo.nodes_with_cpus
+                     for d in (topo.distance(m, n),) if d is not None]
+            near = [n for d, n in known if d == min(known)[0]]
             home[m] = near[0] if len(near) == 1 else None
-        groups: Dict[int, List[GpuInfo]] = {}
-        for g in cands:
-            groups.setdefault(g.cpu_node, []).append(g)  # type: ignore[arg-type]
-        done = False
-        if all(h is not None for h in home.values()):
-            ok = True
-            plan: Dict[str, Tuple[int, ...]] = {}
+        groups: Dict[Optional[int], List[GpuInfo]] = {}
+        for g in sorted(cands, key=lambda x: x.pci):
+            groups.setdefault(g.cpu_node, []).append(g)
+        plan: Dict[str, Tuple[int, ...]] = {}
+        if None not in home.values():
             for n, gs in groups.items():
                 mine = [m for m in free if home[m] == n]
                 if not mine or len(mine) % len(gs):
-                    ok = False
+                    plan = {}
                     break
                 k = len(mine) // len(gs)
-                for i, g in enumerate(sorted(gs, key=lambda x: x.pci)):
-                    plan[g.pci] = tuple(mine[i * k:(i + 1) * k])
-            if ok:
-                claimed.update({p: (ns, "driver") for p, ns in plan.items()})
-                done = True
-        if not done and len(free) % len(cands) == 0:
+                plan.update((g.pci, tuple(mine[i * k:(i + 1) * k])) for i, g in enumerate(gs))
+        if not plan and len(free) % len(cands) == 0:
             k = len(free) // len(cands)
             order = sorted(cands, key=lambda x: (x.cpu_node, x.pci))
-            for i, g in enumerate(order):
-                claimed[g.pci] = (tuple(free[i * k:(i + 1) * k]), "driver")
+            plan = {g.pci: tuple(free[i * k:(i + 1) * k]) for i, g in enumerate(order)}
+        claimed.update((p, (ns, "driver")) for p, ns in plan.items())
     return [g._replace(memory_nodes=claimed[g.pci][0], memory_source=claimed[g.pci][1])
             if g.pci in claimed else g for g in infos]
 
 
 def _gpu_infos(topo: Topology, b: Backend) -> List[GpuInfo]:
     nvml = _nvml_devices(b)
-    uuids = _driver_uuids(b)
+    driver = _driver_gpus(b)
+    uuids = dict(driver)
     for nv in nvml or ():
         if nv.uuid:
             uuids[nv.pci] = nv.uuid
@@ -5189,7 +5180,7 @@ def _gpu_infos(topo: Topology, b: Backend) -> List[GpuInfo]:
         pci = _norm_bus_id(dev.address)
         out.append(GpuInfo(pci, dev.vendor_name, dev.device, dev.numa_node, node, how,
                            cpu_node, dev.cpus, uuid=uuids.get(pci)))
-    return _attribute_gpu_memory(topo, out, nvml, b)
+    return _attribute_gpu_memory(topo, out, nvml, driver)
 
 
 def gpus(*, backend: Optional[Backend] = None) -> List[GpuInfo]:
@@ -5482,14 +5473,8 @@ def _memory_nodes_for(topo: Topology, node: int) -> Tuple[int, ...]:
     this process may use, else the nearest such nodes (DRAM nodes with CPUs first, so
     that a GPU's HBM node or a CXL expander is only a last resort)."""
     usable = default_memory_nodes(topo)
-    if node in usable:
-        return (node,)
-    pool = (usable & topo.nodes_with_cpus) or usable
-    near = topo.nearest(node, pool)
-    if not near:
-        return ()
-    d0 = topo.distance(node, near[0])
-    return tuple(n for n in near if topo.distance(node, n) == d0)
+    return (node,) if node in usable else \
+        _nearest_tied(topo, node, (usable & topo.nodes_with_cpus) or usable)
 
 
 class GpuPlan(_Record):
@@ -5655,15 +5640,12 @@ def gpu_plans(policy: Optional[str] = None, *, reserve: Optional[int] = None,
               backend: Optional[Backend] = None) -> List[GpuPlan]:
     """One plan per CUDA device this process sees (CUDA_VISIBLE_DEVICES applied)."""
     b = _b(backend)
-    pol = _policy_or_env(policy)
+    pol, res, mem, st = _plan_args(policy, reserve, memory, strict)
     pol = "node" if pol == "none" else pol
-    res = _reserve_or_env(reserve)
-    mem = _memory_or_env(memory)
-    st = _strict_or_env(strict)
     topo = _planning_topology(b)
     infos = _gpu_infos(topo, b)
-    nvml = _nvml_devices(b)
-    vis, notes = _visible_gpus(infos, nvml, os.environ if environ is None else environ)
+    vis, notes = _visible_gpus(infos, _nvml_devices(b),
+                               os.environ if environ is None else environ)
     planned = _plan_all(topo, infos, pol, res, st) if vis else {}
     return [_plan_for(topo, infos, v.gpu, i, pol, res, mem, st,
                       tuple(notes) + ((v.how,) if v.gpu is None else ()), planned)
@@ -5684,20 +5666,37 @@ def cpus_for_gpu(device: int, policy: Optional[str] = None, *,
     cpuset leaves nothing on the GPU's node, the nearest node is used (strict: OSError).
     """
     b = _b(backend)
-    pol = _policy_or_env(policy)
-    pol = "node" if pol == "none" else pol
-    res = _reserve_or_env(reserve)
-    st = _strict_or_env(strict)
+    pol, res, _, st = _plan_args(policy, reserve, None, strict)
+    r, plan = _device_plan(b, device, pci_bus_id, environ, pol, res, None, st)[2:]
+    if r.gpu is None:
+        _fail(st, f"cpus_for_gpu:{device}:{r.how}",
+              f"CUDA device {device}: not identified ({r.how}); all allowed CPUs")
+    return plan.cpus
+
+
+def _plan_args(policy: Optional[str], reserve: Optional[int],
+               memory: Union[str, None, _Unset], strict: Optional[bool],
+               ) -> Tuple[str, int, Optional[str], bool]:
+    """A plan's policy, reserve, memory policy and strictness; the unset ones from the
+    environment."""
+    return (_policy_or_env(policy), _reserve_or_env(reserve), _memory_or_env(memory),
+            _strict_or_env(strict))
+
+
+def _device_plan(b: Backend, device: int, pci_bus_id: Optional[str],
+                 environ: Optional[Mapping[str, str]], policy: str, reserve: int,
+                 memory: Optional[str], strict: bool,
+                 ) -> Tuple[Topology, List[GpuInfo], _Resolved, GpuPlan]:
+    """CUDA device ``device``'s GPU (the notes on finding it logged once) and its plan,
+    on the planning topology; policy "none" plans as "node"."""
     topo = _planning_topology(b)
     infos = _gpu_infos(topo, b)
     r = _resolve(device, pci_bus_id, infos, b, environ)
     for note in r.notes:
         _fail(False, f"gpu:{note}", note)
-    if r.gpu is None:
-        _fail(st, f"cpus_for_gpu:{device}:{r.how}",
-              f"CUDA device {device}: not identified ({r.how}); all allowed CPUs")
-    plan = _plan_for(topo, infos, r.gpu, device, pol, res, None, st)
-    return plan.cpus
+    return topo, infos, r, _plan_for(topo, infos, r.gpu, device,
+                                     "node" if policy == "none" else policy, reserve,
+                                     memory, strict, (r.how,) if r.gpu is None else ())
 
 
 # ---------------------------------------------------------------------------
@@ -5882,17 +5881,8 @@ def bind_for_gpu(device: int, policy: Optional[str] = None, *,
     given) leaves CPU affinity alone and only sets the memory policy.
     """
     b = _b(backend)
-    pol = _policy_or_env(policy)
-    res = _reserve_or_env(reserve)
-    mem = _memory_or_env(memory)
-    st = _strict_or_env(strict)
-    topo = _planning_topology(b)
-    infos = _gpu_infos(topo, b)
-    r = _resolve(device, pci_bus_id, infos, b, environ)
-    for note in r.notes:
-        _fail(False, f"gpu:{note}", note)
-    plan = _plan_for(topo, infos, r.gpu, device, "node" if pol == "none" else pol, res,
-                     mem, st, (r.how,) if r.gpu is None else ())
+    pol, res, mem, st = _plan_args(policy, reserve, memory, strict)
+    topo, infos, r, plan = _device_plan(b, device, pci_bus_id, environ, pol, res, mem, st)
     if plan.cpu_node is None:
         _fail(st, f"bind_for_gpu:{device}", f"CUDA device {device}: no node to bind to "
               f"({r.how})")
@@ -5907,7 +5897,7 @@ def bind_for_gpu(device: int, policy: Optional[str] = None, *,
 
 
 # ===========================================================================
-# Observation: counters, remote share, node chooser, CUDA pinning (issue 8).
+# Observation: counters, remote share, node chooser, CUDA pinning.
 # ===========================================================================
 
 # -- observation section ---------------------------------------------------------------
@@ -6126,11 +6116,6 @@ def counters(*, backend: Optional[Backend] = None) -> Counters:
 # Remote share: where a process's pages are against where its CPUs are.
 # ---------------------------------------------------------------------------
 
-def _numa_maps_bytes(text: str, page_size_kb: int = 0) -> Dict[int, int]:
-    """Bytes per node over every VMA of a numa_maps text (``parse_numa_maps``)."""
-    return _entries_bytes(parse_numa_maps(text, page_size_kb=page_size_kb))
-
-
 def _entries_bytes(entries: Iterable[NumaMapsEntry]) -> Dict[int, int]:
     out: Dict[int, int] = {}
     for e in entries:
@@ -6139,28 +6124,12 @@ def _entries_bytes(entries: Iterable[NumaMapsEntry]) -> Dict[int, int]:
     return out
 
 
-def _status_cpus(b: Backend, pid: Union[int, str]) -> Optional[FrozenSet[int]]:
-    try:
-        return _allowed_from_status(b, pid)[0]
-    except ValueError:
-        return None
-
-
 def _local_memory_nodes(topo: Topology, cpus: Iterable[int]) -> FrozenSet[int]:
     """The memory nodes local to ``cpus``: their own nodes, and for a CPU node without
     memory the nearest node(s) with memory (where the kernel's local allocation goes)."""
-    cpu_nodes = {topo.node_of_cpu(c) for c in cpus} - {None}
-    out = set()
-    for n in cpu_nodes:
-        assert n is not None
-        if n in topo.nodes_with_memory:
-            out.add(n)
-            continue
-        near = topo.nearest(n, topo.nodes_with_memory)
-        if near:
-            best = topo.distance(n, near[0])
-            out.update(m for m in near if topo.distance(n, m) == best)
-    return frozenset(out)
+    cpu_nodes = {topo.node_of_cpu(c) for c in cpus}
+    return frozenset(m for n in cpu_nodes if n is not None
+                     for m in _nearest_tied(topo, n, topo.nodes_with_memory))
 
 
 class RemoteShare(_Record):
@@ -6240,8 +6209,11 @@ def _remote_share(pid: Union[int, str], entries: Iterable[NumaMapsEntry],
                   maps_error: Optional[str], threshold: float, topo: Topology,
                   b: Backend) -> RemoteShare:
     """remote_share on numa_maps entries already read (``maps_error``: why not)."""
-    cpus = _status_cpus(b, pid)
     error = maps_error
+    try:
+        cpus: Optional[FrozenSet[int]] = _allowed_from_status(b, pid)[0]
+    except ValueError:
+        cpus = None
     if cpus is None:
         cpus = topo.allowed_cpus if pid == "self" else frozenset()
         error = error or f"cannot read Cpus_allowed_list of /proc/{pid}/status"
@@ -6356,11 +6328,7 @@ def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] 
     need_kb = (max(int(need_bytes), 0) + 1023) // 1024
     cands: List[NodeCandidate] = []
     for n in nodes:
-        if n in usable_mem:
-            mnode: Optional[int] = n
-        else:
-            near = topo.nearest(n, usable_mem)
-            mnode = near[0] if near else None
+        mnode = next(iter(_nearest_tied(topo, n, usable_mem)), None)
         avail = available(mnode)
         cands.append(NodeCandidate(
             node=n, memory_node=mnode, available_kb=avail, load=int(loads.get(n, 0)),
@@ -6490,13 +6458,14 @@ def _load_cudart(cudart: Any, b: Backend) -> Tuple[Optional[ctypes.CDLL], str]:
         reg, unreg, err = lib.cudaHostRegister, lib.cudaHostUnregister, lib.cudaGetErrorString
     except AttributeError as e:
         return None, f"{where} lacks the CUDA runtime API ({e})"
-    reg.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
-    reg.restype = ctypes.c_int
-    unreg.argtypes = [ctypes.c_void_p]
-    unreg.restype = ctypes.c_int
-    err.argtypes = [ctypes.c_int]
-    err.restype = ctypes.c_char_p
+    _proto(reg, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint)
+    _proto(unreg, ctypes.c_int, ctypes.c_void_p)
+    _proto(err, ctypes.c_char_p, ctypes.c_int)
     return lib, where
+
+
+def _proto(fn: Any, restype: Any, *argtypes: Any) -> None:
+    fn.restype, fn.argtypes = restype, list(argtypes)
 
 
 class CudaPinProgress(_Record):
@@ -6679,10 +6648,8 @@ def _cuda_current_device(lib: ctypes.CDLL) -> Optional[int]:
         get, put = lib.cudaGetDevice, lib.cudaSetDevice
     except AttributeError:
         return None
-    get.argtypes = [ctypes.POINTER(ctypes.c_int)]
-    get.restype = ctypes.c_int
-    put.argtypes = [ctypes.c_int]
-    put.restype = ctypes.c_int
+    _proto(get, ctypes.c_int, ctypes.POINTER(ctypes.c_int))
+    _proto(put, ctypes.c_int, ctypes.c_int)
     dev = ctypes.c_int(-1)
     return dev.value if get(ctypes.byref(dev)) == 0 and dev.value >= 0 else None
 
@@ -6854,7 +6821,7 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
             on = [n for n in general if topo.nodes[n].hugepages.get(sz, HugePages(0, 0))
                   .total > 0]
             if len(on) == 1:
-                label = f"{sz // 1024} MiB" if sz < 1048576 else f"{sz // 1048576} GiB"
+                label = _fmt_kb(sz).replace(".0 ", " ")
                 warnings.append(f"{label} huge pages are configured on node {on[0]} only: "
                                 "workers on other nodes that use them get remote memory; "
                                 "reserve them per node (nodeN/hugepages/hugepages-"
@@ -7275,8 +7242,7 @@ def _render_status(rep: Dict[str, Any]) -> str:
     out.append(f"  {'node':>4}  {'cpus':<{w}}  {'memory':>11}  {'free':>11}  "
                "hugepages (free/total)")
     for n in nodes:
-        hp = "  ".join(f"{int(sz) // 1024 if int(sz) < 1048576 else int(sz) // 1048576}"
-                       f"{'M' if int(sz) < 1048576 else 'G'}: {h['free']} free/{h['total']}"
+        hp = "  ".join(f"{_fmt_size(int(sz) << 10)}: {h['free']} free/{h['total']}"
                        for sz, h in n["hugepages"].items() if h["total"]) or "-"
         out.append(f"  {n['id']:>4}  {format_cpulist(n['cpus']) or '-':<{w}}  "
                    f"{_fmt_kb(n['mem_total_kb']):>11}  {_fmt_kb(n['mem_free_kb']):>11}  "
@@ -7334,10 +7300,9 @@ def _render_status(rep: Dict[str, Any]) -> str:
 
 
 # ===========================================================================
-# numactl's command line (issue 13): `numa_utils numactl [OPTIONS] CMD ...` takes
-# numactl 2.0.19's options, node/CPU lists, exit statuses and --show/--hardware
-# formats, so torchrun/SGLang/vLLM command lines work where the numactl package is
-# missing.  Facts from numactl.c, libnuma.c and affinity.c (numactl 2.0.16-2.0.19).
+# numactl's node/CPU list grammar, read as libnuma reads it (the numactl front end in
+# numa_utils_cli.py takes its options, exit statuses and --show/--hardware formats).
+# Facts from numactl.c, libnuma.c and affinity.c (numactl 2.0.16-2.0.19).
 # ===========================================================================
 
 # strtoul(s, &end, 0) as libnuma calls it: blanks, a sign, then hex (0x), octal (0) or
@@ -7354,6 +7319,11 @@ class _ListError(ValueError):
         self.warn = (msg + "\n" * blank) if warn else ""
 
 
+# libnuma's device forms (netdev:eth0, ...): the numactl command line resolves them
+# (numa_utils_cli._device_node); a library caller's node list never stats a file.
+_DEVICE_FORMS = ("netdev", "block", "file", "pci", "ip")
+
+
 def _strtoul(s: str, i: int) -> Tuple[Optional[int], int]:
     m = re.compile(_STRTOUL).match(s, i)
     if not m:
@@ -7364,93 +7334,6 @@ def _strtoul(s: str, i: int) -> Tuple[Optional[int], int]:
     # C's unsigned long: ULONG_MAX past it (ERANGE), a minus sign wraps
     v = (1 << 64) - 1 if v >> 64 else -v % (1 << 64) if m.group(1) == "-" else v
     return v, m.end()
-
-
-def _device_node(spec: str, b: Backend, devices: bool) -> Optional[FrozenSet[int]]:
-    """libnuma's device forms (netdev:, block:, file:, pci:, ip:) -> the device's node
-    from sysfs; None when ``spec`` is none of them.  Refused unless ``devices``: they
-    stat files and (ip:) may ask a resolver, which only a typed command may do."""
-    kind, colon, dev = spec.partition(":")
-    if not colon or kind not in ("netdev", "block", "file", "pci", "ip"):
-        return None
-    if not devices:
-        raise _ListError(f"the device form `{kind}:' is refused here: node lists "
-                         "(0-1,4, !0, +0-1) and all only; netdev:, block:, file:, pci: "
-                         "and ip: belong to the numactl command line")
-    dev = dev.lstrip()
-    cls = "block" if kind in ("block", "file") else "net" if kind != "pci" else ""
-    if kind == "pci":
-        head, _, func = dev.partition(".")
-        parts = head.split(":")
-        try:
-            nums = [int(x, 16) for x in parts] + [int(func or "0", 16)]
-        except ValueError:
-            raise _ListError(f"Cannot parse PCI device `{dev}'") from None
-        if len(parts) == 2:
-            nums.insert(0, 0)
-        if len(nums) != 4:
-            raise _ListError(f"Cannot parse PCI device `{dev}'")
-        seg, bus, slot, fn = nums
-        path = f"/sys/bus/pci/devices/{seg:04x}:{bus:02x}:{slot:02x}.{fn:x}/numa_node"
-    else:
-        if kind == "file":              # the block device holding the file
-            try:
-                st = os.stat(dev)
-            except OSError:
-                raise _ListError(f"Cannot stat file {dev}") from None
-            import stat as st_mod
-            d = st.st_rdev if st_mod.S_ISBLK(st.st_mode) else st.st_dev
-            want = f"{os.major(d)}:{os.minor(d)}"
-            names = [n for n in b.listdir("/sys/class/block")
-                     if (b.read_optional(f"/sys/class/block/{n}/dev") or "").strip() == want]
-            if not names:
-                raise _ListError(f"Cannot find block device {want} in sysfs for `{dev}'")
-            dev = names[0]
-        elif kind == "ip":              # the interface the route to HOST goes through
-            dev = _route_device(dev, b)
-        if "/" in dev or "." in dev:
-            raise _ListError(f"Illegal characters in `{dev}' specification")
-        path = f"/sys/class/{cls}/{dev}/device/numa_node"
-    text = b.read_optional(path)
-    if text is None and kind != "pci":      # a virtio device: its PCI parent knows
-        text = b.read_optional(f"/sys/class/{cls}/{dev}/device/../numa_node")
-    try:
-        node = int(text.strip()) if text is not None else None
-    except ValueError:
-        node = None
-    if node is None:
-        raise _ListError(f"Cannot read node mask for {cls} device `{dev}'")
-    if node < 0:
-        raise _ListError(f"Kernel does not know node mask for {cls + ' ' if cls else ''}"
-                         f"device `{dev}'")
-    return frozenset({node})
-
-
-def _route_device(host: str, b: Backend) -> str:
-    """The interface of the longest-prefix IPv4 route to ``host`` (/proc/net/route).
-    An address is used as it is; a name is looked up through the system resolver
-    (DNS: it can wait on the network), as numactl does, because a person typed it."""
-    import socket
-    try:
-        packed = socket.inet_pton(socket.AF_INET, host)
-    except (OSError, ValueError):
-        try:
-            packed = socket.inet_aton(socket.gethostbyname(host))
-        except (OSError, UnicodeError, ValueError):
-            raise _ListError(f"Cannot resolve {host}") from None
-    addr = struct.unpack("<I", packed)[0]
-    best: Tuple[int, str] = (-1, "")
-    for line in (b.read_optional("/proc/net/route") or "").splitlines()[1:]:
-        f = line.split()
-        try:
-            dst, mask = int(f[1], 16), int(f[7], 16)
-        except (IndexError, ValueError):
-            continue
-        if addr & mask == dst and bin(mask).count("1") > best[0]:
-            best = (bin(mask).count("1"), f[0])
-    if not best[1]:
-        raise _ListError(f"Cannot find a route to {host}")
-    return best[1]
 
 
 def parse_nodestring(text: str, *, cpus: bool = False, possible: bool = False,
@@ -7504,12 +7387,16 @@ def parse_nodestring(text: str, *, cpus: bool = False, possible: bool = False,
 
     while True:
         rest = s[i:]
-        if rest == "all" or (rest[:1].isalpha() and rest[:1].isascii() and not cpus):
-            dev = allowed if rest == "all" else _device_node(rest, b, devices)
-            if dev is not None:
-                mask |= dev
-                i = len(s)
-                break
+        kind, colon, _ = rest.partition(":")
+        if rest == "all" or (colon and kind in _DEVICE_FORMS and not cpus):
+            if rest != "all" and not devices:
+                raise _ListError(f"the device form `{kind}:' is refused here: node lists "
+                                 "(0-1,4, !0, +0-1) and all only; netdev:, block:, file:, "
+                                 "pci: and ip: belong to the numactl command line")
+            mask |= allowed if rest == "all" else \
+                _commands(f"the {kind}: node form")._device_node(rest, b)
+            i = len(s)
+            break
         v, end = number(i)
         if v is None:
             raise _ListError(f"unparseable {what} description `{rest}'", blank=True)
@@ -7623,22 +7510,6 @@ def _prog() -> str:
     return f"{py} -m {__name__}"
 
 
-# Before argparse sees them: "-5M" is not a number to argparse (it only knows
-# "-5" and "-.5"), so `region kv -5M` said "size required".  Such a token is a
-# negative size or number: refused as one, not as an unknown option.
-_NEGATIVE_RE = re.compile(r"^-[0-9.]")
-
-
-def _refuse_negative(argv: Sequence[str], prog: str) -> None:
-    for tok in argv:
-        if tok == "--":
-            break                   # run's command: passed through untouched
-        if _NEGATIVE_RE.match(tok):
-            sys.stderr.write(f"{prog}: error: invalid value {tok[:40]!r}: sizes and "
-                             "counts are positive (e.g. 64M)\n")
-            raise SystemExit(2)
-
-
 def _build_parser(commands: Sequence[Callable[[Any], None]] = ()) -> argparse.ArgumentParser:
     import argparse
     parser = argparse.ArgumentParser(
@@ -7707,7 +7578,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _run(raw: List[str], commands: Sequence[Callable[[Any], None]]) -> int:
     parser = _build_parser(commands)
-    _refuse_negative(raw, parser.prog)
     args = parser.parse_args(raw)
     import logging
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,

@@ -13,6 +13,8 @@ from __future__ import annotations
 import errno
 import os
 import re
+import stat
+import struct
 import sys
 from types import MappingProxyType
 from typing import (
@@ -78,6 +80,7 @@ _MODE_NAMES = _nu._MODE_NAMES
 _RECORD_END = _nu._RECORD_END
 _ShmStat = _nu._ShmStat
 _SIZE_MAX = _nu._SIZE_MAX
+_ListError = _nu._ListError
 _UNSET = _nu._UNSET
 _Unset = _nu._Unset
 _b = _nu._b
@@ -1618,6 +1621,106 @@ def _cli_numactl(sub: Any) -> None:
                    help="numactl's command line: [OPTIONS] CMD ... (numactl 2.0.19)")
 
 
+# ---------------------------------------------------------------------------
+# Before argparse sees them: "-5M" is not a number to argparse (it only knows
+# "-5" and "-.5"), so `region kv -5M` said "size required".  Such a token is a
+# negative size or number: refused as one, not as an unknown option.
+# ---------------------------------------------------------------------------
+
+def _refuse_negative(argv: Sequence[str], prog: str) -> None:
+    for tok in argv:
+        if tok == "--":
+            break                   # run's command: passed through untouched
+        if re.match(r"-[0-9.]", tok):
+            sys.stderr.write(f"{prog}: error: invalid value {tok[:40]!r}: sizes and "
+                             "counts are positive (e.g. 64M)\n")
+            raise SystemExit(2)
+
+
+# ---------------------------------------------------------------------------
+# numactl's device forms in node lists (netdev:, block:, file:, pci:, ip:).
+# ---------------------------------------------------------------------------
+
+def _device_node(spec: str, b: Backend) -> FrozenSet[int]:
+    """libnuma's device forms (netdev:, block:, file:, pci:, ip:) -> the device's node
+    from sysfs, for parse_nodestring(devices=True).  Only a typed command resolves
+    them: they stat files and (ip:) may ask a resolver."""
+    kind, _, dev = spec.partition(":")
+    dev = dev.lstrip()
+    cls = "block" if kind in ("block", "file") else "net" if kind != "pci" else ""
+    if kind == "pci":
+        head, _, func = dev.partition(".")
+        parts = head.split(":")
+        try:
+            nums = [int(x, 16) for x in parts] + [int(func or "0", 16)]
+        except ValueError:
+            raise _ListError(f"Cannot parse PCI device `{dev}'") from None
+        if len(parts) == 2:
+            nums.insert(0, 0)
+        if len(nums) != 4:
+            raise _ListError(f"Cannot parse PCI device `{dev}'")
+        seg, bus, slot, fn = nums
+        path = f"/sys/bus/pci/devices/{seg:04x}:{bus:02x}:{slot:02x}.{fn:x}/numa_node"
+    else:
+        if kind == "file":              # the block device holding the file
+            try:
+                st = os.stat(dev)
+            except OSError:
+                raise _ListError(f"Cannot stat file {dev}") from None
+            d = st.st_rdev if stat.S_ISBLK(st.st_mode) else st.st_dev
+            want = f"{os.major(d)}:{os.minor(d)}"
+            names = [n for n in b.listdir("/sys/class/block")
+                     if (b.read_optional(f"/sys/class/block/{n}/dev") or "").strip() == want]
+            if not names:
+                raise _ListError(f"Cannot find block device {want} in sysfs for `{dev}'")
+            dev = names[0]
+        elif kind == "ip":              # the interface the route to HOST goes through
+            dev = _route_device(dev, b)
+        if "/" in dev or "." in dev:
+            raise _ListError(f"Illegal characters in `{dev}' specification")
+        path = f"/sys/class/{cls}/{dev}/device/numa_node"
+    text = b.read_optional(path)
+    if text is None and kind != "pci":      # a virtio device: its PCI parent knows
+        text = b.read_optional(f"/sys/class/{cls}/{dev}/device/../numa_node")
+    try:
+        node = int(text.strip()) if text is not None else None
+    except ValueError:
+        node = None
+    if node is None:
+        raise _ListError(f"Cannot read node mask for {cls} device `{dev}'")
+    if node < 0:
+        raise _ListError(f"Kernel does not know node mask for {cls + ' ' if cls else ''}"
+                         f"device `{dev}'")
+    return frozenset({node})
+
+
+def _route_device(host: str, b: Backend) -> str:
+    """The interface of the longest-prefix IPv4 route to ``host`` (/proc/net/route).
+    An address is used as it is; a name is looked up through the system resolver
+    (DNS: it can wait on the network), as numactl does, because a person typed it."""
+    import socket
+    try:
+        packed = socket.inet_pton(socket.AF_INET, host)
+    except (OSError, ValueError):
+        try:
+            packed = socket.inet_aton(socket.gethostbyname(host))
+        except (OSError, UnicodeError, ValueError):
+            raise _ListError(f"Cannot resolve {host}") from None
+    addr = struct.unpack("<I", packed)[0]
+    best: Tuple[int, str] = (-1, "")
+    for line in (b.read_optional("/proc/net/route") or "").splitlines()[1:]:
+        f = line.split()
+        try:
+            dst, mask = int(f[1], 16), int(f[7], 16)
+        except (IndexError, ValueError):
+            continue
+        if addr & mask == dst and bin(mask).count("1") > best[0]:
+            best = (bin(mask).count("1"), f[0])
+    if not best[1]:
+        raise _ListError(f"Cannot find a route to {host}")
+    return best[1]
+
+
 _COMMANDS = (_cli_maps, _cli_cleanup, _cli_plan, _cli_run, _cli_watch, _cli_numactl,
              _cli_fit)
 
@@ -1632,6 +1735,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for stream in (sys.stdout, sys.stderr):     # arguments echoed as the bytes given
             getattr(stream, "reconfigure", lambda **kw: None)(errors="surrogateescape")
         return _cmd_numactl(raw[lead + 1:])
+    _refuse_negative(raw, _prog())
     return _nu._run(raw, _COMMANDS)
 
 

@@ -269,7 +269,8 @@ def test_remote_share_kernel_page_size_units():
             "kernelpagesize_kB=2048\n"
             "7f2000000000 default\n"
             "7f3000000000 default anon=1 N0=1\n")
-    assert nu._numa_maps_bytes(text) == {0: 2 * 65536 + 4096, 1: 2 * 65536 + 2 * MiB}
+    assert nu._entries_bytes(nu.parse_numa_maps(text)) == \
+        {0: 2 * 65536 + 4096, 1: 2 * 65536 + 2 * MiB}
 
 
 # ---------------------------------------------------------------------------
