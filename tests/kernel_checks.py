@@ -1822,7 +1822,7 @@ def check_fit_real(env):
             assert int(_read(hp[0]) or 0) == 16, "node 0 would not reserve 16 huge pages"
             for pol in ("interleave", "bind"):
                 # interleave spills to node 0 (no nodemask for hugetlb), bind fails.
-                for n in nodes:
+                for n in nodes[:2]:             # the node with them, one without
                     _fit_case(env, out, f"hugetlb-{pol}-node{n}", None, 8 * MiB,
                               nodes=[n], policy=pol, hugepages="2M")
             if "hugetlb" in ctrls:
