@@ -32,6 +32,7 @@ import mmap
 import os
 import platform
 import struct
+import subprocess
 import sys
 import time
 import traceback
@@ -1650,3 +1651,205 @@ def check_nodes_per_package_api(env):
     assert topo.nodes_per_package == want, topo.nodes_per_package
     assert env.nu.to_json(topo)["nodes_per_package"] == want
     return {"nodes_per_package": want}
+
+# -- fit(): its verdicts against what the kernel then does -------------------------
+
+_CG = "/sys/fs/cgroup"
+_HP = "/sys/devices/system/node/node{}/hugepages/hugepages-2048kB/nr_hugepages"
+
+
+def _write(path, text):
+    with open(path, "w") as fh:
+        fh.write(str(text))
+
+
+def _shm_names():
+    """The SysV segments (shmid) and /dev/shm files there are now."""
+    lines = (_read("/proc/sysvipc/shm") or "").splitlines()[1:]
+    return {int(ln.split()[1]) for ln in lines if ln.split()}, set(os.listdir("/dev/shm"))
+
+
+def _remove_new(before):
+    """Remove what a killed child left behind (it had no chance to clean up)."""
+    ids, files = _shm_names()
+    for shmid in ids - before[0]:
+        libc().shmctl(shmid, 0, None)                    # IPC_RMID
+    for name in files - before[1]:
+        os.unlink(f"/dev/shm/{name}")
+
+
+def _fit_and_create(env, cgroup, size, **kw):
+    """In a forked child (inside ``cgroup`` when given): fit()'s verdict, then
+    SharedRegion.create + prefault with its up-front checks bypassed.  Returns
+    (verdict dict, real outcome: "ok" or what stopped it, a signal included)."""
+    nu = env.nu
+    rfd, wfd = os.pipe()
+    before = _shm_names()
+    pid = os.fork()
+    if pid == 0:
+        os.close(rfd)
+        code = 0
+        try:
+            if cgroup:
+                _write(f"{cgroup}/cgroup.procs", os.getpid())
+            r = nu.fit(size, backend=env.backend, **kw)
+            os.write(wfd, (json.dumps({"ok": bool(r), "exact": r.exact,
+                                       "reason": r.reason,
+                                       "needed": {f.node: f.needed for f in r.nodes
+                                                  if f.needed}}) + "\n").encode())
+            huge = kw.get("hugepages", False)
+            nu._fit_or_raise = lambda *a: (huge, None)
+            # create's own "no huge pages on that node" refusal too (asked about node
+            # 0, where the check reserves them): the kernel decides.
+            page = nu._region_page
+            nu._region_page = lambda h, k, b, n: page(h, k, b, frozenset([0]))
+            key = f"numa_utils_check_{os.getpid()}_fit"
+            region = nu.SharedRegion.create(key, size, prefault=True,
+                                            backend=env.backend, **kw)
+            placed = {n: v for n, v in region.placement().items() if v}
+            region.close()
+            region.destroy()
+            os.write(wfd, (json.dumps({"placed": placed}) + "\n").encode())
+        except BaseException as e:  # noqa: BLE001 - the outcome, for the parent
+            os.write(wfd, (json.dumps(f"{type(e).__name__}: {e}") + "\n").encode())
+            code = 1
+        os._exit(code)
+    os.close(wfd)
+    chunks = []
+    while True:
+        b = os.read(rfd, 65536)
+        if not b:
+            break
+        chunks.append(b)
+    os.close(rfd)
+    _, status = os.waitpid(pid, 0)
+    _remove_new(before)
+    lines = [json.loads(x) for x in b"".join(chunks).decode().splitlines() if x]
+    if not lines:
+        raise AssertionError(f"fit child died before fit() answered (status {status})")
+    if not isinstance(lines[0], dict):
+        raise AssertionError(f"fit() raised: {lines[0]}")
+    real = lines[1] if len(lines) > 1 else None
+    if isinstance(real, dict):
+        real = {int(k): v for k, v in real["placed"].items()}
+    if os.WIFSIGNALED(status):
+        real = f"killed by signal {os.WTERMSIG(status)}"
+    return lines[0], real or f"child exited {status} without an outcome"
+
+
+def _near(placed, want, page):
+    """The same nodes, each within a page of its share: the kernel starts a shared
+    region's interleave where its offset says, so which nodes hold the remainder's
+    extra page is its choice, not fit()'s."""
+    return set(placed) == set(want) and all(abs(placed[n] - want[n]) <= page
+                                            for n in want)
+
+
+def _fit_case(env, out, name, cgroup, size, **kw):
+    """One case: fit() says yes exactly when the region is made and prefaulted (and,
+    for huge pages, which fit() requires where the policy asks, they are there)."""
+    kw.setdefault("policy", "interleave")       # fit()'s default, not create()'s
+    verdict, real = _fit_and_create(env, cgroup, size, **kw)
+    out[name] = {"fit": verdict["ok"], "reason": verdict["reason"], "real": real}
+    ok = isinstance(real, dict)
+    if ok and kw.get("hugepages"):
+        # fit() gives each node its share under interleave; under bind, none (any
+        # bound node will do).
+        want = {int(k): v for k, v in verdict["needed"].items()}
+        ok = _near(real, want, 2 << 20) if want else \
+            set(real) <= set(kw.get("nodes") or real)
+    elif ok and verdict["exact"] and verdict["needed"]:
+        want = {int(k): v for k, v in verdict["needed"].items()}
+        assert _near(real, want, env.page_size), \
+            f"{name}: fit() expects {want}, placed {real}"
+    assert verdict["ok"] == ok, \
+        f"{name}: fit() says {verdict['ok']} ({verdict['reason']}, needed "\
+        f"{verdict['needed']}), the kernel: {real}"
+
+
+def _cgroup_child(controllers):
+    """A cgroup v2 child of the root with these controllers; (path, mounted by us)."""
+    mounted = False
+    if not os.path.exists(f"{_CG}/cgroup.controllers"):
+        subprocess.run(["mount", "-t", "cgroup2", "none", _CG], check=True)
+        mounted = True
+    have = (_read(f"{_CG}/cgroup.controllers") or "").split()
+    use = [c for c in controllers if c in have]
+    if use:
+        _write(f"{_CG}/cgroup.subtree_control", " ".join("+" + c for c in use))
+    cg = f"{_CG}/numa_utils_fit_{os.getpid()}"
+    os.mkdir(cg)
+    return cg, mounted, use
+
+
+def check_fit_real(env):
+    """fit()'s verdict against the real SharedRegion.create + prefault (its own
+    check bypassed, in a child so a SIGBUS or an OOM kill ends only the child): a
+    region that fits, one over a cgroup's memory.max, 2 MiB huge pages reserved on
+    node 0 only (asked on node 0, then on the node without), one over the cgroup's
+    hugetlb.2MB.max, and POSIX regions against a 64 MiB /dev/shm."""
+    env.need_real("fit() against the kernel's own allocation")
+    env.need_numa()
+    env.need("fit", "SharedRegion", "_fit_or_raise", "_region_page")
+    if os.geteuid() != 0:
+        raise Skip("needs root: cgroups, nr_hugepages, remounting /dev/shm")
+    nodes = env.default_nodes
+    if len(nodes) < 2 or nodes[0] != 0:
+        raise Skip(f"needs two memory nodes from node 0 ({nodes})")
+    MiB = 1 << 20
+    out = {}
+    _fit_case(env, out, "fits", None, 8 * MiB)
+    for n in sorted(set(env.memory_nodes) - set(nodes))[:1]:
+        # A node nodes=None leaves out (CXL: about 55x slower, so 4 MiB at most).
+        _fit_case(env, out, f"node{n}-fits", None, 4 * MiB, nodes=[n])
+    cg, mounted, ctrls = _cgroup_child(["memory", "hugetlb"])
+    hp = [_HP.format(n) for n in nodes]
+    saved_hp = [_read(p) for p in hp] if all(os.path.exists(p) for p in hp) else None
+    shm_opts = None
+    try:
+        if "memory" in ctrls:
+            _write(f"{cg}/memory.max", 24 * MiB)
+            _fit_case(env, out, "memory.max-fits", cg, 8 * MiB)
+            _fit_case(env, out, "memory.max-over", cg, 48 * MiB)
+        else:
+            out["memory.max"] = "skipped: no memory controller"
+        if saved_hp is None:
+            out["hugetlb"] = "skipped: no 2 MiB huge pages"
+        else:
+            _write(hp[0], 16)                            # 32 MiB on node 0 only
+            for p in hp[1:]:
+                _write(p, 0)
+            assert int(_read(hp[0]) or 0) == 16, "node 0 would not reserve 16 huge pages"
+            for pol in ("interleave", "bind"):
+                # interleave spills to node 0 (no nodemask for hugetlb), bind fails.
+                for n in nodes[:2]:             # the node with them, one without
+                    _fit_case(env, out, f"hugetlb-{pol}-node{n}", None, 8 * MiB,
+                              nodes=[n], policy=pol, hugepages="2M")
+            if "hugetlb" in ctrls:
+                _write(f"{cg}/hugetlb.2MB.max", 8 * MiB)
+                _fit_case(env, out, "hugetlb.2MB.max-fits", cg, 4 * MiB, nodes=[0],
+                          hugepages="2M")
+                _fit_case(env, out, "hugetlb.2MB.max-over", cg, 16 * MiB, nodes=[0],
+                          hugepages="2M")
+            else:
+                out["hugetlb.2MB.max"] = "skipped: no hugetlb controller in " \
+                    f"{_CG}/cgroup.controllers"
+        shm_opts = next(ln.split()[3] for ln in (_read("/proc/mounts") or "").splitlines()
+                        if ln.split()[1:3] == ["/dev/shm", "tmpfs"])
+        subprocess.run(["mount", "-o", "remount,size=64M", "/dev/shm"], check=True)
+        _fit_case(env, out, "posix-fits", None, 32 * MiB, kind="posix")
+        _fit_case(env, out, "posix-over", None, 96 * MiB, kind="posix")
+    finally:
+        if shm_opts is not None:
+            size = [o for o in shm_opts.split(",") if o.startswith("size=")]
+            subprocess.run(["mount", "-o", "remount," + (size[0] if size else "size=50%"),
+                            "/dev/shm"], check=False)
+        if saved_hp is not None:
+            for p, v in zip(hp, saved_hp):
+                _write(p, v or 0)
+        os.rmdir(cg)
+        if mounted:
+            subprocess.run(["umount", _CG], check=False)
+    verdicts = [v["fit"] for v in out.values() if isinstance(v, dict)]
+    assert True in verdicts and False in verdicts, f"no case of each verdict: {out}"
+    return out

@@ -96,6 +96,8 @@ def required_checks(arch, topology):
         need |= {"raw_packages", "packages_api"}
     if topo.get("cxl_mb"):
         need |= {"raw_cxl_node", "cxl_api", "weighted_interleave_api"}
+    if arch.startswith("x86_64") and topology in ("two-node", "cxl"):
+        need.add("fit_real")    # fit() against a cgroup, huge pages, a small /dev/shm
     return need
 
 
