@@ -466,6 +466,18 @@ def _seccomp_deny(arch, numbers, err=errno.EPERM):
         raise OSError(ctypes.get_errno(), "PR_SET_SECCOMP")
 
 
+def _read_all(fd):
+    """Everything a child writes to the pipe ``fd`` until it closes it; closes ``fd``."""
+    chunks = []
+    while True:
+        b = os.read(fd, 65536)
+        if not b:
+            break
+        chunks.append(b)
+    os.close(fd)
+    return b"".join(chunks)
+
+
 def in_child(fn, timeout=60):
     """Run fn() in a forked child; returns what it returned (JSON) or raises."""
     rfd, wfd = os.pipe()
@@ -480,15 +492,9 @@ def in_child(fn, timeout=60):
         os.write(wfd, json.dumps(res).encode())
         os._exit(0)
     os.close(wfd)
-    chunks = []
-    while True:
-        b = os.read(rfd, 65536)
-        if not b:
-            break
-        chunks.append(b)
-    os.close(rfd)
+    data = _read_all(rfd)
     os.waitpid(pid, 0)
-    res = json.loads(b"".join(chunks) or b'{"ok": false, "error": "child died"}')
+    res = json.loads(data or b'{"ok": false, "error": "child died"}')
     if not res["ok"]:
         raise AssertionError(f"in child: {res['error']}\n{res.get('tb', '')}")
     return res["value"]
@@ -1715,16 +1721,10 @@ def _fit_and_create(env, cgroup, size, **kw):
             code = 1
         os._exit(code)
     os.close(wfd)
-    chunks = []
-    while True:
-        b = os.read(rfd, 65536)
-        if not b:
-            break
-        chunks.append(b)
-    os.close(rfd)
+    data = _read_all(rfd)
     _, status = os.waitpid(pid, 0)
     _remove_new(before)
-    lines = [json.loads(x) for x in b"".join(chunks).decode().splitlines() if x]
+    lines = [json.loads(x) for x in data.decode().splitlines() if x]
     if not lines:
         raise AssertionError(f"fit child died before fit() answered (status {status})")
     if not isinstance(lines[0], dict):
