@@ -4295,9 +4295,10 @@ class SharedRegion:
         record and the layout.  Then each extent's policy, THP advice and prefault.
         Nothing stays behind when any step fails; an attach never removes the region.
 
-        SIGINT/SIGTERM wait while the object is made and handed to the undo path; a
-        handler for one that came meanwhile runs before they are let go
-        (_run_pending), so that what it raises is undone here."""
+        SIGINT/SIGTERM wait until the region is returned or undone; a handler for one
+        that came meanwhile runs before they are let go (_run_pending: between
+        prefault's chunks, and at the end), so that what it raises is undone here
+        with nothing let go."""
         m: Dict[str, Any] = {"shmid": -1, "name": "", "ipc_key": 0, "fd": -1,
                              "address": 0, "mapped": 0}
         undo: List[Tuple[Any, ...]] = []
@@ -4307,10 +4308,17 @@ class SharedRegion:
             rec, lay = make(m, undo)
             page, addr = rec["page_size"], m["address"]
             cpus = _extent_cpus(b, lay) if prefault else None
-            if prefault and blocked:            # prefault may take long: interruptible
-                _run_pending(held)
-                blocked = False
-                _release_signals(held)          # a signal in this very call: undone
+            if prefault and blocked:
+                # Prefault may take long: it stays interruptible by handling, between
+                # chunks and with the signals still held, one that came (released,
+                # a second one could strike between the first and the undo).
+                user = progress
+
+                def polled(done: int, total: int) -> None:
+                    _run_pending(held)
+                    if user is not None:
+                        user(done, total)
+                progress = polled
             # Over the record too: one VMA (one numa_maps line) per region.
             res = _layout_apply(b, addr, m["mapped"], page, lay, strict)
             if thp:

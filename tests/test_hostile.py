@@ -308,12 +308,30 @@ CREATE = {nu.SharedRegion.create.__func__.__code__} if what != "destroy" else \
     {nu.SharedRegion.close.__code__, nu.SharedRegion.remove.__code__}
 hits = [0]
 retry_errors = [0]
+released = [False]
+if what != "destroy":
+    # The window measured ends where create() lets the signals go: after that it
+    # returns the region (or has undone it), and an interrupt in its last bytecodes,
+    # or just after it returned and before `r =` binds the region, is the caller's
+    # to handle, as with open().
+    hold, release = nu._hold_signals, nu._release_signals
+
+    def _hold():
+        released[0] = False
+        return hold()
+
+    def _release(held):
+        released[0] = True
+        release(held)
+    nu._hold_signals, nu._release_signals = _hold, _release
 
 
 def on_sigint(signum, frame):
     # KeyboardInterrupt, as the default handler, but only while create() runs (its
-    # frame on the stack): an interrupt in our own loop -- also the one just after
-    # create() returned, before `r =` binds the region -- measures nothing.
+    # frame on the stack, the signals not yet let go): an interrupt in our own loop
+    # measures nothing.
+    if released[0]:
+        return
     while frame is not None:
         if frame.f_code in CREATE:
             hits[0] += 1
