@@ -3366,12 +3366,9 @@ def _touch_iov(addr: int, length: int, page: int, write: bool = True) -> None:
             n = min(_IOV_MAX, len(starts) - i)
             ptr = base + 16 * i
             ctypes.set_errno(0)
-            if libc.writev(w, ptr, n) != n:
+            if libc.writev(w, ptr, n) != n or (write and libc.readv(r, ptr, n) != n):
                 raise _oserror(ctypes.get_errno() or errno.EIO, "prefault (touch)")
-            if write:
-                if libc.readv(r, ptr, n) != n:
-                    raise _oserror(ctypes.get_errno() or errno.EIO, "prefault (touch)")
-            else:
+            if not write:
                 os.read(r, n)           # drain: the bytes were only read
     finally:
         os.close(r)
@@ -3434,7 +3431,8 @@ def prefault(buf: Any, length: Optional[int] = None, threads: Optional[int] = No
     errors: List[BaseException] = []
     stop = threading.Event()
 
-    def work(i: int, lo: int, hi: int) -> None:
+    def work(i: int, lo: int, hi: int, tick: Optional[Callable[[int, int], Any]] = None
+             ) -> None:
         try:
             p = lo
             while p < hi and not stop.is_set():
@@ -3447,6 +3445,8 @@ def prefault(buf: Any, length: Optional[int] = None, threads: Optional[int] = No
                     b.touch(p, q - p)
                 done[i] += q - p
                 p = q
+                if tick is not None:
+                    tick(sum(done), span)
         except BaseException as e:      # re-raised in the calling thread
             errors.append(e)
             stop.set()
@@ -3454,30 +3454,21 @@ def prefault(buf: Any, length: Optional[int] = None, threads: Optional[int] = No
     bounds = [start + (pages * i // n) * pg for i in range(n + 1)]
     workers = [threading.Thread(target=work, args=(i, bounds[i], bounds[i + 1]),
                                 name=f"numa_utils-prefault-{i}", daemon=True)
-               for i in range(n)]
+               for i in range(n)] if n > 1 else []
     try:
-        if n == 1:
-            # One slice: run it here, still calling progress between chunks.
-            p = start
-            while p < start + span:
-                q = min(start + span, p + chunk)
-                work(0, p, q)
-                if errors:
-                    break
-                if progress is not None:
+        if not workers:
+            # One slice: run it here, calling progress between chunks.
+            work(0, start, start + span, progress)
+        for t in workers:
+            t.start()
+        # Wait on each worker in turn: joining one that has already ended returns at
+        # once, and waiting on it would spin (and call progress) until the slowest
+        # slice is done.
+        for t in workers:
+            while t.is_alive():
+                t.join(0.05)
+                if progress is not None and not errors:
                     progress(sum(done), span)
-                p = q
-        else:
-            for t in workers:
-                t.start()
-            # Wait on each worker in turn: joining one that has already ended returns
-            # at once, and waiting on it would spin (and call progress) until the
-            # slowest slice is done.
-            for t in workers:
-                while t.is_alive():
-                    t.join(0.05)
-                    if progress is not None and not errors:
-                        progress(sum(done), span)
     finally:
         stop.set()
         for t in workers:
@@ -3527,13 +3518,9 @@ def _huge_size(hugepages: Union[bool, int, str, None], b: Backend,
         return 0
     topo = read_topology(backend=b)
     targets = nodes if nodes else (default_memory_nodes(topo) or frozenset(topo.nodes))
-    common: Optional[FrozenSet[int]] = None
-    for n in targets:
-        node = topo.nodes.get(n)
-        have = frozenset(kb for kb, h in (node.hugepages.items() if node else ())
-                         if h.total)
-        common = have if common is None else common & have
-    sizes_kb = common or frozenset()
+    have = [{kb for kb, h in topo.nodes[n].hugepages.items() if h.total}
+            if n in topo.nodes else set() for n in targets]
+    sizes_kb = set.intersection(*have) if have else set()
     if hugepages is True:
         if not sizes_kb:
             raise OSError(errno.ENOMEM, "no huge pages reserved on "
@@ -3542,13 +3529,7 @@ def _huge_size(hugepages: Union[bool, int, str, None], b: Backend,
                           "hugepages=False")
         kb = 2048 if 2048 in sizes_kb else min(sizes_kb)
         return kb * 1024
-    if isinstance(hugepages, str):
-        m = re.match(r"^(\d+)\s*([kKmMgG])[bB]?$", hugepages.strip())
-        if not m:
-            raise ValueError(f"invalid huge page size {hugepages!r} (2M, 1G, 2048kB)")
-        nbytes = int(m.group(1)) << {"k": 10, "m": 20, "g": 30}[m.group(2).lower()]
-    else:
-        nbytes = int(hugepages or 0)
+    nbytes = _parse_size(hugepages) if isinstance(hugepages, str) else int(hugepages or 0)
     if nbytes // 1024 not in sizes_kb:
         raise OSError(errno.ENOMEM, f"no {nbytes >> 10} kB huge pages reserved on "
                       f"{_nodes_txt(targets)}")
