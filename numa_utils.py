@@ -2039,7 +2039,6 @@ class GetFlag(enum.IntFlag):
     MEMS_ALLOWED = 4
 
 
-MADV_POPULATE_READ = 22         # Linux 5.14+
 MADV_POPULATE_WRITE = 23        # Linux 5.14+
 
 
@@ -3130,7 +3129,6 @@ IPC_STAT = 2
 SHM_RDONLY = 0o10000
 SHM_HUGETLB = 0o4000
 SHM_HUGE_SHIFT = 26
-SHM_DEST = 0o1000                 # in shm_perm.mode: IPC_RMID done, attached still
 _PROT_READ, _PROT_WRITE = 1, 2
 _MAP_SHARED = 0x01
 _MAP_HUGETLB = 0x40000            # x86, arm, ppc, s390, riscv alike
@@ -3151,9 +3149,6 @@ LOCK_SH, LOCK_EX, LOCK_NB, LOCK_UN = 1, 2, 4, 8     # include/uapi/asm-generic/f
 # struct shmid_ds as glibc lays it out on 64-bit little-endian ABIs with the
 # asm-generic ipc structures (x86_64 differs only in a u16 mode + padding).
 _SHMID_DS_GENERIC64 = frozenset({"x86_64", "aarch64", "riscv64", "loongarch64"})
-_SYSVIPC_HEADER = ("       key      shmid perms                  size  cpid  lpid nattch"
-                   "   uid   gid  cuid  cgid      atime      dtime      ctime          "
-                   "         rss                  swap\n")
 
 
 class _ShmStat(_Record):
@@ -3239,13 +3234,8 @@ def _posix_name(key: Union[int, str]) -> str:
 
 def _sysv_keys(key: Union[int, str]) -> List[int]:
     """The keys a region may live under, in the order create tries them."""
-    first = _sysv_key(key)
-    if not isinstance(key, str):
-        return [first]
-    import zlib
-    return [first] + [SYSV_KEY_PREFIX | (zlib.crc32(f"{key}\0{i}".encode())
-                                         & ~SYSV_KEY_MASK & 0xFFFFFFFF)
-                      for i in range(1, _SYSV_PROBES)]
+    probes = range(1, _SYSV_PROBES) if isinstance(key, str) else ()
+    return [_sysv_key(key)] + [_sysv_key(f"{key}\0{i}") for i in probes]
 
 
 def _same_key(a: Any, b: Union[int, str]) -> bool:
@@ -3318,11 +3308,10 @@ def _record_read(addr: int, seg: int, what: str) -> Optional[Dict[str, Any]]:
         rec: Dict[str, Any] = json.loads(raw.decode("utf-8"))
     except ValueError:
         raise ValueError(f"{bad} (not JSON)") from None
-    ok = isinstance(rec, dict) and isinstance(rec.get("key"), (str, int)) and \
-        not isinstance(rec.get("key"), bool) and rec.get("kind") in ("sysv", "posix")
-    for f in ("size", "page_size"):
-        v = rec.get(f) if ok else None
-        ok = ok and isinstance(v, int) and not isinstance(v, bool) and v > 0
+    # JSON gives exact types: type() checks leave out bools.
+    ok = isinstance(rec, dict) and type(rec.get("key")) in (str, int) and \
+        rec.get("kind") in ("sysv", "posix") and \
+        all(type(rec.get(f)) is int and rec[f] > 0 for f in ("size", "page_size"))
     if not ok or rec["size"] > end - n:
         raise ValueError(f"{bad} (fields)")
     return rec

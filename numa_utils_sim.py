@@ -70,12 +70,12 @@ LOCK_SH = _nu.LOCK_SH
 LOCK_UN = _nu.LOCK_UN
 LinuxBackend = _nu.LinuxBackend
 MADV_HUGEPAGE = _nu.MADV_HUGEPAGE
-MADV_POPULATE_READ = _nu.MADV_POPULATE_READ
+MADV_POPULATE_READ = 22         # Linux 5.14+
 MADV_POPULATE_WRITE = _nu.MADV_POPULATE_WRITE
 MbindFlag = _nu.MbindFlag
 Mode = _nu.Mode
 ModeFlag = _nu.ModeFlag
-SHM_DEST = _nu.SHM_DEST
+SHM_DEST = 0o1000               # in shm_perm.mode: IPC_RMID done, attached still
 SHM_HUGETLB = _nu.SHM_HUGETLB
 SHM_HUGE_SHIFT = _nu.SHM_HUGE_SHIFT
 SHM_RDONLY = _nu.SHM_RDONLY
@@ -85,7 +85,6 @@ _DEFAULT_PAGE = _nu._DEFAULT_PAGE
 _MODE_FLAGS_MASK = _nu._MODE_FLAGS_MASK
 _NODE_DIR = _nu._NODE_DIR
 _Pol = _nu._Pol
-_SYSVIPC_HEADER = _nu._SYSVIPC_HEADER
 _ShmStat = _nu._ShmStat
 _THP_DIR = _nu._THP_DIR
 _WI_DIR = _nu._WI_DIR
@@ -99,6 +98,11 @@ abi_for = _nu.abi_for
 decode_nodemask = _nu.decode_nodemask
 format_cpulist = _nu.format_cpulist
 read_topology = _nu.read_topology
+
+# The header line of /proc/sysvipc/shm (ipc/shm.c sysvipc_shm_proc_show).
+_SYSVIPC_HEADER = ("       key      shmid perms                  size  cpid  lpid nattch"
+                   "   uid   gid  cuid  cgid      atime      dtime      ctime          "
+                   "         rss                  swap\n")
 
 # ===========================================================================
 # SimulatedBackend: a model of the kernel's memory-policy semantics behind the same
