@@ -1944,8 +1944,7 @@ def default_memory_nodes(topology: Optional[Topology] = None, *,
 # ---------------------------------------------------------------------------
 
 def _topology_json(t: Topology) -> Dict[str, Any]:
-    def ids(s: Iterable[int]) -> List[int]:
-        return sorted(s)
+    ids = sorted
     return {
         "nodes": [{
             "id": n.id, "cpus": ids(n.cpus), "mem_total_kb": n.mem_total_kb,
@@ -2169,22 +2168,8 @@ def _pointer_bits(abi: Abi) -> int:
     return max(abi.word_bits, ctypes.sizeof(ctypes.c_void_p) * 8)
 
 
-def _pointer_array(values: Sequence[int], abi: Abi) -> ctypes.Array[ctypes.c_char]:
-    bits = _pointer_bits(abi)
-    raw = b"".join((v & ((1 << bits) - 1)).to_bytes(bits // 8, abi.byteorder)
-                   for v in values)
+def _c_array(raw: bytes) -> ctypes.Array[ctypes.c_char]:
     return ctypes.create_string_buffer(raw, max(len(raw), 1))
-
-
-def _int_array(values: Sequence[int], abi: Abi) -> ctypes.Array[ctypes.c_char]:
-    raw = struct.pack((">" if abi.byteorder == "big" else "<") + f"{len(values)}i",
-                      *values)
-    return ctypes.create_string_buffer(raw, max(len(raw), 1))
-
-
-def _read_int_array(buf: ctypes.Array[ctypes.c_char], count: int, abi: Abi) -> List[int]:
-    fmt = (">" if abi.byteorder == "big" else "<") + f"{count}i"
-    return list(struct.unpack(fmt, buf.raw[: 4 * count]))
 
 
 def move_pages(pid: int, pages: Sequence[int], nodes: Optional[Sequence[int]] = None,
@@ -2196,13 +2181,16 @@ def move_pages(pid: int, pages: Sequence[int], nodes: Optional[Sequence[int]] = 
     count = len(pages)
     if nodes is not None and len(nodes) != count:
         raise ValueError("move_pages: pages and nodes differ in length")
-    parr = _pointer_array(list(pages), b.abi)
-    narr = _int_array(list(nodes), b.abi) if nodes is not None else None
-    status = _int_array([0] * count, b.abi)
+    bits = _pointer_bits(b.abi)
+    ints = (">" if b.abi.byteorder == "big" else "<") + f"{count}i"
+    parr = _c_array(b"".join((v & ((1 << bits) - 1)).to_bytes(bits // 8, b.abi.byteorder)
+                             for v in pages))
+    narr = _c_array(struct.pack(ints, *nodes)) if nodes is not None else None
+    status = _c_array(bytes(4 * count))
     b.syscall(nr, pid, count, ctypes.addressof(parr),
               ctypes.addressof(narr) if narr is not None else 0,
               ctypes.addressof(status), int(flags))
-    return _read_int_array(status, count, b.abi)
+    return list(struct.unpack(ints, status.raw[: 4 * count]))
 
 
 def migrate_pages(pid: int, old_nodes: Iterable[int], new_nodes: Iterable[int], *,
@@ -2211,9 +2199,8 @@ def migrate_pages(pid: int, old_nodes: Iterable[int], new_nodes: Iterable[int], 
     b = _b(backend)
     nr = b.abi.number("migrate_pages")
     old, new = frozenset(old_nodes), frozenset(new_nodes)
-    bits = max(max(old | new, default=0) + 1, 1)
-    om = NodeMask(old, abi=b.abi, bits=bits)
-    nm = NodeMask(new, abi=b.abi, bits=bits)
+    bits = max(old | new, default=0) + 1        # one mask size for both
+    om, nm = NodeMask(old, abi=b.abi, bits=bits), NodeMask(new, abi=b.abi, bits=bits)
     return b.syscall(nr, pid, om.maxnode, om.address, nm.address)
 
 
@@ -2237,15 +2224,10 @@ class _Pol(_Record):
                  5: "prefer (many)", 6: "weighted interleave"}
         s = names.get(self.mode, "?")
         if self.flags & _MODE_FLAGS_MASK:
-            s += "="
-            if self.flags & ModeFlag.STATIC_NODES:
-                s += "static"
-            elif self.flags & ModeFlag.RELATIVE_NODES:
-                s += "relative"
-            if self.flags & ModeFlag.NUMA_BALANCING:
-                if (self.flags & _MODE_FLAGS_MASK) != ModeFlag.NUMA_BALANCING:
-                    s += "|"
-                s += "balancing"
+            words = ("static" if self.flags & ModeFlag.STATIC_NODES else
+                     "relative" if self.flags & ModeFlag.RELATIVE_NODES else "",
+                     "balancing" if self.flags & ModeFlag.NUMA_BALANCING else "")
+            s += "=" + "|".join(w for w in words if w)
         if self.mode not in (Mode.DEFAULT, Mode.LOCAL) and self.nodes:
             s += ":" + format_cpulist(self.nodes)
         return s
@@ -2386,10 +2368,7 @@ class PolicyResult(_Record):
         return self.applied
 
     def to_json(self) -> Dict[str, Any]:
-        return {"applied": self.applied, "mode": self.mode, "nodes": sorted(self.nodes),
-                "start": self.start, "length": self.length, "reason": self.reason,
-                "errno": self.errno, "hint": self.hint, "dropped": sorted(self.dropped),
-                "resident_unmoved": self.resident_unmoved}
+        return {**self._asdict(), "nodes": sorted(self.nodes), "dropped": sorted(self.dropped)}
 
 
 class PolicyInfo(_Record):
@@ -2471,11 +2450,15 @@ def _errno_reason(err: int) -> str:
     return errno.errorcode.get(err, f"errno {err}")
 
 
-def _fallback(res: PolicyResult, strict: bool, what: str) -> PolicyResult:
+def _fallback(res: PolicyResult, strict: bool, what: str, reason: Optional[str] = None,
+              err: Optional[int] = None) -> PolicyResult:
+    """``res`` (failed with ``reason`` and ``err``, when given) returned, or raised as
+    OSError in strict mode; logged once unless nothing was asked of the kernel."""
+    if reason is not None:
+        res = res._replace(reason=reason, errno=err, hint=_HINTS.get(reason))
     if strict:
-        if res.errno:
-            raise OSError(res.errno, f"{what}: {res.reason}: {res.hint or ''}".rstrip(": "))
-        raise OSError(errno.EINVAL, f"{what}: {res.reason}: {res.hint or ''}")
+        raise OSError(res.errno or errno.EINVAL,
+                      f"{what}: {res.reason}: {res.hint or ''}".rstrip(": "))
     if res.reason not in ("disabled", "single-node"):
         _warn_once(f"{what}:{res.reason}", "numa_utils: %s not applied (%s); memory "
                    "stays usable under first-touch. %s", what, res.reason, res.hint or "")
@@ -2528,11 +2511,6 @@ def _apply_policy(buf: Any, length: Optional[int], *, mode: Union[str, int],
             if not isinstance(n, int) or isinstance(n, bool) or n < 0:
                 raise ValueError(f"invalid NUMA node id {n!r}")
     res = PolicyResult(False, mname, want, start, size)
-
-    def fail(reason: str, err: Optional[int] = None) -> PolicyResult:
-        return _fallback(res._replace(reason=reason, errno=err, hint=_HINTS.get(reason)),
-                         strict_, what)
-
     if not enabled:
         return res._replace(reason="disabled", hint=_HINTS["disabled"])
     if m in (Mode.DEFAULT, Mode.LOCAL):
@@ -2540,7 +2518,7 @@ def _apply_policy(buf: Any, length: Optional[int], *, mode: Union[str, int],
         res = res._replace(nodes=want)
     else:
         if not want:
-            return fail("EINVAL", errno.EINVAL)
+            return _fallback(res, strict_, what, "EINVAL", errno.EINVAL)
         # Intersect with the cpuset first (the kernel would fail the whole call with
         # EINVAL only when nothing is left, silently dropping the rest).
         missing = want - mem
@@ -2553,14 +2531,15 @@ def _apply_policy(buf: Any, length: Optional[int], *, mode: Union[str, int],
         want = want - dropped
         res = res._replace(nodes=want, dropped=dropped)
         if not want:
-            return fail("cpuset" if forbidden else "no-memory-node", errno.EINVAL)
+            return _fallback(res, strict_, what, "cpuset" if forbidden else "no-memory-node",
+                             errno.EINVAL)
         if not explicit and len(want) < 2 and m in (Mode.INTERLEAVE,
                                                     Mode.WEIGHTED_INTERLEAVE):
             return res._replace(reason="single-node", hint=_HINTS["single-node"])
         if m == Mode.PREFERRED and len(want) > 1:
             raise ValueError("preferred takes one node; use preferred_many for several")
     if not b.abi.supported:
-        return fail("unsupported-arch", errno.ENOSYS)
+        return _fallback(res, strict_, what, "unsupported-arch", errno.ENOSYS)
     try:
         if buf is None:
             set_mempolicy(m, want, mode_flags=mode_flags, backend=b)
@@ -2568,13 +2547,13 @@ def _apply_policy(buf: Any, length: Optional[int], *, mode: Union[str, int],
             mbind(start, size, m, want, MbindFlag.MOVE if move else 0,
                   mode_flags=mode_flags, backend=b)
     except NotLiveError as e:
-        return fail("not-live", e.errno)
+        return _fallback(res, strict_, what, "not-live", e.errno)
     except OSError as e:
         err = e.errno or errno.EIO
-        if err == errno.EINVAL and m == Mode.WEIGHTED_INTERLEAVE:
-            # Before 6.9 mode 6 is an invalid mode: never a silent plain interleave.
-            return fail("no-weighted-interleave", err)
-        return fail(_errno_reason(err), err)
+        # Before 6.9 mode 6 is an invalid mode: never a silent plain interleave.
+        wi = err == errno.EINVAL and m == Mode.WEIGHTED_INTERLEAVE
+        return _fallback(res, strict_, what, "no-weighted-interleave" if wi
+                         else _errno_reason(err), err)
     res = res._replace(applied=True)
     if size and not move and count_resident and m != Mode.DEFAULT:
         try:            # mincore counts base pages, also in a hugetlb mapping
