@@ -1876,27 +1876,27 @@ def memory_node_choice(topology: Optional[Topology] = None, *,
         left[n] = ("outside this process's cpuset (Mems_allowed_list "
                    f"{format_cpulist(t.allowed_mems)})")
 
-    def drop(ns: Iterable[int], why: Callable[[Node], str]) -> bool:
+    def drop(ns: Iterable[int], why: Callable[[Node], str], because: str = "") -> None:
+        """Leave out ``ns`` (for ``why``), unless that would leave nothing."""
         out = set(ns) & cands
         if not out or not cands - out:
-            return False
+            return
         for n in sorted(out):
             left[n] = why(t.nodes[n])
             cands.discard(n)
-        return True
+        if because:
+            basis.append(because)
 
     nodes = {n: t.nodes[n] for n in cands if n in t.nodes}
-    if drop((n for n, v in nodes.items() if v.kind == "generic-initiator"),
-            lambda v: "a generic-initiator node: a device's, not the CPUs' memory"):
-        basis.append("generic initiators")
-    if drop((n for n, v in nodes.items() if v.kind == "gpu"),
-            lambda v: f"GPU memory ({v.kind_evidence.split(';')[0]}): host buffers "
-                      "there take the GPU's own HBM"):
-        basis.append("GPU memory nodes")
-    if drop((n for n, v in nodes.items() if v.has_normal_memory is False),
-            lambda v: "movable-only memory (not in has_normal_memory; CXL expanders "
-                      "and GPU memory come up this way)"):
-        basis.append("has_normal_memory")
+    drop((n for n, v in nodes.items() if v.kind == "generic-initiator"),
+         lambda v: "a generic-initiator node: a device's, not the CPUs' memory",
+         "generic initiators")
+    drop((n for n, v in nodes.items() if v.kind == "gpu"),
+         lambda v: f"GPU memory ({v.kind_evidence.split(';')[0]}): host buffers "
+                   "there take the GPU's own HBM", "GPU memory nodes")
+    drop((n for n, v in nodes.items() if v.has_normal_memory is False),
+         lambda v: "movable-only memory (not in has_normal_memory; CXL expanders "
+                   "and GPU memory come up this way)", "has_normal_memory")
     tiers = {n: t.nodes[n].tier for n in cands}
     known_tiers = {n: v for n, v in tiers.items() if v is not None}
     with_cpus = cands & t.nodes_with_cpus
@@ -1923,10 +1923,9 @@ def memory_node_choice(topology: Optional[Topology] = None, *,
                 dk = [d for d in ds if d is not None]
                 if t.nodes[m].access is None and len(dk) == len(ds) and min(dk) > remote:
                     far[m] = min(dk)
-            if drop(far, lambda v: f"CPU-less and far (distance {far[v.id]} from the "
-                                   f"nearest CPU node, > {remote} between CPU nodes); "
-                                   "no tier or HMAT data to say it is fast"):
-                basis.append("distances (no tier or HMAT data)")
+            drop(far, lambda v: f"CPU-less and far (distance {far[v.id]} from the nearest "
+                                f"CPU node, > {remote} between CPU nodes); no tier or HMAT "
+                                "data to say it is fast", "distances (no tier or HMAT data)")
     return MemoryNodeChoice(frozenset(cands), MappingProxyType(left), ", ".join(basis))
 
 
@@ -2062,17 +2061,11 @@ class NodeMask:
         need = max(max(ids) + 1 if ids else 0, bits, 1)
         self.words = (need + w - 1) // w
         self.bits = self.words * w
+        # Room for what get_mempolicy writes: ALIGN(maxnode - 1, 64) / 8 bytes.
+        self.nbytes = ((self.bits + 63) // 64) * 8
         self.buffer = ctypes.create_string_buffer(
             _encode_nodemask(ids, self.words, self.abi), self.nbytes)
-
-    @property
-    def nbytes(self) -> int:
-        # Room for what get_mempolicy writes: ALIGN(maxnode - 1, 64) / 8 bytes.
-        return ((self.bits + 63) // 64) * 8
-
-    @property
-    def address(self) -> int:
-        return ctypes.addressof(self.buffer)
+        self.address = ctypes.addressof(self.buffer)
 
     @property
     def maxnode(self) -> int:
@@ -2154,11 +2147,8 @@ def get_mempolicy(addr: Optional[int] = None, flags: int = 0, *,
     # An int the kernel writes, decoded in the ABI's byte order (the same as the
     # host's on a real kernel; a simulated big-endian kernel writes big-endian).
     pol = ctypes.create_string_buffer(4)
-    f = int(flags)
-    if addr is not None:
-        f |= int(GetFlag.ADDR)
-    b.syscall(nr, ctypes.addressof(pol), mask.address, mask.maxnode,
-              addr if addr is not None else 0, f)
+    b.syscall(nr, ctypes.addressof(pol), mask.address, mask.maxnode, addr or 0,
+              int(flags) | (int(GetFlag.ADDR) if addr is not None else 0))
     return int.from_bytes(pol.raw, b.abi.byteorder, signed=True), mask.read()
 
 
@@ -2431,15 +2421,13 @@ def _memory_nodes(b: Backend) -> Tuple[FrozenSet[int], FrozenSet[int], FrozenSet
         return mem, allowed, (mem & allowed or mem)
     # A tiered machine: the whole topology decides (~10 ms), once per distinct state
     # of these files (an engine may interleave every layer of every request).
+    # Each dict operation is atomic: two threads at worst both read the topology.
     key = (type(b).__name__, b.root, mem, allowed, tuple(texts), tiers)
-    with _warned_lock:
-        default = _default_cache.get(key)
+    default = _default_cache.get(key)
     if default is None:
-        default = default_memory_nodes(backend=b)
-        with _warned_lock:
-            if len(_default_cache) > 64:
-                _default_cache.clear()
-            _default_cache[key] = default
+        if len(_default_cache) > 64:
+            _default_cache.clear()
+        default = _default_cache[key] = default_memory_nodes(backend=b)
     return mem, allowed, default
 
 
@@ -2521,9 +2509,8 @@ def _apply_policy(buf: Any, length: Optional[int], *, mode: Union[str, int],
             return _fallback(res, strict_, what, "EINVAL", errno.EINVAL)
         # Intersect with the cpuset first (the kernel would fail the whole call with
         # EINVAL only when nothing is left, silently dropping the rest).
-        missing = want - mem
         forbidden = (want & mem) - allowed
-        dropped = missing | forbidden
+        dropped = want - (mem & allowed)
         if dropped and explicit and strict_:
             raise OSError(errno.EINVAL, f"{what}: {_nodes_txt(dropped)} not "
                           "usable (no memory, or outside this process's cpuset: "
@@ -2631,9 +2618,8 @@ class thread_policy:
         self._old: Optional[Tuple[int, FrozenSet[int]]] = None
 
     def __enter__(self) -> PolicyResult:
-        b = _b(self.kw.get("backend"))
         try:
-            self._old = get_mempolicy(backend=b)
+            self._old = get_mempolicy(backend=self.kw.get("backend"))
         except OSError:
             self._old = None
         self.result = set_thread_policy(self.mode, self.nodes, **self.kw)
@@ -2642,11 +2628,9 @@ class thread_policy:
     def __exit__(self, *exc: Any) -> None:
         if not self.result or self._old is None:
             return
-        b = _b(self.kw.get("backend"))
-        value, nodes = self._old
+        value, nodes = self._old         # the mode with its flags: set_mempolicy's value
         try:
-            set_mempolicy(value & ~_MODE_FLAGS_MASK, nodes,
-                          mode_flags=value & _MODE_FLAGS_MASK, backend=b)
+            set_mempolicy(value, nodes, backend=self.kw.get("backend"))
         except OSError as e:
             _warn_once("thread_policy-restore", "numa_utils: could not restore the "
                        "thread memory policy: %s", e)
@@ -2654,10 +2638,8 @@ class thread_policy:
 
 def get_policy(buf: Any = None, *, backend: Optional[Backend] = None) -> PolicyInfo:
     """The policy of the page holding ``buf``'s first byte (or of the calling thread)."""
-    b = _b(backend)
-    addr = None if buf is None else buffer_range(buf, None if not isinstance(buf, int)
-                                                 else 1)[0]
-    value, nodes = get_mempolicy(addr, backend=b)
+    addr = None if buf is None else buffer_range(buf, 1 if isinstance(buf, int) else None)[0]
+    value, nodes = get_mempolicy(addr, backend=backend)
     return PolicyInfo(Mode(value & ~_MODE_FLAGS_MASK), value & _MODE_FLAGS_MASK, nodes)
 
 
@@ -3461,21 +3443,16 @@ def _region_policy(policy: Optional[str], nodes: Optional[Iterable[int]],
     """(mode, nodes, strict, explicit) from the arguments and the environment:
     policy=None means interleave when ENABLE_NUMA_INTERLEAVE is set, else first-touch;
     nodes=None means NUMA_NODES, else default_memory_nodes(); strict=None: NUMA_STRICT."""
-    explicit = policy is not None
-    if policy is None:
-        mode = Mode.INTERLEAVE if _env("ENABLE_NUMA_INTERLEAVE") else Mode.DEFAULT
-    else:
-        if not isinstance(policy, str):
-            raise ValueError(f"unknown region policy {policy!r}")
-        mode = _mode_of(policy)
+    if policy is not None and not isinstance(policy, str):
+        raise ValueError(f"unknown region policy {policy!r}")
+    mode = _mode_of(policy) if policy is not None else \
+        Mode.INTERLEAVE if _env("ENABLE_NUMA_INTERLEAVE") else Mode.DEFAULT
     if nodes is None and mode not in (Mode.DEFAULT, Mode.LOCAL):
         nodes = _env_nodes(b) or None
-    if strict is None:
-        strict = _env("NUMA_STRICT")
     ids = frozenset(nodes) if nodes is not None else None
     if mode == Mode.PREFERRED and (ids is None or len(ids) != 1):
         raise ValueError("policy='prefer' needs nodes=[one node]")
-    return mode, ids, bool(strict), explicit
+    return mode, ids, _strict_or_env(strict), policy is not None
 
 
 def _huge_size(hugepages: Union[bool, int, str, None], b: Backend,
