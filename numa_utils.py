@@ -1945,23 +1945,16 @@ def default_memory_nodes(topology: Optional[Topology] = None, *,
 def _topology_json(t: Topology) -> Dict[str, Any]:
     ids = sorted
     return {
-        "nodes": [{
-            "id": n.id, "cpus": ids(n.cpus), "mem_total_kb": n.mem_total_kb,
-            "mem_free_kb": n.mem_free_kb,
-            "distances": {str(k): v for k, v in sorted(n.distances.items())},
-            "hugepages": {str(k): {"total": h.total, "free": h.free, "surplus": h.surplus}
-                          for k, h in sorted(n.hugepages.items())},
-            "tier": n.tier, "access": n.access.to_json() if n.access else None,
-            "has_normal_memory": n.has_normal_memory, "kind": n.kind,
-            "kind_evidence": n.kind_evidence,
-        } for n in (t.nodes[i] for i in sorted(t.nodes))],
+        # Node's fields in order, its two mappings sorted by key.
+        "nodes": [{**to_json(n),
+                   "distances": {str(k): v for k, v in sorted(n.distances.items())},
+                   "hugepages": {str(k): to_json(h) for k, h in sorted(n.hugepages.items())}}
+                  for n in (t.nodes[i] for i in sorted(t.nodes))],
         "online_nodes": ids(t.online_nodes), "possible_nodes": ids(t.possible_nodes),
         "nodes_with_cpus": ids(t.nodes_with_cpus),
         "nodes_with_memory": ids(t.nodes_with_memory),
-        "cpus": {str(c.id): {"node": c.node, "online": c.online, "core": c.core,
-                             "package": c.package, "siblings": ids(c.siblings),
-                             "llc": ids(c.llc)}
-                 for c in (t.cpus[i] for i in sorted(t.cpus))},
+        "cpus": {str(i): {k: v for k, v in to_json(t.cpus[i]).items() if k != "id"}
+                 for i in sorted(t.cpus)},
         "online_cpus": ids(t.online_cpus),
         "allowed_cpus": ids(t.allowed_cpus), "allowed_mems": ids(t.allowed_mems),
         "gpus": [_pci_json(g) for g in t.gpus], "nodes_per_package": t.nodes_per_package,
@@ -2021,8 +2014,7 @@ class ModeFlag(enum.IntFlag):
     STATIC_NODES = 1 << 15
 
 
-_MODE_FLAGS_MASK = int(ModeFlag.NUMA_BALANCING | ModeFlag.RELATIVE_NODES
-                       | ModeFlag.STATIC_NODES)
+_MODE_FLAGS_MASK = sum(ModeFlag)        # every mode flag
 
 
 class MbindFlag(enum.IntFlag):
@@ -2307,9 +2299,7 @@ def buffer_range(buf: Any, length: Optional[int] = None) -> Tuple[int, int]:
 def _page_range(addr: int, length: int, page: int) -> Tuple[int, int]:
     """The whole pages covering [addr, addr+length): mbind needs an aligned start."""
     start = addr - addr % page
-    end = addr + length
-    end = (end + page - 1) // page * page
-    return start, end - start
+    return start, -(-(addr + length) // page) * page - start
 
 
 # ===========================================================================
@@ -2659,8 +2649,7 @@ def node_of(buf: Any, *, backend: Optional[Backend] = None) -> Optional[int]:
     except OSError as e:
         if e.errno not in (errno.EPERM, errno.ENOSYS):
             raise
-    value, _ = get_mempolicy(page, GetFlag.NODE, backend=b)
-    return value
+    return get_mempolicy(page, GetFlag.NODE, backend=b)[0]
 
 
 # -- weighted interleave weights ---------------------------------------------------
@@ -3299,8 +3288,6 @@ def _touch_iov(addr: int, length: int, page: int, write: bool = True) -> None:
     the shared policy, so regions use ``write=False`` and never rewrite data.
     """
     import array
-    if length <= 0:
-        return
     libc = _get_libc()
     first = addr - addr % page
     starts = array.array("Q", range(first, addr + length, page))
@@ -3366,7 +3353,6 @@ def prefault(buf: Any, length: Optional[int] = None, threads: Optional[int] = No
     if want < 1:
         raise ValueError("threads must be >= 1")
     n = max(1, min(int(want), span // max(pg, 16 << 20) or 1))
-    pages = span // pg
     method = "populate_write"
     # Probe on the first page: EINVAL means no MADV_POPULATE_WRITE (or a mapping it
     # cannot populate) -> touch pages instead.  Other errors are real (ENOMEM, EFAULT).
@@ -3401,7 +3387,7 @@ def prefault(buf: Any, length: Optional[int] = None, threads: Optional[int] = No
             errors.append(e)
             stop.set()
 
-    bounds = [start + (pages * i // n) * pg for i in range(n + 1)]
+    bounds = [start + (span // pg * i // n) * pg for i in range(n + 1)]
     workers = [threading.Thread(target=work, args=(i, bounds[i], bounds[i + 1]),
                                 name=f"numa_utils-prefault-{i}", daemon=True)
                for i in range(n)] if n > 1 else []
