@@ -2179,11 +2179,10 @@ def migrate_pages(pid: int, old_nodes: Iterable[int], new_nodes: Iterable[int], 
                   backend: Optional[Backend] = None) -> int:
     """migrate_pages(2): move a process's pages from ``old_nodes`` to ``new_nodes``."""
     b = _b(backend)
-    nr = b.abi.number("migrate_pages")
     old, new = frozenset(old_nodes), frozenset(new_nodes)
     bits = max(old | new, default=0) + 1        # one mask size for both
     om, nm = NodeMask(old, abi=b.abi, bits=bits), NodeMask(new, abi=b.abi, bits=bits)
-    return b.syscall(nr, pid, om.maxnode, om.address, nm.address)
+    return b.syscall(b.abi.number("migrate_pages"), pid, om.maxnode, om.address, nm.address)
 
 
 def set_mempolicy_home_node(addr: int, length: int, home_node: int, flags: int = 0, *,
@@ -2477,10 +2476,8 @@ def _apply_policy(buf: Any, length: Optional[int], *, mode: Union[str, int],
         nodes = _env_nodes(b)
     mname = m.name.lower()
     what = f"{mname} policy"
-    start = size = 0
-    if buf is not None:
-        addr, n = buffer_range(buf, length)
-        start, size = _page_range(addr, n, page_size or b.page_size)
+    start, size = (0, 0) if buf is None else \
+        _page_range(*buffer_range(buf, length), page_size or b.page_size)
     explicit = nodes is not None
     mem, allowed, default = _memory_nodes(b)
     want = frozenset(nodes) if nodes is not None else default
@@ -3241,8 +3238,7 @@ def _record_read(addr: int, seg: int, what: str) -> Optional[Dict[str, Any]]:
     end = seg - _RECORD_END.size
     if end < 0:
         return None
-    magic, fmt, n, crc = _RECORD_END.unpack(ctypes.string_at(addr + end,
-                                                             _RECORD_END.size))
+    magic, fmt, n, crc = _RECORD_END.unpack(ctypes.string_at(addr + end, _RECORD_END.size))
     if magic != _RECORD_MAGIC:
         return None
     bad = f"{what}: damaged identity record"
