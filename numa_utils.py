@@ -140,6 +140,7 @@ if TYPE_CHECKING:   # imported lazily at run time: importing numa_utils stays ch
 # interleave() for every layer of every request: that must not become a log storm).
 _warned: Set[str] = set()
 _warned_lock = threading.Lock()
+_cli_verbose: Optional[bool] = None     # main()'s -v; None: a library caller's logging
 
 
 def _warn_once(key: str, msg: str, *args: Any) -> None:
@@ -148,6 +149,9 @@ def _warn_once(key: str, msg: str, *args: Any) -> None:
             return
         _warned.add(key)
     import logging
+    if _cli_verbose is not None:      # the command line: its format, set when first needed
+        logging.basicConfig(level=logging.INFO if _cli_verbose else logging.WARNING,
+                            format="%(levelname)s %(message)s")
     logging.getLogger(__name__).warning(msg, *args)
 
 
@@ -683,17 +687,23 @@ def _unquote(b: bytes) -> str:
 
 
 class _Archive:
-    """A saved tree held in memory, read-only: a text archive (one ``>>> PATH`` line
-    per entry, then its contents: fake_sysfs/README.md has the format), or a tar,
-    plain or compressed (tools/gather.py --archive).  Names are relative, without
-    ".." and at most 4,096 bytes and 128 components; only files, folders and
-    symbolic links (followed by LinuxBackend inside the tree)."""
+    """A saved tree, read-only: a text archive (one ``>>> PATH`` line per entry, then
+    its contents: fake_sysfs/README.md has the format) or a tar, plain or compressed
+    (tools/gather.py --archive), held in memory; or a folder, listed one folder at a
+    time as lookups pass through it, its files read when asked for (``files`` maps
+    those to None).  Archive names are relative, without ".." and at most 4,096 bytes
+    and 128 components; only files, folders and symbolic links (followed by
+    LinuxBackend inside the tree)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.files: Dict[str, bytes] = {}
+        self.files: Dict[str, Optional[bytes]] = {}
         self.links: Dict[str, str] = {}
         self.dirs: Dict[str, Dict[str, None]] = {"": {}}
+        self.folder = not os.path.isfile(path)
+        self._unlisted = {""} if self.folder else set()
+        if self.folder:
+            return
         try:
             data = _read_regular(path, _TREE_MAX_TOTAL)
         except OSError as e:
@@ -704,6 +714,30 @@ class _Archive:
             self._text(data)
         else:
             self._tar(data)
+
+    def _list(self, rel: str) -> None:
+        """A saved folder's entries in ``rel``, on first use: one scandir per folder
+        instead of a readlink per path component."""
+        if rel not in self._unlisted:
+            return
+        names = self.dirs[rel]
+        with os.scandir(os.path.join(self.path, rel)) as it:
+            for e in it:
+                sub = f"{rel}/{e.name}" if rel else e.name
+                names[e.name] = None
+                if e.is_symlink():
+                    self.links[sub] = os.readlink(e.path)
+                elif e.is_dir(follow_symlinks=False):
+                    self.dirs[sub] = {}
+                    self._unlisted.add(sub)
+                else:
+                    self.files[sub] = None
+        self._unlisted.discard(rel)
+
+    def link(self, rel: str) -> Optional[str]:
+        """The target of ``rel`` when it is a symbolic link (its folder resolved)."""
+        self._list(rel.rpartition("/")[0])
+        return self.links.get(rel)
 
     def _bad(self, why: str) -> NoReturn:
         raise ValueError(f"{self.path}: not a saved tree archive ({why})")
@@ -805,7 +839,9 @@ class _Archive:
 
     def subtree(self) -> _Archive:
         """The saved root in the archive: root/ (as tools/gather.py writes it) or the
-        archive's top when that holds sys/ or proc/."""
+        archive's top when that holds sys/ or proc/; a folder is its own root."""
+        if self.folder:
+            return self
         for base in ("root", ""):
             if any(f"{base}/{d}".lstrip("/") in self.dirs for d in ("sys", "proc")):
                 break
@@ -815,7 +851,7 @@ class _Archive:
         if not base:
             return self
         sub = _Archive.__new__(_Archive)
-        sub.path = self.path
+        sub.path, sub.folder, sub._unlisted = self.path, False, set()
         cut = len(base) + 1
         sub.files = {k[cut:]: v for k, v in self.files.items() if k[:cut] == base + "/"}
         sub.links = {k[cut:]: v for k, v in self.links.items() if k[:cut] == base + "/"}
@@ -824,15 +860,19 @@ class _Archive:
         return sub
 
     def read(self, rel: str, path: str, limit: int) -> str:
-        data = self.files.get(rel)
-        if data is None:
+        if rel not in self.files:
             err = errno.EISDIR if rel in self.dirs else errno.ENOENT
             raise OSError(err, os.strerror(err), path)
+        data = self.files[rel]
+        if data is None:        # O_NOFOLLOW: the tree's links were followed already
+            data = _read_regular(os.path.join(self.path, rel), limit, os.O_NOFOLLOW)
         if len(data) > limit:
             raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB", path)
         return data.decode("utf-8", "replace")
 
     def listdir(self, rel: str, path: str) -> List[str]:
+        if rel in self.dirs:
+            self._list(rel)
         names = self.dirs.get(rel)
         if names is None:
             err = errno.ENOTDIR if rel in self.files else errno.ENOENT
@@ -857,9 +897,7 @@ class LinuxBackend(Backend):
         self.page_size = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
         self._real_paths: Dict[str, str] = {}
         self._steps = 0
-        self._tree: Optional[_Archive] = None
-        if not self.is_live and os.path.isfile(self.root):
-            self._tree = _Archive(self.root).subtree()
+        self._tree = None if self.is_live else _Archive(self.root).subtree()
 
     def __repr__(self) -> str:
         return f"LinuxBackend(root={self.root!r})"
@@ -875,7 +913,7 @@ class LinuxBackend(Backend):
     _TREE_MAX_READ = 64 << 20
     _SYSFS_MAX_READ = 1 << 20
 
-    def _walk(self, path: str, base: str = "") -> str:
+    def _walk(self, tree: _Archive, path: str, base: str = "") -> str:
         """``path`` inside the tree with every link followed, iteratively: at most 40
         links per lookup (the kernel's MAXSYMLINKS), 512 components deep, and
         _TREE_MAX_STEPS components walked by this backend in all, so that no tree of
@@ -897,14 +935,7 @@ class LinuxBackend(Backend):
                     cur.pop()
                 continue
             cur.append(c)
-            rel = "/".join(cur)
-            if self._tree is not None:
-                link = self._tree.links.get(rel)
-            else:
-                try:
-                    link = os.readlink(os.path.join(self.root, rel))
-                except OSError:
-                    link = None         # not a link, or not there: the read will say
+            link = tree.link("/".join(cur))
             if link is None:
                 continue
             links += 1
@@ -916,30 +947,31 @@ class LinuxBackend(Backend):
             todo.extend(link.split("/")[::-1])
         return "/".join(cur)
 
-    def _rel(self, path: str) -> str:
+    def _rel(self, tree: _Archive, path: str) -> str:
         """The tree-relative path of ``path`` with its links followed."""
         rel = path.strip("/")
         got = self._real_paths.get(rel)
         if got is None:
+            # Each folder resolved once, whatever the file: sysfs paths share them.
             head, _, leaf = rel.rpartition("/")
             base = self._real_paths.get(head)
             if base is None:
-                base = self._real_paths[head] = self._walk(head)
-            got = self._real_paths[rel] = self._walk(leaf, base)
+                base = self._rel(tree, head) if 0 < head.count("/") < 64 else \
+                    self._real_paths.setdefault(head, self._walk(tree, head))
+            got = self._real_paths[rel] = self._walk(tree, leaf, base)
         return got
 
     def _path(self, path: str) -> str:
-        return path if self.is_live else os.path.join(self.root, self._rel(path))
+        if self._tree is None:
+            return path
+        return os.path.join(self.root, self._rel(self._tree, path))
 
     def read_text(self, path: str) -> str:
-        if self.is_live:
+        if self._tree is None:
             with open(path, "rb") as f:
                 return f.read().decode("utf-8", "replace")
         limit = self._SYSFS_MAX_READ if path.startswith("/sys/") else self._TREE_MAX_READ
-        if self._tree is not None:
-            return self._tree.read(self._rel(path), path, limit)
-        return _read_regular(self._path(path), limit, os.O_NOFOLLOW).decode("utf-8",
-                                                                            "replace")
+        return self._tree.read(self._rel(self._tree, path), path, limit)
 
     def read_chunks(self, path: str) -> Iterator[str]:
         """Decoded pieces of about 1 MiB.  Opened now, non-blocking, and refused unless
@@ -947,7 +979,7 @@ class LinuxBackend(Backend):
         if self._tree is not None:
             return super().read_chunks(path)
         import codecs
-        fd = os.open(self._path(path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise ValueError(f"{path}: not a regular file")
@@ -971,26 +1003,25 @@ class LinuxBackend(Backend):
         return pieces()
 
     def listdir(self, path: str) -> List[str]:
-        if self._tree is not None:
-            return self._tree.listdir(self._rel(path), path)
-        return os.listdir(self._path(path))
+        if self._tree is None:
+            return os.listdir(path)
+        return self._tree.listdir(self._rel(self._tree, path), path)
 
     def exists(self, path: str) -> bool:
+        if self._tree is None:
+            return os.path.exists(path)
         try:
-            rel = self._rel(path) if not self.is_live else ""
+            rel = self._rel(self._tree, path)
         except OSError as e:
             if e.errno == errno.ELOOP:      # a loop is worth a warning, not "absent"
                 raise
             return False
-        if self._tree is not None:
-            return rel in self._tree.files or rel in self._tree.dirs
-        return os.path.exists(path if self.is_live else os.path.join(self.root, rel))
+        return rel in self._tree.files or rel in self._tree.dirs
 
     def realpath(self, path: str) -> str:
-        if self.is_live:
+        if self._tree is None:
             return os.path.realpath(path)
-        rel = os.path.relpath(self._path(path), self.root)
-        return "/" if rel == "." else "/" + rel
+        return "/" + self._rel(self._tree, path)
 
     def _refuse(self, what: str) -> None:
         if not self.is_live:
@@ -7475,7 +7506,7 @@ def _print_json(data: Any) -> None:
     sys.stdout.write(text + "\n")
 
 
-def _cmd_status(args: argparse.Namespace) -> int:
+def _cmd_status(args: Any) -> int:
     if args.env_prefix is not None:
         configure(env_prefix=args.env_prefix)
     b = _backend_from_args(args)
@@ -7581,15 +7612,47 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if word in _CLI_COMMANDS:
                 sys.stderr.write(f"{_prog()} {word}: {e}\n")
                 return 2
-    return _run(raw, ())
+    args = _status_args(raw[lead + 1:], lead > 0)
+    return _run(raw, ()) if args is None else _call(_prog(), args)
+
+
+_STATUS_VALUES = {"--root": "root", "--format": "format", "--env-prefix": "env_prefix"}
+
+
+def _status_args(argv: List[str], verbose: bool) -> Any:
+    """status's flags read without argparse (importing it costs more than reading a
+    small saved machine): what the status parser would return, or None for anything
+    else (--help, a mistake, an abbreviation), which the parser then answers."""
+    from types import SimpleNamespace
+    args = SimpleNamespace(command="status", func=_cmd_status, verbose=verbose,
+                           json=False, root=None, format=None, env_prefix=None)
+    i = 0
+    while i < len(argv):
+        flag, eq, value = argv[i].partition("=")
+        if flag == "--json" and not eq:
+            args.json = True
+        elif flag in _STATUS_VALUES:
+            if not eq:
+                i += 1
+                value = argv[i] if i < len(argv) else "-"
+            if value.startswith("-") or flag == "--format" and value not in (
+                    "text", "json", "prometheus"):
+                return None
+            setattr(args, _STATUS_VALUES[flag], value)
+        else:
+            return None
+        i += 1
+    return args
 
 
 def _run(raw: List[str], commands: Sequence[Callable[[Any], None]]) -> int:
     parser = _build_parser(commands)
-    args = parser.parse_args(raw)
-    import logging
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(message)s")
+    return _call(parser.prog, parser.parse_args(raw))
+
+
+def _call(prog: str, args: Any) -> int:
+    global _cli_verbose
+    _cli_verbose = bool(args.verbose)
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:
@@ -7597,7 +7660,7 @@ def _run(raw: List[str], commands: Sequence[Callable[[Any], None]]) -> int:
     except KeyboardInterrupt:
         return 130
     except (OSError, ValueError) as e:
-        sys.stderr.write(f"{parser.prog} {args.command}: {e}\n")
+        sys.stderr.write(f"{prog} {args.command}: {e}\n")
         return 2
 
 
