@@ -255,6 +255,9 @@ def format_cpulist(ids: Iterable[int]) -> str:
     return ",".join(parts)
 
 
+_HEX_WORD = re.compile("[0-9a-fA-F]{1,8}")
+
+
 def parse_cpumap(text: str, *, source: Optional[str] = None,
                  limit: int = MAX_CPUS) -> FrozenSet[int]:
     """Parse a hex mask ("00000000,0000ff00"; 32-bit words, most significant first).
@@ -270,7 +273,7 @@ def parse_cpumap(text: str, *, source: Optional[str] = None,
                          f"than {limit} bits: {_short(text)}")
     for w in words:
         w = w.strip()
-        if not w or len(w) > 8 or any(c not in "0123456789abcdefABCDEF" for c in w):
+        if not _HEX_WORD.fullmatch(w):
             raise ValueError(f"invalid CPU mask{_where(source)}: word {w[:40]!r} of "
                              f"{_short(text)}")
     value = int("".join(w.strip().rjust(8, "0") for w in words), 16)
@@ -668,10 +671,10 @@ def _read_regular(path: str, limit: int, flags: int = 0) -> bytes:
         left = limit + 1
         while left > 0:
             chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
             chunks.append(chunk)
             left -= len(chunk)
+            if len(chunk) < min(left + len(chunk), 1 << 20):    # a regular file's end
+                break
         if left <= 0:
             raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB")
         return b"".join(chunks)
@@ -7131,12 +7134,13 @@ def _package_layout(t: Topology) -> Dict[str, Any]:
     those between packages (SNC on Intel, NPS on AMD split a package into nodes)."""
     pk = t.package_nodes
     k = t.nodes_per_package
-
-    def dists(same: bool) -> List[int]:
-        return sorted({d for p, ns in pk.items() for q, ms in pk.items() if (p == q) == same
-                       for a in ns for m in ms if a != m
-                       for d in (t.distance(a, m),) if d is not None})
-    inside, between = dists(True), dists(False)
+    pkg = {n: p for p, ns in pk.items() for n in ns}
+    same: Tuple[Set[int], Set[int]] = (set(), set())      # (between, inside)
+    for a, p in pkg.items():
+        for m, d in (t.nodes[a].distances if a in t.nodes else {}).items():
+            if m != a and m in pkg:
+                same[pkg[m] == p].add(d)
+    inside, between = sorted(same[1]), sorted(same[0])
     ev = (f"{k} node{'s' * (k != 1)} per package" if k else "packages with different "
           "node counts") + f" over {len(pk)} package{'s' * (len(pk) != 1)}"
     if k and k > 1:
