@@ -205,15 +205,10 @@ def parse_cpulist(text: str, *, source: Optional[str] = None,
     bits = 0
     for chunk in dict.fromkeys(s.split(",")):       # a repeated chunk costs nothing
         m = _CHUNK_RE.match(chunk.strip())
-        if m is None:
-            raise ValueError(
-                f"invalid CPU/node list{_where(source)}: chunk {chunk[:40]!r} of "
-                f"{_short(text)}")
-        lo = int(m.group(1))
-        hi = int(m.group(2)) if m.group(2) is not None else lo
-        used = int(m.group(3)) if m.group(3) is not None else 1
-        group = int(m.group(4)) if m.group(4) is not None else 1
-        if hi < lo or used == 0 or group == 0 or used > group or hi >= limit:
+        g = m.groups() if m else ("1", "0", None, None)     # no match: refused below
+        lo, used, group = int(g[0]), int(g[2] or 1), int(g[3] or 1)
+        hi = int(g[1] or lo)
+        if m is None or hi < lo or used == 0 or group == 0 or used > group or hi >= limit:
             raise ValueError(
                 f"invalid CPU/node list{_where(source)}: chunk {chunk[:40]!r} of "
                 f"{_short(text)}" + (f" (ids must be < {limit})" if hi >= limit else ""))
@@ -1094,12 +1089,10 @@ class LinuxBackend(Backend):
         return res
 
     def shmget(self, key: int, size: int, flags: int) -> int:
-        libc = _get_libc()
-        return int(self._libc_call("shmget", libc.shmget, _as_key(key), size, flags))
+        return int(self._libc_call("shmget", _get_libc().shmget, _as_key(key), size, flags))
 
     def shmat(self, shmid: int, flags: int = 0) -> int:
-        libc = _get_libc()
-        return int(self._libc_call("shmat", libc.shmat, shmid, None, flags))
+        return int(self._libc_call("shmat", _get_libc().shmat, shmid, None, flags))
 
     def shmdt(self, addr: int) -> None:
         self._libc_call("shmdt", _get_libc().shmdt, addr)
@@ -1514,11 +1507,8 @@ def _hugepages(r: _Reader, base: str) -> Dict[int, HugePages]:
         m = re.match(r"^hugepages-([0-9]+)kB$", name)
         if not m:
             continue
-        d = f"{base}/{name}"
-        total = r.integer(f"{d}/nr_hugepages")
-        free = r.integer(f"{d}/free_hugepages")
-        surplus = r.integer(f"{d}/surplus_hugepages")
-        out[int(m.group(1))] = HugePages(total or 0, free or 0, surplus or 0)
+        out[int(m.group(1))] = HugePages(*(r.integer(f"{base}/{name}/{k}_hugepages") or 0
+                                           for k in ("nr", "free", "surplus")))
     return out
 
 
@@ -7004,10 +6994,8 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     multi = len(topo.nodes_with_memory) > 1 or len(topo.nodes_with_cpus) > 1
     gpu_rows = []
     for g in topo.gpus:
-        node, how = g.node, g.node_source
-        row = _pci_json(g)
-        row.update(node=node, node_source=how)
-        gpu_rows.append(row)
+        node = g.node
+        gpu_rows.append(dict(_pci_json(g), node=node, node_source=g.node_source))
         if multi and g.numa_node < 0:
             if node is None:
                 warnings.append(f"GPU {g.address}: firmware reports no NUMA node "
@@ -7327,8 +7315,7 @@ def _render_status(rep: Dict[str, Any]) -> str:
                + ("" if nb is None else (" (on)" if nb else " (off)")))
     out.append(f"  THP            {k['thp'] or '-'}" + "".join(
         f", {n} {v}" for n, v in k.get("thp_settings", {}).items() if n != "enabled"))
-    for extra in rep.get("extra_text", []):
-        out.append(extra)
+    out.extend(rep.get("extra_text", []))
     if "config" in rep:
         out.append("")
         out.append("CONFIGURATION (environment)")
@@ -7479,20 +7466,14 @@ def _backend_from_args(args: argparse.Namespace) -> Backend:
         return default_backend()
     if not os.path.exists(root):
         raise FileNotFoundError(errno.ENOENT, "no such tree", root)
-    if os.path.isdir(root):
-        _check_tree(root)
+    # A folder without sys/ or proc/ would read as an empty one-node machine;
+    # tools/gather.py puts the tree in DIR/root: say so.
+    if os.path.isdir(root) and not any(os.path.isdir(os.path.join(root, d))
+                                       for d in ("sys", "proc")):
+        sub = os.path.join(root, "root")
+        hint = f"; did you mean {sub}?" if os.path.isdir(sub) else ""
+        raise ValueError(f"--root {root}: not a saved tree (no sys/ or proc/ in it){hint}")
     return LinuxBackend(root)
-
-
-def _check_tree(root: str) -> None:
-    """A saved tree holds sys/ or proc/; anything else would read as an empty
-    one-node machine.  tools/gather.py puts the tree in DIR/root: say so."""
-    if root == "/" or any(os.path.isdir(os.path.join(root, d)) for d in ("sys", "proc")):
-        return
-    hint = ""
-    if os.path.isdir(os.path.join(root, "root")):
-        hint = f"; did you mean {os.path.join(root, 'root')}?"
-    raise ValueError(f"--root {root}: not a saved tree (no sys/ or proc/ in it){hint}")
 
 
 def _print_json(data: Any) -> None:
@@ -7503,10 +7484,7 @@ def _print_json(data: Any) -> None:
         tty = sys.stdout.isatty()
     except (AttributeError, ValueError):
         tty = False
-    if tty:
-        text = json.dumps(data, indent=2)
-    else:
-        text = json.dumps(data, separators=(",", ":"))
+    text = json.dumps(data, indent=2) if tty else json.dumps(data, separators=(",", ":"))
     sys.stdout.write(text + "\n")
 
 
