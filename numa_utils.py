@@ -734,7 +734,12 @@ class _Archive:
 
     def link(self, rel: str) -> Optional[str]:
         """The target of ``rel`` when it is a symbolic link (its folder resolved)."""
-        self._list(rel.rpartition("/")[0])
+        head, _, name = rel.rpartition("/")
+        self._list(head)
+        if self.folder and head in self.dirs and name not in self.dirs[head] and \
+                os.path.lexists(os.path.join(self.path, rel)):
+            self._unlisted.add(head)        # written since the folder was listed
+            self._list(head)
         return self.links.get(rel)
 
     def _bad(self, why: str) -> NoReturn:
