@@ -140,6 +140,7 @@ if TYPE_CHECKING:   # imported lazily at run time: importing numa_utils stays ch
 # interleave() for every layer of every request: that must not become a log storm).
 _warned: Set[str] = set()
 _warned_lock = threading.Lock()
+_cli_verbose: Optional[bool] = None     # main()'s -v; None: a library caller's logging
 
 
 def _warn_once(key: str, msg: str, *args: Any) -> None:
@@ -148,6 +149,9 @@ def _warn_once(key: str, msg: str, *args: Any) -> None:
             return
         _warned.add(key)
     import logging
+    if _cli_verbose is not None:      # the command line: its format, set when first needed
+        logging.basicConfig(level=logging.INFO if _cli_verbose else logging.WARNING,
+                            format="%(levelname)s %(message)s")
     logging.getLogger(__name__).warning(msg, *args)
 
 
@@ -201,15 +205,10 @@ def parse_cpulist(text: str, *, source: Optional[str] = None,
     bits = 0
     for chunk in dict.fromkeys(s.split(",")):       # a repeated chunk costs nothing
         m = _CHUNK_RE.match(chunk.strip())
-        if m is None:
-            raise ValueError(
-                f"invalid CPU/node list{_where(source)}: chunk {chunk[:40]!r} of "
-                f"{_short(text)}")
-        lo = int(m.group(1))
-        hi = int(m.group(2)) if m.group(2) is not None else lo
-        used = int(m.group(3)) if m.group(3) is not None else 1
-        group = int(m.group(4)) if m.group(4) is not None else 1
-        if hi < lo or used == 0 or group == 0 or used > group or hi >= limit:
+        g = m.groups() if m else ("1", "0", None, None)     # no match: refused below
+        lo, used, group = int(g[0]), int(g[2] or 1), int(g[3] or 1)
+        hi = int(g[1] or lo)
+        if m is None or hi < lo or used == 0 or group == 0 or used > group or hi >= limit:
             raise ValueError(
                 f"invalid CPU/node list{_where(source)}: chunk {chunk[:40]!r} of "
                 f"{_short(text)}" + (f" (ids must be < {limit})" if hi >= limit else ""))
@@ -251,6 +250,9 @@ def format_cpulist(ids: Iterable[int]) -> str:
     return ",".join(parts)
 
 
+_HEX_WORD = re.compile("[0-9a-fA-F]{1,8}")
+
+
 def parse_cpumap(text: str, *, source: Optional[str] = None,
                  limit: int = MAX_CPUS) -> FrozenSet[int]:
     """Parse a hex mask ("00000000,0000ff00"; 32-bit words, most significant first).
@@ -266,7 +268,7 @@ def parse_cpumap(text: str, *, source: Optional[str] = None,
                          f"than {limit} bits: {_short(text)}")
     for w in words:
         w = w.strip()
-        if not w or len(w) > 8 or any(c not in "0123456789abcdefABCDEF" for c in w):
+        if not _HEX_WORD.fullmatch(w):
             raise ValueError(f"invalid CPU mask{_where(source)}: word {w[:40]!r} of "
                              f"{_short(text)}")
     value = int("".join(w.strip().rjust(8, "0") for w in words), 16)
@@ -664,10 +666,10 @@ def _read_regular(path: str, limit: int, flags: int = 0) -> bytes:
         left = limit + 1
         while left > 0:
             chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
             chunks.append(chunk)
             left -= len(chunk)
+            if len(chunk) < min(left + len(chunk), 1 << 20):    # a regular file's end
+                break
         if left <= 0:
             raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB")
         return b"".join(chunks)
@@ -683,17 +685,23 @@ def _unquote(b: bytes) -> str:
 
 
 class _Archive:
-    """A saved tree held in memory, read-only: a text archive (one ``>>> PATH`` line
-    per entry, then its contents: fake_sysfs/README.md has the format), or a tar,
-    plain or compressed (tools/gather.py --archive).  Names are relative, without
-    ".." and at most 4,096 bytes and 128 components; only files, folders and
-    symbolic links (followed by LinuxBackend inside the tree)."""
+    """A saved tree, read-only: a text archive (one ``>>> PATH`` line per entry, then
+    its contents: fake_sysfs/README.md has the format) or a tar, plain or compressed
+    (tools/gather.py --archive), held in memory; or a folder, listed one folder at a
+    time as lookups pass through it, its files read when asked for (``files`` maps
+    those to None).  Archive names are relative, without ".." and at most 4,096 bytes
+    and 128 components; only files, folders and symbolic links (followed by
+    LinuxBackend inside the tree)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.files: Dict[str, bytes] = {}
+        self.files: Dict[str, Optional[bytes]] = {}
         self.links: Dict[str, str] = {}
         self.dirs: Dict[str, Dict[str, None]] = {"": {}}
+        self.folder = not os.path.isfile(path)
+        self._unlisted = {""} if self.folder else set()
+        if self.folder:
+            return
         try:
             data = _read_regular(path, _TREE_MAX_TOTAL)
         except OSError as e:
@@ -704,6 +712,35 @@ class _Archive:
             self._text(data)
         else:
             self._tar(data)
+
+    def _list(self, rel: str) -> None:
+        """A saved folder's entries in ``rel``, on first use: one scandir per folder
+        instead of a readlink per path component."""
+        if rel not in self._unlisted:
+            return
+        names = self.dirs[rel]
+        with os.scandir(os.path.join(self.path, rel)) as it:
+            for e in it:
+                sub = f"{rel}/{e.name}" if rel else e.name
+                names[e.name] = None
+                if e.is_symlink():
+                    self.links[sub] = os.readlink(e.path)
+                elif e.is_dir(follow_symlinks=False):
+                    self.dirs[sub] = {}
+                    self._unlisted.add(sub)
+                else:
+                    self.files[sub] = None
+        self._unlisted.discard(rel)
+
+    def link(self, rel: str) -> Optional[str]:
+        """The target of ``rel`` when it is a symbolic link (its folder resolved)."""
+        head, _, name = rel.rpartition("/")
+        self._list(head)
+        if self.folder and head in self.dirs and name not in self.dirs[head] and \
+                os.path.lexists(os.path.join(self.path, rel)):
+            self._unlisted.add(head)        # written since the folder was listed
+            self._list(head)
+        return self.links.get(rel)
 
     def _bad(self, why: str) -> NoReturn:
         raise ValueError(f"{self.path}: not a saved tree archive ({why})")
@@ -805,7 +842,9 @@ class _Archive:
 
     def subtree(self) -> _Archive:
         """The saved root in the archive: root/ (as tools/gather.py writes it) or the
-        archive's top when that holds sys/ or proc/."""
+        archive's top when that holds sys/ or proc/; a folder is its own root."""
+        if self.folder:
+            return self
         for base in ("root", ""):
             if any(f"{base}/{d}".lstrip("/") in self.dirs for d in ("sys", "proc")):
                 break
@@ -815,7 +854,7 @@ class _Archive:
         if not base:
             return self
         sub = _Archive.__new__(_Archive)
-        sub.path = self.path
+        sub.path, sub.folder, sub._unlisted = self.path, False, set()
         cut = len(base) + 1
         sub.files = {k[cut:]: v for k, v in self.files.items() if k[:cut] == base + "/"}
         sub.links = {k[cut:]: v for k, v in self.links.items() if k[:cut] == base + "/"}
@@ -824,15 +863,19 @@ class _Archive:
         return sub
 
     def read(self, rel: str, path: str, limit: int) -> str:
-        data = self.files.get(rel)
-        if data is None:
+        if rel not in self.files:
             err = errno.EISDIR if rel in self.dirs else errno.ENOENT
             raise OSError(err, os.strerror(err), path)
+        data = self.files[rel]
+        if data is None:        # O_NOFOLLOW: the tree's links were followed already
+            data = _read_regular(os.path.join(self.path, rel), limit, os.O_NOFOLLOW)
         if len(data) > limit:
             raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB", path)
         return data.decode("utf-8", "replace")
 
     def listdir(self, rel: str, path: str) -> List[str]:
+        if rel in self.dirs:
+            self._list(rel)
         names = self.dirs.get(rel)
         if names is None:
             err = errno.ENOTDIR if rel in self.files else errno.ENOENT
@@ -857,9 +900,7 @@ class LinuxBackend(Backend):
         self.page_size = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
         self._real_paths: Dict[str, str] = {}
         self._steps = 0
-        self._tree: Optional[_Archive] = None
-        if not self.is_live and os.path.isfile(self.root):
-            self._tree = _Archive(self.root).subtree()
+        self._tree = None if self.is_live else _Archive(self.root).subtree()
 
     def __repr__(self) -> str:
         return f"LinuxBackend(root={self.root!r})"
@@ -875,7 +916,7 @@ class LinuxBackend(Backend):
     _TREE_MAX_READ = 64 << 20
     _SYSFS_MAX_READ = 1 << 20
 
-    def _walk(self, path: str, base: str = "") -> str:
+    def _walk(self, tree: _Archive, path: str, base: str = "") -> str:
         """``path`` inside the tree with every link followed, iteratively: at most 40
         links per lookup (the kernel's MAXSYMLINKS), 512 components deep, and
         _TREE_MAX_STEPS components walked by this backend in all, so that no tree of
@@ -897,14 +938,7 @@ class LinuxBackend(Backend):
                     cur.pop()
                 continue
             cur.append(c)
-            rel = "/".join(cur)
-            if self._tree is not None:
-                link = self._tree.links.get(rel)
-            else:
-                try:
-                    link = os.readlink(os.path.join(self.root, rel))
-                except OSError:
-                    link = None         # not a link, or not there: the read will say
+            link = tree.link("/".join(cur))
             if link is None:
                 continue
             links += 1
@@ -916,30 +950,31 @@ class LinuxBackend(Backend):
             todo.extend(link.split("/")[::-1])
         return "/".join(cur)
 
-    def _rel(self, path: str) -> str:
+    def _rel(self, tree: _Archive, path: str) -> str:
         """The tree-relative path of ``path`` with its links followed."""
         rel = path.strip("/")
         got = self._real_paths.get(rel)
         if got is None:
+            # Each folder resolved once, whatever the file: sysfs paths share them.
             head, _, leaf = rel.rpartition("/")
             base = self._real_paths.get(head)
             if base is None:
-                base = self._real_paths[head] = self._walk(head)
-            got = self._real_paths[rel] = self._walk(leaf, base)
+                base = self._rel(tree, head) if 0 < head.count("/") < 64 else \
+                    self._real_paths.setdefault(head, self._walk(tree, head))
+            got = self._real_paths[rel] = self._walk(tree, leaf, base)
         return got
 
     def _path(self, path: str) -> str:
-        return path if self.is_live else os.path.join(self.root, self._rel(path))
+        if self._tree is None:
+            return path
+        return os.path.join(self.root, self._rel(self._tree, path))
 
     def read_text(self, path: str) -> str:
-        if self.is_live:
+        if self._tree is None:
             with open(path, "rb") as f:
                 return f.read().decode("utf-8", "replace")
         limit = self._SYSFS_MAX_READ if path.startswith("/sys/") else self._TREE_MAX_READ
-        if self._tree is not None:
-            return self._tree.read(self._rel(path), path, limit)
-        return _read_regular(self._path(path), limit, os.O_NOFOLLOW).decode("utf-8",
-                                                                            "replace")
+        return self._tree.read(self._rel(self._tree, path), path, limit)
 
     def read_chunks(self, path: str) -> Iterator[str]:
         """Decoded pieces of about 1 MiB.  Opened now, non-blocking, and refused unless
@@ -947,7 +982,7 @@ class LinuxBackend(Backend):
         if self._tree is not None:
             return super().read_chunks(path)
         import codecs
-        fd = os.open(self._path(path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise ValueError(f"{path}: not a regular file")
@@ -971,26 +1006,25 @@ class LinuxBackend(Backend):
         return pieces()
 
     def listdir(self, path: str) -> List[str]:
-        if self._tree is not None:
-            return self._tree.listdir(self._rel(path), path)
-        return os.listdir(self._path(path))
+        if self._tree is None:
+            return os.listdir(path)
+        return self._tree.listdir(self._rel(self._tree, path), path)
 
     def exists(self, path: str) -> bool:
+        if self._tree is None:
+            return os.path.exists(path)
         try:
-            rel = self._rel(path) if not self.is_live else ""
+            rel = self._rel(self._tree, path)
         except OSError as e:
             if e.errno == errno.ELOOP:      # a loop is worth a warning, not "absent"
                 raise
             return False
-        if self._tree is not None:
-            return rel in self._tree.files or rel in self._tree.dirs
-        return os.path.exists(path if self.is_live else os.path.join(self.root, rel))
+        return rel in self._tree.files or rel in self._tree.dirs
 
     def realpath(self, path: str) -> str:
-        if self.is_live:
+        if self._tree is None:
             return os.path.realpath(path)
-        rel = os.path.relpath(self._path(path), self.root)
-        return "/" if rel == "." else "/" + rel
+        return "/" + self._rel(self._tree, path)
 
     def _refuse(self, what: str) -> None:
         if not self.is_live:
@@ -1060,12 +1094,10 @@ class LinuxBackend(Backend):
         return res
 
     def shmget(self, key: int, size: int, flags: int) -> int:
-        libc = _get_libc()
-        return int(self._libc_call("shmget", libc.shmget, _as_key(key), size, flags))
+        return int(self._libc_call("shmget", _get_libc().shmget, _as_key(key), size, flags))
 
     def shmat(self, shmid: int, flags: int = 0) -> int:
-        libc = _get_libc()
-        return int(self._libc_call("shmat", libc.shmat, shmid, None, flags))
+        return int(self._libc_call("shmat", _get_libc().shmat, shmid, None, flags))
 
     def shmdt(self, addr: int) -> None:
         self._libc_call("shmdt", _get_libc().shmdt, addr)
@@ -1480,11 +1512,8 @@ def _hugepages(r: _Reader, base: str) -> Dict[int, HugePages]:
         m = re.match(r"^hugepages-([0-9]+)kB$", name)
         if not m:
             continue
-        d = f"{base}/{name}"
-        total = r.integer(f"{d}/nr_hugepages")
-        free = r.integer(f"{d}/free_hugepages")
-        surplus = r.integer(f"{d}/surplus_hugepages")
-        out[int(m.group(1))] = HugePages(total or 0, free or 0, surplus or 0)
+        out[int(m.group(1))] = HugePages(*(r.integer(f"{base}/{name}/{k}_hugepages") or 0
+                                           for k in ("nr", "free", "surplus")))
     return out
 
 
@@ -6878,10 +6907,8 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     multi = len(topo.nodes_with_memory) > 1 or len(topo.nodes_with_cpus) > 1
     gpu_rows = []
     for g in topo.gpus:
-        node, how = g.node, g.node_source
-        row = _pci_json(g)
-        row.update(node=node, node_source=how)
-        gpu_rows.append(row)
+        node = g.node
+        gpu_rows.append(dict(_pci_json(g), node=node, node_source=g.node_source))
         if multi and g.numa_node < 0:
             if node is None:
                 warnings.append(f"GPU {g.address}: firmware reports no NUMA node "
@@ -7008,12 +7035,13 @@ def _package_layout(t: Topology) -> Dict[str, Any]:
     those between packages (SNC on Intel, NPS on AMD split a package into nodes)."""
     pk = t.package_nodes
     k = t.nodes_per_package
-
-    def dists(same: bool) -> List[int]:
-        return sorted({d for p, ns in pk.items() for q, ms in pk.items() if (p == q) == same
-                       for a in ns for m in ms if a != m
-                       for d in (t.distance(a, m),) if d is not None})
-    inside, between = dists(True), dists(False)
+    pkg = {n: p for p, ns in pk.items() for n in ns}
+    same: Tuple[Set[int], Set[int]] = (set(), set())      # (between, inside)
+    for a, p in pkg.items():
+        for m, d in (t.nodes[a].distances if a in t.nodes else {}).items():
+            if m != a and m in pkg:
+                same[pkg[m] == p].add(d)
+    inside, between = sorted(same[1]), sorted(same[0])
     ev = (f"{k} node{'s' * (k != 1)} per package" if k else "packages with different "
           "node counts") + f" over {len(pk)} package{'s' * (len(pk) != 1)}"
     if k and k > 1:
@@ -7200,8 +7228,7 @@ def _render_status(rep: Dict[str, Any]) -> str:
                + ("" if nb is None else (" (on)" if nb else " (off)")))
     out.append(f"  THP            {k['thp'] or '-'}" + "".join(
         f", {n} {v}" for n, v in k.get("thp_settings", {}).items() if n != "enabled"))
-    for extra in rep.get("extra_text", []):
-        out.append(extra)
+    out.extend(rep.get("extra_text", []))
     if "config" in rep:
         out.append("")
         out.append("CONFIGURATION (environment)")
@@ -7352,20 +7379,14 @@ def _backend_from_args(args: argparse.Namespace) -> Backend:
         return default_backend()
     if not os.path.exists(root):
         raise FileNotFoundError(errno.ENOENT, "no such tree", root)
-    if os.path.isdir(root):
-        _check_tree(root)
+    # A folder without sys/ or proc/ would read as an empty one-node machine;
+    # tools/gather.py puts the tree in DIR/root: say so.
+    if os.path.isdir(root) and not any(os.path.isdir(os.path.join(root, d))
+                                       for d in ("sys", "proc")):
+        sub = os.path.join(root, "root")
+        hint = f"; did you mean {sub}?" if os.path.isdir(sub) else ""
+        raise ValueError(f"--root {root}: not a saved tree (no sys/ or proc/ in it){hint}")
     return LinuxBackend(root)
-
-
-def _check_tree(root: str) -> None:
-    """A saved tree holds sys/ or proc/; anything else would read as an empty
-    one-node machine.  tools/gather.py puts the tree in DIR/root: say so."""
-    if root == "/" or any(os.path.isdir(os.path.join(root, d)) for d in ("sys", "proc")):
-        return
-    hint = ""
-    if os.path.isdir(os.path.join(root, "root")):
-        hint = f"; did you mean {os.path.join(root, 'root')}?"
-    raise ValueError(f"--root {root}: not a saved tree (no sys/ or proc/ in it){hint}")
 
 
 def _print_json(data: Any) -> None:
@@ -7376,14 +7397,11 @@ def _print_json(data: Any) -> None:
         tty = sys.stdout.isatty()
     except (AttributeError, ValueError):
         tty = False
-    if tty:
-        text = json.dumps(data, indent=2)
-    else:
-        text = json.dumps(data, separators=(",", ":"))
+    text = json.dumps(data, indent=2) if tty else json.dumps(data, separators=(",", ":"))
     sys.stdout.write(text + "\n")
 
 
-def _cmd_status(args: argparse.Namespace) -> int:
+def _cmd_status(args: Any) -> int:
     if args.env_prefix is not None:
         configure(env_prefix=args.env_prefix)
     b = _backend_from_args(args)
@@ -7489,15 +7507,47 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if word in _CLI_COMMANDS:
                 sys.stderr.write(f"{_prog()} {word}: {e}\n")
                 return 2
-    return _run(raw, ())
+    args = _status_args(raw[lead + 1:], lead > 0)
+    return _run(raw, ()) if args is None else _call(_prog(), args)
+
+
+_STATUS_VALUES = {"--root": "root", "--format": "format", "--env-prefix": "env_prefix"}
+
+
+def _status_args(argv: List[str], verbose: bool) -> Any:
+    """status's flags read without argparse (importing it costs more than reading a
+    small saved machine): what the status parser would return, or None for anything
+    else (--help, a mistake, an abbreviation), which the parser then answers."""
+    from types import SimpleNamespace
+    args = SimpleNamespace(command="status", func=_cmd_status, verbose=verbose,
+                           json=False, root=None, format=None, env_prefix=None)
+    i = 0
+    while i < len(argv):
+        flag, eq, value = argv[i].partition("=")
+        if flag == "--json" and not eq:
+            args.json = True
+        elif flag in _STATUS_VALUES:
+            if not eq:
+                i += 1
+                value = argv[i] if i < len(argv) else "-"
+            if value.startswith("-") or flag == "--format" and value not in (
+                    "text", "json", "prometheus"):
+                return None
+            setattr(args, _STATUS_VALUES[flag], value)
+        else:
+            return None
+        i += 1
+    return args
 
 
 def _run(raw: List[str], commands: Sequence[Callable[[Any], None]]) -> int:
     parser = _build_parser(commands)
-    args = parser.parse_args(raw)
-    import logging
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(message)s")
+    return _call(parser.prog, parser.parse_args(raw))
+
+
+def _call(prog: str, args: Any) -> int:
+    global _cli_verbose
+    _cli_verbose = bool(args.verbose)
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:
@@ -7505,7 +7555,7 @@ def _run(raw: List[str], commands: Sequence[Callable[[Any], None]]) -> int:
     except KeyboardInterrupt:
         return 130
     except (OSError, ValueError) as e:
-        sys.stderr.write(f"{parser.prog} {args.command}: {e}\n")
+        sys.stderr.write(f"{prog} {args.command}: {e}\n")
         return 2
 
 
