@@ -4060,34 +4060,29 @@ class SharedRegion:
     file while they have it open, which is how ``cleanup`` knows it is in use.
     """
 
-    def __init__(self, *, backend: Backend, kind: str, key: Union[int, str],
-                 address: int, size: int, page_size: int, policy: PolicyResult,
-                 created: bool, shmid: int = -1, name: str = "",
-                 prefaulted: Optional[Dict[str, Any]] = None, ipc_key: int = 0,
-                 mapped: int = 0, fd: int = -1,
-                 identity: Optional[Dict[str, Any]] = None,
-                 layout: Optional[Layout] = None,
-                 policies: Sequence[PolicyResult] = (),
-                 hugepages_fallback: Optional[str] = None) -> None:
-        self._b = backend
+    def __init__(self, b: Backend, kind: str, key: Union[int, str], m: Dict[str, Any],
+                 rec: Dict[str, Any], layout: Layout, policies: Sequence[PolicyResult],
+                 created: bool, hugepages_fallback: Optional[str]) -> None:
+        """Made by create and attach: ``m`` says the mapping (SharedRegion._open),
+        ``rec`` is the identity record read or written, one policy per extent."""
+        self._b = b
         self.kind = kind
         self._key = key
-        self._ipc_key = ipc_key
-        self._address = address
-        self._size = size
-        self._mapped = mapped or size             # data + identity record
-        self._fd = fd                             # POSIX: holds the shared flock
-        self.page_size = page_size
-        self._policy = policy
-        self._layout = layout if layout is not None else Layout.extents([(size, "default", ())])
-        self.policies = list(policies) or [policy]    # one per extent
+        self.shmid: int = m["shmid"]
+        self.name: str = m["name"]            # POSIX: the file name in /dev/shm
+        self._ipc_key: int = m["ipc_key"]
+        self._fd: int = m["fd"]               # POSIX: holds the shared flock
+        self._address: int = m["address"]
+        self._mapped: int = m["mapped"]       # data + identity record
+        self._size: int = rec["size"]
+        self.page_size: int = rec["page_size"]
+        self.identity = rec
+        self._layout = layout
+        self.policies = list(policies)
+        self._policy = self.policies[0]
         self.created = created
-        self.shmid = shmid
-        self.name = name                      # POSIX: the file name in /dev/shm
-        self.prefaulted = prefaulted
-        self.identity = identity or {}        # the record read or written
-        self._closed = False
-        self._removed = False
+        self.prefaulted: Optional[Dict[str, Any]] = None
+        self._closed = self._removed = False
         self.hugepages_fallback = hugepages_fallback    # why base pages, not huge ones
 
     # -- properties --------------------------------------------------------------------
@@ -4303,46 +4298,27 @@ class SharedRegion:
                              "address": 0, "mapped": 0}
         undo: List[Tuple[Any, ...]] = []
         held = _hold_signals()
-        blocked = held is not None
         try:
             rec, lay = make(m, undo)
             page, addr = rec["page_size"], m["address"]
             cpus = _extent_cpus(b, lay) if prefault else None
-            if prefault and blocked:
-                # Prefault may take long: it stays interruptible by handling, between
-                # chunks and with the signals still held, one that came (released,
-                # a second one could strike between the first and the undo).
-                user = progress
-
-                def polled(done: int, total: int) -> None:
-                    _run_pending(held)
-                    if user is not None:
-                        user(done, total)
-                progress = polled
             # Over the record too: one VMA (one numa_maps line) per region.
             res = _layout_apply(b, addr, m["mapped"], page, lay, strict)
             if thp:
                 b.madvise(addr, m["mapped"], MADV_HUGEPAGE)
-            region = cls(backend=b, kind=kind, key=key, size=rec["size"], page_size=page,
-                         policy=res[0], created=created, identity=rec, layout=lay,
-                         policies=res, hugepages_fallback=note, **m)
+            region = cls(b, kind, key, m, rec, lay, res, created, note)
             if remove and kind == "sysv":
                 region.remove()
             if prefault:
                 region.prefaulted = _layout_prefault(b, addr, lay, page, threads,
-                                                     progress, cpus)
-            if blocked:
-                _run_pending(held)
-                blocked = False
-                _release_signals(held)
+                                                     progress, cpus, held)
+            _run_pending(held)
+            # Inside the try: an interrupt the release lets in undoes the region.
+            _release_signals(held)
             return region
         except BaseException:
-            blocked = held is not None      # _undo blocks them again
             _undo(held, undo)
             raise
-        finally:
-            if blocked:                     # (not after a success: an interrupt in
-                _release_signals(held)      # a call here would drop the region made)
 
     # -- use and teardown ----------------------------------------------------------------
     def _check_open(self) -> None:
@@ -4505,18 +4481,22 @@ def _quietly(fn: Callable[..., Any], *args: Any) -> None:
 def _undo(held: Optional[Tuple[Any, Callable[[], Any]]], undo: List[Tuple[Any, ...]]
           ) -> None:
     """Undo the steps of a half-made (or half-attached) region, last first, with SIGINT
-    and SIGTERM blocked again.  An interrupt that lands before the block (a second
-    Ctrl-C within a few bytecodes of the first) restarts it: a step may run twice."""
-    while True:
-        try:
-            if held is not None:
-                held[1]()
-            while undo:
-                _quietly(*undo[-1])
-                undo.pop()
-            return
-        except (KeyboardInterrupt, SystemExit):
-            continue
+    and SIGTERM blocked again, then let them go.  An interrupt that lands before the
+    block (a second Ctrl-C within a few bytecodes of the first) restarts it: a step
+    may run twice."""
+    try:
+        while True:
+            try:
+                if held is not None:
+                    held[1]()
+                while undo:
+                    _quietly(*undo[-1])
+                    undo.pop()
+                return
+            except (KeyboardInterrupt, SystemExit):
+                continue
+    finally:
+        _release_signals(held)
 
 
 def _sysv_create(b: Backend, key: Union[int, str], m: Dict[str, Any],
@@ -4697,12 +4677,15 @@ def _extent_cpus(b: Backend, lay: Layout) -> Dict[FrozenSet[int], FrozenSet[int]
 def _layout_prefault(b: Backend, addr: int, lay: Layout, page: int,
                      threads: Optional[int],
                      progress: Optional[Callable[[int, int], Any]],
-                     cpus: Optional[Dict[FrozenSet[int], FrozenSet[int]]] = None
+                     cpus: Optional[Dict[FrozenSet[int], FrozenSet[int]]] = None,
+                     held: Optional[Tuple[Any, Callable[[], Any]]] = None
                      ) -> Dict[str, Any]:
     """prefault() over each extent with the calling thread (and so the workers it
     starts) bound to ``cpus[extent.nodes]`` (_extent_cpus): first touches come from
     local CPUs (``prefer`` lands there, zeroing runs on the socket that owns the
-    memory).  Extents without nodes run as the caller does."""
+    memory).  Extents without nodes run as the caller does.  ``held``: signals held
+    by _open, whose handlers run between chunks (_run_pending): a long prefault stays
+    interruptible while a second signal cannot strike between the first and the undo."""
     import time
     cpus = cpus if cpus is not None else _extent_cpus(b, lay)
     t0, done, total = time.monotonic(), 0, lay.size or 0
@@ -4715,6 +4698,7 @@ def _layout_prefault(b: Backend, addr: int, lay: Layout, page: int,
                 b.sched_setaffinity(0, want)
             for e in (e for e in lay if e.nodes == nodes):
                 def step(d: int, _: int, base: int = done) -> None:
+                    _run_pending(held)
                     if progress is not None:
                         progress(base + d, total)
                 r = _do_prefault(addr + e.offset, e.length, threads, backend=b,
