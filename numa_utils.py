@@ -3925,8 +3925,6 @@ class Layout:
     @classmethod
     def parse(cls, text: str) -> Layout:
         """The layout ``str()`` wrote (grammar: see the comment above Layout)."""
-        def nodes(t: str) -> FrozenSet[int]:
-            return parse_cpulist(t) if t else frozenset()
         if not isinstance(text, str) or not text.strip():
             raise ValueError("layout: empty text")
         body, at, size = text.strip().partition("@")
@@ -3938,7 +3936,7 @@ class Layout:
                 if len(f) != 2:
                     raise ValueError("expected " + head + ":" + ("SIZE:" if block else "")
                                      + "POLICY:NODES[/NODES...]")
-                return cls(head, f[0], [nodes(e) for e in f[1].split("/")], block=block,
+                return cls(head, f[0], [parse_cpulist(e) for e in f[1].split("/")], block=block,
                            size=_parse_size(size) if at else None)
             if at:
                 raise ValueError("@SIZE follows only parts: and blocks:")
@@ -3947,7 +3945,7 @@ class Layout:
                 f = item.strip().split(":")
                 if len(f) not in (2, 3):
                     raise ValueError(f"extent {item!r}: expected SIZE:POLICY[:NODES]")
-                ext.append((_parse_size(f[0]), f[1], nodes(f[2] if len(f) == 3 else "")))
+                ext.append((_parse_size(f[0]), f[1], parse_cpulist(f[2] if len(f) == 3 else "")))
             return cls("extents", "", ext)
         except ValueError as e:
             msg = str(e).replace("layout: ", "")
@@ -4218,8 +4216,8 @@ class SharedRegion:
         def make(m: Dict[str, Any], undo: List[Tuple[Any, ...]]
                  ) -> Tuple[Dict[str, Any], Layout]:
             m["mapped"] = seg
-            (_sysv_create if kind == "sysv" else _posix_create)(b, key, m, undo, ident,
-                                                                flags)
+            (_sysv_create if kind == "sysv" else _posix_create)(b, key, m, undo, flags)
+            _record_write(m["address"], seg, ident)
             return ident, lay
         return cls._open(b, kind, key, make, True, strict_, prefault, threads, progress,
                          thp=hugepages == "thp", note=huge_note)
@@ -4500,7 +4498,7 @@ def _undo(held: Optional[Tuple[Any, Callable[[], Any]]], undo: List[Tuple[Any, .
 
 
 def _sysv_create(b: Backend, key: Union[int, str], m: Dict[str, Any],
-                 undo: List[Tuple[Any, ...]], ident: Dict[str, Any], flags: int) -> None:
+                 undo: List[Tuple[Any, ...]], flags: int) -> None:
     """Make the segment of region ``key`` under the first of its keys free for it."""
     keys = _sysv_keys(key)
     for ikey in keys:
@@ -4519,7 +4517,6 @@ def _sysv_create(b: Backend, key: Union[int, str], m: Dict[str, Any],
     undo.append((b.shm_rmid, shmid))
     m["address"] = b.shmat(shmid)
     undo.append((b.shmdt, m["address"]))
-    _record_write(m["address"], m["mapped"], ident)
     # A twin under a later key: made while this key held another region.
     for later in keys[keys.index(ikey) + 1:]:
         why = _sysv_holder(b, later, key)
@@ -4528,7 +4525,7 @@ def _sysv_create(b: Backend, key: Union[int, str], m: Dict[str, Any],
 
 
 def _posix_create(b: Backend, key: Union[int, str], m: Dict[str, Any],
-                  undo: List[Tuple[Any, ...]], ident: Dict[str, Any], flags: int) -> None:
+                  undo: List[Tuple[Any, ...]], flags: int) -> None:
     """Make /dev/shm/numa_utils-``key`` with the permission bits of ``flags``."""
     pname = _posix_name(key)
     try:
@@ -4550,7 +4547,6 @@ def _posix_create(b: Backend, key: Union[int, str], m: Dict[str, Any],
     b.ftruncate(fd, m["mapped"])
     m["address"] = b.mmap(m["mapped"], fd)
     undo.append((b.munmap, m["address"], m["mapped"]))
-    _record_write(m["address"], m["mapped"], ident)
 
 
 def _sysv_attach(b: Backend, key: Union[int, str], m: Dict[str, Any],
@@ -4563,27 +4559,23 @@ def _sysv_attach(b: Backend, key: Union[int, str], m: Dict[str, Any],
         except FileNotFoundError:
             continue
         what = f"SysV segment 0x{ikey:08x} (shmid {shmid})"
-        rec: Optional[Dict[str, Any]] = None
         try:
             st = b.shm_stat(shmid)
             _check_trust(st, b.geteuid(), trust, what)
-            addr = b.shmat(shmid)
-            undo.append((b.shmdt, addr))
-            rec = _record_read(addr, st.size, what)
+            m.update(shmid=shmid, ipc_key=ikey, address=b.shmat(shmid), mapped=st.size)
+            undo.append((b.shmdt, m["address"]))
+            rec = _record_read(m["address"], st.size, what)
             if rec is None:
                 raise FileNotFoundError(
                     errno.ENOENT, f"{what} has no numa_utils identity record: "
                     "another program's segment, or one still being created")
-            if not (_same_key(rec["key"], key) and rec["kind"] == "sysv"):
-                other, rec = rec["key"], None   # another name's: next key
-                if isinstance(key, int):
-                    raise ValueError(f"{what}: its identity record names "
-                                     f"region {other!r}")
+            if _same_key(rec["key"], key) and rec["kind"] == "sysv":
+                return rec, what
+            if isinstance(key, int):        # a str key tries its next key
+                raise ValueError(f"{what}: its identity record names "
+                                 f"region {rec['key']!r}")
         except (PermissionError, FileNotFoundError, ValueError) as e:
-            rec, first = None, first or e
-        if rec is not None:
-            m.update(shmid=shmid, ipc_key=ikey, address=addr, mapped=st.size)
-            return rec, what
+            first = first or e
         if undo:
             b.shmdt(undo.pop()[1])
     raise first or FileNotFoundError(errno.ENOENT, f"no SysV segment with key "
@@ -4636,25 +4628,19 @@ def _check_trust(st: _ShmStat, euid: int, trust: bool, what: str) -> None:
                               "anyway")
 
 
-def _region_apply(b: Backend, addr: int, size: int, page: int, mode: Mode,
-                  nodes: Optional[FrozenSet[int]], strict: bool) -> PolicyResult:
-    if mode == Mode.DEFAULT:
-        # A fresh mapping is first-touch already; an mbind(MPOL_DEFAULT) on an
-        # attached one would wipe the creator's shared policy.
-        return PolicyResult(True, "default", frozenset(), addr, size)
-    return _apply_policy(addr, size, mode=mode, nodes=nodes, strict=strict,
-                         page_size=page, backend=b, count_resident=False)
-
-
 def _layout_apply(b: Backend, addr: int, seg: int, page: int, lay: Layout,
                   strict: bool) -> List[PolicyResult]:
     """Each extent's policy on its part of the mapping; the last also covers the
-    identity record after the data (so a one-extent region stays one VMA)."""
+    identity record after the data (so a one-extent region stays one VMA).  A default
+    extent is left alone: a fresh mapping is first-touch already, and an
+    mbind(MPOL_DEFAULT) on an attached one would wipe the creator's shared policy."""
     out = []
     for i, e in enumerate(lay):
-        end = seg if i == len(lay) - 1 else e.offset + e.length
-        out.append(_region_apply(b, addr + e.offset, end - e.offset, page,
-                                 _LAYOUT_MODES[e.policy], e.nodes or None, strict))
+        a, n = addr + e.offset, (seg if i == len(lay) - 1 else e.offset + e.length) - e.offset
+        out.append(PolicyResult(True, "default", frozenset(), a, n) if e.policy == "default"
+                   else _apply_policy(a, n, mode=_LAYOUT_MODES[e.policy], nodes=e.nodes or None,
+                                      strict=strict, page_size=page, backend=b,
+                                      count_resident=False))
     return out
 
 
