@@ -3635,12 +3635,6 @@ def _cgroup_dirs(b: Backend) -> List[str]:
     return [_CGROUP + "".join("/" + p for p in parts[:i]) for i in range(len(parts), -1, -1)]
 
 
-def _size_word(nbytes: int) -> str:
-    """hugetlb cgroup file names: 2MB, 1GB, 64KB (mm/hugetlb_cgroup.c mem_fmt; huge
-    page sizes are powers of two below 1 TiB, where it agrees with _fmt_size)."""
-    return _fmt_size(nbytes) + "B"
-
-
 def fit(size: int, *, nodes: Optional[Iterable[int]] = None,
         policy: Optional[str] = "interleave",
         hugepages: Union[bool, int, str, None] = None, kind: str = "sysv",
@@ -3737,7 +3731,8 @@ def _fit_limits(b: Backend, huge: int, kind: str, pin: bool, need: int) -> List[
     """The limits beyond free memory, each with the file it came from."""
     num = _Reader(b).integer        # None: absent, unreadable or "max"
     out: List[FitLimit] = []
-    names = [f"hugetlb.{_size_word(huge)}.max"] if huge else ["memory.max", "memory.high"]
+    # hugetlb.2MB.max: mm/hugetlb_cgroup.c mem_fmt, as _fmt_size for powers of two < 1 TiB
+    names = [f"hugetlb.{_fmt_size(huge)}B.max"] if huge else ["memory.max", "memory.high"]
     for d in _cgroup_dirs(b):
         for name in names:
             cap, cur = num(f"{d}/{name}"), num(f"{d}/{name.rsplit('.', 1)[0]}.current"
@@ -4441,10 +4436,8 @@ def _run_pending(held: Optional[Tuple[Any, Callable[[], Any]]]) -> None:
     handler runs here and what it raises is undone by the caller with nothing let go.
     (Released first, it would strike a few bytecodes later, and a second signal
     within the undo's first bytecodes leaked the object: about 1 in 100 storms.)"""
-    if held is None:
-        return
     sig = _csignal()
-    if not hasattr(sig, "sigpending"):
+    if held is None or not hasattr(sig, "sigpending"):
         return
     pending = sig.sigpending()
     for n in _HELD_SIGNALS:
