@@ -3617,12 +3617,9 @@ def _selected(text: Optional[str]) -> Optional[str]:
 
 
 def _thp_settings(b: Backend) -> Dict[str, str]:
-    out = {}
-    for name in ("enabled", "defrag", "shmem_enabled"):
-        word = _selected(b.read_optional(f"{_THP_DIR}/{name}"))
-        if word:
-            out[name] = word
-    return out
+    words = {n: _selected(b.read_optional(f"{_THP_DIR}/{n}"))
+             for n in ("enabled", "defrag", "shmem_enabled")}
+    return {n: w for n, w in words.items() if w}
 
 
 def _cgroup_dirs(b: Backend) -> List[str]:
@@ -3835,11 +3832,11 @@ def _parse_size(text: str) -> int:
     return n
 
 
-_LAYOUT_MODES = MappingProxyType({
-    "bind": Mode.BIND, "interleave": Mode.INTERLEAVE, "prefer": Mode.PREFERRED,
-    "prefer-many": Mode.PREFERRED_MANY, "weighted-interleave": Mode.WEIGHTED_INTERLEAVE,
-    "local": Mode.LOCAL, "default": Mode.DEFAULT})
-_LAYOUT_NAMES = MappingProxyType({m: w for w, m in _LAYOUT_MODES.items()})
+# The word a layout (and its text) says for each mode; every _MODE_NAMES word is read.
+_LAYOUT_NAMES = MappingProxyType({
+    Mode.BIND: "bind", Mode.INTERLEAVE: "interleave", Mode.PREFERRED: "prefer",
+    Mode.PREFERRED_MANY: "prefer-many", Mode.WEIGHTED_INTERLEAVE: "weighted-interleave",
+    Mode.LOCAL: "local", Mode.DEFAULT: "default"})
 
 
 def _fmt_size(n: int) -> str:
@@ -3853,7 +3850,7 @@ def _fmt_size(n: int) -> str:
 class Extent(_Record):
     offset: int
     length: int
-    policy: str                 # a _LAYOUT_MODES word
+    policy: str                 # a _LAYOUT_NAMES word
     nodes: FrozenSet[int]       # empty: none (default, local) or default_memory_nodes()
 
 
@@ -3877,7 +3874,7 @@ class Layout:
             w = _MODE_NAMES.get(str(pol).lower())
             if w is None:
                 raise ValueError(f"layout: unknown policy {pol!r}; one of "
-                                 f"{', '.join(_LAYOUT_MODES)}")
+                                 f"{', '.join(_LAYOUT_NAMES.values())}")
             ids = frozenset([nodes] if isinstance(nodes, int) else nodes or ())
             if any(not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in ids):
                 raise ValueError(f"layout: invalid node list {nodes!r}")
@@ -4408,11 +4405,10 @@ def _hold_signals() -> Optional[Tuple[Any, Callable[[], Any]]]:
     thread, where no KeyboardInterrupt can be raised.  A handler already due runs in
     this call (the C call checks for signals after setting the mask), so from its
     return nothing can interrupt until the release."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
     import functools
     sig = _csignal()
-    if not hasattr(sig, "pthread_sigmask"):
+    if threading.current_thread() is not threading.main_thread() or \
+            not hasattr(sig, "pthread_sigmask"):
         return None
     block = functools.partial(sig.pthread_sigmask, sig.SIG_BLOCK,
                               [getattr(sig, n) for n in _HELD_SIGNALS])
@@ -4631,9 +4627,8 @@ def _layout_apply(b: Backend, addr: int, seg: int, page: int, lay: Layout,
     for i, e in enumerate(lay):
         a, n = addr + e.offset, (seg if i == len(lay) - 1 else e.offset + e.length) - e.offset
         out.append(PolicyResult(True, "default", frozenset(), a, n) if e.policy == "default"
-                   else _apply_policy(a, n, mode=_LAYOUT_MODES[e.policy], nodes=e.nodes or None,
-                                      strict=strict, page_size=page, backend=b,
-                                      count_resident=False))
+                   else _apply_policy(a, n, mode=e.policy, nodes=e.nodes or None, strict=strict,
+                                      page_size=page, backend=b, count_resident=False))
     return out
 
 
