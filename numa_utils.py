@@ -4205,8 +4205,7 @@ class SharedRegion:
         if huge:
             flags |= SHM_HUGETLB | ((huge.bit_length() - 1) << SHM_HUGE_SHIFT)
 
-        def make(m: Dict[str, Any], undo: List[Tuple[Any, ...]]
-                 ) -> Tuple[Dict[str, Any], Layout]:
+        def make(m: Dict[str, Any], undo: List[Tuple[Any, ...]]) -> Tuple[Dict[str, Any], Layout]:
             m["mapped"] = seg
             (_sysv_create if kind == "sysv" else _posix_create)(b, key, m, undo, flags)
             _record_write(m["address"], seg, ident)
@@ -4243,8 +4242,7 @@ class SharedRegion:
                                  or size < 0 or size > _SIZE_MAX):
             raise ValueError(f"invalid size {size!r}")
 
-        def make(m: Dict[str, Any], undo: List[Tuple[Any, ...]]
-                 ) -> Tuple[Dict[str, Any], Layout]:
+        def make(m: Dict[str, Any], undo: List[Tuple[Any, ...]]) -> Tuple[Dict[str, Any], Layout]:
             rec, what = (_sysv_attach if kind == "sysv" else _posix_attach)(b, key, m, undo,
                                                                             trust)
             data, page = rec["size"], rec["page_size"]
