@@ -3554,12 +3554,9 @@ def _selected(text: Optional[str]) -> Optional[str]:
 
 
 def _thp_settings(b: Backend) -> Dict[str, str]:
-    out = {}
-    for name in ("enabled", "defrag", "shmem_enabled"):
-        word = _selected(b.read_optional(f"{_THP_DIR}/{name}"))
-        if word:
-            out[name] = word
-    return out
+    words = {n: _selected(b.read_optional(f"{_THP_DIR}/{n}"))
+             for n in ("enabled", "defrag", "shmem_enabled")}
+    return {n: w for n, w in words.items() if w}
 
 
 def _cgroup_dirs(b: Backend) -> List[str]:
@@ -3570,12 +3567,6 @@ def _cgroup_dirs(b: Backend) -> List[str]:
         return []
     parts = [p for p in path.split("/") if p]
     return [_CGROUP + "".join("/" + p for p in parts[:i]) for i in range(len(parts), -1, -1)]
-
-
-def _size_word(nbytes: int) -> str:
-    """hugetlb cgroup file names: 2MB, 1GB, 64KB (mm/hugetlb_cgroup.c mem_fmt; huge
-    page sizes are powers of two below 1 TiB, where it agrees with _fmt_size)."""
-    return _fmt_size(nbytes) + "B"
 
 
 def fit(size: int, *, nodes: Optional[Iterable[int]] = None,
@@ -3674,7 +3665,8 @@ def _fit_limits(b: Backend, huge: int, kind: str, pin: bool, need: int) -> List[
     """The limits beyond free memory, each with the file it came from."""
     num = _Reader(b).integer        # None: absent, unreadable or "max"
     out: List[FitLimit] = []
-    names = [f"hugetlb.{_size_word(huge)}.max"] if huge else ["memory.max", "memory.high"]
+    # hugetlb.2MB.max: mm/hugetlb_cgroup.c mem_fmt, as _fmt_size for powers of two < 1 TiB
+    names = [f"hugetlb.{_fmt_size(huge)}B.max"] if huge else ["memory.max", "memory.high"]
     for d in _cgroup_dirs(b):
         for name in names:
             cap, cur = num(f"{d}/{name}"), num(f"{d}/{name.rsplit('.', 1)[0]}.current"
@@ -3777,11 +3769,11 @@ def _parse_size(text: str) -> int:
     return n
 
 
-_LAYOUT_MODES = MappingProxyType({
-    "bind": Mode.BIND, "interleave": Mode.INTERLEAVE, "prefer": Mode.PREFERRED,
-    "prefer-many": Mode.PREFERRED_MANY, "weighted-interleave": Mode.WEIGHTED_INTERLEAVE,
-    "local": Mode.LOCAL, "default": Mode.DEFAULT})
-_LAYOUT_NAMES = MappingProxyType({m: w for w, m in _LAYOUT_MODES.items()})
+# The word a layout (and its text) says for each mode; every _MODE_NAMES word is read.
+_LAYOUT_NAMES = MappingProxyType({
+    Mode.BIND: "bind", Mode.INTERLEAVE: "interleave", Mode.PREFERRED: "prefer",
+    Mode.PREFERRED_MANY: "prefer-many", Mode.WEIGHTED_INTERLEAVE: "weighted-interleave",
+    Mode.LOCAL: "local", Mode.DEFAULT: "default"})
 
 
 def _fmt_size(n: int) -> str:
@@ -3795,7 +3787,7 @@ def _fmt_size(n: int) -> str:
 class Extent(_Record):
     offset: int
     length: int
-    policy: str                 # a _LAYOUT_MODES word
+    policy: str                 # a _LAYOUT_NAMES word
     nodes: FrozenSet[int]       # empty: none (default, local) or default_memory_nodes()
 
 
@@ -3819,7 +3811,7 @@ class Layout:
             w = _MODE_NAMES.get(str(pol).lower())
             if w is None:
                 raise ValueError(f"layout: unknown policy {pol!r}; one of "
-                                 f"{', '.join(_LAYOUT_MODES)}")
+                                 f"{', '.join(_LAYOUT_NAMES.values())}")
             ids = frozenset([nodes] if isinstance(nodes, int) else nodes or ())
             if any(not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in ids):
                 raise ValueError(f"layout: invalid node list {nodes!r}")
@@ -3862,8 +3854,6 @@ class Layout:
     @classmethod
     def parse(cls, text: str) -> Layout:
         """The layout ``str()`` wrote (grammar: see the comment above Layout)."""
-        def nodes(t: str) -> FrozenSet[int]:
-            return parse_cpulist(t) if t else frozenset()
         if not isinstance(text, str) or not text.strip():
             raise ValueError("layout: empty text")
         body, at, size = text.strip().partition("@")
@@ -3875,7 +3865,7 @@ class Layout:
                 if len(f) != 2:
                     raise ValueError("expected " + head + ":" + ("SIZE:" if block else "")
                                      + "POLICY:NODES[/NODES...]")
-                return cls(head, f[0], [nodes(e) for e in f[1].split("/")], block=block,
+                return cls(head, f[0], [parse_cpulist(e) for e in f[1].split("/")], block=block,
                            size=_parse_size(size) if at else None)
             if at:
                 raise ValueError("@SIZE follows only parts: and blocks:")
@@ -3884,7 +3874,7 @@ class Layout:
                 f = item.strip().split(":")
                 if len(f) not in (2, 3):
                     raise ValueError(f"extent {item!r}: expected SIZE:POLICY[:NODES]")
-                ext.append((_parse_size(f[0]), f[1], nodes(f[2] if len(f) == 3 else "")))
+                ext.append((_parse_size(f[0]), f[1], parse_cpulist(f[2] if len(f) == 3 else "")))
             return cls("extents", "", ext)
         except ValueError as e:
             msg = str(e).replace("layout: ", "")
@@ -3997,34 +3987,29 @@ class SharedRegion:
     file while they have it open, which is how ``cleanup`` knows it is in use.
     """
 
-    def __init__(self, *, backend: Backend, kind: str, key: Union[int, str],
-                 address: int, size: int, page_size: int, policy: PolicyResult,
-                 created: bool, shmid: int = -1, name: str = "",
-                 prefaulted: Optional[Dict[str, Any]] = None, ipc_key: int = 0,
-                 mapped: int = 0, fd: int = -1,
-                 identity: Optional[Dict[str, Any]] = None,
-                 layout: Optional[Layout] = None,
-                 policies: Sequence[PolicyResult] = (),
-                 hugepages_fallback: Optional[str] = None) -> None:
-        self._b = backend
+    def __init__(self, b: Backend, kind: str, key: Union[int, str], m: Dict[str, Any],
+                 rec: Dict[str, Any], layout: Layout, policies: Sequence[PolicyResult],
+                 created: bool, hugepages_fallback: Optional[str]) -> None:
+        """Made by create and attach: ``m`` says the mapping (SharedRegion._open),
+        ``rec`` is the identity record read or written, one policy per extent."""
+        self._b = b
         self.kind = kind
         self._key = key
-        self._ipc_key = ipc_key
-        self._address = address
-        self._size = size
-        self._mapped = mapped or size             # data + identity record
-        self._fd = fd                             # POSIX: holds the shared flock
-        self.page_size = page_size
-        self._policy = policy
-        self._layout = layout if layout is not None else Layout.extents([(size, "default", ())])
-        self.policies = list(policies) or [policy]    # one per extent
+        self.shmid: int = m["shmid"]
+        self.name: str = m["name"]            # POSIX: the file name in /dev/shm
+        self._ipc_key: int = m["ipc_key"]
+        self._fd: int = m["fd"]               # POSIX: holds the shared flock
+        self._address: int = m["address"]
+        self._mapped: int = m["mapped"]       # data + identity record
+        self._size: int = rec["size"]
+        self.page_size: int = rec["page_size"]
+        self.identity = rec
+        self._layout = layout
+        self.policies = list(policies)
+        self._policy = self.policies[0]
         self.created = created
-        self.shmid = shmid
-        self.name = name                      # POSIX: the file name in /dev/shm
-        self.prefaulted = prefaulted
-        self.identity = identity or {}        # the record read or written
-        self._closed = False
-        self._removed = False
+        self.prefaulted: Optional[Dict[str, Any]] = None
+        self._closed = self._removed = False
         self.hugepages_fallback = hugepages_fallback    # why base pages, not huge ones
 
     # -- properties --------------------------------------------------------------------
@@ -4157,11 +4142,10 @@ class SharedRegion:
         if huge:
             flags |= SHM_HUGETLB | ((huge.bit_length() - 1) << SHM_HUGE_SHIFT)
 
-        def make(m: Dict[str, Any], undo: List[Tuple[Any, ...]]
-                 ) -> Tuple[Dict[str, Any], Layout]:
+        def make(m: Dict[str, Any], undo: List[Tuple[Any, ...]]) -> Tuple[Dict[str, Any], Layout]:
             m["mapped"] = seg
-            (_sysv_create if kind == "sysv" else _posix_create)(b, key, m, undo, ident,
-                                                                flags)
+            (_sysv_create if kind == "sysv" else _posix_create)(b, key, m, undo, flags)
+            _record_write(m["address"], seg, ident)
             return ident, lay
         return cls._open(b, kind, key, make, True, strict_, prefault, threads, progress,
                          thp=hugepages == "thp", note=huge_note)
@@ -4195,8 +4179,7 @@ class SharedRegion:
                                  or size < 0 or size > _SIZE_MAX):
             raise ValueError(f"invalid size {size!r}")
 
-        def make(m: Dict[str, Any], undo: List[Tuple[Any, ...]]
-                 ) -> Tuple[Dict[str, Any], Layout]:
+        def make(m: Dict[str, Any], undo: List[Tuple[Any, ...]]) -> Tuple[Dict[str, Any], Layout]:
             rec, what = (_sysv_attach if kind == "sysv" else _posix_attach)(b, key, m, undo,
                                                                             trust)
             data, page = rec["size"], rec["page_size"]
@@ -4240,46 +4223,27 @@ class SharedRegion:
                              "address": 0, "mapped": 0}
         undo: List[Tuple[Any, ...]] = []
         held = _hold_signals()
-        blocked = held is not None
         try:
             rec, lay = make(m, undo)
             page, addr = rec["page_size"], m["address"]
             cpus = _extent_cpus(b, lay) if prefault else None
-            if prefault and blocked:
-                # Prefault may take long: it stays interruptible by handling, between
-                # chunks and with the signals still held, one that came (released,
-                # a second one could strike between the first and the undo).
-                user = progress
-
-                def polled(done: int, total: int) -> None:
-                    _run_pending(held)
-                    if user is not None:
-                        user(done, total)
-                progress = polled
             # Over the record too: one VMA (one numa_maps line) per region.
             res = _layout_apply(b, addr, m["mapped"], page, lay, strict)
             if thp:
                 b.madvise(addr, m["mapped"], MADV_HUGEPAGE)
-            region = cls(backend=b, kind=kind, key=key, size=rec["size"], page_size=page,
-                         policy=res[0], created=created, identity=rec, layout=lay,
-                         policies=res, hugepages_fallback=note, **m)
+            region = cls(b, kind, key, m, rec, lay, res, created, note)
             if remove and kind == "sysv":
                 region.remove()
             if prefault:
                 region.prefaulted = _layout_prefault(b, addr, lay, page, threads,
-                                                     progress, cpus)
-            if blocked:
-                _run_pending(held)
-                blocked = False
-                _release_signals(held)
+                                                     progress, cpus, held)
+            _run_pending(held)
+            # Inside the try: an interrupt the release lets in undoes the region.
+            _release_signals(held)
             return region
         except BaseException:
-            blocked = held is not None      # _undo blocks them again
             _undo(held, undo)
             raise
-        finally:
-            if blocked:                     # (not after a success: an interrupt in
-                _release_signals(held)      # a call here would drop the region made)
 
     # -- use and teardown ----------------------------------------------------------------
     def _check_open(self) -> None:
@@ -4376,11 +4340,10 @@ def _hold_signals() -> Optional[Tuple[Any, Callable[[], Any]]]:
     thread, where no KeyboardInterrupt can be raised.  A handler already due runs in
     this call (the C call checks for signals after setting the mask), so from its
     return nothing can interrupt until the release."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
     import functools
     sig = _csignal()
-    if not hasattr(sig, "pthread_sigmask"):
+    if threading.current_thread() is not threading.main_thread() or \
+            not hasattr(sig, "pthread_sigmask"):
         return None
     block = functools.partial(sig.pthread_sigmask, sig.SIG_BLOCK,
                               [getattr(sig, n) for n in _HELD_SIGNALS])
@@ -4404,10 +4367,8 @@ def _run_pending(held: Optional[Tuple[Any, Callable[[], Any]]]) -> None:
     handler runs here and what it raises is undone by the caller with nothing let go.
     (Released first, it would strike a few bytecodes later, and a second signal
     within the undo's first bytecodes leaked the object: about 1 in 100 storms.)"""
-    if held is None:
-        return
     sig = _csignal()
-    if not hasattr(sig, "sigpending"):
+    if held is None or not hasattr(sig, "sigpending"):
         return
     pending = sig.sigpending()
     for n in _HELD_SIGNALS:
@@ -4442,22 +4403,26 @@ def _quietly(fn: Callable[..., Any], *args: Any) -> None:
 def _undo(held: Optional[Tuple[Any, Callable[[], Any]]], undo: List[Tuple[Any, ...]]
           ) -> None:
     """Undo the steps of a half-made (or half-attached) region, last first, with SIGINT
-    and SIGTERM blocked again.  An interrupt that lands before the block (a second
-    Ctrl-C within a few bytecodes of the first) restarts it: a step may run twice."""
-    while True:
-        try:
-            if held is not None:
-                held[1]()
-            while undo:
-                _quietly(*undo[-1])
-                undo.pop()
-            return
-        except (KeyboardInterrupt, SystemExit):
-            continue
+    and SIGTERM blocked again, then let them go.  An interrupt that lands before the
+    block (a second Ctrl-C within a few bytecodes of the first) restarts it: a step
+    may run twice."""
+    try:
+        while True:
+            try:
+                if held is not None:
+                    held[1]()
+                while undo:
+                    _quietly(*undo[-1])
+                    undo.pop()
+                return
+            except (KeyboardInterrupt, SystemExit):
+                continue
+    finally:
+        _release_signals(held)
 
 
 def _sysv_create(b: Backend, key: Union[int, str], m: Dict[str, Any],
-                 undo: List[Tuple[Any, ...]], ident: Dict[str, Any], flags: int) -> None:
+                 undo: List[Tuple[Any, ...]], flags: int) -> None:
     """Make the segment of region ``key`` under the first of its keys free for it."""
     keys = _sysv_keys(key)
     for ikey in keys:
@@ -4476,7 +4441,6 @@ def _sysv_create(b: Backend, key: Union[int, str], m: Dict[str, Any],
     undo.append((b.shm_rmid, shmid))
     m["address"] = b.shmat(shmid)
     undo.append((b.shmdt, m["address"]))
-    _record_write(m["address"], m["mapped"], ident)
     # A twin under a later key: made while this key held another region.
     for later in keys[keys.index(ikey) + 1:]:
         why = _sysv_holder(b, later, key)
@@ -4485,7 +4449,7 @@ def _sysv_create(b: Backend, key: Union[int, str], m: Dict[str, Any],
 
 
 def _posix_create(b: Backend, key: Union[int, str], m: Dict[str, Any],
-                  undo: List[Tuple[Any, ...]], ident: Dict[str, Any], flags: int) -> None:
+                  undo: List[Tuple[Any, ...]], flags: int) -> None:
     """Make /dev/shm/numa_utils-``key`` with the permission bits of ``flags``."""
     pname = _posix_name(key)
     try:
@@ -4507,7 +4471,6 @@ def _posix_create(b: Backend, key: Union[int, str], m: Dict[str, Any],
     b.ftruncate(fd, m["mapped"])
     m["address"] = b.mmap(m["mapped"], fd)
     undo.append((b.munmap, m["address"], m["mapped"]))
-    _record_write(m["address"], m["mapped"], ident)
 
 
 def _sysv_attach(b: Backend, key: Union[int, str], m: Dict[str, Any],
@@ -4520,27 +4483,23 @@ def _sysv_attach(b: Backend, key: Union[int, str], m: Dict[str, Any],
         except FileNotFoundError:
             continue
         what = f"SysV segment 0x{ikey:08x} (shmid {shmid})"
-        rec: Optional[Dict[str, Any]] = None
         try:
             st = b.shm_stat(shmid)
             _check_trust(st, b.geteuid(), trust, what)
-            addr = b.shmat(shmid)
-            undo.append((b.shmdt, addr))
-            rec = _record_read(addr, st.size, what)
+            m.update(shmid=shmid, ipc_key=ikey, address=b.shmat(shmid), mapped=st.size)
+            undo.append((b.shmdt, m["address"]))
+            rec = _record_read(m["address"], st.size, what)
             if rec is None:
                 raise FileNotFoundError(
                     errno.ENOENT, f"{what} has no numa_utils identity record: "
                     "another program's segment, or one still being created")
-            if not (_same_key(rec["key"], key) and rec["kind"] == "sysv"):
-                other, rec = rec["key"], None   # another name's: next key
-                if isinstance(key, int):
-                    raise ValueError(f"{what}: its identity record names "
-                                     f"region {other!r}")
+            if _same_key(rec["key"], key) and rec["kind"] == "sysv":
+                return rec, what
+            if isinstance(key, int):        # a str key tries its next key
+                raise ValueError(f"{what}: its identity record names "
+                                 f"region {rec['key']!r}")
         except (PermissionError, FileNotFoundError, ValueError) as e:
-            rec, first = None, first or e
-        if rec is not None:
-            m.update(shmid=shmid, ipc_key=ikey, address=addr, mapped=st.size)
-            return rec, what
+            first = first or e
         if undo:
             b.shmdt(undo.pop()[1])
     raise first or FileNotFoundError(errno.ENOENT, f"no SysV segment with key "
@@ -4593,25 +4552,18 @@ def _check_trust(st: _ShmStat, euid: int, trust: bool, what: str) -> None:
                               "anyway")
 
 
-def _region_apply(b: Backend, addr: int, size: int, page: int, mode: Mode,
-                  nodes: Optional[FrozenSet[int]], strict: bool) -> PolicyResult:
-    if mode == Mode.DEFAULT:
-        # A fresh mapping is first-touch already; an mbind(MPOL_DEFAULT) on an
-        # attached one would wipe the creator's shared policy.
-        return PolicyResult(True, "default", frozenset(), addr, size)
-    return _apply_policy(addr, size, mode=mode, nodes=nodes, strict=strict,
-                         page_size=page, backend=b, count_resident=False)
-
-
 def _layout_apply(b: Backend, addr: int, seg: int, page: int, lay: Layout,
                   strict: bool) -> List[PolicyResult]:
     """Each extent's policy on its part of the mapping; the last also covers the
-    identity record after the data (so a one-extent region stays one VMA)."""
+    identity record after the data (so a one-extent region stays one VMA).  A default
+    extent is left alone: a fresh mapping is first-touch already, and an
+    mbind(MPOL_DEFAULT) on an attached one would wipe the creator's shared policy."""
     out = []
     for i, e in enumerate(lay):
-        end = seg if i == len(lay) - 1 else e.offset + e.length
-        out.append(_region_apply(b, addr + e.offset, end - e.offset, page,
-                                 _LAYOUT_MODES[e.policy], e.nodes or None, strict))
+        a, n = addr + e.offset, (seg if i == len(lay) - 1 else e.offset + e.length) - e.offset
+        out.append(PolicyResult(True, "default", frozenset(), a, n) if e.policy == "default"
+                   else _apply_policy(a, n, mode=e.policy, nodes=e.nodes or None, strict=strict,
+                                      page_size=page, backend=b, count_resident=False))
     return out
 
 
@@ -4634,12 +4586,15 @@ def _extent_cpus(b: Backend, lay: Layout) -> Dict[FrozenSet[int], FrozenSet[int]
 def _layout_prefault(b: Backend, addr: int, lay: Layout, page: int,
                      threads: Optional[int],
                      progress: Optional[Callable[[int, int], Any]],
-                     cpus: Optional[Dict[FrozenSet[int], FrozenSet[int]]] = None
+                     cpus: Optional[Dict[FrozenSet[int], FrozenSet[int]]] = None,
+                     held: Optional[Tuple[Any, Callable[[], Any]]] = None
                      ) -> Dict[str, Any]:
     """prefault() over each extent with the calling thread (and so the workers it
     starts) bound to ``cpus[extent.nodes]`` (_extent_cpus): first touches come from
     local CPUs (``prefer`` lands there, zeroing runs on the socket that owns the
-    memory).  Extents without nodes run as the caller does."""
+    memory).  Extents without nodes run as the caller does.  ``held``: signals held
+    by _open, whose handlers run between chunks (_run_pending): a long prefault stays
+    interruptible while a second signal cannot strike between the first and the undo."""
     import time
     cpus = cpus if cpus is not None else _extent_cpus(b, lay)
     t0, done, total = time.monotonic(), 0, lay.size or 0
@@ -4652,6 +4607,7 @@ def _layout_prefault(b: Backend, addr: int, lay: Layout, page: int,
                 b.sched_setaffinity(0, want)
             for e in (e for e in lay if e.nodes == nodes):
                 def step(d: int, _: int, base: int = done) -> None:
+                    _run_pending(held)
                     if progress is not None:
                         progress(base + d, total)
                 r = _do_prefault(addr + e.offset, e.length, threads, backend=b,

@@ -90,10 +90,10 @@ _THP_DIR = _nu._THP_DIR
 _WI_DIR = _nu._WI_DIR
 _buffer_address = _nu._buffer_address
 _encode_nodemask = _nu._encode_nodemask
+_fmt_size = _nu._fmt_size
 _oserror = _nu._oserror
 _pointer_bits = _nu._pointer_bits
 _selected = _nu._selected
-_size_word = _nu._size_word
 abi_for = _nu.abi_for
 decode_nodemask = _nu.decode_nodemask
 format_cpulist = _nu.format_cpulist
@@ -302,7 +302,7 @@ class _SimKernel:
         """Charge (or with pages < 0 uncharge) ``pages`` of ``obj``: memory.max and
         memory.high (no swap: shared memory above high is never reclaimed, the
         allocating task stalls) or hugetlb.<size>.max; the /dev/shm tmpfs size."""
-        name = "memory" if obj.page == self.page else f"hugetlb.{_size_word(obj.page)}"
+        name = "memory" if obj.page == self.page else f"hugetlb.{_fmt_size(obj.page)}B"
         used = self.charged.get(name, 0) + pages * obj.page
         shm = obj.path.startswith("/dev/shm/")
         for lim in (f"{name}.max", f"{name}.high"):
