@@ -139,6 +139,7 @@ if TYPE_CHECKING:   # imported lazily at run time: importing numa_utils stays ch
 # Warnings are logged once per distinct reason, not once per call (an engine may call
 # interleave() for every layer of every request: that must not become a log storm).
 _warned: Set[str] = set()
+_cli_verbose: List[bool] = []   # main()'s -v, once a command runs
 _warned_lock = threading.Lock()
 
 
@@ -148,6 +149,9 @@ def _warn_once(key: str, msg: str, *args: Any) -> None:
             return
         _warned.add(key)
     import logging
+    if _cli_verbose:    # the CLI's format, set up here: importing logging costs ~10 ms
+        logging.basicConfig(level=logging.INFO if _cli_verbose[-1] else logging.WARNING,
+                            format="%(levelname)s %(message)s")
     logging.getLogger(__name__).warning(msg, *args)
 
 
@@ -426,7 +430,7 @@ def abi_for(machine: Optional[str] = None, pointer_bits: Optional[int] = None) -
     if machine is None:
         machine = os.uname().machine
     if pointer_bits is None:
-        pointer_bits = ctypes.sizeof(ctypes.c_void_p) * 8
+        pointer_bits = struct.calcsize("P") * 8
     m = machine.lower()
     m = _MACHINE_ALIASES.get(m, m)
     if m.startswith("arm") and m != "arm":
@@ -7587,9 +7591,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def _run(raw: List[str], commands: Sequence[Callable[[Any], None]]) -> int:
     parser = _build_parser(commands)
     args = parser.parse_args(raw)
-    import logging
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(message)s")
+    _cli_verbose.append(args.verbose)
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:

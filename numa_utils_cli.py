@@ -1721,8 +1721,10 @@ def _route_device(host: str, b: Backend) -> str:
     return best[1]
 
 
-_COMMANDS = (_cli_maps, _cli_cleanup, _cli_plan, _cli_run, _cli_watch, _cli_numactl,
-             _cli_fit)
+# Command word -> the function adding its parser, in help order.
+_COMMANDS = {"maps": _cli_maps, "cleanup": _cli_cleanup, "region": _cli_cleanup,
+             "plan": _cli_plan, "run": _cli_run, "watch": _cli_watch,
+             "numactl": _cli_numactl, "fit": _cli_fit}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -1736,7 +1738,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             getattr(stream, "reconfigure", lambda **kw: None)(errors="surrogateescape")
         return _cmd_numactl(raw[lead + 1:])
     _refuse_negative(raw, _prog())
-    return _nu._run(raw, _COMMANDS)
+    # A typed command builds its own parser only (maps is a hot command); the help,
+    # a mistyped word and its error list every command.
+    word = raw[lead] if lead < len(raw) else ""
+    adders = (_COMMANDS[word],) if word in _COMMANDS else dict.fromkeys(_COMMANDS.values())
+    return _nu._run(raw, tuple(adders))
 
 
 if __name__ == "__main__":
