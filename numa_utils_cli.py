@@ -141,7 +141,6 @@ class _MapsScan:
         self.totals: Dict[int, int] = {}
         self.cats: Dict[str, Dict[int, int]] = {c: {} for c in _MAPS_CATS}
         self.nvmas = 0
-        self.policies: Dict[str, Any] = {}
         self.known: Dict[str, Tuple[NumaMapsEntry, Any]] = {}   # rest -> (entry, JSON)
         self.rests: Dict[str, int] = {}      # the last chunk's distinct rests
 
@@ -151,7 +150,7 @@ class _MapsScan:
             if len(self.known) > 4096:      # bounded: a file of all-distinct lines
                 self.known.clear()
             got = self.known[rest] = (
-                _parse_maps_line("0 " + rest, self.default_kb, self.policies), None)
+                _parse_maps_line("0 " + rest, self.default_kb), None)
         return got
 
     def chunk(self, text: str) -> List[Tuple[str, str]]:
@@ -163,7 +162,7 @@ class _MapsScan:
         if len(pairs) != text.count("\n"):
             # A line the expression did not take (malformed, empty, an upper-case
             # address): the full parser names a bad one.
-            pairs = [(f"{_parse_maps_line(line, self.default_kb, self.policies).start:x}",
+            pairs = [(f"{_parse_maps_line(line, self.default_kb).start:x}",
                       line.partition(" ")[2]) for line in text.split("\n") if line]
         self.nvmas += len(pairs)
         self.rests = collections.Counter(map(itemgetter(1), pairs))
@@ -173,7 +172,7 @@ class _MapsScan:
             except ValueError:      # name the whole line, address included
                 for a, r in pairs:
                     if r == rest:
-                        _parse_maps_line(a + " " + r, self.default_kb, self.policies)
+                        _parse_maps_line(a + " " + r, self.default_kb)
                 raise
             row = self.cats[_maps_cat(e)]
             for n, c in e.pages.items():
