@@ -3066,6 +3066,86 @@ def _line_at(text: str, addr: int) -> Tuple[int, int]:
 # -- end of numa_maps section ----------------------------------------------------------
 
 
+# -- regions seen from outside: identity records read in place ---------------------------
+# `maps` and `status` read a region's record without a mapping, an attach or a lock:
+# cleanup judges a SysV segment by its last attach (shm_lpid, shm_atime) and a file
+# by its locks, so a look must not look like a use.
+
+def _tail_record(read: Callable[[int, int], bytes], seg: int,
+                 what: str) -> Optional[Dict[str, Any]]:
+    """The identity record of a ``seg``-byte region whose bytes ``read(offset, n)``
+    gives (a file's, another process's memory); None when it has none."""
+    end = seg - _RECORD_END.size
+    raw = read(end, _RECORD_END.size) if end >= 0 else b""
+    if len(raw) != _RECORD_END.size or raw[:8] != _RECORD_MAGIC:
+        return None
+    n = _RECORD_END.unpack(raw)[2]
+    tail = read(end - n, n) + raw if n <= min(end, _RECORD_ROOM) else b""
+    if len(tail) != n + _RECORD_END.size:
+        raise ValueError(f"{what}: damaged identity record (length {n} in {seg} bytes)")
+    buf = ctypes.create_string_buffer(tail, len(tail))     # _record_read reads memory
+    return _record_read(ctypes.addressof(buf) + len(tail) - seg, seg, what)
+
+
+def _file_record(path: str) -> Tuple[int, Optional[Dict[str, Any]]]:
+    """(size, identity record) of a /dev/shm file, read: no lock, no mapping."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
+        return size, _tail_record(lambda off, n: os.pread(fd, n, off), size, path)
+    finally:
+        os.close(fd)
+
+
+def _record_layout(rec: Mapping[str, Any]) -> Layout:
+    """The layout a record publishes (one default extent when it names none)."""
+    return Layout.parse(rec["layout"]).bound(rec["size"], rec["page_size"]) \
+        if "layout" in rec else Layout.extents([(rec["size"], "default", ())])
+
+
+def _status_regions(report: Dict[str, Any], b: Backend) -> None:
+    """``report["regions"]``: this user's regions on the live system, SysV segments of
+    our key family and /dev/shm/numa_utils-* files, with the text part.  A SysV
+    layout is not read here (only an attach reads it, and a status scraped every few
+    seconds would keep a stale segment from cleanup forever): `maps PID` and `cleanup`
+    show it."""
+    rows: List[Dict[str, Any]] = []
+    report["regions"] = rows
+    if not b.is_live:
+        return
+    euid = os.geteuid()
+    for st in _sysvipc_rows(b.read_optional("/proc/sysvipc/shm") or ""):
+        if st.uid == euid and st.key & SYSV_KEY_MASK == SYSV_KEY_PREFIX:
+            rows.append({"name": None, "kind": "sysv", "key": f"0x{st.key:08x}",
+                         "size": st.size, "attached": st.nattch, "layout": None})
+    locks = [ln.split() for ln in (b.read_optional("/proc/locks") or "").splitlines()
+             if "->" not in ln]      # every attacher of a file holds a shared flock
+    for name in sorted(n for n in b.listdir("/dev/shm") if n.startswith(POSIX_PREFIX)):
+        path = f"/dev/shm/{name}"
+        row: Dict[str, Any] = {"name": name[len(POSIX_PREFIX):], "kind": "posix",
+                               "key": path, "size": None, "attached": None, "layout": None}
+        try:
+            st_ = os.stat(path, follow_symlinks=False)
+            if st_.st_uid != euid:
+                continue
+            ino = f"{os.major(st_.st_dev):02x}:{os.minor(st_.st_dev):02x}:{st_.st_ino}"
+            row["attached"] = sum(f[1:2] == ["FLOCK"] and ino in f for f in locks)
+            row["size"], rec = _file_record(path)
+            if rec is not None:
+                row.update(name=rec["key"], size=rec["size"], layout=str(_record_layout(rec)))
+        except (OSError, ValueError) as e:
+            row["error"] = str(e)
+        rows.append(row)
+    if rows:
+        text: List[str] = report.setdefault("extra_text", [])
+        text += ["", "REGIONS (this user's numa_utils shared memory)"] + [
+            f"  {r['kind']:<5}  {r['name'] or r['key']:<24}  "
+            f"{'?' if r['size'] is None else _fmt_size(r['size']):>8}  "
+            f"{'?' if r['attached'] is None else r['attached']} attached  "
+            + (r["layout"] or r.get("error") or "layout: `maps PID` or `cleanup` shows it")
+            for r in rows]
+
+
 # ===========================================================================
 # Shared-memory regions and prefault.
 # ===========================================================================
@@ -7044,6 +7124,7 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
         config[name] = {"value": to_json(value), "source": source}
     report["last_level_caches"] = _llc_json(topo, b, warnings)
     _status_extra(report, topo, b)
+    _status_regions(report, b)
     return report
 
 
