@@ -170,11 +170,7 @@ class _MapsScan:
                       line.partition(" ")[2]) for line in text.split("\n") if line]
         self.nvmas += len(pairs)
         self.rests = collections.Counter(map(itemgetter(1), pairs))
-        ours = {r: e.file for r in self.rests for e in (self.entry(r)[0],)
-                if e.file is not None and _region_file(e.file, e.deleted)}
-        for a, r in pairs if ours else ():
-            if r in ours:
-                self.regions.setdefault(ours[r], []).append(int(a, 16))
+        ours: Dict[str, str] = {}       # rest -> the region file it maps
         for rest, times in self.rests.items():
             try:
                 e = self.entry(rest)[0]
@@ -183,11 +179,16 @@ class _MapsScan:
                     if r == rest:
                         _parse_maps_line(a + " " + r, self.default_kb)
                 raise
+            if e.file is not None and _region_file(e.file, e.deleted):
+                ours[rest] = e.file
             row = self.cats[_maps_cat(e)]
             for n, c in e.pages.items():
                 kb = c * e.page_size_kb * times
                 self.totals[n] = self.totals.get(n, 0) + kb
                 row[n] = row.get(n, 0) + kb
+        for a, r in pairs if ours else ():
+            if r in ours:
+                self.regions.setdefault(ours[r], []).append(int(a, 16))
         return pairs
 
     def rows(self, pairs: List[Tuple[str, str]], min_kb: int) -> List[str]:
@@ -320,9 +321,9 @@ def _cmd_maps(args: argparse.Namespace) -> int:
     scan = _MapsScan(args.page_kb or _system_page_kb())
     write = sys.stdout.write
 
-    def regions_of() -> List[Dict[str, Any]]:     # a live process's only
+    def regions_of() -> Optional[List[Dict[str, Any]]]:   # a live process's only
         return _maps_regions(b, args.pid, scan.regions) if b is not None and b.is_live \
-            else []
+            else None
     if args.json:
         # {"vmas": [...], "totals_kb": {...}} written chunk by chunk.
         import json
@@ -336,12 +337,11 @@ def _cmd_maps(args: argparse.Namespace) -> int:
             part = scan.json(scan.chunk(text), tty)
             write(part if before else part[1:])
         totals = {str(n): kb for n, kb in sorted(scan.totals.items())}
-        regions = regions_of()
-        write('\n  ],\n  "totals_kb": ' + json.dumps(totals, indent=2).replace("\n", "\n  ")
-              + ',\n  "regions": ' + json.dumps(regions, indent=2).replace("\n", "\n  ")
-              + "\n}\n" if tty else
-              '],"totals_kb":' + json.dumps(totals, separators=(",", ":")) +
-              ',"regions":' + json.dumps(regions, separators=(",", ":")) + "}\n")
+        tail = {"totals_kb": totals, "regions": regions_of()}
+        if tail["regions"] is None:     # a saved file: no regions to read
+            del tail["regions"]
+        write("\n  ],\n" + json.dumps(tail, indent=2)[2:] + "\n" if tty else
+              "]," + json.dumps(tail, separators=(",", ":"))[1:] + "\n")
         return 0
     # Most VMAs of a big process are small: their counters are summed without an
     # entry each, and only the lines shown are parsed in full.  Rows are written as
@@ -360,7 +360,7 @@ def _cmd_maps(args: argparse.Namespace) -> int:
     write(f"{scan.nvmas} VMAs; " + ("all shown" if args.all else
           f"{nshown} with >= {_fmt_kb(min_bytes // 1024)} resident shown "
           "(--all for every VMA)") + "\n")
-    write(_maps_regions_text(regions_of()))
+    write(_maps_regions_text(regions_of() or []))
     _print_maps_totals(scan.totals, scan.cats, what)
     return 0
 
