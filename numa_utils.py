@@ -428,7 +428,7 @@ def abi_for(machine: Optional[str] = None, pointer_bits: Optional[int] = None) -
     if machine is None:
         machine = os.uname().machine
     if pointer_bits is None:
-        pointer_bits = ctypes.sizeof(ctypes.c_void_p) * 8
+        pointer_bits = struct.calcsize("P") * 8
     m = machine.lower()
     m = _MACHINE_ALIASES.get(m, m)
     if m.startswith("arm") and m != "arm":
@@ -2758,9 +2758,8 @@ _OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
 
 
 def _unescape_path(text: str) -> str:
-    if "\\" not in text:
-        return text
-    return _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), text)
+    return _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), text) if "\\" in text \
+        else text
 
 
 class NumaMapsEntry(_Record):
@@ -2805,27 +2804,17 @@ class NumaMapsEntry(_Record):
     @property
     def kind(self) -> str:
         """"file", "heap", "stack" or "anon" (what numastat -p groups by, huge aside)."""
-        if self.file is not None:
-            return "file"
-        if self.heap:
-            return "heap"
-        if self.stack:
-            return "stack"
-        return "anon"
+        return "file" if self.file is not None else "heap" if self.heap else \
+            "stack" if self.stack else "anon"
 
     def to_json(self) -> Dict[str, Any]:
-        return {
-            "start": f"0x{self.start:x}", "policy": self.policy, "mode": self.mode,
-            "nodes": sorted(self.nodes), "flags": list(self.flags), "file": self.file,
-            "deleted": self.deleted, "heap": self.heap, "stack": self.stack,
-            "huge": self.huge, "anon": self.anon, "dirty": self.dirty,
-            "mapped": self.mapped, "mapmax": self.mapmax, "swapcache": self.swapcache,
-            "active": self.active, "writeback": self.writeback,
-            "pages": {str(n): c for n, c in sorted(self.pages.items())},
-            "page_size_kb": self.page_size_kb,
-            "kb": {str(n): c * self.page_size_kb for n, c in sorted(self.pages.items())},
-            "other": dict(self.other),
-        }
+        d = self._asdict()      # the fields in order, "kb" before "other"
+        pages = sorted(self.pages.items())
+        d.update(start=f"0x{self.start:x}", nodes=sorted(self.nodes), flags=list(self.flags),
+                 pages={str(n): c for n, c in pages},
+                 kb={str(n): c * self.page_size_kb for n, c in pages})
+        d["other"] = dict(d.pop("other"))
+        return d
 
 
 _POLICY_NAMES = frozenset({"default", "local", "prefer", "bind", "interleave",
@@ -2857,79 +2846,54 @@ def _parse_policy(text: str, line: str) -> Tuple[str, FrozenSet[int], Tuple[str,
     return mode, nodes, flags
 
 
-_COUNTER_INDEX = MappingProxyType({k: i for i, k in enumerate(_MAPS_COUNTERS)})
+_POLICIES: Dict[str, Tuple[str, FrozenSet[int], Tuple[str, ...]]] = {}   # a few per host
 
 
-def _parse_maps_line(line: str, default_kb: int,
-                     cache: Optional[Dict[str, Any]] = None) -> NumaMapsEntry:
-    """One line; ``cache`` memoizes policy texts (a few distinct ones per file)."""
+def _parse_maps_line(line: str, default_kb: int) -> NumaMapsEntry:
+    """One line of numa_maps (see the format above)."""
     parts = line.split(" ")
-    p0 = parts[0]
-    if not p0 or len(parts) < 2 or not parts[1]:
+    if not parts[0] or len(parts) < 2 or not parts[1]:
         raise ValueError(f"invalid numa_maps line: no address and policy: {_short(line)}")
     try:
-        start = int(p0, 16)
+        start = int(parts[0], 16)
     except ValueError:
         raise ValueError(f"invalid numa_maps line: bad start address: {_short(line)}") from None
-    i = 2
-    pol = parts[1]
+    i, pol = 2, parts[1]
     # Two policy names contain a space (mpol_to_str's policy_modes[] table).
     if (pol == "prefer" or pol == "weighted") and len(parts) > 2 and \
             parts[2].startswith("(many)" if pol == "prefer" else "interleave"):
-        pol += " " + parts[2]
-        i = 3
-    parsed = cache.get(pol) if cache is not None else None
+        i, pol = 3, pol + " " + parts[2]
+    parsed = _POLICIES.get(pol)
     if parsed is None:
-        parsed = _parse_policy(pol, line)
-        if cache is not None:
-            cache[pol] = parsed
-    mode, nodes, flags = parsed
-    counters = [0, 0, 0, 0, 0, -1, 0]        # _MAPS_COUNTERS order; -1: not printed
+        if len(_POLICIES) > 256:
+            _POLICIES.clear()
+        parsed = _POLICIES[pol] = _parse_policy(pol, line)
     pages: Dict[int, int] = {}
-    other: Optional[Dict[str, str]] = None
-    file: Optional[str] = None
-    deleted = heap = stack = huge = False
-    kb = default_kb
+    kw: Dict[str, Any] = {"page_size_kb": default_kb}    # fields the line sets
     for tok in parts[i:]:
         key, eq, val = tok.partition("=")
-        if eq:
-            if key[:1] == "N" and key[1:].isdigit() and val.isdigit():
-                pages[int(key[1:])] = int(val)
-                continue
-            if key == "file":
-                path = _unescape_path(val)
-                if path.endswith(" (deleted)"):
-                    path = path[:-10]
-                    deleted = True
-                file = path
-                continue
-            if not key:
+        if not eq:
+            if tok in ("heap", "stack", "huge") or (tok[:6] == "stack:" and tok[6:].isdigit()):
+                kw[tok[:5]] = True      # "stack:<tid>": kernels before 3.x
+            elif tok:
                 raise ValueError(f"invalid numa_maps line: token {_short(tok)}: {_short(line)}")
-            if not val.isdigit():
-                raise ValueError(f"invalid numa_maps line: value of {key!r}: {_short(line)}")
-            if key == "kernelpagesize_kB":
-                kb = int(val)
-            elif key in _COUNTER_INDEX:
-                counters[_COUNTER_INDEX[key]] = int(val)
-            else:
-                if other is None:
-                    other = {}
-                other[key] = val    # a counter from a newer kernel: keep, do not fail
-        elif tok == "heap":
-            heap = True
-        elif tok == "stack" or (tok.startswith("stack:") and tok[6:].isdigit()):
-            stack = True            # "stack:<tid>": kernels before 3.x
-        elif tok == "huge":
-            huge = True
-        elif tok:
+        elif key[:1] == "N" and key[1:].isdigit() and val.isdigit():
+            pages[int(key[1:])] = int(val)
+        elif key == "file":
+            path = _unescape_path(val)
+            kw["deleted"] = path.endswith(" (deleted)")
+            kw["file"] = path[:-10] if kw["deleted"] else path
+        elif not key:
             raise ValueError(f"invalid numa_maps line: token {_short(tok)}: {_short(line)}")
-    return NumaMapsEntry(start, pol, mode, nodes, flags, file, deleted, heap, stack, huge,
-                         counters[0], counters[1], counters[2], counters[3], counters[4],
-                         None if counters[5] < 0 else counters[5], counters[6], pages, kb,
-                         _NO_OTHER if other is None else other)
-
-
-_NO_OTHER: Mapping[str, str] = MappingProxyType({})
+        elif not val.isdigit():
+            raise ValueError(f"invalid numa_maps line: value of {key!r}: {_short(line)}")
+        elif key == "kernelpagesize_kB":
+            kw["page_size_kb"] = int(val)
+        elif key in _MAPS_COUNTERS:
+            kw[key] = int(val)
+        else:       # a counter from a newer kernel: keep, do not fail
+            kw.setdefault("other", {})[key] = val
+    return NumaMapsEntry(start, pol, *parsed, pages=pages, **kw)
 
 
 def iter_numa_maps(text: Union[str, Iterable[str]], *,
@@ -2937,11 +2901,10 @@ def iter_numa_maps(text: Union[str, Iterable[str]], *,
     """``parse_numa_maps`` one entry at a time, for huge inputs: ``text`` is the whole
     text or an iterable of chunks cut anywhere (a file read in blocks)."""
     default_kb = page_size_kb or _system_page_kb()
-    cache: Dict[str, Any] = {}
     for chunk in _whole_lines(text):
         for line in chunk.split("\n"):
             if line:
-                yield _parse_maps_line(line, default_kb, cache)
+                yield _parse_maps_line(line, default_kb)
 
 
 def parse_numa_maps(text: str, *, page_size_kb: int = 0) -> List[NumaMapsEntry]:
@@ -2977,20 +2940,13 @@ def _whole_lines(text: Union[str, Iterable[str]]) -> Iterator[str]:
 
 
 def _system_page_kb() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") // 1024
-    except (AttributeError, ValueError, OSError):
-        return 4
+    return os.sysconf("SC_PAGE_SIZE") // 1024
 
 
 def _maps_path(pid: Union[int, str]) -> str:
     if isinstance(pid, bool) or not (pid == "self" or str(pid).isdigit()):
         raise ValueError(f"invalid pid {pid!r}")
     return f"/proc/{pid}/numa_maps"
-
-
-def _line_start(text: str, pos: int) -> int:
-    return int(text[pos:text.index(" ", pos)], 16)
 
 
 _MOVE_PAGES_LIMIT = 1 << 16    # pages: above this, one numa_maps read is cheaper
@@ -3058,35 +3014,107 @@ def _page_kb(b: Backend) -> int:
 
 
 def _placement_in(text: str, start: int, end: int, default_kb: int) -> Dict[int, int]:
-    # Lines are sorted by address: binary search for the last line starting at or
-    # before ``start`` (the VMA holding the first byte), then walk until ``end``.
-    lo, hi, first = 0, len(text), 0
+    """Bytes per node of the VMAs of address-sorted numa_maps ``text`` that hold
+    [start, end): the one holding ``start`` and those starting before ``end``."""
+    return _entries_bytes(iter_numa_maps(
+        text[_line_at(text, start)[0]:_line_at(text, end - 1)[1]], page_size_kb=default_kb))
+
+
+def _line_at(text: str, addr: int) -> Tuple[int, int]:
+    """(start, end) offsets of the last line of ``text`` whose VMA starts at or before
+    ``addr`` (a binary search: lines are sorted by address); (0, 0) when none does."""
+    lo, hi, found = 0, len(text), (0, 0)
     while lo < hi:
         p = text.rfind("\n", 0, (lo + hi) // 2) + 1     # a line start, >= lo
-        if _line_start(text, p) <= start:
-            first = p
-            nl = text.find("\n", p)
-            lo = len(text) if nl < 0 else nl + 1
+        nl = text.find("\n", p) % (len(text) + 1)      # -1: the text's end
+        if int(text[p:text.index(" ", p)], 16) <= addr:
+            found, lo = (p, nl), nl + 1
         else:
             hi = p
-    out: Dict[int, int] = {}
-    n = len(text)
-    pos = first
-    while pos < n:
-        nl = text.find("\n", pos)
-        nl = n if nl < 0 else nl
-        line = text[pos:nl]
-        pos = nl + 1
-        if not line:
-            continue
-        if int(line[:line.index(" ")], 16) >= end:
-            break
-        for node, nbytes in _parse_maps_line(line, default_kb).bytes_per_node.items():
-            out[node] = out.get(node, 0) + nbytes
-    return out
+    return found
 
 
 # -- end of numa_maps section ----------------------------------------------------------
+
+
+# -- regions seen from outside: identity records read in place ---------------------------
+# `maps` and `status` read a region's record without a mapping, an attach or a lock:
+# cleanup judges a SysV segment by its last attach (shm_lpid, shm_atime) and a file
+# by its locks, so a look must not look like a use.
+
+def _tail_record(read: Callable[[int, int], bytes], seg: int,
+                 what: str) -> Optional[Dict[str, Any]]:
+    """The identity record of a ``seg``-byte region whose bytes ``read(offset, n)``
+    gives (a file's, another process's memory); None when it has none."""
+    end = seg - _RECORD_END.size
+    raw = read(end, _RECORD_END.size) if end >= 0 else b""
+    if len(raw) != _RECORD_END.size or raw[:8] != _RECORD_MAGIC:
+        return None
+    n = _RECORD_END.unpack(raw)[2]
+    tail = read(end - n, n) + raw if n <= min(end, _RECORD_ROOM) else b""
+    if len(tail) != n + _RECORD_END.size:
+        raise ValueError(f"{what}: damaged identity record (length {n} in {seg} bytes)")
+    buf = ctypes.create_string_buffer(tail, len(tail))     # _record_read reads memory
+    return _record_read(ctypes.addressof(buf) + len(tail) - seg, seg, what)
+
+
+def _file_record(path: str) -> Tuple[int, Optional[Dict[str, Any]]]:
+    """(size, identity record) of a /dev/shm file, read: no lock, no mapping."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
+        return size, _tail_record(lambda off, n: os.pread(fd, n, off), size, path)
+    finally:
+        os.close(fd)
+
+
+def _record_layout(rec: Mapping[str, Any]) -> Layout:
+    """The layout a record publishes (one default extent when it names none)."""
+    return Layout.parse(rec["layout"]).bound(rec["size"], rec["page_size"]) \
+        if "layout" in rec else Layout.extents([(rec["size"], "default", ())])
+
+
+def _status_regions(report: Dict[str, Any], b: Backend) -> None:
+    """``report["regions"]``: this user's regions on the live system, SysV segments of
+    our key family and /dev/shm/numa_utils-* files, with the text part.  A SysV
+    layout is not read here (only an attach reads it, and a status scraped every few
+    seconds would keep a stale segment from cleanup forever): `maps PID` and `cleanup`
+    show it."""
+    rows: List[Dict[str, Any]] = []
+    report["regions"] = rows
+    if not b.is_live:
+        return
+    euid = os.geteuid()
+    for st in _sysvipc_rows(b.read_optional("/proc/sysvipc/shm") or ""):
+        if st.uid == euid and st.key & SYSV_KEY_MASK == SYSV_KEY_PREFIX:
+            rows.append({"name": None, "kind": "sysv", "key": f"0x{st.key:08x}",
+                         "size": st.size, "attached": st.nattch, "layout": None})
+    locks = [ln.split() for ln in (b.read_optional("/proc/locks") or "").splitlines()
+             if "->" not in ln]      # every attacher of a file holds a shared flock
+    for name in sorted(n for n in b.listdir("/dev/shm") if n.startswith(POSIX_PREFIX)):
+        path = f"/dev/shm/{name}"
+        row: Dict[str, Any] = {"name": name[len(POSIX_PREFIX):], "kind": "posix",
+                               "key": path, "size": None, "attached": None, "layout": None}
+        try:
+            st_ = os.stat(path, follow_symlinks=False)
+            if st_.st_uid != euid:
+                continue
+            ino = f"{os.major(st_.st_dev):02x}:{os.minor(st_.st_dev):02x}:{st_.st_ino}"
+            row["attached"] = sum(f[1:2] == ["FLOCK"] and ino in f for f in locks)
+            row["size"], rec = _file_record(path)
+            if rec is not None:
+                row.update(name=rec["key"], size=rec["size"], layout=str(_record_layout(rec)))
+        except (OSError, ValueError) as e:
+            row["error"] = str(e)
+        rows.append(row)
+    if rows:
+        text: List[str] = report.setdefault("extra_text", [])
+        text += ["", "REGIONS (this user's numa_utils shared memory)"] + [
+            f"  {r['kind']:<5}  {r['name'] or r['key']:<24}  "
+            f"{'?' if r['size'] is None else _fmt_size(r['size']):>8}  "
+            f"{'?' if r['attached'] is None else r['attached']} attached  "
+            + (r["layout"] or r.get("error") or "layout: `maps PID` or `cleanup` shows it")
+            for r in rows]
 
 
 # ===========================================================================
@@ -6983,6 +7011,7 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
         config[name] = {"value": to_json(value), "source": source}
     report["last_level_caches"] = _llc_json(topo, b, warnings)
     _status_extra(report, topo, b)
+    _status_regions(report, b)
     return report
 
 

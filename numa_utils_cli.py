@@ -86,11 +86,13 @@ _Unset = _nu._Unset
 _b = _nu._b
 _backend_from_args = _nu._backend_from_args
 _fmt_kb = _nu._fmt_kb
+_file_record = _nu._file_record
 _fmt_size = _nu._fmt_size
 _parse_size = _nu._parse_size
 _peek_record = _nu._peek_record
 _posix_name = _nu._posix_name
 _quietly = _nu._quietly
+_record_layout = _nu._record_layout
 _record_read = _nu._record_read
 _same_key = _nu._same_key
 _sysv_keys = _nu._sysv_keys
@@ -110,6 +112,7 @@ _resolve = _nu._resolve
 _short = _nu._short
 _strtoul = _nu._strtoul
 _system_page_kb = _nu._system_page_kb
+_tail_record = _nu._tail_record
 _whole_lines = _nu._whole_lines
 bind_for_gpu = _nu.bind_for_gpu
 bind_to_node = _nu.bind_to_node
@@ -141,9 +144,9 @@ class _MapsScan:
         self.totals: Dict[int, int] = {}
         self.cats: Dict[str, Dict[int, int]] = {c: {} for c in _MAPS_CATS}
         self.nvmas = 0
-        self.policies: Dict[str, Any] = {}
         self.known: Dict[str, Tuple[NumaMapsEntry, Any]] = {}   # rest -> (entry, JSON)
         self.rests: Dict[str, int] = {}      # the last chunk's distinct rests
+        self.regions: Dict[str, List[int]] = {}     # region file -> its VMAs' starts
 
     def entry(self, rest: str) -> Tuple[NumaMapsEntry, Any]:
         got = self.known.get(rest)
@@ -151,7 +154,7 @@ class _MapsScan:
             if len(self.known) > 4096:      # bounded: a file of all-distinct lines
                 self.known.clear()
             got = self.known[rest] = (
-                _parse_maps_line("0 " + rest, self.default_kb, self.policies), None)
+                _parse_maps_line("0 " + rest, self.default_kb), None)
         return got
 
     def chunk(self, text: str) -> List[Tuple[str, str]]:
@@ -163,23 +166,29 @@ class _MapsScan:
         if len(pairs) != text.count("\n"):
             # A line the expression did not take (malformed, empty, an upper-case
             # address): the full parser names a bad one.
-            pairs = [(f"{_parse_maps_line(line, self.default_kb, self.policies).start:x}",
+            pairs = [(f"{_parse_maps_line(line, self.default_kb).start:x}",
                       line.partition(" ")[2]) for line in text.split("\n") if line]
         self.nvmas += len(pairs)
         self.rests = collections.Counter(map(itemgetter(1), pairs))
+        ours: Dict[str, str] = {}       # rest -> the region file it maps
         for rest, times in self.rests.items():
             try:
                 e = self.entry(rest)[0]
             except ValueError:      # name the whole line, address included
                 for a, r in pairs:
                     if r == rest:
-                        _parse_maps_line(a + " " + r, self.default_kb, self.policies)
+                        _parse_maps_line(a + " " + r, self.default_kb)
                 raise
+            if e.file is not None and _region_file(e.file, e.deleted):
+                ours[rest] = e.file
             row = self.cats[_maps_cat(e)]
             for n, c in e.pages.items():
                 kb = c * e.page_size_kb * times
                 self.totals[n] = self.totals.get(n, 0) + kb
                 row[n] = row.get(n, 0) + kb
+        for a, r in pairs if ours else ():
+            if r in ours:
+                self.regions.setdefault(ours[r], []).append(int(a, 16))
         return pairs
 
     def rows(self, pairs: List[Tuple[str, str]], min_kb: int) -> List[str]:
@@ -225,17 +234,96 @@ class _MapsScan:
             map(frags.__getitem__, map(itemgetter(1), pairs)))))
 
 
+def _region_file(path: str, deleted: bool) -> bool:
+    """Whether a numa_maps path is a numa_utils region's: /dev/shm/numa_utils-NAME, or
+    a SysV segment (/SYSV<key> (deleted)) of our key family."""
+    return path.startswith("/dev/shm/" + POSIX_PREFIX) and not deleted or (
+        deleted and re.fullmatch("/SYSV[0-9a-f]{8}", path) is not None
+        and int(path[5:], 16) & SYSV_KEY_MASK == SYSV_KEY_PREFIX)
+
+
+def _maps_regions(b: Backend, pid: str, seen: Mapping[str, List[int]]
+                  ) -> List[Dict[str, Any]]:
+    """Each mapping of a region among ``seen`` (file -> VMA starts, sorted) with the
+    layout from its identity record: a POSIX file's tail, read; a SysV segment's
+    from /proc/PID/mem where permitted (never an attach: see _tail_record)."""
+    from bisect import bisect_left, bisect_right
+    out: List[Dict[str, Any]] = []
+    shm = {f"/SYSV{st.key:08x}": st.size for st in
+           _sysvipc_rows(b.read_optional("/proc/sysvipc/shm") or "")} if seen else {}
+    for path, vmas in seen.items():
+        sysv = not path.startswith("/dev/")
+        seg, rec, why = shm.get(path, 0), None, None
+        if not sysv:
+            try:
+                seg, rec = _file_record(path)
+            except (OSError, ValueError) as e:
+                why = str(e)
+        bases: List[int] = []
+        for v in vmas:      # a VMA past the last mapping's end starts another
+            if not bases or v >= bases[-1] + max(seg, 1):
+                bases.append(v)
+        for base in bases:
+            if sysv:
+                rec, why = None, None if seg else "not in /proc/sysvipc/shm"
+                try:
+                    with open(f"/proc/{pid}/mem", "rb", buffering=0) as f:
+                        def read(off: int, n: int, at: int = base) -> bytes:
+                            return os.pread(f.fileno(), n, at + off)
+                        rec = _tail_record(read, seg, f"{path} at {base:#x}") if seg else None
+                except (OSError, ValueError) as e:
+                    why = f"layout unknown: {e}"
+            row: Dict[str, Any] = {"file": path, "kind": "sysv" if sysv else "posix",
+                                   "start": f"0x{base:x}", "name": None, "size": None,
+                                   "layout": None, "extents": [], "error": why}
+            try:
+                lay = _record_layout(rec) if rec is not None else None
+            except ValueError as e:
+                rec, lay, row["error"] = None, None, f"damaged identity record ({e})"
+            if rec is not None and lay is not None:
+                row.update(name=rec["key"], size=rec["size"], layout=str(lay))
+                for x in lay:        # its VMAs: the one holding its start, those inside
+                    at = base + x.offset
+                    lo = max(bisect_right(vmas, at) - 1, bisect_left(vmas, base))
+                    row["extents"].append({
+                        "offset": x.offset, "length": x.length, "policy": x.policy,
+                        "nodes": sorted(x.nodes), "start": f"0x{at:x}", "vmas": [
+                            f"0x{v:x}" for v in vmas[lo:bisect_left(vmas, at + x.length)]]})
+            elif row["error"] is None:
+                row["error"] = "no identity record: not made by SharedRegion.create"
+            out.append(row)
+    return out
+
+
+def _maps_regions_text(rows: List[Dict[str, Any]]) -> str:
+    out = []
+    for r in rows:
+        out.append(f"region {r['name']!r} ({r['kind']} {r['file']}) at {r['start']}"
+                   + (f", {_fmt_size(r['size'])}: layout {r['layout']}" if r["size"]
+                      else "") + (f": {r['error']}" if r["error"] else ""))
+        out += [f"  extent {i} {e['offset']:#x}+{_fmt_size(e['length'])} {e['policy']}:"
+                f"{format_cpulist(e['nodes']) or '-'}  at {e['start']}  VMAs "
+                + " ".join(v[2:] for v in e["vmas"]) for i, e in enumerate(r["extents"])]
+    return "".join(line + "\n" for line in out)
+
+
 def _cmd_maps(args: argparse.Namespace) -> int:
+    b = None
     if args.file is not None:
         chunks = LinuxBackend().read_chunks(args.file)
         what = args.file
     elif args.pid is not None:
-        chunks = _backend_from_args(args).read_chunks(_maps_path(args.pid))
+        b = _backend_from_args(args)
+        chunks = b.read_chunks(_maps_path(args.pid))
         what = f"pid {args.pid}"
     else:
         raise ValueError("give a PID or --file PATH")
     scan = _MapsScan(args.page_kb or _system_page_kb())
     write = sys.stdout.write
+
+    def regions_of() -> Optional[List[Dict[str, Any]]]:   # a live process's only
+        return _maps_regions(b, args.pid, scan.regions) if b is not None and b.is_live \
+            else None
     if args.json:
         # {"vmas": [...], "totals_kb": {...}} written chunk by chunk.
         import json
@@ -249,9 +337,11 @@ def _cmd_maps(args: argparse.Namespace) -> int:
             part = scan.json(scan.chunk(text), tty)
             write(part if before else part[1:])
         totals = {str(n): kb for n, kb in sorted(scan.totals.items())}
-        write('\n  ],\n  "totals_kb": ' + json.dumps(totals, indent=2).replace("\n", "\n  ")
-              + "\n}\n" if tty else
-              '],"totals_kb":' + json.dumps(totals, separators=(",", ":")) + "}\n")
+        tail = {"totals_kb": totals, "regions": regions_of()}
+        if tail["regions"] is None:     # a saved file: no regions to read
+            del tail["regions"]
+        write("\n  ],\n" + json.dumps(tail, indent=2)[2:] + "\n" if tty else
+              "]," + json.dumps(tail, separators=(",", ":"))[1:] + "\n")
         return 0
     # Most VMAs of a big process are small: their counters are summed without an
     # entry each, and only the lines shown are parsed in full.  Rows are written as
@@ -270,6 +360,7 @@ def _cmd_maps(args: argparse.Namespace) -> int:
     write(f"{scan.nvmas} VMAs; " + ("all shown" if args.all else
           f"{nshown} with >= {_fmt_kb(min_bytes // 1024)} resident shown "
           "(--all for every VMA)") + "\n")
+    write(_maps_regions_text(regions_of() or []))
     _print_maps_totals(scan.totals, scan.cats, what)
     return 0
 
@@ -1721,8 +1812,10 @@ def _route_device(host: str, b: Backend) -> str:
     return best[1]
 
 
-_COMMANDS = (_cli_maps, _cli_cleanup, _cli_plan, _cli_run, _cli_watch, _cli_numactl,
-             _cli_fit)
+# Command word -> the function adding its parser, in help order.
+_COMMANDS = {"maps": _cli_maps, "cleanup": _cli_cleanup, "region": _cli_cleanup,
+             "plan": _cli_plan, "run": _cli_run, "watch": _cli_watch,
+             "numactl": _cli_numactl, "fit": _cli_fit}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -1736,7 +1829,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             getattr(stream, "reconfigure", lambda **kw: None)(errors="surrogateescape")
         return _cmd_numactl(raw[lead + 1:])
     _refuse_negative(raw, _prog())
-    return _nu._run(raw, _COMMANDS)
+    # A typed command builds its own parser only (maps is a hot command); the help,
+    # a mistyped word and its error list every command.
+    word = raw[lead] if lead < len(raw) else ""
+    adders = (_COMMANDS[word],) if word in _COMMANDS else dict.fromkeys(_COMMANDS.values())
+    return _nu._run(raw, tuple(adders))
 
 
 if __name__ == "__main__":
