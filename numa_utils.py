@@ -121,7 +121,7 @@ __all__ = [
     # PCI devices: NICs, RDMA, NVMe, GPUs
     "Device", "DEVICE_KINDS", "devices", "device_distance", "local_devices", "LocalDevices",
     # observation
-    "NodeCounters", "Counters", "counters", "RemoteShare", "remote_share", "watch",
+    "NodeCounters", "Counters", "counters", "RemoteShare", "remote_share",
     "NodeCandidate", "NodeChoice", "choose_node", "CudaPin", "CudaHostRegisterFlag",
     "CudaPinProgress",
     "pin_for_cuda", "REMOTE_SHARE_THRESHOLD",
@@ -6727,46 +6727,6 @@ def pin_for_cuda(buf: Any, length: Optional[int] = None, *, chunk: int = 1 << 30
     if not pin and strict:
         raise OSError(errno.EIO, f"pin_for_cuda: {pin.reason}")
     return pin
-
-
-# ---------------------------------------------------------------------------
-# watch: a live per-node table (python -m numa_utils watch).
-# ---------------------------------------------------------------------------
-
-def watch(*, interval: float = 1.0, count: Optional[int] = None,
-          pid: Optional[Union[int, str]] = None, threshold: float = REMOTE_SHARE_THRESHOLD,
-          backend: Optional[Backend] = None,
-          sleep: Optional[Callable[[float], None]] = None) -> Iterator[Dict[str, Any]]:
-    """Yield one sample per ``interval`` seconds (``count`` samples, or forever):
-    per-node numastat changes over the interval, free memory, and for ``pid`` its
-    bytes per node and remote share (``RemoteShare.to_json()``).  JSON-ready dicts."""
-    import time
-    b = _b(backend)
-    pause = sleep if sleep is not None else time.sleep
-    topo = read_topology(backend=b)
-    before = counters(backend=b)
-    i = 0
-    while count is None or i < count:
-        pause(max(interval, 0.0))
-        after = counters(backend=b)
-        delta = after - before
-        rows = []
-        for c in after:
-            d = delta.nodes.get(c.node)
-            row: Dict[str, Any] = {"node": c.node}
-            for k in _NUMASTAT_FIELDS:
-                row[k] = d.numastat.get(k) if d is not None else None
-            row.update(mem_total_kb=c.mem_total_kb, mem_free_kb=c.mem_free_kb,
-                       available_kb=c.available_kb)
-            rows.append(row)
-        sample: Dict[str, Any] = {"time": after.timestamp, "seconds": delta.seconds,
-                                  "nodes": rows, "remote_ratio": delta.remote_ratio}
-        if pid is not None:
-            sample["process"] = remote_share(pid, threshold=threshold, topology=topo,
-                                             backend=b).to_json()
-        yield sample
-        before = after
-        i += 1
 
 
 # ---------------------------------------------------------------------------
