@@ -5955,32 +5955,11 @@ class NodeCounters(_Record):
     numastat: Mapping[str, int]     # numa_hit, numa_miss, ... in pages
     meminfo: Mapping[str, int]      # MemTotal, MemFree, FilePages, ... in kB
 
-    def _stat(self, name: str) -> int:
+    def __getattr__(self, name: str) -> int:
+        """numa_hit, numa_miss, ... (_NUMASTAT_FIELDS): that counter, 0 when absent."""
+        if name not in _NUMASTAT_FIELDS:
+            raise AttributeError(f"'NodeCounters' object has no attribute {name!r}")
         return self.numastat.get(name, 0)
-
-    @property
-    def numa_hit(self) -> int:
-        return self._stat("numa_hit")
-
-    @property
-    def numa_miss(self) -> int:
-        return self._stat("numa_miss")
-
-    @property
-    def numa_foreign(self) -> int:
-        return self._stat("numa_foreign")
-
-    @property
-    def interleave_hit(self) -> int:
-        return self._stat("interleave_hit")
-
-    @property
-    def local_node(self) -> int:
-        return self._stat("local_node")
-
-    @property
-    def other_node(self) -> int:
-        return self._stat("other_node")
 
     @property
     def mem_total_kb(self) -> int:
