@@ -5420,11 +5420,15 @@ def _resolve(device: int, pci_bus_id: Optional[str], infos: List[GpuInfo], b: Ba
     return _Resolved(v.gpu, v.how, tuple(notes))
 
 
-def _fail(strict: bool, key: str, msg: str, err: int = errno.EINVAL) -> None:
-    """Raise in strict mode; otherwise log once (fallback is a value, not a log storm)."""
+def _fail(strict: bool, msg: str, notes: Optional[List[str]] = None,
+          err: int = errno.EINVAL) -> None:
+    """Raise in strict mode; otherwise log once per distinct message (fallback is a
+    value, not a log storm) and add it to ``notes``."""
     if strict:
         raise OSError(err, msg)
-    _warn_once(key, "numa_utils: %s", msg)
+    _warn_once(msg, "numa_utils: %s", msg)
+    if notes is not None:
+        notes.append(msg)
 
 
 def gpu_node(device: int, *, pci_bus_id: Optional[str] = None,
@@ -5441,10 +5445,10 @@ def gpu_node(device: int, *, pci_bus_id: Optional[str] = None,
     r = _resolve(device, pci_bus_id, _gpu_infos(topo, b), b, environ)
     st = _strict_or_env(strict)
     for note in r.notes:
-        _fail(False, f"gpu:{note}", note)
+        _fail(False, note)
     if r.gpu is None or r.gpu.cpu_node is None:
         why = r.how if r.gpu is None else f"GPU {r.gpu.pci}: {r.gpu.node_source}"
-        _fail(st, f"gpu_node:{device}:{why}", f"CUDA device {device}: node unknown ({why})")
+        _fail(st, f"CUDA device {device}: node unknown ({why})")
         return None
     return r.gpu.cpu_node
 
@@ -5527,59 +5531,36 @@ def _plan_all(topo: Topology, infos: List[GpuInfo], policy: str, reserve: int,
     """pci -> (cpu node, CPUs, notes) for every GPU of the family, planned together."""
     fam = _family(infos)
     allowed = topo.allowed_cpus & topo.online_cpus
-    node_allowed = {n: topo.nodes[n].cpus & allowed for n in topo.nodes}
     notes: Dict[str, List[str]] = {g.pci: [] for g in fam}
     # reserve: the first ``reserve`` usable cores of every node (core 0 of a node takes
-    # most interrupts and housekeeping), kept out of every policy.
+    # most interrupts and housekeeping), kept out of every policy; one core stays.
     reserved: Set[int] = set()
-    for nid, ncpus in node_allowed.items():
-        cores = _cores_of(topo, ncpus)
-        if not cores or not reserve:
-            continue
-        k = reserve
-        if k >= len(cores):
-            _fail(strict, f"reserve:{nid}:{reserve}",
-                  f"reserve={reserve} would leave no core on node {nid} "
+    for nid in topo.nodes:
+        cores = _cores_of(topo, topo.nodes[nid].cpus & allowed)
+        if reserve >= len(cores) > 0:
+            _fail(strict, f"reserve={reserve} would leave no core on node {nid} "
                   f"({len(cores)} usable); keeping one")
-            k = len(cores) - 1
-        for core in cores[:k]:
-            reserved.update(core)
-    pool = {n: c - reserved for n, c in node_allowed.items()}
+        reserved.update(c for core in cores[:min(reserve, len(cores) - 1)] for c in core)
+    pool = {n: topo.nodes[n].cpus & allowed - reserved for n in topo.nodes}
+    usable = [n for n in sorted(pool) if pool[n]]
     eff: Dict[str, Optional[int]] = {}
     for g in fam:
         n: Optional[int] = g.cpu_node
         if n is not None and not pool.get(n):
-            near = topo.nearest(n, [m for m in pool if pool[m]])
-            msg = (f"GPU {g.pci}: this process's cpuset allows no CPU on its node {n}"
-                   + (f"; using the nearest node {near[0]}" if near else ""))
-            _fail(strict, f"cpuset:{g.pci}", msg)
-            notes[g.pci].append(msg)
+            near = topo.nearest(n, usable)
+            _fail(strict, f"GPU {g.pci}: this process's cpuset allows no CPU on its node {n}"
+                  + (f"; using the nearest node {near[0]}" if near else ""), notes[g.pci])
             n = near[0] if near else None
         eff[g.pci] = n
     # GPUs with unknown nodes go, in PCI order, where cores per GPU are highest.
-    count: Dict[int, int] = {}
-    for n in eff.values():
-        if n is not None:
-            count[n] = count.get(n, 0) + 1
     for g in fam:
-        if eff[g.pci] is not None:
-            continue
-        cands = [n for n in sorted(pool) if pool[n]]
-        if not cands:
-            continue
-        best = max(cands, key=lambda n: (len(_cores_of(topo, pool[n])) /
-                                          (count.get(n, 0) + 1), -n))
-        msg = (f"GPU {g.pci}: NUMA node unknown ({g.node_source}); planned on node {best}, "
-               "the node with the most cores per GPU")
-        _fail(strict, f"unknown:{g.pci}", msg)
-        notes[g.pci].append(msg)
-        eff[g.pci] = best
-        count[best] = count.get(best, 0) + 1
-    peers: Dict[int, List[str]] = {}
-    for g in fam:
-        n = eff[g.pci]
-        if n is not None:
-            peers.setdefault(n, []).append(g.pci)
+        if eff[g.pci] is None and usable:
+            placed = list(eff.values())
+            best = max(usable, key=lambda n: (len(_cores_of(topo, pool[n])) /
+                                              (placed.count(n) + 1), -n))
+            _fail(strict, f"GPU {g.pci}: NUMA node unknown ({g.node_source}); planned on "
+                  f"node {best}, the node with the most cores per GPU", notes[g.pci])
+            eff[g.pci] = best
     out: Dict[str, Tuple[Optional[int], FrozenSet[int], List[str]]] = {}
     for g in fam:
         n = eff[g.pci]
@@ -5587,7 +5568,7 @@ def _plan_all(topo: Topology, infos: List[GpuInfo], policy: str, reserve: int,
             out[g.pci] = (None, frozenset(allowed), notes[g.pci] + ["no usable node: "
                                                                     "all allowed CPUs"])
             continue
-        group = peers[n]
+        group = [p for p, m in eff.items() if m == n]
         rank, k = group.index(g.pci), len(group)
         if policy == "node":
             cpus = frozenset(pool[n])
@@ -5596,31 +5577,27 @@ def _plan_all(topo: Topology, infos: List[GpuInfo], policy: str, reserve: int,
             cpus = frozenset(c for c in allowed - reserved
                              if c in topo.cpus and topo.cpus[c].package in pkgs) \
                 or frozenset(pool[n])
-        elif policy == "exclusive":
-            cores = _cores_of(topo, pool[n])
-            if len(cores) >= k:
-                mine = _even_split(cores, k, rank)
+        else:
+            # exclusive: physical cores; core-complex: whole last-level-cache domains
+            units: List[Tuple[int, ...]] = _cores_of(topo, pool[n])
+            if policy == "core-complex":
+                llcs: Dict[FrozenSet[int], List[int]] = {}
+                for c in sorted(pool[n]):
+                    key = topo.cpus[c].llc if c in topo.cpus and topo.cpus[c].llc \
+                        else frozenset(pool[n])
+                    llcs.setdefault(key, []).append(c)
+                units = sorted((tuple(v) for v in llcs.values()), key=min)
+            if len(units) >= k:
+                mine = _even_split(units, k, rank)
+            elif policy == "exclusive":
+                _fail(strict, f"node {n} has {len(units)} usable cores for {k} GPUs: "
+                      "exclusive plans share cores", notes[g.pci])
+                mine = [units[rank % len(units)]]
             else:
-                msg = (f"node {n} has {len(cores)} usable cores for {k} GPUs: "
-                       "exclusive plans share cores")
-                _fail(strict, f"share:{n}", msg)
-                notes[g.pci].append(msg)
-                mine = [cores[rank % len(cores)]]
-            cpus = frozenset(c for core in mine for c in core)
-        else:   # core-complex: whole last-level-cache domains
-            llcs: Dict[FrozenSet[int], Set[int]] = {}
-            for c in sorted(pool[n]):
-                key = topo.cpus[c].llc if c in topo.cpus and topo.cpus[c].llc \
-                    else frozenset(pool[n])
-                llcs.setdefault(key, set()).add(c)
-            doms = sorted((frozenset(v) for v in llcs.values()), key=min)
-            if len(doms) >= k:
-                mine_d = _even_split(doms, k, rank)
-            else:
-                mine_d = [doms[rank * len(doms) // k]]
-                notes[g.pci].append(f"node {n} has {len(doms)} last-level caches for "
+                mine = [units[rank * len(units) // k]]
+                notes[g.pci].append(f"node {n} has {len(units)} last-level caches for "
                                     f"{k} GPUs: they are shared")
-            cpus = frozenset(c for d in mine_d for c in d)
+            cpus = frozenset(c for u in mine for c in u)
         out[g.pci] = (n, cpus, notes[g.pci])
     return out
 
@@ -5677,8 +5654,7 @@ def cpus_for_gpu(device: int, policy: Optional[str] = None, *,
     pol, res, _, st = _plan_args(policy, reserve, None, strict)
     r, plan = _device_plan(b, device, pci_bus_id, environ, pol, res, None, st)[2:]
     if r.gpu is None:
-        _fail(st, f"cpus_for_gpu:{device}:{r.how}",
-              f"CUDA device {device}: not identified ({r.how}); all allowed CPUs")
+        _fail(st, f"CUDA device {device}: not identified ({r.how}); all allowed CPUs")
     return plan.cpus
 
 
@@ -5701,7 +5677,7 @@ def _device_plan(b: Backend, device: int, pci_bus_id: Optional[str],
     infos = _gpu_infos(topo, b)
     r = _resolve(device, pci_bus_id, infos, b, environ)
     for note in r.notes:
-        _fail(False, f"gpu:{note}", note)
+        _fail(False, note)
     return topo, infos, r, _plan_for(topo, infos, r.gpu, device,
                                      "node" if policy == "none" else policy, reserve,
                                      memory, strict, (r.how,) if r.gpu is None else ())
@@ -5817,15 +5793,14 @@ def _bind_node(b: Backend, topo: Topology, node: int, cpus: Union[bool, Iterable
                         if topo.nodes[m].cpus & allowed]
                 msg = (f"this process's cpuset allows no CPU on node {node}"
                        + (f"; using the nearest node {near[0]}" if near else ""))
-                _fail(st, f"bind:cpuset:{node}", msg)
+                _fail(st, msg)
                 notes.append(msg)
                 want = topo.nodes[near[0]].cpus & allowed if near else frozenset()
     else:
         asked = frozenset(cpus)
         want = asked & allowed
         if asked and not want:
-            _fail(st, f"bind:cpus:{format_cpulist(asked)}",
-                  f"CPUs {format_cpulist(asked)} are outside this process's allowed "
+            _fail(st, f"CPUs {format_cpulist(asked)} are outside this process's allowed "
                   f"CPUs {format_cpulist(allowed)}")
     if mem != "interleave":
         infos = []
@@ -5838,7 +5813,7 @@ def _bind_node(b: Backend, topo: Topology, node: int, cpus: Union[bool, Iterable
             msg = (f"node {node} has no memory this process may use; memory policy "
                    f"{mem} on {_nodes_txt(mnodes)}, the nearest")
             if node in topo.nodes_with_memory:     # the cpuset's doing, not the machine's
-                _fail(st, f"bind:mems:{node}", msg)
+                _fail(st, msg)
             notes.append(msg)
         mode = {"prefer": Mode.PREFERRED, "bind": Mode.BIND, "interleave": Mode.INTERLEAVE,
                 "local": Mode.LOCAL, "socket": Mode.PREFERRED_MANY}[mem]
@@ -5892,8 +5867,7 @@ def bind_for_gpu(device: int, policy: Optional[str] = None, *,
     pol, res, mem, st = _plan_args(policy, reserve, memory, strict)
     topo, infos, r, plan = _device_plan(b, device, pci_bus_id, environ, pol, res, mem, st)
     if plan.cpu_node is None:
-        _fail(st, f"bind_for_gpu:{device}", f"CUDA device {device}: no node to bind to "
-              f"({r.how})")
+        _fail(st, f"CUDA device {device}: no node to bind to ({r.how})")
         return BindResult(None, frozenset(), False, "unknown-node", None, plan=plan,
                           notes=plan.notes)
     out = _bind_node(b, topo, plan.cpu_node, False if pol == "none" else plan.cpus, mem,
