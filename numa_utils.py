@@ -5782,21 +5782,18 @@ def _bind_node(b: Backend, topo: Topology, node: int, cpus: Union[bool, Iterable
     notes: List[str] = []
     allowed = topo.allowed_cpus & topo.online_cpus
     want: FrozenSet[int] = frozenset()
-    if cpus is True or cpus is False:
-        if cpus:
-            cnode = _nearest_cpu_node(topo, node)
-            if cnode is not None and cnode != node:
-                notes.append(f"node {node} has no CPUs: using node {cnode}'s")
-            want = topo.nodes[cnode].cpus & allowed if cnode is not None else frozenset()
-            if not want:
-                near = [m for m in topo.nearest(node, topo.nodes_with_cpus)
-                        if topo.nodes[m].cpus & allowed]
-                msg = (f"this process's cpuset allows no CPU on node {node}"
-                       + (f"; using the nearest node {near[0]}" if near else ""))
-                _fail(st, msg)
-                notes.append(msg)
-                want = topo.nodes[near[0]].cpus & allowed if near else frozenset()
-    else:
+    if cpus is True:
+        cnode = _nearest_cpu_node(topo, node)
+        if cnode is not None and cnode != node:
+            notes.append(f"node {node} has no CPUs: using node {cnode}'s")
+        want = topo.nodes[cnode].cpus & allowed if cnode is not None else frozenset()
+        if not want:
+            near = [m for m in topo.nearest(node, topo.nodes_with_cpus)
+                    if topo.nodes[m].cpus & allowed]
+            _fail(st, f"this process's cpuset allows no CPU on node {node}"
+                  + (f"; using the nearest node {near[0]}" if near else ""), notes)
+            want = topo.nodes[near[0]].cpus & allowed if near else frozenset()
+    elif cpus is not False:
         asked = frozenset(cpus)
         want = asked & allowed
         if asked and not want:
@@ -5825,31 +5822,24 @@ def _bind_node(b: Backend, topo: Topology, node: int, cpus: Union[bool, Iterable
         else:
             pres = set_thread_policy(mode, mnodes if mode != Mode.LOCAL else None,
                                      strict=st, backend=b)
-    applied = False
-    reason: Optional[str] = "not requested"
-    changed: Tuple[int, ...] = ()
-    skipped: Tuple[int, ...] = ()
-    failed: Tuple[Tuple[int, int], ...] = ()
-    if cpus is not False:
-        if not want:
-            reason = "cpuset"
-        else:
-            try:
-                changed, skipped, failed = _set_affinity(b, want, threads, notes)
-                applied, reason = True, None
-            except NotLiveError as e:
-                if st:
-                    raise
-                applied, reason = False, "not-live"
-                notes.append(str(e))
-            except OSError as e:
-                if st:
-                    raise
-                reason = _errno_reason(e.errno or errno.EIO)
-                _warn_once(f"bind:affinity:{reason}", "numa_utils: CPU binding to %s "
-                           "not applied: %s", format_cpulist(want), e)
-    return BindResult(node, want if applied else frozenset(), applied, reason, pres,
-                      changed, skipped, failed, None, tuple(notes))
+    reason = "not requested" if cpus is False else None if want else "cpuset"
+    done: Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[Tuple[int, int], ...]] = ((), (), ())
+    if reason is None:
+        try:
+            done = _set_affinity(b, want, threads, notes)
+        except NotLiveError as e:
+            if st:
+                raise
+            reason = "not-live"
+            notes.append(str(e))
+        except OSError as e:
+            if st:
+                raise
+            reason = _errno_reason(e.errno or errno.EIO)
+            _warn_once(f"bind:affinity:{reason}", "numa_utils: CPU binding to %s "
+                       "not applied: %s", format_cpulist(want), e)
+    return BindResult(node, want if reason is None else frozenset(), reason is None, reason,
+                      pres, *done, None, tuple(notes))
 
 
 def bind_for_gpu(device: int, policy: Optional[str] = None, *,
