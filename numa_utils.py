@@ -4963,7 +4963,11 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
                     ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
                     ("busId", ctypes.c_char * 32)]
 
-    handle_t = ctypes.c_void_p
+    def ask(fn: Any, *args: Any, out: Any = None) -> Any:
+        """``out`` (default an unsigned int) as NVML function ``fn`` fills it through
+        its last argument; None when it fails or this NVML lacks it (``fn`` None)."""
+        out = ctypes.c_uint(0) if out is None else out
+        return out if fn is not None and fn(*args, ctypes.byref(out)) == 0 else None
 
     def uuid_of(h: Any) -> Optional[str]:
         buf = ctypes.create_string_buffer(96)
@@ -4976,37 +4980,23 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
         return None
     out: List[_NvmlGpu] = []
     try:
-        count = ctypes.c_uint(0)
-        if lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+        count = ask(lib.nvmlDeviceGetCount_v2)
+        if count is None:
             return None
-        get_numa = getattr(lib, "nvmlDeviceGetNumaNodeId", None)
         get_pci = getattr(lib, "nvmlDeviceGetPciInfo_v3", None) or lib.nvmlDeviceGetPciInfo_v2
         for i in range(count.value):
-            h = handle_t()
-            if lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(i), ctypes.byref(h)) != 0:
+            h = ask(lib.nvmlDeviceGetHandleByIndex_v2, ctypes.c_uint(i), out=ctypes.c_void_p())
+            pci = ask(get_pci, h, out=PciInfo()) if h is not None else None
+            if pci is None:
                 continue
-            pci = PciInfo()
-            if get_pci(h, ctypes.byref(pci)) != 0:
-                continue
-            bus = f"{pci.domain:04x}:{pci.bus:02x}:{pci.device:02x}.0"
-            node: Optional[int] = None
-            if get_numa is not None:
-                n = ctypes.c_uint(0)
-                if get_numa(h, ctypes.byref(n)) == 0:
-                    node = int(n.value)
-            migs: List[str] = []
-            maxmig = ctypes.c_uint(0)
-            fn = getattr(lib, "nvmlDeviceGetMaxMigDeviceCount", None)
-            if fn is not None and fn(h, ctypes.byref(maxmig)) == 0:
-                for j in range(maxmig.value):
-                    mh = handle_t()
-                    if lib.nvmlDeviceGetMigDeviceHandleByIndex(
-                            h, ctypes.c_uint(j), ctypes.byref(mh)) != 0:
-                        continue
-                    mig = uuid_of(mh)
-                    if mig is not None:
-                        migs.append(mig)
-            out.append(_NvmlGpu(bus, uuid_of(h) or "", node, tuple(migs)))
+            node = ask(getattr(lib, "nvmlDeviceGetNumaNodeId", None), h)
+            maxmig = ask(getattr(lib, "nvmlDeviceGetMaxMigDeviceCount", None), h)
+            mhs = [ask(lib.nvmlDeviceGetMigDeviceHandleByIndex, h, ctypes.c_uint(j),
+                       out=ctypes.c_void_p()) for j in range(maxmig.value if maxmig else 0)]
+            migs = (uuid_of(mh) for mh in mhs if mh is not None)
+            out.append(_NvmlGpu(f"{pci.domain:04x}:{pci.bus:02x}:{pci.device:02x}.0",
+                                uuid_of(h) or "", None if node is None else int(node.value),
+                                tuple(m for m in migs if m is not None)))
     except (AttributeError, OSError, UnicodeDecodeError):
         return None
     finally:
