@@ -6432,18 +6432,16 @@ class CudaPin:
     ``wait(timeout)`` blocks until then, ``progress`` says how far it is.
     """
 
-    def __init__(self, ok: bool, addr: int, length: int, *, flags: int = 0,
-                 chunks: Sequence[Tuple[int, int]] = (), threads: int = 0,
-                 reason: Optional[str] = None, error: Optional[int] = None,
-                 library: Optional[str] = None, lib: Optional[ctypes.CDLL] = None) -> None:
-        self.ok = ok
+    def __init__(self, addr: int, length: int, flags: int, lib: Optional[ctypes.CDLL],
+                 library: Optional[str], threads: int = 0) -> None:
+        self.ok = False
         self.addr = addr
         self.length = length
         self.flags = flags
-        self.chunks: Tuple[Tuple[int, int], ...] = tuple(chunks)
+        self.chunks: Tuple[Tuple[int, int], ...] = ()
         self.threads = threads
-        self.reason = reason         # why not registered ("libcudart not found" ...)
-        self.error = error           # cudaError_t of the failing call, if any
+        self.reason: Optional[str] = None    # why not registered ("libcudart not found" ...)
+        self.error: Optional[int] = None     # cudaError_t of the failing call, if any
         self.failed_chunk: Optional[Tuple[int, int]] = None   # (address, bytes) of it
         self.library = library
         self.progress = CudaPinProgress(0, 0, 0.0)
@@ -6452,8 +6450,6 @@ class CudaPin:
         self._ended = threading.Event()
         self._stop = False
         self._worker: Optional[threading.Thread] = None
-        if ok or reason is not None:
-            self._ended.set()
 
     def __bool__(self) -> bool:
         return self.ok
@@ -6510,8 +6506,16 @@ class CudaPin:
                 "failed_chunk": self.failed_chunk, "library": self.library,
                 "progress": self.progress._asdict()}
 
+    def _give_up(self, reason: str, strict: bool) -> None:
+        """Unregister what was registered, then raise (strict) or log ``reason``."""
+        self.reason = reason
+        self._release()
+        _fail(strict, f"host memory not pinned for CUDA: {reason}", None,
+              errno.EIO if self._lib is not None else errno.ENOENT)
+
     def _run(self, pieces: List[Tuple[int, int]], nthreads: int, device: Optional[int],
-             caller: threading.Thread, fault: Optional[Callable[[], Any]]) -> None:
+             caller: threading.Thread, fault: Optional[Callable[[], Any]],
+             strict: bool) -> None:
         """Register ``pieces`` from ``nthreads`` threads; on the first failure stop,
         clear CUDA's error and unregister what was registered."""
         import time
@@ -6557,19 +6561,16 @@ class CudaPin:
             for t in pool:
                 t.join()
         except Exception as e:      # the prefault failed: nothing was registered
-            self.reason = f"prefault before registering failed: {e}"
+            self._give_up(f"prefault before registering failed: {e}", strict)
+            return
         with self._lock:
             self.chunks = tuple(sorted(done))
         if failed:
             start, n, rc = min(failed)
             self.error, self.failed_chunk = rc, (start, n)
-            self.reason = (f"cudaHostRegister(0x{start:x}, {n}) failed: "
-                           f"{_cuda_error(lib, rc)}; {len(done)} chunk(s) already "
-                           "registered were unregistered")
-        if self.reason is not None:
-            _warn_once(f"pin_for_cuda:{self.reason}", "numa_utils: host memory not "
-                       "pinned for CUDA: %s", self.reason)
-            self._release()         # roll back what was registered
+            self._give_up(f"cudaHostRegister(0x{start:x}, {n}) failed: "
+                          f"{_cuda_error(lib, rc)}; {len(done)} chunk(s) already "
+                          "registered were unregistered", strict)
         else:
             self.ok = not self._stop
             self._ended.set()
@@ -6621,44 +6622,36 @@ def pin_for_cuda(buf: Any, length: Optional[int] = None, *, chunk: int = 1 << 30
     b = _b(backend)
     addr, size = buffer_range(buf, length)
     page = b.page_size
-    flags = int(flags)
-
-    def fail(reason: str, err: Optional[int] = None) -> CudaPin:
-        if strict:
-            raise OSError(errno.EIO if err is not None else errno.ENOENT,
-                          f"pin_for_cuda: {reason}")
-        _warn_once(f"pin_for_cuda:{reason}", "numa_utils: host memory not pinned for "
-                   "CUDA: %s", reason)
-        return CudaPin(False, addr, size, flags=flags, reason=reason, error=err)
-
     if chunk <= 0:
         raise ValueError(f"chunk must be positive, not {chunk}")
     lib, where = _load_cudart(cudart, b)
-    if lib is None:
-        return fail(f"CUDA not available: {where}")
-    if size == 0:
-        return CudaPin(True, addr, 0, flags=flags, library=where, lib=lib)
+    if lib is None or size == 0:
+        pin = CudaPin(addr, size, int(flags), lib, where if lib is not None else None)
+        if lib is None:
+            pin._give_up(f"CUDA not available: {where}", strict)
+        pin.ok = lib is not None
+        pin._ended.set()
+        return pin
     # Interior chunk edges on page boundaries: two registrations must never share a
     # page (CUDA pins whole pages; overlapping ones fail as already registered).
     step = max(min(chunk, _PIN_CALL_MAX) // page * page, page)
     edges = [addr, *range(addr - addr % page + step, addr + size, step), addr + size]
     pieces = [(a, z - a) for a, z in zip(edges, edges[1:]) if z > a]
     nthreads = max(1, min(threads or 1, len(pieces)))
-    pin = CudaPin(False, addr, size, flags=flags, threads=nthreads, library=where, lib=lib)
+    pin = CudaPin(addr, size, int(flags), lib, where, nthreads)
     # A new thread's current CUDA device is 0: registering from it would create a
     # context on GPU 0 (hundreds of MiB there) for an engine that runs on GPU 3.
     # Each worker first selects the caller's device.
     device = _cuda_current_device(lib)
     fault = (lambda: _do_prefault(addr, size, backend=b)) if prefault else None
-    args = (pieces, nthreads, device, threading.current_thread(), fault)
+    args = (pieces, nthreads, device, threading.current_thread(), fault,
+            strict and not background)
     if background:
         pin._worker = threading.Thread(target=pin._run, args=args, name="pin_for_cuda",
                                        daemon=True)
         pin._worker.start()
         return pin
     pin._run(*args)
-    if not pin and strict:
-        raise OSError(errno.EIO, f"pin_for_cuda: {pin.reason}")
     return pin
 
 
