@@ -6351,7 +6351,6 @@ class CudaHostRegisterFlag(enum.IntFlag):
 # Sonames tried by name (the loader's own search path) after torch and find_library;
 # newest first.  Never an absolute path.
 _CUDART_SONAMES = ("libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so")
-_CUDART_RE = re.compile(r"/libcudart\.so[0-9.]*$")
 
 
 def _cudart_candidates(b: Backend) -> List[str]:
@@ -6359,28 +6358,21 @@ def _cudart_candidates(b: Backend) -> List[str]:
     (torch imported it: /proc/self/maps), torch's lib dir and the nvidia-cuda-runtime
     wheel beside it, ctypes.util.find_library, then sonames."""
     import ctypes.util
+    import glob
     out: List[str] = []
     if "torch" in sys.modules and b.is_live:
         maps = b.read_optional("/proc/self/maps") or ""
-        for line in maps.splitlines():
-            path = line.split(None, 5)[-1] if line.count(" ") >= 5 else ""
-            if _CUDART_RE.search(path) and path not in out:
-                out.append(path)
-        torch = sys.modules["torch"]
-        base = os.path.dirname(getattr(torch, "__file__", None) or "")
+        # the path: the sixth field, the rest of the line (it may hold spaces)
+        out += dict.fromkeys(re.findall(r"^(?:\S+ +){5}(.*/libcudart\.so[0-9.]*)$", maps,
+                                        re.MULTILINE))
+        base = os.path.dirname(getattr(sys.modules["torch"], "__file__", None) or "")
         if base:
             for d in (os.path.join(base, "lib"),
                       os.path.join(os.path.dirname(base), "nvidia", "cuda_runtime", "lib")):
-                try:
-                    names = sorted(os.listdir(d), reverse=True)
-                except OSError:
-                    continue
-                out.extend(os.path.join(d, n) for n in names if n.startswith("libcudart.so"))
+                out += sorted(glob.glob(os.path.join(glob.escape(d), "libcudart.so*")),
+                              reverse=True)
     found = ctypes.util.find_library("cudart")
-    if found:
-        out.append(found)
-    out.extend(_CUDART_SONAMES)
-    return out
+    return out + ([found] if found else []) + list(_CUDART_SONAMES)
 
 
 def _load_cudart(cudart: Any, b: Backend) -> Tuple[Optional[ctypes.CDLL], str]:
