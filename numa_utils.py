@@ -5077,12 +5077,16 @@ class GpuInfo(_Record):
     uuid: Optional[str] = None
 
     def to_json(self) -> Dict[str, Any]:
-        return {"pci": self.pci, "vendor": self.vendor, "device": f"0x{self.device_id:04x}",
-                "numa_node": self.numa_node, "node": self.node,
-                "node_source": self.node_source, "cpu_node": self.cpu_node,
-                "local_cpus": sorted(self.local_cpus),
-                "memory_nodes": list(self.memory_nodes),
-                "memory_source": self.memory_source, "uuid": self.uuid}
+        return _record_json(self, device_id={"device": f"0x{self.device_id:04x}"})
+
+
+def _record_json(rec: Any, **replace: Dict[str, Any]) -> Dict[str, Any]:
+    """to_json() of ``rec``'s fields, in order; ``replace``: field -> the keys that
+    stand in its place (another name or form, or extra keys beside it)."""
+    out: Dict[str, Any] = {}
+    for k, v in rec._asdict().items():
+        out.update(replace[k] if k in replace else {k: to_json(v)})
+    return out
 
 
 def _planning_topology(b: Backend) -> Topology:
@@ -5494,11 +5498,9 @@ class GpuPlan(_Record):
     notes: Tuple[str, ...] = ()
 
     def to_json(self) -> Dict[str, Any]:
-        return {"gpu": self.gpu, "pci": self.pci, "node": self.node,
-                "cpu_node": self.cpu_node, "cpus": sorted(self.cpus),
-                "cpulist": format_cpulist(self.cpus), "memory_policy": self.memory,
-                "memory_nodes": list(self.memory_nodes), "policy": self.policy,
-                "gpu_memory_nodes": list(self.gpu_memory_nodes), "notes": list(self.notes)}
+        return _record_json(self, cpus={"cpus": sorted(self.cpus),
+                                        "cpulist": format_cpulist(self.cpus)},
+                            memory={"memory_policy": self.memory})
 
 
 def _plan_memory(topo: Topology, infos: List[GpuInfo], node: Optional[int],
@@ -5696,15 +5698,8 @@ class BindResult(_Record):
         return cpu_ok and (self.memory is None or self.memory.applied)
 
     def to_json(self) -> Dict[str, Any]:
-        return {"node": self.node, "cpus": sorted(self.cpus),
-                "cpulist": format_cpulist(self.cpus), "cpus_applied": self.cpus_applied,
-                "cpu_reason": self.cpu_reason,
-                "memory": self.memory.to_json() if self.memory is not None else None,
-                "threads_changed": list(self.threads_changed),
-                "threads_skipped": list(self.threads_skipped),
-                "threads_failed": [list(t) for t in self.threads_failed],
-                "plan": self.plan.to_json() if self.plan is not None else None,
-                "notes": list(self.notes)}
+        return _record_json(self, cpus={"cpus": sorted(self.cpus),
+                                        "cpulist": format_cpulist(self.cpus)})
 
 
 def _set_affinity(b: Backend, cpus: FrozenSet[int], threads: str,
