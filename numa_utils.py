@@ -5169,10 +5169,7 @@ def _attribute_gpu_memory(topo: Topology, infos: List[GpuInfo],
 def _gpu_infos(topo: Topology, b: Backend) -> List[GpuInfo]:
     nvml = _nvml_devices(b)
     driver = _driver_gpus(b)
-    uuids = dict(driver)
-    for nv in nvml or ():
-        if nv.uuid:
-            uuids[nv.pci] = nv.uuid
+    uuids = {**driver, **{nv.pci: nv.uuid for nv in nvml or () if nv.uuid}}
     out = []
     for dev in topo.gpus:
         node, how = dev.node, dev.node_source
@@ -5275,10 +5272,9 @@ def local_devices(where: Any, kind: str = "net", *, strict: bool = False,
               if x is not None]
         return rel, min(ds, default=1 << 16), d.address
     ranked = sorted((rank(d), d) for d in _devices(t, b) if d.kind == kind)
-    out = LocalDevices((d, _RELATIONS[r[0]]) for r, d in ranked if r[0] == 0)
-    if not out and not strict:
-        out = LocalDevices((d, _RELATIONS[r[0]]) for r, d in ranked)
-        out.fell_back = True
+    fell_back = not strict and all(r[0] for r, _ in ranked)
+    out = LocalDevices((d, _RELATIONS[r[0]]) for r, d in ranked if fell_back or r[0] == 0)
+    out.fell_back = fell_back
     return out
 
 
@@ -5306,39 +5302,29 @@ def _visible_gpus(infos: List[GpuInfo], nvml: Optional[List[_NvmlGpu]],
     """The GPUs a CUDA (HIP) process started with ``env`` numbers 0, 1, ... and notes."""
     fam = _family(infos)
     notes: List[str] = []
-    if not fam:
-        return [], notes
-    if fam[0].vendor != "nvidia":
+    base = [_Visible(g, "", "pci order") for g in fam]
+    if not fam or fam[0].vendor == "intel":         # Intel: no remapping
+        return base, notes
+    if fam[0].vendor == "amd":
         # HIP: ROCR_VISIBLE_DEVICES first, then HIP_VISIBLE_DEVICES (or
-        # CUDA_VISIBLE_DEVICES); indexes are in PCI order.  Intel: no remapping.
-        base = [_Visible(g, "", "pci order") for g in fam]
-        if fam[0].vendor == "amd":
-            for var in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
-                raw = env.get(var)
-                if raw is None and var == "HIP_VISIBLE_DEVICES":
-                    raw = env.get("CUDA_VISIBLE_DEVICES")
-                if raw is not None:
-                    base = _apply_visible(base, raw, {}, {}, notes)
+        # CUDA_VISIBLE_DEVICES); indexes are in PCI order.
+        for raw in (env.get("ROCR_VISIBLE_DEVICES"),
+                    env.get("HIP_VISIBLE_DEVICES", env.get("CUDA_VISIBLE_DEVICES"))):
+            if raw is not None:
+                base = _apply_visible(base, raw, {}, {}, notes)
         return base, notes
     order = env.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST").strip().upper()
-    how = "pci order"
     if order != "PCI_BUS_ID" and len({g.device_id for g in fam}) > 1:
-        how = "pci order (assumed)"
+        base = [v._replace(how="pci order (assumed)") for v in base]
         notes.append("CUDA_DEVICE_ORDER is not PCI_BUS_ID and the GPUs are of different "
                      "models: CUDA may number them fastest first, so device indexes are "
                      "a guess; set CUDA_DEVICE_ORDER=PCI_BUS_ID")
-    base = [_Visible(g, "", how) for g in fam]
     uuids = {g.uuid.lower(): g for g in fam if g.uuid}
-    migs: Dict[str, GpuInfo] = {}
     by_pci = {g.pci: g for g in fam}
-    for nv in nvml or ():
-        for mig in nv.mig_uuids:
-            if nv.pci in by_pci:
-                migs[mig.lower()] = by_pci[nv.pci]
+    migs = {mig.lower(): by_pci[nv.pci] for nv in nvml or () if nv.pci in by_pci
+            for mig in nv.mig_uuids}
     raw = env.get("CUDA_VISIBLE_DEVICES")
-    if raw is None:
-        return base, notes
-    return _apply_visible(base, raw, uuids, migs, notes), notes
+    return (base if raw is None else _apply_visible(base, raw, uuids, migs, notes)), notes
 
 
 def _apply_visible(base: List[_Visible], raw: str, uuids: Mapping[str, GpuInfo],
@@ -5353,7 +5339,7 @@ def _apply_visible(base: List[_Visible], raw: str, uuids: Mapping[str, GpuInfo],
         if re.match(r"^-?\d+$", t):
             i = int(t)
             if 0 <= i < len(base):
-                got = _Visible(base[i].gpu, t, base[i].how)
+                got = base[i]._replace(entry=t)
         elif t[:4].upper() == "GPU-":
             hits = [g for u, g in uuids.items() if u.startswith(t.lower())]
             if len(hits) == 1:
@@ -6248,10 +6234,7 @@ def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] 
         nodes = [0]
     skipped = [n for n in nodes if n in excluded]
     nodes = [n for n in nodes if n not in excluded]
-    gnode: Optional[int] = None
-    glabel = ""
-    if gpu is not None:
-        gnode, glabel = _resolve_gpu(gpu, topo, b, environ)
+    gnode, glabel = _resolve_gpu(gpu, topo, b, environ) if gpu is not None else (None, "")
 
     def available(m: Optional[int]) -> int:
         if m is None:
@@ -6272,11 +6255,10 @@ def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] 
             memory_distance=topo.distance(n, mnode) if mnode is not None else None,
             fits=avail >= need_kb))
     if not cands:
-        why = "no node with CPUs is usable"
-        if skipped:
-            why += f" (excluded: {format_cpulist(skipped)})"
-        why += f"; this process may run on CPUs {format_cpulist(topo.allowed_cpus) or '-'}"
-        return NodeChoice(None, why, (), gnode)
+        return NodeChoice(None, "no node with CPUs is usable"
+                          + (f" (excluded: {format_cpulist(skipped)})" if skipped else "")
+                          + "; this process may run on CPUs "
+                          + (format_cpulist(topo.allowed_cpus) or "-"), (), gnode)
     far = 1 << 16
 
     def key(c: NodeCandidate) -> Tuple[int, int, int, int, int, int]:
@@ -6373,15 +6355,14 @@ def _cudart_candidates(b: Backend) -> List[str]:
 def _load_cudart(cudart: Any, b: Backend) -> Tuple[Optional[ctypes.CDLL], str]:
     """(library, where) or (None, why not)."""
     if isinstance(cudart, ctypes.CDLL):
-        lib: Optional[ctypes.CDLL] = cudart
-        where = getattr(cudart, "_name", "libcudart")
+        lib, where = cudart, getattr(cudart, "_name", "libcudart")
     else:
         names = [cudart] if cudart is not None else _cudart_candidates(b)
-        lib, where, errors = _dlopen(names)
-        if lib is None:
+        found, where, errors = _dlopen(names)
+        if found is None:
             return None, ("libcudart not found (tried " + ", ".join(names) + ")"
                           if cudart is None else f"cannot load {cudart}: {errors[-1]}")
-    assert lib is not None
+        lib = found
     try:
         reg, unreg, err = lib.cudaHostRegister, lib.cudaHostUnregister, lib.cudaGetErrorString
     except AttributeError as e:
@@ -6528,15 +6509,13 @@ class CudaPin:
                     # engine's next kernel-launch check reports it as its own.
                     lib.cudaGetLastError()
                 with self._lock:
-                    p = self.progress
                     if rc == 0:
                         done.append(piece)
-                        self.progress = CudaPinProgress(p.bytes + piece[1], p.calls + 1,
-                                                        max(p.longest_s, dt))
                     else:
                         failed.append((piece[0], piece[1], rc))
-                        self.progress = p._replace(calls=p.calls + 1,
-                                                   longest_s=max(p.longest_s, dt))
+                    p = self.progress
+                    self.progress = CudaPinProgress(p.bytes + (0 if rc else piece[1]),
+                                                    p.calls + 1, max(p.longest_s, dt))
         try:
             if fault is not None:
                 fault()
