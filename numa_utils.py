@@ -5040,20 +5040,14 @@ def _driver_gpus(b: Backend) -> Dict[str, Optional[str]]:
 def _torch_bus_id(device: int) -> Optional[str]:
     """The bus id torch reports for ``device``, only when the caller has imported torch
     and initialised CUDA already (get_device_properties would initialise it)."""
-    torch = sys.modules.get("torch")
-    cuda = getattr(torch, "cuda", None) if torch is not None else None
-    if cuda is None:
-        return None
+    cuda = getattr(sys.modules.get("torch"), "cuda", None)
     try:
-        if not cuda.is_initialized():
+        if cuda is None or not cuda.is_initialized():
             return None
         p = cuda.get_device_properties(device)
-        bus = getattr(p, "pci_bus_id", None)
-        if bus is None:
-            return None
-        return f"{int(getattr(p, 'pci_domain_id', 0) or 0):04x}:{int(bus):02x}:" \
+        return f"{int(getattr(p, 'pci_domain_id', 0) or 0):04x}:{int(p.pci_bus_id):02x}:" \
                f"{int(getattr(p, 'pci_device_id', 0) or 0):02x}.0"
-    except Exception:   # any torch failure means: torch cannot tell us
+    except Exception:   # any torch failure (no pci_bus_id either) means: torch cannot tell
         return None
 
 
@@ -5128,23 +5122,18 @@ def _attribute_gpu_memory(topo: Topology, infos: List[GpuInfo],
     and the counts divide, the nodes go in id order to the GPUs in (node, PCI) order,
     which is the order the driver onlines them.  Anything else stays unattributed.
     """
-    by_pci = {g.pci: g for g in infos}
-    claimed: Dict[str, Tuple[Tuple[int, ...], str]] = {}
-    for nv in nvml or ():
-        if nv.numa_node is not None and nv.pci in by_pci and \
-                nv.numa_node not in topo.nodes_with_cpus:
-            claimed[nv.pci] = ((nv.numa_node,), "nvml")
+    pcis = {g.pci for g in infos}
+    claimed: Dict[str, Tuple[Tuple[int, ...], str]] = {
+        nv.pci: ((nv.numa_node,), "nvml") for nv in nvml or ()
+        if nv.numa_node is not None and nv.pci in pcis and nv.numa_node not in topo.nodes_with_cpus}
     taken = {n for nodes, _ in claimed.values() for n in nodes}
     free = sorted((topo.nodes_with_memory - topo.nodes_with_cpus) - taken)
     cands = [g for g in infos if g.vendor == "nvidia" and g.pci in driver
              and g.pci not in claimed and g.cpu_node is not None]
     if free and cands:
-        home: Dict[int, Optional[int]] = {}
-        for m in free:
-            known = [(d, n) for n in topo.nodes_with_cpus
-                     for d in (topo.distance(m, n),) if d is not None]
-            near = [n for d, n in known if d == min(known)[0]]
-            home[m] = near[0] if len(near) == 1 else None
+        # each free node's one nearest CPU node (None: a tie, or distances unknown)
+        home = {m: near[0] if len(near) == 1 else None for m in free
+                for near in (_nearest_tied(topo, m, topo.nodes_with_cpus),)}
         groups: Dict[Optional[int], List[GpuInfo]] = {}
         for g in sorted(cands, key=lambda x: x.pci):
             groups.setdefault(g.cpu_node, []).append(g)
@@ -5445,8 +5434,7 @@ def _cores_of(topo: Topology, cpus: Iterable[int]) -> List[Tuple[int, ...]]:
         if c not in left:
             continue
         info = topo.cpus.get(c)
-        sib = (set(info.siblings) if info is not None and info.siblings else {c}) & left
-        sib.add(c)
+        sib = {c, *(info.siblings if info is not None else ())} & left
         left -= sib
         out.append(tuple(sorted(sib)))
     return out
@@ -6269,10 +6257,8 @@ def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] 
         return (0 if c.fits else 1, gd, c.load, md, -c.available_kb, c.node)
 
     fitting = [c for c in cands if c.fits]
-    if fitting:
-        best = min(fitting, key=key)
-    else:
-        best = max(cands, key=lambda c: (c.available_kb, -c.node))
+    best = min(fitting, key=key) if fitting else \
+        max(cands, key=lambda c: (c.available_kb, -c.node))
     parts: List[str] = []
     if gnode is not None:
         if best.node == gnode:
