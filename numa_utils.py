@@ -6259,26 +6259,19 @@ def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] 
     fitting = [c for c in cands if c.fits]
     best = min(fitting, key=key) if fitting else \
         max(cands, key=lambda c: (c.available_kb, -c.node))
-    parts: List[str] = []
-    if gnode is not None:
-        if best.node == gnode:
-            parts.append(f"{glabel} is on node {gnode}")
-        elif gnode not in topo.nodes_with_cpus:
-            parts.append(f"{glabel} is on node {gnode}, which has no CPUs; node "
-                         f"{best.node} is the nearest usable node with CPUs"
-                         f" (distance {best.gpu_distance})")
-        elif gnode in excluded:
-            parts.append(f"{glabel} is on node {gnode}, which was excluded; node "
-                         f"{best.node} is the nearest other usable node")
-        elif not any(c.node == gnode for c in cands):
-            parts.append(f"{glabel} is on node {gnode} but this process's cpuset allows "
-                         f"none of its CPUs; node {best.node} is the nearest allowed node")
-        else:
-            parts.append(f"{glabel} is on node {gnode}, which lacks the memory; node "
-                         f"{best.node} is the nearest node that has it")
-    elif gpu is not None:
-        parts.append(f"{glabel}'s node is unknown (firmware reports numa_node=-1), so "
-                     "it did not count")
+    nb = f"node {best.node} is the nearest"
+    if gnode is None:
+        parts = [f"{glabel}'s node is unknown (firmware reports numa_node=-1), so it did "
+                 "not count"] if gpu is not None else []
+    else:
+        parts = [f"{glabel} is on node {gnode}" + (
+            "" if best.node == gnode else
+            f", which has no CPUs; {nb} usable node with CPUs (distance {best.gpu_distance})"
+            if gnode not in topo.nodes_with_cpus else
+            f", which was excluded; {nb} other usable node" if gnode in excluded else
+            f" but this process's cpuset allows none of its CPUs; {nb} allowed node"
+            if not any(c.node == gnode for c in cands) else
+            f", which lacks the memory; {nb} node that has it")]
     mem_txt = _fmt_kb(best.available_kb)
     if best.memory_node is not None and best.memory_node != best.node:
         mem_txt += f" on its nearest memory node {best.memory_node}"
