@@ -6104,22 +6104,26 @@ def remote_share(pid: Union[int, str] = "self", *, threshold: float = REMOTE_SHA
     result with ``error`` set and no pages.  Warns once when above ``threshold``."""
     b = _b(backend)
     topo = topology if topology is not None else read_topology(backend=b)
-    entries: List[NumaMapsEntry] = []
-    maps_error = None
     try:
-        entries = parse_numa_maps(b.read_text(_maps_path(pid)), page_size_kb=_page_kb(b))
+        maps: Union[str, OSError] = b.read_text(_maps_path(pid))
     except OSError as e:
-        maps_error = f"cannot read /proc/{pid}/numa_maps: {e.strerror or e}"
-    except ValueError as e:     # a malformed line (parse_numa_maps names it)
-        maps_error = str(e)
-    return _remote_share(pid, entries, maps_error, threshold, topo, b)
+        maps = e
+    return _remote_share(pid, maps, threshold, topo, b)[0]
 
 
-def _remote_share(pid: Union[int, str], entries: Iterable[NumaMapsEntry],
-                  maps_error: Optional[str], threshold: float, topo: Topology,
-                  b: Backend) -> RemoteShare:
-    """remote_share on numa_maps entries already read (``maps_error``: why not)."""
-    error = maps_error
+def _remote_share(pid: Union[int, str], maps: Union[str, OSError], threshold: float,
+                  topo: Topology, b: Backend) -> Tuple[RemoteShare, List[NumaMapsEntry]]:
+    """remote_share on numa_maps text already read (or the error reading it), and the
+    entries parsed from it."""
+    entries: List[NumaMapsEntry] = []
+    error = None
+    if isinstance(maps, OSError):
+        error = f"cannot read /proc/{pid}/numa_maps: {maps.strerror or maps}"
+    else:
+        try:
+            entries = parse_numa_maps(maps, page_size_kb=_page_kb(b))
+        except ValueError as e:     # a malformed line (parse_numa_maps names it)
+            error = str(e)
     try:
         cpus: Optional[FrozenSet[int]] = _allowed_from_status(b, pid)[0]
     except ValueError:
@@ -6132,7 +6136,7 @@ def _remote_share(pid: Union[int, str], entries: Iterable[NumaMapsEntry],
                       local, threshold, error)
     if res.warning:
         _warn_once(f"remote-share:{pid}", "numa_utils: %s", res.warning)
-    return res
+    return res, entries
 
 
 # ---------------------------------------------------------------------------
@@ -6615,25 +6619,17 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
     if any(c.numastat for c in snap):
         text.append("")
         text.append("COUNTERS (numastat since boot, pages)")
-        text.append(f"  {'node':>4} {'numa_hit':>14} {'numa_miss':>12} {'foreign':>12} "
-                    f"{'interleave':>11} {'local_node':>14} {'other_node':>12}")
-        for c in snap:
-            text.append(f"  {c.node:>4} {c.numa_hit:>14} {c.numa_miss:>12} "
-                        f"{c.numa_foreign:>12} {c.interleave_hit:>11} {c.local_node:>14} "
-                        f"{c.other_node:>12}")
+        cols = tuple(zip(_NUMASTAT_FIELDS, ("numa_hit", "numa_miss", "foreign", "interleave",
+                                            "local_node", "other_node"), (14, 12, 12, 11, 14, 12)))
+        text.append(f"  {'node':>4}" + "".join(f" {h:>{w}}" for _, h, w in cols))
+        text.extend(f"  {c.node:>4}" + "".join(f" {getattr(c, k):>{w}}" for k, _, w in cols)
+                    for c in snap)
         text.append(f"  remote allocations (other_node): {snap.remote_ratio:.2%} of pages")
     # The process's own pages (the running system, or the simulated process).
-    maps = b.read_optional(_maps_path("self")) \
-        if b.has_process else None
+    maps = b.read_optional(_maps_path("self")) if b.has_process else None
     if maps is not None:
         # Read and parsed once, for the remote share and the interleave check.
-        entries: List[NumaMapsEntry] = []
-        maps_error = None
-        try:
-            entries = parse_numa_maps(maps, page_size_kb=_page_kb(b))
-        except ValueError as e:
-            maps_error = str(e)
-        rs = _remote_share("self", entries, maps_error, REMOTE_SHARE_THRESHOLD, topo, b)
+        rs, entries = _remote_share("self", maps, REMOTE_SHARE_THRESHOLD, topo, b)
         report["process"]["remote_share"] = rs.to_json()
         if rs.total_bytes:
             text.append("")
