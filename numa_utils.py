@@ -5271,10 +5271,10 @@ def local_devices(where: Any, kind: str = "net", *, strict: bool = False,
 # CUDA device index -> GPU
 # ---------------------------------------------------------------------------
 
-class _Visible(_Record):
-    gpu: Optional[GpuInfo]       # None: the entry names a GPU we cannot identify
-    entry: str                   # the CUDA_VISIBLE_DEVICES entry, or "" (all visible)
+class _Resolved(_Record):
+    gpu: Optional[GpuInfo]       # None: not identified (``how`` says why)
     how: str
+    notes: Tuple[str, ...] = ()
 
 
 def _family(infos: List[GpuInfo]) -> List[GpuInfo]:
@@ -5287,11 +5287,11 @@ def _family(infos: List[GpuInfo]) -> List[GpuInfo]:
 
 
 def _visible_gpus(infos: List[GpuInfo], nvml: Optional[List[_NvmlGpu]],
-                  env: Mapping[str, str]) -> Tuple[List[_Visible], List[str]]:
+                  env: Mapping[str, str]) -> Tuple[List[_Resolved], List[str]]:
     """The GPUs a CUDA (HIP) process started with ``env`` numbers 0, 1, ... and notes."""
     fam = _family(infos)
     notes: List[str] = []
-    base = [_Visible(g, "", "pci order") for g in fam]
+    base = [_Resolved(g, "pci order") for g in fam]
     if not fam or fam[0].vendor == "intel":         # Intel: no remapping
         return base, notes
     if fam[0].vendor == "amd":
@@ -5316,34 +5316,34 @@ def _visible_gpus(infos: List[GpuInfo], nvml: Optional[List[_NvmlGpu]],
     return (base if raw is None else _apply_visible(base, raw, uuids, migs, notes)), notes
 
 
-def _apply_visible(base: List[_Visible], raw: str, uuids: Mapping[str, GpuInfo],
-                   migs: Mapping[str, GpuInfo], notes: List[str]) -> List[_Visible]:
+def _apply_visible(base: List[_Resolved], raw: str, uuids: Mapping[str, GpuInfo],
+                   migs: Mapping[str, GpuInfo], notes: List[str]) -> List[_Resolved]:
     """CUDA_VISIBLE_DEVICES semantics: entries pick devices in the order given; the
     list ends at the first invalid entry (CUDA ignores the rest)."""
-    out: List[_Visible] = []
+    out: List[_Resolved] = []
     seen: Set[str] = set()
     for tok in raw.split(","):
         t = tok.strip()
-        got: Optional[_Visible] = None
+        got: Optional[_Resolved] = None
         if re.match(r"^-?\d+$", t):
             i = int(t)
             if 0 <= i < len(base):
-                got = base[i]._replace(entry=t)
+                got = base[i]
         elif t[:4].upper() == "GPU-":
             hits = [g for u, g in uuids.items() if u.startswith(t.lower())]
             if len(hits) == 1:
-                got = _Visible(hits[0], t, "uuid")
+                got = _Resolved(hits[0], "uuid")
             elif not uuids:
-                got = _Visible(None, t, "uuid unknown: no NVML and no NVIDIA driver "
-                                        "entries to match it against")
+                got = _Resolved(None, "uuid unknown: no NVML and no NVIDIA driver "
+                                      "entries to match it against")
         elif t[:4].upper() == "MIG-":
             m = re.match(r"^MIG-(GPU-[0-9a-fA-F-]+)/\d+/\d+$", t)
             if m and m.group(1).lower() in uuids:
-                got = _Visible(uuids[m.group(1).lower()], t, "mig (parent uuid)")
+                got = _Resolved(uuids[m.group(1).lower()], "mig (parent uuid)")
             elif t.lower() in migs:
-                got = _Visible(migs[t.lower()], t, "mig (nvml)")
+                got = _Resolved(migs[t.lower()], "mig (nvml)")
             else:
-                got = _Visible(None, t, "MIG device unknown: needs NVML to find its GPU")
+                got = _Resolved(None, "MIG device unknown: needs NVML to find its GPU")
         if got is None:
             if t:
                 notes.append(f"CUDA_VISIBLE_DEVICES={raw!r}: entry {t!r} is invalid; "
@@ -5359,12 +5359,6 @@ def _apply_visible(base: List[_Visible], raw: str, uuids: Mapping[str, GpuInfo],
     return out
 
 
-class _Resolved(_Record):
-    gpu: Optional[GpuInfo]
-    how: str
-    notes: Tuple[str, ...]
-
-
 def _resolve(device: int, pci_bus_id: Optional[str], infos: List[GpuInfo], b: Backend,
              env: Optional[Mapping[str, str]]) -> _Resolved:
     if isinstance(device, bool) or not isinstance(device, int) or device < 0:
@@ -5373,20 +5367,19 @@ def _resolve(device: int, pci_bus_id: Optional[str], infos: List[GpuInfo], b: Ba
     if pci_bus_id is not None:
         bus = _norm_bus_id(pci_bus_id)
         return _Resolved(by_pci.get(bus), "pci_bus_id" if bus in by_pci else
-                         f"pci_bus_id {bus} is not a GPU in sysfs", ())
+                         f"pci_bus_id {bus} is not a GPU in sysfs")
     if b.is_live and isinstance(b, LinuxBackend):
         bus_t = _torch_bus_id(device)
         if bus_t is not None and bus_t in by_pci:
-            return _Resolved(by_pci[bus_t], "torch", ())
-    nvml = _nvml_devices(b)
-    vis, notes = _visible_gpus(infos, nvml, os.environ if env is None else env)
+            return _Resolved(by_pci[bus_t], "torch")
+    env = os.environ if env is None else env
+    vis, notes = _visible_gpus(infos, _nvml_devices(b), env)
     if device >= len(vis):
-        cvd = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
+        cvd = env.get("CUDA_VISIBLE_DEVICES")
         return _Resolved(None, f"no CUDA device {device}: {len(vis)} visible"
                          + (f" (CUDA_VISIBLE_DEVICES={cvd!r})" if cvd is not None else ""),
                          tuple(notes))
-    v = vis[device]
-    return _Resolved(v.gpu, v.how, tuple(notes))
+    return vis[device]._replace(notes=tuple(notes))
 
 
 def _fail(strict: bool, msg: str, notes: Optional[List[str]] = None,
@@ -5569,16 +5562,13 @@ def _plan_all(topo: Topology, infos: List[GpuInfo], policy: str, reserve: int,
 
 
 def _plan_for(topo: Topology, infos: List[GpuInfo], gpu: Optional[GpuInfo],
-              index: Optional[int], policy: str, reserve: int, memory: Optional[str],
-              strict: bool, extra: Sequence[str] = (),
-              planned: Optional[Dict[str, Tuple[Optional[int], FrozenSet[int],
-                                                List[str]]]] = None) -> GpuPlan:
+              index: Optional[int], policy: str, memory: Optional[str], extra: Sequence[str],
+              planned: Dict[str, Tuple[Optional[int], FrozenSet[int], List[str]]]) -> GpuPlan:
+    """``gpu``'s plan from _plan_all's ``planned``; ``extra``: notes put first."""
     if gpu is None:
         return GpuPlan(index, None, None, None, frozenset(topo.allowed_cpus), memory, (),
                        policy, notes=tuple(extra) + ("GPU not identified: all allowed "
                                                      "CPUs, memory policy unchanged",))
-    if planned is None:
-        planned = _plan_all(topo, infos, policy, reserve, strict)
     n, cpus, notes = planned.get(gpu.pci, (None, frozenset(topo.allowed_cpus), []))
     return GpuPlan(index, gpu.pci, gpu.cpu_node, n, cpus, memory,
                    _plan_memory(topo, infos, n, memory), policy, gpu.memory_nodes,
@@ -5598,7 +5588,7 @@ def gpu_plans(policy: Optional[str] = None, *, reserve: Optional[int] = None,
     vis, notes = _visible_gpus(infos, _nvml_devices(b),
                                os.environ if environ is None else environ)
     planned = _plan_all(topo, infos, pol, res, st) if vis else {}
-    return [_plan_for(topo, infos, v.gpu, i, pol, res, mem, st,
+    return [_plan_for(topo, infos, v.gpu, i, pol, mem,
                       tuple(notes) + ((v.how,) if v.gpu is None else ()), planned)
             for i, v in enumerate(vis)]
 
@@ -5644,9 +5634,10 @@ def _device_plan(b: Backend, device: int, pci_bus_id: Optional[str],
     r = _resolve(device, pci_bus_id, infos, b, environ)
     for note in r.notes:
         _fail(False, note)
-    return topo, infos, r, _plan_for(topo, infos, r.gpu, device,
-                                     "node" if policy == "none" else policy, reserve,
-                                     memory, strict, (r.how,) if r.gpu is None else ())
+    policy = "node" if policy == "none" else policy
+    planned = _plan_all(topo, infos, policy, reserve, strict) if r.gpu is not None else {}
+    return topo, infos, r, _plan_for(topo, infos, r.gpu, device, policy, memory,
+                                     (r.how,) if r.gpu is None else (), planned)
 
 
 # ---------------------------------------------------------------------------
@@ -5879,18 +5870,13 @@ class NodeCounters(_Record):
     meminfo: Mapping[str, int]      # MemTotal, MemFree, FilePages, ... in kB
 
     def __getattr__(self, name: str) -> int:
-        """numa_hit, numa_miss, ... (_NUMASTAT_FIELDS): that counter, 0 when absent."""
-        if name not in _NUMASTAT_FIELDS:
-            raise AttributeError(f"'NodeCounters' object has no attribute {name!r}")
-        return self.numastat.get(name, 0)
-
-    @property
-    def mem_total_kb(self) -> int:
-        return self.meminfo.get("MemTotal", 0)
-
-    @property
-    def mem_free_kb(self) -> int:
-        return self.meminfo.get("MemFree", 0)
+        """numa_hit, numa_miss, ... (_NUMASTAT_FIELDS), mem_total_kb (MemTotal) and
+        mem_free_kb (MemFree): that value, 0 when absent."""
+        if name in _NUMASTAT_FIELDS:
+            return self.numastat.get(name, 0)
+        if name in ("mem_total_kb", "mem_free_kb"):
+            return self.meminfo.get("MemTotal" if name == "mem_total_kb" else "MemFree", 0)
+        raise AttributeError(f"'NodeCounters' object has no attribute {name!r}")
 
     @property
     def file_kb(self) -> int:
@@ -6182,19 +6168,16 @@ def _resolve_gpu(gpu: Any, topo: Topology, b: Backend,
     if isinstance(gpu, GpuInfo):
         return gpu.node, f"GPU {gpu.pci}"
     infos = _gpu_infos(topo, b)
-    if isinstance(gpu, str):
-        r = _resolve(0, gpu, infos, b, environ)
-        if r.gpu is None:
-            raise ValueError(f"no GPU at PCI address {gpu!r} ({r.how}); GPUs: "
-                             f"{', '.join(g.pci for g in infos) or 'none'}")
-        return r.gpu.node, f"GPU {r.gpu.pci}"
-    if isinstance(gpu, int) and not isinstance(gpu, bool):
-        r = _resolve(gpu, None, infos, b, environ)
-        if r.gpu is None:
-            raise ValueError(f"no GPU {gpu}: {r.how}")
-        return r.gpu.node, f"CUDA device {gpu} (GPU {r.gpu.pci})"
-    raise TypeError(f"gpu must be a CUDA device index, a PCI address or a GpuInfo, "
-                    f"not {gpu!r}")
+    if isinstance(gpu, bool) or not isinstance(gpu, (int, str)):
+        raise TypeError(f"gpu must be a CUDA device index, a PCI address or a GpuInfo, "
+                        f"not {gpu!r}")
+    by_bus = isinstance(gpu, str)
+    r = _resolve(0, gpu, infos, b, environ) if by_bus else _resolve(gpu, None, infos, b, environ)
+    if r.gpu is None:
+        raise ValueError(f"no GPU at PCI address {gpu!r} ({r.how}); GPUs: "
+                         f"{', '.join(g.pci for g in infos) or 'none'}" if by_bus else
+                         f"no GPU {gpu}: {r.how}")
+    return r.gpu.node, f"GPU {r.gpu.pci}" if by_bus else f"CUDA device {gpu} (GPU {r.gpu.pci})"
 
 
 def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] = (),
