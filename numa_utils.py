@@ -5435,19 +5435,9 @@ def _cores_of(topo: Topology, cpus: Iterable[int]) -> List[Tuple[int, ...]]:
 
 def _even_split(items: Sequence[Any], k: int, rank: int) -> List[Any]:
     """Chunk ``rank`` of ``k`` contiguous, near-equal chunks (the first ones one longer)."""
-    n = len(items)
-    q, r = divmod(n, k)
+    q, r = divmod(len(items), k)
     start = rank * q + min(rank, r)
     return list(items[start:start + q + (1 if rank < r else 0)])
-
-
-def _memory_nodes_for(topo: Topology, node: int) -> Tuple[int, ...]:
-    """Host-memory nodes for a worker on ``node``: the node itself when it has memory
-    this process may use, else the nearest such nodes (DRAM nodes with CPUs first, so
-    that a GPU's HBM node or a CXL expander is only a last resort)."""
-    usable = default_memory_nodes(topo)
-    return (node,) if node in usable else \
-        _nearest_tied(topo, node, (usable & topo.nodes_with_cpus) or usable)
 
 
 class GpuPlan(_Record):
@@ -5472,16 +5462,21 @@ class GpuPlan(_Record):
 
 def _plan_memory(topo: Topology, infos: List[GpuInfo], node: Optional[int],
                  memory: Optional[str]) -> Tuple[int, ...]:
+    """Host-memory nodes for a worker on ``node``: the node itself when it has memory
+    this process may use, else the nearest such nodes (DRAM nodes with CPUs first, so
+    that a GPU's HBM node or a CXL expander is only a last resort).  "interleave":
+    every usable node but GPU memory; "socket": those of the node's package."""
     if memory is None or node is None:
         return ()
+    usable = default_memory_nodes(topo)
     if memory == "interleave":
-        gpu_mem = {n for g in infos for n in g.memory_nodes}
-        return tuple(sorted(default_memory_nodes(topo) - gpu_mem))
-    nodes = _memory_nodes_for(topo, node)
+        return tuple(sorted(usable - {n for g in infos for n in g.memory_nodes}))
+    nodes = (node,) if node in usable else \
+        _nearest_tied(topo, node, (usable & topo.nodes_with_cpus) or usable)
     if memory == "socket":       # preferred-many over the package's memory nodes
         pk = {topo.cpus[c].package for c in topo.nodes[node].cpus if c in topo.cpus}
         mine = {n for p, ns in topo.package_nodes.items() if p in pk for n in ns}
-        return tuple(sorted(default_memory_nodes(topo) & mine)) or nodes
+        return tuple(sorted(usable & mine)) or nodes
     return nodes[:1] if memory == "prefer" else nodes
 
 
@@ -5686,8 +5681,7 @@ def _set_affinity(b: Backend, cpus: FrozenSet[int], threads: str,
             if tid == me:
                 continue
             try:
-                aff = b.sched_getaffinity(tid)
-                if not aff >= before:
+                if not b.sched_getaffinity(tid) >= before:
                     skipped.append(tid)
                     continue
                 b.sched_setaffinity(tid, cpus)
@@ -5749,13 +5743,11 @@ def _bind_node(b: Backend, topo: Topology, node: int, cpus: Union[bool, Iterable
         if asked and not want:
             _fail(st, f"CPUs {format_cpulist(asked)} are outside this process's allowed "
                   f"CPUs {format_cpulist(allowed)}")
-    if mem != "interleave":
-        infos = []
-    elif infos is None:
+    if mem == "interleave" and infos is None:
         infos = _gpu_infos(topo, b)
     pres: Optional[PolicyResult] = None
     if mem is not None:
-        mnodes = _plan_memory(topo, infos, node, mem) if mem != "local" else ()
+        mnodes = _plan_memory(topo, infos or [], node, mem) if mem != "local" else ()
         if mem in ("prefer", "bind") and mnodes and node not in mnodes:
             msg = (f"node {node} has no memory this process may use; memory policy "
                    f"{mem} on {_nodes_txt(mnodes)}, the nearest")
@@ -6211,19 +6203,14 @@ def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] 
     nodes = [n for n in nodes if n not in excluded]
     gnode, glabel = _resolve_gpu(gpu, topo, b, environ) if gpu is not None else (None, "")
 
-    def available(m: Optional[int]) -> int:
-        if m is None:
-            return 0
-        c = snap.nodes.get(m)
-        if c is not None and c.meminfo:
-            return c.available_kb
-        return topo.nodes[m].mem_free_kb if m in topo.nodes else 0
-
     need_kb = (max(int(need_bytes), 0) + 1023) // 1024
     cands: List[NodeCandidate] = []
     for n in nodes:
         mnode = next(iter(_nearest_tied(topo, n, usable_mem)), None)
-        avail = available(mnode)
+        c = snap.nodes.get(mnode) if mnode is not None else None
+        # counters' meminfo, else the topology's free memory (no nodeN/meminfo)
+        avail = c.available_kb if c is not None and c.meminfo else \
+            topo.nodes[mnode].mem_free_kb if mnode is not None and mnode in topo.nodes else 0
         cands.append(NodeCandidate(
             node=n, memory_node=mnode, available_kb=avail, load=int(loads.get(n, 0)),
             gpu_distance=topo.distance(gnode, n) if gnode is not None else None,
@@ -6623,9 +6610,8 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
                         f"{_nodes_txt(rs.local_nodes)}")
         if rs.warning and len(topo.nodes_with_memory) > 1:
             warnings.append(rs.warning)
-        interleaved = any(e.mode in ("interleave", "weighted interleave")
-                          for e in entries)
-        if topo.thp == "always" and len(topo.nodes_with_memory) > 1 and interleaved:
+        if topo.thp == "always" and len(topo.nodes_with_memory) > 1 and \
+                any(e.mode in ("interleave", "weighted interleave") for e in entries):
             warnings.append("THP is 'always' and this process has interleaved regions: "
                             "a first touch places a whole 2 MiB huge page on one node, so "
                             "interleave spreads huge pages, not 4 KiB pages; use THP "
@@ -6633,30 +6619,28 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
                             "an even spread")
     # Huge pages reserved on one general-purpose node only.
     general = sorted(topo.nodes_with_cpus & topo.nodes_with_memory)
-    if len(general) > 1:
-        sizes = sorted({sz for n in general for sz in topo.nodes[n].hugepages})
-        for sz in sizes:
-            on = [n for n in general if topo.nodes[n].hugepages.get(sz, HugePages(0, 0))
-                  .total > 0]
-            if len(on) == 1:
-                label = _fmt_kb(sz).replace(".0 ", " ")
-                warnings.append(f"{label} huge pages are configured on node {on[0]} only: "
-                                "workers on other nodes that use them get remote memory; "
-                                "reserve them per node (nodeN/hugepages/hugepages-"
-                                f"{sz}kB/nr_hugepages)")
+    for sz in sorted({sz for n in general for sz in topo.nodes[n].hugepages}
+                     if len(general) > 1 else ()):
+        on = [n for n in general if topo.nodes[n].hugepages.get(sz, HugePages(0, 0)).total > 0]
+        if len(on) == 1:
+            label = _fmt_kb(sz).replace(".0 ", " ")
+            warnings.append(f"{label} huge pages are configured on node {on[0]} only: "
+                            "workers on other nodes that use them get remote memory; "
+                            "reserve them per node (nodeN/hugepages/hugepages-"
+                            f"{sz}kB/nr_hugepages)")
     # GPUs whose node has (almost) no free memory.
     for g in report["gpus"]:
         node = g.get("node")
         if node is None or node not in snap.nodes:
             continue
         c = snap.nodes[node]
-        if node in topo.nodes_with_memory and c.mem_total_kb:
-            if c.available_kb < 0.05 * c.mem_total_kb:
-                warnings.append(f"GPU {g['address']}: its node {node} has "
-                                f"{_fmt_kb(c.available_kb)} available of "
-                                f"{_fmt_kb(c.mem_total_kb)} (< 5%): pinned host buffers "
-                                "for it will come from another node")
-        elif len(topo.nodes_with_memory) >= 1 and node not in topo.nodes_with_memory:
+        if node in topo.nodes_with_memory and c.mem_total_kb and \
+                c.available_kb < 0.05 * c.mem_total_kb:
+            warnings.append(f"GPU {g['address']}: its node {node} has "
+                            f"{_fmt_kb(c.available_kb)} available of "
+                            f"{_fmt_kb(c.mem_total_kb)} (< 5%): pinned host buffers "
+                            "for it will come from another node")
+        elif topo.nodes_with_memory and node not in topo.nodes_with_memory:
             near = topo.nearest(node, topo.nodes_with_memory)
             warnings.append(f"GPU {g['address']}: its node {node} has no memory; host "
                             "buffers for it come from node "
