@@ -4872,8 +4872,7 @@ def _strict_or_env(strict: Optional[bool]) -> bool:
 
 
 def _memory_or_env(memory: Union[str, None, _Unset]) -> Optional[str]:
-    if memory is _UNSET:
-        memory = _env("NUMA_MEMORY_POLICY")
+    memory = _env("NUMA_MEMORY_POLICY") if memory is _UNSET else memory
     if memory is None or memory == "socket":
         return memory
     mode = _mode_of(str(memory))        # every name a result reports is accepted
@@ -4888,8 +4887,7 @@ def _memory_or_env(memory: Union[str, None, _Unset]) -> Optional[str]:
 def _policy_or_env(policy: Optional[str]) -> str:
     """The bind policy; "none" (NUMA_BIND_POLICY's default) means: leave CPU affinity
     alone."""
-    if policy is None:
-        policy = _env("NUMA_BIND_POLICY")
+    policy = _env("NUMA_BIND_POLICY") if policy is None else policy
     p = str(policy).lower().replace("_", "-")
     if p not in BIND_POLICIES + ("none",):
         raise ValueError(f"unknown bind policy {policy!r}; one of "
@@ -4898,12 +4896,10 @@ def _policy_or_env(policy: Optional[str]) -> str:
 
 
 def _reserve_or_env(reserve: Optional[int]) -> int:
-    if reserve is None:
-        reserve = _env("NUMA_RESERVED_CORES")
-    r = int(reserve)
-    if r < 0:
+    reserve = _env("NUMA_RESERVED_CORES") if reserve is None else reserve
+    if int(reserve) < 0:
         raise ValueError(f"reserve must be >= 0, not {reserve!r}")
-    return r
+    return int(reserve)
 
 
 def _norm_bus_id(text: str) -> str:
@@ -4973,8 +4969,7 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
         buf = ctypes.create_string_buffer(96)
         return buf.value.decode() if lib.nvmlDeviceGetUUID(h, buf, 96) == 0 else None
     try:
-        init = getattr(lib, "nvmlInit_v2", None) or lib.nvmlInit
-        if init() != 0:
+        if (getattr(lib, "nvmlInit_v2", None) or lib.nvmlInit)() != 0:
             return None
     except (AttributeError, OSError):
         return None
@@ -5031,8 +5026,8 @@ def _driver_gpus(b: Backend) -> Dict[str, Optional[str]]:
             bus = _norm_bus_id(name)
         except ValueError:
             continue
-        text = b.read_optional(f"{_NVIDIA_PROC}/{name}/information") or ""
-        m = re.search(r"^GPU UUID:\s*(\S+)", text, re.MULTILINE)
+        m = re.search(r"^GPU UUID:\s*(\S+)",
+                      b.read_optional(f"{_NVIDIA_PROC}/{name}/information") or "", re.MULTILINE)
         out[bus] = m.group(1) if m else None
     return out
 
@@ -5215,9 +5210,7 @@ def device_distance(a: Union[Device, str], b: Union[Device, str], *,
         k = 1
         while k < min(len(pa), len(pb)) and pa[k] == pb[k]:
             k += 1
-        if k == 1:
-            return "PHB"
-        return "PIX" if len(pa) - k <= 2 and len(pb) - k <= 2 else "PXB"
+        return "PHB" if k == 1 else "PIX" if len(pa) - k <= 2 and len(pb) - k <= 2 else "PXB"
     return "NODE" if a.node is not None and a.node == b.node else "SYS"
 
 
@@ -5322,8 +5315,7 @@ def _apply_visible(base: List[_Resolved], raw: str, uuids: Mapping[str, GpuInfo]
     list ends at the first invalid entry (CUDA ignores the rest)."""
     out: List[_Resolved] = []
     seen: Set[str] = set()
-    for tok in raw.split(","):
-        t = tok.strip()
+    for t in (tok.strip() for tok in raw.split(",")):
         got: Optional[_Resolved] = None
         if re.match(r"^-?\d+$", t):
             i = int(t)
@@ -5403,8 +5395,7 @@ def gpu_node(device: int, *, pci_bus_id: Optional[str] = None,
     None when unknown (strict: OSError).
     """
     b = _b(backend)
-    topo = read_topology(backend=b)
-    r = _resolve(device, pci_bus_id, _gpu_infos(topo, b), b, environ)
+    r = _resolve(device, pci_bus_id, _gpu_infos(read_topology(backend=b), b), b, environ)
     st = _strict_or_env(strict)
     for note in r.notes:
         _fail(False, note)
@@ -5677,9 +5668,7 @@ def _set_affinity(b: Backend, cpus: FrozenSet[int], threads: str,
         except OSError as e:
             tids = []
             notes.append(f"cannot list this process's threads: {e.strerror or e}")
-        for tid in tids:
-            if tid == me:
-                continue
+        for tid in (t for t in tids if t != me):
             try:
                 if not b.sched_getaffinity(tid) >= before:
                     skipped.append(tid)
@@ -5709,8 +5698,7 @@ def bind_to_node(node: int, *, cpus: Union[bool, Iterable[int]] = True,
     CPUs, so a strict failure leaves both alone.
     """
     b = _b(backend)
-    st = _strict_or_env(strict)
-    mem = _memory_or_env(memory)
+    st, mem = _strict_or_env(strict), _memory_or_env(memory)
     return _bind_node(b, _planning_topology(b), node, cpus, mem, threads, st)
 
 
@@ -5754,8 +5742,8 @@ def _bind_node(b: Backend, topo: Topology, node: int, cpus: Union[bool, Iterable
             if node in topo.nodes_with_memory:     # the cpuset's doing, not the machine's
                 _fail(st, msg)
             notes.append(msg)
-        mode = {"prefer": Mode.PREFERRED, "bind": Mode.BIND, "interleave": Mode.INTERLEAVE,
-                "local": Mode.LOCAL, "socket": Mode.PREFERRED_MANY}[mem]
+        # "socket" is preferred-many over the package's nodes; the rest name their mode
+        mode = Mode.PREFERRED_MANY if mem == "socket" else _MODE_NAMES[mem]
         if mode != Mode.LOCAL and not mnodes:
             pres = _fallback(PolicyResult(False, mode.name.lower(), frozenset(),
                                           reason="no-memory-node", errno=errno.EINVAL,
@@ -5895,12 +5883,10 @@ class NodeCounters(_Record):
         return NodeCounters(self.node, MappingProxyType(stat), MappingProxyType(mem))
 
     def to_json(self) -> Dict[str, Any]:
-        out: Dict[str, Any] = {"node": self.node}
-        out.update({k: self.numastat.get(k) for k in _NUMASTAT_FIELDS})
-        out.update(mem_total_kb=self.mem_total_kb, mem_free_kb=self.mem_free_kb,
-                   file_kb=self.file_kb, available_kb=self.available_kb,
-                   meminfo=dict(self.meminfo))
-        return out
+        return {"node": self.node, **{k: self.numastat.get(k) for k in _NUMASTAT_FIELDS},
+                "mem_total_kb": self.mem_total_kb, "mem_free_kb": self.mem_free_kb,
+                "file_kb": self.file_kb, "available_kb": self.available_kb,
+                "meminfo": dict(self.meminfo)}
 
 
 class Counters:
@@ -5981,9 +5967,7 @@ def counters(*, backend: Optional[Backend] = None) -> Counters:
     nodes: Dict[int, NodeCounters] = {}
     if r.exists(_NODE_DIR):
         online = r.parsed(f"{_NODE_DIR}/online", _parse_nodelist)
-        if online is None:
-            online = frozenset(_node_dirs(r))
-        for n in sorted(online):
+        for n in sorted(_node_dirs(r) if online is None else online):
             d = f"{_NODE_DIR}/node{n}"
             stat = r.parsed(f"{d}/numastat", _parse_numastat)
             if stat is None:
@@ -6212,10 +6196,9 @@ def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] 
         avail = c.available_kb if c is not None and c.meminfo else \
             topo.nodes[mnode].mem_free_kb if mnode is not None and mnode in topo.nodes else 0
         cands.append(NodeCandidate(
-            node=n, memory_node=mnode, available_kb=avail, load=int(loads.get(n, 0)),
-            gpu_distance=topo.distance(gnode, n) if gnode is not None else None,
-            memory_distance=topo.distance(n, mnode) if mnode is not None else None,
-            fits=avail >= need_kb))
+            n, mnode, avail, int(loads.get(n, 0)),
+            topo.distance(gnode, n) if gnode is not None else None,
+            topo.distance(n, mnode) if mnode is not None else None, avail >= need_kb))
     if not cands:
         return NodeChoice(None, "no node with CPUs is usable"
                           + (f" (excluded: {format_cpulist(skipped)})" if skipped else "")
@@ -6587,8 +6570,7 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
     warnings.extend(f"could not read: {p}" for p in snap.problems
                     if f"could not read: {p}" not in warnings)
     if any(c.numastat for c in snap):
-        text.append("")
-        text.append("COUNTERS (numastat since boot, pages)")
+        text += ["", "COUNTERS (numastat since boot, pages)"]
         cols = tuple(zip(_NUMASTAT_FIELDS, ("numa_hit", "numa_miss", "foreign", "interleave",
                                             "local_node", "other_node"), (14, 12, 12, 11, 14, 12)))
         text.append(f"  {'node':>4}" + "".join(f" {h:>{w}}" for _, h, w in cols))
@@ -6602,8 +6584,7 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
         rs, entries = _remote_share("self", maps, REMOTE_SHARE_THRESHOLD, topo, b)
         report["process"]["remote_share"] = rs.to_json()
         if rs.total_bytes:
-            text.append("")
-            text.append("PROCESS PAGES")
+            text += ["", "PROCESS PAGES"]
             per = ", ".join(f"node {n}: {_fmt_kb(v // 1024)}"
                             for n, v in sorted(rs.bytes_by_node.items()))
             text.append(f"  {per}; {rs.share:.1%} remote to the CPUs' "
