@@ -121,7 +121,7 @@ __all__ = [
     # PCI devices: NICs, RDMA, NVMe, GPUs
     "Device", "DEVICE_KINDS", "devices", "device_distance", "local_devices", "LocalDevices",
     # observation
-    "NodeCounters", "Counters", "counters", "RemoteShare", "remote_share", "watch",
+    "NodeCounters", "Counters", "counters", "RemoteShare", "remote_share",
     "NodeCandidate", "NodeChoice", "choose_node", "CudaPin", "CudaHostRegisterFlag",
     "CudaPinProgress",
     "pin_for_cuda", "REMOTE_SHARE_THRESHOLD",
@@ -4793,8 +4793,7 @@ def _strict_or_env(strict: Optional[bool]) -> bool:
 
 
 def _memory_or_env(memory: Union[str, None, _Unset]) -> Optional[str]:
-    if memory is _UNSET:
-        memory = _env("NUMA_MEMORY_POLICY")
+    memory = _env("NUMA_MEMORY_POLICY") if memory is _UNSET else memory
     if memory is None or memory == "socket":
         return memory
     mode = _mode_of(str(memory))        # every name a result reports is accepted
@@ -4809,8 +4808,7 @@ def _memory_or_env(memory: Union[str, None, _Unset]) -> Optional[str]:
 def _policy_or_env(policy: Optional[str]) -> str:
     """The bind policy; "none" (NUMA_BIND_POLICY's default) means: leave CPU affinity
     alone."""
-    if policy is None:
-        policy = _env("NUMA_BIND_POLICY")
+    policy = _env("NUMA_BIND_POLICY") if policy is None else policy
     p = str(policy).lower().replace("_", "-")
     if p not in BIND_POLICIES + ("none",):
         raise ValueError(f"unknown bind policy {policy!r}; one of "
@@ -4819,12 +4817,10 @@ def _policy_or_env(policy: Optional[str]) -> str:
 
 
 def _reserve_or_env(reserve: Optional[int]) -> int:
-    if reserve is None:
-        reserve = _env("NUMA_RESERVED_CORES")
-    r = int(reserve)
-    if r < 0:
+    reserve = _env("NUMA_RESERVED_CORES") if reserve is None else reserve
+    if int(reserve) < 0:
         raise ValueError(f"reserve must be >= 0, not {reserve!r}")
-    return r
+    return int(reserve)
 
 
 def _norm_bus_id(text: str) -> str:
@@ -4884,50 +4880,39 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
                     ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
                     ("busId", ctypes.c_char * 32)]
 
-    handle_t = ctypes.c_void_p
+    def ask(fn: Any, *args: Any, out: Any = None) -> Any:
+        """``out`` (default an unsigned int) as NVML function ``fn`` fills it through
+        its last argument; None when it fails or this NVML lacks it (``fn`` None)."""
+        out = ctypes.c_uint(0) if out is None else out
+        return out if fn is not None and fn(*args, ctypes.byref(out)) == 0 else None
 
     def uuid_of(h: Any) -> Optional[str]:
         buf = ctypes.create_string_buffer(96)
         return buf.value.decode() if lib.nvmlDeviceGetUUID(h, buf, 96) == 0 else None
     try:
-        init = getattr(lib, "nvmlInit_v2", None) or lib.nvmlInit
-        if init() != 0:
+        if (getattr(lib, "nvmlInit_v2", None) or lib.nvmlInit)() != 0:
             return None
     except (AttributeError, OSError):
         return None
     out: List[_NvmlGpu] = []
     try:
-        count = ctypes.c_uint(0)
-        if lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+        count = ask(lib.nvmlDeviceGetCount_v2)
+        if count is None:
             return None
-        get_numa = getattr(lib, "nvmlDeviceGetNumaNodeId", None)
         get_pci = getattr(lib, "nvmlDeviceGetPciInfo_v3", None) or lib.nvmlDeviceGetPciInfo_v2
         for i in range(count.value):
-            h = handle_t()
-            if lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(i), ctypes.byref(h)) != 0:
+            h = ask(lib.nvmlDeviceGetHandleByIndex_v2, ctypes.c_uint(i), out=ctypes.c_void_p())
+            pci = ask(get_pci, h, out=PciInfo()) if h is not None else None
+            if pci is None:
                 continue
-            pci = PciInfo()
-            if get_pci(h, ctypes.byref(pci)) != 0:
-                continue
-            bus = f"{pci.domain:04x}:{pci.bus:02x}:{pci.device:02x}.0"
-            node: Optional[int] = None
-            if get_numa is not None:
-                n = ctypes.c_uint(0)
-                if get_numa(h, ctypes.byref(n)) == 0:
-                    node = int(n.value)
-            migs: List[str] = []
-            maxmig = ctypes.c_uint(0)
-            fn = getattr(lib, "nvmlDeviceGetMaxMigDeviceCount", None)
-            if fn is not None and fn(h, ctypes.byref(maxmig)) == 0:
-                for j in range(maxmig.value):
-                    mh = handle_t()
-                    if lib.nvmlDeviceGetMigDeviceHandleByIndex(
-                            h, ctypes.c_uint(j), ctypes.byref(mh)) != 0:
-                        continue
-                    mig = uuid_of(mh)
-                    if mig is not None:
-                        migs.append(mig)
-            out.append(_NvmlGpu(bus, uuid_of(h) or "", node, tuple(migs)))
+            node = ask(getattr(lib, "nvmlDeviceGetNumaNodeId", None), h)
+            maxmig = ask(getattr(lib, "nvmlDeviceGetMaxMigDeviceCount", None), h)
+            mhs = [ask(lib.nvmlDeviceGetMigDeviceHandleByIndex, h, ctypes.c_uint(j),
+                       out=ctypes.c_void_p()) for j in range(maxmig.value if maxmig else 0)]
+            migs = (uuid_of(mh) for mh in mhs if mh is not None)
+            out.append(_NvmlGpu(f"{pci.domain:04x}:{pci.bus:02x}:{pci.device:02x}.0",
+                                uuid_of(h) or "", None if node is None else int(node.value),
+                                tuple(m for m in migs if m is not None)))
     except (AttributeError, OSError, UnicodeDecodeError):
         return None
     finally:
@@ -4962,8 +4947,8 @@ def _driver_gpus(b: Backend) -> Dict[str, Optional[str]]:
             bus = _norm_bus_id(name)
         except ValueError:
             continue
-        text = b.read_optional(f"{_NVIDIA_PROC}/{name}/information") or ""
-        m = re.search(r"^GPU UUID:\s*(\S+)", text, re.MULTILINE)
+        m = re.search(r"^GPU UUID:\s*(\S+)",
+                      b.read_optional(f"{_NVIDIA_PROC}/{name}/information") or "", re.MULTILINE)
         out[bus] = m.group(1) if m else None
     return out
 
@@ -4971,20 +4956,14 @@ def _driver_gpus(b: Backend) -> Dict[str, Optional[str]]:
 def _torch_bus_id(device: int) -> Optional[str]:
     """The bus id torch reports for ``device``, only when the caller has imported torch
     and initialised CUDA already (get_device_properties would initialise it)."""
-    torch = sys.modules.get("torch")
-    cuda = getattr(torch, "cuda", None) if torch is not None else None
-    if cuda is None:
-        return None
+    cuda = getattr(sys.modules.get("torch"), "cuda", None)
     try:
-        if not cuda.is_initialized():
+        if cuda is None or not cuda.is_initialized():
             return None
         p = cuda.get_device_properties(device)
-        bus = getattr(p, "pci_bus_id", None)
-        if bus is None:
-            return None
-        return f"{int(getattr(p, 'pci_domain_id', 0) or 0):04x}:{int(bus):02x}:" \
+        return f"{int(getattr(p, 'pci_domain_id', 0) or 0):04x}:{int(p.pci_bus_id):02x}:" \
                f"{int(getattr(p, 'pci_device_id', 0) or 0):02x}.0"
-    except Exception:   # any torch failure means: torch cannot tell us
+    except Exception:   # any torch failure (no pci_bus_id either) means: torch cannot tell
         return None
 
 
@@ -5008,12 +4987,16 @@ class GpuInfo(_Record):
     uuid: Optional[str] = None
 
     def to_json(self) -> Dict[str, Any]:
-        return {"pci": self.pci, "vendor": self.vendor, "device": f"0x{self.device_id:04x}",
-                "numa_node": self.numa_node, "node": self.node,
-                "node_source": self.node_source, "cpu_node": self.cpu_node,
-                "local_cpus": sorted(self.local_cpus),
-                "memory_nodes": list(self.memory_nodes),
-                "memory_source": self.memory_source, "uuid": self.uuid}
+        return _record_json(self, device_id={"device": f"0x{self.device_id:04x}"})
+
+
+def _record_json(rec: Any, **replace: Dict[str, Any]) -> Dict[str, Any]:
+    """to_json() of ``rec``'s fields, in order; ``replace``: field -> the keys that
+    stand in its place (another name or form, or extra keys beside it)."""
+    out: Dict[str, Any] = {}
+    for k, v in rec._asdict().items():
+        out.update(replace[k] if k in replace else {k: to_json(v)})
+    return out
 
 
 def _planning_topology(b: Backend) -> Topology:
@@ -5055,23 +5038,18 @@ def _attribute_gpu_memory(topo: Topology, infos: List[GpuInfo],
     and the counts divide, the nodes go in id order to the GPUs in (node, PCI) order,
     which is the order the driver onlines them.  Anything else stays unattributed.
     """
-    by_pci = {g.pci: g for g in infos}
-    claimed: Dict[str, Tuple[Tuple[int, ...], str]] = {}
-    for nv in nvml or ():
-        if nv.numa_node is not None and nv.pci in by_pci and \
-                nv.numa_node not in topo.nodes_with_cpus:
-            claimed[nv.pci] = ((nv.numa_node,), "nvml")
+    pcis = {g.pci for g in infos}
+    claimed: Dict[str, Tuple[Tuple[int, ...], str]] = {
+        nv.pci: ((nv.numa_node,), "nvml") for nv in nvml or ()
+        if nv.numa_node is not None and nv.pci in pcis and nv.numa_node not in topo.nodes_with_cpus}
     taken = {n for nodes, _ in claimed.values() for n in nodes}
     free = sorted((topo.nodes_with_memory - topo.nodes_with_cpus) - taken)
     cands = [g for g in infos if g.vendor == "nvidia" and g.pci in driver
              and g.pci not in claimed and g.cpu_node is not None]
     if free and cands:
-        home: Dict[int, Optional[int]] = {}
-        for m in free:
-            known = [(d, n) for n in topo.nodes_with_cpus
-                     for d in (topo.distance(m, n),) if d is not None]
-            near = [n for d, n in known if d == min(known)[0]]
-            home[m] = near[0] if len(near) == 1 else None
+        # each free node's one nearest CPU node (None: a tie, or distances unknown)
+        home = {m: near[0] if len(near) == 1 else None for m in free
+                for near in (_nearest_tied(topo, m, topo.nodes_with_cpus),)}
         groups: Dict[Optional[int], List[GpuInfo]] = {}
         for g in sorted(cands, key=lambda x: x.pci):
             groups.setdefault(g.cpu_node, []).append(g)
@@ -5096,10 +5074,7 @@ def _attribute_gpu_memory(topo: Topology, infos: List[GpuInfo],
 def _gpu_infos(topo: Topology, b: Backend) -> List[GpuInfo]:
     nvml = _nvml_devices(b)
     driver = _driver_gpus(b)
-    uuids = dict(driver)
-    for nv in nvml or ():
-        if nv.uuid:
-            uuids[nv.pci] = nv.uuid
+    uuids = {**driver, **{nv.pci: nv.uuid for nv in nvml or () if nv.uuid}}
     out = []
     for dev in topo.gpus:
         node, how = dev.node, dev.node_source
@@ -5156,9 +5131,7 @@ def device_distance(a: Union[Device, str], b: Union[Device, str], *,
         k = 1
         while k < min(len(pa), len(pb)) and pa[k] == pb[k]:
             k += 1
-        if k == 1:
-            return "PHB"
-        return "PIX" if len(pa) - k <= 2 and len(pb) - k <= 2 else "PXB"
+        return "PHB" if k == 1 else "PIX" if len(pa) - k <= 2 and len(pb) - k <= 2 else "PXB"
     return "NODE" if a.node is not None and a.node == b.node else "SYS"
 
 
@@ -5202,10 +5175,9 @@ def local_devices(where: Any, kind: str = "net", *, strict: bool = False,
               if x is not None]
         return rel, min(ds, default=1 << 16), d.address
     ranked = sorted((rank(d), d) for d in _devices(t, b) if d.kind == kind)
-    out = LocalDevices((d, _RELATIONS[r[0]]) for r, d in ranked if r[0] == 0)
-    if not out and not strict:
-        out = LocalDevices((d, _RELATIONS[r[0]]) for r, d in ranked)
-        out.fell_back = True
+    fell_back = not strict and all(r[0] for r, _ in ranked)
+    out = LocalDevices((d, _RELATIONS[r[0]]) for r, d in ranked if fell_back or r[0] == 0)
+    out.fell_back = fell_back
     return out
 
 
@@ -5213,10 +5185,10 @@ def local_devices(where: Any, kind: str = "net", *, strict: bool = False,
 # CUDA device index -> GPU
 # ---------------------------------------------------------------------------
 
-class _Visible(_Record):
-    gpu: Optional[GpuInfo]       # None: the entry names a GPU we cannot identify
-    entry: str                   # the CUDA_VISIBLE_DEVICES entry, or "" (all visible)
+class _Resolved(_Record):
+    gpu: Optional[GpuInfo]       # None: not identified (``how`` says why)
     how: str
+    notes: Tuple[str, ...] = ()
 
 
 def _family(infos: List[GpuInfo]) -> List[GpuInfo]:
@@ -5229,73 +5201,62 @@ def _family(infos: List[GpuInfo]) -> List[GpuInfo]:
 
 
 def _visible_gpus(infos: List[GpuInfo], nvml: Optional[List[_NvmlGpu]],
-                  env: Mapping[str, str]) -> Tuple[List[_Visible], List[str]]:
+                  env: Mapping[str, str]) -> Tuple[List[_Resolved], List[str]]:
     """The GPUs a CUDA (HIP) process started with ``env`` numbers 0, 1, ... and notes."""
     fam = _family(infos)
     notes: List[str] = []
-    if not fam:
-        return [], notes
-    if fam[0].vendor != "nvidia":
+    base = [_Resolved(g, "pci order") for g in fam]
+    if not fam or fam[0].vendor == "intel":         # Intel: no remapping
+        return base, notes
+    if fam[0].vendor == "amd":
         # HIP: ROCR_VISIBLE_DEVICES first, then HIP_VISIBLE_DEVICES (or
-        # CUDA_VISIBLE_DEVICES); indexes are in PCI order.  Intel: no remapping.
-        base = [_Visible(g, "", "pci order") for g in fam]
-        if fam[0].vendor == "amd":
-            for var in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
-                raw = env.get(var)
-                if raw is None and var == "HIP_VISIBLE_DEVICES":
-                    raw = env.get("CUDA_VISIBLE_DEVICES")
-                if raw is not None:
-                    base = _apply_visible(base, raw, {}, {}, notes)
+        # CUDA_VISIBLE_DEVICES); indexes are in PCI order.
+        for raw in (env.get("ROCR_VISIBLE_DEVICES"),
+                    env.get("HIP_VISIBLE_DEVICES", env.get("CUDA_VISIBLE_DEVICES"))):
+            if raw is not None:
+                base = _apply_visible(base, raw, {}, {}, notes)
         return base, notes
     order = env.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST").strip().upper()
-    how = "pci order"
     if order != "PCI_BUS_ID" and len({g.device_id for g in fam}) > 1:
-        how = "pci order (assumed)"
+        base = [v._replace(how="pci order (assumed)") for v in base]
         notes.append("CUDA_DEVICE_ORDER is not PCI_BUS_ID and the GPUs are of different "
                      "models: CUDA may number them fastest first, so device indexes are "
                      "a guess; set CUDA_DEVICE_ORDER=PCI_BUS_ID")
-    base = [_Visible(g, "", how) for g in fam]
     uuids = {g.uuid.lower(): g for g in fam if g.uuid}
-    migs: Dict[str, GpuInfo] = {}
     by_pci = {g.pci: g for g in fam}
-    for nv in nvml or ():
-        for mig in nv.mig_uuids:
-            if nv.pci in by_pci:
-                migs[mig.lower()] = by_pci[nv.pci]
+    migs = {mig.lower(): by_pci[nv.pci] for nv in nvml or () if nv.pci in by_pci
+            for mig in nv.mig_uuids}
     raw = env.get("CUDA_VISIBLE_DEVICES")
-    if raw is None:
-        return base, notes
-    return _apply_visible(base, raw, uuids, migs, notes), notes
+    return (base if raw is None else _apply_visible(base, raw, uuids, migs, notes)), notes
 
 
-def _apply_visible(base: List[_Visible], raw: str, uuids: Mapping[str, GpuInfo],
-                   migs: Mapping[str, GpuInfo], notes: List[str]) -> List[_Visible]:
+def _apply_visible(base: List[_Resolved], raw: str, uuids: Mapping[str, GpuInfo],
+                   migs: Mapping[str, GpuInfo], notes: List[str]) -> List[_Resolved]:
     """CUDA_VISIBLE_DEVICES semantics: entries pick devices in the order given; the
     list ends at the first invalid entry (CUDA ignores the rest)."""
-    out: List[_Visible] = []
+    out: List[_Resolved] = []
     seen: Set[str] = set()
-    for tok in raw.split(","):
-        t = tok.strip()
-        got: Optional[_Visible] = None
+    for t in (tok.strip() for tok in raw.split(",")):
+        got: Optional[_Resolved] = None
         if re.match(r"^-?\d+$", t):
             i = int(t)
             if 0 <= i < len(base):
-                got = _Visible(base[i].gpu, t, base[i].how)
+                got = base[i]
         elif t[:4].upper() == "GPU-":
             hits = [g for u, g in uuids.items() if u.startswith(t.lower())]
             if len(hits) == 1:
-                got = _Visible(hits[0], t, "uuid")
+                got = _Resolved(hits[0], "uuid")
             elif not uuids:
-                got = _Visible(None, t, "uuid unknown: no NVML and no NVIDIA driver "
-                                        "entries to match it against")
+                got = _Resolved(None, "uuid unknown: no NVML and no NVIDIA driver "
+                                      "entries to match it against")
         elif t[:4].upper() == "MIG-":
             m = re.match(r"^MIG-(GPU-[0-9a-fA-F-]+)/\d+/\d+$", t)
             if m and m.group(1).lower() in uuids:
-                got = _Visible(uuids[m.group(1).lower()], t, "mig (parent uuid)")
+                got = _Resolved(uuids[m.group(1).lower()], "mig (parent uuid)")
             elif t.lower() in migs:
-                got = _Visible(migs[t.lower()], t, "mig (nvml)")
+                got = _Resolved(migs[t.lower()], "mig (nvml)")
             else:
-                got = _Visible(None, t, "MIG device unknown: needs NVML to find its GPU")
+                got = _Resolved(None, "MIG device unknown: needs NVML to find its GPU")
         if got is None:
             if t:
                 notes.append(f"CUDA_VISIBLE_DEVICES={raw!r}: entry {t!r} is invalid; "
@@ -5311,12 +5272,6 @@ def _apply_visible(base: List[_Visible], raw: str, uuids: Mapping[str, GpuInfo],
     return out
 
 
-class _Resolved(_Record):
-    gpu: Optional[GpuInfo]
-    how: str
-    notes: Tuple[str, ...]
-
-
 def _resolve(device: int, pci_bus_id: Optional[str], infos: List[GpuInfo], b: Backend,
              env: Optional[Mapping[str, str]]) -> _Resolved:
     if isinstance(device, bool) or not isinstance(device, int) or device < 0:
@@ -5325,27 +5280,30 @@ def _resolve(device: int, pci_bus_id: Optional[str], infos: List[GpuInfo], b: Ba
     if pci_bus_id is not None:
         bus = _norm_bus_id(pci_bus_id)
         return _Resolved(by_pci.get(bus), "pci_bus_id" if bus in by_pci else
-                         f"pci_bus_id {bus} is not a GPU in sysfs", ())
+                         f"pci_bus_id {bus} is not a GPU in sysfs")
     if b.is_live and isinstance(b, LinuxBackend):
         bus_t = _torch_bus_id(device)
         if bus_t is not None and bus_t in by_pci:
-            return _Resolved(by_pci[bus_t], "torch", ())
-    nvml = _nvml_devices(b)
-    vis, notes = _visible_gpus(infos, nvml, os.environ if env is None else env)
+            return _Resolved(by_pci[bus_t], "torch")
+    env = os.environ if env is None else env
+    vis, notes = _visible_gpus(infos, _nvml_devices(b), env)
     if device >= len(vis):
-        cvd = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
+        cvd = env.get("CUDA_VISIBLE_DEVICES")
         return _Resolved(None, f"no CUDA device {device}: {len(vis)} visible"
                          + (f" (CUDA_VISIBLE_DEVICES={cvd!r})" if cvd is not None else ""),
                          tuple(notes))
-    v = vis[device]
-    return _Resolved(v.gpu, v.how, tuple(notes))
+    return vis[device]._replace(notes=tuple(notes))
 
 
-def _fail(strict: bool, key: str, msg: str, err: int = errno.EINVAL) -> None:
-    """Raise in strict mode; otherwise log once (fallback is a value, not a log storm)."""
+def _fail(strict: bool, msg: str, notes: Optional[List[str]] = None,
+          err: int = errno.EINVAL) -> None:
+    """Raise in strict mode; otherwise log once per distinct message (fallback is a
+    value, not a log storm) and add it to ``notes``."""
     if strict:
         raise OSError(err, msg)
-    _warn_once(key, "numa_utils: %s", msg)
+    _warn_once(msg, "numa_utils: %s", msg)
+    if notes is not None:
+        notes.append(msg)
 
 
 def gpu_node(device: int, *, pci_bus_id: Optional[str] = None,
@@ -5358,14 +5316,13 @@ def gpu_node(device: int, *, pci_bus_id: Optional[str] = None,
     None when unknown (strict: OSError).
     """
     b = _b(backend)
-    topo = read_topology(backend=b)
-    r = _resolve(device, pci_bus_id, _gpu_infos(topo, b), b, environ)
+    r = _resolve(device, pci_bus_id, _gpu_infos(read_topology(backend=b), b), b, environ)
     st = _strict_or_env(strict)
     for note in r.notes:
-        _fail(False, f"gpu:{note}", note)
+        _fail(False, note)
     if r.gpu is None or r.gpu.cpu_node is None:
         why = r.how if r.gpu is None else f"GPU {r.gpu.pci}: {r.gpu.node_source}"
-        _fail(st, f"gpu_node:{device}:{why}", f"CUDA device {device}: node unknown ({why})")
+        _fail(st, f"CUDA device {device}: node unknown ({why})")
         return None
     return r.gpu.cpu_node
 
@@ -5382,8 +5339,7 @@ def _cores_of(topo: Topology, cpus: Iterable[int]) -> List[Tuple[int, ...]]:
         if c not in left:
             continue
         info = topo.cpus.get(c)
-        sib = (set(info.siblings) if info is not None and info.siblings else {c}) & left
-        sib.add(c)
+        sib = {c, *(info.siblings if info is not None else ())} & left
         left -= sib
         out.append(tuple(sorted(sib)))
     return out
@@ -5391,19 +5347,9 @@ def _cores_of(topo: Topology, cpus: Iterable[int]) -> List[Tuple[int, ...]]:
 
 def _even_split(items: Sequence[Any], k: int, rank: int) -> List[Any]:
     """Chunk ``rank`` of ``k`` contiguous, near-equal chunks (the first ones one longer)."""
-    n = len(items)
-    q, r = divmod(n, k)
+    q, r = divmod(len(items), k)
     start = rank * q + min(rank, r)
     return list(items[start:start + q + (1 if rank < r else 0)])
-
-
-def _memory_nodes_for(topo: Topology, node: int) -> Tuple[int, ...]:
-    """Host-memory nodes for a worker on ``node``: the node itself when it has memory
-    this process may use, else the nearest such nodes (DRAM nodes with CPUs first, so
-    that a GPU's HBM node or a CXL expander is only a last resort)."""
-    usable = default_memory_nodes(topo)
-    return (node,) if node in usable else \
-        _nearest_tied(topo, node, (usable & topo.nodes_with_cpus) or usable)
 
 
 class GpuPlan(_Record):
@@ -5421,25 +5367,28 @@ class GpuPlan(_Record):
     notes: Tuple[str, ...] = ()
 
     def to_json(self) -> Dict[str, Any]:
-        return {"gpu": self.gpu, "pci": self.pci, "node": self.node,
-                "cpu_node": self.cpu_node, "cpus": sorted(self.cpus),
-                "cpulist": format_cpulist(self.cpus), "memory_policy": self.memory,
-                "memory_nodes": list(self.memory_nodes), "policy": self.policy,
-                "gpu_memory_nodes": list(self.gpu_memory_nodes), "notes": list(self.notes)}
+        return _record_json(self, cpus={"cpus": sorted(self.cpus),
+                                        "cpulist": format_cpulist(self.cpus)},
+                            memory={"memory_policy": self.memory})
 
 
 def _plan_memory(topo: Topology, infos: List[GpuInfo], node: Optional[int],
                  memory: Optional[str]) -> Tuple[int, ...]:
+    """Host-memory nodes for a worker on ``node``: the node itself when it has memory
+    this process may use, else the nearest such nodes (DRAM nodes with CPUs first, so
+    that a GPU's HBM node or a CXL expander is only a last resort).  "interleave":
+    every usable node but GPU memory; "socket": those of the node's package."""
     if memory is None or node is None:
         return ()
+    usable = default_memory_nodes(topo)
     if memory == "interleave":
-        gpu_mem = {n for g in infos for n in g.memory_nodes}
-        return tuple(sorted(default_memory_nodes(topo) - gpu_mem))
-    nodes = _memory_nodes_for(topo, node)
+        return tuple(sorted(usable - {n for g in infos for n in g.memory_nodes}))
+    nodes = (node,) if node in usable else \
+        _nearest_tied(topo, node, (usable & topo.nodes_with_cpus) or usable)
     if memory == "socket":       # preferred-many over the package's memory nodes
         pk = {topo.cpus[c].package for c in topo.nodes[node].cpus if c in topo.cpus}
         mine = {n for p, ns in topo.package_nodes.items() if p in pk for n in ns}
-        return tuple(sorted(default_memory_nodes(topo) & mine)) or nodes
+        return tuple(sorted(usable & mine)) or nodes
     return nodes[:1] if memory == "prefer" else nodes
 
 
@@ -5448,59 +5397,36 @@ def _plan_all(topo: Topology, infos: List[GpuInfo], policy: str, reserve: int,
     """pci -> (cpu node, CPUs, notes) for every GPU of the family, planned together."""
     fam = _family(infos)
     allowed = topo.allowed_cpus & topo.online_cpus
-    node_allowed = {n: topo.nodes[n].cpus & allowed for n in topo.nodes}
     notes: Dict[str, List[str]] = {g.pci: [] for g in fam}
     # reserve: the first ``reserve`` usable cores of every node (core 0 of a node takes
-    # most interrupts and housekeeping), kept out of every policy.
+    # most interrupts and housekeeping), kept out of every policy; one core stays.
     reserved: Set[int] = set()
-    for nid, ncpus in node_allowed.items():
-        cores = _cores_of(topo, ncpus)
-        if not cores or not reserve:
-            continue
-        k = reserve
-        if k >= len(cores):
-            _fail(strict, f"reserve:{nid}:{reserve}",
-                  f"reserve={reserve} would leave no core on node {nid} "
+    for nid in topo.nodes:
+        cores = _cores_of(topo, topo.nodes[nid].cpus & allowed)
+        if reserve >= len(cores) > 0:
+            _fail(strict, f"reserve={reserve} would leave no core on node {nid} "
                   f"({len(cores)} usable); keeping one")
-            k = len(cores) - 1
-        for core in cores[:k]:
-            reserved.update(core)
-    pool = {n: c - reserved for n, c in node_allowed.items()}
+        reserved.update(c for core in cores[:min(reserve, len(cores) - 1)] for c in core)
+    pool = {n: topo.nodes[n].cpus & allowed - reserved for n in topo.nodes}
+    usable = [n for n in sorted(pool) if pool[n]]
     eff: Dict[str, Optional[int]] = {}
     for g in fam:
         n: Optional[int] = g.cpu_node
         if n is not None and not pool.get(n):
-            near = topo.nearest(n, [m for m in pool if pool[m]])
-            msg = (f"GPU {g.pci}: this process's cpuset allows no CPU on its node {n}"
-                   + (f"; using the nearest node {near[0]}" if near else ""))
-            _fail(strict, f"cpuset:{g.pci}", msg)
-            notes[g.pci].append(msg)
+            near = topo.nearest(n, usable)
+            _fail(strict, f"GPU {g.pci}: this process's cpuset allows no CPU on its node {n}"
+                  + (f"; using the nearest node {near[0]}" if near else ""), notes[g.pci])
             n = near[0] if near else None
         eff[g.pci] = n
     # GPUs with unknown nodes go, in PCI order, where cores per GPU are highest.
-    count: Dict[int, int] = {}
-    for n in eff.values():
-        if n is not None:
-            count[n] = count.get(n, 0) + 1
     for g in fam:
-        if eff[g.pci] is not None:
-            continue
-        cands = [n for n in sorted(pool) if pool[n]]
-        if not cands:
-            continue
-        best = max(cands, key=lambda n: (len(_cores_of(topo, pool[n])) /
-                                          (count.get(n, 0) + 1), -n))
-        msg = (f"GPU {g.pci}: NUMA node unknown ({g.node_source}); planned on node {best}, "
-               "the node with the most cores per GPU")
-        _fail(strict, f"unknown:{g.pci}", msg)
-        notes[g.pci].append(msg)
-        eff[g.pci] = best
-        count[best] = count.get(best, 0) + 1
-    peers: Dict[int, List[str]] = {}
-    for g in fam:
-        n = eff[g.pci]
-        if n is not None:
-            peers.setdefault(n, []).append(g.pci)
+        if eff[g.pci] is None and usable:
+            placed = list(eff.values())
+            best = max(usable, key=lambda n: (len(_cores_of(topo, pool[n])) /
+                                              (placed.count(n) + 1), -n))
+            _fail(strict, f"GPU {g.pci}: NUMA node unknown ({g.node_source}); planned on "
+                  f"node {best}, the node with the most cores per GPU", notes[g.pci])
+            eff[g.pci] = best
     out: Dict[str, Tuple[Optional[int], FrozenSet[int], List[str]]] = {}
     for g in fam:
         n = eff[g.pci]
@@ -5508,7 +5434,7 @@ def _plan_all(topo: Topology, infos: List[GpuInfo], policy: str, reserve: int,
             out[g.pci] = (None, frozenset(allowed), notes[g.pci] + ["no usable node: "
                                                                     "all allowed CPUs"])
             continue
-        group = peers[n]
+        group = [p for p, m in eff.items() if m == n]
         rank, k = group.index(g.pci), len(group)
         if policy == "node":
             cpus = frozenset(pool[n])
@@ -5517,46 +5443,39 @@ def _plan_all(topo: Topology, infos: List[GpuInfo], policy: str, reserve: int,
             cpus = frozenset(c for c in allowed - reserved
                              if c in topo.cpus and topo.cpus[c].package in pkgs) \
                 or frozenset(pool[n])
-        elif policy == "exclusive":
-            cores = _cores_of(topo, pool[n])
-            if len(cores) >= k:
-                mine = _even_split(cores, k, rank)
+        else:
+            # exclusive: physical cores; core-complex: whole last-level-cache domains
+            units: List[Tuple[int, ...]] = _cores_of(topo, pool[n])
+            if policy == "core-complex":
+                llcs: Dict[FrozenSet[int], List[int]] = {}
+                for c in sorted(pool[n]):
+                    key = topo.cpus[c].llc if c in topo.cpus and topo.cpus[c].llc \
+                        else frozenset(pool[n])
+                    llcs.setdefault(key, []).append(c)
+                units = sorted((tuple(v) for v in llcs.values()), key=min)
+            if len(units) >= k:
+                mine = _even_split(units, k, rank)
+            elif policy == "exclusive":
+                _fail(strict, f"node {n} has {len(units)} usable cores for {k} GPUs: "
+                      "exclusive plans share cores", notes[g.pci])
+                mine = [units[rank % len(units)]]
             else:
-                msg = (f"node {n} has {len(cores)} usable cores for {k} GPUs: "
-                       "exclusive plans share cores")
-                _fail(strict, f"share:{n}", msg)
-                notes[g.pci].append(msg)
-                mine = [cores[rank % len(cores)]]
-            cpus = frozenset(c for core in mine for c in core)
-        else:   # core-complex: whole last-level-cache domains
-            llcs: Dict[FrozenSet[int], Set[int]] = {}
-            for c in sorted(pool[n]):
-                key = topo.cpus[c].llc if c in topo.cpus and topo.cpus[c].llc \
-                    else frozenset(pool[n])
-                llcs.setdefault(key, set()).add(c)
-            doms = sorted((frozenset(v) for v in llcs.values()), key=min)
-            if len(doms) >= k:
-                mine_d = _even_split(doms, k, rank)
-            else:
-                mine_d = [doms[rank * len(doms) // k]]
-                notes[g.pci].append(f"node {n} has {len(doms)} last-level caches for "
+                mine = [units[rank * len(units) // k]]
+                notes[g.pci].append(f"node {n} has {len(units)} last-level caches for "
                                     f"{k} GPUs: they are shared")
-            cpus = frozenset(c for d in mine_d for c in d)
+            cpus = frozenset(c for u in mine for c in u)
         out[g.pci] = (n, cpus, notes[g.pci])
     return out
 
 
 def _plan_for(topo: Topology, infos: List[GpuInfo], gpu: Optional[GpuInfo],
-              index: Optional[int], policy: str, reserve: int, memory: Optional[str],
-              strict: bool, extra: Sequence[str] = (),
-              planned: Optional[Dict[str, Tuple[Optional[int], FrozenSet[int],
-                                                List[str]]]] = None) -> GpuPlan:
+              index: Optional[int], policy: str, memory: Optional[str], extra: Sequence[str],
+              planned: Dict[str, Tuple[Optional[int], FrozenSet[int], List[str]]]) -> GpuPlan:
+    """``gpu``'s plan from _plan_all's ``planned``; ``extra``: notes put first."""
     if gpu is None:
         return GpuPlan(index, None, None, None, frozenset(topo.allowed_cpus), memory, (),
                        policy, notes=tuple(extra) + ("GPU not identified: all allowed "
                                                      "CPUs, memory policy unchanged",))
-    if planned is None:
-        planned = _plan_all(topo, infos, policy, reserve, strict)
     n, cpus, notes = planned.get(gpu.pci, (None, frozenset(topo.allowed_cpus), []))
     return GpuPlan(index, gpu.pci, gpu.cpu_node, n, cpus, memory,
                    _plan_memory(topo, infos, n, memory), policy, gpu.memory_nodes,
@@ -5576,7 +5495,7 @@ def gpu_plans(policy: Optional[str] = None, *, reserve: Optional[int] = None,
     vis, notes = _visible_gpus(infos, _nvml_devices(b),
                                os.environ if environ is None else environ)
     planned = _plan_all(topo, infos, pol, res, st) if vis else {}
-    return [_plan_for(topo, infos, v.gpu, i, pol, res, mem, st,
+    return [_plan_for(topo, infos, v.gpu, i, pol, mem,
                       tuple(notes) + ((v.how,) if v.gpu is None else ()), planned)
             for i, v in enumerate(vis)]
 
@@ -5598,8 +5517,7 @@ def cpus_for_gpu(device: int, policy: Optional[str] = None, *,
     pol, res, _, st = _plan_args(policy, reserve, None, strict)
     r, plan = _device_plan(b, device, pci_bus_id, environ, pol, res, None, st)[2:]
     if r.gpu is None:
-        _fail(st, f"cpus_for_gpu:{device}:{r.how}",
-              f"CUDA device {device}: not identified ({r.how}); all allowed CPUs")
+        _fail(st, f"CUDA device {device}: not identified ({r.how}); all allowed CPUs")
     return plan.cpus
 
 
@@ -5622,10 +5540,11 @@ def _device_plan(b: Backend, device: int, pci_bus_id: Optional[str],
     infos = _gpu_infos(topo, b)
     r = _resolve(device, pci_bus_id, infos, b, environ)
     for note in r.notes:
-        _fail(False, f"gpu:{note}", note)
-    return topo, infos, r, _plan_for(topo, infos, r.gpu, device,
-                                     "node" if policy == "none" else policy, reserve,
-                                     memory, strict, (r.how,) if r.gpu is None else ())
+        _fail(False, note)
+    policy = "node" if policy == "none" else policy
+    planned = _plan_all(topo, infos, policy, reserve, strict) if r.gpu is not None else {}
+    return topo, infos, r, _plan_for(topo, infos, r.gpu, device, policy, memory,
+                                     (r.how,) if r.gpu is None else (), planned)
 
 
 # ---------------------------------------------------------------------------
@@ -5651,15 +5570,8 @@ class BindResult(_Record):
         return cpu_ok and (self.memory is None or self.memory.applied)
 
     def to_json(self) -> Dict[str, Any]:
-        return {"node": self.node, "cpus": sorted(self.cpus),
-                "cpulist": format_cpulist(self.cpus), "cpus_applied": self.cpus_applied,
-                "cpu_reason": self.cpu_reason,
-                "memory": self.memory.to_json() if self.memory is not None else None,
-                "threads_changed": list(self.threads_changed),
-                "threads_skipped": list(self.threads_skipped),
-                "threads_failed": [list(t) for t in self.threads_failed],
-                "plan": self.plan.to_json() if self.plan is not None else None,
-                "notes": list(self.notes)}
+        return _record_json(self, cpus={"cpus": sorted(self.cpus),
+                                        "cpulist": format_cpulist(self.cpus)})
 
 
 def _set_affinity(b: Backend, cpus: FrozenSet[int], threads: str,
@@ -5677,12 +5589,9 @@ def _set_affinity(b: Backend, cpus: FrozenSet[int], threads: str,
         except OSError as e:
             tids = []
             notes.append(f"cannot list this process's threads: {e.strerror or e}")
-        for tid in tids:
-            if tid == me:
-                continue
+        for tid in (t for t in tids if t != me):
             try:
-                aff = b.sched_getaffinity(tid)
-                if not aff >= before:
+                if not b.sched_getaffinity(tid) >= before:
                     skipped.append(tid)
                     continue
                 b.sched_setaffinity(tid, cpus)
@@ -5710,8 +5619,7 @@ def bind_to_node(node: int, *, cpus: Union[bool, Iterable[int]] = True,
     CPUs, so a strict failure leaves both alone.
     """
     b = _b(backend)
-    st = _strict_or_env(strict)
-    mem = _memory_or_env(memory)
+    st, mem = _strict_or_env(strict), _memory_or_env(memory)
     return _bind_node(b, _planning_topology(b), node, cpus, mem, threads, st)
 
 
@@ -5727,42 +5635,36 @@ def _bind_node(b: Backend, topo: Topology, node: int, cpus: Union[bool, Iterable
     notes: List[str] = []
     allowed = topo.allowed_cpus & topo.online_cpus
     want: FrozenSet[int] = frozenset()
-    if cpus is True or cpus is False:
-        if cpus:
-            cnode = _nearest_cpu_node(topo, node)
-            if cnode is not None and cnode != node:
-                notes.append(f"node {node} has no CPUs: using node {cnode}'s")
-            want = topo.nodes[cnode].cpus & allowed if cnode is not None else frozenset()
-            if not want:
-                near = [m for m in topo.nearest(node, topo.nodes_with_cpus)
-                        if topo.nodes[m].cpus & allowed]
-                msg = (f"this process's cpuset allows no CPU on node {node}"
-                       + (f"; using the nearest node {near[0]}" if near else ""))
-                _fail(st, f"bind:cpuset:{node}", msg)
-                notes.append(msg)
-                want = topo.nodes[near[0]].cpus & allowed if near else frozenset()
-    else:
+    if cpus is True:
+        cnode = _nearest_cpu_node(topo, node)
+        if cnode is not None and cnode != node:
+            notes.append(f"node {node} has no CPUs: using node {cnode}'s")
+        want = topo.nodes[cnode].cpus & allowed if cnode is not None else frozenset()
+        if not want:
+            near = [m for m in topo.nearest(node, topo.nodes_with_cpus)
+                    if topo.nodes[m].cpus & allowed]
+            _fail(st, f"this process's cpuset allows no CPU on node {node}"
+                  + (f"; using the nearest node {near[0]}" if near else ""), notes)
+            want = topo.nodes[near[0]].cpus & allowed if near else frozenset()
+    elif cpus is not False:
         asked = frozenset(cpus)
         want = asked & allowed
         if asked and not want:
-            _fail(st, f"bind:cpus:{format_cpulist(asked)}",
-                  f"CPUs {format_cpulist(asked)} are outside this process's allowed "
+            _fail(st, f"CPUs {format_cpulist(asked)} are outside this process's allowed "
                   f"CPUs {format_cpulist(allowed)}")
-    if mem != "interleave":
-        infos = []
-    elif infos is None:
+    if mem == "interleave" and infos is None:
         infos = _gpu_infos(topo, b)
     pres: Optional[PolicyResult] = None
     if mem is not None:
-        mnodes = _plan_memory(topo, infos, node, mem) if mem != "local" else ()
+        mnodes = _plan_memory(topo, infos or [], node, mem) if mem != "local" else ()
         if mem in ("prefer", "bind") and mnodes and node not in mnodes:
             msg = (f"node {node} has no memory this process may use; memory policy "
                    f"{mem} on {_nodes_txt(mnodes)}, the nearest")
             if node in topo.nodes_with_memory:     # the cpuset's doing, not the machine's
-                _fail(st, f"bind:mems:{node}", msg)
+                _fail(st, msg)
             notes.append(msg)
-        mode = {"prefer": Mode.PREFERRED, "bind": Mode.BIND, "interleave": Mode.INTERLEAVE,
-                "local": Mode.LOCAL, "socket": Mode.PREFERRED_MANY}[mem]
+        # "socket" is preferred-many over the package's nodes; the rest name their mode
+        mode = Mode.PREFERRED_MANY if mem == "socket" else _MODE_NAMES[mem]
         if mode != Mode.LOCAL and not mnodes:
             pres = _fallback(PolicyResult(False, mode.name.lower(), frozenset(),
                                           reason="no-memory-node", errno=errno.EINVAL,
@@ -5771,31 +5673,24 @@ def _bind_node(b: Backend, topo: Topology, node: int, cpus: Union[bool, Iterable
         else:
             pres = set_thread_policy(mode, mnodes if mode != Mode.LOCAL else None,
                                      strict=st, backend=b)
-    applied = False
-    reason: Optional[str] = "not requested"
-    changed: Tuple[int, ...] = ()
-    skipped: Tuple[int, ...] = ()
-    failed: Tuple[Tuple[int, int], ...] = ()
-    if cpus is not False:
-        if not want:
-            reason = "cpuset"
-        else:
-            try:
-                changed, skipped, failed = _set_affinity(b, want, threads, notes)
-                applied, reason = True, None
-            except NotLiveError as e:
-                if st:
-                    raise
-                applied, reason = False, "not-live"
-                notes.append(str(e))
-            except OSError as e:
-                if st:
-                    raise
-                reason = _errno_reason(e.errno or errno.EIO)
-                _warn_once(f"bind:affinity:{reason}", "numa_utils: CPU binding to %s "
-                           "not applied: %s", format_cpulist(want), e)
-    return BindResult(node, want if applied else frozenset(), applied, reason, pres,
-                      changed, skipped, failed, None, tuple(notes))
+    reason = "not requested" if cpus is False else None if want else "cpuset"
+    done: Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[Tuple[int, int], ...]] = ((), (), ())
+    if reason is None:
+        try:
+            done = _set_affinity(b, want, threads, notes)
+        except NotLiveError as e:
+            if st:
+                raise
+            reason = "not-live"
+            notes.append(str(e))
+        except OSError as e:
+            if st:
+                raise
+            reason = _errno_reason(e.errno or errno.EIO)
+            _warn_once(f"bind:affinity:{reason}", "numa_utils: CPU binding to %s "
+                       "not applied: %s", format_cpulist(want), e)
+    return BindResult(node, want if reason is None else frozenset(), reason is None, reason,
+                      pres, *done, None, tuple(notes))
 
 
 def bind_for_gpu(device: int, policy: Optional[str] = None, *,
@@ -5813,8 +5708,7 @@ def bind_for_gpu(device: int, policy: Optional[str] = None, *,
     pol, res, mem, st = _plan_args(policy, reserve, memory, strict)
     topo, infos, r, plan = _device_plan(b, device, pci_bus_id, environ, pol, res, mem, st)
     if plan.cpu_node is None:
-        _fail(st, f"bind_for_gpu:{device}", f"CUDA device {device}: no node to bind to "
-              f"({r.how})")
+        _fail(st, f"CUDA device {device}: no node to bind to ({r.how})")
         return BindResult(None, frozenset(), False, "unknown-node", None, plan=plan,
                           notes=plan.notes)
     out = _bind_node(b, topo, plan.cpu_node, False if pol == "none" else plan.cpus, mem,
@@ -5876,40 +5770,14 @@ class NodeCounters(_Record):
     numastat: Mapping[str, int]     # numa_hit, numa_miss, ... in pages
     meminfo: Mapping[str, int]      # MemTotal, MemFree, FilePages, ... in kB
 
-    def _stat(self, name: str) -> int:
-        return self.numastat.get(name, 0)
-
-    @property
-    def numa_hit(self) -> int:
-        return self._stat("numa_hit")
-
-    @property
-    def numa_miss(self) -> int:
-        return self._stat("numa_miss")
-
-    @property
-    def numa_foreign(self) -> int:
-        return self._stat("numa_foreign")
-
-    @property
-    def interleave_hit(self) -> int:
-        return self._stat("interleave_hit")
-
-    @property
-    def local_node(self) -> int:
-        return self._stat("local_node")
-
-    @property
-    def other_node(self) -> int:
-        return self._stat("other_node")
-
-    @property
-    def mem_total_kb(self) -> int:
-        return self.meminfo.get("MemTotal", 0)
-
-    @property
-    def mem_free_kb(self) -> int:
-        return self.meminfo.get("MemFree", 0)
+    def __getattr__(self, name: str) -> int:
+        """numa_hit, numa_miss, ... (_NUMASTAT_FIELDS), mem_total_kb (MemTotal) and
+        mem_free_kb (MemFree): that value, 0 when absent."""
+        if name in _NUMASTAT_FIELDS:
+            return self.numastat.get(name, 0)
+        if name in ("mem_total_kb", "mem_free_kb"):
+            return self.meminfo.get("MemTotal" if name == "mem_total_kb" else "MemFree", 0)
+        raise AttributeError(f"'NodeCounters' object has no attribute {name!r}")
 
     @property
     def file_kb(self) -> int:
@@ -5936,12 +5804,10 @@ class NodeCounters(_Record):
         return NodeCounters(self.node, MappingProxyType(stat), MappingProxyType(mem))
 
     def to_json(self) -> Dict[str, Any]:
-        out: Dict[str, Any] = {"node": self.node}
-        out.update({k: self.numastat.get(k) for k in _NUMASTAT_FIELDS})
-        out.update(mem_total_kb=self.mem_total_kb, mem_free_kb=self.mem_free_kb,
-                   file_kb=self.file_kb, available_kb=self.available_kb,
-                   meminfo=dict(self.meminfo))
-        return out
+        return {"node": self.node, **{k: self.numastat.get(k) for k in _NUMASTAT_FIELDS},
+                "mem_total_kb": self.mem_total_kb, "mem_free_kb": self.mem_free_kb,
+                "file_kb": self.file_kb, "available_kb": self.available_kb,
+                "meminfo": dict(self.meminfo)}
 
 
 class Counters:
@@ -6022,9 +5888,7 @@ def counters(*, backend: Optional[Backend] = None) -> Counters:
     nodes: Dict[int, NodeCounters] = {}
     if r.exists(_NODE_DIR):
         online = r.parsed(f"{_NODE_DIR}/online", _parse_nodelist)
-        if online is None:
-            online = frozenset(_node_dirs(r))
-        for n in sorted(online):
+        for n in sorted(_node_dirs(r) if online is None else online):
             d = f"{_NODE_DIR}/node{n}"
             stat = r.parsed(f"{d}/numastat", _parse_numastat)
             if stat is None:
@@ -6123,22 +5987,26 @@ def remote_share(pid: Union[int, str] = "self", *, threshold: float = REMOTE_SHA
     result with ``error`` set and no pages.  Warns once when above ``threshold``."""
     b = _b(backend)
     topo = topology if topology is not None else read_topology(backend=b)
-    entries: List[NumaMapsEntry] = []
-    maps_error = None
     try:
-        entries = parse_numa_maps(b.read_text(_maps_path(pid)), page_size_kb=_page_kb(b))
+        maps: Union[str, OSError] = b.read_text(_maps_path(pid))
     except OSError as e:
-        maps_error = f"cannot read /proc/{pid}/numa_maps: {e.strerror or e}"
-    except ValueError as e:     # a malformed line (parse_numa_maps names it)
-        maps_error = str(e)
-    return _remote_share(pid, entries, maps_error, threshold, topo, b)
+        maps = e
+    return _remote_share(pid, maps, threshold, topo, b)[0]
 
 
-def _remote_share(pid: Union[int, str], entries: Iterable[NumaMapsEntry],
-                  maps_error: Optional[str], threshold: float, topo: Topology,
-                  b: Backend) -> RemoteShare:
-    """remote_share on numa_maps entries already read (``maps_error``: why not)."""
-    error = maps_error
+def _remote_share(pid: Union[int, str], maps: Union[str, OSError], threshold: float,
+                  topo: Topology, b: Backend) -> Tuple[RemoteShare, List[NumaMapsEntry]]:
+    """remote_share on numa_maps text already read (or the error reading it), and the
+    entries parsed from it."""
+    entries: List[NumaMapsEntry] = []
+    error = None
+    if isinstance(maps, OSError):
+        error = f"cannot read /proc/{pid}/numa_maps: {maps.strerror or maps}"
+    else:
+        try:
+            entries = parse_numa_maps(maps, page_size_kb=_page_kb(b))
+        except ValueError as e:     # a malformed line (parse_numa_maps names it)
+            error = str(e)
     try:
         cpus: Optional[FrozenSet[int]] = _allowed_from_status(b, pid)[0]
     except ValueError:
@@ -6151,7 +6019,7 @@ def _remote_share(pid: Union[int, str], entries: Iterable[NumaMapsEntry],
                       local, threshold, error)
     if res.warning:
         _warn_once(f"remote-share:{pid}", "numa_utils: %s", res.warning)
-    return res
+    return res, entries
 
 
 # ---------------------------------------------------------------------------
@@ -6197,19 +6065,16 @@ def _resolve_gpu(gpu: Any, topo: Topology, b: Backend,
     if isinstance(gpu, GpuInfo):
         return gpu.node, f"GPU {gpu.pci}"
     infos = _gpu_infos(topo, b)
-    if isinstance(gpu, str):
-        r = _resolve(0, gpu, infos, b, environ)
-        if r.gpu is None:
-            raise ValueError(f"no GPU at PCI address {gpu!r} ({r.how}); GPUs: "
-                             f"{', '.join(g.pci for g in infos) or 'none'}")
-        return r.gpu.node, f"GPU {r.gpu.pci}"
-    if isinstance(gpu, int) and not isinstance(gpu, bool):
-        r = _resolve(gpu, None, infos, b, environ)
-        if r.gpu is None:
-            raise ValueError(f"no GPU {gpu}: {r.how}")
-        return r.gpu.node, f"CUDA device {gpu} (GPU {r.gpu.pci})"
-    raise TypeError(f"gpu must be a CUDA device index, a PCI address or a GpuInfo, "
-                    f"not {gpu!r}")
+    if isinstance(gpu, bool) or not isinstance(gpu, (int, str)):
+        raise TypeError(f"gpu must be a CUDA device index, a PCI address or a GpuInfo, "
+                        f"not {gpu!r}")
+    by_bus = isinstance(gpu, str)
+    r = _resolve(0, gpu, infos, b, environ) if by_bus else _resolve(gpu, None, infos, b, environ)
+    if r.gpu is None:
+        raise ValueError(f"no GPU at PCI address {gpu!r} ({r.how}); GPUs: "
+                         f"{', '.join(g.pci for g in infos) or 'none'}" if by_bus else
+                         f"no GPU {gpu}: {r.how}")
+    return r.gpu.node, f"GPU {r.gpu.pci}" if by_bus else f"CUDA device {gpu} (GPU {r.gpu.pci})"
 
 
 def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] = (),
@@ -6241,35 +6106,25 @@ def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] 
         nodes = [0]
     skipped = [n for n in nodes if n in excluded]
     nodes = [n for n in nodes if n not in excluded]
-    gnode: Optional[int] = None
-    glabel = ""
-    if gpu is not None:
-        gnode, glabel = _resolve_gpu(gpu, topo, b, environ)
-
-    def available(m: Optional[int]) -> int:
-        if m is None:
-            return 0
-        c = snap.nodes.get(m)
-        if c is not None and c.meminfo:
-            return c.available_kb
-        return topo.nodes[m].mem_free_kb if m in topo.nodes else 0
+    gnode, glabel = _resolve_gpu(gpu, topo, b, environ) if gpu is not None else (None, "")
 
     need_kb = (max(int(need_bytes), 0) + 1023) // 1024
     cands: List[NodeCandidate] = []
     for n in nodes:
         mnode = next(iter(_nearest_tied(topo, n, usable_mem)), None)
-        avail = available(mnode)
+        c = snap.nodes.get(mnode) if mnode is not None else None
+        # counters' meminfo, else the topology's free memory (no nodeN/meminfo)
+        avail = c.available_kb if c is not None and c.meminfo else \
+            topo.nodes[mnode].mem_free_kb if mnode is not None and mnode in topo.nodes else 0
         cands.append(NodeCandidate(
-            node=n, memory_node=mnode, available_kb=avail, load=int(loads.get(n, 0)),
-            gpu_distance=topo.distance(gnode, n) if gnode is not None else None,
-            memory_distance=topo.distance(n, mnode) if mnode is not None else None,
-            fits=avail >= need_kb))
+            n, mnode, avail, int(loads.get(n, 0)),
+            topo.distance(gnode, n) if gnode is not None else None,
+            topo.distance(n, mnode) if mnode is not None else None, avail >= need_kb))
     if not cands:
-        why = "no node with CPUs is usable"
-        if skipped:
-            why += f" (excluded: {format_cpulist(skipped)})"
-        why += f"; this process may run on CPUs {format_cpulist(topo.allowed_cpus) or '-'}"
-        return NodeChoice(None, why, (), gnode)
+        return NodeChoice(None, "no node with CPUs is usable"
+                          + (f" (excluded: {format_cpulist(skipped)})" if skipped else "")
+                          + "; this process may run on CPUs "
+                          + (format_cpulist(topo.allowed_cpus) or "-"), (), gnode)
     far = 1 << 16
 
     def key(c: NodeCandidate) -> Tuple[int, int, int, int, int, int]:
@@ -6280,30 +6135,21 @@ def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] 
         return (0 if c.fits else 1, gd, c.load, md, -c.available_kb, c.node)
 
     fitting = [c for c in cands if c.fits]
-    if fitting:
-        best = min(fitting, key=key)
+    best = min(fitting, key=key) if fitting else \
+        max(cands, key=lambda c: (c.available_kb, -c.node))
+    nb = f"node {best.node} is the nearest"
+    if gnode is None:
+        parts = [f"{glabel}'s node is unknown (firmware reports numa_node=-1), so it did "
+                 "not count"] if gpu is not None else []
     else:
-        best = max(cands, key=lambda c: (c.available_kb, -c.node))
-    parts: List[str] = []
-    if gnode is not None:
-        if best.node == gnode:
-            parts.append(f"{glabel} is on node {gnode}")
-        elif gnode not in topo.nodes_with_cpus:
-            parts.append(f"{glabel} is on node {gnode}, which has no CPUs; node "
-                         f"{best.node} is the nearest usable node with CPUs"
-                         f" (distance {best.gpu_distance})")
-        elif gnode in excluded:
-            parts.append(f"{glabel} is on node {gnode}, which was excluded; node "
-                         f"{best.node} is the nearest other usable node")
-        elif not any(c.node == gnode for c in cands):
-            parts.append(f"{glabel} is on node {gnode} but this process's cpuset allows "
-                         f"none of its CPUs; node {best.node} is the nearest allowed node")
-        else:
-            parts.append(f"{glabel} is on node {gnode}, which lacks the memory; node "
-                         f"{best.node} is the nearest node that has it")
-    elif gpu is not None:
-        parts.append(f"{glabel}'s node is unknown (firmware reports numa_node=-1), so "
-                     "it did not count")
+        parts = [f"{glabel} is on node {gnode}" + (
+            "" if best.node == gnode else
+            f", which has no CPUs; {nb} usable node with CPUs (distance {best.gpu_distance})"
+            if gnode not in topo.nodes_with_cpus else
+            f", which was excluded; {nb} other usable node" if gnode in excluded else
+            f" but this process's cpuset allows none of its CPUs; {nb} allowed node"
+            if not any(c.node == gnode for c in cands) else
+            f", which lacks the memory; {nb} node that has it")]
     mem_txt = _fmt_kb(best.available_kb)
     if best.memory_node is not None and best.memory_node != best.node:
         mem_txt += f" on its nearest memory node {best.memory_node}"
@@ -6339,7 +6185,6 @@ class CudaHostRegisterFlag(enum.IntFlag):
 # Sonames tried by name (the loader's own search path) after torch and find_library;
 # newest first.  Never an absolute path.
 _CUDART_SONAMES = ("libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so")
-_CUDART_RE = re.compile(r"/libcudart\.so[0-9.]*$")
 
 
 def _cudart_candidates(b: Backend) -> List[str]:
@@ -6347,42 +6192,34 @@ def _cudart_candidates(b: Backend) -> List[str]:
     (torch imported it: /proc/self/maps), torch's lib dir and the nvidia-cuda-runtime
     wheel beside it, ctypes.util.find_library, then sonames."""
     import ctypes.util
+    import glob
     out: List[str] = []
     if "torch" in sys.modules and b.is_live:
         maps = b.read_optional("/proc/self/maps") or ""
-        for line in maps.splitlines():
-            path = line.split(None, 5)[-1] if line.count(" ") >= 5 else ""
-            if _CUDART_RE.search(path) and path not in out:
-                out.append(path)
-        torch = sys.modules["torch"]
-        base = os.path.dirname(getattr(torch, "__file__", None) or "")
+        # the path: the sixth field, the rest of the line (it may hold spaces)
+        out += dict.fromkeys(re.findall(r"^(?:\S+ +){5}(.*/libcudart\.so[0-9.]*)$", maps,
+                                        re.MULTILINE))
+        base = os.path.dirname(getattr(sys.modules["torch"], "__file__", None) or "")
         if base:
             for d in (os.path.join(base, "lib"),
                       os.path.join(os.path.dirname(base), "nvidia", "cuda_runtime", "lib")):
-                try:
-                    names = sorted(os.listdir(d), reverse=True)
-                except OSError:
-                    continue
-                out.extend(os.path.join(d, n) for n in names if n.startswith("libcudart.so"))
+                out += sorted(glob.glob(os.path.join(glob.escape(d), "libcudart.so*")),
+                              reverse=True)
     found = ctypes.util.find_library("cudart")
-    if found:
-        out.append(found)
-    out.extend(_CUDART_SONAMES)
-    return out
+    return out + ([found] if found else []) + list(_CUDART_SONAMES)
 
 
 def _load_cudart(cudart: Any, b: Backend) -> Tuple[Optional[ctypes.CDLL], str]:
     """(library, where) or (None, why not)."""
     if isinstance(cudart, ctypes.CDLL):
-        lib: Optional[ctypes.CDLL] = cudart
-        where = getattr(cudart, "_name", "libcudart")
+        lib, where = cudart, getattr(cudart, "_name", "libcudart")
     else:
         names = [cudart] if cudart is not None else _cudart_candidates(b)
-        lib, where, errors = _dlopen(names)
-        if lib is None:
+        found, where, errors = _dlopen(names)
+        if found is None:
             return None, ("libcudart not found (tried " + ", ".join(names) + ")"
                           if cudart is None else f"cannot load {cudart}: {errors[-1]}")
-    assert lib is not None
+        lib = found
     try:
         reg, unreg, err = lib.cudaHostRegister, lib.cudaHostUnregister, lib.cudaGetErrorString
     except AttributeError as e:
@@ -6420,18 +6257,16 @@ class CudaPin:
     ``wait(timeout)`` blocks until then, ``progress`` says how far it is.
     """
 
-    def __init__(self, ok: bool, addr: int, length: int, *, flags: int = 0,
-                 chunks: Sequence[Tuple[int, int]] = (), threads: int = 0,
-                 reason: Optional[str] = None, error: Optional[int] = None,
-                 library: Optional[str] = None, lib: Optional[ctypes.CDLL] = None) -> None:
-        self.ok = ok
+    def __init__(self, addr: int, length: int, flags: int, lib: Optional[ctypes.CDLL],
+                 library: Optional[str], threads: int = 0) -> None:
+        self.ok = False
         self.addr = addr
         self.length = length
         self.flags = flags
-        self.chunks: Tuple[Tuple[int, int], ...] = tuple(chunks)
+        self.chunks: Tuple[Tuple[int, int], ...] = ()
         self.threads = threads
-        self.reason = reason         # why not registered ("libcudart not found" ...)
-        self.error = error           # cudaError_t of the failing call, if any
+        self.reason: Optional[str] = None    # why not registered ("libcudart not found" ...)
+        self.error: Optional[int] = None     # cudaError_t of the failing call, if any
         self.failed_chunk: Optional[Tuple[int, int]] = None   # (address, bytes) of it
         self.library = library
         self.progress = CudaPinProgress(0, 0, 0.0)
@@ -6440,8 +6275,6 @@ class CudaPin:
         self._ended = threading.Event()
         self._stop = False
         self._worker: Optional[threading.Thread] = None
-        if ok or reason is not None:
-            self._ended.set()
 
     def __bool__(self) -> bool:
         return self.ok
@@ -6498,8 +6331,16 @@ class CudaPin:
                 "failed_chunk": self.failed_chunk, "library": self.library,
                 "progress": self.progress._asdict()}
 
+    def _give_up(self, reason: str, strict: bool) -> None:
+        """Unregister what was registered, then raise (strict) or log ``reason``."""
+        self.reason = reason
+        self._release()
+        _fail(strict, f"host memory not pinned for CUDA: {reason}", None,
+              errno.EIO if self._lib is not None else errno.ENOENT)
+
     def _run(self, pieces: List[Tuple[int, int]], nthreads: int, device: Optional[int],
-             caller: threading.Thread, fault: Optional[Callable[[], Any]]) -> None:
+             caller: threading.Thread, fault: Optional[Callable[[], Any]],
+             strict: bool) -> None:
         """Register ``pieces`` from ``nthreads`` threads; on the first failure stop,
         clear CUDA's error and unregister what was registered."""
         import time
@@ -6525,15 +6366,13 @@ class CudaPin:
                     # engine's next kernel-launch check reports it as its own.
                     lib.cudaGetLastError()
                 with self._lock:
-                    p = self.progress
                     if rc == 0:
                         done.append(piece)
-                        self.progress = CudaPinProgress(p.bytes + piece[1], p.calls + 1,
-                                                        max(p.longest_s, dt))
                     else:
                         failed.append((piece[0], piece[1], rc))
-                        self.progress = p._replace(calls=p.calls + 1,
-                                                   longest_s=max(p.longest_s, dt))
+                    p = self.progress
+                    self.progress = CudaPinProgress(p.bytes + (0 if rc else piece[1]),
+                                                    p.calls + 1, max(p.longest_s, dt))
         try:
             if fault is not None:
                 fault()
@@ -6545,19 +6384,16 @@ class CudaPin:
             for t in pool:
                 t.join()
         except Exception as e:      # the prefault failed: nothing was registered
-            self.reason = f"prefault before registering failed: {e}"
+            self._give_up(f"prefault before registering failed: {e}", strict)
+            return
         with self._lock:
             self.chunks = tuple(sorted(done))
         if failed:
             start, n, rc = min(failed)
             self.error, self.failed_chunk = rc, (start, n)
-            self.reason = (f"cudaHostRegister(0x{start:x}, {n}) failed: "
-                           f"{_cuda_error(lib, rc)}; {len(done)} chunk(s) already "
-                           "registered were unregistered")
-        if self.reason is not None:
-            _warn_once(f"pin_for_cuda:{self.reason}", "numa_utils: host memory not "
-                       "pinned for CUDA: %s", self.reason)
-            self._release()         # roll back what was registered
+            self._give_up(f"cudaHostRegister(0x{start:x}, {n}) failed: "
+                          f"{_cuda_error(lib, rc)}; {len(done)} chunk(s) already "
+                          "registered were unregistered", strict)
         else:
             self.ok = not self._stop
             self._ended.set()
@@ -6609,85 +6445,37 @@ def pin_for_cuda(buf: Any, length: Optional[int] = None, *, chunk: int = 1 << 30
     b = _b(backend)
     addr, size = buffer_range(buf, length)
     page = b.page_size
-    flags = int(flags)
-
-    def fail(reason: str, err: Optional[int] = None) -> CudaPin:
-        if strict:
-            raise OSError(errno.EIO if err is not None else errno.ENOENT,
-                          f"pin_for_cuda: {reason}")
-        _warn_once(f"pin_for_cuda:{reason}", "numa_utils: host memory not pinned for "
-                   "CUDA: %s", reason)
-        return CudaPin(False, addr, size, flags=flags, reason=reason, error=err)
-
     if chunk <= 0:
         raise ValueError(f"chunk must be positive, not {chunk}")
     lib, where = _load_cudart(cudart, b)
-    if lib is None:
-        return fail(f"CUDA not available: {where}")
-    if size == 0:
-        return CudaPin(True, addr, 0, flags=flags, library=where, lib=lib)
+    if lib is None or size == 0:
+        pin = CudaPin(addr, size, int(flags), lib, where if lib is not None else None)
+        if lib is None:
+            pin._give_up(f"CUDA not available: {where}", strict)
+        pin.ok = lib is not None
+        pin._ended.set()
+        return pin
     # Interior chunk edges on page boundaries: two registrations must never share a
     # page (CUDA pins whole pages; overlapping ones fail as already registered).
     step = max(min(chunk, _PIN_CALL_MAX) // page * page, page)
     edges = [addr, *range(addr - addr % page + step, addr + size, step), addr + size]
     pieces = [(a, z - a) for a, z in zip(edges, edges[1:]) if z > a]
     nthreads = max(1, min(threads or 1, len(pieces)))
-    pin = CudaPin(False, addr, size, flags=flags, threads=nthreads, library=where, lib=lib)
+    pin = CudaPin(addr, size, int(flags), lib, where, nthreads)
     # A new thread's current CUDA device is 0: registering from it would create a
     # context on GPU 0 (hundreds of MiB there) for an engine that runs on GPU 3.
     # Each worker first selects the caller's device.
     device = _cuda_current_device(lib)
     fault = (lambda: _do_prefault(addr, size, backend=b)) if prefault else None
-    args = (pieces, nthreads, device, threading.current_thread(), fault)
+    args = (pieces, nthreads, device, threading.current_thread(), fault,
+            strict and not background)
     if background:
         pin._worker = threading.Thread(target=pin._run, args=args, name="pin_for_cuda",
                                        daemon=True)
         pin._worker.start()
         return pin
     pin._run(*args)
-    if not pin and strict:
-        raise OSError(errno.EIO, f"pin_for_cuda: {pin.reason}")
     return pin
-
-
-# ---------------------------------------------------------------------------
-# watch: a live per-node table (python -m numa_utils watch).
-# ---------------------------------------------------------------------------
-
-def watch(*, interval: float = 1.0, count: Optional[int] = None,
-          pid: Optional[Union[int, str]] = None, threshold: float = REMOTE_SHARE_THRESHOLD,
-          backend: Optional[Backend] = None,
-          sleep: Optional[Callable[[float], None]] = None) -> Iterator[Dict[str, Any]]:
-    """Yield one sample per ``interval`` seconds (``count`` samples, or forever):
-    per-node numastat changes over the interval, free memory, and for ``pid`` its
-    bytes per node and remote share (``RemoteShare.to_json()``).  JSON-ready dicts."""
-    import time
-    b = _b(backend)
-    pause = sleep if sleep is not None else time.sleep
-    topo = read_topology(backend=b)
-    before = counters(backend=b)
-    i = 0
-    while count is None or i < count:
-        pause(max(interval, 0.0))
-        after = counters(backend=b)
-        delta = after - before
-        rows = []
-        for c in after:
-            d = delta.nodes.get(c.node)
-            row: Dict[str, Any] = {"node": c.node}
-            for k in _NUMASTAT_FIELDS:
-                row[k] = d.numastat.get(k) if d is not None else None
-            row.update(mem_total_kb=c.mem_total_kb, mem_free_kb=c.mem_free_kb,
-                       available_kb=c.available_kb)
-            rows.append(row)
-        sample: Dict[str, Any] = {"time": after.timestamp, "seconds": delta.seconds,
-                                  "nodes": rows, "remote_ratio": delta.remote_ratio}
-        if pid is not None:
-            sample["process"] = remote_share(pid, threshold=threshold, topology=topo,
-                                             backend=b).to_json()
-        yield sample
-        before = after
-        i += 1
 
 
 # ---------------------------------------------------------------------------
@@ -6703,40 +6491,29 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
     warnings.extend(f"could not read: {p}" for p in snap.problems
                     if f"could not read: {p}" not in warnings)
     if any(c.numastat for c in snap):
-        text.append("")
-        text.append("COUNTERS (numastat since boot, pages)")
-        text.append(f"  {'node':>4} {'numa_hit':>14} {'numa_miss':>12} {'foreign':>12} "
-                    f"{'interleave':>11} {'local_node':>14} {'other_node':>12}")
-        for c in snap:
-            text.append(f"  {c.node:>4} {c.numa_hit:>14} {c.numa_miss:>12} "
-                        f"{c.numa_foreign:>12} {c.interleave_hit:>11} {c.local_node:>14} "
-                        f"{c.other_node:>12}")
+        text += ["", "COUNTERS (numastat since boot, pages)"]
+        cols = tuple(zip(_NUMASTAT_FIELDS, ("numa_hit", "numa_miss", "foreign", "interleave",
+                                            "local_node", "other_node"), (14, 12, 12, 11, 14, 12)))
+        text.append(f"  {'node':>4}" + "".join(f" {h:>{w}}" for _, h, w in cols))
+        text.extend(f"  {c.node:>4}" + "".join(f" {getattr(c, k):>{w}}" for k, _, w in cols)
+                    for c in snap)
         text.append(f"  remote allocations (other_node): {snap.remote_ratio:.2%} of pages")
     # The process's own pages (the running system, or the simulated process).
-    maps = b.read_optional(_maps_path("self")) \
-        if b.has_process else None
+    maps = b.read_optional(_maps_path("self")) if b.has_process else None
     if maps is not None:
         # Read and parsed once, for the remote share and the interleave check.
-        entries: List[NumaMapsEntry] = []
-        maps_error = None
-        try:
-            entries = parse_numa_maps(maps, page_size_kb=_page_kb(b))
-        except ValueError as e:
-            maps_error = str(e)
-        rs = _remote_share("self", entries, maps_error, REMOTE_SHARE_THRESHOLD, topo, b)
+        rs, entries = _remote_share("self", maps, REMOTE_SHARE_THRESHOLD, topo, b)
         report["process"]["remote_share"] = rs.to_json()
         if rs.total_bytes:
-            text.append("")
-            text.append("PROCESS PAGES")
+            text += ["", "PROCESS PAGES"]
             per = ", ".join(f"node {n}: {_fmt_kb(v // 1024)}"
                             for n, v in sorted(rs.bytes_by_node.items()))
             text.append(f"  {per}; {rs.share:.1%} remote to the CPUs' "
                         f"{_nodes_txt(rs.local_nodes)}")
         if rs.warning and len(topo.nodes_with_memory) > 1:
             warnings.append(rs.warning)
-        interleaved = any(e.mode in ("interleave", "weighted interleave")
-                          for e in entries)
-        if topo.thp == "always" and len(topo.nodes_with_memory) > 1 and interleaved:
+        if topo.thp == "always" and len(topo.nodes_with_memory) > 1 and \
+                any(e.mode in ("interleave", "weighted interleave") for e in entries):
             warnings.append("THP is 'always' and this process has interleaved regions: "
                             "a first touch places a whole 2 MiB huge page on one node, so "
                             "interleave spreads huge pages, not 4 KiB pages; use THP "
@@ -6744,30 +6521,28 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
                             "an even spread")
     # Huge pages reserved on one general-purpose node only.
     general = sorted(topo.nodes_with_cpus & topo.nodes_with_memory)
-    if len(general) > 1:
-        sizes = sorted({sz for n in general for sz in topo.nodes[n].hugepages})
-        for sz in sizes:
-            on = [n for n in general if topo.nodes[n].hugepages.get(sz, HugePages(0, 0))
-                  .total > 0]
-            if len(on) == 1:
-                label = _fmt_kb(sz).replace(".0 ", " ")
-                warnings.append(f"{label} huge pages are configured on node {on[0]} only: "
-                                "workers on other nodes that use them get remote memory; "
-                                "reserve them per node (nodeN/hugepages/hugepages-"
-                                f"{sz}kB/nr_hugepages)")
+    for sz in sorted({sz for n in general for sz in topo.nodes[n].hugepages}
+                     if len(general) > 1 else ()):
+        on = [n for n in general if topo.nodes[n].hugepages.get(sz, HugePages(0, 0)).total > 0]
+        if len(on) == 1:
+            label = _fmt_kb(sz).replace(".0 ", " ")
+            warnings.append(f"{label} huge pages are configured on node {on[0]} only: "
+                            "workers on other nodes that use them get remote memory; "
+                            "reserve them per node (nodeN/hugepages/hugepages-"
+                            f"{sz}kB/nr_hugepages)")
     # GPUs whose node has (almost) no free memory.
     for g in report["gpus"]:
         node = g.get("node")
         if node is None or node not in snap.nodes:
             continue
         c = snap.nodes[node]
-        if node in topo.nodes_with_memory and c.mem_total_kb:
-            if c.available_kb < 0.05 * c.mem_total_kb:
-                warnings.append(f"GPU {g['address']}: its node {node} has "
-                                f"{_fmt_kb(c.available_kb)} available of "
-                                f"{_fmt_kb(c.mem_total_kb)} (< 5%): pinned host buffers "
-                                "for it will come from another node")
-        elif len(topo.nodes_with_memory) >= 1 and node not in topo.nodes_with_memory:
+        if node in topo.nodes_with_memory and c.mem_total_kb and \
+                c.available_kb < 0.05 * c.mem_total_kb:
+            warnings.append(f"GPU {g['address']}: its node {node} has "
+                            f"{_fmt_kb(c.available_kb)} available of "
+                            f"{_fmt_kb(c.mem_total_kb)} (< 5%): pinned host buffers "
+                            "for it will come from another node")
+        elif topo.nodes_with_memory and node not in topo.nodes_with_memory:
             near = topo.nearest(node, topo.nodes_with_memory)
             warnings.append(f"GPU {g['address']}: its node {node} has no memory; host "
                             "buffers for it come from node "

@@ -24,6 +24,7 @@ from typing import (
     Dict,
     FrozenSet,
     Iterable,
+    Iterator,
     List,
     Mapping,
     Optional,
@@ -123,7 +124,9 @@ mbind = _nu.mbind
 parse_nodestring = _nu.parse_nodestring
 read_topology = _nu.read_topology
 set_mempolicy = _nu.set_mempolicy
-watch = _nu.watch
+counters = _nu.counters
+remote_share = _nu.remote_share
+REMOTE_SHARE_THRESHOLD = _nu.REMOTE_SHARE_THRESHOLD
 
 _MAPS_CATS = ("Huge", "Heap", "Stack", "Private")
 
@@ -963,6 +966,42 @@ def _cli_run(sub: Any) -> None:
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
                    help="the command, executed without a shell")
     p.set_defaults(func=_cmd_run)
+
+
+def watch(*, interval: float = 1.0, count: Optional[int] = None,
+          pid: Optional[Union[int, str]] = None, threshold: float = REMOTE_SHARE_THRESHOLD,
+          backend: Optional[Backend] = None,
+          sleep: Optional[Callable[[float], None]] = None) -> Iterator[Dict[str, Any]]:
+    """Yield one sample per ``interval`` seconds (``count`` samples, or forever):
+    per-node numastat changes over the interval, free memory, and for ``pid`` its
+    bytes per node and remote share (``RemoteShare.to_json()``).  JSON-ready dicts."""
+    import time
+    b = _b(backend)
+    pause = sleep if sleep is not None else time.sleep
+    topo = read_topology(backend=b)
+    before = counters(backend=b)
+    i = 0
+    while count is None or i < count:
+        pause(max(interval, 0.0))
+        after = counters(backend=b)
+        delta = after - before
+        rows = []
+        for c in after:
+            d = delta.nodes.get(c.node)
+            row: Dict[str, Any] = {"node": c.node}
+            for k in _NUMASTAT_FIELDS:
+                row[k] = d.numastat.get(k) if d is not None else None
+            row.update(mem_total_kb=c.mem_total_kb, mem_free_kb=c.mem_free_kb,
+                       available_kb=c.available_kb)
+            rows.append(row)
+        sample: Dict[str, Any] = {"time": after.timestamp, "seconds": delta.seconds,
+                                  "nodes": rows, "remote_ratio": delta.remote_ratio}
+        if pid is not None:
+            sample["process"] = remote_share(pid, threshold=threshold, topology=topo,
+                                             backend=b).to_json()
+        yield sample
+        before = after
+        i += 1
 
 
 def _render_watch(sample: Dict[str, Any], first: bool) -> str:

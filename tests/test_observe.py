@@ -186,7 +186,7 @@ def test_watch_pid_interleaved_region_is_half_remote():
     base = sim("dual-socket-8gpu")
     worker = base.process(cpus_allowed=_node_cpus(base, 0))
     _interleaved_region(worker, "kv-cache", 256)
-    samples = list(nu.watch(interval=0.5, count=2, pid=worker.pid, backend=worker,
+    samples = list(cli.watch(interval=0.5, count=2, pid=worker.pid, backend=worker,
                             sleep=no_sleep))
     assert len(samples) == 2
     proc = samples[-1]["process"]
@@ -220,7 +220,7 @@ def test_watch_pid_shared_region_from_the_shm_section():
         assert region.policy
         worker = base.process(cpus_allowed=_node_cpus(base, 0))
         with nu.SharedRegion.attach("obs-kv", prefault=True, backend=worker) as mine:
-            proc = next(nu.watch(count=1, interval=0, pid=worker.pid, backend=worker,
+            proc = next(cli.watch(count=1, interval=0, pid=worker.pid, backend=worker,
                                  sleep=no_sleep))["process"]
             assert proc["share_by_node"] == {"0": 0.5, "1": 0.5}
             assert proc["remote_share"] == pytest.approx(0.5, abs=0.02)
