@@ -4012,39 +4012,17 @@ class SharedRegion:
         self._closed = self._removed = False
         self.hugepages_fallback = hugepages_fallback    # why base pages, not huge ones
 
-    # -- properties --------------------------------------------------------------------
-    @property
-    def address(self) -> int:
-        return self._address
-
-    @property
-    def size(self) -> int:
-        """Bytes of data from the address on (the requested size rounded up to whole
-        pages); the identity record follows them."""
-        return self._size
-
-    @property
-    def key(self) -> Union[int, str]:
-        return self._key
-
-    @property
-    def ipc_key(self) -> int:
-        """The numeric SysV key it lives under (0 for POSIX regions)."""
-        return self._ipc_key
-
-    @property
-    def policy(self) -> PolicyResult:
-        """What happened to the memory policy (truthy when it was applied)."""
-        return self._policy
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    @property
-    def layout(self) -> Layout:
-        """Where each extent lives, as its creator laid it out (from the record)."""
-        return self._layout
+    # -- properties (read-only) ---------------------------------------------------------
+    address = property(lambda self: self._address)
+    # Bytes of data from the address on (the requested size rounded up to whole pages);
+    # the identity record follows them.
+    size = property(lambda self: self._size)
+    key = property(lambda self: self._key)
+    ipc_key = property(lambda self: self._ipc_key)      # its SysV key (0 for POSIX)
+    policy = property(lambda self: self._policy)        # truthy when it was applied
+    closed = property(lambda self: self._closed)
+    # Where each extent lives, as its creator laid it out (from the record).
+    layout = property(lambda self: self._layout)
 
     @property
     def extents(self) -> List[Extent]:
@@ -4323,12 +4301,10 @@ class SharedRegion:
             self.close()
 
     def to_json(self) -> Dict[str, Any]:
-        return {"kind": self.kind, "key": self._key, "ipc_key": self.ipc_key,
-                "shmid": self.shmid, "name": self.name, "address": self._address,
-                "size": self._size, "page_size": self.page_size,
-                "policy": self._policy.to_json(), "layout": str(self._layout),
-                "created": self.created,
-                "closed": self._closed}
+        return dict({k: getattr(self, k) for k in (
+            "kind", "key", "ipc_key", "shmid", "name", "address", "size", "page_size")},
+            policy=self._policy.to_json(), layout=str(self._layout), created=self.created,
+            closed=self._closed)
 
 
 _HELD_SIGNALS = ("SIGINT", "SIGTERM")
