@@ -3616,8 +3616,7 @@ def fit(size: int, *, nodes: Optional[Iterable[int]] = None,
     snap = counters(backend=b)
     fnodes = []
     for n in sorted(set(targets) | allowed):
-        node = topo.nodes.get(n)
-        hp = node.hugepages if node is not None else MappingProxyType({})
+        hp = topo.nodes[n].hugepages if n in topo.nodes else MappingProxyType({})
         c = snap.nodes.get(n)
         avail = hp[huge // 1024].free * huge if huge and huge // 1024 in hp else \
             0 if huge else (c.available_kb if c is not None else 0) * 1024
@@ -4285,10 +4284,7 @@ class SharedRegion:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self.created:
-            self.destroy()
-        else:
-            self.close()
+        (self.destroy if self.created else self.close)()
 
     def to_json(self) -> Dict[str, Any]:
         return dict({k: getattr(self, k) for k in (
@@ -4496,13 +4492,11 @@ def _posix_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
 
 
 def _check_trust(st: _ShmStat, euid: int, trust: bool, what: str) -> None:
-    if trust:
-        return
-    if st.uid != euid or st.cuid != euid:
+    if not trust and (st.uid != euid or st.cuid != euid):
         raise PermissionError(errno.EPERM, f"{what} belongs to uid {st.uid} (created by "
                               f"uid {st.cuid}), not to this user (uid {euid}); pass "
                               "trust=True to attach anyway")
-    if st.mode & 0o022:
+    if not trust and st.mode & 0o022:
         raise PermissionError(errno.EPERM, f"{what} has mode {st.mode & 0o777:03o}: "
                               "other users can write it; pass trust=True to attach "
                               "anyway")
