@@ -3644,8 +3644,7 @@ def fit(size: int, *, nodes: Optional[Iterable[int]] = None,
     snap = counters(backend=b)
     fnodes = []
     for n in sorted(set(targets) | allowed):
-        node = topo.nodes.get(n)
-        hp = node.hugepages if node is not None else MappingProxyType({})
+        hp = topo.nodes[n].hugepages if n in topo.nodes else MappingProxyType({})
         c = snap.nodes.get(n)
         avail = hp[huge // 1024].free * huge if huge and huge // 1024 in hp else \
             0 if huge else (c.available_kb if c is not None else 0) * 1024
@@ -4015,64 +4014,35 @@ class SharedRegion:
     file while they have it open, which is how ``cleanup`` knows it is in use.
     """
 
-    def __init__(self, b: Backend, kind: str, key: Union[int, str], m: Dict[str, Any],
-                 rec: Dict[str, Any], layout: Layout, policies: Sequence[PolicyResult],
-                 created: bool, hugepages_fallback: Optional[str]) -> None:
-        """Made by create and attach: ``m`` says the mapping (SharedRegion._open),
-        ``rec`` is the identity record read or written, one policy per extent."""
-        self._b = b
-        self.kind = kind
-        self._key = key
-        self.shmid: int = m["shmid"]
-        self.name: str = m["name"]            # POSIX: the file name in /dev/shm
-        self._ipc_key: int = m["ipc_key"]
-        self._fd: int = m["fd"]               # POSIX: holds the shared flock
-        self._address: int = m["address"]
-        self._mapped: int = m["mapped"]       # data + identity record
-        self._size: int = rec["size"]
-        self.page_size: int = rec["page_size"]
-        self.identity = rec
-        self._layout = layout
-        self.policies = list(policies)
-        self._policy = self.policies[0]
-        self.created = created
+    _layout: Layout
+    policies: List[PolicyResult]        # one per extent
+    _policy: PolicyResult
+
+    def __init__(self, b: Backend, kind: str, key: Union[int, str], created: bool,
+                 hugepages_fallback: Optional[str]) -> None:
+        """Made empty by _open: its ``make`` fills in the mapping part by part (each
+        part made is one close() or remove() undoes), then the record and layout."""
+        self._b, self.kind, self._key, self.created = b, kind, key, created
+        self.shmid, self._ipc_key, self._fd = -1, 0, -1     # _fd: holds the POSIX flock
+        self.name = ""                  # POSIX: the file name in /dev/shm
+        self._address = self._mapped = 0        # _mapped: data + identity record
+        self._size = self.page_size = 0
+        self.identity: Dict[str, Any] = {}
         self.prefaulted: Optional[Dict[str, Any]] = None
         self._closed = self._removed = False
         self.hugepages_fallback = hugepages_fallback    # why base pages, not huge ones
 
-    # -- properties --------------------------------------------------------------------
-    @property
-    def address(self) -> int:
-        return self._address
-
-    @property
-    def size(self) -> int:
-        """Bytes of data from the address on (the requested size rounded up to whole
-        pages); the identity record follows them."""
-        return self._size
-
-    @property
-    def key(self) -> Union[int, str]:
-        return self._key
-
-    @property
-    def ipc_key(self) -> int:
-        """The numeric SysV key it lives under (0 for POSIX regions)."""
-        return self._ipc_key
-
-    @property
-    def policy(self) -> PolicyResult:
-        """What happened to the memory policy (truthy when it was applied)."""
-        return self._policy
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    @property
-    def layout(self) -> Layout:
-        """Where each extent lives, as its creator laid it out (from the record)."""
-        return self._layout
+    # -- properties (read-only) ---------------------------------------------------------
+    address = property(lambda self: self._address)
+    # Bytes of data from the address on (the requested size rounded up to whole pages);
+    # the identity record follows them.
+    size = property(lambda self: self._size)
+    key = property(lambda self: self._key)
+    ipc_key = property(lambda self: self._ipc_key)      # its SysV key (0 for POSIX)
+    policy = property(lambda self: self._policy)        # truthy when it was applied
+    closed = property(lambda self: self._closed)
+    # Where each extent lives, as its creator laid it out (from the record).
+    layout = property(lambda self: self._layout)
 
     @property
     def extents(self) -> List[Extent]:
@@ -4170,11 +4140,10 @@ class SharedRegion:
         if huge:
             flags |= SHM_HUGETLB | ((huge.bit_length() - 1) << SHM_HUGE_SHIFT)
 
-        def make(m: Dict[str, Any], undo: List[Tuple[Any, ...]]) -> Tuple[Dict[str, Any], Layout]:
-            m["mapped"] = seg
-            (_sysv_create if kind == "sysv" else _posix_create)(b, key, m, undo, flags)
-            _record_write(m["address"], seg, ident)
-            return ident, lay
+        def make(r: SharedRegion) -> None:
+            r._mapped, r.identity, r._layout = seg, ident, lay
+            (_sysv_create if kind == "sysv" else _posix_create)(r, flags)
+            _record_write(r._address, seg, ident)
         return cls._open(b, kind, key, make, True, strict_, prefault, threads, progress,
                          thp=hugepages == "thp", note=huge_note)
 
@@ -4207,9 +4176,8 @@ class SharedRegion:
                                  or size < 0 or size > _SIZE_MAX):
             raise ValueError(f"invalid size {size!r}")
 
-        def make(m: Dict[str, Any], undo: List[Tuple[Any, ...]]) -> Tuple[Dict[str, Any], Layout]:
-            rec, what = (_sysv_attach if kind == "sysv" else _posix_attach)(b, key, m, undo,
-                                                                            trust)
+        def make(r: SharedRegion) -> None:
+            rec, what = (_sysv_attach if kind == "sysv" else _posix_attach)(r, trust)
             data, page = rec["size"], rec["page_size"]
             try:
                 lay = Layout.parse(rec["layout"]).bound(data, page) if "layout" in rec \
@@ -4226,40 +4194,39 @@ class SharedRegion:
             if pmode != Mode.DEFAULT and (explicit or (len(lay) == 1 and
                                             lay[0].policy == "default")):
                 lay = Layout.extents([(data, _LAYOUT_NAMES[pmode], pnodes)])
-            return rec, lay
+            r.identity, r._layout = rec, lay
         return cls._open(b, kind, key, make, False, strict_, prefault, threads, progress,
                          remove=remove)
 
     @classmethod
     def _open(cls, b: Backend, kind: str, key: Union[int, str],
-              make: Callable[[Dict[str, Any], List[Tuple[Any, ...]]],
-                             Tuple[Dict[str, Any], Layout]],
-              created: bool, strict: bool, prefault: bool, threads: Optional[int],
+              make: Callable[[SharedRegion], None], created: bool, strict: bool,
+              prefault: bool, threads: Optional[int],
               progress: Optional[Callable[[int, int], Any]], *, thp: bool = False,
               note: Optional[str] = None, remove: bool = False) -> SharedRegion:
         """The one path of create and attach.  ``make`` makes or maps the region: it
-        fills in ``m`` (the constructor's shmid, name, ipc_key, fd, address, mapped),
-        pushes the undo of each step it took onto ``undo`` and returns the identity
-        record and the layout.  Then each extent's policy, THP advice and prefault.
-        Nothing stays behind when any step fails; an attach never removes the region.
+        fills in the region's shmid, name, ipc_key, fd, address and mapped as it takes
+        each step, then its identity record and layout.  Then each extent's policy, THP
+        advice and prefault.  Nothing stays behind when any step fails (_undo: close(),
+        and remove() of a region made here); an attach never removes the region.
 
         SIGINT/SIGTERM wait until the region is returned or undone; a handler for one
         that came meanwhile runs before they are let go (_run_pending: between
         prefault's chunks, and at the end), so that what it raises is undone here
         with nothing let go."""
-        m: Dict[str, Any] = {"shmid": -1, "name": "", "ipc_key": 0, "fd": -1,
-                             "address": 0, "mapped": 0}
-        undo: List[Tuple[Any, ...]] = []
+        region = cls(b, kind, key, created, note)
         held = _hold_signals()
         try:
-            rec, lay = make(m, undo)
-            page, addr = rec["page_size"], m["address"]
+            make(region)
+            rec, lay, addr = region.identity, region._layout, region._address
+            region._size, region.page_size = rec["size"], rec["page_size"]
+            page = region.page_size
             cpus = _extent_cpus(b, lay) if prefault else None
             # Over the record too: one VMA (one numa_maps line) per region.
-            res = _layout_apply(b, addr, m["mapped"], page, lay, strict)
+            region.policies = _layout_apply(b, addr, region._mapped, page, lay, strict)
+            region._policy = region.policies[0]
             if thp:
-                b.madvise(addr, m["mapped"], MADV_HUGEPAGE)
-            region = cls(b, kind, key, m, rec, lay, res, created, note)
+                b.madvise(addr, region._mapped, MADV_HUGEPAGE)
             if remove and kind == "sysv":
                 region.remove()
             if prefault:
@@ -4270,7 +4237,7 @@ class SharedRegion:
             _release_signals(held)
             return region
         except BaseException:
-            _undo(held, undo)
+            _undo(held, region)
             raise
 
     # -- use and teardown ----------------------------------------------------------------
@@ -4305,9 +4272,9 @@ class SharedRegion:
             if self._removed:
                 return
             try:
-                if self.kind == "sysv":
+                if self.kind == "sysv" and self.shmid >= 0:
                     self._b.shm_rmid(self.shmid)
-                else:
+                elif self.name:
                     self._b.shm_unlink(self.name)
             except OSError as e:
                 # Already removed (by `cleanup`, or another process): nothing to do.
@@ -4323,9 +4290,9 @@ class SharedRegion:
         try:
             if self._closed:
                 return
-            if self.kind == "sysv":
+            if self.kind == "sysv" and self._address:
                 self._b.shmdt(self._address)
-            else:
+            elif self._address:
                 self._b.munmap(self._address, self._mapped)
             self._closed = True
             if self._fd >= 0:               # drops the flock: cleanup may judge it
@@ -4345,18 +4312,13 @@ class SharedRegion:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self.created:
-            self.destroy()
-        else:
-            self.close()
+        (self.destroy if self.created else self.close)()
 
     def to_json(self) -> Dict[str, Any]:
-        return {"kind": self.kind, "key": self._key, "ipc_key": self.ipc_key,
-                "shmid": self.shmid, "name": self.name, "address": self._address,
-                "size": self._size, "page_size": self.page_size,
-                "policy": self._policy.to_json(), "layout": str(self._layout),
-                "created": self.created,
-                "closed": self._closed}
+        return dict({k: getattr(self, k) for k in (
+            "kind", "key", "ipc_key", "shmid", "name", "address", "size", "page_size")},
+            policy=self._policy.to_json(), layout=str(self._layout), created=self.created,
+            closed=self._closed)
 
 
 _HELD_SIGNALS = ("SIGINT", "SIGTERM")
@@ -4428,20 +4390,19 @@ def _quietly(fn: Callable[..., Any], *args: Any) -> None:
                                           fn.__name__, args, e)
 
 
-def _undo(held: Optional[Tuple[Any, Callable[[], Any]]], undo: List[Tuple[Any, ...]]
-          ) -> None:
-    """Undo the steps of a half-made (or half-attached) region, last first, with SIGINT
-    and SIGTERM blocked again, then let them go.  An interrupt that lands before the
-    block (a second Ctrl-C within a few bytecodes of the first) restarts it: a step
-    may run twice."""
+def _undo(held: Optional[Tuple[Any, Callable[[], Any]]], region: SharedRegion) -> None:
+    """Undo a half-made (or half-attached) region: remove() the one made here, close()
+    it, with SIGINT and SIGTERM blocked again, then let them go.  An interrupt that
+    lands before the block (a second Ctrl-C within a few bytecodes of the first)
+    restarts it: remove() and close() record what they did, so neither acts twice."""
     try:
         while True:
             try:
                 if held is not None:
                     held[1]()
-                while undo:
-                    _quietly(*undo[-1])
-                    undo.pop()
+                if region.created:
+                    _quietly(region.remove)
+                _quietly(region.close)
                 return
             except (KeyboardInterrupt, SystemExit):
                 continue
@@ -4449,13 +4410,13 @@ def _undo(held: Optional[Tuple[Any, Callable[[], Any]]], undo: List[Tuple[Any, .
         _release_signals(held)
 
 
-def _sysv_create(b: Backend, key: Union[int, str], m: Dict[str, Any],
-                 undo: List[Tuple[Any, ...]], flags: int) -> None:
-    """Make the segment of region ``key`` under the first of its keys free for it."""
+def _sysv_create(r: SharedRegion, flags: int) -> None:
+    """Make the segment of region ``r.key`` under the first of its keys free for it."""
+    b, key = r._b, r._key
     keys = _sysv_keys(key)
     for ikey in keys:
         try:
-            m["shmid"] = shmid = b.shmget(ikey, m["mapped"], flags)
+            r.shmid = b.shmget(ikey, r._mapped, flags)
             break
         except FileExistsError:
             why = _sysv_holder(b, ikey, key)
@@ -4465,10 +4426,8 @@ def _sysv_create(b: Backend, key: Union[int, str], m: Dict[str, Any],
         raise FileExistsError(errno.EEXIST, f"the {len(keys)} SysV keys of {key!r} "
                               f"(0x{keys[0]:08x}, ...) all hold other regions: use "
                               "another name")
-    m["ipc_key"] = ikey
-    undo.append((b.shm_rmid, shmid))
-    m["address"] = b.shmat(shmid)
-    undo.append((b.shmdt, m["address"]))
+    r._ipc_key = ikey
+    r._address = b.shmat(r.shmid)
     # A twin under a later key: made while this key held another region.
     for later in keys[keys.index(ikey) + 1:]:
         why = _sysv_holder(b, later, key)
@@ -4476,34 +4435,29 @@ def _sysv_create(b: Backend, key: Union[int, str], m: Dict[str, Any],
             raise FileExistsError(errno.EEXIST, why)
 
 
-def _posix_create(b: Backend, key: Union[int, str], m: Dict[str, Any],
-                  undo: List[Tuple[Any, ...]], flags: int) -> None:
-    """Make /dev/shm/numa_utils-``key`` with the permission bits of ``flags``."""
-    pname = _posix_name(key)
+def _posix_create(r: SharedRegion, flags: int) -> None:
+    """Make /dev/shm/numa_utils-``r.key`` with the permission bits of ``flags``."""
+    b, pname = r._b, _posix_name(r._key)
     try:
-        fd = b.shm_open(pname, os.O_RDWR | os.O_CREAT | os.O_EXCL, flags & 0o777)
+        r._fd = fd = b.shm_open(pname, os.O_RDWR | os.O_CREAT | os.O_EXCL, flags & 0o777)
     except FileExistsError:
         why = f"attach it, or remove a stale one with `{_prog()} cleanup " \
-            f"--remove --key {_key_arg(key)}`"
+            f"--remove --key {_key_arg(r._key)}`"
         try:
             b.close(b.shm_open(pname, os.O_RDONLY, 0))
         except OSError as e:
             if e.errno == errno.EINVAL:     # a FIFO, symlink, device...
                 why = "it is not a region (not a regular file): use another name"
         raise FileExistsError(errno.EEXIST, f"/dev/shm/{pname} exists: {why}") from None
-    m["fd"] = fd
-    undo.append((b.close, fd))
-    m["name"] = pname                   # ours now: undone on any error below
-    undo.append((b.shm_unlink, pname))  # (while the flock still says "in use")
+    r.name = pname                      # ours now: removed on any error below
     b.flock(fd, LOCK_SH)                # before it has a size: never stale
-    b.ftruncate(fd, m["mapped"])
-    m["address"] = b.mmap(m["mapped"], fd)
-    undo.append((b.munmap, m["address"], m["mapped"]))
+    b.ftruncate(fd, r._mapped)
+    r._address = b.mmap(r._mapped, fd)
 
 
-def _sysv_attach(b: Backend, key: Union[int, str], m: Dict[str, Any],
-                 undo: List[Tuple[Any, ...]], trust: bool) -> Tuple[Dict[str, Any], str]:
-    """Map the segment whose identity record names region ``key``: (record, what)."""
+def _sysv_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
+    """Map the segment whose identity record names region ``r.key``: (record, what)."""
+    b, key = r._b, r._key
     first: Optional[Exception] = None
     for ikey in _sysv_keys(key):
         try:
@@ -4514,9 +4468,9 @@ def _sysv_attach(b: Backend, key: Union[int, str], m: Dict[str, Any],
         try:
             st = b.shm_stat(shmid)
             _check_trust(st, b.geteuid(), trust, what)
-            m.update(shmid=shmid, ipc_key=ikey, address=b.shmat(shmid), mapped=st.size)
-            undo.append((b.shmdt, m["address"]))
-            rec = _record_read(m["address"], st.size, what)
+            r.shmid, r._ipc_key, r._mapped = shmid, ikey, st.size
+            r._address = b.shmat(shmid)
+            rec = _record_read(r._address, st.size, what)
             if rec is None:
                 raise FileNotFoundError(
                     errno.ENOENT, f"{what} has no numa_utils identity record: "
@@ -4528,35 +4482,33 @@ def _sysv_attach(b: Backend, key: Union[int, str], m: Dict[str, Any],
                                  f"region {rec['key']!r}")
         except (PermissionError, FileNotFoundError, ValueError) as e:
             first = first or e
-        if undo:
-            b.shmdt(undo.pop()[1])
+        if r._address:
+            b.shmdt(r._address)
+            r._address = 0
     raise first or FileNotFoundError(errno.ENOENT, f"no SysV segment with key "
                                      f"0x{_sysv_key(key):08x} ({key!r}) or its other keys")
 
 
-def _posix_attach(b: Backend, key: Union[int, str], m: Dict[str, Any],
-                  undo: List[Tuple[Any, ...]], trust: bool) -> Tuple[Dict[str, Any], str]:
-    """Map /dev/shm/numa_utils-``key``, holding its shared flock: (record, what)."""
-    name = _posix_name(key)
+def _posix_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
+    """Map /dev/shm/numa_utils-``r.key``, holding its shared flock: (record, what)."""
+    b, name = r._b, _posix_name(r._key)
     what = f"/dev/shm/{name}"
     try:
-        m["fd"] = fd = b.shm_open(name, os.O_RDWR, 0)
+        r._fd = fd = b.shm_open(name, os.O_RDWR, 0)
     except FileNotFoundError:
         raise FileNotFoundError(errno.ENOENT, f"no {what}") from None
-    undo.append((b.close, fd))
-    m["name"] = name
+    r.name = name
     _check_trust(b.fstat(fd), b.geteuid(), trust, what)
     b.flock(fd, LOCK_SH)                # waits while a cleanup decides on it
     st = b.fstat(fd)
     if not st.nattch:
         raise FileNotFoundError(errno.ENOENT, f"{what} was removed (stale) while "
                                 "attaching")
-    m["mapped"] = seg = st.size
+    r._mapped = seg = st.size
     rec = None
     if seg >= _RECORD_END.size:
-        m["address"] = addr = b.mmap(seg, fd)
-        undo.append((b.munmap, addr, seg))
-        rec = _record_read(addr, seg, what)
+        r._address = b.mmap(seg, fd)
+        rec = _record_read(r._address, seg, what)
     if rec is None:
         raise FileNotFoundError(
             errno.ENOENT, f"{what} has no numa_utils identity record: not "
@@ -4568,13 +4520,11 @@ def _posix_attach(b: Backend, key: Union[int, str], m: Dict[str, Any],
 
 
 def _check_trust(st: _ShmStat, euid: int, trust: bool, what: str) -> None:
-    if trust:
-        return
-    if st.uid != euid or st.cuid != euid:
+    if not trust and (st.uid != euid or st.cuid != euid):
         raise PermissionError(errno.EPERM, f"{what} belongs to uid {st.uid} (created by "
                               f"uid {st.cuid}), not to this user (uid {euid}); pass "
                               "trust=True to attach anyway")
-    if st.mode & 0o022:
+    if not trust and st.mode & 0o022:
         raise PermissionError(errno.EPERM, f"{what} has mode {st.mode & 0o777:03o}: "
                               "other users can write it; pass trust=True to attach "
                               "anyway")
