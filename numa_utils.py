@@ -5268,10 +5268,10 @@ def _resolve(device: int, pci_bus_id: Optional[str], infos: List[GpuInfo], b: Ba
         bus = _norm_bus_id(pci_bus_id)
         return _Resolved(by_pci.get(bus), "pci_bus_id" if bus in by_pci else
                          f"pci_bus_id {bus} is not a GPU in sysfs")
-    if b.is_live and isinstance(b, LinuxBackend):
-        bus_t = _torch_bus_id(device)
-        if bus_t is not None and bus_t in by_pci:
-            return _Resolved(by_pci[bus_t], "torch")
+    torch_gpu = by_pci.get(_torch_bus_id(device) or "") if b.is_live and \
+        isinstance(b, LinuxBackend) else None
+    if torch_gpu is not None:
+        return _Resolved(torch_gpu, "torch")
     env = os.environ if env is None else env
     vis, notes = _visible_gpus(infos, _nvml_devices(b), env)
     if device >= len(vis):
@@ -5668,17 +5668,16 @@ def _bind_node(b: Backend, topo: Topology, node: int, cpus: Union[bool, Iterable
     if reason is None:
         try:
             done = _set_affinity(b, want, threads, notes)
-        except NotLiveError as e:
-            if st:
-                raise
-            reason = "not-live"
-            notes.append(str(e))
         except OSError as e:
             if st:
                 raise
-            reason = _errno_reason(e.errno or errno.EIO)
-            _warn_once(f"bind:affinity:{reason}", "numa_utils: CPU binding to %s "
-                       "not applied: %s", format_cpulist(want), e)
+            if isinstance(e, NotLiveError):
+                reason = "not-live"
+                notes.append(str(e))
+            else:
+                reason = _errno_reason(e.errno or errno.EIO)
+                _warn_once(f"bind:affinity:{reason}", "numa_utils: CPU binding to %s "
+                           "not applied: %s", format_cpulist(want), e)
     return BindResult(node, want if reason is None else frozenset(), reason is None, reason,
                       pres, *done, None, tuple(notes))
 
@@ -5858,8 +5857,7 @@ class Counters:
 
     def to_json(self) -> Dict[str, Any]:
         return {"timestamp": self.timestamp, "seconds": self.seconds,
-                "page_size": self.page_size,
-                "nodes": [c.to_json() for c in self],
+                "page_size": self.page_size, "nodes": [c.to_json() for c in self],
                 "remote_pages": self.remote_pages, "remote_ratio": self.remote_ratio,
                 "problems": list(self.problems)}
 
@@ -5958,15 +5956,13 @@ class RemoteShare(_Record):
                 "move its CPUs to where the memory is")
 
     def to_json(self) -> Dict[str, Any]:
-        total = self.total_bytes
-        return {"pid": self.pid,
-                "bytes_by_node": {str(n): v for n, v in sorted(self.bytes_by_node.items())},
-                "share_by_node": {str(n): (v / total if total else 0.0)
-                                  for n, v in sorted(self.bytes_by_node.items())},
-                "cpus": sorted(self.cpus), "local_nodes": sorted(self.local_nodes),
-                "total_bytes": total, "remote_bytes": self.remote_bytes,
-                "remote_share": self.share, "threshold": self.threshold,
-                "over_threshold": self.over_threshold, "error": self.error}
+        total, by = self.total_bytes, sorted(self.bytes_by_node.items())
+        return _record_json(self, bytes_by_node={
+            "bytes_by_node": {str(n): v for n, v in by},
+            "share_by_node": {str(n): (v / total if total else 0.0) for n, v in by}},
+            threshold={"total_bytes": total, "remote_bytes": self.remote_bytes,
+                       "remote_share": self.share, "threshold": self.threshold,
+                       "over_threshold": self.over_threshold})
 
 
 def remote_share(pid: Union[int, str] = "self", *, threshold: float = REMOTE_SHARE_THRESHOLD,
@@ -6331,7 +6327,7 @@ class CudaPin:
         lib = self._lib
         assert lib is not None
         todo = iter(pieces)
-        done: List[Tuple[int, int]] = []
+        done: List[Tuple[int, int, int]] = []        # (start, size, cudaError 0)
         failed: List[Tuple[int, int, int]] = []      # (start, size, cudaError)
 
         def worker() -> None:
@@ -6350,10 +6346,7 @@ class CudaPin:
                     # engine's next kernel-launch check reports it as its own.
                     lib.cudaGetLastError()
                 with self._lock:
-                    if rc == 0:
-                        done.append(piece)
-                    else:
-                        failed.append((piece[0], piece[1], rc))
+                    (failed if rc else done).append((*piece, rc))
                     p = self.progress
                     self.progress = CudaPinProgress(p.bytes + (0 if rc else piece[1]),
                                                     p.calls + 1, max(p.longest_s, dt))
@@ -6371,7 +6364,7 @@ class CudaPin:
             self._give_up(f"prefault before registering failed: {e}", strict)
             return
         with self._lock:
-            self.chunks = tuple(sorted(done))
+            self.chunks = tuple(sorted((a, n) for a, n, _ in done))
         if failed:
             start, n, rc = min(failed)
             self.error, self.failed_chunk = rc, (start, n)
