@@ -4766,13 +4766,6 @@ def _policy_or_env(policy: Optional[str]) -> str:
     return p
 
 
-def _reserve_or_env(reserve: Optional[int]) -> int:
-    reserve = _env("NUMA_RESERVED_CORES") if reserve is None else reserve
-    if int(reserve) < 0:
-        raise ValueError(f"reserve must be >= 0, not {reserve!r}")
-    return int(reserve)
-
-
 def _norm_bus_id(text: str) -> str:
     """"00000000:17:00.0" (NVML), "0000:17:00.0" (sysfs), "17:00.0" -> "0000:17:00.0"."""
     s = text.strip().lower()
@@ -5003,19 +4996,16 @@ def _attribute_gpu_memory(topo: Topology, infos: List[GpuInfo],
         groups: Dict[Optional[int], List[GpuInfo]] = {}
         for g in sorted(cands, key=lambda x: x.pci):
             groups.setdefault(g.cpu_node, []).append(g)
-        plan: Dict[str, Tuple[int, ...]] = {}
-        if None not in home.values():
-            for n, gs in groups.items():
-                mine = [m for m in free if home[m] == n]
-                if not mine or len(mine) % len(gs):
-                    plan = {}
-                    break
-                k = len(mine) // len(gs)
-                plan.update((g.pci, tuple(mine[i * k:(i + 1) * k])) for i, g in enumerate(gs))
-        if not plan and len(free) % len(cands) == 0:
-            k = len(free) // len(cands)
-            order = sorted(cands, key=lambda x: (x.cpu_node, x.pci))
-            plan = {g.pci: tuple(free[i * k:(i + 1) * k]) for i, g in enumerate(order)}
+
+        def share(nodes: List[int], gs: List[GpuInfo]) -> Dict[str, Tuple[int, ...]]:
+            """``nodes`` in order, k to each of ``gs``; {} when they do not divide."""
+            k, left = divmod(len(nodes), len(gs))
+            return {} if left or not k else \
+                {g.pci: tuple(nodes[i * k:(i + 1) * k]) for i, g in enumerate(gs)}
+        parts = [share([m for m in free if home[m] == n], gs) for n, gs in groups.items()]
+        plan = {p: ns for part in parts for p, ns in part.items()} \
+            if None not in home.values() and all(parts) else {}
+        plan = plan or share(free, sorted(cands, key=lambda x: (x.cpu_node, x.pci)))
         claimed.update((p, (ns, "driver")) for p, ns in plan.items())
     return [g._replace(memory_nodes=claimed[g.pci][0], memory_source=claimed[g.pci][1])
             if g.pci in claimed else g for g in infos]
@@ -5111,9 +5101,8 @@ def local_devices(where: Any, kind: str = "net", *, strict: bool = False,
     elif isinstance(where, (set, frozenset, list, tuple)):
         nodes = frozenset(where)
     else:
-        nodes = frozenset(placement(where, backend=b))
-        first = None if nodes else node_of(where, backend=b)
-        nodes = nodes if first is None else frozenset({first})
+        nodes = frozenset(placement(where, backend=b)) or \
+            frozenset(n for n in (node_of(where, backend=b),) if n is not None)
     pkg = {n: p for p, ns in t.package_nodes.items() for n in ns}
     home = {n: pkg.get(_nearest_cpu_node(t, n)) for n in t.nodes}   # type: ignore[arg-type]
     mine = {home.get(n) for n in nodes} - {None}
@@ -5189,9 +5178,7 @@ def _apply_visible(base: List[_Resolved], raw: str, uuids: Mapping[str, GpuInfo]
     for t in (tok.strip() for tok in raw.split(",")):
         got: Optional[_Resolved] = None
         if re.match(r"^-?\d+$", t):
-            i = int(t)
-            if 0 <= i < len(base):
-                got = base[i]
+            got = base[int(t)] if 0 <= int(t) < len(base) else None
         elif t[:4].upper() == "GPU-":
             hits = [g for u, g in uuids.items() if u.startswith(t.lower())]
             if len(hits) == 1:
@@ -5231,10 +5218,10 @@ def _resolve(device: int, pci_bus_id: Optional[str], infos: List[GpuInfo], b: Ba
         bus = _norm_bus_id(pci_bus_id)
         return _Resolved(by_pci.get(bus), "pci_bus_id" if bus in by_pci else
                          f"pci_bus_id {bus} is not a GPU in sysfs")
-    if b.is_live and isinstance(b, LinuxBackend):
-        bus_t = _torch_bus_id(device)
-        if bus_t is not None and bus_t in by_pci:
-            return _Resolved(by_pci[bus_t], "torch")
+    torch_gpu = by_pci.get(_torch_bus_id(device) or "") if b.is_live and \
+        isinstance(b, LinuxBackend) else None
+    if torch_gpu is not None:
+        return _Resolved(torch_gpu, "torch")
     env = os.environ if env is None else env
     vis, notes = _visible_gpus(infos, _nvml_devices(b), env)
     if device >= len(vis):
@@ -5476,8 +5463,11 @@ def _plan_args(policy: Optional[str], reserve: Optional[int],
                ) -> Tuple[str, int, Optional[str], bool]:
     """A plan's policy, reserve, memory policy and strictness; the unset ones from the
     environment."""
-    return (_policy_or_env(policy), _reserve_or_env(reserve), _memory_or_env(memory),
-            _strict_or_env(strict))
+    pol = _policy_or_env(policy)
+    reserve = _env("NUMA_RESERVED_CORES") if reserve is None else reserve
+    if int(reserve) < 0:
+        raise ValueError(f"reserve must be >= 0, not {reserve!r}")
+    return pol, int(reserve), _memory_or_env(memory), _strict_or_env(strict)
 
 
 def _device_plan(b: Backend, device: int, pci_bus_id: Optional[str],
@@ -5628,17 +5618,16 @@ def _bind_node(b: Backend, topo: Topology, node: int, cpus: Union[bool, Iterable
     if reason is None:
         try:
             done = _set_affinity(b, want, threads, notes)
-        except NotLiveError as e:
-            if st:
-                raise
-            reason = "not-live"
-            notes.append(str(e))
         except OSError as e:
             if st:
                 raise
-            reason = _errno_reason(e.errno or errno.EIO)
-            _warn_once(f"bind:affinity:{reason}", "numa_utils: CPU binding to %s "
-                       "not applied: %s", format_cpulist(want), e)
+            if isinstance(e, NotLiveError):
+                reason = "not-live"
+                notes.append(str(e))
+            else:
+                reason = _errno_reason(e.errno or errno.EIO)
+                _warn_once(f"bind:affinity:{reason}", "numa_utils: CPU binding to %s "
+                           "not applied: %s", format_cpulist(want), e)
     return BindResult(node, want if reason is None else frozenset(), reason is None, reason,
                       pres, *done, None, tuple(notes))
 
@@ -5818,8 +5807,7 @@ class Counters:
 
     def to_json(self) -> Dict[str, Any]:
         return {"timestamp": self.timestamp, "seconds": self.seconds,
-                "page_size": self.page_size,
-                "nodes": [c.to_json() for c in self],
+                "page_size": self.page_size, "nodes": [c.to_json() for c in self],
                 "remote_pages": self.remote_pages, "remote_ratio": self.remote_ratio,
                 "problems": list(self.problems)}
 
@@ -5918,15 +5906,13 @@ class RemoteShare(_Record):
                 "move its CPUs to where the memory is")
 
     def to_json(self) -> Dict[str, Any]:
-        total = self.total_bytes
-        return {"pid": self.pid,
-                "bytes_by_node": {str(n): v for n, v in sorted(self.bytes_by_node.items())},
-                "share_by_node": {str(n): (v / total if total else 0.0)
-                                  for n, v in sorted(self.bytes_by_node.items())},
-                "cpus": sorted(self.cpus), "local_nodes": sorted(self.local_nodes),
-                "total_bytes": total, "remote_bytes": self.remote_bytes,
-                "remote_share": self.share, "threshold": self.threshold,
-                "over_threshold": self.over_threshold, "error": self.error}
+        total, by = self.total_bytes, sorted(self.bytes_by_node.items())
+        return _record_json(self, bytes_by_node={
+            "bytes_by_node": {str(n): v for n, v in by},
+            "share_by_node": {str(n): (v / total if total else 0.0) for n, v in by}},
+            threshold={"total_bytes": total, "remote_bytes": self.remote_bytes,
+                       "remote_share": self.share, "threshold": self.threshold,
+                       "over_threshold": self.over_threshold})
 
 
 def remote_share(pid: Union[int, str] = "self", *, threshold: float = REMOTE_SHARE_THRESHOLD,
@@ -6047,13 +6033,10 @@ def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] 
     # node, and a new worker may still go anywhere the cpuset allows.
     topo = _planning_topology(b)
     snap = counters(backend=b)
-    loads = dict(loads or {})
     excluded = frozenset(exclude)
     usable_mem = default_memory_nodes(topo)
-    nodes = sorted(n for n in topo.nodes_with_cpus
-                   if n in topo.nodes and topo.nodes[n].cpus & topo.allowed_cpus)
-    if not topo.has_node_dir:
-        nodes = [0]
+    nodes = sorted(n for n in topo.nodes_with_cpus if n in topo.nodes and
+                   topo.nodes[n].cpus & topo.allowed_cpus) if topo.has_node_dir else [0]
     skipped = [n for n in nodes if n in excluded]
     nodes = [n for n in nodes if n not in excluded]
     gnode, glabel = _resolve_gpu(gpu, topo, b, environ) if gpu is not None else (None, "")
@@ -6067,7 +6050,7 @@ def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] 
         avail = c.available_kb if c is not None and c.meminfo else \
             topo.nodes[mnode].mem_free_kb if mnode is not None and mnode in topo.nodes else 0
         cands.append(NodeCandidate(
-            n, mnode, avail, int(loads.get(n, 0)),
+            n, mnode, avail, int((loads or {}).get(n, 0)),
             topo.distance(gnode, n) if gnode is not None else None,
             topo.distance(n, mnode) if mnode is not None else None, avail >= need_kb))
     if not cands:
@@ -6077,12 +6060,12 @@ def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] 
                           + (format_cpulist(topo.allowed_cpus) or "-"), (), gnode)
     far = 1 << 16
 
-    def key(c: NodeCandidate) -> Tuple[int, int, int, int, int, int]:
-        gd = 0 if gnode is None else (c.gpu_distance if c.gpu_distance is not None
-                                      else (0 if c.node == gnode else far))
+    def key(c: NodeCandidate) -> Tuple[int, ...]:
+        # (without a GPU, gd is the same for every node)
+        gd = c.gpu_distance if c.gpu_distance is not None else 0 if c.node == gnode else far
         md = c.memory_distance if c.memory_distance is not None else far
         # Last: more memory available, then the lower id (a stable answer).
-        return (0 if c.fits else 1, gd, c.load, md, -c.available_kb, c.node)
+        return (not c.fits, gd, c.load, md, -c.available_kb, c.node)
 
     fitting = [c for c in cands if c.fits]
     best = min(fitting, key=key) if fitting else \
@@ -6101,17 +6084,17 @@ def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] 
             if not any(c.node == gnode for c in cands) else
             f", which lacks the memory; {nb} node that has it")]
     mem_txt = _fmt_kb(best.available_kb)
-    if best.memory_node is not None and best.memory_node != best.node:
+    if best.memory_node not in (None, best.node):
         mem_txt += f" on its nearest memory node {best.memory_node}"
     if not fitting:
         parts.append(f"no node has {_fmt_kb(need_kb)} available; node {best.node} has "
                      f"the most ({mem_txt})")
     else:
-        parts.append(f"{mem_txt} available (MemFree + reclaimable page cache)"
-                     + (f" for the {_fmt_kb(need_kb)} needed" if need_kb else ""))
-        parts.append(f"{best.load} worker(s) already there"
-                     + (f" (fewest among {len(fitting)} fitting node(s))"
-                        if len(fitting) > 1 and gnode is None else ""))
+        parts += [f"{mem_txt} available (MemFree + reclaimable page cache)"
+                  + (f" for the {_fmt_kb(need_kb)} needed" if need_kb else ""),
+                  f"{best.load} worker(s) already there"
+                  + (f" (fewest among {len(fitting)} fitting node(s))"
+                     if len(fitting) > 1 and gnode is None else "")]
     if len(cands) == 1:
         parts.append("it is the only usable node with CPUs")
     reason = f"node {best.node}: " + "; ".join(parts)
@@ -6210,11 +6193,8 @@ class CudaPin:
     def __init__(self, addr: int, length: int, flags: int, lib: Optional[ctypes.CDLL],
                  library: Optional[str], threads: int = 0) -> None:
         self.ok = False
-        self.addr = addr
-        self.length = length
-        self.flags = flags
+        self.addr, self.length, self.flags, self.threads = addr, length, flags, threads
         self.chunks: Tuple[Tuple[int, int], ...] = ()
-        self.threads = threads
         self.reason: Optional[str] = None    # why not registered ("libcudart not found" ...)
         self.error: Optional[int] = None     # cudaError_t of the failing call, if any
         self.failed_chunk: Optional[Tuple[int, int]] = None   # (address, bytes) of it
@@ -6297,7 +6277,7 @@ class CudaPin:
         lib = self._lib
         assert lib is not None
         todo = iter(pieces)
-        done: List[Tuple[int, int]] = []
+        done: List[Tuple[int, int, int]] = []        # (start, size, cudaError 0)
         failed: List[Tuple[int, int, int]] = []      # (start, size, cudaError)
 
         def worker() -> None:
@@ -6316,10 +6296,7 @@ class CudaPin:
                     # engine's next kernel-launch check reports it as its own.
                     lib.cudaGetLastError()
                 with self._lock:
-                    if rc == 0:
-                        done.append(piece)
-                    else:
-                        failed.append((piece[0], piece[1], rc))
+                    (failed if rc else done).append((*piece, rc))
                     p = self.progress
                     self.progress = CudaPinProgress(p.bytes + (0 if rc else piece[1]),
                                                     p.calls + 1, max(p.longest_s, dt))
@@ -6337,7 +6314,7 @@ class CudaPin:
             self._give_up(f"prefault before registering failed: {e}", strict)
             return
         with self._lock:
-            self.chunks = tuple(sorted(done))
+            self.chunks = tuple(sorted((a, n) for a, n, _ in done))
         if failed:
             start, n, rc = min(failed)
             self.error, self.failed_chunk = rc, (start, n)
@@ -6398,20 +6375,19 @@ def pin_for_cuda(buf: Any, length: Optional[int] = None, *, chunk: int = 1 << 30
     if chunk <= 0:
         raise ValueError(f"chunk must be positive, not {chunk}")
     lib, where = _load_cudart(cudart, b)
-    if lib is None or size == 0:
-        pin = CudaPin(addr, size, int(flags), lib, where if lib is not None else None)
-        if lib is None:
-            pin._give_up(f"CUDA not available: {where}", strict)
-        pin.ok = lib is not None
-        pin._ended.set()
-        return pin
     # Interior chunk edges on page boundaries: two registrations must never share a
     # page (CUDA pins whole pages; overlapping ones fail as already registered).
     step = max(min(chunk, _PIN_CALL_MAX) // page * page, page)
     edges = [addr, *range(addr - addr % page + step, addr + size, step), addr + size]
     pieces = [(a, z - a) for a, z in zip(edges, edges[1:]) if z > a]
-    nthreads = max(1, min(threads or 1, len(pieces)))
-    pin = CudaPin(addr, size, int(flags), lib, where, nthreads)
+    nthreads = min(max(1, threads or 1), len(pieces)) if lib is not None else 0
+    pin = CudaPin(addr, size, int(flags), lib, where if lib is not None else None, nthreads)
+    if lib is None or not pieces:
+        if lib is None:
+            pin._give_up(f"CUDA not available: {where}", strict)
+        pin.ok = lib is not None
+        pin._ended.set()
+        return pin
     # A new thread's current CUDA device is 0: registering from it would create a
     # context on GPU 0 (hundreds of MiB there) for an engine that runs on GPU 3.
     # Each worker first selects the caller's device.
