@@ -4178,10 +4178,9 @@ class SharedRegion:
 
         def make(r: SharedRegion) -> None:
             rec, what = (_sysv_attach if kind == "sysv" else _posix_attach)(r, trust)
-            data, page = rec["size"], rec["page_size"]
+            data = rec["size"]
             try:
-                lay = Layout.parse(rec["layout"]).bound(data, page) if "layout" in rec \
-                    else Layout.extents([(data, "default", ())])
+                lay = _record_layout(rec)
             except (ValueError, TypeError) as e:
                 raise ValueError(f"{what}: damaged identity record ({e})") from None
             if size is not None and size > data:
