@@ -1730,40 +1730,36 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     b = _b(backend)
     r = _Reader(b)
     has_node_dir = r.exists(_NODE_DIR)
+    # No node directory (kernel without CONFIG_NUMA): one node 0 with every CPU and
+    # all memory.
+    online = possible = frozenset({0})
+    if has_node_dir:
+        online = r.parsed(f"{_NODE_DIR}/online", _parse_nodelist, frozenset(_node_dirs(r)))
+        possible = r.parsed(f"{_NODE_DIR}/possible", _parse_nodelist, online)
     node_cpus: Dict[int, FrozenSet[int]] = {}
     mem: Dict[int, Tuple[int, int]] = {}
     hp: Dict[int, Dict[int, HugePages]] = {}
-    rows: Dict[int, Tuple[int, ...]] = {}
-    if has_node_dir:
-        dirs = _node_dirs(r)
-        online = r.parsed(f"{_NODE_DIR}/online", _parse_nodelist, frozenset(dirs))
-        possible = r.parsed(f"{_NODE_DIR}/possible", _parse_nodelist, frozenset(online))
-        for n in sorted(online):
-            d = f"{_NODE_DIR}/node{n}"
+    rows: Dict[int, Optional[Tuple[int, ...]]] = {0: (10,)}
+    for n in sorted(online):
+        d = f"{_NODE_DIR}/node{n}" if has_node_dir else ""
+        if has_node_dir:
             node_cpus[n] = r.cpus(f"{d}/cpulist", f"{d}/cpumap") or frozenset()
-            mi = r.parsed(f"{d}/meminfo", parse_meminfo) or {}
-            mem[n] = (mi.get("MemTotal", 0), mi.get("MemFree", 0))
-            hp[n] = _hugepages(r, f"{d}/hugepages")
-            row = r.parsed(f"{d}/distance", parse_distance_row)
-            if row is not None:
-                rows[n] = row
-        # Every node list below is cut to the online nodes where it is read (once).
-        with_cpus = r.online(r.parsed(f"{_NODE_DIR}/has_cpu", _parse_nodelist, frozenset(
-            n for n, c in node_cpus.items() if c)), online, f"{_NODE_DIR}/has_cpu")
-        with_mem = r.online(r.parsed(f"{_NODE_DIR}/has_memory", _parse_nodelist, frozenset(
-            n for n, (t, _) in mem.items() if t > 0)), online, f"{_NODE_DIR}/has_memory")
-    else:
-        # No node directory (kernel without CONFIG_NUMA): one node 0 with every CPU
-        # and all memory.
-        online = possible = with_cpus = with_mem = frozenset({0})
-        mi = r.parsed("/proc/meminfo", parse_meminfo) or {}
-        mem[0] = (mi.get("MemTotal", 0), mi.get("MemFree", 0))
-        hp[0] = _hugepages(r, "/sys/kernel/mm/hugepages")
-        rows[0] = (10,)
-    node_of: Dict[int, int] = {}
-    for n, cl in node_cpus.items():
-        for c in cl:
-            node_of[c] = n
+        mi = r.parsed(f"{d}/meminfo" if d else "/proc/meminfo", parse_meminfo) or {}
+        mem[n] = (mi.get("MemTotal", 0), mi.get("MemFree", 0))
+        hp[n] = _hugepages(r, f"{d}/hugepages" if d else "/sys/kernel/mm/hugepages")
+        if d:
+            rows[n] = r.parsed(f"{d}/distance", parse_distance_row)
+
+    def listed(name: str, default: Any) -> Any:
+        """A node list of the node directory, cut to the online nodes (once, here)."""
+        path = f"{_NODE_DIR}/{name}"
+        got = r.parsed(path, _parse_nodelist, default) if has_node_dir else default
+        return got if got is None else r.online(got, online, path)
+    with_cpus: FrozenSet[int] = listed("has_cpu", frozenset(
+        n for n, c in node_cpus.items() if c) if has_node_dir else online)
+    with_mem: FrozenSet[int] = listed("has_memory", frozenset(
+        n for n, (t, _) in mem.items() if t > 0) if has_node_dir else online)
+    node_of = {c: n for n, cl in node_cpus.items() for c in cl}
     cpus, online_cpus = _read_cpus(r, node_of)
     if not has_node_dir:
         node_cpus[0] = online_cpus
@@ -1786,30 +1782,20 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
                 r.problems.append(f"{where} has {len(row)} entries for {len(order)} "
                                   "online nodes; distances ignored")
         t, f = mem.get(n, (0, 0))
-        nodes[n] = Node(n, frozenset(node_cpus.get(n, frozenset())), t, f,
+        nodes[n] = Node(n, node_cpus.get(n, frozenset()), t, f,
                         MappingProxyType(dist), MappingProxyType(hp.get(n, {})))
     try:
         allowed_cpus, allowed_mems = _allowed_from_status(b)
     except ValueError as e:
         r.problems.append(str(e))
         allowed_cpus = allowed_mems = None
-    if allowed_cpus is None:
-        allowed_cpus = online_cpus
-    if allowed_mems is None:
-        allowed_mems = frozenset(with_mem)
     # Memory tiers, HMAT and weighted interleave.
-    online = frozenset(online)
     tiers = _read_tiers(r, online) if has_node_dir else {}
     tier_of = {m: t for t, ns in sorted(tiers.items(), reverse=True) for m in ns}
-    normal = r.parsed(f"{_NODE_DIR}/has_normal_memory", _parse_nodelist) \
-        if has_node_dir else None
-    if normal is not None:
-        normal = r.online(normal, online, f"{_NODE_DIR}/has_normal_memory")
-    gi = r.online(r.parsed(f"{_NODE_DIR}/has_generic_initiator", _parse_nodelist,
-                           frozenset()), online, f"{_NODE_DIR}/has_generic_initiator") \
-        if has_node_dir else frozenset()
+    normal: Optional[FrozenSet[int]] = listed("has_normal_memory", None)
+    gi: FrozenSet[int] = listed("has_generic_initiator", frozenset())
     links: Dict[int, List[str]] = {}
-    for dev in _read_devices(r, node_of, frozenset(with_cpus)) if gi else ():
+    for dev in _read_devices(r, node_of, with_cpus) if gi else ():
         links.setdefault(dev.numa_node, []).append(dev.address)
     for n, nd in nodes.items():
         nd = nd._replace(tier=tier_of.get(n),
@@ -1821,29 +1807,23 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
             why += "; standing for " + (", ".join(links[n]) if n in links else
                                         "a device no PCI numa_node names")
         nodes[n] = nd._replace(kind=kind, kind_evidence=why)
-    weights, auto = _read_weights(r, online, frozenset(possible))
+    weights, auto = _read_weights(r, online, possible)
     nb = r.integer("/proc/sys/kernel/numa_balancing")
-    thp = None
     thp_text = r.text("/sys/kernel/mm/transparent_hugepage/enabled")
-    if thp_text is not None:
-        m = re.search(r"\[(\w+)\]", thp_text)
-        if m:
-            thp = m.group(1)
-        else:
-            r.problems.append(f"no [selected] THP mode in {thp_text.strip()!r}")
+    thp = re.search(r"\[(\w+)\]", thp_text or "")
+    if thp_text is not None and not thp:
+        r.problems.append(f"no [selected] THP mode in {thp_text.strip()!r}")
     topo = Topology(
-        nodes=MappingProxyType(nodes),
-        online_nodes=frozenset(online), possible_nodes=frozenset(possible),
-        nodes_with_cpus=frozenset(with_cpus), nodes_with_memory=frozenset(with_mem),
+        nodes=MappingProxyType(nodes), online_nodes=online, possible_nodes=possible,
+        nodes_with_cpus=with_cpus, nodes_with_memory=with_mem,
         cpus=MappingProxyType(cpus), online_cpus=online_cpus,
-        allowed_cpus=frozenset(allowed_cpus), allowed_mems=frozenset(allowed_mems),
-        gpus=_read_devices(r, node_of, frozenset(with_cpus), True),
-        numa_balancing=nb, thp=thp,
-        problems=tuple(r.problems), has_node_dir=has_node_dir,
-        memory_tiers=MappingProxyType(tiers),
+        allowed_cpus=online_cpus if allowed_cpus is None else allowed_cpus,
+        allowed_mems=with_mem if allowed_mems is None else allowed_mems,
+        gpus=_read_devices(r, node_of, with_cpus, True), numa_balancing=nb,
+        thp=thp.group(1) if thp else None, problems=tuple(r.problems),
+        has_node_dir=has_node_dir, memory_tiers=MappingProxyType(tiers),
         interleave_weights=None if weights is None else MappingProxyType(weights),
-        interleave_auto=auto,
-    )
+        interleave_auto=auto)
     k = topo.nodes_per_package
     if k and k > 1:       # several nodes per package: say so where the kind is read
         pkg = {n: p for p, ns in topo.package_nodes.items() for n in ns}
