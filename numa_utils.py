@@ -6855,11 +6855,6 @@ def _fmt_kb(kb: int) -> str:
     return f"{kb} KiB"
 
 
-def _uname() -> Tuple[str, str]:
-    u = os.uname()
-    return u.release, u.machine
-
-
 def _tree_machine(b: Backend) -> Tuple[Optional[str], Optional[str], Optional[int]]:
     """(release, machine, page size) of the machine a saved tree was taken on, as far
     as the tree tells: proc/sys/kernel/osrelease and arch (Linux 6.1+; gather.py
@@ -6890,13 +6885,10 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
         node = g.node
         gpu_rows.append(dict(_pci_json(g), node=node, node_source=g.node_source))
         if multi and g.numa_node < 0:
-            if node is None:
-                warnings.append(f"GPU {g.address}: firmware reports no NUMA node "
-                                "(numa_node=-1) and its local CPUs span several nodes; "
-                                "pass the node explicitly when binding workers")
-            else:
-                warnings.append(f"GPU {g.address}: firmware reports no NUMA node "
-                                f"(numa_node=-1); using node {node} from its local CPUs")
+            warnings.append(f"GPU {g.address}: firmware reports no NUMA node (numa_node=-1)"
+                            + (" and its local CPUs span several nodes; pass the node "
+                               "explicitly when binding workers" if node is None else
+                               f"; using node {node} from its local CPUs"))
         if node is not None and multi:
             ncpus = topo.nodes[node].cpus if node in topo.nodes else frozenset()
             if ncpus and not (ncpus & topo.allowed_cpus):
@@ -6944,7 +6936,7 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     abi: Optional[Abi] = b.abi
     page_size: Optional[int] = b.page_size
     if b.is_live:
-        release, machine = _uname()
+        release, machine = os.uname()[2], os.uname()[4]
     elif not b.has_process:
         # A saved tree: its own machine's facts, or None ("unknown"), never ours.
         release, machine, page_size = _tree_machine(b)
@@ -6957,37 +6949,24 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
             warnings.append(f"no syscall table for the {abi.name!r} ABI: memory "
                             "policies fall back to first-touch")
     report: Dict[str, Any] = {
-        "version": __version__,
-        "root": b.root,
+        "version": __version__, "root": b.root,
         "nodes": [dict(n, devices=[d.address for d in devs if d.node == n["id"]])
                   for n in tj["nodes"]],
-        "gpus": gpu_rows,
-        "devices": [d.to_json() for d in devs],
-        "packages": layout,
-        "process": {
-            "pid": os.getpid() if b.is_live else None,
-            "allowed_cpus": tj["allowed_cpus"],
-            "allowed_mems": tj["allowed_mems"],
-            "policy": policy,
-            "policy_error": policy_error,
-        },
+        "gpus": gpu_rows, "devices": [d.to_json() for d in devs], "packages": layout,
+        "process": {"pid": os.getpid() if b.is_live else None,
+                    "allowed_cpus": tj["allowed_cpus"], "allowed_mems": tj["allowed_mems"],
+                    "policy": policy, "policy_error": policy_error},
         "kernel": {
             "release": release, "machine": machine,
             "abi": abi.name if abi is not None else None,
             "syscalls": dict(abi.syscalls) if abi is not None and abi.syscalls else None,
-            "page_size": page_size,
-            "numa": topo.has_node_dir,
-            "online_nodes": tj["online_nodes"], "possible_nodes": tj["possible_nodes"],
-            "nodes_with_cpus": tj["nodes_with_cpus"],
-            "nodes_with_memory": tj["nodes_with_memory"],
-            "online_cpus": tj["online_cpus"],
+            "page_size": page_size, "numa": topo.has_node_dir,
+            **{f: tj[f] for f in ("online_nodes", "possible_nodes", "nodes_with_cpus",
+                                  "nodes_with_memory", "online_cpus")},
             "numa_balancing": topo.numa_balancing, "thp": topo.thp,
-            "thp_settings": _thp_settings(b),
-        },
-        "cpus": tj["cpus"],
-        "memory_tiers": tj["memory_tiers"],
-        "interleave_weights": tj["interleave_weights"],
-        "interleave_auto": tj["interleave_auto"],
+            "thp_settings": _thp_settings(b)},
+        **{f: tj[f] for f in ("cpus", "memory_tiers", "interleave_weights",
+                              "interleave_auto")},
         "default_memory_nodes": memory_node_choice(topo).to_json(),
         "warnings": warnings,
     }
@@ -7142,24 +7121,20 @@ def _cpu_summary(rep: Dict[str, Any]) -> str:
 
 
 def _render_status(rep: Dict[str, Any]) -> str:
-    out: List[str] = []
     k = rep["kernel"]
     where = "this machine" if rep["root"] == "/" else f"saved tree {rep['root']}"
     head = f"numa_utils {rep['version']} status: {where}"
     if k.get("release") or k.get("machine"):
         head += f" (Linux {k['release'] or '?'}, {k['machine'] or '?'})"
-    out.append(head)
     page = "unknown" if k["page_size"] is None else f"{k['page_size'] // 1024} KiB"
-    out.append(f"ABI {k['abi'] or 'unknown'}, page size {page}"
-               + ("" if k["numa"] else "; kernel without NUMA (no node directory)"))
-    out.append("")
     nodes = rep["nodes"]
-    out.append(f"NODES: {len(nodes)} online ({format_cpulist(k['online_nodes']) or '-'}) "
-               f"of {len(k['possible_nodes'])} possible "
-               f"({format_cpulist(k['possible_nodes']) or '-'}); CPUs on "
-               f"{_nodes_txt(k['nodes_with_cpus'])}; memory on "
-               f"{_nodes_txt(k['nodes_with_memory'])}")
-    out.append(_cpu_summary(rep))
+    out = [head, f"ABI {k['abi'] or 'unknown'}, page size {page}"
+           + ("" if k["numa"] else "; kernel without NUMA (no node directory)"), "",
+           f"NODES: {len(nodes)} online ({format_cpulist(k['online_nodes']) or '-'}) "
+           f"of {len(k['possible_nodes'])} possible "
+           f"({format_cpulist(k['possible_nodes']) or '-'}); CPUs on "
+           f"{_nodes_txt(k['nodes_with_cpus'])}; memory on "
+           f"{_nodes_txt(k['nodes_with_memory'])}", _cpu_summary(rep)]
     if rep.get("packages"):
         out.append(f"PACKAGES: {rep['packages']['evidence']}")
     w = max([len(format_cpulist(n["cpus"])) for n in nodes] + [4])
@@ -7174,40 +7149,33 @@ def _render_status(rep: Dict[str, Any]) -> str:
     out.append("")
     ids = [n["id"] for n in nodes]
     if len(ids) > 1:
-        out.append("DISTANCES")
         cw = max(4, max(len(str(i)) for i in ids) + 1)
-        out.append("  " + " " * cw + "".join(f"{i:>{cw}}" for i in ids))
-        for n in nodes:
-            out.append("  " + f"{n['id']:>{cw}}" + "".join(
-                f"{n['distances'].get(str(j), '?'):>{cw}}" for j in ids))
+        out += ["DISTANCES", "  " + " " * cw + "".join(f"{i:>{cw}}" for i in ids)]
+        out += ["  " + f"{n['id']:>{cw}}" + "".join(
+            f"{n['distances'].get(str(j), '?'):>{cw}}" for j in ids) for n in nodes]
         out.append("")
     if rep["gpus"]:
         out.append("GPUS")
         for g in rep["gpus"]:
-            node = g["node"] if g["node"] is not None else "?"
             note = "" if g["node_source"] == "numa_node" else f" ({g['node_source']})"
             out.append(f"  {g['address']}  {g['vendor_name']:<6} {g['device']}  "
-                       f"node {node}{note}  local cpus "
+                       f"node {'?' if g['node'] is None else g['node']}{note}  local cpus "
                        f"{format_cpulist(g['local_cpus']) or '-'}")
         out.append("")
-    out.extend(_render_devices(rep))
-    out.extend(_render_tiers(rep))
     p = rep["process"]
-    out.append("PROCESS" + (f" (pid {p['pid']})" if p["pid"] else ""))
-    all_cpus = k["online_cpus"]
-    out.append(f"  allowed cpus   {format_cpulist(p['allowed_cpus']) or '-'}"
-               + (" (all online)" if p["allowed_cpus"] == all_cpus else ""))
-    out.append(f"  allowed mems   {format_cpulist(p['allowed_mems']) or '-'}"
-               + (" (all)" if p["allowed_mems"] == k["nodes_with_memory"] else ""))
     pol = p["policy"]["text"] if p["policy"] else f"unknown ({p['policy_error']})"
-    out.append(f"  memory policy  {pol}")
-    out.append("")
-    out.append("KERNEL")
     nb = k["numa_balancing"]
-    out.append(f"  numa_balancing {'-' if nb is None else nb}"
-               + ("" if nb is None else (" (on)" if nb else " (off)")))
-    out.append(f"  THP            {k['thp'] or '-'}" + "".join(
-        f", {n} {v}" for n, v in k.get("thp_settings", {}).items() if n != "enabled"))
+    out += [*_render_devices(rep), *_render_tiers(rep),
+            "PROCESS" + (f" (pid {p['pid']})" if p["pid"] else ""),
+            f"  allowed cpus   {format_cpulist(p['allowed_cpus']) or '-'}"
+            + (" (all online)" if p["allowed_cpus"] == k["online_cpus"] else ""),
+            f"  allowed mems   {format_cpulist(p['allowed_mems']) or '-'}"
+            + (" (all)" if p["allowed_mems"] == k["nodes_with_memory"] else ""),
+            f"  memory policy  {pol}", "", "KERNEL",
+            f"  numa_balancing {'-' if nb is None else nb}"
+            + ("" if nb is None else (" (on)" if nb else " (off)")),
+            f"  THP            {k['thp'] or '-'}" + "".join(
+                f", {n} {v}" for n, v in k.get("thp_settings", {}).items() if n != "enabled")]
     out.extend(rep.get("extra_text", []))
     if "config" in rep:
         out.append("")
