@@ -534,10 +534,6 @@ class Backend:
         except OSError:
             return None
 
-    def read_chunks(self, path: str) -> Iterator[str]:
-        """A file in decoded pieces (numa_maps of a large process: bounded memory)."""
-        return iter((self.read_text(path),))
-
     def cpuset_cpus(self) -> Optional[FrozenSet[int]]:
         """This process's cgroup cpuset (the most sched_setaffinity may ever give it), or
         None when it cannot be read.  Cgroup v2: <path>/cpuset.cpus.effective; v1:
@@ -975,35 +971,6 @@ class LinuxBackend(Backend):
                 return f.read().decode("utf-8", "replace")
         limit = self._SYSFS_MAX_READ if path.startswith("/sys/") else self._TREE_MAX_READ
         return self._tree.read(self._rel(self._tree, path), path, limit)
-
-    def read_chunks(self, path: str) -> Iterator[str]:
-        """Decoded pieces of about 1 MiB.  Opened now, non-blocking, and refused unless
-        a regular file: a FIFO or a device (/dev/zero) would block or never end."""
-        if self._tree is not None:
-            return super().read_chunks(path)
-        import codecs
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise ValueError(f"{path}: not a regular file")
-        except BaseException:
-            os.close(fd)
-            raise
-        f = os.fdopen(fd, "rb", buffering=0)
-
-        def pieces() -> Iterator[str]:
-            dec = codecs.getincrementaldecoder("utf-8")("replace")
-            with f:
-                end = False
-                while not end:
-                    parts: List[bytes] = []
-                    size = 0
-                    while size < 1 << 20 and not end:     # /proc gives a page per read
-                        parts.append(f.read(1 << 20))
-                        size += len(parts[-1])
-                        end = not parts[-1]
-                    yield dec.decode(b"".join(parts), end)
-        return pieces()
 
     def listdir(self, path: str) -> List[str]:
         if self._tree is None:
