@@ -847,16 +847,13 @@ class _Archive:
         else:
             raise ValueError(f"{self.path}: no sys/ or proc/ in the archive "
                              "(nor under root/)")
-        if not base:
-            return self
-        sub = _Archive.__new__(_Archive)
-        sub.path, sub.folder, sub._unlisted = self.path, False, set()
-        cut = len(base) + 1
-        sub.files = {k[cut:]: v for k, v in self.files.items() if k[:cut] == base + "/"}
-        sub.links = {k[cut:]: v for k, v in self.links.items() if k[:cut] == base + "/"}
-        sub.dirs = {k[cut:]: v for k, v in self.dirs.items() if k[:cut] == base + "/"}
-        sub.dirs[""] = self.dirs[base]
-        return sub
+        if base:
+            p, top = base + "/", self.dirs[base]
+            self.files = {k[len(p):]: v for k, v in self.files.items() if k.startswith(p)}
+            self.links = {k[len(p):]: v for k, v in self.links.items() if k.startswith(p)}
+            self.dirs = {k[len(p):]: v for k, v in self.dirs.items() if k.startswith(p)}
+            self.dirs[""] = top
+        return self
 
     def read(self, rel: str, path: str, limit: int) -> str:
         if rel not in self.files:
@@ -1441,8 +1438,7 @@ class _Reader:
         return got if got is not None else self.parsed(cpumap, parse_cpumap)
 
     def integer(self, path: str) -> Optional[int]:
-        n: Optional[int] = self.parsed(path, _parse_int)
-        return n
+        return self.parsed(path, _parse_int)  # type: ignore[no-any-return]
 
     def listdir(self, path: str) -> List[str]:
         try:
@@ -1523,7 +1519,7 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
         topo = f"{d}/topology"
         core = package = None
         siblings: FrozenSet[int] = frozenset()
-        llc: FrozenSet[int] = frozenset()
+        llc = siblings
         if c in online:
             core = r.integer(f"{topo}/core_id")
             if c in pkg_of:
@@ -1535,31 +1531,27 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
                 if c in siblings:
                     for s in siblings & online:
                         pkg_of[s] = (package, siblings)
-            if c in llc_of:
-                cpus[c] = Cpu(c, _cpu_node(r, c, d, node_of), True, core, package,
-                              siblings, llc_of[c])
-                continue
-            # Which index is which level is read once per set of index folders, not
-            # per CPU (cacheinfo builds every CPU's leaves the same way): 4 fewer
-            # files per CPU where CPUs share no last-level cache.  Instruction caches
-            # (and unknown types) are not where data is shared (PyTorch's binding
-            # reads only Unified/Data the same way).
-            names = tuple(sorted(i for i in r.listdir(f"{d}/cache") if i.startswith("index")))
-            order = levels.get(names)
-            if order is None:
-                order = levels[names] = sorted(
-                    (-lvl, i) for i, lvl in ((i, r.integer(f"{d}/cache/{i}/level"))
-                                             for i in names)
-                    if lvl is not None and (r.text(f"{d}/cache/{i}/type") or "").strip()
-                    in ("Unified", "Data"))
-            for _, idx in order:       # the highest level with a readable sharing list
-                shared = r.cpus(f"{d}/cache/{idx}/shared_cpu_list",
-                                f"{d}/cache/{idx}/shared_cpu_map")
-                if shared is not None:
-                    llc = shared
-                    break
-            if c in llc:
-                for s in llc & online:
+            llc = llc_of.get(c, frozenset())
+            if c not in llc_of:
+                # Which index is which level is read once per set of index folders, not
+                # per CPU (cacheinfo builds every CPU's leaves the same way): 4 fewer
+                # files per CPU where CPUs share no last-level cache.  Instruction caches
+                # (and unknown types) are not where data is shared (PyTorch's binding
+                # reads only Unified/Data the same way).
+                names = tuple(sorted(i for i in r.listdir(f"{d}/cache")
+                                     if i.startswith("index")))
+                order = levels.get(names)
+                if order is None:
+                    order = levels[names] = sorted(
+                        (-lvl, i) for i, lvl in ((i, r.integer(f"{d}/cache/{i}/level"))
+                                                 for i in names)
+                        if lvl is not None and (r.text(f"{d}/cache/{i}/type") or "").strip()
+                        in ("Unified", "Data"))
+                # the highest level with a readable sharing list
+                llc = next((s for s in (r.cpus(f"{d}/cache/{i}/shared_cpu_list",
+                                               f"{d}/cache/{i}/shared_cpu_map")
+                                        for _, i in order) if s is not None), llc)
+                for s in llc & online if c in llc else ():
                     llc_of[s] = llc
         cpus[c] = Cpu(c, _cpu_node(r, c, d, node_of), c in online, core, package,
                       siblings, llc)
@@ -1571,10 +1563,8 @@ def _cpu_node(r: _Reader, cpu: int, d: str, node_of: Mapping[int, int]) -> Optio
     if node is None:
         # Offline CPUs may be missing from the node cpulists; the cpuN/nodeM link
         # still says where they belong.
-        for name in r.listdir(d):
-            i = _id_of(name, "node")
-            if i is not None:
-                return i
+        node = next((i for i in (_id_of(n, "node") for n in r.listdir(d)) if i is not None),
+                    None)
     return node
 
 
