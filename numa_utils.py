@@ -7213,25 +7213,27 @@ def parse_nodestring(text: str, *, cpus: bool = False, possible: bool = False,
         allowed = frozenset(range(max(t.nodes, default=0) + 1)) if possible else \
             t.allowed_mems
     order = sorted(allowed)
-    s, i = text, 0
-    mask: Set[int] = set()
+    s = text
     if not s:
         return frozenset()
     invert = s.startswith("!")
-    i += invert
-    relative = s.startswith("+", i)
-    i += relative
+    relative = s.startswith("+", invert)
+    i = invert + relative
+    mask: Set[int] = set()
 
-    def number(j: int) -> Tuple[Optional[int], int]:
+    def number(j: int, missing: str, out_of_range: str) -> Tuple[int, int]:
+        """The id at s[j:] (the v-th allowed id for "+LIST") and where it ends;
+        libnuma's refusals name the text (CPUs) or its "%ld" (nodes)."""
         v, end = _strtoul(s, j)
-        if v is not None and relative:       # the v-th allowed id
+        if v is not None and relative:
             v = order[v] if v < len(order) else (1 << 64) - 1
+        if v is None:
+            raise _ListError(missing, blank=True)
+        # numa_bitmask_isbitset() takes an unsigned int: ids are read modulo 2**32
+        if v & 0xFFFFFFFF not in allowed:
+            arg = s[j:] if cpus else v - (1 << 64) if v >> 63 else v
+            raise _ListError(f"{what} argument {arg} {out_of_range}", blank=True)
         return v, end
-
-    def signed(v: int) -> int:              # libnuma's "%ld" of an unsigned long
-        return v - (1 << 64) if v >> 63 else v
-
-    # numa_bitmask_isbitset() takes an unsigned int: ids are read modulo 2**32
 
     while True:
         rest = s[i:]
@@ -7245,25 +7247,13 @@ def parse_nodestring(text: str, *, cpus: bool = False, possible: bool = False,
                 _commands(f"the {kind}: node form")._device_node(rest, b)
             i = len(s)
             break
-        v, end = number(i)
-        if v is None:
-            raise _ListError(f"unparseable {what} description `{rest}'", blank=True)
-        if v & 0xFFFFFFFF not in allowed:
-            raise _ListError(f"{what} argument {rest if cpus else signed(v)} is out of "
-                             "range", blank=True)
+        v, i = number(i, f"unparseable {what} description `{rest}'", "is out of range")
         mask.add(v & 0xFFFFFFFF)
-        i = end
         if s.startswith("-", i):
-            v2, end = number(i + 1)
-            if v2 is None:
-                raise _ListError(f"missing {what} argument {s[i + 1:]}", blank=True)
-            if v2 & 0xFFFFFFFF not in allowed:
-                raise _ListError(f"{what} argument {s[i + 1:] if cpus else signed(v2)} "
-                                 "out of range", blank=True)
+            v2, i = number(i + 1, f"missing {what} argument {s[i + 1:]}", "out of range")
             lo = v & 0xFFFFFFFF
             hi = lo + v2 - v        # the loop's int wraps: ids lo..hi modulo 2**32
             mask.update(n for n in order if lo <= n <= hi or n <= hi - (1 << 32))
-            i = end
         if not s.startswith(",", i):
             break
         i += 1
