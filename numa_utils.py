@@ -157,10 +157,7 @@ def _warn_once(key: str, msg: str, *args: Any) -> None:
 
 def _oserror(err: int, what: str, extra: str = "") -> OSError:
     """errno-first OSError, so callers get PermissionError & co for free."""
-    text = f"{what}: {os.strerror(err)}"
-    if extra:
-        text += f" ({extra})"
-    return OSError(err, text)
+    return OSError(err, f"{what}: {os.strerror(err)}" + (f" ({extra})" if extra else ""))
 
 
 class NotLiveError(OSError):
@@ -280,13 +277,7 @@ def parse_cpumap(text: str, *, source: Optional[str] = None,
 
 def _set_bits(value: int) -> FrozenSet[int]:
     """The positions of the 1 bits of ``value`` (bit 0 is CPU/node 0); linear."""
-    digits = bin(value)[:1:-1]            # least significant first
-    out = []
-    i = digits.find("1")
-    while i >= 0:
-        out.append(i)
-        i = digits.find("1", i + 1)
-    return frozenset(out)
+    return frozenset(m.start() for m in re.finditer("1", bin(value)[:1:-1]))   # LSB first
 
 
 def parse_meminfo(text: str, *, source: Optional[str] = None) -> Dict[str, int]:
@@ -704,10 +695,7 @@ class _Archive:
             if e.errno != errno.EFBIG:
                 raise
             self._bad(f"more than {_TREE_MAX_TOTAL >> 20} MiB")
-        if data.startswith(_TEXT_ARCHIVE):
-            self._text(data)
-        else:
-            self._tar(data)
+        (self._text if data.startswith(_TEXT_ARCHIVE) else self._tar)(data)
 
     def _list(self, rel: str) -> None:
         """A saved folder's entries in ``rel``, on first use: one scandir per folder
@@ -1091,18 +1079,17 @@ class LinuxBackend(Backend):
         # /dev/shm, then a regular file or nothing.
         self._refuse("shm_open")
         path = self._shm_path(name)
+        odd = _oserror(errno.EINVAL, "shm_open", f"{path} is not a regular file")
         if not flags & os.O_CREAT:
             try:                # not even opened: opening a device can act already
                 if not stat.S_ISREG(os.lstat(path).st_mode):
-                    raise _oserror(errno.EINVAL, "shm_open",
-                                   f"/dev/shm/{name} is not a regular file")
+                    raise odd
             except FileNotFoundError:
                 pass
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
-            raise _oserror(errno.EINVAL, "shm_open",
-                           f"/dev/shm/{name} is not a regular file")
+            raise odd
         if flags & os.O_CREAT and flags & os.O_EXCL:
             try:
                 os.fchmod(fd, mode)             # exactly ``mode``, whatever the umask
@@ -1412,14 +1399,19 @@ class _Reader:
         self.b = backend
         self.problems: List[str] = []
 
-    def text(self, path: str) -> Optional[str]:
+    def _get(self, fn: Callable[[str], Any], path: str, verb: str = "read") -> Any:
+        """fn(path); None for a missing file, None and a problem for another failure
+        (a saved tree's link loop: ELOOP)."""
         try:
-            return self.b.read_text(path)
+            return fn(path)
         except FileNotFoundError:
             return None
         except OSError as e:
-            self.problems.append(f"cannot read {path}: {e.strerror or e}")
+            self.problems.append(f"cannot {verb} {path}: {e.strerror or e}")
             return None
+
+    def text(self, path: str) -> Optional[str]:
+        return self._get(self.b.read_text, path)  # type: ignore[no-any-return]
 
     def parsed(self, path: str, parser: Callable[..., Any], default: Any = None) -> Any:
         t = self.text(path)
@@ -1441,20 +1433,10 @@ class _Reader:
         return self.parsed(path, _parse_int)  # type: ignore[no-any-return]
 
     def listdir(self, path: str) -> List[str]:
-        try:
-            return self.b.listdir(path)
-        except FileNotFoundError:
-            return []
-        except OSError as e:
-            self.problems.append(f"cannot list {path}: {e.strerror or e}")
-            return []
+        return self._get(self.b.listdir, path, "list") or []
 
     def exists(self, path: str) -> bool:
-        try:
-            return self.b.exists(path)
-        except OSError as e:        # a saved tree's link loop (ELOOP)
-            self.problems.append(f"cannot read {path}: {e.strerror or e}")
-            return False
+        return bool(self._get(self.b.exists, path))
 
     def online(self, ids: FrozenSet[int], online: FrozenSet[int], what: str
                ) -> FrozenSet[int]:
@@ -7299,8 +7281,7 @@ def _print_json(data: Any) -> None:
 def _cmd_status(args: Any) -> int:
     if args.env_prefix is not None:
         configure(env_prefix=args.env_prefix)
-    b = _backend_from_args(args)
-    rep = status_report(backend=b)
+    rep = status_report(backend=_backend_from_args(args))
     fmt = getattr(args, "format", None) or ("json" if args.json else "text")
     if fmt == "json":
         rep.pop("extra_text", None)
@@ -7310,18 +7291,6 @@ def _cmd_status(args: Any) -> int:
     else:
         sys.stdout.write(_render_status(rep))
     return 0
-
-
-def _common_parser(root: bool = True) -> argparse.ArgumentParser:
-    import argparse
-    common = argparse.ArgumentParser(add_help=False)
-    if root:
-        common.add_argument("--root", metavar="TREE", default=None,
-                            help="read a saved sysfs/procfs tree (a folder, or the one "
-                                 "file tools/gather.py --archive writes: .txt or "
-                                 ".tar.gz) instead of this system")
-    common.add_argument("--json", action="store_true", help="print JSON")
-    return common
 
 
 def _prog() -> str:
@@ -7348,7 +7317,15 @@ def _build_parser(commands: Sequence[Callable[[Any], None]] = ()) -> argparse.Ar
     parser.add_argument("-v", "--verbose", action="store_true", help="log details")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    common = _common_parser()
+    # The flags the commands share: --root and --json; --json alone for the commands
+    # that act on this system (numa_utils_cli's run).
+    common, live = (argparse.ArgumentParser(add_help=False) for _ in range(2))
+    common.add_argument("--root", metavar="TREE", default=None,
+                        help="read a saved sysfs/procfs tree (a folder, or the one file "
+                             "tools/gather.py --archive writes: .txt or .tar.gz) instead "
+                             "of this system")
+    for c in (common, live):
+        c.add_argument("--json", action="store_true", help="print JSON")
     p = sub.add_parser("status", parents=[common],
                        help="topology, GPUs, process limits and advice")
     p.add_argument("--format", choices=["text", "json", "prometheus"], default=None,
@@ -7358,7 +7335,7 @@ def _build_parser(commands: Sequence[Callable[[Any], None]] = ()) -> argparse.Ar
                         "nu.configure(env_prefix=...) does (default NUMA_UTILS_)")
     p.set_defaults(func=_cmd_status)
     sub.common = common  # type: ignore[attr-defined]
-    sub.common_live = _common_parser(root=False)  # type: ignore[attr-defined]
+    sub.common_live = live  # type: ignore[attr-defined]
     for add in commands:
         add(sub)
     return parser
