@@ -319,13 +319,10 @@ def parse_meminfo(text: str, *, source: Optional[str] = None) -> Dict[str, int]:
 
 def parse_distance_row(text: str, *, source: Optional[str] = None) -> Tuple[int, ...]:
     """Parse nodeN/distance ("10 21 21") into a tuple of ints (online-node order)."""
-    s = _clean(text)
-    parts = s.split()
-    if not parts or len(parts) > MAX_NODES or any(
-            len(x) > 3 or not x.isascii() or not x.isdigit() for x in parts):
-        raise ValueError(f"invalid distance row{_where(source)}: {_short(text)}")
-    row = tuple(int(x) for x in parts)
-    if any(d <= 0 or d > 255 for d in row):
+    parts = _clean(text).split()
+    row = tuple(int(x) for x in parts) if len(parts) <= MAX_NODES and all(
+        len(x) <= 3 and x.isascii() and x.isdigit() for x in parts) else ()
+    if not row or not all(0 < d <= 255 for d in row):
         raise ValueError(f"invalid distance row{_where(source)}: {_short(text)}")
     return row
 
@@ -420,11 +417,8 @@ def abi_for(machine: Optional[str] = None, pointer_bits: Optional[int] = None) -
         machine = os.uname().machine
     if pointer_bits is None:
         pointer_bits = ctypes.sizeof(ctypes.c_void_p) * 8
-    m = machine.lower()
-    m = _MACHINE_ALIASES.get(m, m)
-    if m.startswith("arm") and m != "arm":
-        m = "arm"
-    name = m
+    m = _MACHINE_ALIASES.get(machine.lower(), machine.lower())
+    name = m = "arm" if m.startswith("arm") else m
     if pointer_bits == 32:
         if m == "x86_64":
             return Abi("x32", 32, "little", None)
@@ -986,11 +980,10 @@ class LinuxBackend(Backend):
 
     def syscall(self, nr: int, *args: int) -> int:
         # c_long wraps an unsigned value (an address, -1 as a u64) as C would.
-        return int(self._libc_call(f"syscall {nr}", _get_libc().syscall,
-                                   *[ctypes.c_long(a) for a in (nr, *args)]))
+        return int(self._libc_call(f"syscall {nr}", *[ctypes.c_long(a) for a in (nr, *args)]))
 
     def madvise(self, addr: int, length: int, advice: int) -> None:
-        self._libc_call("madvise", _get_libc().madvise, addr, length, advice)
+        self._libc_call("madvise", addr, length, advice)
 
     def sched_getaffinity(self, pid: int = 0) -> FrozenSet[int]:
         if not self.is_live:
@@ -1020,7 +1013,7 @@ class LinuxBackend(Backend):
         count = 0
         for a in range(addr, addr + length, step):
             n = min(step, addr + length - a)
-            self._libc_call("mincore", _get_libc().mincore, a, n, vec)
+            self._libc_call("mincore", a, n, vec)
             count += ctypes.string_at(vec, (n + page - 1) // page).translate(
                 self._RESIDENT).count(1)
         return count
@@ -1035,8 +1028,10 @@ class LinuxBackend(Backend):
         st = os.statvfs(path)
         return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
 
-    def _libc_call(self, what: str, fn: Any, *args: Any) -> Any:
+    def _libc_call(self, what: str, *args: Any) -> Any:
+        """libc's function named by the first word of ``what``, called with ``args``."""
         self._refuse(what)
+        fn = getattr(_get_libc(), re.match(r"\w+", what).group())  # type: ignore[union-attr]
         ctypes.set_errno(0)
         res = fn(*args)
         # -1 for the int-returning calls; NULL or MAP_FAILED ((void *) -1, unsigned
@@ -1046,13 +1041,13 @@ class LinuxBackend(Backend):
         return res
 
     def shmget(self, key: int, size: int, flags: int) -> int:
-        return int(self._libc_call("shmget", _get_libc().shmget, _as_key(key), size, flags))
+        return int(self._libc_call("shmget", _as_key(key), size, flags))
 
     def shmat(self, shmid: int, flags: int = 0) -> int:
-        return int(self._libc_call("shmat", _get_libc().shmat, shmid, None, flags))
+        return int(self._libc_call("shmat", shmid, None, flags))
 
     def shmdt(self, addr: int) -> None:
-        self._libc_call("shmdt", _get_libc().shmdt, addr)
+        self._libc_call("shmdt", addr)
 
     def shm_stat(self, shmid: int) -> _ShmStat:
         self._refuse("shmctl(IPC_STAT)")
@@ -1061,12 +1056,11 @@ class LinuxBackend(Backend):
             # as text, from the kernel's own table.
             return _sysvipc_stat(self.read_text("/proc/sysvipc/shm"), shmid)
         buf = ctypes.create_string_buffer(256)
-        self._libc_call("shmctl(IPC_STAT)", _get_libc().shmctl, shmid, IPC_STAT, buf)
+        self._libc_call("shmctl(IPC_STAT)", shmid, IPC_STAT, buf)
         return _decode_shmid_ds(buf.raw, shmid)
 
     def shm_rmid(self, shmid: int) -> None:
-        self._libc_call("shmctl(IPC_RMID)", _get_libc().shmctl, shmid, IPC_RMID,
-                        None)
+        self._libc_call("shmctl(IPC_RMID)", shmid, IPC_RMID, None)
 
     def _shm_path(self, name: str) -> str:
         if not name or "/" in name or name in (".", ".."):
@@ -1119,13 +1113,11 @@ class LinuxBackend(Backend):
         os.close(fd)
 
     def mmap(self, length: int, fd: int, *, huge: bool = False) -> int:
-        libc = _get_libc()
         flags = _MAP_SHARED | (_MAP_HUGETLB if huge else 0)
-        return int(self._libc_call("mmap", libc.mmap, None, length,
-                                   _PROT_READ | _PROT_WRITE, flags, fd, 0))
+        return int(self._libc_call("mmap", None, length, _PROT_READ | _PROT_WRITE, flags, fd, 0))
 
     def munmap(self, addr: int, length: int) -> None:
-        self._libc_call("munmap", _get_libc().munmap, addr, length)
+        self._libc_call("munmap", addr, length)
 
     def flock(self, fd: int, op: int) -> None:
         self._refuse("flock")
@@ -6987,16 +6979,13 @@ def _render_tiers(rep: Dict[str, Any]) -> List[str]:
             out.append("  weighted interleave: not in this kernel (Linux 6.9+)")
     d = rep.get("default_memory_nodes")
     if d and d["left_out"]:
-        out.append(f"  default memory nodes (nodes=None, NUMA_NODES unset): "
-                   f"{format_cpulist(d['nodes'])} ({d['basis']})")
-        for k, why in d["left_out"].items():
-            out.append(f"    left out: node {k}: {why}")
         every = format_cpulist([*map(int, d["left_out"]), *d["nodes"]])
-        out.append(f"    to use them anyway pass nodes=[...] or set NUMA_NODES (e.g. "
-                   f"NUMA_NODES={every})")
-    if out:
-        out.append("")
-    return out
+        out += [f"  default memory nodes (nodes=None, NUMA_NODES unset): "
+                f"{format_cpulist(d['nodes'])} ({d['basis']})",
+                *(f"    left out: node {k}: {why}" for k, why in d["left_out"].items()),
+                f"    to use them anyway pass nodes=[...] or set NUMA_NODES (e.g. "
+                f"NUMA_NODES={every})"]
+    return out + [""] if out else out
 
 
 def _parse_cache_kb(text: str, *, source: Optional[str] = None) -> int:
