@@ -529,13 +529,10 @@ class Backend:
         if not path.startswith("/"):
             return None
         path = path.rstrip("/")
-        for f in (f"/sys/fs/cgroup{path}/cpuset.cpus.effective",
-                  f"/sys/fs/cgroup/cpuset{path}/cpuset.effective_cpus",
-                  f"/sys/fs/cgroup/cpuset{path}/cpuset.cpus"):
-            cpus: Optional[FrozenSet[int]] = r.parsed(f, parse_cpulist)
-            if cpus:
-                return cpus
-        return None
+        return next((c for c in (r.parsed(f, parse_cpulist) for f in (
+            f"/sys/fs/cgroup{path}/cpuset.cpus.effective",
+            f"/sys/fs/cgroup/cpuset{path}/cpuset.effective_cpus",
+            f"/sys/fs/cgroup/cpuset{path}/cpuset.cpus")) if c), None)
 
     # Shared memory, for SharedRegion.  SysV: ipc/shm.c; POSIX: a file in the
     # tmpfs at /dev/shm, as glibc's shm_open does.  Addresses and fds are plain ints.
@@ -659,10 +656,9 @@ def _read_regular(path: str, limit: int, flags: int = 0) -> bytes:
 
 
 def _unquote(b: bytes) -> str:
-    if b"%" not in b:
-        return b.decode("utf-8", "surrogateescape")
-    return _PCT_RE.sub(lambda m: bytes((int(m.group(1), 16),)), b).decode(
-        "utf-8", "surrogateescape")
+    if b"%" in b:
+        b = _PCT_RE.sub(lambda m: bytes((int(m.group(1), 16),)), b)
+    return b.decode("utf-8", "surrogateescape")
 
 
 class _Archive:
@@ -1447,10 +1443,9 @@ def _hugepages(r: _Reader, base: str) -> Dict[int, HugePages]:
     out: Dict[int, HugePages] = {}
     for name in sorted(r.listdir(base)):
         m = re.match(r"^hugepages-([0-9]+)kB$", name)
-        if not m:
-            continue
-        out[int(m.group(1))] = HugePages(*(r.integer(f"{base}/{name}/{k}_hugepages") or 0
-                                           for k in ("nr", "free", "surplus")))
+        if m:
+            out[int(m.group(1))] = HugePages(*(r.integer(f"{base}/{name}/{k}_hugepages")
+                                               or 0 for k in ("nr", "free", "surplus")))
     return out
 
 
@@ -6794,13 +6789,9 @@ def _tree_machine(b: Backend) -> Tuple[Optional[str], Optional[str], Optional[in
     def word(path: str) -> Optional[str]:
         t = _clean(b.read_optional(path) or "")
         return t if 0 < len(t) <= 64 and t.isprintable() and " " not in t else None
-    page = None
-    maps = b.read_optional("/proc/self/numa_maps")
-    if maps:
-        kbs = [int(k) for k in re.findall(r" kernelpagesize_kB=([0-9]{1,8})\b", maps)]
-        kb = min(kbs) if kbs else 0
-        if kb >= 4 and kb & (kb - 1) == 0:
-            page = kb * 1024
+    kb = min(map(int, re.findall(r" kernelpagesize_kB=([0-9]{1,8})\b",
+                                 b.read_optional("/proc/self/numa_maps") or "")), default=0)
+    page = kb * 1024 if kb >= 4 and kb & (kb - 1) == 0 else None
     return word("/proc/sys/kernel/osrelease"), word("/proc/sys/kernel/arch"), page
 
 
@@ -6854,14 +6845,12 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
                         "fall back to first-touch")
     warnings.extend(f"could not read: {p}" for p in topo.problems)
     policy: Optional[Dict[str, Any]] = None
-    policy_error = None
+    policy_error = None if b.has_process else "not the running system"
     if b.has_process:
         try:
             policy = get_policy(backend=b).to_json()
         except OSError as e:
             policy_error = f"{_errno_reason(e.errno or 0)}: {e.strerror or e}"
-    else:
-        policy_error = "not the running system"
     release: Optional[str] = None
     machine: Optional[str] = None
     abi: Optional[Abi] = b.abi
