@@ -1336,8 +1336,7 @@ class Topology(_Record):
     @property
     def usable_memory_nodes(self) -> FrozenSet[int]:
         """Nodes with memory that this process may allocate from (cpuset applied)."""
-        usable = self.nodes_with_memory & self.allowed_mems
-        return usable if usable else self.nodes_with_memory
+        return self.nodes_with_memory & self.allowed_mems or self.nodes_with_memory
 
     @property
     def package_nodes(self) -> Dict[int, FrozenSet[int]]:
@@ -1497,9 +1496,8 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
                 package = r.integer(f"{topo}/physical_package_id")
                 siblings = r.parsed(f"{topo}/thread_siblings_list", parse_cpulist) \
                     or r.parsed(f"{topo}/core_cpus_list", parse_cpulist) or frozenset()
-                if c in siblings:
-                    for s in siblings & online:
-                        pkg_of[s] = (package, siblings)
+                for s in siblings & online if c in siblings else ():
+                    pkg_of[s] = (package, siblings)
             llc = llc_of.get(c, frozenset())
             if c not in llc_of:
                 # Which index is which level is read once per set of index folders, not
