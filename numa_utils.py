@@ -157,10 +157,7 @@ def _warn_once(key: str, msg: str, *args: Any) -> None:
 
 def _oserror(err: int, what: str, extra: str = "") -> OSError:
     """errno-first OSError, so callers get PermissionError & co for free."""
-    text = f"{what}: {os.strerror(err)}"
-    if extra:
-        text += f" ({extra})"
-    return OSError(err, text)
+    return OSError(err, f"{what}: {os.strerror(err)}" + (f" ({extra})" if extra else ""))
 
 
 class NotLiveError(OSError):
@@ -280,13 +277,7 @@ def parse_cpumap(text: str, *, source: Optional[str] = None,
 
 def _set_bits(value: int) -> FrozenSet[int]:
     """The positions of the 1 bits of ``value`` (bit 0 is CPU/node 0); linear."""
-    digits = bin(value)[:1:-1]            # least significant first
-    out = []
-    i = digits.find("1")
-    while i >= 0:
-        out.append(i)
-        i = digits.find("1", i + 1)
-    return frozenset(out)
+    return frozenset(m.start() for m in re.finditer("1", bin(value)[:1:-1]))   # LSB first
 
 
 def parse_meminfo(text: str, *, source: Optional[str] = None) -> Dict[str, int]:
@@ -328,13 +319,10 @@ def parse_meminfo(text: str, *, source: Optional[str] = None) -> Dict[str, int]:
 
 def parse_distance_row(text: str, *, source: Optional[str] = None) -> Tuple[int, ...]:
     """Parse nodeN/distance ("10 21 21") into a tuple of ints (online-node order)."""
-    s = _clean(text)
-    parts = s.split()
-    if not parts or len(parts) > MAX_NODES or any(
-            len(x) > 3 or not x.isascii() or not x.isdigit() for x in parts):
-        raise ValueError(f"invalid distance row{_where(source)}: {_short(text)}")
-    row = tuple(int(x) for x in parts)
-    if any(d <= 0 or d > 255 for d in row):
+    parts = _clean(text).split()
+    row = tuple(int(x) for x in parts) if len(parts) <= MAX_NODES and all(
+        len(x) <= 3 and x.isascii() and x.isdigit() for x in parts) else ()
+    if not row or not all(0 < d <= 255 for d in row):
         raise ValueError(f"invalid distance row{_where(source)}: {_short(text)}")
     return row
 
@@ -429,11 +417,8 @@ def abi_for(machine: Optional[str] = None, pointer_bits: Optional[int] = None) -
         machine = os.uname().machine
     if pointer_bits is None:
         pointer_bits = struct.calcsize("P") * 8
-    m = machine.lower()
-    m = _MACHINE_ALIASES.get(m, m)
-    if m.startswith("arm") and m != "arm":
-        m = "arm"
-    name = m
+    m = _MACHINE_ALIASES.get(machine.lower(), machine.lower())
+    name = m = "arm" if m.startswith("arm") else m
     if pointer_bits == 32:
         if m == "x86_64":
             return Abi("x32", 32, "little", None)
@@ -534,10 +519,6 @@ class Backend:
         except OSError:
             return None
 
-    def read_chunks(self, path: str) -> Iterator[str]:
-        """A file in decoded pieces (numa_maps of a large process: bounded memory)."""
-        return iter((self.read_text(path),))
-
     def cpuset_cpus(self) -> Optional[FrozenSet[int]]:
         """This process's cgroup cpuset (the most sched_setaffinity may ever give it), or
         None when it cannot be read.  Cgroup v2: <path>/cpuset.cpus.effective; v1:
@@ -548,13 +529,10 @@ class Backend:
         if not path.startswith("/"):
             return None
         path = path.rstrip("/")
-        for f in (f"/sys/fs/cgroup{path}/cpuset.cpus.effective",
-                  f"/sys/fs/cgroup/cpuset{path}/cpuset.effective_cpus",
-                  f"/sys/fs/cgroup/cpuset{path}/cpuset.cpus"):
-            cpus: Optional[FrozenSet[int]] = r.parsed(f, parse_cpulist)
-            if cpus:
-                return cpus
-        return None
+        return next((c for c in (r.parsed(f, parse_cpulist) for f in (
+            f"/sys/fs/cgroup{path}/cpuset.cpus.effective",
+            f"/sys/fs/cgroup/cpuset{path}/cpuset.effective_cpus",
+            f"/sys/fs/cgroup/cpuset{path}/cpuset.cpus")) if c), None)
 
     # Shared memory, for SharedRegion.  SysV: ipc/shm.c; POSIX: a file in the
     # tmpfs at /dev/shm, as glibc's shm_open does.  Addresses and fds are plain ints.
@@ -678,10 +656,9 @@ def _read_regular(path: str, limit: int, flags: int = 0) -> bytes:
 
 
 def _unquote(b: bytes) -> str:
-    if b"%" not in b:
-        return b.decode("utf-8", "surrogateescape")
-    return _PCT_RE.sub(lambda m: bytes((int(m.group(1), 16),)), b).decode(
-        "utf-8", "surrogateescape")
+    if b"%" in b:
+        b = _PCT_RE.sub(lambda m: bytes((int(m.group(1), 16),)), b)
+    return b.decode("utf-8", "surrogateescape")
 
 
 class _Archive:
@@ -708,10 +685,7 @@ class _Archive:
             if e.errno != errno.EFBIG:
                 raise
             self._bad(f"more than {_TREE_MAX_TOTAL >> 20} MiB")
-        if data.startswith(_TEXT_ARCHIVE):
-            self._text(data)
-        else:
-            self._tar(data)
+        (self._text if data.startswith(_TEXT_ARCHIVE) else self._tar)(data)
 
     def _list(self, rel: str) -> None:
         """A saved folder's entries in ``rel``, on first use: one scandir per folder
@@ -851,16 +825,13 @@ class _Archive:
         else:
             raise ValueError(f"{self.path}: no sys/ or proc/ in the archive "
                              "(nor under root/)")
-        if not base:
-            return self
-        sub = _Archive.__new__(_Archive)
-        sub.path, sub.folder, sub._unlisted = self.path, False, set()
-        cut = len(base) + 1
-        sub.files = {k[cut:]: v for k, v in self.files.items() if k[:cut] == base + "/"}
-        sub.links = {k[cut:]: v for k, v in self.links.items() if k[:cut] == base + "/"}
-        sub.dirs = {k[cut:]: v for k, v in self.dirs.items() if k[:cut] == base + "/"}
-        sub.dirs[""] = self.dirs[base]
-        return sub
+        if base:
+            p, top = base + "/", self.dirs[base]
+            self.files = {k[len(p):]: v for k, v in self.files.items() if k.startswith(p)}
+            self.links = {k[len(p):]: v for k, v in self.links.items() if k.startswith(p)}
+            self.dirs = {k[len(p):]: v for k, v in self.dirs.items() if k.startswith(p)}
+            self.dirs[""] = top
+        return self
 
     def read(self, rel: str, path: str, limit: int) -> str:
         if rel not in self.files:
@@ -976,35 +947,6 @@ class LinuxBackend(Backend):
         limit = self._SYSFS_MAX_READ if path.startswith("/sys/") else self._TREE_MAX_READ
         return self._tree.read(self._rel(self._tree, path), path, limit)
 
-    def read_chunks(self, path: str) -> Iterator[str]:
-        """Decoded pieces of about 1 MiB.  Opened now, non-blocking, and refused unless
-        a regular file: a FIFO or a device (/dev/zero) would block or never end."""
-        if self._tree is not None:
-            return super().read_chunks(path)
-        import codecs
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise ValueError(f"{path}: not a regular file")
-        except BaseException:
-            os.close(fd)
-            raise
-        f = os.fdopen(fd, "rb", buffering=0)
-
-        def pieces() -> Iterator[str]:
-            dec = codecs.getincrementaldecoder("utf-8")("replace")
-            with f:
-                end = False
-                while not end:
-                    parts: List[bytes] = []
-                    size = 0
-                    while size < 1 << 20 and not end:     # /proc gives a page per read
-                        parts.append(f.read(1 << 20))
-                        size += len(parts[-1])
-                        end = not parts[-1]
-                    yield dec.decode(b"".join(parts), end)
-        return pieces()
-
     def listdir(self, path: str) -> List[str]:
         if self._tree is None:
             return os.listdir(path)
@@ -1034,11 +976,10 @@ class LinuxBackend(Backend):
 
     def syscall(self, nr: int, *args: int) -> int:
         # c_long wraps an unsigned value (an address, -1 as a u64) as C would.
-        return int(self._libc_call(f"syscall {nr}", _get_libc().syscall,
-                                   *[ctypes.c_long(a) for a in (nr, *args)]))
+        return int(self._libc_call(f"syscall {nr}", *[ctypes.c_long(a) for a in (nr, *args)]))
 
     def madvise(self, addr: int, length: int, advice: int) -> None:
-        self._libc_call("madvise", _get_libc().madvise, addr, length, advice)
+        self._libc_call("madvise", addr, length, advice)
 
     def sched_getaffinity(self, pid: int = 0) -> FrozenSet[int]:
         if not self.is_live:
@@ -1068,7 +1009,7 @@ class LinuxBackend(Backend):
         count = 0
         for a in range(addr, addr + length, step):
             n = min(step, addr + length - a)
-            self._libc_call("mincore", _get_libc().mincore, a, n, vec)
+            self._libc_call("mincore", a, n, vec)
             count += ctypes.string_at(vec, (n + page - 1) // page).translate(
                 self._RESIDENT).count(1)
         return count
@@ -1083,8 +1024,10 @@ class LinuxBackend(Backend):
         st = os.statvfs(path)
         return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
 
-    def _libc_call(self, what: str, fn: Any, *args: Any) -> Any:
+    def _libc_call(self, what: str, *args: Any) -> Any:
+        """libc's function named by the first word of ``what``, called with ``args``."""
         self._refuse(what)
+        fn = getattr(_get_libc(), re.match(r"\w+", what).group())  # type: ignore[union-attr]
         ctypes.set_errno(0)
         res = fn(*args)
         # -1 for the int-returning calls; NULL or MAP_FAILED ((void *) -1, unsigned
@@ -1094,13 +1037,13 @@ class LinuxBackend(Backend):
         return res
 
     def shmget(self, key: int, size: int, flags: int) -> int:
-        return int(self._libc_call("shmget", _get_libc().shmget, _as_key(key), size, flags))
+        return int(self._libc_call("shmget", _as_key(key), size, flags))
 
     def shmat(self, shmid: int, flags: int = 0) -> int:
-        return int(self._libc_call("shmat", _get_libc().shmat, shmid, None, flags))
+        return int(self._libc_call("shmat", shmid, None, flags))
 
     def shmdt(self, addr: int) -> None:
-        self._libc_call("shmdt", _get_libc().shmdt, addr)
+        self._libc_call("shmdt", addr)
 
     def shm_stat(self, shmid: int) -> _ShmStat:
         self._refuse("shmctl(IPC_STAT)")
@@ -1109,12 +1052,11 @@ class LinuxBackend(Backend):
             # as text, from the kernel's own table.
             return _sysvipc_stat(self.read_text("/proc/sysvipc/shm"), shmid)
         buf = ctypes.create_string_buffer(256)
-        self._libc_call("shmctl(IPC_STAT)", _get_libc().shmctl, shmid, IPC_STAT, buf)
+        self._libc_call("shmctl(IPC_STAT)", shmid, IPC_STAT, buf)
         return _decode_shmid_ds(buf.raw, shmid)
 
     def shm_rmid(self, shmid: int) -> None:
-        self._libc_call("shmctl(IPC_RMID)", _get_libc().shmctl, shmid, IPC_RMID,
-                        None)
+        self._libc_call("shmctl(IPC_RMID)", shmid, IPC_RMID, None)
 
     def _shm_path(self, name: str) -> str:
         if not name or "/" in name or name in (".", ".."):
@@ -1127,18 +1069,17 @@ class LinuxBackend(Backend):
         # /dev/shm, then a regular file or nothing.
         self._refuse("shm_open")
         path = self._shm_path(name)
+        odd = _oserror(errno.EINVAL, "shm_open", f"{path} is not a regular file")
         if not flags & os.O_CREAT:
             try:                # not even opened: opening a device can act already
                 if not stat.S_ISREG(os.lstat(path).st_mode):
-                    raise _oserror(errno.EINVAL, "shm_open",
-                                   f"/dev/shm/{name} is not a regular file")
+                    raise odd
             except FileNotFoundError:
                 pass
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
-            raise _oserror(errno.EINVAL, "shm_open",
-                           f"/dev/shm/{name} is not a regular file")
+            raise odd
         if flags & os.O_CREAT and flags & os.O_EXCL:
             try:
                 os.fchmod(fd, mode)             # exactly ``mode``, whatever the umask
@@ -1168,13 +1109,11 @@ class LinuxBackend(Backend):
         os.close(fd)
 
     def mmap(self, length: int, fd: int, *, huge: bool = False) -> int:
-        libc = _get_libc()
         flags = _MAP_SHARED | (_MAP_HUGETLB if huge else 0)
-        return int(self._libc_call("mmap", libc.mmap, None, length,
-                                   _PROT_READ | _PROT_WRITE, flags, fd, 0))
+        return int(self._libc_call("mmap", None, length, _PROT_READ | _PROT_WRITE, flags, fd, 0))
 
     def munmap(self, addr: int, length: int) -> None:
-        self._libc_call("munmap", _get_libc().munmap, addr, length)
+        self._libc_call("munmap", addr, length)
 
     def flock(self, fd: int, op: int) -> None:
         self._refuse("flock")
@@ -1397,8 +1336,7 @@ class Topology(_Record):
     @property
     def usable_memory_nodes(self) -> FrozenSet[int]:
         """Nodes with memory that this process may allocate from (cpuset applied)."""
-        usable = self.nodes_with_memory & self.allowed_mems
-        return usable if usable else self.nodes_with_memory
+        return self.nodes_with_memory & self.allowed_mems or self.nodes_with_memory
 
     @property
     def package_nodes(self) -> Dict[int, FrozenSet[int]]:
@@ -1448,14 +1386,19 @@ class _Reader:
         self.b = backend
         self.problems: List[str] = []
 
-    def text(self, path: str) -> Optional[str]:
+    def _get(self, fn: Callable[[str], Any], path: str, verb: str = "read") -> Any:
+        """fn(path); None for a missing file, None and a problem for another failure
+        (a saved tree's link loop: ELOOP)."""
         try:
-            return self.b.read_text(path)
+            return fn(path)
         except FileNotFoundError:
             return None
         except OSError as e:
-            self.problems.append(f"cannot read {path}: {e.strerror or e}")
+            self.problems.append(f"cannot {verb} {path}: {e.strerror or e}")
             return None
+
+    def text(self, path: str) -> Optional[str]:
+        return self._get(self.b.read_text, path)  # type: ignore[no-any-return]
 
     def parsed(self, path: str, parser: Callable[..., Any], default: Any = None) -> Any:
         t = self.text(path)
@@ -1474,24 +1417,13 @@ class _Reader:
         return got if got is not None else self.parsed(cpumap, parse_cpumap)
 
     def integer(self, path: str) -> Optional[int]:
-        n: Optional[int] = self.parsed(path, _parse_int)
-        return n
+        return self.parsed(path, _parse_int)  # type: ignore[no-any-return]
 
     def listdir(self, path: str) -> List[str]:
-        try:
-            return self.b.listdir(path)
-        except FileNotFoundError:
-            return []
-        except OSError as e:
-            self.problems.append(f"cannot list {path}: {e.strerror or e}")
-            return []
+        return self._get(self.b.listdir, path, "list") or []
 
     def exists(self, path: str) -> bool:
-        try:
-            return self.b.exists(path)
-        except OSError as e:        # a saved tree's link loop (ELOOP)
-            self.problems.append(f"cannot read {path}: {e.strerror or e}")
-            return False
+        return bool(self._get(self.b.exists, path))
 
     def online(self, ids: FrozenSet[int], online: FrozenSet[int], what: str
                ) -> FrozenSet[int]:
@@ -1510,10 +1442,9 @@ def _hugepages(r: _Reader, base: str) -> Dict[int, HugePages]:
     out: Dict[int, HugePages] = {}
     for name in sorted(r.listdir(base)):
         m = re.match(r"^hugepages-([0-9]+)kB$", name)
-        if not m:
-            continue
-        out[int(m.group(1))] = HugePages(*(r.integer(f"{base}/{name}/{k}_hugepages") or 0
-                                           for k in ("nr", "free", "surplus")))
+        if m:
+            out[int(m.group(1))] = HugePages(*(r.integer(f"{base}/{name}/{k}_hugepages")
+                                               or 0 for k in ("nr", "free", "surplus")))
     return out
 
 
@@ -1556,7 +1487,7 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
         topo = f"{d}/topology"
         core = package = None
         siblings: FrozenSet[int] = frozenset()
-        llc: FrozenSet[int] = frozenset()
+        llc = siblings
         if c in online:
             core = r.integer(f"{topo}/core_id")
             if c in pkg_of:
@@ -1565,34 +1496,29 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
                 package = r.integer(f"{topo}/physical_package_id")
                 siblings = r.parsed(f"{topo}/thread_siblings_list", parse_cpulist) \
                     or r.parsed(f"{topo}/core_cpus_list", parse_cpulist) or frozenset()
-                if c in siblings:
-                    for s in siblings & online:
-                        pkg_of[s] = (package, siblings)
-            if c in llc_of:
-                cpus[c] = Cpu(c, _cpu_node(r, c, d, node_of), True, core, package,
-                              siblings, llc_of[c])
-                continue
-            # Which index is which level is read once per set of index folders, not
-            # per CPU (cacheinfo builds every CPU's leaves the same way): 4 fewer
-            # files per CPU where CPUs share no last-level cache.  Instruction caches
-            # (and unknown types) are not where data is shared (PyTorch's binding
-            # reads only Unified/Data the same way).
-            names = tuple(sorted(i for i in r.listdir(f"{d}/cache") if i.startswith("index")))
-            order = levels.get(names)
-            if order is None:
-                order = levels[names] = sorted(
-                    (-lvl, i) for i, lvl in ((i, r.integer(f"{d}/cache/{i}/level"))
-                                             for i in names)
-                    if lvl is not None and (r.text(f"{d}/cache/{i}/type") or "").strip()
-                    in ("Unified", "Data"))
-            for _, idx in order:       # the highest level with a readable sharing list
-                shared = r.cpus(f"{d}/cache/{idx}/shared_cpu_list",
-                                f"{d}/cache/{idx}/shared_cpu_map")
-                if shared is not None:
-                    llc = shared
-                    break
-            if c in llc:
-                for s in llc & online:
+                for s in siblings & online if c in siblings else ():
+                    pkg_of[s] = (package, siblings)
+            llc = llc_of.get(c, frozenset())
+            if c not in llc_of:
+                # Which index is which level is read once per set of index folders, not
+                # per CPU (cacheinfo builds every CPU's leaves the same way): 4 fewer
+                # files per CPU where CPUs share no last-level cache.  Instruction caches
+                # (and unknown types) are not where data is shared (PyTorch's binding
+                # reads only Unified/Data the same way).
+                names = tuple(sorted(i for i in r.listdir(f"{d}/cache")
+                                     if i.startswith("index")))
+                order = levels.get(names)
+                if order is None:
+                    order = levels[names] = sorted(
+                        (-lvl, i) for i, lvl in ((i, r.integer(f"{d}/cache/{i}/level"))
+                                                 for i in names)
+                        if lvl is not None and (r.text(f"{d}/cache/{i}/type") or "").strip()
+                        in ("Unified", "Data"))
+                # the highest level with a readable sharing list
+                llc = next((s for s in (r.cpus(f"{d}/cache/{i}/shared_cpu_list",
+                                               f"{d}/cache/{i}/shared_cpu_map")
+                                        for _, i in order) if s is not None), llc)
+                for s in llc & online if c in llc else ():
                     llc_of[s] = llc
         cpus[c] = Cpu(c, _cpu_node(r, c, d, node_of), c in online, core, package,
                       siblings, llc)
@@ -1604,10 +1530,8 @@ def _cpu_node(r: _Reader, cpu: int, d: str, node_of: Mapping[int, int]) -> Optio
     if node is None:
         # Offline CPUs may be missing from the node cpulists; the cpuN/nodeM link
         # still says where they belong.
-        for name in r.listdir(d):
-            i = _id_of(name, "node")
-            if i is not None:
-                return i
+        node = next((i for i in (_id_of(n, "node") for n in r.listdir(d)) if i is not None),
+                    None)
     return node
 
 
@@ -1730,40 +1654,36 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     b = _b(backend)
     r = _Reader(b)
     has_node_dir = r.exists(_NODE_DIR)
+    # No node directory (kernel without CONFIG_NUMA): one node 0 with every CPU and
+    # all memory.
+    online = possible = frozenset({0})
+    if has_node_dir:
+        online = r.parsed(f"{_NODE_DIR}/online", _parse_nodelist, frozenset(_node_dirs(r)))
+        possible = r.parsed(f"{_NODE_DIR}/possible", _parse_nodelist, online)
     node_cpus: Dict[int, FrozenSet[int]] = {}
     mem: Dict[int, Tuple[int, int]] = {}
     hp: Dict[int, Dict[int, HugePages]] = {}
-    rows: Dict[int, Tuple[int, ...]] = {}
-    if has_node_dir:
-        dirs = _node_dirs(r)
-        online = r.parsed(f"{_NODE_DIR}/online", _parse_nodelist, frozenset(dirs))
-        possible = r.parsed(f"{_NODE_DIR}/possible", _parse_nodelist, frozenset(online))
-        for n in sorted(online):
-            d = f"{_NODE_DIR}/node{n}"
+    rows: Dict[int, Optional[Tuple[int, ...]]] = {0: (10,)}
+    for n in sorted(online):
+        d = f"{_NODE_DIR}/node{n}" if has_node_dir else ""
+        if has_node_dir:
             node_cpus[n] = r.cpus(f"{d}/cpulist", f"{d}/cpumap") or frozenset()
-            mi = r.parsed(f"{d}/meminfo", parse_meminfo) or {}
-            mem[n] = (mi.get("MemTotal", 0), mi.get("MemFree", 0))
-            hp[n] = _hugepages(r, f"{d}/hugepages")
-            row = r.parsed(f"{d}/distance", parse_distance_row)
-            if row is not None:
-                rows[n] = row
-        # Every node list below is cut to the online nodes where it is read (once).
-        with_cpus = r.online(r.parsed(f"{_NODE_DIR}/has_cpu", _parse_nodelist, frozenset(
-            n for n, c in node_cpus.items() if c)), online, f"{_NODE_DIR}/has_cpu")
-        with_mem = r.online(r.parsed(f"{_NODE_DIR}/has_memory", _parse_nodelist, frozenset(
-            n for n, (t, _) in mem.items() if t > 0)), online, f"{_NODE_DIR}/has_memory")
-    else:
-        # No node directory (kernel without CONFIG_NUMA): one node 0 with every CPU
-        # and all memory.
-        online = possible = with_cpus = with_mem = frozenset({0})
-        mi = r.parsed("/proc/meminfo", parse_meminfo) or {}
-        mem[0] = (mi.get("MemTotal", 0), mi.get("MemFree", 0))
-        hp[0] = _hugepages(r, "/sys/kernel/mm/hugepages")
-        rows[0] = (10,)
-    node_of: Dict[int, int] = {}
-    for n, cl in node_cpus.items():
-        for c in cl:
-            node_of[c] = n
+        mi = r.parsed(f"{d}/meminfo" if d else "/proc/meminfo", parse_meminfo) or {}
+        mem[n] = (mi.get("MemTotal", 0), mi.get("MemFree", 0))
+        hp[n] = _hugepages(r, f"{d}/hugepages" if d else "/sys/kernel/mm/hugepages")
+        if d:
+            rows[n] = r.parsed(f"{d}/distance", parse_distance_row)
+
+    def listed(name: str, default: Any) -> Any:
+        """A node list of the node directory, cut to the online nodes (once, here)."""
+        path = f"{_NODE_DIR}/{name}"
+        got = r.parsed(path, _parse_nodelist, default) if has_node_dir else default
+        return got if got is None else r.online(got, online, path)
+    with_cpus: FrozenSet[int] = listed("has_cpu", frozenset(
+        n for n, c in node_cpus.items() if c) if has_node_dir else online)
+    with_mem: FrozenSet[int] = listed("has_memory", frozenset(
+        n for n, (t, _) in mem.items() if t > 0) if has_node_dir else online)
+    node_of = {c: n for n, cl in node_cpus.items() for c in cl}
     cpus, online_cpus = _read_cpus(r, node_of)
     if not has_node_dir:
         node_cpus[0] = online_cpus
@@ -1786,30 +1706,20 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
                 r.problems.append(f"{where} has {len(row)} entries for {len(order)} "
                                   "online nodes; distances ignored")
         t, f = mem.get(n, (0, 0))
-        nodes[n] = Node(n, frozenset(node_cpus.get(n, frozenset())), t, f,
+        nodes[n] = Node(n, node_cpus.get(n, frozenset()), t, f,
                         MappingProxyType(dist), MappingProxyType(hp.get(n, {})))
     try:
         allowed_cpus, allowed_mems = _allowed_from_status(b)
     except ValueError as e:
         r.problems.append(str(e))
         allowed_cpus = allowed_mems = None
-    if allowed_cpus is None:
-        allowed_cpus = online_cpus
-    if allowed_mems is None:
-        allowed_mems = frozenset(with_mem)
     # Memory tiers, HMAT and weighted interleave.
-    online = frozenset(online)
     tiers = _read_tiers(r, online) if has_node_dir else {}
     tier_of = {m: t for t, ns in sorted(tiers.items(), reverse=True) for m in ns}
-    normal = r.parsed(f"{_NODE_DIR}/has_normal_memory", _parse_nodelist) \
-        if has_node_dir else None
-    if normal is not None:
-        normal = r.online(normal, online, f"{_NODE_DIR}/has_normal_memory")
-    gi = r.online(r.parsed(f"{_NODE_DIR}/has_generic_initiator", _parse_nodelist,
-                           frozenset()), online, f"{_NODE_DIR}/has_generic_initiator") \
-        if has_node_dir else frozenset()
+    normal: Optional[FrozenSet[int]] = listed("has_normal_memory", None)
+    gi: FrozenSet[int] = listed("has_generic_initiator", frozenset())
     links: Dict[int, List[str]] = {}
-    for dev in _read_devices(r, node_of, frozenset(with_cpus)) if gi else ():
+    for dev in _read_devices(r, node_of, with_cpus) if gi else ():
         links.setdefault(dev.numa_node, []).append(dev.address)
     for n, nd in nodes.items():
         nd = nd._replace(tier=tier_of.get(n),
@@ -1821,29 +1731,23 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
             why += "; standing for " + (", ".join(links[n]) if n in links else
                                         "a device no PCI numa_node names")
         nodes[n] = nd._replace(kind=kind, kind_evidence=why)
-    weights, auto = _read_weights(r, online, frozenset(possible))
+    weights, auto = _read_weights(r, online, possible)
     nb = r.integer("/proc/sys/kernel/numa_balancing")
-    thp = None
     thp_text = r.text("/sys/kernel/mm/transparent_hugepage/enabled")
-    if thp_text is not None:
-        m = re.search(r"\[(\w+)\]", thp_text)
-        if m:
-            thp = m.group(1)
-        else:
-            r.problems.append(f"no [selected] THP mode in {thp_text.strip()!r}")
+    thp = re.search(r"\[(\w+)\]", thp_text or "")
+    if thp_text is not None and not thp:
+        r.problems.append(f"no [selected] THP mode in {thp_text.strip()!r}")
     topo = Topology(
-        nodes=MappingProxyType(nodes),
-        online_nodes=frozenset(online), possible_nodes=frozenset(possible),
-        nodes_with_cpus=frozenset(with_cpus), nodes_with_memory=frozenset(with_mem),
+        nodes=MappingProxyType(nodes), online_nodes=online, possible_nodes=possible,
+        nodes_with_cpus=with_cpus, nodes_with_memory=with_mem,
         cpus=MappingProxyType(cpus), online_cpus=online_cpus,
-        allowed_cpus=frozenset(allowed_cpus), allowed_mems=frozenset(allowed_mems),
-        gpus=_read_devices(r, node_of, frozenset(with_cpus), True),
-        numa_balancing=nb, thp=thp,
-        problems=tuple(r.problems), has_node_dir=has_node_dir,
-        memory_tiers=MappingProxyType(tiers),
+        allowed_cpus=online_cpus if allowed_cpus is None else allowed_cpus,
+        allowed_mems=with_mem if allowed_mems is None else allowed_mems,
+        gpus=_read_devices(r, node_of, with_cpus, True), numa_balancing=nb,
+        thp=thp.group(1) if thp else None, problems=tuple(r.problems),
+        has_node_dir=has_node_dir, memory_tiers=MappingProxyType(tiers),
         interleave_weights=None if weights is None else MappingProxyType(weights),
-        interleave_auto=auto,
-    )
+        interleave_auto=auto)
     k = topo.nodes_per_package
     if k and k > 1:       # several nodes per package: say so where the kind is read
         pkg = {n: p for p, ns in topo.package_nodes.items() for n in ns}
@@ -6559,11 +6463,6 @@ def _fmt_kb(kb: int) -> str:
     return f"{kb} KiB"
 
 
-def _uname() -> Tuple[str, str]:
-    u = os.uname()
-    return u.release, u.machine
-
-
 def _tree_machine(b: Backend) -> Tuple[Optional[str], Optional[str], Optional[int]]:
     """(release, machine, page size) of the machine a saved tree was taken on, as far
     as the tree tells: proc/sys/kernel/osrelease and arch (Linux 6.1+; gather.py
@@ -6572,13 +6471,9 @@ def _tree_machine(b: Backend) -> Tuple[Optional[str], Optional[str], Optional[in
     def word(path: str) -> Optional[str]:
         t = _clean(b.read_optional(path) or "")
         return t if 0 < len(t) <= 64 and t.isprintable() and " " not in t else None
-    page = None
-    maps = b.read_optional("/proc/self/numa_maps")
-    if maps:
-        kbs = [int(k) for k in re.findall(r" kernelpagesize_kB=([0-9]{1,8})\b", maps)]
-        kb = min(kbs) if kbs else 0
-        if kb >= 4 and kb & (kb - 1) == 0:
-            page = kb * 1024
+    kb = min(map(int, re.findall(r" kernelpagesize_kB=([0-9]{1,8})\b",
+                                 b.read_optional("/proc/self/numa_maps") or "")), default=0)
+    page = kb * 1024 if kb >= 4 and kb & (kb - 1) == 0 else None
     return word("/proc/sys/kernel/osrelease"), word("/proc/sys/kernel/arch"), page
 
 
@@ -6594,13 +6489,10 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
         node = g.node
         gpu_rows.append(dict(_pci_json(g), node=node, node_source=g.node_source))
         if multi and g.numa_node < 0:
-            if node is None:
-                warnings.append(f"GPU {g.address}: firmware reports no NUMA node "
-                                "(numa_node=-1) and its local CPUs span several nodes; "
-                                "pass the node explicitly when binding workers")
-            else:
-                warnings.append(f"GPU {g.address}: firmware reports no NUMA node "
-                                f"(numa_node=-1); using node {node} from its local CPUs")
+            warnings.append(f"GPU {g.address}: firmware reports no NUMA node (numa_node=-1)"
+                            + (" and its local CPUs span several nodes; pass the node "
+                               "explicitly when binding workers" if node is None else
+                               f"; using node {node} from its local CPUs"))
         if node is not None and multi:
             ncpus = topo.nodes[node].cpus if node in topo.nodes else frozenset()
             if ncpus and not (ncpus & topo.allowed_cpus):
@@ -6635,20 +6527,18 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
                         "fall back to first-touch")
     warnings.extend(f"could not read: {p}" for p in topo.problems)
     policy: Optional[Dict[str, Any]] = None
-    policy_error = None
+    policy_error = None if b.has_process else "not the running system"
     if b.has_process:
         try:
             policy = get_policy(backend=b).to_json()
         except OSError as e:
             policy_error = f"{_errno_reason(e.errno or 0)}: {e.strerror or e}"
-    else:
-        policy_error = "not the running system"
     release: Optional[str] = None
     machine: Optional[str] = None
     abi: Optional[Abi] = b.abi
     page_size: Optional[int] = b.page_size
     if b.is_live:
-        release, machine = _uname()
+        release, machine = os.uname()[2], os.uname()[4]
     elif not b.has_process:
         # A saved tree: its own machine's facts, or None ("unknown"), never ours.
         release, machine, page_size = _tree_machine(b)
@@ -6661,37 +6551,24 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
             warnings.append(f"no syscall table for the {abi.name!r} ABI: memory "
                             "policies fall back to first-touch")
     report: Dict[str, Any] = {
-        "version": __version__,
-        "root": b.root,
+        "version": __version__, "root": b.root,
         "nodes": [dict(n, devices=[d.address for d in devs if d.node == n["id"]])
                   for n in tj["nodes"]],
-        "gpus": gpu_rows,
-        "devices": [d.to_json() for d in devs],
-        "packages": layout,
-        "process": {
-            "pid": os.getpid() if b.is_live else None,
-            "allowed_cpus": tj["allowed_cpus"],
-            "allowed_mems": tj["allowed_mems"],
-            "policy": policy,
-            "policy_error": policy_error,
-        },
+        "gpus": gpu_rows, "devices": [d.to_json() for d in devs], "packages": layout,
+        "process": {"pid": os.getpid() if b.is_live else None,
+                    "allowed_cpus": tj["allowed_cpus"], "allowed_mems": tj["allowed_mems"],
+                    "policy": policy, "policy_error": policy_error},
         "kernel": {
             "release": release, "machine": machine,
             "abi": abi.name if abi is not None else None,
             "syscalls": dict(abi.syscalls) if abi is not None and abi.syscalls else None,
-            "page_size": page_size,
-            "numa": topo.has_node_dir,
-            "online_nodes": tj["online_nodes"], "possible_nodes": tj["possible_nodes"],
-            "nodes_with_cpus": tj["nodes_with_cpus"],
-            "nodes_with_memory": tj["nodes_with_memory"],
-            "online_cpus": tj["online_cpus"],
+            "page_size": page_size, "numa": topo.has_node_dir,
+            **{f: tj[f] for f in ("online_nodes", "possible_nodes", "nodes_with_cpus",
+                                  "nodes_with_memory", "online_cpus")},
             "numa_balancing": topo.numa_balancing, "thp": topo.thp,
-            "thp_settings": _thp_settings(b),
-        },
-        "cpus": tj["cpus"],
-        "memory_tiers": tj["memory_tiers"],
-        "interleave_weights": tj["interleave_weights"],
-        "interleave_auto": tj["interleave_auto"],
+            "thp_settings": _thp_settings(b)},
+        **{f: tj[f] for f in ("cpus", "memory_tiers", "interleave_weights",
+                              "interleave_auto")},
         "default_memory_nodes": memory_node_choice(topo).to_json(),
         "warnings": warnings,
     }
@@ -6774,16 +6651,13 @@ def _render_tiers(rep: Dict[str, Any]) -> List[str]:
             out.append("  weighted interleave: not in this kernel (Linux 6.9+)")
     d = rep.get("default_memory_nodes")
     if d and d["left_out"]:
-        out.append(f"  default memory nodes (nodes=None, NUMA_NODES unset): "
-                   f"{format_cpulist(d['nodes'])} ({d['basis']})")
-        for k, why in d["left_out"].items():
-            out.append(f"    left out: node {k}: {why}")
         every = format_cpulist([*map(int, d["left_out"]), *d["nodes"]])
-        out.append(f"    to use them anyway pass nodes=[...] or set NUMA_NODES (e.g. "
-                   f"NUMA_NODES={every})")
-    if out:
-        out.append("")
-    return out
+        out += [f"  default memory nodes (nodes=None, NUMA_NODES unset): "
+                f"{format_cpulist(d['nodes'])} ({d['basis']})",
+                *(f"    left out: node {k}: {why}" for k, why in d["left_out"].items()),
+                f"    to use them anyway pass nodes=[...] or set NUMA_NODES (e.g. "
+                f"NUMA_NODES={every})"]
+    return out + [""] if out else out
 
 
 def _parse_cache_kb(text: str, *, source: Optional[str] = None) -> int:
@@ -6847,24 +6721,20 @@ def _cpu_summary(rep: Dict[str, Any]) -> str:
 
 
 def _render_status(rep: Dict[str, Any]) -> str:
-    out: List[str] = []
     k = rep["kernel"]
     where = "this machine" if rep["root"] == "/" else f"saved tree {rep['root']}"
     head = f"numa_utils {rep['version']} status: {where}"
     if k.get("release") or k.get("machine"):
         head += f" (Linux {k['release'] or '?'}, {k['machine'] or '?'})"
-    out.append(head)
     page = "unknown" if k["page_size"] is None else f"{k['page_size'] // 1024} KiB"
-    out.append(f"ABI {k['abi'] or 'unknown'}, page size {page}"
-               + ("" if k["numa"] else "; kernel without NUMA (no node directory)"))
-    out.append("")
     nodes = rep["nodes"]
-    out.append(f"NODES: {len(nodes)} online ({format_cpulist(k['online_nodes']) or '-'}) "
-               f"of {len(k['possible_nodes'])} possible "
-               f"({format_cpulist(k['possible_nodes']) or '-'}); CPUs on "
-               f"{_nodes_txt(k['nodes_with_cpus'])}; memory on "
-               f"{_nodes_txt(k['nodes_with_memory'])}")
-    out.append(_cpu_summary(rep))
+    out = [head, f"ABI {k['abi'] or 'unknown'}, page size {page}"
+           + ("" if k["numa"] else "; kernel without NUMA (no node directory)"), "",
+           f"NODES: {len(nodes)} online ({format_cpulist(k['online_nodes']) or '-'}) "
+           f"of {len(k['possible_nodes'])} possible "
+           f"({format_cpulist(k['possible_nodes']) or '-'}); CPUs on "
+           f"{_nodes_txt(k['nodes_with_cpus'])}; memory on "
+           f"{_nodes_txt(k['nodes_with_memory'])}", _cpu_summary(rep)]
     if rep.get("packages"):
         out.append(f"PACKAGES: {rep['packages']['evidence']}")
     w = max([len(format_cpulist(n["cpus"])) for n in nodes] + [4])
@@ -6879,40 +6749,33 @@ def _render_status(rep: Dict[str, Any]) -> str:
     out.append("")
     ids = [n["id"] for n in nodes]
     if len(ids) > 1:
-        out.append("DISTANCES")
         cw = max(4, max(len(str(i)) for i in ids) + 1)
-        out.append("  " + " " * cw + "".join(f"{i:>{cw}}" for i in ids))
-        for n in nodes:
-            out.append("  " + f"{n['id']:>{cw}}" + "".join(
-                f"{n['distances'].get(str(j), '?'):>{cw}}" for j in ids))
+        out += ["DISTANCES", "  " + " " * cw + "".join(f"{i:>{cw}}" for i in ids)]
+        out += ["  " + f"{n['id']:>{cw}}" + "".join(
+            f"{n['distances'].get(str(j), '?'):>{cw}}" for j in ids) for n in nodes]
         out.append("")
     if rep["gpus"]:
         out.append("GPUS")
         for g in rep["gpus"]:
-            node = g["node"] if g["node"] is not None else "?"
             note = "" if g["node_source"] == "numa_node" else f" ({g['node_source']})"
             out.append(f"  {g['address']}  {g['vendor_name']:<6} {g['device']}  "
-                       f"node {node}{note}  local cpus "
+                       f"node {'?' if g['node'] is None else g['node']}{note}  local cpus "
                        f"{format_cpulist(g['local_cpus']) or '-'}")
         out.append("")
-    out.extend(_render_devices(rep))
-    out.extend(_render_tiers(rep))
     p = rep["process"]
-    out.append("PROCESS" + (f" (pid {p['pid']})" if p["pid"] else ""))
-    all_cpus = k["online_cpus"]
-    out.append(f"  allowed cpus   {format_cpulist(p['allowed_cpus']) or '-'}"
-               + (" (all online)" if p["allowed_cpus"] == all_cpus else ""))
-    out.append(f"  allowed mems   {format_cpulist(p['allowed_mems']) or '-'}"
-               + (" (all)" if p["allowed_mems"] == k["nodes_with_memory"] else ""))
     pol = p["policy"]["text"] if p["policy"] else f"unknown ({p['policy_error']})"
-    out.append(f"  memory policy  {pol}")
-    out.append("")
-    out.append("KERNEL")
     nb = k["numa_balancing"]
-    out.append(f"  numa_balancing {'-' if nb is None else nb}"
-               + ("" if nb is None else (" (on)" if nb else " (off)")))
-    out.append(f"  THP            {k['thp'] or '-'}" + "".join(
-        f", {n} {v}" for n, v in k.get("thp_settings", {}).items() if n != "enabled"))
+    out += [*_render_devices(rep), *_render_tiers(rep),
+            "PROCESS" + (f" (pid {p['pid']})" if p["pid"] else ""),
+            f"  allowed cpus   {format_cpulist(p['allowed_cpus']) or '-'}"
+            + (" (all online)" if p["allowed_cpus"] == k["online_cpus"] else ""),
+            f"  allowed mems   {format_cpulist(p['allowed_mems']) or '-'}"
+            + (" (all)" if p["allowed_mems"] == k["nodes_with_memory"] else ""),
+            f"  memory policy  {pol}", "", "KERNEL",
+            f"  numa_balancing {'-' if nb is None else nb}"
+            + ("" if nb is None else (" (on)" if nb else " (off)")),
+            f"  THP            {k['thp'] or '-'}" + "".join(
+                f", {n} {v}" for n, v in k.get("thp_settings", {}).items() if n != "enabled")]
     out.extend(rep.get("extra_text", []))
     if "config" in rep:
         out.append("")
@@ -6993,25 +6856,27 @@ def parse_nodestring(text: str, *, cpus: bool = False, possible: bool = False,
         allowed = frozenset(range(max(t.nodes, default=0) + 1)) if possible else \
             t.allowed_mems
     order = sorted(allowed)
-    s, i = text, 0
-    mask: Set[int] = set()
+    s = text
     if not s:
         return frozenset()
     invert = s.startswith("!")
-    i += invert
-    relative = s.startswith("+", i)
-    i += relative
+    relative = s.startswith("+", invert)
+    i = invert + relative
+    mask: Set[int] = set()
 
-    def number(j: int) -> Tuple[Optional[int], int]:
+    def number(j: int, missing: str, out_of_range: str) -> Tuple[int, int]:
+        """The id at s[j:] (the v-th allowed id for "+LIST") and where it ends;
+        libnuma's refusals name the text (CPUs) or its "%ld" (nodes)."""
         v, end = _strtoul(s, j)
-        if v is not None and relative:       # the v-th allowed id
+        if v is not None and relative:
             v = order[v] if v < len(order) else (1 << 64) - 1
+        if v is None:
+            raise _ListError(missing, blank=True)
+        # numa_bitmask_isbitset() takes an unsigned int: ids are read modulo 2**32
+        if v & 0xFFFFFFFF not in allowed:
+            arg = s[j:] if cpus else v - (1 << 64) if v >> 63 else v
+            raise _ListError(f"{what} argument {arg} {out_of_range}", blank=True)
         return v, end
-
-    def signed(v: int) -> int:              # libnuma's "%ld" of an unsigned long
-        return v - (1 << 64) if v >> 63 else v
-
-    # numa_bitmask_isbitset() takes an unsigned int: ids are read modulo 2**32
 
     while True:
         rest = s[i:]
@@ -7025,25 +6890,13 @@ def parse_nodestring(text: str, *, cpus: bool = False, possible: bool = False,
                 _commands(f"the {kind}: node form")._device_node(rest, b)
             i = len(s)
             break
-        v, end = number(i)
-        if v is None:
-            raise _ListError(f"unparseable {what} description `{rest}'", blank=True)
-        if v & 0xFFFFFFFF not in allowed:
-            raise _ListError(f"{what} argument {rest if cpus else signed(v)} is out of "
-                             "range", blank=True)
+        v, i = number(i, f"unparseable {what} description `{rest}'", "is out of range")
         mask.add(v & 0xFFFFFFFF)
-        i = end
         if s.startswith("-", i):
-            v2, end = number(i + 1)
-            if v2 is None:
-                raise _ListError(f"missing {what} argument {s[i + 1:]}", blank=True)
-            if v2 & 0xFFFFFFFF not in allowed:
-                raise _ListError(f"{what} argument {s[i + 1:] if cpus else signed(v2)} "
-                                 "out of range", blank=True)
+            v2, i = number(i + 1, f"missing {what} argument {s[i + 1:]}", "out of range")
             lo = v & 0xFFFFFFFF
             hi = lo + v2 - v        # the loop's int wraps: ids lo..hi modulo 2**32
             mask.update(n for n in order if lo <= n <= hi or n <= hi - (1 << 32))
-            i = end
         if not s.startswith(",", i):
             break
         i += 1
@@ -7089,8 +6942,7 @@ def _print_json(data: Any) -> None:
 def _cmd_status(args: Any) -> int:
     if args.env_prefix is not None:
         configure(env_prefix=args.env_prefix)
-    b = _backend_from_args(args)
-    rep = status_report(backend=b)
+    rep = status_report(backend=_backend_from_args(args))
     fmt = getattr(args, "format", None) or ("json" if args.json else "text")
     if fmt == "json":
         rep.pop("extra_text", None)
@@ -7100,18 +6952,6 @@ def _cmd_status(args: Any) -> int:
     else:
         sys.stdout.write(_render_status(rep))
     return 0
-
-
-def _common_parser(root: bool = True) -> argparse.ArgumentParser:
-    import argparse
-    common = argparse.ArgumentParser(add_help=False)
-    if root:
-        common.add_argument("--root", metavar="TREE", default=None,
-                            help="read a saved sysfs/procfs tree (a folder, or the one "
-                                 "file tools/gather.py --archive writes: .txt or "
-                                 ".tar.gz) instead of this system")
-    common.add_argument("--json", action="store_true", help="print JSON")
-    return common
 
 
 def _prog() -> str:
@@ -7138,7 +6978,15 @@ def _build_parser(commands: Sequence[Callable[[Any], None]] = ()) -> argparse.Ar
     parser.add_argument("-v", "--verbose", action="store_true", help="log details")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    common = _common_parser()
+    # The flags the commands share: --root and --json; --json alone for the commands
+    # that act on this system (numa_utils_cli's run).
+    common, live = (argparse.ArgumentParser(add_help=False) for _ in range(2))
+    common.add_argument("--root", metavar="TREE", default=None,
+                        help="read a saved sysfs/procfs tree (a folder, or the one file "
+                             "tools/gather.py --archive writes: .txt or .tar.gz) instead "
+                             "of this system")
+    for c in (common, live):
+        c.add_argument("--json", action="store_true", help="print JSON")
     p = sub.add_parser("status", parents=[common],
                        help="topology, GPUs, process limits and advice")
     p.add_argument("--format", choices=["text", "json", "prometheus"], default=None,
@@ -7148,7 +6996,7 @@ def _build_parser(commands: Sequence[Callable[[Any], None]] = ()) -> argparse.Ar
                         "nu.configure(env_prefix=...) does (default NUMA_UTILS_)")
     p.set_defaults(func=_cmd_status)
     sub.common = common  # type: ignore[attr-defined]
-    sub.common_live = _common_parser(root=False)  # type: ignore[attr-defined]
+    sub.common_live = live  # type: ignore[attr-defined]
     for add in commands:
         add(sub)
     return parser

@@ -310,14 +310,45 @@ def _maps_regions_text(rows: List[Dict[str, Any]]) -> str:
     return "".join(line + "\n" for line in out)
 
 
+def _read_chunks(b: Backend, path: str) -> Iterator[str]:
+    """A file in decoded pieces of about 1 MiB (numa_maps of a large process: bounded
+    memory).  On the running system opened now, non-blocking, and refused unless a
+    regular file: a FIFO or a device (/dev/zero) would block or never end."""
+    if not isinstance(b, LinuxBackend) or not b.is_live:
+        return iter((b.read_text(path),))
+    import codecs
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path}: not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    f = os.fdopen(fd, "rb", buffering=0)
+
+    def pieces() -> Iterator[str]:
+        dec = codecs.getincrementaldecoder("utf-8")("replace")
+        with f:
+            end = False
+            while not end:
+                parts: List[bytes] = []
+                size = 0
+                while size < 1 << 20 and not end:     # /proc gives a page per read
+                    parts.append(f.read(1 << 20))
+                    size += len(parts[-1])
+                    end = not parts[-1]
+                yield dec.decode(b"".join(parts), end)
+    return pieces()
+
+
 def _cmd_maps(args: argparse.Namespace) -> int:
     b = None
     if args.file is not None:
-        chunks = LinuxBackend().read_chunks(args.file)
+        chunks = _read_chunks(LinuxBackend(), args.file)
         what = args.file
     elif args.pid is not None:
         b = _backend_from_args(args)
-        chunks = b.read_chunks(_maps_path(args.pid))
+        chunks = _read_chunks(b, _maps_path(args.pid))
         what = f"pid {args.pid}"
     else:
         raise ValueError("give a PID or --file PATH")
