@@ -1897,33 +1897,29 @@ def memory_node_choice(topology: Optional[Topology] = None, *,
     tier data, a CPU-less node with no HMAT figures is left out when it is farther
     from every CPU node than the CPU nodes are from each other."""
     t = topology if topology is not None else read_topology(backend=backend)
-    mem = t.nodes_with_memory
     cands = set(t.usable_memory_nodes)
-    left: Dict[int, str] = {}
+    left = {n: ("outside this process's cpuset (Mems_allowed_list "
+                f"{format_cpulist(t.allowed_mems)})") for n in sorted(t.nodes_with_memory - cands)}
     basis = ["nodes with memory in the cpuset"]
-    for n in sorted(mem - cands):
-        left[n] = ("outside this process's cpuset (Mems_allowed_list "
-                   f"{format_cpulist(t.allowed_mems)})")
 
-    def drop(ns: Iterable[int], why: Callable[[Node], str], because: str = "") -> None:
-        """Leave out ``ns`` (for ``why``), unless that would leave nothing."""
-        out = set(ns) & cands
-        if not out or not cands - out:
+    def drop(test: Callable[[Node], bool], why: Callable[[Node], str], because: str = "") -> None:
+        """Leave out the nodes ``test`` picks (for ``why``), unless that would leave nothing."""
+        out = [n for n in sorted(cands) if n in t.nodes and test(t.nodes[n])]
+        if not out or len(out) == len(cands):
             return
-        for n in sorted(out):
+        for n in out:
             left[n] = why(t.nodes[n])
             cands.discard(n)
         if because:
             basis.append(because)
 
-    nodes = {n: t.nodes[n] for n in cands if n in t.nodes}
-    drop((n for n, v in nodes.items() if v.kind == "generic-initiator"),
+    drop(lambda v: v.kind == "generic-initiator",
          lambda v: "a generic-initiator node: a device's, not the CPUs' memory",
          "generic initiators")
-    drop((n for n, v in nodes.items() if v.kind == "gpu"),
+    drop(lambda v: v.kind == "gpu",
          lambda v: f"GPU memory ({v.kind_evidence.split(';')[0]}): host buffers "
                    "there take the GPU's own HBM", "GPU memory nodes")
-    drop((n for n, v in nodes.items() if v.has_normal_memory is False),
+    drop(lambda v: v.has_normal_memory is False,
          lambda v: "movable-only memory (not in has_normal_memory; CXL expanders "
                    "and GPU memory come up this way)", "has_normal_memory")
     tiers = {n: t.nodes[n].tier for n in cands}
@@ -1932,11 +1928,10 @@ def memory_node_choice(topology: Optional[Topology] = None, *,
     if len(known_tiers) == len(tiers) and len(set(known_tiers.values())) > 1:
         basis.append("memory tiers")
         ref = min(known_tiers[n] for n in (with_cpus or cands))
-        drop((n for n in list(cands) if known_tiers[n] > ref),
+        drop(lambda v: known_tiers[v.id] > ref,
              lambda v: f"slower memory tier {v.tier} (the default uses tier {ref}, the "
                        "CPUs' DRAM)")
-        drop((n for n in list(cands)
-              if known_tiers[n] < ref and n not in t.nodes_with_cpus),
+        drop(lambda v: known_tiers[v.id] < ref and v.id not in t.nodes_with_cpus,
              lambda v: f"faster CPU-less tier {v.tier} (HBM-like and small: for "
                        f"explicit use; the default uses tier {ref}, the CPUs' DRAM)")
     else:
@@ -1944,17 +1939,17 @@ def memory_node_choice(topology: Optional[Topology] = None, *,
         pairs = [t.distance(a, b) for a in cpu_nodes for b in cpu_nodes if a != b] or \
             [t.distance(a, a) for a in cpu_nodes]
         known = [d for d in pairs if d is not None]
-        if cpu_nodes and known:
+        if known:
             remote = max(known)
             far: Dict[int, int] = {}
             for m in cands - t.nodes_with_cpus:
-                ds = [t.distance(c, m) for c in cpu_nodes]
-                dk = [d for d in ds if d is not None]
-                if t.nodes[m].access is None and len(dk) == len(ds) and min(dk) > remote:
-                    far[m] = min(dk)
-            drop(far, lambda v: f"CPU-less and far (distance {far[v.id]} from the nearest "
-                                f"CPU node, > {remote} between CPU nodes); no tier or HMAT "
-                                "data to say it is fast", "distances (no tier or HMAT data)")
+                ds = [d for d in (t.distance(c, m) for c in cpu_nodes) if d is not None]
+                if t.nodes[m].access is None and len(ds) == len(cpu_nodes) and min(ds) > remote:
+                    far[m] = min(ds)
+            drop(lambda v: v.id in far,
+                 lambda v: f"CPU-less and far (distance {far[v.id]} from the nearest "
+                           f"CPU node, > {remote} between CPU nodes); no tier or HMAT "
+                           "data to say it is fast", "distances (no tier or HMAT data)")
     return MemoryNodeChoice(frozenset(cands), MappingProxyType(left), ", ".join(basis))
 
 
