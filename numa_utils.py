@@ -2216,28 +2216,6 @@ def set_mempolicy_home_node(addr: int, length: int, home_node: int, flags: int =
     b.syscall(b.abi.number("set_mempolicy_home_node"), addr, length, home_node, flags)
 
 
-class _Pol(_Record):
-    mode: int                    # Mode value, without flags
-    flags: int                   # ModeFlag bits
-    nodes: FrozenSet[int]        # effective nodes (after cpuset)
-    user_nodes: FrozenSet[int]   # as the caller gave them (reported for =static/=relative)
-    home_node: int = -1
-
-    def describe(self) -> str:
-        """The policy as /proc/<pid>/numa_maps prints it (mpol_to_str)."""
-        names = {0: "default", 1: "prefer", 2: "bind", 3: "interleave", 4: "local",
-                 5: "prefer (many)", 6: "weighted interleave"}
-        s = names.get(self.mode, "?")
-        if self.flags & _MODE_FLAGS_MASK:
-            words = ("static" if self.flags & ModeFlag.STATIC_NODES else
-                     "relative" if self.flags & ModeFlag.RELATIVE_NODES else "",
-                     "balancing" if self.flags & ModeFlag.NUMA_BALANCING else "")
-            s += "=" + "|".join(w for w in words if w)
-        if self.mode not in (Mode.DEFAULT, Mode.LOCAL) and self.nodes:
-            s += ":" + format_cpulist(self.nodes)
-        return s
-
-
 # ===========================================================================
 # Buffers: address + length of anything that has memory behind it.
 # ===========================================================================
@@ -2382,7 +2360,18 @@ class PolicyInfo(_Record):
     nodes: FrozenSet[int]
 
     def __str__(self) -> str:
-        return _Pol(int(self.mode), self.flags, self.nodes, self.nodes).describe()
+        """The policy as /proc/<pid>/numa_maps prints it (mpol_to_str; the kernel
+        never sets both static and relative)."""
+        s = ("default", "prefer", "bind", "interleave", "local", "prefer (many)",
+             "weighted interleave")[self.mode]
+        words = [w for f, w in ((ModeFlag.STATIC_NODES, "static"),
+                                (ModeFlag.RELATIVE_NODES, "relative"),
+                                (ModeFlag.NUMA_BALANCING, "balancing")) if self.flags & f]
+        if words:
+            s += "=" + "|".join(words)
+        if self.mode not in (Mode.DEFAULT, Mode.LOCAL) and self.nodes:
+            s += ":" + format_cpulist(self.nodes)
+        return s
 
     def to_json(self) -> Dict[str, Any]:
         return {"mode": self.mode.name.lower(), "flags": self.flags,
