@@ -2068,11 +2068,10 @@ class NodeMask:
     def __init__(self, nodes: Iterable[int] = (), *, abi: Optional[Abi] = None,
                  bits: int = 0) -> None:
         self.abi = abi if abi is not None else abi_for()
-        ids = frozenset(nodes)
+        self.nodes = ids = frozenset(nodes)
         for n in ids:
             if not isinstance(n, int) or isinstance(n, bool) or n < 0:
                 raise ValueError(f"invalid NUMA node id {n!r}")
-        self.nodes = ids
         w = self.abi.word_bits
         need = max(max(ids) + 1 if ids else 0, bits, 1)
         self.words = (need + w - 1) // w
@@ -2628,9 +2627,8 @@ class thread_policy:
     def __exit__(self, *exc: Any) -> None:
         if not self.result or self._old is None:
             return
-        value, nodes = self._old         # the mode with its flags: set_mempolicy's value
-        try:
-            set_mempolicy(value, nodes, backend=self.kw.get("backend"))
+        try:        # the mode with its flags: set_mempolicy's value
+            set_mempolicy(*self._old, backend=self.kw.get("backend"))
         except OSError as e:
             _warn_once("thread_policy-restore", "numa_utils: could not restore the "
                        "thread memory policy: %s", e)
@@ -3321,18 +3319,6 @@ def _touch_iov(addr: int, length: int, page: int, write: bool = True) -> None:
         os.close(w)
 
 
-def _default_threads(b: Backend) -> int:
-    n = _env("NUMA_PREFAULT_THREADS")
-    if n:
-        return int(n)
-    try:
-        cpus = len(b.sched_getaffinity(0))
-    except OSError:
-        cpus = os.cpu_count() or 1
-    # Page population scales with cores until memory bandwidth runs out.
-    return max(1, min(cpus, 32))
-
-
 def prefault(buf: Any, length: Optional[int] = None, threads: Optional[int] = None, *,
              backend: Optional[Backend] = None,
              progress: Optional[Callable[[int, int], Any]] = None,
@@ -3357,10 +3343,17 @@ def prefault(buf: Any, length: Optional[int] = None, threads: Optional[int] = No
     t0 = time.monotonic()
     if span == 0:
         return {"bytes": 0, "threads": 0, "method": "none", "seconds": 0.0}
-    # Slices of at least 16 MiB: below that a thread costs more than it saves.
-    want = threads if threads is not None else _default_threads(b)
+    want = threads if threads is not None else _env("NUMA_PREFAULT_THREADS")
+    if want is None:
+        try:
+            cpus = len(b.sched_getaffinity(0))
+        except OSError:
+            cpus = os.cpu_count() or 1
+        # Page population scales with cores until memory bandwidth runs out.
+        want = max(1, min(cpus, 32))
     if want < 1:
         raise ValueError("threads must be >= 1")
+    # Slices of at least 16 MiB: below that a thread costs more than it saves.
     n = max(1, min(int(want), span // max(pg, 16 << 20) or 1))
     method = "populate_write"
     # Probe on the first page: EINVAL means no MADV_POPULATE_WRITE (or a mapping it
@@ -3376,8 +3369,7 @@ def prefault(buf: Any, length: Optional[int] = None, threads: Optional[int] = No
     errors: List[BaseException] = []
     stop = threading.Event()
 
-    def work(i: int, lo: int, hi: int, tick: Optional[Callable[[int, int], Any]] = None
-             ) -> None:
+    def work(i: int, lo: int, hi: int) -> None:
         try:
             p = lo
             while p < hi and not stop.is_set():
@@ -3390,8 +3382,8 @@ def prefault(buf: Any, length: Optional[int] = None, threads: Optional[int] = No
                     b.touch(p, q - p)
                 done[i] += q - p
                 p = q
-                if tick is not None:
-                    tick(sum(done), span)
+                if n == 1 and progress is not None:     # one slice: run here
+                    progress(sum(done), span)
         except BaseException as e:      # re-raised in the calling thread
             errors.append(e)
             stop.set()
@@ -3403,7 +3395,7 @@ def prefault(buf: Any, length: Optional[int] = None, threads: Optional[int] = No
     try:
         if not workers:
             # One slice: run it here, calling progress between chunks.
-            work(0, start, start + span, progress)
+            work(0, start, start + span)
         for t in workers:
             t.start()
         # Wait on each worker in turn: joining one that has already ended returns at
