@@ -2182,7 +2182,6 @@ def move_pages(pid: int, pages: Sequence[int], nodes: Optional[Sequence[int]] = 
     """move_pages(2).  Without ``nodes``: where each page is (node, or -errno such as
     -ENOENT for a page not yet faulted in).  With ``nodes``: move, return status."""
     b = _b(backend)
-    nr = b.abi.number("move_pages")
     count = len(pages)
     if nodes is not None and len(nodes) != count:
         raise ValueError("move_pages: pages and nodes differ in length")
@@ -2192,7 +2191,7 @@ def move_pages(pid: int, pages: Sequence[int], nodes: Optional[Sequence[int]] = 
                              for v in pages))
     narr = _c_array(struct.pack(ints, *nodes)) if nodes is not None else None
     status = _c_array(bytes(4 * count))
-    b.syscall(nr, pid, count, ctypes.addressof(parr),
+    b.syscall(b.abi.number("move_pages"), pid, count, ctypes.addressof(parr),
               ctypes.addressof(narr) if narr is not None else 0,
               ctypes.addressof(status), int(flags))
     return list(struct.unpack(ints, status.raw[: 4 * count]))
@@ -3232,13 +3231,11 @@ def _record_write(addr: int, seg: int, rec: Mapping[str, Any]) -> None:
     import json
     import zlib
     raw = json.dumps(rec, sort_keys=True, separators=(",", ":")).encode("utf-8")
-    end = seg - _RECORD_END.size
-    if end - len(raw) < rec["size"]:
+    blob = raw + _RECORD_END.pack(_RECORD_MAGIC, _RECORD_FORMAT, len(raw), zlib.crc32(raw))
+    if seg - len(blob) < rec["size"]:
         raise ValueError(f"identity record of {len(raw)} bytes does not fit the "
-                         f"{end - rec['size']} bytes kept for it")
-    ctypes.memmove(addr + end - len(raw), raw, len(raw))
-    ctypes.memmove(addr + end, _RECORD_END.pack(_RECORD_MAGIC, _RECORD_FORMAT, len(raw),
-                                                zlib.crc32(raw)), _RECORD_END.size)
+                         f"{seg - _RECORD_END.size - rec['size']} bytes kept for it")
+    ctypes.memmove(addr + seg - len(blob), blob, len(blob))
 
 
 def _record_read(addr: int, seg: int, what: str) -> Optional[Dict[str, Any]]:
@@ -3296,8 +3293,7 @@ def _touch_iov(addr: int, length: int, page: int, write: bool = True) -> None:
     """
     import array
     libc = _get_libc()
-    first = addr - addr % page
-    starts = array.array("Q", range(first, addr + length, page))
+    starts = array.array("Q", range(addr - addr % page, addr + length, page))
     if starts and starts[0] < addr:
         starts[0] = addr
     iov = array.array("Q", bytes(16 * len(starts)))
@@ -3459,8 +3455,7 @@ def _huge_size(hugepages: Union[bool, int, str, None], b: Backend,
                           f"{_nodes_txt(targets)}: reserve some (e.g. "
                           "nodeN/hugepages/hugepages-2048kB/nr_hugepages) or use "
                           "hugepages=False")
-        kb = 2048 if 2048 in sizes_kb else min(sizes_kb)
-        return kb * 1024
+        return (2048 if 2048 in sizes_kb else min(sizes_kb)) * 1024
     nbytes = _parse_size(hugepages) if isinstance(hugepages, str) else int(hugepages or 0)
     if nbytes // 1024 not in sizes_kb:
         raise OSError(errno.ENOMEM, f"no {nbytes >> 10} kB huge pages reserved on "
