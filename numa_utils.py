@@ -2095,32 +2095,23 @@ class NodeMask:
         return f"NodeMask({format_cpulist(self.nodes)!r}, bits={self.bits})"
 
 
+def _swap_words(raw: bytes, abi: Abi) -> bytes:
+    """Little-endian bytes as the ABI's words, and back (the same on little-endian ABIs)."""
+    wb = abi.word_bits // 8
+    if abi.byteorder == "little":
+        return raw
+    return b"".join(raw[i:i + wb][::-1] for i in range(0, len(raw), wb))
+
+
 def _encode_nodemask(nodes: Iterable[int], words: int, abi: Abi) -> bytes:
     """``words`` unsigned longs in the ABI's byte order; nodes beyond them are left out."""
-    w = abi.word_bits
-    value = 0
-    for n in nodes:
-        value |= 1 << n
-    return b"".join(((value >> (i * w)) & ((1 << w) - 1)).to_bytes(w // 8, abi.byteorder)
-                    for i in range(words))
+    n = words * abi.word_bits
+    return _swap_words(sum(1 << i for i in set(nodes) if i < n).to_bytes(n // 8, "little"), abi)
 
 
 def decode_nodemask(raw: bytes, abi: Abi) -> FrozenSet[int]:
     wb = abi.word_bits // 8
-    value = 0
-    for i in range(len(raw) // wb):
-        value |= int.from_bytes(raw[i * wb:(i + 1) * wb], abi.byteorder) << (i * 8 * wb)
-    return _set_bits(value)
-
-
-def _nr_node_ids(backend: Backend) -> int:
-    """Highest possible node id + 1 (the kernel's nr_node_ids)."""
-    r = _Reader(backend)
-    ids: Optional[FrozenSet[int]] = r.parsed(f"{_NODE_DIR}/possible", _parse_nodelist)
-    if ids:
-        return max(ids) + 1
-    # Unknown: a generous bound the kernel accepts (copy_nodes_to_user clears the rest).
-    return 1024 if r.exists(_NODE_DIR) else 1
+    return _set_bits(int.from_bytes(_swap_words(raw[: len(raw) // wb * wb], abi), "little"))
 
 
 # ===========================================================================
@@ -2158,7 +2149,12 @@ def get_mempolicy(addr: Optional[int] = None, flags: int = 0, *,
     """
     b = _b(backend)
     nr = b.abi.number("get_mempolicy")
-    mask = NodeMask((), abi=b.abi, bits=_nr_node_ids(b))
+    r = _Reader(b)
+    ids: Optional[FrozenSet[int]] = r.parsed(f"{_NODE_DIR}/possible", _parse_nodelist)
+    # nr_node_ids; unknown: a generous bound the kernel accepts (copy_nodes_to_user
+    # clears the rest).
+    mask = NodeMask((), abi=b.abi, bits=max(ids) + 1 if ids else
+                    1024 if r.exists(_NODE_DIR) else 1)
     # An int the kernel writes, decoded in the ABI's byte order (the same as the
     # host's on a real kernel; a simulated big-endian kernel writes big-endian).
     pol = ctypes.create_string_buffer(4)
@@ -2286,8 +2282,7 @@ def buffer_range(buf: Any, length: Optional[int] = None) -> Tuple[int, int]:
                           ctypes.Union)):
         addr, size = ctypes.addressof(buf), ctypes.sizeof(buf)
     else:
-        addr = _buffer_address(buf)
-        size = memoryview(buf).nbytes
+        addr, size = _buffer_address(buf), memoryview(buf).nbytes
     if length is not None:
         if length < 0 or length > size:
             raise ValueError(f"length {length} outside the buffer's {size} bytes")
@@ -3365,9 +3360,11 @@ def prefault(buf: Any, length: Optional[int] = None, threads: Optional[int] = No
     errors: List[BaseException] = []
     stop = threading.Event()
 
-    def work(i: int, lo: int, hi: int) -> None:
+    bounds = [start + (span // pg * i // n) * pg for i in range(n + 1)]
+
+    def work(i: int) -> None:
         try:
-            p = lo
+            p, hi = bounds[i], bounds[i + 1]
             while p < hi and not stop.is_set():
                 q = min(hi, p + chunk)
                 if method == "populate_write":
@@ -3384,14 +3381,12 @@ def prefault(buf: Any, length: Optional[int] = None, threads: Optional[int] = No
             errors.append(e)
             stop.set()
 
-    bounds = [start + (span // pg * i // n) * pg for i in range(n + 1)]
-    workers = [threading.Thread(target=work, args=(i, bounds[i], bounds[i + 1]),
-                                name=f"numa_utils-prefault-{i}", daemon=True)
-               for i in range(n)] if n > 1 else []
+    workers = [threading.Thread(target=work, args=(i,), name=f"numa_utils-prefault-{i}",
+                                daemon=True) for i in range(n)] if n > 1 else []
     try:
         if not workers:
             # One slice: run it here, calling progress between chunks.
-            work(0, start, start + span)
+            work(0)
         for t in workers:
             t.start()
         # Wait on each worker in turn: joining one that has already ended returns at
