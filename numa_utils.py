@@ -2068,10 +2068,7 @@ class NodeMask:
     def __init__(self, nodes: Iterable[int] = (), *, abi: Optional[Abi] = None,
                  bits: int = 0) -> None:
         self.abi = abi if abi is not None else abi_for()
-        self.nodes = ids = frozenset(nodes)
-        for n in ids:
-            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-                raise ValueError(f"invalid NUMA node id {n!r}")
+        self.nodes = ids = _node_ids(nodes)
         w = self.abi.word_bits
         need = max(max(ids) + 1 if ids else 0, bits, 1)
         self.words = (need + w - 1) // w
@@ -2093,6 +2090,15 @@ class NodeMask:
 
     def __repr__(self) -> str:
         return f"NodeMask({format_cpulist(self.nodes)!r}, bits={self.bits})"
+
+
+def _node_ids(nodes: Iterable[int]) -> FrozenSet[int]:
+    """``nodes`` as a frozenset; ValueError for anything but an int >= 0."""
+    ids = frozenset(nodes)
+    for n in ids:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise ValueError(f"invalid NUMA node id {n!r}")
+    return ids
 
 
 def _swap_words(raw: bytes, abi: Abi) -> bytes:
@@ -2486,11 +2492,7 @@ def _apply_policy(buf: Any, length: Optional[int], *, mode: Union[str, int],
         _page_range(*buffer_range(buf, length), page_size or b.page_size)
     explicit = nodes is not None
     mem, allowed, default = _memory_nodes(b)
-    want = frozenset(nodes) if nodes is not None else default
-    if explicit:
-        for n in want:
-            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-                raise ValueError(f"invalid NUMA node id {n!r}")
+    want = _node_ids(nodes) if nodes is not None else default
     res = PolicyResult(False, mname, want, start, size)
     if not enabled:
         return res._replace(reason="disabled", hint=_HINTS["disabled"])
