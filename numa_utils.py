@@ -1922,10 +1922,9 @@ def memory_node_choice(topology: Optional[Topology] = None, *,
     drop(lambda v: v.has_normal_memory is False,
          lambda v: "movable-only memory (not in has_normal_memory; CXL expanders "
                    "and GPU memory come up this way)", "has_normal_memory")
-    tiers = {n: t.nodes[n].tier for n in cands}
-    known_tiers = {n: v for n, v in tiers.items() if v is not None}
+    known_tiers = {n: v for n in cands if (v := t.nodes[n].tier) is not None}
     with_cpus = cands & t.nodes_with_cpus
-    if len(known_tiers) == len(tiers) and len(set(known_tiers.values())) > 1:
+    if len(known_tiers) == len(cands) and len(set(known_tiers.values())) > 1:
         basis.append("memory tiers")
         ref = min(known_tiers[n] for n in (with_cpus or cands))
         drop(lambda v: known_tiers[v.id] > ref,
