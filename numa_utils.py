@@ -1801,46 +1801,40 @@ def memory_node_choice(topology: Optional[Topology] = None, *,
     tier data, a CPU-less node with no HMAT figures is left out when it is farther
     from every CPU node than the CPU nodes are from each other."""
     t = topology if topology is not None else read_topology(backend=backend)
-    mem = t.nodes_with_memory
     cands = set(t.usable_memory_nodes)
-    left: Dict[int, str] = {}
+    left = {n: ("outside this process's cpuset (Mems_allowed_list "
+                f"{format_cpulist(t.allowed_mems)})") for n in sorted(t.nodes_with_memory - cands)}
     basis = ["nodes with memory in the cpuset"]
-    for n in sorted(mem - cands):
-        left[n] = ("outside this process's cpuset (Mems_allowed_list "
-                   f"{format_cpulist(t.allowed_mems)})")
 
-    def drop(ns: Iterable[int], why: Callable[[Node], str], because: str = "") -> None:
-        """Leave out ``ns`` (for ``why``), unless that would leave nothing."""
-        out = set(ns) & cands
-        if not out or not cands - out:
+    def drop(test: Callable[[Node], bool], why: Callable[[Node], str], because: str = "") -> None:
+        """Leave out the nodes ``test`` picks (for ``why``), unless that would leave nothing."""
+        out = [n for n in sorted(cands) if n in t.nodes and test(t.nodes[n])]
+        if not out or len(out) == len(cands):
             return
-        for n in sorted(out):
+        for n in out:
             left[n] = why(t.nodes[n])
             cands.discard(n)
         if because:
             basis.append(because)
 
-    nodes = {n: t.nodes[n] for n in cands if n in t.nodes}
-    drop((n for n, v in nodes.items() if v.kind == "generic-initiator"),
+    drop(lambda v: v.kind == "generic-initiator",
          lambda v: "a generic-initiator node: a device's, not the CPUs' memory",
          "generic initiators")
-    drop((n for n, v in nodes.items() if v.kind == "gpu"),
+    drop(lambda v: v.kind == "gpu",
          lambda v: f"GPU memory ({v.kind_evidence.split(';')[0]}): host buffers "
                    "there take the GPU's own HBM", "GPU memory nodes")
-    drop((n for n, v in nodes.items() if v.has_normal_memory is False),
+    drop(lambda v: v.has_normal_memory is False,
          lambda v: "movable-only memory (not in has_normal_memory; CXL expanders "
                    "and GPU memory come up this way)", "has_normal_memory")
-    tiers = {n: t.nodes[n].tier for n in cands}
-    known_tiers = {n: v for n, v in tiers.items() if v is not None}
+    known_tiers = {n: v for n in cands if (v := t.nodes[n].tier) is not None}
     with_cpus = cands & t.nodes_with_cpus
-    if len(known_tiers) == len(tiers) and len(set(known_tiers.values())) > 1:
+    if len(known_tiers) == len(cands) and len(set(known_tiers.values())) > 1:
         basis.append("memory tiers")
         ref = min(known_tiers[n] for n in (with_cpus or cands))
-        drop((n for n in list(cands) if known_tiers[n] > ref),
+        drop(lambda v: known_tiers[v.id] > ref,
              lambda v: f"slower memory tier {v.tier} (the default uses tier {ref}, the "
                        "CPUs' DRAM)")
-        drop((n for n in list(cands)
-              if known_tiers[n] < ref and n not in t.nodes_with_cpus),
+        drop(lambda v: known_tiers[v.id] < ref and v.id not in t.nodes_with_cpus,
              lambda v: f"faster CPU-less tier {v.tier} (HBM-like and small: for "
                        f"explicit use; the default uses tier {ref}, the CPUs' DRAM)")
     else:
@@ -1848,17 +1842,17 @@ def memory_node_choice(topology: Optional[Topology] = None, *,
         pairs = [t.distance(a, b) for a in cpu_nodes for b in cpu_nodes if a != b] or \
             [t.distance(a, a) for a in cpu_nodes]
         known = [d for d in pairs if d is not None]
-        if cpu_nodes and known:
+        if known:
             remote = max(known)
             far: Dict[int, int] = {}
             for m in cands - t.nodes_with_cpus:
-                ds = [t.distance(c, m) for c in cpu_nodes]
-                dk = [d for d in ds if d is not None]
-                if t.nodes[m].access is None and len(dk) == len(ds) and min(dk) > remote:
-                    far[m] = min(dk)
-            drop(far, lambda v: f"CPU-less and far (distance {far[v.id]} from the nearest "
-                                f"CPU node, > {remote} between CPU nodes); no tier or HMAT "
-                                "data to say it is fast", "distances (no tier or HMAT data)")
+                ds = [d for d in (t.distance(c, m) for c in cpu_nodes) if d is not None]
+                if t.nodes[m].access is None and len(ds) == len(cpu_nodes) and min(ds) > remote:
+                    far[m] = min(ds)
+            drop(lambda v: v.id in far,
+                 lambda v: f"CPU-less and far (distance {far[v.id]} from the nearest "
+                           f"CPU node, > {remote} between CPU nodes); no tier or HMAT "
+                           "data to say it is fast", "distances (no tier or HMAT data)")
     return MemoryNodeChoice(frozenset(cands), MappingProxyType(left), ", ".join(basis))
 
 
@@ -1977,11 +1971,7 @@ class NodeMask:
     def __init__(self, nodes: Iterable[int] = (), *, abi: Optional[Abi] = None,
                  bits: int = 0) -> None:
         self.abi = abi if abi is not None else abi_for()
-        ids = frozenset(nodes)
-        for n in ids:
-            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-                raise ValueError(f"invalid NUMA node id {n!r}")
-        self.nodes = ids
+        self.nodes = ids = _node_ids(nodes)
         w = self.abi.word_bits
         need = max(max(ids) + 1 if ids else 0, bits, 1)
         self.words = (need + w - 1) // w
@@ -2005,32 +1995,32 @@ class NodeMask:
         return f"NodeMask({format_cpulist(self.nodes)!r}, bits={self.bits})"
 
 
+def _node_ids(nodes: Iterable[int]) -> FrozenSet[int]:
+    """``nodes`` as a frozenset; ValueError for anything but an int >= 0."""
+    ids = frozenset(nodes)
+    for n in ids:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise ValueError(f"invalid NUMA node id {n!r}")
+    return ids
+
+
+def _swap_words(raw: bytes, abi: Abi) -> bytes:
+    """Little-endian bytes as the ABI's words, and back (the same on little-endian ABIs)."""
+    wb = abi.word_bits // 8
+    if abi.byteorder == "little":
+        return raw
+    return b"".join(raw[i:i + wb][::-1] for i in range(0, len(raw), wb))
+
+
 def _encode_nodemask(nodes: Iterable[int], words: int, abi: Abi) -> bytes:
     """``words`` unsigned longs in the ABI's byte order; nodes beyond them are left out."""
-    w = abi.word_bits
-    value = 0
-    for n in nodes:
-        value |= 1 << n
-    return b"".join(((value >> (i * w)) & ((1 << w) - 1)).to_bytes(w // 8, abi.byteorder)
-                    for i in range(words))
+    n = words * abi.word_bits
+    return _swap_words(sum(1 << i for i in set(nodes) if i < n).to_bytes(n // 8, "little"), abi)
 
 
 def decode_nodemask(raw: bytes, abi: Abi) -> FrozenSet[int]:
     wb = abi.word_bits // 8
-    value = 0
-    for i in range(len(raw) // wb):
-        value |= int.from_bytes(raw[i * wb:(i + 1) * wb], abi.byteorder) << (i * 8 * wb)
-    return _set_bits(value)
-
-
-def _nr_node_ids(backend: Backend) -> int:
-    """Highest possible node id + 1 (the kernel's nr_node_ids)."""
-    r = _Reader(backend)
-    ids: Optional[FrozenSet[int]] = r.parsed(f"{_NODE_DIR}/possible", _parse_nodelist)
-    if ids:
-        return max(ids) + 1
-    # Unknown: a generous bound the kernel accepts (copy_nodes_to_user clears the rest).
-    return 1024 if r.exists(_NODE_DIR) else 1
+    return _set_bits(int.from_bytes(_swap_words(raw[: len(raw) // wb * wb], abi), "little"))
 
 
 # ===========================================================================
@@ -2068,7 +2058,12 @@ def get_mempolicy(addr: Optional[int] = None, flags: int = 0, *,
     """
     b = _b(backend)
     nr = b.abi.number("get_mempolicy")
-    mask = NodeMask((), abi=b.abi, bits=_nr_node_ids(b))
+    r = _Reader(b)
+    ids: Optional[FrozenSet[int]] = r.parsed(f"{_NODE_DIR}/possible", _parse_nodelist)
+    # nr_node_ids; unknown: a generous bound the kernel accepts (copy_nodes_to_user
+    # clears the rest).
+    mask = NodeMask((), abi=b.abi, bits=max(ids) + 1 if ids else
+                    1024 if r.exists(_NODE_DIR) else 1)
     # An int the kernel writes, decoded in the ABI's byte order (the same as the
     # host's on a real kernel; a simulated big-endian kernel writes big-endian).
     pol = ctypes.create_string_buffer(4)
@@ -2092,7 +2087,6 @@ def move_pages(pid: int, pages: Sequence[int], nodes: Optional[Sequence[int]] = 
     """move_pages(2).  Without ``nodes``: where each page is (node, or -errno such as
     -ENOENT for a page not yet faulted in).  With ``nodes``: move, return status."""
     b = _b(backend)
-    nr = b.abi.number("move_pages")
     count = len(pages)
     if nodes is not None and len(nodes) != count:
         raise ValueError("move_pages: pages and nodes differ in length")
@@ -2102,7 +2096,7 @@ def move_pages(pid: int, pages: Sequence[int], nodes: Optional[Sequence[int]] = 
                              for v in pages))
     narr = _c_array(struct.pack(ints, *nodes)) if nodes is not None else None
     status = _c_array(bytes(4 * count))
-    b.syscall(nr, pid, count, ctypes.addressof(parr),
+    b.syscall(b.abi.number("move_pages"), pid, count, ctypes.addressof(parr),
               ctypes.addressof(narr) if narr is not None else 0,
               ctypes.addressof(status), int(flags))
     return list(struct.unpack(ints, status.raw[: 4 * count]))
@@ -2123,28 +2117,6 @@ def set_mempolicy_home_node(addr: int, length: int, home_node: int, flags: int =
     """set_mempolicy_home_node(2) (Linux 5.17+), for BIND / PREFERRED_MANY ranges."""
     b = _b(backend)
     b.syscall(b.abi.number("set_mempolicy_home_node"), addr, length, home_node, flags)
-
-
-class _Pol(_Record):
-    mode: int                    # Mode value, without flags
-    flags: int                   # ModeFlag bits
-    nodes: FrozenSet[int]        # effective nodes (after cpuset)
-    user_nodes: FrozenSet[int]   # as the caller gave them (reported for =static/=relative)
-    home_node: int = -1
-
-    def describe(self) -> str:
-        """The policy as /proc/<pid>/numa_maps prints it (mpol_to_str)."""
-        names = {0: "default", 1: "prefer", 2: "bind", 3: "interleave", 4: "local",
-                 5: "prefer (many)", 6: "weighted interleave"}
-        s = names.get(self.mode, "?")
-        if self.flags & _MODE_FLAGS_MASK:
-            words = ("static" if self.flags & ModeFlag.STATIC_NODES else
-                     "relative" if self.flags & ModeFlag.RELATIVE_NODES else "",
-                     "balancing" if self.flags & ModeFlag.NUMA_BALANCING else "")
-            s += "=" + "|".join(w for w in words if w)
-        if self.mode not in (Mode.DEFAULT, Mode.LOCAL) and self.nodes:
-            s += ":" + format_cpulist(self.nodes)
-        return s
 
 
 # ===========================================================================
@@ -2219,8 +2191,7 @@ def buffer_range(buf: Any, length: Optional[int] = None) -> Tuple[int, int]:
                           ctypes.Union)):
         addr, size = ctypes.addressof(buf), ctypes.sizeof(buf)
     else:
-        addr = _buffer_address(buf)
-        size = memoryview(buf).nbytes
+        addr, size = _buffer_address(buf), memoryview(buf).nbytes
     if length is not None:
         if length < 0 or length > size:
             raise ValueError(f"length {length} outside the buffer's {size} bytes")
@@ -2291,7 +2262,18 @@ class PolicyInfo(_Record):
     nodes: FrozenSet[int]
 
     def __str__(self) -> str:
-        return _Pol(int(self.mode), self.flags, self.nodes, self.nodes).describe()
+        """The policy as /proc/<pid>/numa_maps prints it (mpol_to_str; the kernel
+        never sets both static and relative)."""
+        s = ("default", "prefer", "bind", "interleave", "local", "prefer (many)",
+             "weighted interleave")[self.mode]
+        words = [w for f, w in ((ModeFlag.STATIC_NODES, "static"),
+                                (ModeFlag.RELATIVE_NODES, "relative"),
+                                (ModeFlag.NUMA_BALANCING, "balancing")) if self.flags & f]
+        if words:
+            s += "=" + "|".join(words)
+        if self.mode not in (Mode.DEFAULT, Mode.LOCAL) and self.nodes:
+            s += ":" + format_cpulist(self.nodes)
+        return s
 
     def to_json(self) -> Dict[str, Any]:
         return {"mode": self.mode.name.lower(), "flags": self.flags,
@@ -2413,11 +2395,7 @@ def _apply_policy(buf: Any, length: Optional[int], *, mode: Union[str, int],
         _page_range(*buffer_range(buf, length), page_size or b.page_size)
     explicit = nodes is not None
     mem, allowed, default = _memory_nodes(b)
-    want = frozenset(nodes) if nodes is not None else default
-    if explicit:
-        for n in want:
-            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-                raise ValueError(f"invalid NUMA node id {n!r}")
+    want = _node_ids(nodes) if nodes is not None else default
     res = PolicyResult(False, mname, want, start, size)
     if not enabled:
         return res._replace(reason="disabled", hint=_HINTS["disabled"])
@@ -2548,9 +2526,8 @@ class thread_policy:
     def __exit__(self, *exc: Any) -> None:
         if not self.result or self._old is None:
             return
-        value, nodes = self._old         # the mode with its flags: set_mempolicy's value
-        try:
-            set_mempolicy(value, nodes, backend=self.kw.get("backend"))
+        try:        # the mode with its flags: set_mempolicy's value
+            set_mempolicy(*self._old, backend=self.kw.get("backend"))
         except OSError as e:
             _warn_once("thread_policy-restore", "numa_utils: could not restore the "
                        "thread memory policy: %s", e)
@@ -3182,13 +3159,11 @@ def _record_write(addr: int, seg: int, rec: Mapping[str, Any]) -> None:
     import json
     import zlib
     raw = json.dumps(rec, sort_keys=True, separators=(",", ":")).encode("utf-8")
-    end = seg - _RECORD_END.size
-    if end - len(raw) < rec["size"]:
+    blob = raw + _RECORD_END.pack(_RECORD_MAGIC, _RECORD_FORMAT, len(raw), zlib.crc32(raw))
+    if seg - len(blob) < rec["size"]:
         raise ValueError(f"identity record of {len(raw)} bytes does not fit the "
-                         f"{end - rec['size']} bytes kept for it")
-    ctypes.memmove(addr + end - len(raw), raw, len(raw))
-    ctypes.memmove(addr + end, _RECORD_END.pack(_RECORD_MAGIC, _RECORD_FORMAT, len(raw),
-                                                zlib.crc32(raw)), _RECORD_END.size)
+                         f"{seg - _RECORD_END.size - rec['size']} bytes kept for it")
+    ctypes.memmove(addr + seg - len(blob), blob, len(blob))
 
 
 def _record_read(addr: int, seg: int, what: str) -> Optional[Dict[str, Any]]:
@@ -3246,8 +3221,7 @@ def _touch_iov(addr: int, length: int, page: int, write: bool = True) -> None:
     """
     import array
     libc = _get_libc()
-    first = addr - addr % page
-    starts = array.array("Q", range(first, addr + length, page))
+    starts = array.array("Q", range(addr - addr % page, addr + length, page))
     if starts and starts[0] < addr:
         starts[0] = addr
     iov = array.array("Q", bytes(16 * len(starts)))
@@ -3267,18 +3241,6 @@ def _touch_iov(addr: int, length: int, page: int, write: bool = True) -> None:
     finally:
         os.close(r)
         os.close(w)
-
-
-def _default_threads(b: Backend) -> int:
-    n = _env("NUMA_PREFAULT_THREADS")
-    if n:
-        return int(n)
-    try:
-        cpus = len(b.sched_getaffinity(0))
-    except OSError:
-        cpus = os.cpu_count() or 1
-    # Page population scales with cores until memory bandwidth runs out.
-    return max(1, min(cpus, 32))
 
 
 def prefault(buf: Any, length: Optional[int] = None, threads: Optional[int] = None, *,
@@ -3305,10 +3267,17 @@ def prefault(buf: Any, length: Optional[int] = None, threads: Optional[int] = No
     t0 = time.monotonic()
     if span == 0:
         return {"bytes": 0, "threads": 0, "method": "none", "seconds": 0.0}
-    # Slices of at least 16 MiB: below that a thread costs more than it saves.
-    want = threads if threads is not None else _default_threads(b)
+    want = threads if threads is not None else _env("NUMA_PREFAULT_THREADS")
+    if want is None:
+        try:
+            cpus = len(b.sched_getaffinity(0))
+        except OSError:
+            cpus = os.cpu_count() or 1
+        # Page population scales with cores until memory bandwidth runs out.
+        want = max(1, min(cpus, 32))
     if want < 1:
         raise ValueError("threads must be >= 1")
+    # Slices of at least 16 MiB: below that a thread costs more than it saves.
     n = max(1, min(int(want), span // max(pg, 16 << 20) or 1))
     method = "populate_write"
     # Probe on the first page: EINVAL means no MADV_POPULATE_WRITE (or a mapping it
@@ -3324,10 +3293,11 @@ def prefault(buf: Any, length: Optional[int] = None, threads: Optional[int] = No
     errors: List[BaseException] = []
     stop = threading.Event()
 
-    def work(i: int, lo: int, hi: int, tick: Optional[Callable[[int, int], Any]] = None
-             ) -> None:
+    bounds = [start + (span // pg * i // n) * pg for i in range(n + 1)]
+
+    def work(i: int) -> None:
         try:
-            p = lo
+            p, hi = bounds[i], bounds[i + 1]
             while p < hi and not stop.is_set():
                 q = min(hi, p + chunk)
                 if method == "populate_write":
@@ -3338,20 +3308,18 @@ def prefault(buf: Any, length: Optional[int] = None, threads: Optional[int] = No
                     b.touch(p, q - p)
                 done[i] += q - p
                 p = q
-                if tick is not None:
-                    tick(sum(done), span)
+                if n == 1 and progress is not None:     # one slice: run here
+                    progress(sum(done), span)
         except BaseException as e:      # re-raised in the calling thread
             errors.append(e)
             stop.set()
 
-    bounds = [start + (span // pg * i // n) * pg for i in range(n + 1)]
-    workers = [threading.Thread(target=work, args=(i, bounds[i], bounds[i + 1]),
-                                name=f"numa_utils-prefault-{i}", daemon=True)
-               for i in range(n)] if n > 1 else []
+    workers = [threading.Thread(target=work, args=(i,), name=f"numa_utils-prefault-{i}",
+                                daemon=True) for i in range(n)] if n > 1 else []
     try:
         if not workers:
             # One slice: run it here, calling progress between chunks.
-            work(0, start, start + span, progress)
+            work(0)
         for t in workers:
             t.start()
         # Wait on each worker in turn: joining one that has already ended returns at
@@ -3415,8 +3383,7 @@ def _huge_size(hugepages: Union[bool, int, str, None], b: Backend,
                           f"{_nodes_txt(targets)}: reserve some (e.g. "
                           "nodeN/hugepages/hugepages-2048kB/nr_hugepages) or use "
                           "hugepages=False")
-        kb = 2048 if 2048 in sizes_kb else min(sizes_kb)
-        return kb * 1024
+        return (2048 if 2048 in sizes_kb else min(sizes_kb)) * 1024
     nbytes = _parse_size(hugepages) if isinstance(hugepages, str) else int(hugepages or 0)
     if nbytes // 1024 not in sizes_kb:
         raise OSError(errno.ENOMEM, f"no {nbytes >> 10} kB huge pages reserved on "

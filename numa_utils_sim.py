@@ -84,7 +84,6 @@ _CGROUP = _nu._CGROUP
 _DEFAULT_PAGE = _nu._DEFAULT_PAGE
 _MODE_FLAGS_MASK = _nu._MODE_FLAGS_MASK
 _NODE_DIR = _nu._NODE_DIR
-_Pol = _nu._Pol
 _ShmStat = _nu._ShmStat
 _THP_DIR = _nu._THP_DIR
 _WI_DIR = _nu._WI_DIR
@@ -98,6 +97,21 @@ abi_for = _nu.abi_for
 decode_nodemask = _nu.decode_nodemask
 format_cpulist = _nu.format_cpulist
 read_topology = _nu.read_topology
+
+
+class _Pol(_Record):
+    """A struct mempolicy."""
+
+    mode: int                    # Mode value, without flags
+    flags: int                   # ModeFlag bits
+    nodes: FrozenSet[int]        # effective nodes (after cpuset)
+    user_nodes: FrozenSet[int]   # as the caller gave them (reported for =static/=relative)
+    home_node: int = -1
+
+    def describe(self) -> str:
+        """The policy as /proc/<pid>/numa_maps prints it (mpol_to_str)."""
+        return str(_nu.PolicyInfo(Mode(self.mode), self.flags, self.nodes))
+
 
 # The header line of /proc/sysvipc/shm (ipc/shm.c sysvipc_shm_proc_show).
 _SYSVIPC_HEADER = ("       key      shmid perms                  size  cpid  lpid nattch"
