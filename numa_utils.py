@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import enum
 import errno
+import itertools
 import os
 import re
 import stat
@@ -235,16 +236,10 @@ def _parse_nodelist(text: str, *, source: Optional[str] = None) -> FrozenSet[int
 
 def format_cpulist(ids: Iterable[int]) -> str:
     """Compress ids into the kernel's list format: {0,1,2,3,8} -> "0-3,8"."""
-    items = sorted(set(ids))
-    parts: List[str] = []
-    i = 0
-    while i < len(items):
-        j = i
-        while j + 1 < len(items) and items[j + 1] == items[j] + 1:
-            j += 1
-        parts.append(str(items[i]) if i == j else f"{items[i]}-{items[j]}")
-        i = j + 1
-    return ",".join(parts)
+    # Consecutive ids share ``id - position``: each such group is one run.
+    runs = itertools.groupby(enumerate(sorted(set(ids))), lambda p: p[1] - p[0])
+    spans = [[v for _, v in run] for _, run in runs]
+    return ",".join(str(s[0]) if len(s) == 1 else f"{s[0]}-{s[-1]}" for s in spans)
 
 
 _HEX_WORD = re.compile("[0-9a-fA-F]{1,8}")
