@@ -1448,13 +1448,10 @@ def _allowed_from_status(backend: Backend, pid: Union[int, str] = "self"
     """(Cpus_allowed_list, Mems_allowed_list) of /proc/<pid>/status; None for a file
     or line that is not there.  A malformed list raises ValueError naming it."""
     path = f"/proc/{pid}/status"
-    cpus = mems = None
-    for line in (backend.read_optional(path) or "").splitlines():
-        key, _, val = line.partition(":")
-        if key == "Cpus_allowed_list":
-            cpus = parse_cpulist(val, source=f"{path} Cpus_allowed_list")
-        elif key == "Mems_allowed_list":
-            mems = _parse_nodelist(val, source=f"{path} Mems_allowed_list")
+    got = {k: v for k, _, v in (ln.partition(":") for ln in
+                                (backend.read_optional(path) or "").splitlines())}
+    cpus, mems = (parse_cpulist(got[k], source=f"{path} {k}", limit=n) if k in got else None
+                  for k, n in (("Cpus_allowed_list", MAX_CPUS), ("Mems_allowed_list", MAX_NODES)))
     return cpus, mems
 
 
@@ -1515,19 +1512,12 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
                                         for _, i in order) if s is not None), llc)
                 for s in llc & online if c in llc else ():
                     llc_of[s] = llc
-        cpus[c] = Cpu(c, _cpu_node(r, c, d, node_of), c in online, core, package,
-                      siblings, llc)
-    return cpus, frozenset(online) & frozenset(possible)
-
-
-def _cpu_node(r: _Reader, cpu: int, d: str, node_of: Mapping[int, int]) -> Optional[int]:
-    node = node_of.get(cpu)
-    if node is None:
         # Offline CPUs may be missing from the node cpulists; the cpuN/nodeM link
         # still says where they belong.
-        node = next((i for i in (_id_of(n, "node") for n in r.listdir(d)) if i is not None),
-                    None)
-    return node
+        node = node_of.get(c) if c in node_of else next(
+            (i for i in (_id_of(n, "node") for n in r.listdir(d)) if i is not None), None)
+        cpus[c] = Cpu(c, node, c in online, core, package, siblings, llc)
+    return cpus, frozenset(online) & frozenset(possible)
 
 
 def _read_devices(r: _Reader, node_of: Mapping[int, int], cpu_nodes: FrozenSet[int],
@@ -1544,8 +1534,7 @@ def _read_devices(r: _Reader, node_of: Mapping[int, int], cpu_nodes: FrozenSet[i
         gpu = vendor in GPU_VENDORS and cls >> 16 in _GPU_CLASSES
         if gpus_only and not gpu:
             continue
-        numa = r.integer(f"{d}/numa_node")
-        numa = -1 if numa is None else numa
+        numa: int = r.parsed(f"{d}/numa_node", _parse_int, -1)
         local = r.cpus(f"{d}/local_cpulist", f"{d}/local_cpus") or frozenset()
         hits = {node_of.get(c) for c in local} - {None}
         node, how = (numa, "numa_node") if numa >= 0 else \
