@@ -379,7 +379,6 @@ _MACHINE_ALIASES = MappingProxyType({
 })
 
 _BIG_ENDIAN = frozenset({"ppc64", "s390x"})
-_DEFAULT_PAGE = MappingProxyType({"ppc64": 65536, "ppc64le": 65536})
 
 
 class Abi(_Record):
@@ -635,17 +634,14 @@ def _read_regular(path: str, limit: int, flags: int = 0) -> bytes:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file")
-        chunks = []
-        left = limit + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            chunks.append(chunk)
-            left -= len(chunk)
-            if len(chunk) < min(left + len(chunk), 1 << 20):    # a regular file's end
-                break
-        if left <= 0:
+        # MiB reads until a short one (a regular file's end) or more than ``limit``.
+        chunks = [os.read(fd, 1 << 20)]
+        while len(chunks[-1]) == 1 << 20 and len(chunks) <= limit >> 20:
+            chunks.append(os.read(fd, 1 << 20))
+        data = b"".join(chunks)
+        if len(data) > limit:
             raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB")
-        return b"".join(chunks)
+        return data
     finally:
         os.close(fd)
 
@@ -897,10 +893,8 @@ class LinuxBackend(Backend):
             if self._steps > _TREE_MAX_STEPS or len(cur) > 512 or len(todo) > 4096:
                 raise _oserror(errno.ELOOP, path, f"links too deep or too many in "
                                f"{self.root}")
-            if c in ("", "."):
-                continue
-            if c == "..":
-                if cur:
+            if c in ("", ".", ".."):
+                if c == ".." and cur:
                     cur.pop()
                 continue
             cur.append(c)
@@ -910,9 +904,7 @@ class LinuxBackend(Backend):
             links += 1
             if links > 40:
                 raise _oserror(errno.ELOOP, path, f"in {self.root}")
-            cur.pop()
-            if link.startswith("/"):
-                cur = []
+            cur = [] if link.startswith("/") else cur[:-1]
             todo.extend(link.split("/")[::-1])
         return "/".join(cur)
 
@@ -1457,9 +1449,8 @@ def _allowed_from_status(backend: Backend, pid: Union[int, str] = "self"
 
 def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
                                                                  FrozenSet[int]]:
-    possible = r.parsed(f"{_CPU_DIR}/possible", parse_cpulist)
-    if possible is None:
-        possible = r.parsed(f"{_CPU_DIR}/present", parse_cpulist)
+    possible = next((p for p in (r.parsed(f"{_CPU_DIR}/{f}", parse_cpulist)
+                                 for f in ("possible", "present")) if p is not None), None)
     if possible is None:
         possible = frozenset(i for i in (_id_of(n, "cpu") for n in r.listdir(_CPU_DIR))
                              if i is not None and i < MAX_CPUS)
