@@ -836,8 +836,7 @@ class _Archive:
         return data.decode("utf-8", "replace")
 
     def listdir(self, rel: str, path: str) -> List[str]:
-        if rel in self.dirs:
-            self._list(rel)
+        self._list(rel)             # a no-op but for a saved folder's unlisted ones
         names = self.dirs.get(rel)
         if names is None:
             err = errno.ENOTDIR if rel in self.files else errno.ENOENT
@@ -1313,8 +1312,7 @@ class Topology(_Record):
     interleave_auto: Optional[bool] = None    # weights derived from HMAT (6.16+)
 
     def node_of_cpu(self, cpu: int) -> Optional[int]:
-        c = self.cpus.get(cpu)
-        return c.node if c is not None else None
+        return self.cpus[cpu].node if cpu in self.cpus else None
 
     @property
     def mems_allowed(self) -> FrozenSet[int]:
@@ -1342,8 +1340,7 @@ class Topology(_Record):
         return counts.pop() if len(counts) == 1 else None
 
     def distance(self, a: int, b: int) -> Optional[int]:
-        n = self.nodes.get(a)
-        return n.distances.get(b) if n is not None else None
+        return self.nodes[a].distances.get(b) if a in self.nodes else None
 
     def nearest(self, node: int, among: Iterable[int]) -> List[int]:
         """``among`` sorted by distance from ``node`` (unknown distances last), then id."""
