@@ -2007,9 +2007,8 @@ def _node_ids(nodes: Iterable[int]) -> FrozenSet[int]:
 def _swap_words(raw: bytes, abi: Abi) -> bytes:
     """Little-endian bytes as the ABI's words, and back (the same on little-endian ABIs)."""
     wb = abi.word_bits // 8
-    if abi.byteorder == "little":
-        return raw
-    return b"".join(raw[i:i + wb][::-1] for i in range(0, len(raw), wb))
+    return raw if abi.byteorder == "little" else \
+        b"".join(raw[i:i + wb][::-1] for i in range(0, len(raw), wb))
 
 
 def _encode_nodemask(nodes: Iterable[int], words: int, abi: Abi) -> bytes:
@@ -2057,7 +2056,6 @@ def get_mempolicy(addr: Optional[int] = None, flags: int = 0, *,
     is sized so that maxnode >= nr_node_ids, with room for what the kernel writes.
     """
     b = _b(backend)
-    nr = b.abi.number("get_mempolicy")
     r = _Reader(b)
     ids: Optional[FrozenSet[int]] = r.parsed(f"{_NODE_DIR}/possible", _parse_nodelist)
     # nr_node_ids; unknown: a generous bound the kernel accepts (copy_nodes_to_user
@@ -2067,8 +2065,8 @@ def get_mempolicy(addr: Optional[int] = None, flags: int = 0, *,
     # An int the kernel writes, decoded in the ABI's byte order (the same as the
     # host's on a real kernel; a simulated big-endian kernel writes big-endian).
     pol = ctypes.create_string_buffer(4)
-    b.syscall(nr, ctypes.addressof(pol), mask.address, mask.maxnode, addr or 0,
-              int(flags) | (int(GetFlag.ADDR) if addr is not None else 0))
+    b.syscall(b.abi.number("get_mempolicy"), ctypes.addressof(pol), mask.address,
+              mask.maxnode, addr or 0, int(flags) | (GetFlag.ADDR if addr is not None else 0))
     return int.from_bytes(pol.raw, b.abi.byteorder, signed=True), mask.read()
 
 
@@ -3141,10 +3139,6 @@ _RECORD_FORMAT = 1
 _RECORD_ROOM = 16 << 10
 
 
-def _record_room(page: int) -> int:
-    return (_RECORD_ROOM + page - 1) // page * page
-
-
 def _record_write(addr: int, seg: int, rec: Mapping[str, Any]) -> None:
     """Write ``rec`` at the end of the ``seg`` bytes mapped at ``addr``, after the
     region's ``rec["size"]`` bytes of data."""
@@ -3189,13 +3183,6 @@ def _record_read(addr: int, seg: int, what: str) -> Optional[Dict[str, Any]]:
     if not ok or rec["size"] > end - n:
         raise ValueError(f"{bad} (fields)")
     return rec
-
-
-def _identity(b: Backend, key: Union[int, str], kind: str, size: int,
-              page: int) -> Dict[str, Any]:
-    import time
-    return {"key": key, "kind": kind, "size": size, "page_size": page,
-            "created": round(time.time(), 3), "uid": b.geteuid(), **b.whoami()}
 
 
 # -- prefault ----------------------------------------------------------------------------
@@ -3980,6 +3967,7 @@ class SharedRegion:
         Nothing is left behind when any step fails (a bad layout, policy denied under
         strict, prefault interrupted, ...).
         """
+        import time
         b = _b(backend)
         _region_args(b, kind, size, 1)      # before fit() weighs it
         if mode & ~0o777:
@@ -3998,9 +3986,11 @@ class SharedRegion:
             lay = Layout.extents([(size, _LAYOUT_NAMES[pmode], pnodes if pmode not in (
                 Mode.DEFAULT, Mode.LOCAL) else ())])    # as mbind: nodes ignored there
         lay = lay.bound(size, page, _memory_nodes(b)[0])
-        seg = size + _record_room(page)
-        _region_args(b, kind, seg, 1)       # rounded to pages, with its record
-        ident = dict(_identity(b, key, kind, size, page), layout=str(lay))
+        seg = size - (-_RECORD_ROOM // page) * page     # and the record's whole pages
+        _region_args(b, kind, seg, 1)
+        ident = {"key": key, "kind": kind, "size": size, "page_size": page,
+                 "created": round(time.time(), 3), "uid": b.geteuid(), **b.whoami(),
+                 "layout": str(lay)}
         flags = IPC_CREAT | IPC_EXCL | mode
         if huge:
             flags |= SHM_HUGETLB | ((huge.bit_length() - 1) << SHM_HUGE_SHIFT)
