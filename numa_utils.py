@@ -1979,9 +1979,8 @@ def _node_ids(nodes: Iterable[int]) -> FrozenSet[int]:
 def _swap_words(raw: bytes, abi: Abi) -> bytes:
     """Little-endian bytes as the ABI's words, and back (the same on little-endian ABIs)."""
     wb = abi.word_bits // 8
-    if abi.byteorder == "little":
-        return raw
-    return b"".join(raw[i:i + wb][::-1] for i in range(0, len(raw), wb))
+    return raw if abi.byteorder == "little" else \
+        b"".join(raw[i:i + wb][::-1] for i in range(0, len(raw), wb))
 
 
 def _encode_nodemask(nodes: Iterable[int], words: int, abi: Abi) -> bytes:
@@ -2029,7 +2028,6 @@ def get_mempolicy(addr: Optional[int] = None, flags: int = 0, *,
     is sized so that maxnode >= nr_node_ids, with room for what the kernel writes.
     """
     b = _b(backend)
-    nr = b.abi.number("get_mempolicy")
     r = _Reader(b)
     ids: Optional[FrozenSet[int]] = r.parsed(f"{_NODE_DIR}/possible", _parse_nodelist)
     # nr_node_ids; unknown: a generous bound the kernel accepts (copy_nodes_to_user
@@ -2039,8 +2037,8 @@ def get_mempolicy(addr: Optional[int] = None, flags: int = 0, *,
     # An int the kernel writes, decoded in the ABI's byte order (the same as the
     # host's on a real kernel; a simulated big-endian kernel writes big-endian).
     pol = ctypes.create_string_buffer(4)
-    b.syscall(nr, ctypes.addressof(pol), mask.address, mask.maxnode, addr or 0,
-              int(flags) | (int(GetFlag.ADDR) if addr is not None else 0))
+    b.syscall(b.abi.number("get_mempolicy"), ctypes.addressof(pol), mask.address,
+              mask.maxnode, addr or 0, int(flags) | (GetFlag.ADDR if addr is not None else 0))
     return int.from_bytes(pol.raw, b.abi.byteorder, signed=True), mask.read()
 
 
@@ -2236,8 +2234,7 @@ class PolicyInfo(_Record):
     def __str__(self) -> str:
         """The policy as /proc/<pid>/numa_maps prints it (mpol_to_str; the kernel
         never sets both static and relative)."""
-        s = ("default", "prefer", "bind", "interleave", "local", "prefer (many)",
-             "weighted interleave")[self.mode]
+        s = _LAYOUT_NAMES[self.mode].replace("-many", " (many)").replace("-", " ")
         words = [w for f, w in ((ModeFlag.STATIC_NODES, "static"),
                                 (ModeFlag.RELATIVE_NODES, "relative"),
                                 (ModeFlag.NUMA_BALANCING, "balancing")) if self.flags & f]
@@ -2979,16 +2976,10 @@ def _status_regions(report: Dict[str, Any], b: Backend) -> None:
 # a file in the tmpfs mounted at /dev/shm.  Policy before touch (KERNEL_FACTS 4),
 # prefault with MADV_POPULATE_WRITE (KERNEL_FACTS 8).
 
-IPC_CREAT = 0o1000
-IPC_EXCL = 0o2000
-IPC_RMID = 0
-IPC_STAT = 2
-SHM_RDONLY = 0o10000
-SHM_HUGETLB = 0o4000
-SHM_HUGE_SHIFT = 26
+IPC_CREAT, IPC_EXCL, IPC_RMID, IPC_STAT = 0o1000, 0o2000, 0, 2
+SHM_RDONLY, SHM_HUGETLB, SHM_HUGE_SHIFT = 0o10000, 0o4000, 26
 _PROT_READ, _PROT_WRITE = 1, 2
-_MAP_SHARED = 0x01
-_MAP_HUGETLB = 0x40000            # x86, arm, ppc, s390, riscv alike
+_MAP_SHARED, _MAP_HUGETLB = 0x01, 0x40000     # MAP_HUGETLB: x86, arm, ppc, s390, riscv alike
 _IOV_MAX = 1024
 _SIZE_MAX = (1 << 64) - 1        # the largest size_t of any ABI; Abi.bits narrows it
 
@@ -2997,8 +2988,7 @@ _SIZE_MAX = (1 << 64) - 1        # the largest size_t of any ABI; Abi.bits narro
 # not), so a name has _SYSV_PROBES keys, tried in order; which name a segment holds
 # is in its identity record, which every attacher checks.  An int key is used as
 # given.  POSIX regions are /dev/shm/numa_utils-<name>.
-SYSV_KEY_PREFIX = 0x4E000000
-SYSV_KEY_MASK = 0xFF000000
+SYSV_KEY_PREFIX, SYSV_KEY_MASK = 0x4E000000, 0xFF000000
 POSIX_PREFIX = "numa_utils-"
 _SYSV_PROBES = 8
 LOCK_SH, LOCK_EX, LOCK_NB, LOCK_UN = 1, 2, 4, 8     # include/uapi/asm-generic/fcntl.h
@@ -3121,10 +3111,6 @@ _RECORD_FORMAT = 1
 _RECORD_ROOM = 16 << 10
 
 
-def _record_room(page: int) -> int:
-    return (_RECORD_ROOM + page - 1) // page * page
-
-
 def _record_write(addr: int, seg: int, rec: Mapping[str, Any]) -> None:
     """Write ``rec`` at the end of the ``seg`` bytes mapped at ``addr``, after the
     region's ``rec["size"]`` bytes of data."""
@@ -3169,13 +3155,6 @@ def _record_read(addr: int, seg: int, what: str) -> Optional[Dict[str, Any]]:
     if not ok or rec["size"] > end - n:
         raise ValueError(f"{bad} (fields)")
     return rec
-
-
-def _identity(b: Backend, key: Union[int, str], kind: str, size: int,
-              page: int) -> Dict[str, Any]:
-    import time
-    return {"key": key, "kind": kind, "size": size, "page_size": page,
-            "created": round(time.time(), 3), "uid": b.geteuid(), **b.whoami()}
 
 
 # -- prefault ----------------------------------------------------------------------------
@@ -3370,6 +3349,19 @@ def _region_page(hugepages: Union[bool, int, str, None], kind: str, b: Backend,
     if huge and kind == "posix":
         raise ValueError("hugepages need kind='sysv' (SHM_HUGETLB): /dev/shm is tmpfs")
     return huge, huge or b.page_size
+
+
+def _region_args(b: Backend, kind: str, size: Any, least: int) -> None:
+    """create's and attach's checks, before any system call: a size above the ABI's
+    size_t would be truncated (2**64 + 1M gave a 1 MiB segment behind a region
+    claiming 2**64 + 1M)."""
+    if kind not in ("sysv", "posix"):
+        raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
+    if isinstance(size, bool) or not isinstance(size, int) or size < least:
+        raise ValueError(f"invalid size {size!r}: an int >= {least}")
+    size_max = (1 << b.abi.word_bits) - 1 if b.abi.word_bits else _SIZE_MAX
+    if size > size_max:
+        raise ValueError(f"size {size} is larger than this ABI's size_t ({size_max})")
 
 
 # -- fit: will an allocation succeed, checked before anything is made -------------------
@@ -3947,20 +3939,11 @@ class SharedRegion:
         Nothing is left behind when any step fails (a bad layout, policy denied under
         strict, prefault interrupted, ...).
         """
+        import time
         b = _b(backend)
-        if kind not in ("sysv", "posix"):
-            raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
-        if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
-            raise ValueError(f"size must be an int > 0, not {size!r}")
+        _region_args(b, kind, size, 1)      # before fit() weighs it
         if mode & ~0o777:
             raise ValueError(f"mode {mode:o}: permission bits only")
-        # Checked before any system call (and before fit() weighs it): size_t would
-        # silently truncate (2**64 + 1M gave a 1 MiB segment behind a region claiming
-        # 2**64 + 1M).  Checked again once rounded to pages and given its record.
-        size_max = (1 << b.abi.word_bits) - 1 if b.abi.word_bits else _SIZE_MAX
-        too_big = ValueError(f"size {size} is larger than this ABI's size_t ({size_max})")
-        if size > size_max:
-            raise too_big
         hugepages, huge_note = _fit_or_raise(size, policy, nodes, hugepages,
                                              hugepages_required, kind, b)
         pmode, pnodes, strict_, _ = _region_policy(policy, nodes, strict, b)
@@ -3975,10 +3958,11 @@ class SharedRegion:
             lay = Layout.extents([(size, _LAYOUT_NAMES[pmode], pnodes if pmode not in (
                 Mode.DEFAULT, Mode.LOCAL) else ())])    # as mbind: nodes ignored there
         lay = lay.bound(size, page, _memory_nodes(b)[0])
-        seg = size + _record_room(page)
-        if seg > size_max:
-            raise too_big
-        ident = dict(_identity(b, key, kind, size, page), layout=str(lay))
+        seg = size - (-_RECORD_ROOM // page) * page     # and the record's whole pages
+        _region_args(b, kind, seg, 1)
+        ident = {"key": key, "kind": kind, "size": size, "page_size": page,
+                 "created": round(time.time(), 3), "uid": b.geteuid(), **b.whoami(),
+                 "layout": str(lay)}
         flags = IPC_CREAT | IPC_EXCL | mode
         if huge:
             flags |= SHM_HUGETLB | ((huge.bit_length() - 1) << SHM_HUGE_SHIFT)
@@ -4011,13 +3995,9 @@ class SharedRegion:
         ``remove=True`` marks a SysV segment for removal after attaching (see class).
         """
         b = _b(backend)
-        if kind not in ("sysv", "posix"):
-            raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
+        _region_args(b, kind, 0 if size is None else size, 0)
         pmode, pnodes, strict_, explicit = _region_policy(policy, nodes, strict, b)
         _region_page(hugepages, kind, b, pnodes)     # the region's record says its page
-        if size is not None and (isinstance(size, bool) or not isinstance(size, int)
-                                 or size < 0 or size > _SIZE_MAX):
-            raise ValueError(f"invalid size {size!r}")
 
         def make(r: SharedRegion) -> None:
             rec, what = (_sysv_attach if kind == "sysv" else _posix_attach)(r, trust)
