@@ -6422,12 +6422,8 @@ def _env_nodes(b: Optional[Backend]) -> Optional[FrozenSet[int]]:
 # ===========================================================================
 
 def _fmt_kb(kb: int) -> str:
-    v = float(kb)
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        if v < 1024 or unit == "TiB":
-            return f"{v:.1f} {unit}" if unit != "KiB" else f"{int(v)} KiB"
-        v /= 1024
-    return f"{kb} KiB"
+    e = min(3, (kb.bit_length() - 1) // 10) if kb >= 1024 else 0
+    return f"{kb / (1 << 10 * e):.1f} {'KMGT'[e]}iB" if e else f"{kb} KiB"
 
 
 def _tree_machine(b: Backend) -> Tuple[Optional[str], Optional[str], Optional[int]]:
@@ -6451,16 +6447,15 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     tj = _topology_json(topo)
     warnings: List[str] = []
     multi = len(topo.nodes_with_memory) > 1 or len(topo.nodes_with_cpus) > 1
-    gpu_rows = []
-    for g in topo.gpus:
+    gpu_rows = [dict(_pci_json(g), node=g.node, node_source=g.node_source) for g in topo.gpus]
+    for g in topo.gpus if multi else ():
         node = g.node
-        gpu_rows.append(dict(_pci_json(g), node=node, node_source=g.node_source))
-        if multi and g.numa_node < 0:
+        if g.numa_node < 0:
             warnings.append(f"GPU {g.address}: firmware reports no NUMA node (numa_node=-1)"
                             + (" and its local CPUs span several nodes; pass the node "
                                "explicitly when binding workers" if node is None else
                                f"; using node {node} from its local CPUs"))
-        if node is not None and multi:
+        if node is not None:
             ncpus = topo.nodes[node].cpus if node in topo.nodes else frozenset()
             if ncpus and not (ncpus & topo.allowed_cpus):
                 warnings.append(f"GPU {g.address} hangs off node {node} but this "
@@ -6500,15 +6495,11 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
             policy = get_policy(backend=b).to_json()
         except OSError as e:
             policy_error = f"{_errno_reason(e.errno or 0)}: {e.strerror or e}"
-    release: Optional[str] = None
-    machine: Optional[str] = None
+    release, machine, page_size = (os.uname()[2], os.uname()[4], b.page_size) if b.is_live \
+        else (None, None, b.page_size) if b.has_process else _tree_machine(b)
     abi: Optional[Abi] = b.abi
-    page_size: Optional[int] = b.page_size
-    if b.is_live:
-        release, machine = os.uname()[2], os.uname()[4]
-    elif not b.has_process:
+    if not b.has_process:
         # A saved tree: its own machine's facts, or None ("unknown"), never ours.
-        release, machine, page_size = _tree_machine(b)
         abi = abi_for(machine, 64 if "64" in machine or machine == "s390x" else 32) \
             if machine else None
         if abi is None:
@@ -6542,17 +6533,14 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     report["config"] = config = {}
     for suffix in _ENV_VARS:     # each read alone: every invalid one is its own warning
         name = _env_prefix + suffix
-        source = "env" if os.environ.get(name, "").strip() else "default"
+        row = config[name] = {"value": os.environ.get(name), "source": "env"
+                              if os.environ.get(name, "").strip() else "default"}
         try:
-            value = _env(suffix)
-            if suffix == "NUMA_NODES" and value is not None:
-                value = sorted(_env_nodes(b) or ())
+            row["value"] = to_json(_env_nodes(b) if suffix == "NUMA_NODES" else _env(suffix))
         except ValueError as e:      # worded as the calls that read it refuse it
             report.setdefault("config_error", str(e))
             warnings.append(f"configuration: {e}")
-            config[name] = {"value": os.environ.get(name), "source": source, "error": str(e)}
-            continue
-        config[name] = {"value": to_json(value), "source": source}
+            row["error"] = str(e)
     report["last_level_caches"] = _llc_json(topo, b, warnings)
     _status_extra(report, topo, b)
     _status_regions(report, b)
