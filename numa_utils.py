@@ -6575,13 +6575,23 @@ def _render_devices(rep: Dict[str, Any]) -> List[str]:
     """DEVICES: each PCI function (bridges aside) under its node."""
     devs = sorted(rep.get("devices") or [], key=lambda d: (d["node"] is None,
                                                             d["node"] or 0, d["address"]))
-    out = ["DEVICES (PCI functions by node)"] if devs else []
-    for d in devs:
-        node = "?" if d["node"] is None else d["node"]
-        how = "" if d["node_source"] == "numa_node" else f" ({d['node_source']})"
-        out.append(f"  {node!s:>4}  {d['address']}  {d['kind']:<7} {d['vendor'][2:]}:"
-                   f"{d['device'][2:]}  {' '.join(d['names']) or '-'}{how}")
-    return out + [""] if out else out
+    return _section("DEVICES (PCI functions by node)", [
+        f"  {_node_of(d):>4}  {d['address']}  {d['kind']:<7} {d['vendor'][2:]}:"
+        f"{d['device'][2:]}  {' '.join(d['names']) or '-'}{_node_how(d)}" for d in devs])
+
+
+def _section(title: str, rows: List[str]) -> List[str]:
+    """A titled block of the status text with its blank line; nothing without rows."""
+    return [title, *rows, ""] if rows else []
+
+
+def _node_of(d: Dict[str, Any]) -> str:
+    return "?" if d["node"] is None else str(d["node"])
+
+
+def _node_how(d: Dict[str, Any]) -> str:
+    """How a device's node was found, when not from its numa_node file."""
+    return "" if d["node_source"] == "numa_node" else f" ({d['node_source']})"
 
 
 def _render_tiers(rep: Dict[str, Any]) -> List[str]:
@@ -6703,20 +6713,13 @@ def _render_status(rep: Dict[str, Any]) -> str:
                    f"{hp}")
     out.append("")
     ids = [n["id"] for n in nodes]
-    if len(ids) > 1:
-        cw = max(4, max(len(str(i)) for i in ids) + 1)
-        out += ["DISTANCES", "  " + " " * cw + "".join(f"{i:>{cw}}" for i in ids)]
-        out += ["  " + f"{n['id']:>{cw}}" + "".join(
-            f"{n['distances'].get(str(j), '?'):>{cw}}" for j in ids) for n in nodes]
-        out.append("")
-    if rep["gpus"]:
-        out.append("GPUS")
-        for g in rep["gpus"]:
-            note = "" if g["node_source"] == "numa_node" else f" ({g['node_source']})"
-            out.append(f"  {g['address']}  {g['vendor_name']:<6} {g['device']}  "
-                       f"node {'?' if g['node'] is None else g['node']}{note}  local cpus "
-                       f"{format_cpulist(g['local_cpus']) or '-'}")
-        out.append("")
+    cw = max([4] + [len(str(i)) + 1 for i in ids])
+    grid = [("", ids), *((n["id"], [n["distances"].get(str(j), "?") for j in ids]) for n in nodes)]
+    out += _section("DISTANCES", ["  " + "".join(f"{v:>{cw}}" for v in (h, *vs))
+                                  for h, vs in grid] if len(ids) > 1 else [])
+    out += _section("GPUS", [f"  {g['address']}  {g['vendor_name']:<6} {g['device']}  node "
+                             f"{_node_of(g)}{_node_how(g)}  local cpus "
+                             f"{format_cpulist(g['local_cpus']) or '-'}" for g in rep["gpus"]])
     p = rep["process"]
     pol = p["policy"]["text"] if p["policy"] else f"unknown ({p['policy_error']})"
     nb = k["numa_balancing"]
@@ -6731,17 +6734,11 @@ def _render_status(rep: Dict[str, Any]) -> str:
             + ("" if nb is None else (" (on)" if nb else " (off)")),
             f"  THP            {k['thp'] or '-'}" + "".join(
                 f", {n} {v}" for n, v in k.get("thp_settings", {}).items() if n != "enabled")]
-    out.extend(rep.get("extra_text", []))
-    if "config" in rep:
-        out.append("")
-        out.append("CONFIGURATION (environment)")
-        for name, v in rep["config"].items():
-            out.append(f"  {name:<34} {v['value']!s:<12} "
-                       f"({'invalid' if 'error' in v else v['source']})")
-    out.append("")
-    out.append("WARNINGS" if rep["warnings"] else "WARNINGS: none")
-    for wtext in rep["warnings"]:
-        out.append(f"  - {wtext}")
+    out += [*rep.get("extra_text", []), "", *_section("CONFIGURATION (environment)", [
+        f"  {name:<34} {v['value']!s:<12} ({'invalid' if 'error' in v else v['source']})"
+        for name, v in rep.get("config", {}).items()]),
+        "WARNINGS" if rep["warnings"] else "WARNINGS: none",
+        *(f"  - {wtext}" for wtext in rep["warnings"])]
     return "\n".join(out) + "\n"
 
 
