@@ -6799,14 +6799,10 @@ def parse_nodestring(text: str, *, cpus: bool = False, possible: bool = False,
     b = _b(backend)
     t = topology if topology is not None else read_topology(backend=b)
     what = "cpu" if cpus else "node"
-    if cpus:
-        conf = max(t.cpus, default=0) + 1       # numa_num_configured_cpus
-        allowed = frozenset(range(conf)) if possible else \
-            frozenset(c for c in t.allowed_cpus if c < conf)
-    else:
-        conf = len(t.nodes_with_memory)         # numa_num_configured_nodes (sic)
-        allowed = frozenset(range(max(t.nodes, default=0) + 1)) if possible else \
-            t.allowed_mems
+    top = max(t.cpus if cpus else t.nodes, default=0) + 1
+    conf = top if cpus else len(t.nodes_with_memory)    # numa_num_configured_cpus/_nodes (sic)
+    allowed = frozenset(range(top)) if possible else frozenset(
+        c for c in t.allowed_cpus if c < top) if cpus else t.allowed_mems
     order = sorted(allowed)
     s = text
     if not s:
