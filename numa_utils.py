@@ -6374,12 +6374,8 @@ def _env_nodes(b: Optional[Backend]) -> Optional[FrozenSet[int]]:
 # ===========================================================================
 
 def _fmt_kb(kb: int) -> str:
-    v = float(kb)
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        if v < 1024 or unit == "TiB":
-            return f"{v:.1f} {unit}" if unit != "KiB" else f"{int(v)} KiB"
-        v /= 1024
-    return f"{kb} KiB"
+    e = min(3, (kb.bit_length() - 1) // 10) if kb >= 1024 else 0
+    return f"{kb / (1 << 10 * e):.1f} {'KMGT'[e]}iB" if e else f"{kb} KiB"
 
 
 def _tree_machine(b: Backend) -> Tuple[Optional[str], Optional[str], Optional[int]]:
@@ -6403,16 +6399,15 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     tj = _topology_json(topo)
     warnings: List[str] = []
     multi = len(topo.nodes_with_memory) > 1 or len(topo.nodes_with_cpus) > 1
-    gpu_rows = []
-    for g in topo.gpus:
+    gpu_rows = [dict(_pci_json(g), node=g.node, node_source=g.node_source) for g in topo.gpus]
+    for g in topo.gpus if multi else ():
         node = g.node
-        gpu_rows.append(dict(_pci_json(g), node=node, node_source=g.node_source))
-        if multi and g.numa_node < 0:
+        if g.numa_node < 0:
             warnings.append(f"GPU {g.address}: firmware reports no NUMA node (numa_node=-1)"
                             + (" and its local CPUs span several nodes; pass the node "
                                "explicitly when binding workers" if node is None else
                                f"; using node {node} from its local CPUs"))
-        if node is not None and multi:
+        if node is not None:
             ncpus = topo.nodes[node].cpus if node in topo.nodes else frozenset()
             if ncpus and not (ncpus & topo.allowed_cpus):
                 warnings.append(f"GPU {g.address} hangs off node {node} but this "
@@ -6452,15 +6447,11 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
             policy = get_policy(backend=b).to_json()
         except OSError as e:
             policy_error = f"{_errno_reason(e.errno or 0)}: {e.strerror or e}"
-    release: Optional[str] = None
-    machine: Optional[str] = None
+    release, machine, page_size = (os.uname()[2], os.uname()[4], b.page_size) if b.is_live \
+        else (None, None, b.page_size) if b.has_process else _tree_machine(b)
     abi: Optional[Abi] = b.abi
-    page_size: Optional[int] = b.page_size
-    if b.is_live:
-        release, machine = os.uname()[2], os.uname()[4]
-    elif not b.has_process:
+    if not b.has_process:
         # A saved tree: its own machine's facts, or None ("unknown"), never ours.
-        release, machine, page_size = _tree_machine(b)
         abi = abi_for(machine, 64 if "64" in machine or machine == "s390x" else 32) \
             if machine else None
         if abi is None:
@@ -6494,17 +6485,14 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     report["config"] = config = {}
     for suffix in _ENV_VARS:     # each read alone: every invalid one is its own warning
         name = _env_prefix + suffix
-        source = "env" if os.environ.get(name, "").strip() else "default"
+        row = config[name] = {"value": os.environ.get(name), "source": "env"
+                              if os.environ.get(name, "").strip() else "default"}
         try:
-            value = _env(suffix)
-            if suffix == "NUMA_NODES" and value is not None:
-                value = sorted(_env_nodes(b) or ())
+            row["value"] = to_json(_env_nodes(b) if suffix == "NUMA_NODES" else _env(suffix))
         except ValueError as e:      # worded as the calls that read it refuse it
             report.setdefault("config_error", str(e))
             warnings.append(f"configuration: {e}")
-            config[name] = {"value": os.environ.get(name), "source": source, "error": str(e)}
-            continue
-        config[name] = {"value": to_json(value), "source": source}
+            row["error"] = str(e)
     report["last_level_caches"] = _llc_json(topo, b, warnings)
     _status_extra(report, topo, b)
     _status_regions(report, b)
@@ -6539,13 +6527,23 @@ def _render_devices(rep: Dict[str, Any]) -> List[str]:
     """DEVICES: each PCI function (bridges aside) under its node."""
     devs = sorted(rep.get("devices") or [], key=lambda d: (d["node"] is None,
                                                             d["node"] or 0, d["address"]))
-    out = ["DEVICES (PCI functions by node)"] if devs else []
-    for d in devs:
-        node = "?" if d["node"] is None else d["node"]
-        how = "" if d["node_source"] == "numa_node" else f" ({d['node_source']})"
-        out.append(f"  {node!s:>4}  {d['address']}  {d['kind']:<7} {d['vendor'][2:]}:"
-                   f"{d['device'][2:]}  {' '.join(d['names']) or '-'}{how}")
-    return out + [""] if out else out
+    return _section("DEVICES (PCI functions by node)", [
+        f"  {_node_of(d):>4}  {d['address']}  {d['kind']:<7} {d['vendor'][2:]}:"
+        f"{d['device'][2:]}  {' '.join(d['names']) or '-'}{_node_how(d)}" for d in devs])
+
+
+def _section(title: str, rows: List[str]) -> List[str]:
+    """A titled block of the status text with its blank line; nothing without rows."""
+    return [title, *rows, ""] if rows else []
+
+
+def _node_of(d: Dict[str, Any]) -> str:
+    return "?" if d["node"] is None else str(d["node"])
+
+
+def _node_how(d: Dict[str, Any]) -> str:
+    """How a device's node was found, when not from its numa_node file."""
+    return "" if d["node_source"] == "numa_node" else f" ({d['node_source']})"
 
 
 def _render_tiers(rep: Dict[str, Any]) -> List[str]:
@@ -6667,20 +6665,13 @@ def _render_status(rep: Dict[str, Any]) -> str:
                    f"{hp}")
     out.append("")
     ids = [n["id"] for n in nodes]
-    if len(ids) > 1:
-        cw = max(4, max(len(str(i)) for i in ids) + 1)
-        out += ["DISTANCES", "  " + " " * cw + "".join(f"{i:>{cw}}" for i in ids)]
-        out += ["  " + f"{n['id']:>{cw}}" + "".join(
-            f"{n['distances'].get(str(j), '?'):>{cw}}" for j in ids) for n in nodes]
-        out.append("")
-    if rep["gpus"]:
-        out.append("GPUS")
-        for g in rep["gpus"]:
-            note = "" if g["node_source"] == "numa_node" else f" ({g['node_source']})"
-            out.append(f"  {g['address']}  {g['vendor_name']:<6} {g['device']}  "
-                       f"node {'?' if g['node'] is None else g['node']}{note}  local cpus "
-                       f"{format_cpulist(g['local_cpus']) or '-'}")
-        out.append("")
+    cw = max([4] + [len(str(i)) + 1 for i in ids])
+    grid = [("", ids), *((n["id"], [n["distances"].get(str(j), "?") for j in ids]) for n in nodes)]
+    out += _section("DISTANCES", ["  " + "".join(f"{v:>{cw}}" for v in (h, *vs))
+                                  for h, vs in grid] if len(ids) > 1 else [])
+    out += _section("GPUS", [f"  {g['address']}  {g['vendor_name']:<6} {g['device']}  node "
+                             f"{_node_of(g)}{_node_how(g)}  local cpus "
+                             f"{format_cpulist(g['local_cpus']) or '-'}" for g in rep["gpus"]])
     p = rep["process"]
     pol = p["policy"]["text"] if p["policy"] else f"unknown ({p['policy_error']})"
     nb = k["numa_balancing"]
@@ -6695,17 +6686,11 @@ def _render_status(rep: Dict[str, Any]) -> str:
             + ("" if nb is None else (" (on)" if nb else " (off)")),
             f"  THP            {k['thp'] or '-'}" + "".join(
                 f", {n} {v}" for n, v in k.get("thp_settings", {}).items() if n != "enabled")]
-    out.extend(rep.get("extra_text", []))
-    if "config" in rep:
-        out.append("")
-        out.append("CONFIGURATION (environment)")
-        for name, v in rep["config"].items():
-            out.append(f"  {name:<34} {v['value']!s:<12} "
-                       f"({'invalid' if 'error' in v else v['source']})")
-    out.append("")
-    out.append("WARNINGS" if rep["warnings"] else "WARNINGS: none")
-    for wtext in rep["warnings"]:
-        out.append(f"  - {wtext}")
+    out += [*rep.get("extra_text", []), "", *_section("CONFIGURATION (environment)", [
+        f"  {name:<34} {v['value']!s:<12} ({'invalid' if 'error' in v else v['source']})"
+        for name, v in rep.get("config", {}).items()]),
+        "WARNINGS" if rep["warnings"] else "WARNINGS: none",
+        *(f"  - {wtext}" for wtext in rep["warnings"])]
     return "\n".join(out) + "\n"
 
 
@@ -6766,14 +6751,10 @@ def parse_nodestring(text: str, *, cpus: bool = False, possible: bool = False,
     b = _b(backend)
     t = topology if topology is not None else read_topology(backend=b)
     what = "cpu" if cpus else "node"
-    if cpus:
-        conf = max(t.cpus, default=0) + 1       # numa_num_configured_cpus
-        allowed = frozenset(range(conf)) if possible else \
-            frozenset(c for c in t.allowed_cpus if c < conf)
-    else:
-        conf = len(t.nodes_with_memory)         # numa_num_configured_nodes (sic)
-        allowed = frozenset(range(max(t.nodes, default=0) + 1)) if possible else \
-            t.allowed_mems
+    top = max(t.cpus if cpus else t.nodes, default=0) + 1
+    conf = top if cpus else len(t.nodes_with_memory)    # numa_num_configured_cpus/_nodes (sic)
+    allowed = frozenset(range(top)) if possible else frozenset(
+        c for c in t.allowed_cpus if c < top) if cpus else t.allowed_mems
     order = sorted(allowed)
     s = text
     if not s:
