@@ -2827,11 +2827,9 @@ def _parse_policy(text: str, line: str) -> Tuple[str, FrozenSet[int], Tuple[str,
     mode, _, flagtext = name.partition("=")
     if mode not in _POLICY_NAMES:
         raise ValueError(f"invalid numa_maps line: unknown policy {_short(text)}: {_short(line)}")
-    flags: Tuple[str, ...] = ()
-    if flagtext:
-        flags = tuple(flagtext.split("|"))
-        if any(f not in _MAPS_FLAG_NAMES for f in flags):
-            raise ValueError(f"invalid numa_maps line: policy flags {_short(text)}: {_short(line)}")
+    flags = tuple(flagtext.split("|")) if flagtext else ()
+    if any(f not in _MAPS_FLAG_NAMES for f in flags):
+        raise ValueError(f"invalid numa_maps line: policy flags {_short(text)}: {_short(line)}")
     nodes: FrozenSet[int] = frozenset()
     if nodelist:
         try:
@@ -2988,21 +2986,18 @@ def _placement_move_pages(b: Backend, pid: int, addr: int, size: int) -> Dict[in
     """Bytes per node of [addr, addr+size) from move_pages queries, in batches."""
     import array
     import collections
-    page = b.page_size
-    start = addr - addr % page
-    end = addr + max(size, 1)
-    bits = _pointer_bits(b.abi)
+    page, end = b.page_size, addr + max(size, 1)
     swap = b.abi.byteorder != sys.byteorder
-    nr = b.abi.number("move_pages")
     seen: collections.Counter[int] = collections.Counter()
-    batch = 16384
-    for lo in range(start, end, page * batch):
-        ptrs = array.array("Q" if bits == 64 else "I", range(lo, min(end, lo + page * batch),
-                                                            page))
+    step = page * 16384         # pages per call
+    for lo in range(addr - addr % page, end, step):
+        ptrs = array.array("Q" if _pointer_bits(b.abi) == 64 else "I",
+                           range(lo, min(end, lo + step), page))
         status = array.array("i", bytes(4 * len(ptrs)))
         if swap:
             ptrs.byteswap()
-        b.syscall(nr, pid, len(ptrs), ptrs.buffer_info()[0], 0, status.buffer_info()[0], 0)
+        b.syscall(b.abi.number("move_pages"), pid, len(ptrs), ptrs.buffer_info()[0], 0,
+                  status.buffer_info()[0], 0)
         if swap:
             status.byteswap()
         seen.update(status)
@@ -3108,13 +3103,13 @@ def _status_regions(report: Dict[str, Any], b: Backend) -> None:
             row["error"] = str(e)
         rows.append(row)
     if rows:
-        text: List[str] = report.setdefault("extra_text", [])
-        text += ["", "REGIONS (this user's numa_utils shared memory)"] + [
+        report.setdefault("extra_text", []).extend(
+            ["", "REGIONS (this user's numa_utils shared memory)"] + [
             f"  {r['kind']:<5}  {r['name'] or r['key']:<24}  "
             f"{'?' if r['size'] is None else _fmt_size(r['size']):>8}  "
             f"{'?' if r['attached'] is None else r['attached']} attached  "
             + (r["layout"] or r.get("error") or "layout: `maps PID` or `cleanup` shows it")
-            for r in rows]
+            for r in rows])
 
 
 # ===========================================================================
@@ -5224,6 +5219,8 @@ def _resolve(device: int, pci_bus_id: Optional[str], infos: List[GpuInfo], b: Ba
         return _Resolved(torch_gpu, "torch")
     env = os.environ if env is None else env
     vis, notes = _visible_gpus(infos, _nvml_devices(b), env)
+    for note in notes:      # once each, however often the device is looked up
+        _fail(False, note)
     if device >= len(vis):
         cvd = env.get("CUDA_VISIBLE_DEVICES")
         return _Resolved(None, f"no CUDA device {device}: {len(vis)} visible"
@@ -5255,8 +5252,6 @@ def gpu_node(device: int, *, pci_bus_id: Optional[str] = None,
     b = _b(backend)
     r = _resolve(device, pci_bus_id, _gpu_infos(read_topology(backend=b), b), b, environ)
     st = _strict_or_env(strict)
-    for note in r.notes:
-        _fail(False, note)
     if r.gpu is None or r.gpu.cpu_node is None:
         why = r.how if r.gpu is None else f"GPU {r.gpu.pci}: {r.gpu.node_source}"
         _fail(st, f"CUDA device {device}: node unknown ({why})")
@@ -5479,8 +5474,6 @@ def _device_plan(b: Backend, device: int, pci_bus_id: Optional[str],
     topo = _planning_topology(b)
     infos = _gpu_infos(topo, b)
     r = _resolve(device, pci_bus_id, infos, b, environ)
-    for note in r.notes:
-        _fail(False, note)
     policy = "node" if policy == "none" else policy
     planned = _plan_all(topo, infos, policy, reserve, strict) if r.gpu is not None else {}
     return topo, infos, r, _plan_for(topo, infos, r.gpu, device, policy, memory,
@@ -5686,14 +5679,11 @@ def _parse_numastat(text: str, *, source: Optional[str] = None,
     out: Dict[str, int] = {}
     for line in _clean(text).splitlines():
         parts = line.split()
-        if not parts:
-            continue
         v = _uint(parts[1]) if len(parts) == 2 else None
-        if v is None:
-            if lenient:
-                continue
+        if v is not None:
+            out[parts[0]] = v
+        elif parts and not lenient:
             raise ValueError(f"invalid numastat line{_where(source)}: {_short(line)}")
-        out[parts[0]] = v
     return out
 
 
@@ -6255,11 +6245,10 @@ class CudaPin:
                 f"chunk(s), {state})")
 
     def to_json(self) -> Dict[str, Any]:
-        return {"ok": self.ok, "ready": self.ready, "addr": self.addr,
-                "length": self.length, "flags": self.flags, "chunks": len(self.chunks),
-                "threads": self.threads, "reason": self.reason, "error": self.error,
-                "failed_chunk": self.failed_chunk, "library": self.library,
-                "progress": self.progress._asdict()}
+        return {k: len(self.chunks) if k == "chunks" else self.progress._asdict()
+                if k == "progress" else getattr(self, k)
+                for k in ("ok", "ready", "addr", "length", "flags", "chunks", "threads",
+                          "reason", "error", "failed_chunk", "library", "progress")}
 
     def _give_up(self, reason: str, strict: bool) -> None:
         """Unregister what was registered, then raise (strict) or log ``reason``."""
@@ -6399,8 +6388,8 @@ def pin_for_cuda(buf: Any, length: Optional[int] = None, *, chunk: int = 1 << 30
         pin._worker = threading.Thread(target=pin._run, args=args, name="pin_for_cuda",
                                        daemon=True)
         pin._worker.start()
-        return pin
-    pin._run(*args)
+    else:
+        pin._run(*args)
     return pin
 
 
@@ -6431,11 +6420,10 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
         rs, entries = _remote_share("self", maps, REMOTE_SHARE_THRESHOLD, topo, b)
         report["process"]["remote_share"] = rs.to_json()
         if rs.total_bytes:
-            text += ["", "PROCESS PAGES"]
             per = ", ".join(f"node {n}: {_fmt_kb(v // 1024)}"
                             for n, v in sorted(rs.bytes_by_node.items()))
-            text.append(f"  {per}; {rs.share:.1%} remote to the CPUs' "
-                        f"{_nodes_txt(rs.local_nodes)}")
+            text += ["", "PROCESS PAGES", f"  {per}; {rs.share:.1%} remote to the CPUs' "
+                     f"{_nodes_txt(rs.local_nodes)}"]
         if rs.warning and len(topo.nodes_with_memory) > 1:
             warnings.append(rs.warning)
         if topo.thp == "always" and len(topo.nodes_with_memory) > 1 and \
@@ -6451,17 +6439,16 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
                      if len(general) > 1 else ()):
         on = [n for n in general if topo.nodes[n].hugepages.get(sz, HugePages(0, 0)).total > 0]
         if len(on) == 1:
-            label = _fmt_kb(sz).replace(".0 ", " ")
-            warnings.append(f"{label} huge pages are configured on node {on[0]} only: "
-                            "workers on other nodes that use them get remote memory; "
-                            "reserve them per node (nodeN/hugepages/hugepages-"
-                            f"{sz}kB/nr_hugepages)")
+            warnings.append(f"{_fmt_kb(sz).replace('.0 ', ' ')} huge pages are configured "
+                            f"on node {on[0]} only: workers on other nodes that use them "
+                            "get remote memory; reserve them per node (nodeN/hugepages/"
+                            f"hugepages-{sz}kB/nr_hugepages)")
     # GPUs whose node has (almost) no free memory.
     for g in report["gpus"]:
         node = g.get("node")
-        if node is None or node not in snap.nodes:
+        c = snap.nodes.get(node)
+        if c is None:
             continue
-        c = snap.nodes[node]
         if node in topo.nodes_with_memory and c.mem_total_kb and \
                 c.available_kb < 0.05 * c.mem_total_kb:
             warnings.append(f"GPU {g['address']}: its node {node} has "
