@@ -2978,8 +2978,7 @@ def placement(buf: Any, length: Optional[int] = None, *, pid: Union[int, str] = 
         except OSError:
             if method == "move_pages":
                 raise
-    text = b.read_text(path)
-    return _placement_in(text, addr, addr + max(size, 1), _page_kb(b))
+    return _placement_in(b.read_text(path), addr, addr + max(size, 1), _page_kb(b))
 
 
 def _placement_move_pages(b: Backend, pid: int, addr: int, size: int) -> Dict[int, int]:
@@ -5379,12 +5378,10 @@ def _plan_all(topo: Topology, infos: List[GpuInfo], policy: str, reserve: int,
             # exclusive: physical cores; core-complex: whole last-level-cache domains
             units: List[Tuple[int, ...]] = _cores_of(topo, pool[n])
             if policy == "core-complex":
-                llcs: Dict[FrozenSet[int], List[int]] = {}
-                for c in sorted(pool[n]):
-                    key = topo.cpus[c].llc if c in topo.cpus and topo.cpus[c].llc \
-                        else frozenset(pool[n])
-                    llcs.setdefault(key, []).append(c)
-                units = sorted((tuple(v) for v in llcs.values()), key=min)
+                llc = {c: topo.cpus[c].llc if c in topo.cpus and topo.cpus[c].llc
+                       else frozenset(pool[n]) for c in pool[n]}
+                units = sorted(tuple(sorted(c for c in llc if llc[c] == k))
+                               for k in set(llc.values()))
             if len(units) >= k:
                 mine = _even_split(units, k, rank)
             elif policy == "exclusive":
@@ -5400,14 +5397,16 @@ def _plan_all(topo: Topology, infos: List[GpuInfo], policy: str, reserve: int,
     return out
 
 
-def _plan_for(topo: Topology, infos: List[GpuInfo], gpu: Optional[GpuInfo],
-              index: Optional[int], policy: str, memory: Optional[str], extra: Sequence[str],
+def _plan_for(topo: Topology, infos: List[GpuInfo], found: _Resolved, index: Optional[int],
+              policy: str, memory: Optional[str], extra: Sequence[str],
               planned: Dict[str, Tuple[Optional[int], FrozenSet[int], List[str]]]) -> GpuPlan:
-    """``gpu``'s plan from _plan_all's ``planned``; ``extra``: notes put first."""
+    """The plan of ``found``'s GPU from _plan_all's ``planned``; ``extra``: notes put
+    first."""
+    gpu = found.gpu
     if gpu is None:
         return GpuPlan(index, None, None, None, frozenset(topo.allowed_cpus), memory, (),
-                       policy, notes=tuple(extra) + ("GPU not identified: all allowed "
-                                                     "CPUs, memory policy unchanged",))
+                       policy, notes=(*extra, found.how, "GPU not identified: all allowed "
+                                                         "CPUs, memory policy unchanged"))
     n, cpus, notes = planned.get(gpu.pci, (None, frozenset(topo.allowed_cpus), []))
     return GpuPlan(index, gpu.pci, gpu.cpu_node, n, cpus, memory,
                    _plan_memory(topo, infos, n, memory), policy, gpu.memory_nodes,
@@ -5427,9 +5426,7 @@ def gpu_plans(policy: Optional[str] = None, *, reserve: Optional[int] = None,
     vis, notes = _visible_gpus(infos, _nvml_devices(b),
                                os.environ if environ is None else environ)
     planned = _plan_all(topo, infos, pol, res, st) if vis else {}
-    return [_plan_for(topo, infos, v.gpu, i, pol, mem,
-                      tuple(notes) + ((v.how,) if v.gpu is None else ()), planned)
-            for i, v in enumerate(vis)]
+    return [_plan_for(topo, infos, v, i, pol, mem, notes, planned) for i, v in enumerate(vis)]
 
 
 def cpus_for_gpu(device: int, policy: Optional[str] = None, *,
@@ -5476,8 +5473,7 @@ def _device_plan(b: Backend, device: int, pci_bus_id: Optional[str],
     r = _resolve(device, pci_bus_id, infos, b, environ)
     policy = "node" if policy == "none" else policy
     planned = _plan_all(topo, infos, policy, reserve, strict) if r.gpu is not None else {}
-    return topo, infos, r, _plan_for(topo, infos, r.gpu, device, policy, memory,
-                                     (r.how,) if r.gpu is None else (), planned)
+    return topo, infos, r, _plan_for(topo, infos, r, device, policy, memory, (), planned)
 
 
 # ---------------------------------------------------------------------------
