@@ -5062,9 +5062,7 @@ def device_distance(a: Union[Device, str], b: Union[Device, str], *,
             raise ValueError(f"no PCI device {e.args[0]} (see devices())") from None
     pa, pb = a.path, b.path
     if pa[:1] == pb[:1] and pa[0].startswith("pci"):
-        k = 1
-        while k < min(len(pa), len(pb)) and pa[k] == pb[k]:
-            k += 1
+        k = len(os.path.commonprefix([pa, pb]))
         return "PHB" if k == 1 else "PIX" if len(pa) - k <= 2 and len(pb) - k <= 2 else "PXB"
     return "NODE" if a.node is not None and a.node == b.node else "SYS"
 
@@ -5595,10 +5593,8 @@ def _bind_node(b: Backend, topo: Topology, node: int, cpus: Union[bool, Iterable
         # "socket" is preferred-many over the package's nodes; the rest name their mode
         mode = Mode.PREFERRED_MANY if mem == "socket" else _MODE_NAMES[mem]
         if mode != Mode.LOCAL and not mnodes:
-            pres = _fallback(PolicyResult(False, mode.name.lower(), frozenset(),
-                                          reason="no-memory-node", errno=errno.EINVAL,
-                                          hint=_HINTS["no-memory-node"]), st,
-                             f"{mem} policy")
+            pres = _fallback(PolicyResult(False, mode.name.lower(), frozenset()), st,
+                             f"{mem} policy", "no-memory-node", errno.EINVAL)
         else:
             pres = set_thread_policy(mode, mnodes if mode != Mode.LOCAL else None,
                                      strict=st, backend=b)
