@@ -2830,17 +2830,15 @@ def _parse_policy(text: str, line: str) -> Tuple[str, FrozenSet[int], Tuple[str,
     flags = tuple(flagtext.split("|")) if flagtext else ()
     if any(f not in _MAPS_FLAG_NAMES for f in flags):
         raise ValueError(f"invalid numa_maps line: policy flags {_short(text)}: {_short(line)}")
-    nodes: FrozenSet[int] = frozenset()
-    if nodelist:
-        try:
-            nodes = _parse_nodelist(nodelist)
-        except ValueError:
-            # mpol_to_str writes into a 64-byte buffer: a long list is cut at 63
-            # characters, possibly inside a number.  Keep the complete chunks.
-            if len(text) < 63 or "," not in nodelist:
-                raise ValueError(f"invalid numa_maps line: policy nodes {_short(text)}: "
-                                 f"{_short(line)}") from None
-            nodes = _parse_nodelist(nodelist.rsplit(",", 1)[0])
+    try:
+        nodes = _parse_nodelist(nodelist)
+    except ValueError:
+        # mpol_to_str writes into a 64-byte buffer: a long list is cut at 63
+        # characters, possibly inside a number.  Keep the complete chunks.
+        if len(text) < 63 or "," not in nodelist:
+            raise ValueError(f"invalid numa_maps line: policy nodes {_short(text)}: "
+                             f"{_short(line)}") from None
+        nodes = _parse_nodelist(nodelist.rsplit(",", 1)[0])
     return mode, nodes, flags
 
 
@@ -6065,9 +6063,8 @@ def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] 
             f" but this process's cpuset allows none of its CPUs; {nb} allowed node"
             if not any(c.node == gnode for c in cands) else
             f", which lacks the memory; {nb} node that has it")]
-    mem_txt = _fmt_kb(best.available_kb)
-    if best.memory_node not in (None, best.node):
-        mem_txt += f" on its nearest memory node {best.memory_node}"
+    mem_txt = _fmt_kb(best.available_kb) + (f" on its nearest memory node {best.memory_node}"
+                                             if best.memory_node not in (None, best.node) else "")
     if not fitting:
         parts.append(f"no node has {_fmt_kb(need_kb)} available; node {best.node} has "
                      f"the most ({mem_txt})")
@@ -6079,8 +6076,7 @@ def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] 
                      if len(fitting) > 1 and gnode is None else "")]
     if len(cands) == 1:
         parts.append("it is the only usable node with CPUs")
-    reason = f"node {best.node}: " + "; ".join(parts)
-    return NodeChoice(best.node, reason, tuple(cands), gnode)
+    return NodeChoice(best.node, f"node {best.node}: " + "; ".join(parts), tuple(cands), gnode)
 
 
 # ---------------------------------------------------------------------------
