@@ -4764,9 +4764,8 @@ def _norm_bus_id(text: str) -> str:
     m = re.match(r"^(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})(?:\.([0-7]))?$", s)
     if m is None:
         raise ValueError(f"invalid PCI bus id {text!r}")
-    dom = int(m.group(1) or "0", 16)
-    return f"{dom:04x}:{int(m.group(2), 16):02x}:{int(m.group(3), 16):02x}." \
-           f"{int(m.group(4) or '0')}"
+    return f"{int(m.group(1) or '0', 16):04x}:{int(m.group(2), 16):02x}:" \
+           f"{int(m.group(3), 16):02x}.{int(m.group(4) or '0')}"
 
 
 # ---------------------------------------------------------------------------
