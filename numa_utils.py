@@ -2677,22 +2677,18 @@ def _parse_policy(text: str, line: str) -> Tuple[str, FrozenSet[int], Tuple[str,
     mode, _, flagtext = name.partition("=")
     if mode not in _POLICY_NAMES:
         raise ValueError(f"invalid numa_maps line: unknown policy {_short(text)}: {_short(line)}")
-    flags: Tuple[str, ...] = ()
-    if flagtext:
-        flags = tuple(flagtext.split("|"))
-        if any(f not in _MAPS_FLAG_NAMES for f in flags):
-            raise ValueError(f"invalid numa_maps line: policy flags {_short(text)}: {_short(line)}")
-    nodes: FrozenSet[int] = frozenset()
-    if nodelist:
-        try:
-            nodes = _parse_nodelist(nodelist)
-        except ValueError:
-            # mpol_to_str writes into a 64-byte buffer: a long list is cut at 63
-            # characters, possibly inside a number.  Keep the complete chunks.
-            if len(text) < 63 or "," not in nodelist:
-                raise ValueError(f"invalid numa_maps line: policy nodes {_short(text)}: "
-                                 f"{_short(line)}") from None
-            nodes = _parse_nodelist(nodelist.rsplit(",", 1)[0])
+    flags = tuple(flagtext.split("|")) if flagtext else ()
+    if any(f not in _MAPS_FLAG_NAMES for f in flags):
+        raise ValueError(f"invalid numa_maps line: policy flags {_short(text)}: {_short(line)}")
+    try:
+        nodes = _parse_nodelist(nodelist)
+    except ValueError:
+        # mpol_to_str writes into a 64-byte buffer: a long list is cut at 63
+        # characters, possibly inside a number.  Keep the complete chunks.
+        if len(text) < 63 or "," not in nodelist:
+            raise ValueError(f"invalid numa_maps line: policy nodes {_short(text)}: "
+                             f"{_short(line)}") from None
+        nodes = _parse_nodelist(nodelist.rsplit(",", 1)[0])
     return mode, nodes, flags
 
 
@@ -2830,29 +2826,25 @@ def placement(buf: Any, length: Optional[int] = None, *, pid: Union[int, str] = 
         except OSError:
             if method == "move_pages":
                 raise
-    text = b.read_text(path)
-    return _placement_in(text, addr, addr + max(size, 1), _page_kb(b))
+    return _placement_in(b.read_text(path), addr, addr + max(size, 1), _page_kb(b))
 
 
 def _placement_move_pages(b: Backend, pid: int, addr: int, size: int) -> Dict[int, int]:
     """Bytes per node of [addr, addr+size) from move_pages queries, in batches."""
     import array
     import collections
-    page = b.page_size
-    start = addr - addr % page
-    end = addr + max(size, 1)
-    bits = _pointer_bits(b.abi)
+    page, end = b.page_size, addr + max(size, 1)
     swap = b.abi.byteorder != sys.byteorder
-    nr = b.abi.number("move_pages")
     seen: collections.Counter[int] = collections.Counter()
-    batch = 16384
-    for lo in range(start, end, page * batch):
-        ptrs = array.array("Q" if bits == 64 else "I", range(lo, min(end, lo + page * batch),
-                                                            page))
+    step = page * 16384         # pages per call
+    for lo in range(addr - addr % page, end, step):
+        ptrs = array.array("Q" if _pointer_bits(b.abi) == 64 else "I",
+                           range(lo, min(end, lo + step), page))
         status = array.array("i", bytes(4 * len(ptrs)))
         if swap:
             ptrs.byteswap()
-        b.syscall(nr, pid, len(ptrs), ptrs.buffer_info()[0], 0, status.buffer_info()[0], 0)
+        b.syscall(b.abi.number("move_pages"), pid, len(ptrs), ptrs.buffer_info()[0], 0,
+                  status.buffer_info()[0], 0)
         if swap:
             status.byteswap()
         seen.update(status)
@@ -2958,13 +2950,13 @@ def _status_regions(report: Dict[str, Any], b: Backend) -> None:
             row["error"] = str(e)
         rows.append(row)
     if rows:
-        text: List[str] = report.setdefault("extra_text", [])
-        text += ["", "REGIONS (this user's numa_utils shared memory)"] + [
+        report.setdefault("extra_text", []).extend(
+            ["", "REGIONS (this user's numa_utils shared memory)"] + [
             f"  {r['kind']:<5}  {r['name'] or r['key']:<24}  "
             f"{'?' if r['size'] is None else _fmt_size(r['size']):>8}  "
             f"{'?' if r['attached'] is None else r['attached']} attached  "
             + (r["layout"] or r.get("error") or "layout: `maps PID` or `cleanup` shows it")
-            for r in rows]
+            for r in rows])
 
 
 # ===========================================================================
@@ -4594,9 +4586,8 @@ def _norm_bus_id(text: str) -> str:
     m = re.match(r"^(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})(?:\.([0-7]))?$", s)
     if m is None:
         raise ValueError(f"invalid PCI bus id {text!r}")
-    dom = int(m.group(1) or "0", 16)
-    return f"{dom:04x}:{int(m.group(2), 16):02x}:{int(m.group(3), 16):02x}." \
-           f"{int(m.group(4) or '0')}"
+    return f"{int(m.group(1) or '0', 16):04x}:{int(m.group(2), 16):02x}:" \
+           f"{int(m.group(3), 16):02x}.{int(m.group(4) or '0')}"
 
 
 # ---------------------------------------------------------------------------
@@ -4890,9 +4881,7 @@ def device_distance(a: Union[Device, str], b: Union[Device, str], *,
             raise ValueError(f"no PCI device {e.args[0]} (see devices())") from None
     pa, pb = a.path, b.path
     if pa[:1] == pb[:1] and pa[0].startswith("pci"):
-        k = 1
-        while k < min(len(pa), len(pb)) and pa[k] == pb[k]:
-            k += 1
+        k = len(os.path.commonprefix([pa, pb]))
         return "PHB" if k == 1 else "PIX" if len(pa) - k <= 2 and len(pb) - k <= 2 else "PXB"
     return "NODE" if a.node is not None and a.node == b.node else "SYS"
 
@@ -5046,6 +5035,8 @@ def _resolve(device: int, pci_bus_id: Optional[str], infos: List[GpuInfo], b: Ba
         return _Resolved(torch_gpu, "torch")
     env = os.environ if env is None else env
     vis, notes = _visible_gpus(infos, _nvml_devices(b), env)
+    for note in notes:      # once each, however often the device is looked up
+        _fail(False, note)
     if device >= len(vis):
         cvd = env.get("CUDA_VISIBLE_DEVICES")
         return _Resolved(None, f"no CUDA device {device}: {len(vis)} visible"
@@ -5077,8 +5068,6 @@ def gpu_node(device: int, *, pci_bus_id: Optional[str] = None,
     b = _b(backend)
     r = _resolve(device, pci_bus_id, _gpu_infos(read_topology(backend=b), b), b, environ)
     st = _strict_or_env(strict)
-    for note in r.notes:
-        _fail(False, note)
     if r.gpu is None or r.gpu.cpu_node is None:
         why = r.how if r.gpu is None else f"GPU {r.gpu.pci}: {r.gpu.node_source}"
         _fail(st, f"CUDA device {device}: node unknown ({why})")
@@ -5206,12 +5195,10 @@ def _plan_all(topo: Topology, infos: List[GpuInfo], policy: str, reserve: int,
             # exclusive: physical cores; core-complex: whole last-level-cache domains
             units: List[Tuple[int, ...]] = _cores_of(topo, pool[n])
             if policy == "core-complex":
-                llcs: Dict[FrozenSet[int], List[int]] = {}
-                for c in sorted(pool[n]):
-                    key = topo.cpus[c].llc if c in topo.cpus and topo.cpus[c].llc \
-                        else frozenset(pool[n])
-                    llcs.setdefault(key, []).append(c)
-                units = sorted((tuple(v) for v in llcs.values()), key=min)
+                llc = {c: topo.cpus[c].llc if c in topo.cpus and topo.cpus[c].llc
+                       else frozenset(pool[n]) for c in pool[n]}
+                units = sorted(tuple(sorted(c for c in llc if llc[c] == k))
+                               for k in set(llc.values()))
             if len(units) >= k:
                 mine = _even_split(units, k, rank)
             elif policy == "exclusive":
@@ -5227,14 +5214,16 @@ def _plan_all(topo: Topology, infos: List[GpuInfo], policy: str, reserve: int,
     return out
 
 
-def _plan_for(topo: Topology, infos: List[GpuInfo], gpu: Optional[GpuInfo],
-              index: Optional[int], policy: str, memory: Optional[str], extra: Sequence[str],
+def _plan_for(topo: Topology, infos: List[GpuInfo], found: _Resolved, index: Optional[int],
+              policy: str, memory: Optional[str], extra: Sequence[str],
               planned: Dict[str, Tuple[Optional[int], FrozenSet[int], List[str]]]) -> GpuPlan:
-    """``gpu``'s plan from _plan_all's ``planned``; ``extra``: notes put first."""
+    """The plan of ``found``'s GPU from _plan_all's ``planned``; ``extra``: notes put
+    first."""
+    gpu = found.gpu
     if gpu is None:
         return GpuPlan(index, None, None, None, frozenset(topo.allowed_cpus), memory, (),
-                       policy, notes=tuple(extra) + ("GPU not identified: all allowed "
-                                                     "CPUs, memory policy unchanged",))
+                       policy, notes=(*extra, found.how, "GPU not identified: all allowed "
+                                                         "CPUs, memory policy unchanged"))
     n, cpus, notes = planned.get(gpu.pci, (None, frozenset(topo.allowed_cpus), []))
     return GpuPlan(index, gpu.pci, gpu.cpu_node, n, cpus, memory,
                    _plan_memory(topo, infos, n, memory), policy, gpu.memory_nodes,
@@ -5254,9 +5243,7 @@ def gpu_plans(policy: Optional[str] = None, *, reserve: Optional[int] = None,
     vis, notes = _visible_gpus(infos, _nvml_devices(b),
                                os.environ if environ is None else environ)
     planned = _plan_all(topo, infos, pol, res, st) if vis else {}
-    return [_plan_for(topo, infos, v.gpu, i, pol, mem,
-                      tuple(notes) + ((v.how,) if v.gpu is None else ()), planned)
-            for i, v in enumerate(vis)]
+    return [_plan_for(topo, infos, v, i, pol, mem, notes, planned) for i, v in enumerate(vis)]
 
 
 def cpus_for_gpu(device: int, policy: Optional[str] = None, *,
@@ -5301,12 +5288,9 @@ def _device_plan(b: Backend, device: int, pci_bus_id: Optional[str],
     topo = _planning_topology(b)
     infos = _gpu_infos(topo, b)
     r = _resolve(device, pci_bus_id, infos, b, environ)
-    for note in r.notes:
-        _fail(False, note)
     policy = "node" if policy == "none" else policy
     planned = _plan_all(topo, infos, policy, reserve, strict) if r.gpu is not None else {}
-    return topo, infos, r, _plan_for(topo, infos, r.gpu, device, policy, memory,
-                                     (r.how,) if r.gpu is None else (), planned)
+    return topo, infos, r, _plan_for(topo, infos, r, device, policy, memory, (), planned)
 
 
 # ---------------------------------------------------------------------------
@@ -5428,10 +5412,8 @@ def _bind_node(b: Backend, topo: Topology, node: int, cpus: Union[bool, Iterable
         # "socket" is preferred-many over the package's nodes; the rest name their mode
         mode = Mode.PREFERRED_MANY if mem == "socket" else _MODE_NAMES[mem]
         if mode != Mode.LOCAL and not mnodes:
-            pres = _fallback(PolicyResult(False, mode.name.lower(), frozenset(),
-                                          reason="no-memory-node", errno=errno.EINVAL,
-                                          hint=_HINTS["no-memory-node"]), st,
-                             f"{mem} policy")
+            pres = _fallback(PolicyResult(False, mode.name.lower(), frozenset()), st,
+                             f"{mem} policy", "no-memory-node", errno.EINVAL)
         else:
             pres = set_thread_policy(mode, mnodes if mode != Mode.LOCAL else None,
                                      strict=st, backend=b)
@@ -5508,14 +5490,11 @@ def _parse_numastat(text: str, *, source: Optional[str] = None,
     out: Dict[str, int] = {}
     for line in _clean(text).splitlines():
         parts = line.split()
-        if not parts:
-            continue
         v = _uint(parts[1]) if len(parts) == 2 else None
-        if v is None:
-            if lenient:
-                continue
+        if v is not None:
+            out[parts[0]] = v
+        elif parts and not lenient:
             raise ValueError(f"invalid numastat line{_where(source)}: {_short(line)}")
-        out[parts[0]] = v
     return out
 
 
@@ -5905,9 +5884,8 @@ def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] 
             f" but this process's cpuset allows none of its CPUs; {nb} allowed node"
             if not any(c.node == gnode for c in cands) else
             f", which lacks the memory; {nb} node that has it")]
-    mem_txt = _fmt_kb(best.available_kb)
-    if best.memory_node not in (None, best.node):
-        mem_txt += f" on its nearest memory node {best.memory_node}"
+    mem_txt = _fmt_kb(best.available_kb) + (f" on its nearest memory node {best.memory_node}"
+                                             if best.memory_node not in (None, best.node) else "")
     if not fitting:
         parts.append(f"no node has {_fmt_kb(need_kb)} available; node {best.node} has "
                      f"the most ({mem_txt})")
@@ -5919,8 +5897,7 @@ def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] 
                      if len(fitting) > 1 and gnode is None else "")]
     if len(cands) == 1:
         parts.append("it is the only usable node with CPUs")
-    reason = f"node {best.node}: " + "; ".join(parts)
-    return NodeChoice(best.node, reason, tuple(cands), gnode)
+    return NodeChoice(best.node, f"node {best.node}: " + "; ".join(parts), tuple(cands), gnode)
 
 
 # ---------------------------------------------------------------------------
@@ -6077,11 +6054,10 @@ class CudaPin:
                 f"chunk(s), {state})")
 
     def to_json(self) -> Dict[str, Any]:
-        return {"ok": self.ok, "ready": self.ready, "addr": self.addr,
-                "length": self.length, "flags": self.flags, "chunks": len(self.chunks),
-                "threads": self.threads, "reason": self.reason, "error": self.error,
-                "failed_chunk": self.failed_chunk, "library": self.library,
-                "progress": self.progress._asdict()}
+        return {k: len(self.chunks) if k == "chunks" else self.progress._asdict()
+                if k == "progress" else getattr(self, k)
+                for k in ("ok", "ready", "addr", "length", "flags", "chunks", "threads",
+                          "reason", "error", "failed_chunk", "library", "progress")}
 
     def _give_up(self, reason: str, strict: bool) -> None:
         """Unregister what was registered, then raise (strict) or log ``reason``."""
@@ -6221,8 +6197,8 @@ def pin_for_cuda(buf: Any, length: Optional[int] = None, *, chunk: int = 1 << 30
         pin._worker = threading.Thread(target=pin._run, args=args, name="pin_for_cuda",
                                        daemon=True)
         pin._worker.start()
-        return pin
-    pin._run(*args)
+    else:
+        pin._run(*args)
     return pin
 
 
@@ -6253,11 +6229,10 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
         rs, entries = _remote_share("self", maps, REMOTE_SHARE_THRESHOLD, topo, b)
         report["process"]["remote_share"] = rs.to_json()
         if rs.total_bytes:
-            text += ["", "PROCESS PAGES"]
             per = ", ".join(f"node {n}: {_fmt_kb(v // 1024)}"
                             for n, v in sorted(rs.bytes_by_node.items()))
-            text.append(f"  {per}; {rs.share:.1%} remote to the CPUs' "
-                        f"{_nodes_txt(rs.local_nodes)}")
+            text += ["", "PROCESS PAGES", f"  {per}; {rs.share:.1%} remote to the CPUs' "
+                     f"{_nodes_txt(rs.local_nodes)}"]
         if rs.warning and len(topo.nodes_with_memory) > 1:
             warnings.append(rs.warning)
         if topo.thp == "always" and len(topo.nodes_with_memory) > 1 and \
@@ -6273,17 +6248,16 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
                      if len(general) > 1 else ()):
         on = [n for n in general if topo.nodes[n].hugepages.get(sz, HugePages(0, 0)).total > 0]
         if len(on) == 1:
-            label = _fmt_kb(sz).replace(".0 ", " ")
-            warnings.append(f"{label} huge pages are configured on node {on[0]} only: "
-                            "workers on other nodes that use them get remote memory; "
-                            "reserve them per node (nodeN/hugepages/hugepages-"
-                            f"{sz}kB/nr_hugepages)")
+            warnings.append(f"{_fmt_kb(sz).replace('.0 ', ' ')} huge pages are configured "
+                            f"on node {on[0]} only: workers on other nodes that use them "
+                            "get remote memory; reserve them per node (nodeN/hugepages/"
+                            f"hugepages-{sz}kB/nr_hugepages)")
     # GPUs whose node has (almost) no free memory.
     for g in report["gpus"]:
         node = g.get("node")
-        if node is None or node not in snap.nodes:
+        c = snap.nodes.get(node)
+        if c is None:
             continue
-        c = snap.nodes[node]
         if node in topo.nodes_with_memory and c.mem_total_kb and \
                 c.available_kb < 0.05 * c.mem_total_kb:
             warnings.append(f"GPU {g['address']}: its node {node} has "
