@@ -407,24 +407,15 @@ def abi_for(machine: Optional[str] = None, pointer_bits: Optional[int] = None) -
     kernel uses the 32-bit table (i386, arm); x32 (x86_64 with 32-bit pointers) is
     refused: its numbers differ and engines do not run there.
     """
-    if machine is None:
-        machine = os.uname().machine
-    if pointer_bits is None:
-        pointer_bits = struct.calcsize("P") * 8
+    machine = os.uname().machine if machine is None else machine
+    pointer_bits = struct.calcsize("P") * 8 if pointer_bits is None else pointer_bits
     m = _MACHINE_ALIASES.get(machine.lower(), machine.lower())
-    name = m = "arm" if m.startswith("arm") else m
-    if pointer_bits == 32:
-        if m == "x86_64":
-            return Abi("x32", 32, "little", None)
-        if m == "aarch64":
-            name = "arm"
-        elif m in ("ppc64", "ppc64le", "s390x", "riscv64", "loongarch64"):
-            return Abi(m + "-32", 32, "big" if m in _BIG_ENDIAN else "little", None)
-    table = SYSCALL_TABLES.get(name)
-    if name in ("x86_64", "aarch64", "riscv64", "loongarch64", "ppc64", "ppc64le",
-                "s390x") and pointer_bits != 64:
-        table = None
-    big = name in _BIG_ENDIAN if name in SYSCALL_TABLES else sys.byteorder == "big"
+    # A 32-bit process on arm64 makes arm's calls; the other 64-bit ABIs have none.
+    m = "arm" if m.startswith("arm") or (m == "aarch64" and pointer_bits == 32) else m
+    wide = m in SYSCALL_TABLES and m not in ("i386", "arm")
+    name = ("x32" if m == "x86_64" else m + "-32") if wide and pointer_bits == 32 else m
+    table = SYSCALL_TABLES.get(m) if not wide or pointer_bits == 64 else None
+    big = m in _BIG_ENDIAN if m in SYSCALL_TABLES else sys.byteorder == "big"
     return Abi(name, pointer_bits, "big" if big else "little", table)
 
 
