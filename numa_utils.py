@@ -1335,10 +1335,8 @@ class Topology(_Record):
 
     def nearest(self, node: int, among: Iterable[int]) -> List[int]:
         """``among`` sorted by distance from ``node`` (unknown distances last), then id."""
-        def key(n: int) -> Tuple[int, int]:
-            d = self.distance(node, n)
-            return (d if d is not None else 1 << 16, n)
-        return sorted(set(among), key=key)
+        # Distances are 1-255 (parse_distance_row): ``or`` only replaces None.
+        return sorted(set(among), key=lambda n: (self.distance(node, n) or 1 << 16, n))
 
 
 def _id_of(name: str, prefix: str) -> Optional[int]:
