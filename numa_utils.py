@@ -254,16 +254,15 @@ def parse_cpumap(text: str, *, source: Optional[str] = None,
     s = _clean(text)
     if not s:
         return frozenset()
-    words = s.split(",")
+    words = [w.strip() for w in s.split(",")]
     if len(words) > (limit + 31) // 32:
         raise ValueError(f"invalid CPU mask{_where(source)}: {len(words)} words, more "
                          f"than {limit} bits: {_short(text)}")
-    for w in words:
-        w = w.strip()
-        if not _HEX_WORD.fullmatch(w):
-            raise ValueError(f"invalid CPU mask{_where(source)}: word {w[:40]!r} of "
-                             f"{_short(text)}")
-    value = int("".join(w.strip().rjust(8, "0") for w in words), 16)
+    bad = [w for w in words if not _HEX_WORD.fullmatch(w)]
+    if bad:
+        raise ValueError(f"invalid CPU mask{_where(source)}: word {bad[0][:40]!r} of "
+                         f"{_short(text)}")
+    value = int("".join(w.rjust(8, "0") for w in words), 16)
     if value >> limit:
         raise ValueError(f"invalid CPU mask{_where(source)}: bits at or above {limit}: "
                          f"{_short(text)}")
@@ -1047,12 +1046,10 @@ class LinuxBackend(Backend):
         self._refuse("shm_open")
         path = self._shm_path(name)
         odd = _oserror(errno.EINVAL, "shm_open", f"{path} is not a regular file")
-        if not flags & os.O_CREAT:
-            try:                # not even opened: opening a device can act already
-                if not stat.S_ISREG(os.lstat(path).st_mode):
-                    raise odd
-            except FileNotFoundError:
-                pass
+        # Not even opened: opening a device can act already.  A missing file raises
+        # here the FileNotFoundError that opening it without O_CREAT would.
+        if not flags & os.O_CREAT and not stat.S_ISREG(os.lstat(path).st_mode):
+            raise odd
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
@@ -1137,7 +1134,15 @@ def _b(backend: Optional[Backend]) -> Backend:
     return backend if backend is not None else default_backend()
 
 
-class _BackendScope:
+class use_backend:
+    """Make ``backend`` the default of every call (all threads) that passes none::
+
+        with nu.use_backend(SimulatedBackend(tree)):   # restored on exit
+            engine_code_that_calls_numa_utils()
+
+    Called without ``with`` it just sets the default; ``use_backend(None)`` returns
+    to the running system."""
+
     def __init__(self, backend: Optional[Backend]) -> None:
         global _default
         with _default_lock:
@@ -1150,17 +1155,6 @@ class _BackendScope:
         global _default
         with _default_lock:
             _default = self.previous
-
-
-def use_backend(backend: Optional[Backend]) -> _BackendScope:
-    """Make ``backend`` the default of every call (all threads) that passes none::
-
-        with nu.use_backend(SimulatedBackend(tree)):   # restored on exit
-            engine_code_that_calls_numa_utils()
-
-    Called without ``with`` it just sets the default; ``use_backend(None)`` returns
-    to the running system."""
-    return _BackendScope(backend)
 
 
 def _sibling(module: str) -> Any:
