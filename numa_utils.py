@@ -254,16 +254,15 @@ def parse_cpumap(text: str, *, source: Optional[str] = None,
     s = _clean(text)
     if not s:
         return frozenset()
-    words = s.split(",")
+    words = [w.strip() for w in s.split(",")]
     if len(words) > (limit + 31) // 32:
         raise ValueError(f"invalid CPU mask{_where(source)}: {len(words)} words, more "
                          f"than {limit} bits: {_short(text)}")
-    for w in words:
-        w = w.strip()
-        if not _HEX_WORD.fullmatch(w):
-            raise ValueError(f"invalid CPU mask{_where(source)}: word {w[:40]!r} of "
-                             f"{_short(text)}")
-    value = int("".join(w.strip().rjust(8, "0") for w in words), 16)
+    bad = [w for w in words if not _HEX_WORD.fullmatch(w)]
+    if bad:
+        raise ValueError(f"invalid CPU mask{_where(source)}: word {bad[0][:40]!r} of "
+                         f"{_short(text)}")
+    value = int("".join(w.rjust(8, "0") for w in words), 16)
     if value >> limit:
         raise ValueError(f"invalid CPU mask{_where(source)}: bits at or above {limit}: "
                          f"{_short(text)}")
@@ -407,24 +406,15 @@ def abi_for(machine: Optional[str] = None, pointer_bits: Optional[int] = None) -
     kernel uses the 32-bit table (i386, arm); x32 (x86_64 with 32-bit pointers) is
     refused: its numbers differ and engines do not run there.
     """
-    if machine is None:
-        machine = os.uname().machine
-    if pointer_bits is None:
-        pointer_bits = struct.calcsize("P") * 8
+    machine = os.uname().machine if machine is None else machine
+    pointer_bits = struct.calcsize("P") * 8 if pointer_bits is None else pointer_bits
     m = _MACHINE_ALIASES.get(machine.lower(), machine.lower())
-    name = m = "arm" if m.startswith("arm") else m
-    if pointer_bits == 32:
-        if m == "x86_64":
-            return Abi("x32", 32, "little", None)
-        if m == "aarch64":
-            name = "arm"
-        elif m in ("ppc64", "ppc64le", "s390x", "riscv64", "loongarch64"):
-            return Abi(m + "-32", 32, "big" if m in _BIG_ENDIAN else "little", None)
-    table = SYSCALL_TABLES.get(name)
-    if name in ("x86_64", "aarch64", "riscv64", "loongarch64", "ppc64", "ppc64le",
-                "s390x") and pointer_bits != 64:
-        table = None
-    big = name in _BIG_ENDIAN if name in SYSCALL_TABLES else sys.byteorder == "big"
+    # A 32-bit process on arm64 makes arm's calls; the other 64-bit ABIs have none.
+    m = "arm" if m.startswith("arm") or (m == "aarch64" and pointer_bits == 32) else m
+    wide = m in SYSCALL_TABLES and m not in ("i386", "arm")
+    name = ("x32" if m == "x86_64" else m + "-32") if wide and pointer_bits == 32 else m
+    table = SYSCALL_TABLES.get(m) if not wide or pointer_bits == 64 else None
+    big = m in _BIG_ENDIAN if m in SYSCALL_TABLES else sys.byteorder == "big"
     return Abi(name, pointer_bits, "big" if big else "little", table)
 
 
@@ -1056,12 +1046,10 @@ class LinuxBackend(Backend):
         self._refuse("shm_open")
         path = self._shm_path(name)
         odd = _oserror(errno.EINVAL, "shm_open", f"{path} is not a regular file")
-        if not flags & os.O_CREAT:
-            try:                # not even opened: opening a device can act already
-                if not stat.S_ISREG(os.lstat(path).st_mode):
-                    raise odd
-            except FileNotFoundError:
-                pass
+        # Not even opened: opening a device can act already.  A missing file raises
+        # here the FileNotFoundError that opening it without O_CREAT would.
+        if not flags & os.O_CREAT and not stat.S_ISREG(os.lstat(path).st_mode):
+            raise odd
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
@@ -1146,7 +1134,15 @@ def _b(backend: Optional[Backend]) -> Backend:
     return backend if backend is not None else default_backend()
 
 
-class _BackendScope:
+class use_backend:
+    """Make ``backend`` the default of every call (all threads) that passes none::
+
+        with nu.use_backend(SimulatedBackend(tree)):   # restored on exit
+            engine_code_that_calls_numa_utils()
+
+    Called without ``with`` it just sets the default; ``use_backend(None)`` returns
+    to the running system."""
+
     def __init__(self, backend: Optional[Backend]) -> None:
         global _default
         with _default_lock:
@@ -1159,17 +1155,6 @@ class _BackendScope:
         global _default
         with _default_lock:
             _default = self.previous
-
-
-def use_backend(backend: Optional[Backend]) -> _BackendScope:
-    """Make ``backend`` the default of every call (all threads) that passes none::
-
-        with nu.use_backend(SimulatedBackend(tree)):   # restored on exit
-            engine_code_that_calls_numa_utils()
-
-    Called without ``with`` it just sets the default; ``use_backend(None)`` returns
-    to the running system."""
-    return _BackendScope(backend)
 
 
 def _sibling(module: str) -> Any:
@@ -1344,10 +1329,8 @@ class Topology(_Record):
 
     def nearest(self, node: int, among: Iterable[int]) -> List[int]:
         """``among`` sorted by distance from ``node`` (unknown distances last), then id."""
-        def key(n: int) -> Tuple[int, int]:
-            d = self.distance(node, n)
-            return (d if d is not None else 1 << 16, n)
-        return sorted(set(among), key=key)
+        # Distances are 1-255 (parse_distance_row): ``or`` only replaces None.
+        return sorted(set(among), key=lambda n: (self.distance(node, n) or 1 << 16, n))
 
 
 def _id_of(name: str, prefix: str) -> Optional[int]:
