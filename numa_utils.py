@@ -1813,14 +1813,13 @@ def memory_node_choice(topology: Optional[Topology] = None, *,
         cpu_nodes = sorted(with_cpus or (t.nodes_with_cpus & set(t.nodes)))
         pairs = [t.distance(a, b) for a in cpu_nodes for b in cpu_nodes if a != b] or \
             [t.distance(a, a) for a in cpu_nodes]
-        known = [d for d in pairs if d is not None]
-        if known:
-            remote = max(known)
-            far: Dict[int, int] = {}
-            for m in cands - t.nodes_with_cpus:
-                ds = [d for d in (t.distance(c, m) for c in cpu_nodes) if d is not None]
-                if t.nodes[m].access is None and len(ds) == len(cpu_nodes) and min(ds) > remote:
-                    far[m] = min(ds)
+        remote = max((d for d in pairs if d is not None), default=None)
+        if remote is not None:
+            # A CPU-less node without HMAT figures, farther than any CPU node pair.
+            near = {m: [d for c in cpu_nodes if (d := t.distance(c, m)) is not None]
+                    for m in cands - t.nodes_with_cpus if t.nodes[m].access is None}
+            far = {m: min(ds) for m, ds in near.items()
+                   if len(ds) == len(cpu_nodes) and min(ds) > remote}
             drop(lambda v: v.id in far,
                  lambda v: f"CPU-less and far (distance {far[v.id]} from the nearest "
                            f"CPU node, > {remote} between CPU nodes); no tier or HMAT "
@@ -2249,14 +2248,11 @@ class PolicyInfo(_Record):
                 "nodes": sorted(self.nodes), "text": str(self)}
 
 
+# Each mode's own name, with "_" or "-", and the aliases other tools use.
 _MODE_NAMES = MappingProxyType({
-    "default": Mode.DEFAULT, "first-touch": Mode.DEFAULT, "none": Mode.DEFAULT,
-    "preferred": Mode.PREFERRED, "prefer": Mode.PREFERRED, "bind": Mode.BIND,
-    "membind": Mode.BIND, "interleave": Mode.INTERLEAVE, "local": Mode.LOCAL,
-    "preferred_many": Mode.PREFERRED_MANY, "preferred-many": Mode.PREFERRED_MANY,
-    "prefer-many": Mode.PREFERRED_MANY, "weighted_interleave": Mode.WEIGHTED_INTERLEAVE,
-    "weighted-interleave": Mode.WEIGHTED_INTERLEAVE,
-})
+    **{w: m for m in Mode for w in (m.name.lower(), m.name.lower().replace("_", "-"))},
+    "first-touch": Mode.DEFAULT, "none": Mode.DEFAULT, "prefer": Mode.PREFERRED,
+    "membind": Mode.BIND, "prefer-many": Mode.PREFERRED_MANY})
 
 
 def _mode_of(mode: Union[str, int]) -> Mode:
