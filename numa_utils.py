@@ -2234,9 +2234,9 @@ class PolicyInfo(_Record):
         """The policy as /proc/<pid>/numa_maps prints it (mpol_to_str; the kernel
         never sets both static and relative)."""
         s = _LAYOUT_NAMES[self.mode].replace("-many", " (many)").replace("-", " ")
-        words = [w for f, w in ((ModeFlag.STATIC_NODES, "static"),
-                                (ModeFlag.RELATIVE_NODES, "relative"),
-                                (ModeFlag.NUMA_BALANCING, "balancing")) if self.flags & f]
+        # ModeFlag's members from the highest bit: the kernel's order.
+        words = [w for f, w in zip(reversed(ModeFlag), ("static", "relative", "balancing"))
+                 if self.flags & f]
         if words:
             s += "=" + "|".join(words)
         if self.mode not in (Mode.DEFAULT, Mode.LOCAL) and self.nodes:
@@ -2489,10 +2489,9 @@ class thread_policy:
         return self.result
 
     def __exit__(self, *exc: Any) -> None:
-        if not self.result or self._old is None:
-            return
         try:        # the mode with its flags: set_mempolicy's value
-            set_mempolicy(*self._old, backend=self.kw.get("backend"))
+            if self.result and self._old is not None:
+                set_mempolicy(*self._old, backend=self.kw.get("backend"))
         except OSError as e:
             _warn_once("thread_policy-restore", "numa_utils: could not restore the "
                        "thread memory policy: %s", e)
@@ -2569,14 +2568,10 @@ def suggest_weights(topology: Optional[Topology] = None, initiator: Optional[int
     import math
     from functools import reduce
     t = topology if topology is not None else read_topology(backend=backend)
-    bw: Dict[int, int] = {}
-    for n in sorted(t.nodes_with_memory):
-        a = t.nodes[n].access if n in t.nodes else None
-        if a is None or (initiator is not None and initiator not in a.initiators):
-            continue
-        vals = [v for v in (a.read_bandwidth_mbps, a.write_bandwidth_mbps) if v]
-        if vals:
-            bw[n] = min(vals)
+    access = {n: t.nodes[n].access for n in sorted(t.nodes_with_memory) if n in t.nodes}
+    bw = {n: min(v) for n, a in access.items()
+          if a is not None and (initiator is None or initiator in a.initiators)
+          and (v := [x for x in (a.read_bandwidth_mbps, a.write_bandwidth_mbps) if x])}
     total = sum(bw.values())
     if not total:
         return {}
