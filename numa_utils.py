@@ -1896,35 +1896,16 @@ def to_json(obj: Any) -> Any:
 # the maxnode rules of mm/mempolicy.c get_nodes() / copy_nodes_to_user().
 # ===========================================================================
 
-class Mode(enum.IntEnum):
-    DEFAULT = 0
-    PREFERRED = 1
-    BIND = 2
-    INTERLEAVE = 3
-    LOCAL = 4
-    PREFERRED_MANY = 5          # Linux 5.15+
-    WEIGHTED_INTERLEAVE = 6     # Linux 6.9+
-
-
-class ModeFlag(enum.IntFlag):
-    NUMA_BALANCING = 1 << 13
-    RELATIVE_NODES = 1 << 14
-    STATIC_NODES = 1 << 15
-
-
+# MPOL_*, from 0: PREFERRED_MANY is Linux 5.15+, WEIGHTED_INTERLEAVE 6.9+.
+Mode = enum.IntEnum("Mode", "DEFAULT PREFERRED BIND INTERLEAVE LOCAL PREFERRED_MANY "
+                    "WEIGHTED_INTERLEAVE", start=0)
+# MPOL_F_* mode flags, from bit 13 (MPOL_MODE_FLAGS).
+ModeFlag = enum.IntFlag("ModeFlag", [("NUMA_BALANCING", 1 << 13),
+                                     ("RELATIVE_NODES", 1 << 14), ("STATIC_NODES", 1 << 15)])
 _MODE_FLAGS_MASK = sum(ModeFlag)        # every mode flag
-
-
-class MbindFlag(enum.IntFlag):
-    STRICT = 1
-    MOVE = 2
-    MOVE_ALL = 4                # needs CAP_SYS_NICE
-
-
-class GetFlag(enum.IntFlag):
-    NODE = 1
-    ADDR = 2
-    MEMS_ALLOWED = 4
+# MPOL_MF_* (MOVE_ALL needs CAP_SYS_NICE) and MPOL_F_* of get_mempolicy.
+MbindFlag = enum.IntFlag("MbindFlag", "STRICT MOVE MOVE_ALL")
+GetFlag = enum.IntFlag("GetFlag", "NODE ADDR MEMS_ALLOWED")
 
 
 MADV_POPULATE_WRITE = 23        # Linux 5.14+
