@@ -1841,23 +1841,22 @@ def default_memory_nodes(topology: Optional[Topology] = None, *,
 # ---------------------------------------------------------------------------
 
 def _topology_json(t: Topology) -> Dict[str, Any]:
-    ids = sorted
     return {
         # Node's fields in order, its two mappings sorted by key.
         "nodes": [{**to_json(n),
                    "distances": {str(k): v for k, v in sorted(n.distances.items())},
                    "hugepages": {str(k): to_json(h) for k, h in sorted(n.hugepages.items())}}
                   for n in (t.nodes[i] for i in sorted(t.nodes))],
-        "online_nodes": ids(t.online_nodes), "possible_nodes": ids(t.possible_nodes),
-        "nodes_with_cpus": ids(t.nodes_with_cpus),
-        "nodes_with_memory": ids(t.nodes_with_memory),
+        "online_nodes": sorted(t.online_nodes), "possible_nodes": sorted(t.possible_nodes),
+        "nodes_with_cpus": sorted(t.nodes_with_cpus),
+        "nodes_with_memory": sorted(t.nodes_with_memory),
         "cpus": {str(i): {k: v for k, v in to_json(t.cpus[i]).items() if k != "id"}
                  for i in sorted(t.cpus)},
-        "online_cpus": ids(t.online_cpus),
-        "allowed_cpus": ids(t.allowed_cpus), "allowed_mems": ids(t.allowed_mems),
+        "online_cpus": sorted(t.online_cpus),
+        "allowed_cpus": sorted(t.allowed_cpus), "allowed_mems": sorted(t.allowed_mems),
         "gpus": [_pci_json(g) for g in t.gpus], "nodes_per_package": t.nodes_per_package,
         "numa_balancing": t.numa_balancing, "thp": t.thp,
-        "memory_tiers": {str(k): ids(v) for k, v in sorted(t.memory_tiers.items())},
+        "memory_tiers": {str(k): sorted(v) for k, v in sorted(t.memory_tiers.items())},
         "interleave_weights": None if t.interleave_weights is None else
         {str(k): v for k, v in sorted(t.interleave_weights.items())},
         "interleave_auto": t.interleave_auto,
