@@ -1796,14 +1796,13 @@ def memory_node_choice(topology: Optional[Topology] = None, *,
         cpu_nodes = sorted(with_cpus or (t.nodes_with_cpus & set(t.nodes)))
         pairs = [t.distance(a, b) for a in cpu_nodes for b in cpu_nodes if a != b] or \
             [t.distance(a, a) for a in cpu_nodes]
-        known = [d for d in pairs if d is not None]
-        if known:
-            remote = max(known)
-            far: Dict[int, int] = {}
-            for m in cands - t.nodes_with_cpus:
-                ds = [d for d in (t.distance(c, m) for c in cpu_nodes) if d is not None]
-                if t.nodes[m].access is None and len(ds) == len(cpu_nodes) and min(ds) > remote:
-                    far[m] = min(ds)
+        remote = max((d for d in pairs if d is not None), default=None)
+        if remote is not None:
+            # A CPU-less node without HMAT figures, farther than any CPU node pair.
+            near = {m: [d for c in cpu_nodes if (d := t.distance(c, m)) is not None]
+                    for m in cands - t.nodes_with_cpus if t.nodes[m].access is None}
+            far = {m: min(ds) for m, ds in near.items()
+                   if len(ds) == len(cpu_nodes) and min(ds) > remote}
             drop(lambda v: v.id in far,
                  lambda v: f"CPU-less and far (distance {far[v.id]} from the nearest "
                            f"CPU node, > {remote} between CPU nodes); no tier or HMAT "
@@ -1825,23 +1824,22 @@ def default_memory_nodes(topology: Optional[Topology] = None, *,
 # ---------------------------------------------------------------------------
 
 def _topology_json(t: Topology) -> Dict[str, Any]:
-    ids = sorted
     return {
         # Node's fields in order, its two mappings sorted by key.
         "nodes": [{**to_json(n),
                    "distances": {str(k): v for k, v in sorted(n.distances.items())},
                    "hugepages": {str(k): to_json(h) for k, h in sorted(n.hugepages.items())}}
                   for n in (t.nodes[i] for i in sorted(t.nodes))],
-        "online_nodes": ids(t.online_nodes), "possible_nodes": ids(t.possible_nodes),
-        "nodes_with_cpus": ids(t.nodes_with_cpus),
-        "nodes_with_memory": ids(t.nodes_with_memory),
+        "online_nodes": sorted(t.online_nodes), "possible_nodes": sorted(t.possible_nodes),
+        "nodes_with_cpus": sorted(t.nodes_with_cpus),
+        "nodes_with_memory": sorted(t.nodes_with_memory),
         "cpus": {str(i): {k: v for k, v in to_json(t.cpus[i]).items() if k != "id"}
                  for i in sorted(t.cpus)},
-        "online_cpus": ids(t.online_cpus),
-        "allowed_cpus": ids(t.allowed_cpus), "allowed_mems": ids(t.allowed_mems),
+        "online_cpus": sorted(t.online_cpus),
+        "allowed_cpus": sorted(t.allowed_cpus), "allowed_mems": sorted(t.allowed_mems),
         "gpus": [_pci_json(g) for g in t.gpus], "nodes_per_package": t.nodes_per_package,
         "numa_balancing": t.numa_balancing, "thp": t.thp,
-        "memory_tiers": {str(k): ids(v) for k, v in sorted(t.memory_tiers.items())},
+        "memory_tiers": {str(k): sorted(v) for k, v in sorted(t.memory_tiers.items())},
         "interleave_weights": None if t.interleave_weights is None else
         {str(k): v for k, v in sorted(t.interleave_weights.items())},
         "interleave_auto": t.interleave_auto,
@@ -1880,35 +1878,16 @@ def to_json(obj: Any) -> Any:
 # the maxnode rules of mm/mempolicy.c get_nodes() / copy_nodes_to_user().
 # ===========================================================================
 
-class Mode(enum.IntEnum):
-    DEFAULT = 0
-    PREFERRED = 1
-    BIND = 2
-    INTERLEAVE = 3
-    LOCAL = 4
-    PREFERRED_MANY = 5          # Linux 5.15+
-    WEIGHTED_INTERLEAVE = 6     # Linux 6.9+
-
-
-class ModeFlag(enum.IntFlag):
-    NUMA_BALANCING = 1 << 13
-    RELATIVE_NODES = 1 << 14
-    STATIC_NODES = 1 << 15
-
-
+# MPOL_*, from 0: PREFERRED_MANY is Linux 5.15+, WEIGHTED_INTERLEAVE 6.9+.
+Mode = enum.IntEnum("Mode", "DEFAULT PREFERRED BIND INTERLEAVE LOCAL PREFERRED_MANY "
+                    "WEIGHTED_INTERLEAVE", start=0)
+# MPOL_F_* mode flags, from bit 13 (MPOL_MODE_FLAGS).
+ModeFlag = enum.IntFlag("ModeFlag", [("NUMA_BALANCING", 1 << 13),
+                                     ("RELATIVE_NODES", 1 << 14), ("STATIC_NODES", 1 << 15)])
 _MODE_FLAGS_MASK = sum(ModeFlag)        # every mode flag
-
-
-class MbindFlag(enum.IntFlag):
-    STRICT = 1
-    MOVE = 2
-    MOVE_ALL = 4                # needs CAP_SYS_NICE
-
-
-class GetFlag(enum.IntFlag):
-    NODE = 1
-    ADDR = 2
-    MEMS_ALLOWED = 4
+# MPOL_MF_* (MOVE_ALL needs CAP_SYS_NICE) and MPOL_F_* of get_mempolicy.
+MbindFlag = enum.IntFlag("MbindFlag", "STRICT MOVE MOVE_ALL")
+GetFlag = enum.IntFlag("GetFlag", "NODE ADDR MEMS_ALLOWED")
 
 
 MADV_POPULATE_WRITE = 23        # Linux 5.14+
@@ -2218,9 +2197,9 @@ class PolicyInfo(_Record):
         """The policy as /proc/<pid>/numa_maps prints it (mpol_to_str; the kernel
         never sets both static and relative)."""
         s = _LAYOUT_NAMES[self.mode].replace("-many", " (many)").replace("-", " ")
-        words = [w for f, w in ((ModeFlag.STATIC_NODES, "static"),
-                                (ModeFlag.RELATIVE_NODES, "relative"),
-                                (ModeFlag.NUMA_BALANCING, "balancing")) if self.flags & f]
+        # ModeFlag's members from the highest bit: the kernel's order.
+        words = [w for f, w in zip(reversed(ModeFlag), ("static", "relative", "balancing"))
+                 if self.flags & f]
         if words:
             s += "=" + "|".join(words)
         if self.mode not in (Mode.DEFAULT, Mode.LOCAL) and self.nodes:
@@ -2232,14 +2211,11 @@ class PolicyInfo(_Record):
                 "nodes": sorted(self.nodes), "text": str(self)}
 
 
+# Each mode's own name, with "_" or "-", and the aliases other tools use.
 _MODE_NAMES = MappingProxyType({
-    "default": Mode.DEFAULT, "first-touch": Mode.DEFAULT, "none": Mode.DEFAULT,
-    "preferred": Mode.PREFERRED, "prefer": Mode.PREFERRED, "bind": Mode.BIND,
-    "membind": Mode.BIND, "interleave": Mode.INTERLEAVE, "local": Mode.LOCAL,
-    "preferred_many": Mode.PREFERRED_MANY, "preferred-many": Mode.PREFERRED_MANY,
-    "prefer-many": Mode.PREFERRED_MANY, "weighted_interleave": Mode.WEIGHTED_INTERLEAVE,
-    "weighted-interleave": Mode.WEIGHTED_INTERLEAVE,
-})
+    **{w: m for m in Mode for w in (m.name.lower(), m.name.lower().replace("_", "-"))},
+    "first-touch": Mode.DEFAULT, "none": Mode.DEFAULT, "prefer": Mode.PREFERRED,
+    "membind": Mode.BIND, "prefer-many": Mode.PREFERRED_MANY})
 
 
 def _mode_of(mode: Union[str, int]) -> Mode:
@@ -2476,10 +2452,9 @@ class thread_policy:
         return self.result
 
     def __exit__(self, *exc: Any) -> None:
-        if not self.result or self._old is None:
-            return
         try:        # the mode with its flags: set_mempolicy's value
-            set_mempolicy(*self._old, backend=self.kw.get("backend"))
+            if self.result and self._old is not None:
+                set_mempolicy(*self._old, backend=self.kw.get("backend"))
         except OSError as e:
             _warn_once("thread_policy-restore", "numa_utils: could not restore the "
                        "thread memory policy: %s", e)
@@ -2556,14 +2531,10 @@ def suggest_weights(topology: Optional[Topology] = None, initiator: Optional[int
     import math
     from functools import reduce
     t = topology if topology is not None else read_topology(backend=backend)
-    bw: Dict[int, int] = {}
-    for n in sorted(t.nodes_with_memory):
-        a = t.nodes[n].access if n in t.nodes else None
-        if a is None or (initiator is not None and initiator not in a.initiators):
-            continue
-        vals = [v for v in (a.read_bandwidth_mbps, a.write_bandwidth_mbps) if v]
-        if vals:
-            bw[n] = min(vals)
+    access = {n: t.nodes[n].access for n in sorted(t.nodes_with_memory) if n in t.nodes}
+    bw = {n: min(v) for n, a in access.items()
+          if a is not None and (initiator is None or initiator in a.initiators)
+          and (v := [x for x in (a.read_bandwidth_mbps, a.write_bandwidth_mbps) if x])}
     total = sum(bw.values())
     if not total:
         return {}
