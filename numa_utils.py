@@ -6401,20 +6401,19 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     multi = len(topo.nodes_with_memory) > 1 or len(topo.nodes_with_cpus) > 1
     gpu_rows = [dict(_pci_json(g), node=g.node, node_source=g.node_source) for g in topo.gpus]
     for g in topo.gpus if multi else ():
-        node = g.node
         if g.numa_node < 0:
             warnings.append(f"GPU {g.address}: firmware reports no NUMA node (numa_node=-1)"
                             + (" and its local CPUs span several nodes; pass the node "
-                               "explicitly when binding workers" if node is None else
-                               f"; using node {node} from its local CPUs"))
-        if node is not None:
-            ncpus = topo.nodes[node].cpus if node in topo.nodes else frozenset()
+                               "explicitly when binding workers" if g.node is None else
+                               f"; using node {g.node} from its local CPUs"))
+        if g.node is not None:
+            ncpus = topo.nodes[g.node].cpus if g.node in topo.nodes else frozenset()
             if ncpus and not (ncpus & topo.allowed_cpus):
-                warnings.append(f"GPU {g.address} hangs off node {node} but this "
+                warnings.append(f"GPU {g.address} hangs off node {g.node} but this "
                                 "process's cpuset allows none of its CPUs "
                                 f"({format_cpulist(ncpus)}): its worker will run remote")
-            if node in topo.nodes_with_memory and node not in topo.allowed_mems:
-                warnings.append(f"GPU {g.address} hangs off node {node} but this "
+            if g.node in topo.nodes_with_memory and g.node not in topo.allowed_mems:
+                warnings.append(f"GPU {g.address} hangs off node {g.node} but this "
                                 "process's cpuset (Mems_allowed_list "
                                 f"{format_cpulist(topo.allowed_mems)}) excludes that "
                                 "node's memory: host buffers for it will be remote")
@@ -6502,8 +6501,7 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
 def _package_layout(t: Topology) -> Dict[str, Any]:
     """Nodes per package with its evidence: the distances inside a package against
     those between packages (SNC on Intel, NPS on AMD split a package into nodes)."""
-    pk = t.package_nodes
-    k = t.nodes_per_package
+    pk, k = t.package_nodes, t.nodes_per_package
     pkg = {n: p for p, ns in pk.items() for n in ns}
     same: Tuple[Set[int], Set[int]] = (set(), set())      # (between, inside)
     for a, p in pkg.items():
@@ -6724,8 +6722,7 @@ def _strtoul(s: str, i: int) -> Tuple[Optional[int], int]:
     if not m:
         return None, i
     digits = m.group(2)
-    base = 16 if digits[1:2] in ("x", "X") else 8 if digits.startswith("0") else 10
-    v = int(digits, base) if base != 16 else int(digits[2:], 16)
+    v = int(digits, 16 if digits[1:2] in ("x", "X") else 8 if digits[0] == "0" else 10)
     # C's unsigned long: ULONG_MAX past it (ERANGE), a minus sign wraps
     v = (1 << 64) - 1 if v >> 64 else -v % (1 << 64) if m.group(1) == "-" else v
     return v, m.end()
@@ -6876,8 +6873,7 @@ def _build_parser(commands: Sequence[Callable[[Any], None]] = ()) -> argparse.Ar
         description="NUMA topology, memory policy and placement for inference engines.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log details")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     # The flags the commands share: --root and --json; --json alone for the commands
     # that act on this system (numa_utils_cli's run).
     common, live = (argparse.ArgumentParser(add_help=False) for _ in range(2))
