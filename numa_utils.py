@@ -6513,10 +6513,9 @@ def _package_layout(t: Topology) -> Dict[str, Any]:
           "node counts") + f" over {len(pk)} package{'s' * (len(pk) != 1)}"
     if k and k > 1:
         ev += f" (SNC{k} on Intel, NPS{k} on AMD)"
-    if inside:
-        ev += f": distance {format_cpulist(inside)} inside a package"
-    if between:
-        ev += (", " if inside else ": distance ") + f"{format_cpulist(between)} between packages"
+    dist = [f"{format_cpulist(v)} {where}" for v, where in (
+        (inside, "inside a package"), (between, "between packages")) if v]
+    ev += ": distance " + ", ".join(dist) if dist else ""
     return {"nodes_per_package": k, "nodes": {str(p): sorted(ns) for p, ns in pk.items()},
             "distance_inside": inside, "distance_between": between, "evidence": ev}
 
@@ -6620,8 +6619,7 @@ def _cpu_summary(rep: Dict[str, Any]) -> str:
 
     def count(ns: Iterable[int], one: str) -> str:     # "2 packages", "5-6 cores"
         lo, hi = min(ns), max(ns)
-        return (f"{lo}" if lo == hi else f"{lo}-{hi}") + f" {one}" + \
-            ("" if hi == 1 else "s")
+        return f"{lo}{'' if lo == hi else f'-{hi}'} {one}{'s' * (hi != 1)}"
     out = f"CPUs: {count([len(cores)], 'package')} x " \
           f"{count([len(v) for v in cores.values()], 'core')} x {count(threads, 'thread')}"
     llcs = rep.get("last_level_caches") or []
