@@ -4342,14 +4342,11 @@ def _posix_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
 
 
 def _check_trust(st: _ShmStat, euid: int, trust: bool, what: str) -> None:
-    if not trust and (st.uid != euid or st.cuid != euid):
-        raise PermissionError(errno.EPERM, f"{what} belongs to uid {st.uid} (created by "
-                              f"uid {st.cuid}), not to this user (uid {euid}); pass "
-                              "trust=True to attach anyway")
-    if not trust and st.mode & 0o022:
-        raise PermissionError(errno.EPERM, f"{what} has mode {st.mode & 0o777:03o}: "
-                              "other users can write it; pass trust=True to attach "
-                              "anyway")
+    why = (f"belongs to uid {st.uid} (created by uid {st.cuid}), not to this user "
+           f"(uid {euid})") if {st.uid, st.cuid} != {euid} else \
+        f"has mode {st.mode & 0o777:03o}: other users can write it" if st.mode & 0o022 else ""
+    if why and not trust:
+        raise PermissionError(errno.EPERM, f"{what} {why}; pass trust=True to attach anyway")
 
 
 def _layout_apply(b: Backend, addr: int, seg: int, page: int, lay: Layout,
