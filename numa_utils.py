@@ -4292,11 +4292,8 @@ def _sysv_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
             _check_trust(st, b.geteuid(), trust, what)
             r.shmid, r._ipc_key, r._mapped = shmid, ikey, st.size
             r._address = b.shmat(shmid)
-            rec = _record_read(r._address, st.size, what)
-            if rec is None:
-                raise FileNotFoundError(
-                    errno.ENOENT, f"{what} has no numa_utils identity record: "
-                    "another program's segment, or one still being created")
+            rec = _identity(r, st.size, what,
+                            "another program's segment, or one still being created")
             if _same_key(rec["key"], key) and rec["kind"] == "sysv":
                 return rec, what
             if isinstance(key, int):        # a str key tries its next key
@@ -4327,18 +4324,21 @@ def _posix_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
         raise FileNotFoundError(errno.ENOENT, f"{what} was removed (stale) while "
                                 "attaching")
     r._mapped = seg = st.size
-    rec = None
     if seg >= _RECORD_END.size:
         r._address = b.mmap(seg, fd)
-        rec = _record_read(r._address, seg, what)
-    if rec is None:
-        raise FileNotFoundError(
-            errno.ENOENT, f"{what} has no numa_utils identity record: not "
-            "made by SharedRegion.create, or still being created")
+    rec = _identity(r, seg, what, "not made by SharedRegion.create, or still being created")
     if rec["kind"] != "posix" or _posix_name(rec["key"]) != name:
         raise ValueError(f"{what}: its identity record names {rec['kind']} "
                          f"region {rec['key']!r}")
     return rec, what
+
+
+def _identity(r: SharedRegion, seg: int, what: str, why: str) -> Dict[str, Any]:
+    """The identity record ending ``r``'s ``seg`` mapped bytes (none while unmapped)."""
+    rec = _record_read(r._address, seg, what) if r._address else None
+    if rec is None:
+        raise FileNotFoundError(errno.ENOENT, f"{what} has no numa_utils identity record: {why}")
+    return rec
 
 
 def _check_trust(st: _ShmStat, euid: int, trust: bool, what: str) -> None:
