@@ -4251,10 +4251,9 @@ def _sysv_create(r: SharedRegion, flags: int) -> None:
     r._ipc_key = ikey
     r._address = b.shmat(r.shmid)
     # A twin under a later key: made while this key held another region.
-    for later in keys[keys.index(ikey) + 1:]:
-        why = _sysv_holder(b, later, key)
-        if why:
-            raise FileExistsError(errno.EEXIST, why)
+    why = next(filter(None, (_sysv_holder(b, k, key) for k in keys[keys.index(ikey) + 1:])), "")
+    if why:
+        raise FileExistsError(errno.EEXIST, why)
 
 
 def _posix_create(r: SharedRegion, flags: int) -> None:
