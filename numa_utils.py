@@ -4197,10 +4197,9 @@ def _sysv_create(r: SharedRegion, flags: int) -> None:
     r._ipc_key = ikey
     r._address = b.shmat(r.shmid)
     # A twin under a later key: made while this key held another region.
-    for later in keys[keys.index(ikey) + 1:]:
-        why = _sysv_holder(b, later, key)
-        if why:
-            raise FileExistsError(errno.EEXIST, why)
+    why = next(filter(None, (_sysv_holder(b, k, key) for k in keys[keys.index(ikey) + 1:])), "")
+    if why:
+        raise FileExistsError(errno.EEXIST, why)
 
 
 def _posix_create(r: SharedRegion, flags: int) -> None:
@@ -4238,11 +4237,8 @@ def _sysv_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
             _check_trust(st, b.geteuid(), trust, what)
             r.shmid, r._ipc_key, r._mapped = shmid, ikey, st.size
             r._address = b.shmat(shmid)
-            rec = _record_read(r._address, st.size, what)
-            if rec is None:
-                raise FileNotFoundError(
-                    errno.ENOENT, f"{what} has no numa_utils identity record: "
-                    "another program's segment, or one still being created")
+            rec = _identity(r, st.size, what,
+                            "another program's segment, or one still being created")
             if _same_key(rec["key"], key) and rec["kind"] == "sysv":
                 return rec, what
             if isinstance(key, int):        # a str key tries its next key
@@ -4273,29 +4269,29 @@ def _posix_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
         raise FileNotFoundError(errno.ENOENT, f"{what} was removed (stale) while "
                                 "attaching")
     r._mapped = seg = st.size
-    rec = None
     if seg >= _RECORD_END.size:
         r._address = b.mmap(seg, fd)
-        rec = _record_read(r._address, seg, what)
-    if rec is None:
-        raise FileNotFoundError(
-            errno.ENOENT, f"{what} has no numa_utils identity record: not "
-            "made by SharedRegion.create, or still being created")
+    rec = _identity(r, seg, what, "not made by SharedRegion.create, or still being created")
     if rec["kind"] != "posix" or _posix_name(rec["key"]) != name:
         raise ValueError(f"{what}: its identity record names {rec['kind']} "
                          f"region {rec['key']!r}")
     return rec, what
 
 
+def _identity(r: SharedRegion, seg: int, what: str, why: str) -> Dict[str, Any]:
+    """The identity record ending ``r``'s ``seg`` mapped bytes (none while unmapped)."""
+    rec = _record_read(r._address, seg, what) if r._address else None
+    if rec is None:
+        raise FileNotFoundError(errno.ENOENT, f"{what} has no numa_utils identity record: {why}")
+    return rec
+
+
 def _check_trust(st: _ShmStat, euid: int, trust: bool, what: str) -> None:
-    if not trust and (st.uid != euid or st.cuid != euid):
-        raise PermissionError(errno.EPERM, f"{what} belongs to uid {st.uid} (created by "
-                              f"uid {st.cuid}), not to this user (uid {euid}); pass "
-                              "trust=True to attach anyway")
-    if not trust and st.mode & 0o022:
-        raise PermissionError(errno.EPERM, f"{what} has mode {st.mode & 0o777:03o}: "
-                              "other users can write it; pass trust=True to attach "
-                              "anyway")
+    why = (f"belongs to uid {st.uid} (created by uid {st.cuid}), not to this user "
+           f"(uid {euid})") if {st.uid, st.cuid} != {euid} else \
+        f"has mode {st.mode & 0o777:03o}: other users can write it" if st.mode & 0o022 else ""
+    if why and not trust:
+        raise PermissionError(errno.EPERM, f"{what} {why}; pass trust=True to attach anyway")
 
 
 def _layout_apply(b: Backend, addr: int, seg: int, page: int, lay: Layout,
@@ -6329,20 +6325,19 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     multi = len(topo.nodes_with_memory) > 1 or len(topo.nodes_with_cpus) > 1
     gpu_rows = [dict(_pci_json(g), node=g.node, node_source=g.node_source) for g in topo.gpus]
     for g in topo.gpus if multi else ():
-        node = g.node
         if g.numa_node < 0:
             warnings.append(f"GPU {g.address}: firmware reports no NUMA node (numa_node=-1)"
                             + (" and its local CPUs span several nodes; pass the node "
-                               "explicitly when binding workers" if node is None else
-                               f"; using node {node} from its local CPUs"))
-        if node is not None:
-            ncpus = topo.nodes[node].cpus if node in topo.nodes else frozenset()
+                               "explicitly when binding workers" if g.node is None else
+                               f"; using node {g.node} from its local CPUs"))
+        if g.node is not None:
+            ncpus = topo.nodes[g.node].cpus if g.node in topo.nodes else frozenset()
             if ncpus and not (ncpus & topo.allowed_cpus):
-                warnings.append(f"GPU {g.address} hangs off node {node} but this "
+                warnings.append(f"GPU {g.address} hangs off node {g.node} but this "
                                 "process's cpuset allows none of its CPUs "
                                 f"({format_cpulist(ncpus)}): its worker will run remote")
-            if node in topo.nodes_with_memory and node not in topo.allowed_mems:
-                warnings.append(f"GPU {g.address} hangs off node {node} but this "
+            if g.node in topo.nodes_with_memory and g.node not in topo.allowed_mems:
+                warnings.append(f"GPU {g.address} hangs off node {g.node} but this "
                                 "process's cpuset (Mems_allowed_list "
                                 f"{format_cpulist(topo.allowed_mems)}) excludes that "
                                 "node's memory: host buffers for it will be remote")
@@ -6430,8 +6425,7 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
 def _package_layout(t: Topology) -> Dict[str, Any]:
     """Nodes per package with its evidence: the distances inside a package against
     those between packages (SNC on Intel, NPS on AMD split a package into nodes)."""
-    pk = t.package_nodes
-    k = t.nodes_per_package
+    pk, k = t.package_nodes, t.nodes_per_package
     pkg = {n: p for p, ns in pk.items() for n in ns}
     same: Tuple[Set[int], Set[int]] = (set(), set())      # (between, inside)
     for a, p in pkg.items():
@@ -6443,10 +6437,9 @@ def _package_layout(t: Topology) -> Dict[str, Any]:
           "node counts") + f" over {len(pk)} package{'s' * (len(pk) != 1)}"
     if k and k > 1:
         ev += f" (SNC{k} on Intel, NPS{k} on AMD)"
-    if inside:
-        ev += f": distance {format_cpulist(inside)} inside a package"
-    if between:
-        ev += (", " if inside else ": distance ") + f"{format_cpulist(between)} between packages"
+    dist = [f"{format_cpulist(v)} {where}" for v, where in (
+        (inside, "inside a package"), (between, "between packages")) if v]
+    ev += ": distance " + ", ".join(dist) if dist else ""
     return {"nodes_per_package": k, "nodes": {str(p): sorted(ns) for p, ns in pk.items()},
             "distance_inside": inside, "distance_between": between, "evidence": ev}
 
@@ -6550,8 +6543,7 @@ def _cpu_summary(rep: Dict[str, Any]) -> str:
 
     def count(ns: Iterable[int], one: str) -> str:     # "2 packages", "5-6 cores"
         lo, hi = min(ns), max(ns)
-        return (f"{lo}" if lo == hi else f"{lo}-{hi}") + f" {one}" + \
-            ("" if hi == 1 else "s")
+        return f"{lo}{'' if lo == hi else f'-{hi}'} {one}{'s' * (hi != 1)}"
     out = f"CPUs: {count([len(cores)], 'package')} x " \
           f"{count([len(v) for v in cores.values()], 'core')} x {count(threads, 'thread')}"
     llcs = rep.get("last_level_caches") or []
@@ -6652,8 +6644,7 @@ def _strtoul(s: str, i: int) -> Tuple[Optional[int], int]:
     if not m:
         return None, i
     digits = m.group(2)
-    base = 16 if digits[1:2] in ("x", "X") else 8 if digits.startswith("0") else 10
-    v = int(digits, base) if base != 16 else int(digits[2:], 16)
+    v = int(digits, 16 if digits[1:2] in ("x", "X") else 8 if digits[0] == "0" else 10)
     # C's unsigned long: ULONG_MAX past it (ERANGE), a minus sign wraps
     v = (1 << 64) - 1 if v >> 64 else -v % (1 << 64) if m.group(1) == "-" else v
     return v, m.end()
@@ -6804,8 +6795,7 @@ def _build_parser(commands: Sequence[Callable[[Any], None]] = ()) -> argparse.Ar
         description="NUMA topology, memory policy and placement for inference engines.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log details")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     # The flags the commands share: --root and --json; --json alone for the commands
     # that act on this system (numa_utils_cli's run).
     common, live = (argparse.ArgumentParser(add_help=False) for _ in range(2))
