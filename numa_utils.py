@@ -3571,9 +3571,7 @@ class FitResult(_Record):
         return self.ok
 
     def to_json(self) -> Dict[str, Any]:
-        return dict(self._asdict(), nodes=[dict(n._asdict(), hugepages={
-            str(k): h._asdict() for k, h in n.hugepages.items()}) for n in self.nodes],
-            limits=[x._asdict() for x in self.limits], thp=dict(self.thp))
+        return {k: to_json(v) for k, v in self._asdict().items()}
 
 
 def _selected(text: Optional[str]) -> Optional[str]:
@@ -3589,11 +3587,10 @@ def _thp_settings(b: Backend) -> Dict[str, str]:
 
 def _cgroup_dirs(b: Backend) -> List[str]:
     """This process's cgroup v2 directory and its ancestors, innermost first."""
-    text = b.read_optional("/proc/self/cgroup") or ""
-    path = next((ln[3:].strip() for ln in text.splitlines() if ln.startswith("0::")), None)
-    if path is None or not path.startswith("/"):
+    m = re.search(r"^0::\s*(/.*)", b.read_optional("/proc/self/cgroup") or "", re.M)
+    if m is None:
         return []
-    parts = [p for p in path.split("/") if p]
+    parts = [p for p in m.group(1).strip().split("/") if p]
     return [_CGROUP + "".join("/" + p for p in parts[:i]) for i in range(len(parts), -1, -1)]
 
 
@@ -3675,17 +3672,14 @@ def fit(size: int, *, nodes: Optional[Iterable[int]] = None,
                        sum(f.available for f in fnodes if f.node in pool),
                        "free memory there, or choose other nodes")]
     limits += _fit_limits(b, huge, kind, pin, need)
-    res = FitResult(True, not short, "; ".join(short) or "fits as asked", size, kind,
-                    page, f"{huge >> 10}kB" if huge else "thp" if want == "thp" and
-                    fallback is None else "off", tuple(fnodes), tuple(limits), thp,
-                    fallback)
     tight = min((x for x in limits if x.allows is not None and x.allows < need),
                 key=lambda x: x.allows or 0, default=None)
-    if tight is not None:
-        return res._replace(ok=False, exact=False, reason=(
-            f"{_fmt_kb(need >> 10)} needed, {tight.name} allows "
-            f"{_fmt_kb(max(tight.allows or 0, 0) >> 10)} ({tight.source}): {tight.fix}"))
-    return res
+    reason = "; ".join(short) or "fits as asked" if tight is None else (
+        f"{_fmt_kb(need >> 10)} needed, {tight.name} allows "
+        f"{_fmt_kb(max(tight.allows or 0, 0) >> 10)} ({tight.source}): {tight.fix}")
+    return FitResult(tight is None, tight is None and not short, reason, size, kind, page,
+                     f"{huge >> 10}kB" if huge else "thp" if want == "thp" and
+                     fallback is None else "off", tuple(fnodes), tuple(limits), thp, fallback)
 
 
 def _fit_limits(b: Backend, huge: int, kind: str, pin: bool, need: int) -> List[FitLimit]:
@@ -3696,8 +3690,8 @@ def _fit_limits(b: Backend, huge: int, kind: str, pin: bool, need: int) -> List[
     names = [f"hugetlb.{_fmt_size(huge)}B.max"] if huge else ["memory.max", "memory.high"]
     for d in _cgroup_dirs(b):
         for name in names:
-            cap, cur = num(f"{d}/{name}"), num(f"{d}/{name.rsplit('.', 1)[0]}.current"
-                                              if huge else f"{d}/memory.current")
+            # memory.max/.high -> memory.current, hugetlb.2MB.max -> hugetlb.2MB.current
+            cap, cur = num(f"{d}/{name}"), num(f"{d}/{name.rsplit('.', 1)[0]}.current")
             if cap is not None:
                 out.append(FitLimit(f"cgroup {name}", f"{d}/{name}", cap - (cur or 0),
                                     f"raise {name} of the container/cgroup (docker "
@@ -3789,8 +3783,7 @@ def _parse_size(text: str) -> int:
         raise ValueError(f"invalid size {_short(text)} (e.g. 4G, 512M, 1048576)")
     unit = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}[m.group(2).lower()]
     whole, _, frac = m.group(1).partition(".")
-    n = (int(whole) << unit) + (int(frac) << unit) // 10 ** len(frac) if frac else \
-        int(whole) << unit
+    n: int = (int(whole) << unit) + (int(frac or 0) << unit) // 10 ** len(frac)
     if n > _SIZE_MAX:
         raise ValueError(f"invalid size {_short(text)}: more than 2**64-1 bytes")
     return n
@@ -3848,8 +3841,7 @@ class Layout:
                                  f"{'takes no' if ids else 'needs'} nodes")
             if w == Mode.PREFERRED and len(ids) != 1:
                 raise ValueError("layout: prefer takes one node (prefer-many: several)")
-            if kind != "parts" and (isinstance(length, bool) or not isinstance(
-                    length, int) or length <= 0):
+            if kind != "parts" and (type(length) is not int or length <= 0):
                 raise ValueError(f"layout: {'block size' if kind == 'blocks' else 'extent length'}"
                                  f" {length!r} is not an int > 0")
             items.append((length, _LAYOUT_NAMES[w], ids))
