@@ -3616,8 +3616,8 @@ def fit(size: int, *, nodes: Optional[Iterable[int]] = None,
     targets = sorted(allowed if mode in (Mode.DEFAULT, Mode.LOCAL) else ids
                      if ids is not None else default_memory_nodes(topo) or allowed)
     # hugepages=None: NUMA_UTILS_NUMA_HUGEPAGES ("off" unless set).
+    # "off" and "" reach _region_page, which takes them as base pages.
     want = _env("NUMA_HUGEPAGES") if hugepages is None else hugepages
-    want = False if want in ("off", "") else want
     thp = _thp_settings(b)
     short: List[str] = []           # why the pages would not all land as asked
     fallback = None
@@ -3642,9 +3642,8 @@ def fit(size: int, *, nodes: Optional[Iterable[int]] = None,
     fnodes = []
     for n in sorted(set(targets) | allowed):
         hp = topo.nodes[n].hugepages if n in topo.nodes else MappingProxyType({})
-        c = snap.nodes.get(n)
-        avail = hp[huge // 1024].free * huge if huge and huge // 1024 in hp else \
-            0 if huge else (c.available_kb if c is not None else 0) * 1024
+        avail = (hp[huge >> 10].free * huge if huge >> 10 in hp else 0) if huge else \
+            snap.nodes[n].available_kb * 1024 if n in snap.nodes else 0
         fnodes.append(FitNode(n, share.get(n, 0), avail, hp))
         if share.get(n, 0) > avail:
             short.append(f"node {n} has {_fmt_kb(avail >> 10)} free"
@@ -3930,12 +3929,11 @@ class Layout:
         """This layout for a region of ``size`` bytes of ``page``-byte pages; one
         ValueError says what does not fit (alignment, size, unknown nodes)."""
         lay = self if self._size is not None else Layout(self._kind, self._entries, size)
-        unit = _fmt_size(page)
         if lay._size != size:
             raise ValueError(f"layout {lay} covers {lay._size} bytes of a {size}-byte "
                              "region: " + ("past the size" if (lay._size or 0) > size
                                            else "the rest would have no policy"))
-        k = len(self._entries)
+        k, unit = len(self._entries), _fmt_size(page)
         if self._kind == "parts" and size % (k * page):
             raise ValueError(f"layout {lay}: {size} bytes do not split into {k} equal "
                              f"parts of whole {unit} pages")
@@ -4537,8 +4535,6 @@ def _extent_cpus(b: Backend, lay: Layout) -> Dict[FrozenSet[int], FrozenSet[int]
     """{nodes: the CPUs of those nodes, or of the nearest with CPUs} per node set the
     extents name, within this thread's affinity; empty: run as the caller is.  Read
     before a region is made: the interruptible prefault then does no more."""
-    if not any(e.nodes for e in lay):
-        return {frozenset(): frozenset()}
     topo, mine = read_topology(backend=b), b.sched_getaffinity(0)
     out: Dict[FrozenSet[int], FrozenSet[int]] = {}
     for nodes in dict.fromkeys(e.nodes for e in lay):
