@@ -3352,9 +3352,7 @@ class FitResult(_Record):
         return self.ok
 
     def to_json(self) -> Dict[str, Any]:
-        return dict(self._asdict(), nodes=[dict(n._asdict(), hugepages={
-            str(k): h._asdict() for k, h in n.hugepages.items()}) for n in self.nodes],
-            limits=[x._asdict() for x in self.limits], thp=dict(self.thp))
+        return {k: to_json(v) for k, v in self._asdict().items()}
 
 
 def _selected(text: Optional[str]) -> Optional[str]:
@@ -3370,11 +3368,10 @@ def _thp_settings(b: Backend) -> Dict[str, str]:
 
 def _cgroup_dirs(b: Backend) -> List[str]:
     """This process's cgroup v2 directory and its ancestors, innermost first."""
-    text = b.read_optional("/proc/self/cgroup") or ""
-    path = next((ln[3:].strip() for ln in text.splitlines() if ln.startswith("0::")), None)
-    if path is None or not path.startswith("/"):
+    m = re.search(r"^0::\s*(/.*)", b.read_optional("/proc/self/cgroup") or "", re.M)
+    if m is None:
         return []
-    parts = [p for p in path.split("/") if p]
+    parts = [p for p in m.group(1).strip().split("/") if p]
     return [_CGROUP + "".join("/" + p for p in parts[:i]) for i in range(len(parts), -1, -1)]
 
 
@@ -3400,8 +3397,8 @@ def fit(size: int, *, nodes: Optional[Iterable[int]] = None,
     targets = sorted(allowed if mode in (Mode.DEFAULT, Mode.LOCAL) else ids
                      if ids is not None else default_memory_nodes(topo) or allowed)
     # hugepages=None: NUMA_UTILS_NUMA_HUGEPAGES ("off" unless set).
+    # "off" and "" reach _region_page, which takes them as base pages.
     want = _env("NUMA_HUGEPAGES") if hugepages is None else hugepages
-    want = False if want in ("off", "") else want
     thp = _thp_settings(b)
     short: List[str] = []           # why the pages would not all land as asked
     fallback = None
@@ -3426,9 +3423,8 @@ def fit(size: int, *, nodes: Optional[Iterable[int]] = None,
     fnodes = []
     for n in sorted(set(targets) | allowed):
         hp = topo.nodes[n].hugepages if n in topo.nodes else MappingProxyType({})
-        c = snap.nodes.get(n)
-        avail = hp[huge // 1024].free * huge if huge and huge // 1024 in hp else \
-            0 if huge else (c.available_kb if c is not None else 0) * 1024
+        avail = (hp[huge >> 10].free * huge if huge >> 10 in hp else 0) if huge else \
+            snap.nodes[n].available_kb * 1024 if n in snap.nodes else 0
         fnodes.append(FitNode(n, share.get(n, 0), avail, hp))
         if share.get(n, 0) > avail:
             short.append(f"node {n} has {_fmt_kb(avail >> 10)} free"
@@ -3456,17 +3452,14 @@ def fit(size: int, *, nodes: Optional[Iterable[int]] = None,
                        sum(f.available for f in fnodes if f.node in pool),
                        "free memory there, or choose other nodes")]
     limits += _fit_limits(b, huge, kind, pin, need)
-    res = FitResult(True, not short, "; ".join(short) or "fits as asked", size, kind,
-                    page, f"{huge >> 10}kB" if huge else "thp" if want == "thp" and
-                    fallback is None else "off", tuple(fnodes), tuple(limits), thp,
-                    fallback)
     tight = min((x for x in limits if x.allows is not None and x.allows < need),
                 key=lambda x: x.allows or 0, default=None)
-    if tight is not None:
-        return res._replace(ok=False, exact=False, reason=(
-            f"{_fmt_kb(need >> 10)} needed, {tight.name} allows "
-            f"{_fmt_kb(max(tight.allows or 0, 0) >> 10)} ({tight.source}): {tight.fix}"))
-    return res
+    reason = "; ".join(short) or "fits as asked" if tight is None else (
+        f"{_fmt_kb(need >> 10)} needed, {tight.name} allows "
+        f"{_fmt_kb(max(tight.allows or 0, 0) >> 10)} ({tight.source}): {tight.fix}")
+    return FitResult(tight is None, tight is None and not short, reason, size, kind, page,
+                     f"{huge >> 10}kB" if huge else "thp" if want == "thp" and
+                     fallback is None else "off", tuple(fnodes), tuple(limits), thp, fallback)
 
 
 def _fit_limits(b: Backend, huge: int, kind: str, pin: bool, need: int) -> List[FitLimit]:
@@ -3477,8 +3470,8 @@ def _fit_limits(b: Backend, huge: int, kind: str, pin: bool, need: int) -> List[
     names = [f"hugetlb.{_fmt_size(huge)}B.max"] if huge else ["memory.max", "memory.high"]
     for d in _cgroup_dirs(b):
         for name in names:
-            cap, cur = num(f"{d}/{name}"), num(f"{d}/{name.rsplit('.', 1)[0]}.current"
-                                              if huge else f"{d}/memory.current")
+            # memory.max/.high -> memory.current, hugetlb.2MB.max -> hugetlb.2MB.current
+            cap, cur = num(f"{d}/{name}"), num(f"{d}/{name.rsplit('.', 1)[0]}.current")
             if cap is not None:
                 out.append(FitLimit(f"cgroup {name}", f"{d}/{name}", cap - (cur or 0),
                                     f"raise {name} of the container/cgroup (docker "
@@ -3570,8 +3563,7 @@ def _parse_size(text: str) -> int:
         raise ValueError(f"invalid size {_short(text)} (e.g. 4G, 512M, 1048576)")
     unit = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}[m.group(2).lower()]
     whole, _, frac = m.group(1).partition(".")
-    n = (int(whole) << unit) + (int(frac) << unit) // 10 ** len(frac) if frac else \
-        int(whole) << unit
+    n: int = (int(whole) << unit) + (int(frac or 0) << unit) // 10 ** len(frac)
     if n > _SIZE_MAX:
         raise ValueError(f"invalid size {_short(text)}: more than 2**64-1 bytes")
     return n
@@ -3607,15 +3599,16 @@ class Layout:
     without ``size`` takes the size of the region it is given to.
     """
 
-    __slots__ = ("_kind", "_policy", "_entries", "_block", "_size", "_cache")
+    __slots__ = ("_kind", "_entries", "_size", "_cache")
 
-    def __init__(self, kind: str, policy: str, entries: Sequence[Any], block: int = 0,
+    def __init__(self, kind: str, entries: Iterable[Tuple[Any, Any, Any]],
                  size: Optional[int] = None) -> None:
-        self._kind, self._block, self._size = kind, block, size
-        self._cache: Optional[Tuple[Extent, ...]] = None
+        """``entries``: (length, policy, nodes) each; a length of 0 in a parts rule
+        is the region size over the number of entries, in a blocks rule each is the
+        block size."""
+        self._kind, self._cache = kind, None     # type: str, Optional[Tuple[Extent, ...]]
         items = []
-        for ent in entries:
-            length, pol, nodes = ent if kind == "extents" else (0, policy, ent)
+        for length, pol, nodes in entries:
             w = _MODE_NAMES.get(str(pol).lower())
             if w is None:
                 raise ValueError(f"layout: unknown policy {pol!r}; one of "
@@ -3628,36 +3621,33 @@ class Layout:
                                  f"{'takes no' if ids else 'needs'} nodes")
             if w == Mode.PREFERRED and len(ids) != 1:
                 raise ValueError("layout: prefer takes one node (prefer-many: several)")
-            if kind == "extents" and (isinstance(length, bool) or not isinstance(
-                    length, int) or length <= 0):
-                raise ValueError(f"layout: extent length {length!r} is not an int > 0")
+            if kind != "parts" and (type(length) is not int or length <= 0):
+                raise ValueError(f"layout: {'block size' if kind == 'blocks' else 'extent length'}"
+                                 f" {length!r} is not an int > 0")
             items.append((length, _LAYOUT_NAMES[w], ids))
-        if not items or (kind == "blocks" and (isinstance(block, bool) or block <= 0)):
-            raise ValueError("layout: no extents" if not items else
-                             f"layout: block size {block!r} is not an int > 0")
-        self._policy = items[0][1]
+        if not items:
+            raise ValueError("layout: no extents")
         self._entries = tuple(items)
-        if kind == "extents":
-            self._size = sum(i[0] for i in items)
+        self._size = sum(i[0] for i in items) if kind == "extents" else size
 
     @classmethod
     def parts(cls, nodes: Sequence[Union[int, Iterable[int]]], policy: str = "bind", *,
               size: Optional[int] = None) -> Layout:
         """Equal contiguous parts, one per entry of ``nodes`` (a node, or several for
         interleave/prefer-many): ``[0, 0, 0, 0, 1, 1, 1, 1]`` is one part per TP rank."""
-        return cls("parts", policy, list(nodes), size=size)
+        return cls("parts", [(0, policy, n) for n in nodes], size)
 
     @classmethod
     def blocks(cls, block_size: int, nodes: Sequence[Union[int, Iterable[int]]],
                policy: str = "bind", *, size: Optional[int] = None) -> Layout:
         """Blocks of ``block_size`` bytes, block i on ``nodes[i % len(nodes)]``."""
-        return cls("blocks", policy, list(nodes), block=block_size, size=size)
+        return cls("blocks", [(block_size, policy, n) for n in nodes], size)
 
     @classmethod
     def extents(cls, items: Iterable[Tuple[int, str, Union[int, Iterable[int], None]]]
                 ) -> Layout:
         """``[(length, policy, nodes), ...]``, contiguous from offset 0."""
-        return cls("extents", "", list(items))
+        return cls("extents", items)
 
     @classmethod
     def parse(cls, text: str) -> Layout:
@@ -3665,16 +3655,15 @@ class Layout:
         if not isinstance(text, str) or not text.strip():
             raise ValueError("layout: empty text")
         body, at, size = text.strip().partition("@")
-        head, _, rest = body.partition(":")
+        head = body.partition(":")[0]
         try:
             if head in ("parts", "blocks"):
-                f = rest.split(":", 2 if head == "blocks" else 1)
+                f = body.split(":", 3 if head == "blocks" else 2)[1:]
                 block = _parse_size(f.pop(0)) if head == "blocks" and len(f) == 3 else 0
                 if len(f) != 2:
-                    raise ValueError("expected " + head + ":" + ("SIZE:" if block else "")
-                                     + "POLICY:NODES[/NODES...]")
-                return cls(head, f[0], [parse_cpulist(e) for e in f[1].split("/")], block=block,
-                           size=_parse_size(size) if at else None)
+                    raise ValueError(f"expected {head}:POLICY:NODES[/NODES...]")
+                return cls(head, [(block, f[0], parse_cpulist(e)) for e in f[1].split("/")],
+                           _parse_size(size) if at else None)
             if at:
                 raise ValueError("@SIZE follows only parts: and blocks:")
             ext = []
@@ -3683,19 +3672,18 @@ class Layout:
                 if len(f) not in (2, 3):
                     raise ValueError(f"extent {item!r}: expected SIZE:POLICY[:NODES]")
                 ext.append((_parse_size(f[0]), f[1], parse_cpulist(f[2] if len(f) == 3 else "")))
-            return cls("extents", "", ext)
+            return cls("extents", ext)
         except ValueError as e:
             msg = str(e).replace("layout: ", "")
             raise ValueError(f"layout {_short(text)}: {msg}") from None
 
     def __str__(self) -> str:
+        es = self._entries
         if self._kind == "extents":
             return ";".join(f"{_fmt_size(n)}:{p}" + (f":{format_cpulist(ids)}" if ids
-                                                     else "") for n, p, ids in
-                            self._entries)
-        block = f"{_fmt_size(self._block)}:" if self._kind == "blocks" else ""
-        return (f"{self._kind}:{block}{self._policy}:"
-                + "/".join(format_cpulist(i[2]) for i in self._entries)
+                                                     else "") for n, p, ids in es)
+        block = f"{_fmt_size(es[0][0])}:" if self._kind == "blocks" else ""
+        return (f"{self._kind}:{block}{es[0][1]}:" + "/".join(format_cpulist(e[2]) for e in es)
                 + (f"@{_fmt_size(self._size)}" if self._size is not None else ""))
 
     def __repr__(self) -> str:
@@ -3721,18 +3709,16 @@ class Layout:
               ) -> Layout:
         """This layout for a region of ``size`` bytes of ``page``-byte pages; one
         ValueError says what does not fit (alignment, size, unknown nodes)."""
-        lay = self if self._size is not None else Layout(
-            self._kind, self._policy, [i[2] for i in self._entries], self._block, size)
-        unit = _fmt_size(page)
+        lay = self if self._size is not None else Layout(self._kind, self._entries, size)
         if lay._size != size:
             raise ValueError(f"layout {lay} covers {lay._size} bytes of a {size}-byte "
                              "region: " + ("past the size" if (lay._size or 0) > size
                                            else "the rest would have no policy"))
-        k = len(self._entries)
+        k, unit = len(self._entries), _fmt_size(page)
         if self._kind == "parts" and size % (k * page):
             raise ValueError(f"layout {lay}: {size} bytes do not split into {k} equal "
                              f"parts of whole {unit} pages")
-        if (self._block or 0) % page or any(i[0] % page for i in self._entries):
+        if any(i[0] % page for i in self._entries):
             raise ValueError(f"layout {lay}: extents must be whole {unit} pages")
         if nodes is not None and self.nodes - nodes:
             raise ValueError(f"layout {lay}: no memory node "
@@ -3750,19 +3736,20 @@ class Layout:
         return iter(self._all())
 
     def _all(self) -> Tuple[Extent, ...]:
+        """The entries taken in turn, each its length (a part: an equal share), up to
+        the size: once for extents and parts, round-robin for blocks."""
         if self._cache is None:
-            size = self._size
+            size, es = self._size, self._entries
             if size is None:
                 raise ValueError(f"layout {self} is not bound to a size yet")
-            es, k = self._entries, len(self._entries)
-            step = self._block or (size // k if self._kind == "parts" else 0)
-            if step:
-                spans = [(off, min(step, size - off), es[j % k][1], es[j % k][2])
-                         for j, off in enumerate(range(0, size, step))]
-            else:
-                offs = [sum(e[0] for e in es[:j]) for j in range(k)]
-                spans = [(o, e[0], e[1], e[2]) for o, e in zip(offs, es)]
-            self._cache = tuple(Extent(*s) for s in spans)
+            out: List[Extent] = []
+            off = 0
+            while off < size:
+                n, pol, ids = es[len(out) % len(es)]
+                n = n or max(size // len(es), 1)
+                out.append(Extent(off, min(n, size - off), pol, ids))
+                off += n
+            self._cache = tuple(out)
         return self._cache
 
     def index(self, offset: int) -> int:
@@ -3771,9 +3758,8 @@ class Layout:
         if not 0 <= offset < (self._size or 0):
             raise IndexError(f"offset {offset} is outside the layout's {self._size} bytes")
         import bisect
-        return bisect.bisect_right([e.offset for e in ext], offset) - 1 \
-            if not (self._block or self._kind == "parts") else \
-            offset // (self._block or ext[0].length)
+        # Extents are tuples in offset order: those before (offset + 1,) start <= offset.
+        return bisect.bisect_left(ext, (offset + 1,)) - 1
 
     def location(self) -> str:
         """Mooncake-style: one "cpu:NODES" per extent, as "OFFSET+LENGTH@cpu:NODES"
@@ -4313,8 +4299,6 @@ def _extent_cpus(b: Backend, lay: Layout) -> Dict[FrozenSet[int], FrozenSet[int]
     """{nodes: the CPUs of those nodes, or of the nearest with CPUs} per node set the
     extents name, within this thread's affinity; empty: run as the caller is.  Read
     before a region is made: the interruptible prefault then does no more."""
-    if not any(e.nodes for e in lay):
-        return {frozenset(): frozenset()}
     topo, mine = read_topology(backend=b), b.sched_getaffinity(0)
     out: Dict[FrozenSet[int], FrozenSet[int]] = {}
     for nodes in dict.fromkeys(e.nodes for e in lay):
@@ -4391,19 +4375,16 @@ def _extent_placement(b: Backend, addr: int, seg: int, lay: Layout
         lo, hi = addr + e.offset, addr + e.offset + e.length
         mine = [v for v in vmas if v[0] < hi and v[1] > lo]
         pl, note = ExtentPlacement(), ""
-        if mine and all(lo <= v[0] and v[1] <= hi for v in mine):
-            for v in mine:
-                for n, nb in v[2].items():
-                    pl[n] = pl.get(n, 0) + nb
-        else:
+        if not mine or any(v[0] < lo or hi < v[1] for v in mine):
             try:
                 pl.update(_placement_move_pages(b, 0, lo, e.length))
+                mine = []
             except OSError:
                 note = " (shared with neighbours: approximate)"
-                for v0, v1, per in mine:
-                    share = (min(v1, hi) - max(v0, lo)) / (v1 - v0)
-                    for n, nb in per.items():
-                        pl[n] = pl.get(n, 0) + int(nb * share) // kb // 1024 * kb * 1024
+        for v0, v1, per in mine:        # a VMA inside the extent: share 1
+            share = (min(v1, hi) - max(v0, lo)) / (v1 - v0)
+            for n, nb in per.items():
+                pl[n] = pl.get(n, 0) + int(nb * share) // kb // 1024 * kb * 1024
         used = frozenset(n for n, v in pl.items() if v)
         pl.ok = not note and sum(pl.values()) == e.length and (
             not e.nodes or e.policy == "prefer-many" or used <= e.nodes) and (
