@@ -104,15 +104,12 @@ __all__ = [
     "Topology", "Node", "Cpu", "HugePages", "read_topology", "to_json",
     "MemoryAccess", "default_memory_nodes", "memory_node_choice", "MemoryNodeChoice",
     # memory policy: raw syscalls
-    "Mode", "ModeFlag", "MbindFlag", "GetFlag", "NodeMask",
-    "mbind", "set_mempolicy", "get_mempolicy", "move_pages", "migrate_pages",
-    "set_mempolicy_home_node",
+    "Mode", "ModeFlag", "MbindFlag", "GetFlag", "NodeMask", "mbind", "set_mempolicy",
+    "get_mempolicy", "move_pages", "migrate_pages", "set_mempolicy_home_node",
     # memory policy: safe layer
     "PolicyResult", "PolicyInfo", "buffer_range", "interleave", "bind", "prefer",
-    "weighted_interleave", "interleave_weights", "set_interleave_weights",
-    "suggest_weights",
-    "set_local", "apply_policy", "thread_policy", "set_thread_policy", "get_policy",
-    "node_of",
+    "weighted_interleave", "interleave_weights", "set_interleave_weights", "suggest_weights",
+    "set_local", "apply_policy", "thread_policy", "set_thread_policy", "get_policy", "node_of",
     # shared memory, prefault, placement
     "SharedRegion", "Layout", "Extent", "ExtentPlacement", "prefault", "placement",
     "NumaMapsEntry", "fit", "FitResult", "FitNode", "FitLimit",
@@ -124,8 +121,7 @@ __all__ = [
     # observation
     "NodeCounters", "Counters", "counters", "RemoteShare", "remote_share",
     "NodeCandidate", "NodeChoice", "choose_node", "CudaPin", "CudaHostRegisterFlag",
-    "CudaPinProgress",
-    "pin_for_cuda", "REMOTE_SHARE_THRESHOLD",
+    "CudaPinProgress", "pin_for_cuda", "REMOTE_SHARE_THRESHOLD",
     # numactl's node/CPU list grammar; CLI
     "parse_nodestring", "main", "configure",
 ]
@@ -1008,12 +1004,13 @@ class LinuxBackend(Backend):
         res = fn(*args)
         # -1 for the int-returning calls; NULL or MAP_FAILED ((void *) -1, unsigned
         # through c_void_p) for shmat and mmap.
-        if res == -1 or res is None or res == _map_failed():
+        if res in (-1, None, (1 << (ctypes.sizeof(ctypes.c_void_p) * 8)) - 1):
             raise _oserror(ctypes.get_errno() or errno.EIO, what)
         return res
 
     def shmget(self, key: int, size: int, flags: int) -> int:
-        return int(self._libc_call("shmget", _as_key(key), size, flags))
+        # key_t is a C int: 0..2**32-1 wraps to its signed value.
+        return int(self._libc_call("shmget", ctypes.c_int(key).value, size, flags))
 
     def shmat(self, shmid: int, flags: int = 0) -> int:
         return int(self._libc_call("shmat", shmid, None, flags))
@@ -1029,7 +1026,13 @@ class LinuxBackend(Backend):
             return _sysvipc_stat(self.read_text("/proc/sysvipc/shm"), shmid)
         buf = ctypes.create_string_buffer(256)
         self._libc_call("shmctl(IPC_STAT)", shmid, IPC_STAT, buf)
-        return _decode_shmid_ds(buf.raw, shmid)
+        # struct shmid_ds, generic 64-bit layout: ipc64_perm (key, uid, gid, cuid,
+        # cgid, mode) at 0, shm_segsz and the three times at 48, cpid/lpid/nattch at 80.
+        key, uid, gid, cuid, cgid, mode = struct.unpack_from("<iIIIIH", buf.raw, 0)
+        size, atime, dtime, ctime = struct.unpack_from("<Qqqq", buf.raw, 48)
+        cpid, lpid, nattch = struct.unpack_from("<iiQ", buf.raw, 80)
+        return _ShmStat(key & 0xFFFFFFFF, shmid, uid, gid, cuid, cgid, mode, size, nattch,
+                        cpid, lpid, used=max(atime, dtime, ctime))
 
     def shm_rmid(self, shmid: int) -> None:
         self._libc_call("shmctl(IPC_RMID)", shmid, IPC_RMID, None)
@@ -2561,11 +2564,6 @@ _MAPS_FLAG_NAMES = ("static", "relative", "balancing")
 _OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
 
 
-def _unescape_path(text: str) -> str:
-    return _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), text) if "\\" in text \
-        else text
-
-
 class NumaMapsEntry(_Record):
     """One line of /proc/<pid>/numa_maps: one VMA, its policy and where its pages are.
 
@@ -2680,7 +2678,8 @@ def _parse_maps_line(line: str, default_kb: int) -> NumaMapsEntry:
         elif key[:1] == "N" and key[1:].isdigit() and val.isdigit():
             pages[int(key[1:])] = int(val)
         elif key == "file":
-            path = _unescape_path(val)
+            path = _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), val) \
+                if "\\" in val else val
             kw["deleted"] = path.endswith(" (deleted)")
             kw["file"] = path[:-10] if kw["deleted"] else path
         elif not key:
@@ -2962,14 +2961,6 @@ class _ShmStat(_Record):
     used: int = 0       # SysV: the latest of shm_atime, shm_dtime, shm_ctime (epoch s)
 
 
-def _decode_shmid_ds(raw: bytes, shmid: int) -> _ShmStat:
-    key, uid, gid, cuid, cgid, mode = struct.unpack_from("<iIIIIH", raw, 0)
-    size, atime, dtime, ctime = struct.unpack_from("<Qqqq", raw, 48)
-    cpid, lpid, nattch = struct.unpack_from("<iiQ", raw, 80)
-    return _ShmStat(key & 0xFFFFFFFF, shmid, uid, gid, cuid, cgid, mode, size, nattch,
-                    cpid, lpid, used=max(atime, dtime, ctime))
-
-
 def _sysvipc_rows(text: str) -> Iterator[_ShmStat]:
     """Rows of /proc/sysvipc/shm (ipc/shm.c sysvipc_shm_proc_show)."""
     for line in text.splitlines()[1:]:
@@ -2990,17 +2981,6 @@ def _sysvipc_stat(text: str, shmid: int) -> _ShmStat:
         if row.id == shmid:
             return row
     raise _oserror(errno.EINVAL, "shmctl(IPC_STAT)", f"no segment {shmid}")
-
-
-def _map_failed() -> int:
-    """MAP_FAILED, (void *) -1, as an unsigned address."""
-    return (1 << (ctypes.sizeof(ctypes.c_void_p) * 8)) - 1
-
-
-def _as_key(key: int) -> int:
-    """A key_t (C int) from 0..2**32-1."""
-    key &= 0xFFFFFFFF
-    return key - (1 << 32) if key >= 1 << 31 else key
 
 
 def _sysv_key(key: Union[int, str]) -> int:
@@ -3361,18 +3341,8 @@ def _selected(text: Optional[str]) -> Optional[str]:
 
 
 def _thp_settings(b: Backend) -> Dict[str, str]:
-    words = {n: _selected(b.read_optional(f"{_THP_DIR}/{n}"))
-             for n in ("enabled", "defrag", "shmem_enabled")}
-    return {n: w for n, w in words.items() if w}
-
-
-def _cgroup_dirs(b: Backend) -> List[str]:
-    """This process's cgroup v2 directory and its ancestors, innermost first."""
-    m = re.search(r"^0::\s*(/.*)", b.read_optional("/proc/self/cgroup") or "", re.M)
-    if m is None:
-        return []
-    parts = [p for p in m.group(1).strip().split("/") if p]
-    return [_CGROUP + "".join("/" + p for p in parts[:i]) for i in range(len(parts), -1, -1)]
+    return {n: w for n in ("enabled", "defrag", "shmem_enabled")
+            if (w := _selected(b.read_optional(f"{_THP_DIR}/{n}")))}
 
 
 def fit(size: int, *, nodes: Optional[Iterable[int]] = None,
@@ -3468,7 +3438,11 @@ def _fit_limits(b: Backend, huge: int, kind: str, pin: bool, need: int) -> List[
     out: List[FitLimit] = []
     # hugetlb.2MB.max: mm/hugetlb_cgroup.c mem_fmt, as _fmt_size for powers of two < 1 TiB
     names = [f"hugetlb.{_fmt_size(huge)}B.max"] if huge else ["memory.max", "memory.high"]
-    for d in _cgroup_dirs(b):
+    # This process's cgroup v2 directory and its ancestors, innermost first.
+    m = re.search(r"^0::\s*(/.*)", b.read_optional("/proc/self/cgroup") or "", re.M)
+    parts = [p for p in m.group(1).strip().split("/") if p] if m else None
+    for d in [_CGROUP + "".join("/" + p for p in parts[:i])
+              for i in range(len(parts), -1, -1)] if parts is not None else []:
         for name in names:
             # memory.max/.high -> memory.current, hugetlb.2MB.max -> hugetlb.2MB.current
             cap, cur = num(f"{d}/{name}"), num(f"{d}/{name.rsplit('.', 1)[0]}.current")
@@ -5024,13 +4998,6 @@ def _cores_of(topo: Topology, cpus: Iterable[int]) -> List[Tuple[int, ...]]:
     return out
 
 
-def _even_split(items: Sequence[Any], k: int, rank: int) -> List[Any]:
-    """Chunk ``rank`` of ``k`` contiguous, near-equal chunks (the first ones one longer)."""
-    q, r = divmod(len(items), k)
-    start = rank * q + min(rank, r)
-    return list(items[start:start + q + (1 if rank < r else 0)])
-
-
 class GpuPlan(_Record):
     """The CPUs and host memory planned for one GPU's worker."""
 
@@ -5130,8 +5097,9 @@ def _plan_all(topo: Topology, infos: List[GpuInfo], policy: str, reserve: int,
                        else frozenset(pool[n]) for c in pool[n]}
                 units = sorted(tuple(sorted(c for c in llc if llc[c] == k))
                                for k in set(llc.values()))
-            if len(units) >= k:
-                mine = _even_split(units, k, rank)
+            if len(units) >= k:     # chunk ``rank`` of k near-equal ones, first ones longer
+                q, r = divmod(len(units), k)
+                mine = units[rank * q + min(rank, r):][:q + (rank < r)]
             elif policy == "exclusive":
                 _fail(strict, f"node {n} has {len(units)} usable cores for {k} GPUs: "
                       "exclusive plans share cores", notes[g.pci])
@@ -5587,14 +5555,6 @@ def _entries_bytes(entries: Iterable[NumaMapsEntry]) -> Dict[int, int]:
     return out
 
 
-def _local_memory_nodes(topo: Topology, cpus: Iterable[int]) -> FrozenSet[int]:
-    """The memory nodes local to ``cpus``: their own nodes, and for a CPU node without
-    memory the nearest node(s) with memory (where the kernel's local allocation goes)."""
-    cpu_nodes = {topo.node_of_cpu(c) for c in cpus}
-    return frozenset(m for n in cpu_nodes if n is not None
-                     for m in _nearest_tied(topo, n, topo.nodes_with_memory))
-
-
 class RemoteShare(_Record):
     """Where a process's pages are, against the nodes of the CPUs it may run on."""
 
@@ -5682,7 +5642,11 @@ def _remote_share(pid: Union[int, str], maps: Union[str, OSError], threshold: fl
     if cpus is None:
         cpus = topo.allowed_cpus if pid == "self" else frozenset()
         error = error or f"cannot read Cpus_allowed_list of /proc/{pid}/status"
-    local = _local_memory_nodes(topo, cpus) if topo.has_node_dir else frozenset({0})
+    # The memory nodes local to those CPUs: their own, and for a CPU node without
+    # memory the nearest with memory (where the kernel's local allocation goes).
+    local = frozenset(m for n in {topo.node_of_cpu(c) for c in cpus} if n is not None
+                      for m in _nearest_tied(topo, n, topo.nodes_with_memory)) \
+        if topo.has_node_dir else frozenset({0})
     res = RemoteShare(pid, MappingProxyType(_entries_bytes(entries)), frozenset(cpus),
                       local, threshold, error)
     if res.warning:
@@ -6425,15 +6389,6 @@ def _package_layout(t: Topology) -> Dict[str, Any]:
             "distance_inside": inside, "distance_between": between, "evidence": ev}
 
 
-def _render_devices(rep: Dict[str, Any]) -> List[str]:
-    """DEVICES: each PCI function (bridges aside) under its node."""
-    devs = sorted(rep.get("devices") or [], key=lambda d: (d["node"] is None,
-                                                            d["node"] or 0, d["address"]))
-    return _section("DEVICES (PCI functions by node)", [
-        f"  {_node_of(d):>4}  {d['address']}  {d['kind']:<7} {d['vendor'][2:]}:"
-        f"{d['device'][2:]}  {' '.join(d['names']) or '-'}{_node_how(d)}" for d in devs])
-
-
 def _section(title: str, rows: List[str]) -> List[str]:
     """A titled block of the status text with its blank line; nothing without rows."""
     return [title, *rows, ""] if rows else []
@@ -6576,7 +6531,12 @@ def _render_status(rep: Dict[str, Any]) -> str:
     p = rep["process"]
     pol = p["policy"]["text"] if p["policy"] else f"unknown ({p['policy_error']})"
     nb = k["numa_balancing"]
-    out += [*_render_devices(rep), *_render_tiers(rep),
+    devs = sorted(rep.get("devices") or [], key=lambda d: (d["node"] is None,
+                                                            d["node"] or 0, d["address"]))
+    out += [*_section("DEVICES (PCI functions by node)", [
+        f"  {_node_of(d):>4}  {d['address']}  {d['kind']:<7} {d['vendor'][2:]}:"
+        f"{d['device'][2:]}  {' '.join(d['names']) or '-'}{_node_how(d)}" for d in devs]),
+        *_render_tiers(rep),
             "PROCESS" + (f" (pid {p['pid']})" if p["pid"] else ""),
             f"  allowed cpus   {format_cpulist(p['allowed_cpus']) or '-'}"
             + (" (all online)" if p["allowed_cpus"] == k["online_cpus"] else ""),

@@ -74,8 +74,6 @@ def test_repository_tracks_at_most_1000_files():
         f"{len(files)} tracked files (at most {MAX_TRACKED_FILES})"
 
 
-@pytest.mark.xfail(strict=False, reason="numa_utils.py is being shrunk to the budget "
-                   "(5,980 code lines, 8,035 lines when this test was written)")
 def test_library_line_budget():
     src = LIBRARY.read_text()
     total, code = len(src.splitlines()), code_lines(src)
