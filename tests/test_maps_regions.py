@@ -25,34 +25,52 @@ def _maps(pid, *args):
     return out.stdout
 
 
+# The region lives in a holder process that maps looks at: a SysV segment attached by
+# the test process itself would change shm_lpid whenever the test spawns `maps` (fork
+# on Python < 3.10 opens every attached segment in the child), whatever maps does.
+_HOLDER = r"""
+import json, sys
+import numa_utils as nu
+kind, page = sys.argv[1], int(sys.argv[2])
+layout = nu.Layout.extents([(4 * page, "bind", [0]), (12 * page, "interleave", [0])])
+r = nu.SharedRegion.create(f"maps-{kind}", 16 * page, kind=kind, layout=layout)
+print(json.dumps({"address": r.address, "shmid": r.shmid}), flush=True)
+sys.stdin.read()
+r.destroy()
+"""
+
+
 @pytest.mark.parametrize("kind", ["posix", "sysv"])
 def test_maps_shows_each_extent_of_a_region(kind):
-    layout = nu.Layout.extents([(4 * PAGE, "bind", [0]), (12 * PAGE, "interleave", [0])])
     b = nu.default_backend()
-    r = nu.SharedRegion.create(f"maps-{kind}", 16 * PAGE, kind=kind, layout=layout)
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, kind, str(PAGE)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              cwd=str(REPO), env=dict(os.environ, PYTHONPATH=str(REPO)))
     try:
-        before = b.shm_stat(r.shmid) if kind == "sysv" else None
-        rep = json.loads(_maps(os.getpid(), "--json"))
-        text = _maps(os.getpid())
+        r = json.loads(holder.stdout.readline())
+        before = b.shm_stat(r["shmid"]) if kind == "sysv" else None
+        rep = json.loads(_maps(holder.pid, "--json"))
+        text = _maps(holder.pid)
         if kind == "sysv":      # maps read /proc/PID/mem: no attach, no detach
-            after = b.shm_stat(r.shmid)
+            after = b.shm_stat(r["shmid"])
             assert (after.lpid, after.used, after.nattch) == \
                 (before.lpid, before.used, before.nattch)
         (row,) = rep["regions"]
         assert row["name"] == f"maps-{kind}" and row["kind"] == kind
-        assert row["start"] == f"0x{r.address:x}" and row["size"] == 16 * PAGE
+        assert row["start"] == f"0x{r['address']:x}" and row["size"] == 16 * PAGE
         assert row["error"] is None
         got = [(e["offset"], e["length"], e["policy"], e["nodes"]) for e in row["extents"]]
         assert got == [(0, 4 * PAGE, "bind", [0]), (4 * PAGE, 12 * PAGE, "interleave", [0])]
-        assert row["extents"][0]["vmas"][0] == f"0x{r.address:x}"
-        assert row["extents"][1]["start"] == f"0x{r.address + 4 * PAGE:x}"
+        assert row["extents"][0]["vmas"][0] == f"0x{r['address']:x}"
+        assert row["extents"][1]["start"] == f"0x{r['address'] + 4 * PAGE:x}"
         assert all(e["vmas"] for e in row["extents"])
         assert f"region 'maps-{kind}' ({kind} " in text
         assert f"  extent 1 {4 * PAGE:#x}+{12 * PAGE // 1024}K interleave:0  at " \
-            f"0x{r.address + 4 * PAGE:x}" in text
+            f"0x{r['address'] + 4 * PAGE:x}" in text
         assert set(rep) == {"vmas", "totals_kb", "regions"}
     finally:
-        r.destroy()
+        holder.communicate("", timeout=60)
+    assert holder.returncode == 0
 
 
 def test_maps_without_regions_prints_no_region_part():
