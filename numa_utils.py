@@ -34,6 +34,7 @@ import stat
 import struct
 import sys
 import threading
+from collections import abc as _abc
 from types import MappingProxyType
 from typing import (
     TYPE_CHECKING,
@@ -618,12 +619,19 @@ def _read_regular(path: str, limit: int, flags: int = 0) -> bytes:
     is refused before it can block or never end."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | flags)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise OSError(errno.EISDIR, os.strerror(errno.EISDIR))
+        if not stat.S_ISREG(st.st_mode):
             raise OSError(errno.EINVAL, "not a regular file")
-        # MiB reads until a short one (a regular file's end) or more than ``limit``.
-        chunks = [os.read(fd, 1 << 20)]
-        while len(chunks[-1]) == 1 << 20 and len(chunks) <= limit >> 20:
-            chunks.append(os.read(fd, 1 << 20))
+        # One read of the size fstat gave (a 1 MiB buffer per small file costs more than
+        # reading it), then MiB reads until a short one (a regular file's end) or more
+        # than ``limit``.
+        n = min(max(st.st_size, 1 << 16), limit) + 1
+        chunks = [os.read(fd, n)]
+        while len(chunks[-1]) == n and sum(map(len, chunks)) <= limit:
+            n = 1 << 20
+            chunks.append(os.read(fd, n))
         data = b"".join(chunks)
         if len(data) > limit:
             raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB")
@@ -641,19 +649,17 @@ def _unquote(b: bytes) -> str:
 class _Archive:
     """A saved tree, read-only: a text archive (one ``>>> PATH`` line per entry, then
     its contents: fake_sysfs/README.md has the format) or a tar, plain or compressed
-    (tools/gather.py --archive), held in memory; or a folder, listed one folder at a
-    time as lookups pass through it, its files read when asked for (``files`` maps
-    those to None).  Archive names are relative, without ".." and at most 4,096 bytes
-    and 128 components; only files, folders and symbolic links (followed by
-    LinuxBackend inside the tree)."""
+    (tools/gather.py --archive), held in memory; or a folder, its files read (and the
+    small ones kept) when first asked for.  Archive names are relative, without ".."
+    and at most 4,096 bytes and 128 components; only files, folders and symbolic links
+    (followed by LinuxBackend inside the tree)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.files: Dict[str, Optional[bytes]] = {}
+        self.files: Dict[str, bytes] = {}
         self.links: Dict[str, str] = {}
         self.dirs: Dict[str, Dict[str, None]] = {"": {}}
         self.folder = not os.path.isfile(path)
-        self._unlisted = {""} if self.folder else set()
         if self.folder:
             return
         try:
@@ -664,34 +670,14 @@ class _Archive:
             self._bad(f"more than {_TREE_MAX_TOTAL >> 20} MiB")
         (self._text if data.startswith(_TEXT_ARCHIVE) else self._tar)(data)
 
-    def _list(self, rel: str) -> None:
-        """A saved folder's entries in ``rel``, on first use: one scandir per folder
-        instead of a readlink per path component."""
-        if rel not in self._unlisted:
-            return
-        names = self.dirs[rel]
-        with os.scandir(os.path.join(self.path, rel)) as it:
-            for e in it:
-                sub = f"{rel}/{e.name}" if rel else e.name
-                names[e.name] = None
-                if e.is_symlink():
-                    self.links[sub] = os.readlink(e.path)
-                elif e.is_dir(follow_symlinks=False):
-                    self.dirs[sub] = {}
-                    self._unlisted.add(sub)
-                else:
-                    self.files[sub] = None
-        self._unlisted.discard(rel)
-
     def link(self, rel: str) -> Optional[str]:
         """The target of ``rel`` when it is a symbolic link (its folder resolved)."""
-        head, _, name = rel.rpartition("/")
-        self._list(head)
-        if self.folder and head in self.dirs and name not in self.dirs[head] and \
-                os.path.lexists(os.path.join(self.path, rel)):
-            self._unlisted.add(head)        # written since the folder was listed
-            self._list(head)
-        return self.links.get(rel)
+        if not self.folder:
+            return self.links.get(rel)
+        try:
+            return os.readlink(f"{self.path}/{rel}")
+        except OSError:             # not a link, or not there
+            return None
 
     def _bad(self, why: str) -> NoReturn:
         raise ValueError(f"{self.path}: not a saved tree archive ({why})")
@@ -811,19 +797,30 @@ class _Archive:
         return self
 
     def read(self, rel: str, path: str, limit: int) -> str:
-        if rel not in self.files:
-            err = errno.EISDIR if rel in self.dirs else errno.ENOENT
+        """``rel``'s text; ELOOP when it is a link (LinuxBackend then follows it)."""
+        data = self.files.get(rel)
+        if data is None and not self.folder:
+            err = errno.ELOOP if rel in self.links else errno.EISDIR if rel in self.dirs \
+                else errno.ENOENT
             raise OSError(err, os.strerror(err), path)
-        data = self.files[rel]
-        if data is None:        # O_NOFOLLOW: the tree's links were followed already
-            data = _read_regular(os.path.join(self.path, rel), limit, os.O_NOFOLLOW)
+        if data is None:
+            try:
+                data = _read_regular(f"{self.path}/{rel}", limit, os.O_NOFOLLOW)
+            except OSError as e:
+                raise OSError(e.errno, e.strerror, path) from None
+            if len(data) <= 1 << 16:
+                self.files[rel] = data
         if len(data) > limit:
             raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB", path)
         return data.decode("utf-8", "replace")
 
     def listdir(self, rel: str, path: str) -> List[str]:
-        self._list(rel)             # a no-op but for a saved folder's unlisted ones
         names = self.dirs.get(rel)
+        if self.folder:
+            try:
+                return os.listdir(f"{self.path}/{rel}")
+            except OSError as e:
+                raise OSError(e.errno, e.strerror, path) from None
         if names is None:
             err = errno.ENOTDIR if rel in self.files else errno.ENOENT
             raise OSError(err, os.strerror(err), path)
@@ -893,8 +890,10 @@ class LinuxBackend(Backend):
             todo.extend(link.split("/")[::-1])
         return "/".join(cur)
 
-    def _rel(self, tree: _Archive, path: str) -> str:
-        """The tree-relative path of ``path`` with its links followed."""
+    def _rel(self, tree: _Archive, path: str, leaf_too: bool = True) -> str:
+        """The tree-relative path of ``path`` with its links followed; with
+        ``leaf_too=False`` but for its last component (a reader that opens it with
+        O_NOFOLLOW learns that from ELOOP, without a lookup of its own)."""
         rel = path.strip("/")
         got = self._real_paths.get(rel)
         if got is None:
@@ -904,7 +903,12 @@ class LinuxBackend(Backend):
             if base is None:
                 base = self._rel(tree, head) if 0 < head.count("/") < 64 else \
                     self._real_paths.setdefault(head, self._walk(tree, head))
-            got = self._real_paths[rel] = self._walk(tree, leaf, base)
+            got = f"{base}/{leaf}" if base else leaf      # most leaves: a plain name
+            if leaf in ("", ".", "..") or leaf_too and tree.link(got) is not None:
+                got = self._walk(tree, leaf, base)
+            elif not leaf_too:
+                return got
+            self._real_paths[rel] = got
         return got
 
     def _path(self, path: str) -> str:
@@ -917,6 +921,11 @@ class LinuxBackend(Backend):
             with open(path, "rb") as f:
                 return f.read().decode("utf-8", "replace")
         limit = self._SYSFS_MAX_READ if path.startswith("/sys/") else self._TREE_MAX_READ
+        try:
+            return self._tree.read(self._rel(self._tree, path, False), path, limit)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
         return self._tree.read(self._rel(self._tree, path), path, limit)
 
     def listdir(self, path: str) -> List[str]:
@@ -933,7 +942,9 @@ class LinuxBackend(Backend):
             if e.errno == errno.ELOOP:      # a loop is worth a warning, not "absent"
                 raise
             return False
-        return rel in self._tree.files or rel in self._tree.dirs
+        t = self._tree
+        return os.path.lexists(f"{t.path}/{rel}") if t.folder else rel in t.files or \
+            rel in t.dirs
 
     def realpath(self, path: str) -> str:
         if self._tree is None:
@@ -1054,7 +1065,8 @@ class LinuxBackend(Backend):
         if not flags & os.O_CREAT and not stat.S_ISREG(os.lstat(path).st_mode):
             raise odd
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             os.close(fd)
             raise odd
         if flags & os.O_CREAT and flags & os.O_EXCL:
@@ -1796,8 +1808,10 @@ def memory_node_choice(topology: Optional[Topology] = None, *,
              lambda v: f"faster CPU-less tier {v.tier} (HBM-like and small: for "
                        f"explicit use; the default uses tier {ref}, the CPUs' DRAM)")
     else:
-        cpu_nodes = sorted(with_cpus or (t.nodes_with_cpus & set(t.nodes)))
-        pairs = [t.distance(a, b) for a in cpu_nodes for b in cpu_nodes if a != b] or \
+        cpu_set = with_cpus or (t.nodes_with_cpus & set(t.nodes))
+        cpu_nodes = sorted(cpu_set)
+        pairs = [d for a in cpu_nodes if a in t.nodes for b, d in t.nodes[a].distances.items()
+                 if b != a and b in cpu_set] if len(cpu_nodes) > 1 else \
             [t.distance(a, a) for a in cpu_nodes]
         remote = max((d for d in pairs if d is not None), default=None)
         if remote is not None:
@@ -1859,6 +1873,8 @@ def _pci_json(g: Device) -> Dict[str, Any]:
 
 def to_json(obj: Any) -> Any:
     """JSON-ready data for any numa_utils value (Topology, results, entries ...)."""
+    if obj is None or type(obj) in (int, str, float, bool):     # most calls: a leaf
+        return obj
     if isinstance(obj, Topology):
         return _topology_json(obj)
     if hasattr(obj, "to_json") and callable(obj.to_json):
@@ -1868,8 +1884,8 @@ def to_json(obj: Any) -> Any:
     if isinstance(obj, enum.Enum):
         return obj.name.lower()
     if isinstance(obj, (frozenset, set)):
-        return sorted(to_json(x) for x in obj)
-    if isinstance(obj, Mapping):
+        return sorted(map(to_json, obj))
+    if isinstance(obj, _abc.Mapping):       # typing.Mapping's check is Python code
         return {str(k): to_json(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [to_json(x) for x in obj]

@@ -102,6 +102,7 @@ def test_device_forms_read_sysfs_locality(tmp_path, monkeypatch):
     route.write_text("Iface\tDestination\tGateway\tFlags\tRefCnt\tUse\tMetric\tMask\n"
                      "lo\t00000000\t00000000\t0001\t0\t0\t0\t00000000\n"
                      "eth9\t0000010A\t00000000\t0001\t0\t0\t0\t0000FFFF\n")
+    b = nu.LinuxBackend(str(tmp_path / "root"))    # a saved tree is read as it was
     import socket
     looked_up = []
     monkeypatch.setattr(socket, "gethostbyname", lambda h: looked_up.append(h) or "10.1.0.9")
