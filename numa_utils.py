@@ -255,7 +255,8 @@ def parse_cpumap(text: str, *, source: Optional[str] = None,
     if len(words) > (limit + 31) // 32:
         raise ValueError(f"invalid CPU mask{_where(source)}: {len(words)} words, more "
                          f"than {limit} bits: {_short(text)}")
-    bad = [w for w in words if not _HEX_WORD.fullmatch(w)]
+    bad = [w for w in words if not _HEX_WORD.fullmatch(w)] if len(s) != 9 * len(words) - 1 \
+        or not re.fullmatch(r"[0-9a-fA-F,]*", s) else []        # the kernel's: 8 digits each
     if bad:
         raise ValueError(f"invalid CPU mask{_where(source)}: word {bad[0][:40]!r} of "
                          f"{_short(text)}")
@@ -310,10 +311,10 @@ def parse_meminfo(text: str, *, source: Optional[str] = None) -> Dict[str, int]:
 
 def parse_distance_row(text: str, *, source: Optional[str] = None) -> Tuple[int, ...]:
     """Parse nodeN/distance ("10 21 21") into a tuple of ints (online-node order)."""
-    parts = _clean(text).split()
-    row = tuple(int(x) for x in parts) if len(parts) <= MAX_NODES and all(
-        len(x) <= 3 and x.isascii() and x.isdigit() for x in parts) else ()
-    if not row or not all(0 < d <= 255 for d in row):
+    s = _clean(text)
+    parts = s.split() if re.fullmatch(r"(?a)[0-9]{1,3}(?:\s+[0-9]{1,3})*", s) else ()
+    row = tuple(map(int, parts)) if len(parts) <= MAX_NODES else ()
+    if not row or min(row) < 1 or max(row) > 255:
         raise ValueError(f"invalid distance row{_where(source)}: {_short(text)}")
     return row
 
@@ -355,15 +356,10 @@ def _table(*nums: int) -> Mapping[str, int]:
 _GENERIC = _table(235, 237, 236, 238, 239, 450)
 
 SYSCALL_TABLES: Mapping[str, Mapping[str, int]] = MappingProxyType({
-    "x86_64": _table(237, 238, 239, 256, 279, 450),
-    "i386": _table(274, 276, 275, 294, 317, 450),
-    "aarch64": _GENERIC,
-    "riscv64": _GENERIC,
-    "loongarch64": _GENERIC,
-    "arm": _table(319, 321, 320, 400, 344, 450),
-    "ppc64": _table(259, 261, 260, 258, 301, 450),
-    "ppc64le": _table(259, 261, 260, 258, 301, 450),
-    "s390x": _table(268, 270, 269, 287, 310, 450),
+    "x86_64": _table(237, 238, 239, 256, 279, 450), "i386": _table(274, 276, 275, 294, 317, 450),
+    "aarch64": _GENERIC, "riscv64": _GENERIC, "loongarch64": _GENERIC,
+    "arm": _table(319, 321, 320, 400, 344, 450), "s390x": _table(268, 270, 269, 287, 310, 450),
+    "ppc64": _table(259, 261, 260, 258, 301, 450), "ppc64le": _table(259, 261, 260, 258, 301, 450),
 })
 
 _MACHINE_ALIASES = MappingProxyType({
@@ -590,13 +586,11 @@ def _get_libc() -> ctypes.CDLL:
             lib.syscall.restype = ctypes.c_long
             vp, sz, i = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
             for name, args, res in (
-                ("madvise", [vp, sz, i], i),
-                ("shmget", [i, sz, i], i), ("shmat", [i, vp, i], vp),
-                ("shmdt", [vp], i), ("shmctl", [i, i, vp], i),
+                ("madvise", [vp, sz, i], i), ("shmget", [i, sz, i], i), ("shmat", [i, vp, i], vp),
+                ("shmdt", [vp], i), ("shmctl", [i, i, vp], i), ("munmap", [vp, sz], i),
                 ("mmap", [vp, sz, i, i, i, ctypes.c_long], vp),
-                ("munmap", [vp, sz], i), ("mincore", [vp, sz, ctypes.c_char_p], i),
-                ("readv", [i, vp, i], ctypes.c_ssize_t),
-                ("writev", [i, vp, i], ctypes.c_ssize_t),
+                ("mincore", [vp, sz, ctypes.c_char_p], i),
+                ("readv", [i, vp, i], ctypes.c_ssize_t), ("writev", [i, vp, i], ctypes.c_ssize_t),
             ):
                 fn = getattr(lib, name)
                 fn.argtypes, fn.restype = args, res
@@ -614,16 +608,18 @@ _ENTRY_RE = re.compile(rb"(?m)^>>> ([^\n]*)\n?")
 _UNESCAPE_RE = re.compile(rb"(?m)^\\")
 
 
+_O_READ = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+
+
 def _read_regular(path: str, limit: int, flags: int = 0) -> bytes:
     """At most ``limit`` bytes of a regular file (EFBIG past it); a FIFO or a device
     is refused before it can block or never end."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | flags)
+    fd = os.open(path, _O_READ | flags)
     try:
         st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise OSError(errno.EISDIR, os.strerror(errno.EISDIR))
         if not stat.S_ISREG(st.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
+            raise OSError(errno.EISDIR, os.strerror(errno.EISDIR)) if \
+                stat.S_ISDIR(st.st_mode) else OSError(errno.EINVAL, "not a regular file")
         # One read of the size fstat gave (a 1 MiB buffer per small file costs more than
         # reading it), then MiB reads until a short one (a regular file's end) or more
         # than ``limit``.
@@ -807,7 +803,8 @@ class _Archive:
             try:
                 data = _read_regular(f"{self.path}/{rel}", limit, os.O_NOFOLLOW)
             except OSError as e:
-                raise OSError(e.errno, e.strerror, path) from None
+                e.filename = path           # the tree's path, not the disk's
+                raise
             if len(data) <= 1 << 16:
                 self.files[rel] = data
         if len(data) > limit:
@@ -820,7 +817,8 @@ class _Archive:
             try:
                 return os.listdir(f"{self.path}/{rel}")
             except OSError as e:
-                raise OSError(e.errno, e.strerror, path) from None
+                e.filename = path
+                raise
         if names is None:
             err = errno.ENOTDIR if rel in self.files else errno.ENOENT
             raise OSError(err, os.strerror(err), path)
@@ -1812,8 +1810,8 @@ def memory_node_choice(topology: Optional[Topology] = None, *,
         cpu_nodes = sorted(cpu_set)
         pairs = [d for a in cpu_nodes if a in t.nodes for b, d in t.nodes[a].distances.items()
                  if b != a and b in cpu_set] if len(cpu_nodes) > 1 else \
-            [t.distance(a, a) for a in cpu_nodes]
-        remote = max((d for d in pairs if d is not None), default=None)
+            [d for a in cpu_nodes if (d := t.distance(a, a)) is not None]
+        remote = max(pairs, default=None)
         if remote is not None:
             # A CPU-less node without HMAT figures, farther than any CPU node pair.
             near = {m: [d for c in cpu_nodes if (d := t.distance(c, m)) is not None]
@@ -1843,14 +1841,14 @@ def default_memory_nodes(topology: Optional[Topology] = None, *,
 def _topology_json(t: Topology) -> Dict[str, Any]:
     return {
         # Node's fields in order, its two mappings sorted by key.
-        "nodes": [{**to_json(n),
-                   "distances": {str(k): v for k, v in sorted(n.distances.items())},
-                   "hugepages": {str(k): to_json(h) for k, h in sorted(n.hugepages.items())}}
+        "nodes": [{k: {str(d): x for d, x in sorted(v.items())} if k == "distances" else
+                   to_json(dict(sorted(v.items())) if k == "hugepages" else v)
+                   for k, v in n._asdict().items()}
                   for n in (t.nodes[i] for i in sorted(t.nodes))],
         "online_nodes": sorted(t.online_nodes), "possible_nodes": sorted(t.possible_nodes),
         "nodes_with_cpus": sorted(t.nodes_with_cpus),
         "nodes_with_memory": sorted(t.nodes_with_memory),
-        "cpus": {str(i): {k: v for k, v in to_json(t.cpus[i]).items() if k != "id"}
+        "cpus": {str(i): {k: to_json(v) for k, v in zip(Cpu._fields[1:], t.cpus[i][1:])}
                  for i in sorted(t.cpus)},
         "online_cpus": sorted(t.online_cpus),
         "allowed_cpus": sorted(t.allowed_cpus), "allowed_mems": sorted(t.allowed_mems),
@@ -2163,9 +2161,9 @@ def _page_range(addr: int, length: int, page: int) -> Tuple[int, int]:
 # ===========================================================================
 
 _HINTS = MappingProxyType({
-    "EPERM": "memory policy syscalls are denied: in a container add CAP_SYS_NICE "
-             "(docker run --cap-add SYS_NICE) or use a seccomp profile that allows "
-             "mbind/set_mempolicy/get_mempolicy",
+    "EPERM": "memory policy syscalls are denied: in a container add CAP_SYS_NICE (docker run "
+             "--cap-add SYS_NICE) or use a seccomp profile that allows mbind/set_mempolicy/"
+             "get_mempolicy",
     "ENOSYS": "the kernel has no NUMA memory policy support (CONFIG_NUMA off)",
     "unsupported-arch": "no syscall table for this CPU architecture/ABI",
     "cpuset": "the cpuset (Mems_allowed_list) forbids every requested node",
@@ -3362,9 +3360,8 @@ def _thp_settings(b: Backend) -> Dict[str, str]:
 
 
 def fit(size: int, *, nodes: Optional[Iterable[int]] = None,
-        policy: Optional[str] = "interleave",
-        hugepages: Union[bool, int, str, None] = None, kind: str = "sysv",
-        pin: bool = False, hugepages_required: bool = True,
+        policy: Optional[str] = "interleave", hugepages: Union[bool, int, str, None] = None,
+        kind: str = "sysv", pin: bool = False, hugepages_required: bool = True,
         backend: Optional[Backend] = None) -> FitResult:
     """Would ``SharedRegion.create(size, policy=, nodes=, hugepages=, kind=)`` plus its
     prefault (and ``pin_for_cuda`` with ``pin=True``) succeed?  Reads, never allocates:
@@ -3839,11 +3836,9 @@ class SharedRegion:
     def create(cls, key: Union[int, str], size: int, *, policy: Optional[str] = None,
                nodes: Optional[Iterable[int]] = None, prefault: bool = True,
                hugepages: Union[bool, int, str, None] = None, kind: str = "sysv",
-               mode: int = 0o600, threads: Optional[int] = None,
-               strict: Optional[bool] = None,
+               mode: int = 0o600, threads: Optional[int] = None, strict: Optional[bool] = None,
                progress: Optional[Callable[[int, int], Any]] = None,
-               hugepages_required: bool = True,
-               backend: Optional[Backend] = None,
+               hugepages_required: bool = True, backend: Optional[Backend] = None,
                layout: Union[Layout, str, None] = None) -> SharedRegion:
         """Create region ``key`` (a str name, or an int SysV key) of ``size`` bytes.
 
@@ -3900,10 +3895,9 @@ class SharedRegion:
     def attach(cls, key: Union[int, str], size: Optional[int] = None, *,
                policy: Optional[str] = None, nodes: Optional[Iterable[int]] = None,
                kind: str = "sysv", trust: bool = False, remove: bool = False,
-               prefault: bool = False, threads: Optional[int] = None,
-               hugepages: Union[bool, int, str] = False, strict: Optional[bool] = None,
-               progress: Optional[Callable[[int, int], Any]] = None,
-               backend: Optional[Backend] = None) -> SharedRegion:
+               prefault: bool = False, threads: Optional[int] = None, strict: Optional[bool] = None,
+               hugepages: Union[bool, int, str] = False, backend: Optional[Backend] = None,
+               progress: Optional[Callable[[int, int], Any]] = None) -> SharedRegion:
         """Map the existing region ``key`` after checking it can be trusted.
 
         Refused (PermissionError) unless it is owned by this user and nobody else can
@@ -4299,12 +4293,10 @@ def _extent_cpus(b: Backend, lay: Layout) -> Dict[FrozenSet[int], FrozenSet[int]
     return out
 
 
-def _layout_prefault(b: Backend, addr: int, lay: Layout, page: int,
-                     threads: Optional[int],
+def _layout_prefault(b: Backend, addr: int, lay: Layout, page: int, threads: Optional[int],
                      progress: Optional[Callable[[int, int], Any]],
                      cpus: Optional[Dict[FrozenSet[int], FrozenSet[int]]] = None,
-                     held: Optional[Tuple[Any, Callable[[], Any]]] = None
-                     ) -> Dict[str, Any]:
+                     held: Optional[Tuple[Any, Callable[[], Any]]] = None) -> Dict[str, Any]:
     """prefault() over each extent with the calling thread (and so the workers it
     starts) bound to ``cpus[extent.nodes]`` (_extent_cpus): first touches come from
     local CPUs (``prefer`` lands there, zeroing runs on the socket that owns the
@@ -5163,8 +5155,7 @@ def gpu_plans(policy: Optional[str] = None, *, reserve: Optional[int] = None,
 
 def cpus_for_gpu(device: int, policy: Optional[str] = None, *,
                  reserve: Optional[int] = None, strict: Optional[bool] = None,
-                 pci_bus_id: Optional[str] = None,
-                 environ: Optional[Mapping[str, str]] = None,
+                 pci_bus_id: Optional[str] = None, environ: Optional[Mapping[str, str]] = None,
                  backend: Optional[Backend] = None) -> FrozenSet[int]:
     """The CPUs for CUDA device ``device``'s worker, always within the allowed CPUs.
 
@@ -5352,10 +5343,9 @@ def _bind_node(b: Backend, topo: Topology, node: int, cpus: Union[bool, Iterable
 
 
 def bind_for_gpu(device: int, policy: Optional[str] = None, *,
-                 reserve: Optional[int] = None,
-                 memory: Union[str, None, _Unset] = _UNSET, threads: str = "all",
-                 strict: Optional[bool] = None, pci_bus_id: Optional[str] = None,
-                 environ: Optional[Mapping[str, str]] = None,
+                 reserve: Optional[int] = None, memory: Union[str, None, _Unset] = _UNSET,
+                 threads: str = "all", strict: Optional[bool] = None,
+                 pci_bus_id: Optional[str] = None, environ: Optional[Mapping[str, str]] = None,
                  backend: Optional[Backend] = None) -> BindResult:
     """Bind this process (see bind_to_node) for CUDA device ``device``'s worker.
 
@@ -5978,8 +5968,7 @@ class CudaPin:
               errno.EIO if self._lib is not None else errno.ENOENT)
 
     def _run(self, pieces: List[Tuple[int, int]], nthreads: int, device: Optional[int],
-             caller: threading.Thread, fault: Optional[Callable[[], Any]],
-             strict: bool) -> None:
+             caller: threading.Thread, fault: Optional[Callable[[], Any]], strict: bool) -> None:
         """Register ``pieces`` from ``nthreads`` threads; on the first failure stop,
         clear CUDA's error and unregister what was registered."""
         import time
@@ -6056,10 +6045,9 @@ def _cuda_current_device(lib: ctypes.CDLL) -> Optional[int]:
 
 
 def pin_for_cuda(buf: Any, length: Optional[int] = None, *, chunk: int = 1 << 30,
-                 threads: Optional[int] = None,
-                 flags: int = CudaHostRegisterFlag.PORTABLE, background: bool = False,
-                 prefault: bool = False, strict: bool = False, cudart: Any = None,
-                 backend: Optional[Backend] = None) -> CudaPin:
+                 threads: Optional[int] = None, flags: int = CudaHostRegisterFlag.PORTABLE,
+                 background: bool = False, prefault: bool = False, strict: bool = False,
+                 cudart: Any = None, backend: Optional[Backend] = None) -> CudaPin:
     """Pin ``buf`` (or an address and ``length``) for DMA with cudaHostRegister, one
     call per ``chunk`` bytes (default 1 GiB; never 512 GiB or more).  Each call holds
     the CUDA driver's lock, so the chunk bounds how long any other CUDA call of the
@@ -6538,9 +6526,10 @@ def _render_status(rep: Dict[str, Any]) -> str:
     out.append("")
     ids = [n["id"] for n in nodes]
     cw = max([4] + [len(str(i)) + 1 for i in ids])
-    grid = [("", ids), *((n["id"], [n["distances"].get(str(j), "?") for j in ids]) for n in nodes)]
-    out += _section("DISTANCES", ["  " + "".join(f"{v:>{cw}}" for v in (h, *vs))
-                                  for h, vs in grid] if len(ids) > 1 else [])
+    row, keys = "  " + f"{{:>{cw}}}" * (len(ids) + 1), [str(j) for j in ids]
+    out += _section("DISTANCES", [row.format("", *ids)] + [
+        row.format(n["id"], *[n["distances"].get(k, "?") for k in keys]) for n in nodes]
+        if len(ids) > 1 else [])
     out += _section("GPUS", [f"  {g['address']}  {g['vendor_name']:<6} {g['device']}  node "
                              f"{_node_of(g)}{_node_how(g)}  local cpus "
                              f"{format_cpulist(g['local_cpus']) or '-'}" for g in rep["gpus"]])
@@ -6608,8 +6597,7 @@ def _strtoul(s: str, i: int) -> Tuple[Optional[int], int]:
 
 
 def parse_nodestring(text: str, *, cpus: bool = False, possible: bool = False,
-                     backend: Optional[Backend] = None,
-                     topology: Optional[Topology] = None,
+                     backend: Optional[Backend] = None, topology: Optional[Topology] = None,
                      devices: bool = False) -> FrozenSet[int]:
     """numactl's node list (CPU list with ``cpus=True``) -> ids, read as libnuma's
     numa_parse_nodestring/numa_parse_cpustring do.
@@ -6778,8 +6766,7 @@ def _build_parser(commands: Sequence[Callable[[Any], None]] = ()) -> argparse.Ar
 
 
 # The commands numa_utils_cli.py serves; a copy of numa_utils.py alone serves status.
-_CLI_COMMANDS = ("numactl", "run", "plan", "region", "maps", "cleanup", "watch",
-                 "fit")
+_CLI_COMMANDS = ("numactl", "run", "plan", "region", "maps", "cleanup", "watch", "fit")
 
 
 def _commands(what: str) -> Any:
