@@ -1440,6 +1440,9 @@ def _allowed_from_status(backend: Backend, pid: Union[int, str] = "self"
     return cpus, mems
 
 
+_CPU_OPTIONAL = ("topology/thread_siblings_list", "topology/core_cpus_list", "cache")
+
+
 def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
                                                                  FrozenSet[int]]:
     possible = next((p for p in (r.parsed(f"{_CPU_DIR}/{f}", parse_cpulist)
@@ -1458,6 +1461,7 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
     pkg_of: Dict[int, Tuple[Optional[int], FrozenSet[int]]] = {}
     llc_of: Dict[int, FrozenSet[int]] = {}
     levels: Dict[Tuple[str, ...], List[Tuple[int, str]]] = {}
+    lacks: Optional[Set[str]] = None
     for c in sorted(possible):
         d = f"{_CPU_DIR}/cpu{c}"
         topo = f"{d}/topology"
@@ -1465,13 +1469,19 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
         siblings: FrozenSet[int] = frozenset()
         llc = siblings
         if c in online:
+            if lacks is None:
+                # sysfs gives every CPU the same attributes and cache folders (or none):
+                # what the first online CPU lacks (old kernels' *_list files, a VM's
+                # cacheinfo) is not looked for in the others.
+                lacks = {f for f in _CPU_OPTIONAL if not r.exists(f"{d}/{f}")}
             core = r.integer(f"{topo}/core_id")
             if c in pkg_of:
                 package, siblings = pkg_of[c]
             else:
                 package = r.integer(f"{topo}/physical_package_id")
-                siblings = r.parsed(f"{topo}/thread_siblings_list", parse_cpulist) \
-                    or r.parsed(f"{topo}/core_cpus_list", parse_cpulist) or frozenset()
+                siblings = next((s for s in (r.parsed(f"{d}/{f}", parse_cpulist) for f in
+                                             _CPU_OPTIONAL[:2] if f not in lacks) if s),
+                                frozenset())
                 for s in siblings & online if c in siblings else ():
                     pkg_of[s] = (package, siblings)
             llc = llc_of.get(c, frozenset())
@@ -1482,7 +1492,7 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
                 # (and unknown types) are not where data is shared (PyTorch's binding
                 # reads only Unified/Data the same way).
                 names = tuple(sorted(i for i in r.listdir(f"{d}/cache")
-                                     if i.startswith("index")))
+                                     if i.startswith("index"))) if "cache" not in lacks else ()
                 order = levels.get(names)
                 if order is None:
                     order = levels[names] = sorted(
@@ -3939,9 +3949,9 @@ class SharedRegion:
     @classmethod
     def _open(cls, b: Backend, kind: str, key: Union[int, str],
               make: Callable[[SharedRegion], None], created: bool, strict: bool,
-              prefault: bool, threads: Optional[int],
-              progress: Optional[Callable[[int, int], Any]], *, thp: bool = False,
-              note: Optional[str] = None, remove: bool = False) -> SharedRegion:
+              prefault: bool, threads: Optional[int], progress: Optional[Callable[[int, int], Any]],
+              *, thp: bool = False, note: Optional[str] = None, remove: bool = False
+              ) -> SharedRegion:
         """The one path of create and attach.  ``make`` makes or maps the region: it
         fills in the region's shmid, name, ipc_key, fd, address and mapped as it takes
         each step, then its identity record and layout.  Then each extent's policy, THP
@@ -4695,8 +4705,7 @@ def _nearest_cpu_node(topo: Topology, node: int) -> Optional[int]:
     return next(iter(_nearest_tied(topo, node, topo.nodes_with_cpus)), None)
 
 
-def _attribute_gpu_memory(topo: Topology, infos: List[GpuInfo],
-                          nvml: Optional[List[_NvmlGpu]],
+def _attribute_gpu_memory(topo: Topology, infos: List[GpuInfo], nvml: Optional[List[_NvmlGpu]],
                           driver: Iterable[str]) -> List[GpuInfo]:
     """Attach CPU-less memory nodes to the NVIDIA GPUs whose memory they hold.
 
@@ -5139,8 +5148,8 @@ def _plan_for(topo: Topology, infos: List[GpuInfo], found: _Resolved, index: Opt
 
 def gpu_plans(policy: Optional[str] = None, *, reserve: Optional[int] = None,
               memory: Union[str, None, _Unset] = _UNSET, strict: Optional[bool] = None,
-              environ: Optional[Mapping[str, str]] = None,
-              backend: Optional[Backend] = None) -> List[GpuPlan]:
+              environ: Optional[Mapping[str, str]] = None, backend: Optional[Backend] = None
+              ) -> List[GpuPlan]:
     """One plan per CUDA device this process sees (CUDA_VISIBLE_DEVICES applied)."""
     b = _b(backend)
     pol, res, mem, st = _plan_args(policy, reserve, memory, strict)
@@ -5257,8 +5266,7 @@ def _set_affinity(b: Backend, cpus: FrozenSet[int], threads: str,
 
 def bind_to_node(node: int, *, cpus: Union[bool, Iterable[int]] = True,
                  memory: Union[str, None, _Unset] = _UNSET, threads: str = "all",
-                 strict: Optional[bool] = None,
-                 backend: Optional[Backend] = None) -> BindResult:
+                 strict: Optional[bool] = None, backend: Optional[Backend] = None) -> BindResult:
     """Run on ``node``'s CPUs and allocate from its memory; say what was applied.
 
     ``cpus``: True (the node's allowed CPUs), False (leave affinity alone) or an
@@ -5614,8 +5622,8 @@ class RemoteShare(_Record):
 
 
 def remote_share(pid: Union[int, str] = "self", *, threshold: float = REMOTE_SHARE_THRESHOLD,
-                 topology: Optional[Topology] = None,
-                 backend: Optional[Backend] = None) -> RemoteShare:
+                 topology: Optional[Topology] = None, backend: Optional[Backend] = None
+                 ) -> RemoteShare:
     """The share of ``pid``'s pages (numa_maps) that sit off the nodes of the CPUs it
     may run on (Cpus_allowed_list).  Never raises: an unreadable process gives a
     result with ``error`` set and no pages.  Warns once when above ``threshold``."""
@@ -5717,8 +5725,8 @@ def _resolve_gpu(gpu: Any, topo: Topology, b: Backend,
 
 def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] = (),
                 loads: Optional[Mapping[int, int]] = None,
-                environ: Optional[Mapping[str, str]] = None,
-                backend: Optional[Backend] = None) -> NodeChoice:
+                environ: Optional[Mapping[str, str]] = None, backend: Optional[Backend] = None
+                ) -> NodeChoice:
     """Pick the node for a new worker the way a careful operator would.
 
     Only nodes with CPUs that this process's cpuset allows are candidates (never
@@ -6341,18 +6349,15 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
                     "allowed_cpus": tj["allowed_cpus"], "allowed_mems": tj["allowed_mems"],
                     "policy": policy, "policy_error": policy_error},
         "kernel": {
-            "release": release, "machine": machine,
-            "abi": abi.name if abi is not None else None,
+            "release": release, "machine": machine, "abi": abi.name if abi is not None else None,
             "syscalls": dict(abi.syscalls) if abi is not None and abi.syscalls else None,
             "page_size": page_size, "numa": topo.has_node_dir,
             **{f: tj[f] for f in ("online_nodes", "possible_nodes", "nodes_with_cpus",
                                   "nodes_with_memory", "online_cpus")},
             "numa_balancing": topo.numa_balancing, "thp": topo.thp,
             "thp_settings": _thp_settings(b)},
-        **{f: tj[f] for f in ("cpus", "memory_tiers", "interleave_weights",
-                              "interleave_auto")},
-        "default_memory_nodes": memory_node_choice(topo).to_json(),
-        "warnings": warnings,
+        **{f: tj[f] for f in ("cpus", "memory_tiers", "interleave_weights", "interleave_auto")},
+        "default_memory_nodes": memory_node_choice(topo).to_json(), "warnings": warnings,
     }
     report["config"] = config = {}
     for suffix in _ENV_VARS:     # each read alone: every invalid one is its own warning

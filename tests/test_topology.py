@@ -180,3 +180,36 @@ def test_llc_counts_only_unified_and_data_caches(tree):
         if (cpu / c / "cache" / "index4").is_dir():
             (cpu / c / "cache" / "index4" / "type").write_text("Unified\n")
     assert _read(str(tree)).cpus[0].llc == frozenset(range(192))
+
+
+def _looked_up(root):
+    """read_topology of saved tree ``root`` and every path it read or listed."""
+    b = nu.LinuxBackend(str(root))
+    seen = []
+    for name in ("read_text", "listdir", "exists"):
+        real = getattr(b, name)
+        setattr(b, name, lambda p, real=real: seen.append(p) or real(p))
+    return nu.read_topology(backend=b), seen
+
+
+def test_what_the_first_cpu_lacks_is_not_looked_for_again(tree):
+    cpu = tree / "sys/devices/system/cpu"
+    full, seen = _looked_up(tree)
+    online = sorted(full.online_cpus)
+    assert len(online) > 2 and all(full.cpus[c].siblings for c in online)
+    assert len({p.split("/cache")[0] for p in seen if "/cache" in p}) > 1   # several CPUs
+    # An old kernel (no *_list files) without cacheinfo, as the first online CPU shows.
+    for c in online:
+        for f in ("topology/thread_siblings_list", "topology/core_cpus_list"):
+            (cpu / f"cpu{c}" / f).unlink(missing_ok=True)
+        for d in sorted((cpu / f"cpu{c}" / "cache").glob("**/*"), reverse=True):
+            d.rmdir() if d.is_dir() else d.unlink()
+        (cpu / f"cpu{c}" / "cache").rmdir()
+    t, seen = _looked_up(tree)
+    first = f"cpu{online[0]}/"
+    assert [p for p in seen if "_list" in p and "topology" in p and first not in p] == []
+    assert [p for p in seen if p.endswith("/cache") and first not in p] == []
+    assert all(t.cpus[c].siblings == frozenset() and t.cpus[c].llc == frozenset()
+               for c in online)
+    assert [t.cpus[c].core for c in online] == [full.cpus[c].core for c in online]
+    assert t.problems == ()
