@@ -29,6 +29,7 @@ from typing import (
     Mapping,
     Optional,
     Sequence,
+    Set,
     Tuple,
     Union,
 )
@@ -137,10 +138,11 @@ def _maps_cat(e: NumaMapsEntry) -> str:
 
 class _MapsScan:
     """Per-node totals and numastat -p categories over numa_maps chunks, with the work
-    per line done in C: one regular expression splits every line into its address
-    (leading zeros dropped) and the rest, lines with the same rest (most of a big
-    process: "default anon=1 dirty=1 N0=1 ...") are counted together, and only each
-    distinct rest is parsed in Python."""
+    per line done in C: one regular expression takes every line's rest (all but its
+    address), lines with the same rest (most of a big process: "default anon=1
+    dirty=1 N0=1 ...") are counted together, and only each distinct rest is parsed in
+    Python.  The addresses are taken only where they are shown: of every line for
+    JSON, else of the few lines a table row or a region needs (found by their rest)."""
 
     def __init__(self, default_kb: int) -> None:
         self.default_kb = default_kb
@@ -150,6 +152,8 @@ class _MapsScan:
         self.known: Dict[str, Tuple[NumaMapsEntry, Any]] = {}   # rest -> (entry, JSON)
         self.rests: Dict[str, int] = {}      # the last chunk's distinct rests
         self.regions: Dict[str, List[int]] = {}     # region file -> its VMAs' starts
+        self.text = ""                      # the last chunk, and its pairs when taken
+        self.pairs: List[Tuple[str, str]] = []
 
     def entry(self, rest: str) -> Tuple[NumaMapsEntry, Any]:
         got = self.known.get(rest)
@@ -160,27 +164,34 @@ class _MapsScan:
                 _parse_maps_line("0 " + rest, self.default_kb), None)
         return got
 
-    def chunk(self, text: str) -> List[Tuple[str, str]]:
+    def chunk(self, text: str, addresses: bool = False) -> List[Tuple[str, str]]:
         """Add one chunk of whole lines to the totals; returns its (address in hex,
-        rest) pairs."""
+        rest) pairs with ``addresses``, else []."""
         import collections
         from operator import itemgetter
-        pairs = re.findall(r"(?am)^0*([0-9a-f]+) (.*)$", text)
-        if len(pairs) != text.count("\n"):
+        self.text = text
+        pairs: List[Tuple[str, str]] = []
+        if addresses:
+            pairs = re.findall(r"(?am)^0*([0-9a-f]+) (.*)$", text)
+            rests = list(map(itemgetter(1), pairs))
+        else:
+            rests = re.findall(r"(?am)^[0-9a-f]+ (.*)$", text)
+        if len(rests) != text.count("\n"):
             # A line the expression did not take (malformed, empty, an upper-case
             # address): the full parser names a bad one.
             pairs = [(f"{_parse_maps_line(line, self.default_kb).start:x}",
                       line.partition(" ")[2]) for line in text.split("\n") if line]
-        self.nvmas += len(pairs)
-        self.rests = collections.Counter(map(itemgetter(1), pairs))
+            rests = list(map(itemgetter(1), pairs))
+        self.pairs = pairs
+        self.nvmas += len(rests)
+        self.rests = collections.Counter(rests)
         ours: Dict[str, str] = {}       # rest -> the region file it maps
         for rest, times in self.rests.items():
             try:
                 e = self.entry(rest)[0]
             except ValueError:      # name the whole line, address included
-                for a, r in pairs:
-                    if r == rest:
-                        _parse_maps_line(a + " " + r, self.default_kb)
+                for a, r in self.lines_of({rest}):
+                    _parse_maps_line(a + " " + r, self.default_kb)
                 raise
             if e.file is not None and _region_file(e.file, e.deleted):
                 ours[rest] = e.file
@@ -189,16 +200,34 @@ class _MapsScan:
                 kb = c * e.page_size_kb * times
                 self.totals[n] = self.totals.get(n, 0) + kb
                 row[n] = row.get(n, 0) + kb
-        for a, r in pairs if ours else ():
-            if r in ours:
-                self.regions.setdefault(ours[r], []).append(int(a, 16))
+        for a, r in self.lines_of(set(ours)):
+            self.regions.setdefault(ours[r], []).append(int(a, 16))
         return pairs
 
-    def rows(self, pairs: List[Tuple[str, str]], min_kb: int) -> List[str]:
+    def lines_of(self, wanted: Set[str]) -> List[Tuple[str, str]]:
+        """(address in hex, rest) of the chunk's lines whose rest is in ``wanted``, in
+        file order: each rest found as " REST\\n" by the string search, and taken where
+        what comes before it on its line is one word (its own address, not the head of
+        a longer rest that ends the same way)."""
+        if not self.pairs and sum(self.rests[r] for r in wanted) > 256:
+            self.pairs = re.findall(r"(?am)^0*([0-9a-f]+) (.*)$", self.text)   # many: all
+        if self.pairs:
+            return [(a, r) for a, r in self.pairs if r in wanted]
+        text, hits = self.text, []
+        for r in wanted:
+            needle, left = f" {r}\n", self.rests[r]
+            pos = text.find(needle)
+            while pos >= 0 and left:
+                start = text.rfind("\n", 0, pos) + 1
+                if " " not in text[start:pos]:
+                    hits.append((start, text[start:pos].lstrip("0") or "0", r))
+                    left -= 1
+                pos = text.find(needle, pos + 1)
+        return [(a, r) for _, a, r in sorted(hits)]
+
+    def rows(self, min_kb: int) -> List[str]:
         """Table rows of the chunk's VMAs with at least ``min_kb`` resident (all when
         0), in file order; each distinct rest is formatted once."""
-        from itertools import compress
-        from operator import itemgetter
         tails: Dict[str, str] = {}
         for r in self.rests:
             e = self.entry(r)[0]
@@ -211,8 +240,7 @@ class _MapsScan:
                     "nothing faulted in"
                 tails[r] = (f"{_fmt_kb(e.pages_total * e.page_size_kb):>10}  "
                             f"{e.policy:<22}  {name:<28}  {verdict}\n")
-        return [f"  {a:>14}  " + tails[r] for a, r in
-                compress(pairs, map(tails.__contains__, map(itemgetter(1), pairs)))]
+        return [f"  {a:>14}  " + tails[r] for a, r in self.lines_of(set(tails))]
 
     def json(self, pairs: List[Tuple[str, str]], tty: bool) -> str:
         """The chunk's VMAs as JSON objects, each after a comma.  Each distinct rest is
@@ -368,7 +396,7 @@ def _cmd_maps(args: argparse.Namespace) -> int:
         write('{\n  "vmas": [' if tty else '{"vmas":[')
         for text in _whole_lines(chunks):
             before = scan.nvmas
-            part = scan.json(scan.chunk(text), tty)
+            part = scan.json(scan.chunk(text, addresses=True), tty)
             write(part if before else part[1:])
         totals = {str(n): kb for n, kb in sorted(scan.totals.items())}
         tail = {"totals_kb": totals, "regions": regions_of()}
@@ -385,7 +413,8 @@ def _cmd_maps(args: argparse.Namespace) -> int:
     write(f"numa_maps of {what}:\n")
     nshown = 0
     for text in _whole_lines(chunks):
-        rows = scan.rows(scan.chunk(text), min_kb)
+        scan.chunk(text)
+        rows = scan.rows(min_kb)
         if rows and not nshown:
             write(f"  {'start':>14}  {'resident':>10}  {'policy':<22}  "
                   f"{'mapping':<28}  verdict\n")

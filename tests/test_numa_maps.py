@@ -237,6 +237,30 @@ def test_maps_text_fast_path_agrees_with_full_parse(tmp_path, capsys):
     assert "501 VMAs" in out
 
 
+@pytest.mark.parametrize("repeats", [3, 400])     # few lines found by their rest; many
+def test_maps_rows_are_the_lines_shown_in_file_order(tmp_path, capsys, repeats):
+    """The table's rows are exactly the lines with enough resident, in file order, with
+    their own addresses (leading zeros dropped), however often a shown rest repeats and
+    whatever rests end the same way."""
+    big = "default anon=512 dirty=512 N0=512 kernelpagesize_kB=4"
+    lines, want = [], []
+    for i in range(repeats * 3):
+        addr = f"{0x400000 + i * 0x200000:012x}"
+        rest = [big, "default anon=1 dirty=1 N0=1 kernelpagesize_kB=4",
+                "interleave:0-1 anon=300 dirty=300 N0=150 N1=150 kernelpagesize_kB=4"][i % 3]
+        lines.append(f"{addr} {rest}")
+        if "=1 " not in rest:
+            want.append(addr.lstrip("0"))
+    f = tmp_path / "numa_maps"
+    f.write_text("\n".join(lines) + "\n")
+    assert nu.main(["maps", "--file", str(f), "--min-size", "1M"]) == 0
+    out = capsys.readouterr().out
+    rows = [ln.split()[0] for ln in out.splitlines() if ln.startswith("  ") and "KiB" in ln
+            or ln.startswith("  ") and "MiB" in ln]
+    assert rows == want
+    assert f"{repeats * 3} VMAs; {len(want)} with" in out
+
+
 def test_placement_methods_agree_and_fall_back():
     """move_pages (exact range, cost per page) and numa_maps (whole VMAs, cost per
     VMA) give the same answer for a region; where move_pages is denied (Docker's
