@@ -951,9 +951,8 @@ class LinuxBackend(Backend):
 
     def _refuse(self, what: str) -> None:
         if not self.is_live:
-            raise NotLiveError(errno.EOPNOTSUPP,
-                               f"{what}: backend reads the saved tree {self.root!r}, "
-                               "not the running system")
+            raise NotLiveError(errno.EOPNOTSUPP, f"{what}: backend reads the saved tree "
+                               f"{self.root!r}, not the running system")
 
     def syscall(self, nr: int, *args: int) -> int:
         # c_long wraps an unsigned value (an address, -1 as a u64) as C would.
@@ -3280,10 +3279,9 @@ def _huge_size(hugepages: Union[bool, int, str, None], b: Backend,
     sizes_kb = set.intersection(*have) if have else set()
     if hugepages is True:
         if not sizes_kb:
-            raise OSError(errno.ENOMEM, "no huge pages reserved on "
-                          f"{_nodes_txt(targets)}: reserve some (e.g. "
-                          "nodeN/hugepages/hugepages-2048kB/nr_hugepages) or use "
-                          "hugepages=False")
+            raise OSError(errno.ENOMEM, f"no huge pages reserved on {_nodes_txt(targets)}: "
+                          "reserve some (e.g. nodeN/hugepages/hugepages-2048kB/nr_hugepages) "
+                          "or use hugepages=False")
         return (2048 if 2048 in sizes_kb else min(sizes_kb)) * 1024
     nbytes = _parse_size(hugepages) if isinstance(hugepages, str) else int(hugepages or 0)
     if nbytes // 1024 not in sizes_kb:
@@ -3554,8 +3552,7 @@ def _verdict(per_node: Mapping[int, int], mode: str = "") -> str:
 
 
 def _parse_size(text: str) -> int:
-    m = re.match(r"^\s*([0-9]{1,20}(?:\.[0-9]{1,20})?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*$",
-                 text)
+    m = re.match(r"^\s*([0-9]{1,20}(?:\.[0-9]{1,20})?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*$", text)
     if not m:
         raise ValueError(f"invalid size {_short(text)} (e.g. 4G, 512M, 1048576)")
     unit = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}[m.group(2).lower()]
@@ -3718,9 +3715,8 @@ class Layout:
         if any(i[0] % page for i in self._entries):
             raise ValueError(f"layout {lay}: extents must be whole {unit} pages")
         if nodes is not None and self.nodes - nodes:
-            raise ValueError(f"layout {lay}: no memory node "
-                             f"{format_cpulist(self.nodes - nodes)} on this machine "
-                             f"(memory nodes: {format_cpulist(nodes) or '-'})")
+            raise ValueError(f"layout {lay}: no memory node {format_cpulist(self.nodes - nodes)}"
+                             f" on this machine (memory nodes: {format_cpulist(nodes) or '-'})")
         return lay
 
     def __len__(self) -> int:
@@ -4171,9 +4167,8 @@ def _sysv_create(r: SharedRegion, flags: int) -> None:
             if why:
                 raise FileExistsError(errno.EEXIST, why) from None
     else:
-        raise FileExistsError(errno.EEXIST, f"the {len(keys)} SysV keys of {key!r} "
-                              f"(0x{keys[0]:08x}, ...) all hold other regions: use "
-                              "another name")
+        raise FileExistsError(errno.EEXIST, f"the {len(keys)} SysV keys of {key!r} (0x"
+                              f"{keys[0]:08x}, ...) all hold other regions: use another name")
     r._ipc_key = ikey
     r._address = b.shmat(r.shmid)
     # A twin under a later key: made while this key held another region.
@@ -4554,10 +4549,9 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
         return None
 
     class PciInfo(ctypes.Structure):     # nvmlPciInfo_t (v2/v3 layout)
-        _fields_ = [("busIdLegacy", ctypes.c_char * 16), ("domain", ctypes.c_uint),
-                    ("bus", ctypes.c_uint), ("device", ctypes.c_uint),
-                    ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
-                    ("busId", ctypes.c_char * 32)]
+        _fields_ = [("busIdLegacy", ctypes.c_char * 16), *((f, ctypes.c_uint) for f in (
+            "domain", "bus", "device", "pciDeviceId", "pciSubSystemId")),
+            ("busId", ctypes.c_char * 32)]
 
     def ask(fn: Any, *args: Any, out: Any = None) -> Any:
         """``out`` (default an unsigned int) as NVML function ``fn`` fills it through
@@ -5458,9 +5452,8 @@ class NodeCounters(_Record):
 
     def to_json(self) -> Dict[str, Any]:
         return {"node": self.node, **{k: self.numastat.get(k) for k in _NUMASTAT_FIELDS},
-                "mem_total_kb": self.mem_total_kb, "mem_free_kb": self.mem_free_kb,
-                "file_kb": self.file_kb, "available_kb": self.available_kb,
-                "meminfo": dict(self.meminfo)}
+                "mem_total_kb": self.mem_total_kb, "mem_free_kb": self.mem_free_kb, "file_kb":
+                self.file_kb, "available_kb": self.available_kb, "meminfo": dict(self.meminfo)}
 
 
 class Counters:
@@ -5470,9 +5463,9 @@ class Counters:
 
     __slots__ = ("timestamp", "monotonic", "nodes", "page_size", "problems", "seconds")
 
-    def __init__(self, timestamp: float, monotonic: float,
-                 nodes: Mapping[int, NodeCounters], page_size: int,
-                 problems: Tuple[str, ...] = (), seconds: Optional[float] = None) -> None:
+    def __init__(self, timestamp: float, monotonic: float, nodes: Mapping[int, NodeCounters],
+                 page_size: int, problems: Tuple[str, ...] = (), seconds: Optional[float] = None
+                 ) -> None:
         self.timestamp = timestamp       # time.time() of the (later) snapshot
         self.monotonic = monotonic       # time.monotonic(), for intervals
         self.nodes = nodes
@@ -5607,9 +5600,8 @@ class RemoteShare(_Record):
             return None
         return (f"process {self.pid}: {self.share:.0%} of its pages "
                 f"({_fmt_kb(self.remote_bytes // 1024)}) sit off the nodes of its CPUs "
-                f"({_nodes_txt(self.local_nodes)}); above the "
-                f"{self.threshold:.0%} threshold: bind its memory to its CPUs' node or "
-                "move its CPUs to where the memory is")
+                f"({_nodes_txt(self.local_nodes)}); above the {self.threshold:.0%} threshold: "
+                "bind its memory to its CPUs' node or move its CPUs to where the memory is")
 
     def to_json(self) -> Dict[str, Any]:
         total, by = self.total_bytes, sorted(self.bytes_by_node.items())
@@ -6144,11 +6136,10 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
             warnings.append(rs.warning)
         if topo.thp == "always" and len(topo.nodes_with_memory) > 1 and \
                 any(e.mode in ("interleave", "weighted interleave") for e in entries):
-            warnings.append("THP is 'always' and this process has interleaved regions: "
-                            "a first touch places a whole 2 MiB huge page on one node, so "
-                            "interleave spreads huge pages, not 4 KiB pages; use THP "
-                            "'madvise' or madvise(MADV_NOHUGEPAGE) on those regions for "
-                            "an even spread")
+            warnings.append("THP is 'always' and this process has interleaved regions: a "
+                            "first touch places a whole 2 MiB huge page on one node, so interleave"
+                            " spreads huge pages, not 4 KiB pages; use THP 'madvise' or "
+                            "madvise(MADV_NOHUGEPAGE) on those regions for an even spread")
     # Huge pages reserved on one general-purpose node only.
     general = sorted(topo.nodes_with_cpus & topo.nodes_with_memory)
     for sz in sorted({sz for n in general for sz in topo.nodes[n].hugepages}
@@ -6167,15 +6158,13 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
             continue
         if node in topo.nodes_with_memory and c.mem_total_kb and \
                 c.available_kb < 0.05 * c.mem_total_kb:
-            warnings.append(f"GPU {g['address']}: its node {node} has "
-                            f"{_fmt_kb(c.available_kb)} available of "
-                            f"{_fmt_kb(c.mem_total_kb)} (< 5%): pinned host buffers "
-                            "for it will come from another node")
+            warnings.append(f"GPU {g['address']}: its node {node} has {_fmt_kb(c.available_kb)}"
+                            f" available of {_fmt_kb(c.mem_total_kb)} (< 5%): pinned host "
+                            "buffers for it will come from another node")
         elif topo.nodes_with_memory and node not in topo.nodes_with_memory:
             near = topo.nearest(node, topo.nodes_with_memory)
             warnings.append(f"GPU {g['address']}: its node {node} has no memory; host "
-                            "buffers for it come from node "
-                            f"{near[0] if near else '?'}")
+                            f"buffers for it come from node {near[0] if near else '?'}")
 # -- end of observation section --------------------------------------------------------
 
 
@@ -6294,10 +6283,9 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
                                 "process's cpuset allows none of its CPUs "
                                 f"({format_cpulist(ncpus)}): its worker will run remote")
             if g.node in topo.nodes_with_memory and g.node not in topo.allowed_mems:
-                warnings.append(f"GPU {g.address} hangs off node {g.node} but this "
-                                "process's cpuset (Mems_allowed_list "
-                                f"{format_cpulist(topo.allowed_mems)}) excludes that "
-                                "node's memory: host buffers for it will be remote")
+                warnings.append(f"GPU {g.address} hangs off node {g.node} but this process's "
+                                f"cpuset (Mems_allowed_list {format_cpulist(topo.allowed_mems)})"
+                                " excludes that node's memory: host buffers for it will be remote")
     devs = _devices(topo, b)
     layout = _package_layout(topo)
     if layout["nodes_per_package"] and layout["nodes_per_package"] > 1:
