@@ -1641,13 +1641,20 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     mem: Dict[int, Tuple[int, int]] = {}
     hp: Dict[int, Dict[int, HugePages]] = {}
     rows: Dict[int, Optional[Tuple[int, ...]]] = {0: (10,)}
+    lacks: Optional[Set[str]] = None
     for n in sorted(online):
         d = f"{_NODE_DIR}/node{n}" if has_node_dir else ""
         if has_node_dir:
-            node_cpus[n] = r.cpus(f"{d}/cpulist", f"{d}/cpumap") or frozenset()
+            # As for CPUs: a name the first node lacks (old kernels' cpulist, hugetlbfs
+            # configured out) is not looked for in the others.
+            lacks = lacks if lacks is not None else {
+                f for f in ("cpulist", "hugepages") if not r.exists(f"{d}/{f}")}
+            node_cpus[n] = (r.cpus(f"{d}/cpulist", f"{d}/cpumap") if "cpulist" not in lacks
+                            else r.parsed(f"{d}/cpumap", parse_cpumap)) or frozenset()
         mi = r.parsed(f"{d}/meminfo" if d else "/proc/meminfo", parse_meminfo) or {}
         mem[n] = (mi.get("MemTotal", 0), mi.get("MemFree", 0))
-        hp[n] = _hugepages(r, f"{d}/hugepages" if d else "/sys/kernel/mm/hugepages")
+        hp[n] = {} if lacks and "hugepages" in lacks else \
+            _hugepages(r, f"{d}/hugepages" if d else "/sys/kernel/mm/hugepages")
         if d:
             rows[n] = r.parsed(f"{d}/distance", parse_distance_row)
 

@@ -213,3 +213,20 @@ def test_what_the_first_cpu_lacks_is_not_looked_for_again(tree):
                for c in online)
     assert [t.cpus[c].core for c in online] == [full.cpus[c].core for c in online]
     assert t.problems == ()
+
+
+def test_what_the_first_node_lacks_is_not_looked_for_again(tree):
+    node = tree / NODE
+    full, seen = _looked_up(tree)
+    assert sum(p.endswith("/hugepages") for p in seen) > len(full.nodes) > 1  # each node
+    for n in full.nodes:        # an old kernel (cpumap only) without hugetlbfs
+        (node / f"node{n}" / "cpulist").unlink()
+        for d in sorted((node / f"node{n}" / "hugepages").glob("**/*"), reverse=True):
+            d.rmdir() if d.is_dir() else d.unlink()
+        (node / f"node{n}" / "hugepages").rmdir()
+    t, seen = _looked_up(tree)
+    first = f"node{min(full.nodes)}/"
+    assert [p for p in seen if p.endswith(("/cpulist", "/hugepages")) and first not in p
+            and "/node/node" in p] == []
+    assert {n: v.cpus for n, v in t.nodes.items()} == {n: v.cpus for n, v in full.nodes.items()}
+    assert all(v.hugepages == {} for v in t.nodes.values()) and t.problems == ()
