@@ -1138,8 +1138,8 @@ def _positive_float(text: str) -> float:
 
 
 def _positive_int(text: str) -> int:
-    import argparse
     if not (text.isascii() and text.isdigit() and 0 < len(text) <= 18 and int(text)):
+        import argparse
         raise argparse.ArgumentTypeError(f"must be a whole number > 0, not {text[:40]!r}")
     return int(text)
 
@@ -1931,8 +1931,29 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # A typed command builds its own parser only (maps is a hot command); the help,
     # a mistyped word and its error list every command.
     word = raw[lead] if lead < len(raw) else ""
+    args = _maps_args(raw[lead + 1:], lead > 0) if word == "maps" else None
+    if args is not None:
+        return _nu._call(_prog(), args)
     adders = (_COMMANDS[word],) if word in _COMMANDS else dict.fromkeys(_COMMANDS.values())
     return _nu._run(raw, tuple(adders))
+
+
+def _maps_args(argv: List[str], verbose: bool) -> Any:
+    """maps's flags as its parser reads them, without argparse (its import and the
+    parser are a tenth of `maps PID`'s own work); None where only the parser can
+    answer (help, a mistake, an abbreviation)."""
+    from types import SimpleNamespace
+    args = _nu._quick_args(argv, SimpleNamespace(
+        verbose=verbose, command="maps", root=None, json=False, pid=None, file=None,
+        all=False, min_size="1M", page_kb=0, func=_cmd_maps), {
+        "--root": "root", "--file": "file", "--min-size": "min_size", "--page-kb": "page_kb"},
+        ("--json", "--all"), "pid")
+    try:
+        if args is not None and args.page_kb != 0:
+            args.page_kb = _positive_int(args.page_kb)
+    except Exception:       # argparse's ArgumentTypeError: its parser says why
+        return None
+    return args
 
 
 if __name__ == "__main__":

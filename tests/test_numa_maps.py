@@ -430,3 +430,22 @@ def test_maps_file_memory_bounded(tmp_path):
         assert r.returncode == 0, r.stderr[-2000:]
         peak_kb = int(r.stderr.strip().splitlines()[-1])
         assert peak_kb - base_kb < 64 * 1024, (extra, peak_kb, base_kb)
+
+
+@pytest.mark.parametrize("argv", [
+    ["123"], ["self", "--json"], ["--json", "self"], ["--file", "f", "--all"],
+    ["--file=f", "--min-size=4K"], ["--root", "/x", "123", "--page-kb", "4"],
+    ["--page-kb=16", "9"], [], ["--all", "--json", "--min-size", "0"]])
+def test_maps_flags_read_without_argparse_as_its_parser_reads_them(argv):
+    parser = nu._build_parser((cli._COMMANDS["maps"],))
+    got = cli._maps_args(argv, False)
+    assert got is not None and vars(got) == vars(parser.parse_args(["maps", *argv]))
+
+
+@pytest.mark.parametrize("argv", [
+    ["--page-kb", "0"], ["--page-kb", "x"], ["--page-kb", "-3"], ["--help"], ["-h"],
+    ["--min", "4K"], ["1", "2"], ["--file"], ["--json=1"], ["--", "1"]])
+def test_maps_flags_the_parser_must_answer(argv):
+    """Help, a mistake, an abbreviation or a separator: left to argparse, which says
+    what is wrong (or reads it as it always did)."""
+    assert cli._maps_args(argv, False) is None
