@@ -2432,6 +2432,8 @@ def weighted_interleave(buf: Any, length: Optional[int] = None,
     falsy with reason "no-weighted-interleave", unless ``fallback="interleave"``."""
     if fallback not in (None, "interleave"):
         raise ValueError(f"fallback must be None or 'interleave', not {fallback!r}")
+    # NUMA_STRICT as for every call; a fallback asked for is not a failure.
+    strict = _strict_or_env(strict)
     res = apply_policy(buf, length, mode=Mode.WEIGHTED_INTERLEAVE, nodes=nodes,
                        strict=strict and fallback is None, **kw)
     if not res and fallback and res.reason == "no-weighted-interleave":

@@ -247,6 +247,21 @@ def test_task_policy_weighted(anon):
         nu.set_thread_policy("default", backend=b)
 
 
+def test_numa_strict_accepts_the_fallback_asked_for(anon, monkeypatch):
+    """NUMA_STRICT=1 makes a failure raise; a plain interleave asked for with
+    fallback="interleave" on a kernel before 6.9 is not one."""
+    monkeypatch.setenv("NUMA_UTILS_NUMA_STRICT", "1")
+    b = sim("cxl-memory-node", weighted_interleave=False)
+    addr, size = anon(4 * MiB)
+    res = nu.weighted_interleave(addr, size, nodes=[0, 1], fallback="interleave", backend=b)
+    assert res and res.mode == "interleave"
+    assert nu.get_policy(addr, backend=b).mode == nu.Mode.INTERLEAVE
+    with pytest.raises(OSError):            # without the fallback: strict, so it raises
+        nu.weighted_interleave(addr, size, nodes=[0, 1], backend=b)
+    with pytest.raises(OSError):            # the fallback asked for, but it fails too
+        nu.weighted_interleave(addr, size, nodes=[0, 77], fallback="interleave", backend=b)
+
+
 def test_shared_region_weighted_policy():
     b = sim("cxl-memory-node", uid=0)
     nu.set_interleave_weights({0: 3, 1: 1}, backend=b)
