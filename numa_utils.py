@@ -850,7 +850,8 @@ class LinuxBackend(Backend):
     # A saved tree can come from anyone (a bug report, a shared folder, an archive), so
     # it is read as if it were "/": every path goes through _walk, which follows links
     # inside the tree (".." stops at its root, an absolute target names a file of the
-    # tree).  Only regular files are opened (O_NOFOLLOW|O_NONBLOCK, then fstat: a FIFO
+    # tree); a file is opened with O_NOFOLLOW first and walked only when that says it
+    # is a link (ELOOP).  Only regular files are opened (O_NONBLOCK, then fstat: a FIFO
     # would block, /dev/zero never ends), at most _TREE_MAX_READ bytes of each, and of
     # a sysfs file 1 MiB: the kernel prints an attribute into one page (fs/sysfs/file.c),
     # so 64 links to one huge file cost 64 short refusals, not 64 huge parses.
