@@ -608,13 +608,10 @@ _ENTRY_RE = re.compile(rb"(?m)^>>> ([^\n]*)\n?")
 _UNESCAPE_RE = re.compile(rb"(?m)^\\")
 
 
-_O_READ = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
-
-
 def _read_regular(path: str, limit: int, flags: int = 0) -> bytes:
     """At most ``limit`` bytes of a regular file (EFBIG past it); a FIFO or a device
     is refused before it can block or never end."""
-    fd = os.open(path, _O_READ | flags)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | flags)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -812,13 +809,13 @@ class _Archive:
         return data.decode("utf-8", "replace")
 
     def listdir(self, rel: str, path: str) -> List[str]:
-        names = self.dirs.get(rel)
         if self.folder:
             try:
                 return os.listdir(f"{self.path}/{rel}")
             except OSError as e:
                 e.filename = path
                 raise
+        names = self.dirs.get(rel)
         if names is None:
             err = errno.ENOTDIR if rel in self.files else errno.ENOENT
             raise OSError(err, os.strerror(err), path)
@@ -1063,8 +1060,7 @@ class LinuxBackend(Backend):
         if not flags & os.O_CREAT and not stat.S_ISREG(os.lstat(path).st_mode):
             raise odd
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
             raise odd
         if flags & os.O_CREAT and flags & os.O_EXCL:
@@ -3911,9 +3907,10 @@ class SharedRegion:
     def attach(cls, key: Union[int, str], size: Optional[int] = None, *,
                policy: Optional[str] = None, nodes: Optional[Iterable[int]] = None,
                kind: str = "sysv", trust: bool = False, remove: bool = False,
-               prefault: bool = False, threads: Optional[int] = None, strict: Optional[bool] = None,
-               hugepages: Union[bool, int, str] = False, backend: Optional[Backend] = None,
-               progress: Optional[Callable[[int, int], Any]] = None) -> SharedRegion:
+               prefault: bool = False, threads: Optional[int] = None,
+               hugepages: Union[bool, int, str] = False, strict: Optional[bool] = None,
+               progress: Optional[Callable[[int, int], Any]] = None,
+               backend: Optional[Backend] = None) -> SharedRegion:
         """Map the existing region ``key`` after checking it can be trusted.
 
         Refused (PermissionError) unless it is owned by this user and nobody else can
@@ -3955,9 +3952,9 @@ class SharedRegion:
     @classmethod
     def _open(cls, b: Backend, kind: str, key: Union[int, str],
               make: Callable[[SharedRegion], None], created: bool, strict: bool,
-              prefault: bool, threads: Optional[int], progress: Optional[Callable[[int, int], Any]],
-              *, thp: bool = False, note: Optional[str] = None, remove: bool = False
-              ) -> SharedRegion:
+              prefault: bool, threads: Optional[int],
+              progress: Optional[Callable[[int, int], Any]], *, thp: bool = False,
+              note: Optional[str] = None, remove: bool = False) -> SharedRegion:
         """The one path of create and attach.  ``make`` makes or maps the region: it
         fills in the region's shmid, name, ipc_key, fd, address and mapped as it takes
         each step, then its identity record and layout.  Then each extent's policy, THP
@@ -5152,8 +5149,8 @@ def _plan_for(topo: Topology, infos: List[GpuInfo], found: _Resolved, index: Opt
 
 def gpu_plans(policy: Optional[str] = None, *, reserve: Optional[int] = None,
               memory: Union[str, None, _Unset] = _UNSET, strict: Optional[bool] = None,
-              environ: Optional[Mapping[str, str]] = None, backend: Optional[Backend] = None
-              ) -> List[GpuPlan]:
+              environ: Optional[Mapping[str, str]] = None,
+              backend: Optional[Backend] = None) -> List[GpuPlan]:
     """One plan per CUDA device this process sees (CUDA_VISIBLE_DEVICES applied)."""
     b = _b(backend)
     pol, res, mem, st = _plan_args(policy, reserve, memory, strict)
@@ -5462,8 +5459,9 @@ class NodeCounters(_Record):
 
     def to_json(self) -> Dict[str, Any]:
         return {"node": self.node, **{k: self.numastat.get(k) for k in _NUMASTAT_FIELDS},
-                "mem_total_kb": self.mem_total_kb, "mem_free_kb": self.mem_free_kb, "file_kb":
-                self.file_kb, "available_kb": self.available_kb, "meminfo": dict(self.meminfo)}
+                "mem_total_kb": self.mem_total_kb, "mem_free_kb": self.mem_free_kb,
+                "file_kb": self.file_kb, "available_kb": self.available_kb,
+                "meminfo": dict(self.meminfo)}
 
 
 class Counters:
@@ -5473,9 +5471,9 @@ class Counters:
 
     __slots__ = ("timestamp", "monotonic", "nodes", "page_size", "problems", "seconds")
 
-    def __init__(self, timestamp: float, monotonic: float, nodes: Mapping[int, NodeCounters],
-                 page_size: int, problems: Tuple[str, ...] = (), seconds: Optional[float] = None
-                 ) -> None:
+    def __init__(self, timestamp: float, monotonic: float,
+                 nodes: Mapping[int, NodeCounters], page_size: int,
+                 problems: Tuple[str, ...] = (), seconds: Optional[float] = None) -> None:
         self.timestamp = timestamp       # time.time() of the (later) snapshot
         self.monotonic = monotonic       # time.monotonic(), for intervals
         self.nodes = nodes
@@ -5624,8 +5622,8 @@ class RemoteShare(_Record):
 
 
 def remote_share(pid: Union[int, str] = "self", *, threshold: float = REMOTE_SHARE_THRESHOLD,
-                 topology: Optional[Topology] = None, backend: Optional[Backend] = None
-                 ) -> RemoteShare:
+                 topology: Optional[Topology] = None,
+                 backend: Optional[Backend] = None) -> RemoteShare:
     """The share of ``pid``'s pages (numa_maps) that sit off the nodes of the CPUs it
     may run on (Cpus_allowed_list).  Never raises: an unreadable process gives a
     result with ``error`` set and no pages.  Warns once when above ``threshold``."""
@@ -5727,8 +5725,8 @@ def _resolve_gpu(gpu: Any, topo: Topology, b: Backend,
 
 def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] = (),
                 loads: Optional[Mapping[int, int]] = None,
-                environ: Optional[Mapping[str, str]] = None, backend: Optional[Backend] = None
-                ) -> NodeChoice:
+                environ: Optional[Mapping[str, str]] = None,
+                backend: Optional[Backend] = None) -> NodeChoice:
     """Pick the node for a new worker the way a careful operator would.
 
     Only nodes with CPUs that this process's cpuset allows are candidates (never

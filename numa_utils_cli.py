@@ -210,7 +210,8 @@ class _MapsScan:
         what comes before it on its line is one word (its own address, not the head of
         a longer rest that ends the same way)."""
         if not self.pairs and sum(self.rests[r] for r in wanted) > 256:
-            self.pairs = re.findall(r"(?am)^0*([0-9a-f]+) (.*)$", self.text)   # many: all
+            # Many lines wanted (--all): every address at once is cheaper.
+            self.pairs = re.findall(r"(?am)^0*([0-9a-f]+) (.*)$", self.text)
         if self.pairs:
             return [(a, r) for a, r in self.pairs if r in wanted]
         text, hits = self.text, []
