@@ -255,8 +255,8 @@ def test_maps_rows_are_the_lines_shown_in_file_order(tmp_path, capsys, repeats):
     f.write_text("\n".join(lines) + "\n")
     assert nu.main(["maps", "--file", str(f), "--min-size", "1M"]) == 0
     out = capsys.readouterr().out
-    rows = [ln.split()[0] for ln in out.splitlines() if ln.startswith("  ") and "KiB" in ln
-            or ln.startswith("  ") and "MiB" in ln]
+    rows = [ln.split()[0] for ln in out.splitlines()
+            if ln.startswith("  ") and ("KiB" in ln or "MiB" in ln)]
     assert rows == want
     assert f"{repeats * 3} VMAs; {len(want)} with" in out
 
