@@ -931,7 +931,9 @@ class LinuxBackend(Backend):
 
     def exists(self, path: str) -> bool:
         if self._tree is None:
-            return os.path.exists(path)
+            # access, not stat: on CPython 3.8-3.10 a signal handled while os.stat
+            # builds its result leaves a SystemError in place of the KeyboardInterrupt.
+            return os.access(path, os.F_OK)
         try:
             rel = self._rel(self._tree, path)
         except OSError as e:

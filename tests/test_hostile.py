@@ -368,6 +368,12 @@ for i in itertools.count():
                                    prefault=what == "prefault")
     except KeyboardInterrupt:
         pass
+    except SystemError as e:
+        # CPython 3.8-3.10: a handler that raises while os.stat or os.fstat builds its
+        # result surfaces as SystemError from the KeyboardInterrupt.  Outside the held
+        # window that is still the same interrupt, the caller's to handle.
+        if not isinstance(e.__cause__, KeyboardInterrupt):
+            raise
     if r is not None:
         made += 1
         r.destroy()
@@ -427,6 +433,18 @@ def test_close_destroy_interrupted_can_be_finished(kind):
     # never raises OSError and never acts on whatever is mapped there by then.
     got = _storms(kind, "destroy")
     assert got["retry_errors"] == 0 and got["leaked"] == 0, got
+
+
+def test_live_exists_builds_no_stat_result(monkeypatch):
+    # read_topology asks exists() dozens of times, before create() holds the signals.
+    # On CPython 3.8-3.10 a handler that raises while os.stat builds its result turns
+    # KeyboardInterrupt into SystemError (about 1 in 18 interrupts landing in os.stat,
+    # none in os.access): the live backend asks access(F_OK) instead.
+    def no_stat(*args, **kwargs):
+        raise AssertionError("os.stat called")
+    b = nu.LinuxBackend()
+    monkeypatch.setattr(os, "stat", no_stat)
+    assert b.exists("/proc/self/status") and not b.exists("/proc/self/no-such-file")
 
 
 # -- the command line --------------------------------------------------------------------
