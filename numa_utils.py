@@ -941,8 +941,8 @@ class LinuxBackend(Backend):
                 raise
             return False
         t = self._tree
-        return os.path.lexists(f"{t.path}/{rel}") if t.folder else rel in t.files or \
-            rel in t.dirs
+        return os.access(f"{t.path}/{rel}", os.F_OK, follow_symlinks=False) if t.folder \
+            else rel in t.files or rel in t.dirs
 
     def realpath(self, path: str) -> str:
         if self._tree is None:
