@@ -36,16 +36,29 @@ __version__ = "0.1.0"
 
 __all__ = [
     # registry
-    "EnvVar", "REGISTRY", "DEFAULT_PREFIX", "NUMA_UTILS_ENVS_API",
+    "EnvVar",
+    "REGISTRY",
+    "DEFAULT_PREFIX",
+    "NUMA_UTILS_ENVS_API",
     # prefix
-    "get_prefix", "set_prefix",
+    "get_prefix",
+    "set_prefix",
     # generic access
-    "get", "effective", "markdown_table",
+    "get",
+    "effective",
+    "markdown_table",
     # pure parsers
-    "parse_bool", "parse_nodelist",
+    "parse_bool",
+    "parse_nodelist",
     # typed accessors
-    "enable_numa_interleave", "numa_strict", "numa_nodes", "numa_prefault_threads",
-    "numa_hugepages", "numa_bind_policy", "numa_reserved_cores", "numa_memory_policy",
+    "enable_numa_interleave",
+    "numa_strict",
+    "numa_nodes",
+    "numa_prefault_threads",
+    "numa_hugepages",
+    "numa_bind_policy",
+    "numa_reserved_cores",
+    "numa_memory_policy",
     # CLI
     "main",
 ]
@@ -80,37 +93,69 @@ class EnvVar(NamedTuple):
 
 # Order here is the order of the README table and of `status`.
 _VARS = (
-    EnvVar("ENABLE_NUMA_INTERLEAVE", "bool", False,
-           "Interleave shared regions (KV cache, shared weights) page by page across "
-           "the nodes in NUMA_NODES."),
-    EnvVar("NUMA_STRICT", "bool", False,
-           "Raise instead of falling back when a NUMA policy or binding cannot be applied."),
-    EnvVar("NUMA_NODES", "nodes", None,
-           "Memory nodes to use, in numactl's node-list grammar (`0-1,4`, `all`, `!0`, "
-           "`+0-1`; not its device forms such as `netdev:eth0` or `ip:HOST`, which "
-           "are refused); unset means default_memory_nodes(): the allowed "
-           "nodes of the CPUs' DRAM tier, without GPU memory, CXL or other slower "
-           "memory (`all` takes every allowed memory node)."),
-    EnvVar("NUMA_PREFAULT_THREADS", "int", None,
-           "Threads that prefault interleaved regions; unset means one per allowed CPU.",
-           minimum=1),
-    EnvVar("NUMA_HUGEPAGES", "choice", "off",
-           "Page size for shared regions: `off` (base pages), `thp` (madvise "
-           "MADV_HUGEPAGE), `2M`/`1G` (hugetlb pages of that size), `auto` (hugetlb "
-           "if reserved on every target node, else THP).",
-           choices=("off", "thp", "2M", "1G", "auto")),
-    EnvVar("NUMA_BIND_POLICY", "choice", "none",
-           "How a GPU worker picks its CPUs: `none` (leave affinity alone), `node`, "
-           "`socket`, `exclusive` (disjoint physical cores per GPU), `core-complex` "
-           "(CPUs sharing the last-level cache).",
-           choices=("none", "node", "socket", "exclusive", "core-complex")),
-    EnvVar("NUMA_RESERVED_CORES", "int", 0,
-           "Physical cores per node left out of CPU plans for the OS and interrupts.",
-           minimum=0),
-    EnvVar("NUMA_MEMORY_POLICY", "choice", "prefer",
-           "Memory policy applied with CPU binding: `prefer`, `bind`, `interleave` "
-           "or `none` (leave the policy alone).",
-           choices=("prefer", "bind", "interleave", "none")),
+    EnvVar(
+        "ENABLE_NUMA_INTERLEAVE",
+        "bool",
+        False,
+        "Interleave shared regions (KV cache, shared weights) page by page across "
+        "the nodes in NUMA_NODES.",
+    ),
+    EnvVar(
+        "NUMA_STRICT",
+        "bool",
+        False,
+        "Raise instead of falling back when a NUMA policy or binding cannot be applied.",
+    ),
+    EnvVar(
+        "NUMA_NODES",
+        "nodes",
+        None,
+        "Memory nodes to use, in numactl's node-list grammar (`0-1,4`, `all`, `!0`, "
+        "`+0-1`; not its device forms such as `netdev:eth0` or `ip:HOST`, which "
+        "are refused); unset means default_memory_nodes(): the allowed "
+        "nodes of the CPUs' DRAM tier, without GPU memory, CXL or other slower "
+        "memory (`all` takes every allowed memory node).",
+    ),
+    EnvVar(
+        "NUMA_PREFAULT_THREADS",
+        "int",
+        None,
+        "Threads that prefault interleaved regions; unset means one per allowed CPU.",
+        minimum=1,
+    ),
+    EnvVar(
+        "NUMA_HUGEPAGES",
+        "choice",
+        "off",
+        "Page size for shared regions: `off` (base pages), `thp` (madvise "
+        "MADV_HUGEPAGE), `2M`/`1G` (hugetlb pages of that size), `auto` (hugetlb "
+        "if reserved on every target node, else THP).",
+        choices=("off", "thp", "2M", "1G", "auto"),
+    ),
+    EnvVar(
+        "NUMA_BIND_POLICY",
+        "choice",
+        "none",
+        "How a GPU worker picks its CPUs: `none` (leave affinity alone), `node`, "
+        "`socket`, `exclusive` (disjoint physical cores per GPU), `core-complex` "
+        "(CPUs sharing the last-level cache).",
+        choices=("none", "node", "socket", "exclusive", "core-complex"),
+    ),
+    EnvVar(
+        "NUMA_RESERVED_CORES",
+        "int",
+        0,
+        "Physical cores per node left out of CPU plans for the OS and interrupts.",
+        minimum=0,
+    ),
+    EnvVar(
+        "NUMA_MEMORY_POLICY",
+        "choice",
+        "prefer",
+        "Memory policy applied with CPU binding: `prefer`, `bind`, `interleave` "
+        "or `none` (leave the policy alone).",
+        choices=("prefer", "bind", "interleave", "none"),
+    ),
 )
 
 REGISTRY = MappingProxyType({v.suffix: v for v in _VARS})
@@ -169,8 +214,7 @@ def parse_bool(text: str, name: str = "value") -> bool:
         return True
     if word in _FALSE:
         return False
-    raise ValueError(
-        f"{name}={text!r}: expected a boolean (1/0, true/false, yes/no, on/off)")
+    raise ValueError(f"{name}={text!r}: expected a boolean (1/0, true/false, yes/no, on/off)")
 
 
 # What only the machine can resolve in numactl's node-list grammar: all, !, +, hex and
@@ -191,22 +235,26 @@ def parse_nodelist(text: str, name: str = "value") -> tuple[int, ...] | str:
     if not stripped:
         raise ValueError(f"{name}={text!r}: empty node list")
     if _NUMACTL_SPEC.fullmatch(stripped) and (
-            re.search(r"[^0-9,\- ]|(^|[^0-9])0[0-9]", stripped) or any(
-                int(lo) > int(hi) for lo, hi in re.findall(r"(\d+)\s*-\s*(\d+)", stripped))):
+        re.search(r"[^0-9,\- ]|(^|[^0-9])0[0-9]", stripped)
+        or any(int(lo) > int(hi) for lo, hi in re.findall(r"(\d+)\s*-\s*(\d+)", stripped))
+    ):
         return stripped
     for chunk in stripped.split(","):
         item = chunk.strip()
         lo_s, dash, hi_s = item.partition("-")
-        if not lo_s.isdigit() or (dash and not hi_s.isdigit()) or not lo_s.isascii() \
-                or not hi_s.isascii():
+        if (
+            not lo_s.isdigit()
+            or (dash and not hi_s.isdigit())
+            or not lo_s.isascii()
+            or not hi_s.isascii()
+        ):
             raise ValueError(
-                f"{name}={text!r}: invalid node range {item!r} "
-                f"(expected a list like 0-1,4)")
+                f"{name}={text!r}: invalid node range {item!r} (expected a list like 0-1,4)"
+            )
         lo = int(lo_s)
         hi = int(hi_s) if dash else lo
         if hi > _MAX_NODE:
-            raise ValueError(
-                f"{name}={text!r}: node {hi} is above the kernel limit {_MAX_NODE}")
+            raise ValueError(f"{name}={text!r}: node {hi} is above the kernel limit {_MAX_NODE}")
         nodes.update(range(lo, hi + 1))
     return tuple(sorted(nodes))
 
@@ -215,7 +263,8 @@ def _parse_int(text: str, name: str, minimum: int | None) -> int:
     word = text.strip()
     # int() would also take "+3", "1_000" and non-ASCII digits; keep it plain.
     if not (word.isdigit() and word.isascii()) and not (
-            word.startswith("-") and word[1:].isdigit() and word[1:].isascii()):
+        word.startswith("-") and word[1:].isdigit() and word[1:].isascii()
+    ):
         raise ValueError(f"{name}={text!r}: expected an integer")
     value = int(word)
     if minimum is not None and value < minimum:
@@ -260,8 +309,7 @@ def _lookup(suffix: str) -> EnvVar:
         ) from None
 
 
-def _read(var: EnvVar, prefix: str | None,
-          environ: Mapping[str, str] | None) -> tuple[object, str]:
+def _read(var: EnvVar, prefix: str | None, environ: Mapping[str, str] | None) -> tuple[object, str]:
     name = _check_prefix(_prefix if prefix is None else prefix) + var.suffix
     raw = (os.environ if environ is None else environ).get(name)
     if raw is None or not raw.strip():  # unset or empty: the default
@@ -269,8 +317,7 @@ def _read(var: EnvVar, prefix: str | None,
     return _parse(var, raw, name), "env"
 
 
-def get(suffix: str, *, prefix: str | None = None,
-        environ: Mapping[str, str] | None = None) -> Any:
+def get(suffix: str, *, prefix: str | None = None, environ: Mapping[str, str] | None = None) -> Any:
     """Typed value of the setting ``suffix`` (e.g. ``"NUMA_STRICT"``), read now.
 
     ``prefix`` overrides the module prefix for this call; ``environ`` replaces
@@ -280,8 +327,9 @@ def get(suffix: str, *, prefix: str | None = None,
     return _read(_lookup(suffix), prefix, environ)[0]
 
 
-def effective(*, prefix: str | None = None,
-              environ: Mapping[str, str] | None = None) -> dict[str, tuple[Any, str]]:
+def effective(
+    *, prefix: str | None = None, environ: Mapping[str, str] | None = None
+) -> dict[str, tuple[Any, str]]:
     """Full variable name -> (value, "env" | "default") for every setting.
 
     Raises ValueError on the first malformed value; callers that report
@@ -290,27 +338,28 @@ def effective(*, prefix: str | None = None,
     result = {}
     for var in _VARS:
         value, source = _read(var, prefix, environ)
-        result[_check_prefix(_prefix if prefix is None else prefix) + var.suffix] = (
-            value, source)
+        result[_check_prefix(_prefix if prefix is None else prefix) + var.suffix] = (value, source)
     return result
 
 
 # Typed accessors, written out so readers and type checkers see them.
 
-def enable_numa_interleave(*, prefix: str | None = None,
-                           environ: Mapping[str, str] | None = None) -> bool:
+
+def enable_numa_interleave(
+    *, prefix: str | None = None, environ: Mapping[str, str] | None = None
+) -> bool:
     """ENABLE_NUMA_INTERLEAVE: interleave shared regions across nodes (default off)."""
     return bool(get("ENABLE_NUMA_INTERLEAVE", prefix=prefix, environ=environ))
 
 
-def numa_strict(*, prefix: str | None = None,
-                environ: Mapping[str, str] | None = None) -> bool:
+def numa_strict(*, prefix: str | None = None, environ: Mapping[str, str] | None = None) -> bool:
     """NUMA_STRICT: raise instead of falling back (default off)."""
     return bool(get("NUMA_STRICT", prefix=prefix, environ=environ))
 
 
-def numa_nodes(*, prefix: str | None = None,
-               environ: Mapping[str, str] | None = None) -> tuple[int, ...] | str | None:
+def numa_nodes(
+    *, prefix: str | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[int, ...] | str | None:
     """NUMA_NODES: sorted node ids, None for every allowed memory node, or a numactl
     node list only the machine can resolve (``all``, ``!0``, ``+1``: a str for
     numa_utils.parse_nodestring, which refuses device forms such as ``netdev:eth0``)."""
@@ -318,33 +367,34 @@ def numa_nodes(*, prefix: str | None = None,
     return None if value is None else value if isinstance(value, str) else tuple(value)
 
 
-def numa_prefault_threads(*, prefix: str | None = None,
-                          environ: Mapping[str, str] | None = None) -> int | None:
+def numa_prefault_threads(
+    *, prefix: str | None = None, environ: Mapping[str, str] | None = None
+) -> int | None:
     """NUMA_PREFAULT_THREADS: thread count >= 1, or None for one per allowed CPU."""
     value = get("NUMA_PREFAULT_THREADS", prefix=prefix, environ=environ)
     return None if value is None else int(value)
 
 
-def numa_hugepages(*, prefix: str | None = None,
-                   environ: Mapping[str, str] | None = None) -> str:
+def numa_hugepages(*, prefix: str | None = None, environ: Mapping[str, str] | None = None) -> str:
     """NUMA_HUGEPAGES: "off", "thp", "2M", "1G" or "auto"."""
     return str(get("NUMA_HUGEPAGES", prefix=prefix, environ=environ))
 
 
-def numa_bind_policy(*, prefix: str | None = None,
-                     environ: Mapping[str, str] | None = None) -> str:
+def numa_bind_policy(*, prefix: str | None = None, environ: Mapping[str, str] | None = None) -> str:
     """NUMA_BIND_POLICY: "none", "node", "socket", "exclusive" or "core-complex"."""
     return str(get("NUMA_BIND_POLICY", prefix=prefix, environ=environ))
 
 
-def numa_reserved_cores(*, prefix: str | None = None,
-                        environ: Mapping[str, str] | None = None) -> int:
+def numa_reserved_cores(
+    *, prefix: str | None = None, environ: Mapping[str, str] | None = None
+) -> int:
     """NUMA_RESERVED_CORES: cores per node kept out of CPU plans (>= 0)."""
     return int(get("NUMA_RESERVED_CORES", prefix=prefix, environ=environ))
 
 
-def numa_memory_policy(*, prefix: str | None = None,
-                       environ: Mapping[str, str] | None = None) -> str:
+def numa_memory_policy(
+    *, prefix: str | None = None, environ: Mapping[str, str] | None = None
+) -> str:
     """NUMA_MEMORY_POLICY: "prefer", "bind", "interleave" or "none"."""
     return str(get("NUMA_MEMORY_POLICY", prefix=prefix, environ=environ))
 
@@ -385,12 +435,15 @@ def markdown_table(prefix: str | None = None) -> str:
         "|---|---|---|---|",
     ]
     for var in _VARS:
-        lines.append(f"| `{pre}{var.suffix}` | {_format_kind(var)} | "
-                     f"{_format_default(var)} | {var.doc} |")
+        lines.append(
+            f"| `{pre}{var.suffix}` | {_format_kind(var)} | {_format_default(var)} | {var.doc} |"
+        )
     lines.append("")
-    lines.append("Booleans accept `1/0`, `true/false`, `yes/no`, `on/off` (any case); "
-                 "an empty value means the default; anything else is an error that "
-                 "names the variable.")
+    lines.append(
+        "Booleans accept `1/0`, `true/false`, `yes/no`, `on/off` (any case); "
+        "an empty value means the default; anything else is an error that "
+        "names the variable."
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -399,11 +452,14 @@ def main(argv: list[str] | None = None) -> int:
     import argparse  # only the CLI needs it
 
     parser = argparse.ArgumentParser(
-        description="numa_utils environment variables: effective values or README table")
-    parser.add_argument("--prefix", default=None,
-                        help=f"variable prefix (default {DEFAULT_PREFIX})")
-    parser.add_argument("--markdown", action="store_true",
-                        help="print the README table of variables")
+        description="numa_utils environment variables: effective values or README table"
+    )
+    parser.add_argument(
+        "--prefix", default=None, help=f"variable prefix (default {DEFAULT_PREFIX})"
+    )
+    parser.add_argument(
+        "--markdown", action="store_true", help="print the README table of variables"
+    )
     args = parser.parse_args(argv)
     try:
         if args.markdown:

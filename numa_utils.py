@@ -71,6 +71,7 @@ else:
 
         def __getattr__(self, name):
             import ctypes as real
+
             globals()["ctypes"] = real
             return getattr(real, name)
 
@@ -86,48 +87,124 @@ else:
                 return super().__new__(mcls, name, bases, ns)
             fields = list(ns.get("__annotations__", {}))
             defaults = [ns.pop(f) for f in fields if f in ns]
-            base = collections.namedtuple(name, fields, defaults=defaults,
-                                          module=ns.get("__module__"))
+            base = collections.namedtuple(
+                name, fields, defaults=defaults, module=ns.get("__module__")
+            )
             ns["__slots__"] = ()
             return type(name, (base,), ns)
 
     class _Record(metaclass=_RecordMeta):
         pass
 
+
 __all__ = [
     # parsers (pure, no I/O)
-    "parse_cpulist", "format_cpulist", "parse_cpumap", "parse_meminfo",
-    "parse_distance_row", "parse_numa_maps", "iter_numa_maps",
+    "parse_cpulist",
+    "format_cpulist",
+    "parse_cpumap",
+    "parse_meminfo",
+    "parse_distance_row",
+    "parse_numa_maps",
+    "iter_numa_maps",
     # backends
-    "Abi", "abi_for", "Backend", "LinuxBackend", "NotLiveError",
-    "default_backend", "use_backend",
+    "Abi",
+    "abi_for",
+    "Backend",
+    "LinuxBackend",
+    "NotLiveError",
+    "default_backend",
+    "use_backend",
     # topology
-    "Topology", "Node", "Cpu", "HugePages", "read_topology", "to_json",
-    "MemoryAccess", "default_memory_nodes", "memory_node_choice", "MemoryNodeChoice",
+    "Topology",
+    "Node",
+    "Cpu",
+    "HugePages",
+    "read_topology",
+    "to_json",
+    "MemoryAccess",
+    "default_memory_nodes",
+    "memory_node_choice",
+    "MemoryNodeChoice",
     # memory policy: raw syscalls
-    "Mode", "ModeFlag", "MbindFlag", "GetFlag", "NodeMask", "mbind", "set_mempolicy",
-    "get_mempolicy", "move_pages", "migrate_pages", "set_mempolicy_home_node",
+    "Mode",
+    "ModeFlag",
+    "MbindFlag",
+    "GetFlag",
+    "NodeMask",
+    "mbind",
+    "set_mempolicy",
+    "get_mempolicy",
+    "move_pages",
+    "migrate_pages",
+    "set_mempolicy_home_node",
     # memory policy: safe layer
-    "PolicyResult", "PolicyInfo", "buffer_range", "interleave", "bind", "prefer",
-    "weighted_interleave", "interleave_weights", "set_interleave_weights", "suggest_weights",
-    "set_local", "apply_policy", "thread_policy", "set_thread_policy", "get_policy", "node_of",
+    "PolicyResult",
+    "PolicyInfo",
+    "buffer_range",
+    "interleave",
+    "bind",
+    "prefer",
+    "weighted_interleave",
+    "interleave_weights",
+    "set_interleave_weights",
+    "suggest_weights",
+    "set_local",
+    "apply_policy",
+    "thread_policy",
+    "set_thread_policy",
+    "get_policy",
+    "node_of",
     # shared memory, prefault, placement
-    "SharedRegion", "Layout", "Extent", "ExtentPlacement", "prefault", "placement",
-    "NumaMapsEntry", "fit", "FitResult", "FitNode", "FitLimit",
+    "SharedRegion",
+    "Layout",
+    "Extent",
+    "ExtentPlacement",
+    "prefault",
+    "placement",
+    "NumaMapsEntry",
+    "fit",
+    "FitResult",
+    "FitNode",
+    "FitLimit",
     # GPU locality and binding
-    "gpus", "gpu_node", "cpus_for_gpu", "bind_to_node", "bind_for_gpu",
-    "GpuInfo", "GpuPlan", "BindResult", "gpu_plans", "BIND_POLICIES",
+    "gpus",
+    "gpu_node",
+    "cpus_for_gpu",
+    "bind_to_node",
+    "bind_for_gpu",
+    "GpuInfo",
+    "GpuPlan",
+    "BindResult",
+    "gpu_plans",
+    "BIND_POLICIES",
     # PCI devices: NICs, RDMA, NVMe, GPUs
-    "Device", "DEVICE_KINDS", "devices", "device_distance", "local_devices", "LocalDevices",
+    "Device",
+    "DEVICE_KINDS",
+    "devices",
+    "device_distance",
+    "local_devices",
+    "LocalDevices",
     # observation
-    "NodeCounters", "Counters", "counters", "RemoteShare", "remote_share",
-    "NodeCandidate", "NodeChoice", "choose_node", "CudaPin", "CudaHostRegisterFlag",
-    "CudaPinProgress", "pin_for_cuda", "REMOTE_SHARE_THRESHOLD",
+    "NodeCounters",
+    "Counters",
+    "counters",
+    "RemoteShare",
+    "remote_share",
+    "NodeCandidate",
+    "NodeChoice",
+    "choose_node",
+    "CudaPin",
+    "CudaHostRegisterFlag",
+    "CudaPinProgress",
+    "pin_for_cuda",
+    "REMOTE_SHARE_THRESHOLD",
     # numactl's node/CPU list grammar; CLI
-    "parse_nodestring", "main", "configure",
+    "parse_nodestring",
+    "main",
+    "configure",
 ]
 
-if TYPE_CHECKING:   # imported lazily at run time: importing numa_utils stays cheap
+if TYPE_CHECKING:  # imported lazily at run time: importing numa_utils stays cheap
     import argparse
 
     from typing_extensions import Literal
@@ -138,7 +215,7 @@ if TYPE_CHECKING:   # imported lazily at run time: importing numa_utils stays ch
 # interleave() for every layer of every request: that must not become a log storm).
 _warned: Set[str] = set()
 _warned_lock = threading.Lock()
-_cli_verbose: Optional[bool] = None     # main()'s -v; None: a library caller's logging
+_cli_verbose: Optional[bool] = None  # main()'s -v; None: a library caller's logging
 
 
 def _warn_once(key: str, msg: str, *args: Any) -> None:
@@ -147,9 +224,12 @@ def _warn_once(key: str, msg: str, *args: Any) -> None:
             return
         _warned.add(key)
     import logging
-    if _cli_verbose is not None:      # the command line: its format, set when first needed
-        logging.basicConfig(level=logging.INFO if _cli_verbose else logging.WARNING,
-                            format="%(levelname)s %(message)s")
+
+    if _cli_verbose is not None:  # the command line: its format, set when first needed
+        logging.basicConfig(
+            level=logging.INFO if _cli_verbose else logging.WARNING,
+            format="%(levelname)s %(message)s",
+        )
     logging.getLogger(__name__).warning(msg, *args)
 
 
@@ -166,6 +246,7 @@ class NotLiveError(OSError):
 # Pure parsers (no I/O). Formats: Documentation/admin-guide/cputopology.rst,
 # lib/bitmap.c (bitmap_parselist / bitmap_print_to_pagebuf), drivers/base/node.c.
 # ===========================================================================
+
 
 def _clean(text: str) -> str:
     # Some sysfs files end in "\n\0" (seen on old kernels and some drivers).
@@ -186,8 +267,9 @@ MAX_CPUS = 8192
 MAX_NODES = 1024
 
 
-def parse_cpulist(text: str, *, source: Optional[str] = None,
-                  limit: int = MAX_CPUS) -> FrozenSet[int]:
+def parse_cpulist(
+    text: str, *, source: Optional[str] = None, limit: int = MAX_CPUS
+) -> FrozenSet[int]:
     """Parse the kernel's list format ("0-3,8,10-11", "0-15:2/4") into a frozenset.
 
     An empty string is the empty set.  Garbage, or an id >= ``limit`` (MAX_CPUS;
@@ -198,15 +280,16 @@ def parse_cpulist(text: str, *, source: Optional[str] = None,
     if not s:
         return frozenset()
     bits = 0
-    for chunk in dict.fromkeys(s.split(",")):       # a repeated chunk costs nothing
+    for chunk in dict.fromkeys(s.split(",")):  # a repeated chunk costs nothing
         m = _CHUNK_RE.match(chunk.strip())
-        g = m.groups() if m else ("1", "0", None, None)     # no match: refused below
+        g = m.groups() if m else ("1", "0", None, None)  # no match: refused below
         lo, used, group = int(g[0]), int(g[2] or 1), int(g[3] or 1)
         hi = int(g[1] or lo)
         if m is None or hi < lo or used == 0 or group == 0 or used > group or hi >= limit:
             raise ValueError(
                 f"invalid CPU/node list{_where(source)}: chunk {chunk[:40]!r} of "
-                f"{_short(text)}" + (f" (ids must be < {limit})" if hi >= limit else ""))
+                f"{_short(text)}" + (f" (ids must be < {limit})" if hi >= limit else "")
+            )
         if group == 1 or used == group:
             bits |= ((1 << (hi - lo + 1)) - 1) << lo
         else:
@@ -242,8 +325,9 @@ def format_cpulist(ids: Iterable[int]) -> str:
 _HEX_WORD = re.compile("[0-9a-fA-F]{1,8}")
 
 
-def parse_cpumap(text: str, *, source: Optional[str] = None,
-                 limit: int = MAX_CPUS) -> FrozenSet[int]:
+def parse_cpumap(
+    text: str, *, source: Optional[str] = None, limit: int = MAX_CPUS
+) -> FrozenSet[int]:
     """Parse a hex mask ("00000000,0000ff00"; 32-bit words, most significant first).
 
     At most ``limit`` bits (the kernel prints nr_cpu_ids of them); linear in the text.
@@ -253,23 +337,30 @@ def parse_cpumap(text: str, *, source: Optional[str] = None,
         return frozenset()
     words = [w.strip() for w in s.split(",")]
     if len(words) > (limit + 31) // 32:
-        raise ValueError(f"invalid CPU mask{_where(source)}: {len(words)} words, more "
-                         f"than {limit} bits: {_short(text)}")
-    bad = [w for w in words if not _HEX_WORD.fullmatch(w)] if len(s) != 9 * len(words) - 1 \
-        or not re.fullmatch(r"[0-9a-fA-F,]*", s) else []        # the kernel's: 8 digits each
+        raise ValueError(
+            f"invalid CPU mask{_where(source)}: {len(words)} words, more "
+            f"than {limit} bits: {_short(text)}"
+        )
+    bad = (
+        [w for w in words if not _HEX_WORD.fullmatch(w)]
+        if len(s) != 9 * len(words) - 1 or not re.fullmatch(r"[0-9a-fA-F,]*", s)
+        else []
+    )  # the kernel's: 8 digits each
     if bad:
-        raise ValueError(f"invalid CPU mask{_where(source)}: word {bad[0][:40]!r} of "
-                         f"{_short(text)}")
+        raise ValueError(
+            f"invalid CPU mask{_where(source)}: word {bad[0][:40]!r} of {_short(text)}"
+        )
     value = int("".join(w.rjust(8, "0") for w in words), 16)
     if value >> limit:
-        raise ValueError(f"invalid CPU mask{_where(source)}: bits at or above {limit}: "
-                         f"{_short(text)}")
+        raise ValueError(
+            f"invalid CPU mask{_where(source)}: bits at or above {limit}: {_short(text)}"
+        )
     return _set_bits(value)
 
 
 def _set_bits(value: int) -> FrozenSet[int]:
     """The positions of the 1 bits of ``value`` (bit 0 is CPU/node 0); linear."""
-    return frozenset(m.start() for m in re.finditer("1", bin(value)[:1:-1]))   # LSB first
+    return frozenset(m.start() for m in re.finditer("1", bin(value)[:1:-1]))  # LSB first
 
 
 def parse_meminfo(text: str, *, source: Optional[str] = None) -> Dict[str, int]:
@@ -281,8 +372,11 @@ def parse_meminfo(text: str, *, source: Optional[str] = None) -> Dict[str, int]:
     s = _clean(text)
     # The whole file in C when every line is plain "[Node N ]Key:   123[ kB]" (read
     # per node by read_topology and counters); anything else line by line below.
-    pairs = re.findall(r"(?am)^(?:Node [0-9]+ +)?([A-Za-z][^:\n]{0,80}?):[ \t]*([0-9]{1,20})"
-                       r"(?: kB)?[ \t]*$", s)
+    pairs = re.findall(
+        r"(?am)^(?:Node [0-9]+ +)?([A-Za-z][^:\n]{0,80}?):[ \t]*([0-9]{1,20})"
+        r"(?: kB)?[ \t]*$",
+        s,
+    )
     if len(pairs) == s.count("\n") + 1 and not any(k.startswith("Node ") for k, _ in pairs):
         return {k.strip(): int(v) for k, v in pairs}
     out: Dict[str, int] = {}
@@ -297,8 +391,12 @@ def parse_meminfo(text: str, *, source: Optional[str] = None) -> Dict[str, int]:
             line = parts[2]
         key, sep, rest = line.partition(":")
         fields = rest.split()
-        if not sep or not key or not fields or len(fields) > 2 or (
-            len(fields) == 2 and fields[1] != "kB"
+        if (
+            not sep
+            or not key
+            or not fields
+            or len(fields) > 2
+            or (len(fields) == 2 and fields[1] != "kB")
         ):
             raise ValueError(f"invalid meminfo line{_where(source)}: {_short(line)}")
         # Values are unsigned longs: 20 digits at most (a longer one is corrupt, and
@@ -345,8 +443,14 @@ def _parse_int(text: str, source: str) -> int:
 # table mbind/get/set: 237 is mbind on x86_64 but set_mempolicy on aarch64.
 # ===========================================================================
 
-_NAMES = ("mbind", "set_mempolicy", "get_mempolicy", "migrate_pages", "move_pages",
-          "set_mempolicy_home_node")
+_NAMES = (
+    "mbind",
+    "set_mempolicy",
+    "get_mempolicy",
+    "migrate_pages",
+    "move_pages",
+    "set_mempolicy_home_node",
+)
 
 
 def _table(*nums: int) -> Mapping[str, int]:
@@ -355,20 +459,41 @@ def _table(*nums: int) -> Mapping[str, int]:
 
 _GENERIC = _table(235, 237, 236, 238, 239, 450)
 
-SYSCALL_TABLES: Mapping[str, Mapping[str, int]] = MappingProxyType({
-    "x86_64": _table(237, 238, 239, 256, 279, 450), "i386": _table(274, 276, 275, 294, 317, 450),
-    "aarch64": _GENERIC, "riscv64": _GENERIC, "loongarch64": _GENERIC,
-    "arm": _table(319, 321, 320, 400, 344, 450), "s390x": _table(268, 270, 269, 287, 310, 450),
-    "ppc64": _table(259, 261, 260, 258, 301, 450), "ppc64le": _table(259, 261, 260, 258, 301, 450),
-})
+SYSCALL_TABLES: Mapping[str, Mapping[str, int]] = MappingProxyType(
+    {
+        "x86_64": _table(237, 238, 239, 256, 279, 450),
+        "i386": _table(274, 276, 275, 294, 317, 450),
+        "aarch64": _GENERIC,
+        "riscv64": _GENERIC,
+        "loongarch64": _GENERIC,
+        "arm": _table(319, 321, 320, 400, 344, 450),
+        "s390x": _table(268, 270, 269, 287, 310, 450),
+        "ppc64": _table(259, 261, 260, 258, 301, 450),
+        "ppc64le": _table(259, 261, 260, 258, 301, 450),
+    }
+)
 
-_MACHINE_ALIASES = MappingProxyType({
-    "amd64": "x86_64", "x64": "x86_64", "x86-64": "x86_64",
-    "i486": "i386", "i586": "i386", "i686": "i386", "x86": "i386",
-    "arm64": "aarch64", "armv8l": "arm", "armv7l": "arm", "armv6l": "arm", "armhf": "arm",
-    "ppc64el": "ppc64le", "powerpc64le": "ppc64le", "powerpc64": "ppc64",
-    "riscv": "riscv64", "loong64": "loongarch64",
-})
+_MACHINE_ALIASES = MappingProxyType(
+    {
+        "amd64": "x86_64",
+        "x64": "x86_64",
+        "x86-64": "x86_64",
+        "i486": "i386",
+        "i586": "i386",
+        "i686": "i386",
+        "x86": "i386",
+        "arm64": "aarch64",
+        "armv8l": "arm",
+        "armv7l": "arm",
+        "armv6l": "arm",
+        "armhf": "arm",
+        "ppc64el": "ppc64le",
+        "powerpc64le": "ppc64le",
+        "powerpc64": "ppc64",
+        "riscv": "riscv64",
+        "loong64": "loongarch64",
+    }
+)
 
 _BIG_ENDIAN = frozenset({"ppc64", "s390x"})
 
@@ -376,10 +501,10 @@ _BIG_ENDIAN = frozenset({"ppc64", "s390x"})
 class Abi(_Record):
     """The ABI a syscall is made in: table name, word size and byte order."""
 
-    name: str                      # key of SYSCALL_TABLES, or the unknown machine name
-    word_bits: int                 # C unsigned long width: nodemask word size
-    byteorder: ByteOrder           # "little" | "big"
-    syscalls: Optional[Mapping[str, int]]   # None: unsupported ABI -> ENOSYS at call time
+    name: str  # key of SYSCALL_TABLES, or the unknown machine name
+    word_bits: int  # C unsigned long width: nodemask word size
+    byteorder: ByteOrder  # "little" | "big"
+    syscalls: Optional[Mapping[str, int]]  # None: unsupported ABI -> ENOSYS at call time
 
     @property
     def supported(self) -> bool:
@@ -387,8 +512,7 @@ class Abi(_Record):
 
     def number(self, name: str) -> int:
         if self.syscalls is None or name not in self.syscalls:
-            raise _oserror(errno.ENOSYS, name,
-                           f"no syscall table for the {self.name!r} ABI")
+            raise _oserror(errno.ENOSYS, name, f"no syscall table for the {self.name!r} ABI")
         return self.syscalls[name]
 
 
@@ -414,6 +538,7 @@ def abi_for(machine: Optional[str] = None, pointer_bits: Optional[int] = None) -
 # ===========================================================================
 # Backends: the one seam through which every file read and every syscall goes.
 # ===========================================================================
+
 
 class Backend:
     """Interface of a backend.  ``LinuxBackend`` and ``SimulatedBackend`` implement it.
@@ -481,8 +606,9 @@ class Backend:
 
     def threads(self) -> List[int]:
         """Thread ids of this process, from /proc/self/task."""
-        return sorted(int(t) for t in self.listdir("/proc/self/task")
-                      if t.isascii() and t.isdigit())
+        return sorted(
+            int(t) for t in self.listdir("/proc/self/task") if t.isascii() and t.isdigit()
+        )
 
     # Convenience shared by all backends ------------------------------------------------
     def statvfs(self, path: str) -> Optional[Tuple[int, int]]:
@@ -506,10 +632,21 @@ class Backend:
         if not path.startswith("/"):
             return None
         path = path.rstrip("/")
-        return next((c for c in (r.parsed(f, parse_cpulist) for f in (
-            f"/sys/fs/cgroup{path}/cpuset.cpus.effective",
-            f"/sys/fs/cgroup/cpuset{path}/cpuset.effective_cpus",
-            f"/sys/fs/cgroup/cpuset{path}/cpuset.cpus")) if c), None)
+        return next(
+            (
+                c
+                for c in (
+                    r.parsed(f, parse_cpulist)
+                    for f in (
+                        f"/sys/fs/cgroup{path}/cpuset.cpus.effective",
+                        f"/sys/fs/cgroup/cpuset{path}/cpuset.effective_cpus",
+                        f"/sys/fs/cgroup/cpuset{path}/cpuset.cpus",
+                    )
+                )
+                if c
+            ),
+            None,
+        )
 
     # Shared memory, for SharedRegion.  SysV: ipc/shm.c; POSIX: a file in the
     # tmpfs at /dev/shm, as glibc's shm_open does.  Addresses and fds are plain ints.
@@ -586,11 +723,16 @@ def _get_libc() -> ctypes.CDLL:
             lib.syscall.restype = ctypes.c_long
             vp, sz, i = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
             for name, args, res in (
-                ("madvise", [vp, sz, i], i), ("shmget", [i, sz, i], i), ("shmat", [i, vp, i], vp),
-                ("shmdt", [vp], i), ("shmctl", [i, i, vp], i), ("munmap", [vp, sz], i),
+                ("madvise", [vp, sz, i], i),
+                ("shmget", [i, sz, i], i),
+                ("shmat", [i, vp, i], vp),
+                ("shmdt", [vp], i),
+                ("shmctl", [i, i, vp], i),
+                ("munmap", [vp, sz], i),
                 ("mmap", [vp, sz, i, i, i, ctypes.c_long], vp),
                 ("mincore", [vp, sz, ctypes.c_char_p], i),
-                ("readv", [i, vp, i], ctypes.c_ssize_t), ("writev", [i, vp, i], ctypes.c_ssize_t),
+                ("readv", [i, vp, i], ctypes.c_ssize_t),
+                ("writev", [i, vp, i], ctypes.c_ssize_t),
             ):
                 fn = getattr(lib, name)
                 fn.argtypes, fn.restype = args, res
@@ -600,8 +742,8 @@ def _get_libc() -> ctypes.CDLL:
 
 # Saved trees in one file.  Read into memory, never unpacked: nothing of an archive is
 # written to disk, so no member name or link can reach outside it.
-_TREE_MAX_TOTAL = 128 << 20      # an archive's bytes, uncompressed
-_TREE_MAX_STEPS = 1 << 21        # path components one backend walks, all lookups together
+_TREE_MAX_TOTAL = 128 << 20  # an archive's bytes, uncompressed
+_TREE_MAX_STEPS = 1 << 21  # path components one backend walks, all lookups together
 _TEXT_ARCHIVE = b"# numa_utils saved tree"
 _PCT_RE = re.compile(rb"%([0-9A-Fa-f]{2})")
 _ENTRY_RE = re.compile(rb"(?m)^>>> ([^\n]*)\n?")
@@ -615,8 +757,11 @@ def _read_regular(path: str, limit: int, flags: int = 0) -> bytes:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise OSError(errno.EISDIR, os.strerror(errno.EISDIR)) if \
-                stat.S_ISDIR(st.st_mode) else OSError(errno.EINVAL, "not a regular file")
+            raise (
+                OSError(errno.EISDIR, os.strerror(errno.EISDIR))
+                if stat.S_ISDIR(st.st_mode)
+                else OSError(errno.EINVAL, "not a regular file")
+            )
         # One read of the size fstat gave (a 1 MiB buffer per small file costs more than
         # reading it), then MiB reads until a short one (a regular file's end) or more
         # than ``limit``.
@@ -669,36 +814,45 @@ class _Archive:
             return self.links.get(rel)
         try:
             return os.readlink(f"{self.path}/{rel}")
-        except OSError:             # not a link, or not there
+        except OSError:  # not a link, or not there
             return None
 
     def _bad(self, why: str) -> NoReturn:
         raise ValueError(f"{self.path}: not a saved tree archive ({why})")
 
-    def _add(self, name: str, data: Optional[bytes] = None, link: Optional[str] = None
-             ) -> None:
+    def _add(self, name: str, data: Optional[bytes] = None, link: Optional[str] = None) -> None:
         rel = name.rstrip("/")
         odd = "/" + rel + "/"
         if "//" in odd or "/./" in odd or rel.startswith("./"):
             rel = "/".join(p for p in name.split("/") if p not in ("", "."))
         head, _, leaf = rel.rpartition("/")
-        if name.startswith("/") or not rel or "/../" in f"/{rel}/" or \
-                rel.count("/") >= 128 or len(name) > 4096 or (
-                    link is not None and len(link) > 4096):
-            self._bad(f"refused member {_short(name, 60)}: names are relative, "
-                      "without '..', at most 4,096 bytes and 128 components")
-        if head not in self.dirs:           # its folders, made once each
+        if (
+            name.startswith("/")
+            or not rel
+            or "/../" in f"/{rel}/"
+            or rel.count("/") >= 128
+            or len(name) > 4096
+            or (link is not None and len(link) > 4096)
+        ):
+            self._bad(
+                f"refused member {_short(name, 60)}: names are relative, "
+                "without '..', at most 4,096 bytes and 128 components"
+            )
+        if head not in self.dirs:  # its folders, made once each
             d = ""
             for p in head.split("/"):
                 sub = f"{d}/{p}" if d else p
                 if sub in self.files or sub in self.links:
-                    self._bad(f"refused member {_short(name, 60)}: {sub!r} is not a "
-                              "folder")
+                    self._bad(f"refused member {_short(name, 60)}: {sub!r} is not a folder")
                 self.dirs[d][p] = None
                 self.dirs.setdefault(sub, {})
                 d = sub
-        if rel in self.dirs and (data is not None or link is not None) or \
-                rel in self.links or (rel in self.files and data is None):
+        if (
+            rel in self.dirs
+            and (data is not None or link is not None)
+            or rel in self.links
+            or (rel in self.files and data is None)
+        ):
             self._bad(f"refused member {_short(name, 60)}: named twice")
         self.dirs[head][leaf] = None
         if data is not None:
@@ -712,12 +866,18 @@ class _Archive:
         import io
         import tarfile
         import zlib
+
         kind = {b"\x1f\x8b": "gzip", b"BZ": "bz2", b"\xfd7": "lzma"}.get(data[:2])
         try:
             if kind is not None:
                 mod = __import__(kind)
-                bad: Tuple[Type[BaseException], ...] = (OSError, EOFError, ValueError, zlib.error,
-                                         getattr(mod, "LZMAError", OSError))
+                bad: Tuple[Type[BaseException], ...] = (
+                    OSError,
+                    EOFError,
+                    ValueError,
+                    zlib.error,
+                    getattr(mod, "LZMAError", OSError),
+                )
                 try:
                     with mod.open(io.BytesIO(data)) as z:
                         data = z.read(_TREE_MAX_TOTAL + 1)
@@ -731,23 +891,29 @@ class _Archive:
                         self._add(m.name)
                     elif m.issym():
                         self._add(m.name, link=m.linkname)
-                    elif m.isfile() and m.type != tarfile.GNUTYPE_SPARSE and \
-                            m.offset_data + m.size <= len(data):
-                        self._add(m.name, data[m.offset_data:m.offset_data + m.size])
+                    elif (
+                        m.isfile()
+                        and m.type != tarfile.GNUTYPE_SPARSE
+                        and m.offset_data + m.size <= len(data)
+                    ):
+                        self._add(m.name, data[m.offset_data : m.offset_data + m.size])
                     else:
-                        self._bad(f"refused member {_short(m.name, 60)}: only files, "
-                                  "folders and symbolic links, whole")
+                        self._bad(
+                            f"refused member {_short(m.name, 60)}: only files, "
+                            "folders and symbolic links, whole"
+                        )
                 end = tar.offset
         except (tarfile.TarError, EOFError) as e:
             self._bad(str(e) or type(e).__name__)
         # tarfile stops quietly at a header it cannot read: only the end-of-archive
         # block says that nothing was cut off.
-        if data[end:end + 512] != bytes(512):
+        if data[end : end + 512] != bytes(512):
             self._bad(f"truncated or damaged at byte {end}")
 
     def _text(self, data: bytes) -> None:
         import base64
-        parts = _ENTRY_RE.split(data)        # preamble, then (header, body) pairs
+
+        parts = _ENTRY_RE.split(data)  # preamble, then (header, body) pairs
         if any(ln and not ln.startswith(b"#") for ln in parts[0].split(b"\n")):
             self._bad("text before the first '>>> PATH' line")
         for i in range(1, len(parts), 2):
@@ -759,8 +925,7 @@ class _Archive:
                 self._add(name)
             elif flags == [b"base64"]:
                 try:
-                    self._add(name, base64.b64decode(body.replace(b"\n", b""),
-                                                     validate=True))
+                    self._add(name, base64.b64decode(body.replace(b"\n", b""), validate=True))
                 except ValueError as e:
                     self._bad(f"{_short(name, 60)}: {e}")
             elif flags in ([], [b"noeol"]):
@@ -779,13 +944,12 @@ class _Archive:
             if any(f"{base}/{d}".lstrip("/") in self.dirs for d in ("sys", "proc")):
                 break
         else:
-            raise ValueError(f"{self.path}: no sys/ or proc/ in the archive "
-                             "(nor under root/)")
+            raise ValueError(f"{self.path}: no sys/ or proc/ in the archive (nor under root/)")
         if base:
             p, top = base + "/", self.dirs[base]
-            self.files = {k[len(p):]: v for k, v in self.files.items() if k.startswith(p)}
-            self.links = {k[len(p):]: v for k, v in self.links.items() if k.startswith(p)}
-            self.dirs = {k[len(p):]: v for k, v in self.dirs.items() if k.startswith(p)}
+            self.files = {k[len(p) :]: v for k, v in self.files.items() if k.startswith(p)}
+            self.links = {k[len(p) :]: v for k, v in self.links.items() if k.startswith(p)}
+            self.dirs = {k[len(p) :]: v for k, v in self.dirs.items() if k.startswith(p)}
             self.dirs[""] = top
         return self
 
@@ -793,14 +957,19 @@ class _Archive:
         """``rel``'s text; ELOOP when it is a link (LinuxBackend then follows it)."""
         data = self.files.get(rel)
         if data is None and not self.folder:
-            err = errno.ELOOP if rel in self.links else errno.EISDIR if rel in self.dirs \
+            err = (
+                errno.ELOOP
+                if rel in self.links
+                else errno.EISDIR
+                if rel in self.dirs
                 else errno.ENOENT
+            )
             raise OSError(err, os.strerror(err), path)
         if data is None:
             try:
                 data = _read_regular(f"{self.path}/{rel}", limit, os.O_NOFOLLOW)
             except OSError as e:
-                e.filename = path           # the tree's path, not the disk's
+                e.filename = path  # the tree's path, not the disk's
                 raise
             if len(data) <= 1 << 16:
                 self.files[rel] = data
@@ -869,8 +1038,7 @@ class LinuxBackend(Backend):
             c = todo.pop()
             self._steps += 1
             if self._steps > _TREE_MAX_STEPS or len(cur) > 512 or len(todo) > 4096:
-                raise _oserror(errno.ELOOP, path, f"links too deep or too many in "
-                               f"{self.root}")
+                raise _oserror(errno.ELOOP, path, f"links too deep or too many in {self.root}")
             if c in ("", ".", ".."):
                 if c == ".." and cur:
                     cur.pop()
@@ -897,9 +1065,12 @@ class LinuxBackend(Backend):
             head, _, leaf = rel.rpartition("/")
             base = self._real_paths.get(head)
             if base is None:
-                base = self._rel(tree, head) if 0 < head.count("/") < 64 else \
-                    self._real_paths.setdefault(head, self._walk(tree, head))
-            got = f"{base}/{leaf}" if base else leaf      # most leaves: a plain name
+                base = (
+                    self._rel(tree, head)
+                    if 0 < head.count("/") < 64
+                    else self._real_paths.setdefault(head, self._walk(tree, head))
+                )
+            got = f"{base}/{leaf}" if base else leaf  # most leaves: a plain name
             if leaf in ("", ".", "..") or leaf_too and tree.link(got) is not None:
                 got = self._walk(tree, leaf, base)
             elif not leaf_too:
@@ -937,12 +1108,15 @@ class LinuxBackend(Backend):
         try:
             rel = self._rel(self._tree, path)
         except OSError as e:
-            if e.errno == errno.ELOOP:      # a loop is worth a warning, not "absent"
+            if e.errno == errno.ELOOP:  # a loop is worth a warning, not "absent"
                 raise
             return False
         t = self._tree
-        return os.access(f"{t.path}/{rel}", os.F_OK, follow_symlinks=False) if t.folder \
+        return (
+            os.access(f"{t.path}/{rel}", os.F_OK, follow_symlinks=False)
+            if t.folder
             else rel in t.files or rel in t.dirs
+        )
 
     def realpath(self, path: str) -> str:
         if self._tree is None:
@@ -951,8 +1125,10 @@ class LinuxBackend(Backend):
 
     def _refuse(self, what: str) -> None:
         if not self.is_live:
-            raise NotLiveError(errno.EOPNOTSUPP, f"{what}: backend reads the saved tree "
-                               f"{self.root!r}, not the running system")
+            raise NotLiveError(
+                errno.EOPNOTSUPP,
+                f"{what}: backend reads the saved tree {self.root!r}, not the running system",
+            )
 
     def syscall(self, nr: int, *args: int) -> int:
         # c_long wraps an unsigned value (an address, -1 as a u64) as C would.
@@ -979,19 +1155,20 @@ class LinuxBackend(Backend):
         self._refuse("touch")
         _touch_iov(addr, length, self.page_size)
 
-    _RESIDENT = bytes(i & 1 for i in range(256))     # mincore's bit 0; others reserved
+    _RESIDENT = bytes(i & 1 for i in range(256))  # mincore's bit 0; others reserved
 
     def mincore(self, addr: int, length: int) -> int:
         self._refuse("mincore")
         page = self.page_size
         vec = ctypes.create_string_buffer(min((length + page - 1) // page, 1 << 20))
-        step = len(vec) * page          # 4 GiB of 4 KiB pages per call, 1 MiB of vector
+        step = len(vec) * page  # 4 GiB of 4 KiB pages per call, 1 MiB of vector
         count = 0
         for a in range(addr, addr + length, step):
             n = min(step, addr + length - a)
             self._libc_call("mincore", a, n, vec)
-            count += ctypes.string_at(vec, (n + page - 1) // page).translate(
-                self._RESIDENT).count(1)
+            count += (
+                ctypes.string_at(vec, (n + page - 1) // page).translate(self._RESIDENT).count(1)
+            )
         return count
 
     # -- shared memory -----------------------------------------------------------------
@@ -1039,8 +1216,20 @@ class LinuxBackend(Backend):
         key, uid, gid, cuid, cgid, mode = struct.unpack_from("<iIIIIH", buf.raw, 0)
         size, atime, dtime, ctime = struct.unpack_from("<Qqqq", buf.raw, 48)
         cpid, lpid, nattch = struct.unpack_from("<iiQ", buf.raw, 80)
-        return _ShmStat(key & 0xFFFFFFFF, shmid, uid, gid, cuid, cgid, mode, size, nattch,
-                        cpid, lpid, used=max(atime, dtime, ctime))
+        return _ShmStat(
+            key & 0xFFFFFFFF,
+            shmid,
+            uid,
+            gid,
+            cuid,
+            cgid,
+            mode,
+            size,
+            nattch,
+            cpid,
+            lpid,
+            used=max(atime, dtime, ctime),
+        )
 
     def shm_rmid(self, shmid: int) -> None:
         self._libc_call("shmctl(IPC_RMID)", shmid, IPC_RMID, None)
@@ -1067,7 +1256,7 @@ class LinuxBackend(Backend):
             raise odd
         if flags & os.O_CREAT and flags & os.O_EXCL:
             try:
-                os.fchmod(fd, mode)             # exactly ``mode``, whatever the umask
+                os.fchmod(fd, mode)  # exactly ``mode``, whatever the umask
             except OSError:
                 os.close(fd)
                 os.unlink(self._shm_path(name))
@@ -1086,9 +1275,21 @@ class LinuxBackend(Backend):
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise _oserror(errno.EINVAL, "fstat", "not a regular file")
-        return _ShmStat(0, fd, st.st_uid, st.st_gid, st.st_uid, st.st_gid,
-                        st.st_mode & 0o7777, st.st_size, st.st_nlink, 0, 0, st.st_ino,
-                        st.st_dev)
+        return _ShmStat(
+            0,
+            fd,
+            st.st_uid,
+            st.st_gid,
+            st.st_uid,
+            st.st_gid,
+            st.st_mode & 0o7777,
+            st.st_size,
+            st.st_nlink,
+            0,
+            0,
+            st.st_ino,
+            st.st_dev,
+        )
 
     def close(self, fd: int) -> None:
         os.close(fd)
@@ -1103,6 +1304,7 @@ class LinuxBackend(Backend):
     def flock(self, fd: int, op: int) -> None:
         self._refuse("flock")
         import fcntl
+
         fcntl.flock(fd, op)
 
     def pid_start(self, pid: int) -> Optional[str]:
@@ -1111,7 +1313,7 @@ class LinuxBackend(Backend):
             os.kill(pid, 0)
         except ProcessLookupError:
             return None
-        except PermissionError:         # another user's: it exists
+        except PermissionError:  # another user's: it exists
             pass
         # proc(5): starttime is field 22; the command (field 2) may hold ") ".
         f = (self.read_optional(f"/proc/{pid}/stat") or "").rpartition(")")[2].split()
@@ -1124,8 +1326,7 @@ class LinuxBackend(Backend):
         except OSError:
             ns = ""
         boot = self.read_optional("/proc/sys/kernel/random/boot_id") or ""
-        return {"pid": pid, "start": self.pid_start(pid) or "", "boot": boot.strip(),
-                "pidns": ns}
+        return {"pid": pid, "start": self.pid_start(pid) or "", "boot": boot.strip(), "pidns": ns}
 
 
 _default_lock = threading.Lock()
@@ -1173,6 +1374,7 @@ def _sibling(module: str) -> Any:
     ``pkg.numa_utils``, else the top-level module (installed, or beside this file);
     None when there is neither."""
     import importlib
+
     for name in ([f"{__package__}.{module}"] if __package__ else []) + [module]:
         try:
             return importlib.import_module(name)
@@ -1188,8 +1390,10 @@ def __getattr__(name: str) -> Any:
         sim = _sibling("numa_utils_sim")
         if sim is not None:
             return sim.SimulatedBackend
-        raise AttributeError("numa_utils.SimulatedBackend needs numa_utils_sim.py beside "
-                             "numa_utils.py (or `pip install numa-utils`)")
+        raise AttributeError(
+            "numa_utils.SimulatedBackend needs numa_utils_sim.py beside "
+            "numa_utils.py (or `pip install numa-utils`)"
+        )
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -1204,9 +1408,13 @@ _PCI_DIR = "/sys/bus/pci/devices"
 
 # PCI vendor ids (include/linux/pci_ids.h) of GPU makers, and the classes that count
 # as GPUs: 0x03xxxx display controllers, 0x12xxxx processing accelerators.
-GPU_VENDORS: Mapping[int, str] = MappingProxyType({
-    0x10DE: "nvidia", 0x1002: "amd", 0x8086: "intel",
-})
+GPU_VENDORS: Mapping[int, str] = MappingProxyType(
+    {
+        0x10DE: "nvidia",
+        0x1002: "amd",
+        0x8086: "intel",
+    }
+)
 _GPU_CLASSES = (0x03, 0x12)
 DEVICE_KINDS = ("gpu", "net", "rdma", "nvme", "display", "other")
 # A PCI function's own subfolders naming its kernel devices (drivers/net,
@@ -1241,12 +1449,12 @@ class Node(_Record):
     mem_total_kb: int
     mem_free_kb: int
     distances: Mapping[int, int]
-    hugepages: Mapping[int, HugePages]    # page size in kB -> counts
-    tier: Optional[int] = None            # memory_tierN (lower is faster); None: no tiers
-    access: Optional[MemoryAccess] = None     # HMAT access class 0; None: no HMAT
+    hugepages: Mapping[int, HugePages]  # page size in kB -> counts
+    tier: Optional[int] = None  # memory_tierN (lower is faster); None: no tiers
+    access: Optional[MemoryAccess] = None  # HMAT access class 0; None: no HMAT
     has_normal_memory: Optional[bool] = None  # False: ZONE_MOVABLE only; None: unknown
-    kind: str = ""                        # "dram" | "cpu-less" | "gpu" | "movable-only"
-    kind_evidence: str = ""               #   | "generic-initiator" | "no-memory"; and why
+    kind: str = ""  # "dram" | "cpu-less" | "gpu" | "movable-only"
+    kind_evidence: str = ""  #   | "generic-initiator" | "no-memory"; and why
 
 
 class Cpu(_Record):
@@ -1264,15 +1472,15 @@ class Device(_Record):
     node its local CPUs fall on (numa_node -1: no _PXM), else None; ``node_source``
     says which ("numa_node", "local_cpulist", "single node") or "unknown"."""
 
-    address: str                 # "0000:17:00.0"
-    kind: str                    # one of DEVICE_KINDS
+    address: str  # "0000:17:00.0"
+    kind: str  # one of DEVICE_KINDS
     vendor: int
     device: int
     pci_class: int
-    numa_node: int               # -1: firmware did not say
+    numa_node: int  # -1: firmware did not say
     node: Optional[int]
     node_source: str
-    cpus: FrozenSet[int]         # local_cpulist
+    cpus: FrozenSet[int]  # local_cpulist
     names: Tuple[str, ...] = ()  # kernel names: eth0, mlx5_0, nvme0
     # The host bridge ("pci0000:80") and the bridges down to the device, from the
     # sysfs link; just the address in a saved tree that kept no links.
@@ -1283,9 +1491,14 @@ class Device(_Record):
         return GPU_VENDORS.get(self.vendor, f"0x{self.vendor:04x}")
 
     def to_json(self) -> Dict[str, Any]:
-        return dict(_pci_json(self), kind=self.kind, node=self.node,
-                    node_source=self.node_source, names=list(self.names),
-                    path=list(self.path))
+        return dict(
+            _pci_json(self),
+            kind=self.kind,
+            node=self.node,
+            node_source=self.node_source,
+            names=list(self.names),
+            path=list(self.path),
+        )
 
 
 class Topology(_Record):
@@ -1301,11 +1514,11 @@ class Topology(_Record):
     gpus: Tuple[Device, ...]
     numa_balancing: Optional[int]
     thp: Optional[str]
-    problems: Tuple[str, ...] = ()   # what could not be read, as warnings
+    problems: Tuple[str, ...] = ()  # what could not be read, as warnings
     has_node_dir: bool = True
-    memory_tiers: Mapping[int, FrozenSet[int]] = MappingProxyType({})   # tier -> nodes
-    interleave_weights: Optional[Mapping[int, int]] = None   # None: kernel < 6.9
-    interleave_auto: Optional[bool] = None    # weights derived from HMAT (6.16+)
+    memory_tiers: Mapping[int, FrozenSet[int]] = MappingProxyType({})  # tier -> nodes
+    interleave_weights: Optional[Mapping[int, int]] = None  # None: kernel < 6.9
+    interleave_auto: Optional[bool] = None  # weights derived from HMAT (6.16+)
 
     def node_of_cpu(self, cpu: int) -> Optional[int]:
         return self.cpus[cpu].node if cpu in self.cpus else None
@@ -1346,7 +1559,7 @@ class Topology(_Record):
 
 def _id_of(name: str, prefix: str) -> Optional[int]:
     """7 for "node7" with prefix "node"; None for anything else ("node³", "nodes")."""
-    tail = name[len(prefix):]
+    tail = name[len(prefix) :]
     return _uint(tail) if name.startswith(prefix) and len(tail) <= 9 else None
 
 
@@ -1403,16 +1616,17 @@ class _Reader:
     def exists(self, path: str) -> bool:
         return bool(self._get(self.b.exists, path))
 
-    def online(self, ids: FrozenSet[int], online: FrozenSet[int], what: str
-               ) -> FrozenSet[int]:
+    def online(self, ids: FrozenSet[int], online: FrozenSet[int], what: str) -> FrozenSet[int]:
         """``ids`` (read from ``what``) that are online nodes.  The kernel's node lists
         can name a node that is offline or has no directory (hwloc's snapshot
         offline-cpu0-node0 lists node 0 in has_memory with only node 1 online):
         every later lookup by node id assumes it is in Topology.nodes."""
         extra = ids - online
         if extra:
-            self.problems.append(f"{what} names {_nodes_txt(extra)}, not online "
-                                 f"(online: {format_cpulist(online) or 'none'}); ignored")
+            self.problems.append(
+                f"{what} names {_nodes_txt(extra)}, not online "
+                f"(online: {format_cpulist(online) or 'none'}); ignored"
+            )
         return ids & online
 
 
@@ -1421,33 +1635,49 @@ def _hugepages(r: _Reader, base: str) -> Dict[int, HugePages]:
     for name in sorted(r.listdir(base)):
         m = re.match(r"^hugepages-([0-9]+)kB$", name)
         if m:
-            out[int(m.group(1))] = HugePages(*(r.integer(f"{base}/{name}/{k}_hugepages")
-                                               or 0 for k in ("nr", "free", "surplus")))
+            out[int(m.group(1))] = HugePages(
+                *(r.integer(f"{base}/{name}/{k}_hugepages") or 0 for k in ("nr", "free", "surplus"))
+            )
     return out
 
 
-def _allowed_from_status(backend: Backend, pid: Union[int, str] = "self"
-                         ) -> Tuple[Optional[FrozenSet[int]], Optional[FrozenSet[int]]]:
+def _allowed_from_status(
+    backend: Backend, pid: Union[int, str] = "self"
+) -> Tuple[Optional[FrozenSet[int]], Optional[FrozenSet[int]]]:
     """(Cpus_allowed_list, Mems_allowed_list) of /proc/<pid>/status; None for a file
     or line that is not there.  A malformed list raises ValueError naming it."""
     path = f"/proc/{pid}/status"
-    got = {k: v for k, _, v in (ln.partition(":") for ln in
-                                (backend.read_optional(path) or "").splitlines())}
-    cpus, mems = (parse_cpulist(got[k], source=f"{path} {k}", limit=n) if k in got else None
-                  for k, n in (("Cpus_allowed_list", MAX_CPUS), ("Mems_allowed_list", MAX_NODES)))
+    got = {
+        k: v
+        for k, _, v in (
+            ln.partition(":") for ln in (backend.read_optional(path) or "").splitlines()
+        )
+    }
+    cpus, mems = (
+        parse_cpulist(got[k], source=f"{path} {k}", limit=n) if k in got else None
+        for k, n in (("Cpus_allowed_list", MAX_CPUS), ("Mems_allowed_list", MAX_NODES))
+    )
     return cpus, mems
 
 
 _CPU_OPTIONAL = ("topology/thread_siblings_list", "topology/core_cpus_list", "cache")
 
 
-def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
-                                                                 FrozenSet[int]]:
-    possible = next((p for p in (r.parsed(f"{_CPU_DIR}/{f}", parse_cpulist)
-                                 for f in ("possible", "present")) if p is not None), None)
+def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu], FrozenSet[int]]:
+    possible = next(
+        (
+            p
+            for p in (r.parsed(f"{_CPU_DIR}/{f}", parse_cpulist) for f in ("possible", "present"))
+            if p is not None
+        ),
+        None,
+    )
     if possible is None:
-        possible = frozenset(i for i in (_id_of(n, "cpu") for n in r.listdir(_CPU_DIR))
-                             if i is not None and i < MAX_CPUS)
+        possible = frozenset(
+            i
+            for i in (_id_of(n, "cpu") for n in r.listdir(_CPU_DIR))
+            if i is not None and i < MAX_CPUS
+        )
     online = r.parsed(f"{_CPU_DIR}/online", parse_cpulist, frozenset(possible))
     cpus: Dict[int, Cpu] = {}
     # Sharing is symmetric: an online CPU listed in another's thread siblings has the
@@ -1477,9 +1707,18 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
                 package, siblings = pkg_of[c]
             else:
                 package = r.integer(f"{topo}/physical_package_id")
-                siblings = next((s for s in (r.parsed(f"{d}/{f}", parse_cpulist) for f in
-                                             _CPU_OPTIONAL[:2] if f not in lacks) if s),
-                                frozenset())
+                siblings = next(
+                    (
+                        s
+                        for s in (
+                            r.parsed(f"{d}/{f}", parse_cpulist)
+                            for f in _CPU_OPTIONAL[:2]
+                            if f not in lacks
+                        )
+                        if s
+                    ),
+                    frozenset(),
+                )
                 for s in siblings & online if c in siblings else ():
                     pkg_of[s] = (package, siblings)
             llc = llc_of.get(c, frozenset())
@@ -1489,31 +1728,49 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu],
                 # files per CPU where CPUs share no last-level cache.  Instruction caches
                 # (and unknown types) are not where data is shared (PyTorch's binding
                 # reads only Unified/Data the same way).
-                names = tuple(sorted(i for i in r.listdir(f"{d}/cache")
-                                     if i.startswith("index"))) if "cache" not in lacks else ()
+                names = (
+                    tuple(sorted(i for i in r.listdir(f"{d}/cache") if i.startswith("index")))
+                    if "cache" not in lacks
+                    else ()
+                )
                 order = levels.get(names)
                 if order is None:
                     order = levels[names] = sorted(
-                        (-lvl, i) for i, lvl in ((i, r.integer(f"{d}/cache/{i}/level"))
-                                                 for i in names)
-                        if lvl is not None and (r.text(f"{d}/cache/{i}/type") or "").strip()
-                        in ("Unified", "Data"))
+                        (-lvl, i)
+                        for i, lvl in ((i, r.integer(f"{d}/cache/{i}/level")) for i in names)
+                        if lvl is not None
+                        and (r.text(f"{d}/cache/{i}/type") or "").strip() in ("Unified", "Data")
+                    )
                 # the highest level with a readable sharing list
-                llc = next((s for s in (r.cpus(f"{d}/cache/{i}/shared_cpu_list",
-                                               f"{d}/cache/{i}/shared_cpu_map")
-                                        for _, i in order) if s is not None), llc)
+                llc = next(
+                    (
+                        s
+                        for s in (
+                            r.cpus(
+                                f"{d}/cache/{i}/shared_cpu_list", f"{d}/cache/{i}/shared_cpu_map"
+                            )
+                            for _, i in order
+                        )
+                        if s is not None
+                    ),
+                    llc,
+                )
                 for s in llc & online if c in llc else ():
                     llc_of[s] = llc
         # Offline CPUs may be missing from the node cpulists; the cpuN/nodeM link
         # still says where they belong.
-        node = node_of.get(c) if c in node_of else next(
-            (i for i in (_id_of(n, "node") for n in r.listdir(d)) if i is not None), None)
+        node = (
+            node_of.get(c)
+            if c in node_of
+            else next((i for i in (_id_of(n, "node") for n in r.listdir(d)) if i is not None), None)
+        )
         cpus[c] = Cpu(c, node, c in online, core, package, siblings, llc)
     return cpus, frozenset(online) & frozenset(possible)
 
 
-def _read_devices(r: _Reader, node_of: Mapping[int, int], cpu_nodes: FrozenSet[int],
-                  gpus_only: bool = False) -> Tuple[Device, ...]:
+def _read_devices(
+    r: _Reader, node_of: Mapping[int, int], cpu_nodes: FrozenSet[int], gpus_only: bool = False
+) -> Tuple[Device, ...]:
     """Every PCI function but bridges (class 0x06), in PCI order; ``gpus_only``: the
     display (0x03) and accelerator (0x12) classes of the vendors in GPU_VENDORS."""
     out = []
@@ -1529,26 +1786,54 @@ def _read_devices(r: _Reader, node_of: Mapping[int, int], cpu_nodes: FrozenSet[i
         numa: int = r.parsed(f"{d}/numa_node", _parse_int, -1)
         local = r.cpus(f"{d}/local_cpulist", f"{d}/local_cpus") or frozenset()
         hits = {node_of.get(c) for c in local} - {None}
-        node, how = (numa, "numa_node") if numa >= 0 else \
-            (hits.pop(), "local_cpulist") if len(hits) == 1 else \
-            (min(cpu_nodes), "single node") if len(cpu_nodes) == 1 else (None, "unknown")
+        node, how = (
+            (numa, "numa_node")
+            if numa >= 0
+            else (hits.pop(), "local_cpulist")
+            if len(hits) == 1
+            else (min(cpu_nodes), "single node")
+            if len(cpu_nodes) == 1
+            else (None, "unknown")
+        )
         sub = {c: sorted(r.listdir(f"{d}/{c}")) for c in _NAME_CLASSES}
-        kind = "gpu" if gpu else "rdma" if sub["infiniband"] or cls >> 8 == 0x0207 \
-            else "net" if cls >> 16 == 0x02 else "nvme" if cls >> 8 == 0x0108 \
-            else "display" if cls >> 16 == 0x03 else "other"
+        kind = (
+            "gpu"
+            if gpu
+            else "rdma"
+            if sub["infiniband"] or cls >> 8 == 0x0207
+            else "net"
+            if cls >> 16 == 0x02
+            else "nvme"
+            if cls >> 8 == 0x0108
+            else "display"
+            if cls >> 16 == 0x03
+            else "other"
+        )
         try:
             parts = r.b.realpath(d).split("/")
         except OSError:
             parts = []
         top = [i for i, p in enumerate(parts) if re.match(r"^pci[0-9a-f]{4,}:[0-9a-f]{2}$", p)]
-        out.append(Device(addr, kind, vendor, r.integer(f"{d}/device") or 0, cls, numa,
-                          node, how, local, tuple(n for c in _NAME_CLASSES for n in sub[c]),
-                          tuple(parts[top[0]:]) if top else (addr,)))
+        out.append(
+            Device(
+                addr,
+                kind,
+                vendor,
+                r.integer(f"{d}/device") or 0,
+                cls,
+                numa,
+                node,
+                how,
+                local,
+                tuple(n for c in _NAME_CLASSES for n in sub[c]),
+                tuple(parts[top[0] :]) if top else (addr,),
+            )
+        )
     return tuple(out)
 
 
-_TIER_DIR = "/sys/devices/virtual/memory_tiering"     # Linux 6.1+, mm/memory-tiers.c
-_WI_DIR = "/sys/kernel/mm/mempolicy/weighted_interleave"   # Linux 6.9+
+_TIER_DIR = "/sys/devices/virtual/memory_tiering"  # Linux 6.1+, mm/memory-tiers.c
+_WI_DIR = "/sys/kernel/mm/mempolicy/weighted_interleave"  # Linux 6.9+
 
 
 def _read_access(r: _Reader, n: int, online: FrozenSet[int]) -> Optional[MemoryAccess]:
@@ -1556,10 +1841,15 @@ def _read_access(r: _Reader, n: int, online: FrozenSet[int]) -> Optional[MemoryA
     names = r.listdir(d)
     if not names:
         return None
-    inits = r.online(frozenset(i for i in (_id_of(x, "node") for x in names)
-                               if i is not None), online, f"{d}/node*")
-    bw_r, bw_w, lat_r, lat_w = (r.integer(f"{d}/{f}") for f in (
-        "read_bandwidth", "write_bandwidth", "read_latency", "write_latency"))
+    inits = r.online(
+        frozenset(i for i in (_id_of(x, "node") for x in names) if i is not None),
+        online,
+        f"{d}/node*",
+    )
+    bw_r, bw_w, lat_r, lat_w = (
+        r.integer(f"{d}/{f}")
+        for f in ("read_bandwidth", "write_bandwidth", "read_latency", "write_latency")
+    )
     return MemoryAccess(bw_r, bw_w, lat_r, lat_w, inits)
 
 
@@ -1575,9 +1865,9 @@ def _read_tiers(r: _Reader, online: FrozenSet[int]) -> Dict[int, FrozenSet[int]]
     return tiers
 
 
-def _read_weights(r: _Reader, online: Optional[FrozenSet[int]] = None,
-                  possible: FrozenSet[int] = frozenset()
-                  ) -> Tuple[Optional[Dict[int, int]], Optional[bool]]:
+def _read_weights(
+    r: _Reader, online: Optional[FrozenSet[int]] = None, possible: FrozenSet[int] = frozenset()
+) -> Tuple[Optional[Dict[int, int]], Optional[bool]]:
     """({node: weight} or None without weighted interleave, auto mode or None).
     With ``online``: only online nodes' weights.  The kernel has a file for every
     possible node (mm/mempolicy.c sysfs_wi), so possible offline nodes are dropped
@@ -1599,23 +1889,26 @@ def _read_weights(r: _Reader, online: Optional[FrozenSet[int]] = None,
             else:
                 r.problems.append(f"{_WI_DIR}/auto: unexpected value {_short(t)}")
     if online is not None:
-        keep = r.online(frozenset(weights) - (possible - online), online,
-                        f"{_WI_DIR}/node*")
+        keep = r.online(frozenset(weights) - (possible - online), online, f"{_WI_DIR}/node*")
         weights = {n: w for n, w in weights.items() if n in keep}
     return weights, auto
 
 
-def _node_kind(n: Node, with_mem: FrozenSet[int], normal: Optional[FrozenSet[int]],
-               gi: FrozenSet[int]) -> Tuple[str, str]:
+def _node_kind(
+    n: Node, with_mem: FrozenSet[int], normal: Optional[FrozenSet[int]], gi: FrozenSet[int]
+) -> Tuple[str, str]:
     """(kind, evidence) from sysfs alone; GPU memory is told apart afterwards."""
-    if n.id in gi:      # ACPI SRAT generic initiator (Linux 5.10+): a device's node
-        return "generic-initiator", "in has_generic_initiator" + \
-            ("" if n.cpus or n.id in with_mem else "; no CPUs, no memory")
+    if n.id in gi:  # ACPI SRAT generic initiator (Linux 5.10+): a device's node
+        return "generic-initiator", "in has_generic_initiator" + (
+            "" if n.cpus or n.id in with_mem else "; no CPUs, no memory"
+        )
     if n.id not in with_mem:
         return "no-memory", "not in has_memory"
     if normal is not None and n.id not in normal:
-        return "movable-only", ("memory only in ZONE_MOVABLE (not in has_normal_memory)"
-                                + ("" if n.cpus else "; no CPUs"))
+        return "movable-only", (
+            "memory only in ZONE_MOVABLE (not in has_normal_memory)"
+            + ("" if n.cpus else "; no CPUs")
+        )
     if n.cpus:
         return "dram", f"CPUs {format_cpulist(n.cpus)} and normal memory"
     return "cpu-less", "memory but no CPUs"
@@ -1646,14 +1939,23 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
         if has_node_dir:
             # As for CPUs: a name the first node lacks (old kernels' cpulist, hugetlbfs
             # configured out) is not looked for in the others.
-            lacks = lacks if lacks is not None else {
-                f for f in ("cpulist", "hugepages") if not r.exists(f"{d}/{f}")}
-            node_cpus[n] = (r.cpus(f"{d}/cpulist", f"{d}/cpumap") if "cpulist" not in lacks
-                            else r.parsed(f"{d}/cpumap", parse_cpumap)) or frozenset()
+            lacks = (
+                lacks
+                if lacks is not None
+                else {f for f in ("cpulist", "hugepages") if not r.exists(f"{d}/{f}")}
+            )
+            node_cpus[n] = (
+                r.cpus(f"{d}/cpulist", f"{d}/cpumap")
+                if "cpulist" not in lacks
+                else r.parsed(f"{d}/cpumap", parse_cpumap)
+            ) or frozenset()
         mi = r.parsed(f"{d}/meminfo" if d else "/proc/meminfo", parse_meminfo) or {}
         mem[n] = (mi.get("MemTotal", 0), mi.get("MemFree", 0))
-        hp[n] = {} if lacks and "hugepages" in lacks else \
-            _hugepages(r, f"{d}/hugepages" if d else "/sys/kernel/mm/hugepages")
+        hp[n] = (
+            {}
+            if lacks and "hugepages" in lacks
+            else _hugepages(r, f"{d}/hugepages" if d else "/sys/kernel/mm/hugepages")
+        )
         if d:
             rows[n] = r.parsed(f"{d}/distance", parse_distance_row)
 
@@ -1662,10 +1964,13 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
         path = f"{_NODE_DIR}/{name}"
         got = r.parsed(path, _parse_nodelist, default) if has_node_dir else default
         return got if got is None else r.online(got, online, path)
-    with_cpus: FrozenSet[int] = listed("has_cpu", frozenset(
-        n for n, c in node_cpus.items() if c) if has_node_dir else online)
-    with_mem: FrozenSet[int] = listed("has_memory", frozenset(
-        n for n, (t, _) in mem.items() if t > 0) if has_node_dir else online)
+
+    with_cpus: FrozenSet[int] = listed(
+        "has_cpu", frozenset(n for n, c in node_cpus.items() if c) if has_node_dir else online
+    )
+    with_mem: FrozenSet[int] = listed(
+        "has_memory", frozenset(n for n, (t, _) in mem.items() if t > 0) if has_node_dir else online
+    )
     node_of = {c: n for n, cl in node_cpus.items() for c in cl}
     cpus, online_cpus = _read_cpus(r, node_of)
     if not has_node_dir:
@@ -1683,14 +1988,21 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
             elif len(row) == len(possible) and online <= possible:
                 # One entry per possible node (a node taken offline): keep the online.
                 dist = {m: d for m, d in zip(sorted(possible), row) if m in online}
-                r.online(frozenset(possible), online, f"{where} (a column per possible "
-                         "node)")
+                r.online(frozenset(possible), online, f"{where} (a column per possible node)")
             else:
-                r.problems.append(f"{where} has {len(row)} entries for {len(order)} "
-                                  "online nodes; distances ignored")
+                r.problems.append(
+                    f"{where} has {len(row)} entries for {len(order)} "
+                    "online nodes; distances ignored"
+                )
         t, f = mem.get(n, (0, 0))
-        nodes[n] = Node(n, node_cpus.get(n, frozenset()), t, f,
-                        MappingProxyType(dist), MappingProxyType(hp.get(n, {})))
+        nodes[n] = Node(
+            n,
+            node_cpus.get(n, frozenset()),
+            t,
+            f,
+            MappingProxyType(dist),
+            MappingProxyType(hp.get(n, {})),
+        )
     try:
         allowed_cpus, allowed_mems = _allowed_from_status(b)
     except ValueError as e:
@@ -1705,14 +2017,16 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     for dev in _read_devices(r, node_of, with_cpus) if gi else ():
         links.setdefault(dev.numa_node, []).append(dev.address)
     for n, nd in nodes.items():
-        nd = nd._replace(tier=tier_of.get(n),
-                         access=_read_access(r, n, online)
-                         if has_node_dir and n in with_mem else None,
-                         has_normal_memory=None if normal is None else n in normal)
+        nd = nd._replace(
+            tier=tier_of.get(n),
+            access=_read_access(r, n, online) if has_node_dir and n in with_mem else None,
+            has_normal_memory=None if normal is None else n in normal,
+        )
         kind, why = _node_kind(nd, with_mem, normal, gi)
         if n in gi:
-            why += "; standing for " + (", ".join(links[n]) if n in links else
-                                        "a device no PCI numa_node names")
+            why += "; standing for " + (
+                ", ".join(links[n]) if n in links else "a device no PCI numa_node names"
+            )
         nodes[n] = nd._replace(kind=kind, kind_evidence=why)
     weights, auto = _read_weights(r, online, possible)
     nb = r.integer("/proc/sys/kernel/numa_balancing")
@@ -1721,34 +2035,54 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     if thp_text is not None and not thp:
         r.problems.append(f"no [selected] THP mode in {thp_text.strip()!r}")
     topo = Topology(
-        nodes=MappingProxyType(nodes), online_nodes=online, possible_nodes=possible,
-        nodes_with_cpus=with_cpus, nodes_with_memory=with_mem,
-        cpus=MappingProxyType(cpus), online_cpus=online_cpus,
+        nodes=MappingProxyType(nodes),
+        online_nodes=online,
+        possible_nodes=possible,
+        nodes_with_cpus=with_cpus,
+        nodes_with_memory=with_mem,
+        cpus=MappingProxyType(cpus),
+        online_cpus=online_cpus,
         allowed_cpus=online_cpus if allowed_cpus is None else allowed_cpus,
         allowed_mems=with_mem if allowed_mems is None else allowed_mems,
-        gpus=_read_devices(r, node_of, with_cpus, True), numa_balancing=nb,
-        thp=thp.group(1) if thp else None, problems=tuple(r.problems),
-        has_node_dir=has_node_dir, memory_tiers=MappingProxyType(tiers),
+        gpus=_read_devices(r, node_of, with_cpus, True),
+        numa_balancing=nb,
+        thp=thp.group(1) if thp else None,
+        problems=tuple(r.problems),
+        has_node_dir=has_node_dir,
+        memory_tiers=MappingProxyType(tiers),
         interleave_weights=None if weights is None else MappingProxyType(weights),
-        interleave_auto=auto)
+        interleave_auto=auto,
+    )
     k = topo.nodes_per_package
-    if k and k > 1:       # several nodes per package: say so where the kind is read
+    if k and k > 1:  # several nodes per package: say so where the kind is read
         pkg = {n: p for p, ns in topo.package_nodes.items() for n in ns}
-        topo = topo._replace(nodes=MappingProxyType({n: v._replace(
-            kind_evidence=f"{v.kind_evidence}; package {pkg[n]}, one of {k} nodes "
-            f"(SNC{k}/NPS{k})") if v.kind == "dram" and n in pkg else v
-            for n, v in nodes.items()}))
+        topo = topo._replace(
+            nodes=MappingProxyType(
+                {
+                    n: v._replace(
+                        kind_evidence=f"{v.kind_evidence}; package {pkg[n]}, one of {k} nodes "
+                        f"(SNC{k}/NPS{k})"
+                    )
+                    if v.kind == "dram" and n in pkg
+                    else v
+                    for n, v in nodes.items()
+                }
+            )
+        )
     # GPU memory onlined as a node: CPU-less memory nodes the GPU section attributes
     # to a GPU (NVML or the NVIDIA driver's /proc entries; never by shape alone).
-    if topo.nodes_with_memory - topo.nodes_with_cpus and \
-            any(g.vendor_name == "nvidia" for g in topo.gpus):
+    if topo.nodes_with_memory - topo.nodes_with_cpus and any(
+        g.vendor_name == "nvidia" for g in topo.gpus
+    ):
         gnodes = dict(topo.nodes)
         for g in _gpu_infos(topo, b):
             for gm in g.memory_nodes:
                 if gm in gnodes:
                     gnodes[gm] = gnodes[gm]._replace(
-                        kind="gpu", kind_evidence=f"memory of GPU {g.pci} "
-                        f"({g.memory_source}); {gnodes[gm].kind_evidence}")
+                        kind="gpu",
+                        kind_evidence=f"memory of GPU {g.pci} "
+                        f"({g.memory_source}); {gnodes[gm].kind_evidence}",
+                    )
         topo = topo._replace(nodes=MappingProxyType(gnodes))
     return topo
 
@@ -1760,6 +2094,7 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
 # back to evidence that has no false positives on plain machines.
 # ---------------------------------------------------------------------------
 
+
 class MemoryNodeChoice(_Record):
     """The nodes default_memory_nodes() chose, those it left out (node -> why) and
     what the choice rests on ("memory tiers", "distances (no tier or HMAT data)" ...)."""
@@ -1769,12 +2104,16 @@ class MemoryNodeChoice(_Record):
     basis: str
 
     def to_json(self) -> Dict[str, Any]:
-        return {"nodes": sorted(self.nodes), "basis": self.basis,
-                "left_out": {str(k): v for k, v in sorted(self.left_out.items())}}
+        return {
+            "nodes": sorted(self.nodes),
+            "basis": self.basis,
+            "left_out": {str(k): v for k, v in sorted(self.left_out.items())},
+        }
 
 
-def memory_node_choice(topology: Optional[Topology] = None, *,
-                       backend: Optional[Backend] = None) -> MemoryNodeChoice:
+def memory_node_choice(
+    topology: Optional[Topology] = None, *, backend: Optional[Backend] = None
+) -> MemoryNodeChoice:
     """default_memory_nodes() with the reasons.  The rule, in order (a step never
     leaves nothing): nodes with memory inside this process's cpuset; not GPU memory
     (it is the GPU's own HBM); not movable-only memory (no normal memory: CXL
@@ -1785,8 +2124,10 @@ def memory_node_choice(topology: Optional[Topology] = None, *,
     from every CPU node than the CPU nodes are from each other."""
     t = topology if topology is not None else read_topology(backend=backend)
     cands = set(t.usable_memory_nodes)
-    left = {n: ("outside this process's cpuset (Mems_allowed_list "
-                f"{format_cpulist(t.allowed_mems)})") for n in sorted(t.nodes_with_memory - cands)}
+    left = {
+        n: (f"outside this process's cpuset (Mems_allowed_list {format_cpulist(t.allowed_mems)})")
+        for n in sorted(t.nodes_with_memory - cands)
+    }
     basis = ["nodes with memory in the cpuset"]
 
     def drop(test: Callable[[Node], bool], why: Callable[[Node], str], because: str = "") -> None:
@@ -1800,48 +2141,85 @@ def memory_node_choice(topology: Optional[Topology] = None, *,
         if because:
             basis.append(because)
 
-    drop(lambda v: v.kind == "generic-initiator",
-         lambda v: "a generic-initiator node: a device's, not the CPUs' memory",
-         "generic initiators")
-    drop(lambda v: v.kind == "gpu",
-         lambda v: f"GPU memory ({v.kind_evidence.split(';')[0]}): host buffers "
-                   "there take the GPU's own HBM", "GPU memory nodes")
-    drop(lambda v: v.has_normal_memory is False,
-         lambda v: "movable-only memory (not in has_normal_memory; CXL expanders "
-                   "and GPU memory come up this way)", "has_normal_memory")
+    drop(
+        lambda v: v.kind == "generic-initiator",
+        lambda v: "a generic-initiator node: a device's, not the CPUs' memory",
+        "generic initiators",
+    )
+    drop(
+        lambda v: v.kind == "gpu",
+        lambda v: (
+            f"GPU memory ({v.kind_evidence.split(';')[0]}): host buffers "
+            "there take the GPU's own HBM"
+        ),
+        "GPU memory nodes",
+    )
+    drop(
+        lambda v: v.has_normal_memory is False,
+        lambda v: (
+            "movable-only memory (not in has_normal_memory; CXL expanders "
+            "and GPU memory come up this way)"
+        ),
+        "has_normal_memory",
+    )
     known_tiers = {n: v for n in cands if (v := t.nodes[n].tier) is not None}
     with_cpus = cands & t.nodes_with_cpus
     if len(known_tiers) == len(cands) and len(set(known_tiers.values())) > 1:
         basis.append("memory tiers")
         ref = min(known_tiers[n] for n in (with_cpus or cands))
-        drop(lambda v: known_tiers[v.id] > ref,
-             lambda v: f"slower memory tier {v.tier} (the default uses tier {ref}, the "
-                       "CPUs' DRAM)")
-        drop(lambda v: known_tiers[v.id] < ref and v.id not in t.nodes_with_cpus,
-             lambda v: f"faster CPU-less tier {v.tier} (HBM-like and small: for "
-                       f"explicit use; the default uses tier {ref}, the CPUs' DRAM)")
+        drop(
+            lambda v: known_tiers[v.id] > ref,
+            lambda v: f"slower memory tier {v.tier} (the default uses tier {ref}, the CPUs' DRAM)",
+        )
+        drop(
+            lambda v: known_tiers[v.id] < ref and v.id not in t.nodes_with_cpus,
+            lambda v: (
+                f"faster CPU-less tier {v.tier} (HBM-like and small: for "
+                f"explicit use; the default uses tier {ref}, the CPUs' DRAM)"
+            ),
+        )
     else:
         cpu_set = with_cpus or (t.nodes_with_cpus & set(t.nodes))
         cpu_nodes = sorted(cpu_set)
-        pairs = [d for a in cpu_nodes if a in t.nodes for b, d in t.nodes[a].distances.items()
-                 if b != a and b in cpu_set] if len(cpu_nodes) > 1 else \
-            [d for a in cpu_nodes if (d := t.distance(a, a)) is not None]
+        pairs = (
+            [
+                d
+                for a in cpu_nodes
+                if a in t.nodes
+                for b, d in t.nodes[a].distances.items()
+                if b != a and b in cpu_set
+            ]
+            if len(cpu_nodes) > 1
+            else [d for a in cpu_nodes if (d := t.distance(a, a)) is not None]
+        )
         remote = max(pairs, default=None)
         if remote is not None:
             # A CPU-less node without HMAT figures, farther than any CPU node pair.
-            near = {m: [d for c in cpu_nodes if (d := t.distance(c, m)) is not None]
-                    for m in cands - t.nodes_with_cpus if t.nodes[m].access is None}
-            far = {m: min(ds) for m, ds in near.items()
-                   if len(ds) == len(cpu_nodes) and min(ds) > remote}
-            drop(lambda v: v.id in far,
-                 lambda v: f"CPU-less and far (distance {far[v.id]} from the nearest "
-                           f"CPU node, > {remote} between CPU nodes); no tier or HMAT "
-                           "data to say it is fast", "distances (no tier or HMAT data)")
+            near = {
+                m: [d for c in cpu_nodes if (d := t.distance(c, m)) is not None]
+                for m in cands - t.nodes_with_cpus
+                if t.nodes[m].access is None
+            }
+            far = {
+                m: min(ds)
+                for m, ds in near.items()
+                if len(ds) == len(cpu_nodes) and min(ds) > remote
+            }
+            drop(
+                lambda v: v.id in far,
+                lambda v: (
+                    f"CPU-less and far (distance {far[v.id]} from the nearest "
+                    f"CPU node, > {remote} between CPU nodes); no tier or HMAT "
+                    "data to say it is fast"
+                ),
+                "distances (no tier or HMAT data)",
+            )
     return MemoryNodeChoice(frozenset(cands), MappingProxyType(left), ", ".join(basis))
 
 
-def default_memory_nodes(topology: Optional[Topology] = None, *,
-                         backend: Optional[Backend] = None) -> FrozenSet[int]:
+def default_memory_nodes(
+    topology: Optional[Topology] = None, *, backend: Optional[Backend] = None
+) -> FrozenSet[int]:
     """The nodes a KV cache, and every ``nodes=None`` call (interleave, bind,
     SharedRegion.create, plans, choose_node), uses: the CPUs' DRAM tier, within the
     cpuset, never GPU memory or a slower tier.  memory_node_choice() says what it
@@ -1853,40 +2231,58 @@ def default_memory_nodes(topology: Optional[Topology] = None, *,
 # JSON: one function turns every public type into JSON-ready data.
 # ---------------------------------------------------------------------------
 
+
 def _topology_json(t: Topology) -> Dict[str, Any]:
     return {
         # Node's fields in order, its two mappings sorted by key.
-        "nodes": [{k: {str(d): x for d, x in sorted(v.items())} if k == "distances" else
-                   to_json(dict(sorted(v.items())) if k == "hugepages" else v)
-                   for k, v in n._asdict().items()}
-                  for n in (t.nodes[i] for i in sorted(t.nodes))],
-        "online_nodes": sorted(t.online_nodes), "possible_nodes": sorted(t.possible_nodes),
+        "nodes": [
+            {
+                k: {str(d): x for d, x in sorted(v.items())}
+                if k == "distances"
+                else to_json(dict(sorted(v.items())) if k == "hugepages" else v)
+                for k, v in n._asdict().items()
+            }
+            for n in (t.nodes[i] for i in sorted(t.nodes))
+        ],
+        "online_nodes": sorted(t.online_nodes),
+        "possible_nodes": sorted(t.possible_nodes),
         "nodes_with_cpus": sorted(t.nodes_with_cpus),
         "nodes_with_memory": sorted(t.nodes_with_memory),
-        "cpus": {str(i): {k: to_json(v) for k, v in zip(Cpu._fields[1:], t.cpus[i][1:])}
-                 for i in sorted(t.cpus)},
+        "cpus": {
+            str(i): {k: to_json(v) for k, v in zip(Cpu._fields[1:], t.cpus[i][1:])}
+            for i in sorted(t.cpus)
+        },
         "online_cpus": sorted(t.online_cpus),
-        "allowed_cpus": sorted(t.allowed_cpus), "allowed_mems": sorted(t.allowed_mems),
-        "gpus": [_pci_json(g) for g in t.gpus], "nodes_per_package": t.nodes_per_package,
-        "numa_balancing": t.numa_balancing, "thp": t.thp,
+        "allowed_cpus": sorted(t.allowed_cpus),
+        "allowed_mems": sorted(t.allowed_mems),
+        "gpus": [_pci_json(g) for g in t.gpus],
+        "nodes_per_package": t.nodes_per_package,
+        "numa_balancing": t.numa_balancing,
+        "thp": t.thp,
         "memory_tiers": {str(k): sorted(v) for k, v in sorted(t.memory_tiers.items())},
-        "interleave_weights": None if t.interleave_weights is None else
-        {str(k): v for k, v in sorted(t.interleave_weights.items())},
+        "interleave_weights": None
+        if t.interleave_weights is None
+        else {str(k): v for k, v in sorted(t.interleave_weights.items())},
         "interleave_auto": t.interleave_auto,
         "problems": list(t.problems),
     }
 
 
 def _pci_json(g: Device) -> Dict[str, Any]:
-    return {"address": g.address, "vendor": f"0x{g.vendor:04x}",
-            "vendor_name": g.vendor_name, "device": f"0x{g.device:04x}",
-            "class": f"0x{g.pci_class:06x}", "numa_node": g.numa_node,
-            "local_cpus": sorted(g.cpus)}
+    return {
+        "address": g.address,
+        "vendor": f"0x{g.vendor:04x}",
+        "vendor_name": g.vendor_name,
+        "device": f"0x{g.device:04x}",
+        "class": f"0x{g.pci_class:06x}",
+        "numa_node": g.numa_node,
+        "local_cpus": sorted(g.cpus),
+    }
 
 
 def to_json(obj: Any) -> Any:
     """JSON-ready data for any numa_utils value (Topology, results, entries ...)."""
-    if obj is None or type(obj) in (int, str, float, bool):     # most calls: a leaf
+    if obj is None or type(obj) in (int, str, float, bool):  # most calls: a leaf
         return obj
     if isinstance(obj, Topology):
         return _topology_json(obj)
@@ -1898,7 +2294,7 @@ def to_json(obj: Any) -> Any:
         return obj.name.lower()
     if isinstance(obj, (frozenset, set)):
         return sorted(map(to_json, obj))
-    if isinstance(obj, _abc.Mapping):       # typing.Mapping's check is Python code
+    if isinstance(obj, _abc.Mapping):  # typing.Mapping's check is Python code
         return {str(k): to_json(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [to_json(x) for x in obj]
@@ -1911,18 +2307,21 @@ def to_json(obj: Any) -> Any:
 # ===========================================================================
 
 # MPOL_*, from 0: PREFERRED_MANY is Linux 5.15+, WEIGHTED_INTERLEAVE 6.9+.
-Mode = enum.IntEnum("Mode", "DEFAULT PREFERRED BIND INTERLEAVE LOCAL PREFERRED_MANY "
-                    "WEIGHTED_INTERLEAVE", start=0)
+Mode = enum.IntEnum(
+    "Mode", "DEFAULT PREFERRED BIND INTERLEAVE LOCAL PREFERRED_MANY WEIGHTED_INTERLEAVE", start=0
+)
 # MPOL_F_* mode flags, from bit 13 (MPOL_MODE_FLAGS).
-ModeFlag = enum.IntFlag("ModeFlag", [("NUMA_BALANCING", 1 << 13),
-                                     ("RELATIVE_NODES", 1 << 14), ("STATIC_NODES", 1 << 15)])
-_MODE_FLAGS_MASK = sum(ModeFlag)        # every mode flag
+ModeFlag = enum.IntFlag(
+    "ModeFlag",
+    [("NUMA_BALANCING", 1 << 13), ("RELATIVE_NODES", 1 << 14), ("STATIC_NODES", 1 << 15)],
+)
+_MODE_FLAGS_MASK = sum(ModeFlag)  # every mode flag
 # MPOL_MF_* (MOVE_ALL needs CAP_SYS_NICE) and MPOL_F_* of get_mempolicy.
 MbindFlag = enum.IntFlag("MbindFlag", "STRICT MOVE MOVE_ALL")
 GetFlag = enum.IntFlag("GetFlag", "NODE ADDR MEMS_ALLOWED")
 
 
-MADV_POPULATE_WRITE = 23        # Linux 5.14+
+MADV_POPULATE_WRITE = 23  # Linux 5.14+
 
 
 class NodeMask:
@@ -1934,8 +2333,9 @@ class NodeMask:
     get_nodes() decrements it before reading.
     """
 
-    def __init__(self, nodes: Iterable[int] = (), *, abi: Optional[Abi] = None,
-                 bits: int = 0) -> None:
+    def __init__(
+        self, nodes: Iterable[int] = (), *, abi: Optional[Abi] = None, bits: int = 0
+    ) -> None:
         self.abi = abi if abi is not None else abi_for()
         self.nodes = ids = _node_ids(nodes)
         w = self.abi.word_bits
@@ -1945,7 +2345,8 @@ class NodeMask:
         # Room for what get_mempolicy writes: ALIGN(maxnode - 1, 64) / 8 bytes.
         self.nbytes = ((self.bits + 63) // 64) * 8
         self.buffer = ctypes.create_string_buffer(
-            _encode_nodemask(ids, self.words, self.abi), self.nbytes)
+            _encode_nodemask(ids, self.words, self.abi), self.nbytes
+        )
         self.address = ctypes.addressof(self.buffer)
 
     @property
@@ -1954,8 +2355,7 @@ class NodeMask:
 
     def read(self) -> FrozenSet[int]:
         """Decode the buffer (after the kernel wrote into it)."""
-        return decode_nodemask(self.buffer.raw[: self.words * self.abi.word_bits // 8],
-                               self.abi)
+        return decode_nodemask(self.buffer.raw[: self.words * self.abi.word_bits // 8], self.abi)
 
     def __repr__(self) -> str:
         return f"NodeMask({format_cpulist(self.nodes)!r}, bits={self.bits})"
@@ -1973,8 +2373,11 @@ def _node_ids(nodes: Iterable[int]) -> FrozenSet[int]:
 def _swap_words(raw: bytes, abi: Abi) -> bytes:
     """Little-endian bytes as the ABI's words, and back (the same on little-endian ABIs)."""
     wb = abi.word_bits // 8
-    return raw if abi.byteorder == "little" else \
-        b"".join(raw[i:i + wb][::-1] for i in range(0, len(raw), wb))
+    return (
+        raw
+        if abi.byteorder == "little"
+        else b"".join(raw[i : i + wb][::-1] for i in range(0, len(raw), wb))
+    )
 
 
 def _encode_nodemask(nodes: Iterable[int], words: int, abi: Abi) -> bytes:
@@ -1993,29 +2396,50 @@ def decode_nodemask(raw: bytes, abi: Abi) -> FrozenSet[int]:
 # OSError built from errno.  Most engines want the safe layer below instead.
 # ===========================================================================
 
-def mbind(addr: int, length: int, mode: int, nodes: Iterable[int] = (),
-          flags: int = 0, *, mode_flags: int = 0,
-          backend: Optional[Backend] = None) -> None:
+
+def mbind(
+    addr: int,
+    length: int,
+    mode: int,
+    nodes: Iterable[int] = (),
+    flags: int = 0,
+    *,
+    mode_flags: int = 0,
+    backend: Optional[Backend] = None,
+) -> None:
     """mbind(2): set the policy of [addr, addr+length).  ``addr`` must be page aligned."""
     b = _b(backend)
     ids = frozenset(nodes)
-    mask = NodeMask(ids, abi=b.abi) if ids else None     # no nodes: a NULL mask
-    b.syscall(b.abi.number("mbind"), addr, length, int(mode) | int(mode_flags),
-              mask.address if mask else 0, mask.maxnode if mask else 0, int(flags))
+    mask = NodeMask(ids, abi=b.abi) if ids else None  # no nodes: a NULL mask
+    b.syscall(
+        b.abi.number("mbind"),
+        addr,
+        length,
+        int(mode) | int(mode_flags),
+        mask.address if mask else 0,
+        mask.maxnode if mask else 0,
+        int(flags),
+    )
 
 
-def set_mempolicy(mode: int, nodes: Iterable[int] = (), *, mode_flags: int = 0,
-                  backend: Optional[Backend] = None) -> None:
+def set_mempolicy(
+    mode: int, nodes: Iterable[int] = (), *, mode_flags: int = 0, backend: Optional[Backend] = None
+) -> None:
     """set_mempolicy(2): the calling THREAD's policy (threads it creates inherit it)."""
     b = _b(backend)
     ids = frozenset(nodes)
     mask = NodeMask(ids, abi=b.abi) if ids else None
-    b.syscall(b.abi.number("set_mempolicy"), int(mode) | int(mode_flags),
-              mask.address if mask else 0, mask.maxnode if mask else 0)
+    b.syscall(
+        b.abi.number("set_mempolicy"),
+        int(mode) | int(mode_flags),
+        mask.address if mask else 0,
+        mask.maxnode if mask else 0,
+    )
 
 
-def get_mempolicy(addr: Optional[int] = None, flags: int = 0, *,
-                  backend: Optional[Backend] = None) -> Tuple[int, FrozenSet[int]]:
+def get_mempolicy(
+    addr: Optional[int] = None, flags: int = 0, *, backend: Optional[Backend] = None
+) -> Tuple[int, FrozenSet[int]]:
     """get_mempolicy(2) -> (value, nodes).
 
     ``value`` is the mode with its mode flags, or a node id with GetFlag.NODE.  The mask
@@ -2026,13 +2450,18 @@ def get_mempolicy(addr: Optional[int] = None, flags: int = 0, *,
     ids: Optional[FrozenSet[int]] = r.parsed(f"{_NODE_DIR}/possible", _parse_nodelist)
     # nr_node_ids; unknown: a generous bound the kernel accepts (copy_nodes_to_user
     # clears the rest).
-    mask = NodeMask((), abi=b.abi, bits=max(ids) + 1 if ids else
-                    1024 if r.exists(_NODE_DIR) else 1)
+    mask = NodeMask((), abi=b.abi, bits=max(ids) + 1 if ids else 1024 if r.exists(_NODE_DIR) else 1)
     # An int the kernel writes, decoded in the ABI's byte order (the same as the
     # host's on a real kernel; a simulated big-endian kernel writes big-endian).
     pol = ctypes.create_string_buffer(4)
-    b.syscall(b.abi.number("get_mempolicy"), ctypes.addressof(pol), mask.address,
-              mask.maxnode, addr or 0, int(flags) | (GetFlag.ADDR if addr is not None else 0))
+    b.syscall(
+        b.abi.number("get_mempolicy"),
+        ctypes.addressof(pol),
+        mask.address,
+        mask.maxnode,
+        addr or 0,
+        int(flags) | (GetFlag.ADDR if addr is not None else 0),
+    )
     return int.from_bytes(pol.raw, b.abi.byteorder, signed=True), mask.read()
 
 
@@ -2046,8 +2475,14 @@ def _c_array(raw: bytes) -> ctypes.Array[ctypes.c_char]:
     return ctypes.create_string_buffer(raw, max(len(raw), 1))
 
 
-def move_pages(pid: int, pages: Sequence[int], nodes: Optional[Sequence[int]] = None,
-               flags: int = 0, *, backend: Optional[Backend] = None) -> List[int]:
+def move_pages(
+    pid: int,
+    pages: Sequence[int],
+    nodes: Optional[Sequence[int]] = None,
+    flags: int = 0,
+    *,
+    backend: Optional[Backend] = None,
+) -> List[int]:
     """move_pages(2).  Without ``nodes``: where each page is (node, or -errno such as
     -ENOENT for a page not yet faulted in).  With ``nodes``: move, return status."""
     b = _b(backend)
@@ -2056,28 +2491,41 @@ def move_pages(pid: int, pages: Sequence[int], nodes: Optional[Sequence[int]] = 
         raise ValueError("move_pages: pages and nodes differ in length")
     bits = _pointer_bits(b.abi)
     ints = (">" if b.abi.byteorder == "big" else "<") + f"{count}i"
-    parr = _c_array(b"".join((v & ((1 << bits) - 1)).to_bytes(bits // 8, b.abi.byteorder)
-                             for v in pages))
+    parr = _c_array(
+        b"".join((v & ((1 << bits) - 1)).to_bytes(bits // 8, b.abi.byteorder) for v in pages)
+    )
     narr = _c_array(struct.pack(ints, *nodes)) if nodes is not None else None
     status = _c_array(bytes(4 * count))
-    b.syscall(b.abi.number("move_pages"), pid, count, ctypes.addressof(parr),
-              ctypes.addressof(narr) if narr is not None else 0,
-              ctypes.addressof(status), int(flags))
+    b.syscall(
+        b.abi.number("move_pages"),
+        pid,
+        count,
+        ctypes.addressof(parr),
+        ctypes.addressof(narr) if narr is not None else 0,
+        ctypes.addressof(status),
+        int(flags),
+    )
     return list(struct.unpack(ints, status.raw[: 4 * count]))
 
 
-def migrate_pages(pid: int, old_nodes: Iterable[int], new_nodes: Iterable[int], *,
-                  backend: Optional[Backend] = None) -> int:
+def migrate_pages(
+    pid: int,
+    old_nodes: Iterable[int],
+    new_nodes: Iterable[int],
+    *,
+    backend: Optional[Backend] = None,
+) -> int:
     """migrate_pages(2): move a process's pages from ``old_nodes`` to ``new_nodes``."""
     b = _b(backend)
     old, new = frozenset(old_nodes), frozenset(new_nodes)
-    bits = max(old | new, default=0) + 1        # one mask size for both
+    bits = max(old | new, default=0) + 1  # one mask size for both
     om, nm = NodeMask(old, abi=b.abi, bits=bits), NodeMask(new, abi=b.abi, bits=bits)
     return b.syscall(b.abi.number("migrate_pages"), pid, om.maxnode, om.address, nm.address)
 
 
-def set_mempolicy_home_node(addr: int, length: int, home_node: int, flags: int = 0, *,
-                            backend: Optional[Backend] = None) -> None:
+def set_mempolicy_home_node(
+    addr: int, length: int, home_node: int, flags: int = 0, *, backend: Optional[Backend] = None
+) -> None:
     """set_mempolicy_home_node(2) (Linux 5.17+), for BIND / PREFERRED_MANY ranges."""
     b = _b(backend)
     b.syscall(b.abi.number("set_mempolicy_home_node"), addr, length, home_node, flags)
@@ -2099,14 +2547,23 @@ def _py_buffer() -> Tuple[Any, Any, Any]:
     global _py_buffer_api
     with _libc_lock:
         if _py_buffer_api is None:
+
             class PyBuffer(ctypes.Structure):
                 # Py_buffer (Include/pybuffer.h), stable since Python 3.3.
-                _fields_ = [("buf", ctypes.c_void_p), ("obj", ctypes.py_object),
-                            ("len", ctypes.c_ssize_t), ("itemsize", ctypes.c_ssize_t),
-                            ("readonly", ctypes.c_int), ("ndim", ctypes.c_int),
-                            ("format", ctypes.c_char_p), ("shape", ctypes.c_void_p),
-                            ("strides", ctypes.c_void_p), ("suboffsets", ctypes.c_void_p),
-                            ("internal", ctypes.c_void_p)]
+                _fields_ = [
+                    ("buf", ctypes.c_void_p),
+                    ("obj", ctypes.py_object),
+                    ("len", ctypes.c_ssize_t),
+                    ("itemsize", ctypes.c_ssize_t),
+                    ("readonly", ctypes.c_int),
+                    ("ndim", ctypes.c_int),
+                    ("format", ctypes.c_char_p),
+                    ("shape", ctypes.c_void_p),
+                    ("strides", ctypes.c_void_p),
+                    ("suboffsets", ctypes.c_void_p),
+                    ("internal", ctypes.c_void_p),
+                ]
+
             api = ctypes.pythonapi
             get = api.PyObject_GetBuffer
             get.argtypes = [ctypes.py_object, ctypes.POINTER(PyBuffer), ctypes.c_int]
@@ -2123,7 +2580,7 @@ def _buffer_address(obj: Any) -> int:
     without keeping an export alive (an mmap stays closable)."""
     PyBuffer, get, release = _py_buffer()
     view = PyBuffer()
-    if get(obj, ctypes.byref(view), 0) != 0:   # PyBUF_SIMPLE: contiguous bytes
+    if get(obj, ctypes.byref(view), 0) != 0:  # PyBUF_SIMPLE: contiguous bytes
         raise TypeError(f"{type(obj).__name__} is not a contiguous buffer")
     try:
         return view.buf or 0
@@ -2147,12 +2604,14 @@ def buffer_range(buf: Any, length: Optional[int] = None) -> Tuple[int, int]:
             raise TypeError("tensor is not contiguous")
     elif hasattr(buf, "__array_interface__"):
         ai = buf.__array_interface__
-        if ai.get("strides") is not None and hasattr(buf, "flags") and \
-                not buf.flags["C_CONTIGUOUS"]:
+        if (
+            ai.get("strides") is not None
+            and hasattr(buf, "flags")
+            and not buf.flags["C_CONTIGUOUS"]
+        ):
             raise TypeError("array is not contiguous")
         addr, size = int(ai["data"][0]), int(buf.nbytes)
-    elif isinstance(buf, (ctypes._SimpleCData, ctypes.Array, ctypes.Structure,
-                          ctypes.Union)):
+    elif isinstance(buf, (ctypes._SimpleCData, ctypes.Array, ctypes.Structure, ctypes.Union)):
         addr, size = ctypes.addressof(buf), ctypes.sizeof(buf)
     else:
         addr, size = _buffer_address(buf), memoryview(buf).nbytes
@@ -2175,38 +2634,40 @@ def _page_range(addr: int, length: int, page: int) -> Tuple[int, int]:
 # says why, with the memory left usable under the kernel's first-touch default.
 # ===========================================================================
 
-_HINTS = MappingProxyType({
-    "EPERM": "memory policy syscalls are denied: in a container add CAP_SYS_NICE (docker run "
-             "--cap-add SYS_NICE) or use a seccomp profile that allows mbind/set_mempolicy/"
-             "get_mempolicy",
-    "ENOSYS": "the kernel has no NUMA memory policy support (CONFIG_NUMA off)",
-    "unsupported-arch": "no syscall table for this CPU architecture/ABI",
-    "cpuset": "the cpuset (Mems_allowed_list) forbids every requested node",
-    "single-node": "only one memory node is usable: nothing to spread",
-    "not-live": "the backend reads a saved tree, not the running system",
-    "disabled": "disabled by configuration",
-    "EINVAL": "the kernel rejected the policy (EINVAL)",
-    "no-memory-node": "the requested nodes have no memory or do not exist",
-    "no-weighted-interleave": "the kernel lacks MPOL_WEIGHTED_INTERLEAVE (Linux 6.9+); "
-                              "pass fallback='interleave' to accept a plain interleave",
-    "resident-unmoved": "the policy places pages faulted from now on; pages already in "
-                        "memory stay where they are: pass move=True to migrate them, or "
-                        "apply the policy before the first touch",
-})
+_HINTS = MappingProxyType(
+    {
+        "EPERM": "memory policy syscalls are denied: in a container add CAP_SYS_NICE (docker run "
+        "--cap-add SYS_NICE) or use a seccomp profile that allows mbind/set_mempolicy/"
+        "get_mempolicy",
+        "ENOSYS": "the kernel has no NUMA memory policy support (CONFIG_NUMA off)",
+        "unsupported-arch": "no syscall table for this CPU architecture/ABI",
+        "cpuset": "the cpuset (Mems_allowed_list) forbids every requested node",
+        "single-node": "only one memory node is usable: nothing to spread",
+        "not-live": "the backend reads a saved tree, not the running system",
+        "disabled": "disabled by configuration",
+        "EINVAL": "the kernel rejected the policy (EINVAL)",
+        "no-memory-node": "the requested nodes have no memory or do not exist",
+        "no-weighted-interleave": "the kernel lacks MPOL_WEIGHTED_INTERLEAVE (Linux 6.9+); "
+        "pass fallback='interleave' to accept a plain interleave",
+        "resident-unmoved": "the policy places pages faulted from now on; pages already in "
+        "memory stay where they are: pass move=True to migrate them, or "
+        "apply the policy before the first touch",
+    }
+)
 
 
 class PolicyResult(_Record):
     """What a safe-layer call did.  Truthy when the policy was applied."""
 
     applied: bool
-    mode: str                       # "interleave", "bind", "preferred", "local", ...
+    mode: str  # "interleave", "bind", "preferred", "local", ...
     nodes: FrozenSet[int]
-    start: int = 0                  # covered range (whole pages); 0/0 for thread policy
+    start: int = 0  # covered range (whole pages); 0/0 for thread policy
     length: int = 0
-    reason: Optional[str] = None    # why not applied: "EPERM", "single-node", ...
+    reason: Optional[str] = None  # why not applied: "EPERM", "single-node", ...
     errno: Optional[int] = None
     hint: Optional[str] = None
-    dropped: FrozenSet[int] = frozenset()   # requested nodes the cpuset forbids
+    dropped: FrozenSet[int] = frozenset()  # requested nodes the cpuset forbids
     # Bytes of the range already in memory that the call left where they are (a
     # policy places new pages; move=True migrates these).  Reason "resident-unmoved".
     resident_unmoved: int = 0
@@ -2230,8 +2691,11 @@ class PolicyInfo(_Record):
         never sets both static and relative)."""
         s = _LAYOUT_NAMES[self.mode].replace("-many", " (many)").replace("-", " ")
         # ModeFlag's members from the highest bit: the kernel's order.
-        words = [w for f, w in zip(reversed(ModeFlag), ("static", "relative", "balancing"))
-                 if self.flags & f]
+        words = [
+            w
+            for f, w in zip(reversed(ModeFlag), ("static", "relative", "balancing"))
+            if self.flags & f
+        ]
         if words:
             s += "=" + "|".join(words)
         if self.mode not in (Mode.DEFAULT, Mode.LOCAL) and self.nodes:
@@ -2239,15 +2703,25 @@ class PolicyInfo(_Record):
         return s
 
     def to_json(self) -> Dict[str, Any]:
-        return {"mode": self.mode.name.lower(), "flags": self.flags,
-                "nodes": sorted(self.nodes), "text": str(self)}
+        return {
+            "mode": self.mode.name.lower(),
+            "flags": self.flags,
+            "nodes": sorted(self.nodes),
+            "text": str(self),
+        }
 
 
 # Each mode's own name, with "_" or "-", and the aliases other tools use.
-_MODE_NAMES = MappingProxyType({
-    **{w: m for m in Mode for w in (m.name.lower(), m.name.lower().replace("_", "-"))},
-    "first-touch": Mode.DEFAULT, "none": Mode.DEFAULT, "prefer": Mode.PREFERRED,
-    "membind": Mode.BIND, "prefer-many": Mode.PREFERRED_MANY})
+_MODE_NAMES = MappingProxyType(
+    {
+        **{w: m for m in Mode for w in (m.name.lower(), m.name.lower().replace("_", "-"))},
+        "first-touch": Mode.DEFAULT,
+        "none": Mode.DEFAULT,
+        "prefer": Mode.PREFERRED,
+        "membind": Mode.BIND,
+        "prefer-many": Mode.PREFERRED_MANY,
+    }
+)
 
 
 def _mode_of(mode: Union[str, int]) -> Mode:
@@ -2255,8 +2729,9 @@ def _mode_of(mode: Union[str, int]) -> Mode:
         try:
             return _MODE_NAMES[mode.lower()]
         except KeyError:
-            raise ValueError(f"unknown memory policy {mode!r}; one of "
-                             f"{', '.join(sorted(_MODE_NAMES))}") from None
+            raise ValueError(
+                f"unknown memory policy {mode!r}; one of {', '.join(sorted(_MODE_NAMES))}"
+            ) from None
     return Mode(int(mode) & ~_MODE_FLAGS_MASK)
 
 
@@ -2264,7 +2739,7 @@ def _memory_nodes(b: Backend) -> Tuple[FrozenSet[int], FrozenSet[int], FrozenSet
     """(nodes with memory, Mems_allowed, default_memory_nodes) cheaply: the whole
     topology is read only when a memory node lacks CPUs or normal memory or the
     kernel has several memory tiers (otherwise the default is every allowed node)."""
-    r = _Reader(b)          # what it cannot read is read_topology's to report
+    r = _Reader(b)  # what it cannot read is read_topology's to report
     if not r.exists(_NODE_DIR):
         return frozenset({0}), frozenset({0}), frozenset({0})
     mem = r.parsed(f"{_NODE_DIR}/has_memory", _parse_nodelist)
@@ -2277,7 +2752,7 @@ def _memory_nodes(b: Backend) -> Tuple[FrozenSet[int], FrozenSet[int], FrozenSet
     allowed = allowed if allowed is not None else mem
     texts = tuple(r.text(f"{_NODE_DIR}/{name}") for name in ("has_cpu", "has_normal_memory"))
     tiers = tuple(sorted(x for x in r.listdir(_TIER_DIR) if x.startswith("memory_tier")))
-    try:        # every memory node has CPUs and normal memory
+    try:  # every memory node has CPUs and normal memory
         plain = all(t is None or mem <= parse_cpulist(t) for t in texts)
     except ValueError:
         plain = False
@@ -2302,26 +2777,45 @@ def _errno_reason(err: int) -> str:
     return errno.errorcode.get(err, f"errno {err}")
 
 
-def _fallback(res: PolicyResult, strict: bool, what: str, reason: Optional[str] = None,
-              err: Optional[int] = None) -> PolicyResult:
+def _fallback(
+    res: PolicyResult,
+    strict: bool,
+    what: str,
+    reason: Optional[str] = None,
+    err: Optional[int] = None,
+) -> PolicyResult:
     """``res`` (failed with ``reason`` and ``err``, when given) returned, or raised as
     OSError in strict mode; logged once unless nothing was asked of the kernel."""
     if reason is not None:
         res = res._replace(reason=reason, errno=err, hint=_HINTS.get(reason))
     if strict:
-        raise OSError(res.errno or errno.EINVAL,
-                      f"{what}: {res.reason}: {res.hint or ''}".rstrip(": "))
+        raise OSError(
+            res.errno or errno.EINVAL, f"{what}: {res.reason}: {res.hint or ''}".rstrip(": ")
+        )
     if res.reason not in ("disabled", "single-node"):
-        _warn_once(f"{what}:{res.reason}", "numa_utils: %s not applied (%s); memory "
-                   "stays usable under first-touch. %s", what, res.reason, res.hint or "")
+        _warn_once(
+            f"{what}:{res.reason}",
+            "numa_utils: %s not applied (%s); memory stays usable under first-touch. %s",
+            what,
+            res.reason,
+            res.hint or "",
+        )
     return res
 
 
-def apply_policy(buf: Any = None, length: Optional[int] = None, *,
-                 mode: Union[str, int], nodes: Optional[Iterable[int]] = None,
-                 mode_flags: int = 0, move: bool = False, strict: Optional[bool] = None,
-                 enabled: bool = True, page_size: Optional[int] = None,
-                 backend: Optional[Backend] = None) -> PolicyResult:
+def apply_policy(
+    buf: Any = None,
+    length: Optional[int] = None,
+    *,
+    mode: Union[str, int],
+    nodes: Optional[Iterable[int]] = None,
+    mode_flags: int = 0,
+    move: bool = False,
+    strict: Optional[bool] = None,
+    enabled: bool = True,
+    page_size: Optional[int] = None,
+    backend: Optional[Backend] = None,
+) -> PolicyResult:
     """Apply ``mode`` over ``nodes`` to ``buf`` (or, with ``buf=None``, to the calling
     thread).  ``nodes=None``: default_memory_nodes() (the CPUs' DRAM tier in the cpuset).
 
@@ -2331,16 +2825,34 @@ def apply_policy(buf: Any = None, length: Optional[int] = None, *,
     ``buf`` already in memory stay where they are unless ``move=True``; the result
     counts them (``resident_unmoved``, reason "resident-unmoved").
     """
-    return _apply_policy(buf, length, mode=mode, nodes=nodes, mode_flags=mode_flags,
-                         move=move, strict=strict, enabled=enabled, page_size=page_size,
-                         backend=backend)
+    return _apply_policy(
+        buf,
+        length,
+        mode=mode,
+        nodes=nodes,
+        mode_flags=mode_flags,
+        move=move,
+        strict=strict,
+        enabled=enabled,
+        page_size=page_size,
+        backend=backend,
+    )
 
 
-def _apply_policy(buf: Any, length: Optional[int], *, mode: Union[str, int],
-                  nodes: Optional[Iterable[int]], mode_flags: int = 0, move: bool = False,
-                  strict: Optional[bool] = None, enabled: bool = True,
-                  page_size: Optional[int] = None, backend: Optional[Backend] = None,
-                  count_resident: bool = True) -> PolicyResult:
+def _apply_policy(
+    buf: Any,
+    length: Optional[int],
+    *,
+    mode: Union[str, int],
+    nodes: Optional[Iterable[int]],
+    mode_flags: int = 0,
+    move: bool = False,
+    strict: Optional[bool] = None,
+    enabled: bool = True,
+    page_size: Optional[int] = None,
+    backend: Optional[Backend] = None,
+    count_resident: bool = True,
+) -> PolicyResult:
     """apply_policy.  SharedRegion passes ``count_resident=False``: a region it
     creates is fresh, and an attached one's pages were placed by the creator under
     the same shared policy; the mincore walk costs ~50 ms per 8 GiB of shmem."""
@@ -2351,8 +2863,9 @@ def _apply_policy(buf: Any, length: Optional[int], *, mode: Union[str, int],
         nodes = _env_nodes(b)
     mname = m.name.lower()
     what = f"{mname} policy"
-    start, size = (0, 0) if buf is None else \
-        _page_range(*buffer_range(buf, length), page_size or b.page_size)
+    start, size = (
+        (0, 0) if buf is None else _page_range(*buffer_range(buf, length), page_size or b.page_size)
+    )
     explicit = nodes is not None
     mem, allowed, default = _memory_nodes(b)
     want = _node_ids(nodes) if nodes is not None else default
@@ -2370,16 +2883,19 @@ def _apply_policy(buf: Any, length: Optional[int], *, mode: Union[str, int],
         forbidden = (want & mem) - allowed
         dropped = want - (mem & allowed)
         if dropped and explicit and strict_:
-            raise OSError(errno.EINVAL, f"{what}: {_nodes_txt(dropped)} not "
-                          "usable (no memory, or outside this process's cpuset: "
-                          f"Mems_allowed_list {format_cpulist(allowed)})")
+            raise OSError(
+                errno.EINVAL,
+                f"{what}: {_nodes_txt(dropped)} not "
+                "usable (no memory, or outside this process's cpuset: "
+                f"Mems_allowed_list {format_cpulist(allowed)})",
+            )
         want = want - dropped
         res = res._replace(nodes=want, dropped=dropped)
         if not want:
-            return _fallback(res, strict_, what, "cpuset" if forbidden else "no-memory-node",
-                             errno.EINVAL)
-        if not explicit and len(want) < 2 and m in (Mode.INTERLEAVE,
-                                                    Mode.WEIGHTED_INTERLEAVE):
+            return _fallback(
+                res, strict_, what, "cpuset" if forbidden else "no-memory-node", errno.EINVAL
+            )
+        if not explicit and len(want) < 2 and m in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
             return res._replace(reason="single-node", hint=_HINTS["single-node"])
         if m == Mode.PREFERRED and len(want) > 1:
             raise ValueError("preferred takes one node; use preferred_many for several")
@@ -2389,30 +2905,42 @@ def _apply_policy(buf: Any, length: Optional[int], *, mode: Union[str, int],
         if buf is None:
             set_mempolicy(m, want, mode_flags=mode_flags, backend=b)
         elif size:
-            mbind(start, size, m, want, MbindFlag.MOVE if move else 0,
-                  mode_flags=mode_flags, backend=b)
+            mbind(
+                start,
+                size,
+                m,
+                want,
+                MbindFlag.MOVE if move else 0,
+                mode_flags=mode_flags,
+                backend=b,
+            )
     except NotLiveError as e:
         return _fallback(res, strict_, what, "not-live", e.errno)
     except OSError as e:
         err = e.errno or errno.EIO
         # Before 6.9 mode 6 is an invalid mode: never a silent plain interleave.
         wi = err == errno.EINVAL and m == Mode.WEIGHTED_INTERLEAVE
-        return _fallback(res, strict_, what, "no-weighted-interleave" if wi
-                         else _errno_reason(err), err)
+        return _fallback(
+            res, strict_, what, "no-weighted-interleave" if wi else _errno_reason(err), err
+        )
     res = res._replace(applied=True)
     if size and not move and count_resident and m != Mode.DEFAULT:
-        try:            # mincore counts base pages, also in a hugetlb mapping
+        try:  # mincore counts base pages, also in a hugetlb mapping
             resident = b.mincore(start, size) * b.page_size
         except (OSError, NotImplementedError):
-            resident = 0        # unknown: claim nothing
+            resident = 0  # unknown: claim nothing
         if resident:
-            res = res._replace(resident_unmoved=resident, reason="resident-unmoved",
-                               hint=_HINTS["resident-unmoved"])
+            res = res._replace(
+                resident_unmoved=resident,
+                reason="resident-unmoved",
+                hint=_HINTS["resident-unmoved"],
+            )
     return res
 
 
-def interleave(buf: Any, length: Optional[int] = None, nodes: Optional[Iterable[int]] = None,
-               **kw: Any) -> PolicyResult:
+def interleave(
+    buf: Any, length: Optional[int] = None, nodes: Optional[Iterable[int]] = None, **kw: Any
+) -> PolicyResult:
     """Interleave ``buf``'s pages over ``nodes`` (default: default_memory_nodes()).
 
     Call before the pages are touched (then prefault): pages already present stay.
@@ -2421,10 +2949,15 @@ def interleave(buf: Any, length: Optional[int] = None, nodes: Optional[Iterable[
     return apply_policy(buf, length, mode=Mode.INTERLEAVE, nodes=nodes, **kw)
 
 
-def weighted_interleave(buf: Any, length: Optional[int] = None,
-                        nodes: Optional[Iterable[int]] = None, *,
-                        strict: Optional[bool] = None, fallback: Optional[str] = None,
-                        **kw: Any) -> PolicyResult:
+def weighted_interleave(
+    buf: Any,
+    length: Optional[int] = None,
+    nodes: Optional[Iterable[int]] = None,
+    *,
+    strict: Optional[bool] = None,
+    fallback: Optional[str] = None,
+    **kw: Any,
+) -> PolicyResult:
     """Interleave ``buf``'s pages over ``nodes`` in proportion to the kernel's global
     weights (MPOL_WEIGHTED_INTERLEAVE, Linux 6.9+; see interleave_weights(),
     set_interleave_weights(), suggest_weights()).  On an older kernel the result is
@@ -2433,18 +2966,22 @@ def weighted_interleave(buf: Any, length: Optional[int] = None,
         raise ValueError(f"fallback must be None or 'interleave', not {fallback!r}")
     # NUMA_STRICT as for every call; a fallback asked for is not a failure.
     strict = _strict_or_env(strict)
-    res = apply_policy(buf, length, mode=Mode.WEIGHTED_INTERLEAVE, nodes=nodes,
-                       strict=strict and fallback is None, **kw)
+    res = apply_policy(
+        buf,
+        length,
+        mode=Mode.WEIGHTED_INTERLEAVE,
+        nodes=nodes,
+        strict=strict and fallback is None,
+        **kw,
+    )
     if not res and fallback and res.reason == "no-weighted-interleave":
-        return apply_policy(buf, length, mode=Mode.INTERLEAVE, nodes=nodes, strict=strict,
-                            **kw)
+        return apply_policy(buf, length, mode=Mode.INTERLEAVE, nodes=nodes, strict=strict, **kw)
     if not res and strict and res.reason not in ("disabled", "single-node"):
         return _fallback(res, True, "weighted_interleave policy")
     return res
 
 
-def bind(buf: Any, nodes: Iterable[int], length: Optional[int] = None,
-         **kw: Any) -> PolicyResult:
+def bind(buf: Any, nodes: Iterable[int], length: Optional[int] = None, **kw: Any) -> PolicyResult:
     """Strictly allocate ``buf``'s pages from ``nodes`` (MPOL_BIND)."""
     return apply_policy(buf, length, mode=Mode.BIND, nodes=nodes, **kw)
 
@@ -2460,8 +2997,9 @@ def set_local(buf: Any = None, length: Optional[int] = None, **kw: Any) -> Polic
     return apply_policy(buf, length, mode=Mode.LOCAL, **kw)
 
 
-def set_thread_policy(mode: Union[str, int], nodes: Optional[Iterable[int]] = None,
-                      **kw: Any) -> PolicyResult:
+def set_thread_policy(
+    mode: Union[str, int], nodes: Optional[Iterable[int]] = None, **kw: Any
+) -> PolicyResult:
     """The calling thread's policy (set_mempolicy is per thread; threads created
     afterwards inherit it).  For a whole process, call it first thing in ``main``."""
     return apply_policy(None, mode=mode, nodes=nodes, **kw)
@@ -2471,8 +3009,9 @@ class thread_policy:
     """Context manager: run a block under a thread memory policy, then restore the
     previous one.  ``with thread_policy("bind", [1]): arr = np.ones(n)``."""
 
-    def __init__(self, mode: Union[str, int], nodes: Optional[Iterable[int]] = None,
-                 **kw: Any) -> None:
+    def __init__(
+        self, mode: Union[str, int], nodes: Optional[Iterable[int]] = None, **kw: Any
+    ) -> None:
         self.mode, self.nodes, self.kw = mode, nodes, kw
         self.result: Optional[PolicyResult] = None
         self._old: Optional[Tuple[int, FrozenSet[int]]] = None
@@ -2486,12 +3025,15 @@ class thread_policy:
         return self.result
 
     def __exit__(self, *exc: Any) -> None:
-        try:        # the mode with its flags: set_mempolicy's value
+        try:  # the mode with its flags: set_mempolicy's value
             if self.result and self._old is not None:
                 set_mempolicy(*self._old, backend=self.kw.get("backend"))
         except OSError as e:
-            _warn_once("thread_policy-restore", "numa_utils: could not restore the "
-                       "thread memory policy: %s", e)
+            _warn_once(
+                "thread_policy-restore",
+                "numa_utils: could not restore the thread memory policy: %s",
+                e,
+            )
 
 
 def get_policy(buf: Any = None, *, backend: Optional[Backend] = None) -> PolicyInfo:
@@ -2523,14 +3065,16 @@ def node_of(buf: Any, *, backend: Optional[Backend] = None) -> Optional[int]:
 # -- weighted interleave weights ---------------------------------------------------
 # Global, not per call: /sys/kernel/mm/mempolicy/weighted_interleave/nodeN, 1-255.
 
+
 def interleave_weights(*, backend: Optional[Backend] = None) -> Optional[Dict[int, int]]:
     """{node: weight} the kernel uses for weighted interleave; None on kernels without
     it (before 6.9)."""
     return _read_weights(_Reader(_b(backend)))[0]
 
 
-def set_interleave_weights(weights: Mapping[int, int], *,
-                           backend: Optional[Backend] = None) -> Dict[int, int]:
+def set_interleave_weights(
+    weights: Mapping[int, int], *, backend: Optional[Backend] = None
+) -> Dict[int, int]:
     """Write the global weights (needs root; every process using weighted interleave
     sees them).  Returns the previous weights of every node, so callers can restore.
     The whole mapping is checked before the first write, so a bad entry writes
@@ -2540,8 +3084,9 @@ def set_interleave_weights(weights: Mapping[int, int], *,
     b = _b(backend)
     before = interleave_weights(backend=b)
     if before is None:
-        raise OSError(errno.ENOTSUP, "this kernel has no weighted interleave (Linux "
-                      f"6.9+: {_WI_DIR})")
+        raise OSError(
+            errno.ENOTSUP, f"this kernel has no weighted interleave (Linux 6.9+: {_WI_DIR})"
+        )
     for n, w in weights.items():
         # True == 1 and 1.0 == 1 pass the lookup below, then name file "nodeTrue".
         if isinstance(n, bool) or not isinstance(n, int):
@@ -2549,26 +3094,36 @@ def set_interleave_weights(weights: Mapping[int, int], *,
         if isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= 255:
             raise ValueError(f"interleave weight for node {n} must be 1-255, not {w!r}")
         if n not in before:
-            raise OSError(errno.ENOENT, f"no weighted-interleave weight for node {n}",
-                          f"{_WI_DIR}/node{n}")
+            raise OSError(
+                errno.ENOENT, f"no weighted-interleave weight for node {n}", f"{_WI_DIR}/node{n}"
+            )
     for n, w in sorted(weights.items()):
         b.write_text(f"{_WI_DIR}/node{n}", f"{w}\n")
     return before
 
 
-def suggest_weights(topology: Optional[Topology] = None, initiator: Optional[int] = None,
-                    *, backend: Optional[Backend] = None) -> Dict[int, int]:
+def suggest_weights(
+    topology: Optional[Topology] = None,
+    initiator: Optional[int] = None,
+    *,
+    backend: Optional[Backend] = None,
+) -> Dict[int, int]:
     """Weights from HMAT bandwidth the way the kernel's auto mode derives them
     (mm/mempolicy.c reduce_interleave_weights): each node's min(read, write)
     bandwidth scaled to 1..32 of the total, then divided by the weights' GCD.
     ``initiator``: only nodes whose best initiators include it.  {} without HMAT."""
     import math
     from functools import reduce
+
     t = topology if topology is not None else read_topology(backend=backend)
     access = {n: t.nodes[n].access for n in sorted(t.nodes_with_memory) if n in t.nodes}
-    bw = {n: min(v) for n, a in access.items()
-          if a is not None and (initiator is None or initiator in a.initiators)
-          and (v := [x for x in (a.read_bandwidth_mbps, a.write_bandwidth_mbps) if x])}
+    bw = {
+        n: min(v)
+        for n, a in access.items()
+        if a is not None
+        and (initiator is None or initiator in a.initiators)
+        and (v := [x for x in (a.read_bandwidth_mbps, a.write_bandwidth_mbps) if x])
+    }
     total = sum(bw.values())
     if not total:
         return {}
@@ -2589,8 +3144,7 @@ def suggest_weights(topology: Optional[Topology] = None, initiator: Optional[int
 # The path goes through seq_path(..., "\n\t= "), so those four characters come out as
 # octal escapes (\012 \011 \075 \040); d_path appends " (deleted)" -> "\040(deleted)".
 
-_MAPS_COUNTERS = ("anon", "dirty", "mapped", "mapmax", "swapcache", "active",
-                  "writeback")
+_MAPS_COUNTERS = ("anon", "dirty", "mapped", "mapmax", "swapcache", "active", "writeback")
 _MAPS_FLAG_NAMES = ("static", "relative", "balancing")
 _OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
 
@@ -2605,15 +3159,15 @@ class NumaMapsEntry(_Record):
     """
 
     start: int
-    policy: str                          # as printed: "bind=static:0", "prefer (many):0,2"
-    mode: str                            # "default", "interleave", "prefer (many)" ...
-    nodes: FrozenSet[int]                # the policy's nodes (empty for default/local)
-    flags: Tuple[str, ...] = ()          # "static", "relative", "balancing"
-    file: Optional[str] = None           # path, \040-style escapes decoded
-    deleted: bool = False                # path ended in " (deleted)" (SysV, memfd, ...)
+    policy: str  # as printed: "bind=static:0", "prefer (many):0,2"
+    mode: str  # "default", "interleave", "prefer (many)" ...
+    nodes: FrozenSet[int]  # the policy's nodes (empty for default/local)
+    flags: Tuple[str, ...] = ()  # "static", "relative", "balancing"
+    file: Optional[str] = None  # path, \040-style escapes decoded
+    deleted: bool = False  # path ended in " (deleted)" (SysV, memfd, ...)
     heap: bool = False
     stack: bool = False
-    huge: bool = False                   # hugetlb VMA
+    huge: bool = False  # hugetlb VMA
     anon: int = 0
     dirty: int = 0
     mapped: int = 0
@@ -2621,9 +3175,9 @@ class NumaMapsEntry(_Record):
     swapcache: int = 0
     active: Optional[int] = None
     writeback: int = 0
-    pages: Mapping[int, int] = MappingProxyType({})     # node -> pages
+    pages: Mapping[int, int] = MappingProxyType({})  # node -> pages
     page_size_kb: int = 4
-    other: Mapping[str, str] = MappingProxyType({})     # unknown key=value (newer kernels)
+    other: Mapping[str, str] = MappingProxyType({})  # unknown key=value (newer kernels)
 
     @property
     def pages_total(self) -> int:
@@ -2636,26 +3190,47 @@ class NumaMapsEntry(_Record):
 
     @property
     def kind(self) -> str:
-        """"file", "heap", "stack" or "anon" (what numastat -p groups by, huge aside)."""
-        return "file" if self.file is not None else "heap" if self.heap else \
-            "stack" if self.stack else "anon"
+        """ "file", "heap", "stack" or "anon" (what numastat -p groups by, huge aside)."""
+        return (
+            "file"
+            if self.file is not None
+            else "heap"
+            if self.heap
+            else "stack"
+            if self.stack
+            else "anon"
+        )
 
     def to_json(self) -> Dict[str, Any]:
-        d = self._asdict()      # the fields in order, "kb" before "other"
+        d = self._asdict()  # the fields in order, "kb" before "other"
         pages = sorted(self.pages.items())
-        d.update(start=f"0x{self.start:x}", nodes=sorted(self.nodes), flags=list(self.flags),
-                 pages={str(n): c for n, c in pages},
-                 kb={str(n): c * self.page_size_kb for n, c in pages})
+        d.update(
+            start=f"0x{self.start:x}",
+            nodes=sorted(self.nodes),
+            flags=list(self.flags),
+            pages={str(n): c for n, c in pages},
+            kb={str(n): c * self.page_size_kb for n, c in pages},
+        )
         d["other"] = dict(d.pop("other"))
         return d
 
 
-_POLICY_NAMES = frozenset({"default", "local", "prefer", "bind", "interleave",
-                           "prefer (many)", "weighted interleave", "unknown"})
+_POLICY_NAMES = frozenset(
+    {
+        "default",
+        "local",
+        "prefer",
+        "bind",
+        "interleave",
+        "prefer (many)",
+        "weighted interleave",
+        "unknown",
+    }
+)
 
 
 def _parse_policy(text: str, line: str) -> Tuple[str, FrozenSet[int], Tuple[str, ...]]:
-    """"bind=relative|balancing:0-1" -> ("bind", {0, 1}, ("relative", "balancing"))."""
+    """ "bind=relative|balancing:0-1" -> ("bind", {0, 1}, ("relative", "balancing"))."""
     name, _, nodelist = text.partition(":")
     mode, _, flagtext = name.partition("=")
     if mode not in _POLICY_NAMES:
@@ -2669,13 +3244,14 @@ def _parse_policy(text: str, line: str) -> Tuple[str, FrozenSet[int], Tuple[str,
         # mpol_to_str writes into a 64-byte buffer: a long list is cut at 63
         # characters, possibly inside a number.  Keep the complete chunks.
         if len(text) < 63 or "," not in nodelist:
-            raise ValueError(f"invalid numa_maps line: policy nodes {_short(text)}: "
-                             f"{_short(line)}") from None
+            raise ValueError(
+                f"invalid numa_maps line: policy nodes {_short(text)}: {_short(line)}"
+            ) from None
         nodes = _parse_nodelist(nodelist.rsplit(",", 1)[0])
     return mode, nodes, flags
 
 
-_POLICIES: Dict[str, Tuple[str, FrozenSet[int], Tuple[str, ...]]] = {}   # a few per host
+_POLICIES: Dict[str, Tuple[str, FrozenSet[int], Tuple[str, ...]]] = {}  # a few per host
 
 
 def _parse_maps_line(line: str, default_kb: int) -> NumaMapsEntry:
@@ -2689,8 +3265,11 @@ def _parse_maps_line(line: str, default_kb: int) -> NumaMapsEntry:
         raise ValueError(f"invalid numa_maps line: bad start address: {_short(line)}") from None
     i, pol = 2, parts[1]
     # Two policy names contain a space (mpol_to_str's policy_modes[] table).
-    if (pol == "prefer" or pol == "weighted") and len(parts) > 2 and \
-            parts[2].startswith("(many)" if pol == "prefer" else "interleave"):
+    if (
+        (pol == "prefer" or pol == "weighted")
+        and len(parts) > 2
+        and parts[2].startswith("(many)" if pol == "prefer" else "interleave")
+    ):
         i, pol = 3, pol + " " + parts[2]
     parsed = _POLICIES.get(pol)
     if parsed is None:
@@ -2698,19 +3277,18 @@ def _parse_maps_line(line: str, default_kb: int) -> NumaMapsEntry:
             _POLICIES.clear()
         parsed = _POLICIES[pol] = _parse_policy(pol, line)
     pages: Dict[int, int] = {}
-    kw: Dict[str, Any] = {"page_size_kb": default_kb}    # fields the line sets
+    kw: Dict[str, Any] = {"page_size_kb": default_kb}  # fields the line sets
     for tok in parts[i:]:
         key, eq, val = tok.partition("=")
         if not eq:
             if tok in ("heap", "stack", "huge") or (tok[:6] == "stack:" and tok[6:].isdigit()):
-                kw[tok[:5]] = True      # "stack:<tid>": kernels before 3.x
+                kw[tok[:5]] = True  # "stack:<tid>": kernels before 3.x
             elif tok:
                 raise ValueError(f"invalid numa_maps line: token {_short(tok)}: {_short(line)}")
         elif key[:1] == "N" and key[1:].isdigit() and val.isdigit():
             pages[int(key[1:])] = int(val)
         elif key == "file":
-            path = _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), val) \
-                if "\\" in val else val
+            path = _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), val) if "\\" in val else val
             kw["deleted"] = path.endswith(" (deleted)")
             kw["file"] = path[:-10] if kw["deleted"] else path
         elif not key:
@@ -2721,13 +3299,14 @@ def _parse_maps_line(line: str, default_kb: int) -> NumaMapsEntry:
             kw["page_size_kb"] = int(val)
         elif key in _MAPS_COUNTERS:
             kw[key] = int(val)
-        else:       # a counter from a newer kernel: keep, do not fail
+        else:  # a counter from a newer kernel: keep, do not fail
             kw.setdefault("other", {})[key] = val
     return NumaMapsEntry(start, pol, *parsed, pages=pages, **kw)
 
 
-def iter_numa_maps(text: Union[str, Iterable[str]], *,
-                   page_size_kb: int = 0) -> Iterator[NumaMapsEntry]:
+def iter_numa_maps(
+    text: Union[str, Iterable[str]], *, page_size_kb: int = 0
+) -> Iterator[NumaMapsEntry]:
     """``parse_numa_maps`` one entry at a time, for huge inputs: ``text`` is the whole
     text or an iterable of chunks cut anywhere (a file read in blocks)."""
     default_kb = page_size_kb or _system_page_kb()
@@ -2748,7 +3327,7 @@ def parse_numa_maps(text: str, *, page_size_kb: int = 0) -> List[NumaMapsEntry]:
     return list(iter_numa_maps(text, page_size_kb=page_size_kb))
 
 
-_MAPS_LINE_MAX = 1 << 20    # a line holds one path (<= 4 KiB, escaped x4) + node counts
+_MAPS_LINE_MAX = 1 << 20  # a line holds one path (<= 4 KiB, escaped x4) + node counts
 
 
 def _whole_lines(text: Union[str, Iterable[str]]) -> Iterator[str]:
@@ -2761,8 +3340,9 @@ def _whole_lines(text: Union[str, Iterable[str]]) -> Iterator[str]:
         cut = piece.rfind("\n") + 1
         carry = piece[cut:]
         if len(carry) > _MAPS_LINE_MAX:
-            raise ValueError(f"invalid numa_maps line: over {_MAPS_LINE_MAX} characters: "
-                             f"{carry[:80]!r}...")
+            raise ValueError(
+                f"invalid numa_maps line: over {_MAPS_LINE_MAX} characters: {carry[:80]!r}..."
+            )
         if cut:
             yield piece[:cut]
     if carry:
@@ -2779,11 +3359,17 @@ def _maps_path(pid: Union[int, str]) -> str:
     return f"/proc/{pid}/numa_maps"
 
 
-_MOVE_PAGES_LIMIT = 1 << 16    # pages: above this, one numa_maps read is cheaper
+_MOVE_PAGES_LIMIT = 1 << 16  # pages: above this, one numa_maps read is cheaper
 
 
-def placement(buf: Any, length: Optional[int] = None, *, pid: Union[int, str] = "self",
-              method: str = "auto", backend: Optional[Backend] = None) -> Dict[int, int]:
+def placement(
+    buf: Any,
+    length: Optional[int] = None,
+    *,
+    pid: Union[int, str] = "self",
+    method: str = "auto",
+    backend: Optional[Backend] = None,
+) -> Dict[int, int]:
     """Bytes per node of the pages of ``buf`` that are faulted in.
 
     ``method="numa_maps"`` reads /proc/<pid>/numa_maps and counts whole VMAs: those
@@ -2803,8 +3389,9 @@ def placement(buf: Any, length: Optional[int] = None, *, pid: Union[int, str] = 
     addr, size = buffer_range(buf, length)
     path = _maps_path(pid)
     npages = (addr % b.page_size + size + b.page_size - 1) // b.page_size
-    if method == "move_pages" or (method == "auto" and npages <= _MOVE_PAGES_LIMIT
-                                  and b.abi.supported):
+    if method == "move_pages" or (
+        method == "auto" and npages <= _MOVE_PAGES_LIMIT and b.abi.supported
+    ):
         try:
             return _placement_move_pages(b, 0 if pid == "self" else int(pid), addr, size)
         except OSError:
@@ -2817,18 +3404,27 @@ def _placement_move_pages(b: Backend, pid: int, addr: int, size: int) -> Dict[in
     """Bytes per node of [addr, addr+size) from move_pages queries, in batches."""
     import array
     import collections
+
     page, end = b.page_size, addr + max(size, 1)
     swap = b.abi.byteorder != sys.byteorder
     seen: collections.Counter[int] = collections.Counter()
-    step = page * 16384         # pages per call
+    step = page * 16384  # pages per call
     for lo in range(addr - addr % page, end, step):
-        ptrs = array.array("Q" if _pointer_bits(b.abi) == 64 else "I",
-                           range(lo, min(end, lo + step), page))
+        ptrs = array.array(
+            "Q" if _pointer_bits(b.abi) == 64 else "I", range(lo, min(end, lo + step), page)
+        )
         status = array.array("i", bytes(4 * len(ptrs)))
         if swap:
             ptrs.byteswap()
-        b.syscall(b.abi.number("move_pages"), pid, len(ptrs), ptrs.buffer_info()[0], 0,
-                  status.buffer_info()[0], 0)
+        b.syscall(
+            b.abi.number("move_pages"),
+            pid,
+            len(ptrs),
+            ptrs.buffer_info()[0],
+            0,
+            status.buffer_info()[0],
+            0,
+        )
         if swap:
             status.byteswap()
         seen.update(status)
@@ -2842,8 +3438,11 @@ def _page_kb(b: Backend) -> int:
 def _placement_in(text: str, start: int, end: int, default_kb: int) -> Dict[int, int]:
     """Bytes per node of the VMAs of address-sorted numa_maps ``text`` that hold
     [start, end): the one holding ``start`` and those starting before ``end``."""
-    return _entries_bytes(iter_numa_maps(
-        text[_line_at(text, start)[0]:_line_at(text, end - 1)[1]], page_size_kb=default_kb))
+    return _entries_bytes(
+        iter_numa_maps(
+            text[_line_at(text, start)[0] : _line_at(text, end - 1)[1]], page_size_kb=default_kb
+        )
+    )
 
 
 def _line_at(text: str, addr: int) -> Tuple[int, int]:
@@ -2851,9 +3450,9 @@ def _line_at(text: str, addr: int) -> Tuple[int, int]:
     ``addr`` (a binary search: lines are sorted by address); (0, 0) when none does."""
     lo, hi, found = 0, len(text), (0, 0)
     while lo < hi:
-        p = text.rfind("\n", 0, (lo + hi) // 2) + 1     # a line start, >= lo
-        nl = text.find("\n", p) % (len(text) + 1)      # -1: the text's end
-        if int(text[p:text.index(" ", p)], 16) <= addr:
+        p = text.rfind("\n", 0, (lo + hi) // 2) + 1  # a line start, >= lo
+        nl = text.find("\n", p) % (len(text) + 1)  # -1: the text's end
+        if int(text[p : text.index(" ", p)], 16) <= addr:
             found, lo = (p, nl), nl + 1
         else:
             hi = p
@@ -2868,8 +3467,10 @@ def _line_at(text: str, addr: int) -> Tuple[int, int]:
 # cleanup judges a SysV segment by its last attach (shm_lpid, shm_atime) and a file
 # by its locks, so a look must not look like a use.
 
-def _tail_record(read: Callable[[int, int], bytes], seg: int,
-                 what: str) -> Optional[Dict[str, Any]]:
+
+def _tail_record(
+    read: Callable[[int, int], bytes], seg: int, what: str
+) -> Optional[Dict[str, Any]]:
     """The identity record of a ``seg``-byte region whose bytes ``read(offset, n)``
     gives (a file's, another process's memory); None when it has none."""
     end = seg - _RECORD_END.size
@@ -2880,7 +3481,7 @@ def _tail_record(read: Callable[[int, int], bytes], seg: int,
     tail = read(end - n, n) + raw if n <= min(end, _RECORD_ROOM) else b""
     if len(tail) != n + _RECORD_END.size:
         raise ValueError(f"{what}: damaged identity record (length {n} in {seg} bytes)")
-    buf = ctypes.create_string_buffer(tail, len(tail))     # _record_read reads memory
+    buf = ctypes.create_string_buffer(tail, len(tail))  # _record_read reads memory
     return _record_read(ctypes.addressof(buf) + len(tail) - seg, seg, what)
 
 
@@ -2896,8 +3497,11 @@ def _file_record(path: str) -> Tuple[int, Optional[Dict[str, Any]]]:
 
 def _record_layout(rec: Mapping[str, Any]) -> Layout:
     """The layout a record publishes (one default extent when it names none)."""
-    return Layout.parse(rec["layout"]).bound(rec["size"], rec["page_size"]) \
-        if "layout" in rec else Layout.extents([(rec["size"], "default", ())])
+    return (
+        Layout.parse(rec["layout"]).bound(rec["size"], rec["page_size"])
+        if "layout" in rec
+        else Layout.extents([(rec["size"], "default", ())])
+    )
 
 
 def _status_regions(report: Dict[str, Any], b: Backend) -> None:
@@ -2913,14 +3517,29 @@ def _status_regions(report: Dict[str, Any], b: Backend) -> None:
     euid = os.geteuid()
     for st in _sysvipc_rows(b.read_optional("/proc/sysvipc/shm") or ""):
         if st.uid == euid and st.key & SYSV_KEY_MASK == SYSV_KEY_PREFIX:
-            rows.append({"name": None, "kind": "sysv", "key": f"0x{st.key:08x}",
-                         "size": st.size, "attached": st.nattch, "layout": None})
-    locks = [ln.split() for ln in (b.read_optional("/proc/locks") or "").splitlines()
-             if "->" not in ln]      # every attacher of a file holds a shared flock
+            rows.append(
+                {
+                    "name": None,
+                    "kind": "sysv",
+                    "key": f"0x{st.key:08x}",
+                    "size": st.size,
+                    "attached": st.nattch,
+                    "layout": None,
+                }
+            )
+    locks = [
+        ln.split() for ln in (b.read_optional("/proc/locks") or "").splitlines() if "->" not in ln
+    ]  # every attacher of a file holds a shared flock
     for name in sorted(n for n in b.listdir("/dev/shm") if n.startswith(POSIX_PREFIX)):
         path = f"/dev/shm/{name}"
-        row: Dict[str, Any] = {"name": name[len(POSIX_PREFIX):], "kind": "posix",
-                               "key": path, "size": None, "attached": None, "layout": None}
+        row: Dict[str, Any] = {
+            "name": name[len(POSIX_PREFIX) :],
+            "kind": "posix",
+            "key": path,
+            "size": None,
+            "attached": None,
+            "layout": None,
+        }
         try:
             st_ = os.stat(path, follow_symlinks=False)
             if st_.st_uid != euid:
@@ -2935,12 +3554,15 @@ def _status_regions(report: Dict[str, Any], b: Backend) -> None:
         rows.append(row)
     if rows:
         report.setdefault("extra_text", []).extend(
-            ["", "REGIONS (this user's numa_utils shared memory)"] + [
-            f"  {r['kind']:<5}  {r['name'] or r['key']:<24}  "
-            f"{'?' if r['size'] is None else _fmt_size(r['size']):>8}  "
-            f"{'?' if r['attached'] is None else r['attached']} attached  "
-            + (r["layout"] or r.get("error") or "layout: `maps PID` or `cleanup` shows it")
-            for r in rows])
+            ["", "REGIONS (this user's numa_utils shared memory)"]
+            + [
+                f"  {r['kind']:<5}  {r['name'] or r['key']:<24}  "
+                f"{'?' if r['size'] is None else _fmt_size(r['size']):>8}  "
+                f"{'?' if r['attached'] is None else r['attached']} attached  "
+                + (r["layout"] or r.get("error") or "layout: `maps PID` or `cleanup` shows it")
+                for r in rows
+            ]
+        )
 
 
 # ===========================================================================
@@ -2955,9 +3577,9 @@ def _status_regions(report: Dict[str, Any], b: Backend) -> None:
 IPC_CREAT, IPC_EXCL, IPC_RMID, IPC_STAT = 0o1000, 0o2000, 0, 2
 SHM_RDONLY, SHM_HUGETLB, SHM_HUGE_SHIFT = 0o10000, 0o4000, 26
 _PROT_READ, _PROT_WRITE = 1, 2
-_MAP_SHARED, _MAP_HUGETLB = 0x01, 0x40000     # MAP_HUGETLB: x86, arm, ppc, s390, riscv alike
+_MAP_SHARED, _MAP_HUGETLB = 0x01, 0x40000  # MAP_HUGETLB: x86, arm, ppc, s390, riscv alike
 _IOV_MAX = 1024
-_SIZE_MAX = (1 << 64) - 1        # the largest size_t of any ABI; Abi.bits narrows it
+_SIZE_MAX = (1 << 64) - 1  # the largest size_t of any ABI; Abi.bits narrows it
 
 # Keys of our SysV segments: "N" (0x4e) in the top 8 bits, 24 bits of a CRC of the
 # region's name below.  24 bits still collide (among ~4,800 names more likely than
@@ -2967,7 +3589,7 @@ _SIZE_MAX = (1 << 64) - 1        # the largest size_t of any ABI; Abi.bits narro
 SYSV_KEY_PREFIX, SYSV_KEY_MASK = 0x4E000000, 0xFF000000
 POSIX_PREFIX = "numa_utils-"
 _SYSV_PROBES = 8
-LOCK_SH, LOCK_EX, LOCK_NB, LOCK_UN = 1, 2, 4, 8     # include/uapi/asm-generic/fcntl.h
+LOCK_SH, LOCK_EX, LOCK_NB, LOCK_UN = 1, 2, 4, 8  # include/uapi/asm-generic/fcntl.h
 
 # struct shmid_ds as glibc lays it out on 64-bit little-endian ABIs with the
 # asm-generic ipc structures (x86_64 differs only in a u16 mode + padding).
@@ -2976,6 +3598,7 @@ _SHMID_DS_GENERIC64 = frozenset({"x86_64", "aarch64", "riscv64", "loongarch64"})
 
 class _ShmStat(_Record):
     """What IPC_STAT (or fstat, for POSIX) says about a segment."""
+
     key: int
     id: int
     uid: int
@@ -2987,9 +3610,9 @@ class _ShmStat(_Record):
     nattch: int
     cpid: int
     lpid: int
-    ino: int = 0        # POSIX: the file's inode and device, to find its mappings
+    ino: int = 0  # POSIX: the file's inode and device, to find its mappings
     dev: int = 0
-    used: int = 0       # SysV: the latest of shm_atime, shm_dtime, shm_ctime (epoch s)
+    used: int = 0  # SysV: the latest of shm_atime, shm_dtime, shm_ctime (epoch s)
 
 
 def _sysvipc_rows(text: str) -> Iterator[_ShmStat]:
@@ -2999,10 +3622,20 @@ def _sysvipc_rows(text: str) -> Iterator[_ShmStat]:
         if len(f) < 11:
             continue
         try:
-            yield _ShmStat(int(f[0]) & 0xFFFFFFFF, int(f[1]), int(f[7]), int(f[8]),
-                           int(f[9]), int(f[10]), int(f[2], 8), int(f[3]), int(f[6]),
-                           int(f[4]), int(f[5]),
-                           used=max(int(t) for t in f[11:14]) if len(f) > 13 else 0)
+            yield _ShmStat(
+                int(f[0]) & 0xFFFFFFFF,
+                int(f[1]),
+                int(f[7]),
+                int(f[8]),
+                int(f[9]),
+                int(f[10]),
+                int(f[2], 8),
+                int(f[3]),
+                int(f[6]),
+                int(f[4]),
+                int(f[5]),
+                used=max(int(t) for t in f[11:14]) if len(f) > 13 else 0,
+            )
         except ValueError:
             raise ValueError(f"invalid /proc/sysvipc/shm line: {_short(line)}") from None
 
@@ -3024,6 +3657,7 @@ def _sysv_key(key: Union[int, str]) -> int:
     if not key:
         raise ValueError("empty key")
     import zlib
+
     return SYSV_KEY_PREFIX | (zlib.crc32(key.encode("utf-8")) & ~SYSV_KEY_MASK & 0xFFFFFFFF)
 
 
@@ -3043,13 +3677,13 @@ def _sysv_keys(key: Union[int, str]) -> List[int]:
 
 
 def _same_key(a: Any, b: Union[int, str]) -> bool:
-    return a == b and isinstance(a, str) == isinstance(b, str) and \
-        not isinstance(a, bool)
+    return a == b and isinstance(a, str) == isinstance(b, str) and not isinstance(a, bool)
 
 
 def _key_arg(key: Union[int, str]) -> str:
     """``key`` as `cleanup --key` takes it."""
     import shlex
+
     return f"0x{key:08x}" if isinstance(key, int) else shlex.quote(key)
 
 
@@ -3073,11 +3707,14 @@ def _record_write(addr: int, seg: int, rec: Mapping[str, Any]) -> None:
     region's ``rec["size"]`` bytes of data."""
     import json
     import zlib
+
     raw = json.dumps(rec, sort_keys=True, separators=(",", ":")).encode("utf-8")
     blob = raw + _RECORD_END.pack(_RECORD_MAGIC, _RECORD_FORMAT, len(raw), zlib.crc32(raw))
     if seg - len(blob) < rec["size"]:
-        raise ValueError(f"identity record of {len(raw)} bytes does not fit the "
-                         f"{seg - _RECORD_END.size - rec['size']} bytes kept for it")
+        raise ValueError(
+            f"identity record of {len(raw)} bytes does not fit the "
+            f"{seg - _RECORD_END.size - rec['size']} bytes kept for it"
+        )
     ctypes.memmove(addr + seg - len(blob), blob, len(blob))
 
 
@@ -3086,6 +3723,7 @@ def _record_read(addr: int, seg: int, what: str) -> Optional[Dict[str, Any]]:
     (not made by SharedRegion.create, or still being made); ValueError when damaged."""
     import json
     import zlib
+
     end = seg - _RECORD_END.size
     if end < 0:
         return None
@@ -3094,8 +3732,10 @@ def _record_read(addr: int, seg: int, what: str) -> Optional[Dict[str, Any]]:
         return None
     bad = f"{what}: damaged identity record"
     if fmt != _RECORD_FORMAT:
-        raise ValueError(f"{what}: identity record format {fmt}, not {_RECORD_FORMAT}: "
-                         "made by another numa_utils version")
+        raise ValueError(
+            f"{what}: identity record format {fmt}, not {_RECORD_FORMAT}: "
+            "made by another numa_utils version"
+        )
     if n > end:
         raise ValueError(f"{bad} (length {n} in {seg} bytes)")
     raw = ctypes.string_at(addr + end - n, n)
@@ -3106,15 +3746,19 @@ def _record_read(addr: int, seg: int, what: str) -> Optional[Dict[str, Any]]:
     except ValueError:
         raise ValueError(f"{bad} (not JSON)") from None
     # JSON gives exact types: type() checks leave out bools.
-    ok = isinstance(rec, dict) and type(rec.get("key")) in (str, int) and \
-        rec.get("kind") in ("sysv", "posix") and \
-        all(type(rec.get(f)) is int and rec[f] > 0 for f in ("size", "page_size"))
+    ok = (
+        isinstance(rec, dict)
+        and type(rec.get("key")) in (str, int)
+        and rec.get("kind") in ("sysv", "posix")
+        and all(type(rec.get(f)) is int and rec[f] > 0 for f in ("size", "page_size"))
+    )
     if not ok or rec["size"] > end - n:
         raise ValueError(f"{bad} (fields)")
     return rec
 
 
 # -- prefault ----------------------------------------------------------------------------
+
 
 def _touch_iov(addr: int, length: int, page: int, write: bool = True) -> None:
     """First-touch every page of [addr, addr+length) in C, keeping the contents.
@@ -3128,6 +3772,7 @@ def _touch_iov(addr: int, length: int, page: int, write: bool = True) -> None:
     the shared policy, so regions use ``write=False`` and never rewrite data.
     """
     import array
+
     libc = _get_libc()
     starts = array.array("Q", range(addr - addr % page, addr + length, page))
     if starts and starts[0] < addr:
@@ -3145,16 +3790,22 @@ def _touch_iov(addr: int, length: int, page: int, write: bool = True) -> None:
             if libc.writev(w, ptr, n) != n or (write and libc.readv(r, ptr, n) != n):
                 raise _oserror(ctypes.get_errno() or errno.EIO, "prefault (touch)")
             if not write:
-                os.read(r, n)           # drain: the bytes were only read
+                os.read(r, n)  # drain: the bytes were only read
     finally:
         os.close(r)
         os.close(w)
 
 
-def prefault(buf: Any, length: Optional[int] = None, threads: Optional[int] = None, *,
-             backend: Optional[Backend] = None,
-             progress: Optional[Callable[[int, int], Any]] = None,
-             page_size: Optional[int] = None, shared: bool = False) -> Dict[str, Any]:
+def prefault(
+    buf: Any,
+    length: Optional[int] = None,
+    threads: Optional[int] = None,
+    *,
+    backend: Optional[Backend] = None,
+    progress: Optional[Callable[[int, int], Any]] = None,
+    page_size: Optional[int] = None,
+    shared: bool = False,
+) -> Dict[str, Any]:
     """Fault every page of ``buf`` in, for writing, under the range's memory policy.
 
     MADV_POPULATE_WRITE (Linux 5.14+) in ``threads`` threads (default: the allowed
@@ -3168,6 +3819,7 @@ def prefault(buf: Any, length: Optional[int] = None, threads: Optional[int] = No
     Returns {"bytes", "threads", "method", "seconds"}.
     """
     import time
+
     b = _b(backend)
     addr, size = buffer_range(buf, length)
     pg = page_size or b.page_size
@@ -3216,14 +3868,20 @@ def prefault(buf: Any, length: Optional[int] = None, threads: Optional[int] = No
                     b.touch(p, q - p)
                 done[i] += q - p
                 p = q
-                if n == 1 and progress is not None:     # one slice: run here
+                if n == 1 and progress is not None:  # one slice: run here
                     progress(sum(done), span)
-        except BaseException as e:      # re-raised in the calling thread
+        except BaseException as e:  # re-raised in the calling thread
             errors.append(e)
             stop.set()
 
-    workers = [threading.Thread(target=work, args=(i,), name=f"numa_utils-prefault-{i}",
-                                daemon=True) for i in range(n)] if n > 1 else []
+    workers = (
+        [
+            threading.Thread(target=work, args=(i,), name=f"numa_utils-prefault-{i}", daemon=True)
+            for i in range(n)
+        ]
+        if n > 1
+        else []
+    )
     try:
         if not workers:
             # One slice: run it here, calling progress between chunks.
@@ -3241,31 +3899,39 @@ def prefault(buf: Any, length: Optional[int] = None, threads: Optional[int] = No
     finally:
         stop.set()
         for t in workers:
-            if t.ident is not None:         # started (joining one never started raises)
+            if t.ident is not None:  # started (joining one never started raises)
                 t.join()
     if errors:
         raise errors[0]
     if progress is not None and n > 1:
         progress(span, span)
-    return {"bytes": span, "threads": n, "method": method,
-            "seconds": time.monotonic() - t0}
+    return {"bytes": span, "threads": n, "method": method, "seconds": time.monotonic() - t0}
 
 
-_do_prefault = prefault     # SharedRegion.create's ``prefault`` argument shadows it
+_do_prefault = prefault  # SharedRegion.create's ``prefault`` argument shadows it
 
 
 # -- SharedRegion ----------------------------------------------------------------------
 
-def _region_policy(policy: Optional[str], nodes: Optional[Iterable[int]],
-                   strict: Optional[bool], b: Optional[Backend] = None
-                   ) -> Tuple[Mode, Optional[FrozenSet[int]], bool, bool]:
+
+def _region_policy(
+    policy: Optional[str],
+    nodes: Optional[Iterable[int]],
+    strict: Optional[bool],
+    b: Optional[Backend] = None,
+) -> Tuple[Mode, Optional[FrozenSet[int]], bool, bool]:
     """(mode, nodes, strict, explicit) from the arguments and the environment:
     policy=None means interleave when ENABLE_NUMA_INTERLEAVE is set, else first-touch;
     nodes=None means NUMA_NODES, else default_memory_nodes(); strict=None: NUMA_STRICT."""
     if policy is not None and not isinstance(policy, str):
         raise ValueError(f"unknown region policy {policy!r}")
-    mode = _mode_of(policy) if policy is not None else \
-        Mode.INTERLEAVE if _env("ENABLE_NUMA_INTERLEAVE") else Mode.DEFAULT
+    mode = (
+        _mode_of(policy)
+        if policy is not None
+        else Mode.INTERLEAVE
+        if _env("ENABLE_NUMA_INTERLEAVE")
+        else Mode.DEFAULT
+    )
     if nodes is None and mode not in (Mode.DEFAULT, Mode.LOCAL):
         nodes = _env_nodes(b) or None
     ids = frozenset(nodes) if nodes is not None else None
@@ -3274,32 +3940,40 @@ def _region_policy(policy: Optional[str], nodes: Optional[Iterable[int]],
     return mode, ids, _strict_or_env(strict), policy is not None
 
 
-def _huge_size(hugepages: Union[bool, int, str, None], b: Backend,
-               nodes: Optional[FrozenSet[int]]) -> int:
+def _huge_size(
+    hugepages: Union[bool, int, str, None], b: Backend, nodes: Optional[FrozenSet[int]]
+) -> int:
     """Huge page size in bytes (0: base pages, or "thp").  True: the size reserved on
     every target node, 2 MiB first; "2M"/"1G"/"2048kB" or a byte count pick one."""
     if hugepages in (None, False, 0, "off", "", "thp"):
         return 0
     topo = read_topology(backend=b)
     targets = nodes if nodes else (default_memory_nodes(topo) or frozenset(topo.nodes))
-    have = [{kb for kb, h in topo.nodes[n].hugepages.items() if h.total}
-            if n in topo.nodes else set() for n in targets]
+    have = [
+        {kb for kb, h in topo.nodes[n].hugepages.items() if h.total} if n in topo.nodes else set()
+        for n in targets
+    ]
     sizes_kb = set.intersection(*have) if have else set()
     if hugepages is True:
         if not sizes_kb:
-            raise OSError(errno.ENOMEM, f"no huge pages reserved on {_nodes_txt(targets)}: "
-                          "reserve some (e.g. nodeN/hugepages/hugepages-2048kB/nr_hugepages) "
-                          "or use hugepages=False")
+            raise OSError(
+                errno.ENOMEM,
+                f"no huge pages reserved on {_nodes_txt(targets)}: "
+                "reserve some (e.g. nodeN/hugepages/hugepages-2048kB/nr_hugepages) "
+                "or use hugepages=False",
+            )
         return (2048 if 2048 in sizes_kb else min(sizes_kb)) * 1024
     nbytes = _parse_size(hugepages) if isinstance(hugepages, str) else int(hugepages or 0)
     if nbytes // 1024 not in sizes_kb:
-        raise OSError(errno.ENOMEM, f"no {nbytes >> 10} kB huge pages reserved on "
-                      f"{_nodes_txt(targets)}")
+        raise OSError(
+            errno.ENOMEM, f"no {nbytes >> 10} kB huge pages reserved on {_nodes_txt(targets)}"
+        )
     return nbytes
 
 
-def _region_page(hugepages: Union[bool, int, str, None], kind: str, b: Backend,
-                 nodes: Optional[FrozenSet[int]]) -> Tuple[int, int]:
+def _region_page(
+    hugepages: Union[bool, int, str, None], kind: str, b: Backend, nodes: Optional[FrozenSet[int]]
+) -> Tuple[int, int]:
     """(huge page size or 0, the page size the region is mapped with)."""
     huge = _huge_size(hugepages, b, nodes)
     if huge and kind == "posix":
@@ -3330,6 +4004,7 @@ _CGROUP = "/sys/fs/cgroup"
 class FitLimit(_Record):
     """One limit on an allocation: what it is, the file that says so, the bytes it
     still allows (None: only reported) and what raises it."""
+
     name: str
     source: str
     allows: Optional[int]
@@ -3338,25 +4013,26 @@ class FitLimit(_Record):
 
 class FitNode(_Record):
     node: int
-    needed: int                 # bytes this node should hold under the policy
-    available: int              # MemFree + reclaimable, or free huge pages x size
-    hugepages: Mapping[int, HugePages]      # page size in kB -> counts
+    needed: int  # bytes this node should hold under the policy
+    available: int  # MemFree + reclaimable, or free huge pages x size
+    hugepages: Mapping[int, HugePages]  # page size in kB -> counts
 
 
 class FitResult(_Record):
     """``fit()``: truthy when the allocation would succeed.  ``exact``: its pages
     would also land where the policy asks (not spilled to other nodes)."""
+
     ok: bool
     exact: bool
     reason: str
     size: int
     kind: str
     page_size: int
-    hugepages: str              # "off", "thp", "2048kB" ...
+    hugepages: str  # "off", "thp", "2048kB" ...
     nodes: Tuple[FitNode, ...]
     limits: Tuple[FitLimit, ...]
-    thp: Mapping[str, str]      # enabled, defrag, shmem_enabled: the selected words
-    hugepages_fallback: Optional[str] = None    # why base pages instead of huge ones
+    thp: Mapping[str, str]  # enabled, defrag, shmem_enabled: the selected words
+    hugepages_fallback: Optional[str] = None  # why base pages instead of huge ones
 
     def __bool__(self) -> bool:
         return self.ok
@@ -3371,14 +4047,24 @@ def _selected(text: Optional[str]) -> Optional[str]:
 
 
 def _thp_settings(b: Backend) -> Dict[str, str]:
-    return {n: w for n in ("enabled", "defrag", "shmem_enabled")
-            if (w := _selected(b.read_optional(f"{_THP_DIR}/{n}")))}
+    return {
+        n: w
+        for n in ("enabled", "defrag", "shmem_enabled")
+        if (w := _selected(b.read_optional(f"{_THP_DIR}/{n}")))
+    }
 
 
-def fit(size: int, *, nodes: Optional[Iterable[int]] = None,
-        policy: Optional[str] = "interleave", hugepages: Union[bool, int, str, None] = None,
-        kind: str = "sysv", pin: bool = False, hugepages_required: bool = True,
-        backend: Optional[Backend] = None) -> FitResult:
+def fit(
+    size: int,
+    *,
+    nodes: Optional[Iterable[int]] = None,
+    policy: Optional[str] = "interleave",
+    hugepages: Union[bool, int, str, None] = None,
+    kind: str = "sysv",
+    pin: bool = False,
+    hugepages_required: bool = True,
+    backend: Optional[Backend] = None,
+) -> FitResult:
     """Would ``SharedRegion.create(size, policy=, nodes=, hugepages=, kind=)`` plus its
     prefault (and ``pin_for_cuda`` with ``pin=True``) succeed?  Reads, never allocates:
     per node MemFree plus reclaimable page cache or free huge pages, and every limit
@@ -3393,143 +4079,256 @@ def fit(size: int, *, nodes: Optional[Iterable[int]] = None,
     mode, ids, _, _ = _region_policy(policy, nodes, None, b)
     topo = read_topology(backend=b)
     allowed = topo.usable_memory_nodes
-    targets = sorted(allowed if mode in (Mode.DEFAULT, Mode.LOCAL) else ids
-                     if ids is not None else default_memory_nodes(topo) or allowed)
+    targets = sorted(
+        allowed
+        if mode in (Mode.DEFAULT, Mode.LOCAL)
+        else ids
+        if ids is not None
+        else default_memory_nodes(topo) or allowed
+    )
     # hugepages=None: NUMA_UTILS_NUMA_HUGEPAGES ("off" unless set).
     # "off" and "" reach _region_page, which takes them as base pages.
     want = _env("NUMA_HUGEPAGES") if hugepages is None else hugepages
     thp = _thp_settings(b)
-    short: List[str] = []           # why the pages would not all land as asked
+    short: List[str] = []  # why the pages would not all land as asked
     fallback = None
     huge = 0
     if want == "thp":
         if thp.get("shmem_enabled", "never") in ("never", "deny"):
-            fallback = (f"shmem THP is {thp.get('shmem_enabled', 'absent')!r} "
-                        f"({_THP_DIR}/shmem_enabled): echo advise there")
+            fallback = (
+                f"shmem THP is {thp.get('shmem_enabled', 'absent')!r} "
+                f"({_THP_DIR}/shmem_enabled): echo advise there"
+            )
     elif want:
         try:
-            huge = _region_page(True if want == "auto" else want, kind, b,
-                                frozenset(targets))[0]
+            huge = _region_page(True if want == "auto" else want, kind, b, frozenset(targets))[0]
         except OSError as e:
             want, fallback = ("thp", None) if want == "auto" else (want, str(e.args[-1]))
     page = huge or b.page_size
     npages = -(-size // page)
-    share = {n: (npages // len(targets) + (i < npages % len(targets))) * page
-             for i, n in enumerate(targets)} if mode in (
-        Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE) else {
-        targets[0]: npages * page} if mode == Mode.PREFERRED else {}
+    share = (
+        {
+            n: (npages // len(targets) + (i < npages % len(targets))) * page
+            for i, n in enumerate(targets)
+        }
+        if mode in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE)
+        else {targets[0]: npages * page}
+        if mode == Mode.PREFERRED
+        else {}
+    )
     snap = counters(backend=b)
     fnodes = []
     for n in sorted(set(targets) | allowed):
         hp = topo.nodes[n].hugepages if n in topo.nodes else MappingProxyType({})
-        avail = (hp[huge >> 10].free * huge if huge >> 10 in hp else 0) if huge else \
-            snap.nodes[n].available_kb * 1024 if n in snap.nodes else 0
+        avail = (
+            (hp[huge >> 10].free * huge if huge >> 10 in hp else 0)
+            if huge
+            else snap.nodes[n].available_kb * 1024
+            if n in snap.nodes
+            else 0
+        )
         fnodes.append(FitNode(n, share.get(n, 0), avail, hp))
         if share.get(n, 0) > avail:
-            short.append(f"node {n} has {_fmt_kb(avail >> 10)} free"
-                         f"{f' in {huge >> 10} kB huge pages' if huge else ''} of the "
-                         f"{_fmt_kb(share[n] >> 10)} it should hold")
+            short.append(
+                f"node {n} has {_fmt_kb(avail >> 10)} free"
+                f"{f' in {huge >> 10} kB huge pages' if huge else ''} of the "
+                f"{_fmt_kb(share[n] >> 10)} it should hold"
+            )
     outside = set(targets) - allowed
     if outside:
-        short.append(f"node(s) {format_cpulist(outside)} outside cpuset.mems.effective "
-                     f"({format_cpulist(allowed)}, /proc/self/status Mems_allowed_list): "
-                     "the policy is refused and pages land first-touch")
+        short.append(
+            f"node(s) {format_cpulist(outside)} outside cpuset.mems.effective "
+            f"({format_cpulist(allowed)}, /proc/self/status Mems_allowed_list): "
+            "the policy is refused and pages land first-touch"
+        )
     if huge and short and fallback is None:
         fallback = "; ".join(short)
     if fallback is not None and hugepages_required:
-        return FitResult(False, False, f"hugepages={want!r}: {fallback} (or pass "
-                         "hugepages_required=False for base pages)", size, kind, page,
-                         str(want), tuple(fnodes), (), thp)
+        return FitResult(
+            False,
+            False,
+            f"hugepages={want!r}: {fallback} (or pass hugepages_required=False for base pages)",
+            size,
+            kind,
+            page,
+            str(want),
+            tuple(fnodes),
+            (),
+            thp,
+        )
     if fallback is not None and huge:
-        return fit(size, nodes=nodes, policy=policy, hugepages=False, kind=kind, pin=pin,
-                   backend=b)._replace(hugepages_fallback=fallback)
+        return fit(
+            size, nodes=nodes, policy=policy, hugepages=False, kind=kind, pin=pin, backend=b
+        )._replace(hugepages_fallback=fallback)
     need = npages * page
     pool = frozenset(targets) if mode == Mode.BIND else allowed
-    limits = [FitLimit("memory of " + ("bound" if mode == Mode.BIND else "allowed")
-                       + f" node(s) {format_cpulist(pool)}", f"{_NODE_DIR}/node*/"
-                       + ("hugepages" if huge else "meminfo"),
-                       sum(f.available for f in fnodes if f.node in pool),
-                       "free memory there, or choose other nodes")]
+    limits = [
+        FitLimit(
+            "memory of "
+            + ("bound" if mode == Mode.BIND else "allowed")
+            + f" node(s) {format_cpulist(pool)}",
+            f"{_NODE_DIR}/node*/" + ("hugepages" if huge else "meminfo"),
+            sum(f.available for f in fnodes if f.node in pool),
+            "free memory there, or choose other nodes",
+        )
+    ]
     limits += _fit_limits(b, huge, kind, pin, need)
-    tight = min((x for x in limits if x.allows is not None and x.allows < need),
-                key=lambda x: x.allows or 0, default=None)
-    reason = "; ".join(short) or "fits as asked" if tight is None else (
-        f"{_fmt_kb(need >> 10)} needed, {tight.name} allows "
-        f"{_fmt_kb(max(tight.allows or 0, 0) >> 10)} ({tight.source}): {tight.fix}")
-    return FitResult(tight is None, tight is None and not short, reason, size, kind, page,
-                     f"{huge >> 10}kB" if huge else "thp" if want == "thp" and
-                     fallback is None else "off", tuple(fnodes), tuple(limits), thp, fallback)
+    tight = min(
+        (x for x in limits if x.allows is not None and x.allows < need),
+        key=lambda x: x.allows or 0,
+        default=None,
+    )
+    reason = (
+        "; ".join(short) or "fits as asked"
+        if tight is None
+        else (
+            f"{_fmt_kb(need >> 10)} needed, {tight.name} allows "
+            f"{_fmt_kb(max(tight.allows or 0, 0) >> 10)} ({tight.source}): {tight.fix}"
+        )
+    )
+    return FitResult(
+        tight is None,
+        tight is None and not short,
+        reason,
+        size,
+        kind,
+        page,
+        f"{huge >> 10}kB" if huge else "thp" if want == "thp" and fallback is None else "off",
+        tuple(fnodes),
+        tuple(limits),
+        thp,
+        fallback,
+    )
 
 
 def _fit_limits(b: Backend, huge: int, kind: str, pin: bool, need: int) -> List[FitLimit]:
     """The limits beyond free memory, each with the file it came from."""
-    num = _Reader(b).integer        # None: absent, unreadable or "max"
+    num = _Reader(b).integer  # None: absent, unreadable or "max"
     out: List[FitLimit] = []
     # hugetlb.2MB.max: mm/hugetlb_cgroup.c mem_fmt, as _fmt_size for powers of two < 1 TiB
     names = [f"hugetlb.{_fmt_size(huge)}B.max"] if huge else ["memory.max", "memory.high"]
     # This process's cgroup v2 directory and its ancestors, innermost first.
     m = re.search(r"^0::\s*(/.*)", b.read_optional("/proc/self/cgroup") or "", re.M)
     parts = [p for p in m.group(1).strip().split("/") if p] if m else None
-    for d in [_CGROUP + "".join("/" + p for p in parts[:i])
-              for i in range(len(parts), -1, -1)] if parts is not None else []:
+    for d in (
+        [_CGROUP + "".join("/" + p for p in parts[:i]) for i in range(len(parts), -1, -1)]
+        if parts is not None
+        else []
+    ):
         for name in names:
             # memory.max/.high -> memory.current, hugetlb.2MB.max -> hugetlb.2MB.current
             cap, cur = num(f"{d}/{name}"), num(f"{d}/{name.rsplit('.', 1)[0]}.current")
             if cap is not None:
-                out.append(FitLimit(f"cgroup {name}", f"{d}/{name}", cap - (cur or 0),
-                                    f"raise {name} of the container/cgroup (docker "
-                                    "--memory, a Kubernetes limit)"))
+                out.append(
+                    FitLimit(
+                        f"cgroup {name}",
+                        f"{d}/{name}",
+                        cap - (cur or 0),
+                        f"raise {name} of the container/cgroup (docker "
+                        "--memory, a Kubernetes limit)",
+                    )
+                )
     if pin:
-        lim = re.search(r"^Max locked memory\s+(\S+)", b.read_optional("/proc/self/limits")
-                        or "", re.M)
+        lim = re.search(
+            r"^Max locked memory\s+(\S+)", b.read_optional("/proc/self/limits") or "", re.M
+        )
         if lim and lim.group(1).isdigit() and b.geteuid() != 0:
-            out.append(FitLimit("RLIMIT_MEMLOCK", "/proc/self/limits", int(lim.group(1)),
-                                "raise it (ulimit -l, docker --ulimit memlock=-1, "
-                                "LimitMEMLOCK=infinity)"))
+            out.append(
+                FitLimit(
+                    "RLIMIT_MEMLOCK",
+                    "/proc/self/limits",
+                    int(lim.group(1)),
+                    "raise it (ulimit -l, docker --ulimit memlock=-1, LimitMEMLOCK=infinity)",
+                )
+            )
     if kind == "posix":
         vfs = b.statvfs("/dev/shm")
         if vfs is not None:
-            out.append(FitLimit("/dev/shm", f"/dev/shm is a {_fmt_kb(vfs[0] >> 10)} tmpfs",
-                                vfs[1], f"run the container with --shm-size="
-                                f"{-(-need >> 20) + (vfs[0] - vfs[1] >> 20)}m (or remount "
-                                "/dev/shm larger) or use kind='sysv'"))
+            out.append(
+                FitLimit(
+                    "/dev/shm",
+                    f"/dev/shm is a {_fmt_kb(vfs[0] >> 10)} tmpfs",
+                    vfs[1],
+                    f"run the container with --shm-size="
+                    f"{-(-need >> 20) + (vfs[0] - vfs[1] >> 20)}m (or remount "
+                    "/dev/shm larger) or use kind='sysv'",
+                )
+            )
     else:
         shmmax, shmall = num("/proc/sys/kernel/shmmax"), num("/proc/sys/kernel/shmall")
         if shmmax is not None:
-            out.append(FitLimit("kernel.shmmax", "/proc/sys/kernel/shmmax", shmmax,
-                                "sysctl -w kernel.shmmax=..., or kind='posix'"))
+            out.append(
+                FitLimit(
+                    "kernel.shmmax",
+                    "/proc/sys/kernel/shmmax",
+                    shmmax,
+                    "sysctl -w kernel.shmmax=..., or kind='posix'",
+                )
+            )
         if shmall is not None:
-            used = sum(-(-s.size // b.page_size) for s in _sysvipc_rows(
-                b.read_optional("/proc/sysvipc/shm") or ""))
-            out.append(FitLimit("kernel.shmall", "/proc/sys/kernel/shmall (pages)",
-                                (shmall - used) * b.page_size,
-                                "sysctl -w kernel.shmall=..., or kind='posix'"))
+            used = sum(
+                -(-s.size // b.page_size)
+                for s in _sysvipc_rows(b.read_optional("/proc/sysvipc/shm") or "")
+            )
+            out.append(
+                FitLimit(
+                    "kernel.shmall",
+                    "/proc/sys/kernel/shmall (pages)",
+                    (shmall - used) * b.page_size,
+                    "sysctl -w kernel.shmall=..., or kind='posix'",
+                )
+            )
     oc = num("/proc/sys/vm/overcommit_memory")
     mi = parse_meminfo(b.read_optional("/proc/meminfo") or "")
     if oc == 2 and not huge:
-        out.append(FitLimit("vm.overcommit_memory=2", "/proc/meminfo CommitLimit - "
-                            "Committed_AS", (mi.get("CommitLimit", 0) - mi.get(
-                                "Committed_AS", 0)) * 1024,
-                            "raise vm.overcommit_ratio or add swap"))
+        out.append(
+            FitLimit(
+                "vm.overcommit_memory=2",
+                "/proc/meminfo CommitLimit - Committed_AS",
+                (mi.get("CommitLimit", 0) - mi.get("Committed_AS", 0)) * 1024,
+                "raise vm.overcommit_ratio or add swap",
+            )
+        )
     elif oc == 0 and kind == "sysv" and not huge and "MemTotal" in mi:
-        out.append(FitLimit("vm.overcommit_memory=0", "/proc/meminfo MemTotal + SwapTotal",
-                            (mi["MemTotal"] + mi.get("SwapTotal", 0)) * 1024,
-                            "a smaller region, or vm.overcommit_memory=1"))
+        out.append(
+            FitLimit(
+                "vm.overcommit_memory=0",
+                "/proc/meminfo MemTotal + SwapTotal",
+                (mi["MemTotal"] + mi.get("SwapTotal", 0)) * 1024,
+                "a smaller region, or vm.overcommit_memory=1",
+            )
+        )
     return out
 
 
-def _fit_or_raise(size: int, policy: Optional[str], nodes: Optional[Iterable[int]],
-                  hugepages: Union[bool, int, str, None], required: bool, kind: str,
-                  b: Backend) -> Tuple[Union[bool, int, str], Optional[str]]:
+def _fit_or_raise(
+    size: int,
+    policy: Optional[str],
+    nodes: Optional[Iterable[int]],
+    hugepages: Union[bool, int, str, None],
+    required: bool,
+    kind: str,
+    b: Backend,
+) -> Tuple[Union[bool, int, str], Optional[str]]:
     """SharedRegion.create's check: (the hugepages mode to use, why it fell back) or
     OSError naming the tightest limit, before anything is made."""
-    r = fit(size, nodes=nodes, policy=policy, hugepages=hugepages, kind=kind,
-            hugepages_required=required, backend=b)
+    r = fit(
+        size,
+        nodes=nodes,
+        policy=policy,
+        hugepages=hugepages,
+        kind=kind,
+        hugepages_required=required,
+        backend=b,
+    )
     if not r:
-        raise OSError(errno.ENOSPC if "/dev/shm allows" in r.reason else errno.ENOMEM,
-                      f"cannot create a {_fmt_kb(size >> 10)} region: {r.reason}")
-    return ("thp" if r.hugepages == "thp" else r.page_size if r.hugepages != "off"
-            else False), r.hugepages_fallback
+        raise OSError(
+            errno.ENOSPC if "/dev/shm allows" in r.reason else errno.ENOMEM,
+            f"cannot create a {_fmt_kb(size >> 10)} region: {r.reason}",
+        )
+    return (
+        "thp" if r.hugepages == "thp" else r.page_size if r.hugepages != "off" else False
+    ), r.hugepages_fallback
 
 
 # -- layouts: a policy per extent of one region ------------------------------------------
@@ -3547,7 +4346,7 @@ def _fit_or_raise(size: int, policy: Optional[str], nodes: Optional[Iterable[int
 # blocks ends in a shorter block.  Each extent is one mbind, and a mapping holds at
 # most vm.max_map_count (65530) VMAs: keep blocks that alternate nodes fewer than that.
 def _verdict(per_node: Mapping[int, int], mode: str = "") -> str:
-    """"interleaved 50.0/50.0 over nodes 0-1", "all on node 0", ..."""
+    """ "interleaved 50.0/50.0 over nodes 0-1", "all on node 0", ..."""
     total = sum(per_node.values())
     used = sorted(n for n, v in per_node.items() if v)
     if not total:
@@ -3572,10 +4371,17 @@ def _parse_size(text: str) -> int:
 
 
 # The word a layout (and its text) says for each mode; every _MODE_NAMES word is read.
-_LAYOUT_NAMES = MappingProxyType({
-    Mode.BIND: "bind", Mode.INTERLEAVE: "interleave", Mode.PREFERRED: "prefer",
-    Mode.PREFERRED_MANY: "prefer-many", Mode.WEIGHTED_INTERLEAVE: "weighted-interleave",
-    Mode.LOCAL: "local", Mode.DEFAULT: "default"})
+_LAYOUT_NAMES = MappingProxyType(
+    {
+        Mode.BIND: "bind",
+        Mode.INTERLEAVE: "interleave",
+        Mode.PREFERRED: "prefer",
+        Mode.PREFERRED_MANY: "prefer-many",
+        Mode.WEIGHTED_INTERLEAVE: "weighted-interleave",
+        Mode.LOCAL: "local",
+        Mode.DEFAULT: "default",
+    }
+)
 
 
 def _fmt_size(n: int) -> str:
@@ -3589,8 +4395,8 @@ def _fmt_size(n: int) -> str:
 class Extent(_Record):
     offset: int
     length: int
-    policy: str                 # a _LAYOUT_NAMES word
-    nodes: FrozenSet[int]       # empty: none (default, local) or default_memory_nodes()
+    policy: str  # a _LAYOUT_NAMES word
+    nodes: FrozenSet[int]  # empty: none (default, local) or default_memory_nodes()
 
 
 class Layout:
@@ -3603,29 +4409,34 @@ class Layout:
 
     __slots__ = ("_kind", "_entries", "_size", "_cache")
 
-    def __init__(self, kind: str, entries: Iterable[Tuple[Any, Any, Any]],
-                 size: Optional[int] = None) -> None:
+    def __init__(
+        self, kind: str, entries: Iterable[Tuple[Any, Any, Any]], size: Optional[int] = None
+    ) -> None:
         """``entries``: (length, policy, nodes) each; a length of 0 in a parts rule
         is the region size over the number of entries, in a blocks rule each is the
         block size."""
-        self._kind, self._cache = kind, None     # type: str, Optional[Tuple[Extent, ...]]
+        self._kind, self._cache = kind, None  # type: str, Optional[Tuple[Extent, ...]]
         items = []
         for length, pol, nodes in entries:
             w = _MODE_NAMES.get(str(pol).lower())
             if w is None:
-                raise ValueError(f"layout: unknown policy {pol!r}; one of "
-                                 f"{', '.join(_LAYOUT_NAMES.values())}")
+                raise ValueError(
+                    f"layout: unknown policy {pol!r}; one of {', '.join(_LAYOUT_NAMES.values())}"
+                )
             ids = frozenset([nodes] if isinstance(nodes, int) else nodes or ())
             if any(not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in ids):
                 raise ValueError(f"layout: invalid node list {nodes!r}")
             if (w in (Mode.DEFAULT, Mode.LOCAL)) == bool(ids) and (ids or kind != "extents"):
-                raise ValueError(f"layout: policy {_LAYOUT_NAMES[w]} "
-                                 f"{'takes no' if ids else 'needs'} nodes")
+                raise ValueError(
+                    f"layout: policy {_LAYOUT_NAMES[w]} {'takes no' if ids else 'needs'} nodes"
+                )
             if w == Mode.PREFERRED and len(ids) != 1:
                 raise ValueError("layout: prefer takes one node (prefer-many: several)")
             if kind != "parts" and (type(length) is not int or length <= 0):
-                raise ValueError(f"layout: {'block size' if kind == 'blocks' else 'extent length'}"
-                                 f" {length!r} is not an int > 0")
+                raise ValueError(
+                    f"layout: {'block size' if kind == 'blocks' else 'extent length'}"
+                    f" {length!r} is not an int > 0"
+                )
             items.append((length, _LAYOUT_NAMES[w], ids))
         if not items:
             raise ValueError("layout: no extents")
@@ -3633,21 +4444,31 @@ class Layout:
         self._size = sum(i[0] for i in items) if kind == "extents" else size
 
     @classmethod
-    def parts(cls, nodes: Sequence[Union[int, Iterable[int]]], policy: str = "bind", *,
-              size: Optional[int] = None) -> Layout:
+    def parts(
+        cls,
+        nodes: Sequence[Union[int, Iterable[int]]],
+        policy: str = "bind",
+        *,
+        size: Optional[int] = None,
+    ) -> Layout:
         """Equal contiguous parts, one per entry of ``nodes`` (a node, or several for
         interleave/prefer-many): ``[0, 0, 0, 0, 1, 1, 1, 1]`` is one part per TP rank."""
         return cls("parts", [(0, policy, n) for n in nodes], size)
 
     @classmethod
-    def blocks(cls, block_size: int, nodes: Sequence[Union[int, Iterable[int]]],
-               policy: str = "bind", *, size: Optional[int] = None) -> Layout:
+    def blocks(
+        cls,
+        block_size: int,
+        nodes: Sequence[Union[int, Iterable[int]]],
+        policy: str = "bind",
+        *,
+        size: Optional[int] = None,
+    ) -> Layout:
         """Blocks of ``block_size`` bytes, block i on ``nodes[i % len(nodes)]``."""
         return cls("blocks", [(block_size, policy, n) for n in nodes], size)
 
     @classmethod
-    def extents(cls, items: Iterable[Tuple[int, str, Union[int, Iterable[int], None]]]
-                ) -> Layout:
+    def extents(cls, items: Iterable[Tuple[int, str, Union[int, Iterable[int], None]]]) -> Layout:
         """``[(length, policy, nodes), ...]``, contiguous from offset 0."""
         return cls("extents", items)
 
@@ -3664,8 +4485,11 @@ class Layout:
                 block = _parse_size(f.pop(0)) if head == "blocks" and len(f) == 3 else 0
                 if len(f) != 2:
                     raise ValueError(f"expected {head}:POLICY:NODES[/NODES...]")
-                return cls(head, [(block, f[0], parse_cpulist(e)) for e in f[1].split("/")],
-                           _parse_size(size) if at else None)
+                return cls(
+                    head,
+                    [(block, f[0], parse_cpulist(e)) for e in f[1].split("/")],
+                    _parse_size(size) if at else None,
+                )
             if at:
                 raise ValueError("@SIZE follows only parts: and blocks:")
             ext = []
@@ -3682,11 +4506,16 @@ class Layout:
     def __str__(self) -> str:
         es = self._entries
         if self._kind == "extents":
-            return ";".join(f"{_fmt_size(n)}:{p}" + (f":{format_cpulist(ids)}" if ids
-                                                     else "") for n, p, ids in es)
+            return ";".join(
+                f"{_fmt_size(n)}:{p}" + (f":{format_cpulist(ids)}" if ids else "")
+                for n, p, ids in es
+            )
         block = f"{_fmt_size(es[0][0])}:" if self._kind == "blocks" else ""
-        return (f"{self._kind}:{block}{es[0][1]}:" + "/".join(format_cpulist(e[2]) for e in es)
-                + (f"@{_fmt_size(self._size)}" if self._size is not None else ""))
+        return (
+            f"{self._kind}:{block}{es[0][1]}:"
+            + "/".join(format_cpulist(e[2]) for e in es)
+            + (f"@{_fmt_size(self._size)}" if self._size is not None else "")
+        )
 
     def __repr__(self) -> str:
         return f"Layout.parse({str(self)!r})"
@@ -3707,24 +4536,29 @@ class Layout:
         """Every node an extent names."""
         return frozenset().union(*(i[2] for i in self._entries))
 
-    def bound(self, size: int, page: int, nodes: Optional[FrozenSet[int]] = None
-              ) -> Layout:
+    def bound(self, size: int, page: int, nodes: Optional[FrozenSet[int]] = None) -> Layout:
         """This layout for a region of ``size`` bytes of ``page``-byte pages; one
         ValueError says what does not fit (alignment, size, unknown nodes)."""
         lay = self if self._size is not None else Layout(self._kind, self._entries, size)
         if lay._size != size:
-            raise ValueError(f"layout {lay} covers {lay._size} bytes of a {size}-byte "
-                             "region: " + ("past the size" if (lay._size or 0) > size
-                                           else "the rest would have no policy"))
+            raise ValueError(
+                f"layout {lay} covers {lay._size} bytes of a {size}-byte "
+                "region: "
+                + ("past the size" if (lay._size or 0) > size else "the rest would have no policy")
+            )
         k, unit = len(self._entries), _fmt_size(page)
         if self._kind == "parts" and size % (k * page):
-            raise ValueError(f"layout {lay}: {size} bytes do not split into {k} equal "
-                             f"parts of whole {unit} pages")
+            raise ValueError(
+                f"layout {lay}: {size} bytes do not split into {k} equal "
+                f"parts of whole {unit} pages"
+            )
         if any(i[0] % page for i in self._entries):
             raise ValueError(f"layout {lay}: extents must be whole {unit} pages")
         if nodes is not None and self.nodes - nodes:
-            raise ValueError(f"layout {lay}: no memory node {format_cpulist(self.nodes - nodes)}"
-                             f" on this machine (memory nodes: {format_cpulist(nodes) or '-'})")
+            raise ValueError(
+                f"layout {lay}: no memory node {format_cpulist(self.nodes - nodes)}"
+                f" on this machine (memory nodes: {format_cpulist(nodes) or '-'})"
+            )
         return lay
 
     def __len__(self) -> int:
@@ -3759,14 +4593,16 @@ class Layout:
         if not 0 <= offset < (self._size or 0):
             raise IndexError(f"offset {offset} is outside the layout's {self._size} bytes")
         import bisect
+
         # Extents are tuples in offset order: those before (offset + 1,) start <= offset.
         return bisect.bisect_left(ext, (offset + 1,)) - 1
 
     def location(self) -> str:
         """Mooncake-style: one "cpu:NODES" per extent, as "OFFSET+LENGTH@cpu:NODES"
         joined by ";" (hex offsets), for a transfer engine picking a local NIC."""
-        return ";".join(f"{e.offset:x}+{e.length:x}@cpu:{format_cpulist(e.nodes) or '*'}"
-                        for e in self._all())
+        return ";".join(
+            f"{e.offset:x}+{e.length:x}@cpu:{format_cpulist(e.nodes) or '*'}" for e in self._all()
+        )
 
 
 class SharedRegion:
@@ -3783,22 +4619,28 @@ class SharedRegion:
     """
 
     _layout: Layout
-    policies: List[PolicyResult]        # one per extent
+    policies: List[PolicyResult]  # one per extent
     _policy: PolicyResult
 
-    def __init__(self, b: Backend, kind: str, key: Union[int, str], created: bool,
-                 hugepages_fallback: Optional[str]) -> None:
+    def __init__(
+        self,
+        b: Backend,
+        kind: str,
+        key: Union[int, str],
+        created: bool,
+        hugepages_fallback: Optional[str],
+    ) -> None:
         """Made empty by _open: its ``make`` fills in the mapping part by part (each
         part made is one close() or remove() undoes), then the record and layout."""
         self._b, self.kind, self._key, self.created = b, kind, key, created
-        self.shmid, self._ipc_key, self._fd = -1, 0, -1     # _fd: holds the POSIX flock
-        self.name = ""                  # POSIX: the file name in /dev/shm
-        self._address = self._mapped = 0        # _mapped: data + identity record
+        self.shmid, self._ipc_key, self._fd = -1, 0, -1  # _fd: holds the POSIX flock
+        self.name = ""  # POSIX: the file name in /dev/shm
+        self._address = self._mapped = 0  # _mapped: data + identity record
         self._size = self.page_size = 0
         self.identity: Dict[str, Any] = {}
         self.prefaulted: Optional[Dict[str, Any]] = None
         self._closed = self._removed = False
-        self.hugepages_fallback = hugepages_fallback    # why base pages, not huge ones
+        self.hugepages_fallback = hugepages_fallback  # why base pages, not huge ones
 
     # -- properties (read-only) ---------------------------------------------------------
     address = property(lambda self: self._address)
@@ -3806,8 +4648,8 @@ class SharedRegion:
     # the identity record follows them.
     size = property(lambda self: self._size)
     key = property(lambda self: self._key)
-    ipc_key = property(lambda self: self._ipc_key)      # its SysV key (0 for POSIX)
-    policy = property(lambda self: self._policy)        # truthy when it was applied
+    ipc_key = property(lambda self: self._ipc_key)  # its SysV key (0 for POSIX)
+    policy = property(lambda self: self._policy)  # truthy when it was applied
     closed = property(lambda self: self._closed)
     # Where each extent lives, as its creator laid it out (from the record).
     layout = property(lambda self: self._layout)
@@ -3819,7 +4661,7 @@ class SharedRegion:
     def view(self, i: int) -> memoryview:
         """Extent ``i`` as a writable memoryview (see buffer())."""
         e = self._layout[i]
-        return self.buffer()[e.offset:e.offset + e.length]
+        return self.buffer()[e.offset : e.offset + e.length]
 
     def node_of(self, offset: int) -> FrozenSet[int]:
         """The nodes of the extent holding byte ``offset`` (empty: first touch)."""
@@ -3830,30 +4672,46 @@ class SharedRegion:
         slice assignment, ``numpy.frombuffer`` and ``torch.frombuffer`` take without a
         copy.  Valid until close(): a view used after it touches unmapped memory."""
         self._check_open()
-        return memoryview((ctypes.c_ubyte * self._size).from_address(
-            self._address)).cast("B")
+        return memoryview((ctypes.c_ubyte * self._size).from_address(self._address)).cast("B")
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"at 0x{self._address:x}"
-        pol = self._policy.mode + (":" + format_cpulist(self._policy.nodes)
-                                   if self._policy.nodes else "")
+        pol = self._policy.mode + (
+            ":" + format_cpulist(self._policy.nodes) if self._policy.nodes else ""
+        )
         if not self._policy:
             pol += f" (not applied: {self._policy.reason})"
-        ident = f"key=0x{self.ipc_key:08x} shmid={self.shmid}" if self.kind == "sysv" \
+        ident = (
+            f"key=0x{self.ipc_key:08x} shmid={self.shmid}"
+            if self.kind == "sysv"
             else f"name={self.name!r}"
-        return (f"SharedRegion({self.kind} {ident} {self._key!r}, {_fmt_kb(self._size // 1024)}, "
-                f"page {self.page_size // 1024} KiB, policy {pol}, {state}"
-                f"{', owner' if self.created else ''})")
+        )
+        return (
+            f"SharedRegion({self.kind} {ident} {self._key!r}, {_fmt_kb(self._size // 1024)}, "
+            f"page {self.page_size // 1024} KiB, policy {pol}, {state}"
+            f"{', owner' if self.created else ''})"
+        )
 
     # -- create / attach -----------------------------------------------------------------
     @classmethod
-    def create(cls, key: Union[int, str], size: int, *, policy: Optional[str] = None,
-               nodes: Optional[Iterable[int]] = None, prefault: bool = True,
-               hugepages: Union[bool, int, str, None] = None, kind: str = "sysv",
-               mode: int = 0o600, threads: Optional[int] = None, strict: Optional[bool] = None,
-               progress: Optional[Callable[[int, int], Any]] = None,
-               hugepages_required: bool = True, backend: Optional[Backend] = None,
-               layout: Union[Layout, str, None] = None) -> SharedRegion:
+    def create(
+        cls,
+        key: Union[int, str],
+        size: int,
+        *,
+        policy: Optional[str] = None,
+        nodes: Optional[Iterable[int]] = None,
+        prefault: bool = True,
+        hugepages: Union[bool, int, str, None] = None,
+        kind: str = "sysv",
+        mode: int = 0o600,
+        threads: Optional[int] = None,
+        strict: Optional[bool] = None,
+        progress: Optional[Callable[[int, int], Any]] = None,
+        hugepages_required: bool = True,
+        backend: Optional[Backend] = None,
+        layout: Union[Layout, str, None] = None,
+    ) -> SharedRegion:
         """Create region ``key`` (a str name, or an int SysV key) of ``size`` bytes.
 
         ``layout`` (a Layout or its text) gives each extent its policy; ``policy`` and
@@ -3871,12 +4729,14 @@ class SharedRegion:
         strict, prefault interrupted, ...).
         """
         import time
+
         b = _b(backend)
-        _region_args(b, kind, size, 1)      # before fit() weighs it
+        _region_args(b, kind, size, 1)  # before fit() weighs it
         if mode & ~0o777:
             raise ValueError(f"mode {mode:o}: permission bits only")
-        hugepages, huge_note = _fit_or_raise(size, policy, nodes, hugepages,
-                                             hugepages_required, kind, b)
+        hugepages, huge_note = _fit_or_raise(
+            size, policy, nodes, hugepages, hugepages_required, kind, b
+        )
         pmode, pnodes, strict_, _ = _region_policy(policy, nodes, strict, b)
         if layout is not None and (policy is not None or nodes is not None):
             raise ValueError("give layout= or policy=/nodes=, not both")
@@ -3886,14 +4746,28 @@ class SharedRegion:
         huge, page = _region_page(hugepages, kind, b, lay.nodes if lay is not None else pnodes)
         size = (size + page - 1) // page * page
         if lay is None:
-            lay = Layout.extents([(size, _LAYOUT_NAMES[pmode], pnodes if pmode not in (
-                Mode.DEFAULT, Mode.LOCAL) else ())])    # as mbind: nodes ignored there
+            lay = Layout.extents(
+                [
+                    (
+                        size,
+                        _LAYOUT_NAMES[pmode],
+                        pnodes if pmode not in (Mode.DEFAULT, Mode.LOCAL) else (),
+                    )
+                ]
+            )  # as mbind: nodes ignored there
         lay = lay.bound(size, page, _memory_nodes(b)[0])
-        seg = size - (-_RECORD_ROOM // page) * page     # and the record's whole pages
+        seg = size - (-_RECORD_ROOM // page) * page  # and the record's whole pages
         _region_args(b, kind, seg, 1)
-        ident = {"key": key, "kind": kind, "size": size, "page_size": page,
-                 "created": round(time.time(), 3), "uid": b.geteuid(), **b.whoami(),
-                 "layout": str(lay)}
+        ident = {
+            "key": key,
+            "kind": kind,
+            "size": size,
+            "page_size": page,
+            "created": round(time.time(), 3),
+            "uid": b.geteuid(),
+            **b.whoami(),
+            "layout": str(lay),
+        }
         flags = IPC_CREAT | IPC_EXCL | mode
         if huge:
             flags |= SHM_HUGETLB | ((huge.bit_length() - 1) << SHM_HUGE_SHIFT)
@@ -3902,17 +4776,39 @@ class SharedRegion:
             r._mapped, r.identity, r._layout = seg, ident, lay
             (_sysv_create if kind == "sysv" else _posix_create)(r, flags)
             _record_write(r._address, seg, ident)
-        return cls._open(b, kind, key, make, True, strict_, prefault, threads, progress,
-                         thp=hugepages == "thp", note=huge_note)
+
+        return cls._open(
+            b,
+            kind,
+            key,
+            make,
+            True,
+            strict_,
+            prefault,
+            threads,
+            progress,
+            thp=hugepages == "thp",
+            note=huge_note,
+        )
 
     @classmethod
-    def attach(cls, key: Union[int, str], size: Optional[int] = None, *,
-               policy: Optional[str] = None, nodes: Optional[Iterable[int]] = None,
-               kind: str = "sysv", trust: bool = False, remove: bool = False,
-               prefault: bool = False, threads: Optional[int] = None,
-               hugepages: Union[bool, int, str] = False, strict: Optional[bool] = None,
-               progress: Optional[Callable[[int, int], Any]] = None,
-               backend: Optional[Backend] = None) -> SharedRegion:
+    def attach(
+        cls,
+        key: Union[int, str],
+        size: Optional[int] = None,
+        *,
+        policy: Optional[str] = None,
+        nodes: Optional[Iterable[int]] = None,
+        kind: str = "sysv",
+        trust: bool = False,
+        remove: bool = False,
+        prefault: bool = False,
+        threads: Optional[int] = None,
+        hugepages: Union[bool, int, str] = False,
+        strict: Optional[bool] = None,
+        progress: Optional[Callable[[int, int], Any]] = None,
+        backend: Optional[Backend] = None,
+    ) -> SharedRegion:
         """Map the existing region ``key`` after checking it can be trusted.
 
         Refused (PermissionError) unless it is owned by this user and nobody else can
@@ -3928,7 +4824,7 @@ class SharedRegion:
         b = _b(backend)
         _region_args(b, kind, 0 if size is None else size, 0)
         pmode, pnodes, strict_, explicit = _region_policy(policy, nodes, strict, b)
-        _region_page(hugepages, kind, b, pnodes)     # the region's record says its page
+        _region_page(hugepages, kind, b, pnodes)  # the region's record says its page
 
         def make(r: SharedRegion) -> None:
             rec, what = (_sysv_attach if kind == "sysv" else _posix_attach)(r, trust)
@@ -3938,25 +4834,38 @@ class SharedRegion:
             except (ValueError, TypeError) as e:
                 raise ValueError(f"{what}: damaged identity record ({e})") from None
             if size is not None and size > data:
-                raise ValueError(f"{what} holds {data} bytes, fewer than the "
-                                 f"{size} asked for")
+                raise ValueError(f"{what} holds {data} bytes, fewer than the {size} asked for")
             # The creator's layout, re-applied to this mapping before any touch (hugetlb
             # keeps policy per VMA, not on the object); the same policy on shmem moves
             # nothing.  ``policy=`` overrides it with one extent; ENABLE_NUMA_INTERLEAVE
             # fills in a region made first-touch.
-            if pmode != Mode.DEFAULT and (explicit or (len(lay) == 1 and
-                                            lay[0].policy == "default")):
+            if pmode != Mode.DEFAULT and (
+                explicit or (len(lay) == 1 and lay[0].policy == "default")
+            ):
                 lay = Layout.extents([(data, _LAYOUT_NAMES[pmode], pnodes)])
             r.identity, r._layout = rec, lay
-        return cls._open(b, kind, key, make, False, strict_, prefault, threads, progress,
-                         remove=remove)
+
+        return cls._open(
+            b, kind, key, make, False, strict_, prefault, threads, progress, remove=remove
+        )
 
     @classmethod
-    def _open(cls, b: Backend, kind: str, key: Union[int, str],
-              make: Callable[[SharedRegion], None], created: bool, strict: bool,
-              prefault: bool, threads: Optional[int],
-              progress: Optional[Callable[[int, int], Any]], *, thp: bool = False,
-              note: Optional[str] = None, remove: bool = False) -> SharedRegion:
+    def _open(
+        cls,
+        b: Backend,
+        kind: str,
+        key: Union[int, str],
+        make: Callable[[SharedRegion], None],
+        created: bool,
+        strict: bool,
+        prefault: bool,
+        threads: Optional[int],
+        progress: Optional[Callable[[int, int], Any]],
+        *,
+        thp: bool = False,
+        note: Optional[str] = None,
+        remove: bool = False,
+    ) -> SharedRegion:
         """The one path of create and attach.  ``make`` makes or maps the region: it
         fills in the region's shmid, name, ipc_key, fd, address and mapped as it takes
         each step, then its identity record and layout.  Then each extent's policy, THP
@@ -3983,8 +4892,9 @@ class SharedRegion:
             if remove and kind == "sysv":
                 region.remove()
             if prefault:
-                region.prefaulted = _layout_prefault(b, addr, lay, page, threads,
-                                                     progress, cpus, held)
+                region.prefaulted = _layout_prefault(
+                    b, addr, lay, page, threads, progress, cpus, held
+                )
             _run_pending(held)
             # Inside the try: an interrupt the release lets in undoes the region.
             _release_signals(held)
@@ -4007,12 +4917,14 @@ class SharedRegion:
             return placement(self._address, self._size, backend=self._b)
         return _extent_placement(self._b, self._address, self._mapped, self._layout)
 
-    def prefault(self, threads: Optional[int] = None, *,
-                 progress: Optional[Callable[[int, int], Any]] = None) -> Dict[str, Any]:
+    def prefault(
+        self, threads: Optional[int] = None, *, progress: Optional[Callable[[int, int], Any]] = None
+    ) -> Dict[str, Any]:
         """Fault every page in, each extent from threads bound to its nodes' CPUs."""
         self._check_open()
-        return _layout_prefault(self._b, self._address, self._layout, self.page_size,
-                                threads, progress)
+        return _layout_prefault(
+            self._b, self._address, self._layout, self.page_size, threads, progress
+        )
 
     # remove() and close() act and record it with SIGINT/SIGTERM held: interrupted
     # in between, a retry would act again, on a key, name or address that may belong
@@ -4048,7 +4960,7 @@ class SharedRegion:
             elif self._address:
                 self._b.munmap(self._address, self._mapped)
             self._closed = True
-            if self._fd >= 0:               # drops the flock: cleanup may judge it
+            if self._fd >= 0:  # drops the flock: cleanup may judge it
                 fd, self._fd = self._fd, -1
                 _quietly(self._b.close, fd)
         finally:
@@ -4068,10 +4980,16 @@ class SharedRegion:
         (self.destroy if self.created else self.close)()
 
     def to_json(self) -> Dict[str, Any]:
-        return dict({k: getattr(self, k) for k in (
-            "kind", "key", "ipc_key", "shmid", "name", "address", "size", "page_size")},
-            policy=self._policy.to_json(), layout=str(self._layout), created=self.created,
-            closed=self._closed)
+        return dict(
+            {
+                k: getattr(self, k)
+                for k in ("kind", "key", "ipc_key", "shmid", "name", "address", "size", "page_size")
+            },
+            policy=self._policy.to_json(),
+            layout=str(self._layout),
+            created=self.created,
+            closed=self._closed,
+        )
 
 
 _HELD_SIGNALS = ("SIGINT", "SIGTERM")
@@ -4084,12 +5002,15 @@ def _hold_signals() -> Optional[Tuple[Any, Callable[[], Any]]]:
     this call (the C call checks for signals after setting the mask), so from its
     return nothing can interrupt until the release."""
     import functools
+
     sig = _csignal()
-    if threading.current_thread() is not threading.main_thread() or \
-            not hasattr(sig, "pthread_sigmask"):
+    if threading.current_thread() is not threading.main_thread() or not hasattr(
+        sig, "pthread_sigmask"
+    ):
         return None
-    block = functools.partial(sig.pthread_sigmask, sig.SIG_BLOCK,
-                              [getattr(sig, n) for n in _HELD_SIGNALS])
+    block = functools.partial(
+        sig.pthread_sigmask, sig.SIG_BLOCK, [getattr(sig, n) for n in _HELD_SIGNALS]
+    )
     return block(), block
 
 
@@ -4099,9 +5020,11 @@ def _csignal() -> Any:
     (measured: 1-4 leaks per 2,000 storm-interrupted creates on Python 3.8-3.10)."""
     try:
         import _signal  # type: ignore[import-not-found]
+
         return _signal
-    except ImportError:             # not CPython
+    except ImportError:  # not CPython
         import signal
+
         return signal
 
 
@@ -4122,7 +5045,7 @@ def _run_pending(held: Optional[Tuple[Any, Callable[[], Any]]]) -> None:
         if not callable(handler):
             # SIG_DFL: the release kills the process; undo before it does.
             raise InterruptedError(errno.EINTR, f"{n} while making a region")
-        sig.sigtimedwait([num], 0)              # taken: not delivered again
+        sig.sigtimedwait([num], 0)  # taken: not delivered again
         handler(num, sys._getframe(1))
 
 
@@ -4139,8 +5062,10 @@ def _quietly(fn: Callable[..., Any], *args: Any) -> None:
         fn(*args)
     except OSError as e:
         import logging
-        logging.getLogger(__name__).debug("numa_utils: cleanup %s%r failed: %s",
-                                          fn.__name__, args, e)
+
+        logging.getLogger(__name__).debug(
+            "numa_utils: cleanup %s%r failed: %s", fn.__name__, args, e
+        )
 
 
 def _undo(held: Optional[Tuple[Any, Callable[[], Any]]], region: SharedRegion) -> None:
@@ -4176,12 +5101,15 @@ def _sysv_create(r: SharedRegion, flags: int) -> None:
             if why:
                 raise FileExistsError(errno.EEXIST, why) from None
     else:
-        raise FileExistsError(errno.EEXIST, f"the {len(keys)} SysV keys of {key!r} (0x"
-                              f"{keys[0]:08x}, ...) all hold other regions: use another name")
+        raise FileExistsError(
+            errno.EEXIST,
+            f"the {len(keys)} SysV keys of {key!r} (0x"
+            f"{keys[0]:08x}, ...) all hold other regions: use another name",
+        )
     r._ipc_key = ikey
     r._address = b.shmat(r.shmid)
     # A twin under a later key: made while this key held another region.
-    why = next(filter(None, (_sysv_holder(b, k, key) for k in keys[keys.index(ikey) + 1:])), "")
+    why = next(filter(None, (_sysv_holder(b, k, key) for k in keys[keys.index(ikey) + 1 :])), "")
     if why:
         raise FileExistsError(errno.EEXIST, why)
 
@@ -4192,16 +5120,18 @@ def _posix_create(r: SharedRegion, flags: int) -> None:
     try:
         r._fd = fd = b.shm_open(pname, os.O_RDWR | os.O_CREAT | os.O_EXCL, flags & 0o777)
     except FileExistsError:
-        why = f"attach it, or remove a stale one with `{_prog()} cleanup " \
+        why = (
+            f"attach it, or remove a stale one with `{_prog()} cleanup "
             f"--remove --key {_key_arg(r._key)}`"
+        )
         try:
             b.close(b.shm_open(pname, os.O_RDONLY, 0))
         except OSError as e:
-            if e.errno == errno.EINVAL:     # a FIFO, symlink, device...
+            if e.errno == errno.EINVAL:  # a FIFO, symlink, device...
                 why = "it is not a region (not a regular file): use another name"
         raise FileExistsError(errno.EEXIST, f"/dev/shm/{pname} exists: {why}") from None
-    r.name = pname                      # ours now: removed on any error below
-    b.flock(fd, LOCK_SH)                # before it has a size: never stale
+    r.name = pname  # ours now: removed on any error below
+    b.flock(fd, LOCK_SH)  # before it has a size: never stale
     b.ftruncate(fd, r._mapped)
     r._address = b.mmap(r._mapped, fd)
 
@@ -4221,20 +5151,21 @@ def _sysv_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
             _check_trust(st, b.geteuid(), trust, what)
             r.shmid, r._ipc_key, r._mapped = shmid, ikey, st.size
             r._address = b.shmat(shmid)
-            rec = _identity(r, st.size, what,
-                            "another program's segment, or one still being created")
+            rec = _identity(
+                r, st.size, what, "another program's segment, or one still being created"
+            )
             if _same_key(rec["key"], key) and rec["kind"] == "sysv":
                 return rec, what
-            if isinstance(key, int):        # a str key tries its next key
-                raise ValueError(f"{what}: its identity record names "
-                                 f"region {rec['key']!r}")
+            if isinstance(key, int):  # a str key tries its next key
+                raise ValueError(f"{what}: its identity record names region {rec['key']!r}")
         except (PermissionError, FileNotFoundError, ValueError) as e:
             first = first or e
         if r._address:
             b.shmdt(r._address)
             r._address = 0
-    raise first or FileNotFoundError(errno.ENOENT, f"no SysV segment with key "
-                                     f"0x{_sysv_key(key):08x} ({key!r}) or its other keys")
+    raise first or FileNotFoundError(
+        errno.ENOENT, f"no SysV segment with key 0x{_sysv_key(key):08x} ({key!r}) or its other keys"
+    )
 
 
 def _posix_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
@@ -4247,18 +5178,16 @@ def _posix_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
         raise FileNotFoundError(errno.ENOENT, f"no {what}") from None
     r.name = name
     _check_trust(b.fstat(fd), b.geteuid(), trust, what)
-    b.flock(fd, LOCK_SH)                # waits while a cleanup decides on it
+    b.flock(fd, LOCK_SH)  # waits while a cleanup decides on it
     st = b.fstat(fd)
     if not st.nattch:
-        raise FileNotFoundError(errno.ENOENT, f"{what} was removed (stale) while "
-                                "attaching")
+        raise FileNotFoundError(errno.ENOENT, f"{what} was removed (stale) while attaching")
     r._mapped = seg = st.size
     if seg >= _RECORD_END.size:
         r._address = b.mmap(seg, fd)
     rec = _identity(r, seg, what, "not made by SharedRegion.create, or still being created")
     if rec["kind"] != "posix" or _posix_name(rec["key"]) != name:
-        raise ValueError(f"{what}: its identity record names {rec['kind']} "
-                         f"region {rec['key']!r}")
+        raise ValueError(f"{what}: its identity record names {rec['kind']} region {rec['key']!r}")
     return rec, what
 
 
@@ -4271,15 +5200,20 @@ def _identity(r: SharedRegion, seg: int, what: str, why: str) -> Dict[str, Any]:
 
 
 def _check_trust(st: _ShmStat, euid: int, trust: bool, what: str) -> None:
-    why = (f"belongs to uid {st.uid} (created by uid {st.cuid}), not to this user "
-           f"(uid {euid})") if {st.uid, st.cuid} != {euid} else \
-        f"has mode {st.mode & 0o777:03o}: other users can write it" if st.mode & 0o022 else ""
+    why = (
+        (f"belongs to uid {st.uid} (created by uid {st.cuid}), not to this user (uid {euid})")
+        if {st.uid, st.cuid} != {euid}
+        else f"has mode {st.mode & 0o777:03o}: other users can write it"
+        if st.mode & 0o022
+        else ""
+    )
     if why and not trust:
         raise PermissionError(errno.EPERM, f"{what} {why}; pass trust=True to attach anyway")
 
 
-def _layout_apply(b: Backend, addr: int, seg: int, page: int, lay: Layout,
-                  strict: bool) -> List[PolicyResult]:
+def _layout_apply(
+    b: Backend, addr: int, seg: int, page: int, lay: Layout, strict: bool
+) -> List[PolicyResult]:
     """Each extent's policy on its part of the mapping; the last also covers the
     identity record after the data (so a one-extent region stays one VMA).  A default
     extent is left alone: a fresh mapping is first-touch already, and an
@@ -4287,9 +5221,20 @@ def _layout_apply(b: Backend, addr: int, seg: int, page: int, lay: Layout,
     out = []
     for i, e in enumerate(lay):
         a, n = addr + e.offset, (seg if i == len(lay) - 1 else e.offset + e.length) - e.offset
-        out.append(PolicyResult(True, "default", frozenset(), a, n) if e.policy == "default"
-                   else _apply_policy(a, n, mode=e.policy, nodes=e.nodes or None, strict=strict,
-                                      page_size=page, backend=b, count_resident=False))
+        out.append(
+            PolicyResult(True, "default", frozenset(), a, n)
+            if e.policy == "default"
+            else _apply_policy(
+                a,
+                n,
+                mode=e.policy,
+                nodes=e.nodes or None,
+                strict=strict,
+                page_size=page,
+                backend=b,
+                count_resident=False,
+            )
+        )
     return out
 
 
@@ -4300,17 +5245,28 @@ def _extent_cpus(b: Backend, lay: Layout) -> Dict[FrozenSet[int], FrozenSet[int]
     topo, mine = read_topology(backend=b), b.sched_getaffinity(0)
     out: Dict[FrozenSet[int], FrozenSet[int]] = {}
     for nodes in dict.fromkeys(e.nodes for e in lay):
-        near = sorted(nodes) if nodes & topo.nodes_with_cpus else \
-            topo.nearest(min(nodes or {0}), topo.nodes_with_cpus)[:1]
-        out[nodes] = frozenset().union(*(topo.nodes[n].cpus for n in near
-                                         if nodes and n in topo.nodes)) & mine
+        near = (
+            sorted(nodes)
+            if nodes & topo.nodes_with_cpus
+            else topo.nearest(min(nodes or {0}), topo.nodes_with_cpus)[:1]
+        )
+        out[nodes] = (
+            frozenset().union(*(topo.nodes[n].cpus for n in near if nodes and n in topo.nodes))
+            & mine
+        )
     return out
 
 
-def _layout_prefault(b: Backend, addr: int, lay: Layout, page: int, threads: Optional[int],
-                     progress: Optional[Callable[[int, int], Any]],
-                     cpus: Optional[Dict[FrozenSet[int], FrozenSet[int]]] = None,
-                     held: Optional[Tuple[Any, Callable[[], Any]]] = None) -> Dict[str, Any]:
+def _layout_prefault(
+    b: Backend,
+    addr: int,
+    lay: Layout,
+    page: int,
+    threads: Optional[int],
+    progress: Optional[Callable[[int, int], Any]],
+    cpus: Optional[Dict[FrozenSet[int], FrozenSet[int]]] = None,
+    held: Optional[Tuple[Any, Callable[[], Any]]] = None,
+) -> Dict[str, Any]:
     """prefault() over each extent with the calling thread (and so the workers it
     starts) bound to ``cpus[extent.nodes]`` (_extent_cpus): first touches come from
     local CPUs (``prefer`` lands there, zeroing runs on the socket that owns the
@@ -4318,6 +5274,7 @@ def _layout_prefault(b: Backend, addr: int, lay: Layout, page: int, threads: Opt
     by _open, whose handlers run between chunks (_run_pending): a long prefault stays
     interruptible while a second signal cannot strike between the first and the undo."""
     import time
+
     cpus = cpus if cpus is not None else _extent_cpus(b, lay)
     t0, done, total = time.monotonic(), 0, lay.size or 0
     out: Dict[str, Any] = {"bytes": 0, "threads": 0, "method": "none"}
@@ -4328,15 +5285,27 @@ def _layout_prefault(b: Backend, addr: int, lay: Layout, page: int, threads: Opt
             if want and want != b.sched_getaffinity(0):
                 b.sched_setaffinity(0, want)
             for e in (e for e in lay if e.nodes == nodes):
+
                 def step(d: int, _: int, base: int = done) -> None:
                     _run_pending(held)
                     if progress is not None:
                         progress(base + d, total)
-                r = _do_prefault(addr + e.offset, e.length, threads, backend=b,
-                                 progress=step, page_size=page, shared=True)
+
+                r = _do_prefault(
+                    addr + e.offset,
+                    e.length,
+                    threads,
+                    backend=b,
+                    progress=step,
+                    page_size=page,
+                    shared=True,
+                )
                 done += e.length
-                out.update(bytes=out["bytes"] + r["bytes"], method=r["method"],
-                           threads=max(out["threads"], r["threads"]))
+                out.update(
+                    bytes=out["bytes"] + r["bytes"],
+                    method=r["method"],
+                    threads=max(out["threads"], r["threads"]),
+                )
     finally:
         if before and b.sched_getaffinity(0) != before:
             b.sched_setaffinity(0, before)
@@ -4347,12 +5316,12 @@ def _layout_prefault(b: Backend, addr: int, lay: Layout, page: int, threads: Opt
 class ExtentPlacement(Dict[int, int]):
     """Bytes per node of one extent, with ``ok`` (every page faulted in, each on a
     node of the extent's policy) and a ``verdict`` in words."""
+
     ok: bool = False
     verdict: str = ""
 
 
-def _extent_placement(b: Backend, addr: int, seg: int, lay: Layout
-                      ) -> List[ExtentPlacement]:
+def _extent_placement(b: Backend, addr: int, seg: int, lay: Layout) -> List[ExtentPlacement]:
     """Per extent from one numa_maps read: a VMA inside one extent counts for it.  A
     VMA over several (adjacent extents of one policy merge into one VMA, and the last
     extent's VMA holds the identity record) is split by move_pages, or where that is
@@ -4361,7 +5330,7 @@ def _extent_placement(b: Backend, addr: int, seg: int, lay: Layout
     kb, end = _page_kb(b), addr + seg
     vmas: List[Tuple[int, int, Dict[int, int]]] = []
     for line in text.splitlines():
-        start = int(line[:line.index(" ")], 16) if " " in line else -1
+        start = int(line[: line.index(" ")], 16) if " " in line else -1
         if vmas and vmas[-1][1] > start >= 0:
             vmas[-1] = (vmas[-1][0], start, vmas[-1][2])
         if addr <= start < end:
@@ -4377,21 +5346,28 @@ def _extent_placement(b: Backend, addr: int, seg: int, lay: Layout
                 mine = []
             except OSError:
                 note = " (shared with neighbours: approximate)"
-        for v0, v1, per in mine:        # a VMA inside the extent: share 1
+        for v0, v1, per in mine:  # a VMA inside the extent: share 1
             share = (min(v1, hi) - max(v0, lo)) / (v1 - v0)
             for n, nb in per.items():
                 pl[n] = pl.get(n, 0) + int(nb * share) // kb // 1024 * kb * 1024
         used = frozenset(n for n, v in pl.items() if v)
-        pl.ok = not note and sum(pl.values()) == e.length and (
-            not e.nodes or e.policy == "prefer-many" or used <= e.nodes) and (
-            e.policy != "prefer" or used == e.nodes)
-        pl.verdict = ("ok: " if pl.ok else "MISPLACED: " if used - e.nodes and e.nodes
-                      else "incomplete: ") + _verdict(pl, e.policy) + note
+        pl.ok = (
+            not note
+            and sum(pl.values()) == e.length
+            and (not e.nodes or e.policy == "prefer-many" or used <= e.nodes)
+            and (e.policy != "prefer" or used == e.nodes)
+        )
+        pl.verdict = (
+            ("ok: " if pl.ok else "MISPLACED: " if used - e.nodes and e.nodes else "incomplete: ")
+            + _verdict(pl, e.policy)
+            + note
+        )
         out.append(pl)
     return out
 
 
 # -- which region holds a key, and which regions are stale ------------------------------
+
 
 def _peek_record(b: Backend, shmid: int, size: int, what: str) -> Optional[Dict[str, Any]]:
     """The identity record of a SysV segment, read through a read-only attach."""
@@ -4421,12 +5397,16 @@ def _sysv_holder(b: Backend, ikey: int, key: Union[int, str]) -> str:
     except OSError as e:
         return f"{what}: cannot read its identity record: {e.strerror or e}"
     if rec is None:
-        return (f"{what} is taken by a segment without a numa_utils identity record: "
-                f"another program's, or {key!r} being created right now; "
-                f"`ipcs -m -i {shmid}` shows it")
+        return (
+            f"{what} is taken by a segment without a numa_utils identity record: "
+            f"another program's, or {key!r} being created right now; "
+            f"`ipcs -m -i {shmid}` shows it"
+        )
     if rec["kind"] == "sysv" and _same_key(rec["key"], key):
-        return (f"region {key!r} exists ({what}): attach it, or if its owner died, "
-                f"`{_prog()} cleanup --remove --key {_key_arg(key)}` removes it")
+        return (
+            f"region {key!r} exists ({what}): attach it, or if its owner died, "
+            f"`{_prog()} cleanup --remove --key {_key_arg(key)}` removes it"
+        )
     return ""
 
 
@@ -4487,12 +5467,19 @@ def _memory_or_env(memory: Union[str, None, _Unset]) -> Optional[str]:
     memory = _env("NUMA_MEMORY_POLICY") if memory is _UNSET else memory
     if memory is None or memory == "socket":
         return memory
-    mode = _mode_of(str(memory))        # every name a result reports is accepted
-    m = "none" if mode == Mode.DEFAULT else "prefer" if mode == Mode.PREFERRED \
+    mode = _mode_of(str(memory))  # every name a result reports is accepted
+    m = (
+        "none"
+        if mode == Mode.DEFAULT
+        else "prefer"
+        if mode == Mode.PREFERRED
         else mode.name.lower()
+    )
     if m not in _MEMORY_CHOICES:
-        raise ValueError(f"memory policy {memory!r} cannot go with a CPU binding; one of "
-                         f"{', '.join(_MEMORY_CHOICES)}")
+        raise ValueError(
+            f"memory policy {memory!r} cannot go with a CPU binding; one of "
+            f"{', '.join(_MEMORY_CHOICES)}"
+        )
     return None if m == "none" else m
 
 
@@ -4502,19 +5489,20 @@ def _policy_or_env(policy: Optional[str]) -> str:
     policy = _env("NUMA_BIND_POLICY") if policy is None else policy
     p = str(policy).lower().replace("_", "-")
     if p not in BIND_POLICIES + ("none",):
-        raise ValueError(f"unknown bind policy {policy!r}; one of "
-                         f"{', '.join(BIND_POLICIES)}, none")
+        raise ValueError(f"unknown bind policy {policy!r}; one of {', '.join(BIND_POLICIES)}, none")
     return p
 
 
 def _norm_bus_id(text: str) -> str:
-    """"00000000:17:00.0" (NVML), "0000:17:00.0" (sysfs), "17:00.0" -> "0000:17:00.0"."""
+    """ "00000000:17:00.0" (NVML), "0000:17:00.0" (sysfs), "17:00.0" -> "0000:17:00.0"."""
     s = text.strip().lower()
     m = re.match(r"^(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})(?:\.([0-7]))?$", s)
     if m is None:
         raise ValueError(f"invalid PCI bus id {text!r}")
-    return f"{int(m.group(1) or '0', 16):04x}:{int(m.group(2), 16):02x}:" \
-           f"{int(m.group(3), 16):02x}.{int(m.group(4) or '0')}"
+    return (
+        f"{int(m.group(1) or '0', 16):04x}:{int(m.group(2), 16):02x}:"
+        f"{int(m.group(3), 16):02x}.{int(m.group(4) or '0')}"
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -4522,14 +5510,15 @@ def _norm_bus_id(text: str) -> str:
 # Header: nvml.h (nvmlPciInfo_t, nvmlDeviceGetNumaNodeId since r545).
 # ---------------------------------------------------------------------------
 
+
 class _NvmlGpu(_Record):
     """One GPU as NVML reports it (NVML enumerates in PCI order, ignoring
     CUDA_VISIBLE_DEVICES)."""
 
-    pci: str                                # normalised bus id
-    uuid: str                               # "GPU-..."
-    numa_node: Optional[int] = None         # GPU memory node (coherent platforms only)
-    mig_uuids: Tuple[str, ...] = ()         # "MIG-..." of its MIG devices
+    pci: str  # normalised bus id
+    uuid: str  # "GPU-..."
+    numa_node: Optional[int] = None  # GPU memory node (coherent platforms only)
+    mig_uuids: Tuple[str, ...] = ()  # "MIG-..." of its MIG devices
 
 
 _nvml_lock = threading.Lock()
@@ -4549,6 +5538,7 @@ def _dlopen(names: Iterable[Optional[str]]) -> Tuple[Optional[ctypes.CDLL], str,
 
 def _load_nvml() -> Optional[ctypes.CDLL]:
     import ctypes.util
+
     return _dlopen(["libnvidia-ml.so.1", ctypes.util.find_library("nvidia-ml")])[0]
 
 
@@ -4557,10 +5547,15 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
     if lib is None:
         return None
 
-    class PciInfo(ctypes.Structure):     # nvmlPciInfo_t (v2/v3 layout)
-        _fields_ = [("busIdLegacy", ctypes.c_char * 16), *((f, ctypes.c_uint) for f in (
-            "domain", "bus", "device", "pciDeviceId", "pciSubSystemId")),
-            ("busId", ctypes.c_char * 32)]
+    class PciInfo(ctypes.Structure):  # nvmlPciInfo_t (v2/v3 layout)
+        _fields_ = [
+            ("busIdLegacy", ctypes.c_char * 16),
+            *(
+                (f, ctypes.c_uint)
+                for f in ("domain", "bus", "device", "pciDeviceId", "pciSubSystemId")
+            ),
+            ("busId", ctypes.c_char * 32),
+        ]
 
     def ask(fn: Any, *args: Any, out: Any = None) -> Any:
         """``out`` (default an unsigned int) as NVML function ``fn`` fills it through
@@ -4571,6 +5566,7 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
     def uuid_of(h: Any) -> Optional[str]:
         buf = ctypes.create_string_buffer(96)
         return buf.value.decode() if lib.nvmlDeviceGetUUID(h, buf, 96) == 0 else None
+
     try:
         if (getattr(lib, "nvmlInit_v2", None) or lib.nvmlInit)() != 0:
             return None
@@ -4589,12 +5585,24 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
                 continue
             node = ask(getattr(lib, "nvmlDeviceGetNumaNodeId", None), h)
             maxmig = ask(getattr(lib, "nvmlDeviceGetMaxMigDeviceCount", None), h)
-            mhs = [ask(lib.nvmlDeviceGetMigDeviceHandleByIndex, h, ctypes.c_uint(j),
-                       out=ctypes.c_void_p()) for j in range(maxmig.value if maxmig else 0)]
+            mhs = [
+                ask(
+                    lib.nvmlDeviceGetMigDeviceHandleByIndex,
+                    h,
+                    ctypes.c_uint(j),
+                    out=ctypes.c_void_p(),
+                )
+                for j in range(maxmig.value if maxmig else 0)
+            ]
             migs = (uuid_of(mh) for mh in mhs if mh is not None)
-            out.append(_NvmlGpu(f"{pci.domain:04x}:{pci.bus:02x}:{pci.device:02x}.0",
-                                uuid_of(h) or "", None if node is None else int(node.value),
-                                tuple(m for m in migs if m is not None)))
+            out.append(
+                _NvmlGpu(
+                    f"{pci.domain:04x}:{pci.bus:02x}:{pci.device:02x}.0",
+                    uuid_of(h) or "",
+                    None if node is None else int(node.value),
+                    tuple(m for m in migs if m is not None),
+                )
+            )
     except (AttributeError, OSError, UnicodeDecodeError):
         return None
     finally:
@@ -4629,8 +5637,11 @@ def _driver_gpus(b: Backend) -> Dict[str, Optional[str]]:
             bus = _norm_bus_id(name)
         except ValueError:
             continue
-        m = re.search(r"^GPU UUID:\s*(\S+)",
-                      b.read_optional(f"{_NVIDIA_PROC}/{name}/information") or "", re.MULTILINE)
+        m = re.search(
+            r"^GPU UUID:\s*(\S+)",
+            b.read_optional(f"{_NVIDIA_PROC}/{name}/information") or "",
+            re.MULTILINE,
+        )
         out[bus] = m.group(1) if m else None
     return out
 
@@ -4643,9 +5654,11 @@ def _torch_bus_id(device: int) -> Optional[str]:
         if cuda is None or not cuda.is_initialized():
             return None
         p = cuda.get_device_properties(device)
-        return f"{int(getattr(p, 'pci_domain_id', 0) or 0):04x}:{int(p.pci_bus_id):02x}:" \
-               f"{int(getattr(p, 'pci_device_id', 0) or 0):02x}.0"
-    except Exception:   # any torch failure (no pci_bus_id either) means: torch cannot tell
+        return (
+            f"{int(getattr(p, 'pci_domain_id', 0) or 0):04x}:{int(p.pci_bus_id):02x}:"
+            f"{int(getattr(p, 'pci_device_id', 0) or 0):02x}.0"
+        )
+    except Exception:  # any torch failure (no pci_bus_id either) means: torch cannot tell
         return None
 
 
@@ -4653,19 +5666,20 @@ def _torch_bus_id(device: int) -> Optional[str]:
 # GPUs from sysfs
 # ---------------------------------------------------------------------------
 
+
 class GpuInfo(_Record):
     """A GPU found in sysfs, with what numa_utils knows about its locality."""
 
-    pci: str                          # "0000:19:00.0"
-    vendor: str                       # "nvidia" | "amd" | "intel"
+    pci: str  # "0000:19:00.0"
+    vendor: str  # "nvidia" | "amd" | "intel"
     device_id: int
-    numa_node: int                    # as firmware reports it; -1: nothing
-    node: Optional[int]               # numa_node, else derived from local CPUs, else None
-    node_source: str                  # "numa_node" | "local_cpulist" | "single node" | ...
-    cpu_node: Optional[int]           # node for its worker's CPUs (nearest one with CPUs)
+    numa_node: int  # as firmware reports it; -1: nothing
+    node: Optional[int]  # numa_node, else derived from local CPUs, else None
+    node_source: str  # "numa_node" | "local_cpulist" | "single node" | ...
+    cpu_node: Optional[int]  # node for its worker's CPUs (nearest one with CPUs)
     local_cpus: FrozenSet[int]
-    memory_nodes: Tuple[int, ...] = ()        # CPU-less nodes holding this GPU's memory
-    memory_source: Optional[str] = None       # "nvml" | "driver" | None
+    memory_nodes: Tuple[int, ...] = ()  # CPU-less nodes holding this GPU's memory
+    memory_source: Optional[str] = None  # "nvml" | "driver" | None
     uuid: Optional[str] = None
 
     def to_json(self) -> Dict[str, Any]:
@@ -4708,8 +5722,9 @@ def _nearest_cpu_node(topo: Topology, node: int) -> Optional[int]:
     return next(iter(_nearest_tied(topo, node, topo.nodes_with_cpus)), None)
 
 
-def _attribute_gpu_memory(topo: Topology, infos: List[GpuInfo], nvml: Optional[List[_NvmlGpu]],
-                          driver: Iterable[str]) -> List[GpuInfo]:
+def _attribute_gpu_memory(
+    topo: Topology, infos: List[GpuInfo], nvml: Optional[List[_NvmlGpu]], driver: Iterable[str]
+) -> List[GpuInfo]:
     """Attach CPU-less memory nodes to the NVIDIA GPUs whose memory they hold.
 
     NVML's nvmlDeviceGetNumaNodeId is the authority.  Without it, only GPUs the NVIDIA
@@ -4721,16 +5736,27 @@ def _attribute_gpu_memory(topo: Topology, infos: List[GpuInfo], nvml: Optional[L
     """
     pcis = {g.pci for g in infos}
     claimed: Dict[str, Tuple[Tuple[int, ...], str]] = {
-        nv.pci: ((nv.numa_node,), "nvml") for nv in nvml or ()
-        if nv.numa_node is not None and nv.pci in pcis and nv.numa_node not in topo.nodes_with_cpus}
+        nv.pci: ((nv.numa_node,), "nvml")
+        for nv in nvml or ()
+        if nv.numa_node is not None and nv.pci in pcis and nv.numa_node not in topo.nodes_with_cpus
+    }
     taken = {n for nodes, _ in claimed.values() for n in nodes}
     free = sorted((topo.nodes_with_memory - topo.nodes_with_cpus) - taken)
-    cands = [g for g in infos if g.vendor == "nvidia" and g.pci in driver
-             and g.pci not in claimed and g.cpu_node is not None]
+    cands = [
+        g
+        for g in infos
+        if g.vendor == "nvidia"
+        and g.pci in driver
+        and g.pci not in claimed
+        and g.cpu_node is not None
+    ]
     if free and cands:
         # each free node's one nearest CPU node (None: a tie, or distances unknown)
-        home = {m: near[0] if len(near) == 1 else None for m in free
-                for near in (_nearest_tied(topo, m, topo.nodes_with_cpus),)}
+        home = {
+            m: near[0] if len(near) == 1 else None
+            for m in free
+            for near in (_nearest_tied(topo, m, topo.nodes_with_cpus),)
+        }
         groups: Dict[Optional[int], List[GpuInfo]] = {}
         for g in sorted(cands, key=lambda x: x.pci):
             groups.setdefault(g.cpu_node, []).append(g)
@@ -4738,15 +5764,26 @@ def _attribute_gpu_memory(topo: Topology, infos: List[GpuInfo], nvml: Optional[L
         def share(nodes: List[int], gs: List[GpuInfo]) -> Dict[str, Tuple[int, ...]]:
             """``nodes`` in order, k to each of ``gs``; {} when they do not divide."""
             k, left = divmod(len(nodes), len(gs))
-            return {} if left or not k else \
-                {g.pci: tuple(nodes[i * k:(i + 1) * k]) for i, g in enumerate(gs)}
+            return (
+                {}
+                if left or not k
+                else {g.pci: tuple(nodes[i * k : (i + 1) * k]) for i, g in enumerate(gs)}
+            )
+
         parts = [share([m for m in free if home[m] == n], gs) for n, gs in groups.items()]
-        plan = {p: ns for part in parts for p, ns in part.items()} \
-            if None not in home.values() and all(parts) else {}
+        plan = (
+            {p: ns for part in parts for p, ns in part.items()}
+            if None not in home.values() and all(parts)
+            else {}
+        )
         plan = plan or share(free, sorted(cands, key=lambda x: (x.cpu_node, x.pci)))
         claimed.update((p, (ns, "driver")) for p, ns in plan.items())
-    return [g._replace(memory_nodes=claimed[g.pci][0], memory_source=claimed[g.pci][1])
-            if g.pci in claimed else g for g in infos]
+    return [
+        g._replace(memory_nodes=claimed[g.pci][0], memory_source=claimed[g.pci][1])
+        if g.pci in claimed
+        else g
+        for g in infos
+    ]
 
 
 def _gpu_infos(topo: Topology, b: Backend) -> List[GpuInfo]:
@@ -4760,8 +5797,19 @@ def _gpu_infos(topo: Topology, b: Backend) -> List[GpuInfo]:
         if node is not None and cpu_node != node:
             how += f", CPU-less: nearest node with CPUs is {cpu_node}"
         pci = _norm_bus_id(dev.address)
-        out.append(GpuInfo(pci, dev.vendor_name, dev.device, dev.numa_node, node, how,
-                           cpu_node, dev.cpus, uuid=uuids.get(pci)))
+        out.append(
+            GpuInfo(
+                pci,
+                dev.vendor_name,
+                dev.device,
+                dev.numa_node,
+                node,
+                how,
+                cpu_node,
+                dev.cpus,
+                uuid=uuids.get(pci),
+            )
+        )
     return _attribute_gpu_memory(topo, out, nvml, driver)
 
 
@@ -4775,9 +5823,11 @@ def gpus(*, backend: Optional[Backend] = None) -> List[GpuInfo]:
 # Every PCI device: NICs and RDMA for KV transfers, NVMe for offload
 # ---------------------------------------------------------------------------
 
+
 def _devices(t: Topology, b: Backend) -> Tuple[Device, ...]:
-    return _read_devices(_Reader(b), {c: v.node for c, v in t.cpus.items()
-                                      if v.node is not None}, t.nodes_with_cpus)
+    return _read_devices(
+        _Reader(b), {c: v.node for c, v in t.cpus.items() if v.node is not None}, t.nodes_with_cpus
+    )
 
 
 def devices(kind: Optional[str] = None, *, backend: Optional[Backend] = None) -> List[Device]:
@@ -4790,8 +5840,9 @@ def devices(kind: Optional[str] = None, *, backend: Optional[Backend] = None) ->
     return [d for d in _devices(read_topology(backend=b), b) if kind in (None, d.kind)]
 
 
-def device_distance(a: Union[Device, str], b: Union[Device, str], *,
-                    backend: Optional[Backend] = None) -> str:
+def device_distance(
+    a: Union[Device, str], b: Union[Device, str], *, backend: Optional[Backend] = None
+) -> str:
     """How two devices reach each other, named as ``nvidia-smi topo -m`` does, from
     their sysfs bus paths: "PIX" (at most one bridge or one switch between them),
     "PXB" (several bridges, no host bridge), "PHB" (through their host bridge),
@@ -4821,8 +5872,9 @@ class LocalDevices(List[Tuple[Device, str]]):
 _RELATIONS = ("local", "near", "remote")
 
 
-def local_devices(where: Any, kind: str = "net", *, strict: bool = False,
-                  backend: Optional[Backend] = None) -> LocalDevices:
+def local_devices(
+    where: Any, kind: str = "net", *, strict: bool = False, backend: Optional[Backend] = None
+) -> LocalDevices:
     """The devices of ``kind`` on ``where``: a node, a set (list) of nodes, or a buffer
     (the nodes its pages are on, from placement(), else the node of its first page;
     an address must be passed as a buffer object, an int is a node), as (device,
@@ -4837,18 +5889,20 @@ def local_devices(where: Any, kind: str = "net", *, strict: bool = False,
     elif isinstance(where, (set, frozenset, list, tuple)):
         nodes = frozenset(where)
     else:
-        nodes = frozenset(placement(where, backend=b)) or \
-            frozenset(n for n in (node_of(where, backend=b),) if n is not None)
+        nodes = frozenset(placement(where, backend=b)) or frozenset(
+            n for n in (node_of(where, backend=b),) if n is not None
+        )
     pkg = {n: p for p, ns in t.package_nodes.items() for n in ns}
-    home = {n: pkg.get(_nearest_cpu_node(t, n)) for n in t.nodes}   # type: ignore[arg-type]
+    home = {n: pkg.get(_nearest_cpu_node(t, n)) for n in t.nodes}  # type: ignore[arg-type]
     mine = {home.get(n) for n in nodes} - {None}
 
     def rank(d: Device) -> Tuple[int, int, str]:
-        rel = 0 if d.node in nodes else 1 if d.node is not None and \
-            home.get(d.node) in mine else 2
-        ds = [x for x in (t.distance(n, d.node) for n in nodes if d.node is not None)
-              if x is not None]
+        rel = 0 if d.node in nodes else 1 if d.node is not None and home.get(d.node) in mine else 2
+        ds = [
+            x for x in (t.distance(n, d.node) for n in nodes if d.node is not None) if x is not None
+        ]
         return rel, min(ds, default=1 << 16), d.address
+
     ranked = sorted((rank(d), d) for d in _devices(t, b) if d.kind == kind)
     fell_back = not strict and all(r[0] for r, _ in ranked)
     out = LocalDevices((d, _RELATIONS[r[0]]) for r, d in ranked if fell_back or r[0] == 0)
@@ -4860,8 +5914,9 @@ def local_devices(where: Any, kind: str = "net", *, strict: bool = False,
 # CUDA device index -> GPU
 # ---------------------------------------------------------------------------
 
+
 class _Resolved(_Record):
-    gpu: Optional[GpuInfo]       # None: not identified (``how`` says why)
+    gpu: Optional[GpuInfo]  # None: not identified (``how`` says why)
     how: str
     notes: Tuple[str, ...] = ()
 
@@ -4875,38 +5930,49 @@ def _family(infos: List[GpuInfo]) -> List[GpuInfo]:
     return []
 
 
-def _visible_gpus(infos: List[GpuInfo], nvml: Optional[List[_NvmlGpu]],
-                  env: Mapping[str, str]) -> Tuple[List[_Resolved], List[str]]:
+def _visible_gpus(
+    infos: List[GpuInfo], nvml: Optional[List[_NvmlGpu]], env: Mapping[str, str]
+) -> Tuple[List[_Resolved], List[str]]:
     """The GPUs a CUDA (HIP) process started with ``env`` numbers 0, 1, ... and notes."""
     fam = _family(infos)
     notes: List[str] = []
     base = [_Resolved(g, "pci order") for g in fam]
-    if not fam or fam[0].vendor == "intel":         # Intel: no remapping
+    if not fam or fam[0].vendor == "intel":  # Intel: no remapping
         return base, notes
     if fam[0].vendor == "amd":
         # HIP: ROCR_VISIBLE_DEVICES first, then HIP_VISIBLE_DEVICES (or
         # CUDA_VISIBLE_DEVICES); indexes are in PCI order.
-        for raw in (env.get("ROCR_VISIBLE_DEVICES"),
-                    env.get("HIP_VISIBLE_DEVICES", env.get("CUDA_VISIBLE_DEVICES"))):
+        for raw in (
+            env.get("ROCR_VISIBLE_DEVICES"),
+            env.get("HIP_VISIBLE_DEVICES", env.get("CUDA_VISIBLE_DEVICES")),
+        ):
             if raw is not None:
                 base = _apply_visible(base, raw, {}, {}, notes)
         return base, notes
     order = env.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST").strip().upper()
     if order != "PCI_BUS_ID" and len({g.device_id for g in fam}) > 1:
         base = [v._replace(how="pci order (assumed)") for v in base]
-        notes.append("CUDA_DEVICE_ORDER is not PCI_BUS_ID and the GPUs are of different "
-                     "models: CUDA may number them fastest first, so device indexes are "
-                     "a guess; set CUDA_DEVICE_ORDER=PCI_BUS_ID")
+        notes.append(
+            "CUDA_DEVICE_ORDER is not PCI_BUS_ID and the GPUs are of different "
+            "models: CUDA may number them fastest first, so device indexes are "
+            "a guess; set CUDA_DEVICE_ORDER=PCI_BUS_ID"
+        )
     uuids = {g.uuid.lower(): g for g in fam if g.uuid}
     by_pci = {g.pci: g for g in fam}
-    migs = {mig.lower(): by_pci[nv.pci] for nv in nvml or () if nv.pci in by_pci
-            for mig in nv.mig_uuids}
+    migs = {
+        mig.lower(): by_pci[nv.pci] for nv in nvml or () if nv.pci in by_pci for mig in nv.mig_uuids
+    }
     raw = env.get("CUDA_VISIBLE_DEVICES")
     return (base if raw is None else _apply_visible(base, raw, uuids, migs, notes)), notes
 
 
-def _apply_visible(base: List[_Resolved], raw: str, uuids: Mapping[str, GpuInfo],
-                   migs: Mapping[str, GpuInfo], notes: List[str]) -> List[_Resolved]:
+def _apply_visible(
+    base: List[_Resolved],
+    raw: str,
+    uuids: Mapping[str, GpuInfo],
+    migs: Mapping[str, GpuInfo],
+    notes: List[str],
+) -> List[_Resolved]:
     """CUDA_VISIBLE_DEVICES semantics: entries pick devices in the order given; the
     list ends at the first invalid entry (CUDA ignores the rest)."""
     out: List[_Resolved] = []
@@ -4920,8 +5986,9 @@ def _apply_visible(base: List[_Resolved], raw: str, uuids: Mapping[str, GpuInfo]
             if len(hits) == 1:
                 got = _Resolved(hits[0], "uuid")
             elif not uuids:
-                got = _Resolved(None, "uuid unknown: no NVML and no NVIDIA driver "
-                                      "entries to match it against")
+                got = _Resolved(
+                    None, "uuid unknown: no NVML and no NVIDIA driver entries to match it against"
+                )
         elif t[:4].upper() == "MIG-":
             m = re.match(r"^MIG-(GPU-[0-9a-fA-F-]+)/\d+/\d+$", t)
             if m and m.group(1).lower() in uuids:
@@ -4932,46 +5999,63 @@ def _apply_visible(base: List[_Resolved], raw: str, uuids: Mapping[str, GpuInfo]
                 got = _Resolved(None, "MIG device unknown: needs NVML to find its GPU")
         if got is None:
             if t:
-                notes.append(f"CUDA_VISIBLE_DEVICES={raw!r}: entry {t!r} is invalid; "
-                             "CUDA ignores it and every entry after it")
+                notes.append(
+                    f"CUDA_VISIBLE_DEVICES={raw!r}: entry {t!r} is invalid; "
+                    "CUDA ignores it and every entry after it"
+                )
             break
         key = got.gpu.pci if got.gpu is not None else t
         if key in seen:
-            notes.append(f"CUDA_VISIBLE_DEVICES={raw!r}: {t!r} repeats a device; the "
-                         "list ends there")
+            notes.append(
+                f"CUDA_VISIBLE_DEVICES={raw!r}: {t!r} repeats a device; the list ends there"
+            )
             break
         seen.add(key)
         out.append(got)
     return out
 
 
-def _resolve(device: int, pci_bus_id: Optional[str], infos: List[GpuInfo], b: Backend,
-             env: Optional[Mapping[str, str]]) -> _Resolved:
+def _resolve(
+    device: int,
+    pci_bus_id: Optional[str],
+    infos: List[GpuInfo],
+    b: Backend,
+    env: Optional[Mapping[str, str]],
+) -> _Resolved:
     if isinstance(device, bool) or not isinstance(device, int) or device < 0:
         raise ValueError(f"invalid CUDA device index {device!r}")
     by_pci = {g.pci: g for g in infos}
     if pci_bus_id is not None:
         bus = _norm_bus_id(pci_bus_id)
-        return _Resolved(by_pci.get(bus), "pci_bus_id" if bus in by_pci else
-                         f"pci_bus_id {bus} is not a GPU in sysfs")
-    torch_gpu = by_pci.get(_torch_bus_id(device) or "") if b.is_live and \
-        isinstance(b, LinuxBackend) else None
+        return _Resolved(
+            by_pci.get(bus),
+            "pci_bus_id" if bus in by_pci else f"pci_bus_id {bus} is not a GPU in sysfs",
+        )
+    torch_gpu = (
+        by_pci.get(_torch_bus_id(device) or "")
+        if b.is_live and isinstance(b, LinuxBackend)
+        else None
+    )
     if torch_gpu is not None:
         return _Resolved(torch_gpu, "torch")
     env = os.environ if env is None else env
     vis, notes = _visible_gpus(infos, _nvml_devices(b), env)
-    for note in notes:      # once each, however often the device is looked up
+    for note in notes:  # once each, however often the device is looked up
         _fail(False, note)
     if device >= len(vis):
         cvd = env.get("CUDA_VISIBLE_DEVICES")
-        return _Resolved(None, f"no CUDA device {device}: {len(vis)} visible"
-                         + (f" (CUDA_VISIBLE_DEVICES={cvd!r})" if cvd is not None else ""),
-                         tuple(notes))
+        return _Resolved(
+            None,
+            f"no CUDA device {device}: {len(vis)} visible"
+            + (f" (CUDA_VISIBLE_DEVICES={cvd!r})" if cvd is not None else ""),
+            tuple(notes),
+        )
     return vis[device]._replace(notes=tuple(notes))
 
 
-def _fail(strict: bool, msg: str, notes: Optional[List[str]] = None,
-          err: int = errno.EINVAL) -> None:
+def _fail(
+    strict: bool, msg: str, notes: Optional[List[str]] = None, err: int = errno.EINVAL
+) -> None:
     """Raise in strict mode; otherwise log once per distinct message (fallback is a
     value, not a log storm) and add it to ``notes``."""
     if strict:
@@ -4981,9 +6065,14 @@ def _fail(strict: bool, msg: str, notes: Optional[List[str]] = None,
         notes.append(msg)
 
 
-def gpu_node(device: int, *, pci_bus_id: Optional[str] = None,
-             strict: Optional[bool] = None, environ: Optional[Mapping[str, str]] = None,
-             backend: Optional[Backend] = None) -> Optional[int]:
+def gpu_node(
+    device: int,
+    *,
+    pci_bus_id: Optional[str] = None,
+    strict: Optional[bool] = None,
+    environ: Optional[Mapping[str, str]] = None,
+    backend: Optional[Backend] = None,
+) -> Optional[int]:
     """The node (with CPUs) of CUDA device ``device`` as this process numbers it.
 
     Honours CUDA_VISIBLE_DEVICES (indexes, GPU UUIDs, MIG ids) and CUDA_DEVICE_ORDER
@@ -5004,6 +6093,7 @@ def gpu_node(device: int, *, pci_bus_id: Optional[str] = None,
 # CPU plans
 # ---------------------------------------------------------------------------
 
+
 def _cores_of(topo: Topology, cpus: Iterable[int]) -> List[Tuple[int, ...]]:
     """``cpus`` grouped by physical core (SMT siblings together), in CPU order."""
     left = set(cpus)
@@ -5021,25 +6111,28 @@ def _cores_of(topo: Topology, cpus: Iterable[int]) -> List[Tuple[int, ...]]:
 class GpuPlan(_Record):
     """The CPUs and host memory planned for one GPU's worker."""
 
-    gpu: Optional[int]                # CUDA index in this process; None: not visible
+    gpu: Optional[int]  # CUDA index in this process; None: not visible
     pci: Optional[str]
-    node: Optional[int]               # the GPU's node (with CPUs); None: unknown
-    cpu_node: Optional[int]           # node whose CPUs the plan uses (cpuset fallback)
+    node: Optional[int]  # the GPU's node (with CPUs); None: unknown
+    cpu_node: Optional[int]  # node whose CPUs the plan uses (cpuset fallback)
     cpus: FrozenSet[int]
-    memory: Optional[str]             # "prefer" | "bind" | "interleave" | "local" | None
+    memory: Optional[str]  # "prefer" | "bind" | "interleave" | "local" | None
     memory_nodes: Tuple[int, ...]
     policy: str
     gpu_memory_nodes: Tuple[int, ...] = ()
     notes: Tuple[str, ...] = ()
 
     def to_json(self) -> Dict[str, Any]:
-        return _record_json(self, cpus={"cpus": sorted(self.cpus),
-                                        "cpulist": format_cpulist(self.cpus)},
-                            memory={"memory_policy": self.memory})
+        return _record_json(
+            self,
+            cpus={"cpus": sorted(self.cpus), "cpulist": format_cpulist(self.cpus)},
+            memory={"memory_policy": self.memory},
+        )
 
 
-def _plan_memory(topo: Topology, infos: List[GpuInfo], node: Optional[int],
-                 memory: Optional[str]) -> Tuple[int, ...]:
+def _plan_memory(
+    topo: Topology, infos: List[GpuInfo], node: Optional[int], memory: Optional[str]
+) -> Tuple[int, ...]:
     """Host-memory nodes for a worker on ``node``: the node itself when it has memory
     this process may use, else the nearest such nodes (DRAM nodes with CPUs first, so
     that a GPU's HBM node or a CXL expander is only a last resort).  "interleave":
@@ -5049,17 +6142,21 @@ def _plan_memory(topo: Topology, infos: List[GpuInfo], node: Optional[int],
     usable = default_memory_nodes(topo)
     if memory == "interleave":
         return tuple(sorted(usable - {n for g in infos for n in g.memory_nodes}))
-    nodes = (node,) if node in usable else \
-        _nearest_tied(topo, node, (usable & topo.nodes_with_cpus) or usable)
-    if memory == "socket":       # preferred-many over the package's memory nodes
+    nodes = (
+        (node,)
+        if node in usable
+        else _nearest_tied(topo, node, (usable & topo.nodes_with_cpus) or usable)
+    )
+    if memory == "socket":  # preferred-many over the package's memory nodes
         pk = {topo.cpus[c].package for c in topo.nodes[node].cpus if c in topo.cpus}
         mine = {n for p, ns in topo.package_nodes.items() if p in pk for n in ns}
         return tuple(sorted(usable & mine)) or nodes
     return nodes[:1] if memory == "prefer" else nodes
 
 
-def _plan_all(topo: Topology, infos: List[GpuInfo], policy: str, reserve: int,
-              strict: bool) -> Dict[str, Tuple[Optional[int], FrozenSet[int], List[str]]]:
+def _plan_all(
+    topo: Topology, infos: List[GpuInfo], policy: str, reserve: int, strict: bool
+) -> Dict[str, Tuple[Optional[int], FrozenSet[int], List[str]]]:
     """pci -> (cpu node, CPUs, notes) for every GPU of the family, planned together."""
     fam = _family(infos)
     allowed = topo.allowed_cpus & topo.online_cpus
@@ -5070,9 +6167,12 @@ def _plan_all(topo: Topology, infos: List[GpuInfo], policy: str, reserve: int,
     for nid in topo.nodes:
         cores = _cores_of(topo, topo.nodes[nid].cpus & allowed)
         if reserve >= len(cores) > 0:
-            _fail(strict, f"reserve={reserve} would leave no core on node {nid} "
-                  f"({len(cores)} usable); keeping one")
-        reserved.update(c for core in cores[:min(reserve, len(cores) - 1)] for c in core)
+            _fail(
+                strict,
+                f"reserve={reserve} would leave no core on node {nid} "
+                f"({len(cores)} usable); keeping one",
+            )
+        reserved.update(c for core in cores[: min(reserve, len(cores) - 1)] for c in core)
     pool = {n: topo.nodes[n].cpus & allowed - reserved for n in topo.nodes}
     usable = [n for n in sorted(pool) if pool[n]]
     eff: Dict[str, Optional[int]] = {}
@@ -5080,25 +6180,37 @@ def _plan_all(topo: Topology, infos: List[GpuInfo], policy: str, reserve: int,
         n: Optional[int] = g.cpu_node
         if n is not None and not pool.get(n):
             near = topo.nearest(n, usable)
-            _fail(strict, f"GPU {g.pci}: this process's cpuset allows no CPU on its node {n}"
-                  + (f"; using the nearest node {near[0]}" if near else ""), notes[g.pci])
+            _fail(
+                strict,
+                f"GPU {g.pci}: this process's cpuset allows no CPU on its node {n}"
+                + (f"; using the nearest node {near[0]}" if near else ""),
+                notes[g.pci],
+            )
             n = near[0] if near else None
         eff[g.pci] = n
     # GPUs with unknown nodes go, in PCI order, where cores per GPU are highest.
     for g in fam:
         if eff[g.pci] is None and usable:
             placed = list(eff.values())
-            best = max(usable, key=lambda n: (len(_cores_of(topo, pool[n])) /
-                                              (placed.count(n) + 1), -n))
-            _fail(strict, f"GPU {g.pci}: NUMA node unknown ({g.node_source}); planned on "
-                  f"node {best}, the node with the most cores per GPU", notes[g.pci])
+            best = max(
+                usable, key=lambda n: (len(_cores_of(topo, pool[n])) / (placed.count(n) + 1), -n)
+            )
+            _fail(
+                strict,
+                f"GPU {g.pci}: NUMA node unknown ({g.node_source}); planned on "
+                f"node {best}, the node with the most cores per GPU",
+                notes[g.pci],
+            )
             eff[g.pci] = best
     out: Dict[str, Tuple[Optional[int], FrozenSet[int], List[str]]] = {}
     for g in fam:
         n = eff[g.pci]
         if n is None:
-            out[g.pci] = (None, frozenset(allowed), notes[g.pci] + ["no usable node: "
-                                                                    "all allowed CPUs"])
+            out[g.pci] = (
+                None,
+                frozenset(allowed),
+                notes[g.pci] + ["no usable node: all allowed CPUs"],
+            )
             continue
         group = [p for p, m in eff.items() if m == n]
         rank, k = group.index(g.pci), len(group)
@@ -5106,69 +6218,117 @@ def _plan_all(topo: Topology, infos: List[GpuInfo], policy: str, reserve: int,
             cpus = frozenset(pool[n])
         elif policy == "socket":
             pkgs = {topo.cpus[c].package for c in topo.nodes[n].cpus if c in topo.cpus}
-            cpus = frozenset(c for c in allowed - reserved
-                             if c in topo.cpus and topo.cpus[c].package in pkgs) \
-                or frozenset(pool[n])
+            cpus = frozenset(
+                c for c in allowed - reserved if c in topo.cpus and topo.cpus[c].package in pkgs
+            ) or frozenset(pool[n])
         else:
             # exclusive: physical cores; core-complex: whole last-level-cache domains
             units: List[Tuple[int, ...]] = _cores_of(topo, pool[n])
             if policy == "core-complex":
-                llc = {c: topo.cpus[c].llc if c in topo.cpus and topo.cpus[c].llc
-                       else frozenset(pool[n]) for c in pool[n]}
-                units = sorted(tuple(sorted(c for c in llc if llc[c] == k))
-                               for k in set(llc.values()))
-            if len(units) >= k:     # chunk ``rank`` of k near-equal ones, first ones longer
+                llc = {
+                    c: topo.cpus[c].llc
+                    if c in topo.cpus and topo.cpus[c].llc
+                    else frozenset(pool[n])
+                    for c in pool[n]
+                }
+                units = sorted(
+                    tuple(sorted(c for c in llc if llc[c] == k)) for k in set(llc.values())
+                )
+            if len(units) >= k:  # chunk ``rank`` of k near-equal ones, first ones longer
                 q, r = divmod(len(units), k)
-                mine = units[rank * q + min(rank, r):][:q + (rank < r)]
+                mine = units[rank * q + min(rank, r) :][: q + (rank < r)]
             elif policy == "exclusive":
-                _fail(strict, f"node {n} has {len(units)} usable cores for {k} GPUs: "
-                      "exclusive plans share cores", notes[g.pci])
+                _fail(
+                    strict,
+                    f"node {n} has {len(units)} usable cores for {k} GPUs: "
+                    "exclusive plans share cores",
+                    notes[g.pci],
+                )
                 mine = [units[rank % len(units)]]
             else:
                 mine = [units[rank * len(units) // k]]
-                notes[g.pci].append(f"node {n} has {len(units)} last-level caches for "
-                                    f"{k} GPUs: they are shared")
+                notes[g.pci].append(
+                    f"node {n} has {len(units)} last-level caches for {k} GPUs: they are shared"
+                )
             cpus = frozenset(c for u in mine for c in u)
         out[g.pci] = (n, cpus, notes[g.pci])
     return out
 
 
-def _plan_for(topo: Topology, infos: List[GpuInfo], found: _Resolved, index: Optional[int],
-              policy: str, memory: Optional[str], extra: Sequence[str],
-              planned: Dict[str, Tuple[Optional[int], FrozenSet[int], List[str]]]) -> GpuPlan:
+def _plan_for(
+    topo: Topology,
+    infos: List[GpuInfo],
+    found: _Resolved,
+    index: Optional[int],
+    policy: str,
+    memory: Optional[str],
+    extra: Sequence[str],
+    planned: Dict[str, Tuple[Optional[int], FrozenSet[int], List[str]]],
+) -> GpuPlan:
     """The plan of ``found``'s GPU from _plan_all's ``planned``; ``extra``: notes put
     first."""
     gpu = found.gpu
     if gpu is None:
-        return GpuPlan(index, None, None, None, frozenset(topo.allowed_cpus), memory, (),
-                       policy, notes=(*extra, found.how, "GPU not identified: all allowed "
-                                                         "CPUs, memory policy unchanged"))
+        return GpuPlan(
+            index,
+            None,
+            None,
+            None,
+            frozenset(topo.allowed_cpus),
+            memory,
+            (),
+            policy,
+            notes=(
+                *extra,
+                found.how,
+                "GPU not identified: all allowed CPUs, memory policy unchanged",
+            ),
+        )
     n, cpus, notes = planned.get(gpu.pci, (None, frozenset(topo.allowed_cpus), []))
-    return GpuPlan(index, gpu.pci, gpu.cpu_node, n, cpus, memory,
-                   _plan_memory(topo, infos, n, memory), policy, gpu.memory_nodes,
-                   tuple(extra) + tuple(notes))
+    return GpuPlan(
+        index,
+        gpu.pci,
+        gpu.cpu_node,
+        n,
+        cpus,
+        memory,
+        _plan_memory(topo, infos, n, memory),
+        policy,
+        gpu.memory_nodes,
+        tuple(extra) + tuple(notes),
+    )
 
 
-def gpu_plans(policy: Optional[str] = None, *, reserve: Optional[int] = None,
-              memory: Union[str, None, _Unset] = _UNSET, strict: Optional[bool] = None,
-              environ: Optional[Mapping[str, str]] = None,
-              backend: Optional[Backend] = None) -> List[GpuPlan]:
+def gpu_plans(
+    policy: Optional[str] = None,
+    *,
+    reserve: Optional[int] = None,
+    memory: Union[str, None, _Unset] = _UNSET,
+    strict: Optional[bool] = None,
+    environ: Optional[Mapping[str, str]] = None,
+    backend: Optional[Backend] = None,
+) -> List[GpuPlan]:
     """One plan per CUDA device this process sees (CUDA_VISIBLE_DEVICES applied)."""
     b = _b(backend)
     pol, res, mem, st = _plan_args(policy, reserve, memory, strict)
     pol = "node" if pol == "none" else pol
     topo = _planning_topology(b)
     infos = _gpu_infos(topo, b)
-    vis, notes = _visible_gpus(infos, _nvml_devices(b),
-                               os.environ if environ is None else environ)
+    vis, notes = _visible_gpus(infos, _nvml_devices(b), os.environ if environ is None else environ)
     planned = _plan_all(topo, infos, pol, res, st) if vis else {}
     return [_plan_for(topo, infos, v, i, pol, mem, notes, planned) for i, v in enumerate(vis)]
 
 
-def cpus_for_gpu(device: int, policy: Optional[str] = None, *,
-                 reserve: Optional[int] = None, strict: Optional[bool] = None,
-                 pci_bus_id: Optional[str] = None, environ: Optional[Mapping[str, str]] = None,
-                 backend: Optional[Backend] = None) -> FrozenSet[int]:
+def cpus_for_gpu(
+    device: int,
+    policy: Optional[str] = None,
+    *,
+    reserve: Optional[int] = None,
+    strict: Optional[bool] = None,
+    pci_bus_id: Optional[str] = None,
+    environ: Optional[Mapping[str, str]] = None,
+    backend: Optional[Backend] = None,
+) -> FrozenSet[int]:
     """The CPUs for CUDA device ``device``'s worker, always within the allowed CPUs.
 
     ``policy``: "node" (the GPU's node), "socket", "exclusive" (the node's physical
@@ -5185,9 +6345,12 @@ def cpus_for_gpu(device: int, policy: Optional[str] = None, *,
     return plan.cpus
 
 
-def _plan_args(policy: Optional[str], reserve: Optional[int],
-               memory: Union[str, None, _Unset], strict: Optional[bool],
-               ) -> Tuple[str, int, Optional[str], bool]:
+def _plan_args(
+    policy: Optional[str],
+    reserve: Optional[int],
+    memory: Union[str, None, _Unset],
+    strict: Optional[bool],
+) -> Tuple[str, int, Optional[str], bool]:
     """A plan's policy, reserve, memory policy and strictness; the unset ones from the
     environment."""
     pol = _policy_or_env(policy)
@@ -5197,10 +6360,16 @@ def _plan_args(policy: Optional[str], reserve: Optional[int],
     return pol, int(reserve), _memory_or_env(memory), _strict_or_env(strict)
 
 
-def _device_plan(b: Backend, device: int, pci_bus_id: Optional[str],
-                 environ: Optional[Mapping[str, str]], policy: str, reserve: int,
-                 memory: Optional[str], strict: bool,
-                 ) -> Tuple[Topology, List[GpuInfo], _Resolved, GpuPlan]:
+def _device_plan(
+    b: Backend,
+    device: int,
+    pci_bus_id: Optional[str],
+    environ: Optional[Mapping[str, str]],
+    policy: str,
+    reserve: int,
+    memory: Optional[str],
+    strict: bool,
+) -> Tuple[Topology, List[GpuInfo], _Resolved, GpuPlan]:
     """CUDA device ``device``'s GPU (the notes on finding it logged once) and its plan,
     on the planning topology; policy "none" plans as "node"."""
     topo = _planning_topology(b)
@@ -5215,17 +6384,18 @@ def _device_plan(b: Backend, device: int, pci_bus_id: Optional[str],
 # Binding
 # ---------------------------------------------------------------------------
 
+
 class BindResult(_Record):
     """What bind_to_node / bind_for_gpu applied.  Truthy when everything asked was."""
 
     node: Optional[int]
-    cpus: FrozenSet[int]                     # the CPU set applied (empty: none)
+    cpus: FrozenSet[int]  # the CPU set applied (empty: none)
     cpus_applied: bool
-    cpu_reason: Optional[str]                # why not: "not requested", "EPERM", ...
-    memory: Optional[PolicyResult]           # None: memory policy not requested
-    threads_changed: Tuple[int, ...] = ()    # tids whose affinity was set
-    threads_skipped: Tuple[int, ...] = ()    # pinned elsewhere already: left alone
-    threads_failed: Tuple[Tuple[int, int], ...] = ()   # (tid, errno)
+    cpu_reason: Optional[str]  # why not: "not requested", "EPERM", ...
+    memory: Optional[PolicyResult]  # None: memory policy not requested
+    threads_changed: Tuple[int, ...] = ()  # tids whose affinity was set
+    threads_skipped: Tuple[int, ...] = ()  # pinned elsewhere already: left alone
+    threads_failed: Tuple[Tuple[int, int], ...] = ()  # (tid, errno)
     plan: Optional[GpuPlan] = None
     notes: Tuple[str, ...] = ()
 
@@ -5234,13 +6404,14 @@ class BindResult(_Record):
         return cpu_ok and (self.memory is None or self.memory.applied)
 
     def to_json(self) -> Dict[str, Any]:
-        return _record_json(self, cpus={"cpus": sorted(self.cpus),
-                                        "cpulist": format_cpulist(self.cpus)})
+        return _record_json(
+            self, cpus={"cpus": sorted(self.cpus), "cpulist": format_cpulist(self.cpus)}
+        )
 
 
-def _set_affinity(b: Backend, cpus: FrozenSet[int], threads: str,
-                  notes: List[str]) -> Tuple[Tuple[int, ...], Tuple[int, ...],
-                                             Tuple[Tuple[int, int], ...]]:
+def _set_affinity(
+    b: Backend, cpus: FrozenSet[int], threads: str, notes: List[str]
+) -> Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[Tuple[int, int], ...]]:
     """Pin the calling thread, and with threads="all" every other thread of the process
     that is not pinned already (affinity narrower than the calling thread's was)."""
     before = b.sched_getaffinity(0)
@@ -5261,15 +6432,21 @@ def _set_affinity(b: Backend, cpus: FrozenSet[int], threads: str,
                 b.sched_setaffinity(tid, cpus)
                 changed.append(tid)
             except ProcessLookupError:
-                continue   # the thread exited meanwhile
+                continue  # the thread exited meanwhile
             except OSError as e:
                 failed.append((tid, e.errno or errno.EIO))
     return tuple(changed), tuple(skipped), tuple(failed)
 
 
-def bind_to_node(node: int, *, cpus: Union[bool, Iterable[int]] = True,
-                 memory: Union[str, None, _Unset] = _UNSET, threads: str = "all",
-                 strict: Optional[bool] = None, backend: Optional[Backend] = None) -> BindResult:
+def bind_to_node(
+    node: int,
+    *,
+    cpus: Union[bool, Iterable[int]] = True,
+    memory: Union[str, None, _Unset] = _UNSET,
+    threads: str = "all",
+    strict: Optional[bool] = None,
+    backend: Optional[Backend] = None,
+) -> BindResult:
     """Run on ``node``'s CPUs and allocate from its memory; say what was applied.
 
     ``cpus``: True (the node's allowed CPUs), False (leave affinity alone) or an
@@ -5286,15 +6463,21 @@ def bind_to_node(node: int, *, cpus: Union[bool, Iterable[int]] = True,
     return _bind_node(b, _planning_topology(b), node, cpus, mem, threads, st)
 
 
-def _bind_node(b: Backend, topo: Topology, node: int, cpus: Union[bool, Iterable[int]],
-               mem: Optional[str], threads: str, st: bool,
-               infos: Optional[List[GpuInfo]] = None) -> BindResult:
+def _bind_node(
+    b: Backend,
+    topo: Topology,
+    node: int,
+    cpus: Union[bool, Iterable[int]],
+    mem: Optional[str],
+    threads: str,
+    st: bool,
+    infos: Optional[List[GpuInfo]] = None,
+) -> BindResult:
     """bind_to_node on a topology (and GPU list) the caller has already read."""
     if threads not in ("all", "current"):
         raise ValueError(f"threads must be 'all' or 'current', not {threads!r}")
     if isinstance(node, bool) or not isinstance(node, int) or node not in topo.nodes:
-        raise ValueError(f"no NUMA node {node!r} (online: "
-                         f"{format_cpulist(topo.online_nodes)})")
+        raise ValueError(f"no NUMA node {node!r} (online: {format_cpulist(topo.online_nodes)})")
     notes: List[str] = []
     allowed = topo.allowed_cpus & topo.online_cpus
     want: FrozenSet[int] = frozenset()
@@ -5304,36 +6487,52 @@ def _bind_node(b: Backend, topo: Topology, node: int, cpus: Union[bool, Iterable
             notes.append(f"node {node} has no CPUs: using node {cnode}'s")
         want = topo.nodes[cnode].cpus & allowed if cnode is not None else frozenset()
         if not want:
-            near = [m for m in topo.nearest(node, topo.nodes_with_cpus)
-                    if topo.nodes[m].cpus & allowed]
-            _fail(st, f"this process's cpuset allows no CPU on node {node}"
-                  + (f"; using the nearest node {near[0]}" if near else ""), notes)
+            near = [
+                m for m in topo.nearest(node, topo.nodes_with_cpus) if topo.nodes[m].cpus & allowed
+            ]
+            _fail(
+                st,
+                f"this process's cpuset allows no CPU on node {node}"
+                + (f"; using the nearest node {near[0]}" if near else ""),
+                notes,
+            )
             want = topo.nodes[near[0]].cpus & allowed if near else frozenset()
     elif cpus is not False:
         asked = frozenset(cpus)
         want = asked & allowed
         if asked and not want:
-            _fail(st, f"CPUs {format_cpulist(asked)} are outside this process's allowed "
-                  f"CPUs {format_cpulist(allowed)}")
+            _fail(
+                st,
+                f"CPUs {format_cpulist(asked)} are outside this process's allowed "
+                f"CPUs {format_cpulist(allowed)}",
+            )
     if mem == "interleave" and infos is None:
         infos = _gpu_infos(topo, b)
     pres: Optional[PolicyResult] = None
     if mem is not None:
         mnodes = _plan_memory(topo, infos or [], node, mem) if mem != "local" else ()
         if mem in ("prefer", "bind") and mnodes and node not in mnodes:
-            msg = (f"node {node} has no memory this process may use; memory policy "
-                   f"{mem} on {_nodes_txt(mnodes)}, the nearest")
-            if node in topo.nodes_with_memory:     # the cpuset's doing, not the machine's
+            msg = (
+                f"node {node} has no memory this process may use; memory policy "
+                f"{mem} on {_nodes_txt(mnodes)}, the nearest"
+            )
+            if node in topo.nodes_with_memory:  # the cpuset's doing, not the machine's
                 _fail(st, msg)
             notes.append(msg)
         # "socket" is preferred-many over the package's nodes; the rest name their mode
         mode = Mode.PREFERRED_MANY if mem == "socket" else _MODE_NAMES[mem]
         if mode != Mode.LOCAL and not mnodes:
-            pres = _fallback(PolicyResult(False, mode.name.lower(), frozenset()), st,
-                             f"{mem} policy", "no-memory-node", errno.EINVAL)
+            pres = _fallback(
+                PolicyResult(False, mode.name.lower(), frozenset()),
+                st,
+                f"{mem} policy",
+                "no-memory-node",
+                errno.EINVAL,
+            )
         else:
-            pres = set_thread_policy(mode, mnodes if mode != Mode.LOCAL else None,
-                                     strict=st, backend=b)
+            pres = set_thread_policy(
+                mode, mnodes if mode != Mode.LOCAL else None, strict=st, backend=b
+            )
     reason = "not requested" if cpus is False else None if want else "cpuset"
     done: Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[Tuple[int, int], ...]] = ((), (), ())
     if reason is None:
@@ -5347,17 +6546,36 @@ def _bind_node(b: Backend, topo: Topology, node: int, cpus: Union[bool, Iterable
                 notes.append(str(e))
             else:
                 reason = _errno_reason(e.errno or errno.EIO)
-                _warn_once(f"bind:affinity:{reason}", "numa_utils: CPU binding to %s "
-                           "not applied: %s", format_cpulist(want), e)
-    return BindResult(node, want if reason is None else frozenset(), reason is None, reason,
-                      pres, *done, None, tuple(notes))
+                _warn_once(
+                    f"bind:affinity:{reason}",
+                    "numa_utils: CPU binding to %s not applied: %s",
+                    format_cpulist(want),
+                    e,
+                )
+    return BindResult(
+        node,
+        want if reason is None else frozenset(),
+        reason is None,
+        reason,
+        pres,
+        *done,
+        None,
+        tuple(notes),
+    )
 
 
-def bind_for_gpu(device: int, policy: Optional[str] = None, *,
-                 reserve: Optional[int] = None, memory: Union[str, None, _Unset] = _UNSET,
-                 threads: str = "all", strict: Optional[bool] = None,
-                 pci_bus_id: Optional[str] = None, environ: Optional[Mapping[str, str]] = None,
-                 backend: Optional[Backend] = None) -> BindResult:
+def bind_for_gpu(
+    device: int,
+    policy: Optional[str] = None,
+    *,
+    reserve: Optional[int] = None,
+    memory: Union[str, None, _Unset] = _UNSET,
+    threads: str = "all",
+    strict: Optional[bool] = None,
+    pci_bus_id: Optional[str] = None,
+    environ: Optional[Mapping[str, str]] = None,
+    backend: Optional[Backend] = None,
+) -> BindResult:
     """Bind this process (see bind_to_node) for CUDA device ``device``'s worker.
 
     ``policy`` as in cpus_for_gpu; "none" (NUMA_BIND_POLICY's default when no argument is
@@ -5368,10 +6586,12 @@ def bind_for_gpu(device: int, policy: Optional[str] = None, *,
     topo, infos, r, plan = _device_plan(b, device, pci_bus_id, environ, pol, res, mem, st)
     if plan.cpu_node is None:
         _fail(st, f"CUDA device {device}: no node to bind to ({r.how})")
-        return BindResult(None, frozenset(), False, "unknown-node", None, plan=plan,
-                          notes=plan.notes)
-    out = _bind_node(b, topo, plan.cpu_node, False if pol == "none" else plan.cpus, mem,
-                     threads, st, infos)
+        return BindResult(
+            None, frozenset(), False, "unknown-node", None, plan=plan, notes=plan.notes
+        )
+    out = _bind_node(
+        b, topo, plan.cpu_node, False if pol == "none" else plan.cpus, mem, threads, st, infos
+    )
     return out._replace(plan=plan, notes=plan.notes + out.notes)
 
 
@@ -5388,16 +6608,23 @@ def bind_for_gpu(device: int, policy: Optional[str] = None, *,
 # Documentation/admin-guide/numastat.rst).  numa_miss/numa_foreign/other_node are
 # the "remote" ones: a page that went to another node than the one asked for, or to
 # this node for a CPU on another node.
-_NUMASTAT_FIELDS = ("numa_hit", "numa_miss", "numa_foreign", "interleave_hit",
-                    "local_node", "other_node")
+_NUMASTAT_FIELDS = (
+    "numa_hit",
+    "numa_miss",
+    "numa_foreign",
+    "interleave_hit",
+    "local_node",
+    "other_node",
+)
 
 # The share of a process's pages that may sit off its CPUs' nodes before we warn
 # (the seed write-up alerts above 10%).
 REMOTE_SHARE_THRESHOLD = 0.10
 
 
-def _parse_numastat(text: str, *, source: Optional[str] = None,
-                    lenient: bool = False) -> Dict[str, int]:
+def _parse_numastat(
+    text: str, *, source: Optional[str] = None, lenient: bool = False
+) -> Dict[str, int]:
     """nodeN/numastat ("numa_hit 4495833\\n...") -> {"numa_hit": 4495833, ...}.
 
     Values are unsigned (the kernel prints %lu).  A malformed line raises ValueError;
@@ -5423,8 +6650,8 @@ class NodeCounters(_Record):
     """
 
     node: int
-    numastat: Mapping[str, int]     # numa_hit, numa_miss, ... in pages
-    meminfo: Mapping[str, int]      # MemTotal, MemFree, FilePages, ... in kB
+    numastat: Mapping[str, int]  # numa_hit, numa_miss, ... in pages
+    meminfo: Mapping[str, int]  # MemTotal, MemFree, FilePages, ... in kB
 
     def __getattr__(self, name: str) -> int:
         """numa_hit, numa_miss, ... (_NUMASTAT_FIELDS), mem_total_kb (MemTotal) and
@@ -5454,16 +6681,25 @@ class NodeCounters(_Record):
             return NotImplemented
         # numastat counters only grow; a smaller value means the node went offline
         # and came back (they restart at 0), so the change is the new value.
-        stat = {k: (v - other.numastat[k] if v >= other.numastat.get(k, 0) else v)
-                if k in other.numastat else v for k, v in self.numastat.items()}
+        stat = {
+            k: (v - other.numastat[k] if v >= other.numastat.get(k, 0) else v)
+            if k in other.numastat
+            else v
+            for k, v in self.numastat.items()
+        }
         mem = {k: v - other.meminfo.get(k, 0) for k, v in self.meminfo.items()}
         return NodeCounters(self.node, MappingProxyType(stat), MappingProxyType(mem))
 
     def to_json(self) -> Dict[str, Any]:
-        return {"node": self.node, **{k: self.numastat.get(k) for k in _NUMASTAT_FIELDS},
-                "mem_total_kb": self.mem_total_kb, "mem_free_kb": self.mem_free_kb,
-                "file_kb": self.file_kb, "available_kb": self.available_kb,
-                "meminfo": dict(self.meminfo)}
+        return {
+            "node": self.node,
+            **{k: self.numastat.get(k) for k in _NUMASTAT_FIELDS},
+            "mem_total_kb": self.mem_total_kb,
+            "mem_free_kb": self.mem_free_kb,
+            "file_kb": self.file_kb,
+            "available_kb": self.available_kb,
+            "meminfo": dict(self.meminfo),
+        }
 
 
 class Counters:
@@ -5473,20 +6709,27 @@ class Counters:
 
     __slots__ = ("timestamp", "monotonic", "nodes", "page_size", "problems", "seconds")
 
-    def __init__(self, timestamp: float, monotonic: float,
-                 nodes: Mapping[int, NodeCounters], page_size: int,
-                 problems: Tuple[str, ...] = (), seconds: Optional[float] = None) -> None:
-        self.timestamp = timestamp       # time.time() of the (later) snapshot
-        self.monotonic = monotonic       # time.monotonic(), for intervals
+    def __init__(
+        self,
+        timestamp: float,
+        monotonic: float,
+        nodes: Mapping[int, NodeCounters],
+        page_size: int,
+        problems: Tuple[str, ...] = (),
+        seconds: Optional[float] = None,
+    ) -> None:
+        self.timestamp = timestamp  # time.time() of the (later) snapshot
+        self.monotonic = monotonic  # time.monotonic(), for intervals
         self.nodes = nodes
         self.page_size = page_size
-        self.problems = problems         # files that could not be read
-        self.seconds = seconds           # set on a difference
+        self.problems = problems  # files that could not be read
+        self.seconds = seconds  # set on a difference
 
     def __repr__(self) -> str:
         kind = f"delta over {self.seconds:.3f}s" if self.seconds is not None else "snapshot"
-        return (f"Counters({kind}, nodes {format_cpulist(self.nodes)}, "
-                f"remote {self.remote_ratio:.2%})")
+        return (
+            f"Counters({kind}, nodes {format_cpulist(self.nodes)}, remote {self.remote_ratio:.2%})"
+        )
 
     def __getitem__(self, node: int) -> NodeCounters:
         return self.nodes[node]
@@ -5516,17 +6759,26 @@ class Counters:
     def __sub__(self, other: object) -> Counters:
         if not isinstance(other, Counters):
             return NotImplemented
-        nodes = {n: (c - other.nodes[n] if n in other.nodes else c)
-                 for n, c in self.nodes.items()}
-        return Counters(self.timestamp, self.monotonic, MappingProxyType(nodes),
-                        self.page_size, self.problems,
-                        max(self.monotonic - other.monotonic, 0.0))
+        nodes = {n: (c - other.nodes[n] if n in other.nodes else c) for n, c in self.nodes.items()}
+        return Counters(
+            self.timestamp,
+            self.monotonic,
+            MappingProxyType(nodes),
+            self.page_size,
+            self.problems,
+            max(self.monotonic - other.monotonic, 0.0),
+        )
 
     def to_json(self) -> Dict[str, Any]:
-        return {"timestamp": self.timestamp, "seconds": self.seconds,
-                "page_size": self.page_size, "nodes": [c.to_json() for c in self],
-                "remote_pages": self.remote_pages, "remote_ratio": self.remote_ratio,
-                "problems": list(self.problems)}
+        return {
+            "timestamp": self.timestamp,
+            "seconds": self.seconds,
+            "page_size": self.page_size,
+            "nodes": [c.to_json() for c in self],
+            "remote_pages": self.remote_pages,
+            "remote_ratio": self.remote_ratio,
+            "problems": list(self.problems),
+        }
 
 
 def counters(*, backend: Optional[Backend] = None) -> Counters:
@@ -5538,6 +6790,7 @@ def counters(*, backend: Optional[Backend] = None) -> Counters:
     a missing numastat/meminfo file -> an empty mapping for that node.
     """
     import time
+
     b = _b(backend)
     r = _Reader(b)
     nodes: Dict[int, NodeCounters] = {}
@@ -5556,13 +6809,15 @@ def counters(*, backend: Optional[Backend] = None) -> Counters:
     else:
         mi = r.parsed("/proc/meminfo", parse_meminfo) or {}
         nodes[0] = NodeCounters(0, MappingProxyType({}), MappingProxyType(mi))
-    return Counters(time.time(), time.monotonic(), MappingProxyType(nodes),
-                    b.page_size, tuple(r.problems))
+    return Counters(
+        time.time(), time.monotonic(), MappingProxyType(nodes), b.page_size, tuple(r.problems)
+    )
 
 
 # ---------------------------------------------------------------------------
 # Remote share: where a process's pages are against where its CPUs are.
 # ---------------------------------------------------------------------------
+
 
 def _entries_bytes(entries: Iterable[NumaMapsEntry]) -> Dict[int, int]:
     out: Dict[int, int] = {}
@@ -5577,10 +6832,10 @@ class RemoteShare(_Record):
 
     pid: Union[int, str]
     bytes_by_node: Mapping[int, int]
-    cpus: FrozenSet[int]                 # Cpus_allowed_list
-    local_nodes: FrozenSet[int]          # memory nodes local to those CPUs
+    cpus: FrozenSet[int]  # Cpus_allowed_list
+    local_nodes: FrozenSet[int]  # memory nodes local to those CPUs
     threshold: float = REMOTE_SHARE_THRESHOLD
-    error: Optional[str] = None          # why nothing could be measured
+    error: Optional[str] = None  # why nothing could be measured
 
     @property
     def total_bytes(self) -> int:
@@ -5608,24 +6863,38 @@ class RemoteShare(_Record):
     def warning(self) -> Optional[str]:
         if not self.over_threshold:
             return None
-        return (f"process {self.pid}: {self.share:.0%} of its pages "
-                f"({_fmt_kb(self.remote_bytes // 1024)}) sit off the nodes of its CPUs "
-                f"({_nodes_txt(self.local_nodes)}); above the {self.threshold:.0%} threshold: "
-                "bind its memory to its CPUs' node or move its CPUs to where the memory is")
+        return (
+            f"process {self.pid}: {self.share:.0%} of its pages "
+            f"({_fmt_kb(self.remote_bytes // 1024)}) sit off the nodes of its CPUs "
+            f"({_nodes_txt(self.local_nodes)}); above the {self.threshold:.0%} threshold: "
+            "bind its memory to its CPUs' node or move its CPUs to where the memory is"
+        )
 
     def to_json(self) -> Dict[str, Any]:
         total, by = self.total_bytes, sorted(self.bytes_by_node.items())
-        return _record_json(self, bytes_by_node={
-            "bytes_by_node": {str(n): v for n, v in by},
-            "share_by_node": {str(n): (v / total if total else 0.0) for n, v in by}},
-            threshold={"total_bytes": total, "remote_bytes": self.remote_bytes,
-                       "remote_share": self.share, "threshold": self.threshold,
-                       "over_threshold": self.over_threshold})
+        return _record_json(
+            self,
+            bytes_by_node={
+                "bytes_by_node": {str(n): v for n, v in by},
+                "share_by_node": {str(n): (v / total if total else 0.0) for n, v in by},
+            },
+            threshold={
+                "total_bytes": total,
+                "remote_bytes": self.remote_bytes,
+                "remote_share": self.share,
+                "threshold": self.threshold,
+                "over_threshold": self.over_threshold,
+            },
+        )
 
 
-def remote_share(pid: Union[int, str] = "self", *, threshold: float = REMOTE_SHARE_THRESHOLD,
-                 topology: Optional[Topology] = None,
-                 backend: Optional[Backend] = None) -> RemoteShare:
+def remote_share(
+    pid: Union[int, str] = "self",
+    *,
+    threshold: float = REMOTE_SHARE_THRESHOLD,
+    topology: Optional[Topology] = None,
+    backend: Optional[Backend] = None,
+) -> RemoteShare:
     """The share of ``pid``'s pages (numa_maps) that sit off the nodes of the CPUs it
     may run on (Cpus_allowed_list).  Never raises: an unreadable process gives a
     result with ``error`` set and no pages.  Warns once when above ``threshold``."""
@@ -5638,8 +6907,9 @@ def remote_share(pid: Union[int, str] = "self", *, threshold: float = REMOTE_SHA
     return _remote_share(pid, maps, threshold, topo, b)[0]
 
 
-def _remote_share(pid: Union[int, str], maps: Union[str, OSError], threshold: float,
-                  topo: Topology, b: Backend) -> Tuple[RemoteShare, List[NumaMapsEntry]]:
+def _remote_share(
+    pid: Union[int, str], maps: Union[str, OSError], threshold: float, topo: Topology, b: Backend
+) -> Tuple[RemoteShare, List[NumaMapsEntry]]:
     """remote_share on numa_maps text already read (or the error reading it), and the
     entries parsed from it."""
     entries: List[NumaMapsEntry] = []
@@ -5649,7 +6919,7 @@ def _remote_share(pid: Union[int, str], maps: Union[str, OSError], threshold: fl
     else:
         try:
             entries = parse_numa_maps(maps, page_size_kb=_page_kb(b))
-        except ValueError as e:     # a malformed line (parse_numa_maps names it)
+        except ValueError as e:  # a malformed line (parse_numa_maps names it)
             error = str(e)
     try:
         cpus: Optional[FrozenSet[int]] = _allowed_from_status(b, pid)[0]
@@ -5660,11 +6930,19 @@ def _remote_share(pid: Union[int, str], maps: Union[str, OSError], threshold: fl
         error = error or f"cannot read Cpus_allowed_list of /proc/{pid}/status"
     # The memory nodes local to those CPUs: their own, and for a CPU node without
     # memory the nearest with memory (where the kernel's local allocation goes).
-    local = frozenset(m for n in {topo.node_of_cpu(c) for c in cpus} if n is not None
-                      for m in _nearest_tied(topo, n, topo.nodes_with_memory)) \
-        if topo.has_node_dir else frozenset({0})
-    res = RemoteShare(pid, MappingProxyType(_entries_bytes(entries)), frozenset(cpus),
-                      local, threshold, error)
+    local = (
+        frozenset(
+            m
+            for n in {topo.node_of_cpu(c) for c in cpus}
+            if n is not None
+            for m in _nearest_tied(topo, n, topo.nodes_with_memory)
+        )
+        if topo.has_node_dir
+        else frozenset({0})
+    )
+    res = RemoteShare(
+        pid, MappingProxyType(_entries_bytes(entries)), frozenset(cpus), local, threshold, error
+    )
     if res.warning:
         _warn_once(f"remote-share:{pid}", "numa_utils: %s", res.warning)
     return res, entries
@@ -5674,16 +6952,17 @@ def _remote_share(pid: Union[int, str], maps: Union[str, OSError], threshold: fl
 # Node chooser.
 # ---------------------------------------------------------------------------
 
+
 class NodeCandidate(_Record):
     """One node considered by ``choose_node``."""
 
     node: int
-    memory_node: Optional[int]      # where its allocations go (itself, or nearest)
-    available_kb: int               # MemFree + reclaimable file pages of memory_node
-    load: int                       # workers already placed there (``loads``)
-    gpu_distance: Optional[int]     # distance from the GPU's node (None: no GPU)
+    memory_node: Optional[int]  # where its allocations go (itself, or nearest)
+    available_kb: int  # MemFree + reclaimable file pages of memory_node
+    load: int  # workers already placed there (``loads``)
+    gpu_distance: Optional[int]  # distance from the GPU's node (None: no GPU)
     memory_distance: Optional[int]  # distance to memory_node
-    fits: bool                      # available_kb covers need_bytes
+    fits: bool  # available_kb covers need_bytes
 
     def to_json(self) -> Dict[str, Any]:
         return dict(self._asdict())
@@ -5701,12 +6980,17 @@ class NodeChoice(_Record):
         return self.node is not None
 
     def to_json(self) -> Dict[str, Any]:
-        return {"node": self.node, "reason": self.reason, "gpu_node": self.gpu_node,
-                "candidates": [c.to_json() for c in self.candidates]}
+        return {
+            "node": self.node,
+            "reason": self.reason,
+            "gpu_node": self.gpu_node,
+            "candidates": [c.to_json() for c in self.candidates],
+        }
 
 
-def _resolve_gpu(gpu: Any, topo: Topology, b: Backend,
-                 environ: Optional[Mapping[str, str]]) -> Tuple[Optional[int], str]:
+def _resolve_gpu(
+    gpu: Any, topo: Topology, b: Backend, environ: Optional[Mapping[str, str]]
+) -> Tuple[Optional[int], str]:
     """(the GPU's own node, label) for a CUDA device index (as this process numbers
     it: CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER honoured), a PCI address or a
     GpuInfo.  The node may be memory-only (GPU memory exposed as a node)."""
@@ -5714,21 +6998,28 @@ def _resolve_gpu(gpu: Any, topo: Topology, b: Backend,
         return gpu.node, f"GPU {gpu.pci}"
     infos = _gpu_infos(topo, b)
     if isinstance(gpu, bool) or not isinstance(gpu, (int, str)):
-        raise TypeError(f"gpu must be a CUDA device index, a PCI address or a GpuInfo, "
-                        f"not {gpu!r}")
+        raise TypeError(f"gpu must be a CUDA device index, a PCI address or a GpuInfo, not {gpu!r}")
     by_bus = isinstance(gpu, str)
     r = _resolve(0, gpu, infos, b, environ) if by_bus else _resolve(gpu, None, infos, b, environ)
     if r.gpu is None:
-        raise ValueError(f"no GPU at PCI address {gpu!r} ({r.how}); GPUs: "
-                         f"{', '.join(g.pci for g in infos) or 'none'}" if by_bus else
-                         f"no GPU {gpu}: {r.how}")
+        raise ValueError(
+            f"no GPU at PCI address {gpu!r} ({r.how}); GPUs: "
+            f"{', '.join(g.pci for g in infos) or 'none'}"
+            if by_bus
+            else f"no GPU {gpu}: {r.how}"
+        )
     return r.gpu.node, f"GPU {r.gpu.pci}" if by_bus else f"CUDA device {gpu} (GPU {r.gpu.pci})"
 
 
-def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] = (),
-                loads: Optional[Mapping[int, int]] = None,
-                environ: Optional[Mapping[str, str]] = None,
-                backend: Optional[Backend] = None) -> NodeChoice:
+def choose_node(
+    *,
+    gpu: Any = None,
+    need_bytes: int = 0,
+    exclude: Iterable[int] = (),
+    loads: Optional[Mapping[int, int]] = None,
+    environ: Optional[Mapping[str, str]] = None,
+    backend: Optional[Backend] = None,
+) -> NodeChoice:
     """Pick the node for a new worker the way a careful operator would.
 
     Only nodes with CPUs that this process's cpuset allows are candidates (never
@@ -5747,8 +7038,15 @@ def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] 
     snap = counters(backend=b)
     excluded = frozenset(exclude)
     usable_mem = default_memory_nodes(topo)
-    nodes = sorted(n for n in topo.nodes_with_cpus if n in topo.nodes and
-                   topo.nodes[n].cpus & topo.allowed_cpus) if topo.has_node_dir else [0]
+    nodes = (
+        sorted(
+            n
+            for n in topo.nodes_with_cpus
+            if n in topo.nodes and topo.nodes[n].cpus & topo.allowed_cpus
+        )
+        if topo.has_node_dir
+        else [0]
+    )
     skipped = [n for n in nodes if n in excluded]
     nodes = [n for n in nodes if n not in excluded]
     gnode, glabel = _resolve_gpu(gpu, topo, b, environ) if gpu is not None else (None, "")
@@ -5759,17 +7057,34 @@ def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] 
         mnode = next(iter(_nearest_tied(topo, n, usable_mem)), None)
         c = snap.nodes.get(mnode) if mnode is not None else None
         # counters' meminfo, else the topology's free memory (no nodeN/meminfo)
-        avail = c.available_kb if c is not None and c.meminfo else \
-            topo.nodes[mnode].mem_free_kb if mnode is not None and mnode in topo.nodes else 0
-        cands.append(NodeCandidate(
-            n, mnode, avail, int((loads or {}).get(n, 0)),
-            topo.distance(gnode, n) if gnode is not None else None,
-            topo.distance(n, mnode) if mnode is not None else None, avail >= need_kb))
+        avail = (
+            c.available_kb
+            if c is not None and c.meminfo
+            else topo.nodes[mnode].mem_free_kb
+            if mnode is not None and mnode in topo.nodes
+            else 0
+        )
+        cands.append(
+            NodeCandidate(
+                n,
+                mnode,
+                avail,
+                int((loads or {}).get(n, 0)),
+                topo.distance(gnode, n) if gnode is not None else None,
+                topo.distance(n, mnode) if mnode is not None else None,
+                avail >= need_kb,
+            )
+        )
     if not cands:
-        return NodeChoice(None, "no node with CPUs is usable"
-                          + (f" (excluded: {format_cpulist(skipped)})" if skipped else "")
-                          + "; this process may run on CPUs "
-                          + (format_cpulist(topo.allowed_cpus) or "-"), (), gnode)
+        return NodeChoice(
+            None,
+            "no node with CPUs is usable"
+            + (f" (excluded: {format_cpulist(skipped)})" if skipped else "")
+            + "; this process may run on CPUs "
+            + (format_cpulist(topo.allowed_cpus) or "-"),
+            (),
+            gnode,
+        )
     far = 1 << 16
 
     def key(c: NodeCandidate) -> Tuple[int, ...]:
@@ -5780,32 +7095,55 @@ def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] 
         return (not c.fits, gd, c.load, md, -c.available_kb, c.node)
 
     fitting = [c for c in cands if c.fits]
-    best = min(fitting, key=key) if fitting else \
-        max(cands, key=lambda c: (c.available_kb, -c.node))
-    nb = f"node {best.node} is the nearest"
+    best = min(fitting, key=key) if fitting else max(cands, key=lambda c: (c.available_kb, -c.node))
     if gnode is None:
-        parts = [f"{glabel}'s node is unknown (firmware reports numa_node=-1), so it did "
-                 "not count"] if gpu is not None else []
+        parts = (
+            [f"{glabel}'s node is unknown (firmware reports numa_node=-1), so it did not count"]
+            if gpu is not None
+            else []
+        )
+    elif best.node == gnode:
+        parts = [f"{glabel} is on node {gnode}"]
+    elif gnode not in topo.nodes_with_cpus:
+        parts = [
+            f"{glabel} is on node {gnode}, which has no CPUs;"
+            f" node {best.node} is the nearest usable node with CPUs (distance {best.gpu_distance})"
+        ]
+    elif gnode in excluded:
+        parts = [
+            f"{glabel} is on node {gnode}, which was excluded;"
+            f" node {best.node} is the nearest other usable node"
+        ]
+    elif not any(c.node == gnode for c in cands):
+        parts = [
+            f"{glabel} is on node {gnode} but this process's cpuset allows none of its CPUs;"
+            f" node {best.node} is the nearest allowed node"
+        ]
     else:
-        parts = [f"{glabel} is on node {gnode}" + (
-            "" if best.node == gnode else
-            f", which has no CPUs; {nb} usable node with CPUs (distance {best.gpu_distance})"
-            if gnode not in topo.nodes_with_cpus else
-            f", which was excluded; {nb} other usable node" if gnode in excluded else
-            f" but this process's cpuset allows none of its CPUs; {nb} allowed node"
-            if not any(c.node == gnode for c in cands) else
-            f", which lacks the memory; {nb} node that has it")]
-    mem_txt = _fmt_kb(best.available_kb) + (f" on its nearest memory node {best.memory_node}"
-                                             if best.memory_node not in (None, best.node) else "")
+        parts = [
+            f"{glabel} is on node {gnode}, which lacks the memory;"
+            f" node {best.node} is the nearest node that has it"
+        ]
+    mem_txt = _fmt_kb(best.available_kb) + (
+        f" on its nearest memory node {best.memory_node}"
+        if best.memory_node not in (None, best.node)
+        else ""
+    )
     if not fitting:
-        parts.append(f"no node has {_fmt_kb(need_kb)} available; node {best.node} has "
-                     f"the most ({mem_txt})")
+        parts.append(
+            f"no node has {_fmt_kb(need_kb)} available; node {best.node} has the most ({mem_txt})"
+        )
     else:
-        parts += [f"{mem_txt} available (MemFree + reclaimable page cache)"
-                  + (f" for the {_fmt_kb(need_kb)} needed" if need_kb else ""),
-                  f"{best.load} worker(s) already there"
-                  + (f" (fewest among {len(fitting)} fitting node(s))"
-                     if len(fitting) > 1 and gnode is None else "")]
+        parts += [
+            f"{mem_txt} available (MemFree + reclaimable page cache)"
+            + (f" for the {_fmt_kb(need_kb)} needed" if need_kb else ""),
+            f"{best.load} worker(s) already there"
+            + (
+                f" (fewest among {len(fitting)} fitting node(s))"
+                if len(fitting) > 1 and gnode is None
+                else ""
+            ),
+        ]
     if len(cands) == 1:
         parts.append("it is the only usable node with CPUs")
     return NodeChoice(best.node, f"node {best.node}: " + "; ".join(parts), tuple(cands), gnode)
@@ -5815,12 +7153,13 @@ def choose_node(*, gpu: Any = None, need_bytes: int = 0, exclude: Iterable[int] 
 # CUDA pinning: cudaHostRegister in chunks from several threads.
 # ---------------------------------------------------------------------------
 
+
 class CudaHostRegisterFlag(enum.IntFlag):
     """cudaHostRegister flags (cuda_runtime_api.h, driver_types.h)."""
 
     DEFAULT = 0
-    PORTABLE = 1         # pinned for every CUDA context, not only the current one
-    MAPPED = 2           # also mapped into the device address space
+    PORTABLE = 1  # pinned for every CUDA context, not only the current one
+    MAPPED = 2  # also mapped into the device address space
     IO_MEMORY = 4
     READ_ONLY = 8
 
@@ -5836,18 +7175,23 @@ def _cudart_candidates(b: Backend) -> List[str]:
     wheel beside it, ctypes.util.find_library, then sonames."""
     import ctypes.util
     import glob
+
     out: List[str] = []
     if "torch" in sys.modules and b.is_live:
         maps = b.read_optional("/proc/self/maps") or ""
         # the path: the sixth field, the rest of the line (it may hold spaces)
-        out += dict.fromkeys(re.findall(r"^(?:\S+ +){5}(.*/libcudart\.so[0-9.]*)$", maps,
-                                        re.MULTILINE))
+        out += dict.fromkeys(
+            re.findall(r"^(?:\S+ +){5}(.*/libcudart\.so[0-9.]*)$", maps, re.MULTILINE)
+        )
         base = os.path.dirname(getattr(sys.modules["torch"], "__file__", None) or "")
         if base:
-            for d in (os.path.join(base, "lib"),
-                      os.path.join(os.path.dirname(base), "nvidia", "cuda_runtime", "lib")):
-                out += sorted(glob.glob(os.path.join(glob.escape(d), "libcudart.so*")),
-                              reverse=True)
+            for d in (
+                os.path.join(base, "lib"),
+                os.path.join(os.path.dirname(base), "nvidia", "cuda_runtime", "lib"),
+            ):
+                out += sorted(
+                    glob.glob(os.path.join(glob.escape(d), "libcudart.so*")), reverse=True
+                )
     found = ctypes.util.find_library("cudart")
     return out + ([found] if found else []) + list(_CUDART_SONAMES)
 
@@ -5860,8 +7204,11 @@ def _load_cudart(cudart: Any, b: Backend) -> Tuple[Optional[ctypes.CDLL], str]:
         names = [cudart] if cudart is not None else _cudart_candidates(b)
         found, where, errors = _dlopen(names)
         if found is None:
-            return None, ("libcudart not found (tried " + ", ".join(names) + ")"
-                          if cudart is None else f"cannot load {cudart}: {errors[-1]}")
+            return None, (
+                "libcudart not found (tried " + ", ".join(names) + ")"
+                if cudart is None
+                else f"cannot load {cudart}: {errors[-1]}"
+            )
         lib = found
     try:
         reg, unreg, err = lib.cudaHostRegister, lib.cudaHostUnregister, lib.cudaGetErrorString
@@ -5879,6 +7226,7 @@ def _proto(fn: Any, restype: Any, *argtypes: Any) -> None:
 
 class CudaPinProgress(_Record):
     """How far a registration got: bytes registered, calls made, the longest call."""
+
     bytes: int
     calls: int
     longest_s: float
@@ -5900,14 +7248,21 @@ class CudaPin:
     ``wait(timeout)`` blocks until then, ``progress`` says how far it is.
     """
 
-    def __init__(self, addr: int, length: int, flags: int, lib: Optional[ctypes.CDLL],
-                 library: Optional[str], threads: int = 0) -> None:
+    def __init__(
+        self,
+        addr: int,
+        length: int,
+        flags: int,
+        lib: Optional[ctypes.CDLL],
+        library: Optional[str],
+        threads: int = 0,
+    ) -> None:
         self.ok = False
         self.addr, self.length, self.flags, self.threads = addr, length, flags, threads
         self.chunks: Tuple[Tuple[int, int], ...] = ()
-        self.reason: Optional[str] = None    # why not registered ("libcudart not found" ...)
-        self.error: Optional[int] = None     # cudaError_t of the failing call, if any
-        self.failed_chunk: Optional[Tuple[int, int]] = None   # (address, bytes) of it
+        self.reason: Optional[str] = None  # why not registered ("libcudart not found" ...)
+        self.error: Optional[int] = None  # cudaError_t of the failing call, if any
+        self.failed_chunk: Optional[Tuple[int, int]] = None  # (address, bytes) of it
         self.library = library
         self.progress = CudaPinProgress(0, 0, 0.0)
         self._lib = lib
@@ -5948,8 +7303,11 @@ class CudaPin:
             assert lib is not None
             rc = lib.cudaHostUnregister(ctypes.c_void_p(start))
             if rc != 0:
-                _warn_once(f"cudaHostUnregister:{rc}", "numa_utils: cudaHostUnregister "
-                           "failed: %s", _cuda_error(lib, rc))
+                _warn_once(
+                    f"cudaHostUnregister:{rc}",
+                    "numa_utils: cudaHostUnregister failed: %s",
+                    _cuda_error(lib, rc),
+                )
         self._ended.set()
 
     def __enter__(self) -> CudaPin:
@@ -5959,34 +7317,69 @@ class CudaPin:
         self.close()
 
     def __repr__(self) -> str:
-        state = "registered" if self.ok else "registering" if not self.ready else \
-            f"not registered: {self.reason or 'closed'}"
-        return (f"CudaPin(0x{self.addr:x}, {self.length} bytes, {len(self.chunks)} "
-                f"chunk(s), {state})")
+        state = (
+            "registered"
+            if self.ok
+            else "registering"
+            if not self.ready
+            else f"not registered: {self.reason or 'closed'}"
+        )
+        return (
+            f"CudaPin(0x{self.addr:x}, {self.length} bytes, {len(self.chunks)} chunk(s), {state})"
+        )
 
     def to_json(self) -> Dict[str, Any]:
-        return {k: len(self.chunks) if k == "chunks" else self.progress._asdict()
-                if k == "progress" else getattr(self, k)
-                for k in ("ok", "ready", "addr", "length", "flags", "chunks", "threads",
-                          "reason", "error", "failed_chunk", "library", "progress")}
+        return {
+            k: len(self.chunks)
+            if k == "chunks"
+            else self.progress._asdict()
+            if k == "progress"
+            else getattr(self, k)
+            for k in (
+                "ok",
+                "ready",
+                "addr",
+                "length",
+                "flags",
+                "chunks",
+                "threads",
+                "reason",
+                "error",
+                "failed_chunk",
+                "library",
+                "progress",
+            )
+        }
 
     def _give_up(self, reason: str, strict: bool) -> None:
         """Unregister what was registered, then raise (strict) or log ``reason``."""
         self.reason = reason
         self._release()
-        _fail(strict, f"host memory not pinned for CUDA: {reason}", None,
-              errno.EIO if self._lib is not None else errno.ENOENT)
+        _fail(
+            strict,
+            f"host memory not pinned for CUDA: {reason}",
+            None,
+            errno.EIO if self._lib is not None else errno.ENOENT,
+        )
 
-    def _run(self, pieces: List[Tuple[int, int]], nthreads: int, device: Optional[int],
-             caller: threading.Thread, fault: Optional[Callable[[], Any]], strict: bool) -> None:
+    def _run(
+        self,
+        pieces: List[Tuple[int, int]],
+        nthreads: int,
+        device: Optional[int],
+        caller: threading.Thread,
+        fault: Optional[Callable[[], Any]],
+        strict: bool,
+    ) -> None:
         """Register ``pieces`` from ``nthreads`` threads; on the first failure stop,
         clear CUDA's error and unregister what was registered."""
         import time
+
         lib = self._lib
         assert lib is not None
         todo = iter(pieces)
-        done: List[Tuple[int, int, int]] = []        # (start, size, cudaError 0)
-        failed: List[Tuple[int, int, int]] = []      # (start, size, cudaError)
+        done: List[Tuple[int, int, int]] = []  # (start, size, cudaError 0)
+        failed: List[Tuple[int, int, int]] = []  # (start, size, cudaError)
 
         def worker() -> None:
             if device is not None and threading.current_thread() is not caller:
@@ -6006,19 +7399,23 @@ class CudaPin:
                 with self._lock:
                     (failed if rc else done).append((*piece, rc))
                     p = self.progress
-                    self.progress = CudaPinProgress(p.bytes + (0 if rc else piece[1]),
-                                                    p.calls + 1, max(p.longest_s, dt))
+                    self.progress = CudaPinProgress(
+                        p.bytes + (0 if rc else piece[1]), p.calls + 1, max(p.longest_s, dt)
+                    )
+
         try:
             if fault is not None:
                 fault()
-            pool = [threading.Thread(target=worker, name=f"pin_for_cuda-{i}", daemon=True)
-                    for i in range(nthreads - 1)]
+            pool = [
+                threading.Thread(target=worker, name=f"pin_for_cuda-{i}", daemon=True)
+                for i in range(nthreads - 1)
+            ]
             for t in pool:
                 t.start()
             worker()
             for t in pool:
                 t.join()
-        except Exception as e:      # the prefault failed: nothing was registered
+        except Exception as e:  # the prefault failed: nothing was registered
             self._give_up(f"prefault before registering failed: {e}", strict)
             return
         with self._lock:
@@ -6026,9 +7423,12 @@ class CudaPin:
         if failed:
             start, n, rc = min(failed)
             self.error, self.failed_chunk = rc, (start, n)
-            self._give_up(f"cudaHostRegister(0x{start:x}, {n}) failed: "
-                          f"{_cuda_error(lib, rc)}; {len(done)} chunk(s) already "
-                          "registered were unregistered", strict)
+            self._give_up(
+                f"cudaHostRegister(0x{start:x}, {n}) failed: "
+                f"{_cuda_error(lib, rc)}; {len(done)} chunk(s) already "
+                "registered were unregistered",
+                strict,
+            )
         else:
             self.ok = not self._stop
             self._ended.set()
@@ -6037,7 +7437,7 @@ class CudaPin:
 def _cuda_error(lib: ctypes.CDLL, rc: int) -> str:
     try:
         text = lib.cudaGetErrorString(rc)
-    except Exception:   # a foreign library; its message is a nicety
+    except Exception:  # a foreign library; its message is a nicety
         text = None
     return f"cudaError {rc}" + (f" ({text.decode('utf-8', 'replace')})" if text else "")
 
@@ -6054,10 +7454,19 @@ def _cuda_current_device(lib: ctypes.CDLL) -> Optional[int]:
     return dev.value if get(ctypes.byref(dev)) == 0 and dev.value >= 0 else None
 
 
-def pin_for_cuda(buf: Any, length: Optional[int] = None, *, chunk: int = 1 << 30,
-                 threads: Optional[int] = None, flags: int = CudaHostRegisterFlag.PORTABLE,
-                 background: bool = False, prefault: bool = False, strict: bool = False,
-                 cudart: Any = None, backend: Optional[Backend] = None) -> CudaPin:
+def pin_for_cuda(
+    buf: Any,
+    length: Optional[int] = None,
+    *,
+    chunk: int = 1 << 30,
+    threads: Optional[int] = None,
+    flags: int = CudaHostRegisterFlag.PORTABLE,
+    background: bool = False,
+    prefault: bool = False,
+    strict: bool = False,
+    cudart: Any = None,
+    backend: Optional[Backend] = None,
+) -> CudaPin:
     """Pin ``buf`` (or an address and ``length``) for DMA with cudaHostRegister, one
     call per ``chunk`` bytes (default 1 GiB; never 512 GiB or more).  Each call holds
     the CUDA driver's lock, so the chunk bounds how long any other CUDA call of the
@@ -6100,11 +7509,9 @@ def pin_for_cuda(buf: Any, length: Optional[int] = None, *, chunk: int = 1 << 30
     # Each worker first selects the caller's device.
     device = _cuda_current_device(lib)
     fault = (lambda: _do_prefault(addr, size, backend=b)) if prefault else None
-    args = (pieces, nthreads, device, threading.current_thread(), fault,
-            strict and not background)
+    args = (pieces, nthreads, device, threading.current_thread(), fault, strict and not background)
     if background:
-        pin._worker = threading.Thread(target=pin._run, args=args, name="pin_for_cuda",
-                                       daemon=True)
+        pin._worker = threading.Thread(target=pin._run, args=args, name="pin_for_cuda", daemon=True)
         pin._worker.start()
     else:
         pin._run(*args)
@@ -6115,21 +7522,29 @@ def pin_for_cuda(buf: Any, length: Optional[int] = None, *, chunk: int = 1 << 30
 # status: counters and advice.
 # ---------------------------------------------------------------------------
 
+
 def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
     """Add counters, the process's remote share and advice to the status report."""
     warnings: List[str] = report["warnings"]
     text: List[str] = report.setdefault("extra_text", [])
     snap = counters(backend=b)
     report["counters"] = snap.to_json()
-    warnings.extend(f"could not read: {p}" for p in snap.problems
-                    if f"could not read: {p}" not in warnings)
+    warnings.extend(
+        f"could not read: {p}" for p in snap.problems if f"could not read: {p}" not in warnings
+    )
     if any(c.numastat for c in snap):
         text += ["", "COUNTERS (numastat since boot, pages)"]
-        cols = tuple(zip(_NUMASTAT_FIELDS, ("numa_hit", "numa_miss", "foreign", "interleave",
-                                            "local_node", "other_node"), (14, 12, 12, 11, 14, 12)))
+        cols = tuple(
+            zip(
+                _NUMASTAT_FIELDS,
+                ("numa_hit", "numa_miss", "foreign", "interleave", "local_node", "other_node"),
+                (14, 12, 12, 11, 14, 12),
+            )
+        )
         text.append(f"  {'node':>4}" + "".join(f" {h:>{w}}" for _, h, w in cols))
-        text.extend(f"  {c.node:>4}" + "".join(f" {getattr(c, k):>{w}}" for k, _, w in cols)
-                    for c in snap)
+        text.extend(
+            f"  {c.node:>4}" + "".join(f" {getattr(c, k):>{w}}" for k, _, w in cols) for c in snap
+        )
         text.append(f"  remote allocations (other_node): {snap.remote_ratio:.2%} of pages")
     # The process's own pages (the running system, or the simulated process).
     maps = b.read_optional(_maps_path("self")) if b.has_process else None
@@ -6138,43 +7553,64 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
         rs, entries = _remote_share("self", maps, REMOTE_SHARE_THRESHOLD, topo, b)
         report["process"]["remote_share"] = rs.to_json()
         if rs.total_bytes:
-            per = ", ".join(f"node {n}: {_fmt_kb(v // 1024)}"
-                            for n, v in sorted(rs.bytes_by_node.items()))
-            text += ["", "PROCESS PAGES", f"  {per}; {rs.share:.1%} remote to the CPUs' "
-                     f"{_nodes_txt(rs.local_nodes)}"]
+            per = ", ".join(
+                f"node {n}: {_fmt_kb(v // 1024)}" for n, v in sorted(rs.bytes_by_node.items())
+            )
+            text += [
+                "",
+                "PROCESS PAGES",
+                f"  {per}; {rs.share:.1%} remote to the CPUs' {_nodes_txt(rs.local_nodes)}",
+            ]
         if rs.warning and len(topo.nodes_with_memory) > 1:
             warnings.append(rs.warning)
-        if topo.thp == "always" and len(topo.nodes_with_memory) > 1 and \
-                any(e.mode in ("interleave", "weighted interleave") for e in entries):
-            warnings.append("THP is 'always' and this process has interleaved regions: a "
-                            "first touch places a whole 2 MiB huge page on one node, so interleave"
-                            " spreads huge pages, not 4 KiB pages; use THP 'madvise' or "
-                            "madvise(MADV_NOHUGEPAGE) on those regions for an even spread")
+        if (
+            topo.thp == "always"
+            and len(topo.nodes_with_memory) > 1
+            and any(e.mode in ("interleave", "weighted interleave") for e in entries)
+        ):
+            warnings.append(
+                "THP is 'always' and this process has interleaved regions: a "
+                "first touch places a whole 2 MiB huge page on one node, so interleave"
+                " spreads huge pages, not 4 KiB pages; use THP 'madvise' or "
+                "madvise(MADV_NOHUGEPAGE) on those regions for an even spread"
+            )
     # Huge pages reserved on one general-purpose node only.
     general = sorted(topo.nodes_with_cpus & topo.nodes_with_memory)
-    for sz in sorted({sz for n in general for sz in topo.nodes[n].hugepages}
-                     if len(general) > 1 else ()):
+    for sz in sorted(
+        {sz for n in general for sz in topo.nodes[n].hugepages} if len(general) > 1 else ()
+    ):
         on = [n for n in general if topo.nodes[n].hugepages.get(sz, HugePages(0, 0)).total > 0]
         if len(on) == 1:
-            warnings.append(f"{_fmt_kb(sz).replace('.0 ', ' ')} huge pages are configured "
-                            f"on node {on[0]} only: workers on other nodes that use them "
-                            "get remote memory; reserve them per node (nodeN/hugepages/"
-                            f"hugepages-{sz}kB/nr_hugepages)")
+            warnings.append(
+                f"{_fmt_kb(sz).replace('.0 ', ' ')} huge pages are configured "
+                f"on node {on[0]} only: workers on other nodes that use them "
+                "get remote memory; reserve them per node (nodeN/hugepages/"
+                f"hugepages-{sz}kB/nr_hugepages)"
+            )
     # GPUs whose node has (almost) no free memory.
     for g in report["gpus"]:
         node = g.get("node")
         c = snap.nodes.get(node)
         if c is None:
             continue
-        if node in topo.nodes_with_memory and c.mem_total_kb and \
-                c.available_kb < 0.05 * c.mem_total_kb:
-            warnings.append(f"GPU {g['address']}: its node {node} has {_fmt_kb(c.available_kb)}"
-                            f" available of {_fmt_kb(c.mem_total_kb)} (< 5%): pinned host "
-                            "buffers for it will come from another node")
+        if (
+            node in topo.nodes_with_memory
+            and c.mem_total_kb
+            and c.available_kb < 0.05 * c.mem_total_kb
+        ):
+            warnings.append(
+                f"GPU {g['address']}: its node {node} has {_fmt_kb(c.available_kb)}"
+                f" available of {_fmt_kb(c.mem_total_kb)} (< 5%): pinned host "
+                "buffers for it will come from another node"
+            )
         elif topo.nodes_with_memory and node not in topo.nodes_with_memory:
             near = topo.nearest(node, topo.nodes_with_memory)
-            warnings.append(f"GPU {g['address']}: its node {node} has no memory; host "
-                            f"buffers for it come from node {near[0] if near else '?'}")
+            warnings.append(
+                f"GPU {g['address']}: its node {node} has no memory; host "
+                f"buffers for it come from node {near[0] if near else '?'}"
+            )
+
+
 # -- end of observation section --------------------------------------------------------
 
 
@@ -6186,16 +7622,18 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
 # (numactl's node-list grammar, resolved on the machine), or the accepted choices.
 # envs.py is the same registry with documentation, for engines to merge into theirs
 # (tests/test_envs.py checks that the two agree).
-_ENV_VARS: Mapping[str, Tuple[Any, Any]] = MappingProxyType({
-    "ENABLE_NUMA_INTERLEAVE": (False, "bool"),
-    "NUMA_STRICT": (False, "bool"),
-    "NUMA_NODES": (None, "nodes"),
-    "NUMA_PREFAULT_THREADS": (None, ("int", 1)),
-    "NUMA_HUGEPAGES": ("off", ("off", "thp", "2M", "1G", "auto")),
-    "NUMA_BIND_POLICY": ("none", ("none", "node", "socket", "exclusive", "core-complex")),
-    "NUMA_RESERVED_CORES": (0, ("int", 0)),
-    "NUMA_MEMORY_POLICY": ("prefer", ("prefer", "bind", "interleave", "none")),
-})
+_ENV_VARS: Mapping[str, Tuple[Any, Any]] = MappingProxyType(
+    {
+        "ENABLE_NUMA_INTERLEAVE": (False, "bool"),
+        "NUMA_STRICT": (False, "bool"),
+        "NUMA_NODES": (None, "nodes"),
+        "NUMA_PREFAULT_THREADS": (None, ("int", 1)),
+        "NUMA_HUGEPAGES": ("off", ("off", "thp", "2M", "1G", "auto")),
+        "NUMA_BIND_POLICY": ("none", ("none", "node", "socket", "exclusive", "core-complex")),
+        "NUMA_RESERVED_CORES": (0, ("int", 0)),
+        "NUMA_MEMORY_POLICY": ("prefer", ("prefer", "bind", "interleave", "none")),
+    }
+)
 _env_prefix = "NUMA_UTILS_"
 
 
@@ -6204,8 +7642,11 @@ def configure(*, env_prefix: str) -> str:
     "LIGHTLLM_")`` makes LIGHTLLM_NUMA_STRICT count instead of NUMA_UTILS_NUMA_STRICT.
     Returns the previous prefix.  Variables are read when a call needs them."""
     global _env_prefix
-    if not isinstance(env_prefix, str) or not re.fullmatch(r"([A-Za-z_]\w*)?", env_prefix) \
-            or not env_prefix.isascii():
+    if (
+        not isinstance(env_prefix, str)
+        or not re.fullmatch(r"([A-Za-z_]\w*)?", env_prefix)
+        or not env_prefix.isascii()
+    ):
         raise ValueError(f"invalid environment variable prefix {env_prefix!r}")
     old, _env_prefix = _env_prefix, env_prefix
     return old
@@ -6253,6 +7694,7 @@ def _env_nodes(b: Optional[Backend]) -> Optional[FrozenSet[int]]:
 # status: the report a person reads instead of `numactl --hardware`.
 # ===========================================================================
 
+
 def _fmt_kb(kb: int) -> str:
     e = min(3, (kb.bit_length() - 1) // 10) if kb >= 1024 else 0
     return f"{kb / (1 << 10 * e):.1f} {'KMGT'[e]}iB" if e else f"{kb} KiB"
@@ -6263,11 +7705,20 @@ def _tree_machine(b: Backend) -> Tuple[Optional[str], Optional[str], Optional[in
     as the tree tells: proc/sys/kernel/osrelease and arch (Linux 6.1+; gather.py
     saves both) and the smallest kernelpagesize_kB of a saved proc/self/numa_maps.
     None for what it does not tell (never this host's values)."""
+
     def word(path: str) -> Optional[str]:
         t = _clean(b.read_optional(path) or "")
         return t if 0 < len(t) <= 64 and t.isprintable() and " " not in t else None
-    kb = min(map(int, re.findall(r" kernelpagesize_kB=([0-9]{1,8})\b",
-                                 b.read_optional("/proc/self/numa_maps") or "")), default=0)
+
+    kb = min(
+        map(
+            int,
+            re.findall(
+                r" kernelpagesize_kB=([0-9]{1,8})\b", b.read_optional("/proc/self/numa_maps") or ""
+            ),
+        ),
+        default=0,
+    )
     page = kb * 1024 if kb >= 4 and kb & (kb - 1) == 0 else None
     return word("/proc/sys/kernel/osrelease"), word("/proc/sys/kernel/arch"), page
 
@@ -6282,41 +7733,58 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     gpu_rows = [dict(_pci_json(g), node=g.node, node_source=g.node_source) for g in topo.gpus]
     for g in topo.gpus if multi else ():
         if g.numa_node < 0:
-            warnings.append(f"GPU {g.address}: firmware reports no NUMA node (numa_node=-1)"
-                            + (" and its local CPUs span several nodes; pass the node "
-                               "explicitly when binding workers" if g.node is None else
-                               f"; using node {g.node} from its local CPUs"))
+            warnings.append(
+                f"GPU {g.address}: firmware reports no NUMA node (numa_node=-1)"
+                + (
+                    " and its local CPUs span several nodes; pass the node "
+                    "explicitly when binding workers"
+                    if g.node is None
+                    else f"; using node {g.node} from its local CPUs"
+                )
+            )
         if g.node is not None:
             ncpus = topo.nodes[g.node].cpus if g.node in topo.nodes else frozenset()
             if ncpus and not (ncpus & topo.allowed_cpus):
-                warnings.append(f"GPU {g.address} hangs off node {g.node} but this "
-                                "process's cpuset allows none of its CPUs "
-                                f"({format_cpulist(ncpus)}): its worker will run remote")
+                warnings.append(
+                    f"GPU {g.address} hangs off node {g.node} but this "
+                    "process's cpuset allows none of its CPUs "
+                    f"({format_cpulist(ncpus)}): its worker will run remote"
+                )
             if g.node in topo.nodes_with_memory and g.node not in topo.allowed_mems:
-                warnings.append(f"GPU {g.address} hangs off node {g.node} but this process's "
-                                f"cpuset (Mems_allowed_list {format_cpulist(topo.allowed_mems)})"
-                                " excludes that node's memory: host buffers for it will be remote")
+                warnings.append(
+                    f"GPU {g.address} hangs off node {g.node} but this process's "
+                    f"cpuset (Mems_allowed_list {format_cpulist(topo.allowed_mems)})"
+                    " excludes that node's memory: host buffers for it will be remote"
+                )
     devs = _devices(topo, b)
     layout = _package_layout(topo)
     if layout["nodes_per_package"] and layout["nodes_per_package"] > 1:
-        warnings.append(f"{layout['evidence']}: a 'socket' CPU plan spans all of a "
-                        "package's nodes and bind_for_gpu(memory='socket') prefers all of "
-                        "them (preferred-many); 'node' keeps a worker on one cluster, "
-                        "with that cluster's share of the memory bandwidth")
+        warnings.append(
+            f"{layout['evidence']}: a 'socket' CPU plan spans all of a "
+            "package's nodes and bind_for_gpu(memory='socket') prefers all of "
+            "them (preferred-many); 'node' keeps a worker on one cluster, "
+            "with that cluster's share of the memory bandwidth"
+        )
     if topo.numa_balancing and len(topo.nodes_with_memory) > 1:
-        warnings.append("numa_balancing is on: the kernel migrates pages behind the "
-                        "engine's back, which costs tail latency; for serving set "
-                        "`sysctl -w kernel.numa_balancing=0`")
+        warnings.append(
+            "numa_balancing is on: the kernel migrates pages behind the "
+            "engine's back, which costs tail latency; for serving set "
+            "`sysctl -w kernel.numa_balancing=0`"
+        )
     restricted = topo.nodes_with_memory - topo.allowed_mems
     if restricted and topo.allowed_mems & topo.nodes_with_memory:
-        warnings.append(f"the cpuset limits memory to {_nodes_txt(topo.allowed_mems)}; "
-                        f"{_nodes_txt(restricted)} cannot be used for interleave")
+        warnings.append(
+            f"the cpuset limits memory to {_nodes_txt(topo.allowed_mems)}; "
+            f"{_nodes_txt(restricted)} cannot be used for interleave"
+        )
     for n in sorted(topo.nodes_with_cpus - topo.nodes_with_memory):
-        warnings.append(f"node {n} has CPUs but no memory: its threads always allocate "
-                        "from another node")
+        warnings.append(
+            f"node {n} has CPUs but no memory: its threads always allocate from another node"
+        )
     if b.has_process and not b.abi.supported:
-        warnings.append(f"no syscall table for the {b.abi.name!r} ABI: memory policies "
-                        "fall back to first-touch")
+        warnings.append(
+            f"no syscall table for the {b.abi.name!r} ABI: memory policies fall back to first-touch"
+        )
     warnings.extend(f"could not read: {p}" for p in topo.problems)
     policy: Optional[Dict[str, Any]] = None
     policy_error = None if b.has_process else "not the running system"
@@ -6325,46 +7793,82 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
             policy = get_policy(backend=b).to_json()
         except OSError as e:
             policy_error = f"{_errno_reason(e.errno or 0)}: {e.strerror or e}"
-    release, machine, page_size = (os.uname()[2], os.uname()[4], b.page_size) if b.is_live \
-        else (None, None, b.page_size) if b.has_process else _tree_machine(b)
+    release, machine, page_size = (
+        (os.uname()[2], os.uname()[4], b.page_size)
+        if b.is_live
+        else (None, None, b.page_size)
+        if b.has_process
+        else _tree_machine(b)
+    )
     abi: Optional[Abi] = b.abi
     if not b.has_process:
         # A saved tree: its own machine's facts, or None ("unknown"), never ours.
-        abi = abi_for(machine, 64 if "64" in machine or machine == "s390x" else 32) \
-            if machine else None
+        abi = (
+            abi_for(machine, 64 if "64" in machine or machine == "s390x" else 32)
+            if machine
+            else None
+        )
         if abi is None:
-            warnings.append("the saved tree does not record its machine "
-                            "(proc/sys/kernel/arch): ABI and syscall numbers unknown")
+            warnings.append(
+                "the saved tree does not record its machine "
+                "(proc/sys/kernel/arch): ABI and syscall numbers unknown"
+            )
         elif not abi.supported:
-            warnings.append(f"no syscall table for the {abi.name!r} ABI: memory "
-                            "policies fall back to first-touch")
+            warnings.append(
+                f"no syscall table for the {abi.name!r} ABI: memory "
+                "policies fall back to first-touch"
+            )
     report: Dict[str, Any] = {
-        "version": __version__, "root": b.root,
-        "nodes": [dict(n, devices=[d.address for d in devs if d.node == n["id"]])
-                  for n in tj["nodes"]],
-        "gpus": gpu_rows, "devices": [d.to_json() for d in devs], "packages": layout,
-        "process": {"pid": os.getpid() if b.is_live else None,
-                    "allowed_cpus": tj["allowed_cpus"], "allowed_mems": tj["allowed_mems"],
-                    "policy": policy, "policy_error": policy_error},
+        "version": __version__,
+        "root": b.root,
+        "nodes": [
+            dict(n, devices=[d.address for d in devs if d.node == n["id"]]) for n in tj["nodes"]
+        ],
+        "gpus": gpu_rows,
+        "devices": [d.to_json() for d in devs],
+        "packages": layout,
+        "process": {
+            "pid": os.getpid() if b.is_live else None,
+            "allowed_cpus": tj["allowed_cpus"],
+            "allowed_mems": tj["allowed_mems"],
+            "policy": policy,
+            "policy_error": policy_error,
+        },
         "kernel": {
-            "release": release, "machine": machine, "abi": abi.name if abi is not None else None,
+            "release": release,
+            "machine": machine,
+            "abi": abi.name if abi is not None else None,
             "syscalls": dict(abi.syscalls) if abi is not None and abi.syscalls else None,
-            "page_size": page_size, "numa": topo.has_node_dir,
-            **{f: tj[f] for f in ("online_nodes", "possible_nodes", "nodes_with_cpus",
-                                  "nodes_with_memory", "online_cpus")},
-            "numa_balancing": topo.numa_balancing, "thp": topo.thp,
-            "thp_settings": _thp_settings(b)},
+            "page_size": page_size,
+            "numa": topo.has_node_dir,
+            **{
+                f: tj[f]
+                for f in (
+                    "online_nodes",
+                    "possible_nodes",
+                    "nodes_with_cpus",
+                    "nodes_with_memory",
+                    "online_cpus",
+                )
+            },
+            "numa_balancing": topo.numa_balancing,
+            "thp": topo.thp,
+            "thp_settings": _thp_settings(b),
+        },
         **{f: tj[f] for f in ("cpus", "memory_tiers", "interleave_weights", "interleave_auto")},
-        "default_memory_nodes": memory_node_choice(topo).to_json(), "warnings": warnings,
+        "default_memory_nodes": memory_node_choice(topo).to_json(),
+        "warnings": warnings,
     }
     report["config"] = config = {}
-    for suffix in _ENV_VARS:     # each read alone: every invalid one is its own warning
+    for suffix in _ENV_VARS:  # each read alone: every invalid one is its own warning
         name = _env_prefix + suffix
-        row = config[name] = {"value": os.environ.get(name), "source": "env"
-                              if os.environ.get(name, "").strip() else "default"}
+        row = config[name] = {
+            "value": os.environ.get(name),
+            "source": "env" if os.environ.get(name, "").strip() else "default",
+        }
         try:
             row["value"] = to_json(_env_nodes(b) if suffix == "NUMA_NODES" else _env(suffix))
-        except ValueError as e:      # worded as the calls that read it refuse it
+        except ValueError as e:  # worded as the calls that read it refuse it
             report.setdefault("config_error", str(e))
             warnings.append(f"configuration: {e}")
             row["error"] = str(e)
@@ -6379,21 +7883,30 @@ def _package_layout(t: Topology) -> Dict[str, Any]:
     those between packages (SNC on Intel, NPS on AMD split a package into nodes)."""
     pk, k = t.package_nodes, t.nodes_per_package
     pkg = {n: p for p, ns in pk.items() for n in ns}
-    same: Tuple[Set[int], Set[int]] = (set(), set())      # (between, inside)
+    same: Tuple[Set[int], Set[int]] = (set(), set())  # (between, inside)
     for a, p in pkg.items():
         for m, d in (t.nodes[a].distances if a in t.nodes else {}).items():
             if m != a and m in pkg:
                 same[pkg[m] == p].add(d)
     inside, between = sorted(same[1]), sorted(same[0])
-    ev = (f"{k} node{'s' * (k != 1)} per package" if k else "packages with different "
-          "node counts") + f" over {len(pk)} package{'s' * (len(pk) != 1)}"
+    ev = (
+        f"{k} node{'s' * (k != 1)} per package" if k else "packages with different node counts"
+    ) + f" over {len(pk)} package{'s' * (len(pk) != 1)}"
     if k and k > 1:
         ev += f" (SNC{k} on Intel, NPS{k} on AMD)"
-    dist = [f"{format_cpulist(v)} {where}" for v, where in (
-        (inside, "inside a package"), (between, "between packages")) if v]
+    dist = [
+        f"{format_cpulist(v)} {where}"
+        for v, where in ((inside, "inside a package"), (between, "between packages"))
+        if v
+    ]
     ev += ": distance " + ", ".join(dist) if dist else ""
-    return {"nodes_per_package": k, "nodes": {str(p): sorted(ns) for p, ns in pk.items()},
-            "distance_inside": inside, "distance_between": between, "evidence": ev}
+    return {
+        "nodes_per_package": k,
+        "nodes": {str(p): sorted(ns) for p, ns in pk.items()},
+        "distance_inside": inside,
+        "distance_between": between,
+        "evidence": ev,
+    }
 
 
 def _section(title: str, rows: List[str]) -> List[str]:
@@ -6416,28 +7929,37 @@ def _render_tiers(rep: Dict[str, Any]) -> List[str]:
     nodes = [n for n in rep["nodes"] if n.get("kind") not in (None, "no-memory")]
     weights = rep.get("interleave_weights")
     if len(nodes) > 1 or rep.get("memory_tiers"):
-        out.append("MEMORY (tier: lower is faster; HMAT access class 0; weighted-interleave "
-                   "weight)")
+        out.append(
+            "MEMORY (tier: lower is faster; HMAT access class 0; weighted-interleave weight)"
+        )
         for n in nodes:
             a = n.get("access")
-            perf = (f"{a['read_bandwidth_mbps'] or '?'}/{a['write_bandwidth_mbps'] or '?'}"
+            perf = (
+                (
+                    f"{a['read_bandwidth_mbps'] or '?'}/{a['write_bandwidth_mbps'] or '?'}"
                     f" MB/s r/w, {a['read_latency_ns'] or '?'}/{a['write_latency_ns'] or '?'}"
-                    f" ns from node {format_cpulist(a['initiators']) or '?'}") if a else \
-                "no HMAT figures"
+                    f" ns from node {format_cpulist(a['initiators']) or '?'}"
+                )
+                if a
+                else "no HMAT figures"
+            )
             tier = "-" if n.get("tier") is None else n["tier"]
             w = "-" if weights is None else weights.get(str(n["id"]), "-")
-            out.append(f"  {n['id']:>4}  {n['kind']:<12} tier {tier!s:<3} weight {w!s:<3} "
-                       f"{perf}; {n['kind_evidence']}")
+            out.append(
+                f"  {n['id']:>4}  {n['kind']:<12} tier {tier!s:<3} weight {w!s:<3} "
+                f"{perf}; {n['kind_evidence']}"
+            )
         if weights is None:
             out.append("  weighted interleave: not in this kernel (Linux 6.9+)")
     d = rep.get("default_memory_nodes")
     if d and d["left_out"]:
         every = format_cpulist([*map(int, d["left_out"]), *d["nodes"]])
-        out += [f"  default memory nodes (nodes=None, NUMA_NODES unset): "
-                f"{format_cpulist(d['nodes'])} ({d['basis']})",
-                *(f"    left out: node {k}: {why}" for k, why in d["left_out"].items()),
-                f"    to use them anyway pass nodes=[...] or set NUMA_NODES (e.g. "
-                f"NUMA_NODES={every})"]
+        out += [
+            f"  default memory nodes (nodes=None, NUMA_NODES unset): "
+            f"{format_cpulist(d['nodes'])} ({d['basis']})",
+            *(f"    left out: node {k}: {why}" for k, why in d["left_out"].items()),
+            f"    to use them anyway pass nodes=[...] or set NUMA_NODES (e.g. NUMA_NODES={every})",
+        ]
     return out + [""] if out else out
 
 
@@ -6467,13 +7989,13 @@ def _llc_json(topo: Topology, b: Backend, warnings: List[str]) -> List[Dict[str,
 
 
 def _nodes_txt(ids: Iterable[int]) -> str:
-    """"node 0" / "nodes 0-1,4": the word agrees with the count."""
+    """ "node 0" / "nodes 0-1,4": the word agrees with the count."""
     some = sorted(ids)
     return ("node " if len(some) == 1 else "nodes ") + (format_cpulist(some) or "-")
 
 
 def _cpu_summary(rep: Dict[str, Any]) -> str:
-    """"2 packages x 32 cores x 2 threads; LLC: 8 x 32 MiB L3 (per 8 cores)", the way
+    """ "2 packages x 32 cores x 2 threads; LLC: 8 x 32 MiB L3 (per 8 cores)", the way
     lscpu and lstopo summarise a machine (from status_report's cpus and caches)."""
     cores: Dict[Any, Set[Any]] = {}
     threads: Set[int] = set()
@@ -6484,18 +8006,32 @@ def _cpu_summary(rep: Dict[str, Any]) -> str:
     if not cores:
         return "CPUs: none online"
 
-    def count(ns: Iterable[int], one: str) -> str:     # "2 packages", "5-6 cores"
+    def count(ns: Iterable[int], one: str) -> str:  # "2 packages", "5-6 cores"
         lo, hi = min(ns), max(ns)
         return f"{lo}{'' if lo == hi else f'-{hi}'} {one}{'s' * (hi != 1)}"
-    out = f"CPUs: {count([len(cores)], 'package')} x " \
-          f"{count([len(v) for v in cores.values()], 'core')} x {count(threads, 'thread')}"
+
+    out = (
+        f"CPUs: {count([len(cores)], 'package')} x "
+        f"{count([len(v) for v in cores.values()], 'core')} x {count(threads, 'thread')}"
+    )
     llcs = rep.get("last_level_caches") or []
     if llcs:
         kinds = sorted({(x["size_kb"], x["level"]) for x in llcs}, key=str)
-        per = {len({(rep["cpus"][str(c)]["package"], rep["cpus"][str(c)]["core"])
-                    for c in x["cpus"] if str(c) in rep["cpus"]}) for x in llcs}
-        what = ", ".join(((_fmt_kb(kb).replace(".0 ", " ") + " ") if kb else "")
-                         + (f"L{lvl}" if lvl else "cache") for kb, lvl in kinds)
+        per = {
+            len(
+                {
+                    (rep["cpus"][str(c)]["package"], rep["cpus"][str(c)]["core"])
+                    for c in x["cpus"]
+                    if str(c) in rep["cpus"]
+                }
+            )
+            for x in llcs
+        }
+        what = ", ".join(
+            ((_fmt_kb(kb).replace(".0 ", " ") + " ") if kb else "")
+            + (f"L{lvl}" if lvl else "cache")
+            for kb, lvl in kinds
+        )
         out += f"; LLC: {len(llcs)} x {what} (per {count(per, 'core')})"
     return out
 
@@ -6508,58 +8044,100 @@ def _render_status(rep: Dict[str, Any]) -> str:
         head += f" (Linux {k['release'] or '?'}, {k['machine'] or '?'})"
     page = "unknown" if k["page_size"] is None else f"{k['page_size'] // 1024} KiB"
     nodes = rep["nodes"]
-    out = [head, f"ABI {k['abi'] or 'unknown'}, page size {page}"
-           + ("" if k["numa"] else "; kernel without NUMA (no node directory)"), "",
-           f"NODES: {len(nodes)} online ({format_cpulist(k['online_nodes']) or '-'}) "
-           f"of {len(k['possible_nodes'])} possible "
-           f"({format_cpulist(k['possible_nodes']) or '-'}); CPUs on "
-           f"{_nodes_txt(k['nodes_with_cpus'])}; memory on "
-           f"{_nodes_txt(k['nodes_with_memory'])}", _cpu_summary(rep)]
+    out = [
+        head,
+        f"ABI {k['abi'] or 'unknown'}, page size {page}"
+        + ("" if k["numa"] else "; kernel without NUMA (no node directory)"),
+        "",
+        f"NODES: {len(nodes)} online ({format_cpulist(k['online_nodes']) or '-'}) "
+        f"of {len(k['possible_nodes'])} possible "
+        f"({format_cpulist(k['possible_nodes']) or '-'}); CPUs on "
+        f"{_nodes_txt(k['nodes_with_cpus'])}; memory on "
+        f"{_nodes_txt(k['nodes_with_memory'])}",
+        _cpu_summary(rep),
+    ]
     if rep.get("packages"):
         out.append(f"PACKAGES: {rep['packages']['evidence']}")
     w = max([len(format_cpulist(n["cpus"])) for n in nodes] + [4])
-    out.append(f"  {'node':>4}  {'cpus':<{w}}  {'memory':>11}  {'free':>11}  "
-               "hugepages (free/total)")
+    out.append(
+        f"  {'node':>4}  {'cpus':<{w}}  {'memory':>11}  {'free':>11}  hugepages (free/total)"
+    )
     for n in nodes:
-        hp = "  ".join(f"{_fmt_size(int(sz) << 10)}: {h['free']} free/{h['total']}"
-                       for sz, h in n["hugepages"].items() if h["total"]) or "-"
-        out.append(f"  {n['id']:>4}  {format_cpulist(n['cpus']) or '-':<{w}}  "
-                   f"{_fmt_kb(n['mem_total_kb']):>11}  {_fmt_kb(n['mem_free_kb']):>11}  "
-                   f"{hp}")
+        hp = (
+            "  ".join(
+                f"{_fmt_size(int(sz) << 10)}: {h['free']} free/{h['total']}"
+                for sz, h in n["hugepages"].items()
+                if h["total"]
+            )
+            or "-"
+        )
+        out.append(
+            f"  {n['id']:>4}  {format_cpulist(n['cpus']) or '-':<{w}}  "
+            f"{_fmt_kb(n['mem_total_kb']):>11}  {_fmt_kb(n['mem_free_kb']):>11}  "
+            f"{hp}"
+        )
     out.append("")
     ids = [n["id"] for n in nodes]
     cw = max([4] + [len(str(i)) + 1 for i in ids])
     row, keys = "  " + f"{{:>{cw}}}" * (len(ids) + 1), [str(j) for j in ids]
-    out += _section("DISTANCES", [row.format("", *ids)] + [
-        row.format(n["id"], *[n["distances"].get(k, "?") for k in keys]) for n in nodes]
-        if len(ids) > 1 else [])
-    out += _section("GPUS", [f"  {g['address']}  {g['vendor_name']:<6} {g['device']}  node "
-                             f"{_node_of(g)}{_node_how(g)}  local cpus "
-                             f"{format_cpulist(g['local_cpus']) or '-'}" for g in rep["gpus"]])
+    out += _section(
+        "DISTANCES",
+        [row.format("", *ids)]
+        + [row.format(n["id"], *[n["distances"].get(k, "?") for k in keys]) for n in nodes]
+        if len(ids) > 1
+        else [],
+    )
+    out += _section(
+        "GPUS",
+        [
+            f"  {g['address']}  {g['vendor_name']:<6} {g['device']}  node "
+            f"{_node_of(g)}{_node_how(g)}  local cpus "
+            f"{format_cpulist(g['local_cpus']) or '-'}"
+            for g in rep["gpus"]
+        ],
+    )
     p = rep["process"]
     pol = p["policy"]["text"] if p["policy"] else f"unknown ({p['policy_error']})"
     nb = k["numa_balancing"]
-    devs = sorted(rep.get("devices") or [], key=lambda d: (d["node"] is None,
-                                                            d["node"] or 0, d["address"]))
-    out += [*_section("DEVICES (PCI functions by node)", [
-        f"  {_node_of(d):>4}  {d['address']}  {d['kind']:<7} {d['vendor'][2:]}:"
-        f"{d['device'][2:]}  {' '.join(d['names']) or '-'}{_node_how(d)}" for d in devs]),
+    devs = sorted(
+        rep.get("devices") or [], key=lambda d: (d["node"] is None, d["node"] or 0, d["address"])
+    )
+    out += [
+        *_section(
+            "DEVICES (PCI functions by node)",
+            [
+                f"  {_node_of(d):>4}  {d['address']}  {d['kind']:<7} {d['vendor'][2:]}:"
+                f"{d['device'][2:]}  {' '.join(d['names']) or '-'}{_node_how(d)}"
+                for d in devs
+            ],
+        ),
         *_render_tiers(rep),
-            "PROCESS" + (f" (pid {p['pid']})" if p["pid"] else ""),
-            f"  allowed cpus   {format_cpulist(p['allowed_cpus']) or '-'}"
-            + (" (all online)" if p["allowed_cpus"] == k["online_cpus"] else ""),
-            f"  allowed mems   {format_cpulist(p['allowed_mems']) or '-'}"
-            + (" (all)" if p["allowed_mems"] == k["nodes_with_memory"] else ""),
-            f"  memory policy  {pol}", "", "KERNEL",
-            f"  numa_balancing {'-' if nb is None else nb}"
-            + ("" if nb is None else (" (on)" if nb else " (off)")),
-            f"  THP            {k['thp'] or '-'}" + "".join(
-                f", {n} {v}" for n, v in k.get("thp_settings", {}).items() if n != "enabled")]
-    out += [*rep.get("extra_text", []), "", *_section("CONFIGURATION (environment)", [
-        f"  {name:<34} {v['value']!s:<12} ({'invalid' if 'error' in v else v['source']})"
-        for name, v in rep.get("config", {}).items()]),
+        "PROCESS" + (f" (pid {p['pid']})" if p["pid"] else ""),
+        f"  allowed cpus   {format_cpulist(p['allowed_cpus']) or '-'}"
+        + (" (all online)" if p["allowed_cpus"] == k["online_cpus"] else ""),
+        f"  allowed mems   {format_cpulist(p['allowed_mems']) or '-'}"
+        + (" (all)" if p["allowed_mems"] == k["nodes_with_memory"] else ""),
+        f"  memory policy  {pol}",
+        "",
+        "KERNEL",
+        f"  numa_balancing {'-' if nb is None else nb}"
+        + ("" if nb is None else (" (on)" if nb else " (off)")),
+        f"  THP            {k['thp'] or '-'}"
+        + "".join(f", {n} {v}" for n, v in k.get("thp_settings", {}).items() if n != "enabled"),
+    ]
+    out += [
+        *rep.get("extra_text", []),
+        "",
+        *_section(
+            "CONFIGURATION (environment)",
+            [
+                f"  {name:<34} {v['value']!s:<12} ({'invalid' if 'error' in v else v['source']})"
+                for name, v in rep.get("config", {}).items()
+            ],
+        ),
         "WARNINGS" if rep["warnings"] else "WARNINGS: none",
-        *(f"  - {wtext}" for wtext in rep["warnings"])]
+        *(f"  - {wtext}" for wtext in rep["warnings"]),
+    ]
     return "\n".join(out) + "\n"
 
 
@@ -6599,9 +8177,15 @@ def _strtoul(s: str, i: int) -> Tuple[Optional[int], int]:
     return v, m.end()
 
 
-def parse_nodestring(text: str, *, cpus: bool = False, possible: bool = False,
-                     backend: Optional[Backend] = None, topology: Optional[Topology] = None,
-                     devices: bool = False) -> FrozenSet[int]:
+def parse_nodestring(
+    text: str,
+    *,
+    cpus: bool = False,
+    possible: bool = False,
+    backend: Optional[Backend] = None,
+    topology: Optional[Topology] = None,
+    devices: bool = False,
+) -> FrozenSet[int]:
     """numactl's node list (CPU list with ``cpus=True``) -> ids, read as libnuma's
     numa_parse_nodestring/numa_parse_cpustring do.
 
@@ -6619,9 +8203,14 @@ def parse_nodestring(text: str, *, cpus: bool = False, possible: bool = False,
     t = topology if topology is not None else read_topology(backend=b)
     what = "cpu" if cpus else "node"
     top = max(t.cpus if cpus else t.nodes, default=0) + 1
-    conf = top if cpus else len(t.nodes_with_memory)    # numa_num_configured_cpus/_nodes (sic)
-    allowed = frozenset(range(top)) if possible else frozenset(
-        c for c in t.allowed_cpus if c < top) if cpus else t.allowed_mems
+    conf = top if cpus else len(t.nodes_with_memory)  # numa_num_configured_cpus/_nodes (sic)
+    allowed = (
+        frozenset(range(top))
+        if possible
+        else frozenset(c for c in t.allowed_cpus if c < top)
+        if cpus
+        else t.allowed_mems
+    )
     order = sorted(allowed)
     s = text
     if not s:
@@ -6650,26 +8239,31 @@ def parse_nodestring(text: str, *, cpus: bool = False, possible: bool = False,
         kind, colon, _ = rest.partition(":")
         if rest == "all" or (colon and kind in _DEVICE_FORMS and not cpus):
             if rest != "all" and not devices:
-                raise _ListError(f"the device form `{kind}:' is refused here: node lists "
-                                 "(0-1,4, !0, +0-1) and all only; netdev:, block:, file:, "
-                                 "pci: and ip: belong to the numactl command line")
-            mask |= allowed if rest == "all" else \
-                _commands(f"the {kind}: node form")._device_node(rest, b)
+                raise _ListError(
+                    f"the device form `{kind}:' is refused here: node lists "
+                    "(0-1,4, !0, +0-1) and all only; netdev:, block:, file:, "
+                    "pci: and ip: belong to the numactl command line"
+                )
+            mask |= (
+                allowed
+                if rest == "all"
+                else _commands(f"the {kind}: node form")._device_node(rest, b)
+            )
             i = len(s)
             break
         v, i = number(i, f"unparseable {what} description `{rest}'", "is out of range")
         mask.add(v & 0xFFFFFFFF)
         if s.startswith("-", i):
-            v2, i = number(i + 1, f"missing {what} argument {s[i + 1:]}", "out of range")
+            v2, i = number(i + 1, f"missing {what} argument {s[i + 1 :]}", "out of range")
             lo = v & 0xFFFFFFFF
-            hi = lo + v2 - v        # the loop's int wraps: ids lo..hi modulo 2**32
+            hi = lo + v2 - v  # the loop's int wraps: ids lo..hi modulo 2**32
             mask.update(n for n in order if lo <= n <= hi or n <= hi - (1 << 32))
         if not s.startswith(",", i):
             break
         i += 1
     if i != len(s):
         raise _ListError(f"trailing characters in {what} list {s!r}", warn=False)
-    if invert:      # libnuma flips ids below the count, not the allowed set
+    if invert:  # libnuma flips ids below the count, not the allowed set
         mask ^= set(range(conf))
     return frozenset(mask)
 
@@ -6677,6 +8271,7 @@ def parse_nodestring(text: str, *, cpus: bool = False, possible: bool = False,
 # ===========================================================================
 # Command line.
 # ===========================================================================
+
 
 def _backend_from_args(args: argparse.Namespace) -> Backend:
     root = getattr(args, "root", None) or "/"
@@ -6686,8 +8281,9 @@ def _backend_from_args(args: argparse.Namespace) -> Backend:
         raise FileNotFoundError(errno.ENOENT, "no such tree", root)
     # A folder without sys/ or proc/ would read as an empty one-node machine;
     # tools/gather.py puts the tree in DIR/root: say so.
-    if os.path.isdir(root) and not any(os.path.isdir(os.path.join(root, d))
-                                       for d in ("sys", "proc")):
+    if os.path.isdir(root) and not any(
+        os.path.isdir(os.path.join(root, d)) for d in ("sys", "proc")
+    ):
         sub = os.path.join(root, "root")
         hint = f"; did you mean {sub}?" if os.path.isdir(sub) else ""
         raise ValueError(f"--root {root}: not a saved tree (no sys/ or proc/ in it){hint}")
@@ -6698,6 +8294,7 @@ def _print_json(data: Any) -> None:
     """Indented for a person at a terminal; compact for a pipe (json's C encoder
     only runs without indent: 4x faster on a 1,024-CPU report)."""
     import json
+
     try:
         tty = sys.stdout.isatty()
     except (AttributeError, ValueError):
@@ -6738,28 +8335,41 @@ def _prog() -> str:
 
 def _build_parser(commands: Sequence[Callable[[Any], None]] = ()) -> argparse.ArgumentParser:
     import argparse
+
     parser = argparse.ArgumentParser(
         prog=_prog(),
-        description="NUMA topology, memory policy and placement for inference engines.")
+        description="NUMA topology, memory policy and placement for inference engines.",
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log details")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     # The flags the commands share: --root and --json; --json alone for the commands
     # that act on this system (numa_utils_cli's run).
     common, live = (argparse.ArgumentParser(add_help=False) for _ in range(2))
-    common.add_argument("--root", metavar="TREE", default=None,
-                        help="read a saved sysfs/procfs tree (a folder, or the one file "
-                             "tools/gather.py --archive writes: .txt or .tar.gz) instead "
-                             "of this system")
+    common.add_argument(
+        "--root",
+        metavar="TREE",
+        default=None,
+        help="read a saved sysfs/procfs tree (a folder, or the one file "
+        "tools/gather.py --archive writes: .txt or .tar.gz) instead "
+        "of this system",
+    )
     for c in (common, live):
         c.add_argument("--json", action="store_true", help="print JSON")
-    p = sub.add_parser("status", parents=[common],
-                       help="topology, GPUs, process limits and advice")
-    p.add_argument("--format", choices=["text", "json", "prometheus"], default=None,
-                   help="output format (default text; --json is --format json)")
-    p.add_argument("--env-prefix", metavar="PREFIX", default=None,
-                   help="read the variables under this prefix, as the engine's "
-                        "nu.configure(env_prefix=...) does (default NUMA_UTILS_)")
+    p = sub.add_parser("status", parents=[common], help="topology, GPUs, process limits and advice")
+    p.add_argument(
+        "--format",
+        choices=["text", "json", "prometheus"],
+        default=None,
+        help="output format (default text; --json is --format json)",
+    )
+    p.add_argument(
+        "--env-prefix",
+        metavar="PREFIX",
+        default=None,
+        help="read the variables under this prefix, as the engine's "
+        "nu.configure(env_prefix=...) does (default NUMA_UTILS_)",
+    )
     p.set_defaults(func=_cmd_status)
     sub.common = common  # type: ignore[attr-defined]
     sub.common_live = live  # type: ignore[attr-defined]
@@ -6777,13 +8387,18 @@ def _commands(what: str) -> Any:
     if __name__ == "__main__":
         # `python -m numa_utils`, `python numa_utils.py`: the CLI's own `import
         # numa_utils` gets this module instead of executing the file a second time.
-        name = __spec__.name if __spec__ is not None else \
-            os.path.splitext(os.path.basename(__file__))[0]
+        name = (
+            __spec__.name
+            if __spec__ is not None
+            else os.path.splitext(os.path.basename(__file__))[0]
+        )
         sys.modules.setdefault(name, sys.modules[__name__])
     cli = _sibling("numa_utils_cli")
     if cli is None:
-        raise ValueError(f"{what} needs numa_utils_cli.py: copy it beside "
-                         f"{os.path.basename(__file__)}, or `pip install numa-utils`")
+        raise ValueError(
+            f"{what} needs numa_utils_cli.py: copy it beside "
+            f"{os.path.basename(__file__)}, or `pip install numa-utils`"
+        )
     return cli
 
 
@@ -6792,23 +8407,34 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     every other command, and the full help, by numa_utils_cli when it is there."""
     raw = list(sys.argv[1:] if argv is None else argv)
     lead = 0
-    while raw[lead:lead + 1] in (["-v"], ["--verbose"]):
+    while raw[lead : lead + 1] in (["-v"], ["--verbose"]):
         lead += 1
     word = raw[lead] if lead < len(raw) else ""
     if word != "status":
         try:
             return int(_commands(word).main(raw))
-        except ImportError as e:        # a numa_utils_cli of another version
+        except ImportError as e:  # a numa_utils_cli of another version
             sys.stderr.write(f"{_prog()}: {e}\n")
             return 2
-        except ValueError as e:         # no numa_utils_cli (the CLI's main raises none)
+        except ValueError as e:  # no numa_utils_cli (the CLI's main raises none)
             if word in _CLI_COMMANDS:
                 sys.stderr.write(f"{_prog()} {word}: {e}\n")
                 return 2
     from types import SimpleNamespace
-    args = _quick_args(raw[lead + 1:], SimpleNamespace(
-        command="status", func=_cmd_status, verbose=lead > 0, json=False, root=None,
-        format=None, env_prefix=None), _STATUS_VALUES)
+
+    args = _quick_args(
+        raw[lead + 1 :],
+        SimpleNamespace(
+            command="status",
+            func=_cmd_status,
+            verbose=lead > 0,
+            json=False,
+            root=None,
+            format=None,
+            env_prefix=None,
+        ),
+        _STATUS_VALUES,
+    )
     if args is not None and args.format not in (None, "text", "json", "prometheus"):
         args = None
     return _run(raw, ()) if args is None else _call(_prog(), args)
@@ -6817,8 +8443,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 _STATUS_VALUES = {"--root": "root", "--format": "format", "--env-prefix": "env_prefix"}
 
 
-def _quick_args(argv: List[str], args: Any, values: Mapping[str, str],
-                switches: Sequence[str] = ("--json",), positional: str = "") -> Any:
+def _quick_args(
+    argv: List[str],
+    args: Any,
+    values: Mapping[str, str],
+    switches: Sequence[str] = ("--json",),
+    positional: str = "",
+) -> Any:
     """A hot command's flags read without argparse (importing it and building the
     parser cost more than reading a small saved machine): ``args`` (the parser's
     defaults) with ``values`` (flag -> attribute), ``switches`` (store_true flags)

@@ -41,8 +41,10 @@ if TYPE_CHECKING:
 
     import numa_utils as _nu
 else:
+
     def _library():
         import importlib
+
         for name in ([__package__ + ".numa_utils"] if __package__ else []) + ["numa_utils"]:
             try:
                 return importlib.import_module(name)
@@ -54,8 +56,10 @@ else:
     _nu = _library()
 
 if _nu.__version__ != __version__:
-    raise ImportError(f"numa_utils_cli {__version__} needs numa_utils {__version__}, "
-                      f"not {_nu.__version__} ({_nu.__file__}): copy both from one release")
+    raise ImportError(
+        f"numa_utils_cli {__version__} needs numa_utils {__version__}, "
+        f"not {_nu.__version__} ({_nu.__file__}): copy both from one release"
+    )
 
 BIND_POLICIES = _nu.BIND_POLICIES
 Backend = _nu.Backend
@@ -149,19 +153,18 @@ class _MapsScan:
         self.totals: Dict[int, int] = {}
         self.cats: Dict[str, Dict[int, int]] = {c: {} for c in _MAPS_CATS}
         self.nvmas = 0
-        self.known: Dict[str, Tuple[NumaMapsEntry, Any]] = {}   # rest -> (entry, JSON)
-        self.rests: Dict[str, int] = {}      # the last chunk's distinct rests
-        self.regions: Dict[str, List[int]] = {}     # region file -> its VMAs' starts
-        self.text = ""                      # the last chunk, and its pairs when taken
+        self.known: Dict[str, Tuple[NumaMapsEntry, Any]] = {}  # rest -> (entry, JSON)
+        self.rests: Dict[str, int] = {}  # the last chunk's distinct rests
+        self.regions: Dict[str, List[int]] = {}  # region file -> its VMAs' starts
+        self.text = ""  # the last chunk, and its pairs when taken
         self.pairs: List[Tuple[str, str]] = []
 
     def entry(self, rest: str) -> Tuple[NumaMapsEntry, Any]:
         got = self.known.get(rest)
         if got is None:
-            if len(self.known) > 4096:      # bounded: a file of all-distinct lines
+            if len(self.known) > 4096:  # bounded: a file of all-distinct lines
                 self.known.clear()
-            got = self.known[rest] = (
-                _parse_maps_line("0 " + rest, self.default_kb), None)
+            got = self.known[rest] = (_parse_maps_line("0 " + rest, self.default_kb), None)
         return got
 
     def chunk(self, text: str, addresses: bool = False) -> List[Tuple[str, str]]:
@@ -169,6 +172,7 @@ class _MapsScan:
         rest) pairs with ``addresses``, else []."""
         import collections
         from operator import itemgetter
+
         self.text = text
         pairs: List[Tuple[str, str]] = []
         if addresses:
@@ -179,17 +183,20 @@ class _MapsScan:
         if len(rests) != text.count("\n"):
             # A line the expression did not take (malformed, empty, an upper-case
             # address): the full parser names a bad one.
-            pairs = [(f"{_parse_maps_line(line, self.default_kb).start:x}",
-                      line.partition(" ")[2]) for line in text.split("\n") if line]
+            pairs = [
+                (f"{_parse_maps_line(line, self.default_kb).start:x}", line.partition(" ")[2])
+                for line in text.split("\n")
+                if line
+            ]
             rests = list(map(itemgetter(1), pairs))
         self.pairs = pairs
         self.nvmas += len(rests)
         self.rests = collections.Counter(rests)
-        ours: Dict[str, str] = {}       # rest -> the region file it maps
+        ours: Dict[str, str] = {}  # rest -> the region file it maps
         for rest, times in self.rests.items():
             try:
                 e = self.entry(rest)[0]
-            except ValueError:      # name the whole line, address included
+            except ValueError:  # name the whole line, address included
                 for a, r in self.lines_of({rest}):
                     _parse_maps_line(a + " " + r, self.default_kb)
                 raise
@@ -233,14 +240,16 @@ class _MapsScan:
         for r in self.rests:
             e = self.entry(r)[0]
             if e.pages_total * e.page_size_kb >= min_kb:
-                name = (e.file + (" (deleted)" if e.deleted else "") if e.file is not None
-                        else e.kind) + (" [huge]" if e.huge else "")
-                if len(name) > 28:              # keep the verdict column in line: the
-                    name = "..." + name[-25:]   # end of a path says the most
-                verdict = _verdict(e.bytes_per_node, e.mode) if e.pages else \
-                    "nothing faulted in"
-                tails[r] = (f"{_fmt_kb(e.pages_total * e.page_size_kb):>10}  "
-                            f"{e.policy:<22}  {name:<28}  {verdict}\n")
+                name = (
+                    e.file + (" (deleted)" if e.deleted else "") if e.file is not None else e.kind
+                ) + (" [huge]" if e.huge else "")
+                if len(name) > 28:  # keep the verdict column in line: the
+                    name = "..." + name[-25:]  # end of a path says the most
+                verdict = _verdict(e.bytes_per_node, e.mode) if e.pages else "nothing faulted in"
+                tails[r] = (
+                    f"{_fmt_kb(e.pages_total * e.page_size_kb):>10}  "
+                    f"{e.policy:<22}  {name:<28}  {verdict}\n"
+                )
         return [f"  {a:>14}  " + tails[r] for a, r in self.lines_of(set(tails))]
 
     def json(self, pairs: List[Tuple[str, str]], tty: bool) -> str:
@@ -249,6 +258,7 @@ class _MapsScan:
         import json
         from itertools import chain, repeat
         from operator import itemgetter
+
         frags: Dict[str, str] = {}
         for rest in self.rests:
             e, frag = self.entry(rest)
@@ -256,33 +266,54 @@ class _MapsScan:
                 d = e.to_json()
                 d["verdict"] = _verdict(e.bytes_per_node, e.mode) if e.pages else None
                 del d["start"]
-                frag = (json.dumps(d, indent=2).replace("\n", "\n    ")[1:] if tty else
-                        json.dumps(d, separators=(",", ":"))[1:])
+                frag = (
+                    json.dumps(d, indent=2).replace("\n", "\n    ")[1:]
+                    if tty
+                    else json.dumps(d, separators=(",", ":"))[1:]
+                )
                 self.known[rest] = (e, frag)
             frags[rest] = frag
-        return "".join(chain.from_iterable(zip(
-            repeat(',\n    {\n      "start": "0x' if tty else ',{"start":"0x'),
-            map(itemgetter(0), pairs), repeat('",'),
-            map(frags.__getitem__, map(itemgetter(1), pairs)))))
+        return "".join(
+            chain.from_iterable(
+                zip(
+                    repeat(',\n    {\n      "start": "0x' if tty else ',{"start":"0x'),
+                    map(itemgetter(0), pairs),
+                    repeat('",'),
+                    map(frags.__getitem__, map(itemgetter(1), pairs)),
+                )
+            )
+        )
 
 
 def _region_file(path: str, deleted: bool) -> bool:
     """Whether a numa_maps path is a numa_utils region's: /dev/shm/numa_utils-NAME, or
     a SysV segment (/SYSV<key> (deleted)) of our key family."""
-    return path.startswith("/dev/shm/" + POSIX_PREFIX) and not deleted or (
-        deleted and re.fullmatch("/SYSV[0-9a-f]{8}", path) is not None
-        and int(path[5:], 16) & SYSV_KEY_MASK == SYSV_KEY_PREFIX)
+    return (
+        path.startswith("/dev/shm/" + POSIX_PREFIX)
+        and not deleted
+        or (
+            deleted
+            and re.fullmatch("/SYSV[0-9a-f]{8}", path) is not None
+            and int(path[5:], 16) & SYSV_KEY_MASK == SYSV_KEY_PREFIX
+        )
+    )
 
 
-def _maps_regions(b: Backend, pid: str, seen: Mapping[str, List[int]]
-                  ) -> List[Dict[str, Any]]:
+def _maps_regions(b: Backend, pid: str, seen: Mapping[str, List[int]]) -> List[Dict[str, Any]]:
     """Each mapping of a region among ``seen`` (file -> VMA starts, sorted) with the
     layout from its identity record: a POSIX file's tail, read; a SysV segment's
     from /proc/PID/mem where permitted (never an attach: see _tail_record)."""
     from bisect import bisect_left, bisect_right
+
     out: List[Dict[str, Any]] = []
-    shm = {f"/SYSV{st.key:08x}": st.size for st in
-           _sysvipc_rows(b.read_optional("/proc/sysvipc/shm") or "")} if seen else {}
+    shm = (
+        {
+            f"/SYSV{st.key:08x}": st.size
+            for st in _sysvipc_rows(b.read_optional("/proc/sysvipc/shm") or "")
+        }
+        if seen
+        else {}
+    )
     for path, vmas in seen.items():
         sysv = not path.startswith("/dev/")
         seg, rec, why = shm.get(path, 0), None, None
@@ -292,7 +323,7 @@ def _maps_regions(b: Backend, pid: str, seen: Mapping[str, List[int]]
             except (OSError, ValueError) as e:
                 why = str(e)
         bases: List[int] = []
-        for v in vmas:      # a VMA past the last mapping's end starts another
+        for v in vmas:  # a VMA past the last mapping's end starts another
             if not bases or v >= bases[-1] + max(seg, 1):
                 bases.append(v)
         for base in bases:
@@ -300,27 +331,44 @@ def _maps_regions(b: Backend, pid: str, seen: Mapping[str, List[int]]
                 rec, why = None, None if seg else "not in /proc/sysvipc/shm"
                 try:
                     with open(f"/proc/{pid}/mem", "rb", buffering=0) as f:
+
                         def read(off: int, n: int, at: int = base) -> bytes:
                             return os.pread(f.fileno(), n, at + off)
+
                         rec = _tail_record(read, seg, f"{path} at {base:#x}") if seg else None
                 except (OSError, ValueError) as e:
                     why = f"layout unknown: {e}"
-            row: Dict[str, Any] = {"file": path, "kind": "sysv" if sysv else "posix",
-                                   "start": f"0x{base:x}", "name": None, "size": None,
-                                   "layout": None, "extents": [], "error": why}
+            row: Dict[str, Any] = {
+                "file": path,
+                "kind": "sysv" if sysv else "posix",
+                "start": f"0x{base:x}",
+                "name": None,
+                "size": None,
+                "layout": None,
+                "extents": [],
+                "error": why,
+            }
             try:
                 lay = _record_layout(rec) if rec is not None else None
             except ValueError as e:
                 rec, lay, row["error"] = None, None, f"damaged identity record ({e})"
             if rec is not None and lay is not None:
                 row.update(name=rec["key"], size=rec["size"], layout=str(lay))
-                for x in lay:        # its VMAs: the one holding its start, those inside
+                for x in lay:  # its VMAs: the one holding its start, those inside
                     at = base + x.offset
                     lo = max(bisect_right(vmas, at) - 1, bisect_left(vmas, base))
-                    row["extents"].append({
-                        "offset": x.offset, "length": x.length, "policy": x.policy,
-                        "nodes": sorted(x.nodes), "start": f"0x{at:x}", "vmas": [
-                            f"0x{v:x}" for v in vmas[lo:bisect_left(vmas, at + x.length)]]})
+                    row["extents"].append(
+                        {
+                            "offset": x.offset,
+                            "length": x.length,
+                            "policy": x.policy,
+                            "nodes": sorted(x.nodes),
+                            "start": f"0x{at:x}",
+                            "vmas": [
+                                f"0x{v:x}" for v in vmas[lo : bisect_left(vmas, at + x.length)]
+                            ],
+                        }
+                    )
             elif row["error"] is None:
                 row["error"] = "no identity record: not made by SharedRegion.create"
             out.append(row)
@@ -330,12 +378,17 @@ def _maps_regions(b: Backend, pid: str, seen: Mapping[str, List[int]]
 def _maps_regions_text(rows: List[Dict[str, Any]]) -> str:
     out = []
     for r in rows:
-        out.append(f"region {r['name']!r} ({r['kind']} {r['file']}) at {r['start']}"
-                   + (f", {_fmt_size(r['size'])}: layout {r['layout']}" if r["size"]
-                      else "") + (f": {r['error']}" if r["error"] else ""))
-        out += [f"  extent {i} {e['offset']:#x}+{_fmt_size(e['length'])} {e['policy']}:"
-                f"{format_cpulist(e['nodes']) or '-'}  at {e['start']}  VMAs "
-                + " ".join(v[2:] for v in e["vmas"]) for i, e in enumerate(r["extents"])]
+        out.append(
+            f"region {r['name']!r} ({r['kind']} {r['file']}) at {r['start']}"
+            + (f", {_fmt_size(r['size'])}: layout {r['layout']}" if r["size"] else "")
+            + (f": {r['error']}" if r["error"] else "")
+        )
+        out += [
+            f"  extent {i} {e['offset']:#x}+{_fmt_size(e['length'])} {e['policy']}:"
+            f"{format_cpulist(e['nodes']) or '-'}  at {e['start']}  VMAs "
+            + " ".join(v[2:] for v in e["vmas"])
+            for i, e in enumerate(r["extents"])
+        ]
     return "".join(line + "\n" for line in out)
 
 
@@ -346,6 +399,7 @@ def _read_chunks(b: Backend, path: str) -> Iterator[str]:
     if not isinstance(b, LinuxBackend) or not b.is_live:
         return iter((b.read_text(path),))
     import codecs
+
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -362,11 +416,12 @@ def _read_chunks(b: Backend, path: str) -> Iterator[str]:
             while not end:
                 parts: List[bytes] = []
                 size = 0
-                while size < 1 << 20 and not end:     # /proc gives a page per read
+                while size < 1 << 20 and not end:  # /proc gives a page per read
                     parts.append(f.read(1 << 20))
                     size += len(parts[-1])
                     end = not parts[-1]
                 yield dec.decode(b"".join(parts), end)
+
     return pieces()
 
 
@@ -384,12 +439,13 @@ def _cmd_maps(args: argparse.Namespace) -> int:
     scan = _MapsScan(args.page_kb or _system_page_kb())
     write = sys.stdout.write
 
-    def regions_of() -> Optional[List[Dict[str, Any]]]:   # a live process's only
-        return _maps_regions(b, args.pid, scan.regions) if b is not None and b.is_live \
-            else None
+    def regions_of() -> Optional[List[Dict[str, Any]]]:  # a live process's only
+        return _maps_regions(b, args.pid, scan.regions) if b is not None and b.is_live else None
+
     if args.json:
         # {"vmas": [...], "totals_kb": {...}} written chunk by chunk.
         import json
+
         try:
             tty = sys.stdout.isatty()
         except (AttributeError, ValueError):
@@ -401,10 +457,13 @@ def _cmd_maps(args: argparse.Namespace) -> int:
             write(part if before else part[1:])
         totals = {str(n): kb for n, kb in sorted(scan.totals.items())}
         tail = {"totals_kb": totals, "regions": regions_of()}
-        if tail["regions"] is None:     # a saved file: no regions to read
+        if tail["regions"] is None:  # a saved file: no regions to read
             del tail["regions"]
-        write("\n  ],\n" + json.dumps(tail, indent=2)[2:] + "\n" if tty else
-              "]," + json.dumps(tail, separators=(",", ":"))[1:] + "\n")
+        write(
+            "\n  ],\n" + json.dumps(tail, indent=2)[2:] + "\n"
+            if tty
+            else "]," + json.dumps(tail, separators=(",", ":"))[1:] + "\n"
+        )
         return 0
     # Most VMAs of a big process are small: their counters are summed without an
     # entry each, and only the lines shown are parsed in full.  Rows are written as
@@ -417,20 +476,25 @@ def _cmd_maps(args: argparse.Namespace) -> int:
         scan.chunk(text)
         rows = scan.rows(min_kb)
         if rows and not nshown:
-            write(f"  {'start':>14}  {'resident':>10}  {'policy':<22}  "
-                  f"{'mapping':<28}  verdict\n")
+            write(f"  {'start':>14}  {'resident':>10}  {'policy':<22}  {'mapping':<28}  verdict\n")
         nshown += len(rows)
         write("".join(rows))
-    write(f"{scan.nvmas} VMAs; " + ("all shown" if args.all else
-          f"{nshown} with >= {_fmt_kb(min_bytes // 1024)} resident shown "
-          "(--all for every VMA)") + "\n")
+    write(
+        f"{scan.nvmas} VMAs; "
+        + (
+            "all shown"
+            if args.all
+            else f"{nshown} with >= {_fmt_kb(min_bytes // 1024)} resident shown "
+            "(--all for every VMA)"
+        )
+        + "\n"
+    )
     write(_maps_regions_text(regions_of() or []))
     _print_maps_totals(scan.totals, scan.cats, what)
     return 0
 
 
-def _print_maps_totals(totals: Dict[int, int], cats: Dict[str, Dict[int, int]],
-                       what: str) -> None:
+def _print_maps_totals(totals: Dict[int, int], cats: Dict[str, Dict[int, int]], what: str) -> None:
     out: List[str] = []
     nodes = sorted(totals)
     out.append("")
@@ -439,27 +503,44 @@ def _print_maps_totals(totals: Dict[int, int], cats: Dict[str, Dict[int, int]],
     out.append(f"{'':<16} {head}{'Total':>15}")
     for cat in _MAPS_CATS:
         row = cats[cat]
-        out.append(f"{cat:<16} " + "".join(f"{row.get(n, 0) / 1024:>15.2f} " for n in nodes)
-                   + f"{sum(row.values()) / 1024:>15.2f}")
+        out.append(
+            f"{cat:<16} "
+            + "".join(f"{row.get(n, 0) / 1024:>15.2f} " for n in nodes)
+            + f"{sum(row.values()) / 1024:>15.2f}"
+        )
     out.append("-" * 16 + " " + "".join(f"{'-' * 15} " for _ in nodes) + "-" * 15)
-    out.append(f"{'Total':<16} " + "".join(f"{totals[n] / 1024:>15.2f} " for n in nodes)
-               + f"{sum(totals.values()) / 1024:>15.2f}")
+    out.append(
+        f"{'Total':<16} "
+        + "".join(f"{totals[n] / 1024:>15.2f} " for n in nodes)
+        + f"{sum(totals.values()) / 1024:>15.2f}"
+    )
     if totals:
         out.append(f"process: {_verdict({n: kb * 1024 for n, kb in totals.items()})}")
     sys.stdout.write("\n".join(out) + "\n")
 
 
 def _cli_maps(sub: Any) -> None:
-    p = sub.add_parser("maps", parents=[sub.common],
-                       help="where a process's memory is, per VMA and per node "
-                            "(numa_maps, like numastat -p)")
+    p = sub.add_parser(
+        "maps",
+        parents=[sub.common],
+        help="where a process's memory is, per VMA and per node (numa_maps, like numastat -p)",
+    )
     p.add_argument("pid", nargs="?", help="process id (or 'self')")
     p.add_argument("--file", metavar="PATH", help="read a saved numa_maps file instead")
     p.add_argument("--all", action="store_true", help="list every VMA")
-    p.add_argument("--min-size", default="1M", metavar="SIZE",
-                   help="list VMAs with at least this much resident (default 1M)")
-    p.add_argument("--page-kb", type=_positive_int, default=0, metavar="KB",
-                   help="page size for lines without kernelpagesize_kB (old kernels)")
+    p.add_argument(
+        "--min-size",
+        default="1M",
+        metavar="SIZE",
+        help="list VMAs with at least this much resident (default 1M)",
+    )
+    p.add_argument(
+        "--page-kb",
+        type=_positive_int,
+        default=0,
+        metavar="KB",
+        help="page size for lines without kernelpagesize_kB (old kernels)",
+    )
     p.set_defaults(func=_cmd_maps)
 
 
@@ -481,23 +562,27 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
     b = _backend_from_args(args)
     if not args.min_age >= 0:
         raise ValueError(f"--min-age {args.min_age}: a number of seconds >= 0")
-    rows = _our_segments(b, _key_args(args.key), remove=args.remove,
-                         min_age=args.min_age)
+    rows = _our_segments(b, _key_args(args.key), remove=args.remove, min_age=args.min_age)
     if args.json:
         _print_json({"regions": rows, "removed": bool(args.remove)})
         return 0
-    out = ["Our regions: SysV keys 0x4exxxxxx (any key with --key) and "
-           f"/dev/shm/numa_utils-* owned by uid {b.geteuid()}; others' are never listed "
-           "or touched.  Removed only when proven unused: nobody attached, its creator "
-           f"and last user gone, unused for {args.min_age:g} s (--min-age)."]
+    out = [
+        "Our regions: SysV keys 0x4exxxxxx (any key with --key) and "
+        f"/dev/shm/numa_utils-* owned by uid {b.geteuid()}; others' are never listed "
+        "or touched.  Removed only when proven unused: nobody attached, its creator "
+        f"and last user gone, unused for {args.min_age:g} s (--min-age)."
+    ]
     if not rows:
         out.append("  none")
     for r in rows:
-        ident = f"sysv {r['key']} shmid {r['shmid']}" if r["kind"] == "sysv" \
-            else f"posix {r['path']}"
-        out.append(f"  {ident:<36} {_fmt_kb(r['size'] // 1024):>10}  mode {r['mode']}  "
-                   f"attached {r['attached']}  {r['action']}"
-                   + (f": {r['why']}" if r["action"] == "keep" else ""))
+        ident = (
+            f"sysv {r['key']} shmid {r['shmid']}" if r["kind"] == "sysv" else f"posix {r['path']}"
+        )
+        out.append(
+            f"  {ident:<36} {_fmt_kb(r['size'] // 1024):>10}  mode {r['mode']}  "
+            f"attached {r['attached']}  {r['action']}"
+            + (f": {r['why']}" if r["action"] == "keep" else "")
+        )
     if not args.remove and any(r["stale"] for r in rows):
         out.append("dry run: add --remove to remove the stale ones")
     sys.stdout.write("\n".join(out) + "\n")
@@ -510,8 +595,7 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
 CLEANUP_MIN_AGE = 30.0
 
 
-def _pid_why(b: Backend, pid: int, who: str, me: Mapping[str, Any],
-             start: Any = None) -> str:
+def _pid_why(b: Backend, pid: int, who: str, me: Mapping[str, Any], start: Any = None) -> str:
     """'' when process ``pid`` is provably gone (no such pid, or one that started at
     another time than ``start``), else why it may be alive."""
     if pid <= 0:
@@ -524,26 +608,34 @@ def _pid_why(b: Backend, pid: int, who: str, me: Mapping[str, Any],
     return f"{who} (pid {pid}) is alive"
 
 
-def _creator_why(b: Backend, rec: Mapping[str, Any], me: Mapping[str, Any],
-                 cpid: Optional[int] = None) -> str:
+def _creator_why(
+    b: Backend, rec: Mapping[str, Any], me: Mapping[str, Any], cpid: Optional[int] = None
+) -> str:
     """'' when the creator recorded in ``rec`` is provably gone.  ``cpid``: the
     kernel's shm_cpid, a pid of this namespace; else the record's pid counts only in
     the PID namespace it was written in."""
     if rec.get("boot") and me["boot"] and rec.get("boot") != me["boot"]:
-        return ""                               # made before the last boot
+        return ""  # made before the last boot
     if cpid is not None:
         pid = cpid
     else:
         pid = rec["pid"] if isinstance(rec.get("pid"), int) else 0
         if not me["pidns"] or rec.get("pidns") != me["pidns"]:
-            return (f"creator (pid {pid}) is in another PID namespace "
-                    f"({rec.get('pidns') or '?'}): it may be alive")
+            return (
+                f"creator (pid {pid}) is in another PID namespace "
+                f"({rec.get('pidns') or '?'}): it may be alive"
+            )
     return _pid_why(b, pid, "creator", me, rec.get("start"))
 
 
-def _sysv_verdict(b: Backend, st: _ShmStat, keys: Optional[Sequence[Union[int, str]]],
-                  me: Mapping[str, Any], now: float, min_age: float
-                  ) -> Tuple[str, Optional[Dict[str, Any]]]:
+def _sysv_verdict(
+    b: Backend,
+    st: _ShmStat,
+    keys: Optional[Sequence[Union[int, str]]],
+    me: Mapping[str, Any],
+    now: float,
+    min_age: float,
+) -> Tuple[str, Optional[Dict[str, Any]]]:
     """('' when segment ``st`` is proven stale, else why it is kept; its record).
     Reading the record attaches for a moment: the pids judged are those of ``st``."""
     what = f"SysV segment 0x{st.key:08x} (shmid {st.id})"
@@ -566,16 +658,23 @@ def _sysv_verdict(b: Backend, st: _ShmStat, keys: Optional[Sequence[Union[int, s
     idle = now - st.used
     if idle < min_age:
         return f"used {max(idle, 0):.0f} s ago (minimum age {min_age:g} s)", rec
-    if st.lpid not in (st.cpid, me["pid"]):     # (ours: an earlier look at its record)
+    if st.lpid not in (st.cpid, me["pid"]):  # (ours: an earlier look at its record)
         why = _pid_why(b, st.lpid, "last user", me)
         if why:
             return why, rec
     return _creator_why(b, rec, me, st.cpid), rec
 
 
-def _posix_verdict(b: Backend, fd: int, st: _ShmStat, name: str, users: int,
-                   me: Mapping[str, Any], now: float, min_age: float
-                   ) -> Tuple[str, Optional[Dict[str, Any]]]:
+def _posix_verdict(
+    b: Backend,
+    fd: int,
+    st: _ShmStat,
+    name: str,
+    users: int,
+    me: Mapping[str, Any],
+    now: float,
+    min_age: float,
+) -> Tuple[str, Optional[Dict[str, Any]]]:
     """As _sysv_verdict for the /dev/shm file open at ``fd``; when stale, the
     exclusive lock taken stays held (until ``fd`` is closed) for the removal."""
     rec = None
@@ -589,8 +688,9 @@ def _posix_verdict(b: Backend, fd: int, st: _ShmStat, name: str, users: int,
         except (OSError, ValueError) as e:
             return f"identity record unreadable: {e}", None
     if rec is None:
-        return ("no numa_utils identity record: not made by SharedRegion.create, or "
-                "being made"), None
+        return (
+            "no numa_utils identity record: not made by SharedRegion.create, or being made"
+        ), None
     try:
         mine = rec["kind"] == "posix" and _posix_name(rec["key"]) == name
     except ValueError:
@@ -612,9 +712,13 @@ def _posix_verdict(b: Backend, fd: int, st: _ShmStat, name: str, users: int,
     return _creator_why(b, rec, me), rec
 
 
-def _our_segments(b: Backend, keys: Optional[Sequence[Union[int, str]]] = None, *,
-                  remove: bool = False, min_age: float = CLEANUP_MIN_AGE
-                  ) -> List[Dict[str, Any]]:
+def _our_segments(
+    b: Backend,
+    keys: Optional[Sequence[Union[int, str]]] = None,
+    *,
+    remove: bool = False,
+    min_age: float = CLEANUP_MIN_AGE,
+) -> List[Dict[str, Any]]:
     """Our regions on this machine, each with a verdict: ``stale`` when proven unused,
     else ``why`` it is kept; ``remove=True`` removes the stale ones (``action``).
 
@@ -626,6 +730,7 @@ def _our_segments(b: Backend, keys: Optional[Sequence[Union[int, str]]] = None, 
     0x4exxxxxx and /dev/shm/numa_utils-* owned (SysV: also created) by this user;
     ``keys`` (names or int keys): only their regions, under any key."""
     import time
+
     euid, me, now = b.geteuid(), b.whoami(), time.time()
     want_sysv = None if keys is None else {k for key in keys for k in _sysv_keys(key)}
     want_posix = None if keys is None else {_posix_name(k) for k in keys}
@@ -636,35 +741,61 @@ def _our_segments(b: Backend, keys: Optional[Sequence[Union[int, str]]] = None, 
         if not why and remove:
             why = drop()
         row["why"] = why
-        row["action"] = why if why.startswith("failed") else "keep" if why else \
-            "removed" if remove else "would remove"
+        row["action"] = (
+            why
+            if why.startswith("failed")
+            else "keep"
+            if why
+            else "removed"
+            if remove
+            else "would remove"
+        )
         out.append(row)
 
     for st in _sysvipc_rows(b.read_optional("/proc/sysvipc/shm") or ""):
-        if st.uid != euid or st.cuid != euid or not st.key or (
-                st.key & SYSV_KEY_MASK != SYSV_KEY_PREFIX if want_sysv is None
-                else st.key not in want_sysv):
+        if (
+            st.uid != euid
+            or st.cuid != euid
+            or not st.key
+            or (
+                st.key & SYSV_KEY_MASK != SYSV_KEY_PREFIX
+                if want_sysv is None
+                else st.key not in want_sysv
+            )
+        ):
             continue
         why, rec = _sysv_verdict(b, st, keys, me, now, min_age)
 
         def drop(st: _ShmStat = st) -> str:
             try:
-                again = b.shm_stat(st.id)       # someone may have come since: look last
-                if again.nattch or again.key != st.key or \
-                        again.lpid not in (st.lpid, me["pid"]):
+                again = b.shm_stat(st.id)  # someone may have come since: look last
+                if again.nattch or again.key != st.key or again.lpid not in (st.lpid, me["pid"]):
                     return "in use: attached since it was judged"
                 b.shm_rmid(st.id)
             except OSError as e:
                 return f"failed: {e.strerror or e}"
             return ""
-        verdict({"kind": "sysv", "key": f"0x{st.key:08x}", "shmid": st.id,
-                 "region": rec["key"] if rec else None,
-                 "size": rec["size"] if rec else st.size,
-                 "layout": rec.get("layout") if rec else None,
-                 "mode": f"{st.mode & 0o777:03o}", "attached": st.nattch}, why, drop)
+
+        verdict(
+            {
+                "kind": "sysv",
+                "key": f"0x{st.key:08x}",
+                "shmid": st.id,
+                "region": rec["key"] if rec else None,
+                "size": rec["size"] if rec else st.size,
+                "layout": rec.get("layout") if rec else None,
+                "mode": f"{st.mode & 0o777:03o}",
+                "attached": st.nattch,
+            },
+            why,
+            drop,
+        )
     try:
-        names = sorted(n for n in b.listdir("/dev/shm") if n.startswith(POSIX_PREFIX)
-                       and (want_posix is None or n in want_posix))
+        names = sorted(
+            n
+            for n in b.listdir("/dev/shm")
+            if n.startswith(POSIX_PREFIX) and (want_posix is None or n in want_posix)
+        )
     except OSError:
         names = []
     files: Dict[str, Tuple[int, _ShmStat]] = {}
@@ -673,7 +804,7 @@ def _our_segments(b: Backend, keys: Optional[Sequence[Union[int, str]]] = None, 
             try:
                 fd = b.shm_open(name, os.O_RDWR, 0)
             except OSError:
-                continue                # gone, or not a regular file: not a region
+                continue  # gone, or not a regular file: not a region
             try:
                 fst: Optional[_ShmStat] = b.fstat(fd)
             except OSError:
@@ -682,24 +813,31 @@ def _our_segments(b: Backend, keys: Optional[Sequence[Union[int, str]]] = None, 
                 b.close(fd)
                 continue
             files[name] = (fd, fst)
-        users = _dev_shm_users(b, {n: st for n, (_, st) in files.items()}) \
-            if files else {}
+        users = _dev_shm_users(b, {n: st for n, (_, st) in files.items()}) if files else {}
         for name, (fd, st) in files.items():
-            why, rec = _posix_verdict(b, fd, st, name, users.get(name, 0), me, now,
-                                      min_age)
+            why, rec = _posix_verdict(b, fd, st, name, users.get(name, 0), me, now, min_age)
 
             def unlink(name: str = name) -> str:
                 try:
-                    b.shm_unlink(name)      # under the exclusive lock: nobody came
+                    b.shm_unlink(name)  # under the exclusive lock: nobody came
                 except OSError as e:
                     return f"failed: {e.strerror or e}"
                 return ""
-            verdict({"kind": "posix", "name": name, "path": f"/dev/shm/{name}",
-                     "region": rec["key"] if rec else None,
-                     "size": rec["size"] if rec else st.size,
-                     "layout": rec.get("layout") if rec else None,
-                     "mode": f"{st.mode & 0o777:03o}",
-                     "attached": users.get(name, 0)}, why, unlink)
+
+            verdict(
+                {
+                    "kind": "posix",
+                    "name": name,
+                    "path": f"/dev/shm/{name}",
+                    "region": rec["key"] if rec else None,
+                    "size": rec["size"] if rec else st.size,
+                    "layout": rec.get("layout") if rec else None,
+                    "mode": f"{st.mode & 0o777:03o}",
+                    "attached": users.get(name, 0),
+                },
+                why,
+                unlink,
+            )
     finally:
         for fd, _ in files.values():
             _quietly(b.close, fd)
@@ -713,8 +851,10 @@ def _dev_shm_users(b: Backend, files: Mapping[str, _ShmStat]) -> Dict[str, int]:
     and appends " (deleted)", so "x (deleted)" or a name with a newline cannot be
     told from another file's; and a mapping of a removed file of the same name is
     another inode."""
-    want = {(f"{os.major(st.dev):02x}:{os.minor(st.dev):02x}", str(st.ino)): n
-            for n, st in files.items()}
+    want = {
+        (f"{os.major(st.dev):02x}:{os.minor(st.dev):02x}", str(st.ino)): n
+        for n, st in files.items()
+    }
     counts: Dict[str, int] = {}
     try:
         pids = [p for p in b.listdir("/proc") if p.isascii() and p.isdigit()]
@@ -736,6 +876,7 @@ def _dev_shm_users(b: Backend, files: Mapping[str, _ShmStat]) -> Dict[str, int]:
 
 def _progress_bar(stream: Any) -> Callable[[int, int], None]:
     import time
+
     t0 = time.monotonic()
     tty = hasattr(stream, "isatty") and stream.isatty()
     last = [-1]
@@ -748,10 +889,13 @@ def _progress_bar(stream: Any) -> Callable[[int, int], None]:
         el = time.monotonic() - t0
         rate = done / el / (1 << 30) if el > 0 else 0.0
         bar = "#" * (pct * 30 // 100)
-        stream.write(f"{chr(13) if tty else ''}prefault [{bar:<30}] {pct:3d}% "
-                     f"{done / (1 << 30):.2f}/{total / (1 << 30):.2f} GiB "
-                     f"{rate:.2f} GiB/s" + ("" if tty and pct < 100 else "\n"))
+        stream.write(
+            f"{chr(13) if tty else ''}prefault [{bar:<30}] {pct:3d}% "
+            f"{done / (1 << 30):.2f}/{total / (1 << 30):.2f} GiB "
+            f"{rate:.2f} GiB/s" + ("" if tty and pct < 100 else "\n")
+        )
         stream.flush()
+
     return show
 
 
@@ -761,26 +905,45 @@ def _cmd_region(args: argparse.Namespace) -> int:
     if nodes is not None:
         have = read_topology(backend=b).nodes_with_memory
         if not nodes or nodes - have:
-            raise ValueError(f"--nodes {args.nodes}: no memory node "
-                             f"{format_cpulist(nodes - have) or '(empty list)'} on this "
-                             f"machine (memory nodes: {format_cpulist(have) or '-'})")
+            raise ValueError(
+                f"--nodes {args.nodes}: no memory node "
+                f"{format_cpulist(nodes - have) or '(empty list)'} on this "
+                f"machine (memory nodes: {format_cpulist(have) or '-'})"
+            )
     hp: Union[bool, str] = args.hugepages if args.hugepages else False
     region = SharedRegion.create(
-        args.key, _parse_size(args.size), policy=args.policy, nodes=nodes,
-        kind=args.kind, hugepages=hp, threads=args.threads, backend=b,
-        prefault=not args.no_prefault, layout=args.layout,
-        progress=None if args.json else _progress_bar(sys.stderr))
+        args.key,
+        _parse_size(args.size),
+        policy=args.policy,
+        nodes=nodes,
+        kind=args.kind,
+        hugepages=hp,
+        threads=args.threads,
+        backend=b,
+        prefault=not args.no_prefault,
+        layout=args.layout,
+        progress=None if args.json else _progress_bar(sys.stderr),
+    )
     try:
         where = region.placement()
         rep = region.to_json()
         per_ext = region.placement(by_extent=True)
-        rep.update(prefault=region.prefaulted,
-                   placement={str(n): v for n, v in sorted(where.items())},
-                   verdict=_verdict(where, region.policy.mode), kept=args.keep,
-                   extents=[dict(e._asdict(), nodes=sorted(e.nodes), ok=p.ok,
-                                 verdict=p.verdict, placement={str(n): v for n, v in
-                                                              sorted(p.items())})
-                            for e, p in zip(region.extents, per_ext)])
+        rep.update(
+            prefault=region.prefaulted,
+            placement={str(n): v for n, v in sorted(where.items())},
+            verdict=_verdict(where, region.policy.mode),
+            kept=args.keep,
+            extents=[
+                dict(
+                    e._asdict(),
+                    nodes=sorted(e.nodes),
+                    ok=p.ok,
+                    verdict=p.verdict,
+                    placement={str(n): v for n, v in sorted(p.items())},
+                )
+                for e, p in zip(region.extents, per_ext)
+            ],
+        )
         if args.json:
             _print_json(rep)
         else:
@@ -788,20 +951,35 @@ def _cmd_region(args: argparse.Namespace) -> int:
             lines = [repr(region)]
             if pf:
                 gbs = pf["bytes"] / pf["seconds"] / (1 << 30) if pf["seconds"] else 0.0
-                lines.append(f"prefault: {pf['method']}, {pf['threads']} threads, "
-                             f"{pf['seconds']:.3f} s, {gbs:.2f} GiB/s")
-            per = ", ".join(f"node {n}: {_fmt_kb(v // 1024)}"
-                            for n, v in sorted(where.items()) if v)
-            lines.append(f"placement: {_verdict(where, region.policy.mode)}"
-                         + (f" ({per})" if per else " yet: --no-prefault, pages land "
-                            "on first touch" if args.no_prefault else ""))
+                lines.append(
+                    f"prefault: {pf['method']}, {pf['threads']} threads, "
+                    f"{pf['seconds']:.3f} s, {gbs:.2f} GiB/s"
+                )
+            per = ", ".join(
+                f"node {n}: {_fmt_kb(v // 1024)}" for n, v in sorted(where.items()) if v
+            )
+            lines.append(
+                f"placement: {_verdict(where, region.policy.mode)}"
+                + (
+                    f" ({per})"
+                    if per
+                    else " yet: --no-prefault, pages land on first touch"
+                    if args.no_prefault
+                    else ""
+                )
+            )
             if len(per_ext) > 1:
-                lines += [f"  extent {i} {e.offset:#x}+{_fmt_size(e.length)} {e.policy}:"
-                          f"{format_cpulist(e.nodes) or '-'}  {p.verdict}"
-                          for i, (e, p) in enumerate(zip(region.extents, per_ext))]
-            lines.append(f"kept: remove with `{_prog()} cleanup --remove --key "
-                         f"{_key_arg(region.key)}` once detached"
-                         if args.keep else "destroyed")
+                lines += [
+                    f"  extent {i} {e.offset:#x}+{_fmt_size(e.length)} {e.policy}:"
+                    f"{format_cpulist(e.nodes) or '-'}  {p.verdict}"
+                    for i, (e, p) in enumerate(zip(region.extents, per_ext))
+                ]
+            lines.append(
+                f"kept: remove with `{_prog()} cleanup --remove --key "
+                f"{_key_arg(region.key)}` once detached"
+                if args.keep
+                else "destroyed"
+            )
             sys.stdout.write("\n".join(lines) + "\n")
     finally:
         if args.keep:
@@ -812,29 +990,52 @@ def _cmd_region(args: argparse.Namespace) -> int:
 
 
 def _cli_cleanup(sub: Any) -> None:
-    p = sub.add_parser("cleanup", parents=[sub.common],
-                       help="list (and with --remove, remove) our stale shared memory "
-                            "regions; never other programs' or users'")
-    p.add_argument("--remove", action="store_true",
-                   help="remove the stale ones (default: dry run, list only)")
-    p.add_argument("--key", action="append", default=None, metavar="KEY",
-                   help="only the region(s) of this name or int SysV key (0x1234), "
-                        "under any key (repeatable)")
-    p.add_argument("--min-age", type=float, default=CLEANUP_MIN_AGE, metavar="SECONDS",
-                   help="remove only regions unused for this long "
-                        f"(default {CLEANUP_MIN_AGE:g})")
+    p = sub.add_parser(
+        "cleanup",
+        parents=[sub.common],
+        help="list (and with --remove, remove) our stale shared memory "
+        "regions; never other programs' or users'",
+    )
+    p.add_argument(
+        "--remove", action="store_true", help="remove the stale ones (default: dry run, list only)"
+    )
+    p.add_argument(
+        "--key",
+        action="append",
+        default=None,
+        metavar="KEY",
+        help="only the region(s) of this name or int SysV key (0x1234), under any key (repeatable)",
+    )
+    p.add_argument(
+        "--min-age",
+        type=float,
+        default=CLEANUP_MIN_AGE,
+        metavar="SECONDS",
+        help=f"remove only regions unused for this long (default {CLEANUP_MIN_AGE:g})",
+    )
     p.set_defaults(func=_cmd_cleanup)
-    p = sub.add_parser("region", parents=[sub.common],
-                       help="create a shared region with a policy, prefault it with a "
-                            "progress bar, report placement, then destroy it (or --keep)")
+    p = sub.add_parser(
+        "region",
+        parents=[sub.common],
+        help="create a shared region with a policy, prefault it with a "
+        "progress bar, report placement, then destroy it (or --keep)",
+    )
     p.add_argument("key", help="region name (SysV key 0x4exxxxxx / /dev/shm/numa_utils-KEY)")
     p.add_argument("size", help="size: 4G, 512M, bytes")
     p.add_argument("--policy", choices=sorted(_MODE_NAMES), default=None)
-    p.add_argument("--layout", default=None, metavar="TEXT",
-                   help="a policy per extent: parts:bind:0/0/1/1, blocks:2M:bind:0/1, "
-                        "1G:bind:0;1G:interleave:0-1 (README: layouts)")
-    p.add_argument("--nodes", default=None, metavar="LIST",
-                   help="node list in numactl's grammar, e.g. 0-1, all, !0")
+    p.add_argument(
+        "--layout",
+        default=None,
+        metavar="TEXT",
+        help="a policy per extent: parts:bind:0/0/1/1, blocks:2M:bind:0/1, "
+        "1G:bind:0;1G:interleave:0-1 (README: layouts)",
+    )
+    p.add_argument(
+        "--nodes",
+        default=None,
+        metavar="LIST",
+        help="node list in numactl's grammar, e.g. 0-1, all, !0",
+    )
     p.add_argument("--kind", choices=["sysv", "posix"], default="sysv")
     p.add_argument("--hugepages", default=None, metavar="SIZE", help="2M, 1G")
     p.add_argument("--threads", type=int, default=None)
@@ -847,14 +1048,15 @@ def _cli_cleanup(sub: Any) -> None:
 # CLI: plan and run
 # ---------------------------------------------------------------------------
 
-_SYSTEMD_POLICY = MappingProxyType({"prefer": "preferred", "bind": "bind",
-                                    "interleave": "interleave", "local": "local"})
-_NUMACTL_OPTION = MappingProxyType({"prefer": "--preferred", "bind": "--membind",
-                                    "interleave": "--interleave"})
+_SYSTEMD_POLICY = MappingProxyType(
+    {"prefer": "preferred", "bind": "bind", "interleave": "interleave", "local": "local"}
+)
+_NUMACTL_OPTION = MappingProxyType(
+    {"prefer": "--preferred", "bind": "--membind", "interleave": "--interleave"}
+)
 
 
-def _render_plan_text(plans: List[GpuPlan], policy: str, mem: Optional[str],
-                      root: str) -> str:
+def _render_plan_text(plans: List[GpuPlan], policy: str, mem: Optional[str], root: str) -> str:
     where = "this machine" if root == "/" else f"saved tree {root}"
     out = [f"numa_utils plan: {where}, policy {policy}, memory {mem or 'unchanged'}"]
     if not plans:
@@ -865,12 +1067,20 @@ def _render_plan_text(plans: List[GpuPlan], policy: str, mem: Optional[str],
     out.append(f"  {'gpu':>3}  {'pci':<12}  {'node':>4}  {'cpus':<{w}}  memory")
     for p in plans:
         node = "?" if p.cpu_node is None else str(p.cpu_node)
-        memtxt = f"{p.memory} {format_cpulist(p.memory_nodes)}" if p.memory and \
-            (p.memory_nodes or p.memory == "local") else "unchanged"
-        extra = f"  (GPU memory on node {format_cpulist(p.gpu_memory_nodes)})" \
-            if p.gpu_memory_nodes else ""
-        out.append(f"  {p.gpu!s:>3}  {p.pci or '?':<12}  {node:>4}  "
-                   f"{format_cpulist(p.cpus):<{w}}  {memtxt}{extra}")
+        memtxt = (
+            f"{p.memory} {format_cpulist(p.memory_nodes)}"
+            if p.memory and (p.memory_nodes or p.memory == "local")
+            else "unchanged"
+        )
+        extra = (
+            f"  (GPU memory on node {format_cpulist(p.gpu_memory_nodes)})"
+            if p.gpu_memory_nodes
+            else ""
+        )
+        out.append(
+            f"  {p.gpu!s:>3}  {p.pci or '?':<12}  {node:>4}  "
+            f"{format_cpulist(p.cpus):<{w}}  {memtxt}{extra}"
+        )
     notes = sorted({n for p in plans for n in p.notes})
     if notes:
         out.append("NOTES")
@@ -885,12 +1095,17 @@ def _render_plan_systemd(plans: List[GpuPlan], unit: str) -> str:
         if not dot:
             stem, suffix = unit, "service"
         name = f"{stem if stem.endswith('@') else stem + '@'}{p.gpu}.{suffix}"
-        out.append(f"# {name}.d/50-numa.conf: GPU {p.gpu} ({p.pci or '?'}), node "
-                   f"{'?' if p.cpu_node is None else p.cpu_node}, policy {p.policy}")
+        out.append(
+            f"# {name}.d/50-numa.conf: GPU {p.gpu} ({p.pci or '?'}), node "
+            f"{'?' if p.cpu_node is None else p.cpu_node}, policy {p.policy}"
+        )
         out.append("[Service]")
         out.append(f"CPUAffinity={format_cpulist(p.cpus)}")
-        if p.memory is not None and p.memory in _SYSTEMD_POLICY and \
-                (p.memory_nodes or p.memory == "local"):
+        if (
+            p.memory is not None
+            and p.memory in _SYSTEMD_POLICY
+            and (p.memory_nodes or p.memory == "local")
+        ):
             out.append(f"NUMAPolicy={_SYSTEMD_POLICY[p.memory]}")
             if p.memory != "local":
                 out.append(f"NUMAMask={format_cpulist(p.memory_nodes)}")
@@ -901,8 +1116,10 @@ def _render_plan_systemd(plans: List[GpuPlan], unit: str) -> str:
 def _render_plan_cmd(plans: List[GpuPlan], fmt: str) -> str:
     out = []
     for p in plans:
-        out.append(f"# GPU {p.gpu} ({p.pci or '?'}), node "
-                   f"{'?' if p.cpu_node is None else p.cpu_node}, policy {p.policy}")
+        out.append(
+            f"# GPU {p.gpu} ({p.pci or '?'}), node "
+            f"{'?' if p.cpu_node is None else p.cpu_node}, policy {p.policy}"
+        )
         if fmt == "taskset":
             out.append(f"taskset -c {format_cpulist(p.cpus)}")
             continue
@@ -925,9 +1142,13 @@ def _cli_policy(args: argparse.Namespace) -> str:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     b = _backend_from_args(args)
-    plans = gpu_plans(_cli_policy(args), reserve=args.reserve,
-                      memory=_UNSET if args.memory is None else args.memory,
-                      strict=True if args.strict else None, backend=b)
+    plans = gpu_plans(
+        _cli_policy(args),
+        reserve=args.reserve,
+        memory=_UNSET if args.memory is None else args.memory,
+        strict=True if args.strict else None,
+        backend=b,
+    )
     if args.gpu is not None:
         plans = [p for p in plans if p.gpu == args.gpu]
         if not plans:
@@ -941,8 +1162,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         sys.stdout.write(_render_plan_cmd(plans, fmt))
     else:
         pol = plans[0].policy if plans else _cli_policy(args)
-        sys.stdout.write(_render_plan_text(plans, pol, _memory_or_env(
-            _UNSET if args.memory is None else args.memory), b.root))
+        sys.stdout.write(
+            _render_plan_text(
+                plans, pol, _memory_or_env(_UNSET if args.memory is None else args.memory), b.root
+            )
+        )
     return 0
 
 
@@ -960,18 +1184,33 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.gpu is not None:
         found = _resolve(args.gpu, None, _gpu_infos(read_topology(backend=b), b), b, None)
         if found.gpu is None:
-            raise ValueError(found.how)         # as --node 99: a usage error
-        res = bind_for_gpu(args.gpu, _cli_policy(args), reserve=args.reserve, memory=memory,
-                           threads="all", strict=strict, backend=b)
+            raise ValueError(found.how)  # as --node 99: a usage error
+        res = bind_for_gpu(
+            args.gpu,
+            _cli_policy(args),
+            reserve=args.reserve,
+            memory=memory,
+            threads="all",
+            strict=strict,
+            backend=b,
+        )
     else:
         pol = _cli_policy(args)
         if pol not in ("node", "none"):
-            raise ValueError(f"--node takes --policy node or none, not {pol!r} "
-                             "(the GPU policies need --gpu)")
-        res = bind_to_node(_single_node(args.node, b), cpus=pol != "none", memory=memory,
-                           threads="all", strict=strict, backend=b)
+            raise ValueError(
+                f"--node takes --policy node or none, not {pol!r} (the GPU policies need --gpu)"
+            )
+        res = bind_to_node(
+            _single_node(args.node, b),
+            cpus=pol != "none",
+            memory=memory,
+            threads="all",
+            strict=strict,
+            backend=b,
+        )
     if args.json:
         import json
+
         sys.stderr.write(json.dumps(res.to_json()) + "\n")
     elif not res:
         what = []
@@ -979,64 +1218,102 @@ def _cmd_run(args: argparse.Namespace) -> int:
             what.append(f"CPU binding ({res.cpu_reason})")
         if res.memory is not None and not res.memory.applied:
             what.append(f"memory policy ({res.memory.reason})")
-        sys.stderr.write(f"numa_utils run: not applied: {', '.join(what)}; running "
-                         "the command anyway\n")
+        sys.stderr.write(
+            f"numa_utils run: not applied: {', '.join(what)}; running the command anyway\n"
+        )
     e = _exec(cmd)
     sys.stderr.write(f"numa_utils run: cannot run {cmd[0]!r}: {e.strerror or e}\n")
     return 127 if isinstance(e, FileNotFoundError) else 126
 
 
 def _add_plan_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policy", choices=BIND_POLICIES + ("none",), default=None,
-                   help="CPU policy (default: NUMA_BIND_POLICY, else node)")
-    p.add_argument("--reserve", type=int, default=None, metavar="N",
-                   help="physical cores per node left for the OS (default: "
-                        "NUMA_RESERVED_CORES, else 0)")
-    p.add_argument("--memory", choices=_MEMORY_CHOICES, default=None,
-                   help="memory policy (default: NUMA_MEMORY_POLICY, else prefer)")
-    p.add_argument("--strict", action="store_true",
-                   help="fail instead of falling back")
+    p.add_argument(
+        "--policy",
+        choices=BIND_POLICIES + ("none",),
+        default=None,
+        help="CPU policy (default: NUMA_BIND_POLICY, else node)",
+    )
+    p.add_argument(
+        "--reserve",
+        type=int,
+        default=None,
+        metavar="N",
+        help="physical cores per node left for the OS (default: NUMA_RESERVED_CORES, else 0)",
+    )
+    p.add_argument(
+        "--memory",
+        choices=_MEMORY_CHOICES,
+        default=None,
+        help="memory policy (default: NUMA_MEMORY_POLICY, else prefer)",
+    )
+    p.add_argument("--strict", action="store_true", help="fail instead of falling back")
 
 
 def _cli_plan(sub: Any) -> None:
-    p = sub.add_parser("plan", parents=[sub.common],
-                       help="per-GPU CPU and memory plan")
+    p = sub.add_parser("plan", parents=[sub.common], help="per-GPU CPU and memory plan")
     _add_plan_options(p)
-    p.add_argument("--gpu", type=int, default=None, metavar="N",
-                   help="only CUDA device N")
-    p.add_argument("--format", choices=["text", "json", "systemd", "numactl", "taskset"],
-                   default=None, help="output format (default text; --json is "
-                                      "--format json)")
-    p.add_argument("--unit", default="worker@.service", metavar="NAME",
-                   help="template unit named in --format systemd headers")
+    p.add_argument("--gpu", type=int, default=None, metavar="N", help="only CUDA device N")
+    p.add_argument(
+        "--format",
+        choices=["text", "json", "systemd", "numactl", "taskset"],
+        default=None,
+        help="output format (default text; --json is --format json)",
+    )
+    p.add_argument(
+        "--unit",
+        default="worker@.service",
+        metavar="NAME",
+        help="template unit named in --format systemd headers",
+    )
     p.set_defaults(func=_cmd_plan)
 
 
 def _cli_run(sub: Any) -> None:
     import argparse
+
     # run binds the running system: no --root among its options.
-    p = sub.add_parser("run", parents=[sub.common_live],
-                       help="bind to a GPU's or node's CPUs and memory, then exec CMD")
+    p = sub.add_parser(
+        "run",
+        parents=[sub.common_live],
+        help="bind to a GPU's or node's CPUs and memory, then exec CMD",
+    )
     g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--gpu", type=int, metavar="N", help="CUDA device N (as this "
-                   "environment's CUDA_VISIBLE_DEVICES numbers it)")
-    g.add_argument("--node", metavar="N", help="NUMA node N (numactl's grammar: "
-                   "2, +0, netdev:eth0, pci:3b:00.0)")
-    p.add_argument("--root", default=None, help=argparse.SUPPRESS)   # refused, unlisted
+    g.add_argument(
+        "--gpu",
+        type=int,
+        metavar="N",
+        help="CUDA device N (as this environment's CUDA_VISIBLE_DEVICES numbers it)",
+    )
+    g.add_argument(
+        "--node",
+        metavar="N",
+        help="NUMA node N (numactl's grammar: 2, +0, netdev:eth0, pci:3b:00.0)",
+    )
+    p.add_argument("--root", default=None, help=argparse.SUPPRESS)  # refused, unlisted
     _add_plan_options(p)
-    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
-                   help="the command, executed without a shell")
+    p.add_argument(
+        "cmd",
+        nargs=argparse.REMAINDER,
+        metavar="-- CMD ARGS",
+        help="the command, executed without a shell",
+    )
     p.set_defaults(func=_cmd_run)
 
 
-def watch(*, interval: float = 1.0, count: Optional[int] = None,
-          pid: Optional[Union[int, str]] = None, threshold: float = REMOTE_SHARE_THRESHOLD,
-          backend: Optional[Backend] = None,
-          sleep: Optional[Callable[[float], None]] = None) -> Iterator[Dict[str, Any]]:
+def watch(
+    *,
+    interval: float = 1.0,
+    count: Optional[int] = None,
+    pid: Optional[Union[int, str]] = None,
+    threshold: float = REMOTE_SHARE_THRESHOLD,
+    backend: Optional[Backend] = None,
+    sleep: Optional[Callable[[float], None]] = None,
+) -> Iterator[Dict[str, Any]]:
     """Yield one sample per ``interval`` seconds (``count`` samples, or forever):
     per-node numastat changes over the interval, free memory, and for ``pid`` its
     bytes per node and remote share (``RemoteShare.to_json()``).  JSON-ready dicts."""
     import time
+
     b = _b(backend)
     pause = sleep if sleep is not None else time.sleep
     topo = read_topology(backend=b)
@@ -1052,14 +1329,20 @@ def watch(*, interval: float = 1.0, count: Optional[int] = None,
             row: Dict[str, Any] = {"node": c.node}
             for k in _NUMASTAT_FIELDS:
                 row[k] = d.numastat.get(k) if d is not None else None
-            row.update(mem_total_kb=c.mem_total_kb, mem_free_kb=c.mem_free_kb,
-                       available_kb=c.available_kb)
+            row.update(
+                mem_total_kb=c.mem_total_kb, mem_free_kb=c.mem_free_kb, available_kb=c.available_kb
+            )
             rows.append(row)
-        sample: Dict[str, Any] = {"time": after.timestamp, "seconds": delta.seconds,
-                                  "nodes": rows, "remote_ratio": delta.remote_ratio}
+        sample: Dict[str, Any] = {
+            "time": after.timestamp,
+            "seconds": delta.seconds,
+            "nodes": rows,
+            "remote_ratio": delta.remote_ratio,
+        }
         if pid is not None:
-            sample["process"] = remote_share(pid, threshold=threshold, topology=topo,
-                                             backend=b).to_json()
+            sample["process"] = remote_share(
+                pid, threshold=threshold, topology=topo, backend=b
+            ).to_json()
         yield sample
         before = after
         i += 1
@@ -1067,12 +1350,15 @@ def watch(*, interval: float = 1.0, count: Optional[int] = None,
 
 def _render_watch(sample: Dict[str, Any], first: bool) -> str:
     import time
+
     out = []
     stamp = time.strftime("%H:%M:%S", time.localtime(sample["time"]))
     secs = sample["seconds"] or 0.0
     proc = sample.get("process")
-    head = (f"{'node':>5} {'hit':>10} {'miss':>8} {'foreign':>8} {'interlv':>8} "
-            f"{'local':>10} {'other':>8} {'free':>11} {'available':>11}")
+    head = (
+        f"{'node':>5} {'hit':>10} {'miss':>8} {'foreign':>8} {'interlv':>8} "
+        f"{'local':>10} {'other':>8} {'free':>11} {'available':>11}"
+    )
     if proc is not None:
         head += f" {'pid mem':>11} {'pid %':>6}"
     if first:
@@ -1083,10 +1369,12 @@ def _render_watch(sample: Dict[str, Any], first: bool) -> str:
     total = proc["total_bytes"] if proc else 0
     for r in sample["nodes"]:
         v = {k: "-" if r[k] is None else str(r[k]) for k in _NUMASTAT_FIELDS}
-        line = (f"{r['node']:>5} {v['numa_hit']:>10} {v['numa_miss']:>8} "
-                f"{v['numa_foreign']:>8} {v['interleave_hit']:>8} {v['local_node']:>10} "
-                f"{v['other_node']:>8} {_fmt_kb(r['mem_free_kb']):>11} "
-                f"{_fmt_kb(r['available_kb']):>11}")
+        line = (
+            f"{r['node']:>5} {v['numa_hit']:>10} {v['numa_miss']:>8} "
+            f"{v['numa_foreign']:>8} {v['interleave_hit']:>8} {v['local_node']:>10} "
+            f"{v['other_node']:>8} {_fmt_kb(r['mem_free_kb']):>11} "
+            f"{_fmt_kb(r['available_kb']):>11}"
+        )
         if proc is not None:
             nb = proc["bytes_by_node"].get(str(r["node"]), 0)
             pct = f"{100.0 * nb / total:.1f}" if total else "-"
@@ -1097,27 +1385,28 @@ def _render_watch(sample: Dict[str, Any], first: bool) -> str:
             out.append(f"  pid {proc['pid']}: {proc['error']}")
         else:
             flag = "  ABOVE THRESHOLD" if proc["over_threshold"] else ""
-            out.append(f"  pid {proc['pid']}: {_fmt_kb(total // 1024)} mapped, "
-                       f"{100.0 * proc['remote_share']:.1f}% remote (CPUs "
-                       f"{format_cpulist(proc['cpus']) or '-'} -> local memory "
-                       f"{_nodes_txt(proc['local_nodes'])}){flag}")
+            out.append(
+                f"  pid {proc['pid']}: {_fmt_kb(total // 1024)} mapped, "
+                f"{100.0 * proc['remote_share']:.1f}% remote (CPUs "
+                f"{format_cpulist(proc['cpus']) or '-'} -> local memory "
+                f"{_nodes_txt(proc['local_nodes'])}){flag}"
+            )
     return "\n".join(out) + "\n"
 
 
 def _cmd_watch(args: argparse.Namespace) -> int:
     import json
+
     b = _backend_from_args(args)
     pid: Optional[Union[int, str]] = args.pid
     if args.pid is not None and args.pid != "self":
         text = str(args.pid)
         if not (text.isascii() and text.isdigit() and 0 < len(text) <= 10 and int(text)):
-            raise ValueError(f"--pid {text[:40]!r}: a process id (a positive number) or "
-                             "'self'")
+            raise ValueError(f"--pid {text[:40]!r}: a process id (a positive number) or 'self'")
         pid = int(text)
         if not b.exists(f"/proc/{pid}"):
             raise ValueError(f"--pid {pid}: no such process")
-    for i, sample in enumerate(watch(interval=args.interval, count=args.count, pid=pid,
-                                     backend=b)):
+    for i, sample in enumerate(watch(interval=args.interval, count=args.count, pid=pid, backend=b)):
         if args.json:
             sys.stdout.write(json.dumps(sample, sort_keys=False) + "\n")
         else:
@@ -1128,34 +1417,52 @@ def _cmd_watch(args: argparse.Namespace) -> int:
 
 def _positive_float(text: str) -> float:
     import argparse
+
     try:
         v = float(text)
     except ValueError:
         v = float("nan")
-    if not 0 < v <= 86400:                  # also refuses nan and inf
-        raise argparse.ArgumentTypeError(f"must be a number of seconds in (0, 86400], "
-                                         f"not {text[:40]!r}")
+    if not 0 < v <= 86400:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds in (0, 86400], not {text[:40]!r}"
+        )
     return v
 
 
 def _positive_int(text: str) -> int:
     if not (text.isascii() and text.isdigit() and 0 < len(text) <= 18 and int(text)):
         import argparse
+
         raise argparse.ArgumentTypeError(f"must be a whole number > 0, not {text[:40]!r}")
     return int(text)
 
 
 def _cli_watch(sub: Any) -> None:
-    p = sub.add_parser("watch", parents=[sub.common],
-                       help="live per-node allocation counters, free memory, and a "
-                            "process's pages per node")
-    p.add_argument("--interval", type=_positive_float, default=1.0, metavar="S",
-                   help="seconds between samples (default 1)")
-    p.add_argument("--count", type=_positive_int, default=None, metavar="N",
-                   help="stop after N samples (default: until interrupted)")
-    p.add_argument("--pid", default=None, metavar="PID",
-                   help="also show this process's pages per node and remote share "
-                        "('self' for this process)")
+    p = sub.add_parser(
+        "watch",
+        parents=[sub.common],
+        help="live per-node allocation counters, free memory, and a process's pages per node",
+    )
+    p.add_argument(
+        "--interval",
+        type=_positive_float,
+        default=1.0,
+        metavar="S",
+        help="seconds between samples (default 1)",
+    )
+    p.add_argument(
+        "--count",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="stop after N samples (default: until interrupted)",
+    )
+    p.add_argument(
+        "--pid",
+        default=None,
+        metavar="PID",
+        help="also show this process's pages per node and remote share ('self' for this process)",
+    )
     p.set_defaults(func=_cmd_watch)
 
 
@@ -1163,30 +1470,46 @@ def _cli_watch(sub: Any) -> None:
 # fit: the command (python -m numa_utils fit 64G --nodes 0-1 --huge 2M).
 # ---------------------------------------------------------------------------
 
+
 def _cmd_fit(args: argparse.Namespace) -> int:
     b = _backend_from_args(args)
-    r = _nu.fit(_parse_size(args.size), nodes=parse_nodestring(args.nodes, backend=b)
-                if args.nodes else None, policy=args.policy, hugepages=args.huge or False,
-                kind=args.kind, pin=args.pin, backend=b)
+    r = _nu.fit(
+        _parse_size(args.size),
+        nodes=parse_nodestring(args.nodes, backend=b) if args.nodes else None,
+        policy=args.policy,
+        hugepages=args.huge or False,
+        kind=args.kind,
+        pin=args.pin,
+        backend=b,
+    )
     if args.json:
         _print_json(r.to_json())
         return 0 if r else 1
     print(("fits: " if r else "does not fit: ") + r.reason)
     for n in r.nodes:
-        huge = ", ".join(f"{kb} kB: {h.free}/{h.total} free" for kb, h in n.hugepages.items()
-                         if h.total)
-        print(f"  node {n.node}: needs {_fmt_kb(n.needed >> 10)}, has "
-              f"{_fmt_kb(n.available >> 10)}" + (f" (huge pages {huge})" if huge else ""))
+        huge = ", ".join(
+            f"{kb} kB: {h.free}/{h.total} free" for kb, h in n.hugepages.items() if h.total
+        )
+        print(
+            f"  node {n.node}: needs {_fmt_kb(n.needed >> 10)}, has "
+            f"{_fmt_kb(n.available >> 10)}" + (f" (huge pages {huge})" if huge else "")
+        )
     for x in r.limits:
-        print(f"  {x.name}: allows " + (_fmt_kb(max(x.allows, 0) >> 10) if x.allows
-                                        is not None else "?") + f" ({x.source})")
+        print(
+            f"  {x.name}: allows "
+            + (_fmt_kb(max(x.allows, 0) >> 10) if x.allows is not None else "?")
+            + f" ({x.source})"
+        )
     print("  THP: " + ", ".join(f"{k} [{v}]" for k, v in r.thp.items()))
     return 0 if r else 1
 
 
 def _cli_fit(sub: Any) -> None:
-    p = sub.add_parser("fit", parents=[sub.common], help="would a region of SIZE fit? "
-                       "(exit 0: yes, 1: no, with the limit and the fix)")
+    p = sub.add_parser(
+        "fit",
+        parents=[sub.common],
+        help="would a region of SIZE fit? (exit 0: yes, 1: no, with the limit and the fix)",
+    )
     p.add_argument("size", metavar="SIZE", help="bytes (64G, 512M, ...)")
     p.add_argument("--nodes", default=None, help="memory nodes (numactl grammar)")
     p.add_argument("--policy", default="interleave", choices=sorted(_MODE_NAMES))
@@ -1201,6 +1524,7 @@ def _cli_fit(sub: Any) -> None:
 # (https://prometheus.io/docs/instrumenting/exposition_formats/).
 # ---------------------------------------------------------------------------
 
+
 def _prom_escape(value: Any) -> str:
     return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
@@ -1212,8 +1536,7 @@ class _PromWriter:
     def __init__(self) -> None:
         self.families: Dict[str, Tuple[str, str, Dict[str, str]]] = {}
 
-    def add(self, name: str, kind: str, help_: str, value: Any,
-            **labels: Any) -> None:
+    def add(self, name: str, kind: str, help_: str, value: Any, **labels: Any) -> None:
         if value is None:
             return
         fam = self.families.setdefault(name, (kind, help_, {}))
@@ -1235,66 +1558,162 @@ class _PromWriter:
 def _render_prometheus(rep: Dict[str, Any]) -> str:
     w = _PromWriter()
     k = rep["kernel"]
-    w.add("numa_utils_info", "gauge", "numa_utils version and ABI (value is 1).", 1,
-          version=rep["version"], abi=k["abi"], page_size=k["page_size"])
-    w.add("numa_utils_numa_kernel", "gauge",
-          "1 when the kernel has NUMA support (a node directory in sysfs).", k["numa"])
+    w.add(
+        "numa_utils_info",
+        "gauge",
+        "numa_utils version and ABI (value is 1).",
+        1,
+        version=rep["version"],
+        abi=k["abi"],
+        page_size=k["page_size"],
+    )
+    w.add(
+        "numa_utils_numa_kernel",
+        "gauge",
+        "1 when the kernel has NUMA support (a node directory in sysfs).",
+        k["numa"],
+    )
     for n in rep["nodes"]:
         node = str(n["id"])
-        w.add("numa_utils_node_cpus", "gauge", "Number of CPUs on the node.",
-              len(n["cpus"]), node=node)
-        w.add("numa_utils_node_memory_total_bytes", "gauge", "MemTotal of the node.",
-              n["mem_total_kb"] * 1024, node=node)
-        w.add("numa_utils_node_memory_free_bytes", "gauge", "MemFree of the node.",
-              n["mem_free_kb"] * 1024, node=node)
+        w.add(
+            "numa_utils_node_cpus",
+            "gauge",
+            "Number of CPUs on the node.",
+            len(n["cpus"]),
+            node=node,
+        )
+        w.add(
+            "numa_utils_node_memory_total_bytes",
+            "gauge",
+            "MemTotal of the node.",
+            n["mem_total_kb"] * 1024,
+            node=node,
+        )
+        w.add(
+            "numa_utils_node_memory_free_bytes",
+            "gauge",
+            "MemFree of the node.",
+            n["mem_free_kb"] * 1024,
+            node=node,
+        )
         for to, d in n["distances"].items():
-            w.add("numa_utils_node_distance", "gauge",
-                  "SLIT distance from node to node (10 is local).", d, node=node, to=to)
+            w.add(
+                "numa_utils_node_distance",
+                "gauge",
+                "SLIT distance from node to node (10 is local).",
+                d,
+                node=node,
+                to=to,
+            )
         for sz, h in n["hugepages"].items():
-            w.add("numa_utils_node_hugepages", "gauge",
-                  "Persistent huge pages configured on the node.", h["total"], node=node,
-                  size_kb=sz)
-            w.add("numa_utils_node_hugepages_free", "gauge",
-                  "Free persistent huge pages on the node.", h["free"], node=node,
-                  size_kb=sz)
+            w.add(
+                "numa_utils_node_hugepages",
+                "gauge",
+                "Persistent huge pages configured on the node.",
+                h["total"],
+                node=node,
+                size_kb=sz,
+            )
+            w.add(
+                "numa_utils_node_hugepages_free",
+                "gauge",
+                "Free persistent huge pages on the node.",
+                h["free"],
+                node=node,
+                size_kb=sz,
+            )
     for c in rep.get("counters", {}).get("nodes", []):
         node = str(c["node"])
-        w.add("numa_utils_node_memory_available_bytes", "gauge",
-              "MemFree plus reclaimable file pages of the node.", c["available_kb"] * 1024,
-              node=node)
+        w.add(
+            "numa_utils_node_memory_available_bytes",
+            "gauge",
+            "MemFree plus reclaimable file pages of the node.",
+            c["available_kb"] * 1024,
+            node=node,
+        )
         for f in _NUMASTAT_FIELDS:
-            w.add(f"numa_utils_node_{f}_pages_total", "counter",
-                  f"numastat {f} of the node, in pages, since boot.", c.get(f), node=node)
+            w.add(
+                f"numa_utils_node_{f}_pages_total",
+                "counter",
+                f"numastat {f} of the node, in pages, since boot.",
+                c.get(f),
+                node=node,
+            )
     p = rep["process"]
     usable = p.get("policy") is not None
-    w.add("numa_utils_policy_syscalls_usable", "gauge",
-          "1 when memory policy syscalls work for this process; reason says why not.",
-          usable, reason="ok" if usable else (p.get("policy_error") or "unknown"))
-    w.add("numa_utils_abi_supported", "gauge",
-          "1 when numa_utils has a syscall table for this ABI.", k["syscalls"] is not None,
-          abi=k["abi"])
-    w.add("numa_utils_numa_balancing", "gauge",
-          "kernel.numa_balancing (0 off, 1 on, 2 memory tiering).", k["numa_balancing"])
+    w.add(
+        "numa_utils_policy_syscalls_usable",
+        "gauge",
+        "1 when memory policy syscalls work for this process; reason says why not.",
+        usable,
+        reason="ok" if usable else (p.get("policy_error") or "unknown"),
+    )
+    w.add(
+        "numa_utils_abi_supported",
+        "gauge",
+        "1 when numa_utils has a syscall table for this ABI.",
+        k["syscalls"] is not None,
+        abi=k["abi"],
+    )
+    w.add(
+        "numa_utils_numa_balancing",
+        "gauge",
+        "kernel.numa_balancing (0 off, 1 on, 2 memory tiering).",
+        k["numa_balancing"],
+    )
     if k["thp"]:
-        w.add("numa_utils_thp_enabled", "gauge",
-              "Transparent huge pages mode in use (value is 1).", 1, mode=k["thp"])
-    w.add("numa_utils_process_allowed_cpus", "gauge", "CPUs this process's cpuset allows.",
-          len(p["allowed_cpus"]))
-    w.add("numa_utils_process_allowed_memory_nodes", "gauge",
-          "Memory nodes this process's cpuset allows.", len(p["allowed_mems"]))
+        w.add(
+            "numa_utils_thp_enabled",
+            "gauge",
+            "Transparent huge pages mode in use (value is 1).",
+            1,
+            mode=k["thp"],
+        )
+    w.add(
+        "numa_utils_process_allowed_cpus",
+        "gauge",
+        "CPUs this process's cpuset allows.",
+        len(p["allowed_cpus"]),
+    )
+    w.add(
+        "numa_utils_process_allowed_memory_nodes",
+        "gauge",
+        "Memory nodes this process's cpuset allows.",
+        len(p["allowed_mems"]),
+    )
     rs = p.get("remote_share")
     if rs and not rs.get("error"):
-        w.add("numa_utils_process_remote_pages_ratio", "gauge",
-              "Share of this process's pages off its CPUs' nodes.", float(rs["remote_share"]))
+        w.add(
+            "numa_utils_process_remote_pages_ratio",
+            "gauge",
+            "Share of this process's pages off its CPUs' nodes.",
+            float(rs["remote_share"]),
+        )
     for g in rep["gpus"]:
-        w.add("numa_utils_gpu_info", "gauge", "A GPU and its NUMA node (value is 1).", 1,
-              address=g["address"], vendor=g["vendor_name"], device=g["device"],
-              node="" if g["node"] is None else str(g["node"]), node_source=g["node_source"])
-        w.add("numa_utils_gpu_numa_node", "gauge",
-              "NUMA node of the GPU (-1 when unknown).",
-              -1 if g["node"] is None else g["node"], address=g["address"])
-    w.add("numa_utils_warnings", "gauge", "Number of warnings in the status report.",
-          len(rep["warnings"]))
+        w.add(
+            "numa_utils_gpu_info",
+            "gauge",
+            "A GPU and its NUMA node (value is 1).",
+            1,
+            address=g["address"],
+            vendor=g["vendor_name"],
+            device=g["device"],
+            node="" if g["node"] is None else str(g["node"]),
+            node_source=g["node_source"],
+        )
+        w.add(
+            "numa_utils_gpu_numa_node",
+            "gauge",
+            "NUMA node of the GPU (-1 when unknown).",
+            -1 if g["node"] is None else g["node"],
+            address=g["address"],
+        )
+    w.add(
+        "numa_utils_warnings",
+        "gauge",
+        "Number of warnings in the status report.",
+        len(rep["warnings"]),
+    )
     return w.text()
 
 
@@ -1308,16 +1727,46 @@ def _single_node(text: str, b: Backend) -> int:
 
 # getopt table: numactl's long options, the short letter each stands for, and whether
 # it takes an argument ("=").  --fallback is ours (run's fall-back, see below).
-_NUMACTL_OPTS = MappingProxyType({
-    "all": "a", "interleave=": "i", "weighted-interleave=": "w", "preferred=": "p",
-    "preferred-many=": "P", "cpubind=": "c", "cpunodebind=": "N", "physcpubind=": "C",
-    "membind=": "m", "show": "s", "localalloc": "l", "balancing": "b", "hardware": "H",
-    "shm=": "S", "file=": "f", "offset=": "o", "length=": "L", "strict": "t",
-    "shmmode=": "M", "dump": "d", "dump-nodes": "D", "shmid=": "I", "huge": "u",
-    "touch": "T", "verify": "V", "fallback": "F"})
+_NUMACTL_OPTS = MappingProxyType(
+    {
+        "all": "a",
+        "interleave=": "i",
+        "weighted-interleave=": "w",
+        "preferred=": "p",
+        "preferred-many=": "P",
+        "cpubind=": "c",
+        "cpunodebind=": "N",
+        "physcpubind=": "C",
+        "membind=": "m",
+        "show": "s",
+        "localalloc": "l",
+        "balancing": "b",
+        "hardware": "H",
+        "shm=": "S",
+        "file=": "f",
+        "offset=": "o",
+        "length=": "L",
+        "strict": "t",
+        "shmmode=": "M",
+        "dump": "d",
+        "dump-nodes": "D",
+        "shmid=": "I",
+        "huge": "u",
+        "touch": "T",
+        "verify": "V",
+        "fallback": "F",
+    }
+)
 # numactl's policy_name(): the mode value get_mempolicy returns, flags included.
-_NUMACTL_POLICY = ("default", "preferred", "bind", "interleave", "local",
-                   "preferred-many", "weighted interleave")
+_NUMACTL_POLICY = (
+    "default",
+    "preferred",
+    "bind",
+    "interleave",
+    "local",
+    "preferred-many",
+    "weighted interleave",
+)
 _NUMACTL_USAGE = """\
 usage: numactl [--all | -a] [--balancing | -b]
                [--interleave= | -i <nodes>] [--weighted-interleave= | -w <nodes>]
@@ -1347,8 +1796,9 @@ def _numactl_version() -> Tuple[int, ...]:
     """The numactl release whose behaviour to copy: NUMA_UTILS_NUMACTL_VERSION
     (e.g. 2.0.16: no -w), else 2.0.19."""
     try:
-        return tuple(int(x) for x in
-                     os.environ.get("NUMA_UTILS_NUMACTL_VERSION", "2.0.19").split("."))
+        return tuple(
+            int(x) for x in os.environ.get("NUMA_UTILS_NUMACTL_VERSION", "2.0.19").split(".")
+        )
     except ValueError:
         return (2, 0, 19)
 
@@ -1364,26 +1814,36 @@ def _numactl_show(b: Backend, t: Topology) -> Tuple[str, int]:
         pol, nodes = get_mempolicy(backend=b)
     except OSError as e:
         if e.errno in (errno.ENOSYS, errno.EPERM):
-            return (_numactl_mask("physcpubind", aff) +
-                    "No NUMA support available on this system.\n"), 1
+            return (
+                _numactl_mask("physcpubind", aff) + "No NUMA support available on this system.\n"
+            ), 1
         pol, nodes = 0, frozenset()
     try:
         cur = get_mempolicy(flags=GetFlag.NODE, backend=b)[0]
     except OSError:
         cur = 0
     membind = nodes if pol == Mode.BIND else t.allowed_mems
-    pref = {int(Mode.PREFERRED): f"{min(nodes, default=0)}\n", Mode.DEFAULT: "current\n",
-            Mode.INTERLEAVE: f"{cur} (interleave next)\n",
-            Mode.BIND: f"{min(membind, default=-1)}\n",
-            Mode.PREFERRED_MANY: f"{cur} (preferred-many)\n"}.get(pol, "")
-    out = [f"policy: {_NUMACTL_POLICY[pol] if 0 <= pol < len(_NUMACTL_POLICY) else f'[{pol}]'}"
-           f"\npreferred node: {pref}"]
+    pref = {
+        int(Mode.PREFERRED): f"{min(nodes, default=0)}\n",
+        Mode.DEFAULT: "current\n",
+        Mode.INTERLEAVE: f"{cur} (interleave next)\n",
+        Mode.BIND: f"{min(membind, default=-1)}\n",
+        Mode.PREFERRED_MANY: f"{cur} (preferred-many)\n",
+    }.get(pol, "")
+    out = [
+        f"policy: {_NUMACTL_POLICY[pol] if 0 <= pol < len(_NUMACTL_POLICY) else f'[{pol}]'}"
+        f"\npreferred node: {pref}"
+    ]
     if pol == Mode.INTERLEAVE:
         out.append(_numactl_mask("interleavemask", nodes) + f"interleavenode: {cur}\n")
     run_nodes = [n for n in sorted(t.allowed_mems) if n in t.nodes and t.nodes[n].cpus & aff]
-    out += [_numactl_mask("physcpubind", aff), _numactl_mask("cpubind", run_nodes),
-            _numactl_mask("nodebind", run_nodes), _numactl_mask("membind", membind),
-            _numactl_mask("preferred", nodes)]
+    out += [
+        _numactl_mask("physcpubind", aff),
+        _numactl_mask("cpubind", run_nodes),
+        _numactl_mask("nodebind", run_nodes),
+        _numactl_mask("membind", membind),
+        _numactl_mask("preferred", nodes),
+    ]
     return "".join(out), 0
 
 
@@ -1395,10 +1855,13 @@ def _numactl_hardware(t: Topology) -> str:
     for n in ids:
         node = t.nodes[n]
         out.append(f"node {n} cpus:" + "".join(f" {c}" for c in sorted(node.cpus)) + "\n")
-        out.append(f"node {n} size: {node.mem_total_kb >> 10} MB\n"
-                   f"node {n} free: {node.mem_free_kb >> 10} MB\n")
+        out.append(
+            f"node {n} size: {node.mem_total_kb >> 10} MB\n"
+            f"node {n} free: {node.mem_free_kb >> 10} MB\n"
+        )
     if not ids or not t.distance(ids[-1], ids[0]):
         return "".join(out) + "No distance information available.\n"
+
     def c(v: int) -> str:
         return f" {v}".rjust(3)
 
@@ -1411,12 +1874,16 @@ def _numactl_hardware(t: Topology) -> str:
 def _memsize(text: str) -> int:
     """numactl's memsize(): strtoul base 0, then an optional k/m/g (anything else ignored)."""
     v, end = _strtoul(text, 0)
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[end:end + 1].upper(), 1)
-    return (v or 0) * mult % (1 << 64)     # C's unsigned long
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[end : end + 1].upper(), 1)
+    return (v or 0) * mult % (1 << 64)  # C's unsigned long
 
 
-def _cmd_numactl(argv: Sequence[str], *, backend: Optional[Backend] = None,
-                 execvp: Callable[[str, List[str]], Any] = os.execvp) -> int:
+def _cmd_numactl(
+    argv: Sequence[str],
+    *,
+    backend: Optional[Backend] = None,
+    execvp: Callable[[str, List[str]], Any] = os.execvp,
+) -> int:
     """``numa_utils numactl ARGS``: numactl's options parsed left to right with
     getopt (stopping at the command), applied as numactl applies them, then exec."""
     try:
@@ -1432,21 +1899,21 @@ class _Numactl:
     def __init__(self, b: Backend) -> None:
         self.b, self.out, self.err = b, sys.stdout, sys.stderr
         self.ver = _numactl_version()
-        self.fallback = False           # --fallback: run the command despite failures
+        self.fallback = False  # --fallback: run the command despite failures
         self.topo: Optional[Topology] = None
-        self.mode: Optional[int] = None     # the memory policy an option set
-        self.task: Optional[Tuple[int, FrozenSet[int], int]] = None    # set_mempolicy's
+        self.mode: Optional[int] = None  # the memory policy an option set
+        self.task: Optional[Tuple[int, FrozenSet[int], int]] = None  # set_mempolicy's
         self.all = self.parsed = self.cpubind = self.balancing = False
         self.strict = self.hardware = self.huge = False
-        self.shmopt = ""                # the last of --length/--offset/--shmmode/--huge
+        self.shmopt = ""  # the last of --length/--offset/--shmmode/--huge
         self.length = self.offset = self.shmid = 0
         self.shmmode = 0o600
-        self.shm: Optional[Tuple[int, int]] = None      # --shm/--file: address, length
+        self.shm: Optional[Tuple[int, int]] = None  # --shm/--file: address, length
 
     def usage(self, msg: str = "") -> None:
         if msg:
             self.err.write(f"numactl: {msg}")
-            self.out.write("\n")        # numactl's usage_msg ends the line on stdout
+            self.out.write("\n")  # numactl's usage_msg ends the line on stdout
             self.out.flush()
         self.err.write(_NUMACTL_USAGE)
         raise _NumactlExit(1)
@@ -1482,8 +1949,9 @@ class _Numactl:
 
     def nodes(self, arg: str, cpus: bool = False) -> FrozenSet[int]:
         try:
-            got = parse_nodestring(arg, cpus=cpus, possible=self.all, backend=self.b,
-                                   topology=self.tp(), devices=True)
+            got = parse_nodestring(
+                arg, cpus=cpus, possible=self.all, backend=self.b, topology=self.tp(), devices=True
+            )
         except ValueError as e:
             warn = getattr(e, "warn", f"{e}\n")
             if warn:
@@ -1503,29 +1971,41 @@ class _Numactl:
         except OSError as e:
             text = os.strerror(e.errno or errno.EIO)
             if self.fallback:
-                self.err.write(f"numactl: warning: {what}: {text}; running the command "
-                               "without it (--fallback)\n")
+                self.err.write(
+                    f"numactl: warning: {what}: {text}; running the command "
+                    "without it (--fallback)\n"
+                )
                 return
             if libnuma:
                 self.err.write(f"{libnuma}: {text}\n")
             self.err.write(f"{what}: {text}\n")
             if e.errno == errno.EPERM:
-                self.err.write("numactl: the system denies NUMA policy here (a container "
-                               "without CAP_SYS_NICE, or seccomp); --fallback runs the "
-                               "command anyway\n")
+                self.err.write(
+                    "numactl: the system denies NUMA policy here (a container "
+                    "without CAP_SYS_NICE, or seccomp); --fallback runs the "
+                    "command anyway\n"
+                )
             raise _NumactlExit(1) from None
 
     def policy(self, mode: int, mask: FrozenSet[int], what: str, flags: int = 0) -> None:
         """The process policy, or with --shm/--file the region's (mbind; --strict)."""
         b, shm = self.b, self.shm
         if shm is None:
-            self.call(what, lambda: set_mempolicy(mode, mask, mode_flags=flags, backend=b),
-                      "set_mempolicy")
+            self.call(
+                what,
+                lambda: set_mempolicy(mode, mask, mode_flags=flags, backend=b),
+                "set_mempolicy",
+            )
             self.task = (mode, mask, flags)
         else:
             addr, size = shm
-            self.call(what, lambda: mbind(addr, size, mode, mask, MbindFlag.STRICT
-                                          if self.strict else 0, backend=b), "mbind")
+            self.call(
+                what,
+                lambda: mbind(
+                    addr, size, mode, mask, MbindFlag.STRICT if self.strict else 0, backend=b
+                ),
+                "mbind",
+            )
 
     def setaffinity(self, cpus: FrozenSet[int], libnuma: str = "") -> None:
         self.cpubind = True
@@ -1533,11 +2013,11 @@ class _Numactl:
 
     def run(self, argv: List[str], execvp: Callable[[str, List[str]], Any]) -> int:
         import getopt
+
         opts = dict(_NUMACTL_OPTS)
         if self.ver < (2, 0, 19):
             del opts["weighted-interleave="]
-        short = "".join(v + (":" if k.endswith("=") else "") for k, v in opts.items()
-                        if v != "F")
+        short = "".join(v + (":" if k.endswith("=") else "") for k, v in opts.items() if v != "F")
         try:
             parsed, cmd = getopt.getopt(argv, short, list(opts))
         except getopt.GetoptError as e:
@@ -1545,9 +2025,11 @@ class _Numactl:
             if e.msg.endswith("not a unique prefix"):
                 self.err.write(f"numactl: option '--{o}' is ambiguous\n")
             elif len(o) == 1:
-                self.err.write(f"numactl: option requires an argument -- '{o}'\n"
-                               if "requires" in e.msg else
-                               f"numactl: invalid option -- '{o}'\n")
+                self.err.write(
+                    f"numactl: option requires an argument -- '{o}'\n"
+                    if "requires" in e.msg
+                    else f"numactl: invalid option -- '{o}'\n"
+                )
             elif "requires" in e.msg:
                 self.err.write(f"numactl: option '--{o}' requires an argument\n")
             elif "must not have" in e.msg:
@@ -1609,41 +2091,46 @@ class _Numactl:
             mask = self.nodes(arg)
             mode = Mode.WEIGHTED_INTERLEAVE if c == "w" else Mode.INTERLEAVE
             self.setpolicy(mode)
-            self.policy(Mode.INTERLEAVE if shm else mode if mask else Mode.DEFAULT, mask,
-                        "setting interleave mask")
+            self.policy(
+                Mode.INTERLEAVE if shm else mode if mask else Mode.DEFAULT,
+                mask,
+                "setting interleave mask",
+            )
         elif c in "NcC":
             if self.shmopt:
-                self.usage(f"{self.shmopt} shm option is not allowed before " +
-                           ("-C/--physcpubind" if c == "C" else
-                            "-c/--cpubind/--cpunodebind"))
+                self.usage(
+                    f"{self.shmopt} shm option is not allowed before "
+                    + ("-C/--physcpubind" if c == "C" else "-c/--cpubind/--cpunodebind")
+                )
             if c == "C":
                 self.setaffinity(self.nodes(arg, cpus=True))
                 return
             self.checknuma()
             mask = self.nodes(arg)
             t = self.tp()
-            self.setaffinity(frozenset(x for n in mask if n in t.nodes
-                                       for x in t.nodes[n].cpus),
-                             "numa_sched_setaffinity_v2_int() failed")
+            self.setaffinity(
+                frozenset(x for n in mask if n in t.nodes for x in t.nodes[n].cpus),
+                "numa_sched_setaffinity_v2_int() failed",
+            )
         elif c == "m":
             self.checknuma()
             self.setpolicy(Mode.BIND)
             mask = self.nodes(arg)
             flags = ModeFlag.NUMA_BALANCING if self.balancing and not shm else 0
             try:
-                if flags:   # numa_set_membind_balancing: plain bind where unsupported
+                if flags:  # numa_set_membind_balancing: plain bind where unsupported
                     set_mempolicy(Mode.BIND, mask, mode_flags=flags, backend=self.b)
                     self.task = (Mode.BIND, mask, flags)
                     return
             except OSError as e:
-                if e.errno == errno.EINVAL:     # the kernel predates the flag
+                if e.errno == errno.EINVAL:  # the kernel predates the flag
                     flags = 0
             self.policy(Mode.BIND, mask, "setting membind", flags)
         elif c in "pP":
             self.checknuma()
             mask = self.nodes(arg)
-            if shm:         # libnuma's numa_tonode_memory passes preferred-many an
-                self.setpolicy(Mode.PREFERRED_MANY)     # empty mask: EINVAL (2.0.16, kept)
+            if shm:  # libnuma's numa_tonode_memory passes preferred-many an
+                self.setpolicy(Mode.PREFERRED_MANY)  # empty mask: EINVAL (2.0.16, kept)
                 self.policy(Mode.PREFERRED_MANY, frozenset(), "setting preferred node")
             elif c == "p":
                 if len(mask) != 1:
@@ -1689,29 +2176,33 @@ class _Numactl:
                 self.usage()
             self.shmid = v or 0
         elif c in "dD":
-            self.complain(f"Cannot do {opt} without shared memory.\n" if not shm else
-                          f"{opt} is not implemented by numa_utils numactl: "
-                          "`numa_utils maps PID` shows the placement")
+            self.complain(
+                f"Cannot do {opt} without shared memory.\n"
+                if not shm
+                else f"{opt} is not implemented by numa_utils numactl: "
+                "`numa_utils maps PID` shows the placement"
+            )
         elif c in "TV":
             if not shm:
-                self.usage(f"{'--touch' if c == 'T' else '--verify'} must be after shared "
-                           "memory specification")
+                self.usage(
+                    f"{'--touch' if c == 'T' else '--verify'} must be after shared "
+                    "memory specification"
+                )
             elif c == "T":
                 self.b.touch(shm[0], shm[1])
         elif c in "Sf":
             if self.cpubind:
                 self.usage("cannot do --cpubind on shared memory\n")
             self.nopolicy()
-            self.shm = self.region(*(self.attach_sysv(arg) if c == "S" else
-                                     self.attach_file(arg)))
+            self.shm = self.region(*(self.attach_sysv(arg) if c == "S" else self.attach_file(arg)))
 
     def attach_sysv(self, name: str) -> Tuple[int, int]:
         """numactl --shm KEYFILE: the SysV segment keyed by ftok(KEYFILE, --shmid),
         created with --length when missing.  The region stays after exit."""
-        def ftok() -> int:      # ftok(3); numactl takes a key with bit 31 for a failure
+
+        def ftok() -> int:  # ftok(3); numactl takes a key with bit 31 for a failure
             fst = os.stat(name)
-            key = (fst.st_ino & 0xFFFF) | ((fst.st_dev & 0xFF) << 16) | \
-                ((self.shmid & 0xFF) << 24)
+            key = (fst.st_ino & 0xFFFF) | ((fst.st_dev & 0xFF) << 16) | ((self.shmid & 0xFF) << 24)
             if key >> 31:
                 raise OSError(0, "")
             return key
@@ -1726,9 +2217,11 @@ class _Numactl:
                 self.complain(f"cannot create key for shm {name}\n: {e2.strerror}")
             try:
                 key = ftok()
-            except OSError:     # numactl's nerror() appends the first ftok's errno
-                self.complain(f"cannot get key for newly created shm key file {name}" +
-                              (f": {e.strerror}" if e.errno else ""))
+            except OSError:  # numactl's nerror() appends the first ftok's errno
+                self.complain(
+                    f"cannot get key for newly created shm key file {name}"
+                    + (f": {e.strerror}" if e.errno else "")
+                )
         # numactl's segments, as numactl makes them: `length` bytes, no identity
         # record (SharedRegion's would make them larger than asked).
         b = self.b
@@ -1737,27 +2230,33 @@ class _Numactl:
         except FileNotFoundError:
             if not self.length:
                 self.complain("need a --length to create a sysv shared memory segment")
-            self.err.write(f"numactl: Creating shared memory segment {name} id "
-                           f"{self.shmid} mode {self.shmmode:04o} length "
-                           f"{self.length / (1 << 20):.0f}MB\n")
+            self.err.write(
+                f"numactl: Creating shared memory segment {name} id "
+                f"{self.shmid} mode {self.shmmode:04o} length "
+                f"{self.length / (1 << 20):.0f}MB\n"
+            )
             flags = IPC_CREAT | self.shmmode
             try:
                 if self.huge:
                     huge = _huge_size(True, b, None)
                     flags |= SHM_HUGETLB | ((huge.bit_length() - 1) << SHM_HUGE_SHIFT)
                 shmid = b.shmget(key, self.length, flags)
-            except (OSError, ValueError, OverflowError) as e:    # shmget's size_t
-                self.complain("cannot create shared memory segment: " +
-                              os.strerror(getattr(e, "errno", None) or
-                                          (errno.ENOMEM if self.huge else errno.EINVAL)))
+            except (OSError, ValueError, OverflowError) as e:  # shmget's size_t
+                self.complain(
+                    "cannot create shared memory segment: "
+                    + os.strerror(
+                        getattr(e, "errno", None) or (errno.ENOMEM if self.huge else errno.EINVAL)
+                    )
+                )
         return b.shmat(shmid), b.shm_stat(shmid).size
 
     def attach_file(self, name: str) -> Tuple[int, int]:
         """numactl --file /dev/shm/NAME, created or grown to --length."""
         b = self.b
         if os.path.dirname(os.path.abspath(name)) != "/dev/shm" or self.offset:
-            self.complain(f"--file {name}: numa_utils numactl maps files in /dev/shm only, "
-                          "without --offset")
+            self.complain(
+                f"--file {name}: numa_utils numactl maps files in /dev/shm only, without --offset"
+            )
         leaf = os.path.basename(name)
         if os.path.isdir(name):
             self.complain(f"cannot create file {name}: {os.strerror(errno.EISDIR)}")
@@ -1767,7 +2266,7 @@ class _Numactl:
             if not self.length:
                 self.complain("need a --length to create a shared file")
             fd = b.shm_open(leaf, os.O_RDWR | os.O_CREAT, self.shmmode)
-        except OSError as e:    # a FIFO: numactl opens it, then its ftruncate fails
+        except OSError as e:  # a FIFO: numactl opens it, then its ftruncate fails
             self.err.write(f"ftruncate: {os.strerror(e.errno or errno.EINVAL)}\n")
             raise _NumactlExit(1) from None
         try:
@@ -1775,7 +2274,7 @@ class _Numactl:
             if self.length > size:
                 try:
                     b.ftruncate(fd, self.length)
-                except (OSError, OverflowError):    # off_t: negative past 2**63
+                except (OSError, OverflowError):  # off_t: negative past 2**63
                     self.err.write(f"ftruncate: {os.strerror(errno.EINVAL)}\n")
                     raise _NumactlExit(1) from None
             size = self.length or size
@@ -1788,8 +2287,11 @@ class _Numactl:
         that follow apply to."""
         offset, length = self.offset, self.length or size - self.offset
         if offset >= size or length % self.b.page_size or offset % self.b.page_size:
-            self.complain("policy region not page aligned" if offset < size else
-                          f"region offset {offset:#x} beyond its length {size:#x}")
+            self.complain(
+                "policy region not page aligned"
+                if offset < size
+                else f"region offset {offset:#x} beyond its length {size:#x}"
+            )
         return addr + offset, length
 
 
@@ -1808,8 +2310,9 @@ def _exec(cmd: List[str], execvp: Callable[[str, List[str]], Any] = os.execvp) -
 def _cli_numactl(sub: Any) -> None:
     # Parsed by _cmd_numactl's own getopt loop (main hands it the raw arguments);
     # registered here so that --help lists it.
-    sub.add_parser("numactl", add_help=False,
-                   help="numactl's command line: [OPTIONS] CMD ... (numactl 2.0.19)")
+    sub.add_parser(
+        "numactl", add_help=False, help="numactl's command line: [OPTIONS] CMD ... (numactl 2.0.19)"
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -1818,19 +2321,23 @@ def _cli_numactl(sub: Any) -> None:
 # negative size or number: refused as one, not as an unknown option.
 # ---------------------------------------------------------------------------
 
+
 def _refuse_negative(argv: Sequence[str], prog: str) -> None:
     for tok in argv:
         if tok == "--":
-            break                   # run's command: passed through untouched
+            break  # run's command: passed through untouched
         if re.match(r"-[0-9.]", tok):
-            sys.stderr.write(f"{prog}: error: invalid value {tok[:40]!r}: sizes and "
-                             "counts are positive (e.g. 64M)\n")
+            sys.stderr.write(
+                f"{prog}: error: invalid value {tok[:40]!r}: sizes and "
+                "counts are positive (e.g. 64M)\n"
+            )
             raise SystemExit(2)
 
 
 # ---------------------------------------------------------------------------
 # numactl's device forms in node lists (netdev:, block:, file:, pci:, ip:).
 # ---------------------------------------------------------------------------
+
 
 def _device_node(spec: str, b: Backend) -> FrozenSet[int]:
     """libnuma's device forms (netdev:, block:, file:, pci:, ip:) -> the device's node
@@ -1853,25 +2360,28 @@ def _device_node(spec: str, b: Backend) -> FrozenSet[int]:
         seg, bus, slot, fn = nums
         path = f"/sys/bus/pci/devices/{seg:04x}:{bus:02x}:{slot:02x}.{fn:x}/numa_node"
     else:
-        if kind == "file":              # the block device holding the file
+        if kind == "file":  # the block device holding the file
             try:
                 st = os.stat(dev)
             except OSError:
                 raise _ListError(f"Cannot stat file {dev}") from None
             d = st.st_rdev if stat.S_ISBLK(st.st_mode) else st.st_dev
             want = f"{os.major(d)}:{os.minor(d)}"
-            names = [n for n in b.listdir("/sys/class/block")
-                     if (b.read_optional(f"/sys/class/block/{n}/dev") or "").strip() == want]
+            names = [
+                n
+                for n in b.listdir("/sys/class/block")
+                if (b.read_optional(f"/sys/class/block/{n}/dev") or "").strip() == want
+            ]
             if not names:
                 raise _ListError(f"Cannot find block device {want} in sysfs for `{dev}'")
             dev = names[0]
-        elif kind == "ip":              # the interface the route to HOST goes through
+        elif kind == "ip":  # the interface the route to HOST goes through
             dev = _route_device(dev, b)
         if "/" in dev or "." in dev:
             raise _ListError(f"Illegal characters in `{dev}' specification")
         path = f"/sys/class/{cls}/{dev}/device/numa_node"
     text = b.read_optional(path)
-    if text is None and kind != "pci":      # a virtio device: its PCI parent knows
+    if text is None and kind != "pci":  # a virtio device: its PCI parent knows
         text = b.read_optional(f"/sys/class/{cls}/{dev}/device/../numa_node")
     try:
         node = int(text.strip()) if text is not None else None
@@ -1880,8 +2390,9 @@ def _device_node(spec: str, b: Backend) -> FrozenSet[int]:
     if node is None:
         raise _ListError(f"Cannot read node mask for {cls} device `{dev}'")
     if node < 0:
-        raise _ListError(f"Kernel does not know node mask for {cls + ' ' if cls else ''}"
-                         f"device `{dev}'")
+        raise _ListError(
+            f"Kernel does not know node mask for {cls + ' ' if cls else ''}device `{dev}'"
+        )
     return frozenset({node})
 
 
@@ -1890,6 +2401,7 @@ def _route_device(host: str, b: Backend) -> str:
     An address is used as it is; a name is looked up through the system resolver
     (DNS: it can wait on the network), as numactl does, because a person typed it."""
     import socket
+
     try:
         packed = socket.inet_pton(socket.AF_INET, host)
     except (OSError, ValueError):
@@ -1913,26 +2425,33 @@ def _route_device(host: str, b: Backend) -> str:
 
 
 # Command word -> the function adding its parser, in help order.
-_COMMANDS = {"maps": _cli_maps, "cleanup": _cli_cleanup, "region": _cli_cleanup,
-             "plan": _cli_plan, "run": _cli_run, "watch": _cli_watch,
-             "numactl": _cli_numactl, "fit": _cli_fit}
+_COMMANDS = {
+    "maps": _cli_maps,
+    "cleanup": _cli_cleanup,
+    "region": _cli_cleanup,
+    "plan": _cli_plan,
+    "run": _cli_run,
+    "watch": _cli_watch,
+    "numactl": _cli_numactl,
+    "fit": _cli_fit,
+}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Every numa-utils command (numa_utils.main hands all but ``status`` here)."""
     raw = list(sys.argv[1:] if argv is None else argv)
     lead = 0
-    while raw[lead:lead + 1] in (["-v"], ["--verbose"]):
+    while raw[lead : lead + 1] in (["-v"], ["--verbose"]):
         lead += 1
-    if raw[lead:lead + 1] == ["numactl"]:   # numactl's own getopt grammar, not argparse's
-        for stream in (sys.stdout, sys.stderr):     # arguments echoed as the bytes given
+    if raw[lead : lead + 1] == ["numactl"]:  # numactl's own getopt grammar, not argparse's
+        for stream in (sys.stdout, sys.stderr):  # arguments echoed as the bytes given
             getattr(stream, "reconfigure", lambda **kw: None)(errors="surrogateescape")
-        return _cmd_numactl(raw[lead + 1:])
+        return _cmd_numactl(raw[lead + 1 :])
     _refuse_negative(raw, _prog())
     # A typed command builds its own parser only (maps is a hot command); the help,
     # a mistyped word and its error list every command.
     word = raw[lead] if lead < len(raw) else ""
-    args = _maps_args(raw[lead + 1:], lead > 0) if word == "maps" else None
+    args = _maps_args(raw[lead + 1 :], lead > 0) if word == "maps" else None
     if args is not None:
         return _nu._call(_prog(), args)
     adders = (_COMMANDS[word],) if word in _COMMANDS else dict.fromkeys(_COMMANDS.values())
@@ -1944,15 +2463,29 @@ def _maps_args(argv: List[str], verbose: bool) -> Any:
     parser are a tenth of `maps PID`'s own work); None where only the parser can
     answer (help, a mistake, an abbreviation)."""
     from types import SimpleNamespace
-    args = _nu._quick_args(argv, SimpleNamespace(
-        verbose=verbose, command="maps", root=None, json=False, pid=None, file=None,
-        all=False, min_size="1M", page_kb=0, func=_cmd_maps), {
-        "--root": "root", "--file": "file", "--min-size": "min_size", "--page-kb": "page_kb"},
-        ("--json", "--all"), "pid")
+
+    args = _nu._quick_args(
+        argv,
+        SimpleNamespace(
+            verbose=verbose,
+            command="maps",
+            root=None,
+            json=False,
+            pid=None,
+            file=None,
+            all=False,
+            min_size="1M",
+            page_kb=0,
+            func=_cmd_maps,
+        ),
+        {"--root": "root", "--file": "file", "--min-size": "min_size", "--page-kb": "page_kb"},
+        ("--json", "--all"),
+        "pid",
+    )
     try:
         if args is not None and args.page_kb != 0:
             args.page_kb = _positive_int(args.page_kb)
-    except Exception:       # argparse's ArgumentTypeError: its parser says why
+    except Exception:  # argparse's ArgumentTypeError: its parser says why
         return None
     return args
 

@@ -47,8 +47,10 @@ if TYPE_CHECKING:
 
     import numa_utils as _nu
 else:
+
     def _library():
         import importlib
+
         for name in ([__package__ + ".numa_utils"] if __package__ else []) + ["numa_utils"]:
             try:
                 return importlib.import_module(name)
@@ -70,18 +72,18 @@ LOCK_SH = _nu.LOCK_SH
 LOCK_UN = _nu.LOCK_UN
 LinuxBackend = _nu.LinuxBackend
 MADV_HUGEPAGE = _nu.MADV_HUGEPAGE
-MADV_POPULATE_READ = 22         # Linux 5.14+
+MADV_POPULATE_READ = 22  # Linux 5.14+
 MADV_POPULATE_WRITE = _nu.MADV_POPULATE_WRITE
 MbindFlag = _nu.MbindFlag
 Mode = _nu.Mode
 ModeFlag = _nu.ModeFlag
-SHM_DEST = 0o1000               # in shm_perm.mode: IPC_RMID done, attached still
+SHM_DEST = 0o1000  # in shm_perm.mode: IPC_RMID done, attached still
 SHM_HUGETLB = _nu.SHM_HUGETLB
 SHM_HUGE_SHIFT = _nu.SHM_HUGE_SHIFT
 SHM_RDONLY = _nu.SHM_RDONLY
 Topology = _nu.Topology
 _CGROUP = _nu._CGROUP
-_DEFAULT_PAGE = {"ppc64": 65536, "ppc64le": 65536}    # page size where not 4 KiB
+_DEFAULT_PAGE = {"ppc64": 65536, "ppc64le": 65536}  # page size where not 4 KiB
 _MODE_FLAGS_MASK = _nu._MODE_FLAGS_MASK
 _NODE_DIR = _nu._NODE_DIR
 _ShmStat = _nu._ShmStat
@@ -102,10 +104,10 @@ read_topology = _nu.read_topology
 class _Pol(_Record):
     """A struct mempolicy."""
 
-    mode: int                    # Mode value, without flags
-    flags: int                   # ModeFlag bits
-    nodes: FrozenSet[int]        # effective nodes (after cpuset)
-    user_nodes: FrozenSet[int]   # as the caller gave them (reported for =static/=relative)
+    mode: int  # Mode value, without flags
+    flags: int  # ModeFlag bits
+    nodes: FrozenSet[int]  # effective nodes (after cpuset)
+    user_nodes: FrozenSet[int]  # as the caller gave them (reported for =static/=relative)
     home_node: int = -1
 
     def describe(self) -> str:
@@ -114,9 +116,11 @@ class _Pol(_Record):
 
 
 # The header line of /proc/sysvipc/shm (ipc/shm.c sysvipc_shm_proc_show).
-_SYSVIPC_HEADER = ("       key      shmid perms                  size  cpid  lpid nattch"
-                   "   uid   gid  cuid  cgid      atime      dtime      ctime          "
-                   "         rss                  swap\n")
+_SYSVIPC_HEADER = (
+    "       key      shmid perms                  size  cpid  lpid nattch"
+    "   uid   gid  cuid  cgid      atime      dtime      ctime          "
+    "         rss                  swap\n"
+)
 
 # ===========================================================================
 # SimulatedBackend: a model of the kernel's memory-policy semantics behind the same
@@ -182,29 +186,38 @@ class _SimObject:
     tables map the page), so a 1 GiB object (262,144 pages) renders in milliseconds.
     """
 
-    def __init__(self, name: str, size: int, page: int, *, shared_policy: bool = True,
-                 path: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        size: int,
+        page: int,
+        *,
+        shared_policy: bool = True,
+        path: Optional[str] = None,
+    ) -> None:
         import array
+
         self.name = name
         self.size = size
         self.page = page
         self.npages = (size + page - 1) // page
-        self.policy = _Intervals()              # by page index
-        self.node = array.array("h", [-1]) * self.npages     # page index -> node, -1
+        self.policy = _Intervals()  # by page index
+        self.node = array.array("h", [-1]) * self.npages  # page index -> node, -1
         self.dirty = bytearray(self.npages)
         self.mapcount = array.array("i", [0]) * self.npages
         # hugetlbfs has no shared policy (no set_policy vm op): the policy lives in
         # each process's VMA, which is why every attacher must mbind its own mapping.
         self.shared_policy = shared_policy
-        self.path = path if path is not None else "/" + name   # numa_maps file=
+        self.path = path if path is not None else "/" + name  # numa_maps file=
         self.deleted = False
-        self.backing: Optional[Any] = None      # real memory standing in for it
-        self.thp = False                        # MADV_HUGEPAGE given and honoured
+        self.backing: Optional[Any] = None  # real memory standing in for it
+        self.thp = False  # MADV_HUGEPAGE given and honoured
 
     def address(self) -> int:
         """Where the object's memory is, aligned to its page size as the kernel
         aligns every mapping (the host's pages may be smaller than simulated ones)."""
         import mmap as _mmap
+
         if self.backing is None:
             self.backing = _mmap.mmap(-1, max(self.npages, 1) * self.page + self.page)
         base = _buffer_address(self.backing)
@@ -228,41 +241,71 @@ class _SimObject:
 class _SimMapping:
     """One VMA of a simulated process."""
 
-    __slots__ = ("start", "end", "obj", "obj_page", "label", "mapped", "policy", "page",
-                 "attach_id")
+    __slots__ = (
+        "start",
+        "end",
+        "obj",
+        "obj_page",
+        "label",
+        "mapped",
+        "policy",
+        "page",
+        "attach_id",
+    )
 
-    def __init__(self, start: int, end: int, obj: Optional[_SimObject] = None,
-                 obj_page: int = 0, label: Optional[str] = "",
-                 mapped: Optional[bytearray] = None, policy: Optional[_Intervals] = None,
-                 page: int = 0, attach_id: int = 0) -> None:
+    def __init__(
+        self,
+        start: int,
+        end: int,
+        obj: Optional[_SimObject] = None,
+        obj_page: int = 0,
+        label: Optional[str] = "",
+        mapped: Optional[bytearray] = None,
+        policy: Optional[_Intervals] = None,
+        page: int = 0,
+        attach_id: int = 0,
+    ) -> None:
         self.start = start
         self.end = end
-        self.obj = obj                      # shared object, or None: private anon
-        self.obj_page = obj_page            # page index in obj at ``start``
-        self.label = label                  # numa_maps "file=..."; None: the object's
-        self.mapped = mapped                # shared: pages in this page table
-        self.policy = policy                # per-VMA policy of a hugetlb mapping
-        self.page = page                    # page size (hugetlb: the huge size)
-        self.attach_id = attach_id          # one shmat/mmap call (for unmapping)
+        self.obj = obj  # shared object, or None: private anon
+        self.obj_page = obj_page  # page index in obj at ``start``
+        self.label = label  # numa_maps "file=..."; None: the object's
+        self.mapped = mapped  # shared: pages in this page table
+        self.policy = policy  # per-VMA policy of a hugetlb mapping
+        self.page = page  # page size (hugetlb: the huge size)
+        self.attach_id = attach_id  # one shmat/mmap call (for unmapping)
 
 
 class _SimShm:
     """A SysV segment (ipc/shm.c struct shmid_kernel)."""
 
-    def __init__(self, key: int, shmid: int, size: int, mode: int, uid: int, gid: int,
-                 cuid: int, cgid: int, cpid: int, obj: _SimObject) -> None:
+    def __init__(
+        self,
+        key: int,
+        shmid: int,
+        size: int,
+        mode: int,
+        uid: int,
+        gid: int,
+        cuid: int,
+        cgid: int,
+        cpid: int,
+        obj: _SimObject,
+    ) -> None:
         self.key, self.shmid, self.size, self.mode = key, shmid, size, mode
         self.uid, self.gid, self.cuid, self.cgid = uid, gid, cuid, cgid
         self.cpid, self.obj = cpid, obj
         self.lpid = 0
         self.nattch = 0
         import time
-        self.used = int(time.time())        # latest shm_atime/dtime/ctime
-        self.dest = False                   # IPC_RMID while attached (SHM_DEST)
+
+        self.used = int(time.time())  # latest shm_atime/dtime/ctime
+        self.dest = False  # IPC_RMID while attached (SHM_DEST)
 
 
 class _SimFile(_Record):
     """A file in the simulated /dev/shm (tmpfs)."""
+
     name: str
     mode: int
     uid: int
@@ -273,8 +316,14 @@ class _SimFile(_Record):
 class _SimKernel:
     """State shared by every simulated process: topology, free pages, objects."""
 
-    def __init__(self, topo: Topology, page: int, free_kb: Optional[Mapping[int, int]],
-                 max_numnodes: int, numa: bool) -> None:
+    def __init__(
+        self,
+        topo: Topology,
+        page: int,
+        free_kb: Optional[Mapping[int, int]],
+        max_numnodes: int,
+        numa: bool,
+    ) -> None:
         self.topo = topo
         self.page = page
         self.numa = numa
@@ -284,7 +333,7 @@ class _SimKernel:
             kb = (free_kb or {}).get(n, topo.nodes[n].mem_free_kb if n in topo.nodes else 0)
             self.free_pages[n] = kb * 1024 // page
         self.objects: Dict[str, _SimObject] = {}
-        self.fail: Dict[str, Tuple[int, Optional[int]]] = {}   # name -> (errno, times)
+        self.fail: Dict[str, Tuple[int, Optional[int]]] = {}  # name -> (errno, times)
         self.next_pid = 4242
         self.calls: List[Tuple[str, Tuple[int, ...]]] = []
         # Shared memory: SysV segments by shmid, /dev/shm files by name.
@@ -293,24 +342,24 @@ class _SimKernel:
         self.files: Dict[str, _SimFile] = {}
         self.flocks: Dict[str, Dict[Tuple[int, int], int]] = {}  # object -> (pid, fd)
         self.next_attach = 0
-        self.procs: List[Any] = []               # weakrefs to every process
+        self.procs: List[Any] = []  # weakrefs to every process
         # Weighted interleave (mm/mempolicy.c iw_table): supported?, weights, auto.
         self.wi = topo.interleave_weights is not None
         self.wi_weights: Dict[int, int] = dict(topo.interleave_weights or {})
         self.wi_auto = topo.interleave_auto
-        self.lock = threading.RLock()            # prefault threads fault concurrently
+        self.lock = threading.RLock()  # prefault threads fault concurrently
         # Huge page pools per size (kB) and node; cgroup v2 limits and what is charged
         # ("memory", "hugetlb.2MB" -> bytes); the size of the tmpfs on /dev/shm.
-        self.huge_free = {kb: {n: nd.hugepages[kb].free for n, nd in topo.nodes.items()
-                               if kb in nd.hugepages}
-                          for kb in {kb for nd in topo.nodes.values() for kb in nd.hugepages}}
+        self.huge_free = {
+            kb: {n: nd.hugepages[kb].free for n, nd in topo.nodes.items() if kb in nd.hugepages}
+            for kb in {kb for nd in topo.nodes.values() for kb in nd.hugepages}
+        }
         self.cgroup: Dict[str, int] = {}
         self.charged: Dict[str, int] = {}
         self.shm_size: Optional[int] = None
 
     def pool(self, page: int) -> Dict[int, int]:
-        return self.free_pages if page == self.page else self.huge_free.setdefault(
-            page // 1024, {})
+        return self.free_pages if page == self.page else self.huge_free.setdefault(page // 1024, {})
 
     def charge(self, obj: _SimObject, pages: int) -> None:
         """Charge (or with pages < 0 uncharge) ``pages`` of ``obj``: memory.max and
@@ -322,8 +371,12 @@ class _SimKernel:
         for lim in (f"{name}.max", f"{name}.high"):
             if pages > 0 and used > self.cgroup.get(lim, used):
                 raise _oserror(errno.ENOMEM, "page fault", f"simulated: cgroup {lim}")
-        if pages > 0 and shm and self.shm_size is not None and \
-                self.charged.get("/dev/shm", 0) + obj.page > self.shm_size:
+        if (
+            pages > 0
+            and shm
+            and self.shm_size is not None
+            and self.charged.get("/dev/shm", 0) + obj.page > self.shm_size
+        ):
             raise _oserror(errno.EFAULT, "page fault", "simulated: /dev/shm is full")
         self.charged[name] = used
         if shm:
@@ -346,20 +399,32 @@ class SimulatedBackend(Backend):
     is_live = False
     has_process = True
 
-    def __init__(self, root: str, *, arch: str = "x86_64", page_size: Optional[int] = None,
-                 mems_allowed: Optional[Iterable[int]] = None,
-                 cpus_allowed: Optional[Iterable[int]] = None,
-                 free_kb: Optional[Mapping[int, int]] = None,
-                 cap_sys_nice: bool = True, numa: bool = True,
-                 populate: bool = True, max_numnodes: Optional[int] = None,
-                 uid: int = 1000, gid: int = 1000,
-                 weighted_interleave: Optional[bool] = None,
-                 cgroup: Optional[Mapping[str, int]] = None, shm_size: Optional[int] = None,
-                 _kernel: Optional[_SimKernel] = None) -> None:
+    def __init__(
+        self,
+        root: str,
+        *,
+        arch: str = "x86_64",
+        page_size: Optional[int] = None,
+        mems_allowed: Optional[Iterable[int]] = None,
+        cpus_allowed: Optional[Iterable[int]] = None,
+        free_kb: Optional[Mapping[int, int]] = None,
+        cap_sys_nice: bool = True,
+        numa: bool = True,
+        populate: bool = True,
+        max_numnodes: Optional[int] = None,
+        uid: int = 1000,
+        gid: int = 1000,
+        weighted_interleave: Optional[bool] = None,
+        cgroup: Optional[Mapping[str, int]] = None,
+        shm_size: Optional[int] = None,
+        _kernel: Optional[_SimKernel] = None,
+    ) -> None:
         if ".".join(_nu.__version__.split(".")[:2]) not in _MODELS:
-            raise RuntimeError(f"numa_utils_sim {__version__} models numa_utils "
-                               f"{', '.join(_MODELS)}, not {_nu.__version__} "
-                               f"({_nu.__file__}): copy both from one release")
+            raise RuntimeError(
+                f"numa_utils_sim {__version__} models numa_utils "
+                f"{', '.join(_MODELS)}, not {_nu.__version__} "
+                f"({_nu.__file__}): copy both from one release"
+            )
         self.root = os.path.abspath(root)
         self._files = LinuxBackend(self.root)
         bits = 32 if arch in ("i386", "i686", "arm", "armv7l", "x32") else 64
@@ -369,9 +434,11 @@ class SimulatedBackend(Backend):
             topo = read_topology(backend=self._files)
             if max_numnodes is None:
                 max_numnodes = {"aarch64": 64, "ppc64le": 256, "ppc64": 256}.get(
-                    self.abi.name, 1024)
-            _kernel = _SimKernel(topo, self.page_size, free_kb, max_numnodes,
-                                 numa and topo.has_node_dir)
+                    self.abi.name, 1024
+                )
+            _kernel = _SimKernel(
+                topo, self.page_size, free_kb, max_numnodes, numa and topo.has_node_dir
+            )
             # MPOL_WEIGHTED_INTERLEAVE is Linux 6.9+: a tree with its sysfs weights is
             # such a kernel, unless the caller says otherwise.
             if weighted_interleave is not None:
@@ -385,27 +452,30 @@ class SimulatedBackend(Backend):
         _kernel.next_pid += 1
         self.cap_sys_nice = cap_sys_nice
         self.populate = populate
-        self.cpus_allowed = frozenset(cpus_allowed) if cpus_allowed is not None \
-            else topo.allowed_cpus
-        self.mems_allowed = frozenset(mems_allowed) if mems_allowed is not None \
-            else topo.allowed_mems
+        self.cpus_allowed = (
+            frozenset(cpus_allowed) if cpus_allowed is not None else topo.allowed_cpus
+        )
+        self.mems_allowed = (
+            frozenset(mems_allowed) if mems_allowed is not None else topo.allowed_mems
+        )
         self.affinity = self.cpus_allowed
-        self.thread_affinity: Dict[int, FrozenSet[int]] = {}   # other threads: tid ->
+        self.thread_affinity: Dict[int, FrozenSet[int]] = {}  # other threads: tid ->
         self.mappings: List[_SimMapping] = []
-        self.policy = _Intervals()               # private ranges: by address
-        self.pages: Dict[int, int] = {}          # private: page address -> node
+        self.policy = _Intervals()  # private ranges: by address
+        self.pages: Dict[int, int] = {}  # private: page address -> node
         self.thread_policy: Dict[int, _Pol] = {}
         self._il_prev: Dict[int, int] = {}
-        self._il_weight: Dict[int, int] = {}     # tid -> weight left at _il_prev
+        self._il_weight: Dict[int, int] = {}  # tid -> weight left at _il_prev
         self._numbers = {v: k for k, v in (self.abi.syscalls or {}).items()}
         self._pipe: Optional[Tuple[int, int]] = None
         self._keep: List[Any] = []
         self.uid, self.gid = uid, gid
         self.fds: Dict[int, _SimFile] = {}
-        self.shm_attached: Dict[int, int] = {}   # address -> shmid
-        self.dup_maps: Dict[int, int] = {}       # address -> further mappings there
+        self.shm_attached: Dict[int, int] = {}  # address -> shmid
+        self.dup_maps: Dict[int, int] = {}  # address -> further mappings there
         self.dead = False
         import weakref
+
         _kernel.procs.append(weakref.ref(self))
 
     def __repr__(self) -> str:
@@ -414,8 +484,9 @@ class SimulatedBackend(Backend):
     # -- processes, failures, inspection ---------------------------------------------
     def process(self, **kw: Any) -> SimulatedBackend:
         """Another process on the same simulated kernel."""
-        return SimulatedBackend(self.root, arch=self.abi.name, page_size=self.page_size,
-                                _kernel=self.kernel, **kw)
+        return SimulatedBackend(
+            self.root, arch=self.abi.name, page_size=self.page_size, _kernel=self.kernel, **kw
+        )
 
     def fail(self, name: str, err: int, times: Optional[int] = None) -> None:
         """Make syscall ``name`` ("mbind", "*" for every policy call) fail with errno."""
@@ -428,8 +499,7 @@ class SimulatedBackend(Backend):
         """Another thread in this process (for binding tests); returns its tid."""
         tid = self.kernel.next_pid
         self.kernel.next_pid += 1
-        self.thread_affinity[tid] = frozenset(affinity) if affinity is not None \
-            else self.affinity
+        self.thread_affinity[tid] = frozenset(affinity) if affinity is not None else self.affinity
         return tid
 
     def gettid(self) -> int:
@@ -452,14 +522,16 @@ class SimulatedBackend(Backend):
 
     # -- files --------------------------------------------------------------------------
     def _is_own_proc(self, path: str, leaf: str) -> bool:
-        return path in (f"/proc/self/{leaf}", f"/proc/{self.pid}/{leaf}",
-                        f"/proc/thread-self/{leaf}")
+        return path in (
+            f"/proc/self/{leaf}",
+            f"/proc/{self.pid}/{leaf}",
+            f"/proc/thread-self/{leaf}",
+        )
 
     def read_text(self, path: str) -> str:
         if self._is_own_proc(path, "numa_maps"):
             if not self.kernel.numa:
-                raise FileNotFoundError(errno.ENOENT, "no numa_maps (kernel without NUMA)",
-                                        path)
+                raise FileNotFoundError(errno.ENOENT, "no numa_maps (kernel without NUMA)", path)
             return self.render_numa_maps()
         if self._is_own_proc(path, "status"):
             return self._render_status()
@@ -469,20 +541,25 @@ class SimulatedBackend(Backend):
         if path == "/proc/self/cgroup" and k.cgroup:
             return "0::/sim\n"
         if path.startswith(_CGROUP + "/sim/") and k.cgroup:
-            leaf = path[len(_CGROUP) + 5:]
+            leaf = path[len(_CGROUP) + 5 :]
             if leaf.endswith(".current") or leaf in k.cgroup:
                 return f"{k.cgroup.get(leaf, k.charged.get(leaf[:-8], 0))}\n"
         # What fit() reads is what this kernel has left: MemFree and free huge pages
         # (no page cache to reclaim).
-        m = re.match(rf"^{_NODE_DIR}/node(\d+)/(meminfo|hugepages/hugepages-(\d+)kB/"
-                     r"free_hugepages)$", path)
+        m = re.match(
+            rf"^{_NODE_DIR}/node(\d+)/(meminfo|hugepages/hugepages-(\d+)kB/"
+            r"free_hugepages)$",
+            path,
+        )
         if m and m.group(3):
             return f"{k.huge_free.get(int(m.group(3)), {}).get(int(m.group(1)), 0)}\n"
         if m:
             free = k.free_pages.get(int(m.group(1)), 0) * k.page // 1024
-            return re.sub(r"(MemFree|Active\(file\)|Inactive\(file\)):(\s+)\d+", lambda x: (
-                f"{x.group(1)}:{x.group(2)}{free if x.group(1) == 'MemFree' else 0}"),
-                self._files.read_text(path))
+            return re.sub(
+                r"(MemFree|Active\(file\)|Inactive\(file\)):(\s+)\d+",
+                lambda x: f"{x.group(1)}:{x.group(2)}{free if x.group(1) == 'MemFree' else 0}",
+                self._files.read_text(path),
+            )
         if path.startswith(_WI_DIR + "/"):
             leaf = self._wi_leaf(path)
             if leaf == "auto":
@@ -493,11 +570,12 @@ class SimulatedBackend(Backend):
     def _wi_leaf(self, path: str) -> str:
         """The weighted_interleave file ``path`` names; ENOENT when the simulated
         kernel has no such file."""
-        leaf = path[len(_WI_DIR) + 1:]
+        leaf = path[len(_WI_DIR) + 1 :]
         k = self.kernel
-        if not k.wi or not ((leaf == "auto" and k.wi_auto is not None) or (
-                leaf.startswith("node") and leaf[4:].isdigit()
-                and int(leaf[4:]) in k.wi_weights)):
+        if not k.wi or not (
+            (leaf == "auto" and k.wi_auto is not None)
+            or (leaf.startswith("node") and leaf[4:].isdigit() and int(leaf[4:]) in k.wi_weights)
+        ):
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
         return leaf
 
@@ -518,7 +596,7 @@ class SimulatedBackend(Backend):
             raise _oserror(errno.EINVAL, f"write {path}", "weight must be 1-255")
         self.kernel.wi_weights[int(leaf[4:])] = int(t)
         if self.kernel.wi_auto is not None:
-            self.kernel.wi_auto = False      # writing a weight leaves auto mode (6.16)
+            self.kernel.wi_auto = False  # writing a weight leaves auto mode (6.16)
 
     def _il_w(self, node: int) -> int:
         return self.kernel.wi_weights.get(node, 1)
@@ -551,8 +629,9 @@ class SimulatedBackend(Backend):
         if path.rstrip("/") == _WI_DIR:
             if not self.kernel.wi:
                 raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
-            return [f"node{n}" for n in sorted(self.kernel.wi_weights)] + \
-                (["auto"] if self.kernel.wi_auto is not None else [])
+            return [f"node{n}" for n in sorted(self.kernel.wi_weights)] + (
+                ["auto"] if self.kernel.wi_auto is not None else []
+            )
         return self._files.listdir(path)
 
     def exists(self, path: str) -> bool:
@@ -571,8 +650,11 @@ class SimulatedBackend(Backend):
 
     def _render_status(self) -> str:
         base = self._files.read_optional("/proc/self/status") or ""
-        lines = [ln for ln in base.splitlines()
-                 if not ln.startswith(("Cpus_allowed_list", "Mems_allowed_list", "Pid:"))]
+        lines = [
+            ln
+            for ln in base.splitlines()
+            if not ln.startswith(("Cpus_allowed_list", "Mems_allowed_list", "Pid:"))
+        ]
         lines.append(f"Pid:\t{self.pid}")
         lines.append(f"Cpus_allowed_list:\t{format_cpulist(self.affinity)}")
         lines.append(f"Mems_allowed_list:\t{format_cpulist(self.mems_allowed)}")
@@ -607,7 +689,7 @@ class SimulatedBackend(Backend):
             raise _oserror(errno.EFAULT, "copy_to_user")
         r, w = self._fds()
         for off in range(0, len(data), 32768):
-            chunk = data[off:off + 32768]
+            chunk = data[off : off + 32768]
             os.write(w, chunk)
             try:
                 os.readv(r, [(ctypes.c_char * len(chunk)).from_address(addr + off)])
@@ -654,13 +736,11 @@ class SimulatedBackend(Backend):
     def _sanitize(self, mode: int) -> Tuple[int, int]:
         flags = mode & _MODE_FLAGS_MASK
         mode &= ~_MODE_FLAGS_MASK
-        if mode < 0 or mode >= 7 or (mode == Mode.WEIGHTED_INTERLEAVE
-                                     and not self.kernel.wi):
+        if mode < 0 or mode >= 7 or (mode == Mode.WEIGHTED_INTERLEAVE and not self.kernel.wi):
             raise _oserror(errno.EINVAL, "mempolicy", "invalid mode")
         if flags & ModeFlag.STATIC_NODES and flags & ModeFlag.RELATIVE_NODES:
             raise _oserror(errno.EINVAL, "mempolicy", "static and relative")
-        if flags & ModeFlag.NUMA_BALANCING and mode not in (Mode.BIND,
-                                                            Mode.PREFERRED_MANY):
+        if flags & ModeFlag.NUMA_BALANCING and mode not in (Mode.BIND, Mode.PREFERRED_MANY):
             raise _oserror(errno.EINVAL, "mempolicy", "balancing needs bind")
         return mode, flags
 
@@ -705,9 +785,10 @@ class SimulatedBackend(Backend):
             self.thread_policy[tid] = pol
         return 0
 
-    def _sys_mbind(self, start: int, length: int, mode: int, nmask: int, maxnode: int,
-                   flags: int) -> int:
-        m, f = self._sanitize(self._signed(mode))       # kernel_mbind: int lmode = mode
+    def _sys_mbind(
+        self, start: int, length: int, mode: int, nmask: int, maxnode: int, flags: int
+    ) -> int:
+        m, f = self._sanitize(self._signed(mode))  # kernel_mbind: int lmode = mode
         nodes = self._get_nodes(nmask, maxnode)
         if flags & ~7:
             raise _oserror(errno.EINVAL, "mbind", "invalid flags")
@@ -725,7 +806,7 @@ class SimulatedBackend(Backend):
             return 0
         pol = self._mpol_new(m, f, nodes)
         self._ensure_mapped(start, end)
-        self._split(start)                      # mbind splits VMAs at the range edges
+        self._split(start)  # mbind splits VMAs at the range edges
         self._split(end)
         for mp in self._mappings_in(start, end):
             a, z = max(start, mp.start), min(end, mp.end)
@@ -743,8 +824,9 @@ class SimulatedBackend(Backend):
                 raise _oserror(errno.EIO, "mbind", "MPOL_MF_STRICT: misplaced pages")
         return 0
 
-    def _sys_get_mempolicy(self, policy: int, nmask: int, maxnode: int, addr: int,
-                           flags: int, *_: int) -> int:
+    def _sys_get_mempolicy(
+        self, policy: int, nmask: int, maxnode: int, addr: int, flags: int, *_: int
+    ) -> int:
         if flags & ~7:
             raise _oserror(errno.EINVAL, "get_mempolicy", "invalid flags")
         nr_node_ids = max(self.kernel.topo.possible_nodes, default=0) + 1
@@ -804,12 +886,14 @@ class SimulatedBackend(Backend):
                 copy = nbytes
             self._copy_to_user(nmask, _encode_nodemask(nodes, copy // (w // 8), self.abi))
         if policy:
-            self._copy_to_user(policy, struct.pack(
-                (">" if self.abi.byteorder == "big" else "<") + "i", value))
+            self._copy_to_user(
+                policy, struct.pack((">" if self.abi.byteorder == "big" else "<") + "i", value)
+            )
         return 0
 
-    def _sys_move_pages(self, pid: int, count: int, pages: int, nodes: int, status: int,
-                        flags: int) -> int:
+    def _sys_move_pages(
+        self, pid: int, count: int, pages: int, nodes: int, status: int, flags: int
+    ) -> int:
         if flags & ~(MbindFlag.MOVE | MbindFlag.MOVE_ALL):
             raise _oserror(errno.EINVAL, "move_pages")
         if flags & MbindFlag.MOVE_ALL and not self.cap_sys_nice:
@@ -818,16 +902,19 @@ class SimulatedBackend(Backend):
             raise _oserror(errno.ESRCH, "move_pages")
         wb = _pointer_bits(self.abi) // 8
         raw = self._copy_from_user(pages, count * wb)
-        addrs = [int.from_bytes(raw[i * wb:(i + 1) * wb], self.abi.byteorder)
-                 for i in range(count)]
+        addrs = [
+            int.from_bytes(raw[i * wb : (i + 1) * wb], self.abi.byteorder) for i in range(count)
+        ]
         e = ">" if self.abi.byteorder == "big" else "<"
         targets = None
         if nodes:
-            targets = list(struct.unpack(f"{e}{count}i", self._copy_from_user(nodes,
-                                                                              4 * count)))
+            targets = list(struct.unpack(f"{e}{count}i", self._copy_from_user(nodes, 4 * count)))
             for t in targets:
-                if t < 0 or t >= self.kernel.max_numnodes or \
-                        t not in self.kernel.topo.nodes_with_memory:
+                if (
+                    t < 0
+                    or t >= self.kernel.max_numnodes
+                    or t not in self.kernel.topo.nodes_with_memory
+                ):
                     raise _oserror(errno.ENODEV, "move_pages")
                 if t not in self.mems_allowed:
                     raise _oserror(errno.EACCES, "move_pages")
@@ -852,8 +939,7 @@ class SimulatedBackend(Backend):
         self._copy_to_user(status, struct.pack(f"{e}{count}i", *out))
         return 0
 
-    def _sys_migrate_pages(self, pid: int, maxnode: int, old: int, new: int,
-                           *_: int) -> int:
+    def _sys_migrate_pages(self, pid: int, maxnode: int, old: int, new: int, *_: int) -> int:
         if self._signed(pid) not in (0, self.pid):
             raise _oserror(errno.ESRCH, "migrate_pages")
         old_n = self._get_nodes(old, maxnode)
@@ -871,8 +957,9 @@ class SimulatedBackend(Backend):
                 self._move_page(page, remap[node])
         return 0
 
-    def _sys_set_mempolicy_home_node(self, start: int, length: int, home: int,
-                                     flags: int, *_: int) -> int:
+    def _sys_set_mempolicy_home_node(
+        self, start: int, length: int, home: int, flags: int, *_: int
+    ) -> int:
         if flags or start % self.page_size:
             raise _oserror(errno.EINVAL, "set_mempolicy_home_node")
         if home >= self.kernel.max_numnodes or home not in self.kernel.topo.online_nodes:
@@ -887,9 +974,16 @@ class SimulatedBackend(Backend):
         return 0
 
     # -- memory ---------------------------------------------------------------------------
-    def map_object(self, name: str, size: int, *, create: bool = True,
-                   label: Optional[str] = None, page_size: Optional[int] = None,
-                   path: Optional[str] = None) -> int:
+    def map_object(
+        self,
+        name: str,
+        size: int,
+        *,
+        create: bool = True,
+        label: Optional[str] = None,
+        page_size: Optional[int] = None,
+        path: Optional[str] = None,
+    ) -> int:
         """Map shared object ``name`` (created if needed) into this process; its address.
 
         Real memory stands behind it (one anonymous mapping per object, shared by every
@@ -913,9 +1007,17 @@ class SimulatedBackend(Backend):
             self.dup_maps[addr] = self.dup_maps.get(addr, 0) + 1
             return addr
         k.next_attach += 1
-        mp = _SimMapping(addr, addr + obj.npages * obj.page, obj, 0, label,
-                         bytearray(obj.npages), None if obj.shared_policy else _Intervals(),
-                         obj.page, k.next_attach)
+        mp = _SimMapping(
+            addr,
+            addr + obj.npages * obj.page,
+            obj,
+            0,
+            label,
+            bytearray(obj.npages),
+            None if obj.shared_policy else _Intervals(),
+            obj.page,
+            k.next_attach,
+        )
         self.unmap(addr)
         self._drop_private(mp.start, mp.end)
         self.mappings.append(mp)
@@ -928,8 +1030,11 @@ class SimulatedBackend(Backend):
         if first is None or first.start != addr:
             self.mappings = [m for m in self.mappings if m.start != addr]
             return
-        gone = [m for m in self.mappings if m.obj is not None and first.obj is not None
-                and m.attach_id == first.attach_id] or [first]
+        gone = [
+            m
+            for m in self.mappings
+            if m.obj is not None and first.obj is not None and m.attach_id == first.attach_id
+        ] or [first]
         for m in gone:
             if m.obj is not None and m.mapped is not None:
                 mc = m.obj.mapcount
@@ -966,8 +1071,7 @@ class SimulatedBackend(Backend):
         page = self.page_size
         start -= start % page
         end = (end + page - 1) // page * page
-        covered = sorted((m.start, m.end) for m in self.mappings
-                         if m.end > start and m.start < end)
+        covered = sorted((m.start, m.end) for m in self.mappings if m.end > start and m.start < end)
         pos = start
         for s, e in covered + [(end, end)]:
             if s > pos:
@@ -977,8 +1081,13 @@ class SimulatedBackend(Backend):
         merged: List[_SimMapping] = []
         for m in sorted(self.mappings, key=lambda m: m.start):
             last = merged[-1] if merged else None
-            if last is not None and last.obj is None and m.obj is None and \
-                    last.end == m.start and last.label == m.label:
+            if (
+                last is not None
+                and last.obj is None
+                and m.obj is None
+                and last.end == m.start
+                and last.label == m.label
+            ):
                 last.end = m.end
             else:
                 merged.append(m)
@@ -1019,8 +1128,17 @@ class SimulatedBackend(Backend):
             raise _oserror(errno.EINVAL, "mbind", "not aligned to the huge page size")
         cut = (addr - mp.start) // mp.page
         assert mp.mapped is not None
-        tail = _SimMapping(addr, mp.end, mp.obj, mp.obj_page + cut, mp.label,
-                           mp.mapped[cut:], mp.policy, mp.page, mp.attach_id)
+        tail = _SimMapping(
+            addr,
+            mp.end,
+            mp.obj,
+            mp.obj_page + cut,
+            mp.label,
+            mp.mapped[cut:],
+            mp.policy,
+            mp.page,
+            mp.attach_id,
+        )
         mp.end, mp.mapped = addr, mp.mapped[:cut]
         self.mappings.append(tail)
         self.mappings.sort(key=lambda m: m.start)
@@ -1035,7 +1153,8 @@ class SimulatedBackend(Backend):
         mp = self._mapping_at(addr)
         if mp is not None and mp.obj is not None:
             pol: Optional[_Pol] = self._pol_store(mp).get(
-                mp.obj_page + (addr - mp.start) // mp.page)
+                mp.obj_page + (addr - mp.start) // mp.page
+            )
             return pol
         found: Optional[_Pol] = self.policy.get(addr)
         return found
@@ -1099,20 +1218,22 @@ class SimulatedBackend(Backend):
                 if pol.mode in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
                     if node != want[self._ilx(page) % len(want)]:
                         out.append(page)
-                elif pol.mode in (Mode.BIND, Mode.PREFERRED, Mode.PREFERRED_MANY) \
-                        and node not in pol.nodes:
+                elif (
+                    pol.mode in (Mode.BIND, Mode.PREFERRED, Mode.PREFERRED_MANY)
+                    and node not in pol.nodes
+                ):
                     out.append(page)
         return out
 
-    def _alloc(self, pol: Optional[_Pol], ilx: Optional[int],
-               free: Optional[Dict[int, int]] = None) -> Optional[int]:
+    def _alloc(
+        self, pol: Optional[_Pol], ilx: Optional[int], free: Optional[Dict[int, int]] = None
+    ) -> Optional[int]:
         """The node a new page goes to (mm/mempolicy.c alloc_pages_mpol), or None (OOM);
         ``free``: the pool (base pages, or one huge page size)."""
         k = self.kernel
         pool = k.free_pages if free is None else free
         topo = k.topo
-        allowed = sorted((self.mems_allowed & topo.nodes_with_memory)
-                         or topo.nodes_with_memory)
+        allowed = sorted((self.mems_allowed & topo.nodes_with_memory) or topo.nodes_with_memory)
         local = self.local_node()
 
         def has_room(n: int) -> bool:
@@ -1141,7 +1262,7 @@ class SimulatedBackend(Backend):
             return target if has_room(target) else nearest_with_room(target, allowed)
         origin = pol.home_node if pol.home_node >= 0 else local
         if pol.mode == Mode.BIND:
-            return nearest_with_room(origin, pol.nodes)     # strict: OOM otherwise
+            return nearest_with_room(origin, pol.nodes)  # strict: OOM otherwise
         # PREFERRED_MANY: the mask first, then anywhere allowed.
         n = nearest_with_room(origin, pol.nodes)
         return n if n is not None else nearest_with_room(origin, allowed)
@@ -1155,8 +1276,11 @@ class SimulatedBackend(Backend):
         nodes, dirty, mc, mapped = obj.node, obj.dirty, obj.mapcount, mp.mapped
         base = mp.obj_page
         for a, z, pol in self._pol_store(mp).pieces(base + i0, base + i1):
-            il = self._il_period(pol) if pol is not None and pol.mode in (
-                Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE) else None
+            il = (
+                self._il_period(pol)
+                if pol is not None and pol.mode in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE)
+                else None
+            )
             cached: Optional[int] = None
             for key in range(a, z):
                 if nodes[key] < 0:
@@ -1218,14 +1342,14 @@ class SimulatedBackend(Backend):
         self._populate(addr, length, True)
 
     def mincore(self, addr: int, length: int) -> int:
-        err = self._take_failure("mincore")     # injectable; not a policy syscall
+        err = self._take_failure("mincore")  # injectable; not a policy syscall
         if err is not None:
             raise _oserror(err, "mincore")
         page, count = self.page_size, 0
         with self.kernel.lock:
             for p in range(addr - addr % page, addr + length, page):
                 mp = self._mapping_at(p)
-                if mp is not None and mp.obj is not None:   # the object's pages
+                if mp is not None and mp.obj is not None:  # the object's pages
                     count += mp.obj.node[mp.obj_page + (p - mp.start) // mp.page] >= 0
                 else:
                     count += p in self.pages
@@ -1235,9 +1359,13 @@ class SimulatedBackend(Backend):
         self._maybe_fail("madvise")
         if addr % self.page_size:
             raise _oserror(errno.EINVAL, "madvise")
-        if advice == MADV_HUGEPAGE:         # shmem THP serves only where enabled
+        if advice == MADV_HUGEPAGE:  # shmem THP serves only where enabled
             on = _selected(self.read_optional(f"{_THP_DIR}/shmem_enabled")) in (
-                "advise", "within_size", "always", "force")
+                "advise",
+                "within_size",
+                "always",
+                "force",
+            )
             for mp in self._mappings_in(addr, addr + length):
                 if mp.obj is not None:
                     mp.obj.thp = on
@@ -1279,7 +1407,7 @@ class SimulatedBackend(Backend):
     def _take_failure(self, key: str) -> Optional[int]:
         """Use up one failure injected with fail(key, ...); its errno, or None."""
         k = self.kernel
-        with k.lock:                    # prefault threads call madvise concurrently
+        with k.lock:  # prefault threads call madvise concurrently
             if key not in k.fail:
                 return None
             err, times = k.fail[key]
@@ -1302,12 +1430,11 @@ class SimulatedBackend(Backend):
 
     def statvfs(self, path: str) -> Optional[Tuple[int, int]]:
         size = self.kernel.shm_size if path == "/dev/shm" else None
-        return None if size is None else (size, size - self.kernel.charged.get(
-            "/dev/shm", 0))
+        return None if size is None else (size, size - self.kernel.charged.get("/dev/shm", 0))
 
     def _perm_ok(self, uid: int, gid: int, mode: int, want: int) -> bool:
         """ipc/util.c ipcperms and generic_permission: want is an rwx triple (0-7)."""
-        if self.uid == 0:                       # CAP_IPC_OWNER / CAP_DAC_OVERRIDE
+        if self.uid == 0:  # CAP_IPC_OWNER / CAP_DAC_OVERRIDE
             return True
         granted = mode >> 6 if self.uid == uid else mode >> 3 if self.gid == gid else mode
         return not (want & ~granted & 7)
@@ -1326,15 +1453,17 @@ class SimulatedBackend(Backend):
         self._maybe_fail("shmget")
         k = self.kernel
         key &= 0xFFFFFFFF
-        seg = None if key == 0 else next(
-            (s for s in k.shm.values() if s.key == key and not s.dest), None)
+        seg = (
+            None
+            if key == 0
+            else next((s for s in k.shm.values() if s.key == key and not s.dest), None)
+        )
         if seg is not None:
             if flags & IPC_CREAT and flags & IPC_EXCL:
                 raise _oserror(errno.EEXIST, "shmget", f"key 0x{key:08x}")
             if size > seg.size:
                 raise _oserror(errno.EINVAL, "shmget", "segment smaller than size")
-            if not self._perm_ok(seg.uid, seg.gid, seg.mode, (flags >> 6 | flags >> 3
-                                                              | flags) & 7):
+            if not self._perm_ok(seg.uid, seg.gid, seg.mode, (flags >> 6 | flags >> 3 | flags) & 7):
                 raise _oserror(errno.EACCES, "shmget")
             return seg.shmid
         if not flags & IPC_CREAT and key != 0:
@@ -1355,11 +1484,12 @@ class SimulatedBackend(Backend):
         shmid = _SIM_ID_BASE + k.next_shmid
         name = f"SYSV{key:08x}#{shmid}"
         self.kernel.objects[name] = obj = _SimObject(
-            name, size, page, shared_policy=page == self.page_size,
-            path=f"/SYSV{key:08x}")
-        obj.deleted = True                      # shm files are never linked anywhere
-        k.shm[shmid] = _SimShm(key, shmid, size, flags & 0o777, self.uid, self.gid,
-                               self.uid, self.gid, self.pid, obj)
+            name, size, page, shared_policy=page == self.page_size, path=f"/SYSV{key:08x}"
+        )
+        obj.deleted = True  # shm files are never linked anywhere
+        k.shm[shmid] = _SimShm(
+            key, shmid, size, flags & 0o777, self.uid, self.gid, self.uid, self.gid, self.pid, obj
+        )
         return shmid
 
     def shmat(self, shmid: int, flags: int = 0) -> int:
@@ -1398,9 +1528,20 @@ class SimulatedBackend(Backend):
         seg = self._shm_lookup(shmid, "shmctl(IPC_STAT)")
         if not self._perm_ok(seg.uid, seg.gid, seg.mode, 4):
             raise _oserror(errno.EACCES, "shmctl(IPC_STAT)")
-        return _ShmStat(0 if seg.dest else seg.key, seg.shmid, seg.uid, seg.gid,
-                        seg.cuid, seg.cgid, seg.mode | (SHM_DEST if seg.dest else 0),
-                        seg.size, seg.nattch, seg.cpid, seg.lpid, used=seg.used)
+        return _ShmStat(
+            0 if seg.dest else seg.key,
+            seg.shmid,
+            seg.uid,
+            seg.gid,
+            seg.cuid,
+            seg.cgid,
+            seg.mode | (SHM_DEST if seg.dest else 0),
+            seg.size,
+            seg.nattch,
+            seg.cpid,
+            seg.lpid,
+            used=seg.used,
+        )
 
     def shm_rmid(self, shmid: int) -> None:
         self._maybe_fail("shm_rmid")
@@ -1410,7 +1551,7 @@ class SimulatedBackend(Backend):
         if seg.nattch <= 0:
             self._shm_destroy(seg)
         else:
-            seg.dest = True                     # the key is free again from now on
+            seg.dest = True  # the key is free again from now on
 
     def _render_sysvipc(self) -> str:
         out = [_SYSVIPC_HEADER]
@@ -1419,10 +1560,12 @@ class SimulatedBackend(Backend):
             key = key - (1 << 32) if key >= 1 << 31 else key
             rss = sum(1 for n in seg.obj.node if n >= 0) * seg.obj.page
             mode = seg.mode | (SHM_DEST if seg.dest else 0)
-            out.append(f"{key:10d} {seg.shmid:10d}  {mode:4o} {seg.size:21d} "
-                       f"{seg.cpid:5d} {seg.lpid:5d}  {seg.nattch:5d} {seg.uid:5d} "
-                       f"{seg.gid:5d} {seg.cuid:5d} {seg.cgid:5d} {seg.used:10d} "
-                       f"{seg.used:10d} {seg.used:10d} {rss:21d} {0:21d}\n")
+            out.append(
+                f"{key:10d} {seg.shmid:10d}  {mode:4o} {seg.size:21d} "
+                f"{seg.cpid:5d} {seg.lpid:5d}  {seg.nattch:5d} {seg.uid:5d} "
+                f"{seg.gid:5d} {seg.cuid:5d} {seg.cgid:5d} {seg.used:10d} "
+                f"{seg.used:10d} {seg.used:10d} {rss:21d} {0:21d}\n"
+            )
         return "".join(out)
 
     def shm_open(self, name: str, flags: int, mode: int) -> int:
@@ -1441,8 +1584,9 @@ class SimulatedBackend(Backend):
             raise _oserror(errno.ENOENT, "shm_open", name)
         else:
             k.next_attach += 1
-            obj = _SimObject(f"dev/shm/{name}#{k.next_attach}", 0, self.page_size,
-                             path=f"/dev/shm/{name}")
+            obj = _SimObject(
+                f"dev/shm/{name}#{k.next_attach}", 0, self.page_size, path=f"/dev/shm/{name}"
+            )
             k.objects[obj.name] = obj
             f = k.files[name] = _SimFile(name, mode & 0o7777, self.uid, self.gid, obj)
         k.next_attach += 1
@@ -1460,6 +1604,7 @@ class SimulatedBackend(Backend):
         self._maybe_fail("ftruncate")
         f = self._file(fd, "ftruncate")
         import array
+
         obj = f.obj
         if obj.backing is not None and size > obj.size:
             raise _oserror(errno.EBUSY, "ftruncate", "growing a mapped simulated file")
@@ -1476,9 +1621,8 @@ class SimulatedBackend(Backend):
 
     def fstat(self, fd: int) -> _ShmStat:
         f = self._file(fd, "fstat")
-        linked = 1 if self.kernel.files.get(f.name) is f else 0    # st_nlink
-        return _ShmStat(0, fd, f.uid, f.gid, f.uid, f.gid, f.mode, f.obj.size, linked,
-                        0, 0)
+        linked = 1 if self.kernel.files.get(f.name) is f else 0  # st_nlink
+        return _ShmStat(0, fd, f.uid, f.gid, f.uid, f.gid, f.mode, f.obj.size, linked, 0, 0)
 
     def close(self, fd: int) -> None:
         f = self._file(fd, "close")
@@ -1507,8 +1651,12 @@ class SimulatedBackend(Backend):
         return None
 
     def whoami(self) -> Dict[str, Any]:
-        return {"pid": self.pid, "start": f"sim{self.pid}", "boot": "simulated",
-                "pidns": "pid:[simulated]"}
+        return {
+            "pid": self.pid,
+            "start": f"sim{self.pid}",
+            "boot": "simulated",
+            "pidns": "pid:[simulated]",
+        }
 
     def exit(self) -> None:
         """This process dies (as by kill -9): its SysV segments are detached, its
@@ -1526,7 +1674,7 @@ class SimulatedBackend(Backend):
         f = self.kernel.files.get(name)
         if f is None:
             raise _oserror(errno.ENOENT, "shm_unlink", name)
-        if self.uid not in (0, f.uid):           # sticky /dev/shm: only the owner
+        if self.uid not in (0, f.uid):  # sticky /dev/shm: only the owner
             raise _oserror(errno.EPERM, "shm_unlink", name)
         del self.kernel.files[name]
         f.obj.deleted = True
@@ -1566,6 +1714,7 @@ class SimulatedBackend(Backend):
         import bisect
         import collections
         from itertools import compress
+
         lines = []
         default = self.thread_policy.get(threading.get_ident())
         base_kb = self.page_size // 1024
@@ -1590,7 +1739,7 @@ class SimulatedBackend(Backend):
                     mapmax = max(compress(obj.mapcount[a:z], sel))
                     if dirty:
                         text += f" dirty={dirty}"
-                    if total != dirty:          # and != anon, which is 0 for shmem
+                    if total != dirty:  # and != anon, which is 0 for shmem
                         text += f" mapped={total}"
                     if mapmax > 1:
                         text += f" mapmax={mapmax}"

@@ -52,16 +52,22 @@ _IMPORTTIME = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \|\s+(\S.*)$")
 
 def check(module: str) -> bool:
     env = dict(os.environ, PYTHONPATH=os.getcwd())
-    probe = subprocess.run([sys.executable, "-c", _PROBE, module], env=env,
-                           capture_output=True, text=True, check=False)
+    probe = subprocess.run(
+        [sys.executable, "-c", _PROBE, module], env=env, capture_output=True, text=True, check=False
+    )
     if probe.returncode != 0:
         print(f"{module}: import failed\n{probe.stderr}")
         return False
     lines = [line for line in probe.stdout.splitlines() if line]
     work = [line for line in lines if not line.startswith("info: ")]
 
-    timing = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"],
-                            env=env, capture_output=True, text=True, check=False)
+    timing = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", f"import {module}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     total_us = None
     for line in timing.stderr.splitlines():
         match = _IMPORTTIME.match(line)

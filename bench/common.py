@@ -32,6 +32,7 @@ def numa_utils() -> Any:
         if sys.path[:1] != [ROOT]:
             sys.path.insert(0, ROOT)
         import numa_utils as mod  # noqa: PLC0415
+
         here = os.path.dirname(os.path.abspath(mod.__file__))
         if os.path.realpath(here) != os.path.realpath(ROOT):
             raise ImportError(f"numa_utils was imported from {here}, not from this checkout")
@@ -62,6 +63,7 @@ def warm_bytecode() -> str:
     global _bytecode_state
     if _bytecode_state is None:
         import importlib.util  # noqa: PLC0415
+
         src = os.path.join(ROOT, "numa_utils.py")
         spawn([sys.executable, "-c", "import numa_utils"], cwd=ROOT, env=child_env())
         pyc = importlib.util.cache_from_source(src)
@@ -80,9 +82,11 @@ class Skip(Exception):
 # child processes
 # ---------------------------------------------------------------------------
 
+
 class ChildResult:
-    def __init__(self, rc: int, seconds: float, maxrss_kb: int, stdout: bytes,
-                 stderr: bytes) -> None:
+    def __init__(
+        self, rc: int, seconds: float, maxrss_kb: int, stdout: bytes, stderr: bytes
+    ) -> None:
         self.rc = rc
         self.seconds = seconds
         self.maxrss_kb = maxrss_kb
@@ -97,16 +101,27 @@ class ChildResult:
         return self
 
 
-def spawn(argv: Sequence[str], *, cwd: Optional[str] = None,
-          env: Optional[Dict[str, str]] = None, capture: bool = False,
-          timeout: float = 300.0) -> ChildResult:
+def spawn(
+    argv: Sequence[str],
+    *,
+    cwd: Optional[str] = None,
+    env: Optional[Dict[str, str]] = None,
+    capture: bool = False,
+    timeout: float = 300.0,
+) -> ChildResult:
     """Run a child to completion; wall time from fork to reap, and the child's own
     peak RSS from wait4 (ru_maxrss, kB on Linux).  Output goes to temp files (not
     pipes), so a chatty child cannot block and the parent reads nothing meanwhile."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
-        p = subprocess.Popen(list(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                             stdout=out if capture else subprocess.DEVNULL, stderr=err)
+        p = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out if capture else subprocess.DEVNULL,
+            stderr=err,
+        )
         timer = threading.Timer(timeout, p.kill)
         timer.start()
         try:
@@ -118,25 +133,27 @@ def spawn(argv: Sequence[str], *, cwd: Optional[str] = None,
             rc = os.WEXITSTATUS(status)
         else:
             rc = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else -1
-        p.returncode = rc      # reaped by wait4: tell Popen not to wait again
+        p.returncode = rc  # reaped by wait4: tell Popen not to wait again
         out.seek(0)
         err.seek(0)
-        return ChildResult(rc, dt, int(ru.ru_maxrss), out.read() if capture else b"",
-                           err.read())
+        return ChildResult(rc, dt, int(ru.ru_maxrss), out.read() if capture else b"", err.read())
 
 
-
-def whole_process(argv: List[str], env: Optional[Dict[str, str]] = None,
-                  what: str = "") -> Callable[[], Dict[str, float]]:
+def whole_process(
+    argv: List[str], env: Optional[Dict[str, str]] = None, what: str = ""
+) -> Callable[[], Dict[str, float]]:
     """A contender that runs ``argv`` as a whole process (start-up included) and
     reports its seconds; a non-zero exit is a Skip naming ``what``."""
+
     def fn() -> Dict[str, float]:
         r = spawn(argv, cwd=ROOT, env=env)
         if r.rc != 0:
             tail = r.stderr.decode(errors="replace").strip().splitlines()[-1:]
             raise Skip(f"{what or argv[0]} exited {r.rc}: {' '.join(tail)}")
         return {"s": r.seconds}
+
     return fn
+
 
 def python_argv(*args: str) -> List[str]:
     return [sys.executable, *args]
@@ -149,9 +166,13 @@ def python_argv(*args: str) -> List[str]:
 Sample = Dict[str, float]
 
 
-def alternate(contenders: Sequence[Tuple[str, Callable[[], Sample]]], rounds: int,
-              *, log: Optional[Callable[[str], None]] = None, warmup: bool = True
-              ) -> Tuple[Dict[str, List[Optional[Sample]]], Dict[str, str]]:
+def alternate(
+    contenders: Sequence[Tuple[str, Callable[[], Sample]]],
+    rounds: int,
+    *,
+    log: Optional[Callable[[str], None]] = None,
+    warmup: bool = True,
+) -> Tuple[Dict[str, List[Optional[Sample]]], Dict[str, str]]:
     """Run the contenders in alternating order (A B C, C B A, A B C, ...), ``rounds``
     times each, after one untimed warm-up call each (page cache, bytecode, and in a
     VM the host's backing of guest memory).  Returns (samples per contender, aligned
@@ -191,20 +212,23 @@ def summary(samples: List[Optional[Sample]], key: str) -> Dict[str, Any]:
     v = _values(samples, key)
     if not v:
         return {"n": 0}
-    return {"n": len(v), "min": min(v), "median": statistics.median(v), "max": max(v),
-            "samples": v}
+    return {"n": len(v), "min": min(v), "median": statistics.median(v), "max": max(v), "samples": v}
 
 
-def ratio(a: List[Optional[Sample]], b: List[Optional[Sample]], key: str
-          ) -> Dict[str, Optional[float]]:
+def ratio(
+    a: List[Optional[Sample]], b: List[Optional[Sample]], key: str
+) -> Dict[str, Optional[float]]:
     """a/b as the ratio of medians and as the median of per-round ratios (rounds
     where both ran; the per-round ratio cancels slow drifts of a noisy machine)."""
     va, vb = _values(a, key), _values(b, key)
     out: Dict[str, Optional[float]] = {"ratio_of_medians": None, "median_round_ratio": None}
     if va and vb and statistics.median(vb) != 0:
         out["ratio_of_medians"] = statistics.median(va) / statistics.median(vb)
-    pairs = [(x[key], y[key]) for x, y in zip(a, b)
-             if x is not None and y is not None and key in x and key in y and y[key] != 0]
+    pairs = [
+        (x[key], y[key])
+        for x, y in zip(a, b)
+        if x is not None and y is not None and key in x and key in y and y[key] != 0
+    ]
     if pairs:
         out["median_round_ratio"] = statistics.median(p / q for p, q in pairs)
     return out
@@ -234,48 +258,86 @@ class Section:
     def skip_contender(self, name: str, reason: str) -> None:
         self.skipped.append({"contender": name, "reason": reason})
 
-    def row(self, contender: str, metric: str, samples: List[Optional[Sample]],
-            key: Optional[str] = None, note: str = "") -> None:
+    def row(
+        self,
+        contender: str,
+        metric: str,
+        samples: List[Optional[Sample]],
+        key: Optional[str] = None,
+        note: str = "",
+    ) -> None:
         s = summary(samples, key or metric)
         if s["n"]:
             self.rows.append(dict(contender=contender, metric=metric, note=note, **s))
 
-    def value_row(self, contender: str, metric: str, values: Sequence[float],
-                  note: str = "") -> None:
+    def value_row(
+        self, contender: str, metric: str, values: Sequence[float], note: str = ""
+    ) -> None:
         self.row(contender, metric, [{"v": x} for x in values], "v", note)
 
-    def compare(self, what: str, metric: str, a: List[Optional[Sample]],
-                b: List[Optional[Sample]], key: Optional[str] = None,
-                target: Optional[str] = None, ok: Optional[Callable[[float], bool]] = None,
-                note: str = "") -> Dict[str, Any]:
+    def compare(
+        self,
+        what: str,
+        metric: str,
+        a: List[Optional[Sample]],
+        b: List[Optional[Sample]],
+        key: Optional[str] = None,
+        target: Optional[str] = None,
+        ok: Optional[Callable[[float], bool]] = None,
+        note: str = "",
+    ) -> Dict[str, Any]:
         r = ratio(a, b, key or metric)
-        return self.add_comparison(what, metric, r["ratio_of_medians"],
-                                   r["median_round_ratio"], target, ok, note)
+        return self.add_comparison(
+            what, metric, r["ratio_of_medians"], r["median_round_ratio"], target, ok, note
+        )
 
-    def add_comparison(self, what: str, metric: str, of_medians: Optional[float],
-                       round_median: Optional[float], target: Optional[str] = None,
-                       ok: Optional[Callable[[float], bool]] = None, note: str = "",
-                       unit: str = "x") -> Dict[str, Any]:
+    def add_comparison(
+        self,
+        what: str,
+        metric: str,
+        of_medians: Optional[float],
+        round_median: Optional[float],
+        target: Optional[str] = None,
+        ok: Optional[Callable[[float], bool]] = None,
+        note: str = "",
+        unit: str = "x",
+    ) -> Dict[str, Any]:
         met: Optional[bool] = None
         if ok is not None and of_medians is not None:
             # Met only when both estimates agree; a noisy run cannot pass on one.
             met = ok(of_medians) and (round_median is None or ok(round_median))
-        c = {"what": what, "metric": metric, "ratio_of_medians": of_medians,
-             "median_round_ratio": round_median, "unit": unit, "target": target,
-             "met": met, "note": note}
+        c = {
+            "what": what,
+            "metric": metric,
+            "ratio_of_medians": of_medians,
+            "median_round_ratio": round_median,
+            "unit": unit,
+            "target": target,
+            "met": met,
+            "note": note,
+        }
         self.comparisons.append(c)
         return c
 
     def to_json(self) -> Dict[str, Any]:
-        return {"name": self.name, "title": self.title, "status": self.status,
-                "reason": self.reason, "params": self.params, "rows": self.rows,
-                "comparisons": self.comparisons, "skipped": self.skipped,
-                "notes": self.notes, "seconds": round(self.seconds, 2)}
+        return {
+            "name": self.name,
+            "title": self.title,
+            "status": self.status,
+            "reason": self.reason,
+            "params": self.params,
+            "rows": self.rows,
+            "comparisons": self.comparisons,
+            "skipped": self.skipped,
+            "notes": self.notes,
+            "seconds": round(self.seconds, 2),
+        }
 
 
 # ---------------------------------------------------------------------------
 # machine description and report
 # ---------------------------------------------------------------------------
+
 
 def _read(path: str) -> str:
     try:
@@ -311,8 +373,11 @@ def machine_info() -> Dict[str, Any]:
     }
     try:
         info["commit"] = subprocess.run(
-            ["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True,
-            text=True, timeout=10).stdout.strip()
+            ["git", "-C", ROOT, "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         info["commit"] = ""
     try:
@@ -356,32 +421,62 @@ def _met(m: Optional[bool]) -> str:
 def render_markdown(report: Dict[str, Any]) -> str:
     m = report["machine"]
     out = ["# numa_utils benchmarks", ""]
-    out.append("Machine: {}, {} CPUs online ({} allowed), {} GiB, NUMA nodes {}, "
-               "Linux {} ({}), Python {}; THP {}; shmem THP {}. Commit {}, "
-               "numa_utils {}. Run: `{}` ({} s).".format(
-                   m["cpu_model"], m["cpus_online"], m["cpus_allowed"], m["memory_gib"],
-                   m["numa_nodes_online"], m["kernel"], m["arch"], m["python"],
-                   m["thp"] or "-", m["shmem_thp"] or "-", m["commit"] or "-",
-                   m["numa_utils_version"], report["command"], _fmt(report["seconds"])))
+    out.append(
+        "Machine: {}, {} CPUs online ({} allowed), {} GiB, NUMA nodes {}, "
+        "Linux {} ({}), Python {}; THP {}; shmem THP {}. Commit {}, "
+        "numa_utils {}. Run: `{}` ({} s).".format(
+            m["cpu_model"],
+            m["cpus_online"],
+            m["cpus_allowed"],
+            m["memory_gib"],
+            m["numa_nodes_online"],
+            m["kernel"],
+            m["arch"],
+            m["python"],
+            m["thp"] or "-",
+            m["shmem_thp"] or "-",
+            m["commit"] or "-",
+            m["numa_utils_version"],
+            report["command"],
+            _fmt(report["seconds"]),
+        )
+    )
     out.append("")
     start, end = m.get("loadavg_start", "?"), report.get("loadavg_end", "?")
-    out.append(f"Load average (1/5/15 min) at start {start}, at end {end}: other work shares "
-               "this machine; the alternation and per-round ratios are there for that.")
+    out.append(
+        f"Load average (1/5/15 min) at start {start}, at end {end}: other work shares "
+        "this machine; the alternation and per-round ratios are there for that."
+    )
     out.append("")
-    out.append("Contenders alternate (A B C, C B A, ...); min/median/max over rounds. "
-               "Ratios are A/B of the metric shown: the ratio of medians, and the median "
-               "of the per-round ratios (for a difference in ms: the difference of "
-               "medians, and the median of per-round differences). A target is met only "
-               "when both agree.")
+    out.append(
+        "Contenders alternate (A B C, C B A, ...); min/median/max over rounds. "
+        "Ratios are A/B of the metric shown: the ratio of medians, and the median "
+        "of the per-round ratios (for a difference in ms: the difference of "
+        "medians, and the median of per-round differences). A target is met only "
+        "when both agree."
+    )
     out.append("")
     targets = [(s, c) for s in report["sections"] for c in s["comparisons"] if c["target"]]
     if targets:
-        out += ["## Targets", "", "| benchmark | comparison | metric | ratio of medians "
-                "| median of round ratios | target | result |", "|---|---|---|---|---|---|---|"]
+        out += [
+            "## Targets",
+            "",
+            "| benchmark | comparison | metric | ratio of medians "
+            "| median of round ratios | target | result |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for s, c in targets:
-            out.append("| {} | {} | {} | {} | {} | {} | {} |".format(
-                s["name"], c["what"], c["metric"], _val(c, "ratio_of_medians"),
-                _val(c, "median_round_ratio"), c["target"], _met(c["met"])))
+            out.append(
+                "| {} | {} | {} | {} | {} | {} | {} |".format(
+                    s["name"],
+                    c["what"],
+                    c["metric"],
+                    _val(c, "ratio_of_medians"),
+                    _val(c, "median_round_ratio"),
+                    c["target"],
+                    _met(c["met"]),
+                )
+            )
         out.append("")
     for s in report["sections"]:
         out += ["## {}".format(s["title"]), ""]
@@ -389,23 +484,41 @@ def render_markdown(report: Dict[str, Any]) -> str:
             out += ["Skipped: {}".format(s["reason"]), ""]
             continue
         if s["params"]:
-            out += ["Parameters: " + ", ".join(f"{k}={v}"
-                                                for k, v in s["params"].items()), ""]
+            out += ["Parameters: " + ", ".join(f"{k}={v}" for k, v in s["params"].items()), ""]
         if s["rows"]:
-            out += ["| contender | metric | min | median | max | n | note |",
-                    "|---|---|---|---|---|---|---|"]
+            out += [
+                "| contender | metric | min | median | max | n | note |",
+                "|---|---|---|---|---|---|---|",
+            ]
             for r in s["rows"]:
-                cells = [r["contender"], r["metric"], _fmt(r["min"]), _fmt(r["median"]),
-                         _fmt(r["max"]), str(r["n"]), r["note"]]
+                cells = [
+                    r["contender"],
+                    r["metric"],
+                    _fmt(r["min"]),
+                    _fmt(r["median"]),
+                    _fmt(r["max"]),
+                    str(r["n"]),
+                    r["note"],
+                ]
                 out.append("| " + " | ".join(cells) + " |")
             out.append("")
         if s["comparisons"]:
-            out += ["| comparison | metric | ratio of medians | median of round ratios "
-                    "| target | result |", "|---|---|---|---|---|---|"]
+            out += [
+                "| comparison | metric | ratio of medians | median of round ratios "
+                "| target | result |",
+                "|---|---|---|---|---|---|",
+            ]
             for c in s["comparisons"]:
-                out.append("| {} | {} | {} | {} | {} | {} |".format(
-                    c["what"], c["metric"], _val(c, "ratio_of_medians"),
-                    _val(c, "median_round_ratio"), c["target"] or "-", _met(c["met"])))
+                out.append(
+                    "| {} | {} | {} | {} | {} | {} |".format(
+                        c["what"],
+                        c["metric"],
+                        _val(c, "ratio_of_medians"),
+                        _val(c, "median_round_ratio"),
+                        c["target"] or "-",
+                        _met(c["met"]),
+                    )
+                )
             out.append("")
         for k in s["skipped"]:
             out.append("- skipped {}: {}".format(k["contender"], k["reason"]))
@@ -441,8 +554,7 @@ def build_c(name: str) -> str:
     if os.path.exists(exe) and os.path.getmtime(exe) >= os.path.getmtime(src):
         return exe
     tmp = f"{exe}.{os.getpid()}.tmp"
-    r = subprocess.run([cc, "-O2", "-pthread", "-o", tmp, src], capture_output=True,
-                       text=True)
+    r = subprocess.run([cc, "-O2", "-pthread", "-o", tmp, src], capture_output=True, text=True)
     if r.returncode != 0:
         raise Skip(f"cc failed on {name}.c: {r.stderr.strip()[-300:]}")
     os.replace(tmp, exe)

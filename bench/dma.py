@@ -27,8 +27,8 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from . import common, prefault
 from .common import Section, Skip
 
-H2D, D2H = 1, 2                 # cudaMemcpyKind
-REGISTER_PORTABLE = 1           # cudaHostRegisterPortable
+H2D, D2H = 1, 2  # cudaMemcpyKind
+REGISTER_PORTABLE = 1  # cudaHostRegisterPortable
 
 
 class _Cudart:
@@ -38,8 +38,13 @@ class _Cudart:
 
     def __init__(self) -> None:
         lib = None
-        names = [ctypes.util.find_library("cudart"), "libcudart.so", "libcudart.so.13",
-                 "libcudart.so.12", "libcudart.so.11.0"]
+        names = [
+            ctypes.util.find_library("cudart"),
+            "libcudart.so",
+            "libcudart.so.13",
+            "libcudart.so.12",
+            "libcudart.so.11.0",
+        ]
         for n in names:
             if not n:
                 continue
@@ -51,17 +56,18 @@ class _Cudart:
         if lib is None:
             raise Skip("neither torch nor libcudart could be loaded")
         vp, sz = ctypes.c_void_p, ctypes.c_size_t
-        for fn, args in (("cudaGetDeviceCount", [ctypes.POINTER(ctypes.c_int)]),
-                         ("cudaSetDevice", [ctypes.c_int]),
-                         ("cudaDeviceGetPCIBusId", [ctypes.c_char_p, ctypes.c_int,
-                                                    ctypes.c_int]),
-                         ("cudaHostRegister", [vp, sz, ctypes.c_uint]),
-                         ("cudaHostUnregister", [vp]),
-                         ("cudaMalloc", [ctypes.POINTER(vp), sz]),
-                         ("cudaFree", [vp]),
-                         ("cudaMemcpy", [vp, vp, sz, ctypes.c_int]),
-                         ("cudaDeviceSynchronize", []),
-                         ("cudaGetErrorString", [ctypes.c_int])):
+        for fn, args in (
+            ("cudaGetDeviceCount", [ctypes.POINTER(ctypes.c_int)]),
+            ("cudaSetDevice", [ctypes.c_int]),
+            ("cudaDeviceGetPCIBusId", [ctypes.c_char_p, ctypes.c_int, ctypes.c_int]),
+            ("cudaHostRegister", [vp, sz, ctypes.c_uint]),
+            ("cudaHostUnregister", [vp]),
+            ("cudaMalloc", [ctypes.POINTER(vp), sz]),
+            ("cudaFree", [vp]),
+            ("cudaMemcpy", [vp, vp, sz, ctypes.c_int]),
+            ("cudaDeviceSynchronize", []),
+            ("cudaGetErrorString", [ctypes.c_int]),
+        ):
             f = getattr(lib, fn)
             f.argtypes = args
             f.restype = ctypes.c_char_p if fn == "cudaGetErrorString" else ctypes.c_int
@@ -123,7 +129,7 @@ class _Torch:
         self.torch = torch
         self.cudart: Optional[_Cudart] = None
         try:
-            self.cudart = _Cudart()       # only for PCI bus ids, if loadable
+            self.cudart = _Cudart()  # only for PCI bus ids, if loadable
         except Skip:
             pass
         self._host: Dict[int, Any] = {}
@@ -182,8 +188,14 @@ class HostBuffer:
 
     def __init__(self, size: int) -> None:
         lib = prefault.libc()
-        addr = lib.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE,
-                        mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+        addr = lib.mmap(
+            None,
+            size,
+            mmap.PROT_READ | mmap.PROT_WRITE,
+            mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+            -1,
+            0,
+        )
         if addr in (None, ctypes.c_void_p(-1).value):
             raise prefault._err("mmap")
         self.addr = int(addr)
@@ -191,7 +203,7 @@ class HostBuffer:
         self.registered = False
 
     def touch(self) -> None:
-        ctypes.memset(self.addr, 1, self.size)     # a write per page: real allocation
+        ctypes.memset(self.addr, 1, self.size)  # a write per page: real allocation
 
     def close(self) -> None:
         if self.addr:
@@ -233,8 +245,12 @@ def run(*, size: int, rounds: int, log: Callable[[str], None] = common.log) -> S
         raise Skip(f"no CUDA device visible (CUDA_VISIBLE_DEVICES={visible!r})")
     nu = common.numa_utils()
     size = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
-    sec.params = {"size": common.fmt_size(size), "rounds": rounds, "gpus": ngpu,
-                  "cuda_via": cuda.name}
+    sec.params = {
+        "size": common.fmt_size(size),
+        "rounds": rounds,
+        "gpus": ngpu,
+        "cuda_via": cuda.name,
+    }
     buffers: Dict[str, HostBuffer] = {}
 
     def make(label: str, apply: Optional[Callable[[HostBuffer], Any]]) -> HostBuffer:
@@ -271,16 +287,18 @@ def run(*, size: int, rounds: int, log: Callable[[str], None] = common.log) -> S
                 sec.skip_contender(f"GPU {dev} bind-to-GPU-node", how)
             mem = cuda.alloc(dev, size)
             try:
-                for lab in labels:                       # warm-up, not measured
+                for lab in labels:  # warm-up, not measured
                     cuda.copy(dev, mem, buffers[lab].addr, size, H2D)
                     cuda.copy(dev, mem, buffers[lab].addr, size, D2H)
                 contenders = []
                 for lab in labels:
+
                     def fn(lab: str = lab, dev: int = dev, mem: Any = mem) -> Dict[str, float]:
                         a = buffers[lab].addr
                         h = cuda.copy(dev, mem, a, size, H2D)
                         d = cuda.copy(dev, mem, a, size, D2H)
                         return {"H2D": size / h / 1e9, "D2H": size / d / 1e9}
+
                     contenders.append((f"GPU {dev} {lab}", fn))
                 log(f"dma: GPU {dev}, {len(labels)} placements x {rounds} rounds")
                 samples, skipped = common.alternate(contenders, rounds, log=log)
@@ -295,10 +313,20 @@ def run(*, size: int, rounds: int, log: Callable[[str], None] = common.log) -> S
             names = [f"GPU {dev} {lab}" for lab in labels]
             if len(names) == 3 and all(n in samples for n in names):
                 for key in ("H2D", "D2H"):
-                    sec.compare(f"GPU {dev} bind-to-GPU-node / first-touch", key + " GB/s",
-                                samples[names[2]], samples[names[0]], key=key)
-                    sec.compare(f"GPU {dev} bind-to-GPU-node / interleave", key + " GB/s",
-                                samples[names[2]], samples[names[1]], key=key)
+                    sec.compare(
+                        f"GPU {dev} bind-to-GPU-node / first-touch",
+                        key + " GB/s",
+                        samples[names[2]],
+                        samples[names[0]],
+                        key=key,
+                    )
+                    sec.compare(
+                        f"GPU {dev} bind-to-GPU-node / interleave",
+                        key + " GB/s",
+                        samples[names[2]],
+                        samples[names[1]],
+                        key=key,
+                    )
     finally:
         for b in buffers.values():
             if b.registered:
@@ -309,8 +337,7 @@ def run(*, size: int, rounds: int, log: Callable[[str], None] = common.log) -> S
     return sec
 
 
-def _pin_stalls(nu: Any, cuda: Any, size: int, sec: Section,
-                log: Callable[[str], None]) -> None:
+def _pin_stalls(nu: Any, cuda: Any, size: int, sec: Section, log: Callable[[str], None]) -> None:
     """numa_utils.pin_for_cuda at its default stall budget (1 GiB per call) against
     one call for the whole buffer: total time, longest call (how long every other
     CUDA call of the process waits behind the driver's lock), registered GB/s."""

@@ -52,14 +52,18 @@ def describe(mf: Any, cpus: int, nodes: int, gpus: int) -> Dict[str, Any]:
     hp = {2048: (0, 0, 0), 1048576: (0, 0, 0)}
     node_cpus: Dict[int, List[int]] = {n: [] for n in range(nodes)}
     for cpu, t in topo.items():
-        core_index = (cpu % cores_total) % cores       # position within its socket
+        core_index = (cpu % cores_total) % cores  # position within its socket
         n = t["package"] * per_socket + core_index // cores_per_node
         node_cpus[n].append(cpu)
     gib = 1024 * 1024
-    desc_nodes = {n: mf.node(sorted(c), 64 * gib, 60 * gib - n * 1024, hp)
-                  for n, c in node_cpus.items()}
-    dist = {(a, b): 10 if a == b else (12 if a // per_socket == b // per_socket else 32)
-            for a in range(nodes) for b in range(nodes)}
+    desc_nodes = {
+        n: mf.node(sorted(c), 64 * gib, 60 * gib - n * 1024, hp) for n, c in node_cpus.items()
+    }
+    dist = {
+        (a, b): 10 if a == b else (12 if a // per_socket == b // per_socket else 32)
+        for a in range(nodes)
+        for b in range(nodes)
+    }
     devs = [mf.pci("0000:00:00.0", 0x8086, 0x09A2, 0x060000, 0)]
     for g in range(gpus):
         n = g * nodes // max(gpus, 1)
@@ -69,7 +73,12 @@ def describe(mf: Any, cpus: int, nodes: int, gpus: int) -> Dict[str, Any]:
     return mf.base(
         f"bench-{cpus}cpu-{nodes}node",
         source=f"bench/gen_topology.py: {cpus} CPUs, {nodes} nodes, {gpus} GPUs",
-        topo=topo, nodes=desc_nodes, distance=dist, pci=devs, nvidia_proc=True)
+        topo=topo,
+        nodes=desc_nodes,
+        distance=dist,
+        pci=devs,
+        nvidia_proc=True,
+    )
 
 
 def describe_many_nodes(mf: Any, cpus: int, nodes: int) -> Dict[str, Any]:
@@ -82,22 +91,37 @@ def describe_many_nodes(mf: Any, cpus: int, nodes: int) -> Dict[str, Any]:
     assert sockets * cores == cpus, (cpus, nodes)
     topo = mf.x86_smp(sockets, cores, 1)
     gib = 1024 * 1024
-    desc_nodes = {n: mf.node([c for c in topo if topo[c]["package"] // 2 == n],
-                             8 * gib, 6 * gib - n * 1024, {2048: (0, 0, 0)})
-                  for n in range(nodes)}
-    dist = {(a, b): 10 if a == b else 15 + 5 * bin(a ^ b).count("1")
-            for a in range(nodes) for b in range(nodes)}
+    desc_nodes = {
+        n: mf.node(
+            [c for c in topo if topo[c]["package"] // 2 == n],
+            8 * gib,
+            6 * gib - n * 1024,
+            {2048: (0, 0, 0)},
+        )
+        for n in range(nodes)
+    }
+    dist = {
+        (a, b): 10 if a == b else 15 + 5 * bin(a ^ b).count("1")
+        for a in range(nodes)
+        for b in range(nodes)
+    }
     return mf.base(
         f"bench-{cpus}cpu-{nodes}node-hwloc",
         source=f"bench/gen_topology.py: {cpus} CPUs, {nodes} nodes (2 packages per node)",
-        topo=topo, nodes=desc_nodes, distance=dist, pci=[], nvidia_proc=False)
+        topo=topo,
+        nodes=desc_nodes,
+        distance=dist,
+        pci=[],
+        nvidia_proc=False,
+    )
 
 
 _CACHE_KB = {1: 48, 2: 2048, 3: 65536}
 
 
-def _add_hwloc_files(mf: Any, files: Dict[str, bytes], m: Dict[str, Any],
-                     r: Dict[str, Any]) -> None:
+def _add_hwloc_files(
+    mf: Any, files: Dict[str, bytes], m: Dict[str, Any], r: Dict[str, Any]
+) -> None:
     bits = r["mask_bits"]
     topo = m["topo"]
     pkg: Dict[int, List[int]] = {}
@@ -144,19 +168,26 @@ def write_tree(dest: str, cpus: int, nodes: int, gpus: int) -> Dict[str, Any]:
     """Write the tree under ``dest`` (its filesystem root); returns its shape.  With
     more nodes than a quarter of the CPUs' cores, the many-node shape (no GPUs)."""
     mf = fixtures_module()
-    m = describe_many_nodes(mf, cpus, nodes) if nodes * 4 >= cpus else \
-        describe(mf, cpus, nodes, gpus)
+    m = (
+        describe_many_nodes(mf, cpus, nodes)
+        if nodes * 4 >= cpus
+        else describe(mf, cpus, nodes, gpus)
+    )
     r = mf.resolve(m)
     tree = mf.build_tree(m, r, dest)
     _add_hwloc_files(mf, tree.files, m, r)
     tree.write()
-    return {"cpus": len(r["online"]), "nodes": len(r["online_nodes"]), "gpus": gpus,
-            "files": len(tree.files)}
+    return {
+        "cpus": len(r["online"]),
+        "nodes": len(r["online_nodes"]),
+        "gpus": gpus,
+        "files": len(tree.files),
+    }
 
 
 def main(argv: List[str]) -> int:
     dest = argv[0]
-    nums = [int(x) for x in argv[1:]] + [1024, 32, 16][len(argv) - 1:]
+    nums = [int(x) for x in argv[1:]] + [1024, 32, 16][len(argv) - 1 :]
     print(write_tree(dest, *nums[:3]))
     return 0
 

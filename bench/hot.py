@@ -31,17 +31,19 @@ from .maps import REGION, Helper
 
 SNAPSHOT_ENV = "NUMA_UTILS_BENCH_HWLOC_SNAPSHOT"
 SNAPSHOT_NAME = "256ia64-64n2s2c"
-SNAPSHOT_HINT = (f"hwloc's {SNAPSHOT_NAME} snapshot not given (--hwloc-snapshot PATH or "
-                 f"{SNAPSHOT_ENV}: tests/hwloc/linux/{SNAPSHOT_NAME}.tar.bz2 from "
-                 "https://github.com/open-mpi/hwloc)")
+SNAPSHOT_HINT = (
+    f"hwloc's {SNAPSHOT_NAME} snapshot not given (--hwloc-snapshot PATH or "
+    f"{SNAPSHOT_ENV}: tests/hwloc/linux/{SNAPSHOT_NAME}.tar.bz2 from "
+    "https://github.com/open-mpi/hwloc)"
+)
 
 
-def own_work(cmd: List[Optional[Sample]], floor: List[Optional[Sample]],
-             key: str = "s") -> List[Optional[Sample]]:
+def own_work(
+    cmd: List[Optional[Sample]], floor: List[Optional[Sample]], key: str = "s"
+) -> List[Optional[Sample]]:
     """Per round: the command's ``key`` less the import floor's of the same round
     (None where either is missing)."""
-    return [None if a is None or f is None else {key: a[key] - f[key]}
-            for a, f in zip(cmd, floor)]
+    return [None if a is None or f is None else {key: a[key] - f[key]} for a, f in zip(cmd, floor)]
 
 
 def _tree_root(folder: str) -> str:
@@ -68,15 +70,24 @@ def snapshot_tree(path: str, scratch: str) -> str:
             tf.extractall(dest, filter="data")
         else:
             for m in tf.getmembers():
-                if m.name.startswith("/") or ".." in m.name.split("/") or \
-                        not (m.isdir() or m.isfile() or m.issym()):
+                if (
+                    m.name.startswith("/")
+                    or ".." in m.name.split("/")
+                    or not (m.isdir() or m.isfile() or m.issym())
+                ):
                     raise Skip(f"{path}: unexpected member {m.name!r}")
             tf.extractall(dest)
     return _tree_root(dest)
 
 
-def run(*, vmas: int, rounds: int, snapshot: Optional[str] = None, quick: bool = False,
-        log: Callable[[str], None] = common.log) -> Section:
+def run(
+    *,
+    vmas: int,
+    rounds: int,
+    snapshot: Optional[str] = None,
+    quick: bool = False,
+    log: Callable[[str], None] = common.log,
+) -> Section:
     sec = Section("hot", "6. Hot commands' own work (less `import numa_utils`)")
     snapshot = snapshot or os.environ.get(SNAPSHOT_ENV) or None
     env = common.child_env()
@@ -91,13 +102,19 @@ def run(*, vmas: int, rounds: int, snapshot: Optional[str] = None, quick: bool =
             tree = os.path.join(scratch, "generated")
             gen_topology.write_tree(tree, cpus, nodes, 0)
             tree_label = f"generated {cpus} CPUs / {nodes} nodes (hwloc's shape)"
-            sec.notes.append(SNAPSHOT_HINT + f"; a {tree_label} tree stands in and the "
-                             "status target is not judged")
+            sec.notes.append(
+                SNAPSHOT_HINT + f"; a {tree_label} tree stands in and the "
+                "status target is not judged"
+            )
         helper = Helper(vmas)
         pid = str(helper.pid)
-        sec.params = {"vmas_in_helper": helper.vmas, "region": common.fmt_size(REGION),
-                      "tree": tree_label, "rounds": rounds,
-                      "numa_utils_bytecode": common.warm_bytecode()}
+        sec.params = {
+            "vmas_in_helper": helper.vmas,
+            "region": common.fmt_size(REGION),
+            "tree": tree_label,
+            "rounds": rounds,
+            "numa_utils_bytecode": common.warm_bytecode(),
+        }
         names = {
             "floor": "python -c 'import numa_utils' (floor)",
             "maps": "python -m numa_utils maps PID",
@@ -107,17 +124,31 @@ def run(*, vmas: int, rounds: int, snapshot: Optional[str] = None, quick: bool =
         }
         py = common.python_argv
         contenders: List[Tuple[str, Callable[[], Sample]]] = [
-            (names["floor"], whole_process(py("-c", "import numa_utils"), env,
-                                           "import numa_utils")),
-            (names["maps"], whole_process(py("-m", "numa_utils", "maps", pid), env,
-                                          "numa_utils maps")),
-            (names["status"], whole_process(py("-m", "numa_utils", "status", "--root",
-                                               tree), env, "numa_utils status")),
+            (
+                names["floor"],
+                whole_process(py("-c", "import numa_utils"), env, "import numa_utils"),
+            ),
+            (
+                names["maps"],
+                whole_process(py("-m", "numa_utils", "maps", pid), env, "numa_utils maps"),
+            ),
+            (
+                names["status"],
+                whole_process(
+                    py("-m", "numa_utils", "status", "--root", tree), env, "numa_utils status"
+                ),
+            ),
         ]
         for key, tool, argv, tenv, pkg in (
-                ("numastat", "numastat", ["-p", pid], env, "numactl"),
-                ("lstopo", "lstopo-no-graphics", [], dict(env, HWLOC_FSROOT=tree),
-                 "hwloc-nox or hwloc")):
+            ("numastat", "numastat", ["-p", pid], env, "numactl"),
+            (
+                "lstopo",
+                "lstopo-no-graphics",
+                [],
+                dict(env, HWLOC_FSROOT=tree),
+                "hwloc-nox or hwloc",
+            ),
+        ):
             exe = common.which(tool)
             if exe:
                 contenders.append((names[key], whole_process([exe, *argv], tenv, tool)))
@@ -135,8 +166,10 @@ def run(*, vmas: int, rounds: int, snapshot: Optional[str] = None, quick: bool =
         if name in samples:
             sec.row(name, "s", samples[name])
     floor = samples.get(names["floor"])
-    for cmd, ref, target, judged in (("maps", "numastat", 1.5, True),
-                                     ("status", "lstopo", 2.0, bool(snapshot))):
+    for cmd, ref, target, judged in (
+        ("maps", "numastat", 1.5, True),
+        ("status", "lstopo", 2.0, bool(snapshot)),
+    ):
         a, b = samples.get(names[cmd]), samples.get(names[ref])
         if a is None or floor is None:
             continue
@@ -144,11 +177,19 @@ def run(*, vmas: int, rounds: int, snapshot: Optional[str] = None, quick: bool =
         sec.row(f"{names[cmd]}: own work (less the floor)", "s", own)
         if b is None:
             continue
-        sec.compare(f"{cmd} own work / {names[ref]}", "time", own, b, key="s",
-                    target=f"<= {target}" if judged else None,
-                    ok=(lambda x, t=target: x <= t) if judged else None)
+        sec.compare(
+            f"{cmd} own work / {names[ref]}",
+            "time",
+            own,
+            b,
+            key="s",
+            target=f"<= {target}" if judged else None,
+            ok=(lambda x, t=target: x <= t) if judged else None,
+        )
         sec.compare(f"{cmd} whole process / {names[ref]}", "time", a, b, key="s")
         sec.compare(f"floor / {names[ref]}", "time", floor, b, key="s")
-    sec.notes.append("own work = the command's wall time less `python -c 'import "
-                     "numa_utils'` in the same round; the reference tools are whole runs")
+    sec.notes.append(
+        "own work = the command's wall time less `python -c 'import "
+        "numa_utils'` in the same round; the reference tools are whole runs"
+    )
     return sec

@@ -25,9 +25,13 @@ REGION = 16 << 20
 class Helper:
     def __init__(self, vmas: int) -> None:
         self.p = subprocess.Popen(
-            common.python_argv(os.path.join(common.BENCH_DIR, "vma_helper.py"), str(vmas),
-                               str(REGION)),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            common.python_argv(
+                os.path.join(common.BENCH_DIR, "vma_helper.py"), str(vmas), str(REGION)
+            ),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         assert self.p.stdout is not None
         line = self.p.stdout.readline().decode()
         if not line:
@@ -56,9 +60,13 @@ def run(*, vmas: int, rounds: int, log: Callable[[str], None] = common.log) -> S
         pid = helper.pid
         text = open(f"/proc/{pid}/numa_maps").read()
         nlines = text.count("\n")
-        sec.params = {"vmas_in_helper": helper.vmas, "numa_maps_lines": nlines,
-                      "numa_maps_bytes": len(text), "region": common.fmt_size(REGION),
-                      "rounds": rounds}
+        sec.params = {
+            "vmas_in_helper": helper.vmas,
+            "numa_maps_lines": nlines,
+            "numa_maps_bytes": len(text),
+            "region": common.fmt_size(REGION),
+            "rounds": rounds,
+        }
         sec.params["numa_utils_bytecode"] = common.warm_bytecode()
         contenders: List[Tuple[str, Callable[[], Dict[str, float]]]] = []
 
@@ -71,18 +79,21 @@ def run(*, vmas: int, rounds: int, log: Callable[[str], None] = common.log) -> S
 
         maps_name = "python -m numa_utils maps PID"
         json_name = "python -m numa_utils maps PID --json"
-        probe = common.spawn(common.python_argv("-m", "numa_utils", "maps", "--help"),
-                             cwd=common.ROOT, env=env)
+        probe = common.spawn(
+            common.python_argv("-m", "numa_utils", "maps", "--help"), cwd=common.ROOT, env=env
+        )
         if probe.rc != 0:
-            why = "no `maps` subcommand in this checkout ({})".format(" ".join(
-                probe.stderr.decode(errors="replace").strip().splitlines()[-1:]))
+            why = "no `maps` subcommand in this checkout ({})".format(
+                " ".join(probe.stderr.decode(errors="replace").strip().splitlines()[-1:])
+            )
             sec.skip_contender(maps_name, why)
             sec.skip_contender(json_name, why)
         else:
             base = common.python_argv("-m", "numa_utils", "maps", str(pid))
             contenders.append((maps_name, whole_process(base, env, "numa_utils maps")))
-            contenders.append((json_name, whole_process(base + ["--json"], env,
-                                                 "numa_utils maps --json")))
+            contenders.append(
+                (json_name, whole_process(base + ["--json"], env, "numa_utils maps --json"))
+            )
         pass_name = "python -c pass (start-up floor)"
         contenders.append((pass_name, whole_process(common.python_argv("-c", "pass"), env)))
 
@@ -93,6 +104,7 @@ def run(*, vmas: int, rounds: int, log: Callable[[str], None] = common.log) -> S
             with open(f"/proc/{pid}/numa_maps", "rb") as f:
                 f.read()
             return {"s": time.perf_counter() - t0}
+
         contenders.append((read_name, read_raw))
 
         pl_name = "placement(region, pid=PID) in-process"
@@ -109,6 +121,7 @@ def run(*, vmas: int, rounds: int, log: Callable[[str], None] = common.log) -> S
             dt = time.perf_counter() - t0
             got["placement"] = res
             return {"s": dt}
+
         contenders.append((pl_name, placement))
 
         parse_name = "parse_numa_maps(text)"
@@ -122,10 +135,13 @@ def run(*, vmas: int, rounds: int, log: Callable[[str], None] = common.log) -> S
             dt = time.perf_counter() - t0
             got["entries"] = len(entries)
             return {"s": dt, "lines/s": nlines / dt}
+
         contenders.append((parse_name, parse))
 
-        log(f"maps: helper pid with {helper.vmas} VMAs, {len(contenders)} contenders x "
-            f"{rounds} rounds")
+        log(
+            f"maps: helper pid with {helper.vmas} VMAs, {len(contenders)} contenders x "
+            f"{rounds} rounds"
+        )
         samples, skipped = common.alternate(contenders, rounds, log=log)
     finally:
         helper.close()
@@ -135,22 +151,30 @@ def run(*, vmas: int, rounds: int, log: Callable[[str], None] = common.log) -> S
         if name in samples:
             sec.row(name, "s", samples[name])
     if parse_name in samples:
-        sec.row(parse_name, "lines/s", samples[parse_name],
-                note=f"{got.get('entries')} entries from {nlines} lines")
+        sec.row(
+            parse_name,
+            "lines/s",
+            samples[parse_name],
+            note=f"{got.get('entries')} entries from {nlines} lines",
+        )
     if "placement" in got:
         p = got["placement"]
         shown = dict(sorted(p.items())) if isinstance(p, dict) else p
         sec.notes.append(f"placement() of the {common.fmt_size(REGION)} region returned {shown}")
 
-    def cmp(a: str, b: str, label: str, target: Optional[str] = None,
-            ok: Optional[Callable[[float], bool]] = None) -> None:
+    def cmp(
+        a: str,
+        b: str,
+        label: str,
+        target: Optional[str] = None,
+        ok: Optional[Callable[[float], bool]] = None,
+    ) -> None:
         if a in samples and b in samples:
             sec.compare(label, "time", samples[a], samples[b], key="s", target=target, ok=ok)
 
     cmp(maps_name, ns_name, "maps CLI / numastat -p", "<= 1.5", lambda x: x <= 1.5)
     cmp(json_name, ns_name, "maps --json / numastat -p", "<= 3.0", lambda x: x <= 3.0)
-    cmp(pl_name, ns_name, "placement() in-process / numastat -p", "<= 0.5",
-        lambda x: x <= 0.5)
+    cmp(pl_name, ns_name, "placement() in-process / numastat -p", "<= 0.5", lambda x: x <= 0.5)
     cmp(read_name, ns_name, "raw numa_maps read / numastat -p")
     cmp(pass_name, ns_name, "python -c pass / numastat -p")
     sec.notes.append("time ratios: below 1 means faster than the reference (B)")
@@ -168,16 +192,22 @@ def synthetic_maps(size: int) -> bytes:
         if i % 2:
             rest = "default anon=1 dirty=1 active=0 N0=1 kernelpagesize_kB=4"
         elif i % 10 == 0:
-            rest = (f"interleave:0-1 file=/SYSV{i:08x}\\040(deleted) dirty={i} "
-                    f"N0={i // 2} N1={i - i // 2} kernelpagesize_kB=4")
+            rest = (
+                f"interleave:0-1 file=/SYSV{i:08x}\\040(deleted) dirty={i} "
+                f"N0={i // 2} N1={i - i // 2} kernelpagesize_kB=4"
+            )
         elif i % 10 == 2:
-            rest = f"default file=/anon_hugepage\\040(deleted) huge anon={i % 7} N1={i % 7} " \
-                   "kernelpagesize_kB=2048"
+            rest = (
+                f"default file=/anon_hugepage\\040(deleted) huge anon={i % 7} N1={i % 7} "
+                "kernelpagesize_kB=2048"
+            )
         elif i % 10 == 4:
             rest = f"default heap anon={i} dirty={i} N0={i} kernelpagesize_kB=4"
         else:
-            rest = (f"default file=/usr/lib/x86_64-linux-gnu/lib{i % 300}.so.{i % 7} "
-                    f"mapped={i % 997} mapmax=3 N0={i % 997} kernelpagesize_kB=4")
+            rest = (
+                f"default file=/usr/lib/x86_64-linux-gnu/lib{i % 300}.so.{i % 7} "
+                f"mapped={i % 997} mapmax=3 N0={i % 997} kernelpagesize_kB=4"
+            )
         lines.append(rest)
     out = []
     n = 0
@@ -190,12 +220,12 @@ def synthetic_maps(size: int) -> bytes:
     return "".join(out).encode()[:size].rsplit(b"\n", 1)[0] + b"\n"
 
 
-def file_case(*, small: int, rounds: int, log: Callable[[str], None] = common.log
-              ) -> Section:
+def file_case(*, small: int, rounds: int, log: Callable[[str], None] = common.log) -> Section:
     """`maps --file` on a generated file of ``small`` and 10x ``small`` bytes: time
     (linear?) and peak RSS against a bare interpreter."""
     import shutil
     import tempfile
+
     sec = Section("maps_file", f"2b. maps --file on {small * 10 / 1e6:.0f} MB of numa_maps")
     env = common.child_env()
     probe = common.build_c("rss_probe")
@@ -209,22 +239,29 @@ def file_case(*, small: int, rounds: int, log: Callable[[str], None] = common.lo
                 for _ in range(mult):
                     f.write(text)
         vmas = text.count(b"\n")
-        sec.params = {"small_bytes": len(text), "small_vmas": vmas,
-                      "large_bytes": len(text) * 10, "large_vmas": vmas * 10,
-                      "rounds": rounds}
+        sec.params = {
+            "small_bytes": len(text),
+            "small_vmas": vmas,
+            "large_bytes": len(text) * 10,
+            "large_vmas": vmas * 10,
+            "rounds": rounds,
+        }
         sec.params["numa_utils_bytecode"] = common.warm_bytecode()
         del text
 
         def probed(argv: List[str], what: str) -> Callable[[], Dict[str, float]]:
             def fn() -> Dict[str, float]:
-                r = common.spawn([probe, *argv], cwd=common.ROOT, env=env, capture=True,
-                                 timeout=900)
+                r = common.spawn(
+                    [probe, *argv], cwd=common.ROOT, env=env, capture=True, timeout=900
+                )
                 r.check("rss_probe " + what)
                 kb, secs, rc = r.stdout.decode().split()
                 if int(rc) != 0:
                     raise Skip(f"{what} exited {rc}: {r.stderr.decode()[-300:]}")
                 return {"s": float(secs), "rss": float(kb)}
+
             return fn
+
         mb = os.path.getsize(paths[1]) / 1e6
         names = {
             "small": f"maps --file, {mb:.0f} MB",
@@ -258,16 +295,30 @@ def file_case(*, small: int, rounds: int, log: Callable[[str], None] = common.lo
             a = [x["rss"] for x in got if x]
             b = [x["rss"] for x in bare if x]
             diffs = [(x["rss"] - y["rss"]) / 1024 for x, y in zip(got, bare) if x and y]
-            sec.add_comparison(f"{names[key]} - python -c pass", "peak RSS MiB",
-                               (statistics.median(a) - statistics.median(b)) / 1024,
-                               statistics.median(diffs) if diffs else None,
-                               "<= 64 MiB", lambda x: x <= 64, unit="MiB")
+            sec.add_comparison(
+                f"{names[key]} - python -c pass",
+                "peak RSS MiB",
+                (statistics.median(a) - statistics.median(b)) / 1024,
+                statistics.median(diffs) if diffs else None,
+                "<= 64 MiB",
+                lambda x: x <= 64,
+                unit="MiB",
+            )
     small, large = samples.get(names["small"]), samples.get(names["large"])
     if small and large:
         tenfold = [None if x is None else {"s": x["s"] * 10} for x in small]
-        sec.compare(f"{names['large']} / 10 x {names['small']}", "time", large, tenfold,
-                    key="s", target="<= 1.3 (linear)", ok=lambda x: x <= 1.3)
-    sec.notes.append("peak RSS is the child's own ru_maxrss (launched by rss_probe); the "
-                     "file is generated (synthetic_maps): half small anonymous VMAs, half "
-                     "file, heap, huge and interleaved ones with varying counters")
+        sec.compare(
+            f"{names['large']} / 10 x {names['small']}",
+            "time",
+            large,
+            tenfold,
+            key="s",
+            target="<= 1.3 (linear)",
+            ok=lambda x: x <= 1.3,
+        )
+    sec.notes.append(
+        "peak RSS is the child's own ru_maxrss (launched by rss_probe); the "
+        "file is generated (synthetic_maps): half small anonymous VMAs, half "
+        "file, heap, huge and interleaved ones with varying counters"
+    )
     return sec

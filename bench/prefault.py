@@ -49,8 +49,14 @@ def libc() -> Any:
         lib.shmdt.restype = ctypes.c_int
         lib.shmctl.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
         lib.shmctl.restype = ctypes.c_int
-        lib.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                             ctypes.c_int, ctypes.c_long]
+        lib.mmap.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_long,
+        ]
         lib.mmap.restype = ctypes.c_void_p
         lib.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
         lib.munmap.restype = ctypes.c_int
@@ -84,8 +90,9 @@ class Segment:
             fd = os.memfd_create("numa-utils-bench")
             try:
                 os.ftruncate(fd, size)
-                addr = lib.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE,
-                                mmap.MAP_SHARED, fd, 0)
+                addr = lib.mmap(
+                    None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0
+                )
             finally:
                 os.close(fd)
             if addr in (None, ctypes.c_void_p(-1).value):
@@ -104,6 +111,7 @@ class Segment:
 # ---------------------------------------------------------------------------
 # leak accounting
 # ---------------------------------------------------------------------------
+
 
 def sysv_segments() -> Dict[int, int]:
     """shmid -> creator pid, from /proc/sysvipc/shm."""
@@ -131,6 +139,7 @@ def dev_shm() -> Set[str]:
 # ---------------------------------------------------------------------------
 # contenders
 # ---------------------------------------------------------------------------
+
 
 def _feature_check(nu: Any, kind: str) -> Tuple[Optional[str], Optional[str]]:
     """(reason SharedRegion cannot run, reason prefault cannot run); None = fine."""
@@ -178,7 +187,7 @@ class NumaUtilsRegion:
         except TypeError:
             if self.int_keys:
                 raise
-            self.int_keys = True     # an API that wants SysV integer keys
+            self.int_keys = True  # an API that wants SysV integer keys
             return self.nu.SharedRegion.create(self._key(), self.size, **kw)
 
     def run(self, threads: int) -> Dict[str, float]:
@@ -225,8 +234,9 @@ def build_baseline() -> str:
 
 
 def c_baseline(exe: str, size: int, kind: str, threads: int) -> Dict[str, float]:
-    r = common.spawn([exe, str(size), str(threads), "memfd" if kind == "posix" else kind],
-                     capture=True).check("prefault_baseline")
+    r = common.spawn(
+        [exe, str(size), str(threads), "memfd" if kind == "posix" else kind], capture=True
+    ).check("prefault_baseline")
     dt = float(json.loads(r.stdout.decode())["seconds"])
     return {"s": dt, "GB/s": size / dt / 1e9}
 
@@ -237,13 +247,14 @@ def seed_method(np: Any, size: int, kind: str, nthreads: int = 8) -> Dict[str, f
     t0 = time.perf_counter()
     seg = Segment(size, kind)
     try:
-        arr = np.ctypeslib.as_array(ctypes.cast(seg.addr, ctypes.POINTER(ctypes.c_uint8)),
-                                    shape=(size,))
+        arr = np.ctypeslib.as_array(
+            ctypes.cast(seg.addr, ctypes.POINTER(ctypes.c_uint8)), shape=(size,)
+        )
         per = (size // PAGE + nthreads - 1) // nthreads * PAGE
         sums: List[int] = [0] * nthreads
 
         def work(i: int) -> None:
-            sums[i] = int(arr[i * per:min(size, (i + 1) * per):PAGE].sum())
+            sums[i] = int(arr[i * per : min(size, (i + 1) * per) : PAGE].sum())
 
         ts = [threading.Thread(target=work, args=(i,)) for i in range(nthreads)]
         for t in ts:
@@ -273,8 +284,15 @@ def python_loop(size: int, kind: str) -> Dict[str, float]:
 
 # ---------------------------------------------------------------------------
 
-def run(*, size: int, rounds: int, kind: str = "sysv", quick: bool = False,
-        log: Callable[[str], None] = common.log) -> Section:
+
+def run(
+    *,
+    size: int,
+    rounds: int,
+    kind: str = "sysv",
+    quick: bool = False,
+    log: Callable[[str], None] = common.log,
+) -> Section:
     sec = Section("prefault", "1. Prefault of a shared region")
     size = (size + PAGE - 1) // PAGE * PAGE
     ncpu = len(os.sched_getaffinity(0))
@@ -283,10 +301,15 @@ def run(*, size: int, rounds: int, kind: str = "sysv", quick: bool = False,
     # Thread scaling below all CPUs runs on at most 1 GiB: GB/s hardly depends on the
     # size, and the full size x every thread count would not fit the time budget.
     scale_size = min(size, 1 << 30)
-    sec.params = {"size": common.fmt_size(size), "kind": kind, "rounds": rounds,
-                  "threads": "/".join(map(str, tlist)), "page": PAGE,
-                  "python_loop_size": common.fmt_size(loop_size),
-                  "scaling_size": common.fmt_size(scale_size)}
+    sec.params = {
+        "size": common.fmt_size(size),
+        "kind": kind,
+        "rounds": rounds,
+        "threads": "/".join(map(str, tlist)),
+        "page": PAGE,
+        "python_loop_size": common.fmt_size(loop_size),
+        "scaling_size": common.fmt_size(scale_size),
+    }
     nu = common.numa_utils()
     seg_before, shm_before = sysv_segments(), dev_shm()
 
@@ -315,8 +338,7 @@ def run(*, size: int, rounds: int, kind: str = "sysv", quick: bool = False,
     try:
         exe = build_baseline()
         for t in tlist:
-            contenders.append((c_name(t),
-                               lambda t=t: c_baseline(exe, size_of(t), kind, t)))
+            contenders.append((c_name(t), lambda t=t: c_baseline(exe, size_of(t), kind, t)))
     except Skip as e:
         for t in tlist:
             sec.skip_contender(c_name(t), str(e))
@@ -328,14 +350,14 @@ def run(*, size: int, rounds: int, kind: str = "sysv", quick: bool = False,
     seed_name = "seed: 8 Python threads, numpy strided sum"
     try:
         import numpy as np  # noqa: PLC0415
+
         contenders.append((seed_name, lambda: seed_method(np, size, kind)))
     except ImportError:
         sec.skip_contender(seed_name, "numpy is not installed (pip install numpy)")
     loop_name = "plain Python loop (memoryview), 1 thr"
     contenders.append((loop_name, lambda: python_loop(loop_size, kind)))
 
-    log(f"prefault: {common.fmt_size(size)} {kind}, {len(contenders)} contenders x "
-        f"{rounds} rounds")
+    log(f"prefault: {common.fmt_size(size)} {kind}, {len(contenders)} contenders x {rounds} rounds")
     # Warm-up: populate and free the full size once (untimed), so no contender pays
     # for the first touch of guest memory by the hypervisor; then no per-contender
     # warm-up (that would cost a whole round of multi-GiB runs).
@@ -355,21 +377,27 @@ def run(*, size: int, rounds: int, kind: str = "sysv", quick: bool = False,
             note = "median {:.3f} s".format(secs["median"]) if secs["n"] else ""
             if name == loop_name:
                 note += f" on {common.fmt_size(loop_size)}"
-            elif (name.startswith("numa_utils create") or name.startswith("C baseline")) \
-                    and scale_size != size and not name.endswith(f", {ncpu} thr"):
+            elif (
+                (name.startswith("numa_utils create") or name.startswith("C baseline"))
+                and scale_size != size
+                and not name.endswith(f", {ncpu} thr")
+            ):
                 note += f" on {common.fmt_size(scale_size)}"
             sec.row(name, "GB/s", samples[name], note=note)
     main_nu, main_c = nu_name(ncpu), c_name(ncpu)
 
-    def cmp(a: str, b: str, label: str, target: Optional[str] = None,
-            ok: Optional[Callable[[float], bool]] = None) -> None:
+    def cmp(
+        a: str,
+        b: str,
+        label: str,
+        target: Optional[str] = None,
+        ok: Optional[Callable[[float], bool]] = None,
+    ) -> None:
         if a in samples and b in samples:
             sec.compare(label, "GB/s", samples[a], samples[b], target=target, ok=ok)
 
-    cmp(main_nu, main_c, f"numa_utils / C baseline ({ncpu} thr)", ">= 0.95",
-        lambda x: x >= 0.95)
-    cmp(main_nu, seed_name, f"numa_utils ({ncpu} thr) / seed method", "> 1.0",
-        lambda x: x > 1.0)
+    cmp(main_nu, main_c, f"numa_utils / C baseline ({ncpu} thr)", ">= 0.95", lambda x: x >= 0.95)
+    cmp(main_nu, seed_name, f"numa_utils ({ncpu} thr) / seed method", "> 1.0", lambda x: x > 1.0)
     cmp(main_nu, loop_name, f"numa_utils ({ncpu} thr) / Python loop")
     cmp(pre_name, main_c, f"prefault() only / C baseline ({ncpu} thr)")
     for t in tlist:
@@ -381,23 +409,27 @@ def run(*, size: int, rounds: int, kind: str = "sysv", quick: bool = False,
 
     # Leak accounting: nothing this process created may remain.
     after = sysv_segments()
-    ours = [sid for sid, cpid in after.items()
-            if sid not in seg_before and cpid == os.getpid()]
+    ours = [sid for sid, cpid in after.items() if sid not in seg_before and cpid == os.getpid()]
     for sid in ours:
         libc().shmctl(sid, IPC_RMID, None)
-    new_files = sorted(f for f in dev_shm() - shm_before if "numa-utils-bench" in f
-                       or str(os.getpid()) in f)
+    new_files = sorted(
+        f for f in dev_shm() - shm_before if "numa-utils-bench" in f or str(os.getpid()) in f
+    )
     sec.params["leaked_sysv_segments"] = len(ours)
     sec.params["leaked_dev_shm_files"] = len(new_files)
     if ours:
-        sec.notes.append(f"LEAK: {len(ours)} SysV segment(s) created by this run were still "
-                         "present after destroy()/close(); removed them")
+        sec.notes.append(
+            f"LEAK: {len(ours)} SysV segment(s) created by this run were still "
+            "present after destroy()/close(); removed them"
+        )
     if new_files:
         sec.notes.append("LEAK: /dev/shm files left behind: " + ", ".join(new_files))
     for e in sorted(set(errors)):
         sec.notes.append(f"release error: {e}")
-    sec.notes.append("GB/s = region bytes / (creation to last page) / 1e9; the C "
-                     "baseline times itself, so process start-up is not counted")
+    sec.notes.append(
+        "GB/s = region bytes / (creation to last page) / 1e9; the C "
+        "baseline times itself, so process start-up is not counted"
+    )
     if ncpu <= 2:
         sec.notes.append(f"this machine allows {ncpu} CPUs, so 'all cores' is {ncpu} threads")
     return sec
@@ -412,8 +444,9 @@ _HUGE = 2 << 20
 
 
 def _anon(size: int) -> int:
-    addr = libc().mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE,
-                       mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    addr = libc().mmap(
+        None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0
+    )
     if addr in (None, ctypes.c_void_p(-1).value):
         raise _err("mmap")
     return int(addr)
@@ -448,8 +481,13 @@ def nu_anon(nu: Any, size: int, thp: bool, threads: int) -> Dict[str, float]:
 
 def nu_region(nu: Any, size: int, hugepages: Any, threads: int) -> Dict[str, float]:
     t0 = time.perf_counter()
-    r = nu.SharedRegion.create(f"bench-modes-{os.getpid()}", size, policy="interleave",
-                               hugepages=hugepages, threads=threads)
+    r = nu.SharedRegion.create(
+        f"bench-modes-{os.getpid()}",
+        size,
+        policy="interleave",
+        hugepages=hugepages,
+        threads=threads,
+    )
     dt = time.perf_counter() - t0
     r.destroy()
     return {"s": dt, "GB/s": size / dt / 1e9}
@@ -466,12 +504,13 @@ def _reserve_huge(size: int, notes: List[str]) -> Optional[int]:
         with open(_NR_HUGE) as f:
             got = int(f.read()) - old
     except OSError as e:
-        notes.append(f"hugetlb: cannot reserve 2 MiB pages ({_NR_HUGE}: {e.strerror}); "
-                     "run as root")
+        notes.append(f"hugetlb: cannot reserve 2 MiB pages ({_NR_HUGE}: {e.strerror}); run as root")
         return None
     if got < size // _HUGE:
-        notes.append(f"hugetlb: the kernel gave {got} of {size // _HUGE} 2 MiB pages "
-                     "(memory too fragmented or too small)")
+        notes.append(
+            f"hugetlb: the kernel gave {got} of {size // _HUGE} 2 MiB pages "
+            "(memory too fragmented or too small)"
+        )
         _restore_huge(old)
         return None
     return old
@@ -487,11 +526,20 @@ def modes(*, size: int, rounds: int, log: Callable[[str], None] = common.log) ->
     ncpu = len(os.sched_getaffinity(0))
     size = (size + _HUGE - 1) // _HUGE * _HUGE
     nu = common.numa_utils()
-    thp = {n: (open(f"/sys/kernel/mm/transparent_hugepage/{n}").read().strip()
-               if os.path.exists(f"/sys/kernel/mm/transparent_hugepage/{n}") else "-")
-           for n in ("enabled", "defrag", "shmem_enabled")}
-    sec.params = {"size": common.fmt_size(size), "rounds": rounds, "threads": ncpu,
-                  **{f"thp_{k}": v for k, v in thp.items()}}
+    thp = {
+        n: (
+            open(f"/sys/kernel/mm/transparent_hugepage/{n}").read().strip()
+            if os.path.exists(f"/sys/kernel/mm/transparent_hugepage/{n}")
+            else "-"
+        )
+        for n in ("enabled", "defrag", "shmem_enabled")
+    }
+    sec.params = {
+        "size": common.fmt_size(size),
+        "rounds": rounds,
+        "threads": ncpu,
+        **{f"thp_{k}": v for k, v in thp.items()},
+    }
     exe = build_baseline()
     c = lambda kind: lambda: c_baseline(exe, size, kind, ncpu)  # noqa: E731
     contenders: List[Tuple[str, Callable[[], Dict[str, float]]]] = [
@@ -504,13 +552,17 @@ def modes(*, size: int, rounds: int, log: Callable[[str], None] = common.log) ->
         ("THP anon: numa_utils prefault()", lambda: nu_anon(nu, size, True, ncpu)),
     ]
     if "[never]" in thp["shmem_enabled"] or "[deny]" in thp["shmem_enabled"]:
-        sec.skip_contender("THP shared region", f"shmem_enabled is {thp['shmem_enabled']}"
-                           ": hugepages='thp' cannot serve shared memory here")
+        sec.skip_contender(
+            "THP shared region",
+            f"shmem_enabled is {thp['shmem_enabled']}"
+            ": hugepages='thp' cannot serve shared memory here",
+        )
     old = _reserve_huge(size, sec.notes)
     if old is not None:
-        contenders += [("hugetlb: C baseline (SysV)", c("sysv-huge")),
-                       ("hugetlb: numa_utils region", lambda: nu_region(nu, size, "2M",
-                                                                        ncpu))]
+        contenders += [
+            ("hugetlb: C baseline (SysV)", c("sysv-huge")),
+            ("hugetlb: numa_utils region", lambda: nu_region(nu, size, "2M", ncpu)),
+        ]
     try:
         log(f"page_modes: {common.fmt_size(size)}, {len(contenders)} contenders x {rounds}")
         samples, skipped = common.alternate(contenders, rounds, log=log)
@@ -524,23 +576,34 @@ def modes(*, size: int, rounds: int, log: Callable[[str], None] = common.log) ->
         if name in samples:
             sec.row(name, "GB/s", samples[name])
     flo = contenders[0][0]
-    for mode, nu_name, c_name in (("base", "base: numa_utils region", "base: C baseline (SysV)"),
-                                  ("base anon", "base anon: numa_utils prefault()",
-                                   "base anon: C baseline"),
-                                  ("THP anon", "THP anon: numa_utils prefault()",
-                                   "THP anon: C baseline"),
-                                  ("hugetlb", "hugetlb: numa_utils region",
-                                   "hugetlb: C baseline (SysV)")):
+    for mode, nu_name, c_name in (
+        ("base", "base: numa_utils region", "base: C baseline (SysV)"),
+        ("base anon", "base anon: numa_utils prefault()", "base anon: C baseline"),
+        ("THP anon", "THP anon: numa_utils prefault()", "THP anon: C baseline"),
+        ("hugetlb", "hugetlb: numa_utils region", "hugetlb: C baseline (SysV)"),
+    ):
         if nu_name in samples and c_name in samples:
-            sec.compare(f"{mode}: numa_utils / C baseline", "GB/s", samples[nu_name],
-                        samples[c_name], target=">= 0.9", ok=lambda x: x >= 0.9)
-            sec.compare(f"{mode}: C baseline / floor", "GB/s", samples[c_name],
-                        samples[flo])
+            sec.compare(
+                f"{mode}: numa_utils / C baseline",
+                "GB/s",
+                samples[nu_name],
+                samples[c_name],
+                target=">= 0.9",
+                ok=lambda x: x >= 0.9,
+            )
+            sec.compare(f"{mode}: C baseline / floor", "GB/s", samples[c_name], samples[flo])
     for big in ("THP anon: numa_utils prefault()", "hugetlb: numa_utils region"):
         if big in samples and "base: numa_utils region" in samples:
-            sec.compare(f"{big.split(':')[0]} / base pages (numa_utils)", "GB/s",
-                        samples[big], samples["base: numa_utils region"], target=">= 3",
-                        ok=lambda x: x >= 3)
-    sec.notes.append("floor = memset bandwidth of memory already faulted in (one thread); "
-                     "the rest create and fault the memory (zeroing included)")
+            sec.compare(
+                f"{big.split(':')[0]} / base pages (numa_utils)",
+                "GB/s",
+                samples[big],
+                samples["base: numa_utils region"],
+                target=">= 3",
+                ok=lambda x: x >= 3,
+            )
+    sec.notes.append(
+        "floor = memset bandwidth of memory already faulted in (one thread); "
+        "the rest create and fault the memory (zeroing included)"
+    )
     return sec

@@ -20,8 +20,14 @@ def main() -> int:
     page = mmap.PAGESIZE
     region = (region + page - 1) // page * page
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                          ctypes.c_int, ctypes.c_long]
+    libc.mmap.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    ]
     libc.mmap.restype = ctypes.c_void_p
     libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     libc.mprotect.restype = ctypes.c_int
@@ -38,22 +44,21 @@ def main() -> int:
     def protect(addr: int, length: int, prot: int) -> None:
         if libc.mprotect(addr, length, prot) != 0:
             e = ctypes.get_errno()
-            raise OSError(e, f"mprotect: {os.strerror(e)} (vm.max_map_count too low "
-                             f"for {n} VMAs?)")
+            raise OSError(e, f"mprotect: {os.strerror(e)} (vm.max_map_count too low for {n} VMAs?)")
 
     guard = get(region + page)
-    protect(guard, page, 0)     # PROT_NONE (the mmap module has no name for it)
+    protect(guard, page, 0)  # PROT_NONE (the mmap module has no name for it)
     addr = guard + page
     ctypes.memset(addr, 1, region)
     big = get(n * page)
-    ctypes.memset(big, 1, n * page)          # touch: counters on every line
+    ctypes.memset(big, 1, n * page)  # touch: counters on every line
     for i in range(1, n, 2):
         protect(big + i * page, page, mmap.PROT_READ)
     with open("/proc/self/maps") as f:
         vmas = sum(1 for _ in f)
     sys.stdout.write(f"{os.getpid()} {addr} {region} {vmas}\n")
     sys.stdout.flush()
-    sys.stdin.read()                          # until the parent closes our stdin
+    sys.stdin.read()  # until the parent closes our stdin
     return 0
 
 

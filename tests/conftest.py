@@ -1,4 +1,5 @@
 """Shared test setup.  The suite reaches the module under test through ONE line:"""
+
 import os
 import pathlib
 import re
@@ -13,8 +14,7 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 FIXTURES_DIR = REPO / "fake_sysfs"
 # One text archive per saved machine (fake_sysfs/README.md has the format): its
 # root/ tree, SOURCE.md and expected.json.  Read in place, never unpacked per test.
-FIXTURES = sorted(p.name[:-4] for p in FIXTURES_DIR.glob("*.txt")) \
-    if FIXTURES_DIR.is_dir() else []
+FIXTURES = sorted(p.name[:-4] for p in FIXTURES_DIR.glob("*.txt")) if FIXTURES_DIR.is_dir() else []
 assert FIXTURES, "no fixtures found under fake_sysfs/"
 
 
@@ -38,13 +38,13 @@ def fixture_tree(name: str, dst, sub: str = "root") -> str:
     dst.mkdir(parents=True, exist_ok=True)
     for rel in a.dirs:
         if rel.startswith(pre):
-            (dst / rel[len(pre):]).mkdir(parents=True, exist_ok=True)
+            (dst / rel[len(pre) :]).mkdir(parents=True, exist_ok=True)
     for rel, data in a.files.items():
         if rel.startswith(pre):
-            (dst / rel[len(pre):]).write_bytes(data)
+            (dst / rel[len(pre) :]).write_bytes(data)
     for rel, target in a.links.items():
         if rel.startswith(pre):
-            os.symlink(target, dst / rel[len(pre):])
+            os.symlink(target, dst / rel[len(pre) :])
     return str(dst)
 
 
@@ -58,8 +58,11 @@ def pytest_configure(config):
         ("vm", "boots real kernels under QEMU (tox -e vm)"),
         ("realkernel", "needs the running kernel's NUMA syscalls"),
         ("slow", "takes more than a few seconds"),
-        ("private_shm", "runs in private IPC+mount namespaces (own /dev/shm, own SysV "
-                        "IPC); skips where unshare is not allowed"),
+        (
+            "private_shm",
+            "runs in private IPC+mount namespaces (own /dev/shm, own SysV "
+            "IPC); skips where unshare is not allowed",
+        ),
     ):
         config.addinivalue_line("markers", f"{marker}: {text}")
 
@@ -95,31 +98,45 @@ ON_LINUX = os.name == "posix" and os.path.isdir("/proc/self")
 
 PRIVATE_SHM_ENV = "NUMA_UTILS_TEST_IN_PRIVATE_SHM"
 IN_PRIVATE_SHM = os.environ.get(PRIVATE_SHM_ENV) == "1"
-_PRIVATE_SH = "mount -t tmpfs -o mode=1777 tmpfs /dev/shm && exec \"$@\""
+_PRIVATE_SH = 'mount -t tmpfs -o mode=1777 tmpfs /dev/shm && exec "$@"'
 _private_why = []
 
 
 def private_shm_command(argv):
     """``argv`` wrapped to run in private IPC and mount namespaces with its own /dev/shm."""
-    return ["unshare", "--ipc", "--mount", "--propagation", "private", "sh", "-c",
-            _PRIVATE_SH, "sh", *argv]
+    return [
+        "unshare",
+        "--ipc",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        _PRIVATE_SH,
+        "sh",
+        *argv,
+    ]
 
 
 def private_shm_unavailable():
     """None when private namespaces work here, else why not (cached)."""
     import shutil
     import subprocess
+
     if not _private_why:
         why = None
         if shutil.which("unshare") is None or not os.path.isdir("/dev/shm"):
             why = "no unshare(1) or no /dev/shm"
         else:
             try:
-                out = subprocess.run(private_shm_command(["true"]), capture_output=True,
-                                     text=True, timeout=30)
+                out = subprocess.run(
+                    private_shm_command(["true"]), capture_output=True, text=True, timeout=30
+                )
                 if out.returncode != 0:
-                    why = ("cannot make private IPC+mount namespaces here: "
-                           + (out.stderr.strip().splitlines() or ["?"])[-1])
+                    why = (
+                        "cannot make private IPC+mount namespaces here: "
+                        + (out.stderr.strip().splitlines() or ["?"])[-1]
+                    )
             except (OSError, subprocess.TimeoutExpired) as e:
                 why = f"unshare failed: {e}"
         _private_why.append(why)
@@ -132,13 +149,19 @@ def run_private_shm(code, *args, timeout=120):
     with a reason when such namespaces cannot be made here."""
     import subprocess
     import sys
+
     why = private_shm_unavailable()
     if why:
         pytest.skip(why)
     env = dict(os.environ, PYTHONPATH=str(REPO), **{PRIVATE_SHM_ENV: "1"})
-    return subprocess.run(private_shm_command([sys.executable, "-c", code, *args]),
-                          capture_output=True, text=True, timeout=timeout, cwd=str(REPO),
-                          env=env)
+    return subprocess.run(
+        private_shm_command([sys.executable, "-c", code, *args]),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=str(REPO),
+        env=env,
+    )
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -149,16 +172,31 @@ def pytest_pyfunc_call(pyfuncitem):
         return None
     import subprocess
     import sys
+
     why = private_shm_unavailable()
     if why:
         pytest.skip(why)
     env = dict(os.environ, **{PRIVATE_SHM_ENV: "1"})
-    out = subprocess.run(private_shm_command(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         # older pytest-xdist appends "@<xdist_group>" to the node id
-         "-rs", re.sub(r"@\w+$", "", pyfuncitem.nodeid)]), capture_output=True,
-        text=True, timeout=600,
-        cwd=str(REPO), env=env)
+    out = subprocess.run(
+        private_shm_command(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                # older pytest-xdist appends "@<xdist_group>" to the node id
+                "-rs",
+                re.sub(r"@\w+$", "", pyfuncitem.nodeid),
+            ]
+        ),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=str(REPO),
+        env=env,
+    )
     tail = "\n".join(out.stdout.strip().splitlines()[-30:])
     if out.returncode != 0:
         pytest.fail(f"in private namespaces:\n{tail}\n{out.stderr[-2000:]}", pytrace=False)
@@ -213,8 +251,9 @@ def host_changes(before, after):
             what = "written" if was is None else "removed" if now is None else "replaced"
             out.append(f"{path} {what}")
     out += [f"/dev/shm/{n} left behind" for n in sorted(after["shm"] - before["shm"])]
-    out += [f"SysV segment {s} left behind (ipcs -m)"
-            for s in sorted(after["sysv"] - before["sysv"])]
+    out += [
+        f"SysV segment {s} left behind (ipcs -m)" for s in sorted(after["sysv"] - before["sysv"])
+    ]
     return out
 
 
@@ -235,15 +274,21 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if session.config.pluginmanager.get_plugin("terminalreporter") is None:
             import sys
-            sys.stderr.write("the suite did not leave the host as it found it:\n  "
-                             + "\n  ".join(_host_changes) + "\n")
+
+            sys.stderr.write(
+                "the suite did not leave the host as it found it:\n  "
+                + "\n  ".join(_host_changes)
+                + "\n"
+            )
 
 
 def pytest_terminal_summary(terminalreporter):
     if _host_changes:
-        terminalreporter.section("the suite did not leave the host as it found it",
-                                 sep="!", red=True, bold=True)
+        terminalreporter.section(
+            "the suite did not leave the host as it found it", sep="!", red=True, bold=True
+        )
         for line in _host_changes:
             terminalreporter.write_line(f"  {line}", red=True)
-        terminalreporter.write_line("  (a test wrote outside its temporary folders: "
-                                    "this run fails)", red=True)
+        terminalreporter.write_line(
+            "  (a test wrote outside its temporary folders: this run fails)", red=True
+        )

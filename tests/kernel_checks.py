@@ -70,8 +70,7 @@ class Env:
     def memory_nodes(self):
         """Nodes this process may allocate from, as the topology promises."""
         allowed = self.expect.get("allowed_mems")
-        nodes = [n for n in self.expected_nodes
-                 if self.expect["nodes"][str(n)]["mem_mb"] > 0]
+        nodes = [n for n in self.expected_nodes if self.expect["nodes"][str(n)]["mem_mb"] > 0]
         return [n for n in nodes if allowed is None or n in allowed]
 
     @property
@@ -118,7 +117,7 @@ def run_checks(env: Env, names=None):
     """Run every check (or those named); one record per check, never raises."""
     out = []
     for fn in all_checks():
-        name = fn.__name__[len("check_"):]
+        name = fn.__name__[len("check_") :]
         if names and name not in names:
             continue
         t0 = time.monotonic()
@@ -145,8 +144,9 @@ def run_checks(env: Env, names=None):
 
 
 def _jsonable(obj):
-    return json.loads(json.dumps(obj, default=lambda o: sorted(o) if isinstance(
-        o, (set, frozenset)) else repr(o)))
+    return json.loads(
+        json.dumps(obj, default=lambda o: sorted(o) if isinstance(o, (set, frozenset)) else repr(o))
+    )
 
 
 # --------------------------------------------------------------------------
@@ -161,12 +161,17 @@ RAW_SYSCALLS = {
     "ppc64": (259, 261, 260, 301),
     "s390x": (268, 270, 269, 310),
 }
-AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7, "ppc64le": 0xC0000015,
-              "ppc64": 0x80000015, "s390x": 0x80000016}
+AUDIT_ARCH = {
+    "x86_64": 0xC000003E,
+    "aarch64": 0xC00000B7,
+    "ppc64le": 0xC0000015,
+    "ppc64": 0x80000015,
+    "s390x": 0x80000016,
+}
 
 MPOL_DEFAULT, MPOL_PREFERRED, MPOL_BIND, MPOL_INTERLEAVE, MPOL_LOCAL = 0, 1, 2, 3, 4
 MPOL_PREFERRED_MANY = 5
-MPOL_WEIGHTED_INTERLEAVE = 6      # Linux 6.9+; EINVAL before
+MPOL_WEIGHTED_INTERLEAVE = 6  # Linux 6.9+; EINVAL before
 MPOL_F_STATIC_NODES, MPOL_F_RELATIVE_NODES = 1 << 15, 1 << 14
 MPOL_F_NODE, MPOL_F_ADDR = 1, 2
 MPOL_MF_MOVE = 2
@@ -182,8 +187,14 @@ def libc():
         _libc = ctypes.CDLL(None, use_errno=True)
         _libc.syscall.restype = ctypes.c_long
         _libc.mmap.restype = ctypes.c_void_p
-        _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
-                               ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        _libc.mmap.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_long,
+        ]
         _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
         _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         _libc.shmat.restype = ctypes.c_void_p
@@ -191,8 +202,13 @@ def libc():
         _libc.shmdt.argtypes = [ctypes.c_void_p]
         _libc.shmget.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int]
         _libc.shmctl.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
-        _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong,
-                                ctypes.c_ulong, ctypes.c_ulong]
+        _libc.prctl.argtypes = [
+            ctypes.c_int,
+            ctypes.c_ulong,
+            ctypes.c_ulong,
+            ctypes.c_ulong,
+            ctypes.c_ulong,
+        ]
     return _libc
 
 
@@ -247,8 +263,14 @@ def raw_get_mempolicy(addr=0, flags=0):
     words = (nbits + 63) // 64 + 1
     mask = (ctypes.c_ulong * words)()
     mode = ctypes.c_int(-1)
-    r, err = raw_syscall(raw_nr("get_mempolicy"), ctypes.addressof(mode),
-                         ctypes.addressof(mask), nbits + 1, addr, flags)
+    r, err = raw_syscall(
+        raw_nr("get_mempolicy"),
+        ctypes.addressof(mode),
+        ctypes.addressof(mask),
+        nbits + 1,
+        addr,
+        flags,
+    )
     nodes = {w * 64 + b for w in range(words) for b in range(64) if mask[w] >> b & 1}
     return mode.value, nodes, err
 
@@ -257,8 +279,9 @@ def raw_move_pages_query(addr, npages, page):
     """Node of each page (negative errno for pages not present)."""
     pages = (ctypes.c_void_p * npages)(*[addr + i * page for i in range(npages)])
     status = (ctypes.c_int * npages)()
-    r, err = raw_syscall(raw_nr("move_pages"), 0, npages, ctypes.addressof(pages), 0,
-                         ctypes.addressof(status), 0)
+    r, err = raw_syscall(
+        raw_nr("move_pages"), 0, npages, ctypes.addressof(pages), 0, ctypes.addressof(status), 0
+    )
     if r < 0:
         raise OSError(err, f"move_pages: {os.strerror(err)}")
     return list(status)
@@ -376,8 +399,9 @@ def check_raw_sysfs_topology(env):
             if "MemTotal:" in line:
                 memkb = int(line.split()[3])
         want_mb = env.expect["nodes"][str(n)]["mem_mb"]
-        assert (0 < memkb <= want_mb * 1024) if want_mb else memkb == 0, \
+        assert (0 < memkb <= want_mb * 1024) if want_mb else memkb == 0, (
             f"node{n} MemTotal {memkb} kB vs {want_mb} MiB"
+        )
         seen[n] = {"cpus": cpus, "mem_kb": memkb}
     has_cpu = _cpulist(_read(f"{base}/has_cpu"))
     # Memory but no CPUs: a node with neither (a generic initiator) is not memory-only.
@@ -388,8 +412,12 @@ def check_raw_sysfs_topology(env):
         if line.startswith("Mems_allowed_list:"):
             mems = _cpulist(line.split(":", 1)[1].strip())
     assert mems == env.expect["allowed_mems"], (mems, env.expect["allowed_mems"])
-    return {"online": online, "memory_only": memory_only, "mems_allowed": mems,
-            "nodes": seen if len(seen) <= 8 else f"{len(seen)} nodes"}
+    return {
+        "online": online,
+        "memory_only": memory_only,
+        "mems_allowed": mems,
+        "nodes": seen if len(seen) <= 8 else f"{len(seen)} nodes",
+    }
 
 
 def check_raw_interleave_split(env):
@@ -444,10 +472,12 @@ def _seccomp_deny(arch, numbers, err=errno.EPERM):
     """Install a seccomp filter that fails the given syscalls with err."""
     BPF_LD_W_ABS, BPF_JEQ_K, BPF_RET_K = 0x20, 0x15, 0x06
     ALLOW, ERRNO = 0x7FFF0000, 0x00050000
-    prog = [(BPF_LD_W_ABS, 0, 0, 4),                      # seccomp_data.arch
-            (BPF_JEQ_K, 1, 0, AUDIT_ARCH[arch]),
-            (BPF_RET_K, 0, 0, ALLOW),
-            (BPF_LD_W_ABS, 0, 0, 0)]                      # seccomp_data.nr
+    prog = [
+        (BPF_LD_W_ABS, 0, 0, 4),  # seccomp_data.arch
+        (BPF_JEQ_K, 1, 0, AUDIT_ARCH[arch]),
+        (BPF_RET_K, 0, 0, ALLOW),
+        (BPF_LD_W_ABS, 0, 0, 0),
+    ]  # seccomp_data.nr
     n = len(numbers)
     for i, nr in enumerate(numbers):
         prog.append((BPF_JEQ_K, n - i, 0, nr))
@@ -460,7 +490,7 @@ def _seccomp_deny(arch, numbers, err=errno.EPERM):
 
     fprog = SockFprog(len(prog), ctypes.addressof(filt))
     lc = libc()
-    if lc.prctl(38, 1, 0, 0, 0) != 0:                    # PR_SET_NO_NEW_PRIVS
+    if lc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
         raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS")
     if lc.prctl(22, 2, ctypes.addressof(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, FILTER
         raise OSError(ctypes.get_errno(), "PR_SET_SECCOMP")
@@ -487,8 +517,11 @@ def in_child(fn, timeout=60):
         try:
             res = {"ok": True, "value": _jsonable(fn())}
         except BaseException as e:  # noqa: BLE001
-            res = {"ok": False, "error": f"{type(e).__name__}: {e}",
-                   "tb": traceback.format_exc(limit=6)}
+            res = {
+                "ok": False,
+                "error": f"{type(e).__name__}: {e}",
+                "tb": traceback.format_exc(limit=6),
+            }
         os.write(wfd, json.dumps(res).encode())
         os._exit(0)
     os.close(wfd)
@@ -529,7 +562,7 @@ def check_raw_shared_regions(env):
     lc = libc()
     out = {}
     # SysV
-    shmid = lc.shmget(0, npages * page, 0o1000 | 0o600)   # IPC_PRIVATE, IPC_CREAT
+    shmid = lc.shmget(0, npages * page, 0o1000 | 0o600)  # IPC_PRIVATE, IPC_CREAT
     assert shmid >= 0, os.strerror(ctypes.get_errno())
     try:
         addr = lc.shmat(shmid, None, 0)
@@ -546,7 +579,7 @@ def check_raw_shared_regions(env):
         out["sysv"] = counts
         lc.shmdt(ctypes.c_void_p(addr))
     finally:
-        lc.shmctl(shmid, 0, None)                         # IPC_RMID
+        lc.shmctl(shmid, 0, None)  # IPC_RMID
     # POSIX (a tmpfs file under /dev/shm)
     path = f"/dev/shm/numa_utils_check_{os.getpid()}"
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
@@ -676,9 +709,11 @@ def raw_memory_tiers():
     """{tier id: [nodes]} from memory_tierN/nodelist; None without the folder."""
     if not os.path.isdir(TIER_DIR):
         return None
-    return {int(name[11:]): _cpulist(_read(f"{TIER_DIR}/{name}/nodelist"))
-            for name in os.listdir(TIER_DIR)
-            if name.startswith("memory_tier") and name[11:].isdigit()}
+    return {
+        int(name[11:]): _cpulist(_read(f"{TIER_DIR}/{name}/nodelist"))
+        for name in os.listdir(TIER_DIR)
+        if name.startswith("memory_tier") and name[11:].isdigit()
+    }
 
 
 def raw_access(node, cls=0):
@@ -686,8 +721,11 @@ def raw_access(node, cls=0):
     base = f"/sys/devices/system/node/node{node}/access{cls}/initiators"
     if not os.path.isdir(base):
         return None
-    rec = {"initiators": sorted(int(n[4:]) for n in os.listdir(base)
-                                if n.startswith("node") and n[4:].isdigit())}
+    rec = {
+        "initiators": sorted(
+            int(n[4:]) for n in os.listdir(base) if n.startswith("node") and n[4:].isdigit()
+        )
+    }
     for rw in ("read", "write"):
         rec[f"{rw}_bandwidth_mbps"] = int(_read(f"{base}/{rw}_bandwidth"))
         rec[f"{rw}_latency_ns"] = int(_read(f"{base}/{rw}_latency"))
@@ -729,8 +767,10 @@ def check_raw_tiers_hmat(env):
         got = raw_access(n)
         assert got == want.get(str(n)), f"node{n} access0 {got} != {want.get(str(n))}"
         seen[n] = got
-    return {"tiers": {str(t): v for t, v in sorted(tiers.items())},
-            "access0": seen if want else "none (no HMAT)"}
+    return {
+        "tiers": {str(t): v for t, v in sorted(tiers.items())},
+        "access0": seen if want else "none (no HMAT)",
+    }
 
 
 def _nodelist(a, b):
@@ -780,8 +820,13 @@ def check_raw_weighted_interleave(env):
     want = {a: npages * 3 // 4 * page, b: npages // 4 * page}
     assert raw_counts(line) == want, f"numa_maps {raw_counts(line)} != {want}: {line}"
     assert f"weighted interleave:{_nodelist(a, b)}" in line, line
-    return {"kernel": platform.release(), "weights": {a: 3, b: 1}, "weights_before": before,
-            "pages": {n: v // page for n, v in want.items()}, "numa_maps": line[:120]}
+    return {
+        "kernel": platform.release(),
+        "weights": {a: 3, b: 1},
+        "weights_before": before,
+        "pages": {n: v // page for n, v in want.items()},
+        "numa_maps": line[:120],
+    }
 
 
 # --------------------------------------------------------------------------
@@ -811,9 +856,12 @@ def check_topology(env):
     memory_only = sorted(set(topo.nodes_with_memory) - set(topo.nodes_with_cpus))
     assert memory_only == env.expect["memory_only"], memory_only
     assert sorted(topo.mems_allowed) == env.expect["allowed_mems"], sorted(topo.mems_allowed)
-    return {"nodes": nodes, "memory_only": memory_only,
-            "mems_allowed": sorted(topo.mems_allowed),
-            "distances": env.expect["distances"] if len(nodes) <= 8 else "66x66 ok"}
+    return {
+        "nodes": nodes,
+        "memory_only": memory_only,
+        "mems_allowed": sorted(topo.mems_allowed),
+        "distances": env.expect["distances"] if len(nodes) <= 8 else "66x66 ok",
+    }
 
 
 def check_numa_maps_parse(env):
@@ -933,8 +981,13 @@ def check_interleave_split(env):
         assert by_mp == want, f"move_pages {by_mp} != {want}"
         placed = _placement(env, buf)
         assert placed is None or placed == want, f"placement() {placed} != {want}"
-    return {"nodes": nodes, "split": want, "policy": str(pol), "numa_maps": line,
-            "placement": "checked" if placed is not None else "not implemented"}
+    return {
+        "nodes": nodes,
+        "split": want,
+        "policy": str(pol),
+        "numa_maps": line,
+        "placement": "checked" if placed is not None else "not implemented",
+    }
 
 
 def check_bind_prefer(env):
@@ -946,10 +999,17 @@ def check_bind_prefer(env):
     target = env.memory_nodes[-1]
     seen = {}
     for name, call, mode in (
-            ("bind", lambda b: nu.bind(b.addr, [target], length=b.length,
-                                       backend=env.backend), nu.Mode.BIND),
-            ("prefer", lambda b: nu.prefer(b.addr, target, length=b.length,
-                                           backend=env.backend), nu.Mode.PREFERRED)):
+        (
+            "bind",
+            lambda b: nu.bind(b.addr, [target], length=b.length, backend=env.backend),
+            nu.Mode.BIND,
+        ),
+        (
+            "prefer",
+            lambda b: nu.prefer(b.addr, target, length=b.length, backend=env.backend),
+            nu.Mode.PREFERRED,
+        ),
+    ):
         with _ApiBuffer(env, 4) as buf:
             res = call(buf)
             assert res, f"{name}: reason={res.reason} errno={res.errno}"
@@ -993,9 +1053,10 @@ def _policy_denied_body(env):
     with _ApiBuffer(env, 4 * len(nodes)) as buf:
         res = nu.interleave(buf.addr, buf.length, backend=env.backend)
         assert not res, f"interleave applied under a filter denying mbind: {res}"
-        assert res.errno == errno.EPERM and "EPERM" in str(res.reason), \
+        assert res.errno == errno.EPERM and "EPERM" in str(res.reason), (
             f"reason={res.reason!r} errno={res.errno}"
-        env.backend.touch(buf.addr, buf.length)     # memory still usable
+        )
+        env.backend.touch(buf.addr, buf.length)  # memory still usable
         return {"reason": res.reason, "errno": res.errno, "hint": res.hint}
 
 
@@ -1013,6 +1074,7 @@ def check_seccomp_fallback(env):
         def child():
             _seccomp_deny(arch, RAW_SYSCALLS[arch])
             return _policy_denied_body(env)
+
         return {"seccomp": in_child(child)}
     env.backend.fail("*", errno.EPERM)
     try:
@@ -1044,6 +1106,7 @@ def _call(fn, *args, **kw):
     """Call fn with the keyword arguments its signature accepts (the API of
     issue 4 is still settling; the check must not break on an optional name)."""
     import inspect
+
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
@@ -1069,17 +1132,27 @@ def check_shared_regions(env):
     out = {}
     for kind in ("sysv", "posix"):
         key = f"numa_utils_check_{os.getpid()}_{kind}"
-        region = _call(region_cls.create, key, size, policy="interleave", kind=kind,
-                       prefault=False, backend=env.backend)
+        region = _call(
+            region_cls.create,
+            key,
+            size,
+            policy="interleave",
+            kind=kind,
+            prefault=False,
+            backend=env.backend,
+        )
         try:
+
             def attacher(backend, key=key, kind=kind):
-                r2 = _call(region_cls.attach, key, size, policy="interleave", kind=kind,
-                           backend=backend)
+                r2 = _call(
+                    region_cls.attach, key, size, policy="interleave", kind=kind, backend=backend
+                )
                 try:
                     _call(nu.prefault, r2.address, r2.size, backend=backend)
                     return {int(k): v for k, v in r2.placement().items() if v}
                 finally:
                     r2.close()
+
             if env.real:
                 got = {int(k): v for k, v in in_child(lambda: attacher(env.backend)).items()}
             else:
@@ -1090,7 +1163,6 @@ def check_shared_regions(env):
             region.close()
             _call(region.destroy)
     return out
-
 
 
 def _raw_hugepages(nodes, count=8, kb=2048):
@@ -1125,37 +1197,45 @@ def check_layout_regions(env):
     cases = [("sysv", 0, env.page_size), ("posix", 0, env.page_size)]
     if env.real and _raw_hugepages(nodes):
         cases.append(("sysv", 2 << 20, 2 << 20))
-    elif not env.real and all(2048 in env.backend.topology.nodes[n].hugepages and
-                              env.backend.topology.nodes[n].hugepages[2048].total
-                              for n in nodes):
+    elif not env.real and all(
+        2048 in env.backend.topology.nodes[n].hugepages
+        and env.backend.topology.nodes[n].hugepages[2048].total
+        for n in nodes
+    ):
         cases.append(("sysv", 2 << 20, 2 << 20))
     for kind, huge, page in cases:
         part = 4 * page
         size = part * len(nodes)
         key = f"numa_utils_check_{os.getpid()}_layout_{kind}_{huge}"
         text = "parts:bind:" + "/".join(map(str, nodes))
-        region = region_cls.create(key, size, layout=text, kind=kind,
-                                   hugepages=f"{huge >> 20}M" if huge else False,
-                                   backend=env.backend)
+        region = region_cls.create(
+            key,
+            size,
+            layout=text,
+            kind=kind,
+            hugepages=f"{huge >> 20}M" if huge else False,
+            backend=env.backend,
+        )
         try:
+
             def attacher(backend, key=key, kind=kind, page=page):
                 r2 = region_cls.attach(key, kind=kind, prefault=True, backend=backend)
                 try:
                     got = {"layout": str(r2.layout), "per": [], "ok": []}
-                    for i, (e, pl) in enumerate(zip(r2.extents,
-                                                    r2.placement(by_extent=True))):
+                    for i, (e, pl) in enumerate(zip(r2.extents, r2.placement(by_extent=True))):
                         got["per"].append({int(k): v for k, v in pl.items() if v})
                         got["ok"].append(pl.ok)
                         if env.real:
-                            st = raw_move_pages_query(r2.address + e.offset,
-                                                      e.length // page, page)
+                            st = raw_move_pages_query(r2.address + e.offset, e.length // page, page)
                             got.setdefault("move_pages", []).append(sorted(set(st)))
                             if i < len(r2.extents) - 1:
-                                got.setdefault("raw", []).append(raw_counts(
-                                    numa_maps_line(r2.address + e.offset)))
+                                got.setdefault("raw", []).append(
+                                    raw_counts(numa_maps_line(r2.address + e.offset))
+                                )
                     return got
                 finally:
                     r2.close()
+
             if env.real:
                 got = in_child(lambda: attacher(env.backend))
             else:
@@ -1171,13 +1251,15 @@ def check_layout_regions(env):
                     assert raw == {n: part}, f"{name}: numa_maps extent {i}: {raw}"
             for i, n in enumerate(nodes):
                 if got.get("move_pages") and got["move_pages"][i]:
-                    assert got["move_pages"][i] == [n], \
+                    assert got["move_pages"][i] == [n], (
                         f"{name}: move_pages extent {i}: {got['move_pages'][i]}"
+                    )
             out[name] = per
         finally:
             region.close()
             region.destroy()
     return out
+
 
 # -- tiered memory (issue 11): tiers, HMAT, weighted interleave, the default -----
 
@@ -1185,8 +1267,7 @@ def check_layout_regions(env):
 def _access_dict(acc):
     if acc is None:
         return None
-    keys = ("read_bandwidth_mbps", "write_bandwidth_mbps", "read_latency_ns",
-            "write_latency_ns")
+    keys = ("read_bandwidth_mbps", "write_bandwidth_mbps", "read_latency_ns", "write_latency_ns")
     rec = {k: getattr(acc, k) for k in keys}
     rec["initiators"] = sorted(acc.initiators)
     return rec
@@ -1199,8 +1280,9 @@ def check_tiers_api(env):
     (read_topology,) = env.need("read_topology")
     env.need_numa()
     topo = read_topology(backend=env.backend)
-    if not all(hasattr(n, "tier") and hasattr(n, "access") for n in topo.nodes.values()) \
-            or not hasattr(topo, "memory_tiers"):
+    if not all(
+        hasattr(n, "tier") and hasattr(n, "access") for n in topo.nodes.values()
+    ) or not hasattr(topo, "memory_tiers"):
         raise Skip("numa_utils has no Node.tier / Node.access / Topology.memory_tiers yet")
     if env.real:
         tiers = raw_memory_tiers()
@@ -1219,11 +1301,12 @@ def check_tiers_api(env):
         tier = next((t for t, v in got_tiers.items() if n in v), None)
         assert node.tier == tier, f"node{n}.tier {node.tier} but memory_tiers {got_tiers}"
         acc = _access_dict(node.access)
-        assert acc == want_access.get(str(n)), f"node{n}.access {acc} != " \
-            f"{want_access.get(str(n))}"
+        assert acc == want_access.get(str(n)), f"node{n}.access {acc} != {want_access.get(str(n))}"
         out[n] = {"tier": node.tier, "access": acc}
-    return {"memory_tiers": {str(t): v for t, v in sorted(got_tiers.items())},
-            "nodes": out if len(out) <= 8 else f"{len(out)} nodes"}
+    return {
+        "memory_tiers": {str(t): v for t, v in sorted(got_tiers.items())},
+        "nodes": out if len(out) <= 8 else f"{len(out)} nodes",
+    }
 
 
 def check_default_memory_nodes(env):
@@ -1271,8 +1354,9 @@ def check_weighted_interleave_api(env):
     npages = (placement_mb(env) << 20) // env.page_size if env.real else 64
     with _ApiBuffer(env, npages) as buf:
         if weights is None:
-            res = _call(nu.weighted_interleave, buf.addr, buf.length, nodes=[a, b],
-                        backend=env.backend)
+            res = _call(
+                nu.weighted_interleave, buf.addr, buf.length, nodes=[a, b], backend=env.backend
+            )
             assert not res and res.reason, f"no weights on this kernel, yet {res}"
             env.backend.touch(buf.addr, buf.length)
             return {"weights": None, "reason": res.reason, "errno": res.errno}
@@ -1288,12 +1372,14 @@ def check_weighted_interleave_api(env):
             admin = env.backend.process(uid=0)
         prev = nu.set_interleave_weights({a: 3, b: 1}, backend=admin)
         try:
-            assert {n: prev.get(n) for n in (a, b)} == {n: weights.get(n) for n in (a, b)}, \
+            assert {n: prev.get(n) for n in (a, b)} == {n: weights.get(n) for n in (a, b)}, (
                 f"set_interleave_weights returned {prev}, weights were {weights}"
+            )
             now = nu.interleave_weights(backend=env.backend)
             assert (now[a], now[b]) == (3, 1), now
-            res = _call(nu.weighted_interleave, buf.addr, buf.length, nodes=[a, b],
-                        backend=env.backend)
+            res = _call(
+                nu.weighted_interleave, buf.addr, buf.length, nodes=[a, b], backend=env.backend
+            )
             assert res, f"weighted_interleave not applied: {res}"
             env.backend.touch(buf.addr, buf.length)
             line = backend_numa_maps_line(env, buf.addr)
@@ -1304,8 +1390,11 @@ def check_weighted_interleave_api(env):
     assert f"weighted interleave:{_nodelist(a, b)}" in line, line
     after = nu.interleave_weights(backend=env.backend)
     assert after == weights, f"weights not restored: {after} != {weights}"
-    return {"weights_before": weights, "pages": {n: v // buf.page for n, v in want.items()},
-            "numa_maps": line[:120]}
+    return {
+        "weights_before": weights,
+        "pages": {n: v // buf.page for n, v in want.items()},
+        "numa_maps": line[:120],
+    }
 
 
 def check_suggest_weights(env):
@@ -1315,8 +1404,11 @@ def check_suggest_weights(env):
     suggest, read_topology = env.need("suggest_weights", "read_topology")
     env.need_numa()
     topo = read_topology(backend=env.backend)
-    bw = {n: node.access.read_bandwidth_mbps for n, node in topo.nodes.items()
-          if getattr(node, "access", None) is not None}
+    bw = {
+        n: node.access.read_bandwidth_mbps
+        for n, node in topo.nodes.items()
+        if getattr(node, "access", None) is not None
+    }
     if len(bw) < 2:
         raise Skip("fewer than two nodes with HMAT bandwidth here")
     w = nu.suggest_weights(topo)
@@ -1358,11 +1450,16 @@ def raw_pci_function(addr):
             if os.path.realpath(f"{base}/{name}/device") == real:
                 names.append(name)
     drv = f"{d}/driver"
-    return {"class": _read(f"{d}/class"), "vendor": _read(f"{d}/vendor"),
-            "device": _read(f"{d}/device"), "numa_node": int(_read(f"{d}/numa_node")),
-            "local_cpulist": _cpulist(_read(f"{d}/local_cpulist")),
-            "driver": os.path.basename(os.path.realpath(drv)) if os.path.exists(drv) else None,
-            "names": names, "root_port": path[0] if len(path) > 1 else None}
+    return {
+        "class": _read(f"{d}/class"),
+        "vendor": _read(f"{d}/vendor"),
+        "device": _read(f"{d}/device"),
+        "numa_node": int(_read(f"{d}/numa_node")),
+        "local_cpulist": _cpulist(_read(f"{d}/local_cpulist")),
+        "driver": os.path.basename(os.path.realpath(drv)) if os.path.exists(drv) else None,
+        "names": names,
+        "root_port": path[0] if len(path) > 1 else None,
+    }
 
 
 def check_raw_pci_locality(env):
@@ -1377,8 +1474,9 @@ def check_raw_pci_locality(env):
     for addr, w in want.items():
         assert got[addr] == w, f"{addr}: {got[addr]} != {w}"
         port = raw_pci_function(w["root_port"])
-        assert (port["numa_node"], port["local_cpulist"]) == (w["numa_node"],
-                                                               w["local_cpulist"]), port
+        assert (port["numa_node"], port["local_cpulist"]) == (w["numa_node"], w["local_cpulist"]), (
+            port
+        )
     return got
 
 
@@ -1422,22 +1520,37 @@ def check_raw_packages(env):
     packages = env.expect.get("packages")
     if packages is None:
         raise Skip("no package layout in this topology")
-    got = [int(_read(f"/sys/devices/system/cpu/cpu{c}/topology/physical_package_id"))
-           for c in range(env.expect["cpus"])]
+    got = [
+        int(_read(f"/sys/devices/system/cpu/cpu{c}/topology/physical_package_id"))
+        for c in range(env.expect["cpus"])
+    ]
     assert got == packages, f"physical_package_id {got} != {packages}"
     per = _package_nodes(env)
-    dist = {n: [int(x) for x in _read(f"/sys/devices/system/node/node{n}/distance").split()]
-            for ns in per.values() for n in ns}
+    dist = {
+        n: [int(x) for x in _read(f"/sys/devices/system/node/node{n}/distance").split()]
+        for ns in per.values()
+        for n in ns
+    }
     inside = [dist[a][b] for ns in per.values() for a in ns for b in ns if a != b]
-    across = [dist[a][b] for p, ns in per.items() for q, ms in per.items() if p != q
-              for a in ns for b in ms]
+    across = [
+        dist[a][b]
+        for p, ns in per.items()
+        for q, ms in per.items()
+        if p != q
+        for a in ns
+        for b in ms
+    ]
     if inside and across:
         assert max(inside) < min(across), (inside, across)
     want = env.expect.get("nodes_per_package")
     if want is not None:
         assert all(len(ns) == want for ns in per.values()), per
-    return {"packages": got, "nodes_by_package": per, "inside": sorted(set(inside)),
-            "across": sorted(set(across))}
+    return {
+        "packages": got,
+        "nodes_by_package": per,
+        "inside": sorted(set(inside)),
+        "across": sorted(set(across)),
+    }
 
 
 def check_raw_cxl_node(env):
@@ -1453,8 +1566,9 @@ def check_raw_cxl_node(env):
     n = cxl[0]
     regions = [r for r in os.listdir("/sys/bus/cxl/devices") if r.startswith("region")]
     assert regions and _read(f"/sys/bus/cxl/devices/{regions[0]}/commit") == "1", regions
-    assert n in _cpulist(_read(f"{base}/has_memory")) and \
-        n not in _cpulist(_read(f"{base}/has_cpu")), n
+    assert n in _cpulist(_read(f"{base}/has_memory")) and n not in _cpulist(
+        _read(f"{base}/has_cpu")
+    ), n
     kb = int(_read(f"{base}/node{n}/meminfo").split("MemTotal:")[1].split()[0])
     assert 0.75 * mb * 1024 <= kb <= mb * 1024, f"node{n} MemTotal {kb} kB of {mb} MiB"
     page = mmap.PAGESIZE
@@ -1467,8 +1581,13 @@ def check_raw_cxl_node(env):
         counts = raw_counts(numa_maps_line(buf.addr))
         assert counts == {n: buf.length}, counts
         assert set(raw_move_pages_query(buf.addr, npages, page)) == {n}
-    return {"node": n, "mem_total_kb": kb, "region": regions[0], "bind_4MiB": counts,
-            "seconds": round(time.monotonic() - t0, 2)}
+    return {
+        "node": n,
+        "mem_total_kb": kb,
+        "region": regions[0],
+        "bind_4MiB": counts,
+        "seconds": round(time.monotonic() - t0, 2),
+    }
 
 
 def check_pci_topology_api(env):
@@ -1539,8 +1658,10 @@ def check_cxl_api(env):
     assert not node.cpus and node.mem_total_kb > 0, node
     assert n not in dmn(topo), dmn(topo)
     dram_tier = topo.nodes[0].tier
-    assert node.tier is not None and dram_tier is not None and node.tier > dram_tier, \
-        (node.tier, dram_tier)
+    assert node.tier is not None and dram_tier is not None and node.tier > dram_tier, (
+        node.tier,
+        dram_tier,
+    )
     npages = (4 << 20) // env.page_size if env.real else 16
     with _ApiBuffer(env, npages) as buf:
         res = nu.bind(buf.addr, [n], length=buf.length, backend=env.backend)
@@ -1550,8 +1671,14 @@ def check_cxl_api(env):
         counts = raw_counts(backend_numa_maps_line(env, buf.addr))
         assert counts == {n: buf.length}, counts
         assert placed is None or placed == {n: buf.length}, placed
-    return {"node": n, "kind": node.kind, "tier": node.tier, "dram_tier": dram_tier,
-            "default": sorted(dmn(topo)), "bind": counts}
+    return {
+        "node": n,
+        "kind": node.kind,
+        "tier": node.tier,
+        "dram_tier": dram_tier,
+        "default": sorted(dmn(topo)),
+        "bind": counts,
+    }
 
 
 # -- the device API of issue 22: run once numa_utils has it ---------------------
@@ -1588,14 +1715,18 @@ def check_devices_api(env):
         assert addr in found, f"{addr} not in devices(): {sorted(found)}"
         d = found[addr]
         assert d.kind == _want_kind(w), (addr, d.kind)
-        assert (_int(d.vendor), _int(d.device), _int(d.pci_class)) == \
-            (int(w["vendor"], 16), int(w["device"], 16), int(w["class"], 16)), d
+        assert (_int(d.vendor), _int(d.device), _int(d.pci_class)) == (
+            int(w["vendor"], 16),
+            int(w["device"], 16),
+            int(w["class"], 16),
+        ), d
         assert d.node == w["numa_node"] and d.node_source, d
         assert sorted(d.cpus) == w["local_cpulist"], d
         assert sorted(d.names) == sorted(w["names"]), d
         assert w["root_port"] in str(d.path) and addr in str(d.path), d.path
-        assert [x.address for x in nu.devices(d.kind, backend=env.backend)
-                if x.address == addr] == [addr], d.kind
+        assert [
+            x.address for x in nu.devices(d.kind, backend=env.backend) if x.address == addr
+        ] == [addr], d.kind
         out[addr] = {"kind": d.kind, "node": d.node, "names": list(d.names)}
     gpus = sorted(g.pci for g in nu.gpus(backend=env.backend))
     assert sorted(d.address for d in nu.devices("gpu", backend=env.backend)) == gpus
@@ -1614,8 +1745,11 @@ def check_local_devices_api(env):
     if not env.expect.get("pci"):
         raise Skip("no PCI devices on a node in this topology")
     nic = _nic(env)
-    far = [n for n in env.expected_nodes if env.expect["nodes"][str(n)]["cpus"]
-           and n != env.expect["pci"][nic]["numa_node"]][0]
+    far = [
+        n
+        for n in env.expected_nodes
+        if env.expect["nodes"][str(n)]["cpus"] and n != env.expect["pci"][nic]["numa_node"]
+    ][0]
     near = env.expect["pci"][nic]["numa_node"]
     got = {}
     for where, rel in ((near, "local"), (far, "remote")):
@@ -1658,6 +1792,7 @@ def check_nodes_per_package_api(env):
     assert env.nu.to_json(topo)["nodes_per_package"] == want
     return {"nodes_per_package": want}
 
+
 # -- fit(): its verdicts against what the kernel then does -------------------------
 
 _CG = "/sys/fs/cgroup"
@@ -1679,7 +1814,7 @@ def _remove_new(before):
     """Remove what a killed child left behind (it had no chance to clean up)."""
     ids, files = _shm_names()
     for shmid in ids - before[0]:
-        libc().shmctl(shmid, 0, None)                    # IPC_RMID
+        libc().shmctl(shmid, 0, None)  # IPC_RMID
     for name in files - before[1]:
         os.unlink(f"/dev/shm/{name}")
 
@@ -1699,10 +1834,20 @@ def _fit_and_create(env, cgroup, size, **kw):
             if cgroup:
                 _write(f"{cgroup}/cgroup.procs", os.getpid())
             r = nu.fit(size, backend=env.backend, **kw)
-            os.write(wfd, (json.dumps({"ok": bool(r), "exact": r.exact,
-                                       "reason": r.reason,
-                                       "needed": {f.node: f.needed for f in r.nodes
-                                                  if f.needed}}) + "\n").encode())
+            os.write(
+                wfd,
+                (
+                    json.dumps(
+                        {
+                            "ok": bool(r),
+                            "exact": r.exact,
+                            "reason": r.reason,
+                            "needed": {f.node: f.needed for f in r.nodes if f.needed},
+                        }
+                    )
+                    + "\n"
+                ).encode(),
+            )
             huge = kw.get("hugepages", False)
             nu._fit_or_raise = lambda *a: (huge, None)
             # create's own "no huge pages on that node" refusal too (asked about node
@@ -1710,8 +1855,7 @@ def _fit_and_create(env, cgroup, size, **kw):
             page = nu._region_page
             nu._region_page = lambda h, k, b, n: page(h, k, b, frozenset([0]))
             key = f"numa_utils_check_{os.getpid()}_fit"
-            region = nu.SharedRegion.create(key, size, prefault=True,
-                                            backend=env.backend, **kw)
+            region = nu.SharedRegion.create(key, size, prefault=True, backend=env.backend, **kw)
             placed = {n: v for n, v in region.placement().items() if v}
             region.close()
             region.destroy()
@@ -1741,14 +1885,13 @@ def _near(placed, want, page):
     """The same nodes, each within a page of its share: the kernel starts a shared
     region's interleave where its offset says, so which nodes hold the remainder's
     extra page is its choice, not fit()'s."""
-    return set(placed) == set(want) and all(abs(placed[n] - want[n]) <= page
-                                            for n in want)
+    return set(placed) == set(want) and all(abs(placed[n] - want[n]) <= page for n in want)
 
 
 def _fit_case(env, out, name, cgroup, size, **kw):
     """One case: fit() says yes exactly when the region is made and prefaulted (and,
     for huge pages, which fit() requires where the policy asks, they are there)."""
-    kw.setdefault("policy", "interleave")       # fit()'s default, not create()'s
+    kw.setdefault("policy", "interleave")  # fit()'s default, not create()'s
     verdict, real = _fit_and_create(env, cgroup, size, **kw)
     out[name] = {"fit": verdict["ok"], "reason": verdict["reason"], "real": real}
     ok = isinstance(real, dict)
@@ -1756,15 +1899,14 @@ def _fit_case(env, out, name, cgroup, size, **kw):
         # fit() gives each node its share under interleave; under bind, none (any
         # bound node will do).
         want = {int(k): v for k, v in verdict["needed"].items()}
-        ok = _near(real, want, 2 << 20) if want else \
-            set(real) <= set(kw.get("nodes") or real)
+        ok = _near(real, want, 2 << 20) if want else set(real) <= set(kw.get("nodes") or real)
     elif ok and verdict["exact"] and verdict["needed"]:
         want = {int(k): v for k, v in verdict["needed"].items()}
-        assert _near(real, want, env.page_size), \
-            f"{name}: fit() expects {want}, placed {real}"
-    assert verdict["ok"] == ok, \
-        f"{name}: fit() says {verdict['ok']} ({verdict['reason']}, needed "\
+        assert _near(real, want, env.page_size), f"{name}: fit() expects {want}, placed {real}"
+    assert verdict["ok"] == ok, (
+        f"{name}: fit() says {verdict['ok']} ({verdict['reason']}, needed "
         f"{verdict['needed']}), the kernel: {real}"
+    )
 
 
 def _cgroup_child(controllers):
@@ -1816,34 +1958,46 @@ def check_fit_real(env):
         if saved_hp is None:
             out["hugetlb"] = "skipped: no 2 MiB huge pages"
         else:
-            _write(hp[0], 16)                            # 32 MiB on node 0 only
+            _write(hp[0], 16)  # 32 MiB on node 0 only
             for p in hp[1:]:
                 _write(p, 0)
             assert int(_read(hp[0]) or 0) == 16, "node 0 would not reserve 16 huge pages"
             for pol in ("interleave", "bind"):
                 # interleave spills to node 0 (no nodemask for hugetlb), bind fails.
-                for n in nodes[:2]:             # the node with them, one without
-                    _fit_case(env, out, f"hugetlb-{pol}-node{n}", None, 8 * MiB,
-                              nodes=[n], policy=pol, hugepages="2M")
+                for n in nodes[:2]:  # the node with them, one without
+                    _fit_case(
+                        env,
+                        out,
+                        f"hugetlb-{pol}-node{n}",
+                        None,
+                        8 * MiB,
+                        nodes=[n],
+                        policy=pol,
+                        hugepages="2M",
+                    )
             if "hugetlb" in ctrls:
                 _write(f"{cg}/hugetlb.2MB.max", 8 * MiB)
-                _fit_case(env, out, "hugetlb.2MB.max-fits", cg, 4 * MiB, nodes=[0],
-                          hugepages="2M")
-                _fit_case(env, out, "hugetlb.2MB.max-over", cg, 16 * MiB, nodes=[0],
-                          hugepages="2M")
+                _fit_case(env, out, "hugetlb.2MB.max-fits", cg, 4 * MiB, nodes=[0], hugepages="2M")
+                _fit_case(env, out, "hugetlb.2MB.max-over", cg, 16 * MiB, nodes=[0], hugepages="2M")
             else:
-                out["hugetlb.2MB.max"] = "skipped: no hugetlb controller in " \
-                    f"{_CG}/cgroup.controllers"
-        shm_opts = next(ln.split()[3] for ln in (_read("/proc/mounts") or "").splitlines()
-                        if ln.split()[1:3] == ["/dev/shm", "tmpfs"])
+                out["hugetlb.2MB.max"] = (
+                    f"skipped: no hugetlb controller in {_CG}/cgroup.controllers"
+                )
+        shm_opts = next(
+            ln.split()[3]
+            for ln in (_read("/proc/mounts") or "").splitlines()
+            if ln.split()[1:3] == ["/dev/shm", "tmpfs"]
+        )
         subprocess.run(["mount", "-o", "remount,size=64M", "/dev/shm"], check=True)
         _fit_case(env, out, "posix-fits", None, 32 * MiB, kind="posix")
         _fit_case(env, out, "posix-over", None, 96 * MiB, kind="posix")
     finally:
         if shm_opts is not None:
             size = [o for o in shm_opts.split(",") if o.startswith("size=")]
-            subprocess.run(["mount", "-o", "remount," + (size[0] if size else "size=50%"),
-                            "/dev/shm"], check=False)
+            subprocess.run(
+                ["mount", "-o", "remount," + (size[0] if size else "size=50%"), "/dev/shm"],
+                check=False,
+            )
         if saved_hp is not None:
             for p, v in zip(hp, saved_hp):
                 _write(p, v or 0)

@@ -24,8 +24,11 @@ import subprocess
 import sys
 import types
 
-FILES = {"lib": ("numa_utils.py",), "lib+sim": ("numa_utils.py", "numa_utils_sim.py"),
-         "cli": ("numa_utils.py", "numa_utils_sim.py", "numa_utils_cli.py")}
+FILES = {
+    "lib": ("numa_utils.py",),
+    "lib+sim": ("numa_utils.py", "numa_utils_sim.py"),
+    "cli": ("numa_utils.py", "numa_utils_sim.py", "numa_utils_cli.py"),
+}
 BLOCKED = ("numa_utils", "numa_utils_cli", "numa_utils_sim", "numa_utils_envs")
 IMPORT = re.compile(r"^(\s*)import numa_utils as (\w+)\s*$", re.M)
 OPTIONAL = {"numpy", "torch"}
@@ -36,8 +39,9 @@ class _Refuse(importlib.abc.MetaPathFinder):
 
     def find_spec(self, name, path=None, target=None):
         if name in BLOCKED:
-            raise ModuleNotFoundError(f"No module named {name!r} (only enginepkg's "
-                                      "copy is vendored)", name=name)
+            raise ModuleNotFoundError(
+                f"No module named {name!r} (only enginepkg's copy is vendored)", name=name
+            )
         return None
 
 
@@ -63,6 +67,7 @@ def main(spec_path):
 
     need(spec["blocks"][0]["mode"] if spec["blocks"] else "lib")
     from enginepkg import numa_utils as nu
+
     if "numa_utils_sim.py" in have:
         from enginepkg.numa_utils_sim import SimulatedBackend
     else:
@@ -73,7 +78,8 @@ def main(spec_path):
         sys.modules["_readme_harness"] = harness
         sys.modules["_readme_harness.numa_utils"] = nu
         loc = importlib.util.spec_from_file_location(
-            "_readme_harness.numa_utils_sim", spec["repo"] + "/numa_utils_sim.py")
+            "_readme_harness.numa_utils_sim", spec["repo"] + "/numa_utils_sim.py"
+        )
         sim = importlib.util.module_from_spec(loc)
         sys.modules[loc.name] = sim
         loc.loader.exec_module(sim)
@@ -82,27 +88,35 @@ def main(spec_path):
     eng, sub = types.ModuleType("myengine"), types.ModuleType("myengine.utils")
     eng.__path__, sub.__path__ = [], []
     eng.utils, sub.numa_utils = sub, nu
-    sys.modules.update({"myengine": eng, "myengine.utils": sub,
-                        "myengine.utils.numa_utils": nu})
+    sys.modules.update({"myengine": eng, "myengine.utils": sub, "myengine.utils.numa_utils": nu})
 
     machine = SimulatedBackend(spec["fixture"])
-    procs = {}                                     # name -> (backend, namespace)
+    procs = {}  # name -> (backend, namespace)
     skipped = []
     with nu.use_backend(machine):
         for block in spec["blocks"]:
             need(block["mode"])
             where = f"README.md:{block['line']}"
             if block["lang"] == "sh":
-                out = subprocess.run(["bash", "-e", "-c", block["code"]], env=spec["env"],
-                                     capture_output=True, text=True, timeout=300)
+                out = subprocess.run(
+                    ["bash", "-e", "-c", block["code"]],
+                    env=spec["env"],
+                    capture_output=True,
+                    text=True,
+                    timeout=300,
+                )
                 if out.returncode:
-                    sys.exit(f"{where}: sh block failed ({out.returncode}):\n"
-                             f"{block['code']}\n{out.stderr[-3000:]}")
+                    sys.exit(
+                        f"{where}: sh block failed ({out.returncode}):\n"
+                        f"{block['code']}\n{out.stderr[-3000:]}"
+                    )
                 continue
             name = block["process"]
             if name not in procs:
-                procs[name] = (machine if not procs else machine.process(),
-                               {"__name__": f"readme_{name}"})
+                procs[name] = (
+                    machine if not procs else machine.process(),
+                    {"__name__": f"readme_{name}"},
+                )
             backend, ns = procs[name]
             nu.use_backend(backend)
             try:
@@ -115,8 +129,7 @@ def main(spec_path):
                 backend.exit()
     k = machine.kernel
     if k.shm or k.files:
-        sys.exit(f"the section leaves regions behind: {list(k.shm.values())} "
-                 f"{list(k.files)}")
+        sys.exit(f"the section leaves regions behind: {list(k.shm.values())} {list(k.files)}")
     leaked = sorted(m for m in sys.modules if m in BLOCKED)
     if leaked:
         sys.exit(f"imported outside the vendored package: {leaked}")

@@ -26,7 +26,7 @@ import time
 import pytest
 from conftest import FIXTURES, FIXTURES_DIR, REPO, fixture_root, fixture_tree, nu
 
-BASE = "qemu-x86_64-hmat-tiers"        # small, with tiers, HMAT links, weights, caches
+BASE = "qemu-x86_64-hmat-tiers"  # small, with tiers, HMAT links, weights, caches
 NODE = "root/sys/devices/system/node"
 WI = "root/sys/kernel/mm/mempolicy/weighted_interleave"
 
@@ -99,6 +99,7 @@ def _one_line_refusal(rc, err, what="not a saved tree archive"):
 
 # -- tools/gather.py --archive and --root FILE -------------------------------------------
 
+
 def _status_json(capsys, root):
     assert nu.main(["status", "--json", "--root", str(root)]) == 0
     rep = json.loads(capsys.readouterr().out)
@@ -106,12 +107,16 @@ def _status_json(capsys, root):
     return rep
 
 
-@pytest.mark.parametrize("how,machine,ext", [
-    ("--archive", "qemu-x86_64-two-node", "tar.gz"),
-    ("positional", "qemu-x86_64-two-node", "tar.gz"),
-    ("--archive", "cxl-memory-node", "tar.gz"),
-    ("--archive", "cxl-memory-node", "txt"),
-    ("positional", "qemu-x86_64-two-node", "txt")])
+@pytest.mark.parametrize(
+    "how,machine,ext",
+    [
+        ("--archive", "qemu-x86_64-two-node", "tar.gz"),
+        ("positional", "qemu-x86_64-two-node", "tar.gz"),
+        ("--archive", "cxl-memory-node", "tar.gz"),
+        ("--archive", "cxl-memory-node", "txt"),
+        ("positional", "qemu-x86_64-two-node", "txt"),
+    ],
+)
 def test_gather_archive_reads_like_the_folder(tmp_path, capsys, how, machine, ext):
     """cxl-memory-node has HMAT initiator links (nodeN/access0/initiators/nodeM ->
     ../../../nodeM): they travel as links that stay inside the tree."""
@@ -126,13 +131,22 @@ def test_gather_archive_reads_like_the_folder(tmp_path, capsys, how, machine, ex
     assert "SOURCE.md" in a.files
     assert {k.split("/")[0] for k in [*a.files, *a.links]} == {"SOURCE.md", "root"}
     got, want = _status_json(capsys, arc), _status_json(capsys, src)
-    for key in ("nodes", "gpus", "cpus", "kernel", "last_level_caches", "warnings",
-                "memory_tiers", "default_memory_nodes"):
-        assert got[key] == want[key], key          # (counters carry a timestamp)
+    for key in (
+        "nodes",
+        "gpus",
+        "cpus",
+        "kernel",
+        "last_level_caches",
+        "warnings",
+        "memory_tiers",
+        "default_memory_nodes",
+    ):
+        assert got[key] == want[key], key  # (counters carry a timestamp)
     assert len(got["nodes"]) == (3 if machine == "cxl-memory-node" else 2)
     assert nu.main(["status", "--root", str(arc)]) == 0
-    assert capsys.readouterr().out.startswith(f"numa_utils {nu.__version__} status: "
-                                              f"saved tree {arc} ")
+    assert capsys.readouterr().out.startswith(
+        f"numa_utils {nu.__version__} status: saved tree {arc} "
+    )
 
 
 def test_gather_archive_refuses_to_overwrite(tmp_path):
@@ -178,19 +192,22 @@ def test_text_archive_round_trip_keeps_every_byte(tmp_path):
 def test_every_fixture_is_one_archive_that_packs_back_to_itself(tmp_path):
     """fake_sysfs holds one text archive per machine (and its README); unpacking
     one and packing it again gives the same bytes."""
-    assert sorted(p.name for p in FIXTURES_DIR.iterdir()) == \
-        sorted(["README.md"] + [f"{n}.txt" for n in FIXTURES])
+    assert sorted(p.name for p in FIXTURES_DIR.iterdir()) == sorted(
+        ["README.md"] + [f"{n}.txt" for n in FIXTURES]
+    )
     for name in ("cxl-memory-node", "old-kernel-cpumap"):
         d = fixture_tree(name, tmp_path / name, sub="")
-        assert GATHER.pack_text(GATHER.folder_files(d)) == \
-            (FIXTURES_DIR / f"{name}.txt").read_bytes()
+        assert (
+            GATHER.pack_text(GATHER.folder_files(d)) == (FIXTURES_DIR / f"{name}.txt").read_bytes()
+        )
 
 
 def test_repository_tracks_at_most_1000_files():
     if not (REPO / ".git").exists():
         pytest.skip("not a git checkout")
-    out = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True,
-                         timeout=60)
+    out = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, timeout=60
+    )
     if out.returncode != 0:
         pytest.skip(f"git ls-files failed: {out.stderr[-200:]!r}")
     n = out.stdout.count(b"\0")
@@ -209,6 +226,7 @@ def test_every_form_reads_alike(tmp_path, form):
 
 
 # -- hostile archives: read in place, refused in one line ----------------------------------
+
 
 def _tar(path, members, mode="w:gz"):
     with tarfile.open(path, mode) as tar:
@@ -230,18 +248,38 @@ def _special(name, kind, target=""):
 
 
 def _listing(top):
-    return sorted(os.path.relpath(os.path.join(d, f), top)
-                  for d, dirs, files in os.walk(top) for f in files + dirs)
+    return sorted(
+        os.path.relpath(os.path.join(d, f), top)
+        for d, dirs, files in os.walk(top)
+        for f in files + dirs
+    )
 
 
-@pytest.mark.parametrize("member", [
-    _file("/etc/evil"), _file("root/../../evil"), _file("../evil"),
-    _file("root/" + "a/" * 3000 + "x"), _file("root/sys/" + "n" * 5000),
-    _special("root/sys/hard", tarfile.LNKTYPE, "root/sys/devices/system/node/online"),
-    _special("root/dev/null", tarfile.CHRTYPE), _special("root/dev/sda", tarfile.BLKTYPE),
-    _special("root/fifo", tarfile.FIFOTYPE),
-], ids=["absolute", "dotdot-inside", "dotdot", "3000-components", "5000-byte-name",
-        "hardlink", "chardev", "blockdev", "fifo"])
+@pytest.mark.parametrize(
+    "member",
+    [
+        _file("/etc/evil"),
+        _file("root/../../evil"),
+        _file("../evil"),
+        _file("root/" + "a/" * 3000 + "x"),
+        _file("root/sys/" + "n" * 5000),
+        _special("root/sys/hard", tarfile.LNKTYPE, "root/sys/devices/system/node/online"),
+        _special("root/dev/null", tarfile.CHRTYPE),
+        _special("root/dev/sda", tarfile.BLKTYPE),
+        _special("root/fifo", tarfile.FIFOTYPE),
+    ],
+    ids=[
+        "absolute",
+        "dotdot-inside",
+        "dotdot",
+        "3000-components",
+        "5000-byte-name",
+        "hardlink",
+        "chardev",
+        "blockdev",
+        "fifo",
+    ],
+)
 def test_hostile_members_refused(tmp_path, member):
     arc = tmp_path / "a" / "bad.tar.gz"
     arc.parent.mkdir()
@@ -273,7 +311,7 @@ def test_link_and_backslash_member_write_nothing_outside(tmp_path):
     b = nu.LinuxBackend(str(arc))
     assert sorted(b.listdir("/d39")) == ["e", "e\\link"]
     assert b.read_text("/d39/e\\link") == "pwned\n"
-    assert b.listdir("/d39/e") == b.listdir("/")         # ".." stops at the tree's root
+    assert b.listdir("/d39/e") == b.listdir("/")  # ".." stops at the tree's root
     for p in ("/sys/up", "/sys/abs"):
         with pytest.raises(FileNotFoundError):
             b.read_text(p)
@@ -287,8 +325,7 @@ def test_huge_pax_header_is_refused_by_the_size_bound(tmp_path, monkeypatch):
     info = tarfile.TarInfo("root/sys/x")
     info.pax_headers = {"comment": "c" * (2 << 20)}
     for mode, name in (("w:gz", "big.tar.gz"), ("w", "big.tar")):
-        _tar(tmp_path / name, [(info, b""), _file("root/sys/devices/system/node/online")],
-             mode)
+        _tar(tmp_path / name, [(info, b""), _file("root/sys/devices/system/node/online")], mode)
         rc, _, err, _ = _status(str(tmp_path / name))
         _one_line_refusal(rc, err, "more than 1 MiB")
 
@@ -322,7 +359,7 @@ def test_link_chain_is_bounded(tmp_path, form):
     assert rc == 0, err
     assert any("node0/meminfo" in w and "symbolic links" in w for w in rep["warnings"])
     b = nu.LinuxBackend(root)
-    assert b.listdir("/sys/l3") == b.listdir("/sys/devices")    # 15 links: fine
+    assert b.listdir("/sys/l3") == b.listdir("/sys/devices")  # 15 links: fine
 
 
 @pytest.mark.parametrize("form", ["folder", "text", "tar.gz"])
@@ -348,8 +385,10 @@ def test_links_to_one_huge_file_are_refused_not_read_each(tmp_path):
     for n in range(3):
         files[f"{NODE}/node{n}/meminfo"] = ("symlink", "../../../../../big")
     for n in range(64):
-        files[f"root/sys/bus/pci/devices/0000:7f:{n:02x}.0/vendor"] = \
-            ("symlink", "../../../../../big")
+        files[f"root/sys/bus/pci/devices/0000:7f:{n:02x}.0/vendor"] = (
+            "symlink",
+            "../../../../../big",
+        )
     root = _write(tmp_path, files, "tar.gz")
     t0 = time.monotonic()
     rc, rep, err, _ = _status(root)
@@ -370,11 +409,11 @@ def _damaged(tmp_path, kind):
                 tar.addfile(info, io.BytesIO(v))
     data = raw.getvalue()
     if kind == "truncated-tar":
-        return data[:len(data) // 2 + 100]
+        return data[: len(data) // 2 + 100]
     if kind == "truncated-at-member":
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             m = tar.getmembers()[len(tar.getmembers()) // 2]
-        return data[:m.offset]
+        return data[: m.offset]
     mod = {"gz": gzip, "xz": __import__("lzma"), "bz2": __import__("bz2")}[kind]
     z = bytearray(mod.compress(data))
     for i in range(len(z) // 2, len(z) // 2 + 64):
@@ -382,8 +421,7 @@ def _damaged(tmp_path, kind):
     return bytes(z)
 
 
-@pytest.mark.parametrize("kind", ["truncated-tar", "truncated-at-member", "gz", "xz",
-                                  "bz2"])
+@pytest.mark.parametrize("kind", ["truncated-tar", "truncated-at-member", "gz", "xz", "bz2"])
 def test_damaged_archives_are_one_line_refusals(tmp_path, kind):
     """A truncated tar and a corrupted tar.gz were accepted (exit 0); a corrupted tar.xz
     ended in an LZMAError traceback, bz2 in 5 lines."""
@@ -416,11 +454,15 @@ def test_watch_killed_by_sigterm_leaves_nothing(tmp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     env = dict(os.environ, TMPDIR=str(tmp), PYTHONPATH=str(REPO))
-    p = subprocess.Popen([sys.executable, "-m", "numa_utils", "watch", "--root", arc,
-                          "--interval", "0.2"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, env=env, cwd=str(REPO))
+    p = subprocess.Popen(
+        [sys.executable, "-m", "numa_utils", "watch", "--root", arc, "--interval", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=str(REPO),
+    )
     try:
-        assert p.stdout.readline()              # it is running and has read the tree
+        assert p.stdout.readline()  # it is running and has read the tree
         p.send_signal(signal.SIGTERM)
         p.wait(timeout=30)
     finally:
@@ -460,7 +502,7 @@ def _probe(files, what):
             del files[rel]
         files["root/sys/kernel/mm"] = ("symlink", "mm")
     elif what == "huge-lines":
-        line = b"x" * (900 << 10)                # under the 1 MiB a sysfs file may hold
+        line = b"x" * (900 << 10)  # under the 1 MiB a sysfs file may hold
         files[f"{NODE}/node0/meminfo"] = b"Node 0 MemTotal: " + line + b"\n"
         files[f"{NODE}/node1/numastat"] = b"numa_hit " + line + b"\n"
         files[f"{WI}/auto"] = line + b"\n"
@@ -470,9 +512,18 @@ def _probe(files, what):
     return files
 
 
-PROBES = ["superscript-tier", "superscript-initiator", "superscript-weight",
-          "superscript-numastat", "5000-digit-numastat", "5000-digit-cache-size",
-          "5000-digit-weight", "mm-links-to-itself", "huge-lines", "huge-files"]
+PROBES = [
+    "superscript-tier",
+    "superscript-initiator",
+    "superscript-weight",
+    "superscript-numastat",
+    "5000-digit-numastat",
+    "5000-digit-cache-size",
+    "5000-digit-weight",
+    "mm-links-to-itself",
+    "huge-lines",
+    "huge-files",
+]
 
 
 @pytest.mark.parametrize("what", PROBES)
@@ -486,8 +537,10 @@ def test_damaged_tree_gives_a_report_with_a_short_warning(tmp_path, form, what):
     assert len(out) < 200_000
     assert max(map(len, rep["warnings"]), default=0) < 500, rep["warnings"]
     assert len(rep["nodes"]) == 3
-    for extra, cmd in ((["--format", "prometheus"], "status"),
-                       (["--count", "1", "--interval", "0.01"], "watch")):
+    for extra, cmd in (
+        (["--format", "prometheus"], "status"),
+        (["--count", "1", "--interval", "0.01"], "watch"),
+    ):
         rc2, _, err2, out2 = _status(root, *extra, cmd=cmd)
         assert rc2 == 0 and "Traceback" not in err2, err2
         assert len(out2) < 200_000
@@ -517,7 +570,7 @@ def test_int_parsers_take_ascii_digits_only():
             nu._parse_int(text, "x")
         assert nu._uint(text) is None
     assert nu._parse_int(" 0x10de\n", "x") == 0x10DE and nu._parse_int("-1\n", "x") == -1
-    assert nu._uint("18446744073709551615") == 2 ** 64 - 1
+    assert nu._uint("18446744073709551615") == 2**64 - 1
     assert nu._id_of(f"node{SUP}", "node") is None and nu._id_of("node7", "node") == 7
     with pytest.raises(ValueError, match=r"\.\.\. \(5009 chars\)"):
         nu._parse_numastat("numa_hit " + "9" * 5000)

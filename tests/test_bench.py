@@ -27,10 +27,27 @@ def test_quick_run(tmp_path):
         pytest.skip("no bench/ in this checkout")
     out = tmp_path
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "all", "--quick", "--size", "16M", "--rounds", "2",
-         "--vmas", "2000", "--out", str(out)],
-        cwd=str(REPO), capture_output=True, text=True, timeout=600,
-        env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "all",
+            "--quick",
+            "--size",
+            "16M",
+            "--rounds",
+            "2",
+            "--vmas",
+            "2000",
+            "--out",
+            str(out),
+        ],
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     check_report(out)
     check_sections_measured(out)
@@ -41,7 +58,7 @@ def check_report(out):
     md = (out / "all-quick.md").read_text()
 
     assert report["command"].startswith("python -m bench all --quick")
-    assert "--out DIR" in report["command"]           # no machine paths in reports
+    assert "--out DIR" in report["command"]  # no machine paths in reports
     assert report["machine"]["cpus_allowed"] >= 1
     names = [s["name"] for s in report["sections"]]
     assert names == list(SECTIONS)
@@ -52,7 +69,7 @@ def check_report(out):
             assert s["reason"], s["name"]
             continue
         for k in s["skipped"]:
-            assert k["reason"], k                     # every skip says why
+            assert k["reason"], k  # every skip says why
         for r in s["rows"]:
             assert r["n"] >= 1 and r["min"] <= r["median"] <= r["max"], r
         for c in s["comparisons"]:
@@ -86,24 +103,29 @@ def check_hot(sec):
     tool either compared or skipped with the reason."""
     assert sec["status"] == "ok", sec["reason"]
     rows = {r["contender"] for r in sec["rows"]}
-    assert {"python -m numa_utils maps PID: own work (less the floor)",
-            "python -m numa_utils status --root TREE: own work (less the floor)"} <= rows
+    assert {
+        "python -m numa_utils maps PID: own work (less the floor)",
+        "python -m numa_utils status --root TREE: own work (less the floor)",
+    } <= rows
     skipped = {k["contender"]: k["reason"] for k in sec["skipped"]}
     cmps = {c["what"]: c for c in sec["comparisons"]}
-    for cmd, ref, tool in (("maps", "numastat -p PID", "numastat"),
-                           ("status", "lstopo-no-graphics (HWLOC_FSROOT=TREE)",
-                            "lstopo-no-graphics")):
+    for cmd, ref, tool in (
+        ("maps", "numastat -p PID", "numastat"),
+        ("status", "lstopo-no-graphics (HWLOC_FSROOT=TREE)", "lstopo-no-graphics"),
+    ):
         if ref in skipped:
             assert f"{tool} not found" in skipped[ref]
             continue
         own = cmps[f"{cmd} own work / {ref}"]
         whole = cmps[f"{cmd} whole process / {ref}"]
         assert own["ratio_of_medians"] < whole["ratio_of_medians"]  # the floor is > 0
-    assert cmps["maps own work / numastat -p PID"]["target"] == "<= 1.5" or \
-        "numastat -p PID" in skipped
+    assert (
+        cmps["maps own work / numastat -p PID"]["target"] == "<= 1.5"
+        or "numastat -p PID" in skipped
+    )
     status = cmps.get("status own work / lstopo-no-graphics (HWLOC_FSROOT=TREE)")
     if status and "hwloc's" not in sec["params"]["tree"]:
-        assert status["target"] is None       # a stand-in tree is not judged
+        assert status["target"] is None  # a stand-in tree is not judged
         assert any("snapshot not given" in n for n in sec["notes"])
 
 
@@ -124,10 +146,27 @@ def test_own_work_is_taken_round_by_round():
 def test_hot_smoke(tmp_path):
     """`python -m bench hot --quick`: the hot commands against numastat and lstopo,
     one round, a few seconds; no speed is checked."""
-    argv = [sys.executable, "-m", "bench", "hot", "--quick", "--rounds", "1",
-            "--vmas", "500", "--out", str(tmp_path)]
-    proc = subprocess.run(argv, cwd=str(REPO), capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+    argv = [
+        sys.executable,
+        "-m",
+        "bench",
+        "hot",
+        "--quick",
+        "--rounds",
+        "1",
+        "--vmas",
+        "500",
+        "--out",
+        str(tmp_path),
+    ]
+    proc = subprocess.run(
+        argv,
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((tmp_path / "hot-quick.json").read_text())
     (sec,) = report["sections"]

@@ -1,5 +1,6 @@
 """bind_to_node / bind_for_gpu on SimulatedBackend, and for real (in child processes, so
 that the test process itself is never pinned), plus the `run` command."""
+
 import errno
 import json
 import os
@@ -14,12 +15,12 @@ from conftest import ON_LINUX, fixture_root, live_kernel_has_policy_syscalls, nu
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch):
     for name in list(os.environ):
-        if name.startswith("NUMA_UTILS_") or name in ("CUDA_VISIBLE_DEVICES",
-                                                      "CUDA_DEVICE_ORDER"):
+        if name.startswith("NUMA_UTILS_") or name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"):
             monkeypatch.delenv(name)
 
 
 # -- simulated ---------------------------------------------------------------------------
+
 
 def test_bind_to_node_cpus_and_memory():
     b = sim("dual-socket-8gpu")
@@ -34,10 +35,14 @@ def test_bind_to_node_cpus_and_memory():
     assert json.loads(json.dumps(r.to_json()))["cpus"] == sorted(topo.nodes[1].cpus)
 
 
-@pytest.mark.parametrize("memory, mode, nodes", [
-    ("bind", nu.Mode.BIND, {0}), ("interleave", nu.Mode.INTERLEAVE, {0, 1}),
-    ("local", nu.Mode.LOCAL, set()),
-])
+@pytest.mark.parametrize(
+    "memory, mode, nodes",
+    [
+        ("bind", nu.Mode.BIND, {0}),
+        ("interleave", nu.Mode.INTERLEAVE, {0, 1}),
+        ("local", nu.Mode.LOCAL, set()),
+    ],
+)
 def test_bind_memory_modes(memory, mode, nodes):
     b = sim("dual-socket-8gpu")
     r = nu.bind_to_node(0, memory=memory, backend=b)
@@ -62,7 +67,7 @@ def test_eperm_on_set_mempolicy_still_binds_cpus(caplog):
     assert r.cpus_applied and b.sched_getaffinity(0) == b.topology.nodes[1].cpus
     assert not r.memory.applied and r.memory.reason == "EPERM"
     assert "CAP_SYS_NICE" in r.memory.hint
-    assert not r                       # not everything asked was applied
+    assert not r  # not everything asked was applied
     assert "not applied" in caplog.text
 
 
@@ -88,8 +93,8 @@ def test_strict_from_envs(monkeypatch):
 
 def test_threads_pinned_elsewhere_are_left_alone():
     b = sim("dual-socket-8gpu")
-    free = b.add_thread()                       # inherits the whole machine
-    pinned = b.add_thread(affinity={5})         # an engine pinned this one
+    free = b.add_thread()  # inherits the whole machine
+    pinned = b.add_thread(affinity={5})  # an engine pinned this one
     r = nu.bind_to_node(1, backend=b)
     node1 = b.topology.nodes[1].cpus
     assert set(r.threads_changed) == {b.pid, free} and r.threads_skipped == (pinned,)
@@ -118,10 +123,10 @@ def test_explicit_cpu_set_is_intersected_with_allowed():
 
 def test_cpuset_fallback_to_nearest_node():
     b = sim("container-cpuset")
-    r = nu.bind_to_node(0, backend=b)           # node 0: no CPU and no memory allowed
+    r = nu.bind_to_node(0, backend=b)  # node 0: no CPU and no memory allowed
     assert r.cpus == b.topology.allowed_cpus and r.cpus_applied
     assert any("nearest node 1" in n for n in r.notes)
-    assert r.memory.applied and r.memory.nodes == {1}      # Mems_allowed_list is 1
+    assert r.memory.applied and r.memory.nodes == {1}  # Mems_allowed_list is 1
     assert any("no memory this process may use" in n for n in r.notes)
     with pytest.raises(OSError):
         nu.bind_to_node(0, strict=True, backend=b)
@@ -182,7 +187,7 @@ def test_bind_for_gpu_reordered_visible_devices():
 def test_bind_for_gpu_policy_none_leaves_cpus(monkeypatch):
     b = sim("dual-socket-8gpu")
     before = b.sched_getaffinity(0)
-    r = nu.bind_for_gpu(6, environ={}, backend=b)     # envs.py default: none
+    r = nu.bind_for_gpu(6, environ={}, backend=b)  # envs.py default: none
     assert b.sched_getaffinity(0) == before and r.cpu_reason == "not requested"
     assert r.memory.applied and r.memory.nodes == {1}
     monkeypatch.setenv("NUMA_UTILS_NUMA_BIND_POLICY", "exclusive")
@@ -212,12 +217,14 @@ def test_saved_tree_is_never_bound():
 needs_linux = pytest.mark.skipif(not ON_LINUX, reason="needs Linux /proc")
 real = [pytest.mark.realkernel, pytest.mark.xdist_group("realkernel"), needs_linux]
 
-_CHILD = ("import os, json; s = open('/proc/self/status').read();"
-          "maps = open('/proc/self/numa_maps').read() if os.path.exists("
-          "'/proc/self/numa_maps') else '';"
-          "print(json.dumps({'pid': os.getpid(), 'affinity': sorted(os.sched_getaffinity(0)),"
-          "'status': [l for l in s.splitlines() if l.startswith('Cpus_allowed_list')],"
-          "'maps': maps.splitlines()[:3]}))")
+_CHILD = (
+    "import os, json; s = open('/proc/self/status').read();"
+    "maps = open('/proc/self/numa_maps').read() if os.path.exists("
+    "'/proc/self/numa_maps') else '';"
+    "print(json.dumps({'pid': os.getpid(), 'affinity': sorted(os.sched_getaffinity(0)),"
+    "'status': [l for l in s.splitlines() if l.startswith('Cpus_allowed_list')],"
+    "'maps': maps.splitlines()[:3]}))"
+)
 
 
 def _node0_cpus():
@@ -229,8 +236,13 @@ def _node0_cpus():
 def _run_cli(*args, env=None):
     e = {k: v for k, v in os.environ.items() if not k.startswith("NUMA_UTILS_")}
     e.update(env or {})
-    p = subprocess.Popen([sys.executable, nu.__file__, *args], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=e)
+    p = subprocess.Popen(
+        [sys.executable, nu.__file__, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=e,
+    )
     out, err = p.communicate(timeout=60)
     return p.pid, p.returncode, out, err
 
@@ -240,11 +252,12 @@ def test_run_execs_child_with_affinity_and_policy(memory, shown, request):
     for m in real:
         request.applymarker(m)
     node, cpus = _node0_cpus()
-    pid, rc, out, err = _run_cli("run", "--node", str(node), "--memory", memory, "--",
-                                 sys.executable, "-c", _CHILD)
+    pid, rc, out, err = _run_cli(
+        "run", "--node", str(node), "--memory", memory, "--", sys.executable, "-c", _CHILD
+    )
     assert rc == 0, err
     child = json.loads(out)
-    assert child["pid"] == pid                   # exec'd in place: no shell, no fork
+    assert child["pid"] == pid  # exec'd in place: no shell, no fork
     assert child["affinity"] == cpus
     assert child["status"] == [f"Cpus_allowed_list:\t{nu.format_cpulist(cpus)}"]
     if not live_kernel_has_policy_syscalls():
@@ -257,8 +270,15 @@ def test_done_when_run_node0_prints_allowed_cpus(request):
     for m in real:
         request.applymarker(m)
     node, cpus = _node0_cpus()
-    _, rc, out, err = _run_cli("run", "--node", str(node), "--", sys.executable, "-c",
-                               "import os; print(os.sched_getaffinity(0))")
+    _, rc, out, err = _run_cli(
+        "run",
+        "--node",
+        str(node),
+        "--",
+        sys.executable,
+        "-c",
+        "import os; print(os.sched_getaffinity(0))",
+    )
     assert rc == 0, err
     assert out.strip() == str(set(cpus))
 
@@ -270,8 +290,7 @@ def test_run_errors():
     assert rc == 2 and "no command" in err
     _, rc, _, err = _run_cli("run", "--node", "0", "--policy", "exclusive", "--", "true")
     assert rc == 2 and "--gpu" in err
-    _, rc, _, err = _run_cli("run", "--root", fixture_root("gh200"), "--node", "0", "--",
-                             "true")
+    _, rc, _, err = _run_cli("run", "--root", fixture_root("gh200"), "--node", "0", "--", "true")
     assert rc == 2 and "--root" in err
     _, rc, _, _ = _run_cli("run", "--gpu", "0", "--node", "0", "--", "true")
     assert rc == 2
@@ -284,8 +303,9 @@ def test_run_gpu_that_does_not_exist_is_a_usage_error(request):
         request.applymarker(m)
     if nu.gpus():
         pytest.skip("this machine has GPUs")
-    _, rc, out, err = _run_cli("run", "--gpu", "0", "--", sys.executable, "-c",
-                               "print('child ran')")
+    _, rc, out, err = _run_cli(
+        "run", "--gpu", "0", "--", sys.executable, "-c", "print('child ran')"
+    )
     assert rc == 2 and "child ran" not in out
     assert "no CUDA device 0" in err and len(err.strip().splitlines()) == 1
 
@@ -326,13 +346,17 @@ def test_real_bind_to_node_in_a_child(request):
             t.join()
         print(json.dumps(out))
     """)
-    p = subprocess.run([sys.executable, "-c", code, nu.__file__, str(node)],
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-c", code, nu.__file__, str(node)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     r = json.loads(p.stdout)
     assert r["cpus_applied"] and r["cpus"] == cpus
     assert r["tids"]["free"] in r["threads_changed"] and r["free_aff"] == cpus
-    if len(cpus) > 1:        # pinned to one CPU: narrower than the process, left alone
+    if len(cpus) > 1:  # pinned to one CPU: narrower than the process, left alone
         assert r["tids"]["pinned"] in r["threads_skipped"]
     if live_kernel_has_policy_syscalls():
         assert r["memory"]["applied"] and r["memory"]["nodes"] == [node]

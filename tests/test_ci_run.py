@@ -18,12 +18,21 @@ RUN = REPO / ".ci" / "run"
 # lists): lstopo-no-graphics is in both hwloc and hwloc-nox, and the two conflict,
 # so hwloc-nox (no X) is the one to add; numastat ships with numactl.
 WANT = {
-    "qemu-system-x86_64": "qemu-system-x86", "qemu-system-aarch64": "qemu-system-arm",
-    "qemu-system-ppc64": "qemu-system-ppc", "qemu-system-s390x": "qemu-system-misc",
-    "cpio": "cpio", "strace": "strace", "lstopo-no-graphics": "hwloc-nox",
-    "numactl": "numactl", "numastat": "numactl", "systemd-analyze": "systemd",
-    "gcc": "gcc", "python3": "python3", "python3:pip": "python3-pip",
-    "python3:ensurepip": "python3-venv", "git": "git",
+    "qemu-system-x86_64": "qemu-system-x86",
+    "qemu-system-aarch64": "qemu-system-arm",
+    "qemu-system-ppc64": "qemu-system-ppc",
+    "qemu-system-s390x": "qemu-system-misc",
+    "cpio": "cpio",
+    "strace": "strace",
+    "lstopo-no-graphics": "hwloc-nox",
+    "numactl": "numactl",
+    "numastat": "numactl",
+    "systemd-analyze": "systemd",
+    "gcc": "gcc",
+    "python3": "python3",
+    "python3:pip": "python3-pip",
+    "python3:ensurepip": "python3-venv",
+    "git": "git",
     "/etc/ssl/certs/ca-certificates.crt": "ca-certificates",
 }
 CA = "/etc/ssl/certs/ca-certificates.crt"
@@ -31,7 +40,7 @@ CA = "/etc/ssl/certs/ca-certificates.crt"
 
 def _table():
     text = RUN.read_text()
-    body = text[text.index("NEEDS=(") + 7:text.index("\n)\n", text.index("NEEDS=("))]
+    body = text[text.index("NEEDS=(") + 7 : text.index("\n)\n", text.index("NEEDS=("))]
     rows = [re.sub(r"#.*", "", x).strip() for x in body.splitlines()]
     return dict(r.strip('"').split() for r in rows if r)
 
@@ -62,12 +71,22 @@ def _run(tmp_path, absent=(), modules=("pip", "ensurepip"), uid=0):
     _stub(bin_dir / "id", f"echo {uid}\n")
     if "python3" not in absent:
         # `python3 -c "import M"` succeeds for the modules this host "has"
-        _stub(bin_dir / "python3", 'case " $MODULES " in *" ${2#import }"*) exit 0;; '
-                                   "esac; exit 1\n")
-    env = {"PATH": str(bin_dir), "LOG": str(log), "MODULES": " ".join(modules),
-           "HOME": str(tmp_path)}
-    out = subprocess.run([shutil.which("bash"), "-c", _apt_step()], env=env,
-                         capture_output=True, text=True, timeout=60)
+        _stub(
+            bin_dir / "python3", 'case " $MODULES " in *" ${2#import }"*) exit 0;; esac; exit 1\n'
+        )
+    env = {
+        "PATH": str(bin_dir),
+        "LOG": str(log),
+        "MODULES": " ".join(modules),
+        "HOME": str(tmp_path),
+    }
+    out = subprocess.run(
+        [shutil.which("bash"), "-c", _apt_step()],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout + out.stderr, log.read_text().splitlines() if log.exists() else []
 
@@ -75,7 +94,7 @@ def _run(tmp_path, absent=(), modules=("pip", "ensurepip"), uid=0):
 def _installed(calls):
     (install,) = [c for c in calls if c.startswith("apt-get install ")]
     assert "--no-upgrade" in install.split()
-    return install.split()[install.split().index("--no-upgrade") + 1:]
+    return install.split()[install.split().index("--no-upgrade") + 1 :]
 
 
 def test_the_table_maps_each_command_to_its_debian_package():
@@ -83,8 +102,7 @@ def test_the_table_maps_each_command_to_its_debian_package():
 
 
 def test_the_table_has_every_qemu_the_vm_tests_boot():
-    wanted = set(re.findall(r'"binary": "(qemu-system-\w+)"', (REPO / "vm" / "run.py")
-                            .read_text()))
+    wanted = set(re.findall(r'"binary": "(qemu-system-\w+)"', (REPO / "vm" / "run.py").read_text()))
     assert wanted and wanted <= set(_table())
 
 
@@ -96,18 +114,23 @@ def test_nothing_missing_runs_no_apt_get(tmp_path):
         assert _installed(calls) == ["ca-certificates"]
 
 
-@pytest.mark.parametrize("absent,modules,want", [
-    # hwloc-nox's lstopo-no-graphics is there: no hwloc package, whatever else is missing
-    (["cpio"], ("pip", "ensurepip"), ["cpio"]),
-    (["lstopo-no-graphics", "cpio"], ("pip", "ensurepip"), ["cpio", "hwloc-nox"]),
-    (["numastat"], ("pip", "ensurepip"), ["numactl"]),
-    (["numactl", "numastat"], ("pip", "ensurepip"), ["numactl"]),       # once
-    (["qemu-system-s390x", "systemd-analyze"], ("pip",),
-     ["qemu-system-misc", "systemd", "python3-venv"]),
-    (["python3"], (), ["python3", "python3-pip", "python3-venv"]),
-])
-def test_only_the_missing_commands_packages_are_installed(tmp_path, absent, modules,
-                                                          want):
+@pytest.mark.parametrize(
+    "absent,modules,want",
+    [
+        # hwloc-nox's lstopo-no-graphics is there: no hwloc package, whatever else is missing
+        (["cpio"], ("pip", "ensurepip"), ["cpio"]),
+        (["lstopo-no-graphics", "cpio"], ("pip", "ensurepip"), ["cpio", "hwloc-nox"]),
+        (["numastat"], ("pip", "ensurepip"), ["numactl"]),
+        (["numactl", "numastat"], ("pip", "ensurepip"), ["numactl"]),  # once
+        (
+            ["qemu-system-s390x", "systemd-analyze"],
+            ("pip",),
+            ["qemu-system-misc", "systemd", "python3-venv"],
+        ),
+        (["python3"], (), ["python3", "python3-pip", "python3-venv"]),
+    ],
+)
+def test_only_the_missing_commands_packages_are_installed(tmp_path, absent, modules, want):
     out, calls = _run(tmp_path, absent, modules)
     assert calls[0] == "apt-get update -q"
     got = _installed(calls)
@@ -125,7 +148,7 @@ def test_not_root_installs_nothing_and_says_what_is_missing(tmp_path):
 
 # -- conftest's session check: the host as the suite found it ---------------------------
 
-LEAKY = '''
+LEAKY = """
 import ctypes, os
 
 def test_leaves_things_behind():
@@ -134,11 +157,11 @@ def test_leaves_things_behind():
     assert libc.shmget(0x4E0C1C1C, 4096, 0o1600) >= 0         # IPC_CREAT | 0600
     with open("/usr/local/bin/numactl", "w") as fh:
         fh.write("#!/bin/sh\\n")
-'''
-CLEAN = '''
+"""
+CLEAN = """
 def test_clean(tmp_path):
     (tmp_path / "x").write_text("ok")
-'''
+"""
 
 
 def _session(tmp_path, body):
@@ -146,6 +169,7 @@ def _session(tmp_path, body):
     mount namespaces with a fresh tmpfs on /dev/shm and on /usr/local/bin: what it
     leaves behind dies with the namespaces."""
     from conftest import PRIVATE_SHM_ENV, private_shm_unavailable
+
     why = private_shm_unavailable()
     if why:
         pytest.skip(why)
@@ -154,22 +178,53 @@ def _session(tmp_path, body):
     (tmp_path / "test_probe.py").write_text(body)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "tests"), str(REPO)]))
     env.pop(PRIVATE_SHM_ENV, None)
-    sh = ("mount -t tmpfs -o mode=1777 tmpfs /dev/shm && "
-          "mount -t tmpfs tmpfs /usr/local/bin && exec \"$@\"")
+    sh = (
+        "mount -t tmpfs -o mode=1777 tmpfs /dev/shm && "
+        'mount -t tmpfs tmpfs /usr/local/bin && exec "$@"'
+    )
     return subprocess.run(
-        ["unshare", "--ipc", "--mount", "--propagation", "private", "sh", "-c", sh, "sh",
-         sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider",
-         "-p", "no:xdist", "--rootdir", str(tmp_path), str(tmp_path / "test_probe.py")],
-        capture_output=True, text=True, timeout=120, cwd=str(tmp_path), env=env)
+        [
+            "unshare",
+            "--ipc",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            sh,
+            "sh",
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "conftest",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            "--rootdir",
+            str(tmp_path),
+            str(tmp_path / "test_probe.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(tmp_path),
+        env=env,
+    )
 
 
 def test_session_check_fails_a_run_that_leaves_the_host_changed(tmp_path):
     out = _session(tmp_path, LEAKY)
     assert out.returncode == 1, out.stdout + out.stderr
-    assert "1 passed" in out.stdout                  # the test passed; the session failed
+    assert "1 passed" in out.stdout  # the test passed; the session failed
     assert "the suite did not leave the host as it found it" in out.stdout
-    for line in ("/usr/local/bin/numactl written", "/dev/shm/nu-leak-probe left behind",
-                 "SysV segment key 0x4e0c1c1c shmid"):
+    for line in (
+        "/usr/local/bin/numactl written",
+        "/dev/shm/nu-leak-probe left behind",
+        "SysV segment key 0x4e0c1c1c shmid",
+    ):
         assert line in out.stdout, out.stdout
 
 

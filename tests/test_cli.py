@@ -1,4 +1,5 @@
 """The command line, run as a user runs it: `python -m numa_utils ...` in a subprocess."""
+
 import json
 import os
 import subprocess
@@ -11,8 +12,14 @@ from conftest import FIXTURES, REPO, fixture_root, nu
 def run(*args, env=None):
     e = dict(os.environ, PYTHONPATH=str(REPO))
     e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "numa_utils", *args], cwd=str(REPO),
-                          capture_output=True, text=True, env=e, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "numa_utils", *args],
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        env=e,
+        timeout=120,
+    )
 
 
 def test_status_this_machine_text_and_json():
@@ -30,8 +37,10 @@ def test_status_this_machine_text_and_json():
         assert n["cpus"] == sorted(n["cpus"])
         assert all(isinstance(k, str) for k in n["distances"])
     assert rep["process"]["pid"] > 0
-    assert set(rep["process"]["allowed_cpus"]) == os.sched_getaffinity(0) or \
-        rep["process"]["allowed_cpus"]
+    assert (
+        set(rep["process"]["allowed_cpus"]) == os.sched_getaffinity(0)
+        or rep["process"]["allowed_cpus"]
+    )
 
 
 @pytest.mark.parametrize("name", FIXTURES)

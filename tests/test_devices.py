@@ -1,6 +1,7 @@
 """devices(), device_distance(), local_devices(), generic-initiator nodes and nodes per
 package, on the fixtures gathered from QEMU guests (expectations from their
 guest_oracle.json, read in the guest without numa_utils) and on generated trees."""
+
 import ctypes
 import json
 import mmap
@@ -37,13 +38,15 @@ def test_devices_of_the_pci_guest(b):
     for addr, w in on_node1.items():
         d = found[addr]
         assert d.kind == KIND_OF_CLASS[int(w["class"], 16) >> 8]
-        assert (d.vendor, d.device, d.pci_class) == (int(w["vendor"], 16),
-                                                     int(w["device"], 16), int(w["class"], 16))
+        assert (d.vendor, d.device, d.pci_class) == (
+            int(w["vendor"], 16),
+            int(w["device"], 16),
+            int(w["class"], 16),
+        )
         assert (d.node, d.node_source, sorted(d.cpus)) == (1, "numa_node", w["local_cpulist"])
         assert [x.address for x in nu.devices(d.kind, backend=b)] == [addr]
     # bridges are the path, not devices; -1 whose CPUs span both nodes stays unknown
-    assert not [a for a, w in ORACLE["pci"].items() if w["class"].startswith("0x06")
-                and a in found]
+    assert not [a for a, w in ORACLE["pci"].items() if w["class"].startswith("0x06") and a in found]
     assert found["0000:00:1f.2"].node is None and found["0000:00:1f.2"].node_source == "unknown"
     with pytest.raises(ValueError):
         nu.devices("nic", backend=b)
@@ -66,17 +69,28 @@ def linked_tree(tmp_path_factory):
     shutil.copytree(os.path.join(src, "proc"), root / "proc")
     bus = root / "sys/bus/pci/devices"
     bus.mkdir(parents=True)
-    extra = {"0000:85:00.0": ["0000:80:03.0", "0000:84:00.0", "0000:85:00.0"],
-             "0000:86:00.0": ["0000:80:03.0", "0000:84:00.0", "0000:86:00.0"]}
-    items = [(a, w["path"], w["class"], w["vendor"], w["device"], w["names"])
-             for a, w in ORACLE["pci"].items() if w["host_bridge"] == "pci0000:80"] + \
-        [(a, p, "0x020700", "0x15b3", "0x1017", {"infiniband": ["mlx5_" + a[6]]})
-         for a, p in extra.items()]
+    extra = {
+        "0000:85:00.0": ["0000:80:03.0", "0000:84:00.0", "0000:85:00.0"],
+        "0000:86:00.0": ["0000:80:03.0", "0000:84:00.0", "0000:86:00.0"],
+    }
+    items = [
+        (a, w["path"], w["class"], w["vendor"], w["device"], w["names"])
+        for a, w in ORACLE["pci"].items()
+        if w["host_bridge"] == "pci0000:80"
+    ] + [
+        (a, p, "0x020700", "0x15b3", "0x1017", {"infiniband": ["mlx5_" + a[6]]})
+        for a, p in extra.items()
+    ]
     for addr, path, cls, ven, dev, names in items:
         d = root / "sys/devices/pci0000:80" / "/".join(path)
         d.mkdir(parents=True, exist_ok=True)
-        for f, v in (("class", cls), ("vendor", ven), ("device", dev), ("numa_node", "1"),
-                     ("local_cpulist", "1")):
+        for f, v in (
+            ("class", cls),
+            ("vendor", ven),
+            ("device", dev),
+            ("numa_node", "1"),
+            ("local_cpulist", "1"),
+        ):
             (d / f).write_text(v + "\n")
         for sub, ns in names.items():
             for n in ns:
@@ -95,8 +109,8 @@ def test_names_path_and_distance(linked_tree):
             assert list(d.names) == [n for v in w["names"].values() for n in v]
     assert found["0000:85:00.0"].kind == "rdma" and found["0000:85:00.0"].names == ("mlx5_5",)
     dist = nu.device_distance
-    assert dist(found["0000:85:00.0"], found["0000:86:00.0"]) == "PIX"   # one switch
-    assert dist("0000:83:00.0", "0000:82:00.0", backend=b) == "PHB"      # root ports
+    assert dist(found["0000:85:00.0"], found["0000:86:00.0"]) == "PIX"  # one switch
+    assert dist("0000:83:00.0", "0000:82:00.0", backend=b) == "PHB"  # root ports
     a, c = found["0000:83:00.0"], found["0000:85:00.0"]
     assert dist(a._replace(path=("pci0000:00", "x")), c) == "NODE"
     assert dist(a._replace(path=("pci0000:00", "x"), node=0), c) == "SYS"
@@ -136,30 +150,41 @@ def test_generic_initiator_node():
         assert 2 not in nu.default_memory_nodes(t)
         rep = nu.status_report(backend=b)
         assert "generic-initiator" in nu._render_status(rep)
-        assert {n["id"]: n["devices"] for n in rep["nodes"]}[1] == \
-            sorted(a for a, w in ORACLE["pci"].items() if w["root_port"])
+        assert {n["id"]: n["devices"] for n in rep["nodes"]}[1] == sorted(
+            a for a, w in ORACLE["pci"].items() if w["root_port"]
+        )
 
 
 def _packages_tree(dest, packages, per):
     """``packages`` x ``per`` nodes, 2 single-thread cores per node; distance 11
     inside a package, 21 between."""
     import importlib.util
+
     spec = importlib.util.spec_from_file_location(
-        "_dev_make_fixtures", str(FIXTURES_DIR.parent / "tools" / "make_fixtures.py"))
+        "_dev_make_fixtures", str(FIXTURES_DIR.parent / "tools" / "make_fixtures.py")
+    )
     mf = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mf)
     topo = mf.x86_smp(packages, 2 * per, 1)
     nodes = {}
     for c, t in topo.items():
         nodes.setdefault(t["package"] * per + (c % (2 * per)) // 2, []).append(c)
-    desc = {n: mf.node(sorted(cs), 1 << 20, 1 << 19, {2048: (0, 0, 0)})
-            for n, cs in nodes.items()}
+    desc = {n: mf.node(sorted(cs), 1 << 20, 1 << 19, {2048: (0, 0, 0)}) for n, cs in nodes.items()}
     n_all = packages * per
-    dist = {(a, b): 10 if a == b else 11 if a // per == b // per else 21
-            for a in range(n_all) for b in range(n_all)}
-    m = mf.base(f"pk{packages}x{per}", source="tests/test_devices.py", topo=topo,
-                nodes=desc, distance=dist, pci=[mf.pci("0000:17:00.0", 0x10DE, 0x2330,
-                                                       0x030200, 0)], nvidia_proc=True)
+    dist = {
+        (a, b): 10 if a == b else 11 if a // per == b // per else 21
+        for a in range(n_all)
+        for b in range(n_all)
+    }
+    m = mf.base(
+        f"pk{packages}x{per}",
+        source="tests/test_devices.py",
+        topo=topo,
+        nodes=desc,
+        distance=dist,
+        pci=[mf.pci("0000:17:00.0", 0x10DE, 0x2330, 0x030200, 0)],
+        nvidia_proc=True,
+    )
     r = mf.resolve(m)
     mf.build_tree(m, r, str(dest)).write()
     return nodes

@@ -33,9 +33,18 @@ def clean_env(monkeypatch):
 # ---------------------------------------------------------------------------
 
 BOOL_GOOD = [
-    ("1", True), ("0", False), ("true", True), ("false", False), ("TRUE", True),
-    ("False", False), ("yes", True), ("No", False), ("on", True), ("OFF", False),
-    ("  yes\n", True), ("\t0 ", False),
+    ("1", True),
+    ("0", False),
+    ("true", True),
+    ("false", False),
+    ("TRUE", True),
+    ("False", False),
+    ("yes", True),
+    ("No", False),
+    ("on", True),
+    ("OFF", False),
+    ("  yes\n", True),
+    ("\t0 ", False),
 ]
 BOOL_BAD = ["2", "-1", "y", "n", "t", "enable", "true1", "o n", "1.0", "none", "ja"]
 
@@ -52,14 +61,45 @@ def test_parse_bool_bad(text):
 
 
 NODES_GOOD = [
-    ("0", (0,)), ("0-1,4", (0, 1, 4)), (" 3 , 1-2 ", (1, 2, 3)), ("4,0-1,1", (0, 1, 4)),
-    ("250-255,8,0", (0, 8, 250, 251, 252, 253, 254, 255)), ("5-5", (5,)), ("1023", (1023,)),
+    ("0", (0,)),
+    ("0-1,4", (0, 1, 4)),
+    (" 3 , 1-2 ", (1, 2, 3)),
+    ("4,0-1,1", (0, 1, 4)),
+    ("250-255,8,0", (0, 8, 250, 251, 252, 253, 254, 255)),
+    ("5-5", (5,)),
+    ("1023", (1023,)),
 ]
-NODES_BAD = ["", " ", ",", "0,", ",1", "0,,1", "1-", "-1", "0 1",
-             "0-1;2", "1024", "0-4000000000", "\u0661", "0;1"]
+NODES_BAD = [
+    "",
+    " ",
+    ",",
+    "0,",
+    ",1",
+    "0,,1",
+    "1-",
+    "-1",
+    "0 1",
+    "0-1;2",
+    "1024",
+    "0-4000000000",
+    "\u0661",
+    "0;1",
+]
 # numactl's grammar where only the machine can say: kept as text for numa_utils
-NODES_DEFERRED = ["all", "!0", "+1", "0x1", "010", "3-1", "netdev:eth0", "pci:3b:00.0",
-                  "0-1:2/4", "a", "0-x", "1.5"]
+NODES_DEFERRED = [
+    "all",
+    "!0",
+    "+1",
+    "0x1",
+    "010",
+    "3-1",
+    "netdev:eth0",
+    "pci:3b:00.0",
+    "0-1:2/4",
+    "a",
+    "0-x",
+    "1.5",
+]
 
 
 @pytest.mark.parametrize(("text", "want"), NODES_GOOD, ids=[t for t, _ in NODES_GOOD])
@@ -169,9 +209,14 @@ def test_defaults():
 
 def test_typed_accessors(monkeypatch):
     values = {
-        "ENABLE_NUMA_INTERLEAVE": "on", "NUMA_STRICT": "true", "NUMA_NODES": "2,0",
-        "NUMA_PREFAULT_THREADS": "8", "NUMA_HUGEPAGES": "1g", "NUMA_BIND_POLICY": "socket",
-        "NUMA_RESERVED_CORES": "1", "NUMA_MEMORY_POLICY": "bind",
+        "ENABLE_NUMA_INTERLEAVE": "on",
+        "NUMA_STRICT": "true",
+        "NUMA_NODES": "2,0",
+        "NUMA_PREFAULT_THREADS": "8",
+        "NUMA_HUGEPAGES": "1g",
+        "NUMA_BIND_POLICY": "socket",
+        "NUMA_RESERVED_CORES": "1",
+        "NUMA_MEMORY_POLICY": "bind",
     }
     for suffix, raw in values.items():
         monkeypatch.setenv("NUMA_UTILS_" + suffix, raw)
@@ -280,8 +325,9 @@ def test_registry_entries_are_well_formed():
 def _run(code, env_extra=None, cwd=None):
     env = dict(os.environ)
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=env, cwd=cwd, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=cwd, check=False
+    )
 
 
 def test_import_reads_no_environment():
@@ -312,8 +358,15 @@ def test_works_inside_a_package(tmp_path):
         "envs.set_prefix('LIGHTLLM_')\n"
         "print(envs.enable_numa_interleave(), envs.numa_nodes())\n"
     )
-    proc = _run(code, {"LIGHTLLM_ENABLE_NUMA_INTERLEAVE": "yes", "LIGHTLLM_NUMA_NODES": "0-1",
-                       "PYTHONPATH": str(tmp_path)}, cwd=str(tmp_path))
+    proc = _run(
+        code,
+        {
+            "LIGHTLLM_ENABLE_NUMA_INTERLEAVE": "yes",
+            "LIGHTLLM_NUMA_NODES": "0-1",
+            "PYTHONPATH": str(tmp_path),
+        },
+        cwd=str(tmp_path),
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "True (0, 1)"
 
@@ -357,13 +410,15 @@ def test_readme_table_is_current():
     current = text.split(START, 1)[1].split(END, 1)[0].strip()
     assert current == envs_mod.markdown_table().strip(), (
         "README env-variable table is stale: replace the text between the markers "
-        "with the output of `python envs.py --markdown`")
+        "with the output of `python envs.py --markdown`"
+    )
 
 
 def test_registry_is_the_table_numa_utils_reads():
     """envs.py (what engines merge into their registry) and numa_utils' own reader
     name the same variables with the same defaults, kinds and choices."""
     import numa_utils as nu
+
     assert list(envs_mod.REGISTRY) == list(nu._ENV_VARS)
     for suffix, var in envs_mod.REGISTRY.items():
         default, kind = nu._ENV_VARS[suffix]
@@ -379,9 +434,10 @@ def test_registry_is_the_table_numa_utils_reads():
 @pytest.mark.parametrize(("suffix", "raw", "want"), GOOD, ids=[f"{s}={r}" for s, r, _ in GOOD])
 def test_numa_utils_reads_what_envs_accepts(monkeypatch, suffix, raw, want):
     import numa_utils as nu
+
     monkeypatch.setenv("NUMA_UTILS_" + suffix, raw)
     got = nu._env(suffix)
-    if suffix == "NUMA_NODES":      # resolved on the machine by parse_nodestring
+    if suffix == "NUMA_NODES":  # resolved on the machine by parse_nodestring
         assert got == raw.strip()
     else:
         assert got == want
@@ -390,6 +446,7 @@ def test_numa_utils_reads_what_envs_accepts(monkeypatch, suffix, raw, want):
 @pytest.mark.parametrize(("suffix", "raw"), BAD, ids=[f"{s}={r}" for s, r in BAD])
 def test_numa_utils_refuses_what_envs_refuses(monkeypatch, suffix, raw):
     import numa_utils as nu
+
     if suffix == "NUMA_NODES":
         pytest.skip("node lists are checked against the machine by parse_nodestring")
     monkeypatch.setenv("NUMA_UTILS_" + suffix, raw)
@@ -397,29 +454,37 @@ def test_numa_utils_refuses_what_envs_refuses(monkeypatch, suffix, raw):
         nu._env(suffix)
 
 
-@pytest.mark.parametrize("name,value,refusal", [
-    ("NUMA_UTILS_NUMA_NODES", "garbage", "unparseable node description `garbage'"),
-    ("NUMA_UTILS_NUMA_NODES", "netdev:eth0", "device form `netdev:' is refused"),
-    ("NUMA_UTILS_NUMA_NODES", "!0x", "trailing characters"),
-    ("NUMA_UTILS_NUMA_STRICT", "maybe", "expected a boolean"),
-    ("NUMA_UTILS_NUMA_PREFAULT_THREADS", "0", "must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "name,value,refusal",
+    [
+        ("NUMA_UTILS_NUMA_NODES", "garbage", "unparseable node description `garbage'"),
+        ("NUMA_UTILS_NUMA_NODES", "netdev:eth0", "device form `netdev:' is refused"),
+        ("NUMA_UTILS_NUMA_NODES", "!0x", "trailing characters"),
+        ("NUMA_UTILS_NUMA_STRICT", "maybe", "expected a boolean"),
+        ("NUMA_UTILS_NUMA_PREFAULT_THREADS", "0", "must be >= 1"),
+    ],
+)
 def test_status_warns_about_each_invalid_variable(name, value, refusal, monkeypatch):
     """status showed NUMA_UTILS_NUMA_NODES=garbage with no warning while
     SharedRegion.create refused it; each invalid variable is a warning worded as
     the call that reads it refuses it, and the others are still listed."""
     from conftest import nu, sim
+
     monkeypatch.setenv(name, value)
-    monkeypatch.setenv("NUMA_UTILS_NUMA_HUGEPAGES", "sideways")     # a second one
+    monkeypatch.setenv("NUMA_UTILS_NUMA_HUGEPAGES", "sideways")  # a second one
     rep = nu.status_report(backend=sim("dual-socket-8gpu"))
     mine = [w for w in rep["warnings"] if w.startswith(f"configuration: {name}=")]
     assert len(mine) == 1 and refusal in mine[0], rep["warnings"]
-    assert any(w.startswith("configuration: NUMA_UTILS_NUMA_HUGEPAGES=")
-               for w in rep["warnings"]), rep["warnings"]
+    assert any(
+        w.startswith("configuration: NUMA_UTILS_NUMA_HUGEPAGES=") for w in rep["warnings"]
+    ), rep["warnings"]
     assert rep["config"][name] == {"value": value, "source": "env", "error": mine[0][15:]}
     assert rep["config"]["NUMA_UTILS_ENABLE_NUMA_INTERLEAVE"] == {
-        "value": False, "source": "default"}
-    if name.endswith("NUMA_NODES"):       # the same words as the call that refuses it
+        "value": False,
+        "source": "default",
+    }
+    if name.endswith("NUMA_NODES"):  # the same words as the call that refuses it
         with pytest.raises(ValueError, match=re.escape(refusal)):
-            nu.SharedRegion.create("kv", 1 << 20, policy="interleave",
-                                   backend=sim("dual-socket-8gpu"))
+            nu.SharedRegion.create(
+                "kv", 1 << 20, policy="interleave", backend=sim("dual-socket-8gpu")
+            )

@@ -1,5 +1,6 @@
 """fit(): its verdicts against what the simulated kernel then does, its limits and
 reasons, SharedRegion.create's refusal, the CLI, and a real small /dev/shm."""
+
 import errno
 import json
 import os
@@ -23,13 +24,25 @@ def _clean_env(monkeypatch):
 # some nodes only, a cgroup, a small /dev/shm.
 TREES = {
     "qemu-x86_64-two-node": dict(free_kb={0: 48 << 10, 1: 12 << 10}, shm_size=40 * MiB),
-    "four-node-asym": dict(free_kb={0: 20 << 10, 1: 20 << 10, 2: 20 << 10, 3: 4 << 10},
-                           cgroup={"memory.max": 30 * MiB}),
-    "dual-socket-8gpu": dict(free_kb={0: 40 << 10, 1: 40 << 10},
-                             cgroup={"hugetlb.2MB.max": 24 * MiB, "memory.high": 60 * MiB}),
-    "sparse-ids": dict(free_kb={0: 30 << 10, 250: 30 << 10, 251: 30 << 10, 252: 30 << 10,
-                                253: 30 << 10, 254: 30 << 10, 255: 30 << 10},
-                       shm_size=16 * MiB),
+    "four-node-asym": dict(
+        free_kb={0: 20 << 10, 1: 20 << 10, 2: 20 << 10, 3: 4 << 10}, cgroup={"memory.max": 30 * MiB}
+    ),
+    "dual-socket-8gpu": dict(
+        free_kb={0: 40 << 10, 1: 40 << 10},
+        cgroup={"hugetlb.2MB.max": 24 * MiB, "memory.high": 60 * MiB},
+    ),
+    "sparse-ids": dict(
+        free_kb={
+            0: 30 << 10,
+            250: 30 << 10,
+            251: 30 << 10,
+            252: 30 << 10,
+            253: 30 << 10,
+            254: 30 << 10,
+            255: 30 << 10,
+        },
+        shm_size=16 * MiB,
+    ),
     "single-node": dict(free_kb={0: 24 << 10}, cgroup={"memory.high": 20 * MiB}),
 }
 assert set(TREES) <= set(FIXTURES)
@@ -46,8 +59,9 @@ def outcome(name, size, nodes, hugepages, kind, required, monkeypatch):
     b = sim(name, **TREES[name])
     monkeypatch.setattr(nu, "_fit_or_raise", lambda *a: (hugepages, None))
     try:
-        r = nu.SharedRegion.create("m", size, policy="interleave", nodes=nodes,
-                                   hugepages=hugepages, kind=kind, backend=b)
+        r = nu.SharedRegion.create(
+            "m", size, policy="interleave", nodes=nodes, hugepages=hugepages, kind=kind, backend=b
+        )
     except OSError:
         return False, None
     finally:
@@ -59,22 +73,31 @@ def outcome(name, size, nodes, hugepages, kind, required, monkeypatch):
         return served or not required, placed
 
 
-CASES = [(t, n, h, k, req) for t in TREES for n in node_sets(t)
-         for h in (False, "2M", "1G", "thp") for k in ("sysv", "posix")
-         for req in (True, False)]
+CASES = [
+    (t, n, h, k, req)
+    for t in TREES
+    for n in node_sets(t)
+    for h in (False, "2M", "1G", "thp")
+    for k in ("sysv", "posix")
+    for req in (True, False)
+]
 
 
 @pytest.mark.parametrize("size", [8 * MiB, 20 * MiB])
-@pytest.mark.parametrize("tree,nodes,huge,kind,required", CASES,
-                         ids=[f"{t}-{n}-{h}-{k}-{'req' if r else 'fallback'}"
-                              for t, n, h, k, r in CASES])
-def test_fit_verdict_is_what_the_simulated_allocation_does(tree, nodes, huge, kind,
-                                                           required, size, monkeypatch):
+@pytest.mark.parametrize(
+    "tree,nodes,huge,kind,required",
+    CASES,
+    ids=[f"{t}-{n}-{h}-{k}-{'req' if r else 'fallback'}" for t, n, h, k, r in CASES],
+)
+def test_fit_verdict_is_what_the_simulated_allocation_does(
+    tree, nodes, huge, kind, required, size, monkeypatch
+):
     b = sim(tree, **TREES[tree])
     try:
-        verdict = nu.fit(size, nodes=nodes, hugepages=huge, kind=kind,
-                         hugepages_required=required, backend=b)
-    except ValueError:                    # hugetlb on /dev/shm: refused as an argument
+        verdict = nu.fit(
+            size, nodes=nodes, hugepages=huge, kind=kind, hugepages_required=required, backend=b
+        )
+    except ValueError:  # hugetlb on /dev/shm: refused as an argument
         assert huge not in (False, "thp") and kind == "posix"
         return
     use = huge if verdict.hugepages != "off" or huge == "thp" else False
@@ -95,8 +118,14 @@ def test_matrix_has_both_verdicts():
     seen = {}
     for t, n, h, k, req in CASES:
         try:
-            r = nu.fit(20 * MiB, nodes=n, hugepages=h, kind=k, hugepages_required=req,
-                       backend=sim(t, **TREES[t]))
+            r = nu.fit(
+                20 * MiB,
+                nodes=n,
+                hugepages=h,
+                kind=k,
+                hugepages_required=req,
+                backend=sim(t, **TREES[t]),
+            )
         except ValueError:
             continue
         seen.setdefault(bool(r), set()).add(r.reason.split(" (")[0][:40])
@@ -113,7 +142,7 @@ def test_limits_name_their_source_and_fix():
     names = {x.name: x for x in r.limits}
     assert names["cgroup memory.max"].source == "/sys/fs/cgroup/sim/memory.max"
     assert names["cgroup memory.max"].allows == 100 * MiB
-    r = nu.fit(200 * MiB, kind="sysv", backend=b)        # /dev/shm does not apply
+    r = nu.fit(200 * MiB, kind="sysv", backend=b)  # /dev/shm does not apply
     assert not r and "memory.max allows 100.0 MiB" in r.reason and "docker" in r.reason
 
 
@@ -128,20 +157,26 @@ def test_memory_current_is_subtracted_and_nodes_report_both_sides():
 
 
 def test_hugepages_required_names_node_and_counts_and_fallback_says_why():
-    b = sim("sparse-ids")                 # 2 MiB pages on node 0 only
+    b = sim("sparse-ids")  # 2 MiB pages on node 0 only
     r = nu.fit(8 * MiB, nodes=[0, 250], hugepages="2M", backend=b)
     assert not r and "250" in r.reason and "hugepages_required=False" in r.reason
-    r = nu.fit(8 * MiB, nodes=[0, 250], hugepages="2M", hugepages_required=False,
-               backend=b)
+    r = nu.fit(8 * MiB, nodes=[0, 250], hugepages="2M", hugepages_required=False, backend=b)
     assert r and r.hugepages == "off" and "250" in r.hugepages_fallback
     ok = nu.fit(8 * MiB, nodes=[0], hugepages="2M", backend=b)
     assert ok and ok.hugepages == "2048kB" and ok.nodes[0].needed == 8 * MiB
     with pytest.raises(OSError, match="node.*250"):
-        nu.SharedRegion.create("h", 8 * MiB, nodes=[0, 250], hugepages="2M",
-                               policy="interleave", backend=b)
-    with nu.SharedRegion.create("h", 8 * MiB, nodes=[0, 250], hugepages="2M",
-                                policy="interleave", hugepages_required=False,
-                                backend=b) as reg:
+        nu.SharedRegion.create(
+            "h", 8 * MiB, nodes=[0, 250], hugepages="2M", policy="interleave", backend=b
+        )
+    with nu.SharedRegion.create(
+        "h",
+        8 * MiB,
+        nodes=[0, 250],
+        hugepages="2M",
+        policy="interleave",
+        hugepages_required=False,
+        backend=b,
+    ) as reg:
         assert reg.page_size == 4096 and "250" in reg.hugepages_fallback
 
 
@@ -165,29 +200,31 @@ def test_thp_mode_and_env_default(monkeypatch):
 
 def test_overcommit_shmmax_and_memlock_limits(tmp_path):
     root = tmp_path / "root"
-    for path, text in {"proc/sys/vm/overcommit_memory": "2\n",
-                       "proc/sys/kernel/shmmax": str(32 * MiB),
-                       "proc/sys/kernel/shmall": "1000000",
-                       "proc/meminfo": "MemTotal: 1000000 kB\nMemFree: 900000 kB\n"
-                                       "CommitLimit: 500000 kB\n"
-                                       "Committed_AS: 480000 kB\n",
-                       "proc/self/limits": "Max locked memory         8388608       "
-                                           "8388608      bytes\n"}.items():
+    for path, text in {
+        "proc/sys/vm/overcommit_memory": "2\n",
+        "proc/sys/kernel/shmmax": str(32 * MiB),
+        "proc/sys/kernel/shmall": "1000000",
+        "proc/meminfo": "MemTotal: 1000000 kB\nMemFree: 900000 kB\n"
+        "CommitLimit: 500000 kB\n"
+        "Committed_AS: 480000 kB\n",
+        "proc/self/limits": "Max locked memory         8388608       8388608      bytes\n",
+    }.items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(text)
     b = nu.LinuxBackend(str(root))
-    b.geteuid = lambda: 1000              # root (CAP_IPC_LOCK) has no memlock limit
+    b.geteuid = lambda: 1000  # root (CAP_IPC_LOCK) has no memlock limit
     r = nu.fit(64 * MiB, policy="default", kind="sysv", pin=True, backend=b)
     names = {x.name: x.allows for x in r.limits}
     assert names["kernel.shmmax"] == 32 * MiB and names["RLIMIT_MEMLOCK"] == 8 * MiB
     assert names["vm.overcommit_memory=2"] == 20000 * 1024
-    assert not r and "RLIMIT_MEMLOCK allows 8.0 MiB" in r.reason   # the tightest
+    assert not r and "RLIMIT_MEMLOCK allows 8.0 MiB" in r.reason  # the tightest
     assert "kernel.shmall" in names
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, nu.__file__, *args], capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, nu.__file__, *args], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_cli_fit_exit_codes_and_json(tmp_path):
@@ -205,8 +242,9 @@ def test_cli_fit_exit_codes_and_json(tmp_path):
 @pytest.mark.private_shm
 def test_host_small_dev_shm_refuses_posix_region_and_leaves_nothing():
     assert IN_PRIVATE_SHM
-    p = subprocess.run(["mount", "-o", "remount,size=64m", "/dev/shm"],
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        ["mount", "-o", "remount,size=64m", "/dev/shm"], capture_output=True, text=True
+    )
     if p.returncode != 0:
         pytest.skip(f"cannot remount /dev/shm with 64 MiB: {p.stderr.strip()}")
     before = sorted(os.listdir("/dev/shm"))

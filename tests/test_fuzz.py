@@ -25,8 +25,10 @@ SECRET = "OUTSIDE-THE-TREE-7f3a"
 @contextlib.contextmanager
 def deadline(seconds, what):
     """Fail (instead of hanging the run) when the body takes longer than ``seconds``."""
+
     def expired(signum, frame):
         raise AssertionError(f"{what}: still running after {seconds} s")
+
     old = signal.signal(signal.SIGALRM, expired)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
@@ -39,17 +41,32 @@ def deadline(seconds, what):
 # -- corrupted copies of every fixture tree ----------------------------------------------
 
 HOSTILE_TEXTS = [
-    "", "\n", "\0", "0-16777215", "0-16777216\n", "9" * 400, "0-8191", "x" * 5000,
-    "³", "0-3,\u00b3", "-1", "0x", "0-3:0/0", "Node 0 MemTotal: " + "9" * 400 + " kB\n",
-    "MemTotal:\n", "10 " * 5000, "ffffffff," * 2000, "\u2028\x85\x1c", "[always]",
+    "",
+    "\n",
+    "\0",
+    "0-16777215",
+    "0-16777216\n",
+    "9" * 400,
+    "0-8191",
+    "x" * 5000,
+    "³",
+    "0-3,\u00b3",
+    "-1",
+    "0x",
+    "0-3:0/0",
+    "Node 0 MemTotal: " + "9" * 400 + " kB\n",
+    "MemTotal:\n",
+    "10 " * 5000,
+    "ffffffff," * 2000,
+    "\u2028\x85\x1c",
+    "[always]",
 ]
 
 
 def _replace(path, rnd):
     """Swap ``path`` (a file of the copy, hard-linked to the fixture) for something
     hostile.  Always unlink first: writing in place would change the fixture."""
-    kind = rnd.choice(["text", "bytes", "fifo", "devzero", "escape", "dir", "truncate",
-                       "loop"])
+    kind = rnd.choice(["text", "bytes", "fifo", "devzero", "escape", "dir", "truncate", "loop"])
     old = open(path, "rb").read()
     os.unlink(path)
     if kind == "text":
@@ -67,7 +84,7 @@ def _replace(path, rnd):
     elif kind == "truncate":
         open(path, "wb").write(old[: len(old) // 2])
     else:
-        os.symlink(os.path.basename(path), path)      # a loop onto itself
+        os.symlink(os.path.basename(path), path)  # a loop onto itself
     return kind
 
 
@@ -81,7 +98,7 @@ def _corrupt_tree(root, rnd, n):
     for path in rnd.sample(files, min(n, len(files))):
         if os.path.isfile(path) and not os.path.islink(path):
             done.append((os.path.relpath(path, root), _replace(path, rnd)))
-    if dirs and rnd.random() < 0.5:                     # a directory becomes a file
+    if dirs and rnd.random() < 0.5:  # a directory becomes a file
         d = rnd.choice(dirs)
         if os.path.isdir(d) and not os.path.islink(d):
             shutil.rmtree(d)
@@ -116,6 +133,7 @@ def test_corrupted_fixture_trees(tmp_path, name):
 
 
 # -- parsers: random and mutated inputs --------------------------------------------------
+
 
 def _samples(relname):
     """Real texts of one kind of file, from every fixture."""
@@ -191,9 +209,12 @@ def _size(t):
 
 
 PARSERS = [
-    ("cpulist", _cpulist, "cpulist"), ("cpumap", _cpumap, "cpumap"),
-    ("meminfo", _meminfo, "meminfo"), ("distance", _distance, "distance"),
-    ("numa_maps", _numa_maps, None), ("size", _size, None),
+    ("cpulist", _cpulist, "cpulist"),
+    ("cpumap", _cpumap, "cpumap"),
+    ("meminfo", _meminfo, "meminfo"),
+    ("distance", _distance, "distance"),
+    ("numa_maps", _numa_maps, None),
+    ("size", _size, None),
 ]
 
 
@@ -205,7 +226,8 @@ def test_parsers_raise_only_valueerror(name, check, sample):
             "7f0000000000 bind:0-1 anon=4 dirty=4 N0=2 N1=2 kernelpagesize_kB=4\n"
             "7f0000200000 interleave=static|relative:0,2 file=/dev/shm/a\\040b mapped=1 "
             "N0=1 kernelpagesize_kB=2048\n",
-            "55d0 default heap anon=9 dirty=9 active=0 N0=9 kernelpagesize_kB=4\n"]
+            "55d0 default heap anon=9 dirty=9 active=0 N0=9 kernelpagesize_kB=4\n",
+        ]
     if name == "size":
         samples = ["64M", "1.5G", "4096", "2T", "0.5k"]
     with deadline(60, name):
@@ -214,7 +236,7 @@ def test_parsers_raise_only_valueerror(name, check, sample):
                 check(text)
             except ValueError:
                 pass
-            except Exception as e:      # anything else is a bug: say which input
+            except Exception as e:  # anything else is a bug: say which input
                 raise AssertionError(f"{name} input #{i} {text[:200]!r}: {e!r}") from e
 
 
@@ -236,19 +258,54 @@ def test_parsers_linear_on_long_inputs():
 
 # -- command lines -----------------------------------------------------------------------
 
-VALUES = ["0", "1", "-5", "-5M", "64M", "9" * 400, "inf", "nan", "0-16777216", "self",
-          "999999", "", "\u00b3", "1e300", "0x10", "../../etc", "1023"]
+VALUES = [
+    "0",
+    "1",
+    "-5",
+    "-5M",
+    "64M",
+    "9" * 400,
+    "inf",
+    "nan",
+    "0-16777216",
+    "self",
+    "999999",
+    "",
+    "\u00b3",
+    "1e300",
+    "0x10",
+    "../../etc",
+    "1023",
+]
 OPTIONS = {
     "status": ["--json", ("--format", ["text", "json", "prometheus", "x"])],
-    "maps": ["--json", "--all", ("--min-size", VALUES), ("--page-kb", VALUES),
-             ("--file", ["/nonexistent", "/dev/null"]), ("", VALUES)],
+    "maps": [
+        "--json",
+        "--all",
+        ("--min-size", VALUES),
+        ("--page-kb", VALUES),
+        ("--file", ["/nonexistent", "/dev/null"]),
+        ("", VALUES),
+    ],
     "cleanup": ["--json", ("--key", VALUES)],
-    "region": ["--json", "--keep", "--no-prefault", ("", VALUES), ("", VALUES),
-               ("--nodes", VALUES), ("--policy", ["bind", "interleave", "x"]),
-               ("--kind", ["sysv", "posix"]), ("--hugepages", VALUES),
-               ("--threads", VALUES)],
-    "plan": ["--json", ("--gpu", VALUES), ("--reserve", VALUES),
-             ("--format", ["text", "systemd", "numactl"])],
+    "region": [
+        "--json",
+        "--keep",
+        "--no-prefault",
+        ("", VALUES),
+        ("", VALUES),
+        ("--nodes", VALUES),
+        ("--policy", ["bind", "interleave", "x"]),
+        ("--kind", ["sysv", "posix"]),
+        ("--hugepages", VALUES),
+        ("--threads", VALUES),
+    ],
+    "plan": [
+        "--json",
+        ("--gpu", VALUES),
+        ("--reserve", VALUES),
+        ("--format", ["text", "systemd", "numactl"]),
+    ],
     "watch": ["--json", ("--pid", VALUES), ("--interval", VALUES)],
     "run": [("--gpu", VALUES), ("--node", VALUES), ("--", ["true"])],
 }
@@ -278,17 +335,21 @@ def test_cli_argument_fuzz():
     for i in range(60 * SCALE):
         argv = _argv(rnd, root)
         out, err = io.StringIO(), io.StringIO()
-        with deadline(20, f"argv #{i} {argv}"), contextlib.redirect_stdout(out), \
-                contextlib.redirect_stderr(err):
+        with deadline(20, f"argv #{i} {argv}"), contextlib.redirect_stdout(
+            out
+        ), contextlib.redirect_stderr(err):
             try:
                 rc = nu.main(argv)
-            except SystemExit as e:         # argparse: usage errors and --help
+            except SystemExit as e:  # argparse: usage errors and --help
                 rc = e.code
         assert rc in (0, 1, 2), (argv, rc, err.getvalue())
         assert "Traceback" not in err.getvalue(), (argv, err.getvalue())
         if rc == 2:
-            msgs = [ln for ln in err.getvalue().splitlines()
-                    if ln and not ln.startswith(("usage:", " ", "WARNING"))]
+            msgs = [
+                ln
+                for ln in err.getvalue().splitlines()
+                if ln and not ln.startswith(("usage:", " ", "WARNING"))
+            ]
             assert len(msgs) == 1, (argv, err.getvalue())
 
 

@@ -1,4 +1,5 @@
 """GPU discovery, CUDA device mapping and CPU plans, over the saved fixtures."""
+
 import errno
 import json
 import os
@@ -10,8 +11,12 @@ import pytest
 from conftest import FIXTURES, fixture_root, nu
 
 # Configuration must come from the test, never from the shell running it.
-_ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES",
-              "ROCR_VISIBLE_DEVICES")
+_ENV_NAMES = (
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -34,11 +39,15 @@ assert GPU_FIXTURES, "no fixture with GPUs"
 
 
 def _cli(*args, env=None, check=True):
-    e = {k: v for k, v in os.environ.items()
-         if not k.startswith("NUMA_UTILS_") and k not in _ENV_NAMES}
+    e = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("NUMA_UTILS_") and k not in _ENV_NAMES
+    }
     e.update(env or {})
-    p = subprocess.run([sys.executable, nu.__file__, *args], capture_output=True,
-                       text=True, env=e, timeout=60)
+    p = subprocess.run(
+        [sys.executable, nu.__file__, *args], capture_output=True, text=True, env=e, timeout=60
+    )
     if check:
         assert p.returncode == 0, p.stderr
     return p
@@ -46,11 +55,19 @@ def _cli(*args, env=None, check=True):
 
 # -- gpus() --------------------------------------------------------------------------
 
+
 def test_dual_socket_gpus():
     g = nu.gpus(backend=tree("dual-socket-8gpu"))
-    assert [x.pci for x in g] == ["0000:19:00.0", "0000:3b:00.0", "0000:4c:00.0",
-                                 "0000:5d:00.0", "0000:9b:00.0", "0000:bb:00.0",
-                                 "0000:cb:00.0", "0000:db:00.0"]
+    assert [x.pci for x in g] == [
+        "0000:19:00.0",
+        "0000:3b:00.0",
+        "0000:4c:00.0",
+        "0000:5d:00.0",
+        "0000:9b:00.0",
+        "0000:bb:00.0",
+        "0000:cb:00.0",
+        "0000:db:00.0",
+    ]
     assert [x.node for x in g] == [0, 0, 0, 0, 1, 1, 1, 1]
     assert all(x.vendor == "nvidia" and x.uuid.startswith("GPU-") for x in g)
     assert all(x.memory_nodes == () for x in g)
@@ -109,14 +126,14 @@ class _Patched(nu.LinuxBackend):
 
 def test_gpu_on_cpu_less_node_maps_to_nearest_cpu_node():
     # as if firmware named the GPU's HBM node (1) instead of the Grace node
-    b = _Patched(fixture_root("gh200"),
-                 {"/sys/bus/pci/devices/0009:01:00.0/numa_node": "1\n"})
+    b = _Patched(fixture_root("gh200"), {"/sys/bus/pci/devices/0009:01:00.0/numa_node": "1\n"})
     (g,) = nu.gpus(backend=b)
     assert g.node == 1 and g.cpu_node == 0
     assert nu.gpu_node(0, backend=b) == 0
 
 
 # -- gpu_node: CUDA numbering ----------------------------------------------------------
+
 
 def test_gpu_node_default_order():
     b = tree("dual-socket-8gpu")
@@ -134,17 +151,19 @@ def test_gpu_node_uuids_from_driver_entries():
     b = tree("dual-socket-8gpu")
     env = {"CUDA_VISIBLE_DEVICES": "GPU-5eed0006-0006-1006-2000-000000000006,GPU-5eed0001"}
     assert nu.gpu_node(0, environ=env, backend=b) == 1
-    assert nu.gpu_node(1, environ=env, backend=b) == 0   # unique prefix, as CUDA allows
+    assert nu.gpu_node(1, environ=env, backend=b) == 0  # unique prefix, as CUDA allows
 
 
 def test_gpu_node_uuids_through_nvml_seam(monkeypatch):
     b = tree("dual-socket-8gpu")
     pcis = [x.pci for x in nu.gpus(backend=b)]
-    fake = [nu._NvmlGpu(p, f"GPU-aaaa{i}-nvml", mig_uuids=(f"MIG-bbbb{i}",))
-            for i, p in enumerate(pcis)]
+    fake = [
+        nu._NvmlGpu(p, f"GPU-aaaa{i}-nvml", mig_uuids=(f"MIG-bbbb{i}",)) for i, p in enumerate(pcis)
+    ]
     monkeypatch.setattr(nu, "_nvml_devices", lambda backend: fake)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaaa6-nvml,GPU-aaaa1-nvml,"
-                       "GPU-aaaa4-nvml,GPU-aaaa3-nvml")
+    monkeypatch.setenv(
+        "CUDA_VISIBLE_DEVICES", "GPU-aaaa6-nvml,GPU-aaaa1-nvml,GPU-aaaa4-nvml,GPU-aaaa3-nvml"
+    )
     assert [nu.gpu_node(i, backend=b) for i in range(4)] == [1, 0, 1, 0]
     plans = nu.gpu_plans("exclusive", backend=b)
     assert [p.pci for p in plans] == [pcis[6], pcis[1], pcis[4], pcis[3]]
@@ -162,23 +181,26 @@ def test_mig_legacy_id_names_its_parent():
     assert nu.gpu_node(0, environ=env, backend=b) == 1
 
 
-@pytest.mark.parametrize("cvd, n", [
-    ("0,2,-1,1", 2),          # CUDA stops at the first invalid entry
-    ("", 0),                  # empty: no device
-    ("1,1", 1),               # a repeat ends the list
-    ("3,9,0", 1),             # out of range is invalid
-    ("GPU-ffff", 0),          # unknown UUID: invalid
-    ("  4 , 5", 2),
-])
+@pytest.mark.parametrize(
+    "cvd, n",
+    [
+        ("0,2,-1,1", 2),  # CUDA stops at the first invalid entry
+        ("", 0),  # empty: no device
+        ("1,1", 1),  # a repeat ends the list
+        ("3,9,0", 1),  # out of range is invalid
+        ("GPU-ffff", 0),  # unknown UUID: invalid
+        ("  4 , 5", 2),
+    ],
+)
 def test_cuda_visible_devices_semantics(cvd, n):
     b = tree("dual-socket-8gpu")
     assert len(nu.gpu_plans(environ={"CUDA_VISIBLE_DEVICES": cvd}, backend=b)) == n
 
 
 def test_unresolvable_uuid_without_any_source():
-    b = tree("gpu-numa-unknown")        # no NVIDIA driver entries, no NVML
+    b = tree("gpu-numa-unknown")  # no NVIDIA driver entries, no NVML
     env = {"CUDA_VISIBLE_DEVICES": "GPU-5eed0004,3"}
-    assert nu.gpu_node(0, environ=env, backend=b) is None    # kept: index 1 stays right
+    assert nu.gpu_node(0, environ=env, backend=b) is None  # kept: index 1 stays right
     assert nu.gpu_node(1, environ=env, backend=b) == 1
     with pytest.raises(OSError):
         nu.gpu_node(0, environ=env, strict=True, backend=b)
@@ -234,18 +256,24 @@ def test_torch_seam_only_when_cuda_initialised(monkeypatch):
 
 
 def test_never_imports_torch_or_loads_nvml_for_a_tree():
-    code = ("import sys, importlib.util as u; s = u.spec_from_file_location('nux', sys.argv[1]);"
-            "m = u.module_from_spec(s); sys.modules['nux'] = m; s.loader.exec_module(m);"
-            "b = m.LinuxBackend(sys.argv[2]); m.gpu_plans('exclusive', backend=b);"
-            "m.gpu_node(0, backend=b);"
-            "assert 'torch' not in sys.modules; assert not m._nvml_cache; print('ok')")
-    p = subprocess.run([sys.executable, "-c", code, nu.__file__,
-                        fixture_root("dual-socket-8gpu")], capture_output=True, text=True,
-                       timeout=60)
+    code = (
+        "import sys, importlib.util as u; s = u.spec_from_file_location('nux', sys.argv[1]);"
+        "m = u.module_from_spec(s); sys.modules['nux'] = m; s.loader.exec_module(m);"
+        "b = m.LinuxBackend(sys.argv[2]); m.gpu_plans('exclusive', backend=b);"
+        "m.gpu_node(0, backend=b);"
+        "assert 'torch' not in sys.modules; assert not m._nvml_cache; print('ok')"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code, nu.__file__, fixture_root("dual-socket-8gpu")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.stdout.strip() == "ok", p.stderr
 
 
 # -- CPU plans -------------------------------------------------------------------------
+
 
 def _pool(topo, node, reserve=0):
     allowed = topo.allowed_cpus & topo.online_cpus & topo.nodes[node].cpus
@@ -282,7 +310,7 @@ def test_exclusive_disjoint_covering_and_whole_cores(name, reserve):
         assert not p.cpus & seen, f"GPU {p.gpu} shares CPUs"
         seen |= p.cpus
         by_node.setdefault(p.cpu_node, set()).update(p.cpus)
-        for c in p.cpus:       # SMT siblings stay together
+        for c in p.cpus:  # SMT siblings stay together
             sib = topo.cpus[c].siblings & topo.allowed_cpus & topo.online_cpus
             assert sib <= p.cpus
     for node, cpus in by_node.items():
@@ -309,7 +337,7 @@ def test_reserve_leaves_first_cores_of_each_node():
 
 
 def test_node_and_socket_policies():
-    b = tree("four-node-asym")      # SNC: 2 nodes per package
+    b = tree("four-node-asym")  # SNC: 2 nodes per package
     topo = nu.read_topology(backend=b)
     p_node = nu.cpus_for_gpu(0, "node", environ={}, backend=b)
     p_sock = nu.cpus_for_gpu(0, "socket", environ={}, backend=b)
@@ -335,7 +363,7 @@ def test_cpuset_fallback_to_nearest_node(caplog):
     b = tree("container-cpuset")
     topo = nu.read_topology(backend=b)
     cpus = nu.cpus_for_gpu(0, "node", environ={}, backend=b)
-    assert cpus == topo.allowed_cpus            # node 0 is outside the cpuset
+    assert cpus == topo.allowed_cpus  # node 0 is outside the cpuset
     assert "cpuset allows no CPU on its node 0" in caplog.text
     with pytest.raises(OSError):
         nu.cpus_for_gpu(0, "node", environ={}, strict=True, backend=b)
@@ -349,7 +377,7 @@ def test_memoryless_cpu_node_prefers_nearest_memory():
     (p,) = nu.gpu_plans("node", environ={}, backend=b)
     assert p.node == 0 and p.memory_nodes == (1,)
     (p,) = nu.gpu_plans("node", memory="bind", environ={}, backend=b)
-    assert p.memory_nodes == (1, 2)             # equidistant: bind takes both
+    assert p.memory_nodes == (1, 2)  # equidistant: bind takes both
 
 
 def test_interleave_excludes_gpu_memory():
@@ -364,55 +392,73 @@ def test_no_gpus_no_plans():
 
 # -- configuration from envs.py ---------------------------------------------------------
 
+
 def test_defaults_from_envs(monkeypatch):
     b = tree("dual-socket-8gpu")
     monkeypatch.setenv("NUMA_UTILS_NUMA_BIND_POLICY", "exclusive")
     monkeypatch.setenv("NUMA_UTILS_NUMA_RESERVED_CORES", "1")
     monkeypatch.setenv("NUMA_UTILS_NUMA_MEMORY_POLICY", "bind")
     cpus = nu.cpus_for_gpu(0, environ={}, backend=b)
-    assert cpus == set(range(1, 13)) | set(range(97, 109))   # 47 cores: 12,12,12,11
+    assert cpus == set(range(1, 13)) | set(range(97, 109))  # 47 cores: 12,12,12,11
     (p,) = nu.gpu_plans(environ={"CUDA_VISIBLE_DEVICES": "4"}, backend=b)
     assert (p.policy, p.memory, p.memory_nodes) == ("exclusive", "bind", (1,))
     # an explicit argument wins over the environment
-    assert nu.cpus_for_gpu(0, "node", reserve=0, environ={}, backend=b) == \
-        nu.read_topology(backend=b).nodes[0].cpus
+    assert (
+        nu.cpus_for_gpu(0, "node", reserve=0, environ={}, backend=b)
+        == nu.read_topology(backend=b).nodes[0].cpus
+    )
 
 
-@pytest.mark.parametrize("var, value", [
-    ("NUMA_UTILS_NUMA_BIND_POLICY", "fastest"),
-    ("NUMA_UTILS_NUMA_RESERVED_CORES", "-1"),
-    ("NUMA_UTILS_NUMA_RESERVED_CORES", "two"),
-    ("NUMA_UTILS_NUMA_MEMORY_POLICY", "everywhere"),
-    ("NUMA_UTILS_NUMA_STRICT", "maybe"),
-])
+@pytest.mark.parametrize(
+    "var, value",
+    [
+        ("NUMA_UTILS_NUMA_BIND_POLICY", "fastest"),
+        ("NUMA_UTILS_NUMA_RESERVED_CORES", "-1"),
+        ("NUMA_UTILS_NUMA_RESERVED_CORES", "two"),
+        ("NUMA_UTILS_NUMA_MEMORY_POLICY", "everywhere"),
+        ("NUMA_UTILS_NUMA_STRICT", "maybe"),
+    ],
+)
 def test_env_parsing_errors_name_the_variable(monkeypatch, var, value):
     monkeypatch.setenv(var, value)
     with pytest.raises(ValueError, match=var):
         nu.gpu_plans(environ={}, backend=tree("dual-socket-8gpu"))
-    p = _cli("plan", "--root", fixture_root("dual-socket-8gpu"), env={var: value},
-             check=False)
+    p = _cli("plan", "--root", fixture_root("dual-socket-8gpu"), env={var: value}, check=False)
     assert p.returncode == 2 and var in p.stderr
 
 
 def test_copy_alone_reads_its_own_variables(tmp_path):
     """Without envs.py beside it, a copy reads its variables itself."""
     shutil.copy(nu.__file__, tmp_path / "vendored_numa.py")
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import vendored_numa as m;"
-            "b = m.LinuxBackend(sys.argv[2]);"
-            "print(sorted(m.cpus_for_gpu(0, backend=b, environ={})))")
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import vendored_numa as m;"
+        "b = m.LinuxBackend(sys.argv[2]);"
+        "print(sorted(m.cpus_for_gpu(0, backend=b, environ={})))"
+    )
     for policy, rc in (("bogus", 1), ("node", 0)):
-        p = subprocess.run([sys.executable, "-c", code, str(tmp_path),
-                            fixture_root("gh200")], capture_output=True, text=True,
-                           timeout=60, env={**os.environ, "NUMA_UTILS_NUMA_BIND_POLICY": policy})
+        p = subprocess.run(
+            [sys.executable, "-c", code, str(tmp_path), fixture_root("gh200")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "NUMA_UTILS_NUMA_BIND_POLICY": policy},
+        )
         assert p.returncode == rc, p.stderr
-    assert "NUMA_UTILS_NUMA_BIND_POLICY='bogus'" in subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path), fixture_root("gh200")],
-        capture_output=True, text=True, timeout=60,
-        env={**os.environ, "NUMA_UTILS_NUMA_BIND_POLICY": "bogus"}).stderr
+    assert (
+        "NUMA_UTILS_NUMA_BIND_POLICY='bogus'"
+        in subprocess.run(
+            [sys.executable, "-c", code, str(tmp_path), fixture_root("gh200")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "NUMA_UTILS_NUMA_BIND_POLICY": "bogus"},
+        ).stderr
+    )
     assert json.loads(p.stdout) == list(range(72))
 
 
 # -- the plan command ---------------------------------------------------------------------
+
 
 def test_done_when_exclusive_plan_for_8_gpus():
     root = fixture_root("dual-socket-8gpu")
@@ -427,11 +473,15 @@ def test_done_when_exclusive_plan_for_8_gpus():
         assert not set(p["cpus"]) & seen
         seen |= set(p["cpus"])
     env = {"CUDA_VISIBLE_DEVICES": "GPU-5eed0005,GPU-5eed0002,6,0"}
-    re_plans = json.loads(_cli("plan", "--root", root, "--policy", "exclusive", "--json",
-                               env=env).stdout)
+    re_plans = json.loads(
+        _cli("plan", "--root", root, "--policy", "exclusive", "--json", env=env).stdout
+    )
     assert [(p["gpu"], p["pci"], p["node"]) for p in re_plans] == [
-        (0, "0000:bb:00.0", 1), (1, "0000:4c:00.0", 0), (2, "0000:cb:00.0", 1),
-        (3, "0000:19:00.0", 0)]
+        (0, "0000:bb:00.0", 1),
+        (1, "0000:4c:00.0", 0),
+        (2, "0000:cb:00.0", 1),
+        (3, "0000:19:00.0", 0),
+    ]
     by_pci = {p["pci"]: p["cpus"] for p in plans}
     assert all(p["cpus"] == by_pci[p["pci"]] for p in re_plans)
 
@@ -446,28 +496,60 @@ def test_plan_cli_every_fixture(name):
 
 def test_plan_numactl_and_taskset_formats():
     root = fixture_root("dual-socket-8gpu")
-    out = _cli("plan", "--root", root, "--policy", "exclusive", "--format", "numactl",
-               "--gpu", "4").stdout.splitlines()
-    assert out == ["# GPU 4 (0000:9b:00.0), node 1, policy exclusive",
-                   "numactl --physcpubind=48-59,144-155 --preferred=1 --"]
-    out = _cli("plan", "--root", root, "--policy", "exclusive", "--format", "numactl",
-               "--memory", "bind", "--gpu", "0").stdout
+    out = _cli(
+        "plan", "--root", root, "--policy", "exclusive", "--format", "numactl", "--gpu", "4"
+    ).stdout.splitlines()
+    assert out == [
+        "# GPU 4 (0000:9b:00.0), node 1, policy exclusive",
+        "numactl --physcpubind=48-59,144-155 --preferred=1 --",
+    ]
+    out = _cli(
+        "plan",
+        "--root",
+        root,
+        "--policy",
+        "exclusive",
+        "--format",
+        "numactl",
+        "--memory",
+        "bind",
+        "--gpu",
+        "0",
+    ).stdout
     assert "--membind=0 --" in out
-    out = _cli("plan", "--root", root, "--policy", "exclusive", "--format", "taskset",
-               "--gpu", "0").stdout
+    out = _cli(
+        "plan", "--root", root, "--policy", "exclusive", "--format", "taskset", "--gpu", "0"
+    ).stdout
     assert out.splitlines()[-1] == "taskset -c 0-11,96-107"
 
 
 def test_plan_systemd_format():
-    out = _cli("plan", "--root", fixture_root("dual-socket-8gpu"), "--policy", "exclusive",
-               "--format", "systemd", "--gpu", "5", "--memory", "bind").stdout
+    out = _cli(
+        "plan",
+        "--root",
+        fixture_root("dual-socket-8gpu"),
+        "--policy",
+        "exclusive",
+        "--format",
+        "systemd",
+        "--gpu",
+        "5",
+        "--memory",
+        "bind",
+    ).stdout
     assert out.splitlines() == [
         "# worker@5.service.d/50-numa.conf: GPU 5 (0000:bb:00.0), node 1, policy exclusive",
-        "[Service]", "CPUAffinity=60-71,156-167", "NUMAPolicy=bind", "NUMAMask=1"]
+        "[Service]",
+        "CPUAffinity=60-71,156-167",
+        "NUMAPolicy=bind",
+        "NUMAMask=1",
+    ]
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None,
-                    reason="systemd-analyze not installed (apt-get install systemd)")
+@pytest.mark.skipif(
+    shutil.which("systemd-analyze") is None,
+    reason="systemd-analyze not installed (apt-get install systemd)",
+)
 @pytest.mark.parametrize("memory", ["prefer", "bind", "interleave", "local"])
 def test_systemd_drop_in_passes_verify(tmp_path, memory):
     unit = tmp_path / "worker@.service"
@@ -475,16 +557,31 @@ def test_systemd_drop_in_passes_verify(tmp_path, memory):
     d = tmp_path / "worker@2.service.d"
     d.mkdir()
     conf = d / "50-numa.conf"
-    conf.write_text(_cli("plan", "--root", fixture_root("dual-socket-8gpu"), "--policy",
-                         "exclusive", "--format", "systemd", "--gpu", "2",
-                         "--memory", memory).stdout)
+    conf.write_text(
+        _cli(
+            "plan",
+            "--root",
+            fixture_root("dual-socket-8gpu"),
+            "--policy",
+            "exclusive",
+            "--format",
+            "systemd",
+            "--gpu",
+            "2",
+            "--memory",
+            memory,
+        ).stdout
+    )
 
     def verify():
-        env = {**os.environ, "SYSTEMD_UNIT_PATH": f"{tmp_path}:",
-               "SYSTEMD_LOG_LEVEL": "notice"}
-        p = subprocess.run(["systemd-analyze", "verify", "--man=no",
-                            str(tmp_path / "worker@2.service")], capture_output=True,
-                           text=True, env=env, timeout=60)
+        env = {**os.environ, "SYSTEMD_UNIT_PATH": f"{tmp_path}:", "SYSTEMD_LOG_LEVEL": "notice"}
+        p = subprocess.run(
+            ["systemd-analyze", "verify", "--man=no", str(tmp_path / "worker@2.service")],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
         return p.returncode, p.stdout + p.stderr
 
     rc, out = verify()
@@ -497,11 +594,12 @@ def test_systemd_drop_in_passes_verify(tmp_path, memory):
 
 # -- NVML through ctypes, against a fake library (no NVML on the test machines) -----------
 
+
 class _FakeNvml:
     """Answers the NVML calls _nvml_query makes, writing through the ctypes pointers."""
 
     def __init__(self, gpus):
-        self.gpus = gpus            # [(domain, bus, uuid, numa_node or None, [mig uuids])]
+        self.gpus = gpus  # [(domain, bus, uuid, numa_node or None, [mig uuids])]
         self.shutdown = False
 
     def nvmlInit_v2(self):
@@ -537,7 +635,7 @@ class _FakeNvml:
     def nvmlDeviceGetNumaNodeId(self, h, node):
         n = self._gpu(h)[3]
         if n is None:
-            return 3                # NVML_ERROR_NOT_SUPPORTED
+            return 3  # NVML_ERROR_NOT_SUPPORTED
         node._obj.value = n
         return 0
 
@@ -548,18 +646,19 @@ class _FakeNvml:
     def nvmlDeviceGetMigDeviceHandleByIndex(self, h, j, mh):
         migs = self._gpu(h)[4]
         if j.value >= len(migs):
-            return 6                # NVML_ERROR_NOT_FOUND
+            return 6  # NVML_ERROR_NOT_FOUND
         mh._obj.value = (h.value - 100 + 1) * 1000 + j.value
         return 0
 
 
 def test_nvml_query_through_ctypes(monkeypatch):
-    fake = _FakeNvml([(0, 0x19, "GPU-one", None, []),
-                      (9, 0x01, "GPU-two", 1, ["MIG-a", "MIG-b"])])
+    fake = _FakeNvml([(0, 0x19, "GPU-one", None, []), (9, 0x01, "GPU-two", 1, ["MIG-a", "MIG-b"])])
     monkeypatch.setattr(nu, "_load_nvml", lambda: fake)
     got = nu._nvml_query()
-    assert got == [nu._NvmlGpu("0000:19:00.0", "GPU-one", None, ()),
-                   nu._NvmlGpu("0009:01:00.0", "GPU-two", 1, ("MIG-a", "MIG-b"))]
+    assert got == [
+        nu._NvmlGpu("0000:19:00.0", "GPU-one", None, ()),
+        nu._NvmlGpu("0009:01:00.0", "GPU-two", 1, ("MIG-a", "MIG-b")),
+    ]
     assert fake.shutdown
     monkeypatch.setattr(nu, "_load_nvml", lambda: None)
     assert nu._nvml_query() is None
@@ -637,13 +736,17 @@ GiB = 1 << 30
 class StallCudart:
     def __init__(self, tmp_path):
         import ctypes
+
         cc = shutil.which("gcc") or shutil.which("cc")
         if cc is None:
             pytest.skip("no C compiler (gcc) to build the fake libcudart")
         src, self.path = tmp_path / "cudart.c", str(tmp_path / "libcudart_stall.so")
         src.write_text(STALL_CUDART)
-        subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", self.path, str(src),
-                        "-lpthread"], check=True, capture_output=True)
+        subprocess.run(
+            [cc, "-shared", "-fPIC", "-O1", "-o", self.path, str(src), "-lpthread"],
+            check=True,
+            capture_output=True,
+        )
         self.lib = ctypes.CDLL(self.path)
         self.log = tmp_path / "calls.log"
         assert self.lib.fake_log(str(self.log).encode()) == 0
@@ -658,8 +761,11 @@ class StallCudart:
         return [line.split() for line in self.log.read_text().splitlines()]
 
     def registers(self):
-        return [(int(c[4]), int(c[6]), float(c[7]), int(c[2]), int(c[3], 16))
-                for c in self.calls() if c[0] == "register"]   # (size, rc, s, tid, addr)
+        return [
+            (int(c[4]), int(c[6]), float(c[7]), int(c[2]), int(c[3], 16))
+            for c in self.calls()
+            if c[0] == "register"
+        ]  # (size, rc, s, tid, addr)
 
 
 @pytest.fixture
@@ -689,9 +795,12 @@ def test_pin_default_calls_are_at_most_1_gib_and_portable_only(stall_cudart):
         assert pin.flags == int(nu.CudaHostRegisterFlag.PORTABLE) == 1
         assert {int(c[5]) for c in stall_cudart.calls() if c[0] == "register"} == {1}
         assert pin.progress.bytes == length and pin.progress.calls == 6
-    mapped = nu.pin_for_cuda(base, GiB, cudart=stall_cudart.path,
-                             flags=nu.CudaHostRegisterFlag.PORTABLE
-                             | nu.CudaHostRegisterFlag.MAPPED)
+    mapped = nu.pin_for_cuda(
+        base,
+        GiB,
+        cudart=stall_cudart.path,
+        flags=nu.CudaHostRegisterFlag.PORTABLE | nu.CudaHostRegisterFlag.MAPPED,
+    )
     assert mapped.flags == 3
     mapped.close()
 
@@ -720,20 +829,22 @@ def test_pin_failure_in_call_k_unregisters_the_rest_and_clears_the_error(stall_c
     # right after the failing call 4, in the same thread, the error is read (cleared)
     assert calls[k - 1][:2] == ["register", "4"] and calls[k - 1][6] == "2"
     assert calls[k][1] == calls[k - 1][2] and calls[k][2] == "2"
-    assert kinds.count("register") == 4           # nothing after the failure
+    assert kinds.count("register") == 4  # nothing after the failure
     unreg = sorted(int(c[1], 16) for c in calls if c[0] == "unregister")
     assert unreg == [(1 << 44) + i * GiB for i in range(3)]
-    stall_cudart.set("fail_call", 6)          # the second call of the next pin
+    stall_cudart.set("fail_call", 6)  # the second call of the next pin
     with pytest.raises(OSError, match="cudaHostRegister"):
         nu.pin_for_cuda(1 << 44, 2 * GiB, strict=True, cudart=stall_cudart.path)
 
 
 def test_pin_background_returns_at_once_and_becomes_ready(stall_cudart):
     import time
-    stall_cudart.set("ns_per_mib", 1_000_000)          # 1 ms per MiB: 256 ms in all
+
+    stall_cudart.set("ns_per_mib", 1_000_000)  # 1 ms per MiB: 256 ms in all
     t0 = time.monotonic()
-    pin = nu.pin_for_cuda(1 << 44, 256 << 20, chunk=16 << 20, background=True,
-                          cudart=stall_cudart.path)
+    pin = nu.pin_for_cuda(
+        1 << 44, 256 << 20, chunk=16 << 20, background=True, cudart=stall_cudart.path
+    )
     assert time.monotonic() - t0 < 0.1 and not pin.ready and not pin
     assert "registering" in repr(pin)
     assert pin.wait(10) and pin.ready and pin, pin.reason
@@ -746,13 +857,15 @@ def test_pin_background_returns_at_once_and_becomes_ready(stall_cudart):
 def test_pin_background_failure_and_close_while_running(stall_cudart):
     stall_cudart.set("ns_per_mib", 1_000_000)
     stall_cudart.set("fail_call", 3)
-    pin = nu.pin_for_cuda(1 << 44, 64 << 20, chunk=8 << 20, background=True,
-                          cudart=stall_cudart.path)
+    pin = nu.pin_for_cuda(
+        1 << 44, 64 << 20, chunk=8 << 20, background=True, cudart=stall_cudart.path
+    )
     assert pin.wait(10) and not pin and pin.error == 2 and pin.failed_chunk[1] == 8 << 20
     stall_cudart.set("fail_call", -1)
-    pin = nu.pin_for_cuda(1 << 44, 1 << 30, chunk=8 << 20, background=True,
-                          cudart=stall_cudart.path)
-    pin.close()                                   # stops it; what it made is undone
+    pin = nu.pin_for_cuda(
+        1 << 44, 1 << 30, chunk=8 << 20, background=True, cudart=stall_cudart.path
+    )
+    pin.close()  # stops it; what it made is undone
     regs = [c for c in stall_cudart.calls() if c[0] == "register"][3:]
     unreg = [c for c in stall_cudart.calls() if c[0] == "unregister"][2:]
     assert pin.ready and not pin and len(regs) < 128 and len(unreg) == len(regs)
@@ -761,13 +874,14 @@ def test_pin_background_failure_and_close_while_running(stall_cudart):
 
 def test_pin_prefault_faults_pages_before_registering(stall_cudart):
     import mmap
+
     buf = mmap.mmap(-1, 8 << 20)
     pin = nu.pin_for_cuda(buf, prefault=True, cudart=stall_cudart.path)
     assert pin
     with open("/proc/self/smaps") as f:
         text = f.read()
     addr = nu.buffer_range(buf)[0]
-    block = text[text.index(f"{addr:x}-"):]
+    block = text[text.index(f"{addr:x}-") :]
     rss_kb = int(block.split("Rss:")[1].split()[0])
     assert rss_kb >= 8 << 10
     pin.close()

@@ -18,8 +18,9 @@ BIG = "9" * 400
 
 
 def _cli(*args, timeout=60, cwd=REPO, prefix=(sys.executable, "-m", "numa_utils")):
-    out = subprocess.run([*prefix, *args], capture_output=True, text=True,
-                         timeout=timeout, cwd=str(cwd))
+    out = subprocess.run(
+        [*prefix, *args], capture_output=True, text=True, timeout=timeout, cwd=str(cwd)
+    )
     return out.returncode, out.stdout, out.stderr
 
 
@@ -40,11 +41,14 @@ def tree(tmp_path):
 
 def _topology_in_child(root, timeout=20):
     """read_topology over ``root`` in a child: a hang fails the test, not the run."""
-    code = ("import json, numa_utils as nu; t = nu.read_topology(backend=nu.LinuxBackend("
-            f"{str(root)!r})); print(json.dumps(list(t.problems)))")
+    code = (
+        "import json, numa_utils as nu; t = nu.read_topology(backend=nu.LinuxBackend("
+        f"{str(root)!r})); print(json.dumps(list(t.problems)))"
+    )
     t0 = time.monotonic()
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=timeout, cwd=str(REPO))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, cwd=str(REPO)
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout), time.monotonic() - t0
 
@@ -55,19 +59,18 @@ NODE = "sys/devices/system/node"
 CPU = "sys/devices/system/cpu"
 
 
-@pytest.mark.parametrize("rel", ["proc/self/status", f"{NODE}/node0/meminfo",
-                                 f"{CPU}/online"])
+@pytest.mark.parametrize("rel", ["proc/self/status", f"{NODE}/node0/meminfo", f"{CPU}/online"])
 def test_fifo_in_saved_tree_does_not_block(tree, rel):
     (tree / rel).unlink()
     os.mkfifo(tree / rel)
     problems, _ = _topology_in_child(tree)
-    if rel != "proc/self/status":       # status is optional: read_optional drops it
+    if rel != "proc/self/status":  # status is optional: read_optional drops it
         assert any("not a regular file" in p and rel in p for p in problems), problems
 
 
 def test_symlink_to_dev_zero_in_saved_tree_is_not_followed_out(tree):
     (tree / CPU / "online").unlink()
-    os.symlink("/dev/zero", tree / CPU / "online")          # absolute: inside the tree
+    os.symlink("/dev/zero", tree / CPU / "online")  # absolute: inside the tree
     (tree / NODE / "online").unlink()
     os.symlink("../../../../../../../../dev/zero", tree / NODE / "online")
     b = nu.LinuxBackend(str(tree))
@@ -114,6 +117,7 @@ def test_oversized_file_in_saved_tree_is_refused(tree):
 
 # -- ID lists bounded by the kernel's limits, parsers linear ------------------------------
 
+
 def test_parse_cpulist_bounded_and_fast():
     t0 = time.monotonic()
     for text in ("0-16777216", "0-16777215", "8192", "0-8192"):
@@ -137,17 +141,21 @@ def test_parse_cpulist_many_chunks_is_linear():
 
 def test_parse_cpumap_is_linear_and_bounded():
     with pytest.raises(ValueError):
-        nu.parse_cpumap(",".join(["ffffffff"] * (1 << 17)))     # 1 MB, 4M bits
-    full = nu.parse_cpumap(",".join(["ffffffff"] * 256))         # 8192 bits
+        nu.parse_cpumap(",".join(["ffffffff"] * (1 << 17)))  # 1 MB, 4M bits
+    full = nu.parse_cpumap(",".join(["ffffffff"] * 256))  # 8192 bits
     assert full == frozenset(range(8192))
     with pytest.raises(ValueError):
         nu.parse_cpumap("1," + ",".join(["00000000"] * 256))
 
 
-@pytest.mark.parametrize("rel,text", [
-    (f"{CPU}/possible", "0-16777215"), (f"{NODE}/online", "0-16777215"),
-    (f"{CPU}/cpu0/topology/thread_siblings_list", "0-16777216"),
-])
+@pytest.mark.parametrize(
+    "rel,text",
+    [
+        (f"{CPU}/possible", "0-16777215"),
+        (f"{NODE}/online", "0-16777215"),
+        (f"{CPU}/cpu0/topology/thread_siblings_list", "0-16777216"),
+    ],
+)
 def test_huge_id_list_in_tree_is_malformed_not_expanded(tree, rel, text):
     (tree / rel).write_text(text + "\n")
     problems, secs = _topology_in_child(tree)
@@ -171,6 +179,7 @@ def test_region_nodes_bounded():
 
 # -- crashes that must be warnings or one-line errors -----------------------------------
 
+
 def test_node_dir_a_file_is_a_problem(tree):
     shutil.rmtree(tree / NODE)
     (tree / NODE).write_text("not a directory\n")
@@ -184,6 +193,7 @@ def test_node_dir_unreadable_is_a_problem(tree):
             if path.rstrip("/") == f"/{NODE}":
                 raise PermissionError(13, "Permission denied")
             return super().listdir(path)
+
     (tree / NODE / "online").unlink()
     t = nu.read_topology(backend=Denied(str(tree)))
     assert any("cannot list" in p and NODE in p for p in t.problems), t.problems
@@ -208,8 +218,7 @@ def test_huge_cli_sizes_are_one_line_errors():
     rc, _, err = _cli("region", "kv", BIG)
     _one_line_error(rc, err)
     assert "invalid size" in err
-    rc, _, err = _cli("maps", "--root", fixture_root("single-node"), "--min-size", BIG,
-                      "self")
+    rc, _, err = _cli("maps", "--root", fixture_root("single-node"), "--min-size", BIG, "self")
     _one_line_error(rc, err)
 
 
@@ -220,6 +229,7 @@ def test_watch_interval_inf_and_nan():
 
 
 # -- shared memory: SIZE_MAX, signals, /dev/shm neighbours -------------------------------
+
 
 @pytest.mark.parametrize("kind", ["sysv", "posix"])
 def test_size_beyond_size_t_refused_before_any_syscall(kind):
@@ -406,12 +416,12 @@ def _storms(kind, what, want=100):
     """Storms summed until ``want`` interrupts landed in the calls measured."""
     n = int(os.environ.get("NUMA_UTILS_TEST_STORM_SIGNALS", "300"))
     total = {"interrupted": 0, "leaked": 0, "retry_errors": 0, "made": 0}
-    for _ in range(8):          # how many land inside the calls varies from run to run
+    for _ in range(8):  # how many land inside the calls varies from run to run
         got = _storm(kind, True, n, what)
         total = {k: total[k] + got[k] for k in total}
         if total["interrupted"] >= want:
             break
-    assert total["interrupted"] >= 10, total            # the storm did land
+    assert total["interrupted"] >= 10, total  # the storm did land
     return total
 
 
@@ -442,6 +452,7 @@ def test_live_exists_builds_no_stat_result(monkeypatch):
     # landing in os.stat, none in os.access): the live backend asks access(F_OK).
     def no_stat(*args, **kwargs):
         raise AssertionError("os.stat called")
+
     b = nu.LinuxBackend()
     monkeypatch.setattr(os, "stat", no_stat)
     assert b.exists("/proc/self/status") and not b.exists("/proc/self/no-such-file")
@@ -449,15 +460,20 @@ def test_live_exists_builds_no_stat_result(monkeypatch):
 
 # -- the command line --------------------------------------------------------------------
 
-@pytest.mark.parametrize("args", [
-    ("region", "kv", "-5M"),
-    ("watch", "--pid", "-5", "--count", "1"),
-    ("watch", "--count", "0"),
-    ("watch", "--count", "2", "--interval", "0.01", "--pid", "999999999"),
-    ("watch", "--count", "1", "--pid", "12x"),
-    ("maps", "--page-kb", "0", "self"),
-    ("maps", "--page-kb", "-4", "self"),
-], ids=lambda a: " ".join(a))
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("region", "kv", "-5M"),
+        ("watch", "--pid", "-5", "--count", "1"),
+        ("watch", "--count", "0"),
+        ("watch", "--count", "2", "--interval", "0.01", "--pid", "999999999"),
+        ("watch", "--count", "1", "--pid", "12x"),
+        ("maps", "--page-kb", "0", "self"),
+        ("maps", "--page-kb", "-4", "self"),
+    ],
+    ids=lambda a: " ".join(a),
+)
 def test_cli_bad_values_exit_2_one_line(args):
     rc, _, err = _cli(*args)
     _one_line_error(rc, err)
@@ -472,7 +488,7 @@ def test_region_negative_size_says_size_is_invalid():
 def test_region_nodes_not_on_machine(extra):
     rc, _, err = _cli("region", "kv", "64M", "--nodes", "1023", *extra)
     _one_line_error(rc, err)
-    assert "node argument 1023 is out of range" in err     # libnuma's words (one grammar)
+    assert "node argument 1023 is out of range" in err  # libnuma's words (one grammar)
 
 
 def test_run_help_does_not_offer_root():
@@ -486,7 +502,7 @@ def test_status_root_without_sys_or_proc(tmp_path, folder):
     if folder == "gather":
         fixture_tree("single-node", d / "root")
     elif folder == "fixture":
-        fixture_tree("single-node", d, sub="")     # the archive's layout, unpacked
+        fixture_tree("single-node", d, sub="")  # the archive's layout, unpacked
     else:
         d.mkdir()
     rc, out, err = _cli("status", "--root", str(d))
@@ -495,9 +511,14 @@ def test_status_root_without_sys_or_proc(tmp_path, folder):
     assert ("did you mean" in err) == (folder != "empty")
 
 
-@pytest.mark.parametrize("name,machine", [("gh200", "aarch64"),
-                                          ("qemu-ppc64le-memory-only", "ppc64le"),
-                                          ("qemu-s390x-no-numa", "s390x")])
+@pytest.mark.parametrize(
+    "name,machine",
+    [
+        ("gh200", "aarch64"),
+        ("qemu-ppc64le-memory-only", "ppc64le"),
+        ("qemu-s390x-no-numa", "s390x"),
+    ],
+)
 def test_status_root_describes_the_trees_machine(name, machine):
     rep = nu.status_report(backend=nu.LinuxBackend(fixture_root(name)))
     k = rep["kernel"]
@@ -505,28 +526,33 @@ def test_status_root_describes_the_trees_machine(name, machine):
     assert k["release"] == release.strip()
     assert k["machine"] == machine and k["abi"] == nu.abi_for(machine, 64).name
     assert k["syscalls"] == dict(nu.abi_for(machine, 64).syscalls)
-    assert k["page_size"] is None               # the tree does not say: not ours
+    assert k["page_size"] is None  # the tree does not say: not ours
     text = nu._render_status(rep)
     assert f"ABI {k['abi']}, page size unknown" in text
 
 
 def test_status_root_says_what_it_cannot_know(tmp_path):
     d = tmp_path / "t"
-    fixture_tree("sparse-ids", d)          # a 5.14 kernel: no arch
+    fixture_tree("sparse-ids", d)  # a 5.14 kernel: no arch
     rep = nu.status_report(backend=nu.LinuxBackend(str(d)))
     assert rep["kernel"]["abi"] is None and rep["kernel"]["machine"] is None
     assert any("does not record its machine" in w for w in rep["warnings"])
     (d / "proc/self").mkdir(exist_ok=True)
     (d / "proc/self/numa_maps").write_text(
         "10000000 default heap anon=2 dirty=2 N0=2 kernelpagesize_kB=64\n"
-        "7fff00000000 default file=/x huge anon=1 dirty=1 N0=1 kernelpagesize_kB=2048\n")
+        "7fff00000000 default file=/x huge anon=1 dirty=1 N0=1 kernelpagesize_kB=2048\n"
+    )
     rep = nu.status_report(backend=nu.LinuxBackend(str(d)))
     assert rep["kernel"]["page_size"] == 65536
 
 
 def test_gather_saves_arch_and_page_size(tmp_path):
-    out = subprocess.run([sys.executable, str(REPO / "tools/gather.py"), str(tmp_path / "g")],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, str(REPO / "tools/gather.py"), str(tmp_path / "g")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     rep = nu.status_report(backend=nu.LinuxBackend(str(tmp_path / "g/root")))
     if os.path.exists("/proc/sys/kernel/arch"):
@@ -542,7 +568,9 @@ def test_hints_name_the_command_the_user_ran(tmp_path):
     _, out, _ = _cli("--help", prefix=(sys.executable, str(REPO / "numa_utils.py")))
     assert "numa_utils.py" in out.splitlines()[0]
     script = tmp_path / "numa-utils"
-    script.write_text(f"import sys\nsys.path.insert(0, {str(REPO)!r})\n"
-                      "from numa_utils import main\nsys.exit(main())\n")
+    script.write_text(
+        f"import sys\nsys.path.insert(0, {str(REPO)!r})\n"
+        "from numa_utils import main\nsys.exit(main())\n"
+    )
     _, out, _ = _cli("--help", prefix=(sys.executable, str(script)))
     assert out.splitlines()[0].startswith("usage: numa-utils ")

@@ -4,6 +4,7 @@ Simulated machines (two, four and eight sparse nodes) check that every extent la
 where its policy says, page for page; real-kernel tests run in private IPC+mount
 namespaces (conftest.private_shm) with a creator and an attacher process.
 """
+
 import json
 import os
 
@@ -13,18 +14,30 @@ from conftest import nu, run_private_shm, sim
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
 # (fixture, its memory nodes): written from the fixtures' node/online lists.
-MACHINES = [("dual-socket-8gpu", [0, 1]), ("four-node-asym", [0, 1, 2, 3]),
-            ("sparse-ids", [0, 8, 250, 251, 252, 253, 254, 255])]
+MACHINES = [
+    ("dual-socket-8gpu", [0, 1]),
+    ("four-node-asym", [0, 1, 2, 3]),
+    ("sparse-ids", [0, 8, 250, 251, 252, 253, 254, 255]),
+]
 
 
 # -- the text form ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text", [
-    "parts:bind:0/0/0/0/1/1/1/1", "parts:interleave:0-1/2-3@4G",
-    "blocks:2M:bind:0/1", "blocks:2M:prefer:1/0@1G", "parts:prefer-many:0,2/1,3",
-    "1G:bind:0;512M:interleave:0-1;512M:default", "4K:interleave", "3M:local",
-    "1536K:weighted-interleave:0,250",
-])
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "parts:bind:0/0/0/0/1/1/1/1",
+        "parts:interleave:0-1/2-3@4G",
+        "blocks:2M:bind:0/1",
+        "blocks:2M:prefer:1/0@1G",
+        "parts:prefer-many:0,2/1,3",
+        "1G:bind:0;512M:interleave:0-1;512M:default",
+        "4K:interleave",
+        "3M:local",
+        "1536K:weighted-interleave:0,250",
+    ],
+)
 def test_text_round_trips_exactly(text):
     lay = nu.Layout.parse(text)
     assert str(lay) == text
@@ -33,56 +46,70 @@ def test_text_round_trips_exactly(text):
 
 def test_constructors_match_their_text():
     assert str(nu.Layout.parts([0, 0, 1, 1])) == "parts:bind:0/0/1/1"
-    assert str(nu.Layout.parts([[0, 1], [2, 3]], "interleave", size=GiB)) == \
-        "parts:interleave:0-1/2-3@1G"
+    assert (
+        str(nu.Layout.parts([[0, 1], [2, 3]], "interleave", size=GiB))
+        == "parts:interleave:0-1/2-3@1G"
+    )
     assert str(nu.Layout.blocks(2 * MiB, [0, 1])) == "blocks:2M:bind:0/1"
-    assert str(nu.Layout.extents([(GiB, "bind", 0), (GiB, "preferred", [1])])) == \
-        "1G:bind:0;1G:prefer:1"
+    assert (
+        str(nu.Layout.extents([(GiB, "bind", 0), (GiB, "preferred", [1])]))
+        == "1G:bind:0;1G:prefer:1"
+    )
     assert nu.Layout.parse("parts:bind:0/1") != nu.Layout.parse("parts:bind:1/0")
 
 
 def test_bound_extents_offsets_and_node_of():
     lay = nu.Layout.parts([0, 0, 0, 0, 1, 1, 1, 1]).bound(GiB, 4 * KiB)
-    assert [(e.offset, e.length) for e in lay] == [(i * 128 * MiB, 128 * MiB)
-                                                   for i in range(8)]
+    assert [(e.offset, e.length) for e in lay] == [(i * 128 * MiB, 128 * MiB) for i in range(8)]
     assert [e.nodes for e in lay] == [frozenset({0})] * 4 + [frozenset({1})] * 4
     assert lay.index(512 * MiB) == 4 and lay.index(512 * MiB - 1) == 3
     # 1 GiB of 3 MiB blocks: 341 whole blocks and one of 1 MiB at the end.
     blk = nu.Layout.blocks(3 * MiB, [0, 1]).bound(GiB, 4 * KiB)
-    assert len(blk) == 342 and blk[-1] == nu.Extent(341 * 3 * MiB, MiB, "bind",
-                                                    frozenset({1}))
+    assert len(blk) == 342 and blk[-1] == nu.Extent(341 * 3 * MiB, MiB, "bind", frozenset({1}))
     assert blk.index(GiB - 1) == 341 and blk[blk.index(7 * MiB)].nodes == {0}
     ext = nu.Layout.parse("1M:bind:0;3M:interleave:0-1").bound(4 * MiB, 4 * KiB)
     assert [e.offset for e in ext] == [0, MiB] and ext.index(MiB) == 1
     assert ext.location() == "0+100000@cpu:0;100000+300000@cpu:0-1"
 
 
-@pytest.mark.parametrize("text,size,page,nodes,match", [
-    ("parts:bind:0/1/2", GiB, 4096, None, "3 equal parts of whole 4K pages"),
-    ("blocks:6K:bind:0/1", GiB, 4096, None, "whole 4K pages"),
-    ("1M:bind:0;3M:bind:1", 4 * MiB, 2 * MiB, None, "whole 2M pages"),
-    ("2G:bind:0", GiB, 4096, None, "past the size"),
-    ("512M:bind:0", GiB, 4096, None, "the rest would have no policy"),
-    ("parts:bind:0/7", GiB, 4096, {0, 1}, "no memory node 7"),
-])
+@pytest.mark.parametrize(
+    "text,size,page,nodes,match",
+    [
+        ("parts:bind:0/1/2", GiB, 4096, None, "3 equal parts of whole 4K pages"),
+        ("blocks:6K:bind:0/1", GiB, 4096, None, "whole 4K pages"),
+        ("1M:bind:0;3M:bind:1", 4 * MiB, 2 * MiB, None, "whole 2M pages"),
+        ("2G:bind:0", GiB, 4096, None, "past the size"),
+        ("512M:bind:0", GiB, 4096, None, "the rest would have no policy"),
+        ("parts:bind:0/7", GiB, 4096, {0, 1}, "no memory node 7"),
+    ],
+)
 def test_bad_layouts_are_one_clear_value_error(text, size, page, nodes, match):
     with pytest.raises(ValueError, match=match):
         nu.Layout.parse(text).bound(size, page, frozenset(nodes) if nodes else None)
 
 
-@pytest.mark.parametrize("text,match", [
-    ("", "empty"), ("parts:bind:0/", "needs nodes"), ("parts:foo:0", "unknown policy"),
-    ("1G:default:0", "takes no nodes"), ("2M:prefer:0-1", "prefer takes one node"),
-    ("blocks:bind:0", "block size"), ("parts:bind", "expected parts:"),
-    ("1G:bind:0@1G", "@SIZE follows only"),
-    ("0:bind:0", "not an int > 0"), ("1G:bind:x", "invalid"),
-])
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ("", "empty"),
+        ("parts:bind:0/", "needs nodes"),
+        ("parts:foo:0", "unknown policy"),
+        ("1G:default:0", "takes no nodes"),
+        ("2M:prefer:0-1", "prefer takes one node"),
+        ("blocks:bind:0", "block size"),
+        ("parts:bind", "expected parts:"),
+        ("1G:bind:0@1G", "@SIZE follows only"),
+        ("0:bind:0", "not an int > 0"),
+        ("1G:bind:x", "invalid"),
+    ],
+)
 def test_bad_text_is_a_value_error(text, match):
     with pytest.raises(ValueError, match=match):
         nu.Layout.parse(text)
 
 
 # -- simulated machines: every extent lands where its policy says -----------------------
+
 
 def _land_exactly(r, want_nodes):
     """Each extent fully faulted in on exactly its one node."""
@@ -97,8 +124,9 @@ def _land_exactly(r, want_nodes):
 @pytest.mark.parametrize("kind", ["sysv", "posix"])
 def test_parts_land_exactly_creator_and_attacher(name, nodes, kind):
     s = sim(name)
-    with nu.SharedRegion.create("kv", GiB, layout=nu.Layout.parts(nodes), kind=kind,
-                                backend=s) as r:
+    with nu.SharedRegion.create(
+        "kv", GiB, layout=nu.Layout.parts(nodes), kind=kind, backend=s
+    ) as r:
         assert r.layout == nu.Layout.parse(f"parts:bind:{'/'.join(map(str, nodes))}@1G")
         _land_exactly(r, nodes)
         part = GiB // len(nodes)
@@ -118,8 +146,9 @@ def test_parts_land_exactly_creator_and_attacher(name, nodes, kind):
 @pytest.mark.parametrize("name,nodes", MACHINES, ids=[m[0] for m in MACHINES])
 def test_blocks_land_exactly_round_robin(name, nodes):
     s = sim(name)
-    with nu.SharedRegion.create("rows", GiB, layout=f"blocks:4M:bind:"
-                                f"{'/'.join(map(str, nodes))}", backend=s) as r:
+    with nu.SharedRegion.create(
+        "rows", GiB, layout=f"blocks:4M:bind:{'/'.join(map(str, nodes))}", backend=s
+    ) as r:
         assert len(r.extents) == 256
         _land_exactly(r, [nodes[i % len(nodes)] for i in range(256)])
         with nu.SharedRegion.attach("rows", prefault=True, backend=s.process()) as a:
@@ -131,30 +160,34 @@ def test_hugetlb_parts_land_per_node_in_every_attacher():
     # hugetlb keeps no shared policy: each attacher applies the layout itself, read
     # from the record; a process told nothing still faults its pages per extent.
     s = sim("dual-socket-8gpu")
-    with nu.SharedRegion.create("huge", GiB, layout="parts:bind:0/0/1/1",
-                                hugepages="2M", prefault=False, backend=s) as r:
+    with nu.SharedRegion.create(
+        "huge", GiB, layout="parts:bind:0/0/1/1", hugepages="2M", prefault=False, backend=s
+    ) as r:
         assert r.page_size == 2 * MiB
         p = s.process()
         with nu.SharedRegion.attach("huge", prefault=True, backend=p) as a:
             assert a.layout == r.layout
             _land_exactly(a, [0, 0, 1, 1])
             text = p.read_text("/proc/self/numa_maps")
-            assert all(e.huge and e.page_size_kb == 2048
-                       for e in nu.parse_numa_maps(text) if e.file)
+            assert all(
+                e.huge and e.page_size_kb == 2048 for e in nu.parse_numa_maps(text) if e.file
+            )
 
 
 def test_hugetlb_layout_must_be_whole_huge_pages():
     s = sim("dual-socket-8gpu")
     with pytest.raises(ValueError, match="whole 2M pages"):
-        nu.SharedRegion.create("huge", 4 * MiB, layout="1M:bind:0;3M:bind:1",
-                               hugepages="2M", backend=s)
+        nu.SharedRegion.create(
+            "huge", 4 * MiB, layout="1M:bind:0;3M:bind:1", hugepages="2M", backend=s
+        )
     assert s.kernel.shm == {}
 
 
 def test_mixed_extents_and_interleave_split():
     s = sim("four-node-asym")
-    with nu.SharedRegion.create("mix", GiB, layout="256M:bind:3;512M:interleave:0-1;"
-                                "256M:prefer:2", backend=s) as r:
+    with nu.SharedRegion.create(
+        "mix", GiB, layout="256M:bind:3;512M:interleave:0-1;256M:prefer:2", backend=s
+    ) as r:
         got = [dict(p) for p in r.placement(by_extent=True)]
         assert got == [{3: 256 * MiB}, {0: 256 * MiB, 1: 256 * MiB}, {2: 256 * MiB}]
         assert all(p.ok for p in r.placement(by_extent=True))
@@ -162,14 +195,14 @@ def test_mixed_extents_and_interleave_split():
 
 def test_one_policy_region_is_the_one_extent_layout():
     s = sim("dual-socket-8gpu")
-    with nu.SharedRegion.create("one", 8 * MiB, policy="bind", nodes=[1],
-                                backend=s) as r:
+    with nu.SharedRegion.create("one", 8 * MiB, policy="bind", nodes=[1], backend=s) as r:
         assert str(r.layout) == "8M:bind:1" and len(r.extents) == 1
         assert r.identity["layout"] == "8M:bind:1"
         assert r.placement() == {1: 8 * MiB}
     with pytest.raises(ValueError, match="not both"):
-        nu.SharedRegion.create("x", 8 * MiB, policy="bind", nodes=[1], layout="8M:bind:1",
-                               backend=s)
+        nu.SharedRegion.create(
+            "x", 8 * MiB, policy="bind", nodes=[1], layout="8M:bind:1", backend=s
+        )
 
 
 def test_prefault_runs_on_each_extents_node():
@@ -183,10 +216,10 @@ def test_prefault_runs_on_each_extents_node():
     def spy(addr, length, advice):
         seen.append((addr, frozenset(s.affinity)))
         return real(addr, length, advice)
+
     s.madvise = spy
     before = s.sched_getaffinity(0)
-    with nu.SharedRegion.create("pf", 64 * MiB, layout="parts:prefer:0/1",
-                                backend=s) as r:
+    with nu.SharedRegion.create("pf", 64 * MiB, layout="parts:prefer:0/1", backend=s) as r:
         cpus = {n: s.topology.nodes[n].cpus for n in (0, 1)}
         for addr, aff in seen:
             node = 0 if addr < r.address + 32 * MiB else 1
@@ -198,9 +231,11 @@ def test_prefault_runs_on_each_extents_node():
 
 # -- hostile: the record, other users, interrupts ----------------------------------------
 
+
 def _record_of(r):
     """(json bytes start, json bytes) of region ``r``'s identity record."""
     import ctypes
+
     end = r._mapped - nu._RECORD_END.size
     n = nu._RECORD_END.unpack(ctypes.string_at(r.address + end, nu._RECORD_END.size))[2]
     return end - n, ctypes.string_at(r.address + end - n, n)
@@ -209,9 +244,9 @@ def _record_of(r):
 @pytest.mark.parametrize("kind", ["sysv", "posix"])
 def test_record_altered_or_removed_is_a_clear_error_nothing_leaked(kind):
     import ctypes
+
     s = sim("dual-socket-8gpu")
-    with nu.SharedRegion.create("t", 8 * MiB, layout="parts:bind:0/1", kind=kind,
-                                backend=s) as r:
+    with nu.SharedRegion.create("t", 8 * MiB, layout="parts:bind:0/1", kind=kind, backend=s) as r:
         off, raw = _record_of(r)
         assert b'"layout":"parts:bind:0/1@8M"' in raw
         # The layout changed in place, checksum not updated: damaged.
@@ -220,7 +255,7 @@ def test_record_altered_or_removed_is_a_clear_error_nothing_leaked(kind):
         p = s.process()
         with pytest.raises(ValueError, match="damaged identity record"):
             nu.SharedRegion.attach("t", kind=kind, backend=p)
-        assert p.mappings == [] and p.shm_attached == {}     # unmapped again
+        assert p.mappings == [] and p.shm_attached == {}  # unmapped again
         # Rewritten with a valid checksum but a layout that does not fit the region.
         rec = dict(json.loads(raw), layout="parts:bind:0/1/2@8M")
         nu._record_write(r.address, r._mapped, rec)
@@ -231,27 +266,25 @@ def test_record_altered_or_removed_is_a_clear_error_nothing_leaked(kind):
         with nu.SharedRegion.attach("t", kind=kind, backend=p) as a:
             assert str(a.layout) == "parts:bind:0/1@8M"
         # The record wiped: no region of that name any more, for an attacher.
-        ctypes.memset(r.address + r._mapped - nu._RECORD_END.size, 0,
-                      nu._RECORD_END.size)
+        ctypes.memset(r.address + r._mapped - nu._RECORD_END.size, 0, nu._RECORD_END.size)
         with pytest.raises(FileNotFoundError, match="no numa_utils identity record"):
             nu.SharedRegion.attach("t", kind=kind, backend=p)
         assert p.mappings == [] and p.shm_attached == {}
-    assert s.kernel.shm == {} and not [n for n in s.kernel.objects
-                                        if "numa_utils" in n or "SYSV" in n]
+    assert s.kernel.shm == {} and not [
+        n for n in s.kernel.objects if "numa_utils" in n or "SYSV" in n
+    ]
 
 
 @pytest.mark.parametrize("kind", ["sysv", "posix"])
 def test_attacher_of_another_user_is_refused(kind):
     s = sim("dual-socket-8gpu", uid=1000)
-    with nu.SharedRegion.create("t", 8 * MiB, layout="parts:bind:0/1", kind=kind,
-                                backend=s):
-        with pytest.raises(PermissionError):            # 0600
+    with nu.SharedRegion.create("t", 8 * MiB, layout="parts:bind:0/1", kind=kind, backend=s):
+        with pytest.raises(PermissionError):  # 0600
             nu.SharedRegion.attach("t", kind=kind, backend=s.process(uid=1001))
         with pytest.raises(PermissionError, match="uid 1000"):
             nu.SharedRegion.attach("t", kind=kind, backend=s.process(uid=0))
         # Root may attach when it says it trusts the owner; it reads the same layout.
-        with nu.SharedRegion.attach("t", kind=kind, trust=True,
-                                    backend=s.process(uid=0)) as a:
+        with nu.SharedRegion.attach("t", kind=kind, trust=True, backend=s.process(uid=0)) as a:
             assert str(a.layout) == "parts:bind:0/1@8M"
 
 
@@ -309,11 +342,19 @@ def test_real_creator_and_attacher_read_the_layout(kind):
 @pytest.mark.parametrize("kind", ["sysv", "posix"])
 def test_sigint_storm_during_layout_create_leaks_nothing(kind):
     import test_hostile as th
-    storm = th._STORM.replace('prefault=what == "prefault")',
-                              'prefault=what == "prefault", layout="parts:bind:0/0")')
+
+    storm = th._STORM.replace(
+        'prefault=what == "prefault")', 'prefault=what == "prefault", layout="parts:bind:0/0")'
+    )
     assert storm != th._STORM
-    out = run_private_shm(storm, kind, "1", os.environ.get(
-        "NUMA_UTILS_TEST_STORM_SIGNALS", "300"), "prefault", timeout=180)
+    out = run_private_shm(
+        storm,
+        kind,
+        "1",
+        os.environ.get("NUMA_UTILS_TEST_STORM_SIGNALS", "300"),
+        "prefault",
+        timeout=180,
+    )
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["interrupted"] >= 1 and got["leaked"] == 0, got

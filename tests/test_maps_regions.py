@@ -18,9 +18,14 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def _maps(pid, *args):
-    out = subprocess.run([sys.executable, "-m", "numa_utils", "maps", *args, str(pid)],
-                         capture_output=True, text=True, cwd=str(REPO), timeout=120,
-                         env=dict(os.environ, PYTHONPATH=str(REPO)))
+    out = subprocess.run(
+        [sys.executable, "-m", "numa_utils", "maps", *args, str(pid)],
+        capture_output=True,
+        text=True,
+        cwd=str(REPO),
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -43,18 +48,26 @@ r.destroy()
 @pytest.mark.parametrize("kind", ["posix", "sysv"])
 def test_maps_shows_each_extent_of_a_region(kind):
     b = nu.default_backend()
-    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, kind, str(PAGE)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                              cwd=str(REPO), env=dict(os.environ, PYTHONPATH=str(REPO)))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, kind, str(PAGE)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=str(REPO),
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
     try:
         r = json.loads(holder.stdout.readline())
         before = b.shm_stat(r["shmid"]) if kind == "sysv" else None
         rep = json.loads(_maps(holder.pid, "--json"))
         text = _maps(holder.pid)
-        if kind == "sysv":      # maps read /proc/PID/mem: no attach, no detach
+        if kind == "sysv":  # maps read /proc/PID/mem: no attach, no detach
             after = b.shm_stat(r["shmid"])
-            assert (after.lpid, after.used, after.nattch) == \
-                (before.lpid, before.used, before.nattch)
+            assert (after.lpid, after.used, after.nattch) == (
+                before.lpid,
+                before.used,
+                before.nattch,
+            )
         (row,) = rep["regions"]
         assert row["name"] == f"maps-{kind}" and row["kind"] == kind
         assert row["start"] == f"0x{r['address']:x}" and row["size"] == 16 * PAGE
@@ -65,8 +78,10 @@ def test_maps_shows_each_extent_of_a_region(kind):
         assert row["extents"][1]["start"] == f"0x{r['address'] + 4 * PAGE:x}"
         assert all(e["vmas"] for e in row["extents"])
         assert f"region 'maps-{kind}' ({kind} " in text
-        assert f"  extent 1 {4 * PAGE:#x}+{12 * PAGE // 1024}K interleave:0  at " \
+        assert (
+            f"  extent 1 {4 * PAGE:#x}+{12 * PAGE // 1024}K interleave:0  at "
             f"0x{r['address'] + 4 * PAGE:x}" in text
+        )
         assert set(rep) == {"vmas", "totals_kb", "regions"}
     finally:
         holder.communicate("", timeout=60)
@@ -84,7 +99,7 @@ def test_maps_reports_a_damaged_record_and_keeps_going():
     try:
         path = "/dev/shm/numa_utils-maps-bad"
         size = os.path.getsize(path)
-        with open(path, "r+b") as f:        # flip one byte of the record's JSON
+        with open(path, "r+b") as f:  # flip one byte of the record's JSON
             f.seek(size - 40)
             c = f.read(1)
             f.seek(size - 40)
@@ -105,9 +120,14 @@ def test_status_lists_this_users_regions():
         after = nu.default_backend().shm_stat(s.shmid)
         assert (after.lpid, after.used) == (before.lpid, before.used)
         rows = {r["kind"]: r for r in rep["regions"]}
-        assert rows["posix"] == {"name": "status-p", "kind": "posix",
-                                 "key": "/dev/shm/numa_utils-status-p", "size": 8 * PAGE,
-                                 "attached": 1, "layout": f"parts:bind:0/0@{8 * PAGE // 1024}K"}
+        assert rows["posix"] == {
+            "name": "status-p",
+            "kind": "posix",
+            "key": "/dev/shm/numa_utils-status-p",
+            "size": 8 * PAGE,
+            "attached": 1,
+            "layout": f"parts:bind:0/0@{8 * PAGE // 1024}K",
+        }
         assert rows["sysv"]["key"] == f"0x{s.ipc_key:08x}"
         assert rows["sysv"]["attached"] == 1 and rows["sysv"]["layout"] is None
         text = nu._render_status(rep)

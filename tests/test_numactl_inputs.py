@@ -4,6 +4,7 @@ line (measured in private IPC+mount namespaces; the lines are numactl.c's and sh
 
 Every case runs the real command, in private namespaces with their own /dev/shm and
 SysV IPC, with stdout in strict UTF-8, from an empty working folder."""
+
 import json
 
 import pytest
@@ -39,21 +40,30 @@ SEG = "numactl: Creating shm key file k mode 0600\n"
 
 
 def test_shm_length_of_23_digits_is_one_line():
-    _case(["--length", "12345678901234567890123", "--shm", "k", "-i", "0"], 1,
-          SEG + "numactl: Creating shared memory segment k id 0 mode 0600 length "
-          "17592186044416MB\nnumactl: cannot create shared memory segment: Invalid argument\n")
+    _case(
+        ["--length", "12345678901234567890123", "--shm", "k", "-i", "0"],
+        1,
+        SEG + "numactl: Creating shared memory segment k id 0 mode 0600 length "
+        "17592186044416MB\nnumactl: cannot create shared memory segment: Invalid argument\n",
+    )
 
 
 def test_shm_negative_length_is_one_line():
-    _case(["--length", "-5", "--shm", "k", "-i", "0"], 1,
-          SEG + "numactl: Creating shared memory segment k id 0 mode 0600 length "
-          "17592186044416MB\nnumactl: cannot create shared memory segment: Invalid argument\n")
+    _case(
+        ["--length", "-5", "--shm", "k", "-i", "0"],
+        1,
+        SEG + "numactl: Creating shared memory segment k id 0 mode 0600 length "
+        "17592186044416MB\nnumactl: cannot create shared memory segment: Invalid argument\n",
+    )
 
 
 def test_shm_key_file_in_missing_folder_is_one_line():
-    _case(["--length", "1m", "--shm", "nodir/k", "-i", "0"], 1,
-          "numactl: Creating shm key file nodir/k mode 0600\n"
-          "numactl: cannot create key for shm nodir/k\n: No such file or directory\n")
+    _case(
+        ["--length", "1m", "--shm", "nodir/k", "-i", "0"],
+        1,
+        "numactl: Creating shm key file nodir/k mode 0600\n"
+        "numactl: cannot create key for shm nodir/k\n: No such file or directory\n",
+    )
 
 
 def test_shm_huge_without_reserved_hugepages_is_one_line():
@@ -61,28 +71,40 @@ def test_shm_huge_without_reserved_hugepages_is_one_line():
     if "cannot create shared memory segment" not in err and got_rc == 0:
         pytest.skip("this host has 2 MiB huge pages reserved")
     assert (got_rc, out) == (1, "") and "Traceback" not in err, err
-    assert err.endswith("numactl: cannot create shared memory segment: "
-                        "Cannot allocate memory\n"), err
+    assert err.endswith("numactl: cannot create shared memory segment: Cannot allocate memory\n"), (
+        err
+    )
 
 
 def test_file_on_a_fifo_is_ftruncates_error():
-    _case(["--length", "1m", "--file", "/dev/shm/fifo", "-i", "0"], 1,
-          "ftruncate: Invalid argument\n")
+    _case(
+        ["--length", "1m", "--file", "/dev/shm/fifo", "-i", "0"], 1, "ftruncate: Invalid argument\n"
+    )
 
 
 def test_file_on_a_folder_is_one_line():
-    _case(["--length", "1m", "--file", "/dev/shm/dir", "-i", "0"], 1,
-          "numactl: cannot create file /dev/shm/dir: Is a directory\n")
+    _case(
+        ["--length", "1m", "--file", "/dev/shm/dir", "-i", "0"],
+        1,
+        "numactl: cannot create file /dev/shm/dir: Is a directory\n",
+    )
 
 
 def test_file_length_of_20_digits_is_ftruncates_error():
-    _case(["--length", "12345678901234567890", "--file", "/dev/shm/f", "-i", "0"], 1,
-          "ftruncate: Invalid argument\n")
+    _case(
+        ["--length", "12345678901234567890", "--file", "/dev/shm/f", "-i", "0"],
+        1,
+        "ftruncate: Invalid argument\n",
+    )
 
 
 def test_non_utf8_node_list_echoed_as_given():
-    _case(["-i\xff", "true"], 1, "libnuma: Warning: unparseable node description "
-          "`\xff'\n\n", stdout="<\xff> is invalid\n")
+    _case(
+        ["-i\xff", "true"],
+        1,
+        "libnuma: Warning: unparseable node description `\xff'\n\n",
+        stdout="<\xff> is invalid\n",
+    )
 
 
 def test_non_utf8_file_path_with_strict_stdout():
@@ -96,14 +118,20 @@ def test_interleave_range_past_unsigned_int_wraps_as_libnuma():
 
 
 def test_interleave_range_past_unsigned_long_is_out_of_range():
-    _case(["-i", "0-99999999999999999999", "true"], 1,
-          "libnuma: Warning: node argument -1 out of range\n\n",
-          stdout="<0-99999999999999999999> is invalid\n")
+    _case(
+        ["-i", "0-99999999999999999999", "true"],
+        1,
+        "libnuma: Warning: node argument -1 out of range\n\n",
+        stdout="<0-99999999999999999999> is invalid\n",
+    )
 
 
 def test_huge_shmid_fails_as_ftok_key_with_bit_31():
     # strtoul saturates at ULONG_MAX; ftok keeps the low byte, 0xff: a negative key_t,
     # which numactl's sysvkey() takes for a failure.
-    _case(["--shmid", "99999999999999999999", "--length", "1m", "--shm", "k", "-i", "0"],
-          1, SEG + "numactl: cannot get key for newly created shm key file k: "
-          "No such file or directory\n")
+    _case(
+        ["--shmid", "99999999999999999999", "--length", "1m", "--shm", "k", "-i", "0"],
+        1,
+        SEG + "numactl: cannot get key for newly created shm key file k: "
+        "No such file or directory\n",
+    )

@@ -1,5 +1,6 @@
 """Observation: counters, remote share, watch, choose_node, pin_for_cuda, prometheus,
 status advice (issue 8)."""
+
 from __future__ import annotations
 
 import ctypes
@@ -16,8 +17,9 @@ import subprocess
 import pytest
 from conftest import FIXTURES, cli, fixture_root, fixture_text, fixture_tree, nu, sim
 
-NUMA_FIXTURES = [f for f in FIXTURES
-                 if "root/sys/devices/system/node" in nu._Archive(fixture_root(f)).dirs]
+NUMA_FIXTURES = [
+    f for f in FIXTURES if "root/sys/devices/system/node" in nu._Archive(fixture_root(f)).dirs
+]
 MiB = 1 << 20
 
 
@@ -54,18 +56,21 @@ def no_sleep(_seconds):
 # Counters
 # ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, want", [
-    ("numa_hit 5\nnuma_miss 0\n", {"numa_hit": 5, "numa_miss": 0}),
-    ("numa_hit 5\n\0", {"numa_hit": 5}),
-    ("", {}),
-    ("  \n\nother_node 17\n\n", {"other_node": 17}),
-])
+
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("numa_hit 5\nnuma_miss 0\n", {"numa_hit": 5, "numa_miss": 0}),
+        ("numa_hit 5\n\0", {"numa_hit": 5}),
+        ("", {}),
+        ("  \n\nother_node 17\n\n", {"other_node": 17}),
+    ],
+)
 def test_parse_numastat(text, want):
     assert nu._parse_numastat(text) == want
 
 
-@pytest.mark.parametrize("text", ["numa_hit\n", "numa_hit -1\n", "numa_hit 1 2\n",
-                                  "numa_hit x\n"])
+@pytest.mark.parametrize("text", ["numa_hit\n", "numa_hit -1\n", "numa_hit 1 2\n", "numa_hit x\n"])
 def test_parse_numastat_rejects_garbage(text):
     with pytest.raises(ValueError, match="invalid numastat line in F"):
         nu._parse_numastat(text, source="F")
@@ -94,14 +99,17 @@ def test_counters_every_fixture(name):
 
 def test_counters_missing_and_malformed_files_do_not_crash():
     node = "/sys/devices/system/node"
-    b = Overlay(fixture_root("dual-socket-8gpu"), {
-        f"{node}/node0/numastat": FileNotFoundError(errno.ENOENT, "gone"),
-        f"{node}/node1/numastat": "numa_hit 10\nnuma_miss oops\nother_node 4\n",
-        f"{node}/node1/meminfo": PermissionError(errno.EACCES, "denied"),
-    })
+    b = Overlay(
+        fixture_root("dual-socket-8gpu"),
+        {
+            f"{node}/node0/numastat": FileNotFoundError(errno.ENOENT, "gone"),
+            f"{node}/node1/numastat": "numa_hit 10\nnuma_miss oops\nother_node 4\n",
+            f"{node}/node1/meminfo": PermissionError(errno.EACCES, "denied"),
+        },
+    )
     snap = nu.counters(backend=b)
-    assert snap[0].numastat == {} and snap[0].numa_hit == 0    # missing: empty
-    assert dict(snap[1].numastat) == {"numa_hit": 10, "other_node": 4}   # good lines kept
+    assert snap[0].numastat == {} and snap[0].numa_hit == 0  # missing: empty
+    assert dict(snap[1].numastat) == {"numa_hit": 10, "other_node": 4}  # good lines kept
     assert snap[1].meminfo == {} and snap[1].available_kb == 0
     assert any("numa_miss oops" in p for p in snap.problems)
     assert any("node1/meminfo" in p for p in snap.problems)
@@ -114,7 +122,8 @@ def test_bad_numastat_line_keeps_the_good_ones(tmp_path):
     fixture_tree("memoryless-cpu-node", root)
     (root / "sys/devices/system/node/node0/numastat").write_text(
         "numa_hit 0\nnuma_miss 17\nnuma_foreign 8\ninterleave_hit 1100\n"
-        "local_node -17\nother_node 17\n")
+        "local_node -17\nother_node 17\n"
+    )
     b = nu.LinuxBackend(str(root))
     snap = nu.counters(backend=b)
     assert snap[0].numa_miss == 17 and "local_node" not in snap[0].numastat
@@ -128,20 +137,30 @@ def _nc(node, stat, mem):
 
 
 def test_difference_operator():
-    before = nu.Counters(100.0, 10.0, {
-        0: _nc(0, {"numa_hit": 100, "other_node": 5}, {"MemFree": 1000, "MemTotal": 4000}),
-        1: _nc(1, {"numa_hit": 50, "other_node": 50}, {"MemFree": 500}),
-    }, 4096)
-    after = nu.Counters(102.5, 12.5, {
-        0: _nc(0, {"numa_hit": 160, "other_node": 25}, {"MemFree": 800, "MemTotal": 4000}),
-        1: _nc(1, {"numa_hit": 7, "other_node": 3}, {"MemFree": 600}),   # reset
-        2: _nc(2, {"numa_hit": 9}, {}),                                  # came online
-    }, 4096)
+    before = nu.Counters(
+        100.0,
+        10.0,
+        {
+            0: _nc(0, {"numa_hit": 100, "other_node": 5}, {"MemFree": 1000, "MemTotal": 4000}),
+            1: _nc(1, {"numa_hit": 50, "other_node": 50}, {"MemFree": 500}),
+        },
+        4096,
+    )
+    after = nu.Counters(
+        102.5,
+        12.5,
+        {
+            0: _nc(0, {"numa_hit": 160, "other_node": 25}, {"MemFree": 800, "MemTotal": 4000}),
+            1: _nc(1, {"numa_hit": 7, "other_node": 3}, {"MemFree": 600}),  # reset
+            2: _nc(2, {"numa_hit": 9}, {}),  # came online
+        },
+        4096,
+    )
     d = after - before
     assert d.is_delta and d.seconds == pytest.approx(2.5) and d.timestamp == 102.5
     assert d[0].numa_hit == 60 and d[0].other_node == 20
     assert d[0].mem_free_kb == -200 and d[0].mem_total_kb == 0
-    assert d[1].numa_hit == 7 and d[1].other_node == 3     # counters restarted at 0
+    assert d[1].numa_hit == 7 and d[1].other_node == 3  # counters restarted at 0
     assert d[2].numa_hit == 9
     assert d.remote_pages == 23
     assert d.total("numa_hit") == 76
@@ -167,6 +186,7 @@ def test_counters_live_difference():
 # Remote share and watch, on the simulator
 # ---------------------------------------------------------------------------
 
+
 def _node_cpus(b, node):
     return nu.read_topology(backend=b).nodes[node].cpus
 
@@ -186,8 +206,7 @@ def test_watch_pid_interleaved_region_is_half_remote():
     base = sim("dual-socket-8gpu")
     worker = base.process(cpus_allowed=_node_cpus(base, 0))
     _interleaved_region(worker, "kv-cache", 256)
-    samples = list(cli.watch(interval=0.5, count=2, pid=worker.pid, backend=worker,
-                            sleep=no_sleep))
+    samples = list(cli.watch(interval=0.5, count=2, pid=worker.pid, backend=worker, sleep=no_sleep))
     assert len(samples) == 2
     proc = samples[-1]["process"]
     assert proc["error"] is None
@@ -215,17 +234,21 @@ def test_watch_pid_shared_region_from_the_shm_section():
     SharedRegion, a worker bound to node 0 attaches and prefaults it."""
     base = sim("dual-socket-8gpu")
     owner = base.process()
-    with nu.SharedRegion.create("obs-kv", 512 * 4096, policy="interleave", nodes=[0, 1],
-                                backend=owner) as region:
+    with nu.SharedRegion.create(
+        "obs-kv", 512 * 4096, policy="interleave", nodes=[0, 1], backend=owner
+    ) as region:
         assert region.policy
         worker = base.process(cpus_allowed=_node_cpus(base, 0))
         with nu.SharedRegion.attach("obs-kv", prefault=True, backend=worker) as mine:
-            proc = next(cli.watch(count=1, interval=0, pid=worker.pid, backend=worker,
-                                 sleep=no_sleep))["process"]
+            proc = next(
+                cli.watch(count=1, interval=0, pid=worker.pid, backend=worker, sleep=no_sleep)
+            )["process"]
             assert proc["share_by_node"] == {"0": 0.5, "1": 0.5}
             assert proc["remote_share"] == pytest.approx(0.5, abs=0.02)
-            assert nu.placement(mine.address, mine.size, backend=worker) == \
-                {0: 256 * 4096, 1: 256 * 4096}
+            assert nu.placement(mine.address, mine.size, backend=worker) == {
+                0: 256 * 4096,
+                1: 256 * 4096,
+            }
 
 
 def test_remote_share_bound_memory_is_local_or_remote():
@@ -248,11 +271,11 @@ def test_remote_share_bound_memory_is_local_or_remote():
 
 def test_remote_share_memoryless_cpu_node_counts_nearest_memory_as_local():
     base = sim("memoryless-cpu-node")
-    p = base.process(cpus_allowed=_node_cpus(base, 0))     # node 0 has no memory
+    p = base.process(cpus_allowed=_node_cpus(base, 0))  # node 0 has no memory
     buf = mmap.mmap(-1, 16 * 4096)
     p.touch(nu.buffer_range(buf)[0], 16 * 4096)
     rs = nu.remote_share("self", backend=p)
-    assert rs.local_nodes == {1, 2}                        # both at distance 12
+    assert rs.local_nodes == {1, 2}  # both at distance 12
     assert rs.total_bytes == 16 * 4096 and rs.share == 0.0
 
 
@@ -264,42 +287,58 @@ def test_remote_share_unreadable_process_is_a_value():
 
 
 def test_remote_share_kernel_page_size_units():
-    text = ("7f0000000000 interleave:0-1 anon=4 dirty=4 N0=2 N1=2 kernelpagesize_kB=64\n"
-            "7f1000000000 bind:1 file=/dev/hugepages/x huge dirty=1 N1=1 "
-            "kernelpagesize_kB=2048\n"
-            "7f2000000000 default\n"
-            "7f3000000000 default anon=1 N0=1\n")
-    assert nu._entries_bytes(nu.parse_numa_maps(text)) == \
-        {0: 2 * 65536 + 4096, 1: 2 * 65536 + 2 * MiB}
+    text = (
+        "7f0000000000 interleave:0-1 anon=4 dirty=4 N0=2 N1=2 kernelpagesize_kB=64\n"
+        "7f1000000000 bind:1 file=/dev/hugepages/x huge dirty=1 N1=1 "
+        "kernelpagesize_kB=2048\n"
+        "7f2000000000 default\n"
+        "7f3000000000 default anon=1 N0=1\n"
+    )
+    assert nu._entries_bytes(nu.parse_numa_maps(text)) == {
+        0: 2 * 65536 + 4096,
+        1: 2 * 65536 + 2 * MiB,
+    }
 
 
 # ---------------------------------------------------------------------------
 # watch on this machine, through the command line
 # ---------------------------------------------------------------------------
 
+
 def test_watch_cli_live(capsys):
     if not os.path.isdir("/proc/self"):
         pytest.skip("no /proc")
-    assert nu.main(["watch", "--count", "2", "--interval", "0.1", "--pid", "self",
-                    "--json"]) == 0
+    assert nu.main(["watch", "--count", "2", "--interval", "0.1", "--pid", "self", "--json"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2
     for line in lines:
         s = json.loads(line)
         assert s["seconds"] > 0 and s["nodes"]
         assert s["process"]["total_bytes"] > 0
-    assert nu.main(["watch", "--count", "2", "--interval", "0.1", "--pid",
-                    str(os.getpid())]) == 0
+    assert nu.main(["watch", "--count", "2", "--interval", "0.1", "--pid", str(os.getpid())]) == 0
     out = capsys.readouterr().out
     assert "numastat changes per interval" in out and f"pid {os.getpid()}:" in out
 
 
 def test_watch_cli_saved_tree(capsys):
-    assert nu.main(["watch", "--root", fixture_root("sparse-ids"), "--count", "1",
-                    "--interval", "0.01", "--json"]) == 0
+    assert (
+        nu.main(
+            [
+                "watch",
+                "--root",
+                fixture_root("sparse-ids"),
+                "--count",
+                "1",
+                "--interval",
+                "0.01",
+                "--json",
+            ]
+        )
+        == 0
+    )
     s = json.loads(capsys.readouterr().out)
     assert [r["node"] for r in s["nodes"]] == [0, 8, 250, 251, 252, 253, 254, 255]
-    assert all(r["numa_hit"] == 0 for r in s["nodes"])     # a saved tree does not move
+    assert all(r["numa_hit"] == 0 for r in s["nodes"])  # a saved tree does not move
     with pytest.raises(SystemExit):
         nu.main(["watch", "--interval", "0"])
 
@@ -307,6 +346,7 @@ def test_watch_cli_saved_tree(capsys):
 # ---------------------------------------------------------------------------
 # choose_node
 # ---------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_choose_node_every_fixture(name):
@@ -331,7 +371,7 @@ def test_choose_node_gh200_gpu_memory_nodes_are_never_candidates():
     b = tree("gh200")
     res = nu.choose_node(gpu=0, backend=b)
     assert res.node == 0 and res.gpu_node == 0
-    assert [c.node for c in res.candidates] == [0]         # HBM node 1, MIG nodes 2-8
+    assert [c.node for c in res.candidates] == [0]  # HBM node 1, MIG nodes 2-8
     assert "GPU 0009:01:00.0) is on node 0" in res.reason
 
 
@@ -355,10 +395,10 @@ def test_choose_node_cxl_never_picks_the_memory_only_node():
 
 
 def test_choose_node_container_cpuset():
-    b = tree("container-cpuset")                            # CPUs 20-27,52-59: node 1
+    b = tree("container-cpuset")  # CPUs 20-27,52-59: node 1
     res = nu.choose_node(backend=b)
     assert res.node == 1 and [c.node for c in res.candidates] == [1]
-    res = nu.choose_node(gpu="0000:17:00.0", backend=b)    # GPU on node 0
+    res = nu.choose_node(gpu="0000:17:00.0", backend=b)  # GPU on node 0
     assert res.node == 1 and res.gpu_node == 0 and "cpuset" in res.reason
     res = nu.choose_node(exclude=[1], backend=b)
     assert not res and res.node is None and "excluded: 1" in res.reason
@@ -366,7 +406,7 @@ def test_choose_node_container_cpuset():
 
 def test_choose_node_after_binding_still_sees_the_cpuset():
     b = sim("dual-socket-8gpu")
-    assert nu.bind_to_node(0, memory=None, backend=b)      # affinity now node 0 only
+    assert nu.bind_to_node(0, memory=None, backend=b)  # affinity now node 0 only
     res = nu.choose_node(loads={0: 5}, backend=b)
     assert [c.node for c in res.candidates] == [0, 1] and res.node == 1
 
@@ -394,10 +434,10 @@ def test_choose_node_dual_socket_loads_gpu_and_memory():
     snap = nu.counters(backend=b)
     a0, a1 = snap[0].available_kb, snap[1].available_kb
     assert a0 < a1
-    need = (a0 + 1) * 1024                                  # only node 1 fits
+    need = (a0 + 1) * 1024  # only node 1 fits
     res = nu.choose_node(need_bytes=need, loads={1: 5}, backend=b)
     assert res.node == 1 and [c.fits for c in res.candidates] == [False, True]
-    res = nu.choose_node(gpu=0, need_bytes=need, backend=b)    # GPU 0 is on node 0
+    res = nu.choose_node(gpu=0, need_bytes=need, backend=b)  # GPU 0 is on node 0
     assert res.node == 1 and "lacks the memory" in res.reason
     res = nu.choose_node(need_bytes=(a1 + 1) * 1024, backend=b)
     assert res.node == 1 and "no node has" in res.reason
@@ -409,7 +449,7 @@ def test_choose_node_memoryless_cpu_nodes_lose_on_distance():
     assert res.node in (1, 2)
     c0 = next(c for c in res.candidates if c.node == 0)
     assert c0.memory_node in (1, 2) and c0.memory_distance == 12
-    res = nu.choose_node(gpu=0, backend=b)                  # GPU on memoryless node 0
+    res = nu.choose_node(gpu=0, backend=b)  # GPU on memoryless node 0
     assert res.node == 0 and "nearest memory node" in res.reason
 
 
@@ -489,7 +529,7 @@ const char *cudaGetErrorString(int rc) {
 class FakeCudart:
     def __init__(self, path):
         self.path = str(path)
-        self.lib = ctypes.CDLL(self.path)    # the same handle pin_for_cuda gets
+        self.lib = ctypes.CDLL(self.path)  # the same handle pin_for_cuda gets
 
     def __getattr__(self, name):
         return ctypes.c_int.in_dll(self.lib, name).value
@@ -512,8 +552,11 @@ def fake_cudart(tmp_path):
     src = tmp_path / "fake_cudart.c"
     src.write_text(FAKE_CUDART)
     lib = tmp_path / "libcudart_fake.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(lib), str(src), "-lpthread"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [cc, "-shared", "-fPIC", "-O1", "-o", str(lib), str(src), "-lpthread"],
+        check=True,
+        capture_output=True,
+    )
     return FakeCudart(lib)
 
 
@@ -524,35 +567,41 @@ def test_pin_for_cuda_chunks_flags_threads_and_close(fake_cudart):
     fake_cudart.set("delay_us", 20000)
     with nu.pin_for_cuda(buf, chunk=MiB, threads=4, cudart=fake_cudart.path) as pin:
         assert pin and pin.reason is None and pin.threads == 4
-        assert pin.flags == 1                                  # portable only
+        assert pin.flags == 1  # portable only
         regs = fake_cudart.registered()
         assert regs == list(pin.chunks) and len(regs) == 11
         assert regs[0][0] == addr and sum(n for _, n in regs) == length
         for (a, n), (b, _) in zip(regs, regs[1:]):
-            assert a + n == b and b % mmap.PAGESIZE == 0       # contiguous, aligned
+            assert a + n == b and b % mmap.PAGESIZE == 0  # contiguous, aligned
         assert all(n == MiB for _, n in regs[:-1]) and regs[-1][1] == 123
         assert set(fake_cudart.array("call_flags", 11, ctypes.c_uint)) == {1}
         assert 1 < len(set(fake_cudart.array("tid", 11))) <= 4
-        assert fake_cudart.max_in_flight > 1                   # the GIL was released
+        assert fake_cudart.max_in_flight > 1  # the GIL was released
         # every other worker thread selected the caller's device (3), none stayed on
         # GPU 0; the calling thread registers too
-        assert fake_cudart.n_set == 3 and \
-            set(fake_cudart.array("set_device", 3, ctypes.c_int)) == {3}
+        assert fake_cudart.n_set == 3 and set(fake_cudart.array("set_device", 3, ctypes.c_int)) == {
+            3
+        }
         assert fake_cudart.n_unreg == 0
     assert not pin and pin.closed
-    assert sorted(fake_cudart.array("unreg_ptr", fake_cudart.n_unreg)) == \
-        [a for a, _ in regs]
-    pin.close()                                                # idempotent
+    assert sorted(fake_cudart.array("unreg_ptr", fake_cudart.n_unreg)) == [a for a, _ in regs]
+    pin.close()  # idempotent
     assert fake_cudart.n_unreg == 11
 
 
 def test_pin_for_cuda_unaligned_start_and_flags(fake_cudart):
     buf = mmap.mmap(-1, 4 * MiB)
     base = nu.buffer_range(buf)[0]
-    pin = nu.pin_for_cuda(base + 100, 3 * MiB, chunk=MiB + 5, threads=1,
-                          flags=nu.CudaHostRegisterFlag.PORTABLE, cudart=fake_cudart.path)
+    pin = nu.pin_for_cuda(
+        base + 100,
+        3 * MiB,
+        chunk=MiB + 5,
+        threads=1,
+        flags=nu.CudaHostRegisterFlag.PORTABLE,
+        cudart=fake_cudart.path,
+    )
     regs = fake_cudart.registered()
-    assert regs[0] == (base + 100, MiB - 100)      # first edge on the chunk grid, aligned
+    assert regs[0] == (base + 100, MiB - 100)  # first edge on the chunk grid, aligned
     assert sum(n for _, n in regs) == 3 * MiB and pin.threads == 1
     assert set(fake_cudart.array("call_flags", len(regs), ctypes.c_uint)) == {1}
     pin.close()
@@ -570,7 +619,7 @@ def test_pin_for_cuda_error_rolls_back(fake_cudart):
     assert sorted(fake_cudart.array("unreg_ptr", fake_cudart.n_unreg)) == sorted(ok)
     pin.close()
     assert fake_cudart.n_unreg == len(ok)
-    fake_cudart.set("fail_at", fake_cudart.n_calls)           # the next call fails
+    fake_cudart.set("fail_at", fake_cudart.n_calls)  # the next call fails
     with pytest.raises(OSError, match="cudaHostRegister"):
         nu.pin_for_cuda(buf, chunk=MiB, threads=1, strict=True, cudart=fake_cudart.path)
 
@@ -679,27 +728,32 @@ def check_textfile(text):
     return problems
 
 
-@pytest.mark.parametrize("bad, what", [
-    ("m 1\n", "before its TYPE"),
-    ("# TYPE m gauge\nm 1\nm 2\n", "duplicate series"),
-    ('# TYPE m gauge\nm{a="1"} x\n', "not a float"),
-    ('# TYPE m gauge\nm{a=1} 1\n', "not a sample line"),
-    ('# TYPE m gauge\nm{1a="x"} 1\n', "not a sample line"),
-    ("# TYPE m gauge\nm 1\n# TYPE n gauge\nn 1\nm{a=\"2\"} 1\n", "not in one block"),
-    ("# TYPE m counter\nm 1\n", "_total"),
-    ("# TYPE m gauge\nm 1", "newline"),
-    ("# TYPE m gauge\n# TYPE m gauge\nm 1\n", "second TYPE"),
-    ("# TYPE m bogus\nm 1\n", "unknown type"),
-])
+@pytest.mark.parametrize(
+    "bad, what",
+    [
+        ("m 1\n", "before its TYPE"),
+        ("# TYPE m gauge\nm 1\nm 2\n", "duplicate series"),
+        ('# TYPE m gauge\nm{a="1"} x\n', "not a float"),
+        ("# TYPE m gauge\nm{a=1} 1\n", "not a sample line"),
+        ('# TYPE m gauge\nm{1a="x"} 1\n', "not a sample line"),
+        ('# TYPE m gauge\nm 1\n# TYPE n gauge\nn 1\nm{a="2"} 1\n', "not in one block"),
+        ("# TYPE m counter\nm 1\n", "_total"),
+        ("# TYPE m gauge\nm 1", "newline"),
+        ("# TYPE m gauge\n# TYPE m gauge\nm 1\n", "second TYPE"),
+        ("# TYPE m bogus\nm 1\n", "unknown type"),
+    ],
+)
 def test_textfile_checker_catches(bad, what):
     assert any(what in p for p in check_textfile(bad)), check_textfile(bad)
 
 
 def test_textfile_checker_accepts_the_spec_example():
-    ok = ('# HELP http_requests_total The total.\n# TYPE http_requests_total counter\n'
-          'http_requests_total{method="post",code="200"} 1027\n'
-          'http_requests_total{method="post",code="400"} 3\n'
-          '# TYPE x gauge\nx{path="C:\\\\dir\\"q\\"\\n"} +Inf\nx NaN\n')
+    ok = (
+        "# HELP http_requests_total The total.\n# TYPE http_requests_total counter\n"
+        'http_requests_total{method="post",code="200"} 1027\n'
+        'http_requests_total{method="post",code="400"} 3\n'
+        '# TYPE x gauge\nx{path="C:\\\\dir\\"q\\"\\n"} +Inf\nx NaN\n'
+    )
     assert check_textfile(ok) == []
 
 
@@ -715,8 +769,9 @@ def test_prometheus_every_fixture(name, capsys):
         assert "# TYPE numa_utils_node_numa_hit_pages_total counter" in text
     assert 'numa_utils_policy_syscalls_usable{reason="not the running system"} 0' in text
     assert text.count("numa_utils_gpu_info{") == len(topo.gpus)
-    values = dict(line.rsplit(" ", 1) for line in text.splitlines()
-                  if line and not line.startswith("#"))
+    values = dict(
+        line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#")
+    )
     assert all(not math.isnan(float(v)) for v in values.values())
 
 
@@ -725,8 +780,7 @@ def test_prometheus_live_and_simulated():
         text = cli._render_prometheus(nu.status_report(backend=b))
         assert check_textfile(text) == [], text
         assert "numa_utils_policy_syscalls_usable{" in text
-    text = cli._render_prometheus(
-        nu.status_report(backend=sim("dual-socket-8gpu")))
+    text = cli._render_prometheus(nu.status_report(backend=sim("dual-socket-8gpu")))
     assert 'numa_utils_policy_syscalls_usable{reason="ok"} 1' in text
     s = sim("dual-socket-8gpu")
     s.fail("get_mempolicy", errno.EPERM)
@@ -745,6 +799,7 @@ def test_prometheus_label_escaping():
 # status: counters and advice
 # ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", FIXTURES)
 def test_status_has_counters_every_fixture(name):
     rep = nu.status_report(backend=tree(name))
@@ -760,8 +815,8 @@ def _warnings(b):
 
 def test_status_hugepages_on_one_node_only():
     assert "huge pages are configured on node 0 only" in _warnings(tree("sparse-ids"))
-    assert "configured on node" not in _warnings(tree("dual-socket-8gpu"))   # both nodes
-    assert "configured on node" not in _warnings(tree("gh200"))   # one CPU node only
+    assert "configured on node" not in _warnings(tree("dual-socket-8gpu"))  # both nodes
+    assert "configured on node" not in _warnings(tree("gh200"))  # one CPU node only
 
 
 def test_status_gpu_node_without_free_memory():
@@ -777,7 +832,7 @@ def test_status_gpu_node_without_free_memory():
 
 
 def test_status_thp_always_with_interleaved_region():
-    s = sim("dual-socket-8gpu")                              # THP [always]
+    s = sim("dual-socket-8gpu")  # THP [always]
     buf = mmap.mmap(-1, 32 * 4096)
     assert nu.interleave(buf, nodes=[0, 1], backend=s)
     s.touch(nu.buffer_range(buf)[0], 32 * 4096)
@@ -792,10 +847,10 @@ def test_status_thp_always_with_interleaved_region():
         reads.append(path)
         return real(path)
 
-    s.read_text = counting                  # status reads and parses numa_maps once
+    s.read_text = counting  # status reads and parses numa_maps once
     nu.status_report(backend=s)
     assert reads.count("/proc/self/numa_maps") == 1
-    s2 = sim("four-node-asym")                               # THP [madvise]
+    s2 = sim("four-node-asym")  # THP [madvise]
     buf2 = mmap.mmap(-1, 32 * 4096)
     assert nu.interleave(buf2, backend=s2)
     s2.touch(nu.buffer_range(buf2)[0], 32 * 4096)

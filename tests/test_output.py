@@ -18,17 +18,21 @@ def _status_text(name):
 @pytest.mark.parametrize("name", FIXTURES)
 def test_nodes_line_counts_and_lists(name):
     rep = nu.status_report(backend=nu.LinuxBackend(fixture_root(name)))
-    line = next(ln for ln in nu._render_status(rep).splitlines()
-                if ln.startswith("NODES:"))
+    line = next(ln for ln in nu._render_status(rep).splitlines() if ln.startswith("NODES:"))
     k = rep["kernel"]
-    m = re.match(r"NODES: (\d+) online \((.*?)\) of (\d+) possible \((.*?)\); CPUs on "
-                 r"(nodes?) (\S+); memory on (nodes?) (\S+)$", line)
+    m = re.match(
+        r"NODES: (\d+) online \((.*?)\) of (\d+) possible \((.*?)\); CPUs on "
+        r"(nodes?) (\S+); memory on (nodes?) (\S+)$",
+        line,
+    )
     assert m, line
     assert int(m.group(1)) == len(rep["nodes"])
     assert int(m.group(3)) == len(k["possible_nodes"]) >= 1
     assert nu.parse_cpulist(m.group(4)) == set(k["possible_nodes"])
-    for word, ids, key in ((m.group(5), m.group(6), "nodes_with_cpus"),
-                           (m.group(7), m.group(8), "nodes_with_memory")):
+    for word, ids, key in (
+        (m.group(5), m.group(6), "nodes_with_cpus"),
+        (m.group(7), m.group(8), "nodes_with_memory"),
+    ):
         assert word == ("node" if len(k[key]) == 1 else "nodes"), line
         assert ids == (nu.format_cpulist(k[key]) or "-")
 
@@ -39,7 +43,7 @@ def test_hugepages_say_which_number_is_free():
     node0 = json.loads(fixture_text("dual-socket-8gpu", "expected.json"))
     hp = {int(k): v for k, v in node0["nodes"][0]["hugepages"].items()}
     h2m = hp[2048]
-    assert h2m["free"] != h2m["total"]                  # the fixture tells them apart
+    assert h2m["free"] != h2m["total"]  # the fixture tells them apart
     assert f"2M: {h2m['free']} free/{h2m['total']}" in text
 
 
@@ -58,8 +62,10 @@ def _llc_from_files(root, cpu):
     return best
 
 
-@pytest.mark.parametrize("name", ["dual-socket-8gpu", "single-node", "sparse-ids",
-                                  "old-kernel-cpumap", "qemu-x86_64-two-node"])
+@pytest.mark.parametrize(
+    "name",
+    ["dual-socket-8gpu", "single-node", "sparse-ids", "old-kernel-cpumap", "qemu-x86_64-two-node"],
+)
 def test_cpu_summary_like_lscpu(name):
     root = fixture_root(name)
     rep = nu.status_report(backend=nu.LinuxBackend(root))
@@ -73,14 +79,16 @@ def test_cpu_summary_like_lscpu(name):
     def n(vals, word):
         txt = str(vals[0]) if len(vals) == 1 else f"{vals[0]}-{vals[-1]}"
         return f"{txt} {word}{'' if vals[-1] == 1 else 's'}"
-    assert line.startswith(f"CPUs: {n([len(packages)], 'package')} x "
-                           f"{n(per_pkg, 'core')} x {n(threads, 'thread')}"), line
+
+    assert line.startswith(
+        f"CPUs: {n([len(packages)], 'package')} x {n(per_pkg, 'core')} x {n(threads, 'thread')}"
+    ), line
     llcs = {frozenset(c["llc"]) for c in cpus if c["llc"]}
     assert len(rep["last_level_caches"]) == len(llcs)
     assert f"LLC: {len(llcs)} x " in line
     level, size = _llc_from_files(root, min(min(x) for x in llcs))
     assert f"L{level}" in line
-    if size:                                            # "32768K" -> "32 MiB"
+    if size:  # "32768K" -> "32 MiB"
         kb = int(size.rstrip("K"))
         assert rep["last_level_caches"][0]["size_kb"] == kb
         assert nu._fmt_kb(kb).replace(".0 ", " ") + f" L{level}" in line
@@ -104,36 +112,39 @@ def _region_cli(monkeypatch, capsys, *argv):
 
 
 def test_region_no_prefault_says_so(monkeypatch, capsys):
-    out, s = _region_cli(monkeypatch, capsys, "np", "4M", "--policy", "interleave",
-                         "--no-prefault")
+    out, s = _region_cli(monkeypatch, capsys, "np", "4M", "--policy", "interleave", "--no-prefault")
     assert "()" not in out.out
     assert "placement: nothing faulted in yet: --no-prefault" in out.out
-    assert s.read_text("/proc/sysvipc/shm").count("\n") == 1     # destroyed
+    assert s.read_text("/proc/sysvipc/shm").count("\n") == 1  # destroyed
 
 
 def test_region_prefault_units_and_placement(monkeypatch, capsys):
-    out, _ = _region_cli(monkeypatch, capsys, "pf", "4M", "--policy", "interleave",
-                         "--threads", "1")
+    out, _ = _region_cli(
+        monkeypatch, capsys, "pf", "4M", "--policy", "interleave", "--threads", "1"
+    )
     assert "GiB/s" in out.out and "GB/s" not in out.out
     assert "GB/s" not in out.err and "GiB" in out.err
-    assert "placement: interleaved 50.0/50.0 over nodes 0-1 (node 0: 2.0 MiB, " \
-           "node 1: 2.0 MiB)" in out.out
+    assert (
+        "placement: interleaved 50.0/50.0 over nodes 0-1 (node 0: 2.0 MiB, "
+        "node 1: 2.0 MiB)" in out.out
+    )
 
 
 def test_maps_verdict_column_stays_in_line(tmp_path, capsys):
     long = "/opt/models/" + "a-very-long-directory-name/" * 4 + "model.safetensors"
-    text = (f"7f0000000000 interleave:0-1 file={long} dirty=512 N0=256 N1=256 "
-            "kernelpagesize_kB=4\n"
-            "7f1000000000 default anon=512 dirty=512 N0=512 kernelpagesize_kB=4\n"
-            "7f2000000000 bind:1 file=/x dirty=512 N1=512 kernelpagesize_kB=4\n")
+    text = (
+        f"7f0000000000 interleave:0-1 file={long} dirty=512 N0=256 N1=256 "
+        "kernelpagesize_kB=4\n"
+        "7f1000000000 default anon=512 dirty=512 N0=512 kernelpagesize_kB=4\n"
+        "7f2000000000 bind:1 file=/x dirty=512 N1=512 kernelpagesize_kB=4\n"
+    )
     f = tmp_path / "numa_maps"
     f.write_text(text)
     assert nu.main(["maps", "--file", str(f), "--min-size", "1"]) == 0
-    rows = [ln for ln in capsys.readouterr().out.splitlines()
-            if re.match(r"\s+7f[0-9a-f]+ ", ln)]
+    rows = [ln for ln in capsys.readouterr().out.splitlines() if re.match(r"\s+7f[0-9a-f]+ ", ln)]
     assert len(rows) == 3
     cols = {ln.index(v) for ln in rows for v in ("interleaved", "all on node") if v in ln}
-    assert len(cols) == 1, rows                         # one verdict column
+    assert len(cols) == 1, rows  # one verdict column
     assert "model.safetensors" in rows[0] and "..." in rows[0]
 
 

@@ -1,4 +1,5 @@
 """Pure parsers: good input, and garbage that must raise ValueError naming the source."""
+
 import pytest
 from conftest import nu
 
@@ -9,9 +10,9 @@ CPULISTS = [
     ("0,8,250-255", {0, 8, 250, 251, 252, 253, 254, 255}),
     ("", set()),
     ("\n", set()),
-    ("5\n\0", {5}),                # files ending in "\n\0"
+    ("5\n\0", {5}),  # files ending in "\n\0"
     (" 1-2 , 4 ", {1, 2, 4}),
-    ("0-15:2/4", {0, 1, 4, 5, 8, 9, 12, 13}),   # stride syntax
+    ("0-15:2/4", {0, 1, 4, 5, 8, 9, 12, 13}),  # stride syntax
     ("3-3", {3}),
 ]
 
@@ -21,8 +22,20 @@ def test_parse_cpulist(text, want):
     assert nu.parse_cpulist(text) == frozenset(want)
 
 
-BAD_CPULISTS = ["a", "1-", "-1", "3-1", "1,,2", "0x3", "1-2-3", "0-3:0/2", "0-3:3/2",
-                "1.5", "0-99999999999", "１"]
+BAD_CPULISTS = [
+    "a",
+    "1-",
+    "-1",
+    "3-1",
+    "1,,2",
+    "0x3",
+    "1-2-3",
+    "0-3:0/2",
+    "0-3:3/2",
+    "1.5",
+    "0-99999999999",
+    "１",
+]
 
 
 @pytest.mark.parametrize("text", BAD_CPULISTS)
@@ -33,10 +46,17 @@ def test_parse_cpulist_rejects_garbage(text):
     assert repr(text) in str(ei.value) or text.strip() in str(ei.value)
 
 
-@pytest.mark.parametrize("ids,text", [
-    ([], ""), ([0], "0"), ([0, 1, 2, 3, 8], "0-3,8"), ([5, 3, 4], "3-5"),
-    ([0, 2, 4], "0,2,4"), ([0, 8, 250, 251, 252, 253, 254, 255], "0,8,250-255"),
-])
+@pytest.mark.parametrize(
+    "ids,text",
+    [
+        ([], ""),
+        ([0], "0"),
+        ([0, 1, 2, 3, 8], "0-3,8"),
+        ([5, 3, 4], "3-5"),
+        ([0, 2, 4], "0,2,4"),
+        ([0, 8, 250, 251, 252, 253, 254, 255], "0,8,250-255"),
+    ],
+)
 def test_format_cpulist(ids, text):
     assert nu.format_cpulist(ids) == text
     assert nu.parse_cpulist(text) == frozenset(ids)
@@ -72,8 +92,12 @@ Node 1 HugePages_Total:     4
 
 def test_parse_meminfo_node_file():
     mi = nu.parse_meminfo(NODE_MEMINFO)
-    assert mi == {"MemTotal": 263782656, "MemFree": 250000000, "Active(file)": 12345,
-                  "HugePages_Total": 4}
+    assert mi == {
+        "MemTotal": 263782656,
+        "MemFree": 250000000,
+        "Active(file)": 12345,
+        "HugePages_Total": 4,
+    }
 
 
 def test_parse_meminfo_proc_file():
@@ -81,10 +105,19 @@ def test_parse_meminfo_proc_file():
     assert mi["MemTotal"] == 100 and mi["MemFree"] == 50 and mi["HugePages_Free"] == 0
 
 
-@pytest.mark.parametrize("text", [
-    "MemTotal 100 kB", "MemTotal: lots kB", "MemTotal: 100 MB", "Node x MemTotal: 1 kB",
-    "Node 0", ": 5 kB", "MemTotal:", "MemTotal: 1 kB extra",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "MemTotal 100 kB",
+        "MemTotal: lots kB",
+        "MemTotal: 100 MB",
+        "Node x MemTotal: 1 kB",
+        "Node 0",
+        ": 5 kB",
+        "MemTotal:",
+        "MemTotal: 1 kB extra",
+    ],
+)
 def test_parse_meminfo_rejects_garbage(text):
     with pytest.raises(ValueError, match="meminfo-source"):
         nu.parse_meminfo(text, source="meminfo-source")

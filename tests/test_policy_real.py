@@ -1,5 +1,6 @@
 """The real kernel of this machine (one node is enough): the syscalls work, policies
 read back, and a seccomp-denied call falls back with reason EPERM."""
+
 import errno
 import mmap
 
@@ -9,8 +10,9 @@ from conftest import live_kernel_has_policy_syscalls, nu
 
 pytestmark = [
     pytest.mark.realkernel,
-    pytest.mark.skipif(not live_kernel_has_policy_syscalls(),
-                       reason="this kernel or sandbox refuses get_mempolicy"),
+    pytest.mark.skipif(
+        not live_kernel_has_policy_syscalls(), reason="this kernel or sandbox refuses get_mempolicy"
+    ),
 ]
 
 MiB = 1 << 20
@@ -35,7 +37,7 @@ def test_interleave_over_one_node_applies_and_reads_back(buf):
     info = nu.get_policy(buf)
     assert info.mode == nu.Mode.INTERLEAVE and info.nodes == {n}
     assert str(info) == f"interleave:{n}"
-    buf[:] = b"\1" * len(buf)                       # first touch, under the policy
+    buf[:] = b"\1" * len(buf)  # first touch, under the policy
     assert nu.node_of(buf) == n
 
 
@@ -105,12 +107,19 @@ def test_seccomp_eperm_falls_back():
     import sys
 
     from conftest import REPO
+
     arch = nu.abi_for().name
     if arch not in kc.AUDIT_ARCH:
         pytest.skip(f"no AUDIT_ARCH for {arch}")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests")]))
-    p = subprocess.run([sys.executable, "-c", _SECCOMP_CHILD], capture_output=True,
-                       text=True, timeout=120, env=env, cwd=str(REPO))
+    p = subprocess.run(
+        [sys.executable, "-c", _SECCOMP_CHILD],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=str(REPO),
+    )
     assert p.returncode == 0, p.stderr
     got = json.loads(p.stdout.strip().splitlines()[-1])
     assert got["reason"] == "EPERM" and got["errno"] == errno.EPERM
@@ -121,6 +130,7 @@ def test_seccomp_eperm_falls_back():
 
 def test_saved_tree_refuses_real_syscalls(buf):
     from conftest import fixture_root
+
     b = nu.LinuxBackend(fixture_root("dual-socket-8gpu"))
     res = nu.interleave(buf, backend=b)
     assert not res and res.reason == "not-live"

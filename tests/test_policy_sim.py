@@ -1,5 +1,6 @@
 """Memory policy against SimulatedBackend: the kernel's rules, on every architecture,
 on topologies this single-node machine does not have."""
+
 import errno
 import logging
 import mmap
@@ -49,6 +50,7 @@ def region():
         r = Region(size, page)
         made.append(r)
         return r
+
     yield make
     for r in made:
         r.close()
@@ -56,11 +58,15 @@ def region():
 
 # sparse-ids: nodes=None leaves the V100s' movable-only HBM nodes 250-255 out (issue
 # 11: it was 8 nodes, half the KV cache in GPU memory); explicit nodes reach all 8.
-@pytest.mark.parametrize("fixture,nnodes,nodes", [("dual-socket-8gpu", 2, None),
-                                                  ("four-node-asym", 4, None),
-                                                  ("sparse-ids", 2, None),
-                                                  ("sparse-ids", 8,
-                                                   [0, 8, 250, 251, 252, 253, 254, 255])])
+@pytest.mark.parametrize(
+    "fixture,nnodes,nodes",
+    [
+        ("dual-socket-8gpu", 2, None),
+        ("four-node-asym", 4, None),
+        ("sparse-ids", 2, None),
+        ("sparse-ids", 8, [0, 8, 250, 251, 252, 253, 254, 255]),
+    ],
+)
 def test_interleave_1gib_exact_split(fixture, nnodes, nodes, region):
     b = sim(fixture)
     r = region(GiB)
@@ -159,6 +165,7 @@ def test_one_word_mask_bug_would_be_caught(monkeypatch, region):
 
     def one_word(self, nodes=(), *, abi=None, bits=0):
         orig(self, [n % 64 for n in nodes], abi=abi, bits=0)
+
     monkeypatch.setattr(nu.NodeMask, "__init__", one_word)
     nu.bind(r.addr, [250], length=MiB, backend=b)
     monkeypatch.undo()
@@ -184,7 +191,7 @@ def test_preferred_spills_to_nearest_when_full(region):
     assert nu.prefer(r.addr, 3, length=MiB, backend=b)
     b.touch(r.addr, MiB)
     got = counts(b, r.addr, MiB)
-    assert got[3] == 16                      # 64 KiB of room = 16 pages
+    assert got[3] == 16  # 64 KiB of room = 16 pages
     spill = t.nearest(3, [0, 1, 2])[0]
     assert got[spill] == 256 - 16
 
@@ -213,7 +220,7 @@ def test_cpuset_restricted_nodes(region):
     t = b.topology
     allowed = t.allowed_mems & t.nodes_with_memory
     r = region(MiB)
-    res = nu.interleave(r.addr, MiB, backend=b)          # nodes=None: the cpuset's
+    res = nu.interleave(r.addr, MiB, backend=b)  # nodes=None: the cpuset's
     assert res.nodes == allowed or res.reason == "single-node"
     forbidden = sorted(t.nodes_with_memory - t.allowed_mems)
     assert forbidden
@@ -240,8 +247,12 @@ def test_kernel_intersects_cpuset_itself():
         buf.close()
 
 
-ERRNOS = [(errno.EPERM, "EPERM", PermissionError), (errno.ENOSYS, "ENOSYS", OSError),
-          (errno.EINVAL, "EINVAL", OSError), (errno.ENOMEM, "ENOMEM", MemoryError)]
+ERRNOS = [
+    (errno.EPERM, "EPERM", PermissionError),
+    (errno.ENOSYS, "ENOSYS", OSError),
+    (errno.EINVAL, "EINVAL", OSError),
+    (errno.ENOMEM, "ENOMEM", MemoryError),
+]
 
 
 @pytest.mark.parametrize("err,reason,exc", ERRNOS, ids=[e[1] for e in ERRNOS])
@@ -254,7 +265,7 @@ def test_every_errno_falls_back_to_first_touch(err, reason, exc, region):
     assert res.start == r.addr and res.length == MiB
     if err == errno.EPERM:
         assert "CAP_SYS_NICE" in res.hint and "seccomp" in res.hint
-    b.touch(r.addr, MiB)                                  # still usable: first touch
+    b.touch(r.addr, MiB)  # still usable: first touch
     assert counts(b, r.addr, MiB) == {b.local_node(): 256}
     with pytest.raises(OSError) as ei:
         nu.interleave(r.addr, MiB, backend=b, strict=True)
@@ -306,7 +317,7 @@ def test_disabled_and_single_node():
     buf = bytearray(MiB)
     assert nu.interleave(buf, backend=b).reason == "single-node"
     assert nu.interleave(buf, backend=b, enabled=False).reason == "disabled"
-    assert nu.interleave(buf, nodes=[0], backend=b)       # explicit: applied
+    assert nu.interleave(buf, nodes=[0], backend=b)  # explicit: applied
 
 
 def test_unaligned_buffer_is_rounded_to_whole_pages():
@@ -324,8 +335,10 @@ def test_mode_flags_and_numa_maps_text(region):
     F = nu.ModeFlag
     cases = [
         (dict(mode="bind", nodes=[0, 1], mode_flags=F.STATIC_NODES), "bind=static:0-1"),
-        (dict(mode="interleave", nodes=[1, 2], mode_flags=F.RELATIVE_NODES),
-         "interleave=relative:"),
+        (
+            dict(mode="interleave", nodes=[1, 2], mode_flags=F.RELATIVE_NODES),
+            "interleave=relative:",
+        ),
         (dict(mode="bind", nodes=[2], mode_flags=F.NUMA_BALANCING), "bind=balancing:2"),
         (dict(mode="preferred_many", nodes=[0, 2]), "prefer (many):0,2"),
     ]
@@ -335,11 +348,25 @@ def test_mode_flags_and_numa_maps_text(region):
     for _, text in cases:
         assert text in maps
     with pytest.raises(OSError):
-        nu.apply_policy(r.addr, MiB, backend=b, mode="interleave", nodes=[0],
-                        mode_flags=F.NUMA_BALANCING, strict=True)
+        nu.apply_policy(
+            r.addr,
+            MiB,
+            backend=b,
+            mode="interleave",
+            nodes=[0],
+            mode_flags=F.NUMA_BALANCING,
+            strict=True,
+        )
     with pytest.raises(OSError):
-        nu.apply_policy(r.addr, MiB, backend=b, mode="bind", nodes=[0], strict=True,
-                        mode_flags=F.STATIC_NODES | F.RELATIVE_NODES)
+        nu.apply_policy(
+            r.addr,
+            MiB,
+            backend=b,
+            mode="bind",
+            nodes=[0],
+            strict=True,
+            mode_flags=F.STATIC_NODES | F.RELATIVE_NODES,
+        )
 
 
 def test_set_mempolicy_is_per_thread():
@@ -351,11 +378,12 @@ def test_set_mempolicy_is_per_thread():
 
         def other():
             seen["mode"] = nu.get_policy(backend=b).mode
+
         t = threading.Thread(target=other)
         t.start()
         t.join()
     assert seen["mode"] == nu.Mode.DEFAULT
-    assert nu.get_policy(backend=b).mode == nu.Mode.DEFAULT   # restored
+    assert nu.get_policy(backend=b).mode == nu.Mode.DEFAULT  # restored
 
 
 def test_move_pages_and_migrate(region):
@@ -395,8 +423,15 @@ def test_buffer_kinds():
     np = pytest.importorskip("numpy")
     b = sim("dual-socket-8gpu")
     import ctypes
-    objs = [bytearray(8192), mmap.mmap(-1, 8192), (ctypes.c_char * 8192)(),
-            memoryview(bytearray(8192)), np.zeros(2048, dtype=np.float32), b"x" * 8192]
+
+    objs = [
+        bytearray(8192),
+        mmap.mmap(-1, 8192),
+        (ctypes.c_char * 8192)(),
+        memoryview(bytearray(8192)),
+        np.zeros(2048, dtype=np.float32),
+        b"x" * 8192,
+    ]
 
     class FakeTensor:
         def __init__(self, arr):
@@ -405,6 +440,7 @@ def test_buffer_kinds():
 
         def data_ptr(self):
             return arr.ctypes.data
+
     arr = np.ones(1024)
     objs.append(FakeTensor(arr))
     for o in objs:
@@ -419,15 +455,16 @@ def test_buffer_kinds():
 
 # -- one vocabulary, one switch -------------------------------------------------------------
 
+
 def test_numa_strict_env_makes_interleave_raise(monkeypatch):
     s = sim("dual-socket-8gpu")
     s.fail("mbind", errno.EPERM)
     buf = bytearray(1 << 20)
-    assert not nu.interleave(buf, backend=s)            # falls back, says why
+    assert not nu.interleave(buf, backend=s)  # falls back, says why
     monkeypatch.setenv("NUMA_UTILS_NUMA_STRICT", "1")
     with pytest.raises(OSError):
         nu.interleave(buf, backend=s)
-    assert not nu.interleave(buf, strict=False, backend=s)   # the argument wins
+    assert not nu.interleave(buf, strict=False, backend=s)  # the argument wins
 
 
 def test_numa_nodes_env_applies_to_interleave(monkeypatch):
@@ -438,13 +475,13 @@ def test_numa_nodes_env_applies_to_interleave(monkeypatch):
     assert nu.interleave(bytearray(1 << 20), nodes=[0, 2], backend=s).nodes == {0, 2}
 
 
-@pytest.mark.parametrize("name", ["weighted_interleave", "interleave", "bind", "preferred",
-                                  "prefer", "local", "default"])
+@pytest.mark.parametrize(
+    "name", ["weighted_interleave", "interleave", "bind", "preferred", "prefer", "local", "default"]
+)
 def test_every_reported_policy_name_is_accepted_by_regions(name):
     s = sim("dual-socket-8gpu", weighted_interleave=True)
     nodes = [0] if name.startswith("prefer") else [0, 1]
-    with nu.SharedRegion.create("names", 4 << 20, policy=name, nodes=nodes,
-                                backend=s) as r:
+    with nu.SharedRegion.create("names", 4 << 20, policy=name, nodes=nodes, backend=s) as r:
         assert r.policy.mode == nu.apply_policy(mode=name, nodes=nodes, backend=s).mode
 
 
@@ -452,7 +489,7 @@ def test_plan_memory_accepts_the_names_results_report():
     s = sim("dual-socket-8gpu")
     res = nu.bind_to_node(0, memory="prefer", backend=s)
     assert res.memory.mode == "preferred"
-    again = nu.bind_to_node(0, memory=res.memory.mode, backend=s)   # no ValueError
+    again = nu.bind_to_node(0, memory=res.memory.mode, backend=s)  # no ValueError
     assert again.memory.mode == "preferred"
 
 
@@ -463,7 +500,7 @@ def test_policy_on_resident_pages_says_they_stay(region):
     b = sim("cxl-memory-node")
     page = b.page_size
     r = region(2 * MiB)
-    b.touch(r.addr, MiB)                          # the first half was faulted on node 0
+    b.touch(r.addr, MiB)  # the first half was faulted on node 0
     res = nu.bind(r.addr, [2], 2 * MiB, backend=b)
     assert res.applied and res.resident_unmoved == MiB
     assert res.reason == "resident-unmoved" and "move=True" in res.hint
@@ -486,9 +523,8 @@ def test_resident_count_unknown_claims_nothing_and_regions_skip_it(region):
     res = nu.bind(r.addr, [2], MiB, backend=b)
     assert res.applied and res.resident_unmoved == 0 and res.reason is None
     b.clear_failures()
-    b.fail("mincore", errno.EIO)     # a region's policy never walks its pages
-    with nu.SharedRegion.create("fresh", 4 * MiB, policy="bind", nodes=[2],
-                                backend=b) as reg:
+    b.fail("mincore", errno.EIO)  # a region's policy never walks its pages
+    with nu.SharedRegion.create("fresh", 4 * MiB, policy="bind", nodes=[2], backend=b) as reg:
         assert reg.policy.applied and reg.policy.resident_unmoved == 0
     assert b.kernel.fail.get("mincore"), "create called mincore"
 

@@ -18,8 +18,13 @@ def test_sim_prefault_places_under_policy_with_threads():
     addr = s.map_object("buf", 64 * MiB)
     assert nu.interleave(addr, 64 * MiB, backend=s)
     calls = []
-    res = nu.prefault(addr, 64 * MiB, threads=4, backend=s,
-                      progress=lambda d, t: calls.append((d, t, threading.get_ident())))
+    res = nu.prefault(
+        addr,
+        64 * MiB,
+        threads=4,
+        backend=s,
+        progress=lambda d, t: calls.append((d, t, threading.get_ident())),
+    )
     assert res["method"] == "populate_write" and res["threads"] == 4
     assert res["bytes"] == 64 * MiB
     assert nu.placement(addr, 64 * MiB, backend=s) == {0: 32 * MiB, 1: 32 * MiB}
@@ -50,7 +55,7 @@ def test_bad_arguments():
     s = sim("single-node")
     with pytest.raises(TypeError):
         nu.prefault(0x10000, backend=s)
-    with pytest.raises(TypeError):          # a bool is not an address
+    with pytest.raises(TypeError):  # a bool is not an address
         nu.prefault(True, 4096, backend=s)
     with pytest.raises(ValueError):
         nu.prefault(0x10000, 4096, threads=0, backend=s)
@@ -68,10 +73,10 @@ def test_waiting_for_a_slow_slice_does_not_spin():
         if a >= addr + 32 * MiB:
             time.sleep(0.05)
         return real(a, length, advice)
+
     s.madvise = madvise
     calls = []
-    res = nu.prefault(addr, 64 * MiB, threads=2, backend=s,
-                      progress=lambda d, t: calls.append(d))
+    res = nu.prefault(addr, 64 * MiB, threads=2, backend=s, progress=lambda d, t: calls.append(d))
     assert res["threads"] == 2 and calls[-1] == 64 * MiB
     assert len(calls) < 100, len(calls)
 
@@ -85,10 +90,11 @@ def test_progress_exception_stops_workers(exc):
     def progress(done, total):
         seen.append(done)
         raise exc("stop")
+
     with pytest.raises(exc):
         nu.prefault(addr, 256 * MiB, threads=4, backend=s, progress=progress)
     assert not [t for t in threading.enumerate() if t.name.startswith("numa_utils-")]
-    assert len(seen) == 1                            # nothing after the exception
+    assert len(seen) == 1  # nothing after the exception
 
 
 @pytest.mark.realkernel
@@ -110,7 +116,7 @@ def test_real_touch_fallback_keeps_data_and_faults():
     m[4096 * 7 + 1] = 7
     m[-1] = 9
     addr, size = nu.buffer_range(m)
-    nu._touch_iov(addr + 100, size - 100, 4096)      # unaligned start
+    nu._touch_iov(addr + 100, size - 100, 4096)  # unaligned start
     assert m[4096 * 7 + 1] == 7 and m[-1] == 9
     assert sum(nu.placement(m).values()) >= 8 * MiB
     m.close()
@@ -125,6 +131,7 @@ def test_real_fallback_when_populate_is_einval(monkeypatch):
         if advice == nu.MADV_POPULATE_WRITE:
             raise OSError(errno.EINVAL, "old kernel")
         return real(addr, length, advice)
+
     monkeypatch.setattr(b, "madvise", madvise)
     m = mmap.mmap(-1, 4 * MiB)
     m[123] = 5
@@ -147,14 +154,15 @@ def test_real_read_touch_allocates_shared_memory_without_writing(tmp_path):
     shared policy), so the regions' fallback never writes a byte back: a store made
     by another process in between cannot be undone."""
     import os
+
     path = "/dev/shm" if os.path.isdir("/dev/shm") else str(tmp_path)
     fname = os.path.join(path, f"numa_utils-test-readtouch-{os.getpid()}")
     fd = os.open(fname, os.O_CREAT | os.O_RDWR | os.O_EXCL, 0o600)
     try:
         os.ftruncate(fd, 4 * MiB)
-        m = mmap.mmap(fd, 4 * MiB, mmap.MAP_SHARED, mmap.PROT_READ)   # read-only map
+        m = mmap.mmap(fd, 4 * MiB, mmap.MAP_SHARED, mmap.PROT_READ)  # read-only map
         addr, size = nu.buffer_range(m)
-        nu._touch_iov(addr, size, mmap.PAGESIZE, write=False)   # a write would fault
+        nu._touch_iov(addr, size, mmap.PAGESIZE, write=False)  # a write would fault
         assert sum(nu.placement(m, method="numa_maps").values()) == 4 * MiB
         m.close()
     finally:
@@ -166,12 +174,13 @@ def test_removing_an_already_removed_region_is_quiet():
     import errno as _errno
 
     from conftest import sim
+
     b = sim("dual-socket-8gpu")
     r = nu.SharedRegion.create("gone-already", 1 << 20, prefault=False, backend=b)
     r.close()
-    b.shm_rmid(r.shmid)                       # `cleanup` (or another process) got there
-    with pytest.raises(OSError) as ei:        # what remove() now meets ...
+    b.shm_rmid(r.shmid)  # `cleanup` (or another process) got there
+    with pytest.raises(OSError) as ei:  # what remove() now meets ...
         b.shm_rmid(r.shmid)
     assert ei.value.errno in (_errno.EINVAL, _errno.EIDRM)
-    r.remove()                                # ... and takes as "already removed"
+    r.remove()  # ... and takes as "already removed"
     r.destroy()

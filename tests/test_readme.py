@@ -93,8 +93,9 @@ for _b in BLOCKS:
 def test_every_block_is_classified():
     assert BLOCKS, "no code blocks found in README.md"
     for section, line, lang, _code, marks in BLOCKS:
-        assert lang in RUN or lang in TEXT, \
+        assert lang in RUN or lang in TEXT, (
             f"README.md:{line} ({section}): name the block's language (python, sh, text)"
+        )
         if "not run" in marks:
             assert marks["not run"], f"README.md:{line}: say why it is not run"
     assert SECTIONS, "no runnable block in README.md"
@@ -144,32 +145,37 @@ def _redirected(code, prefix):
     path the block would write."""
     code = re.sub(re.escape(PREFIX) + r"(?![\w.-])", str(prefix), code)
     outside = [p for p in _writes(code) if not p.startswith(str(prefix) + "/")]
-    assert not outside, (f"sh block writes outside the scratch folder: {outside}; "
-                         f"install under {PREFIX} (redirected in the test) or mark it "
-                         "<!-- not run: why -->")
+    assert not outside, (
+        f"sh block writes outside the scratch folder: {outside}; "
+        f"install under {PREFIX} (redirected in the test) or mark it "
+        "<!-- not run: why -->"
+    )
     return code
 
 
 def _run_sh(code, line, work, bin_dir):
     prefix = work.parent / "usr-local"
     code = _redirected(code, prefix)
-    env = dict(os.environ, PATH=os.pathsep.join(
-        [str(prefix / "bin"), str(bin_dir), os.environ.get("PATH", "")]))
+    env = dict(
+        os.environ,
+        PATH=os.pathsep.join([str(prefix / "bin"), str(bin_dir), os.environ.get("PATH", "")]),
+    )
     env.pop("PYTHONPATH", None)
-    out = subprocess.run(["bash", "-e", "-c", code], cwd=work, env=env,
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, \
+    out = subprocess.run(
+        ["bash", "-e", "-c", code], cwd=work, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, (
         f"README.md:{line}: sh block failed ({out.returncode}):\n{code}\n{out.stderr[-3000:]}"
+    )
 
 
 MODES = ("lib", "lib+sim", "cli")
-LIBRARY_SECTION = "API guide"       # what numa_utils.py alone must serve
+LIBRARY_SECTION = "API guide"  # what numa_utils.py alone must serve
 
 
 def _mode(section, marks):
     """The files a block runs with: its ``vendored`` mark, else its section's."""
-    mode = marks.get("vendored") or \
-        ("lib" if section.split(" / ")[0] == LIBRARY_SECTION else "cli")
+    mode = marks.get("vendored") or ("lib" if section.split(" / ")[0] == LIBRARY_SECTION else "cli")
     assert mode in MODES, f"<!-- vendored: {mode} -->: one of {', '.join(MODES)}"
     return mode
 
@@ -177,31 +183,47 @@ def _mode(section, marks):
 def _section_spec(section, work, bin_dir, tmp_path):
     """The runner's input for ``section``: its blocks in order, each with its mode,
     sh blocks already redirected."""
-    blocks = [b for b in BLOCKS if b[0] == section and RUN.get(b[2])
-              and "not run" not in b[4]]
+    blocks = [b for b in BLOCKS if b[0] == section and RUN.get(b[2]) and "not run" not in b[4]]
     fixture = next((b[4]["fixture"] for b in blocks if "fixture" in b[4]), DEFAULT_FIXTURE)
     prefix = work.parent / "usr-local"
-    env = dict(os.environ, PATH=os.pathsep.join(
-        [str(prefix / "bin"), str(bin_dir), os.environ.get("PATH", "")]))
+    env = dict(
+        os.environ,
+        PATH=os.pathsep.join([str(prefix / "bin"), str(bin_dir), os.environ.get("PATH", "")]),
+    )
     env.pop("PYTHONPATH", None)
     out, last = [], 0
     for _section, line, lang, code, marks in blocks:
         mode = _mode(section, marks)
-        assert MODES.index(mode) >= last, \
+        assert MODES.index(mode) >= last, (
             f"README.md:{line}: a {mode} block after a {MODES[last]} one in {section!r}"
+        )
         last = MODES.index(mode)
         name = marks.get("process", "main")
         dies = name.endswith(" (dies)")
         if RUN[lang] == "sh":
             code = _redirected(code, prefix)
-        out.append({"line": line, "lang": RUN[lang], "code": code, "mode": mode,
-                    "process": name[:-len(" (dies)")] if dies else name, "dies": dies})
+        out.append(
+            {
+                "line": line,
+                "lang": RUN[lang],
+                "code": code,
+                "mode": mode,
+                "process": name[: -len(" (dies)")] if dies else name,
+                "dies": dies,
+            }
+        )
     vendor = tmp_path / "vendor"
     (vendor / "enginepkg").mkdir(parents=True)
     (vendor / "enginepkg" / "__init__.py").write_text("")
     shutil.copyfile(REPO / "numa_utils.py", vendor / "enginepkg" / "numa_utils.py")
-    return {"vendor": str(vendor), "repo": str(REPO), "fixture": fixture_root(fixture),
-            "blocks": out, "env": env, "result": str(tmp_path / "result.json")}
+    return {
+        "vendor": str(vendor),
+        "repo": str(REPO),
+        "fixture": fixture_root(fixture),
+        "blocks": out,
+        "env": env,
+        "result": str(tmp_path / "result.json"),
+    }
 
 
 @pytest.mark.parametrize("section", SECTIONS)
@@ -210,13 +232,25 @@ def test_readme_section(section, scratch, tmp_path):
     spec = _section_spec(section, work, bin_dir, tmp_path)
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     env = dict(spec["env"], PATH=os.environ.get("PATH", ""))
-    p = subprocess.run([sys.executable, "-I", str(RUNNER), str(tmp_path / "spec.json")],
-                       cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [sys.executable, "-I", str(RUNNER), str(tmp_path / "spec.json")],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, f"section {section!r}:\n{p.stdout[-2000:]}{p.stderr[-6000:]}"
     result = json.loads((tmp_path / "result.json").read_text())
-    want = {"numa_utils.py"} | {f for b in spec["blocks"] for f in {
-        "lib": (), "lib+sim": ("numa_utils_sim.py",),
-        "cli": ("numa_utils_sim.py", "numa_utils_cli.py")}[b["mode"]]}
+    want = {"numa_utils.py"} | {
+        f
+        for b in spec["blocks"]
+        for f in {
+            "lib": (),
+            "lib+sim": ("numa_utils_sim.py",),
+            "cli": ("numa_utils_sim.py", "numa_utils_cli.py"),
+        }[b["mode"]]
+    }
     assert set(result["vendored"]) == want
     if result["skipped"]:
         pytest.skip("; ".join(result["skipped"]))
@@ -227,8 +261,7 @@ def test_library_sections_run_with_numa_utils_alone():
     numa_utils_sim.py beside it, and only marked blocks need the CLI."""
     modes = {}
     for section, _line, lang, _code, marks in BLOCKS:
-        if RUN.get(lang) and "not run" not in marks and \
-                section.split(" / ")[0] == LIBRARY_SECTION:
+        if RUN.get(lang) and "not run" not in marks and section.split(" / ")[0] == LIBRARY_SECTION:
             modes.setdefault(_mode(section, marks), []).append(section)
     assert modes.get("lib"), "no API guide block runs on numa_utils.py alone"
     assert any("machine you do not have" in s for s in modes.get("lib+sim", [])), modes
@@ -238,29 +271,48 @@ def test_library_sections_run_with_numa_utils_alone():
 def test_runner_refuses_top_level_copies(tmp_path):
     """A lib section cannot reach the repository's modules: the runner's vendored
     copy is the only numa_utils there is."""
-    spec = {"vendor": str(tmp_path / "vendor"), "repo": str(REPO),
-            "fixture": fixture_root(DEFAULT_FIXTURE), "env": dict(os.environ),
-            "result": str(tmp_path / "result.json"),
-            "blocks": [{"line": 1, "lang": "python", "mode": "lib", "process": "main",
-                        "dies": False, "code": "import numa_utils_sim\n"}]}
+    spec = {
+        "vendor": str(tmp_path / "vendor"),
+        "repo": str(REPO),
+        "fixture": fixture_root(DEFAULT_FIXTURE),
+        "env": dict(os.environ),
+        "result": str(tmp_path / "result.json"),
+        "blocks": [
+            {
+                "line": 1,
+                "lang": "python",
+                "mode": "lib",
+                "process": "main",
+                "dies": False,
+                "code": "import numa_utils_sim\n",
+            }
+        ],
+    }
     (tmp_path / "vendor" / "enginepkg").mkdir(parents=True)
     (tmp_path / "vendor" / "enginepkg" / "__init__.py").write_text("")
     shutil.copyfile(REPO / "numa_utils.py", tmp_path / "vendor/enginepkg/numa_utils.py")
     (tmp_path / "spec.json").write_text(json.dumps(spec))
-    p = subprocess.run([sys.executable, "-I", str(RUNNER), str(tmp_path / "spec.json")],
-                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-I", str(RUNNER), str(tmp_path / "spec.json")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode != 0
     assert "No module named 'numa_utils_sim' (only enginepkg's copy" in p.stderr
 
 
-@pytest.mark.parametrize("code,want", [
-    ("mkdir -p /usr/local/bin   # or any directory\n", ["/usr/local/bin"]),
-    ("printf 'x > /etc/no' > /usr/local/bin/numactl\n", ["/usr/local/bin/numactl"]),
-    ("echo hi >>/etc/motd\ncp a /opt/b\n", ["/etc/motd", "/opt/b"]),
-    ("chmod +x /usr/local/bin/numactl\nls /usr/bin >/dev/null\n",
-     ["/usr/local/bin/numactl"]),
-    ("cp numa_utils.py myengine/utils/\n", []),
-])
+@pytest.mark.parametrize(
+    "code,want",
+    [
+        ("mkdir -p /usr/local/bin   # or any directory\n", ["/usr/local/bin"]),
+        ("printf 'x > /etc/no' > /usr/local/bin/numactl\n", ["/usr/local/bin/numactl"]),
+        ("echo hi >>/etc/motd\ncp a /opt/b\n", ["/etc/motd", "/opt/b"]),
+        ("chmod +x /usr/local/bin/numactl\nls /usr/bin >/dev/null\n", ["/usr/local/bin/numactl"]),
+        ("cp numa_utils.py myengine/utils/\n", []),
+    ],
+)
 def test_writes_finds_the_paths_a_block_writes(code, want):
     assert _writes(code) == want
 

@@ -34,8 +34,13 @@ def _cpus(n, node=None, **extra):
     files = {f"{CPU}/online": f"0-{n - 1}\n", f"{CPU}/possible": f"0-{n - 1}\n"}
     for c in range(n):
         t = f"{CPU}/cpu{c}/topology"
-        files.update({f"{t}/core_id": f"{c}\n", f"{t}/physical_package_id": "0\n",
-                      f"{t}/thread_siblings_list": f"{c}\n"})
+        files.update(
+            {
+                f"{t}/core_id": f"{c}\n",
+                f"{t}/physical_package_id": "0\n",
+                f"{t}/thread_siblings_list": f"{c}\n",
+            }
+        )
         if node is not None:
             files[f"{CPU}/cpu{c}/node{node}"] = ("link", f"../../node/node{node}")
     files.update(extra)
@@ -52,25 +57,33 @@ def _status(root):
 
 # -- item 4: node lists that name offline or absent nodes -------------------------------
 
+
 def _offline_node0(tmp_path):
     """hwloc's tests/hwloc/linux/offline-cpu0-node0, reduced: node 0 is offline (no
     node0 folder, online = 1) while has_memory and has_normal_memory say 0-1 and
     node1/distance has a column per possible node; plus the other lists the kernel
     publishes that can name it (tiers, HMAT initiators, weighted_interleave)."""
     files = _cpus(4, node=1)
-    files.update({
-        f"{NODE}/online": "1\n", f"{NODE}/possible": "0-1\n",
-        f"{NODE}/has_memory": "0-1\n", f"{NODE}/has_normal_memory": "0-1\n",
-        f"{NODE}/has_cpu": "0-1\n",
-        f"{NODE}/node1/cpulist": "0-3\n", f"{NODE}/node1/distance": "21 10\n",
-        f"{NODE}/node1/meminfo": "Node 1 MemTotal:       67108864 kB\n"
-                                 "Node 1 MemFree:        57913400 kB\n",
-        f"{TIER}/memory_tier4/nodelist": "0-1\n",
-        f"{NODE}/node1/access0/initiators/read_bandwidth": "100000\n",
-        f"{NODE}/node1/access0/initiators/node0": ("link", "../../../node0"),
-        f"{NODE}/node1/access0/initiators/node1": ("link", "../../../node1"),
-        f"{WI}/node0": "3\n", f"{WI}/node1": "1\n", f"{WI}/node9": "5\n",
-    })
+    files.update(
+        {
+            f"{NODE}/online": "1\n",
+            f"{NODE}/possible": "0-1\n",
+            f"{NODE}/has_memory": "0-1\n",
+            f"{NODE}/has_normal_memory": "0-1\n",
+            f"{NODE}/has_cpu": "0-1\n",
+            f"{NODE}/node1/cpulist": "0-3\n",
+            f"{NODE}/node1/distance": "21 10\n",
+            f"{NODE}/node1/meminfo": "Node 1 MemTotal:       67108864 kB\n"
+            "Node 1 MemFree:        57913400 kB\n",
+            f"{TIER}/memory_tier4/nodelist": "0-1\n",
+            f"{NODE}/node1/access0/initiators/read_bandwidth": "100000\n",
+            f"{NODE}/node1/access0/initiators/node0": ("link", "../../../node0"),
+            f"{NODE}/node1/access0/initiators/node1": ("link", "../../../node1"),
+            f"{WI}/node0": "3\n",
+            f"{WI}/node1": "1\n",
+            f"{WI}/node9": "5\n",
+        }
+    )
     return _write(tmp_path / "offline-cpu0-node0", files)
 
 
@@ -85,11 +98,18 @@ def test_offline_node_in_kernel_lists_is_cut_once_with_a_warning(tmp_path):
     assert t.nodes[1].access.initiators == frozenset({1})
     # node 0 is possible (the kernel has a weight file for it: no warning); node 9 is not
     assert dict(t.interleave_weights) == {1: 1}
-    for what in ("has_memory", "has_normal_memory", "has_cpu", "node1/distance",
-                 "memory_tier4/nodelist", "access0/initiators", "weighted_interleave"):
+    for what in (
+        "has_memory",
+        "has_normal_memory",
+        "has_cpu",
+        "node1/distance",
+        "memory_tier4/nodelist",
+        "access0/initiators",
+        "weighted_interleave",
+    ):
         assert any(what in p and "not online" in p for p in t.problems), (what, t.problems)
     assert not any("weighted_interleave" in p and "node 0," in p for p in t.problems)
-    choice = nu.memory_node_choice(t)         # KeyError: 0 before the lists were cut
+    choice = nu.memory_node_choice(t)  # KeyError: 0 before the lists were cut
     assert choice.nodes == frozenset({1})
     rc, rep, err = _status(root)
     assert rc == 0, err
@@ -99,9 +119,15 @@ def test_offline_node_in_kernel_lists_is_cut_once_with_a_warning(tmp_path):
 
 def test_online_smaller_than_has_memory_gives_a_report(tmp_path):
     files = _cpus(2, node=0)
-    files.update({f"{NODE}/online": "0\n", f"{NODE}/has_memory": "0-1\n",
-                  f"{NODE}/node0/cpulist": "0-1\n", f"{NODE}/node0/distance": "10\n",
-                  f"{NODE}/node1/cpulist": "\n"})
+    files.update(
+        {
+            f"{NODE}/online": "0\n",
+            f"{NODE}/has_memory": "0-1\n",
+            f"{NODE}/node0/cpulist": "0-1\n",
+            f"{NODE}/node0/distance": "10\n",
+            f"{NODE}/node1/cpulist": "\n",
+        }
+    )
     rc, rep, err = _status(_write(tmp_path / "t", files))
     assert rc == 0, err
     assert rep["kernel"]["nodes_with_memory"] == [0]
@@ -111,8 +137,15 @@ def test_online_smaller_than_has_memory_gives_a_report(tmp_path):
 @pytest.mark.parametrize("size", ["32Q", "1T", "٣K", "9" * 5000, "-1K", "K"])
 def test_cache_size_with_unknown_suffix_is_a_warning(tmp_path, size):
     idx = f"{CPU}/cpu0/cache/index2"
-    files = _cpus(1, **{f"{idx}/level": "2\n", f"{idx}/type": "Unified\n",
-                        f"{idx}/shared_cpu_list": "0\n", f"{idx}/size": size + "\n"})
+    files = _cpus(
+        1,
+        **{
+            f"{idx}/level": "2\n",
+            f"{idx}/type": "Unified\n",
+            f"{idx}/shared_cpu_list": "0\n",
+            f"{idx}/size": size + "\n",
+        },
+    )
     rc, rep, err = _status(_write(tmp_path / "t", files))
     assert rc == 0, err
     assert rep["last_level_caches"] == [{"level": 2, "size_kb": None, "cpus": [0]}]
@@ -122,14 +155,19 @@ def test_cache_size_with_unknown_suffix_is_a_warning(tmp_path, size):
     assert _status(tmp_path / "t")[1]["last_level_caches"][0]["size_kb"] == 1024
 
 
-@pytest.mark.parametrize("folder", ["sys", "sys/devices/system", NODE, "sys/kernel/mm",
-                                    WI])
+@pytest.mark.parametrize("folder", ["sys", "sys/devices/system", NODE, "sys/kernel/mm", WI])
 def test_folder_linking_to_itself_gives_a_report(tmp_path, folder):
     """Found by mutating hwloc's 8em64t-2s2ca2c-buggynuma (status --json exit 2, no
     report): a folder replaced by a link to itself."""
     files = _cpus(2, node=0)
-    files.update({f"{NODE}/online": "0\n", f"{NODE}/node0/cpulist": "0-1\n",
-                  f"{WI}/node0": "1\n", "proc/meminfo": "MemTotal: 1024 kB\n"})
+    files.update(
+        {
+            f"{NODE}/online": "0\n",
+            f"{NODE}/node0/cpulist": "0-1\n",
+            f"{WI}/node0": "1\n",
+            "proc/meminfo": "MemTotal: 1024 kB\n",
+        }
+    )
     root = _write(tmp_path / "t", files)
     target = root / folder
     if target.exists():
@@ -138,11 +176,11 @@ def test_folder_linking_to_itself_gives_a_report(tmp_path, folder):
     os.symlink(target.name, target)
     rc, rep, err = _status(root)
     assert rc == 0, err
-    assert any("Too many levels of symbolic links" in w for w in rep["warnings"]), \
-        rep["warnings"]
+    assert any("Too many levels of symbolic links" in w for w in rep["warnings"]), rep["warnings"]
 
 
 # -- item 5: core_id per CPU -------------------------------------------------------------
+
 
 def test_core_id_is_read_per_cpu_not_taken_from_a_sibling(tmp_path):
     """util-linux tests/ts/lscpu/dumps (Opteron 6328): cpu0 and cpu1 are thread
@@ -161,15 +199,21 @@ def test_core_id_is_read_per_cpu_not_taken_from_a_sibling(tmp_path):
 
 # -- item 6: caches with only shared_cpu_map ---------------------------------------------
 
+
 def test_cache_sharing_falls_back_to_shared_cpu_map(tmp_path):
     """The POWER7 and ppc-qemu lscpu dumps: cache/index*/shared_cpu_map, no
     shared_cpu_list (kernels before 2.6.30 had only the map)."""
     files = _cpus(4)
     for c in range(4):
         idx = f"{CPU}/cpu{c}/cache/index2"
-        files.update({f"{idx}/level": "3\n", f"{idx}/type": "Unified\n",
-                      f"{idx}/size": "4096K\n",
-                      f"{idx}/shared_cpu_map": "00000003\n" if c < 2 else "0000000c\n"})
+        files.update(
+            {
+                f"{idx}/level": "3\n",
+                f"{idx}/type": "Unified\n",
+                f"{idx}/size": "4096K\n",
+                f"{idx}/shared_cpu_map": "00000003\n" if c < 2 else "0000000c\n",
+            }
+        )
     root = _write(tmp_path / "t", files)
     t = nu.read_topology(backend=nu.LinuxBackend(str(root)))
     assert t.cpus[0].llc == t.cpus[1].llc == frozenset({0, 1})
@@ -178,4 +222,5 @@ def test_cache_sharing_falls_back_to_shared_cpu_map(tmp_path):
     assert rc == 0, err
     assert rep["last_level_caches"] == [
         {"level": 3, "size_kb": 4096, "cpus": [0, 1]},
-        {"level": 3, "size_kb": 4096, "cpus": [2, 3]}]
+        {"level": 3, "size_kb": 4096, "cpus": [2, 3]},
+    ]

@@ -20,6 +20,7 @@ MiB = 1 << 20
 
 # -- leak accounting --------------------------------------------------------------------
 
+
 def _ours_real():
     """Our SysV segments (key prefix) and /dev/shm files on the real machine."""
     segs = set()
@@ -48,8 +49,7 @@ def _no_real_leaks():
     assert not left, f"/dev/shm files leaked: {left}"
     text = open("/proc/sysvipc/shm").read() if os.path.exists("/proc/sysvipc/shm") else ""
     keys = {nu._sysv_key(f"{tag}-{k}") for k in REAL_KEYS}
-    leaked = [ln for ln in text.splitlines()[1:]
-              if int(ln.split()[0]) & 0xFFFFFFFF in keys]
+    leaked = [ln for ln in text.splitlines()[1:] if int(ln.split()[0]) & 0xFFFFFFFF in keys]
     assert not leaked, f"SysV segments leaked: {leaked}"
 
 
@@ -57,14 +57,19 @@ REAL_KEYS = ("real-sysv", "real-posix", "stale", "intr", "rmid")
 
 
 def _sim_counts(s):
-    return (len(s.read_text("/proc/sysvipc/shm").splitlines()) - 1,
-            len(s.listdir("/dev/shm")), len(s.kernel.objects))
+    return (
+        len(s.read_text("/proc/sysvipc/shm").splitlines()) - 1,
+        len(s.listdir("/dev/shm")),
+        len(s.kernel.objects),
+    )
 
 
 # -- simulated: policies and exact splits ----------------------------------------------
 
-@pytest.mark.parametrize("fixture,nodes", [("dual-socket-8gpu", [0, 1]),
-                                           ("four-node-asym", [0, 1, 2, 3])])
+
+@pytest.mark.parametrize(
+    "fixture,nodes", [("dual-socket-8gpu", [0, 1]), ("four-node-asym", [0, 1, 2, 3])]
+)
 @pytest.mark.parametrize("kind", ["sysv", "posix"])
 def test_interleave_exact_split_seen_by_attachers(fixture, nodes, kind):
     s = sim(fixture, free_kb={n: 8 << 20 for n in nodes})
@@ -74,13 +79,12 @@ def test_interleave_exact_split_seen_by_attachers(fixture, nodes, kind):
         assert r.policy and r.policy.nodes == frozenset(nodes)
         want = {n: size // len(nodes) for n in nodes}
         assert r.placement() == want
-        for _ in range(2):                       # two more processes
+        for _ in range(2):  # two more processes
             p = s.process()
             a = nu.SharedRegion.attach("kv", kind=kind, prefault=True, backend=p)
             assert a.policy.mode == "interleave" and a.policy.nodes == frozenset(nodes)
             assert a.placement() == want
-            (e,) = [e for e in nu.parse_numa_maps(p.read_text("/proc/self/numa_maps"))
-                    if e.file]
+            (e,) = [e for e in nu.parse_numa_maps(p.read_text("/proc/self/numa_maps")) if e.file]
             assert e.mode == "interleave" and e.mapmax >= 2 and e.dirty == size // 4096
             a.close()
     finally:
@@ -88,22 +92,24 @@ def test_interleave_exact_split_seen_by_attachers(fixture, nodes, kind):
     assert _sim_counts(s) == (0, 0, 0)
 
 
-@pytest.mark.parametrize("policy,nodes,want", [
-    ("bind", [1], {1: 16 * MiB}),
-    ("prefer", [1], {1: 16 * MiB}),
-    ("local", None, {0: 16 * MiB}),
-    ("default", None, {0: 16 * MiB}),
-    ("interleave", [0, 1], {0: 8 * MiB, 1: 8 * MiB}),
-])
+@pytest.mark.parametrize(
+    "policy,nodes,want",
+    [
+        ("bind", [1], {1: 16 * MiB}),
+        ("prefer", [1], {1: 16 * MiB}),
+        ("local", None, {0: 16 * MiB}),
+        ("default", None, {0: 16 * MiB}),
+        ("interleave", [0, 1], {0: 8 * MiB, 1: 8 * MiB}),
+    ],
+)
 def test_every_policy(policy, nodes, want):
     s = sim("dual-socket-8gpu")
-    with nu.SharedRegion.create("p", 16 * MiB, policy=policy, nodes=nodes,
-                                backend=s) as r:
+    with nu.SharedRegion.create("p", 16 * MiB, policy=policy, nodes=nodes, backend=s) as r:
         assert r.policy
         assert r.placement() == want
-        p = s.process(cpus_allowed=[100])       # a CPU on node 1
+        p = s.process(cpus_allowed=[100])  # a CPU on node 1
         with nu.SharedRegion.attach("p", prefault=True, backend=p) as a:
-            assert a.placement() == want       # pages are where the creator put them
+            assert a.placement() == want  # pages are where the creator put them
     assert _sim_counts(s) == (0, 0, 0)
 
 
@@ -120,8 +126,9 @@ def test_policy_default_from_envs(monkeypatch):
 
 def test_attach_does_not_reset_shared_policy():
     s = sim("dual-socket-8gpu")
-    with nu.SharedRegion.create("keep", 8 * MiB, policy="bind", nodes=[1],
-                                prefault=False, backend=s):
+    with nu.SharedRegion.create(
+        "keep", 8 * MiB, policy="bind", nodes=[1], prefault=False, backend=s
+    ):
         p = s.process()
         a = nu.SharedRegion.attach("keep", policy="default", prefault=True, backend=p)
         assert a.policy.mode == "bind" and a.placement() == {1: 8 * MiB}
@@ -132,14 +139,18 @@ def test_hugetlb_every_attacher_applies_policy():
     # hugetlbfs has no shared policy: an attacher that does not mbind its own
     # mapping faults pages under first-touch.
     s = sim("dual-socket-8gpu")
-    with nu.SharedRegion.create("huge", 5 * MiB, policy="interleave", hugepages=True,
-                                prefault=False, backend=s) as r:
+    with nu.SharedRegion.create(
+        "huge", 5 * MiB, policy="interleave", hugepages=True, prefault=False, backend=s
+    ) as r:
         assert r.page_size == 2 * MiB and r.size == 6 * MiB
         p = s.process()
-        with nu.SharedRegion.attach("huge", policy="interleave", hugepages=True,
-                                    prefault=True, backend=p) as a:
-            assert a.placement() == {0: 2 * MiB, 1: 4 * MiB} or \
-                a.placement() == {0: 4 * MiB, 1: 2 * MiB}
+        with nu.SharedRegion.attach(
+            "huge", policy="interleave", hugepages=True, prefault=True, backend=p
+        ) as a:
+            assert a.placement() == {0: 2 * MiB, 1: 4 * MiB} or a.placement() == {
+                0: 4 * MiB,
+                1: 2 * MiB,
+            }
             text = p.read_text("/proc/self/numa_maps")
             (e,) = [e for e in nu.parse_numa_maps(text) if e.file]
             assert e.huge and e.page_size_kb == 2048 and e.mode == "interleave"
@@ -149,8 +160,10 @@ def test_hugetlb_every_attacher_applies_policy():
         with nu.SharedRegion.attach("huge", backend=q) as a2:
             assert a2.policy.mode == "interleave" and a2.policy.applied
             q.touch(a2.address, a2.size)
-            assert a2.placement() == {0: 2 * MiB, 1: 4 * MiB} or \
-                a2.placement() == {0: 4 * MiB, 1: 2 * MiB}
+            assert a2.placement() == {0: 2 * MiB, 1: 4 * MiB} or a2.placement() == {
+                0: 4 * MiB,
+                1: 2 * MiB,
+            }
 
 
 def test_posix_refuses_hugepages_on_attach_too():
@@ -173,11 +186,19 @@ def test_sizes_round_to_pages():
 
 # -- simulated: failures leak nothing -------------------------------------------------
 
-@pytest.mark.parametrize("kind,step", [
-    ("sysv", "shmget"), ("sysv", "shmat"), ("sysv", "madvise"),
-    ("posix", "shm_open"), ("posix", "ftruncate"), ("posix", "mmap"),
-    ("posix", "madvise"),
-])
+
+@pytest.mark.parametrize(
+    "kind,step",
+    [
+        ("sysv", "shmget"),
+        ("sysv", "shmat"),
+        ("sysv", "madvise"),
+        ("posix", "shm_open"),
+        ("posix", "ftruncate"),
+        ("posix", "mmap"),
+        ("posix", "madvise"),
+    ],
+)
 def test_failure_at_each_step_leaks_nothing(kind, step):
     s = sim("dual-socket-8gpu")
     before = _sim_counts(s)
@@ -197,12 +218,10 @@ def test_policy_denied(kind):
     s = sim("dual-socket-8gpu")
     s.fail("mbind", errno.EPERM)
     with pytest.raises(PermissionError):
-        nu.SharedRegion.create("d", 8 * MiB, policy="interleave", strict=True,
-                               kind=kind, backend=s)
+        nu.SharedRegion.create("d", 8 * MiB, policy="interleave", strict=True, kind=kind, backend=s)
     assert _sim_counts(s) == (0, 0, 0)
     # Not strict: the region exists, under first-touch, and says why.
-    with nu.SharedRegion.create("d", 8 * MiB, policy="interleave", kind=kind,
-                                backend=s) as r:
+    with nu.SharedRegion.create("d", 8 * MiB, policy="interleave", kind=kind, backend=s) as r:
         assert not r.policy and r.policy.reason == "EPERM" and "CAP_SYS_NICE" in r.policy.hint
         assert r.placement() == {0: 8 * MiB}
     assert _sim_counts(s) == (0, 0, 0)
@@ -216,12 +235,15 @@ def test_prefault_interrupted_leaks_nothing(exc, threads):
     def progress(done, total):
         if done:
             raise exc("stop")
+
     with pytest.raises(exc):
-        nu.SharedRegion.create("i", 256 * MiB, policy="interleave", threads=threads,
-                               progress=progress, backend=s)
+        nu.SharedRegion.create(
+            "i", 256 * MiB, policy="interleave", threads=threads, progress=progress, backend=s
+        )
     assert _sim_counts(s) == (0, 0, 0)
     assert sum(s.kernel.free_pages.values()) == sum(
-        sim("dual-socket-8gpu").kernel.free_pages.values())
+        sim("dual-socket-8gpu").kernel.free_pages.values()
+    )
 
 
 def test_create_existing_and_attach_missing():
@@ -240,12 +262,13 @@ def test_create_existing_and_attach_missing():
 
 # -- simulated: trust checks -----------------------------------------------------------
 
+
 @pytest.mark.parametrize("kind", ["sysv", "posix"])
 def test_attach_refuses_other_owner_and_writable_mode(kind):
     s = sim("single-node", uid=1000)
     with nu.SharedRegion.create("t", MiB, kind=kind, backend=s):
         other = s.process(uid=1001)
-        with pytest.raises(PermissionError):       # 0600: the kernel says no
+        with pytest.raises(PermissionError):  # 0600: the kernel says no
             nu.SharedRegion.attach("t", kind=kind, backend=other)
         root = s.process(uid=0)
         with pytest.raises(PermissionError, match="uid 1000"):
@@ -274,11 +297,11 @@ def test_remove_after_attach():
     s = sim("single-node")
     r = nu.SharedRegion.create("rm", MiB, backend=s)
     a = nu.SharedRegion.attach("rm", remove=True, backend=s.process())
-    assert _sim_counts(s)[0] == 1                 # still there, key freed
+    assert _sim_counts(s)[0] == 1  # still there, key freed
     with pytest.raises(FileNotFoundError):
         nu.SharedRegion.attach("rm", backend=s.process())
     r.close()
-    a.close()                                     # last detach: gone
+    a.close()  # last detach: gone
     assert _sim_counts(s) == (0, 0, 0)
 
 
@@ -293,15 +316,15 @@ def test_sysvipc_rendering_parses():
 
 # -- buffer(): numpy and torch take the region without a copy (issue 15) -----------------
 
+
 @pytest.mark.parametrize("kind", ["sysv", "posix"])
 def test_buffer_is_writable_unsigned_bytes_shared_with_attachers(kind):
     s = sim("dual-socket-8gpu")
-    with nu.SharedRegion.create("buf", MiB, policy="interleave", kind=kind,
-                                backend=s) as r:
+    with nu.SharedRegion.create("buf", MiB, policy="interleave", kind=kind, backend=s) as r:
         view = r.buffer()
         assert (view.format, view.itemsize, view.readonly) == ("B", 1, False)
         assert view.nbytes == r.size and view.c_contiguous
-        view[10:13] = b"abc"                       # slice assignment
+        view[10:13] = b"abc"  # slice assignment
         view[0] = 255
         a = nu.SharedRegion.attach("buf", kind=kind, backend=s.process())
         assert bytes(a.buffer()[10:13]) == b"abc" and a.buffer()[0] == 255
@@ -321,7 +344,7 @@ def test_buffer_numpy_without_copy():
         assert not arr.flags.owndata and arr.flags.writeable
         assert r.buffer()[0] == 7 and r.buffer()[r.size - 1] == 7
         assert bytes(r.buffer()[:4]) == b"\x07" * 4
-        halves = np.frombuffer(r.buffer(), dtype=np.float16)   # any dtype, same memory
+        halves = np.frombuffer(r.buffer(), dtype=np.float16)  # any dtype, same memory
         halves[0] = 1.0
         assert arr[:2].tobytes() == np.float16(1.0).tobytes()
 
@@ -331,7 +354,7 @@ def test_buffer_torch_without_copy():
     torch = pytest.importorskip("torch")
     s = sim("dual-socket-8gpu")
     with nu.SharedRegion.create("pt", MiB, policy="interleave", backend=s) as r:
-        t = torch.frombuffer(r.buffer(), dtype=torch.uint8)   # no "non-writable" warning
+        t = torch.frombuffer(r.buffer(), dtype=torch.uint8)  # no "non-writable" warning
         t.fill_(5)
         assert t.data_ptr() == r.address and t.numel() == r.size
         assert r.buffer()[0] == 5 and r.buffer()[r.size - 1] == 5
@@ -351,7 +374,7 @@ def test_cleanup_lists_ours_only():
     s = sim("single-node")
     crashed = s.process()
     mine = nu.SharedRegion.create("stale", MiB, backend=crashed)
-    crashed.exit()                                 # died without destroying it
+    crashed.exit()  # died without destroying it
     busy = nu.SharedRegion.create("busy", MiB, backend=s)
     other = s.process(uid=1001)
     foreign = other.shmget(nu._sysv_key("x"), MiB, nu.IPC_CREAT | 0o600)
@@ -367,6 +390,7 @@ def test_cleanup_lists_ours_only():
 
 
 # -- the real kernel ------------------------------------------------------------------
+
 
 def _real_ok():
     if not os.path.isdir("/dev/shm") or not os.path.exists("/proc/sysvipc/shm"):
@@ -400,9 +424,12 @@ def test_real_create_attach_placement_destroy(kind):
         mems = nu.read_topology().nodes_with_memory
         if len(mems) == 1:
             assert where == {min(mems): size}
-        out = subprocess.run([sys.executable, "-c", _ATTACH.format(
-            repo=str(REPO), key=key, kind=kind)], capture_output=True, text=True,
-            timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-c", _ATTACH.format(repo=str(REPO), key=key, kind=kind)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert out.returncode == 0, out.stderr
         assert eval(out.stdout) == sorted(where.items())
         if kind == "sysv":
@@ -410,8 +437,13 @@ def test_real_create_attach_placement_destroy(kind):
             # IPC_STAT through ctypes agrees with the kernel's text table
             st = nu.default_backend().shm_stat(r.shmid)
             row = nu._sysvipc_stat(open("/proc/sysvipc/shm").read(), r.shmid)
-            assert (st.key, st.uid, st.mode, st.size, st.nattch) == \
-                (row.key, row.uid, row.mode, row.size, row.nattch)
+            assert (st.key, st.uid, st.mode, st.size, st.nattch) == (
+                row.key,
+                row.uid,
+                row.mode,
+                row.size,
+                row.nattch,
+            )
         else:
             assert os.stat(f"/dev/shm/{r.name}").st_mode & 0o777 == 0o600
     assert r.closed
@@ -426,14 +458,15 @@ def test_real_prefault_interrupt_leaks_nothing():
 
     def progress(done, total):
         raise KeyboardInterrupt
+
     for kind in ("sysv", "posix"):
         with pytest.raises(KeyboardInterrupt):
-            nu.SharedRegion.create(key, 64 * MiB, kind=kind, threads=2,
-                                   progress=progress)
+            nu.SharedRegion.create(key, 64 * MiB, kind=kind, threads=2, progress=progress)
     # Other tests (and other sessions) may create segments meanwhile: look for ours.
     assert nu.POSIX_PREFIX + key not in _ours_real()[1]
-    keys = [int(ln.split()[0]) & 0xFFFFFFFF
-            for ln in open("/proc/sysvipc/shm").read().splitlines()[1:]]
+    keys = [
+        int(ln.split()[0]) & 0xFFFFFFFF for ln in open("/proc/sysvipc/shm").read().splitlines()[1:]
+    ]
     assert nu._sysv_key(key) not in keys
 
 
@@ -443,26 +476,43 @@ def test_real_prefault_interrupt_leaks_nothing():
 def test_real_cleanup_cli_removes_only_stale_ours():
     _real_ok()
     key = f"t{os.getpid()}-stale"
-    crash = subprocess.run([sys.executable, "-c", (
-        "import os, numa_utils as nu\n"
-        f"r = nu.SharedRegion.create({key!r}, 1 << 20, prefault=False)\n"
-        "print(r.shmid, r.ipc_key, flush=True)\n"
-        "os._exit(0)")], cwd=REPO, capture_output=True, text=True, timeout=60)
+    crash = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import os, numa_utils as nu\n"
+                f"r = nu.SharedRegion.create({key!r}, 1 << 20, prefault=False)\n"
+                "print(r.shmid, r.ipc_key, flush=True)\n"
+                "os._exit(0)"
+            ),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert crash.returncode == 0, crash.stderr
     shmid, ipc_key = map(int, crash.stdout.split())
 
     def cli(*a):
-        return subprocess.run([sys.executable, "-m", "numa_utils", "cleanup", *a],
-                              cwd=REPO, capture_output=True, text=True, timeout=60)
-    young = cli()                    # just died: kept for the minimum age
+        return subprocess.run(
+            [sys.executable, "-m", "numa_utils", "cleanup", *a],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    young = cli()  # just died: kept for the minimum age
     assert young.returncode == 0 and f"0x{ipc_key:08x}" in young.stdout
-    assert re.search(r"keep: used \d+ s ago \(minimum age 30 s\)", young.stdout), \
-        young.stdout
+    assert re.search(r"keep: used \d+ s ago \(minimum age 30 s\)", young.stdout), young.stdout
     dry = cli("--min-age", "0")
     assert "would remove" in dry.stdout, dry.stdout
     assert str(shmid) in open("/proc/sysvipc/shm").read()
     # --key: only this test's region (other tests run at the same time)
     import json
+
     out = cli("--remove", "--json", "--min-age", "0", "--key", key)
     assert {x.get("shmid") for x in json.loads(out.stdout)["regions"]} <= {shmid, None}
     rows = [x for x in json.loads(out.stdout)["regions"] if x.get("shmid") == shmid]
@@ -476,9 +526,22 @@ def test_real_cleanup_cli_removes_only_stale_ours():
 @pytest.mark.xdist_group("realshm")
 def test_real_region_cli_progress():
     _real_ok()
-    out = subprocess.run([sys.executable, "-m", "numa_utils", "region",
-                          f"t{os.getpid()}-rmid", "16M", "--threads", "2"], cwd=REPO,
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "numa_utils",
+            "region",
+            f"t{os.getpid()}-rmid",
+            "16M",
+            "--threads",
+            "2",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     assert "prefault [" in out.stderr and "100%" in out.stderr
     assert "all on node" in out.stdout or "over nodes" in out.stdout
@@ -495,7 +558,7 @@ def test_sysv_keys_from_names_rarely_collide():
 
 # -- identity records and colliding keys (issue 19 items 1, 2, 9) -------------------------
 
-A, B = "kvcache-708a", "kvcache-80060"       # found by a search: one 24-bit key
+A, B = "kvcache-708a", "kvcache-80060"  # found by a search: one 24-bit key
 
 
 def test_key_collision_never_maps_other_region():
@@ -503,9 +566,9 @@ def test_key_collision_never_maps_other_region():
     s = sim("single-node")
     a = nu.SharedRegion.create(A, MiB, backend=s)
     a.buffer()[:4] = b"AAAA"
-    with pytest.raises(FileNotFoundError):                 # never created: not A's
+    with pytest.raises(FileNotFoundError):  # never created: not A's
         nu.SharedRegion.attach(B, backend=s.process())
-    b = nu.SharedRegion.create(B, MiB, backend=s)          # the next key of B's
+    b = nu.SharedRegion.create(B, MiB, backend=s)  # the next key of B's
     assert b.ipc_key != a.ipc_key and b.ipc_key == nu._sysv_keys(B)[1]
     b.buffer()[:4] = b"BBBB"
     with pytest.raises(FileExistsError, match="exists.*attach it"):
@@ -541,9 +604,10 @@ def test_key_collision_every_key_taken_fails_clearly(monkeypatch):
     monkeypatch.setattr(nu, "_SYSV_PROBES", 2)
     keys = nu._sysv_keys("n")
     others = [s.shmget(k, MiB, nu.IPC_CREAT | 0o600) for k in keys]
-    for shmid, k in zip(others, keys):           # other programs' segments: no record
-        with pytest.raises(FileExistsError, match=f"0x{k:08x}.*without a numa_utils "
-                                                  "identity record"):
+    for shmid, k in zip(others, keys):  # other programs' segments: no record
+        with pytest.raises(
+            FileExistsError, match=f"0x{k:08x}.*without a numa_utils identity record"
+        ):
             nu.SharedRegion.create("n", MiB, backend=s)
         s.shm_rmid(shmid)
     r = nu.SharedRegion.create("n", MiB, backend=s)
@@ -554,16 +618,17 @@ def test_key_collision_every_key_taken_fails_clearly(monkeypatch):
 @pytest.mark.parametrize("kind", ["sysv", "posix"])
 def test_identity_record_damaged_or_missing_is_a_clear_error(kind):
     import ctypes
+
     s = sim("single-node")
     r = nu.SharedRegion.create("id", MiB, kind=kind, backend=s)
     rec = r.identity
     assert (rec["key"], rec["kind"], rec["size"], rec["page_size"]) == ("id", kind, MiB, 4096)
     assert rec["pid"] == s.pid and rec["start"] and rec["boot"] and rec["created"] > 0
-    end = r.address + r._mapped                  # the record's end marker is last
-    ctypes.memset(end - nu._RECORD_END.size - 3, ord("x"), 1)     # in the JSON
+    end = r.address + r._mapped  # the record's end marker is last
+    ctypes.memset(end - nu._RECORD_END.size - 3, ord("x"), 1)  # in the JSON
     with pytest.raises(ValueError, match="damaged identity record .checksum"):
         nu.SharedRegion.attach("id", kind=kind, backend=s.process())
-    ctypes.memset(end - nu._RECORD_END.size, 0, nu._RECORD_END.size)   # truncated
+    ctypes.memset(end - nu._RECORD_END.size, 0, nu._RECORD_END.size)  # truncated
     with pytest.raises(FileNotFoundError, match="no numa_utils identity record"):
         nu.SharedRegion.attach("id", kind=kind, backend=s.process())
     r.destroy()
@@ -586,14 +651,14 @@ def test_int_key_region_carries_identity():
     with nu.SharedRegion.create(0x1234, MiB, backend=s) as r:
         assert r.ipc_key == 0x1234 and r.identity["key"] == 0x1234
         r.buffer()[:2] = b"ok"
-        p = s.process()                          # an engine attaching the key itself
+        p = s.process()  # an engine attaching the key itself
         addr = p.shmat(p.shmget(0x1234, MiB, 0))
-        assert bytes(nu.SharedRegion.attach(0x1234, backend=s.process()).buffer()[:2]) \
-            == b"ok"
+        assert bytes(nu.SharedRegion.attach(0x1234, backend=s.process()).buffer()[:2]) == b"ok"
         import ctypes
-        assert ctypes.string_at(addr, 2) == b"ok"   # the data at offset 0
+
+        assert ctypes.string_at(addr, 2) == b"ok"  # the data at offset 0
         p.shmdt(addr)
-        with pytest.raises(FileNotFoundError):      # the name "4660" is another region
+        with pytest.raises(FileNotFoundError):  # the name "4660" is another region
             nu.SharedRegion.attach("4660", backend=s.process())
     plain = s.shmget(0x5678, MiB, nu.IPC_CREAT | 0o600)
     with pytest.raises(FileNotFoundError, match="no numa_utils identity record"):
@@ -607,7 +672,8 @@ def test_cleanup_removes_only_proven_stale(kind):
 
     def made_by(proc, name):
         return nu.SharedRegion.create(name, MiB, kind=kind, prefault=False, backend=proc)
-    alive = made_by(s.process(), "alive")            # creator alive, detached
+
+    alive = made_by(s.process(), "alive")  # creator alive, detached
     alive.close()
     dead_p = s.process()
     made_by(dead_p, "dead")
@@ -615,7 +681,7 @@ def test_cleanup_removes_only_proven_stale(kind):
     held_p, holder = s.process(), s.process()
     made_by(held_p, "held")
     kept = nu.SharedRegion.attach("held", kind=kind, backend=holder)
-    held_p.exit()                                    # creator dead, a user holds it
+    held_p.exit()  # creator dead, a user holds it
     rows = {r["region"]: r for r in cli._our_segments(s, remove=True, min_age=0)}
     assert rows["alive"]["action"] == "keep" and "creator (pid" in rows["alive"]["why"]
     assert rows["dead"]["action"] == "removed"
@@ -796,13 +862,14 @@ def test_cleanup_race_with_injected_delays_loses_nothing():
     assert why["nsmade-posix"].startswith("in use"), why
     cross = got["cross"]
     assert cross["old-held-posix"] == "in use: a process holds its lock", cross
-    assert cross["old-cross-sysv"] == \
-        "creator is not visible from this PID namespace: it may be alive", cross
+    assert (
+        cross["old-cross-sysv"] == "creator is not visible from this PID namespace: it may be alive"
+    ), cross
     assert cross["old-cross-posix"].startswith("creator (pid "), cross
     assert "in another PID namespace" in cross["old-cross-posix"], cross
 
 
-_ADVICE = r'''
+_ADVICE = r"""
 import json, os, re, subprocess, sys
 import numa_utils as nu
 for key in (0x1234, "kv-advice"):
@@ -823,7 +890,7 @@ for key in (0x1234, "kv-advice"):
     assert row["action"] == "removed" and row["region"] == key, row
     nu.SharedRegion.create(key, 1 << 20, prefault=False).destroy()
     print(cmd)
-'''
+"""
 
 
 @pytest.mark.realkernel
@@ -832,4 +899,5 @@ def test_cleanup_reaches_int_keys_and_advice_runs():
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.split("\n")[:2] == [
         f"{os.path.basename(sys.executable)} -m numa_utils cleanup --remove --key 0x00001234",
-        f"{os.path.basename(sys.executable)} -m numa_utils cleanup --remove --key kv-advice"]
+        f"{os.path.basename(sys.executable)} -m numa_utils cleanup --remove --key kv-advice",
+    ]

@@ -1,5 +1,6 @@
 """Ids a SimulatedBackend hands out never name a host object: an engine's own cleanup
 calling the real shmctl(IPC_RMID) or close() on them fails and removes nothing."""
+
 from conftest import run_private_shm
 
 CODE = r"""
@@ -34,9 +35,9 @@ def test_simulated_shmid_and_fd_fail_on_the_real_syscalls():
     got = run_private_shm(CODE)
     assert got.returncode == 0, got.stderr
     lines = got.stdout.splitlines()
-    assert lines[0] == "shmctl -1 EINVAL", got.stdout      # region.shmid
+    assert lines[0] == "shmctl -1 EINVAL", got.stdout  # region.shmid
     assert "syscall -1 EINVAL" in lines, got.stdout
     assert "close -1 EBADF" in lines and "os.close OverflowError" in lines
     alive, shmid, fd = lines[-1].split()[1:]
-    assert alive == "1", got.stdout                   # the real segment survived
+    assert alive == "1", got.stdout  # the real segment survived
     assert int(shmid) > 2**31 - 1 and int(fd) > 2**31 - 1

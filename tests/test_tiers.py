@@ -1,5 +1,6 @@
 """Tiered memory (issue 11): memory tiers, HMAT, the default memory nodes and weighted
 interleave, against the cxl-memory-node and gh200 fixtures and the simulator."""
+
 import errno
 import json
 import os
@@ -29,6 +30,7 @@ def counts(backend, start, length):
 def anon():
     """Page-aligned anonymous memory for the simulator to place: (addr, size)."""
     import mmap
+
     made = []
 
     def make(size, page=4096):
@@ -36,6 +38,7 @@ def anon():
         made.append(mm)
         base = nu.buffer_range(mm)[0]
         return (base + page - 1) // page * page, size
+
     yield make
     for mm in made:
         mm.close()
@@ -43,13 +46,19 @@ def anon():
 
 # -- reading ----------------------------------------------------------------------------
 
+
 def test_cxl_tiers_and_hmat_read_back():
     t = topo("cxl-memory-node")
     assert dict(t.memory_tiers) == {4: frozenset({0, 1}), 22: frozenset({2})}
     assert [t.nodes[n].tier for n in (0, 1, 2)] == [4, 4, 22]
     a = t.nodes[2].access
-    assert (a.read_bandwidth_mbps, a.write_bandwidth_mbps, a.read_latency_ns,
-            a.write_latency_ns, a.initiators) == (32000, 28000, 270, 300, frozenset({0}))
+    assert (
+        a.read_bandwidth_mbps,
+        a.write_bandwidth_mbps,
+        a.read_latency_ns,
+        a.write_latency_ns,
+        a.initiators,
+    ) == (32000, 28000, 270, 300, frozenset({0}))
     assert t.nodes[0].access.initiators == frozenset({0})
     assert [t.nodes[n].kind for n in (0, 1, 2)] == ["dram", "dram", "movable-only"]
     assert t.nodes[2].has_normal_memory is False and t.nodes[0].has_normal_memory
@@ -63,7 +72,7 @@ def test_gh200_hbm_is_gpu_memory():
     assert "0009:01:00.0" in t.nodes[1].kind_evidence
     assert t.nodes[0].kind == "dram" and t.nodes[0].tier == 4
     assert t.nodes[5].kind == "no-memory" and t.nodes[5].tier is None
-    assert t.interleave_weights is None           # 6.8: no weighted interleave
+    assert t.interleave_weights is None  # 6.8: no weighted interleave
 
 
 def test_no_tier_data_is_none_and_empty():
@@ -78,19 +87,20 @@ def _copy(name, tmp_path):
     """The parts of a fixture the memory facts come from (the CPU and PCI trees
     would make the copy slow and do not matter here)."""
     dst = tmp_path / name
-    for rel in ("sys/devices/system/node", "sys/devices/virtual",
-                "sys/kernel/mm/mempolicy"):
+    for rel in ("sys/devices/system/node", "sys/devices/virtual", "sys/kernel/mm/mempolicy"):
         fixture_tree(name, dst / rel, sub="root/" + rel)
     return dst
 
 
-@pytest.mark.parametrize("rel,text,what", [
-    ("sys/devices/virtual/memory_tiering/memory_tier22/nodelist", "2-x\n", "nodelist"),
-    ("sys/devices/system/node/node2/access0/initiators/read_latency", "fast\n",
-     "read_latency"),
-    ("sys/kernel/mm/mempolicy/weighted_interleave/node1", "heavy\n", "node1"),
-    ("sys/devices/system/node/has_normal_memory", "0-1,\n", "has_normal_memory"),
-])
+@pytest.mark.parametrize(
+    "rel,text,what",
+    [
+        ("sys/devices/virtual/memory_tiering/memory_tier22/nodelist", "2-x\n", "nodelist"),
+        ("sys/devices/system/node/node2/access0/initiators/read_latency", "fast\n", "read_latency"),
+        ("sys/kernel/mm/mempolicy/weighted_interleave/node1", "heavy\n", "node1"),
+        ("sys/devices/system/node/has_normal_memory", "0-1,\n", "has_normal_memory"),
+    ],
+)
 def test_malformed_files_are_problems_not_crashes(tmp_path, rel, text, what):
     root = _copy("cxl-memory-node", tmp_path)
     (root / rel).write_text(text)
@@ -107,8 +117,13 @@ def test_status_json_and_text(capsys):
     assert rep["interleave_weights"] == {"0": 1, "1": 1, "2": 1}
     n2 = rep["nodes"][2]
     assert n2["tier"] == 22 and n2["kind"] == "movable-only"
-    assert set(n2["access"]) == {"read_bandwidth_mbps", "write_bandwidth_mbps",
-                                 "read_latency_ns", "write_latency_ns", "initiators"}
+    assert set(n2["access"]) == {
+        "read_bandwidth_mbps",
+        "write_bandwidth_mbps",
+        "read_latency_ns",
+        "write_latency_ns",
+        "initiators",
+    }
     assert rep["default_memory_nodes"]["nodes"] == [0, 1]
     assert "2" in rep["default_memory_nodes"]["left_out"]
     assert nu.main(["status", "--root", fixture_root("gh200")]) == 0
@@ -119,13 +134,24 @@ def test_status_json_and_text(capsys):
 
 # -- the default -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name,want", [
-    ("cxl-memory-node", {0, 1}), ("gh200", {0}), ("sparse-ids", {0, 8}),
-    ("qemu-x86_64-memory-only", {0, 1}), ("xeon-max-hbm-flat", {0, 1}),
-    # plain machines: every node with memory in the cpuset, as before
-    ("dual-socket-8gpu", {0, 1}), ("four-node-asym", {0, 1, 2, 3}), ("single-node", {0}),
-    ("container-cpuset", {1}), ("memoryless-cpu-node", {1, 2}), ("no-node-dir", {0}),
-])
+
+@pytest.mark.parametrize(
+    "name,want",
+    [
+        ("cxl-memory-node", {0, 1}),
+        ("gh200", {0}),
+        ("sparse-ids", {0, 8}),
+        ("qemu-x86_64-memory-only", {0, 1}),
+        ("xeon-max-hbm-flat", {0, 1}),
+        # plain machines: every node with memory in the cpuset, as before
+        ("dual-socket-8gpu", {0, 1}),
+        ("four-node-asym", {0, 1, 2, 3}),
+        ("single-node", {0}),
+        ("container-cpuset", {1}),
+        ("memoryless-cpu-node", {1, 2}),
+        ("no-node-dir", {0}),
+    ],
+)
 def test_default_memory_nodes(name, want):
     t = topo(name)
     assert nu.default_memory_nodes(t) == want
@@ -137,8 +163,7 @@ def test_default_memory_nodes(name, want):
 def _tiered(tiers, normal=True):
     """qemu-x86_64-memory-only (CPU nodes 0-1, CPU-less node 2) with given tiers."""
     t = topo("qemu-x86_64-memory-only")
-    nodes = {n: v._replace(tier=tiers.get(n), has_normal_memory=normal)
-             for n, v in t.nodes.items()}
+    nodes = {n: v._replace(tier=tiers.get(n), has_normal_memory=normal) for n, v in t.nodes.items()}
     by = {}
     for n, tr in tiers.items():
         by.setdefault(tr, set()).add(n)
@@ -161,11 +186,12 @@ def test_slower_tier_left_out_and_tiers_beat_distance():
 
 def test_cpuset_limits_and_never_empty():
     t = topo("cxl-memory-node")._replace(allowed_mems=frozenset({2}))
-    assert nu.default_memory_nodes(t) == {2}     # the only allowed node stays
+    assert nu.default_memory_nodes(t) == {2}  # the only allowed node stays
 
 
-@pytest.mark.parametrize("name,fast,every", [
-    ("cxl-memory-node", {0, 1}, [0, 1, 2]), ("gh200", {0}, [0, 1])])
+@pytest.mark.parametrize(
+    "name,fast,every", [("cxl-memory-node", {0, 1}, [0, 1, 2]), ("gh200", {0}, [0, 1])]
+)
 def test_done_when_region_and_interleave_use_fast_nodes(name, fast, every, anon):
     b = sim(name)
     with nu.SharedRegion.create("t", 64 * MiB, policy="interleave", backend=b) as r:
@@ -197,6 +223,7 @@ def test_gpu_plans_and_choose_node_avoid_gpu_memory():
 
 # -- weighted interleave -----------------------------------------------------------------
 
+
 def test_weights_3_to_1_exact_split(anon):
     b = sim("cxl-memory-node", uid=0)
     prev = nu.set_interleave_weights({0: 3, 2: 1}, backend=b)
@@ -208,12 +235,15 @@ def test_weights_3_to_1_exact_split(anon):
     b.touch(addr, size)
     assert counts(b, addr, size) == {0: 12288, 2: 4096}
     assert "weighted interleave:0,2" in b.read_text("/proc/self/numa_maps")
-    entries = [e for e in nu.parse_numa_maps(b.read_text("/proc/self/numa_maps"))
-               if e.mode == "weighted interleave"]
+    entries = [
+        e
+        for e in nu.parse_numa_maps(b.read_text("/proc/self/numa_maps"))
+        if e.mode == "weighted interleave"
+    ]
     assert entries and entries[0].nodes == {0, 2}
     # the order inside each period: node 0 takes 3 consecutive indices, then node 2
     page = b.page_size
-    first = addr // page % 4                      # interleave index of the first page
+    first = addr // page % 4  # interleave index of the first page
     want = [0, 0, 0, 2]
     for i in range(8):
         assert nu.node_of(addr + i * page, backend=b) == want[(first + i) % 4]
@@ -256,17 +286,16 @@ def test_numa_strict_accepts_the_fallback_asked_for(anon, monkeypatch):
     res = nu.weighted_interleave(addr, size, nodes=[0, 1], fallback="interleave", backend=b)
     assert res and res.mode == "interleave"
     assert nu.get_policy(addr, backend=b).mode == nu.Mode.INTERLEAVE
-    with pytest.raises(OSError):            # without the fallback: strict, so it raises
+    with pytest.raises(OSError):  # without the fallback: strict, so it raises
         nu.weighted_interleave(addr, size, nodes=[0, 1], backend=b)
-    with pytest.raises(OSError):            # the fallback asked for, but it fails too
+    with pytest.raises(OSError):  # the fallback asked for, but it fails too
         nu.weighted_interleave(addr, size, nodes=[0, 77], fallback="interleave", backend=b)
 
 
 def test_shared_region_weighted_policy():
     b = sim("cxl-memory-node", uid=0)
     nu.set_interleave_weights({0: 3, 1: 1}, backend=b)
-    with nu.SharedRegion.create("w", 64 * MiB, policy="weighted-interleave",
-                                backend=b) as r:
+    with nu.SharedRegion.create("w", 64 * MiB, policy="weighted-interleave", backend=b) as r:
         assert r.policy and r.policy.nodes == {0, 1}
         assert r.placement() == {0: 48 * MiB, 1: 16 * MiB}
 
@@ -276,12 +305,11 @@ def test_old_kernel_says_why_and_fallback_is_explicit(anon):
     addr, size = anon(4 * MiB)
     res = nu.weighted_interleave(addr, size, nodes=[0, 1], backend=b)
     assert not res and res.reason == "no-weighted-interleave" and res.errno == errno.EINVAL
-    assert nu.get_policy(addr, backend=b).mode == nu.Mode.DEFAULT   # not a plain one
+    assert nu.get_policy(addr, backend=b).mode == nu.Mode.DEFAULT  # not a plain one
     with pytest.raises(OSError) as e:
         nu.weighted_interleave(addr, size, nodes=[0, 1], strict=True, backend=b)
     assert e.value.errno == errno.EINVAL
-    res = nu.weighted_interleave(addr, size, nodes=[0, 1], fallback="interleave",
-                                 backend=b)
+    res = nu.weighted_interleave(addr, size, nodes=[0, 1], fallback="interleave", backend=b)
     assert res and res.mode == "interleave"
     assert nu.interleave_weights(backend=b) is None
     with pytest.raises(OSError) as e:
@@ -295,7 +323,7 @@ def test_old_kernel_says_why_and_fallback_is_explicit(anon):
 
 
 def test_set_weights_needs_root_and_valid_weights():
-    b = sim("cxl-memory-node")            # uid 1000
+    b = sim("cxl-memory-node")  # uid 1000
     with pytest.raises(PermissionError):
         nu.set_interleave_weights({0: 3}, backend=b)
     root = sim("cxl-memory-node", uid=0)
@@ -309,8 +337,7 @@ def test_set_weights_needs_root_and_valid_weights():
 
 def test_set_weights_refuses_a_saved_tree():
     with pytest.raises(OSError):
-        nu.set_interleave_weights({0: 2}, backend=nu.LinuxBackend(
-            fixture_root("cxl-memory-node")))
+        nu.set_interleave_weights({0: 2}, backend=nu.LinuxBackend(fixture_root("cxl-memory-node")))
 
 
 def test_suggest_weights_like_the_kernel():
@@ -320,34 +347,40 @@ def test_suggest_weights_like_the_kernel():
     assert nu.suggest_weights(t, initiator=0) == {0: 28, 2: 3}
     assert nu.suggest_weights(topo("qemu-x86_64-two-node")) == {}
     # equal bandwidth reduces by the GCD to 1:1
-    g = t._replace(nodes={n: v._replace(access=t.nodes[0].access) for n, v in
-                          t.nodes.items()})
+    g = t._replace(nodes={n: v._replace(access=t.nodes[0].access) for n, v in t.nodes.items()})
     assert nu.suggest_weights(g) == {0: 1, 1: 1, 2: 1}
 
 
 def test_gather_saves_tier_files(tmp_path):
     import subprocess
     import sys
+
     tool = os.path.join(os.path.dirname(os.path.dirname(__file__)), "tools", "gather.py")
     out = tmp_path / "g"
     src = fixture_tree("cxl-memory-node", tmp_path / "src")
-    subprocess.run([sys.executable, tool, "--root", src,
-                    "--no-self-status", str(out)], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, tool, "--root", src, "--no-self-status", str(out)],
+        check=True,
+        capture_output=True,
+    )
     a = nu.read_topology(backend=nu.LinuxBackend(str(out / "root")))
     b = topo("cxl-memory-node")
     assert a.nodes == b.nodes and a.memory_tiers == b.memory_tiers
     assert a.interleave_weights == b.interleave_weights
 
 
-@pytest.mark.parametrize("weights,match", [
-    ({0: 7, True: 3}, "node id must be an int, not True"),
-    ({0: 7, 1.0: 3}, "node id must be an int, not 1.0"),
-    ({0: 7, "1": 3}, "node id must be an int, not '1'"),
-    ({0: 7, 1: 0}, "must be 1-255, not 0"),
-    ({0: 7, 1: 256}, "must be 1-255, not 256"),
-    ({0: 7, 1: True}, "must be 1-255, not True"),
-    ({0: 7, 9: 3}, "no weighted-interleave weight for node 9"),
-])
+@pytest.mark.parametrize(
+    "weights,match",
+    [
+        ({0: 7, True: 3}, "node id must be an int, not True"),
+        ({0: 7, 1.0: 3}, "node id must be an int, not 1.0"),
+        ({0: 7, "1": 3}, "node id must be an int, not '1'"),
+        ({0: 7, 1: 0}, "must be 1-255, not 0"),
+        ({0: 7, 1: 256}, "must be 1-255, not 256"),
+        ({0: 7, 1: True}, "must be 1-255, not True"),
+        ({0: 7, 9: 3}, "no weighted-interleave weight for node 9"),
+    ],
+)
 def test_set_interleave_weights_is_all_or_nothing(weights, match):
     """A bad entry anywhere in the mapping writes no weight at all (node 0's 7 was
     written before {0: 7, True: 3} failed)."""

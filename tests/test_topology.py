@@ -1,4 +1,5 @@
 """The topology reader against every fixture's expected.json, and against broken trees."""
+
 import json
 import os
 
@@ -29,7 +30,7 @@ def test_fixture_has_source_md(name):
 @pytest.mark.parametrize("name", FIXTURES)
 def test_topology_invariants(name):
     t = _read(name)
-    json.dumps(nu.to_json(t))            # JSON-serialisable through one function
+    json.dumps(nu.to_json(t))  # JSON-serialisable through one function
     for n in t.nodes.values():
         assert isinstance(n.cpus, frozenset)
         for c in n.cpus:
@@ -83,6 +84,7 @@ def test_nearest_orders_by_distance():
 
 # -- broken trees: a warning in Topology.problems, never a crash ----------------------
 
+
 @pytest.fixture
 def tree(tmp_path):
     dst = tmp_path / "root"
@@ -93,27 +95,30 @@ def tree(tmp_path):
 NODE = "sys/devices/system/node"
 
 
-@pytest.mark.parametrize("rel,content,expect", [
-    (f"{NODE}/node1/cpulist", "garbage!\n", "node1/cpulist"),
-    (f"{NODE}/node0/meminfo", "Node 0 MemTotal: lots kB\n", "node0/meminfo"),
-    (f"{NODE}/node0/distance", "10 x\n", "node0/distance"),
-    (f"{NODE}/node0/distance", "10 21 31\n", "distances ignored"),
-    (f"{NODE}/online", "0-\n", "node/online"),
-    ("proc/self/status", "Name: x\nCpus_allowed_list:\tzz\n", "Cpus_allowed_list"),
-    ("sys/kernel/mm/transparent_hugepage/enabled", "always madvise never\n", "THP"),
-    ("proc/sys/kernel/numa_balancing", "on\n", "numa_balancing"),
-])
+@pytest.mark.parametrize(
+    "rel,content,expect",
+    [
+        (f"{NODE}/node1/cpulist", "garbage!\n", "node1/cpulist"),
+        (f"{NODE}/node0/meminfo", "Node 0 MemTotal: lots kB\n", "node0/meminfo"),
+        (f"{NODE}/node0/distance", "10 x\n", "node0/distance"),
+        (f"{NODE}/node0/distance", "10 21 31\n", "distances ignored"),
+        (f"{NODE}/online", "0-\n", "node/online"),
+        ("proc/self/status", "Name: x\nCpus_allowed_list:\tzz\n", "Cpus_allowed_list"),
+        ("sys/kernel/mm/transparent_hugepage/enabled", "always madvise never\n", "THP"),
+        ("proc/sys/kernel/numa_balancing", "on\n", "numa_balancing"),
+    ],
+)
 def test_malformed_files_become_problems(tree, rel, content, expect):
     (tree / rel).write_text(content)
     t = _read(str(tree))
     assert any(expect in p for p in t.problems), t.problems
-    assert t.nodes                        # still a usable topology
+    assert t.nodes  # still a usable topology
 
 
 def test_unreadable_file_is_a_problem_not_a_crash(tree):
     p = tree / NODE / "node0" / "meminfo"
     p.unlink()
-    p.mkdir()                             # reading a directory fails even as root
+    p.mkdir()  # reading a directory fails even as root
     t = _read(str(tree))
     assert any("node0/meminfo" in x for x in t.problems)
     assert t.nodes[0].mem_total_kb == 0
@@ -131,8 +136,13 @@ def test_cpumap_only_and_nul_terminated(tree):
 
 
 def test_missing_files_fall_back(tree):
-    for rel in (f"{NODE}/has_cpu", f"{NODE}/has_memory", f"{NODE}/possible",
-                "proc/self/status", "proc/sys/kernel/numa_balancing"):
+    for rel in (
+        f"{NODE}/has_cpu",
+        f"{NODE}/has_memory",
+        f"{NODE}/possible",
+        "proc/self/status",
+        "proc/sys/kernel/numa_balancing",
+    ):
         os.unlink(tree / rel)
     t = _read(str(tree))
     assert t.nodes_with_cpus == frozenset({0, 1})
@@ -158,8 +168,14 @@ def test_synthetic_fixtures_are_what_the_generator_writes():
     import sys
 
     from conftest import REPO
-    p = subprocess.run([sys.executable, str(REPO / "tools" / "make_fixtures.py"), "--check"],
-                       capture_output=True, text=True, timeout=120, cwd=str(REPO))
+
+    p = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "make_fixtures.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(REPO),
+    )
     assert p.returncode == 0, p.stdout + p.stderr
 
 
@@ -197,7 +213,7 @@ def test_what_the_first_cpu_lacks_is_not_looked_for_again(tree):
     full, seen = _looked_up(tree)
     online = sorted(full.online_cpus)
     assert len(online) > 2 and all(full.cpus[c].siblings for c in online)
-    assert len({p.split("/cache")[0] for p in seen if "/cache" in p}) > 1   # several CPUs
+    assert len({p.split("/cache")[0] for p in seen if "/cache" in p}) > 1  # several CPUs
     # An old kernel (no *_list files) without cacheinfo, as the first online CPU shows.
     for c in online:
         for f in ("topology/thread_siblings_list", "topology/core_cpus_list"):
@@ -209,8 +225,7 @@ def test_what_the_first_cpu_lacks_is_not_looked_for_again(tree):
     first = f"cpu{online[0]}/"
     assert [p for p in seen if "_list" in p and "topology" in p and first not in p] == []
     assert [p for p in seen if p.endswith("/cache") and first not in p] == []
-    assert all(t.cpus[c].siblings == frozenset() and t.cpus[c].llc == frozenset()
-               for c in online)
+    assert all(t.cpus[c].siblings == frozenset() and t.cpus[c].llc == frozenset() for c in online)
     assert [t.cpus[c].core for c in online] == [full.cpus[c].core for c in online]
     assert t.problems == ()
 
@@ -219,14 +234,17 @@ def test_what_the_first_node_lacks_is_not_looked_for_again(tree):
     node = tree / NODE
     full, seen = _looked_up(tree)
     assert sum(p.endswith("/hugepages") for p in seen) > len(full.nodes) > 1  # each node
-    for n in full.nodes:        # an old kernel (cpumap only) without hugetlbfs
+    for n in full.nodes:  # an old kernel (cpumap only) without hugetlbfs
         (node / f"node{n}" / "cpulist").unlink()
         for d in sorted((node / f"node{n}" / "hugepages").glob("**/*"), reverse=True):
             d.rmdir() if d.is_dir() else d.unlink()
         (node / f"node{n}" / "hugepages").rmdir()
     t, seen = _looked_up(tree)
     first = f"node{min(full.nodes)}/"
-    assert [p for p in seen if p.endswith(("/cpulist", "/hugepages")) and first not in p
-            and "/node/node" in p] == []
+    assert [
+        p
+        for p in seen
+        if p.endswith(("/cpulist", "/hugepages")) and first not in p and "/node/node" in p
+    ] == []
     assert {n: v.cpus for n, v in t.nodes.items()} == {n: v.cpus for n, v in full.nodes.items()}
     assert all(v.hugepages == {} for v in t.nodes.values()) and t.problems == ()

@@ -1,5 +1,6 @@
 """The vendoring promise: numa_utils.py copied alone, under another name, in a package,
 imports without touching the system and works."""
+
 import json
 import os
 import subprocess
@@ -10,8 +11,13 @@ from conftest import REPO, fixture_root
 
 
 def _run(code, cwd):
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=str(cwd),
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=str(cwd),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def _vendor(tmp_path, engine, *files):
@@ -26,22 +32,26 @@ def _vendor(tmp_path, engine, *files):
 
 def test_copy_under_another_name_in_a_package(tmp_path):
     _vendor(tmp_path, "lightllm", "numa_utils.py")
-    p = _run(f"""
+    p = _run(
+        f"""
         import sys
         from lightllm.utils import numa_utils as nu
         assert "numa_utils" not in sys.modules, "imported itself by its own name"
-        t = nu.read_topology(backend=nu.LinuxBackend({fixture_root('four-node-asym')!r}))
+        t = nu.read_topology(backend=nu.LinuxBackend({fixture_root("four-node-asym")!r}))
         assert len(t.nodes) == 4
-        assert nu.main(["status", "--root", {fixture_root('single-node')!r}]) == 0
+        assert nu.main(["status", "--root", {fixture_root("single-node")!r}]) == 0
         print("ok")
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert p.returncode == 0, p.stderr
     assert "ok" in p.stdout
 
 
 def test_copy_alone_without_envs(tmp_path):
     (tmp_path / "vendored_numa.py").write_text((REPO / "numa_utils.py").read_text())
-    p = _run("""
+    p = _run(
+        """
         import json, io, contextlib, vendored_numa as nu
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
@@ -49,14 +59,17 @@ def test_copy_alone_without_envs(tmp_path):
         rep = json.loads(out.getvalue())
         assert rep["config"]["NUMA_UTILS_NUMA_STRICT"] == {"value": False, "source": "default"}
         print("ok")
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert p.returncode == 0, p.stderr
 
 
 def test_import_reads_nothing_and_loads_no_library(tmp_path):
     """Nothing happens at import: no /sys or /proc file opened, no library loaded."""
     (tmp_path / "vendored_copy.py").write_text((REPO / "numa_utils.py").read_text())
-    p = _run("""
+    p = _run(
+        """
         import builtins, io, os, sys, ctypes
         opened = []
         real_open = io.open
@@ -80,25 +93,30 @@ def test_import_reads_nothing_and_loads_no_library(tmp_path):
         assert not bad, bad
         assert not loaded, loaded
         print("ok")
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert p.returncode == 0, p.stderr
 
 
 def test_engine_prefix_set_with_configure(tmp_path):
     _vendor(tmp_path, "engine", "numa_utils.py", "envs.py")
-    p = _run(f"""
+    p = _run(
+        f"""
         import os
         from engine.utils import numa_utils as nu
         nu.configure(env_prefix="LIGHTLLM_")
         os.environ["LIGHTLLM_ENABLE_NUMA_INTERLEAVE"] = "yes"
-        rep = nu.status_report(backend=nu.LinuxBackend({fixture_root('single-node')!r}))
+        rep = nu.status_report(backend=nu.LinuxBackend({fixture_root("single-node")!r}))
         cfg = rep["config"]
         assert cfg["LIGHTLLM_ENABLE_NUMA_INTERLEAVE"] == {{"value": True, "source": "env"}}, cfg
         os.environ["LIGHTLLM_NUMA_STRICT"] = "maybe"
-        rep = nu.status_report(backend=nu.LinuxBackend({fixture_root('single-node')!r}))
+        rep = nu.status_report(backend=nu.LinuxBackend({fixture_root("single-node")!r}))
         assert "LIGHTLLM_NUMA_STRICT" in rep["config_error"], rep.get("config_error")
         print("ok")
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert p.returncode == 0, p.stderr
 
 
@@ -110,46 +128,72 @@ def test_copy_alone_answers_other_commands_with_one_line(tmp_path):
     # that the copy would rightly use.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     for argv in (["maps", "self"], ["numactl", "--show"], ["-v", "plan"]):
-        p = subprocess.run([sys.executable, "-S", "-m", "lightllm.utils.numa_utils", *argv],
-                           cwd=str(tmp_path), capture_output=True, text=True, timeout=60,
-                           env=env)
+        p = subprocess.run(
+            [sys.executable, "-S", "-m", "lightllm.utils.numa_utils", *argv],
+            cwd=str(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
         assert p.returncode == 2, (argv, p.stderr)
         assert len(p.stderr.splitlines()) == 1 and "numa_utils_cli.py" in p.stderr, p.stderr
-    p = subprocess.run([sys.executable, "-S", "-m", "lightllm.utils.numa_utils", "status",
-                        "--root", fixture_root("single-node")], cwd=str(tmp_path),
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-S",
+            "-m",
+            "lightllm.utils.numa_utils",
+            "status",
+            "--root",
+            fixture_root("single-node"),
+        ],
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 0 and "NODE" in p.stdout.upper(), p.stderr
 
 
 def test_cli_and_sim_found_as_siblings_in_a_package(tmp_path):
     _vendor(tmp_path, "engine", "numa_utils.py", "numa_utils_cli.py", "numa_utils_sim.py")
-    p = _run(f"""
+    p = _run(
+        f"""
         import io, contextlib, json, sys
         from engine.utils import numa_utils as nu
         from engine.utils.numa_utils_sim import SimulatedBackend
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            assert nu.main(["plan", "--root", {fixture_root('dual-socket-8gpu')!r},
+            assert nu.main(["plan", "--root", {fixture_root("dual-socket-8gpu")!r},
                             "--json"]) == 0
         assert json.loads(out.getvalue())
         assert nu.SimulatedBackend is SimulatedBackend
-        sim = SimulatedBackend({fixture_root('four-node-asym')!r})
+        sim = SimulatedBackend({fixture_root("four-node-asym")!r})
         with nu.use_backend(sim):
             assert len(nu.read_topology().nodes) == 4
         assert nu.default_backend() is not sim
         assert "numa_utils" not in sys.modules and "numa_utils_cli" not in sys.modules
         print("ok")
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert p.returncode == 0, p.stderr
     assert "ok" in p.stdout
 
 
 def test_cli_refuses_a_library_of_another_version(tmp_path):
     (tmp_path / "numa_utils.py").write_text(
-        (REPO / "numa_utils.py").read_text().replace('__version__ = "', '__version__ = "9', 1))
+        (REPO / "numa_utils.py").read_text().replace('__version__ = "', '__version__ = "9', 1)
+    )
     (tmp_path / "numa_utils_cli.py").write_text((REPO / "numa_utils_cli.py").read_text())
-    p = subprocess.run([sys.executable, "numa_utils.py", "maps", "self"], cwd=str(tmp_path),
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "numa_utils.py", "maps", "self"],
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2, p.stderr
     assert len(p.stderr.splitlines()) == 1 and "another" not in p.stderr, p.stderr
     assert "numa_utils_cli 0" in p.stderr and "not 9" in p.stderr, p.stderr
@@ -157,26 +201,35 @@ def test_cli_refuses_a_library_of_another_version(tmp_path):
 
 def test_simulator_refuses_a_library_it_does_not_model(tmp_path):
     (tmp_path / "numa_utils.py").write_text(
-        (REPO / "numa_utils.py").read_text().replace('__version__ = "', '__version__ = "9', 1))
+        (REPO / "numa_utils.py").read_text().replace('__version__ = "', '__version__ = "9', 1)
+    )
     (tmp_path / "numa_utils_sim.py").write_text((REPO / "numa_utils_sim.py").read_text())
-    p = _run(f"""
+    p = _run(
+        f"""
         from numa_utils_sim import SimulatedBackend
         try:
-            SimulatedBackend({fixture_root('single-node')!r})
+            SimulatedBackend({fixture_root("single-node")!r})
         except RuntimeError as e:
             print("refused:", e)
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert p.returncode == 0 and "refused: numa_utils_sim" in p.stdout, p.stderr
 
 
 def test_library_names_no_simulator():
     import ast
+
     tree = ast.parse((REPO / "numa_utils.py").read_text())
     classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
     assert not classes & {"SimulatedBackend", "_SimKernel"}, classes
-    checks = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
-              and getattr(n.func, "id", None) == "isinstance"
-              and "Simulated" in ast.dump(n)]
+    checks = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
+        and getattr(n.func, "id", None) == "isinstance"
+        and "Simulated" in ast.dump(n)
+    ]
     assert not checks
 
 
@@ -191,18 +244,21 @@ def test_foreign_envs_beside_a_vendored_copy_is_never_executed(tmp_path):
     (tmp_path / "other" / "envs.py").write_text(bad)
     (tmp_path / "envs.py").write_text(bad)
     (tmp_path / "other" / "utils" / "numa_utils_envs.py").write_text(bad)
-    p = _run(f"""
+    p = _run(
+        f"""
         import os
         os.environ["NUMA_UTILS_ENABLE_NUMA_INTERLEAVE"] = "1"
         from other.utils import numa_utils as nu
         from other.utils.numa_utils_sim import SimulatedBackend
-        s = SimulatedBackend({fixture_root('dual-socket-8gpu')!r})
+        s = SimulatedBackend({fixture_root("dual-socket-8gpu")!r})
         with nu.SharedRegion.create("kv", 8 << 20, backend=s) as r:
             assert r.policy.mode == "interleave", r.policy
         rep = nu.status_report(backend=s)
         assert rep["config"]["NUMA_UTILS_ENABLE_NUMA_INTERLEAVE"]["value"] is True
         print("ok")
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert p.returncode == 0, p.stderr
     assert "ok" in p.stdout
     assert not marker.exists(), "a foreign envs.py was executed"
@@ -210,9 +266,22 @@ def test_foreign_envs_beside_a_vendored_copy_is_never_executed(tmp_path):
 
 def test_status_env_prefix(tmp_path):
     env = {**os.environ, "LIGHTLLM_NUMA_STRICT": "1", "LIGHTLLM_NUMA_NODES": "garbage"}
-    p = subprocess.run([sys.executable, str(REPO / "numa_utils.py"), "status", "--json",
-                        "--env-prefix", "LIGHTLLM_", "--root", fixture_root("single-node")],
-                       capture_output=True, text=True, timeout=60, env=env)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "numa_utils.py"),
+            "status",
+            "--json",
+            "--env-prefix",
+            "LIGHTLLM_",
+            "--root",
+            fixture_root("single-node"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stdout)
     assert rep["config"]["LIGHTLLM_NUMA_STRICT"] == {"value": True, "source": "env"}

@@ -42,14 +42,14 @@ vmrun = _load_vm_run()
 
 # Each risk at least once (KERNEL_FACTS section 9, issue 5):
 GUESTS = [
-    ("x86_64", "two-node"),         # baseline, x86_64 syscall order 237/238/239
-    ("x86_64", "four-node-asym"),   # asymmetric distances
-    ("x86_64", "many-66"),          # 66 nodes: masks wider than one 64-bit word
-    ("x86_64", "cpuset"),           # cgroup v2 cpuset.mems=0: real EINVAL paths
-    ("aarch64", "two-node"),        # asm-generic numbers (235/236/237), the 237 trap
-    ("aarch64", "memory-only"),     # a CPU-less memory node
-    ("ppc64le", "two-node"),        # 64 KiB pages
-    ("s390x", "no-numa"),           # big-endian, kernel without NUMA: ENOSYS
+    ("x86_64", "two-node"),  # baseline, x86_64 syscall order 237/238/239
+    ("x86_64", "four-node-asym"),  # asymmetric distances
+    ("x86_64", "many-66"),  # 66 nodes: masks wider than one 64-bit word
+    ("x86_64", "cpuset"),  # cgroup v2 cpuset.mems=0: real EINVAL paths
+    ("aarch64", "two-node"),  # asm-generic numbers (235/236/237), the 237 trap
+    ("aarch64", "memory-only"),  # a CPU-less memory node
+    ("ppc64le", "two-node"),  # 64 KiB pages
+    ("s390x", "no-numa"),  # big-endian, kernel without NUMA: ENOSYS
     # Linux 6.12 (Debian 13 image): ACPI HMAT, node 2 in a lower memory tier,
     # weighted interleave 3:1 (issue 11)
     ("x86_64-6.12", "hmat-tiers"),
@@ -63,9 +63,16 @@ GUESTS = [
 
 # Checks that must have run (passed, not skipped) in a guest of that kind.
 _ALWAYS = {"raw_sysfs_topology", "topology"}
-_NUMA = {"raw_interleave_split", "raw_bind_prefer_get", "raw_seccomp_eperm",
-         "raw_shared_regions", "raw_numa_maps_kinds", "interleave_split", "bind_prefer",
-         "numa_maps_parse"}
+_NUMA = {
+    "raw_interleave_split",
+    "raw_bind_prefer_get",
+    "raw_seccomp_eperm",
+    "raw_shared_regions",
+    "raw_numa_maps_kinds",
+    "interleave_split",
+    "bind_prefer",
+    "numa_maps_parse",
+}
 
 
 def required_checks(arch, topology):
@@ -83,9 +90,8 @@ def required_checks(arch, topology):
         need |= {"seccomp_fallback", "shared_regions", "layout_regions"}
     if arch == "aarch64":
         need.add("raw_wrong_number_is_caught")
-    if len([n for n in topo["nodes"].values() if n["mem_mb"]]) >= 2 \
-            and topo["cgroup_mems"] is None:
-        need.add("raw_weighted_interleave")   # 3:1 on 6.9+, EINVAL on 6.1
+    if len([n for n in topo["nodes"].values() if n["mem_mb"]]) >= 2 and topo["cgroup_mems"] is None:
+        need.add("raw_weighted_interleave")  # 3:1 on 6.9+, EINVAL on 6.1
     if topo.get("hmat") or topo.get("tiers"):
         need.add("raw_tiers_hmat")
     if topo.get("pci"):
@@ -97,7 +103,7 @@ def required_checks(arch, topology):
     if topo.get("cxl_mb"):
         need |= {"raw_cxl_node", "cxl_api", "weighted_interleave_api"}
     if arch.startswith("x86_64") and topology in ("two-node", "cxl"):
-        need.add("fit_real")    # fit() against a cgroup, huge pages, a small /dev/shm
+        need.add("fit_real")  # fit() against a cgroup, huge pages, a small /dev/shm
     return need
 
 
@@ -126,8 +132,11 @@ def test_guest(arch, topology):
     print(summary)
     assert records, f"no check results from the guest; console:\n{console[-4000:]}"
     failed = [r for r in records if r["status"] == "fail"]
-    assert not failed, summary + "\n\n" + "\n".join(
-        f"{r['name']}: {r['detail']}\n{r.get('traceback', '')}" for r in failed)
+    assert not failed, (
+        summary
+        + "\n\n"
+        + "\n".join(f"{r['name']}: {r['detail']}\n{r.get('traceback', '')}" for r in failed)
+    )
     status = {r["name"]: r["status"] for r in records}
     missing = sorted(n for n in required_checks(arch, topology) if status.get(n) != "pass")
     assert not missing, f"required checks did not pass: {missing}\n{summary}"
@@ -142,9 +151,11 @@ def test_guest(arch, topology):
 @pytest.mark.vm
 def test_guest_catches_wrong_syscall_number():
     """aarch64 with mbind = 237 in numa_utils' table: the tier must fail."""
-    command = ("NUMA_UTILS_VM_WRONG_SYSCALL=mbind=237 "
-               "NUMA_UTILS_VM_ONLY=interleave_split,bind_prefer "
-               "python3 /vmtest/guest_runner.py")
+    command = (
+        "NUMA_UTILS_VM_WRONG_SYSCALL=mbind=237 "
+        "NUMA_UTILS_VM_ONLY=interleave_split,bind_prefer "
+        "python3 /vmtest/guest_runner.py"
+    )
     ok, console, records, seconds = _boot("aarch64", "two-node", command=command)
     summary = _summary("aarch64", "two-node (mbind patched to 237)", records, seconds)
     print(summary)
@@ -164,18 +175,18 @@ SIM_ARCHES = ("x86_64", "aarch64", "ppc64le")
 # 11, the rule of default_memory_nodes): GPU HBM and movable-only nodes, and CPU-less
 # nodes farther from every CPU node than the CPU nodes are from each other, stay out.
 DEFAULT_MEMORY_NODES = {
-    "cxl-memory-node": [0, 1],          # node 2: movable-only CXL expander, tier 22
-    "gh200": [0],                       # node 1: the H100's HBM
-    "sparse-ids": [0, 8],               # 250-255: the V100s' movable-only HBM
+    "cxl-memory-node": [0, 1],  # node 2: movable-only CXL expander, tier 22
+    "gh200": [0],  # node 1: the H100's HBM
+    "sparse-ids": [0, 8],  # 250-255: the V100s' movable-only HBM
     "qemu-x86_64-memory-only": [0, 1],  # node 2: CPU-less at 30/40 > 20
     "qemu-ppc64le-memory-only": [0, 1],
-    "xeon-max-hbm-flat": [0, 1],        # nodes 2-3: HBM in the faster tier 3, opt-in
+    "xeon-max-hbm-flat": [0, 1],  # nodes 2-3: HBM in the faster tier 3, opt-in
 }
 
 
-DEFAULT_MEMORY_NODES["qemu-x86_64-hmat-tiers"] = [0, 1]   # node 2: HMAT tier 54
+DEFAULT_MEMORY_NODES["qemu-x86_64-hmat-tiers"] = [0, 1]  # node 2: HMAT tier 54
 DEFAULT_MEMORY_NODES["qemu-x86_64-pci-devices"] = [0, 1]  # node 2: generic initiator
-DEFAULT_MEMORY_NODES["cxl-qemu-6.12"] = [0, 1]            # node 2: CXL, tier 22
+DEFAULT_MEMORY_NODES["cxl-qemu-6.12"] = [0, 1]  # node 2: CXL, tier 22
 
 
 def expect_from_fixture(name, arch):
@@ -185,18 +196,20 @@ def expect_from_fixture(name, arch):
     ids = [n["id"] for n in nodes]
     has_dir = "root/sys/devices/system/node" in nu._Archive(fixture_root(name)).dirs
     tiers = {}
-    if "memory_tiers" in exp:   # issue 11 keys: the tiers fastest first, HMAT access0
-        tiers["tiers"] = [sorted(v) for _, v in sorted(exp["memory_tiers"].items(),
-                                                       key=lambda kv: int(kv[0]))]
+    if "memory_tiers" in exp:  # issue 11 keys: the tiers fastest first, HMAT access0
+        tiers["tiers"] = [
+            sorted(v) for _, v in sorted(exp["memory_tiers"].items(), key=lambda kv: int(kv[0]))
+        ]
         tiers["access"] = {str(n["id"]): n["access"] for n in nodes if n.get("access")}
     return {
         **tiers,
         "arch": arch,
         "topology": f"fixture:{name}",
         "numa": has_dir,
-        "nodes": {str(n["id"]): {"cpus": sorted(n["cpus"]),
-                                 "mem_mb": math.ceil(n["mem_total_kb"] / 1024)}
-                  for n in nodes},
+        "nodes": {
+            str(n["id"]): {"cpus": sorted(n["cpus"]), "mem_mb": math.ceil(n["mem_total_kb"] / 1024)}
+            for n in nodes
+        },
         "distances": [[n["distances"].get(str(m)) for m in ids] for n in nodes],
         "memory_only": sorted(set(exp["nodes_with_memory"]) - set(exp["nodes_with_cpus"])),
         "cpus": len(exp.get("cpus", {})),
@@ -213,19 +226,23 @@ def test_simulated(fixture, arch):
         pytest.skip("numa_utils.SimulatedBackend does not exist yet")
     expect = expect_from_fixture(fixture, arch)
     if arch == "aarch64" and max(int(n) for n in expect["nodes"]) >= 64:
-        pytest.skip("node ids >= 64 cannot exist on aarch64 (arm64 kernels allow at "
-                    "most 64 nodes, Debian's 16): mbind is EINVAL there, rightly")
+        pytest.skip(
+            "node ids >= 64 cannot exist on aarch64 (arm64 kernels allow at "
+            "most 64 nodes, Debian's 16): mbind is EINVAL there, rightly"
+        )
     backend = nu.SimulatedBackend(fixture_root(fixture), arch=arch)
     env = kc.make_env(expect, nu, backend, real=False)
     records = kc.run_checks(env)
     print(_summary(f"simulated {arch}", fixture, records, 0))
     failed = [r for r in records if r["status"] == "fail"]
-    assert not failed, "\n".join(f"{r['name']}: {r['detail']}\n{r.get('traceback', '')}"
-                                 for r in failed)
+    assert not failed, "\n".join(
+        f"{r['name']}: {r['detail']}\n{r.get('traceback', '')}" for r in failed
+    )
     assert any(r["status"] == "pass" for r in records if not r["name"].startswith("raw_"))
 
 
 # ---------------------------------------------------------------- native
+
 
 def _native_expect():
     """The expectation for this machine, from its own sysfs (the policy checks
@@ -236,9 +253,13 @@ def _native_expect():
         "arch": os.uname().machine,
         "topology": "native",
         "numa": bool(getattr(topo, "has_node_dir", True)),
-        "nodes": {str(n): {"cpus": sorted(topo.nodes[n].cpus),
-                           "mem_mb": math.ceil(topo.nodes[n].mem_total_kb / 1024)}
-                  for n in ids},
+        "nodes": {
+            str(n): {
+                "cpus": sorted(topo.nodes[n].cpus),
+                "mem_mb": math.ceil(topo.nodes[n].mem_total_kb / 1024),
+            }
+            for n in ids
+        },
         "distances": [[topo.nodes[n].distances.get(m) for m in ids] for n in ids],
         "memory_only": sorted(set(topo.nodes_with_memory) - set(topo.nodes_with_cpus)),
         "cpus": len(topo.cpus),
@@ -265,6 +286,7 @@ def test_native_multi_node():
 def test_simulated_catches_wrong_syscall_number(monkeypatch):
     """The simulator tier fails too when numa_utils' aarch64 mbind is 237."""
     from types import MappingProxyType
+
     fixture = "qemu-aarch64-four-node"
     if fixture not in SIM_FIXTURES:
         pytest.skip(f"fixture {fixture} missing")
@@ -273,26 +295,29 @@ def test_simulated_catches_wrong_syscall_number(monkeypatch):
     monkeypatch.setattr(nu, "SYSCALL_TABLES", MappingProxyType(tables))
     backend = nu.SimulatedBackend(fixture_root(fixture), arch="aarch64")
     env = kc.make_env(expect_from_fixture(fixture, "aarch64"), nu, backend, real=False)
-    status = {r["name"]: r["status"]
-              for r in kc.run_checks(env, ["interleave_split", "bind_prefer"])}
+    status = {
+        r["name"]: r["status"] for r in kc.run_checks(env, ["interleave_split", "bind_prefer"])
+    }
     assert status == {"interleave_split": "fail", "bind_prefer": "fail"}, status
 
 
 # ---------------------------------------------------------------- numactl matrix
 
 MATRIX_GUESTS = [
-    ("x86_64", "memory-only"),      # Debian 12: numactl 2.0.16, Linux 6.1
+    ("x86_64", "memory-only"),  # Debian 12: numactl 2.0.16, Linux 6.1
     ("x86_64-6.12", "hmat-tiers"),  # Debian 13: numactl 2.0.19 (--weighted-interleave), 6.12
 ]
-MATRIX_FILES = {"/vmtest/numactl_matrix.py": str(REPO / "vm" / "numactl_matrix.py"),
-                "/vmtest/numactl_matrix.txt": str(REPO / "vm" / "numactl_matrix.txt")}
+MATRIX_FILES = {
+    "/vmtest/numactl_matrix.py": str(REPO / "vm" / "numactl_matrix.py"),
+    "/vmtest/numactl_matrix.txt": str(REPO / "vm" / "numactl_matrix.txt"),
+}
 
 
 def matrix_records(console):
     out = []
     for line in vmrun.guest_output(console).splitlines():
         if line.startswith("NUMACTL "):
-            out.append(json.loads(line[len("NUMACTL "):]))
+            out.append(json.loads(line[len("NUMACTL ") :]))
     return out
 
 
@@ -300,23 +325,32 @@ def _matrix_summary(records):
     lines = []
     for r in records:
         a, b = r["numactl"], r["numa_utils"]
-        lines.append(f"  {'ok  ' if r['match'] else 'DIFF'} numactl {' '.join(r['args'])}"
-                     f" {' '.join(r['tags'])}: exit {a['rc']}/{b['rc']}"
-                     + ("" if r["match"] else f" {'; '.join(r['why'])}\n"
-                        f"      numactl:    {a['out'][:300]!r} {a['err'][:200]!r}\n"
-                        f"      numa_utils: {b['out'][:300]!r} {b['err'][:200]!r}"))
+        lines.append(
+            f"  {'ok  ' if r['match'] else 'DIFF'} numactl {' '.join(r['args'])}"
+            f" {' '.join(r['tags'])}: exit {a['rc']}/{b['rc']}"
+            + (
+                ""
+                if r["match"]
+                else f" {'; '.join(r['why'])}\n"
+                f"      numactl:    {a['out'][:300]!r} {a['err'][:200]!r}\n"
+                f"      numa_utils: {b['out'][:300]!r} {b['err'][:200]!r}"
+            )
+        )
     return "\n".join(lines)
 
 
 @pytest.mark.vm
-@pytest.mark.parametrize("arch,topology", MATRIX_GUESTS,
-                         ids=[f"{a}-{t}" for a, t in MATRIX_GUESTS])
+@pytest.mark.parametrize("arch,topology", MATRIX_GUESTS, ids=[f"{a}-{t}" for a, t in MATRIX_GUESTS])
 def test_numactl_matrix(arch, topology):
     """Issue 13: >= 40 numactl command lines give the same exit status and the same
     `numactl --show` from the child under numactl and under numa_utils numactl."""
     ok, console, _, seconds = _boot(
-        arch, topology, files=MATRIX_FILES, timeout=600,
-        command="python3 /vmtest/numactl_matrix.py /vmtest/numactl_matrix.txt")
+        arch,
+        topology,
+        files=MATRIX_FILES,
+        timeout=600,
+        command="python3 /vmtest/numactl_matrix.py /vmtest/numactl_matrix.txt",
+    )
     records = matrix_records(console)
     assert records, f"no matrix output; console:\n{console[-4000:]}"
     if "skip" in records[0]:
@@ -331,5 +365,4 @@ def test_numactl_matrix(arch, topology):
     assert ok, console[-3000:]
     known = [" ".join(r["args"]) for r in records if not r["match"]]
     if known:
-        warnings.warn(f"numactl matrix {arch} {topology}: known differences: {known}",
-                      stacklevel=1)
+        warnings.warn(f"numactl matrix {arch} {topology}: known differences: {known}", stacklevel=1)

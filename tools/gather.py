@@ -32,26 +32,62 @@ import re
 import sys
 import time
 
-NODE_FILES = ("online", "possible", "has_cpu", "has_memory", "has_normal_memory",
-              "has_generic_initiator", "has_high_memory")
+NODE_FILES = (
+    "online",
+    "possible",
+    "has_cpu",
+    "has_memory",
+    "has_normal_memory",
+    "has_generic_initiator",
+    "has_high_memory",
+)
 NODE_DIR_FILES = ("cpulist", "cpumap", "meminfo", "distance", "numastat", "vmstat")
 HUGEPAGE_NODE_FILES = ("nr_hugepages", "free_hugepages", "surplus_hugepages")
-HUGEPAGE_GLOBAL_FILES = ("nr_hugepages", "free_hugepages", "surplus_hugepages",
-                         "resv_hugepages", "nr_overcommit_hugepages")
+HUGEPAGE_GLOBAL_FILES = (
+    "nr_hugepages",
+    "free_hugepages",
+    "surplus_hugepages",
+    "resv_hugepages",
+    "nr_overcommit_hugepages",
+)
 HMAT_FILES = ("read_bandwidth", "write_bandwidth", "read_latency", "write_latency")
 CPU_FILES = ("possible", "present", "online", "offline", "kernel_max")
-CPU_TOPOLOGY_FILES = ("core_id", "physical_package_id", "die_id", "cluster_id",
-                      "thread_siblings_list", "thread_siblings", "core_cpus_list",
-                      "core_cpus", "core_siblings_list", "package_cpus_list")
+CPU_TOPOLOGY_FILES = (
+    "core_id",
+    "physical_package_id",
+    "die_id",
+    "cluster_id",
+    "thread_siblings_list",
+    "thread_siblings",
+    "core_cpus_list",
+    "core_cpus",
+    "core_siblings_list",
+    "package_cpus_list",
+)
 CPU_CACHE_FILES = ("level", "type", "shared_cpu_list", "shared_cpu_map", "size")
-PCI_FILES = ("vendor", "device", "class", "subsystem_vendor", "subsystem_device",
-             "numa_node", "local_cpulist", "local_cpus")
+PCI_FILES = (
+    "vendor",
+    "device",
+    "class",
+    "subsystem_vendor",
+    "subsystem_device",
+    "numa_node",
+    "local_cpulist",
+    "local_cpus",
+)
 # osrelease and arch (Linux 6.1+) tell `status --root` which machine the tree is from.
-PROC_FILES = ("proc/meminfo", "proc/version", "proc/sys/kernel/numa_balancing",
-              "proc/sys/kernel/osrelease", "proc/sys/kernel/ostype",
-              "proc/sys/kernel/arch")
-SYS_FILES = ("sys/kernel/mm/transparent_hugepage/enabled",
-             "sys/kernel/mm/transparent_hugepage/defrag")
+PROC_FILES = (
+    "proc/meminfo",
+    "proc/version",
+    "proc/sys/kernel/numa_balancing",
+    "proc/sys/kernel/osrelease",
+    "proc/sys/kernel/ostype",
+    "proc/sys/kernel/arch",
+)
+SYS_FILES = (
+    "sys/kernel/mm/transparent_hugepage/enabled",
+    "sys/kernel/mm/transparent_hugepage/defrag",
+)
 
 NUMBERED = re.compile(r"^(node|cpu|index)(\d+)$")
 
@@ -261,9 +297,12 @@ def _text(path):
 
 def write_source(outdir, g, running, argv):
     lines = ["# Source", ""]
-    lines.append("Gathered with `python3 tools/gather.py{}` on {}.".format(
-        "" if running else " --root <tree>",
-        time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())))
+    lines.append(
+        "Gathered with `python3 tools/gather.py{}` on {}.".format(
+            "" if running else " --root <tree>",
+            time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        )
+    )
     lines.append("")
     if running:
         u = os.uname()
@@ -271,8 +310,10 @@ def write_source(outdir, g, running, argv):
         lines.append("")
         lines.append(f"- uname: `{u.sysname} <host> {u.release} {u.version} {u.machine}`")
     else:
-        lines.append("From a filesystem root given with --root (its path is not recorded); "
-                     "kernel facts below come from that tree.")
+        lines.append(
+            "From a filesystem root given with --root (its path is not recorded); "
+            "kernel facts below come from that tree."
+        )
         lines.append("")
         rel = _text(g.src("proc/sys/kernel/osrelease"))
         if rel:
@@ -304,20 +345,34 @@ def write_source(outdir, g, running, argv):
 def main(argv=None):
     ap = argparse.ArgumentParser(
         prog="gather.py",
-        description="Save the sysfs/procfs files numa_utils reads into OUTDIR/root/.")
-    ap.add_argument("outdir", nargs="?", default=None,
-                    help="fixture folder to create (root/ and SOURCE.md go in it); a name "
-                         "ending in .txt, .tar.gz or .tgz writes an archive instead")
-    ap.add_argument("--archive", metavar="FILE", default=None,
-                    help="write one file (root/ and SOURCE.md) instead of a folder: a text "
-                         "archive (FILE.txt, as fake_sysfs/ keeps them) or, for a name "
-                         "ending in .tar.gz or .tgz, a gzip'd tar")
-    ap.add_argument("--root", default="/",
-                    help="filesystem root to read (default: the running system, /)")
-    ap.add_argument("--no-self-status", action="store_true",
-                    help="do not record proc/self/status (the gatherer's cpuset)")
-    ap.add_argument("--force", action="store_true",
-                    help="write into OUTDIR even if OUTDIR/root already exists")
+        description="Save the sysfs/procfs files numa_utils reads into OUTDIR/root/.",
+    )
+    ap.add_argument(
+        "outdir",
+        nargs="?",
+        default=None,
+        help="fixture folder to create (root/ and SOURCE.md go in it); a name "
+        "ending in .txt, .tar.gz or .tgz writes an archive instead",
+    )
+    ap.add_argument(
+        "--archive",
+        metavar="FILE",
+        default=None,
+        help="write one file (root/ and SOURCE.md) instead of a folder: a text "
+        "archive (FILE.txt, as fake_sysfs/ keeps them) or, for a name "
+        "ending in .tar.gz or .tgz, a gzip'd tar",
+    )
+    ap.add_argument(
+        "--root", default="/", help="filesystem root to read (default: the running system, /)"
+    )
+    ap.add_argument(
+        "--no-self-status",
+        action="store_true",
+        help="do not record proc/self/status (the gatherer's cpuset)",
+    )
+    ap.add_argument(
+        "--force", action="store_true", help="write into OUTDIR even if OUTDIR/root already exists"
+    )
     args = ap.parse_args(argv)
     if args.archive is None and args.outdir and args.outdir.endswith((".tar.gz", ".tgz", ".txt")):
         args.archive, args.outdir = args.outdir, None
@@ -340,8 +395,10 @@ def main(argv=None):
     g = Gatherer(args.root, out_root)
     g.gather(self_status=not args.no_self_status)
     write_source(args.outdir, g, running, argv)
-    sys.stdout.write("gather.py: %d files into %s, %d skipped (see SOURCE.md)\n"
-                     % (g.copied, out_root, len(g.notes)))
+    sys.stdout.write(
+        "gather.py: %d files into %s, %d skipped (see SOURCE.md)\n"
+        % (g.copied, out_root, len(g.notes))
+    )
     for rel, why in g.notes:
         sys.stdout.write(f"  {rel}: {why}\n")
     return 0
@@ -355,13 +412,13 @@ def _quote(name):
     """A path or link target on one header line: %XX for '%', spaces, controls and
     bytes outside ASCII."""
     raw = os.fsencode(name)
-    return "".join(chr(c) if 0x20 < c < 0x7f and c != 0x25 else "%%%02X" % c
-                   for c in raw)
+    return "".join(chr(c) if 0x20 < c < 0x7F and c != 0x25 else "%%%02X" % c for c in raw)
 
 
 def pack_text(files):
     """{relative path: bytes, or ("symlink", target), or ("dir",)} as a text archive."""
     import base64
+
     out = [TEXT_HEADER]
     for rel in sorted(files):
         v = files[rel]
@@ -380,7 +437,7 @@ def pack_text(files):
         if not text:
             b64 = base64.b64encode(v)
             out.append((head + " base64\n").encode())
-            out.extend(b64[i:i + 76] + b"\n" for i in range(0, len(b64), 76))
+            out.extend(b64[i : i + 76] + b"\n" for i in range(0, len(b64), 76))
             continue
         lines = v.split(b"\n")
         if lines[-1] == b"":
@@ -388,8 +445,7 @@ def pack_text(files):
         else:
             head += " noeol"
         out.append((head + "\n").encode())
-        out.extend((b"\\" + ln if ln.startswith((b">>> ", b"\\")) else ln) + b"\n"
-                   for ln in lines)
+        out.extend((b"\\" + ln if ln.startswith((b">>> ", b"\\")) else ln) + b"\n" for ln in lines)
     return b"".join(out)
 
 
@@ -414,12 +470,15 @@ def _write_archive(args, argv):
     """Gather into a private temporary folder, then pack it as one file: a text
     archive (FILE.txt, as fake_sysfs/ keeps its machines) or a .tar.gz."""
     import tempfile
+
     if os.path.exists(args.archive) and not args.force:
         sys.stderr.write(f"gather.py: {args.archive} exists; use --force to replace it\n")
         return 2
     with tempfile.TemporaryDirectory(prefix="gather-") as tmp:
-        rc = main(["--root", args.root, tmp + "/m", "--force"]
-                  + (["--no-self-status"] if args.no_self_status else []))
+        rc = main(
+            ["--root", args.root, tmp + "/m", "--force"]
+            + (["--no-self-status"] if args.no_self_status else [])
+        )
         if rc:
             return rc
         part = args.archive + ".part"
@@ -430,9 +489,11 @@ def _write_archive(args, argv):
         else:
             _write_tar(part, base)
         os.replace(part, args.archive)
-    sys.stdout.write(f"gather.py: wrote {args.archive} "
-                     f"({os.path.getsize(args.archive)} bytes); "
-                     f"check it with: python3 -m numa_utils status --root {args.archive}\n")
+    sys.stdout.write(
+        f"gather.py: wrote {args.archive} "
+        f"({os.path.getsize(args.archive)} bytes); "
+        f"check it with: python3 -m numa_utils status --root {args.archive}\n"
+    )
     return 0
 
 
@@ -440,6 +501,7 @@ def _write_tar(part, base):
     """One .tar.gz: plain files and the tree's own relative links (HMAT
     initiators), owner 0, sorted."""
     import tarfile
+
     with tarfile.open(part, "w:gz") as tar:
         for dirpath, dirs, files in os.walk(base):
             dirs.sort()

@@ -82,9 +82,18 @@ def rootfs_packages(image: str) -> tuple:
     parts of the standard library the checks use (ctypes, mmap, json, subprocess,
     multiprocessing.shared_memory). _ctypes needs libffi; pyexpat needs libexpat."""
     py = SUITES[IMAGES[image]["suite"]]
-    return ("busybox-static", "libc6", "libgcc-s1", "zlib1g", "libexpat1", "libffi8",
-            f"python{py}-minimal", f"libpython{py}-minimal", f"libpython{py}-stdlib"
-            ) + tuple(IMAGES[image]["extra"])
+    return (
+        "busybox-static",
+        "libc6",
+        "libgcc-s1",
+        "zlib1g",
+        "libexpat1",
+        "libffi8",
+        f"python{py}-minimal",
+        f"libpython{py}-minimal",
+        f"libpython{py}-stdlib",
+    ) + tuple(IMAGES[image]["extra"])
+
 
 # Dropped from the root filesystem to keep the initramfs small: the guest
 # unpacks it under software emulation at every boot.
@@ -97,15 +106,52 @@ PRUNE_DIRS = (
     "usr/share/applications",
     "usr/share/pixmaps",
 )
-PRUNE_PY_DIRS = ("test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3",
-                 "pydoc_data", "distutils", "venv", "sqlite3", "curses", "dbm")
+PRUNE_PY_DIRS = (
+    "test",
+    "idlelib",
+    "tkinter",
+    "turtledemo",
+    "ensurepip",
+    "lib2to3",
+    "pydoc_data",
+    "distutils",
+    "venv",
+    "sqlite3",
+    "curses",
+    "dbm",
+)
 PRUNE_GLOBS_IN = ("gconv",)  # glibc charset modules under usr/lib/<triplet>/
 
 # Shell tools /init needs, as busybox applet links.
 BUSYBOX_APPLETS = (
-    "sh", "mount", "umount", "mkdir", "cat", "echo", "poweroff", "ls", "sleep",
-    "grep", "head", "tail", "sed", "awk", "cp", "rm", "ln", "chmod", "dmesg",
-    "uname", "true", "false", "env", "hexdump", "sync", "mknod", "free", "ps",
+    "sh",
+    "mount",
+    "umount",
+    "mkdir",
+    "cat",
+    "echo",
+    "poweroff",
+    "ls",
+    "sleep",
+    "grep",
+    "head",
+    "tail",
+    "sed",
+    "awk",
+    "cp",
+    "rm",
+    "ln",
+    "chmod",
+    "dmesg",
+    "uname",
+    "true",
+    "false",
+    "env",
+    "hexdump",
+    "sync",
+    "mknod",
+    "free",
+    "ps",
 )
 
 
@@ -160,16 +206,27 @@ def apt_opts(suite: str, deb_arch: str) -> list:
     os.makedirs(os.path.join(state, "lists", "partial"), exist_ok=True)
     os.makedirs(os.path.join(state, "cache", "archives", "partial"), exist_ok=True)
     os.makedirs(os.path.join(state, "sources"), exist_ok=True)
-    src = (f"Types: deb\nURIs: {host_mirror()}\nSuites: {suite}\nComponents: main\n"
-           f"Architectures: {deb_arch}\n"
-           "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n")
+    src = (
+        f"Types: deb\nURIs: {host_mirror()}\nSuites: {suite}\nComponents: main\n"
+        f"Architectures: {deb_arch}\n"
+        "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
+    )
     path = os.path.join(state, "sources", f"{suite}.sources")
     if not os.path.exists(path) or open(path).read() != src:
         with open(path, "w") as fh:
             fh.write(src)
-    return ["-o", "Dir::Etc::sourcelist=-", "-o", f"Dir::Etc::sourceparts={state}/sources",
-            "-o", f"Dir::State::Lists={state}/lists", "-o", f"Dir::Cache={state}/cache",
-            "-o", "Acquire::Languages=none"]
+    return [
+        "-o",
+        "Dir::Etc::sourcelist=-",
+        "-o",
+        f"Dir::Etc::sourceparts={state}/sources",
+        "-o",
+        f"Dir::State::Lists={state}/lists",
+        "-o",
+        f"Dir::Cache={state}/cache",
+        "-o",
+        "Acquire::Languages=none",
+    ]
 
 
 # --------------------------------------------------------------------------- apt
@@ -189,8 +246,12 @@ def ensure_foreign_arch(deb_arch: str) -> bool:
 
 
 def has_candidate(pkg: str, opts=()) -> bool:
-    out = subprocess.run(["apt-cache", *opts, "policy", pkg], stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, text=True).stdout
+    out = subprocess.run(
+        ["apt-cache", *opts, "policy", pkg],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ).stdout
     for line in out.splitlines():
         line = line.strip()
         if line.startswith("Candidate:"):
@@ -203,11 +264,18 @@ def apt_update(opts=()) -> None:
     ("File has unexpected size") and is fine a minute later. A partial failure
     that still leaves every package resolvable is not fatal."""
     for attempt in range(3):
-        log("apt-get update" + (" (private state: " + opts[3].split("=", 1)[1] + ")"
-                                if opts else "") + (f" (retry {attempt})" if attempt else ""))
+        log(
+            "apt-get update"
+            + (" (private state: " + opts[3].split("=", 1)[1] + ")" if opts else "")
+            + (f" (retry {attempt})" if attempt else "")
+        )
         sandbox = ["-o", "APT::Sandbox::User=root"] if os.geteuid() == 0 else []
-        if subprocess.run(["apt-get", *opts, *sandbox, "update", "-q"],
-                          stdout=subprocess.DEVNULL).returncode == 0:
+        if (
+            subprocess.run(
+                ["apt-get", *opts, *sandbox, "update", "-q"], stdout=subprocess.DEVNULL
+            ).returncode
+            == 0
+        ):
             return
         time.sleep(10 * (attempt + 1))
     log("apt-get update kept failing; continuing with the indexes it did fetch")
@@ -233,8 +301,12 @@ def download(pkgs, deb_arch: str, dest: str, apt=()) -> dict:
     # As root, apt drops to the _apt user, which cannot write into the cache
     # folder: it warns and downloads anyway. Say so up front instead.
     opts = ["-o", "APT::Sandbox::User=root"] if os.geteuid() == 0 else []
-    subprocess.run(["apt-get", "download", "-q", *apt, *opts, *wanted], cwd=dest, check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        ["apt-get", "download", "-q", *apt, *opts, *wanted],
+        cwd=dest,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     debs = {}
     for fn in os.listdir(dest):
         if fn.endswith(".deb"):
@@ -259,13 +331,15 @@ class CpioWriter:
         self.f = fileobj
         self.ino = 1000
 
-    def _entry(self, name: str, mode: int, data: bytes = b"", mtime: int = 0,
-               nlink: int = 1) -> None:
+    def _entry(
+        self, name: str, mode: int, data: bytes = b"", mtime: int = 0, nlink: int = 1
+    ) -> None:
         self.ino += 1
         namebytes = name.encode() + b"\0"
-        hdr = "070701" + "".join(f"{v:08X}" for v in (
-            self.ino, mode, 0, 0, nlink, mtime, len(data), 0, 0, 0, 0,
-            len(namebytes), 0))
+        hdr = "070701" + "".join(
+            f"{v:08X}"
+            for v in (self.ino, mode, 0, 0, nlink, mtime, len(data), 0, 0, 0, 0, len(namebytes), 0)
+        )
         self.f.write(hdr.encode() + namebytes)
         self.f.write(b"\0" * ((4 - (110 + len(namebytes)) % 4) % 4))
         self.f.write(data)
@@ -274,8 +348,7 @@ class CpioWriter:
     def add_dir(self, name: str, mode: int = 0o755) -> None:
         self._entry(name, stat.S_IFDIR | mode, nlink=2)
 
-    def add_file(self, name: str, data: bytes, mode: int = 0o644,
-                 mtime: int = 0) -> None:
+    def add_file(self, name: str, data: bytes, mode: int = 0o644, mtime: int = 0) -> None:
         self._entry(name, stat.S_IFREG | mode, data, mtime=mtime)
 
     def add_symlink(self, name: str, target: str) -> None:
@@ -289,8 +362,9 @@ class CpioWriter:
             if rel != ".":
                 st = os.lstat(dirpath)
                 self.add_dir(rel, stat.S_IMODE(st.st_mode))
-            for name in sorted(filenames) + [d for d in dirnames
-                                             if os.path.islink(os.path.join(dirpath, d))]:
+            for name in sorted(filenames) + [
+                d for d in dirnames if os.path.islink(os.path.join(dirpath, d))
+            ]:
                 path = os.path.join(dirpath, name)
                 arc = os.path.normpath(os.path.join(rel, name))
                 st = os.lstat(path)
@@ -298,8 +372,7 @@ class CpioWriter:
                     self.add_symlink(arc, os.readlink(path))
                 elif stat.S_ISREG(st.st_mode):
                     with open(path, "rb") as fh:
-                        self.add_file(arc, fh.read(), stat.S_IMODE(st.st_mode),
-                                      int(st.st_mtime))
+                        self.add_file(arc, fh.read(), stat.S_IMODE(st.st_mode), int(st.st_mtime))
 
     def close(self) -> None:
         self._entry("TRAILER!!!", 0, nlink=1)
@@ -307,8 +380,9 @@ class CpioWriter:
 
 def pack_cpio_gz(writer_fn, dest: str, level: int = 6) -> None:
     tmp = dest + ".tmp"
-    with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb",
-                                               compresslevel=level, mtime=0) as gz:
+    with open(tmp, "wb") as raw, gzip.GzipFile(
+        fileobj=raw, mode="wb", compresslevel=level, mtime=0
+    ) as gz:
         w = CpioWriter(gz)
         writer_fn(w)
         w.close()
@@ -337,18 +411,50 @@ def precompile(root: str, py: str) -> None:
     hashes: no mtime games."""
     lib = os.path.join(root, f"usr/lib/python{py}")
     import glob
+
     pyenv = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
     found = [sys.executable] if f"{sys.version_info[0]}.{sys.version_info[1]}" == py else []
     # pyenv's shims answer only for `pyenv global` versions: look at its versions too.
-    found += [p for p in (shutil.which(f"python{py}"), *sorted(glob.glob(
-        os.path.join(pyenv, "versions", f"{py}*", "bin", f"python{py}")))) if p]
-    exe = next((p for p in found if subprocess.run(
-        [p, "-c", ""], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0),
-        None)
-    if not exe or subprocess.run(
-            [exe, "-m", "compileall", "-q", "-q", "-j", "0", "-d", f"/usr/lib/python{py}",
-             "--invalidation-mode", "unchecked-hash", lib],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode:
+    found += [
+        p
+        for p in (
+            shutil.which(f"python{py}"),
+            *sorted(glob.glob(os.path.join(pyenv, "versions", f"{py}*", "bin", f"python{py}"))),
+        )
+        if p
+    ]
+    exe = next(
+        (
+            p
+            for p in found
+            if subprocess.run(
+                [p, "-c", ""], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            ).returncode
+            == 0
+        ),
+        None,
+    )
+    if (
+        not exe
+        or subprocess.run(
+            [
+                exe,
+                "-m",
+                "compileall",
+                "-q",
+                "-q",
+                "-j",
+                "0",
+                "-d",
+                f"/usr/lib/python{py}",
+                "--invalidation-mode",
+                "unchecked-hash",
+                lib,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        ).returncode
+    ):
         log(f"no working host python{py}: guest stdlib left uncompiled (slower boots)")
 
 
@@ -394,8 +500,9 @@ def extract_kernel(deb: str, dest: str) -> str:
     """Take only boot/vmlinu[xz]-* from the kernel package (skip the modules)."""
     with tempfile.TemporaryDirectory() as tmp:
         tar = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", deb], stdout=subprocess.PIPE)
-        subprocess.run(["tar", "-x", "-C", tmp, "--wildcards", "./boot/vmlinu*"],
-                       stdin=tar.stdout, check=True)
+        subprocess.run(
+            ["tar", "-x", "-C", tmp, "--wildcards", "./boot/vmlinu*"], stdin=tar.stdout, check=True
+        )
         tar.wait()
         boot = os.path.join(tmp, "boot")
         images = sorted(os.listdir(boot))
@@ -412,16 +519,18 @@ def arch_complete(image: str) -> bool:
     """The image is cached, built from this suite with every package it needs now
     (an image cached before a package was added is rebuilt)."""
     d = os.path.join(cache_dir(), image)
-    if not all(os.path.isfile(os.path.join(d, f))
-               for f in ("vmlinuz", "base.cpio.gz", "manifest.json")):
+    if not all(
+        os.path.isfile(os.path.join(d, f)) for f in ("vmlinuz", "base.cpio.gz", "manifest.json")
+    ):
         return False
     try:
         with open(os.path.join(d, "manifest.json")) as fh:
             manifest = json.load(fh)
     except (OSError, ValueError):
         return False
-    return (manifest.get("suite", "bookworm") == IMAGES[image]["suite"]
-            and set(rootfs_packages(image)) <= set(manifest.get("packages", ())))
+    return manifest.get("suite", "bookworm") == IMAGES[image]["suite"] and set(
+        rootfs_packages(image)
+    ) <= set(manifest.get("packages", ()))
 
 
 def build_arch(image: str, keep_debs: bool) -> None:
@@ -471,10 +580,15 @@ QEMU10 = {"suite": "trixie", "deb_arch": "amd64", "package": "qemu-system-x86"}
 # cxl_core, cxl_port and the DAX core are built in.
 GUEST_MODULES = {
     "x86_64-6.12": (
-        "drivers/nvme/common/nvme-auth", "drivers/nvme/host/nvme-core", "drivers/nvme/host/nvme",
+        "drivers/nvme/common/nvme-auth",
+        "drivers/nvme/host/nvme-core",
+        "drivers/nvme/host/nvme",
         "drivers/net/ethernet/intel/e1000e/e1000e",
-        "drivers/cxl/cxl_acpi", "drivers/cxl/cxl_pci", "drivers/cxl/cxl_mem",
-        "drivers/dax/dax_cxl", "drivers/dax/kmem",
+        "drivers/cxl/cxl_acpi",
+        "drivers/cxl/cxl_pci",
+        "drivers/cxl/cxl_mem",
+        "drivers/dax/dax_cxl",
+        "drivers/dax/kmem",
     ),
 }
 
@@ -507,18 +621,35 @@ def qemu10_binary() -> str:
 
 def qemu10_complete() -> bool:
     d = qemu10_dir()
-    return all(os.path.isfile(os.path.join(d, f)) for f in (
-        "manifest.json", "qemu-system-x86_64", "root/usr/bin/qemu-system-x86_64"))
+    return all(
+        os.path.isfile(os.path.join(d, f))
+        for f in ("manifest.json", "qemu-system-x86_64", "root/usr/bin/qemu-system-x86_64")
+    )
 
 
 def qemu10_packages(apt: list) -> list:
     """qemu-system-x86 and everything it depends on, recursively (virtual names,
     shown as <name>, are left out: a real package provides each)."""
-    out = run(["apt-cache", *apt, "depends", "--recurse", "--no-recommends", "--no-suggests",
-               "--no-conflicts", "--no-breaks", "--no-replaces", "--no-enhances",
-               f"{QEMU10['package']}:{QEMU10['deb_arch']}"])
-    names = {line.strip().split(":")[0] for line in out.splitlines()
-             if line.strip() and not line.startswith(" ") and not line.startswith("<")}
+    out = run(
+        [
+            "apt-cache",
+            *apt,
+            "depends",
+            "--recurse",
+            "--no-recommends",
+            "--no-suggests",
+            "--no-conflicts",
+            "--no-breaks",
+            "--no-replaces",
+            "--no-enhances",
+            f"{QEMU10['package']}:{QEMU10['deb_arch']}",
+        ]
+    )
+    names = {
+        line.strip().split(":")[0]
+        for line in out.splitlines()
+        if line.strip() and not line.startswith(" ") and not line.startswith("<")
+    }
     return sorted(names)
 
 
@@ -544,8 +675,12 @@ def build_qemu10() -> None:
     os.chmod(qemu10_binary(), 0o755)
     version = run([qemu10_binary(), "--version"]).splitlines()[0]
     with open(os.path.join(out, "manifest.json"), "w") as fh:
-        json.dump({"suite": QEMU10["suite"], "version": version, "packages": versions},
-                  fh, indent=2, sort_keys=True)
+        json.dump(
+            {"suite": QEMU10["suite"], "version": version, "packages": versions},
+            fh,
+            indent=2,
+            sort_keys=True,
+        )
     log(f"qemu10: {version} ({len(pkgs)} packages) in {time.monotonic() - t0:.0f}s")
 
 
@@ -568,9 +703,11 @@ def modules_complete(image: str) -> bool:
         kernel = _image_kernel(image)
     except (OSError, ValueError, KeyError):
         return False
-    return (tuple(manifest.get("kernel", ())) == kernel
-            and list(manifest.get("modules", ())) == list(GUEST_MODULES[image])
-            and os.path.isfile(os.path.join(modules_dir(image), "modules.cpio.gz")))
+    return (
+        tuple(manifest.get("kernel", ())) == kernel
+        and list(manifest.get("modules", ())) == list(GUEST_MODULES[image])
+        and os.path.isfile(os.path.join(modules_dir(image), "modules.cpio.gz"))
+    )
 
 
 def build_modules(image: str) -> None:
@@ -578,6 +715,7 @@ def build_modules(image: str) -> None:
     decompressed (busybox insmod reads plain .ko), packed as a cpio archive the run
     appends to its initramfs: /vmtest/modules/<name>.ko."""
     import lzma
+
     t0 = time.monotonic()
     if not arch_complete(image):
         raise SystemExit(f"{image}-modules: build the {image} image first (--arch {image})")
@@ -589,11 +727,14 @@ def build_modules(image: str) -> None:
     with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
         sandbox = ["-o", "APT::Sandbox::User=root"] if os.geteuid() == 0 else []
         log(f"apt-get download {pkg}={version} (for its modules)")
-        subprocess.run(["apt-get", "download", "-q", *apt, *sandbox,
-                        f"{pkg}:{deb_arch}={version}"], cwd=tmp, check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            ["apt-get", "download", "-q", *apt, *sandbox, f"{pkg}:{deb_arch}={version}"],
+            cwd=tmp,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         deb = next(os.path.join(tmp, f) for f in os.listdir(tmp) if f.endswith(".deb"))
-        kver = pkg[len("linux-image-"):]
+        kver = pkg[len("linux-image-") :]
         members = [f"./usr/lib/modules/{kver}/kernel/{m}.ko.xz" for m in GUEST_MODULES[image]]
         tar = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", deb], stdout=subprocess.PIPE)
         subprocess.run(["tar", "-x", "-C", tmp, *members], stdin=tar.stdout, check=True)
@@ -608,25 +749,33 @@ def build_modules(image: str) -> None:
         w.add_dir("vmtest/modules")
         for name, data in mods.items():
             w.add_file(f"vmtest/modules/{name}.ko", data)
+
     pack_cpio_gz(write, os.path.join(out, "modules.cpio.gz"))
     with open(os.path.join(out, "manifest.json"), "w") as fh:
-        json.dump({"kernel": [pkg, version], "modules": list(GUEST_MODULES[image])}, fh,
-                  indent=2)
+        json.dump({"kernel": [pkg, version], "modules": list(GUEST_MODULES[image])}, fh, indent=2)
     log(f"{image}-modules: {len(mods)} modules of {pkg} in {time.monotonic() - t0:.0f}s")
 
 
-EXTRAS = {"qemu10": (qemu10_complete, build_qemu10),
-          "x86_64-6.12-modules": (lambda: modules_complete("x86_64-6.12"),
-                                  lambda: build_modules("x86_64-6.12"))}
+EXTRAS = {
+    "qemu10": (qemu10_complete, build_qemu10),
+    "x86_64-6.12-modules": (
+        lambda: modules_complete("x86_64-6.12"),
+        lambda: build_modules("x86_64-6.12"),
+    ),
+}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--arch", default=",".join([*IMAGES, *EXTRAS]),
-                    help="comma separated guest images and extras (default: all)")
+    ap.add_argument(
+        "--arch",
+        default=",".join([*IMAGES, *EXTRAS]),
+        help="comma separated guest images and extras (default: all)",
+    )
     ap.add_argument("--force", action="store_true", help="rebuild even when cached")
-    ap.add_argument("--keep-debs", action="store_true",
-                    help="keep the downloaded .deb files in the cache")
+    ap.add_argument(
+        "--keep-debs", action="store_true", help="keep the downloaded .deb files in the cache"
+    )
     args = ap.parse_args(argv)
     names = [a.strip() for a in args.arch.split(",") if a.strip()]
     unknown = [a for a in names if a not in IMAGES and a not in EXTRAS]
@@ -647,9 +796,10 @@ def main(argv=None) -> int:
         deb = ARCHES[IMAGES[a]["arch"]]["deb"]
         suite = IMAGES[a]["suite"]
         added = suite == "bookworm" and ensure_foreign_arch(deb)
-        stale = added or not all(has_candidate(f"{p}:{deb}", apt_opts(suite, deb))
-                                 for p in (ARCHES[IMAGES[a]["arch"]]["kernel_meta"],
-                                           *IMAGES[a]["extra"]))
+        stale = added or not all(
+            has_candidate(f"{p}:{deb}", apt_opts(suite, deb))
+            for p in (ARCHES[IMAGES[a]["arch"]]["kernel_meta"], *IMAGES[a]["extra"])
+        )
         if stale:
             need_update[suite] = apt_opts(suite, deb)
     for opts in need_update.values():

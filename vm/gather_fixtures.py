@@ -85,7 +85,7 @@ TAR_BEGIN_RE = re.compile(r"@@FIXTURE TAR BEGIN bytes=(\d+) crc32=([0-9a-f]{8})@
 TAR_END = "@@FIXTURE TAR END@@"
 
 # Runs in the guest after gather.py: the folder as tar.gz, base64, between markers.
-PACK_PY = r'''
+PACK_PY = r"""
 import base64, io, sys, tarfile, zlib
 buf = io.BytesIO()
 with tarfile.open(fileobj=buf, mode="w:gz") as tar:
@@ -97,21 +97,27 @@ out += [b[i:i + 76] for i in range(0, len(b), 76)]
 out.append("@@FIXTURE TAR END@@")
 sys.stdout.write("\n".join(out) + "\n")
 sys.stdout.flush()
-'''
+"""
 
-GUEST_COMMAND = ("python3 /vmtest/gather.py /tmp/fixture >/dev/null "
-                 "&& python3 /vmtest/guest_oracle.py > /tmp/fixture/guest_oracle.json "
-                 "&& python3 /vmtest/pack_fixture.py /tmp/fixture")
+GUEST_COMMAND = (
+    "python3 /vmtest/gather.py /tmp/fixture >/dev/null "
+    "&& python3 /vmtest/guest_oracle.py > /tmp/fixture/guest_oracle.json "
+    "&& python3 /vmtest/pack_fixture.py /tmp/fixture"
+)
 
 
 # ---------------------------------------------------------------- in the guest
 
-def gather_in_guest(arch: str, topology: str, timeout: float = 300,
-                    tries: int = 2) -> Tuple[bytes, str]:
+
+def gather_in_guest(
+    arch: str, topology: str, timeout: float = 300, tries: int = 2
+) -> Tuple[bytes, str]:
     """Boot, gather, return (tar.gz bytes, console). Retries once on a garbled transfer."""
-    files = {"/vmtest/gather.py": os.path.join(REPO, "tools", "gather.py"),
-             "/vmtest/guest_oracle.py": os.path.join(HERE, "guest_oracle.py"),
-             "/vmtest/pack_fixture.py": PACK_PY.encode()}
+    files = {
+        "/vmtest/gather.py": os.path.join(REPO, "tools", "gather.py"),
+        "/vmtest/guest_oracle.py": os.path.join(HERE, "guest_oracle.py"),
+        "/vmtest/pack_fixture.py": PACK_PY.encode(),
+    }
     last = ""
     for _ in range(tries):
         ok, console = vmrun.run_guest(arch, topology, files, GUEST_COMMAND, timeout)
@@ -132,9 +138,9 @@ def decode_tar(text: str) -> bytes:
     end = text.find(TAR_END, m.end())
     if end < 0:
         raise ValueError("no FIXTURE TAR END marker")
-    lines = [ln.strip() for ln in text[m.end():end].splitlines()]
+    lines = [ln.strip() for ln in text[m.end() : end].splitlines()]
     data = base64.b64decode("".join(ln for ln in lines if ln), validate=True)
-    if len(data) != int(m.group(1)) or f"{zlib.crc32(data) & 0xffffffff:08x}" != m.group(2):
+    if len(data) != int(m.group(1)) or f"{zlib.crc32(data) & 0xFFFFFFFF:08x}" != m.group(2):
         raise ValueError("archive garbled on the console (length or crc32 differs)")
     return data
 
@@ -156,8 +162,9 @@ def extract(data: bytes, dest: str) -> None:
                 # relative link to the node's folder; nothing may point outside.
                 inside = os.path.normpath(os.path.join(os.path.dirname(rel), member.linkname))
                 if os.path.isabs(member.linkname) or inside.split(os.sep)[0] in ("..", ""):
-                    raise ValueError(f"archive link {name!r} -> {member.linkname!r} leaves "
-                                     "the fixture")
+                    raise ValueError(
+                        f"archive link {name!r} -> {member.linkname!r} leaves the fixture"
+                    )
                 os.makedirs(os.path.dirname(target), exist_ok=True)
                 os.symlink(member.linkname, target)
             elif member.isfile():
@@ -174,6 +181,7 @@ def unpack_text(path: str, dest: str) -> None:
     """A fixture's text archive as a folder (the oracle reads files by path)."""
     sys.path.insert(0, REPO)
     import numa_utils as nu
+
     a = nu._Archive(path)
     for rel in a.dirs:
         os.makedirs(os.path.join(dest, rel), exist_ok=True)
@@ -187,6 +195,7 @@ def unpack_text(path: str, dest: str) -> None:
 # ---------------------------------------------------------------- the oracle
 #
 # Parsers written here on purpose, independently of numa_utils.
+
 
 def _read(root: str, rel: str) -> Optional[str]:
     try:
@@ -241,7 +250,7 @@ def _status(root: str, key: str) -> Optional[List[int]]:
     return _list(m.group(1)) if m else None
 
 
-GPU_VENDORS = {0x10de: "nvidia", 0x1002: "amd", 0x8086: "intel"}
+GPU_VENDORS = {0x10DE: "nvidia", 0x1002: "amd", 0x8086: "intel"}
 
 
 def _gpus(root: str) -> list:
@@ -259,12 +268,17 @@ def _gpus(root: str) -> list:
             cpus = [i for i in range(mask.bit_length()) if mask >> i & 1]
         else:
             cpus = _list(local)
-        out.append({"address": addr, "vendor": f"0x{vendor:04x}",
-                    "vendor_name": GPU_VENDORS[vendor],
-                    "device": f"0x{int(_read(root, f'{rel}/{addr}/device') or '0', 16):04x}",
-                    "class": f"0x{cls:06x}",
-                    "numa_node": _int(_read(root, f"{rel}/{addr}/numa_node")),
-                    "local_cpus": cpus})
+        out.append(
+            {
+                "address": addr,
+                "vendor": f"0x{vendor:04x}",
+                "vendor_name": GPU_VENDORS[vendor],
+                "device": f"0x{int(_read(root, f'{rel}/{addr}/device') or '0', 16):04x}",
+                "class": f"0x{cls:06x}",
+                "numa_node": _int(_read(root, f"{rel}/{addr}/numa_node")),
+                "local_cpus": cpus,
+            }
+        )
     return out
 
 
@@ -297,8 +311,9 @@ def oracle(arch: str, topology: str, root: str) -> Tuple[dict, List[str]]:
     for n in ids:
         if topo["numa"]:
             info = _read(root, f"sys/devices/system/node/node{n}/meminfo")
-            dist = {str(m): topo["distances"][i][j] for j, m in enumerate(ids)
-                    for i in [ids.index(n)]}
+            dist = {
+                str(m): topo["distances"][i][j] for j, m in enumerate(ids) for i in [ids.index(n)]
+            }
             hp = _hugepages(root, f"sys/devices/system/node/node{n}/hugepages")
         else:
             info = _read(root, "proc/meminfo")
@@ -308,8 +323,16 @@ def oracle(arch: str, topology: str, root: str) -> Tuple[dict, List[str]]:
         want = qnodes[n]["mem_mb"] * 1024
         if not (MEM_LOW_FRACTION * want <= total <= want):
             notes.append(f"node {n}: MemTotal {total} kB, QEMU gave {want} kB")
-        nodes.append({"id": n, "cpus": sorted(qnodes[n]["cpus"]), "mem_total_kb": total,
-                      "mem_free_kb": free, "distances": dist, "hugepages": hp})
+        nodes.append(
+            {
+                "id": n,
+                "cpus": sorted(qnodes[n]["cpus"]),
+                "mem_total_kb": total,
+                "mem_free_kb": free,
+                "distances": dist,
+                "hugepages": hp,
+            }
+        )
 
     cpu_dir = "sys/devices/system/cpu"
     possible = _list(_read(root, f"{cpu_dir}/possible"))
@@ -376,8 +399,11 @@ def oracle(arch: str, topology: str, root: str) -> Tuple[dict, List[str]]:
             if n not in with_mem:
                 kind = ("no-memory", "not in has_memory")
             elif normal is not None and n not in normal:
-                kind = ("movable-only", "memory only in ZONE_MOVABLE (not in "
-                        "has_normal_memory)" + ("" if node["cpus"] else "; no CPUs"))
+                kind = (
+                    "movable-only",
+                    "memory only in ZONE_MOVABLE (not in "
+                    "has_normal_memory)" + ("" if node["cpus"] else "; no CPUs"),
+                )
             elif node["cpus"]:
                 kind = ("dram", f"CPUs {_ranges(node['cpus'])} and normal memory")
             else:
@@ -385,9 +411,12 @@ def oracle(arch: str, topology: str, root: str) -> Tuple[dict, List[str]]:
             if n in (topo.get("generic_initiators") or []):
                 # A device's node (QEMU acpi-generic-initiator); vm/run.py ties it to
                 # a device behind the expander, whose numa_node stays the expander's.
-                kind = ("generic-initiator", "in has_generic_initiator" + (
-                    "" if node["cpus"] or n in with_mem else "; no CPUs, no memory")
-                    + "; standing for a device no PCI numa_node names")
+                kind = (
+                    "generic-initiator",
+                    "in has_generic_initiator"
+                    + ("" if node["cpus"] or n in with_mem else "; no CPUs, no memory")
+                    + "; standing for a device no PCI numa_node names",
+                )
             node["kind"], node["kind_evidence"] = kind
         exp["memory_tiers"] = {str(t): v for t, v in sorted(tiers.items())}
         exp["interleave_weights"] = weights
@@ -435,8 +464,10 @@ TIER_KEYS = False
 def _tier_keys_known() -> bool:
     sys.path.insert(0, REPO)
     import numa_utils as nu
-    return "memory_tiers" in nu.to_json(nu.read_topology(backend=nu.LinuxBackend(
-        os.path.join(FIXTURES_DIR, "no-node-dir.txt"))))
+
+    return "memory_tiers" in nu.to_json(
+        nu.read_topology(backend=nu.LinuxBackend(os.path.join(FIXTURES_DIR, "no-node-dir.txt")))
+    )
 
 
 def _tier_oracle(topo: dict, root: str, ids: List[int], notes: List[str]):
@@ -448,27 +479,32 @@ def _tier_oracle(topo: dict, root: str, ids: List[int], notes: List[str]):
     for name in sorted(os.listdir(tdir)) if os.path.isdir(tdir) else []:
         m = re.fullmatch(r"memory_tier(\d+)", name)
         if m:
-            tiers[int(m.group(1))] = _list(_read(root, f"sys/devices/virtual/memory_tiering/"
-                                                       f"{name}/nodelist"))
+            tiers[int(m.group(1))] = _list(
+                _read(root, f"sys/devices/virtual/memory_tiering/{name}/nodelist")
+            )
     if topo.get("tiers") is not None and tiers:
         got = [tiers[t] for t in sorted(tiers)]
         if got != topo["tiers"]:
             notes.append(f"memory tiers {tiers}, QEMU definition says {topo['tiers']}")
     access = {str(n): v for n, v in (topo.get("access") or {}).items()}
     for n in ids:
-        present = os.path.isdir(os.path.join(
-            root, f"sys/devices/system/node/node{n}/access0/initiators"))
+        present = os.path.isdir(
+            os.path.join(root, f"sys/devices/system/node/node{n}/access0/initiators")
+        )
         if present != (str(n) in access):
-            notes.append(f"node{n}/access0 {'present' if present else 'absent'}, "
-                         f"QEMU definition {'has' if str(n) in access else 'has no'} HMAT")
+            notes.append(
+                f"node{n}/access0 {'present' if present else 'absent'}, "
+                f"QEMU definition {'has' if str(n) in access else 'has no'} HMAT"
+            )
     wdir = os.path.join(root, "sys/kernel/mm/mempolicy/weighted_interleave")
     weights = None
     if os.path.isdir(wdir):
         weights = {}
         for name in sorted(os.listdir(wdir), key=lambda x: int(x[4:]) if x[4:].isdigit() else 0):
             if re.fullmatch(r"node\d+", name):
-                weights[name[4:]] = _int(_read(root, f"sys/kernel/mm/mempolicy/"
-                                                     f"weighted_interleave/{name}"))
+                weights[name[4:]] = _int(
+                    _read(root, f"sys/kernel/mm/mempolicy/weighted_interleave/{name}")
+                )
     return tiers, access, weights
 
 
@@ -496,12 +532,17 @@ def guest_oracle_notes(topology: str, go: dict) -> List[str]:
             notes.append(f"guest oracle: packages {got}, QEMU definition {topo['packages']}")
     gi = topo.get("generic_initiators") or []
     if (go.get("has_generic_initiator") or []) != gi:
-        notes.append(f"guest oracle: has_generic_initiator {go.get('has_generic_initiator')}, "
-                     f"QEMU definition {gi}")
+        notes.append(
+            f"guest oracle: has_generic_initiator {go.get('has_generic_initiator')}, "
+            f"QEMU definition {gi}"
+        )
     for n, node in topo["nodes"].items():
         got = go["nodes"].get(n)
-        if got is None or got["cpus"] != node["cpus"] or \
-                got["distances"] != topo["distances"][int(n)]:
+        if (
+            got is None
+            or got["cpus"] != node["cpus"]
+            or got["distances"] != topo["distances"][int(n)]
+        ):
             notes.append(f"guest oracle: node {n} {got}, QEMU definition {node}")
     return notes
 
@@ -518,8 +559,12 @@ def diff(want, got, path="") -> List[str]:
             else:
                 out += diff(want[k], got[k], f"{path}/{k}")
         return out
-    if (isinstance(want, list) and isinstance(got, list) and len(want) == len(got)
-            and all(isinstance(x, dict) for x in want + got)):
+    if (
+        isinstance(want, list)
+        and isinstance(got, list)
+        and len(want) == len(got)
+        and all(isinstance(x, dict) for x in want + got)
+    ):
         return [d for i, (a, b) in enumerate(zip(want, got)) for d in diff(a, b, f"{path}[{i}]")]
     return [] if want == got else [f"{path}: oracle {want!r} != read_topology {got!r}"]
 
@@ -527,6 +572,7 @@ def diff(want, got, path="") -> List[str]:
 def compare_with_numa_utils(root: str, exp: dict) -> List[str]:
     sys.path.insert(0, REPO)
     import numa_utils as nu
+
     got = nu.to_json(nu.read_topology(backend=nu.LinuxBackend(root)))
     problems = got.pop("problems", [])
     out = [f"read_topology problem: {p}" for p in problems]
@@ -535,13 +581,21 @@ def compare_with_numa_utils(root: str, exp: dict) -> List[str]:
 
 # ---------------------------------------------------------------- SOURCE.md
 
+
 def _qemu_command_text(arch: str, topology: str) -> str:
     cmd = vmrun.qemu_command(arch, topology, "INITRD")
     kernel, _ = vmrun.images(arch)
     mods = " + modules.cpio.gz" if vmrun.TOPOLOGIES[topology].get("modules") else ""
-    cmd = [f"vm/.cache/{arch}/vmlinuz" if a == kernel else
-           "vm/.cache/qemu10/qemu-system-x86_64" if a == build.qemu10_binary() else
-           f"<base.cpio.gz{mods} + per-run archive>" if a == "INITRD" else a for a in cmd]
+    cmd = [
+        f"vm/.cache/{arch}/vmlinuz"
+        if a == kernel
+        else "vm/.cache/qemu10/qemu-system-x86_64"
+        if a == build.qemu10_binary()
+        else f"<base.cpio.gz{mods} + per-run archive>"
+        if a == "INITRD"
+        else a
+        for a in cmd
+    ]
     return shlex.join(cmd)
 
 
@@ -551,8 +605,10 @@ def _observations(arch: str, topology: str, root: str, exp: dict) -> List[str]:
     out = []
     node_dir = os.path.join(root, "sys/devices/system/node")
     if not os.path.isdir(node_dir):
-        out.append("no `sys/devices/system/node` (kernel without NUMA): read_topology must "
-                   "report one node 0 with every online CPU and the memory of proc/meminfo")
+        out.append(
+            "no `sys/devices/system/node` (kernel without NUMA): read_topology must "
+            "report one node 0 with every online CPU and the memory of proc/meminfo"
+        )
     for n in exp["nodes"]:
         want = topo["nodes"][str(n["id"])]["mem_mb"] * 1024
         line = f"node {n['id']}: MemTotal {n['mem_total_kb']} kB of the {want} kB QEMU gave"
@@ -574,35 +630,63 @@ def _observations(arch: str, topology: str, root: str, exp: dict) -> List[str]:
     for c in exp["cpus"]:
         base = os.path.join(root, f"sys/devices/system/cpu/cpu{c}/cache")
         for idx in os.listdir(base) if os.path.isdir(base) else []:
-            levels.add((_read(root, f"sys/devices/system/cpu/cpu{c}/cache/{idx}/level"),
-                        _read(root, f"sys/devices/system/cpu/cpu{c}/cache/{idx}/type")))
-    out.append("cache leaves: " + (", ".join(f"L{lv} {t}" for lv, t in sorted(levels, key=str))
-                                   or "none (llc is [])"))
+            levels.add(
+                (
+                    _read(root, f"sys/devices/system/cpu/cpu{c}/cache/{idx}/level"),
+                    _read(root, f"sys/devices/system/cpu/cpu{c}/cache/{idx}/type"),
+                )
+            )
+    out.append(
+        "cache leaves: "
+        + (", ".join(f"L{lv} {t}" for lv, t in sorted(levels, key=str)) or "none (llc is [])")
+    )
     out.append("llc per CPU: " + ", ".join(f"{c}: {v['llc']}" for c, v in exp["cpus"].items()))
-    has_online = [c for c in exp["cpus"]
-                  if os.path.exists(os.path.join(root, f"sys/devices/system/cpu/cpu{c}/online"))]
+    has_online = [
+        c
+        for c in exp["cpus"]
+        if os.path.exists(os.path.join(root, f"sys/devices/system/cpu/cpu{c}/online"))
+    ]
     out.append(f"CPUs with an `online` file: {has_online or 'none'}")
     out.append("packages: " + ", ".join(f"{c}: {v['package']}" for c, v in exp["cpus"].items()))
     pci = os.path.join(root, "sys/bus/pci/devices")
     devs = []
     for addr in sorted(os.listdir(pci)) if os.path.isdir(pci) else []:
         r = f"sys/bus/pci/devices/{addr}"
-        devs.append(f"{addr} {_read(root, r + '/vendor')}:{_read(root, r + '/device')} "
-                    f"class {_read(root, r + '/class')} numa_node {_read(root, r + '/numa_node')}")
+        devs.append(
+            f"{addr} {_read(root, r + '/vendor')}:{_read(root, r + '/device')} "
+            f"class {_read(root, r + '/class')} numa_node {_read(root, r + '/numa_node')}"
+        )
     out.append("PCI: " + ("; ".join(devs) if devs else "none") + f"; GPUs: {len(exp['gpus'])}")
     tiers, _, weights = _tier_oracle(topo, root, [n["id"] for n in exp["nodes"]], [])
-    acc = {n["id"]: _read(root, f"sys/devices/system/node/node{n['id']}/access0/initiators/"
-                                "read_bandwidth") for n in exp["nodes"]}
-    out.append(f"memory tiers (tier id: nodes): {tiers or 'none'}; access0 read_bandwidth "
-               f"(MB/s) per node: {acc}; weighted_interleave weights: {weights}")
-    out.append(f"numa_balancing {exp['numa_balancing']} (the guest's /init writes 0 when "
-               f"the file exists), thp {exp['thp']}")
+    acc = {
+        n["id"]: _read(
+            root, f"sys/devices/system/node/node{n['id']}/access0/initiators/read_bandwidth"
+        )
+        for n in exp["nodes"]
+    }
+    out.append(
+        f"memory tiers (tier id: nodes): {tiers or 'none'}; access0 read_bandwidth "
+        f"(MB/s) per node: {acc}; weighted_interleave weights: {weights}"
+    )
+    out.append(
+        f"numa_balancing {exp['numa_balancing']} (the guest's /init writes 0 when "
+        f"the file exists), thp {exp['thp']}"
+    )
     return out
 
 
-def source_md(name: str, arch: str, topology: str, gathered_md: str, root: str,
-              exp: dict, notes: List[str], disagreements: List[str], *,
-              guest_oracle: bool = False) -> str:
+def source_md(
+    name: str,
+    arch: str,
+    topology: str,
+    gathered_md: str,
+    root: str,
+    exp: dict,
+    notes: List[str],
+    disagreements: List[str],
+    *,
+    guest_oracle: bool = False,
+) -> str:
     manifest = {}
     mpath = os.path.join(build.cache_dir(), arch, "manifest.json")
     if os.path.exists(mpath):
@@ -616,59 +700,85 @@ def source_md(name: str, arch: str, topology: str, gathered_md: str, root: str,
     desc = []
     for nid, node in topo["nodes"].items():
         desc.append(f"node {nid}: CPUs {node['cpus'] or 'none'}, {node['mem_mb']} MiB")
-    lines = [gathered_md.rstrip(), "", "## How this fixture was made", "",
-             f"Written by `python3 vm/gather_fixtures.py {name}` on "
-             f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}: a real Debian "
-             f"{debian} kernel, package `{pkg}` version `{version}` (Debian's apt "
-             "repositories, cached by `vm/build.py`), booted under QEMU TCG by `vm/run.py` "
-             f"(image `{arch}`, topology `{topology}`), with python{py}-minimal + stdlib "
-             "only, running `python3 tools/gather.py`; the folder came back over the "
-             "console as a tar.gz in base64. Files under `root/` are unedited.", "",
-             "Topology QEMU was given (`vm/run.py` TOPOLOGIES): " + "; ".join(desc)
-             + ("; no `-numa` options" if not topo["numa"] else
-                f"; distances {topo['distances']}"), "",
-             "QEMU command:", "", "    " + _qemu_command_text(arch, topology), ""]
+    lines = [
+        gathered_md.rstrip(),
+        "",
+        "## How this fixture was made",
+        "",
+        f"Written by `python3 vm/gather_fixtures.py {name}` on "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}: a real Debian "
+        f"{debian} kernel, package `{pkg}` version `{version}` (Debian's apt "
+        "repositories, cached by `vm/build.py`), booted under QEMU TCG by `vm/run.py` "
+        f"(image `{arch}`, topology `{topology}`), with python{py}-minimal + stdlib "
+        "only, running `python3 tools/gather.py`; the folder came back over the "
+        "console as a tar.gz in base64. Files under `root/` are unedited.",
+        "",
+        "Topology QEMU was given (`vm/run.py` TOPOLOGIES): "
+        + "; ".join(desc)
+        + ("; no `-numa` options" if not topo["numa"] else f"; distances {topo['distances']}"),
+        "",
+        "QEMU command:",
+        "",
+        "    " + _qemu_command_text(arch, topology),
+        "",
+    ]
     if topo.get("modules") or topo.get("setup"):
-        lines += ["Before gathering, the guest's /init loaded these modules of the same "
-                  "kernel package (`vm/build.py` GUEST_MODULES, decompressed), in order: "
-                  + ", ".join(f"`{m}`" for m in topo.get("modules", ())) + "; then ran "
-                  "(`vm/run.py`):", ""]
+        lines += [
+            "Before gathering, the guest's /init loaded these modules of the same "
+            "kernel package (`vm/build.py` GUEST_MODULES, decompressed), in order: "
+            + ", ".join(f"`{m}`" for m in topo.get("modules", ()))
+            + "; then ran "
+            "(`vm/run.py`):",
+            "",
+        ]
         lines += ["    " + ln for ln in topo.get("setup", "").strip().splitlines()] + [""]
     lines += [
-             "## expected.json", "",
-             "Built by `vm/gather_fixtures.py` without numa_utils: nodes, their CPUs, "
-             "distances, nodes with CPUs / memory and the online CPUs from the QEMU "
-             "topology above; MemTotal/MemFree (the kernel reserves part of what QEMU "
-             "gives), hugepages, possible nodes and CPUs, core/package/siblings/llc, PCI, "
-             "Cpus/Mems_allowed_list, numa_balancing and THP from the gathered files, "
-             "parsed by the script's own code. Then compared with "
-             "`numa_utils.read_topology` over `root/`.", ""]
+        "## expected.json",
+        "",
+        "Built by `vm/gather_fixtures.py` without numa_utils: nodes, their CPUs, "
+        "distances, nodes with CPUs / memory and the online CPUs from the QEMU "
+        "topology above; MemTotal/MemFree (the kernel reserves part of what QEMU "
+        "gives), hugepages, possible nodes and CPUs, core/package/siblings/llc, PCI, "
+        "Cpus/Mems_allowed_list, numa_balancing and THP from the gathered files, "
+        "parsed by the script's own code. Then compared with "
+        "`numa_utils.read_topology` over `root/`.",
+        "",
+    ]
     if guest_oracle and any(topo.get(k) is not None for k in GUEST_ORACLE_KEYS):
-        lines += ["## guest_oracle.json", "",
-                  "Printed in the guest by `vm/guest_oracle.py` (the standard library "
-                  "reading the live sysfs, never numa_utils): every PCI function's address, "
-                  "class, vendor, device, numa_node, local_cpulist, driver, kernel names "
-                  "(/sys/class/net, nvme, infiniband), host bridge and path from its root "
-                  "port; the node masks (has_cpu, has_memory, has_normal_memory, "
-                  "has_generic_initiator), each node's CPUs, MemTotal and distances, the "
-                  "memory tiers, each CPU's physical_package_id and core_id. What `root/` "
-                  "does not keep (drivers, class names, the PCI paths) is only here. "
-                  "Compared with the QEMU definition under 'Tree vs QEMU definition'.", ""]
+        lines += [
+            "## guest_oracle.json",
+            "",
+            "Printed in the guest by `vm/guest_oracle.py` (the standard library "
+            "reading the live sysfs, never numa_utils): every PCI function's address, "
+            "class, vendor, device, numa_node, local_cpulist, driver, kernel names "
+            "(/sys/class/net, nvme, infiniband), host bridge and path from its root "
+            "port; the node masks (has_cpu, has_memory, has_normal_memory, "
+            "has_generic_initiator), each node's CPUs, MemTotal and distances, the "
+            "memory tiers, each CPU's physical_package_id and core_id. What `root/` "
+            "does not keep (drivers, class names, the PCI paths) is only here. "
+            "Compared with the QEMU definition under 'Tree vs QEMU definition'.",
+            "",
+        ]
     lines += ["## What this kernel shows", ""]
     lines += [f"- {o}" for o in _observations(arch, topology, root, exp)]
     lines += ["", "## Tree vs QEMU definition", ""]
     lines += [f"- {n}" for n in notes] or ["- no differences"]
     lines += ["", "## Oracle vs numa_utils.read_topology (when generated)", ""]
     lines += [f"- {d}" for d in disagreements] or ["- they agree"]
-    lines += ["", "## Regenerate", "",
-              "    python3 vm/build.py                           # once: kernels and root fs",
-              f"    python3 vm/gather_fixtures.py {name}",
-              "    python3 vm/gather_fixtures.py --check         # no boot: oracle vs trees",
-              ""]
+    lines += [
+        "",
+        "## Regenerate",
+        "",
+        "    python3 vm/build.py                           # once: kernels and root fs",
+        f"    python3 vm/gather_fixtures.py {name}",
+        "    python3 vm/gather_fixtures.py --check         # no boot: oracle vs trees",
+        "",
+    ]
     return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- driver
+
 
 def make_fixture(name: str, out_dir: str, timeout: float) -> List[str]:
     arch, topology = FIXTURES[name]
@@ -689,25 +799,39 @@ def make_fixture(name: str, out_dir: str, timeout: float) -> List[str]:
                 go = json.load(fh)
             notes += guest_oracle_notes(topology, go)
         disagreements = compare_with_numa_utils(root, exp)
-        md = source_md(name, arch, topology, gathered_md, root, exp, notes, disagreements,
-                       guest_oracle=go is not None)
+        md = source_md(
+            name,
+            arch,
+            topology,
+            gathered_md,
+            root,
+            exp,
+            notes,
+            disagreements,
+            guest_oracle=go is not None,
+        )
         with open(os.path.join(tmp, "SOURCE.md"), "w") as fh:
             fh.write(md)
         with open(os.path.join(tmp, "expected.json"), "w") as fh:
             json.dump(exp, fh, indent=2)
             fh.write("\n")
-        if go is not None and any(vmrun.TOPOLOGIES[topology].get(k) is not None
-                                  for k in GUEST_ORACLE_KEYS):
+        if go is not None and any(
+            vmrun.TOPOLOGIES[topology].get(k) is not None for k in GUEST_ORACLE_KEYS
+        ):
             with open(os.path.join(tmp, "guest_oracle.json"), "w") as fh:
                 json.dump(go, fh, indent=1, sort_keys=True)
                 fh.write("\n")
         with open(final + ".part", "wb") as fh:
             fh.write(gather.pack_text(gather.folder_files(tmp)))
         os.replace(final + ".part", final)
-    print(f"[gather_fixtures] {name}: {arch} {topology} in {time.monotonic() - t0:.1f}s; "
-          f"{len(notes)} tree-vs-QEMU notes, {len(disagreements)} disagreements", flush=True)
-    return [f"{name}: tree vs QEMU: {n}" for n in notes] + \
-        [f"{name}: DISAGREE {d}" for d in disagreements]
+    print(
+        f"[gather_fixtures] {name}: {arch} {topology} in {time.monotonic() - t0:.1f}s; "
+        f"{len(notes)} tree-vs-QEMU notes, {len(disagreements)} disagreements",
+        flush=True,
+    )
+    return [f"{name}: tree vs QEMU: {n}" for n in notes] + [
+        f"{name}: DISAGREE {d}" for d in disagreements
+    ]
 
 
 def check_fixture(name: str, out_dir: str) -> List[str]:
@@ -724,8 +848,7 @@ def check_fixture(name: str, out_dir: str) -> List[str]:
         with open(os.path.join(tmp, "expected.json")) as fh:
             on_disk = json.load(fh)
         on_disk.pop("problems", None)
-        out += [f"{name}: expected.json differs from the oracle {d}"
-                for d in diff(exp, on_disk)]
+        out += [f"{name}: expected.json differs from the oracle {d}" for d in diff(exp, on_disk)]
         out += [f"{name}: DISAGREE {d}" for d in compare_with_numa_utils(root, exp)]
     return out
 
@@ -734,8 +857,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="Regenerate fake_sysfs/qemu-* from QEMU guests.")
     ap.add_argument("names", nargs="*", help="fixtures (default: all)")
     ap.add_argument("--list", action="store_true")
-    ap.add_argument("--check", action="store_true",
-                    help="no boot: rebuild the oracle from the saved trees and compare")
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="no boot: rebuild the oracle from the saved trees and compare",
+    )
     ap.add_argument("--out", default=FIXTURES_DIR, help="folder of fixtures (default fake_sysfs)")
     ap.add_argument("-j", "--jobs", type=int, default=2, help="guests at a time")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per guest")
@@ -765,8 +891,10 @@ def main(argv=None) -> int:
     for f in findings:
         print(f)
     bad = [f for f in findings if ": tree vs QEMU: " not in f]
-    print(f"[gather_fixtures] {len(names)} fixture(s): {len(bad)} disagreement(s), "
-          f"{len(findings) - len(bad)} tree-vs-QEMU note(s)")
+    print(
+        f"[gather_fixtures] {len(names)} fixture(s): {len(bad)} disagreement(s), "
+        f"{len(findings) - len(bad)} tree-vs-QEMU note(s)"
+    )
     return 1 if bad else 0
 
 

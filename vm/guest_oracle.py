@@ -71,13 +71,15 @@ def pci_functions():
         drv = os.path.realpath(f"{d}/driver") if os.path.exists(f"{d}/driver") else None
         node = read(f"{d}/numa_node")
         out[addr] = {
-            "class": read(f"{d}/class"), "vendor": read(f"{d}/vendor"),
+            "class": read(f"{d}/class"),
+            "vendor": read(f"{d}/vendor"),
             "device": read(f"{d}/device"),
             "numa_node": int(node) if node is not None else None,
             "local_cpulist": ids(read(f"{d}/local_cpulist")),
             "driver": os.path.basename(drv) if drv else None,
             "names": names.get(real, {}),
-            "host_bridge": bridge, "path": path,
+            "host_bridge": bridge,
+            "path": path,
             "root_port": path[0] if len(path) > 1 else None,
         }
     return out
@@ -85,17 +87,24 @@ def pci_functions():
 
 def nodes():
     out = {}
-    for key in ("online", "possible", "has_cpu", "has_memory", "has_normal_memory",
-                "has_generic_initiator"):
+    for key in (
+        "online",
+        "possible",
+        "has_cpu",
+        "has_memory",
+        "has_normal_memory",
+        "has_generic_initiator",
+    ):
         text = read(f"{NODE}/{key}")
         out[key] = None if text is None else ids(text)
     per = {}
     for n in out["online"] or ():
         mem = re.search(r"MemTotal:\s+(\d+) kB", read(f"{NODE}/node{n}/meminfo") or "")
-        per[str(n)] = {"cpus": ids(read(f"{NODE}/node{n}/cpulist")),
-                       "mem_total_kb": int(mem.group(1)) if mem else None,
-                       "distances": [int(x) for x in (read(f"{NODE}/node{n}/distance")
-                                                      or "").split()]}
+        per[str(n)] = {
+            "cpus": ids(read(f"{NODE}/node{n}/cpulist")),
+            "mem_total_kb": int(mem.group(1)) if mem else None,
+            "distances": [int(x) for x in (read(f"{NODE}/node{n}/distance") or "").split()],
+        }
     out["nodes"] = per
     tiers = {}
     tdir = "/sys/devices/virtual/memory_tiering"
@@ -111,8 +120,10 @@ def cpus():
     out = {}
     for c in ids(read(f"{CPU}/online")):
         t = f"{CPU}/cpu{c}/topology"
-        out[str(c)] = {"package": int(read(f"{t}/physical_package_id")),
-                       "core": int(read(f"{t}/core_id"))}
+        out[str(c)] = {
+            "package": int(read(f"{t}/physical_package_id")),
+            "core": int(read(f"{t}/core_id")),
+        }
     return out
 
 

@@ -38,6 +38,7 @@ def patch_syscall_table(nu, spec):
     """NUMA_UTILS_VM_WRONG_SYSCALL=mbind=237: replace one number of this arch's
     table in the loaded module (its copy of the table, not the kernel's)."""
     from types import MappingProxyType
+
     name, nr = spec.split("=")
     arch = platform.machine()
     tables = dict(nu.SYSCALL_TABLES)
@@ -54,6 +55,7 @@ def main():
     if expect.get("cgroup_mems") is not None:
         enter_cgroup(expect["cgroup_mems"])
     import kernel_checks as kc
+
     try:
         import numa_utils as nu
     except ImportError as e:
@@ -67,9 +69,11 @@ def main():
         backend = nu.LinuxBackend()
     env = kc.make_env(expect, nu, backend, real=True)
     only = [x for x in os.environ.get("NUMA_UTILS_VM_ONLY", "").split(",") if x]
-    print(f"VMNOTE guest {platform.machine()} {platform.release()} "
-          f"topology {expect['topology']} page {kc.mmap.PAGESIZE} "
-          f"python {platform.python_version()} started in {time.monotonic() - T0:.1f}s")
+    print(
+        f"VMNOTE guest {platform.machine()} {platform.release()} "
+        f"topology {expect['topology']} page {kc.mmap.PAGESIZE} "
+        f"python {platform.python_version()} started in {time.monotonic() - T0:.1f}s"
+    )
     failed = 0
     for rec in kc.run_checks(env, only or None):
         failed += rec["status"] == "fail"

@@ -50,8 +50,14 @@ def real_numactl(path=None, fallback=("/usr/bin", "/bin")):
         if head[:4] == b"\x7fELF":
             return exe, None
         if exe not in refused:
-            refused.append(exe + (" (a script around numa_utils)" if b"numa_utils" in head
-                                  else " (not an ELF binary)"))
+            refused.append(
+                exe
+                + (
+                    " (a script around numa_utils)"
+                    if b"numa_utils" in head
+                    else " (not an ELF binary)"
+                )
+            )
     if refused:
         return None, "no real numactl binary, only " + ", ".join(refused)
     return None, "no numactl binary on PATH or in " + " ".join(fallback)
@@ -74,8 +80,9 @@ def parse(path):
 
 def numactl_version(numactl="numactl"):
     """(2, 0, 19) from `numactl --version` (2.0.19+); (2, 0, 0) when it has none."""
-    res = subprocess.run([numactl, "--version"], stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
+    res = subprocess.run(
+        [numactl, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     m = re.search(r"(\d+)\.(\d+)\.(\d+)", res.stdout) if res.returncode == 0 else None
     return tuple(int(x) for x in m.groups()) if m else (2, 0, 0)
 
@@ -111,8 +118,8 @@ def file_probe(path):
         "if not size: print('empty'); sys.exit()\n"
         "mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)\n"
         "off = 0\n"
-        "while off < size:\n"   # fault in only the pages that exist (a hole would be
-        "    try:\n"            # allocated by this read, under this process's policy)
+        "while off < size:\n"  # fault in only the pages that exist (a hole would be
+        "    try:\n"  # allocated by this read, under this process's policy)
         "        off = os.lseek(fd, off, os.SEEK_DATA)\n"
         "    except OSError:\n"
         "        break\n"
@@ -122,9 +129,15 @@ def file_probe(path):
         "for line in open('/proc/self/numa_maps'):\n"
         "    if 'file=' + sys.argv[1] in line:\n"
         "        t = line.split()\n"
-        "        print(' '.join([t[1]] + [x for x in t if x[:1] == 'N' and '=' in x]))\n")
-    res = subprocess.run([sys.executable, "-c", code, path], stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True, timeout=60)
+        "        print(' '.join([t[1]] + [x for x in t if x[:1] == 'N' and '=' in x]))\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code, path],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=60,
+    )
     return res.stdout.strip()
 
 
@@ -137,8 +150,7 @@ def mask(text, hardware):
         # numactl 2.0.16 and 2.0.19 (numa_utils prints 2.0.19's): compare its fields.
         text = re.sub(r"^(node \d+ free:) \d+ MB$", r"\1 * MB", text, flags=re.M)
         text = re.sub(r"[ \t]+", " ", text)
-    text = re.sub(r"^(preferred node:) \d+ (\(interleave next\))$", r"\1 * \2", text,
-                  flags=re.M)
+    text = re.sub(r"^(preferred node:) \d+ (\(interleave next\))$", r"\1 * \2", text, flags=re.M)
     return re.sub(r"^(interleavenode:) \d+$", r"\1 *", text, flags=re.M)
 
 
@@ -151,8 +163,9 @@ def run_one(argv, tags, timeout=60):
                 pass
     t0 = time.monotonic()
     try:
-        res = subprocess.run(argv, capture_output=True, text=True,
-                             timeout=timeout, stdin=subprocess.DEVNULL)
+        res = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        )
         out = {"rc": res.returncode, "out": res.stdout, "err": res.stderr[-600:]}
     except subprocess.TimeoutExpired:
         out = {"rc": "timeout", "out": "", "err": ""}
@@ -192,32 +205,38 @@ def main(argv):
         print(f"NUMACTL_NOTE cannot precompile numa_utils: {exc}")
     # numa_utils without the subcommand: argparse's "invalid choice", exit 2. (Its
     # --help exits 1 as numactl's does: an unrecognized option.)
-    probe = subprocess.run(nu_cmd + ["--show"], stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
+    probe = subprocess.run(
+        nu_cmd + ["--show"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     if nu_cmd == [numactl]:
         probe.returncode = 0
     version = numactl_version(numactl)
-    print(f"NUMACTL_NOTE numactl {numactl} " + ".".join(map(str, version)) +
-          " (2.0.0: no --version, "
-          "older than 2.0.19); numa_utils numactl --show exit " + str(probe.returncode),
-          flush=True)
+    print(
+        f"NUMACTL_NOTE numactl {numactl} " + ".".join(map(str, version)) + " (2.0.0: no --version, "
+        "older than 2.0.19); numa_utils numactl --show exit " + str(probe.returncode),
+        flush=True,
+    )
     if probe.returncode != 0:
-        reason = ("numa_utils has no `numactl` subcommand yet (python3 -m numa_utils "
-                  f"numactl --show exits {probe.returncode}: {probe.stdout.strip()[-200:]})")
+        reason = (
+            "numa_utils has no `numactl` subcommand yet (python3 -m numa_utils "
+            f"numactl --show exits {probe.returncode}: {probe.stdout.strip()[-200:]})"
+        )
         print("NUMACTL " + json.dumps({"skip": reason}), flush=True)
         return 0
     lines = parse(data)
     # The cpuset lines last: the harness enters the cgroup once, before the first.
-    lines = ([x for x in lines if "cpuset" not in x[1]]
-             + [x for x in lines if "cpuset" in x[1]])
+    lines = [x for x in lines if "cpuset" not in x[1]] + [x for x in lines if "cpuset" in x[1]]
     in_cpuset = False
     bad = 0
     for args, tags in lines:
         if "2.0.19" in tags and version < (2, 0, 19):
             continue
-        if "known-2.0.19" in tags:     # a known difference against 2.0.19 only
-            tags = ["known" if t == "known-2.0.19" else t for t in tags
-                    if t != "known-2.0.19" or version >= (2, 0, 19)]
+        if "known-2.0.19" in tags:  # a known difference against 2.0.19 only
+            tags = [
+                "known" if t == "known-2.0.19" else t
+                for t in tags
+                if t != "known-2.0.19" or version >= (2, 0, 19)
+            ]
         if "cpuset" in tags and not in_cpuset:
             make_cpuset()
             enter_cpuset()
@@ -228,9 +247,20 @@ def main(argv):
         hardware = any(x in ("-H", "--hardware") for x in args)
         why = compare(a, b, hardware)
         bad += bool(why) and "known" not in tags
-        print("NUMACTL " + json.dumps({"args": args, "tags": tags, "match": not why,
-                                       "why": why, "numactl": a, "numa_utils": b}),
-              flush=True)
+        print(
+            "NUMACTL "
+            + json.dumps(
+                {
+                    "args": args,
+                    "tags": tags,
+                    "match": not why,
+                    "why": why,
+                    "numactl": a,
+                    "numa_utils": b,
+                }
+            ),
+            flush=True,
+        )
     return 1 if bad else 0
 
 

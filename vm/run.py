@@ -39,14 +39,22 @@ END_RE = re.compile(r"@@NUMA_UTILS_VM END rc=(\d+)@@")
 
 # Guest architecture -> QEMU binary, machine arguments and console device.
 QEMU = {
-    "x86_64": {"binary": "qemu-system-x86_64", "machine": ["-M", "pc"],
-               "console": "ttyS0"},
-    "aarch64": {"binary": "qemu-system-aarch64",
-                "machine": ["-M", "virt", "-cpu", "cortex-a57"], "console": "ttyAMA0"},
-    "ppc64le": {"binary": "qemu-system-ppc64",
-                "machine": ["-M", "pseries", "-cpu", "power9"], "console": "hvc0"},
-    "s390x": {"binary": "qemu-system-s390x",
-              "machine": ["-M", "s390-ccw-virtio", "-cpu", "max"], "console": "ttysclp0"},
+    "x86_64": {"binary": "qemu-system-x86_64", "machine": ["-M", "pc"], "console": "ttyS0"},
+    "aarch64": {
+        "binary": "qemu-system-aarch64",
+        "machine": ["-M", "virt", "-cpu", "cortex-a57"],
+        "console": "ttyAMA0",
+    },
+    "ppc64le": {
+        "binary": "qemu-system-ppc64",
+        "machine": ["-M", "pseries", "-cpu", "power9"],
+        "console": "hvc0",
+    },
+    "s390x": {
+        "binary": "qemu-system-s390x",
+        "machine": ["-M", "s390-ccw-virtio", "-cpu", "max"],
+        "console": "ttysclp0",
+    },
 }
 
 
@@ -74,14 +82,20 @@ def _topology(nodes, distances=None, *, cgroup_mems=None, numa=True) -> dict:
         "memory_only": [i for i, (c, m) in enumerate(nodes) if not c and m and numa],
         "cpus": cpus_total,
         "mem_mb": sum(m for _, m in nodes),
-        "allowed_mems": (list(cgroup_mems) if cgroup_mems is not None
-                         else [i for i, (_, m) in enumerate(nodes) if m] if numa else None),
+        "allowed_mems": (
+            list(cgroup_mems)
+            if cgroup_mems is not None
+            else [i for i, (_, m) in enumerate(nodes) if m]
+            if numa
+            else None
+        ),
         "cgroup_mems": list(cgroup_mems) if cgroup_mems is not None else None,
     }
 
 
-def _hmat_topology(nodes, distances, initiator_of, lb, *, local, remote, tiers,
-                   default_memory_nodes) -> dict:
+def _hmat_topology(
+    nodes, distances, initiator_of, lb, *, local, remote, tiers, default_memory_nodes
+) -> dict:
     """A topology with ACPI HMAT (`-machine pc,hmat=on`): initiator_of gives each
     CPU-less node the initiator QEMU needs; lb[(i, t)] = (latency ns, bandwidth GB/s)
     for CPU node i and target t, else local/remote. What the guest must read back:
@@ -98,11 +112,19 @@ def _hmat_topology(nodes, distances, initiator_of, lb, *, local, remote, tiers,
     for t in range(len(nodes)):
         ini = t if t in cpu_nodes else initiator_of[t]
         lat, bw = table[f"{ini},{t}"]
-        access[str(t)] = {"initiators": [ini], "read_latency_ns": lat, "write_latency_ns": lat,
-                          "read_bandwidth_mbps": bw * 1024, "write_bandwidth_mbps": bw * 1024}
-    topo.update(hmat={"initiator_of": {str(k): v for k, v in initiator_of.items()},
-                      "lb": table},
-                access=access, tiers=tiers, default_memory_nodes=default_memory_nodes)
+        access[str(t)] = {
+            "initiators": [ini],
+            "read_latency_ns": lat,
+            "write_latency_ns": lat,
+            "read_bandwidth_mbps": bw * 1024,
+            "write_bandwidth_mbps": bw * 1024,
+        }
+    topo.update(
+        hmat={"initiator_of": {str(k): v for k, v in initiator_of.items()}, "lb": table},
+        access=access,
+        tiers=tiers,
+        default_memory_nodes=default_memory_nodes,
+    )
     return topo
 
 
@@ -117,27 +139,56 @@ def _hmat_topology(nodes, distances, initiator_of, lb, *, local, remote, tiers,
 # that stand for a device.
 
 _PXB = ["-device", "pxb-pcie,bus_nr=128,id=pxb1,numa_node=1,bus=pcie.0"]
-for _i, (_dev, _extra) in enumerate((("VGA,id=gpu0", ""),
-                                     ("nvme,id=nvme0,serial=numautils0,drive=nvm0", ""),
-                                     ("e1000e,id=nic0,romfile=", ""))):
-    _PXB += ["-device", f"pcie-root-port,id=rp{_i + 1},bus=pxb1,chassis={_i + 1},"
-             f"slot={_i + 1},addr={_i:#x}",
-             "-device", f"{_dev},bus=rp{_i + 1}{_extra}"]
+for _i, (_dev, _extra) in enumerate(
+    (
+        ("VGA,id=gpu0", ""),
+        ("nvme,id=nvme0,serial=numautils0,drive=nvm0", ""),
+        ("e1000e,id=nic0,romfile=", ""),
+    )
+):
+    _PXB += [
+        "-device",
+        f"pcie-root-port,id=rp{_i + 1},bus=pxb1,chassis={_i + 1},slot={_i + 1},addr={_i:#x}",
+        "-device",
+        f"{_dev},bus=rp{_i + 1}{_extra}",
+    ]
 # A 16 MiB drive that reads zeroes and stores nothing (no file on the host).
-_PXB += ["-blockdev", "driver=null-co,node-name=nvm0,size=16777216,read-zeroes=on",
-         "-object", "acpi-generic-initiator,id=gi0,pci-dev=gpu0,node=2"]
+_PXB += [
+    "-blockdev",
+    "driver=null-co,node-name=nvm0,size=16777216,read-zeroes=on",
+    "-object",
+    "acpi-generic-initiator,id=gi0,pci-dev=gpu0,node=2",
+]
 
 # What the guest must show behind the expander: bus 0x80 holds the three root
 # ports (devices 0-2), each the parent of bus 0x81 + i. QEMU's own ids (VGA
 # 1234:1111, NVMe 1b36:0010, e1000e 8086:10d3), driver and kernel names as Debian's
 # 6.12 names them without udev.
 _PCI = {
-    "0000:81:00.0": {"class": "0x030000", "vendor": "0x1234", "device": "0x1111",
-                     "driver": None, "names": [], "root_port": "0000:80:00.0"},
-    "0000:82:00.0": {"class": "0x010802", "vendor": "0x1b36", "device": "0x0010",
-                     "driver": "nvme", "names": ["nvme0"], "root_port": "0000:80:01.0"},
-    "0000:83:00.0": {"class": "0x020000", "vendor": "0x8086", "device": "0x10d3",
-                     "driver": "e1000e", "names": ["eth0"], "root_port": "0000:80:02.0"},
+    "0000:81:00.0": {
+        "class": "0x030000",
+        "vendor": "0x1234",
+        "device": "0x1111",
+        "driver": None,
+        "names": [],
+        "root_port": "0000:80:00.0",
+    },
+    "0000:82:00.0": {
+        "class": "0x010802",
+        "vendor": "0x1b36",
+        "device": "0x0010",
+        "driver": "nvme",
+        "names": ["nvme0"],
+        "root_port": "0000:80:01.0",
+    },
+    "0000:83:00.0": {
+        "class": "0x020000",
+        "vendor": "0x8086",
+        "device": "0x10d3",
+        "driver": "e1000e",
+        "names": ["eth0"],
+        "root_port": "0000:80:02.0",
+    },
 }
 for _d in _PCI.values():
     _d.update(numa_node=1, local_cpulist=[1])
@@ -175,12 +226,14 @@ TOPOLOGIES = {
     "two-node": _topology([([0], 512), ([1], 512)]),
     "four-node-asym": _topology(
         [([0], 256), ([1], 256), ([2], 256), ([3], 256)],
-        {(0, 1): 12, (0, 2): 20, (0, 3): 30, (1, 2): 25, (1, 3): 20, (2, 3): 15}),
-    "memory-only": dict(_topology([([0], 512), ([1], 512), ([], 256)],
-                                  {(0, 1): 20, (0, 2): 30, (1, 2): 40}),
-                        # CPU-less and farther than the remote DRAM node (issue 11):
-                        # not a nodes=None node.
-                        default_memory_nodes=[0, 1]),
+        {(0, 1): 12, (0, 2): 20, (0, 3): 30, (1, 2): 25, (1, 3): 20, (2, 3): 15},
+    ),
+    "memory-only": dict(
+        _topology([([0], 512), ([1], 512), ([], 256)], {(0, 1): 20, (0, 2): 30, (1, 2): 40}),
+        # CPU-less and farther than the remote DRAM node (issue 11):
+        # not a nodes=None node.
+        default_memory_nodes=[0, 1],
+    ),
     # One node per CPU plus 64 memory-only nodes: node masks wider than one
     # 64-bit word. x86_64 only (Debian's arm64 kernel allows 16 nodes).
     "many-66": _topology([([0], 256), ([1], 256)] + [([], 32)] * 64),
@@ -189,45 +242,86 @@ TOPOLOGIES = {
     # Two DRAM nodes and a slow CPU-less one (CXL-like), described with ACPI HMAT
     # (KERNEL_FACTS section 10): the kernel puts node 2 in its own lower tier.
     "hmat-tiers": _hmat_topology(
-        [([0], 512), ([1], 512), ([], 512)], {(0, 1): 20, (0, 2): 30, (1, 2): 30},
-        {2: 0}, {(0, 2): (300, 50), (1, 2): (300, 50)},
-        local=(100, 200), remote=(200, 100), tiers=[[0, 1], [2]], default_memory_nodes=[0, 1]),
+        [([0], 512), ([1], 512), ([], 512)],
+        {(0, 1): 20, (0, 2): 30, (1, 2): 30},
+        {2: 0},
+        {(0, 2): (300, 50), (1, 2): (300, 50)},
+        local=(100, 200),
+        remote=(200, 100),
+        tiers=[[0, 1], [2]],
+        default_memory_nodes=[0, 1],
+    ),
     # q35, nodes 0 and 1 in packages 0 and 1, a PCI Express expander on node 1
     # with a display device, an NVMe controller and a NIC behind three root
     # ports; node 2 has neither CPUs nor memory: an ACPI generic initiator
     # standing for the display device.
     "pci-devices": dict(
         _topology([([0], 512), ([1], 512), ([], 0)]),
-        qemu="qemu10", machine=["-M", "q35", "-vga", "none"], smp="2,sockets=2,cores=1",
-        devices=_PXB, modules=["nvme-auth", "nvme-core", "nvme", "e1000e"], setup=PCI_SETUP,
-        pci=_PCI, packages=[0, 1], generic_initiators=[2], tiers=[[0, 1]],
-        default_memory_nodes=[0, 1]),
+        qemu="qemu10",
+        machine=["-M", "q35", "-vga", "none"],
+        smp="2,sockets=2,cores=1",
+        devices=_PXB,
+        modules=["nvme-auth", "nvme-core", "nvme", "e1000e"],
+        setup=PCI_SETUP,
+        pci=_PCI,
+        packages=[0, 1],
+        generic_initiators=[2],
+        tiers=[[0, 1]],
+        default_memory_nodes=[0, 1],
+    ),
     # Sub-NUMA clustering (SNC2 / NPS2): two packages of two cores, one node per core.
     "snc-2x2": dict(
-        _topology([([0], 256), ([1], 256), ([2], 256), ([3], 256)],
-                  {(0, 1): 11, (2, 3): 12, (0, 2): 20, (1, 3): 20, (0, 3): 21, (1, 2): 21}),
-        qemu="qemu10", smp="4,sockets=2,cores=2", packages=[0, 0, 1, 1],
-        nodes_per_package=2, tiers=[[0, 1, 2, 3]], default_memory_nodes=[0, 1, 2, 3]),
+        _topology(
+            [([0], 256), ([1], 256), ([2], 256), ([3], 256)],
+            {(0, 1): 11, (2, 3): 12, (0, 2): 20, (1, 3): 20, (0, 3): 21, (1, 2): 21},
+        ),
+        qemu="qemu10",
+        smp="4,sockets=2,cores=2",
+        packages=[0, 0, 1, 1],
+        nodes_per_package=2,
+        tiers=[[0, 1, 2, 3]],
+        default_memory_nodes=[0, 1, 2, 3],
+    ),
     # A CXL Type-3 volatile memory expander (256 MiB) onlined by the kernel's CXL
     # and DAX kmem drivers as the CPU-less node 2, in its own slower tier.
     "cxl": dict(
         _topology([([0], 512), ([1], 512), ([], 256)]),
-        qemu="qemu10", machine=["-M", "q35,cxl=on", "-cpu", "max,-hypervisor"],
-        smp="2,sockets=2,cores=1,threads=1", cxl_mb=256,
-        devices=["-object", "memory-backend-ram,id=cxlvmem0,size=256M",
-                 "-device", "pxb-cxl,bus_nr=12,bus=pcie.0,id=cxl.0",
-                 "-device", "cxl-rp,port=0,bus=cxl.0,id=cxl_rp0,chassis=0,slot=2",
-                 "-device", "cxl-type3,bus=cxl_rp0,volatile-memdev=cxlvmem0,id=cxl-vmem0",
-                 "-M", "cxl-fmw.0.targets.0=cxl.0,cxl-fmw.0.size=4G"],
-        modules=["cxl_acpi", "cxl_pci", "cxl_mem", "dax_cxl", "kmem"], setup=CXL_SETUP,
-        packages=[0, 1], tiers=[[0, 1], [2]], default_memory_nodes=[0, 1]),
+        qemu="qemu10",
+        machine=["-M", "q35,cxl=on", "-cpu", "max,-hypervisor"],
+        smp="2,sockets=2,cores=1,threads=1",
+        cxl_mb=256,
+        devices=[
+            "-object",
+            "memory-backend-ram,id=cxlvmem0,size=256M",
+            "-device",
+            "pxb-cxl,bus_nr=12,bus=pcie.0,id=cxl.0",
+            "-device",
+            "cxl-rp,port=0,bus=cxl.0,id=cxl_rp0,chassis=0,slot=2",
+            "-device",
+            "cxl-type3,bus=cxl_rp0,volatile-memdev=cxlvmem0,id=cxl-vmem0",
+            "-M",
+            "cxl-fmw.0.targets.0=cxl.0,cxl-fmw.0.size=4G",
+        ],
+        modules=["cxl_acpi", "cxl_pci", "cxl_mem", "dax_cxl", "kmem"],
+        setup=CXL_SETUP,
+        packages=[0, 1],
+        tiers=[[0, 1], [2]],
+        default_memory_nodes=[0, 1],
+    ),
 }
 
 # Which topologies each guest image (vm/build.py IMAGES) can boot.
 SUPPORTED = {
     "x86_64": {"two-node", "four-node-asym", "memory-only", "many-66", "cpuset", "no-numa"},
-    "x86_64-6.12": {"two-node", "memory-only", "cpuset", "hmat-tiers", "pci-devices",
-                    "snc-2x2", "cxl"},
+    "x86_64-6.12": {
+        "two-node",
+        "memory-only",
+        "cpuset",
+        "hmat-tiers",
+        "pci-devices",
+        "snc-2x2",
+        "cxl",
+    },
     "aarch64": {"two-node", "four-node-asym", "memory-only", "cpuset", "no-numa"},
     "ppc64le": {"two-node", "four-node-asym", "memory-only", "cpuset", "no-numa"},
     # Debian's s390x kernel has no NUMA: the only honest topology is none.
@@ -244,9 +338,9 @@ def qemu_topology_args(topo: dict) -> list:
     hmat = topo.get("hmat")
     for nid, node in topo["nodes"].items():
         if nid == "2" and topo.get("cxl_mb"):
-            continue    # the kernel makes it from the CXL region
+            continue  # the kernel makes it from the CXL region
         if not node["mem_mb"]:
-            args += ["-numa", f"node,nodeid={nid}"]   # neither CPUs nor memory
+            args += ["-numa", f"node,nodeid={nid}"]  # neither CPUs nor memory
             continue
         args += ["-object", f"memory-backend-ram,id=m{nid},size={node['mem_mb']}M"]
         spec = f"node,nodeid={nid},memdev=m{nid}"
@@ -265,8 +359,12 @@ def qemu_topology_args(topo: dict) -> list:
     for key, (lat, bw) in (hmat or {}).get("lb", {}).items():
         i, t = key.split(",")
         base = f"hmat-lb,initiator={i},target={t},hierarchy=memory"
-        args += ["-numa", f"{base},data-type=access-latency,latency={lat}",
-                 "-numa", f"{base},data-type=access-bandwidth,bandwidth={bw}G"]
+        args += [
+            "-numa",
+            f"{base},data-type=access-latency,latency={lat}",
+            "-numa",
+            f"{base},data-type=access-bandwidth,bandwidth={bw}G",
+        ]
     return args + list(topo.get("devices", ()))
 
 
@@ -313,16 +411,20 @@ DEFAULT_COMMAND = "python3 /vmtest/guest_runner.py"
 FileSpec = Union[str, bytes]
 
 
-def _guest_files(expect: dict, files: Optional[Mapping[str, FileSpec]],
-                 patch_module=None) -> Dict[str, bytes]:
+def _guest_files(
+    expect: dict, files: Optional[Mapping[str, FileSpec]], patch_module=None
+) -> Dict[str, bytes]:
     out: Dict[str, bytes] = {}
 
     def read(path: str) -> bytes:
         with open(path, "rb") as fh:
             return fh.read()
 
-    module = read(os.path.join(REPO, "numa_utils.py")) if os.path.exists(
-        os.path.join(REPO, "numa_utils.py")) else None
+    module = (
+        read(os.path.join(REPO, "numa_utils.py"))
+        if os.path.exists(os.path.join(REPO, "numa_utils.py"))
+        else None
+    )
     if module is not None:
         if patch_module is not None:
             module = patch_module(module.decode()).encode()
@@ -351,6 +453,7 @@ def _run_archive(files: Dict[str, bytes], init: str, dest: str) -> None:
         w.add_file("init", init.encode(), 0o755)
         for path in sorted(files):
             w.add_file(path.strip("/"), files[path], 0o755 if path.endswith(".sh") else 0o644)
+
     build.pack_cpio_gz(write, dest, level=1)
 
 
@@ -364,15 +467,20 @@ def missing_reason(image: str, topology: Optional[str] = None) -> Optional[str]:
     topo = TOPOLOGIES.get(topology or "", {})
     if topo.get("qemu") == "qemu10":
         if not build.qemu10_complete():
-            return (f"QEMU 10 missing: {build.qemu10_binary()} (run: python3 vm/build.py "
-                    "--arch qemu10)")
+            return (
+                f"QEMU 10 missing: {build.qemu10_binary()} (run: python3 vm/build.py --arch qemu10)"
+            )
         if topo.get("modules") and not build.modules_complete(image):
-            return (f"guest modules missing in {build.modules_dir(image)} (run: python3 "
-                    f"vm/build.py --arch {image}-modules)")
+            return (
+                f"guest modules missing in {build.modules_dir(image)} (run: python3 "
+                f"vm/build.py --arch {image}-modules)"
+            )
     q = QEMU[arch_of(image)]["binary"]
     if topo.get("qemu") != "qemu10" and shutil.which(q) is None:
-        return (f"{q} not found (apt-get install qemu-system-x86 qemu-system-arm "
-                "qemu-system-ppc qemu-system-misc)")
+        return (
+            f"{q} not found (apt-get install qemu-system-x86 qemu-system-arm "
+            "qemu-system-ppc qemu-system-misc)"
+        )
     for path in images(image):
         if not os.path.exists(path):
             return f"{path} missing (run: python3 vm/build.py --arch {image})"
@@ -387,16 +495,37 @@ def qemu_command(image: str, topology: str, initrd: str, *, extra_append: str = 
     if topo.get("hmat"):
         machine[1] += ",hmat=on"
     binary = build.qemu10_binary() if topo.get("qemu") == "qemu10" else q["binary"]
-    append = (f"console={q['console']} panic=-1 quiet rdinit=/init loglevel=3 "
-              f"{extra_append}").strip()
-    return ([binary, *machine, "-accel", "tcg", "-no-reboot", "-nographic",
-             "-net", "none", "-kernel", kernel, "-initrd", initrd, "-append", append]
-            + qemu_topology_args(topo))
+    append = (
+        f"console={q['console']} panic=-1 quiet rdinit=/init loglevel=3 {extra_append}"
+    ).strip()
+    return [
+        binary,
+        *machine,
+        "-accel",
+        "tcg",
+        "-no-reboot",
+        "-nographic",
+        "-net",
+        "none",
+        "-kernel",
+        kernel,
+        "-initrd",
+        initrd,
+        "-append",
+        append,
+    ] + qemu_topology_args(topo)
 
 
-def run_guest(arch: str, topology: str, files: Optional[Mapping[str, FileSpec]] = None,
-              command: str = DEFAULT_COMMAND, timeout: float = 180, *,
-              patch_module=None, echo: bool = False) -> Tuple[bool, str]:
+def run_guest(
+    arch: str,
+    topology: str,
+    files: Optional[Mapping[str, FileSpec]] = None,
+    command: str = DEFAULT_COMMAND,
+    timeout: float = 180,
+    *,
+    patch_module=None,
+    echo: bool = False,
+) -> Tuple[bool, str]:
     """Boot the guest, run command, power off. Returns (exit_ok, console text).
 
     exit_ok is True when the command exited 0 inside the guest and QEMU ended
@@ -409,11 +538,13 @@ def run_guest(arch: str, topology: str, files: Optional[Mapping[str, FileSpec]] 
     if reason:
         raise FileNotFoundError(reason)
     expect = expect_for(arch, topology)
-    init = (INIT.replace("@BEGIN@", BEGIN)
-            .replace("@CGROUP@", "1" if expect["cgroup_mems"] is not None else "0")
-            .replace("@MODULES@", " ".join(expect.get("modules", ())))
-            .replace("@SETUP@", expect.get("setup", ""))
-            .replace("@COMMAND@", command))
+    init = (
+        INIT.replace("@BEGIN@", BEGIN)
+        .replace("@CGROUP@", "1" if expect["cgroup_mems"] is not None else "0")
+        .replace("@MODULES@", " ".join(expect.get("modules", ())))
+        .replace("@SETUP@", expect.get("setup", ""))
+        .replace("@COMMAND@", command)
+    )
     _, base = images(arch)
     parts = [base]
     if expect.get("modules"):
@@ -428,8 +559,9 @@ def run_guest(arch: str, topology: str, files: Optional[Mapping[str, FileSpec]] 
                 with open(part, "rb") as fh:
                     shutil.copyfileobj(fh, out)
         cmd = qemu_command(arch, topology, initrd)
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
         chunks = []
         deadline = time.monotonic() + timeout
         timed_out = False
@@ -437,6 +569,7 @@ def run_guest(arch: str, topology: str, files: Optional[Mapping[str, FileSpec]] 
             assert proc.stdout is not None
             # Read as it comes so a hung guest still shows what it printed.
             import selectors
+
             sel = selectors.DefaultSelector()
             sel.register(proc.stdout, selectors.EVENT_READ)
             while True:
@@ -463,7 +596,7 @@ def run_guest(arch: str, topology: str, files: Optional[Mapping[str, FileSpec]] 
     if timed_out:
         text += f"\n[vm/run] TIMEOUT after {timeout:.0f}s\n"
     m = END_RE.search(text)
-    ok = (not timed_out and proc.returncode == 0 and m is not None and m.group(1) == "0")
+    ok = not timed_out and proc.returncode == 0 and m is not None and m.group(1) == "0"
     return ok, text
 
 
@@ -472,7 +605,7 @@ def guest_output(console: str) -> str:
     start = console.find(BEGIN)
     if start < 0:
         return ""
-    body = console[start + len(BEGIN):]
+    body = console[start + len(BEGIN) :]
     m = END_RE.search(body)
     return body[: m.start()] if m else body
 
@@ -484,7 +617,7 @@ def check_results(console: str) -> list:
         line = line.strip()
         if line.startswith("VMCHECK "):
             try:
-                out.append(json.loads(line[len("VMCHECK "):]))
+                out.append(json.loads(line[len("VMCHECK ") :]))
             except ValueError:
                 out.append({"name": "?", "status": "fail", "detail": f"bad record {line!r}"})
     return out
@@ -492,8 +625,12 @@ def check_results(console: str) -> list:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="Boot a NUMA guest under QEMU and run a command.")
-    ap.add_argument("arch", nargs="?", choices=sorted(SUPPORTED),
-                    help="guest image: an architecture (Debian 12, Linux 6.1) or x86_64-6.12")
+    ap.add_argument(
+        "arch",
+        nargs="?",
+        choices=sorted(SUPPORTED),
+        help="guest image: an architecture (Debian 12, Linux 6.1) or x86_64-6.12",
+    )
     ap.add_argument("topology", nargs="?", choices=sorted(TOPOLOGIES))
     ap.add_argument("command", nargs="*", help="shell command (default: the kernel checks)")
     ap.add_argument("--timeout", type=float, default=300)
@@ -507,10 +644,11 @@ def main(argv=None) -> int:
     topology = args.topology or ("no-numa" if args.arch == "s390x" else "two-node")
     command = " ".join(args.command) if args.command else DEFAULT_COMMAND
     t0 = time.monotonic()
-    ok, console = run_guest(args.arch, topology, command=command, timeout=args.timeout,
-                            echo=True)
-    print(f"\n[vm/run] {args.arch} {topology}: {'ok' if ok else 'FAILED'} "
-          f"in {time.monotonic() - t0:.1f}s")
+    ok, console = run_guest(args.arch, topology, command=command, timeout=args.timeout, echo=True)
+    print(
+        f"\n[vm/run] {args.arch} {topology}: {'ok' if ok else 'FAILED'} "
+        f"in {time.monotonic() - t0:.1f}s"
+    )
     return 0 if ok else 1
 
 
