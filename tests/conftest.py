@@ -143,7 +143,7 @@ def private_shm_unavailable():
     return _private_why[0]
 
 
-def run_private_shm(code, *args, timeout=120):
+def run_private_shm(code, *args, timeout=600):
     """Run the Python snippet ``code`` in private IPC+mount namespaces (a tmpfs of its
     own on /dev/shm), the repository first on sys.path.  Skips the calling test
     with a reason when such namespaces cannot be made here."""

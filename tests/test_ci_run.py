@@ -85,7 +85,7 @@ def _run(tmp_path, absent=(), modules=("pip", "ensurepip"), uid=0):
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=600,
     )
     assert out.returncode == 0, out.stderr
     return out.stdout + out.stderr, log.read_text().splitlines() if log.exists() else []
@@ -209,7 +209,7 @@ def _session(tmp_path, body):
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
         cwd=str(tmp_path),
         env=env,
     )

@@ -18,7 +18,7 @@ def run(*args, env=None):
         capture_output=True,
         text=True,
         env=e,
-        timeout=120,
+        timeout=600,
     )
 
 
