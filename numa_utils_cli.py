@@ -1287,7 +1287,7 @@ def _cli_run(sub: Any) -> None:
     g.add_argument(
         "--node",
         metavar="N",
-        help="NUMA node N (numactl's grammar: 2, +0, netdev:eth0, pci:3b:00.0)",
+        help="NUMA node N: a node id, or +N counted within the cpuset",
     )
     p.add_argument("--root", default=None, help=argparse.SUPPRESS)  # refused, unlisted
     _add_plan_options(p)
