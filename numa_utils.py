@@ -523,16 +523,32 @@ def abi_for(machine: Optional[str] = None, pointer_bits: Optional[int] = None) -
     kernel uses the 32-bit table (i386, arm); x32 (x86_64 with 32-bit pointers) is
     refused: its numbers differ and engines do not run there.
     """
-    machine = os.uname().machine if machine is None else machine
-    pointer_bits = struct.calcsize("P") * 8 if pointer_bits is None else pointer_bits
-    m = _MACHINE_ALIASES.get(machine.lower(), machine.lower())
+    if machine is None:
+        machine = os.uname().machine
+    if pointer_bits is None:
+        pointer_bits = struct.calcsize("P") * 8
+    table_name = _MACHINE_ALIASES.get(machine.lower(), machine.lower())
     # A 32-bit process on arm64 makes arm's calls; the other 64-bit ABIs have none.
-    m = "arm" if m.startswith("arm") or (m == "aarch64" and pointer_bits == 32) else m
-    wide = m in SYSCALL_TABLES and m not in ("i386", "arm")
-    name = ("x32" if m == "x86_64" else m + "-32") if wide and pointer_bits == 32 else m
-    table = SYSCALL_TABLES.get(m) if not wide or pointer_bits == 64 else None
-    big = m in _BIG_ENDIAN if m in SYSCALL_TABLES else sys.byteorder == "big"
-    return Abi(name, pointer_bits, "big" if big else "little", table)
+    if table_name.startswith("arm") or (table_name == "aarch64" and pointer_bits == 32):
+        table_name = "arm"
+    known = table_name in SYSCALL_TABLES
+    wide = known and table_name not in ("i386", "arm")
+    name = table_name
+    table = SYSCALL_TABLES.get(table_name)
+    if wide and pointer_bits != 64:
+        # A 32-bit process on a 64-bit-only ABI: x32 on x86_64, nothing elsewhere.
+        table = None
+    if wide and pointer_bits == 32:
+        if table_name == "x86_64":
+            name = "x32"
+        else:
+            name = table_name + "-32"
+    if known:
+        big_endian = table_name in _BIG_ENDIAN
+    else:
+        big_endian = sys.byteorder == "big"
+    byteorder: ByteOrder = "big" if big_endian else "little"
+    return Abi(name, pointer_bits, byteorder, table)
 
 
 # ===========================================================================
@@ -2306,19 +2322,44 @@ def to_json(obj: Any) -> Any:
 # the maxnode rules of mm/mempolicy.c get_nodes() / copy_nodes_to_user().
 # ===========================================================================
 
-# MPOL_*, from 0: PREFERRED_MANY is Linux 5.15+, WEIGHTED_INTERLEAVE 6.9+.
-Mode = enum.IntEnum(
-    "Mode", "DEFAULT PREFERRED BIND INTERLEAVE LOCAL PREFERRED_MANY WEIGHTED_INTERLEAVE", start=0
-)
-# MPOL_F_* mode flags, from bit 13 (MPOL_MODE_FLAGS).
-ModeFlag = enum.IntFlag(
-    "ModeFlag",
-    [("NUMA_BALANCING", 1 << 13), ("RELATIVE_NODES", 1 << 14), ("STATIC_NODES", 1 << 15)],
-)
+
+class Mode(enum.IntEnum):
+    """MPOL_* modes: PREFERRED_MANY is Linux 5.15+, WEIGHTED_INTERLEAVE 6.9+."""
+
+    DEFAULT = 0
+    PREFERRED = 1
+    BIND = 2
+    INTERLEAVE = 3
+    LOCAL = 4
+    PREFERRED_MANY = 5
+    WEIGHTED_INTERLEAVE = 6
+
+
+class ModeFlag(enum.IntFlag):
+    """MPOL_F_* flags or-ed into a mode (MPOL_MODE_FLAGS)."""
+
+    NUMA_BALANCING = 1 << 13
+    RELATIVE_NODES = 1 << 14
+    STATIC_NODES = 1 << 15
+
+
 _MODE_FLAGS_MASK = sum(ModeFlag)  # every mode flag
-# MPOL_MF_* (MOVE_ALL needs CAP_SYS_NICE) and MPOL_F_* of get_mempolicy.
-MbindFlag = enum.IntFlag("MbindFlag", "STRICT MOVE MOVE_ALL")
-GetFlag = enum.IntFlag("GetFlag", "NODE ADDR MEMS_ALLOWED")
+
+
+class MbindFlag(enum.IntFlag):
+    """MPOL_MF_* flags of mbind (MOVE_ALL needs CAP_SYS_NICE)."""
+
+    STRICT = 1 << 0
+    MOVE = 1 << 1
+    MOVE_ALL = 1 << 2
+
+
+class GetFlag(enum.IntFlag):
+    """MPOL_F_* flags of get_mempolicy."""
+
+    NODE = 1 << 0
+    ADDR = 1 << 1
+    MEMS_ALLOWED = 1 << 2
 
 
 MADV_POPULATE_WRITE = 23  # Linux 5.14+

@@ -19,7 +19,7 @@ import tokenize
 from dataclasses import dataclass
 
 import pytest
-from conftest import REPO
+from conftest import REPO, nu
 
 LIBRARY = REPO / "numa_utils.py"
 MAX_TRACKED_FILES = 1000
@@ -281,3 +281,34 @@ _NOT_MET = pytest.mark.xfail(strict=True, reason="readability rewrite (issue 28)
 def test_figure_meets_its_target(figures, name):
     value = getattr(figures, name)
     assert _meets(name, value, TARGETS[name]), f"numa_utils.py: {name} is {value}"
+
+
+def test_enums_are_declared_as_classes():
+    """A reader should not count positions to learn that BIND is 2: no functional-form
+    enum (``enum.IntEnum("Mode", "DEFAULT PREFERRED ...")``)."""
+    tree = ast.parse(LIBRARY.read_text(encoding="utf-8"))
+    calls = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            owner = node.func.value
+            if isinstance(owner, ast.Name) and owner.id == "enum":
+                calls.append(f"line {node.lineno}: enum.{node.func.attr}(...)")
+    assert not calls, calls
+
+
+def test_memory_policy_constants_match_the_kernel_header():
+    """include/uapi/linux/mempolicy.h, written out here, not read from the library."""
+    kernel = {
+        "DEFAULT": 0,
+        "PREFERRED": 1,
+        "BIND": 2,
+        "INTERLEAVE": 3,
+        "LOCAL": 4,
+        "PREFERRED_MANY": 5,
+        "WEIGHTED_INTERLEAVE": 6,
+    }
+    assert {m.name: int(m) for m in nu.Mode} == kernel
+    flags = {"NUMA_BALANCING": 1 << 13, "RELATIVE_NODES": 1 << 14, "STATIC_NODES": 1 << 15}
+    assert {f.name: int(f) for f in nu.ModeFlag} == flags
+    assert {f.name: int(f) for f in nu.MbindFlag} == {"STRICT": 1, "MOVE": 2, "MOVE_ALL": 4}
+    assert {f.name: int(f) for f in nu.GetFlag} == {"NODE": 1, "ADDR": 2, "MEMS_ALLOWED": 4}
