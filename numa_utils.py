@@ -1400,19 +1400,6 @@ def _sibling(module: str) -> Any:
     return None
 
 
-def __getattr__(name: str) -> Any:
-    """``nu.SimulatedBackend``: the simulator, numa_utils_sim.py, imported on first use."""
-    if name == "SimulatedBackend":
-        sim = _sibling("numa_utils_sim")
-        if sim is not None:
-            return sim.SimulatedBackend
-        raise AttributeError(
-            "numa_utils.SimulatedBackend needs numa_utils_sim.py beside "
-            "numa_utils.py (or `pip install numa-utils`)"
-        )
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 # ===========================================================================
 # Topology.  Files: Documentation/ABI/stable/sysfs-devices-node,
 # Documentation/ABI/testing/sysfs-devices-system-cpu, drivers/pci/pci-sysfs.c.

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Checks of numa_utils against a kernel: real (inside the QEMU guests of vm/, or
-natively on a multi-node machine) or simulated (numa_utils.SimulatedBackend).
+natively on a multi-node machine) or simulated (numa_utils_sim.SimulatedBackend).
 
 Each check is a plain function ``check_<name>(env) -> dict``: it raises
 AssertionError when the kernel and numa_utils disagree, ``Skip`` when it does not

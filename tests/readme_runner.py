@@ -30,7 +30,7 @@ FILES = {
     "cli": ("numa_utils.py", "numa_utils_sim.py", "numa_utils_cli.py"),
 }
 BLOCKED = ("numa_utils", "numa_utils_cli", "numa_utils_sim", "numa_utils_envs")
-IMPORT = re.compile(r"^(\s*)import numa_utils as (\w+)\s*$", re.M)
+IMPORT = re.compile(r"^(\s*)import (numa_utils(?:_sim|_cli)?) as (\w+)\s*$", re.M)
 OPTIONAL = {"numpy", "torch"}
 
 
@@ -46,8 +46,9 @@ class _Refuse(importlib.abc.MetaPathFinder):
 
 
 def vendored_code(code):
-    """The block with ``import numa_utils as nu`` importing the vendored copy."""
-    return IMPORT.sub(r"\1from enginepkg import numa_utils as \2", code)
+    """The block with ``import numa_utils as nu`` (or ``numa_utils_sim``,
+    ``numa_utils_cli``) importing the vendored copy."""
+    return IMPORT.sub(r"\1from enginepkg import \2 as \3", code)
 
 
 def main(spec_path):

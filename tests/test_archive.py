@@ -24,7 +24,7 @@ import tarfile
 import time
 
 import pytest
-from conftest import FIXTURES, FIXTURES_DIR, REPO, fixture_root, fixture_tree, nu
+from conftest import FIXTURES, FIXTURES_DIR, REPO, fixture_root, fixture_tree, nu, nusim
 
 BASE = "qemu-x86_64-hmat-tiers"  # small, with tiers, HMAT links, weights, caches
 NODE = "root/sys/devices/system/node"
@@ -220,7 +220,7 @@ def test_every_form_reads_alike(tmp_path, form):
     root = _write(tmp_path, _entries(), form)
     want = nu.read_topology(backend=nu.LinuxBackend(fixture_root(BASE)))
     assert nu.read_topology(backend=nu.LinuxBackend(root)) == want
-    sim = nu.SimulatedBackend(root)
+    sim = nusim.SimulatedBackend(root)
     assert sim.topology.nodes == want.nodes
     assert sim.topology.memory_tiers == want.memory_tiers
 

@@ -168,7 +168,7 @@ def test_cli_and_sim_found_as_siblings_in_a_package(tmp_path):
             assert nu.main(["plan", "--root", {fixture_root("dual-socket-8gpu")!r},
                             "--json"]) == 0
         assert json.loads(out.getvalue())
-        assert nu.SimulatedBackend is SimulatedBackend
+        assert not hasattr(nu, "SimulatedBackend")  # the library names no simulator
         sim = SimulatedBackend({fixture_root("four-node-asym")!r})
         with nu.use_backend(sim):
             assert len(nu.read_topology().nodes) == 4

@@ -26,7 +26,7 @@ import warnings
 
 import kernel_checks as kc
 import pytest
-from conftest import FIXTURES, fixture_root, fixture_text, nu
+from conftest import FIXTURES, fixture_root, fixture_text, nu, nusim
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -222,15 +222,13 @@ def expect_from_fixture(name, arch):
 @pytest.mark.parametrize("fixture", SIM_FIXTURES)
 @pytest.mark.parametrize("arch", SIM_ARCHES)
 def test_simulated(fixture, arch):
-    if not hasattr(nu, "SimulatedBackend"):
-        pytest.skip("numa_utils.SimulatedBackend does not exist yet")
     expect = expect_from_fixture(fixture, arch)
     if arch == "aarch64" and max(int(n) for n in expect["nodes"]) >= 64:
         pytest.skip(
             "node ids >= 64 cannot exist on aarch64 (arm64 kernels allow at "
             "most 64 nodes, Debian's 16): mbind is EINVAL there, rightly"
         )
-    backend = nu.SimulatedBackend(fixture_root(fixture), arch=arch)
+    backend = nusim.SimulatedBackend(fixture_root(fixture), arch=arch)
     env = kc.make_env(expect, nu, backend, real=False)
     records = kc.run_checks(env)
     print(_summary(f"simulated {arch}", fixture, records, 0))
@@ -293,7 +291,7 @@ def test_simulated_catches_wrong_syscall_number(monkeypatch):
     tables = dict(nu.SYSCALL_TABLES)
     tables["aarch64"] = MappingProxyType({**tables["aarch64"], "mbind": 237})
     monkeypatch.setattr(nu, "SYSCALL_TABLES", MappingProxyType(tables))
-    backend = nu.SimulatedBackend(fixture_root(fixture), arch="aarch64")
+    backend = nusim.SimulatedBackend(fixture_root(fixture), arch="aarch64")
     env = kc.make_env(expect_from_fixture(fixture, "aarch64"), nu, backend, real=False)
     status = {
         r["name"]: r["status"] for r in kc.run_checks(env, ["interleave_split", "bind_prefer"])
