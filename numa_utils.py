@@ -6681,14 +6681,37 @@ class NodeCounters(_Record):
     numastat: Mapping[str, int]  # numa_hit, numa_miss, ... in pages
     meminfo: Mapping[str, int]  # MemTotal, MemFree, FilePages, ... in kB
 
-    def __getattr__(self, name: str) -> int:
-        """numa_hit, numa_miss, ... (_NUMASTAT_FIELDS), mem_total_kb (MemTotal) and
-        mem_free_kb (MemFree): that value, 0 when absent."""
-        if name in _NUMASTAT_FIELDS:
-            return self.numastat.get(name, 0)
-        if name in ("mem_total_kb", "mem_free_kb"):
-            return self.meminfo.get("MemTotal" if name == "mem_total_kb" else "MemFree", 0)
-        raise AttributeError(f"'NodeCounters' object has no attribute {name!r}")
+    @property
+    def numa_hit(self) -> int:
+        return self.numastat.get("numa_hit", 0)
+
+    @property
+    def numa_miss(self) -> int:
+        return self.numastat.get("numa_miss", 0)
+
+    @property
+    def numa_foreign(self) -> int:
+        return self.numastat.get("numa_foreign", 0)
+
+    @property
+    def interleave_hit(self) -> int:
+        return self.numastat.get("interleave_hit", 0)
+
+    @property
+    def local_node(self) -> int:
+        return self.numastat.get("local_node", 0)
+
+    @property
+    def other_node(self) -> int:
+        return self.numastat.get("other_node", 0)
+
+    @property
+    def mem_total_kb(self) -> int:
+        return self.meminfo.get("MemTotal", 0)
+
+    @property
+    def mem_free_kb(self) -> int:
+        return self.meminfo.get("MemFree", 0)
 
     @property
     def file_kb(self) -> int:
@@ -6709,12 +6732,13 @@ class NodeCounters(_Record):
             return NotImplemented
         # numastat counters only grow; a smaller value means the node went offline
         # and came back (they restart at 0), so the change is the new value.
-        stat = {
-            k: (v - other.numastat[k] if v >= other.numastat.get(k, 0) else v)
-            if k in other.numastat
-            else v
-            for k, v in self.numastat.items()
-        }
+        stat = {}
+        for name, value in self.numastat.items():
+            before = other.numastat.get(name, 0)
+            if value >= before:
+                stat[name] = value - before
+            else:
+                stat[name] = value
         mem = {k: v - other.meminfo.get(k, 0) for k, v in self.meminfo.items()}
         return NodeCounters(self.node, MappingProxyType(stat), MappingProxyType(mem))
 

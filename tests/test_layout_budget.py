@@ -312,3 +312,24 @@ def test_memory_policy_constants_match_the_kernel_header():
     assert {f.name: int(f) for f in nu.ModeFlag} == flags
     assert {f.name: int(f) for f in nu.MbindFlag} == {"STRICT": 1, "MOVE": 2, "MOVE_ALL": 4}
     assert {f.name: int(f) for f in nu.GetFlag} == {"NODE": 1, "ADDR": 2, "MEMS_ALLOWED": 4}
+
+
+def test_no_module_or_record_level_getattr():
+    """Attributes a type checker can see: no module ``__getattr__`` (the simulator is
+    imported by whoever needs it) and no record that makes up its fields."""
+    tree = ast.parse(LIBRARY.read_text(encoding="utf-8"))
+    found = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+    assert "__getattr__" not in found
+    records = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ClassDef) and any("_Record" in ast.dump(b) for b in n.bases)
+    ]
+    assert records, "no _Record classes found: the check would pass vacuously"
+    for record in records:
+        methods = [m.name for m in record.body if isinstance(m, ast.FunctionDef)]
+        assert "__getattr__" not in methods, record.name
+    counters = nu.NodeCounters(0, {"numa_hit": 5}, {"MemFree": 7})
+    assert (counters.numa_hit, counters.numa_miss, counters.mem_free_kb) == (5, 0, 7)
+    with pytest.raises(AttributeError):
+        counters.numa_hti  # noqa: B018  (a typo is an error, not 0)
