@@ -317,9 +317,15 @@ def _parse_nodelist(text: str, *, source: Optional[str] = None) -> FrozenSet[int
 def format_cpulist(ids: Iterable[int]) -> str:
     """Compress ids into the kernel's list format: {0,1,2,3,8} -> "0-3,8"."""
     # Consecutive ids share ``id - position``: each such group is one run.
-    runs = itertools.groupby(enumerate(sorted(set(ids))), lambda p: p[1] - p[0])
-    spans = [[v for _, v in run] for _, run in runs]
-    return ",".join(str(s[0]) if len(s) == 1 else f"{s[0]}-{s[-1]}" for s in spans)
+    runs = itertools.groupby(enumerate(sorted(set(ids))), lambda pair: pair[1] - pair[0])
+    parts = []
+    for _, run in runs:
+        span = [cpu for _, cpu in run]
+        if len(span) == 1:
+            parts.append(str(span[0]))
+        else:
+            parts.append(f"{span[0]}-{span[-1]}")
+    return ",".join(parts)
 
 
 _HEX_WORD = re.compile("[0-9a-fA-F]{1,8}")
@@ -648,21 +654,16 @@ class Backend:
         if not path.startswith("/"):
             return None
         path = path.rstrip("/")
-        return next(
-            (
-                c
-                for c in (
-                    r.parsed(f, parse_cpulist)
-                    for f in (
-                        f"/sys/fs/cgroup{path}/cpuset.cpus.effective",
-                        f"/sys/fs/cgroup/cpuset{path}/cpuset.effective_cpus",
-                        f"/sys/fs/cgroup/cpuset{path}/cpuset.cpus",
-                    )
-                )
-                if c
-            ),
-            None,
+        candidates = (
+            f"/sys/fs/cgroup{path}/cpuset.cpus.effective",
+            f"/sys/fs/cgroup/cpuset{path}/cpuset.effective_cpus",
+            f"/sys/fs/cgroup/cpuset{path}/cpuset.cpus",
         )
+        for candidate in candidates:
+            found = r.parsed(candidate, parse_cpulist)
+            if found:
+                return found  # type: ignore[no-any-return]
+        return None
 
     # Shared memory, for SharedRegion.  SysV: ipc/shm.c; POSIX: a file in the
     # tmpfs at /dev/shm, as glibc's shm_open does.  Addresses and fds are plain ints.
@@ -1650,37 +1651,94 @@ def _allowed_from_status(
     """(Cpus_allowed_list, Mems_allowed_list) of /proc/<pid>/status; None for a file
     or line that is not there.  A malformed list raises ValueError naming it."""
     path = f"/proc/{pid}/status"
-    got = {
-        k: v
-        for k, _, v in (
-            ln.partition(":") for ln in (backend.read_optional(path) or "").splitlines()
-        )
-    }
-    cpus, mems = (
-        parse_cpulist(got[k], source=f"{path} {k}", limit=n) if k in got else None
-        for k, n in (("Cpus_allowed_list", MAX_CPUS), ("Mems_allowed_list", MAX_NODES))
-    )
-    return cpus, mems
+    fields = {}
+    for line in (backend.read_optional(path) or "").splitlines():
+        name, _, value = line.partition(":")
+        fields[name] = value
+
+    def allowed(name: str, limit: int) -> Optional[FrozenSet[int]]:
+        if name not in fields:
+            return None
+        return parse_cpulist(fields[name], source=f"{path} {name}", limit=limit)
+
+    return allowed("Cpus_allowed_list", MAX_CPUS), allowed("Mems_allowed_list", MAX_NODES)
 
 
 _CPU_OPTIONAL = ("topology/thread_siblings_list", "topology/core_cpus_list", "cache")
 
 
+def _first_parsed(
+    r: _Reader,
+    paths: Iterable[str],
+    parser: Callable[..., Any] = parse_cpulist,
+    *,
+    nonempty: bool = False,
+) -> Any:
+    """What the first of ``paths`` that parses holds (with ``nonempty``: the first
+    that is not empty); None when none does."""
+    for path in paths:
+        got = r.parsed(path, parser)
+        if got is None or (nonempty and not got):
+            continue
+        return got
+    return None
+
+
+def _possible_cpus(r: _Reader) -> FrozenSet[int]:
+    """cpu/possible (else present), else the cpuN folders."""
+    listed = _first_parsed(r, (f"{_CPU_DIR}/possible", f"{_CPU_DIR}/present"))
+    if listed is not None:
+        return frozenset(listed)
+    found = set()
+    for name in r.listdir(_CPU_DIR):
+        cpu = _id_of(name, "cpu")
+        if cpu is not None and cpu < MAX_CPUS:
+            found.add(cpu)
+    return frozenset(found)
+
+
+def _cache_order(r: _Reader, cpu_dir: str, indexes: Tuple[str, ...]) -> List[Tuple[int, str]]:
+    """The data and unified cache index folders of one CPU, highest level first.
+    Instruction caches (and unknown types) are not where data is shared (PyTorch's
+    binding reads only Unified/Data the same way)."""
+    order = []
+    for index in indexes:
+        level = r.integer(f"{cpu_dir}/cache/{index}/level")
+        if level is None:
+            continue
+        kind = (r.text(f"{cpu_dir}/cache/{index}/type") or "").strip()
+        if kind in ("Unified", "Data"):
+            order.append((-level, index))
+    return sorted(order)
+
+
+def _last_level_cache(
+    r: _Reader, cpu_dir: str, order: List[Tuple[int, str]], default: FrozenSet[int]
+) -> FrozenSet[int]:
+    """The CPUs sharing the highest cache level with a readable sharing list."""
+    for _, index in order:
+        base = f"{cpu_dir}/cache/{index}"
+        shared = r.cpus(f"{base}/shared_cpu_list", f"{base}/shared_cpu_map")
+        if shared is not None:
+            return shared
+    return default
+
+
+def _cpu_node(r: _Reader, cpu: int, cpu_dir: str, listed: Mapping[int, int]) -> Optional[int]:
+    """The node of ``cpu``: from the node cpulists, else its cpuN/nodeM link (offline
+    CPUs may be missing from the node cpulists; the link still says where they
+    belong)."""
+    if cpu in listed:
+        return listed.get(cpu)
+    for name in r.listdir(cpu_dir):
+        node = _id_of(name, "node")
+        if node is not None:
+            return node
+    return None
+
+
 def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu], FrozenSet[int]]:
-    possible = next(
-        (
-            p
-            for p in (r.parsed(f"{_CPU_DIR}/{f}", parse_cpulist) for f in ("possible", "present"))
-            if p is not None
-        ),
-        None,
-    )
-    if possible is None:
-        possible = frozenset(
-            i
-            for i in (_id_of(n, "cpu") for n in r.listdir(_CPU_DIR))
-            if i is not None and i < MAX_CPUS
-        )
+    possible = _possible_cpus(r)
     online = r.parsed(f"{_CPU_DIR}/online", parse_cpulist, frozenset(possible))
     cpus: Dict[int, Cpu] = {}
     # Sharing is symmetric: an online CPU listed in another's thread siblings has the
@@ -1693,81 +1751,46 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu], 
     llc_of: Dict[int, FrozenSet[int]] = {}
     levels: Dict[Tuple[str, ...], List[Tuple[int, str]]] = {}
     lacks: Optional[Set[str]] = None
-    for c in sorted(possible):
-        d = f"{_CPU_DIR}/cpu{c}"
-        topo = f"{d}/topology"
+    for cpu in sorted(possible):
+        cpu_dir = f"{_CPU_DIR}/cpu{cpu}"
+        topo = f"{cpu_dir}/topology"
         core = package = None
         siblings: FrozenSet[int] = frozenset()
         llc = siblings
-        if c in online:
+        if cpu in online:
             if lacks is None:
                 # sysfs gives every CPU the same attributes and cache folders (or none):
                 # what the first online CPU lacks (old kernels' *_list files, a VM's
                 # cacheinfo) is not looked for in the others.
-                lacks = {f for f in _CPU_OPTIONAL if not r.exists(f"{d}/{f}")}
+                lacks = {f for f in _CPU_OPTIONAL if not r.exists(f"{cpu_dir}/{f}")}
             core = r.integer(f"{topo}/core_id")
-            if c in pkg_of:
-                package, siblings = pkg_of[c]
+            if cpu in pkg_of:
+                package, siblings = pkg_of[cpu]
             else:
                 package = r.integer(f"{topo}/physical_package_id")
-                siblings = next(
-                    (
-                        s
-                        for s in (
-                            r.parsed(f"{d}/{f}", parse_cpulist)
-                            for f in _CPU_OPTIONAL[:2]
-                            if f not in lacks
-                        )
-                        if s
-                    ),
-                    frozenset(),
-                )
-                for s in siblings & online if c in siblings else ():
-                    pkg_of[s] = (package, siblings)
-            llc = llc_of.get(c, frozenset())
-            if c not in llc_of:
+                sibling_files = [f"{cpu_dir}/{f}" for f in _CPU_OPTIONAL[:2] if f not in lacks]
+                siblings = _first_parsed(r, sibling_files, nonempty=True) or frozenset()
+                if cpu in siblings:
+                    for other in siblings & online:
+                        pkg_of[other] = (package, siblings)
+            llc = llc_of.get(cpu, frozenset())
+            if cpu not in llc_of:
                 # Which index is which level is read once per set of index folders, not
                 # per CPU (cacheinfo builds every CPU's leaves the same way): 4 fewer
-                # files per CPU where CPUs share no last-level cache.  Instruction caches
-                # (and unknown types) are not where data is shared (PyTorch's binding
-                # reads only Unified/Data the same way).
-                names = (
-                    tuple(sorted(i for i in r.listdir(f"{d}/cache") if i.startswith("index")))
-                    if "cache" not in lacks
-                    else ()
-                )
-                order = levels.get(names)
+                # files per CPU where CPUs share no last-level cache.
+                indexes: Tuple[str, ...] = ()
+                if "cache" not in lacks:
+                    found = r.listdir(f"{cpu_dir}/cache")
+                    indexes = tuple(sorted(i for i in found if i.startswith("index")))
+                order = levels.get(indexes)
                 if order is None:
-                    order = levels[names] = sorted(
-                        (-lvl, i)
-                        for i, lvl in ((i, r.integer(f"{d}/cache/{i}/level")) for i in names)
-                        if lvl is not None
-                        and (r.text(f"{d}/cache/{i}/type") or "").strip() in ("Unified", "Data")
-                    )
-                # the highest level with a readable sharing list
-                llc = next(
-                    (
-                        s
-                        for s in (
-                            r.cpus(
-                                f"{d}/cache/{i}/shared_cpu_list", f"{d}/cache/{i}/shared_cpu_map"
-                            )
-                            for _, i in order
-                        )
-                        if s is not None
-                    ),
-                    llc,
-                )
-                for s in llc & online if c in llc else ():
-                    llc_of[s] = llc
-        # Offline CPUs may be missing from the node cpulists; the cpuN/nodeM link
-        # still says where they belong.
-        node = (
-            node_of.get(c)
-            if c in node_of
-            else next((i for i in (_id_of(n, "node") for n in r.listdir(d)) if i is not None), None)
-        )
-        cpus[c] = Cpu(c, node, c in online, core, package, siblings, llc)
+                    order = levels[indexes] = _cache_order(r, cpu_dir, indexes)
+                llc = _last_level_cache(r, cpu_dir, order, llc)
+                if cpu in llc:
+                    for other in llc & online:
+                        llc_of[other] = llc
+        node = _cpu_node(r, cpu, cpu_dir, node_of)
+        cpus[cpu] = Cpu(cpu, node, cpu in online, core, package, siblings, llc)
     return cpus, frozenset(online) & frozenset(possible)
 
 

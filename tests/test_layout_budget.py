@@ -241,14 +241,16 @@ TARGETS = {
 # AST nodes have no ceiling here: this round's capabilities add to them, within
 # MAX_AST_NODES; each closing note reports what its capability cost.
 CEILINGS = {
-    "tokens_per_line": 7.90,
-    "median_function_density": 9.7,
-    "conditionals_per_kloc": 59.8,
+    # Ratios keep a little slack (naming a step as a small helper can nudge a median).
+    "tokens_per_line": 7.95,
+    "median_function_density": 9.8,
+    "conditionals_per_kloc": 58.0,
+    "one_letter_share": 0.215,
+    # Counts are exact.
     "chained_conditionals": 27,
-    "nested_comprehensions": 25,
+    "nested_comprehensions": 16,
     "forward_references": 102,
     "far_forward_references": 34,
-    "one_letter_share": 0.219,
 }
 
 
