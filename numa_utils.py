@@ -1867,16 +1867,15 @@ def _read_access(r: _Reader, n: int, online: FrozenSet[int]) -> Optional[MemoryA
     names = r.listdir(d)
     if not names:
         return None
-    inits = r.online(
-        frozenset(i for i in (_id_of(x, "node") for x in names) if i is not None),
-        online,
-        f"{d}/node*",
+    ids = [_id_of(name, "node") for name in names]
+    inits = r.online(frozenset(i for i in ids if i is not None), online, f"{d}/node*")
+    return MemoryAccess(
+        r.integer(f"{d}/read_bandwidth"),
+        r.integer(f"{d}/write_bandwidth"),
+        r.integer(f"{d}/read_latency"),
+        r.integer(f"{d}/write_latency"),
+        inits,
     )
-    bw_r, bw_w, lat_r, lat_w = (
-        r.integer(f"{d}/{f}")
-        for f in ("read_bandwidth", "write_bandwidth", "read_latency", "write_latency")
-    )
-    return MemoryAccess(bw_r, bw_w, lat_r, lat_w, inits)
 
 
 def _read_tiers(r: _Reader, online: FrozenSet[int]) -> Dict[int, FrozenSet[int]]:
@@ -2258,54 +2257,6 @@ def default_memory_nodes(
 # ---------------------------------------------------------------------------
 
 
-def _topology_json(t: Topology) -> Dict[str, Any]:
-    return {
-        # Node's fields in order, its two mappings sorted by key.
-        "nodes": [
-            {
-                k: {str(d): x for d, x in sorted(v.items())}
-                if k == "distances"
-                else to_json(dict(sorted(v.items())) if k == "hugepages" else v)
-                for k, v in n._asdict().items()
-            }
-            for n in (t.nodes[i] for i in sorted(t.nodes))
-        ],
-        "online_nodes": sorted(t.online_nodes),
-        "possible_nodes": sorted(t.possible_nodes),
-        "nodes_with_cpus": sorted(t.nodes_with_cpus),
-        "nodes_with_memory": sorted(t.nodes_with_memory),
-        "cpus": {
-            str(i): {k: to_json(v) for k, v in zip(Cpu._fields[1:], t.cpus[i][1:])}
-            for i in sorted(t.cpus)
-        },
-        "online_cpus": sorted(t.online_cpus),
-        "allowed_cpus": sorted(t.allowed_cpus),
-        "allowed_mems": sorted(t.allowed_mems),
-        "gpus": [_pci_json(g) for g in t.gpus],
-        "nodes_per_package": t.nodes_per_package,
-        "numa_balancing": t.numa_balancing,
-        "thp": t.thp,
-        "memory_tiers": {str(k): sorted(v) for k, v in sorted(t.memory_tiers.items())},
-        "interleave_weights": None
-        if t.interleave_weights is None
-        else {str(k): v for k, v in sorted(t.interleave_weights.items())},
-        "interleave_auto": t.interleave_auto,
-        "problems": list(t.problems),
-    }
-
-
-def _pci_json(g: Device) -> Dict[str, Any]:
-    return {
-        "address": g.address,
-        "vendor": f"0x{g.vendor:04x}",
-        "vendor_name": g.vendor_name,
-        "device": f"0x{g.device:04x}",
-        "class": f"0x{g.pci_class:06x}",
-        "numa_node": g.numa_node,
-        "local_cpus": sorted(g.cpus),
-    }
-
-
 def to_json(obj: Any) -> Any:
     """JSON-ready data for any numa_utils value (Topology, results, entries ...)."""
     if obj is None or type(obj) in (int, str, float, bool):  # most calls: a leaf
@@ -2325,6 +2276,61 @@ def to_json(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [to_json(x) for x in obj]
     return obj
+
+
+def _node_json(node: Node) -> Dict[str, Any]:
+    """Node's fields in order, its two mappings sorted by key."""
+    out = {}
+    for name, value in node._asdict().items():
+        if name == "distances":
+            out[name] = {str(other): d for other, d in sorted(value.items())}
+        elif name == "hugepages":
+            out[name] = to_json(dict(sorted(value.items())))
+        else:
+            out[name] = to_json(value)
+    return out
+
+
+def _cpu_json(cpu: Cpu) -> Dict[str, Any]:
+    """Cpu's fields but its id (the key it is listed under)."""
+    return {name: to_json(value) for name, value in zip(Cpu._fields[1:], cpu[1:])}
+
+
+def _topology_json(t: Topology) -> Dict[str, Any]:
+    weights = None
+    if t.interleave_weights is not None:
+        weights = {str(k): v for k, v in sorted(t.interleave_weights.items())}
+    return {
+        "nodes": [_node_json(t.nodes[i]) for i in sorted(t.nodes)],
+        "online_nodes": sorted(t.online_nodes),
+        "possible_nodes": sorted(t.possible_nodes),
+        "nodes_with_cpus": sorted(t.nodes_with_cpus),
+        "nodes_with_memory": sorted(t.nodes_with_memory),
+        "cpus": {str(i): _cpu_json(t.cpus[i]) for i in sorted(t.cpus)},
+        "online_cpus": sorted(t.online_cpus),
+        "allowed_cpus": sorted(t.allowed_cpus),
+        "allowed_mems": sorted(t.allowed_mems),
+        "gpus": [_pci_json(g) for g in t.gpus],
+        "nodes_per_package": t.nodes_per_package,
+        "numa_balancing": t.numa_balancing,
+        "thp": t.thp,
+        "memory_tiers": {str(k): sorted(v) for k, v in sorted(t.memory_tiers.items())},
+        "interleave_weights": weights,
+        "interleave_auto": t.interleave_auto,
+        "problems": list(t.problems),
+    }
+
+
+def _pci_json(g: Device) -> Dict[str, Any]:
+    return {
+        "address": g.address,
+        "vendor": f"0x{g.vendor:04x}",
+        "vendor_name": g.vendor_name,
+        "device": f"0x{g.device:04x}",
+        "class": f"0x{g.pci_class:06x}",
+        "numa_node": g.numa_node,
+        "local_cpus": sorted(g.cpus),
+    }
 
 
 # ===========================================================================
@@ -2501,7 +2507,13 @@ def get_mempolicy(
     ids: Optional[FrozenSet[int]] = r.parsed(f"{_NODE_DIR}/possible", _parse_nodelist)
     # nr_node_ids; unknown: a generous bound the kernel accepts (copy_nodes_to_user
     # clears the rest).
-    mask = NodeMask((), abi=b.abi, bits=max(ids) + 1 if ids else 1024 if r.exists(_NODE_DIR) else 1)
+    if ids:
+        bits = max(ids) + 1
+    elif r.exists(_NODE_DIR):
+        bits = 1024
+    else:
+        bits = 1
+    mask = NodeMask((), abi=b.abi, bits=bits)
     # An int the kernel writes, decoded in the ABI's byte order (the same as the
     # host's on a real kernel; a simulated big-endian kernel writes big-endian).
     pol = ctypes.create_string_buffer(4)
@@ -3167,14 +3179,14 @@ def suggest_weights(
     from functools import reduce
 
     t = topology if topology is not None else read_topology(backend=backend)
-    access = {n: t.nodes[n].access for n in sorted(t.nodes_with_memory) if n in t.nodes}
-    bw = {
-        n: min(v)
-        for n, a in access.items()
-        if a is not None
-        and (initiator is None or initiator in a.initiators)
-        and (v := [x for x in (a.read_bandwidth_mbps, a.write_bandwidth_mbps) if x])
-    }
+    bw = {}
+    for node in sorted(t.nodes_with_memory):
+        access = t.nodes[node].access if node in t.nodes else None
+        if access is None or (initiator is not None and initiator not in access.initiators):
+            continue
+        known = [x for x in (access.read_bandwidth_mbps, access.write_bandwidth_mbps) if x]
+        if known:
+            bw[node] = min(known)
     total = sum(bw.values())
     if not total:
         return {}
@@ -3242,15 +3254,13 @@ class NumaMapsEntry(_Record):
     @property
     def kind(self) -> str:
         """ "file", "heap", "stack" or "anon" (what numastat -p groups by, huge aside)."""
-        return (
-            "file"
-            if self.file is not None
-            else "heap"
-            if self.heap
-            else "stack"
-            if self.stack
-            else "anon"
-        )
+        if self.file is not None:
+            return "file"
+        if self.heap:
+            return "heap"
+        if self.stack:
+            return "stack"
+        return "anon"
 
     def to_json(self) -> Dict[str, Any]:
         d = self._asdict()  # the fields in order, "kb" before "other"
@@ -8241,15 +8251,26 @@ class _ListError(ValueError):
 _DEVICE_FORMS = ("netdev", "block", "file", "pci", "ip")
 
 
+_ULONG_MAX = (1 << 64) - 1
+
+
 def _strtoul(s: str, i: int) -> Tuple[Optional[int], int]:
     m = re.compile(_STRTOUL).match(s, i)
     if not m:
         return None, i
-    digits = m.group(2)
-    v = int(digits, 16 if digits[1:2] in ("x", "X") else 8 if digits[0] == "0" else 10)
+    sign, digits = m.group(1), m.group(2)
+    if digits[1:2] in ("x", "X"):
+        value = int(digits, 16)
+    elif digits[0] == "0":
+        value = int(digits, 8)
+    else:
+        value = int(digits, 10)
     # C's unsigned long: ULONG_MAX past it (ERANGE), a minus sign wraps
-    v = (1 << 64) - 1 if v >> 64 else -v % (1 << 64) if m.group(1) == "-" else v
-    return v, m.end()
+    if value >> 64:
+        value = _ULONG_MAX
+    elif sign == "-":
+        value = -value % (1 << 64)
+    return value, m.end()
 
 
 def parse_nodestring(
@@ -8279,13 +8300,12 @@ def parse_nodestring(
     what = "cpu" if cpus else "node"
     top = max(t.cpus if cpus else t.nodes, default=0) + 1
     conf = top if cpus else len(t.nodes_with_memory)  # numa_num_configured_cpus/_nodes (sic)
-    allowed = (
-        frozenset(range(top))
-        if possible
-        else frozenset(c for c in t.allowed_cpus if c < top)
-        if cpus
-        else t.allowed_mems
-    )
+    if possible:
+        allowed = frozenset(range(top))
+    elif cpus:
+        allowed = frozenset(c for c in t.allowed_cpus if c < top)
+    else:
+        allowed = t.allowed_mems
     order = sorted(allowed)
     s = text
     if not s:
@@ -8298,16 +8318,24 @@ def parse_nodestring(
     def number(j: int, missing: str, out_of_range: str) -> Tuple[int, int]:
         """The id at s[j:] (the v-th allowed id for "+LIST") and where it ends;
         libnuma's refusals name the text (CPUs) or its "%ld" (nodes)."""
-        v, end = _strtoul(s, j)
-        if v is not None and relative:
-            v = order[v] if v < len(order) else (1 << 64) - 1
-        if v is None:
+        value, end = _strtoul(s, j)
+        if value is None:
             raise _ListError(missing, blank=True)
+        if relative:
+            if value < len(order):
+                value = order[value]
+            else:
+                value = _ULONG_MAX
         # numa_bitmask_isbitset() takes an unsigned int: ids are read modulo 2**32
-        if v & 0xFFFFFFFF not in allowed:
-            arg = s[j:] if cpus else v - (1 << 64) if v >> 63 else v
-            raise _ListError(f"{what} argument {arg} {out_of_range}", blank=True)
-        return v, end
+        if value & 0xFFFFFFFF not in allowed:
+            if cpus:
+                shown: object = s[j:]
+            elif value >> 63:
+                shown = value - (1 << 64)  # as libnuma's "%ld" prints it
+            else:
+                shown = value
+            raise _ListError(f"{what} argument {shown} {out_of_range}", blank=True)
+        return value, end
 
     while True:
         rest = s[i:]
@@ -8319,11 +8347,10 @@ def parse_nodestring(
                     "(0-1,4, !0, +0-1) and all only; netdev:, block:, file:, "
                     "pci: and ip: belong to the numactl command line"
                 )
-            mask |= (
-                allowed
-                if rest == "all"
-                else _commands(f"the {kind}: node form")._device_node(rest, b)
-            )
+            if rest == "all":
+                mask |= allowed
+            else:
+                mask |= _commands(f"the {kind}: node form")._device_node(rest, b)
             i = len(s)
             break
         v, i = number(i, f"unparseable {what} description `{rest}'", "is out of range")
