@@ -2136,6 +2136,25 @@ class MemoryNodeChoice(_Record):
         }
 
 
+def _widest_cpu_distance(t: Topology, cpu_nodes: List[int]) -> Optional[int]:
+    """The largest distance between two of ``cpu_nodes`` (with one node: its own
+    distance to itself); None when the table says nothing."""
+    distances = []
+    if len(cpu_nodes) > 1:
+        for node in cpu_nodes:
+            if node not in t.nodes:
+                continue
+            for other, d in t.nodes[node].distances.items():
+                if other != node and other in cpu_nodes:
+                    distances.append(d)
+    else:
+        for node in cpu_nodes:
+            own = t.distance(node, node)
+            if own is not None:
+                distances.append(own)
+    return max(distances, default=None)
+
+
 def memory_node_choice(
     topology: Optional[Topology] = None, *, backend: Optional[Backend] = None
 ) -> MemoryNodeChoice:
@@ -2206,30 +2225,17 @@ def memory_node_choice(
     else:
         cpu_set = with_cpus or (t.nodes_with_cpus & set(t.nodes))
         cpu_nodes = sorted(cpu_set)
-        pairs = (
-            [
-                d
-                for a in cpu_nodes
-                if a in t.nodes
-                for b, d in t.nodes[a].distances.items()
-                if b != a and b in cpu_set
-            ]
-            if len(cpu_nodes) > 1
-            else [d for a in cpu_nodes if (d := t.distance(a, a)) is not None]
-        )
-        remote = max(pairs, default=None)
+        remote = _widest_cpu_distance(t, cpu_nodes)
         if remote is not None:
             # A CPU-less node without HMAT figures, farther than any CPU node pair.
-            near = {
-                m: [d for c in cpu_nodes if (d := t.distance(c, m)) is not None]
-                for m in cands - t.nodes_with_cpus
-                if t.nodes[m].access is None
-            }
-            far = {
-                m: min(ds)
-                for m, ds in near.items()
-                if len(ds) == len(cpu_nodes) and min(ds) > remote
-            }
+            far = {}
+            for node in cands - t.nodes_with_cpus:
+                if t.nodes[node].access is not None:
+                    continue
+                known = [t.distance(cpu_node, node) for cpu_node in cpu_nodes]
+                distances = [d for d in known if d is not None]
+                if len(distances) == len(cpu_nodes) and min(distances) > remote:
+                    far[node] = min(distances)
             drop(
                 lambda v: v.id in far,
                 lambda v: (
@@ -5913,14 +5919,23 @@ def device_distance(
     if isinstance(a, str) or isinstance(b, str):
         found = {d.address: d for d in devices(backend=backend)}
         try:
-            a, b = (found[_norm_bus_id(x)] if isinstance(x, str) else x for x in (a, b))
+            if isinstance(a, str):
+                a = found[_norm_bus_id(a)]
+            if isinstance(b, str):
+                b = found[_norm_bus_id(b)]
         except KeyError as e:
             raise ValueError(f"no PCI device {e.args[0]} (see devices())") from None
-    pa, pb = a.path, b.path
-    if pa[:1] == pb[:1] and pa[0].startswith("pci"):
-        k = len(os.path.commonprefix([pa, pb]))
-        return "PHB" if k == 1 else "PIX" if len(pa) - k <= 2 and len(pb) - k <= 2 else "PXB"
-    return "NODE" if a.node is not None and a.node == b.node else "SYS"
+    path_a, path_b = a.path, b.path
+    if path_a[:1] == path_b[:1] and path_a[0].startswith("pci"):
+        shared = len(os.path.commonprefix([path_a, path_b]))
+        if shared == 1:
+            return "PHB"  # only the host bridge in common
+        if len(path_a) - shared <= 2 and len(path_b) - shared <= 2:
+            return "PIX"
+        return "PXB"
+    if a.node is not None and a.node == b.node:
+        return "NODE"
+    return "SYS"
 
 
 class LocalDevices(List[Tuple[Device, str]]):
@@ -5958,11 +5973,20 @@ def local_devices(
     mine = {home.get(n) for n in nodes} - {None}
 
     def rank(d: Device) -> Tuple[int, int, str]:
-        rel = 0 if d.node in nodes else 1 if d.node is not None and home.get(d.node) in mine else 2
-        ds = [
-            x for x in (t.distance(n, d.node) for n in nodes if d.node is not None) if x is not None
-        ]
-        return rel, min(ds, default=1 << 16), d.address
+        """(relation: 0 local, 1 near, 2 remote; the NUMA distance; PCI address)."""
+        if d.node in nodes:
+            relation = 0
+        elif d.node is not None and home.get(d.node) in mine:
+            relation = 1
+        else:
+            relation = 2
+        distances = []
+        if d.node is not None:
+            for node in nodes:
+                distance = t.distance(node, d.node)
+                if distance is not None:
+                    distances.append(distance)
+        return relation, min(distances, default=1 << 16), d.address
 
     ranked = sorted((rank(d), d) for d in _devices(t, b) if d.kind == kind)
     fell_back = not strict and all(r[0] for r, _ in ranked)
@@ -6215,6 +6239,22 @@ def _plan_memory(
     return nodes[:1] if memory == "prefer" else nodes
 
 
+def _cache_domains(topo: Topology, cpus: Iterable[int]) -> List[Tuple[int, ...]]:
+    """``cpus`` grouped by last-level cache (a CPU without cache data counts as
+    sharing one with all of ``cpus``), each group sorted, the groups sorted."""
+    cpus = list(cpus)
+    domain_of = {}
+    for cpu in cpus:
+        if cpu in topo.cpus and topo.cpus[cpu].llc:
+            domain_of[cpu] = topo.cpus[cpu].llc
+        else:
+            domain_of[cpu] = frozenset(cpus)
+    groups: Dict[FrozenSet[int], List[int]] = {}
+    for cpu, domain in domain_of.items():
+        groups.setdefault(domain, []).append(cpu)
+    return sorted(tuple(sorted(members)) for members in groups.values())
+
+
 def _plan_all(
     topo: Topology, infos: List[GpuInfo], policy: str, reserve: int, strict: bool
 ) -> Dict[str, Tuple[Optional[int], FrozenSet[int], List[str]]]:
@@ -6286,15 +6326,7 @@ def _plan_all(
             # exclusive: physical cores; core-complex: whole last-level-cache domains
             units: List[Tuple[int, ...]] = _cores_of(topo, pool[n])
             if policy == "core-complex":
-                llc = {
-                    c: topo.cpus[c].llc
-                    if c in topo.cpus and topo.cpus[c].llc
-                    else frozenset(pool[n])
-                    for c in pool[n]
-                }
-                units = sorted(
-                    tuple(sorted(c for c in llc if llc[c] == k)) for k in set(llc.values())
-                )
+                units = _cache_domains(topo, pool[n])
             if len(units) >= k:  # chunk ``rank`` of k near-equal ones, first ones longer
                 q, r = divmod(len(units), k)
                 mine = units[rank * q + min(rank, r) :][: q + (rank < r)]
@@ -6594,7 +6626,12 @@ def _bind_node(
             pres = set_thread_policy(
                 mode, mnodes if mode != Mode.LOCAL else None, strict=st, backend=b
             )
-    reason = "not requested" if cpus is False else None if want else "cpuset"
+    if cpus is False:
+        reason: Optional[str] = "not requested"
+    elif want:
+        reason = None
+    else:
+        reason = "cpuset"
     done: Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[Tuple[int, int], ...]] = ((), (), ())
     if reason is None:
         try:
@@ -7142,13 +7179,12 @@ def choose_node(
         mnode = next(iter(_nearest_tied(topo, n, usable_mem)), None)
         c = snap.nodes.get(mnode) if mnode is not None else None
         # counters' meminfo, else the topology's free memory (no nodeN/meminfo)
-        avail = (
-            c.available_kb
-            if c is not None and c.meminfo
-            else topo.nodes[mnode].mem_free_kb
-            if mnode is not None and mnode in topo.nodes
-            else 0
-        )
+        if c is not None and c.meminfo:
+            avail = c.available_kb
+        elif mnode is not None and mnode in topo.nodes:
+            avail = topo.nodes[mnode].mem_free_kb
+        else:
+            avail = 0
         cands.append(
             NodeCandidate(
                 n,
@@ -7174,7 +7210,12 @@ def choose_node(
 
     def key(c: NodeCandidate) -> Tuple[int, ...]:
         # (without a GPU, gd is the same for every node)
-        gd = c.gpu_distance if c.gpu_distance is not None else 0 if c.node == gnode else far
+        if c.gpu_distance is not None:
+            gd = c.gpu_distance
+        elif c.node == gnode:
+            gd = 0
+        else:
+            gd = far
         md = c.memory_distance if c.memory_distance is not None else far
         # Last: more memory available, then the lower id (a stable answer).
         return (not c.fits, gd, c.load, md, -c.available_kb, c.node)
