@@ -8563,59 +8563,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if word in _CLI_COMMANDS:
                 sys.stderr.write(f"{_prog()} {word}: {e}\n")
                 return 2
-    from types import SimpleNamespace
-
-    args = _quick_args(
-        raw[lead + 1 :],
-        SimpleNamespace(
-            command="status",
-            func=_cmd_status,
-            verbose=lead > 0,
-            json=False,
-            root=None,
-            format=None,
-            env_prefix=None,
-        ),
-        _STATUS_VALUES,
-    )
-    if args is not None and args.format not in (None, "text", "json", "prometheus"):
-        args = None
-    return _run(raw, ()) if args is None else _call(_prog(), args)
-
-
-_STATUS_VALUES = {"--root": "root", "--format": "format", "--env-prefix": "env_prefix"}
-
-
-def _quick_args(
-    argv: List[str],
-    args: Any,
-    values: Mapping[str, str],
-    switches: Sequence[str] = ("--json",),
-    positional: str = "",
-) -> Any:
-    """A hot command's flags read without argparse (importing it and building the
-    parser cost more than reading a small saved machine): ``args`` (the parser's
-    defaults) with ``values`` (flag -> attribute), ``switches`` (store_true flags)
-    and one optional ``positional`` set from ``argv``; None for anything else (--help,
-    a mistake, an abbreviation), which the parser then answers."""
-    i = 0
-    while i < len(argv):
-        flag, eq, value = argv[i].partition("=")
-        if flag in switches and not eq:
-            setattr(args, flag[2:].replace("-", "_"), True)
-        elif flag in values:
-            if not eq:
-                i += 1
-                value = argv[i] if i < len(argv) else "-"
-            if value.startswith("-"):
-                return None
-            setattr(args, values[flag], value)
-        elif positional and not flag.startswith("-") and getattr(args, positional) is None:
-            setattr(args, positional, argv[i])
-        else:
-            return None
-        i += 1
-    return args
+    return _run(raw, ())
 
 
 def _run(raw: List[str], commands: Sequence[Callable[[Any], None]]) -> int:

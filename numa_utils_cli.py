@@ -2448,46 +2448,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             getattr(stream, "reconfigure", lambda **kw: None)(errors="surrogateescape")
         return _cmd_numactl(raw[lead + 1 :])
     _refuse_negative(raw, _prog())
-    # A typed command builds its own parser only (maps is a hot command); the help,
-    # a mistyped word and its error list every command.
+    # A typed command builds its own parser only; the help, a mistyped word and its
+    # error list every command.
     word = raw[lead] if lead < len(raw) else ""
-    args = _maps_args(raw[lead + 1 :], lead > 0) if word == "maps" else None
-    if args is not None:
-        return _nu._call(_prog(), args)
     adders = (_COMMANDS[word],) if word in _COMMANDS else dict.fromkeys(_COMMANDS.values())
     return _nu._run(raw, tuple(adders))
-
-
-def _maps_args(argv: List[str], verbose: bool) -> Any:
-    """maps's flags as its parser reads them, without argparse (its import and the
-    parser are a tenth of `maps PID`'s own work); None where only the parser can
-    answer (help, a mistake, an abbreviation)."""
-    from types import SimpleNamespace
-
-    args = _nu._quick_args(
-        argv,
-        SimpleNamespace(
-            verbose=verbose,
-            command="maps",
-            root=None,
-            json=False,
-            pid=None,
-            file=None,
-            all=False,
-            min_size="1M",
-            page_kb=0,
-            func=_cmd_maps,
-        ),
-        {"--root": "root", "--file": "file", "--min-size": "min_size", "--page-kb": "page_kb"},
-        ("--json", "--all"),
-        "pid",
-    )
-    try:
-        if args is not None and args.page_kb != 0:
-            args.page_kb = _positive_int(args.page_kb)
-    except Exception:  # argparse's ArgumentTypeError: its parser says why
-        return None
-    return args
 
 
 if __name__ == "__main__":

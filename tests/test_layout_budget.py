@@ -335,3 +335,11 @@ def test_no_module_or_record_level_getattr():
     assert (counters.numa_hit, counters.numa_miss, counters.mem_free_kb) == (5, 0, 7)
     with pytest.raises(AttributeError):
         counters.numa_hti  # noqa: B018  (a typo is an error, not 0)
+
+
+def test_one_argument_parser():
+    """argparse reads every command line: no second, hand-written argv reader."""
+    for path in (LIBRARY, REPO / "numa_utils_cli.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+        assert not names & {"_quick_args", "_maps_args"}, path.name
