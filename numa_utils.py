@@ -309,6 +309,22 @@ def _short(text: str, n: int = 80) -> str:
     return repr(text) if len(text) <= n else repr(text[:n]) + f"... ({len(text)} chars)"
 
 
+def _printable_char(char: str) -> str:
+    if char.isprintable():
+        return char
+    return repr(char)[1:-1]
+
+
+def _printable(text: str) -> str:
+    """``text`` for a terminal: each character that str.isprintable() refuses (control
+    characters such as ESC and BEL, a newline, bidirectional overrides) as its
+    backslash escape, as ``ls -b`` writes them.  File names, record keys and anything
+    else another user chose go through it before a text output prints them."""
+    if text.isprintable():
+        return text
+    return "".join(map(_printable_char, text))
+
+
 def _parse_nodelist(text: str, *, source: Optional[str] = None) -> FrozenSet[int]:
     """parse_cpulist for node lists: ids < MAX_NODES."""
     return parse_cpulist(text, source=source, limit=MAX_NODES)
@@ -3504,6 +3520,21 @@ def _record_layout(rec: Mapping[str, Any]) -> Layout:
     )
 
 
+_LAYOUT_IDS_MAX = 4 * MAX_NODES  # node ids a record's layout text may spell out
+
+
+def _layout_ids(text: str) -> int:
+    """At least as many node ids as the layout ``text`` names, counted in its text
+    (a range "a-b" as b - a + 1): Layout.parse builds a set of each list, so a
+    16 KiB record of "0-8191/0-8191/..." would cost a gigabyte to parse."""
+    count = 0
+    for number in re.finditer(r"([0-9]+)(-[0-9]+)?", text):
+        count += 1
+        if number.group(2):
+            count += int(number.group(2)[1:]) - int(number.group(1))
+    return count
+
+
 def _status_regions(report: Dict[str, Any], b: Backend) -> None:
     """``report["regions"]``: this user's regions on the live system, SysV segments of
     our key family and /dev/shm/numa_utils-* files, with the text part.  A SysV
@@ -3556,10 +3587,12 @@ def _status_regions(report: Dict[str, Any], b: Backend) -> None:
         report.setdefault("extra_text", []).extend(
             ["", "REGIONS (this user's numa_utils shared memory)"]
             + [
-                f"  {r['kind']:<5}  {r['name'] or r['key']:<24}  "
-                f"{'?' if r['size'] is None else _fmt_size(r['size']):>8}  "
-                f"{'?' if r['attached'] is None else r['attached']} attached  "
-                + (r["layout"] or r.get("error") or "layout: `maps PID` or `cleanup` shows it")
+                _printable(
+                    f"  {r['kind']:<5}  {r['name'] or r['key']:<24}  "
+                    f"{'?' if r['size'] is None else _fmt_size(r['size']):>8}  "
+                    f"{'?' if r['attached'] is None else r['attached']} attached  "
+                    + (r["layout"] or r.get("error") or "layout: `maps PID` or `cleanup` shows it")
+                )
                 for r in rows
             ]
         )
@@ -4596,6 +4629,27 @@ class Layout:
 
         # Extents are tuples in offset order: those before (offset + 1,) start <= offset.
         return bisect.bisect_left(ext, (offset + 1,)) - 1
+
+    def _extents_before(self, offset: int) -> int:
+        """How many extents start below ``offset`` (at the size: all of them),
+        counted without building them: a blocks layout of a few GiB has millions,
+        and `maps` reads layouts from records anyone who can write a region wrote."""
+        import bisect
+
+        size = self._size or 0
+        share = max(size // len(self._entries), 1)  # a part's length
+        ends = []
+        end = 0
+        for length, _, _ in self._entries:
+            end += length or share
+            ends.append(end)
+        offset = min(max(offset, 0), size)
+        cycles, rest = divmod(offset, end)
+        count = cycles * len(ends)
+        count += bisect.bisect_left(ends, rest)
+        if rest:
+            count += 1
+        return count
 
     def location(self) -> str:
         """Mooncake-style: one "cpu:NODES" per extent, as "OFFSET+LENGTH@cpu:NODES"
