@@ -760,6 +760,13 @@ def _get_libc() -> ctypes.CDLL:
 # written to disk, so no member name or link can reach outside it.
 _TREE_MAX_TOTAL = 128 << 20  # an archive's bytes, uncompressed
 _TREE_MAX_STEPS = 1 << 21  # path components one backend walks, all lookups together
+# What an archive may hold in memory, its names and folders included: a member's name
+# makes each of its folders (up to 128, each keyed by its whole path), so a small
+# archive of deep, distinct names would otherwise take gigabytes.  Each entry counts
+# its path and about what a dict slot, a key and a value cost besides.
+_TREE_ROOM_PER_BYTE = 4
+_TREE_ROOM_EXTRA = 4 << 20
+_TREE_ENTRY_COST = 128
 _TEXT_ARCHIVE = b"# numa_utils saved tree"
 _PCT_RE = re.compile(rb"%([0-9A-Fa-f]{2})")
 _ENTRY_RE = re.compile(rb"(?m)^>>> ([^\n]*)\n?")
@@ -813,9 +820,13 @@ class _Archive:
         self.files: Dict[str, bytes] = {}
         self.links: Dict[str, str] = {}
         self.dirs: Dict[str, Dict[str, None]] = {"": {}}
-        self.folder = not os.path.isfile(path)
+        self._room = 0  # bytes an archive's entries may still take (_count)
+        mode = os.stat(path).st_mode  # a stat opens nothing: a FIFO, a device
+        self.folder = stat.S_ISDIR(mode)
         if self.folder:
             return
+        if not stat.S_ISREG(mode):
+            self._bad("neither a folder nor a regular file")
         try:
             data = _read_regular(path, _TREE_MAX_TOTAL)
         except OSError as e:
@@ -835,6 +846,15 @@ class _Archive:
 
     def _bad(self, why: str) -> NoReturn:
         raise ValueError(f"{self.path}: not a saved tree archive ({why})")
+
+    def _count(self, name: str, rel: str) -> None:
+        """Count one more entry, ``rel``, against the archive's room."""
+        self._room -= len(rel) + _TREE_ENTRY_COST
+        if self._room < 0:
+            self._bad(
+                f"refused member {_short(name, 60)}: its names and folders take more "
+                f"memory than {_TREE_ROOM_PER_BYTE} times the archive's size"
+            )
 
     def _add(self, name: str, data: Optional[bytes] = None, link: Optional[str] = None) -> None:
         rel = name.rstrip("/")
@@ -860,6 +880,8 @@ class _Archive:
                 sub = f"{d}/{p}" if d else p
                 if sub in self.files or sub in self.links:
                     self._bad(f"refused member {_short(name, 60)}: {sub!r} is not a folder")
+                if sub not in self.dirs:
+                    self._count(name, sub)
                 self.dirs[d][p] = None
                 self.dirs.setdefault(sub, {})
                 d = sub
@@ -870,6 +892,7 @@ class _Archive:
             or (rel in self.files and data is None)
         ):
             self._bad(f"refused member {_short(name, 60)}: named twice")
+        self._count(name, rel)
         self.dirs[head][leaf] = None
         if data is not None:
             self.files[rel] = data
@@ -901,6 +924,7 @@ class _Archive:
                     self._bad(f"{kind}: {e}")
                 if len(data) > _TREE_MAX_TOTAL:
                     self._bad(f"more than {_TREE_MAX_TOTAL >> 20} MiB uncompressed")
+            self._room = _TREE_ROOM_PER_BYTE * len(data) + _TREE_ROOM_EXTRA
             with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
                 for m in tar:
                     if m.isdir():
@@ -929,6 +953,7 @@ class _Archive:
     def _text(self, data: bytes) -> None:
         import base64
 
+        self._room = _TREE_ROOM_PER_BYTE * len(data) + _TREE_ROOM_EXTRA
         parts = _ENTRY_RE.split(data)  # preamble, then (header, body) pairs
         if any(ln and not ln.startswith(b"#") for ln in parts[0].split(b"\n")):
             self._bad("text before the first '>>> PATH' line")
@@ -7943,9 +7968,12 @@ def _package_layout(t: Topology) -> Dict[str, Any]:
             if m != a and m in pkg:
                 same[pkg[m] == p].add(d)
     inside, between = sorted(same[1]), sorted(same[0])
-    ev = (
-        f"{k} node{'s' * (k != 1)} per package" if k else "packages with different node counts"
-    ) + f" over {len(pk)} package{'s' * (len(pk) != 1)}"
+    if not pk:
+        ev = "no package known"
+    elif k:
+        ev = f"{k} node{'s' * (k != 1)} per package over {len(pk)} package{'s' * (len(pk) != 1)}"
+    else:
+        ev = f"packages with different node counts over {len(pk)} packages"
     if k and k > 1:
         ev += f" (SNC{k} on Intel, NPS{k} on AMD)"
     dist = [
