@@ -8220,7 +8220,9 @@ def _render_status(rep: Dict[str, Any]) -> str:
         "WARNINGS" if rep["warnings"] else "WARNINGS: none",
         *(f"  - {wtext}" for wtext in rep["warnings"]),
     ]
-    return "\n".join(out) + "\n"
+    # A saved tree is anyone's, and names in it (and regions') reach these lines:
+    # each line is escaped whole, a newline in a name included.
+    return "\n".join(map(_printable, out)) + "\n"
 
 
 # ===========================================================================
