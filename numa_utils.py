@@ -309,6 +309,22 @@ def _short(text: str, n: int = 80) -> str:
     return repr(text) if len(text) <= n else repr(text[:n]) + f"... ({len(text)} chars)"
 
 
+def _printable_char(char: str) -> str:
+    if char.isprintable():
+        return char
+    return repr(char)[1:-1]
+
+
+def _printable(text: str) -> str:
+    """``text`` for a terminal: each character that str.isprintable() refuses (control
+    characters such as ESC and BEL, a newline, bidirectional overrides) as its
+    backslash escape, as ``ls -b`` writes them.  File names, record keys and anything
+    else another user chose go through it before a text output prints them."""
+    if text.isprintable():
+        return text
+    return "".join(map(_printable_char, text))
+
+
 def _parse_nodelist(text: str, *, source: Optional[str] = None) -> FrozenSet[int]:
     """parse_cpulist for node lists: ids < MAX_NODES."""
     return parse_cpulist(text, source=source, limit=MAX_NODES)
@@ -761,6 +777,13 @@ def _get_libc() -> ctypes.CDLL:
 # written to disk, so no member name or link can reach outside it.
 _TREE_MAX_TOTAL = 128 << 20  # an archive's bytes, uncompressed
 _TREE_MAX_STEPS = 1 << 21  # path components one backend walks, all lookups together
+# What an archive may hold in memory, its names and folders included: a member's name
+# makes each of its folders (up to 128, each keyed by its whole path), so a small
+# archive of deep, distinct names would otherwise take gigabytes.  Each entry counts
+# its path and about what a dict slot, a key and a value cost besides.
+_TREE_ROOM_PER_BYTE = 4
+_TREE_ROOM_EXTRA = 4 << 20
+_TREE_ENTRY_COST = 128
 _TEXT_ARCHIVE = b"# numa_utils saved tree"
 _PCT_RE = re.compile(rb"%([0-9A-Fa-f]{2})")
 _ENTRY_RE = re.compile(rb"(?m)^>>> ([^\n]*)\n?")
@@ -814,9 +837,13 @@ class _Archive:
         self.files: Dict[str, bytes] = {}
         self.links: Dict[str, str] = {}
         self.dirs: Dict[str, Dict[str, None]] = {"": {}}
-        self.folder = not os.path.isfile(path)
+        self._room = 0  # bytes an archive's entries may still take (_count)
+        mode = os.stat(path).st_mode  # a stat opens nothing: a FIFO, a device
+        self.folder = stat.S_ISDIR(mode)
         if self.folder:
             return
+        if not stat.S_ISREG(mode):
+            self._bad("neither a folder nor a regular file")
         try:
             data = _read_regular(path, _TREE_MAX_TOTAL)
         except OSError as e:
@@ -836,6 +863,15 @@ class _Archive:
 
     def _bad(self, why: str) -> NoReturn:
         raise ValueError(f"{self.path}: not a saved tree archive ({why})")
+
+    def _count(self, name: str, rel: str) -> None:
+        """Count one more entry, ``rel``, against the archive's room."""
+        self._room -= len(rel) + _TREE_ENTRY_COST
+        if self._room < 0:
+            self._bad(
+                f"refused member {_short(name, 60)}: its names and folders take more "
+                f"memory than {_TREE_ROOM_PER_BYTE} times the archive's size"
+            )
 
     def _add(self, name: str, data: Optional[bytes] = None, link: Optional[str] = None) -> None:
         rel = name.rstrip("/")
@@ -861,6 +897,8 @@ class _Archive:
                 sub = f"{d}/{p}" if d else p
                 if sub in self.files or sub in self.links:
                     self._bad(f"refused member {_short(name, 60)}: {sub!r} is not a folder")
+                if sub not in self.dirs:
+                    self._count(name, sub)
                 self.dirs[d][p] = None
                 self.dirs.setdefault(sub, {})
                 d = sub
@@ -871,6 +909,7 @@ class _Archive:
             or (rel in self.files and data is None)
         ):
             self._bad(f"refused member {_short(name, 60)}: named twice")
+        self._count(name, rel)
         self.dirs[head][leaf] = None
         if data is not None:
             self.files[rel] = data
@@ -902,6 +941,7 @@ class _Archive:
                     self._bad(f"{kind}: {e}")
                 if len(data) > _TREE_MAX_TOTAL:
                     self._bad(f"more than {_TREE_MAX_TOTAL >> 20} MiB uncompressed")
+            self._room = _TREE_ROOM_PER_BYTE * len(data) + _TREE_ROOM_EXTRA
             with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
                 for m in tar:
                     if m.isdir():
@@ -930,6 +970,7 @@ class _Archive:
     def _text(self, data: bytes) -> None:
         import base64
 
+        self._room = _TREE_ROOM_PER_BYTE * len(data) + _TREE_ROOM_EXTRA
         parts = _ENTRY_RE.split(data)  # preamble, then (header, body) pairs
         if any(ln and not ln.startswith(b"#") for ln in parts[0].split(b"\n")):
             self._bad("text before the first '>>> PATH' line")
@@ -3571,6 +3612,21 @@ def _record_layout(rec: Mapping[str, Any]) -> Layout:
     )
 
 
+_LAYOUT_IDS_MAX = 4 * MAX_NODES  # node ids a record's layout text may spell out
+
+
+def _layout_ids(text: str) -> int:
+    """At least as many node ids as the layout ``text`` names, counted in its text
+    (a range "a-b" as b - a + 1): Layout.parse builds a set of each list, so a
+    16 KiB record of "0-8191/0-8191/..." would cost a gigabyte to parse."""
+    count = 0
+    for number in re.finditer(r"([0-9]+)(-[0-9]+)?", text):
+        count += 1
+        if number.group(2):
+            count += int(number.group(2)[1:]) - int(number.group(1))
+    return count
+
+
 def _status_regions(report: Dict[str, Any], b: Backend) -> None:
     """``report["regions"]``: this user's regions on the live system, SysV segments of
     our key family and /dev/shm/numa_utils-* files, with the text part.  A SysV
@@ -3623,10 +3679,12 @@ def _status_regions(report: Dict[str, Any], b: Backend) -> None:
         report.setdefault("extra_text", []).extend(
             ["", "REGIONS (this user's numa_utils shared memory)"]
             + [
-                f"  {r['kind']:<5}  {r['name'] or r['key']:<24}  "
-                f"{'?' if r['size'] is None else _fmt_size(r['size']):>8}  "
-                f"{'?' if r['attached'] is None else r['attached']} attached  "
-                + (r["layout"] or r.get("error") or "layout: `maps PID` or `cleanup` shows it")
+                _printable(
+                    f"  {r['kind']:<5}  {r['name'] or r['key']:<24}  "
+                    f"{'?' if r['size'] is None else _fmt_size(r['size']):>8}  "
+                    f"{'?' if r['attached'] is None else r['attached']} attached  "
+                    + (r["layout"] or r.get("error") or "layout: `maps PID` or `cleanup` shows it")
+                )
                 for r in rows
             ]
         )
@@ -4663,6 +4721,27 @@ class Layout:
 
         # Extents are tuples in offset order: those before (offset + 1,) start <= offset.
         return bisect.bisect_left(ext, (offset + 1,)) - 1
+
+    def _extents_before(self, offset: int) -> int:
+        """How many extents start below ``offset`` (at the size: all of them),
+        counted without building them: a blocks layout of a few GiB has millions,
+        and `maps` reads layouts from records anyone who can write a region wrote."""
+        import bisect
+
+        size = self._size or 0
+        share = max(size // len(self._entries), 1)  # a part's length
+        ends = []
+        end = 0
+        for length, _, _ in self._entries:
+            end += length or share
+            ends.append(end)
+        offset = min(max(offset, 0), size)
+        cycles, rest = divmod(offset, end)
+        count = cycles * len(ends)
+        count += bisect.bisect_left(ends, rest)
+        if rest:
+            count += 1
+        return count
 
     def location(self) -> str:
         """Mooncake-style: one "cpu:NODES" per extent, as "OFFSET+LENGTH@cpu:NODES"
@@ -8015,9 +8094,12 @@ def _package_layout(t: Topology) -> Dict[str, Any]:
             if m != a and m in pkg:
                 same[pkg[m] == p].add(d)
     inside, between = sorted(same[1]), sorted(same[0])
-    ev = (
-        f"{k} node{'s' * (k != 1)} per package" if k else "packages with different node counts"
-    ) + f" over {len(pk)} package{'s' * (len(pk) != 1)}"
+    if not pk:
+        ev = "no package known"
+    elif k:
+        ev = f"{k} node{'s' * (k != 1)} per package over {len(pk)} package{'s' * (len(pk) != 1)}"
+    else:
+        ev = f"packages with different node counts over {len(pk)} packages"
     if k and k > 1:
         ev += f" (SNC{k} on Intel, NPS{k} on AMD)"
     dist = [
@@ -8264,7 +8346,9 @@ def _render_status(rep: Dict[str, Any]) -> str:
         "WARNINGS" if rep["warnings"] else "WARNINGS: none",
         *(f"  - {wtext}" for wtext in rep["warnings"]),
     ]
-    return "\n".join(out) + "\n"
+    # A saved tree is anyone's, and names in it (and regions') reach these lines:
+    # each line is escaped whole, a newline in a name included.
+    return "\n".join(map(_printable, out)) + "\n"
 
 
 # ===========================================================================

@@ -27,6 +27,7 @@ from typing import (
     Iterator,
     List,
     Mapping,
+    NamedTuple,
     Optional,
     Sequence,
     Set,
@@ -133,6 +134,7 @@ counters = _nu.counters
 remote_share = _nu.remote_share
 REMOTE_SHARE_THRESHOLD = _nu.REMOTE_SHARE_THRESHOLD
 
+_printable = _nu._printable
 _MAPS_CATS = ("Huge", "Heap", "Stack", "Private")
 
 
@@ -240,9 +242,7 @@ class _MapsScan:
         for r in self.rests:
             e = self.entry(r)[0]
             if e.pages_total * e.page_size_kb >= min_kb:
-                name = (
-                    e.file + (" (deleted)" if e.deleted else "") if e.file is not None else e.kind
-                ) + (" [huge]" if e.huge else "")
+                name = _maps_name(e)
                 if len(name) > 28:  # keep the verdict column in line: the
                     name = "..." + name[-25:]  # end of a path says the most
                 verdict = _verdict(e.bytes_per_node, e.mode) if e.pages else "nothing faulted in"
@@ -285,6 +285,19 @@ class _MapsScan:
         )
 
 
+def _maps_name(e: NumaMapsEntry) -> str:
+    """What a VMA maps, for the table: its file (escaped: another user names it) or
+    its kind."""
+    name = e.kind
+    if e.file is not None:
+        name = _printable(e.file)
+    if e.deleted:
+        name += " (deleted)"
+    if e.huge:
+        name += " [huge]"
+    return name
+
+
 def _region_file(path: str, deleted: bool) -> bool:
     """Whether a numa_maps path is a numa_utils region's: /dev/shm/numa_utils-NAME, or
     a SysV segment (/SYSV<key> (deleted)) of our key family."""
@@ -299,97 +312,223 @@ def _region_file(path: str, deleted: bool) -> bool:
     )
 
 
-def _maps_regions(b: Backend, pid: str, seen: Mapping[str, List[int]]) -> List[Dict[str, Any]]:
-    """Each mapping of a region among ``seen`` (file -> VMA starts, sorted) with the
-    layout from its identity record: a POSIX file's tail, read; a SysV segment's
-    from /proc/PID/mem where permitted (never an attach: see _tail_record)."""
+_layout_ids = _nu._layout_ids
+_LAYOUT_IDS_MAX = _nu._LAYOUT_IDS_MAX
+Layout = _nu.Layout
+
+# A line of /proc/PID/maps (fs/proc/task_mmu.c show_map_vma): start-end, permissions,
+# file offset, device major:minor, inode.  A SysV segment's inode is its shmid.
+_PROC_MAPS_RE = re.compile(
+    r"(?m)^([0-9a-f]+)-([0-9a-f]+) \S+ ([0-9a-f]+) ([0-9a-f]+):([0-9a-f]+) ([0-9]+) "
+)
+
+
+class _Vma(NamedTuple):
+    """A VMA of a region's file, as /proc/PID/maps shows it."""
+
+    start: int
+    end: int
+    base: int  # where the mapping of offset 0 of the file is
+    dev: int
+    ino: int
+
+
+def _region_vmas(b: Backend, pid: str, starts: Set[int]) -> Dict[int, _Vma]:
+    """The VMAs of /proc/PID/maps that start at one of ``starts``, by start."""
+    out: Dict[int, _Vma] = {}
+    for text in _whole_lines(_read_chunks(b, f"/proc/{pid}/maps")):
+        for m in _PROC_MAPS_RE.finditer(text):
+            start = int(m.group(1), 16)
+            if start in starts:
+                dev = os.makedev(int(m.group(4), 16), int(m.group(5), 16))
+                base = start - int(m.group(3), 16)
+                out[start] = _Vma(start, int(m.group(2), 16), base, dev, int(m.group(6)))
+    return out
+
+
+def _mapped_file_record(pid: str, path: str, vma: _Vma) -> Tuple[int, Optional[Dict[str, Any]]]:
+    """(size, identity record) of the file that ``vma`` of process ``pid`` maps, read
+    with no lock and no mapping.  Opened through /proc/PID/map_files, which is that
+    file whatever its path names here (another mount namespace, a folder replaced by
+    a link); where that is refused (it needs CAP_SYS_ADMIN), by ``path`` only while
+    it is a regular file of the VMA's device and inode, checked before the open and
+    after it.  Else ValueError: layout unknown."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(f"/proc/{pid}/map_files/{vma.start:x}-{vma.end:x}", flags)
+    except PermissionError:
+        fd = -1
+    if fd < 0:
+        _check_mapped_file(os.stat(path), path, vma)  # a stat opens nothing
+        fd = os.open(path, flags | os.O_NOFOLLOW)
+    try:
+        st = os.fstat(fd)
+        _check_mapped_file(st, path, vma)
+        return st.st_size, _tail_record(lambda off, n: os.pread(fd, n, off), st.st_size, path)
+    finally:
+        os.close(fd)
+
+
+def _check_mapped_file(st: os.stat_result, path: str, vma: _Vma) -> None:
+    if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (vma.dev, vma.ino):
+        raise ValueError(
+            f"layout unknown: {path} here is not the file the process maps "
+            "(another mount namespace, or replaced)"
+        )
+
+
+def _same_ipc_namespace(pid: str) -> bool:
+    """Whether process ``pid`` sees this process's SysV segments (True when its
+    namespace cannot be read: its memory, read next, is refused then too)."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/ipc") == os.readlink("/proc/self/ns/ipc")
+    except OSError:
+        return True
+
+
+def _sysv_record(
+    pid: str, path: str, vma: _Vma, shm: Mapping[int, _ShmStat]
+) -> Tuple[int, Optional[Dict[str, Any]], bool]:
+    """(size, identity record, removed) of the SysV segment mapped at ``vma``: the
+    segment is found by its shmid (the VMA's inode), as IPC_RMID sets its key to 0
+    (removed, still attached); its record is read from /proc/PID/mem (never an
+    attach: see _tail_record)."""
+    row = shm.get(vma.ino)
+    if row is None or not _same_ipc_namespace(pid) or row.key not in (0, int(path[5:], 16)):
+        raise ValueError(f"layout unknown: shmid {vma.ino} is not in /proc/sysvipc/shm here")
+    with open(f"/proc/{pid}/mem", "rb", buffering=0) as f:
+
+        def read(off: int, n: int) -> bytes:
+            return os.pread(f.fileno(), n, vma.base + off)
+
+        rec = _tail_record(read, row.size, f"{path} at {vma.base:#x}")
+    return row.size, rec, row.key == 0
+
+
+def _maps_layout(rec: Mapping[str, Any]) -> Layout:
+    """The layout ``rec`` publishes, refused (ValueError) when its text names more
+    node ids than a layout can use: what it costs to read stays bounded."""
+    text = rec.get("layout")
+    if isinstance(text, str) and _layout_ids(text) > _LAYOUT_IDS_MAX:
+        raise ValueError(f"layout names over {_LAYOUT_IDS_MAX} node ids")
+    return _record_layout(rec)
+
+
+def _layout_rows(row: Dict[str, Any], lay: Layout, vmas: List[_Vma]) -> None:
+    """``row``'s extents, one per extent with the VMAs it spans when the layout has
+    no more extents than the mapping has VMAs, and its VMAs with the extents each
+    holds: the lines shown stay as many as the VMAs, whatever the record says."""
     from bisect import bisect_left, bisect_right
 
-    out: List[Dict[str, Any]] = []
-    shm = (
-        {
-            f"/SYSV{st.key:08x}": st.size
-            for st in _sysvipc_rows(b.read_optional("/proc/sysvipc/shm") or "")
-        }
-        if seen
-        else {}
-    )
-    for path, vmas in seen.items():
-        sysv = not path.startswith("/dev/")
-        seg, rec, why = shm.get(path, 0), None, None
-        if not sysv:
-            try:
-                seg, rec = _file_record(path)
-            except (OSError, ValueError) as e:
-                why = str(e)
-        bases: List[int] = []
-        for v in vmas:  # a VMA past the last mapping's end starts another
-            if not bases or v >= bases[-1] + max(seg, 1):
-                bases.append(v)
-        for base in bases:
-            if sysv:
-                rec, why = None, None if seg else "not in /proc/sysvipc/shm"
-                try:
-                    with open(f"/proc/{pid}/mem", "rb", buffering=0) as f:
-
-                        def read(off: int, n: int, at: int = base) -> bytes:
-                            return os.pread(f.fileno(), n, at + off)
-
-                        rec = _tail_record(read, seg, f"{path} at {base:#x}") if seg else None
-                except (OSError, ValueError) as e:
-                    why = f"layout unknown: {e}"
-            row: Dict[str, Any] = {
-                "file": path,
-                "kind": "sysv" if sysv else "posix",
-                "start": f"0x{base:x}",
-                "name": None,
-                "size": None,
-                "layout": None,
-                "extents": [],
-                "error": why,
+    base, size = vmas[0].base, lay.size or 0
+    starts = [v.start for v in vmas]
+    row["extent_count"] = lay._extents_before(size)
+    for v in vmas:
+        off = v.start - base
+        held = None
+        if off < size:  # the last VMAs may hold only the identity record
+            last = lay._extents_before(min(v.end - base, size)) - 1
+            held = [lay._extents_before(off + 1) - 1, last]
+        row["vmas"].append({"start": f"0x{v.start:x}", "end": f"0x{v.end:x}", "extents": held})
+    if row["extent_count"] > len(vmas):
+        return
+    for x in lay:  # its VMAs: the one holding its start, those inside
+        at = base + x.offset
+        lo = max(bisect_right(starts, at) - 1, 0)
+        row["extents"].append(
+            {
+                "offset": x.offset,
+                "length": x.length,
+                "policy": x.policy,
+                "nodes": sorted(x.nodes),
+                "start": f"0x{at:x}",
+                "vmas": [f"0x{v:x}" for v in starts[lo : bisect_left(starts, at + x.length)]],
             }
-            try:
-                lay = _record_layout(rec) if rec is not None else None
-            except ValueError as e:
-                rec, lay, row["error"] = None, None, f"damaged identity record ({e})"
-            if rec is not None and lay is not None:
-                row.update(name=rec["key"], size=rec["size"], layout=str(lay))
-                for x in lay:  # its VMAs: the one holding its start, those inside
-                    at = base + x.offset
-                    lo = max(bisect_right(vmas, at) - 1, bisect_left(vmas, base))
-                    row["extents"].append(
-                        {
-                            "offset": x.offset,
-                            "length": x.length,
-                            "policy": x.policy,
-                            "nodes": sorted(x.nodes),
-                            "start": f"0x{at:x}",
-                            "vmas": [
-                                f"0x{v:x}" for v in vmas[lo : bisect_left(vmas, at + x.length)]
-                            ],
-                        }
-                    )
-            elif row["error"] is None:
-                row["error"] = "no identity record: not made by SharedRegion.create"
-            out.append(row)
+        )
+
+
+def _maps_regions(b: Backend, pid: str, seen: Mapping[str, List[int]]) -> List[Dict[str, Any]]:
+    """Each mapping of a region among ``seen`` (numa_maps path -> VMA starts) with
+    the layout from its identity record.  A mapping is the VMAs of one file (device
+    and inode from /proc/PID/maps) at one base; the record is that file's, never the
+    one its path names here."""
+    if not seen:
+        return []
+    files = {v: path for path, starts in seen.items() for v in starts}
+    mappings: Dict[Tuple[str, int, int, int], List[_Vma]] = {}
+    for v in sorted(_region_vmas(b, pid, set(files)).values()):
+        mappings.setdefault((files[v.start], v.dev, v.ino, v.base), []).append(v)
+    shm = {st.id: st for st in _sysvipc_rows(b.read_optional("/proc/sysvipc/shm") or "")}
+    out: List[Dict[str, Any]] = []
+    for (path, _, _, base), vmas in sorted(mappings.items(), key=lambda m: m[0][3]):
+        sysv = not path.startswith("/dev/")
+        row: Dict[str, Any] = {
+            "file": path,
+            "kind": "sysv" if sysv else "posix",
+            "start": f"0x{base:x}",
+            "name": None,
+            "size": None,
+            "layout": None,
+            "removed": False,
+            "extent_count": None,
+            "extents": [],
+            "vmas": [],
+            "error": None,
+        }
+        rec = None
+        try:
+            if sysv:
+                seg, rec, row["removed"] = _sysv_record(pid, path, vmas[0], shm)
+            else:
+                seg, rec = _mapped_file_record(pid, path, vmas[0])
+        except (OSError, ValueError) as e:
+            row["error"] = str(e)
+        try:
+            lay = _maps_layout(rec) if rec is not None else None
+        except ValueError as e:
+            rec, lay, row["error"] = None, None, f"damaged identity record ({e})"
+        if rec is not None and lay is not None:
+            row.update(name=rec["key"], size=rec["size"], layout=str(lay))
+            _layout_rows(row, lay, vmas)
+        elif row["error"] is None:
+            row["error"] = "no identity record: not made by SharedRegion.create"
+        out.append(row)
     return out
 
 
 def _maps_regions_text(rows: List[Dict[str, Any]]) -> str:
+    """The regions part of `maps`: every name and path escaped (_printable)."""
     out = []
     for r in rows:
-        out.append(
-            f"region {r['name']!r} ({r['kind']} {r['file']}) at {r['start']}"
-            + (f", {_fmt_size(r['size'])}: layout {r['layout']}" if r["size"] else "")
-            + (f": {r['error']}" if r["error"] else "")
-        )
-        out += [
-            f"  extent {i} {e['offset']:#x}+{_fmt_size(e['length'])} {e['policy']}:"
-            f"{format_cpulist(e['nodes']) or '-'}  at {e['start']}  VMAs "
-            + " ".join(v[2:] for v in e["vmas"])
-            for i, e in enumerate(r["extents"])
-        ]
+        head = f"region {r['name']!r} ({r['kind']} {_printable(r['file'])}"
+        if r["removed"]:
+            head += ", removed, still attached"
+        head += f") at {r['start']}"
+        if r["size"]:
+            head += f", {_fmt_size(r['size'])}: layout {r['layout']}"
+        if r["error"]:
+            head += f": {_printable(r['error'])}"
+        out.append(head)
+        for i, e in enumerate(r["extents"]):
+            out.append(
+                f"  extent {i} {e['offset']:#x}+{_fmt_size(e['length'])} {e['policy']}:"
+                f"{format_cpulist(e['nodes']) or '-'}  at {e['start']}  VMAs "
+                + " ".join(v[2:] for v in e["vmas"])
+            )
+        if r["extent_count"] is not None and not r["extents"]:
+            out.append(f"  {r['extent_count']} extents over {len(r['vmas'])} VMAs:")
+            out += [_vma_line(v) for v in r["vmas"]]
     return "".join(line + "\n" for line in out)
+
+
+def _vma_line(vma: Mapping[str, Any]) -> str:
+    held = vma["extents"]
+    where = f"  VMA {vma['start'][2:]}-{vma['end'][2:]}"
+    if held is None:
+        return where + "  identity record"
+    if held[0] == held[1]:
+        return where + f"  extent {held[0]}"
+    return where + f"  extents {held[0]}-{held[1]}"
 
 
 def _read_chunks(b: Backend, path: str) -> Iterator[str]:
@@ -429,7 +568,7 @@ def _cmd_maps(args: argparse.Namespace) -> int:
     b = None
     if args.file is not None:
         chunks = _read_chunks(LinuxBackend(), args.file)
-        what = args.file
+        what = _printable(args.file)
     elif args.pid is not None:
         b = _backend_from_args(args)
         chunks = _read_chunks(b, _maps_path(args.pid))

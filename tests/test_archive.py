@@ -337,6 +337,44 @@ def test_pax_name_of_a_megabyte_is_refused_not_followed(tmp_path):
     _one_line_refusal(rc, err, "refused member")
 
 
+_DEEP_FOLDERS = r"""
+import io, resource, sys, tarfile
+import numa_utils as nu
+data = io.BytesIO()
+with tarfile.open(fileobj=data, mode="w:gz", format=tarfile.GNU_FORMAT) as tar:
+    for i in range(1000):  # 1,000 folders of 126 components, each 4,031 bytes
+        info = tarfile.TarInfo("/".join([f"d{i:05d}" + "x" * 26] + ["c" * 31] * 125))
+        info.type = tarfile.DIRTYPE
+        tar.addfile(info)
+with open(sys.argv[1], "wb") as f:
+    f.write(data.getvalue())
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    nu._Archive(sys.argv[1])
+    what = "read"
+except ValueError as e:
+    what = str(e)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) >> 10, what)
+"""
+
+
+def test_deep_folder_names_take_memory_near_the_archives_size(tmp_path):
+    """Every folder of a member is kept by its whole path: a 26 KiB tar.gz of 1,000
+    folders of 126 components (5 MiB unpacked) took 300 MB.  Entries are counted
+    against four times the archive's size: refused, in a few MiB."""
+    out = subprocess.run(
+        [sys.executable, "-c", _DEEP_FOLDERS, str(tmp_path / "deep.tar.gz")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(REPO),
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
+    grown, _, what = out.stdout.partition(" ")
+    assert "its names and folders take more memory than 4 times" in what, out
+    assert int(grown) < 64, out  # MiB
+
+
 def _chain(files, n):
     """l0 -> devices, lN+1 -> lN/../lN: each link doubles the work of a naive walk."""
     files["root/sys/l0"] = ("symlink", "devices")
@@ -446,6 +484,36 @@ def test_garbage_and_empty_archives(tmp_path):
     text.write_bytes(b"# numa_utils saved tree\nstray line\n>>> root/sys/x\n")
     rc, _, err, _ = _status(str(text))
     _one_line_refusal(rc, err, "text before the first")
+
+
+def test_a_root_neither_folder_nor_file_is_refused(tmp_path):
+    """A FIFO as --root read as an empty machine (exit 0), as a folder would."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    rc, _, err, _ = _status(str(fifo))
+    _one_line_refusal(rc, err, "neither a folder nor a regular file")
+    with pytest.raises(ValueError, match="neither a folder nor a regular file"):
+        nu.LinuxBackend(str(fifo))
+
+
+def test_status_escapes_names_a_saved_tree_holds(tmp_path):
+    """A saved tree is anyone's: a PCI folder named with ESC and BEL (which set a
+    terminal's title) was printed raw."""
+    root = fixture_tree("qemu-x86_64-pci-devices", tmp_path / "t")
+    devices = os.path.join(root, "sys/bus/pci/devices")
+    os.symlink("0000:81:00.0", os.path.join(devices, "0000:81:00.0\x1b]0;owned\x07\n"))
+    rc, _, _, text = _status(root, "--format", "text")
+    assert rc == 0
+    assert "\x1b" not in text and "\x07" not in text
+    assert "0000:81:00.0\\x1b]0;owned\\x07\\n " in text
+
+
+def test_packages_line_of_a_tree_without_packages(tmp_path):
+    (tmp_path / "proc").mkdir()
+    rc, _, _, text = _status(str(tmp_path), "--format", "text")
+    assert rc == 0
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("PACKAGES:")]
+    assert line == "PACKAGES: no package known"
 
 
 def test_watch_killed_by_sigterm_leaves_nothing(tmp_path):

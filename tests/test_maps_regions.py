@@ -6,6 +6,7 @@ the regions it makes live in a /dev/shm and a SysV namespace of its own."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -17,9 +18,9 @@ pytestmark = pytest.mark.private_shm
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
-def _maps(pid, *args):
+def _maps(pid, *args, prefix=()):
     out = subprocess.run(
-        [sys.executable, "-m", "numa_utils", "maps", *args, str(pid)],
+        [*prefix, sys.executable, "-m", "numa_utils", "maps", *args, str(pid)],
         capture_output=True,
         text=True,
         cwd=str(REPO),
@@ -137,3 +138,170 @@ def test_status_lists_this_users_regions():
         a.destroy()
         s.destroy()
     assert nu.status_report()["regions"] == []
+
+
+# A process mapping a /dev/shm file whose identity record says what the test wants:
+# what anyone who can write a region can make it say.  argv: path, record key,
+# layout, data size; prints its pid, waits for stdin to close.
+_FORGED = r"""
+import json, mmap, os, struct, sys, zlib
+path, key, layout, size = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+seg = size + (16 << 10)
+rec = {"key": key, "kind": "posix", "size": size, "page_size": mmap.PAGESIZE, "layout": layout}
+raw = json.dumps(rec).encode()
+blob = raw + struct.pack("<8sIII", b"numa_utl", 1, len(raw), zlib.crc32(raw))
+fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+os.ftruncate(fd, seg)  # sparse: costs nothing
+os.pwrite(fd, blob, seg - len(blob))
+m = mmap.mmap(fd, seg, mmap.MAP_SHARED, mmap.PROT_READ)
+print(os.getpid(), flush=True)
+sys.stdin.read()
+"""
+
+
+def _forged(path, key, layout, size, *, prefix=()):
+    """The _FORGED process (``prefix``: a command it runs under) and its pid."""
+    p = subprocess.Popen(
+        [*prefix, sys.executable, "-c", _FORGED, path, key, layout, str(size)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    return p, int(p.stdout.readline())
+
+
+def _region_lines(text):
+    return [ln for ln in text.splitlines() if ln.startswith(("  extent ", "  VMA "))]
+
+
+def test_maps_lists_no_more_lines_than_vmas_whatever_the_record_says():
+    # One VMA whose record says 16,384 extents (blocks:4K over 64 MiB): one line per
+    # VMA, the extents counted, not listed.
+    holder, pid = _forged("/dev/shm/numa_utils-hb", "hb", "blocks:4K:bind:0@64M", 64 << 20)
+    try:
+        (row,) = json.loads(_maps(pid, "--json"))["regions"]
+        text = _maps(pid)
+    finally:
+        holder.communicate("", timeout=60)
+    assert len(_region_lines(text)) == 1
+    assert row["name"] == "hb" and row["error"] is None
+    assert row["extent_count"] == (64 << 20) // 4096
+    assert len(row["extents"]) <= len(row["vmas"]) == 1
+    assert row["vmas"][0]["extents"] == [0, (64 << 20) // 4096 - 1]
+    assert f"  {(64 << 20) // 4096} extents over 1 VMAs:" in text
+
+
+def test_maps_refuses_a_layout_that_costs_more_than_it_can_say():
+    # 600 lists of 8,192 node ids in one record: refused from its text, not parsed.
+    layout = "parts:bind:" + "/".join(["0-8191"] * 600)
+    holder, pid = _forged("/dev/shm/numa_utils-ids", "ids", layout, 600 * PAGE)
+    try:
+        (row,) = json.loads(_maps(pid, "--json"))["regions"]
+    finally:
+        holder.communicate("", timeout=60)
+    assert row["extents"] == [] and "node ids" in row["error"]
+
+
+def test_maps_escapes_names_other_users_chose():
+    path = "/dev/shm/numa_utils-t\x1b]0;owned\x07\n"
+    plain = "/dev/shm/plain\x1b[2J"
+    holder, pid = _forged(path, "key\x1b[2J", "parts:bind:0", 4 * PAGE)
+    other, _ = _forged(plain, "k", "parts:bind:0", 4 * PAGE)
+    try:
+        text = _maps(pid, "--all")
+        rows = json.loads(_maps(pid, "--json"))["regions"]
+    finally:
+        holder.communicate("", timeout=60)
+        other.communicate("", timeout=60)
+    assert not any(c in text for c in "\x1b\x07"), text
+    assert "numa_utils-t\\x1b]0;owned\\x07\\n" in text
+    assert "region 'key\\x1b[2J' (posix " in text
+    assert rows[0]["file"] == path and rows[0]["name"] == "key\x1b[2J"  # JSON: exact
+
+
+def test_status_escapes_record_keys():
+    holder, _ = _forged("/dev/shm/numa_utils-st", "st\x1b[2J\x07", "parts:bind:0", 4 * PAGE)
+    try:
+        text = nu._render_status(nu.status_report())
+    finally:
+        holder.communicate("", timeout=60)
+    assert "st\\x1b[2J\\x07" in text and "\x1b" not in text and "\x07" not in text
+
+
+def _inner_shm(*cmd):
+    """``cmd`` in a mount namespace of its own with another tmpfs on /dev/shm."""
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", _MOUNT, "sh", *cmd]
+
+
+_MOUNT = (
+    'mount -t tmpfs -o mode=1777 tmpfs /dev/shm && mkdir -m 1777 /dev/shm/numa_utils-d && exec "$@"'
+)
+_NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+
+
+def test_maps_reads_the_file_a_process_maps_not_the_one_its_path_names(tmp_path):
+    # Two holders map /dev/shm/numa_utils-same and numa_utils-d/f of a /dev/shm of
+    # their own; here the first names another region, and numa_utils-d is a link to
+    # a folder whose f says "evil".  maps shows the holders' records (through
+    # /proc/PID/map_files); a user without map_files gets "layout unknown".
+    if shutil.which("setpriv") is None:
+        pytest.skip("no setpriv(1)")
+
+    def record_file(path, key):
+        p, _ = _forged(path, key, "parts:bind:0", 4 * PAGE)
+        p.communicate("", timeout=60)
+
+    record_file("/dev/shm/numa_utils-same", "outer")
+    record_file(str(tmp_path / "f"), "evil")
+    os.symlink(str(tmp_path), "/dev/shm/numa_utils-d")
+    first, pid = _forged(
+        "/dev/shm/numa_utils-same", "inner", "parts:bind:0", 4 * PAGE, prefix=_inner_shm(*_NOBODY)
+    )
+    second, pid2 = _forged(
+        "/dev/shm/numa_utils-d/f", "inner2", "parts:bind:0", 4 * PAGE, prefix=_inner_shm()
+    )
+    try:
+        rows = json.loads(_maps(pid, "--json"))["regions"]
+        rows += json.loads(_maps(pid2, "--json"))["regions"]
+        nobody = json.loads(_maps(pid, "--json", prefix=_NOBODY))["regions"]
+    finally:
+        first.communicate("", timeout=60)
+        second.communicate("", timeout=60)
+        os.unlink("/dev/shm/numa_utils-d")
+        os.unlink("/dev/shm/numa_utils-same")
+    assert [r["name"] for r in rows] == ["inner", "inner2"]
+    (row,) = nobody
+    assert row["name"] is None and "layout unknown" in row["error"]
+
+
+_REMOVED = r"""
+import json, sys
+import numa_utils as nu
+page = int(sys.argv[1])
+layout = nu.Layout.extents([(4 * page, "bind", [0]), (12 * page, "interleave", [0])])
+r = nu.SharedRegion.create("maps-rm", 16 * page, kind="sysv", layout=layout)
+r.remove()  # IPC_RMID: key 0 in /proc/sysvipc/shm, still attached here
+print(json.dumps({"address": r.address, "shmid": r.shmid}), flush=True)
+sys.stdin.read()
+r.close()
+"""
+
+
+def test_maps_shows_a_removed_sysv_region_once():
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _REMOVED, str(PAGE)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=str(REPO),
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
+    try:
+        r = json.loads(holder.stdout.readline())
+        (row,) = json.loads(_maps(holder.pid, "--json"))["regions"]
+        text = _maps(holder.pid)
+    finally:
+        holder.communicate("", timeout=60)
+    assert row["name"] == "maps-rm" and row["removed"] and row["error"] is None
+    assert row["start"] == f"0x{r['address']:x}" and len(row["extents"]) == 2
+    assert text.count("region 'maps-rm' (sysv ") == 1 and ", removed, still attached)" in text
