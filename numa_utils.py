@@ -699,13 +699,15 @@ class Backend:
 
     def pid_start(self, pid: int) -> Optional[str]:
         """When process ``pid`` (a pid of this namespace) started, as a token that
-        differs once the pid is reused: None when there is no such process, "" when
-        it exists but its start cannot be read."""
+        differs once the pid is reused (read in this process's time namespace): None
+        when there is no such process or it has exited (a zombie), "" when it exists
+        but its start cannot be read."""
         raise NotImplementedError
 
     def whoami(self) -> Dict[str, Any]:
         """This process for identity records: pid, start (as pid_start), boot (the
-        kernel's boot id) and pidns (its PID namespace)."""
+        kernel's boot id), pidns and timens (its PID and time namespaces, as
+        /proc/self/ns/pid and /proc/self/ns/time name them; "" where unknown)."""
         raise NotImplementedError
 
 
@@ -989,6 +991,15 @@ class _Archive:
             err = errno.ENOTDIR if rel in self.files else errno.ENOENT
             raise OSError(err, os.strerror(err), path)
         return list(names)
+
+
+def _ns_link(kind: str) -> str:
+    """This process's namespace of ``kind``, as /proc/self/ns/KIND names it
+    ("time:[4026531834]"); "" where the kernel has none (time: before Linux 5.6)."""
+    try:
+        return os.readlink(f"/proc/self/ns/{kind}")
+    except OSError:
+        return ""
 
 
 class LinuxBackend(Backend):
@@ -1315,18 +1326,25 @@ class LinuxBackend(Backend):
             return None
         except PermissionError:  # another user's: it exists
             pass
-        # proc(5): starttime is field 22; the command (field 2) may hold ") ".
+        # proc(5): state is field 3, starttime field 22; the command (field 2) may
+        # hold ") ".  A zombie (Z) or dead (X) task has exited: its memory is gone.
         f = (self.read_optional(f"/proc/{pid}/stat") or "").rpartition(")")[2].split()
-        return f[19] if len(f) > 19 else ""
+        if f and f[0] in ("Z", "X"):
+            return None
+        if len(f) > 19:
+            return f[19]
+        return ""
 
     def whoami(self) -> Dict[str, Any]:
         pid = os.getpid()
-        try:
-            ns = os.readlink("/proc/self/ns/pid")
-        except OSError:
-            ns = ""
         boot = self.read_optional("/proc/sys/kernel/random/boot_id") or ""
-        return {"pid": pid, "start": self.pid_start(pid) or "", "boot": boot.strip(), "pidns": ns}
+        return {
+            "pid": pid,
+            "start": self.pid_start(pid) or "",
+            "boot": boot.strip(),
+            "pidns": _ns_link("pid"),
+            "timens": _ns_link("time"),
+        }
 
 
 _default_lock = threading.Lock()
@@ -3757,6 +3775,114 @@ def _record_read(addr: int, seg: int, what: str) -> Optional[Dict[str, Any]]:
     return rec
 
 
+# -- the last-use slot ------------------------------------------------------------------
+# The first _SLOT.size bytes of the record room (at address + size, right after the
+# data) say who used the region last, and when.  Create writes it once the region is
+# the only one of its name (until then a region has none), and every attach and close
+# of numa_utils writes it; cleanup's look never does.  cleanup judges idleness from it:
+# not from shm_atime/shm_dtime, which its own read-only attach resets, nor from when
+# the region was made.  Little-endian, 64 bytes:
+#    0  8s   magic b"numa_use"
+#    8  I    format (1)
+#   12  I    the last user's pid, in its PID namespace
+#   16  d    when it attached or closed, seconds since the epoch
+#   24  Q    its PID namespace: the number in /proc/self/ns/pid's "pid:[N]" (0: unknown)
+#   32  Q    its time namespace, from /proc/self/ns/time (0: unknown, or no such namespaces)
+#   40  I    CRC-32 of its kernel's boot id (0: unknown)
+#   44  16s  its start time as Backend.pid_start reads it: ASCII, NUL-padded
+#   60  I    CRC-32 of bytes 0-59: a torn or damaged slot proves nothing
+_SLOT = struct.Struct("<8sIIdQQI16sI")
+_SLOT_MAGIC = b"numa_use"
+_SLOT_FORMAT = 1
+_PID_MAX = 1 << 22  # PID_MAX_LIMIT, include/linux/threads.h: no pid is larger
+
+
+def _ns_id(text: Any) -> int:
+    """The number of a namespace as /proc/PID/ns names it ("pid:[4026531836]"); 0
+    for anything else."""
+    if not isinstance(text, str):
+        return 0
+    m = re.fullmatch(r"[a-z_]+:\[([0-9]{1,19})\]", text)
+    if m is None:
+        return 0
+    return int(m.group(1))
+
+
+def _who(ident: Mapping[str, Any]) -> Dict[str, Any]:
+    """A process as an identity record or whoami() names it, in the slot's terms: pid
+    (as given: the caller checks it), start ("" unless a short ASCII token), boot
+    (CRC-32 of the boot id), pidns and timens (namespace numbers)."""
+    import zlib
+
+    start = ident.get("start")
+    if not isinstance(start, str) or len(start) > 16 or not start.isascii():
+        start = ""
+    boot = ident.get("boot")
+    boot_crc = 0
+    if isinstance(boot, str) and boot:
+        boot_crc = zlib.crc32(boot.encode("utf-8", "replace"))
+    return {
+        "pid": ident.get("pid"),
+        "start": start,
+        "boot": boot_crc,
+        "pidns": _ns_id(ident.get("pidns")),
+        "timens": _ns_id(ident.get("timens")),
+    }
+
+
+def _slot_write(b: Backend, addr: int) -> None:
+    """Record this process as the region's last user, now, in the slot at ``addr``."""
+    import time
+    import zlib
+
+    me = _who(b.whoami())
+    body = _SLOT.pack(
+        _SLOT_MAGIC,
+        _SLOT_FORMAT,
+        me["pid"],
+        time.time(),
+        me["pidns"],
+        me["timens"],
+        me["boot"],
+        me["start"].encode("ascii"),
+        0,
+    )[:-4]
+    ctypes.memmove(addr, body + struct.pack("<I", zlib.crc32(body)), _SLOT.size)
+
+
+def _slot_bytes(addr: int, seg: int, rec: Optional[Mapping[str, Any]]) -> bytes:
+    """The slot of the ``seg`` bytes mapped at ``addr``, whose record is ``rec``."""
+    if rec is None or rec["size"] + _SLOT.size > seg:
+        return b""
+    return ctypes.string_at(addr + rec["size"], _SLOT.size)
+
+
+def _slot_read(raw: bytes) -> Optional[Dict[str, Any]]:
+    """The last use in slot bytes ``raw`` (as _who gives a process, and "used"): None
+    when never written (a region being made, or made by an older numa_utils);
+    ValueError when damaged."""
+    import math
+    import zlib
+
+    if len(raw) != _SLOT.size or raw[:8] != _SLOT_MAGIC:
+        return None
+    _, fmt, pid, used, pidns, timens, boot, start, crc = _SLOT.unpack(raw)
+    if zlib.crc32(raw[:-4]) != crc:
+        raise ValueError("last-use slot damaged (checksum mismatch)")
+    if fmt != _SLOT_FORMAT:
+        raise ValueError(f"last-use slot format {fmt}, not {_SLOT_FORMAT}")
+    if not math.isfinite(used):
+        raise ValueError(f"last-use slot damaged (time {used})")
+    return {
+        "pid": pid,
+        "used": used,
+        "start": start.rstrip(b"\0").decode("ascii", "replace"),
+        "boot": boot,
+        "pidns": pidns,
+        "timens": timens,
+    }
+
+
 # -- prefault ----------------------------------------------------------------------------
 
 
@@ -4611,7 +4737,8 @@ class SharedRegion:
     ``create`` makes it (0600, policy applied before any page is touched, then
     prefaulted); ``attach`` maps an existing one after checking its owner, mode and
     identity record (which region it is), and applies the same policy to its own
-    mapping.  ``with`` closes it; the creator's ``with`` also destroys it.  Crash
+    mapping.  ``with`` closes it; the creator's ``with`` also destroys it (in the
+    creating process: a forked child leaving it only closes its copy).  Crash
     safety: ``attach(..., remove=True)`` (or ``remove()``) marks a SysV segment for
     removal at once: it disappears when the last process detaches or dies, and its
     key is free again immediately.  A POSIX region's users hold a shared flock on its
@@ -4641,6 +4768,7 @@ class SharedRegion:
         self.prefaulted: Optional[Dict[str, Any]] = None
         self._closed = self._removed = False
         self.hugepages_fallback = hugepages_fallback  # why base pages, not huge ones
+        self._pid = os.getpid()  # a forked child's `with` only closes
 
     # -- properties (read-only) ---------------------------------------------------------
     address = property(lambda self: self._address)
@@ -4776,6 +4904,9 @@ class SharedRegion:
             r._mapped, r.identity, r._layout = seg, ident, lay
             (_sysv_create if kind == "sysv" else _posix_create)(r, flags)
             _record_write(r._address, seg, ident)
+            if kind == "sysv":
+                _sysv_twins(r)  # named first: a twin being made sees this one
+            _slot_write(b, r._address + size)  # made: the one region of its name
 
         return cls._open(
             b,
@@ -4844,6 +4975,7 @@ class SharedRegion:
             ):
                 lay = Layout.extents([(data, _LAYOUT_NAMES[pmode], pnodes)])
             r.identity, r._layout = rec, lay
+            _slot_write(b, r._address + data)
 
         return cls._open(
             b, kind, key, make, False, strict_, prefault, threads, progress, remove=remove
@@ -4955,6 +5087,8 @@ class SharedRegion:
         try:
             if self._closed:
                 return
+            if self._address and self._size:
+                _slot_write(self._b, self._address + self._size)  # its last use
             if self.kind == "sysv" and self._address:
                 self._b.shmdt(self._address)
             elif self._address:
@@ -4977,7 +5111,10 @@ class SharedRegion:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        (self.destroy if self.created else self.close)()
+        if self.created and os.getpid() == self._pid:
+            self.destroy()
+        else:
+            self.close()
 
     def to_json(self) -> Dict[str, Any]:
         return dict(
@@ -5108,10 +5245,6 @@ def _sysv_create(r: SharedRegion, flags: int) -> None:
         )
     r._ipc_key = ikey
     r._address = b.shmat(r.shmid)
-    # A twin under a later key: made while this key held another region.
-    why = next(filter(None, (_sysv_holder(b, k, key) for k in keys[keys.index(ikey) + 1 :])), "")
-    if why:
-        raise FileExistsError(errno.EEXIST, why)
 
 
 def _posix_create(r: SharedRegion, flags: int) -> None:
@@ -5120,20 +5253,96 @@ def _posix_create(r: SharedRegion, flags: int) -> None:
     try:
         r._fd = fd = b.shm_open(pname, os.O_RDWR | os.O_CREAT | os.O_EXCL, flags & 0o777)
     except FileExistsError:
-        why = (
-            f"attach it, or remove a stale one with `{_prog()} cleanup "
-            f"--remove --key {_key_arg(r._key)}`"
-        )
-        try:
-            b.close(b.shm_open(pname, os.O_RDONLY, 0))
-        except OSError as e:
-            if e.errno == errno.EINVAL:  # a FIFO, symlink, device...
-                why = "it is not a region (not a regular file): use another name"
+        why = _posix_holder(b, pname, r._key)
         raise FileExistsError(errno.EEXIST, f"/dev/shm/{pname} exists: {why}") from None
     r.name = pname  # ours now: removed on any error below
-    b.flock(fd, LOCK_SH)  # before it has a size: never stale
+    _flock_shared(b, fd, f"/dev/shm/{pname}")  # before it has a size: never stale
     b.ftruncate(fd, r._mapped)
     r._address = b.mmap(r._mapped, fd)
+
+
+def _posix_holder(b: Backend, pname: str, key: Union[int, str]) -> str:
+    """What to do about /dev/shm/``pname``, which exists: whose it is, and how to
+    remove it when it is this user's."""
+    try:
+        fd = b.shm_open(pname, getattr(os, "O_PATH", 0), 0)  # any owner, any mode
+    except OSError as e:
+        if e.errno == errno.EINVAL:  # a FIFO, symlink, device...
+            return "it is not a region (not a regular file): use another name"
+        return f"cannot look at it ({e.strerror or e}): use another name"
+    try:
+        uid = b.fstat(fd).uid
+    except OSError as e:
+        return f"cannot look at it ({e.strerror or e}): use another name"
+    finally:
+        b.close(fd)
+    if uid != b.geteuid():
+        return (
+            f"it belongs to uid {uid} ({_user_name(b, uid)}), not to this user "
+            f"(uid {b.geteuid()}): cleanup never removes another user's file; use "
+            f"another name, or ask that user (or root) to remove /dev/shm/{pname}"
+        )
+    return (
+        f"attach it, or remove a stale one with `{_prog()} cleanup --remove --key {_key_arg(key)}`"
+    )
+
+
+def _user_name(b: Backend, uid: int) -> str:
+    """The user name of ``uid`` from /etc/passwd (no NSS: no network behind an
+    error message); "not in /etc/passwd" else."""
+    for line in (b.read_optional("/etc/passwd") or "").splitlines():
+        f = line.split(":")
+        if len(f) > 2 and f[2] == str(uid):
+            return f"user {f[0]}"
+    return "not in /etc/passwd"
+
+
+# A cleanup judging a /dev/shm file holds its exclusive lock for milliseconds; anyone
+# who can open the file (every user, for a 0644 region) can hold one for ever.
+_LOCK_WAIT = 5.0
+
+
+def _flock_shared(b: Backend, fd: int, what: str) -> None:
+    """flock(LOCK_SH) on region file ``fd``, waiting at most _LOCK_WAIT seconds for
+    an exclusive lock to go; TimeoutError naming its holder after that."""
+    import time
+
+    deadline = time.monotonic() + _LOCK_WAIT
+    while True:
+        try:
+            b.flock(fd, LOCK_SH | LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                break
+        time.sleep(0.01)
+    raise TimeoutError(
+        errno.ETIMEDOUT,
+        f"{what}: exclusively locked for {_LOCK_WAIT:g} s by {_lock_holder(b, fd)}; "
+        "a region's users take shared locks only: stop that process",
+    )
+
+
+def _lock_holder(b: Backend, fd: int) -> str:
+    """Who holds the exclusive flock on file ``fd``, from /proc/locks (fs/locks.c
+    lock_get_status: "ID: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE START END")."""
+    st = b.fstat(fd)
+    want = f"{os.major(st.dev):02x}:{os.minor(st.dev):02x}:{st.ino}"
+    for line in (b.read_optional("/proc/locks") or "").splitlines():
+        f = line.split()
+        if len(f) > 5 and f[1:4] == ["FLOCK", "ADVISORY", "WRITE"] and f[5] == want:
+            return _process_name(b, f[4])
+    return "a process not listed in this namespace's /proc/locks"
+
+
+def _process_name(b: Backend, pid: str) -> str:
+    """``pid`` with its command and real uid, as far as /proc shows them."""
+    comm = (b.read_optional(f"/proc/{pid}/comm") or "?").strip()
+    uid = "?"
+    for line in (b.read_optional(f"/proc/{pid}/status") or "").splitlines():
+        if line.startswith("Uid:") and len(line.split()) > 1:
+            uid = line.split()[1]
+    return f"pid {pid} ({comm!r}, uid {uid})"
 
 
 def _sysv_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
@@ -5178,7 +5387,7 @@ def _posix_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
         raise FileNotFoundError(errno.ENOENT, f"no {what}") from None
     r.name = name
     _check_trust(b.fstat(fd), b.geteuid(), trust, what)
-    b.flock(fd, LOCK_SH)  # waits while a cleanup decides on it
+    _flock_shared(b, fd, what)  # waits while a cleanup decides on it
     st = b.fstat(fd)
     if not st.nattch:
         raise FileNotFoundError(errno.ENOENT, f"{what} was removed (stale) while attaching")
@@ -5376,6 +5585,79 @@ def _peek_record(b: Backend, shmid: int, size: int, what: str) -> Optional[Dict[
         return _record_read(addr, size, what)
     finally:
         b.shmdt(addr)
+
+
+def _peek_region(
+    b: Backend, shmid: int, size: int, what: str
+) -> Tuple[Optional[Dict[str, Any]], bytes]:
+    """The identity record and last-use slot (_slot_bytes) of a SysV segment, read
+    through a read-only attach, which writes neither."""
+    addr = b.shmat(shmid, SHM_RDONLY)
+    try:
+        rec = _record_read(addr, size, what)
+        return rec, _slot_bytes(addr, size, rec)
+    finally:
+        b.shmdt(addr)
+
+
+# Two creators of one name may make it under two of its SysV keys at once (each found
+# the other's key taken, or free, as it passed).  Each names its segment (the record)
+# and then looks at all the name's other keys: a twin already made wins; of two being
+# made, the one under the earlier key, which waits for the later one to undo itself or
+# be made (a later key never waits on an earlier one: no cycle).  The last-use slot,
+# written once this check passes, is what "made" means.
+_TWIN_WAIT = 5.0
+
+
+def _twin(b: Backend, ikey: int, key: Union[int, str]) -> str:
+    """What SysV key ``ikey`` holds of region ``key``: "" (nothing of it, or a segment
+    not named yet: its creator's check will see ours), "making" or "made"."""
+    euid = b.geteuid()
+    try:
+        shmid = b.shmget(ikey, 0, 0)
+        st = b.shm_stat(shmid)
+        if st.uid != euid or st.cuid != euid:
+            return ""
+        rec, slot = _peek_region(b, shmid, st.size, f"SysV key 0x{ikey:08x}")
+    except (FileNotFoundError, PermissionError, ValueError):
+        return ""  # none, another user's, or damaged: never made by a creator of ours
+    except OSError as e:
+        if e.errno in (errno.EINVAL, errno.EIDRM):  # removed while we looked
+            return ""
+        raise
+    if rec is None or rec["kind"] != "sysv" or not _same_key(rec["key"], key):
+        return ""
+    if slot[:8] == _SLOT_MAGIC:
+        return "made"
+    return "making"
+
+
+def _sysv_twins(r: SharedRegion) -> None:
+    """FileExistsError when region ``r.key``, named under ``r.ipc_key`` and not yet
+    made, is not to be the one region of its name (see _TWIN_WAIT)."""
+    import time
+
+    b, key = r._b, r._key
+    keys = _sysv_keys(key)
+    mine = keys.index(r._ipc_key)
+    deadline = time.monotonic() + _TWIN_WAIT
+    for i, ikey in enumerate(keys):
+        if i == mine:
+            continue
+        state = _twin(b, ikey, key)
+        while state == "making" and i > mine and time.monotonic() < deadline:
+            time.sleep(0.005)
+            state = _twin(b, ikey, key)
+        if state == "made":
+            why = _sysv_holder(b, ikey, key) or f"region {key!r} exists: attach it"
+            raise FileExistsError(errno.EEXIST, why)
+        if state:
+            raise FileExistsError(
+                errno.EEXIST,
+                f"region {key!r} is being made at the same time under SysV key "
+                f"0x{ikey:08x}: attach it once made, or if its creator died, "
+                f"`{_prog()} cleanup --remove --key {_key_arg(key)}` removes it",
+            )
 
 
 def _sysv_holder(b: Backend, ikey: int, key: Union[int, str]) -> str:

@@ -95,7 +95,11 @@ _fmt_kb = _nu._fmt_kb
 _file_record = _nu._file_record
 _fmt_size = _nu._fmt_size
 _parse_size = _nu._parse_size
-_peek_record = _nu._peek_record
+_peek_region = _nu._peek_region
+_PID_MAX = _nu._PID_MAX
+_slot_bytes = _nu._slot_bytes
+_slot_read = _nu._slot_read
+_who = _nu._who
 _posix_name = _nu._posix_name
 _quietly = _nu._quietly
 _record_layout = _nu._record_layout
@@ -595,37 +599,95 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
 CLEANUP_MIN_AGE = 30.0
 
 
-def _pid_why(b: Backend, pid: int, who: str, me: Mapping[str, Any], start: Any = None) -> str:
-    """'' when process ``pid`` is provably gone (no such pid, or one that started at
-    another time than ``start``), else why it may be alive."""
+def _ns_name(number: int) -> str:
+    return f"pid:[{number}]" if number else "?"
+
+
+def _gone_why(
+    b: Backend,
+    who: str,
+    proc: Mapping[str, Any],
+    me: Mapping[str, Any],
+    pid_here: Optional[int] = None,
+) -> str:
+    """'' when process ``proc`` (as _who gives it, from a record or the last-use slot)
+    is provably gone, else why it may be alive.  ``pid_here``: its pid as this PID
+    namespace sees it (the kernel's shm_cpid); else ``proc``'s pid counts only in the
+    PID namespace it was written in.  A start time read in another time namespace
+    (CRIU, `unshare --time`) differs from ours for the same process: it proves nothing."""
+    if proc["boot"] and me["boot"] and proc["boot"] != me["boot"]:
+        return ""  # before the last boot
+    pid = pid_here
+    if pid is None:
+        pid = proc["pid"]
+        if type(pid) is not int or not 0 < pid <= _PID_MAX:
+            return f"{who}'s pid {_short(repr(pid), 30)} is not a process id: damaged record"
+        if not me["pidns"] or proc["pidns"] != me["pidns"]:
+            return (
+                f"{who} (pid {pid}) is in another PID namespace "
+                f"({_ns_name(proc['pidns'])}): it may be alive"
+            )
     if pid <= 0:
         return f"{who} is not visible from this PID namespace: it may be alive"
     if pid == me["pid"]:
         return f"{who} (pid {pid}) is this process"
     now = b.pid_start(pid)
-    if now is None or (start and now and now != start):
+    if now is None:
         return ""
-    return f"{who} (pid {pid}) is alive"
+    if not proc["start"] or not now or now == proc["start"]:
+        return f"{who} (pid {pid}) is alive"
+    if proc["timens"] == me["timens"]:
+        return ""  # another process under its pid
+    return (
+        f"{who} (pid {pid}) may be alive: it is in another time namespace, "
+        "where start times read differently"
+    )
 
 
-def _creator_why(
-    b: Backend, rec: Mapping[str, Any], me: Mapping[str, Any], cpid: Optional[int] = None
+def _seconds(value: Any) -> Optional[float]:
+    """A time from a record as a finite float; None for anything else."""
+    import math
+
+    if type(value) not in (int, float):
+        return None
+    try:
+        out = float(value)
+    except OverflowError:
+        return None
+    if not math.isfinite(out):
+        return None
+    return out
+
+
+def _idle_why(
+    b: Backend,
+    rec: Mapping[str, Any],
+    raw_slot: bytes,
+    me: Mapping[str, Any],
+    now: float,
+    min_age: float,
+    cpid: Optional[int] = None,
 ) -> str:
-    """'' when the creator recorded in ``rec`` is provably gone.  ``cpid``: the
-    kernel's shm_cpid, a pid of this namespace; else the record's pid counts only in
-    the PID namespace it was written in."""
-    if rec.get("boot") and me["boot"] and rec.get("boot") != me["boot"]:
-        return ""  # made before the last boot
-    if cpid is not None:
-        pid = cpid
+    """'' when the region of record ``rec`` and last-use slot ``raw_slot`` is proven
+    idle: last used (made, without a slot) ``min_age`` seconds ago or more, and its
+    creator and last user gone.  ``cpid``: the kernel's shm_cpid (SysV)."""
+    try:
+        slot = _slot_read(raw_slot)
+    except ValueError as e:
+        return f"{e}: attaching and closing it rewrites it"
+    if slot is None:
+        made = _seconds(rec.get("created"))
+        age = 0.0 if made is None else now - made
+        if age < min_age:
+            return f"created {max(age, 0):.0f} s ago (minimum age {min_age:g} s)"
     else:
-        pid = rec["pid"] if isinstance(rec.get("pid"), int) else 0
-        if not me["pidns"] or rec.get("pidns") != me["pidns"]:
-            return (
-                f"creator (pid {pid}) is in another PID namespace "
-                f"({rec.get('pidns') or '?'}): it may be alive"
-            )
-    return _pid_why(b, pid, "creator", me, rec.get("start"))
+        idle = now - slot["used"]
+        if idle < min_age:
+            return f"used {max(idle, 0):.0f} s ago (minimum age {min_age:g} s)"
+    why = _gone_why(b, "creator", _who(rec), me, cpid)
+    if why or slot is None:
+        return why
+    return _gone_why(b, "last user", slot, me)
 
 
 def _sysv_verdict(
@@ -637,10 +699,12 @@ def _sysv_verdict(
     min_age: float,
 ) -> Tuple[str, Optional[Dict[str, Any]]]:
     """('' when segment ``st`` is proven stale, else why it is kept; its record).
-    Reading the record attaches for a moment: the pids judged are those of ``st``."""
+    Reading the record attaches for a moment, which changes shm_atime, shm_dtime and
+    shm_lpid: idleness is judged from the last-use slot, which only numa_utils'
+    own attach and close write."""
     what = f"SysV segment 0x{st.key:08x} (shmid {st.id})"
     try:
-        rec = _peek_record(b, st.id, st.size, what)
+        rec, slot = _peek_region(b, st.id, st.size, what)
     except (OSError, ValueError) as e:
         return f"identity record unreadable: {e}", None
     if rec is None:
@@ -655,14 +719,7 @@ def _sysv_verdict(
         return f"holds region {rec['key']!r}, not one asked for", rec
     if st.nattch:
         return f"in use: {st.nattch} attached", rec
-    idle = now - st.used
-    if idle < min_age:
-        return f"used {max(idle, 0):.0f} s ago (minimum age {min_age:g} s)", rec
-    if st.lpid not in (st.cpid, me["pid"]):  # (ours: an earlier look at its record)
-        why = _pid_why(b, st.lpid, "last user", me)
-        if why:
-            return why, rec
-    return _creator_why(b, rec, me, st.cpid), rec
+    return _idle_why(b, rec, slot, me, now, min_age, st.cpid), rec
 
 
 def _posix_verdict(
@@ -677,12 +734,13 @@ def _posix_verdict(
 ) -> Tuple[str, Optional[Dict[str, Any]]]:
     """As _sysv_verdict for the /dev/shm file open at ``fd``; when stale, the
     exclusive lock taken stays held (until ``fd`` is closed) for the removal."""
-    rec = None
+    rec, slot = None, b""
     if st.size >= _RECORD_END.size:
         try:
             addr = b.mmap(st.size, fd)
             try:
                 rec = _record_read(addr, st.size, f"/dev/shm/{name}")
+                slot = _slot_bytes(addr, st.size, rec)
             finally:
                 b.munmap(addr, st.size)
         except (OSError, ValueError) as e:
@@ -705,11 +763,7 @@ def _posix_verdict(
         if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
             return "in use: a process holds its lock", rec
         return f"cannot lock it: {e.strerror or e}", rec
-    created = rec.get("created")
-    age = now - created if isinstance(created, (int, float)) else 0.0
-    if age < min_age:
-        return f"created {max(age, 0):.0f} s ago (minimum age {min_age:g} s)", rec
-    return _creator_why(b, rec, me), rec
+    return _idle_why(b, rec, slot, me, now, min_age), rec
 
 
 def _our_segments(
@@ -723,15 +777,17 @@ def _our_segments(
     else ``why`` it is kept; ``remove=True`` removes the stale ones (``action``).
 
     Proof, all of it: nobody attached (SysV nattch) or holding the file's lock
-    (POSIX: every user holds a shared flock); its creator gone (shm_cpid, or the
-    record's pid with its start time and PID namespace) and for SysV its last user
-    (shm_lpid); unused for ``min_age`` seconds; and an identity record saying it is
-    the region of its key.  A pid not visible here is no proof.  Listed: SysV keys
+    (POSIX: every user holds a shared flock); unused for ``min_age`` seconds and its
+    last user gone, as its last-use slot says (written by numa_utils' attach and
+    close; this look writes nothing there); its creator gone (shm_cpid, or the
+    record's pid with its start time, PID and time namespaces); and an identity
+    record saying it is the region of its key.  A pid not visible here is no proof,
+    nor a start time read in another time namespace.  Listed: SysV keys
     0x4exxxxxx and /dev/shm/numa_utils-* owned (SysV: also created) by this user;
     ``keys`` (names or int keys): only their regions, under any key."""
     import time
 
-    euid, me, now = b.geteuid(), b.whoami(), time.time()
+    euid, me, now = b.geteuid(), _who(b.whoami()), time.time()
     want_sysv = None if keys is None else {k for key in keys for k in _sysv_keys(key)}
     want_posix = None if keys is None else {_posix_name(k) for k in keys}
     out: List[Dict[str, Any]] = []
@@ -764,7 +820,10 @@ def _our_segments(
             )
         ):
             continue
-        why, rec = _sysv_verdict(b, st, keys, me, now, min_age)
+        try:
+            why, rec = _sysv_verdict(b, st, keys, me, now, min_age)
+        except (ValueError, TypeError, OverflowError) as e:  # one line, and on
+            why, rec = f"cannot judge it: {e}", None
 
         def drop(st: _ShmStat = st) -> str:
             try:
@@ -815,7 +874,10 @@ def _our_segments(
             files[name] = (fd, fst)
         users = _dev_shm_users(b, {n: st for n, (_, st) in files.items()}) if files else {}
         for name, (fd, st) in files.items():
-            why, rec = _posix_verdict(b, fd, st, name, users.get(name, 0), me, now, min_age)
+            try:
+                why, rec = _posix_verdict(b, fd, st, name, users.get(name, 0), me, now, min_age)
+            except (ValueError, TypeError, OverflowError) as e:  # one line, and on
+                why, rec = f"cannot judge it: {e}", None
 
             def unlink(name: str = name) -> str:
                 try:
