@@ -3714,6 +3714,23 @@ def _key_arg(key: Union[int, str]) -> str:
 # region: one more huge page).  So it cannot outlive, or be swapped apart from, its
 # region, and only who can write the region can write it.  Readers ignore fields they
 # do not know: more can be added within the room.
+#
+# The record room's first 64 bytes (at address + size, right after the data) are the
+# last-use slot (_SLOT, its code before SharedRegion): who used the region last, and
+# when.  Create writes it once the region is the only one of its name (until then a
+# region has none), and every attach and close of numa_utils writes it; cleanup's look
+# never does.  cleanup judges idleness from it:
+# not from shm_atime/shm_dtime, which its own read-only attach resets, nor from when
+# the region was made.  Little-endian, 64 bytes:
+#    0  8s   magic b"numa_use"
+#    8  I    format (1)
+#   12  I    the last user's pid, in its PID namespace
+#   16  d    when it attached or closed, seconds since the epoch
+#   24  Q    its PID namespace: the number in /proc/self/ns/pid's "pid:[N]" (0: unknown)
+#   32  Q    its time namespace, from /proc/self/ns/time (0: unknown, or no such namespaces)
+#   40  I    CRC-32 of its kernel's boot id (0: unknown)
+#   44  16s  its start time as Backend.pid_start reads it: ASCII, NUL-padded
+#   60  I    CRC-32 of bytes 0-59: a torn or damaged slot proves nothing
 _RECORD_END = struct.Struct("<8sIII")
 _RECORD_MAGIC = b"numa_utl"
 _RECORD_FORMAT = 1
@@ -3773,114 +3790,6 @@ def _record_read(addr: int, seg: int, what: str) -> Optional[Dict[str, Any]]:
     if not ok or rec["size"] > end - n:
         raise ValueError(f"{bad} (fields)")
     return rec
-
-
-# -- the last-use slot ------------------------------------------------------------------
-# The first _SLOT.size bytes of the record room (at address + size, right after the
-# data) say who used the region last, and when.  Create writes it once the region is
-# the only one of its name (until then a region has none), and every attach and close
-# of numa_utils writes it; cleanup's look never does.  cleanup judges idleness from it:
-# not from shm_atime/shm_dtime, which its own read-only attach resets, nor from when
-# the region was made.  Little-endian, 64 bytes:
-#    0  8s   magic b"numa_use"
-#    8  I    format (1)
-#   12  I    the last user's pid, in its PID namespace
-#   16  d    when it attached or closed, seconds since the epoch
-#   24  Q    its PID namespace: the number in /proc/self/ns/pid's "pid:[N]" (0: unknown)
-#   32  Q    its time namespace, from /proc/self/ns/time (0: unknown, or no such namespaces)
-#   40  I    CRC-32 of its kernel's boot id (0: unknown)
-#   44  16s  its start time as Backend.pid_start reads it: ASCII, NUL-padded
-#   60  I    CRC-32 of bytes 0-59: a torn or damaged slot proves nothing
-_SLOT = struct.Struct("<8sIIdQQI16sI")
-_SLOT_MAGIC = b"numa_use"
-_SLOT_FORMAT = 1
-_PID_MAX = 1 << 22  # PID_MAX_LIMIT, include/linux/threads.h: no pid is larger
-
-
-def _ns_id(text: Any) -> int:
-    """The number of a namespace as /proc/PID/ns names it ("pid:[4026531836]"); 0
-    for anything else."""
-    if not isinstance(text, str):
-        return 0
-    m = re.fullmatch(r"[a-z_]+:\[([0-9]{1,19})\]", text)
-    if m is None:
-        return 0
-    return int(m.group(1))
-
-
-def _who(ident: Mapping[str, Any]) -> Dict[str, Any]:
-    """A process as an identity record or whoami() names it, in the slot's terms: pid
-    (as given: the caller checks it), start ("" unless a short ASCII token), boot
-    (CRC-32 of the boot id), pidns and timens (namespace numbers)."""
-    import zlib
-
-    start = ident.get("start")
-    if not isinstance(start, str) or len(start) > 16 or not start.isascii():
-        start = ""
-    boot = ident.get("boot")
-    boot_crc = 0
-    if isinstance(boot, str) and boot:
-        boot_crc = zlib.crc32(boot.encode("utf-8", "replace"))
-    return {
-        "pid": ident.get("pid"),
-        "start": start,
-        "boot": boot_crc,
-        "pidns": _ns_id(ident.get("pidns")),
-        "timens": _ns_id(ident.get("timens")),
-    }
-
-
-def _slot_write(b: Backend, addr: int) -> None:
-    """Record this process as the region's last user, now, in the slot at ``addr``."""
-    import time
-    import zlib
-
-    me = _who(b.whoami())
-    body = _SLOT.pack(
-        _SLOT_MAGIC,
-        _SLOT_FORMAT,
-        me["pid"],
-        time.time(),
-        me["pidns"],
-        me["timens"],
-        me["boot"],
-        me["start"].encode("ascii"),
-        0,
-    )[:-4]
-    ctypes.memmove(addr, body + struct.pack("<I", zlib.crc32(body)), _SLOT.size)
-
-
-def _slot_bytes(addr: int, seg: int, rec: Optional[Mapping[str, Any]]) -> bytes:
-    """The slot of the ``seg`` bytes mapped at ``addr``, whose record is ``rec``."""
-    if rec is None or rec["size"] + _SLOT.size > seg:
-        return b""
-    return ctypes.string_at(addr + rec["size"], _SLOT.size)
-
-
-def _slot_read(raw: bytes) -> Optional[Dict[str, Any]]:
-    """The last use in slot bytes ``raw`` (as _who gives a process, and "used"): None
-    when never written (a region being made, or made by an older numa_utils);
-    ValueError when damaged."""
-    import math
-    import zlib
-
-    if len(raw) != _SLOT.size or raw[:8] != _SLOT_MAGIC:
-        return None
-    _, fmt, pid, used, pidns, timens, boot, start, crc = _SLOT.unpack(raw)
-    if zlib.crc32(raw[:-4]) != crc:
-        raise ValueError("last-use slot damaged (checksum mismatch)")
-    if fmt != _SLOT_FORMAT:
-        raise ValueError(f"last-use slot format {fmt}, not {_SLOT_FORMAT}")
-    if not math.isfinite(used):
-        raise ValueError(f"last-use slot damaged (time {used})")
-    return {
-        "pid": pid,
-        "used": used,
-        "start": start.rstrip(b"\0").decode("ascii", "replace"),
-        "boot": boot,
-        "pidns": pidns,
-        "timens": timens,
-    }
 
 
 # -- prefault ----------------------------------------------------------------------------
@@ -4731,6 +4640,99 @@ class Layout:
         )
 
 
+# -- the last-use slot (laid out in the identity record section) ----------------------
+_SLOT = struct.Struct("<8sIIdQQI16sI")
+_SLOT_MAGIC = b"numa_use"
+_SLOT_FORMAT = 1
+_PID_MAX = 1 << 22  # PID_MAX_LIMIT, include/linux/threads.h: no pid is larger
+
+
+def _ns_id(text: Any) -> int:
+    """The number of a namespace as /proc/PID/ns names it ("pid:[4026531836]"); 0
+    for anything else."""
+    if not isinstance(text, str):
+        return 0
+    m = re.fullmatch(r"[a-z_]+:\[([0-9]{1,19})\]", text)
+    if m is None:
+        return 0
+    return int(m.group(1))
+
+
+def _who(ident: Mapping[str, Any]) -> Dict[str, Any]:
+    """A process as an identity record or whoami() names it, in the slot's terms: pid
+    (as given: the caller checks it), start ("" unless a short ASCII token), boot
+    (CRC-32 of the boot id), pidns and timens (namespace numbers)."""
+    import zlib
+
+    start = ident.get("start")
+    if not isinstance(start, str) or len(start) > 16 or not start.isascii():
+        start = ""
+    boot = ident.get("boot")
+    boot_crc = 0
+    if isinstance(boot, str) and boot:
+        boot_crc = zlib.crc32(boot.encode("utf-8", "replace"))
+    return {
+        "pid": ident.get("pid"),
+        "start": start,
+        "boot": boot_crc,
+        "pidns": _ns_id(ident.get("pidns")),
+        "timens": _ns_id(ident.get("timens")),
+    }
+
+
+def _slot_write(b: Backend, addr: int) -> None:
+    """Record this process as the region's last user, now, in the slot at ``addr``."""
+    import time
+    import zlib
+
+    me = _who(b.whoami())
+    body = _SLOT.pack(
+        _SLOT_MAGIC,
+        _SLOT_FORMAT,
+        me["pid"],
+        time.time(),
+        me["pidns"],
+        me["timens"],
+        me["boot"],
+        me["start"].encode("ascii"),
+        0,
+    )[:-4]
+    ctypes.memmove(addr, body + struct.pack("<I", zlib.crc32(body)), _SLOT.size)
+
+
+def _slot_bytes(addr: int, seg: int, rec: Optional[Mapping[str, Any]]) -> bytes:
+    """The slot of the ``seg`` bytes mapped at ``addr``, whose record is ``rec``."""
+    if rec is None or rec["size"] + _SLOT.size > seg:
+        return b""
+    return ctypes.string_at(addr + rec["size"], _SLOT.size)
+
+
+def _slot_read(raw: bytes) -> Optional[Dict[str, Any]]:
+    """The last use in slot bytes ``raw`` (as _who gives a process, and "used"): None
+    when never written (a region being made, or made by an older numa_utils);
+    ValueError when damaged."""
+    import math
+    import zlib
+
+    if len(raw) != _SLOT.size or raw[:8] != _SLOT_MAGIC:
+        return None
+    _, fmt, pid, used, pidns, timens, boot, start, crc = _SLOT.unpack(raw)
+    if zlib.crc32(raw[:-4]) != crc:
+        raise ValueError("last-use slot damaged (checksum mismatch)")
+    if fmt != _SLOT_FORMAT:
+        raise ValueError(f"last-use slot format {fmt}, not {_SLOT_FORMAT}")
+    if not math.isfinite(used):
+        raise ValueError(f"last-use slot damaged (time {used})")
+    return {
+        "pid": pid,
+        "used": used,
+        "start": start.rstrip(b"\0").decode("ascii", "replace"),
+        "boot": boot,
+        "pidns": pidns,
+        "timens": timens,
+    }
+
+
 class SharedRegion:
     """A shared memory region (SysV segment or /dev/shm file) placed by a policy.
 
@@ -5225,45 +5227,19 @@ def _undo(held: Optional[Tuple[Any, Callable[[], Any]]], region: SharedRegion) -
         _release_signals(held)
 
 
-def _sysv_create(r: SharedRegion, flags: int) -> None:
-    """Make the segment of region ``r.key`` under the first of its keys free for it."""
-    b, key = r._b, r._key
-    keys = _sysv_keys(key)
-    for ikey in keys:
-        try:
-            r.shmid = b.shmget(ikey, r._mapped, flags)
-            break
-        except FileExistsError:
-            why = _sysv_holder(b, ikey, key)
-            if why:
-                raise FileExistsError(errno.EEXIST, why) from None
-    else:
-        raise FileExistsError(
-            errno.EEXIST,
-            f"the {len(keys)} SysV keys of {key!r} (0x"
-            f"{keys[0]:08x}, ...) all hold other regions: use another name",
-        )
-    r._ipc_key = ikey
-    r._address = b.shmat(r.shmid)
+def _user_name(b: Backend, uid: int) -> str:
+    """The user name of ``uid`` from /etc/passwd (no NSS: no network behind an
+    error message); "not in /etc/passwd" else."""
+    for line in (b.read_optional("/etc/passwd") or "").splitlines():
+        f = line.split(":")
+        if len(f) > 2 and f[2] == str(uid):
+            return f"user {f[0]}"
+    return "not in /etc/passwd"
 
 
-def _posix_create(r: SharedRegion, flags: int) -> None:
-    """Make /dev/shm/numa_utils-``r.key`` with the permission bits of ``flags``."""
-    b, pname = r._b, _posix_name(r._key)
-    try:
-        r._fd = fd = b.shm_open(pname, os.O_RDWR | os.O_CREAT | os.O_EXCL, flags & 0o777)
-    except FileExistsError:
-        why = _posix_holder(b, pname, r._key)
-        raise FileExistsError(errno.EEXIST, f"/dev/shm/{pname} exists: {why}") from None
-    r.name = pname  # ours now: removed on any error below
-    _flock_shared(b, fd, f"/dev/shm/{pname}")  # before it has a size: never stale
-    b.ftruncate(fd, r._mapped)
-    r._address = b.mmap(r._mapped, fd)
-
-
-def _posix_holder(b: Backend, pname: str, key: Union[int, str]) -> str:
-    """What to do about /dev/shm/``pname``, which exists: whose it is, and how to
-    remove it when it is this user's."""
+def _posix_holder(b: Backend, pname: str) -> str:
+    """Why /dev/shm/``pname``, which exists, is no region of this user's (a FIFO,
+    another user's file), and what to do; "" when it may be one."""
     try:
         fd = b.shm_open(pname, getattr(os, "O_PATH", 0), 0)  # any owner, any mode
     except OSError as e:
@@ -5282,19 +5258,29 @@ def _posix_holder(b: Backend, pname: str, key: Union[int, str]) -> str:
             f"(uid {b.geteuid()}): cleanup never removes another user's file; use "
             f"another name, or ask that user (or root) to remove /dev/shm/{pname}"
         )
-    return (
-        f"attach it, or remove a stale one with `{_prog()} cleanup --remove --key {_key_arg(key)}`"
-    )
+    return ""
 
 
-def _user_name(b: Backend, uid: int) -> str:
-    """The user name of ``uid`` from /etc/passwd (no NSS: no network behind an
-    error message); "not in /etc/passwd" else."""
-    for line in (b.read_optional("/etc/passwd") or "").splitlines():
-        f = line.split(":")
-        if len(f) > 2 and f[2] == str(uid):
-            return f"user {f[0]}"
-    return "not in /etc/passwd"
+def _process_name(b: Backend, pid: str) -> str:
+    """``pid`` with its command and real uid, as far as /proc shows them."""
+    comm = (b.read_optional(f"/proc/{pid}/comm") or "?").strip()
+    uid = "?"
+    for line in (b.read_optional(f"/proc/{pid}/status") or "").splitlines():
+        if line.startswith("Uid:") and len(line.split()) > 1:
+            uid = line.split()[1]
+    return f"pid {pid} ({comm!r}, uid {uid})"
+
+
+def _lock_holder(b: Backend, fd: int) -> str:
+    """Who holds the exclusive flock on file ``fd``, from /proc/locks (fs/locks.c
+    lock_get_status: "ID: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE START END")."""
+    st = b.fstat(fd)
+    want = f"{os.major(st.dev):02x}:{os.minor(st.dev):02x}:{st.ino}"
+    for line in (b.read_optional("/proc/locks") or "").splitlines():
+        f = line.split()
+        if len(f) > 5 and f[1:4] == ["FLOCK", "ADVISORY", "WRITE"] and f[5] == want:
+            return _process_name(b, f[4])
+    return "a process not listed in this namespace's /proc/locks"
 
 
 # A cleanup judging a /dev/shm file holds its exclusive lock for milliseconds; anyone
@@ -5323,26 +5309,55 @@ def _flock_shared(b: Backend, fd: int, what: str) -> None:
     )
 
 
-def _lock_holder(b: Backend, fd: int) -> str:
-    """Who holds the exclusive flock on file ``fd``, from /proc/locks (fs/locks.c
-    lock_get_status: "ID: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE START END")."""
-    st = b.fstat(fd)
-    want = f"{os.major(st.dev):02x}:{os.minor(st.dev):02x}:{st.ino}"
-    for line in (b.read_optional("/proc/locks") or "").splitlines():
-        f = line.split()
-        if len(f) > 5 and f[1:4] == ["FLOCK", "ADVISORY", "WRITE"] and f[5] == want:
-            return _process_name(b, f[4])
-    return "a process not listed in this namespace's /proc/locks"
+def _sysv_create(r: SharedRegion, flags: int) -> None:
+    """Make the segment of region ``r.key`` under the first of its keys free for it."""
+    b, key = r._b, r._key
+    keys = _sysv_keys(key)
+    for ikey in keys:
+        try:
+            r.shmid = b.shmget(ikey, r._mapped, flags)
+            break
+        except FileExistsError:
+            why = _sysv_holder(b, ikey, key)
+            if why:
+                raise FileExistsError(errno.EEXIST, why) from None
+    else:
+        raise FileExistsError(
+            errno.EEXIST,
+            f"the {len(keys)} SysV keys of {key!r} (0x"
+            f"{keys[0]:08x}, ...) all hold other regions: use another name",
+        )
+    r._ipc_key = ikey
+    r._address = b.shmat(r.shmid)
 
 
-def _process_name(b: Backend, pid: str) -> str:
-    """``pid`` with its command and real uid, as far as /proc shows them."""
-    comm = (b.read_optional(f"/proc/{pid}/comm") or "?").strip()
-    uid = "?"
-    for line in (b.read_optional(f"/proc/{pid}/status") or "").splitlines():
-        if line.startswith("Uid:") and len(line.split()) > 1:
-            uid = line.split()[1]
-    return f"pid {pid} ({comm!r}, uid {uid})"
+def _posix_create(r: SharedRegion, flags: int) -> None:
+    """Make /dev/shm/numa_utils-``r.key`` with the permission bits of ``flags``."""
+    b, pname = r._b, _posix_name(r._key)
+    try:
+        r._fd = fd = b.shm_open(pname, os.O_RDWR | os.O_CREAT | os.O_EXCL, flags & 0o777)
+    except FileExistsError:
+        why = _posix_holder(b, pname) or (
+            f"attach it, or remove a stale one with `{_prog()} cleanup "
+            f"--remove --key {_key_arg(r._key)}`"
+        )
+        raise FileExistsError(errno.EEXIST, f"/dev/shm/{pname} exists: {why}") from None
+    r.name = pname  # ours now: removed on any error below
+    _flock_shared(b, fd, f"/dev/shm/{pname}")  # before it has a size: never stale
+    b.ftruncate(fd, r._mapped)
+    r._address = b.mmap(r._mapped, fd)
+
+
+def _check_trust(st: _ShmStat, euid: int, trust: bool, what: str) -> None:
+    why = (
+        (f"belongs to uid {st.uid} (created by uid {st.cuid}), not to this user (uid {euid})")
+        if {st.uid, st.cuid} != {euid}
+        else f"has mode {st.mode & 0o777:03o}: other users can write it"
+        if st.mode & 0o022
+        else ""
+    )
+    if why and not trust:
+        raise PermissionError(errno.EPERM, f"{what} {why}; pass trust=True to attach anyway")
 
 
 def _sysv_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
@@ -5406,18 +5421,6 @@ def _identity(r: SharedRegion, seg: int, what: str, why: str) -> Dict[str, Any]:
     if rec is None:
         raise FileNotFoundError(errno.ENOENT, f"{what} has no numa_utils identity record: {why}")
     return rec
-
-
-def _check_trust(st: _ShmStat, euid: int, trust: bool, what: str) -> None:
-    why = (
-        (f"belongs to uid {st.uid} (created by uid {st.cuid}), not to this user (uid {euid})")
-        if {st.uid, st.cuid} != {euid}
-        else f"has mode {st.mode & 0o777:03o}: other users can write it"
-        if st.mode & 0o022
-        else ""
-    )
-    if why and not trust:
-        raise PermissionError(errno.EPERM, f"{what} {why}; pass trust=True to attach anyway")
 
 
 def _layout_apply(
@@ -5587,6 +5590,38 @@ def _peek_record(b: Backend, shmid: int, size: int, what: str) -> Optional[Dict[
         b.shmdt(addr)
 
 
+def _sysv_holder(b: Backend, ikey: int, key: Union[int, str]) -> str:
+    """'' when region ``key`` may take SysV key ``ikey`` or pass it by (free, another
+    user's, another region's by its record); else why not, saying what to do."""
+    try:
+        shmid = b.shmget(ikey, 0, 0)
+        st = b.shm_stat(shmid)
+    except (FileNotFoundError, PermissionError):
+        return ""
+    euid = b.geteuid()
+    if st.uid != euid or st.cuid != euid:
+        return ""
+    what = f"SysV key 0x{ikey:08x} (shmid {shmid})"
+    try:
+        rec = _peek_record(b, shmid, st.size, what)
+    except ValueError as e:
+        return f"{e}; `ipcrm -m {shmid}` removes it"
+    except OSError as e:
+        return f"{what}: cannot read its identity record: {e.strerror or e}"
+    if rec is None:
+        return (
+            f"{what} is taken by a segment without a numa_utils identity record: "
+            f"another program's, or {key!r} being created right now; "
+            f"`ipcs -m -i {shmid}` shows it"
+        )
+    if rec["kind"] == "sysv" and _same_key(rec["key"], key):
+        return (
+            f"region {key!r} exists ({what}): attach it, or if its owner died, "
+            f"`{_prog()} cleanup --remove --key {_key_arg(key)}` removes it"
+        )
+    return ""
+
+
 def _peek_region(
     b: Backend, shmid: int, size: int, what: str
 ) -> Tuple[Optional[Dict[str, Any]], bytes]:
@@ -5648,48 +5683,9 @@ def _sysv_twins(r: SharedRegion) -> None:
         while state == "making" and i > mine and time.monotonic() < deadline:
             time.sleep(0.005)
             state = _twin(b, ikey, key)
-        if state == "made":
+        if state:  # made, or being made under an earlier key, or for too long
             why = _sysv_holder(b, ikey, key) or f"region {key!r} exists: attach it"
             raise FileExistsError(errno.EEXIST, why)
-        if state:
-            raise FileExistsError(
-                errno.EEXIST,
-                f"region {key!r} is being made at the same time under SysV key "
-                f"0x{ikey:08x}: attach it once made, or if its creator died, "
-                f"`{_prog()} cleanup --remove --key {_key_arg(key)}` removes it",
-            )
-
-
-def _sysv_holder(b: Backend, ikey: int, key: Union[int, str]) -> str:
-    """'' when region ``key`` may take SysV key ``ikey`` or pass it by (free, another
-    user's, another region's by its record); else why not, saying what to do."""
-    try:
-        shmid = b.shmget(ikey, 0, 0)
-        st = b.shm_stat(shmid)
-    except (FileNotFoundError, PermissionError):
-        return ""
-    euid = b.geteuid()
-    if st.uid != euid or st.cuid != euid:
-        return ""
-    what = f"SysV key 0x{ikey:08x} (shmid {shmid})"
-    try:
-        rec = _peek_record(b, shmid, st.size, what)
-    except ValueError as e:
-        return f"{e}; `ipcrm -m {shmid}` removes it"
-    except OSError as e:
-        return f"{what}: cannot read its identity record: {e.strerror or e}"
-    if rec is None:
-        return (
-            f"{what} is taken by a segment without a numa_utils identity record: "
-            f"another program's, or {key!r} being created right now; "
-            f"`ipcs -m -i {shmid}` shows it"
-        )
-    if rec["kind"] == "sysv" and _same_key(rec["key"], key):
-        return (
-            f"region {key!r} exists ({what}): attach it, or if its owner died, "
-            f"`{_prog()} cleanup --remove --key {_key_arg(key)}` removes it"
-        )
-    return ""
 
 
 # -- end of shared-memory section ------------------------------------------------------
