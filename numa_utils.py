@@ -4733,6 +4733,28 @@ def _slot_read(raw: bytes) -> Optional[Dict[str, Any]]:
     }
 
 
+_ATTACH_POLL = 0.05  # seconds between attach(wait=...)'s tries
+
+
+def _waiting(attach_once: Callable[[], Any], wait: float, what: str) -> Any:
+    """attach_once() until it finds the region (FileNotFoundError: not made yet), for
+    at most ``wait`` seconds; TimeoutError then, saying why the last try failed."""
+    import time
+
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not wait >= 0:
+        raise ValueError(f"wait={wait!r}: a number of seconds >= 0")
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return attach_once()
+        except FileNotFoundError as e:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    errno.ETIMEDOUT, f"{what} not made within {wait:g} s: {e.strerror or e}"
+                ) from None
+        time.sleep(min(_ATTACH_POLL, max(deadline - time.monotonic(), 0)))
+
+
 class SharedRegion:
     """A shared memory region (SysV segment or /dev/shm file) placed by a policy.
 
@@ -4941,6 +4963,7 @@ class SharedRegion:
         strict: Optional[bool] = None,
         progress: Optional[Callable[[int, int], Any]] = None,
         backend: Optional[Backend] = None,
+        wait: Optional[float] = None,
     ) -> SharedRegion:
         """Map the existing region ``key`` after checking it can be trusted.
 
@@ -4953,6 +4976,8 @@ class SharedRegion:
         every process; on shmem the same policy moves nothing); ``policy`` instead
         (one extent) if given, and ENABLE_NUMA_INTERLEAVE for a first-touch region.
         ``remove=True`` marks a SysV segment for removal after attaching (see class).
+        ``wait``: seconds to wait for a region not made yet (or still without its
+        record), polling; TimeoutError after that.
         """
         b = _b(backend)
         _region_args(b, kind, 0 if size is None else size, 0)
@@ -4979,9 +5004,15 @@ class SharedRegion:
             r.identity, r._layout = rec, lay
             _slot_write(b, r._address + data)
 
-        return cls._open(
-            b, kind, key, make, False, strict_, prefault, threads, progress, remove=remove
-        )
+        def attach_once() -> SharedRegion:
+            return cls._open(
+                b, kind, key, make, False, strict_, prefault, threads, progress, remove=remove
+            )
+
+        if wait is None:
+            return attach_once()
+        region: SharedRegion = _waiting(attach_once, wait, f"region {key!r}")
+        return region
 
     @classmethod
     def _open(

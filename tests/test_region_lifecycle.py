@@ -437,3 +437,46 @@ def test_real_another_users_lock_does_not_block_attach_for_ever():
     out = json.loads(got.stdout.strip().splitlines()[-1])
     assert f"by pid {out['holder']} (" in out["result"] and "uid 65534" in out["result"], out
     assert out["took"] < 5, out
+
+
+# -- attach(wait=) ---------------------------------------------------------------------
+
+
+class _LateCreator(nusim.SimulatedBackend):
+    """An attacher whose third look finds the region made (by another process)."""
+
+    looks = 0
+
+    def shm_open(self, name, flags, mode):
+        self.looks += 1
+        if self.looks == 3:
+            _made(self.creator, "late", "posix").close()
+        return super().shm_open(name, flags, mode)
+
+    def shmget(self, key, size, flags):
+        if key == nu._sysv_key("late") and not flags:
+            self.looks += 1
+            if self.looks == 3:
+                _made(self.creator, "late", "sysv").close()
+        return super().shmget(key, size, flags)
+
+
+@pytest.mark.parametrize("kind", ["sysv", "posix"])
+def test_attach_waits_for_a_region_being_made(kind):
+    s = sim("single-node")
+    late = _LateCreator(fixture_root("single-node"), _kernel=s.kernel)
+    late.creator = s.process()
+    with pytest.raises(FileNotFoundError):
+        nu.SharedRegion.attach("late", kind=kind, backend=late)  # no wait: at once
+    r = nu.SharedRegion.attach("late", kind=kind, backend=late, wait=5)
+    assert r.size == MiB and late.looks >= 3
+    r.close()
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"region 'never' not made within 0.2 s: no "):
+        nu.SharedRegion.attach("never", kind=kind, backend=s.process(), wait=0.2)
+    assert 0.2 <= time.monotonic() - t0 < 2
+    for bad in (-1, True, "1", float("nan")):
+        with pytest.raises(ValueError, match="a number of seconds"):
+            nu.SharedRegion.attach("late", kind=kind, backend=s.process(), wait=bad)
+    _drop(s, "late", kind)
+    assert _counts(s) == (0, 0, 0)
