@@ -166,6 +166,7 @@ __all__ = [
     "FitResult",
     "FitNode",
     "FitLimit",
+    "cleanup",
     # GPU locality and binding
     "gpus",
     "gpu_node",
@@ -4733,6 +4734,88 @@ def _slot_read(raw: bytes) -> Optional[Dict[str, Any]]:
     }
 
 
+def _user_name(b: Backend, uid: int) -> str:
+    """The user name of ``uid`` from /etc/passwd (no NSS: no network behind an
+    error message); "not in /etc/passwd" else."""
+    for line in (b.read_optional("/etc/passwd") or "").splitlines():
+        f = line.split(":")
+        if len(f) > 2 and f[2] == str(uid):
+            return f"user {f[0]}"
+    return "not in /etc/passwd"
+
+
+def _posix_holder(b: Backend, pname: str) -> str:
+    """Why /dev/shm/``pname``, which exists, is no region of this user's (a FIFO,
+    another user's file), and what to do; "" when it may be one."""
+    try:
+        fd = b.shm_open(pname, getattr(os, "O_PATH", 0), 0)  # any owner, any mode
+    except OSError as e:
+        if e.errno == errno.EINVAL:  # a FIFO, symlink, device...
+            return "it is not a region (not a regular file): use another name"
+        return f"cannot look at it ({e.strerror or e}): use another name"
+    try:
+        uid = b.fstat(fd).uid
+    except OSError as e:
+        return f"cannot look at it ({e.strerror or e}): use another name"
+    finally:
+        b.close(fd)
+    if uid != b.geteuid():
+        return (
+            f"it belongs to uid {uid} ({_user_name(b, uid)}), not to this user "
+            f"(uid {b.geteuid()}): cleanup never removes another user's file; use "
+            f"another name, or ask that user (or root) to remove /dev/shm/{pname}"
+        )
+    return ""
+
+
+def _process_name(b: Backend, pid: str) -> str:
+    """``pid`` with its command and real uid, as far as /proc shows them."""
+    comm = (b.read_optional(f"/proc/{pid}/comm") or "?").strip()
+    uid = "?"
+    for line in (b.read_optional(f"/proc/{pid}/status") or "").splitlines():
+        if line.startswith("Uid:") and len(line.split()) > 1:
+            uid = line.split()[1]
+    return f"pid {pid} ({comm!r}, uid {uid})"
+
+
+def _lock_holder(b: Backend, fd: int) -> str:
+    """Who holds the exclusive flock on file ``fd``, from /proc/locks (fs/locks.c
+    lock_get_status: "ID: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE START END")."""
+    st = b.fstat(fd)
+    want = f"{os.major(st.dev):02x}:{os.minor(st.dev):02x}:{st.ino}"
+    for line in (b.read_optional("/proc/locks") or "").splitlines():
+        f = line.split()
+        if len(f) > 5 and f[1:4] == ["FLOCK", "ADVISORY", "WRITE"] and f[5] == want:
+            return _process_name(b, f[4])
+    return "a process not listed in this namespace's /proc/locks"
+
+
+# A cleanup judging a /dev/shm file holds its exclusive lock for milliseconds; anyone
+# who can open the file (every user, for a 0644 region) can hold one for ever.
+_LOCK_WAIT = 5.0
+
+
+def _flock_shared(b: Backend, fd: int, what: str) -> None:
+    """flock(LOCK_SH) on region file ``fd``, waiting at most _LOCK_WAIT seconds for
+    an exclusive lock to go; TimeoutError naming its holder after that."""
+    import time
+
+    deadline = time.monotonic() + _LOCK_WAIT
+    while True:
+        try:
+            b.flock(fd, LOCK_SH | LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                break
+        time.sleep(0.01)
+    raise TimeoutError(
+        errno.ETIMEDOUT,
+        f"{what}: exclusively locked for {_LOCK_WAIT:g} s by {_lock_holder(b, fd)}; "
+        "a region's users take shared locks only: stop that process",
+    )
+
+
 _ATTACH_POLL = 0.05  # seconds between attach(wait=...)'s tries
 
 
@@ -4863,6 +4946,7 @@ class SharedRegion:
         hugepages_required: bool = True,
         backend: Optional[Backend] = None,
         layout: Union[Layout, str, None] = None,
+        existing: str = "error",
     ) -> SharedRegion:
         """Create region ``key`` (a str name, or an int SysV key) of ``size`` bytes.
 
@@ -4876,7 +4960,11 @@ class SharedRegion:
         would not fit (too few huge pages on a node, a small /dev/shm, a cgroup
         limit ...) is refused with OSError naming the limit and the fix; with
         ``hugepages_required=False`` too few huge pages gives base pages instead, and
-        ``hugepages_fallback`` says why.  Fails with FileExistsError when it exists.
+        ``hugepages_fallback`` says why.  When it exists: ``existing="error"``
+        raises FileExistsError; ``"replace"`` removes it if cleanup proves it stale
+        (nobody attached, its creator and last user gone; no minimum age), then makes
+        it; ``"reuse"`` attaches it (as ``attach``: this user's only) when its size,
+        page size and layout are the ones asked for (``created`` is then False).
         Nothing is left behind when any step fails (a bad layout, policy denied under
         strict, prefault interrupted, ...).
         """
@@ -4884,6 +4972,8 @@ class SharedRegion:
 
         b = _b(backend)
         _region_args(b, kind, size, 1)  # before fit() weighs it
+        if existing not in ("error", "replace", "reuse"):
+            raise ValueError(f'existing={existing!r}: "error", "replace" or "reuse"')
         if mode & ~0o777:
             raise ValueError(f"mode {mode:o}: permission bits only")
         hugepages, huge_note = _fit_or_raise(
@@ -4926,25 +5016,51 @@ class SharedRegion:
 
         def make(r: SharedRegion) -> None:
             r._mapped, r.identity, r._layout = seg, ident, lay
-            (_sysv_create if kind == "sysv" else _posix_create)(r, flags)
+            (_sysv_create if kind == "sysv" else _posix_create)(r, flags, existing == "replace")
             _record_write(r._address, seg, ident)
             if kind == "sysv":
                 _sysv_twins(r)  # named first: a twin being made sees this one
             _slot_write(b, r._address + size)  # made: the one region of its name
 
-        return cls._open(
-            b,
-            kind,
+        def create_once() -> SharedRegion:
+            return cls._open(
+                b,
+                kind,
+                key,
+                make,
+                True,
+                strict_,
+                prefault,
+                threads,
+                progress,
+                thp=hugepages == "thp",
+                note=huge_note,
+            )
+
+        try:
+            return create_once()
+        except FileExistsError:
+            if existing != "reuse":
+                raise
+        region = cls.attach(
             key,
-            make,
-            True,
-            strict_,
-            prefault,
-            threads,
-            progress,
-            thp=hugepages == "thp",
-            note=huge_note,
+            kind=kind,
+            prefault=prefault,
+            threads=threads,
+            strict=strict,
+            progress=progress,
+            backend=b,
         )
+        if (region.size, region.page_size, str(region.layout)) != (size, page, str(lay)):
+            region.close()
+            raise FileExistsError(
+                errno.EEXIST,
+                f"region {key!r} exists with {region.size} bytes in "
+                f"{region.page_size}-byte pages, layout {region.layout}, not {size} bytes "
+                f"in {page}-byte pages, layout {lay}: existing='reuse' attaches only "
+                "the region asked for",
+            )
+        return region
 
     @classmethod
     def attach(
@@ -5258,91 +5374,26 @@ def _undo(held: Optional[Tuple[Any, Callable[[], Any]]], region: SharedRegion) -
         _release_signals(held)
 
 
-def _user_name(b: Backend, uid: int) -> str:
-    """The user name of ``uid`` from /etc/passwd (no NSS: no network behind an
-    error message); "not in /etc/passwd" else."""
-    for line in (b.read_optional("/etc/passwd") or "").splitlines():
-        f = line.split(":")
-        if len(f) > 2 and f[2] == str(uid):
-            return f"user {f[0]}"
-    return "not in /etc/passwd"
+def _replace_stale(b: Backend, key: Union[int, str], kind: str) -> None:
+    """Remove region ``key`` of ``kind`` for create(existing="replace") when cleanup's
+    proof says it is stale; FileExistsError saying why not when it is not."""
+    rows = _our_segments(b, [key], remove=True, min_age=0, kind=kind)
+    mine = [row for row in rows if _same_key(row["region"], key)]
+    for row in mine:
+        if row["action"] != "removed":
+            raise FileExistsError(
+                errno.EEXIST,
+                f"region {key!r} exists and is not proven stale ({row['why']}): "
+                "existing='replace' removes only a stale one",
+            )
 
 
-def _posix_holder(b: Backend, pname: str) -> str:
-    """Why /dev/shm/``pname``, which exists, is no region of this user's (a FIFO,
-    another user's file), and what to do; "" when it may be one."""
-    try:
-        fd = b.shm_open(pname, getattr(os, "O_PATH", 0), 0)  # any owner, any mode
-    except OSError as e:
-        if e.errno == errno.EINVAL:  # a FIFO, symlink, device...
-            return "it is not a region (not a regular file): use another name"
-        return f"cannot look at it ({e.strerror or e}): use another name"
-    try:
-        uid = b.fstat(fd).uid
-    except OSError as e:
-        return f"cannot look at it ({e.strerror or e}): use another name"
-    finally:
-        b.close(fd)
-    if uid != b.geteuid():
-        return (
-            f"it belongs to uid {uid} ({_user_name(b, uid)}), not to this user "
-            f"(uid {b.geteuid()}): cleanup never removes another user's file; use "
-            f"another name, or ask that user (or root) to remove /dev/shm/{pname}"
-        )
-    return ""
-
-
-def _process_name(b: Backend, pid: str) -> str:
-    """``pid`` with its command and real uid, as far as /proc shows them."""
-    comm = (b.read_optional(f"/proc/{pid}/comm") or "?").strip()
-    uid = "?"
-    for line in (b.read_optional(f"/proc/{pid}/status") or "").splitlines():
-        if line.startswith("Uid:") and len(line.split()) > 1:
-            uid = line.split()[1]
-    return f"pid {pid} ({comm!r}, uid {uid})"
-
-
-def _lock_holder(b: Backend, fd: int) -> str:
-    """Who holds the exclusive flock on file ``fd``, from /proc/locks (fs/locks.c
-    lock_get_status: "ID: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE START END")."""
-    st = b.fstat(fd)
-    want = f"{os.major(st.dev):02x}:{os.minor(st.dev):02x}:{st.ino}"
-    for line in (b.read_optional("/proc/locks") or "").splitlines():
-        f = line.split()
-        if len(f) > 5 and f[1:4] == ["FLOCK", "ADVISORY", "WRITE"] and f[5] == want:
-            return _process_name(b, f[4])
-    return "a process not listed in this namespace's /proc/locks"
-
-
-# A cleanup judging a /dev/shm file holds its exclusive lock for milliseconds; anyone
-# who can open the file (every user, for a 0644 region) can hold one for ever.
-_LOCK_WAIT = 5.0
-
-
-def _flock_shared(b: Backend, fd: int, what: str) -> None:
-    """flock(LOCK_SH) on region file ``fd``, waiting at most _LOCK_WAIT seconds for
-    an exclusive lock to go; TimeoutError naming its holder after that."""
-    import time
-
-    deadline = time.monotonic() + _LOCK_WAIT
-    while True:
-        try:
-            b.flock(fd, LOCK_SH | LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                break
-        time.sleep(0.01)
-    raise TimeoutError(
-        errno.ETIMEDOUT,
-        f"{what}: exclusively locked for {_LOCK_WAIT:g} s by {_lock_holder(b, fd)}; "
-        "a region's users take shared locks only: stop that process",
-    )
-
-
-def _sysv_create(r: SharedRegion, flags: int) -> None:
-    """Make the segment of region ``r.key`` under the first of its keys free for it."""
+def _sysv_create(r: SharedRegion, flags: int, replace: bool) -> None:
+    """Make the segment of region ``r.key`` under the first of its keys free for it
+    (``replace``: after removing a stale one)."""
     b, key = r._b, r._key
+    if replace:
+        _replace_stale(b, key, "sysv")
     keys = _sysv_keys(key)
     for ikey in keys:
         try:
@@ -5362,9 +5413,12 @@ def _sysv_create(r: SharedRegion, flags: int) -> None:
     r._address = b.shmat(r.shmid)
 
 
-def _posix_create(r: SharedRegion, flags: int) -> None:
-    """Make /dev/shm/numa_utils-``r.key`` with the permission bits of ``flags``."""
+def _posix_create(r: SharedRegion, flags: int, replace: bool) -> None:
+    """Make /dev/shm/numa_utils-``r.key`` with the permission bits of ``flags``
+    (``replace``: after removing a stale one)."""
     b, pname = r._b, _posix_name(r._key)
+    if replace:
+        _replace_stale(b, r._key, "posix")
     try:
         r._fd = fd = b.shm_open(pname, os.O_RDWR | os.O_CREAT | os.O_EXCL, flags & 0o777)
     except FileExistsError:
@@ -5717,6 +5771,381 @@ def _sysv_twins(r: SharedRegion) -> None:
         if state:  # made, or being made under an earlier key, or for too long
             why = _sysv_holder(b, ikey, key) or f"region {key!r} exists: attach it"
             raise FileExistsError(errno.EEXIST, why)
+
+
+# -- which regions are stale: what `cleanup` lists and removes ----------------------
+# `cleanup` removes a region only after nobody used it for this long (besides proof
+# that its users are gone): `region --keep` hands a region over with nobody attached.
+CLEANUP_MIN_AGE = 30.0
+
+
+def _ns_name(number: int) -> str:
+    return f"pid:[{number}]" if number else "?"
+
+
+def _gone_why(
+    b: Backend,
+    who: str,
+    proc: Mapping[str, Any],
+    me: Mapping[str, Any],
+    pid_here: Optional[int] = None,
+) -> str:
+    """'' when process ``proc`` (as _who gives it, from a record or the last-use slot)
+    is provably gone, else why it may be alive.  ``pid_here``: its pid as this PID
+    namespace sees it (the kernel's shm_cpid); else ``proc``'s pid counts only in the
+    PID namespace it was written in.  A start time read in another time namespace
+    (CRIU, `unshare --time`) differs from ours for the same process: it proves nothing."""
+    if proc["boot"] and me["boot"] and proc["boot"] != me["boot"]:
+        return ""  # before the last boot
+    pid = pid_here
+    if pid is None:
+        pid = proc["pid"]
+        if type(pid) is not int or not 0 < pid <= _PID_MAX:
+            return f"{who}'s pid {_short(repr(pid), 30)} is not a process id: damaged record"
+        if not me["pidns"] or proc["pidns"] != me["pidns"]:
+            return (
+                f"{who} (pid {pid}) is in another PID namespace "
+                f"({_ns_name(proc['pidns'])}): it may be alive"
+            )
+    if pid <= 0:
+        return f"{who} is not visible from this PID namespace: it may be alive"
+    if pid == me["pid"]:
+        return f"{who} (pid {pid}) is this process"
+    now = b.pid_start(pid)
+    if now is None:
+        return ""
+    if not proc["start"] or not now or now == proc["start"]:
+        return f"{who} (pid {pid}) is alive"
+    if proc["timens"] == me["timens"]:
+        return ""  # another process under its pid
+    return (
+        f"{who} (pid {pid}) may be alive: it is in another time namespace, "
+        "where start times read differently"
+    )
+
+
+def _seconds(value: Any) -> Optional[float]:
+    """A time from a record as a finite float; None for anything else."""
+    import math
+
+    if type(value) not in (int, float):
+        return None
+    try:
+        out = float(value)
+    except OverflowError:
+        return None
+    if not math.isfinite(out):
+        return None
+    return out
+
+
+def _idle_why(
+    b: Backend,
+    rec: Mapping[str, Any],
+    raw_slot: bytes,
+    me: Mapping[str, Any],
+    now: float,
+    min_age: float,
+    cpid: Optional[int] = None,
+) -> str:
+    """'' when the region of record ``rec`` and last-use slot ``raw_slot`` is proven
+    idle: last used (made, without a slot) ``min_age`` seconds ago or more, and its
+    creator and last user gone.  ``cpid``: the kernel's shm_cpid (SysV)."""
+    try:
+        slot = _slot_read(raw_slot)
+    except ValueError as e:
+        return f"{e}: attaching and closing it rewrites it"
+    if slot is None:
+        made = _seconds(rec.get("created"))
+        age = 0.0 if made is None else now - made
+        if age < min_age:
+            return f"created {max(age, 0):.0f} s ago (minimum age {min_age:g} s)"
+    else:
+        idle = now - slot["used"]
+        if idle < min_age:
+            return f"used {max(idle, 0):.0f} s ago (minimum age {min_age:g} s)"
+    why = _gone_why(b, "creator", _who(rec), me, cpid)
+    if why or slot is None:
+        return why
+    return _gone_why(b, "last user", slot, me)
+
+
+def _sysv_verdict(
+    b: Backend,
+    st: _ShmStat,
+    keys: Optional[Sequence[Union[int, str]]],
+    me: Mapping[str, Any],
+    now: float,
+    min_age: float,
+) -> Tuple[str, Optional[Dict[str, Any]]]:
+    """('' when segment ``st`` is proven stale, else why it is kept; its record).
+    Reading the record attaches for a moment, which changes shm_atime, shm_dtime and
+    shm_lpid: idleness is judged from the last-use slot, which only numa_utils'
+    own attach and close write."""
+    what = f"SysV segment 0x{st.key:08x} (shmid {st.id})"
+    try:
+        rec, slot = _peek_region(b, st.id, st.size, what)
+    except (OSError, ValueError) as e:
+        return f"identity record unreadable: {e}", None
+    if rec is None:
+        return "no numa_utils identity record: not made by SharedRegion.create", None
+    try:
+        mine = rec["kind"] == "sysv" and st.key in _sysv_keys(rec["key"])
+    except ValueError:
+        mine = False
+    if not mine:
+        return f"its identity record names {rec['kind']} region {rec['key']!r}", rec
+    if keys is not None and not any(_same_key(rec["key"], k) for k in keys):
+        return f"holds region {rec['key']!r}, not one asked for", rec
+    if st.nattch:
+        return f"in use: {st.nattch} attached", rec
+    return _idle_why(b, rec, slot, me, now, min_age, st.cpid), rec
+
+
+def _posix_verdict(
+    b: Backend,
+    fd: int,
+    st: _ShmStat,
+    name: str,
+    users: int,
+    me: Mapping[str, Any],
+    now: float,
+    min_age: float,
+) -> Tuple[str, Optional[Dict[str, Any]]]:
+    """As _sysv_verdict for the /dev/shm file open at ``fd``; when stale, the
+    exclusive lock taken stays held (until ``fd`` is closed) for the removal."""
+    rec, slot = None, b""
+    if st.size >= _RECORD_END.size:
+        try:
+            addr = b.mmap(st.size, fd)
+            try:
+                rec = _record_read(addr, st.size, f"/dev/shm/{name}")
+                slot = _slot_bytes(addr, st.size, rec)
+            finally:
+                b.munmap(addr, st.size)
+        except (OSError, ValueError) as e:
+            return f"identity record unreadable: {e}", None
+    if rec is None:
+        return (
+            "no numa_utils identity record: not made by SharedRegion.create, or being made"
+        ), None
+    try:
+        mine = rec["kind"] == "posix" and _posix_name(rec["key"]) == name
+    except ValueError:
+        mine = False
+    if not mine:
+        return f"its identity record names {rec['kind']} region {rec['key']!r}", rec
+    if users:
+        return f"in use: mapped by {users} process(es)", rec
+    try:
+        b.flock(fd, LOCK_EX | LOCK_NB)
+    except OSError as e:
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return "in use: a process holds its lock", rec
+        return f"cannot lock it: {e.strerror or e}", rec
+    return _idle_why(b, rec, slot, me, now, min_age), rec
+
+
+def _dev_shm_users(b: Backend, files: Mapping[str, _ShmStat]) -> Dict[str, int]:
+    """How many processes map each /dev/shm file (from /proc/<pid>/maps).
+
+    Matched by device and inode, not by name: the name field escapes only "\\n"
+    and appends " (deleted)", so "x (deleted)" or a name with a newline cannot be
+    told from another file's; and a mapping of a removed file of the same name is
+    another inode."""
+    want = {
+        (f"{os.major(st.dev):02x}:{os.minor(st.dev):02x}", str(st.ino)): n
+        for n, st in files.items()
+    }
+    counts: Dict[str, int] = {}
+    try:
+        pids = [p for p in b.listdir("/proc") if p.isascii() and p.isdigit()]
+    except OSError:
+        return counts
+    for pid in pids:
+        text = b.read_optional(f"/proc/{pid}/maps")
+        if not text or "/dev/shm/" not in text:
+            continue
+        seen = set()
+        for line in text.splitlines():
+            f = line.split(None, 5)
+            if len(f) == 6 and f[5].startswith("/dev/shm/") and (f[3], f[4]) in want:
+                seen.add(want[f[3], f[4]])
+        for n in seen:
+            counts[n] = counts.get(n, 0) + 1
+    return counts
+
+
+def _action(why: str, remove: bool) -> str:
+    """What cleanup did with a region kept for ``why`` ('' when stale)."""
+    if why.startswith("failed"):
+        return why
+    if why:
+        return "keep"
+    if remove:
+        return "removed"
+    return "would remove"
+
+
+def _our_segments(
+    b: Backend,
+    keys: Optional[Sequence[Union[int, str]]] = None,
+    *,
+    remove: bool = False,
+    min_age: float = CLEANUP_MIN_AGE,
+    kind: Optional[str] = None,
+) -> List[Dict[str, Any]]:
+    """Our regions on this machine (of ``kind`` only, if given), each with a verdict:
+    ``stale`` when proven unused, else ``why`` it is kept; ``remove=True`` removes
+    the stale ones (``action``).
+
+    Proof, all of it: nobody attached (SysV nattch) or holding the file's lock
+    (POSIX: every user holds a shared flock); unused for ``min_age`` seconds and its
+    last user gone, as its last-use slot says (written by numa_utils' attach and
+    close; this look writes nothing there); its creator gone (shm_cpid, or the
+    record's pid with its start time, PID and time namespaces); and an identity
+    record saying it is the region of its key.  A pid not visible here is no proof,
+    nor a start time read in another time namespace.  Listed: SysV keys
+    0x4exxxxxx and /dev/shm/numa_utils-* owned (SysV: also created) by this user;
+    ``keys`` (names or int keys): only their regions, under any key."""
+    import time
+
+    euid, me, now = b.geteuid(), _who(b.whoami()), time.time()
+    want_sysv = None if keys is None else {k for key in keys for k in _sysv_keys(key)}
+    want_posix = None if keys is None else {_posix_name(k) for k in keys}
+    out: List[Dict[str, Any]] = []
+
+    def verdict(row: Dict[str, Any], why: str, drop: Callable[[], str]) -> None:
+        row["stale"] = not why
+        if not why and remove:
+            why = drop()
+        row["why"] = why
+        row["action"] = _action(why, remove)
+        out.append(row)
+
+    sysv_rows = ""
+    if kind != "posix":
+        sysv_rows = b.read_optional("/proc/sysvipc/shm") or ""
+    for st in _sysvipc_rows(sysv_rows):
+        if (
+            st.uid != euid
+            or st.cuid != euid
+            or not st.key
+            or (
+                st.key & SYSV_KEY_MASK != SYSV_KEY_PREFIX
+                if want_sysv is None
+                else st.key not in want_sysv
+            )
+        ):
+            continue
+        try:
+            why, rec = _sysv_verdict(b, st, keys, me, now, min_age)
+        except (ValueError, TypeError, OverflowError) as e:  # one line, and on
+            why, rec = f"cannot judge it: {e}", None
+
+        def drop(st: _ShmStat = st) -> str:
+            try:
+                again = b.shm_stat(st.id)  # someone may have come since: look last
+                if again.nattch or again.key != st.key or again.lpid not in (st.lpid, me["pid"]):
+                    return "in use: attached since it was judged"
+                b.shm_rmid(st.id)
+            except OSError as e:
+                return f"failed: {e.strerror or e}"
+            return ""
+
+        verdict(
+            {
+                "kind": "sysv",
+                "key": f"0x{st.key:08x}",
+                "shmid": st.id,
+                "region": rec["key"] if rec else None,
+                "size": rec["size"] if rec else st.size,
+                "layout": rec.get("layout") if rec else None,
+                "mode": f"{st.mode & 0o777:03o}",
+                "attached": st.nattch,
+            },
+            why,
+            drop,
+        )
+    names: List[str] = []
+    try:
+        if kind != "sysv":
+            names = sorted(
+                n
+                for n in b.listdir("/dev/shm")
+                if n.startswith(POSIX_PREFIX) and (want_posix is None or n in want_posix)
+            )
+    except OSError:
+        pass
+    files: Dict[str, Tuple[int, _ShmStat]] = {}
+    try:
+        for name in names:
+            try:
+                fd = b.shm_open(name, os.O_RDWR, 0)
+            except OSError:
+                continue  # gone, or not a regular file: not a region
+            try:
+                fst: Optional[_ShmStat] = b.fstat(fd)
+            except OSError:
+                fst = None
+            if fst is None or fst.uid != euid:
+                b.close(fd)
+                continue
+            files[name] = (fd, fst)
+        users = _dev_shm_users(b, {n: st for n, (_, st) in files.items()}) if files else {}
+        for name, (fd, st) in files.items():
+            try:
+                why, rec = _posix_verdict(b, fd, st, name, users.get(name, 0), me, now, min_age)
+            except (ValueError, TypeError, OverflowError) as e:  # one line, and on
+                why, rec = f"cannot judge it: {e}", None
+
+            def unlink(name: str = name) -> str:
+                try:
+                    b.shm_unlink(name)  # under the exclusive lock: nobody came
+                except OSError as e:
+                    return f"failed: {e.strerror or e}"
+                return ""
+
+            verdict(
+                {
+                    "kind": "posix",
+                    "name": name,
+                    "path": f"/dev/shm/{name}",
+                    "region": rec["key"] if rec else None,
+                    "size": rec["size"] if rec else st.size,
+                    "layout": rec.get("layout") if rec else None,
+                    "mode": f"{st.mode & 0o777:03o}",
+                    "attached": users.get(name, 0),
+                },
+                why,
+                unlink,
+            )
+    finally:
+        for fd, _ in files.values():
+            _quietly(b.close, fd)
+    return out
+
+
+def cleanup(
+    keys: Union[None, int, str, Iterable[Union[int, str]]] = None,
+    remove: bool = False,
+    min_age: float = CLEANUP_MIN_AGE,
+    *,
+    backend: Optional[Backend] = None,
+) -> List[Dict[str, Any]]:
+    """This user's regions on this machine, each judged as ``cleanup`` judges them
+    (see _our_segments for the proof): one dict per region, with "region" (its name
+    or int key), "kind", "action" (the verdict: "keep", "would remove", "removed" or
+    "failed: ..."), "why" (the reason it is kept), "stale", where it is ("key" and
+    "shmid", or "path"), "size", "layout", "mode" and "attached".  ``remove=True``
+    removes the ones proven stale; ``keys`` (a name or int key, or several): only
+    those regions.  Other users' and other programs' regions are never touched."""
+    if isinstance(min_age, bool) or not isinstance(min_age, (int, float)) or not min_age >= 0:
+        raise ValueError(f"min_age={min_age!r}: a number of seconds >= 0")
+    if keys is not None and isinstance(keys, (int, str)):
+        keys = [keys]
+    wanted = None if keys is None else list(keys)
+    return _our_segments(_b(backend), wanted, remove=remove, min_age=min_age)
 
 
 # -- end of shared-memory section ------------------------------------------------------

@@ -480,3 +480,58 @@ def test_attach_waits_for_a_region_being_made(kind):
             nu.SharedRegion.attach("late", kind=kind, backend=s.process(), wait=bad)
     _drop(s, "late", kind)
     assert _counts(s) == (0, 0, 0)
+
+
+# -- the library's cleanup, and create(existing=) --------------------------------------
+
+
+def test_library_cleanup_returns_one_verdict_per_region():
+    s = sim("single-node")
+    dead = s.process()
+    _made(dead, "lib-dead", "sysv").close()
+    _made(dead, "lib-dead", "posix").close()
+    dead.exit()
+    busy = _made(s.process(), "lib-busy", "posix")
+    rows = nu.cleanup(min_age=0, backend=s)
+    got = {(r["region"], r["kind"]): (r["action"], r["why"]) for r in rows}
+    assert got == {
+        ("lib-dead", "sysv"): ("would remove", ""),
+        ("lib-dead", "posix"): ("would remove", ""),
+        ("lib-busy", "posix"): ("keep", "in use: a process holds its lock"),
+    }, got
+    rows = nu.cleanup("lib-dead", True, 0, backend=s)  # one key, positional arguments
+    assert sorted((r["kind"], r["action"]) for r in rows) == [
+        ("posix", "removed"),
+        ("sysv", "removed"),
+    ]
+    assert nu.cleanup(["lib-dead"], remove=True, backend=s) == []
+    for bad in (-1, True, float("nan"), "30"):
+        with pytest.raises(ValueError, match="a number of seconds"):
+            nu.cleanup(min_age=bad, backend=s)
+    busy.destroy()
+    assert _counts(s) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("kind", ["sysv", "posix"])
+def test_create_existing_replace_and_reuse(kind):
+    s = sim("single-node")
+    crashed = s.process()
+    old = _made(crashed, "restart", kind)
+    old.buffer()[0] = 7
+    with pytest.raises(ValueError, match="existing="):
+        nu.SharedRegion.create("restart", MiB, kind=kind, backend=s.process(), existing="x")
+    alive = s.process()
+    with pytest.raises(FileExistsError, match=r"not proven stale \(in use"):
+        nu.SharedRegion.create("restart", MiB, kind=kind, backend=alive, existing="replace")
+    peer = s.process()
+    same = nu.SharedRegion.create("restart", MiB, kind=kind, backend=peer, existing="reuse")
+    assert same.buffer()[0] == 7 and not same.created
+    same.close()
+    with pytest.raises(FileExistsError, match="existing='reuse' attaches only"):
+        nu.SharedRegion.create("restart", 2 * MiB, kind=kind, backend=peer, existing="reuse")
+    peer.exit()
+    crashed.exit()  # its engine died: the restart replaces it
+    new = nu.SharedRegion.create("restart", MiB, kind=kind, backend=alive, existing="replace")
+    assert new.created and new.buffer()[0] == 0
+    new.destroy()
+    assert _counts(s) == (0, 0, 0)
