@@ -3716,6 +3716,7 @@ def _key_arg(key: Union[int, str]) -> str:
 # region, and only who can write the region can write it.  Readers ignore fields they
 # do not know: more can be added within the room.
 #
+# The creator's time namespace is in the record too ("timens", /proc/self/ns/time).
 # The record room's first 64 bytes (at address + size, right after the data) are the
 # last-use slot (_SLOT, its code before SharedRegion): who used the region last, and
 # when.  Create writes it once the region is the only one of its name (until then a
