@@ -1021,6 +1021,7 @@ class LinuxBackend(Backend):
         self._real_paths: Dict[str, str] = {}
         self._steps = 0
         self._tree = None if self.is_live else _Archive(self.root).subtree()
+        self._me: Dict[str, Any] = {}  # whoami(), until a fork changes the pid
 
     def __repr__(self) -> str:
         return f"LinuxBackend(root={self.root!r})"
@@ -1337,15 +1338,20 @@ class LinuxBackend(Backend):
         return ""
 
     def whoami(self) -> Dict[str, Any]:
+        # Read once per process (again after a fork): every attach and close writes
+        # it into the last-use slot.  Start and timens are read together, so they
+        # still belong together after a later setns() into another time namespace.
         pid = os.getpid()
-        boot = self.read_optional("/proc/sys/kernel/random/boot_id") or ""
-        return {
-            "pid": pid,
-            "start": self.pid_start(pid) or "",
-            "boot": boot.strip(),
-            "pidns": _ns_link("pid"),
-            "timens": _ns_link("time"),
-        }
+        if self._me.get("pid") != pid:
+            boot = self.read_optional("/proc/sys/kernel/random/boot_id") or ""
+            self._me = {
+                "pid": pid,
+                "start": self.pid_start(pid) or "",
+                "boot": boot.strip(),
+                "pidns": _ns_link("pid"),
+                "timens": _ns_link("time"),
+            }
+        return dict(self._me)
 
 
 _default_lock = threading.Lock()
