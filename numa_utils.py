@@ -166,6 +166,7 @@ __all__ = [
     "FitResult",
     "FitNode",
     "FitLimit",
+    "cleanup",
     # GPU locality and binding
     "gpus",
     "gpu_node",
@@ -732,13 +733,15 @@ class Backend:
 
     def pid_start(self, pid: int) -> Optional[str]:
         """When process ``pid`` (a pid of this namespace) started, as a token that
-        differs once the pid is reused: None when there is no such process, "" when
-        it exists but its start cannot be read."""
+        differs once the pid is reused (read in this process's time namespace): None
+        when there is no such process or it has exited (a zombie), "" when it exists
+        but its start cannot be read."""
         raise NotImplementedError
 
     def whoami(self) -> Dict[str, Any]:
         """This process for identity records: pid, start (as pid_start), boot (the
-        kernel's boot id) and pidns (its PID namespace)."""
+        kernel's boot id), pidns and timens (its PID and time namespaces, as
+        /proc/self/ns/pid and /proc/self/ns/time name them; "" where unknown)."""
         raise NotImplementedError
 
 
@@ -1049,6 +1052,15 @@ class _Archive:
         return list(names)
 
 
+def _ns_link(kind: str) -> str:
+    """This process's namespace of ``kind``, as /proc/self/ns/KIND names it
+    ("time:[4026531834]"); "" where the kernel has none (time: before Linux 5.6)."""
+    try:
+        return os.readlink(f"/proc/self/ns/{kind}")
+    except OSError:
+        return ""
+
+
 class LinuxBackend(Backend):
     """The Linux kernel, or a saved tree of it.
 
@@ -1067,6 +1079,7 @@ class LinuxBackend(Backend):
         self._real_paths: Dict[str, str] = {}
         self._steps = 0
         self._tree = None if self.is_live else _Archive(self.root).subtree()
+        self._me: Dict[str, Any] = {}  # whoami(), until a fork changes the pid
 
     def __repr__(self) -> str:
         return f"LinuxBackend(root={self.root!r})"
@@ -1373,18 +1386,30 @@ class LinuxBackend(Backend):
             return None
         except PermissionError:  # another user's: it exists
             pass
-        # proc(5): starttime is field 22; the command (field 2) may hold ") ".
+        # proc(5): state is field 3, starttime field 22; the command (field 2) may
+        # hold ") ".  A zombie (Z) or dead (X) task has exited: its memory is gone.
         f = (self.read_optional(f"/proc/{pid}/stat") or "").rpartition(")")[2].split()
-        return f[19] if len(f) > 19 else ""
+        if f and f[0] in ("Z", "X"):
+            return None
+        if len(f) > 19:
+            return f[19]
+        return ""
 
     def whoami(self) -> Dict[str, Any]:
+        # Read once per process (again after a fork): every attach and close writes
+        # it into the last-use slot.  Start and timens are read together, so they
+        # still belong together after a later setns() into another time namespace.
         pid = os.getpid()
-        try:
-            ns = os.readlink("/proc/self/ns/pid")
-        except OSError:
-            ns = ""
-        boot = self.read_optional("/proc/sys/kernel/random/boot_id") or ""
-        return {"pid": pid, "start": self.pid_start(pid) or "", "boot": boot.strip(), "pidns": ns}
+        if self._me.get("pid") != pid:
+            boot = self.read_optional("/proc/sys/kernel/random/boot_id") or ""
+            self._me = {
+                "pid": pid,
+                "start": self.pid_start(pid) or "",
+                "boot": boot.strip(),
+                "pidns": _ns_link("pid"),
+                "timens": _ns_link("time"),
+            }
+        return dict(self._me)
 
 
 _default_lock = threading.Lock()
@@ -3821,6 +3846,24 @@ def _key_arg(key: Union[int, str]) -> str:
 # region: one more huge page).  So it cannot outlive, or be swapped apart from, its
 # region, and only who can write the region can write it.  Readers ignore fields they
 # do not know: more can be added within the room.
+#
+# The creator's time namespace is in the record too ("timens", /proc/self/ns/time).
+# The record room's first 64 bytes (at address + size, right after the data) are the
+# last-use slot (_SLOT, its code before SharedRegion): who used the region last, and
+# when.  Create writes it once the region is the only one of its name (until then a
+# region has none), and every attach and close of numa_utils writes it; cleanup's look
+# never does.  cleanup judges idleness from it:
+# not from shm_atime/shm_dtime, which its own read-only attach resets, nor from when
+# the region was made.  Little-endian, 64 bytes:
+#    0  8s   magic b"numa_use"
+#    8  I    format (1)
+#   12  I    the last user's pid, in its PID namespace
+#   16  d    when it attached or closed, seconds since the epoch
+#   24  Q    its PID namespace: the number in /proc/self/ns/pid's "pid:[N]" (0: unknown)
+#   32  Q    its time namespace, from /proc/self/ns/time (0: unknown, or no such namespaces)
+#   40  I    CRC-32 of its kernel's boot id (0: unknown)
+#   44  16s  its start time as Backend.pid_start reads it: ASCII, NUL-padded
+#   60  I    CRC-32 of bytes 0-59: a torn or damaged slot proves nothing
 _RECORD_END = struct.Struct("<8sIII")
 _RECORD_MAGIC = b"numa_utl"
 _RECORD_FORMAT = 1
@@ -4751,13 +4794,211 @@ class Layout:
         )
 
 
+# -- the last-use slot (laid out in the identity record section) ----------------------
+_SLOT = struct.Struct("<8sIIdQQI16sI")
+_SLOT_MAGIC = b"numa_use"
+_SLOT_FORMAT = 1
+_PID_MAX = 1 << 22  # PID_MAX_LIMIT, include/linux/threads.h: no pid is larger
+
+
+def _ns_id(text: Any) -> int:
+    """The number of a namespace as /proc/PID/ns names it ("pid:[4026531836]"); 0
+    for anything else."""
+    if not isinstance(text, str):
+        return 0
+    m = re.fullmatch(r"[a-z_]+:\[([0-9]{1,19})\]", text)
+    if m is None:
+        return 0
+    return int(m.group(1))
+
+
+def _who(ident: Mapping[str, Any]) -> Dict[str, Any]:
+    """A process as an identity record or whoami() names it, in the slot's terms: pid
+    (as given: the caller checks it), start ("" unless a short ASCII token), boot
+    (CRC-32 of the boot id), pidns and timens (namespace numbers)."""
+    import zlib
+
+    start = ident.get("start")
+    if not isinstance(start, str) or len(start) > 16 or not start.isascii():
+        start = ""
+    boot = ident.get("boot")
+    boot_crc = 0
+    if isinstance(boot, str) and boot:
+        boot_crc = zlib.crc32(boot.encode("utf-8", "replace"))
+    return {
+        "pid": ident.get("pid"),
+        "start": start,
+        "boot": boot_crc,
+        "pidns": _ns_id(ident.get("pidns")),
+        "timens": _ns_id(ident.get("timens")),
+    }
+
+
+def _slot_write(b: Backend, addr: int) -> None:
+    """Record this process as the region's last user, now, in the slot at ``addr``."""
+    import time
+    import zlib
+
+    me = _who(b.whoami())
+    body = _SLOT.pack(
+        _SLOT_MAGIC,
+        _SLOT_FORMAT,
+        me["pid"],
+        time.time(),
+        me["pidns"],
+        me["timens"],
+        me["boot"],
+        me["start"].encode("ascii"),
+        0,
+    )[:-4]
+    ctypes.memmove(addr, body + struct.pack("<I", zlib.crc32(body)), _SLOT.size)
+
+
+def _slot_bytes(addr: int, seg: int, rec: Optional[Mapping[str, Any]]) -> bytes:
+    """The slot of the ``seg`` bytes mapped at ``addr``, whose record is ``rec``."""
+    if rec is None or rec["size"] + _SLOT.size > seg:
+        return b""
+    return ctypes.string_at(addr + rec["size"], _SLOT.size)
+
+
+def _slot_read(raw: bytes) -> Optional[Dict[str, Any]]:
+    """The last use in slot bytes ``raw`` (as _who gives a process, and "used"): None
+    when never written (a region being made, or made by an older numa_utils);
+    ValueError when damaged."""
+    import math
+    import zlib
+
+    if len(raw) != _SLOT.size or raw[:8] != _SLOT_MAGIC:
+        return None
+    _, fmt, pid, used, pidns, timens, boot, start, crc = _SLOT.unpack(raw)
+    if zlib.crc32(raw[:-4]) != crc:
+        raise ValueError("last-use slot damaged (checksum mismatch)")
+    if fmt != _SLOT_FORMAT:
+        raise ValueError(f"last-use slot format {fmt}, not {_SLOT_FORMAT}")
+    if not math.isfinite(used):
+        raise ValueError(f"last-use slot damaged (time {used})")
+    return {
+        "pid": pid,
+        "used": used,
+        "start": start.rstrip(b"\0").decode("ascii", "replace"),
+        "boot": boot,
+        "pidns": pidns,
+        "timens": timens,
+    }
+
+
+def _user_name(b: Backend, uid: int) -> str:
+    """The user name of ``uid`` from /etc/passwd (no NSS: no network behind an
+    error message); "not in /etc/passwd" else."""
+    for line in (b.read_optional("/etc/passwd") or "").splitlines():
+        f = line.split(":")
+        if len(f) > 2 and f[2] == str(uid):
+            return f"user {f[0]}"
+    return "not in /etc/passwd"
+
+
+def _posix_holder(b: Backend, pname: str) -> str:
+    """Why /dev/shm/``pname``, which exists, is no region of this user's (a FIFO,
+    another user's file), and what to do; "" when it may be one."""
+    try:
+        fd = b.shm_open(pname, getattr(os, "O_PATH", 0), 0)  # any owner, any mode
+    except OSError as e:
+        if e.errno == errno.EINVAL:  # a FIFO, symlink, device...
+            return "it is not a region (not a regular file): use another name"
+        return f"cannot look at it ({e.strerror or e}): use another name"
+    try:
+        uid = b.fstat(fd).uid
+    except OSError as e:
+        return f"cannot look at it ({e.strerror or e}): use another name"
+    finally:
+        b.close(fd)
+    if uid != b.geteuid():
+        return (
+            f"it belongs to uid {uid} ({_user_name(b, uid)}), not to this user "
+            f"(uid {b.geteuid()}): cleanup never removes another user's file; use "
+            f"another name, or ask that user (or root) to remove /dev/shm/{pname}"
+        )
+    return ""
+
+
+def _process_name(b: Backend, pid: str) -> str:
+    """``pid`` with its command and real uid, as far as /proc shows them."""
+    comm = (b.read_optional(f"/proc/{pid}/comm") or "?").strip()
+    uid = "?"
+    for line in (b.read_optional(f"/proc/{pid}/status") or "").splitlines():
+        if line.startswith("Uid:") and len(line.split()) > 1:
+            uid = line.split()[1]
+    return f"pid {pid} ({comm!r}, uid {uid})"
+
+
+def _lock_holder(b: Backend, fd: int) -> str:
+    """Who holds the exclusive flock on file ``fd``, from /proc/locks (fs/locks.c
+    lock_get_status: "ID: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE START END")."""
+    st = b.fstat(fd)
+    want = f"{os.major(st.dev):02x}:{os.minor(st.dev):02x}:{st.ino}"
+    for line in (b.read_optional("/proc/locks") or "").splitlines():
+        f = line.split()
+        if len(f) > 5 and f[1:4] == ["FLOCK", "ADVISORY", "WRITE"] and f[5] == want:
+            return _process_name(b, f[4])
+    return "a process not listed in this namespace's /proc/locks"
+
+
+# A cleanup judging a /dev/shm file holds its exclusive lock for milliseconds; anyone
+# who can open the file (every user, for a 0644 region) can hold one for ever.
+_LOCK_WAIT = 5.0
+
+
+def _flock_shared(b: Backend, fd: int, what: str) -> None:
+    """flock(LOCK_SH) on region file ``fd``, waiting at most _LOCK_WAIT seconds for
+    an exclusive lock to go; TimeoutError naming its holder after that."""
+    import time
+
+    deadline = time.monotonic() + _LOCK_WAIT
+    while True:
+        try:
+            b.flock(fd, LOCK_SH | LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                break
+        time.sleep(0.01)
+    raise TimeoutError(
+        errno.ETIMEDOUT,
+        f"{what}: exclusively locked for {_LOCK_WAIT:g} s by {_lock_holder(b, fd)}; "
+        "a region's users take shared locks only: stop that process",
+    )
+
+
+_ATTACH_POLL = 0.05  # seconds between attach(wait=...)'s tries
+
+
+def _waiting(attach_once: Callable[[], Any], wait: float, what: str) -> Any:
+    """attach_once() until it finds the region (FileNotFoundError: not made yet), for
+    at most ``wait`` seconds; TimeoutError then, saying why the last try failed."""
+    import time
+
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not wait >= 0:
+        raise ValueError(f"wait={wait!r}: a number of seconds >= 0")
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return attach_once()
+        except FileNotFoundError as e:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    errno.ETIMEDOUT, f"{what} not made within {wait:g} s: {e.strerror or e}"
+                ) from None
+        time.sleep(min(_ATTACH_POLL, max(deadline - time.monotonic(), 0)))
+
+
 class SharedRegion:
     """A shared memory region (SysV segment or /dev/shm file) placed by a policy.
 
     ``create`` makes it (0600, policy applied before any page is touched, then
     prefaulted); ``attach`` maps an existing one after checking its owner, mode and
     identity record (which region it is), and applies the same policy to its own
-    mapping.  ``with`` closes it; the creator's ``with`` also destroys it.  Crash
+    mapping.  ``with`` closes it; the creator's ``with`` also destroys it (in the
+    creating process: a forked child leaving it only closes its copy).  Crash
     safety: ``attach(..., remove=True)`` (or ``remove()``) marks a SysV segment for
     removal at once: it disappears when the last process detaches or dies, and its
     key is free again immediately.  A POSIX region's users hold a shared flock on its
@@ -4787,6 +5028,7 @@ class SharedRegion:
         self.prefaulted: Optional[Dict[str, Any]] = None
         self._closed = self._removed = False
         self.hugepages_fallback = hugepages_fallback  # why base pages, not huge ones
+        self._pid = os.getpid()  # a forked child's `with` only closes
 
     # -- properties (read-only) ---------------------------------------------------------
     address = property(lambda self: self._address)
@@ -4857,6 +5099,7 @@ class SharedRegion:
         hugepages_required: bool = True,
         backend: Optional[Backend] = None,
         layout: Union[Layout, str, None] = None,
+        existing: str = "error",
     ) -> SharedRegion:
         """Create region ``key`` (a str name, or an int SysV key) of ``size`` bytes.
 
@@ -4870,7 +5113,11 @@ class SharedRegion:
         would not fit (too few huge pages on a node, a small /dev/shm, a cgroup
         limit ...) is refused with OSError naming the limit and the fix; with
         ``hugepages_required=False`` too few huge pages gives base pages instead, and
-        ``hugepages_fallback`` says why.  Fails with FileExistsError when it exists.
+        ``hugepages_fallback`` says why.  When it exists: ``existing="error"``
+        raises FileExistsError; ``"replace"`` removes it if cleanup proves it stale
+        (nobody attached, its creator and last user gone; no minimum age), then makes
+        it; ``"reuse"`` attaches it (as ``attach``: this user's only) when its size,
+        page size and layout are the ones asked for (``created`` is then False).
         Nothing is left behind when any step fails (a bad layout, policy denied under
         strict, prefault interrupted, ...).
         """
@@ -4878,6 +5125,8 @@ class SharedRegion:
 
         b = _b(backend)
         _region_args(b, kind, size, 1)  # before fit() weighs it
+        if existing not in ("error", "replace", "reuse"):
+            raise ValueError(f'existing={existing!r}: "error", "replace" or "reuse"')
         if mode & ~0o777:
             raise ValueError(f"mode {mode:o}: permission bits only")
         hugepages, huge_note = _fit_or_raise(
@@ -4920,22 +5169,51 @@ class SharedRegion:
 
         def make(r: SharedRegion) -> None:
             r._mapped, r.identity, r._layout = seg, ident, lay
-            (_sysv_create if kind == "sysv" else _posix_create)(r, flags)
+            (_sysv_create if kind == "sysv" else _posix_create)(r, flags, existing == "replace")
             _record_write(r._address, seg, ident)
+            if kind == "sysv":
+                _sysv_twins(r)  # named first: a twin being made sees this one
+            _slot_write(b, r._address + size)  # made: the one region of its name
 
-        return cls._open(
-            b,
-            kind,
+        def create_once() -> SharedRegion:
+            return cls._open(
+                b,
+                kind,
+                key,
+                make,
+                True,
+                strict_,
+                prefault,
+                threads,
+                progress,
+                thp=hugepages == "thp",
+                note=huge_note,
+            )
+
+        try:
+            return create_once()
+        except FileExistsError:
+            if existing != "reuse":
+                raise
+        region = cls.attach(
             key,
-            make,
-            True,
-            strict_,
-            prefault,
-            threads,
-            progress,
-            thp=hugepages == "thp",
-            note=huge_note,
+            kind=kind,
+            prefault=prefault,
+            threads=threads,
+            strict=strict,
+            progress=progress,
+            backend=b,
         )
+        if (region.size, region.page_size, str(region.layout)) != (size, page, str(lay)):
+            region.close()
+            raise FileExistsError(
+                errno.EEXIST,
+                f"region {key!r} exists with {region.size} bytes in "
+                f"{region.page_size}-byte pages, layout {region.layout}, not {size} bytes "
+                f"in {page}-byte pages, layout {lay}: existing='reuse' attaches only "
+                "the region asked for",
+            )
+        return region
 
     @classmethod
     def attach(
@@ -4954,6 +5232,7 @@ class SharedRegion:
         strict: Optional[bool] = None,
         progress: Optional[Callable[[int, int], Any]] = None,
         backend: Optional[Backend] = None,
+        wait: Optional[float] = None,
     ) -> SharedRegion:
         """Map the existing region ``key`` after checking it can be trusted.
 
@@ -4966,6 +5245,8 @@ class SharedRegion:
         every process; on shmem the same policy moves nothing); ``policy`` instead
         (one extent) if given, and ENABLE_NUMA_INTERLEAVE for a first-touch region.
         ``remove=True`` marks a SysV segment for removal after attaching (see class).
+        ``wait``: seconds to wait for a region not made yet (or still without its
+        record), polling; TimeoutError after that.
         """
         b = _b(backend)
         _region_args(b, kind, 0 if size is None else size, 0)
@@ -4990,10 +5271,17 @@ class SharedRegion:
             ):
                 lay = Layout.extents([(data, _LAYOUT_NAMES[pmode], pnodes)])
             r.identity, r._layout = rec, lay
+            _slot_write(b, r._address + data)
 
-        return cls._open(
-            b, kind, key, make, False, strict_, prefault, threads, progress, remove=remove
-        )
+        def attach_once() -> SharedRegion:
+            return cls._open(
+                b, kind, key, make, False, strict_, prefault, threads, progress, remove=remove
+            )
+
+        if wait is None:
+            return attach_once()
+        region: SharedRegion = _waiting(attach_once, wait, f"region {key!r}")
+        return region
 
     @classmethod
     def _open(
@@ -5101,6 +5389,8 @@ class SharedRegion:
         try:
             if self._closed:
                 return
+            if self._address and self._size:
+                _slot_write(self._b, self._address + self._size)  # its last use
             if self.kind == "sysv" and self._address:
                 self._b.shmdt(self._address)
             elif self._address:
@@ -5123,7 +5413,10 @@ class SharedRegion:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        (self.destroy if self.created else self.close)()
+        if self.created and os.getpid() == self._pid:
+            self.destroy()
+        else:
+            self.close()
 
     def to_json(self) -> Dict[str, Any]:
         return dict(
@@ -5234,9 +5527,26 @@ def _undo(held: Optional[Tuple[Any, Callable[[], Any]]], region: SharedRegion) -
         _release_signals(held)
 
 
-def _sysv_create(r: SharedRegion, flags: int) -> None:
-    """Make the segment of region ``r.key`` under the first of its keys free for it."""
+def _replace_stale(b: Backend, key: Union[int, str], kind: str) -> None:
+    """Remove region ``key`` of ``kind`` for create(existing="replace") when cleanup's
+    proof says it is stale; FileExistsError saying why not when it is not."""
+    rows = _our_segments(b, [key], remove=True, min_age=0, kind=kind)
+    mine = [row for row in rows if _same_key(row["region"], key)]
+    for row in mine:
+        if row["action"] != "removed":
+            raise FileExistsError(
+                errno.EEXIST,
+                f"region {key!r} exists and is not proven stale ({row['why']}): "
+                "existing='replace' removes only a stale one",
+            )
+
+
+def _sysv_create(r: SharedRegion, flags: int, replace: bool) -> None:
+    """Make the segment of region ``r.key`` under the first of its keys free for it
+    (``replace``: after removing a stale one)."""
     b, key = r._b, r._key
+    if replace:
+        _replace_stale(b, key, "sysv")
     keys = _sysv_keys(key)
     for ikey in keys:
         try:
@@ -5254,32 +5564,38 @@ def _sysv_create(r: SharedRegion, flags: int) -> None:
         )
     r._ipc_key = ikey
     r._address = b.shmat(r.shmid)
-    # A twin under a later key: made while this key held another region.
-    why = next(filter(None, (_sysv_holder(b, k, key) for k in keys[keys.index(ikey) + 1 :])), "")
-    if why:
-        raise FileExistsError(errno.EEXIST, why)
 
 
-def _posix_create(r: SharedRegion, flags: int) -> None:
-    """Make /dev/shm/numa_utils-``r.key`` with the permission bits of ``flags``."""
+def _posix_create(r: SharedRegion, flags: int, replace: bool) -> None:
+    """Make /dev/shm/numa_utils-``r.key`` with the permission bits of ``flags``
+    (``replace``: after removing a stale one)."""
     b, pname = r._b, _posix_name(r._key)
+    if replace:
+        _replace_stale(b, r._key, "posix")
     try:
         r._fd = fd = b.shm_open(pname, os.O_RDWR | os.O_CREAT | os.O_EXCL, flags & 0o777)
     except FileExistsError:
-        why = (
+        why = _posix_holder(b, pname) or (
             f"attach it, or remove a stale one with `{_prog()} cleanup "
             f"--remove --key {_key_arg(r._key)}`"
         )
-        try:
-            b.close(b.shm_open(pname, os.O_RDONLY, 0))
-        except OSError as e:
-            if e.errno == errno.EINVAL:  # a FIFO, symlink, device...
-                why = "it is not a region (not a regular file): use another name"
         raise FileExistsError(errno.EEXIST, f"/dev/shm/{pname} exists: {why}") from None
     r.name = pname  # ours now: removed on any error below
-    b.flock(fd, LOCK_SH)  # before it has a size: never stale
+    _flock_shared(b, fd, f"/dev/shm/{pname}")  # before it has a size: never stale
     b.ftruncate(fd, r._mapped)
     r._address = b.mmap(r._mapped, fd)
+
+
+def _check_trust(st: _ShmStat, euid: int, trust: bool, what: str) -> None:
+    why = (
+        (f"belongs to uid {st.uid} (created by uid {st.cuid}), not to this user (uid {euid})")
+        if {st.uid, st.cuid} != {euid}
+        else f"has mode {st.mode & 0o777:03o}: other users can write it"
+        if st.mode & 0o022
+        else ""
+    )
+    if why and not trust:
+        raise PermissionError(errno.EPERM, f"{what} {why}; pass trust=True to attach anyway")
 
 
 def _sysv_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
@@ -5324,7 +5640,7 @@ def _posix_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
         raise FileNotFoundError(errno.ENOENT, f"no {what}") from None
     r.name = name
     _check_trust(b.fstat(fd), b.geteuid(), trust, what)
-    b.flock(fd, LOCK_SH)  # waits while a cleanup decides on it
+    _flock_shared(b, fd, what)  # waits while a cleanup decides on it
     st = b.fstat(fd)
     if not st.nattch:
         raise FileNotFoundError(errno.ENOENT, f"{what} was removed (stale) while attaching")
@@ -5343,18 +5659,6 @@ def _identity(r: SharedRegion, seg: int, what: str, why: str) -> Dict[str, Any]:
     if rec is None:
         raise FileNotFoundError(errno.ENOENT, f"{what} has no numa_utils identity record: {why}")
     return rec
-
-
-def _check_trust(st: _ShmStat, euid: int, trust: bool, what: str) -> None:
-    why = (
-        (f"belongs to uid {st.uid} (created by uid {st.cuid}), not to this user (uid {euid})")
-        if {st.uid, st.cuid} != {euid}
-        else f"has mode {st.mode & 0o777:03o}: other users can write it"
-        if st.mode & 0o022
-        else ""
-    )
-    if why and not trust:
-        raise PermissionError(errno.EPERM, f"{what} {why}; pass trust=True to attach anyway")
 
 
 def _layout_apply(
@@ -5554,6 +5858,447 @@ def _sysv_holder(b: Backend, ikey: int, key: Union[int, str]) -> str:
             f"`{_prog()} cleanup --remove --key {_key_arg(key)}` removes it"
         )
     return ""
+
+
+def _peek_region(
+    b: Backend, shmid: int, size: int, what: str
+) -> Tuple[Optional[Dict[str, Any]], bytes]:
+    """The identity record and last-use slot (_slot_bytes) of a SysV segment, read
+    through a read-only attach, which writes neither."""
+    addr = b.shmat(shmid, SHM_RDONLY)
+    try:
+        rec = _record_read(addr, size, what)
+        return rec, _slot_bytes(addr, size, rec)
+    finally:
+        b.shmdt(addr)
+
+
+# Two creators of one name may make it under two of its SysV keys at once (each found
+# the other's key taken, or free, as it passed).  Each names its segment (the record)
+# and then looks at all the name's other keys: a twin already made wins; of two being
+# made, the one under the earlier key, which waits for the later one to undo itself or
+# be made (a later key never waits on an earlier one: no cycle).  The last-use slot,
+# written once this check passes, is what "made" means.
+_TWIN_WAIT = 5.0
+
+
+def _twin(b: Backend, ikey: int, key: Union[int, str]) -> str:
+    """What SysV key ``ikey`` holds of region ``key``: "" (nothing of it, or a segment
+    not named yet: its creator's check will see ours), "making" or "made"."""
+    euid = b.geteuid()
+    try:
+        shmid = b.shmget(ikey, 0, 0)
+        st = b.shm_stat(shmid)
+        if st.uid != euid or st.cuid != euid:
+            return ""
+        rec, slot = _peek_region(b, shmid, st.size, f"SysV key 0x{ikey:08x}")
+    except (FileNotFoundError, PermissionError, ValueError):
+        return ""  # none, another user's, or damaged: never made by a creator of ours
+    except OSError as e:
+        if e.errno in (errno.EINVAL, errno.EIDRM):  # removed while we looked
+            return ""
+        raise
+    if rec is None or rec["kind"] != "sysv" or not _same_key(rec["key"], key):
+        return ""
+    if slot[:8] == _SLOT_MAGIC:
+        return "made"
+    return "making"
+
+
+def _sysv_twins(r: SharedRegion) -> None:
+    """FileExistsError when region ``r.key``, named under ``r.ipc_key`` and not yet
+    made, is not to be the one region of its name (see _TWIN_WAIT)."""
+    import time
+
+    b, key = r._b, r._key
+    keys = _sysv_keys(key)
+    mine = keys.index(r._ipc_key)
+    deadline = time.monotonic() + _TWIN_WAIT
+    for i, ikey in enumerate(keys):
+        if i == mine:
+            continue
+        state = _twin(b, ikey, key)
+        while state == "making" and i > mine and time.monotonic() < deadline:
+            time.sleep(0.005)
+            state = _twin(b, ikey, key)
+        if state:  # made, or being made under an earlier key, or for too long
+            why = _sysv_holder(b, ikey, key) or f"region {key!r} exists: attach it"
+            raise FileExistsError(errno.EEXIST, why)
+
+
+# -- which regions are stale: what `cleanup` lists and removes ----------------------
+# `cleanup` removes a region only after nobody used it for this long (besides proof
+# that its users are gone): `region --keep` hands a region over with nobody attached.
+CLEANUP_MIN_AGE = 30.0
+
+
+def _ns_name(number: int) -> str:
+    return f"pid:[{number}]" if number else "?"
+
+
+def _gone_why(
+    b: Backend,
+    who: str,
+    proc: Mapping[str, Any],
+    me: Mapping[str, Any],
+    pid_here: Optional[int] = None,
+) -> str:
+    """'' when process ``proc`` (as _who gives it, from a record or the last-use slot)
+    is provably gone, else why it may be alive.  ``pid_here``: its pid as this PID
+    namespace sees it (the kernel's shm_cpid); else ``proc``'s pid counts only in the
+    PID namespace it was written in.  A start time read in another time namespace
+    (CRIU, `unshare --time`) differs from ours for the same process: it proves nothing."""
+    if proc["boot"] and me["boot"] and proc["boot"] != me["boot"]:
+        return ""  # before the last boot
+    pid = pid_here
+    if pid is None:
+        pid = proc["pid"]
+        if type(pid) is not int or not 0 < pid <= _PID_MAX:
+            return f"{who}'s pid {_short(repr(pid), 30)} is not a process id: damaged record"
+        if not me["pidns"] or proc["pidns"] != me["pidns"]:
+            return (
+                f"{who} (pid {pid}) is in another PID namespace "
+                f"({_ns_name(proc['pidns'])}): it may be alive"
+            )
+    if pid <= 0:
+        return f"{who} is not visible from this PID namespace: it may be alive"
+    if pid == me["pid"]:
+        return f"{who} (pid {pid}) is this process"
+    now = b.pid_start(pid)
+    if now is None:
+        return ""
+    if not proc["start"] or not now or now == proc["start"]:
+        return f"{who} (pid {pid}) is alive"
+    if proc["timens"] == me["timens"]:
+        return ""  # another process under its pid
+    return (
+        f"{who} (pid {pid}) may be alive: it is in another time namespace, "
+        "where start times read differently"
+    )
+
+
+def _seconds(value: Any) -> Optional[float]:
+    """A time from a record as a finite float; None for anything else."""
+    import math
+
+    if type(value) not in (int, float):
+        return None
+    try:
+        out = float(value)
+    except OverflowError:
+        return None
+    if not math.isfinite(out):
+        return None
+    return out
+
+
+def _idle_why(
+    b: Backend,
+    rec: Mapping[str, Any],
+    raw_slot: bytes,
+    me: Mapping[str, Any],
+    now: float,
+    min_age: float,
+    cpid: Optional[int] = None,
+) -> str:
+    """'' when the region of record ``rec`` and last-use slot ``raw_slot`` is proven
+    idle: last used (made, without a slot) ``min_age`` seconds ago or more, and its
+    creator and last user gone.  ``cpid``: the kernel's shm_cpid (SysV)."""
+    try:
+        slot = _slot_read(raw_slot)
+    except ValueError as e:
+        return f"{e}: attaching and closing it rewrites it"
+    if slot is None:
+        made = _seconds(rec.get("created"))
+        age = 0.0 if made is None else now - made
+        if age < min_age:
+            return f"created {max(age, 0):.0f} s ago (minimum age {min_age:g} s)"
+    else:
+        idle = now - slot["used"]
+        if idle < min_age:
+            return f"used {max(idle, 0):.0f} s ago (minimum age {min_age:g} s)"
+    why = _gone_why(b, "creator", _who(rec), me, cpid)
+    if why or slot is None:
+        return why
+    return _gone_why(b, "last user", slot, me)
+
+
+def _sysv_verdict(
+    b: Backend,
+    st: _ShmStat,
+    keys: Optional[Sequence[Union[int, str]]],
+    me: Mapping[str, Any],
+    now: float,
+    min_age: float,
+) -> Tuple[str, Optional[Dict[str, Any]]]:
+    """('' when segment ``st`` is proven stale, else why it is kept; its record).
+    Reading the record attaches for a moment, which changes shm_atime, shm_dtime and
+    shm_lpid: idleness is judged from the last-use slot, which only numa_utils'
+    own attach and close write."""
+    what = f"SysV segment 0x{st.key:08x} (shmid {st.id})"
+    try:
+        rec, slot = _peek_region(b, st.id, st.size, what)
+    except (OSError, ValueError) as e:
+        return f"identity record unreadable: {e}", None
+    if rec is None:
+        return "no numa_utils identity record: not made by SharedRegion.create", None
+    try:
+        mine = rec["kind"] == "sysv" and st.key in _sysv_keys(rec["key"])
+    except ValueError:
+        mine = False
+    if not mine:
+        return f"its identity record names {rec['kind']} region {rec['key']!r}", rec
+    if keys is not None and not any(_same_key(rec["key"], k) for k in keys):
+        return f"holds region {rec['key']!r}, not one asked for", rec
+    if st.nattch:
+        return f"in use: {st.nattch} attached", rec
+    return _idle_why(b, rec, slot, me, now, min_age, st.cpid), rec
+
+
+def _posix_verdict(
+    b: Backend,
+    fd: int,
+    st: _ShmStat,
+    name: str,
+    users: int,
+    me: Mapping[str, Any],
+    now: float,
+    min_age: float,
+) -> Tuple[str, Optional[Dict[str, Any]]]:
+    """As _sysv_verdict for the /dev/shm file open at ``fd``; when stale, the
+    exclusive lock taken stays held (until ``fd`` is closed) for the removal."""
+    rec, slot = None, b""
+    if st.size >= _RECORD_END.size:
+        try:
+            addr = b.mmap(st.size, fd)
+            try:
+                rec = _record_read(addr, st.size, f"/dev/shm/{name}")
+                slot = _slot_bytes(addr, st.size, rec)
+            finally:
+                b.munmap(addr, st.size)
+        except (OSError, ValueError) as e:
+            return f"identity record unreadable: {e}", None
+    if rec is None:
+        return (
+            "no numa_utils identity record: not made by SharedRegion.create, or being made"
+        ), None
+    try:
+        mine = rec["kind"] == "posix" and _posix_name(rec["key"]) == name
+    except ValueError:
+        mine = False
+    if not mine:
+        return f"its identity record names {rec['kind']} region {rec['key']!r}", rec
+    if users:
+        return f"in use: mapped by {users} process(es)", rec
+    try:
+        b.flock(fd, LOCK_EX | LOCK_NB)
+    except OSError as e:
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return "in use: a process holds its lock", rec
+        return f"cannot lock it: {e.strerror or e}", rec
+    return _idle_why(b, rec, slot, me, now, min_age), rec
+
+
+def _dev_shm_users(b: Backend, files: Mapping[str, _ShmStat]) -> Dict[str, int]:
+    """How many processes map each /dev/shm file (from /proc/<pid>/maps).
+
+    Matched by device and inode, not by name: the name field escapes only "\\n"
+    and appends " (deleted)", so "x (deleted)" or a name with a newline cannot be
+    told from another file's; and a mapping of a removed file of the same name is
+    another inode."""
+    want = {
+        (f"{os.major(st.dev):02x}:{os.minor(st.dev):02x}", str(st.ino)): n
+        for n, st in files.items()
+    }
+    counts: Dict[str, int] = {}
+    try:
+        pids = [p for p in b.listdir("/proc") if p.isascii() and p.isdigit()]
+    except OSError:
+        return counts
+    for pid in pids:
+        text = b.read_optional(f"/proc/{pid}/maps")
+        if not text or "/dev/shm/" not in text:
+            continue
+        seen = set()
+        for line in text.splitlines():
+            f = line.split(None, 5)
+            if len(f) == 6 and f[5].startswith("/dev/shm/") and (f[3], f[4]) in want:
+                seen.add(want[f[3], f[4]])
+        for n in seen:
+            counts[n] = counts.get(n, 0) + 1
+    return counts
+
+
+def _action(why: str, remove: bool) -> str:
+    """What cleanup did with a region kept for ``why`` ('' when stale)."""
+    if why.startswith("failed"):
+        return why
+    if why:
+        return "keep"
+    if remove:
+        return "removed"
+    return "would remove"
+
+
+def _our_segments(
+    b: Backend,
+    keys: Optional[Sequence[Union[int, str]]] = None,
+    *,
+    remove: bool = False,
+    min_age: float = CLEANUP_MIN_AGE,
+    kind: Optional[str] = None,
+) -> List[Dict[str, Any]]:
+    """Our regions on this machine (of ``kind`` only, if given), each with a verdict:
+    ``stale`` when proven unused, else ``why`` it is kept; ``remove=True`` removes
+    the stale ones (``action``).
+
+    Proof, all of it: nobody attached (SysV nattch) or holding the file's lock
+    (POSIX: every user holds a shared flock); unused for ``min_age`` seconds and its
+    last user gone, as its last-use slot says (written by numa_utils' attach and
+    close; this look writes nothing there); its creator gone (shm_cpid, or the
+    record's pid with its start time, PID and time namespaces); and an identity
+    record saying it is the region of its key.  A pid not visible here is no proof,
+    nor a start time read in another time namespace.  Listed: SysV keys
+    0x4exxxxxx and /dev/shm/numa_utils-* owned (SysV: also created) by this user;
+    ``keys`` (names or int keys): only their regions, under any key."""
+    import time
+
+    euid, me, now = b.geteuid(), _who(b.whoami()), time.time()
+    want_sysv = None if keys is None else {k for key in keys for k in _sysv_keys(key)}
+    want_posix = None if keys is None else {_posix_name(k) for k in keys}
+    out: List[Dict[str, Any]] = []
+
+    def verdict(row: Dict[str, Any], why: str, drop: Callable[[], str]) -> None:
+        row["stale"] = not why
+        if not why and remove:
+            why = drop()
+        row["why"] = why
+        row["action"] = _action(why, remove)
+        out.append(row)
+
+    sysv_rows = ""
+    if kind != "posix":
+        sysv_rows = b.read_optional("/proc/sysvipc/shm") or ""
+    for st in _sysvipc_rows(sysv_rows):
+        if (
+            st.uid != euid
+            or st.cuid != euid
+            or not st.key
+            or (
+                st.key & SYSV_KEY_MASK != SYSV_KEY_PREFIX
+                if want_sysv is None
+                else st.key not in want_sysv
+            )
+        ):
+            continue
+        try:
+            why, rec = _sysv_verdict(b, st, keys, me, now, min_age)
+        except (ValueError, TypeError, OverflowError) as e:  # one line, and on
+            why, rec = f"cannot judge it: {e}", None
+
+        def drop(st: _ShmStat = st) -> str:
+            try:
+                again = b.shm_stat(st.id)  # someone may have come since: look last
+                if again.nattch or again.key != st.key or again.lpid not in (st.lpid, me["pid"]):
+                    return "in use: attached since it was judged"
+                b.shm_rmid(st.id)
+            except OSError as e:
+                return f"failed: {e.strerror or e}"
+            return ""
+
+        verdict(
+            {
+                "kind": "sysv",
+                "key": f"0x{st.key:08x}",
+                "shmid": st.id,
+                "region": rec["key"] if rec else None,
+                "size": rec["size"] if rec else st.size,
+                "layout": rec.get("layout") if rec else None,
+                "mode": f"{st.mode & 0o777:03o}",
+                "attached": st.nattch,
+            },
+            why,
+            drop,
+        )
+    names: List[str] = []
+    try:
+        if kind != "sysv":
+            names = sorted(
+                n
+                for n in b.listdir("/dev/shm")
+                if n.startswith(POSIX_PREFIX) and (want_posix is None or n in want_posix)
+            )
+    except OSError:
+        pass
+    files: Dict[str, Tuple[int, _ShmStat]] = {}
+    try:
+        for name in names:
+            try:
+                fd = b.shm_open(name, os.O_RDWR, 0)
+            except OSError:
+                continue  # gone, or not a regular file: not a region
+            try:
+                fst: Optional[_ShmStat] = b.fstat(fd)
+            except OSError:
+                fst = None
+            if fst is None or fst.uid != euid:
+                b.close(fd)
+                continue
+            files[name] = (fd, fst)
+        users = _dev_shm_users(b, {n: st for n, (_, st) in files.items()}) if files else {}
+        for name, (fd, st) in files.items():
+            try:
+                why, rec = _posix_verdict(b, fd, st, name, users.get(name, 0), me, now, min_age)
+            except (ValueError, TypeError, OverflowError) as e:  # one line, and on
+                why, rec = f"cannot judge it: {e}", None
+
+            def unlink(name: str = name) -> str:
+                try:
+                    b.shm_unlink(name)  # under the exclusive lock: nobody came
+                except OSError as e:
+                    return f"failed: {e.strerror or e}"
+                return ""
+
+            verdict(
+                {
+                    "kind": "posix",
+                    "name": name,
+                    "path": f"/dev/shm/{name}",
+                    "region": rec["key"] if rec else None,
+                    "size": rec["size"] if rec else st.size,
+                    "layout": rec.get("layout") if rec else None,
+                    "mode": f"{st.mode & 0o777:03o}",
+                    "attached": users.get(name, 0),
+                },
+                why,
+                unlink,
+            )
+    finally:
+        for fd, _ in files.values():
+            _quietly(b.close, fd)
+    return out
+
+
+def cleanup(
+    keys: Union[None, int, str, Iterable[Union[int, str]]] = None,
+    remove: bool = False,
+    min_age: float = CLEANUP_MIN_AGE,
+    *,
+    backend: Optional[Backend] = None,
+) -> List[Dict[str, Any]]:
+    """This user's regions on this machine, each judged as ``cleanup`` judges them
+    (see _our_segments for the proof): one dict per region, with "region" (its name
+    or int key), "kind", "action" (the verdict: "keep", "would remove", "removed" or
+    "failed: ..."), "why" (the reason it is kept), "stale", where it is ("key" and
+    "shmid", or "path"), "size", "layout", "mode" and "attached".  ``remove=True``
+    removes the ones proven stale; ``keys`` (a name or int key, or several): only
+    those regions.  Other users' and other programs' regions are never touched."""
+    if isinstance(min_age, bool) or not isinstance(min_age, (int, float)) or not min_age >= 0:
+        raise ValueError(f"min_age={min_age!r}: a number of seconds >= 0")
+    if keys is not None and isinstance(keys, (int, str)):
+        keys = [keys]
+    wanted = None if keys is None else list(keys)
+    return _our_segments(_b(backend), wanted, remove=remove, min_age=min_age)
 
 
 # -- end of shared-memory section ------------------------------------------------------

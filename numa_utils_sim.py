@@ -474,6 +474,7 @@ class SimulatedBackend(Backend):
         self.shm_attached: Dict[int, int] = {}  # address -> shmid
         self.dup_maps: Dict[int, int] = {}  # address -> further mappings there
         self.dead = False
+        self.boottime = 0  # set it: this process is in a time namespace of its own
         import weakref
 
         _kernel.procs.append(weakref.ref(self))
@@ -1578,7 +1579,9 @@ class SimulatedBackend(Backend):
             if flags & os.O_CREAT and flags & os.O_EXCL:
                 raise _oserror(errno.EEXIST, "shm_open", name)
             want = 6 if flags & os.O_ACCMODE == os.O_RDWR else 4
-            if not self._perm_ok(f.uid, f.gid, f.mode, want):
+            if flags & getattr(os, "O_PATH", 0):
+                want = 0  # O_PATH: no permission asked, none needed
+            if want and not self._perm_ok(f.uid, f.gid, f.mode, want):
                 raise _oserror(errno.EACCES, "shm_open", name)
         elif not flags & os.O_CREAT:
             raise _oserror(errno.ENOENT, "shm_open", name)
@@ -1643,19 +1646,25 @@ class SimulatedBackend(Backend):
             raise _oserror(errno.EWOULDBLOCK if op & LOCK_NB else errno.EDEADLK, "flock")
         held[me] = want
 
+    # Start times as /proc/PID/stat shows them: since boot, as the reader's time
+    # namespace counts it (``boottime``: its offset, as `unshare --time --boottime`).
     def pid_start(self, pid: int) -> Optional[str]:
         for ref in self.kernel.procs:
             p = ref()
             if p is not None and p.pid == pid and not p.dead:
-                return f"sim{pid}"
+                return str(100 * pid + self.boottime)
         return None
 
     def whoami(self) -> Dict[str, Any]:
+        timens = "time:[4026531834]"
+        if self.boottime:
+            timens = f"time:[{4026540000 + self.pid}]"
         return {
             "pid": self.pid,
-            "start": f"sim{self.pid}",
+            "start": str(100 * self.pid + self.boottime),
             "boot": "simulated",
-            "pidns": "pid:[simulated]",
+            "pidns": "pid:[4026531836]",
+            "timens": timens,
         }
 
     def exit(self) -> None:

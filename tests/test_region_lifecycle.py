@@ -1,0 +1,537 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A region's life as cleanup judges it: the last-use slot that numa_utils' own
+attach and close write (and cleanup's look never does), one live region per name,
+creators in other time namespaces, zombies and damaged records, forked children,
+and locks held by other users.  Simulated processes first; then the issue's repros
+on the real kernel, inside private IPC+mount namespaces (conftest.private_shm)."""
+
+import json
+import os
+import struct
+import time
+import zlib
+
+import pytest
+from conftest import cli, fixture_root, nu, nusim, run_private_shm, sim
+
+MiB = 1 << 20
+
+
+def _made(proc, name, kind):
+    return nu.SharedRegion.create(name, MiB, kind=kind, prefault=False, backend=proc)
+
+
+def _row(s, name, **kw):
+    (row,) = cli._our_segments(s, [name], **kw)
+    return row
+
+
+def _counts(s):
+    return (
+        len(s.read_text("/proc/sysvipc/shm").splitlines()) - 1,
+        len(s.listdir("/dev/shm")),
+        len(s.kernel.objects),
+    )
+
+
+def _drop(s, name, kind):
+    with nu.SharedRegion.attach(name, kind=kind, backend=s.process()) as r:
+        r.remove()
+
+
+# -- the last-use slot ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["sysv", "posix"])
+def test_cleanup_keeps_a_region_its_last_user_closed_just_now(kind):
+    s = sim("single-node")
+    creator = s.process()
+    _made(creator, "lu", kind).close()
+    creator.exit()
+    time.sleep(0.6)  # older than the minimum age below
+    worker = s.process()
+    nu.SharedRegion.attach("lu", kind=kind, backend=worker).close()
+    worker.exit()  # detached just now, then gone
+    row = _row(s, "lu", remove=True, min_age=0.5)
+    assert row["action"] == "keep", row
+    assert row["why"].startswith("used 0 s ago (minimum age 0.5 s)"), row
+    alive = s.process()  # a last user still running keeps it past the minimum age
+    nu.SharedRegion.attach("lu", kind=kind, backend=alive).close()
+    time.sleep(0.6)
+    row = _row(s, "lu", remove=True, min_age=0.5)
+    assert row["action"] == "keep", row
+    assert row["why"] == f"last user (pid {alive.pid}) is alive", row
+    alive.exit()
+    assert _row(s, "lu", remove=True, min_age=0.5)["action"] == "removed"
+    assert _counts(s) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("kind", ["sysv", "posix"])
+def test_cleanup_dry_run_changes_nothing_remove_does(kind):
+    s = sim("single-node")
+    creator = s.process()
+    _made(creator, "dry", kind).close()
+    creator.exit()
+    time.sleep(0.6)
+    looks = [_row(s, "dry", min_age=0.5) for _ in range(3)]  # a monitor listing
+    assert [r["action"] for r in looks] == ["would remove"] * 3, looks
+    assert _row(s, "dry", remove=True, min_age=0.5)["action"] == "removed"
+    assert _counts(s) == (0, 0, 0)
+
+
+def test_last_use_slot_layout():
+    s = sim("single-node")
+    p = s.process()
+    r = _made(p, "slot", "sysv")
+    raw = bytes((nu.ctypes.c_char * 64).from_address(r.address + r.size))
+    magic, fmt, pid, used, pidns, timens, boot, start, crc = struct.unpack("<8sIIdQQI16sI", raw)
+    assert (magic, fmt, pid) == (b"numa_use", 1, p.pid)
+    assert abs(used - time.time()) < 5
+    assert (pidns, timens) == (4026531836, 4026531834)
+    assert boot == zlib.crc32(b"simulated") and start.rstrip(b"\0") == str(100 * p.pid).encode()
+    assert crc == zlib.crc32(raw[:60])
+    # damaged: proves nothing, so the region stays (and says how to fix it)
+    nu.ctypes.memmove(r.address + r.size + 16, b"\xff", 1)
+    r.close()  # rewrites the slot: damage it after
+    nu.SharedRegion.attach("slot", backend=s.process()).close()
+    q = s.process()
+    a = nu.SharedRegion.attach("slot", backend=q)
+    nu.ctypes.memmove(a.address + a.size + 16, b"\xff", 1)
+    q.exit()
+    p.exit()
+    row = _row(s, "slot", remove=True, min_age=0)
+    assert row["action"] == "keep" and "last-use slot damaged" in row["why"], row
+    _drop(s, "slot", "sysv")
+
+
+# -- one live region per name --------------------------------------------------------
+
+
+class _Hooked(nusim.SimulatedBackend):
+    """A simulated process whose shmget runs ``hooks[(key, flags)]`` first."""
+
+    hooks: dict = {}
+
+    def shmget(self, key, size, flags):
+        hook = self.hooks.pop((key, flags), None)
+        if hook is not None:
+            hook()
+        return super().shmget(key, size, flags)
+
+
+def test_two_creates_of_one_name_never_both_succeed_sim():
+    s = sim("single-node")
+    keys = nu._sysv_keys("twin")
+    b1 = _made(s.process(), "twin", "sysv")  # B1 holds the first key
+    a = _Hooked(fixture_root("single-node"), _kernel=s.kernel)
+    made = []
+    a.hooks = {
+        (keys[0], 0): b1.destroy,  # B1 goes while A looks at it
+        (keys[1], nu.IPC_CREAT | nu.IPC_EXCL | 0o600): lambda: made.append(
+            _made(s.process(), "twin", "sysv")  # B2 takes the first key
+        ),
+    }
+    with pytest.raises(FileExistsError, match="exists"):
+        _made(a, "twin", "sysv")
+    assert a.hooks == {} and made[0].ipc_key == keys[0]
+    rows = cli._our_segments(s, ["twin"])
+    assert [r["key"] for r in rows] == [f"0x{keys[0]:08x}"], rows
+    made[0].destroy()
+    assert _counts(s) == (0, 0, 0)
+
+
+def _named(s, ikey, name):
+    """A segment under ``ikey`` named ``name`` by its record, not yet made (no slot)."""
+    shmid = s.shmget(ikey, 3 * 4096 + nu._RECORD_ROOM, nu.IPC_CREAT | nu.IPC_EXCL | 0o600)
+    addr = s.shmat(shmid)
+    rec = {"key": name, "kind": "sysv", "size": 4096, "page_size": 4096, **s.whoami()}
+    nu._record_write(addr, 3 * 4096 + nu._RECORD_ROOM, rec)
+    return shmid, addr
+
+
+def test_racing_creators_the_earlier_key_wins(monkeypatch):
+    monkeypatch.setattr(nu, "_TWIN_WAIT", 0.3)
+    s = sim("single-node")
+    keys = nu._sysv_keys("race")
+    # Being made under an earlier key: the later one gives way at once.
+    other, stranger = s.process(), s.process(uid=1001)
+    theirs = stranger.shmget(keys[0], MiB, nu.IPC_CREAT | 0o600)  # passed by
+    early = []
+
+    def name_first_key():
+        stranger.shm_rmid(theirs)
+        early.append(_named(other, keys[0], "race"))
+
+    hook = _Hooked(fixture_root("single-node"), _kernel=s.kernel)
+    hook.hooks = {(keys[1], nu.IPC_CREAT | nu.IPC_EXCL | 0o600): name_first_key}
+    t0 = time.monotonic()
+    with pytest.raises(FileExistsError, match=f"region 'race' exists .*0x{keys[0]:08x}"):
+        _made(hook, "race", "sysv")
+    assert early and time.monotonic() - t0 < 0.3
+    other.shmdt(early[0][1])
+    other.shm_rmid(early[0][0])
+    shmid, addr = _named(other, keys[1], "race")
+    # Being made under a later key: the earlier waits; one that never ends loses it.
+    t0 = time.monotonic()
+    with pytest.raises(FileExistsError, match="exists"):
+        _made(s.process(), "race", "sysv")
+    assert time.monotonic() - t0 >= 0.3
+    # ... and one that undoes itself meanwhile leaves the name to the earlier key.
+    gone = []
+
+    def undo():
+        gone.append(1)
+        other.shmdt(addr)
+        other.shm_rmid(shmid)
+
+    class Undoing(nusim.SimulatedBackend):
+        def shm_stat(self, sid):
+            if sid == shmid and not gone:
+                undo()
+            return super().shm_stat(sid)
+
+    r = _made(Undoing(fixture_root("single-node"), _kernel=s.kernel), "race", "sysv")
+    assert r.ipc_key == keys[0] and gone
+    r.destroy()
+    assert _counts(s) == (0, 0, 0)
+
+
+# -- who is gone ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["sysv", "posix"])
+def test_creator_in_another_time_namespace_is_not_judged_gone(kind):
+    s = sim("single-node")
+    creator = s.process()
+    creator.boottime = 100000  # `unshare --time --boottime 100000`
+    _made(creator, "tns", kind).close()
+    row = _row(s, "tns", remove=True, min_age=0)
+    assert row["action"] == "keep", row
+    assert "another time namespace" in row["why"], row
+    creator.exit()  # gone for real: no such pid
+    assert _row(s, "tns", remove=True, min_age=0)["action"] == "removed"
+    assert _counts(s) == (0, 0, 0)
+
+
+def test_another_users_file_under_the_name_says_whose():
+    s = sim("single-node")
+    other = s.process(uid=1001)
+    other.close(other.shm_open("numa_utils-theirs", os.O_RDWR | os.O_CREAT, 0o600))
+    with pytest.raises(FileExistsError) as e:
+        _made(s.process(), "theirs", "posix")
+    assert "belongs to uid 1001" in str(e.value), e.value
+    assert "cleanup --remove" not in str(e.value), e.value
+    other.shm_unlink("numa_utils-theirs")
+
+
+def test_posix_attach_waits_for_a_lock_a_bounded_time(monkeypatch):
+    monkeypatch.setattr(nu, "_LOCK_WAIT", 0.3)
+    s = sim("single-node")
+    r = _made(s.process(), "locked", "posix")
+    hostile = s.process()
+    fd = hostile.shm_open("numa_utils-locked", os.O_RDONLY, 0)
+    r.close()
+    hostile.flock(fd, nu.LOCK_EX)
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match="exclusively locked for 0.3 s by"):
+        nu.SharedRegion.attach("locked", kind="posix", backend=s.process())
+    assert time.monotonic() - t0 < 5
+    hostile.close(fd)
+    _drop(s, "locked", "posix")
+
+
+# -- the real kernel -----------------------------------------------------------------
+# Each snippet prints one JSON line; run in private namespaces as root (it switches
+# users where the repro needs another one).
+
+_REPROS = r"""
+import json, os, struct, subprocess, sys, time, zlib
+import numa_utils as nu, numa_utils_cli as cli
+out = {}
+
+def rows(name, min_age=0.5):
+    return {r["region"]: r for r in cli._our_segments(nu.LinuxBackend(), [name], remove=True,
+                                                     min_age=min_age)}
+
+# 26.1: a POSIX region whose worker detached just now
+subprocess.run([sys.executable, "-c", "import numa_utils as nu\n"
+    "nu.SharedRegion.create('lu', 1 << 20, prefault=False, kind='posix').close()"], check=True)
+time.sleep(0.7)
+w = subprocess.Popen([sys.executable, "-c", "import numa_utils as nu, sys\n"
+    "nu.SharedRegion.attach('lu', kind='posix').close(); print('closed', flush=True)\n"
+    "sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+assert w.stdout.readline().strip() == "closed"
+out["used"] = rows("lu").get("lu", {}).get("why")
+time.sleep(0.7)
+out["alive"] = rows("lu").get("lu", {}).get("why")
+w.stdin.close(); w.wait()
+out["gone"] = rows("lu").get("lu", {}).get("action")
+
+# 26.2: a dry run, then --remove
+for kind in ("sysv", "posix"):
+    subprocess.run([sys.executable, "-c", "import numa_utils as nu, os\n"
+        f"nu.SharedRegion.create('dry-{kind}', 1 << 20, prefault=False, kind='{kind}')\n"
+        "os._exit(0)"], check=True)
+time.sleep(1.6)  # shm_atime and shm_dtime count whole seconds
+for kind in ("sysv", "posix"):
+    name = f"dry-{kind}"
+    dry = cli._our_segments(nu.LinuxBackend(), [name], min_age=1.5)[0]["action"]
+    out[name] = [dry, rows(name, 1.5).get(name, {}).get("action")]
+
+# 26.5: a forked child leaving the creator's `with`
+for kind in ("sysv", "posix"):
+    with nu.SharedRegion.create(f"fork-{kind}", 1 << 20, prefault=False, kind=kind) as r:
+        pid = os.fork()
+        if pid == 0:
+            sys.exit(0)
+        os.waitpid(pid, 0)
+        try:
+            nu.SharedRegion.attach(f"fork-{kind}", kind=kind).close()
+            out[f"fork-{kind}"] = "attached"
+        except OSError as e:
+            out[f"fork-{kind}"] = repr(e)
+
+# 26.19: a zombie creator, and a record whose pid is 2**70 (the run goes on)
+zombie = os.fork()
+if zombie == 0:
+    nu.SharedRegion.create("zombie", 1 << 20, prefault=False, kind="posix").close()
+    os._exit(0)
+while open(f"/proc/{zombie}/stat").read().rpartition(")")[2].split()[0] != "Z":
+    time.sleep(0.01)
+nu.SharedRegion.create("huge-pid", 1 << 20, prefault=False, kind="posix").close()
+path = "/dev/shm/numa_utils-huge-pid"
+rec = nu._file_record(path)[1]
+rec["pid"] = 2 ** 70
+raw = json.dumps(rec).encode()
+blob = raw + struct.pack("<8sIII", b"numa_utl", 1, len(raw), zlib.crc32(raw))
+fd = os.open(path, os.O_RDWR)
+os.pwrite(fd, blob, os.fstat(fd).st_size - len(blob))
+os.close(fd)
+time.sleep(0.7)
+got = {r["region"]: r for r in cli._our_segments(nu.LinuxBackend(), remove=True, min_age=0.5)}
+out["zombie"] = got.get("zombie", {}).get("action")
+out["huge-pid"] = got.get("huge-pid", {}).get("why")
+os.waitpid(zombie, 0)
+os.unlink(path)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.realkernel
+def test_real_lifecycle_repros():
+    got = run_private_shm(_REPROS, timeout=120)
+    assert got.returncode == 0, got.stdout + got.stderr
+    out = json.loads(got.stdout.strip().splitlines()[-1])
+    assert out["used"].startswith("used 0 s ago"), out
+    assert out["alive"].startswith("last user (pid ") and out["alive"].endswith("is alive"), out
+    assert out["gone"] == "removed", out
+    assert out["dry-sysv"] == out["dry-posix"] == ["would remove", "removed"], out
+    assert out["fork-sysv"] == out["fork-posix"] == "attached", out
+    assert out["zombie"] == "removed", out
+    assert out["huge-pid"] == (
+        "creator's pid '1180591620717411303424' is not a process id: damaged record"
+    ), out
+
+
+_TWINS = r"""
+import json
+import numa_utils as nu
+keys = nu._sysv_keys("twin")
+made = []
+class A(nu.LinuxBackend):
+    def shmget(self, key, size, flags):
+        if key == keys[0] and flags == 0 and b1:
+            b1.pop().destroy()                         # B1 goes while A looks at it
+        if key == keys[1] and flags & nu.IPC_CREAT and not made:
+            made.append(nu.SharedRegion.create("twin", 1 << 20, prefault=False))  # B2
+        return super().shmget(key, size, flags)
+b1 = [nu.SharedRegion.create("twin", 1 << 20, prefault=False)]
+try:
+    nu.SharedRegion.create("twin", 1 << 20, prefault=False, backend=A())
+    result = "A made it too"
+except FileExistsError as e:
+    result = str(e)
+held = [ln.split()[0] for ln in open("/proc/sysvipc/shm").read().splitlines()[1:]]
+print(json.dumps({"a": result, "b2": made[0].ipc_key, "keys": keys[:2],
+                  "held": [int(k) & 0xFFFFFFFF for k in held]}))
+made[0].destroy()
+"""
+
+
+@pytest.mark.realkernel
+def test_real_two_creates_of_one_name_never_both_succeed():
+    got = run_private_shm(_TWINS, timeout=60)
+    assert got.returncode == 0, got.stdout + got.stderr
+    out = json.loads(got.stdout.strip().splitlines()[-1])
+    assert "exists" in out["a"], out
+    assert out["b2"] == out["keys"][0] and out["held"] == [out["keys"][0]], out
+
+
+_TIMENS = r"""
+import json, subprocess, sys, time
+import numa_utils as nu, numa_utils_cli as cli
+made = []
+for kind in ("sysv", "posix"):
+    p = subprocess.Popen(["unshare", "--time", "--boottime", "100000", "--fork", sys.executable,
+        "-c", "import numa_utils as nu, sys\n"
+        f"r = nu.SharedRegion.create('tns-{kind}', 1 << 20, prefault=False, kind='{kind}')\n"
+        "r.close(); print('made', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = p.stdout.readline().strip()
+    if line != "made":
+        print(json.dumps({"skip": p.stderr.read().strip()[-300:]}))
+        sys.exit(0)
+    made.append(p)
+got = {r["region"]: r["why"] for r in cli._our_segments(nu.LinuxBackend(), remove=True,
+                                                        min_age=0)}
+for p in made:
+    p.stdin.close(); p.wait()
+gone = {r["region"]: r["action"] for r in cli._our_segments(nu.LinuxBackend(), remove=True,
+                                                             min_age=0)}
+print(json.dumps({"kept": got, "after": gone}))
+"""
+
+
+@pytest.mark.realkernel
+def test_real_creator_in_a_time_namespace_is_kept():
+    got = run_private_shm(_TIMENS, timeout=60)
+    assert got.returncode == 0, got.stdout + got.stderr
+    out = json.loads(got.stdout.strip().splitlines()[-1])
+    if "skip" in out:
+        pytest.skip(f"unshare --time not allowed here: {out['skip']}")
+    for kind in ("sysv", "posix"):
+        assert "another time namespace" in out["kept"][f"tns-{kind}"], out
+        assert out["after"][f"tns-{kind}"] == "removed", out
+
+
+_LOCKED = r"""
+import fcntl, json, os, subprocess, sys, time
+import numa_utils as nu
+nu._LOCK_WAIT = 0.5
+nu.SharedRegion.create("locked", 1 << 20, prefault=False, kind="posix", mode=0o644).close()
+holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys\n"
+    "os.setgroups([]); os.setresgid(65534, 65534, 65534); os.setresuid(65534, 65534, 65534)\n"
+    "fd = os.open('/dev/shm/numa_utils-locked', os.O_RDONLY)\n"
+    "fcntl.flock(fd, fcntl.LOCK_EX); print('locked', flush=True); sys.stdin.read()"],
+    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+assert holder.stdout.readline().strip() == "locked"
+t0 = time.monotonic()
+try:
+    nu.SharedRegion.attach("locked", kind="posix").close()
+    result = "attached"
+except TimeoutError as e:
+    result = str(e)
+took = time.monotonic() - t0
+holder.stdin.close(); holder.wait()
+os.unlink("/dev/shm/numa_utils-locked")
+print(json.dumps({"result": result, "took": took, "holder": holder.pid}))
+"""
+
+
+@pytest.mark.realkernel
+def test_real_another_users_lock_does_not_block_attach_for_ever():
+    if os.geteuid() != 0:
+        pytest.skip("needs root to hold the lock as another user")
+    got = run_private_shm(_LOCKED, timeout=30)
+    assert got.returncode == 0, got.stdout + got.stderr
+    out = json.loads(got.stdout.strip().splitlines()[-1])
+    assert f"by pid {out['holder']} (" in out["result"] and "uid 65534" in out["result"], out
+    assert out["took"] < 5, out
+
+
+# -- attach(wait=) ---------------------------------------------------------------------
+
+
+class _LateCreator(nusim.SimulatedBackend):
+    """An attacher whose third look finds the region made (by another process)."""
+
+    looks = 0
+
+    def shm_open(self, name, flags, mode):
+        self.looks += 1
+        if self.looks == 3:
+            _made(self.creator, "late", "posix").close()
+        return super().shm_open(name, flags, mode)
+
+    def shmget(self, key, size, flags):
+        if key == nu._sysv_key("late") and not flags:
+            self.looks += 1
+            if self.looks == 3:
+                _made(self.creator, "late", "sysv").close()
+        return super().shmget(key, size, flags)
+
+
+@pytest.mark.parametrize("kind", ["sysv", "posix"])
+def test_attach_waits_for_a_region_being_made(kind):
+    s = sim("single-node")
+    late = _LateCreator(fixture_root("single-node"), _kernel=s.kernel)
+    late.creator = s.process()
+    with pytest.raises(FileNotFoundError):
+        nu.SharedRegion.attach("late", kind=kind, backend=late)  # no wait: at once
+    r = nu.SharedRegion.attach("late", kind=kind, backend=late, wait=5)
+    assert r.size == MiB and late.looks >= 3
+    r.close()
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"region 'never' not made within 0.2 s: no "):
+        nu.SharedRegion.attach("never", kind=kind, backend=s.process(), wait=0.2)
+    assert 0.2 <= time.monotonic() - t0 < 2
+    for bad in (-1, True, "1", float("nan")):
+        with pytest.raises(ValueError, match="a number of seconds"):
+            nu.SharedRegion.attach("late", kind=kind, backend=s.process(), wait=bad)
+    _drop(s, "late", kind)
+    assert _counts(s) == (0, 0, 0)
+
+
+# -- the library's cleanup, and create(existing=) --------------------------------------
+
+
+def test_library_cleanup_returns_one_verdict_per_region():
+    s = sim("single-node")
+    dead = s.process()
+    _made(dead, "lib-dead", "sysv").close()
+    _made(dead, "lib-dead", "posix").close()
+    dead.exit()
+    busy = _made(s.process(), "lib-busy", "posix")
+    rows = nu.cleanup(min_age=0, backend=s)
+    got = {(r["region"], r["kind"]): (r["action"], r["why"]) for r in rows}
+    assert got == {
+        ("lib-dead", "sysv"): ("would remove", ""),
+        ("lib-dead", "posix"): ("would remove", ""),
+        ("lib-busy", "posix"): ("keep", "in use: a process holds its lock"),
+    }, got
+    rows = nu.cleanup("lib-dead", True, 0, backend=s)  # one key, positional arguments
+    assert sorted((r["kind"], r["action"]) for r in rows) == [
+        ("posix", "removed"),
+        ("sysv", "removed"),
+    ]
+    assert nu.cleanup(["lib-dead"], remove=True, backend=s) == []
+    for bad in (-1, True, float("nan"), "30"):
+        with pytest.raises(ValueError, match="a number of seconds"):
+            nu.cleanup(min_age=bad, backend=s)
+    busy.destroy()
+    assert _counts(s) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("kind", ["sysv", "posix"])
+def test_create_existing_replace_and_reuse(kind):
+    s = sim("single-node")
+    crashed = s.process()
+    old = _made(crashed, "restart", kind)
+    old.buffer()[0] = 7
+    with pytest.raises(ValueError, match="existing="):
+        nu.SharedRegion.create("restart", MiB, kind=kind, backend=s.process(), existing="x")
+    alive = s.process()
+    with pytest.raises(FileExistsError, match=r"not proven stale \(in use"):
+        nu.SharedRegion.create("restart", MiB, kind=kind, backend=alive, existing="replace")
+    peer = s.process()
+    same = nu.SharedRegion.create("restart", MiB, kind=kind, backend=peer, existing="reuse")
+    assert same.buffer()[0] == 7 and not same.created
+    same.close()
+    with pytest.raises(FileExistsError, match="existing='reuse' attaches only"):
+        nu.SharedRegion.create("restart", 2 * MiB, kind=kind, backend=peer, existing="reuse")
+    peer.exit()
+    crashed.exit()  # its engine died: the restart replaces it
+    new = nu.SharedRegion.create("restart", MiB, kind=kind, backend=alive, existing="replace")
+    assert new.created and new.buffer()[0] == 0
+    new.destroy()
+    assert _counts(s) == (0, 0, 0)
