@@ -7383,6 +7383,7 @@ class CudaPin:
         self._in_call: Dict[int, Tuple[int, int]] = {}  # thread id -> its chunk
         self._unsure: Set[int] = set()  # starts of chunks left in a call
         self._failed: List[Tuple[int, int, int]] = []  # (address, bytes, error)
+        self._running = 0  # pool threads that may still register
         # what stopped it: (reason, the exception, errno for strict)
         self._cause: Optional[Tuple[str, Optional[BaseException], int]] = None
 
@@ -7541,6 +7542,29 @@ class CudaPin:
         except BaseException as e:
             self._stopped_by(f"registering stopped by {e!r}", e)
 
+    def _pool_worker(self, todo: Iterator[Tuple[int, int]], device: Optional[int]) -> None:
+        """A thread of the pool: counted in ``_running`` while it may register."""
+        with self._lock:
+            if self._stop:
+                return
+            self._running += 1
+        try:
+            self._register_chunks(todo, device)
+        finally:
+            with self._lock:
+                self._running -= 1
+
+    def _wait_for_pool(self, pool: List[threading.Thread]) -> None:
+        """Wait until no thread of ``pool`` can register: stop them first.  Joins
+        alone are not enough: CPython 3.11's Thread.join, cut short by Ctrl-C while
+        the thread runs, marks it ended (bpo-45274's handler in
+        _wait_for_tstate_lock), and a second join returns at once."""
+        import time
+
+        _join(pool)
+        while self._running:
+            time.sleep(0.001)
+
     def _record(self, me: int, piece: Tuple[int, int], rc: int, took: float) -> None:
         with self._lock:
             if rc == 0:
@@ -7554,14 +7578,18 @@ class CudaPin:
             )
 
     def _start_threads(
-        self, todo: Iterator[Tuple[int, int]], nthreads: int, device: Optional[int]
-    ) -> List[threading.Thread]:
-        """Start ``nthreads - 1`` threads registering from ``todo``.  Each is listed
-        before it starts: an interrupt inside start() leaves it running, and joined."""
-        pool: List[threading.Thread] = []
+        self,
+        pool: List[threading.Thread],
+        todo: Iterator[Tuple[int, int]],
+        nthreads: int,
+        device: Optional[int],
+    ) -> None:
+        """Start ``nthreads - 1`` threads registering from ``todo``, listed in
+        ``pool`` before each starts: an interrupt inside start() (or before this
+        returns) leaves a thread running, which the undo then waits for."""
         for i in range(1, nthreads):
             t = threading.Thread(
-                target=self._register_chunks,
+                target=self._pool_worker,
                 args=(todo, device),
                 name=f"pin_for_cuda-{i}",
                 daemon=True,
@@ -7576,7 +7604,6 @@ class CudaPin:
                     errno.EAGAIN,
                 )
                 break
-        return pool
 
     def _map_for_device(self) -> None:
         """For a MAPPED registration: the GPU's address of ``addr``.  Each chunk is
@@ -7617,7 +7644,7 @@ class CudaPin:
         while True:
             try:
                 self._stop = True
-                _join(pool)
+                self._wait_for_pool(pool)
                 with self._lock:
                     # a call an exception cut short: registered or not, nobody knows
                     for piece in self._in_call.values():
@@ -7649,38 +7676,48 @@ class CudaPin:
                 self._give_up(f"prefault before registering failed: {e}", strict, e)
                 return
         pool: List[threading.Thread] = []
+        finished = False
         try:
             todo = iter(pieces)
-            pool = self._start_threads(todo, nthreads, device)
+            self._start_threads(pool, todo, nthreads, device)
             self._register_chunks(todo, None)
             _join(pool)
             self._map_for_device()
+            finished = True
         except BaseException as e:  # an interrupt between the steps
             self._stopped_by(f"registering stopped by {e!r}", e)
+        finally:
+            # Also reached when a second interrupt cuts the handler above short: the
+            # chunks are undone and that interrupt goes on.
+            self._settle(pool, finished, strict)
+
+    def _settle(self, pool: List[threading.Thread], finished: bool, strict: bool) -> None:
+        """Keep the chunks when all went well; else undo them and say why."""
         with self._lock:
             failed, cause = sorted(self._failed), self._cause
-        if not failed and cause is None:
+        if finished and not failed and cause is None:
             self.ok = not self._stop
             self._ended.set()
             return
         undone, late = self._undo(pool)
         calls = self._calls
         assert calls is not None
-        exc, err = late, errno.EIO
-        if failed:
+        what, exc, err = "registering stopped by an interrupt", late, errno.EIO
+        if cause is not None:
+            what, exc, err = cause[0], late or cause[1], cause[2]
+        if failed:  # named first; an interrupt besides is still raised
             start, n, rc = failed[0]
             self.error, self.failed_chunk = rc, (start, n)
             what = f"{calls.api.register}(0x{start:x}, {n}) failed: {_cuda_error(calls, rc)}"
-        else:
-            assert cause is not None
-            what, err = cause[0], cause[2]
-            exc = late or cause[1]
-        reason = f"{what}; {undone} chunk(s) already registered were unregistered"
+            err = errno.EIO
+        self.reason = f"{what}; {undone} chunk(s) already registered were unregistered"
         if exc is not None and not isinstance(exc, Exception):
-            self.reason = reason
             self._ended.set()
             raise exc
-        self._give_up(reason, strict, exc, err)
+        if cause is None and not failed:  # the interrupt in flight goes on
+            self._ended.set()
+            return
+        self._give_up(self.reason, strict, exc, err)
 
 
 def _cuda_error(calls: _PinCalls, rc: int) -> str:
@@ -7765,7 +7802,11 @@ def pin_for_cuda(
     device = _cuda_current_device(calls)
     fault = (lambda: _do_prefault(addr, size, backend=b)) if prefault else None
     if not background:
-        pin._run(pieces, nthreads, device, fault, strict)
+        try:
+            pin._run(pieces, nthreads, device, fault, strict)
+        except BaseException:  # no pin is returned, so nothing may stay registered
+            pin._undo([])
+            raise
         return pin
     pin._worker = threading.Thread(
         target=pin._run,

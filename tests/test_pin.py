@@ -254,6 +254,67 @@ def test_pin_ctrl_c_in_a_foreground_pin_leaves_nothing_registered(fake, threads,
     assert "unregister failed" not in out.stderr
 
 
+# The SIGINT storm: a child pins again and again while a thread of its own sends it
+# SIGINT every 0-3 ms; the handler raises KeyboardInterrupt only inside pin_for_cuda
+# (an interrupt in the loop itself measures nothing).  A second interrupt lands in the
+# undo of the first, in a join, in Thread.start: the fake's table must end empty
+# after each round.
+_STORM = r"""
+import ctypes, importlib.util, json, os, random, signal, sys, threading, time
+module, lib, threads, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+spec = importlib.util.spec_from_file_location("nu_child", module)
+nu = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(nu)
+fake = ctypes.CDLL(lib)
+ctypes.c_int.in_dll(fake, "delay_us").value = 300
+registered = ctypes.c_int.in_dll(fake, "n_registered")
+code = nu.pin_for_cuda.__code__
+
+
+def on_sigint(signum, frame):
+    while frame is not None:
+        if frame.f_code is code:
+            raise KeyboardInterrupt
+        frame = frame.f_back
+
+
+signal.signal(signal.SIGINT, on_sigint)
+leaked = interrupted = 0
+for i in range(rounds):
+    stop = threading.Event()
+
+    def storm(rnd=random.Random(i)):
+        while not stop.is_set():
+            time.sleep(rnd.uniform(0, 0.003))
+            os.kill(os.getpid(), signal.SIGINT)
+
+    sender = threading.Thread(target=storm)
+    sender.start()
+    pin = None
+    try:
+        pin = nu.pin_for_cuda(1 << 44, 64 << 20, chunk=1 << 20, threads=threads, cudart=lib)
+    except KeyboardInterrupt:
+        interrupted += 1
+    stop.set()
+    sender.join()
+    if pin is not None:
+        pin.close()
+    leaked += registered.value > 0
+    registered.value = 0
+print(json.dumps({"interrupted": interrupted, "leaked": leaked}))
+"""
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_pin_sigint_storm_leaves_nothing_registered(fake, threads):
+    argv = [sys.executable, "-c", _STORM, nu.__file__, fake.path, str(threads), "200"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout)
+    assert got["interrupted"] >= 100, got  # the storm did land
+    assert got["leaked"] == 0, got
+
+
 # -- NUMA_STRICT ----------------------------------------------------------------------
 
 
