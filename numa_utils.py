@@ -7366,7 +7366,7 @@ class CudaPin:
         self.ok = False
         self.addr, self.length, self.flags, self.threads = addr, length, flags, threads
         self.reason: Optional[str] = None  # why not registered ("libcudart not found" ...)
-        self.error: Optional[int] = None  # cudaError_t of the failing call, if any
+        self.error: Optional[int] = None  # cudaError_t (hipError_t) of the failing call
         self.failed_chunk: Optional[Tuple[int, int]] = None  # (address, bytes) of it
         self.device_pointer: Optional[int] = None
         self.library = library
@@ -7432,9 +7432,10 @@ class CudaPin:
             rc = calls.unregister(ctypes.c_void_p(start))
             with self._lock:
                 self._registered.pop()
-            if rc != 0:
-                calls.clear_error()
-            if rc != 0 and start not in self._unsure:
+            if rc == 0:
+                continue
+            calls.clear_error()
+            if start not in self._unsure:  # a chunk left in a call may not be registered
                 _warn_once(
                     f"{calls.api.unregister}:{rc}",
                     "numa_utils: host memory unregister failed: %s: %s",
