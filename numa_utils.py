@@ -7681,7 +7681,9 @@ class CudaPin:
         try:
             todo = iter(pieces)
             self._start_threads(pool, todo, nthreads, device)
-            self._register_chunks(todo, None)
+            # the caller's thread has its device; the background one starts on GPU 0
+            in_background = threading.current_thread() is self._worker
+            self._register_chunks(todo, device if in_background else None)
             _join(pool)
             self._map_for_device()
             finished = True

@@ -80,8 +80,14 @@ int API(GetLastError)(void) { int e = last_error; last_error = 0; return e; }
 const char *API(GetErrorString)(int e) {
     return e == 2 ? "out of memory (fake)" : e == 713 ? "not registered (fake)" : "error (fake)";
 }
-int API(GetDevice)(int *d) { *d = 0; return 0; }
-int API(SetDevice)(int d) { return 0; }
+int current_device = 0, n_set_device = 0;  /* the caller's; SetDevice calls made */
+int API(GetDevice)(int *d) { *d = current_device; return 0; }
+int API(SetDevice)(int d) {
+    pthread_mutex_lock(&mu);
+    n_set_device += d == current_device;
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
 """
 
 MiB = 1 << 20
@@ -171,6 +177,18 @@ def test_pin_background_thread_that_cannot_start_is_a_reason(fake, monkeypatch):
     with pytest.raises(OSError) as caught:
         nu.pin_for_cuda(BASE, MiB, background=True, strict=True, cudart=fake.path)
     assert caught.value.errno == errno.EAGAIN
+
+
+def test_pin_background_thread_selects_the_callers_device(fake):
+    # A new thread's current device is 0: the background thread, like each of the
+    # pool's, selects the caller's first; the caller's own thread never needs to.
+    fake.set("current_device", 3)
+    pin = nu.pin_for_cuda(BASE, 4 * MiB, chunk=MiB, background=True, cudart=fake.path)
+    assert pin.wait(10) and pin and fake.n_set_device == 1
+    pin.close()
+    pin = nu.pin_for_cuda(BASE, 4 * MiB, chunk=MiB, threads=2, cudart=fake.path)
+    assert pin and fake.n_set_device == 2
+    pin.close()
 
 
 # -- an exception or an interrupt midway ----------------------------------------------
