@@ -239,6 +239,11 @@ def _oserror(err: int, what: str, extra: str = "") -> OSError:
     return OSError(err, f"{what}: {os.strerror(err)}" + (f" ({extra})" if extra else ""))
 
 
+def _fmt_kb(kb: int) -> str:
+    e = min(3, (kb.bit_length() - 1) // 10) if kb >= 1024 else 0
+    return f"{kb / (1 << 10 * e):.1f} {'KMGT'[e]}iB" if e else f"{kb} KiB"
+
+
 class NotLiveError(OSError):
     """A syscall was asked of a backend that reads a saved tree, not the running system."""
 
@@ -8100,7 +8105,7 @@ def choose_node(
 
 
 # ---------------------------------------------------------------------------
-# CUDA pinning: cudaHostRegister in chunks from several threads.
+# GPU pinning: cudaHostRegister (ROCm: hipHostRegister) in chunks from several threads.
 # ---------------------------------------------------------------------------
 
 
@@ -8115,14 +8120,92 @@ class CudaHostRegisterFlag(enum.IntFlag):
 
 
 # Sonames tried by name (the loader's own search path) after torch and find_library;
-# newest first.  Never an absolute path.
-_CUDART_SONAMES = ("libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so")
+# newest first, CUDA's before ROCm's.  Never an absolute path.
+_CUDART_SONAMES = (
+    "libcudart.so.13",
+    "libcudart.so.12",
+    "libcudart.so.11.0",
+    "libcudart.so",
+    "libamdhip64.so.6",
+    "libamdhip64.so.5",
+    "libamdhip64.so",
+)
+
+
+class _PinApi(_Record):
+    """The entry points pinning calls in one runtime (cuda_runtime_api.h,
+    hip_runtime_api.h): the same signatures and the same flag values in both."""
+
+    runtime: str
+    register: str
+    unregister: str
+    error_string: str
+    last_error: str
+    get_device: str
+    set_device: str
+    device_pointer: str
+
+
+_PIN_APIS = (
+    _PinApi(
+        "CUDA",
+        "cudaHostRegister",
+        "cudaHostUnregister",
+        "cudaGetErrorString",
+        "cudaGetLastError",
+        "cudaGetDevice",
+        "cudaSetDevice",
+        "cudaHostGetDevicePointer",
+    ),
+    _PinApi(
+        "HIP",
+        "hipHostRegister",
+        "hipHostUnregister",
+        "hipGetErrorString",
+        "hipGetLastError",
+        "hipGetDevice",
+        "hipSetDevice",
+        "hipHostGetDevicePointer",
+    ),
+)
+
+
+def _entry(lib: ctypes.CDLL, name: str, restype: Any, *argtypes: Any) -> Any:
+    """``lib``'s function ``name`` with its prototype set, or None where it lacks it."""
+    fn = getattr(lib, name, None)
+    if fn is not None:
+        _proto(fn, restype, *argtypes)
+    return fn
+
+
+class _PinCalls:
+    """One loaded runtime's pinning calls; an optional one is None where the library
+    lacks it (a fake, an old runtime)."""
+
+    def __init__(self, lib: ctypes.CDLL, api: _PinApi) -> None:
+        c_int, c_void_p = ctypes.c_int, ctypes.c_void_p
+        self.api = api
+        self.register = _entry(lib, api.register, c_int, c_void_p, ctypes.c_size_t, ctypes.c_uint)
+        self.unregister = _entry(lib, api.unregister, c_int, c_void_p)
+        self.error_string = _entry(lib, api.error_string, ctypes.c_char_p, c_int)
+        self.last_error = _entry(lib, api.last_error, c_int)
+        self.get_device = _entry(lib, api.get_device, c_int, ctypes.POINTER(c_int))
+        self.set_device = _entry(lib, api.set_device, c_int, c_int)
+        self.device_pointer = _entry(
+            lib, api.device_pointer, c_int, ctypes.POINTER(c_void_p), c_void_p, ctypes.c_uint
+        )
+
+    def clear_error(self) -> None:
+        """Read (and so clear) the calling thread's "last error": left there, the
+        engine's next kernel-launch check reports it as its own."""
+        if self.last_error is not None:
+            self.last_error()
 
 
 def _cudart_candidates(b: Backend) -> List[str]:
     """Where libcudart may be, best first: the copy this process already loaded
     (torch imported it: /proc/self/maps), torch's lib dir and the nvidia-cuda-runtime
-    wheel beside it, ctypes.util.find_library, then sonames."""
+    wheel beside it, ctypes.util.find_library, then sonames (libamdhip64's last)."""
     import ctypes.util
     import glob
 
@@ -8146,28 +8229,41 @@ def _cudart_candidates(b: Backend) -> List[str]:
     return out + ([found] if found else []) + list(_CUDART_SONAMES)
 
 
-def _load_cudart(cudart: Any, b: Backend) -> Tuple[Optional[ctypes.CDLL], str]:
-    """(library, where) or (None, why not)."""
+def _in_library_path(names: List[str]) -> List[str]:
+    """``names``, each bare soname preceded by the copies of it in LD_LIBRARY_PATH as
+    the environment says it now.  The loader read that variable once, when the
+    process started: a test kit that sets it later would otherwise get the system's
+    copy of the library it named."""
+    dirs = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+    out: List[str] = []
+    for name in names:
+        if "/" not in name:
+            paths = [os.path.join(d, name) for d in dirs]
+            out += [p for p in paths if os.path.isfile(p)]
+        out.append(name)
+    return out
+
+
+def _load_cudart(cudart: Any, b: Backend) -> Tuple[Optional[_PinCalls], str]:
+    """(the runtime's calls, where it was found) or (None, why not)."""
     if isinstance(cudart, ctypes.CDLL):
         lib, where = cudart, getattr(cudart, "_name", "libcudart")
     else:
-        names = [cudart] if cudart is not None else _cudart_candidates(b)
-        found, where, errors = _dlopen(names)
+        names = [os.fspath(cudart)] if cudart is not None else _cudart_candidates(b)
+        found, where, errors = _dlopen(_in_library_path(names))
+        if found is None and cudart is None:
+            return None, "neither libcudart nor libamdhip64 found (tried " + ", ".join(names) + ")"
         if found is None:
-            return None, (
-                "libcudart not found (tried " + ", ".join(names) + ")"
-                if cudart is None
-                else f"cannot load {cudart}: {errors[-1]}"
-            )
+            return None, f"cannot load {cudart}: {errors[-1]}"
         lib = found
-    try:
-        reg, unreg, err = lib.cudaHostRegister, lib.cudaHostUnregister, lib.cudaGetErrorString
-    except AttributeError as e:
-        return None, f"{where} lacks the CUDA runtime API ({e})"
-    _proto(reg, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint)
-    _proto(unreg, ctypes.c_int, ctypes.c_void_p)
-    _proto(err, ctypes.c_char_p, ctypes.c_int)
-    return lib, where
+    for api in _PIN_APIS:
+        calls = _PinCalls(lib, api)
+        if calls.register is not None and calls.unregister is not None:
+            return calls, where
+    return (
+        None,
+        f"{where} lacks the CUDA runtime API and HIP's (no cudaHostRegister, no hipHostRegister)",
+    )
 
 
 def _proto(fn: Any, restype: Any, *argtypes: Any) -> None:
@@ -8189,13 +8285,23 @@ class CudaPinProgress(_Record):
 _PIN_CALL_MAX = 511 << 30
 
 
+def _join(threads: List[threading.Thread]) -> None:
+    """Wait for each of ``threads`` that runs.  One not yet running when the caller
+    has already set the stop flag finds it set and registers nothing."""
+    for t in threads:
+        if t.is_alive() and t is not threading.current_thread():
+            t.join()
+
+
 class CudaPin:
-    """Host memory registered with CUDA (``pin_for_cuda``).  Truthy when registered.
+    """Host memory registered with CUDA or HIP (``pin_for_cuda``).  Truthy when
+    registered.
 
     Use as a context manager or call ``close()``: every chunk is unregistered.  With
     ``background=True`` it is returned at once: ``ready`` says the work has ended
     (registered, or failed with ``reason``, ``error`` and ``failed_chunk``),
     ``wait(timeout)`` blocks until then, ``progress`` says how far it is.
+    ``device_pointer``: for a MAPPED registration, the GPU's address of ``addr``.
     """
 
     def __init__(
@@ -8203,26 +8309,42 @@ class CudaPin:
         addr: int,
         length: int,
         flags: int,
-        lib: Optional[ctypes.CDLL],
+        calls: Optional[_PinCalls],
         library: Optional[str],
         threads: int = 0,
     ) -> None:
         self.ok = False
         self.addr, self.length, self.flags, self.threads = addr, length, flags, threads
-        self.chunks: Tuple[Tuple[int, int], ...] = ()
         self.reason: Optional[str] = None  # why not registered ("libcudart not found" ...)
-        self.error: Optional[int] = None  # cudaError_t of the failing call, if any
+        self.error: Optional[int] = None  # cudaError_t (hipError_t) of the failing call
         self.failed_chunk: Optional[Tuple[int, int]] = None  # (address, bytes) of it
+        self.device_pointer: Optional[int] = None
         self.library = library
         self.progress = CudaPinProgress(0, 0, 0.0)
-        self._lib = lib
+        self._calls = calls
         self._lock = threading.Lock()
         self._ended = threading.Event()
         self._stop = False
         self._worker: Optional[threading.Thread] = None
+        # What the threads did, under _lock.  A chunk is in _in_call from before its
+        # call until its outcome is recorded: an exception between the two leaves it
+        # there, and the undo unregisters it (it may or may not have been registered).
+        self._registered: List[Tuple[int, int]] = []
+        self._in_call: Dict[int, Tuple[int, int]] = {}  # thread id -> its chunk
+        self._unsure: Set[int] = set()  # starts of chunks left in a call
+        self._failed: List[Tuple[int, int, int]] = []  # (address, bytes, error)
+        self._running = 0  # pool threads that may still register
+        # what stopped it: (reason, the exception, errno for strict)
+        self._cause: Optional[Tuple[str, Optional[BaseException], int]] = None
 
     def __bool__(self) -> bool:
         return self.ok
+
+    @property
+    def chunks(self) -> Tuple[Tuple[int, int], ...]:
+        """(address, bytes) of each chunk registered now, by address."""
+        with self._lock:
+            return tuple(sorted(self._registered))
 
     @property
     def ready(self) -> bool:
@@ -8241,22 +8363,34 @@ class CudaPin:
         """Stop a background registration, then unregister every chunk (idempotent).
         Failures are logged, not raised."""
         self._stop = True
-        if self._worker is not None and self._worker is not threading.current_thread():
-            self._worker.join()
+        if self._worker is not None:
+            _join([self._worker])
         self._release()
 
     def _release(self) -> None:
-        with self._lock:
-            lib, chunks = self._lib, self.chunks
-            self.ok, self.chunks = False, ()
-        for start, _size in chunks:
-            assert lib is not None
-            rc = lib.cudaHostUnregister(ctypes.c_void_p(start))
-            if rc != 0:
+        """Unregister every chunk, the last first.  A chunk leaves the list only after
+        its call: an interrupt between the two costs a second call, never a chunk left
+        registered with nothing to release it."""
+        calls = self._calls
+        while True:
+            with self._lock:
+                self.ok = False
+                if not self._registered:
+                    break
+                start = self._registered[-1][0]
+            assert calls is not None
+            rc = calls.unregister(ctypes.c_void_p(start))
+            with self._lock:
+                self._registered.pop()
+            if rc == 0:
+                continue
+            calls.clear_error()
+            if start not in self._unsure:  # a chunk left in a call may not be registered
                 _warn_once(
-                    f"cudaHostUnregister:{rc}",
-                    "numa_utils: cudaHostUnregister failed: %s",
-                    _cuda_error(lib, rc),
+                    f"{calls.api.unregister}:{rc}",
+                    "numa_utils: host memory unregister failed: %s: %s",
+                    calls.api.unregister,
+                    _cuda_error(calls, rc),
                 )
         self._ended.set()
 
@@ -8296,112 +8430,267 @@ class CudaPin:
                 "reason",
                 "error",
                 "failed_chunk",
+                "device_pointer",
                 "library",
                 "progress",
             )
         }
 
-    def _give_up(self, reason: str, strict: bool) -> None:
+    def _give_up(
+        self,
+        reason: str,
+        strict: bool,
+        cause: Optional[BaseException] = None,
+        err: int = errno.EIO,
+    ) -> None:
         """Unregister what was registered, then raise (strict) or log ``reason``."""
         self.reason = reason
         self._release()
-        _fail(
-            strict,
-            f"host memory not pinned for CUDA: {reason}",
-            None,
-            errno.EIO if self._lib is not None else errno.ENOENT,
-        )
+        if self._calls is None:
+            err = errno.ENOENT
+        if strict:
+            raise OSError(err, f"host memory not pinned for CUDA: {reason}") from cause
+        _fail(False, f"host memory not pinned for CUDA: {reason}")
+
+    def _stopped_by(self, what: str, exc: Optional[BaseException], err: int = errno.EIO) -> None:
+        """Stop every thread; the first cause is the one reported."""
+        with self._lock:
+            self._stop = True
+            if self._cause is None:
+                self._cause = (what, exc, err)
+
+    def _next_chunk(self, todo: Iterator[Tuple[int, int]]) -> Optional[Tuple[int, int]]:
+        """The next chunk to register, or None: all taken, one failed, or stopped.
+        Called under _lock."""
+        if self._failed or self._stop:
+            return None
+        return next(todo, None)
+
+    def _register_chunks(self, todo: Iterator[Tuple[int, int]], device: Optional[int]) -> None:
+        """Register chunks from ``todo`` until none is left, one fails or the pin is
+        stopped.  An exception here (KeyboardInterrupt in the main thread, anything
+        in another) stops the other threads too."""
+        import time
+
+        calls = self._calls
+        assert calls is not None
+        me = threading.get_ident()
+        try:
+            if device is not None and calls.set_device is not None:
+                calls.set_device(device)
+            while True:
+                with self._lock:
+                    piece = self._next_chunk(todo)
+                    if piece is None:
+                        return
+                    self._in_call[me] = piece
+                t0 = time.monotonic()
+                rc = calls.register(ctypes.c_void_p(piece[0]), piece[1], self.flags)
+                took = time.monotonic() - t0
+                if rc != 0:
+                    calls.clear_error()
+                self._record(me, piece, rc, took)
+        except BaseException as e:
+            self._stopped_by(f"registering stopped by {e!r}", e)
+
+    def _pool_worker(self, todo: Iterator[Tuple[int, int]], device: Optional[int]) -> None:
+        """A thread of the pool: counted in ``_running`` while it may register."""
+        with self._lock:
+            if self._stop:
+                return
+            self._running += 1
+        try:
+            self._register_chunks(todo, device)
+        finally:
+            with self._lock:
+                self._running -= 1
+
+    def _wait_for_pool(self, pool: List[threading.Thread]) -> None:
+        """Wait until no thread of ``pool`` can register: stop them first.  Joins
+        alone are not enough: CPython 3.11's Thread.join, cut short by Ctrl-C while
+        the thread runs, marks it ended (bpo-45274's handler in
+        _wait_for_tstate_lock), and a second join returns at once."""
+        import time
+
+        _join(pool)
+        while self._running:
+            time.sleep(0.001)
+
+    def _record(self, me: int, piece: Tuple[int, int], rc: int, took: float) -> None:
+        with self._lock:
+            if rc == 0:
+                self._registered.append(piece)
+            else:
+                self._failed.append((*piece, rc))
+            del self._in_call[me]
+            p = self.progress
+            self.progress = CudaPinProgress(
+                p.bytes + (0 if rc else piece[1]), p.calls + 1, max(p.longest_s, took)
+            )
+
+    def _start_threads(
+        self,
+        pool: List[threading.Thread],
+        todo: Iterator[Tuple[int, int]],
+        nthreads: int,
+        device: Optional[int],
+    ) -> None:
+        """Start ``nthreads - 1`` threads registering from ``todo``, listed in
+        ``pool`` before each starts: an interrupt inside start() (or before this
+        returns) leaves a thread running, which the undo then waits for."""
+        for i in range(1, nthreads):
+            t = threading.Thread(
+                target=self._pool_worker,
+                args=(todo, device),
+                name=f"pin_for_cuda-{i}",
+                daemon=True,
+            )
+            pool.append(t)
+            try:
+                t.start()
+            except RuntimeError as e:  # "can't start new thread": a pids or memory limit
+                self._stopped_by(
+                    f"could not start registering thread {i + 1} of {nthreads}: {e}",
+                    e,
+                    errno.EAGAIN,
+                )
+                break
+
+    def _map_for_device(self) -> None:
+        """For a MAPPED registration: the GPU's address of ``addr``.  Each chunk is
+        mapped on its own, so one address serves the whole range only where every
+        chunk lies at the same offset (unified addressing: the host's address)."""
+        calls = self._calls
+        assert calls is not None
+        mapped = self.flags & CudaHostRegisterFlag.MAPPED
+        if not mapped or calls.device_pointer is None or self._failed or self._stop:
+            return
+        offsets = set()
+        for start, _size in self.chunks:
+            dev = ctypes.c_void_p()
+            rc = calls.device_pointer(ctypes.byref(dev), ctypes.c_void_p(start), 0)
+            if rc != 0:
+                calls.clear_error()
+                self.error = rc
+                self._stopped_by(
+                    f"{calls.api.device_pointer}(0x{start:x}) failed: {_cuda_error(calls, rc)}",
+                    None,
+                )
+                return
+            offsets.add((dev.value or 0) - start)
+        if len(offsets) > 1:
+            self._stopped_by(
+                "the chunks' device addresses are not contiguous (no unified addressing): "
+                "pass chunk= at least the length for one device address",
+                None,
+            )
+            return
+        self.device_pointer = self.addr + offsets.pop()
+
+    def _undo(self, pool: List[threading.Thread]) -> Tuple[int, Optional[BaseException]]:
+        """Stop and wait for every thread, then unregister every chunk, to the end even
+        when a second Ctrl-C comes meanwhile: (chunks undone, that interrupt)."""
+        late: Optional[BaseException] = None
+        undone = 0
+        while True:
+            try:
+                self._stop = True
+                self._wait_for_pool(pool)
+                with self._lock:
+                    # a call an exception cut short: registered or not, nobody knows
+                    for piece in self._in_call.values():
+                        self._unsure.add(piece[0])
+                        self._registered.append(piece)
+                    self._in_call.clear()
+                    undone = max(undone, len(self._registered))
+                self._release()
+                return undone, late
+            except BaseException as e:
+                late = late or e
 
     def _run(
         self,
         pieces: List[Tuple[int, int]],
         nthreads: int,
         device: Optional[int],
-        caller: threading.Thread,
         fault: Optional[Callable[[], Any]],
         strict: bool,
     ) -> None:
-        """Register ``pieces`` from ``nthreads`` threads; on the first failure stop,
-        clear CUDA's error and unregister what was registered."""
-        import time
-
-        lib = self._lib
-        assert lib is not None
-        todo = iter(pieces)
-        done: List[Tuple[int, int, int]] = []  # (start, size, cudaError 0)
-        failed: List[Tuple[int, int, int]] = []  # (start, size, cudaError)
-
-        def worker() -> None:
-            if device is not None and threading.current_thread() is not caller:
-                lib.cudaSetDevice(device)
-            while True:
-                with self._lock:
-                    piece = None if failed or self._stop else next(todo, None)
-                if piece is None:
-                    return
-                t0 = time.monotonic()
-                rc = lib.cudaHostRegister(ctypes.c_void_p(piece[0]), piece[1], self.flags)
-                dt = time.monotonic() - t0
-                if rc != 0 and hasattr(lib, "cudaGetLastError"):
-                    # The error is also this thread's "last error": left there, the
-                    # engine's next kernel-launch check reports it as its own.
-                    lib.cudaGetLastError()
-                with self._lock:
-                    (failed if rc else done).append((*piece, rc))
-                    p = self.progress
-                    self.progress = CudaPinProgress(
-                        p.bytes + (0 if rc else piece[1]), p.calls + 1, max(p.longest_s, dt)
-                    )
-
-        try:
-            if fault is not None:
+        """Register ``pieces`` from ``nthreads`` threads, this one among them.  On a
+        failed call, a thread that cannot start, an exception or an interrupt: stop
+        them all, clear the runtime's error, unregister what was registered, say why
+        (KeyboardInterrupt and SystemExit are raised again)."""
+        if fault is not None:
+            try:
                 fault()
-            pool = [
-                threading.Thread(target=worker, name=f"pin_for_cuda-{i}", daemon=True)
-                for i in range(nthreads - 1)
-            ]
-            for t in pool:
-                t.start()
-            worker()
-            for t in pool:
-                t.join()
-        except Exception as e:  # the prefault failed: nothing was registered
-            self._give_up(f"prefault before registering failed: {e}", strict)
-            return
+            except Exception as e:  # nothing was registered yet
+                self._give_up(f"prefault before registering failed: {e}", strict, e)
+                return
+        pool: List[threading.Thread] = []
+        finished = False
+        try:
+            todo = iter(pieces)
+            self._start_threads(pool, todo, nthreads, device)
+            # the caller's thread has its device; the background one starts on GPU 0
+            in_background = threading.current_thread() is self._worker
+            self._register_chunks(todo, device if in_background else None)
+            _join(pool)
+            self._map_for_device()
+            finished = True
+        except BaseException as e:  # an interrupt between the steps
+            self._stopped_by(f"registering stopped by {e!r}", e)
+        finally:
+            # Also reached when a second interrupt cuts the handler above short: the
+            # chunks are undone and that interrupt goes on.
+            self._settle(pool, finished, strict)
+
+    def _settle(self, pool: List[threading.Thread], finished: bool, strict: bool) -> None:
+        """Keep the chunks when all went well; else undo them and say why."""
         with self._lock:
-            self.chunks = tuple(sorted((a, n) for a, n, _ in done))
-        if failed:
-            start, n, rc = min(failed)
-            self.error, self.failed_chunk = rc, (start, n)
-            self._give_up(
-                f"cudaHostRegister(0x{start:x}, {n}) failed: "
-                f"{_cuda_error(lib, rc)}; {len(done)} chunk(s) already "
-                "registered were unregistered",
-                strict,
-            )
-        else:
+            failed, cause = sorted(self._failed), self._cause
+        if finished and not failed and cause is None:
             self.ok = not self._stop
             self._ended.set()
+            return
+        undone, late = self._undo(pool)
+        calls = self._calls
+        assert calls is not None
+        what, exc, err = "registering stopped by an interrupt", late, errno.EIO
+        if cause is not None:
+            what, exc, err = cause[0], late or cause[1], cause[2]
+        if failed:  # named first; an interrupt besides is still raised
+            start, n, rc = failed[0]
+            self.error, self.failed_chunk = rc, (start, n)
+            what = f"{calls.api.register}(0x{start:x}, {n}) failed: {_cuda_error(calls, rc)}"
+            err = errno.EIO
+        self.reason = f"{what}; {undone} chunk(s) already registered were unregistered"
+        if exc is not None and not isinstance(exc, Exception):
+            self._ended.set()
+            raise exc
+        if cause is None and not failed:  # the interrupt in flight goes on
+            self._ended.set()
+            return
+        self._give_up(self.reason, strict, exc, err)
 
 
-def _cuda_error(lib: ctypes.CDLL, rc: int) -> str:
+def _cuda_error(calls: _PinCalls, rc: int) -> str:
     try:
-        text = lib.cudaGetErrorString(rc)
+        text = calls.error_string(rc) if calls.error_string is not None else None
     except Exception:  # a foreign library; its message is a nicety
         text = None
-    return f"cudaError {rc}" + (f" ({text.decode('utf-8', 'replace')})" if text else "")
+    if not text:
+        return f"{calls.api.runtime} error {rc}"
+    return f"{calls.api.runtime} error {rc} ({text.decode('utf-8', 'replace')})"
 
 
-def _cuda_current_device(lib: ctypes.CDLL) -> Optional[int]:
-    """The calling thread's CUDA device, or None (no cudaGetDevice, or it failed)."""
-    try:
-        get, put = lib.cudaGetDevice, lib.cudaSetDevice
-    except AttributeError:
+def _cuda_current_device(calls: _PinCalls) -> Optional[int]:
+    """The calling thread's device, or None (no cudaGetDevice, or it failed)."""
+    if calls.get_device is None or calls.set_device is None:
         return None
-    _proto(get, ctypes.c_int, ctypes.POINTER(ctypes.c_int))
-    _proto(put, ctypes.c_int, ctypes.c_int)
     dev = ctypes.c_int(-1)
-    return dev.value if get(ctypes.byref(dev)) == 0 and dev.value >= 0 else None
+    if calls.get_device(ctypes.byref(dev)) != 0 or dev.value < 0:
+        return None
+    return dev.value
 
 
 def pin_for_cuda(
@@ -8413,58 +8702,78 @@ def pin_for_cuda(
     flags: int = CudaHostRegisterFlag.PORTABLE,
     background: bool = False,
     prefault: bool = False,
-    strict: bool = False,
+    strict: Optional[bool] = None,
     cudart: Any = None,
     backend: Optional[Backend] = None,
 ) -> CudaPin:
-    """Pin ``buf`` (or an address and ``length``) for DMA with cudaHostRegister, one
-    call per ``chunk`` bytes (default 1 GiB; never 512 GiB or more).  Each call holds
-    the CUDA driver's lock, so the chunk bounds how long any other CUDA call of the
-    process (a kernel launch, a copy) waits behind it.
+    """Pin ``buf`` (or an address and ``length``) for DMA with cudaHostRegister (or
+    ROCm's hipHostRegister), one call per ``chunk`` bytes (default 1 GiB; never 512
+    GiB or more).  Each call holds the driver's lock, so the chunk bounds how long any
+    other GPU call of the process (a kernel launch, a copy) waits behind it.
 
     ``flags``: PORTABLE by default; add CudaHostRegisterFlag.MAPPED only when the GPU
-    must address the memory directly (that mapping costs device memory).
+    must address the memory directly (that mapping costs device memory); the pin's
+    ``device_pointer`` is then the GPU's address of the buffer.
     ``prefault=True`` first faults the pages in from several threads (``prefault()``),
     so that the driver, which faults on one thread, finds them present.  ``threads``:
     how many threads register (default 1: the driver serialises the calls anyway).
     ``background=True`` returns at once; see CudaPin.ready/wait/progress.
 
-    libcudart is the one torch already loaded, else ``ctypes.util.find_library``,
-    else a soname; ``cudart=`` (a path, soname or CDLL) overrides the search.  Without
-    CUDA, or when a chunk fails (CUDA's error is cleared and the chunks already
+    The runtime is the libcudart torch already loaded, else ``ctypes.util.find_library``,
+    else a soname, libamdhip64's last; ``cudart=`` (a path, soname or CDLL, CUDA's or
+    HIP's) is the one used, a soname looked up in LD_LIBRARY_PATH as set now.  Without
+    a runtime, or when a chunk fails (the error is cleared and the chunks already
     registered are unregistered), the CudaPin is falsy and ``reason`` says why;
-    ``strict=True`` raises OSError instead (not with ``background``).
+    ``strict=True`` (default: NUMA_STRICT) raises OSError instead (not with
+    ``background``).  Nothing stays registered on any way out but a returned pin: a
+    thread that cannot start or an exception undoes every chunk, and
+    KeyboardInterrupt is raised again once they are undone.
     """
     b = _b(backend)
+    strict = _strict_or_env(strict)
     addr, size = buffer_range(buf, length)
     page = b.page_size
     if chunk <= 0:
         raise ValueError(f"chunk must be positive, not {chunk}")
-    lib, where = _load_cudart(cudart, b)
+    calls, where = _load_cudart(cudart, b)
     # Interior chunk edges on page boundaries: two registrations must never share a
     # page (CUDA pins whole pages; overlapping ones fail as already registered).
     step = max(min(chunk, _PIN_CALL_MAX) // page * page, page)
     edges = [addr, *range(addr - addr % page + step, addr + size, step), addr + size]
     pieces = [(a, z - a) for a, z in zip(edges, edges[1:]) if z > a]
-    nthreads = min(max(1, threads or 1), len(pieces)) if lib is not None else 0
-    pin = CudaPin(addr, size, int(flags), lib, where if lib is not None else None, nthreads)
-    if lib is None or not pieces:
-        if lib is None:
+    nthreads = min(max(1, threads or 1), len(pieces)) if calls is not None else 0
+    pin = CudaPin(addr, size, int(flags), calls, where if calls is not None else None, nthreads)
+    if calls is None or not pieces:
+        if calls is None:
             pin._give_up(f"CUDA not available: {where}", strict)
-        pin.ok = lib is not None
+        pin.ok = calls is not None
         pin._ended.set()
         return pin
-    # A new thread's current CUDA device is 0: registering from it would create a
-    # context on GPU 0 (hundreds of MiB there) for an engine that runs on GPU 3.
-    # Each worker first selects the caller's device.
-    device = _cuda_current_device(lib)
+    # A new thread's current device is 0: registering from it would create a context
+    # on GPU 0 (hundreds of MiB there) for an engine that runs on GPU 3.  Each worker
+    # first selects the caller's device.
+    device = _cuda_current_device(calls)
     fault = (lambda: _do_prefault(addr, size, backend=b)) if prefault else None
-    args = (pieces, nthreads, device, threading.current_thread(), fault, strict and not background)
-    if background:
-        pin._worker = threading.Thread(target=pin._run, args=args, name="pin_for_cuda", daemon=True)
+    if not background:
+        try:
+            pin._run(pieces, nthreads, device, fault, strict)
+        except BaseException:  # no pin is returned, so nothing may stay registered
+            pin._undo([])
+            raise
+        return pin
+    pin._worker = threading.Thread(
+        target=pin._run,
+        args=(pieces, nthreads, device, fault, False),
+        name="pin_for_cuda",
+        daemon=True,
+    )
+    try:
         pin._worker.start()
-    else:
-        pin._run(*args)
+    except RuntimeError as e:  # "can't start new thread": a pids or memory limit
+        pin._give_up(f"could not start the registering thread: {e}", strict, e, errno.EAGAIN)
+    except BaseException:  # an interrupt inside start(): the thread may run; undo it
+        pin.close()
+        raise
     return pin
 
 
@@ -8643,11 +8952,6 @@ def _env_nodes(b: Optional[Backend]) -> Optional[FrozenSet[int]]:
 # ===========================================================================
 # status: the report a person reads instead of `numactl --hardware`.
 # ===========================================================================
-
-
-def _fmt_kb(kb: int) -> str:
-    e = min(3, (kb.bit_length() - 1) // 10) if kb >= 1024 else 0
-    return f"{kb / (1 << 10 * e):.1f} {'KMGT'[e]}iB" if e else f"{kb} KiB"
 
 
 def _tree_machine(b: Backend) -> Tuple[Optional[str], Optional[str], Optional[int]]:
