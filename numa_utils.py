@@ -46,12 +46,10 @@ from typing import (
     Iterator,
     List,
     Mapping,
-    NoReturn,
     Optional,
     Sequence,
     Set,
     Tuple,
-    Type,
     Union,
 )
 
@@ -781,21 +779,8 @@ def _get_libc() -> ctypes.CDLL:
         return _libc
 
 
-# Saved trees in one file.  Read into memory, never unpacked: nothing of an archive is
-# written to disk, so no member name or link can reach outside it.
-_TREE_MAX_TOTAL = 128 << 20  # an archive's bytes, uncompressed
+# Saved trees: every lookup walks the tree's own links (LinuxBackend._walk).
 _TREE_MAX_STEPS = 1 << 21  # path components one backend walks, all lookups together
-# What an archive may hold in memory, its names and folders included: a member's name
-# makes each of its folders (up to 128, each keyed by its whole path), so a small
-# archive of deep, distinct names would otherwise take gigabytes.  Each entry counts
-# its path and about what a dict slot, a key and a value cost besides.
-_TREE_ROOM_PER_BYTE = 4
-_TREE_ROOM_EXTRA = 4 << 20
-_TREE_ENTRY_COST = 128
-_TEXT_ARCHIVE = b"# numa_utils saved tree"
-_PCT_RE = re.compile(rb"%([0-9A-Fa-f]{2})")
-_ENTRY_RE = re.compile(rb"(?m)^>>> ([^\n]*)\n?")
-_UNESCAPE_RE = re.compile(rb"(?m)^\\")
 
 
 def _read_regular(path: str, limit: int, flags: int = 0) -> bytes:
@@ -826,211 +811,29 @@ def _read_regular(path: str, limit: int, flags: int = 0) -> bytes:
         os.close(fd)
 
 
-def _unquote(b: bytes) -> str:
-    if b"%" in b:
-        b = _PCT_RE.sub(lambda m: bytes((int(m.group(1), 16),)), b)
-    return b.decode("utf-8", "surrogateescape")
-
-
-class _Archive:
-    """A saved tree, read-only: a text archive (one ``>>> PATH`` line per entry, then
-    its contents: fake_sysfs/README.md has the format) or a tar, plain or compressed
-    (tools/gather.py --archive), held in memory; or a folder, its files read (and the
-    small ones kept) when first asked for.  Archive names are relative, without ".."
-    and at most 4,096 bytes and 128 components; only files, folders and symbolic links
-    (followed by LinuxBackend inside the tree)."""
+class _SavedFolder:
+    """A saved tree in a folder, read-only: each file read when first asked for (the
+    small ones kept).  LinuxBackend walks its links itself (``link``); a saved tree
+    in one file (text archive, tar) is numa_utils_sim.SavedArchive, which has the
+    same five methods."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.files: Dict[str, bytes] = {}
-        self.links: Dict[str, str] = {}
-        self.dirs: Dict[str, Dict[str, None]] = {"": {}}
-        self._room = 0  # bytes an archive's entries may still take (_count)
-        mode = os.stat(path).st_mode  # a stat opens nothing: a FIFO, a device
-        self.folder = stat.S_ISDIR(mode)
-        if self.folder:
-            return
-        if not stat.S_ISREG(mode):
-            self._bad("neither a folder nor a regular file")
-        try:
-            data = _read_regular(path, _TREE_MAX_TOTAL)
-        except OSError as e:
-            if e.errno != errno.EFBIG:
-                raise
-            self._bad(f"more than {_TREE_MAX_TOTAL >> 20} MiB")
-        (self._text if data.startswith(_TEXT_ARCHIVE) else self._tar)(data)
+        self._kept: Dict[str, bytes] = {}
 
     def link(self, rel: str) -> Optional[str]:
-        """The target of ``rel`` when it is a symbolic link (its folder resolved)."""
-        if not self.folder:
-            return self.links.get(rel)
+        """The target of ``rel`` when it is a symbolic link."""
         try:
             return os.readlink(f"{self.path}/{rel}")
         except OSError:  # not a link, or not there
             return None
 
-    def _bad(self, why: str) -> NoReturn:
-        raise ValueError(f"{self.path}: not a saved tree archive ({why})")
-
-    def _count(self, name: str, rel: str) -> None:
-        """Count one more entry, ``rel``, against the archive's room."""
-        self._room -= len(rel) + _TREE_ENTRY_COST
-        if self._room < 0:
-            self._bad(
-                f"refused member {_short(name, 60)}: its names and folders take more "
-                f"memory than {_TREE_ROOM_PER_BYTE} times the archive's size"
-            )
-
-    def _add(self, name: str, data: Optional[bytes] = None, link: Optional[str] = None) -> None:
-        rel = name.rstrip("/")
-        odd = "/" + rel + "/"
-        if "//" in odd or "/./" in odd or rel.startswith("./"):
-            rel = "/".join(p for p in name.split("/") if p not in ("", "."))
-        head, _, leaf = rel.rpartition("/")
-        if (
-            name.startswith("/")
-            or not rel
-            or "/../" in f"/{rel}/"
-            or rel.count("/") >= 128
-            or len(name) > 4096
-            or (link is not None and len(link) > 4096)
-        ):
-            self._bad(
-                f"refused member {_short(name, 60)}: names are relative, "
-                "without '..', at most 4,096 bytes and 128 components"
-            )
-        if head not in self.dirs:  # its folders, made once each
-            d = ""
-            for p in head.split("/"):
-                sub = f"{d}/{p}" if d else p
-                if sub in self.files or sub in self.links:
-                    self._bad(f"refused member {_short(name, 60)}: {sub!r} is not a folder")
-                if sub not in self.dirs:
-                    self._count(name, sub)
-                self.dirs[d][p] = None
-                self.dirs.setdefault(sub, {})
-                d = sub
-        if (
-            rel in self.dirs
-            and (data is not None or link is not None)
-            or rel in self.links
-            or (rel in self.files and data is None)
-        ):
-            self._bad(f"refused member {_short(name, 60)}: named twice")
-        self._count(name, rel)
-        self.dirs[head][leaf] = None
-        if data is not None:
-            self.files[rel] = data
-        elif link is not None:
-            self.links[rel] = link
-        else:
-            self.dirs.setdefault(rel, {})
-
-    def _tar(self, data: bytes) -> None:
-        import io
-        import tarfile
-        import zlib
-
-        kind = {b"\x1f\x8b": "gzip", b"BZ": "bz2", b"\xfd7": "lzma"}.get(data[:2])
-        try:
-            if kind is not None:
-                mod = __import__(kind)
-                bad: Tuple[Type[BaseException], ...] = (
-                    OSError,
-                    EOFError,
-                    ValueError,
-                    zlib.error,
-                    getattr(mod, "LZMAError", OSError),
-                )
-                try:
-                    with mod.open(io.BytesIO(data)) as z:
-                        data = z.read(_TREE_MAX_TOTAL + 1)
-                except bad as e:
-                    self._bad(f"{kind}: {e}")
-                if len(data) > _TREE_MAX_TOTAL:
-                    self._bad(f"more than {_TREE_MAX_TOTAL >> 20} MiB uncompressed")
-            self._room = _TREE_ROOM_PER_BYTE * len(data) + _TREE_ROOM_EXTRA
-            with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-                for m in tar:
-                    if m.isdir():
-                        self._add(m.name)
-                    elif m.issym():
-                        self._add(m.name, link=m.linkname)
-                    elif (
-                        m.isfile()
-                        and m.type != tarfile.GNUTYPE_SPARSE
-                        and m.offset_data + m.size <= len(data)
-                    ):
-                        self._add(m.name, data[m.offset_data : m.offset_data + m.size])
-                    else:
-                        self._bad(
-                            f"refused member {_short(m.name, 60)}: only files, "
-                            "folders and symbolic links, whole"
-                        )
-                end = tar.offset
-        except (tarfile.TarError, EOFError) as e:
-            self._bad(str(e) or type(e).__name__)
-        # tarfile stops quietly at a header it cannot read: only the end-of-archive
-        # block says that nothing was cut off.
-        if data[end : end + 512] != bytes(512):
-            self._bad(f"truncated or damaged at byte {end}")
-
-    def _text(self, data: bytes) -> None:
-        import base64
-
-        self._room = _TREE_ROOM_PER_BYTE * len(data) + _TREE_ROOM_EXTRA
-        parts = _ENTRY_RE.split(data)  # preamble, then (header, body) pairs
-        if any(ln and not ln.startswith(b"#") for ln in parts[0].split(b"\n")):
-            self._bad("text before the first '>>> PATH' line")
-        for i in range(1, len(parts), 2):
-            head, *flags = parts[i].split(b" ")
-            name, body = _unquote(head), parts[i + 1]
-            if flags[:1] == [b"->"] and len(flags) == 2 and not body:
-                self._add(name, link=_unquote(flags[1]))
-            elif name.endswith("/") and not flags and not body:
-                self._add(name)
-            elif flags == [b"base64"]:
-                try:
-                    self._add(name, base64.b64decode(body.replace(b"\n", b""), validate=True))
-                except ValueError as e:
-                    self._bad(f"{_short(name, 60)}: {e}")
-            elif flags in ([], [b"noeol"]):
-                if b"\\" in body:
-                    body = _UNESCAPE_RE.sub(b"", body)
-                self._add(name, body[:-1] if flags and body.endswith(b"\n") else body)
-            else:
-                self._bad(f"bad entry line {_short(parts[i].decode('utf-8', 'replace'))}")
-
-    def subtree(self) -> _Archive:
-        """The saved root in the archive: root/ (as tools/gather.py writes it) or the
-        archive's top when that holds sys/ or proc/; a folder is its own root."""
-        if self.folder:
-            return self
-        for base in ("root", ""):
-            if any(f"{base}/{d}".lstrip("/") in self.dirs for d in ("sys", "proc")):
-                break
-        else:
-            raise ValueError(f"{self.path}: no sys/ or proc/ in the archive (nor under root/)")
-        if base:
-            p, top = base + "/", self.dirs[base]
-            self.files = {k[len(p) :]: v for k, v in self.files.items() if k.startswith(p)}
-            self.links = {k[len(p) :]: v for k, v in self.links.items() if k.startswith(p)}
-            self.dirs = {k[len(p) :]: v for k, v in self.dirs.items() if k.startswith(p)}
-            self.dirs[""] = top
-        return self
+    def exists(self, rel: str) -> bool:
+        return os.access(f"{self.path}/{rel}", os.F_OK, follow_symlinks=False)
 
     def read(self, rel: str, path: str, limit: int) -> str:
         """``rel``'s text; ELOOP when it is a link (LinuxBackend then follows it)."""
-        data = self.files.get(rel)
-        if data is None and not self.folder:
-            err = (
-                errno.ELOOP
-                if rel in self.links
-                else errno.EISDIR
-                if rel in self.dirs
-                else errno.ENOENT
-            )
-            raise OSError(err, os.strerror(err), path)
+        data = self._kept.get(rel)
         if data is None:
             try:
                 data = _read_regular(f"{self.path}/{rel}", limit, os.O_NOFOLLOW)
@@ -1038,23 +841,31 @@ class _Archive:
                 e.filename = path  # the tree's path, not the disk's
                 raise
             if len(data) <= 1 << 16:
-                self.files[rel] = data
+                self._kept[rel] = data
         if len(data) > limit:
             raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB", path)
         return data.decode("utf-8", "replace")
 
     def listdir(self, rel: str, path: str) -> List[str]:
-        if self.folder:
-            try:
-                return os.listdir(f"{self.path}/{rel}")
-            except OSError as e:
-                e.filename = path
-                raise
-        names = self.dirs.get(rel)
-        if names is None:
-            err = errno.ENOTDIR if rel in self.files else errno.ENOENT
-            raise OSError(err, os.strerror(err), path)
-        return list(names)
+        try:
+            return os.listdir(f"{self.path}/{rel}")
+        except OSError as e:
+            e.filename = path
+            raise
+
+
+def _saved_folder(path: str) -> _SavedFolder:
+    """The saved tree in folder ``path``; ValueError for anything else (a file: an
+    archive, which numa_utils_sim.SavedArchive reads)."""
+    mode = os.stat(path).st_mode  # a stat opens nothing: a FIFO, a device
+    if stat.S_ISREG(mode):
+        raise ValueError(
+            f"{path}: a saved tree in one file (text archive or tar) is read by "
+            "numa_utils_sim.py: LinuxBackend(numa_utils_sim.SavedArchive(path))"
+        )
+    if not stat.S_ISDIR(mode):
+        raise ValueError(f"{path}: not a saved tree (neither a folder nor a regular file)")
+    return _SavedFolder(path)
 
 
 def _ns_link(kind: str) -> str:
@@ -1070,20 +881,26 @@ class LinuxBackend(Backend):
     """The Linux kernel, or a saved tree of it.
 
     ``root="/"`` is the running system.  Any other root is a saved tree: a directory
-    holding ``sys/`` and ``proc/``, or one file holding them (a text archive or a
-    tar, read into memory; ValueError when it is not one).  Files are read from
+    holding ``sys/`` and ``proc/``, or a tree object with the methods of
+    _SavedFolder (``path``, ``link``, ``exists``, ``read``, ``listdir``), such as
+    numa_utils_sim.SavedArchive for a tree saved in one file.  Files are read from
     there and every syscall is refused with NotLiveError, so a tree gathered on
     another machine never drives this machine's kernel.
     """
 
-    def __init__(self, root: str = "/", *, abi: Optional[Abi] = None) -> None:
+    def __init__(self, root: Any = "/", *, abi: Optional[Abi] = None) -> None:
+        tree: Any = None
+        if not isinstance(root, str):
+            tree, root = root, root.path
         self.root = os.path.abspath(root) if root else "/"
-        self.is_live = self.root == "/"
+        self.is_live = self.root == "/" and tree is None
         self.abi = abi if abi is not None else abi_for()
         self.page_size = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
         self._real_paths: Dict[str, str] = {}
         self._steps = 0
-        self._tree = None if self.is_live else _Archive(self.root).subtree()
+        if tree is None and not self.is_live:
+            tree = _saved_folder(self.root)
+        self._tree: Optional[_SavedFolder] = tree  # or any object with its methods
         self._me: Dict[str, Any] = {}  # whoami(), until a fork changes the pid
 
     def __repr__(self) -> str:
@@ -1101,7 +918,7 @@ class LinuxBackend(Backend):
     _TREE_MAX_READ = 64 << 20
     _SYSFS_MAX_READ = 1 << 20
 
-    def _walk(self, tree: _Archive, path: str, base: str = "") -> str:
+    def _walk(self, tree: _SavedFolder, path: str, base: str = "") -> str:
         """``path`` inside the tree with every link followed, iteratively: at most 40
         links per lookup (the kernel's MAXSYMLINKS), 512 components deep, and
         _TREE_MAX_STEPS components walked by this backend in all, so that no tree of
@@ -1130,7 +947,7 @@ class LinuxBackend(Backend):
             todo.extend(link.split("/")[::-1])
         return "/".join(cur)
 
-    def _rel(self, tree: _Archive, path: str, leaf_too: bool = True) -> str:
+    def _rel(self, tree: _SavedFolder, path: str, leaf_too: bool = True) -> str:
         """The tree-relative path of ``path`` with its links followed; with
         ``leaf_too=False`` but for its last component (a reader that opens it with
         O_NOFOLLOW learns that from ELOOP, without a lookup of its own)."""
@@ -1187,12 +1004,7 @@ class LinuxBackend(Backend):
             if e.errno == errno.ELOOP:  # a loop is worth a warning, not "absent"
                 raise
             return False
-        t = self._tree
-        return (
-            os.access(f"{t.path}/{rel}", os.F_OK, follow_symlinks=False)
-            if t.folder
-            else rel in t.files or rel in t.dirs
-        )
+        return bool(self._tree.exists(rel))
 
     def realpath(self, path: str) -> str:
         if self._tree is None:
@@ -9563,6 +9375,15 @@ def _backend_from_args(args: argparse.Namespace) -> Backend:
         sub = os.path.join(root, "root")
         hint = f"; did you mean {sub}?" if os.path.isdir(sub) else ""
         raise ValueError(f"--root {root}: not a saved tree (no sys/ or proc/ in it){hint}")
+    if os.path.isfile(root):
+        # A tree saved in one file: the simulator's file reads archives.
+        sim = _sibling("numa_utils_sim")
+        if sim is None:
+            raise ValueError(
+                f"--root {root}: a saved tree in one file needs numa_utils_sim.py beside "
+                f"{os.path.basename(__file__)} (or unpack it and give its folder)"
+            )
+        return LinuxBackend(sim.SavedArchive(root).subtree())
     return LinuxBackend(root)
 
 

@@ -21,6 +21,7 @@ import ctypes
 import errno
 import os
 import re
+import stat
 import struct
 import threading
 from typing import (
@@ -32,9 +33,11 @@ from typing import (
     Iterator,
     List,
     Mapping,
+    NoReturn,
     Optional,
     Sequence,
     Tuple,
+    Type,
 )
 
 __version__ = "0.1.0"
@@ -95,10 +98,246 @@ _fmt_size = _nu._fmt_size
 _oserror = _nu._oserror
 _pointer_bits = _nu._pointer_bits
 _selected = _nu._selected
+_short = _nu._short
 abi_for = _nu.abi_for
 decode_nodemask = _nu.decode_nodemask
 format_cpulist = _nu.format_cpulist
 read_topology = _nu.read_topology
+
+
+# -- saved trees in one file -------------------------------------------------------
+# Read into memory, never unpacked: nothing of an archive is written to disk.
+_TREE_MAX_TOTAL = 128 << 20  # an archive's bytes, uncompressed
+# What an archive may hold in memory, its names and folders included: a member's name
+# makes each of its folders (up to 128, each keyed by its whole path), so a small
+# archive of deep, distinct names would otherwise take gigabytes.  Each entry counts
+# its path and about what a dict slot, a key and a value cost besides.
+_TREE_ROOM_PER_BYTE = 4
+_TREE_ROOM_EXTRA = 4 << 20
+_TREE_ENTRY_COST = 128
+_TEXT_ARCHIVE = b"# numa_utils saved tree"
+_PCT_RE = re.compile(rb"%([0-9A-Fa-f]{2})")
+_ENTRY_RE = re.compile(rb"(?m)^>>> ([^\n]*)\n?")
+_UNESCAPE_RE = re.compile(rb"(?m)^\\")
+
+
+def _unquote(b: bytes) -> str:
+    if b"%" in b:
+        b = _PCT_RE.sub(lambda m: bytes((int(m.group(1), 16),)), b)
+    return b.decode("utf-8", "surrogateescape")
+
+
+class SavedArchive:
+    """A saved tree in one file, read-only: a text archive (one ``>>> PATH`` line per
+    entry, then its contents: fake_sysfs/README.md has the format) or a tar, plain or
+    compressed (tools/gather.py --archive), held in memory and never unpacked, so no
+    member name or link can reach outside it.  Names are relative, without ".." and
+    at most 4,096 bytes and 128 components; only files, folders and symbolic links
+    (followed by LinuxBackend inside the tree).  ``LinuxBackend(SavedArchive(path)
+    .subtree())`` reads it as numa_utils reads a saved folder; SimulatedBackend takes
+    the path itself."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.files: Dict[str, bytes] = {}
+        self.links: Dict[str, str] = {}
+        self.dirs: Dict[str, Dict[str, None]] = {"": {}}
+        self._room = 0  # bytes the entries may still take (_count)
+        mode = os.stat(path).st_mode  # a stat opens nothing: a FIFO, a device
+        if not stat.S_ISREG(mode):
+            self._bad("not a regular file")
+        try:
+            data = _nu._read_regular(path, _TREE_MAX_TOTAL)
+        except OSError as e:
+            if e.errno != errno.EFBIG:
+                raise
+            self._bad(f"more than {_TREE_MAX_TOTAL >> 20} MiB")
+        (self._text if data.startswith(_TEXT_ARCHIVE) else self._tar)(data)
+
+    def link(self, rel: str) -> Optional[str]:
+        """The target of ``rel`` when it is a symbolic link (its folder resolved)."""
+        return self.links.get(rel)
+
+    def exists(self, rel: str) -> bool:
+        return rel in self.files or rel in self.dirs or rel in self.links
+
+    def _bad(self, why: str) -> NoReturn:
+        raise ValueError(f"{self.path}: not a saved tree archive ({why})")
+
+    def _count(self, name: str, rel: str) -> None:
+        """Count one more entry, ``rel``, against the archive's room."""
+        self._room -= len(rel) + _TREE_ENTRY_COST
+        if self._room < 0:
+            self._bad(
+                f"refused member {_short(name, 60)}: its names and folders take more "
+                f"memory than {_TREE_ROOM_PER_BYTE} times the archive's size"
+            )
+
+    def _add(self, name: str, data: Optional[bytes] = None, link: Optional[str] = None) -> None:
+        rel = name.rstrip("/")
+        odd = "/" + rel + "/"
+        if "//" in odd or "/./" in odd or rel.startswith("./"):
+            rel = "/".join(p for p in name.split("/") if p not in ("", "."))
+        head, _, leaf = rel.rpartition("/")
+        if (
+            name.startswith("/")
+            or not rel
+            or "/../" in f"/{rel}/"
+            or rel.count("/") >= 128
+            or len(name) > 4096
+            or (link is not None and len(link) > 4096)
+        ):
+            self._bad(
+                f"refused member {_short(name, 60)}: names are relative, "
+                "without '..', at most 4,096 bytes and 128 components"
+            )
+        if head not in self.dirs:  # its folders, made once each
+            d = ""
+            for p in head.split("/"):
+                sub = f"{d}/{p}" if d else p
+                if sub in self.files or sub in self.links:
+                    self._bad(f"refused member {_short(name, 60)}: {sub!r} is not a folder")
+                if sub not in self.dirs:
+                    self._count(name, sub)
+                self.dirs[d][p] = None
+                self.dirs.setdefault(sub, {})
+                d = sub
+        if (
+            rel in self.dirs
+            and (data is not None or link is not None)
+            or rel in self.links
+            or (rel in self.files and data is None)
+        ):
+            self._bad(f"refused member {_short(name, 60)}: named twice")
+        self._count(name, rel)
+        self.dirs[head][leaf] = None
+        if data is not None:
+            self.files[rel] = data
+        elif link is not None:
+            self.links[rel] = link
+        else:
+            self.dirs.setdefault(rel, {})
+
+    def _tar(self, data: bytes) -> None:
+        import io
+        import tarfile
+        import zlib
+
+        kind = {b"\x1f\x8b": "gzip", b"BZ": "bz2", b"\xfd7": "lzma"}.get(data[:2])
+        try:
+            if kind is not None:
+                mod = __import__(kind)
+                bad: Tuple[Type[BaseException], ...] = (
+                    OSError,
+                    EOFError,
+                    ValueError,
+                    zlib.error,
+                    getattr(mod, "LZMAError", OSError),
+                )
+                try:
+                    with mod.open(io.BytesIO(data)) as z:
+                        data = z.read(_TREE_MAX_TOTAL + 1)
+                except bad as e:
+                    self._bad(f"{kind}: {e}")
+                if len(data) > _TREE_MAX_TOTAL:
+                    self._bad(f"more than {_TREE_MAX_TOTAL >> 20} MiB uncompressed")
+            self._room = _TREE_ROOM_PER_BYTE * len(data) + _TREE_ROOM_EXTRA
+            with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+                for m in tar:
+                    if m.isdir():
+                        self._add(m.name)
+                    elif m.issym():
+                        self._add(m.name, link=m.linkname)
+                    elif (
+                        m.isfile()
+                        and m.type != tarfile.GNUTYPE_SPARSE
+                        and m.offset_data + m.size <= len(data)
+                    ):
+                        self._add(m.name, data[m.offset_data : m.offset_data + m.size])
+                    else:
+                        self._bad(
+                            f"refused member {_short(m.name, 60)}: only files, "
+                            "folders and symbolic links, whole"
+                        )
+                end = tar.offset
+        except (tarfile.TarError, EOFError) as e:
+            self._bad(str(e) or type(e).__name__)
+        # tarfile stops quietly at a header it cannot read: only the end-of-archive
+        # block says that nothing was cut off.
+        if data[end : end + 512] != bytes(512):
+            self._bad(f"truncated or damaged at byte {end}")
+
+    def _text(self, data: bytes) -> None:
+        import base64
+
+        self._room = _TREE_ROOM_PER_BYTE * len(data) + _TREE_ROOM_EXTRA
+        parts = _ENTRY_RE.split(data)  # preamble, then (header, body) pairs
+        if any(ln and not ln.startswith(b"#") for ln in parts[0].split(b"\n")):
+            self._bad("text before the first '>>> PATH' line")
+        for i in range(1, len(parts), 2):
+            head, *flags = parts[i].split(b" ")
+            name, body = _unquote(head), parts[i + 1]
+            if flags[:1] == [b"->"] and len(flags) == 2 and not body:
+                self._add(name, link=_unquote(flags[1]))
+            elif name.endswith("/") and not flags and not body:
+                self._add(name)
+            elif flags == [b"base64"]:
+                try:
+                    self._add(name, base64.b64decode(body.replace(b"\n", b""), validate=True))
+                except ValueError as e:
+                    self._bad(f"{_short(name, 60)}: {e}")
+            elif flags in ([], [b"noeol"]):
+                if b"\\" in body:
+                    body = _UNESCAPE_RE.sub(b"", body)
+                self._add(name, body[:-1] if flags and body.endswith(b"\n") else body)
+            else:
+                self._bad(f"bad entry line {_short(parts[i].decode('utf-8', 'replace'))}")
+
+    def subtree(self) -> SavedArchive:
+        """The saved root in the archive: root/ (as tools/gather.py writes it) or the
+        archive's top when that holds sys/ or proc/."""
+        for base in ("root", ""):
+            if any(f"{base}/{d}".lstrip("/") in self.dirs for d in ("sys", "proc")):
+                break
+        else:
+            raise ValueError(f"{self.path}: no sys/ or proc/ in the archive (nor under root/)")
+        if base:
+            p, top = base + "/", self.dirs[base]
+            self.files = {k[len(p) :]: v for k, v in self.files.items() if k.startswith(p)}
+            self.links = {k[len(p) :]: v for k, v in self.links.items() if k.startswith(p)}
+            self.dirs = {k[len(p) :]: v for k, v in self.dirs.items() if k.startswith(p)}
+            self.dirs[""] = top
+        return self
+
+    def read(self, rel: str, path: str, limit: int) -> str:
+        """``rel``'s text; ELOOP when it is a link (LinuxBackend then follows it)."""
+        data = self.files.get(rel)
+        if data is None:
+            if rel in self.links:
+                err = errno.ELOOP
+            elif rel in self.dirs:
+                err = errno.EISDIR
+            else:
+                err = errno.ENOENT
+            raise OSError(err, os.strerror(err), path)
+        if len(data) > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB", path)
+        return data.decode("utf-8", "replace")
+
+    def listdir(self, rel: str, path: str) -> List[str]:
+        names = self.dirs.get(rel)
+        if names is None:
+            err = errno.ENOTDIR if rel in self.files else errno.ENOENT
+            raise OSError(err, os.strerror(err), path)
+        return list(names)
+
+
+def open_tree(path: str) -> Any:
+    """What LinuxBackend reads for ``path``: the path of a saved folder as it is, a
+    saved tree in one file as its SavedArchive."""
+    if os.path.isfile(path):
+        return SavedArchive(path).subtree()
+    return path
 
 
 class _Pol(_Record):
@@ -426,7 +665,7 @@ class SimulatedBackend(Backend):
                 f"({_nu.__file__}): copy both from one release"
             )
         self.root = os.path.abspath(root)
-        self._files = LinuxBackend(self.root)
+        self._files = LinuxBackend(open_tree(self.root))
         bits = 32 if arch in ("i386", "i686", "arm", "armv7l", "x32") else 64
         self.abi = abi_for(arch, bits)
         self.page_size = page_size if page_size else _DEFAULT_PAGE.get(self.abi.name, 4096)

@@ -24,15 +24,21 @@ def fixture_root(name: str) -> str:
     return str(FIXTURES_DIR / f"{name}.txt")
 
 
+def saved_backend(path) -> "nu.LinuxBackend":
+    """A LinuxBackend over the saved tree at ``path``: a folder, or a tree saved in one
+    file (numa_utils_sim.SavedArchive reads those)."""
+    return nu.LinuxBackend(nusim.open_tree(str(path)))
+
+
 def fixture_text(name: str, rel: str) -> str:
     """One file of fixture ``name``: "SOURCE.md", "expected.json", "root/proc/meminfo"."""
-    return nu._Archive(fixture_root(name)).files[rel].decode()
+    return nusim.SavedArchive(fixture_root(name)).files[rel].decode()
 
 
 def fixture_tree(name: str, dst, sub: str = "root") -> str:
     """A writable copy of fixture ``name``'s ``sub`` folder made at ``dst`` (for tests
     that damage a tree); ``dst`` as a string."""
-    a = nu._Archive(fixture_root(name))
+    a = nusim.SavedArchive(fixture_root(name))
     dst = pathlib.Path(dst)
     pre = sub + "/" if sub else ""
     dst.mkdir(parents=True, exist_ok=True)

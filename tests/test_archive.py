@@ -24,7 +24,16 @@ import tarfile
 import time
 
 import pytest
-from conftest import FIXTURES, FIXTURES_DIR, REPO, fixture_root, fixture_tree, nu, nusim
+from conftest import (
+    FIXTURES,
+    FIXTURES_DIR,
+    REPO,
+    fixture_root,
+    fixture_tree,
+    nu,
+    nusim,
+    saved_backend,
+)
 
 BASE = "qemu-x86_64-hmat-tiers"  # small, with tiers, HMAT links, weights, caches
 NODE = "root/sys/devices/system/node"
@@ -43,7 +52,7 @@ GATHER = _gather()
 
 def _entries(name=BASE):
     """Fixture ``name`` as {path: bytes or ("symlink", target)}."""
-    a = nu._Archive(fixture_root(name))
+    a = nusim.SavedArchive(fixture_root(name))
     out = dict(a.files)
     out.update({k: ("symlink", v) for k, v in a.links.items()})
     return out
@@ -126,7 +135,7 @@ def test_gather_archive_reads_like_the_folder(tmp_path, capsys, how, machine, ex
     argv += ["--archive", str(arc)] if how == "--archive" else [str(arc)]
     assert GATHER.main(argv) == 0
     capsys.readouterr()
-    a = nu._Archive(str(arc))
+    a = nusim.SavedArchive(str(arc))
     assert all("/initiators/" in k for k in a.links)
     assert "SOURCE.md" in a.files
     assert {k.split("/")[0] for k in [*a.files, *a.links]} == {"SOURCE.md", "root"}
@@ -177,14 +186,14 @@ def test_text_archive_round_trip_keeps_every_byte(tmp_path):
     }
     data = GATHER.pack_text(files)
     (tmp_path / "x.txt").write_bytes(data)
-    a = nu._Archive(str(tmp_path / "x.txt"))
+    a = nusim.SavedArchive(str(tmp_path / "x.txt"))
     assert a.files == {k: v for k, v in files.items() if not isinstance(v, tuple)}
     assert a.links == {"root/sys/link": "../sys/with space"}
     assert a.dirs["root/sys/folder"] == {}
     assert b"\n\\>>> root/sys/evil\n\\\\x\n\\\\\n>>>\n" in data
     assert b">>> root/sys/with%20space/100%25%20sure\n" in data
     assert b">>> root/sys/noeol noeol\n0-3\n" in data
-    b = nu.LinuxBackend(str(tmp_path / "x.txt"))
+    b = saved_backend(str(tmp_path / "x.txt"))
     assert b.read_text("/sys/link/100% sure") == "yes\n"
     assert sorted(b.listdir("/sys/link")) == ["100% sure"]
 
@@ -218,8 +227,8 @@ def test_repository_tracks_at_most_1000_files():
 def test_every_form_reads_alike(tmp_path, form):
     """LinuxBackend(DIR or FILE) and SimulatedBackend(DIR or FILE) see the same machine."""
     root = _write(tmp_path, _entries(), form)
-    want = nu.read_topology(backend=nu.LinuxBackend(fixture_root(BASE)))
-    assert nu.read_topology(backend=nu.LinuxBackend(root)) == want
+    want = nu.read_topology(backend=saved_backend(fixture_root(BASE)))
+    assert nu.read_topology(backend=saved_backend(root)) == want
     sim = nusim.SimulatedBackend(root)
     assert sim.topology.nodes == want.nodes
     assert sim.topology.memory_tiers == want.memory_tiers
@@ -289,7 +298,7 @@ def test_hostile_members_refused(tmp_path, member):
     _one_line_refusal(rc, err, "refused member")
     assert _listing(tmp_path) == before
     with pytest.raises(ValueError, match="refused member"):
-        nu.LinuxBackend(str(arc))
+        saved_backend(str(arc))
 
 
 def test_link_and_backslash_member_write_nothing_outside(tmp_path):
@@ -308,7 +317,7 @@ def test_link_and_backslash_member_write_nothing_outside(tmp_path):
     rc, rep, err, _ = _status(str(arc))
     assert rc == 0 and rep["nodes"], err
     assert _listing(tmp_path) == before
-    b = nu.LinuxBackend(str(arc))
+    b = saved_backend(str(arc))
     assert sorted(b.listdir("/d39")) == ["e", "e\\link"]
     assert b.read_text("/d39/e\\link") == "pwned\n"
     assert b.listdir("/d39/e") == b.listdir("/")  # ".." stops at the tree's root
@@ -321,7 +330,7 @@ def test_huge_pax_header_is_refused_by_the_size_bound(tmp_path, monkeypatch):
     """A 400 MiB pax header ended in MemoryError: the archive is bounded as a whole
     (128 MiB uncompressed) before tarfile reads a header; shown here with the bound
     at 1 MiB and a 2 MiB header (gzip'd and plain)."""
-    monkeypatch.setattr(nu, "_TREE_MAX_TOTAL", 1 << 20)
+    monkeypatch.setattr(nusim, "_TREE_MAX_TOTAL", 1 << 20)
     info = tarfile.TarInfo("root/sys/x")
     info.pax_headers = {"comment": "c" * (2 << 20)}
     for mode, name in (("w:gz", "big.tar.gz"), ("w", "big.tar")):
@@ -339,7 +348,7 @@ def test_pax_name_of_a_megabyte_is_refused_not_followed(tmp_path):
 
 _DEEP_FOLDERS = r"""
 import io, resource, sys, tarfile
-import numa_utils as nu
+import numa_utils_sim as nusim
 data = io.BytesIO()
 with tarfile.open(fileobj=data, mode="w:gz", format=tarfile.GNU_FORMAT) as tar:
     for i in range(1000):  # 1,000 folders of 126 components, each 4,031 bytes
@@ -350,7 +359,7 @@ with open(sys.argv[1], "wb") as f:
     f.write(data.getvalue())
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 try:
-    nu._Archive(sys.argv[1])
+    nusim.SavedArchive(sys.argv[1])
     what = "read"
 except ValueError as e:
     what = str(e)
@@ -396,7 +405,7 @@ def test_link_chain_is_bounded(tmp_path, form):
     assert time.monotonic() - t0 < 10
     assert rc == 0, err
     assert any("node0/meminfo" in w and "symbolic links" in w for w in rep["warnings"])
-    b = nu.LinuxBackend(root)
+    b = saved_backend(root)
     assert b.listdir("/sys/l3") == b.listdir("/sys/devices")  # 15 links: fine
 
 
@@ -410,7 +419,7 @@ def test_link_targets_of_1500_components_resolve_iteratively(tmp_path, form):
     rc, rep, err, _ = _status(root)
     assert rc == 0, err
     assert not any("meminfo" in w for w in rep["warnings"]), rep["warnings"]
-    b = nu.LinuxBackend(root)
+    b = saved_backend(root)
     assert b.read_text(f"/{NODE[5:]}/node0/meminfo").startswith("Node 0 MemTotal:")
     assert b.listdir("/sys/kernel/mm/x") == b.listdir("/sys/kernel/mm")
 
@@ -468,7 +477,7 @@ def test_damaged_archives_are_one_line_refusals(tmp_path, kind):
     rc, _, err, _ = _status(str(p))
     _one_line_refusal(rc, err)
     with pytest.raises(ValueError, match="not a saved tree archive"):
-        nu.LinuxBackend(str(p))
+        saved_backend(str(p))
 
 
 def test_garbage_and_empty_archives(tmp_path):
@@ -493,7 +502,7 @@ def test_a_root_neither_folder_nor_file_is_refused(tmp_path):
     rc, _, err, _ = _status(str(fifo))
     _one_line_refusal(rc, err, "neither a folder nor a regular file")
     with pytest.raises(ValueError, match="neither a folder nor a regular file"):
-        nu.LinuxBackend(str(fifo))
+        saved_backend(str(fifo))
 
 
 def test_status_escapes_names_a_saved_tree_holds(tmp_path):
@@ -619,7 +628,7 @@ def test_damaged_tree_gives_a_report_with_a_short_warning(tmp_path, form, what):
     elif what == "superscript-weight":
         assert sorted(rep["interleave_weights"]) == ["0", "1", "2"]
     elif what in ("superscript-numastat", "5000-digit-numastat"):
-        c = nu.counters(backend=nu.LinuxBackend(root))
+        c = nu.counters(backend=saved_backend(root))
         assert "numa_hit" not in c.nodes[0].numastat
         assert any("numastat" in p and len(p) < 300 for p in c.problems), c.problems
     elif what == "5000-digit-cache-size":

@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import ON_LINUX, fixture_root, live_kernel_has_policy_syscalls, nu, sim
+from conftest import ON_LINUX, fixture_root, live_kernel_has_policy_syscalls, nu, saved_backend, sim
 
 
 @pytest.fixture(autouse=True)
@@ -204,7 +204,7 @@ def test_bind_for_gpu_unknown_device():
 
 
 def test_saved_tree_is_never_bound():
-    b = nu.LinuxBackend(fixture_root("dual-socket-8gpu"))
+    b = saved_backend(fixture_root("dual-socket-8gpu"))
     r = nu.bind_to_node(0, backend=b)
     assert not r.cpus_applied and r.cpu_reason == "not-live"
     assert not r.memory.applied and r.memory.reason == "not-live"

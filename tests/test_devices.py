@@ -17,6 +17,7 @@ from conftest import (
     fixture_tree,
     nu,
     nusim,
+    saved_backend,
     sim,
 )
 
@@ -27,7 +28,7 @@ KIND_OF_CLASS = {0x0300: "display", 0x0108: "nvme", 0x0200: "net"}
 
 
 def _backends(name):
-    return [nu.LinuxBackend(fixture_root(name)), sim(name)]
+    return [saved_backend(fixture_root(name)), sim(name)]
 
 
 @pytest.mark.parametrize("b", _backends(PCI), ids=["tree", "sim"])
@@ -54,7 +55,7 @@ def test_devices_of_the_pci_guest(b):
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_gpus_and_devices_gpu_agree(name):
-    b = nu.LinuxBackend(fixture_root(name))
+    b = saved_backend(fixture_root(name))
     want = [(g.pci, g.node, g.node_source.split(",")[0]) for g in nu.gpus(backend=b)]
     assert [(d.address, d.node, d.node_source) for d in nu.devices("gpu", backend=b)] == want
 
@@ -100,7 +101,7 @@ def linked_tree(tmp_path_factory):
 
 
 def test_names_path_and_distance(linked_tree):
-    b = nu.LinuxBackend(linked_tree)
+    b = saved_backend(linked_tree)
     found = {d.address: d for d in nu.devices(backend=b)}
     for addr, w in ORACLE["pci"].items():
         if w["root_port"]:

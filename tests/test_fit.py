@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import FIXTURES, IN_PRIVATE_SHM, fixture_root, nu, sim
+from conftest import FIXTURES, IN_PRIVATE_SHM, fixture_root, nu, saved_backend, sim
 
 MiB = 1 << 20
 
@@ -211,7 +211,7 @@ def test_overcommit_shmmax_and_memlock_limits(tmp_path):
     }.items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(text)
-    b = nu.LinuxBackend(str(root))
+    b = saved_backend(str(root))
     b.geteuid = lambda: 1000  # root (CAP_IPC_LOCK) has no memlock limit
     r = nu.fit(64 * MiB, policy="default", kind="sysv", pin=True, backend=b)
     names = {x.name: x.allows for x in r.limits}

@@ -16,7 +16,16 @@ import signal
 import string
 
 import pytest
-from conftest import FIXTURES, cli, fixture_root, fixture_text, fixture_tree, nu
+from conftest import (
+    FIXTURES,
+    cli,
+    fixture_root,
+    fixture_text,
+    fixture_tree,
+    nu,
+    nusim,
+    saved_backend,
+)
 
 SCALE = max(1, int(os.environ.get("NUMA_UTILS_TEST_FUZZ_ITERATIONS", "1")))
 SECRET = "OUTSIDE-THE-TREE-7f3a"
@@ -120,7 +129,7 @@ def test_corrupted_fixture_trees(tmp_path, name):
         fixture_tree(name, root)
         os.symlink("../../secret", tmp_path / f"r{round_}" / "secret")
         done = _corrupt_tree(str(root), rnd, 12)
-        b = nu.LinuxBackend(str(root))
+        b = saved_backend(str(root))
         with deadline(20, f"seed {seed} ({done})"):
             topo = nu.read_topology(backend=b)
             rep = nu.status_report(backend=b)
@@ -139,7 +148,7 @@ def _samples(relname):
     """Real texts of one kind of file, from every fixture."""
     out = []
     for name in FIXTURES:
-        for rel, data in sorted(nu._Archive(fixture_root(name)).files.items()):
+        for rel, data in sorted(nusim.SavedArchive(fixture_root(name)).files.items()):
             if rel.rpartition("/")[2] == relname:
                 out.append(data.decode("utf-8", "replace"))
                 if len(out) > 40:
@@ -356,5 +365,5 @@ def test_cli_argument_fuzz():
 def test_repo_fixture_copies_untouched():
     """The corrupted trees were copies: the fixtures must be intact."""
     for name in FIXTURES:
-        nu.read_topology(backend=nu.LinuxBackend(fixture_root(name)))
+        nu.read_topology(backend=saved_backend(fixture_root(name)))
     assert fixture_text("dual-socket-8gpu", "root/sys/devices/system/cpu/online").strip()

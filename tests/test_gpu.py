@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import FIXTURES, fixture_root, nu
+from conftest import FIXTURES, fixture_root, fixture_tree, nu, nusim, saved_backend
 
 # Configuration must come from the test, never from the shell running it.
 _ENV_NAMES = (
@@ -27,7 +27,7 @@ def _clean_env(monkeypatch):
 
 
 def tree(name):
-    return nu.LinuxBackend(fixture_root(name))
+    return saved_backend(fixture_root(name))
 
 
 def _has_gpus(name):
@@ -115,7 +115,7 @@ class _Patched(nu.LinuxBackend):
     """A saved tree with some files replaced."""
 
     def __init__(self, root, files):
-        super().__init__(root)
+        super().__init__(nusim.open_tree(root))
         self.files = files
 
     def read_text(self, path):
@@ -255,7 +255,7 @@ def test_torch_seam_only_when_cuda_initialised(monkeypatch):
     assert nu._torch_bus_id(0) == "0000:9b:00.0"
 
 
-def test_never_imports_torch_or_loads_nvml_for_a_tree():
+def test_never_imports_torch_or_loads_nvml_for_a_tree(tmp_path):
     code = (
         "import sys, importlib.util as u; s = u.spec_from_file_location('nux', sys.argv[1]);"
         "m = u.module_from_spec(s); sys.modules['nux'] = m; s.loader.exec_module(m);"
@@ -264,7 +264,7 @@ def test_never_imports_torch_or_loads_nvml_for_a_tree():
         "assert 'torch' not in sys.modules; assert not m._nvml_cache; print('ok')"
     )
     p = subprocess.run(
-        [sys.executable, "-c", code, nu.__file__, fixture_root("dual-socket-8gpu")],
+        [sys.executable, "-c", code, nu.__file__, fixture_tree("dual-socket-8gpu", tmp_path / "t")],
         capture_output=True,
         text=True,
         timeout=60,
@@ -430,6 +430,7 @@ def test_env_parsing_errors_name_the_variable(monkeypatch, var, value):
 def test_copy_alone_reads_its_own_variables(tmp_path):
     """Without envs.py beside it, a copy reads its variables itself."""
     shutil.copy(nu.__file__, tmp_path / "vendored_numa.py")
+    tree = fixture_tree("gh200", tmp_path / "gh200")
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); import vendored_numa as m;"
         "b = m.LinuxBackend(sys.argv[2]);"
@@ -437,7 +438,7 @@ def test_copy_alone_reads_its_own_variables(tmp_path):
     )
     for policy, rc in (("bogus", 1), ("node", 0)):
         p = subprocess.run(
-            [sys.executable, "-c", code, str(tmp_path), fixture_root("gh200")],
+            [sys.executable, "-c", code, str(tmp_path), tree],
             capture_output=True,
             text=True,
             timeout=60,
@@ -447,7 +448,7 @@ def test_copy_alone_reads_its_own_variables(tmp_path):
     assert (
         "NUMA_UTILS_NUMA_BIND_POLICY='bogus'"
         in subprocess.run(
-            [sys.executable, "-c", code, str(tmp_path), fixture_root("gh200")],
+            [sys.executable, "-c", code, str(tmp_path), tree],
             capture_output=True,
             text=True,
             timeout=60,

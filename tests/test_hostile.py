@@ -11,7 +11,16 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, fixture_root, fixture_text, fixture_tree, nu, run_private_shm, sim
+from conftest import (
+    REPO,
+    fixture_root,
+    fixture_text,
+    fixture_tree,
+    nu,
+    run_private_shm,
+    saved_backend,
+    sim,
+)
 
 MiB = 1 << 20
 BIG = "9" * 400
@@ -73,7 +82,7 @@ def test_symlink_to_dev_zero_in_saved_tree_is_not_followed_out(tree):
     os.symlink("/dev/zero", tree / CPU / "online")  # absolute: inside the tree
     (tree / NODE / "online").unlink()
     os.symlink("../../../../../../../../dev/zero", tree / NODE / "online")
-    b = nu.LinuxBackend(str(tree))
+    b = saved_backend(str(tree))
     assert b._path(f"/{CPU}/online") == str(tree / "dev/zero")
     assert b._path(f"/{NODE}/online") == str(tree / "dev/zero")
     problems, secs = _topology_in_child(tree)
@@ -96,7 +105,7 @@ def test_absolute_symlink_inside_tree_resolves_in_tree(tree):
     node1 = (tree / NODE / "node1/meminfo").read_text()
     (tree / NODE / "node0/meminfo").unlink()
     os.symlink(f"/{NODE}/node1/meminfo", tree / NODE / "node0/meminfo")
-    b = nu.LinuxBackend(str(tree))
+    b = saved_backend(str(tree))
     assert b.read_text(f"/{NODE}/node0/meminfo") == node1
 
 
@@ -104,14 +113,14 @@ def test_symlink_loop_in_tree_is_an_error_not_a_recursion(tree):
     os.symlink("b", tree / "a")
     os.symlink("a", tree / "b")
     with pytest.raises(OSError):
-        nu.LinuxBackend(str(tree)).read_text("/a")
+        saved_backend(str(tree)).read_text("/a")
 
 
 def test_oversized_file_in_saved_tree_is_refused(tree):
     with open(tree / CPU / "online", "wb") as f:
         f.truncate(nu.LinuxBackend._TREE_MAX_READ + 4096)
     with pytest.raises(OSError) as e:
-        nu.LinuxBackend(str(tree)).read_text(f"/{CPU}/online")
+        saved_backend(str(tree)).read_text(f"/{CPU}/online")
     assert "larger than" in str(e.value)
 
 
@@ -183,7 +192,7 @@ def test_region_nodes_bounded():
 def test_node_dir_a_file_is_a_problem(tree):
     shutil.rmtree(tree / NODE)
     (tree / NODE).write_text("not a directory\n")
-    t = nu.read_topology(backend=nu.LinuxBackend(str(tree)))
+    t = nu.read_topology(backend=saved_backend(str(tree)))
     assert any(NODE in p for p in t.problems), t.problems
 
 
@@ -202,7 +211,7 @@ def test_node_dir_unreadable_is_a_problem(tree):
 def test_node_dir_with_non_ascii_digit_is_ignored(tree):
     (tree / NODE / "node\u00b3").mkdir()
     (tree / NODE / "online").unlink()
-    t = nu.read_topology(backend=nu.LinuxBackend(str(tree)))
+    t = nu.read_topology(backend=saved_backend(str(tree)))
     assert set(t.nodes) == {0, 1}
 
 
@@ -520,7 +529,7 @@ def test_status_root_without_sys_or_proc(tmp_path, folder):
     ],
 )
 def test_status_root_describes_the_trees_machine(name, machine):
-    rep = nu.status_report(backend=nu.LinuxBackend(fixture_root(name)))
+    rep = nu.status_report(backend=saved_backend(fixture_root(name)))
     k = rep["kernel"]
     release = fixture_text(name, "root/proc/sys/kernel/osrelease")
     assert k["release"] == release.strip()
@@ -534,7 +543,7 @@ def test_status_root_describes_the_trees_machine(name, machine):
 def test_status_root_says_what_it_cannot_know(tmp_path):
     d = tmp_path / "t"
     fixture_tree("sparse-ids", d)  # a 5.14 kernel: no arch
-    rep = nu.status_report(backend=nu.LinuxBackend(str(d)))
+    rep = nu.status_report(backend=saved_backend(str(d)))
     assert rep["kernel"]["abi"] is None and rep["kernel"]["machine"] is None
     assert any("does not record its machine" in w for w in rep["warnings"])
     (d / "proc/self").mkdir(exist_ok=True)
@@ -542,7 +551,7 @@ def test_status_root_says_what_it_cannot_know(tmp_path):
         "10000000 default heap anon=2 dirty=2 N0=2 kernelpagesize_kB=64\n"
         "7fff00000000 default file=/x huge anon=1 dirty=1 N0=1 kernelpagesize_kB=2048\n"
     )
-    rep = nu.status_report(backend=nu.LinuxBackend(str(d)))
+    rep = nu.status_report(backend=saved_backend(str(d)))
     assert rep["kernel"]["page_size"] == 65536
 
 
@@ -554,7 +563,7 @@ def test_gather_saves_arch_and_page_size(tmp_path):
         timeout=120,
     )
     assert out.returncode == 0, out.stderr
-    rep = nu.status_report(backend=nu.LinuxBackend(str(tmp_path / "g/root")))
+    rep = nu.status_report(backend=saved_backend(str(tmp_path / "g/root")))
     if os.path.exists("/proc/sys/kernel/arch"):
         assert rep["kernel"]["machine"] == os.uname().machine
     if os.path.exists("/proc/self/numa_maps"):

@@ -10,13 +10,13 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, cli, fixture_root, fixture_tree, nu, sim
+from conftest import REPO, cli, fixture_root, fixture_tree, nu, saved_backend, sim
 
 FOUR = "four-node-asym"  # nodes 0-3, 16 CPUs each, all with memory
 
 
 def _nodes(text, fixture=FOUR, **kw):
-    b = nu.LinuxBackend(fixture_root(fixture))
+    b = saved_backend(fixture_root(fixture))
     return sorted(nu.parse_nodestring(text, backend=b, **kw))
 
 
@@ -83,7 +83,7 @@ def _pci_tree(tmp_path, numa_node):
     net = root / "sys/class/net/eth9"
     net.mkdir(parents=True)
     (net / "device").symlink_to(os.path.relpath(dev, net))  # relative, as sysfs's
-    return nu.LinuxBackend(str(root))
+    return saved_backend(str(root))
 
 
 def _parse_typed(spec, backend):
@@ -108,7 +108,7 @@ def test_device_forms_read_sysfs_locality(tmp_path, monkeypatch):
         "lo\t00000000\t00000000\t0001\t0\t0\t0\t00000000\n"
         "eth9\t0000010A\t00000000\t0001\t0\t0\t0\t0000FFFF\n"
     )
-    b = nu.LinuxBackend(str(tmp_path / "root"))  # a saved tree is read as it was
+    b = saved_backend(str(tmp_path / "root"))  # a saved tree is read as it was
     import socket
 
     looked_up = []
@@ -525,10 +525,10 @@ def test_shm_ordering_rules(argv, msg, capsys):
 
 
 def test_run_node_takes_numactls_grammar():
-    b = nu.LinuxBackend(fixture_root("container-cpuset"))
+    b = saved_backend(fixture_root("container-cpuset"))
     assert cli._single_node("+0", b) == 1  # the cpuset's first node
     with pytest.raises(ValueError, match="2 nodes, not one"):
-        cli._single_node("0,1", nu.LinuxBackend(fixture_root(FOUR)))
+        cli._single_node("0,1", saved_backend(fixture_root(FOUR)))
     with pytest.raises(ValueError, match="out of range"):
         cli._single_node("0", b)
 

@@ -15,10 +15,22 @@ import shutil
 import subprocess
 
 import pytest
-from conftest import FIXTURES, cli, fixture_root, fixture_text, fixture_tree, nu, sim
+from conftest import (
+    FIXTURES,
+    cli,
+    fixture_root,
+    fixture_text,
+    fixture_tree,
+    nu,
+    nusim,
+    saved_backend,
+    sim,
+)
 
 NUMA_FIXTURES = [
-    f for f in FIXTURES if "root/sys/devices/system/node" in nu._Archive(fixture_root(f)).dirs
+    f
+    for f in FIXTURES
+    if "root/sys/devices/system/node" in nusim.SavedArchive(fixture_root(f)).dirs
 ]
 MiB = 1 << 20
 
@@ -27,7 +39,7 @@ class Overlay(nu.LinuxBackend):
     """A saved tree with some files replaced (text) or made unreadable (an exception)."""
 
     def __init__(self, root, files):
-        super().__init__(root)
+        super().__init__(nusim.open_tree(root))
         self.files = dict(files)
 
     def read_text(self, path):
@@ -45,7 +57,7 @@ class Overlay(nu.LinuxBackend):
 
 
 def tree(name):
-    return nu.LinuxBackend(fixture_root(name))
+    return saved_backend(fixture_root(name))
 
 
 def no_sleep(_seconds):
@@ -124,7 +136,7 @@ def test_bad_numastat_line_keeps_the_good_ones(tmp_path):
         "numa_hit 0\nnuma_miss 17\nnuma_foreign 8\ninterleave_hit 1100\n"
         "local_node -17\nother_node 17\n"
     )
-    b = nu.LinuxBackend(str(root))
+    b = saved_backend(str(root))
     snap = nu.counters(backend=b)
     assert snap[0].numa_miss == 17 and "local_node" not in snap[0].numastat
     assert snap.problems

@@ -8,16 +8,16 @@ import json
 import re
 
 import pytest
-from conftest import FIXTURES, cli, fixture_root, fixture_text, nu, sim
+from conftest import FIXTURES, cli, fixture_root, fixture_text, nu, nusim, saved_backend, sim
 
 
 def _status_text(name):
-    return nu._render_status(nu.status_report(backend=nu.LinuxBackend(fixture_root(name))))
+    return nu._render_status(nu.status_report(backend=saved_backend(fixture_root(name))))
 
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_nodes_line_counts_and_lists(name):
-    rep = nu.status_report(backend=nu.LinuxBackend(fixture_root(name)))
+    rep = nu.status_report(backend=saved_backend(fixture_root(name)))
     line = next(ln for ln in nu._render_status(rep).splitlines() if ln.startswith("NODES:"))
     k = rep["kernel"]
     m = re.match(
@@ -50,7 +50,7 @@ def test_hugepages_say_which_number_is_free():
 def _llc_from_files(root, cpu):
     """(level, size text) of the highest cache level of ``cpu``, read directly from
     the archive's entries."""
-    files = nu._Archive(root).files
+    files = nusim.SavedArchive(root).files
     d = f"root/sys/devices/system/cpu/cpu{cpu}/cache/"
     best = (0, None)
     for rel in files:
@@ -68,7 +68,7 @@ def _llc_from_files(root, cpu):
 )
 def test_cpu_summary_like_lscpu(name):
     root = fixture_root(name)
-    rep = nu.status_report(backend=nu.LinuxBackend(root))
+    rep = nu.status_report(backend=saved_backend(root))
     line = next(ln for ln in nu._render_status(rep).splitlines() if ln.startswith("CPUs:"))
     cpus = [c for c in rep["cpus"].values() if c["online"]]
     packages = {c["package"] for c in cpus}

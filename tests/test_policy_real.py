@@ -6,7 +6,7 @@ import mmap
 
 import kernel_checks as kc
 import pytest
-from conftest import live_kernel_has_policy_syscalls, nu
+from conftest import live_kernel_has_policy_syscalls, nu, saved_backend
 
 pytestmark = [
     pytest.mark.realkernel,
@@ -131,7 +131,7 @@ def test_seccomp_eperm_falls_back():
 def test_saved_tree_refuses_real_syscalls(buf):
     from conftest import fixture_root
 
-    b = nu.LinuxBackend(fixture_root("dual-socket-8gpu"))
+    b = saved_backend(fixture_root("dual-socket-8gpu"))
     res = nu.interleave(buf, backend=b)
     assert not res and res.reason == "not-live"
     with pytest.raises(nu.NotLiveError):

@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from conftest import nu, sim
+from conftest import nu, saved_backend, sim
 
 MiB = 1 << 20
 
@@ -142,7 +142,7 @@ def test_real_fallback_when_populate_is_einval(monkeypatch):
 
 
 def test_not_live_backend_refuses():
-    b = nu.LinuxBackend(str(sim("single-node").root))
+    b = saved_backend(str(sim("single-node").root))
     with pytest.raises(nu.NotLiveError):
         nu.prefault(0x10000, 4096, backend=b)
 

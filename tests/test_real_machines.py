@@ -9,7 +9,7 @@ import json
 import os
 
 import pytest
-from conftest import nu
+from conftest import nu, saved_backend
 
 NODE = "sys/devices/system/node"
 CPU = "sys/devices/system/cpu"
@@ -89,7 +89,7 @@ def _offline_node0(tmp_path):
 
 def test_offline_node_in_kernel_lists_is_cut_once_with_a_warning(tmp_path):
     root = _offline_node0(tmp_path)
-    t = nu.read_topology(backend=nu.LinuxBackend(str(root)))
+    t = nu.read_topology(backend=saved_backend(str(root)))
     assert set(t.nodes) == {1}
     assert t.nodes_with_memory == t.nodes_with_cpus == frozenset({1})
     assert t.nodes[1].has_normal_memory is True
@@ -192,7 +192,7 @@ def test_core_id_is_read_per_cpu_not_taken_from_a_sibling(tmp_path):
         pair = "0-1" if c < 2 else "2-3"
         files[f"{t}/thread_siblings_list"] = pair + "\n"
     root = _write(tmp_path / "t", files)
-    t = nu.read_topology(backend=nu.LinuxBackend(str(root)))
+    t = nu.read_topology(backend=saved_backend(str(root)))
     assert [t.cpus[c].core for c in range(4)] == [0, 1, 2, 3]
     assert t.cpus[1].siblings == frozenset({0, 1}) and t.cpus[1].package == 0
 
@@ -215,7 +215,7 @@ def test_cache_sharing_falls_back_to_shared_cpu_map(tmp_path):
             }
         )
     root = _write(tmp_path / "t", files)
-    t = nu.read_topology(backend=nu.LinuxBackend(str(root)))
+    t = nu.read_topology(backend=saved_backend(str(root)))
     assert t.cpus[0].llc == t.cpus[1].llc == frozenset({0, 1})
     assert t.cpus[3].llc == frozenset({2, 3})
     rc, rep, err = _status(root)

@@ -7,13 +7,13 @@ import os
 import re
 
 import pytest
-from conftest import fixture_root, fixture_tree, nu, sim
+from conftest import fixture_root, fixture_tree, nu, saved_backend, sim
 
 MiB = 1 << 20
 
 
 def topo(name):
-    return nu.read_topology(backend=nu.LinuxBackend(fixture_root(name)))
+    return nu.read_topology(backend=saved_backend(fixture_root(name)))
 
 
 def counts(backend, start, length):
@@ -104,7 +104,7 @@ def _copy(name, tmp_path):
 def test_malformed_files_are_problems_not_crashes(tmp_path, rel, text, what):
     root = _copy("cxl-memory-node", tmp_path)
     (root / rel).write_text(text)
-    t = nu.read_topology(backend=nu.LinuxBackend(str(root)))
+    t = nu.read_topology(backend=saved_backend(str(root)))
     assert any(what in p for p in t.problems), t.problems
     json.dumps(nu.to_json(t))
     nu.memory_node_choice(t)
@@ -337,7 +337,7 @@ def test_set_weights_needs_root_and_valid_weights():
 
 def test_set_weights_refuses_a_saved_tree():
     with pytest.raises(OSError):
-        nu.set_interleave_weights({0: 2}, backend=nu.LinuxBackend(fixture_root("cxl-memory-node")))
+        nu.set_interleave_weights({0: 2}, backend=saved_backend(fixture_root("cxl-memory-node")))
 
 
 def test_suggest_weights_like_the_kernel():
@@ -363,7 +363,7 @@ def test_gather_saves_tier_files(tmp_path):
         check=True,
         capture_output=True,
     )
-    a = nu.read_topology(backend=nu.LinuxBackend(str(out / "root")))
+    a = nu.read_topology(backend=saved_backend(str(out / "root")))
     b = topo("cxl-memory-node")
     assert a.nodes == b.nodes and a.memory_tiers == b.memory_tiers
     assert a.interleave_weights == b.interleave_weights

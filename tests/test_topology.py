@@ -4,12 +4,12 @@ import json
 import os
 
 import pytest
-from conftest import FIXTURES, fixture_root, fixture_text, fixture_tree, nu
+from conftest import FIXTURES, fixture_root, fixture_text, fixture_tree, nu, saved_backend
 
 
 def _read(name_or_root):
     root = name_or_root if os.path.isdir(name_or_root) else fixture_root(name_or_root)
-    return nu.read_topology(backend=nu.LinuxBackend(root))
+    return nu.read_topology(backend=saved_backend(root))
 
 
 @pytest.mark.parametrize("name", FIXTURES)
@@ -200,7 +200,7 @@ def test_llc_counts_only_unified_and_data_caches(tree):
 
 def _looked_up(root):
     """read_topology of saved tree ``root`` and every path it read or listed."""
-    b = nu.LinuxBackend(str(root))
+    b = saved_backend(str(root))
     seen = []
     for name in ("read_text", "listdir", "exists"):
         real = getattr(b, name)

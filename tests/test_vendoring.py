@@ -7,7 +7,7 @@ import subprocess
 import sys
 import textwrap
 
-from conftest import REPO, fixture_root
+from conftest import REPO, fixture_root, fixture_tree
 
 
 def _run(code, cwd):
@@ -31,15 +31,17 @@ def _vendor(tmp_path, engine, *files):
 
 
 def test_copy_under_another_name_in_a_package(tmp_path):
+    four = fixture_tree("four-node-asym", tmp_path / "four")
+    one = fixture_tree("single-node", tmp_path / "one")
     _vendor(tmp_path, "lightllm", "numa_utils.py")
     p = _run(
         f"""
         import sys
         from lightllm.utils import numa_utils as nu
         assert "numa_utils" not in sys.modules, "imported itself by its own name"
-        t = nu.read_topology(backend=nu.LinuxBackend({fixture_root("four-node-asym")!r}))
+        t = nu.read_topology(backend=nu.LinuxBackend({four!r}))
         assert len(t.nodes) == 4
-        assert nu.main(["status", "--root", {fixture_root("single-node")!r}]) == 0
+        assert nu.main(["status", "--root", {one!r}]) == 0
         print("ok")
     """,
         tmp_path,
@@ -100,6 +102,7 @@ def test_import_reads_nothing_and_loads_no_library(tmp_path):
 
 
 def test_engine_prefix_set_with_configure(tmp_path):
+    one = fixture_tree("single-node", tmp_path / "one")
     _vendor(tmp_path, "engine", "numa_utils.py", "envs.py")
     p = _run(
         f"""
@@ -107,11 +110,11 @@ def test_engine_prefix_set_with_configure(tmp_path):
         from engine.utils import numa_utils as nu
         nu.configure(env_prefix="LIGHTLLM_")
         os.environ["LIGHTLLM_ENABLE_NUMA_INTERLEAVE"] = "yes"
-        rep = nu.status_report(backend=nu.LinuxBackend({fixture_root("single-node")!r}))
+        rep = nu.status_report(backend=nu.LinuxBackend({one!r}))
         cfg = rep["config"]
         assert cfg["LIGHTLLM_ENABLE_NUMA_INTERLEAVE"] == {{"value": True, "source": "env"}}, cfg
         os.environ["LIGHTLLM_NUMA_STRICT"] = "maybe"
-        rep = nu.status_report(backend=nu.LinuxBackend({fixture_root("single-node")!r}))
+        rep = nu.status_report(backend=nu.LinuxBackend({one!r}))
         assert "LIGHTLLM_NUMA_STRICT" in rep["config_error"], rep.get("config_error")
         print("ok")
     """,
@@ -123,6 +126,7 @@ def test_engine_prefix_set_with_configure(tmp_path):
 def test_copy_alone_answers_other_commands_with_one_line(tmp_path):
     """Without numa_utils_cli.py beside it, a command other than status is one line
     naming the file to copy, and exit status 2; status still works."""
+    one = fixture_tree("single-node", tmp_path / "one")
     _vendor(tmp_path, "lightllm", "numa_utils.py")
     # -S: no site-packages, where tox (pip install .) puts an installed numa_utils_cli
     # that the copy would rightly use.
@@ -146,7 +150,7 @@ def test_copy_alone_answers_other_commands_with_one_line(tmp_path):
             "lightllm.utils.numa_utils",
             "status",
             "--root",
-            fixture_root("single-node"),
+            one,
         ],
         cwd=str(tmp_path),
         capture_output=True,

@@ -180,9 +180,9 @@ def extract(data: bytes, dest: str) -> None:
 def unpack_text(path: str, dest: str) -> None:
     """A fixture's text archive as a folder (the oracle reads files by path)."""
     sys.path.insert(0, REPO)
-    import numa_utils as nu
+    import numa_utils_sim as nusim
 
-    a = nu._Archive(path)
+    a = nusim.SavedArchive(path)
     for rel in a.dirs:
         os.makedirs(os.path.join(dest, rel), exist_ok=True)
     for rel, data in a.files.items():
@@ -464,10 +464,10 @@ TIER_KEYS = False
 def _tier_keys_known() -> bool:
     sys.path.insert(0, REPO)
     import numa_utils as nu
+    import numa_utils_sim as nusim
 
-    return "memory_tiers" in nu.to_json(
-        nu.read_topology(backend=nu.LinuxBackend(os.path.join(FIXTURES_DIR, "no-node-dir.txt")))
-    )
+    tree = nusim.open_tree(os.path.join(FIXTURES_DIR, "no-node-dir.txt"))
+    return "memory_tiers" in nu.to_json(nu.read_topology(backend=nu.LinuxBackend(tree)))
 
 
 def _tier_oracle(topo: dict, root: str, ids: List[int], notes: List[str]):
@@ -572,8 +572,9 @@ def diff(want, got, path="") -> List[str]:
 def compare_with_numa_utils(root: str, exp: dict) -> List[str]:
     sys.path.insert(0, REPO)
     import numa_utils as nu
+    import numa_utils_sim as nusim
 
-    got = nu.to_json(nu.read_topology(backend=nu.LinuxBackend(root)))
+    got = nu.to_json(nu.read_topology(backend=nu.LinuxBackend(nusim.open_tree(root))))
     problems = got.pop("problems", [])
     out = [f"read_topology problem: {p}" for p in problems]
     return out + diff(exp, got)
