@@ -3775,7 +3775,8 @@ def _record_fields_ok(rec: Any, seg: int) -> bool:
         return False
     if "layout" in rec and type(rec["layout"]) is not str:
         return False
-    size, page = rec.get("size", 0), rec.get("page_size", 0)
+    size = rec.get("size", 0)
+    page = rec.get("page_size", 0)
     if type(size) is not int or size <= 0:
         return False
     if not _page_size_ok(page):
@@ -3996,6 +3997,13 @@ def _region_policy(
     return mode, ids, _strict_or_env(strict), policy is not None
 
 
+def _reserved_kb(topo: Topology, node: int) -> Set[int]:
+    """The huge page sizes (kB) with pages reserved on ``node``."""
+    if node not in topo.nodes:
+        return set()
+    return {kb for kb, h in topo.nodes[node].hugepages.items() if h.total}
+
+
 def _huge_size(
     hugepages: Union[bool, int, str, None], b: Backend, nodes: Optional[FrozenSet[int]]
 ) -> int:
@@ -4005,24 +4013,24 @@ def _huge_size(
         return 0
     topo = read_topology(backend=b)
     targets = nodes if nodes else (default_memory_nodes(topo) or frozenset(topo.nodes))
-    have = [
-        {kb for kb, h in topo.nodes[n].hugepages.items() if h.total} if n in topo.nodes else set()
-        for n in targets
-    ]
-    sizes_kb = set.intersection(*have) if have else set()
+    have = {n: _reserved_kb(topo, n) for n in targets}  # the sizes reserved there
+    sizes_kb = set.intersection(*have.values()) if have else set()
     if hugepages is True:
         if not sizes_kb:
+            bare = [n for n in targets if not have[n]]
             raise OSError(
                 errno.ENOMEM,
-                f"no huge pages reserved on {_nodes_txt(targets)}: "
+                f"no huge pages reserved on {_nodes_txt(bare or targets)}: "
                 "reserve some (e.g. nodeN/hugepages/hugepages-2048kB/nr_hugepages) "
                 "or use hugepages=False",
             )
         return (2048 if 2048 in sizes_kb else min(sizes_kb)) * 1024
     nbytes = _parse_size(hugepages) if isinstance(hugepages, str) else int(hugepages or 0)
-    if nbytes // 1024 not in sizes_kb:
+    kb = nbytes // 1024
+    if kb not in sizes_kb:
+        short = [n for n in targets if kb not in have[n]]
         raise OSError(
-            errno.ENOMEM, f"no {nbytes >> 10} kB huge pages reserved on {_nodes_txt(targets)}"
+            errno.ENOMEM, f"no {nbytes >> 10} kB huge pages reserved on {_nodes_txt(short)}"
         )
     return nbytes
 
@@ -4689,16 +4697,20 @@ def _record_page_check(b: Backend, addr: int, kind: str, page: int, what: str) -
     vma = None
     if kind == "sysv":
         vma = _vma_entry(b, addr)
-    big = page > b.page_size and addr % page == 0  # a huge page aligns its mapping
+    base = b.page_size
+    aligned = addr % page == 0
+    big = page > base and aligned  # a huge page aligns its mapping
     if vma is not None and vma.huge:
-        # hugetlb: numa_maps prints its page size once a page is in.
-        ok = big and (not vma.pages_total or vma.page_size_kb * 1024 == page)
+        ok = big
+        if vma.pages_total:
+            # numa_maps prints a hugetlb VMA's page size once a page is in.
+            ok = big and vma.page_size_kb * 1024 == page
     elif vma is None and kind == "sysv":
         # No numa_maps (a kernel without NUMA): base pages or an aligned huge page.
-        ok = big or page == b.page_size
+        ok = big or page == base
     else:
         # A /dev/shm file (tmpfs), a SysV segment numa_maps does not call huge.
-        ok = page == b.page_size
+        ok = page == base
     if not ok:
         raise ValueError(f"{what}: damaged identity record (page_size: not the mapping's)")
 
@@ -4714,11 +4726,14 @@ def _room_apply(b: Backend, addr: int, length: int, lay: Layout) -> None:
     say so already; the room's page then lands as the data's would."""
     mem, allowed, _ = _memory_nodes(b)
     usable = mem & allowed
-    if not usable or not b.abi.supported:
+    if not usable:
+        return
+    if not b.abi.supported:
         return
     last = lay[len(lay) - 1]
     named = last.nodes or lay.nodes or usable
-    node = min(named & usable or named)
+    mine = named & usable
+    node = min(mine or named)
     mode = Mode.PREFERRED
     if last.policy == "prefer" and last.nodes == {node}:
         mode = Mode.BIND
@@ -5013,9 +5028,10 @@ class SharedRegion:
             cpus = _extent_cpus(b, lay) if prefault else None
             region.policies = _layout_apply(b, addr, page, lay, strict)
             region._policy = region.policies[0]
-            data = region._size
-            _room_apply(b, addr + data, region._mapped - data, lay)
-            if created:
+            room = region._mapped - region._size
+            _room_apply(b, addr + region._size, room, lay)
+            if created:  # the room's pages, then the record: nobody can attach before
+                b.touch(addr + region._size, room)
                 _record_write(addr, region._mapped, rec)
             if thp:
                 b.madvise(addr, region._mapped, MADV_HUGEPAGE)

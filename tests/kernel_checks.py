@@ -1273,6 +1273,67 @@ def _access_dict(acc):
     return rec
 
 
+def _maps_lines_from(env, start, end):
+    """The numa_maps lines of VMAs starting in [start, end): this process's own file on
+    a real kernel, the simulated one's otherwise."""
+    if env.real:
+        with open("/proc/self/numa_maps") as fh:
+            text = fh.read()
+    else:
+        text = env.backend.read_text("/proc/self/numa_maps")
+    out = []
+    for line in text.splitlines():
+        if start <= int(line.split(" ", 1)[0], 16) < end:
+            out.append(line)
+    return out
+
+
+def check_record_room(env):
+    """A region's identity record sits in a room of its own: 64 MiB interleaved over
+    two nodes shows exactly equal data pages N0/N1 on the data's numa_maps line, bound
+    to the second node its data line holds that node only, and the room is a
+    separate line (its own VMA, another policy) whose pages sit on a node the data's
+    policy allows (SysV and POSIX; raw numa_maps lines, parsed here)."""
+    (region_cls,) = env.need("SharedRegion")
+    env.need_numa()
+    nodes = env.memory_nodes[:2]
+    if len(nodes) < 2:
+        raise Skip("one usable memory node")
+    size = 64 << 20  # the size issue 26 measured; 256 pages in the simulator
+    if not env.real:
+        size = 256 * env.page_size
+    npages = size // env.page_size
+    cases = [
+        ("interleave", nodes, even_split(nodes, npages, env.page_size)),
+        ("bind", nodes[1:], {nodes[1]: size}),
+    ]
+    out = {}
+    for kind in ("sysv", "posix"):
+        for policy, on, want in cases:
+            key = f"numa_utils_check_{os.getpid()}_room_{kind}_{policy}"
+            region = region_cls.create(
+                key, size, policy=policy, nodes=on, kind=kind, backend=env.backend
+            )
+            try:
+                end = region.address + region._mapped
+                lines = _maps_lines_from(env, region.address, end)
+                name = f"{kind}-{policy}"
+                assert len(lines) == 2, f"{name}: {lines}"
+                data, room = lines
+                got = {n: v for n, v in raw_counts(data).items() if v}
+                assert got == want, f"{name}: data {got} != {want}: {data}"
+                assert int(room.split()[0], 16) == region.address + region.size, room
+                assert room.split()[1] != data.split()[1], f"{name}: {room} / {data}"
+                assert set(raw_counts(room)) <= set(on), f"{name}: room {room}"
+                pl = {int(n): v for n, v in region.placement().items() if v}
+                assert pl == want, f"{name}: placement() {pl}"
+                out[name] = {"data": data[:160], "room": room[:160]}
+            finally:
+                region.close()
+                region.destroy()
+    return out
+
+
 def check_tiers_api(env):
     """read_topology(): nodes[n].tier, nodes[n].access (HMAT access class 0) and
     memory_tiers equal what QEMU was told (or the fixture's expectation) and, on a
@@ -1856,7 +1917,9 @@ def _fit_and_create(env, cgroup, size, **kw):
             nu._region_page = lambda h, k, b, n: page(h, k, b, frozenset([0]))
             key = f"numa_utils_check_{os.getpid()}_fit"
             region = nu.SharedRegion.create(key, size, prefault=True, backend=env.backend, **kw)
-            placed = {n: v for n, v in region.placement().items() if v}
+            # All that create maps, the record's room too: what fit() weighs.
+            mapped = nu.placement(region.address, region._mapped, backend=env.backend)
+            placed = {n: v for n, v in mapped.items() if v}
             region.close()
             region.destroy()
             os.write(wfd, (json.dumps({"placed": placed}) + "\n").encode())
