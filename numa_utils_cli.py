@@ -322,6 +322,10 @@ def _maps_regions(b: Backend, pid: str, seen: Mapping[str, List[int]]) -> List[D
                 seg, rec = _file_record(path)
             except (OSError, ValueError) as e:
                 why = str(e)
+                try:  # one mapping, its room's VMA included, however damaged
+                    seg = os.stat(path).st_size
+                except OSError:
+                    pass
         bases: List[int] = []
         for v in vmas:  # a VMA past the last mapping's end starts another
             if not bases or v >= bases[-1] + max(seg, 1):
