@@ -3428,7 +3428,7 @@ def _tail_record(
     if len(raw) != _RECORD_END.size or raw[:8] != _RECORD_MAGIC:
         return None
     n = _RECORD_END.unpack(raw)[2]
-    tail = read(end - n, n) + raw if n <= min(end, _RECORD_ROOM) else b""
+    tail = read(end - n, n) + raw if n <= min(end, _RECORD_MAX) else b""
     if len(tail) != n + _RECORD_END.size:
         raise ValueError(f"{what}: damaged identity record (length {n} in {seg} bytes)")
     buf = ctypes.create_string_buffer(tail, len(tail))  # _record_read reads memory
@@ -3446,12 +3446,14 @@ def _file_record(path: str) -> Tuple[int, Optional[Dict[str, Any]]]:
 
 
 def _record_layout(rec: Mapping[str, Any]) -> Layout:
-    """The layout a record publishes (one default extent when it names none)."""
-    return (
-        Layout.parse(rec["layout"]).bound(rec["size"], rec["page_size"])
-        if "layout" in rec
-        else Layout.extents([(rec["size"], "default", ())])
-    )
+    """The layout a record publishes (one default extent when it names none); a
+    ValueError when it names a node no kernel has (MAX_NODES and above)."""
+    if "layout" not in rec:
+        return Layout.extents([(rec["size"], "default", ())])
+    lay = Layout.parse(rec["layout"])
+    if lay.nodes and max(lay.nodes) >= MAX_NODES:
+        raise ValueError("layout names a node id above any kernel's (MAX_NODES)")
+    return lay.bound(rec["size"], rec["page_size"])
 
 
 _LAYOUT_IDS_MAX = 4 * MAX_NODES  # node ids a record's layout text may spell out
@@ -3659,10 +3661,16 @@ def _key_arg(key: Union[int, str]) -> str:
 # "created", "uid", "pid", "start", "boot", "pidns"}, JSON, then _RECORD_END (magic,
 # format, JSON length, CRC-32) in its last bytes.  It lives inside the segment or file,
 # after the `size` bytes of data (which start at offset 0, where engines that attach
-# the key themselves expect them), in _RECORD_ROOM rounded up to a page (a hugetlb
-# region: one more huge page).  So it cannot outlive, or be swapped apart from, its
-# region, and only who can write the region can write it.  Readers ignore fields they
-# do not know: more can be added within the room.
+# the key themselves expect them), in its room: _RECORD_ROOM rounded up to a page (a
+# hugetlb region: one more huge page), mapped at address + size in every process.  The
+# room's first _RECORD_SLOT bytes are kept for the region's last use; the record ends
+# the room.  The room has a policy of its own (_room_policy), set before its page is
+# touched, so it is a VMA and a numa_maps line of its own, on a node the data's policy
+# allows.  So the record cannot outlive, or be swapped apart from, its region, and
+# only who can write the region can write it.  Readers ignore fields they do not know
+# (more can be added within the room) and check every field they act on against the
+# kernel's own facts: the size mapped (_record_read), the mapping's page size
+# (_record_page_check), the node ids (_record_layout).
 #
 # The creator's time namespace is in the record too ("timens", /proc/self/ns/time).
 # The record room's first 64 bytes (at address + size, right after the data) are the
@@ -3685,28 +3693,87 @@ _RECORD_END = struct.Struct("<8sIII")
 _RECORD_MAGIC = b"numa_utl"
 _RECORD_FORMAT = 1
 _RECORD_ROOM = 16 << 10
+_RECORD_SLOT = 64
+# The most JSON a record may hold: its room less the slot and the trailer.
+_RECORD_MAX = _RECORD_ROOM - _RECORD_SLOT - _RECORD_END.size
+_PAGE_MIN = 4096  # the smallest page Linux has
+_PAGE_MAX = 16 << 30  # the largest huge page (16 GiB on ppc64)
+
+
+def _room_size(page: int) -> int:
+    """The bytes a region maps after its data for the record: whole pages."""
+    return -(-_RECORD_ROOM // page) * page
+
+
+def _region_mapped(size: int, page: int) -> int:
+    """The bytes create maps for ``size`` bytes of data in ``page``-byte pages: the data
+    in whole pages, then the record's room.  fit() weighs exactly this."""
+    return -(-size // page) * page + _room_size(page)
 
 
 def _record_write(addr: int, seg: int, rec: Mapping[str, Any]) -> None:
     """Write ``rec`` at the end of the ``seg`` bytes mapped at ``addr``, after the
-    region's ``rec["size"]`` bytes of data."""
+    region's ``rec["size"]`` bytes of data and the room's last-use slot."""
     import json
     import zlib
 
     raw = json.dumps(rec, sort_keys=True, separators=(",", ":")).encode("utf-8")
     blob = raw + _RECORD_END.pack(_RECORD_MAGIC, _RECORD_FORMAT, len(raw), zlib.crc32(raw))
-    if seg - len(blob) < rec["size"]:
-        raise ValueError(
-            f"identity record of {len(raw)} bytes does not fit the "
-            f"{seg - _RECORD_END.size - rec['size']} bytes kept for it"
-        )
+    if len(raw) > _RECORD_MAX:
+        raise ValueError(f"identity record of {len(raw)} bytes does not fit the bytes kept for it")
     ctypes.memmove(addr + seg - len(blob), blob, len(blob))
+
+
+def _record_parse(raw: bytes, bad: str) -> Any:
+    """The record's JSON, parsed; a ValueError when it is not JSON, or too deeply
+    nested for the parser (json recurses per bracket: thousands of them would
+    raise RecursionError, which is damage, not a crash)."""
+    import json
+
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except ValueError:
+        raise ValueError(f"{bad} (not JSON)") from None
+    except (RecursionError, MemoryError):
+        raise ValueError(f"{bad} (nested too deeply)") from None
+
+
+def _page_size_ok(page: Any) -> bool:
+    """Whether ``page`` is a page size Linux can have: a power of two from 4 KiB to
+    16 GiB."""
+    if type(page) is not int:
+        return False
+    if page < _PAGE_MIN or page > _PAGE_MAX:
+        return False
+    return page & (page - 1) == 0
+
+
+def _record_fields_ok(rec: Any, seg: int) -> bool:
+    """Whether a record's fields have their types, and its size and page size are
+    what the ``seg`` bytes mapped can hold: the data in whole pages, then exactly the
+    room.  JSON gives exact types: type() checks leave out bools."""
+    if not isinstance(rec, dict):
+        return False
+    if type(rec.get("key")) not in (str, int):
+        return False
+    if rec.get("kind") not in ("sysv", "posix"):
+        return False
+    if "layout" in rec and type(rec["layout"]) is not str:
+        return False
+    size = rec.get("size", 0)
+    page = rec.get("page_size", 0)
+    if type(size) is not int or size <= 0:
+        return False
+    if not _page_size_ok(page):
+        return False
+    if size % page:
+        return False
+    return size + _room_size(page) == seg
 
 
 def _record_read(addr: int, seg: int, what: str) -> Optional[Dict[str, Any]]:
     """The record of the ``seg`` bytes mapped at ``addr``; None when there is none
     (not made by SharedRegion.create, or still being made); ValueError when damaged."""
-    import json
     import zlib
 
     end = seg - _RECORD_END.size
@@ -3721,23 +3788,13 @@ def _record_read(addr: int, seg: int, what: str) -> Optional[Dict[str, Any]]:
             f"{what}: identity record format {fmt}, not {_RECORD_FORMAT}: "
             "made by another numa_utils version"
         )
-    if n > end:
+    if n > min(end, _RECORD_MAX):
         raise ValueError(f"{bad} (length {n} in {seg} bytes)")
     raw = ctypes.string_at(addr + end - n, n)
     if zlib.crc32(raw) != crc:
         raise ValueError(f"{bad} (checksum mismatch)")
-    try:
-        rec: Dict[str, Any] = json.loads(raw.decode("utf-8"))
-    except ValueError:
-        raise ValueError(f"{bad} (not JSON)") from None
-    # JSON gives exact types: type() checks leave out bools.
-    ok = (
-        isinstance(rec, dict)
-        and type(rec.get("key")) in (str, int)
-        and rec.get("kind") in ("sysv", "posix")
-        and all(type(rec.get(f)) is int and rec[f] > 0 for f in ("size", "page_size"))
-    )
-    if not ok or rec["size"] > end - n:
+    rec: Dict[str, Any] = _record_parse(raw, bad)
+    if not _record_fields_ok(rec, seg):
         raise ValueError(f"{bad} (fields)")
     return rec
 
@@ -3925,6 +3982,13 @@ def _region_policy(
     return mode, ids, _strict_or_env(strict), policy is not None
 
 
+def _reserved_kb(topo: Topology, node: int) -> Set[int]:
+    """The huge page sizes (kB) with pages reserved on ``node``."""
+    if node not in topo.nodes:
+        return set()
+    return {kb for kb, h in topo.nodes[node].hugepages.items() if h.total}
+
+
 def _huge_size(
     hugepages: Union[bool, int, str, None], b: Backend, nodes: Optional[FrozenSet[int]]
 ) -> int:
@@ -3934,24 +3998,24 @@ def _huge_size(
         return 0
     topo = read_topology(backend=b)
     targets = nodes if nodes else (default_memory_nodes(topo) or frozenset(topo.nodes))
-    have = [
-        {kb for kb, h in topo.nodes[n].hugepages.items() if h.total} if n in topo.nodes else set()
-        for n in targets
-    ]
-    sizes_kb = set.intersection(*have) if have else set()
+    have = {n: _reserved_kb(topo, n) for n in targets}  # the sizes reserved there
+    sizes_kb = set.intersection(*have.values()) if have else set()
     if hugepages is True:
         if not sizes_kb:
+            bare = [n for n in targets if not have[n]]
             raise OSError(
                 errno.ENOMEM,
-                f"no huge pages reserved on {_nodes_txt(targets)}: "
+                f"no huge pages reserved on {_nodes_txt(bare or targets)}: "
                 "reserve some (e.g. nodeN/hugepages/hugepages-2048kB/nr_hugepages) "
                 "or use hugepages=False",
             )
         return (2048 if 2048 in sizes_kb else min(sizes_kb)) * 1024
     nbytes = _parse_size(hugepages) if isinstance(hugepages, str) else int(hugepages or 0)
-    if nbytes // 1024 not in sizes_kb:
+    kb = nbytes // 1024
+    if kb not in sizes_kb:
+        short = [n for n in targets if kb not in have[n]]
         raise OSError(
-            errno.ENOMEM, f"no {nbytes >> 10} kB huge pages reserved on {_nodes_txt(targets)}"
+            errno.ENOMEM, f"no {nbytes >> 10} kB huge pages reserved on {_nodes_txt(short)}"
         )
     return nbytes
 
@@ -4101,6 +4165,8 @@ def fit(
         if mode == Mode.PREFERRED
         else {}
     )
+    if share:  # the record's room, on the lowest node (_room_policy)
+        share[targets[0]] += _room_size(page)
     snap = counters(backend=b)
     fnodes = []
     for n in sorted(set(targets) | allowed):
@@ -4145,7 +4211,7 @@ def fit(
         return fit(
             size, nodes=nodes, policy=policy, hugepages=False, kind=kind, pin=pin, backend=b
         )._replace(hugepages_fallback=fallback)
-    need = npages * page
+    need = _region_mapped(size, page)
     pool = frozenset(targets) if mode == Mode.BIND else allowed
     limits = [
         FitLimit(
@@ -4808,6 +4874,80 @@ def _waiting(attach_once: Callable[[], Any], wait: float, what: str) -> Any:
         time.sleep(min(_ATTACH_POLL, max(deadline - time.monotonic(), 0)))
 
 
+def _vma_entry(b: Backend, addr: int) -> Optional[NumaMapsEntry]:
+    """This process's numa_maps line of the VMA starting at ``addr``; None when there
+    is no numa_maps (a kernel without NUMA) or no such line."""
+    try:
+        text = b.read_text(_maps_path("self"))
+    except OSError:
+        return None
+    first, last = _line_at(text, addr)
+    if last <= first:
+        return None
+    try:
+        entry = _parse_maps_line(text[first:last], _page_kb(b))
+    except ValueError:
+        return None
+    if entry.start != addr:
+        return None
+    return entry
+
+
+def _record_page_check(b: Backend, addr: int, kind: str, page: int, what: str) -> None:
+    """ValueError unless ``page``, a record's page_size, is the page the kernel maps the
+    region at ``addr`` with.  mbind and prefault are aimed by it: a forged one would
+    aim them outside the mapping."""
+    vma = None
+    if kind == "sysv":
+        vma = _vma_entry(b, addr)
+    base = b.page_size
+    aligned = addr % page == 0
+    big = page > base and aligned  # a huge page aligns its mapping
+    if vma is not None and vma.huge:
+        ok = big
+        if vma.pages_total:
+            # numa_maps prints a hugetlb VMA's page size once a page is in.
+            ok = big and vma.page_size_kb * 1024 == page
+    elif vma is None and kind == "sysv":
+        # No numa_maps (a kernel without NUMA): base pages or an aligned huge page.
+        ok = big or page == base
+    else:
+        # A /dev/shm file (tmpfs), a SysV segment numa_maps does not call huge.
+        ok = page == base
+    if not ok:
+        raise ValueError(f"{what}: damaged identity record (page_size: not the mapping's)")
+
+
+def _room_apply(b: Backend, addr: int, length: int, lay: Layout) -> None:
+    """Set the policy of the record's room, [addr, addr+length), in every process that
+    maps it: preferred on the
+    lowest usable node of those the data's last extent names (else those any extent
+    names, else any usable node), so it sits where a bind allows; and never the last
+    extent's own policy (bind there when that extent prefers the same node): a VMA
+    merges with a neighbour of the same policy, and numa_maps would count the room as
+    data.  Where policies are denied (EPERM, ENOSYS, a saved tree) the data's results
+    say so already; the room's page then lands as the data's would."""
+    mem, allowed, _ = _memory_nodes(b)
+    usable = mem & allowed
+    if not usable:
+        return
+    if not b.abi.supported:
+        return
+    last = lay[len(lay) - 1]
+    named = last.nodes or lay.nodes or usable
+    mine = named & usable
+    node = min(mine or named)
+    mode = Mode.PREFERRED
+    if last.policy == "prefer" and last.nodes == {node}:
+        mode = Mode.BIND
+    try:
+        mbind(addr, length, mode, [node], backend=b)
+    except OSError as e:
+        import logging
+
+        logging.getLogger(__name__).debug("numa_utils: record room policy: %s", e)
+
+
 class SharedRegion:
     """A shared memory region (SysV segment or /dev/shm file) placed by a policy.
 
@@ -4968,7 +5108,7 @@ class SharedRegion:
                 ]
             )  # as mbind: nodes ignored there
         lay = lay.bound(size, page, _memory_nodes(b)[0])
-        seg = size - (-_RECORD_ROOM // page) * page  # and the record's whole pages
+        seg = _region_mapped(size, page)
         _region_args(b, kind, seg, 1)
         ident = {
             "key": key,
@@ -4987,10 +5127,6 @@ class SharedRegion:
         def make(r: SharedRegion) -> None:
             r._mapped, r.identity, r._layout = seg, ident, lay
             (_sysv_create if kind == "sysv" else _posix_create)(r, flags, existing == "replace")
-            _record_write(r._address, seg, ident)
-            if kind == "sysv":
-                _sysv_twins(r)  # named first: a twin being made sees this one
-            _slot_write(b, r._address + size)  # made: the one region of its name
 
         def create_once() -> SharedRegion:
             return cls._open(
@@ -5072,6 +5208,7 @@ class SharedRegion:
 
         def make(r: SharedRegion) -> None:
             rec, what = (_sysv_attach if kind == "sysv" else _posix_attach)(r, trust)
+            _record_page_check(b, r._address, kind, rec["page_size"], what)
             data = rec["size"]
             try:
                 lay = _record_layout(rec)
@@ -5119,9 +5256,11 @@ class SharedRegion:
     ) -> SharedRegion:
         """The one path of create and attach.  ``make`` makes or maps the region: it
         fills in the region's shmid, name, ipc_key, fd, address and mapped as it takes
-        each step, then its identity record and layout.  Then each extent's policy, THP
-        advice and prefault.  Nothing stays behind when any step fails (_undo: close(),
-        and remove() of a region made here); an attach never removes the region.
+        each step, then its identity record and layout.  Then each extent's policy, the
+        record room's own (before anything touches the room: the creator writes the
+        record after it), THP advice and prefault.  Nothing stays behind when any step
+        fails (_undo: close(), and remove() of a region made here); an attach never
+        removes the region.
 
         SIGINT/SIGTERM wait until the region is returned or undone; a handler for one
         that came meanwhile runs before they are let go (_run_pending: between
@@ -5135,9 +5274,16 @@ class SharedRegion:
             region._size, region.page_size = rec["size"], rec["page_size"]
             page = region.page_size
             cpus = _extent_cpus(b, lay) if prefault else None
-            # Over the record too: one VMA (one numa_maps line) per region.
-            region.policies = _layout_apply(b, addr, region._mapped, page, lay, strict)
+            region.policies = _layout_apply(b, addr, page, lay, strict)
             region._policy = region.policies[0]
+            room = region._mapped - region._size
+            _room_apply(b, addr + region._size, room, lay)
+            if created:  # the room's pages, then the record: nobody can attach before
+                b.touch(addr + region._size, room)
+                _record_write(addr, region._mapped, rec)
+                if kind == "sysv":
+                    _sysv_twins(region)  # named first: a twin being made sees this one
+                _slot_write(b, addr + region._size)  # made: the one region of its name
             if thp:
                 b.madvise(addr, region._mapped, MADV_HUGEPAGE)
             if remove and kind == "sysv":
@@ -5479,15 +5625,15 @@ def _identity(r: SharedRegion, seg: int, what: str, why: str) -> Dict[str, Any]:
 
 
 def _layout_apply(
-    b: Backend, addr: int, seg: int, page: int, lay: Layout, strict: bool
+    b: Backend, addr: int, page: int, lay: Layout, strict: bool
 ) -> List[PolicyResult]:
-    """Each extent's policy on its part of the mapping; the last also covers the
-    identity record after the data (so a one-extent region stays one VMA).  A default
-    extent is left alone: a fresh mapping is first-touch already, and an
-    mbind(MPOL_DEFAULT) on an attached one would wipe the creator's shared policy."""
+    """Each extent's policy on its part of the data at ``addr`` (the record's room
+    after the data has its own: _room_apply).  A default extent is left
+    alone: a fresh mapping is first-touch already, and an mbind(MPOL_DEFAULT) on an
+    attached one would wipe the creator's shared policy."""
     out = []
-    for i, e in enumerate(lay):
-        a, n = addr + e.offset, (seg if i == len(lay) - 1 else e.offset + e.length) - e.offset
+    for e in lay:
+        a, n = addr + e.offset, e.length
         out.append(
             PolicyResult(True, "default", frozenset(), a, n)
             if e.policy == "default"

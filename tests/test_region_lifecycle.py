@@ -144,7 +144,7 @@ def _named(s, ikey, name):
     """A segment under ``ikey`` named ``name`` by its record, not yet made (no slot)."""
     shmid = s.shmget(ikey, 3 * 4096 + nu._RECORD_ROOM, nu.IPC_CREAT | nu.IPC_EXCL | 0o600)
     addr = s.shmat(shmid)
-    rec = {"key": name, "kind": "sysv", "size": 4096, "page_size": 4096, **s.whoami()}
+    rec = {"key": name, "kind": "sysv", "size": 3 * 4096, "page_size": 4096, **s.whoami()}
     nu._record_write(addr, 3 * 4096 + nu._RECORD_ROOM, rec)
     return shmid, addr
 
