@@ -2852,22 +2852,31 @@ def _apply_policy(
     page_size: Optional[int] = None,
     backend: Optional[Backend] = None,
     count_resident: bool = True,
+    known: Optional[Dict[str, Any]] = None,
 ) -> PolicyResult:
     """apply_policy.  SharedRegion passes ``count_resident=False``: a region it
     creates is fresh, and an attached one's pages were placed by the creator under
-    the same shared policy; the mincore walk costs ~50 ms per 8 GiB of shmem."""
+    the same shared policy; the mincore walk costs ~50 ms per 8 GiB of shmem.
+    ``known``: a dict kept by a caller that applies many extents, so that the
+    machine's memory nodes and NUMA_NODES are read once for all of them."""
     b = _b(backend)
     strict_ = _strict_or_env(strict)
     m = _mode_of(mode)
+    if known is None:
+        known = {}
     if nodes is None and m not in (Mode.DEFAULT, Mode.LOCAL):
-        nodes = _env_nodes(b)
+        if "env" not in known:
+            known["env"] = _env_nodes(b)
+        nodes = known["env"]
     mname = m.name.lower()
     what = f"{mname} policy"
     start, size = (
         (0, 0) if buf is None else _page_range(*buffer_range(buf, length), page_size or b.page_size)
     )
     explicit = nodes is not None
-    mem, allowed, default = _memory_nodes(b)
+    if "memory" not in known:
+        known["memory"] = _memory_nodes(b)
+    mem, allowed, default = known["memory"]
     want = _node_ids(nodes) if nodes is not None else default
     res = PolicyResult(False, mname, want, start, size)
     if not enabled:
@@ -5217,8 +5226,11 @@ def _layout_apply(
     """Each extent's policy on its part of the mapping; the last also covers the
     identity record after the data (so a one-extent region stays one VMA).  A default
     extent is left alone: a fresh mapping is first-touch already, and an
-    mbind(MPOL_DEFAULT) on an attached one would wipe the creator's shared policy."""
+    mbind(MPOL_DEFAULT) on an attached one would wipe the creator's shared policy.
+    The machine's memory nodes, this process's allowed ones and NUMA_NODES are read
+    once for all extents (a blocks layout may have tens of thousands)."""
     out = []
+    known: Dict[str, Any] = {}
     for i, e in enumerate(lay):
         a, n = addr + e.offset, (seg if i == len(lay) - 1 else e.offset + e.length) - e.offset
         out.append(
@@ -5233,6 +5245,7 @@ def _layout_apply(
                 page_size=page,
                 backend=b,
                 count_resident=False,
+                known=known,
             )
         )
     return out
