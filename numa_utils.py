@@ -4401,6 +4401,21 @@ def _fmt_size(n: int) -> str:
     return str(n)
 
 
+# The most bytes a layout covers: what len() can count (2**63-1 on 64-bit machines; a
+# mapping is at most 2**57 bytes) and _parse_size reads back.
+_LAYOUT_MAX = min(sys.maxsize, _SIZE_MAX)
+
+
+def _is_size(n: Any) -> bool:
+    """Whether ``n`` is a length a layout can hold: an int from 1 to _LAYOUT_MAX."""
+    return type(n) is int and 0 < n <= _LAYOUT_MAX
+
+
+def _is_node_id(n: Any) -> bool:
+    """Whether ``n`` is a node id a kernel can have: an int below MAX_NODES."""
+    return isinstance(n, int) and not isinstance(n, bool) and 0 <= n < MAX_NODES
+
+
 class Extent(_Record):
     offset: int
     length: int
@@ -4424,6 +4439,8 @@ class Layout:
         """``entries``: (length, policy, nodes) each; a length of 0 in a parts rule
         is the region size over the number of entries, in a blocks rule each is the
         block size."""
+        if kind not in ("parts", "blocks", "extents"):
+            raise ValueError(f"layout: kind {kind!r} is not parts, blocks or extents")
         self._kind, self._cache = kind, None  # type: str, Optional[Tuple[Extent, ...]]
         items = []
         for length, pol, nodes in entries:
@@ -4433,24 +4450,34 @@ class Layout:
                     f"layout: unknown policy {pol!r}; one of {', '.join(_LAYOUT_NAMES.values())}"
                 )
             ids = frozenset([nodes] if isinstance(nodes, int) else nodes or ())
-            if any(not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in ids):
-                raise ValueError(f"layout: invalid node list {nodes!r}")
+            if not all(_is_node_id(n) for n in ids):
+                raise ValueError(f"layout: invalid node list {nodes!r}: ids 0 to {MAX_NODES - 1}")
             if (w in (Mode.DEFAULT, Mode.LOCAL)) == bool(ids) and (ids or kind != "extents"):
                 raise ValueError(
                     f"layout: policy {_LAYOUT_NAMES[w]} {'takes no' if ids else 'needs'} nodes"
                 )
             if w == Mode.PREFERRED and len(ids) != 1:
                 raise ValueError("layout: prefer takes one node (prefer-many: several)")
-            if kind != "parts" and (type(length) is not int or length <= 0):
+            if kind != "parts" and not _is_size(length):
                 raise ValueError(
                     f"layout: {'block size' if kind == 'blocks' else 'extent length'}"
-                    f" {length!r} is not an int > 0"
+                    f" {length!r} is not an int from 1 to {_LAYOUT_MAX}"
                 )
             items.append((length, _LAYOUT_NAMES[w], ids))
         if not items:
             raise ValueError("layout: no extents")
+        if kind == "parts" and any(i[0] for i in items):
+            raise ValueError("layout: parts take their length from the size (give 0)")
+        if kind == "blocks" and len({i[0] for i in items}) > 1:
+            raise ValueError("layout: blocks are all one size")
         self._entries = tuple(items)
-        self._size = sum(i[0] for i in items) if kind == "extents" else size
+        if kind == "extents":
+            size = sum(i[0] for i in items)
+        if size is not None and not _is_size(size):
+            raise ValueError(f"layout: size {size!r} is not an int from 1 to {_LAYOUT_MAX}")
+        if kind == "parts" and size is not None and size % len(items):
+            raise ValueError(f"layout: {size} bytes do not split into {len(items)} equal parts")
+        self._size = size
 
     @classmethod
     def parts(
@@ -4496,7 +4523,7 @@ class Layout:
                     raise ValueError(f"expected {head}:POLICY:NODES[/NODES...]")
                 return cls(
                     head,
-                    [(block, f[0], parse_cpulist(e)) for e in f[1].split("/")],
+                    [(block, f[0], _parse_nodelist(e)) for e in f[1].split("/")],
                     _parse_size(size) if at else None,
                 )
             if at:
@@ -4506,7 +4533,7 @@ class Layout:
                 f = item.strip().split(":")
                 if len(f) not in (2, 3):
                     raise ValueError(f"extent {item!r}: expected SIZE:POLICY[:NODES]")
-                ext.append((_parse_size(f[0]), f[1], parse_cpulist(f[2] if len(f) == 3 else "")))
+                ext.append((_parse_size(f[0]), f[1], _parse_nodelist(f[2] if len(f) == 3 else "")))
             return cls("extents", ext)
         except ValueError as e:
             msg = str(e).replace("layout: ", "")
@@ -4548,19 +4575,19 @@ class Layout:
     def bound(self, size: int, page: int, nodes: Optional[FrozenSet[int]] = None) -> Layout:
         """This layout for a region of ``size`` bytes of ``page``-byte pages; one
         ValueError says what does not fit (alignment, size, unknown nodes)."""
-        lay = self if self._size is not None else Layout(self._kind, self._entries, size)
-        if lay._size != size:
+        if self._size is not None and self._size != size:
             raise ValueError(
-                f"layout {lay} covers {lay._size} bytes of a {size}-byte "
+                f"layout {self} covers {self._size} bytes of a {size}-byte "
                 "region: "
-                + ("past the size" if (lay._size or 0) > size else "the rest would have no policy")
+                + ("past the size" if self._size > size else "the rest would have no policy")
             )
         k, unit = len(self._entries), _fmt_size(page)
         if self._kind == "parts" and size % (k * page):
             raise ValueError(
-                f"layout {lay}: {size} bytes do not split into {k} equal "
+                f"layout {self}: {size} bytes do not split into {k} equal "
                 f"parts of whole {unit} pages"
             )
+        lay = self if self._size is not None else Layout(self._kind, self._entries, size)
         if any(i[0] % page for i in self._entries):
             raise ValueError(f"layout {lay}: extents must be whole {unit} pages")
         if nodes is not None and self.nodes - nodes:
@@ -4570,11 +4597,39 @@ class Layout:
             )
         return lay
 
+    def _step(self) -> int:
+        """The length of every extent of a rule but perhaps the last: the block size,
+        or the size over the number of parts.  0 for a list of extents."""
+        size, es = self._bound_size(), self._entries
+        if self._kind == "blocks":
+            return int(es[0][0])
+        if self._kind == "parts":
+            return size // len(es)
+        return 0
+
+    def _bound_size(self) -> int:
+        if self._size is None:
+            raise ValueError(f"layout {self} is not bound to a size yet")
+        return self._size
+
     def __len__(self) -> int:
-        return len(self._all())
+        step = self._step()
+        if step:
+            return -(-self._bound_size() // step)
+        return len(self._entries)
 
     def __getitem__(self, i: int) -> Extent:
-        return self._all()[i]
+        """Extent ``i`` (negative: from the end), computed without listing the others."""
+        step = self._step()
+        if not step or not isinstance(i, int):
+            return self._all()[i]
+        count = len(self)
+        if not -count <= i < count:
+            raise IndexError(f"extent {i} of a layout of {count}")
+        i %= count
+        _, pol, ids = self._entries[i % len(self._entries)]
+        off = i * step
+        return Extent(off, min(step, self._bound_size() - off), pol, ids)
 
     def __iter__(self) -> Iterator[Extent]:
         return iter(self._all())
@@ -4583,28 +4638,29 @@ class Layout:
         """The entries taken in turn, each its length (a part: an equal share), up to
         the size: once for extents and parts, round-robin for blocks."""
         if self._cache is None:
-            size, es = self._size, self._entries
-            if size is None:
-                raise ValueError(f"layout {self} is not bound to a size yet")
+            size, step = self._bound_size(), self._step()
             out: List[Extent] = []
             off = 0
             while off < size:
-                n, pol, ids = es[len(out) % len(es)]
-                n = n or max(size // len(es), 1)
+                n, pol, ids = self._entries[len(out) % len(self._entries)]
+                n = n or step
                 out.append(Extent(off, min(n, size - off), pol, ids))
                 off += n
             self._cache = tuple(out)
         return self._cache
 
     def index(self, offset: int) -> int:
-        """The number of the extent holding byte ``offset``."""
-        ext = self._all()
-        if not 0 <= offset < (self._size or 0):
-            raise IndexError(f"offset {offset} is outside the layout's {self._size} bytes")
+        """The number of the extent holding byte ``offset``: arithmetic for a rule, a
+        binary search for a list of extents (neither lists a rule's extents)."""
+        size, step = self._bound_size(), self._step()
+        if not 0 <= offset < size:
+            raise IndexError(f"offset {offset} is outside the layout's {size} bytes")
+        if step:
+            return offset // step
         import bisect
 
         # Extents are tuples in offset order: those before (offset + 1,) start <= offset.
-        return bisect.bisect_left(ext, (offset + 1,)) - 1
+        return bisect.bisect_left(self._all(), (offset + 1,)) - 1
 
     def location(self) -> str:
         """Mooncake-style: one "cpu:NODES" per extent, as "OFFSET+LENGTH@cpu:NODES"

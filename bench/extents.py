@@ -5,10 +5,11 @@
 
 Each contender runs in its own child Python, in alternating order (common.alternate):
 this checkout's numa_utils and, with ``--baseline REV``, numa_utils.py as it was at
-git revision REV (copied to a temporary folder), so before and after are measured
-side by side in one run.  A child creates a ``blocks:BLOCK:bind:0`` region of SIZE
-(no prefault), attaches it, and times each; "bare mbind" is the same number of
-mbind calls on an anonymous mapping through numa_utils.mbind.  Medians are printed.
+git revision REV (or the numa_utils.py file REV names), copied to a temporary folder,
+so before and after are measured side by side in one run.  A child creates a
+``blocks:BLOCK:bind:NODE`` region of SIZE (no prefault), attaches it, and times
+each; "bare mbind" is the same number of mbind calls on an anonymous mapping
+through numa_utils.mbind.  Medians are printed.
 """
 
 from __future__ import annotations
@@ -66,7 +67,9 @@ def _contender(root: str, size: int, block: int) -> common.Sample:
 
 def main() -> int:
     p = argparse.ArgumentParser(prog="python -m bench.extents", description=__doc__)
-    p.add_argument("--baseline", default=None, help="git revision to compare against")
+    p.add_argument(
+        "--baseline", default=None, help="git revision (or a numa_utils.py file) to compare against"
+    )
     p.add_argument("--size", default="64M")
     p.add_argument("--block", default="4K")
     p.add_argument("--rounds", type=int, default=5)
@@ -74,12 +77,16 @@ def main() -> int:
     size, block = common.parse_size(args.size), common.parse_size(args.block)
     roots: List[Tuple[str, str]] = [("this checkout", common.ROOT)]
     with tempfile.TemporaryDirectory() as tmp:
-        if args.baseline:
+        if args.baseline and os.path.isfile(args.baseline):
+            with open(args.baseline, "rb") as f:
+                text = f.read()
+        elif args.baseline:
             text = subprocess.run(
                 ["git", "-C", common.ROOT, "show", f"{args.baseline}:numa_utils.py"],
                 capture_output=True,
                 check=True,
             ).stdout
+        if args.baseline:
             with open(os.path.join(tmp, "numa_utils.py"), "wb") as f:
                 f.write(text)
             roots.insert(0, (f"baseline {args.baseline}", tmp))
