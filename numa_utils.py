@@ -4406,14 +4406,14 @@ def _fmt_size(n: int) -> str:
 _LAYOUT_MAX = min(sys.maxsize, _SIZE_MAX)
 
 
-def _is_size(n: Any) -> bool:
-    """Whether ``n`` is a length a layout can hold: an int from 1 to _LAYOUT_MAX."""
-    return type(n) is int and 0 < n <= _LAYOUT_MAX
+def _is_size(value: Any) -> bool:
+    """Whether ``value`` is a length a layout can hold: an int from 1 to _LAYOUT_MAX."""
+    return type(value) is int and 0 < value <= _LAYOUT_MAX
 
 
-def _is_node_id(n: Any) -> bool:
-    """Whether ``n`` is a node id a kernel can have: an int below MAX_NODES."""
-    return isinstance(n, int) and not isinstance(n, bool) and 0 <= n < MAX_NODES
+def _is_node_id(value: Any) -> bool:
+    """Whether ``value`` is a node id a kernel can have: an int below MAX_NODES."""
+    return type(value) is int and 0 <= value < MAX_NODES
 
 
 class Extent(_Record):
@@ -4476,7 +4476,9 @@ class Layout:
         if size is not None and not _is_size(size):
             raise ValueError(f"layout: size {size!r} is not an int from 1 to {_LAYOUT_MAX}")
         if kind == "parts" and size is not None and size % len(items):
-            raise ValueError(f"layout: {size} bytes do not split into {len(items)} equal parts")
+            raise ValueError(
+                f"layout: {size} bytes do not split into {len(items)} equal parts",
+            )
         self._size = size
 
     @classmethod
@@ -4623,13 +4625,20 @@ class Layout:
         step = self._step()
         if not step or not isinstance(i, int):
             return self._all()[i]
-        count = len(self)
-        if not -count <= i < count:
-            raise IndexError(f"extent {i} of a layout of {count}")
-        i %= count
-        _, pol, ids = self._entries[i % len(self._entries)]
-        off = i * step
-        return Extent(off, min(step, self._bound_size() - off), pol, ids)
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"extent {i} of a layout of {len(self)}")
+        return self._rule_extent(i % len(self), step)
+
+    def _rule_extent(self, number: int, step: int) -> Extent:
+        """Extent ``number`` of a parts or blocks rule whose extents are ``step`` long."""
+        _, pol, ids = self._entries[number % len(self._entries)]
+        offset = number * step
+        return Extent(
+            offset,
+            min(step, self._bound_size() - offset),
+            pol,
+            ids,
+        )
 
     def __iter__(self) -> Iterator[Extent]:
         return iter(self._all())
@@ -4652,11 +4661,10 @@ class Layout:
     def index(self, offset: int) -> int:
         """The number of the extent holding byte ``offset``: arithmetic for a rule, a
         binary search for a list of extents (neither lists a rule's extents)."""
-        size, step = self._bound_size(), self._step()
-        if not 0 <= offset < size:
-            raise IndexError(f"offset {offset} is outside the layout's {size} bytes")
-        if step:
-            return offset // step
+        if not 0 <= offset < self._bound_size():
+            raise IndexError(f"offset {offset} is outside the layout's {self._size} bytes")
+        if self._step():
+            return offset // self._step()
         import bisect
 
         # Extents are tuples in offset order: those before (offset + 1,) start <= offset.
