@@ -309,6 +309,15 @@ def _short(text: str, n: int = 80) -> str:
     return repr(text) if len(text) <= n else repr(text[:n]) + f"... ({len(text)} chars)"
 
 
+def _cut(text: str, limit: int = 160) -> str:
+    """``text`` for a message: control characters escaped as repr() escapes them, cut
+    to ``limit`` characters (a parser's words can quote a whole 120 KB value)."""
+    shown = repr(text[:limit])[1:-1]
+    if len(text) > limit:
+        return shown + f"... ({len(text)} chars)"
+    return shown
+
+
 def _parse_nodelist(text: str, *, source: Optional[str] = None) -> FrozenSet[int]:
     """parse_cpulist for node lists: ids < MAX_NODES."""
     return parse_cpulist(text, source=source, limit=MAX_NODES)
@@ -4081,8 +4090,10 @@ def fit(
     current use, cpuset.mems.effective, RLIMIT_MEMLOCK, the tmpfs behind /dev/shm,
     shmmax/shmall, vm.overcommit_memory.  ``reason`` names the tightest limit and the
     fix.  ``hugepages_required=False``: too few huge pages falls back to base pages.
+    ``size`` and ``kind`` are checked as create checks them (ValueError).
     """
     b = _b(backend)
+    _region_args(b, kind, size, 1)
     if kind not in ("sysv", "posix"):
         raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
     mode, ids, _, _ = _region_policy(policy, nodes, None, b)
@@ -6077,14 +6088,15 @@ def _apply_visible(
         if got is None:
             if t:
                 notes.append(
-                    f"CUDA_VISIBLE_DEVICES={raw!r}: entry {t!r} is invalid; "
+                    f"CUDA_VISIBLE_DEVICES={_short(raw)}: entry {_short(t)} is invalid; "
                     "CUDA ignores it and every entry after it"
                 )
             break
         key = got.gpu.pci if got.gpu is not None else t
         if key in seen:
+            entry = _short(t)
             notes.append(
-                f"CUDA_VISIBLE_DEVICES={raw!r}: {t!r} repeats a device; the list ends there"
+                f"CUDA_VISIBLE_DEVICES={_short(raw)}: {entry} repeats a device; the list ends there"
             )
             break
         seen.add(key)
@@ -7741,19 +7753,21 @@ def _env(suffix: str) -> Any:
     if kind == "bool":
         if word in ("1", "true", "yes", "on", "0", "false", "no", "off"):
             return word in ("1", "true", "yes", "on")
-        raise ValueError(f"{name}={raw!r}: expected a boolean (1/0, true/false, yes/no, on/off)")
+        raise ValueError(
+            f"{name}={_short(raw)}: expected a boolean (1/0, true/false, yes/no, on/off)"
+        )
     if kind == "nodes":
         return raw
     if kind[0] == "int":
         if not re.fullmatch(r"-?[0-9]{1,18}", raw):
-            raise ValueError(f"{name}={raw!r}: expected an integer")
+            raise ValueError(f"{name}={_short(raw)}: expected an integer")
         if int(raw) < kind[1]:
-            raise ValueError(f"{name}={raw!r}: must be >= {kind[1]}")
+            raise ValueError(f"{name}={_short(raw)}: must be >= {kind[1]}")
         return int(raw)
     for choice in kind:
         if choice.lower() == word:
             return choice
-    raise ValueError(f"{name}={raw!r}: expected one of {', '.join(kind)}")
+    raise ValueError(f"{name}={_short(raw)}: expected one of {', '.join(kind)}")
 
 
 def _env_nodes(b: Optional[Backend]) -> Optional[FrozenSet[int]]:
@@ -7764,7 +7778,7 @@ def _env_nodes(b: Optional[Backend]) -> Optional[FrozenSet[int]]:
     try:
         return parse_nodestring(text, backend=b)
     except ValueError as e:
-        raise ValueError(f"{_env_prefix}NUMA_NODES={text!r}: {e}") from None
+        raise ValueError(f"{_env_prefix}NUMA_NODES={_short(text)}: {_cut(str(e))}") from None
 
 
 # ===========================================================================
@@ -7953,6 +7967,14 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     _status_extra(report, topo, b)
     _status_regions(report, b)
     return report
+
+
+def _env_shown(row: Mapping[str, Any]) -> str:
+    """A status config row's value as text: an invalid one is the user's raw text,
+    shown escaped and cut as error messages show it (_short)."""
+    if "error" in row and isinstance(row["value"], str):
+        return _short(row["value"])
+    return str(row["value"])
 
 
 def _package_layout(t: Topology) -> Dict[str, Any]:
@@ -8208,7 +8230,7 @@ def _render_status(rep: Dict[str, Any]) -> str:
         *_section(
             "CONFIGURATION (environment)",
             [
-                f"  {name:<34} {v['value']!s:<12} ({'invalid' if 'error' in v else v['source']})"
+                f"  {name:<34} {_env_shown(v):<12} ({'invalid' if 'error' in v else v['source']})"
                 for name, v in rep.get("config", {}).items()
             ],
         ),
