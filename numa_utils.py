@@ -1778,10 +1778,16 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu], 
 
 
 def _read_devices(
-    r: _Reader, node_of: Mapping[int, int], cpu_nodes: FrozenSet[int], gpus_only: bool = False
+    r: _Reader,
+    node_of: Mapping[int, int],
+    cpu_nodes: FrozenSet[int],
+    online: FrozenSet[int],
+    gpus_only: bool = False,
 ) -> Tuple[Device, ...]:
     """Every PCI function but bridges (class 0x06), in PCI order; ``gpus_only``: the
-    display (0x03) and accelerator (0x12) classes of the vendors in GPU_VENDORS."""
+    display (0x03) and accelerator (0x12) classes of the vendors in GPU_VENDORS.  A
+    numa_node naming no ``online`` node (7 on a 2-node machine) is a problem, and the
+    node is found as for -1: from the local CPUs."""
     out = []
     for addr in sorted(r.listdir(_PCI_DIR)):
         d = f"{_PCI_DIR}/{addr}"
@@ -1795,9 +1801,15 @@ def _read_devices(
         numa: int = r.parsed(f"{d}/numa_node", _parse_int, -1)
         local = r.cpus(f"{d}/local_cpulist", f"{d}/local_cpus") or frozenset()
         hits = {node_of.get(c) for c in local} - {None}
+        named = numa >= 0 and numa in online
+        if numa >= 0 and not named:
+            r.problems.append(
+                f"{d}/numa_node names node {numa}, which is not online here: "
+                "its node is taken from local_cpulist"
+            )
         node, how = (
             (numa, "numa_node")
-            if numa >= 0
+            if named
             else (hits.pop(), "local_cpulist")
             if len(hits) == 1
             else (min(cpu_nodes), "single node")
@@ -2023,7 +2035,7 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     normal: Optional[FrozenSet[int]] = listed("has_normal_memory", None)
     gi: FrozenSet[int] = listed("has_generic_initiator", frozenset())
     links: Dict[int, List[str]] = {}
-    for dev in _read_devices(r, node_of, with_cpus) if gi else ():
+    for dev in _read_devices(r, node_of, with_cpus, online) if gi else ():
         links.setdefault(dev.numa_node, []).append(dev.address)
     for n, nd in nodes.items():
         nd = nd._replace(
@@ -2053,7 +2065,7 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
         online_cpus=online_cpus,
         allowed_cpus=online_cpus if allowed_cpus is None else allowed_cpus,
         allowed_mems=with_mem if allowed_mems is None else allowed_mems,
-        gpus=_read_devices(r, node_of, with_cpus, True),
+        gpus=_read_devices(r, node_of, with_cpus, online, True),
         numa_balancing=nb,
         thp=thp.group(1) if thp else None,
         problems=tuple(r.problems),
@@ -5914,7 +5926,10 @@ def gpus(*, backend: Optional[Backend] = None) -> List[GpuInfo]:
 
 def _devices(t: Topology, b: Backend) -> Tuple[Device, ...]:
     return _read_devices(
-        _Reader(b), {c: v.node for c, v in t.cpus.items() if v.node is not None}, t.nodes_with_cpus
+        _Reader(b),
+        {c: v.node for c, v in t.cpus.items() if v.node is not None},
+        t.nodes_with_cpus,
+        t.online_nodes,
     )
 
 
