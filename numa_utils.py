@@ -5307,6 +5307,42 @@ def _check_trust(st: _ShmStat, euid: int, trust: bool, what: str) -> None:
         raise PermissionError(errno.EPERM, f"{what} {why}; pass trust=True to attach anyway")
 
 
+def _policy_runs(lay: Layout) -> Layout:
+    """``lay`` with neighbouring extents of one policy over one node set joined: the
+    kernel makes each run one VMA, so one mbind sets it (blocks:4K:bind:0 over 64 MiB
+    is one call, not 16,384)."""
+    runs: List[Tuple[int, str, FrozenSet[int]]] = []
+    for e in lay:
+        if runs and runs[-1][1:] == (e.policy, e.nodes):
+            runs[-1] = (runs[-1][0] + e.length, e.policy, e.nodes)
+        else:
+            runs.append((e.length, e.policy, e.nodes))
+    return Layout.extents(runs)
+
+
+def _per_extent(
+    lay: Layout, runs: Layout, results: List[PolicyResult], addr: int, seg: int
+) -> List[PolicyResult]:
+    """Each extent of ``lay`` given the result of the run (_policy_runs) holding it,
+    with the extent's own start and length (the last one's up to ``seg``)."""
+    out = []
+    found = iter(zip(runs, results))
+    run, res = next(found)
+    for e in lay:
+        if e.offset >= run.offset + run.length:
+            run, res = next(found)
+        end = e.offset + e.length
+        if end == lay.size:
+            end = seg
+        out.append(
+            res._replace(
+                start=addr + e.offset,
+                length=end - e.offset,
+            )
+        )
+    return out
+
+
 def _layout_apply(
     b: Backend, addr: int, seg: int, page: int, lay: Layout, strict: bool
 ) -> List[PolicyResult]:
@@ -5315,11 +5351,13 @@ def _layout_apply(
     extent is left alone: a fresh mapping is first-touch already, and an
     mbind(MPOL_DEFAULT) on an attached one would wipe the creator's shared policy.
     The machine's memory nodes, this process's allowed ones and NUMA_NODES are read
-    once for all extents (a blocks layout may have tens of thousands)."""
+    once for all extents (a blocks layout may have tens of thousands), and
+    neighbours of one policy are one mbind (_policy_runs)."""
     out = []
     known: Dict[str, Any] = {}
-    for i, e in enumerate(lay):
-        a, n = addr + e.offset, (seg if i == len(lay) - 1 else e.offset + e.length) - e.offset
+    runs = _policy_runs(lay)
+    for i, e in enumerate(runs):
+        a, n = addr + e.offset, (seg if i == len(runs) - 1 else e.offset + e.length) - e.offset
         out.append(
             PolicyResult(True, "default", frozenset(), a, n)
             if e.policy == "default"
@@ -5335,7 +5373,7 @@ def _layout_apply(
                 known=known,
             )
         )
-    return out
+    return _per_extent(lay, runs, out, addr, seg)
 
 
 def _extent_cpus(b: Backend, lay: Layout) -> Dict[FrozenSet[int], FrozenSet[int]]:

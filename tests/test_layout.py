@@ -512,3 +512,36 @@ def test_rule_index_and_extents_without_listing_them(monkeypatch):
     assert all(odd[odd.index(e.offset + e.length - 1)] == e for e in odd)
     parts = nu.Layout.parts([0, 1, 2], size=12)
     assert [e.length for e in parts] == [4, 4, 4] and parts.index(11) == 2
+
+
+def _mbinds_to_create(s, layout, size):
+    calls = []
+    syscall, nr = s.syscall, s.abi.number("mbind")
+
+    def counted(number, *args):
+        if number == nr:
+            calls.append(args[:2])
+        return syscall(number, *args)
+
+    s.syscall = counted
+    try:
+        with nu.SharedRegion.create("runs", size, layout=layout, prefault=False, backend=s) as r:
+            policies = r.policies
+    finally:
+        del s.syscall
+    return calls, policies
+
+
+def test_neighbours_of_one_policy_are_one_mbind():
+    # Issue 27 (1): one VMA per run of extents with one policy: blocks:4K:bind:0 over
+    # 8 MiB is one mbind, not 2,048; each extent still has its own result.
+    calls, policies = _mbinds_to_create(sim("dual-socket-8gpu"), "blocks:4K:bind:0", 8 * MiB)
+    assert len(calls) == 1 and len(policies) == 2048 and all(policies)
+    assert [p.start - policies[0].start for p in policies[:3]] == [0, 4096, 8192]
+    assert policies[5].length == 4096 and policies[-1].length >= 4096
+    calls, _ = _mbinds_to_create(
+        sim("dual-socket-8gpu"), "2M:bind:0;2M:bind:0;2M:bind:1;2M:interleave:0-1", 8 * MiB
+    )
+    assert len(calls) == 3
+    calls, _ = _mbinds_to_create(sim("dual-socket-8gpu"), "blocks:4K:bind:0/1", 8 * MiB)
+    assert len(calls) == 2048
