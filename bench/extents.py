@@ -68,7 +68,9 @@ def _contender(root: str, size: int, block: int) -> common.Sample:
 def main() -> int:
     p = argparse.ArgumentParser(prog="python -m bench.extents", description=__doc__)
     p.add_argument(
-        "--baseline", default=None, help="git revision (or a numa_utils.py file) to compare against"
+        "--baseline",
+        action="append",
+        help="git revision (or a numa_utils.py file) to compare against; may be repeated",
     )
     p.add_argument("--size", default="64M")
     p.add_argument("--block", default="4K")
@@ -77,19 +79,21 @@ def main() -> int:
     size, block = common.parse_size(args.size), common.parse_size(args.block)
     roots: List[Tuple[str, str]] = [("this checkout", common.ROOT)]
     with tempfile.TemporaryDirectory() as tmp:
-        if args.baseline and os.path.isfile(args.baseline):
-            with open(args.baseline, "rb") as f:
-                text = f.read()
-        elif args.baseline:
-            text = subprocess.run(
-                ["git", "-C", common.ROOT, "show", f"{args.baseline}:numa_utils.py"],
-                capture_output=True,
-                check=True,
-            ).stdout
-        if args.baseline:
-            with open(os.path.join(tmp, "numa_utils.py"), "wb") as f:
+        for number, base in enumerate(args.baseline or []):
+            if os.path.isfile(base):
+                with open(base, "rb") as f:
+                    text = f.read()
+            else:
+                text = subprocess.run(
+                    ["git", "-C", common.ROOT, "show", f"{base}:numa_utils.py"],
+                    capture_output=True,
+                    check=True,
+                ).stdout
+            folder = os.path.join(tmp, str(number))
+            os.mkdir(folder)
+            with open(os.path.join(folder, "numa_utils.py"), "wb") as f:
                 f.write(text)
-            roots.insert(0, (f"baseline {args.baseline}", tmp))
+            roots.insert(number, (f"baseline {os.path.basename(base)}", folder))
         contenders = [
             (name, lambda root=root: _contender(root, size, block)) for name, root in roots
         ]
