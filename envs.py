@@ -204,6 +204,19 @@ _FALSE = frozenset(("0", "false", "no", "off"))
 _MAX_NODE = 1023
 
 
+def _shown(text: str) -> str:
+    """``text`` as an error message shows it: repr() (control characters escaped), cut
+    to 80 characters (a 120 KB value is not repeated whole); numa_utils' _short."""
+    if len(text) <= 80:
+        return repr(text)
+    return repr(text[:80]) + f"... ({len(text)} chars)"
+
+
+# The most digits an integer variable takes, as in numa_utils._env: a longer number is
+# a typo, never a thread or core count.
+_MAX_DIGITS = 18
+
+
 def parse_bool(text: str, name: str = "value") -> bool:
     """The one boolean parser: 1/0, true/false, yes/no, on/off, any case.
 
@@ -214,7 +227,7 @@ def parse_bool(text: str, name: str = "value") -> bool:
         return True
     if word in _FALSE:
         return False
-    raise ValueError(f"{name}={text!r}: expected a boolean (1/0, true/false, yes/no, on/off)")
+    raise ValueError(f"{name}={_shown(text)}: expected a boolean (1/0, true/false, yes/no, on/off)")
 
 
 # What only the machine can resolve in numactl's node-list grammar: all, !, +, hex and
@@ -233,7 +246,7 @@ def parse_nodelist(text: str, name: str = "value") -> tuple[int, ...] | str:
     nodes: set[int] = set()
     stripped = text.strip()
     if not stripped:
-        raise ValueError(f"{name}={text!r}: empty node list")
+        raise ValueError(f"{name}={_shown(text)}: empty node list")
     if _NUMACTL_SPEC.fullmatch(stripped) and (
         re.search(r"[^0-9,\- ]|(^|[^0-9])0[0-9]", stripped)
         or any(int(lo) > int(hi) for lo, hi in re.findall(r"(\d+)\s*-\s*(\d+)", stripped))
@@ -248,13 +261,16 @@ def parse_nodelist(text: str, name: str = "value") -> tuple[int, ...] | str:
             or not lo_s.isascii()
             or not hi_s.isascii()
         ):
+            bad = _shown(item)
             raise ValueError(
-                f"{name}={text!r}: invalid node range {item!r} (expected a list like 0-1,4)"
+                f"{name}={_shown(text)}: invalid node range {bad} (expected a list like 0-1,4)"
             )
         lo = int(lo_s)
         hi = int(hi_s) if dash else lo
         if hi > _MAX_NODE:
-            raise ValueError(f"{name}={text!r}: node {hi} is above the kernel limit {_MAX_NODE}")
+            raise ValueError(
+                f"{name}={_shown(text)}: node {hi} is above the kernel limit {_MAX_NODE}"
+            )
         nodes.update(range(lo, hi + 1))
     return tuple(sorted(nodes))
 
@@ -262,13 +278,12 @@ def parse_nodelist(text: str, name: str = "value") -> tuple[int, ...] | str:
 def _parse_int(text: str, name: str, minimum: int | None) -> int:
     word = text.strip()
     # int() would also take "+3", "1_000" and non-ASCII digits; keep it plain.
-    if not (word.isdigit() and word.isascii()) and not (
-        word.startswith("-") and word[1:].isdigit() and word[1:].isascii()
-    ):
-        raise ValueError(f"{name}={text!r}: expected an integer")
+    digits = word[1:] if word.startswith("-") else word
+    if not (digits.isdigit() and digits.isascii()) or len(digits) > _MAX_DIGITS:
+        raise ValueError(f"{name}={_shown(text)}: expected an integer")
     value = int(word)
     if minimum is not None and value < minimum:
-        raise ValueError(f"{name}={text!r}: must be >= {minimum}")
+        raise ValueError(f"{name}={_shown(text)}: must be >= {minimum}")
     return value
 
 
@@ -277,7 +292,7 @@ def _parse_choice(text: str, name: str, choices: tuple[str, ...]) -> str:
     for choice in choices:
         if choice.lower() == word:
             return choice
-    raise ValueError(f"{name}={text!r}: expected one of {', '.join(choices)}")
+    raise ValueError(f"{name}={_shown(text)}: expected one of {', '.join(choices)}")
 
 
 def _parse(var: EnvVar, text: str, name: str) -> object:

@@ -329,6 +329,15 @@ def _printable(text: str) -> str:
     return "".join(map(_printable_char, text))
 
 
+def _cut(text: str, limit: int = 160) -> str:
+    """``text`` for a message: control characters escaped as repr() escapes them, cut
+    to ``limit`` characters (a parser's words can quote a whole 120 KB value)."""
+    shown = repr(text[:limit])[1:-1]
+    if len(text) > limit:
+        return shown + f"... ({len(text)} chars)"
+    return shown
+
+
 def _parse_nodelist(text: str, *, source: Optional[str] = None) -> FrozenSet[int]:
     """parse_cpulist for node lists: ids < MAX_NODES."""
     return parse_cpulist(text, source=source, limit=MAX_NODES)
@@ -1678,10 +1687,16 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu], 
 
 
 def _read_devices(
-    r: _Reader, node_of: Mapping[int, int], cpu_nodes: FrozenSet[int], gpus_only: bool = False
+    r: _Reader,
+    node_of: Mapping[int, int],
+    cpu_nodes: FrozenSet[int],
+    online: FrozenSet[int],
+    gpus_only: bool = False,
 ) -> Tuple[Device, ...]:
     """Every PCI function but bridges (class 0x06), in PCI order; ``gpus_only``: the
-    display (0x03) and accelerator (0x12) classes of the vendors in GPU_VENDORS."""
+    display (0x03) and accelerator (0x12) classes of the vendors in GPU_VENDORS.  A
+    numa_node naming no ``online`` node (7 on a 2-node machine) is a problem, and the
+    node is found as for -1: from the local CPUs."""
     out = []
     for addr in sorted(r.listdir(_PCI_DIR)):
         d = f"{_PCI_DIR}/{addr}"
@@ -1695,9 +1710,15 @@ def _read_devices(
         numa: int = r.parsed(f"{d}/numa_node", _parse_int, -1)
         local = r.cpus(f"{d}/local_cpulist", f"{d}/local_cpus") or frozenset()
         hits = {node_of.get(c) for c in local} - {None}
+        named = numa >= 0 and numa in online
+        if numa >= 0 and not named:
+            r.problems.append(
+                f"{d}/numa_node names node {numa}, which is not online here: "
+                "its node is taken from local_cpulist"
+            )
         node, how = (
             (numa, "numa_node")
-            if numa >= 0
+            if named
             else (hits.pop(), "local_cpulist")
             if len(hits) == 1
             else (min(cpu_nodes), "single node")
@@ -1922,7 +1943,7 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     normal: Optional[FrozenSet[int]] = listed("has_normal_memory", None)
     gi: FrozenSet[int] = listed("has_generic_initiator", frozenset())
     links: Dict[int, List[str]] = {}
-    for dev in _read_devices(r, node_of, with_cpus) if gi else ():
+    for dev in _read_devices(r, node_of, with_cpus, online) if gi else ():
         links.setdefault(dev.numa_node, []).append(dev.address)
     for n, nd in nodes.items():
         nd = nd._replace(
@@ -1952,7 +1973,7 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
         online_cpus=online_cpus,
         allowed_cpus=online_cpus if allowed_cpus is None else allowed_cpus,
         allowed_mems=with_mem if allowed_mems is None else allowed_mems,
-        gpus=_read_devices(r, node_of, with_cpus, True),
+        gpus=_read_devices(r, node_of, with_cpus, online, True),
         numa_balancing=nb,
         thp=thp.group(1) if thp else None,
         problems=tuple(r.problems),
@@ -2804,22 +2825,31 @@ def _apply_policy(
     page_size: Optional[int] = None,
     backend: Optional[Backend] = None,
     count_resident: bool = True,
+    known: Optional[Dict[str, Any]] = None,
 ) -> PolicyResult:
     """apply_policy.  SharedRegion passes ``count_resident=False``: a region it
     creates is fresh, and an attached one's pages were placed by the creator under
-    the same shared policy; the mincore walk costs ~50 ms per 8 GiB of shmem."""
+    the same shared policy; the mincore walk costs ~50 ms per 8 GiB of shmem.
+    ``known``: a dict kept by a caller that applies many extents, so that the
+    machine's memory nodes and NUMA_NODES are read once for all of them."""
     b = _b(backend)
     strict_ = _strict_or_env(strict)
     m = _mode_of(mode)
+    if known is None:
+        known = {}
     if nodes is None and m not in (Mode.DEFAULT, Mode.LOCAL):
-        nodes = _env_nodes(b)
+        if "env" not in known:
+            known["env"] = _env_nodes(b)
+        nodes = known["env"]
     mname = m.name.lower()
     what = f"{mname} policy"
     start, size = (
         (0, 0) if buf is None else _page_range(*buffer_range(buf, length), page_size or b.page_size)
     )
     explicit = nodes is not None
-    mem, allowed, default = _memory_nodes(b)
+    if "memory" not in known:
+        known["memory"] = _memory_nodes(b)
+    mem, allowed, default = known["memory"]
     want = _node_ids(nodes) if nodes is not None else default
     res = PolicyResult(False, mname, want, start, size)
     if not enabled:
@@ -4121,8 +4151,10 @@ def fit(
     current use, cpuset.mems.effective, RLIMIT_MEMLOCK, the tmpfs behind /dev/shm,
     shmmax/shmall, vm.overcommit_memory.  ``reason`` names the tightest limit and the
     fix.  ``hugepages_required=False``: too few huge pages falls back to base pages.
+    ``size`` and ``kind`` are checked as create checks them (ValueError).
     """
     b = _b(backend)
+    _region_args(b, kind, size, 1)
     if kind not in ("sysv", "posix"):
         raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
     mode, ids, _, _ = _region_policy(policy, nodes, None, b)
@@ -4443,6 +4475,21 @@ def _fmt_size(n: int) -> str:
     return str(n)
 
 
+# The most bytes a layout covers: what len() can count (2**63-1 on 64-bit machines; a
+# mapping is at most 2**57 bytes) and _parse_size reads back.
+_LAYOUT_MAX = min(sys.maxsize, _SIZE_MAX)
+
+
+def _is_size(value: Any) -> bool:
+    """Whether ``value`` is a length a layout can hold: an int from 1 to _LAYOUT_MAX."""
+    return type(value) is int and 0 < value <= _LAYOUT_MAX
+
+
+def _is_node_id(value: Any) -> bool:
+    """Whether ``value`` is a node id a kernel can have: an int below MAX_NODES."""
+    return type(value) is int and 0 <= value < MAX_NODES
+
+
 class Extent(_Record):
     offset: int
     length: int
@@ -4466,6 +4513,8 @@ class Layout:
         """``entries``: (length, policy, nodes) each; a length of 0 in a parts rule
         is the region size over the number of entries, in a blocks rule each is the
         block size."""
+        if kind not in ("parts", "blocks", "extents"):
+            raise ValueError(f"layout: kind {kind!r} is not parts, blocks or extents")
         self._kind, self._cache = kind, None  # type: str, Optional[Tuple[Extent, ...]]
         items = []
         for length, pol, nodes in entries:
@@ -4475,24 +4524,36 @@ class Layout:
                     f"layout: unknown policy {pol!r}; one of {', '.join(_LAYOUT_NAMES.values())}"
                 )
             ids = frozenset([nodes] if isinstance(nodes, int) else nodes or ())
-            if any(not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in ids):
-                raise ValueError(f"layout: invalid node list {nodes!r}")
+            if not all(_is_node_id(n) for n in ids):
+                raise ValueError(f"layout: invalid node list {nodes!r}: ids 0 to {MAX_NODES - 1}")
             if (w in (Mode.DEFAULT, Mode.LOCAL)) == bool(ids) and (ids or kind != "extents"):
                 raise ValueError(
                     f"layout: policy {_LAYOUT_NAMES[w]} {'takes no' if ids else 'needs'} nodes"
                 )
             if w == Mode.PREFERRED and len(ids) != 1:
                 raise ValueError("layout: prefer takes one node (prefer-many: several)")
-            if kind != "parts" and (type(length) is not int or length <= 0):
+            if kind != "parts" and not _is_size(length):
                 raise ValueError(
                     f"layout: {'block size' if kind == 'blocks' else 'extent length'}"
-                    f" {length!r} is not an int > 0"
+                    f" {length!r} is not an int from 1 to {_LAYOUT_MAX}"
                 )
             items.append((length, _LAYOUT_NAMES[w], ids))
         if not items:
             raise ValueError("layout: no extents")
+        if kind == "parts" and any(i[0] for i in items):
+            raise ValueError("layout: parts take their length from the size (give 0)")
+        if kind == "blocks" and len({i[0] for i in items}) > 1:
+            raise ValueError("layout: blocks are all one size")
         self._entries = tuple(items)
-        self._size = sum(i[0] for i in items) if kind == "extents" else size
+        if kind == "extents":
+            size = sum(i[0] for i in items)
+        if size is not None and not _is_size(size):
+            raise ValueError(f"layout: size {size!r} is not an int from 1 to {_LAYOUT_MAX}")
+        if kind == "parts" and size is not None and size % len(items):
+            raise ValueError(
+                f"layout: {size} bytes do not split into {len(items)} equal parts",
+            )
+        self._size = size
 
     @classmethod
     def parts(
@@ -4538,7 +4599,7 @@ class Layout:
                     raise ValueError(f"expected {head}:POLICY:NODES[/NODES...]")
                 return cls(
                     head,
-                    [(block, f[0], parse_cpulist(e)) for e in f[1].split("/")],
+                    [(block, f[0], _parse_nodelist(e)) for e in f[1].split("/")],
                     _parse_size(size) if at else None,
                 )
             if at:
@@ -4548,7 +4609,7 @@ class Layout:
                 f = item.strip().split(":")
                 if len(f) not in (2, 3):
                     raise ValueError(f"extent {item!r}: expected SIZE:POLICY[:NODES]")
-                ext.append((_parse_size(f[0]), f[1], parse_cpulist(f[2] if len(f) == 3 else "")))
+                ext.append((_parse_size(f[0]), f[1], _parse_nodelist(f[2] if len(f) == 3 else "")))
             return cls("extents", ext)
         except ValueError as e:
             msg = str(e).replace("layout: ", "")
@@ -4590,19 +4651,19 @@ class Layout:
     def bound(self, size: int, page: int, nodes: Optional[FrozenSet[int]] = None) -> Layout:
         """This layout for a region of ``size`` bytes of ``page``-byte pages; one
         ValueError says what does not fit (alignment, size, unknown nodes)."""
-        lay = self if self._size is not None else Layout(self._kind, self._entries, size)
-        if lay._size != size:
+        if self._size is not None and self._size != size:
             raise ValueError(
-                f"layout {lay} covers {lay._size} bytes of a {size}-byte "
+                f"layout {self} covers {self._size} bytes of a {size}-byte "
                 "region: "
-                + ("past the size" if (lay._size or 0) > size else "the rest would have no policy")
+                + ("past the size" if self._size > size else "the rest would have no policy")
             )
         k, unit = len(self._entries), _fmt_size(page)
         if self._kind == "parts" and size % (k * page):
             raise ValueError(
-                f"layout {lay}: {size} bytes do not split into {k} equal "
+                f"layout {self}: {size} bytes do not split into {k} equal "
                 f"parts of whole {unit} pages"
             )
+        lay = self if self._size is not None else Layout(self._kind, self._entries, size)
         if any(i[0] % page for i in self._entries):
             raise ValueError(f"layout {lay}: extents must be whole {unit} pages")
         if nodes is not None and self.nodes - nodes:
@@ -4612,11 +4673,46 @@ class Layout:
             )
         return lay
 
+    def _step(self) -> int:
+        """The length of every extent of a rule but perhaps the last: the block size,
+        or the size over the number of parts.  0 for a list of extents."""
+        size, es = self._bound_size(), self._entries
+        if self._kind == "blocks":
+            return int(es[0][0])
+        if self._kind == "parts":
+            return size // len(es)
+        return 0
+
+    def _bound_size(self) -> int:
+        if self._size is None:
+            raise ValueError(f"layout {self} is not bound to a size yet")
+        return self._size
+
     def __len__(self) -> int:
-        return len(self._all())
+        step = self._step()
+        if step:
+            return -(-self._bound_size() // step)
+        return len(self._entries)
 
     def __getitem__(self, i: int) -> Extent:
-        return self._all()[i]
+        """Extent ``i`` (negative: from the end), computed without listing the others."""
+        step = self._step()
+        if not step or not isinstance(i, int):
+            return self._all()[i]
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"extent {i} of a layout of {len(self)}")
+        return self._rule_extent(i % len(self), step)
+
+    def _rule_extent(self, number: int, step: int) -> Extent:
+        """Extent ``number`` of a parts or blocks rule whose extents are ``step`` long."""
+        _, pol, ids = self._entries[number % len(self._entries)]
+        offset = number * step
+        return Extent(
+            offset,
+            min(step, self._bound_size() - offset),
+            pol,
+            ids,
+        )
 
     def __iter__(self) -> Iterator[Extent]:
         return iter(self._all())
@@ -4625,28 +4721,28 @@ class Layout:
         """The entries taken in turn, each its length (a part: an equal share), up to
         the size: once for extents and parts, round-robin for blocks."""
         if self._cache is None:
-            size, es = self._size, self._entries
-            if size is None:
-                raise ValueError(f"layout {self} is not bound to a size yet")
+            size, step = self._bound_size(), self._step()
             out: List[Extent] = []
             off = 0
             while off < size:
-                n, pol, ids = es[len(out) % len(es)]
-                n = n or max(size // len(es), 1)
+                n, pol, ids = self._entries[len(out) % len(self._entries)]
+                n = n or step
                 out.append(Extent(off, min(n, size - off), pol, ids))
                 off += n
             self._cache = tuple(out)
         return self._cache
 
     def index(self, offset: int) -> int:
-        """The number of the extent holding byte ``offset``."""
-        ext = self._all()
-        if not 0 <= offset < (self._size or 0):
+        """The number of the extent holding byte ``offset``: arithmetic for a rule, a
+        binary search for a list of extents (neither lists a rule's extents)."""
+        if not 0 <= offset < self._bound_size():
             raise IndexError(f"offset {offset} is outside the layout's {self._size} bytes")
+        if self._step():
+            return offset // self._step()
         import bisect
 
         # Extents are tuples in offset order: those before (offset + 1,) start <= offset.
-        return bisect.bisect_left(ext, (offset + 1,)) - 1
+        return bisect.bisect_left(self._all(), (offset + 1,)) - 1
 
     def _extents_before(self, offset: int) -> int:
         """How many extents start below ``offset`` (at the size: all of them),
@@ -5624,15 +5720,48 @@ def _identity(r: SharedRegion, seg: int, what: str, why: str) -> Dict[str, Any]:
     return rec
 
 
+def _policy_runs(lay: Layout) -> Layout:
+    """``lay`` with neighbouring extents of one policy over one node set joined: the
+    kernel makes each run one VMA, so one mbind sets it (blocks:4K:bind:0 over 64 MiB
+    is one call, not 16,384)."""
+    runs: List[Tuple[int, str, FrozenSet[int]]] = []
+    for e in lay:
+        if runs and runs[-1][1:] == (e.policy, e.nodes):
+            runs[-1] = (runs[-1][0] + e.length, e.policy, e.nodes)
+        else:
+            runs.append((e.length, e.policy, e.nodes))
+    return Layout.extents(runs)
+
+
+def _per_extent(
+    lay: Layout, runs: Layout, results: List[PolicyResult], addr: int
+) -> List[PolicyResult]:
+    """Each extent of ``lay`` given the result of the run (_policy_runs) holding it,
+    with the extent's own start and length."""
+    out = []
+    found = iter(zip(runs, results))
+    run, res = next(found)
+    for e in lay:
+        if e.offset >= run.offset + run.length:
+            run, res = next(found)
+        out.append(res._replace(start=addr + e.offset, length=e.length))
+    return out
+
+
 def _layout_apply(
     b: Backend, addr: int, page: int, lay: Layout, strict: bool
 ) -> List[PolicyResult]:
     """Each extent's policy on its part of the data at ``addr`` (the record's room
-    after the data has its own: _room_apply).  A default extent is left
-    alone: a fresh mapping is first-touch already, and an mbind(MPOL_DEFAULT) on an
-    attached one would wipe the creator's shared policy."""
+    after the data has its own: _room_apply).  A default extent is left alone: a
+    fresh mapping is first-touch already, and an mbind(MPOL_DEFAULT) on an attached
+    one would wipe the creator's shared policy.  The machine's memory nodes, this
+    process's allowed ones and NUMA_NODES are read once for all extents (a blocks
+    layout may have tens of thousands), and neighbours of one policy are one mbind
+    (_policy_runs)."""
     out = []
-    for e in lay:
+    known: Dict[str, Any] = {}
+    runs = _policy_runs(lay)
+    for e in runs:
         a, n = addr + e.offset, e.length
         out.append(
             PolicyResult(True, "default", frozenset(), a, n)
@@ -5646,9 +5775,10 @@ def _layout_apply(
                 page_size=page,
                 backend=b,
                 count_resident=False,
+                known=known,
             )
         )
-    return out
+    return _per_extent(lay, runs, out, addr)
 
 
 def _extent_cpus(b: Backend, lay: Layout) -> Dict[FrozenSet[int], FrozenSet[int]]:
@@ -6680,7 +6810,10 @@ def gpus(*, backend: Optional[Backend] = None) -> List[GpuInfo]:
 
 def _devices(t: Topology, b: Backend) -> Tuple[Device, ...]:
     return _read_devices(
-        _Reader(b), {c: v.node for c, v in t.cpus.items() if v.node is not None}, t.nodes_with_cpus
+        _Reader(b),
+        {c: v.node for c, v in t.cpus.items() if v.node is not None},
+        t.nodes_with_cpus,
+        t.online_nodes,
     )
 
 
@@ -6872,14 +7005,15 @@ def _apply_visible(
         if got is None:
             if t:
                 notes.append(
-                    f"CUDA_VISIBLE_DEVICES={raw!r}: entry {t!r} is invalid; "
+                    f"CUDA_VISIBLE_DEVICES={_short(raw)}: entry {_short(t)} is invalid; "
                     "CUDA ignores it and every entry after it"
                 )
             break
         key = got.gpu.pci if got.gpu is not None else t
         if key in seen:
+            entry = _short(t)
             notes.append(
-                f"CUDA_VISIBLE_DEVICES={raw!r}: {t!r} repeats a device; the list ends there"
+                f"CUDA_VISIBLE_DEVICES={_short(raw)}: {entry} repeats a device; the list ends there"
             )
             break
         seen.add(key)
@@ -8881,19 +9015,21 @@ def _env(suffix: str) -> Any:
     if kind == "bool":
         if word in ("1", "true", "yes", "on", "0", "false", "no", "off"):
             return word in ("1", "true", "yes", "on")
-        raise ValueError(f"{name}={raw!r}: expected a boolean (1/0, true/false, yes/no, on/off)")
+        raise ValueError(
+            f"{name}={_short(raw)}: expected a boolean (1/0, true/false, yes/no, on/off)"
+        )
     if kind == "nodes":
         return raw
     if kind[0] == "int":
         if not re.fullmatch(r"-?[0-9]{1,18}", raw):
-            raise ValueError(f"{name}={raw!r}: expected an integer")
+            raise ValueError(f"{name}={_short(raw)}: expected an integer")
         if int(raw) < kind[1]:
-            raise ValueError(f"{name}={raw!r}: must be >= {kind[1]}")
+            raise ValueError(f"{name}={_short(raw)}: must be >= {kind[1]}")
         return int(raw)
     for choice in kind:
         if choice.lower() == word:
             return choice
-    raise ValueError(f"{name}={raw!r}: expected one of {', '.join(kind)}")
+    raise ValueError(f"{name}={_short(raw)}: expected one of {', '.join(kind)}")
 
 
 def _env_nodes(b: Optional[Backend]) -> Optional[FrozenSet[int]]:
@@ -8904,7 +9040,7 @@ def _env_nodes(b: Optional[Backend]) -> Optional[FrozenSet[int]]:
     try:
         return parse_nodestring(text, backend=b)
     except ValueError as e:
-        raise ValueError(f"{_env_prefix}NUMA_NODES={text!r}: {e}") from None
+        raise ValueError(f"{_env_prefix}NUMA_NODES={_short(text)}: {_cut(str(e))}") from None
 
 
 # ===========================================================================
@@ -9088,6 +9224,14 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     _status_extra(report, topo, b)
     _status_regions(report, b)
     return report
+
+
+def _env_shown(row: Mapping[str, Any]) -> str:
+    """A status config row's value as text: an invalid one is the user's raw text,
+    shown escaped and cut as error messages show it (_short)."""
+    if "error" in row and isinstance(row["value"], str):
+        return _short(row["value"])
+    return str(row["value"])
 
 
 def _package_layout(t: Topology) -> Dict[str, Any]:
@@ -9346,7 +9490,7 @@ def _render_status(rep: Dict[str, Any]) -> str:
         *_section(
             "CONFIGURATION (environment)",
             [
-                f"  {name:<34} {v['value']!s:<12} ({'invalid' if 'error' in v else v['source']})"
+                f"  {name:<34} {_env_shown(v):<12} ({'invalid' if 'error' in v else v['source']})"
                 for name, v in rep.get("config", {}).items()
             ],
         ),

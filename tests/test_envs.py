@@ -488,3 +488,101 @@ def test_status_warns_about_each_invalid_variable(name, value, refusal, monkeypa
             nu.SharedRegion.create(
                 "kv", 1 << 20, policy="interleave", backend=sim("dual-socket-8gpu")
             )
+
+
+# ---------------------------------------------------------------------------
+# 26.19: envs.py and numa_utils accept and refuse the same values
+# ---------------------------------------------------------------------------
+
+TRICKY = [
+    "1",
+    "01",
+    "-0",
+    "-1",
+    "+1",
+    "1_000",
+    " 5 ",
+    "\t5\n",
+    "1.5",
+    "1e3",
+    "0x10",
+    "\u0661",  # ARABIC-INDIC DIGIT ONE: isdigit(), not ASCII
+    "\u22121",  # MINUS SIGN
+    "9" * 18,
+    "1" * 19,
+    "9" * 25,
+    "-" + "9" * 19,
+    "true",
+    "ON",
+    " Off ",
+    "yes\u00a0",
+    "\uff2f\uff2e",  # FULLWIDTH ON
+    "nan",
+    "2M",
+    "2m",
+    "1g",
+    "THP",
+    "auto",
+    "none",
+    "core-complex",
+    "core_complex",
+    "Interleave",
+    "prefer",
+]
+
+
+def _outcome(read):
+    try:
+        return ("value", read())
+    except ValueError:
+        return ("refused", None)
+
+
+@pytest.mark.parametrize("suffix", [s for s in envs_mod.REGISTRY if s != "NUMA_NODES"])
+def test_envs_and_numa_utils_agree_on_tricky_values(monkeypatch, suffix):
+    """For every variable but NUMA_NODES (numa_utils resolves a node list against the
+    machine), each tricky text is accepted by both, as the same value, or refused by
+    both: envs.py took a 19-digit NUMA_PREFAULT_THREADS numa_utils refused."""
+    import numa_utils as nu
+
+    differ = []
+    for raw in TRICKY:
+        monkeypatch.setenv("NUMA_UTILS_" + suffix, raw)
+        mine, theirs = _outcome(lambda: envs_mod.get(suffix)), _outcome(lambda: nu._env(suffix))
+        if mine != theirs:
+            differ.append((raw, mine, theirs))
+    assert not differ
+
+
+LONG_BAD = "\x1b]0;owned\x07\x1b[2J" + "z" * 120_000
+
+
+@pytest.mark.parametrize("suffix", sorted(envs_mod.REGISTRY))
+def test_env_errors_are_cut_and_escaped(monkeypatch, suffix):
+    """A 120 KB malformed value with ESC/BEL was repeated whole, and raw, in the error
+    (numa_utils' NUMA_NODES); every variable's error, in both, shows it escaped and
+    cut."""
+    import numa_utils as nu
+
+    monkeypatch.setenv("NUMA_UTILS_" + suffix, LONG_BAD)
+    reads = [lambda: envs_mod.get(suffix), lambda: nu._env(suffix)]
+    if suffix == "NUMA_NODES":
+        reads[1] = lambda: nu._env_nodes(None)
+    for read in reads:
+        with pytest.raises(ValueError) as info:
+            read()
+        message = str(info.value)
+        assert f"NUMA_UTILS_{suffix}=" in message
+        assert len(message) < 400 and "\x1b" not in message and "\x07" not in message
+
+
+def test_status_text_shows_an_invalid_value_escaped_and_cut(monkeypatch):
+    from conftest import sim
+
+    import numa_utils as nu
+
+    monkeypatch.setenv("NUMA_UTILS_NUMA_STRICT", LONG_BAD)
+    text = nu._render_status(nu.status_report(backend=sim("dual-socket-8gpu")))
+    line = next(x for x in text.splitlines() if "NUMA_UTILS_NUMA_STRICT" in x)
+    assert "(invalid)" in line and len(line) < 300
+    assert "\x1b" not in text and "\x07" not in text

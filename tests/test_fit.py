@@ -262,3 +262,16 @@ def test_host_small_dev_shm_refuses_posix_region_and_leaves_nothing():
     with nu.SharedRegion.create("fit-test", 32 * MiB, kind="posix") as ok:
         assert ok.prefaulted["bytes"] == 32 * MiB
     assert sorted(os.listdir("/dev/shm")) == before
+
+
+@pytest.mark.parametrize("size", [-5, 0, True, 1.5, "1G", None, 2**70])
+def test_fit_refuses_a_size_create_refuses(size):
+    # 26.19: fit(-5), fit(0) and fit(True) said "fits"; fit(1.5) and fit("1G") raised
+    # TypeErrors from deep inside.  fit checks the size as create does.
+    with pytest.raises(ValueError, match="size"):
+        nu.fit(size, backend=sim("dual-socket-8gpu"))
+
+
+def test_fit_refuses_an_unknown_kind():
+    with pytest.raises(ValueError, match="kind must be 'sysv' or 'posix'"):
+        nu.fit(4096, kind="file", backend=sim("dual-socket-8gpu"))

@@ -886,3 +886,22 @@ def test_pin_prefault_faults_pages_before_registering(stall_cudart):
     rss_kb = int(block.split("Rss:")[1].split()[0])
     assert rss_kb >= 8 << 10
     pin.close()
+
+
+@pytest.mark.parametrize("raw", ["7", "1024", "99999999999999999999"])
+def test_numa_node_naming_no_node_takes_local_cpus(raw):
+    # 26.18: a numa_node naming no node (7 on a 2-node machine, 1024, 20 digits) was
+    # shown as the GPU's node.  It is a problem, and the local CPUs' node stands in.
+    gpu = "/sys/bus/pci/devices/0000:19:00.0"
+    b = _Patched(fixture_root("dual-socket-8gpu"), {f"{gpu}/numa_node": raw + "\n"})
+    topo = nu.read_topology(backend=b)
+    (g,) = [x for x in nu.gpus(backend=b) if x.pci == "0000:19:00.0"]
+    assert (g.node, g.node_source, g.numa_node) == (0, "local_cpulist", int(raw))
+    assert any(f"names node {raw}" in p for p in topo.problems), topo.problems
+    (d,) = [x for x in nu.devices("gpu", backend=b) if x.address == "0000:19:00.0"]
+    assert (d.node, d.node_source) == (0, "local_cpulist")
+    # Local CPUs on both nodes: unknown, not the firmware's number.
+    every = nu.format_cpulist(topo.online_cpus)
+    b.files[f"{gpu}/local_cpulist"] = every + "\n"
+    (g,) = [x for x in nu.gpus(backend=b) if x.pci == "0000:19:00.0"]
+    assert (g.node, g.node_source) == (None, "unknown")
