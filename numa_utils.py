@@ -9556,14 +9556,15 @@ def parse_nodestring(
     possible: bool = False,
     backend: Optional[Backend] = None,
     topology: Optional[Topology] = None,
-    devices: bool = False,
+    devices: Optional[Callable[[str, Backend], FrozenSet[int]]] = None,
 ) -> FrozenSet[int]:
     """numactl's node list (CPU list with ``cpus=True``) -> ids, read as libnuma's
     numa_parse_nodestring/numa_parse_cpustring do.
 
     ``1,3,5-7``; numbers in C's bases (``0x2`` hex, ``010`` octal); ``all`` (every
     allowed id); ``!LIST`` (all but); ``+LIST`` (the n-th allowed ids).  With
-    ``devices=True`` (the numactl front end: a person typed it) nodes also take
+    ``devices`` (the numactl front end, where a person typed it, passes its resolver:
+    the text of the form and the backend in, the device's nodes out) nodes also take
     ``netdev:DEV``, ``block:DEV``, ``file:PATH``, ``pci:[SEG:]BUS:DEV[.FN]``,
     ``ip:ADDR`` (the device's node from sysfs; ``ip:NAME`` asks the resolver);
     without it they are refused, naming the form, so that a variable such as
@@ -9617,16 +9618,16 @@ def parse_nodestring(
         rest = s[i:]
         kind, colon, _ = rest.partition(":")
         if rest == "all" or (colon and kind in _DEVICE_FORMS and not cpus):
-            if rest != "all" and not devices:
+            if rest == "all":
+                mask |= allowed
+            elif devices is not None:
+                mask |= devices(rest, b)
+            else:
                 raise _ListError(
                     f"the device form `{kind}:' is refused here: node lists "
                     "(0-1,4, !0, +0-1) and all only; netdev:, block:, file:, "
                     "pci: and ip: belong to the numactl command line"
                 )
-            if rest == "all":
-                mask |= allowed
-            else:
-                mask |= _commands(f"the {kind}: node form")._device_node(rest, b)
             i = len(s)
             break
         v, i = number(i, f"unparseable {what} description `{rest}'", "is out of range")

@@ -1805,7 +1805,12 @@ class _Numactl:
     def nodes(self, arg: str, cpus: bool = False) -> FrozenSet[int]:
         try:
             got = parse_nodestring(
-                arg, cpus=cpus, possible=self.all, backend=self.b, topology=self.tp(), devices=True
+                arg,
+                cpus=cpus,
+                possible=self.all,
+                backend=self.b,
+                topology=self.tp(),
+                devices=_device_node,
             )
         except ValueError as e:
             warn = getattr(e, "warn", f"{e}\n")
@@ -2196,7 +2201,7 @@ def _refuse_negative(argv: Sequence[str], prog: str) -> None:
 
 def _device_node(spec: str, b: Backend) -> FrozenSet[int]:
     """libnuma's device forms (netdev:, block:, file:, pci:, ip:) -> the device's node
-    from sysfs, for parse_nodestring(devices=True).  Only a typed command resolves
+    from sysfs, for parse_nodestring(devices=_device_node).  Only a typed command resolves
     them: they stat files and (ip:) may ask a resolver."""
     kind, _, dev = spec.partition(":")
     dev = dev.lstrip()

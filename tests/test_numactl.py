@@ -88,7 +88,7 @@ def _pci_tree(tmp_path, numa_node):
 
 def _parse_typed(spec, backend):
     """parse_nodestring as the numactl front end calls it (device forms allowed)."""
-    return nu.parse_nodestring(spec, backend=backend, devices=True)
+    return nu.parse_nodestring(spec, backend=backend, devices=cli._device_node)
 
 
 def test_device_forms_read_sysfs_locality(tmp_path, monkeypatch):
