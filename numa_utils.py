@@ -330,9 +330,9 @@ def _printable(text: str) -> str:
 
 
 def _cut(text: str, limit: int = 160) -> str:
-    """``text`` for a message: control characters escaped as repr() escapes them, cut
-    to ``limit`` characters (a parser's words can quote a whole 120 KB value)."""
-    shown = repr(text[:limit])[1:-1]
+    """``text`` for a message: escaped as _printable escapes it, cut to ``limit``
+    characters (a parser's words can quote a whole 120 KB value)."""
+    shown = _printable(text[:limit])
     if len(text) > limit:
         return shown + f"... ({len(text)} chars)"
     return shown
