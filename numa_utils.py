@@ -3477,13 +3477,11 @@ def _file_record(path: str) -> Tuple[int, Optional[Dict[str, Any]]]:
 
 def _record_layout(rec: Mapping[str, Any]) -> Layout:
     """The layout a record publishes (one default extent when it names none); a
-    ValueError when it names a node no kernel has (MAX_NODES and above)."""
+    ValueError when it names a node no kernel has (Layout.parse refuses MAX_NODES and
+    above)."""
     if "layout" not in rec:
         return Layout.extents([(rec["size"], "default", ())])
-    lay = Layout.parse(rec["layout"])
-    if lay.nodes and max(lay.nodes) >= MAX_NODES:
-        raise ValueError("layout names a node id above any kernel's (MAX_NODES)")
-    return lay.bound(rec["size"], rec["page_size"])
+    return Layout.parse(rec["layout"]).bound(rec["size"], rec["page_size"])
 
 
 _LAYOUT_IDS_MAX = 4 * MAX_NODES  # node ids a record's layout text may spell out
@@ -7400,7 +7398,9 @@ def _device_plan(
 
 
 class BindResult(_Record):
-    """What bind_to_node / bind_for_gpu applied.  Truthy when everything asked was."""
+    """What bind_to_node / bind_for_gpu applied.  Truthy when everything asked was,
+    on the node asked for: ``node`` is the node actually used, ``asked`` the one asked
+    (they differ when the cpuset forbids the node asked and its nearest was used)."""
 
     node: Optional[int]
     cpus: FrozenSet[int]  # the CPU set applied (empty: none)
@@ -7412,8 +7412,11 @@ class BindResult(_Record):
     threads_failed: Tuple[Tuple[int, int], ...] = ()  # (tid, errno)
     plan: Optional[GpuPlan] = None
     notes: Tuple[str, ...] = ()
+    asked: Optional[int] = None  # the node asked for (None: as ``node``)
 
     def __bool__(self) -> bool:
+        if self.asked is not None and self.node != self.asked:
+            return False
         cpu_ok = self.cpus_applied or self.cpu_reason == "not requested"
         return cpu_ok and (self.memory is None or self.memory.applied)
 
@@ -7495,6 +7498,7 @@ def _bind_node(
     notes: List[str] = []
     allowed = topo.allowed_cpus & topo.online_cpus
     want: FrozenSet[int] = frozenset()
+    used = node  # the node bound in the end: another when the cpuset forbids this one
     if cpus is True:
         cnode = _nearest_cpu_node(topo, node)
         if cnode is not None and cnode != node:
@@ -7510,7 +7514,10 @@ def _bind_node(
                 + (f"; using the nearest node {near[0]}" if near else ""),
                 notes,
             )
-            want = topo.nodes[near[0]].cpus & allowed if near else frozenset()
+            want = frozenset()
+            if near:
+                used = near[0]
+                want = topo.nodes[used].cpus & allowed
     elif cpus is not False:
         asked = frozenset(cpus)
         want = asked & allowed
@@ -7532,6 +7539,8 @@ def _bind_node(
             )
             if node in topo.nodes_with_memory:  # the cpuset's doing, not the machine's
                 _fail(st, msg)
+                if used == node:
+                    used = min(mnodes)
             notes.append(msg)
         # "socket" is preferred-many over the package's nodes; the rest name their mode
         mode = Mode.PREFERRED_MANY if mem == "socket" else _MODE_NAMES[mem]
@@ -7572,7 +7581,7 @@ def _bind_node(
                     e,
                 )
     return BindResult(
-        node,
+        used,
         want if reason is None else frozenset(),
         reason is None,
         reason,
@@ -7580,6 +7589,7 @@ def _bind_node(
         *done,
         None,
         tuple(notes),
+        asked=node,
     )
 
 

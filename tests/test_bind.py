@@ -125,6 +125,11 @@ def test_cpuset_fallback_to_nearest_node():
     b = sim("container-cpuset")
     r = nu.bind_to_node(0, backend=b)  # node 0: no CPU and no memory allowed
     assert r.cpus == b.topology.allowed_cpus and r.cpus_applied
+    # The result names the node it bound, and is falsy: not the node asked for.
+    assert (r.node, r.asked) == (1, 0) and not r
+    r = nu.bind_to_node(0, cpus=False, backend=b)  # memory alone went elsewhere
+    assert (r.node, r.asked) == (1, 0) and not r
+    r = nu.bind_to_node(0, backend=b)
     assert any("nearest node 1" in n for n in r.notes)
     assert r.memory.applied and r.memory.nodes == {1}  # Mems_allowed_list is 1
     assert any("no memory this process may use" in n for n in r.notes)
