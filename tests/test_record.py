@@ -105,7 +105,9 @@ def test_nested_record_is_damage_not_a_crash(kind):
         forge(r, b"[" * 3000 + b"]" * 3000)
         with pytest.raises(ValueError, match="damaged identity record"):
             nu.SharedRegion.attach("nest", kind=kind, backend=s.process())
-        with pytest.raises(ValueError, match="nested"):
+        # "nested too deeply" where json's decoder gives up (RecursionError); Python
+        # 3.13's decodes 3,000 levels, and the record's fields are then the damage.
+        with pytest.raises(ValueError, match=r"damaged identity record \((nested|fields)"):
             nu._record_read(r.address, r._mapped, "x")
         rows = cli._our_segments(s.process(), min_age=0)
         assert [x for x in rows if "unreadable" in str(x.get("why", ""))], rows
