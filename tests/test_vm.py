@@ -120,7 +120,7 @@ def _boot(arch, topology, **kw):
     if reason:
         pytest.skip(reason)
     t0 = time.monotonic()
-    ok, console = vmrun.run_guest(arch, topology, timeout=kw.pop("timeout", 240), **kw)
+    ok, console = vmrun.run_guest(arch, topology, timeout=kw.pop("timeout", 600), **kw)
     return ok, console, vmrun.check_results(console), time.monotonic() - t0
 
 
