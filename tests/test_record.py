@@ -193,13 +193,19 @@ def test_forged_huge_length_is_refused():
 
 def test_record_never_written_over_the_last_use_slot():
     import ctypes
+    import struct
+    import zlib
 
     s = sim("qemu-x86_64-two-node")
     with nu.SharedRegion.create("ok", 1 * MiB, backend=s) as r:
         slot = ctypes.string_at(r.address + r.size, nu._RECORD_SLOT)
         # The slot holds the last use (its own magic and checksum), no record bytes.
         assert nu._slot_read(slot)["pid"] == s.whoami()["pid"]
-        assert b"{" not in slot and b"numa_utl" not in slot
+        # Every byte of it is the slot's: its last four are the CRC-32 of the other 60,
+        # so a record byte written over any of them would show. (A byte-pattern check
+        # such as b"{" not in slot fails when the time or a checksum holds that byte.)
+        assert slot[:8] == b"numa_use"
+        assert struct.unpack("<I", slot[-4:])[0] == zlib.crc32(slot[:-4])
         rest = len(_good(r)) - len("ok")  # the record's bytes besides its key
     # A record that would reach into the slot (it fits the room less the trailer).
     key = "k" * (nu._RECORD_ROOM - 16 - rest - 8)
