@@ -8706,15 +8706,19 @@ class CudaPin:
             with self._lock:
                 self._running -= 1
 
-    def _wait_for_pool(self, pool: List[threading.Thread]) -> None:
-        """Wait until no thread of ``pool`` can register: stop them first.  Joins
-        alone are not enough: CPython 3.11's Thread.join, cut short by Ctrl-C while
-        the thread runs, marks it ended (bpo-45274's handler in
-        _wait_for_tstate_lock), and a second join returns at once."""
+    def _wait_for_pool(self) -> None:
+        """Wait until no thread of the pool can register: the caller has set the stop
+        flag.  A worker checks the flag and counts itself in ``_running`` under the
+        lock, so once the count, read under the lock, is zero, none registers again.
+        No Thread.join: cut short by Ctrl-C, a join leaves the thread's lock in a state
+        where the next join waits for ever on Python 3.8 (bpo-45274) and returns at
+        once on 3.11."""
         import time
 
-        _join(pool)
-        while self._running:
+        while True:
+            with self._lock:
+                if not self._running:
+                    return
             time.sleep(0.001)
 
     def _record(self, me: int, piece: Tuple[int, int], rc: int, took: float) -> None:
@@ -8788,7 +8792,7 @@ class CudaPin:
             return
         self.device_pointer = self.addr + offsets.pop()
 
-    def _undo(self, pool: List[threading.Thread]) -> Tuple[int, Optional[BaseException]]:
+    def _undo(self) -> Tuple[int, Optional[BaseException]]:
         """Stop and wait for every thread, then unregister every chunk, to the end even
         when a second Ctrl-C comes meanwhile: (chunks undone, that interrupt)."""
         late: Optional[BaseException] = None
@@ -8796,7 +8800,7 @@ class CudaPin:
         while True:
             try:
                 self._stop = True
-                self._wait_for_pool(pool)
+                self._wait_for_pool()
                 with self._lock:
                     # a call an exception cut short: registered or not, nobody knows
                     for piece in self._in_call.values():
@@ -8843,9 +8847,9 @@ class CudaPin:
         finally:
             # Also reached when a second interrupt cuts the handler above short: the
             # chunks are undone and that interrupt goes on.
-            self._settle(pool, finished, strict)
+            self._settle(finished, strict)
 
-    def _settle(self, pool: List[threading.Thread], finished: bool, strict: bool) -> None:
+    def _settle(self, finished: bool, strict: bool) -> None:
         """Keep the chunks when all went well; else undo them and say why."""
         with self._lock:
             failed, cause = sorted(self._failed), self._cause
@@ -8853,7 +8857,7 @@ class CudaPin:
             self.ok = not self._stop
             self._ended.set()
             return
-        undone, late = self._undo(pool)
+        undone, late = self._undo()
         calls = self._calls
         assert calls is not None
         what, exc, err = "registering stopped by an interrupt", late, errno.EIO
@@ -8959,7 +8963,7 @@ def pin_for_cuda(
         try:
             pin._run(pieces, nthreads, device, fault, strict)
         except BaseException:  # no pin is returned, so nothing may stay registered
-            pin._undo([])
+            pin._undo()
             raise
         return pin
     pin._worker = threading.Thread(

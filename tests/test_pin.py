@@ -323,12 +323,6 @@ print(json.dumps({"interrupted": interrupted, "leaked": leaked}))
 """
 
 
-@pytest.mark.skipif(
-    sys.version_info < (3, 9),
-    reason="CPython 3.8's Thread.join, cut by a signal between its lock's acquire and "
-    "release, leaves the lock held and the next join waits for ever (bpo-45274, fixed "
-    "in 3.9.8 and 3.10.1): a SIGINT storm can hang the rollback's join there",
-)
 @pytest.mark.parametrize("threads", [1, 4])
 def test_pin_sigint_storm_leaves_nothing_registered(fake, threads):
     argv = [sys.executable, "-c", _STORM, nu.__file__, fake.path, str(threads), "200"]
