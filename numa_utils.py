@@ -597,6 +597,10 @@ class Backend:
     Paths are absolute system paths ("/sys/devices/system/node/online"); a backend
     maps them onto its root.  Syscall arguments are plain ints (addresses included),
     exactly what the kernel receives.
+
+    ``is_live``: the backend is the running system itself, so what describes only the
+    running system (NVML, torch's devices, opening a file for reading in place) is
+    asked of it.  The library asks this of a backend, never its class.
     """
 
     root: str = "/"
@@ -6697,7 +6701,7 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
 def _nvml_devices(b: Backend) -> Optional[List[_NvmlGpu]]:
     """NVML's GPUs in NVML order, or None without NVML.  The seam tests monkeypatch.
     NVML describes the running system, so a saved tree or a simulation gets None."""
-    if not (b.is_live and isinstance(b, LinuxBackend)):
+    if not b.is_live:
         return None
     with _nvml_lock:
         if "gpus" not in _nvml_cache:
@@ -7134,11 +7138,9 @@ def _resolve(
             by_pci.get(bus),
             "pci_bus_id" if bus in by_pci else f"pci_bus_id {bus} is not a GPU in sysfs",
         )
-    torch_gpu = (
-        by_pci.get(_torch_bus_id(device) or "")
-        if b.is_live and isinstance(b, LinuxBackend)
-        else None
-    )
+    torch_gpu = None
+    if b.is_live:
+        torch_gpu = by_pci.get(_torch_bus_id(device) or "")
     if torch_gpu is not None:
         return _Resolved(torch_gpu, "torch")
     env = os.environ if env is None else env
