@@ -206,14 +206,26 @@ def test_library_names_no_simulator():
         if isinstance(n, ast.ClassDef) and n.name == "SimulatedBackend"
     ]
     assert not defined, "numa_utils.py defines SimulatedBackend"
+
+
+BACKEND_CLASSES = ("Backend", "LinuxBackend", "SimulatedBackend", "_SavedFolder")
+
+
+@pytest.mark.parametrize("name", ["numa_utils.py", "numa_utils_cli.py"])
+def test_no_isinstance_on_backend_classes(name):
+    """A backend says what it can do (``is_live``, ``has_process``); the code never asks
+    its class."""
+    src = (REPO / name).read_text(encoding="utf-8")
     checks = []
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(src)):
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
             continue
         if node.func.id in ("isinstance", "issubclass") and len(node.args) == 2:
-            if "SimulatedBackend" in ast.dump(node.args[1]):
+            named = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)}
+            named |= {n.attr for n in ast.walk(node.args[1]) if isinstance(n, ast.Attribute)}
+            if named & set(BACKEND_CLASSES):
                 checks.append(ast.get_source_segment(src, node))
-    assert not checks, f"numa_utils.py tests for the simulator by class: {checks}"
+    assert not checks, f"{name} tests a backend by its class: {checks}"
 
 
 def test_repository_tracks_at_most_1000_files():
