@@ -1690,6 +1690,37 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu], 
     return cpus, frozenset(online) & frozenset(possible)
 
 
+def _device_node(
+    named: Optional[int], hits: Set[Optional[int]], cpu_nodes: FrozenSet[int]
+) -> Tuple[Optional[int], str]:
+    """A PCI device's node and how it was found: its numa_node when that names an
+    online node, else the one node of its local CPUs, else the machine's only CPU
+    node; (None, "unknown") when none of these tells."""
+    if named is not None:
+        return named, "numa_node"
+    if len(hits) == 1:
+        return next(iter(hits)), "local_cpulist"
+    if len(cpu_nodes) == 1:
+        return min(cpu_nodes), "single node"
+    return None, "unknown"
+
+
+def _device_kind(cls: int, gpu: bool, infiniband: bool) -> str:
+    """A PCI device's kind from its class code (PCI Code and ID Assignment: 0x02 network,
+    0x0207 InfiniBand, 0x0108 NVM Express, 0x03 display)."""
+    if gpu:
+        return "gpu"
+    if infiniband or cls >> 8 == 0x0207:
+        return "rdma"
+    if cls >> 16 == 0x02:
+        return "net"
+    if cls >> 8 == 0x0108:
+        return "nvme"
+    if cls >> 16 == 0x03:
+        return "display"
+    return "other"
+
+
 def _read_devices(
     r: _Reader,
     node_of: Mapping[int, int],
@@ -1720,29 +1751,9 @@ def _read_devices(
                 f"{d}/numa_node names node {numa}, which is not online here: "
                 "its node is taken from local_cpulist"
             )
-        node, how = (
-            (numa, "numa_node")
-            if named
-            else (hits.pop(), "local_cpulist")
-            if len(hits) == 1
-            else (min(cpu_nodes), "single node")
-            if len(cpu_nodes) == 1
-            else (None, "unknown")
-        )
+        node, how = _device_node(numa if named else None, hits, cpu_nodes)
         sub = {c: sorted(r.listdir(f"{d}/{c}")) for c in _NAME_CLASSES}
-        kind = (
-            "gpu"
-            if gpu
-            else "rdma"
-            if sub["infiniband"] or cls >> 8 == 0x0207
-            else "net"
-            if cls >> 16 == 0x02
-            else "nvme"
-            if cls >> 8 == 0x0108
-            else "display"
-            if cls >> 16 == 0x03
-            else "other"
-        )
+        kind = _device_kind(cls, gpu, bool(sub["infiniband"]))
         try:
             parts = r.b.realpath(d).split("/")
         except OSError:
@@ -6001,11 +6012,13 @@ def _extent_placement(b: Backend, addr: int, seg: int, lay: Layout) -> List[Exte
             and (not e.nodes or e.policy == "prefer-many" or used <= e.nodes)
             and (e.policy != "prefer" or used == e.nodes)
         )
-        pl.verdict = (
-            ("ok: " if pl.ok else "MISPLACED: " if used - e.nodes and e.nodes else "incomplete: ")
-            + _verdict(pl, e.policy)
-            + note
-        )
+        if pl.ok:
+            word = "ok: "
+        elif e.nodes and used - e.nodes:
+            word = "MISPLACED: "
+        else:
+            word = "incomplete: "
+        pl.verdict = word + _verdict(pl, e.policy) + note
         out.append(pl)
     return out
 
@@ -6807,6 +6820,45 @@ def _nearest_cpu_node(topo: Topology, node: int) -> Optional[int]:
     return next(iter(_nearest_tied(topo, node, topo.nodes_with_cpus)), None)
 
 
+def _share_out(nodes: List[int], gpus: List[GpuInfo]) -> Dict[str, Tuple[int, ...]]:
+    """``nodes`` in order, the same number to each of ``gpus`` (by PCI address); {}
+    when they do not divide evenly."""
+    k, left = divmod(len(nodes), len(gpus))
+    if left or not k:
+        return {}
+    return {g.pci: tuple(nodes[i * k : (i + 1) * k]) for i, g in enumerate(gpus)}
+
+
+def _home_cpu_node(topo: Topology, node: int) -> Optional[int]:
+    """The one CPU node nearest to memory node ``node``; None on a tie, or when the
+    distances do not tell."""
+    near = _nearest_tied(topo, node, topo.nodes_with_cpus)
+    if len(near) == 1:
+        return near[0]
+    return None
+
+
+def _share_by_shape(
+    topo: Topology, free: List[int], gpus: List[GpuInfo]
+) -> Dict[str, Tuple[int, ...]]:
+    """CPU-less memory nodes ``free`` shared out to ``gpus`` as
+    _attribute_gpu_memory describes: per CPU node first, else all in one go."""
+    home = {m: _home_cpu_node(topo, m) for m in free}
+    groups: Dict[Optional[int], List[GpuInfo]] = {}
+    for g in sorted(gpus, key=lambda gpu: gpu.pci):
+        groups.setdefault(g.cpu_node, []).append(g)
+    if None not in home.values():
+        plan: Dict[str, Tuple[int, ...]] = {}
+        for cpu_node, members in groups.items():
+            part = _share_out([m for m in free if home[m] == cpu_node], members)
+            if not part:
+                break
+            plan.update(part)
+        else:
+            return plan
+    return _share_out(free, sorted(gpus, key=lambda gpu: (gpu.cpu_node, gpu.pci)))
+
+
 def _attribute_gpu_memory(
     topo: Topology, infos: List[GpuInfo], nvml: Optional[List[_NvmlGpu]], driver: Iterable[str]
 ) -> List[GpuInfo]:
@@ -6820,13 +6872,17 @@ def _attribute_gpu_memory(
     which is the order the driver onlines them.  Anything else stays unattributed.
     """
     pcis = {g.pci for g in infos}
-    claimed: Dict[str, Tuple[Tuple[int, ...], str]] = {
-        nv.pci: ((nv.numa_node,), "nvml")
-        for nv in nvml or ()
-        if nv.numa_node is not None and nv.pci in pcis and nv.numa_node not in topo.nodes_with_cpus
-    }
-    taken = {n for nodes, _ in claimed.values() for n in nodes}
+    claimed: Dict[str, Tuple[Tuple[int, ...], str]] = {}
+    for nv in nvml or ():
+        if nv.numa_node is None or nv.pci not in pcis:
+            continue
+        if nv.numa_node not in topo.nodes_with_cpus:
+            claimed[nv.pci] = ((nv.numa_node,), "nvml")
+    taken: Set[int] = set()
+    for nodes, _ in claimed.values():
+        taken.update(nodes)
     free = sorted((topo.nodes_with_memory - topo.nodes_with_cpus) - taken)
+    driver = set(driver)
     cands = [
         g
         for g in infos
@@ -6836,39 +6892,15 @@ def _attribute_gpu_memory(
         and g.cpu_node is not None
     ]
     if free and cands:
-        # each free node's one nearest CPU node (None: a tie, or distances unknown)
-        home = {
-            m: near[0] if len(near) == 1 else None
-            for m in free
-            for near in (_nearest_tied(topo, m, topo.nodes_with_cpus),)
-        }
-        groups: Dict[Optional[int], List[GpuInfo]] = {}
-        for g in sorted(cands, key=lambda x: x.pci):
-            groups.setdefault(g.cpu_node, []).append(g)
-
-        def share(nodes: List[int], gs: List[GpuInfo]) -> Dict[str, Tuple[int, ...]]:
-            """``nodes`` in order, k to each of ``gs``; {} when they do not divide."""
-            k, left = divmod(len(nodes), len(gs))
-            return (
-                {}
-                if left or not k
-                else {g.pci: tuple(nodes[i * k : (i + 1) * k]) for i, g in enumerate(gs)}
-            )
-
-        parts = [share([m for m in free if home[m] == n], gs) for n, gs in groups.items()]
-        plan = (
-            {p: ns for part in parts for p, ns in part.items()}
-            if None not in home.values() and all(parts)
-            else {}
-        )
-        plan = plan or share(free, sorted(cands, key=lambda x: (x.cpu_node, x.pci)))
-        claimed.update((p, (ns, "driver")) for p, ns in plan.items())
-    return [
-        g._replace(memory_nodes=claimed[g.pci][0], memory_source=claimed[g.pci][1])
-        if g.pci in claimed
-        else g
-        for g in infos
-    ]
+        for pci, nodes in _share_by_shape(topo, free, cands).items():
+            claimed[pci] = (nodes, "driver")
+    out = []
+    for g in infos:
+        if g.pci in claimed:
+            nodes, source = claimed[g.pci]
+            g = g._replace(memory_nodes=nodes, memory_source=source)
+        out.append(g)
+    return out
 
 
 def _gpu_infos(topo: Topology, b: Backend) -> List[GpuInfo]:
@@ -8604,39 +8636,31 @@ class CudaPin:
         self.close()
 
     def __repr__(self) -> str:
-        state = (
-            "registered"
-            if self.ok
-            else "registering"
-            if not self.ready
-            else f"not registered: {self.reason or 'closed'}"
-        )
+        if self.ok:
+            state = "registered"
+        elif not self.ready:
+            state = "registering"
+        else:
+            state = f"not registered: {self.reason or 'closed'}"
         return (
             f"CudaPin(0x{self.addr:x}, {self.length} bytes, {len(self.chunks)} chunk(s), {state})"
         )
 
     def to_json(self) -> Dict[str, Any]:
         return {
-            k: len(self.chunks)
-            if k == "chunks"
-            else self.progress._asdict()
-            if k == "progress"
-            else getattr(self, k)
-            for k in (
-                "ok",
-                "ready",
-                "addr",
-                "length",
-                "flags",
-                "chunks",
-                "threads",
-                "reason",
-                "error",
-                "failed_chunk",
-                "device_pointer",
-                "library",
-                "progress",
-            )
+            "ok": self.ok,
+            "ready": self.ready,
+            "addr": self.addr,
+            "length": self.length,
+            "flags": self.flags,
+            "chunks": len(self.chunks),
+            "threads": self.threads,
+            "reason": self.reason,
+            "error": self.error,
+            "failed_chunk": self.failed_chunk,
+            "device_pointer": self.device_pointer,
+            "library": self.library,
+            "progress": self.progress._asdict(),
         }
 
     def _give_up(
@@ -9256,13 +9280,15 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
             policy = get_policy(backend=b).to_json()
         except OSError as e:
             policy_error = f"{_errno_reason(e.errno or 0)}: {e.strerror or e}"
-    release, machine, page_size = (
-        (os.uname()[2], os.uname()[4], b.page_size)
-        if b.is_live
-        else (None, None, b.page_size)
-        if b.has_process
-        else _tree_machine(b)
-    )
+    release: Optional[str]
+    machine: Optional[str]
+    page_size: Optional[int]
+    if b.is_live:
+        release, machine, page_size = os.uname()[2], os.uname()[4], b.page_size
+    elif b.has_process:  # a simulated process: no kernel of its own to name
+        release, machine, page_size = None, None, b.page_size
+    else:
+        release, machine, page_size = _tree_machine(b)
     abi: Optional[Abi] = b.abi
     if not b.has_process:
         # A saved tree: its own machine's facts, or None ("unknown"), never ours.
