@@ -3490,28 +3490,32 @@ def _file_record(path: str) -> Tuple[int, Optional[Dict[str, Any]]]:
         os.close(fd)
 
 
-def _record_layout(rec: Mapping[str, Any]) -> Layout:
-    """The layout a record publishes (one default extent when it names none); a
-    ValueError when it names a node no kernel has (Layout.parse refuses MAX_NODES and
-    above)."""
-    if "layout" not in rec:
-        return Layout.extents([(rec["size"], "default", ())])
-    return Layout.parse(rec["layout"]).bound(rec["size"], rec["page_size"])
-
-
 _LAYOUT_IDS_MAX = 4 * MAX_NODES  # node ids a record's layout text may spell out
 
 
 def _layout_ids(text: str) -> int:
     """At least as many node ids as the layout ``text`` names, counted in its text
     (a range "a-b" as b - a + 1): Layout.parse builds a set of each list, so a
-    16 KiB record of "0-8191/0-8191/..." would cost a gigabyte to parse."""
+    16 KiB record of "0-1023/0-1023/..." would cost far more to parse than to read."""
     count = 0
     for number in re.finditer(r"([0-9]+)(-[0-9]+)?", text):
         count += 1
         if number.group(2):
             count += int(number.group(2)[1:]) - int(number.group(1))
     return count
+
+
+def _record_layout(rec: Mapping[str, Any]) -> Layout:
+    """The layout a record publishes (one default extent when it names none); a
+    ValueError when it names a node no kernel has (Layout.parse refuses MAX_NODES and
+    above), or more node ids than a layout can use (what reading it costs stays
+    bounded, for an attach and for `maps` alike)."""
+    if "layout" not in rec:
+        return Layout.extents([(rec["size"], "default", ())])
+    text = rec["layout"]
+    if isinstance(text, str) and _layout_ids(text) > _LAYOUT_IDS_MAX:
+        raise ValueError(f"layout names over {_LAYOUT_IDS_MAX} node ids")
+    return Layout.parse(text).bound(rec["size"], rec["page_size"])
 
 
 def _status_regions(report: Dict[str, Any], b: Backend) -> None:

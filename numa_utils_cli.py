@@ -313,8 +313,6 @@ def _region_file(path: str, deleted: bool) -> bool:
     )
 
 
-_layout_ids = _nu._layout_ids
-_LAYOUT_IDS_MAX = _nu._LAYOUT_IDS_MAX
 Layout = _nu.Layout
 
 # A line of /proc/PID/maps (fs/proc/task_mmu.c show_map_vma): start-end, permissions,
@@ -406,15 +404,6 @@ def _sysv_record(
     return row.size, rec, row.key == 0
 
 
-def _maps_layout(rec: Mapping[str, Any]) -> Layout:
-    """The layout ``rec`` publishes, refused (ValueError) when its text names more
-    node ids than a layout can use: what it costs to read stays bounded."""
-    text = rec.get("layout")
-    if isinstance(text, str) and _layout_ids(text) > _LAYOUT_IDS_MAX:
-        raise ValueError(f"layout names over {_LAYOUT_IDS_MAX} node ids")
-    return _record_layout(rec)
-
-
 def _layout_rows(row: Dict[str, Any], lay: Layout, vmas: List[_Vma]) -> None:
     """``row``'s extents, one per extent with the VMAs it spans when the layout has
     no more extents than the mapping has VMAs, and its VMAs with the extents each
@@ -485,7 +474,7 @@ def _maps_regions(b: Backend, pid: str, seen: Mapping[str, List[int]]) -> List[D
         except (OSError, ValueError) as e:
             row["error"] = str(e)
         try:
-            lay = _maps_layout(rec) if rec is not None else None
+            lay = _record_layout(rec) if rec is not None else None
         except ValueError as e:
             rec, lay, row["error"] = None, None, f"damaged identity record ({e})"
         if rec is not None and lay is not None:

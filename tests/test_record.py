@@ -178,6 +178,26 @@ def test_forged_fields_are_refused(change):
         r.destroy()
 
 
+def test_forged_layout_of_many_node_ids_is_refused_before_it_is_parsed(monkeypatch):
+    # Under 16 KiB of text naming 1,024 ids per extent, a thousand times over: the
+    # attach refuses it by its text, before Layout.parse builds a set for each list.
+    s = sim("qemu-x86_64-two-node")
+    r = nu.SharedRegion.create("ids", 1 * MiB, prefault=False, backend=s)
+    try:
+        many = "/".join(["1k:interleave:0-1023"] * 700)
+        forge(r, _good(r, layout=many))
+        parsed = []
+        real_parse = nu.Layout.parse
+        monkeypatch.setattr(
+            nu.Layout, "parse", lambda text: parsed.append(text) or real_parse(text)
+        )
+        with pytest.raises(ValueError, match="node ids"):
+            nu.SharedRegion.attach("ids", backend=s.process())
+        assert parsed == []
+    finally:
+        r.destroy()
+
+
 def test_forged_huge_length_is_refused():
     # A 48 MiB record (valid JSON, checksum and fields) ending a 64 MiB region.
     s = sim("qemu-x86_64-two-node", free_kb={0: 200 << 10, 1: 200 << 10})
