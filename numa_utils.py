@@ -6824,13 +6824,13 @@ def _nearest_cpu_node(topo: Topology, node: int) -> Optional[int]:
     return next(iter(_nearest_tied(topo, node, topo.nodes_with_cpus)), None)
 
 
-def _share_out(nodes: List[int], gpus: List[GpuInfo]) -> Dict[str, Tuple[int, ...]]:
-    """``nodes`` in order, the same number to each of ``gpus`` (by PCI address); {}
+def _share_out(nodes: List[int], cards: List[GpuInfo]) -> Dict[str, Tuple[int, ...]]:
+    """``nodes`` in order, the same number to each of ``cards`` (by PCI address); {}
     when they do not divide evenly."""
-    k, left = divmod(len(nodes), len(gpus))
+    k, left = divmod(len(nodes), len(cards))
     if left or not k:
         return {}
-    return {g.pci: tuple(nodes[i * k : (i + 1) * k]) for i, g in enumerate(gpus)}
+    return {g.pci: tuple(nodes[i * k : (i + 1) * k]) for i, g in enumerate(cards)}
 
 
 def _home_cpu_node(topo: Topology, node: int) -> Optional[int]:
@@ -6843,13 +6843,13 @@ def _home_cpu_node(topo: Topology, node: int) -> Optional[int]:
 
 
 def _share_by_shape(
-    topo: Topology, free: List[int], gpus: List[GpuInfo]
+    topo: Topology, free: List[int], cards: List[GpuInfo]
 ) -> Dict[str, Tuple[int, ...]]:
-    """CPU-less memory nodes ``free`` shared out to ``gpus`` as
+    """CPU-less memory nodes ``free`` shared out to ``cards`` as
     _attribute_gpu_memory describes: per CPU node first, else all in one go."""
     home = {m: _home_cpu_node(topo, m) for m in free}
     groups: Dict[Optional[int], List[GpuInfo]] = {}
-    for g in sorted(gpus, key=lambda gpu: gpu.pci):
+    for g in sorted(cards, key=lambda gpu: gpu.pci):
         groups.setdefault(g.cpu_node, []).append(g)
     if None not in home.values():
         plan: Dict[str, Tuple[int, ...]] = {}
@@ -6860,7 +6860,7 @@ def _share_by_shape(
             plan.update(part)
         else:
             return plan
-    return _share_out(free, sorted(gpus, key=lambda gpu: (gpu.cpu_node, gpu.pci)))
+    return _share_out(free, sorted(cards, key=lambda gpu: (gpu.cpu_node, gpu.pci)))
 
 
 def _attribute_gpu_memory(
