@@ -319,6 +319,21 @@ def _printable_char(char: str) -> str:
     return repr(char)[1:-1]
 
 
+def _seconds(value: Any) -> Optional[float]:
+    """A time from a record as a finite float; None for anything else."""
+    import math
+
+    if type(value) not in (int, float):
+        return None
+    try:
+        out = float(value)
+    except OverflowError:
+        return None
+    if not math.isfinite(out):
+        return None
+    return out
+
+
 def _printable(text: str) -> str:
     """``text`` for a terminal: each character that str.isprintable() refuses (control
     characters such as ESC and BEL, a newline, bidirectional overrides) as its
@@ -5056,6 +5071,21 @@ def _flock_shared(b: Backend, fd: int, what: str) -> None:
 
 
 _ATTACH_POLL = 0.05  # seconds between attach(wait=...)'s tries
+_REUSE_WAIT = 60.0  # create(existing="reuse"): seconds to wait for a peer making it
+
+
+def _check_made_after(rec: Mapping[str, Any], after: Optional[float], what: str) -> None:
+    """FileNotFoundError when record ``rec`` says its region was made before ``after``
+    (attach's ``created_after``): an earlier run's region is not the one awaited."""
+    if after is None:
+        return
+    made = _seconds(rec.get("created"))
+    if made is None or made < after:
+        raise FileNotFoundError(
+            errno.ENOENT,
+            f"{what} was made at {made} (time.time()), before created_after={after}: "
+            "an earlier run's region, not this run's",
+        )
 
 
 def _waiting(attach_once: Callable[[], Any], wait: float, what: str) -> Any:
@@ -5263,6 +5293,7 @@ class SharedRegion:
         backend: Optional[Backend] = None,
         layout: Union[Layout, str, None] = None,
         existing: str = "error",
+        wait: float = _REUSE_WAIT,
     ) -> SharedRegion:
         """Create region ``key`` (a str name, or an int SysV key) of ``size`` bytes.
 
@@ -5280,7 +5311,8 @@ class SharedRegion:
         raises FileExistsError; ``"replace"`` removes it if cleanup proves it stale
         (nobody attached, its creator and last user gone; no minimum age), then makes
         it; ``"reuse"`` attaches it (as ``attach``: this user's only) when its size,
-        page size and layout are the ones asked for (``created`` is then False).
+        page size and layout are the ones asked for (``created`` is then False),
+        waiting up to ``wait`` seconds for a peer still making it.
         Nothing is left behind when any step fails (a bad layout, policy denied under
         strict, prefault interrupted, ...).
         """
@@ -5362,6 +5394,7 @@ class SharedRegion:
             strict=strict,
             progress=progress,
             backend=b,
+            wait=wait,
         )
         if (region.size, region.page_size, str(region.layout)) != (size, page, str(lay)):
             region.close()
@@ -5392,6 +5425,7 @@ class SharedRegion:
         progress: Optional[Callable[[int, int], Any]] = None,
         backend: Optional[Backend] = None,
         wait: Optional[float] = None,
+        created_after: Optional[float] = None,
     ) -> SharedRegion:
         """Map the existing region ``key`` after checking it can be trusted.
 
@@ -5405,16 +5439,23 @@ class SharedRegion:
         (one extent) if given, and ENABLE_NUMA_INTERLEAVE for a first-touch region.
         ``remove=True`` marks a SysV segment for removal after attaching (see class).
         ``wait``: seconds to wait for a region not made yet (or still without its
-        record), polling; TimeoutError after that.
+        record), polling; TimeoutError after that.  ``created_after`` (a time.time()
+        value, such as the engine's start): a region its record says was made before
+        then is an earlier run's and counts as not made yet (FileNotFoundError, or
+        waited past), so a worker that starts before its creator never maps the
+        region a crashed run left.
         """
         b = _b(backend)
         _region_args(b, kind, 0 if size is None else size, 0)
+        if created_after is not None and _seconds(created_after) is None:
+            raise ValueError(f"created_after={created_after!r}: a time.time() value")
         pmode, pnodes, strict_, explicit = _region_policy(policy, nodes, strict, b)
         _region_page(hugepages, kind, b, pnodes)  # the region's record says its page
 
         def make(r: SharedRegion) -> None:
             rec, what = (_sysv_attach if kind == "sysv" else _posix_attach)(r, trust)
             _record_page_check(b, r._address, kind, rec["page_size"], what)
+            _check_made_after(rec, created_after, what)
             data = rec["size"]
             try:
                 lay = _record_layout(rec)
@@ -5702,18 +5743,30 @@ def _undo(held: Optional[Tuple[Any, Callable[[], Any]]], region: SharedRegion) -
         _release_signals(held)
 
 
+_REPLACE_TRIES = 20  # create(existing="replace"): looks at a region "in use" (1 s)
+
+
 def _replace_stale(b: Backend, key: Union[int, str], kind: str) -> None:
     """Remove region ``key`` of ``kind`` for create(existing="replace") when cleanup's
     proof says it is stale; FileExistsError saying why not when it is not."""
-    rows = _our_segments(b, [key], remove=True, min_age=0, kind=kind)
-    mine = [row for row in rows if _same_key(row["region"], key)]
-    for row in mine:
-        if row["action"] != "removed":
-            raise FileExistsError(
-                errno.EEXIST,
-                f"region {key!r} exists and is not proven stale ({row['why']}): "
-                "existing='replace' removes only a stale one",
-            )
+    import time
+
+    for attempt in range(_REPLACE_TRIES):
+        rows = _our_segments(b, [key], remove=True, min_age=0, kind=kind)
+        held = [row for row in rows if _same_key(row["region"], key)]
+        held = [row for row in held if row["action"] != "removed"]
+        if not held:
+            return
+        # A worker waiting with attach(created_after=) maps the old region for the
+        # moment it takes to read its record: "in use" may be that; look again.
+        if not held[0]["why"].startswith("in use") or attempt == _REPLACE_TRIES - 1:
+            break
+        time.sleep(_ATTACH_POLL)
+    raise FileExistsError(
+        errno.EEXIST,
+        f"region {key!r} exists and is not proven stale ({held[0]['why']}): "
+        "existing='replace' removes only a stale one",
+    )
 
 
 def _sysv_create(r: SharedRegion, flags: int, replace: bool) -> None:
@@ -6186,21 +6239,6 @@ def _gone_why(
         f"{who} (pid {pid}) may be alive: it is in another time namespace, "
         "where start times read differently"
     )
-
-
-def _seconds(value: Any) -> Optional[float]:
-    """A time from a record as a finite float; None for anything else."""
-    import math
-
-    if type(value) not in (int, float):
-        return None
-    try:
-        out = float(value)
-    except OverflowError:
-        return None
-    if not math.isfinite(out):
-        return None
-    return out
 
 
 def _idle_why(

@@ -296,8 +296,10 @@ def test_ast_nodes_within_the_round_budget(figures):
 # The size when the hardening round landed: no change may grow the file past it.
 # 66,651 at the end of the last session; +268 this one for rewrites that unpacked
 # chained conditionals into named steps (_device_node, _device_kind, _share_by_shape,
-# CudaPin.to_json as a literal) and the layout bound moved into _record_layout.
-MAX_AST_NODES_NOW = 66_920
+# CudaPin.to_json as a literal) and the layout bound moved into _record_layout;
+# +198 for attach(created_after=), create(existing="reuse", wait=) and replace's
+# second look (the LightLLM port's restart race).
+MAX_AST_NODES_NOW = 67_120
 
 
 def test_ast_nodes_never_grow(figures):

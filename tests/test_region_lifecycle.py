@@ -535,3 +535,57 @@ def test_create_existing_replace_and_reuse(kind):
     assert new.created and new.buffer()[0] == 0
     new.destroy()
     assert _counts(s) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("kind", ["sysv", "posix"])
+def test_attach_created_after_skips_a_crashed_runs_region(kind):
+    # A restarted engine's worker starts before its creator: the region a crashed run
+    # left is not the one it waits for, and waiting leaves it unattached, so the
+    # creator's existing="replace" proves it stale and replaces it.
+    s = sim("single-node")
+    crashed = s.process()
+    old = _made(crashed, "again", kind)
+    old.buffer()[0] = 7
+    old.close()
+    crashed.exit()
+    time.sleep(0.01)  # the record keeps milliseconds
+    start = time.time()
+    worker = s.process()
+    with pytest.raises(FileNotFoundError, match="earlier run"):
+        nu.SharedRegion.attach("again", kind=kind, backend=worker, created_after=start)
+    with pytest.raises(TimeoutError, match="not made within"):
+        nu.SharedRegion.attach("again", kind=kind, backend=worker, created_after=start, wait=0.2)
+    creator = s.process()
+    new = nu.SharedRegion.create("again", MiB, kind=kind, backend=creator, existing="replace")
+    assert new.created
+    got = nu.SharedRegion.attach("again", kind=kind, backend=worker, created_after=start, wait=1)
+    assert got.buffer()[0] == 0 and got.identity["created"] >= start
+    got.close()
+    for bad in (True, "soon", float("nan")):
+        with pytest.raises(ValueError, match="created_after="):
+            nu.SharedRegion.attach("again", kind=kind, backend=worker, created_after=bad)
+    new.destroy()
+    assert _counts(s) == (0, 0, 0)
+
+
+def test_create_existing_reuse_waits_for_a_peer_making_it(monkeypatch):
+    s = sim("single-node")
+    first = _made(s.process(), "peer", "posix")
+    seen = []
+    real_attach = nu.SharedRegion.attach.__func__
+
+    def attach(cls, key, *args, **kw):
+        seen.append(kw.get("wait"))
+        return real_attach(cls, key, *args, **kw)
+
+    monkeypatch.setattr(nu.SharedRegion, "attach", classmethod(attach))
+    peer = s.process()
+    same = nu.SharedRegion.create("peer", MiB, kind="posix", backend=peer, existing="reuse")
+    again = nu.SharedRegion.create(
+        "peer", MiB, kind="posix", backend=peer, existing="reuse", wait=3
+    )
+    assert not same.created and seen == [nu._REUSE_WAIT, 3]
+    same.close()
+    again.close()
+    first.destroy()
+    assert _counts(s) == (0, 0, 0)
