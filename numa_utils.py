@@ -9877,13 +9877,17 @@ def _print_json(data: Any) -> None:
 def _cmd_status(args: Any) -> int:
     if args.env_prefix is not None:
         configure(env_prefix=args.env_prefix)
-    rep = status_report(backend=_backend_from_args(args))
     fmt = getattr(args, "format", None) or ("json" if args.json else "text")
+    if getattr(args, "write", None) is not None and fmt != "nfd":
+        raise ValueError("--write goes with --format nfd")
+    rep = status_report(backend=_backend_from_args(args))
     if fmt == "json":
         rep.pop("extra_text", None)
         _print_json(rep)
     elif fmt == "prometheus":
         sys.stdout.write(_commands("status --format prometheus")._render_prometheus(rep))
+    elif fmt == "nfd":
+        return int(_commands("status --format nfd")._status_nfd(rep, args))
     else:
         sys.stdout.write(_render_status(rep))
     return 0
@@ -9930,9 +9934,21 @@ def _build_parser(commands: Sequence[Callable[[Any], None]] = ()) -> argparse.Ar
     p = sub.add_parser("status", parents=[common], help="topology, GPUs, process limits and advice")
     p.add_argument(
         "--format",
-        choices=["text", "json", "prometheus"],
+        choices=["text", "json", "prometheus", "nfd"],
         default=None,
         help="output format (default text; --json is --format json)",
+    )
+    p.add_argument(
+        "--write",
+        metavar="DIR",
+        default=None,
+        help="--format nfd: write DIR/numa-utils atomically (NFD's features.d)",
+    )
+    p.add_argument(
+        "--expiry",
+        metavar="TIME",
+        default="1h",
+        help="--format nfd: the labels expire after TIME (90s, 30m, 1h, 2d; default 1h)",
     )
     p.add_argument(
         "--env-prefix",

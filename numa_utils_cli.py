@@ -976,6 +976,349 @@ def _render_plan_cmd(plans: List[GpuPlan], fmt: str) -> str:
     return "\n".join(out) + ("\n" if out else "")
 
 
+# ---------------------------------------------------------------------------
+# Fleet exports: labels for Node Feature Discovery (status --format nfd), the policy
+# a container runtime applies at birth (plan --format oci, nri), Slurm's gres.conf and
+# srun (gres, srun), Ray's custom resources (ray).  Each renders data status and plan
+# already hold, in the consumer's own syntax.
+# ---------------------------------------------------------------------------
+
+# NFD's local source (nfd-worker reads /etc/kubernetes/node-feature-discovery/
+# features.d/*, skipping dot files, ignoring a file over 64 KiB; source/local/local.go):
+# one `name=value` line per label, `# +expiry-time=<RFC 3339>` after which the lines
+# below it are ignored.  Names and values follow Kubernetes' label rules: a name
+# part of at most 63 characters, a value of at most 63, both
+# [A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?, so no commas: a list of ids is the
+# kernel's list with "_" for "," ("0-3_8").
+_NFD_PREFIX = "numa-utils.io/"
+_NFD_FILE = "numa-utils"
+_NFD_MAX_BYTES = 65536
+_LABEL_MAX = 63
+_NIC_KINDS = ("net", "rdma")
+_EXPIRY_UNITS = MappingProxyType({"s": 1, "m": 60, "h": 3600, "d": 86400})
+
+
+def _label_list(ids: Iterable[int]) -> str:
+    """Ids as a label value: "0-3,8" becomes "0-3_8" (a label value has no comma)."""
+    return format_cpulist(ids).replace(",", "_")
+
+
+def _hugepage_name(size_kb: int) -> str:
+    """Kubernetes' name for a huge page size: hugepages-2Mi, hugepages-1Gi."""
+    if size_kb % (1 << 20) == 0:
+        return f"hugepages-{size_kb >> 20}Gi"
+    if size_kb % (1 << 10) == 0:
+        return f"hugepages-{size_kb >> 10}Mi"
+    return f"hugepages-{size_kb}Ki"
+
+
+def _lower_tier_nodes(nodes: List[Dict[str, Any]]) -> List[int]:
+    """Memory nodes in a slower memory tier than every node with CPUs (a CXL expander,
+    kmem-onlined far memory): the kernel gives them a larger memory_tierN."""
+    dram_tiers = [n["tier"] for n in nodes if n["cpus"] and n["tier"] is not None]
+    if not dram_tiers:
+        return []
+    slowest = max(dram_tiers)
+    return [n["id"] for n in nodes if n["tier"] is not None and n["tier"] > slowest]
+
+
+class _Labels:
+    """Labels in the order added; a value too long for a label is left out, with a
+    comment saying which (the per-node labels carry the same facts)."""
+
+    def __init__(self) -> None:
+        self.values: Dict[str, str] = {}
+        self.left_out: List[str] = []
+
+    def put(self, name: str, value: Any) -> None:
+        text = str(value)
+        if len(text) > _LABEL_MAX:
+            self.left_out.append(f"{_NFD_PREFIX}{name}: value over {_LABEL_MAX} characters")
+            return
+        self.values[_NFD_PREFIX + name] = text
+
+    def put_list(self, name: str, ids: Iterable[int]) -> None:
+        ids = sorted(ids)
+        if ids:
+            self.put(name, _label_list(ids))
+
+
+def _nfd_node_labels(out: _Labels, rep: Dict[str, Any]) -> None:
+    """Per node: its kind, GPUs, NICs and persistent huge pages."""
+    devices = rep["devices"]
+    for n in rep["nodes"]:
+        node = n["id"]
+        kind = n.get("kind") or "unknown"
+        out.put(f"node.{node}.kind", kind)
+        gpus = [d for d in devices if d["kind"] == "gpu" and d["node"] == node]
+        nics = [d for d in devices if d["kind"] in _NIC_KINDS and d["node"] == node]
+        if gpus:
+            out.put(f"node.{node}.gpus", len(gpus))
+        if nics:
+            out.put(f"node.{node}.nics", len(nics))
+        if kind == "no-memory":
+            continue
+        for size, pages in sorted(n["hugepages"].items(), key=lambda item: int(item[0])):
+            out.put(f"node.{node}.{_hugepage_name(int(size))}", pages["total"])
+
+
+def _nfd_labels(rep: Dict[str, Any]) -> _Labels:
+    """The labels for one machine from its status report."""
+    out = _Labels()
+    nodes = rep["nodes"]
+    out.put("nodes", len(nodes))
+    layout = rep["packages"]
+    if layout["nodes"]:
+        out.put("packages", len(layout["nodes"]))
+    if layout["nodes_per_package"]:
+        out.put("nodes-per-package", layout["nodes_per_package"])
+    kinds: Dict[str, List[int]] = {}
+    for n in nodes:
+        kinds.setdefault(n.get("kind") or "unknown", []).append(n["id"])
+    for kind, ids in kinds.items():
+        if kind != "no-memory":
+            out.put_list(f"memory-nodes.{kind}", ids)
+    out.put_list("memory-nodes.lower-tier", _lower_tier_nodes(nodes))
+    gpus = rep["gpus"]  # PCI bus order: nvidia-smi's, CUDA_DEVICE_ORDER=PCI_BUS_ID's
+    nics = [d for d in rep["devices"] if d["kind"] in _NIC_KINDS]
+    out.put("gpus", len(gpus))
+    out.put_list("gpu-nodes", {d["node"] for d in gpus if d["node"] is not None})
+    for index, dev in enumerate(gpus):
+        out.put(f"gpu.{index}.node", "unknown" if dev["node"] is None else dev["node"])
+    out.put("nics", len(nics))
+    out.put_list("nic-nodes", {d["node"] for d in nics if d["node"] is not None})
+    for index, dev in enumerate(nics):
+        out.put(f"nic.{index}.node", "unknown" if dev["node"] is None else dev["node"])
+    out.put("weighted-interleave", str(rep["interleave_weights"] is not None).lower())
+    if rep["interleave_auto"] is not None:
+        out.put("weighted-interleave.auto", str(bool(rep["interleave_auto"])).lower())
+    balancing = rep["kernel"]["numa_balancing"]
+    out.put("numa-balancing", "unknown" if balancing is None else balancing)
+    _nfd_node_labels(out, rep)
+    return out
+
+
+def _expiry_seconds(text: str) -> int:
+    """ "90s", "30m", "1h", "2d" (a number alone: seconds) as seconds, at least 1."""
+    m = re.fullmatch(r"([0-9]{1,9})([smhd]?)", text.strip())
+    if m is None or int(m.group(1)) == 0:
+        raise ValueError(f"--expiry {text!r}: give a positive time such as 90s, 30m, 1h or 2d")
+    return int(m.group(1)) * _EXPIRY_UNITS[m.group(2) or "s"]
+
+
+def _rfc3339_utc(when: float) -> str:
+    """The time as NFD's expiry-time directive reads it (Go's time.RFC3339), in UTC."""
+    import time
+
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+
+
+def _render_nfd(rep: Dict[str, Any], expires: float) -> str:
+    labels = _nfd_labels(rep)
+    out = [
+        f"# numa_utils {rep['version']} status --format nfd: Node Feature Discovery "
+        "local-source labels",
+        f"# +expiry-time={_rfc3339_utc(expires)}",
+    ]
+    out.extend(f"# left out: {why}" for why in labels.left_out)
+    out.extend(f"{name}={value}" for name, value in labels.values.items())
+    return "\n".join(out) + "\n"
+
+
+def _write_atomically(folder: str, name: str, text: str) -> str:
+    """Write folder/name as a whole or not at all: a dot file beside it (which NFD
+    skips) written and fsynced, then renamed over it; the dot file goes on failure."""
+    import tempfile
+
+    path = os.path.join(folder, name)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(text)
+            f.flush()
+            os.fchmod(f.fileno(), 0o644)
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        _quietly(os.unlink, tmp)
+        raise
+    dirfd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dirfd)  # the rename itself survives a crash
+    finally:
+        os.close(dirfd)
+    return path
+
+
+def _status_nfd(rep: Dict[str, Any], args: argparse.Namespace) -> int:
+    """status --format nfd: print the feature file, or write it into --write DIR."""
+    import time
+
+    text = _render_nfd(rep, time.time() + _expiry_seconds(args.expiry))
+    if len(text.encode()) > _NFD_MAX_BYTES:
+        raise ValueError(
+            f"the feature file would be {len(text.encode())} bytes: "
+            "NFD ignores a feature file over 64 KiB"
+        )
+    if args.write is None:
+        sys.stdout.write(text)
+        return 0
+    path = _write_atomically(args.write, _NFD_FILE, text)
+    sys.stderr.write(f"numa_utils status: wrote {path}\n")
+    return 0
+
+
+# The OCI runtime spec's linux.memoryPolicy (config-linux.md, "Memory policy"; runc
+# 1.4, crun 1.23): "mode" one of the kernel's MPOL_* names, "nodes" a list such as
+# "0-3,7" (none for MPOL_LOCAL and MPOL_DEFAULT), optional "flags".  The runtime sets
+# it in the container's first process before exec, so no numactl in the image and no
+# CAP_SYS_NICE in the pod.
+_OCI_MODE = MappingProxyType(
+    {"bind": "MPOL_BIND", "interleave": "MPOL_INTERLEAVE", "local": "MPOL_LOCAL"}
+)
+
+
+def _oci_memory_policy(p: GpuPlan) -> Optional[Dict[str, str]]:
+    """The plan's memory policy as linux.memoryPolicy; None: the plan leaves memory be."""
+    if p.memory == "local":
+        return {"mode": "MPOL_LOCAL"}
+    if p.memory is None or not p.memory_nodes:
+        return None
+    if p.memory in ("prefer", "socket"):
+        mode = "MPOL_PREFERRED" if len(p.memory_nodes) == 1 else "MPOL_PREFERRED_MANY"
+    elif p.memory in _OCI_MODE:
+        mode = _OCI_MODE[p.memory]
+    else:
+        return None
+    return {"mode": mode, "nodes": format_cpulist(p.memory_nodes)}
+
+
+def _oci_linux(p: GpuPlan) -> Dict[str, Any]:
+    """The config.json "linux" fragment for one GPU's container: its cpuset and its
+    memory policy.  cpuset.mems only for a bind: a cpuset limit would turn a preference
+    into a bind and forbid interleave's other nodes."""
+    cpu: Dict[str, str] = {"cpus": format_cpulist(p.cpus)}
+    policy = _oci_memory_policy(p)
+    if policy is not None and policy["mode"] == "MPOL_BIND":
+        cpu["mems"] = policy["nodes"]
+    linux: Dict[str, Any] = {"resources": {"cpu": cpu}}
+    if policy is not None:
+        linux["memoryPolicy"] = policy
+    return linux
+
+
+def _render_plan_oci(plans: List[GpuPlan]) -> List[Dict[str, Any]]:
+    return [{"gpu": p.gpu, "pci": p.pci, "linux": _oci_linux(p)} for p in plans]
+
+
+# nri-plugins' memory-policy plugin (cmd/plugins/memory-policy): a pod annotation
+# policy.memory-policy.nri.io (every container of the pod) or
+# policy.memory-policy.nri.io/container.NAME (one container), whose value is YAML with
+# mode, nodes (a string: quoted) and optional flags.  The plugin reads a node list
+# starting with a digit, so MPOL_LOCAL (no nodes) has no annotation: local allocation
+# is what a container gets without one.
+_NRI_KEY = "policy.memory-policy.nri.io"
+
+
+def _render_plan_nri(plans: List[GpuPlan], one_pod: bool) -> Dict[str, Any]:
+    """{"metadata": {"annotations": {...}}}: the pod-level key for one GPU (plan --gpu
+    N), else a key per container named gpu-N."""
+    annotations: Dict[str, str] = {}
+    for p in plans:
+        policy = _oci_memory_policy(p)
+        if policy is None or "nodes" not in policy:
+            continue
+        key = _NRI_KEY if one_pod else f"{_NRI_KEY}/container.gpu-{p.gpu}"
+        annotations[key] = f'mode: {policy["mode"]}\nnodes: "{policy["nodes"]}"\n'
+    return {"metadata": {"annotations": annotations}}
+
+
+# Slurm.  gres.conf's Cores= takes Slurm's logical core indices, not the kernel's CPU
+# ids: core 0 is the first core of the first socket, counted as hwloc's lstopo shows
+# them (Core L#), so a hyperthreaded machine's CPUs 0-47,96-143 are cores 0-47.
+# srun --cpu-bind=mask_cpu:M0,M1,... gives task i the hexadecimal CPU mask Mi.
+def _logical_cores(topo: Topology) -> Dict[int, int]:
+    """CPU id -> Slurm's (hwloc's) logical core index: cores ordered by package, then
+    by their first CPU; a CPU whose core is unknown counts as a core of its own."""
+    cores: Dict[Tuple[int, int, int], List[int]] = {}
+    for cpu in topo.cpus.values():
+        package = -1 if cpu.package is None else cpu.package
+        if cpu.core is None:
+            cores[(package, -1, cpu.id)] = [cpu.id]
+        else:
+            cores.setdefault((package, cpu.core, -1), []).append(cpu.id)
+    ordered = sorted(cores.values(), key=lambda ids: (_package_of(topo, ids[0]), min(ids)))
+    index: Dict[int, int] = {}
+    for position, ids in enumerate(ordered):
+        for cpu_id in ids:
+            index[cpu_id] = position
+    return index
+
+
+def _package_of(topo: Topology, cpu_id: int) -> int:
+    package = topo.cpus[cpu_id].package
+    return -1 if package is None else package
+
+
+def _nvidia_minor(b: Backend, pci: Optional[str]) -> Optional[int]:
+    """The /dev/nvidiaN minor the NVIDIA driver gave the GPU at ``pci``, or None."""
+    if pci is None:
+        return None
+    text = b.read_optional(f"/proc/driver/nvidia/gpus/{pci}/information") or ""
+    m = re.search(r"^Device Minor:\s*([0-9]+)\s*$", text, re.MULTILINE)
+    return None if m is None else int(m.group(1))
+
+
+def _render_plan_gres(plans: List[GpuPlan], b: Backend) -> str:
+    topo = read_topology(backend=b)
+    cores = _logical_cores(topo)
+    out = []
+    for p in plans:
+        minor = _nvidia_minor(b, p.pci)
+        core_ids = {cores[c] for c in p.cpus if c in cores}
+        out.append(
+            f"# GPU {p.gpu} ({p.pci or '?'}), node "
+            f"{'?' if p.cpu_node is None else p.cpu_node}, CPUs {format_cpulist(p.cpus)}"
+        )
+        line = f"Name=gpu File=/dev/nvidia{minor} Cores={format_cpulist(core_ids)}"
+        if minor is None:
+            out.append("# no /dev/nvidiaN minor known for this GPU (not NVIDIA's driver):")
+            line = f"# Name=gpu File=DEVICE Cores={format_cpulist(core_ids)}"
+        out.append(line)
+    return "\n".join(out) + ("\n" if out else "")
+
+
+def _cpu_mask(cpus: Iterable[int]) -> str:
+    return hex(sum(1 << c for c in set(cpus)))
+
+
+def _render_plan_srun(plans: List[GpuPlan]) -> str:
+    """One srun option line: task i runs on GPU i's CPUs; a bind plan adds
+    --mem-bind=map_mem (task i's memory on its one node)."""
+    if not plans:
+        return ""
+    out = [
+        f"# task {i}: GPU {p.gpu} ({p.pci or '?'}), CPUs {format_cpulist(p.cpus)}"
+        for i, p in enumerate(plans)
+    ]
+    option = "--cpu-bind=mask_cpu:" + ",".join(_cpu_mask(p.cpus) for p in plans)
+    if all(p.memory == "bind" and len(p.memory_nodes) == 1 for p in plans):
+        option += " --mem-bind=map_mem:" + ",".join(str(p.memory_nodes[0]) for p in plans)
+    out.append(f"--ntasks-per-node={len(plans)} {option}")
+    return "\n".join(out) + "\n"
+
+
+def _render_plan_ray(plans: List[GpuPlan]) -> Dict[str, int]:
+    """Ray custom resources: numa_node_N, the number of GPUs whose workers run on node
+    N's CPUs (``ray start --resources=...``; an actor asks for {"numa_node_0": 1})."""
+    counts: Dict[str, int] = {}
+    for p in plans:
+        if p.cpu_node is not None:
+            name = f"numa_node_{p.cpu_node}"
+            counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
 def _cli_policy(args: argparse.Namespace) -> str:
     """The CLI binds when asked to: NUMA_BIND_POLICY's default "none" means "node" here."""
     if args.policy is not None:
@@ -1004,6 +1347,16 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         sys.stdout.write(_render_plan_systemd(plans, args.unit))
     elif fmt in ("numactl", "taskset"):
         sys.stdout.write(_render_plan_cmd(plans, fmt))
+    elif fmt == "oci":
+        _print_json(_render_plan_oci(plans))
+    elif fmt == "nri":
+        _print_json(_render_plan_nri(plans, args.gpu is not None))
+    elif fmt == "gres":
+        sys.stdout.write(_render_plan_gres(plans, b))
+    elif fmt == "srun":
+        sys.stdout.write(_render_plan_srun(plans))
+    elif fmt == "ray":
+        _print_json(_render_plan_ray(plans))
     else:
         pol = plans[0].policy if plans else _cli_policy(args)
         sys.stdout.write(
@@ -1099,7 +1452,8 @@ def _cli_plan(sub: Any) -> None:
     p.add_argument("--gpu", type=int, default=None, metavar="N", help="only CUDA device N")
     p.add_argument(
         "--format",
-        choices=["text", "json", "systemd", "numactl", "taskset"],
+        choices=["text", "json", "systemd", "numactl", "taskset"]
+        + ["oci", "nri", "gres", "srun", "ray"],
         default=None,
         help="output format (default text; --json is --format json)",
     )
