@@ -1226,8 +1226,8 @@ def _render_plan_nri(plans: List[GpuPlan], one_pod: bool) -> Dict[str, Any]:
     annotations: Dict[str, str] = {}
     for p in plans:
         policy = _oci_memory_policy(p)
-        if policy is None or "nodes" not in policy:
-            continue
+        if policy is None or "nodes" not in policy or p.gpu is None:
+            continue  # MPOL_LOCAL, or a GPU this process cannot see (no CUDA index)
         key = _NRI_KEY if one_pod else f"{_NRI_KEY}/container.gpu-{p.gpu}"
         annotations[key] = f'mode: {policy["mode"]}\nnodes: "{policy["nodes"]}"\n'
     return {"metadata": {"annotations": annotations}}
@@ -1238,26 +1238,27 @@ def _render_plan_nri(plans: List[GpuPlan], one_pod: bool) -> Dict[str, Any]:
 # them (Core L#), so a hyperthreaded machine's CPUs 0-47,96-143 are cores 0-47.
 # srun --cpu-bind=mask_cpu:M0,M1,... gives task i the hexadecimal CPU mask Mi.
 def _logical_cores(topo: Topology) -> Dict[int, int]:
-    """CPU id -> Slurm's (hwloc's) logical core index: cores ordered by package, then
-    by their first CPU; a CPU whose core is unknown counts as a core of its own."""
+    """CPU id -> Slurm's (hwloc's) logical core index.  hwloc orders objects by their
+    first CPU: packages by theirs, then the cores of a package by theirs; a CPU whose
+    core is unknown counts as a core of its own."""
     cores: Dict[Tuple[int, int, int], List[int]] = {}
+    package_first: Dict[int, int] = {}
     for cpu in topo.cpus.values():
         package = -1 if cpu.package is None else cpu.package
+        package_first[package] = min(package_first.get(package, cpu.id), cpu.id)
         if cpu.core is None:
             cores[(package, -1, cpu.id)] = [cpu.id]
         else:
             cores.setdefault((package, cpu.core, -1), []).append(cpu.id)
-    ordered = sorted(cores.values(), key=lambda ids: (_package_of(topo, ids[0]), min(ids)))
+
+    def hwloc_order(key: Tuple[int, int, int]) -> Tuple[int, int]:
+        return package_first[key[0]], min(cores[key])
+
     index: Dict[int, int] = {}
-    for position, ids in enumerate(ordered):
-        for cpu_id in ids:
+    for position, key in enumerate(sorted(cores, key=hwloc_order)):
+        for cpu_id in cores[key]:
             index[cpu_id] = position
     return index
-
-
-def _package_of(topo: Topology, cpu_id: int) -> int:
-    package = topo.cpus[cpu_id].package
-    return -1 if package is None else package
 
 
 def _nvidia_minor(b: Backend, pci: Optional[str]) -> Optional[int]:

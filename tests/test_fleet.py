@@ -206,7 +206,9 @@ def check_nri(out, rep, plans, one_pod):
         assert policy["mode"] in NRI_MODES
         assert policy["nodes"][:1].isdigit()  # the plugin's hard-coded node list
         assert ids_of(policy["nodes"]) <= memory_nodes
-    with_nodes = [p for p in plans if p.memory not in (None, "local") and p.memory_nodes]
+    with_nodes = [
+        p for p in plans if p.memory not in (None, "local") and p.memory_nodes and p.gpu is not None
+    ]
     assert len(annotations) == len(with_nodes)
 
 
