@@ -1163,6 +1163,8 @@ def _status_nfd(rep: Dict[str, Any], args: argparse.Namespace) -> int:
     if args.write is None:
         sys.stdout.write(text)
         return 0
+    if not os.path.isdir(args.write):
+        raise FileNotFoundError(errno.ENOENT, f"--write {args.write}: no such directory")
     path = _write_atomically(args.write, _NFD_FILE, text)
     sys.stderr.write(f"numa_utils status: wrote {path}\n")
     return 0

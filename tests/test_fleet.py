@@ -459,7 +459,10 @@ def test_status_nfd_write_expiry_and_read_back(tmp_path):
         (["--format", "nfd", "--expiry", "1w"], "--expiry '1w': give a positive time"),
         (["--format", "nfd", "--expiry=-1h"], "--expiry '-1h': give a positive time"),
         (["--format", "json", "--write", "/nonexistent"], "--write goes with --format nfd"),
-        (["--format", "nfd", "--write", "/nonexistent-numa-utils"], "No such file"),
+        (
+            ["--format", "nfd", "--write", "/nonexistent-numa-utils"],
+            "--write /nonexistent-numa-utils: no such directory",
+        ),
     ],
 )
 def test_status_nfd_refuses_bad_options(args, message):
