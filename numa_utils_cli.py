@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The numa-utils commands beyond ``status``: numactl, run, plan, region, maps,
-cleanup, watch, fit, and the systemd, numactl, taskset and Prometheus exports.
+cleanup, watch, fit, and the exports: systemd, numactl, taskset, Prometheus, and for
+a fleet Node Feature Discovery labels, OCI and NRI memory policy, Slurm and Ray.
 
 ``python -m numa_utils CMD`` and the ``numa-utils`` script reach this module when it
 is installed or sits beside numa_utils.py; it imports numa_utils as a sibling

@@ -535,3 +535,43 @@ def test_plan_formats_from_the_command_line():
     bind = run("plan", "--root", root, "--format", "srun", "--memory", "bind")
     check_srun(bind.stdout, nu.gpu_plans("node", memory="bind", backend=b))
     assert "--mem-bind=map_mem:0,0,0,0,1,1,1,1" in bind.stdout
+
+
+# --- a real kernel: the file written in a QEMU guest and read back ----------------
+
+
+def _load_vm_run():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("numa_utils_vm_run", REPO / "vm" / "run.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.vm
+def test_guest_writes_feature_file_and_reads_it_back():
+    """Linux 6.12 with a CXL Type-3 expander onlined as node 2 (vm/run.py topology
+    "cxl"): status --format nfd --write in the guest, the file read back there."""
+    vmrun = _load_vm_run()
+    reason = vmrun.missing_reason("x86_64-6.12", "cxl")
+    if reason:
+        pytest.skip(reason)
+    command = (
+        "mkdir -p /tmp/fd && python3 -m numa_utils status --format nfd --write /tmp/fd"
+        " --expiry 10m && echo FEATURES-START && cat /tmp/fd/numa-utils"
+        " && echo FEATURES-END && echo LISTING $(ls -a /tmp/fd)"
+    )
+    ok, console = vmrun.run_guest("x86_64-6.12", "cxl", command=command, timeout=600)
+    out = vmrun.guest_output(console).replace("\r", "")
+    assert ok and "FEATURES-END" in out, console[-3000:]
+    text = out.split("FEATURES-START\n", 1)[1].split("FEATURES-END", 1)[0]
+    labels, expiry = parse_feature_file(text)
+    assert expiry is not None
+    assert labels["numa-utils.io/nodes"] == "3"
+    assert labels["numa-utils.io/memory-nodes.dram"] == "0-1"
+    assert labels["numa-utils.io/memory-nodes.cpu-less"] == "2"  # the CXL expander
+    assert labels["numa-utils.io/memory-nodes.lower-tier"] == "2"
+    assert labels["numa-utils.io/weighted-interleave"] == "true"
+    listing = [ln for ln in out.splitlines() if ln.startswith("LISTING ")]
+    assert listing == ["LISTING . .. numa-utils"], listing  # no temp file left
