@@ -1016,11 +1016,11 @@ def _hugepage_name(size_kb: int) -> str:
 def _lower_tier_nodes(nodes: List[Dict[str, Any]]) -> List[int]:
     """Memory nodes in a slower memory tier than every node with CPUs (a CXL expander,
     kmem-onlined far memory): the kernel gives them a larger memory_tierN."""
-    dram_tiers = [n["tier"] for n in nodes if n["cpus"] and n["tier"] is not None]
+    dram_tiers = [row["tier"] for row in nodes if row["cpus"] and row["tier"] is not None]
     if not dram_tiers:
         return []
     slowest = max(dram_tiers)
-    return [n["id"] for n in nodes if n["tier"] is not None and n["tier"] > slowest]
+    return [row["id"] for row in nodes if row["tier"] is not None and row["tier"] > slowest]
 
 
 class _Labels:
@@ -1047,19 +1047,19 @@ class _Labels:
 def _nfd_node_labels(out: _Labels, rep: Dict[str, Any]) -> None:
     """Per node: its kind, GPUs, NICs and persistent huge pages."""
     devices = rep["devices"]
-    for n in rep["nodes"]:
-        node = n["id"]
-        kind = n.get("kind") or "unknown"
+    for row in rep["nodes"]:
+        node = row["id"]
+        kind = row.get("kind") or "unknown"
         out.put(f"node.{node}.kind", kind)
-        gpus = [d for d in devices if d["kind"] == "gpu" and d["node"] == node]
-        nics = [d for d in devices if d["kind"] in _NIC_KINDS and d["node"] == node]
+        gpus = [dev for dev in devices if dev["kind"] == "gpu" and dev["node"] == node]
+        nics = [dev for dev in devices if dev["kind"] in _NIC_KINDS and dev["node"] == node]
         if gpus:
             out.put(f"node.{node}.gpus", len(gpus))
         if nics:
             out.put(f"node.{node}.nics", len(nics))
         if kind == "no-memory":
             continue
-        for size, pages in sorted(n["hugepages"].items(), key=lambda item: int(item[0])):
+        for size, pages in sorted(row["hugepages"].items(), key=lambda item: int(item[0])):
             out.put(f"node.{node}.{_hugepage_name(int(size))}", pages["total"])
 
 
@@ -1074,20 +1074,20 @@ def _nfd_labels(rep: Dict[str, Any]) -> _Labels:
     if layout["nodes_per_package"]:
         out.put("nodes-per-package", layout["nodes_per_package"])
     kinds: Dict[str, List[int]] = {}
-    for n in nodes:
-        kinds.setdefault(n.get("kind") or "unknown", []).append(n["id"])
+    for row in nodes:
+        kinds.setdefault(row.get("kind") or "unknown", []).append(row["id"])
     for kind, ids in kinds.items():
         if kind != "no-memory":
             out.put_list(f"memory-nodes.{kind}", ids)
     out.put_list("memory-nodes.lower-tier", _lower_tier_nodes(nodes))
     gpus = rep["gpus"]  # PCI bus order: nvidia-smi's, CUDA_DEVICE_ORDER=PCI_BUS_ID's
-    nics = [d for d in rep["devices"] if d["kind"] in _NIC_KINDS]
+    nics = [dev for dev in rep["devices"] if dev["kind"] in _NIC_KINDS]
     out.put("gpus", len(gpus))
-    out.put_list("gpu-nodes", {d["node"] for d in gpus if d["node"] is not None})
+    out.put_list("gpu-nodes", {dev["node"] for dev in gpus if dev["node"] is not None})
     for index, dev in enumerate(gpus):
         out.put(f"gpu.{index}.node", "unknown" if dev["node"] is None else dev["node"])
     out.put("nics", len(nics))
-    out.put_list("nic-nodes", {d["node"] for d in nics if d["node"] is not None})
+    out.put_list("nic-nodes", {dev["node"] for dev in nics if dev["node"] is not None})
     for index, dev in enumerate(nics):
         out.put(f"nic.{index}.node", "unknown" if dev["node"] is None else dev["node"])
     out.put("weighted-interleave", str(rep["interleave_weights"] is not None).lower())
@@ -1101,10 +1101,10 @@ def _nfd_labels(rep: Dict[str, Any]) -> _Labels:
 
 def _expiry_seconds(text: str) -> int:
     """ "90s", "30m", "1h", "2d" (a number alone: seconds) as seconds, at least 1."""
-    m = re.fullmatch(r"([0-9]{1,9})([smhd]?)", text.strip())
-    if m is None or int(m.group(1)) == 0:
+    match = re.fullmatch(r"([0-9]{1,9})([smhd]?)", text.strip())
+    if match is None or int(match.group(1)) == 0:
         raise ValueError(f"--expiry {text!r}: give a positive time such as 90s, 30m, 1h or 2d")
-    return int(m.group(1)) * _EXPIRY_UNITS[m.group(2) or "s"]
+    return int(match.group(1)) * _EXPIRY_UNITS[match.group(2) or "s"]
 
 
 def _rfc3339_utc(when: float) -> str:
@@ -1134,11 +1134,11 @@ def _write_atomically(folder: str, name: str, text: str) -> str:
     path = os.path.join(folder, name)
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=folder)
     try:
-        with os.fdopen(fd, "w", encoding="ascii") as f:
-            f.write(text)
-            f.flush()
-            os.fchmod(f.fileno(), 0o644)
-            os.fsync(f.fileno())
+        with os.fdopen(fd, "w", encoding="ascii") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fchmod(handle.fileno(), 0o644)
+            os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         _quietly(os.unlink, tmp)
@@ -1181,27 +1181,27 @@ _OCI_MODE = MappingProxyType(
 )
 
 
-def _oci_memory_policy(p: GpuPlan) -> Optional[Dict[str, str]]:
+def _oci_memory_policy(plan: GpuPlan) -> Optional[Dict[str, str]]:
     """The plan's memory policy as linux.memoryPolicy; None: the plan leaves memory be."""
-    if p.memory == "local":
+    if plan.memory == "local":
         return {"mode": "MPOL_LOCAL"}
-    if p.memory is None or not p.memory_nodes:
+    if plan.memory is None or not plan.memory_nodes:
         return None
-    if p.memory in ("prefer", "socket"):
-        mode = "MPOL_PREFERRED" if len(p.memory_nodes) == 1 else "MPOL_PREFERRED_MANY"
-    elif p.memory in _OCI_MODE:
-        mode = _OCI_MODE[p.memory]
+    if plan.memory in ("prefer", "socket"):
+        mode = "MPOL_PREFERRED" if len(plan.memory_nodes) == 1 else "MPOL_PREFERRED_MANY"
+    elif plan.memory in _OCI_MODE:
+        mode = _OCI_MODE[plan.memory]
     else:
         return None
-    return {"mode": mode, "nodes": format_cpulist(p.memory_nodes)}
+    return {"mode": mode, "nodes": format_cpulist(plan.memory_nodes)}
 
 
-def _oci_linux(p: GpuPlan) -> Dict[str, Any]:
+def _oci_linux(plan: GpuPlan) -> Dict[str, Any]:
     """The config.json "linux" fragment for one GPU's container: its cpuset and its
     memory policy.  cpuset.mems only for a bind: a cpuset limit would turn a preference
     into a bind and forbid interleave's other nodes."""
-    cpu: Dict[str, str] = {"cpus": format_cpulist(p.cpus)}
-    policy = _oci_memory_policy(p)
+    cpu: Dict[str, str] = {"cpus": format_cpulist(plan.cpus)}
+    policy = _oci_memory_policy(plan)
     if policy is not None and policy["mode"] == "MPOL_BIND":
         cpu["mems"] = policy["nodes"]
     linux: Dict[str, Any] = {"resources": {"cpu": cpu}}
@@ -1211,7 +1211,7 @@ def _oci_linux(p: GpuPlan) -> Dict[str, Any]:
 
 
 def _render_plan_oci(plans: List[GpuPlan]) -> List[Dict[str, Any]]:
-    return [{"gpu": p.gpu, "pci": p.pci, "linux": _oci_linux(p)} for p in plans]
+    return [{"gpu": plan.gpu, "pci": plan.pci, "linux": _oci_linux(plan)} for plan in plans]
 
 
 # nri-plugins' memory-policy plugin (cmd/plugins/memory-policy): a pod annotation
@@ -1227,11 +1227,11 @@ def _render_plan_nri(plans: List[GpuPlan], one_pod: bool) -> Dict[str, Any]:
     """{"metadata": {"annotations": {...}}}: the pod-level key for one GPU (plan --gpu
     N), else a key per container named gpu-N."""
     annotations: Dict[str, str] = {}
-    for p in plans:
-        policy = _oci_memory_policy(p)
-        if policy is None or "nodes" not in policy or p.gpu is None:
+    for plan in plans:
+        policy = _oci_memory_policy(plan)
+        if policy is None or "nodes" not in policy or plan.gpu is None:
             continue  # MPOL_LOCAL, or a GPU this process cannot see (no CUDA index)
-        key = _NRI_KEY if one_pod else f"{_NRI_KEY}/container.gpu-{p.gpu}"
+        key = _NRI_KEY if one_pod else f"{_NRI_KEY}/container.gpu-{plan.gpu}"
         annotations[key] = f'mode: {policy["mode"]}\nnodes: "{policy["nodes"]}"\n'
     return {"metadata": {"annotations": annotations}}
 
@@ -1264,25 +1264,25 @@ def _logical_cores(topo: Topology) -> Dict[int, int]:
     return index
 
 
-def _nvidia_minor(b: Backend, pci: Optional[str]) -> Optional[int]:
+def _nvidia_minor(backend: Backend, pci: Optional[str]) -> Optional[int]:
     """The /dev/nvidiaN minor the NVIDIA driver gave the GPU at ``pci``, or None."""
     if pci is None:
         return None
-    text = b.read_optional(f"/proc/driver/nvidia/gpus/{pci}/information") or ""
-    m = re.search(r"^Device Minor:\s*([0-9]+)\s*$", text, re.MULTILINE)
-    return None if m is None else int(m.group(1))
+    text = backend.read_optional(f"/proc/driver/nvidia/gpus/{pci}/information") or ""
+    match = re.search(r"^Device Minor:\s*([0-9]+)\s*$", text, re.MULTILINE)
+    return None if match is None else int(match.group(1))
 
 
-def _render_plan_gres(plans: List[GpuPlan], b: Backend) -> str:
-    topo = read_topology(backend=b)
+def _render_plan_gres(plans: List[GpuPlan], backend: Backend) -> str:
+    topo = read_topology(backend=backend)
     cores = _logical_cores(topo)
     out = []
-    for p in plans:
-        minor = _nvidia_minor(b, p.pci)
-        core_ids = {cores[c] for c in p.cpus if c in cores}
+    for plan in plans:
+        minor = _nvidia_minor(backend, plan.pci)
+        core_ids = {cores[cpu] for cpu in plan.cpus if cpu in cores}
         out.append(
-            f"# GPU {p.gpu} ({p.pci or '?'}), node "
-            f"{'?' if p.cpu_node is None else p.cpu_node}, CPUs {format_cpulist(p.cpus)}"
+            f"# GPU {plan.gpu} ({plan.pci or '?'}), node "
+            f"{'?' if plan.cpu_node is None else plan.cpu_node}, CPUs {format_cpulist(plan.cpus)}"
         )
         line = f"Name=gpu File=/dev/nvidia{minor} Cores={format_cpulist(core_ids)}"
         if minor is None:
@@ -1293,7 +1293,7 @@ def _render_plan_gres(plans: List[GpuPlan], b: Backend) -> str:
 
 
 def _cpu_mask(cpus: Iterable[int]) -> str:
-    return hex(sum(1 << c for c in set(cpus)))
+    return hex(sum(1 << cpu for cpu in set(cpus)))
 
 
 def _render_plan_srun(plans: List[GpuPlan]) -> str:
@@ -1302,12 +1302,12 @@ def _render_plan_srun(plans: List[GpuPlan]) -> str:
     if not plans:
         return ""
     out = [
-        f"# task {i}: GPU {p.gpu} ({p.pci or '?'}), CPUs {format_cpulist(p.cpus)}"
-        for i, p in enumerate(plans)
+        f"# task {task}: GPU {plan.gpu} ({plan.pci or '?'}), CPUs {format_cpulist(plan.cpus)}"
+        for task, plan in enumerate(plans)
     ]
-    option = "--cpu-bind=mask_cpu:" + ",".join(_cpu_mask(p.cpus) for p in plans)
-    if all(p.memory == "bind" and len(p.memory_nodes) == 1 for p in plans):
-        option += " --mem-bind=map_mem:" + ",".join(str(p.memory_nodes[0]) for p in plans)
+    option = "--cpu-bind=mask_cpu:" + ",".join(_cpu_mask(plan.cpus) for plan in plans)
+    if all(plan.memory == "bind" and len(plan.memory_nodes) == 1 for plan in plans):
+        option += " --mem-bind=map_mem:" + ",".join(str(plan.memory_nodes[0]) for plan in plans)
     out.append(f"--ntasks-per-node={len(plans)} {option}")
     return "\n".join(out) + "\n"
 
@@ -1316,9 +1316,9 @@ def _render_plan_ray(plans: List[GpuPlan]) -> Dict[str, int]:
     """Ray custom resources: numa_node_N, the number of GPUs whose workers run on node
     N's CPUs (``ray start --resources=...``; an actor asks for {"numa_node_0": 1})."""
     counts: Dict[str, int] = {}
-    for p in plans:
-        if p.cpu_node is not None:
-            name = f"numa_node_{p.cpu_node}"
+    for plan in plans:
+        if plan.cpu_node is not None:
+            name = f"numa_node_{plan.cpu_node}"
             counts[name] = counts.get(name, 0) + 1
     return counts
 
