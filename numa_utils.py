@@ -185,6 +185,7 @@ __all__ = [
     "ThreadPin",
     "instance_plans",
     "InstancePlan",
+    "settle",
     "DEFAULT_ROLES",
     "SMT_RULES",
     # PCI devices: NICs, RDMA, NVMe, GPUs
@@ -7984,6 +7985,71 @@ def thread_plan(
     )
 
 
+_SHARED_PAGES_HINT = (
+    "pages that other processes map too move only with CAP_SYS_NICE (docker run "
+    "--cap-add SYS_NICE); pages of files and shared memory may stay"
+)
+
+
+def _move_buffer(b: Backend, buf: Any, order: List[int]) -> int:
+    """move_pages(2) for ``buf``'s pages, spread over ``order``; the pages the kernel
+    did not put there (those not faulted in yet do not count).  ``buf``: a buffer, or
+    (address, length)."""
+    if isinstance(buf, tuple):
+        addr, length = buffer_range(buf[0], buf[1])
+    else:
+        addr, length = buffer_range(buf)
+    start, size = _page_range(addr, length, b.page_size)
+    pages = list(range(start, start + size, b.page_size))
+    targets = [order[at % len(order)] for at in range(len(pages))]
+    status = move_pages(0, pages, targets, MbindFlag.MOVE, backend=b)
+    return sum(1 for got in status if got not in order and got != -errno.ENOENT)
+
+
+def settle(
+    nodes: Iterable[int],
+    buffers: Iterable[Any] = (),
+    *,
+    strict: Optional[bool] = None,
+    backend: Optional[Backend] = None,
+) -> PolicyResult:
+    """Move the pages this process first-touched before it was bound onto ``nodes``.
+
+    Without ``buffers``: every page of the process on another memory node
+    (migrate_pages(2)); with them (each a buffer or (address, length)): only their
+    pages (move_pages(2)).  Truthy when every page asked for moved;
+    ``resident_unmoved`` counts the bytes that stayed (pages other processes map too
+    need CAP_SYS_NICE: ``hint`` says so).  Denied
+    (Docker's default seccomp profile: EPERM) or unsupported: falsy with the fix
+    (strict: OSError).
+    """
+    b = _b(backend)
+    st = _strict_or_env(strict)
+    target = frozenset(nodes)
+    if not target:
+        raise ValueError("settle: no node to move pages to")
+    order = sorted(target)
+    result = PolicyResult(False, "migrate", target)
+    try:
+        if buffers:
+            unmoved = sum(_move_buffer(b, buf, order) for buf in buffers)
+        else:
+            others = read_topology(backend=b).nodes_with_memory - target
+            unmoved = migrate_pages(0, others, target, backend=b)
+    except OSError as e:
+        err = e.errno or errno.EIO
+        return _fallback(result, st, "settle", _errno_reason(err), err)
+    if unmoved:
+        left = result._replace(
+            reason="unmoved", resident_unmoved=unmoved * b.page_size, hint=_SHARED_PAGES_HINT
+        )
+        return _fallback(left, st, "settle")
+    return result._replace(applied=True)
+
+
+_settle = settle  # pin_threads' ``settle`` argument hides the function
+
+
 class ThreadPin(_Record):
     """One thread as pin_threads found and left it."""
 
@@ -8013,6 +8079,7 @@ class PinResult(_Record):
     passes: int
     inherit: str = _INHERIT_NOTE
     notes: Tuple[str, ...] = ()
+    settled: Optional[PolicyResult] = None  # settle=True: the pages moved to the plan's
 
     def __bool__(self) -> bool:
         for pin in self.threads:
@@ -8084,6 +8151,7 @@ def pin_threads(
     match: Optional[Mapping[str, str]] = None,
     *,
     default: Optional[str] = None,
+    settle: bool = False,
     strict: Optional[bool] = None,
     backend: Optional[Backend] = None,
 ) -> PinResult:
@@ -8094,8 +8162,9 @@ def pin_threads(
     wins, ``default`` takes the rest (None: they are left alone and listed in
     ``unmatched``).  Threads that appear while it works are pinned by another pass,
     until a pass finds none new.  Threads started afterwards inherit the mask of the
-    thread that starts them (``inherit``).  Strict: OSError when a matched thread
-    could not be pinned.
+    thread that starts them (``inherit``).  ``settle``: then move the pages the process
+    placed elsewhere to the plan's memory nodes (see settle; ``settled``).  Strict:
+    OSError when a matched thread could not be pinned.
     """
     b = _b(backend)
     st = _strict_or_env(strict)
@@ -8119,7 +8188,13 @@ def pin_threads(
             msg = f"thread {pin.tid} ({pin.name}): not pinned to role {pin.role}: {pin.reason}"
             _fail(st, msg, notes)
     unmatched = tuple(pin.tid for pin in seen.values() if pin.role is None)
-    return PinResult(tuple(seen.values()), unmatched, tuple(late), passes, notes=tuple(notes))
+    moved = None
+    if settle and plan.memory_nodes:
+        moved = _settle(plan.memory_nodes, strict=st, backend=b)
+    elif settle:
+        _fail(st, "settle: the plan names no memory node; the pages stay where they are", notes)
+    threads = tuple(seen.values())
+    return PinResult(threads, unmatched, tuple(late), passes, notes=tuple(notes), settled=moved)
 
 
 class pinned:

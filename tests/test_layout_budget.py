@@ -282,8 +282,8 @@ def test_ast_nodes_within_the_round_budget(figures):
 
 
 # The size when the hardening round landed: no change may grow the file past it.
-# Issue 29's thread roles (thread_plan, pin_threads, pinned, instance_plans) add 4,458.
-MAX_AST_NODES_NOW = 66_700 + 4_458
+# Issue 29's thread roles (thread_plan, pin_threads, pinned, instance_plans, settle) add 4,922.
+MAX_AST_NODES_NOW = 66_700 + 4_922
 
 
 def test_ast_nodes_never_grow(figures):

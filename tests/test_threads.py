@@ -486,3 +486,82 @@ def test_instance_plans_rejects_bad_input():
         nu.instance_plans(0, backend=b)
     with pytest.raises(ValueError, match="gpus_per_instance"):
         nu.instance_plans(1, gpus_per_instance=-1, backend=b)
+
+
+# -- settle: pages first-touched before binding ----------------------------------------
+
+
+@pytest.fixture
+def anon():
+    """Page-aligned anonymous memory for the simulator to place: (addr, size)."""
+    import mmap
+
+    made = []
+
+    def make(size, page=4096):
+        mm = mmap.mmap(-1, size + page)
+        made.append(mm)
+        base = nu.buffer_range(mm)[0]
+        return (base + page - 1) // page * page, size
+
+    yield make
+    for mm in made:
+        mm.close()
+
+
+def _where(b, addr, size):
+    return nu.placement(addr, size, method="move_pages", backend=b)
+
+
+def test_settle_moves_the_whole_process(anon):
+    b = sim("dual-socket-8gpu")
+    addr, size = anon(64 * 4096)
+    nu.bind_to_node(0, memory=None, backend=b)
+    b.touch(addr, size)  # first touch on node 0, before the plan
+    assert set(_where(b, addr, size)) == {0}
+    r = nu.settle([1], backend=b)
+    assert r and r.mode == "migrate" and r.nodes == {1}
+    assert _where(b, addr, size) == {1: size}
+
+
+def test_settle_moves_only_the_buffers_given(anon):
+    b = sim("dual-socket-8gpu")
+    nu.bind_to_node(0, memory=None, backend=b)
+    (one, size), (two, _) = anon(16 * 4096), anon(16 * 4096)
+    b.touch(one, size)
+    b.touch(two, size)
+    r = nu.settle({1}, [(one, size)], backend=b)
+    assert r
+    assert _where(b, one, size) == {1: size}
+    assert _where(b, two, size) == {0: size}
+
+
+def test_settle_denied_is_falsy_with_the_fix(anon):
+    b = sim("dual-socket-8gpu")
+    b.fail("migrate_pages", errno.EPERM)
+    r = nu.settle([1], backend=b)
+    assert not r and r.reason == "EPERM" and "SYS_NICE" in r.hint
+    with pytest.raises(OSError, match="EPERM"):
+        nu.settle([1], strict=True, backend=b)
+    with pytest.raises(ValueError, match="no node"):
+        nu.settle([], backend=b)
+
+
+def test_settle_counts_pages_the_kernel_left(monkeypatch):
+    b = sim("dual-socket-8gpu")
+    monkeypatch.setattr(nu, "migrate_pages", lambda *a, **kw: 3)  # 3 shared pages stayed
+    r = nu.settle([1], backend=b)
+    assert not r and r.reason == "unmoved" and r.resident_unmoved == 3 * b.page_size
+    assert "CAP_SYS_NICE" in r.hint
+
+
+def test_pin_threads_settles_when_asked(anon):
+    b, nccl, ucx, other = _engine()
+    addr, size = anon(32 * 4096)
+    nu.bind_to_node(0, memory=None, backend=b)
+    b.touch(addr, size)
+    plan = nu.thread_plan(7, environ={}, backend=b)  # GPU 7 is on node 1
+    r = nu.pin_threads(plan, MATCH, settle=True, backend=b)
+    assert r and r.settled and r.settled.nodes == {1}
+    assert _where(b, addr, size) == {1: size}
+    assert nu.pin_threads(plan, MATCH, backend=b).settled is None
