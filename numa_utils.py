@@ -186,6 +186,7 @@ __all__ = [
     "instance_plans",
     "InstancePlan",
     "settle",
+    "spawn_context",
     "DEFAULT_ROLES",
     "SMT_RULES",
     # PCI devices: NICs, RDMA, NVMe, GPUs
@@ -8251,6 +8252,82 @@ class pinned:
                 )
         if self._policy is not None:
             self._policy.__exit__(*exc)
+
+
+_WORKER_ROLES: Mapping[str, Union[int, str]] = MappingProxyType({"worker": "rest"})
+
+
+def _start_bound(
+    start: Callable[[], None],
+    b: Backend,
+    cpus: FrozenSet[int],
+    memory: Optional[str],
+    nodes: Tuple[int, ...],
+    strict: Optional[bool],
+) -> None:
+    """``start()`` run with the calling thread on ``cpus`` under memory policy
+    ``memory`` on ``nodes``, both put back after: a process forked meanwhile starts
+    with them, before its first page or thread exists."""
+    before = b.sched_getaffinity(0)
+    policy = None
+    if memory is not None and nodes:
+        policy = thread_policy(memory, nodes, strict=strict, backend=b)
+        policy.__enter__()
+    try:
+        if cpus:
+            b.sched_setaffinity(0, cpus)
+        start()
+    finally:
+        b.sched_setaffinity(0, before)
+        if policy is not None:
+            policy.__exit__(None, None, None)
+
+
+def spawn_context(
+    gpu: Optional[int] = None,
+    *,
+    node: Optional[int] = None,
+    roles: Mapping[str, Union[int, str]] = _WORKER_ROLES,
+    role: str = "worker",
+    memory: Optional[str] = "prefer",
+    method: str = "spawn",
+    strict: Optional[bool] = None,
+    environ: Optional[Mapping[str, str]] = None,
+    backend: Optional[Backend] = None,
+) -> Any:
+    """A multiprocessing context whose children start bound: on role ``role``'s CPUs
+    of thread_plan(gpu, node=node, roles=roles), under memory policy ``memory`` on the
+    plan's memory nodes, from their first instruction (no numactl binary).
+
+    The thread that starts a child binds itself for the fork and then puts its own
+    mask and policy back; the child inherits both.  ``method``: "spawn" or "fork" (a
+    forkserver's children are forked by the server, which this cannot bind).
+    ``ctx.plan`` is the plan; use the context as multiprocessing's own
+    (``ctx.Process``, ``ctx.Pool``, ``ProcessPoolExecutor(mp_context=ctx)``).
+    """
+    if method not in ("spawn", "fork"):
+        raise ValueError(f"spawn_context: method must be 'spawn' or 'fork', not {method!r}")
+    plan = thread_plan(gpu, node=node, roles=roles, strict=strict, environ=environ, backend=backend)
+    if role not in plan.roles:
+        raise ValueError(f"role {role!r} is not in the plan ({', '.join(plan.roles)})")
+    import multiprocessing
+
+    base: Any = multiprocessing.get_context(method)
+    b = _b(backend)
+
+    class BoundProcess(base.Process):  # type: ignore[misc]
+        def start(self) -> None:
+            start = super().start
+            _start_bound(start, b, plan.roles[role], memory, plan.memory_nodes, strict)
+
+        def __reduce__(self) -> Any:
+            # a spawned child unpickles a process of the plain kind: this class is local
+            return (object.__new__, (base.Process,), self.__dict__)
+
+    context = type(base)()
+    context.Process = BoundProcess
+    context.plan = plan
+    return context
 
 
 class InstancePlan(_Record):

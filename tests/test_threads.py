@@ -565,3 +565,76 @@ def test_pin_threads_settles_when_asked(anon):
     assert r and r.settled and r.settled.nodes == {1}
     assert _where(b, addr, size) == {1: size}
     assert nu.pin_threads(plan, MATCH, backend=b).settled is None
+
+
+# -- spawn_context: children bound before they start --------------------------------------
+
+
+def test_start_bound_binds_the_starting_thread_only_for_the_start():
+    b = sim("dual-socket-8gpu")
+    before = b.sched_getaffinity(0)
+    seen = []
+
+    def start():
+        pol = nu.get_policy(backend=b)
+        seen.append((b.sched_getaffinity(0), pol.mode, pol.nodes))
+
+    nu._start_bound(start, b, frozenset({50, 51}), "prefer", (1,), None)
+    assert seen == [({50, 51}, nu.Mode.PREFERRED, {1})]
+    assert b.sched_getaffinity(0) == before
+    assert nu.get_policy(backend=b).mode == nu.Mode.DEFAULT
+
+
+def test_spawn_context_rejects_bad_input():
+    b = sim("dual-socket-8gpu")
+    with pytest.raises(ValueError, match="method must be"):
+        nu.spawn_context(node=0, method="forkserver", backend=b)
+    with pytest.raises(ValueError, match="not in the plan"):
+        nu.spawn_context(node=0, role="nosuch", backend=b)
+
+
+SPAWN = textwrap.dedent(
+    """
+    import json, os, sys
+    sys.path.insert(0, sys.argv[1])
+    import numa_utils as nu
+
+
+    def child(queue):
+        queue.put(sorted(os.sched_getaffinity(0)))  # its first line of Python
+
+
+    if __name__ == "__main__":
+        got = {}
+        for method in ("spawn", "fork"):
+            ctx = nu.spawn_context(node=0, roles={"main": 1, "worker": "rest"}, method=method)
+            queue = ctx.Queue()
+            proc = ctx.Process(target=child, args=(queue,))
+            proc.start()
+            got[method] = queue.get(timeout=120)
+            proc.join(120)
+            got[method + " exit"] = proc.exitcode
+            got["planned"] = sorted(ctx.plan.roles["worker"])
+        got["parent"] = sorted(os.sched_getaffinity(0))
+        print(json.dumps(got))
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux processes")
+def test_spawned_children_start_on_the_planned_cpus(tmp_path):
+    cpus = sorted(os.sched_getaffinity(0))
+    topo = nu.read_topology()
+    if len(nu._cores_of(topo, topo.nodes[0].cpus & set(cpus))) < 2:
+        pytest.skip("needs two cores on node 0")
+    script = tmp_path / "spawn_check.py"
+    script.write_text(SPAWN)
+    p = subprocess.run(
+        [sys.executable, str(script), str(REPO)], capture_output=True, text=True, timeout=300
+    )
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
+    assert got["planned"] and set(got["planned"]) < set(cpus)
+    assert got["spawn"] == got["planned"] and got["fork"] == got["planned"]
+    assert got["spawn exit"] == 0 and got["fork exit"] == 0
+    assert got["parent"] == cpus  # the parent's own mask was put back
