@@ -10615,7 +10615,7 @@ def _build_parser(commands: Sequence[Callable[[Any], None]] = ()) -> argparse.Ar
 
 
 # The commands numa_utils_cli.py serves; a copy of numa_utils.py alone serves status.
-_CLI_COMMANDS = ("numactl", "run", "plan", "region", "maps", "cleanup", "watch", "fit")
+_CLI_COMMANDS = ("numactl", "run", "plan", "region", "maps", "cleanup", "watch", "fit", "threads")
 
 
 def _commands(what: str) -> Any:

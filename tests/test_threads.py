@@ -638,3 +638,105 @@ def test_spawned_children_start_on_the_planned_cpus(tmp_path):
     assert got["spawn"] == got["planned"] and got["fork"] == got["planned"]
     assert got["spawn exit"] == 0 and got["fork exit"] == 0
     assert got["parent"] == cpus  # the parent's own mask was put back
+
+
+# -- the command line: plan --roles and threads PID --------------------------------------
+
+
+def cli_run(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "numa_utils", *args],
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        timeout=300,
+    )
+
+
+def test_cli_plan_roles_formats_match_the_library():
+    root = fixture_root("dual-socket-8gpu")
+    plan = nu.thread_plan(
+        1, roles={"feeder": 1, "compute": "rest"}, environ={}, backend=tree("dual-socket-8gpu")
+    )
+    base = ("plan", "--root", root, "--roles", "feeder=1,compute=rest", "--gpu", "1")
+    env = cli_run(*base, "--format", "env")
+    assert env.returncode == 0, env.stderr
+    exported = dict(re.findall(r"^export (\w+)=(.*)$", env.stdout, re.M))
+    assert set(exported) == set(plan.omp_env)
+    assert exported["OMP_PLACES"].strip("'") == plan.omp_env["OMP_PLACES"]
+    check_omp({k: v.strip("'") for k, v in exported.items()}, plan.roles["compute"])
+    js = cli_run(*base, "--json")
+    assert js.returncode == 0, js.stderr
+    assert json.loads(js.stdout) == [plan.to_json()]
+    ts = cli_run(*base, "--format", "taskset")
+    assert f"taskset -c {nu.format_cpulist(plan.roles['compute'])}  # role compute" in ts.stdout
+    sd = cli_run(*base, "--format", "systemd")
+    assert "worker@1.service.d/50-numa.conf" in sd.stdout
+    assert f"CPUAffinity={nu.format_cpulist(plan.cpus)}" in sd.stdout
+    assert f'Environment="OMP_NUM_THREADS={len(plan.roles["compute"])}"' in sd.stdout
+    text = cli_run(*base)
+    assert "left out" in text.stdout and "compute" in text.stdout
+
+
+@pytest.mark.parametrize(
+    "args, msg",
+    [
+        (("--roles", "feeder=x"), "is not ROLE=N or ROLE=rest"),
+        (("--format", "env"), "add --roles"),
+        (("--roles", "a=1,b=rest", "--format", "env"), "add --gpu N or --node N"),
+        (("--node", "0", "--gpu", "0"), "one of the two"),
+        (("--node", "0", "--format", "numactl"), "no numactl form"),
+    ],
+)
+def test_cli_plan_roles_refuses_bad_input(args, msg):
+    p = cli_run("plan", "--root", fixture_root("dual-socket-8gpu"), *args)
+    assert p.returncode == 2 and msg in p.stderr
+
+
+THREADS_TARGET = textwrap.dedent(
+    """
+    import ctypes, os, sys, threading
+    libc = ctypes.CDLL(None, use_errno=True)
+    stop = threading.Event()
+
+    def worker():
+        libc.prctl(15, b"NCCL WatchDog", 0, 0, 0)
+        os.sched_setaffinity(0, {int(cpu) for cpu in sys.argv[1:]})
+        print("ready", flush=True)
+        stop.wait()
+
+    threading.Thread(target=worker).start()
+    sys.stdin.readline()
+    stop.set()
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux threads")
+def test_cli_threads_lists_names_masks_roles_and_strays():
+    plan = nu.thread_plan(node=0, roles={"copy": 1, "rest": "rest"})
+    copy = sorted(plan.roles["copy"])
+    target = subprocess.Popen(
+        [sys.executable, "-c", THREADS_TARGET, *map(str, copy)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert target.stdout.readline().strip() == "ready"
+        args = ("threads", str(target.pid), "--node", "0", "--roles", "copy=1,rest=rest")
+        p = cli_run(*args, "--json")
+        assert p.returncode == 0, p.stderr
+        rows = {row["name"]: row for row in json.loads(p.stdout)}
+        nccl = rows["NCCL WatchDog"]
+        assert nccl["cpus"] == nu.format_cpulist(copy) and nccl["role"] == "copy"
+        assert not nccl["stray"] and nccl["last_cpu"] in copy and nccl["node"] == 0
+        text = cli_run("threads", str(target.pid))
+        assert text.returncode == 0 and "NCCL WatchDog" in text.stdout
+    finally:
+        target.stdin.write("\n")
+        target.stdin.flush()
+        target.wait(60)
+    gone = cli_run("threads", str(target.pid))
+    assert gone.returncode == 2 and "no process" in gone.stderr
