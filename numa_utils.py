@@ -7918,6 +7918,8 @@ def _node_slice(
     skip = min(reserve, max(len(cores) - 1, 0))
     reserved = frozenset(cpu for core in cores[:skip] for cpu in core)
     cpus = frozenset(cpu for core in cores[skip:] for cpu in core)
+    if not cpus:
+        _fail(strict, f"this process's cpuset allows no CPU on node {cpu_node}", notes)
     return cpu_node, cpus, {f"reserved (reserve={reserve})": reserved}
 
 

@@ -740,3 +740,13 @@ def test_cli_threads_lists_names_masks_roles_and_strays():
         target.wait(60)
     gone = cli_run("threads", str(target.pid))
     assert gone.returncode == 2 and "no process" in gone.stderr
+
+
+def test_a_node_the_cpuset_forbids_is_a_falsy_plan_that_says_why():
+    b = sim("dual-socket-8gpu", cpus_allowed=range(0, 48))
+    plan = nu.thread_plan(node=1, roles=SMALL_ROLES, backend=b)
+    assert not plan and not plan.cpus
+    assert any("allows no CPU on node 1" in note for note in plan.notes)
+    assert plan.left_out["outside this process's cpuset"] == b.topology.nodes[1].cpus
+    with pytest.raises(OSError, match="allows no CPU on node 1"):
+        nu.thread_plan(node=1, roles=SMALL_ROLES, strict=True, backend=b)
