@@ -7963,7 +7963,8 @@ def thread_plan(
     else:
         cpu_node, cpus, why = _node_slice(topo, node, res, st, notes)  # type: ignore[arg-type]
     if cpu_node is not None:
-        why["outside this process's cpuset"] = topo.nodes[cpu_node].cpus - topo.allowed_cpus
+        online = topo.nodes[cpu_node].cpus & topo.online_cpus
+        why["outside this process's cpuset"] = online - topo.allowed_cpus
     units = _cores_of(topo, cpus)
     if smt == "one":
         units = [core[:1] for core in units]
@@ -7972,7 +7973,7 @@ def thread_plan(
         got, shared = _split_roles(units, wanted, st, notes)
     else:
         got, shared = {role: frozenset() for role in wanted}, ()
-    left_out = {reason: frozenset(found) for reason, found in why.items() if found}
+    left_out = {reason: found for reason, found in why.items() if found}
     memory = _plan_memory(topo, [], cpu_node, "prefer")
     return ThreadPlan(
         gpu,
@@ -7995,18 +7996,22 @@ _SHARED_PAGES_HINT = (
 
 
 def _move_buffer(b: Backend, buf: Any, order: List[int]) -> int:
-    """move_pages(2) for ``buf``'s pages, spread over ``order``; the pages the kernel
-    did not put there (those not faulted in yet do not count).  ``buf``: a buffer, or
-    (address, length)."""
+    """move_pages(2) for ``buf``'s pages, spread over ``order``, 64 Ki pages a call;
+    the pages the kernel did not put there (those not faulted in yet do not count).
+    ``buf``: a buffer, or (address, length)."""
     if isinstance(buf, tuple):
         addr, length = buffer_range(buf[0], buf[1])
     else:
         addr, length = buffer_range(buf)
     start, size = _page_range(addr, length, b.page_size)
-    pages = list(range(start, start + size, b.page_size))
-    targets = [order[at % len(order)] for at in range(len(pages))]
-    status = move_pages(0, pages, targets, MbindFlag.MOVE, backend=b)
-    return sum(1 for got in status if got not in order and got != -errno.ENOENT)
+    step = _MOVE_PAGES_LIMIT * b.page_size
+    unmoved = 0
+    for first in range(start, start + size, step):
+        pages = list(range(first, min(first + step, start + size), b.page_size))
+        targets = [order[at % len(order)] for at in range(len(pages))]
+        status = move_pages(0, pages, targets, MbindFlag.MOVE, backend=b)
+        unmoved += sum(1 for got in status if got not in order and got != -errno.ENOENT)
+    return unmoved
 
 
 def settle(
@@ -8018,13 +8023,13 @@ def settle(
 ) -> PolicyResult:
     """Move the pages this process first-touched before it was bound onto ``nodes``.
 
-    Without ``buffers``: every page of the process on another memory node
-    (migrate_pages(2)); with them (each a buffer or (address, length)): only their
-    pages (move_pages(2)).  Truthy when every page asked for moved;
+    Without ``buffers``: every page of the process on the other DRAM nodes it may use
+    (default_memory_nodes: GPU memory and slower tiers hold pages put there on
+    purpose), with migrate_pages(2); with them (each a buffer or (address, length)):
+    only their pages, with move_pages(2).  Truthy when every page asked for moved;
     ``resident_unmoved`` counts the bytes that stayed (pages other processes map too
-    need CAP_SYS_NICE: ``hint`` says so).  Denied
-    (Docker's default seccomp profile: EPERM) or unsupported: falsy with the fix
-    (strict: OSError).
+    need CAP_SYS_NICE: ``hint`` says so).  Denied (Docker's default seccomp profile:
+    EPERM) or unsupported: falsy with the fix (strict: OSError).
     """
     b = _b(backend)
     st = _strict_or_env(strict)
@@ -8033,11 +8038,12 @@ def settle(
         raise ValueError("settle: no node to move pages to")
     order = sorted(target)
     result = PolicyResult(False, "migrate", target)
+    buffers = list(buffers)
     try:
         if buffers:
             unmoved = sum(_move_buffer(b, buf, order) for buf in buffers)
         else:
-            others = read_topology(backend=b).nodes_with_memory - target
+            others = default_memory_nodes(backend=b) - target
             unmoved = migrate_pages(0, others, target, backend=b)
     except OSError as e:
         err = e.errno or errno.EIO

@@ -750,3 +750,31 @@ def test_a_node_the_cpuset_forbids_is_a_falsy_plan_that_says_why():
     assert plan.left_out["outside this process's cpuset"] == b.topology.nodes[1].cpus
     with pytest.raises(OSError, match="allows no CPU on node 1"):
         nu.thread_plan(node=1, roles=SMALL_ROLES, strict=True, backend=b)
+
+
+def test_settle_moves_a_big_buffer_in_bounded_calls(anon, monkeypatch):
+    b = sim("dual-socket-8gpu")
+    monkeypatch.setattr(nu, "_MOVE_PAGES_LIMIT", 4)
+    calls = []
+    real = nu.move_pages
+    monkeypatch.setattr(
+        nu,
+        "move_pages",
+        lambda pid, pages, *a, **kw: calls.append(len(pages)) or real(pid, pages, *a, **kw),
+    )
+    nu.bind_to_node(0, memory=None, backend=b)
+    addr, size = anon(18 * 4096)
+    b.touch(addr, size)
+    assert nu.settle([1], [(addr, size)], backend=b)
+    assert calls == [4, 4, 4, 4, 2]
+    assert _where(b, addr, size) == {1: size}
+
+
+def test_settle_leaves_gpu_memory_alone(anon):
+    b = sim("gh200")  # node 1: the H100's HBM
+    addr, size = anon(16 * 4096)
+    nu.bind(addr, [1], size, backend=b)
+    b.touch(addr, size)
+    assert _where(b, addr, size) == {1: size}
+    assert nu.settle([0], backend=b)
+    assert _where(b, addr, size) == {1: size}
