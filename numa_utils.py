@@ -176,6 +176,19 @@ __all__ = [
     "BindResult",
     "gpu_plans",
     "BIND_POLICIES",
+    # thread roles: CPUs per thread role, every thread pinned by name
+    "thread_plan",
+    "ThreadPlan",
+    "pin_threads",
+    "pinned",
+    "PinResult",
+    "ThreadPin",
+    "instance_plans",
+    "InstancePlan",
+    "settle",
+    "spawn_context",
+    "DEFAULT_ROLES",
+    "SMT_RULES",
     # PCI devices: NICs, RDMA, NVMe, GPUs
     "Device",
     "DEVICE_KINDS",
@@ -7802,6 +7815,740 @@ def bind_for_gpu(
 # -- end of GPU section ----------------------------------------------------------------
 
 
+# -- thread roles section --------------------------------------------------------------
+#
+# One worker's CPUs split by what its threads do, and every thread pinned by its name.
+# Engines bound late (after NCCL, UCX and ZMQ threads had started and first-touched
+# their pages) or let two busy threads take two SMT siblings of one core.  Here:
+#
+# - thread_plan() cuts the GPU's `exclusive` plan (_plan_all: disjoint across every GPU
+#   of the machine, whatever CUDA_VISIBLE_DEVICES says), or a node's CPUs, into whole
+#   cores per role, under one SMT rule for every role.
+# - pin_threads() pins each thread of the process by its name (/proc/self/task/TID/comm),
+#   passing again until no new thread appears; pinned() puts every mask back.
+# - instance_plans() splits one host among several engines.
+#
+# A thread's CPU mask is inherited by the threads it starts (sched_setaffinity(2), and
+# clone(2) copies it): threads started after pinning get their creator's role.
+
+DEFAULT_ROLES: Mapping[str, Union[int, str]] = MappingProxyType(
+    {"feeder": 1, "copy": 1, "progress": 1, "compute": "rest"}
+)
+SMT_RULES = ("core", "one")  # a role gets whole cores / one CPU of each core
+_PIN_PASSES = 16  # passes over /proc/self/task before giving up on threads still starting
+_INHERIT_NOTE = (
+    "threads started from now on inherit the CPU mask of the thread that starts them: "
+    "start each from a thread pinned to the role it needs"
+)
+
+
+def _cpulists(sets: Mapping[str, FrozenSet[int]]) -> Dict[str, str]:
+    """``{name: CPUs}`` -> ``{name: "0-3,8"}``."""
+    return {name: format_cpulist(cpus) for name, cpus in sets.items()}
+
+
+class ThreadPlan(_Record):
+    """CPUs per thread role for one worker.  Truthy when every role has cores of its
+    own."""
+
+    gpu: Optional[int]  # the CUDA index asked for; None: planned by node
+    pci: Optional[str]
+    node: Optional[int]  # the node whose CPUs the roles use
+    roles: Dict[str, FrozenSet[int]]
+    smt: str  # "core": whole cores per role; "one": one CPU of each core
+    left_out: Dict[str, FrozenSet[int]]  # why -> the node's CPUs in no role
+    omp_env: Dict[str, str]  # OpenMP variables placing the OpenMP role's threads
+    memory_nodes: Tuple[int, ...] = ()  # where its memory should come from
+    shared: Tuple[str, ...] = ()  # roles that got no core of their own
+    notes: Tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return all(self.roles.values()) and not self.shared
+
+    @property
+    def cpus(self) -> FrozenSet[int]:
+        """Every CPU of every role."""
+        return frozenset().union(*self.roles.values())
+
+    def to_json(self) -> Dict[str, Any]:
+        return _record_json(
+            self,
+            roles={"roles": _cpulists(self.roles)},
+            left_out={"left_out": _cpulists(self.left_out)},
+        )
+
+
+def _role_counts(roles: Mapping[str, Union[int, str]]) -> Dict[str, Union[int, str]]:
+    """``roles`` checked: each a number of cores >= 1, or "rest" for one role."""
+    if not roles:
+        raise ValueError("thread_plan: no roles given")
+    rest = [role for role, want in roles.items() if want == "rest"]
+    for role, want in roles.items():
+        if not isinstance(role, str) or not role:
+            raise ValueError(f"a role is named by a non-empty string, not {role!r}")
+        count_ok = isinstance(want, int) and not isinstance(want, bool) and want >= 1
+        if not count_ok and want != "rest":
+            raise ValueError(f"role {role!r}: a number of cores >= 1 or 'rest', not {want!r}")
+    if len(rest) > 1:
+        raise ValueError(f"roles {', '.join(rest)}: only one role may take the 'rest'")
+    return dict(roles)
+
+
+def _split_roles(
+    units: List[Tuple[int, ...]],
+    roles: Mapping[str, Union[int, str]],
+    strict: bool,
+    notes: List[str],
+) -> Tuple[Dict[str, FrozenSet[int]], Tuple[str, ...]]:
+    """Whole ``units`` (cores) for each role in the order given, the "rest" role taking
+    what the others leave; a role left without one shares the last unit (strict:
+    OSError)."""
+    fixed = sum(want for want in roles.values() if isinstance(want, int))
+    left = list(units)
+    out: Dict[str, FrozenSet[int]] = {}
+    shared: List[str] = []
+    for role, want in roles.items():
+        count = len(units) - fixed
+        if isinstance(want, int):
+            count = want
+        taken, left = left[: max(count, 0)], left[max(count, 0) :]
+        if not taken and units:
+            taken = [units[-1]]
+            shared.append(role)
+            _fail(
+                strict,
+                f"role {role!r}: no core left of the {len(units)} planned; "
+                f"it shares CPUs {format_cpulist(units[-1])} with another role",
+                notes,
+            )
+        out[role] = frozenset(cpu for unit in taken for cpu in unit)
+    return out, tuple(shared)
+
+
+def _omp_env(cpus: FrozenSet[int]) -> Dict[str, str]:
+    """OpenMP variables that put one thread on each of ``cpus``, in CPU order: the
+    standard's (OMP_*), GNU libgomp's (GOMP_CPU_AFFINITY) and Intel/LLVM libomp's
+    (KMP_AFFINITY); {} when there is no CPU."""
+    if not cpus:
+        return {}
+    ordered = sorted(cpus)
+    places = ",".join("{" + str(cpu) + "}" for cpu in ordered)
+    return {
+        "OMP_NUM_THREADS": str(len(ordered)),
+        "OMP_PLACES": places,
+        "OMP_PROC_BIND": "close",
+        "GOMP_CPU_AFFINITY": format_cpulist(ordered),
+        "KMP_AFFINITY": f"granularity=fine,explicit,proclist=[{format_cpulist(ordered)}]",
+    }
+
+
+def _gpu_slice(
+    b: Backend,
+    topo: Topology,
+    gpu: int,
+    pci_bus_id: Optional[str],
+    environ: Optional[Mapping[str, str]],
+    reserve: int,
+    strict: bool,
+    notes: List[str],
+) -> Tuple[Optional[str], Optional[int], FrozenSet[int], Dict[str, FrozenSet[int]]]:
+    """CUDA device ``gpu``'s (pci, node, CPUs) from the `exclusive` plan of every GPU,
+    and why its node's other CPUs are not in it."""
+    infos = _gpu_infos(topo, b)
+    found = _resolve(gpu, pci_bus_id, infos, b, environ)
+    notes.extend(found.notes)
+    if found.gpu is None:
+        _fail(strict, f"CUDA device {gpu}: not identified ({found.how}); no thread plan", notes)
+        return None, None, frozenset(), {}
+    planned = _plan_all(topo, infos, "exclusive", reserve, strict)
+    node, cpus, gpu_notes = planned[found.gpu.pci]
+    notes.extend(gpu_notes)
+    others: Set[int] = set()
+    for pci, (_, their_cpus, _) in planned.items():
+        if pci != found.gpu.pci:
+            others |= their_cpus
+    if node is None:
+        return found.gpu.pci, None, cpus, {}
+    node_cpus = topo.nodes[node].cpus & topo.allowed_cpus & topo.online_cpus
+    why = {
+        "planned for another GPU": (node_cpus & others) - cpus,
+        f"reserved (reserve={reserve})": node_cpus - others - cpus,
+    }
+    return found.gpu.pci, node, cpus, why
+
+
+def _node_slice(
+    topo: Topology, node: int, reserve: int, strict: bool, notes: List[str]
+) -> Tuple[int, FrozenSet[int], Dict[str, FrozenSet[int]]]:
+    """Node ``node``'s allowed CPUs (the nearest node's when it has none) but the first
+    ``reserve`` cores (one core stays), and the reserved ones."""
+    if isinstance(node, bool) or not isinstance(node, int) or node not in topo.nodes:
+        raise ValueError(f"no NUMA node {node!r} (online: {format_cpulist(topo.online_nodes)})")
+    cpu_node = _nearest_cpu_node(topo, node)
+    if cpu_node is None:
+        _fail(strict, f"node {node}: no node with CPUs near it; no thread plan", notes)
+        return node, frozenset(), {}
+    if cpu_node != node:
+        notes.append(f"node {node} has no CPUs: using node {cpu_node}'s")
+    cores = _cores_of(topo, topo.nodes[cpu_node].cpus & topo.allowed_cpus & topo.online_cpus)
+    skip = min(reserve, max(len(cores) - 1, 0))
+    reserved = frozenset(cpu for core in cores[:skip] for cpu in core)
+    cpus = frozenset(cpu for core in cores[skip:] for cpu in core)
+    if not cpus:
+        _fail(strict, f"this process's cpuset allows no CPU on node {cpu_node}", notes)
+    return cpu_node, cpus, {f"reserved (reserve={reserve})": reserved}
+
+
+def thread_plan(
+    gpu: Optional[int] = None,
+    *,
+    node: Optional[int] = None,
+    roles: Mapping[str, Union[int, str]] = DEFAULT_ROLES,
+    smt: str = "core",
+    omp_role: str = "compute",
+    reserve: Optional[int] = None,
+    strict: Optional[bool] = None,
+    pci_bus_id: Optional[str] = None,
+    environ: Optional[Mapping[str, str]] = None,
+    backend: Optional[Backend] = None,
+) -> ThreadPlan:
+    """CPUs per thread role for CUDA device ``gpu``'s worker, or for a worker on
+    ``node`` (CPU-only engines, hosts without a GPU).
+
+    A GPU's CPUs are its `exclusive` plan (cpus_for_gpu): whole cores of its node,
+    disjoint from every other GPU's whatever CUDA_VISIBLE_DEVICES says, inside the
+    cpuset.  ``roles`` maps a role to a number of cores, or "rest" (one role) for those
+    left; roles get whole cores in the order given.  ``smt``: "core" gives a role every
+    SMT sibling of its cores, "one" one CPU of each core (the siblings are left out).
+    ``left_out`` says which CPUs of the node are in no role and why; ``omp_env`` holds
+    the OpenMP variables for role ``omp_role``.  Too few cores: a role shares the last
+    core and the plan is falsy (strict: OSError).
+    """
+    if (gpu is None) == (node is None):
+        raise ValueError("thread_plan: give a CUDA device index or node=, one of the two")
+    if smt not in SMT_RULES:
+        raise ValueError(f"smt must be one of {', '.join(SMT_RULES)}, not {smt!r}")
+    wanted = _role_counts(roles)
+    b = _b(backend)
+    _, res, _, st = _plan_args("exclusive", reserve, None, strict)
+    topo = _planning_topology(b)
+    notes: List[str] = []
+    pci: Optional[str] = None
+    if gpu is not None:
+        pci, cpu_node, cpus, why = _gpu_slice(b, topo, gpu, pci_bus_id, environ, res, st, notes)
+    else:
+        cpu_node, cpus, why = _node_slice(topo, node, res, st, notes)  # type: ignore[arg-type]
+    if cpu_node is not None:
+        online = topo.nodes[cpu_node].cpus & topo.online_cpus
+        why["outside this process's cpuset"] = online - topo.allowed_cpus
+    units = _cores_of(topo, cpus)
+    if smt == "one":
+        units = [core[:1] for core in units]
+        why["SMT sibling (smt='one')"] = cpus - frozenset(core[0] for core in units)
+    if cpus:
+        got, shared = _split_roles(units, wanted, st, notes)
+    else:
+        got, shared = {role: frozenset() for role in wanted}, ()
+    left_out = {reason: found for reason, found in why.items() if found}
+    memory = _plan_memory(topo, [], cpu_node, "prefer")
+    return ThreadPlan(
+        gpu,
+        pci,
+        cpu_node,
+        got,
+        smt,
+        left_out,
+        _omp_env(got.get(omp_role, frozenset())),
+        memory,
+        shared,
+        tuple(notes),
+    )
+
+
+_SHARED_PAGES_HINT = (
+    "pages that other processes map too move only with CAP_SYS_NICE (docker run "
+    "--cap-add SYS_NICE); pages of files and shared memory may stay"
+)
+
+
+def _move_buffer(b: Backend, buf: Any, order: List[int]) -> int:
+    """move_pages(2) for ``buf``'s pages, spread over ``order``, 64 Ki pages a call;
+    the pages the kernel did not put there (those not faulted in yet do not count).
+    ``buf``: a buffer, or (address, length)."""
+    if isinstance(buf, tuple):
+        addr, length = buffer_range(buf[0], buf[1])
+    else:
+        addr, length = buffer_range(buf)
+    start, size = _page_range(addr, length, b.page_size)
+    step = _MOVE_PAGES_LIMIT * b.page_size
+    unmoved = 0
+    for first in range(start, start + size, step):
+        pages = list(range(first, min(first + step, start + size), b.page_size))
+        targets = [order[at % len(order)] for at in range(len(pages))]
+        status = move_pages(0, pages, targets, MbindFlag.MOVE, backend=b)
+        unmoved += sum(1 for got in status if got not in order and got != -errno.ENOENT)
+    return unmoved
+
+
+def settle(
+    nodes: Iterable[int],
+    buffers: Iterable[Any] = (),
+    *,
+    strict: Optional[bool] = None,
+    backend: Optional[Backend] = None,
+) -> PolicyResult:
+    """Move the pages this process first-touched before it was bound onto ``nodes``.
+
+    Without ``buffers``: every page of the process on the other DRAM nodes it may use
+    (default_memory_nodes: GPU memory and slower tiers hold pages put there on
+    purpose), with migrate_pages(2); with them (each a buffer or (address, length)):
+    only their pages, with move_pages(2).  Truthy when every page asked for moved;
+    ``resident_unmoved`` counts the bytes that stayed (pages other processes map too
+    need CAP_SYS_NICE: ``hint`` says so).  Denied (Docker's default seccomp profile:
+    EPERM) or unsupported: falsy with the fix (strict: OSError).
+    """
+    b = _b(backend)
+    st = _strict_or_env(strict)
+    target = frozenset(nodes)
+    if not target:
+        raise ValueError("settle: no node to move pages to")
+    order = sorted(target)
+    result = PolicyResult(False, "migrate", target)
+    buffers = list(buffers)
+    try:
+        if buffers:
+            unmoved = sum(_move_buffer(b, buf, order) for buf in buffers)
+        else:
+            others = default_memory_nodes(backend=b) - target
+            unmoved = migrate_pages(0, others, target, backend=b)
+    except OSError as e:
+        err = e.errno or errno.EIO
+        return _fallback(result, st, "settle", _errno_reason(err), err)
+    if unmoved:
+        left = result._replace(
+            reason="unmoved", resident_unmoved=unmoved * b.page_size, hint=_SHARED_PAGES_HINT
+        )
+        return _fallback(left, st, "settle")
+    return result._replace(applied=True)
+
+
+_settle = settle  # pin_threads' ``settle`` argument hides the function
+
+
+class ThreadPin(_Record):
+    """One thread as pin_threads found and left it."""
+
+    tid: int
+    name: str  # /proc/self/task/TID/comm ("" when unreadable)
+    role: Optional[str]  # None: its name matched no role, and there is no default
+    before: FrozenSet[int]
+    after: FrozenSet[int]
+    ok: bool  # pinned to its role's CPUs
+    reason: Optional[str] = None  # why not: "no role", "exited", "EPERM", ...
+
+    def to_json(self) -> Dict[str, Any]:
+        return _record_json(
+            self,
+            before={"before": format_cpulist(self.before)},
+            after={"after": format_cpulist(self.after)},
+        )
+
+
+class PinResult(_Record):
+    """What pin_threads did to each thread of the process.  Truthy when every thread
+    that matched a role (and did not exit meanwhile) is pinned to its role's CPUs."""
+
+    threads: Tuple[ThreadPin, ...]  # every thread seen, in the order pinned
+    unmatched: Tuple[int, ...]  # tids whose name matched no role (left alone)
+    late: Tuple[int, ...]  # tids that appeared during a pass (pinned by a later one)
+    passes: int
+    inherit: str = _INHERIT_NOTE
+    notes: Tuple[str, ...] = ()
+    settled: Optional[PolicyResult] = None  # settle=True: the pages moved to the plan's
+
+    def __bool__(self) -> bool:
+        for pin in self.threads:
+            if pin.role is not None and not pin.ok and pin.reason != "exited":
+                return False
+        return True
+
+
+def _role_patterns(
+    plan: ThreadPlan, match: Mapping[str, str], default: Optional[str]
+) -> Dict[str, re.Pattern[str]]:
+    """``match``'s regular expressions compiled, each naming a role of ``plan``."""
+    for role in [*match, default]:
+        if role is not None and role not in plan.roles:
+            raise ValueError(f"role {role!r} is not in the plan ({', '.join(plan.roles)})")
+    patterns: Dict[str, re.Pattern[str]] = {}
+    for role, text in match.items():
+        try:
+            patterns[role] = re.compile(text)
+        except re.error as e:
+            raise ValueError(f"role {role!r}: invalid thread-name pattern {text!r}: {e}") from e
+    return patterns
+
+
+def _thread_name(b: Backend, tid: int) -> str:
+    return _clean(b.read_optional(f"/proc/self/task/{tid}/comm") or "")
+
+
+def _pin_thread(
+    b: Backend,
+    plan: ThreadPlan,
+    patterns: Mapping[str, re.Pattern[str]],
+    default: Optional[str],
+    tid: int,
+) -> ThreadPin:
+    """Thread ``tid`` pinned to the CPUs of the first role whose pattern its name
+    matches (``default`` when none does)."""
+    name = _thread_name(b, tid)
+    role = default
+    for candidate, pattern in patterns.items():
+        if pattern.search(name):
+            role = candidate
+            break
+    nothing: FrozenSet[int] = frozenset()
+    try:
+        before = b.sched_getaffinity(tid)
+    except ProcessLookupError:
+        return ThreadPin(tid, name, role, nothing, nothing, False, "exited")
+    if role is None:
+        return ThreadPin(tid, name, None, before, before, False, "no role")
+    want = plan.roles[role]
+    if not want:
+        return ThreadPin(tid, name, role, before, before, False, "role has no CPUs")
+    try:
+        b.sched_setaffinity(tid, want)
+        after = b.sched_getaffinity(tid)
+    except ProcessLookupError:
+        return ThreadPin(tid, name, role, before, nothing, False, "exited")
+    except OSError as e:
+        reason = _errno_reason(e.errno or errno.EIO)
+        return ThreadPin(tid, name, role, before, before, False, reason)
+    if after != want:
+        return ThreadPin(tid, name, role, before, after, False, "the kernel applied other CPUs")
+    return ThreadPin(tid, name, role, before, after, True)
+
+
+def pin_threads(
+    plan: ThreadPlan,
+    match: Optional[Mapping[str, str]] = None,
+    *,
+    default: Optional[str] = None,
+    settle: bool = False,
+    strict: Optional[bool] = None,
+    backend: Optional[Backend] = None,
+) -> PinResult:
+    """Pin every thread of this process to the CPUs of its role in ``plan``.
+
+    ``match`` maps a role to a regular expression searched in each thread's name
+    (/proc/self/task/TID/comm: "NCCL", "ucx", "ZMQbg"); the first role that matches
+    wins, ``default`` takes the rest (None: they are left alone and listed in
+    ``unmatched``).  Threads that appear while it works are pinned by another pass,
+    until a pass finds none new.  Threads started afterwards inherit the mask of the
+    thread that starts them (``inherit``).  ``settle``: then move the pages the process
+    placed elsewhere to the plan's memory nodes (see settle; ``settled``).  Strict:
+    OSError when a matched thread could not be pinned.
+    """
+    b = _b(backend)
+    st = _strict_or_env(strict)
+    patterns = _role_patterns(plan, match or {}, default)
+    seen: Dict[int, ThreadPin] = {}
+    late: List[int] = []
+    notes: List[str] = []
+    passes = 0
+    new = b.threads()
+    while new and passes < _PIN_PASSES:
+        passes += 1
+        if passes > 1:
+            late.extend(new)
+        for tid in new:
+            seen[tid] = _pin_thread(b, plan, patterns, default, tid)
+        new = [tid for tid in b.threads() if tid not in seen]
+    if new:
+        _fail(st, f"threads kept starting: {len(new)} not pinned after {passes} passes", notes)
+    for pin in seen.values():
+        if pin.role is not None and not pin.ok and pin.reason != "exited":
+            msg = f"thread {pin.tid} ({pin.name}): not pinned to role {pin.role}: {pin.reason}"
+            _fail(st, msg, notes)
+    unmatched = tuple(pin.tid for pin in seen.values() if pin.role is None)
+    moved = None
+    if settle and plan.memory_nodes:
+        moved = _settle(plan.memory_nodes, strict=st, backend=b)
+    elif settle:
+        _fail(st, "settle: the plan names no memory node; the pages stay where they are", notes)
+    threads = tuple(seen.values())
+    return PinResult(threads, unmatched, tuple(late), passes, notes=tuple(notes), settled=moved)
+
+
+class pinned:
+    """Context manager: pin_threads(plan, match, ...) on entry (the PinResult is what
+    ``as`` gets); on exit every thread mask it changed is put back (threads that exited
+    meanwhile are skipped), and the calling thread's memory policy when ``memory``
+    ("prefer", "bind", ...) set it to the plan's memory nodes."""
+
+    def __init__(
+        self,
+        plan: ThreadPlan,
+        match: Optional[Mapping[str, str]] = None,
+        *,
+        default: Optional[str] = None,
+        memory: Optional[str] = None,
+        strict: Optional[bool] = None,
+        backend: Optional[Backend] = None,
+    ) -> None:
+        self.plan, self.match, self.default = plan, match, default
+        self.memory, self.strict, self.backend = memory, strict, backend
+        self.result: Optional[PinResult] = None
+        self.restored: List[int] = []  # tids whose mask was put back
+        self._policy: Optional[thread_policy] = None
+
+    def __enter__(self) -> PinResult:
+        if self.memory is not None:
+            policy = thread_policy(
+                self.memory, self.plan.memory_nodes, strict=self.strict, backend=self.backend
+            )
+            policy.__enter__()
+            self._policy = policy
+        self.result = pin_threads(
+            self.plan, self.match, default=self.default, strict=self.strict, backend=self.backend
+        )
+        return self.result
+
+    def __exit__(self, *exc: Any) -> None:
+        b = _b(self.backend)
+        changed = []
+        if self.result is not None:
+            changed = [pin for pin in self.result.threads if pin.before and pin.after != pin.before]
+        for pin in changed:
+            try:
+                b.sched_setaffinity(pin.tid, pin.before)
+                self.restored.append(pin.tid)
+            except ProcessLookupError:
+                continue
+            except OSError as e:
+                _warn_once(
+                    f"pinned-restore:{pin.tid}",
+                    "numa_utils: could not restore thread %s's CPU mask: %s",
+                    pin.tid,
+                    e,
+                )
+        if self._policy is not None:
+            self._policy.__exit__(*exc)
+
+
+_WORKER_ROLES: Mapping[str, Union[int, str]] = MappingProxyType({"worker": "rest"})
+
+
+def _start_bound(
+    start: Callable[[], None],
+    b: Backend,
+    cpus: FrozenSet[int],
+    memory: Optional[str],
+    nodes: Tuple[int, ...],
+    strict: Optional[bool],
+) -> None:
+    """``start()`` run with the calling thread on ``cpus`` under memory policy
+    ``memory`` on ``nodes``, both put back after: a process forked meanwhile starts
+    with them, before its first page or thread exists."""
+    before = b.sched_getaffinity(0)
+    policy = None
+    if memory is not None and nodes:
+        policy = thread_policy(memory, nodes, strict=strict, backend=b)
+        policy.__enter__()
+    try:
+        if cpus:
+            b.sched_setaffinity(0, cpus)
+        start()
+    finally:
+        b.sched_setaffinity(0, before)
+        if policy is not None:
+            policy.__exit__(None, None, None)
+
+
+def spawn_context(
+    gpu: Optional[int] = None,
+    *,
+    node: Optional[int] = None,
+    roles: Mapping[str, Union[int, str]] = _WORKER_ROLES,
+    role: str = "worker",
+    memory: Optional[str] = "prefer",
+    method: str = "spawn",
+    strict: Optional[bool] = None,
+    environ: Optional[Mapping[str, str]] = None,
+    backend: Optional[Backend] = None,
+) -> Any:
+    """A multiprocessing context whose children start bound: on role ``role``'s CPUs
+    of thread_plan(gpu, node=node, roles=roles), under memory policy ``memory`` on the
+    plan's memory nodes, from their first instruction (no numactl binary).
+
+    The thread that starts a child binds itself for the fork and then puts its own
+    mask and policy back; the child inherits both.  ``method``: "spawn" or "fork" (a
+    forkserver's children are forked by the server, which this cannot bind).
+    ``ctx.plan`` is the plan; use the context as multiprocessing's own
+    (``ctx.Process``, ``ctx.Pool``, ``ProcessPoolExecutor(mp_context=ctx)``).
+    """
+    if method not in ("spawn", "fork"):
+        raise ValueError(f"spawn_context: method must be 'spawn' or 'fork', not {method!r}")
+    plan = thread_plan(gpu, node=node, roles=roles, strict=strict, environ=environ, backend=backend)
+    if role not in plan.roles:
+        raise ValueError(f"role {role!r} is not in the plan ({', '.join(plan.roles)})")
+    import multiprocessing
+
+    base: Any = multiprocessing.get_context(method)
+    b = _b(backend)
+
+    class BoundProcess(base.Process):  # type: ignore[misc]
+        def start(self) -> None:
+            start = super().start
+            _start_bound(start, b, plan.roles[role], memory, plan.memory_nodes, strict)
+
+        def __reduce__(self) -> Any:
+            # a spawned child unpickles a process of the plain kind: this class is local
+            return (object.__new__, (base.Process,), self.__dict__)
+
+    context = type(base)()
+    context.Process = BoundProcess
+    context.plan = plan
+    return context
+
+
+class InstancePlan(_Record):
+    """One engine's share of the host, disjoint from every other instance's."""
+
+    instance: int  # 0, 1, ...
+    gpus: Tuple[int, ...]  # GPU indexes in PCI order (CUDA_DEVICE_ORDER=PCI_BUS_ID)
+    pcis: Tuple[str, ...]
+    cpus: FrozenSet[int]
+    nodes: Tuple[int, ...]  # the nodes of its CPUs
+    memory_nodes: Tuple[int, ...]
+    environ: Dict[str, str]  # the variables its process starts with
+    notes: Tuple[str, ...] = ()
+
+    def to_json(self) -> Dict[str, Any]:
+        return _record_json(
+            self, cpus={"cpus": sorted(self.cpus), "cpulist": format_cpulist(self.cpus)}
+        )
+
+
+def _chunks(count: int, parts: int) -> List[range]:
+    """``range(count)`` cut into ``parts`` near-equal runs, the first ones longer."""
+    size, longer = divmod(count, parts)
+    out = []
+    start = 0
+    for part in range(parts):
+        end = start + size + int(part < longer)
+        out.append(range(start, end))
+        start = end
+    return out
+
+
+def _gpu_instances(
+    topo: Topology, infos: List[GpuInfo], n: int, per: int, reserve: int, strict: bool
+) -> List[InstancePlan]:
+    """Instance i: GPUs i*per ... (PCI order), with their `exclusive` CPUs."""
+    fam = _family(infos)
+    if n * per > len(fam):
+        raise ValueError(
+            f"{n} instances of {per} GPUs need {n * per} GPUs; this host has {len(fam)}"
+        )
+    planned = _plan_all(topo, infos, "exclusive", reserve, strict)
+    out = []
+    for index in range(n):
+        picked = range(index * per, (index + 1) * per)
+        cpus: Set[int] = set()
+        nodes: Set[int] = set()
+        memory: Set[int] = set()
+        for gpu in picked:
+            node, their_cpus, _ = planned[fam[gpu].pci]
+            cpus |= their_cpus
+            nodes |= {node} - {None}  # type: ignore[arg-type]
+            memory.update(_plan_memory(topo, infos, node, "prefer"))
+        visible = ",".join(str(gpu) for gpu in picked)
+        env = {"CUDA_VISIBLE_DEVICES": visible, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+        pcis = tuple(fam[gpu].pci for gpu in picked)
+        out.append(
+            InstancePlan(
+                index,
+                tuple(picked),
+                pcis,
+                frozenset(cpus),
+                tuple(sorted(nodes)),
+                tuple(sorted(memory)),
+                env,
+            )
+        )
+    return out
+
+
+def _node_instances(topo: Topology, n: int) -> List[InstancePlan]:
+    """Instance i: a run of whole nodes (those with CPUs this process may use)."""
+    allowed = topo.allowed_cpus & topo.online_cpus
+    usable = [node for node in sorted(topo.nodes_with_cpus) if topo.nodes[node].cpus & allowed]
+    if n > len(usable):
+        raise ValueError(
+            f"{n} CPU-only instances need {n} nodes with CPUs; this process may use {len(usable)}"
+        )
+    out = []
+    for index, run in enumerate(_chunks(len(usable), n)):
+        nodes = [usable[at] for at in run]
+        cpus = frozenset(cpu for node in nodes for cpu in topo.nodes[node].cpus & allowed)
+        memory: Set[int] = set()
+        for node in nodes:
+            memory.update(_plan_memory(topo, [], node, "prefer"))
+        out.append(InstancePlan(index, (), (), cpus, tuple(nodes), tuple(sorted(memory)), {}))
+    return out
+
+
+def _note_shared_memory(plans: List[InstancePlan]) -> List[InstancePlan]:
+    """``plans`` with a note on each instance whose memory nodes another one uses."""
+    out = []
+    for plan in plans:
+        shared: Set[int] = set()
+        for other in plans:
+            if other.instance != plan.instance:
+                shared |= set(plan.memory_nodes) & set(other.memory_nodes)
+        if shared:
+            note = f"memory on nodes {format_cpulist(shared)} is shared with another instance"
+            plan = plan._replace(notes=plan.notes + (note,))
+        out.append(plan)
+    return out
+
+
+def instance_plans(
+    n: int,
+    *,
+    gpus_per_instance: int = 1,
+    reserve: Optional[int] = None,
+    strict: Optional[bool] = None,
+    backend: Optional[Backend] = None,
+) -> List[InstancePlan]:
+    """Disjoint shares of this host for ``n`` engines: GPUs, CPUs and memory nodes.
+
+    With ``gpus_per_instance`` >= 1, instance i gets the GPUs i*g ... i*g+g-1 in PCI
+    order (``environ`` names them for its process) and their `exclusive` CPUs;
+    memory comes from their nodes, shared (and noted) when two instances' GPUs sit on
+    one node.  With 0 (CPU-only engines) each instance gets a run of whole nodes.
+    Too few GPUs or nodes: ValueError.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"instance_plans: n must be an integer >= 1, not {n!r}")
+    per = gpus_per_instance
+    if isinstance(per, bool) or not isinstance(per, int) or per < 0:
+        raise ValueError(f"gpus_per_instance must be an integer >= 0, not {per!r}")
+    b = _b(backend)
+    _, res, _, st = _plan_args("exclusive", reserve, None, strict)
+    topo = _planning_topology(b)
+    if per == 0:
+        return _note_shared_memory(_node_instances(topo, n))
+    infos = _gpu_infos(topo, b)
+    return _note_shared_memory(_gpu_instances(topo, infos, n, per, res, st))
+
+
+# -- end of thread roles section -------------------------------------------------------
+
+
 # ===========================================================================
 # Observation: counters, remote share, node chooser, CUDA pinning.
 # ===========================================================================
@@ -9966,7 +10713,7 @@ def _build_parser(commands: Sequence[Callable[[Any], None]] = ()) -> argparse.Ar
 
 
 # The commands numa_utils_cli.py serves; a copy of numa_utils.py alone serves status.
-_CLI_COMMANDS = ("numactl", "run", "plan", "region", "maps", "cleanup", "watch", "fit")
+_CLI_COMMANDS = ("numactl", "run", "plan", "region", "maps", "cleanup", "watch", "fit", "threads")
 
 
 def _commands(what: str) -> Any:

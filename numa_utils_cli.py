@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The numa-utils commands beyond ``status``: numactl, run, plan, region, maps,
-cleanup, watch, fit, and the exports: systemd, numactl, taskset, Prometheus, and for
-a fleet Node Feature Discovery labels, OCI and NRI memory policy, Slurm and Ray.
+cleanup, watch, fit, threads, and the exports: systemd, numactl, taskset, Prometheus,
+and for a fleet Node Feature Discovery labels, OCI and NRI memory policy, Slurm and Ray.
 
 ``python -m numa_utils CMD`` and the ``numa-utils`` script reach this module when it
 is installed or sits beside numa_utils.py; it imports numa_utils as a sibling
@@ -128,6 +128,12 @@ bind_to_node = _nu.bind_to_node
 format_cpulist = _nu.format_cpulist
 get_mempolicy = _nu.get_mempolicy
 gpu_plans = _nu.gpu_plans
+parse_cpulist = _nu.parse_cpulist
+thread_plan = _nu.thread_plan
+ThreadPlan = _nu.ThreadPlan
+SMT_RULES = _nu.SMT_RULES
+_clean = _nu._clean
+_cores_of = _nu._cores_of
 mbind = _nu.mbind
 parse_nodestring = _nu.parse_nodestring
 read_topology = _nu.read_topology
@@ -933,15 +939,20 @@ def _render_plan_text(plans: List[GpuPlan], policy: str, mem: Optional[str], roo
     return "\n".join(out) + "\n"
 
 
+def _drop_in_name(unit: str, index: Optional[int]) -> str:
+    """The drop-in of instance ``index`` of template ``unit``: worker@3.service.d/..."""
+    stem, dot, suffix = unit.rpartition(".")
+    if not dot:
+        stem, suffix = unit, "service"
+    name = f"{stem if stem.endswith('@') else stem + '@'}{index}.{suffix}"
+    return f"{name}.d/50-numa.conf"
+
+
 def _render_plan_systemd(plans: List[GpuPlan], unit: str) -> str:
     out = []
     for p in plans:
-        stem, dot, suffix = unit.rpartition(".")
-        if not dot:
-            stem, suffix = unit, "service"
-        name = f"{stem if stem.endswith('@') else stem + '@'}{p.gpu}.{suffix}"
         out.append(
-            f"# {name}.d/50-numa.conf: GPU {p.gpu} ({p.pci or '?'}), node "
+            f"# {_drop_in_name(unit, p.gpu)}: GPU {p.gpu} ({p.pci or '?'}), node "
             f"{'?' if p.cpu_node is None else p.cpu_node}, policy {p.policy}"
         )
         out.append("[Service]")
@@ -1333,6 +1344,10 @@ def _cli_policy(args: argparse.Namespace) -> str:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     b = _backend_from_args(args)
+    if args.roles is not None or args.node is not None:
+        return _cmd_role_plan(args, b)
+    if args.format == "env":
+        raise ValueError("--format env is the OpenMP environment of a role plan: add --roles")
     plans = gpu_plans(
         _cli_policy(args),
         reserve=args.reserve,
@@ -1455,11 +1470,24 @@ def _cli_plan(sub: Any) -> None:
     _add_plan_options(p)
     p.add_argument("--gpu", type=int, default=None, metavar="N", help="only CUDA device N")
     p.add_argument(
-        "--format",
-        choices=["text", "json", "systemd", "numactl", "taskset"]
-        + ["oci", "nri", "gres", "srun", "ray"],
+        "--node", type=int, default=None, metavar="N", help="CPU roles on node N (no GPU)"
+    )
+    p.add_argument(
+        "--roles",
         default=None,
-        help="output format (default text; --json is --format json)",
+        metavar="ROLE=N,...",
+        help="CPUs per thread role, whole cores each: feeder=1,copy=1,compute=rest "
+        "(the GPU's exclusive share; --policy and --memory do not apply)",
+    )
+    p.add_argument(
+        "--smt", choices=SMT_RULES, default="core", help="whole cores per role, or one CPU each"
+    )
+    p.add_argument(
+        "--format",
+        choices=["text", "json", "systemd", "numactl", "taskset", "env", *_FLEET_FORMATS],
+        default=None,
+        help="output format (default text; --json is --format json; env: a role plan's "
+        "OpenMP variables)",
     )
     p.add_argument(
         "--unit",
@@ -2632,6 +2660,222 @@ def _route_device(host: str, b: Backend) -> str:
 
 
 # Command word -> the function adding its parser, in help order.
+# -- thread roles: plan --roles and threads PID -------------------------------------------
+
+
+def _parse_roles(text: Optional[str]) -> Dict[str, Union[int, str]]:
+    """ "feeder=1,copy=1,compute=rest" -> {"feeder": 1, "copy": 1, "compute": "rest"}."""
+    if text is None:
+        return dict(_nu.DEFAULT_ROLES)
+    roles: Dict[str, Union[int, str]] = {}
+    for item in text.split(","):
+        name, sep, want = (part.strip() for part in item.partition("="))
+        if not sep or not name or not (want == "rest" or want.isdigit()):
+            raise ValueError(f"--roles: {item!r} is not ROLE=N or ROLE=rest")
+        if want == "rest":
+            roles[name] = "rest"
+        else:
+            roles[name] = int(want)
+    return roles
+
+
+def _role_plans(args: argparse.Namespace, b: Backend) -> List[ThreadPlan]:
+    """One role plan per GPU (or the one --gpu names), or for --node."""
+    kw: Dict[str, Any] = {
+        "roles": _parse_roles(args.roles),
+        "smt": args.smt,
+        "reserve": args.reserve,
+        "strict": True if args.strict else None,
+        "backend": b,
+    }
+    if args.node is not None:
+        return [thread_plan(node=args.node, **kw)]
+    if args.gpu is not None:
+        return [thread_plan(args.gpu, **kw)]
+    return [thread_plan(plan.gpu, **kw) for plan in gpu_plans(backend=b)]
+
+
+def _role_plan_title(plan: ThreadPlan) -> str:
+    node = "?" if plan.node is None else str(plan.node)
+    if plan.gpu is None:
+        return f"node {node}, smt {plan.smt}"
+    return f"GPU {plan.gpu} ({plan.pci or '?'}), node {node}, smt {plan.smt}"
+
+
+def _render_role_text(plans: List[ThreadPlan], b: Backend) -> str:
+    topo = read_topology(backend=b)
+    out = []
+    for plan in plans:
+        out.append(f"numa_utils plan --roles: {_role_plan_title(plan)}")
+        width = max([len(format_cpulist(cpus)) for cpus in plan.roles.values()] + [4])
+        out.append(f"  {'role':<12}  {'cpus':<{width}}  cores")
+        for role, cpus in plan.roles.items():
+            cores = len(_cores_of(topo, cpus))
+            out.append(f"  {role:<12}  {format_cpulist(cpus):<{width}}  {cores}")
+        for why, cpus in plan.left_out.items():
+            out.append(f"  left out: {format_cpulist(cpus)} ({why})")
+        for note in plan.notes:
+            out.append(f"  - {note}")
+    return "\n".join(out) + "\n"
+
+
+def _render_role_env(plan: ThreadPlan) -> str:
+    import shlex
+
+    out = [f"# {_role_plan_title(plan)}"]
+    for role, cpus in plan.roles.items():
+        out.append(f"# role {role}: CPUs {format_cpulist(cpus)}")
+    for name, value in plan.omp_env.items():
+        out.append(f"export {name}={shlex.quote(value)}")
+    return "\n".join(out) + "\n"
+
+
+def _render_role_systemd(plans: List[ThreadPlan], unit: str) -> str:
+    out = []
+    for plan in plans:
+        index = plan.gpu
+        if index is None:
+            index = plan.node
+        out.append(f"# {_drop_in_name(unit, index)}: {_role_plan_title(plan)}")
+        for role, cpus in plan.roles.items():
+            out.append(f"# role {role}: CPUs {format_cpulist(cpus)}")
+        out.append("[Service]")
+        out.append(f"CPUAffinity={format_cpulist(plan.cpus)}")
+        if plan.memory_nodes:
+            out.append("NUMAPolicy=preferred")
+            out.append(f"NUMAMask={format_cpulist(plan.memory_nodes)}")
+        for name, value in plan.omp_env.items():
+            out.append(f'Environment="{name}={value}"')
+        out.append("")
+    return "\n".join(out)
+
+
+def _render_role_taskset(plans: List[ThreadPlan]) -> str:
+    out = []
+    for plan in plans:
+        out.append(f"# {_role_plan_title(plan)}")
+        for role, cpus in plan.roles.items():
+            out.append(f"taskset -c {format_cpulist(cpus)}  # role {role}")
+    return "\n".join(out) + "\n"
+
+
+_FLEET_FORMATS = ("oci", "nri", "gres", "srun", "ray")  # plan's exports for a fleet
+
+
+def _cmd_role_plan(args: argparse.Namespace, b: Backend) -> int:
+    if args.node is not None and args.gpu is not None:
+        raise ValueError("--gpu and --node: one of the two")
+    plans = _role_plans(args, b)
+    fmt = args.format or ("json" if args.json else "text")
+    if fmt == "json":
+        _print_json([plan.to_json() for plan in plans])
+    elif fmt == "env":
+        if len(plans) != 1:
+            raise ValueError("--format env is one worker's environment: add --gpu N or --node N")
+        sys.stdout.write(_render_role_env(plans[0]))
+    elif fmt == "systemd":
+        sys.stdout.write(_render_role_systemd(plans, args.unit))
+    elif fmt == "taskset":
+        sys.stdout.write(_render_role_taskset(plans))
+    elif fmt == "numactl":
+        raise ValueError("--roles has no numactl form (one numactl binds one process): use taskset")
+    elif fmt in _FLEET_FORMATS:
+        raise ValueError(f"--format {fmt} exports the GPU plans: leave out --roles and --node")
+    else:
+        sys.stdout.write(_render_role_text(plans, b))
+    return 0
+
+
+def _last_cpu(stat: str) -> Optional[int]:
+    """proc(5) stat field 39 (processor): the CPU the thread last ran on.  The name
+    (field 2) may hold ") ", so the fields are counted after its last ")"."""
+    fields = stat.rpartition(")")[2].split()
+    if len(fields) > 36 and fields[36].isdigit():
+        return int(fields[36])
+    return None
+
+
+def _thread_rows(b: Backend, pid: str, plan: Optional[ThreadPlan]) -> List[Dict[str, Any]]:
+    """One row per thread of ``pid``: tid, name, allowed CPUs, last CPU and its node,
+    and under ``plan`` its role (the role whose CPUs are its mask) and whether it
+    strays (allowed CPUs outside the plan)."""
+    topo = read_topology(backend=b)
+    base = f"/proc/{pid}/task"
+    tids = sorted(int(tid) for tid in b.listdir(base) if tid.isdigit())
+    rows = []
+    for tid in tids:
+        status = b.read_optional(f"{base}/{tid}/status") or ""
+        found = re.search(r"^Cpus_allowed_list:\s*(\S+)", status, re.M)
+        allowed: FrozenSet[int] = frozenset()
+        if found:
+            allowed = parse_cpulist(found.group(1))
+        last = _last_cpu(b.read_optional(f"{base}/{tid}/stat") or "")
+        node = None
+        if last is not None:
+            node = topo.node_of_cpu(last)
+        row: Dict[str, Any] = {
+            "tid": tid,
+            "name": _clean(b.read_optional(f"{base}/{tid}/comm") or ""),
+            "cpus": format_cpulist(allowed),
+            "last_cpu": last,
+            "node": node,
+        }
+        if plan is not None:
+            roles = [role for role, cpus in plan.roles.items() if cpus == allowed]
+            row["role"] = roles[0] if roles else None
+            row["stray"] = not allowed <= plan.cpus
+        rows.append(row)
+    return rows
+
+
+def _cmd_threads(args: argparse.Namespace) -> int:
+    b = _backend_from_args(args)
+    pid = str(args.pid)
+    if not b.exists(f"/proc/{pid}/task"):
+        raise ValueError(f"no process {pid}")
+    plan = None
+    if args.roles is not None or args.gpu is not None or args.node is not None:
+        if (args.gpu is None) == (args.node is None):
+            raise ValueError("a role plan needs --gpu N or --node N")
+        args.reserve, args.strict = None, False
+        plan = _role_plans(args, b)[0]
+    rows = _thread_rows(b, pid, plan)
+    if args.json:
+        _print_json(rows)
+        return 0
+    head = f"  {'tid':>7}  {'name':<16}  {'cpus':<16}  {'last':>4}  {'node':>4}"
+    if plan is not None:
+        head += "  role"
+    out = [f"numa_utils threads: process {pid}, {len(rows)} threads", head]
+    for row in rows:
+        last = "?" if row["last_cpu"] is None else str(row["last_cpu"])
+        node = "?" if row["node"] is None else str(row["node"])
+        line = f"  {row['tid']:>7}  {row['name']:<16}  {row['cpus']:<16}  {last:>4}  {node:>4}"
+        if plan is not None:
+            line += f"  {row['role'] or '-'}"
+            if row["stray"]:
+                line += "  STRAY: outside the plan"
+        out.append(line)
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0
+
+
+def _cli_threads(sub: Any) -> None:
+    p = sub.add_parser(
+        "threads",
+        parents=[sub.common],
+        help="a process's threads: names, allowed CPUs, last CPU and node, roles",
+    )
+    p.add_argument("pid", metavar="PID", help="process id ('self': this command)")
+    p.add_argument(
+        "--gpu", type=int, default=None, metavar="N", help="roles of CUDA device N's plan"
+    )
+    p.add_argument("--node", type=int, default=None, metavar="N", help="roles of node N's plan")
+    p.add_argument("--roles", default=None, metavar="ROLE=N,...", help="as plan --roles")
+    p.add_argument("--smt", choices=SMT_RULES, default="core", help="as plan --smt")
+    p.set_defaults(func=_cmd_threads)
+
+
 _COMMANDS = {
     "maps": _cli_maps,
     "cleanup": _cli_cleanup,
@@ -2641,6 +2885,7 @@ _COMMANDS = {
     "watch": _cli_watch,
     "numactl": _cli_numactl,
     "fit": _cli_fit,
+    "threads": _cli_threads,
 }
 
 

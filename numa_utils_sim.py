@@ -699,6 +699,7 @@ class SimulatedBackend(Backend):
         )
         self.affinity = self.cpus_allowed
         self.thread_affinity: Dict[int, FrozenSet[int]] = {}  # other threads: tid ->
+        self.thread_names: Dict[int, str] = {self.pid: "python3"}  # tid -> comm
         self.mappings: List[_SimMapping] = []
         self.policy = _Intervals()  # private ranges: by address
         self.pages: Dict[int, int] = {}  # private: page address -> node
@@ -735,12 +736,18 @@ class SimulatedBackend(Backend):
     def clear_failures(self) -> None:
         self.kernel.fail.clear()
 
-    def add_thread(self, affinity: Optional[Iterable[int]] = None) -> int:
-        """Another thread in this process (for binding tests); returns its tid."""
+    def add_thread(self, affinity: Optional[Iterable[int]] = None, name: str = "python3") -> int:
+        """Another thread in this process (for binding tests) named ``name`` (its
+        /proc/self/task/TID/comm); returns its tid."""
         tid = self.kernel.next_pid
         self.kernel.next_pid += 1
         self.thread_affinity[tid] = frozenset(affinity) if affinity is not None else self.affinity
+        self.thread_names[tid] = name
         return tid
+
+    def end_thread(self, tid: int) -> None:
+        """Thread ``tid`` exits."""
+        del self.thread_affinity[tid]
 
     def gettid(self) -> int:
         return self.pid
@@ -775,6 +782,9 @@ class SimulatedBackend(Backend):
             return self.render_numa_maps()
         if self._is_own_proc(path, "status"):
             return self._render_status()
+        comm = re.match(r"^/proc/(?:self|\d+)/task/(\d+)/comm$", path)
+        if comm and int(comm.group(1)) in self.threads():
+            return self.thread_names.get(int(comm.group(1)), "") + "\n"
         if path == "/proc/sysvipc/shm":
             return self._render_sysvipc()
         k = self.kernel

@@ -364,3 +364,52 @@ def test_numactl_matrix(arch, topology):
     known = [" ".join(r["args"]) for r in records if not r["match"]]
     if known:
         warnings.warn(f"numactl matrix {arch} {topology}: known differences: {known}", stacklevel=1)
+
+
+# ---------------------------------------------------------------- thread roles (issue 29)
+
+
+@pytest.mark.vm
+def test_guest_thread_roles():
+    """A 2-node guest with SMT: first-touch 64 MiB on node 0, threads named like NCCL's
+    and UCX's, then pinned() and settle() for node 1: every thread on its role's CPUs,
+    threads started later inherit them, the pages all move to node 1, every mask comes
+    back, and a spawn_context child's own anonymous pages are on node 1 from its first
+    line of Python."""
+    ok, console, _, seconds = _boot(
+        "x86_64",
+        "two-node-smt",
+        files={"/vmtest/guest_threads.py": str(REPO / "vm" / "guest_threads.py")},
+        command="python3 /vmtest/guest_threads.py",
+        timeout=900,
+    )
+    lines = [ln for ln in vmrun.guest_output(console).splitlines() if ln.startswith("THREADS ")]
+    assert lines, f"no report from the guest; console:\n{console[-4000:]}"
+    got = json.loads(lines[-1][len("THREADS ") :])
+    print(f"two-node-smt guest in {seconds:.0f}s: {json.dumps(got)[:3000]}")
+    assert ok, console[-3000:]
+    node0, node1 = got["node0"], got["node1"]
+    assert (node0, node1) == ([0, 1, 2, 3], [4, 5, 6, 7])
+    assert got["siblings"]["4"] == [4, 5], "the guest must have SMT siblings"
+    roles = {role: nu.parse_cpulist(cpus) for role, cpus in got["plan"]["roles"].items()}
+    assert roles == {"comm": {4, 5}, "compute": {6, 7}}  # whole cores, siblings together
+    size = 64 << 20
+    assert got["before"] == {"0": size}
+    assert got["pinned_ok"]
+    for name, mask in got["masks_pinned"].values():
+        role = "comm" if name.startswith(("NCCL", "ucx")) else "compute"
+        assert nu.parse_cpulist(mask) == roles[role], (name, mask)
+    assert got["inherited"] == {
+        "NCCL WatchDog": [4, 5],
+        "ucx-progress": [4, 5],
+        "ZMQbg/1": [6, 7],
+        "main": [6, 7],
+    }
+    assert got["settled"]["applied"], got["settled"]
+    assert got["after"] == {"1": size}  # the remote share made 0%
+    assert got["masks_restored"] == got["masks_before"]
+    assert got["policy_restored"] == "DEFAULT"
+    spawned = got["spawned"]
+    assert got["spawned_exit"] == 0
+    assert spawned["cpus"] == node1
+    assert set(spawned["anon_pages"]) == {"1"}, spawned

@@ -238,6 +238,17 @@ TOPOLOGIES = {
     # 64-bit word. x86_64 only (Debian's arm64 kernel allows 16 nodes).
     "many-66": _topology([([0], 256), ([1], 256)] + [([], 32)] * 64),
     "cpuset": _topology([([0], 512), ([1], 512)], cgroup_mems=[0]),
+    # Two sockets of two cores of two SMT threads, one node each (issue 29: thread
+    # roles, SMT siblings, settling pages from node 0 to node 1).
+    # An Intel model (CPUID leaf 0xB) so that the kernel sees the SMT siblings (TCG's
+    # "max" is AMD-like without topoext: every CPU its own core);
+    # cgroup2 is mounted so that the process's cpuset is readable.
+    "two-node-smt": dict(
+        _topology([([0, 1, 2, 3], 512), ([4, 5, 6, 7], 512)]),
+        machine=["-M", "pc", "-cpu", "Nehalem"],
+        smp="8,sockets=2,cores=2,threads=2",
+        setup="mount -t cgroup2 none /sys/fs/cgroup",
+    ),
     "no-numa": _topology([([0, 1], 512)], numa=False),
     # Two DRAM nodes and a slow CPU-less one (CXL-like), described with ACPI HMAT
     # (KERNEL_FACTS section 10): the kernel puts node 2 in its own lower tier.
@@ -312,7 +323,15 @@ TOPOLOGIES = {
 
 # Which topologies each guest image (vm/build.py IMAGES) can boot.
 SUPPORTED = {
-    "x86_64": {"two-node", "four-node-asym", "memory-only", "many-66", "cpuset", "no-numa"},
+    "x86_64": {
+        "two-node",
+        "two-node-smt",
+        "four-node-asym",
+        "memory-only",
+        "many-66",
+        "cpuset",
+        "no-numa",
+    },
     "x86_64-6.12": {
         "two-node",
         "memory-only",

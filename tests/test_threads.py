@@ -1,0 +1,780 @@
+"""Thread roles: thread_plan over every saved machine, pin_threads / pinned on the
+simulator and on real threads (in a child process, so the test process is never
+pinned), and instance_plans."""
+
+import errno
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import FIXTURES, REPO, fixture_root, nu, saved_backend, sim
+
+_ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES")
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    for name in list(os.environ):
+        if name.startswith("NUMA_UTILS_") or name in _ENV_NAMES:
+            monkeypatch.delenv(name)
+
+
+def tree(name):
+    return saved_backend(fixture_root(name))
+
+
+def _gpu_count(name):
+    return len(nu.gpu_plans(environ={}, backend=tree(name)))
+
+
+GPU_FIXTURES = [f for f in FIXTURES if _gpu_count(f)]
+# Roles that fit the smallest GPU share of the saved machines (old-kernel-cpumap).
+SMALL_ROLES = {"copy": 1, "compute": "rest"}
+
+
+# -- an OpenMP reader written here, from the specifications, not from the library ------
+
+
+def _expand(item):
+    """ "3", "3-6" or "3-9:2" (GNU's stride) -> a list of CPUs."""
+    first, _, stride = item.partition(":")
+    low, _, high = first.partition("-")
+    high = high or low
+    return list(range(int(low), int(high) + 1, int(stride or 1)))
+
+
+def omp_places_cpus(text):
+    """OMP_PLACES as an explicit list of places: "{0},{1,2},{5}"."""
+    cpus = []
+    for place in re.findall(r"\{([^}]*)\}", text):
+        for item in place.split(","):
+            cpus.extend(_expand(item.strip()))
+    assert re.sub(r"\{[^}]*\}", "", text).strip(",") == "", text
+    return cpus
+
+
+def gomp_cpus(text):
+    """GOMP_CPU_AFFINITY: CPUs, ranges and strided ranges, space- or comma-separated."""
+    cpus = []
+    for item in re.split(r"[\s,]+", text.strip()):
+        cpus.extend(_expand(item))
+    return cpus
+
+
+def kmp_cpus(text):
+    """KMP_AFFINITY's explicit proclist=[...]."""
+    settings = text.split(",")
+    assert "explicit" in settings, text
+    found = re.search(r"proclist=\[([^\]]*)\]", text)
+    assert found, text
+    cpus = []
+    for item in found.group(1).split(","):
+        cpus.extend(_expand(item))
+    return cpus
+
+
+def check_omp(env, cpus):
+    assert int(env["OMP_NUM_THREADS"]) == len(cpus)
+    assert sorted(omp_places_cpus(env["OMP_PLACES"])) == sorted(cpus)
+    assert env["OMP_PROC_BIND"] in ("close", "spread", "master", "primary", "true")
+    assert sorted(gomp_cpus(env["GOMP_CPU_AFFINITY"])) == sorted(cpus)
+    assert sorted(kmp_cpus(env["KMP_AFFINITY"])) == sorted(cpus)
+
+
+def test_omp_reader_reads_what_the_specifications_allow():
+    assert omp_places_cpus("{0},{1,2},{4-5}") == [0, 1, 2, 4, 5]
+    assert gomp_cpus("0 3-5 8-12:2") == [0, 3, 4, 5, 8, 10, 12]
+    assert kmp_cpus("granularity=fine,explicit,proclist=[0,2-3]") == [0, 2, 3]
+
+
+# -- properties over every saved machine -------------------------------------------------
+
+
+def check_plan(topo, plan, smt):
+    """Roles disjoint, inside the cpuset and the plan's node, one SMT rule, and every
+    CPU of the node either in a role or in left_out."""
+    allowed = topo.allowed_cpus & topo.online_cpus
+    seen = set()
+    for role, cpus in plan.roles.items():
+        assert cpus, role
+        assert not cpus & seen, f"role {role} shares CPUs"
+        seen |= cpus
+        assert cpus <= allowed
+        assert cpus <= topo.nodes[plan.node].cpus
+        for cpu in cpus:
+            siblings = topo.cpus[cpu].siblings & allowed
+            if smt == "core":
+                assert siblings <= cpus, f"role {role}: CPU {cpu} without its siblings"
+            else:
+                assert siblings & seen == {cpu}, f"role {role}: two siblings of CPU {cpu}"
+    left = set()
+    for why, cpus in plan.left_out.items():
+        assert cpus and why
+        assert not cpus & seen, why
+        left |= cpus
+    assert seen | left >= topo.nodes[plan.node].cpus & topo.online_cpus
+    check_omp(plan.omp_env, plan.roles["compute"])
+    assert json.loads(json.dumps(plan.to_json()))["roles"]["compute"]
+
+
+@pytest.mark.parametrize("name", GPU_FIXTURES)
+@pytest.mark.parametrize("smt", nu.SMT_RULES)
+def test_gpu_roles_disjoint_within_and_across_gpus(name, smt):
+    b = tree(name)
+    topo = nu.read_topology(backend=b)
+    plans = [
+        nu.thread_plan(gpu, roles=SMALL_ROLES, smt=smt, environ={}, backend=b)
+        for gpu in range(_gpu_count(name))
+    ]
+    shared_cores = any("exclusive plans share cores" in n for p in plans for n in p.notes)
+    everywhere = set()
+    for plan in plans:
+        if shared_cores:  # more GPUs than cores on a node: said, and falsy or shared
+            continue
+        assert plan, plan.notes
+        assert plan.pci and plan.node in topo.nodes_with_cpus
+        check_plan(topo, plan, smt)
+        assert not plan.cpus & everywhere, f"GPU {plan.gpu} shares CPUs with another GPU"
+        everywhere |= plan.cpus
+    if name in ("dual-socket-8gpu", "mi300x-8gpu", "container-cpuset"):
+        assert everywhere, "the property must be checked on the big machines"
+
+
+@pytest.mark.parametrize("name", GPU_FIXTURES)
+def test_slices_by_physical_gpu_whatever_cuda_visible_devices_says(name):
+    b = tree(name)
+    count = _gpu_count(name)
+    for physical in range(count):
+        alone = nu.thread_plan(
+            0, roles=SMALL_ROLES, environ={"CUDA_VISIBLE_DEVICES": str(physical)}, backend=b
+        )
+        full = nu.thread_plan(physical, roles=SMALL_ROLES, environ={}, backend=b)
+        assert alone.pci == full.pci and alone.roles == full.roles
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+@pytest.mark.parametrize("smt", nu.SMT_RULES)
+def test_node_roles_on_every_node_of_every_machine(name, smt):
+    b = tree(name)
+    topo = nu.read_topology(backend=b)
+    allowed = topo.allowed_cpus & topo.online_cpus
+    for node in sorted(topo.nodes_with_cpus):
+        if not topo.nodes[node].cpus & allowed:
+            continue
+        plan = nu.thread_plan(node=node, roles=SMALL_ROLES, smt=smt, backend=b)
+        if len(nu._cores_of(topo, topo.nodes[node].cpus & allowed)) < 2:
+            assert not plan and plan.shared == ("compute",)
+            continue
+        assert plan and plan.node == node and plan.gpu is None
+        check_plan(topo, plan, smt)
+
+
+def test_default_roles_on_a_big_gpu_share():
+    b = tree("dual-socket-8gpu")
+    plan = nu.thread_plan(0, environ={}, backend=b)
+    assert list(plan.roles) == ["feeder", "copy", "progress", "compute"]
+    cores = {
+        role: len(nu._cores_of(nu.read_topology(backend=b), c)) for role, c in plan.roles.items()
+    }
+    assert cores == {"feeder": 1, "copy": 1, "progress": 1, "compute": 9}
+    assert plan.left_out["planned for another GPU"]
+    assert plan.memory_nodes == (0,)
+
+
+def test_cpuset_cpus_are_left_out_with_the_reason():
+    b = tree("container-cpuset")
+    topo = nu.read_topology(backend=b)
+    plan = nu.thread_plan(node=0, roles=SMALL_ROLES, backend=b)
+    outside = plan.left_out["outside this process's cpuset"]
+    assert outside and not outside & topo.allowed_cpus and plan.cpus <= topo.allowed_cpus
+
+
+def test_too_few_cores_shares_and_says_so():
+    b = tree("qemu-x86_64-two-node")  # one CPU per node
+    plan = nu.thread_plan(node=0, backend=b)
+    assert not plan and plan.shared == ("copy", "progress", "compute")
+    assert any("no core left" in n for n in plan.notes)
+    with pytest.raises(OSError, match="no core left"):
+        nu.thread_plan(node=0, strict=True, backend=b)
+
+
+@pytest.mark.parametrize(
+    "kw, msg",
+    [
+        ({}, "one of the two"),
+        ({"gpu": 0, "node": 0}, "one of the two"),
+        ({"node": 0, "roles": {}}, "no roles"),
+        ({"node": 0, "roles": {"a": 0}}, "number of cores"),
+        ({"node": 0, "roles": {"a": True}}, "number of cores"),
+        ({"node": 0, "roles": {"a": "rest", "b": "rest"}}, "only one role"),
+        ({"node": 0, "smt": "two"}, "smt must be"),
+        ({"node": 7}, "no NUMA node"),
+    ],
+)
+def test_thread_plan_rejects_bad_input(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        nu.thread_plan(backend=tree("dual-socket-8gpu"), **kw)
+
+
+def test_unknown_gpu_is_a_falsy_plan_or_strict_error():
+    b = tree("dual-socket-8gpu")
+    plan = nu.thread_plan(0, environ={"CUDA_VISIBLE_DEVICES": "GPU-nosuch"}, backend=b)
+    assert not plan and not plan.cpus and plan.pci is None
+    with pytest.raises(OSError, match="not identified"):
+        nu.thread_plan(0, environ={"CUDA_VISIBLE_DEVICES": ""}, strict=True, backend=b)
+
+
+# -- pin_threads and pinned on the simulator ----------------------------------------------
+
+
+def _engine(name="dual-socket-8gpu"):
+    b = sim(name)
+    nccl = b.add_thread(name="NCCL WatchDog")
+    ucx = b.add_thread(name="ucx-progress")
+    other = b.add_thread(name="ZMQbg/1")
+    return b, nccl, ucx, other
+
+
+MATCH = {"copy": "^NCCL", "progress": "ucx"}
+
+
+def test_pin_threads_by_name_and_lists_the_rest():
+    b, nccl, ucx, other = _engine()
+    plan = nu.thread_plan(0, environ={}, backend=b)
+    r = nu.pin_threads(plan, MATCH, backend=b)
+    assert r and r.passes == 1 and not r.late
+    assert b.sched_getaffinity(nccl) == plan.roles["copy"]
+    assert b.sched_getaffinity(ucx) == plan.roles["progress"]
+    assert set(r.unmatched) == {b.pid, other}
+    assert b.sched_getaffinity(other) == b.topology.allowed_cpus  # left alone
+    by_tid = {pin.tid: pin for pin in r.threads}
+    assert by_tid[nccl].name == "NCCL WatchDog" and by_tid[nccl].role == "copy"
+    assert by_tid[nccl].before == b.topology.allowed_cpus and by_tid[nccl].ok
+    assert by_tid[other].reason == "no role" and not by_tid[other].ok
+    assert "inherit" in r.inherit
+    json.dumps(nu.to_json(r))
+
+
+def test_default_role_takes_every_other_thread():
+    b, nccl, ucx, other = _engine()
+    plan = nu.thread_plan(0, environ={}, backend=b)
+    r = nu.pin_threads(plan, MATCH, default="compute", backend=b)
+    assert r and not r.unmatched
+    assert b.sched_getaffinity(other) == plan.roles["compute"]
+    assert b.sched_getaffinity(0) == plan.roles["compute"]
+
+
+def test_threads_that_start_during_a_pass_are_pinned_by_the_next():
+    b, nccl, ucx, other = _engine()
+    plan = nu.thread_plan(0, environ={}, backend=b)
+    real = b.sched_setaffinity
+    started = []
+
+    def start_one_then_pin(tid, cpus):
+        if not started:
+            started.append(b.add_thread(name="NCCL late"))
+        real(tid, cpus)
+
+    b.sched_setaffinity = start_one_then_pin
+    r = nu.pin_threads(plan, MATCH, backend=b)
+    assert r and r.passes == 2 and r.late == tuple(started)
+    assert b.thread_affinity[started[0]] == plan.roles["copy"]
+
+
+def test_threads_that_never_stop_starting():
+    b, nccl, ucx, other = _engine()
+    plan = nu.thread_plan(0, environ={}, backend=b)
+    real = b.sched_setaffinity
+
+    def always_one_more(tid, cpus):
+        b.add_thread(name="NCCL spawner")
+        real(tid, cpus)
+
+    b.sched_setaffinity = always_one_more
+    r = nu.pin_threads(plan, MATCH, backend=b)
+    assert r.passes == nu._PIN_PASSES and any("kept starting" in n for n in r.notes)
+    with pytest.raises(OSError, match="kept starting"):
+        nu.pin_threads(plan, MATCH, strict=True, backend=b)
+
+
+def test_a_thread_that_exits_is_not_a_failure():
+    b, nccl, ucx, other = _engine()
+    plan = nu.thread_plan(0, environ={}, backend=b)
+    real = b.sched_setaffinity
+
+    def exits_first(tid, cpus):
+        if tid == nccl:
+            b.end_thread(nccl)
+        real(tid, cpus)
+
+    b.sched_setaffinity = exits_first
+    r = nu.pin_threads(plan, MATCH, backend=b)
+    by_tid = {pin.tid: pin for pin in r.threads}
+    assert r and by_tid[nccl].reason == "exited"
+
+
+def test_denied_pinning_is_falsy_or_strict_error():
+    b, nccl, ucx, other = _engine()
+    plan = nu.thread_plan(0, environ={}, backend=b)
+
+    def denied(tid, cpus):
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    b.sched_setaffinity = denied
+    r = nu.pin_threads(plan, MATCH, backend=b)
+    assert not r
+    assert {pin.reason for pin in r.threads if pin.role} == {"EPERM"}
+    with pytest.raises(OSError, match="not pinned to role copy: EPERM"):
+        nu.pin_threads(plan, MATCH, strict=True, backend=b)
+
+
+@pytest.mark.parametrize(
+    "match, default, msg",
+    [
+        ({"nosuch": "x"}, None, "not in the plan"),
+        ({}, "nosuch", "not in the plan"),
+        ({"copy": "("}, None, "invalid"),
+    ],
+)
+def test_pin_threads_rejects_bad_roles(match, default, msg):
+    b, *_ = _engine()
+    plan = nu.thread_plan(0, environ={}, backend=b)
+    with pytest.raises(ValueError, match=msg):
+        nu.pin_threads(plan, match, default=default, backend=b)
+
+
+def test_pinned_restores_every_mask_and_the_memory_policy():
+    b, nccl, ucx, other = _engine()
+    b.sched_setaffinity(other, {5, 6})
+    before = {tid: b.sched_getaffinity(tid) for tid in b.threads()}
+    policy_before = nu.get_policy(backend=b)
+    plan = nu.thread_plan(0, environ={}, backend=b)
+    with nu.pinned(plan, MATCH, default="compute", memory="prefer", backend=b) as r:
+        assert r
+        assert b.sched_getaffinity(other) == plan.roles["compute"]
+        pol = nu.get_policy(backend=b)
+        assert (pol.mode, pol.nodes) == (nu.Mode.PREFERRED, {0})
+    after = {tid: b.sched_getaffinity(tid) for tid in b.threads()}
+    assert after == before
+    pol = nu.get_policy(backend=b)
+    assert (pol.mode, pol.nodes) == (policy_before.mode, policy_before.nodes)
+
+
+# -- real threads of a real process ---------------------------------------------------
+
+
+REAL_THREADS = textwrap.dedent(
+    """
+    import ctypes, json, os, sys, threading
+    sys.path.insert(0, sys.argv[1])
+    import numa_utils as nu
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    cpus = sorted(os.sched_getaffinity(0))
+    first, last = {cpus[0]}, {cpus[-1]}
+    plan = nu.ThreadPlan(None, None, 0, {"copy": frozenset(first), "compute": frozenset(last)},
+                         "core", {}, {})
+    ready, go, done = threading.Barrier(3), threading.Event(), threading.Event()
+    seen = {}
+
+    def worker(name):
+        libc.prctl(15, name.encode(), 0, 0, 0)  # PR_SET_NAME: what /proc shows
+        ready.wait()
+        go.wait()
+        seen[name] = sorted(os.sched_getaffinity(0))
+        child = threading.Thread(target=lambda: seen.__setitem__(name + " child",
+                                 sorted(os.sched_getaffinity(0))))
+        child.start()
+        child.join()
+        done.wait()
+
+    workers = [threading.Thread(target=worker, args=(n,)) for n in ("NCCL WatchDog", "ucx-prog")]
+    for w in workers:
+        w.start()
+    ready.wait()
+    with nu.pinned(plan, {"copy": "^NCCL"}, default="compute") as r:
+        go.set()
+        while len(seen) < 4:
+            pass
+        inside = {p.name: sorted(p.after) for p in r.threads}
+        ok = bool(r)
+    done.set()
+    for w in workers:
+        w.join()
+    print(json.dumps({"ok": ok, "inside": inside, "seen": seen, "cpus": cpus,
+                      "main_after": sorted(os.sched_getaffinity(0))}))
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux threads")
+def test_real_threads_pinned_by_name_inherited_and_restored():
+    p = subprocess.run(
+        [sys.executable, "-c", REAL_THREADS, str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
+    first, last = [got["cpus"][0]], [got["cpus"][-1]]
+    assert got["ok"]
+    assert got["seen"]["NCCL WatchDog"] == first
+    assert got["seen"]["ucx-prog"] == last  # default role
+    # threads started after pinning inherit their creator's mask
+    assert got["seen"]["NCCL WatchDog child"] == first
+    assert got["seen"]["ucx-prog child"] == last
+    assert got["inside"]["NCCL WatchDog"] == first
+    assert got["main_after"] == got["cpus"]  # pinned() put the main thread's mask back
+
+
+# -- instance_plans -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", GPU_FIXTURES)
+def test_instances_disjoint_on_every_gpu_machine(name):
+    b = tree(name)
+    count = _gpu_count(name)
+    for per in range(1, count + 1):
+        plans = nu.instance_plans(count // per, gpus_per_instance=per, backend=b)
+        gpus, pcis, cpus = set(), set(), set()
+        for plan in plans:
+            assert len(plan.gpus) == per and not set(plan.gpus) & gpus
+            assert not set(plan.pcis) & pcis
+            gpus |= set(plan.gpus)
+            pcis |= set(plan.pcis)
+            visible = plan.environ["CUDA_VISIBLE_DEVICES"].split(",")
+            assert [int(v) for v in visible] == list(plan.gpus)
+            shares = nu.gpu_plans("exclusive", environ=plan.environ, backend=b)
+            assert {s.pci for s in shares} == set(plan.pcis)
+            if not any("share cores" in n for s in shares for n in s.notes):
+                assert not plan.cpus & cpus, f"instance {plan.instance} shares CPUs"
+            cpus |= plan.cpus
+        memory = [n for plan in plans for n in plan.memory_nodes]
+        if len(memory) != len(set(memory)):
+            assert any("shared with another instance" in n for p in plans for n in p.notes)
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_cpu_only_instances_get_whole_nodes(name):
+    b = tree(name)
+    topo = nu.read_topology(backend=b)
+    usable = [n for n in topo.nodes_with_cpus if topo.nodes[n].cpus & topo.allowed_cpus]
+    for n in range(1, len(usable) + 1):
+        plans = nu.instance_plans(n, gpus_per_instance=0, backend=b)
+        seen_cpus, seen_nodes = set(), set()
+        for plan in plans:
+            assert plan.cpus and not plan.cpus & seen_cpus
+            assert not set(plan.nodes) & seen_nodes
+            seen_cpus |= plan.cpus
+            seen_nodes |= set(plan.nodes)
+            assert plan.cpus <= topo.allowed_cpus
+        assert seen_nodes == set(usable)
+    with pytest.raises(ValueError, match="CPU-only instances need"):
+        nu.instance_plans(len(usable) + 1, gpus_per_instance=0, backend=b)
+
+
+def test_instance_plans_rejects_bad_input():
+    b = tree("dual-socket-8gpu")
+    with pytest.raises(ValueError, match="need 9 GPUs"):
+        nu.instance_plans(9, backend=b)
+    with pytest.raises(ValueError, match="n must be"):
+        nu.instance_plans(0, backend=b)
+    with pytest.raises(ValueError, match="gpus_per_instance"):
+        nu.instance_plans(1, gpus_per_instance=-1, backend=b)
+
+
+# -- settle: pages first-touched before binding ----------------------------------------
+
+
+@pytest.fixture
+def anon():
+    """Page-aligned anonymous memory for the simulator to place: (addr, size)."""
+    import mmap
+
+    made = []
+
+    def make(size, page=4096):
+        mm = mmap.mmap(-1, size + page)
+        made.append(mm)
+        base = nu.buffer_range(mm)[0]
+        return (base + page - 1) // page * page, size
+
+    yield make
+    for mm in made:
+        mm.close()
+
+
+def _where(b, addr, size):
+    return nu.placement(addr, size, method="move_pages", backend=b)
+
+
+def test_settle_moves_the_whole_process(anon):
+    b = sim("dual-socket-8gpu")
+    addr, size = anon(64 * 4096)
+    nu.bind_to_node(0, memory=None, backend=b)
+    b.touch(addr, size)  # first touch on node 0, before the plan
+    assert set(_where(b, addr, size)) == {0}
+    r = nu.settle([1], backend=b)
+    assert r and r.mode == "migrate" and r.nodes == {1}
+    assert _where(b, addr, size) == {1: size}
+
+
+def test_settle_moves_only_the_buffers_given(anon):
+    b = sim("dual-socket-8gpu")
+    nu.bind_to_node(0, memory=None, backend=b)
+    (one, size), (two, _) = anon(16 * 4096), anon(16 * 4096)
+    b.touch(one, size)
+    b.touch(two, size)
+    r = nu.settle({1}, [(one, size)], backend=b)
+    assert r
+    assert _where(b, one, size) == {1: size}
+    assert _where(b, two, size) == {0: size}
+
+
+def test_settle_denied_is_falsy_with_the_fix(anon):
+    b = sim("dual-socket-8gpu")
+    b.fail("migrate_pages", errno.EPERM)
+    r = nu.settle([1], backend=b)
+    assert not r and r.reason == "EPERM" and "SYS_NICE" in r.hint
+    with pytest.raises(OSError, match="EPERM"):
+        nu.settle([1], strict=True, backend=b)
+    with pytest.raises(ValueError, match="no node"):
+        nu.settle([], backend=b)
+
+
+def test_settle_counts_pages_the_kernel_left(monkeypatch):
+    b = sim("dual-socket-8gpu")
+    monkeypatch.setattr(nu, "migrate_pages", lambda *a, **kw: 3)  # 3 shared pages stayed
+    r = nu.settle([1], backend=b)
+    assert not r and r.reason == "unmoved" and r.resident_unmoved == 3 * b.page_size
+    assert "CAP_SYS_NICE" in r.hint
+
+
+def test_pin_threads_settles_when_asked(anon):
+    b, nccl, ucx, other = _engine()
+    addr, size = anon(32 * 4096)
+    nu.bind_to_node(0, memory=None, backend=b)
+    b.touch(addr, size)
+    plan = nu.thread_plan(7, environ={}, backend=b)  # GPU 7 is on node 1
+    r = nu.pin_threads(plan, MATCH, settle=True, backend=b)
+    assert r and r.settled and r.settled.nodes == {1}
+    assert _where(b, addr, size) == {1: size}
+    assert nu.pin_threads(plan, MATCH, backend=b).settled is None
+
+
+# -- spawn_context: children bound before they start --------------------------------------
+
+
+def test_start_bound_binds_the_starting_thread_only_for_the_start():
+    b = sim("dual-socket-8gpu")
+    before = b.sched_getaffinity(0)
+    seen = []
+
+    def start():
+        pol = nu.get_policy(backend=b)
+        seen.append((b.sched_getaffinity(0), pol.mode, pol.nodes))
+
+    nu._start_bound(start, b, frozenset({50, 51}), "prefer", (1,), None)
+    assert seen == [({50, 51}, nu.Mode.PREFERRED, {1})]
+    assert b.sched_getaffinity(0) == before
+    assert nu.get_policy(backend=b).mode == nu.Mode.DEFAULT
+
+
+def test_spawn_context_rejects_bad_input():
+    b = sim("dual-socket-8gpu")
+    with pytest.raises(ValueError, match="method must be"):
+        nu.spawn_context(node=0, method="forkserver", backend=b)
+    with pytest.raises(ValueError, match="not in the plan"):
+        nu.spawn_context(node=0, role="nosuch", backend=b)
+
+
+SPAWN = textwrap.dedent(
+    """
+    import json, os, sys
+    sys.path.insert(0, sys.argv[1])
+    import numa_utils as nu
+
+
+    def child(queue):
+        queue.put(sorted(os.sched_getaffinity(0)))  # its first line of Python
+
+
+    if __name__ == "__main__":
+        got = {}
+        for method in ("spawn", "fork"):
+            ctx = nu.spawn_context(node=0, roles={"main": 1, "worker": "rest"}, method=method)
+            queue = ctx.Queue()
+            proc = ctx.Process(target=child, args=(queue,))
+            proc.start()
+            got[method] = queue.get(timeout=120)
+            proc.join(120)
+            got[method + " exit"] = proc.exitcode
+            got["planned"] = sorted(ctx.plan.roles["worker"])
+        got["parent"] = sorted(os.sched_getaffinity(0))
+        print(json.dumps(got))
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux processes")
+def test_spawned_children_start_on_the_planned_cpus(tmp_path):
+    cpus = sorted(os.sched_getaffinity(0))
+    topo = nu.read_topology()
+    if len(nu._cores_of(topo, topo.nodes[0].cpus & set(cpus))) < 2:
+        pytest.skip("needs two cores on node 0")
+    script = tmp_path / "spawn_check.py"
+    script.write_text(SPAWN)
+    p = subprocess.run(
+        [sys.executable, str(script), str(REPO)], capture_output=True, text=True, timeout=300
+    )
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
+    assert got["planned"] and set(got["planned"]) < set(cpus)
+    assert got["spawn"] == got["planned"] and got["fork"] == got["planned"]
+    assert got["spawn exit"] == 0 and got["fork exit"] == 0
+    assert got["parent"] == cpus  # the parent's own mask was put back
+
+
+# -- the command line: plan --roles and threads PID --------------------------------------
+
+
+def cli_run(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "numa_utils", *args],
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        timeout=300,
+    )
+
+
+def test_cli_plan_roles_formats_match_the_library():
+    root = fixture_root("dual-socket-8gpu")
+    plan = nu.thread_plan(
+        1, roles={"feeder": 1, "compute": "rest"}, environ={}, backend=tree("dual-socket-8gpu")
+    )
+    base = ("plan", "--root", root, "--roles", "feeder=1,compute=rest", "--gpu", "1")
+    env = cli_run(*base, "--format", "env")
+    assert env.returncode == 0, env.stderr
+    exported = dict(re.findall(r"^export (\w+)=(.*)$", env.stdout, re.M))
+    assert set(exported) == set(plan.omp_env)
+    assert exported["OMP_PLACES"].strip("'") == plan.omp_env["OMP_PLACES"]
+    check_omp({k: v.strip("'") for k, v in exported.items()}, plan.roles["compute"])
+    js = cli_run(*base, "--json")
+    assert js.returncode == 0, js.stderr
+    assert json.loads(js.stdout) == [plan.to_json()]
+    ts = cli_run(*base, "--format", "taskset")
+    assert f"taskset -c {nu.format_cpulist(plan.roles['compute'])}  # role compute" in ts.stdout
+    sd = cli_run(*base, "--format", "systemd")
+    assert "worker@1.service.d/50-numa.conf" in sd.stdout
+    assert f"CPUAffinity={nu.format_cpulist(plan.cpus)}" in sd.stdout
+    assert f'Environment="OMP_NUM_THREADS={len(plan.roles["compute"])}"' in sd.stdout
+    text = cli_run(*base)
+    assert "left out" in text.stdout and "compute" in text.stdout
+
+
+@pytest.mark.parametrize(
+    "args, msg",
+    [
+        (("--roles", "feeder=x"), "is not ROLE=N or ROLE=rest"),
+        (("--format", "env"), "add --roles"),
+        (("--roles", "a=1,b=rest", "--format", "env"), "add --gpu N or --node N"),
+        (("--node", "0", "--gpu", "0"), "one of the two"),
+        (("--node", "0", "--format", "numactl"), "no numactl form"),
+    ],
+)
+def test_cli_plan_roles_refuses_bad_input(args, msg):
+    p = cli_run("plan", "--root", fixture_root("dual-socket-8gpu"), *args)
+    assert p.returncode == 2 and msg in p.stderr
+
+
+THREADS_TARGET = textwrap.dedent(
+    """
+    import ctypes, os, sys, threading
+    libc = ctypes.CDLL(None, use_errno=True)
+    stop = threading.Event()
+
+    def worker():
+        libc.prctl(15, b"NCCL WatchDog", 0, 0, 0)
+        os.sched_setaffinity(0, {int(cpu) for cpu in sys.argv[1:]})
+        print("ready", flush=True)
+        stop.wait()
+
+    threading.Thread(target=worker).start()
+    sys.stdin.readline()
+    stop.set()
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux threads")
+def test_cli_threads_lists_names_masks_roles_and_strays():
+    plan = nu.thread_plan(node=0, roles={"copy": 1, "rest": "rest"})
+    copy = sorted(plan.roles["copy"])
+    target = subprocess.Popen(
+        [sys.executable, "-c", THREADS_TARGET, *map(str, copy)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert target.stdout.readline().strip() == "ready"
+        args = ("threads", str(target.pid), "--node", "0", "--roles", "copy=1,rest=rest")
+        p = cli_run(*args, "--json")
+        assert p.returncode == 0, p.stderr
+        rows = {row["name"]: row for row in json.loads(p.stdout)}
+        nccl = rows["NCCL WatchDog"]
+        assert nccl["cpus"] == nu.format_cpulist(copy) and nccl["role"] == "copy"
+        assert not nccl["stray"] and nccl["last_cpu"] in copy and nccl["node"] == 0
+        text = cli_run("threads", str(target.pid))
+        assert text.returncode == 0 and "NCCL WatchDog" in text.stdout
+    finally:
+        target.stdin.write("\n")
+        target.stdin.flush()
+        target.wait(60)
+    gone = cli_run("threads", str(target.pid))
+    assert gone.returncode == 2 and "no process" in gone.stderr
+
+
+def test_a_node_the_cpuset_forbids_is_a_falsy_plan_that_says_why():
+    b = sim("dual-socket-8gpu", cpus_allowed=range(0, 48))
+    plan = nu.thread_plan(node=1, roles=SMALL_ROLES, backend=b)
+    assert not plan and not plan.cpus
+    assert any("allows no CPU on node 1" in note for note in plan.notes)
+    assert plan.left_out["outside this process's cpuset"] == b.topology.nodes[1].cpus
+    with pytest.raises(OSError, match="allows no CPU on node 1"):
+        nu.thread_plan(node=1, roles=SMALL_ROLES, strict=True, backend=b)
+
+
+def test_settle_moves_a_big_buffer_in_bounded_calls(anon, monkeypatch):
+    b = sim("dual-socket-8gpu")
+    monkeypatch.setattr(nu, "_MOVE_PAGES_LIMIT", 4)
+    calls = []
+    real = nu.move_pages
+    monkeypatch.setattr(
+        nu,
+        "move_pages",
+        lambda pid, pages, *a, **kw: calls.append(len(pages)) or real(pid, pages, *a, **kw),
+    )
+    nu.bind_to_node(0, memory=None, backend=b)
+    addr, size = anon(18 * 4096)
+    b.touch(addr, size)
+    assert nu.settle([1], [(addr, size)], backend=b)
+    assert calls == [4, 4, 4, 4, 2]
+    assert _where(b, addr, size) == {1: size}
+
+
+def test_settle_leaves_gpu_memory_alone(anon):
+    b = sim("gh200")  # node 1: the H100's HBM
+    addr, size = anon(16 * 4096)
+    nu.bind(addr, [1], size, backend=b)
+    b.touch(addr, size)
+    assert _where(b, addr, size) == {1: size}
+    assert nu.settle([0], backend=b)
+    assert _where(b, addr, size) == {1: size}
