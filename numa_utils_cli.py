@@ -1336,6 +1336,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         kind=args.kind,
         pin=args.pin,
         backend=b,
+        layout=args.layout,
     )
     if args.json:
         _print_json(r.to_json())
@@ -1356,6 +1357,8 @@ def _cmd_fit(args: argparse.Namespace) -> int:
             + f" ({x.source})"
         )
     print("  THP: " + ", ".join(f"{k} [{v}]" for k, v in r.thp.items()))
+    free = "?" if r.vmas_free is None else r.vmas_free
+    print(f"  memory mappings (VMAs): needs {r.vmas}, vm.max_map_count leaves {free}")
     return 0 if r else 1
 
 
@@ -1371,6 +1374,12 @@ def _cli_fit(sub: Any) -> None:
     p.add_argument("--huge", default=None, help="huge pages: 2M, 1G, thp")
     p.add_argument("--kind", choices=("sysv", "posix"), default="sysv")
     p.add_argument("--pin", action="store_true", help="also pinned with pin_for_cuda")
+    p.add_argument(
+        "--layout",
+        default=None,
+        metavar="TEXT",
+        help="a policy per extent, as region --layout (instead of --nodes/--policy)",
+    )
     p.set_defaults(func=_cmd_fit)
 
 
