@@ -1280,16 +1280,27 @@ class use_backend:
 
 def _sibling(module: str) -> Any:
     """numa_utils_cli or numa_utils_sim: ``pkg.<module>`` for a copy vendored as
-    ``pkg.numa_utils``, else the top-level module (installed, or beside this file);
-    None when there is neither."""
-    import importlib
+    ``pkg.<any name>``, else the top-level module (installed, or beside this file);
+    None when there is neither.  A sibling this loads is handed this module as its
+    library (``_NUMA_UTILS_LIBRARY``), so a copy the engine renamed is the one its CLI
+    uses, never a module of the engine that has the library's name."""
+    import importlib.util
 
     for name in ([f"{__package__}.{module}"] if __package__ else []) + [module]:
+        if name in sys.modules:
+            return sys.modules[name]
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            continue
+        sibling = importlib.util.module_from_spec(spec)
+        sibling._NUMA_UTILS_LIBRARY = sys.modules[__name__]  # type: ignore[attr-defined]
+        sys.modules[name] = sibling
         try:
-            return importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name != name:
-                raise
+            spec.loader.exec_module(sibling)
+        except BaseException:
+            del sys.modules[name]
+            raise
+        return sibling
     return None
 
 

@@ -282,8 +282,9 @@ def test_ast_nodes_within_the_round_budget(figures):
 
 
 # The size when the hardening round landed: no change may grow the file past it.
-# +296: issue 27's fit(layout=) with vmas/vmas_free and the map-count spare's cap.
-MAX_AST_NODES_NOW = 66_996
+# +383: issue 27: fit(layout=) with vmas/vmas_free and the map-count spare's cap (296),
+# a sibling CLI or simulator handed the library that loaded it, under any name (87).
+MAX_AST_NODES_NOW = 67_083
 
 
 def test_ast_nodes_never_grow(figures):
