@@ -1312,16 +1312,27 @@ class use_backend:
 
 def _sibling(module: str) -> Any:
     """numa_utils_cli or numa_utils_sim: ``pkg.<module>`` for a copy vendored as
-    ``pkg.numa_utils``, else the top-level module (installed, or beside this file);
-    None when there is neither."""
-    import importlib
+    ``pkg.<any name>``, else the top-level module (installed, or beside this file);
+    None when there is neither.  A sibling this loads is handed this module as its
+    library (``_NUMA_UTILS_LIBRARY``), so a copy the engine renamed is the one its CLI
+    uses, never a module of the engine that has the library's name."""
+    import importlib.util
 
     for name in ([f"{__package__}.{module}"] if __package__ else []) + [module]:
+        if name in sys.modules:
+            return sys.modules[name]
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            continue
+        sibling = importlib.util.module_from_spec(spec)
+        sibling._NUMA_UTILS_LIBRARY = sys.modules[__name__]  # type: ignore[attr-defined]
+        sys.modules[name] = sibling
         try:
-            return importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name != name:
-                raise
+            spec.loader.exec_module(sibling)
+        except BaseException:
+            del sys.modules[name]
+            raise
+        return sibling
     return None
 
 
@@ -4064,6 +4075,26 @@ def _reserved_kb(topo: Topology, node: int) -> Set[int]:
     return {kb for kb, h in topo.nodes[node].hugepages.items() if h.total}
 
 
+def _parse_size(text: str) -> int:
+    m = re.match(r"^\s*([0-9]{1,20}(?:\.[0-9]{1,20})?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*$", text)
+    if not m:
+        raise ValueError(f"invalid size {_short(text)} (e.g. 4G, 512M, 1048576)")
+    unit = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}[m.group(2).lower()]
+    whole, _, frac = m.group(1).partition(".")
+    n: int = (int(whole) << unit) + (int(frac or 0) << unit) // 10 ** len(frac)
+    if n > _SIZE_MAX:
+        raise ValueError(f"invalid size {_short(text)}: more than 2**64-1 bytes")
+    return n
+
+
+def _fmt_size(n: int) -> str:
+    """The shortest exact form _parse_size reads back: 2M, 1536K, 4097."""
+    for shift, unit in ((40, "T"), (30, "G"), (20, "M"), (10, "K")):
+        if n and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return str(n)
+
+
 def _huge_size(
     hugepages: Union[bool, int, str, None], b: Backend, nodes: Optional[FrozenSet[int]]
 ) -> int:
@@ -4118,6 +4149,53 @@ def _region_args(b: Backend, kind: str, size: Any, least: int) -> None:
         raise ValueError(f"size {size} is larger than this ABI's size_t ({size_max})")
 
 
+# VMAs left to the engine beside a region's layout: its threads' stacks, the files
+# and libraries it maps later (each a VMA or more).
+_MAP_COUNT_SPARE_MIN = 1024
+
+
+def _map_count_room(b: Backend) -> Optional[Tuple[int, int]]:
+    """(vm.max_map_count, the VMAs this process maps now); None where either cannot be
+    read (a simulated or saved machine without them)."""
+    limit = b.read_optional("/proc/sys/vm/max_map_count")
+    maps = b.read_optional("/proc/self/maps")
+    if limit is None or maps is None:
+        return None
+    try:
+        return int(limit), maps.count("\n")
+    except ValueError:
+        return None
+
+
+def _map_count_spare(limit: int) -> int:
+    """The VMAs kept for the engine: a 16th of vm.max_map_count, at least
+    _MAP_COUNT_SPARE_MIN, but never more than a quarter of a low limit (1,000 keeps
+    250, not all of it)."""
+    spare = max(_MAP_COUNT_SPARE_MIN, limit // 16)
+    return min(spare, limit // 4)
+
+
+def _map_count_check(b: Backend, need: int, layout: str) -> Tuple[Optional[int], str]:
+    """(the VMAs vm.max_map_count leaves this process with room kept for the engine,
+    None where either cannot be read; why the ``need`` VMAs a region of ``layout``
+    takes, its runs and the record room's one, do not fit there, "" when they do)."""
+    room = _map_count_room(b)
+    if room is None:
+        return None, ""
+    limit, mapped = room
+    spare = _map_count_spare(limit)
+    free = max(limit - mapped - spare, 0)
+    if need <= free:
+        return free, ""
+    why = (
+        f"layout {layout} takes {need} memory mappings (VMAs); vm.max_map_count {limit}, "
+        f"less the {mapped} this process maps and {spare} kept for the engine, leaves "
+        f"{free}: raise vm.max_map_count (sysctl -w vm.max_map_count=N) or use "
+        "fewer, larger blocks"
+    )
+    return free, why
+
+
 # -- fit: will an allocation succeed, checked before anything is made -------------------
 
 _THP_DIR = "/sys/kernel/mm/transparent_hugepage"
@@ -4157,6 +4235,8 @@ class FitResult(_Record):
     limits: Tuple[FitLimit, ...]
     thp: Mapping[str, str]  # enabled, defrag, shmem_enabled: the selected words
     hugepages_fallback: Optional[str] = None  # why base pages instead of huge ones
+    vmas: int = 2  # memory mappings the region takes: its layout's runs, the record room
+    vmas_free: Optional[int] = None  # what vm.max_map_count leaves it (None: unknown)
 
     def __bool__(self) -> bool:
         return self.ok
@@ -4178,6 +4258,14 @@ def _thp_settings(b: Backend) -> Dict[str, str]:
     }
 
 
+def _layout_arg(layout: Union[Layout, str, None]) -> Optional[Layout]:
+    """create's and fit's ``layout``: a Layout, its text (parsed), or None."""
+    lay = Layout.parse(layout) if isinstance(layout, str) else layout
+    if lay is not None and not isinstance(lay, Layout):
+        raise ValueError(f"layout must be a Layout or its text, not {lay!r}")
+    return lay
+
+
 def fit(
     size: int,
     *,
@@ -4188,6 +4276,7 @@ def fit(
     pin: bool = False,
     hugepages_required: bool = True,
     backend: Optional[Backend] = None,
+    layout: Union[Layout, str, None] = None,
 ) -> FitResult:
     """Would ``SharedRegion.create(size, policy=, nodes=, hugepages=, kind=)`` plus its
     prefault (and ``pin_for_cuda`` with ``pin=True``) succeed?  Reads, never allocates:
@@ -4197,11 +4286,21 @@ def fit(
     shmmax/shmall, vm.overcommit_memory.  ``reason`` names the tightest limit and the
     fix.  ``hugepages_required=False``: too few huge pages falls back to base pages.
     ``size`` and ``kind`` are checked as create checks them (ValueError).
+    ``layout`` (instead of ``nodes``; ``policy`` is then ignored): memory is weighed as
+    create weighs a layout's (over the allowed nodes), and ``vmas``, the memory
+    mappings it takes, against ``vmas_free``, what vm.max_map_count leaves this
+    process: past it, not ``exact`` (create interleaves instead, or refuses under
+    strict) and ``reason`` says so.
     """
     b = _b(backend)
     _region_args(b, kind, size, 1)
     if kind not in ("sysv", "posix"):
         raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
+    if layout is not None and nodes is not None:
+        raise ValueError("give layout= or nodes=, not both")
+    lay = _layout_arg(layout)
+    if lay is not None:
+        policy = None  # create weighs a layout's memory as first-touch
     mode, ids, _, _ = _region_policy(policy, nodes, None, b)
     topo = read_topology(backend=b)
     allowed = topo.usable_memory_nodes
@@ -4286,8 +4385,23 @@ def fit(
         )
     if fallback is not None and huge:
         return fit(
-            size, nodes=nodes, policy=policy, hugepages=False, kind=kind, pin=pin, backend=b
+            size,
+            nodes=nodes,
+            policy=policy,
+            hugepages=False,
+            kind=kind,
+            pin=pin,
+            backend=b,
+            layout=layout,
         )._replace(hugepages_fallback=fallback)
+    rounded = -(-size // page) * page
+    if lay is None:
+        lay = Layout.extents([(rounded, "default", ())])
+    lay = lay.bound(rounded, page, _memory_nodes(b)[0])
+    vmas = lay.vmas + 1
+    vmas_free, map_short = _map_count_check(b, vmas, str(lay))
+    if map_short:
+        short.append(map_short)
     need = _region_mapped(size, page)
     pool = frozenset(targets) if mode == Mode.BIND else allowed
     limits = [
@@ -4326,6 +4440,8 @@ def fit(
         tuple(limits),
         thp,
         fallback,
+        vmas,
+        vmas_free,
     )
 
 
@@ -4486,18 +4602,6 @@ def _verdict(per_node: Mapping[int, int], mode: str = "") -> str:
     return f"{word} {shares} over nodes {format_cpulist(used)}"
 
 
-def _parse_size(text: str) -> int:
-    m = re.match(r"^\s*([0-9]{1,20}(?:\.[0-9]{1,20})?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*$", text)
-    if not m:
-        raise ValueError(f"invalid size {_short(text)} (e.g. 4G, 512M, 1048576)")
-    unit = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}[m.group(2).lower()]
-    whole, _, frac = m.group(1).partition(".")
-    n: int = (int(whole) << unit) + (int(frac or 0) << unit) // 10 ** len(frac)
-    if n > _SIZE_MAX:
-        raise ValueError(f"invalid size {_short(text)}: more than 2**64-1 bytes")
-    return n
-
-
 # The word a layout (and its text) says for each mode; every _MODE_NAMES word is read.
 _LAYOUT_NAMES = MappingProxyType(
     {
@@ -4510,14 +4614,6 @@ _LAYOUT_NAMES = MappingProxyType(
         Mode.DEFAULT: "default",
     }
 )
-
-
-def _fmt_size(n: int) -> str:
-    """The shortest exact form _parse_size reads back: 2M, 1536K, 4097."""
-    for shift, unit in ((40, "T"), (30, "G"), (20, "M"), (10, "K")):
-        if n and n % (1 << shift) == 0:
-            return f"{n >> shift}{unit}"
-    return str(n)
 
 
 # The most bytes a layout covers: what len() can count (2**63-1 on 64-bit machines; a
@@ -4837,44 +4933,15 @@ class Layout:
         )
 
 
-# VMAs left to the engine beside a region's layout: its threads' stacks, the files
-# and libraries it maps later (each a VMA or more).
-_MAP_COUNT_SPARE_MIN = 1024
-
-
-def _map_count_room(b: Backend) -> Optional[Tuple[int, int]]:
-    """(vm.max_map_count, the VMAs this process maps now); None where either cannot be
-    read (a simulated or saved machine without them)."""
-    limit = b.read_optional("/proc/sys/vm/max_map_count")
-    maps = b.read_optional("/proc/self/maps")
-    if limit is None or maps is None:
-        return None
-    try:
-        return int(limit), maps.count("\n")
-    except ValueError:
-        return None
-
-
 def _layout_within_map_count(b: Backend, lay: Layout, strict: bool) -> Tuple[Layout, str]:
     """``lay`` when the VMAs it takes (and the record room's one) fit in what
     vm.max_map_count leaves this process, with room kept for the engine; else, before
     any mbind, OSError(ENOMEM) under ``strict`` or interleave over the same nodes and
     why (a process left at its mapping limit cannot start a thread or map a file)."""
-    room = _map_count_room(b)
-    if room is None:
-        return lay, ""
-    limit, mapped = room
-    spare = max(_MAP_COUNT_SPARE_MIN, limit // 16)
     need = lay.vmas + 1
-    free = limit - mapped - spare
-    if need <= free:
+    _, why = _map_count_check(b, need, str(lay))
+    if not why:
         return lay, ""
-    why = (
-        f"layout {lay} takes {need} memory mappings (VMAs); vm.max_map_count {limit}, "
-        f"less the {mapped} this process maps and {spare} kept for the engine, leaves "
-        f"{max(free, 0)}: raise vm.max_map_count (sysctl -w vm.max_map_count=N) or use "
-        "fewer, larger blocks"
-    )
     if strict:
         raise OSError(errno.ENOMEM, why)
     size = lay._bound_size()
@@ -5343,9 +5410,7 @@ class SharedRegion:
         pmode, pnodes, strict_, _ = _region_policy(policy, nodes, strict, b)
         if layout is not None and (policy is not None or nodes is not None):
             raise ValueError("give layout= or policy=/nodes=, not both")
-        lay = Layout.parse(layout) if isinstance(layout, str) else layout
-        if lay is not None and not isinstance(lay, Layout):
-            raise ValueError(f"layout must be a Layout or its text, not {lay!r}")
+        lay = _layout_arg(layout)
         huge, page = _region_page(hugepages, kind, b, lay.nodes if lay is not None else pnodes)
         size = (size + page - 1) // page * page
         if lay is None:

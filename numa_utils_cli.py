@@ -45,14 +45,27 @@ if TYPE_CHECKING:
 else:
 
     def _library():
+        """The numa_utils that loaded this file (a copy under any name hands itself
+        over), else ``pkg.numa_utils`` beside it, else the top-level one."""
         import importlib
 
+        given = globals().get("_NUMA_UTILS_LIBRARY")
+        if given is not None:
+            return given
         for name in ([__package__ + ".numa_utils"] if __package__ else []) + ["numa_utils"]:
             try:
-                return importlib.import_module(name)
+                found = importlib.import_module(name)
             except ModuleNotFoundError as e:
                 if e.name != name:
                     raise
+                continue
+            if not hasattr(found, "__version__"):
+                raise ImportError(
+                    f"numa_utils_cli found {found.__name__} ({getattr(found, '__file__', '?')}), "
+                    "which is not numa_utils: keep the library's file name beside it, or "
+                    "import it through the library (a renamed copy hands itself over)"
+                )
+            return found
         raise ImportError("numa_utils_cli needs numa_utils.py beside it (or installed)")
 
     _nu = _library()
@@ -1711,6 +1724,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         kind=args.kind,
         pin=args.pin,
         backend=b,
+        layout=args.layout,
     )
     if args.json:
         _print_json(r.to_json())
@@ -1731,6 +1745,8 @@ def _cmd_fit(args: argparse.Namespace) -> int:
             + f" ({x.source})"
         )
     print("  THP: " + ", ".join(f"{k} [{v}]" for k, v in r.thp.items()))
+    free = "?" if r.vmas_free is None else r.vmas_free
+    print(f"  memory mappings (VMAs): needs {r.vmas}, vm.max_map_count leaves {free}")
     return 0 if r else 1
 
 
@@ -1746,6 +1762,12 @@ def _cli_fit(sub: Any) -> None:
     p.add_argument("--huge", default=None, help="huge pages: 2M, 1G, thp")
     p.add_argument("--kind", choices=("sysv", "posix"), default="sysv")
     p.add_argument("--pin", action="store_true", help="also pinned with pin_for_cuda")
+    p.add_argument(
+        "--layout",
+        default=None,
+        metavar="TEXT",
+        help="a policy per extent, as region --layout (instead of --nodes/--policy)",
+    )
     p.set_defaults(func=_cmd_fit)
 
 

@@ -86,10 +86,12 @@ def main(spec_path):
         loc.loader.exec_module(sim)
         SimulatedBackend = sim.SimulatedBackend
     # The vendoring example's own package name is the same copy.
-    eng, sub = types.ModuleType("myengine"), types.ModuleType("myengine.utils")
+    eng, sub = types.ModuleType("myengine"), types.ModuleType("myengine._vendor")
     eng.__path__, sub.__path__ = [], []
-    eng.utils, sub.numa_utils = sub, nu
-    sys.modules.update({"myengine": eng, "myengine.utils": sub, "myengine.utils.numa_utils": nu})
+    eng._vendor, sub.numa_utils = sub, nu
+    sys.modules.update(
+        {"myengine": eng, "myengine._vendor": sub, "myengine._vendor.numa_utils": nu}
+    )
 
     machine = SimulatedBackend(spec["fixture"])
     procs = {}  # name -> (backend, namespace)

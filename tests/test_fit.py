@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import FIXTURES, IN_PRIVATE_SHM, fixture_root, nu, saved_backend, sim
+from conftest import FIXTURES, IN_PRIVATE_SHM, fixture_root, nu, nusim, saved_backend, sim
 
 MiB = 1 << 20
 
@@ -275,3 +275,55 @@ def test_fit_refuses_a_size_create_refuses(size):
 def test_fit_refuses_an_unknown_kind():
     with pytest.raises(ValueError, match="kind must be 'sysv' or 'posix'"):
         nu.fit(4096, kind="file", backend=sim("dual-socket-8gpu"))
+
+
+class _MapLimited(nusim.SimulatedBackend):
+    """A simulated machine whose vm.max_map_count and current mappings are given."""
+
+    def __init__(self, limit, mapped):
+        super().__init__(fixture_root("dual-socket-8gpu"))
+        self._limit, self._mapped = limit, mapped
+
+    def read_optional(self, path):
+        if path == "/proc/sys/vm/max_map_count":
+            return f"{self._limit}\n"
+        if path == "/proc/self/maps":
+            return "00400000-00401000 r-xp 00000000 00:00 0\n" * self._mapped
+        return super().read_optional(path)
+
+
+def test_fit_counts_a_layouts_vmas_against_max_map_count():
+    """Issue 27: fit() says how many memory mappings a layout takes and whether
+    vm.max_map_count leaves them, and create does what it says."""
+    b = _MapLimited(limit=3000, mapped=500)  # 3000 - 500 - 750 kept: 1,750 free
+    lay = "blocks:4K:bind:0/1"
+    many = nu.fit(16 * MiB, layout=lay, backend=b)  # 4,096 alternating blocks
+    assert (many.vmas, many.vmas_free) == (
+        nu.Layout.parse(lay).bound(16 * MiB, 4096).vmas + 1,
+        1750,
+    )
+    assert many and not many.exact and "4097 memory mappings (VMAs)" in many.reason
+    assert many.to_json()["vmas"] == 4097 and many.to_json()["vmas_free"] == 1750
+    with pytest.raises(OSError) as e:
+        nu.SharedRegion.create("many", 16 * MiB, layout=lay, strict=True, backend=b)
+    assert e.value.errno == errno.ENOMEM
+    few = nu.fit(1 * MiB, layout=nu.Layout.parse(lay), backend=b)
+    assert few.exact and (few.vmas, few.vmas_free) == (257, 1750)
+    with nu.SharedRegion.create("few", 1 * MiB, layout=lay, strict=True, backend=b) as r:
+        assert r.policy and r.to_json()["vmas"] + 1 == few.vmas
+    plain = nu.fit(16 * MiB, policy="interleave", nodes=[0, 1], backend=b)
+    assert plain.exact and plain.vmas == 2
+    with pytest.raises(ValueError, match="layout= or nodes="):
+        nu.fit(1 * MiB, layout=lay, nodes=[0], backend=b)
+    with pytest.raises(ValueError, match="whole 4K pages"):
+        nu.fit(1 * MiB, layout="blocks:6K:bind:0/1", backend=b)
+
+
+def test_cli_fit_layout_json_carries_vmas():
+    root = fixture_root("qemu-x86_64-two-node")
+    p = _cli("fit", "16M", "--root", root, "--layout", "blocks:4K:bind:0/1", "--json")
+    assert p.returncode == 0, p.stderr
+    data = json.loads(p.stdout)
+    assert data["vmas"] == 4097 and "vmas_free" in data
+    p = _cli("fit", "16M", "--root", root, "--layout", "blocks:4K:bind:0/1")
+    assert "memory mappings (VMAs): needs 4097" in p.stdout, p.stdout + p.stderr

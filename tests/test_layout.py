@@ -622,7 +622,7 @@ def test_layout_past_max_map_count_is_refused_before_any_mbind():
         return syscall(number, *args)
 
     b.syscall = counted
-    # 4,096 alternating blocks: 4,097 VMAs with the room; 3000 - 500 - 1024 = 1,476 free.
+    # 4,096 alternating blocks: 4,097 VMAs with the room; 3000 - 500 - 750 = 1,750 free.
     with pytest.raises(OSError) as e:
         nu.SharedRegion.create(
             "many", 16 * MiB, layout="blocks:4K:bind:0/1", strict=True, backend=b
@@ -644,6 +644,22 @@ def test_layout_past_max_map_count_is_refused_before_any_mbind():
         "few", 1 * MiB, layout="blocks:4K:bind:0/1", prefault=False, backend=b
     ) as r:
         assert r.policy and str(r.layout).startswith("blocks:4K:bind:0/1")
+
+
+def test_layout_within_a_low_max_map_count_lands():
+    """vm.max_map_count 1000 (issue 27's guest): the room kept for the engine is a
+    quarter of it, not the 1,024 of a default limit, which left no room at all."""
+    b = _MapLimited(fixture_root("dual-socket-8gpu"), limit=1000, mapped=150)
+    # 100 alternating blocks: 101 VMAs with the room; 1000 - 150 - 250 = 600 free.
+    with nu.SharedRegion.create(
+        "few", 400 * 1024, layout="blocks:4K:bind:0/1", strict=True, prefault=False, backend=b
+    ) as r:
+        assert r.policy and str(r.layout).startswith("blocks:4K:bind:0/1")
+    with pytest.raises(OSError) as e:  # 1,601 VMAs do not fit in those 600
+        nu.SharedRegion.create(
+            "many", 1600 * 4096, layout="blocks:4K:bind:0/1", strict=True, backend=b
+        )
+    assert "leaves 600:" in str(e.value) and "250 kept for the engine" in str(e.value)
 
 
 def test_region_policy_describes_the_whole_layout():

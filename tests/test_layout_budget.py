@@ -301,8 +301,9 @@ def test_ast_nodes_within_the_round_budget(figures):
 # second look (the LightLLM port's restart race); +71 for status --format nfd's options
 # (--write, --expiry) and its hand-over to numa_utils_cli.  Issue 29's thread roles
 # (thread_plan, pin_threads, pinned, instance_plans, settle, spawn_context, the threads
-# command) add 5,436.
-MAX_AST_NODES_NOW = 67_191 + 5_436
+# command) add 5,436.  Issue 27: fit(layout=) with vmas/vmas_free and the map-count
+# spare's cap (296), a sibling CLI or simulator handed the library that loaded it (87).
+MAX_AST_NODES_NOW = 67_191 + 5_436 + 383
 
 
 def test_ast_nodes_never_grow(figures):

@@ -14,7 +14,7 @@ Rules (for whoever adds a README section):
 - Each section runs as an engine that vendored numa_utils: its own ``python -I``
   process (tests/readme_runner.py) whose only copies are ``enginepkg/`` files, and
   ``import numa_utils as nu`` in a block imports ``enginepkg.numa_utils``
-  (``myengine.utils.numa_utils``, the vendoring example's name, is the same copy).
+  (``myengine._vendor.numa_utils``, the vendoring example's name, is the same copy).
   Under ``## API guide`` only ``numa_utils.py`` is there (``lib``); elsewhere
   ``numa_utils_sim.py`` and ``numa_utils_cli.py`` too (``cli``).  A block that needs
   more says so on the line above it: ``<!-- vendored: lib+sim -->`` (the simulator

@@ -291,3 +291,121 @@ def test_status_env_prefix(tmp_path):
     assert rep["config"]["LIGHTLLM_NUMA_STRICT"] == {"value": True, "source": "env"}
     assert "NUMA_UTILS_NUMA_STRICT" not in rep["config"]
     assert any("LIGHTLLM_NUMA_NODES='garbage'" in w for w in rep["warnings"]), rep["warnings"]
+
+
+def _clean_run(args, cwd):
+    """``python -S`` with no PYTHONPATH: only what ``cwd`` holds is importable."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run(
+        [sys.executable, "-S", *args],
+        cwd=str(cwd),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+
+
+def _engine_tree(tmp_path, folder, files):
+    """``engine/<folder>/`` as a package holding ``files`` ({name: repo file}), beside
+    decoys that must never be imported: the engine's own ``engine/utils/numa_utils.py``
+    (SGLang and vLLM have one) and top-level numa_utils files.  Returns the file each
+    decoy touches when imported."""
+    marker = tmp_path / "decoy-imported"
+    decoy = f"open({str(marker)!r}, 'a').write(__name__ + '\\n')\ndef engine_helper(): pass\n"
+    for pkg in ("engine", f"engine/{folder}", "engine/utils"):
+        (tmp_path / pkg).mkdir(parents=True, exist_ok=True)
+        (tmp_path / pkg / "__init__.py").write_text("")
+    for name, source in files.items():
+        (tmp_path / "engine" / folder / name).write_text((REPO / source).read_text())
+    if "numa_utils.py" not in files or folder != "utils":
+        (tmp_path / "engine" / "utils" / "numa_utils.py").write_text(decoy)
+    for name in ("numa_utils.py", "numa_utils_cli.py", "numa_utils_sim.py"):
+        (tmp_path / name).write_text(decoy)
+    return marker
+
+
+def test_vendored_in_a_vendor_subpackage_works_as_pip_does(tmp_path):
+    """Issue 27 section 4: engine/_vendor/numa_utils.py with numa_utils_cli.py and
+    numa_utils_sim.py beside it: the CLI, the simulator and `python -m` all find the
+    library as engine._vendor.numa_utils, never the engine's own utils/numa_utils.py
+    nor a top-level numa_utils."""
+    names = ("numa_utils.py", "numa_utils_cli.py", "numa_utils_sim.py")
+    marker = _engine_tree(tmp_path, "_vendor", {n: n for n in names})
+    tree = fixture_tree("dual-socket-8gpu", tmp_path / "tree")
+    archive = fixture_root("four-node-asym")
+    p = _clean_run(["-m", "engine._vendor.numa_utils", "status", "--root", tree], tmp_path)
+    assert p.returncode == 0 and "NODE" in p.stdout.upper(), p.stderr
+    p = _clean_run(["-m", "engine._vendor.numa_utils", "plan", "--root", tree, "--json"], tmp_path)
+    assert p.returncode == 0 and len(json.loads(p.stdout)) == 8, p.stderr
+    p = _clean_run(["-m", "engine._vendor.numa_utils", "status", "--root", archive], tmp_path)
+    assert p.returncode == 0, p.stderr  # a one-file tree: read by the simulator beside it
+    code = f"""
+        import sys
+        from engine._vendor import numa_utils as nu
+        from engine._vendor.numa_utils_sim import SimulatedBackend
+        from engine._vendor import numa_utils_cli as cli
+        assert cli._nu is nu and sys.modules["engine._vendor.numa_utils_sim"]._nu is nu
+        with nu.SharedRegion.create("kv", 4 << 20, layout="parts:bind:0/1/2/3",
+                                    backend=SimulatedBackend({archive!r})) as r:
+            assert r.policy and r.layout.nodes == {{0, 1, 2, 3}}
+        assert nu.main(["fit", "8M", "--root", {tree!r}]) == 0
+        print("ok")
+    """
+    p = _clean_run(["-c", textwrap.dedent(code)], tmp_path)
+    assert p.returncode == 0 and "ok" in p.stdout, p.stderr
+    assert not marker.exists(), marker.read_text()
+
+
+def test_renamed_copy_serves_status_and_hands_itself_to_its_cli(tmp_path):
+    """A copy the engine renamed (engine/utils/numa_place.py) beside the engine's own
+    utils/numa_utils.py: alone it serves the API and status, and other commands get one
+    line naming the file to copy; with numa_utils_cli.py and numa_utils_sim.py copied
+    beside it, as that line says, they use the renamed copy, never the engine's
+    numa_utils (before: an AttributeError traceback from the engine's module)."""
+    marker = _engine_tree(tmp_path, "utils", {"numa_place.py": "numa_utils.py"})
+    for name in ("numa_utils_cli.py", "numa_utils_sim.py"):  # an installed CLI would serve
+        (tmp_path / name).unlink()
+    (tmp_path / "engine" / "utils" / "numa_utils.py").write_text(
+        (tmp_path / "numa_utils.py").read_text()
+    )
+    tree = fixture_tree("dual-socket-8gpu", tmp_path / "tree")
+    run = ["-m", "engine.utils.numa_place"]
+    p = _clean_run([*run, "status", "--root", tree], tmp_path)
+    assert p.returncode == 0 and "NODE" in p.stdout.upper(), p.stderr
+    p = _clean_run([*run, "plan", "--root", tree], tmp_path)
+    assert p.returncode == 2 and len(p.stderr.splitlines()) == 1, p.stderr
+    assert "numa_utils_cli.py: copy it beside numa_place.py" in p.stderr
+    code = f"""
+        from engine.utils import numa_place as nu
+        assert len(nu.read_topology(backend=nu.LinuxBackend({tree!r})).nodes) == 2
+        assert nu.main(["status", "--root", {tree!r}]) == 0
+        print("ok")
+    """
+    p = _clean_run(["-c", textwrap.dedent(code)], tmp_path)
+    assert p.returncode == 0 and "ok" in p.stdout, p.stderr
+    assert not marker.exists(), marker.read_text()
+    for name in ("numa_utils_cli.py", "numa_utils_sim.py"):
+        (tmp_path / "engine" / "utils" / name).write_text((REPO / name).read_text())
+    p = _clean_run([*run, "plan", "--root", tree, "--json"], tmp_path)
+    assert p.returncode == 0 and len(json.loads(p.stdout)) == 8, p.stderr
+    p = _clean_run([*run, "status", "--root", fixture_root("four-node-asym")], tmp_path)
+    assert p.returncode == 0, p.stderr  # the simulator beside it reads the one-file tree
+    code = f"""
+        from engine.utils import numa_place as nu
+        assert nu.main(["maps", "self", "--json"]) == 0
+        assert nu.main(["plan", "--root", {tree!r}]) == 0
+        print("ok")
+    """
+    p = _clean_run(["-c", textwrap.dedent(code)], tmp_path)
+    assert p.returncode == 0 and "ok" in p.stdout, p.stderr
+    assert not marker.exists(), marker.read_text()
+    # Imported by itself, the CLI cannot know the library's new name: it finds the
+    # engine's numa_utils, and says so in one ImportError, not an AttributeError.
+    p = _clean_run(["-c", "import engine.utils.numa_utils_cli"], tmp_path)
+    assert (
+        p.stderr.strip()
+        .splitlines()[-1]
+        .startswith("ImportError: numa_utils_cli found engine.utils.numa_utils")
+    ), p.stderr
+    assert "which is not numa_utils" in p.stderr

@@ -413,3 +413,28 @@ def test_guest_thread_roles():
     assert got["spawned_exit"] == 0
     assert spawned["cpus"] == node1
     assert set(spawned["anon_pages"]) == {"1"}, spawned
+
+
+# ---------------------------------------------------------------- vm.max_map_count
+
+
+@pytest.mark.vm
+def test_guest_max_map_count():
+    """Issue 27 section 1 on a real kernel (vm/guest_map_count.py): with
+    vm.max_map_count 1000 a 200 x 8 alternating layout is refused under strict before
+    any mbind, interleaved with reason "max-map-count" without it, the process still
+    starts threads and maps files, and a layout within the limit lands exactly."""
+    ok, console, records, seconds = _boot(
+        "x86_64",
+        "two-node",
+        files={"/vmtest/guest_map_count.py": str(REPO / "vm" / "guest_map_count.py")},
+        command="python3 /vmtest/guest_map_count.py",
+    )
+    summary = _summary("x86_64", "two-node (vm.max_map_count 1000)", records, seconds)
+    print(summary)
+    status = {r["name"]: r["status"] for r in records}
+    want = {"map_count_strict_refused", "map_count_fallback", "map_count_within_lands"}
+    assert status == dict.fromkeys(want, "pass"), (
+        summary + "\n" + json.dumps([r for r in records if r["status"] != "pass"], indent=1)
+    )
+    assert ok, console[-3000:]
