@@ -2272,6 +2272,45 @@ class ModeFlag(enum.IntFlag):
 _MODE_FLAGS_MASK = sum(ModeFlag)  # every mode flag
 
 
+class _ModeWords(_Record):
+    """How one mode is spelled.  Every spelling is read back as that mode, by every
+    input that takes one (mode=, policy=, memory=, layouts, NUMA_MEMORY_POLICY, the
+    CLI)."""
+
+    word: str  # what layouts, GPU plans and the CLI say: "prefer-many"
+    kernel: str  # what numa_maps and PolicyInfo's text say (mpol_to_str): "prefer (many)"
+    result: str  # what PolicyResult.mode and to_json say (the enum's name): "preferred_many"
+    aliases: Tuple[str, ...] = ()  # other tools' names (numactl's "membind")
+
+
+# The one table of mode words (policy_modes[] in mm/mempolicy.c for the kernel's).
+_MODE_WORDS: Mapping[Mode, _ModeWords] = MappingProxyType(
+    {
+        Mode.DEFAULT: _ModeWords("default", "default", "default", ("none", "first-touch")),
+        Mode.PREFERRED: _ModeWords("prefer", "prefer", "preferred"),
+        Mode.BIND: _ModeWords("bind", "bind", "bind", ("membind",)),
+        Mode.INTERLEAVE: _ModeWords("interleave", "interleave", "interleave"),
+        Mode.LOCAL: _ModeWords("local", "local", "local"),
+        Mode.PREFERRED_MANY: _ModeWords(
+            "prefer-many", "prefer (many)", "preferred_many", ("preferred-many",)
+        ),
+        Mode.WEIGHTED_INTERLEAVE: _ModeWords(
+            "weighted-interleave", "weighted interleave", "weighted_interleave"
+        ),
+    }
+)
+
+
+# Each spelling in _MODE_WORDS -> its mode.
+_MODE_NAMES: Mapping[str, Mode] = MappingProxyType(
+    {
+        word: mode
+        for mode, words in _MODE_WORDS.items()
+        for word in (words.word, words.kernel, words.result, *words.aliases)
+    }
+)
+
+
 class MbindFlag(enum.IntFlag):
     """MPOL_MF_* flags of mbind (MOVE_ALL needs CAP_SYS_NICE)."""
 
@@ -2662,7 +2701,7 @@ class PolicyInfo(_Record):
     def __str__(self) -> str:
         """The policy as /proc/<pid>/numa_maps prints it (mpol_to_str; the kernel
         never sets both static and relative)."""
-        s = _LAYOUT_NAMES[self.mode].replace("-many", " (many)").replace("-", " ")
+        s = _MODE_WORDS[self.mode].kernel
         # ModeFlag's members from the highest bit: the kernel's order.
         words = [
             w
@@ -2677,30 +2716,17 @@ class PolicyInfo(_Record):
 
     def to_json(self) -> Dict[str, Any]:
         return {
-            "mode": self.mode.name.lower(),
+            "mode": _MODE_WORDS[self.mode].result,
             "flags": self.flags,
             "nodes": sorted(self.nodes),
             "text": str(self),
         }
 
 
-# Each mode's own name, with "_" or "-", and the aliases other tools use.
-_MODE_NAMES = MappingProxyType(
-    {
-        **{w: m for m in Mode for w in (m.name.lower(), m.name.lower().replace("_", "-"))},
-        "first-touch": Mode.DEFAULT,
-        "none": Mode.DEFAULT,
-        "prefer": Mode.PREFERRED,
-        "membind": Mode.BIND,
-        "prefer-many": Mode.PREFERRED_MANY,
-    }
-)
-
-
 def _mode_of(mode: Union[str, int]) -> Mode:
     if isinstance(mode, str):
         try:
-            return _MODE_NAMES[mode.lower()]
+            return _MODE_NAMES[mode.strip().lower()]
         except KeyError:
             raise ValueError(
                 f"unknown memory policy {mode!r}; one of {', '.join(sorted(_MODE_NAMES))}"
@@ -2841,7 +2867,7 @@ def _apply_policy(
         if "env" not in known:
             known["env"] = _env_nodes(b)
         nodes = known["env"]
-    mname = m.name.lower()
+    mname = _MODE_WORDS[m].result
     what = f"{mname} policy"
     start, size = (
         (0, 0) if buf is None else _page_range(*buffer_range(buf, length), page_size or b.page_size)
@@ -3195,18 +3221,8 @@ class NumaMapsEntry(_Record):
         return d
 
 
-_POLICY_NAMES = frozenset(
-    {
-        "default",
-        "local",
-        "prefer",
-        "bind",
-        "interleave",
-        "prefer (many)",
-        "weighted interleave",
-        "unknown",
-    }
-)
+# The policies numa_maps prints: each mode's kernel word, and "unknown" (mpol_to_str).
+_POLICY_NAMES = frozenset([words.kernel for words in _MODE_WORDS.values()] + ["unknown"])
 
 
 def _parse_policy(text: str, line: str) -> Tuple[str, FrozenSet[int], Tuple[str, ...]]:
@@ -4451,20 +4467,6 @@ def _parse_size(text: str) -> int:
     return n
 
 
-# The word a layout (and its text) says for each mode; every _MODE_NAMES word is read.
-_LAYOUT_NAMES = MappingProxyType(
-    {
-        Mode.BIND: "bind",
-        Mode.INTERLEAVE: "interleave",
-        Mode.PREFERRED: "prefer",
-        Mode.PREFERRED_MANY: "prefer-many",
-        Mode.WEIGHTED_INTERLEAVE: "weighted-interleave",
-        Mode.LOCAL: "local",
-        Mode.DEFAULT: "default",
-    }
-)
-
-
 def _fmt_size(n: int) -> str:
     """The shortest exact form _parse_size reads back: 2M, 1536K, 4097."""
     for shift, unit in ((40, "T"), (30, "G"), (20, "M"), (10, "K")):
@@ -4491,7 +4493,7 @@ def _is_node_id(value: Any) -> bool:
 class Extent(_Record):
     offset: int
     length: int
-    policy: str  # a _LAYOUT_NAMES word
+    policy: str  # a mode's _MODE_WORDS word
     nodes: FrozenSet[int]  # empty: none (default, local) or default_memory_nodes()
 
 
@@ -4516,17 +4518,13 @@ class Layout:
         self._kind, self._cache = kind, None  # type: str, Optional[Tuple[Extent, ...]]
         items = []
         for length, pol, nodes in entries:
-            w = _MODE_NAMES.get(str(pol).lower())
-            if w is None:
-                raise ValueError(
-                    f"layout: unknown policy {pol!r}; one of {', '.join(_LAYOUT_NAMES.values())}"
-                )
+            w = _mode_of(str(pol))
             ids = frozenset([nodes] if isinstance(nodes, int) else nodes or ())
             if not all(_is_node_id(n) for n in ids):
                 raise ValueError(f"layout: invalid node list {nodes!r}: ids 0 to {MAX_NODES - 1}")
             if (w in (Mode.DEFAULT, Mode.LOCAL)) == bool(ids) and (ids or kind != "extents"):
                 raise ValueError(
-                    f"layout: policy {_LAYOUT_NAMES[w]} {'takes no' if ids else 'needs'} nodes"
+                    f"layout: policy {_MODE_WORDS[w].word} {'takes no' if ids else 'needs'} nodes"
                 )
             if w == Mode.PREFERRED and len(ids) != 1:
                 raise ValueError("layout: prefer takes one node (prefer-many: several)")
@@ -4535,7 +4533,7 @@ class Layout:
                     f"layout: {'block size' if kind == 'blocks' else 'extent length'}"
                     f" {length!r} is not an int from 1 to {_LAYOUT_MAX}"
                 )
-            items.append((length, _LAYOUT_NAMES[w], ids))
+            items.append((length, _MODE_WORDS[w].word, ids))
         if not items:
             raise ValueError("layout: no extents")
         if kind == "parts" and any(i[0] for i in items):
@@ -5172,16 +5170,38 @@ class SharedRegion:
         self._pid = os.getpid()  # a forked child's `with` only closes
 
     # -- properties (read-only) ---------------------------------------------------------
-    address = property(lambda self: self._address)
-    # Bytes of data from the address on (the requested size rounded up to whole pages);
-    # the identity record follows them.
-    size = property(lambda self: self._size)
-    key = property(lambda self: self._key)
-    ipc_key = property(lambda self: self._ipc_key)  # its SysV key (0 for POSIX)
-    policy = property(lambda self: self._policy)  # truthy when it was applied
-    closed = property(lambda self: self._closed)
-    # Where each extent lives, as its creator laid it out (from the record).
-    layout = property(lambda self: self._layout)
+    @property
+    def address(self) -> int:
+        return self._address
+
+    @property
+    def size(self) -> int:
+        """Bytes of data from the address on (the requested size rounded up to whole
+        pages); the identity record follows them."""
+        return self._size
+
+    @property
+    def key(self) -> Union[int, str]:
+        return self._key
+
+    @property
+    def ipc_key(self) -> int:
+        """Its SysV key (0 for POSIX)."""
+        return self._ipc_key
+
+    @property
+    def policy(self) -> PolicyResult:
+        """Truthy when it was applied."""
+        return self._policy
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def layout(self) -> Layout:
+        """Where each extent lives, as its creator laid it out (from the record)."""
+        return self._layout
 
     @property
     def extents(self) -> List[Extent]:
@@ -5289,7 +5309,7 @@ class SharedRegion:
                 [
                     (
                         size,
-                        _LAYOUT_NAMES[pmode],
+                        _MODE_WORDS[pmode].word,
                         pnodes if pmode not in (Mode.DEFAULT, Mode.LOCAL) else (),
                     )
                 ]
@@ -5410,7 +5430,7 @@ class SharedRegion:
             if pmode != Mode.DEFAULT and (
                 explicit or (len(lay) == 1 and lay[0].policy == "default")
             ):
-                lay = Layout.extents([(data, _LAYOUT_NAMES[pmode], pnodes)])
+                lay = Layout.extents([(data, _MODE_WORDS[pmode].word, pnodes)])
             r.identity, r._layout = rec, lay
             _slot_write(b, r._address + data)
 
@@ -6529,7 +6549,8 @@ def cleanup(
 
 _CUDA_FAMILY_ORDER = ("nvidia", "amd", "intel")
 BIND_POLICIES = ("node", "socket", "exclusive", "core-complex")
-_MEMORY_CHOICES = ("prefer", "bind", "interleave", "local", "socket", "none")
+# What memory= and NUMA_MEMORY_POLICY take: every mode word, and "socket".
+_MEMORY_WORDS = ("socket", *_MODE_NAMES)
 _NVIDIA_PROC = "/proc/driver/nvidia/gpus"
 
 
@@ -6545,23 +6566,22 @@ def _strict_or_env(strict: Optional[bool]) -> bool:
 
 
 def _memory_or_env(memory: Union[str, None, _Unset]) -> Optional[str]:
-    memory = _env("NUMA_MEMORY_POLICY") if memory is _UNSET else memory
-    if memory is None or memory == "socket":
-        return memory
-    mode = _mode_of(str(memory))  # every name a result reports is accepted
-    m = (
-        "none"
-        if mode == Mode.DEFAULT
-        else "prefer"
-        if mode == Mode.PREFERRED
-        else mode.name.lower()
-    )
-    if m not in _MEMORY_CHOICES:
-        raise ValueError(
-            f"memory policy {memory!r} cannot go with a CPU binding; one of "
-            f"{', '.join(_MEMORY_CHOICES)}"
-        )
-    return None if m == "none" else m
+    """The memory plan for a CPU binding: a mode's word ("prefer", "bind",
+    "interleave", "weighted-interleave", "local"), "socket" (preferred-many over the
+    package's nodes), or None (leave the policy alone).  Takes every mode word a
+    result reports; "default"/"none" is None and "prefer-many" is "socket"."""
+    if memory is _UNSET:
+        memory = _env("NUMA_MEMORY_POLICY")
+    if memory is None:
+        return None
+    if str(memory).strip().lower() == "socket":
+        return "socket"
+    mode = _mode_of(str(memory))
+    if mode == Mode.DEFAULT:
+        return None
+    if mode == Mode.PREFERRED_MANY:
+        return "socket"
+    return _MODE_WORDS[mode].word
 
 
 def _policy_or_env(policy: Optional[str]) -> str:
@@ -7219,7 +7239,7 @@ class GpuPlan(_Record):
     node: Optional[int]  # the GPU's node (with CPUs); None: unknown
     cpu_node: Optional[int]  # node whose CPUs the plan uses (cpuset fallback)
     cpus: FrozenSet[int]
-    memory: Optional[str]  # "prefer" | "bind" | "interleave" | "local" | None
+    memory: Optional[str]  # a _memory_or_env plan: "prefer", "socket", ... or None
     memory_nodes: Tuple[int, ...]
     policy: str
     gpu_memory_nodes: Tuple[int, ...] = ()
@@ -7243,7 +7263,7 @@ def _plan_memory(
     if memory is None or node is None:
         return ()
     usable = default_memory_nodes(topo)
-    if memory == "interleave":
+    if memory in ("interleave", "weighted-interleave"):
         return tuple(sorted(usable - {n for g in infos for n in g.memory_nodes}))
     nodes = (
         (node,)
@@ -7567,8 +7587,10 @@ def bind_to_node(
 
     ``cpus``: True (the node's allowed CPUs), False (leave affinity alone) or an
     explicit set (intersected with the allowed CPUs).  ``memory``: "prefer" (default,
-    or NUMA_MEMORY_POLICY), "bind", "interleave" (every usable memory node except GPU
-    memory), "local" or None; set through the safe layer for the calling thread and
+    or NUMA_MEMORY_POLICY), "bind", "interleave" or "weighted-interleave" (every
+    usable memory node except GPU memory), "socket" (prefer-many over the package's
+    nodes), "local" or None (any mode word a result reports is taken); set through
+    the safe layer for the calling thread and
     the threads it creates later (set_mempolicy is per thread): call this early.
     ``threads``: "all" also re-pins this process's other threads, except those pinned
     elsewhere already; "current" only the calling thread.  Memory is applied before
@@ -7626,7 +7648,7 @@ def _bind_node(
                 f"CPUs {format_cpulist(asked)} are outside this process's allowed "
                 f"CPUs {format_cpulist(allowed)}",
             )
-    if mem == "interleave" and infos is None:
+    if mem in ("interleave", "weighted-interleave") and infos is None:
         infos = _gpu_infos(topo, b)
     pres: Optional[PolicyResult] = None
     if mem is not None:
@@ -7645,7 +7667,7 @@ def _bind_node(
         mode = Mode.PREFERRED_MANY if mem == "socket" else _MODE_NAMES[mem]
         if mode != Mode.LOCAL and not mnodes:
             pres = _fallback(
-                PolicyResult(False, mode.name.lower(), frozenset()),
+                PolicyResult(False, _MODE_WORDS[mode].result, frozenset()),
                 st,
                 f"{mem} policy",
                 "no-memory-node",
@@ -9091,7 +9113,7 @@ _ENV_VARS: Mapping[str, Tuple[Any, Any]] = MappingProxyType(
         "NUMA_HUGEPAGES": ("off", ("off", "thp", "2M", "1G", "auto")),
         "NUMA_BIND_POLICY": ("none", ("none", "node", "socket", "exclusive", "core-complex")),
         "NUMA_RESERVED_CORES": (0, ("int", 0)),
-        "NUMA_MEMORY_POLICY": ("prefer", ("prefer", "bind", "interleave", "none")),
+        "NUMA_MEMORY_POLICY": ("prefer", _MEMORY_WORDS),
     }
 )
 _env_prefix = "NUMA_UTILS_"
