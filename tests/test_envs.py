@@ -532,6 +532,12 @@ TRICKY = [
     "core_complex",
     "Interleave",
     "prefer",
+    "Prefer (Many)",
+    "PREFERRED_MANY",
+    "preferred many",
+    "socket",
+    "weighted interleave",
+    "-" + "9" * 18,
 ]
 
 
