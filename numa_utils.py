@@ -4004,11 +4004,14 @@ def _region_policy(
     policy: Optional[str],
     nodes: Optional[Iterable[int]],
     strict: Optional[bool],
-    b: Optional[Backend] = None,
+    b: Backend,
+    known: Dict[str, Any],
 ) -> Tuple[Mode, Optional[FrozenSet[int]], bool, bool]:
     """(mode, nodes, strict, explicit) from the arguments and the environment:
     policy=None means interleave when ENABLE_NUMA_INTERLEAVE is set, else first-touch;
-    nodes=None means NUMA_NODES, else default_memory_nodes(); strict=None: NUMA_STRICT."""
+    nodes=None means NUMA_NODES, else default_memory_nodes(); strict=None: NUMA_STRICT.
+    ``known``: as _apply_policy's, plus "topology": NUMA_NODES is resolved on a
+    topology read already and kept as "env"."""
     if policy is not None and not isinstance(policy, str):
         raise ValueError(f"unknown region policy {policy!r}")
     mode = (
@@ -4019,7 +4022,9 @@ def _region_policy(
         else Mode.DEFAULT
     )
     if nodes is None and mode not in (Mode.DEFAULT, Mode.LOCAL):
-        nodes = _env_nodes(b) or None
+        if "env" not in known:
+            known["env"] = _env_nodes(b, known.get("topology"))
+        nodes = known["env"] or None
     ids = frozenset(nodes) if nodes is not None else None
     if mode == Mode.PREFERRED and (ids is None or len(ids) != 1):
         raise ValueError("policy='prefer' needs nodes=[one node]")
@@ -4147,32 +4152,19 @@ def _thp_settings(b: Backend) -> Dict[str, str]:
     }
 
 
-def fit(
+def _fit(
+    b: Backend,
+    topo: Topology,
     size: int,
-    *,
-    nodes: Optional[Iterable[int]] = None,
-    policy: Optional[str] = "interleave",
-    hugepages: Union[bool, int, str, None] = None,
-    kind: str = "sysv",
-    pin: bool = False,
-    hugepages_required: bool = True,
-    backend: Optional[Backend] = None,
+    mode: Mode,
+    ids: Optional[FrozenSet[int]],
+    hugepages: Union[bool, int, str, None],
+    kind: str,
+    pin: bool,
+    hugepages_required: bool,
 ) -> FitResult:
-    """Would ``SharedRegion.create(size, policy=, nodes=, hugepages=, kind=)`` plus its
-    prefault (and ``pin_for_cuda`` with ``pin=True``) succeed?  Reads, never allocates:
-    per node MemFree plus reclaimable page cache or free huge pages, and every limit
-    with its source: cgroup v2 memory.max/memory.high/hugetlb.<size>.max less their
-    current use, cpuset.mems.effective, RLIMIT_MEMLOCK, the tmpfs behind /dev/shm,
-    shmmax/shmall, vm.overcommit_memory.  ``reason`` names the tightest limit and the
-    fix.  ``hugepages_required=False``: too few huge pages falls back to base pages.
-    ``size`` and ``kind`` are checked as create checks them (ValueError).
-    """
-    b = _b(backend)
-    _region_args(b, kind, size, 1)
-    if kind not in ("sysv", "posix"):
-        raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
-    mode, ids, _, _ = _region_policy(policy, nodes, None, b)
-    topo = read_topology(backend=b)
+    """fit() on a topology already read and a policy already resolved (``ids``: the
+    nodes asked for, None for the default ones)."""
     allowed = topo.usable_memory_nodes
     targets = sorted(
         allowed
@@ -4254,9 +4246,8 @@ def fit(
             thp,
         )
     if fallback is not None and huge:
-        return fit(
-            size, nodes=nodes, policy=policy, hugepages=False, kind=kind, pin=pin, backend=b
-        )._replace(hugepages_fallback=fallback)
+        again = _fit(b, topo, size, mode, ids, False, kind, pin, True)
+        return again._replace(hugepages_fallback=fallback)
     need = _region_mapped(size, page)
     pool = frozenset(targets) if mode == Mode.BIND else allowed
     limits = [
@@ -4296,6 +4287,35 @@ def fit(
         thp,
         fallback,
     )
+
+
+def fit(
+    size: int,
+    *,
+    nodes: Optional[Iterable[int]] = None,
+    policy: Optional[str] = "interleave",
+    hugepages: Union[bool, int, str, None] = None,
+    kind: str = "sysv",
+    pin: bool = False,
+    hugepages_required: bool = True,
+    backend: Optional[Backend] = None,
+) -> FitResult:
+    """Would ``SharedRegion.create(size, policy=, nodes=, hugepages=, kind=)`` plus its
+    prefault (and ``pin_for_cuda`` with ``pin=True``) succeed?  Reads, never allocates:
+    per node MemFree plus reclaimable page cache or free huge pages, and every limit
+    with its source: cgroup v2 memory.max/memory.high/hugetlb.<size>.max less their
+    current use, cpuset.mems.effective, RLIMIT_MEMLOCK, the tmpfs behind /dev/shm,
+    shmmax/shmall, vm.overcommit_memory.  ``reason`` names the tightest limit and the
+    fix.  ``hugepages_required=False``: too few huge pages falls back to base pages.
+    ``size`` and ``kind`` are checked as create checks them (ValueError).
+    """
+    b = _b(backend)
+    _region_args(b, kind, size, 1)
+    if kind not in ("sysv", "posix"):
+        raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
+    topo = read_topology(backend=b)
+    mode, ids, _, _ = _region_policy(policy, nodes, None, b, {"topology": topo})
+    return _fit(b, topo, size, mode, ids, hugepages, kind, pin, hugepages_required)
 
 
 def _fit_limits(b: Backend, huge: int, kind: str, pin: bool, need: int) -> List[FitLimit]:
@@ -4398,26 +4418,9 @@ def _fit_limits(b: Backend, huge: int, kind: str, pin: bool, need: int) -> List[
     return out
 
 
-def _fit_or_raise(
-    size: int,
-    policy: Optional[str],
-    nodes: Optional[Iterable[int]],
-    hugepages: Union[bool, int, str, None],
-    required: bool,
-    kind: str,
-    b: Backend,
-) -> Tuple[Union[bool, int, str], Optional[str]]:
-    """SharedRegion.create's check: (the hugepages mode to use, why it fell back) or
-    OSError naming the tightest limit, before anything is made."""
-    r = fit(
-        size,
-        nodes=nodes,
-        policy=policy,
-        hugepages=hugepages,
-        kind=kind,
-        hugepages_required=required,
-        backend=b,
-    )
+def _fit_or_raise(r: FitResult, size: int) -> Tuple[Union[bool, int, str], Optional[str]]:
+    """SharedRegion.create's check of fit's answer: (the hugepages mode to use, why it
+    fell back) or OSError naming the tightest limit, before anything is made."""
     if not r:
         raise OSError(
             errno.ENOSPC if "/dev/shm allows" in r.reason else errno.ENOMEM,
@@ -5176,8 +5179,7 @@ class SharedRegion:
 
     @property
     def size(self) -> int:
-        """Bytes of data from the address on (the requested size rounded up to whole
-        pages); the identity record follows them."""
+        """Bytes of data (the size asked for, in whole pages); the record follows."""
         return self._size
 
     @property
@@ -5186,13 +5188,11 @@ class SharedRegion:
 
     @property
     def ipc_key(self) -> int:
-        """Its SysV key (0 for POSIX)."""
-        return self._ipc_key
+        return self._ipc_key  # its SysV key (0 for POSIX)
 
     @property
     def policy(self) -> PolicyResult:
-        """Truthy when it was applied."""
-        return self._policy
+        return self._policy  # truthy when it was applied
 
     @property
     def closed(self) -> bool:
@@ -5200,8 +5200,7 @@ class SharedRegion:
 
     @property
     def layout(self) -> Layout:
-        """Where each extent lives, as its creator laid it out (from the record)."""
-        return self._layout
+        return self._layout  # where each extent lives, as its creator laid it out
 
     @property
     def extents(self) -> List[Extent]:
@@ -5293,10 +5292,12 @@ class SharedRegion:
             raise ValueError(f'existing={existing!r}: "error", "replace" or "reuse"')
         if mode & ~0o777:
             raise ValueError(f"mode {mode:o}: permission bits only")
-        hugepages, huge_note = _fit_or_raise(
-            size, policy, nodes, hugepages, hugepages_required, kind, b
-        )
-        pmode, pnodes, strict_, _ = _region_policy(policy, nodes, strict, b)
+        # The one read of the topology and of NUMA_NODES, for fit() and what follows.
+        topo = read_topology(backend=b)
+        known: Dict[str, Any] = {"topology": topo}
+        pmode, pnodes, strict_, _ = _region_policy(policy, nodes, strict, b, known)
+        fits = _fit(b, topo, size, pmode, pnodes, hugepages, kind, False, hugepages_required)
+        hugepages, huge_note = _fit_or_raise(fits, size)
         if layout is not None and (policy is not None or nodes is not None):
             raise ValueError("give layout= or policy=/nodes=, not both")
         lay = Layout.parse(layout) if isinstance(layout, str) else layout
@@ -5346,6 +5347,7 @@ class SharedRegion:
                 prefault,
                 threads,
                 progress,
+                known,
                 thp=hugepages == "thp",
                 note=huge_note,
             )
@@ -5410,7 +5412,8 @@ class SharedRegion:
         """
         b = _b(backend)
         _region_args(b, kind, 0 if size is None else size, 0)
-        pmode, pnodes, strict_, explicit = _region_policy(policy, nodes, strict, b)
+        known: Dict[str, Any] = {}  # NUMA_NODES, read once for the policy and the layout
+        pmode, pnodes, strict_, explicit = _region_policy(policy, nodes, strict, b, known)
         _region_page(hugepages, kind, b, pnodes)  # the region's record says its page
 
         def make(r: SharedRegion) -> None:
@@ -5436,7 +5439,17 @@ class SharedRegion:
 
         def attach_once() -> SharedRegion:
             return cls._open(
-                b, kind, key, make, False, strict_, prefault, threads, progress, remove=remove
+                b,
+                kind,
+                key,
+                make,
+                False,
+                strict_,
+                prefault,
+                threads,
+                progress,
+                known,
+                remove=remove,
             )
 
         if wait is None:
@@ -5456,6 +5469,7 @@ class SharedRegion:
         prefault: bool,
         threads: Optional[int],
         progress: Optional[Callable[[int, int], Any]],
+        known: Dict[str, Any],
         *,
         thp: bool = False,
         note: Optional[str] = None,
@@ -5485,8 +5499,8 @@ class SharedRegion:
                 region._layout = lay
                 if created:  # attachers apply what was applied
                     rec["layout"] = str(lay)
-            cpus = _extent_cpus(b, lay) if prefault else None
-            region.policies = _layout_apply(b, addr, page, lay, strict)
+            cpus = _extent_cpus(b, lay, known.get("topology")) if prefault else None
+            region.policies = _layout_apply(b, addr, page, lay, strict, known)
             region._policy = _whole_policy(region.policies, lay, fallback)
             room = region._mapped - region._size
             _room_apply(b, addr + region._size, room, lay)
@@ -5866,17 +5880,16 @@ def _per_extent(
 
 
 def _layout_apply(
-    b: Backend, addr: int, page: int, lay: Layout, strict: bool
+    b: Backend, addr: int, page: int, lay: Layout, strict: bool, known: Dict[str, Any]
 ) -> List[PolicyResult]:
     """Each extent's policy on its part of the data at ``addr`` (the record's room
     after the data has its own: _room_apply).  A default extent is left alone: a
     fresh mapping is first-touch already, and an mbind(MPOL_DEFAULT) on an attached
     one would wipe the creator's shared policy.  The machine's memory nodes, this
     process's allowed ones and NUMA_NODES are read once for all extents (a blocks
-    layout may have tens of thousands), and neighbours of one policy are one mbind
-    (_policy_runs)."""
+    layout may have tens of thousands) and kept in ``known`` (create's holds the
+    NUMA_NODES it read), and neighbours of one policy are one mbind (_policy_runs)."""
     out = []
-    known: Dict[str, Any] = {}
     runs = _policy_runs(lay)
     for e in runs:
         a, n = addr + e.offset, e.length
@@ -5898,11 +5911,15 @@ def _layout_apply(
     return _per_extent(lay, runs, out, addr)
 
 
-def _extent_cpus(b: Backend, lay: Layout) -> Dict[FrozenSet[int], FrozenSet[int]]:
+def _extent_cpus(
+    b: Backend, lay: Layout, topo: Optional[Topology] = None
+) -> Dict[FrozenSet[int], FrozenSet[int]]:
     """{nodes: the CPUs of those nodes, or of the nearest with CPUs} per node set the
     extents name, within this thread's affinity; empty: run as the caller is.  Read
     before a region is made: the interruptible prefault then does no more."""
-    topo, mine = read_topology(backend=b), b.sched_getaffinity(0)
+    if topo is None:
+        topo = read_topology(backend=b)
+    mine = b.sched_getaffinity(0)
     out: Dict[FrozenSet[int], FrozenSet[int]] = {}
     for nodes in dict.fromkeys(e.nodes for e in lay):
         near = (
@@ -9163,13 +9180,13 @@ def _env(suffix: str) -> Any:
     raise ValueError(f"{name}={_short(raw)}: expected one of {', '.join(kind)}")
 
 
-def _env_nodes(b: Optional[Backend]) -> Optional[FrozenSet[int]]:
-    """NUMA_NODES resolved on the machine, or None when unset."""
+def _env_nodes(b: Optional[Backend], topo: Optional[Topology] = None) -> Optional[FrozenSet[int]]:
+    """NUMA_NODES resolved on the machine (on ``topo`` when given), or None when unset."""
     text = _env("NUMA_NODES")
     if text is None:
         return None
     try:
-        return parse_nodestring(text, backend=b)
+        return parse_nodestring(text, backend=b, topology=topo)
     except ValueError as e:
         raise ValueError(f"{_env_prefix}NUMA_NODES={_short(text)}: {_cut(str(e))}") from None
 
