@@ -152,9 +152,30 @@ _VARS = (
         "NUMA_MEMORY_POLICY",
         "choice",
         "prefer",
-        "Memory policy applied with CPU binding: `prefer`, `bind`, `interleave` "
-        "or `none` (leave the policy alone).",
-        choices=("prefer", "bind", "interleave", "none"),
+        "Memory policy applied with CPU binding: `prefer`, `bind`, `interleave`, "
+        "`weighted-interleave`, `local`, `socket` (prefer-many over the package's "
+        "nodes) or `none` (leave the policy alone); any mode word a result reports "
+        "is taken too (`preferred`, `prefer (many)`, ...).",
+        # numa_utils._MEMORY_WORDS, in its order (tests/test_envs.py keeps them equal).
+        choices=(
+            "socket",
+            "default",
+            "none",
+            "first-touch",
+            "prefer",
+            "preferred",
+            "bind",
+            "membind",
+            "interleave",
+            "local",
+            "prefer-many",
+            "prefer (many)",
+            "preferred_many",
+            "preferred-many",
+            "weighted-interleave",
+            "weighted interleave",
+            "weighted_interleave",
+        ),
     ),
 )
 
@@ -410,7 +431,8 @@ def numa_reserved_cores(
 def numa_memory_policy(
     *, prefix: str | None = None, environ: Mapping[str, str] | None = None
 ) -> str:
-    """NUMA_MEMORY_POLICY: "prefer", "bind", "interleave" or "none"."""
+    """NUMA_MEMORY_POLICY: "prefer", "bind", "interleave", "weighted-interleave",
+    "local", "socket", "none", or another word for one of these modes."""
     return str(get("NUMA_MEMORY_POLICY", prefix=prefix, environ=environ))
 
 

@@ -2326,6 +2326,45 @@ class ModeFlag(enum.IntFlag):
 _MODE_FLAGS_MASK = sum(ModeFlag)  # every mode flag
 
 
+class _ModeWords(_Record):
+    """How one mode is spelled.  Every spelling is read back as that mode, by every
+    input that takes one (mode=, policy=, memory=, layouts, NUMA_MEMORY_POLICY, the
+    CLI)."""
+
+    word: str  # what layouts, GPU plans and the CLI say: "prefer-many"
+    kernel: str  # what numa_maps and PolicyInfo's text say (mpol_to_str): "prefer (many)"
+    result: str  # what PolicyResult.mode and to_json say (the enum's name): "preferred_many"
+    aliases: Tuple[str, ...] = ()  # other tools' names (numactl's "membind")
+
+
+# The one table of mode words (policy_modes[] in mm/mempolicy.c for the kernel's).
+_MODE_WORDS: Mapping[Mode, _ModeWords] = MappingProxyType(
+    {
+        Mode.DEFAULT: _ModeWords("default", "default", "default", ("none", "first-touch")),
+        Mode.PREFERRED: _ModeWords("prefer", "prefer", "preferred"),
+        Mode.BIND: _ModeWords("bind", "bind", "bind", ("membind",)),
+        Mode.INTERLEAVE: _ModeWords("interleave", "interleave", "interleave"),
+        Mode.LOCAL: _ModeWords("local", "local", "local"),
+        Mode.PREFERRED_MANY: _ModeWords(
+            "prefer-many", "prefer (many)", "preferred_many", ("preferred-many",)
+        ),
+        Mode.WEIGHTED_INTERLEAVE: _ModeWords(
+            "weighted-interleave", "weighted interleave", "weighted_interleave"
+        ),
+    }
+)
+
+
+# Each spelling in _MODE_WORDS -> its mode.
+_MODE_NAMES: Mapping[str, Mode] = MappingProxyType(
+    {
+        word: mode
+        for mode, words in _MODE_WORDS.items()
+        for word in (words.word, words.kernel, words.result, *words.aliases)
+    }
+)
+
+
 class MbindFlag(enum.IntFlag):
     """MPOL_MF_* flags of mbind (MOVE_ALL needs CAP_SYS_NICE)."""
 
@@ -2716,7 +2755,7 @@ class PolicyInfo(_Record):
     def __str__(self) -> str:
         """The policy as /proc/<pid>/numa_maps prints it (mpol_to_str; the kernel
         never sets both static and relative)."""
-        s = _LAYOUT_NAMES[self.mode].replace("-many", " (many)").replace("-", " ")
+        s = _MODE_WORDS[self.mode].kernel
         # ModeFlag's members from the highest bit: the kernel's order.
         words = [
             w
@@ -2731,30 +2770,17 @@ class PolicyInfo(_Record):
 
     def to_json(self) -> Dict[str, Any]:
         return {
-            "mode": self.mode.name.lower(),
+            "mode": _MODE_WORDS[self.mode].result,
             "flags": self.flags,
             "nodes": sorted(self.nodes),
             "text": str(self),
         }
 
 
-# Each mode's own name, with "_" or "-", and the aliases other tools use.
-_MODE_NAMES = MappingProxyType(
-    {
-        **{w: m for m in Mode for w in (m.name.lower(), m.name.lower().replace("_", "-"))},
-        "first-touch": Mode.DEFAULT,
-        "none": Mode.DEFAULT,
-        "prefer": Mode.PREFERRED,
-        "membind": Mode.BIND,
-        "prefer-many": Mode.PREFERRED_MANY,
-    }
-)
-
-
 def _mode_of(mode: Union[str, int]) -> Mode:
     if isinstance(mode, str):
         try:
-            return _MODE_NAMES[mode.lower()]
+            return _MODE_NAMES[mode.strip().lower()]
         except KeyError:
             raise ValueError(
                 f"unknown memory policy {mode!r}; one of {', '.join(sorted(_MODE_NAMES))}"
@@ -2895,7 +2921,7 @@ def _apply_policy(
         if "env" not in known:
             known["env"] = _env_nodes(b)
         nodes = known["env"]
-    mname = m.name.lower()
+    mname = _MODE_WORDS[m].result
     what = f"{mname} policy"
     start, size = (
         (0, 0) if buf is None else _page_range(*buffer_range(buf, length), page_size or b.page_size)
@@ -3249,18 +3275,8 @@ class NumaMapsEntry(_Record):
         return d
 
 
-_POLICY_NAMES = frozenset(
-    {
-        "default",
-        "local",
-        "prefer",
-        "bind",
-        "interleave",
-        "prefer (many)",
-        "weighted interleave",
-        "unknown",
-    }
-)
+# The policies numa_maps prints: each mode's kernel word, and "unknown" (mpol_to_str).
+_POLICY_NAMES = frozenset([words.kernel for words in _MODE_WORDS.values()] + ["unknown"])
 
 
 def _parse_policy(text: str, line: str) -> Tuple[str, FrozenSet[int], Tuple[str, ...]]:
@@ -4046,11 +4062,14 @@ def _region_policy(
     policy: Optional[str],
     nodes: Optional[Iterable[int]],
     strict: Optional[bool],
-    b: Optional[Backend] = None,
+    b: Backend,
+    known: Dict[str, Any],
 ) -> Tuple[Mode, Optional[FrozenSet[int]], bool, bool]:
     """(mode, nodes, strict, explicit) from the arguments and the environment:
     policy=None means interleave when ENABLE_NUMA_INTERLEAVE is set, else first-touch;
-    nodes=None means NUMA_NODES, else default_memory_nodes(); strict=None: NUMA_STRICT."""
+    nodes=None means NUMA_NODES, else default_memory_nodes(); strict=None: NUMA_STRICT.
+    ``known``: as _apply_policy's, plus "topology": NUMA_NODES is resolved on a
+    topology read already and kept as "env"."""
     if policy is not None and not isinstance(policy, str):
         raise ValueError(f"unknown region policy {policy!r}")
     mode = (
@@ -4061,7 +4080,9 @@ def _region_policy(
         else Mode.DEFAULT
     )
     if nodes is None and mode not in (Mode.DEFAULT, Mode.LOCAL):
-        nodes = _env_nodes(b) or None
+        if "env" not in known:
+            known["env"] = _env_nodes(b, known.get("topology"))
+        nodes = known["env"] or None
     ids = frozenset(nodes) if nodes is not None else None
     if mode == Mode.PREFERRED and (ids is None or len(ids) != 1):
         raise ValueError("policy='prefer' needs nodes=[one node]")
@@ -4266,43 +4287,20 @@ def _layout_arg(layout: Union[Layout, str, None]) -> Optional[Layout]:
     return lay
 
 
-def fit(
+def _fit(
+    b: Backend,
+    topo: Topology,
     size: int,
-    *,
-    nodes: Optional[Iterable[int]] = None,
-    policy: Optional[str] = "interleave",
-    hugepages: Union[bool, int, str, None] = None,
-    kind: str = "sysv",
-    pin: bool = False,
-    hugepages_required: bool = True,
-    backend: Optional[Backend] = None,
-    layout: Union[Layout, str, None] = None,
+    mode: Mode,
+    ids: Optional[FrozenSet[int]],
+    hugepages: Union[bool, int, str, None],
+    kind: str,
+    pin: bool,
+    hugepages_required: bool,
+    lay: Optional[Layout] = None,
 ) -> FitResult:
-    """Would ``SharedRegion.create(size, policy=, nodes=, hugepages=, kind=)`` plus its
-    prefault (and ``pin_for_cuda`` with ``pin=True``) succeed?  Reads, never allocates:
-    per node MemFree plus reclaimable page cache or free huge pages, and every limit
-    with its source: cgroup v2 memory.max/memory.high/hugetlb.<size>.max less their
-    current use, cpuset.mems.effective, RLIMIT_MEMLOCK, the tmpfs behind /dev/shm,
-    shmmax/shmall, vm.overcommit_memory.  ``reason`` names the tightest limit and the
-    fix.  ``hugepages_required=False``: too few huge pages falls back to base pages.
-    ``size`` and ``kind`` are checked as create checks them (ValueError).
-    ``layout`` (instead of ``nodes``; ``policy`` is then ignored): memory is weighed as
-    create weighs a layout's (over the allowed nodes), and ``vmas``, the memory
-    mappings it takes, against ``vmas_free``, what vm.max_map_count leaves this
-    process: past it, not ``exact`` (create interleaves instead, or refuses under
-    strict) and ``reason`` says so.
-    """
-    b = _b(backend)
-    _region_args(b, kind, size, 1)
-    if kind not in ("sysv", "posix"):
-        raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
-    if layout is not None and nodes is not None:
-        raise ValueError("give layout= or nodes=, not both")
-    lay = _layout_arg(layout)
-    if lay is not None:
-        policy = None  # create weighs a layout's memory as first-touch
-    mode, ids, _, _ = _region_policy(policy, nodes, None, b)
-    topo = read_topology(backend=b)
+    """fit() on a topology already read and a policy already resolved (``ids``: the
+    nodes asked for, None for the default ones; ``lay``: the layout, if one)."""
     allowed = topo.usable_memory_nodes
     targets = sorted(
         allowed
@@ -4384,20 +4382,12 @@ def fit(
             thp,
         )
     if fallback is not None and huge:
-        return fit(
-            size,
-            nodes=nodes,
-            policy=policy,
-            hugepages=False,
-            kind=kind,
-            pin=pin,
-            backend=b,
-            layout=layout,
-        )._replace(hugepages_fallback=fallback)
+        again = _fit(b, topo, size, mode, ids, False, kind, pin, True, lay)
+        return again._replace(hugepages_fallback=fallback)
     rounded = -(-size // page) * page
     if lay is None:
         lay = Layout.extents([(rounded, "default", ())])
-    lay = lay.bound(rounded, page, _memory_nodes(b)[0])
+    lay = lay.bound(rounded, page, topo.nodes_with_memory)
     vmas = lay.vmas + 1
     vmas_free, map_short = _map_count_check(b, vmas, str(lay))
     if map_short:
@@ -4443,6 +4433,46 @@ def fit(
         vmas,
         vmas_free,
     )
+
+
+def fit(
+    size: int,
+    *,
+    nodes: Optional[Iterable[int]] = None,
+    policy: Optional[str] = "interleave",
+    hugepages: Union[bool, int, str, None] = None,
+    kind: str = "sysv",
+    pin: bool = False,
+    hugepages_required: bool = True,
+    backend: Optional[Backend] = None,
+    layout: Union[Layout, str, None] = None,
+) -> FitResult:
+    """Would ``SharedRegion.create(size, policy=, nodes=, hugepages=, kind=)`` plus its
+    prefault (and ``pin_for_cuda`` with ``pin=True``) succeed?  Reads, never allocates:
+    per node MemFree plus reclaimable page cache or free huge pages, and every limit
+    with its source: cgroup v2 memory.max/memory.high/hugetlb.<size>.max less their
+    current use, cpuset.mems.effective, RLIMIT_MEMLOCK, the tmpfs behind /dev/shm,
+    shmmax/shmall, vm.overcommit_memory.  ``reason`` names the tightest limit and the
+    fix.  ``hugepages_required=False``: too few huge pages falls back to base pages.
+    ``size`` and ``kind`` are checked as create checks them (ValueError).
+    ``layout`` (instead of ``nodes``; ``policy`` is then ignored): memory is weighed as
+    create weighs a layout's (over the allowed nodes), and ``vmas``, the memory
+    mappings it takes, against ``vmas_free``, what vm.max_map_count leaves this
+    process: past it, not ``exact`` (create interleaves instead, or refuses under
+    strict) and ``reason`` says so.
+    """
+    b = _b(backend)
+    _region_args(b, kind, size, 1)
+    if kind not in ("sysv", "posix"):
+        raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
+    if layout is not None and nodes is not None:
+        raise ValueError("give layout= or nodes=, not both")
+    lay = _layout_arg(layout)
+    if lay is not None:
+        policy = None  # create weighs a layout's memory as first-touch
+    topo = read_topology(backend=b)
+    mode, ids, _, _ = _region_policy(policy, nodes, None, b, {"topology": topo})
+    return _fit(b, topo, size, mode, ids, hugepages, kind, pin, hugepages_required, lay)
 
 
 def _fit_limits(b: Backend, huge: int, kind: str, pin: bool, need: int) -> List[FitLimit]:
@@ -4545,26 +4575,9 @@ def _fit_limits(b: Backend, huge: int, kind: str, pin: bool, need: int) -> List[
     return out
 
 
-def _fit_or_raise(
-    size: int,
-    policy: Optional[str],
-    nodes: Optional[Iterable[int]],
-    hugepages: Union[bool, int, str, None],
-    required: bool,
-    kind: str,
-    b: Backend,
-) -> Tuple[Union[bool, int, str], Optional[str]]:
-    """SharedRegion.create's check: (the hugepages mode to use, why it fell back) or
-    OSError naming the tightest limit, before anything is made."""
-    r = fit(
-        size,
-        nodes=nodes,
-        policy=policy,
-        hugepages=hugepages,
-        kind=kind,
-        hugepages_required=required,
-        backend=b,
-    )
+def _fit_or_raise(r: FitResult, size: int) -> Tuple[Union[bool, int, str], Optional[str]]:
+    """SharedRegion.create's check of fit's answer: (the hugepages mode to use, why it
+    fell back) or OSError naming the tightest limit, before anything is made."""
     if not r:
         raise OSError(
             errno.ENOSPC if "/dev/shm allows" in r.reason else errno.ENOMEM,
@@ -4602,20 +4615,6 @@ def _verdict(per_node: Mapping[int, int], mode: str = "") -> str:
     return f"{word} {shares} over nodes {format_cpulist(used)}"
 
 
-# The word a layout (and its text) says for each mode; every _MODE_NAMES word is read.
-_LAYOUT_NAMES = MappingProxyType(
-    {
-        Mode.BIND: "bind",
-        Mode.INTERLEAVE: "interleave",
-        Mode.PREFERRED: "prefer",
-        Mode.PREFERRED_MANY: "prefer-many",
-        Mode.WEIGHTED_INTERLEAVE: "weighted-interleave",
-        Mode.LOCAL: "local",
-        Mode.DEFAULT: "default",
-    }
-)
-
-
 # The most bytes a layout covers: what len() can count (2**63-1 on 64-bit machines; a
 # mapping is at most 2**57 bytes) and _parse_size reads back.
 _LAYOUT_MAX = min(sys.maxsize, _SIZE_MAX)
@@ -4634,7 +4633,7 @@ def _is_node_id(value: Any) -> bool:
 class Extent(_Record):
     offset: int
     length: int
-    policy: str  # a _LAYOUT_NAMES word
+    policy: str  # a mode's _MODE_WORDS word
     nodes: FrozenSet[int]  # empty: none (default, local) or default_memory_nodes()
 
 
@@ -4659,17 +4658,13 @@ class Layout:
         self._kind, self._cache = kind, None  # type: str, Optional[Tuple[Extent, ...]]
         items = []
         for length, pol, nodes in entries:
-            w = _MODE_NAMES.get(str(pol).lower())
-            if w is None:
-                raise ValueError(
-                    f"layout: unknown policy {pol!r}; one of {', '.join(_LAYOUT_NAMES.values())}"
-                )
+            w = _mode_of(str(pol))
             ids = frozenset([nodes] if isinstance(nodes, int) else nodes or ())
             if not all(_is_node_id(n) for n in ids):
                 raise ValueError(f"layout: invalid node list {nodes!r}: ids 0 to {MAX_NODES - 1}")
             if (w in (Mode.DEFAULT, Mode.LOCAL)) == bool(ids) and (ids or kind != "extents"):
                 raise ValueError(
-                    f"layout: policy {_LAYOUT_NAMES[w]} {'takes no' if ids else 'needs'} nodes"
+                    f"layout: policy {_MODE_WORDS[w].word} {'takes no' if ids else 'needs'} nodes"
                 )
             if w == Mode.PREFERRED and len(ids) != 1:
                 raise ValueError("layout: prefer takes one node (prefer-many: several)")
@@ -4678,7 +4673,7 @@ class Layout:
                     f"layout: {'block size' if kind == 'blocks' else 'extent length'}"
                     f" {length!r} is not an int from 1 to {_LAYOUT_MAX}"
                 )
-            items.append((length, _LAYOUT_NAMES[w], ids))
+            items.append((length, _MODE_WORDS[w].word, ids))
         if not items:
             raise ValueError("layout: no extents")
         if kind == "parts" and any(i[0] for i in items):
@@ -5301,16 +5296,34 @@ class SharedRegion:
         self._pid = os.getpid()  # a forked child's `with` only closes
 
     # -- properties (read-only) ---------------------------------------------------------
-    address = property(lambda self: self._address)
-    # Bytes of data from the address on (the requested size rounded up to whole pages);
-    # the identity record follows them.
-    size = property(lambda self: self._size)
-    key = property(lambda self: self._key)
-    ipc_key = property(lambda self: self._ipc_key)  # its SysV key (0 for POSIX)
-    policy = property(lambda self: self._policy)  # truthy when it was applied
-    closed = property(lambda self: self._closed)
-    # Where each extent lives, as its creator laid it out (from the record).
-    layout = property(lambda self: self._layout)
+    @property
+    def address(self) -> int:
+        return self._address
+
+    @property
+    def size(self) -> int:
+        """Bytes of data (the size asked for, in whole pages); the record follows."""
+        return self._size
+
+    @property
+    def key(self) -> Union[int, str]:
+        return self._key
+
+    @property
+    def ipc_key(self) -> int:
+        return self._ipc_key  # its SysV key (0 for POSIX)
+
+    @property
+    def policy(self) -> PolicyResult:
+        return self._policy  # truthy when it was applied
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def layout(self) -> Layout:
+        return self._layout  # where each extent lives, as its creator laid it out
 
     @property
     def extents(self) -> List[Extent]:
@@ -5404,10 +5417,12 @@ class SharedRegion:
             raise ValueError(f'existing={existing!r}: "error", "replace" or "reuse"')
         if mode & ~0o777:
             raise ValueError(f"mode {mode:o}: permission bits only")
-        hugepages, huge_note = _fit_or_raise(
-            size, policy, nodes, hugepages, hugepages_required, kind, b
-        )
-        pmode, pnodes, strict_, _ = _region_policy(policy, nodes, strict, b)
+        # The one read of the topology and of NUMA_NODES, for fit() and what follows.
+        topo = read_topology(backend=b)
+        known: Dict[str, Any] = {"topology": topo}
+        pmode, pnodes, strict_, _ = _region_policy(policy, nodes, strict, b, known)
+        fits = _fit(b, topo, size, pmode, pnodes, hugepages, kind, False, hugepages_required)
+        hugepages, huge_note = _fit_or_raise(fits, size)
         if layout is not None and (policy is not None or nodes is not None):
             raise ValueError("give layout= or policy=/nodes=, not both")
         lay = _layout_arg(layout)
@@ -5418,7 +5433,7 @@ class SharedRegion:
                 [
                     (
                         size,
-                        _LAYOUT_NAMES[pmode],
+                        _MODE_WORDS[pmode].word,
                         pnodes if pmode not in (Mode.DEFAULT, Mode.LOCAL) else (),
                     )
                 ]
@@ -5455,6 +5470,7 @@ class SharedRegion:
                 prefault,
                 threads,
                 progress,
+                known,
                 thp=hugepages == "thp",
                 note=huge_note,
             )
@@ -5527,7 +5543,8 @@ class SharedRegion:
         _region_args(b, kind, 0 if size is None else size, 0)
         if created_after is not None and _seconds(created_after) is None:
             raise ValueError(f"created_after={created_after!r}: a time.time() value")
-        pmode, pnodes, strict_, explicit = _region_policy(policy, nodes, strict, b)
+        known: Dict[str, Any] = {}  # NUMA_NODES, read once for the policy and the layout
+        pmode, pnodes, strict_, explicit = _region_policy(policy, nodes, strict, b, known)
         _region_page(hugepages, kind, b, pnodes)  # the region's record says its page
 
         def make(r: SharedRegion) -> None:
@@ -5548,13 +5565,23 @@ class SharedRegion:
             if pmode != Mode.DEFAULT and (
                 explicit or (len(lay) == 1 and lay[0].policy == "default")
             ):
-                lay = Layout.extents([(data, _LAYOUT_NAMES[pmode], pnodes)])
+                lay = Layout.extents([(data, _MODE_WORDS[pmode].word, pnodes)])
             r.identity, r._layout = rec, lay
             _slot_write(b, r._address + data)
 
         def attach_once() -> SharedRegion:
             return cls._open(
-                b, kind, key, make, False, strict_, prefault, threads, progress, remove=remove
+                b,
+                kind,
+                key,
+                make,
+                False,
+                strict_,
+                prefault,
+                threads,
+                progress,
+                known,
+                remove=remove,
             )
 
         if wait is None:
@@ -5574,6 +5601,7 @@ class SharedRegion:
         prefault: bool,
         threads: Optional[int],
         progress: Optional[Callable[[int, int], Any]],
+        known: Dict[str, Any],
         *,
         thp: bool = False,
         note: Optional[str] = None,
@@ -5603,8 +5631,8 @@ class SharedRegion:
                 region._layout = lay
                 if created:  # attachers apply what was applied
                     rec["layout"] = str(lay)
-            cpus = _extent_cpus(b, lay) if prefault else None
-            region.policies = _layout_apply(b, addr, page, lay, strict)
+            cpus = _extent_cpus(b, lay, known.get("topology")) if prefault else None
+            region.policies = _layout_apply(b, addr, page, lay, strict, known)
             region._policy = _whole_policy(region.policies, lay, fallback)
             room = region._mapped - region._size
             _room_apply(b, addr + region._size, room, lay)
@@ -5996,17 +6024,16 @@ def _per_extent(
 
 
 def _layout_apply(
-    b: Backend, addr: int, page: int, lay: Layout, strict: bool
+    b: Backend, addr: int, page: int, lay: Layout, strict: bool, known: Dict[str, Any]
 ) -> List[PolicyResult]:
     """Each extent's policy on its part of the data at ``addr`` (the record's room
     after the data has its own: _room_apply).  A default extent is left alone: a
     fresh mapping is first-touch already, and an mbind(MPOL_DEFAULT) on an attached
     one would wipe the creator's shared policy.  The machine's memory nodes, this
     process's allowed ones and NUMA_NODES are read once for all extents (a blocks
-    layout may have tens of thousands), and neighbours of one policy are one mbind
-    (_policy_runs)."""
+    layout may have tens of thousands) and kept in ``known`` (create's holds the
+    NUMA_NODES it read), and neighbours of one policy are one mbind (_policy_runs)."""
     out = []
-    known: Dict[str, Any] = {}
     runs = _policy_runs(lay)
     for e in runs:
         a, n = addr + e.offset, e.length
@@ -6028,11 +6055,15 @@ def _layout_apply(
     return _per_extent(lay, runs, out, addr)
 
 
-def _extent_cpus(b: Backend, lay: Layout) -> Dict[FrozenSet[int], FrozenSet[int]]:
+def _extent_cpus(
+    b: Backend, lay: Layout, topo: Optional[Topology] = None
+) -> Dict[FrozenSet[int], FrozenSet[int]]:
     """{nodes: the CPUs of those nodes, or of the nearest with CPUs} per node set the
     extents name, within this thread's affinity; empty: run as the caller is.  Read
     before a region is made: the interruptible prefault then does no more."""
-    topo, mine = read_topology(backend=b), b.sched_getaffinity(0)
+    if topo is None:
+        topo = read_topology(backend=b)
+    mine = b.sched_getaffinity(0)
     out: Dict[FrozenSet[int], FrozenSet[int]] = {}
     for nodes in dict.fromkeys(e.nodes for e in lay):
         near = (
@@ -6666,7 +6697,8 @@ def cleanup(
 
 _CUDA_FAMILY_ORDER = ("nvidia", "amd", "intel")
 BIND_POLICIES = ("node", "socket", "exclusive", "core-complex")
-_MEMORY_CHOICES = ("prefer", "bind", "interleave", "local", "socket", "none")
+# What memory= and NUMA_MEMORY_POLICY take: every mode word, and "socket".
+_MEMORY_WORDS = ("socket", *_MODE_NAMES)
 _NVIDIA_PROC = "/proc/driver/nvidia/gpus"
 
 
@@ -6682,23 +6714,22 @@ def _strict_or_env(strict: Optional[bool]) -> bool:
 
 
 def _memory_or_env(memory: Union[str, None, _Unset]) -> Optional[str]:
-    memory = _env("NUMA_MEMORY_POLICY") if memory is _UNSET else memory
-    if memory is None or memory == "socket":
-        return memory
-    mode = _mode_of(str(memory))  # every name a result reports is accepted
-    m = (
-        "none"
-        if mode == Mode.DEFAULT
-        else "prefer"
-        if mode == Mode.PREFERRED
-        else mode.name.lower()
-    )
-    if m not in _MEMORY_CHOICES:
-        raise ValueError(
-            f"memory policy {memory!r} cannot go with a CPU binding; one of "
-            f"{', '.join(_MEMORY_CHOICES)}"
-        )
-    return None if m == "none" else m
+    """The memory plan for a CPU binding: a mode's word ("prefer", "bind",
+    "interleave", "weighted-interleave", "local"), "socket" (preferred-many over the
+    package's nodes), or None (leave the policy alone).  Takes every mode word a
+    result reports; "default"/"none" is None and "prefer-many" is "socket"."""
+    if memory is _UNSET:
+        memory = _env("NUMA_MEMORY_POLICY")
+    if memory is None:
+        return None
+    if str(memory).strip().lower() == "socket":
+        return "socket"
+    mode = _mode_of(str(memory))
+    if mode == Mode.DEFAULT:
+        return None
+    if mode == Mode.PREFERRED_MANY:
+        return "socket"
+    return _MODE_WORDS[mode].word
 
 
 def _policy_or_env(policy: Optional[str]) -> str:
@@ -7373,7 +7404,7 @@ class GpuPlan(_Record):
     node: Optional[int]  # the GPU's node (with CPUs); None: unknown
     cpu_node: Optional[int]  # node whose CPUs the plan uses (cpuset fallback)
     cpus: FrozenSet[int]
-    memory: Optional[str]  # "prefer" | "bind" | "interleave" | "local" | None
+    memory: Optional[str]  # a _memory_or_env plan: "prefer", "socket", ... or None
     memory_nodes: Tuple[int, ...]
     policy: str
     gpu_memory_nodes: Tuple[int, ...] = ()
@@ -7397,7 +7428,7 @@ def _plan_memory(
     if memory is None or node is None:
         return ()
     usable = default_memory_nodes(topo)
-    if memory == "interleave":
+    if memory in ("interleave", "weighted-interleave"):
         return tuple(sorted(usable - {n for g in infos for n in g.memory_nodes}))
     nodes = (
         (node,)
@@ -7721,8 +7752,10 @@ def bind_to_node(
 
     ``cpus``: True (the node's allowed CPUs), False (leave affinity alone) or an
     explicit set (intersected with the allowed CPUs).  ``memory``: "prefer" (default,
-    or NUMA_MEMORY_POLICY), "bind", "interleave" (every usable memory node except GPU
-    memory), "local" or None; set through the safe layer for the calling thread and
+    or NUMA_MEMORY_POLICY), "bind", "interleave" or "weighted-interleave" (every
+    usable memory node except GPU memory), "socket" (prefer-many over the package's
+    nodes), "local" or None (any mode word a result reports is taken); set through
+    the safe layer for the calling thread and
     the threads it creates later (set_mempolicy is per thread): call this early.
     ``threads``: "all" also re-pins this process's other threads, except those pinned
     elsewhere already; "current" only the calling thread.  Memory is applied before
@@ -7780,7 +7813,7 @@ def _bind_node(
                 f"CPUs {format_cpulist(asked)} are outside this process's allowed "
                 f"CPUs {format_cpulist(allowed)}",
             )
-    if mem == "interleave" and infos is None:
+    if mem in ("interleave", "weighted-interleave") and infos is None:
         infos = _gpu_infos(topo, b)
     pres: Optional[PolicyResult] = None
     if mem is not None:
@@ -7799,7 +7832,7 @@ def _bind_node(
         mode = Mode.PREFERRED_MANY if mem == "socket" else _MODE_NAMES[mem]
         if mode != Mode.LOCAL and not mnodes:
             pres = _fallback(
-                PolicyResult(False, mode.name.lower(), frozenset()),
+                PolicyResult(False, _MODE_WORDS[mode].result, frozenset()),
                 st,
                 f"{mem} policy",
                 "no-memory-node",
@@ -9975,7 +10008,7 @@ _ENV_VARS: Mapping[str, Tuple[Any, Any]] = MappingProxyType(
         "NUMA_HUGEPAGES": ("off", ("off", "thp", "2M", "1G", "auto")),
         "NUMA_BIND_POLICY": ("none", ("none", "node", "socket", "exclusive", "core-complex")),
         "NUMA_RESERVED_CORES": (0, ("int", 0)),
-        "NUMA_MEMORY_POLICY": ("prefer", ("prefer", "bind", "interleave", "none")),
+        "NUMA_MEMORY_POLICY": ("prefer", _MEMORY_WORDS),
     }
 )
 _env_prefix = "NUMA_UTILS_"
@@ -10025,13 +10058,13 @@ def _env(suffix: str) -> Any:
     raise ValueError(f"{name}={_short(raw)}: expected one of {', '.join(kind)}")
 
 
-def _env_nodes(b: Optional[Backend]) -> Optional[FrozenSet[int]]:
-    """NUMA_NODES resolved on the machine, or None when unset."""
+def _env_nodes(b: Optional[Backend], topo: Optional[Topology] = None) -> Optional[FrozenSet[int]]:
+    """NUMA_NODES resolved on the machine (on ``topo`` when given), or None when unset."""
     text = _env("NUMA_NODES")
     if text is None:
         return None
     try:
-        return parse_nodestring(text, backend=b)
+        return parse_nodestring(text, backend=b, topology=topo)
     except ValueError as e:
         raise ValueError(f"{_env_prefix}NUMA_NODES={_short(text)}: {_cut(str(e))}") from None
 

@@ -95,7 +95,7 @@ SharedRegion = _nu.SharedRegion
 SYSV_KEY_MASK = _nu.SYSV_KEY_MASK
 SYSV_KEY_PREFIX = _nu.SYSV_KEY_PREFIX
 Topology = _nu.Topology
-_MEMORY_CHOICES = _nu._MEMORY_CHOICES
+_MEMORY_WORDS = _nu._MEMORY_WORDS
 _NUMASTAT_FIELDS = _nu._NUMASTAT_FIELDS
 _MODE_NAMES = _nu._MODE_NAMES
 _RECORD_END = _nu._RECORD_END
@@ -1471,9 +1471,11 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--memory",
-        choices=_MEMORY_CHOICES,
+        choices=_MEMORY_WORDS,
         default=None,
-        help="memory policy (default: NUMA_MEMORY_POLICY, else prefer)",
+        metavar="MODE",
+        help="memory policy: prefer, bind, interleave, weighted-interleave, local, socket, "
+        "none, or any mode word a result reports (default: NUMA_MEMORY_POLICY, else prefer)",
     )
     p.add_argument("--strict", action="store_true", help="fail instead of falling back")
 

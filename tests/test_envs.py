@@ -140,6 +140,10 @@ GOOD = [
     ("NUMA_MEMORY_POLICY", "bind", "bind"),
     ("NUMA_MEMORY_POLICY", "INTERLEAVE", "interleave"),
     ("NUMA_MEMORY_POLICY", "none", "none"),
+    ("NUMA_MEMORY_POLICY", "socket", "socket"),
+    ("NUMA_MEMORY_POLICY", "Preferred", "preferred"),
+    ("NUMA_MEMORY_POLICY", "local", "local"),
+    ("NUMA_MEMORY_POLICY", "PREFER (MANY)", "prefer (many)"),
 ]
 BAD = [
     ("ENABLE_NUMA_INTERLEAVE", "2"),
@@ -157,8 +161,8 @@ BAD = [
     ("NUMA_BIND_POLICY", "core_complex"),
     ("NUMA_RESERVED_CORES", "-1"),
     ("NUMA_RESERVED_CORES", "+1"),
-    ("NUMA_MEMORY_POLICY", "preferred"),
-    ("NUMA_MEMORY_POLICY", "local"),
+    ("NUMA_MEMORY_POLICY", "preferable"),
+    ("NUMA_MEMORY_POLICY", "prefer-manly"),
 ]
 
 
@@ -528,6 +532,12 @@ TRICKY = [
     "core_complex",
     "Interleave",
     "prefer",
+    "Prefer (Many)",
+    "PREFERRED_MANY",
+    "preferred many",
+    "socket",
+    "weighted interleave",
+    "-" + "9" * 18,
 ]
 
 
@@ -586,3 +596,23 @@ def test_status_text_shows_an_invalid_value_escaped_and_cut(monkeypatch):
     line = next(x for x in text.splitlines() if "NUMA_UTILS_NUMA_STRICT" in x)
     assert "(invalid)" in line and len(line) < 300
     assert "\x1b" not in text and "\x07" not in text
+
+
+def test_memory_policy_socket_is_taken_where_memory_socket_is(monkeypatch):
+    """memory="socket" (prefer-many over the package's nodes) was refused as
+    NUMA_MEMORY_POLICY=socket; the variable now gives what the argument gives."""
+    from conftest import nu, sim
+
+    def planned(**kw):
+        plans = nu.gpu_plans("node", backend=sim("dual-socket-8gpu"), **kw)
+        return [(p.memory, p.memory_nodes) for p in plans]
+
+    def bound(**kw):
+        res = nu.bind_to_node(0, cpus=False, backend=sim("dual-socket-8gpu"), **kw).memory
+        return res.mode, res.nodes, res.applied
+
+    by_argument = (planned(memory="socket"), bound(memory="socket"))
+    assert by_argument[1][0] == "preferred_many"
+    monkeypatch.setenv("NUMA_UTILS_NUMA_MEMORY_POLICY", "socket")
+    assert envs_mod.numa_memory_policy() == "socket"
+    assert (planned(), bound()) == by_argument

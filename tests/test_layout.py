@@ -96,7 +96,7 @@ def test_bad_layouts_are_one_clear_value_error(text, size, page, nodes, match):
     [
         ("", "empty"),
         ("parts:bind:0/", "needs nodes"),
-        ("parts:foo:0", "unknown policy"),
+        ("parts:foo:0", "unknown memory policy .foo."),
         ("1G:default:0", "takes no nodes"),
         ("2M:prefer:0-1", "prefer takes one node"),
         ("blocks:bind:0", "block size"),

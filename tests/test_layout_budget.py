@@ -267,10 +267,10 @@ CEILINGS = {
     "conditionals_per_kloc": 45.5,
     "one_letter_share": 0.187,
     # Counts are exact.
-    "chained_conditionals": 15,
+    "chained_conditionals": 14,
     "nested_comprehensions": 7,
-    "forward_references": 92,
-    "far_forward_references": 30,
+    "forward_references": 93,
+    "far_forward_references": 31,
 }
 
 
@@ -303,7 +303,10 @@ def test_ast_nodes_within_the_round_budget(figures):
 # (thread_plan, pin_threads, pinned, instance_plans, settle, spawn_context, the threads
 # command) add 5,436.  Issue 27: fit(layout=) with vmas/vmas_free and the map-count
 # spare's cap (296), a sibling CLI or simulator handed the library that loaded it (87).
-MAX_AST_NODES_NOW = 67_191 + 5_436 + 383
+# Issue 28: +138 for SharedRegion.create's one read of the topology and NUMA_NODES
+# (fit split into fit/_fit, the read passed down) and the one mode vocabulary.
+# +52 where the merged branches met (attach's one read beside created_after, fit's layout).
+MAX_AST_NODES_NOW = 67_191 + 5_436 + 383 + 138 + 52
 
 
 def test_ast_nodes_never_grow(figures):

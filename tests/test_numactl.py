@@ -437,10 +437,10 @@ def test_numa_nodes_takes_numactls_grammar(value, want, monkeypatch):
     """NUMA_NODES goes through the same parser (resolved against the region's machine)."""
     monkeypatch.setenv("NUMA_UTILS_NUMA_NODES", value)
     b = sim(FOUR)
-    assert nu._region_policy("interleave", None, None, b)[1] == want
+    assert nu._region_policy("interleave", None, None, b, {})[1] == want
     monkeypatch.setenv("NUMA_UTILS_NUMA_NODES", "+9")
     with pytest.raises(ValueError, match="NUMA_NODES='\\+9'.*out of range"):
-        nu._region_policy("interleave", None, None, b)
+        nu._region_policy("interleave", None, None, b, {})
 
 
 @pytest.mark.parametrize(
