@@ -17,6 +17,7 @@ vendored as ``pkg.numa_utils_sim``, else the top-level ``numa_utils``.
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import errno
 import os
@@ -410,11 +411,85 @@ class _Intervals:
         return [(a, z, self.get(a)) for a, z in zip(edges, edges[1:])]
 
 
+class _Runs:
+    """A per-page sequence of ints held as runs of one value: a sparse object's node,
+    dirty and mapcount and its mappings' mapped flags, so that memory goes by runs,
+    not by pages (a 32 GiB object bound to one node, touched or not, is a few runs).
+    Read and written by index and sliced as the flat arrays are; ``runs`` and
+    ``fill`` work a range at a time."""
+
+    __slots__ = ("size", "starts", "vals")
+
+    def __init__(self, size: int, value: int) -> None:
+        self.size = size
+        self.starts: List[int] = [0] if size else []  # where each run begins
+        self.vals: List[int] = [value] if size else []  # never two equal in a row
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, slice):
+            start, stop, _ = key.indices(self.size)
+            part = _Runs(max(stop - start, 0), 0)
+            part.starts, part.vals = [], []
+            for a, _, value in self.runs(start, stop):
+                part.starts.append(a - start)
+                part.vals.append(value)
+            return part
+        if not 0 <= key < self.size:
+            raise IndexError(key)
+        return self.vals[bisect.bisect_right(self.starts, key) - 1]
+
+    def __setitem__(self, key: int, value: int) -> None:
+        self.fill(key, key + 1, value)
+
+    def runs(self, start: int, stop: int) -> List[Tuple[int, int, int]]:
+        """[start, stop) as (start, end, value) runs."""
+        stop = min(stop, self.size)
+        out = []
+        i = bisect.bisect_right(self.starts, start) - 1
+        while start < stop:
+            end = self.starts[i + 1] if i + 1 < len(self.starts) else self.size
+            end = min(end, stop)
+            out.append((start, end, self.vals[i]))
+            start = end
+            i += 1
+        return out
+
+    def fill(self, start: int, stop: int, value: int) -> None:
+        """Set [start, stop) to ``value``."""
+        if start >= stop:
+            return
+        first = bisect.bisect_left(self.starts, start)  # runs from here on are
+        past = bisect.bisect_right(self.starts, stop)  # replaced up to here
+        starts, vals = [start], [value]
+        if stop < self.size:
+            after = self.vals[past - 1]  # the value at stop, kept
+            if after != value:
+                starts.append(stop)
+                vals.append(after)
+        if first > 0 and self.vals[first - 1] == value:
+            del starts[0], vals[0]  # one run with the one before
+        self.starts[first:past] = starts
+        self.vals[first:past] = vals
+
+
 # Simulated shmids and fds start past INT_MAX: the kernel's ipc ids and fds are ints
 # >= 0, and either truncated to the syscall's int is negative, so a real shmctl, shmat,
 # close or mmap handed one fails (EINVAL, EBADF) and never reaches a host object;
 # Python's os functions refuse them (OverflowError).  Still >= 0, as real ones are.
 _SIM_ID_BASE = 1 << 31
+
+
+def _map_noreserve() -> int:
+    """MAP_NORESERVE on this host (not every Python's mmap module names it)."""
+    machine = os.uname().machine
+    if machine.startswith(("ppc", "sparc")):
+        return 0x40
+    if machine.startswith("mips"):
+        return 0x400
+    return 0x4000
 
 
 class _SimObject:
@@ -423,6 +498,9 @@ class _SimObject:
 
     Per-page state is kept in flat arrays (node id or -1, dirty flag, how many page
     tables map the page), so a 1 GiB object (262,144 pages) renders in milliseconds.
+    A ``sparse`` object (larger than the kernel's ``sparse_above``) keeps them as
+    runs (_Runs) and its memory as a MAP_NORESERVE mapping: only the pages touched
+    for real (a record, a test's data) take memory, however large it is.
     """
 
     def __init__(
@@ -433,17 +511,18 @@ class _SimObject:
         *,
         shared_policy: bool = True,
         path: Optional[str] = None,
+        sparse: bool = False,
     ) -> None:
-        import array
-
         self.name = name
         self.size = size
         self.page = page
         self.npages = (size + page - 1) // page
         self.policy = _Intervals()  # by page index
-        self.node = array.array("h", [-1]) * self.npages  # page index -> node, -1
-        self.dirty = bytearray(self.npages)
-        self.mapcount = array.array("i", [0]) * self.npages
+        self.sparse = sparse
+        self.node: Any = None  # page index -> node, -1 (array or _Runs)
+        self.dirty: Any = None
+        self.mapcount: Any = None
+        self.new_pages()
         # hugetlbfs has no shared policy (no set_policy vm op): the policy lives in
         # each process's VMA, which is why every attacher must mbind its own mapping.
         self.shared_policy = shared_policy
@@ -452,13 +531,50 @@ class _SimObject:
         self.backing: Optional[Any] = None  # real memory standing in for it
         self.thp = False  # MADV_HUGEPAGE given and honoured
 
+    def new_pages(self) -> None:
+        """Fresh per-page state for ``npages`` pages, none faulted yet."""
+        import array
+
+        if self.sparse:
+            self.node = _Runs(self.npages, -1)
+            self.dirty = _Runs(self.npages, 0)
+            self.mapcount = _Runs(self.npages, 0)
+            return
+        self.node = array.array("h", [-1]) * self.npages
+        self.dirty = bytearray(self.npages)
+        self.mapcount = array.array("i", [0]) * self.npages
+
+    def new_flags(self) -> Any:
+        """A mapping's per-page "mapped" flags, all clear."""
+        if self.sparse:
+            return _Runs(self.npages, 0)
+        return bytearray(self.npages)
+
+    def resident(self) -> int:
+        """How many of its pages are allocated."""
+        if self.sparse:
+            return sum(end - a for a, end, n in self.node.runs(0, self.npages) if n >= 0)
+        return sum(1 for n in self.node if n >= 0)
+
     def address(self) -> int:
         """Where the object's memory is, aligned to its page size as the kernel
         aligns every mapping (the host's pages may be smaller than simulated ones)."""
         import mmap as _mmap
 
+        length = max(self.npages, 1) * self.page + self.page
+        if self.backing is None and self.sparse:
+            flags = _mmap.MAP_SHARED | _map_noreserve()
+            try:
+                self.backing = _mmap.mmap(-1, length, flags=flags)
+            except OSError as e:
+                raise _oserror(
+                    e.errno or errno.ENOMEM,
+                    "map_object",
+                    f"simulated: no address space for a sparse {_fmt_size(length)}B object "
+                    "(vm.overcommit_memory=2 commits MAP_NORESERVE too)",
+                ) from None
         if self.backing is None:
-            self.backing = _mmap.mmap(-1, max(self.npages, 1) * self.page + self.page)
+            self.backing = _mmap.mmap(-1, length)
         base = _buffer_address(self.backing)
         return (base + self.page - 1) // self.page * self.page
 
@@ -471,6 +587,12 @@ class _SimObject:
 
     def free_pages(self, kernel: _SimKernel) -> None:
         pool = kernel.pool(self.page)
+        if self.sparse:
+            for a, end, n in self.node.runs(0, len(self.node)):
+                if n >= 0:
+                    pool[n] = pool.get(n, 0) + end - a
+                    kernel.charge(self, a - end)
+            return
         for n in self.node:
             if n >= 0:
                 pool[n] = pool.get(n, 0) + 1
@@ -499,7 +621,7 @@ class _SimMapping:
         obj: Optional[_SimObject] = None,
         obj_page: int = 0,
         label: Optional[str] = "",
-        mapped: Optional[bytearray] = None,
+        mapped: Any = None,
         policy: Optional[_Intervals] = None,
         page: int = 0,
         attach_id: int = 0,
@@ -509,7 +631,7 @@ class _SimMapping:
         self.obj = obj  # shared object, or None: private anon
         self.obj_page = obj_page  # page index in obj at ``start``
         self.label = label  # numa_maps "file=..."; None: the object's
-        self.mapped = mapped  # shared: pages in this page table
+        self.mapped = mapped  # shared: pages in this page table (bytearray, _Runs)
         self.policy = policy  # per-VMA policy of a hugetlb mapping
         self.page = page  # page size (hugetlb: the huge size)
         self.attach_id = attach_id  # one shmat/mmap call (for unmapping)
@@ -550,6 +672,11 @@ class _SimFile(_Record):
     uid: int
     gid: int
     obj: _SimObject
+
+
+# Objects larger than this many bytes are sparse (_SimObject): reserved address
+# space, per-page state as runs.  SimulatedBackend(sparse_above=...) sets it.
+SPARSE_ABOVE = 256 << 20
 
 
 class _SimKernel:
@@ -596,6 +723,10 @@ class _SimKernel:
         self.cgroup: Dict[str, int] = {}
         self.charged: Dict[str, int] = {}
         self.shm_size: Optional[int] = None
+        self.sparse_above = SPARSE_ABOVE  # objects larger than this are sparse
+
+    def sparse(self, size: int) -> bool:
+        return size > self.sparse_above
 
     def pool(self, page: int) -> Dict[int, int]:
         return self.free_pages if page == self.page else self.huge_free.setdefault(page // 1024, {})
@@ -630,9 +761,13 @@ class SimulatedBackend(Backend):
     default seccomp profile, ENOSYS, EINVAL, ENOMEM ...).  ``numa=False`` models a
     kernel built without CONFIG_NUMA (every policy syscall ENOSYS, no numa_maps).
     ``process()`` gives another process on the same kernel (shared objects, free
-    memory).  Policies, first-touch, interleave by page offset, bind, preferred,
-    spill to the nearest node when one is full, and the cpuset are modelled; the
-    placement is rendered as /proc/self/numa_maps.
+    memory).  Shared memory objects larger than ``sparse_above`` bytes (default
+    SPARSE_ABOVE, 256 MiB) are sparse: address space only, real memory for the
+    pages touched for real, placement still page by page (kept as runs), so a
+    test can make an engine's 32 GiB region on a smaller host.  Policies,
+    first-touch, interleave by page offset, bind, preferred, spill to the nearest
+    node when one is full, and the cpuset are modelled; the placement is rendered
+    as /proc/self/numa_maps.
     """
 
     is_live = False
@@ -656,6 +791,7 @@ class SimulatedBackend(Backend):
         weighted_interleave: Optional[bool] = None,
         cgroup: Optional[Mapping[str, int]] = None,
         shm_size: Optional[int] = None,
+        sparse_above: int = SPARSE_ABOVE,
         _kernel: Optional[_SimKernel] = None,
     ) -> None:
         if ".".join(_nu.__version__.split(".")[:2]) not in _MODELS:
@@ -685,6 +821,7 @@ class SimulatedBackend(Backend):
                 if weighted_interleave and not _kernel.wi_weights:
                     _kernel.wi_weights = {n: 1 for n in topo.possible_nodes}
             _kernel.cgroup, _kernel.shm_size = dict(cgroup or {}), shm_size
+            _kernel.sparse_above = sparse_above
         self.kernel = _kernel
         topo = _kernel.topo
         self.pid = _kernel.next_pid
@@ -1237,7 +1374,9 @@ class SimulatedBackend(Backend):
             if not create:
                 raise _oserror(errno.ENOENT, "map_object", name)
             pg = page_size or self.page_size
-            obj = _SimObject(name, size, pg, shared_policy=pg == self.page_size, path=path)
+            obj = _SimObject(
+                name, size, pg, shared_policy=pg == self.page_size, path=path, sparse=k.sparse(size)
+            )
             k.objects[name] = obj
         addr = obj.address()
         first = self._find_mapping(addr)
@@ -1253,7 +1392,7 @@ class SimulatedBackend(Backend):
             obj,
             0,
             label,
-            bytearray(obj.npages),
+            obj.new_flags(),
             None if obj.shared_policy else _Intervals(),
             obj.page,
             k.next_attach,
@@ -1276,7 +1415,10 @@ class SimulatedBackend(Backend):
             if m.obj is not None and first.obj is not None and m.attach_id == first.attach_id
         ] or [first]
         for m in gone:
-            if m.obj is not None and m.mapped is not None:
+            if m.obj is not None and m.obj.sparse:
+                for a, end, _, _, count in self._mapped_runs(m, 0, len(m.mapped)):
+                    m.obj.mapcount.fill(m.obj_page + a, m.obj_page + end, count - 1)
+            elif m.obj is not None and m.mapped is not None:
                 mc = m.obj.mapcount
                 for idx in (i for i, f in enumerate(m.mapped) if f):
                     mc[m.obj_page + idx] -= 1
@@ -1417,10 +1559,37 @@ class SimulatedBackend(Backend):
             return n if n >= 0 else None
         return self.pages.get(page - page % self.page_size)
 
+    def _mapped_runs(
+        self, mp: _SimMapping, i0: int, i1: int
+    ) -> List[Tuple[int, int, int, int, int]]:
+        """Pages [i0, i1) of a sparse object's mapping ``mp`` (indices into the
+        mapping) that it maps, as runs: (start, end, node, dirty, mapcount)."""
+        obj = mp.obj
+        assert obj is not None and mp.mapped is not None
+        base = mp.obj_page
+        out = []
+        for a, end, flag in mp.mapped.runs(i0, i1):
+            if not flag:
+                continue
+            cuts = {a, end}
+            for seq in (obj.node, obj.dirty, obj.mapcount):
+                cuts.update(p - base for p, _, _ in seq.runs(base + a, base + end))
+            edges = sorted(cuts)
+            for p, q in zip(edges, edges[1:]):
+                key = base + p
+                out.append((p, q, obj.node[key], obj.dirty[key], obj.mapcount[key]))
+        return out
+
     def _all_pages(self) -> Iterator[Tuple[int, int]]:
         yield from list(self.pages.items())
         for mp in list(self.mappings):
             if mp.obj is None or mp.mapped is None:
+                continue
+            if mp.obj.sparse:
+                for a, end, node, _, _ in self._mapped_runs(mp, 0, len(mp.mapped)):
+                    for idx in range(a, end):
+                        if node >= 0:
+                            yield mp.start + idx * mp.page, node
                 continue
             for idx, flag in enumerate(mp.mapped):
                 if flag:
@@ -1436,8 +1605,8 @@ class SimulatedBackend(Backend):
         old: Optional[int]
         if mp is not None and mp.obj is not None:
             key = mp.obj_page + (page - mp.start) // mp.page
-            old = mp.obj.node[key]
-            old = old if old >= 0 else None
+            held: int = mp.obj.node[key]
+            old = held if held >= 0 else None
             mp.obj.node[key] = node
         else:
             old = self.pages.get(page)
@@ -1451,10 +1620,35 @@ class SimulatedBackend(Backend):
         want = self._il_period(pol)
         for mp in self._mappings_in(start, end):
             step = mp.page or self.page_size
+            if mp.obj is not None and mp.obj.sparse:
+                out += self._misplaced_sparse(mp, start, end, pol, want)
+                continue
             for page in range(max(start, mp.start), min(end, mp.end), step):
                 node = self._node_of_page(page)
                 if node is None:
                     continue
+                if pol.mode in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
+                    if node != want[self._ilx(page) % len(want)]:
+                        out.append(page)
+                elif (
+                    pol.mode in (Mode.BIND, Mode.PREFERRED, Mode.PREFERRED_MANY)
+                    and node not in pol.nodes
+                ):
+                    out.append(page)
+        return out
+
+    def _misplaced_sparse(
+        self, mp: _SimMapping, start: int, end: int, pol: _Pol, want: List[int]
+    ) -> List[int]:
+        """_misplaced in a sparse object's mapping: its faulted pages only."""
+        out = []
+        i0 = (max(start, mp.start) - mp.start) // mp.page
+        i1 = (min(end, mp.end) - mp.start + mp.page - 1) // mp.page
+        for a, z, node, _, _ in self._mapped_runs(mp, i0, i1):
+            if node < 0:
+                continue
+            for idx in range(a, z):
+                page = mp.start + idx * mp.page
                 if pol.mode in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
                     if node != want[self._ilx(page) % len(want)]:
                         out.append(page)
@@ -1587,12 +1781,35 @@ class SimulatedBackend(Backend):
             raise _oserror(err, "mincore")
         page, count = self.page_size, 0
         with self.kernel.lock:
-            for p in range(addr - addr % page, addr + length, page):
+            p = addr - addr % page
+            while p < addr + length:
                 mp = self._mapping_at(p)
+                if mp is not None and mp.obj is not None and mp.obj.sparse:
+                    stop = min(addr + length, mp.end)
+                    count += self._resident_base(mp, p, stop)
+                    p = stop
+                    continue
                 if mp is not None and mp.obj is not None:  # the object's pages
                     count += mp.obj.node[mp.obj_page + (p - mp.start) // mp.page] >= 0
                 else:
                     count += p in self.pages
+                p += page
+        return count
+
+    def _resident_base(self, mp: _SimMapping, start: int, stop: int) -> int:
+        """mincore's count of base pages in [start, stop) of a sparse object's
+        mapping: each allocated page (huge ones too) counts its base pages."""
+        obj = mp.obj
+        assert obj is not None
+        base = self.page_size
+        i0 = mp.obj_page + (start - mp.start) // mp.page
+        i1 = mp.obj_page + (stop - mp.start + mp.page - 1) // mp.page
+        count = 0
+        for a, z, node in obj.node.runs(i0, i1):
+            lo = max(start, mp.start + (a - mp.obj_page) * mp.page)
+            hi = min(stop, mp.start + (z - mp.obj_page) * mp.page)
+            if node >= 0 and hi > lo:
+                count += (hi - lo + base - 1) // base
         return count
 
     def madvise(self, addr: int, length: int, advice: int) -> None:
@@ -1724,7 +1941,12 @@ class SimulatedBackend(Backend):
         shmid = _SIM_ID_BASE + k.next_shmid
         name = f"SYSV{key:08x}#{shmid}"
         self.kernel.objects[name] = obj = _SimObject(
-            name, size, page, shared_policy=page == self.page_size, path=f"/SYSV{key:08x}"
+            name,
+            size,
+            page,
+            shared_policy=page == self.page_size,
+            path=f"/SYSV{key:08x}",
+            sparse=k.sparse(size),
         )
         obj.deleted = True  # shm files are never linked anywhere
         k.shm[shmid] = _SimShm(
@@ -1798,7 +2020,7 @@ class SimulatedBackend(Backend):
         for seg in sorted(self.kernel.shm.values(), key=lambda s: s.shmid):
             key = 0 if seg.dest else seg.key
             key = key - (1 << 32) if key >= 1 << 31 else key
-            rss = sum(1 for n in seg.obj.node if n >= 0) * seg.obj.page
+            rss = seg.obj.resident() * seg.obj.page
             mode = seg.mode | (SHM_DEST if seg.dest else 0)
             out.append(
                 f"{key:10d} {seg.shmid:10d}  {mode:4o} {seg.size:21d} "
@@ -1845,19 +2067,15 @@ class SimulatedBackend(Backend):
     def ftruncate(self, fd: int, size: int) -> None:
         self._maybe_fail("ftruncate")
         f = self._file(fd, "ftruncate")
-        import array
-
         obj = f.obj
         if obj.backing is not None and size > obj.size:
             raise _oserror(errno.EBUSY, "ftruncate", "growing a mapped simulated file")
         old = obj.npages
         obj.size = size
         obj.npages = (size + obj.page - 1) // obj.page
-        grow = obj.npages - old
-        if grow > 0:
-            obj.node.extend(array.array("h", [-1]) * grow)
-            obj.dirty.extend(bytearray(grow))
-            obj.mapcount.extend(array.array("i", [0]) * grow)
+        if obj.npages > old:  # never mapped (no backing), so no page faulted yet
+            obj.sparse = self.kernel.sparse(size)
+            obj.new_pages()
         if size:
             obj.address()
 
@@ -1958,10 +2176,34 @@ class SimulatedBackend(Backend):
             self._reap(mp.obj)
 
     # -- /proc/self/numa_maps -------------------------------------------------------------
-    def render_numa_maps(self) -> str:
-        import bisect
+    def _counts(self, mp: _SimMapping) -> Tuple[Dict[int, int], int, int]:
+        """An object mapping's mapped pages: by node, how many dirty, the most page
+        tables mapping one."""
         import collections
         from itertools import compress
+
+        obj = mp.obj
+        assert obj is not None and mp.mapped is not None
+        if obj.sparse:
+            counts: Dict[int, int] = collections.Counter()
+            dirty = mapmax = 0
+            for a, z, node, flag, maps in self._mapped_runs(mp, 0, len(mp.mapped)):
+                if node >= 0:
+                    counts[node] += z - a
+                dirty += flag * (z - a)
+                mapmax = max(mapmax, maps)
+            return counts, dirty, mapmax
+        a, z = mp.obj_page, mp.obj_page + len(mp.mapped)
+        sel = mp.mapped
+        counts = collections.Counter(compress(obj.node[a:z], sel))
+        counts.pop(-1, None)
+        if not counts:
+            return counts, 0, 0
+        dirty = sum(compress(obj.dirty[a:z], sel))
+        return counts, dirty, max(compress(obj.mapcount[a:z], sel))
+
+    def render_numa_maps(self) -> str:
+        import collections
 
         lines = []
         default = self.thread_policy.get(threading.get_ident())
@@ -1977,14 +2219,9 @@ class SimulatedBackend(Backend):
                 text += " " + (mp.label if mp.label else obj.label())
                 if obj.page != self.page_size:
                     text += " huge"
-                a, z = mp.obj_page, mp.obj_page + len(mp.mapped)
-                sel = mp.mapped
-                counts = collections.Counter(compress(obj.node[a:z], sel))
-                counts.pop(-1, None)
+                counts, dirty, mapmax = self._counts(mp)
                 total = sum(counts.values())
                 if total:
-                    dirty = sum(compress(obj.dirty[a:z], sel))
-                    mapmax = max(compress(obj.mapcount[a:z], sel))
                     if dirty:
                         text += f" dirty={dirty}"
                     if total != dirty:  # and != anon, which is 0 for shmem
