@@ -530,6 +530,7 @@ class _SimObject:
         self.deleted = False
         self.backing: Optional[Any] = None  # real memory standing in for it
         self.thp = False  # MADV_HUGEPAGE given and honoured
+        self.resv = 0  # huge pages reserved for it, not faulted yet
 
     def new_pages(self) -> None:
         """Fresh per-page state for ``npages`` pages, none faulted yet."""
@@ -587,6 +588,7 @@ class _SimObject:
 
     def free_pages(self, kernel: _SimKernel) -> None:
         pool = kernel.pool(self.page)
+        kernel.reserve(self, -self.resv)
         if self.sparse:
             for a, end, n in self.node.runs(0, len(self.node)):
                 if n >= 0:
@@ -724,9 +726,34 @@ class _SimKernel:
         self.charged: Dict[str, int] = {}
         self.shm_size: Optional[int] = None
         self.sparse_above = SPARSE_ABOVE  # objects larger than this are sparse
+        # The machine's huge page sizes (kB; its hstates: the hugepages-<kB>kB
+        # folders) and the default one, which SHM_HUGETLB without a size gets; pages
+        # reserved and not yet faulted, per size (resv_hugepages).
+        self.huge_sizes = frozenset(self.huge_free)
+        self.huge_default_kb = 2048
+        self.huge_resv: Dict[int, int] = {}
 
     def sparse(self, size: int) -> bool:
         return size > self.sparse_above
+
+    def read_huge_sizes(self, files: Backend) -> None:
+        """The huge page sizes and the default one, as the saved machine has them."""
+        listed = (
+            files.listdir("/sys/kernel/mm/hugepages")
+            if files.exists("/sys/kernel/mm/hugepages")
+            else []
+        )
+        kbs = [int(d[10:-2]) for d in listed if re.fullmatch(r"hugepages-\d+kB", d)]
+        self.huge_sizes = frozenset(kbs) | frozenset(self.huge_free)
+        meminfo = _nu.parse_meminfo(files.read_optional("/proc/meminfo") or "")
+        self.huge_default_kb = meminfo.get("Hugepagesize", 2048)
+
+    def reserve(self, obj: _SimObject, pages: int) -> None:
+        """Huge pages reserved for ``obj`` (pages < 0: given back, or used by faults)."""
+        kb = obj.page // 1024
+        pages = max(pages, -obj.resv)
+        obj.resv += pages
+        self.huge_resv[kb] = self.huge_resv.get(kb, 0) + pages
 
     def pool(self, page: int) -> Dict[int, int]:
         return self.free_pages if page == self.page else self.huge_free.setdefault(page // 1024, {})
@@ -822,6 +849,7 @@ class SimulatedBackend(Backend):
                     _kernel.wi_weights = {n: 1 for n in topo.possible_nodes}
             _kernel.cgroup, _kernel.shm_size = dict(cgroup or {}), shm_size
             _kernel.sparse_above = sparse_above
+            _kernel.read_huge_sizes(self._files)
         self.kernel = _kernel
         topo = _kernel.topo
         self.pid = _kernel.next_pid
@@ -930,6 +958,16 @@ class SimulatedBackend(Backend):
         )
         if m and m.group(3):
             return f"{k.huge_free.get(int(m.group(3)), {}).get(int(m.group(1)), 0)}\n"
+        g = re.match(r"^/sys/kernel/mm/hugepages/hugepages-(\d+)kB/(free|resv)_hugepages$", path)
+        if g and int(g.group(1)) in k.huge_sizes:
+            return f"{self._huge_count(int(g.group(1)), g.group(2))}\n"
+        if path == "/proc/meminfo":
+            kb = k.huge_default_kb
+            return re.sub(
+                r"(?m)^HugePages_(Free|Rsvd):(\s+)\d+",
+                lambda x: f"HugePages_{x.group(1)}:{x.group(2)}{self._huge_count(kb, x.group(1))}",
+                self._files.read_text(path),
+            )
         if m:
             free = k.free_pages.get(int(m.group(1)), 0) * k.page // 1024
             return re.sub(
@@ -943,6 +981,13 @@ class SimulatedBackend(Backend):
                 return "true\n" if self.kernel.wi_auto else "false\n"
             return f"{self._il_w(int(leaf[4:]))}\n"
         return self._files.read_text(path)
+
+    def _huge_count(self, kb: int, which: str) -> int:
+        """Free (all nodes) or reserved huge pages of ``kb`` kB, as the kernel counts
+        them in /sys/kernel/mm/hugepages and /proc/meminfo."""
+        if which.lower() == "free":
+            return sum(self.kernel.huge_free.get(kb, {}).values())
+        return self.kernel.huge_resv.get(kb, 0)
 
     def _wi_leaf(self, path: str) -> str:
         """The weighted_interleave file ``path`` names; ENOENT when the simulated
@@ -1196,7 +1241,7 @@ class SimulatedBackend(Backend):
             misplaced = self._misplaced(start, end, pol)
             if flags & (MbindFlag.MOVE | MbindFlag.MOVE_ALL):
                 for addr in misplaced:
-                    self._move_page(addr, self._alloc(pol, self._ilx(addr)))
+                    self._move_page(addr, self._alloc(pol, self._ilx(addr), self._pool_at(addr)))
             elif misplaced:
                 raise _oserror(errno.EIO, "mbind", "MPOL_MF_STRICT: misplaced pages")
         return 0
@@ -1307,7 +1352,7 @@ class SimulatedBackend(Backend):
                 continue
             node = found
             if targets is not None and targets[i] != node:
-                if self.kernel.free_pages.get(targets[i], 0) <= 0:
+                if self._pool_at(page).get(targets[i], 0) <= 0:
                     out.append(-errno.ENOMEM)
                     continue
                 self._move_page(page, targets[i])
@@ -1600,8 +1645,8 @@ class SimulatedBackend(Backend):
     def _move_page(self, page: int, node: Optional[int]) -> None:
         if node is None:
             return
-        k = self.kernel
         mp = self._mapping_at(page)
+        pool = self._pool_at(page)
         old: Optional[int]
         if mp is not None and mp.obj is not None:
             key = mp.obj_page + (page - mp.start) // mp.page
@@ -1612,8 +1657,16 @@ class SimulatedBackend(Backend):
             old = self.pages.get(page)
             self.pages[page] = node
         if old is not None:
-            k.free_pages[old] = k.free_pages.get(old, 0) + 1
-        k.free_pages[node] = k.free_pages.get(node, 0) - 1
+            pool[old] = pool.get(old, 0) + 1
+        pool[node] = pool.get(node, 0) - 1
+
+    def _pool_at(self, page: int) -> Dict[int, int]:
+        """The free pages a page at ``page`` comes from: its huge page size's pool in
+        a hugetlb mapping, else the base pages."""
+        mp = self._find_mapping(page)
+        if mp is not None and mp.obj is not None:
+            return self.kernel.pool(mp.obj.page)
+        return self.kernel.free_pages
 
     def _misplaced(self, start: int, end: int, pol: _Pol) -> List[int]:
         out = []
@@ -1729,6 +1782,8 @@ class SimulatedBackend(Backend):
                     if node is None:
                         raise _oserror(errno.ENOMEM, "page fault", "simulated OOM")
                     k.charge(obj, 1)
+                    if obj.resv:
+                        k.reserve(obj, -1)
                     nodes[key] = node
                     free[node] = free.get(node, 0) - 1
                 if write:
@@ -1929,14 +1984,8 @@ class SimulatedBackend(Backend):
             raise _oserror(errno.EINVAL, "shmget", "size 0")
         page = self.page_size
         if flags & SHM_HUGETLB:
-            shift = (flags >> SHM_HUGE_SHIFT) & 0x3F
-            page = 1 << shift if shift else 2 << 20
-            kb = page // 1024
-            hp = [n.hugepages.get(kb) for n in k.topo.nodes.values()]
-            if not any(h is not None and h.total for h in hp):
-                raise _oserror(errno.EINVAL, "shmget", f"no {kb} kB huge pages")
-            if sum(k.pool(page).values()) * page < size:
-                raise _oserror(errno.ENOMEM, "shmget", f"too few free {kb} kB huge pages")
+            page = self._huge_page(flags)
+            self._reserve_check(page, (size + page - 1) // page)
         k.next_shmid += 1
         shmid = _SIM_ID_BASE + k.next_shmid
         name = f"SYSV{key:08x}#{shmid}"
@@ -1949,10 +1998,39 @@ class SimulatedBackend(Backend):
             sparse=k.sparse(size),
         )
         obj.deleted = True  # shm files are never linked anywhere
+        if page != self.page_size:
+            k.reserve(obj, obj.npages)
         k.shm[shmid] = _SimShm(
             key, shmid, size, flags & 0o777, self.uid, self.gid, self.uid, self.gid, self.pid, obj
         )
         return shmid
+
+    def _huge_page(self, flags: int) -> int:
+        """The huge page size SHM_HUGETLB ``flags`` ask for: log2 of it in the
+        SHM_HUGE_SHIFT bits, 0 for the machine's default size (ipc/shm.c newseg,
+        hstate_sizelog): a size the machine has no hstate for is EINVAL."""
+        shift = (flags >> SHM_HUGE_SHIFT) & 0x3F
+        k = self.kernel
+        kb = (1 << shift) // 1024 if shift else k.huge_default_kb
+        if kb not in k.huge_sizes:
+            raise _oserror(errno.EINVAL, "shmget", f"no {kb} kB huge page size on this machine")
+        return kb * 1024
+
+    def _reserve_check(self, page: int, pages: int) -> None:
+        """hugetlb_acct_memory: the pages must be free and not reserved by another
+        segment, and free on the nodes this process may use (allowed_mems_nr)."""
+        k = self.kernel
+        kb = page // 1024
+        pool = k.pool(page)
+        unreserved = sum(pool.values()) - k.huge_resv.get(kb, 0)
+        allowed = sum(pool.get(n, 0) for n in self.mems_allowed)
+        if pages > unreserved or pages > allowed:
+            raise _oserror(
+                errno.ENOMEM,
+                "shmget",
+                f"{pages} {kb} kB huge pages asked, {max(unreserved, 0)} free and unreserved, "
+                f"{allowed} free on the allowed nodes",
+            )
 
     def shmat(self, shmid: int, flags: int = 0) -> int:
         self._maybe_fail("shmat")

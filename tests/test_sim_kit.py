@@ -100,3 +100,93 @@ def test_sim_sparse_above_is_the_limit():
     assert s.kernel.objects["big"].sparse
     assert nusim.SPARSE_ABOVE == 256 * MiB
     assert sim("single-node").kernel.sparse_above == nusim.SPARSE_ABOVE
+
+
+# -- huge page sizes ------------------------------------------------------------------
+
+HUGE_1G = "/sys/devices/system/node/node{}/hugepages/hugepages-1048576kB/free_hugepages"
+ALL_1G = "/sys/kernel/mm/hugepages/hugepages-1048576kB/{}_hugepages"
+
+
+def _free_1g(s):
+    return [int(s.read_text(HUGE_1G.format(n))) for n in (0, 1)]
+
+
+def _huge_flags(shift):
+    return nusim.IPC_CREAT | 0o600 | nusim.SHM_HUGETLB | (shift << nusim.SHM_HUGE_SHIFT)
+
+
+def test_sim_1g_region_takes_1g_pages_from_its_node():
+    s = sim("dual-socket-8gpu")  # 1 GiB pages: 30 free of 32 on each node
+    free_2m = s.read_text(HUGE_1G.format(1).replace("1048576", "2048"))
+    assert _free_1g(s) == [30, 30]
+    r = nu.SharedRegion.create("g", 3 * GiB, hugepages="1G", policy="bind", nodes=[1], backend=s)
+    used = r._mapped // GiB  # the data's pages and the identity record's
+    assert r.page_size == GiB and used >= 3
+    assert _free_1g(s) == [30, 30 - used]
+    assert s.read_text(ALL_1G.format("free")) == f"{60 - used}\n"
+    assert s.read_text(ALL_1G.format("resv")) == "0\n"  # all faulted: none left reserved
+    assert s.read_text(HUGE_1G.format(1).replace("1048576", "2048")) == free_2m
+    line = next(x for x in s.render_numa_maps().splitlines() if x.startswith(f"{r.address:08x} "))
+    assert " huge " in line and " N1=3 " in line and "kernelpagesize_kB=1048576" in line, line
+    # A huge VMA splits at huge page boundaries only.
+    with pytest.raises(OSError) as e:
+        nu.mbind(r.address + 512 * MiB, GiB, nu.Mode.BIND, [0], backend=s)
+    assert e.value.errno == 22
+    # move_pages moves a 1 GiB page between the 1 GiB pools, not the base pages.
+    base = dict(s.kernel.free_pages)
+    assert nu.move_pages(0, [r.address], [0], backend=s) == [0]
+    assert _free_1g(s) == [29, 31 - used]
+    assert s.kernel.free_pages == base
+    r.remove()
+    r.close()
+    assert _free_1g(s) == [30, 30]
+
+
+def test_sim_shm_hugetlb_size_flag_rounds_up_and_reserves():
+    s = sim("dual-socket-8gpu")
+    shmid = s.shmget(0, GiB + 1, _huge_flags(30))  # rounded up to two 1 GiB pages
+    assert s.shm_stat(shmid).size == GiB + 1  # shm_segsz keeps the size asked
+    assert s.read_text(ALL_1G.format("resv")) == "2\n"
+    assert s.read_text(ALL_1G.format("free")) == "60\n"  # reserved is still free
+    addr = s.shmat(shmid)
+    assert addr % GiB == 0
+    s.touch(addr, 1)
+    assert s.read_text(ALL_1G.format("resv")) == "1\n"  # a fault uses a reserved page
+    s.touch(addr + GiB, 1)
+    assert s.read_text(ALL_1G.format("resv")) == "0\n"
+    assert sum(_free_1g(s)) == 58
+    s.shmdt(addr)
+    s.shm_rmid(shmid)
+    assert _free_1g(s) == [30, 30]
+    # Reservations count across segments: 40 of 60 free pages, then 40 more fails.
+    first = s.shmget(0, 40 * GiB, _huge_flags(30))
+    with pytest.raises(OSError) as e:
+        s.shmget(0, 40 * GiB, _huge_flags(30))
+    assert e.value.errno == 12 and "20 free and unreserved" in str(e.value)
+    s.shm_rmid(first)  # never attached: its reservation goes back
+    assert s.read_text(ALL_1G.format("resv")) == "0\n"
+    s.shm_rmid(s.shmget(0, 40 * GiB, _huge_flags(30)))
+    # A process allowed only node 0 (30 free) cannot reserve 40.
+    with pytest.raises(OSError) as e:
+        s.process(mems_allowed=[0]).shmget(0, 40 * GiB, _huge_flags(30))
+    assert e.value.errno == 12
+
+
+def test_sim_shm_hugetlb_default_and_unknown_sizes():
+    # No size in the flags: the machine's default (Hugepagesize), 512 MiB on GH200.
+    g = sim("gh200", arch="aarch64")
+    assert "Hugepagesize:     524288 kB" in g.read_text("/proc/meminfo")
+    addr = g.shmat(g.shmget(0, 600 * MiB, _huge_flags(0)))
+    g.touch(addr, 600 * MiB)
+    line = next(x for x in g.render_numa_maps().splitlines() if x.startswith(f"{addr:08x} "))
+    assert "kernelpagesize_kB=524288" in line and " N0=2 " in line, line
+    assert "HugePages_Rsvd:        0" in g.read_text("/proc/meminfo")
+    s = sim("dual-socket-8gpu")
+    with pytest.raises(OSError) as e:  # no 32 MiB hstate on x86: EINVAL
+        s.shmget(0, 64 * MiB, _huge_flags(25))
+    assert e.value.errno == 22
+    one = sim("single-node")  # a 1 GiB hstate with no pages: the reservation fails
+    with pytest.raises(OSError) as e:
+        one.shmget(0, GiB, _huge_flags(30))
+    assert e.value.errno == 12
