@@ -447,29 +447,40 @@ class _Runs:
     def runs(self, start: int, stop: int) -> List[Tuple[int, int, int]]:
         """[start, stop) as (start, end, value) runs."""
         stop = min(stop, self.size)
-        out = []
-        i = bisect.bisect_right(self.starts, start) - 1
-        while start < stop:
-            end = self.starts[i + 1] if i + 1 < len(self.starts) else self.size
-            end = min(end, stop)
-            out.append((start, end, self.vals[i]))
-            start = end
-            i += 1
-        return out
+        if start >= stop:
+            return []
+        first = bisect.bisect_right(self.starts, start) - 1  # the run holding start
+        past = bisect.bisect_left(self.starts, stop)  # the first run from stop on
+        edges = [start] + self.starts[first + 1 : past] + [stop]
+        return list(zip(edges, edges[1:], self.vals[first:past]))
 
     def fill(self, start: int, stop: int, value: int) -> None:
         """Set [start, stop) to ``value``."""
-        if start >= stop:
-            return
+        if start < stop:
+            self._splice(start, stop, [start], [value])
+
+    def assign(self, start: int, values: List[int]) -> None:
+        """Set [start, start + len(values)) to ``values`` (one splice, not one per
+        value: a run of pages faulted at once)."""
+        starts: List[int] = []
+        vals: List[int] = []
+        for i, value in enumerate(values):
+            if not vals or vals[-1] != value:
+                starts.append(start + i)
+                vals.append(value)
+        if vals:
+            self._splice(start, start + len(values), starts, vals)
+
+    def _splice(self, start: int, stop: int, starts: List[int], vals: List[int]) -> None:
+        """Replace [start, stop) by the runs ``starts``/``vals`` (starts[0] == start)."""
         first = bisect.bisect_left(self.starts, start)  # runs from here on are
         past = bisect.bisect_right(self.starts, stop)  # replaced up to here
-        starts, vals = [start], [value]
         if stop < self.size:
             after = self.vals[past - 1]  # the value at stop, kept
-            if after != value:
+            if after != vals[-1]:
                 starts.append(stop)
                 vals.append(after)
-        if first > 0 and self.vals[first - 1] == value:
+        if first > 0 and self.vals[first - 1] == vals[0]:
             del starts[0], vals[0]  # one run with the one before
         self.starts[first:past] = starts
         self.vals[first:past] = vals
@@ -677,8 +688,11 @@ class _SimFile(_Record):
 
 
 # Objects larger than this many bytes are sparse (_SimObject): reserved address
-# space, per-page state as runs.  SimulatedBackend(sparse_above=...) sets it.
-SPARSE_ABOVE = 256 << 20
+# space, per-page state as runs.  SimulatedBackend(sparse_above=...) sets it.  Up to
+# it, flat arrays (8 bytes a page: 4 MiB at 2 GiB) keep faulting and numa_maps of
+# the 1 GiB regions most tests make fast; above it, an interleaved range costs one
+# run per faulted page.
+SPARSE_ABOVE = 2 << 30
 
 
 class _SimKernel:
@@ -789,7 +803,7 @@ class SimulatedBackend(Backend):
     kernel built without CONFIG_NUMA (every policy syscall ENOSYS, no numa_maps).
     ``process()`` gives another process on the same kernel (shared objects, free
     memory).  Shared memory objects larger than ``sparse_above`` bytes (default
-    SPARSE_ABOVE, 256 MiB) are sparse: address space only, real memory for the
+    SPARSE_ABOVE, 2 GiB) are sparse: address space only, real memory for the
     pages touched for real, placement still page by page (kept as runs), so a
     test can make an engine's 32 GiB region on a smaller host.  Policies,
     first-touch, interleave by page offset, bind, preferred, spill to the nearest
@@ -827,6 +841,8 @@ class SimulatedBackend(Backend):
                 f"{', '.join(_MODELS)}, not {_nu.__version__} "
                 f"({_nu.__file__}): copy both from one release"
             )
+        if isinstance(sparse_above, bool) or not isinstance(sparse_above, int) or sparse_above < 0:
+            raise ValueError(f"sparse_above={sparse_above!r}: a size in bytes, an int >= 0")
         self.root = os.path.abspath(root)
         self._files = LinuxBackend(open_tree(self.root))
         bits = 32 if arch in ("i386", "i686", "arm", "armv7l", "x32") else 64
@@ -1461,8 +1477,9 @@ class SimulatedBackend(Backend):
         ] or [first]
         for m in gone:
             if m.obj is not None and m.obj.sparse:
-                for a, end, _, _, count in self._mapped_runs(m, 0, len(m.mapped)):
-                    m.obj.mapcount.fill(m.obj_page + a, m.obj_page + end, count - 1)
+                mc = m.obj.mapcount
+                for a, end, count in self._mapped_runs(m, mc, 0, len(m.mapped)):
+                    mc.fill(a, end, count - 1)
             elif m.obj is not None and m.mapped is not None:
                 mc = m.obj.mapcount
                 for idx in (i for i, f in enumerate(m.mapped) if f):
@@ -1605,24 +1622,18 @@ class SimulatedBackend(Backend):
         return self.pages.get(page - page % self.page_size)
 
     def _mapped_runs(
-        self, mp: _SimMapping, i0: int, i1: int
-    ) -> List[Tuple[int, int, int, int, int]]:
-        """Pages [i0, i1) of a sparse object's mapping ``mp`` (indices into the
-        mapping) that it maps, as runs: (start, end, node, dirty, mapcount)."""
-        obj = mp.obj
-        assert obj is not None and mp.mapped is not None
+        self, mp: _SimMapping, seq: _Runs, i0: int, i1: int
+    ) -> List[Tuple[int, int, int]]:
+        """The runs of ``seq`` (a sparse object's node, dirty or mapcount) over the
+        pages of [i0, i1) (indices into the mapping) that mapping ``mp`` maps:
+        (start, end, value), indices into the object."""
+        assert mp.mapped is not None
         base = mp.obj_page
+        i1 = min(i1, len(seq) - base)  # remove_object emptied it: nothing
         out = []
         for a, end, flag in mp.mapped.runs(i0, i1):
-            if not flag:
-                continue
-            cuts = {a, end}
-            for seq in (obj.node, obj.dirty, obj.mapcount):
-                cuts.update(p - base for p, _, _ in seq.runs(base + a, base + end))
-            edges = sorted(cuts)
-            for p, q in zip(edges, edges[1:]):
-                key = base + p
-                out.append((p, q, obj.node[key], obj.dirty[key], obj.mapcount[key]))
+            if flag:
+                out += seq.runs(base + a, base + end)
         return out
 
     def _all_pages(self) -> Iterator[Tuple[int, int]]:
@@ -1631,10 +1642,10 @@ class SimulatedBackend(Backend):
             if mp.obj is None or mp.mapped is None:
                 continue
             if mp.obj.sparse:
-                for a, end, node, _, _ in self._mapped_runs(mp, 0, len(mp.mapped)):
-                    for idx in range(a, end):
+                for a, end, node in self._mapped_runs(mp, mp.obj.node, 0, len(mp.mapped)):
+                    for key in range(a, end):
                         if node >= 0:
-                            yield mp.start + idx * mp.page, node
+                            yield mp.start + (key - mp.obj_page) * mp.page, node
                 continue
             for idx, flag in enumerate(mp.mapped):
                 if flag:
@@ -1697,11 +1708,12 @@ class SimulatedBackend(Backend):
         out = []
         i0 = (max(start, mp.start) - mp.start) // mp.page
         i1 = (min(end, mp.end) - mp.start + mp.page - 1) // mp.page
-        for a, z, node, _, _ in self._mapped_runs(mp, i0, i1):
+        assert mp.obj is not None
+        for a, z, node in self._mapped_runs(mp, mp.obj.node, i0, i1):
             if node < 0:
                 continue
-            for idx in range(a, z):
-                page = mp.start + idx * mp.page
+            for key in range(a, z):
+                page = mp.start + (key - mp.obj_page) * mp.page
                 if pol.mode in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
                     if node != want[self._ilx(page) % len(want)]:
                         out.append(page)
@@ -1768,30 +1780,87 @@ class SimulatedBackend(Backend):
                 if pol is not None and pol.mode in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE)
                 else None
             )
+            if obj.sparse:
+                self._fault_runs(mp, a, z, pol, il, write)
+                continue
             cached: Optional[int] = None
             for key in range(a, z):
                 if nodes[key] < 0:
-                    node: Optional[int]
-                    if il is not None:
-                        want = il[key % len(il)]
-                        node = want if free.get(want, 0) > 0 else self._alloc(pol, key, free)
-                    elif cached is not None and free.get(cached, 0) > 0:
-                        node = cached
-                    else:
-                        node = cached = self._alloc(pol, key, free)
-                    if node is None:
-                        raise _oserror(errno.ENOMEM, "page fault", "simulated OOM")
-                    k.charge(obj, 1)
-                    if obj.resv:
-                        k.reserve(obj, -1)
-                    nodes[key] = node
-                    free[node] = free.get(node, 0) - 1
+                    nodes[key] = cached = self._place(obj, key, pol, il, free, cached)
                 if write:
                     dirty[key] = 1
                 idx = key - base
                 if not mapped[idx]:
                     mapped[idx] = 1
                     mc[key] += 1
+
+    def _place(
+        self,
+        obj: _SimObject,
+        key: int,
+        pol: Optional[_Pol],
+        il: Optional[List[int]],
+        free: Dict[int, int],
+        cached: Optional[int],
+    ) -> int:
+        """The node new page ``key`` of ``obj`` goes to, taken from ``free`` and
+        charged: by ``il`` (an interleave period), else ``cached`` (the node of the
+        page before) while it has room, else _alloc."""
+        node: Optional[int]
+        if il is not None:
+            want = il[key % len(il)]
+            node = want if free.get(want, 0) > 0 else self._alloc(pol, key, free)
+        elif cached is not None and free.get(cached, 0) > 0:
+            node = cached
+        else:
+            node = self._alloc(pol, key, free)
+        if node is None:
+            raise _oserror(errno.ENOMEM, "page fault", "simulated OOM")
+        self.kernel.charge(obj, 1)
+        if obj.resv:
+            self.kernel.reserve(obj, -1)
+        free[node] = free.get(node, 0) - 1
+        return node
+
+    def _fault_runs(
+        self,
+        mp: _SimMapping,
+        a: int,
+        z: int,
+        pol: Optional[_Pol],
+        il: Optional[List[int]],
+        write: bool,
+    ) -> None:
+        """_fault_object's pages [a, z) (object indices) of a sparse object: each
+        run of unfaulted pages gets its nodes in one splice, then the flags of the
+        pages faulted (all, or those before a page that failed) are set by range."""
+        obj = mp.obj
+        assert obj is not None and mp.mapped is not None
+        free = self.kernel.pool(obj.page)
+        base = mp.obj_page
+        done = a
+        try:
+            for p, q, held in obj.node.runs(a, z):
+                new: List[int] = []
+                try:
+                    cached: Optional[int] = None
+                    for key in range(p, q):
+                        if held >= 0:
+                            break
+                        cached = self._place(obj, key, pol, il, free, cached)
+                        new.append(cached)
+                finally:
+                    obj.node.assign(p, new)
+                    done = p + len(new) if held < 0 else q
+        finally:
+            if write:
+                obj.dirty.fill(a, done, 1)
+            for p, q, flag in mp.mapped.runs(a - base, done - base):
+                if flag:
+                    continue  # mapped here already
+                for r0, r1, count in obj.mapcount.runs(base + p, base + q):
+                    obj.mapcount.fill(r0, r1, count + 1)
+            mp.mapped.fill(a - base, done - base, 1)
 
     def _fault(self, page: int, write: bool = True) -> None:
         mp = self._mapping_at(page)
@@ -2264,13 +2333,13 @@ class SimulatedBackend(Backend):
         assert obj is not None and mp.mapped is not None
         if obj.sparse:
             counts: Dict[int, int] = collections.Counter()
-            dirty = mapmax = 0
-            for a, z, node, flag, maps in self._mapped_runs(mp, 0, len(mp.mapped)):
+            every = len(mp.mapped)
+            for a, z, node in self._mapped_runs(mp, obj.node, 0, every):
                 if node >= 0:
                     counts[node] += z - a
-                dirty += flag * (z - a)
-                mapmax = max(mapmax, maps)
-            return counts, dirty, mapmax
+            dirty = sum((z - a) * flag for a, z, flag in self._mapped_runs(mp, obj.dirty, 0, every))
+            maps = self._mapped_runs(mp, obj.mapcount, 0, every)
+            return counts, dirty, max((count for _, _, count in maps), default=0)
         a, z = mp.obj_page, mp.obj_page + len(mp.mapped)
         sel = mp.mapped
         counts = collections.Counter(compress(obj.node[a:z], sel))

@@ -84,8 +84,8 @@ def test_sim_sparse_objects_model_pages_as_dense_ones_do():
         out += [dict(s.kernel.free_pages), s.read_text("/proc/sysvipc/shm")]
         b.munmap(addr, 8 * MiB)
         out += [a.render_numa_maps(), b.render_numa_maps()]
-        a.remove_object("obj")
-        return out + [dict(s.kernel.free_pages)]
+        a.remove_object("obj")  # still mapped by a: its pages are gone
+        return out + [dict(s.kernel.free_pages), a.render_numa_maps()]
 
     dense, sparse = run(1 << 40), run(0)
     assert sparse == dense
@@ -98,8 +98,11 @@ def test_sim_sparse_above_is_the_limit():
     assert small and big
     assert not s.kernel.objects["small"].sparse
     assert s.kernel.objects["big"].sparse
-    assert nusim.SPARSE_ABOVE == 256 * MiB
+    assert nusim.SPARSE_ABOVE == 2 * GiB
     assert sim("single-node").kernel.sparse_above == nusim.SPARSE_ABOVE
+    for bad in (-1, "1G", 1.5, True):
+        with pytest.raises(ValueError, match="sparse_above"):
+            sim("single-node", sparse_above=bad)
 
 
 # -- huge page sizes ------------------------------------------------------------------
