@@ -17,6 +17,7 @@ vendored as ``pkg.numa_utils_sim``, else the top-level ``numa_utils``.
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import errno
 import os
@@ -423,11 +424,96 @@ class _Intervals:
         return [(a, z, self.get(a)) for a, z in zip(edges, edges[1:])]
 
 
+class _Runs:
+    """A per-page sequence of ints held as runs of one value: a sparse object's node,
+    dirty and mapcount and its mappings' mapped flags, so that memory goes by runs,
+    not by pages (a 32 GiB object bound to one node, touched or not, is a few runs).
+    Read and written by index and sliced as the flat arrays are; ``runs`` and
+    ``fill`` work a range at a time."""
+
+    __slots__ = ("size", "starts", "vals")
+
+    def __init__(self, size: int, value: int) -> None:
+        self.size = size
+        self.starts: List[int] = [0] if size else []  # where each run begins
+        self.vals: List[int] = [value] if size else []  # never two equal in a row
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, slice):
+            start, stop, _ = key.indices(self.size)
+            part = _Runs(max(stop - start, 0), 0)
+            part.starts, part.vals = [], []
+            for a, _, value in self.runs(start, stop):
+                part.starts.append(a - start)
+                part.vals.append(value)
+            return part
+        if not 0 <= key < self.size:
+            raise IndexError(key)
+        return self.vals[bisect.bisect_right(self.starts, key) - 1]
+
+    def __setitem__(self, key: int, value: int) -> None:
+        self.fill(key, key + 1, value)
+
+    def runs(self, start: int, stop: int) -> List[Tuple[int, int, int]]:
+        """[start, stop) as (start, end, value) runs."""
+        stop = min(stop, self.size)
+        if start >= stop:
+            return []
+        first = bisect.bisect_right(self.starts, start) - 1  # the run holding start
+        past = bisect.bisect_left(self.starts, stop)  # the first run from stop on
+        edges = [start] + self.starts[first + 1 : past] + [stop]
+        return list(zip(edges, edges[1:], self.vals[first:past]))
+
+    def fill(self, start: int, stop: int, value: int) -> None:
+        """Set [start, stop) to ``value``."""
+        if start < stop:
+            self._splice(start, stop, [start], [value])
+
+    def assign(self, start: int, values: List[int]) -> None:
+        """Set [start, start + len(values)) to ``values`` (one splice, not one per
+        value: a run of pages faulted at once)."""
+        starts: List[int] = []
+        vals: List[int] = []
+        for i, value in enumerate(values):
+            if not vals or vals[-1] != value:
+                starts.append(start + i)
+                vals.append(value)
+        if vals:
+            self._splice(start, start + len(values), starts, vals)
+
+    def _splice(self, start: int, stop: int, starts: List[int], vals: List[int]) -> None:
+        """Replace [start, stop) by the runs ``starts``/``vals`` (starts[0] == start)."""
+        first = bisect.bisect_left(self.starts, start)  # runs from here on are
+        past = bisect.bisect_right(self.starts, stop)  # replaced up to here
+        if stop < self.size:
+            after = self.vals[past - 1]  # the value at stop, kept
+            if after != vals[-1]:
+                starts.append(stop)
+                vals.append(after)
+        if first > 0 and self.vals[first - 1] == vals[0]:
+            del starts[0], vals[0]  # one run with the one before
+        self.starts[first:past] = starts
+        self.vals[first:past] = vals
+
+
 # Simulated shmids and fds start past INT_MAX: the kernel's ipc ids and fds are ints
 # >= 0, and either truncated to the syscall's int is negative, so a real shmctl, shmat,
 # close or mmap handed one fails (EINVAL, EBADF) and never reaches a host object;
 # Python's os functions refuse them (OverflowError).  Still >= 0, as real ones are.
 _SIM_ID_BASE = 1 << 31
+
+
+def _map_noreserve() -> int:
+    """MAP_NORESERVE on this host (not every Python's mmap module names it)."""
+    machine = os.uname().machine
+    if machine.startswith(("ppc", "sparc")):
+        return 0x40
+    if machine.startswith("mips"):
+        return 0x400
+    return 0x4000
 
 
 class _SimObject:
@@ -436,6 +522,9 @@ class _SimObject:
 
     Per-page state is kept in flat arrays (node id or -1, dirty flag, how many page
     tables map the page), so a 1 GiB object (262,144 pages) renders in milliseconds.
+    A ``sparse`` object (larger than the kernel's ``sparse_above``) keeps them as
+    runs (_Runs) and its memory as a MAP_NORESERVE mapping: only the pages touched
+    for real (a record, a test's data) take memory, however large it is.
     """
 
     def __init__(
@@ -446,17 +535,18 @@ class _SimObject:
         *,
         shared_policy: bool = True,
         path: Optional[str] = None,
+        sparse: bool = False,
     ) -> None:
-        import array
-
         self.name = name
         self.size = size
         self.page = page
         self.npages = (size + page - 1) // page
         self.policy = _Intervals()  # by page index
-        self.node = array.array("h", [-1]) * self.npages  # page index -> node, -1
-        self.dirty = bytearray(self.npages)
-        self.mapcount = array.array("i", [0]) * self.npages
+        self.sparse = sparse
+        self.node: Any = None  # page index -> node, -1 (array or _Runs)
+        self.dirty: Any = None
+        self.mapcount: Any = None
+        self.new_pages()
         # hugetlbfs has no shared policy (no set_policy vm op): the policy lives in
         # each process's VMA, which is why every attacher must mbind its own mapping.
         self.shared_policy = shared_policy
@@ -464,14 +554,52 @@ class _SimObject:
         self.deleted = False
         self.backing: Optional[Any] = None  # real memory standing in for it
         self.thp = False  # MADV_HUGEPAGE given and honoured
+        self.resv = 0  # huge pages reserved for it, not faulted yet
+
+    def new_pages(self) -> None:
+        """Fresh per-page state for ``npages`` pages, none faulted yet."""
+        import array
+
+        if self.sparse:
+            self.node = _Runs(self.npages, -1)
+            self.dirty = _Runs(self.npages, 0)
+            self.mapcount = _Runs(self.npages, 0)
+            return
+        self.node = array.array("h", [-1]) * self.npages
+        self.dirty = bytearray(self.npages)
+        self.mapcount = array.array("i", [0]) * self.npages
+
+    def new_flags(self) -> Any:
+        """A mapping's per-page "mapped" flags, all clear."""
+        if self.sparse:
+            return _Runs(self.npages, 0)
+        return bytearray(self.npages)
+
+    def resident(self) -> int:
+        """How many of its pages are allocated."""
+        if self.sparse:
+            return sum(end - a for a, end, n in self.node.runs(0, self.npages) if n >= 0)
+        return sum(1 for n in self.node if n >= 0)
 
     def address(self) -> int:
         """Where the object's memory is, aligned to its page size as the kernel
         aligns every mapping (the host's pages may be smaller than simulated ones)."""
         import mmap as _mmap
 
+        length = max(self.npages, 1) * self.page + self.page
+        if self.backing is None and self.sparse:
+            flags = _mmap.MAP_SHARED | _map_noreserve()
+            try:
+                self.backing = _mmap.mmap(-1, length, flags=flags)
+            except OSError as e:
+                raise _oserror(
+                    e.errno or errno.ENOMEM,
+                    "map_object",
+                    f"simulated: no address space for a sparse {_fmt_size(length)}B object "
+                    "(vm.overcommit_memory=2 commits MAP_NORESERVE too)",
+                ) from None
         if self.backing is None:
-            self.backing = _mmap.mmap(-1, max(self.npages, 1) * self.page + self.page)
+            self.backing = _mmap.mmap(-1, length)
         base = _buffer_address(self.backing)
         return (base + self.page - 1) // self.page * self.page
 
@@ -484,6 +612,13 @@ class _SimObject:
 
     def free_pages(self, kernel: _SimKernel) -> None:
         pool = kernel.pool(self.page)
+        kernel.reserve(self, -self.resv)
+        if self.sparse:
+            for a, end, n in self.node.runs(0, len(self.node)):
+                if n >= 0:
+                    pool[n] = pool.get(n, 0) + end - a
+                    kernel.charge(self, a - end)
+            return
         for n in self.node:
             if n >= 0:
                 pool[n] = pool.get(n, 0) + 1
@@ -512,7 +647,7 @@ class _SimMapping:
         obj: Optional[_SimObject] = None,
         obj_page: int = 0,
         label: Optional[str] = "",
-        mapped: Optional[bytearray] = None,
+        mapped: Any = None,
         policy: Optional[_Intervals] = None,
         page: int = 0,
         attach_id: int = 0,
@@ -522,7 +657,7 @@ class _SimMapping:
         self.obj = obj  # shared object, or None: private anon
         self.obj_page = obj_page  # page index in obj at ``start``
         self.label = label  # numa_maps "file=..."; None: the object's
-        self.mapped = mapped  # shared: pages in this page table
+        self.mapped = mapped  # shared: pages in this page table (bytearray, _Runs)
         self.policy = policy  # per-VMA policy of a hugetlb mapping
         self.page = page  # page size (hugetlb: the huge size)
         self.attach_id = attach_id  # one shmat/mmap call (for unmapping)
@@ -563,6 +698,14 @@ class _SimFile(_Record):
     uid: int
     gid: int
     obj: _SimObject
+
+
+# Objects larger than this many bytes are sparse (_SimObject): reserved address
+# space, per-page state as runs.  SimulatedBackend(sparse_above=...) sets it.  Up to
+# it, flat arrays (8 bytes a page: 4 MiB at 2 GiB) keep faulting and numa_maps of
+# the 1 GiB regions most tests make fast; above it, an interleaved range costs one
+# run per faulted page.
+SPARSE_ABOVE = 2 << 30
 
 
 class _SimKernel:
@@ -609,6 +752,35 @@ class _SimKernel:
         self.cgroup: Dict[str, int] = {}
         self.charged: Dict[str, int] = {}
         self.shm_size: Optional[int] = None
+        self.sparse_above = SPARSE_ABOVE  # objects larger than this are sparse
+        # The machine's huge page sizes (kB; its hstates: the hugepages-<kB>kB
+        # folders) and the default one, which SHM_HUGETLB without a size gets; pages
+        # reserved and not yet faulted, per size (resv_hugepages).
+        self.huge_sizes = frozenset(self.huge_free)
+        self.huge_default_kb = 2048
+        self.huge_resv: Dict[int, int] = {}
+
+    def sparse(self, size: int) -> bool:
+        return size > self.sparse_above
+
+    def read_huge_sizes(self, files: Backend) -> None:
+        """The huge page sizes and the default one, as the saved machine has them."""
+        listed = (
+            files.listdir("/sys/kernel/mm/hugepages")
+            if files.exists("/sys/kernel/mm/hugepages")
+            else []
+        )
+        kbs = [int(d[10:-2]) for d in listed if re.fullmatch(r"hugepages-\d+kB", d)]
+        self.huge_sizes = frozenset(kbs) | frozenset(self.huge_free)
+        meminfo = _nu.parse_meminfo(files.read_optional("/proc/meminfo") or "")
+        self.huge_default_kb = meminfo.get("Hugepagesize", 2048)
+
+    def reserve(self, obj: _SimObject, pages: int) -> None:
+        """Huge pages reserved for ``obj`` (pages < 0: given back, or used by faults)."""
+        kb = obj.page // 1024
+        pages = max(pages, -obj.resv)
+        obj.resv += pages
+        self.huge_resv[kb] = self.huge_resv.get(kb, 0) + pages
 
     def pool(self, page: int) -> Dict[int, int]:
         return self.free_pages if page == self.page else self.huge_free.setdefault(page // 1024, {})
@@ -643,9 +815,13 @@ class SimulatedBackend(Backend):
     default seccomp profile, ENOSYS, EINVAL, ENOMEM ...).  ``numa=False`` models a
     kernel built without CONFIG_NUMA (every policy syscall ENOSYS, no numa_maps).
     ``process()`` gives another process on the same kernel (shared objects, free
-    memory).  Policies, first-touch, interleave by page offset, bind, preferred,
-    spill to the nearest node when one is full, and the cpuset are modelled; the
-    placement is rendered as /proc/self/numa_maps.
+    memory).  Shared memory objects larger than ``sparse_above`` bytes (default
+    SPARSE_ABOVE, 2 GiB) are sparse: address space only, real memory for the
+    pages touched for real, placement still page by page (kept as runs), so a
+    test can make an engine's 32 GiB region on a smaller host.  Policies,
+    first-touch, interleave by page offset, bind, preferred, spill to the nearest
+    node when one is full, and the cpuset are modelled; the placement is rendered
+    as /proc/self/numa_maps.
     """
 
     is_live = False
@@ -669,6 +845,7 @@ class SimulatedBackend(Backend):
         weighted_interleave: Optional[bool] = None,
         cgroup: Optional[Mapping[str, int]] = None,
         shm_size: Optional[int] = None,
+        sparse_above: int = SPARSE_ABOVE,
         _kernel: Optional[_SimKernel] = None,
     ) -> None:
         if ".".join(_nu.__version__.split(".")[:2]) not in _MODELS:
@@ -677,6 +854,8 @@ class SimulatedBackend(Backend):
                 f"{', '.join(_MODELS)}, not {_nu.__version__} "
                 f"({_nu.__file__}): copy both from one release"
             )
+        if isinstance(sparse_above, bool) or not isinstance(sparse_above, int) or sparse_above < 0:
+            raise ValueError(f"sparse_above={sparse_above!r}: a size in bytes, an int >= 0")
         self.root = os.path.abspath(root)
         self._files = LinuxBackend(open_tree(self.root))
         bits = 32 if arch in ("i386", "i686", "arm", "armv7l", "x32") else 64
@@ -698,6 +877,8 @@ class SimulatedBackend(Backend):
                 if weighted_interleave and not _kernel.wi_weights:
                     _kernel.wi_weights = {n: 1 for n in topo.possible_nodes}
             _kernel.cgroup, _kernel.shm_size = dict(cgroup or {}), shm_size
+            _kernel.sparse_above = sparse_above
+            _kernel.read_huge_sizes(self._files)
         self.kernel = _kernel
         topo = _kernel.topo
         self.pid = _kernel.next_pid
@@ -816,6 +997,16 @@ class SimulatedBackend(Backend):
         )
         if m and m.group(3):
             return f"{k.huge_free.get(int(m.group(3)), {}).get(int(m.group(1)), 0)}\n"
+        g = re.match(r"^/sys/kernel/mm/hugepages/hugepages-(\d+)kB/(free|resv)_hugepages$", path)
+        if g and int(g.group(1)) in k.huge_sizes:
+            return f"{self._huge_count(int(g.group(1)), g.group(2))}\n"
+        if path == "/proc/meminfo":
+            kb = k.huge_default_kb
+            return re.sub(
+                r"(?m)^HugePages_(Free|Rsvd):(\s+)\d+",
+                lambda x: f"HugePages_{x.group(1)}:{x.group(2)}{self._huge_count(kb, x.group(1))}",
+                self._files.read_text(path),
+            )
         if m:
             free = k.free_pages.get(int(m.group(1)), 0) * k.page // 1024
             return re.sub(
@@ -829,6 +1020,13 @@ class SimulatedBackend(Backend):
                 return "true\n" if self.kernel.wi_auto else "false\n"
             return f"{self._il_w(int(leaf[4:]))}\n"
         return self._files.read_text(path)
+
+    def _huge_count(self, kb: int, which: str) -> int:
+        """Free (all nodes) or reserved huge pages of ``kb`` kB, as the kernel counts
+        them in /sys/kernel/mm/hugepages and /proc/meminfo."""
+        if which.lower() == "free":
+            return sum(self.kernel.huge_free.get(kb, {}).values())
+        return self.kernel.huge_resv.get(kb, 0)
 
     def _wi_leaf(self, path: str) -> str:
         """The weighted_interleave file ``path`` names; ENOENT when the simulated
@@ -1082,7 +1280,7 @@ class SimulatedBackend(Backend):
             misplaced = self._misplaced(start, end, pol)
             if flags & (MbindFlag.MOVE | MbindFlag.MOVE_ALL):
                 for addr in misplaced:
-                    self._move_page(addr, self._alloc(pol, self._ilx(addr)))
+                    self._move_page(addr, self._alloc(pol, self._ilx(addr), self._pool_at(addr)))
             elif misplaced:
                 raise _oserror(errno.EIO, "mbind", "MPOL_MF_STRICT: misplaced pages")
         return 0
@@ -1193,7 +1391,7 @@ class SimulatedBackend(Backend):
                 continue
             node = found
             if targets is not None and targets[i] != node:
-                if self.kernel.free_pages.get(targets[i], 0) <= 0:
+                if self._pool_at(page).get(targets[i], 0) <= 0:
                     out.append(-errno.ENOMEM)
                     continue
                 self._move_page(page, targets[i])
@@ -1260,7 +1458,9 @@ class SimulatedBackend(Backend):
             if not create:
                 raise _oserror(errno.ENOENT, "map_object", name)
             pg = page_size or self.page_size
-            obj = _SimObject(name, size, pg, shared_policy=pg == self.page_size, path=path)
+            obj = _SimObject(
+                name, size, pg, shared_policy=pg == self.page_size, path=path, sparse=k.sparse(size)
+            )
             k.objects[name] = obj
         addr = obj.address()
         first = self._find_mapping(addr)
@@ -1276,7 +1476,7 @@ class SimulatedBackend(Backend):
             obj,
             0,
             label,
-            bytearray(obj.npages),
+            obj.new_flags(),
             None if obj.shared_policy else _Intervals(),
             obj.page,
             k.next_attach,
@@ -1299,7 +1499,11 @@ class SimulatedBackend(Backend):
             if m.obj is not None and first.obj is not None and m.attach_id == first.attach_id
         ] or [first]
         for m in gone:
-            if m.obj is not None and m.mapped is not None:
+            if m.obj is not None and m.obj.sparse:
+                mc = m.obj.mapcount
+                for a, end, count in self._mapped_runs(m, mc, 0, len(m.mapped)):
+                    mc.fill(a, end, count - 1)
+            elif m.obj is not None and m.mapped is not None:
                 mc = m.obj.mapcount
                 for idx in (i for i, f in enumerate(m.mapped) if f):
                     mc[m.obj_page + idx] -= 1
@@ -1440,10 +1644,31 @@ class SimulatedBackend(Backend):
             return n if n >= 0 else None
         return self.pages.get(page - page % self.page_size)
 
+    def _mapped_runs(
+        self, mp: _SimMapping, seq: _Runs, i0: int, i1: int
+    ) -> List[Tuple[int, int, int]]:
+        """The runs of ``seq`` (a sparse object's node, dirty or mapcount) over the
+        pages of [i0, i1) (indices into the mapping) that mapping ``mp`` maps:
+        (start, end, value), indices into the object."""
+        assert mp.mapped is not None
+        base = mp.obj_page
+        i1 = min(i1, len(seq) - base)  # remove_object emptied it: nothing
+        out = []
+        for a, end, flag in mp.mapped.runs(i0, i1):
+            if flag:
+                out += seq.runs(base + a, base + end)
+        return out
+
     def _all_pages(self) -> Iterator[Tuple[int, int]]:
         yield from list(self.pages.items())
         for mp in list(self.mappings):
             if mp.obj is None or mp.mapped is None:
+                continue
+            if mp.obj.sparse:
+                for a, end, node in self._mapped_runs(mp, mp.obj.node, 0, len(mp.mapped)):
+                    for key in range(a, end):
+                        if node >= 0:
+                            yield mp.start + (key - mp.obj_page) * mp.page, node
                 continue
             for idx, flag in enumerate(mp.mapped):
                 if flag:
@@ -1454,30 +1679,64 @@ class SimulatedBackend(Backend):
     def _move_page(self, page: int, node: Optional[int]) -> None:
         if node is None:
             return
-        k = self.kernel
         mp = self._mapping_at(page)
+        pool = self._pool_at(page)
         old: Optional[int]
         if mp is not None and mp.obj is not None:
             key = mp.obj_page + (page - mp.start) // mp.page
-            old = mp.obj.node[key]
-            old = old if old >= 0 else None
+            held: int = mp.obj.node[key]
+            old = held if held >= 0 else None
             mp.obj.node[key] = node
         else:
             old = self.pages.get(page)
             self.pages[page] = node
         if old is not None:
-            k.free_pages[old] = k.free_pages.get(old, 0) + 1
-        k.free_pages[node] = k.free_pages.get(node, 0) - 1
+            pool[old] = pool.get(old, 0) + 1
+        pool[node] = pool.get(node, 0) - 1
+
+    def _pool_at(self, page: int) -> Dict[int, int]:
+        """The free pages a page at ``page`` comes from: its huge page size's pool in
+        a hugetlb mapping, else the base pages."""
+        mp = self._find_mapping(page)
+        if mp is not None and mp.obj is not None:
+            return self.kernel.pool(mp.obj.page)
+        return self.kernel.free_pages
 
     def _misplaced(self, start: int, end: int, pol: _Pol) -> List[int]:
         out = []
         want = self._il_period(pol)
         for mp in self._mappings_in(start, end):
             step = mp.page or self.page_size
+            if mp.obj is not None and mp.obj.sparse:
+                out += self._misplaced_sparse(mp, start, end, pol, want)
+                continue
             for page in range(max(start, mp.start), min(end, mp.end), step):
                 node = self._node_of_page(page)
                 if node is None:
                     continue
+                if pol.mode in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
+                    if node != want[self._ilx(page) % len(want)]:
+                        out.append(page)
+                elif (
+                    pol.mode in (Mode.BIND, Mode.PREFERRED, Mode.PREFERRED_MANY)
+                    and node not in pol.nodes
+                ):
+                    out.append(page)
+        return out
+
+    def _misplaced_sparse(
+        self, mp: _SimMapping, start: int, end: int, pol: _Pol, want: List[int]
+    ) -> List[int]:
+        """_misplaced in a sparse object's mapping: its faulted pages only."""
+        out = []
+        i0 = (max(start, mp.start) - mp.start) // mp.page
+        i1 = (min(end, mp.end) - mp.start + mp.page - 1) // mp.page
+        assert mp.obj is not None
+        for a, z, node in self._mapped_runs(mp, mp.obj.node, i0, i1):
+            if node < 0:
+                continue
+            for key in range(a, z):
+                page = mp.start + (key - mp.obj_page) * mp.page
                 if pol.mode in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
                     if node != want[self._ilx(page) % len(want)]:
                         out.append(page)
@@ -1544,28 +1803,87 @@ class SimulatedBackend(Backend):
                 if pol is not None and pol.mode in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE)
                 else None
             )
+            if obj.sparse:
+                self._fault_runs(mp, a, z, pol, il, write)
+                continue
             cached: Optional[int] = None
             for key in range(a, z):
                 if nodes[key] < 0:
-                    node: Optional[int]
-                    if il is not None:
-                        want = il[key % len(il)]
-                        node = want if free.get(want, 0) > 0 else self._alloc(pol, key, free)
-                    elif cached is not None and free.get(cached, 0) > 0:
-                        node = cached
-                    else:
-                        node = cached = self._alloc(pol, key, free)
-                    if node is None:
-                        raise _oserror(errno.ENOMEM, "page fault", "simulated OOM")
-                    k.charge(obj, 1)
-                    nodes[key] = node
-                    free[node] = free.get(node, 0) - 1
+                    nodes[key] = cached = self._place(obj, key, pol, il, free, cached)
                 if write:
                     dirty[key] = 1
                 idx = key - base
                 if not mapped[idx]:
                     mapped[idx] = 1
                     mc[key] += 1
+
+    def _place(
+        self,
+        obj: _SimObject,
+        key: int,
+        pol: Optional[_Pol],
+        il: Optional[List[int]],
+        free: Dict[int, int],
+        cached: Optional[int],
+    ) -> int:
+        """The node new page ``key`` of ``obj`` goes to, taken from ``free`` and
+        charged: by ``il`` (an interleave period), else ``cached`` (the node of the
+        page before) while it has room, else _alloc."""
+        node: Optional[int]
+        if il is not None:
+            want = il[key % len(il)]
+            node = want if free.get(want, 0) > 0 else self._alloc(pol, key, free)
+        elif cached is not None and free.get(cached, 0) > 0:
+            node = cached
+        else:
+            node = self._alloc(pol, key, free)
+        if node is None:
+            raise _oserror(errno.ENOMEM, "page fault", "simulated OOM")
+        self.kernel.charge(obj, 1)
+        if obj.resv:
+            self.kernel.reserve(obj, -1)
+        free[node] = free.get(node, 0) - 1
+        return node
+
+    def _fault_runs(
+        self,
+        mp: _SimMapping,
+        a: int,
+        z: int,
+        pol: Optional[_Pol],
+        il: Optional[List[int]],
+        write: bool,
+    ) -> None:
+        """_fault_object's pages [a, z) (object indices) of a sparse object: each
+        run of unfaulted pages gets its nodes in one splice, then the flags of the
+        pages faulted (all, or those before a page that failed) are set by range."""
+        obj = mp.obj
+        assert obj is not None and mp.mapped is not None
+        free = self.kernel.pool(obj.page)
+        base = mp.obj_page
+        done = a
+        try:
+            for p, q, held in obj.node.runs(a, z):
+                new: List[int] = []
+                try:
+                    cached: Optional[int] = None
+                    for key in range(p, q):
+                        if held >= 0:
+                            break
+                        cached = self._place(obj, key, pol, il, free, cached)
+                        new.append(cached)
+                finally:
+                    obj.node.assign(p, new)
+                    done = p + len(new) if held < 0 else q
+        finally:
+            if write:
+                obj.dirty.fill(a, done, 1)
+            for p, q, flag in mp.mapped.runs(a - base, done - base):
+                if flag:
+                    continue  # mapped here already
+                for r0, r1, count in obj.mapcount.runs(base + p, base + q):
+                    obj.mapcount.fill(r0, r1, count + 1)
+            mp.mapped.fill(a - base, done - base, 1)
 
     def _fault(self, page: int, write: bool = True) -> None:
         mp = self._mapping_at(page)
@@ -1610,12 +1928,35 @@ class SimulatedBackend(Backend):
             raise _oserror(err, "mincore")
         page, count = self.page_size, 0
         with self.kernel.lock:
-            for p in range(addr - addr % page, addr + length, page):
+            p = addr - addr % page
+            while p < addr + length:
                 mp = self._mapping_at(p)
+                if mp is not None and mp.obj is not None and mp.obj.sparse:
+                    stop = min(addr + length, mp.end)
+                    count += self._resident_base(mp, p, stop)
+                    p = stop
+                    continue
                 if mp is not None and mp.obj is not None:  # the object's pages
                     count += mp.obj.node[mp.obj_page + (p - mp.start) // mp.page] >= 0
                 else:
                     count += p in self.pages
+                p += page
+        return count
+
+    def _resident_base(self, mp: _SimMapping, start: int, stop: int) -> int:
+        """mincore's count of base pages in [start, stop) of a sparse object's
+        mapping: each allocated page (huge ones too) counts its base pages."""
+        obj = mp.obj
+        assert obj is not None
+        base = self.page_size
+        i0 = mp.obj_page + (start - mp.start) // mp.page
+        i1 = mp.obj_page + (stop - mp.start + mp.page - 1) // mp.page
+        count = 0
+        for a, z, node in obj.node.runs(i0, i1):
+            lo = max(start, mp.start + (a - mp.obj_page) * mp.page)
+            hi = min(stop, mp.start + (z - mp.obj_page) * mp.page)
+            if node >= 0 and hi > lo:
+                count += (hi - lo + base - 1) // base
         return count
 
     def madvise(self, addr: int, length: int, advice: int) -> None:
@@ -1735,25 +2076,53 @@ class SimulatedBackend(Backend):
             raise _oserror(errno.EINVAL, "shmget", "size 0")
         page = self.page_size
         if flags & SHM_HUGETLB:
-            shift = (flags >> SHM_HUGE_SHIFT) & 0x3F
-            page = 1 << shift if shift else 2 << 20
-            kb = page // 1024
-            hp = [n.hugepages.get(kb) for n in k.topo.nodes.values()]
-            if not any(h is not None and h.total for h in hp):
-                raise _oserror(errno.EINVAL, "shmget", f"no {kb} kB huge pages")
-            if sum(k.pool(page).values()) * page < size:
-                raise _oserror(errno.ENOMEM, "shmget", f"too few free {kb} kB huge pages")
+            page = self._huge_page(flags)
+            self._reserve_check(page, (size + page - 1) // page)
         k.next_shmid += 1
         shmid = _SIM_ID_BASE + k.next_shmid
         name = f"SYSV{key:08x}#{shmid}"
         self.kernel.objects[name] = obj = _SimObject(
-            name, size, page, shared_policy=page == self.page_size, path=f"/SYSV{key:08x}"
+            name,
+            size,
+            page,
+            shared_policy=page == self.page_size,
+            path=f"/SYSV{key:08x}",
+            sparse=k.sparse(size),
         )
         obj.deleted = True  # shm files are never linked anywhere
+        if page != self.page_size:
+            k.reserve(obj, obj.npages)
         k.shm[shmid] = _SimShm(
             key, shmid, size, flags & 0o777, self.uid, self.gid, self.uid, self.gid, self.pid, obj
         )
         return shmid
+
+    def _huge_page(self, flags: int) -> int:
+        """The huge page size SHM_HUGETLB ``flags`` ask for: log2 of it in the
+        SHM_HUGE_SHIFT bits, 0 for the machine's default size (ipc/shm.c newseg,
+        hstate_sizelog): a size the machine has no hstate for is EINVAL."""
+        shift = (flags >> SHM_HUGE_SHIFT) & 0x3F
+        k = self.kernel
+        kb = (1 << shift) // 1024 if shift else k.huge_default_kb
+        if kb not in k.huge_sizes:
+            raise _oserror(errno.EINVAL, "shmget", f"no {kb} kB huge page size on this machine")
+        return kb * 1024
+
+    def _reserve_check(self, page: int, pages: int) -> None:
+        """hugetlb_acct_memory: the pages must be free and not reserved by another
+        segment, and free on the nodes this process may use (allowed_mems_nr)."""
+        k = self.kernel
+        kb = page // 1024
+        pool = k.pool(page)
+        unreserved = sum(pool.values()) - k.huge_resv.get(kb, 0)
+        allowed = sum(pool.get(n, 0) for n in self.mems_allowed)
+        if pages > unreserved or pages > allowed:
+            raise _oserror(
+                errno.ENOMEM,
+                "shmget",
+                f"{pages} {kb} kB huge pages asked, {max(unreserved, 0)} free and unreserved, "
+                f"{allowed} free on the allowed nodes",
+            )
 
     def shmat(self, shmid: int, flags: int = 0) -> int:
         self._maybe_fail("shmat")
@@ -1821,7 +2190,7 @@ class SimulatedBackend(Backend):
         for seg in sorted(self.kernel.shm.values(), key=lambda s: s.shmid):
             key = 0 if seg.dest else seg.key
             key = key - (1 << 32) if key >= 1 << 31 else key
-            rss = sum(1 for n in seg.obj.node if n >= 0) * seg.obj.page
+            rss = seg.obj.resident() * seg.obj.page
             mode = seg.mode | (SHM_DEST if seg.dest else 0)
             out.append(
                 f"{key:10d} {seg.shmid:10d}  {mode:4o} {seg.size:21d} "
@@ -1868,19 +2237,15 @@ class SimulatedBackend(Backend):
     def ftruncate(self, fd: int, size: int) -> None:
         self._maybe_fail("ftruncate")
         f = self._file(fd, "ftruncate")
-        import array
-
         obj = f.obj
         if obj.backing is not None and size > obj.size:
             raise _oserror(errno.EBUSY, "ftruncate", "growing a mapped simulated file")
         old = obj.npages
         obj.size = size
         obj.npages = (size + obj.page - 1) // obj.page
-        grow = obj.npages - old
-        if grow > 0:
-            obj.node.extend(array.array("h", [-1]) * grow)
-            obj.dirty.extend(bytearray(grow))
-            obj.mapcount.extend(array.array("i", [0]) * grow)
+        if obj.npages > old:  # never mapped (no backing), so no page faulted yet
+            obj.sparse = self.kernel.sparse(size)
+            obj.new_pages()
         if size:
             obj.address()
 
@@ -1981,10 +2346,34 @@ class SimulatedBackend(Backend):
             self._reap(mp.obj)
 
     # -- /proc/self/numa_maps -------------------------------------------------------------
-    def render_numa_maps(self) -> str:
-        import bisect
+    def _counts(self, mp: _SimMapping) -> Tuple[Dict[int, int], int, int]:
+        """An object mapping's mapped pages: by node, how many dirty, the most page
+        tables mapping one."""
         import collections
         from itertools import compress
+
+        obj = mp.obj
+        assert obj is not None and mp.mapped is not None
+        if obj.sparse:
+            counts: Dict[int, int] = collections.Counter()
+            every = len(mp.mapped)
+            for a, z, node in self._mapped_runs(mp, obj.node, 0, every):
+                if node >= 0:
+                    counts[node] += z - a
+            dirty = sum((z - a) * flag for a, z, flag in self._mapped_runs(mp, obj.dirty, 0, every))
+            maps = self._mapped_runs(mp, obj.mapcount, 0, every)
+            return counts, dirty, max((count for _, _, count in maps), default=0)
+        a, z = mp.obj_page, mp.obj_page + len(mp.mapped)
+        sel = mp.mapped
+        counts = collections.Counter(compress(obj.node[a:z], sel))
+        counts.pop(-1, None)
+        if not counts:
+            return counts, 0, 0
+        dirty = sum(compress(obj.dirty[a:z], sel))
+        return counts, dirty, max(compress(obj.mapcount[a:z], sel))
+
+    def render_numa_maps(self) -> str:
+        import collections
 
         lines = []
         default = self.thread_policy.get(threading.get_ident())
@@ -2000,14 +2389,9 @@ class SimulatedBackend(Backend):
                 text += " " + (mp.label if mp.label else obj.label())
                 if obj.page != self.page_size:
                     text += " huge"
-                a, z = mp.obj_page, mp.obj_page + len(mp.mapped)
-                sel = mp.mapped
-                counts = collections.Counter(compress(obj.node[a:z], sel))
-                counts.pop(-1, None)
+                counts, dirty, mapmax = self._counts(mp)
                 total = sum(counts.values())
                 if total:
-                    dirty = sum(compress(obj.dirty[a:z], sel))
-                    mapmax = max(compress(obj.mapcount[a:z], sel))
                     if dirty:
                         text += f" dirty={dirty}"
                     if total != dirty:  # and != anon, which is 0 for shmem
