@@ -5301,6 +5301,7 @@ class _RecordRoom:
     region's record segment (see _companion_key): its shmid, address and bytes."""
 
     _b: Backend
+    _layout: Layout
     _key: Union[int, str]
     _ipc_key: int
     _address: int
@@ -5337,6 +5338,7 @@ class _RecordRoom:
             return _room_holder(b, ckey, self._key)
         self._room_id, self._room_len = shmid, size
         self._room_at = b.shmat(shmid)
+        _room_apply(b, self._room_at, size, self._layout)  # before its pages are touched
         self.identity["data_key"] = ikey
         _record_write(self._room_at, size, dict(self.identity, making=True))
         return ""

@@ -405,6 +405,9 @@ def test_huge_record_guest():
     assert " huge " in data and "N0=4" in data and "kernelpagesize_kB=2048" in data, data
     (room,) = made["room_line"]
     assert " huge" not in room and "kernelpagesize_kB=4" in room, room
+    # All 4 of its pages where the data may be, the first written (its record being
+    # made) too: the room's policy is set before that write.
+    assert " N0=4 " in room and " N1=" not in room, room
     assert [x["pages"] for x in made["huge_lines"]] == [4], made["huge_lines"]
     assert steps["maps"]["regions"] == [
         {"name": "huge-record", "layout": "8M:bind:0", "error": None}
