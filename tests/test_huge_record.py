@@ -207,6 +207,15 @@ def test_record_segment_keys_never_collide_with_names_and_int_keys_say_so():
     assert _segments(s) == {}
 
 
+def test_a_data_segment_the_kernel_refuses_leaves_no_record_segment(monkeypatch):
+    s = _sim({0: 3})  # one page short, fit() bypassed: the kernel's shmget says ENOMEM
+    monkeypatch.setattr(nu, "_fit_or_raise", lambda *a: ("2M", None))
+    with pytest.raises(OSError) as e:
+        _make(s, "short")
+    assert e.value.errno == errno.ENOMEM
+    assert _segments(s) == {} and not s.kernel.objects
+
+
 def test_base_page_regions_keep_their_room_after_the_data():
     s = _sim()
     with nu.SharedRegion.create("small", MiB, backend=s) as r:
