@@ -110,11 +110,17 @@ def main():
     go_r, go_w = os.pipe()
     pid = os.fork()
     if pid == 0:
+        os.close(ready_r)
         try:
             creator(ready_w, go_r)
+        except BaseException as e:  # noqa: BLE001 - the outcome, for the host
+            report("create", error=f"{type(e).__name__}: {e}")
         finally:
             os._exit(0)
-    os.read(ready_r, 1)
+    os.close(ready_w)  # the creator's end only: a creator that died reads as EOF
+    if not os.read(ready_r, 1):
+        os.waitpid(pid, 0)
+        return
     child = subprocess.run([sys.executable, __file__, "attach"], capture_output=True, text=True)
     sys.stdout.write(child.stdout)
     if child.returncode:
