@@ -3764,7 +3764,7 @@ def _key_arg(key: Union[int, str]) -> str:
 # format, JSON length, CRC-32) in its last bytes.  It lives inside the segment or file,
 # after the `size` bytes of data (which start at offset 0, where engines that attach
 # the key themselves expect them), in its room: _RECORD_ROOM rounded up to a page (a
-# hugetlb region: one more huge page), mapped at address + size in every process.  The
+# huge-page region's: see _companion_key), mapped at address + size in every process.  The
 # room's first _RECORD_SLOT bytes are kept for the region's last use; the record ends
 # the room.  The room has a policy of its own (_room_policy), set before its page is
 # touched, so it is a VMA and a numa_maps line of its own, on a node the data's policy
@@ -3807,10 +3807,14 @@ def _room_size(page: int) -> int:
     return -(-_RECORD_ROOM // page) * page
 
 
-def _region_mapped(size: int, page: int) -> int:
+def _region_mapped(size: int, page: int, huge: int) -> int:
     """The bytes create maps for ``size`` bytes of data in ``page``-byte pages: the data
-    in whole pages, then the record's room.  fit() weighs exactly this."""
-    return -(-size // page) * page + _room_size(page)
+    in whole pages, then the record's room, which a huge-page region (``huge``) keeps
+    in base pages of a segment of its own.  fit() weighs exactly this."""
+    data = -(-size // page) * page
+    if huge:
+        return data
+    return data + _room_size(page)
 
 
 def _record_write(addr: int, seg: int, rec: Mapping[str, Any]) -> None:
@@ -3870,6 +3874,8 @@ def _record_fields_ok(rec: Any, seg: int) -> bool:
         return False
     if size % page:
         return False
+    if "data_key" in rec:  # a record segment: base pages, less than one of the data's
+        return type(rec["data_key"]) is int and _RECORD_ROOM <= seg < page
     return size + _room_size(page) == seg
 
 
@@ -4089,6 +4095,10 @@ def _region_policy(
     return mode, ids, _strict_or_env(strict), policy is not None
 
 
+# Policies whose huge pages come from any allowed node with one free: nodes=None below.
+_SPILL_MODES = (Mode.DEFAULT, Mode.LOCAL, Mode.PREFERRED)
+
+
 def _reserved_kb(topo: Topology, node: int) -> Set[int]:
     """The huge page sizes (kB) with pages reserved on ``node``."""
     if node not in topo.nodes:
@@ -4120,21 +4130,40 @@ def _huge_size(
     hugepages: Union[bool, int, str, None], b: Backend, nodes: Optional[FrozenSet[int]]
 ) -> int:
     """Huge page size in bytes (0: base pages, or "thp").  True: the size reserved on
-    every target node, 2 MiB first; "2M"/"1G"/"2048kB" or a byte count pick one."""
+    every node of ``nodes``, 2 MiB first; "2M"/"1G"/"2048kB" or a byte count pick one.
+    ``nodes`` None or empty (_SPILL_MODES): pages come from where they are (the
+    hugetlb allocator falls back along the zonelist): any usable node's size will do."""
     if hugepages in (None, False, 0, "off", "", "thp"):
         return 0
     topo = read_topology(backend=b)
-    targets = nodes if nodes else (default_memory_nodes(topo) or frozenset(topo.nodes))
+    targets = nodes or topo.usable_memory_nodes or frozenset(topo.nodes)
     have = {n: _reserved_kb(topo, n) for n in targets}  # the sizes reserved there
-    sizes_kb = set.intersection(*have.values()) if have else set()
+    reserved: Dict[str, List[int]] = {}  # what messages say is where: "2048 kB pages"
+    for n in sorted(targets | topo.usable_memory_nodes):
+        for what in [f"{kb} kB pages" for kb in sorted(_reserved_kb(topo, n))] or ["none"]:
+            reserved.setdefault(what, []).append(n)
+    seen = "; ".join(f"{what} on {_nodes_txt(ns)}" for what, ns in reserved.items())
+    sizes_kb: Set[int] = set()
+    if have and nodes:
+        sizes_kb = set.intersection(*have.values())
+    elif have:
+        sizes_kb = set.union(*have.values())
     if hugepages is True:
-        if not sizes_kb:
-            bare = [n for n in targets if not have[n]]
+        bare = [n for n in targets if not have[n]]
+        if not sizes_kb and bare:
             raise OSError(
                 errno.ENOMEM,
-                f"no huge pages reserved on {_nodes_txt(bare or targets)}: "
-                "reserve some (e.g. nodeN/hugepages/hugepages-2048kB/nr_hugepages) "
-                "or use hugepages=False",
+                f"huge pages are not reserved on {_nodes_txt(bare)}, where the policy "
+                f"places pages ({seen}): reserve some there (e.g. "
+                "nodeN/hugepages/hugepages-2048kB/nr_hugepages), place the region where "
+                "they are, or use hugepages=False",
+            )
+        if not sizes_kb:
+            raise OSError(
+                errno.ENOMEM,
+                "no one huge page size is reserved on every node the policy places pages "
+                f"on ({seen}): reserve one size on all of "
+                f"{_nodes_txt(targets)}, or use hugepages=False",
             )
         return (2048 if 2048 in sizes_kb else min(sizes_kb)) * 1024
     nbytes = _parse_size(hugepages) if isinstance(hugepages, str) else int(hugepages or 0)
@@ -4142,7 +4171,8 @@ def _huge_size(
     if kb not in sizes_kb:
         short = [n for n in targets if kb not in have[n]]
         raise OSError(
-            errno.ENOMEM, f"no {nbytes >> 10} kB huge pages reserved on {_nodes_txt(short)}"
+            errno.ENOMEM,
+            f"no {nbytes >> 10} kB huge pages reserved on {_nodes_txt(short)} ({seen})",
         )
     return nbytes
 
@@ -4323,8 +4353,9 @@ def _fit(
                 f"({_THP_DIR}/shmem_enabled): echo advise there"
             )
     elif want:
+        placed = None if mode in _SPILL_MODES else frozenset(targets)
         try:
-            huge = _region_page(True if want == "auto" else want, kind, b, frozenset(targets))[0]
+            huge = _region_page(True if want == "auto" else want, kind, b, placed)[0]
         except OSError as e:
             want, fallback = ("thp", None) if want == "auto" else (want, str(e.args[-1]))
     page = huge or b.page_size
@@ -4339,7 +4370,7 @@ def _fit(
         if mode == Mode.PREFERRED
         else {}
     )
-    if share:  # the record's room, on the lowest node (_room_policy)
+    if share and not huge:  # the record's room, on the lowest node (_room_apply)
         share[targets[0]] += _room_size(page)
     snap = counters(backend=b)
     fnodes = []
@@ -4366,8 +4397,8 @@ def _fit(
             f"({format_cpulist(allowed)}, /proc/self/status Mems_allowed_list): "
             "the policy is refused and pages land first-touch"
         )
-    if huge and short and fallback is None:
-        fallback = "; ".join(short)
+    if huge and short and fallback is None and mode != Mode.PREFERRED:
+        fallback = "; ".join(short)  # preferred: the rest comes from other nodes
     if fallback is not None and hugepages_required:
         return FitResult(
             False,
@@ -4392,7 +4423,7 @@ def _fit(
     vmas_free, map_short = _map_count_check(b, vmas, str(lay))
     if map_short:
         short.append(map_short)
-    need = _region_mapped(size, page)
+    need = _region_mapped(size, page, huge)
     pool = frozenset(targets) if mode == Mode.BIND else allowed
     limits = [
         FitLimit(
@@ -5256,7 +5287,232 @@ def _room_apply(b: Backend, addr: int, length: int, lay: Layout) -> None:
         logging.getLogger(__name__).debug("numa_utils: record room policy: %s", e)
 
 
-class SharedRegion:
+# A huge-page (SHM_HUGETLB) region keeps no room after its data: that room would cost
+# one more huge page (a 1 GiB region on 1 GiB pages took 2 GiB, and a reservation of
+# exactly its pages passed fit() and failed in create).  Its room, the same 16 KiB of
+# base pages in the same format (slot first, record last), is a SysV segment of its
+# own, the record segment, under the key _companion_key gives: "O" (0x4f) in the top 8
+# bits, the data segment's key's low 24 bits below.  Names take 0x4exxxxxx keys, so two
+# named regions' record segments never collide; an int key whose low 24 bits another
+# region's key shares finds its record key taken (FileExistsError), and an int key of
+# the 0x4fxxxxxx family cannot hold huge pages.  Its record names the data's key
+# ("data_key"): a record segment serves only the segment under that key.  Order, so
+# that every crash leaves what cleanup can judge: the record segment is made first,
+# with the record marked being made ("making": true; an attacher sees no record yet,
+# cleanup sees its creator), then the data segment, then the record proper once the
+# policies are set; removal takes the data first, the record segment last.  A data
+# segment under a key never lives without its record segment, except when someone
+# removed that by hand (attach then says so; a huge page's tail is never read).
+_COMPANION_PREFIX = 0x4F000000
+
+
+def _companion_key(ikey: int) -> int:
+    """The SysV key of the record segment of the huge-page segment under ``ikey``."""
+    return _COMPANION_PREFIX | ikey & ~SYSV_KEY_MASK & 0xFFFFFFFF
+
+
+def _room_rmid(b: Backend, shmid: int) -> None:
+    """Remove record segment ``shmid`` (-1: none); gone already is no error."""
+    try:
+        if shmid >= 0:
+            b.shm_rmid(shmid)
+    except OSError as e:
+        if e.errno not in (errno.ENOENT, errno.EINVAL, errno.EIDRM):
+            raise
+
+
+def _huge_vma(b: Backend, addr: int) -> Optional[bool]:
+    """Whether this process maps huge pages (hugetlb) at ``addr``, as numa_maps says;
+    None without numa_maps (a kernel without NUMA)."""
+    vma = _vma_entry(b, addr)
+    if vma is None:
+        return None
+    return vma.huge
+
+
+def _room_peek(
+    b: Backend, ckey: int
+) -> Tuple[Optional[_ShmStat], Optional[Dict[str, Any]], bytes, bool]:
+    """(its stat, record, last-use slot, made) of this user's record segment under
+    SysV key ``ckey``, read through a read-only attach; the stat None when there is
+    none of this user's, the record None when it is no record segment; ``made`` False
+    while its record is being made.  ValueError when damaged."""
+    euid = b.geteuid()
+    try:
+        st = b.shm_stat(b.shmget(ckey, 0, 0))
+    except (FileNotFoundError, PermissionError):
+        return None, None, b"", False
+    if st.uid != euid or st.cuid != euid:
+        return None, None, b"", False
+    what = f"SysV segment 0x{ckey:08x} (shmid {st.id})"
+    addr = b.shmat(st.id, SHM_RDONLY)
+    try:
+        rec = _record_read(addr, st.size, what)
+        if rec is None or "data_key" not in rec:
+            return st, None, b"", False
+        return st, rec, ctypes.string_at(addr, _SLOT.size), not rec.get("making")
+    finally:
+        b.shmdt(addr)
+
+
+def _peek_region(
+    b: Backend, st: _ShmStat, what: str, making: bool = False
+) -> Tuple[Optional[Dict[str, Any]], bytes]:
+    """The identity record and last-use slot (_slot_bytes) of SysV segment ``st``, read
+    through read-only attaches, which write neither: a huge-page segment's from its
+    record segment (``making``: a record being made too), whose data_key names it.
+    A huge-page segment's own bytes are never read: a read faults a huge page in."""
+    try:
+        _, rec, slot, made = _room_peek(b, _companion_key(st.key))
+    except ValueError:  # damaged: judged by its own row
+        rec = None
+    if rec is not None and rec["data_key"] == st.key and st.key:
+        if made or making:
+            return rec, slot
+        return None, b""
+    addr = b.shmat(st.id, SHM_RDONLY)
+    try:
+        if _huge_vma(b, addr):
+            return None, b""
+        rec = _record_read(addr, st.size, what)
+        return rec, _slot_bytes(addr, st.size, rec)
+    finally:
+        b.shmdt(addr)
+
+
+def _room_holder(b: Backend, ckey: int, key: Union[int, str]) -> str:
+    """'' when region ``key`` may pass SysV key ``ckey`` (a record segment's key) by:
+    another user's segment, another region's record segment; else why not."""
+    what = f"SysV key 0x{ckey:08x}, the key of the record segment,"
+    try:
+        st, rec, _, _ = _room_peek(b, ckey)
+    except ValueError as e:
+        return f"{e}; `ipcrm -M 0x{ckey:08x}` removes it"
+    except OSError as e:
+        return f"{what} is taken: {e.strerror or e}"
+    if st is None:
+        return ""
+    if rec is None:
+        return (
+            f"{what} is taken by a segment without a numa_utils record: another "
+            f"program's; `ipcs -m -i {st.id}` shows it"
+        )
+    if rec["kind"] == "sysv" and _same_key(rec["key"], key):
+        return (
+            f"region {key!r} exists or is being made ({what} shmid {st.id}): attach it, "
+            f"or if its owner died, nu.cleanup({key!r}, remove=True) (the cleanup "
+            f"command: `cleanup --remove --key {_key_arg(key)}`) removes it"
+        )
+    if isinstance(key, int):  # an int key has no other key to try
+        return f"{what} holds region {rec['key']!r}'s record: use another key"
+    return ""
+
+
+def _check_trust(st: _ShmStat, euid: int, trust: bool, what: str) -> None:
+    why = (
+        (f"belongs to uid {st.uid} (created by uid {st.cuid}), not to this user (uid {euid})")
+        if {st.uid, st.cuid} != {euid}
+        else f"has mode {st.mode & 0o777:03o}: other users can write it"
+        if st.mode & 0o022
+        else ""
+    )
+    if why and not trust:
+        raise PermissionError(errno.EPERM, f"{what} {why}; pass trust=True to attach anyway")
+
+
+class _RecordRoom:
+    """What a SharedRegion keeps of its record's room: after the data, or a huge-page
+    region's record segment (see _companion_key): its shmid, address and bytes."""
+
+    _b: Backend
+    _layout: Layout
+    _key: Union[int, str]
+    _ipc_key: int
+    _address: int
+    _size: int
+    _mapped: int
+    kind: str
+    shmid: int
+    identity: Dict[str, Any]
+    _room_id, _room_at, _room_len = -1, 0, 0  # no record segment (yet)
+
+    def _room(self) -> Tuple[int, int]:
+        """(address, bytes) of the record's room."""
+        if self._room_id >= 0:
+            return self._room_at, self._room_len
+        return self._address + self._size, self._mapped - self._size
+
+    def _room_close(self) -> None:
+        """Detach the record segment, when mapped."""
+        if self._room_at:
+            at, self._room_at = self._room_at, 0
+            self._b.shmdt(at)
+
+    def _room_make(self, ikey: int, mode: int) -> str:
+        """Make the record segment of this huge-page region for data key ``ikey``, its
+        record marked being made; "" when made, or when another region's record
+        segment holds its key (none made: _room_id stays -1); else why the key is not
+        to be passed by."""
+        b = self._b
+        ckey = _companion_key(ikey)
+        size = _room_size(b.page_size)
+        try:
+            shmid = b.shmget(ckey, size, IPC_CREAT | IPC_EXCL | mode)
+        except FileExistsError:
+            return _room_holder(b, ckey, self._key)
+        self._room_id, self._room_len = shmid, size
+        self._room_at = b.shmat(shmid)
+        _room_apply(b, self._room_at, size, self._layout)  # before its pages are touched
+        self.identity["data_key"] = ikey
+        _record_write(self._room_at, size, dict(self.identity, making=True))
+        return ""
+
+    def _room_attach(self, trust: bool) -> None:
+        """Map the record segment of the segment under SysV key _ipc_key, when there
+        is one (a huge-page region's: see _companion_key)."""
+        b = self._b
+        ckey = _companion_key(self._ipc_key)
+        try:
+            shmid = b.shmget(ckey, 0, 0)
+        except FileNotFoundError:
+            return
+        st = b.shm_stat(shmid)
+        _check_trust(st, b.geteuid(), trust, f"SysV segment 0x{ckey:08x} (shmid {shmid})")
+        self._room_id, self._room_len = shmid, st.size
+        self._room_at = b.shmat(shmid)
+
+    def _room_record(self, seg: int, what: str) -> Optional[Dict[str, Any]]:
+        """The record in the record segment when it is the one of the ``seg``-byte data
+        segment (else the segment is let go: another's).  Its data_key and size must be
+        the data segment's own."""
+        room = f"{what}, its record segment 0x{_companion_key(self._ipc_key):08x}"
+        rec = _record_read(self._room_at, self._room_len, room)
+        if rec is None or rec.get("data_key") != self._ipc_key:
+            self._room_close()
+            self._room_id = -1
+            return self._own_record(seg, what)
+        if rec.get("making"):
+            return None  # being made
+        if rec["size"] != seg:
+            raise ValueError(f"{room}: damaged identity record (size {rec['size']}, not {seg})")
+        return rec
+
+    def _own_record(self, seg: int, what: str) -> Optional[Dict[str, Any]]:
+        """The identity record ending the ``seg`` mapped bytes (none while unmapped);
+        ValueError for a huge-page SysV segment, whose record segment is missing (its
+        bytes are never read: a read would fault a huge page in)."""
+        if not self._address:
+            return None
+        if self.kind == "sysv" and _huge_vma(self._b, self._address):
+            raise ValueError(
+                f"{what} holds huge pages and its record segment (SysV key "
+                f"0x{_companion_key(self._ipc_key):08x}) is missing: removed by hand? Nothing can "
+                f"attach it; `ipcrm -m {self.shmid}` removes it"
+            )
+        return _record_read(self._address, seg, what)
+
+
+class SharedRegion(_RecordRoom):
     """A shared memory region (SysV segment or /dev/shm file) placed by a policy.
 
     ``create`` makes it (0600, policy applied before any page is touched, then
@@ -5426,7 +5682,10 @@ class SharedRegion:
         if layout is not None and (policy is not None or nodes is not None):
             raise ValueError("give layout= or policy=/nodes=, not both")
         lay = _layout_arg(layout)
-        huge, page = _region_page(hugepages, kind, b, lay.nodes if lay is not None else pnodes)
+        placed: Optional[FrozenSet[int]] = pnodes or default_memory_nodes(topo)  # must be there
+        if pmode in _SPILL_MODES:
+            placed = None  # first-touch, preferred: pages come from where they are
+        huge, page = _region_page(hugepages, kind, b, lay.nodes if lay is not None else placed)
         size = (size + page - 1) // page * page
         if lay is None:
             lay = Layout.extents(
@@ -5439,8 +5698,13 @@ class SharedRegion:
                 ]
             )  # as mbind: nodes ignored there
         lay = lay.bound(size, page, _memory_nodes(b)[0])
-        seg = _region_mapped(size, page)
+        seg = _region_mapped(size, page, huge)
         _region_args(b, kind, seg, 1)
+        if huge and isinstance(key, int) and key & SYSV_KEY_MASK == _COMPANION_PREFIX:
+            raise ValueError(
+                f"SysV key 0x{key:08x}: keys 0x4f000000-0x4fffffff hold huge-page regions' "
+                "records; a huge-page region needs a key outside them"
+            )
         ident = {
             "key": key,
             "kind": kind,
@@ -5566,8 +5830,8 @@ class SharedRegion:
                 explicit or (len(lay) == 1 and lay[0].policy == "default")
             ):
                 lay = Layout.extents([(data, _MODE_WORDS[pmode].word, pnodes)])
-            r.identity, r._layout = rec, lay
-            _slot_write(b, r._address + data)
+            r.identity, r._layout, r._size = rec, lay, data
+            _slot_write(b, r._room()[0])
 
         def attach_once() -> SharedRegion:
             return cls._open(
@@ -5634,14 +5898,14 @@ class SharedRegion:
             cpus = _extent_cpus(b, lay, known.get("topology")) if prefault else None
             region.policies = _layout_apply(b, addr, page, lay, strict, known)
             region._policy = _whole_policy(region.policies, lay, fallback)
-            room = region._mapped - region._size
-            _room_apply(b, addr + region._size, room, lay)
+            at, room = region._room()
+            _room_apply(b, at, room, lay)
             if created:  # the room's pages, then the record: nobody can attach before
-                b.touch(addr + region._size, room)
-                _record_write(addr, region._mapped, rec)
+                b.touch(at, room)
+                _record_write(at, room, rec)
                 if kind == "sysv":
                     _sysv_twins(region)  # named first: a twin being made sees this one
-                _slot_write(b, addr + region._size)  # made: the one region of its name
+                _slot_write(b, at)  # made: the one region of its name
             if thp:
                 b.madvise(addr, region._mapped, MADV_HUGEPAGE)
             if remove and kind == "sysv":
@@ -5700,6 +5964,8 @@ class SharedRegion:
                 # Already removed (by `cleanup`, or another process): nothing to do.
                 if e.errno not in (errno.ENOENT, errno.EINVAL, errno.EIDRM):
                     raise
+            if self._room_id >= 0:  # the record segment last: the data never lacks it
+                _room_rmid(self._b, self._room_id)
             self._removed = True
         finally:
             _release_signals(held)
@@ -5710,12 +5976,13 @@ class SharedRegion:
         try:
             if self._closed:
                 return
-            if self._address and self._size:
-                _slot_write(self._b, self._address + self._size)  # its last use
+            if self._size and self._room()[0]:
+                _slot_write(self._b, self._room()[0])  # its last use
             if self.kind == "sysv" and self._address:
                 self._b.shmdt(self._address)
             elif self._address:
                 self._b.munmap(self._address, self._mapped)
+            self._room_close()
             self._closed = True
             if self._fd >= 0:  # drops the flock: cleanup may judge it
                 fd, self._fd = self._fd, -1
@@ -5883,10 +6150,19 @@ def _sysv_create(r: SharedRegion, flags: int, replace: bool) -> None:
         _replace_stale(b, key, "sysv")
     keys = _sysv_keys(key)
     for ikey in keys:
+        if flags & SHM_HUGETLB:  # its record segment first (see _companion_key)
+            why = r._room_make(ikey, flags & 0o777)
+            if why:
+                raise FileExistsError(errno.EEXIST, why)
+            if r._room_id < 0:  # another region's record segment holds its key
+                continue
         try:
             r.shmid = b.shmget(ikey, r._mapped, flags)
             break
         except FileExistsError:
+            r._room_close()
+            _room_rmid(b, r._room_id)
+            r._room_id = -1
             why = _sysv_holder(b, ikey, key)
             if why:
                 raise FileExistsError(errno.EEXIST, why) from None
@@ -5920,18 +6196,6 @@ def _posix_create(r: SharedRegion, flags: int, replace: bool) -> None:
     r._address = b.mmap(r._mapped, fd)
 
 
-def _check_trust(st: _ShmStat, euid: int, trust: bool, what: str) -> None:
-    why = (
-        (f"belongs to uid {st.uid} (created by uid {st.cuid}), not to this user (uid {euid})")
-        if {st.uid, st.cuid} != {euid}
-        else f"has mode {st.mode & 0o777:03o}: other users can write it"
-        if st.mode & 0o022
-        else ""
-    )
-    if why and not trust:
-        raise PermissionError(errno.EPERM, f"{what} {why}; pass trust=True to attach anyway")
-
-
 def _sysv_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
     """Map the segment whose identity record names region ``r.key``: (record, what)."""
     b, key = r._b, r._key
@@ -5947,6 +6211,8 @@ def _sysv_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
             _check_trust(st, b.geteuid(), trust, what)
             r.shmid, r._ipc_key, r._mapped = shmid, ikey, st.size
             r._address = b.shmat(shmid)
+            if _huge_vma(b, r._address) is not False:  # huge, or unknown: its record segment
+                r._room_attach(trust)
             rec = _identity(
                 r, st.size, what, "another program's segment, or one still being created"
             )
@@ -5959,6 +6225,8 @@ def _sysv_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
         if r._address:
             b.shmdt(r._address)
             r._address = 0
+        r._room_close()
+        r._room_id = -1
     raise first or FileNotFoundError(
         errno.ENOENT, f"no SysV segment with key 0x{_sysv_key(key):08x} ({key!r}) or its other keys"
     )
@@ -5988,8 +6256,12 @@ def _posix_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
 
 
 def _identity(r: SharedRegion, seg: int, what: str, why: str) -> Dict[str, Any]:
-    """The identity record ending ``r``'s ``seg`` mapped bytes (none while unmapped)."""
-    rec = _record_read(r._address, seg, what) if r._address else None
+    """The identity record of ``r``'s ``seg`` mapped bytes (none while unmapped): its
+    record segment's, or the one ending them."""
+    if r._room_id >= 0:
+        rec = r._room_record(seg, what)
+    else:
+        rec = r._own_record(seg, what)
     if rec is None:
         raise FileNotFoundError(errno.ENOENT, f"{what} has no numa_utils identity record: {why}")
     return rec
@@ -6192,15 +6464,6 @@ def _extent_placement(b: Backend, addr: int, seg: int, lay: Layout) -> List[Exte
 # -- which region holds a key, and which regions are stale ------------------------------
 
 
-def _peek_record(b: Backend, shmid: int, size: int, what: str) -> Optional[Dict[str, Any]]:
-    """The identity record of a SysV segment, read through a read-only attach."""
-    addr = b.shmat(shmid, SHM_RDONLY)
-    try:
-        return _record_read(addr, size, what)
-    finally:
-        b.shmdt(addr)
-
-
 def _sysv_holder(b: Backend, ikey: int, key: Union[int, str]) -> str:
     """'' when region ``key`` may take SysV key ``ikey`` or pass it by (free, another
     user's, another region's by its record); else why not, saying what to do."""
@@ -6214,7 +6477,7 @@ def _sysv_holder(b: Backend, ikey: int, key: Union[int, str]) -> str:
         return ""
     what = f"SysV key 0x{ikey:08x} (shmid {shmid})"
     try:
-        rec = _peek_record(b, shmid, st.size, what)
+        rec = _peek_region(b, st, what)[0]
     except ValueError as e:
         return f"{e}; `ipcrm -m {shmid}` removes it"
     except OSError as e:
@@ -6231,19 +6494,6 @@ def _sysv_holder(b: Backend, ikey: int, key: Union[int, str]) -> str:
             f"`{_prog()} cleanup --remove --key {_key_arg(key)}` removes it"
         )
     return ""
-
-
-def _peek_region(
-    b: Backend, shmid: int, size: int, what: str
-) -> Tuple[Optional[Dict[str, Any]], bytes]:
-    """The identity record and last-use slot (_slot_bytes) of a SysV segment, read
-    through a read-only attach, which writes neither."""
-    addr = b.shmat(shmid, SHM_RDONLY)
-    try:
-        rec = _record_read(addr, size, what)
-        return rec, _slot_bytes(addr, size, rec)
-    finally:
-        b.shmdt(addr)
 
 
 # Two creators of one name may make it under two of its SysV keys at once (each found
@@ -6264,7 +6514,7 @@ def _twin(b: Backend, ikey: int, key: Union[int, str]) -> str:
         st = b.shm_stat(shmid)
         if st.uid != euid or st.cuid != euid:
             return ""
-        rec, slot = _peek_region(b, shmid, st.size, f"SysV key 0x{ikey:08x}")
+        rec, slot = _peek_region(b, st, f"SysV key 0x{ikey:08x}")
     except (FileNotFoundError, PermissionError, ValueError):
         return ""  # none, another user's, or damaged: never made by a creator of ours
     except OSError as e:
@@ -6395,7 +6645,7 @@ def _sysv_verdict(
     own attach and close write."""
     what = f"SysV segment 0x{st.key:08x} (shmid {st.id})"
     try:
-        rec, slot = _peek_region(b, st.id, st.size, what)
+        rec, slot = _peek_region(b, st, what, making=True)
     except (OSError, ValueError) as e:
         return f"identity record unreadable: {e}", None
     if rec is None:
@@ -6455,6 +6705,65 @@ def _posix_verdict(
             return "in use: a process holds its lock", rec
         return f"cannot lock it: {e.strerror or e}", rec
     return _idle_why(b, rec, slot, me, now, min_age), rec
+
+
+_DATA_JUDGES = "its data segment's row judges it"
+
+
+def _room_row(
+    b: Backend,
+    st: _ShmStat,
+    keys: Optional[Sequence[Union[int, str]]],
+    want: Optional[Set[int]],
+    me: Mapping[str, Any],
+    now: float,
+    min_age: float,
+) -> Optional[Tuple[str, Optional[Dict[str, Any]]]]:
+    """Cleanup's verdict on segment ``st`` when it is a record segment (see
+    _companion_key) of ``keys`` (or, with none, under a 0x4fxxxxxx key): _DATA_JUDGES
+    while its data segment lives; once that is gone (a creator that died before
+    making it, or between the two removals), '' when proven stale as a region is:
+    nobody attached, unused for ``min_age``, its creator and last user gone.  None
+    when it is no record segment."""
+    if want is None and st.key & SYSV_KEY_MASK != _COMPANION_PREFIX:
+        return None
+    if want is not None and st.key not in want:
+        return None
+    try:
+        now_st, rec, slot, made = _room_peek(b, st.key)
+    except (OSError, ValueError):
+        return None  # gone, or no record segment of ours to judge
+    if now_st is None or rec is None or now_st.id != st.id:
+        return None
+    if keys is not None and not any(_same_key(rec["key"], k) for k in keys):
+        return f"holds region {rec['key']!r}, not one asked for", rec
+    data = rec["data_key"]
+    try:
+        b.shmget(data, 0, 0)
+        return _DATA_JUDGES, rec
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return _DATA_JUDGES, rec
+    gone = f"record segment of region {rec['key']!r}, whose data segment (0x{data:08x}) is gone"
+    if st.nattch:
+        return f"{gone}: in use: {st.nattch} attached", rec
+    if not made:
+        slot = b""  # a record being made has no last use
+    why = _idle_why(b, rec, slot, me, now, min_age, st.cpid)
+    if why:
+        return f"{gone}: {why}", rec
+    return "", rec
+
+
+def _room_drop(b: Backend, ikey: int) -> None:
+    """Remove the record segment of the segment that was under SysV key ``ikey``."""
+    try:
+        st, rec, _, _ = _room_peek(b, _companion_key(ikey))
+    except ValueError:
+        return  # damaged: its own row says so
+    if st is not None and rec is not None and rec["data_key"] == ikey:
+        _room_rmid(b, st.id)
 
 
 def _dev_shm_users(b: Backend, files: Mapping[str, _ShmStat]) -> Dict[str, int]:
@@ -6537,22 +6846,28 @@ def _our_segments(
     sysv_rows = ""
     if kind != "posix":
         sysv_rows = b.read_optional("/proc/sysvipc/shm") or ""
+    want_rooms = None
+    if want_sysv is not None:
+        want_rooms = {_companion_key(k) for k in want_sysv}
     for st in _sysvipc_rows(sysv_rows):
-        if (
-            st.uid != euid
-            or st.cuid != euid
-            or not st.key
-            or (
-                st.key & SYSV_KEY_MASK != SYSV_KEY_PREFIX
-                if want_sysv is None
-                else st.key not in want_sysv
-            )
+        if st.uid != euid or st.cuid != euid or not st.key:
+            continue
+        room = _room_row(b, st, keys, want_rooms, me, now, min_age)
+        if room is not None:  # a record segment: its data's row judges it, or its own
+            why, rec = room
+        elif (
+            st.key & SYSV_KEY_MASK != SYSV_KEY_PREFIX
+            if want_sysv is None
+            else st.key not in want_sysv
         ):
             continue
-        try:
-            why, rec = _sysv_verdict(b, st, keys, me, now, min_age)
-        except (ValueError, TypeError, OverflowError) as e:  # one line, and on
-            why, rec = f"cannot judge it: {e}", None
+        else:
+            try:
+                why, rec = _sysv_verdict(b, st, keys, me, now, min_age)
+            except (ValueError, TypeError, OverflowError) as e:  # one line, and on
+                why, rec = f"cannot judge it: {e}", None
+        if why == _DATA_JUDGES:
+            continue
 
         def drop(st: _ShmStat = st) -> str:
             try:
@@ -6560,6 +6875,7 @@ def _our_segments(
                 if again.nattch or again.key != st.key or again.lpid not in (st.lpid, me["pid"]):
                     return "in use: attached since it was judged"
                 b.shm_rmid(st.id)
+                _room_drop(b, st.key)  # its record segment, if any: the data is gone
             except OSError as e:
                 return f"failed: {e.strerror or e}"
             return ""

@@ -135,6 +135,7 @@ _short = _nu._short
 _strtoul = _nu._strtoul
 _system_page_kb = _nu._system_page_kb
 _tail_record = _nu._tail_record
+_companion_key = _nu._companion_key
 _whole_lines = _nu._whole_lines
 bind_for_gpu = _nu.bind_for_gpu
 bind_to_node = _nu.bind_to_node
@@ -412,16 +413,35 @@ def _sysv_record(
     segment is found by its shmid (the VMA's inode), as IPC_RMID sets its key to 0
     (removed, still attached); its record is read from /proc/PID/mem (never an
     attach: see _tail_record)."""
+    key = int(path[5:], 16)
     row = shm.get(vma.ino)
-    if row is None or not _same_ipc_namespace(pid) or row.key not in (0, int(path[5:], 16)):
+    if row is None or not _same_ipc_namespace(pid) or row.key not in (0, key):
         raise ValueError(f"layout unknown: shmid {vma.ino} is not in /proc/sysvipc/shm here")
+    room = _room_mapping(pid, key)
     with open(f"/proc/{pid}/mem", "rb", buffering=0) as f:
 
-        def read(off: int, n: int) -> bytes:
-            return os.pread(f.fileno(), n, vma.base + off)
+        def read_at(base: int) -> Callable[[int, int], bytes]:
+            return lambda off, n: os.pread(f.fileno(), n, base + off)
 
-        rec = _tail_record(read, row.size, f"{path} at {vma.base:#x}")
+        if room is not None:  # a huge-page region's record segment
+            rec = _tail_record(read_at(room[0]), room[1], f"record segment of {path}")
+            if rec is not None and rec.get("data_key") == key and rec["size"] == row.size:
+                return row.size, rec, row.key == 0
+        rec = _tail_record(read_at(vma.base), row.size, f"{path} at {vma.base:#x}")
     return row.size, rec, row.key == 0
+
+
+def _room_mapping(pid: str, key: int) -> Optional[Tuple[int, int]]:
+    """(address, bytes) of process ``pid``'s mapping of the record segment of the
+    huge-page segment that was made under SysV key ``key`` (numa_utils._companion_key:
+    its path keeps that key after a removal); None when it maps none."""
+    want = f" /SYSV{_companion_key(key):08x} (deleted)"
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            m = _PROC_MAPS_RE.match(line)
+            if m and line.rstrip("\n").endswith(want) and int(m.group(3), 16) == 0:
+                return int(m.group(1), 16), int(m.group(2), 16) - int(m.group(1), 16)
+    return None
 
 
 def _layout_rows(row: Dict[str, Any], lay: Layout, vmas: List[_Vma]) -> None:

@@ -172,10 +172,12 @@ def test_hugetlb_parts_land_per_node_in_every_attacher():
             assert a.layout == r.layout
             _land_exactly(a, [0, 0, 1, 1])
             text = p.read_text("/proc/self/numa_maps")
-            lines = [e for e in nu.parse_numa_maps(text) if e.file]
-            assert all(e.huge for e in lines)
-            # The data's lines (the room's, untouched here, prints no page size).
-            assert all(e.page_size_kb == 2048 for e in lines if e.start < a.address + a.size)
+            end = a.address + a.size
+            lines = [e for e in nu.parse_numa_maps(text) if a.address <= e.start < end]
+            assert lines and all(e.huge and e.page_size_kb == 2048 for e in lines)
+            # The record is in a record segment of base pages: no huge line.
+            (room,) = [e for e in nu.parse_numa_maps(text) if e.start == a._room()[0]]
+            assert not room.huge
 
 
 def test_hugetlb_layout_must_be_whole_huge_pages():

@@ -437,4 +437,59 @@ def test_guest_max_map_count():
     assert status == dict.fromkeys(want, "pass"), (
         summary + "\n" + json.dumps([r for r in records if r["status"] != "pass"], indent=1)
     )
+
+
+# ---------------------------------------------------------------- huge-page record segment
+
+
+def _huge_record_steps(console):
+    out = {}
+    for line in vmrun.guest_output(console).splitlines():
+        if line.startswith("HUGE_RECORD "):
+            step = json.loads(line[len("HUGE_RECORD ") :])
+            out[step.pop("step")] = step
+    return out
+
+
+@pytest.mark.vm
+def test_huge_record_guest():
+    """Issue 27.2 on a real kernel: 4 huge pages of 2 MiB reserved on node 0 only; a
+    region of exactly 4 pages bound there creates and prefaults; numa_maps shows only
+    the data's 4 huge pages (the record segment's line is no huge one); a second
+    process attaches it; `maps PID` reads its layout; cleanup removes both segments."""
+    ok, console, _, seconds = _boot(
+        "x86_64",
+        "two-node",
+        files={"/vmtest/huge_record_guest.py": str(REPO / "vm" / "huge_record_guest.py")},
+        command="python3 /vmtest/huge_record_guest.py",
+    )
+    steps = _huge_record_steps(console)
+    print(f"huge record guest in {seconds:.0f}s: {json.dumps(steps, indent=1)}")
+    assert {"reserved", "create", "maps", "attach", "cleanup"} <= set(steps), console[-4000:]
+    assert steps["reserved"] == {"node0": 4, "node1": 0}
+    made = steps["create"]
+    assert made["fit_ok"], made
+    assert (made["size"], made["page"], made["prefaulted"]) == (8 << 20, 2 << 20, 8 << 20)
+    assert made["placement"] == {"0": 8 << 20} and made["free_node0"] == 0, made
+    key = made["ipc_key"]
+    room_key = f"0x4f{key[4:]}"
+    assert made["segments"] == {key: 8 << 20, room_key: nu._RECORD_ROOM}, made
+    (data,) = made["data_line"]
+    assert " huge " in data and "N0=4" in data and "kernelpagesize_kB=2048" in data, data
+    (room,) = made["room_line"]
+    assert " huge" not in room and "kernelpagesize_kB=4" in room, room
+    # All 4 of its pages where the data may be, the first written (its record being
+    # made) too: the room's policy is set before that write.
+    assert " N0=4 " in room and " N1=" not in room, room
+    assert [x["pages"] for x in made["huge_lines"]] == [4], made["huge_lines"]
+    assert steps["maps"]["regions"] == [
+        {"name": "huge-record", "layout": "8M:bind:0", "error": None}
+    ], steps["maps"]
+    att = steps["attach"]
+    assert att.get("identity_key") == "huge-record", att
+    assert (att["size"], att["page"], att["layout"]) == (8 << 20, 2 << 20, "8M:bind:0")
+    assert att["placement"] == {"0": 8 << 20}, att
+    gone = steps["cleanup"]
+    assert [(r["region"], r["action"]) for r in gone["rows"]] == [("huge-record", "removed")]
+    assert gone["segments"] == {} and gone["free_node0"] == 4, gone
     assert ok, console[-3000:]
