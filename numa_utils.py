@@ -284,6 +284,16 @@ MAX_CPUS = 8192
 MAX_NODES = 1024
 
 
+def _short(text: str, n: int = 80) -> str:
+    """repr() of ``text``, cut to ``n`` characters (error messages stay one line)."""
+    return repr(text) if len(text) <= n else repr(text[:n]) + f"... ({len(text)} chars)"
+
+
+def _set_bits(value: int) -> FrozenSet[int]:
+    """The positions of the 1 bits of ``value`` (bit 0 is CPU/node 0); linear."""
+    return frozenset(m.start() for m in re.finditer("1", bin(value)[:1:-1]))  # LSB first
+
+
 def parse_cpulist(
     text: str, *, source: Optional[str] = None, limit: int = MAX_CPUS
 ) -> FrozenSet[int]:
@@ -319,11 +329,6 @@ def parse_cpulist(
                 width *= 2
             bits |= (pat & ((1 << span) - 1)) << lo
     return _set_bits(bits)
-
-
-def _short(text: str, n: int = 80) -> str:
-    """repr() of ``text``, cut to ``n`` characters (error messages stay one line)."""
-    return repr(text) if len(text) <= n else repr(text[:n]) + f"... ({len(text)} chars)"
 
 
 def _printable_char(char: str) -> str:
@@ -419,11 +424,6 @@ def parse_cpumap(
             f"invalid CPU mask{_where(source)}: bits at or above {limit}: {_short(text)}"
         )
     return _set_bits(value)
-
-
-def _set_bits(value: int) -> FrozenSet[int]:
-    """The positions of the 1 bits of ``value`` (bit 0 is CPU/node 0); linear."""
-    return frozenset(m.start() for m in re.finditer("1", bin(value)[:1:-1]))  # LSB first
 
 
 def parse_meminfo(text: str, *, source: Optional[str] = None) -> Dict[str, int]:
@@ -612,6 +612,91 @@ def abi_for(machine: Optional[str] = None, pointer_bits: Optional[int] = None) -
         big_endian = sys.byteorder == "big"
     byteorder: ByteOrder = "big" if big_endian else "little"
     return Abi(name, pointer_bits, byteorder, table)
+
+
+def _nodes_txt(ids: Iterable[int]) -> str:
+    """ "node 0" / "nodes 0-1,4": the word agrees with the count."""
+    some = sorted(ids)
+    return ("node " if len(some) == 1 else "nodes ") + (format_cpulist(some) or "-")
+
+
+class _Reader:
+    """Collects problems (unreadable or malformed files) as warnings, never crashes."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.b = backend
+        self.problems: List[str] = []
+
+    def _get(self, fn: Callable[[str], Any], path: str, verb: str = "read") -> Any:
+        """fn(path); None for a missing file, None and a problem for another failure
+        (a saved tree's link loop: ELOOP)."""
+        try:
+            return fn(path)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            self.problems.append(f"cannot {verb} {path}: {e.strerror or e}")
+            return None
+
+    def text(self, path: str) -> Optional[str]:
+        return self._get(self.b.read_text, path)  # type: ignore[no-any-return]
+
+    def parsed(self, path: str, parser: Callable[..., Any], default: Any = None) -> Any:
+        t = self.text(path)
+        if t is None:
+            return default
+        try:
+            return parser(t, source=path)
+        except ValueError as e:
+            self.problems.append(str(e))
+            return default
+
+    def cpus(self, cpulist: str, cpumap: str) -> Optional[FrozenSet[int]]:
+        """A CPU list file, else the hex mask beside it (all that old kernels print:
+        POWER7 dumps)."""
+        got: Optional[FrozenSet[int]] = self.parsed(cpulist, parse_cpulist)
+        return got if got is not None else self.parsed(cpumap, parse_cpumap)
+
+    def integer(self, path: str) -> Optional[int]:
+        return self.parsed(path, _parse_int)  # type: ignore[no-any-return]
+
+    def listdir(self, path: str) -> List[str]:
+        return self._get(self.b.listdir, path, "list") or []
+
+    def exists(self, path: str) -> bool:
+        return bool(self._get(self.b.exists, path))
+
+    def online(self, ids: FrozenSet[int], online: FrozenSet[int], what: str) -> FrozenSet[int]:
+        """``ids`` (read from ``what``) that are online nodes.  The kernel's node lists
+        can name a node that is offline or has no directory (hwloc's snapshot
+        offline-cpu0-node0 lists node 0 in has_memory with only node 1 online):
+        every later lookup by node id assumes it is in Topology.nodes."""
+        extra = ids - online
+        if extra:
+            self.problems.append(
+                f"{what} names {_nodes_txt(extra)}, not online "
+                f"(online: {format_cpulist(online) or 'none'}); ignored"
+            )
+        return ids & online
+
+
+class _ShmStat(_Record):
+    """What IPC_STAT (or fstat, for POSIX) says about a segment."""
+
+    key: int
+    id: int
+    uid: int
+    gid: int
+    cuid: int
+    cgid: int
+    mode: int
+    size: int
+    nattch: int
+    cpid: int
+    lpid: int
+    ino: int = 0  # POSIX: the file's inode and device, to find its mappings
+    dev: int = 0
+    used: int = 0  # SysV: the latest of shm_atime, shm_dtime, shm_ctime (epoch s)
 
 
 # ===========================================================================
@@ -916,6 +1001,110 @@ def _ns_link(kind: str) -> str:
         return os.readlink(f"/proc/self/ns/{kind}")
     except OSError:
         return ""
+
+
+def _allowed_from_status(
+    backend: Backend, pid: Union[int, str] = "self"
+) -> Tuple[Optional[FrozenSet[int]], Optional[FrozenSet[int]]]:
+    """(Cpus_allowed_list, Mems_allowed_list) of /proc/<pid>/status; None for a file
+    or line that is not there.  A malformed list raises ValueError naming it."""
+    path = f"/proc/{pid}/status"
+    fields = {}
+    for line in (backend.read_optional(path) or "").splitlines():
+        name, _, value = line.partition(":")
+        fields[name] = value
+
+    def allowed(name: str, limit: int) -> Optional[FrozenSet[int]]:
+        if name not in fields:
+            return None
+        return parse_cpulist(fields[name], source=f"{path} {name}", limit=limit)
+
+    return allowed("Cpus_allowed_list", MAX_CPUS), allowed("Mems_allowed_list", MAX_NODES)
+
+
+IPC_CREAT, IPC_EXCL, IPC_RMID, IPC_STAT = 0o1000, 0o2000, 0, 2
+
+
+_PROT_READ, _PROT_WRITE = 1, 2
+
+
+_MAP_SHARED, _MAP_HUGETLB = 0x01, 0x40000  # MAP_HUGETLB: x86, arm, ppc, s390, riscv alike
+
+
+# struct shmid_ds as glibc lays it out on 64-bit little-endian ABIs with the
+# asm-generic ipc structures (x86_64 differs only in a u16 mode + padding).
+_SHMID_DS_GENERIC64 = frozenset({"x86_64", "aarch64", "riscv64", "loongarch64"})
+
+
+def _sysvipc_rows(text: str) -> Iterator[_ShmStat]:
+    """Rows of /proc/sysvipc/shm (ipc/shm.c sysvipc_shm_proc_show)."""
+    for line in text.splitlines()[1:]:
+        f = line.split()
+        if len(f) < 11:
+            continue
+        try:
+            yield _ShmStat(
+                int(f[0]) & 0xFFFFFFFF,
+                int(f[1]),
+                int(f[7]),
+                int(f[8]),
+                int(f[9]),
+                int(f[10]),
+                int(f[2], 8),
+                int(f[3]),
+                int(f[6]),
+                int(f[4]),
+                int(f[5]),
+                used=max(int(t) for t in f[11:14]) if len(f) > 13 else 0,
+            )
+        except ValueError:
+            raise ValueError(f"invalid /proc/sysvipc/shm line: {_short(line)}") from None
+
+
+def _sysvipc_stat(text: str, shmid: int) -> _ShmStat:
+    for row in _sysvipc_rows(text):
+        if row.id == shmid:
+            return row
+    raise _oserror(errno.EINVAL, "shmctl(IPC_STAT)", f"no segment {shmid}")
+
+
+_IOV_MAX = 1024
+
+
+def _touch_iov(addr: int, length: int, page: int, write: bool = True) -> None:
+    """First-touch every page of [addr, addr+length) in C, keeping the contents.
+
+    For kernels without MADV_POPULATE_WRITE: one byte per page goes through a pipe
+    (writev gathers it: a read fault per page), 1024 pages per system call, with the
+    GIL released; no Python loop per page.  ``write=True`` writes each byte back
+    (readv: a write fault), which private anonymous memory needs (a read fault only
+    maps the shared zero page) but which would undo a concurrent writer's store in
+    between.  Shared memory (shm, tmpfs) allocates its page on the read fault, under
+    the shared policy, so regions use ``write=False`` and never rewrite data.
+    """
+    import array
+
+    libc = _get_libc()
+    starts = array.array("Q", range(addr - addr % page, addr + length, page))
+    if starts and starts[0] < addr:
+        starts[0] = addr
+    iov = array.array("Q", bytes(16 * len(starts)))
+    iov[0::2] = starts
+    iov[1::2] = array.array("Q", [1]) * len(starts)
+    base = iov.buffer_info()[0]
+    r, w = os.pipe()
+    try:
+        for i in range(0, len(starts), _IOV_MAX):
+            n = min(_IOV_MAX, len(starts) - i)
+            ptr = base + 16 * i
+            ctypes.set_errno(0)
+            if libc.writev(w, ptr, n) != n or (write and libc.readv(r, ptr, n) != n):
+                raise _oserror(ctypes.get_errno() or errno.EIO, "prefault (touch)")
+            if not write:
+                os.read(r, n)  # drain: the bytes were only read
+    finally:
+        os.close(r)
+        os.close(w)
 
 
 class LinuxBackend(Backend):
@@ -1406,6 +1595,18 @@ class Cpu(_Record):
     llc: FrozenSet[int]
 
 
+def _pci_json(g: Device) -> Dict[str, Any]:
+    return {
+        "address": g.address,
+        "vendor": f"0x{g.vendor:04x}",
+        "vendor_name": g.vendor_name,
+        "device": f"0x{g.device:04x}",
+        "class": f"0x{g.pci_class:06x}",
+        "numa_node": g.numa_node,
+        "local_cpus": sorted(g.cpus),
+    }
+
+
 class Device(_Record):
     """A PCI function and where it sits.  ``node``: firmware's numa_node, else the one
     node its local CPUs fall on (numa_node -1: no _PXM), else None; ``node_source``
@@ -1509,66 +1710,6 @@ def _node_dirs(r: _Reader) -> List[int]:
     return sorted(i for i in ids if i is not None and i < MAX_NODES)
 
 
-class _Reader:
-    """Collects problems (unreadable or malformed files) as warnings, never crashes."""
-
-    def __init__(self, backend: Backend) -> None:
-        self.b = backend
-        self.problems: List[str] = []
-
-    def _get(self, fn: Callable[[str], Any], path: str, verb: str = "read") -> Any:
-        """fn(path); None for a missing file, None and a problem for another failure
-        (a saved tree's link loop: ELOOP)."""
-        try:
-            return fn(path)
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            self.problems.append(f"cannot {verb} {path}: {e.strerror or e}")
-            return None
-
-    def text(self, path: str) -> Optional[str]:
-        return self._get(self.b.read_text, path)  # type: ignore[no-any-return]
-
-    def parsed(self, path: str, parser: Callable[..., Any], default: Any = None) -> Any:
-        t = self.text(path)
-        if t is None:
-            return default
-        try:
-            return parser(t, source=path)
-        except ValueError as e:
-            self.problems.append(str(e))
-            return default
-
-    def cpus(self, cpulist: str, cpumap: str) -> Optional[FrozenSet[int]]:
-        """A CPU list file, else the hex mask beside it (all that old kernels print:
-        POWER7 dumps)."""
-        got: Optional[FrozenSet[int]] = self.parsed(cpulist, parse_cpulist)
-        return got if got is not None else self.parsed(cpumap, parse_cpumap)
-
-    def integer(self, path: str) -> Optional[int]:
-        return self.parsed(path, _parse_int)  # type: ignore[no-any-return]
-
-    def listdir(self, path: str) -> List[str]:
-        return self._get(self.b.listdir, path, "list") or []
-
-    def exists(self, path: str) -> bool:
-        return bool(self._get(self.b.exists, path))
-
-    def online(self, ids: FrozenSet[int], online: FrozenSet[int], what: str) -> FrozenSet[int]:
-        """``ids`` (read from ``what``) that are online nodes.  The kernel's node lists
-        can name a node that is offline or has no directory (hwloc's snapshot
-        offline-cpu0-node0 lists node 0 in has_memory with only node 1 online):
-        every later lookup by node id assumes it is in Topology.nodes."""
-        extra = ids - online
-        if extra:
-            self.problems.append(
-                f"{what} names {_nodes_txt(extra)}, not online "
-                f"(online: {format_cpulist(online) or 'none'}); ignored"
-            )
-        return ids & online
-
-
 def _hugepages(r: _Reader, base: str) -> Dict[int, HugePages]:
     out: Dict[int, HugePages] = {}
     for name in sorted(r.listdir(base)):
@@ -1578,25 +1719,6 @@ def _hugepages(r: _Reader, base: str) -> Dict[int, HugePages]:
                 *(r.integer(f"{base}/{name}/{k}_hugepages") or 0 for k in ("nr", "free", "surplus"))
             )
     return out
-
-
-def _allowed_from_status(
-    backend: Backend, pid: Union[int, str] = "self"
-) -> Tuple[Optional[FrozenSet[int]], Optional[FrozenSet[int]]]:
-    """(Cpus_allowed_list, Mems_allowed_list) of /proc/<pid>/status; None for a file
-    or line that is not there.  A malformed list raises ValueError naming it."""
-    path = f"/proc/{pid}/status"
-    fields = {}
-    for line in (backend.read_optional(path) or "").splitlines():
-        name, _, value = line.partition(":")
-        fields[name] = value
-
-    def allowed(name: str, limit: int) -> Optional[FrozenSet[int]]:
-        if name not in fields:
-            return None
-        return parse_cpulist(fields[name], source=f"{path} {name}", limit=limit)
-
-    return allowed("Cpus_allowed_list", MAX_CPUS), allowed("Mems_allowed_list", MAX_NODES)
 
 
 _CPU_OPTIONAL = ("topology/thread_siblings_list", "topology/core_cpus_list", "cache")
@@ -1670,6 +1792,264 @@ def _cpu_node(r: _Reader, cpu: int, cpu_dir: str, listed: Mapping[int, int]) -> 
         if node is not None:
             return node
     return None
+
+
+class GetFlag(enum.IntFlag):
+    """MPOL_F_* flags of get_mempolicy."""
+
+    NODE = 1 << 0
+    ADDR = 1 << 1
+    MEMS_ALLOWED = 1 << 2
+
+
+def _node_ids(nodes: Iterable[int]) -> FrozenSet[int]:
+    """``nodes`` as a frozenset; ValueError for anything but an int >= 0."""
+    ids = frozenset(nodes)
+    for n in ids:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise ValueError(f"invalid NUMA node id {n!r}")
+    return ids
+
+
+def _swap_words(raw: bytes, abi: Abi) -> bytes:
+    """Little-endian bytes as the ABI's words, and back (the same on little-endian ABIs)."""
+    wb = abi.word_bits // 8
+    return (
+        raw
+        if abi.byteorder == "little"
+        else b"".join(raw[i : i + wb][::-1] for i in range(0, len(raw), wb))
+    )
+
+
+def _encode_nodemask(nodes: Iterable[int], words: int, abi: Abi) -> bytes:
+    """``words`` unsigned longs in the ABI's byte order; nodes beyond them are left out."""
+    n = words * abi.word_bits
+    return _swap_words(sum(1 << i for i in set(nodes) if i < n).to_bytes(n // 8, "little"), abi)
+
+
+def decode_nodemask(raw: bytes, abi: Abi) -> FrozenSet[int]:
+    wb = abi.word_bits // 8
+    return _set_bits(int.from_bytes(_swap_words(raw[: len(raw) // wb * wb], abi), "little"))
+
+
+class NodeMask:
+    """A kernel nodemask: C unsigned longs, node n is bit n % W of word n // W.
+
+    Sized from the highest node id (not the node count) and written word by word in
+    the ABI's byte order, so big-endian machines and sparse ids are right.  ``maxnode``
+    is the value for mbind/set_mempolicy/migrate_pages: bits + 1, because the kernel's
+    get_nodes() decrements it before reading.
+    """
+
+    def __init__(
+        self, nodes: Iterable[int] = (), *, abi: Optional[Abi] = None, bits: int = 0
+    ) -> None:
+        self.abi = abi if abi is not None else abi_for()
+        self.nodes = ids = _node_ids(nodes)
+        w = self.abi.word_bits
+        need = max(max(ids) + 1 if ids else 0, bits, 1)
+        self.words = (need + w - 1) // w
+        self.bits = self.words * w
+        # Room for what get_mempolicy writes: ALIGN(maxnode - 1, 64) / 8 bytes.
+        self.nbytes = ((self.bits + 63) // 64) * 8
+        self.buffer = ctypes.create_string_buffer(
+            _encode_nodemask(ids, self.words, self.abi), self.nbytes
+        )
+        self.address = ctypes.addressof(self.buffer)
+
+    @property
+    def maxnode(self) -> int:
+        return self.bits + 1
+
+    def read(self) -> FrozenSet[int]:
+        """Decode the buffer (after the kernel wrote into it)."""
+        return decode_nodemask(self.buffer.raw[: self.words * self.abi.word_bits // 8], self.abi)
+
+    def __repr__(self) -> str:
+        return f"NodeMask({format_cpulist(self.nodes)!r}, bits={self.bits})"
+
+
+def get_mempolicy(
+    addr: Optional[int] = None, flags: int = 0, *, backend: Optional[Backend] = None
+) -> Tuple[int, FrozenSet[int]]:
+    """get_mempolicy(2) -> (value, nodes).
+
+    ``value`` is the mode with its mode flags, or a node id with GetFlag.NODE.  The mask
+    is sized so that maxnode >= nr_node_ids, with room for what the kernel writes.
+    """
+    b = _b(backend)
+    r = _Reader(b)
+    ids: Optional[FrozenSet[int]] = r.parsed(f"{_NODE_DIR}/possible", _parse_nodelist)
+    # nr_node_ids; unknown: a generous bound the kernel accepts (copy_nodes_to_user
+    # clears the rest).
+    if ids:
+        bits = max(ids) + 1
+    elif r.exists(_NODE_DIR):
+        bits = 1024
+    else:
+        bits = 1
+    mask = NodeMask((), abi=b.abi, bits=bits)
+    # An int the kernel writes, decoded in the ABI's byte order (the same as the
+    # host's on a real kernel; a simulated big-endian kernel writes big-endian).
+    pol = ctypes.create_string_buffer(4)
+    b.syscall(
+        b.abi.number("get_mempolicy"),
+        ctypes.addressof(pol),
+        mask.address,
+        mask.maxnode,
+        addr or 0,
+        int(flags) | (GetFlag.ADDR if addr is not None else 0),
+    )
+    return int.from_bytes(pol.raw, b.abi.byteorder, signed=True), mask.read()
+
+
+def _pointer_bits(abi: Abi) -> int:
+    # Equal to abi.word_bits on a real kernel; a 32-bit ABI simulated on a 64-bit
+    # host keeps host-sized pointers.
+    return max(abi.word_bits, ctypes.sizeof(ctypes.c_void_p) * 8)
+
+
+def _c_array(raw: bytes) -> ctypes.Array[ctypes.c_char]:
+    return ctypes.create_string_buffer(raw, max(len(raw), 1))
+
+
+def move_pages(
+    pid: int,
+    pages: Sequence[int],
+    nodes: Optional[Sequence[int]] = None,
+    flags: int = 0,
+    *,
+    backend: Optional[Backend] = None,
+) -> List[int]:
+    """move_pages(2).  Without ``nodes``: where each page is (node, or -errno such as
+    -ENOENT for a page not yet faulted in).  With ``nodes``: move, return status."""
+    b = _b(backend)
+    count = len(pages)
+    if nodes is not None and len(nodes) != count:
+        raise ValueError("move_pages: pages and nodes differ in length")
+    bits = _pointer_bits(b.abi)
+    ints = (">" if b.abi.byteorder == "big" else "<") + f"{count}i"
+    parr = _c_array(
+        b"".join((v & ((1 << bits) - 1)).to_bytes(bits // 8, b.abi.byteorder) for v in pages)
+    )
+    narr = _c_array(struct.pack(ints, *nodes)) if nodes is not None else None
+    status = _c_array(bytes(4 * count))
+    b.syscall(
+        b.abi.number("move_pages"),
+        pid,
+        count,
+        ctypes.addressof(parr),
+        ctypes.addressof(narr) if narr is not None else 0,
+        ctypes.addressof(status),
+        int(flags),
+    )
+    return list(struct.unpack(ints, status.raw[: 4 * count]))
+
+
+_py_buffer_api: Optional[Tuple[Any, Any, Any]] = None
+
+
+def _py_buffer() -> Tuple[Any, Any, Any]:
+    """(Py_buffer struct type, PyObject_GetBuffer, PyBuffer_Release), made once.
+
+    Under the lock: argtypes live on ctypes.pythonapi's one cached function object,
+    so two threads each building their own PyBuffer class would leave one of them
+    calling with the other's argtypes (ctypes.ArgumentError)."""
+    global _py_buffer_api
+    with _libc_lock:
+        if _py_buffer_api is None:
+
+            class PyBuffer(ctypes.Structure):
+                # Py_buffer (Include/pybuffer.h), stable since Python 3.3.
+                _fields_ = [
+                    ("buf", ctypes.c_void_p),
+                    ("obj", ctypes.py_object),
+                    ("len", ctypes.c_ssize_t),
+                    ("itemsize", ctypes.c_ssize_t),
+                    ("readonly", ctypes.c_int),
+                    ("ndim", ctypes.c_int),
+                    ("format", ctypes.c_char_p),
+                    ("shape", ctypes.c_void_p),
+                    ("strides", ctypes.c_void_p),
+                    ("suboffsets", ctypes.c_void_p),
+                    ("internal", ctypes.c_void_p),
+                ]
+
+            api = ctypes.pythonapi
+            get = api.PyObject_GetBuffer
+            get.argtypes = [ctypes.py_object, ctypes.POINTER(PyBuffer), ctypes.c_int]
+            get.restype = ctypes.c_int
+            release = api.PyBuffer_Release
+            release.argtypes = [ctypes.POINTER(PyBuffer)]
+            release.restype = None
+            _py_buffer_api = (PyBuffer, get, release)
+        return _py_buffer_api
+
+
+def _buffer_address(obj: Any) -> int:
+    """Address of a contiguous buffer-protocol object, read-only ones included,
+    without keeping an export alive (an mmap stays closable)."""
+    PyBuffer, get, release = _py_buffer()
+    view = PyBuffer()
+    if get(obj, ctypes.byref(view), 0) != 0:  # PyBUF_SIMPLE: contiguous bytes
+        raise TypeError(f"{type(obj).__name__} is not a contiguous buffer")
+    try:
+        return view.buf or 0
+    finally:
+        release(ctypes.byref(view))
+
+
+def buffer_range(buf: Any, length: Optional[int] = None) -> Tuple[int, int]:
+    """(address, length) of ``buf``: an int address (then ``length`` is required),
+    bytearray, mmap, memoryview, ctypes object, numpy array, or anything with
+    ``data_ptr()`` and ``nbytes`` (torch tensors).  ``length`` caps the length."""
+    if isinstance(buf, bool):
+        raise TypeError("a bool is not a buffer")
+    if isinstance(buf, int):
+        if length is None:
+            raise TypeError("an integer address needs a length")
+        return buf, int(length)
+    if hasattr(buf, "data_ptr") and hasattr(buf, "nbytes"):
+        addr, size = int(buf.data_ptr()), int(buf.nbytes)
+        if hasattr(buf, "is_contiguous") and not buf.is_contiguous():
+            raise TypeError("tensor is not contiguous")
+    elif hasattr(buf, "__array_interface__"):
+        ai = buf.__array_interface__
+        if (
+            ai.get("strides") is not None
+            and hasattr(buf, "flags")
+            and not buf.flags["C_CONTIGUOUS"]
+        ):
+            raise TypeError("array is not contiguous")
+        addr, size = int(ai["data"][0]), int(buf.nbytes)
+    elif isinstance(buf, (ctypes._SimpleCData, ctypes.Array, ctypes.Structure, ctypes.Union)):
+        addr, size = ctypes.addressof(buf), ctypes.sizeof(buf)
+    else:
+        addr, size = _buffer_address(buf), memoryview(buf).nbytes
+    if length is not None:
+        if length < 0 or length > size:
+            raise ValueError(f"length {length} outside the buffer's {size} bytes")
+        size = int(length)
+    return addr, size
+
+
+def node_of(buf: Any, *, backend: Optional[Backend] = None) -> Optional[int]:
+    """The node holding the page of ``buf``'s first byte; None if not faulted in.
+
+    Uses move_pages (query only); where that is denied (Docker's default seccomp
+    profile), falls back to get_mempolicy(MPOL_F_NODE|MPOL_F_ADDR), which faults the
+    page in.
+    """
+    b = _b(backend)
+    addr = buffer_range(buf, 1 if isinstance(buf, int) else None)[0]
+    page = addr - addr % b.page_size
+    try:
+        st = move_pages(0, [page], backend=b)[0]
+        return st if st >= 0 else None
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.ENOSYS):
+            raise
+    return get_mempolicy(page, GetFlag.NODE, backend=b)[0]
 
 
 def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu], FrozenSet[int]]:
@@ -1895,6 +2275,375 @@ def _node_kind(
     if n.cpus:
         return "dram", f"CPUs {format_cpulist(n.cpus)} and normal memory"
     return "cpu-less", "memory but no CPUs"
+
+
+def _norm_bus_id(text: str) -> str:
+    """ "00000000:17:00.0" (NVML), "0000:17:00.0" (sysfs), "17:00.0" -> "0000:17:00.0"."""
+    s = text.strip().lower()
+    m = re.match(r"^(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})(?:\.([0-7]))?$", s)
+    if m is None:
+        raise ValueError(f"invalid PCI bus id {text!r}")
+    return (
+        f"{int(m.group(1) or '0', 16):04x}:{int(m.group(2), 16):02x}:"
+        f"{int(m.group(3), 16):02x}.{int(m.group(4) or '0')}"
+    )
+
+
+class _NvmlGpu(_Record):
+    """One GPU as NVML reports it (NVML enumerates in PCI order, ignoring
+    CUDA_VISIBLE_DEVICES)."""
+
+    pci: str  # normalised bus id
+    uuid: str  # "GPU-..."
+    numa_node: Optional[int] = None  # GPU memory node (coherent platforms only)
+    mig_uuids: Tuple[str, ...] = ()  # "MIG-..." of its MIG devices
+
+
+_nvml_lock = threading.Lock()
+
+
+_nvml_cache: Dict[str, Optional[List[_NvmlGpu]]] = {}
+
+
+def _dlopen(names: Iterable[Optional[str]]) -> Tuple[Optional[ctypes.CDLL], str, List[str]]:
+    """The first of ``names`` that loads: (library, its name, the errors before it)."""
+    errors: List[str] = []
+    for name in dict.fromkeys(n for n in names if n is not None):
+        try:
+            return ctypes.CDLL(name), name, errors
+        except OSError as e:
+            errors.append(str(e))
+    return None, "", errors
+
+
+def _load_nvml() -> Optional[ctypes.CDLL]:
+    import ctypes.util
+
+    return _dlopen(["libnvidia-ml.so.1", ctypes.util.find_library("nvidia-ml")])[0]
+
+
+def _nvml_query() -> Optional[List[_NvmlGpu]]:
+    lib = _load_nvml()
+    if lib is None:
+        return None
+
+    class PciInfo(ctypes.Structure):  # nvmlPciInfo_t (v2/v3 layout)
+        _fields_ = [
+            ("busIdLegacy", ctypes.c_char * 16),
+            *(
+                (f, ctypes.c_uint)
+                for f in ("domain", "bus", "device", "pciDeviceId", "pciSubSystemId")
+            ),
+            ("busId", ctypes.c_char * 32),
+        ]
+
+    def ask(fn: Any, *args: Any, out: Any = None) -> Any:
+        """``out`` (default an unsigned int) as NVML function ``fn`` fills it through
+        its last argument; None when it fails or this NVML lacks it (``fn`` None)."""
+        out = ctypes.c_uint(0) if out is None else out
+        return out if fn is not None and fn(*args, ctypes.byref(out)) == 0 else None
+
+    def uuid_of(h: Any) -> Optional[str]:
+        buf = ctypes.create_string_buffer(96)
+        return buf.value.decode() if lib.nvmlDeviceGetUUID(h, buf, 96) == 0 else None
+
+    try:
+        if (getattr(lib, "nvmlInit_v2", None) or lib.nvmlInit)() != 0:
+            return None
+    except (AttributeError, OSError):
+        return None
+    out: List[_NvmlGpu] = []
+    try:
+        count = ask(lib.nvmlDeviceGetCount_v2)
+        if count is None:
+            return None
+        get_pci = getattr(lib, "nvmlDeviceGetPciInfo_v3", None) or lib.nvmlDeviceGetPciInfo_v2
+        for i in range(count.value):
+            h = ask(lib.nvmlDeviceGetHandleByIndex_v2, ctypes.c_uint(i), out=ctypes.c_void_p())
+            pci = ask(get_pci, h, out=PciInfo()) if h is not None else None
+            if pci is None:
+                continue
+            node = ask(getattr(lib, "nvmlDeviceGetNumaNodeId", None), h)
+            maxmig = ask(getattr(lib, "nvmlDeviceGetMaxMigDeviceCount", None), h)
+            mhs = [
+                ask(
+                    lib.nvmlDeviceGetMigDeviceHandleByIndex,
+                    h,
+                    ctypes.c_uint(j),
+                    out=ctypes.c_void_p(),
+                )
+                for j in range(maxmig.value if maxmig else 0)
+            ]
+            migs = (uuid_of(mh) for mh in mhs if mh is not None)
+            out.append(
+                _NvmlGpu(
+                    f"{pci.domain:04x}:{pci.bus:02x}:{pci.device:02x}.0",
+                    uuid_of(h) or "",
+                    None if node is None else int(node.value),
+                    tuple(m for m in migs if m is not None),
+                )
+            )
+    except (AttributeError, OSError, UnicodeDecodeError):
+        return None
+    finally:
+        try:
+            lib.nvmlShutdown()
+        except (AttributeError, OSError):
+            pass
+    return out
+
+
+def _nvml_devices(b: Backend) -> Optional[List[_NvmlGpu]]:
+    """NVML's GPUs in NVML order, or None without NVML.  The seam tests monkeypatch.
+    NVML describes the running system, so a saved tree or a simulation gets None."""
+    if not b.is_live:
+        return None
+    with _nvml_lock:
+        if "gpus" not in _nvml_cache:
+            _nvml_cache["gpus"] = _nvml_query()
+        return _nvml_cache["gpus"]
+
+
+_NVIDIA_PROC = "/proc/driver/nvidia/gpus"
+
+
+def _driver_gpus(b: Backend) -> Dict[str, Optional[str]]:
+    """bus id -> GPU UUID (None: not told) of the GPUs the NVIDIA driver lists in
+    /proc/driver/nvidia/gpus/<bus id>/information."""
+    out: Dict[str, Optional[str]] = {}
+    try:
+        names = b.listdir(_NVIDIA_PROC)
+    except OSError:
+        return out
+    for name in names:
+        try:
+            bus = _norm_bus_id(name)
+        except ValueError:
+            continue
+        m = re.search(
+            r"^GPU UUID:\s*(\S+)",
+            b.read_optional(f"{_NVIDIA_PROC}/{name}/information") or "",
+            re.MULTILINE,
+        )
+        out[bus] = m.group(1) if m else None
+    return out
+
+
+def _node_json(node: Node) -> Dict[str, Any]:
+    """Node's fields in order, its two mappings sorted by key."""
+    out = {}
+    for name, value in node._asdict().items():
+        if name == "distances":
+            out[name] = {str(other): d for other, d in sorted(value.items())}
+        elif name == "hugepages":
+            out[name] = to_json(dict(sorted(value.items())))
+        else:
+            out[name] = to_json(value)
+    return out
+
+
+def _cpu_json(cpu: Cpu) -> Dict[str, Any]:
+    """Cpu's fields but its id (the key it is listed under)."""
+    return {name: to_json(value) for name, value in zip(Cpu._fields[1:], cpu[1:])}
+
+
+def _topology_json(t: Topology) -> Dict[str, Any]:
+    weights = None
+    if t.interleave_weights is not None:
+        weights = {str(k): v for k, v in sorted(t.interleave_weights.items())}
+    return {
+        "nodes": [_node_json(t.nodes[i]) for i in sorted(t.nodes)],
+        "online_nodes": sorted(t.online_nodes),
+        "possible_nodes": sorted(t.possible_nodes),
+        "nodes_with_cpus": sorted(t.nodes_with_cpus),
+        "nodes_with_memory": sorted(t.nodes_with_memory),
+        "cpus": {str(i): _cpu_json(t.cpus[i]) for i in sorted(t.cpus)},
+        "online_cpus": sorted(t.online_cpus),
+        "allowed_cpus": sorted(t.allowed_cpus),
+        "allowed_mems": sorted(t.allowed_mems),
+        "gpus": [_pci_json(g) for g in t.gpus],
+        "nodes_per_package": t.nodes_per_package,
+        "numa_balancing": t.numa_balancing,
+        "thp": t.thp,
+        "memory_tiers": {str(k): sorted(v) for k, v in sorted(t.memory_tiers.items())},
+        "interleave_weights": weights,
+        "interleave_auto": t.interleave_auto,
+        "problems": list(t.problems),
+    }
+
+
+def to_json(obj: Any) -> Any:
+    """JSON-ready data for any numa_utils value (Topology, results, entries ...)."""
+    if obj is None or type(obj) in (int, str, float, bool):  # most calls: a leaf
+        return obj
+    if isinstance(obj, Topology):
+        return _topology_json(obj)
+    if hasattr(obj, "to_json") and callable(obj.to_json):
+        return obj.to_json()
+    if isinstance(obj, tuple) and hasattr(obj, "_asdict"):
+        return {k: to_json(v) for k, v in obj._asdict().items()}
+    if isinstance(obj, enum.Enum):
+        return obj.name.lower()
+    if isinstance(obj, (frozenset, set)):
+        return sorted(map(to_json, obj))
+    if isinstance(obj, _abc.Mapping):  # typing.Mapping's check is Python code
+        return {str(k): to_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_json(x) for x in obj]
+    return obj
+
+
+def _record_json(rec: Any, **replace: Dict[str, Any]) -> Dict[str, Any]:
+    """to_json() of ``rec``'s fields, in order; ``replace``: field -> the keys that
+    stand in its place (another name or form, or extra keys beside it)."""
+    out: Dict[str, Any] = {}
+    for k, v in rec._asdict().items():
+        out.update(replace[k] if k in replace else {k: to_json(v)})
+    return out
+
+
+class GpuInfo(_Record):
+    """A GPU found in sysfs, with what numa_utils knows about its locality."""
+
+    pci: str  # "0000:19:00.0"
+    vendor: str  # "nvidia" | "amd" | "intel"
+    device_id: int
+    numa_node: int  # as firmware reports it; -1: nothing
+    node: Optional[int]  # numa_node, else derived from local CPUs, else None
+    node_source: str  # "numa_node" | "local_cpulist" | "single node" | ...
+    cpu_node: Optional[int]  # node for its worker's CPUs (nearest one with CPUs)
+    local_cpus: FrozenSet[int]
+    memory_nodes: Tuple[int, ...] = ()  # CPU-less nodes holding this GPU's memory
+    memory_source: Optional[str] = None  # "nvml" | "driver" | None
+    uuid: Optional[str] = None
+
+    def to_json(self) -> Dict[str, Any]:
+        return _record_json(self, device_id={"device": f"0x{self.device_id:04x}"})
+
+
+def _nearest_tied(topo: Topology, node: int, pool: Iterable[int]) -> Tuple[int, ...]:
+    """``(node,)`` when it is in ``pool``, else the nodes of ``pool`` nearest to it (all
+    those at the shortest distance, in id order)."""
+    pool = frozenset(pool)
+    if node in pool:
+        return (node,)
+    near = topo.nearest(node, pool)
+    return tuple(n for n in near if topo.distance(node, n) == topo.distance(node, near[0]))
+
+
+def _nearest_cpu_node(topo: Topology, node: int) -> Optional[int]:
+    """``node`` when it has CPUs, else the nearest node that has (by distance, then id)."""
+    return next(iter(_nearest_tied(topo, node, topo.nodes_with_cpus)), None)
+
+
+def _share_out(nodes: List[int], cards: List[GpuInfo]) -> Dict[str, Tuple[int, ...]]:
+    """``nodes`` in order, the same number to each of ``cards`` (by PCI address); {}
+    when they do not divide evenly."""
+    k, left = divmod(len(nodes), len(cards))
+    if left or not k:
+        return {}
+    return {g.pci: tuple(nodes[i * k : (i + 1) * k]) for i, g in enumerate(cards)}
+
+
+def _home_cpu_node(topo: Topology, node: int) -> Optional[int]:
+    """The one CPU node nearest to memory node ``node``; None on a tie, or when the
+    distances do not tell."""
+    near = _nearest_tied(topo, node, topo.nodes_with_cpus)
+    if len(near) == 1:
+        return near[0]
+    return None
+
+
+def _share_by_shape(
+    topo: Topology, free: List[int], cards: List[GpuInfo]
+) -> Dict[str, Tuple[int, ...]]:
+    """CPU-less memory nodes ``free`` shared out to ``cards`` as
+    _attribute_gpu_memory describes: per CPU node first, else all in one go."""
+    home = {m: _home_cpu_node(topo, m) for m in free}
+    groups: Dict[Optional[int], List[GpuInfo]] = {}
+    for g in sorted(cards, key=lambda gpu: gpu.pci):
+        groups.setdefault(g.cpu_node, []).append(g)
+    if None not in home.values():
+        plan: Dict[str, Tuple[int, ...]] = {}
+        for cpu_node, members in groups.items():
+            part = _share_out([m for m in free if home[m] == cpu_node], members)
+            if not part:
+                break
+            plan.update(part)
+        else:
+            return plan
+    return _share_out(free, sorted(cards, key=lambda gpu: (gpu.cpu_node, gpu.pci)))
+
+
+def _attribute_gpu_memory(
+    topo: Topology, infos: List[GpuInfo], nvml: Optional[List[_NvmlGpu]], driver: Iterable[str]
+) -> List[GpuInfo]:
+    """Attach CPU-less memory nodes to the NVIDIA GPUs whose memory they hold.
+
+    NVML's nvmlDeviceGetNumaNodeId is the authority.  Without it, only GPUs the NVIDIA
+    driver lists in /proc/driver/nvidia/gpus qualify, and the CPU-less memory nodes are
+    shared out by shape: nodes nearest (by distance) to a CPU node go, in id order, to
+    that node's GPUs in PCI order, k per GPU; when distances do not tell (all equal)
+    and the counts divide, the nodes go in id order to the GPUs in (node, PCI) order,
+    which is the order the driver onlines them.  Anything else stays unattributed.
+    """
+    pcis = {g.pci for g in infos}
+    claimed: Dict[str, Tuple[Tuple[int, ...], str]] = {}
+    for nv in nvml or ():
+        if nv.numa_node is None or nv.pci not in pcis:
+            continue
+        if nv.numa_node not in topo.nodes_with_cpus:
+            claimed[nv.pci] = ((nv.numa_node,), "nvml")
+    taken: Set[int] = set()
+    for nodes, _ in claimed.values():
+        taken.update(nodes)
+    free = sorted((topo.nodes_with_memory - topo.nodes_with_cpus) - taken)
+    driver = set(driver)
+    cands = [
+        g
+        for g in infos
+        if g.vendor == "nvidia"
+        and g.pci in driver
+        and g.pci not in claimed
+        and g.cpu_node is not None
+    ]
+    if free and cands:
+        for pci, nodes in _share_by_shape(topo, free, cands).items():
+            claimed[pci] = (nodes, "driver")
+    out = []
+    for g in infos:
+        if g.pci in claimed:
+            nodes, source = claimed[g.pci]
+            g = g._replace(memory_nodes=nodes, memory_source=source)
+        out.append(g)
+    return out
+
+
+def _gpu_infos(topo: Topology, b: Backend) -> List[GpuInfo]:
+    nvml = _nvml_devices(b)
+    driver = _driver_gpus(b)
+    uuids = {**driver, **{nv.pci: nv.uuid for nv in nvml or () if nv.uuid}}
+    out = []
+    for dev in topo.gpus:
+        node, how = dev.node, dev.node_source
+        cpu_node = _nearest_cpu_node(topo, node) if node is not None else None
+        if node is not None and cpu_node != node:
+            how += f", CPU-less: nearest node with CPUs is {cpu_node}"
+        pci = _norm_bus_id(dev.address)
+        out.append(
+            GpuInfo(
+                pci,
+                dev.vendor_name,
+                dev.device,
+                dev.numa_node,
+                node,
+                how,
+                cpu_node,
+                dev.cpus,
+                uuid=uuids.get(pci),
+            )
+        )
+    return _attribute_gpu_memory(topo, out, nvml, driver)
 
 
 def read_topology(*, backend: Optional[Backend] = None) -> Topology:
@@ -2221,82 +2970,6 @@ def default_memory_nodes(
 # ---------------------------------------------------------------------------
 
 
-def to_json(obj: Any) -> Any:
-    """JSON-ready data for any numa_utils value (Topology, results, entries ...)."""
-    if obj is None or type(obj) in (int, str, float, bool):  # most calls: a leaf
-        return obj
-    if isinstance(obj, Topology):
-        return _topology_json(obj)
-    if hasattr(obj, "to_json") and callable(obj.to_json):
-        return obj.to_json()
-    if isinstance(obj, tuple) and hasattr(obj, "_asdict"):
-        return {k: to_json(v) for k, v in obj._asdict().items()}
-    if isinstance(obj, enum.Enum):
-        return obj.name.lower()
-    if isinstance(obj, (frozenset, set)):
-        return sorted(map(to_json, obj))
-    if isinstance(obj, _abc.Mapping):  # typing.Mapping's check is Python code
-        return {str(k): to_json(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_json(x) for x in obj]
-    return obj
-
-
-def _node_json(node: Node) -> Dict[str, Any]:
-    """Node's fields in order, its two mappings sorted by key."""
-    out = {}
-    for name, value in node._asdict().items():
-        if name == "distances":
-            out[name] = {str(other): d for other, d in sorted(value.items())}
-        elif name == "hugepages":
-            out[name] = to_json(dict(sorted(value.items())))
-        else:
-            out[name] = to_json(value)
-    return out
-
-
-def _cpu_json(cpu: Cpu) -> Dict[str, Any]:
-    """Cpu's fields but its id (the key it is listed under)."""
-    return {name: to_json(value) for name, value in zip(Cpu._fields[1:], cpu[1:])}
-
-
-def _topology_json(t: Topology) -> Dict[str, Any]:
-    weights = None
-    if t.interleave_weights is not None:
-        weights = {str(k): v for k, v in sorted(t.interleave_weights.items())}
-    return {
-        "nodes": [_node_json(t.nodes[i]) for i in sorted(t.nodes)],
-        "online_nodes": sorted(t.online_nodes),
-        "possible_nodes": sorted(t.possible_nodes),
-        "nodes_with_cpus": sorted(t.nodes_with_cpus),
-        "nodes_with_memory": sorted(t.nodes_with_memory),
-        "cpus": {str(i): _cpu_json(t.cpus[i]) for i in sorted(t.cpus)},
-        "online_cpus": sorted(t.online_cpus),
-        "allowed_cpus": sorted(t.allowed_cpus),
-        "allowed_mems": sorted(t.allowed_mems),
-        "gpus": [_pci_json(g) for g in t.gpus],
-        "nodes_per_package": t.nodes_per_package,
-        "numa_balancing": t.numa_balancing,
-        "thp": t.thp,
-        "memory_tiers": {str(k): sorted(v) for k, v in sorted(t.memory_tiers.items())},
-        "interleave_weights": weights,
-        "interleave_auto": t.interleave_auto,
-        "problems": list(t.problems),
-    }
-
-
-def _pci_json(g: Device) -> Dict[str, Any]:
-    return {
-        "address": g.address,
-        "vendor": f"0x{g.vendor:04x}",
-        "vendor_name": g.vendor_name,
-        "device": f"0x{g.device:04x}",
-        "class": f"0x{g.pci_class:06x}",
-        "numa_node": g.numa_node,
-        "local_cpus": sorted(g.cpus),
-    }
-
-
 # ===========================================================================
 # Memory policy: constants and node masks.  include/uapi/linux/mempolicy.h;
 # the maxnode rules of mm/mempolicy.c get_nodes() / copy_nodes_to_user().
@@ -2373,82 +3046,7 @@ class MbindFlag(enum.IntFlag):
     MOVE_ALL = 1 << 2
 
 
-class GetFlag(enum.IntFlag):
-    """MPOL_F_* flags of get_mempolicy."""
-
-    NODE = 1 << 0
-    ADDR = 1 << 1
-    MEMS_ALLOWED = 1 << 2
-
-
 MADV_POPULATE_WRITE = 23  # Linux 5.14+
-
-
-class NodeMask:
-    """A kernel nodemask: C unsigned longs, node n is bit n % W of word n // W.
-
-    Sized from the highest node id (not the node count) and written word by word in
-    the ABI's byte order, so big-endian machines and sparse ids are right.  ``maxnode``
-    is the value for mbind/set_mempolicy/migrate_pages: bits + 1, because the kernel's
-    get_nodes() decrements it before reading.
-    """
-
-    def __init__(
-        self, nodes: Iterable[int] = (), *, abi: Optional[Abi] = None, bits: int = 0
-    ) -> None:
-        self.abi = abi if abi is not None else abi_for()
-        self.nodes = ids = _node_ids(nodes)
-        w = self.abi.word_bits
-        need = max(max(ids) + 1 if ids else 0, bits, 1)
-        self.words = (need + w - 1) // w
-        self.bits = self.words * w
-        # Room for what get_mempolicy writes: ALIGN(maxnode - 1, 64) / 8 bytes.
-        self.nbytes = ((self.bits + 63) // 64) * 8
-        self.buffer = ctypes.create_string_buffer(
-            _encode_nodemask(ids, self.words, self.abi), self.nbytes
-        )
-        self.address = ctypes.addressof(self.buffer)
-
-    @property
-    def maxnode(self) -> int:
-        return self.bits + 1
-
-    def read(self) -> FrozenSet[int]:
-        """Decode the buffer (after the kernel wrote into it)."""
-        return decode_nodemask(self.buffer.raw[: self.words * self.abi.word_bits // 8], self.abi)
-
-    def __repr__(self) -> str:
-        return f"NodeMask({format_cpulist(self.nodes)!r}, bits={self.bits})"
-
-
-def _node_ids(nodes: Iterable[int]) -> FrozenSet[int]:
-    """``nodes`` as a frozenset; ValueError for anything but an int >= 0."""
-    ids = frozenset(nodes)
-    for n in ids:
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-            raise ValueError(f"invalid NUMA node id {n!r}")
-    return ids
-
-
-def _swap_words(raw: bytes, abi: Abi) -> bytes:
-    """Little-endian bytes as the ABI's words, and back (the same on little-endian ABIs)."""
-    wb = abi.word_bits // 8
-    return (
-        raw
-        if abi.byteorder == "little"
-        else b"".join(raw[i : i + wb][::-1] for i in range(0, len(raw), wb))
-    )
-
-
-def _encode_nodemask(nodes: Iterable[int], words: int, abi: Abi) -> bytes:
-    """``words`` unsigned longs in the ABI's byte order; nodes beyond them are left out."""
-    n = words * abi.word_bits
-    return _swap_words(sum(1 << i for i in set(nodes) if i < n).to_bytes(n // 8, "little"), abi)
-
-
-def decode_nodemask(raw: bytes, abi: Abi) -> FrozenSet[int]:
-    wb = abi.word_bits // 8
-    return _set_bits(int.from_bytes(_swap_words(raw[: len(raw) // wb * wb], abi), "little"))
 
 
 # ===========================================================================
@@ -2497,83 +3095,6 @@ def set_mempolicy(
     )
 
 
-def get_mempolicy(
-    addr: Optional[int] = None, flags: int = 0, *, backend: Optional[Backend] = None
-) -> Tuple[int, FrozenSet[int]]:
-    """get_mempolicy(2) -> (value, nodes).
-
-    ``value`` is the mode with its mode flags, or a node id with GetFlag.NODE.  The mask
-    is sized so that maxnode >= nr_node_ids, with room for what the kernel writes.
-    """
-    b = _b(backend)
-    r = _Reader(b)
-    ids: Optional[FrozenSet[int]] = r.parsed(f"{_NODE_DIR}/possible", _parse_nodelist)
-    # nr_node_ids; unknown: a generous bound the kernel accepts (copy_nodes_to_user
-    # clears the rest).
-    if ids:
-        bits = max(ids) + 1
-    elif r.exists(_NODE_DIR):
-        bits = 1024
-    else:
-        bits = 1
-    mask = NodeMask((), abi=b.abi, bits=bits)
-    # An int the kernel writes, decoded in the ABI's byte order (the same as the
-    # host's on a real kernel; a simulated big-endian kernel writes big-endian).
-    pol = ctypes.create_string_buffer(4)
-    b.syscall(
-        b.abi.number("get_mempolicy"),
-        ctypes.addressof(pol),
-        mask.address,
-        mask.maxnode,
-        addr or 0,
-        int(flags) | (GetFlag.ADDR if addr is not None else 0),
-    )
-    return int.from_bytes(pol.raw, b.abi.byteorder, signed=True), mask.read()
-
-
-def _pointer_bits(abi: Abi) -> int:
-    # Equal to abi.word_bits on a real kernel; a 32-bit ABI simulated on a 64-bit
-    # host keeps host-sized pointers.
-    return max(abi.word_bits, ctypes.sizeof(ctypes.c_void_p) * 8)
-
-
-def _c_array(raw: bytes) -> ctypes.Array[ctypes.c_char]:
-    return ctypes.create_string_buffer(raw, max(len(raw), 1))
-
-
-def move_pages(
-    pid: int,
-    pages: Sequence[int],
-    nodes: Optional[Sequence[int]] = None,
-    flags: int = 0,
-    *,
-    backend: Optional[Backend] = None,
-) -> List[int]:
-    """move_pages(2).  Without ``nodes``: where each page is (node, or -errno such as
-    -ENOENT for a page not yet faulted in).  With ``nodes``: move, return status."""
-    b = _b(backend)
-    count = len(pages)
-    if nodes is not None and len(nodes) != count:
-        raise ValueError("move_pages: pages and nodes differ in length")
-    bits = _pointer_bits(b.abi)
-    ints = (">" if b.abi.byteorder == "big" else "<") + f"{count}i"
-    parr = _c_array(
-        b"".join((v & ((1 << bits) - 1)).to_bytes(bits // 8, b.abi.byteorder) for v in pages)
-    )
-    narr = _c_array(struct.pack(ints, *nodes)) if nodes is not None else None
-    status = _c_array(bytes(4 * count))
-    b.syscall(
-        b.abi.number("move_pages"),
-        pid,
-        count,
-        ctypes.addressof(parr),
-        ctypes.addressof(narr) if narr is not None else 0,
-        ctypes.addressof(status),
-        int(flags),
-    )
-    return list(struct.unpack(ints, status.raw[: 4 * count]))
-
-
 def migrate_pages(
     pid: int,
     old_nodes: Iterable[int],
@@ -2600,92 +3121,6 @@ def set_mempolicy_home_node(
 # ===========================================================================
 # Buffers: address + length of anything that has memory behind it.
 # ===========================================================================
-
-_py_buffer_api: Optional[Tuple[Any, Any, Any]] = None
-
-
-def _py_buffer() -> Tuple[Any, Any, Any]:
-    """(Py_buffer struct type, PyObject_GetBuffer, PyBuffer_Release), made once.
-
-    Under the lock: argtypes live on ctypes.pythonapi's one cached function object,
-    so two threads each building their own PyBuffer class would leave one of them
-    calling with the other's argtypes (ctypes.ArgumentError)."""
-    global _py_buffer_api
-    with _libc_lock:
-        if _py_buffer_api is None:
-
-            class PyBuffer(ctypes.Structure):
-                # Py_buffer (Include/pybuffer.h), stable since Python 3.3.
-                _fields_ = [
-                    ("buf", ctypes.c_void_p),
-                    ("obj", ctypes.py_object),
-                    ("len", ctypes.c_ssize_t),
-                    ("itemsize", ctypes.c_ssize_t),
-                    ("readonly", ctypes.c_int),
-                    ("ndim", ctypes.c_int),
-                    ("format", ctypes.c_char_p),
-                    ("shape", ctypes.c_void_p),
-                    ("strides", ctypes.c_void_p),
-                    ("suboffsets", ctypes.c_void_p),
-                    ("internal", ctypes.c_void_p),
-                ]
-
-            api = ctypes.pythonapi
-            get = api.PyObject_GetBuffer
-            get.argtypes = [ctypes.py_object, ctypes.POINTER(PyBuffer), ctypes.c_int]
-            get.restype = ctypes.c_int
-            release = api.PyBuffer_Release
-            release.argtypes = [ctypes.POINTER(PyBuffer)]
-            release.restype = None
-            _py_buffer_api = (PyBuffer, get, release)
-        return _py_buffer_api
-
-
-def _buffer_address(obj: Any) -> int:
-    """Address of a contiguous buffer-protocol object, read-only ones included,
-    without keeping an export alive (an mmap stays closable)."""
-    PyBuffer, get, release = _py_buffer()
-    view = PyBuffer()
-    if get(obj, ctypes.byref(view), 0) != 0:  # PyBUF_SIMPLE: contiguous bytes
-        raise TypeError(f"{type(obj).__name__} is not a contiguous buffer")
-    try:
-        return view.buf or 0
-    finally:
-        release(ctypes.byref(view))
-
-
-def buffer_range(buf: Any, length: Optional[int] = None) -> Tuple[int, int]:
-    """(address, length) of ``buf``: an int address (then ``length`` is required),
-    bytearray, mmap, memoryview, ctypes object, numpy array, or anything with
-    ``data_ptr()`` and ``nbytes`` (torch tensors).  ``length`` caps the length."""
-    if isinstance(buf, bool):
-        raise TypeError("a bool is not a buffer")
-    if isinstance(buf, int):
-        if length is None:
-            raise TypeError("an integer address needs a length")
-        return buf, int(length)
-    if hasattr(buf, "data_ptr") and hasattr(buf, "nbytes"):
-        addr, size = int(buf.data_ptr()), int(buf.nbytes)
-        if hasattr(buf, "is_contiguous") and not buf.is_contiguous():
-            raise TypeError("tensor is not contiguous")
-    elif hasattr(buf, "__array_interface__"):
-        ai = buf.__array_interface__
-        if (
-            ai.get("strides") is not None
-            and hasattr(buf, "flags")
-            and not buf.flags["C_CONTIGUOUS"]
-        ):
-            raise TypeError("array is not contiguous")
-        addr, size = int(ai["data"][0]), int(buf.nbytes)
-    elif isinstance(buf, (ctypes._SimpleCData, ctypes.Array, ctypes.Structure, ctypes.Union)):
-        addr, size = ctypes.addressof(buf), ctypes.sizeof(buf)
-    else:
-        addr, size = _buffer_address(buf), memoryview(buf).nbytes
-    if length is not None:
-        if length < 0 or length > size:
-            raise ValueError(f"length {length} outside the buffer's {size} bytes")
-        size = int(length)
-    return addr, size
 
 
 def _page_range(addr: int, length: int, page: int) -> Tuple[int, int]:
@@ -2788,6 +3223,9 @@ def _mode_of(mode: Union[str, int]) -> Mode:
     return Mode(int(mode) & ~_MODE_FLAGS_MASK)
 
 
+_default_cache: Dict[Tuple[Any, ...], FrozenSet[int]] = {}
+
+
 def _memory_nodes(b: Backend) -> Tuple[FrozenSet[int], FrozenSet[int], FrozenSet[int]]:
     """(nodes with memory, Mems_allowed, default_memory_nodes) cheaply: the whole
     topology is read only when a memory node lacks CPUs or normal memory or the
@@ -2823,9 +3261,6 @@ def _memory_nodes(b: Backend) -> Tuple[FrozenSet[int], FrozenSet[int], FrozenSet
     return mem, allowed, default
 
 
-_default_cache: Dict[Tuple[Any, ...], FrozenSet[int]] = {}
-
-
 def _errno_reason(err: int) -> str:
     return errno.errorcode.get(err, f"errno {err}")
 
@@ -2856,40 +3291,231 @@ def _fallback(
     return res
 
 
-def apply_policy(
-    buf: Any = None,
-    length: Optional[int] = None,
-    *,
-    mode: Union[str, int],
-    nodes: Optional[Iterable[int]] = None,
-    mode_flags: int = 0,
-    move: bool = False,
-    strict: Optional[bool] = None,
-    enabled: bool = True,
-    page_size: Optional[int] = None,
-    backend: Optional[Backend] = None,
-) -> PolicyResult:
-    """Apply ``mode`` over ``nodes`` to ``buf`` (or, with ``buf=None``, to the calling
-    thread).  ``nodes=None``: default_memory_nodes() (the CPUs' DRAM tier in the cpuset).
+# What memory= and NUMA_MEMORY_POLICY take: every mode word, and "socket".
+_MEMORY_WORDS = ("socket", *_MODE_NAMES)
 
-    Returns a PolicyResult; on failure the memory stays usable under first-touch
-    and the result says why.  ``strict=True`` raises OSError instead.  ``nodes=None``
-    and ``strict=None`` take NUMA_NODES and NUMA_STRICT when they are set.  Pages of
-    ``buf`` already in memory stay where they are unless ``move=True``; the result
-    counts them (``resident_unmoved``, reason "resident-unmoved").
-    """
-    return _apply_policy(
-        buf,
-        length,
-        mode=mode,
-        nodes=nodes,
-        mode_flags=mode_flags,
-        move=move,
-        strict=strict,
-        enabled=enabled,
-        page_size=page_size,
-        backend=backend,
+
+# Name after the prefix -> (default, kind): "bool", "int" (with its minimum), "nodes"
+# (numactl's node-list grammar, resolved on the machine), or the accepted choices.
+# envs.py is the same registry with documentation, for engines to merge into theirs
+# (tests/test_envs.py checks that the two agree).
+_ENV_VARS: Mapping[str, Tuple[Any, Any]] = MappingProxyType(
+    {
+        "ENABLE_NUMA_INTERLEAVE": (False, "bool"),
+        "NUMA_STRICT": (False, "bool"),
+        "NUMA_NODES": (None, "nodes"),
+        "NUMA_PREFAULT_THREADS": (None, ("int", 1)),
+        "NUMA_HUGEPAGES": ("off", ("off", "thp", "2M", "1G", "auto")),
+        "NUMA_BIND_POLICY": ("none", ("none", "node", "socket", "exclusive", "core-complex")),
+        "NUMA_RESERVED_CORES": (0, ("int", 0)),
+        "NUMA_MEMORY_POLICY": ("prefer", _MEMORY_WORDS),
+    }
+)
+
+
+_env_prefix = "NUMA_UTILS_"
+
+
+def _env(suffix: str) -> Any:
+    """The typed value of <prefix><suffix>, read now; its default when unset or empty.
+    A malformed value raises ValueError naming the variable."""
+    default, kind = _ENV_VARS[suffix]
+    name = _env_prefix + suffix
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    word = raw.lower()
+    if kind == "bool":
+        if word in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            return word in ("1", "true", "yes", "on")
+        raise ValueError(
+            f"{name}={_short(raw)}: expected a boolean (1/0, true/false, yes/no, on/off)"
+        )
+    if kind == "nodes":
+        return raw
+    if kind[0] == "int":
+        if not re.fullmatch(r"-?[0-9]{1,18}", raw):
+            raise ValueError(f"{name}={_short(raw)}: expected an integer")
+        if int(raw) < kind[1]:
+            raise ValueError(f"{name}={_short(raw)}: must be >= {kind[1]}")
+        return int(raw)
+    for choice in kind:
+        if choice.lower() == word:
+            return choice
+    raise ValueError(f"{name}={_short(raw)}: expected one of {', '.join(kind)}")
+
+
+def _strict_or_env(strict: Optional[bool]) -> bool:
+    return bool(strict) if strict is not None else bool(_env("NUMA_STRICT"))
+
+
+def _devices(t: Topology, b: Backend) -> Tuple[Device, ...]:
+    return _read_devices(
+        _Reader(b),
+        {c: v.node for c, v in t.cpus.items() if v.node is not None},
+        t.nodes_with_cpus,
+        t.online_nodes,
     )
+
+
+def devices(kind: Optional[str] = None, *, backend: Optional[Backend] = None) -> List[Device]:
+    """The PCI functions (bridges aside) in PCI order, with kind, node, local CPUs,
+    kernel names and bus path; ``kind``: only those of one of DEVICE_KINDS.  The
+    "gpu" ones are the GPUs gpus() describes."""
+    if kind is not None and kind not in DEVICE_KINDS:
+        raise ValueError(f"unknown device kind {kind!r}; one of {', '.join(DEVICE_KINDS)}")
+    b = _b(backend)
+    return [d for d in _devices(read_topology(backend=b), b) if kind in (None, d.kind)]
+
+
+class _ListError(ValueError):
+    """A node/CPU list libnuma rejects; ``warn``: what libnuma prints about it on
+    stderr (nothing for trailing characters; an empty line after its parser's own)."""
+
+    def __init__(self, msg: str, warn: bool = True, blank: bool = False) -> None:
+        super().__init__(msg)
+        self.warn = (msg + "\n" * blank) if warn else ""
+
+
+# libnuma's device forms (netdev:eth0, ...): the numactl command line resolves them
+# (numa_utils_cli._device_node); a library caller's node list never stats a file.
+_DEVICE_FORMS = ("netdev", "block", "file", "pci", "ip")
+
+
+_ULONG_MAX = (1 << 64) - 1
+
+
+# strtoul(s, &end, 0) as libnuma calls it: blanks, a sign, then hex (0x), octal (0) or
+# decimal digits (compiled on first use: re caches it).
+_STRTOUL = r"[ \t\n\v\f\r]*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)"
+
+
+def _strtoul(s: str, i: int) -> Tuple[Optional[int], int]:
+    m = re.compile(_STRTOUL).match(s, i)
+    if not m:
+        return None, i
+    sign, digits = m.group(1), m.group(2)
+    if digits[1:2] in ("x", "X"):
+        value = int(digits, 16)
+    elif digits[0] == "0":
+        value = int(digits, 8)
+    else:
+        value = int(digits, 10)
+    # C's unsigned long: ULONG_MAX past it (ERANGE), a minus sign wraps
+    if value >> 64:
+        value = _ULONG_MAX
+    elif sign == "-":
+        value = -value % (1 << 64)
+    return value, m.end()
+
+
+def parse_nodestring(
+    text: str,
+    *,
+    cpus: bool = False,
+    possible: bool = False,
+    backend: Optional[Backend] = None,
+    topology: Optional[Topology] = None,
+    devices: Optional[Callable[[str, Backend], FrozenSet[int]]] = None,
+) -> FrozenSet[int]:
+    """numactl's node list (CPU list with ``cpus=True``) -> ids, read as libnuma's
+    numa_parse_nodestring/numa_parse_cpustring do.
+
+    ``1,3,5-7``; numbers in C's bases (``0x2`` hex, ``010`` octal); ``all`` (every
+    allowed id); ``!LIST`` (all but); ``+LIST`` (the n-th allowed ids).  With
+    ``devices`` (the numactl front end, where a person typed it, passes its resolver:
+    the text of the form and the backend in, the device's nodes out) nodes also take
+    ``netdev:DEV``, ``block:DEV``, ``file:PATH``, ``pci:[SEG:]BUS:DEV[.FN]``,
+    ``ip:ADDR`` (the device's node from sysfs; ``ip:NAME`` asks the resolver);
+    without it they are refused, naming the form, so that a variable such as
+    NUMA_NODES never stats a file or waits on DNS.  Allowed ids are the cpuset's
+    (Mems_allowed / Cpus_allowed); ``possible=True`` (numactl --all) allows every
+    node or CPU the machine has.  An empty text is the empty set.  Raises ValueError
+    with libnuma's reason."""
+    b = _b(backend)
+    t = topology if topology is not None else read_topology(backend=b)
+    what = "cpu" if cpus else "node"
+    top = max(t.cpus if cpus else t.nodes, default=0) + 1
+    conf = top if cpus else len(t.nodes_with_memory)  # numa_num_configured_cpus/_nodes (sic)
+    if possible:
+        allowed = frozenset(range(top))
+    elif cpus:
+        allowed = frozenset(c for c in t.allowed_cpus if c < top)
+    else:
+        allowed = t.allowed_mems
+    order = sorted(allowed)
+    s = text
+    if not s:
+        return frozenset()
+    invert = s.startswith("!")
+    relative = s.startswith("+", invert)
+    i = invert + relative
+    mask: Set[int] = set()
+
+    def number(j: int, missing: str, out_of_range: str) -> Tuple[int, int]:
+        """The id at s[j:] (the v-th allowed id for "+LIST") and where it ends;
+        libnuma's refusals name the text (CPUs) or its "%ld" (nodes)."""
+        value, end = _strtoul(s, j)
+        if value is None:
+            raise _ListError(missing, blank=True)
+        if relative:
+            if value < len(order):
+                value = order[value]
+            else:
+                value = _ULONG_MAX
+        # numa_bitmask_isbitset() takes an unsigned int: ids are read modulo 2**32
+        if value & 0xFFFFFFFF not in allowed:
+            if cpus:
+                shown: object = s[j:]
+            elif value >> 63:
+                shown = value - (1 << 64)  # as libnuma's "%ld" prints it
+            else:
+                shown = value
+            raise _ListError(f"{what} argument {shown} {out_of_range}", blank=True)
+        return value, end
+
+    while True:
+        rest = s[i:]
+        kind, colon, _ = rest.partition(":")
+        if rest == "all" or (colon and kind in _DEVICE_FORMS and not cpus):
+            if rest == "all":
+                mask |= allowed
+            elif devices is not None:
+                mask |= devices(rest, b)
+            else:
+                raise _ListError(
+                    f"the device form `{kind}:' is refused here: node lists "
+                    "(0-1,4, !0, +0-1) and all only; netdev:, block:, file:, "
+                    "pci: and ip: belong to the numactl command line"
+                )
+            i = len(s)
+            break
+        v, i = number(i, f"unparseable {what} description `{rest}'", "is out of range")
+        mask.add(v & 0xFFFFFFFF)
+        if s.startswith("-", i):
+            v2, i = number(i + 1, f"missing {what} argument {s[i + 1 :]}", "out of range")
+            lo = v & 0xFFFFFFFF
+            hi = lo + v2 - v  # the loop's int wraps: ids lo..hi modulo 2**32
+            mask.update(n for n in order if lo <= n <= hi or n <= hi - (1 << 32))
+        if not s.startswith(",", i):
+            break
+        i += 1
+    if i != len(s):
+        raise _ListError(f"trailing characters in {what} list {s!r}", warn=False)
+    if invert:  # libnuma flips ids below the count, not the allowed set
+        mask ^= set(range(conf))
+    return frozenset(mask)
+
+
+def _env_nodes(b: Optional[Backend], topo: Optional[Topology] = None) -> Optional[FrozenSet[int]]:
+    """NUMA_NODES resolved on the machine (on ``topo`` when given), or None when unset."""
+    text = _env("NUMA_NODES")
+    if text is None:
+        return None
+    try:
+        return parse_nodestring(text, backend=b, topology=topo)
+    except ValueError as e:
+        raise ValueError(f"{_env_prefix}NUMA_NODES={_short(text)}: {_cut(str(e))}") from None
 
 
 def _apply_policy(
@@ -3000,6 +3626,42 @@ def _apply_policy(
     return res
 
 
+def apply_policy(
+    buf: Any = None,
+    length: Optional[int] = None,
+    *,
+    mode: Union[str, int],
+    nodes: Optional[Iterable[int]] = None,
+    mode_flags: int = 0,
+    move: bool = False,
+    strict: Optional[bool] = None,
+    enabled: bool = True,
+    page_size: Optional[int] = None,
+    backend: Optional[Backend] = None,
+) -> PolicyResult:
+    """Apply ``mode`` over ``nodes`` to ``buf`` (or, with ``buf=None``, to the calling
+    thread).  ``nodes=None``: default_memory_nodes() (the CPUs' DRAM tier in the cpuset).
+
+    Returns a PolicyResult; on failure the memory stays usable under first-touch
+    and the result says why.  ``strict=True`` raises OSError instead.  ``nodes=None``
+    and ``strict=None`` take NUMA_NODES and NUMA_STRICT when they are set.  Pages of
+    ``buf`` already in memory stay where they are unless ``move=True``; the result
+    counts them (``resident_unmoved``, reason "resident-unmoved").
+    """
+    return _apply_policy(
+        buf,
+        length,
+        mode=mode,
+        nodes=nodes,
+        mode_flags=mode_flags,
+        move=move,
+        strict=strict,
+        enabled=enabled,
+        page_size=page_size,
+        backend=backend,
+    )
+
+
 def interleave(
     buf: Any, length: Optional[int] = None, nodes: Optional[Iterable[int]] = None, **kw: Any
 ) -> PolicyResult:
@@ -3103,25 +3765,6 @@ def get_policy(buf: Any = None, *, backend: Optional[Backend] = None) -> PolicyI
     addr = None if buf is None else buffer_range(buf, 1 if isinstance(buf, int) else None)[0]
     value, nodes = get_mempolicy(addr, backend=backend)
     return PolicyInfo(Mode(value & ~_MODE_FLAGS_MASK), value & _MODE_FLAGS_MASK, nodes)
-
-
-def node_of(buf: Any, *, backend: Optional[Backend] = None) -> Optional[int]:
-    """The node holding the page of ``buf``'s first byte; None if not faulted in.
-
-    Uses move_pages (query only); where that is denied (Docker's default seccomp
-    profile), falls back to get_mempolicy(MPOL_F_NODE|MPOL_F_ADDR), which faults the
-    page in.
-    """
-    b = _b(backend)
-    addr = buffer_range(buf, 1 if isinstance(buf, int) else None)[0]
-    page = addr - addr % b.page_size
-    try:
-        st = move_pages(0, [page], backend=b)[0]
-        return st if st >= 0 else None
-    except OSError as e:
-        if e.errno not in (errno.EPERM, errno.ENOSYS):
-            raise
-    return get_mempolicy(page, GetFlag.NODE, backend=b)[0]
 
 
 # -- weighted interleave weights ---------------------------------------------------
@@ -3354,29 +3997,6 @@ def _parse_maps_line(line: str, default_kb: int) -> NumaMapsEntry:
     return NumaMapsEntry(start, pol, *parsed, pages=pages, **kw)
 
 
-def iter_numa_maps(
-    text: Union[str, Iterable[str]], *, page_size_kb: int = 0
-) -> Iterator[NumaMapsEntry]:
-    """``parse_numa_maps`` one entry at a time, for huge inputs: ``text`` is the whole
-    text or an iterable of chunks cut anywhere (a file read in blocks)."""
-    default_kb = page_size_kb or _system_page_kb()
-    for chunk in _whole_lines(text):
-        for line in chunk.split("\n"):
-            if line:
-                yield _parse_maps_line(line, default_kb)
-
-
-def parse_numa_maps(text: str, *, page_size_kb: int = 0) -> List[NumaMapsEntry]:
-    """Parse /proc/<pid>/numa_maps text into one NumaMapsEntry per VMA (one pass).
-
-    ``page_size_kb`` is the unit for lines without kernelpagesize_kB (kernels before
-    3.19); default: this system's page size.  A malformed line raises ValueError
-    naming it.  Lines end at "\\n" only: the kernel does not escape "\\r", "\\f" or
-    U+2028 in file names, where ``str.splitlines`` would cut.
-    """
-    return list(iter_numa_maps(text, page_size_kb=page_size_kb))
-
-
 _MAPS_LINE_MAX = 1 << 20  # a line holds one path (<= 4 KiB, escaped x4) + node counts
 
 
@@ -3403,6 +4023,29 @@ def _system_page_kb() -> int:
     return os.sysconf("SC_PAGE_SIZE") // 1024
 
 
+def iter_numa_maps(
+    text: Union[str, Iterable[str]], *, page_size_kb: int = 0
+) -> Iterator[NumaMapsEntry]:
+    """``parse_numa_maps`` one entry at a time, for huge inputs: ``text`` is the whole
+    text or an iterable of chunks cut anywhere (a file read in blocks)."""
+    default_kb = page_size_kb or _system_page_kb()
+    for chunk in _whole_lines(text):
+        for line in chunk.split("\n"):
+            if line:
+                yield _parse_maps_line(line, default_kb)
+
+
+def parse_numa_maps(text: str, *, page_size_kb: int = 0) -> List[NumaMapsEntry]:
+    """Parse /proc/<pid>/numa_maps text into one NumaMapsEntry per VMA (one pass).
+
+    ``page_size_kb`` is the unit for lines without kernelpagesize_kB (kernels before
+    3.19); default: this system's page size.  A malformed line raises ValueError
+    naming it.  Lines end at "\\n" only: the kernel does not escape "\\r", "\\f" or
+    U+2028 in file names, where ``str.splitlines`` would cut.
+    """
+    return list(iter_numa_maps(text, page_size_kb=page_size_kb))
+
+
 def _maps_path(pid: Union[int, str]) -> str:
     if isinstance(pid, bool) or not (pid == "self" or str(pid).isdigit()):
         raise ValueError(f"invalid pid {pid!r}")
@@ -3410,6 +4053,73 @@ def _maps_path(pid: Union[int, str]) -> str:
 
 
 _MOVE_PAGES_LIMIT = 1 << 16  # pages: above this, one numa_maps read is cheaper
+
+
+def _placement_move_pages(b: Backend, pid: int, addr: int, size: int) -> Dict[int, int]:
+    """Bytes per node of [addr, addr+size) from move_pages queries, in batches."""
+    import array
+    import collections
+
+    page, end = b.page_size, addr + max(size, 1)
+    swap = b.abi.byteorder != sys.byteorder
+    seen: collections.Counter[int] = collections.Counter()
+    step = page * 16384  # pages per call
+    for lo in range(addr - addr % page, end, step):
+        ptrs = array.array(
+            "Q" if _pointer_bits(b.abi) == 64 else "I", range(lo, min(end, lo + step), page)
+        )
+        status = array.array("i", bytes(4 * len(ptrs)))
+        if swap:
+            ptrs.byteswap()
+        b.syscall(
+            b.abi.number("move_pages"),
+            pid,
+            len(ptrs),
+            ptrs.buffer_info()[0],
+            0,
+            status.buffer_info()[0],
+            0,
+        )
+        if swap:
+            status.byteswap()
+        seen.update(status)
+    return {n: c * page for n, c in sorted(seen.items()) if n >= 0}
+
+
+def _page_kb(b: Backend) -> int:
+    return max(b.page_size // 1024, 1)
+
+
+def _line_at(text: str, addr: int) -> Tuple[int, int]:
+    """(start, end) offsets of the last line of ``text`` whose VMA starts at or before
+    ``addr`` (a binary search: lines are sorted by address); (0, 0) when none does."""
+    lo, hi, found = 0, len(text), (0, 0)
+    while lo < hi:
+        p = text.rfind("\n", 0, (lo + hi) // 2) + 1  # a line start, >= lo
+        nl = text.find("\n", p) % (len(text) + 1)  # -1: the text's end
+        if int(text[p : text.index(" ", p)], 16) <= addr:
+            found, lo = (p, nl), nl + 1
+        else:
+            hi = p
+    return found
+
+
+def _entries_bytes(entries: Iterable[NumaMapsEntry]) -> Dict[int, int]:
+    out: Dict[int, int] = {}
+    for e in entries:
+        for n, v in e.bytes_per_node.items():
+            out[n] = out.get(n, 0) + v
+    return out
+
+
+def _placement_in(text: str, start: int, end: int, default_kb: int) -> Dict[int, int]:
+    """Bytes per node of the VMAs of address-sorted numa_maps ``text`` that hold
+    [start, end): the one holding ``start`` and those starting before ``end``."""
+    return _entries_bytes(
+        iter_numa_maps(
+            text[_line_at(text, start)[0] : _line_at(text, end - 1)[1]], page_size_kb=default_kb
+        )
+    )
 
 
 def placement(
@@ -3450,314 +4160,6 @@ def placement(
     return _placement_in(b.read_text(path), addr, addr + max(size, 1), _page_kb(b))
 
 
-def _placement_move_pages(b: Backend, pid: int, addr: int, size: int) -> Dict[int, int]:
-    """Bytes per node of [addr, addr+size) from move_pages queries, in batches."""
-    import array
-    import collections
-
-    page, end = b.page_size, addr + max(size, 1)
-    swap = b.abi.byteorder != sys.byteorder
-    seen: collections.Counter[int] = collections.Counter()
-    step = page * 16384  # pages per call
-    for lo in range(addr - addr % page, end, step):
-        ptrs = array.array(
-            "Q" if _pointer_bits(b.abi) == 64 else "I", range(lo, min(end, lo + step), page)
-        )
-        status = array.array("i", bytes(4 * len(ptrs)))
-        if swap:
-            ptrs.byteswap()
-        b.syscall(
-            b.abi.number("move_pages"),
-            pid,
-            len(ptrs),
-            ptrs.buffer_info()[0],
-            0,
-            status.buffer_info()[0],
-            0,
-        )
-        if swap:
-            status.byteswap()
-        seen.update(status)
-    return {n: c * page for n, c in sorted(seen.items()) if n >= 0}
-
-
-def _page_kb(b: Backend) -> int:
-    return max(b.page_size // 1024, 1)
-
-
-def _placement_in(text: str, start: int, end: int, default_kb: int) -> Dict[int, int]:
-    """Bytes per node of the VMAs of address-sorted numa_maps ``text`` that hold
-    [start, end): the one holding ``start`` and those starting before ``end``."""
-    return _entries_bytes(
-        iter_numa_maps(
-            text[_line_at(text, start)[0] : _line_at(text, end - 1)[1]], page_size_kb=default_kb
-        )
-    )
-
-
-def _line_at(text: str, addr: int) -> Tuple[int, int]:
-    """(start, end) offsets of the last line of ``text`` whose VMA starts at or before
-    ``addr`` (a binary search: lines are sorted by address); (0, 0) when none does."""
-    lo, hi, found = 0, len(text), (0, 0)
-    while lo < hi:
-        p = text.rfind("\n", 0, (lo + hi) // 2) + 1  # a line start, >= lo
-        nl = text.find("\n", p) % (len(text) + 1)  # -1: the text's end
-        if int(text[p : text.index(" ", p)], 16) <= addr:
-            found, lo = (p, nl), nl + 1
-        else:
-            hi = p
-    return found
-
-
-# -- end of numa_maps section ----------------------------------------------------------
-
-
-# -- regions seen from outside: identity records read in place ---------------------------
-# `maps` and `status` read a region's record without a mapping, an attach or a lock:
-# cleanup judges a SysV segment by its last attach (shm_lpid, shm_atime) and a file
-# by its locks, so a look must not look like a use.
-
-
-def _tail_record(
-    read: Callable[[int, int], bytes], seg: int, what: str
-) -> Optional[Dict[str, Any]]:
-    """The identity record of a ``seg``-byte region whose bytes ``read(offset, n)``
-    gives (a file's, another process's memory); None when it has none."""
-    end = seg - _RECORD_END.size
-    raw = read(end, _RECORD_END.size) if end >= 0 else b""
-    if len(raw) != _RECORD_END.size or raw[:8] != _RECORD_MAGIC:
-        return None
-    n = _RECORD_END.unpack(raw)[2]
-    tail = read(end - n, n) + raw if n <= min(end, _RECORD_MAX) else b""
-    if len(tail) != n + _RECORD_END.size:
-        raise ValueError(f"{what}: damaged identity record (length {n} in {seg} bytes)")
-    buf = ctypes.create_string_buffer(tail, len(tail))  # _record_read reads memory
-    return _record_read(ctypes.addressof(buf) + len(tail) - seg, seg, what)
-
-
-def _file_record(path: str) -> Tuple[int, Optional[Dict[str, Any]]]:
-    """(size, identity record) of a /dev/shm file, read: no lock, no mapping."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        size = os.fstat(fd).st_size
-        return size, _tail_record(lambda off, n: os.pread(fd, n, off), size, path)
-    finally:
-        os.close(fd)
-
-
-_LAYOUT_IDS_MAX = 4 * MAX_NODES  # node ids a record's layout text may spell out
-
-
-def _layout_ids(text: str) -> int:
-    """At least as many node ids as the layout ``text`` names, counted in its text
-    (a range "a-b" as b - a + 1): Layout.parse builds a set of each list, so a
-    16 KiB record of "0-1023/0-1023/..." would cost far more to parse than to read."""
-    count = 0
-    for number in re.finditer(r"([0-9]+)(-[0-9]+)?", text):
-        count += 1
-        if number.group(2):
-            count += int(number.group(2)[1:]) - int(number.group(1))
-    return count
-
-
-def _record_layout(rec: Mapping[str, Any]) -> Layout:
-    """The layout a record publishes (one default extent when it names none); a
-    ValueError when it names a node no kernel has (Layout.parse refuses MAX_NODES and
-    above), or more node ids than a layout can use (what reading it costs stays
-    bounded, for an attach and for `maps` alike)."""
-    if "layout" not in rec:
-        return Layout.extents([(rec["size"], "default", ())])
-    text = rec["layout"]
-    if isinstance(text, str) and _layout_ids(text) > _LAYOUT_IDS_MAX:
-        raise ValueError(f"layout names over {_LAYOUT_IDS_MAX} node ids")
-    return Layout.parse(text).bound(rec["size"], rec["page_size"])
-
-
-def _status_regions(report: Dict[str, Any], b: Backend) -> None:
-    """``report["regions"]``: this user's regions on the live system, SysV segments of
-    our key family and /dev/shm/numa_utils-* files, with the text part.  A SysV
-    layout is not read here (only an attach reads it, and a status scraped every few
-    seconds would keep a stale segment from cleanup forever): `maps PID` and `cleanup`
-    show it."""
-    rows: List[Dict[str, Any]] = []
-    report["regions"] = rows
-    if not b.is_live:
-        return
-    euid = os.geteuid()
-    for st in _sysvipc_rows(b.read_optional("/proc/sysvipc/shm") or ""):
-        if st.uid == euid and st.key & SYSV_KEY_MASK == SYSV_KEY_PREFIX:
-            rows.append(
-                {
-                    "name": None,
-                    "kind": "sysv",
-                    "key": f"0x{st.key:08x}",
-                    "size": st.size,
-                    "attached": st.nattch,
-                    "layout": None,
-                }
-            )
-    locks = [
-        ln.split() for ln in (b.read_optional("/proc/locks") or "").splitlines() if "->" not in ln
-    ]  # every attacher of a file holds a shared flock
-    for name in sorted(n for n in b.listdir("/dev/shm") if n.startswith(POSIX_PREFIX)):
-        path = f"/dev/shm/{name}"
-        row: Dict[str, Any] = {
-            "name": name[len(POSIX_PREFIX) :],
-            "kind": "posix",
-            "key": path,
-            "size": None,
-            "attached": None,
-            "layout": None,
-        }
-        try:
-            st_ = os.stat(path, follow_symlinks=False)
-            if st_.st_uid != euid:
-                continue
-            ino = f"{os.major(st_.st_dev):02x}:{os.minor(st_.st_dev):02x}:{st_.st_ino}"
-            row["attached"] = sum(f[1:2] == ["FLOCK"] and ino in f for f in locks)
-            row["size"], rec = _file_record(path)
-            if rec is not None:
-                row.update(name=rec["key"], size=rec["size"], layout=str(_record_layout(rec)))
-        except (OSError, ValueError) as e:
-            row["error"] = str(e)
-        rows.append(row)
-    if rows:
-        report.setdefault("extra_text", []).extend(
-            ["", "REGIONS (this user's numa_utils shared memory)"]
-            + [
-                _printable(
-                    f"  {r['kind']:<5}  {r['name'] or r['key']:<24}  "
-                    f"{'?' if r['size'] is None else _fmt_size(r['size']):>8}  "
-                    f"{'?' if r['attached'] is None else r['attached']} attached  "
-                    + (r["layout"] or r.get("error") or "layout: `maps PID` or `cleanup` shows it")
-                )
-                for r in rows
-            ]
-        )
-
-
-# ===========================================================================
-# Shared-memory regions and prefault.
-# ===========================================================================
-
-# -- shared-memory section -------------------------------------------------------------
-# SysV: ipc/shm.c, include/uapi/linux/ipc.h and shm.h; POSIX: glibc's shm_open opens
-# a file in the tmpfs mounted at /dev/shm.  Policy before touch (KERNEL_FACTS 4),
-# prefault with MADV_POPULATE_WRITE (KERNEL_FACTS 8).
-
-IPC_CREAT, IPC_EXCL, IPC_RMID, IPC_STAT = 0o1000, 0o2000, 0, 2
-SHM_RDONLY, SHM_HUGETLB, SHM_HUGE_SHIFT = 0o10000, 0o4000, 26
-_PROT_READ, _PROT_WRITE = 1, 2
-_MAP_SHARED, _MAP_HUGETLB = 0x01, 0x40000  # MAP_HUGETLB: x86, arm, ppc, s390, riscv alike
-_IOV_MAX = 1024
-_SIZE_MAX = (1 << 64) - 1  # the largest size_t of any ABI; Abi.bits narrows it
-
-# Keys of our SysV segments: "N" (0x4e) in the top 8 bits, 24 bits of a CRC of the
-# region's name below.  24 bits still collide (among ~4,800 names more likely than
-# not), so a name has _SYSV_PROBES keys, tried in order; which name a segment holds
-# is in its identity record, which every attacher checks.  An int key is used as
-# given.  POSIX regions are /dev/shm/numa_utils-<name>.
-SYSV_KEY_PREFIX, SYSV_KEY_MASK = 0x4E000000, 0xFF000000
-POSIX_PREFIX = "numa_utils-"
-_SYSV_PROBES = 8
-LOCK_SH, LOCK_EX, LOCK_NB, LOCK_UN = 1, 2, 4, 8  # include/uapi/asm-generic/fcntl.h
-
-# struct shmid_ds as glibc lays it out on 64-bit little-endian ABIs with the
-# asm-generic ipc structures (x86_64 differs only in a u16 mode + padding).
-_SHMID_DS_GENERIC64 = frozenset({"x86_64", "aarch64", "riscv64", "loongarch64"})
-
-
-class _ShmStat(_Record):
-    """What IPC_STAT (or fstat, for POSIX) says about a segment."""
-
-    key: int
-    id: int
-    uid: int
-    gid: int
-    cuid: int
-    cgid: int
-    mode: int
-    size: int
-    nattch: int
-    cpid: int
-    lpid: int
-    ino: int = 0  # POSIX: the file's inode and device, to find its mappings
-    dev: int = 0
-    used: int = 0  # SysV: the latest of shm_atime, shm_dtime, shm_ctime (epoch s)
-
-
-def _sysvipc_rows(text: str) -> Iterator[_ShmStat]:
-    """Rows of /proc/sysvipc/shm (ipc/shm.c sysvipc_shm_proc_show)."""
-    for line in text.splitlines()[1:]:
-        f = line.split()
-        if len(f) < 11:
-            continue
-        try:
-            yield _ShmStat(
-                int(f[0]) & 0xFFFFFFFF,
-                int(f[1]),
-                int(f[7]),
-                int(f[8]),
-                int(f[9]),
-                int(f[10]),
-                int(f[2], 8),
-                int(f[3]),
-                int(f[6]),
-                int(f[4]),
-                int(f[5]),
-                used=max(int(t) for t in f[11:14]) if len(f) > 13 else 0,
-            )
-        except ValueError:
-            raise ValueError(f"invalid /proc/sysvipc/shm line: {_short(line)}") from None
-
-
-def _sysvipc_stat(text: str, shmid: int) -> _ShmStat:
-    for row in _sysvipc_rows(text):
-        if row.id == shmid:
-            return row
-    raise _oserror(errno.EINVAL, "shmctl(IPC_STAT)", f"no segment {shmid}")
-
-
-def _sysv_key(key: Union[int, str]) -> int:
-    if isinstance(key, bool):
-        raise TypeError("key must be a str or an int")
-    if isinstance(key, int):
-        if not 0 <= key <= 0xFFFFFFFF:
-            raise ValueError(f"SysV key {key} outside 0..0xffffffff")
-        return key
-    if not key:
-        raise ValueError("empty key")
-    import zlib
-
-    return SYSV_KEY_PREFIX | (zlib.crc32(key.encode("utf-8")) & ~SYSV_KEY_MASK & 0xFFFFFFFF)
-
-
-def _posix_name(key: Union[int, str]) -> str:
-    if isinstance(key, bool) or not isinstance(key, (int, str)):
-        raise TypeError("key must be a str or an int")
-    name = str(key)
-    if not name or "/" in name or "\0" in name or len(name) > 200:
-        raise ValueError(f"invalid POSIX shared memory name {name!r}")
-    return POSIX_PREFIX + name
-
-
-def _sysv_keys(key: Union[int, str]) -> List[int]:
-    """The keys a region may live under, in the order create tries them."""
-    probes = range(1, _SYSV_PROBES) if isinstance(key, str) else ()
-    return [_sysv_key(key)] + [_sysv_key(f"{key}\0{i}") for i in probes]
-
-
-def _same_key(a: Any, b: Union[int, str]) -> bool:
-    return a == b and isinstance(a, str) == isinstance(b, str) and not isinstance(a, bool)
-
-
-def _key_arg(key: Union[int, str]) -> str:
-    """``key`` as `cleanup --key` takes it."""
-    import shlex
-
-    return f"0x{key:08x}" if isinstance(key, int) else shlex.quote(key)
-
-
 # -- the identity record ----------------------------------------------------------------
 # Every region ends in a record of what it is: {"key", "kind", "size", "page_size",
 # "created", "uid", "pid", "start", "boot", "pidns"}, JSON, then _RECORD_END (magic,
@@ -3792,42 +4194,22 @@ def _key_arg(key: Union[int, str]) -> str:
 #   44  16s  its start time as Backend.pid_start reads it: ASCII, NUL-padded
 #   60  I    CRC-32 of bytes 0-59: a torn or damaged slot proves nothing
 _RECORD_END = struct.Struct("<8sIII")
+
+
 _RECORD_MAGIC = b"numa_utl"
-_RECORD_FORMAT = 1
+
+
 _RECORD_ROOM = 16 << 10
+
+
 _RECORD_SLOT = 64
+
+
 # The most JSON a record may hold: its room less the slot and the trailer.
 _RECORD_MAX = _RECORD_ROOM - _RECORD_SLOT - _RECORD_END.size
-_PAGE_MIN = 4096  # the smallest page Linux has
-_PAGE_MAX = 16 << 30  # the largest huge page (16 GiB on ppc64)
 
 
-def _room_size(page: int) -> int:
-    """The bytes a region maps after its data for the record: whole pages."""
-    return -(-_RECORD_ROOM // page) * page
-
-
-def _region_mapped(size: int, page: int, huge: int) -> int:
-    """The bytes create maps for ``size`` bytes of data in ``page``-byte pages: the data
-    in whole pages, then the record's room, which a huge-page region (``huge``) keeps
-    in base pages of a segment of its own.  fit() weighs exactly this."""
-    data = -(-size // page) * page
-    if huge:
-        return data
-    return data + _room_size(page)
-
-
-def _record_write(addr: int, seg: int, rec: Mapping[str, Any]) -> None:
-    """Write ``rec`` at the end of the ``seg`` bytes mapped at ``addr``, after the
-    region's ``rec["size"]`` bytes of data and the room's last-use slot."""
-    import json
-    import zlib
-
-    raw = json.dumps(rec, sort_keys=True, separators=(",", ":")).encode("utf-8")
-    blob = raw + _RECORD_END.pack(_RECORD_MAGIC, _RECORD_FORMAT, len(raw), zlib.crc32(raw))
-    if len(raw) > _RECORD_MAX:
-        raise ValueError(f"identity record of {len(raw)} bytes does not fit the bytes kept for it")
-    ctypes.memmove(addr + seg - len(blob), blob, len(blob))
+_RECORD_FORMAT = 1
 
 
 def _record_parse(raw: bytes, bad: str) -> Any:
@@ -3842,6 +4224,17 @@ def _record_parse(raw: bytes, bad: str) -> Any:
         raise ValueError(f"{bad} (not JSON)") from None
     except (RecursionError, MemoryError):
         raise ValueError(f"{bad} (nested too deeply)") from None
+
+
+def _room_size(page: int) -> int:
+    """The bytes a region maps after its data for the record: whole pages."""
+    return -(-_RECORD_ROOM // page) * page
+
+
+_PAGE_MIN = 4096  # the smallest page Linux has
+
+
+_PAGE_MAX = 16 << 30  # the largest huge page (16 GiB on ppc64)
 
 
 def _page_size_ok(page: Any) -> bool:
@@ -3907,203 +4300,58 @@ def _record_read(addr: int, seg: int, what: str) -> Optional[Dict[str, Any]]:
     return rec
 
 
-# -- prefault ----------------------------------------------------------------------------
+# -- end of numa_maps section ----------------------------------------------------------
 
 
-def _touch_iov(addr: int, length: int, page: int, write: bool = True) -> None:
-    """First-touch every page of [addr, addr+length) in C, keeping the contents.
+# -- regions seen from outside: identity records read in place ---------------------------
+# `maps` and `status` read a region's record without a mapping, an attach or a lock:
+# cleanup judges a SysV segment by its last attach (shm_lpid, shm_atime) and a file
+# by its locks, so a look must not look like a use.
 
-    For kernels without MADV_POPULATE_WRITE: one byte per page goes through a pipe
-    (writev gathers it: a read fault per page), 1024 pages per system call, with the
-    GIL released; no Python loop per page.  ``write=True`` writes each byte back
-    (readv: a write fault), which private anonymous memory needs (a read fault only
-    maps the shared zero page) but which would undo a concurrent writer's store in
-    between.  Shared memory (shm, tmpfs) allocates its page on the read fault, under
-    the shared policy, so regions use ``write=False`` and never rewrite data.
-    """
-    import array
 
-    libc = _get_libc()
-    starts = array.array("Q", range(addr - addr % page, addr + length, page))
-    if starts and starts[0] < addr:
-        starts[0] = addr
-    iov = array.array("Q", bytes(16 * len(starts)))
-    iov[0::2] = starts
-    iov[1::2] = array.array("Q", [1]) * len(starts)
-    base = iov.buffer_info()[0]
-    r, w = os.pipe()
+def _tail_record(
+    read: Callable[[int, int], bytes], seg: int, what: str
+) -> Optional[Dict[str, Any]]:
+    """The identity record of a ``seg``-byte region whose bytes ``read(offset, n)``
+    gives (a file's, another process's memory); None when it has none."""
+    end = seg - _RECORD_END.size
+    raw = read(end, _RECORD_END.size) if end >= 0 else b""
+    if len(raw) != _RECORD_END.size or raw[:8] != _RECORD_MAGIC:
+        return None
+    n = _RECORD_END.unpack(raw)[2]
+    tail = read(end - n, n) + raw if n <= min(end, _RECORD_MAX) else b""
+    if len(tail) != n + _RECORD_END.size:
+        raise ValueError(f"{what}: damaged identity record (length {n} in {seg} bytes)")
+    buf = ctypes.create_string_buffer(tail, len(tail))  # _record_read reads memory
+    return _record_read(ctypes.addressof(buf) + len(tail) - seg, seg, what)
+
+
+def _file_record(path: str) -> Tuple[int, Optional[Dict[str, Any]]]:
+    """(size, identity record) of a /dev/shm file, read: no lock, no mapping."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        for i in range(0, len(starts), _IOV_MAX):
-            n = min(_IOV_MAX, len(starts) - i)
-            ptr = base + 16 * i
-            ctypes.set_errno(0)
-            if libc.writev(w, ptr, n) != n or (write and libc.readv(r, ptr, n) != n):
-                raise _oserror(ctypes.get_errno() or errno.EIO, "prefault (touch)")
-            if not write:
-                os.read(r, n)  # drain: the bytes were only read
+        size = os.fstat(fd).st_size
+        return size, _tail_record(lambda off, n: os.pread(fd, n, off), size, path)
     finally:
-        os.close(r)
-        os.close(w)
+        os.close(fd)
 
 
-def prefault(
-    buf: Any,
-    length: Optional[int] = None,
-    threads: Optional[int] = None,
-    *,
-    backend: Optional[Backend] = None,
-    progress: Optional[Callable[[int, int], Any]] = None,
-    page_size: Optional[int] = None,
-    shared: bool = False,
-) -> Dict[str, Any]:
-    """Fault every page of ``buf`` in, for writing, under the range's memory policy.
-
-    MADV_POPULATE_WRITE (Linux 5.14+) in ``threads`` threads (default: the allowed
-    CPUs, at most 32; NUMA_PREFAULT_THREADS) on disjoint page-aligned slices; the
-    calls release the GIL.  Older kernels: a write of each page's own byte, done in
-    C (contents are kept).  ``progress(done_bytes, total_bytes)`` is called from the
-    calling thread; an exception it raises (KeyboardInterrupt included) stops the
-    workers and propagates.  ``page_size``: the huge page size for hugetlb memory.
-    ``shared=True`` (shared memory): the old-kernel fallback only reads each page,
-    which allocates it there, so a concurrent writer's data is never rewritten.
-    Returns {"bytes", "threads", "method", "seconds"}.
-    """
-    import time
-
-    b = _b(backend)
-    addr, size = buffer_range(buf, length)
-    pg = page_size or b.page_size
-    start, span = _page_range(addr, size, pg)
-    t0 = time.monotonic()
-    if span == 0:
-        return {"bytes": 0, "threads": 0, "method": "none", "seconds": 0.0}
-    want = threads if threads is not None else _env("NUMA_PREFAULT_THREADS")
-    if want is None:
-        try:
-            cpus = len(b.sched_getaffinity(0))
-        except OSError:
-            cpus = os.cpu_count() or 1
-        # Page population scales with cores until memory bandwidth runs out.
-        want = max(1, min(cpus, 32))
-    if want < 1:
-        raise ValueError("threads must be >= 1")
-    # Slices of at least 16 MiB: below that a thread costs more than it saves.
-    n = max(1, min(int(want), span // max(pg, 16 << 20) or 1))
-    method = "populate_write"
-    # Probe on the first page: EINVAL means no MADV_POPULATE_WRITE (or a mapping it
-    # cannot populate) -> touch pages instead.  Other errors are real (ENOMEM, EFAULT).
-    try:
-        b.madvise(start, pg, MADV_POPULATE_WRITE)
-    except OSError as e:
-        if e.errno != errno.EINVAL:
-            raise
-        method = "touch"
-    chunk = max(pg, min(64 << 20, span // (4 * n)) // pg * pg)
-    done = [0] * n
-    errors: List[BaseException] = []
-    stop = threading.Event()
-
-    bounds = [start + (span // pg * i // n) * pg for i in range(n + 1)]
-
-    def work(i: int) -> None:
-        try:
-            p, hi = bounds[i], bounds[i + 1]
-            while p < hi and not stop.is_set():
-                q = min(hi, p + chunk)
-                if method == "populate_write":
-                    b.madvise(p, q - p, MADV_POPULATE_WRITE)
-                elif b.is_live:
-                    _touch_iov(p, q - p, pg, write=not shared)
-                else:
-                    b.touch(p, q - p)
-                done[i] += q - p
-                p = q
-                if n == 1 and progress is not None:  # one slice: run here
-                    progress(sum(done), span)
-        except BaseException as e:  # re-raised in the calling thread
-            errors.append(e)
-            stop.set()
-
-    workers = (
-        [
-            threading.Thread(target=work, args=(i,), name=f"numa_utils-prefault-{i}", daemon=True)
-            for i in range(n)
-        ]
-        if n > 1
-        else []
-    )
-    try:
-        if not workers:
-            # One slice: run it here, calling progress between chunks.
-            work(0)
-        for t in workers:
-            t.start()
-        # Wait on each worker in turn: joining one that has already ended returns at
-        # once, and waiting on it would spin (and call progress) until the slowest
-        # slice is done.
-        for t in workers:
-            while t.is_alive():
-                t.join(0.05)
-                if progress is not None and not errors:
-                    progress(sum(done), span)
-    finally:
-        stop.set()
-        for t in workers:
-            if t.ident is not None:  # started (joining one never started raises)
-                t.join()
-    if errors:
-        raise errors[0]
-    if progress is not None and n > 1:
-        progress(span, span)
-    return {"bytes": span, "threads": n, "method": method, "seconds": time.monotonic() - t0}
+_LAYOUT_IDS_MAX = 4 * MAX_NODES  # node ids a record's layout text may spell out
 
 
-_do_prefault = prefault  # SharedRegion.create's ``prefault`` argument shadows it
+def _layout_ids(text: str) -> int:
+    """At least as many node ids as the layout ``text`` names, counted in its text
+    (a range "a-b" as b - a + 1): Layout.parse builds a set of each list, so a
+    16 KiB record of "0-1023/0-1023/..." would cost far more to parse than to read."""
+    count = 0
+    for number in re.finditer(r"([0-9]+)(-[0-9]+)?", text):
+        count += 1
+        if number.group(2):
+            count += int(number.group(2)[1:]) - int(number.group(1))
+    return count
 
 
-# -- SharedRegion ----------------------------------------------------------------------
-
-
-def _region_policy(
-    policy: Optional[str],
-    nodes: Optional[Iterable[int]],
-    strict: Optional[bool],
-    b: Backend,
-    known: Dict[str, Any],
-) -> Tuple[Mode, Optional[FrozenSet[int]], bool, bool]:
-    """(mode, nodes, strict, explicit) from the arguments and the environment:
-    policy=None means interleave when ENABLE_NUMA_INTERLEAVE is set, else first-touch;
-    nodes=None means NUMA_NODES, else default_memory_nodes(); strict=None: NUMA_STRICT.
-    ``known``: as _apply_policy's, plus "topology": NUMA_NODES is resolved on a
-    topology read already and kept as "env"."""
-    if policy is not None and not isinstance(policy, str):
-        raise ValueError(f"unknown region policy {policy!r}")
-    mode = (
-        _mode_of(policy)
-        if policy is not None
-        else Mode.INTERLEAVE
-        if _env("ENABLE_NUMA_INTERLEAVE")
-        else Mode.DEFAULT
-    )
-    if nodes is None and mode not in (Mode.DEFAULT, Mode.LOCAL):
-        if "env" not in known:
-            known["env"] = _env_nodes(b, known.get("topology"))
-        nodes = known["env"] or None
-    ids = frozenset(nodes) if nodes is not None else None
-    if mode == Mode.PREFERRED and (ids is None or len(ids) != 1):
-        raise ValueError("policy='prefer' needs nodes=[one node]")
-    return mode, ids, _strict_or_env(strict), policy is not None
-
-
-# Policies whose huge pages come from any allowed node with one free: nodes=None below.
-_SPILL_MODES = (Mode.DEFAULT, Mode.LOCAL, Mode.PREFERRED)
-
-
-def _reserved_kb(topo: Topology, node: int) -> Set[int]:
-    """The huge page sizes (kB) with pages reserved on ``node``."""
-    if node not in topo.nodes:
-        return set()
-    return {kb for kb, h in topo.nodes[node].hugepages.items() if h.total}
+_SIZE_MAX = (1 << 64) - 1  # the largest size_t of any ABI; Abi.bits narrows it
 
 
 def _parse_size(text: str) -> int:
@@ -4124,526 +4372,6 @@ def _fmt_size(n: int) -> str:
         if n and n % (1 << shift) == 0:
             return f"{n >> shift}{unit}"
     return str(n)
-
-
-def _huge_size(
-    hugepages: Union[bool, int, str, None], b: Backend, nodes: Optional[FrozenSet[int]]
-) -> int:
-    """Huge page size in bytes (0: base pages, or "thp").  True: the size reserved on
-    every node of ``nodes``, 2 MiB first; "2M"/"1G"/"2048kB" or a byte count pick one.
-    ``nodes`` None or empty (_SPILL_MODES): pages come from where they are (the
-    hugetlb allocator falls back along the zonelist): any usable node's size will do."""
-    if hugepages in (None, False, 0, "off", "", "thp"):
-        return 0
-    topo = read_topology(backend=b)
-    targets = nodes or topo.usable_memory_nodes or frozenset(topo.nodes)
-    have = {n: _reserved_kb(topo, n) for n in targets}  # the sizes reserved there
-    reserved: Dict[str, List[int]] = {}  # what messages say is where: "2048 kB pages"
-    for n in sorted(targets | topo.usable_memory_nodes):
-        for what in [f"{kb} kB pages" for kb in sorted(_reserved_kb(topo, n))] or ["none"]:
-            reserved.setdefault(what, []).append(n)
-    seen = "; ".join(f"{what} on {_nodes_txt(ns)}" for what, ns in reserved.items())
-    sizes_kb: Set[int] = set()
-    if have and nodes:
-        sizes_kb = set.intersection(*have.values())
-    elif have:
-        sizes_kb = set.union(*have.values())
-    if hugepages is True:
-        bare = [n for n in targets if not have[n]]
-        if not sizes_kb and bare:
-            raise OSError(
-                errno.ENOMEM,
-                f"huge pages are not reserved on {_nodes_txt(bare)}, where the policy "
-                f"places pages ({seen}): reserve some there (e.g. "
-                "nodeN/hugepages/hugepages-2048kB/nr_hugepages), place the region where "
-                "they are, or use hugepages=False",
-            )
-        if not sizes_kb:
-            raise OSError(
-                errno.ENOMEM,
-                "no one huge page size is reserved on every node the policy places pages "
-                f"on ({seen}): reserve one size on all of "
-                f"{_nodes_txt(targets)}, or use hugepages=False",
-            )
-        return (2048 if 2048 in sizes_kb else min(sizes_kb)) * 1024
-    nbytes = _parse_size(hugepages) if isinstance(hugepages, str) else int(hugepages or 0)
-    kb = nbytes // 1024
-    if kb not in sizes_kb:
-        short = [n for n in targets if kb not in have[n]]
-        raise OSError(
-            errno.ENOMEM,
-            f"no {nbytes >> 10} kB huge pages reserved on {_nodes_txt(short)} ({seen})",
-        )
-    return nbytes
-
-
-def _region_page(
-    hugepages: Union[bool, int, str, None], kind: str, b: Backend, nodes: Optional[FrozenSet[int]]
-) -> Tuple[int, int]:
-    """(huge page size or 0, the page size the region is mapped with)."""
-    huge = _huge_size(hugepages, b, nodes)
-    if huge and kind == "posix":
-        raise ValueError("hugepages need kind='sysv' (SHM_HUGETLB): /dev/shm is tmpfs")
-    return huge, huge or b.page_size
-
-
-def _region_args(b: Backend, kind: str, size: Any, least: int) -> None:
-    """create's and attach's checks, before any system call: a size above the ABI's
-    size_t would be truncated (2**64 + 1M gave a 1 MiB segment behind a region
-    claiming 2**64 + 1M)."""
-    if kind not in ("sysv", "posix"):
-        raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
-    if isinstance(size, bool) or not isinstance(size, int) or size < least:
-        raise ValueError(f"invalid size {size!r}: an int >= {least}")
-    size_max = (1 << b.abi.word_bits) - 1 if b.abi.word_bits else _SIZE_MAX
-    if size > size_max:
-        raise ValueError(f"size {size} is larger than this ABI's size_t ({size_max})")
-
-
-# VMAs left to the engine beside a region's layout: its threads' stacks, the files
-# and libraries it maps later (each a VMA or more).
-_MAP_COUNT_SPARE_MIN = 1024
-
-
-def _map_count_room(b: Backend) -> Optional[Tuple[int, int]]:
-    """(vm.max_map_count, the VMAs this process maps now); None where either cannot be
-    read (a simulated or saved machine without them)."""
-    limit = b.read_optional("/proc/sys/vm/max_map_count")
-    maps = b.read_optional("/proc/self/maps")
-    if limit is None or maps is None:
-        return None
-    try:
-        return int(limit), maps.count("\n")
-    except ValueError:
-        return None
-
-
-def _map_count_spare(limit: int) -> int:
-    """The VMAs kept for the engine: a 16th of vm.max_map_count, at least
-    _MAP_COUNT_SPARE_MIN, but never more than a quarter of a low limit (1,000 keeps
-    250, not all of it)."""
-    spare = max(_MAP_COUNT_SPARE_MIN, limit // 16)
-    return min(spare, limit // 4)
-
-
-def _map_count_check(b: Backend, need: int, layout: str) -> Tuple[Optional[int], str]:
-    """(the VMAs vm.max_map_count leaves this process with room kept for the engine,
-    None where either cannot be read; why the ``need`` VMAs a region of ``layout``
-    takes, its runs and the record room's one, do not fit there, "" when they do)."""
-    room = _map_count_room(b)
-    if room is None:
-        return None, ""
-    limit, mapped = room
-    spare = _map_count_spare(limit)
-    free = max(limit - mapped - spare, 0)
-    if need <= free:
-        return free, ""
-    why = (
-        f"layout {layout} takes {need} memory mappings (VMAs); vm.max_map_count {limit}, "
-        f"less the {mapped} this process maps and {spare} kept for the engine, leaves "
-        f"{free}: raise vm.max_map_count (sysctl -w vm.max_map_count=N) or use "
-        "fewer, larger blocks"
-    )
-    return free, why
-
-
-# -- fit: will an allocation succeed, checked before anything is made -------------------
-
-_THP_DIR = "/sys/kernel/mm/transparent_hugepage"
-MADV_HUGEPAGE = 14
-_CGROUP = "/sys/fs/cgroup"
-
-
-class FitLimit(_Record):
-    """One limit on an allocation: what it is, the file that says so, the bytes it
-    still allows (None: only reported) and what raises it."""
-
-    name: str
-    source: str
-    allows: Optional[int]
-    fix: str = ""
-
-
-class FitNode(_Record):
-    node: int
-    needed: int  # bytes this node should hold under the policy
-    available: int  # MemFree + reclaimable, or free huge pages x size
-    hugepages: Mapping[int, HugePages]  # page size in kB -> counts
-
-
-class FitResult(_Record):
-    """``fit()``: truthy when the allocation would succeed.  ``exact``: its pages
-    would also land where the policy asks (not spilled to other nodes)."""
-
-    ok: bool
-    exact: bool
-    reason: str
-    size: int
-    kind: str
-    page_size: int
-    hugepages: str  # "off", "thp", "2048kB" ...
-    nodes: Tuple[FitNode, ...]
-    limits: Tuple[FitLimit, ...]
-    thp: Mapping[str, str]  # enabled, defrag, shmem_enabled: the selected words
-    hugepages_fallback: Optional[str] = None  # why base pages instead of huge ones
-    vmas: int = 2  # memory mappings the region takes: its layout's runs, the record room
-    vmas_free: Optional[int] = None  # what vm.max_map_count leaves it (None: unknown)
-
-    def __bool__(self) -> bool:
-        return self.ok
-
-    def to_json(self) -> Dict[str, Any]:
-        return {k: to_json(v) for k, v in self._asdict().items()}
-
-
-def _selected(text: Optional[str]) -> Optional[str]:
-    m = re.search(r"\[([\w-]+)\]", text or "")
-    return m.group(1) if m else None
-
-
-def _thp_settings(b: Backend) -> Dict[str, str]:
-    return {
-        n: w
-        for n in ("enabled", "defrag", "shmem_enabled")
-        if (w := _selected(b.read_optional(f"{_THP_DIR}/{n}")))
-    }
-
-
-def _layout_arg(layout: Union[Layout, str, None]) -> Optional[Layout]:
-    """create's and fit's ``layout``: a Layout, its text (parsed), or None."""
-    lay = Layout.parse(layout) if isinstance(layout, str) else layout
-    if lay is not None and not isinstance(lay, Layout):
-        raise ValueError(f"layout must be a Layout or its text, not {lay!r}")
-    return lay
-
-
-def _fit(
-    b: Backend,
-    topo: Topology,
-    size: int,
-    mode: Mode,
-    ids: Optional[FrozenSet[int]],
-    hugepages: Union[bool, int, str, None],
-    kind: str,
-    pin: bool,
-    hugepages_required: bool,
-    lay: Optional[Layout] = None,
-) -> FitResult:
-    """fit() on a topology already read and a policy already resolved (``ids``: the
-    nodes asked for, None for the default ones; ``lay``: the layout, if one)."""
-    allowed = topo.usable_memory_nodes
-    targets = sorted(
-        allowed
-        if mode in (Mode.DEFAULT, Mode.LOCAL)
-        else ids
-        if ids is not None
-        else default_memory_nodes(topo) or allowed
-    )
-    # hugepages=None: NUMA_UTILS_NUMA_HUGEPAGES ("off" unless set).
-    # "off" and "" reach _region_page, which takes them as base pages.
-    want = _env("NUMA_HUGEPAGES") if hugepages is None else hugepages
-    thp = _thp_settings(b)
-    short: List[str] = []  # why the pages would not all land as asked
-    fallback = None
-    huge = 0
-    if want == "thp":
-        if thp.get("shmem_enabled", "never") in ("never", "deny"):
-            fallback = (
-                f"shmem THP is {thp.get('shmem_enabled', 'absent')!r} "
-                f"({_THP_DIR}/shmem_enabled): echo advise there"
-            )
-    elif want:
-        placed = None if mode in _SPILL_MODES else frozenset(targets)
-        try:
-            huge = _region_page(True if want == "auto" else want, kind, b, placed)[0]
-        except OSError as e:
-            want, fallback = ("thp", None) if want == "auto" else (want, str(e.args[-1]))
-    page = huge or b.page_size
-    npages = -(-size // page)
-    share = (
-        {
-            n: (npages // len(targets) + (i < npages % len(targets))) * page
-            for i, n in enumerate(targets)
-        }
-        if mode in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE)
-        else {targets[0]: npages * page}
-        if mode == Mode.PREFERRED
-        else {}
-    )
-    if share and not huge:  # the record's room, on the lowest node (_room_apply)
-        share[targets[0]] += _room_size(page)
-    snap = counters(backend=b)
-    fnodes = []
-    for n in sorted(set(targets) | allowed):
-        hp = topo.nodes[n].hugepages if n in topo.nodes else MappingProxyType({})
-        avail = (
-            (hp[huge >> 10].free * huge if huge >> 10 in hp else 0)
-            if huge
-            else snap.nodes[n].available_kb * 1024
-            if n in snap.nodes
-            else 0
-        )
-        fnodes.append(FitNode(n, share.get(n, 0), avail, hp))
-        if share.get(n, 0) > avail:
-            short.append(
-                f"node {n} has {_fmt_kb(avail >> 10)} free"
-                f"{f' in {huge >> 10} kB huge pages' if huge else ''} of the "
-                f"{_fmt_kb(share[n] >> 10)} it should hold"
-            )
-    outside = set(targets) - allowed
-    if outside:
-        short.append(
-            f"node(s) {format_cpulist(outside)} outside cpuset.mems.effective "
-            f"({format_cpulist(allowed)}, /proc/self/status Mems_allowed_list): "
-            "the policy is refused and pages land first-touch"
-        )
-    if huge and short and fallback is None and mode != Mode.PREFERRED:
-        fallback = "; ".join(short)  # preferred: the rest comes from other nodes
-    if fallback is not None and hugepages_required:
-        return FitResult(
-            False,
-            False,
-            f"hugepages={want!r}: {fallback} (or pass hugepages_required=False for base pages)",
-            size,
-            kind,
-            page,
-            str(want),
-            tuple(fnodes),
-            (),
-            thp,
-        )
-    if fallback is not None and huge:
-        again = _fit(b, topo, size, mode, ids, False, kind, pin, True, lay)
-        return again._replace(hugepages_fallback=fallback)
-    rounded = -(-size // page) * page
-    if lay is None:
-        lay = Layout.extents([(rounded, "default", ())])
-    lay = lay.bound(rounded, page, topo.nodes_with_memory)
-    vmas = lay.vmas + 1
-    vmas_free, map_short = _map_count_check(b, vmas, str(lay))
-    if map_short:
-        short.append(map_short)
-    need = _region_mapped(size, page, huge)
-    pool = frozenset(targets) if mode == Mode.BIND else allowed
-    limits = [
-        FitLimit(
-            "memory of "
-            + ("bound" if mode == Mode.BIND else "allowed")
-            + f" node(s) {format_cpulist(pool)}",
-            f"{_NODE_DIR}/node*/" + ("hugepages" if huge else "meminfo"),
-            sum(f.available for f in fnodes if f.node in pool),
-            "free memory there, or choose other nodes",
-        )
-    ]
-    limits += _fit_limits(b, huge, kind, pin, need)
-    tight = min(
-        (x for x in limits if x.allows is not None and x.allows < need),
-        key=lambda x: x.allows or 0,
-        default=None,
-    )
-    reason = (
-        "; ".join(short) or "fits as asked"
-        if tight is None
-        else (
-            f"{_fmt_kb(need >> 10)} needed, {tight.name} allows "
-            f"{_fmt_kb(max(tight.allows or 0, 0) >> 10)} ({tight.source}): {tight.fix}"
-        )
-    )
-    return FitResult(
-        tight is None,
-        tight is None and not short,
-        reason,
-        size,
-        kind,
-        page,
-        f"{huge >> 10}kB" if huge else "thp" if want == "thp" and fallback is None else "off",
-        tuple(fnodes),
-        tuple(limits),
-        thp,
-        fallback,
-        vmas,
-        vmas_free,
-    )
-
-
-def fit(
-    size: int,
-    *,
-    nodes: Optional[Iterable[int]] = None,
-    policy: Optional[str] = "interleave",
-    hugepages: Union[bool, int, str, None] = None,
-    kind: str = "sysv",
-    pin: bool = False,
-    hugepages_required: bool = True,
-    backend: Optional[Backend] = None,
-    layout: Union[Layout, str, None] = None,
-) -> FitResult:
-    """Would ``SharedRegion.create(size, policy=, nodes=, hugepages=, kind=)`` plus its
-    prefault (and ``pin_for_cuda`` with ``pin=True``) succeed?  Reads, never allocates:
-    per node MemFree plus reclaimable page cache or free huge pages, and every limit
-    with its source: cgroup v2 memory.max/memory.high/hugetlb.<size>.max less their
-    current use, cpuset.mems.effective, RLIMIT_MEMLOCK, the tmpfs behind /dev/shm,
-    shmmax/shmall, vm.overcommit_memory.  ``reason`` names the tightest limit and the
-    fix.  ``hugepages_required=False``: too few huge pages falls back to base pages.
-    ``size`` and ``kind`` are checked as create checks them (ValueError).
-    ``layout`` (instead of ``nodes``; ``policy`` is then ignored): memory is weighed as
-    create weighs a layout's (over the allowed nodes), and ``vmas``, the memory
-    mappings it takes, against ``vmas_free``, what vm.max_map_count leaves this
-    process: past it, not ``exact`` (create interleaves instead, or refuses under
-    strict) and ``reason`` says so.
-    """
-    b = _b(backend)
-    _region_args(b, kind, size, 1)
-    if kind not in ("sysv", "posix"):
-        raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
-    if layout is not None and nodes is not None:
-        raise ValueError("give layout= or nodes=, not both")
-    lay = _layout_arg(layout)
-    if lay is not None:
-        policy = None  # create weighs a layout's memory as first-touch
-    topo = read_topology(backend=b)
-    mode, ids, _, _ = _region_policy(policy, nodes, None, b, {"topology": topo})
-    return _fit(b, topo, size, mode, ids, hugepages, kind, pin, hugepages_required, lay)
-
-
-def _fit_limits(b: Backend, huge: int, kind: str, pin: bool, need: int) -> List[FitLimit]:
-    """The limits beyond free memory, each with the file it came from."""
-    num = _Reader(b).integer  # None: absent, unreadable or "max"
-    out: List[FitLimit] = []
-    # hugetlb.2MB.max: mm/hugetlb_cgroup.c mem_fmt, as _fmt_size for powers of two < 1 TiB
-    names = [f"hugetlb.{_fmt_size(huge)}B.max"] if huge else ["memory.max", "memory.high"]
-    # This process's cgroup v2 directory and its ancestors, innermost first.
-    m = re.search(r"^0::\s*(/.*)", b.read_optional("/proc/self/cgroup") or "", re.M)
-    parts = [p for p in m.group(1).strip().split("/") if p] if m else None
-    for d in (
-        [_CGROUP + "".join("/" + p for p in parts[:i]) for i in range(len(parts), -1, -1)]
-        if parts is not None
-        else []
-    ):
-        for name in names:
-            # memory.max/.high -> memory.current, hugetlb.2MB.max -> hugetlb.2MB.current
-            cap, cur = num(f"{d}/{name}"), num(f"{d}/{name.rsplit('.', 1)[0]}.current")
-            if cap is not None:
-                out.append(
-                    FitLimit(
-                        f"cgroup {name}",
-                        f"{d}/{name}",
-                        cap - (cur or 0),
-                        f"raise {name} of the container/cgroup (docker "
-                        "--memory, a Kubernetes limit)",
-                    )
-                )
-    if pin:
-        lim = re.search(
-            r"^Max locked memory\s+(\S+)", b.read_optional("/proc/self/limits") or "", re.M
-        )
-        if lim and lim.group(1).isdigit() and b.geteuid() != 0:
-            out.append(
-                FitLimit(
-                    "RLIMIT_MEMLOCK",
-                    "/proc/self/limits",
-                    int(lim.group(1)),
-                    "raise it (ulimit -l, docker --ulimit memlock=-1, LimitMEMLOCK=infinity)",
-                )
-            )
-    if kind == "posix":
-        vfs = b.statvfs("/dev/shm")
-        if vfs is not None:
-            out.append(
-                FitLimit(
-                    "/dev/shm",
-                    f"/dev/shm is a {_fmt_kb(vfs[0] >> 10)} tmpfs",
-                    vfs[1],
-                    f"run the container with --shm-size="
-                    f"{-(-need >> 20) + (vfs[0] - vfs[1] >> 20)}m (or remount "
-                    "/dev/shm larger) or use kind='sysv'",
-                )
-            )
-    else:
-        shmmax, shmall = num("/proc/sys/kernel/shmmax"), num("/proc/sys/kernel/shmall")
-        if shmmax is not None:
-            out.append(
-                FitLimit(
-                    "kernel.shmmax",
-                    "/proc/sys/kernel/shmmax",
-                    shmmax,
-                    "sysctl -w kernel.shmmax=..., or kind='posix'",
-                )
-            )
-        if shmall is not None:
-            used = sum(
-                -(-s.size // b.page_size)
-                for s in _sysvipc_rows(b.read_optional("/proc/sysvipc/shm") or "")
-            )
-            out.append(
-                FitLimit(
-                    "kernel.shmall",
-                    "/proc/sys/kernel/shmall (pages)",
-                    (shmall - used) * b.page_size,
-                    "sysctl -w kernel.shmall=..., or kind='posix'",
-                )
-            )
-    oc = num("/proc/sys/vm/overcommit_memory")
-    mi = parse_meminfo(b.read_optional("/proc/meminfo") or "")
-    if oc == 2 and not huge:
-        out.append(
-            FitLimit(
-                "vm.overcommit_memory=2",
-                "/proc/meminfo CommitLimit - Committed_AS",
-                (mi.get("CommitLimit", 0) - mi.get("Committed_AS", 0)) * 1024,
-                "raise vm.overcommit_ratio or add swap",
-            )
-        )
-    elif oc == 0 and kind == "sysv" and not huge and "MemTotal" in mi:
-        out.append(
-            FitLimit(
-                "vm.overcommit_memory=0",
-                "/proc/meminfo MemTotal + SwapTotal",
-                (mi["MemTotal"] + mi.get("SwapTotal", 0)) * 1024,
-                "a smaller region, or vm.overcommit_memory=1",
-            )
-        )
-    return out
-
-
-def _fit_or_raise(r: FitResult, size: int) -> Tuple[Union[bool, int, str], Optional[str]]:
-    """SharedRegion.create's check of fit's answer: (the hugepages mode to use, why it
-    fell back) or OSError naming the tightest limit, before anything is made."""
-    if not r:
-        raise OSError(
-            errno.ENOSPC if "/dev/shm allows" in r.reason else errno.ENOMEM,
-            f"cannot create a {_fmt_kb(size >> 10)} region: {r.reason}",
-        )
-    return (
-        "thp" if r.hugepages == "thp" else r.page_size if r.hugepages != "off" else False
-    ), r.hugepages_fallback
-
-
-# -- layouts: a policy per extent of one region ------------------------------------------
-# One line of text, which the identity record carries to every attacher:
-#   layout := rule ["@" SIZE]  |  extent (";" extent)*
-#   rule   := "parts:" POLICY ":" ENTRIES          equal contiguous parts, one per entry
-#           | "blocks:" SIZE ":" POLICY ":" ENTRIES  block i on entry i % len(ENTRIES)
-#   extent := SIZE ":" POLICY [":" NODES]           contiguous from offset 0
-#   ENTRIES := NODES ("/" NODES)*     NODES := a node list (0-3,8)
-#   SIZE := bytes, or with K/M/G/T (binary) as everywhere else.  POLICY: bind,
-#   interleave, weighted-interleave, prefer, prefer-many, local, default.
-# "@SIZE" is the region size a rule was bound to (create adds it).  An extent without
-# NODES takes default_memory_nodes() where its policy needs nodes.  A blocks rule is
-# kept as the rule, not as one extent per block; a size that is not a whole number of
-# blocks ends in a shorter block.  Each extent is one mbind, and a mapping holds at
-# most vm.max_map_count (65530) VMAs: keep blocks that alternate nodes fewer than that.
-def _verdict(per_node: Mapping[int, int], mode: str = "") -> str:
-    """ "interleaved 50.0/50.0 over nodes 0-1", "all on node 0", ..."""
-    total = sum(per_node.values())
-    used = sorted(n for n, v in per_node.items() if v)
-    if not total:
-        return "nothing faulted in"
-    if len(used) == 1:
-        return f"all on node {used[0]}"
-    shares = "/".join(f"{100.0 * per_node[n] / total:.1f}" for n in used)
-    word = "interleaved" if "interleave" in mode else "split"
-    return f"{word} {shares} over nodes {format_cpulist(used)}"
 
 
 # The most bytes a layout covers: what len() can count (2**63-1 on 64-bit machines; a
@@ -4957,6 +4685,1084 @@ class Layout:
         return ";".join(
             f"{e.offset:x}+{e.length:x}@cpu:{format_cpulist(e.nodes) or '*'}" for e in self._all()
         )
+
+
+def _record_layout(rec: Mapping[str, Any]) -> Layout:
+    """The layout a record publishes (one default extent when it names none); a
+    ValueError when it names a node no kernel has (Layout.parse refuses MAX_NODES and
+    above), or more node ids than a layout can use (what reading it costs stays
+    bounded, for an attach and for `maps` alike)."""
+    if "layout" not in rec:
+        return Layout.extents([(rec["size"], "default", ())])
+    text = rec["layout"]
+    if isinstance(text, str) and _layout_ids(text) > _LAYOUT_IDS_MAX:
+        raise ValueError(f"layout names over {_LAYOUT_IDS_MAX} node ids")
+    return Layout.parse(text).bound(rec["size"], rec["page_size"])
+
+
+# Keys of our SysV segments: "N" (0x4e) in the top 8 bits, 24 bits of a CRC of the
+# region's name below.  24 bits still collide (among ~4,800 names more likely than
+# not), so a name has _SYSV_PROBES keys, tried in order; which name a segment holds
+# is in its identity record, which every attacher checks.  An int key is used as
+# given.  POSIX regions are /dev/shm/numa_utils-<name>.
+SYSV_KEY_PREFIX, SYSV_KEY_MASK = 0x4E000000, 0xFF000000
+
+
+POSIX_PREFIX = "numa_utils-"
+
+
+def _status_regions(report: Dict[str, Any], b: Backend) -> None:
+    """``report["regions"]``: this user's regions on the live system, SysV segments of
+    our key family and /dev/shm/numa_utils-* files, with the text part.  A SysV
+    layout is not read here (only an attach reads it, and a status scraped every few
+    seconds would keep a stale segment from cleanup forever): `maps PID` and `cleanup`
+    show it."""
+    rows: List[Dict[str, Any]] = []
+    report["regions"] = rows
+    if not b.is_live:
+        return
+    euid = os.geteuid()
+    for st in _sysvipc_rows(b.read_optional("/proc/sysvipc/shm") or ""):
+        if st.uid == euid and st.key & SYSV_KEY_MASK == SYSV_KEY_PREFIX:
+            rows.append(
+                {
+                    "name": None,
+                    "kind": "sysv",
+                    "key": f"0x{st.key:08x}",
+                    "size": st.size,
+                    "attached": st.nattch,
+                    "layout": None,
+                }
+            )
+    locks = [
+        ln.split() for ln in (b.read_optional("/proc/locks") or "").splitlines() if "->" not in ln
+    ]  # every attacher of a file holds a shared flock
+    for name in sorted(n for n in b.listdir("/dev/shm") if n.startswith(POSIX_PREFIX)):
+        path = f"/dev/shm/{name}"
+        row: Dict[str, Any] = {
+            "name": name[len(POSIX_PREFIX) :],
+            "kind": "posix",
+            "key": path,
+            "size": None,
+            "attached": None,
+            "layout": None,
+        }
+        try:
+            st_ = os.stat(path, follow_symlinks=False)
+            if st_.st_uid != euid:
+                continue
+            ino = f"{os.major(st_.st_dev):02x}:{os.minor(st_.st_dev):02x}:{st_.st_ino}"
+            row["attached"] = sum(f[1:2] == ["FLOCK"] and ino in f for f in locks)
+            row["size"], rec = _file_record(path)
+            if rec is not None:
+                row.update(name=rec["key"], size=rec["size"], layout=str(_record_layout(rec)))
+        except (OSError, ValueError) as e:
+            row["error"] = str(e)
+        rows.append(row)
+    if rows:
+        report.setdefault("extra_text", []).extend(
+            ["", "REGIONS (this user's numa_utils shared memory)"]
+            + [
+                _printable(
+                    f"  {r['kind']:<5}  {r['name'] or r['key']:<24}  "
+                    f"{'?' if r['size'] is None else _fmt_size(r['size']):>8}  "
+                    f"{'?' if r['attached'] is None else r['attached']} attached  "
+                    + (r["layout"] or r.get("error") or "layout: `maps PID` or `cleanup` shows it")
+                )
+                for r in rows
+            ]
+        )
+
+
+# ===========================================================================
+# Shared-memory regions and prefault.
+# ===========================================================================
+
+# -- shared-memory section -------------------------------------------------------------
+# SysV: ipc/shm.c, include/uapi/linux/ipc.h and shm.h; POSIX: glibc's shm_open opens
+# a file in the tmpfs mounted at /dev/shm.  Policy before touch (KERNEL_FACTS 4),
+# prefault with MADV_POPULATE_WRITE (KERNEL_FACTS 8).
+
+SHM_RDONLY, SHM_HUGETLB, SHM_HUGE_SHIFT = 0o10000, 0o4000, 26
+
+_SYSV_PROBES = 8
+LOCK_SH, LOCK_EX, LOCK_NB, LOCK_UN = 1, 2, 4, 8  # include/uapi/asm-generic/fcntl.h
+
+
+def _sysv_key(key: Union[int, str]) -> int:
+    if isinstance(key, bool):
+        raise TypeError("key must be a str or an int")
+    if isinstance(key, int):
+        if not 0 <= key <= 0xFFFFFFFF:
+            raise ValueError(f"SysV key {key} outside 0..0xffffffff")
+        return key
+    if not key:
+        raise ValueError("empty key")
+    import zlib
+
+    return SYSV_KEY_PREFIX | (zlib.crc32(key.encode("utf-8")) & ~SYSV_KEY_MASK & 0xFFFFFFFF)
+
+
+def _posix_name(key: Union[int, str]) -> str:
+    if isinstance(key, bool) or not isinstance(key, (int, str)):
+        raise TypeError("key must be a str or an int")
+    name = str(key)
+    if not name or "/" in name or "\0" in name or len(name) > 200:
+        raise ValueError(f"invalid POSIX shared memory name {name!r}")
+    return POSIX_PREFIX + name
+
+
+def _sysv_keys(key: Union[int, str]) -> List[int]:
+    """The keys a region may live under, in the order create tries them."""
+    probes = range(1, _SYSV_PROBES) if isinstance(key, str) else ()
+    return [_sysv_key(key)] + [_sysv_key(f"{key}\0{i}") for i in probes]
+
+
+def _same_key(a: Any, b: Union[int, str]) -> bool:
+    return a == b and isinstance(a, str) == isinstance(b, str) and not isinstance(a, bool)
+
+
+def _key_arg(key: Union[int, str]) -> str:
+    """``key`` as `cleanup --key` takes it."""
+    import shlex
+
+    return f"0x{key:08x}" if isinstance(key, int) else shlex.quote(key)
+
+
+def _region_mapped(size: int, page: int, huge: int) -> int:
+    """The bytes create maps for ``size`` bytes of data in ``page``-byte pages: the data
+    in whole pages, then the record's room, which a huge-page region (``huge``) keeps
+    in base pages of a segment of its own.  fit() weighs exactly this."""
+    data = -(-size // page) * page
+    if huge:
+        return data
+    return data + _room_size(page)
+
+
+def _record_write(addr: int, seg: int, rec: Mapping[str, Any]) -> None:
+    """Write ``rec`` at the end of the ``seg`` bytes mapped at ``addr``, after the
+    region's ``rec["size"]`` bytes of data and the room's last-use slot."""
+    import json
+    import zlib
+
+    raw = json.dumps(rec, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    blob = raw + _RECORD_END.pack(_RECORD_MAGIC, _RECORD_FORMAT, len(raw), zlib.crc32(raw))
+    if len(raw) > _RECORD_MAX:
+        raise ValueError(f"identity record of {len(raw)} bytes does not fit the bytes kept for it")
+    ctypes.memmove(addr + seg - len(blob), blob, len(blob))
+
+
+# -- prefault ----------------------------------------------------------------------------
+
+
+def prefault(
+    buf: Any,
+    length: Optional[int] = None,
+    threads: Optional[int] = None,
+    *,
+    backend: Optional[Backend] = None,
+    progress: Optional[Callable[[int, int], Any]] = None,
+    page_size: Optional[int] = None,
+    shared: bool = False,
+) -> Dict[str, Any]:
+    """Fault every page of ``buf`` in, for writing, under the range's memory policy.
+
+    MADV_POPULATE_WRITE (Linux 5.14+) in ``threads`` threads (default: the allowed
+    CPUs, at most 32; NUMA_PREFAULT_THREADS) on disjoint page-aligned slices; the
+    calls release the GIL.  Older kernels: a write of each page's own byte, done in
+    C (contents are kept).  ``progress(done_bytes, total_bytes)`` is called from the
+    calling thread; an exception it raises (KeyboardInterrupt included) stops the
+    workers and propagates.  ``page_size``: the huge page size for hugetlb memory.
+    ``shared=True`` (shared memory): the old-kernel fallback only reads each page,
+    which allocates it there, so a concurrent writer's data is never rewritten.
+    Returns {"bytes", "threads", "method", "seconds"}.
+    """
+    import time
+
+    b = _b(backend)
+    addr, size = buffer_range(buf, length)
+    pg = page_size or b.page_size
+    start, span = _page_range(addr, size, pg)
+    t0 = time.monotonic()
+    if span == 0:
+        return {"bytes": 0, "threads": 0, "method": "none", "seconds": 0.0}
+    want = threads if threads is not None else _env("NUMA_PREFAULT_THREADS")
+    if want is None:
+        try:
+            cpus = len(b.sched_getaffinity(0))
+        except OSError:
+            cpus = os.cpu_count() or 1
+        # Page population scales with cores until memory bandwidth runs out.
+        want = max(1, min(cpus, 32))
+    if want < 1:
+        raise ValueError("threads must be >= 1")
+    # Slices of at least 16 MiB: below that a thread costs more than it saves.
+    n = max(1, min(int(want), span // max(pg, 16 << 20) or 1))
+    method = "populate_write"
+    # Probe on the first page: EINVAL means no MADV_POPULATE_WRITE (or a mapping it
+    # cannot populate) -> touch pages instead.  Other errors are real (ENOMEM, EFAULT).
+    try:
+        b.madvise(start, pg, MADV_POPULATE_WRITE)
+    except OSError as e:
+        if e.errno != errno.EINVAL:
+            raise
+        method = "touch"
+    chunk = max(pg, min(64 << 20, span // (4 * n)) // pg * pg)
+    done = [0] * n
+    errors: List[BaseException] = []
+    stop = threading.Event()
+
+    bounds = [start + (span // pg * i // n) * pg for i in range(n + 1)]
+
+    def work(i: int) -> None:
+        try:
+            p, hi = bounds[i], bounds[i + 1]
+            while p < hi and not stop.is_set():
+                q = min(hi, p + chunk)
+                if method == "populate_write":
+                    b.madvise(p, q - p, MADV_POPULATE_WRITE)
+                elif b.is_live:
+                    _touch_iov(p, q - p, pg, write=not shared)
+                else:
+                    b.touch(p, q - p)
+                done[i] += q - p
+                p = q
+                if n == 1 and progress is not None:  # one slice: run here
+                    progress(sum(done), span)
+        except BaseException as e:  # re-raised in the calling thread
+            errors.append(e)
+            stop.set()
+
+    workers = (
+        [
+            threading.Thread(target=work, args=(i,), name=f"numa_utils-prefault-{i}", daemon=True)
+            for i in range(n)
+        ]
+        if n > 1
+        else []
+    )
+    try:
+        if not workers:
+            # One slice: run it here, calling progress between chunks.
+            work(0)
+        for t in workers:
+            t.start()
+        # Wait on each worker in turn: joining one that has already ended returns at
+        # once, and waiting on it would spin (and call progress) until the slowest
+        # slice is done.
+        for t in workers:
+            while t.is_alive():
+                t.join(0.05)
+                if progress is not None and not errors:
+                    progress(sum(done), span)
+    finally:
+        stop.set()
+        for t in workers:
+            if t.ident is not None:  # started (joining one never started raises)
+                t.join()
+    if errors:
+        raise errors[0]
+    if progress is not None and n > 1:
+        progress(span, span)
+    return {"bytes": span, "threads": n, "method": method, "seconds": time.monotonic() - t0}
+
+
+_do_prefault = prefault  # SharedRegion.create's ``prefault`` argument shadows it
+
+
+# -- SharedRegion ----------------------------------------------------------------------
+
+
+def _region_policy(
+    policy: Optional[str],
+    nodes: Optional[Iterable[int]],
+    strict: Optional[bool],
+    b: Backend,
+    known: Dict[str, Any],
+) -> Tuple[Mode, Optional[FrozenSet[int]], bool, bool]:
+    """(mode, nodes, strict, explicit) from the arguments and the environment:
+    policy=None means interleave when ENABLE_NUMA_INTERLEAVE is set, else first-touch;
+    nodes=None means NUMA_NODES, else default_memory_nodes(); strict=None: NUMA_STRICT.
+    ``known``: as _apply_policy's, plus "topology": NUMA_NODES is resolved on a
+    topology read already and kept as "env"."""
+    if policy is not None and not isinstance(policy, str):
+        raise ValueError(f"unknown region policy {policy!r}")
+    mode = (
+        _mode_of(policy)
+        if policy is not None
+        else Mode.INTERLEAVE
+        if _env("ENABLE_NUMA_INTERLEAVE")
+        else Mode.DEFAULT
+    )
+    if nodes is None and mode not in (Mode.DEFAULT, Mode.LOCAL):
+        if "env" not in known:
+            known["env"] = _env_nodes(b, known.get("topology"))
+        nodes = known["env"] or None
+    ids = frozenset(nodes) if nodes is not None else None
+    if mode == Mode.PREFERRED and (ids is None or len(ids) != 1):
+        raise ValueError("policy='prefer' needs nodes=[one node]")
+    return mode, ids, _strict_or_env(strict), policy is not None
+
+
+# Policies whose huge pages come from any allowed node with one free: nodes=None below.
+_SPILL_MODES = (Mode.DEFAULT, Mode.LOCAL, Mode.PREFERRED)
+
+
+def _reserved_kb(topo: Topology, node: int) -> Set[int]:
+    """The huge page sizes (kB) with pages reserved on ``node``."""
+    if node not in topo.nodes:
+        return set()
+    return {kb for kb, h in topo.nodes[node].hugepages.items() if h.total}
+
+
+def _huge_size(
+    hugepages: Union[bool, int, str, None], b: Backend, nodes: Optional[FrozenSet[int]]
+) -> int:
+    """Huge page size in bytes (0: base pages, or "thp").  True: the size reserved on
+    every node of ``nodes``, 2 MiB first; "2M"/"1G"/"2048kB" or a byte count pick one.
+    ``nodes`` None or empty (_SPILL_MODES): pages come from where they are (the
+    hugetlb allocator falls back along the zonelist): any usable node's size will do."""
+    if hugepages in (None, False, 0, "off", "", "thp"):
+        return 0
+    topo = read_topology(backend=b)
+    targets = nodes or topo.usable_memory_nodes or frozenset(topo.nodes)
+    have = {n: _reserved_kb(topo, n) for n in targets}  # the sizes reserved there
+    reserved: Dict[str, List[int]] = {}  # what messages say is where: "2048 kB pages"
+    for n in sorted(targets | topo.usable_memory_nodes):
+        for what in [f"{kb} kB pages" for kb in sorted(_reserved_kb(topo, n))] or ["none"]:
+            reserved.setdefault(what, []).append(n)
+    seen = "; ".join(f"{what} on {_nodes_txt(ns)}" for what, ns in reserved.items())
+    sizes_kb: Set[int] = set()
+    if have and nodes:
+        sizes_kb = set.intersection(*have.values())
+    elif have:
+        sizes_kb = set.union(*have.values())
+    if hugepages is True:
+        bare = [n for n in targets if not have[n]]
+        if not sizes_kb and bare:
+            raise OSError(
+                errno.ENOMEM,
+                f"huge pages are not reserved on {_nodes_txt(bare)}, where the policy "
+                f"places pages ({seen}): reserve some there (e.g. "
+                "nodeN/hugepages/hugepages-2048kB/nr_hugepages), place the region where "
+                "they are, or use hugepages=False",
+            )
+        if not sizes_kb:
+            raise OSError(
+                errno.ENOMEM,
+                "no one huge page size is reserved on every node the policy places pages "
+                f"on ({seen}): reserve one size on all of "
+                f"{_nodes_txt(targets)}, or use hugepages=False",
+            )
+        return (2048 if 2048 in sizes_kb else min(sizes_kb)) * 1024
+    nbytes = _parse_size(hugepages) if isinstance(hugepages, str) else int(hugepages or 0)
+    kb = nbytes // 1024
+    if kb not in sizes_kb:
+        short = [n for n in targets if kb not in have[n]]
+        raise OSError(
+            errno.ENOMEM,
+            f"no {nbytes >> 10} kB huge pages reserved on {_nodes_txt(short)} ({seen})",
+        )
+    return nbytes
+
+
+def _region_page(
+    hugepages: Union[bool, int, str, None], kind: str, b: Backend, nodes: Optional[FrozenSet[int]]
+) -> Tuple[int, int]:
+    """(huge page size or 0, the page size the region is mapped with)."""
+    huge = _huge_size(hugepages, b, nodes)
+    if huge and kind == "posix":
+        raise ValueError("hugepages need kind='sysv' (SHM_HUGETLB): /dev/shm is tmpfs")
+    return huge, huge or b.page_size
+
+
+def _region_args(b: Backend, kind: str, size: Any, least: int) -> None:
+    """create's and attach's checks, before any system call: a size above the ABI's
+    size_t would be truncated (2**64 + 1M gave a 1 MiB segment behind a region
+    claiming 2**64 + 1M)."""
+    if kind not in ("sysv", "posix"):
+        raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
+    if isinstance(size, bool) or not isinstance(size, int) or size < least:
+        raise ValueError(f"invalid size {size!r}: an int >= {least}")
+    size_max = (1 << b.abi.word_bits) - 1 if b.abi.word_bits else _SIZE_MAX
+    if size > size_max:
+        raise ValueError(f"size {size} is larger than this ABI's size_t ({size_max})")
+
+
+# VMAs left to the engine beside a region's layout: its threads' stacks, the files
+# and libraries it maps later (each a VMA or more).
+_MAP_COUNT_SPARE_MIN = 1024
+
+
+def _map_count_room(b: Backend) -> Optional[Tuple[int, int]]:
+    """(vm.max_map_count, the VMAs this process maps now); None where either cannot be
+    read (a simulated or saved machine without them)."""
+    limit = b.read_optional("/proc/sys/vm/max_map_count")
+    maps = b.read_optional("/proc/self/maps")
+    if limit is None or maps is None:
+        return None
+    try:
+        return int(limit), maps.count("\n")
+    except ValueError:
+        return None
+
+
+def _map_count_spare(limit: int) -> int:
+    """The VMAs kept for the engine: a 16th of vm.max_map_count, at least
+    _MAP_COUNT_SPARE_MIN, but never more than a quarter of a low limit (1,000 keeps
+    250, not all of it)."""
+    spare = max(_MAP_COUNT_SPARE_MIN, limit // 16)
+    return min(spare, limit // 4)
+
+
+def _map_count_check(b: Backend, need: int, layout: str) -> Tuple[Optional[int], str]:
+    """(the VMAs vm.max_map_count leaves this process with room kept for the engine,
+    None where either cannot be read; why the ``need`` VMAs a region of ``layout``
+    takes, its runs and the record room's one, do not fit there, "" when they do)."""
+    room = _map_count_room(b)
+    if room is None:
+        return None, ""
+    limit, mapped = room
+    spare = _map_count_spare(limit)
+    free = max(limit - mapped - spare, 0)
+    if need <= free:
+        return free, ""
+    why = (
+        f"layout {layout} takes {need} memory mappings (VMAs); vm.max_map_count {limit}, "
+        f"less the {mapped} this process maps and {spare} kept for the engine, leaves "
+        f"{free}: raise vm.max_map_count (sysctl -w vm.max_map_count=N) or use "
+        "fewer, larger blocks"
+    )
+    return free, why
+
+
+# -- fit: will an allocation succeed, checked before anything is made -------------------
+
+_THP_DIR = "/sys/kernel/mm/transparent_hugepage"
+MADV_HUGEPAGE = 14
+_CGROUP = "/sys/fs/cgroup"
+
+
+class FitLimit(_Record):
+    """One limit on an allocation: what it is, the file that says so, the bytes it
+    still allows (None: only reported) and what raises it."""
+
+    name: str
+    source: str
+    allows: Optional[int]
+    fix: str = ""
+
+
+class FitNode(_Record):
+    node: int
+    needed: int  # bytes this node should hold under the policy
+    available: int  # MemFree + reclaimable, or free huge pages x size
+    hugepages: Mapping[int, HugePages]  # page size in kB -> counts
+
+
+class FitResult(_Record):
+    """``fit()``: truthy when the allocation would succeed.  ``exact``: its pages
+    would also land where the policy asks (not spilled to other nodes)."""
+
+    ok: bool
+    exact: bool
+    reason: str
+    size: int
+    kind: str
+    page_size: int
+    hugepages: str  # "off", "thp", "2048kB" ...
+    nodes: Tuple[FitNode, ...]
+    limits: Tuple[FitLimit, ...]
+    thp: Mapping[str, str]  # enabled, defrag, shmem_enabled: the selected words
+    hugepages_fallback: Optional[str] = None  # why base pages instead of huge ones
+    vmas: int = 2  # memory mappings the region takes: its layout's runs, the record room
+    vmas_free: Optional[int] = None  # what vm.max_map_count leaves it (None: unknown)
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def to_json(self) -> Dict[str, Any]:
+        return {k: to_json(v) for k, v in self._asdict().items()}
+
+
+def _selected(text: Optional[str]) -> Optional[str]:
+    m = re.search(r"\[([\w-]+)\]", text or "")
+    return m.group(1) if m else None
+
+
+def _thp_settings(b: Backend) -> Dict[str, str]:
+    return {
+        n: w
+        for n in ("enabled", "defrag", "shmem_enabled")
+        if (w := _selected(b.read_optional(f"{_THP_DIR}/{n}")))
+    }
+
+
+def _layout_arg(layout: Union[Layout, str, None]) -> Optional[Layout]:
+    """create's and fit's ``layout``: a Layout, its text (parsed), or None."""
+    lay = Layout.parse(layout) if isinstance(layout, str) else layout
+    if lay is not None and not isinstance(lay, Layout):
+        raise ValueError(f"layout must be a Layout or its text, not {lay!r}")
+    return lay
+
+
+def _fit_limits(b: Backend, huge: int, kind: str, pin: bool, need: int) -> List[FitLimit]:
+    """The limits beyond free memory, each with the file it came from."""
+    num = _Reader(b).integer  # None: absent, unreadable or "max"
+    out: List[FitLimit] = []
+    # hugetlb.2MB.max: mm/hugetlb_cgroup.c mem_fmt, as _fmt_size for powers of two < 1 TiB
+    names = [f"hugetlb.{_fmt_size(huge)}B.max"] if huge else ["memory.max", "memory.high"]
+    # This process's cgroup v2 directory and its ancestors, innermost first.
+    m = re.search(r"^0::\s*(/.*)", b.read_optional("/proc/self/cgroup") or "", re.M)
+    parts = [p for p in m.group(1).strip().split("/") if p] if m else None
+    for d in (
+        [_CGROUP + "".join("/" + p for p in parts[:i]) for i in range(len(parts), -1, -1)]
+        if parts is not None
+        else []
+    ):
+        for name in names:
+            # memory.max/.high -> memory.current, hugetlb.2MB.max -> hugetlb.2MB.current
+            cap, cur = num(f"{d}/{name}"), num(f"{d}/{name.rsplit('.', 1)[0]}.current")
+            if cap is not None:
+                out.append(
+                    FitLimit(
+                        f"cgroup {name}",
+                        f"{d}/{name}",
+                        cap - (cur or 0),
+                        f"raise {name} of the container/cgroup (docker "
+                        "--memory, a Kubernetes limit)",
+                    )
+                )
+    if pin:
+        lim = re.search(
+            r"^Max locked memory\s+(\S+)", b.read_optional("/proc/self/limits") or "", re.M
+        )
+        if lim and lim.group(1).isdigit() and b.geteuid() != 0:
+            out.append(
+                FitLimit(
+                    "RLIMIT_MEMLOCK",
+                    "/proc/self/limits",
+                    int(lim.group(1)),
+                    "raise it (ulimit -l, docker --ulimit memlock=-1, LimitMEMLOCK=infinity)",
+                )
+            )
+    if kind == "posix":
+        vfs = b.statvfs("/dev/shm")
+        if vfs is not None:
+            out.append(
+                FitLimit(
+                    "/dev/shm",
+                    f"/dev/shm is a {_fmt_kb(vfs[0] >> 10)} tmpfs",
+                    vfs[1],
+                    f"run the container with --shm-size="
+                    f"{-(-need >> 20) + (vfs[0] - vfs[1] >> 20)}m (or remount "
+                    "/dev/shm larger) or use kind='sysv'",
+                )
+            )
+    else:
+        shmmax, shmall = num("/proc/sys/kernel/shmmax"), num("/proc/sys/kernel/shmall")
+        if shmmax is not None:
+            out.append(
+                FitLimit(
+                    "kernel.shmmax",
+                    "/proc/sys/kernel/shmmax",
+                    shmmax,
+                    "sysctl -w kernel.shmmax=..., or kind='posix'",
+                )
+            )
+        if shmall is not None:
+            used = sum(
+                -(-s.size // b.page_size)
+                for s in _sysvipc_rows(b.read_optional("/proc/sysvipc/shm") or "")
+            )
+            out.append(
+                FitLimit(
+                    "kernel.shmall",
+                    "/proc/sys/kernel/shmall (pages)",
+                    (shmall - used) * b.page_size,
+                    "sysctl -w kernel.shmall=..., or kind='posix'",
+                )
+            )
+    oc = num("/proc/sys/vm/overcommit_memory")
+    mi = parse_meminfo(b.read_optional("/proc/meminfo") or "")
+    if oc == 2 and not huge:
+        out.append(
+            FitLimit(
+                "vm.overcommit_memory=2",
+                "/proc/meminfo CommitLimit - Committed_AS",
+                (mi.get("CommitLimit", 0) - mi.get("Committed_AS", 0)) * 1024,
+                "raise vm.overcommit_ratio or add swap",
+            )
+        )
+    elif oc == 0 and kind == "sysv" and not huge and "MemTotal" in mi:
+        out.append(
+            FitLimit(
+                "vm.overcommit_memory=0",
+                "/proc/meminfo MemTotal + SwapTotal",
+                (mi["MemTotal"] + mi.get("SwapTotal", 0)) * 1024,
+                "a smaller region, or vm.overcommit_memory=1",
+            )
+        )
+    return out
+
+
+def _parse_numastat(
+    text: str, *, source: Optional[str] = None, lenient: bool = False
+) -> Dict[str, int]:
+    """nodeN/numastat ("numa_hit 4495833\\n...") -> {"numa_hit": 4495833, ...}.
+
+    Values are unsigned (the kernel prints %lu).  A malformed line raises ValueError;
+    with ``lenient=True`` it is skipped and the good lines are kept.
+    """
+    out: Dict[str, int] = {}
+    for line in _clean(text).splitlines():
+        parts = line.split()
+        v = _uint(parts[1]) if len(parts) == 2 else None
+        if v is not None:
+            out[parts[0]] = v
+        elif parts and not lenient:
+            raise ValueError(f"invalid numastat line{_where(source)}: {_short(line)}")
+    return out
+
+
+# Per-node allocation counters, in pages (drivers/base/node.c node_read_numastat;
+# Documentation/admin-guide/numastat.rst).  numa_miss/numa_foreign/other_node are
+# the "remote" ones: a page that went to another node than the one asked for, or to
+# this node for a CPU on another node.
+_NUMASTAT_FIELDS = (
+    "numa_hit",
+    "numa_miss",
+    "numa_foreign",
+    "interleave_hit",
+    "local_node",
+    "other_node",
+)
+
+
+class NodeCounters(_Record):
+    """One node's numastat counters (pages) and meminfo (kB).
+
+    From ``counters()`` these are totals since boot; after ``after - before`` they
+    are the change over the interval (numastat never negative; meminfo signed).
+    A missing file gives an empty mapping and the properties read 0.
+    """
+
+    node: int
+    numastat: Mapping[str, int]  # numa_hit, numa_miss, ... in pages
+    meminfo: Mapping[str, int]  # MemTotal, MemFree, FilePages, ... in kB
+
+    @property
+    def numa_hit(self) -> int:
+        return self.numastat.get("numa_hit", 0)
+
+    @property
+    def numa_miss(self) -> int:
+        return self.numastat.get("numa_miss", 0)
+
+    @property
+    def numa_foreign(self) -> int:
+        return self.numastat.get("numa_foreign", 0)
+
+    @property
+    def interleave_hit(self) -> int:
+        return self.numastat.get("interleave_hit", 0)
+
+    @property
+    def local_node(self) -> int:
+        return self.numastat.get("local_node", 0)
+
+    @property
+    def other_node(self) -> int:
+        return self.numastat.get("other_node", 0)
+
+    @property
+    def mem_total_kb(self) -> int:
+        return self.meminfo.get("MemTotal", 0)
+
+    @property
+    def mem_free_kb(self) -> int:
+        return self.meminfo.get("MemFree", 0)
+
+    @property
+    def file_kb(self) -> int:
+        """Page cache on the file LRUs: what reclaim can give back without swap."""
+        mi = self.meminfo
+        if "Active(file)" in mi or "Inactive(file)" in mi:
+            return mi.get("Active(file)", 0) + mi.get("Inactive(file)", 0)
+        # Older kernels: FilePages includes shmem, which reclaim cannot drop.
+        return max(mi.get("FilePages", 0) - mi.get("Shmem", 0), 0)
+
+    @property
+    def available_kb(self) -> int:
+        """MemFree plus reclaimable file pages (what a new worker can count on)."""
+        return self.mem_free_kb + self.file_kb
+
+    def __sub__(self, other: object) -> NodeCounters:
+        if not isinstance(other, NodeCounters):
+            return NotImplemented
+        # numastat counters only grow; a smaller value means the node went offline
+        # and came back (they restart at 0), so the change is the new value.
+        stat = {}
+        for name, value in self.numastat.items():
+            before = other.numastat.get(name, 0)
+            if value >= before:
+                stat[name] = value - before
+            else:
+                stat[name] = value
+        mem = {k: v - other.meminfo.get(k, 0) for k, v in self.meminfo.items()}
+        return NodeCounters(self.node, MappingProxyType(stat), MappingProxyType(mem))
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "node": self.node,
+            **{k: self.numastat.get(k) for k in _NUMASTAT_FIELDS},
+            "mem_total_kb": self.mem_total_kb,
+            "mem_free_kb": self.mem_free_kb,
+            "file_kb": self.file_kb,
+            "available_kb": self.available_kb,
+            "meminfo": dict(self.meminfo),
+        }
+
+
+class Counters:
+    """A snapshot of every online node's counters (``counters()``), or the change
+    between two snapshots (``after - before``: ``seconds`` is then the interval).
+    ``snap[node]`` is a NodeCounters; iterating gives them in node order."""
+
+    __slots__ = ("timestamp", "monotonic", "nodes", "page_size", "problems", "seconds")
+
+    def __init__(
+        self,
+        timestamp: float,
+        monotonic: float,
+        nodes: Mapping[int, NodeCounters],
+        page_size: int,
+        problems: Tuple[str, ...] = (),
+        seconds: Optional[float] = None,
+    ) -> None:
+        self.timestamp = timestamp  # time.time() of the (later) snapshot
+        self.monotonic = monotonic  # time.monotonic(), for intervals
+        self.nodes = nodes
+        self.page_size = page_size
+        self.problems = problems  # files that could not be read
+        self.seconds = seconds  # set on a difference
+
+    def __repr__(self) -> str:
+        kind = f"delta over {self.seconds:.3f}s" if self.seconds is not None else "snapshot"
+        return (
+            f"Counters({kind}, nodes {format_cpulist(self.nodes)}, remote {self.remote_ratio:.2%})"
+        )
+
+    def __getitem__(self, node: int) -> NodeCounters:
+        return self.nodes[node]
+
+    def __iter__(self) -> Iterator[NodeCounters]:
+        return iter(self.nodes[n] for n in sorted(self.nodes))
+
+    @property
+    def is_delta(self) -> bool:
+        return self.seconds is not None
+
+    def total(self, name: str) -> int:
+        """Sum of one numastat counter over every node."""
+        return sum(n.numastat.get(name, 0) for n in self.nodes.values())
+
+    @property
+    def remote_pages(self) -> int:
+        """Pages allocated on a node other than the allocating CPU's (other_node)."""
+        return self.total("other_node")
+
+    @property
+    def remote_ratio(self) -> float:
+        """other_node / (local_node + other_node); 0.0 when nothing was counted."""
+        local, remote = self.total("local_node"), self.total("other_node")
+        return remote / (local + remote) if local + remote else 0.0
+
+    def __sub__(self, other: object) -> Counters:
+        if not isinstance(other, Counters):
+            return NotImplemented
+        nodes = {n: (c - other.nodes[n] if n in other.nodes else c) for n, c in self.nodes.items()}
+        return Counters(
+            self.timestamp,
+            self.monotonic,
+            MappingProxyType(nodes),
+            self.page_size,
+            self.problems,
+            max(self.monotonic - other.monotonic, 0.0),
+        )
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "timestamp": self.timestamp,
+            "seconds": self.seconds,
+            "page_size": self.page_size,
+            "nodes": [c.to_json() for c in self],
+            "remote_pages": self.remote_pages,
+            "remote_ratio": self.remote_ratio,
+            "problems": list(self.problems),
+        }
+
+
+def counters(*, backend: Optional[Backend] = None) -> Counters:
+    """Snapshot of per-node numastat counters and meminfo, for ``after - before``.
+
+    Reads nodeN/numastat and nodeN/meminfo for every online node.  Fallbacks (never
+    raises for a missing or malformed file; see ``Counters.problems``): no node
+    directory (kernel without NUMA) -> node 0 with /proc/meminfo and no numastat;
+    a missing numastat/meminfo file -> an empty mapping for that node.
+    """
+    import time
+
+    b = _b(backend)
+    r = _Reader(b)
+    nodes: Dict[int, NodeCounters] = {}
+    if r.exists(_NODE_DIR):
+        online = r.parsed(f"{_NODE_DIR}/online", _parse_nodelist)
+        for n in sorted(_node_dirs(r) if online is None else online):
+            d = f"{_NODE_DIR}/node{n}"
+            stat = r.parsed(f"{d}/numastat", _parse_numastat)
+            if stat is None:
+                # Missing: no counters.  Malformed (the problem is recorded): keep
+                # the lines that do parse rather than lose the whole node.
+                t = r.text(f"{d}/numastat")
+                stat = _parse_numastat(t, lenient=True) if t is not None else {}
+            mi = r.parsed(f"{d}/meminfo", parse_meminfo) or {}
+            nodes[n] = NodeCounters(n, MappingProxyType(stat), MappingProxyType(mi))
+    else:
+        mi = r.parsed("/proc/meminfo", parse_meminfo) or {}
+        nodes[0] = NodeCounters(0, MappingProxyType({}), MappingProxyType(mi))
+    return Counters(
+        time.time(), time.monotonic(), MappingProxyType(nodes), b.page_size, tuple(r.problems)
+    )
+
+
+def _fit(
+    b: Backend,
+    topo: Topology,
+    size: int,
+    mode: Mode,
+    ids: Optional[FrozenSet[int]],
+    hugepages: Union[bool, int, str, None],
+    kind: str,
+    pin: bool,
+    hugepages_required: bool,
+    lay: Optional[Layout] = None,
+) -> FitResult:
+    """fit() on a topology already read and a policy already resolved (``ids``: the
+    nodes asked for, None for the default ones; ``lay``: the layout, if one)."""
+    allowed = topo.usable_memory_nodes
+    targets = sorted(
+        allowed
+        if mode in (Mode.DEFAULT, Mode.LOCAL)
+        else ids
+        if ids is not None
+        else default_memory_nodes(topo) or allowed
+    )
+    # hugepages=None: NUMA_UTILS_NUMA_HUGEPAGES ("off" unless set).
+    # "off" and "" reach _region_page, which takes them as base pages.
+    want = _env("NUMA_HUGEPAGES") if hugepages is None else hugepages
+    thp = _thp_settings(b)
+    short: List[str] = []  # why the pages would not all land as asked
+    fallback = None
+    huge = 0
+    if want == "thp":
+        if thp.get("shmem_enabled", "never") in ("never", "deny"):
+            fallback = (
+                f"shmem THP is {thp.get('shmem_enabled', 'absent')!r} "
+                f"({_THP_DIR}/shmem_enabled): echo advise there"
+            )
+    elif want:
+        placed = None if mode in _SPILL_MODES else frozenset(targets)
+        try:
+            huge = _region_page(True if want == "auto" else want, kind, b, placed)[0]
+        except OSError as e:
+            want, fallback = ("thp", None) if want == "auto" else (want, str(e.args[-1]))
+    page = huge or b.page_size
+    npages = -(-size // page)
+    share = (
+        {
+            n: (npages // len(targets) + (i < npages % len(targets))) * page
+            for i, n in enumerate(targets)
+        }
+        if mode in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE)
+        else {targets[0]: npages * page}
+        if mode == Mode.PREFERRED
+        else {}
+    )
+    if share and not huge:  # the record's room, on the lowest node (_room_apply)
+        share[targets[0]] += _room_size(page)
+    snap = counters(backend=b)
+    fnodes = []
+    for n in sorted(set(targets) | allowed):
+        hp = topo.nodes[n].hugepages if n in topo.nodes else MappingProxyType({})
+        avail = (
+            (hp[huge >> 10].free * huge if huge >> 10 in hp else 0)
+            if huge
+            else snap.nodes[n].available_kb * 1024
+            if n in snap.nodes
+            else 0
+        )
+        fnodes.append(FitNode(n, share.get(n, 0), avail, hp))
+        if share.get(n, 0) > avail:
+            short.append(
+                f"node {n} has {_fmt_kb(avail >> 10)} free"
+                f"{f' in {huge >> 10} kB huge pages' if huge else ''} of the "
+                f"{_fmt_kb(share[n] >> 10)} it should hold"
+            )
+    outside = set(targets) - allowed
+    if outside:
+        short.append(
+            f"node(s) {format_cpulist(outside)} outside cpuset.mems.effective "
+            f"({format_cpulist(allowed)}, /proc/self/status Mems_allowed_list): "
+            "the policy is refused and pages land first-touch"
+        )
+    if huge and short and fallback is None and mode != Mode.PREFERRED:
+        fallback = "; ".join(short)  # preferred: the rest comes from other nodes
+    if fallback is not None and hugepages_required:
+        return FitResult(
+            False,
+            False,
+            f"hugepages={want!r}: {fallback} (or pass hugepages_required=False for base pages)",
+            size,
+            kind,
+            page,
+            str(want),
+            tuple(fnodes),
+            (),
+            thp,
+        )
+    if fallback is not None and huge:
+        again = _fit(b, topo, size, mode, ids, False, kind, pin, True, lay)
+        return again._replace(hugepages_fallback=fallback)
+    rounded = -(-size // page) * page
+    if lay is None:
+        lay = Layout.extents([(rounded, "default", ())])
+    lay = lay.bound(rounded, page, topo.nodes_with_memory)
+    vmas = lay.vmas + 1
+    vmas_free, map_short = _map_count_check(b, vmas, str(lay))
+    if map_short:
+        short.append(map_short)
+    need = _region_mapped(size, page, huge)
+    pool = frozenset(targets) if mode == Mode.BIND else allowed
+    limits = [
+        FitLimit(
+            "memory of "
+            + ("bound" if mode == Mode.BIND else "allowed")
+            + f" node(s) {format_cpulist(pool)}",
+            f"{_NODE_DIR}/node*/" + ("hugepages" if huge else "meminfo"),
+            sum(f.available for f in fnodes if f.node in pool),
+            "free memory there, or choose other nodes",
+        )
+    ]
+    limits += _fit_limits(b, huge, kind, pin, need)
+    tight = min(
+        (x for x in limits if x.allows is not None and x.allows < need),
+        key=lambda x: x.allows or 0,
+        default=None,
+    )
+    reason = (
+        "; ".join(short) or "fits as asked"
+        if tight is None
+        else (
+            f"{_fmt_kb(need >> 10)} needed, {tight.name} allows "
+            f"{_fmt_kb(max(tight.allows or 0, 0) >> 10)} ({tight.source}): {tight.fix}"
+        )
+    )
+    return FitResult(
+        tight is None,
+        tight is None and not short,
+        reason,
+        size,
+        kind,
+        page,
+        f"{huge >> 10}kB" if huge else "thp" if want == "thp" and fallback is None else "off",
+        tuple(fnodes),
+        tuple(limits),
+        thp,
+        fallback,
+        vmas,
+        vmas_free,
+    )
+
+
+def fit(
+    size: int,
+    *,
+    nodes: Optional[Iterable[int]] = None,
+    policy: Optional[str] = "interleave",
+    hugepages: Union[bool, int, str, None] = None,
+    kind: str = "sysv",
+    pin: bool = False,
+    hugepages_required: bool = True,
+    backend: Optional[Backend] = None,
+    layout: Union[Layout, str, None] = None,
+) -> FitResult:
+    """Would ``SharedRegion.create(size, policy=, nodes=, hugepages=, kind=)`` plus its
+    prefault (and ``pin_for_cuda`` with ``pin=True``) succeed?  Reads, never allocates:
+    per node MemFree plus reclaimable page cache or free huge pages, and every limit
+    with its source: cgroup v2 memory.max/memory.high/hugetlb.<size>.max less their
+    current use, cpuset.mems.effective, RLIMIT_MEMLOCK, the tmpfs behind /dev/shm,
+    shmmax/shmall, vm.overcommit_memory.  ``reason`` names the tightest limit and the
+    fix.  ``hugepages_required=False``: too few huge pages falls back to base pages.
+    ``size`` and ``kind`` are checked as create checks them (ValueError).
+    ``layout`` (instead of ``nodes``; ``policy`` is then ignored): memory is weighed as
+    create weighs a layout's (over the allowed nodes), and ``vmas``, the memory
+    mappings it takes, against ``vmas_free``, what vm.max_map_count leaves this
+    process: past it, not ``exact`` (create interleaves instead, or refuses under
+    strict) and ``reason`` says so.
+    """
+    b = _b(backend)
+    _region_args(b, kind, size, 1)
+    if kind not in ("sysv", "posix"):
+        raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
+    if layout is not None and nodes is not None:
+        raise ValueError("give layout= or nodes=, not both")
+    lay = _layout_arg(layout)
+    if lay is not None:
+        policy = None  # create weighs a layout's memory as first-touch
+    topo = read_topology(backend=b)
+    mode, ids, _, _ = _region_policy(policy, nodes, None, b, {"topology": topo})
+    return _fit(b, topo, size, mode, ids, hugepages, kind, pin, hugepages_required, lay)
+
+
+def _fit_or_raise(r: FitResult, size: int) -> Tuple[Union[bool, int, str], Optional[str]]:
+    """SharedRegion.create's check of fit's answer: (the hugepages mode to use, why it
+    fell back) or OSError naming the tightest limit, before anything is made."""
+    if not r:
+        raise OSError(
+            errno.ENOSPC if "/dev/shm allows" in r.reason else errno.ENOMEM,
+            f"cannot create a {_fmt_kb(size >> 10)} region: {r.reason}",
+        )
+    return (
+        "thp" if r.hugepages == "thp" else r.page_size if r.hugepages != "off" else False
+    ), r.hugepages_fallback
+
+
+# -- layouts: a policy per extent of one region ------------------------------------------
+# One line of text, which the identity record carries to every attacher:
+#   layout := rule ["@" SIZE]  |  extent (";" extent)*
+#   rule   := "parts:" POLICY ":" ENTRIES          equal contiguous parts, one per entry
+#           | "blocks:" SIZE ":" POLICY ":" ENTRIES  block i on entry i % len(ENTRIES)
+#   extent := SIZE ":" POLICY [":" NODES]           contiguous from offset 0
+#   ENTRIES := NODES ("/" NODES)*     NODES := a node list (0-3,8)
+#   SIZE := bytes, or with K/M/G/T (binary) as everywhere else.  POLICY: bind,
+#   interleave, weighted-interleave, prefer, prefer-many, local, default.
+# "@SIZE" is the region size a rule was bound to (create adds it).  An extent without
+# NODES takes default_memory_nodes() where its policy needs nodes.  A blocks rule is
+# kept as the rule, not as one extent per block; a size that is not a whole number of
+# blocks ends in a shorter block.  Each extent is one mbind, and a mapping holds at
+# most vm.max_map_count (65530) VMAs: keep blocks that alternate nodes fewer than that.
+def _verdict(per_node: Mapping[int, int], mode: str = "") -> str:
+    """ "interleaved 50.0/50.0 over nodes 0-1", "all on node 0", ..."""
+    total = sum(per_node.values())
+    used = sorted(n for n, v in per_node.items() if v)
+    if not total:
+        return "nothing faulted in"
+    if len(used) == 1:
+        return f"all on node {used[0]}"
+    shares = "/".join(f"{100.0 * per_node[n] / total:.1f}" for n in used)
+    word = "interleaved" if "interleave" in mode else "split"
+    return f"{word} {shares} over nodes {format_cpulist(used)}"
 
 
 def _layout_within_map_count(b: Backend, lay: Layout, strict: bool) -> Tuple[Layout, str]:
@@ -5512,6 +6318,951 @@ class _RecordRoom:
         return _record_read(self._address, seg, what)
 
 
+_HELD_SIGNALS = ("SIGINT", "SIGTERM")
+
+
+def _csignal() -> Any:
+    """The C signal module: signal.pthread_sigmask is a Python wrapper (enum
+    conversion), at whose entry a pending signal would strike before the mask is set
+    (measured: 1-4 leaks per 2,000 storm-interrupted creates on Python 3.8-3.10)."""
+    try:
+        import _signal  # type: ignore[import-not-found]
+
+        return _signal
+    except ImportError:  # not CPython
+        import signal
+
+        return signal
+
+
+def _hold_signals() -> Optional[Tuple[Any, Callable[[], Any]]]:
+    """Block SIGINT and SIGTERM in the main thread (Python runs handlers only there):
+    (the old mask, a C-only callable that blocks them again); None off the main
+    thread, where no KeyboardInterrupt can be raised.  A handler already due runs in
+    this call (the C call checks for signals after setting the mask), so from its
+    return nothing can interrupt until the release."""
+    import functools
+
+    sig = _csignal()
+    if threading.current_thread() is not threading.main_thread() or not hasattr(
+        sig, "pthread_sigmask"
+    ):
+        return None
+    block = functools.partial(
+        sig.pthread_sigmask, sig.SIG_BLOCK, [getattr(sig, n) for n in _HELD_SIGNALS]
+    )
+    return block(), block
+
+
+def _run_pending(held: Optional[Tuple[Any, Callable[[], Any]]]) -> None:
+    """Handle, with SIGINT/SIGTERM still blocked, one that came while they were: the
+    handler runs here and what it raises is undone by the caller with nothing let go.
+    (Released first, it would strike a few bytecodes later, and a second signal
+    within the undo's first bytecodes leaked the object: about 1 in 100 storms.)"""
+    sig = _csignal()
+    if held is None or not hasattr(sig, "sigpending"):
+        return
+    pending = sig.sigpending()
+    for n in _HELD_SIGNALS:
+        num = getattr(sig, n)
+        if num not in pending:
+            continue
+        handler = sig.getsignal(num)
+        if not callable(handler):
+            # SIG_DFL: the release kills the process; undo before it does.
+            raise InterruptedError(errno.EINTR, f"{n} while making a region")
+        sig.sigtimedwait([num], 0)  # taken: not delivered again
+        handler(num, sys._getframe(1))
+
+
+def _release_signals(held: Optional[Tuple[Any, Callable[[], Any]]]) -> None:
+    """Restore the mask: a signal that came meanwhile is handled now (KeyboardInterrupt
+    is raised from this call, inside the caller's undo scope)."""
+    if held is not None:
+        sig = _csignal()
+        sig.pthread_sigmask(sig.SIG_SETMASK, held[0])
+
+
+def _quietly(fn: Callable[..., Any], *args: Any) -> None:
+    try:
+        fn(*args)
+    except OSError as e:
+        import logging
+
+        logging.getLogger(__name__).debug(
+            "numa_utils: cleanup %s%r failed: %s", fn.__name__, args, e
+        )
+
+
+def _undo(held: Optional[Tuple[Any, Callable[[], Any]]], region: SharedRegion) -> None:
+    """Undo a half-made (or half-attached) region: remove() the one made here, close()
+    it, with SIGINT and SIGTERM blocked again, then let them go.  An interrupt that
+    lands before the block (a second Ctrl-C within a few bytecodes of the first)
+    restarts it: remove() and close() record what they did, so neither acts twice."""
+    try:
+        while True:
+            try:
+                if held is not None:
+                    held[1]()
+                if region.created:
+                    _quietly(region.remove)
+                _quietly(region.close)
+                return
+            except (KeyboardInterrupt, SystemExit):
+                continue
+    finally:
+        _release_signals(held)
+
+
+_REPLACE_TRIES = 20  # create(existing="replace"): looks at a region "in use" (1 s)
+
+
+# -- which regions are stale: what `cleanup` lists and removes ----------------------
+# `cleanup` removes a region only after nobody used it for this long (besides proof
+# that its users are gone): `region --keep` hands a region over with nobody attached.
+CLEANUP_MIN_AGE = 30.0
+
+
+def _ns_name(number: int) -> str:
+    return f"pid:[{number}]" if number else "?"
+
+
+def _gone_why(
+    b: Backend,
+    who: str,
+    proc: Mapping[str, Any],
+    me: Mapping[str, Any],
+    pid_here: Optional[int] = None,
+) -> str:
+    """'' when process ``proc`` (as _who gives it, from a record or the last-use slot)
+    is provably gone, else why it may be alive.  ``pid_here``: its pid as this PID
+    namespace sees it (the kernel's shm_cpid); else ``proc``'s pid counts only in the
+    PID namespace it was written in.  A start time read in another time namespace
+    (CRIU, `unshare --time`) differs from ours for the same process: it proves nothing."""
+    if proc["boot"] and me["boot"] and proc["boot"] != me["boot"]:
+        return ""  # before the last boot
+    pid = pid_here
+    if pid is None:
+        pid = proc["pid"]
+        if type(pid) is not int or not 0 < pid <= _PID_MAX:
+            return f"{who}'s pid {_short(repr(pid), 30)} is not a process id: damaged record"
+        if not me["pidns"] or proc["pidns"] != me["pidns"]:
+            return (
+                f"{who} (pid {pid}) is in another PID namespace "
+                f"({_ns_name(proc['pidns'])}): it may be alive"
+            )
+    if pid <= 0:
+        return f"{who} is not visible from this PID namespace: it may be alive"
+    if pid == me["pid"]:
+        return f"{who} (pid {pid}) is this process"
+    now = b.pid_start(pid)
+    if now is None:
+        return ""
+    if not proc["start"] or not now or now == proc["start"]:
+        return f"{who} (pid {pid}) is alive"
+    if proc["timens"] == me["timens"]:
+        return ""  # another process under its pid
+    return (
+        f"{who} (pid {pid}) may be alive: it is in another time namespace, "
+        "where start times read differently"
+    )
+
+
+def _idle_why(
+    b: Backend,
+    rec: Mapping[str, Any],
+    raw_slot: bytes,
+    me: Mapping[str, Any],
+    now: float,
+    min_age: float,
+    cpid: Optional[int] = None,
+) -> str:
+    """'' when the region of record ``rec`` and last-use slot ``raw_slot`` is proven
+    idle: last used (made, without a slot) ``min_age`` seconds ago or more, and its
+    creator and last user gone.  ``cpid``: the kernel's shm_cpid (SysV)."""
+    try:
+        slot = _slot_read(raw_slot)
+    except ValueError as e:
+        return f"{e}: attaching and closing it rewrites it"
+    if slot is None:
+        made = _seconds(rec.get("created"))
+        age = 0.0 if made is None else now - made
+        if age < min_age:
+            return f"created {max(age, 0):.0f} s ago (minimum age {min_age:g} s)"
+    else:
+        idle = now - slot["used"]
+        if idle < min_age:
+            return f"used {max(idle, 0):.0f} s ago (minimum age {min_age:g} s)"
+    why = _gone_why(b, "creator", _who(rec), me, cpid)
+    if why or slot is None:
+        return why
+    return _gone_why(b, "last user", slot, me)
+
+
+def _sysv_verdict(
+    b: Backend,
+    st: _ShmStat,
+    keys: Optional[Sequence[Union[int, str]]],
+    me: Mapping[str, Any],
+    now: float,
+    min_age: float,
+) -> Tuple[str, Optional[Dict[str, Any]]]:
+    """('' when segment ``st`` is proven stale, else why it is kept; its record).
+    Reading the record attaches for a moment, which changes shm_atime, shm_dtime and
+    shm_lpid: idleness is judged from the last-use slot, which only numa_utils'
+    own attach and close write."""
+    what = f"SysV segment 0x{st.key:08x} (shmid {st.id})"
+    try:
+        rec, slot = _peek_region(b, st, what, making=True)
+    except (OSError, ValueError) as e:
+        return f"identity record unreadable: {e}", None
+    if rec is None:
+        return "no numa_utils identity record: not made by SharedRegion.create", None
+    try:
+        mine = rec["kind"] == "sysv" and st.key in _sysv_keys(rec["key"])
+    except ValueError:
+        mine = False
+    if not mine:
+        return f"its identity record names {rec['kind']} region {rec['key']!r}", rec
+    if keys is not None and not any(_same_key(rec["key"], k) for k in keys):
+        return f"holds region {rec['key']!r}, not one asked for", rec
+    if st.nattch:
+        return f"in use: {st.nattch} attached", rec
+    return _idle_why(b, rec, slot, me, now, min_age, st.cpid), rec
+
+
+def _posix_verdict(
+    b: Backend,
+    fd: int,
+    st: _ShmStat,
+    name: str,
+    users: int,
+    me: Mapping[str, Any],
+    now: float,
+    min_age: float,
+) -> Tuple[str, Optional[Dict[str, Any]]]:
+    """As _sysv_verdict for the /dev/shm file open at ``fd``; when stale, the
+    exclusive lock taken stays held (until ``fd`` is closed) for the removal."""
+    rec, slot = None, b""
+    if st.size >= _RECORD_END.size:
+        try:
+            addr = b.mmap(st.size, fd)
+            try:
+                rec = _record_read(addr, st.size, f"/dev/shm/{name}")
+                slot = _slot_bytes(addr, st.size, rec)
+            finally:
+                b.munmap(addr, st.size)
+        except (OSError, ValueError) as e:
+            return f"identity record unreadable: {e}", None
+    if rec is None:
+        return (
+            "no numa_utils identity record: not made by SharedRegion.create, or being made"
+        ), None
+    try:
+        mine = rec["kind"] == "posix" and _posix_name(rec["key"]) == name
+    except ValueError:
+        mine = False
+    if not mine:
+        return f"its identity record names {rec['kind']} region {rec['key']!r}", rec
+    if users:
+        return f"in use: mapped by {users} process(es)", rec
+    try:
+        b.flock(fd, LOCK_EX | LOCK_NB)
+    except OSError as e:
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return "in use: a process holds its lock", rec
+        return f"cannot lock it: {e.strerror or e}", rec
+    return _idle_why(b, rec, slot, me, now, min_age), rec
+
+
+_DATA_JUDGES = "its data segment's row judges it"
+
+
+def _room_row(
+    b: Backend,
+    st: _ShmStat,
+    keys: Optional[Sequence[Union[int, str]]],
+    want: Optional[Set[int]],
+    me: Mapping[str, Any],
+    now: float,
+    min_age: float,
+) -> Optional[Tuple[str, Optional[Dict[str, Any]]]]:
+    """Cleanup's verdict on segment ``st`` when it is a record segment (see
+    _companion_key) of ``keys`` (or, with none, under a 0x4fxxxxxx key): _DATA_JUDGES
+    while its data segment lives; once that is gone (a creator that died before
+    making it, or between the two removals), '' when proven stale as a region is:
+    nobody attached, unused for ``min_age``, its creator and last user gone.  None
+    when it is no record segment."""
+    if want is None and st.key & SYSV_KEY_MASK != _COMPANION_PREFIX:
+        return None
+    if want is not None and st.key not in want:
+        return None
+    try:
+        now_st, rec, slot, made = _room_peek(b, st.key)
+    except (OSError, ValueError):
+        return None  # gone, or no record segment of ours to judge
+    if now_st is None or rec is None or now_st.id != st.id:
+        return None
+    if keys is not None and not any(_same_key(rec["key"], k) for k in keys):
+        return f"holds region {rec['key']!r}, not one asked for", rec
+    data = rec["data_key"]
+    try:
+        b.shmget(data, 0, 0)
+        return _DATA_JUDGES, rec
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return _DATA_JUDGES, rec
+    gone = f"record segment of region {rec['key']!r}, whose data segment (0x{data:08x}) is gone"
+    if st.nattch:
+        return f"{gone}: in use: {st.nattch} attached", rec
+    if not made:
+        slot = b""  # a record being made has no last use
+    why = _idle_why(b, rec, slot, me, now, min_age, st.cpid)
+    if why:
+        return f"{gone}: {why}", rec
+    return "", rec
+
+
+def _room_drop(b: Backend, ikey: int) -> None:
+    """Remove the record segment of the segment that was under SysV key ``ikey``."""
+    try:
+        st, rec, _, _ = _room_peek(b, _companion_key(ikey))
+    except ValueError:
+        return  # damaged: its own row says so
+    if st is not None and rec is not None and rec["data_key"] == ikey:
+        _room_rmid(b, st.id)
+
+
+def _dev_shm_users(b: Backend, files: Mapping[str, _ShmStat]) -> Dict[str, int]:
+    """How many processes map each /dev/shm file (from /proc/<pid>/maps).
+
+    Matched by device and inode, not by name: the name field escapes only "\\n"
+    and appends " (deleted)", so "x (deleted)" or a name with a newline cannot be
+    told from another file's; and a mapping of a removed file of the same name is
+    another inode."""
+    want = {
+        (f"{os.major(st.dev):02x}:{os.minor(st.dev):02x}", str(st.ino)): n
+        for n, st in files.items()
+    }
+    counts: Dict[str, int] = {}
+    try:
+        pids = [p for p in b.listdir("/proc") if p.isascii() and p.isdigit()]
+    except OSError:
+        return counts
+    for pid in pids:
+        text = b.read_optional(f"/proc/{pid}/maps")
+        if not text or "/dev/shm/" not in text:
+            continue
+        seen = set()
+        for line in text.splitlines():
+            f = line.split(None, 5)
+            if len(f) == 6 and f[5].startswith("/dev/shm/") and (f[3], f[4]) in want:
+                seen.add(want[f[3], f[4]])
+        for n in seen:
+            counts[n] = counts.get(n, 0) + 1
+    return counts
+
+
+def _action(why: str, remove: bool) -> str:
+    """What cleanup did with a region kept for ``why`` ('' when stale)."""
+    if why.startswith("failed"):
+        return why
+    if why:
+        return "keep"
+    if remove:
+        return "removed"
+    return "would remove"
+
+
+def _our_segments(
+    b: Backend,
+    keys: Optional[Sequence[Union[int, str]]] = None,
+    *,
+    remove: bool = False,
+    min_age: float = CLEANUP_MIN_AGE,
+    kind: Optional[str] = None,
+) -> List[Dict[str, Any]]:
+    """Our regions on this machine (of ``kind`` only, if given), each with a verdict:
+    ``stale`` when proven unused, else ``why`` it is kept; ``remove=True`` removes
+    the stale ones (``action``).
+
+    Proof, all of it: nobody attached (SysV nattch) or holding the file's lock
+    (POSIX: every user holds a shared flock); unused for ``min_age`` seconds and its
+    last user gone, as its last-use slot says (written by numa_utils' attach and
+    close; this look writes nothing there); its creator gone (shm_cpid, or the
+    record's pid with its start time, PID and time namespaces); and an identity
+    record saying it is the region of its key.  A pid not visible here is no proof,
+    nor a start time read in another time namespace.  Listed: SysV keys
+    0x4exxxxxx and /dev/shm/numa_utils-* owned (SysV: also created) by this user;
+    ``keys`` (names or int keys): only their regions, under any key."""
+    import time
+
+    euid, me, now = b.geteuid(), _who(b.whoami()), time.time()
+    want_sysv = None if keys is None else {k for key in keys for k in _sysv_keys(key)}
+    want_posix = None if keys is None else {_posix_name(k) for k in keys}
+    out: List[Dict[str, Any]] = []
+
+    def verdict(row: Dict[str, Any], why: str, drop: Callable[[], str]) -> None:
+        row["stale"] = not why
+        if not why and remove:
+            why = drop()
+        row["why"] = why
+        row["action"] = _action(why, remove)
+        out.append(row)
+
+    sysv_rows = ""
+    if kind != "posix":
+        sysv_rows = b.read_optional("/proc/sysvipc/shm") or ""
+    want_rooms = None
+    if want_sysv is not None:
+        want_rooms = {_companion_key(k) for k in want_sysv}
+    for st in _sysvipc_rows(sysv_rows):
+        if st.uid != euid or st.cuid != euid or not st.key:
+            continue
+        room = _room_row(b, st, keys, want_rooms, me, now, min_age)
+        if room is not None:  # a record segment: its data's row judges it, or its own
+            why, rec = room
+        elif (
+            st.key & SYSV_KEY_MASK != SYSV_KEY_PREFIX
+            if want_sysv is None
+            else st.key not in want_sysv
+        ):
+            continue
+        else:
+            try:
+                why, rec = _sysv_verdict(b, st, keys, me, now, min_age)
+            except (ValueError, TypeError, OverflowError) as e:  # one line, and on
+                why, rec = f"cannot judge it: {e}", None
+        if why == _DATA_JUDGES:
+            continue
+
+        def drop(st: _ShmStat = st) -> str:
+            try:
+                again = b.shm_stat(st.id)  # someone may have come since: look last
+                if again.nattch or again.key != st.key or again.lpid not in (st.lpid, me["pid"]):
+                    return "in use: attached since it was judged"
+                b.shm_rmid(st.id)
+                _room_drop(b, st.key)  # its record segment, if any: the data is gone
+            except OSError as e:
+                return f"failed: {e.strerror or e}"
+            return ""
+
+        verdict(
+            {
+                "kind": "sysv",
+                "key": f"0x{st.key:08x}",
+                "shmid": st.id,
+                "region": rec["key"] if rec else None,
+                "size": rec["size"] if rec else st.size,
+                "layout": rec.get("layout") if rec else None,
+                "mode": f"{st.mode & 0o777:03o}",
+                "attached": st.nattch,
+            },
+            why,
+            drop,
+        )
+    names: List[str] = []
+    try:
+        if kind != "sysv":
+            names = sorted(
+                n
+                for n in b.listdir("/dev/shm")
+                if n.startswith(POSIX_PREFIX) and (want_posix is None or n in want_posix)
+            )
+    except OSError:
+        pass
+    files: Dict[str, Tuple[int, _ShmStat]] = {}
+    try:
+        for name in names:
+            try:
+                fd = b.shm_open(name, os.O_RDWR, 0)
+            except OSError:
+                continue  # gone, or not a regular file: not a region
+            try:
+                fst: Optional[_ShmStat] = b.fstat(fd)
+            except OSError:
+                fst = None
+            if fst is None or fst.uid != euid:
+                b.close(fd)
+                continue
+            files[name] = (fd, fst)
+        users = _dev_shm_users(b, {n: st for n, (_, st) in files.items()}) if files else {}
+        for name, (fd, st) in files.items():
+            try:
+                why, rec = _posix_verdict(b, fd, st, name, users.get(name, 0), me, now, min_age)
+            except (ValueError, TypeError, OverflowError) as e:  # one line, and on
+                why, rec = f"cannot judge it: {e}", None
+
+            def unlink(name: str = name) -> str:
+                try:
+                    b.shm_unlink(name)  # under the exclusive lock: nobody came
+                except OSError as e:
+                    return f"failed: {e.strerror or e}"
+                return ""
+
+            verdict(
+                {
+                    "kind": "posix",
+                    "name": name,
+                    "path": f"/dev/shm/{name}",
+                    "region": rec["key"] if rec else None,
+                    "size": rec["size"] if rec else st.size,
+                    "layout": rec.get("layout") if rec else None,
+                    "mode": f"{st.mode & 0o777:03o}",
+                    "attached": users.get(name, 0),
+                },
+                why,
+                unlink,
+            )
+    finally:
+        for fd, _ in files.values():
+            _quietly(b.close, fd)
+    return out
+
+
+def _replace_stale(b: Backend, key: Union[int, str], kind: str) -> None:
+    """Remove region ``key`` of ``kind`` for create(existing="replace") when cleanup's
+    proof says it is stale; FileExistsError saying why not when it is not."""
+    import time
+
+    for attempt in range(_REPLACE_TRIES):
+        rows = _our_segments(b, [key], remove=True, min_age=0, kind=kind)
+        held = [row for row in rows if _same_key(row["region"], key)]
+        held = [row for row in held if row["action"] != "removed"]
+        if not held:
+            return
+        # A worker waiting with attach(created_after=) maps the old region for the
+        # moment it takes to read its record: "in use" may be that; look again.
+        if not held[0]["why"].startswith("in use") or attempt == _REPLACE_TRIES - 1:
+            break
+        time.sleep(_ATTACH_POLL)
+    raise FileExistsError(
+        errno.EEXIST,
+        f"region {key!r} exists and is not proven stale ({held[0]['why']}): "
+        "existing='replace' removes only a stale one",
+    )
+
+
+def _prog() -> str:
+    """The command the user typed, for messages and hints: "numa-utils" (the
+    installed script), "python3 -m numa_utils" (or a vendored copy's module path),
+    "python3 numa_utils.py"."""
+    py = os.path.basename(sys.executable or "") or "python3"
+    if __name__ == "__main__":
+        if __spec__ is not None and __spec__.name:
+            return f"{py} -m {__spec__.name}"
+        return f"{py} {sys.argv[0] if sys.argv and sys.argv[0] else 'numa_utils.py'}"
+    argv0 = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if argv0 in ("numa-utils", "numa_utils"):
+        return argv0
+    return f"{py} -m {__name__}"
+
+
+def _sysv_holder(b: Backend, ikey: int, key: Union[int, str]) -> str:
+    """'' when region ``key`` may take SysV key ``ikey`` or pass it by (free, another
+    user's, another region's by its record); else why not, saying what to do."""
+    try:
+        shmid = b.shmget(ikey, 0, 0)
+        st = b.shm_stat(shmid)
+    except (FileNotFoundError, PermissionError):
+        return ""
+    euid = b.geteuid()
+    if st.uid != euid or st.cuid != euid:
+        return ""
+    what = f"SysV key 0x{ikey:08x} (shmid {shmid})"
+    try:
+        rec = _peek_region(b, st, what)[0]
+    except ValueError as e:
+        return f"{e}; `ipcrm -m {shmid}` removes it"
+    except OSError as e:
+        return f"{what}: cannot read its identity record: {e.strerror or e}"
+    if rec is None:
+        return (
+            f"{what} is taken by a segment without a numa_utils identity record: "
+            f"another program's, or {key!r} being created right now; "
+            f"`ipcs -m -i {shmid}` shows it"
+        )
+    if rec["kind"] == "sysv" and _same_key(rec["key"], key):
+        return (
+            f"region {key!r} exists ({what}): attach it, or if its owner died, "
+            f"`{_prog()} cleanup --remove --key {_key_arg(key)}` removes it"
+        )
+    return ""
+
+
+def _sysv_create(r: SharedRegion, flags: int, replace: bool) -> None:
+    """Make the segment of region ``r.key`` under the first of its keys free for it
+    (``replace``: after removing a stale one)."""
+    b, key = r._b, r._key
+    if replace:
+        _replace_stale(b, key, "sysv")
+    keys = _sysv_keys(key)
+    for ikey in keys:
+        if flags & SHM_HUGETLB:  # its record segment first (see _companion_key)
+            why = r._room_make(ikey, flags & 0o777)
+            if why:
+                raise FileExistsError(errno.EEXIST, why)
+            if r._room_id < 0:  # another region's record segment holds its key
+                continue
+        try:
+            r.shmid = b.shmget(ikey, r._mapped, flags)
+            break
+        except FileExistsError:
+            r._room_close()
+            _room_rmid(b, r._room_id)
+            r._room_id = -1
+            why = _sysv_holder(b, ikey, key)
+            if why:
+                raise FileExistsError(errno.EEXIST, why) from None
+    else:
+        raise FileExistsError(
+            errno.EEXIST,
+            f"the {len(keys)} SysV keys of {key!r} (0x"
+            f"{keys[0]:08x}, ...) all hold other regions: use another name",
+        )
+    r._ipc_key = ikey
+    r._address = b.shmat(r.shmid)
+
+
+def _posix_create(r: SharedRegion, flags: int, replace: bool) -> None:
+    """Make /dev/shm/numa_utils-``r.key`` with the permission bits of ``flags``
+    (``replace``: after removing a stale one)."""
+    b, pname = r._b, _posix_name(r._key)
+    if replace:
+        _replace_stale(b, r._key, "posix")
+    try:
+        r._fd = fd = b.shm_open(pname, os.O_RDWR | os.O_CREAT | os.O_EXCL, flags & 0o777)
+    except FileExistsError:
+        why = _posix_holder(b, pname) or (
+            f"attach it, or remove a stale one with `{_prog()} cleanup "
+            f"--remove --key {_key_arg(r._key)}`"
+        )
+        raise FileExistsError(errno.EEXIST, f"/dev/shm/{pname} exists: {why}") from None
+    r.name = pname  # ours now: removed on any error below
+    _flock_shared(b, fd, f"/dev/shm/{pname}")  # before it has a size: never stale
+    b.ftruncate(fd, r._mapped)
+    r._address = b.mmap(r._mapped, fd)
+
+
+def _identity(r: SharedRegion, seg: int, what: str, why: str) -> Dict[str, Any]:
+    """The identity record of ``r``'s ``seg`` mapped bytes (none while unmapped): its
+    record segment's, or the one ending them."""
+    if r._room_id >= 0:
+        rec = r._room_record(seg, what)
+    else:
+        rec = r._own_record(seg, what)
+    if rec is None:
+        raise FileNotFoundError(errno.ENOENT, f"{what} has no numa_utils identity record: {why}")
+    return rec
+
+
+def _sysv_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
+    """Map the segment whose identity record names region ``r.key``: (record, what)."""
+    b, key = r._b, r._key
+    first: Optional[Exception] = None
+    for ikey in _sysv_keys(key):
+        try:
+            shmid = b.shmget(ikey, 0, 0)
+        except FileNotFoundError:
+            continue
+        what = f"SysV segment 0x{ikey:08x} (shmid {shmid})"
+        try:
+            st = b.shm_stat(shmid)
+            _check_trust(st, b.geteuid(), trust, what)
+            r.shmid, r._ipc_key, r._mapped = shmid, ikey, st.size
+            r._address = b.shmat(shmid)
+            if _huge_vma(b, r._address) is not False:  # huge, or unknown: its record segment
+                r._room_attach(trust)
+            rec = _identity(
+                r, st.size, what, "another program's segment, or one still being created"
+            )
+            if _same_key(rec["key"], key) and rec["kind"] == "sysv":
+                return rec, what
+            if isinstance(key, int):  # a str key tries its next key
+                raise ValueError(f"{what}: its identity record names region {rec['key']!r}")
+        except (PermissionError, FileNotFoundError, ValueError) as e:
+            first = first or e
+        if r._address:
+            b.shmdt(r._address)
+            r._address = 0
+        r._room_close()
+        r._room_id = -1
+    raise first or FileNotFoundError(
+        errno.ENOENT, f"no SysV segment with key 0x{_sysv_key(key):08x} ({key!r}) or its other keys"
+    )
+
+
+def _posix_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
+    """Map /dev/shm/numa_utils-``r.key``, holding its shared flock: (record, what)."""
+    b, name = r._b, _posix_name(r._key)
+    what = f"/dev/shm/{name}"
+    try:
+        r._fd = fd = b.shm_open(name, os.O_RDWR, 0)
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, f"no {what}") from None
+    r.name = name
+    _check_trust(b.fstat(fd), b.geteuid(), trust, what)
+    _flock_shared(b, fd, what)  # waits while a cleanup decides on it
+    st = b.fstat(fd)
+    if not st.nattch:
+        raise FileNotFoundError(errno.ENOENT, f"{what} was removed (stale) while attaching")
+    r._mapped = seg = st.size
+    if seg >= _RECORD_END.size:
+        r._address = b.mmap(seg, fd)
+    rec = _identity(r, seg, what, "not made by SharedRegion.create, or still being created")
+    if rec["kind"] != "posix" or _posix_name(rec["key"]) != name:
+        raise ValueError(f"{what}: its identity record names {rec['kind']} region {rec['key']!r}")
+    return rec, what
+
+
+def _policy_runs(lay: Layout) -> Layout:
+    """``lay`` with neighbouring extents of one policy over one node set joined: the
+    kernel makes each run one VMA, so one mbind sets it (blocks:4K:bind:0 over 64 MiB
+    is one call, not 16,384)."""
+    runs: List[Tuple[int, str, FrozenSet[int]]] = []
+    for e in lay:
+        if runs and runs[-1][1:] == (e.policy, e.nodes):
+            runs[-1] = (runs[-1][0] + e.length, e.policy, e.nodes)
+        else:
+            runs.append((e.length, e.policy, e.nodes))
+    return Layout.extents(runs)
+
+
+def _per_extent(
+    lay: Layout, runs: Layout, results: List[PolicyResult], addr: int
+) -> List[PolicyResult]:
+    """Each extent of ``lay`` given the result of the run (_policy_runs) holding it,
+    with the extent's own start and length."""
+    out = []
+    found = iter(zip(runs, results))
+    run, res = next(found)
+    for e in lay:
+        if e.offset >= run.offset + run.length:
+            run, res = next(found)
+        out.append(res._replace(start=addr + e.offset, length=e.length))
+    return out
+
+
+def _layout_apply(
+    b: Backend, addr: int, page: int, lay: Layout, strict: bool, known: Dict[str, Any]
+) -> List[PolicyResult]:
+    """Each extent's policy on its part of the data at ``addr`` (the record's room
+    after the data has its own: _room_apply).  A default extent is left alone: a
+    fresh mapping is first-touch already, and an mbind(MPOL_DEFAULT) on an attached
+    one would wipe the creator's shared policy.  The machine's memory nodes, this
+    process's allowed ones and NUMA_NODES are read once for all extents (a blocks
+    layout may have tens of thousands) and kept in ``known`` (create's holds the
+    NUMA_NODES it read), and neighbours of one policy are one mbind (_policy_runs)."""
+    out = []
+    runs = _policy_runs(lay)
+    for e in runs:
+        a, n = addr + e.offset, e.length
+        out.append(
+            PolicyResult(True, "default", frozenset(), a, n)
+            if e.policy == "default"
+            else _apply_policy(
+                a,
+                n,
+                mode=e.policy,
+                nodes=e.nodes or None,
+                strict=strict,
+                page_size=page,
+                backend=b,
+                count_resident=False,
+                known=known,
+            )
+        )
+    return _per_extent(lay, runs, out, addr)
+
+
+def _extent_cpus(
+    b: Backend, lay: Layout, topo: Optional[Topology] = None
+) -> Dict[FrozenSet[int], FrozenSet[int]]:
+    """{nodes: the CPUs of those nodes, or of the nearest with CPUs} per node set the
+    extents name, within this thread's affinity; empty: run as the caller is.  Read
+    before a region is made: the interruptible prefault then does no more."""
+    if topo is None:
+        topo = read_topology(backend=b)
+    mine = b.sched_getaffinity(0)
+    out: Dict[FrozenSet[int], FrozenSet[int]] = {}
+    for nodes in dict.fromkeys(e.nodes for e in lay):
+        near = (
+            sorted(nodes)
+            if nodes & topo.nodes_with_cpus
+            else topo.nearest(min(nodes or {0}), topo.nodes_with_cpus)[:1]
+        )
+        out[nodes] = (
+            frozenset().union(*(topo.nodes[n].cpus for n in near if nodes and n in topo.nodes))
+            & mine
+        )
+    return out
+
+
+def _layout_prefault(
+    b: Backend,
+    addr: int,
+    lay: Layout,
+    page: int,
+    threads: Optional[int],
+    progress: Optional[Callable[[int, int], Any]],
+    cpus: Optional[Dict[FrozenSet[int], FrozenSet[int]]] = None,
+    held: Optional[Tuple[Any, Callable[[], Any]]] = None,
+) -> Dict[str, Any]:
+    """prefault() over each extent with the calling thread (and so the workers it
+    starts) bound to ``cpus[extent.nodes]`` (_extent_cpus): first touches come from
+    local CPUs (``prefer`` lands there, zeroing runs on the socket that owns the
+    memory).  Extents without nodes run as the caller does.  ``held``: signals held
+    by _open, whose handlers run between chunks (_run_pending): a long prefault stays
+    interruptible while a second signal cannot strike between the first and the undo."""
+    import time
+
+    cpus = cpus if cpus is not None else _extent_cpus(b, lay)
+    t0, done, total = time.monotonic(), 0, lay.size or 0
+    out: Dict[str, Any] = {"bytes": 0, "threads": 0, "method": "none"}
+    before = b.sched_getaffinity(0) if any(cpus.values()) else frozenset()
+    try:
+        for nodes, want in cpus.items():
+            want = want or before
+            if want and want != b.sched_getaffinity(0):
+                b.sched_setaffinity(0, want)
+            for e in (e for e in lay if e.nodes == nodes):
+
+                def step(d: int, _: int, base: int = done) -> None:
+                    _run_pending(held)
+                    if progress is not None:
+                        progress(base + d, total)
+
+                r = _do_prefault(
+                    addr + e.offset,
+                    e.length,
+                    threads,
+                    backend=b,
+                    progress=step,
+                    page_size=page,
+                    shared=True,
+                )
+                done += e.length
+                out.update(
+                    bytes=out["bytes"] + r["bytes"],
+                    method=r["method"],
+                    threads=max(out["threads"], r["threads"]),
+                )
+    finally:
+        if before and b.sched_getaffinity(0) != before:
+            b.sched_setaffinity(0, before)
+    out.update(seconds=time.monotonic() - t0, extents=len(lay))
+    return out
+
+
+class ExtentPlacement(Dict[int, int]):
+    """Bytes per node of one extent, with ``ok`` (every page faulted in, each on a
+    node of the extent's policy) and a ``verdict`` in words."""
+
+    ok: bool = False
+    verdict: str = ""
+
+
+def _extent_placement(b: Backend, addr: int, seg: int, lay: Layout) -> List[ExtentPlacement]:
+    """Per extent from one numa_maps read: a VMA inside one extent counts for it.  A
+    VMA over several (adjacent extents of one policy merge into one VMA, and the last
+    extent's VMA holds the identity record) is split by move_pages, or where that is
+    denied, by the extents' share of its length (the verdict then says so)."""
+    text = b.read_text(_maps_path("self"))
+    kb, end = _page_kb(b), addr + seg
+    vmas: List[Tuple[int, int, Dict[int, int]]] = []
+    for line in text.splitlines():
+        start = int(line[: line.index(" ")], 16) if " " in line else -1
+        if vmas and vmas[-1][1] > start >= 0:
+            vmas[-1] = (vmas[-1][0], start, vmas[-1][2])
+        if addr <= start < end:
+            vmas.append((start, end, _parse_maps_line(line, kb).bytes_per_node))
+    out = []
+    for e in lay:
+        lo, hi = addr + e.offset, addr + e.offset + e.length
+        mine = [v for v in vmas if v[0] < hi and v[1] > lo]
+        pl, note = ExtentPlacement(), ""
+        if not mine or any(v[0] < lo or hi < v[1] for v in mine):
+            try:
+                pl.update(_placement_move_pages(b, 0, lo, e.length))
+                mine = []
+            except OSError:
+                note = " (shared with neighbours: approximate)"
+        for v0, v1, per in mine:  # a VMA inside the extent: share 1
+            share = (min(v1, hi) - max(v0, lo)) / (v1 - v0)
+            for n, nb in per.items():
+                pl[n] = pl.get(n, 0) + int(nb * share) // kb // 1024 * kb * 1024
+        used = frozenset(n for n, v in pl.items() if v)
+        pl.ok = (
+            not note
+            and sum(pl.values()) == e.length
+            and (not e.nodes or e.policy == "prefer-many" or used <= e.nodes)
+            and (e.policy != "prefer" or used == e.nodes)
+        )
+        if pl.ok:
+            word = "ok: "
+        elif e.nodes and used - e.nodes:
+            word = "MISPLACED: "
+        else:
+            word = "incomplete: "
+        pl.verdict = word + _verdict(pl, e.policy) + note
+        out.append(pl)
+    return out
+
+
+# Two creators of one name may make it under two of its SysV keys at once (each found
+# the other's key taken, or free, as it passed).  Each names its segment (the record)
+# and then looks at all the name's other keys: a twin already made wins; of two being
+# made, the one under the earlier key, which waits for the later one to undo itself or
+# be made (a later key never waits on an earlier one: no cycle).  The last-use slot,
+# written once this check passes, is what "made" means.
+_TWIN_WAIT = 5.0
+
+
+def _twin(b: Backend, ikey: int, key: Union[int, str]) -> str:
+    """What SysV key ``ikey`` holds of region ``key``: "" (nothing of it, or a segment
+    not named yet: its creator's check will see ours), "making" or "made"."""
+    euid = b.geteuid()
+    try:
+        shmid = b.shmget(ikey, 0, 0)
+        st = b.shm_stat(shmid)
+        if st.uid != euid or st.cuid != euid:
+            return ""
+        rec, slot = _peek_region(b, st, f"SysV key 0x{ikey:08x}")
+    except (FileNotFoundError, PermissionError, ValueError):
+        return ""  # none, another user's, or damaged: never made by a creator of ours
+    except OSError as e:
+        if e.errno in (errno.EINVAL, errno.EIDRM):  # removed while we looked
+            return ""
+        raise
+    if rec is None or rec["kind"] != "sysv" or not _same_key(rec["key"], key):
+        return ""
+    if slot[:8] == _SLOT_MAGIC:
+        return "made"
+    return "making"
+
+
+def _sysv_twins(r: SharedRegion) -> None:
+    """FileExistsError when region ``r.key``, named under ``r.ipc_key`` and not yet
+    made, is not to be the one region of its name (see _TWIN_WAIT)."""
+    import time
+
+    b, key = r._b, r._key
+    keys = _sysv_keys(key)
+    mine = keys.index(r._ipc_key)
+    deadline = time.monotonic() + _TWIN_WAIT
+    for i, ikey in enumerate(keys):
+        if i == mine:
+            continue
+        state = _twin(b, ikey, key)
+        while state == "making" and i > mine and time.monotonic() < deadline:
+            time.sleep(0.005)
+            state = _twin(b, ikey, key)
+        if state:  # made, or being made under an earlier key, or for too long
+            why = _sysv_holder(b, ikey, key) or f"region {key!r} exists: attach it"
+            raise FileExistsError(errno.EEXIST, why)
+
+
 class SharedRegion(_RecordRoom):
     """A shared memory region (SysV segment or /dev/shm file) placed by a policy.
 
@@ -6020,937 +7771,7 @@ class SharedRegion(_RecordRoom):
         )
 
 
-_HELD_SIGNALS = ("SIGINT", "SIGTERM")
-
-
-def _hold_signals() -> Optional[Tuple[Any, Callable[[], Any]]]:
-    """Block SIGINT and SIGTERM in the main thread (Python runs handlers only there):
-    (the old mask, a C-only callable that blocks them again); None off the main
-    thread, where no KeyboardInterrupt can be raised.  A handler already due runs in
-    this call (the C call checks for signals after setting the mask), so from its
-    return nothing can interrupt until the release."""
-    import functools
-
-    sig = _csignal()
-    if threading.current_thread() is not threading.main_thread() or not hasattr(
-        sig, "pthread_sigmask"
-    ):
-        return None
-    block = functools.partial(
-        sig.pthread_sigmask, sig.SIG_BLOCK, [getattr(sig, n) for n in _HELD_SIGNALS]
-    )
-    return block(), block
-
-
-def _csignal() -> Any:
-    """The C signal module: signal.pthread_sigmask is a Python wrapper (enum
-    conversion), at whose entry a pending signal would strike before the mask is set
-    (measured: 1-4 leaks per 2,000 storm-interrupted creates on Python 3.8-3.10)."""
-    try:
-        import _signal  # type: ignore[import-not-found]
-
-        return _signal
-    except ImportError:  # not CPython
-        import signal
-
-        return signal
-
-
-def _run_pending(held: Optional[Tuple[Any, Callable[[], Any]]]) -> None:
-    """Handle, with SIGINT/SIGTERM still blocked, one that came while they were: the
-    handler runs here and what it raises is undone by the caller with nothing let go.
-    (Released first, it would strike a few bytecodes later, and a second signal
-    within the undo's first bytecodes leaked the object: about 1 in 100 storms.)"""
-    sig = _csignal()
-    if held is None or not hasattr(sig, "sigpending"):
-        return
-    pending = sig.sigpending()
-    for n in _HELD_SIGNALS:
-        num = getattr(sig, n)
-        if num not in pending:
-            continue
-        handler = sig.getsignal(num)
-        if not callable(handler):
-            # SIG_DFL: the release kills the process; undo before it does.
-            raise InterruptedError(errno.EINTR, f"{n} while making a region")
-        sig.sigtimedwait([num], 0)  # taken: not delivered again
-        handler(num, sys._getframe(1))
-
-
-def _release_signals(held: Optional[Tuple[Any, Callable[[], Any]]]) -> None:
-    """Restore the mask: a signal that came meanwhile is handled now (KeyboardInterrupt
-    is raised from this call, inside the caller's undo scope)."""
-    if held is not None:
-        sig = _csignal()
-        sig.pthread_sigmask(sig.SIG_SETMASK, held[0])
-
-
-def _quietly(fn: Callable[..., Any], *args: Any) -> None:
-    try:
-        fn(*args)
-    except OSError as e:
-        import logging
-
-        logging.getLogger(__name__).debug(
-            "numa_utils: cleanup %s%r failed: %s", fn.__name__, args, e
-        )
-
-
-def _undo(held: Optional[Tuple[Any, Callable[[], Any]]], region: SharedRegion) -> None:
-    """Undo a half-made (or half-attached) region: remove() the one made here, close()
-    it, with SIGINT and SIGTERM blocked again, then let them go.  An interrupt that
-    lands before the block (a second Ctrl-C within a few bytecodes of the first)
-    restarts it: remove() and close() record what they did, so neither acts twice."""
-    try:
-        while True:
-            try:
-                if held is not None:
-                    held[1]()
-                if region.created:
-                    _quietly(region.remove)
-                _quietly(region.close)
-                return
-            except (KeyboardInterrupt, SystemExit):
-                continue
-    finally:
-        _release_signals(held)
-
-
-_REPLACE_TRIES = 20  # create(existing="replace"): looks at a region "in use" (1 s)
-
-
-def _replace_stale(b: Backend, key: Union[int, str], kind: str) -> None:
-    """Remove region ``key`` of ``kind`` for create(existing="replace") when cleanup's
-    proof says it is stale; FileExistsError saying why not when it is not."""
-    import time
-
-    for attempt in range(_REPLACE_TRIES):
-        rows = _our_segments(b, [key], remove=True, min_age=0, kind=kind)
-        held = [row for row in rows if _same_key(row["region"], key)]
-        held = [row for row in held if row["action"] != "removed"]
-        if not held:
-            return
-        # A worker waiting with attach(created_after=) maps the old region for the
-        # moment it takes to read its record: "in use" may be that; look again.
-        if not held[0]["why"].startswith("in use") or attempt == _REPLACE_TRIES - 1:
-            break
-        time.sleep(_ATTACH_POLL)
-    raise FileExistsError(
-        errno.EEXIST,
-        f"region {key!r} exists and is not proven stale ({held[0]['why']}): "
-        "existing='replace' removes only a stale one",
-    )
-
-
-def _sysv_create(r: SharedRegion, flags: int, replace: bool) -> None:
-    """Make the segment of region ``r.key`` under the first of its keys free for it
-    (``replace``: after removing a stale one)."""
-    b, key = r._b, r._key
-    if replace:
-        _replace_stale(b, key, "sysv")
-    keys = _sysv_keys(key)
-    for ikey in keys:
-        if flags & SHM_HUGETLB:  # its record segment first (see _companion_key)
-            why = r._room_make(ikey, flags & 0o777)
-            if why:
-                raise FileExistsError(errno.EEXIST, why)
-            if r._room_id < 0:  # another region's record segment holds its key
-                continue
-        try:
-            r.shmid = b.shmget(ikey, r._mapped, flags)
-            break
-        except FileExistsError:
-            r._room_close()
-            _room_rmid(b, r._room_id)
-            r._room_id = -1
-            why = _sysv_holder(b, ikey, key)
-            if why:
-                raise FileExistsError(errno.EEXIST, why) from None
-    else:
-        raise FileExistsError(
-            errno.EEXIST,
-            f"the {len(keys)} SysV keys of {key!r} (0x"
-            f"{keys[0]:08x}, ...) all hold other regions: use another name",
-        )
-    r._ipc_key = ikey
-    r._address = b.shmat(r.shmid)
-
-
-def _posix_create(r: SharedRegion, flags: int, replace: bool) -> None:
-    """Make /dev/shm/numa_utils-``r.key`` with the permission bits of ``flags``
-    (``replace``: after removing a stale one)."""
-    b, pname = r._b, _posix_name(r._key)
-    if replace:
-        _replace_stale(b, r._key, "posix")
-    try:
-        r._fd = fd = b.shm_open(pname, os.O_RDWR | os.O_CREAT | os.O_EXCL, flags & 0o777)
-    except FileExistsError:
-        why = _posix_holder(b, pname) or (
-            f"attach it, or remove a stale one with `{_prog()} cleanup "
-            f"--remove --key {_key_arg(r._key)}`"
-        )
-        raise FileExistsError(errno.EEXIST, f"/dev/shm/{pname} exists: {why}") from None
-    r.name = pname  # ours now: removed on any error below
-    _flock_shared(b, fd, f"/dev/shm/{pname}")  # before it has a size: never stale
-    b.ftruncate(fd, r._mapped)
-    r._address = b.mmap(r._mapped, fd)
-
-
-def _sysv_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
-    """Map the segment whose identity record names region ``r.key``: (record, what)."""
-    b, key = r._b, r._key
-    first: Optional[Exception] = None
-    for ikey in _sysv_keys(key):
-        try:
-            shmid = b.shmget(ikey, 0, 0)
-        except FileNotFoundError:
-            continue
-        what = f"SysV segment 0x{ikey:08x} (shmid {shmid})"
-        try:
-            st = b.shm_stat(shmid)
-            _check_trust(st, b.geteuid(), trust, what)
-            r.shmid, r._ipc_key, r._mapped = shmid, ikey, st.size
-            r._address = b.shmat(shmid)
-            if _huge_vma(b, r._address) is not False:  # huge, or unknown: its record segment
-                r._room_attach(trust)
-            rec = _identity(
-                r, st.size, what, "another program's segment, or one still being created"
-            )
-            if _same_key(rec["key"], key) and rec["kind"] == "sysv":
-                return rec, what
-            if isinstance(key, int):  # a str key tries its next key
-                raise ValueError(f"{what}: its identity record names region {rec['key']!r}")
-        except (PermissionError, FileNotFoundError, ValueError) as e:
-            first = first or e
-        if r._address:
-            b.shmdt(r._address)
-            r._address = 0
-        r._room_close()
-        r._room_id = -1
-    raise first or FileNotFoundError(
-        errno.ENOENT, f"no SysV segment with key 0x{_sysv_key(key):08x} ({key!r}) or its other keys"
-    )
-
-
-def _posix_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
-    """Map /dev/shm/numa_utils-``r.key``, holding its shared flock: (record, what)."""
-    b, name = r._b, _posix_name(r._key)
-    what = f"/dev/shm/{name}"
-    try:
-        r._fd = fd = b.shm_open(name, os.O_RDWR, 0)
-    except FileNotFoundError:
-        raise FileNotFoundError(errno.ENOENT, f"no {what}") from None
-    r.name = name
-    _check_trust(b.fstat(fd), b.geteuid(), trust, what)
-    _flock_shared(b, fd, what)  # waits while a cleanup decides on it
-    st = b.fstat(fd)
-    if not st.nattch:
-        raise FileNotFoundError(errno.ENOENT, f"{what} was removed (stale) while attaching")
-    r._mapped = seg = st.size
-    if seg >= _RECORD_END.size:
-        r._address = b.mmap(seg, fd)
-    rec = _identity(r, seg, what, "not made by SharedRegion.create, or still being created")
-    if rec["kind"] != "posix" or _posix_name(rec["key"]) != name:
-        raise ValueError(f"{what}: its identity record names {rec['kind']} region {rec['key']!r}")
-    return rec, what
-
-
-def _identity(r: SharedRegion, seg: int, what: str, why: str) -> Dict[str, Any]:
-    """The identity record of ``r``'s ``seg`` mapped bytes (none while unmapped): its
-    record segment's, or the one ending them."""
-    if r._room_id >= 0:
-        rec = r._room_record(seg, what)
-    else:
-        rec = r._own_record(seg, what)
-    if rec is None:
-        raise FileNotFoundError(errno.ENOENT, f"{what} has no numa_utils identity record: {why}")
-    return rec
-
-
-def _policy_runs(lay: Layout) -> Layout:
-    """``lay`` with neighbouring extents of one policy over one node set joined: the
-    kernel makes each run one VMA, so one mbind sets it (blocks:4K:bind:0 over 64 MiB
-    is one call, not 16,384)."""
-    runs: List[Tuple[int, str, FrozenSet[int]]] = []
-    for e in lay:
-        if runs and runs[-1][1:] == (e.policy, e.nodes):
-            runs[-1] = (runs[-1][0] + e.length, e.policy, e.nodes)
-        else:
-            runs.append((e.length, e.policy, e.nodes))
-    return Layout.extents(runs)
-
-
-def _per_extent(
-    lay: Layout, runs: Layout, results: List[PolicyResult], addr: int
-) -> List[PolicyResult]:
-    """Each extent of ``lay`` given the result of the run (_policy_runs) holding it,
-    with the extent's own start and length."""
-    out = []
-    found = iter(zip(runs, results))
-    run, res = next(found)
-    for e in lay:
-        if e.offset >= run.offset + run.length:
-            run, res = next(found)
-        out.append(res._replace(start=addr + e.offset, length=e.length))
-    return out
-
-
-def _layout_apply(
-    b: Backend, addr: int, page: int, lay: Layout, strict: bool, known: Dict[str, Any]
-) -> List[PolicyResult]:
-    """Each extent's policy on its part of the data at ``addr`` (the record's room
-    after the data has its own: _room_apply).  A default extent is left alone: a
-    fresh mapping is first-touch already, and an mbind(MPOL_DEFAULT) on an attached
-    one would wipe the creator's shared policy.  The machine's memory nodes, this
-    process's allowed ones and NUMA_NODES are read once for all extents (a blocks
-    layout may have tens of thousands) and kept in ``known`` (create's holds the
-    NUMA_NODES it read), and neighbours of one policy are one mbind (_policy_runs)."""
-    out = []
-    runs = _policy_runs(lay)
-    for e in runs:
-        a, n = addr + e.offset, e.length
-        out.append(
-            PolicyResult(True, "default", frozenset(), a, n)
-            if e.policy == "default"
-            else _apply_policy(
-                a,
-                n,
-                mode=e.policy,
-                nodes=e.nodes or None,
-                strict=strict,
-                page_size=page,
-                backend=b,
-                count_resident=False,
-                known=known,
-            )
-        )
-    return _per_extent(lay, runs, out, addr)
-
-
-def _extent_cpus(
-    b: Backend, lay: Layout, topo: Optional[Topology] = None
-) -> Dict[FrozenSet[int], FrozenSet[int]]:
-    """{nodes: the CPUs of those nodes, or of the nearest with CPUs} per node set the
-    extents name, within this thread's affinity; empty: run as the caller is.  Read
-    before a region is made: the interruptible prefault then does no more."""
-    if topo is None:
-        topo = read_topology(backend=b)
-    mine = b.sched_getaffinity(0)
-    out: Dict[FrozenSet[int], FrozenSet[int]] = {}
-    for nodes in dict.fromkeys(e.nodes for e in lay):
-        near = (
-            sorted(nodes)
-            if nodes & topo.nodes_with_cpus
-            else topo.nearest(min(nodes or {0}), topo.nodes_with_cpus)[:1]
-        )
-        out[nodes] = (
-            frozenset().union(*(topo.nodes[n].cpus for n in near if nodes and n in topo.nodes))
-            & mine
-        )
-    return out
-
-
-def _layout_prefault(
-    b: Backend,
-    addr: int,
-    lay: Layout,
-    page: int,
-    threads: Optional[int],
-    progress: Optional[Callable[[int, int], Any]],
-    cpus: Optional[Dict[FrozenSet[int], FrozenSet[int]]] = None,
-    held: Optional[Tuple[Any, Callable[[], Any]]] = None,
-) -> Dict[str, Any]:
-    """prefault() over each extent with the calling thread (and so the workers it
-    starts) bound to ``cpus[extent.nodes]`` (_extent_cpus): first touches come from
-    local CPUs (``prefer`` lands there, zeroing runs on the socket that owns the
-    memory).  Extents without nodes run as the caller does.  ``held``: signals held
-    by _open, whose handlers run between chunks (_run_pending): a long prefault stays
-    interruptible while a second signal cannot strike between the first and the undo."""
-    import time
-
-    cpus = cpus if cpus is not None else _extent_cpus(b, lay)
-    t0, done, total = time.monotonic(), 0, lay.size or 0
-    out: Dict[str, Any] = {"bytes": 0, "threads": 0, "method": "none"}
-    before = b.sched_getaffinity(0) if any(cpus.values()) else frozenset()
-    try:
-        for nodes, want in cpus.items():
-            want = want or before
-            if want and want != b.sched_getaffinity(0):
-                b.sched_setaffinity(0, want)
-            for e in (e for e in lay if e.nodes == nodes):
-
-                def step(d: int, _: int, base: int = done) -> None:
-                    _run_pending(held)
-                    if progress is not None:
-                        progress(base + d, total)
-
-                r = _do_prefault(
-                    addr + e.offset,
-                    e.length,
-                    threads,
-                    backend=b,
-                    progress=step,
-                    page_size=page,
-                    shared=True,
-                )
-                done += e.length
-                out.update(
-                    bytes=out["bytes"] + r["bytes"],
-                    method=r["method"],
-                    threads=max(out["threads"], r["threads"]),
-                )
-    finally:
-        if before and b.sched_getaffinity(0) != before:
-            b.sched_setaffinity(0, before)
-    out.update(seconds=time.monotonic() - t0, extents=len(lay))
-    return out
-
-
-class ExtentPlacement(Dict[int, int]):
-    """Bytes per node of one extent, with ``ok`` (every page faulted in, each on a
-    node of the extent's policy) and a ``verdict`` in words."""
-
-    ok: bool = False
-    verdict: str = ""
-
-
-def _extent_placement(b: Backend, addr: int, seg: int, lay: Layout) -> List[ExtentPlacement]:
-    """Per extent from one numa_maps read: a VMA inside one extent counts for it.  A
-    VMA over several (adjacent extents of one policy merge into one VMA, and the last
-    extent's VMA holds the identity record) is split by move_pages, or where that is
-    denied, by the extents' share of its length (the verdict then says so)."""
-    text = b.read_text(_maps_path("self"))
-    kb, end = _page_kb(b), addr + seg
-    vmas: List[Tuple[int, int, Dict[int, int]]] = []
-    for line in text.splitlines():
-        start = int(line[: line.index(" ")], 16) if " " in line else -1
-        if vmas and vmas[-1][1] > start >= 0:
-            vmas[-1] = (vmas[-1][0], start, vmas[-1][2])
-        if addr <= start < end:
-            vmas.append((start, end, _parse_maps_line(line, kb).bytes_per_node))
-    out = []
-    for e in lay:
-        lo, hi = addr + e.offset, addr + e.offset + e.length
-        mine = [v for v in vmas if v[0] < hi and v[1] > lo]
-        pl, note = ExtentPlacement(), ""
-        if not mine or any(v[0] < lo or hi < v[1] for v in mine):
-            try:
-                pl.update(_placement_move_pages(b, 0, lo, e.length))
-                mine = []
-            except OSError:
-                note = " (shared with neighbours: approximate)"
-        for v0, v1, per in mine:  # a VMA inside the extent: share 1
-            share = (min(v1, hi) - max(v0, lo)) / (v1 - v0)
-            for n, nb in per.items():
-                pl[n] = pl.get(n, 0) + int(nb * share) // kb // 1024 * kb * 1024
-        used = frozenset(n for n, v in pl.items() if v)
-        pl.ok = (
-            not note
-            and sum(pl.values()) == e.length
-            and (not e.nodes or e.policy == "prefer-many" or used <= e.nodes)
-            and (e.policy != "prefer" or used == e.nodes)
-        )
-        if pl.ok:
-            word = "ok: "
-        elif e.nodes and used - e.nodes:
-            word = "MISPLACED: "
-        else:
-            word = "incomplete: "
-        pl.verdict = word + _verdict(pl, e.policy) + note
-        out.append(pl)
-    return out
-
-
 # -- which region holds a key, and which regions are stale ------------------------------
-
-
-def _sysv_holder(b: Backend, ikey: int, key: Union[int, str]) -> str:
-    """'' when region ``key`` may take SysV key ``ikey`` or pass it by (free, another
-    user's, another region's by its record); else why not, saying what to do."""
-    try:
-        shmid = b.shmget(ikey, 0, 0)
-        st = b.shm_stat(shmid)
-    except (FileNotFoundError, PermissionError):
-        return ""
-    euid = b.geteuid()
-    if st.uid != euid or st.cuid != euid:
-        return ""
-    what = f"SysV key 0x{ikey:08x} (shmid {shmid})"
-    try:
-        rec = _peek_region(b, st, what)[0]
-    except ValueError as e:
-        return f"{e}; `ipcrm -m {shmid}` removes it"
-    except OSError as e:
-        return f"{what}: cannot read its identity record: {e.strerror or e}"
-    if rec is None:
-        return (
-            f"{what} is taken by a segment without a numa_utils identity record: "
-            f"another program's, or {key!r} being created right now; "
-            f"`ipcs -m -i {shmid}` shows it"
-        )
-    if rec["kind"] == "sysv" and _same_key(rec["key"], key):
-        return (
-            f"region {key!r} exists ({what}): attach it, or if its owner died, "
-            f"`{_prog()} cleanup --remove --key {_key_arg(key)}` removes it"
-        )
-    return ""
-
-
-# Two creators of one name may make it under two of its SysV keys at once (each found
-# the other's key taken, or free, as it passed).  Each names its segment (the record)
-# and then looks at all the name's other keys: a twin already made wins; of two being
-# made, the one under the earlier key, which waits for the later one to undo itself or
-# be made (a later key never waits on an earlier one: no cycle).  The last-use slot,
-# written once this check passes, is what "made" means.
-_TWIN_WAIT = 5.0
-
-
-def _twin(b: Backend, ikey: int, key: Union[int, str]) -> str:
-    """What SysV key ``ikey`` holds of region ``key``: "" (nothing of it, or a segment
-    not named yet: its creator's check will see ours), "making" or "made"."""
-    euid = b.geteuid()
-    try:
-        shmid = b.shmget(ikey, 0, 0)
-        st = b.shm_stat(shmid)
-        if st.uid != euid or st.cuid != euid:
-            return ""
-        rec, slot = _peek_region(b, st, f"SysV key 0x{ikey:08x}")
-    except (FileNotFoundError, PermissionError, ValueError):
-        return ""  # none, another user's, or damaged: never made by a creator of ours
-    except OSError as e:
-        if e.errno in (errno.EINVAL, errno.EIDRM):  # removed while we looked
-            return ""
-        raise
-    if rec is None or rec["kind"] != "sysv" or not _same_key(rec["key"], key):
-        return ""
-    if slot[:8] == _SLOT_MAGIC:
-        return "made"
-    return "making"
-
-
-def _sysv_twins(r: SharedRegion) -> None:
-    """FileExistsError when region ``r.key``, named under ``r.ipc_key`` and not yet
-    made, is not to be the one region of its name (see _TWIN_WAIT)."""
-    import time
-
-    b, key = r._b, r._key
-    keys = _sysv_keys(key)
-    mine = keys.index(r._ipc_key)
-    deadline = time.monotonic() + _TWIN_WAIT
-    for i, ikey in enumerate(keys):
-        if i == mine:
-            continue
-        state = _twin(b, ikey, key)
-        while state == "making" and i > mine and time.monotonic() < deadline:
-            time.sleep(0.005)
-            state = _twin(b, ikey, key)
-        if state:  # made, or being made under an earlier key, or for too long
-            why = _sysv_holder(b, ikey, key) or f"region {key!r} exists: attach it"
-            raise FileExistsError(errno.EEXIST, why)
-
-
-# -- which regions are stale: what `cleanup` lists and removes ----------------------
-# `cleanup` removes a region only after nobody used it for this long (besides proof
-# that its users are gone): `region --keep` hands a region over with nobody attached.
-CLEANUP_MIN_AGE = 30.0
-
-
-def _ns_name(number: int) -> str:
-    return f"pid:[{number}]" if number else "?"
-
-
-def _gone_why(
-    b: Backend,
-    who: str,
-    proc: Mapping[str, Any],
-    me: Mapping[str, Any],
-    pid_here: Optional[int] = None,
-) -> str:
-    """'' when process ``proc`` (as _who gives it, from a record or the last-use slot)
-    is provably gone, else why it may be alive.  ``pid_here``: its pid as this PID
-    namespace sees it (the kernel's shm_cpid); else ``proc``'s pid counts only in the
-    PID namespace it was written in.  A start time read in another time namespace
-    (CRIU, `unshare --time`) differs from ours for the same process: it proves nothing."""
-    if proc["boot"] and me["boot"] and proc["boot"] != me["boot"]:
-        return ""  # before the last boot
-    pid = pid_here
-    if pid is None:
-        pid = proc["pid"]
-        if type(pid) is not int or not 0 < pid <= _PID_MAX:
-            return f"{who}'s pid {_short(repr(pid), 30)} is not a process id: damaged record"
-        if not me["pidns"] or proc["pidns"] != me["pidns"]:
-            return (
-                f"{who} (pid {pid}) is in another PID namespace "
-                f"({_ns_name(proc['pidns'])}): it may be alive"
-            )
-    if pid <= 0:
-        return f"{who} is not visible from this PID namespace: it may be alive"
-    if pid == me["pid"]:
-        return f"{who} (pid {pid}) is this process"
-    now = b.pid_start(pid)
-    if now is None:
-        return ""
-    if not proc["start"] or not now or now == proc["start"]:
-        return f"{who} (pid {pid}) is alive"
-    if proc["timens"] == me["timens"]:
-        return ""  # another process under its pid
-    return (
-        f"{who} (pid {pid}) may be alive: it is in another time namespace, "
-        "where start times read differently"
-    )
-
-
-def _idle_why(
-    b: Backend,
-    rec: Mapping[str, Any],
-    raw_slot: bytes,
-    me: Mapping[str, Any],
-    now: float,
-    min_age: float,
-    cpid: Optional[int] = None,
-) -> str:
-    """'' when the region of record ``rec`` and last-use slot ``raw_slot`` is proven
-    idle: last used (made, without a slot) ``min_age`` seconds ago or more, and its
-    creator and last user gone.  ``cpid``: the kernel's shm_cpid (SysV)."""
-    try:
-        slot = _slot_read(raw_slot)
-    except ValueError as e:
-        return f"{e}: attaching and closing it rewrites it"
-    if slot is None:
-        made = _seconds(rec.get("created"))
-        age = 0.0 if made is None else now - made
-        if age < min_age:
-            return f"created {max(age, 0):.0f} s ago (minimum age {min_age:g} s)"
-    else:
-        idle = now - slot["used"]
-        if idle < min_age:
-            return f"used {max(idle, 0):.0f} s ago (minimum age {min_age:g} s)"
-    why = _gone_why(b, "creator", _who(rec), me, cpid)
-    if why or slot is None:
-        return why
-    return _gone_why(b, "last user", slot, me)
-
-
-def _sysv_verdict(
-    b: Backend,
-    st: _ShmStat,
-    keys: Optional[Sequence[Union[int, str]]],
-    me: Mapping[str, Any],
-    now: float,
-    min_age: float,
-) -> Tuple[str, Optional[Dict[str, Any]]]:
-    """('' when segment ``st`` is proven stale, else why it is kept; its record).
-    Reading the record attaches for a moment, which changes shm_atime, shm_dtime and
-    shm_lpid: idleness is judged from the last-use slot, which only numa_utils'
-    own attach and close write."""
-    what = f"SysV segment 0x{st.key:08x} (shmid {st.id})"
-    try:
-        rec, slot = _peek_region(b, st, what, making=True)
-    except (OSError, ValueError) as e:
-        return f"identity record unreadable: {e}", None
-    if rec is None:
-        return "no numa_utils identity record: not made by SharedRegion.create", None
-    try:
-        mine = rec["kind"] == "sysv" and st.key in _sysv_keys(rec["key"])
-    except ValueError:
-        mine = False
-    if not mine:
-        return f"its identity record names {rec['kind']} region {rec['key']!r}", rec
-    if keys is not None and not any(_same_key(rec["key"], k) for k in keys):
-        return f"holds region {rec['key']!r}, not one asked for", rec
-    if st.nattch:
-        return f"in use: {st.nattch} attached", rec
-    return _idle_why(b, rec, slot, me, now, min_age, st.cpid), rec
-
-
-def _posix_verdict(
-    b: Backend,
-    fd: int,
-    st: _ShmStat,
-    name: str,
-    users: int,
-    me: Mapping[str, Any],
-    now: float,
-    min_age: float,
-) -> Tuple[str, Optional[Dict[str, Any]]]:
-    """As _sysv_verdict for the /dev/shm file open at ``fd``; when stale, the
-    exclusive lock taken stays held (until ``fd`` is closed) for the removal."""
-    rec, slot = None, b""
-    if st.size >= _RECORD_END.size:
-        try:
-            addr = b.mmap(st.size, fd)
-            try:
-                rec = _record_read(addr, st.size, f"/dev/shm/{name}")
-                slot = _slot_bytes(addr, st.size, rec)
-            finally:
-                b.munmap(addr, st.size)
-        except (OSError, ValueError) as e:
-            return f"identity record unreadable: {e}", None
-    if rec is None:
-        return (
-            "no numa_utils identity record: not made by SharedRegion.create, or being made"
-        ), None
-    try:
-        mine = rec["kind"] == "posix" and _posix_name(rec["key"]) == name
-    except ValueError:
-        mine = False
-    if not mine:
-        return f"its identity record names {rec['kind']} region {rec['key']!r}", rec
-    if users:
-        return f"in use: mapped by {users} process(es)", rec
-    try:
-        b.flock(fd, LOCK_EX | LOCK_NB)
-    except OSError as e:
-        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            return "in use: a process holds its lock", rec
-        return f"cannot lock it: {e.strerror or e}", rec
-    return _idle_why(b, rec, slot, me, now, min_age), rec
-
-
-_DATA_JUDGES = "its data segment's row judges it"
-
-
-def _room_row(
-    b: Backend,
-    st: _ShmStat,
-    keys: Optional[Sequence[Union[int, str]]],
-    want: Optional[Set[int]],
-    me: Mapping[str, Any],
-    now: float,
-    min_age: float,
-) -> Optional[Tuple[str, Optional[Dict[str, Any]]]]:
-    """Cleanup's verdict on segment ``st`` when it is a record segment (see
-    _companion_key) of ``keys`` (or, with none, under a 0x4fxxxxxx key): _DATA_JUDGES
-    while its data segment lives; once that is gone (a creator that died before
-    making it, or between the two removals), '' when proven stale as a region is:
-    nobody attached, unused for ``min_age``, its creator and last user gone.  None
-    when it is no record segment."""
-    if want is None and st.key & SYSV_KEY_MASK != _COMPANION_PREFIX:
-        return None
-    if want is not None and st.key not in want:
-        return None
-    try:
-        now_st, rec, slot, made = _room_peek(b, st.key)
-    except (OSError, ValueError):
-        return None  # gone, or no record segment of ours to judge
-    if now_st is None or rec is None or now_st.id != st.id:
-        return None
-    if keys is not None and not any(_same_key(rec["key"], k) for k in keys):
-        return f"holds region {rec['key']!r}, not one asked for", rec
-    data = rec["data_key"]
-    try:
-        b.shmget(data, 0, 0)
-        return _DATA_JUDGES, rec
-    except FileNotFoundError:
-        pass
-    except OSError:
-        return _DATA_JUDGES, rec
-    gone = f"record segment of region {rec['key']!r}, whose data segment (0x{data:08x}) is gone"
-    if st.nattch:
-        return f"{gone}: in use: {st.nattch} attached", rec
-    if not made:
-        slot = b""  # a record being made has no last use
-    why = _idle_why(b, rec, slot, me, now, min_age, st.cpid)
-    if why:
-        return f"{gone}: {why}", rec
-    return "", rec
-
-
-def _room_drop(b: Backend, ikey: int) -> None:
-    """Remove the record segment of the segment that was under SysV key ``ikey``."""
-    try:
-        st, rec, _, _ = _room_peek(b, _companion_key(ikey))
-    except ValueError:
-        return  # damaged: its own row says so
-    if st is not None and rec is not None and rec["data_key"] == ikey:
-        _room_rmid(b, st.id)
-
-
-def _dev_shm_users(b: Backend, files: Mapping[str, _ShmStat]) -> Dict[str, int]:
-    """How many processes map each /dev/shm file (from /proc/<pid>/maps).
-
-    Matched by device and inode, not by name: the name field escapes only "\\n"
-    and appends " (deleted)", so "x (deleted)" or a name with a newline cannot be
-    told from another file's; and a mapping of a removed file of the same name is
-    another inode."""
-    want = {
-        (f"{os.major(st.dev):02x}:{os.minor(st.dev):02x}", str(st.ino)): n
-        for n, st in files.items()
-    }
-    counts: Dict[str, int] = {}
-    try:
-        pids = [p for p in b.listdir("/proc") if p.isascii() and p.isdigit()]
-    except OSError:
-        return counts
-    for pid in pids:
-        text = b.read_optional(f"/proc/{pid}/maps")
-        if not text or "/dev/shm/" not in text:
-            continue
-        seen = set()
-        for line in text.splitlines():
-            f = line.split(None, 5)
-            if len(f) == 6 and f[5].startswith("/dev/shm/") and (f[3], f[4]) in want:
-                seen.add(want[f[3], f[4]])
-        for n in seen:
-            counts[n] = counts.get(n, 0) + 1
-    return counts
-
-
-def _action(why: str, remove: bool) -> str:
-    """What cleanup did with a region kept for ``why`` ('' when stale)."""
-    if why.startswith("failed"):
-        return why
-    if why:
-        return "keep"
-    if remove:
-        return "removed"
-    return "would remove"
-
-
-def _our_segments(
-    b: Backend,
-    keys: Optional[Sequence[Union[int, str]]] = None,
-    *,
-    remove: bool = False,
-    min_age: float = CLEANUP_MIN_AGE,
-    kind: Optional[str] = None,
-) -> List[Dict[str, Any]]:
-    """Our regions on this machine (of ``kind`` only, if given), each with a verdict:
-    ``stale`` when proven unused, else ``why`` it is kept; ``remove=True`` removes
-    the stale ones (``action``).
-
-    Proof, all of it: nobody attached (SysV nattch) or holding the file's lock
-    (POSIX: every user holds a shared flock); unused for ``min_age`` seconds and its
-    last user gone, as its last-use slot says (written by numa_utils' attach and
-    close; this look writes nothing there); its creator gone (shm_cpid, or the
-    record's pid with its start time, PID and time namespaces); and an identity
-    record saying it is the region of its key.  A pid not visible here is no proof,
-    nor a start time read in another time namespace.  Listed: SysV keys
-    0x4exxxxxx and /dev/shm/numa_utils-* owned (SysV: also created) by this user;
-    ``keys`` (names or int keys): only their regions, under any key."""
-    import time
-
-    euid, me, now = b.geteuid(), _who(b.whoami()), time.time()
-    want_sysv = None if keys is None else {k for key in keys for k in _sysv_keys(key)}
-    want_posix = None if keys is None else {_posix_name(k) for k in keys}
-    out: List[Dict[str, Any]] = []
-
-    def verdict(row: Dict[str, Any], why: str, drop: Callable[[], str]) -> None:
-        row["stale"] = not why
-        if not why and remove:
-            why = drop()
-        row["why"] = why
-        row["action"] = _action(why, remove)
-        out.append(row)
-
-    sysv_rows = ""
-    if kind != "posix":
-        sysv_rows = b.read_optional("/proc/sysvipc/shm") or ""
-    want_rooms = None
-    if want_sysv is not None:
-        want_rooms = {_companion_key(k) for k in want_sysv}
-    for st in _sysvipc_rows(sysv_rows):
-        if st.uid != euid or st.cuid != euid or not st.key:
-            continue
-        room = _room_row(b, st, keys, want_rooms, me, now, min_age)
-        if room is not None:  # a record segment: its data's row judges it, or its own
-            why, rec = room
-        elif (
-            st.key & SYSV_KEY_MASK != SYSV_KEY_PREFIX
-            if want_sysv is None
-            else st.key not in want_sysv
-        ):
-            continue
-        else:
-            try:
-                why, rec = _sysv_verdict(b, st, keys, me, now, min_age)
-            except (ValueError, TypeError, OverflowError) as e:  # one line, and on
-                why, rec = f"cannot judge it: {e}", None
-        if why == _DATA_JUDGES:
-            continue
-
-        def drop(st: _ShmStat = st) -> str:
-            try:
-                again = b.shm_stat(st.id)  # someone may have come since: look last
-                if again.nattch or again.key != st.key or again.lpid not in (st.lpid, me["pid"]):
-                    return "in use: attached since it was judged"
-                b.shm_rmid(st.id)
-                _room_drop(b, st.key)  # its record segment, if any: the data is gone
-            except OSError as e:
-                return f"failed: {e.strerror or e}"
-            return ""
-
-        verdict(
-            {
-                "kind": "sysv",
-                "key": f"0x{st.key:08x}",
-                "shmid": st.id,
-                "region": rec["key"] if rec else None,
-                "size": rec["size"] if rec else st.size,
-                "layout": rec.get("layout") if rec else None,
-                "mode": f"{st.mode & 0o777:03o}",
-                "attached": st.nattch,
-            },
-            why,
-            drop,
-        )
-    names: List[str] = []
-    try:
-        if kind != "sysv":
-            names = sorted(
-                n
-                for n in b.listdir("/dev/shm")
-                if n.startswith(POSIX_PREFIX) and (want_posix is None or n in want_posix)
-            )
-    except OSError:
-        pass
-    files: Dict[str, Tuple[int, _ShmStat]] = {}
-    try:
-        for name in names:
-            try:
-                fd = b.shm_open(name, os.O_RDWR, 0)
-            except OSError:
-                continue  # gone, or not a regular file: not a region
-            try:
-                fst: Optional[_ShmStat] = b.fstat(fd)
-            except OSError:
-                fst = None
-            if fst is None or fst.uid != euid:
-                b.close(fd)
-                continue
-            files[name] = (fd, fst)
-        users = _dev_shm_users(b, {n: st for n, (_, st) in files.items()}) if files else {}
-        for name, (fd, st) in files.items():
-            try:
-                why, rec = _posix_verdict(b, fd, st, name, users.get(name, 0), me, now, min_age)
-            except (ValueError, TypeError, OverflowError) as e:  # one line, and on
-                why, rec = f"cannot judge it: {e}", None
-
-            def unlink(name: str = name) -> str:
-                try:
-                    b.shm_unlink(name)  # under the exclusive lock: nobody came
-                except OSError as e:
-                    return f"failed: {e.strerror or e}"
-                return ""
-
-            verdict(
-                {
-                    "kind": "posix",
-                    "name": name,
-                    "path": f"/dev/shm/{name}",
-                    "region": rec["key"] if rec else None,
-                    "size": rec["size"] if rec else st.size,
-                    "layout": rec.get("layout") if rec else None,
-                    "mode": f"{st.mode & 0o777:03o}",
-                    "attached": users.get(name, 0),
-                },
-                why,
-                unlink,
-            )
-    finally:
-        for fd, _ in files.values():
-            _quietly(b.close, fd)
-    return out
 
 
 def cleanup(
@@ -7013,9 +7834,6 @@ def cleanup(
 
 _CUDA_FAMILY_ORDER = ("nvidia", "amd", "intel")
 BIND_POLICIES = ("node", "socket", "exclusive", "core-complex")
-# What memory= and NUMA_MEMORY_POLICY take: every mode word, and "socket".
-_MEMORY_WORDS = ("socket", *_MODE_NAMES)
-_NVIDIA_PROC = "/proc/driver/nvidia/gpus"
 
 
 class _Unset(enum.Enum):
@@ -7023,10 +7841,6 @@ class _Unset(enum.Enum):
 
 
 _UNSET = _Unset.UNSET
-
-
-def _strict_or_env(strict: Optional[bool]) -> bool:
-    return bool(strict) if strict is not None else bool(_env("NUMA_STRICT"))
 
 
 def _memory_or_env(memory: Union[str, None, _Unset]) -> Optional[str]:
@@ -7058,157 +7872,10 @@ def _policy_or_env(policy: Optional[str]) -> str:
     return p
 
 
-def _norm_bus_id(text: str) -> str:
-    """ "00000000:17:00.0" (NVML), "0000:17:00.0" (sysfs), "17:00.0" -> "0000:17:00.0"."""
-    s = text.strip().lower()
-    m = re.match(r"^(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})(?:\.([0-7]))?$", s)
-    if m is None:
-        raise ValueError(f"invalid PCI bus id {text!r}")
-    return (
-        f"{int(m.group(1) or '0', 16):04x}:{int(m.group(2), 16):02x}:"
-        f"{int(m.group(3), 16):02x}.{int(m.group(4) or '0')}"
-    )
-
-
 # ---------------------------------------------------------------------------
 # NVML through ctypes: loaded lazily by soname, queried once per process.
 # Header: nvml.h (nvmlPciInfo_t, nvmlDeviceGetNumaNodeId since r545).
 # ---------------------------------------------------------------------------
-
-
-class _NvmlGpu(_Record):
-    """One GPU as NVML reports it (NVML enumerates in PCI order, ignoring
-    CUDA_VISIBLE_DEVICES)."""
-
-    pci: str  # normalised bus id
-    uuid: str  # "GPU-..."
-    numa_node: Optional[int] = None  # GPU memory node (coherent platforms only)
-    mig_uuids: Tuple[str, ...] = ()  # "MIG-..." of its MIG devices
-
-
-_nvml_lock = threading.Lock()
-_nvml_cache: Dict[str, Optional[List[_NvmlGpu]]] = {}
-
-
-def _dlopen(names: Iterable[Optional[str]]) -> Tuple[Optional[ctypes.CDLL], str, List[str]]:
-    """The first of ``names`` that loads: (library, its name, the errors before it)."""
-    errors: List[str] = []
-    for name in dict.fromkeys(n for n in names if n is not None):
-        try:
-            return ctypes.CDLL(name), name, errors
-        except OSError as e:
-            errors.append(str(e))
-    return None, "", errors
-
-
-def _load_nvml() -> Optional[ctypes.CDLL]:
-    import ctypes.util
-
-    return _dlopen(["libnvidia-ml.so.1", ctypes.util.find_library("nvidia-ml")])[0]
-
-
-def _nvml_query() -> Optional[List[_NvmlGpu]]:
-    lib = _load_nvml()
-    if lib is None:
-        return None
-
-    class PciInfo(ctypes.Structure):  # nvmlPciInfo_t (v2/v3 layout)
-        _fields_ = [
-            ("busIdLegacy", ctypes.c_char * 16),
-            *(
-                (f, ctypes.c_uint)
-                for f in ("domain", "bus", "device", "pciDeviceId", "pciSubSystemId")
-            ),
-            ("busId", ctypes.c_char * 32),
-        ]
-
-    def ask(fn: Any, *args: Any, out: Any = None) -> Any:
-        """``out`` (default an unsigned int) as NVML function ``fn`` fills it through
-        its last argument; None when it fails or this NVML lacks it (``fn`` None)."""
-        out = ctypes.c_uint(0) if out is None else out
-        return out if fn is not None and fn(*args, ctypes.byref(out)) == 0 else None
-
-    def uuid_of(h: Any) -> Optional[str]:
-        buf = ctypes.create_string_buffer(96)
-        return buf.value.decode() if lib.nvmlDeviceGetUUID(h, buf, 96) == 0 else None
-
-    try:
-        if (getattr(lib, "nvmlInit_v2", None) or lib.nvmlInit)() != 0:
-            return None
-    except (AttributeError, OSError):
-        return None
-    out: List[_NvmlGpu] = []
-    try:
-        count = ask(lib.nvmlDeviceGetCount_v2)
-        if count is None:
-            return None
-        get_pci = getattr(lib, "nvmlDeviceGetPciInfo_v3", None) or lib.nvmlDeviceGetPciInfo_v2
-        for i in range(count.value):
-            h = ask(lib.nvmlDeviceGetHandleByIndex_v2, ctypes.c_uint(i), out=ctypes.c_void_p())
-            pci = ask(get_pci, h, out=PciInfo()) if h is not None else None
-            if pci is None:
-                continue
-            node = ask(getattr(lib, "nvmlDeviceGetNumaNodeId", None), h)
-            maxmig = ask(getattr(lib, "nvmlDeviceGetMaxMigDeviceCount", None), h)
-            mhs = [
-                ask(
-                    lib.nvmlDeviceGetMigDeviceHandleByIndex,
-                    h,
-                    ctypes.c_uint(j),
-                    out=ctypes.c_void_p(),
-                )
-                for j in range(maxmig.value if maxmig else 0)
-            ]
-            migs = (uuid_of(mh) for mh in mhs if mh is not None)
-            out.append(
-                _NvmlGpu(
-                    f"{pci.domain:04x}:{pci.bus:02x}:{pci.device:02x}.0",
-                    uuid_of(h) or "",
-                    None if node is None else int(node.value),
-                    tuple(m for m in migs if m is not None),
-                )
-            )
-    except (AttributeError, OSError, UnicodeDecodeError):
-        return None
-    finally:
-        try:
-            lib.nvmlShutdown()
-        except (AttributeError, OSError):
-            pass
-    return out
-
-
-def _nvml_devices(b: Backend) -> Optional[List[_NvmlGpu]]:
-    """NVML's GPUs in NVML order, or None without NVML.  The seam tests monkeypatch.
-    NVML describes the running system, so a saved tree or a simulation gets None."""
-    if not b.is_live:
-        return None
-    with _nvml_lock:
-        if "gpus" not in _nvml_cache:
-            _nvml_cache["gpus"] = _nvml_query()
-        return _nvml_cache["gpus"]
-
-
-def _driver_gpus(b: Backend) -> Dict[str, Optional[str]]:
-    """bus id -> GPU UUID (None: not told) of the GPUs the NVIDIA driver lists in
-    /proc/driver/nvidia/gpus/<bus id>/information."""
-    out: Dict[str, Optional[str]] = {}
-    try:
-        names = b.listdir(_NVIDIA_PROC)
-    except OSError:
-        return out
-    for name in names:
-        try:
-            bus = _norm_bus_id(name)
-        except ValueError:
-            continue
-        m = re.search(
-            r"^GPU UUID:\s*(\S+)",
-            b.read_optional(f"{_NVIDIA_PROC}/{name}/information") or "",
-            re.MULTILINE,
-        )
-        out[bus] = m.group(1) if m else None
-    return out
 
 
 def _torch_bus_id(device: int) -> Optional[str]:
@@ -7232,34 +7899,6 @@ def _torch_bus_id(device: int) -> Optional[str]:
 # ---------------------------------------------------------------------------
 
 
-class GpuInfo(_Record):
-    """A GPU found in sysfs, with what numa_utils knows about its locality."""
-
-    pci: str  # "0000:19:00.0"
-    vendor: str  # "nvidia" | "amd" | "intel"
-    device_id: int
-    numa_node: int  # as firmware reports it; -1: nothing
-    node: Optional[int]  # numa_node, else derived from local CPUs, else None
-    node_source: str  # "numa_node" | "local_cpulist" | "single node" | ...
-    cpu_node: Optional[int]  # node for its worker's CPUs (nearest one with CPUs)
-    local_cpus: FrozenSet[int]
-    memory_nodes: Tuple[int, ...] = ()  # CPU-less nodes holding this GPU's memory
-    memory_source: Optional[str] = None  # "nvml" | "driver" | None
-    uuid: Optional[str] = None
-
-    def to_json(self) -> Dict[str, Any]:
-        return _record_json(self, device_id={"device": f"0x{self.device_id:04x}"})
-
-
-def _record_json(rec: Any, **replace: Dict[str, Any]) -> Dict[str, Any]:
-    """to_json() of ``rec``'s fields, in order; ``replace``: field -> the keys that
-    stand in its place (another name or form, or extra keys beside it)."""
-    out: Dict[str, Any] = {}
-    for k, v in rec._asdict().items():
-        out.update(replace[k] if k in replace else {k: to_json(v)})
-    return out
-
-
 def _planning_topology(b: Backend) -> Topology:
     """The topology with ``allowed_cpus`` widened from this thread's affinity
     (Cpus_allowed_list) to the cpuset when that is readable: after a first binding the
@@ -7272,131 +7911,6 @@ def _planning_topology(b: Backend) -> Topology:
     return topo
 
 
-def _nearest_tied(topo: Topology, node: int, pool: Iterable[int]) -> Tuple[int, ...]:
-    """``(node,)`` when it is in ``pool``, else the nodes of ``pool`` nearest to it (all
-    those at the shortest distance, in id order)."""
-    pool = frozenset(pool)
-    if node in pool:
-        return (node,)
-    near = topo.nearest(node, pool)
-    return tuple(n for n in near if topo.distance(node, n) == topo.distance(node, near[0]))
-
-
-def _nearest_cpu_node(topo: Topology, node: int) -> Optional[int]:
-    """``node`` when it has CPUs, else the nearest node that has (by distance, then id)."""
-    return next(iter(_nearest_tied(topo, node, topo.nodes_with_cpus)), None)
-
-
-def _share_out(nodes: List[int], cards: List[GpuInfo]) -> Dict[str, Tuple[int, ...]]:
-    """``nodes`` in order, the same number to each of ``cards`` (by PCI address); {}
-    when they do not divide evenly."""
-    k, left = divmod(len(nodes), len(cards))
-    if left or not k:
-        return {}
-    return {g.pci: tuple(nodes[i * k : (i + 1) * k]) for i, g in enumerate(cards)}
-
-
-def _home_cpu_node(topo: Topology, node: int) -> Optional[int]:
-    """The one CPU node nearest to memory node ``node``; None on a tie, or when the
-    distances do not tell."""
-    near = _nearest_tied(topo, node, topo.nodes_with_cpus)
-    if len(near) == 1:
-        return near[0]
-    return None
-
-
-def _share_by_shape(
-    topo: Topology, free: List[int], cards: List[GpuInfo]
-) -> Dict[str, Tuple[int, ...]]:
-    """CPU-less memory nodes ``free`` shared out to ``cards`` as
-    _attribute_gpu_memory describes: per CPU node first, else all in one go."""
-    home = {m: _home_cpu_node(topo, m) for m in free}
-    groups: Dict[Optional[int], List[GpuInfo]] = {}
-    for g in sorted(cards, key=lambda gpu: gpu.pci):
-        groups.setdefault(g.cpu_node, []).append(g)
-    if None not in home.values():
-        plan: Dict[str, Tuple[int, ...]] = {}
-        for cpu_node, members in groups.items():
-            part = _share_out([m for m in free if home[m] == cpu_node], members)
-            if not part:
-                break
-            plan.update(part)
-        else:
-            return plan
-    return _share_out(free, sorted(cards, key=lambda gpu: (gpu.cpu_node, gpu.pci)))
-
-
-def _attribute_gpu_memory(
-    topo: Topology, infos: List[GpuInfo], nvml: Optional[List[_NvmlGpu]], driver: Iterable[str]
-) -> List[GpuInfo]:
-    """Attach CPU-less memory nodes to the NVIDIA GPUs whose memory they hold.
-
-    NVML's nvmlDeviceGetNumaNodeId is the authority.  Without it, only GPUs the NVIDIA
-    driver lists in /proc/driver/nvidia/gpus qualify, and the CPU-less memory nodes are
-    shared out by shape: nodes nearest (by distance) to a CPU node go, in id order, to
-    that node's GPUs in PCI order, k per GPU; when distances do not tell (all equal)
-    and the counts divide, the nodes go in id order to the GPUs in (node, PCI) order,
-    which is the order the driver onlines them.  Anything else stays unattributed.
-    """
-    pcis = {g.pci for g in infos}
-    claimed: Dict[str, Tuple[Tuple[int, ...], str]] = {}
-    for nv in nvml or ():
-        if nv.numa_node is None or nv.pci not in pcis:
-            continue
-        if nv.numa_node not in topo.nodes_with_cpus:
-            claimed[nv.pci] = ((nv.numa_node,), "nvml")
-    taken: Set[int] = set()
-    for nodes, _ in claimed.values():
-        taken.update(nodes)
-    free = sorted((topo.nodes_with_memory - topo.nodes_with_cpus) - taken)
-    driver = set(driver)
-    cands = [
-        g
-        for g in infos
-        if g.vendor == "nvidia"
-        and g.pci in driver
-        and g.pci not in claimed
-        and g.cpu_node is not None
-    ]
-    if free and cands:
-        for pci, nodes in _share_by_shape(topo, free, cands).items():
-            claimed[pci] = (nodes, "driver")
-    out = []
-    for g in infos:
-        if g.pci in claimed:
-            nodes, source = claimed[g.pci]
-            g = g._replace(memory_nodes=nodes, memory_source=source)
-        out.append(g)
-    return out
-
-
-def _gpu_infos(topo: Topology, b: Backend) -> List[GpuInfo]:
-    nvml = _nvml_devices(b)
-    driver = _driver_gpus(b)
-    uuids = {**driver, **{nv.pci: nv.uuid for nv in nvml or () if nv.uuid}}
-    out = []
-    for dev in topo.gpus:
-        node, how = dev.node, dev.node_source
-        cpu_node = _nearest_cpu_node(topo, node) if node is not None else None
-        if node is not None and cpu_node != node:
-            how += f", CPU-less: nearest node with CPUs is {cpu_node}"
-        pci = _norm_bus_id(dev.address)
-        out.append(
-            GpuInfo(
-                pci,
-                dev.vendor_name,
-                dev.device,
-                dev.numa_node,
-                node,
-                how,
-                cpu_node,
-                dev.cpus,
-                uuid=uuids.get(pci),
-            )
-        )
-    return _attribute_gpu_memory(topo, out, nvml, driver)
-
-
 def gpus(*, backend: Optional[Backend] = None) -> List[GpuInfo]:
     """The GPUs in sysfs (NVIDIA, AMD, Intel), in PCI order, with their nodes."""
     b = _b(backend)
@@ -7406,25 +7920,6 @@ def gpus(*, backend: Optional[Backend] = None) -> List[GpuInfo]:
 # ---------------------------------------------------------------------------
 # Every PCI device: NICs and RDMA for KV transfers, NVMe for offload
 # ---------------------------------------------------------------------------
-
-
-def _devices(t: Topology, b: Backend) -> Tuple[Device, ...]:
-    return _read_devices(
-        _Reader(b),
-        {c: v.node for c, v in t.cpus.items() if v.node is not None},
-        t.nodes_with_cpus,
-        t.online_nodes,
-    )
-
-
-def devices(kind: Optional[str] = None, *, backend: Optional[Backend] = None) -> List[Device]:
-    """The PCI functions (bridges aside) in PCI order, with kind, node, local CPUs,
-    kernel names and bus path; ``kind``: only those of one of DEVICE_KINDS.  The
-    "gpu" ones are the GPUs gpus() describes."""
-    if kind is not None and kind not in DEVICE_KINDS:
-        raise ValueError(f"unknown device kind {kind!r}; one of {', '.join(DEVICE_KINDS)}")
-    b = _b(backend)
-    return [d for d in _devices(read_topology(backend=b), b) if kind in (None, d.kind)]
 
 
 def device_distance(
@@ -7535,42 +8030,6 @@ def _family(infos: List[GpuInfo]) -> List[GpuInfo]:
     return []
 
 
-def _visible_gpus(
-    infos: List[GpuInfo], nvml: Optional[List[_NvmlGpu]], env: Mapping[str, str]
-) -> Tuple[List[_Resolved], List[str]]:
-    """The GPUs a CUDA (HIP) process started with ``env`` numbers 0, 1, ... and notes."""
-    fam = _family(infos)
-    notes: List[str] = []
-    base = [_Resolved(g, "pci order") for g in fam]
-    if not fam or fam[0].vendor == "intel":  # Intel: no remapping
-        return base, notes
-    if fam[0].vendor == "amd":
-        # HIP: ROCR_VISIBLE_DEVICES first, then HIP_VISIBLE_DEVICES (or
-        # CUDA_VISIBLE_DEVICES); indexes are in PCI order.
-        for raw in (
-            env.get("ROCR_VISIBLE_DEVICES"),
-            env.get("HIP_VISIBLE_DEVICES", env.get("CUDA_VISIBLE_DEVICES")),
-        ):
-            if raw is not None:
-                base = _apply_visible(base, raw, {}, {}, notes)
-        return base, notes
-    order = env.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST").strip().upper()
-    if order != "PCI_BUS_ID" and len({g.device_id for g in fam}) > 1:
-        base = [v._replace(how="pci order (assumed)") for v in base]
-        notes.append(
-            "CUDA_DEVICE_ORDER is not PCI_BUS_ID and the GPUs are of different "
-            "models: CUDA may number them fastest first, so device indexes are "
-            "a guess; set CUDA_DEVICE_ORDER=PCI_BUS_ID"
-        )
-    uuids = {g.uuid.lower(): g for g in fam if g.uuid}
-    by_pci = {g.pci: g for g in fam}
-    migs = {
-        mig.lower(): by_pci[nv.pci] for nv in nvml or () if nv.pci in by_pci for mig in nv.mig_uuids
-    }
-    raw = env.get("CUDA_VISIBLE_DEVICES")
-    return (base if raw is None else _apply_visible(base, raw, uuids, migs, notes)), notes
-
-
 def _apply_visible(
     base: List[_Resolved],
     raw: str,
@@ -7621,6 +8080,54 @@ def _apply_visible(
     return out
 
 
+def _visible_gpus(
+    infos: List[GpuInfo], nvml: Optional[List[_NvmlGpu]], env: Mapping[str, str]
+) -> Tuple[List[_Resolved], List[str]]:
+    """The GPUs a CUDA (HIP) process started with ``env`` numbers 0, 1, ... and notes."""
+    fam = _family(infos)
+    notes: List[str] = []
+    base = [_Resolved(g, "pci order") for g in fam]
+    if not fam or fam[0].vendor == "intel":  # Intel: no remapping
+        return base, notes
+    if fam[0].vendor == "amd":
+        # HIP: ROCR_VISIBLE_DEVICES first, then HIP_VISIBLE_DEVICES (or
+        # CUDA_VISIBLE_DEVICES); indexes are in PCI order.
+        for raw in (
+            env.get("ROCR_VISIBLE_DEVICES"),
+            env.get("HIP_VISIBLE_DEVICES", env.get("CUDA_VISIBLE_DEVICES")),
+        ):
+            if raw is not None:
+                base = _apply_visible(base, raw, {}, {}, notes)
+        return base, notes
+    order = env.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST").strip().upper()
+    if order != "PCI_BUS_ID" and len({g.device_id for g in fam}) > 1:
+        base = [v._replace(how="pci order (assumed)") for v in base]
+        notes.append(
+            "CUDA_DEVICE_ORDER is not PCI_BUS_ID and the GPUs are of different "
+            "models: CUDA may number them fastest first, so device indexes are "
+            "a guess; set CUDA_DEVICE_ORDER=PCI_BUS_ID"
+        )
+    uuids = {g.uuid.lower(): g for g in fam if g.uuid}
+    by_pci = {g.pci: g for g in fam}
+    migs = {
+        mig.lower(): by_pci[nv.pci] for nv in nvml or () if nv.pci in by_pci for mig in nv.mig_uuids
+    }
+    raw = env.get("CUDA_VISIBLE_DEVICES")
+    return (base if raw is None else _apply_visible(base, raw, uuids, migs, notes)), notes
+
+
+def _fail(
+    strict: bool, msg: str, notes: Optional[List[str]] = None, err: int = errno.EINVAL
+) -> None:
+    """Raise in strict mode; otherwise log once per distinct message (fallback is a
+    value, not a log storm) and add it to ``notes``."""
+    if strict:
+        raise OSError(err, msg)
+    _warn_once(msg, "numa_utils: %s", msg)
+    if notes is not None:
+        notes.append(msg)
+
+
 def _resolve(
     device: int,
     pci_bus_id: Optional[str],
@@ -7655,18 +8162,6 @@ def _resolve(
             tuple(notes),
         )
     return vis[device]._replace(notes=tuple(notes))
-
-
-def _fail(
-    strict: bool, msg: str, notes: Optional[List[str]] = None, err: int = errno.EINVAL
-) -> None:
-    """Raise in strict mode; otherwise log once per distinct message (fallback is a
-    value, not a log storm) and add it to ``notes``."""
-    if strict:
-        raise OSError(err, msg)
-    _warn_once(msg, "numa_utils: %s", msg)
-    if notes is not None:
-        notes.append(msg)
 
 
 def gpu_node(
@@ -7911,6 +8406,21 @@ def _plan_for(
     )
 
 
+def _plan_args(
+    policy: Optional[str],
+    reserve: Optional[int],
+    memory: Union[str, None, _Unset],
+    strict: Optional[bool],
+) -> Tuple[str, int, Optional[str], bool]:
+    """A plan's policy, reserve, memory policy and strictness; the unset ones from the
+    environment."""
+    pol = _policy_or_env(policy)
+    reserve = _env("NUMA_RESERVED_CORES") if reserve is None else reserve
+    if int(reserve) < 0:
+        raise ValueError(f"reserve must be >= 0, not {reserve!r}")
+    return pol, int(reserve), _memory_or_env(memory), _strict_or_env(strict)
+
+
 def gpu_plans(
     policy: Optional[str] = None,
     *,
@@ -7929,6 +8439,26 @@ def gpu_plans(
     vis, notes = _visible_gpus(infos, _nvml_devices(b), os.environ if environ is None else environ)
     planned = _plan_all(topo, infos, pol, res, st) if vis else {}
     return [_plan_for(topo, infos, v, i, pol, mem, notes, planned) for i, v in enumerate(vis)]
+
+
+def _device_plan(
+    b: Backend,
+    device: int,
+    pci_bus_id: Optional[str],
+    environ: Optional[Mapping[str, str]],
+    policy: str,
+    reserve: int,
+    memory: Optional[str],
+    strict: bool,
+) -> Tuple[Topology, List[GpuInfo], _Resolved, GpuPlan]:
+    """CUDA device ``device``'s GPU (the notes on finding it logged once) and its plan,
+    on the planning topology; policy "none" plans as "node"."""
+    topo = _planning_topology(b)
+    infos = _gpu_infos(topo, b)
+    r = _resolve(device, pci_bus_id, infos, b, environ)
+    policy = "node" if policy == "none" else policy
+    planned = _plan_all(topo, infos, policy, reserve, strict) if r.gpu is not None else {}
+    return topo, infos, r, _plan_for(topo, infos, r, device, policy, memory, (), planned)
 
 
 def cpus_for_gpu(
@@ -7955,41 +8485,6 @@ def cpus_for_gpu(
     if r.gpu is None:
         _fail(st, f"CUDA device {device}: not identified ({r.how}); all allowed CPUs")
     return plan.cpus
-
-
-def _plan_args(
-    policy: Optional[str],
-    reserve: Optional[int],
-    memory: Union[str, None, _Unset],
-    strict: Optional[bool],
-) -> Tuple[str, int, Optional[str], bool]:
-    """A plan's policy, reserve, memory policy and strictness; the unset ones from the
-    environment."""
-    pol = _policy_or_env(policy)
-    reserve = _env("NUMA_RESERVED_CORES") if reserve is None else reserve
-    if int(reserve) < 0:
-        raise ValueError(f"reserve must be >= 0, not {reserve!r}")
-    return pol, int(reserve), _memory_or_env(memory), _strict_or_env(strict)
-
-
-def _device_plan(
-    b: Backend,
-    device: int,
-    pci_bus_id: Optional[str],
-    environ: Optional[Mapping[str, str]],
-    policy: str,
-    reserve: int,
-    memory: Optional[str],
-    strict: bool,
-) -> Tuple[Topology, List[GpuInfo], _Resolved, GpuPlan]:
-    """CUDA device ``device``'s GPU (the notes on finding it logged once) and its plan,
-    on the planning topology; policy "none" plans as "node"."""
-    topo = _planning_topology(b)
-    infos = _gpu_infos(topo, b)
-    r = _resolve(device, pci_bus_id, infos, b, environ)
-    policy = "node" if policy == "none" else policy
-    planned = _plan_all(topo, infos, policy, reserve, strict) if r.gpu is not None else {}
-    return topo, infos, r, _plan_for(topo, infos, r, device, policy, memory, (), planned)
 
 
 # ---------------------------------------------------------------------------
@@ -8053,33 +8548,6 @@ def _set_affinity(
             except OSError as e:
                 failed.append((tid, e.errno or errno.EIO))
     return tuple(changed), tuple(skipped), tuple(failed)
-
-
-def bind_to_node(
-    node: int,
-    *,
-    cpus: Union[bool, Iterable[int]] = True,
-    memory: Union[str, None, _Unset] = _UNSET,
-    threads: str = "all",
-    strict: Optional[bool] = None,
-    backend: Optional[Backend] = None,
-) -> BindResult:
-    """Run on ``node``'s CPUs and allocate from its memory; say what was applied.
-
-    ``cpus``: True (the node's allowed CPUs), False (leave affinity alone) or an
-    explicit set (intersected with the allowed CPUs).  ``memory``: "prefer" (default,
-    or NUMA_MEMORY_POLICY), "bind", "interleave" or "weighted-interleave" (every
-    usable memory node except GPU memory), "socket" (prefer-many over the package's
-    nodes), "local" or None (any mode word a result reports is taken); set through
-    the safe layer for the calling thread and
-    the threads it creates later (set_mempolicy is per thread): call this early.
-    ``threads``: "all" also re-pins this process's other threads, except those pinned
-    elsewhere already; "current" only the calling thread.  Memory is applied before
-    CPUs, so a strict failure leaves both alone.
-    """
-    b = _b(backend)
-    st, mem = _strict_or_env(strict), _memory_or_env(memory)
-    return _bind_node(b, _planning_topology(b), node, cpus, mem, threads, st)
 
 
 def _bind_node(
@@ -8193,6 +8661,33 @@ def _bind_node(
         tuple(notes),
         asked=node,
     )
+
+
+def bind_to_node(
+    node: int,
+    *,
+    cpus: Union[bool, Iterable[int]] = True,
+    memory: Union[str, None, _Unset] = _UNSET,
+    threads: str = "all",
+    strict: Optional[bool] = None,
+    backend: Optional[Backend] = None,
+) -> BindResult:
+    """Run on ``node``'s CPUs and allocate from its memory; say what was applied.
+
+    ``cpus``: True (the node's allowed CPUs), False (leave affinity alone) or an
+    explicit set (intersected with the allowed CPUs).  ``memory``: "prefer" (default,
+    or NUMA_MEMORY_POLICY), "bind", "interleave" or "weighted-interleave" (every
+    usable memory node except GPU memory), "socket" (prefer-many over the package's
+    nodes), "local" or None (any mode word a result reports is taken); set through
+    the safe layer for the calling thread and
+    the threads it creates later (set_mempolicy is per thread): call this early.
+    ``threads``: "all" also re-pins this process's other threads, except those pinned
+    elsewhere already; "current" only the calling thread.  Memory is applied before
+    CPUs, so a strict failure leaves both alone.
+    """
+    b = _b(backend)
+    st, mem = _strict_or_env(strict), _memory_or_env(memory)
+    return _bind_node(b, _planning_topology(b), node, cpus, mem, threads, st)
 
 
 def bind_for_gpu(
@@ -8969,251 +9464,15 @@ def instance_plans(
 
 # -- observation section ---------------------------------------------------------------
 
-# Per-node allocation counters, in pages (drivers/base/node.c node_read_numastat;
-# Documentation/admin-guide/numastat.rst).  numa_miss/numa_foreign/other_node are
-# the "remote" ones: a page that went to another node than the one asked for, or to
-# this node for a CPU on another node.
-_NUMASTAT_FIELDS = (
-    "numa_hit",
-    "numa_miss",
-    "numa_foreign",
-    "interleave_hit",
-    "local_node",
-    "other_node",
-)
 
 # The share of a process's pages that may sit off its CPUs' nodes before we warn
 # (the seed write-up alerts above 10%).
 REMOTE_SHARE_THRESHOLD = 0.10
 
 
-def _parse_numastat(
-    text: str, *, source: Optional[str] = None, lenient: bool = False
-) -> Dict[str, int]:
-    """nodeN/numastat ("numa_hit 4495833\\n...") -> {"numa_hit": 4495833, ...}.
-
-    Values are unsigned (the kernel prints %lu).  A malformed line raises ValueError;
-    with ``lenient=True`` it is skipped and the good lines are kept.
-    """
-    out: Dict[str, int] = {}
-    for line in _clean(text).splitlines():
-        parts = line.split()
-        v = _uint(parts[1]) if len(parts) == 2 else None
-        if v is not None:
-            out[parts[0]] = v
-        elif parts and not lenient:
-            raise ValueError(f"invalid numastat line{_where(source)}: {_short(line)}")
-    return out
-
-
-class NodeCounters(_Record):
-    """One node's numastat counters (pages) and meminfo (kB).
-
-    From ``counters()`` these are totals since boot; after ``after - before`` they
-    are the change over the interval (numastat never negative; meminfo signed).
-    A missing file gives an empty mapping and the properties read 0.
-    """
-
-    node: int
-    numastat: Mapping[str, int]  # numa_hit, numa_miss, ... in pages
-    meminfo: Mapping[str, int]  # MemTotal, MemFree, FilePages, ... in kB
-
-    @property
-    def numa_hit(self) -> int:
-        return self.numastat.get("numa_hit", 0)
-
-    @property
-    def numa_miss(self) -> int:
-        return self.numastat.get("numa_miss", 0)
-
-    @property
-    def numa_foreign(self) -> int:
-        return self.numastat.get("numa_foreign", 0)
-
-    @property
-    def interleave_hit(self) -> int:
-        return self.numastat.get("interleave_hit", 0)
-
-    @property
-    def local_node(self) -> int:
-        return self.numastat.get("local_node", 0)
-
-    @property
-    def other_node(self) -> int:
-        return self.numastat.get("other_node", 0)
-
-    @property
-    def mem_total_kb(self) -> int:
-        return self.meminfo.get("MemTotal", 0)
-
-    @property
-    def mem_free_kb(self) -> int:
-        return self.meminfo.get("MemFree", 0)
-
-    @property
-    def file_kb(self) -> int:
-        """Page cache on the file LRUs: what reclaim can give back without swap."""
-        mi = self.meminfo
-        if "Active(file)" in mi or "Inactive(file)" in mi:
-            return mi.get("Active(file)", 0) + mi.get("Inactive(file)", 0)
-        # Older kernels: FilePages includes shmem, which reclaim cannot drop.
-        return max(mi.get("FilePages", 0) - mi.get("Shmem", 0), 0)
-
-    @property
-    def available_kb(self) -> int:
-        """MemFree plus reclaimable file pages (what a new worker can count on)."""
-        return self.mem_free_kb + self.file_kb
-
-    def __sub__(self, other: object) -> NodeCounters:
-        if not isinstance(other, NodeCounters):
-            return NotImplemented
-        # numastat counters only grow; a smaller value means the node went offline
-        # and came back (they restart at 0), so the change is the new value.
-        stat = {}
-        for name, value in self.numastat.items():
-            before = other.numastat.get(name, 0)
-            if value >= before:
-                stat[name] = value - before
-            else:
-                stat[name] = value
-        mem = {k: v - other.meminfo.get(k, 0) for k, v in self.meminfo.items()}
-        return NodeCounters(self.node, MappingProxyType(stat), MappingProxyType(mem))
-
-    def to_json(self) -> Dict[str, Any]:
-        return {
-            "node": self.node,
-            **{k: self.numastat.get(k) for k in _NUMASTAT_FIELDS},
-            "mem_total_kb": self.mem_total_kb,
-            "mem_free_kb": self.mem_free_kb,
-            "file_kb": self.file_kb,
-            "available_kb": self.available_kb,
-            "meminfo": dict(self.meminfo),
-        }
-
-
-class Counters:
-    """A snapshot of every online node's counters (``counters()``), or the change
-    between two snapshots (``after - before``: ``seconds`` is then the interval).
-    ``snap[node]`` is a NodeCounters; iterating gives them in node order."""
-
-    __slots__ = ("timestamp", "monotonic", "nodes", "page_size", "problems", "seconds")
-
-    def __init__(
-        self,
-        timestamp: float,
-        monotonic: float,
-        nodes: Mapping[int, NodeCounters],
-        page_size: int,
-        problems: Tuple[str, ...] = (),
-        seconds: Optional[float] = None,
-    ) -> None:
-        self.timestamp = timestamp  # time.time() of the (later) snapshot
-        self.monotonic = monotonic  # time.monotonic(), for intervals
-        self.nodes = nodes
-        self.page_size = page_size
-        self.problems = problems  # files that could not be read
-        self.seconds = seconds  # set on a difference
-
-    def __repr__(self) -> str:
-        kind = f"delta over {self.seconds:.3f}s" if self.seconds is not None else "snapshot"
-        return (
-            f"Counters({kind}, nodes {format_cpulist(self.nodes)}, remote {self.remote_ratio:.2%})"
-        )
-
-    def __getitem__(self, node: int) -> NodeCounters:
-        return self.nodes[node]
-
-    def __iter__(self) -> Iterator[NodeCounters]:
-        return iter(self.nodes[n] for n in sorted(self.nodes))
-
-    @property
-    def is_delta(self) -> bool:
-        return self.seconds is not None
-
-    def total(self, name: str) -> int:
-        """Sum of one numastat counter over every node."""
-        return sum(n.numastat.get(name, 0) for n in self.nodes.values())
-
-    @property
-    def remote_pages(self) -> int:
-        """Pages allocated on a node other than the allocating CPU's (other_node)."""
-        return self.total("other_node")
-
-    @property
-    def remote_ratio(self) -> float:
-        """other_node / (local_node + other_node); 0.0 when nothing was counted."""
-        local, remote = self.total("local_node"), self.total("other_node")
-        return remote / (local + remote) if local + remote else 0.0
-
-    def __sub__(self, other: object) -> Counters:
-        if not isinstance(other, Counters):
-            return NotImplemented
-        nodes = {n: (c - other.nodes[n] if n in other.nodes else c) for n, c in self.nodes.items()}
-        return Counters(
-            self.timestamp,
-            self.monotonic,
-            MappingProxyType(nodes),
-            self.page_size,
-            self.problems,
-            max(self.monotonic - other.monotonic, 0.0),
-        )
-
-    def to_json(self) -> Dict[str, Any]:
-        return {
-            "timestamp": self.timestamp,
-            "seconds": self.seconds,
-            "page_size": self.page_size,
-            "nodes": [c.to_json() for c in self],
-            "remote_pages": self.remote_pages,
-            "remote_ratio": self.remote_ratio,
-            "problems": list(self.problems),
-        }
-
-
-def counters(*, backend: Optional[Backend] = None) -> Counters:
-    """Snapshot of per-node numastat counters and meminfo, for ``after - before``.
-
-    Reads nodeN/numastat and nodeN/meminfo for every online node.  Fallbacks (never
-    raises for a missing or malformed file; see ``Counters.problems``): no node
-    directory (kernel without NUMA) -> node 0 with /proc/meminfo and no numastat;
-    a missing numastat/meminfo file -> an empty mapping for that node.
-    """
-    import time
-
-    b = _b(backend)
-    r = _Reader(b)
-    nodes: Dict[int, NodeCounters] = {}
-    if r.exists(_NODE_DIR):
-        online = r.parsed(f"{_NODE_DIR}/online", _parse_nodelist)
-        for n in sorted(_node_dirs(r) if online is None else online):
-            d = f"{_NODE_DIR}/node{n}"
-            stat = r.parsed(f"{d}/numastat", _parse_numastat)
-            if stat is None:
-                # Missing: no counters.  Malformed (the problem is recorded): keep
-                # the lines that do parse rather than lose the whole node.
-                t = r.text(f"{d}/numastat")
-                stat = _parse_numastat(t, lenient=True) if t is not None else {}
-            mi = r.parsed(f"{d}/meminfo", parse_meminfo) or {}
-            nodes[n] = NodeCounters(n, MappingProxyType(stat), MappingProxyType(mi))
-    else:
-        mi = r.parsed("/proc/meminfo", parse_meminfo) or {}
-        nodes[0] = NodeCounters(0, MappingProxyType({}), MappingProxyType(mi))
-    return Counters(
-        time.time(), time.monotonic(), MappingProxyType(nodes), b.page_size, tuple(r.problems)
-    )
-
-
 # ---------------------------------------------------------------------------
 # Remote share: where a process's pages are against where its CPUs are.
 # ---------------------------------------------------------------------------
-
-
-def _entries_bytes(entries: Iterable[NumaMapsEntry]) -> Dict[int, int]:
-    out: Dict[int, int] = {}
-    for e in entries:
-        for n, v in e.bytes_per_node.items():
-            out[n] = out.get(n, 0) + v
-    return out
 
 
 class RemoteShare(_Record):
@@ -9277,25 +9536,6 @@ class RemoteShare(_Record):
         )
 
 
-def remote_share(
-    pid: Union[int, str] = "self",
-    *,
-    threshold: float = REMOTE_SHARE_THRESHOLD,
-    topology: Optional[Topology] = None,
-    backend: Optional[Backend] = None,
-) -> RemoteShare:
-    """The share of ``pid``'s pages (numa_maps) that sit off the nodes of the CPUs it
-    may run on (Cpus_allowed_list).  Never raises: an unreadable process gives a
-    result with ``error`` set and no pages.  Warns once when above ``threshold``."""
-    b = _b(backend)
-    topo = topology if topology is not None else read_topology(backend=b)
-    try:
-        maps: Union[str, OSError] = b.read_text(_maps_path(pid))
-    except OSError as e:
-        maps = e
-    return _remote_share(pid, maps, threshold, topo, b)[0]
-
-
 def _remote_share(
     pid: Union[int, str], maps: Union[str, OSError], threshold: float, topo: Topology, b: Backend
 ) -> Tuple[RemoteShare, List[NumaMapsEntry]]:
@@ -9335,6 +9575,25 @@ def _remote_share(
     if res.warning:
         _warn_once(f"remote-share:{pid}", "numa_utils: %s", res.warning)
     return res, entries
+
+
+def remote_share(
+    pid: Union[int, str] = "self",
+    *,
+    threshold: float = REMOTE_SHARE_THRESHOLD,
+    topology: Optional[Topology] = None,
+    backend: Optional[Backend] = None,
+) -> RemoteShare:
+    """The share of ``pid``'s pages (numa_maps) that sit off the nodes of the CPUs it
+    may run on (Cpus_allowed_list).  Never raises: an unreadable process gives a
+    result with ``error`` set and no pages.  Warns once when above ``threshold``."""
+    b = _b(backend)
+    topo = topology if topology is not None else read_topology(backend=b)
+    try:
+        maps: Union[str, OSError] = b.read_text(_maps_path(pid))
+    except OSError as e:
+        maps = e
+    return _remote_share(pid, maps, threshold, topo, b)[0]
 
 
 # ---------------------------------------------------------------------------
@@ -9608,6 +9867,10 @@ _PIN_APIS = (
 )
 
 
+def _proto(fn: Any, restype: Any, *argtypes: Any) -> None:
+    fn.restype, fn.argtypes = restype, list(argtypes)
+
+
 def _entry(lib: ctypes.CDLL, name: str, restype: Any, *argtypes: Any) -> Any:
     """``lib``'s function ``name`` with its prototype set, or None where it lacks it."""
     fn = getattr(lib, name, None)
@@ -9704,10 +9967,6 @@ def _load_cudart(cudart: Any, b: Backend) -> Tuple[Optional[_PinCalls], str]:
     )
 
 
-def _proto(fn: Any, restype: Any, *argtypes: Any) -> None:
-    fn.restype, fn.argtypes = restype, list(argtypes)
-
-
 class CudaPinProgress(_Record):
     """How far a registration got: bytes registered, calls made, the longest call."""
 
@@ -9729,6 +9988,16 @@ def _join(threads: List[threading.Thread]) -> None:
     for t in threads:
         if t.is_alive() and t is not threading.current_thread():
             t.join()
+
+
+def _cuda_error(calls: _PinCalls, rc: int) -> str:
+    try:
+        text = calls.error_string(rc) if calls.error_string is not None else None
+    except Exception:  # a foreign library; its message is a nicety
+        text = None
+    if not text:
+        return f"{calls.api.runtime} error {rc}"
+    return f"{calls.api.runtime} error {rc} ({text.decode('utf-8', 'replace')})"
 
 
 class CudaPin:
@@ -10107,16 +10376,6 @@ class CudaPin:
         self._give_up(self.reason, strict, exc, err)
 
 
-def _cuda_error(calls: _PinCalls, rc: int) -> str:
-    try:
-        text = calls.error_string(rc) if calls.error_string is not None else None
-    except Exception:  # a foreign library; its message is a nicety
-        text = None
-    if not text:
-        return f"{calls.api.runtime} error {rc}"
-    return f"{calls.api.runtime} error {rc} ({text.decode('utf-8', 'replace')})"
-
-
 def _cuda_current_device(calls: _PinCalls) -> Optional[int]:
     """The calling thread's device, or None (no cudaGetDevice, or it failed)."""
     if calls.get_device is None or calls.set_device is None:
@@ -10311,24 +10570,6 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
 # Configuration: numa_utils' own environment variables, read when a call needs them.
 # ===========================================================================
 
-# Name after the prefix -> (default, kind): "bool", "int" (with its minimum), "nodes"
-# (numactl's node-list grammar, resolved on the machine), or the accepted choices.
-# envs.py is the same registry with documentation, for engines to merge into theirs
-# (tests/test_envs.py checks that the two agree).
-_ENV_VARS: Mapping[str, Tuple[Any, Any]] = MappingProxyType(
-    {
-        "ENABLE_NUMA_INTERLEAVE": (False, "bool"),
-        "NUMA_STRICT": (False, "bool"),
-        "NUMA_NODES": (None, "nodes"),
-        "NUMA_PREFAULT_THREADS": (None, ("int", 1)),
-        "NUMA_HUGEPAGES": ("off", ("off", "thp", "2M", "1G", "auto")),
-        "NUMA_BIND_POLICY": ("none", ("none", "node", "socket", "exclusive", "core-complex")),
-        "NUMA_RESERVED_CORES": (0, ("int", 0)),
-        "NUMA_MEMORY_POLICY": ("prefer", _MEMORY_WORDS),
-    }
-)
-_env_prefix = "NUMA_UTILS_"
-
 
 def configure(*, env_prefix: str) -> str:
     """Read numa_utils' variables under ``env_prefix``: ``configure(env_prefix=
@@ -10343,46 +10584,6 @@ def configure(*, env_prefix: str) -> str:
         raise ValueError(f"invalid environment variable prefix {env_prefix!r}")
     old, _env_prefix = _env_prefix, env_prefix
     return old
-
-
-def _env(suffix: str) -> Any:
-    """The typed value of <prefix><suffix>, read now; its default when unset or empty.
-    A malformed value raises ValueError naming the variable."""
-    default, kind = _ENV_VARS[suffix]
-    name = _env_prefix + suffix
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    word = raw.lower()
-    if kind == "bool":
-        if word in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-            return word in ("1", "true", "yes", "on")
-        raise ValueError(
-            f"{name}={_short(raw)}: expected a boolean (1/0, true/false, yes/no, on/off)"
-        )
-    if kind == "nodes":
-        return raw
-    if kind[0] == "int":
-        if not re.fullmatch(r"-?[0-9]{1,18}", raw):
-            raise ValueError(f"{name}={_short(raw)}: expected an integer")
-        if int(raw) < kind[1]:
-            raise ValueError(f"{name}={_short(raw)}: must be >= {kind[1]}")
-        return int(raw)
-    for choice in kind:
-        if choice.lower() == word:
-            return choice
-    raise ValueError(f"{name}={_short(raw)}: expected one of {', '.join(kind)}")
-
-
-def _env_nodes(b: Optional[Backend], topo: Optional[Topology] = None) -> Optional[FrozenSet[int]]:
-    """NUMA_NODES resolved on the machine (on ``topo`` when given), or None when unset."""
-    text = _env("NUMA_NODES")
-    if text is None:
-        return None
-    try:
-        return parse_nodestring(text, backend=b, topology=topo)
-    except ValueError as e:
-        raise ValueError(f"{_env_prefix}NUMA_NODES={_short(text)}: {_cut(str(e))}") from None
 
 
 # ===========================================================================
@@ -10411,6 +10612,65 @@ def _tree_machine(b: Backend) -> Tuple[Optional[str], Optional[str], Optional[in
     )
     page = kb * 1024 if kb >= 4 and kb & (kb - 1) == 0 else None
     return word("/proc/sys/kernel/osrelease"), word("/proc/sys/kernel/arch"), page
+
+
+def _package_layout(t: Topology) -> Dict[str, Any]:
+    """Nodes per package with its evidence: the distances inside a package against
+    those between packages (SNC on Intel, NPS on AMD split a package into nodes)."""
+    pk, k = t.package_nodes, t.nodes_per_package
+    pkg = {n: p for p, ns in pk.items() for n in ns}
+    same: Tuple[Set[int], Set[int]] = (set(), set())  # (between, inside)
+    for a, p in pkg.items():
+        for m, d in (t.nodes[a].distances if a in t.nodes else {}).items():
+            if m != a and m in pkg:
+                same[pkg[m] == p].add(d)
+    inside, between = sorted(same[1]), sorted(same[0])
+    if not pk:
+        ev = "no package known"
+    elif k:
+        ev = f"{k} node{'s' * (k != 1)} per package over {len(pk)} package{'s' * (len(pk) != 1)}"
+    else:
+        ev = f"packages with different node counts over {len(pk)} packages"
+    if k and k > 1:
+        ev += f" (SNC{k} on Intel, NPS{k} on AMD)"
+    dist = [
+        f"{format_cpulist(v)} {where}"
+        for v, where in ((inside, "inside a package"), (between, "between packages"))
+        if v
+    ]
+    ev += ": distance " + ", ".join(dist) if dist else ""
+    return {
+        "nodes_per_package": k,
+        "nodes": {str(p): sorted(ns) for p, ns in pk.items()},
+        "distance_inside": inside,
+        "distance_between": between,
+        "evidence": ev,
+    }
+
+
+def _parse_cache_kb(text: str, *, source: Optional[str] = None) -> int:
+    """A cache's size file (cacheinfo prints "32K"; "1M" and a bare count also seen) in kB."""
+    m = re.match(r"^([0-9]{1,12})([KMG]?)$", _clean(text).upper())
+    if not m:
+        raise ValueError(f"invalid cache size{_where(source)}: {_short(text)}")
+    return int(m.group(1)) << {"": 0, "K": 0, "M": 10, "G": 20}[m.group(2)]
+
+
+def _llc_json(topo: Topology, b: Backend, warnings: List[str]) -> List[Dict[str, Any]]:
+    """Each last-level cache once: level, size (kB, None if sysfs omits it), CPUs."""
+    out = []
+    r = _Reader(b)
+    for llc in sorted({c.llc for c in topo.cpus.values() if c.llc}, key=min):
+        d = f"{_CPU_DIR}/cpu{min(llc)}/cache"
+        level: Optional[int] = None
+        size: Optional[int] = None
+        for idx in r.listdir(d):
+            lvl = r.integer(f"{d}/{idx}/level") if idx.startswith("index") else None
+            if lvl is not None and (level is None or lvl > level):
+                level, size = lvl, r.parsed(f"{d}/{idx}/size", _parse_cache_kb)
+        out.append({"level": level, "size_kb": size, "cpus": sorted(llc)})
+    warnings.extend(f"could not read: {p}" for p in r.problems)
+    return out
 
 
 def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
@@ -10578,40 +10838,6 @@ def _env_shown(row: Mapping[str, Any]) -> str:
     return str(row["value"])
 
 
-def _package_layout(t: Topology) -> Dict[str, Any]:
-    """Nodes per package with its evidence: the distances inside a package against
-    those between packages (SNC on Intel, NPS on AMD split a package into nodes)."""
-    pk, k = t.package_nodes, t.nodes_per_package
-    pkg = {n: p for p, ns in pk.items() for n in ns}
-    same: Tuple[Set[int], Set[int]] = (set(), set())  # (between, inside)
-    for a, p in pkg.items():
-        for m, d in (t.nodes[a].distances if a in t.nodes else {}).items():
-            if m != a and m in pkg:
-                same[pkg[m] == p].add(d)
-    inside, between = sorted(same[1]), sorted(same[0])
-    if not pk:
-        ev = "no package known"
-    elif k:
-        ev = f"{k} node{'s' * (k != 1)} per package over {len(pk)} package{'s' * (len(pk) != 1)}"
-    else:
-        ev = f"packages with different node counts over {len(pk)} packages"
-    if k and k > 1:
-        ev += f" (SNC{k} on Intel, NPS{k} on AMD)"
-    dist = [
-        f"{format_cpulist(v)} {where}"
-        for v, where in ((inside, "inside a package"), (between, "between packages"))
-        if v
-    ]
-    ev += ": distance " + ", ".join(dist) if dist else ""
-    return {
-        "nodes_per_package": k,
-        "nodes": {str(p): sorted(ns) for p, ns in pk.items()},
-        "distance_inside": inside,
-        "distance_between": between,
-        "evidence": ev,
-    }
-
-
 def _section(title: str, rows: List[str]) -> List[str]:
     """A titled block of the status text with its blank line; nothing without rows."""
     return [title, *rows, ""] if rows else []
@@ -10664,37 +10890,6 @@ def _render_tiers(rep: Dict[str, Any]) -> List[str]:
             f"    to use them anyway pass nodes=[...] or set NUMA_NODES (e.g. NUMA_NODES={every})",
         ]
     return out + [""] if out else out
-
-
-def _parse_cache_kb(text: str, *, source: Optional[str] = None) -> int:
-    """A cache's size file (cacheinfo prints "32K"; "1M" and a bare count also seen) in kB."""
-    m = re.match(r"^([0-9]{1,12})([KMG]?)$", _clean(text).upper())
-    if not m:
-        raise ValueError(f"invalid cache size{_where(source)}: {_short(text)}")
-    return int(m.group(1)) << {"": 0, "K": 0, "M": 10, "G": 20}[m.group(2)]
-
-
-def _llc_json(topo: Topology, b: Backend, warnings: List[str]) -> List[Dict[str, Any]]:
-    """Each last-level cache once: level, size (kB, None if sysfs omits it), CPUs."""
-    out = []
-    r = _Reader(b)
-    for llc in sorted({c.llc for c in topo.cpus.values() if c.llc}, key=min):
-        d = f"{_CPU_DIR}/cpu{min(llc)}/cache"
-        level: Optional[int] = None
-        size: Optional[int] = None
-        for idx in r.listdir(d):
-            lvl = r.integer(f"{d}/{idx}/level") if idx.startswith("index") else None
-            if lvl is not None and (level is None or lvl > level):
-                level, size = lvl, r.parsed(f"{d}/{idx}/size", _parse_cache_kb)
-        out.append({"level": level, "size_kb": size, "cpus": sorted(llc)})
-    warnings.extend(f"could not read: {p}" for p in r.problems)
-    return out
-
-
-def _nodes_txt(ids: Iterable[int]) -> str:
-    """ "node 0" / "nodes 0-1,4": the word agrees with the count."""
-    some = sorted(ids)
-    return ("node " if len(some) == 1 else "nodes ") + (format_cpulist(some) or "-")
 
 
 def _cpu_summary(rep: Dict[str, Any]) -> str:
@@ -10852,144 +11047,6 @@ def _render_status(rep: Dict[str, Any]) -> str:
 # Facts from numactl.c, libnuma.c and affinity.c (numactl 2.0.16-2.0.19).
 # ===========================================================================
 
-# strtoul(s, &end, 0) as libnuma calls it: blanks, a sign, then hex (0x), octal (0) or
-# decimal digits (compiled on first use: re caches it).
-_STRTOUL = r"[ \t\n\v\f\r]*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)"
-
-
-class _ListError(ValueError):
-    """A node/CPU list libnuma rejects; ``warn``: what libnuma prints about it on
-    stderr (nothing for trailing characters; an empty line after its parser's own)."""
-
-    def __init__(self, msg: str, warn: bool = True, blank: bool = False) -> None:
-        super().__init__(msg)
-        self.warn = (msg + "\n" * blank) if warn else ""
-
-
-# libnuma's device forms (netdev:eth0, ...): the numactl command line resolves them
-# (numa_utils_cli._device_node); a library caller's node list never stats a file.
-_DEVICE_FORMS = ("netdev", "block", "file", "pci", "ip")
-
-
-_ULONG_MAX = (1 << 64) - 1
-
-
-def _strtoul(s: str, i: int) -> Tuple[Optional[int], int]:
-    m = re.compile(_STRTOUL).match(s, i)
-    if not m:
-        return None, i
-    sign, digits = m.group(1), m.group(2)
-    if digits[1:2] in ("x", "X"):
-        value = int(digits, 16)
-    elif digits[0] == "0":
-        value = int(digits, 8)
-    else:
-        value = int(digits, 10)
-    # C's unsigned long: ULONG_MAX past it (ERANGE), a minus sign wraps
-    if value >> 64:
-        value = _ULONG_MAX
-    elif sign == "-":
-        value = -value % (1 << 64)
-    return value, m.end()
-
-
-def parse_nodestring(
-    text: str,
-    *,
-    cpus: bool = False,
-    possible: bool = False,
-    backend: Optional[Backend] = None,
-    topology: Optional[Topology] = None,
-    devices: Optional[Callable[[str, Backend], FrozenSet[int]]] = None,
-) -> FrozenSet[int]:
-    """numactl's node list (CPU list with ``cpus=True``) -> ids, read as libnuma's
-    numa_parse_nodestring/numa_parse_cpustring do.
-
-    ``1,3,5-7``; numbers in C's bases (``0x2`` hex, ``010`` octal); ``all`` (every
-    allowed id); ``!LIST`` (all but); ``+LIST`` (the n-th allowed ids).  With
-    ``devices`` (the numactl front end, where a person typed it, passes its resolver:
-    the text of the form and the backend in, the device's nodes out) nodes also take
-    ``netdev:DEV``, ``block:DEV``, ``file:PATH``, ``pci:[SEG:]BUS:DEV[.FN]``,
-    ``ip:ADDR`` (the device's node from sysfs; ``ip:NAME`` asks the resolver);
-    without it they are refused, naming the form, so that a variable such as
-    NUMA_NODES never stats a file or waits on DNS.  Allowed ids are the cpuset's
-    (Mems_allowed / Cpus_allowed); ``possible=True`` (numactl --all) allows every
-    node or CPU the machine has.  An empty text is the empty set.  Raises ValueError
-    with libnuma's reason."""
-    b = _b(backend)
-    t = topology if topology is not None else read_topology(backend=b)
-    what = "cpu" if cpus else "node"
-    top = max(t.cpus if cpus else t.nodes, default=0) + 1
-    conf = top if cpus else len(t.nodes_with_memory)  # numa_num_configured_cpus/_nodes (sic)
-    if possible:
-        allowed = frozenset(range(top))
-    elif cpus:
-        allowed = frozenset(c for c in t.allowed_cpus if c < top)
-    else:
-        allowed = t.allowed_mems
-    order = sorted(allowed)
-    s = text
-    if not s:
-        return frozenset()
-    invert = s.startswith("!")
-    relative = s.startswith("+", invert)
-    i = invert + relative
-    mask: Set[int] = set()
-
-    def number(j: int, missing: str, out_of_range: str) -> Tuple[int, int]:
-        """The id at s[j:] (the v-th allowed id for "+LIST") and where it ends;
-        libnuma's refusals name the text (CPUs) or its "%ld" (nodes)."""
-        value, end = _strtoul(s, j)
-        if value is None:
-            raise _ListError(missing, blank=True)
-        if relative:
-            if value < len(order):
-                value = order[value]
-            else:
-                value = _ULONG_MAX
-        # numa_bitmask_isbitset() takes an unsigned int: ids are read modulo 2**32
-        if value & 0xFFFFFFFF not in allowed:
-            if cpus:
-                shown: object = s[j:]
-            elif value >> 63:
-                shown = value - (1 << 64)  # as libnuma's "%ld" prints it
-            else:
-                shown = value
-            raise _ListError(f"{what} argument {shown} {out_of_range}", blank=True)
-        return value, end
-
-    while True:
-        rest = s[i:]
-        kind, colon, _ = rest.partition(":")
-        if rest == "all" or (colon and kind in _DEVICE_FORMS and not cpus):
-            if rest == "all":
-                mask |= allowed
-            elif devices is not None:
-                mask |= devices(rest, b)
-            else:
-                raise _ListError(
-                    f"the device form `{kind}:' is refused here: node lists "
-                    "(0-1,4, !0, +0-1) and all only; netdev:, block:, file:, "
-                    "pci: and ip: belong to the numactl command line"
-                )
-            i = len(s)
-            break
-        v, i = number(i, f"unparseable {what} description `{rest}'", "is out of range")
-        mask.add(v & 0xFFFFFFFF)
-        if s.startswith("-", i):
-            v2, i = number(i + 1, f"missing {what} argument {s[i + 1 :]}", "out of range")
-            lo = v & 0xFFFFFFFF
-            hi = lo + v2 - v  # the loop's int wraps: ids lo..hi modulo 2**32
-            mask.update(n for n in order if lo <= n <= hi or n <= hi - (1 << 32))
-        if not s.startswith(",", i):
-            break
-        i += 1
-    if i != len(s):
-        raise _ListError(f"trailing characters in {what} list {s!r}", warn=False)
-    if invert:  # libnuma flips ids below the count, not the allowed set
-        mask ^= set(range(conf))
-    return frozenset(mask)
-
 
 # ===========================================================================
 # Command line.
@@ -11035,6 +11092,26 @@ def _print_json(data: Any) -> None:
     sys.stdout.write(text + "\n")
 
 
+def _commands(what: str) -> Any:
+    """The numa_utils_cli module, or a ValueError naming the file to copy."""
+    if __name__ == "__main__":
+        # `python -m numa_utils`, `python numa_utils.py`: the CLI's own `import
+        # numa_utils` gets this module instead of executing the file a second time.
+        name = (
+            __spec__.name
+            if __spec__ is not None
+            else os.path.splitext(os.path.basename(__file__))[0]
+        )
+        sys.modules.setdefault(name, sys.modules[__name__])
+    cli = _sibling("numa_utils_cli")
+    if cli is None:
+        raise ValueError(
+            f"{what} needs numa_utils_cli.py: copy it beside "
+            f"{os.path.basename(__file__)}, or `pip install numa-utils`"
+        )
+    return cli
+
+
 def _cmd_status(args: Any) -> int:
     if args.env_prefix is not None:
         configure(env_prefix=args.env_prefix)
@@ -11052,21 +11129,6 @@ def _cmd_status(args: Any) -> int:
     else:
         sys.stdout.write(_render_status(rep))
     return 0
-
-
-def _prog() -> str:
-    """The command the user typed, for messages and hints: "numa-utils" (the
-    installed script), "python3 -m numa_utils" (or a vendored copy's module path),
-    "python3 numa_utils.py"."""
-    py = os.path.basename(sys.executable or "") or "python3"
-    if __name__ == "__main__":
-        if __spec__ is not None and __spec__.name:
-            return f"{py} -m {__spec__.name}"
-        return f"{py} {sys.argv[0] if sys.argv and sys.argv[0] else 'numa_utils.py'}"
-    argv0 = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
-    if argv0 in ("numa-utils", "numa_utils"):
-        return argv0
-    return f"{py} -m {__name__}"
 
 
 def _build_parser(commands: Sequence[Callable[[Any], None]] = ()) -> argparse.ArgumentParser:
@@ -11130,24 +11192,23 @@ def _build_parser(commands: Sequence[Callable[[Any], None]] = ()) -> argparse.Ar
 _CLI_COMMANDS = ("numactl", "run", "plan", "region", "maps", "cleanup", "watch", "fit", "threads")
 
 
-def _commands(what: str) -> Any:
-    """The numa_utils_cli module, or a ValueError naming the file to copy."""
-    if __name__ == "__main__":
-        # `python -m numa_utils`, `python numa_utils.py`: the CLI's own `import
-        # numa_utils` gets this module instead of executing the file a second time.
-        name = (
-            __spec__.name
-            if __spec__ is not None
-            else os.path.splitext(os.path.basename(__file__))[0]
-        )
-        sys.modules.setdefault(name, sys.modules[__name__])
-    cli = _sibling("numa_utils_cli")
-    if cli is None:
-        raise ValueError(
-            f"{what} needs numa_utils_cli.py: copy it beside "
-            f"{os.path.basename(__file__)}, or `pip install numa-utils`"
-        )
-    return cli
+def _call(prog: str, args: Any) -> int:
+    global _cli_verbose
+    _cli_verbose = bool(args.verbose)
+    try:
+        return int(args.func(args) or 0)
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    except (OSError, ValueError) as e:
+        sys.stderr.write(f"{prog} {args.command}: {e}\n")
+        return 2
+
+
+def _run(raw: List[str], commands: Sequence[Callable[[Any], None]]) -> int:
+    parser = _build_parser(commands)
+    return _call(parser.prog, parser.parse_args(raw))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -11169,25 +11230,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 sys.stderr.write(f"{_prog()} {word}: {e}\n")
                 return 2
     return _run(raw, ())
-
-
-def _run(raw: List[str], commands: Sequence[Callable[[Any], None]]) -> int:
-    parser = _build_parser(commands)
-    return _call(parser.prog, parser.parse_args(raw))
-
-
-def _call(prog: str, args: Any) -> int:
-    global _cli_verbose
-    _cli_verbose = bool(args.verbose)
-    try:
-        return int(args.func(args) or 0)
-    except BrokenPipeError:
-        return 0
-    except KeyboardInterrupt:
-        return 130
-    except (OSError, ValueError) as e:
-        sys.stderr.write(f"{prog} {args.command}: {e}\n")
-        return 2
 
 
 if __name__ == "__main__":

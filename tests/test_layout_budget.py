@@ -264,13 +264,15 @@ CEILINGS = {
     # Ratios keep a little slack (naming a step as a small helper can nudge a median).
     "tokens_per_line": 7.80,
     "median_function_density": 9.5,
-    "conditionals_per_kloc": 45.5,
-    "one_letter_share": 0.187,
+    "conditionals_per_kloc": 36.5,
+    "one_letter_share": 0.170,
     # Counts are exact.
-    "chained_conditionals": 14,
-    "nested_comprehensions": 7,
-    "forward_references": 93,
-    "far_forward_references": 31,
+    "chained_conditionals": 8,
+    "nested_comprehensions": 6,
+    # After the file was put in dependency order (each definition above its users):
+    # what is left are mutual references (SharedRegion and the functions that take
+    # one, Device and _pci_json, to_json and _node_json, Backend and _Reader).
+    "forward_references": 11,
 }
 
 
