@@ -4987,13 +4987,12 @@ def _region_policy(
     topology read already and kept as "env"."""
     if policy is not None and not isinstance(policy, str):
         raise ValueError(f"unknown region policy {policy!r}")
-    mode = (
-        _mode_of(policy)
-        if policy is not None
-        else Mode.INTERLEAVE
-        if _env("ENABLE_NUMA_INTERLEAVE")
-        else Mode.DEFAULT
-    )
+    if policy is not None:
+        mode = _mode_of(policy)
+    elif _env("ENABLE_NUMA_INTERLEAVE"):
+        mode = Mode.INTERLEAVE
+    else:
+        mode = Mode.DEFAULT
     if nodes is None and mode not in (Mode.DEFAULT, Mode.LOCAL):
         if "env" not in known:
             known["env"] = _env_nodes(b, known.get("topology"))
@@ -5206,20 +5205,26 @@ def _layout_arg(layout: Union[Layout, str, None]) -> Optional[Layout]:
     return lay
 
 
+def _cgroup_dirs(b: Backend) -> List[str]:
+    """This process's cgroup v2 directory and its ancestors up to the root, innermost
+    first; [] when /proc/self/cgroup names no v2 cgroup."""
+    m = re.search(r"^0::\s*(/.*)", b.read_optional("/proc/self/cgroup") or "", re.M)
+    if m is None:
+        return []
+    parts = [p for p in m.group(1).strip().split("/") if p]
+    dirs = []
+    for depth in range(len(parts), -1, -1):
+        dirs.append("/".join([_CGROUP, *parts[:depth]]))
+    return dirs
+
+
 def _fit_limits(b: Backend, huge: int, kind: str, pin: bool, need: int) -> List[FitLimit]:
     """The limits beyond free memory, each with the file it came from."""
     num = _Reader(b).integer  # None: absent, unreadable or "max"
     out: List[FitLimit] = []
     # hugetlb.2MB.max: mm/hugetlb_cgroup.c mem_fmt, as _fmt_size for powers of two < 1 TiB
     names = [f"hugetlb.{_fmt_size(huge)}B.max"] if huge else ["memory.max", "memory.high"]
-    # This process's cgroup v2 directory and its ancestors, innermost first.
-    m = re.search(r"^0::\s*(/.*)", b.read_optional("/proc/self/cgroup") or "", re.M)
-    parts = [p for p in m.group(1).strip().split("/") if p] if m else None
-    for d in (
-        [_CGROUP + "".join("/" + p for p in parts[:i]) for i in range(len(parts), -1, -1)]
-        if parts is not None
-        else []
-    ):
+    for d in _cgroup_dirs(b):
         for name in names:
             # memory.max/.high -> memory.current, hugetlb.2MB.max -> hugetlb.2MB.current
             cap, cur = num(f"{d}/{name}"), num(f"{d}/{name.rsplit('.', 1)[0]}.current")
@@ -5536,6 +5541,40 @@ def counters(*, backend: Optional[Backend] = None) -> Counters:
     )
 
 
+def _fit_targets(topo: Topology, mode: Mode, ids: Optional[FrozenSet[int]]) -> List[int]:
+    """The nodes a region's pages go to, as fit() weighs them: every allowed node for
+    first-touch and local, else the nodes asked for, else the default ones."""
+    allowed = topo.usable_memory_nodes
+    if mode in (Mode.DEFAULT, Mode.LOCAL):
+        return sorted(allowed)
+    if ids is not None:
+        return sorted(ids)
+    return sorted(default_memory_nodes(topo) or allowed)
+
+
+def _fit_share(mode: Mode, targets: List[int], npages: int, page: int) -> Dict[int, int]:
+    """The bytes each of ``targets`` should hold: an interleave's even share (the first
+    nodes one page more), all on the first for prefer, {} when the kernel decides."""
+    if mode in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
+        each, extra = divmod(npages, len(targets))
+        return {n: (each + (i < extra)) * page for i, n in enumerate(targets)}
+    if mode == Mode.PREFERRED:
+        return {targets[0]: npages * page}
+    return {}
+
+
+def _fit_available(snap: Counters, node: int, hp: Mapping[int, HugePages], huge: int) -> int:
+    """Bytes ``node`` can give: its free ``huge``-byte huge pages, or, for base pages,
+    MemFree plus reclaimable page cache; 0 for what the counters do not know."""
+    if huge:
+        if huge >> 10 not in hp:
+            return 0
+        return hp[huge >> 10].free * huge
+    if node not in snap.nodes:
+        return 0
+    return snap.nodes[node].available_kb * 1024
+
+
 def _fit(
     b: Backend,
     topo: Topology,
@@ -5551,13 +5590,7 @@ def _fit(
     """fit() on a topology already read and a policy already resolved (``ids``: the
     nodes asked for, None for the default ones; ``lay``: the layout, if one)."""
     allowed = topo.usable_memory_nodes
-    targets = sorted(
-        allowed
-        if mode in (Mode.DEFAULT, Mode.LOCAL)
-        else ids
-        if ids is not None
-        else default_memory_nodes(topo) or allowed
-    )
+    targets = _fit_targets(topo, mode, ids)
     # hugepages=None: NUMA_UTILS_NUMA_HUGEPAGES ("off" unless set).
     # "off" and "" reach _region_page, which takes them as base pages.
     want = _env("NUMA_HUGEPAGES") if hugepages is None else hugepages
@@ -5579,29 +5612,14 @@ def _fit(
             want, fallback = ("thp", None) if want == "auto" else (want, str(e.args[-1]))
     page = huge or b.page_size
     npages = -(-size // page)
-    share = (
-        {
-            n: (npages // len(targets) + (i < npages % len(targets))) * page
-            for i, n in enumerate(targets)
-        }
-        if mode in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE)
-        else {targets[0]: npages * page}
-        if mode == Mode.PREFERRED
-        else {}
-    )
+    share = _fit_share(mode, targets, npages, page)
     if share and not huge:  # the record's room, on the lowest node (_room_apply)
         share[targets[0]] += _room_size(page)
     snap = counters(backend=b)
     fnodes = []
     for n in sorted(set(targets) | allowed):
         hp = topo.nodes[n].hugepages if n in topo.nodes else MappingProxyType({})
-        avail = (
-            (hp[huge >> 10].free * huge if huge >> 10 in hp else 0)
-            if huge
-            else snap.nodes[n].available_kb * 1024
-            if n in snap.nodes
-            else 0
-        )
+        avail = _fit_available(snap, n, hp, huge)
         fnodes.append(FitNode(n, share.get(n, 0), avail, hp))
         if share.get(n, 0) > avail:
             short.append(
@@ -5660,14 +5678,19 @@ def _fit(
         key=lambda x: x.allows or 0,
         default=None,
     )
-    reason = (
-        "; ".join(short) or "fits as asked"
-        if tight is None
-        else (
+    if tight is None:
+        reason = "; ".join(short) or "fits as asked"
+    else:
+        reason = (
             f"{_fmt_kb(need >> 10)} needed, {tight.name} allows "
             f"{_fmt_kb(max(tight.allows or 0, 0) >> 10)} ({tight.source}): {tight.fix}"
         )
-    )
+    if huge:
+        pages = f"{huge >> 10}kB"
+    elif want == "thp" and fallback is None:
+        pages = "thp"
+    else:
+        pages = "off"
     return FitResult(
         tight is None,
         tight is None and not short,
@@ -5675,7 +5698,7 @@ def _fit(
         size,
         kind,
         page,
-        f"{huge >> 10}kB" if huge else "thp" if want == "thp" and fallback is None else "off",
+        pages,
         tuple(fnodes),
         tuple(limits),
         thp,
@@ -5733,9 +5756,12 @@ def _fit_or_raise(r: FitResult, size: int) -> Tuple[Union[bool, int, str], Optio
             errno.ENOSPC if "/dev/shm allows" in r.reason else errno.ENOMEM,
             f"cannot create a {_fmt_kb(size >> 10)} region: {r.reason}",
         )
-    return (
-        "thp" if r.hugepages == "thp" else r.page_size if r.hugepages != "off" else False
-    ), r.hugepages_fallback
+    pages: Union[bool, int, str] = False  # base pages
+    if r.hugepages == "thp":
+        pages = "thp"
+    elif r.hugepages != "off":
+        pages = r.page_size
+    return pages, r.hugepages_fallback
 
 
 # -- layouts: a policy per extent of one region ------------------------------------------
@@ -6215,15 +6241,15 @@ def _room_holder(b: Backend, ckey: int, key: Union[int, str]) -> str:
 
 
 def _check_trust(st: _ShmStat, euid: int, trust: bool, what: str) -> None:
-    why = (
-        (f"belongs to uid {st.uid} (created by uid {st.cuid}), not to this user (uid {euid})")
-        if {st.uid, st.cuid} != {euid}
-        else f"has mode {st.mode & 0o777:03o}: other users can write it"
-        if st.mode & 0o022
-        else ""
-    )
-    if why and not trust:
-        raise PermissionError(errno.EPERM, f"{what} {why}; pass trust=True to attach anyway")
+    if trust:
+        return
+    if {st.uid, st.cuid} != {euid}:
+        why = f"belongs to uid {st.uid} (created by uid {st.cuid}), not to this user (uid {euid})"
+    elif st.mode & 0o022:
+        why = f"has mode {st.mode & 0o777:03o}: other users can write it"
+    else:
+        return
+    raise PermissionError(errno.EPERM, f"{what} {why}; pass trust=True to attach anyway")
 
 
 class _RecordRoom:
@@ -9536,6 +9562,19 @@ class RemoteShare(_Record):
         )
 
 
+def _local_memory(topo: Topology, cpus: FrozenSet[int]) -> FrozenSet[int]:
+    """The memory nodes local to ``cpus``: their nodes, and for a CPU node without
+    memory the nearest with memory (where the kernel's local allocation goes)."""
+    if not topo.has_node_dir:
+        return frozenset({0})
+    local: Set[int] = set()
+    for cpu in cpus:
+        node = topo.node_of_cpu(cpu)
+        if node is not None:
+            local.update(_nearest_tied(topo, node, topo.nodes_with_memory))
+    return frozenset(local)
+
+
 def _remote_share(
     pid: Union[int, str], maps: Union[str, OSError], threshold: float, topo: Topology, b: Backend
 ) -> Tuple[RemoteShare, List[NumaMapsEntry]]:
@@ -9557,20 +9596,13 @@ def _remote_share(
     if cpus is None:
         cpus = topo.allowed_cpus if pid == "self" else frozenset()
         error = error or f"cannot read Cpus_allowed_list of /proc/{pid}/status"
-    # The memory nodes local to those CPUs: their own, and for a CPU node without
-    # memory the nearest with memory (where the kernel's local allocation goes).
-    local = (
-        frozenset(
-            m
-            for n in {topo.node_of_cpu(c) for c in cpus}
-            if n is not None
-            for m in _nearest_tied(topo, n, topo.nodes_with_memory)
-        )
-        if topo.has_node_dir
-        else frozenset({0})
-    )
     res = RemoteShare(
-        pid, MappingProxyType(_entries_bytes(entries)), frozenset(cpus), local, threshold, error
+        pid,
+        MappingProxyType(_entries_bytes(entries)),
+        frozenset(cpus),
+        _local_memory(topo, cpus),
+        threshold,
+        error,
     )
     if res.warning:
         _warn_once(f"remote-share:{pid}", "numa_utils: %s", res.warning)
@@ -10494,9 +10526,9 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
             )
         )
         text.append(f"  {'node':>4}" + "".join(f" {h:>{w}}" for _, h, w in cols))
-        text.extend(
-            f"  {c.node:>4}" + "".join(f" {getattr(c, k):>{w}}" for k, _, w in cols) for c in snap
-        )
+        for per_node in snap:
+            cells = [f" {getattr(per_node, k):>{w}}" for k, _, w in cols]
+            text.append(f"  {per_node.node:>4}" + "".join(cells))
         text.append(f"  remote allocations (other_node): {snap.remote_ratio:.2%} of pages")
     # The process's own pages (the running system, or the simulated process).
     maps = b.read_optional(_maps_path("self")) if b.has_process else None
@@ -10770,12 +10802,13 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
                 f"no syscall table for the {abi.name!r} ABI: memory "
                 "policies fall back to first-touch"
             )
+    on_node: Dict[Optional[int], List[str]] = {}  # node -> its devices' addresses
+    for d in devs:
+        on_node.setdefault(d.node, []).append(d.address)
     report: Dict[str, Any] = {
         "version": __version__,
         "root": b.root,
-        "nodes": [
-            dict(n, devices=[d.address for d in devs if d.node == n["id"]]) for n in tj["nodes"]
-        ],
+        "nodes": [dict(n, devices=on_node.get(n["id"], [])) for n in tj["nodes"]],
         "gpus": gpu_rows,
         "devices": [d.to_json() for d in devs],
         "packages": layout,
@@ -10892,6 +10925,16 @@ def _render_tiers(rep: Dict[str, Any]) -> List[str]:
     return out + [""] if out else out
 
 
+def _cores_in(cpu_rows: Mapping[str, Any], cpus: Iterable[int]) -> Set[Tuple[Any, Any]]:
+    """The (package, core) pairs of ``cpus`` that status_report's CPU rows name."""
+    cores = set()
+    for cpu in cpus:
+        row = cpu_rows.get(str(cpu))
+        if row is not None:
+            cores.add((row["package"], row["core"]))
+    return cores
+
+
 def _cpu_summary(rep: Dict[str, Any]) -> str:
     """ "2 packages x 32 cores x 2 threads; LLC: 8 x 32 MiB L3 (per 8 cores)", the way
     lscpu and lstopo summarise a machine (from status_report's cpus and caches)."""
@@ -10915,16 +10958,7 @@ def _cpu_summary(rep: Dict[str, Any]) -> str:
     llcs = rep.get("last_level_caches") or []
     if llcs:
         kinds = sorted({(x["size_kb"], x["level"]) for x in llcs}, key=str)
-        per = {
-            len(
-                {
-                    (rep["cpus"][str(c)]["package"], rep["cpus"][str(c)]["core"])
-                    for c in x["cpus"]
-                    if str(c) in rep["cpus"]
-                }
-            )
-            for x in llcs
-        }
+        per = {len(_cores_in(rep["cpus"], x["cpus"])) for x in llcs}
         what = ", ".join(
             ((_fmt_kb(kb).replace(".0 ", " ") + " ") if kb else "")
             + (f"L{lvl}" if lvl else "cache")
@@ -10978,13 +11012,12 @@ def _render_status(rep: Dict[str, Any]) -> str:
     ids = [n["id"] for n in nodes]
     cw = max([4] + [len(str(i)) + 1 for i in ids])
     row, keys = "  " + f"{{:>{cw}}}" * (len(ids) + 1), [str(j) for j in ids]
-    out += _section(
-        "DISTANCES",
-        [row.format("", *ids)]
-        + [row.format(n["id"], *[n["distances"].get(k, "?") for k in keys]) for n in nodes]
-        if len(ids) > 1
-        else [],
-    )
+    table = []
+    if len(ids) > 1:
+        table.append(row.format("", *ids))
+        for n in nodes:
+            table.append(row.format(n["id"], *(n["distances"].get(k, "?") for k in keys)))
+    out += _section("DISTANCES", table)
     out += _section(
         "GPUS",
         [
@@ -10997,6 +11030,9 @@ def _render_status(rep: Dict[str, Any]) -> str:
     p = rep["process"]
     pol = p["policy"]["text"] if p["policy"] else f"unknown ({p['policy_error']})"
     nb = k["numa_balancing"]
+    balancing = "-"
+    if nb is not None:
+        balancing = f"{nb} (on)" if nb else f"{nb} (off)"
     devs = sorted(
         rep.get("devices") or [], key=lambda d: (d["node"] is None, d["node"] or 0, d["address"])
     )
@@ -11018,8 +11054,7 @@ def _render_status(rep: Dict[str, Any]) -> str:
         f"  memory policy  {pol}",
         "",
         "KERNEL",
-        f"  numa_balancing {'-' if nb is None else nb}"
-        + ("" if nb is None else (" (on)" if nb else " (off)")),
+        f"  numa_balancing {balancing}",
         f"  THP            {k['thp'] or '-'}"
         + "".join(f", {n} {v}" for n, v in k.get("thp_settings", {}).items() if n != "enabled"),
     ]

@@ -264,11 +264,9 @@ CEILINGS = {
     # Ratios keep a little slack (naming a step as a small helper can nudge a median).
     "tokens_per_line": 7.80,
     "median_function_density": 9.5,
-    "conditionals_per_kloc": 36.5,
-    "one_letter_share": 0.170,
+    "conditionals_per_kloc": 33.5,
+    "one_letter_share": 0.165,
     # Counts are exact.
-    "chained_conditionals": 8,
-    "nested_comprehensions": 6,
     # After the file was put in dependency order (each definition above its users):
     # what is left are mutual references (SharedRegion and the functions that take
     # one, Device and _pci_json, to_json and _node_json, Backend and _Reader).
@@ -310,7 +308,10 @@ def test_ast_nodes_within_the_round_budget(figures):
 # +52 where the merged branches met (attach's one read beside created_after, fit's layout).
 # Issue 27 §2: +2,175 for huge-page regions' record segments (the record out of the
 # huge pages, cleanup of the pair, the GH200 first-touch rule).
-MAX_AST_NODES_NOW = 67_191 + 5_436 + 383 + 138 + 52 + 2_175
+# +347 for the last chained conditionals and nested comprehensions written as named
+# steps (_fit_targets, _fit_share, _fit_available, _cgroup_dirs, _local_memory,
+# _cores_in) and plain statements.
+MAX_AST_NODES_NOW = 67_191 + 5_436 + 383 + 138 + 52 + 2_175 + 347
 
 
 def test_ast_nodes_never_grow(figures):
