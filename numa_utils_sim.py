@@ -1712,17 +1712,18 @@ class SimulatedBackend(Backend):
                 continue
             for page in range(max(start, mp.start), min(end, mp.end), step):
                 node = self._node_of_page(page)
-                if node is None:
-                    continue
-                if pol.mode in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
-                    if node != want[self._ilx(page) % len(want)]:
-                        out.append(page)
-                elif (
-                    pol.mode in (Mode.BIND, Mode.PREFERRED, Mode.PREFERRED_MANY)
-                    and node not in pol.nodes
-                ):
+                if node is not None and self._is_misplaced(pol, want, page, node):
                     out.append(page)
         return out
+
+    def _is_misplaced(self, pol: _Pol, want: List[int], page: int, node: int) -> bool:
+        """Whether ``page``, on ``node``, is where policy ``pol`` would not put it
+        (``want``: the nodes an interleave takes in turn)."""
+        if pol.mode in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
+            return node != want[self._ilx(page) % len(want)]
+        if pol.mode in (Mode.BIND, Mode.PREFERRED, Mode.PREFERRED_MANY):
+            return node not in pol.nodes
+        return False
 
     def _misplaced_sparse(
         self, mp: _SimMapping, start: int, end: int, pol: _Pol, want: List[int]
@@ -1737,13 +1738,7 @@ class SimulatedBackend(Backend):
                 continue
             for key in range(a, z):
                 page = mp.start + (key - mp.obj_page) * mp.page
-                if pol.mode in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
-                    if node != want[self._ilx(page) % len(want)]:
-                        out.append(page)
-                elif (
-                    pol.mode in (Mode.BIND, Mode.PREFERRED, Mode.PREFERRED_MANY)
-                    and node not in pol.nodes
-                ):
+                if self._is_misplaced(pol, want, page, node):
                     out.append(page)
         return out
 
