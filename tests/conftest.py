@@ -298,3 +298,36 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(
             "  (a test wrote outside its temporary folders: this run fails)", red=True
         )
+
+
+@pytest.fixture
+def anon():
+    """Page-aligned anonymous memory for the simulator to place: (addr, size)."""
+    import mmap
+
+    made = []
+
+    def make(size, page=4096):
+        mm = mmap.mmap(-1, size + page)
+        made.append(mm)
+        base = nu.buffer_range(mm)[0]
+        return (base + page - 1) // page * page, size
+
+    yield make
+    for mm in made:
+        mm.close()
+
+
+class MapLimited(nusim.SimulatedBackend):
+    """A simulated machine whose vm.max_map_count and current mappings are given."""
+
+    def __init__(self, root, limit, mapped):
+        super().__init__(root)
+        self._limit, self._mapped = limit, mapped
+
+    def read_optional(self, path):
+        if path == "/proc/sys/vm/max_map_count":
+            return f"{self._limit}\n"
+        if path == "/proc/self/maps":
+            return "00400000-00401000 r-xp 00000000 00:00 0\n" * self._mapped
+        return super().read_optional(path)

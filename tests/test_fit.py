@@ -8,7 +8,15 @@ import subprocess
 import sys
 
 import pytest
-from conftest import FIXTURES, IN_PRIVATE_SHM, fixture_root, nu, nusim, saved_backend, sim
+from conftest import (
+    FIXTURES,
+    IN_PRIVATE_SHM,
+    MapLimited,
+    fixture_root,
+    nu,
+    saved_backend,
+    sim,
+)
 
 MiB = 1 << 20
 
@@ -277,25 +285,12 @@ def test_fit_refuses_an_unknown_kind():
         nu.fit(4096, kind="file", backend=sim("dual-socket-8gpu"))
 
 
-class _MapLimited(nusim.SimulatedBackend):
-    """A simulated machine whose vm.max_map_count and current mappings are given."""
-
-    def __init__(self, limit, mapped):
-        super().__init__(fixture_root("dual-socket-8gpu"))
-        self._limit, self._mapped = limit, mapped
-
-    def read_optional(self, path):
-        if path == "/proc/sys/vm/max_map_count":
-            return f"{self._limit}\n"
-        if path == "/proc/self/maps":
-            return "00400000-00401000 r-xp 00000000 00:00 0\n" * self._mapped
-        return super().read_optional(path)
-
-
 def test_fit_counts_a_layouts_vmas_against_max_map_count():
     """Issue 27: fit() says how many memory mappings a layout takes and whether
     vm.max_map_count leaves them, and create does what it says."""
-    b = _MapLimited(limit=3000, mapped=500)  # 3000 - 500 - 750 kept: 1,750 free
+    b = MapLimited(
+        fixture_root("dual-socket-8gpu"), limit=3000, mapped=500
+    )  # 3000 - 500 - 750 kept: 1,750 free
     lay = "blocks:4K:bind:0/1"
     many = nu.fit(16 * MiB, layout=lay, backend=b)  # 4,096 alternating blocks
     assert (many.vmas, many.vmas_free) == (

@@ -10,7 +10,7 @@ import json
 import os
 
 import pytest
-from conftest import fixture_root, nu, nusim, run_private_shm, sim
+from conftest import MapLimited, fixture_root, nu, run_private_shm, sim
 
 MiB = 1 << 20
 
@@ -598,23 +598,8 @@ def test_layout_vmas_of_a_huge_rule_is_arithmetic():
     assert nu.Layout.blocks(4096, [0], size=1 << 50).vmas == 1
 
 
-class _MapLimited(nusim.SimulatedBackend):
-    """A simulated machine whose vm.max_map_count and current mappings are given."""
-
-    def __init__(self, root, limit, mapped):
-        super().__init__(root)
-        self._limit, self._mapped = limit, mapped
-
-    def read_optional(self, path):
-        if path == "/proc/sys/vm/max_map_count":
-            return f"{self._limit}\n"
-        if path == "/proc/self/maps":
-            return "00400000-00401000 r-xp 00000000 00:00 0\n" * self._mapped
-        return super().read_optional(path)
-
-
 def test_layout_past_max_map_count_is_refused_before_any_mbind():
-    b = _MapLimited(fixture_root("dual-socket-8gpu"), limit=3000, mapped=500)
+    b = MapLimited(fixture_root("dual-socket-8gpu"), limit=3000, mapped=500)
     calls = []
     syscall, nr = b.syscall, b.abi.number("mbind")
 
@@ -651,7 +636,7 @@ def test_layout_past_max_map_count_is_refused_before_any_mbind():
 def test_layout_within_a_low_max_map_count_lands():
     """vm.max_map_count 1000 (issue 27's guest): the room kept for the engine is a
     quarter of it, not the 1,024 of a default limit, which left no room at all."""
-    b = _MapLimited(fixture_root("dual-socket-8gpu"), limit=1000, mapped=150)
+    b = MapLimited(fixture_root("dual-socket-8gpu"), limit=1000, mapped=150)
     # 100 alternating blocks: 101 VMAs with the room; 1000 - 150 - 250 = 600 free.
     with nu.SharedRegion.create(
         "few", 400 * 1024, layout="blocks:4K:bind:0/1", strict=True, prefault=False, backend=b

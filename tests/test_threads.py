@@ -491,24 +491,6 @@ def test_instance_plans_rejects_bad_input():
 # -- settle: pages first-touched before binding ----------------------------------------
 
 
-@pytest.fixture
-def anon():
-    """Page-aligned anonymous memory for the simulator to place: (addr, size)."""
-    import mmap
-
-    made = []
-
-    def make(size, page=4096):
-        mm = mmap.mmap(-1, size + page)
-        made.append(mm)
-        base = nu.buffer_range(mm)[0]
-        return (base + page - 1) // page * page, size
-
-    yield make
-    for mm in made:
-        mm.close()
-
-
 def _where(b, addr, size):
     return nu.placement(addr, size, method="move_pages", backend=b)
 

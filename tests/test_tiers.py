@@ -26,24 +26,6 @@ def counts(backend, start, length):
     return out
 
 
-@pytest.fixture
-def anon():
-    """Page-aligned anonymous memory for the simulator to place: (addr, size)."""
-    import mmap
-
-    made = []
-
-    def make(size, page=4096):
-        mm = mmap.mmap(-1, size + page)
-        made.append(mm)
-        base = nu.buffer_range(mm)[0]
-        return (base + page - 1) // page * page, size
-
-    yield make
-    for mm in made:
-        mm.close()
-
-
 # -- reading ----------------------------------------------------------------------------
 
 
