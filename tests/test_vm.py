@@ -493,3 +493,32 @@ def test_huge_record_guest():
     assert [(r["region"], r["action"]) for r in gone["rows"]] == [("huge-record", "removed")]
     assert gone["segments"] == {} and gone["free_node0"] == 4, gone
     assert ok, console[-3000:]
+
+
+# A boot that never reaches the guest's command is stopped after boot_timeout and
+# booted once more; these stand-ins for QEMU are shell commands (no guest needed).
+def test_console_stops_a_boot_that_never_begins():
+    t0 = time.monotonic()
+    text, status, timed_out = vmrun._console(
+        ["sh", "-c", "echo booting; exec sleep 30"], timeout=60, boot_timeout=1, echo=False
+    )
+    assert time.monotonic() - t0 < 20
+    assert (status, timed_out) == (None, False)
+    assert "booting" in text
+
+
+def test_console_lets_a_begun_command_run_past_boot_timeout():
+    script = f"echo '{vmrun.BEGIN}'; sleep 2; echo '@@NUMA_UTILS_VM END rc=0@@'"
+    text, status, timed_out = vmrun._console(
+        ["sh", "-c", script], timeout=60, boot_timeout=1, echo=False
+    )
+    assert (status, timed_out) == (0, False)
+    assert vmrun.END_RE.search(text).group(1) == "0"
+
+
+def test_console_times_out_a_command_that_never_ends():
+    text, status, timed_out = vmrun._console(
+        ["sh", "-c", f"echo '{vmrun.BEGIN}'; exec sleep 30"], timeout=2, boot_timeout=1, echo=False
+    )
+    assert timed_out
+    assert status is not None
