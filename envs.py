@@ -156,7 +156,7 @@ _VARS = (
         "`weighted-interleave`, `local`, `socket` (prefer-many over the package's "
         "nodes) or `none` (leave the policy alone); any mode word a result reports "
         "is taken too (`preferred`, `prefer (many)`, ...).",
-        # numa_utils._MEMORY_WORDS, in its order (tests/test_envs.py keeps them equal).
+        # numa_utils.MEMORY_WORDS, in its order (tests/test_envs.py keeps them equal).
         choices=(
             "socket",
             "default",

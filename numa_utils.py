@@ -104,11 +104,16 @@ __all__ = [
     "parse_distance_row",
     "parse_numa_maps",
     "iter_numa_maps",
+    "parse_size",
+    "format_size",
+    "format_kib",
+    "NodeListError",
     # backends
     "Abi",
     "abi_for",
     "Backend",
     "LinuxBackend",
+    "ShmStat",
     "NotLiveError",
     "default_backend",
     "use_backend",
@@ -125,6 +130,8 @@ __all__ = [
     "MemoryNodeChoice",
     # memory policy: raw syscalls
     "Mode",
+    "MODE_NAMES",
+    "MEMORY_WORDS",
     "ModeFlag",
     "MbindFlag",
     "GetFlag",
@@ -198,6 +205,7 @@ __all__ = [
     "LocalDevices",
     # observation
     "NodeCounters",
+    "NUMASTAT_FIELDS",
     "Counters",
     "counters",
     "RemoteShare",
@@ -250,7 +258,9 @@ def _oserror(err: int, what: str, extra: str = "") -> OSError:
     return OSError(err, f"{what}: {os.strerror(err)}" + (f" ({extra})" if extra else ""))
 
 
-def _fmt_kb(kb: int) -> str:
+def format_kib(kb: int) -> str:
+    """A size in KiB for people: "512 KiB", "1.5 GiB" (one decimal, binary units up
+    to TiB).  Use format_size for a size that must read back exactly."""
     e = min(3, (kb.bit_length() - 1) // 10) if kb >= 1024 else 0
     return f"{kb / (1 << 10 * e):.1f} {'KMGT'[e]}iB" if e else f"{kb} KiB"
 
@@ -680,8 +690,9 @@ class _Reader:
         return ids & online
 
 
-class _ShmStat(_Record):
-    """What IPC_STAT (or fstat, for POSIX) says about a segment."""
+class ShmStat(_Record):
+    """What IPC_STAT (or fstat, for POSIX) says about a segment: what
+    ``Backend.shm_stat`` and ``Backend.fstat`` return."""
 
     key: int
     id: int
@@ -825,7 +836,7 @@ class Backend:
     def shmdt(self, addr: int) -> None:
         raise NotImplementedError
 
-    def shm_stat(self, shmid: int) -> _ShmStat:
+    def shm_stat(self, shmid: int) -> ShmStat:
         """shmctl(IPC_STAT)."""
         raise NotImplementedError
 
@@ -843,7 +854,7 @@ class Backend:
     def ftruncate(self, fd: int, size: int) -> None:
         raise NotImplementedError
 
-    def fstat(self, fd: int) -> _ShmStat:
+    def fstat(self, fd: int) -> ShmStat:
         raise NotImplementedError
 
     def close(self, fd: int) -> None:
@@ -1036,14 +1047,14 @@ _MAP_SHARED, _MAP_HUGETLB = 0x01, 0x40000  # MAP_HUGETLB: x86, arm, ppc, s390, r
 _SHMID_DS_GENERIC64 = frozenset({"x86_64", "aarch64", "riscv64", "loongarch64"})
 
 
-def _sysvipc_rows(text: str) -> Iterator[_ShmStat]:
+def _sysvipc_rows(text: str) -> Iterator[ShmStat]:
     """Rows of /proc/sysvipc/shm (ipc/shm.c sysvipc_shm_proc_show)."""
     for line in text.splitlines()[1:]:
         f = line.split()
         if len(f) < 11:
             continue
         try:
-            yield _ShmStat(
+            yield ShmStat(
                 int(f[0]) & 0xFFFFFFFF,
                 int(f[1]),
                 int(f[7]),
@@ -1061,7 +1072,7 @@ def _sysvipc_rows(text: str) -> Iterator[_ShmStat]:
             raise ValueError(f"invalid /proc/sysvipc/shm line: {_short(line)}") from None
 
 
-def _sysvipc_stat(text: str, shmid: int) -> _ShmStat:
+def _sysvipc_stat(text: str, shmid: int) -> ShmStat:
     for row in _sysvipc_rows(text):
         if row.id == shmid:
             return row
@@ -1321,7 +1332,7 @@ class LinuxBackend(Backend):
     def shmdt(self, addr: int) -> None:
         self._libc_call("shmdt", addr)
 
-    def shm_stat(self, shmid: int) -> _ShmStat:
+    def shm_stat(self, shmid: int) -> ShmStat:
         self._refuse("shmctl(IPC_STAT)")
         if self.abi.name not in _SHMID_DS_GENERIC64:
             # Other layouts of struct shmid_ds (ppc64, s390x, 32-bit): the same facts,
@@ -1334,7 +1345,7 @@ class LinuxBackend(Backend):
         key, uid, gid, cuid, cgid, mode = struct.unpack_from("<iIIIIH", buf.raw, 0)
         size, atime, dtime, ctime = struct.unpack_from("<Qqqq", buf.raw, 48)
         cpid, lpid, nattch = struct.unpack_from("<iiQ", buf.raw, 80)
-        return _ShmStat(
+        return ShmStat(
             key & 0xFFFFFFFF,
             shmid,
             uid,
@@ -1389,11 +1400,11 @@ class LinuxBackend(Backend):
         self._refuse("ftruncate")
         os.ftruncate(fd, size)
 
-    def fstat(self, fd: int) -> _ShmStat:
+    def fstat(self, fd: int) -> ShmStat:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise _oserror(errno.EINVAL, "fstat", "not a regular file")
-        return _ShmStat(
+        return ShmStat(
             0,
             fd,
             st.st_uid,
@@ -3028,8 +3039,9 @@ _MODE_WORDS: Mapping[Mode, _ModeWords] = MappingProxyType(
 )
 
 
-# Each spelling in _MODE_WORDS -> its mode.
-_MODE_NAMES: Mapping[str, Mode] = MappingProxyType(
+# Each spelling in _MODE_WORDS -> its mode: every word a result reports and every
+# word an input takes ("prefer", "preferred", "MPOL_PREFERRED" ...).
+MODE_NAMES: Mapping[str, Mode] = MappingProxyType(
     {
         word: mode
         for mode, words in _MODE_WORDS.items()
@@ -3215,10 +3227,10 @@ class PolicyInfo(_Record):
 def _mode_of(mode: Union[str, int]) -> Mode:
     if isinstance(mode, str):
         try:
-            return _MODE_NAMES[mode.strip().lower()]
+            return MODE_NAMES[mode.strip().lower()]
         except KeyError:
             raise ValueError(
-                f"unknown memory policy {mode!r}; one of {', '.join(sorted(_MODE_NAMES))}"
+                f"unknown memory policy {mode!r}; one of {', '.join(sorted(MODE_NAMES))}"
             ) from None
     return Mode(int(mode) & ~_MODE_FLAGS_MASK)
 
@@ -3292,7 +3304,7 @@ def _fallback(
 
 
 # What memory= and NUMA_MEMORY_POLICY take: every mode word, and "socket".
-_MEMORY_WORDS = ("socket", *_MODE_NAMES)
+MEMORY_WORDS = ("socket", *MODE_NAMES)
 
 
 # Name after the prefix -> (default, kind): "bool", "int" (with its minimum), "nodes"
@@ -3308,7 +3320,7 @@ _ENV_VARS: Mapping[str, Tuple[Any, Any]] = MappingProxyType(
         "NUMA_HUGEPAGES": ("off", ("off", "thp", "2M", "1G", "auto")),
         "NUMA_BIND_POLICY": ("none", ("none", "node", "socket", "exclusive", "core-complex")),
         "NUMA_RESERVED_CORES": (0, ("int", 0)),
-        "NUMA_MEMORY_POLICY": ("prefer", _MEMORY_WORDS),
+        "NUMA_MEMORY_POLICY": ("prefer", MEMORY_WORDS),
     }
 )
 
@@ -3368,9 +3380,10 @@ def devices(kind: Optional[str] = None, *, backend: Optional[Backend] = None) ->
     return [d for d in _devices(read_topology(backend=b), b) if kind in (None, d.kind)]
 
 
-class _ListError(ValueError):
-    """A node/CPU list libnuma rejects; ``warn``: what libnuma prints about it on
-    stderr (nothing for trailing characters; an empty line after its parser's own)."""
+class NodeListError(ValueError):
+    """A node/CPU list libnuma rejects (what parse_nodestring raises).  ``warn``: what
+    libnuma prints about it on stderr (nothing for trailing characters; an empty line
+    after its parser's own)."""
 
     def __init__(self, msg: str, warn: bool = True, blank: bool = False) -> None:
         super().__init__(msg)
@@ -3457,7 +3470,7 @@ def parse_nodestring(
         libnuma's refusals name the text (CPUs) or its "%ld" (nodes)."""
         value, end = _strtoul(s, j)
         if value is None:
-            raise _ListError(missing, blank=True)
+            raise NodeListError(missing, blank=True)
         if relative:
             if value < len(order):
                 value = order[value]
@@ -3471,7 +3484,7 @@ def parse_nodestring(
                 shown = value - (1 << 64)  # as libnuma's "%ld" prints it
             else:
                 shown = value
-            raise _ListError(f"{what} argument {shown} {out_of_range}", blank=True)
+            raise NodeListError(f"{what} argument {shown} {out_of_range}", blank=True)
         return value, end
 
     while True:
@@ -3483,7 +3496,7 @@ def parse_nodestring(
             elif devices is not None:
                 mask |= devices(rest, b)
             else:
-                raise _ListError(
+                raise NodeListError(
                     f"the device form `{kind}:' is refused here: node lists "
                     "(0-1,4, !0, +0-1) and all only; netdev:, block:, file:, "
                     "pci: and ip: belong to the numactl command line"
@@ -3501,7 +3514,7 @@ def parse_nodestring(
             break
         i += 1
     if i != len(s):
-        raise _ListError(f"trailing characters in {what} list {s!r}", warn=False)
+        raise NodeListError(f"trailing characters in {what} list {s!r}", warn=False)
     if invert:  # libnuma flips ids below the count, not the allowed set
         mask ^= set(range(conf))
     return frozenset(mask)
@@ -4354,7 +4367,9 @@ def _layout_ids(text: str) -> int:
 _SIZE_MAX = (1 << 64) - 1  # the largest size_t of any ABI; Abi.bits narrows it
 
 
-def _parse_size(text: str) -> int:
+def parse_size(text: str) -> int:
+    """Bytes in a size as people and numactl write it: "4G", "512M", "1.5g", "2MiB",
+    "1048576" (binary units; ValueError for anything else or past 2**64-1)."""
     m = re.match(r"^\s*([0-9]{1,20}(?:\.[0-9]{1,20})?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*$", text)
     if not m:
         raise ValueError(f"invalid size {_short(text)} (e.g. 4G, 512M, 1048576)")
@@ -4366,8 +4381,8 @@ def _parse_size(text: str) -> int:
     return n
 
 
-def _fmt_size(n: int) -> str:
-    """The shortest exact form _parse_size reads back: 2M, 1536K, 4097."""
+def format_size(n: int) -> str:
+    """The shortest exact form parse_size reads back: 2M, 1536K, 4097."""
     for shift, unit in ((40, "T"), (30, "G"), (20, "M"), (10, "K")):
         if n and n % (1 << shift) == 0:
             return f"{n >> shift}{unit}"
@@ -4375,7 +4390,7 @@ def _fmt_size(n: int) -> str:
 
 
 # The most bytes a layout covers: what len() can count (2**63-1 on 64-bit machines; a
-# mapping is at most 2**57 bytes) and _parse_size reads back.
+# mapping is at most 2**57 bytes) and parse_size reads back.
 _LAYOUT_MAX = min(sys.maxsize, _SIZE_MAX)
 
 
@@ -4489,13 +4504,13 @@ class Layout:
         try:
             if head in ("parts", "blocks"):
                 f = body.split(":", 3 if head == "blocks" else 2)[1:]
-                block = _parse_size(f.pop(0)) if head == "blocks" and len(f) == 3 else 0
+                block = parse_size(f.pop(0)) if head == "blocks" and len(f) == 3 else 0
                 if len(f) != 2:
                     raise ValueError(f"expected {head}:POLICY:NODES[/NODES...]")
                 return cls(
                     head,
                     [(block, f[0], _parse_nodelist(e)) for e in f[1].split("/")],
-                    _parse_size(size) if at else None,
+                    parse_size(size) if at else None,
                 )
             if at:
                 raise ValueError("@SIZE follows only parts: and blocks:")
@@ -4504,7 +4519,7 @@ class Layout:
                 f = item.strip().split(":")
                 if len(f) not in (2, 3):
                     raise ValueError(f"extent {item!r}: expected SIZE:POLICY[:NODES]")
-                ext.append((_parse_size(f[0]), f[1], _parse_nodelist(f[2] if len(f) == 3 else "")))
+                ext.append((parse_size(f[0]), f[1], _parse_nodelist(f[2] if len(f) == 3 else "")))
             return cls("extents", ext)
         except ValueError as e:
             msg = str(e).replace("layout: ", "")
@@ -4514,14 +4529,14 @@ class Layout:
         es = self._entries
         if self._kind == "extents":
             return ";".join(
-                f"{_fmt_size(n)}:{p}" + (f":{format_cpulist(ids)}" if ids else "")
+                f"{format_size(n)}:{p}" + (f":{format_cpulist(ids)}" if ids else "")
                 for n, p, ids in es
             )
-        block = f"{_fmt_size(es[0][0])}:" if self._kind == "blocks" else ""
+        block = f"{format_size(es[0][0])}:" if self._kind == "blocks" else ""
         return (
             f"{self._kind}:{block}{es[0][1]}:"
             + "/".join(format_cpulist(e[2]) for e in es)
-            + (f"@{_fmt_size(self._size)}" if self._size is not None else "")
+            + (f"@{format_size(self._size)}" if self._size is not None else "")
         )
 
     def __repr__(self) -> str:
@@ -4552,7 +4567,7 @@ class Layout:
                 "region: "
                 + ("past the size" if self._size > size else "the rest would have no policy")
             )
-        k, unit = len(self._entries), _fmt_size(page)
+        k, unit = len(self._entries), format_size(page)
         if self._kind == "parts" and size % (k * page):
             raise ValueError(
                 f"layout {self}: {size} bytes do not split into {k} equal "
@@ -4765,7 +4780,7 @@ def _status_regions(report: Dict[str, Any], b: Backend) -> None:
             + [
                 _printable(
                     f"  {r['kind']:<5}  {r['name'] or r['key']:<24}  "
-                    f"{'?' if r['size'] is None else _fmt_size(r['size']):>8}  "
+                    f"{'?' if r['size'] is None else format_size(r['size']):>8}  "
                     f"{'?' if r['attached'] is None else r['attached']} attached  "
                     + (r["layout"] or r.get("error") or "layout: `maps PID` or `cleanup` shows it")
                 )
@@ -5054,7 +5069,7 @@ def _huge_size(
                 f"{_nodes_txt(targets)}, or use hugepages=False",
             )
         return (2048 if 2048 in sizes_kb else min(sizes_kb)) * 1024
-    nbytes = _parse_size(hugepages) if isinstance(hugepages, str) else int(hugepages or 0)
+    nbytes = parse_size(hugepages) if isinstance(hugepages, str) else int(hugepages or 0)
     kb = nbytes // 1024
     if kb not in sizes_kb:
         short = [n for n in targets if kb not in have[n]]
@@ -5222,8 +5237,8 @@ def _fit_limits(b: Backend, huge: int, kind: str, pin: bool, need: int) -> List[
     """The limits beyond free memory, each with the file it came from."""
     num = _Reader(b).integer  # None: absent, unreadable or "max"
     out: List[FitLimit] = []
-    # hugetlb.2MB.max: mm/hugetlb_cgroup.c mem_fmt, as _fmt_size for powers of two < 1 TiB
-    names = [f"hugetlb.{_fmt_size(huge)}B.max"] if huge else ["memory.max", "memory.high"]
+    # hugetlb.2MB.max: mm/hugetlb_cgroup.c mem_fmt, as format_size for powers of two < 1 TiB
+    names = [f"hugetlb.{format_size(huge)}B.max"] if huge else ["memory.max", "memory.high"]
     for d in _cgroup_dirs(b):
         for name in names:
             # memory.max/.high -> memory.current, hugetlb.2MB.max -> hugetlb.2MB.current
@@ -5257,7 +5272,7 @@ def _fit_limits(b: Backend, huge: int, kind: str, pin: bool, need: int) -> List[
             out.append(
                 FitLimit(
                     "/dev/shm",
-                    f"/dev/shm is a {_fmt_kb(vfs[0] >> 10)} tmpfs",
+                    f"/dev/shm is a {format_kib(vfs[0] >> 10)} tmpfs",
                     vfs[1],
                     f"run the container with --shm-size="
                     f"{-(-need >> 20) + (vfs[0] - vfs[1] >> 20)}m (or remount "
@@ -5334,7 +5349,7 @@ def _parse_numastat(
 # Documentation/admin-guide/numastat.rst).  numa_miss/numa_foreign/other_node are
 # the "remote" ones: a page that went to another node than the one asked for, or to
 # this node for a CPU on another node.
-_NUMASTAT_FIELDS = (
+NUMASTAT_FIELDS = (
     "numa_hit",
     "numa_miss",
     "numa_foreign",
@@ -5420,7 +5435,7 @@ class NodeCounters(_Record):
     def to_json(self) -> Dict[str, Any]:
         return {
             "node": self.node,
-            **{k: self.numastat.get(k) for k in _NUMASTAT_FIELDS},
+            **{k: self.numastat.get(k) for k in NUMASTAT_FIELDS},
             "mem_total_kb": self.mem_total_kb,
             "mem_free_kb": self.mem_free_kb,
             "file_kb": self.file_kb,
@@ -5623,9 +5638,9 @@ def _fit(
         fnodes.append(FitNode(n, share.get(n, 0), avail, hp))
         if share.get(n, 0) > avail:
             short.append(
-                f"node {n} has {_fmt_kb(avail >> 10)} free"
+                f"node {n} has {format_kib(avail >> 10)} free"
                 f"{f' in {huge >> 10} kB huge pages' if huge else ''} of the "
-                f"{_fmt_kb(share[n] >> 10)} it should hold"
+                f"{format_kib(share[n] >> 10)} it should hold"
             )
     outside = set(targets) - allowed
     if outside:
@@ -5682,8 +5697,8 @@ def _fit(
         reason = "; ".join(short) or "fits as asked"
     else:
         reason = (
-            f"{_fmt_kb(need >> 10)} needed, {tight.name} allows "
-            f"{_fmt_kb(max(tight.allows or 0, 0) >> 10)} ({tight.source}): {tight.fix}"
+            f"{format_kib(need >> 10)} needed, {tight.name} allows "
+            f"{format_kib(max(tight.allows or 0, 0) >> 10)} ({tight.source}): {tight.fix}"
         )
     if huge:
         pages = f"{huge >> 10}kB"
@@ -5754,7 +5769,7 @@ def _fit_or_raise(r: FitResult, size: int) -> Tuple[Union[bool, int, str], Optio
     if not r:
         raise OSError(
             errno.ENOSPC if "/dev/shm allows" in r.reason else errno.ENOMEM,
-            f"cannot create a {_fmt_kb(size >> 10)} region: {r.reason}",
+            f"cannot create a {format_kib(size >> 10)} region: {r.reason}",
         )
     pages: Union[bool, int, str] = False  # base pages
     if r.hugepages == "thp":
@@ -6164,7 +6179,7 @@ def _huge_vma(b: Backend, addr: int) -> Optional[bool]:
 
 def _room_peek(
     b: Backend, ckey: int
-) -> Tuple[Optional[_ShmStat], Optional[Dict[str, Any]], bytes, bool]:
+) -> Tuple[Optional[ShmStat], Optional[Dict[str, Any]], bytes, bool]:
     """(its stat, record, last-use slot, made) of this user's record segment under
     SysV key ``ckey``, read through a read-only attach; the stat None when there is
     none of this user's, the record None when it is no record segment; ``made`` False
@@ -6188,7 +6203,7 @@ def _room_peek(
 
 
 def _peek_region(
-    b: Backend, st: _ShmStat, what: str, making: bool = False
+    b: Backend, st: ShmStat, what: str, making: bool = False
 ) -> Tuple[Optional[Dict[str, Any]], bytes]:
     """The identity record and last-use slot (_slot_bytes) of SysV segment ``st``, read
     through read-only attaches, which write neither: a huge-page segment's from its
@@ -6240,7 +6255,7 @@ def _room_holder(b: Backend, ckey: int, key: Union[int, str]) -> str:
     return ""
 
 
-def _check_trust(st: _ShmStat, euid: int, trust: bool, what: str) -> None:
+def _check_trust(st: ShmStat, euid: int, trust: bool, what: str) -> None:
     if trust:
         return
     if {st.uid, st.cuid} != {euid}:
@@ -6527,7 +6542,7 @@ def _idle_why(
 
 def _sysv_verdict(
     b: Backend,
-    st: _ShmStat,
+    st: ShmStat,
     keys: Optional[Sequence[Union[int, str]]],
     me: Mapping[str, Any],
     now: float,
@@ -6560,7 +6575,7 @@ def _sysv_verdict(
 def _posix_verdict(
     b: Backend,
     fd: int,
-    st: _ShmStat,
+    st: ShmStat,
     name: str,
     users: int,
     me: Mapping[str, Any],
@@ -6606,7 +6621,7 @@ _DATA_JUDGES = "its data segment's row judges it"
 
 def _room_row(
     b: Backend,
-    st: _ShmStat,
+    st: ShmStat,
     keys: Optional[Sequence[Union[int, str]]],
     want: Optional[Set[int]],
     me: Mapping[str, Any],
@@ -6660,7 +6675,7 @@ def _room_drop(b: Backend, ikey: int) -> None:
         _room_rmid(b, st.id)
 
 
-def _dev_shm_users(b: Backend, files: Mapping[str, _ShmStat]) -> Dict[str, int]:
+def _dev_shm_users(b: Backend, files: Mapping[str, ShmStat]) -> Dict[str, int]:
     """How many processes map each /dev/shm file (from /proc/<pid>/maps).
 
     Matched by device and inode, not by name: the name field escapes only "\\n"
@@ -6763,7 +6778,7 @@ def _our_segments(
         if why == _DATA_JUDGES:
             continue
 
-        def drop(st: _ShmStat = st) -> str:
+        def drop(st: ShmStat = st) -> str:
             try:
                 again = b.shm_stat(st.id)  # someone may have come since: look last
                 if again.nattch or again.key != st.key or again.lpid not in (st.lpid, me["pid"]):
@@ -6798,7 +6813,7 @@ def _our_segments(
             )
     except OSError:
         pass
-    files: Dict[str, Tuple[int, _ShmStat]] = {}
+    files: Dict[str, Tuple[int, ShmStat]] = {}
     try:
         for name in names:
             try:
@@ -6806,7 +6821,7 @@ def _our_segments(
             except OSError:
                 continue  # gone, or not a regular file: not a region
             try:
-                fst: Optional[_ShmStat] = b.fstat(fd)
+                fst: Optional[ShmStat] = b.fstat(fd)
             except OSError:
                 fst = None
             if fst is None or fst.uid != euid:
@@ -7394,7 +7409,7 @@ class SharedRegion(_RecordRoom):
             else f"name={self.name!r}"
         )
         return (
-            f"SharedRegion({self.kind} {ident} {self._key!r}, {_fmt_kb(self._size // 1024)}, "
+            f"SharedRegion({self.kind} {ident} {self._key!r}, {format_kib(self._size // 1024)}, "
             f"page {self.page_size // 1024} KiB, policy {pol}, {state}"
             f"{', owner' if self.created else ''})"
         )
@@ -8639,7 +8654,7 @@ def _bind_node(
                     used = min(mnodes)
             notes.append(msg)
         # "socket" is preferred-many over the package's nodes; the rest name their mode
-        mode = Mode.PREFERRED_MANY if mem == "socket" else _MODE_NAMES[mem]
+        mode = Mode.PREFERRED_MANY if mem == "socket" else MODE_NAMES[mem]
         if mode != Mode.LOCAL and not mnodes:
             pres = _fallback(
                 PolicyResult(False, _MODE_WORDS[mode].result, frozenset()),
@@ -9539,7 +9554,7 @@ class RemoteShare(_Record):
             return None
         return (
             f"process {self.pid}: {self.share:.0%} of its pages "
-            f"({_fmt_kb(self.remote_bytes // 1024)}) sit off the nodes of its CPUs "
+            f"({format_kib(self.remote_bytes // 1024)}) sit off the nodes of its CPUs "
             f"({_nodes_txt(self.local_nodes)}); above the {self.threshold:.0%} threshold: "
             "bind its memory to its CPUs' node or move its CPUs to where the memory is"
         )
@@ -9808,19 +9823,20 @@ def choose_node(
             f"{glabel} is on node {gnode}, which lacks the memory;"
             f" node {best.node} is the nearest node that has it"
         ]
-    mem_txt = _fmt_kb(best.available_kb) + (
+    mem_txt = format_kib(best.available_kb) + (
         f" on its nearest memory node {best.memory_node}"
         if best.memory_node not in (None, best.node)
         else ""
     )
     if not fitting:
         parts.append(
-            f"no node has {_fmt_kb(need_kb)} available; node {best.node} has the most ({mem_txt})"
+            f"no node has {format_kib(need_kb)} available; "
+            f"node {best.node} has the most ({mem_txt})"
         )
     else:
         parts += [
             f"{mem_txt} available (MemFree + reclaimable page cache)"
-            + (f" for the {_fmt_kb(need_kb)} needed" if need_kb else ""),
+            + (f" for the {format_kib(need_kb)} needed" if need_kb else ""),
             f"{best.load} worker(s) already there"
             + (
                 f" (fewest among {len(fitting)} fitting node(s))"
@@ -10520,7 +10536,7 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
         text += ["", "COUNTERS (numastat since boot, pages)"]
         cols = tuple(
             zip(
-                _NUMASTAT_FIELDS,
+                NUMASTAT_FIELDS,
                 ("numa_hit", "numa_miss", "foreign", "interleave", "local_node", "other_node"),
                 (14, 12, 12, 11, 14, 12),
             )
@@ -10538,7 +10554,7 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
         report["process"]["remote_share"] = rs.to_json()
         if rs.total_bytes:
             per = ", ".join(
-                f"node {n}: {_fmt_kb(v // 1024)}" for n, v in sorted(rs.bytes_by_node.items())
+                f"node {n}: {format_kib(v // 1024)}" for n, v in sorted(rs.bytes_by_node.items())
             )
             text += [
                 "",
@@ -10566,7 +10582,7 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
         on = [n for n in general if topo.nodes[n].hugepages.get(sz, HugePages(0, 0)).total > 0]
         if len(on) == 1:
             warnings.append(
-                f"{_fmt_kb(sz).replace('.0 ', ' ')} huge pages are configured "
+                f"{format_kib(sz).replace('.0 ', ' ')} huge pages are configured "
                 f"on node {on[0]} only: workers on other nodes that use them "
                 "get remote memory; reserve them per node (nodeN/hugepages/"
                 f"hugepages-{sz}kB/nr_hugepages)"
@@ -10583,8 +10599,8 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
             and c.available_kb < 0.05 * c.mem_total_kb
         ):
             warnings.append(
-                f"GPU {g['address']}: its node {node} has {_fmt_kb(c.available_kb)}"
-                f" available of {_fmt_kb(c.mem_total_kb)} (< 5%): pinned host "
+                f"GPU {g['address']}: its node {node} has {format_kib(c.available_kb)}"
+                f" available of {format_kib(c.mem_total_kb)} (< 5%): pinned host "
                 "buffers for it will come from another node"
             )
         elif topo.nodes_with_memory and node not in topo.nodes_with_memory:
@@ -10960,7 +10976,7 @@ def _cpu_summary(rep: Dict[str, Any]) -> str:
         kinds = sorted({(x["size_kb"], x["level"]) for x in llcs}, key=str)
         per = {len(_cores_in(rep["cpus"], x["cpus"])) for x in llcs}
         what = ", ".join(
-            ((_fmt_kb(kb).replace(".0 ", " ") + " ") if kb else "")
+            ((format_kib(kb).replace(".0 ", " ") + " ") if kb else "")
             + (f"L{lvl}" if lvl else "cache")
             for kb, lvl in kinds
         )
@@ -10997,7 +11013,7 @@ def _render_status(rep: Dict[str, Any]) -> str:
     for n in nodes:
         hp = (
             "  ".join(
-                f"{_fmt_size(int(sz) << 10)}: {h['free']} free/{h['total']}"
+                f"{format_size(int(sz) << 10)}: {h['free']} free/{h['total']}"
                 for sz, h in n["hugepages"].items()
                 if h["total"]
             )
@@ -11005,7 +11021,7 @@ def _render_status(rep: Dict[str, Any]) -> str:
         )
         out.append(
             f"  {n['id']:>4}  {format_cpulist(n['cpus']) or '-':<{w}}  "
-            f"{_fmt_kb(n['mem_total_kb']):>11}  {_fmt_kb(n['mem_free_kb']):>11}  "
+            f"{format_kib(n['mem_total_kb']):>11}  {format_kib(n['mem_free_kb']):>11}  "
             f"{hp}"
         )
     out.append("")

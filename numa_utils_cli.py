@@ -11,6 +11,7 @@ and refuses a numa_utils of another version, whose private helpers it uses.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -78,6 +79,7 @@ if _nu.__version__ != __version__:
 
 BIND_POLICIES = _nu.BIND_POLICIES
 Backend = _nu.Backend
+default_backend = _nu.default_backend
 GetFlag = _nu.GetFlag
 GpuPlan = _nu.GpuPlan
 IPC_CREAT = _nu.IPC_CREAT
@@ -95,29 +97,19 @@ SharedRegion = _nu.SharedRegion
 SYSV_KEY_MASK = _nu.SYSV_KEY_MASK
 SYSV_KEY_PREFIX = _nu.SYSV_KEY_PREFIX
 Topology = _nu.Topology
-_MEMORY_WORDS = _nu._MEMORY_WORDS
-_NUMASTAT_FIELDS = _nu._NUMASTAT_FIELDS
-_MODE_NAMES = _nu._MODE_NAMES
-_RECORD_END = _nu._RECORD_END
-_ShmStat = _nu._ShmStat
-_SIZE_MAX = _nu._SIZE_MAX
-_ListError = _nu._ListError
+MEMORY_WORDS = _nu.MEMORY_WORDS
+NUMASTAT_FIELDS = _nu.NUMASTAT_FIELDS
+MODE_NAMES = _nu.MODE_NAMES
+ShmStat = _nu.ShmStat
+NodeListError = _nu.NodeListError
 _UNSET = _nu._UNSET
 _Unset = _nu._Unset
-_b = _nu._b
 _backend_from_args = _nu._backend_from_args
-_fmt_kb = _nu._fmt_kb
-_file_record = _nu._file_record
-_fmt_size = _nu._fmt_size
-_parse_size = _nu._parse_size
-_our_segments = _nu._our_segments
+format_kib = _nu.format_kib
+format_size = _nu.format_size
+parse_size = _nu.parse_size
 CLEANUP_MIN_AGE = _nu.CLEANUP_MIN_AGE
-_posix_name = _nu._posix_name
-_quietly = _nu._quietly
 _record_layout = _nu._record_layout
-_record_read = _nu._record_read
-_same_key = _nu._same_key
-_sysv_keys = _nu._sysv_keys
 _sysvipc_rows = _nu._sysvipc_rows
 _verdict = _nu._verdict
 _gpu_infos = _nu._gpu_infos
@@ -125,15 +117,12 @@ _huge_size = _nu._huge_size
 _key_arg = _nu._key_arg
 _maps_path = _nu._maps_path
 _memory_or_env = _nu._memory_or_env
-_nodes_txt = _nu._nodes_txt
 _parse_maps_line = _nu._parse_maps_line
 _policy_or_env = _nu._policy_or_env
 _print_json = _nu._print_json
 _prog = _nu._prog
 _resolve = _nu._resolve
-_short = _nu._short
 _strtoul = _nu._strtoul
-_system_page_kb = _nu._system_page_kb
 _tail_record = _nu._tail_record
 _companion_key = _nu._companion_key
 _whole_lines = _nu._whole_lines
@@ -146,7 +135,6 @@ parse_cpulist = _nu.parse_cpulist
 thread_plan = _nu.thread_plan
 ThreadPlan = _nu.ThreadPlan
 SMT_RULES = _nu.SMT_RULES
-_clean = _nu._clean
 _cores_of = _nu._cores_of
 mbind = _nu.mbind
 parse_nodestring = _nu.parse_nodestring
@@ -269,7 +257,7 @@ class _MapsScan:
                     name = "..." + name[-25:]  # end of a path says the most
                 verdict = _verdict(e.bytes_per_node, e.mode) if e.pages else "nothing faulted in"
                 tails[r] = (
-                    f"{_fmt_kb(e.pages_total * e.page_size_kb):>10}  "
+                    f"{format_kib(e.pages_total * e.page_size_kb):>10}  "
                     f"{e.policy:<22}  {name:<28}  {verdict}\n"
                 )
         return [f"  {a:>14}  " + tails[r] for a, r in self.lines_of(set(tails))]
@@ -407,7 +395,7 @@ def _same_ipc_namespace(pid: str) -> bool:
 
 
 def _sysv_record(
-    pid: str, path: str, vma: _Vma, shm: Mapping[int, _ShmStat]
+    pid: str, path: str, vma: _Vma, shm: Mapping[int, ShmStat]
 ) -> Tuple[int, Optional[Dict[str, Any]], bool]:
     """(size, identity record, removed) of the SysV segment mapped at ``vma``: the
     segment is found by its shmid (the VMA's inode), as IPC_RMID sets its key to 0
@@ -535,13 +523,13 @@ def _maps_regions_text(rows: List[Dict[str, Any]]) -> str:
             head += ", removed, still attached"
         head += f") at {r['start']}"
         if r["size"]:
-            head += f", {_fmt_size(r['size'])}: layout {r['layout']}"
+            head += f", {format_size(r['size'])}: layout {r['layout']}"
         if r["error"]:
             head += f": {_printable(r['error'])}"
         out.append(head)
         for i, e in enumerate(r["extents"]):
             out.append(
-                f"  extent {i} {e['offset']:#x}+{_fmt_size(e['length'])} {e['policy']}:"
+                f"  extent {i} {e['offset']:#x}+{format_size(e['length'])} {e['policy']}:"
                 f"{format_cpulist(e['nodes']) or '-'}  at {e['start']}  VMAs "
                 + " ".join(v[2:] for v in e["vmas"])
             )
@@ -605,7 +593,7 @@ def _cmd_maps(args: argparse.Namespace) -> int:
         what = f"pid {args.pid}"
     else:
         raise ValueError("give a PID or --file PATH")
-    scan = _MapsScan(args.page_kb or _system_page_kb())
+    scan = _MapsScan(args.page_kb or os.sysconf("SC_PAGE_SIZE") // 1024)
     write = sys.stdout.write
 
     def regions_of() -> Optional[List[Dict[str, Any]]]:  # a live process's only
@@ -637,7 +625,7 @@ def _cmd_maps(args: argparse.Namespace) -> int:
     # Most VMAs of a big process are small: their counters are summed without an
     # entry each, and only the lines shown are parsed in full.  Rows are written as
     # they come (memory bounded), the counts after them.
-    min_bytes = 0 if args.all else _parse_size(args.min_size)
+    min_bytes = 0 if args.all else parse_size(args.min_size)
     min_kb = 0 if args.all else max(min_bytes // 1024, 1)
     write(f"numa_maps of {what}:\n")
     nshown = 0
@@ -653,7 +641,7 @@ def _cmd_maps(args: argparse.Namespace) -> int:
         + (
             "all shown"
             if args.all
-            else f"{nshown} with >= {_fmt_kb(min_bytes // 1024)} resident shown "
+            else f"{nshown} with >= {format_kib(min_bytes // 1024)} resident shown "
             "(--all for every VMA)"
         )
         + "\n"
@@ -748,7 +736,7 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
             f"sysv {r['key']} shmid {r['shmid']}" if r["kind"] == "sysv" else f"posix {r['path']}"
         )
         out.append(
-            f"  {ident:<36} {_fmt_kb(r['size'] // 1024):>10}  mode {r['mode']}  "
+            f"  {ident:<36} {format_kib(r['size'] // 1024):>10}  mode {r['mode']}  "
             f"attached {r['attached']}  {r['action']}"
             + (f": {r['why']}" if r["action"] == "keep" else "")
         )
@@ -797,7 +785,7 @@ def _cmd_region(args: argparse.Namespace) -> int:
     hp: Union[bool, str] = args.hugepages if args.hugepages else False
     region = SharedRegion.create(
         args.key,
-        _parse_size(args.size),
+        parse_size(args.size),
         policy=args.policy,
         nodes=nodes,
         kind=args.kind,
@@ -840,7 +828,7 @@ def _cmd_region(args: argparse.Namespace) -> int:
                     f"{pf['seconds']:.3f} s, {gbs:.2f} GiB/s"
                 )
             per = ", ".join(
-                f"node {n}: {_fmt_kb(v // 1024)}" for n, v in sorted(where.items()) if v
+                f"node {n}: {format_kib(v // 1024)}" for n, v in sorted(where.items()) if v
             )
             lines.append(
                 f"placement: {_verdict(where, region.policy.mode)}"
@@ -854,7 +842,7 @@ def _cmd_region(args: argparse.Namespace) -> int:
             )
             if len(per_ext) > 1:
                 lines += [
-                    f"  extent {i} {e.offset:#x}+{_fmt_size(e.length)} {e.policy}:"
+                    f"  extent {i} {e.offset:#x}+{format_size(e.length)} {e.policy}:"
                     f"{format_cpulist(e.nodes) or '-'}  {p.verdict}"
                     for i, (e, p) in enumerate(zip(region.extents, per_ext))
                 ]
@@ -906,7 +894,7 @@ def _cli_cleanup(sub: Any) -> None:
     )
     p.add_argument("key", help="region name (SysV key 0x4exxxxxx / /dev/shm/numa_utils-KEY)")
     p.add_argument("size", help="size: 4G, 512M, bytes")
-    p.add_argument("--policy", choices=sorted(_MODE_NAMES), default=None)
+    p.add_argument("--policy", choices=sorted(MODE_NAMES), default=None)
     p.add_argument(
         "--layout",
         default=None,
@@ -1185,7 +1173,8 @@ def _write_atomically(folder: str, name: str, text: str) -> str:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
-        _quietly(os.unlink, tmp)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
         raise
     dirfd = os.open(folder, os.O_RDONLY)
     try:
@@ -1491,7 +1480,7 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--memory",
-        choices=_MEMORY_WORDS,
+        choices=MEMORY_WORDS,
         default=None,
         metavar="MODE",
         help="memory policy: prefer, bind, interleave, weighted-interleave, local, socket, "
@@ -1579,7 +1568,7 @@ def watch(
     bytes per node and remote share (``RemoteShare.to_json()``).  JSON-ready dicts."""
     import time
 
-    b = _b(backend)
+    b = backend if backend is not None else default_backend()
     pause = sleep if sleep is not None else time.sleep
     topo = read_topology(backend=b)
     before = counters(backend=b)
@@ -1592,7 +1581,7 @@ def watch(
         for c in after:
             d = delta.nodes.get(c.node)
             row: Dict[str, Any] = {"node": c.node}
-            for k in _NUMASTAT_FIELDS:
+            for k in NUMASTAT_FIELDS:
                 row[k] = d.numastat.get(k) if d is not None else None
             row.update(
                 mem_total_kb=c.mem_total_kb, mem_free_kb=c.mem_free_kb, available_kb=c.available_kb
@@ -1633,17 +1622,17 @@ def _render_watch(sample: Dict[str, Any], first: bool) -> str:
         out.append(f"-- {stamp} (+{secs:.2f}s)")
     total = proc["total_bytes"] if proc else 0
     for r in sample["nodes"]:
-        v = {k: "-" if r[k] is None else str(r[k]) for k in _NUMASTAT_FIELDS}
+        v = {k: "-" if r[k] is None else str(r[k]) for k in NUMASTAT_FIELDS}
         line = (
             f"{r['node']:>5} {v['numa_hit']:>10} {v['numa_miss']:>8} "
             f"{v['numa_foreign']:>8} {v['interleave_hit']:>8} {v['local_node']:>10} "
-            f"{v['other_node']:>8} {_fmt_kb(r['mem_free_kb']):>11} "
-            f"{_fmt_kb(r['available_kb']):>11}"
+            f"{v['other_node']:>8} {format_kib(r['mem_free_kb']):>11} "
+            f"{format_kib(r['available_kb']):>11}"
         )
         if proc is not None:
             nb = proc["bytes_by_node"].get(str(r["node"]), 0)
             pct = f"{100.0 * nb / total:.1f}" if total else "-"
-            line += f" {_fmt_kb(nb // 1024):>11} {pct:>6}"
+            line += f" {format_kib(nb // 1024):>11} {pct:>6}"
         out.append(line)
     if proc is not None:
         if proc["error"]:
@@ -1651,10 +1640,10 @@ def _render_watch(sample: Dict[str, Any], first: bool) -> str:
         else:
             flag = "  ABOVE THRESHOLD" if proc["over_threshold"] else ""
             out.append(
-                f"  pid {proc['pid']}: {_fmt_kb(total // 1024)} mapped, "
+                f"  pid {proc['pid']}: {format_kib(total // 1024)} mapped, "
                 f"{100.0 * proc['remote_share']:.1f}% remote (CPUs "
                 f"{format_cpulist(proc['cpus']) or '-'} -> local memory "
-                f"{_nodes_txt(proc['local_nodes'])}){flag}"
+                f"nodes {format_cpulist(proc['local_nodes']) or '-'}){flag}"
             )
     return "\n".join(out) + "\n"
 
@@ -1739,7 +1728,7 @@ def _cli_watch(sub: Any) -> None:
 def _cmd_fit(args: argparse.Namespace) -> int:
     b = _backend_from_args(args)
     r = _nu.fit(
-        _parse_size(args.size),
+        parse_size(args.size),
         nodes=parse_nodestring(args.nodes, backend=b) if args.nodes else None,
         policy=args.policy,
         hugepages=args.huge or False,
@@ -1757,13 +1746,13 @@ def _cmd_fit(args: argparse.Namespace) -> int:
             f"{kb} kB: {h.free}/{h.total} free" for kb, h in n.hugepages.items() if h.total
         )
         print(
-            f"  node {n.node}: needs {_fmt_kb(n.needed >> 10)}, has "
-            f"{_fmt_kb(n.available >> 10)}" + (f" (huge pages {huge})" if huge else "")
+            f"  node {n.node}: needs {format_kib(n.needed >> 10)}, has "
+            f"{format_kib(n.available >> 10)}" + (f" (huge pages {huge})" if huge else "")
         )
     for x in r.limits:
         print(
             f"  {x.name}: allows "
-            + (_fmt_kb(max(x.allows, 0) >> 10) if x.allows is not None else "?")
+            + (format_kib(max(x.allows, 0) >> 10) if x.allows is not None else "?")
             + f" ({x.source})"
         )
     print("  THP: " + ", ".join(f"{k} [{v}]" for k, v in r.thp.items()))
@@ -1780,7 +1769,7 @@ def _cli_fit(sub: Any) -> None:
     )
     p.add_argument("size", metavar="SIZE", help="bytes (64G, 512M, ...)")
     p.add_argument("--nodes", default=None, help="memory nodes (numactl grammar)")
-    p.add_argument("--policy", default="interleave", choices=sorted(_MODE_NAMES))
+    p.add_argument("--policy", default="interleave", choices=sorted(MODE_NAMES))
     p.add_argument("--huge", default=None, help="huge pages: 2M, 1G, thp")
     p.add_argument("--kind", choices=("sysv", "posix"), default="sysv")
     p.add_argument("--pin", action="store_true", help="also pinned with pin_for_cuda")
@@ -1905,7 +1894,7 @@ def _render_prometheus(rep: Dict[str, Any]) -> str:
             c["available_kb"] * 1024,
             node=node,
         )
-        for f in _NUMASTAT_FIELDS:
+        for f in NUMASTAT_FIELDS:
             w.add(
                 f"numa_utils_node_{f}_pages_total",
                 "counter",
@@ -2161,7 +2150,9 @@ def _cmd_numactl(
     """``numa_utils numactl ARGS``: numactl's options parsed left to right with
     getopt (stopping at the command), applied as numactl applies them, then exec."""
     try:
-        return _Numactl(_b(backend)).run(list(argv), execvp)
+        return _Numactl(backend if backend is not None else default_backend()).run(
+            list(argv), execvp
+        )
     except _NumactlExit as e:
         return e.code
 
@@ -2631,11 +2622,11 @@ def _device_node(spec: str, b: Backend) -> FrozenSet[int]:
         try:
             nums = [int(x, 16) for x in parts] + [int(func or "0", 16)]
         except ValueError:
-            raise _ListError(f"Cannot parse PCI device `{dev}'") from None
+            raise NodeListError(f"Cannot parse PCI device `{dev}'") from None
         if len(parts) == 2:
             nums.insert(0, 0)
         if len(nums) != 4:
-            raise _ListError(f"Cannot parse PCI device `{dev}'")
+            raise NodeListError(f"Cannot parse PCI device `{dev}'")
         seg, bus, slot, fn = nums
         path = f"/sys/bus/pci/devices/{seg:04x}:{bus:02x}:{slot:02x}.{fn:x}/numa_node"
     else:
@@ -2643,7 +2634,7 @@ def _device_node(spec: str, b: Backend) -> FrozenSet[int]:
             try:
                 st = os.stat(dev)
             except OSError:
-                raise _ListError(f"Cannot stat file {dev}") from None
+                raise NodeListError(f"Cannot stat file {dev}") from None
             d = st.st_rdev if stat.S_ISBLK(st.st_mode) else st.st_dev
             want = f"{os.major(d)}:{os.minor(d)}"
             names = [
@@ -2652,12 +2643,12 @@ def _device_node(spec: str, b: Backend) -> FrozenSet[int]:
                 if (b.read_optional(f"/sys/class/block/{n}/dev") or "").strip() == want
             ]
             if not names:
-                raise _ListError(f"Cannot find block device {want} in sysfs for `{dev}'")
+                raise NodeListError(f"Cannot find block device {want} in sysfs for `{dev}'")
             dev = names[0]
         elif kind == "ip":  # the interface the route to HOST goes through
             dev = _route_device(dev, b)
         if "/" in dev or "." in dev:
-            raise _ListError(f"Illegal characters in `{dev}' specification")
+            raise NodeListError(f"Illegal characters in `{dev}' specification")
         path = f"/sys/class/{cls}/{dev}/device/numa_node"
     text = b.read_optional(path)
     if text is None and kind != "pci":  # a virtio device: its PCI parent knows
@@ -2667,9 +2658,9 @@ def _device_node(spec: str, b: Backend) -> FrozenSet[int]:
     except ValueError:
         node = None
     if node is None:
-        raise _ListError(f"Cannot read node mask for {cls} device `{dev}'")
+        raise NodeListError(f"Cannot read node mask for {cls} device `{dev}'")
     if node < 0:
-        raise _ListError(
+        raise NodeListError(
             f"Kernel does not know node mask for {cls + ' ' if cls else ''}device `{dev}'"
         )
     return frozenset({node})
@@ -2687,7 +2678,7 @@ def _route_device(host: str, b: Backend) -> str:
         try:
             packed = socket.inet_aton(socket.gethostbyname(host))
         except (OSError, UnicodeError, ValueError):
-            raise _ListError(f"Cannot resolve {host}") from None
+            raise NodeListError(f"Cannot resolve {host}") from None
     addr = struct.unpack("<I", packed)[0]
     best: Tuple[int, str] = (-1, "")
     for line in (b.read_optional("/proc/net/route") or "").splitlines()[1:]:
@@ -2699,7 +2690,7 @@ def _route_device(host: str, b: Backend) -> str:
         if addr & mask == dst and bin(mask).count("1") > best[0]:
             best = (bin(mask).count("1"), f[0])
     if not best[1]:
-        raise _ListError(f"Cannot find a route to {host}")
+        raise NodeListError(f"Cannot find a route to {host}")
     return best[1]
 
 
@@ -2859,7 +2850,7 @@ def _thread_rows(b: Backend, pid: str, plan: Optional[ThreadPlan]) -> List[Dict[
             node = topo.node_of_cpu(last)
         row: Dict[str, Any] = {
             "tid": tid,
-            "name": _clean(b.read_optional(f"{base}/{tid}/comm") or ""),
+            "name": (b.read_optional(f"{base}/{tid}/comm") or "").strip(),
             "cpus": format_cpulist(allowed),
             "last_cpu": last,
             "node": node,

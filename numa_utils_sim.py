@@ -103,12 +103,12 @@ _CGROUP = _nu._CGROUP
 _DEFAULT_PAGE = {"ppc64": 65536, "ppc64le": 65536}  # page size where not 4 KiB
 _MODE_FLAGS_MASK = _nu._MODE_FLAGS_MASK
 _NODE_DIR = _nu._NODE_DIR
-_ShmStat = _nu._ShmStat
+ShmStat = _nu.ShmStat
 _THP_DIR = _nu._THP_DIR
 _WI_DIR = _nu._WI_DIR
 _buffer_address = _nu._buffer_address
 _encode_nodemask = _nu._encode_nodemask
-_fmt_size = _nu._fmt_size
+format_size = _nu.format_size
 _oserror = _nu._oserror
 _pointer_bits = _nu._pointer_bits
 _selected = _nu._selected
@@ -595,7 +595,7 @@ class _SimObject:
                 raise _oserror(
                     e.errno or errno.ENOMEM,
                     "map_object",
-                    f"simulated: no address space for a sparse {_fmt_size(length)}B object "
+                    f"simulated: no address space for a sparse {format_size(length)}B object "
                     "(vm.overcommit_memory=2 commits MAP_NORESERVE too)",
                 ) from None
         if self.backing is None:
@@ -789,7 +789,7 @@ class _SimKernel:
         """Charge (or with pages < 0 uncharge) ``pages`` of ``obj``: memory.max and
         memory.high (no swap: shared memory above high is never reclaimed, the
         allocating task stalls) or hugetlb.<size>.max; the /dev/shm tmpfs size."""
-        name = "memory" if obj.page == self.page else f"hugetlb.{_fmt_size(obj.page)}B"
+        name = "memory" if obj.page == self.page else f"hugetlb.{format_size(obj.page)}B"
         used = self.charged.get(name, 0) + pages * obj.page
         shm = obj.path.startswith("/dev/shm/")
         for lim in (f"{name}.max", f"{name}.high"):
@@ -2150,12 +2150,12 @@ class SimulatedBackend(Backend):
             if seg.dest and seg.nattch <= 0:
                 self._shm_destroy(seg)
 
-    def shm_stat(self, shmid: int) -> _ShmStat:
+    def shm_stat(self, shmid: int) -> ShmStat:
         self._maybe_fail("shm_stat")
         seg = self._shm_lookup(shmid, "shmctl(IPC_STAT)")
         if not self._perm_ok(seg.uid, seg.gid, seg.mode, 4):
             raise _oserror(errno.EACCES, "shmctl(IPC_STAT)")
-        return _ShmStat(
+        return ShmStat(
             0 if seg.dest else seg.key,
             seg.shmid,
             seg.uid,
@@ -2244,10 +2244,10 @@ class SimulatedBackend(Backend):
         if size:
             obj.address()
 
-    def fstat(self, fd: int) -> _ShmStat:
+    def fstat(self, fd: int) -> ShmStat:
         f = self._file(fd, "fstat")
         linked = 1 if self.kernel.files.get(f.name) is f else 0  # st_nlink
-        return _ShmStat(0, fd, f.uid, f.gid, f.uid, f.gid, f.mode, f.obj.size, linked, 0, 0)
+        return ShmStat(0, fd, f.uid, f.gid, f.uid, f.gid, f.mode, f.obj.size, linked, 0, 0)
 
     def close(self, fd: int) -> None:
         f = self._file(fd, "close")

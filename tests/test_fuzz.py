@@ -200,7 +200,7 @@ def _cpumap(t):
 def _meminfo(t):
     got = nu.parse_meminfo(t)
     assert all(0 <= v < 1 << 67 for v in got.values())
-    nu._fmt_kb(max(got.values(), default=0))
+    nu.format_kib(max(got.values(), default=0))
 
 
 def _distance(t):
@@ -214,7 +214,7 @@ def _numa_maps(t):
 
 
 def _size(t):
-    assert 0 <= cli._parse_size(t) < 1 << 64
+    assert 0 <= nu.parse_size(t) < 1 << 64
 
 
 PARSERS = [

@@ -101,7 +101,7 @@ def test_counters_every_fixture(name):
         assert c.available_kb >= c.mem_free_kb >= 0
     if name in NUMA_FIXTURES:
         assert snap.total("numa_hit") > 0
-        assert any(set(nu._NUMASTAT_FIELDS) <= set(c.numastat) for c in snap)
+        assert any(set(nu.NUMASTAT_FIELDS) <= set(c.numastat) for c in snap)
     else:
         # No node directory: node 0 from /proc/meminfo, no numastat (documented).
         assert list(snap.nodes) == [0] and snap[0].numastat == {}

@@ -91,7 +91,7 @@ def test_cpu_summary_like_lscpu(name):
     if size:  # "32768K" -> "32 MiB"
         kb = int(size.rstrip("K"))
         assert rep["last_level_caches"][0]["size_kb"] == kb
-        assert nu._fmt_kb(kb).replace(".0 ", " ") + f" L{level}" in line
+        assert nu.format_kib(kb).replace(".0 ", " ") + f" L{level}" in line
 
 
 def test_progress_bar_one_unit_family():

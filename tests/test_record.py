@@ -10,7 +10,7 @@ import struct
 import zlib
 
 import pytest
-from conftest import cli, nu, run_private_shm, sim
+from conftest import nu, run_private_shm, sim
 
 MiB = 1 << 20
 PAGE = 4096
@@ -111,7 +111,7 @@ def test_nested_record_is_damage_not_a_crash(kind):
         # 3.13's decodes 3,000 levels, and the record's fields are then the damage.
         with pytest.raises(ValueError, match=r"damaged identity record \((nested|fields)"):
             nu._record_read(r.address, r._mapped, "x")
-        rows = cli._our_segments(s.process(), min_age=0)
+        rows = nu._our_segments(s.process(), min_age=0)
         assert [x for x in rows if "unreadable" in str(x.get("why", ""))], rows
     finally:
         r.destroy()

@@ -12,7 +12,7 @@ import time
 import zlib
 
 import pytest
-from conftest import cli, fixture_root, nu, nusim, run_private_shm, sim
+from conftest import fixture_root, nu, nusim, run_private_shm, sim
 
 MiB = 1 << 20
 
@@ -22,7 +22,7 @@ def _made(proc, name, kind):
 
 
 def _row(s, name, **kw):
-    (row,) = cli._our_segments(s, [name], **kw)
+    (row,) = nu._our_segments(s, [name], **kw)
     return row
 
 
@@ -134,7 +134,7 @@ def test_two_creates_of_one_name_never_both_succeed_sim():
     with pytest.raises(FileExistsError, match="exists"):
         _made(a, "twin", "sysv")
     assert a.hooks == {} and made[0].ipc_key == keys[0]
-    rows = cli._our_segments(s, ["twin"])
+    rows = nu._our_segments(s, ["twin"])
     assert [r["key"] for r in rows] == [f"0x{keys[0]:08x}"], rows
     made[0].destroy()
     assert _counts(s) == (0, 0, 0)
@@ -250,7 +250,7 @@ import numa_utils as nu, numa_utils_cli as cli
 out = {}
 
 def rows(name, min_age=0.5):
-    return {r["region"]: r for r in cli._our_segments(nu.LinuxBackend(), [name], remove=True,
+    return {r["region"]: r for r in nu._our_segments(nu.LinuxBackend(), [name], remove=True,
                                                      min_age=min_age)}
 
 # 26.1: a POSIX region whose worker detached just now
@@ -275,7 +275,7 @@ for kind in ("sysv", "posix"):
 time.sleep(1.6)  # shm_atime and shm_dtime count whole seconds
 for kind in ("sysv", "posix"):
     name = f"dry-{kind}"
-    dry = cli._our_segments(nu.LinuxBackend(), [name], min_age=1.5)[0]["action"]
+    dry = nu._our_segments(nu.LinuxBackend(), [name], min_age=1.5)[0]["action"]
     out[name] = [dry, rows(name, 1.5).get(name, {}).get("action")]
 
 # 26.5: a forked child leaving the creator's `with`
@@ -308,7 +308,7 @@ fd = os.open(path, os.O_RDWR)
 os.pwrite(fd, blob, os.fstat(fd).st_size - len(blob))
 os.close(fd)
 time.sleep(0.7)
-got = {r["region"]: r for r in cli._our_segments(nu.LinuxBackend(), remove=True, min_age=0.5)}
+got = {r["region"]: r for r in nu._our_segments(nu.LinuxBackend(), remove=True, min_age=0.5)}
 out["zombie"] = got.get("zombie", {}).get("action")
 out["huge-pid"] = got.get("huge-pid", {}).get("why")
 os.waitpid(zombie, 0)
@@ -382,11 +382,11 @@ for kind in ("sysv", "posix"):
         print(json.dumps({"skip": p.stderr.read().strip()[-300:]}))
         sys.exit(0)
     made.append(p)
-got = {r["region"]: r["why"] for r in cli._our_segments(nu.LinuxBackend(), remove=True,
+got = {r["region"]: r["why"] for r in nu._our_segments(nu.LinuxBackend(), remove=True,
                                                         min_age=0)}
 for p in made:
     p.stdin.close(); p.wait()
-gone = {r["region"]: r["action"] for r in cli._our_segments(nu.LinuxBackend(), remove=True,
+gone = {r["region"]: r["action"] for r in nu._our_segments(nu.LinuxBackend(), remove=True,
                                                              min_age=0)}
 print(json.dumps({"kept": got, "after": gone}))
 """

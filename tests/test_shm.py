@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, cli, nu, run_private_shm, sim
+from conftest import REPO, nu, run_private_shm, sim
 
 MiB = 1 << 20
 
@@ -380,7 +380,7 @@ def test_cleanup_lists_ours_only():
     other = s.process(uid=1001)
     foreign = other.shmget(nu._sysv_key("x"), MiB, nu.IPC_CREAT | 0o600)
     plain = s.shmget(0x1234, MiB, nu.IPC_CREAT | 0o600)
-    rows = cli._our_segments(s, min_age=0)
+    rows = nu._our_segments(s, min_age=0)
     assert {r["shmid"] for r in rows} == {mine.shmid, busy.shmid}
     assert [r["stale"] for r in rows if r["shmid"] == mine.shmid] == [True]
     assert [r["why"] for r in rows if r["shmid"] == busy.shmid] == ["in use: 1 attached"]
@@ -591,7 +591,7 @@ def test_key_collision_never_maps_other_region():
     nu.SharedRegion.create(B, MiB, backend=pb)
     pa.exit()
     pb.exit()
-    rows = {r["region"]: r for r in cli._our_segments(s, [B], remove=True, min_age=0)}
+    rows = {r["region"]: r for r in nu._our_segments(s, [B], remove=True, min_age=0)}
     assert rows[B]["action"] == "removed"
     assert rows[A]["action"] == "keep" and "not one asked for" in rows[A]["why"]
     with pytest.raises(FileNotFoundError):
@@ -687,14 +687,14 @@ def test_cleanup_removes_only_proven_stale(kind):
     made_by(held_p, "held")
     kept = nu.SharedRegion.attach("held", kind=kind, backend=holder)
     held_p.exit()  # creator dead, a user holds it
-    rows = {r["region"]: r for r in cli._our_segments(s, remove=True, min_age=0)}
+    rows = {r["region"]: r for r in nu._our_segments(s, remove=True, min_age=0)}
     assert rows["alive"]["action"] == "keep" and "creator (pid" in rows["alive"]["why"]
     assert rows["dead"]["action"] == "removed"
     assert rows["held"]["action"] == "keep" and rows["held"]["why"].startswith("in use")
     young = s.process()
     made_by(young, "young")
     young.exit()
-    (row,) = cli._our_segments(s, ["young"], remove=True)
+    (row,) = nu._our_segments(s, ["young"], remove=True)
     assert row["action"] == "keep" and "minimum age 30 s" in row["why"]
     for name in ("alive", "held", "young"):
         with nu.SharedRegion.attach(name, kind=kind, backend=s.process()) as r:
@@ -755,13 +755,13 @@ elif what == "cleanup":                          # until /dev/shm/stop exists
     rows = []
     while True:
         stop = os.path.exists("/dev/shm/stop")
-        rows = cli._our_segments(Slow(), remove=True, min_age=0)
+        rows = nu._our_segments(Slow(), remove=True, min_age=0)
         print(json.dumps([r for r in rows if r["action"] == "removed"]), flush=True)
         if stop:
             break
     print(json.dumps(rows), flush=True)
 elif what == "cleanup-once":
-    print(json.dumps(cli._our_segments(nu.LinuxBackend(), remove=True, min_age=0)))
+    print(json.dumps(nu._our_segments(nu.LinuxBackend(), remove=True, min_age=0)))
 """
 # The children become uid 65534 only after this interpreter, its standard library and
 # numa_utils are loaded as root: the interpreter may live where that user cannot read
