@@ -105,6 +105,7 @@ __all__ = [
     "parse_numa_maps",
     "iter_numa_maps",
     "parse_size",
+    "printable",
     "format_size",
     "format_kib",
     "NodeListError",
@@ -164,6 +165,7 @@ __all__ = [
     "Layout",
     "Extent",
     "ExtentPlacement",
+    "placement_verdict",
     "prefault",
     "placement",
     "NumaMapsEntry",
@@ -362,7 +364,7 @@ def _seconds(value: Any) -> Optional[float]:
     return out
 
 
-def _printable(text: str) -> str:
+def printable(text: str) -> str:
     """``text`` for a terminal: each character that str.isprintable() refuses (control
     characters such as ESC and BEL, a newline, bidirectional overrides) as its
     backslash escape, as ``ls -b`` writes them.  File names, record keys and anything
@@ -373,9 +375,9 @@ def _printable(text: str) -> str:
 
 
 def _cut(text: str, limit: int = 160) -> str:
-    """``text`` for a message: escaped as _printable escapes it, cut to ``limit``
+    """``text`` for a message: escaped as printable escapes it, cut to ``limit``
     characters (a parser's words can quote a whole 120 KB value)."""
-    shown = _printable(text[:limit])
+    shown = printable(text[:limit])
     if len(text) > limit:
         return shown + f"... ({len(text)} chars)"
     return shown
@@ -1670,6 +1672,20 @@ class Topology(_Record):
     memory_tiers: Mapping[int, FrozenSet[int]] = MappingProxyType({})  # tier -> nodes
     interleave_weights: Optional[Mapping[int, int]] = None  # None: kernel < 6.9
     interleave_auto: Optional[bool] = None  # weights derived from HMAT (6.16+)
+
+    def cores_of(self, cpus: Iterable[int]) -> List[Tuple[int, ...]]:
+        """``cpus`` grouped by physical core (SMT siblings together), in CPU order:
+        what a thread plan hands out one at a time."""
+        left = set(cpus)
+        out = []
+        for c in sorted(left):
+            if c not in left:
+                continue
+            info = self.cpus.get(c)
+            sib = {c, *(info.siblings if info is not None else ())} & left
+            left -= sib
+            out.append(tuple(sorted(sib)))
+        return out
 
     def node_of_cpu(self, cpu: int) -> Optional[int]:
         return self.cpus[cpu].node if cpu in self.cpus else None
@@ -4778,7 +4794,7 @@ def _status_regions(report: Dict[str, Any], b: Backend) -> None:
         report.setdefault("extra_text", []).extend(
             ["", "REGIONS (this user's numa_utils shared memory)"]
             + [
-                _printable(
+                printable(
                     f"  {r['kind']:<5}  {r['name'] or r['key']:<24}  "
                     f"{'?' if r['size'] is None else format_size(r['size']):>8}  "
                     f"{'?' if r['attached'] is None else r['attached']} attached  "
@@ -5793,8 +5809,10 @@ def _fit_or_raise(r: FitResult, size: int) -> Tuple[Union[bool, int, str], Optio
 # kept as the rule, not as one extent per block; a size that is not a whole number of
 # blocks ends in a shorter block.  Each extent is one mbind, and a mapping holds at
 # most vm.max_map_count (65530) VMAs: keep blocks that alternate nodes fewer than that.
-def _verdict(per_node: Mapping[int, int], mode: str = "") -> str:
-    """ "interleaved 50.0/50.0 over nodes 0-1", "all on node 0", ..."""
+def placement_verdict(per_node: Mapping[int, int], mode: str = "") -> str:
+    """Where bytes landed, in words: "interleaved 50.0/50.0 over nodes 0-1" (``mode``
+    names an interleave), "split 75.0/25.0 over nodes 0-1", "all on node 0",
+    "nothing faulted in".  ``per_node``: bytes (or pages) per node."""
     total = sum(per_node.values())
     used = sorted(n for n, v in per_node.items() if v)
     if not total:
@@ -7246,7 +7264,7 @@ def _extent_placement(b: Backend, addr: int, seg: int, lay: Layout) -> List[Exte
             word = "MISPLACED: "
         else:
             word = "incomplete: "
-        pl.verdict = word + _verdict(pl, e.policy) + note
+        pl.verdict = word + placement_verdict(pl, e.policy) + note
         out.append(pl)
     return out
 
@@ -8234,20 +8252,6 @@ def gpu_node(
 # ---------------------------------------------------------------------------
 
 
-def _cores_of(topo: Topology, cpus: Iterable[int]) -> List[Tuple[int, ...]]:
-    """``cpus`` grouped by physical core (SMT siblings together), in CPU order."""
-    left = set(cpus)
-    out = []
-    for c in sorted(left):
-        if c not in left:
-            continue
-        info = topo.cpus.get(c)
-        sib = {c, *(info.siblings if info is not None else ())} & left
-        left -= sib
-        out.append(tuple(sorted(sib)))
-    return out
-
-
 class GpuPlan(_Record):
     """The CPUs and host memory planned for one GPU's worker."""
 
@@ -8321,7 +8325,7 @@ def _plan_all(
     # most interrupts and housekeeping), kept out of every policy; one core stays.
     reserved: Set[int] = set()
     for nid in topo.nodes:
-        cores = _cores_of(topo, topo.nodes[nid].cpus & allowed)
+        cores = topo.cores_of(topo.nodes[nid].cpus & allowed)
         if reserve >= len(cores) > 0:
             _fail(
                 strict,
@@ -8349,7 +8353,7 @@ def _plan_all(
         if eff[g.pci] is None and usable:
             placed = list(eff.values())
             best = max(
-                usable, key=lambda n: (len(_cores_of(topo, pool[n])) / (placed.count(n) + 1), -n)
+                usable, key=lambda n: (len(topo.cores_of(pool[n])) / (placed.count(n) + 1), -n)
             )
             _fail(
                 strict,
@@ -8379,7 +8383,7 @@ def _plan_all(
             ) or frozenset(pool[n])
         else:
             # exclusive: physical cores; core-complex: whole last-level-cache domains
-            units: List[Tuple[int, ...]] = _cores_of(topo, pool[n])
+            units: List[Tuple[int, ...]] = topo.cores_of(pool[n])
             if policy == "core-complex":
                 units = _cache_domains(topo, pool[n])
             if len(units) >= k:  # chunk ``rank`` of k near-equal ones, first ones longer
@@ -8940,7 +8944,7 @@ def _node_slice(
         return node, frozenset(), {}
     if cpu_node != node:
         notes.append(f"node {node} has no CPUs: using node {cpu_node}'s")
-    cores = _cores_of(topo, topo.nodes[cpu_node].cpus & topo.allowed_cpus & topo.online_cpus)
+    cores = topo.cores_of(topo.nodes[cpu_node].cpus & topo.allowed_cpus & topo.online_cpus)
     skip = min(reserve, max(len(cores) - 1, 0))
     reserved = frozenset(cpu for core in cores[:skip] for cpu in core)
     cpus = frozenset(cpu for core in cores[skip:] for cpu in core)
@@ -8991,7 +8995,7 @@ def thread_plan(
     if cpu_node is not None:
         online = topo.nodes[cpu_node].cpus & topo.online_cpus
         why["outside this process's cpuset"] = online - topo.allowed_cpus
-    units = _cores_of(topo, cpus)
+    units = topo.cores_of(cpus)
     if smt == "one":
         units = [core[:1] for core in units]
         why["SMT sibling (smt='one')"] = cpus - frozenset(core[0] for core in units)
@@ -11089,7 +11093,7 @@ def _render_status(rep: Dict[str, Any]) -> str:
     ]
     # A saved tree is anyone's, and names in it (and regions') reach these lines:
     # each line is escaped whole, a newline in a name included.
-    return "\n".join(map(_printable, out)) + "\n"
+    return "\n".join(map(printable, out)) + "\n"
 
 
 # ===========================================================================

@@ -79,6 +79,8 @@ if _nu.__version__ != __version__:
 
 BIND_POLICIES = _nu.BIND_POLICIES
 Backend = _nu.Backend
+placement_verdict = _nu.placement_verdict
+printable = _nu.printable
 default_backend = _nu.default_backend
 GetFlag = _nu.GetFlag
 GpuPlan = _nu.GpuPlan
@@ -111,7 +113,6 @@ parse_size = _nu.parse_size
 CLEANUP_MIN_AGE = _nu.CLEANUP_MIN_AGE
 _record_layout = _nu._record_layout
 _sysvipc_rows = _nu._sysvipc_rows
-_verdict = _nu._verdict
 _gpu_infos = _nu._gpu_infos
 _huge_size = _nu._huge_size
 _key_arg = _nu._key_arg
@@ -135,7 +136,6 @@ parse_cpulist = _nu.parse_cpulist
 thread_plan = _nu.thread_plan
 ThreadPlan = _nu.ThreadPlan
 SMT_RULES = _nu.SMT_RULES
-_cores_of = _nu._cores_of
 mbind = _nu.mbind
 parse_nodestring = _nu.parse_nodestring
 read_topology = _nu.read_topology
@@ -144,7 +144,6 @@ counters = _nu.counters
 remote_share = _nu.remote_share
 REMOTE_SHARE_THRESHOLD = _nu.REMOTE_SHARE_THRESHOLD
 
-_printable = _nu._printable
 _MAPS_CATS = ("Huge", "Heap", "Stack", "Private")
 
 
@@ -255,7 +254,9 @@ class _MapsScan:
                 name = _maps_name(e)
                 if len(name) > 28:  # keep the verdict column in line: the
                     name = "..." + name[-25:]  # end of a path says the most
-                verdict = _verdict(e.bytes_per_node, e.mode) if e.pages else "nothing faulted in"
+                verdict = (
+                    placement_verdict(e.bytes_per_node, e.mode) if e.pages else "nothing faulted in"
+                )
                 tails[r] = (
                     f"{format_kib(e.pages_total * e.page_size_kb):>10}  "
                     f"{e.policy:<22}  {name:<28}  {verdict}\n"
@@ -274,7 +275,7 @@ class _MapsScan:
             e, frag = self.entry(rest)
             if frag is None:
                 d = e.to_json()
-                d["verdict"] = _verdict(e.bytes_per_node, e.mode) if e.pages else None
+                d["verdict"] = placement_verdict(e.bytes_per_node, e.mode) if e.pages else None
                 del d["start"]
                 frag = (
                     json.dumps(d, indent=2).replace("\n", "\n    ")[1:]
@@ -300,7 +301,7 @@ def _maps_name(e: NumaMapsEntry) -> str:
     its kind."""
     name = e.kind
     if e.file is not None:
-        name = _printable(e.file)
+        name = printable(e.file)
     if e.deleted:
         name += " (deleted)"
     if e.huge:
@@ -515,17 +516,17 @@ def _maps_regions(b: Backend, pid: str, seen: Mapping[str, List[int]]) -> List[D
 
 
 def _maps_regions_text(rows: List[Dict[str, Any]]) -> str:
-    """The regions part of `maps`: every name and path escaped (_printable)."""
+    """The regions part of `maps`: every name and path escaped (printable)."""
     out = []
     for r in rows:
-        head = f"region {r['name']!r} ({r['kind']} {_printable(r['file'])}"
+        head = f"region {r['name']!r} ({r['kind']} {printable(r['file'])}"
         if r["removed"]:
             head += ", removed, still attached"
         head += f") at {r['start']}"
         if r["size"]:
             head += f", {format_size(r['size'])}: layout {r['layout']}"
         if r["error"]:
-            head += f": {_printable(r['error'])}"
+            head += f": {printable(r['error'])}"
         out.append(head)
         for i, e in enumerate(r["extents"]):
             out.append(
@@ -586,7 +587,7 @@ def _cmd_maps(args: argparse.Namespace) -> int:
     b = None
     if args.file is not None:
         chunks = _read_chunks(LinuxBackend(), args.file)
-        what = _printable(args.file)
+        what = printable(args.file)
     elif args.pid is not None:
         b = _backend_from_args(args)
         chunks = _read_chunks(b, _maps_path(args.pid))
@@ -672,7 +673,7 @@ def _print_maps_totals(totals: Dict[int, int], cats: Dict[str, Dict[int, int]], 
         + f"{sum(totals.values()) / 1024:>15.2f}"
     )
     if totals:
-        out.append(f"process: {_verdict({n: kb * 1024 for n, kb in totals.items()})}")
+        out.append(f"process: {placement_verdict({n: kb * 1024 for n, kb in totals.items()})}")
     sys.stdout.write("\n".join(out) + "\n")
 
 
@@ -803,7 +804,7 @@ def _cmd_region(args: argparse.Namespace) -> int:
         rep.update(
             prefault=region.prefaulted,
             placement={str(n): v for n, v in sorted(where.items())},
-            verdict=_verdict(where, region.policy.mode),
+            verdict=placement_verdict(where, region.policy.mode),
             kept=args.keep,
             extents=[
                 dict(
@@ -831,7 +832,7 @@ def _cmd_region(args: argparse.Namespace) -> int:
                 f"node {n}: {format_kib(v // 1024)}" for n, v in sorted(where.items()) if v
             )
             lines.append(
-                f"placement: {_verdict(where, region.policy.mode)}"
+                f"placement: {placement_verdict(where, region.policy.mode)}"
                 + (
                     f" ({per})"
                     if per
@@ -2745,7 +2746,7 @@ def _render_role_text(plans: List[ThreadPlan], b: Backend) -> str:
         width = max([len(format_cpulist(cpus)) for cpus in plan.roles.values()] + [4])
         out.append(f"  {'role':<12}  {'cpus':<{width}}  cores")
         for role, cpus in plan.roles.items():
-            cores = len(_cores_of(topo, cpus))
+            cores = len(topo.cores_of(cpus))
             out.append(f"  {role:<12}  {format_cpulist(cpus):<{width}}  {cores}")
         for why, cpus in plan.left_out.items():
             out.append(f"  left out: {format_cpulist(cpus)} ({why})")

@@ -277,7 +277,7 @@ def test_never_imports_torch_or_loads_nvml_for_a_tree(tmp_path):
 
 def _pool(topo, node, reserve=0):
     allowed = topo.allowed_cpus & topo.online_cpus & topo.nodes[node].cpus
-    cores = nu._cores_of(topo, allowed)
+    cores = topo.cores_of(allowed)
     return set(allowed) - {c for core in cores[:reserve] for c in core}
 
 

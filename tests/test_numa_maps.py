@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, cli, nu, sim
+from conftest import REPO, nu, sim
 
 # (line, expected fields) -- formats from fs/proc/task_mmu.c show_numa_map and
 # mm/mempolicy.c mpol_to_str, across kernel versions.
@@ -257,10 +257,12 @@ def test_maps_cli_self_pid():
 
 
 def test_verdicts():
-    assert cli._verdict({0: 50, 1: 50}, "interleave") == "interleaved 50.0/50.0 over nodes 0-1"
-    assert cli._verdict({0: 10}) == "all on node 0"
-    assert cli._verdict({}) == "nothing faulted in"
-    assert cli._verdict({0: 75, 2: 25}, "bind") == "split 75.0/25.0 over nodes 0,2"
+    assert (
+        nu.placement_verdict({0: 50, 1: 50}, "interleave") == "interleaved 50.0/50.0 over nodes 0-1"
+    )
+    assert nu.placement_verdict({0: 10}) == "all on node 0"
+    assert nu.placement_verdict({}) == "nothing faulted in"
+    assert nu.placement_verdict({0: 75, 2: 25}, "bind") == "split 75.0/25.0 over nodes 0,2"
 
 
 def test_maps_text_fast_path_agrees_with_full_parse(tmp_path, capsys):
@@ -441,7 +443,7 @@ def test_maps_json_streamed_matches_entries(upper, tmp_path, capsys):
     totals = {}
     for e in entries:
         d = e.to_json()
-        d["verdict"] = cli._verdict(e.bytes_per_node, e.mode) if e.pages else None
+        d["verdict"] = nu.placement_verdict(e.bytes_per_node, e.mode) if e.pages else None
         want.append(d)
         for n, kb in d["kb"].items():
             totals[n] = totals.get(n, 0) + kb

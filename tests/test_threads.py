@@ -166,7 +166,7 @@ def test_node_roles_on_every_node_of_every_machine(name, smt):
         if not topo.nodes[node].cpus & allowed:
             continue
         plan = nu.thread_plan(node=node, roles=SMALL_ROLES, smt=smt, backend=b)
-        if len(nu._cores_of(topo, topo.nodes[node].cpus & allowed)) < 2:
+        if len(topo.cores_of(topo.nodes[node].cpus & allowed)) < 2:
             assert not plan and plan.shared == ("compute",)
             continue
         assert plan and plan.node == node and plan.gpu is None
@@ -177,9 +177,7 @@ def test_default_roles_on_a_big_gpu_share():
     b = tree("dual-socket-8gpu")
     plan = nu.thread_plan(0, environ={}, backend=b)
     assert list(plan.roles) == ["feeder", "copy", "progress", "compute"]
-    cores = {
-        role: len(nu._cores_of(nu.read_topology(backend=b), c)) for role, c in plan.roles.items()
-    }
+    cores = {role: len(nu.read_topology(backend=b).cores_of(c)) for role, c in plan.roles.items()}
     assert cores == {"feeder": 1, "copy": 1, "progress": 1, "compute": 9}
     assert plan.left_out["planned for another GPU"]
     assert plan.memory_nodes == (0,)
@@ -607,7 +605,7 @@ SPAWN = textwrap.dedent(
 def test_spawned_children_start_on_the_planned_cpus(tmp_path):
     cpus = sorted(os.sched_getaffinity(0))
     topo = nu.read_topology()
-    if len(nu._cores_of(topo, topo.nodes[0].cpus & set(cpus))) < 2:
+    if len(topo.cores_of(topo.nodes[0].cpus & set(cpus))) < 2:
         pytest.skip("needs two cores on node 0")
     script = tmp_path / "spawn_check.py"
     script.write_text(SPAWN)
