@@ -185,6 +185,7 @@ __all__ = [
     "BindResult",
     "gpu_plans",
     "BIND_POLICIES",
+    "bind_policy",
     # thread roles: CPUs per thread role, every thread pinned by name
     "thread_plan",
     "ThreadPlan",
@@ -7921,9 +7922,10 @@ def _memory_or_env(memory: Union[str, None, _Unset]) -> Optional[str]:
     return _MODE_WORDS[mode].word
 
 
-def _policy_or_env(policy: Optional[str]) -> str:
-    """The bind policy; "none" (NUMA_BIND_POLICY's default) means: leave CPU affinity
-    alone."""
+def bind_policy(policy: Optional[str] = None) -> str:
+    """The bind policy in effect: ``policy``, else NUMA_BIND_POLICY, as one of
+    BIND_POLICIES or "none" (the variable's default: leave CPU affinity alone).
+    Case and "_" for "-" do not matter; anything else is a ValueError."""
     policy = _env("NUMA_BIND_POLICY") if policy is None else policy
     p = str(policy).lower().replace("_", "-")
     if p not in BIND_POLICIES + ("none",):
@@ -8459,7 +8461,7 @@ def _plan_args(
 ) -> Tuple[str, int, Optional[str], bool]:
     """A plan's policy, reserve, memory policy and strictness; the unset ones from the
     environment."""
-    pol = _policy_or_env(policy)
+    pol = bind_policy(policy)
     reserve = _env("NUMA_RESERVED_CORES") if reserve is None else reserve
     if int(reserve) < 0:
         raise ValueError(f"reserve must be >= 0, not {reserve!r}")

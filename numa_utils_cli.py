@@ -79,6 +79,7 @@ if _nu.__version__ != __version__:
 
 BIND_POLICIES = _nu.BIND_POLICIES
 Backend = _nu.Backend
+bind_policy = _nu.bind_policy
 placement_verdict = _nu.placement_verdict
 printable = _nu.printable
 default_backend = _nu.default_backend
@@ -104,8 +105,6 @@ NUMASTAT_FIELDS = _nu.NUMASTAT_FIELDS
 MODE_NAMES = _nu.MODE_NAMES
 ShmStat = _nu.ShmStat
 NodeListError = _nu.NodeListError
-_UNSET = _nu._UNSET
-_Unset = _nu._Unset
 _backend_from_args = _nu._backend_from_args
 format_kib = _nu.format_kib
 format_size = _nu.format_size
@@ -117,9 +116,7 @@ _gpu_infos = _nu._gpu_infos
 _huge_size = _nu._huge_size
 _key_arg = _nu._key_arg
 _maps_path = _nu._maps_path
-_memory_or_env = _nu._memory_or_env
 _parse_maps_line = _nu._parse_maps_line
-_policy_or_env = _nu._policy_or_env
 _print_json = _nu._print_json
 _prog = _nu._prog
 _resolve = _nu._resolve
@@ -929,12 +926,12 @@ _NUMACTL_OPTION = MappingProxyType(
 )
 
 
-def _render_plan_text(plans: List[GpuPlan], policy: str, mem: Optional[str], root: str) -> str:
+def _render_plan_text(plans: List[GpuPlan], policy: str, root: str) -> str:
     where = "this machine" if root == "/" else f"saved tree {root}"
-    out = [f"numa_utils plan: {where}, policy {policy}, memory {mem or 'unchanged'}"]
     if not plans:
-        out.append("  no GPUs found")
-        return "\n".join(out) + "\n"
+        return f"numa_utils plan: {where}, policy {policy}\n  no GPUs found\n"
+    memory = plans[0].memory or "unchanged"
+    out = [f"numa_utils plan: {where}, policy {plans[0].policy}, memory {memory}"]
     w = max(len(format_cpulist(p.cpus)) for p in plans)
     w = max(w, 4)
     out.append(f"  {'gpu':>3}  {'pci':<12}  {'node':>4}  {'cpus':<{w}}  memory")
@@ -1357,11 +1354,16 @@ def _render_plan_ray(plans: List[GpuPlan]) -> Dict[str, int]:
     return counts
 
 
+def _memory_arg(args: argparse.Namespace) -> Dict[str, Any]:
+    """memory= when --memory was given; without it the library reads NUMA_MEMORY_POLICY."""
+    return {} if args.memory is None else {"memory": args.memory}
+
+
 def _cli_policy(args: argparse.Namespace) -> str:
     """The CLI binds when asked to: NUMA_BIND_POLICY's default "none" means "node" here."""
     if args.policy is not None:
         return str(args.policy)
-    pol = _policy_or_env(None)
+    pol = bind_policy()
     return "node" if pol == "none" else pol
 
 
@@ -1374,9 +1376,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     plans = gpu_plans(
         _cli_policy(args),
         reserve=args.reserve,
-        memory=_UNSET if args.memory is None else args.memory,
         strict=True if args.strict else None,
         backend=b,
+        **_memory_arg(args),
     )
     if args.gpu is not None:
         plans = [p for p in plans if p.gpu == args.gpu]
@@ -1400,12 +1402,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     elif fmt == "ray":
         _print_json(_render_plan_ray(plans))
     else:
-        pol = plans[0].policy if plans else _cli_policy(args)
-        sys.stdout.write(
-            _render_plan_text(
-                plans, pol, _memory_or_env(_UNSET if args.memory is None else args.memory), b.root
-            )
-        )
+        sys.stdout.write(_render_plan_text(plans, _cli_policy(args), b.root))
     return 0
 
 
@@ -1418,7 +1415,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if getattr(args, "root", None) not in (None, "/"):
         raise ValueError("run binds the running system; --root is for plan and status")
     b = _backend_from_args(args)
-    memory: Union[str, None, _Unset] = _UNSET if args.memory is None else args.memory
     strict = True if args.strict else None
     if args.gpu is not None:
         found = _resolve(args.gpu, None, _gpu_infos(read_topology(backend=b), b), b, None)
@@ -1428,10 +1424,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
             args.gpu,
             _cli_policy(args),
             reserve=args.reserve,
-            memory=memory,
             threads="all",
             strict=strict,
             backend=b,
+            **_memory_arg(args),
         )
     else:
         pol = _cli_policy(args)
@@ -1442,10 +1438,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         res = bind_to_node(
             _single_node(args.node, b),
             cpus=pol != "none",
-            memory=memory,
             threads="all",
             strict=strict,
             backend=b,
+            **_memory_arg(args),
         )
     if args.json:
         import json
