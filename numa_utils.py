@@ -177,6 +177,7 @@ __all__ = [
     # GPU locality and binding
     "gpus",
     "gpu_node",
+    "cuda_device",
     "cpus_for_gpu",
     "bind_to_node",
     "bind_for_gpu",
@@ -8247,6 +8248,23 @@ def gpu_node(
         _fail(st, f"CUDA device {device}: node unknown ({why})")
         return None
     return r.gpu.cpu_node
+
+
+def cuda_device(
+    device: int,
+    *,
+    pci_bus_id: Optional[str] = None,
+    environ: Optional[Mapping[str, str]] = None,
+    backend: Optional[Backend] = None,
+) -> GpuInfo:
+    """The GPU that is CUDA device ``device`` for this process, as gpu_node finds it
+    (CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER from ``environ``, default os.environ).
+    ValueError when there is no such device, saying how many are visible."""
+    b = _b(backend)
+    r = _resolve(device, pci_bus_id, _gpu_infos(read_topology(backend=b), b), b, environ)
+    if r.gpu is None:
+        raise ValueError(r.how)
+    return r.gpu
 
 
 # ---------------------------------------------------------------------------

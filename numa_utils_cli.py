@@ -79,6 +79,7 @@ if _nu.__version__ != __version__:
 
 BIND_POLICIES = _nu.BIND_POLICIES
 Backend = _nu.Backend
+cuda_device = _nu.cuda_device
 bind_policy = _nu.bind_policy
 placement_verdict = _nu.placement_verdict
 printable = _nu.printable
@@ -95,7 +96,6 @@ ModeFlag = _nu.ModeFlag
 NumaMapsEntry = _nu.NumaMapsEntry
 POSIX_PREFIX = _nu.POSIX_PREFIX
 SHM_HUGETLB = _nu.SHM_HUGETLB
-SHM_HUGE_SHIFT = _nu.SHM_HUGE_SHIFT
 SharedRegion = _nu.SharedRegion
 SYSV_KEY_MASK = _nu.SYSV_KEY_MASK
 SYSV_KEY_PREFIX = _nu.SYSV_KEY_PREFIX
@@ -112,14 +112,9 @@ parse_size = _nu.parse_size
 CLEANUP_MIN_AGE = _nu.CLEANUP_MIN_AGE
 _record_layout = _nu._record_layout
 _sysvipc_rows = _nu._sysvipc_rows
-_gpu_infos = _nu._gpu_infos
-_huge_size = _nu._huge_size
-_key_arg = _nu._key_arg
-_maps_path = _nu._maps_path
 _parse_maps_line = _nu._parse_maps_line
 _print_json = _nu._print_json
 _prog = _nu._prog
-_resolve = _nu._resolve
 _strtoul = _nu._strtoul
 _tail_record = _nu._tail_record
 _companion_key = _nu._companion_key
@@ -587,7 +582,9 @@ def _cmd_maps(args: argparse.Namespace) -> int:
         what = printable(args.file)
     elif args.pid is not None:
         b = _backend_from_args(args)
-        chunks = _read_chunks(b, _maps_path(args.pid))
+        if not (args.pid == "self" or args.pid.isdigit()):
+            raise ValueError(f"invalid pid {args.pid!r}")
+        chunks = _read_chunks(b, f"/proc/{args.pid}/numa_maps")
         what = f"pid {args.pid}"
     else:
         raise ValueError("give a PID or --file PATH")
@@ -697,6 +694,14 @@ def _cli_maps(sub: Any) -> None:
         help="page size for lines without kernelpagesize_kB (old kernels)",
     )
     p.set_defaults(func=_cmd_maps)
+
+
+def _cleanup_key(key: Union[int, str]) -> str:
+    """A region's key as `cleanup --key` reads it back (_key_args): 0x4e12abcd, or
+    the name quoted for a shell."""
+    import shlex
+
+    return f"0x{key:08x}" if isinstance(key, int) else shlex.quote(key)
 
 
 def _key_args(texts: Optional[Sequence[str]]) -> Optional[List[Union[int, str]]]:
@@ -846,7 +851,7 @@ def _cmd_region(args: argparse.Namespace) -> int:
                 ]
             lines.append(
                 f"kept: remove with `{_prog()} cleanup --remove --key "
-                f"{_key_arg(region.key)}` once detached"
+                f"{_cleanup_key(region.key)}` once detached"
                 if args.keep
                 else "destroyed"
             )
@@ -1417,9 +1422,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     b = _backend_from_args(args)
     strict = True if args.strict else None
     if args.gpu is not None:
-        found = _resolve(args.gpu, None, _gpu_infos(read_topology(backend=b), b), b, None)
-        if found.gpu is None:
-            raise ValueError(found.how)  # as --node 99: a usage error
+        cuda_device(args.gpu, backend=b)  # no such device: a usage error, as --node 99
         res = bind_for_gpu(
             args.gpu,
             _cli_policy(args),
@@ -2505,8 +2508,7 @@ class _Numactl:
             flags = IPC_CREAT | self.shmmode
             try:
                 if self.huge:
-                    huge = _huge_size(True, b, None)
-                    flags |= SHM_HUGETLB | ((huge.bit_length() - 1) << SHM_HUGE_SHIFT)
+                    flags |= SHM_HUGETLB  # the default huge page size, as numactl asks
                 shmid = b.shmget(key, self.length, flags)
             except (OSError, ValueError, OverflowError) as e:  # shmget's size_t
                 self.complain(

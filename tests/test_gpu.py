@@ -147,6 +147,17 @@ def test_gpu_node_reordered_indexes():
     assert nu.gpu_node(4, environ=env, backend=b) is None
 
 
+def test_cuda_device_is_the_gpu_cuda_numbers():
+    # The fixture's NVIDIA GPUs in PCI order begin 0000:19:00.0, 0000:3b:00.0
+    # (fake_sysfs/dual-socket-8gpu.txt); "7,0,5,2" makes index 0 CUDA device 1.
+    b = tree("dual-socket-8gpu")
+    assert nu.cuda_device(1, environ={}, backend=b).pci == "0000:3b:00.0"
+    env = {"CUDA_VISIBLE_DEVICES": "7,0,5,2", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    assert nu.cuda_device(1, environ=env, backend=b).pci == "0000:19:00.0"
+    with pytest.raises(ValueError, match=r"no CUDA device 4: 4 visible"):
+        nu.cuda_device(4, environ=env, backend=b)
+
+
 def test_gpu_node_uuids_from_driver_entries():
     b = tree("dual-socket-8gpu")
     env = {"CUDA_VISIBLE_DEVICES": "GPU-5eed0006-0006-1006-2000-000000000006,GPU-5eed0001"}
