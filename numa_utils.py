@@ -322,11 +322,11 @@ def parse_cpulist(
         return frozenset()
     bits = 0
     for chunk in dict.fromkeys(s.split(",")):  # a repeated chunk costs nothing
-        m = _CHUNK_RE.match(chunk.strip())
-        g = m.groups() if m else ("1", "0", None, None)  # no match: refused below
+        match = _CHUNK_RE.match(chunk.strip())
+        g = match.groups() if match else ("1", "0", None, None)  # no match: refused below
         lo, used, group = int(g[0]), int(g[2] or 1), int(g[3] or 1)
         hi = int(g[1] or lo)
-        if m is None or hi < lo or used == 0 or group == 0 or used > group or hi >= limit:
+        if match is None or hi < lo or used == 0 or group == 0 or used > group or hi >= limit:
             raise ValueError(
                 f"invalid CPU/node list{_where(source)}: chunk {chunk[:40]!r} of "
                 f"{_short(text)}" + (f" (ids must be < {limit})" if hi >= limit else "")
@@ -810,8 +810,8 @@ class Backend:
         None when it cannot be read.  Cgroup v2: <path>/cpuset.cpus.effective; v1:
         cpuset/<path>/cpuset.effective_cpus (Documentation/admin-guide/cgroup-v2.rst,
         cgroup-v1/cpusets.rst); the path comes from /proc/self/cpuset."""
-        r = _Reader(self)
-        path = _clean(r.text("/proc/self/cpuset") or "")
+        reader = _Reader(self)
+        path = _clean(reader.text("/proc/self/cpuset") or "")
         if not path.startswith("/"):
             return None
         path = path.rstrip("/")
@@ -821,7 +821,7 @@ class Backend:
             f"/sys/fs/cgroup/cpuset{path}/cpuset.cpus",
         )
         for candidate in candidates:
-            found = r.parsed(candidate, parse_cpulist)
+            found = reader.parsed(candidate, parse_cpulist)
             if found:
                 return found  # type: ignore[no-any-return]
         return None
@@ -1610,15 +1610,15 @@ class Cpu(_Record):
     llc: FrozenSet[int]
 
 
-def _pci_json(g: Device) -> Dict[str, Any]:
+def _pci_json(gpu: Device) -> Dict[str, Any]:
     return {
-        "address": g.address,
-        "vendor": f"0x{g.vendor:04x}",
-        "vendor_name": g.vendor_name,
-        "device": f"0x{g.device:04x}",
-        "class": f"0x{g.pci_class:06x}",
-        "numa_node": g.numa_node,
-        "local_cpus": sorted(g.cpus),
+        "address": gpu.address,
+        "vendor": f"0x{gpu.vendor:04x}",
+        "vendor_name": gpu.vendor_name,
+        "device": f"0x{gpu.device:04x}",
+        "class": f"0x{gpu.pci_class:06x}",
+        "numa_node": gpu.numa_node,
+        "local_cpus": sorted(gpu.cpus),
     }
 
 
@@ -1705,9 +1705,9 @@ class Topology(_Record):
     def package_nodes(self) -> Dict[int, FrozenSet[int]]:
         """package id -> the nodes with its online CPUs (several with SNC or NPS)."""
         out: Dict[int, Set[int]] = {}
-        for c in self.cpus.values():
-            if c.online and c.package is not None and c.node is not None:
-                out.setdefault(c.package, set()).add(c.node)
+        for cpu in self.cpus.values():
+            if cpu.online and cpu.package is not None and cpu.node is not None:
+                out.setdefault(cpu.package, set()).add(cpu.node)
         return {p: frozenset(v) for p, v in sorted(out.items())}
 
     @property
@@ -1732,20 +1732,23 @@ def _id_of(name: str, prefix: str) -> Optional[int]:
     return _uint(tail) if name.startswith(prefix) and len(tail) <= 9 else None
 
 
-def _node_dirs(r: _Reader) -> List[int]:
+def _node_dirs(reader: _Reader) -> List[int]:
     # Through the reader: a node directory that is a file or unreadable is a problem
     # listed in Topology.problems, not an exception out of read_topology().
-    ids = (_id_of(n, "node") for n in r.listdir(_NODE_DIR))
+    ids = (_id_of(n, "node") for n in reader.listdir(_NODE_DIR))
     return sorted(i for i in ids if i is not None and i < MAX_NODES)
 
 
-def _hugepages(r: _Reader, base: str) -> Dict[int, HugePages]:
+def _hugepages(reader: _Reader, base: str) -> Dict[int, HugePages]:
     out: Dict[int, HugePages] = {}
-    for name in sorted(r.listdir(base)):
+    for name in sorted(reader.listdir(base)):
         m = re.match(r"^hugepages-([0-9]+)kB$", name)
         if m:
             out[int(m.group(1))] = HugePages(
-                *(r.integer(f"{base}/{name}/{k}_hugepages") or 0 for k in ("nr", "free", "surplus"))
+                *(
+                    reader.integer(f"{base}/{name}/{k}_hugepages") or 0
+                    for k in ("nr", "free", "surplus")
+                )
             )
     return out
 
@@ -1754,7 +1757,7 @@ _CPU_OPTIONAL = ("topology/thread_siblings_list", "topology/core_cpus_list", "ca
 
 
 def _first_parsed(
-    r: _Reader,
+    reader: _Reader,
     paths: Iterable[str],
     parser: Callable[..., Any] = parse_cpulist,
     *,
@@ -1763,60 +1766,60 @@ def _first_parsed(
     """What the first of ``paths`` that parses holds (with ``nonempty``: the first
     that is not empty); None when none does."""
     for path in paths:
-        got = r.parsed(path, parser)
+        got = reader.parsed(path, parser)
         if got is None or (nonempty and not got):
             continue
         return got
     return None
 
 
-def _possible_cpus(r: _Reader) -> FrozenSet[int]:
+def _possible_cpus(reader: _Reader) -> FrozenSet[int]:
     """cpu/possible (else present), else the cpuN folders."""
-    listed = _first_parsed(r, (f"{_CPU_DIR}/possible", f"{_CPU_DIR}/present"))
+    listed = _first_parsed(reader, (f"{_CPU_DIR}/possible", f"{_CPU_DIR}/present"))
     if listed is not None:
         return frozenset(listed)
     found = set()
-    for name in r.listdir(_CPU_DIR):
+    for name in reader.listdir(_CPU_DIR):
         cpu = _id_of(name, "cpu")
         if cpu is not None and cpu < MAX_CPUS:
             found.add(cpu)
     return frozenset(found)
 
 
-def _cache_order(r: _Reader, cpu_dir: str, indexes: Tuple[str, ...]) -> List[Tuple[int, str]]:
+def _cache_order(reader: _Reader, cpu_dir: str, indexes: Tuple[str, ...]) -> List[Tuple[int, str]]:
     """The data and unified cache index folders of one CPU, highest level first.
     Instruction caches (and unknown types) are not where data is shared (PyTorch's
     binding reads only Unified/Data the same way)."""
     order = []
     for index in indexes:
-        level = r.integer(f"{cpu_dir}/cache/{index}/level")
+        level = reader.integer(f"{cpu_dir}/cache/{index}/level")
         if level is None:
             continue
-        kind = (r.text(f"{cpu_dir}/cache/{index}/type") or "").strip()
+        kind = (reader.text(f"{cpu_dir}/cache/{index}/type") or "").strip()
         if kind in ("Unified", "Data"):
             order.append((-level, index))
     return sorted(order)
 
 
 def _last_level_cache(
-    r: _Reader, cpu_dir: str, order: List[Tuple[int, str]], default: FrozenSet[int]
+    reader: _Reader, cpu_dir: str, order: List[Tuple[int, str]], default: FrozenSet[int]
 ) -> FrozenSet[int]:
     """The CPUs sharing the highest cache level with a readable sharing list."""
     for _, index in order:
         base = f"{cpu_dir}/cache/{index}"
-        shared = r.cpus(f"{base}/shared_cpu_list", f"{base}/shared_cpu_map")
+        shared = reader.cpus(f"{base}/shared_cpu_list", f"{base}/shared_cpu_map")
         if shared is not None:
             return shared
     return default
 
 
-def _cpu_node(r: _Reader, cpu: int, cpu_dir: str, listed: Mapping[int, int]) -> Optional[int]:
+def _cpu_node(reader: _Reader, cpu: int, cpu_dir: str, listed: Mapping[int, int]) -> Optional[int]:
     """The node of ``cpu``: from the node cpulists, else its cpuN/nodeM link (offline
     CPUs may be missing from the node cpulists; the link still says where they
     belong)."""
     if cpu in listed:
         return listed.get(cpu)
-    for name in r.listdir(cpu_dir):
+    for name in reader.listdir(cpu_dir):
         node = _id_of(name, "node")
         if node is not None:
             return node
@@ -1906,30 +1909,30 @@ def get_mempolicy(
     ``value`` is the mode with its mode flags, or a node id with GetFlag.NODE.  The mask
     is sized so that maxnode >= nr_node_ids, with room for what the kernel writes.
     """
-    b = _b(backend)
-    r = _Reader(b)
-    ids: Optional[FrozenSet[int]] = r.parsed(f"{_NODE_DIR}/possible", _parse_nodelist)
+    backend = _b(backend)
+    reader = _Reader(backend)
+    ids: Optional[FrozenSet[int]] = reader.parsed(f"{_NODE_DIR}/possible", _parse_nodelist)
     # nr_node_ids; unknown: a generous bound the kernel accepts (copy_nodes_to_user
     # clears the rest).
     if ids:
         bits = max(ids) + 1
-    elif r.exists(_NODE_DIR):
+    elif reader.exists(_NODE_DIR):
         bits = 1024
     else:
         bits = 1
-    mask = NodeMask((), abi=b.abi, bits=bits)
+    mask = NodeMask((), abi=backend.abi, bits=bits)
     # An int the kernel writes, decoded in the ABI's byte order (the same as the
     # host's on a real kernel; a simulated big-endian kernel writes big-endian).
     pol = ctypes.create_string_buffer(4)
-    b.syscall(
-        b.abi.number("get_mempolicy"),
+    backend.syscall(
+        backend.abi.number("get_mempolicy"),
         ctypes.addressof(pol),
         mask.address,
         mask.maxnode,
         addr or 0,
         int(flags) | (GetFlag.ADDR if addr is not None else 0),
     )
-    return int.from_bytes(pol.raw, b.abi.byteorder, signed=True), mask.read()
+    return int.from_bytes(pol.raw, backend.abi.byteorder, signed=True), mask.read()
 
 
 def _pointer_bits(abi: Abi) -> int:
@@ -1952,19 +1955,19 @@ def move_pages(
 ) -> List[int]:
     """move_pages(2).  Without ``nodes``: where each page is (node, or -errno such as
     -ENOENT for a page not yet faulted in).  With ``nodes``: move, return status."""
-    b = _b(backend)
+    backend = _b(backend)
     count = len(pages)
     if nodes is not None and len(nodes) != count:
         raise ValueError("move_pages: pages and nodes differ in length")
-    bits = _pointer_bits(b.abi)
-    ints = (">" if b.abi.byteorder == "big" else "<") + f"{count}i"
+    bits = _pointer_bits(backend.abi)
+    ints = (">" if backend.abi.byteorder == "big" else "<") + f"{count}i"
     parr = _c_array(
-        b"".join((v & ((1 << bits) - 1)).to_bytes(bits // 8, b.abi.byteorder) for v in pages)
+        b"".join((v & ((1 << bits) - 1)).to_bytes(bits // 8, backend.abi.byteorder) for v in pages)
     )
     narr = _c_array(struct.pack(ints, *nodes)) if nodes is not None else None
     status = _c_array(bytes(4 * count))
-    b.syscall(
-        b.abi.number("move_pages"),
+    backend.syscall(
+        backend.abi.number("move_pages"),
         pid,
         count,
         ctypes.addressof(parr),
@@ -2069,21 +2072,23 @@ def node_of(buf: Any, *, backend: Optional[Backend] = None) -> Optional[int]:
     profile), falls back to get_mempolicy(MPOL_F_NODE|MPOL_F_ADDR), which faults the
     page in.
     """
-    b = _b(backend)
+    backend = _b(backend)
     addr = buffer_range(buf, 1 if isinstance(buf, int) else None)[0]
-    page = addr - addr % b.page_size
+    page = addr - addr % backend.page_size
     try:
-        st = move_pages(0, [page], backend=b)[0]
+        st = move_pages(0, [page], backend=backend)[0]
         return st if st >= 0 else None
     except OSError as e:
         if e.errno not in (errno.EPERM, errno.ENOSYS):
             raise
-    return get_mempolicy(page, GetFlag.NODE, backend=b)[0]
+    return get_mempolicy(page, GetFlag.NODE, backend=backend)[0]
 
 
-def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu], FrozenSet[int]]:
-    possible = _possible_cpus(r)
-    online = r.parsed(f"{_CPU_DIR}/online", parse_cpulist, frozenset(possible))
+def _read_cpus(
+    reader: _Reader, node_of: Mapping[int, int]
+) -> Tuple[Dict[int, Cpu], FrozenSet[int]]:
+    possible = _possible_cpus(reader)
+    online = reader.parsed(f"{_CPU_DIR}/online", parse_cpulist, frozenset(possible))
     cpus: Dict[int, Cpu] = {}
     # Sharing is symmetric: an online CPU listed in another's thread siblings has the
     # same package and siblings, and one listed in another's last-level cache set has
@@ -2106,14 +2111,14 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu], 
                 # sysfs gives every CPU the same attributes and cache folders (or none):
                 # what the first online CPU lacks (old kernels' *_list files, a VM's
                 # cacheinfo) is not looked for in the others.
-                lacks = {f for f in _CPU_OPTIONAL if not r.exists(f"{cpu_dir}/{f}")}
-            core = r.integer(f"{topo}/core_id")
+                lacks = {f for f in _CPU_OPTIONAL if not reader.exists(f"{cpu_dir}/{f}")}
+            core = reader.integer(f"{topo}/core_id")
             if cpu in pkg_of:
                 package, siblings = pkg_of[cpu]
             else:
-                package = r.integer(f"{topo}/physical_package_id")
+                package = reader.integer(f"{topo}/physical_package_id")
                 sibling_files = [f"{cpu_dir}/{f}" for f in _CPU_OPTIONAL[:2] if f not in lacks]
-                siblings = _first_parsed(r, sibling_files, nonempty=True) or frozenset()
+                siblings = _first_parsed(reader, sibling_files, nonempty=True) or frozenset()
                 if cpu in siblings:
                     for other in siblings & online:
                         pkg_of[other] = (package, siblings)
@@ -2124,16 +2129,16 @@ def _read_cpus(r: _Reader, node_of: Mapping[int, int]) -> Tuple[Dict[int, Cpu], 
                 # files per CPU where CPUs share no last-level cache.
                 indexes: Tuple[str, ...] = ()
                 if "cache" not in lacks:
-                    found = r.listdir(f"{cpu_dir}/cache")
+                    found = reader.listdir(f"{cpu_dir}/cache")
                     indexes = tuple(sorted(i for i in found if i.startswith("index")))
                 order = levels.get(indexes)
                 if order is None:
-                    order = levels[indexes] = _cache_order(r, cpu_dir, indexes)
-                llc = _last_level_cache(r, cpu_dir, order, llc)
+                    order = levels[indexes] = _cache_order(reader, cpu_dir, indexes)
+                llc = _last_level_cache(reader, cpu_dir, order, llc)
                 if cpu in llc:
                     for other in llc & online:
                         llc_of[other] = llc
-        node = _cpu_node(r, cpu, cpu_dir, node_of)
+        node = _cpu_node(reader, cpu, cpu_dir, node_of)
         cpus[cpu] = Cpu(cpu, node, cpu in online, core, package, siblings, llc)
     return cpus, frozenset(online) & frozenset(possible)
 
@@ -2170,7 +2175,7 @@ def _device_kind(cls: int, gpu: bool, infiniband: bool) -> str:
 
 
 def _read_devices(
-    r: _Reader,
+    reader: _Reader,
     node_of: Mapping[int, int],
     cpu_nodes: FrozenSet[int],
     online: FrozenSet[int],
@@ -2181,29 +2186,29 @@ def _read_devices(
     numa_node naming no ``online`` node (7 on a 2-node machine) is a problem, and the
     node is found as for -1: from the local CPUs."""
     out = []
-    for addr in sorted(r.listdir(_PCI_DIR)):
+    for addr in sorted(reader.listdir(_PCI_DIR)):
         d = f"{_PCI_DIR}/{addr}"
-        vendor = r.integer(f"{d}/vendor")
-        cls = r.integer(f"{d}/class")
+        vendor = reader.integer(f"{d}/vendor")
+        cls = reader.integer(f"{d}/class")
         if vendor is None or cls is None or cls >> 16 == 0x06:
             continue
         gpu = vendor in GPU_VENDORS and cls >> 16 in _GPU_CLASSES
         if gpus_only and not gpu:
             continue
-        numa: int = r.parsed(f"{d}/numa_node", _parse_int, -1)
-        local = r.cpus(f"{d}/local_cpulist", f"{d}/local_cpus") or frozenset()
+        numa: int = reader.parsed(f"{d}/numa_node", _parse_int, -1)
+        local = reader.cpus(f"{d}/local_cpulist", f"{d}/local_cpus") or frozenset()
         hits = {node_of.get(c) for c in local} - {None}
         named = numa >= 0 and numa in online
         if numa >= 0 and not named:
-            r.problems.append(
+            reader.problems.append(
                 f"{d}/numa_node names node {numa}, which is not online here: "
                 "its node is taken from local_cpulist"
             )
         node, how = _device_node(numa if named else None, hits, cpu_nodes)
-        sub = {c: sorted(r.listdir(f"{d}/{c}")) for c in _NAME_CLASSES}
+        sub = {c: sorted(reader.listdir(f"{d}/{c}")) for c in _NAME_CLASSES}
         kind = _device_kind(cls, gpu, bool(sub["infiniband"]))
         try:
-            parts = r.b.realpath(d).split("/")
+            parts = reader.b.realpath(d).split("/")
         except OSError:
             parts = []
         top = [i for i, p in enumerate(parts) if re.match(r"^pci[0-9a-f]{4,}:[0-9a-f]{2}$", p)]
@@ -2212,7 +2217,7 @@ def _read_devices(
                 addr,
                 kind,
                 vendor,
-                r.integer(f"{d}/device") or 0,
+                reader.integer(f"{d}/device") or 0,
                 cls,
                 numa,
                 node,
@@ -2229,92 +2234,92 @@ _TIER_DIR = "/sys/devices/virtual/memory_tiering"  # Linux 6.1+, mm/memory-tiers
 _WI_DIR = "/sys/kernel/mm/mempolicy/weighted_interleave"  # Linux 6.9+
 
 
-def _read_access(r: _Reader, n: int, online: FrozenSet[int]) -> Optional[MemoryAccess]:
+def _read_access(reader: _Reader, n: int, online: FrozenSet[int]) -> Optional[MemoryAccess]:
     d = f"{_NODE_DIR}/node{n}/access0/initiators"
-    names = r.listdir(d)
+    names = reader.listdir(d)
     if not names:
         return None
     ids = [_id_of(name, "node") for name in names]
-    inits = r.online(frozenset(i for i in ids if i is not None), online, f"{d}/node*")
+    inits = reader.online(frozenset(i for i in ids if i is not None), online, f"{d}/node*")
     return MemoryAccess(
-        r.integer(f"{d}/read_bandwidth"),
-        r.integer(f"{d}/write_bandwidth"),
-        r.integer(f"{d}/read_latency"),
-        r.integer(f"{d}/write_latency"),
+        reader.integer(f"{d}/read_bandwidth"),
+        reader.integer(f"{d}/write_bandwidth"),
+        reader.integer(f"{d}/read_latency"),
+        reader.integer(f"{d}/write_latency"),
         inits,
     )
 
 
-def _read_tiers(r: _Reader, online: FrozenSet[int]) -> Dict[int, FrozenSet[int]]:
+def _read_tiers(reader: _Reader, online: FrozenSet[int]) -> Dict[int, FrozenSet[int]]:
     tiers: Dict[int, FrozenSet[int]] = {}
-    for name in r.listdir(_TIER_DIR):
+    for name in reader.listdir(_TIER_DIR):
         tier = _id_of(name, "memory_tier")
         if tier is not None:
             path = f"{_TIER_DIR}/{name}/nodelist"
-            nodes = r.online(r.parsed(path, _parse_nodelist) or frozenset(), online, path)
+            nodes = reader.online(reader.parsed(path, _parse_nodelist) or frozenset(), online, path)
             if nodes:
                 tiers[tier] = nodes
     return tiers
 
 
 def _read_weights(
-    r: _Reader, online: Optional[FrozenSet[int]] = None, possible: FrozenSet[int] = frozenset()
+    reader: _Reader, online: Optional[FrozenSet[int]] = None, possible: FrozenSet[int] = frozenset()
 ) -> Tuple[Optional[Dict[int, int]], Optional[bool]]:
     """({node: weight} or None without weighted interleave, auto mode or None).
     With ``online``: only online nodes' weights.  The kernel has a file for every
     possible node (mm/mempolicy.c sysfs_wi), so possible offline nodes are dropped
     without a warning; a file for any other node is a problem."""
-    if not r.exists(_WI_DIR):
+    if not reader.exists(_WI_DIR):
         return None, None
     weights: Dict[int, int] = {}
     auto = None
-    for name in sorted(r.listdir(_WI_DIR)):
+    for name in sorted(reader.listdir(_WI_DIR)):
         node = _id_of(name, "node")
         if node is not None:
-            w = r.integer(f"{_WI_DIR}/{name}")
+            w = reader.integer(f"{_WI_DIR}/{name}")
             if w is not None:
                 weights[node] = w
         elif name == "auto":
-            t = (r.text(f"{_WI_DIR}/auto") or "").strip().lower()
+            t = (reader.text(f"{_WI_DIR}/auto") or "").strip().lower()
             if t in ("1", "y", "true", "0", "n", "false"):
                 auto = t in ("1", "y", "true")
             else:
-                r.problems.append(f"{_WI_DIR}/auto: unexpected value {_short(t)}")
+                reader.problems.append(f"{_WI_DIR}/auto: unexpected value {_short(t)}")
     if online is not None:
-        keep = r.online(frozenset(weights) - (possible - online), online, f"{_WI_DIR}/node*")
+        keep = reader.online(frozenset(weights) - (possible - online), online, f"{_WI_DIR}/node*")
         weights = {n: w for n, w in weights.items() if n in keep}
     return weights, auto
 
 
 def _node_kind(
-    n: Node, with_mem: FrozenSet[int], normal: Optional[FrozenSet[int]], gi: FrozenSet[int]
+    node: Node, with_mem: FrozenSet[int], normal: Optional[FrozenSet[int]], gi: FrozenSet[int]
 ) -> Tuple[str, str]:
     """(kind, evidence) from sysfs alone; GPU memory is told apart afterwards."""
-    if n.id in gi:  # ACPI SRAT generic initiator (Linux 5.10+): a device's node
+    if node.id in gi:  # ACPI SRAT generic initiator (Linux 5.10+): a device's node
         return "generic-initiator", "in has_generic_initiator" + (
-            "" if n.cpus or n.id in with_mem else "; no CPUs, no memory"
+            "" if node.cpus or node.id in with_mem else "; no CPUs, no memory"
         )
-    if n.id not in with_mem:
+    if node.id not in with_mem:
         return "no-memory", "not in has_memory"
-    if normal is not None and n.id not in normal:
+    if normal is not None and node.id not in normal:
         return "movable-only", (
             "memory only in ZONE_MOVABLE (not in has_normal_memory)"
-            + ("" if n.cpus else "; no CPUs")
+            + ("" if node.cpus else "; no CPUs")
         )
-    if n.cpus:
-        return "dram", f"CPUs {format_cpulist(n.cpus)} and normal memory"
+    if node.cpus:
+        return "dram", f"CPUs {format_cpulist(node.cpus)} and normal memory"
     return "cpu-less", "memory but no CPUs"
 
 
 def _norm_bus_id(text: str) -> str:
     """ "00000000:17:00.0" (NVML), "0000:17:00.0" (sysfs), "17:00.0" -> "0000:17:00.0"."""
     s = text.strip().lower()
-    m = re.match(r"^(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})(?:\.([0-7]))?$", s)
-    if m is None:
+    match = re.match(r"^(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})(?:\.([0-7]))?$", s)
+    if match is None:
         raise ValueError(f"invalid PCI bus id {text!r}")
     return (
-        f"{int(m.group(1) or '0', 16):04x}:{int(m.group(2), 16):02x}:"
-        f"{int(m.group(3), 16):02x}.{int(m.group(4) or '0')}"
+        f"{int(match.group(1) or '0', 16):04x}:{int(match.group(2), 16):02x}:"
+        f"{int(match.group(3), 16):02x}.{int(match.group(4) or '0')}"
     )
 
 
@@ -2422,10 +2427,10 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
     return out
 
 
-def _nvml_devices(b: Backend) -> Optional[List[_NvmlGpu]]:
+def _nvml_devices(backend: Backend) -> Optional[List[_NvmlGpu]]:
     """NVML's GPUs in NVML order, or None without NVML.  The seam tests monkeypatch.
     NVML describes the running system, so a saved tree or a simulation gets None."""
-    if not b.is_live:
+    if not backend.is_live:
         return None
     with _nvml_lock:
         if "gpus" not in _nvml_cache:
@@ -2436,12 +2441,12 @@ def _nvml_devices(b: Backend) -> Optional[List[_NvmlGpu]]:
 _NVIDIA_PROC = "/proc/driver/nvidia/gpus"
 
 
-def _driver_gpus(b: Backend) -> Dict[str, Optional[str]]:
+def _driver_gpus(backend: Backend) -> Dict[str, Optional[str]]:
     """bus id -> GPU UUID (None: not told) of the GPUs the NVIDIA driver lists in
     /proc/driver/nvidia/gpus/<bus id>/information."""
     out: Dict[str, Optional[str]] = {}
     try:
-        names = b.listdir(_NVIDIA_PROC)
+        names = backend.listdir(_NVIDIA_PROC)
     except OSError:
         return out
     for name in names:
@@ -2449,12 +2454,12 @@ def _driver_gpus(b: Backend) -> Dict[str, Optional[str]]:
             bus = _norm_bus_id(name)
         except ValueError:
             continue
-        m = re.search(
+        match = re.search(
             r"^GPU UUID:\s*(\S+)",
-            b.read_optional(f"{_NVIDIA_PROC}/{name}/information") or "",
+            backend.read_optional(f"{_NVIDIA_PROC}/{name}/information") or "",
             re.MULTILINE,
         )
-        out[bus] = m.group(1) if m else None
+        out[bus] = match.group(1) if match else None
     return out
 
 
@@ -2476,28 +2481,28 @@ def _cpu_json(cpu: Cpu) -> Dict[str, Any]:
     return {name: to_json(value) for name, value in zip(Cpu._fields[1:], cpu[1:])}
 
 
-def _topology_json(t: Topology) -> Dict[str, Any]:
+def _topology_json(topo: Topology) -> Dict[str, Any]:
     weights = None
-    if t.interleave_weights is not None:
-        weights = {str(k): v for k, v in sorted(t.interleave_weights.items())}
+    if topo.interleave_weights is not None:
+        weights = {str(k): v for k, v in sorted(topo.interleave_weights.items())}
     return {
-        "nodes": [_node_json(t.nodes[i]) for i in sorted(t.nodes)],
-        "online_nodes": sorted(t.online_nodes),
-        "possible_nodes": sorted(t.possible_nodes),
-        "nodes_with_cpus": sorted(t.nodes_with_cpus),
-        "nodes_with_memory": sorted(t.nodes_with_memory),
-        "cpus": {str(i): _cpu_json(t.cpus[i]) for i in sorted(t.cpus)},
-        "online_cpus": sorted(t.online_cpus),
-        "allowed_cpus": sorted(t.allowed_cpus),
-        "allowed_mems": sorted(t.allowed_mems),
-        "gpus": [_pci_json(g) for g in t.gpus],
-        "nodes_per_package": t.nodes_per_package,
-        "numa_balancing": t.numa_balancing,
-        "thp": t.thp,
-        "memory_tiers": {str(k): sorted(v) for k, v in sorted(t.memory_tiers.items())},
+        "nodes": [_node_json(topo.nodes[i]) for i in sorted(topo.nodes)],
+        "online_nodes": sorted(topo.online_nodes),
+        "possible_nodes": sorted(topo.possible_nodes),
+        "nodes_with_cpus": sorted(topo.nodes_with_cpus),
+        "nodes_with_memory": sorted(topo.nodes_with_memory),
+        "cpus": {str(i): _cpu_json(topo.cpus[i]) for i in sorted(topo.cpus)},
+        "online_cpus": sorted(topo.online_cpus),
+        "allowed_cpus": sorted(topo.allowed_cpus),
+        "allowed_mems": sorted(topo.allowed_mems),
+        "gpus": [_pci_json(gpu) for gpu in topo.gpus],
+        "nodes_per_package": topo.nodes_per_package,
+        "numa_balancing": topo.numa_balancing,
+        "thp": topo.thp,
+        "memory_tiers": {str(k): sorted(v) for k, v in sorted(topo.memory_tiers.items())},
         "interleave_weights": weights,
-        "interleave_auto": t.interleave_auto,
-        "problems": list(t.problems),
+        "interleave_auto": topo.interleave_auto,
+        "problems": list(topo.problems),
     }
 
 
@@ -2648,9 +2653,9 @@ def _attribute_gpu_memory(
     return out
 
 
-def _gpu_infos(topo: Topology, b: Backend) -> List[GpuInfo]:
-    nvml = _nvml_devices(b)
-    driver = _driver_gpus(b)
+def _gpu_infos(topo: Topology, backend: Backend) -> List[GpuInfo]:
+    nvml = _nvml_devices(backend)
+    driver = _driver_gpus(backend)
     uuids = {**driver, **{nv.pci: nv.uuid for nv in nvml or () if nv.uuid}}
     out = []
     for dev in topo.gpus:
@@ -2681,15 +2686,17 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     Never raises for a missing or malformed file: what could not be read is listed
     in ``Topology.problems`` and a documented fallback is used.
     """
-    b = _b(backend)
-    r = _Reader(b)
-    has_node_dir = r.exists(_NODE_DIR)
+    backend = _b(backend)
+    reader = _Reader(backend)
+    has_node_dir = reader.exists(_NODE_DIR)
     # No node directory (kernel without CONFIG_NUMA): one node 0 with every CPU and
     # all memory.
     online = possible = frozenset({0})
     if has_node_dir:
-        online = r.parsed(f"{_NODE_DIR}/online", _parse_nodelist, frozenset(_node_dirs(r)))
-        possible = r.parsed(f"{_NODE_DIR}/possible", _parse_nodelist, online)
+        online = reader.parsed(
+            f"{_NODE_DIR}/online", _parse_nodelist, frozenset(_node_dirs(reader))
+        )
+        possible = reader.parsed(f"{_NODE_DIR}/possible", _parse_nodelist, online)
     node_cpus: Dict[int, FrozenSet[int]] = {}
     mem: Dict[int, Tuple[int, int]] = {}
     hp: Dict[int, Dict[int, HugePages]] = {}
@@ -2703,28 +2710,28 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
             lacks = (
                 lacks
                 if lacks is not None
-                else {f for f in ("cpulist", "hugepages") if not r.exists(f"{d}/{f}")}
+                else {f for f in ("cpulist", "hugepages") if not reader.exists(f"{d}/{f}")}
             )
             node_cpus[n] = (
-                r.cpus(f"{d}/cpulist", f"{d}/cpumap")
+                reader.cpus(f"{d}/cpulist", f"{d}/cpumap")
                 if "cpulist" not in lacks
-                else r.parsed(f"{d}/cpumap", parse_cpumap)
+                else reader.parsed(f"{d}/cpumap", parse_cpumap)
             ) or frozenset()
-        mi = r.parsed(f"{d}/meminfo" if d else "/proc/meminfo", parse_meminfo) or {}
+        mi = reader.parsed(f"{d}/meminfo" if d else "/proc/meminfo", parse_meminfo) or {}
         mem[n] = (mi.get("MemTotal", 0), mi.get("MemFree", 0))
         hp[n] = (
             {}
             if lacks and "hugepages" in lacks
-            else _hugepages(r, f"{d}/hugepages" if d else "/sys/kernel/mm/hugepages")
+            else _hugepages(reader, f"{d}/hugepages" if d else "/sys/kernel/mm/hugepages")
         )
         if d:
-            rows[n] = r.parsed(f"{d}/distance", parse_distance_row)
+            rows[n] = reader.parsed(f"{d}/distance", parse_distance_row)
 
     def listed(name: str, default: Any) -> Any:
         """A node list of the node directory, cut to the online nodes (once, here)."""
         path = f"{_NODE_DIR}/{name}"
-        got = r.parsed(path, _parse_nodelist, default) if has_node_dir else default
-        return got if got is None else r.online(got, online, path)
+        got = reader.parsed(path, _parse_nodelist, default) if has_node_dir else default
+        return got if got is None else reader.online(got, online, path)
 
     with_cpus: FrozenSet[int] = listed(
         "has_cpu", frozenset(n for n, c in node_cpus.items() if c) if has_node_dir else online
@@ -2733,7 +2740,7 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
         "has_memory", frozenset(n for n, (t, _) in mem.items() if t > 0) if has_node_dir else online
     )
     node_of = {c: n for n, cl in node_cpus.items() for c in cl}
-    cpus, online_cpus = _read_cpus(r, node_of)
+    cpus, online_cpus = _read_cpus(reader, node_of)
     if not has_node_dir:
         node_cpus[0] = online_cpus
         cpus = {c: v._replace(node=0) for c, v in cpus.items()}
@@ -2749,9 +2756,9 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
             elif len(row) == len(possible) and online <= possible:
                 # One entry per possible node (a node taken offline): keep the online.
                 dist = {m: d for m, d in zip(sorted(possible), row) if m in online}
-                r.online(frozenset(possible), online, f"{where} (a column per possible node)")
+                reader.online(frozenset(possible), online, f"{where} (a column per possible node)")
             else:
-                r.problems.append(
+                reader.problems.append(
                     f"{where} has {len(row)} entries for {len(order)} "
                     "online nodes; distances ignored"
                 )
@@ -2765,22 +2772,22 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
             MappingProxyType(hp.get(n, {})),
         )
     try:
-        allowed_cpus, allowed_mems = _allowed_from_status(b)
+        allowed_cpus, allowed_mems = _allowed_from_status(backend)
     except ValueError as e:
-        r.problems.append(str(e))
+        reader.problems.append(str(e))
         allowed_cpus = allowed_mems = None
     # Memory tiers, HMAT and weighted interleave.
-    tiers = _read_tiers(r, online) if has_node_dir else {}
+    tiers = _read_tiers(reader, online) if has_node_dir else {}
     tier_of = {m: t for t, ns in sorted(tiers.items(), reverse=True) for m in ns}
     normal: Optional[FrozenSet[int]] = listed("has_normal_memory", None)
     gi: FrozenSet[int] = listed("has_generic_initiator", frozenset())
     links: Dict[int, List[str]] = {}
-    for dev in _read_devices(r, node_of, with_cpus, online) if gi else ():
+    for dev in _read_devices(reader, node_of, with_cpus, online) if gi else ():
         links.setdefault(dev.numa_node, []).append(dev.address)
     for n, nd in nodes.items():
         nd = nd._replace(
             tier=tier_of.get(n),
-            access=_read_access(r, n, online) if has_node_dir and n in with_mem else None,
+            access=_read_access(reader, n, online) if has_node_dir and n in with_mem else None,
             has_normal_memory=None if normal is None else n in normal,
         )
         kind, why = _node_kind(nd, with_mem, normal, gi)
@@ -2789,12 +2796,12 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
                 ", ".join(links[n]) if n in links else "a device no PCI numa_node names"
             )
         nodes[n] = nd._replace(kind=kind, kind_evidence=why)
-    weights, auto = _read_weights(r, online, possible)
-    nb = r.integer("/proc/sys/kernel/numa_balancing")
-    thp_text = r.text("/sys/kernel/mm/transparent_hugepage/enabled")
+    weights, auto = _read_weights(reader, online, possible)
+    nb = reader.integer("/proc/sys/kernel/numa_balancing")
+    thp_text = reader.text("/sys/kernel/mm/transparent_hugepage/enabled")
     thp = re.search(r"\[(\w+)\]", thp_text or "")
     if thp_text is not None and not thp:
-        r.problems.append(f"no [selected] THP mode in {thp_text.strip()!r}")
+        reader.problems.append(f"no [selected] THP mode in {thp_text.strip()!r}")
     topo = Topology(
         nodes=MappingProxyType(nodes),
         online_nodes=online,
@@ -2805,10 +2812,10 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
         online_cpus=online_cpus,
         allowed_cpus=online_cpus if allowed_cpus is None else allowed_cpus,
         allowed_mems=with_mem if allowed_mems is None else allowed_mems,
-        gpus=_read_devices(r, node_of, with_cpus, online, True),
+        gpus=_read_devices(reader, node_of, with_cpus, online, True),
         numa_balancing=nb,
         thp=thp.group(1) if thp else None,
-        problems=tuple(r.problems),
+        problems=tuple(reader.problems),
         has_node_dir=has_node_dir,
         memory_tiers=MappingProxyType(tiers),
         interleave_weights=None if weights is None else MappingProxyType(weights),
@@ -2833,16 +2840,16 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     # GPU memory onlined as a node: CPU-less memory nodes the GPU section attributes
     # to a GPU (NVML or the NVIDIA driver's /proc entries; never by shape alone).
     if topo.nodes_with_memory - topo.nodes_with_cpus and any(
-        g.vendor_name == "nvidia" for g in topo.gpus
+        gpu.vendor_name == "nvidia" for gpu in topo.gpus
     ):
         gnodes = dict(topo.nodes)
-        for g in _gpu_infos(topo, b):
-            for gm in g.memory_nodes:
+        for gpu in _gpu_infos(topo, backend):
+            for gm in gpu.memory_nodes:
                 if gm in gnodes:
                     gnodes[gm] = gnodes[gm]._replace(
                         kind="gpu",
-                        kind_evidence=f"memory of GPU {g.pci} "
-                        f"({g.memory_source}); {gnodes[gm].kind_evidence}",
+                        kind_evidence=f"memory of GPU {gpu.pci} "
+                        f"({gpu.memory_source}); {gnodes[gm].kind_evidence}",
                     )
         topo = topo._replace(nodes=MappingProxyType(gnodes))
     return topo
@@ -2872,20 +2879,20 @@ class MemoryNodeChoice(_Record):
         }
 
 
-def _widest_cpu_distance(t: Topology, cpu_nodes: List[int]) -> Optional[int]:
+def _widest_cpu_distance(topo: Topology, cpu_nodes: List[int]) -> Optional[int]:
     """The largest distance between two of ``cpu_nodes`` (with one node: its own
     distance to itself); None when the table says nothing."""
     distances = []
     if len(cpu_nodes) > 1:
         for node in cpu_nodes:
-            if node not in t.nodes:
+            if node not in topo.nodes:
                 continue
-            for other, d in t.nodes[node].distances.items():
+            for other, d in topo.nodes[node].distances.items():
                 if other != node and other in cpu_nodes:
                     distances.append(d)
     else:
         for node in cpu_nodes:
-            own = t.distance(node, node)
+            own = topo.distance(node, node)
             if own is not None:
                 distances.append(own)
     return max(distances, default=None)
@@ -3096,11 +3103,11 @@ def mbind(
     backend: Optional[Backend] = None,
 ) -> None:
     """mbind(2): set the policy of [addr, addr+length).  ``addr`` must be page aligned."""
-    b = _b(backend)
+    backend = _b(backend)
     ids = frozenset(nodes)
-    mask = NodeMask(ids, abi=b.abi) if ids else None  # no nodes: a NULL mask
-    b.syscall(
-        b.abi.number("mbind"),
+    mask = NodeMask(ids, abi=backend.abi) if ids else None  # no nodes: a NULL mask
+    backend.syscall(
+        backend.abi.number("mbind"),
         addr,
         length,
         int(mode) | int(mode_flags),
@@ -3114,11 +3121,11 @@ def set_mempolicy(
     mode: int, nodes: Iterable[int] = (), *, mode_flags: int = 0, backend: Optional[Backend] = None
 ) -> None:
     """set_mempolicy(2): the calling THREAD's policy (threads it creates inherit it)."""
-    b = _b(backend)
+    backend = _b(backend)
     ids = frozenset(nodes)
-    mask = NodeMask(ids, abi=b.abi) if ids else None
-    b.syscall(
-        b.abi.number("set_mempolicy"),
+    mask = NodeMask(ids, abi=backend.abi) if ids else None
+    backend.syscall(
+        backend.abi.number("set_mempolicy"),
         int(mode) | int(mode_flags),
         mask.address if mask else 0,
         mask.maxnode if mask else 0,
@@ -3133,19 +3140,21 @@ def migrate_pages(
     backend: Optional[Backend] = None,
 ) -> int:
     """migrate_pages(2): move a process's pages from ``old_nodes`` to ``new_nodes``."""
-    b = _b(backend)
+    backend = _b(backend)
     old, new = frozenset(old_nodes), frozenset(new_nodes)
     bits = max(old | new, default=0) + 1  # one mask size for both
-    om, nm = NodeMask(old, abi=b.abi, bits=bits), NodeMask(new, abi=b.abi, bits=bits)
-    return b.syscall(b.abi.number("migrate_pages"), pid, om.maxnode, om.address, nm.address)
+    om, nm = NodeMask(old, abi=backend.abi, bits=bits), NodeMask(new, abi=backend.abi, bits=bits)
+    return backend.syscall(
+        backend.abi.number("migrate_pages"), pid, om.maxnode, om.address, nm.address
+    )
 
 
 def set_mempolicy_home_node(
     addr: int, length: int, home_node: int, flags: int = 0, *, backend: Optional[Backend] = None
 ) -> None:
     """set_mempolicy_home_node(2) (Linux 5.17+), for BIND / PREFERRED_MANY ranges."""
-    b = _b(backend)
-    b.syscall(b.abi.number("set_mempolicy_home_node"), addr, length, home_node, flags)
+    backend = _b(backend)
+    backend.syscall(backend.abi.number("set_mempolicy_home_node"), addr, length, home_node, flags)
 
 
 # ===========================================================================
@@ -3256,23 +3265,23 @@ def _mode_of(mode: Union[str, int]) -> Mode:
 _default_cache: Dict[Tuple[Any, ...], FrozenSet[int]] = {}
 
 
-def _memory_nodes(b: Backend) -> Tuple[FrozenSet[int], FrozenSet[int], FrozenSet[int]]:
+def _memory_nodes(backend: Backend) -> Tuple[FrozenSet[int], FrozenSet[int], FrozenSet[int]]:
     """(nodes with memory, Mems_allowed, default_memory_nodes) cheaply: the whole
     topology is read only when a memory node lacks CPUs or normal memory or the
     kernel has several memory tiers (otherwise the default is every allowed node)."""
-    r = _Reader(b)  # what it cannot read is read_topology's to report
-    if not r.exists(_NODE_DIR):
+    reader = _Reader(backend)  # what it cannot read is read_topology's to report
+    if not reader.exists(_NODE_DIR):
         return frozenset({0}), frozenset({0}), frozenset({0})
-    mem = r.parsed(f"{_NODE_DIR}/has_memory", _parse_nodelist)
+    mem = reader.parsed(f"{_NODE_DIR}/has_memory", _parse_nodelist)
     if mem is None:
-        mem = frozenset(_node_dirs(r))
+        mem = frozenset(_node_dirs(reader))
     try:
-        _, allowed = _allowed_from_status(b)
+        _, allowed = _allowed_from_status(backend)
     except ValueError:
         allowed = None
     allowed = allowed if allowed is not None else mem
-    texts = tuple(r.text(f"{_NODE_DIR}/{name}") for name in ("has_cpu", "has_normal_memory"))
-    tiers = tuple(sorted(x for x in r.listdir(_TIER_DIR) if x.startswith("memory_tier")))
+    texts = tuple(reader.text(f"{_NODE_DIR}/{name}") for name in ("has_cpu", "has_normal_memory"))
+    tiers = tuple(sorted(x for x in reader.listdir(_TIER_DIR) if x.startswith("memory_tier")))
     try:  # every memory node has CPUs and normal memory
         plain = all(t is None or mem <= parse_cpulist(t) for t in texts)
     except ValueError:
@@ -3282,12 +3291,12 @@ def _memory_nodes(b: Backend) -> Tuple[FrozenSet[int], FrozenSet[int], FrozenSet
     # A tiered machine: the whole topology decides (~10 ms), once per distinct state
     # of these files (an engine may interleave every layer of every request).
     # Each dict operation is atomic: two threads at worst both read the topology.
-    key = (type(b).__name__, b.root, mem, allowed, tuple(texts), tiers)
+    key = (type(backend).__name__, backend.root, mem, allowed, tuple(texts), tiers)
     default = _default_cache.get(key)
     if default is None:
         if len(_default_cache) > 64:
             _default_cache.clear()
-        default = _default_cache[key] = default_memory_nodes(backend=b)
+        default = _default_cache[key] = default_memory_nodes(backend=backend)
     return mem, allowed, default
 
 
@@ -3379,12 +3388,12 @@ def _strict_or_env(strict: Optional[bool]) -> bool:
     return bool(strict) if strict is not None else bool(_env("NUMA_STRICT"))
 
 
-def _devices(t: Topology, b: Backend) -> Tuple[Device, ...]:
+def _devices(topo: Topology, backend: Backend) -> Tuple[Device, ...]:
     return _read_devices(
-        _Reader(b),
-        {c: v.node for c, v in t.cpus.items() if v.node is not None},
-        t.nodes_with_cpus,
-        t.online_nodes,
+        _Reader(backend),
+        {c: v.node for c, v in topo.cpus.items() if v.node is not None},
+        topo.nodes_with_cpus,
+        topo.online_nodes,
     )
 
 
@@ -3394,8 +3403,12 @@ def devices(kind: Optional[str] = None, *, backend: Optional[Backend] = None) ->
     "gpu" ones are the GPUs gpus() describes."""
     if kind is not None and kind not in DEVICE_KINDS:
         raise ValueError(f"unknown device kind {kind!r}; one of {', '.join(DEVICE_KINDS)}")
-    b = _b(backend)
-    return [d for d in _devices(read_topology(backend=b), b) if kind in (None, d.kind)]
+    backend = _b(backend)
+    return [
+        device
+        for device in _devices(read_topology(backend=backend), backend)
+        if kind in (None, device.kind)
+    ]
 
 
 class NodeListError(ValueError):
@@ -3422,10 +3435,10 @@ _STRTOUL = r"[ \t\n\v\f\r]*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)"
 
 
 def _strtoul(s: str, i: int) -> Tuple[Optional[int], int]:
-    m = re.compile(_STRTOUL).match(s, i)
-    if not m:
+    match = re.compile(_STRTOUL).match(s, i)
+    if not match:
         return None, i
-    sign, digits = m.group(1), m.group(2)
+    sign, digits = match.group(1), match.group(2)
     if digits[1:2] in ("x", "X"):
         value = int(digits, 16)
     elif digits[0] == "0":
@@ -3437,7 +3450,7 @@ def _strtoul(s: str, i: int) -> Tuple[Optional[int], int]:
         value = _ULONG_MAX
     elif sign == "-":
         value = -value % (1 << 64)
-    return value, m.end()
+    return value, match.end()
 
 
 def parse_nodestring(
@@ -3463,15 +3476,15 @@ def parse_nodestring(
     (Mems_allowed / Cpus_allowed); ``possible=True`` (numactl --all) allows every
     node or CPU the machine has.  An empty text is the empty set.  Raises ValueError
     with libnuma's reason."""
-    b = _b(backend)
-    t = topology if topology is not None else read_topology(backend=b)
+    backend = _b(backend)
+    t = topology if topology is not None else read_topology(backend=backend)
     what = "cpu" if cpus else "node"
     top = max(t.cpus if cpus else t.nodes, default=0) + 1
     conf = top if cpus else len(t.nodes_with_memory)  # numa_num_configured_cpus/_nodes (sic)
     if possible:
         allowed = frozenset(range(top))
     elif cpus:
-        allowed = frozenset(c for c in t.allowed_cpus if c < top)
+        allowed = frozenset(cpu for cpu in t.allowed_cpus if cpu < top)
     else:
         allowed = t.allowed_mems
     order = sorted(allowed)
@@ -3512,7 +3525,7 @@ def parse_nodestring(
             if rest == "all":
                 mask |= allowed
             elif devices is not None:
-                mask |= devices(rest, b)
+                mask |= devices(rest, backend)
             else:
                 raise NodeListError(
                     f"the device form `{kind}:' is refused here: node lists "
@@ -3538,13 +3551,15 @@ def parse_nodestring(
     return frozenset(mask)
 
 
-def _env_nodes(b: Optional[Backend], topo: Optional[Topology] = None) -> Optional[FrozenSet[int]]:
+def _env_nodes(
+    backend: Optional[Backend], topo: Optional[Topology] = None
+) -> Optional[FrozenSet[int]]:
     """NUMA_NODES resolved on the machine (on ``topo`` when given), or None when unset."""
     text = _env("NUMA_NODES")
     if text is None:
         return None
     try:
-        return parse_nodestring(text, backend=b, topology=topo)
+        return parse_nodestring(text, backend=backend, topology=topo)
     except ValueError as e:
         raise ValueError(f"{_env_prefix}NUMA_NODES={_short(text)}: {_cut(str(e))}") from None
 
@@ -3569,23 +3584,25 @@ def _apply_policy(
     the same shared policy; the mincore walk costs ~50 ms per 8 GiB of shmem.
     ``known``: a dict kept by a caller that applies many extents, so that the
     machine's memory nodes and NUMA_NODES are read once for all of them."""
-    b = _b(backend)
+    backend = _b(backend)
     strict_ = _strict_or_env(strict)
     m = _mode_of(mode)
     if known is None:
         known = {}
     if nodes is None and m not in (Mode.DEFAULT, Mode.LOCAL):
         if "env" not in known:
-            known["env"] = _env_nodes(b)
+            known["env"] = _env_nodes(backend)
         nodes = known["env"]
     mname = _MODE_WORDS[m].result
     what = f"{mname} policy"
     start, size = (
-        (0, 0) if buf is None else _page_range(*buffer_range(buf, length), page_size or b.page_size)
+        (0, 0)
+        if buf is None
+        else _page_range(*buffer_range(buf, length), page_size or backend.page_size)
     )
     explicit = nodes is not None
     if "memory" not in known:
-        known["memory"] = _memory_nodes(b)
+        known["memory"] = _memory_nodes(backend)
     mem, allowed, default = known["memory"]
     want = _node_ids(nodes) if nodes is not None else default
     res = PolicyResult(False, mname, want, start, size)
@@ -3618,11 +3635,11 @@ def _apply_policy(
             return res._replace(reason="single-node", hint=_HINTS["single-node"])
         if m == Mode.PREFERRED and len(want) > 1:
             raise ValueError("preferred takes one node; use preferred_many for several")
-    if not b.abi.supported:
+    if not backend.abi.supported:
         return _fallback(res, strict_, what, "unsupported-arch", errno.ENOSYS)
     try:
         if buf is None:
-            set_mempolicy(m, want, mode_flags=mode_flags, backend=b)
+            set_mempolicy(m, want, mode_flags=mode_flags, backend=backend)
         elif size:
             mbind(
                 start,
@@ -3631,7 +3648,7 @@ def _apply_policy(
                 want,
                 MbindFlag.MOVE if move else 0,
                 mode_flags=mode_flags,
-                backend=b,
+                backend=backend,
             )
     except NotLiveError as e:
         return _fallback(res, strict_, what, "not-live", e.errno)
@@ -3645,7 +3662,7 @@ def _apply_policy(
     res = res._replace(applied=True)
     if size and not move and count_resident and m != Mode.DEFAULT:
         try:  # mincore counts base pages, also in a hugetlb mapping
-            resident = b.mincore(start, size) * b.page_size
+            resident = backend.mincore(start, size) * backend.page_size
         except (OSError, NotImplementedError):
             resident = 0  # unknown: claim nothing
         if resident:
@@ -3817,24 +3834,26 @@ def set_interleave_weights(
     nothing.  Raises OSError: ENOTSUP without weighted interleave, EACCES without
     root, ENOENT for a node the kernel has no weight for; ValueError for a node id
     that is not an int (True, 1.0) or a weight outside 1-255."""
-    b = _b(backend)
-    before = interleave_weights(backend=b)
+    backend = _b(backend)
+    before = interleave_weights(backend=backend)
     if before is None:
         raise OSError(
             errno.ENOTSUP, f"this kernel has no weighted interleave (Linux 6.9+: {_WI_DIR})"
         )
-    for n, w in weights.items():
+    for node, w in weights.items():
         # True == 1 and 1.0 == 1 pass the lookup below, then name file "nodeTrue".
-        if isinstance(n, bool) or not isinstance(n, int):
-            raise ValueError(f"interleave weight node id must be an int, not {n!r}")
+        if isinstance(node, bool) or not isinstance(node, int):
+            raise ValueError(f"interleave weight node id must be an int, not {node!r}")
         if isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= 255:
-            raise ValueError(f"interleave weight for node {n} must be 1-255, not {w!r}")
-        if n not in before:
+            raise ValueError(f"interleave weight for node {node} must be 1-255, not {w!r}")
+        if node not in before:
             raise OSError(
-                errno.ENOENT, f"no weighted-interleave weight for node {n}", f"{_WI_DIR}/node{n}"
+                errno.ENOENT,
+                f"no weighted-interleave weight for node {node}",
+                f"{_WI_DIR}/node{node}",
             )
-    for n, w in sorted(weights.items()):
-        b.write_text(f"{_WI_DIR}/node{n}", f"{w}\n")
+    for node, w in sorted(weights.items()):
+        backend.write_text(f"{_WI_DIR}/node{node}", f"{w}\n")
     return before
 
 
@@ -4086,24 +4105,24 @@ def _maps_path(pid: Union[int, str]) -> str:
 _MOVE_PAGES_LIMIT = 1 << 16  # pages: above this, one numa_maps read is cheaper
 
 
-def _placement_move_pages(b: Backend, pid: int, addr: int, size: int) -> Dict[int, int]:
+def _placement_move_pages(backend: Backend, pid: int, addr: int, size: int) -> Dict[int, int]:
     """Bytes per node of [addr, addr+size) from move_pages queries, in batches."""
     import array
     import collections
 
-    page, end = b.page_size, addr + max(size, 1)
-    swap = b.abi.byteorder != sys.byteorder
+    page, end = backend.page_size, addr + max(size, 1)
+    swap = backend.abi.byteorder != sys.byteorder
     seen: collections.Counter[int] = collections.Counter()
     step = page * 16384  # pages per call
     for lo in range(addr - addr % page, end, step):
         ptrs = array.array(
-            "Q" if _pointer_bits(b.abi) == 64 else "I", range(lo, min(end, lo + step), page)
+            "Q" if _pointer_bits(backend.abi) == 64 else "I", range(lo, min(end, lo + step), page)
         )
         status = array.array("i", bytes(4 * len(ptrs)))
         if swap:
             ptrs.byteswap()
-        b.syscall(
-            b.abi.number("move_pages"),
+        backend.syscall(
+            backend.abi.number("move_pages"),
             pid,
             len(ptrs),
             ptrs.buffer_info()[0],
@@ -4117,8 +4136,8 @@ def _placement_move_pages(b: Backend, pid: int, addr: int, size: int) -> Dict[in
     return {n: c * page for n, c in sorted(seen.items()) if n >= 0}
 
 
-def _page_kb(b: Backend) -> int:
-    return max(b.page_size // 1024, 1)
+def _page_kb(backend: Backend) -> int:
+    return max(backend.page_size // 1024, 1)
 
 
 def _line_at(text: str, addr: int) -> Tuple[int, int]:
@@ -4176,19 +4195,19 @@ def placement(
     """
     if method not in ("auto", "numa_maps", "move_pages"):
         raise ValueError(f"unknown placement method {method!r}")
-    b = _b(backend)
+    backend = _b(backend)
     addr, size = buffer_range(buf, length)
     path = _maps_path(pid)
-    npages = (addr % b.page_size + size + b.page_size - 1) // b.page_size
+    npages = (addr % backend.page_size + size + backend.page_size - 1) // backend.page_size
     if method == "move_pages" or (
-        method == "auto" and npages <= _MOVE_PAGES_LIMIT and b.abi.supported
+        method == "auto" and npages <= _MOVE_PAGES_LIMIT and backend.abi.supported
     ):
         try:
-            return _placement_move_pages(b, 0 if pid == "self" else int(pid), addr, size)
+            return _placement_move_pages(backend, 0 if pid == "self" else int(pid), addr, size)
         except OSError:
             if method == "move_pages":
                 raise
-    return _placement_in(b.read_text(path), addr, addr + max(size, 1), _page_kb(b))
+    return _placement_in(backend.read_text(path), addr, addr + max(size, 1), _page_kb(backend))
 
 
 # -- the identity record ----------------------------------------------------------------
@@ -4388,11 +4407,11 @@ _SIZE_MAX = (1 << 64) - 1  # the largest size_t of any ABI; Abi.bits narrows it
 def parse_size(text: str) -> int:
     """Bytes in a size as people and numactl write it: "4G", "512M", "1.5g", "2MiB",
     "1048576" (binary units; ValueError for anything else or past 2**64-1)."""
-    m = re.match(r"^\s*([0-9]{1,20}(?:\.[0-9]{1,20})?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*$", text)
-    if not m:
+    match = re.match(r"^\s*([0-9]{1,20}(?:\.[0-9]{1,20})?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*$", text)
+    if not match:
         raise ValueError(f"invalid size {_short(text)} (e.g. 4G, 512M, 1048576)")
-    unit = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}[m.group(2).lower()]
-    whole, _, frac = m.group(1).partition(".")
+    unit = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}[match.group(2).lower()]
+    whole, _, frac = match.group(1).partition(".")
     n: int = (int(whole) << unit) + (int(frac or 0) << unit) // 10 ** len(frac)
     if n > _SIZE_MAX:
         raise ValueError(f"invalid size {_short(text)}: more than 2**64-1 bytes")
@@ -4493,7 +4512,7 @@ class Layout:
     ) -> Layout:
         """Equal contiguous parts, one per entry of ``nodes`` (a node, or several for
         interleave/prefer-many): ``[0, 0, 0, 0, 1, 1, 1, 1]`` is one part per TP rank."""
-        return cls("parts", [(0, policy, n) for n in nodes], size)
+        return cls("parts", [(0, policy, node) for node in nodes], size)
 
     @classmethod
     def blocks(
@@ -4505,7 +4524,7 @@ class Layout:
         size: Optional[int] = None,
     ) -> Layout:
         """Blocks of ``block_size`` bytes, block i on ``nodes[i % len(nodes)]``."""
-        return cls("blocks", [(block_size, policy, n) for n in nodes], size)
+        return cls("blocks", [(block_size, policy, node) for node in nodes], size)
 
     @classmethod
     def extents(cls, items: Iterable[Tuple[int, str, Union[int, Iterable[int], None]]]) -> Layout:
@@ -4744,7 +4763,7 @@ SYSV_KEY_PREFIX, SYSV_KEY_MASK = 0x4E000000, 0xFF000000
 POSIX_PREFIX = "numa_utils-"
 
 
-def _status_regions(report: Dict[str, Any], b: Backend) -> None:
+def _status_regions(report: Dict[str, Any], backend: Backend) -> None:
     """``report["regions"]``: this user's regions on the live system, SysV segments of
     our key family and /dev/shm/numa_utils-* files, with the text part.  A SysV
     layout is not read here (only an attach reads it, and a status scraped every few
@@ -4752,10 +4771,10 @@ def _status_regions(report: Dict[str, Any], b: Backend) -> None:
     show it."""
     rows: List[Dict[str, Any]] = []
     report["regions"] = rows
-    if not b.is_live:
+    if not backend.is_live:
         return
     euid = os.geteuid()
-    for st in _sysvipc_rows(b.read_optional("/proc/sysvipc/shm") or ""):
+    for st in _sysvipc_rows(backend.read_optional("/proc/sysvipc/shm") or ""):
         if st.uid == euid and st.key & SYSV_KEY_MASK == SYSV_KEY_PREFIX:
             rows.append(
                 {
@@ -4768,9 +4787,11 @@ def _status_regions(report: Dict[str, Any], b: Backend) -> None:
                 }
             )
     locks = [
-        ln.split() for ln in (b.read_optional("/proc/locks") or "").splitlines() if "->" not in ln
+        ln.split()
+        for ln in (backend.read_optional("/proc/locks") or "").splitlines()
+        if "->" not in ln
     ]  # every attacher of a file holds a shared flock
-    for name in sorted(n for n in b.listdir("/dev/shm") if n.startswith(POSIX_PREFIX)):
+    for name in sorted(n for n in backend.listdir("/dev/shm") if n.startswith(POSIX_PREFIX)):
         path = f"/dev/shm/{name}"
         row: Dict[str, Any] = {
             "name": name[len(POSIX_PREFIX) :],
@@ -4912,9 +4933,9 @@ def prefault(
     """
     import time
 
-    b = _b(backend)
+    backend = _b(backend)
     addr, size = buffer_range(buf, length)
-    pg = page_size or b.page_size
+    pg = page_size or backend.page_size
     start, span = _page_range(addr, size, pg)
     t0 = time.monotonic()
     if span == 0:
@@ -4922,7 +4943,7 @@ def prefault(
     want = threads if threads is not None else _env("NUMA_PREFAULT_THREADS")
     if want is None:
         try:
-            cpus = len(b.sched_getaffinity(0))
+            cpus = len(backend.sched_getaffinity(0))
         except OSError:
             cpus = os.cpu_count() or 1
         # Page population scales with cores until memory bandwidth runs out.
@@ -4935,7 +4956,7 @@ def prefault(
     # Probe on the first page: EINVAL means no MADV_POPULATE_WRITE (or a mapping it
     # cannot populate) -> touch pages instead.  Other errors are real (ENOMEM, EFAULT).
     try:
-        b.madvise(start, pg, MADV_POPULATE_WRITE)
+        backend.madvise(start, pg, MADV_POPULATE_WRITE)
     except OSError as e:
         if e.errno != errno.EINVAL:
             raise
@@ -4953,11 +4974,11 @@ def prefault(
             while p < hi and not stop.is_set():
                 q = min(hi, p + chunk)
                 if method == "populate_write":
-                    b.madvise(p, q - p, MADV_POPULATE_WRITE)
-                elif b.is_live:
+                    backend.madvise(p, q - p, MADV_POPULATE_WRITE)
+                elif backend.is_live:
                     _touch_iov(p, q - p, pg, write=not shared)
                 else:
-                    b.touch(p, q - p)
+                    backend.touch(p, q - p)
                 done[i] += q - p
                 p = q
                 if n == 1 and progress is not None:  # one slice: run here
@@ -5010,7 +5031,7 @@ def _region_policy(
     policy: Optional[str],
     nodes: Optional[Iterable[int]],
     strict: Optional[bool],
-    b: Backend,
+    backend: Backend,
     known: Dict[str, Any],
 ) -> Tuple[Mode, Optional[FrozenSet[int]], bool, bool]:
     """(mode, nodes, strict, explicit) from the arguments and the environment:
@@ -5028,7 +5049,7 @@ def _region_policy(
         mode = Mode.DEFAULT
     if nodes is None and mode not in (Mode.DEFAULT, Mode.LOCAL):
         if "env" not in known:
-            known["env"] = _env_nodes(b, known.get("topology"))
+            known["env"] = _env_nodes(backend, known.get("topology"))
         nodes = known["env"] or None
     ids = frozenset(nodes) if nodes is not None else None
     if mode == Mode.PREFERRED and (ids is None or len(ids) != 1):
@@ -5048,7 +5069,7 @@ def _reserved_kb(topo: Topology, node: int) -> Set[int]:
 
 
 def _huge_size(
-    hugepages: Union[bool, int, str, None], b: Backend, nodes: Optional[FrozenSet[int]]
+    hugepages: Union[bool, int, str, None], backend: Backend, nodes: Optional[FrozenSet[int]]
 ) -> int:
     """Huge page size in bytes (0: base pages, or "thp").  True: the size reserved on
     every node of ``nodes``, 2 MiB first; "2M"/"1G"/"2048kB" or a byte count pick one.
@@ -5056,13 +5077,13 @@ def _huge_size(
     hugetlb allocator falls back along the zonelist): any usable node's size will do."""
     if hugepages in (None, False, 0, "off", "", "thp"):
         return 0
-    topo = read_topology(backend=b)
+    topo = read_topology(backend=backend)
     targets = nodes or topo.usable_memory_nodes or frozenset(topo.nodes)
-    have = {n: _reserved_kb(topo, n) for n in targets}  # the sizes reserved there
+    have = {node: _reserved_kb(topo, node) for node in targets}  # the sizes reserved there
     reserved: Dict[str, List[int]] = {}  # what messages say is where: "2048 kB pages"
-    for n in sorted(targets | topo.usable_memory_nodes):
-        for what in [f"{kb} kB pages" for kb in sorted(_reserved_kb(topo, n))] or ["none"]:
-            reserved.setdefault(what, []).append(n)
+    for node in sorted(targets | topo.usable_memory_nodes):
+        for what in [f"{kb} kB pages" for kb in sorted(_reserved_kb(topo, node))] or ["none"]:
+            reserved.setdefault(what, []).append(node)
     seen = "; ".join(f"{what} on {_nodes_txt(ns)}" for what, ns in reserved.items())
     sizes_kb: Set[int] = set()
     if have and nodes:
@@ -5070,7 +5091,7 @@ def _huge_size(
     elif have:
         sizes_kb = set.union(*have.values())
     if hugepages is True:
-        bare = [n for n in targets if not have[n]]
+        bare = [node for node in targets if not have[node]]
         if not sizes_kb and bare:
             raise OSError(
                 errno.ENOMEM,
@@ -5090,7 +5111,7 @@ def _huge_size(
     nbytes = parse_size(hugepages) if isinstance(hugepages, str) else int(hugepages or 0)
     kb = nbytes // 1024
     if kb not in sizes_kb:
-        short = [n for n in targets if kb not in have[n]]
+        short = [node for node in targets if kb not in have[node]]
         raise OSError(
             errno.ENOMEM,
             f"no {nbytes >> 10} kB huge pages reserved on {_nodes_txt(short)} ({seen})",
@@ -5099,16 +5120,19 @@ def _huge_size(
 
 
 def _region_page(
-    hugepages: Union[bool, int, str, None], kind: str, b: Backend, nodes: Optional[FrozenSet[int]]
+    hugepages: Union[bool, int, str, None],
+    kind: str,
+    backend: Backend,
+    nodes: Optional[FrozenSet[int]],
 ) -> Tuple[int, int]:
     """(huge page size or 0, the page size the region is mapped with)."""
-    huge = _huge_size(hugepages, b, nodes)
+    huge = _huge_size(hugepages, backend, nodes)
     if huge and kind == "posix":
         raise ValueError("hugepages need kind='sysv' (SHM_HUGETLB): /dev/shm is tmpfs")
-    return huge, huge or b.page_size
+    return huge, huge or backend.page_size
 
 
-def _region_args(b: Backend, kind: str, size: Any, least: int) -> None:
+def _region_args(backend: Backend, kind: str, size: Any, least: int) -> None:
     """create's and attach's checks, before any system call: a size above the ABI's
     size_t would be truncated (2**64 + 1M gave a 1 MiB segment behind a region
     claiming 2**64 + 1M)."""
@@ -5116,7 +5140,7 @@ def _region_args(b: Backend, kind: str, size: Any, least: int) -> None:
         raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
     if isinstance(size, bool) or not isinstance(size, int) or size < least:
         raise ValueError(f"invalid size {size!r}: an int >= {least}")
-    size_max = (1 << b.abi.word_bits) - 1 if b.abi.word_bits else _SIZE_MAX
+    size_max = (1 << backend.abi.word_bits) - 1 if backend.abi.word_bits else _SIZE_MAX
     if size > size_max:
         raise ValueError(f"size {size} is larger than this ABI's size_t ({size_max})")
 
@@ -5126,11 +5150,11 @@ def _region_args(b: Backend, kind: str, size: Any, least: int) -> None:
 _MAP_COUNT_SPARE_MIN = 1024
 
 
-def _map_count_room(b: Backend) -> Optional[Tuple[int, int]]:
+def _map_count_room(backend: Backend) -> Optional[Tuple[int, int]]:
     """(vm.max_map_count, the VMAs this process maps now); None where either cannot be
     read (a simulated or saved machine without them)."""
-    limit = b.read_optional("/proc/sys/vm/max_map_count")
-    maps = b.read_optional("/proc/self/maps")
+    limit = backend.read_optional("/proc/sys/vm/max_map_count")
+    maps = backend.read_optional("/proc/self/maps")
     if limit is None or maps is None:
         return None
     try:
@@ -5147,11 +5171,11 @@ def _map_count_spare(limit: int) -> int:
     return min(spare, limit // 4)
 
 
-def _map_count_check(b: Backend, need: int, layout: str) -> Tuple[Optional[int], str]:
+def _map_count_check(backend: Backend, need: int, layout: str) -> Tuple[Optional[int], str]:
     """(the VMAs vm.max_map_count leaves this process with room kept for the engine,
     None where either cannot be read; why the ``need`` VMAs a region of ``layout``
     takes, its runs and the record room's one, do not fit there, "" when they do)."""
-    room = _map_count_room(b)
+    room = _map_count_room(backend)
     if room is None:
         return None, ""
     limit, mapped = room
@@ -5218,15 +5242,15 @@ class FitResult(_Record):
 
 
 def _selected(text: Optional[str]) -> Optional[str]:
-    m = re.search(r"\[([\w-]+)\]", text or "")
-    return m.group(1) if m else None
+    match = re.search(r"\[([\w-]+)\]", text or "")
+    return match.group(1) if match else None
 
 
-def _thp_settings(b: Backend) -> Dict[str, str]:
+def _thp_settings(backend: Backend) -> Dict[str, str]:
     return {
         n: w
         for n in ("enabled", "defrag", "shmem_enabled")
-        if (w := _selected(b.read_optional(f"{_THP_DIR}/{n}")))
+        if (w := _selected(backend.read_optional(f"{_THP_DIR}/{n}")))
     }
 
 
@@ -5238,26 +5262,26 @@ def _layout_arg(layout: Union[Layout, str, None]) -> Optional[Layout]:
     return lay
 
 
-def _cgroup_dirs(b: Backend) -> List[str]:
+def _cgroup_dirs(backend: Backend) -> List[str]:
     """This process's cgroup v2 directory and its ancestors up to the root, innermost
     first; [] when /proc/self/cgroup names no v2 cgroup."""
-    m = re.search(r"^0::\s*(/.*)", b.read_optional("/proc/self/cgroup") or "", re.M)
-    if m is None:
+    match = re.search(r"^0::\s*(/.*)", backend.read_optional("/proc/self/cgroup") or "", re.M)
+    if match is None:
         return []
-    parts = [p for p in m.group(1).strip().split("/") if p]
+    parts = [p for p in match.group(1).strip().split("/") if p]
     dirs = []
     for depth in range(len(parts), -1, -1):
         dirs.append("/".join([_CGROUP, *parts[:depth]]))
     return dirs
 
 
-def _fit_limits(b: Backend, huge: int, kind: str, pin: bool, need: int) -> List[FitLimit]:
+def _fit_limits(backend: Backend, huge: int, kind: str, pin: bool, need: int) -> List[FitLimit]:
     """The limits beyond free memory, each with the file it came from."""
-    num = _Reader(b).integer  # None: absent, unreadable or "max"
+    num = _Reader(backend).integer  # None: absent, unreadable or "max"
     out: List[FitLimit] = []
     # hugetlb.2MB.max: mm/hugetlb_cgroup.c mem_fmt, as format_size for powers of two < 1 TiB
     names = [f"hugetlb.{format_size(huge)}B.max"] if huge else ["memory.max", "memory.high"]
-    for d in _cgroup_dirs(b):
+    for d in _cgroup_dirs(backend):
         for name in names:
             # memory.max/.high -> memory.current, hugetlb.2MB.max -> hugetlb.2MB.current
             cap, cur = num(f"{d}/{name}"), num(f"{d}/{name.rsplit('.', 1)[0]}.current")
@@ -5273,9 +5297,9 @@ def _fit_limits(b: Backend, huge: int, kind: str, pin: bool, need: int) -> List[
                 )
     if pin:
         lim = re.search(
-            r"^Max locked memory\s+(\S+)", b.read_optional("/proc/self/limits") or "", re.M
+            r"^Max locked memory\s+(\S+)", backend.read_optional("/proc/self/limits") or "", re.M
         )
-        if lim and lim.group(1).isdigit() and b.geteuid() != 0:
+        if lim and lim.group(1).isdigit() and backend.geteuid() != 0:
             out.append(
                 FitLimit(
                     "RLIMIT_MEMLOCK",
@@ -5285,7 +5309,7 @@ def _fit_limits(b: Backend, huge: int, kind: str, pin: bool, need: int) -> List[
                 )
             )
     if kind == "posix":
-        vfs = b.statvfs("/dev/shm")
+        vfs = backend.statvfs("/dev/shm")
         if vfs is not None:
             out.append(
                 FitLimit(
@@ -5310,19 +5334,19 @@ def _fit_limits(b: Backend, huge: int, kind: str, pin: bool, need: int) -> List[
             )
         if shmall is not None:
             used = sum(
-                -(-s.size // b.page_size)
-                for s in _sysvipc_rows(b.read_optional("/proc/sysvipc/shm") or "")
+                -(-s.size // backend.page_size)
+                for s in _sysvipc_rows(backend.read_optional("/proc/sysvipc/shm") or "")
             )
             out.append(
                 FitLimit(
                     "kernel.shmall",
                     "/proc/sys/kernel/shmall (pages)",
-                    (shmall - used) * b.page_size,
+                    (shmall - used) * backend.page_size,
                     "sysctl -w kernel.shmall=..., or kind='posix'",
                 )
             )
     oc = num("/proc/sys/vm/overcommit_memory")
-    mi = parse_meminfo(b.read_optional("/proc/meminfo") or "")
+    mi = parse_meminfo(backend.read_optional("/proc/meminfo") or "")
     if oc == 2 and not huge:
         out.append(
             FitLimit(
@@ -5495,7 +5519,7 @@ class Counters:
         return self.nodes[node]
 
     def __iter__(self) -> Iterator[NodeCounters]:
-        return iter(self.nodes[n] for n in sorted(self.nodes))
+        return iter(self.nodes[node] for node in sorted(self.nodes))
 
     @property
     def is_delta(self) -> bool:
@@ -5503,7 +5527,7 @@ class Counters:
 
     def total(self, name: str) -> int:
         """Sum of one numastat counter over every node."""
-        return sum(n.numastat.get(name, 0) for n in self.nodes.values())
+        return sum(node.numastat.get(name, 0) for node in self.nodes.values())
 
     @property
     def remote_pages(self) -> int:
@@ -5519,7 +5543,10 @@ class Counters:
     def __sub__(self, other: object) -> Counters:
         if not isinstance(other, Counters):
             return NotImplemented
-        nodes = {n: (c - other.nodes[n] if n in other.nodes else c) for n, c in self.nodes.items()}
+        nodes = {
+            node: (c - other.nodes[node] if node in other.nodes else c)
+            for node, c in self.nodes.items()
+        }
         return Counters(
             self.timestamp,
             self.monotonic,
@@ -5551,26 +5578,30 @@ def counters(*, backend: Optional[Backend] = None) -> Counters:
     """
     import time
 
-    b = _b(backend)
-    r = _Reader(b)
+    backend = _b(backend)
+    reader = _Reader(backend)
     nodes: Dict[int, NodeCounters] = {}
-    if r.exists(_NODE_DIR):
-        online = r.parsed(f"{_NODE_DIR}/online", _parse_nodelist)
-        for n in sorted(_node_dirs(r) if online is None else online):
+    if reader.exists(_NODE_DIR):
+        online = reader.parsed(f"{_NODE_DIR}/online", _parse_nodelist)
+        for n in sorted(_node_dirs(reader) if online is None else online):
             d = f"{_NODE_DIR}/node{n}"
-            stat = r.parsed(f"{d}/numastat", _parse_numastat)
+            stat = reader.parsed(f"{d}/numastat", _parse_numastat)
             if stat is None:
                 # Missing: no counters.  Malformed (the problem is recorded): keep
                 # the lines that do parse rather than lose the whole node.
-                t = r.text(f"{d}/numastat")
+                t = reader.text(f"{d}/numastat")
                 stat = _parse_numastat(t, lenient=True) if t is not None else {}
-            mi = r.parsed(f"{d}/meminfo", parse_meminfo) or {}
+            mi = reader.parsed(f"{d}/meminfo", parse_meminfo) or {}
             nodes[n] = NodeCounters(n, MappingProxyType(stat), MappingProxyType(mi))
     else:
-        mi = r.parsed("/proc/meminfo", parse_meminfo) or {}
+        mi = reader.parsed("/proc/meminfo", parse_meminfo) or {}
         nodes[0] = NodeCounters(0, MappingProxyType({}), MappingProxyType(mi))
     return Counters(
-        time.time(), time.monotonic(), MappingProxyType(nodes), b.page_size, tuple(r.problems)
+        time.time(),
+        time.monotonic(),
+        MappingProxyType(nodes),
+        backend.page_size,
+        tuple(reader.problems),
     )
 
 
@@ -5590,7 +5621,7 @@ def _fit_share(mode: Mode, targets: List[int], npages: int, page: int) -> Dict[i
     nodes one page more), all on the first for prefer, {} when the kernel decides."""
     if mode in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
         each, extra = divmod(npages, len(targets))
-        return {n: (each + (i < extra)) * page for i, n in enumerate(targets)}
+        return {node: (each + (i < extra)) * page for i, node in enumerate(targets)}
     if mode == Mode.PREFERRED:
         return {targets[0]: npages * page}
     return {}
@@ -5609,7 +5640,7 @@ def _fit_available(snap: Counters, node: int, hp: Mapping[int, HugePages], huge:
 
 
 def _fit(
-    b: Backend,
+    backend: Backend,
     topo: Topology,
     size: int,
     mode: Mode,
@@ -5627,7 +5658,7 @@ def _fit(
     # hugepages=None: NUMA_UTILS_NUMA_HUGEPAGES ("off" unless set).
     # "off" and "" reach _region_page, which takes them as base pages.
     want = _env("NUMA_HUGEPAGES") if hugepages is None else hugepages
-    thp = _thp_settings(b)
+    thp = _thp_settings(backend)
     short: List[str] = []  # why the pages would not all land as asked
     fallback = None
     huge = 0
@@ -5640,25 +5671,25 @@ def _fit(
     elif want:
         placed = None if mode in _SPILL_MODES else frozenset(targets)
         try:
-            huge = _region_page(True if want == "auto" else want, kind, b, placed)[0]
+            huge = _region_page(True if want == "auto" else want, kind, backend, placed)[0]
         except OSError as e:
             want, fallback = ("thp", None) if want == "auto" else (want, str(e.args[-1]))
-    page = huge or b.page_size
+    page = huge or backend.page_size
     npages = -(-size // page)
     share = _fit_share(mode, targets, npages, page)
     if share and not huge:  # the record's room, on the lowest node (_room_apply)
         share[targets[0]] += _room_size(page)
-    snap = counters(backend=b)
+    snap = counters(backend=backend)
     fnodes = []
-    for n in sorted(set(targets) | allowed):
-        hp = topo.nodes[n].hugepages if n in topo.nodes else MappingProxyType({})
-        avail = _fit_available(snap, n, hp, huge)
-        fnodes.append(FitNode(n, share.get(n, 0), avail, hp))
-        if share.get(n, 0) > avail:
+    for node in sorted(set(targets) | allowed):
+        hp = topo.nodes[node].hugepages if node in topo.nodes else MappingProxyType({})
+        avail = _fit_available(snap, node, hp, huge)
+        fnodes.append(FitNode(node, share.get(node, 0), avail, hp))
+        if share.get(node, 0) > avail:
             short.append(
-                f"node {n} has {format_kib(avail >> 10)} free"
+                f"node {node} has {format_kib(avail >> 10)} free"
                 f"{f' in {huge >> 10} kB huge pages' if huge else ''} of the "
-                f"{format_kib(share[n] >> 10)} it should hold"
+                f"{format_kib(share[node] >> 10)} it should hold"
             )
     outside = set(targets) - allowed
     if outside:
@@ -5683,14 +5714,14 @@ def _fit(
             thp,
         )
     if fallback is not None and huge:
-        again = _fit(b, topo, size, mode, ids, False, kind, pin, True, lay)
+        again = _fit(backend, topo, size, mode, ids, False, kind, pin, True, lay)
         return again._replace(hugepages_fallback=fallback)
     rounded = -(-size // page) * page
     if lay is None:
         lay = Layout.extents([(rounded, "default", ())])
     lay = lay.bound(rounded, page, topo.nodes_with_memory)
     vmas = lay.vmas + 1
-    vmas_free, map_short = _map_count_check(b, vmas, str(lay))
+    vmas_free, map_short = _map_count_check(backend, vmas, str(lay))
     if map_short:
         short.append(map_short)
     need = _region_mapped(size, page, huge)
@@ -5705,7 +5736,7 @@ def _fit(
             "free memory there, or choose other nodes",
         )
     ]
-    limits += _fit_limits(b, huge, kind, pin, need)
+    limits += _fit_limits(backend, huge, kind, pin, need)
     tight = min(
         (x for x in limits if x.allows is not None and x.allows < need),
         key=lambda x: x.allows or 0,
@@ -5767,8 +5798,8 @@ def fit(
     process: past it, not ``exact`` (create interleaves instead, or refuses under
     strict) and ``reason`` says so.
     """
-    b = _b(backend)
-    _region_args(b, kind, size, 1)
+    backend = _b(backend)
+    _region_args(backend, kind, size, 1)
     if kind not in ("sysv", "posix"):
         raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
     if layout is not None and nodes is not None:
@@ -5776,9 +5807,9 @@ def fit(
     lay = _layout_arg(layout)
     if lay is not None:
         policy = None  # create weighs a layout's memory as first-touch
-    topo = read_topology(backend=b)
-    mode, ids, _, _ = _region_policy(policy, nodes, None, b, {"topology": topo})
-    return _fit(b, topo, size, mode, ids, hugepages, kind, pin, hugepages_required, lay)
+    topo = read_topology(backend=backend)
+    mode, ids, _, _ = _region_policy(policy, nodes, None, backend, {"topology": topo})
+    return _fit(backend, topo, size, mode, ids, hugepages, kind, pin, hugepages_required, lay)
 
 
 def _fit_or_raise(r: FitResult, size: int) -> Tuple[Union[bool, int, str], Optional[str]]:
@@ -5816,23 +5847,23 @@ def placement_verdict(per_node: Mapping[int, int], mode: str = "") -> str:
     names an interleave), "split 75.0/25.0 over nodes 0-1", "all on node 0",
     "nothing faulted in".  ``per_node``: bytes (or pages) per node."""
     total = sum(per_node.values())
-    used = sorted(n for n, v in per_node.items() if v)
+    used = sorted(node for node, v in per_node.items() if v)
     if not total:
         return "nothing faulted in"
     if len(used) == 1:
         return f"all on node {used[0]}"
-    shares = "/".join(f"{100.0 * per_node[n] / total:.1f}" for n in used)
+    shares = "/".join(f"{100.0 * per_node[node] / total:.1f}" for node in used)
     word = "interleaved" if "interleave" in mode else "split"
     return f"{word} {shares} over nodes {format_cpulist(used)}"
 
 
-def _layout_within_map_count(b: Backend, lay: Layout, strict: bool) -> Tuple[Layout, str]:
+def _layout_within_map_count(backend: Backend, lay: Layout, strict: bool) -> Tuple[Layout, str]:
     """``lay`` when the VMAs it takes (and the record room's one) fit in what
     vm.max_map_count leaves this process, with room kept for the engine; else, before
     any mbind, OSError(ENOMEM) under ``strict`` or interleave over the same nodes and
     why (a process left at its mapping limit cannot start a thread or map a file)."""
     need = lay.vmas + 1
-    _, why = _map_count_check(b, need, str(lay))
+    _, why = _map_count_check(backend, need, str(lay))
     if not why:
         return lay, ""
     if strict:
@@ -5880,10 +5911,10 @@ def _ns_id(text: Any) -> int:
     for anything else."""
     if not isinstance(text, str):
         return 0
-    m = re.fullmatch(r"[a-z_]+:\[([0-9]{1,19})\]", text)
-    if m is None:
+    match = re.fullmatch(r"[a-z_]+:\[([0-9]{1,19})\]", text)
+    if match is None:
         return 0
-    return int(m.group(1))
+    return int(match.group(1))
 
 
 def _who(ident: Mapping[str, Any]) -> Dict[str, Any]:
@@ -5908,12 +5939,12 @@ def _who(ident: Mapping[str, Any]) -> Dict[str, Any]:
     }
 
 
-def _slot_write(b: Backend, addr: int) -> None:
+def _slot_write(backend: Backend, addr: int) -> None:
     """Record this process as the region's last user, now, in the slot at ``addr``."""
     import time
     import zlib
 
-    me = _who(b.whoami())
+    me = _who(backend.whoami())
     body = _SLOT.pack(
         _SLOT_MAGIC,
         _SLOT_FORMAT,
@@ -5961,59 +5992,59 @@ def _slot_read(raw: bytes) -> Optional[Dict[str, Any]]:
     }
 
 
-def _user_name(b: Backend, uid: int) -> str:
+def _user_name(backend: Backend, uid: int) -> str:
     """The user name of ``uid`` from /etc/passwd (no NSS: no network behind an
     error message); "not in /etc/passwd" else."""
-    for line in (b.read_optional("/etc/passwd") or "").splitlines():
+    for line in (backend.read_optional("/etc/passwd") or "").splitlines():
         f = line.split(":")
         if len(f) > 2 and f[2] == str(uid):
             return f"user {f[0]}"
     return "not in /etc/passwd"
 
 
-def _posix_holder(b: Backend, pname: str) -> str:
+def _posix_holder(backend: Backend, pname: str) -> str:
     """Why /dev/shm/``pname``, which exists, is no region of this user's (a FIFO,
     another user's file), and what to do; "" when it may be one."""
     try:
-        fd = b.shm_open(pname, getattr(os, "O_PATH", 0), 0)  # any owner, any mode
+        fd = backend.shm_open(pname, getattr(os, "O_PATH", 0), 0)  # any owner, any mode
     except OSError as e:
         if e.errno == errno.EINVAL:  # a FIFO, symlink, device...
             return "it is not a region (not a regular file): use another name"
         return f"cannot look at it ({e.strerror or e}): use another name"
     try:
-        uid = b.fstat(fd).uid
+        uid = backend.fstat(fd).uid
     except OSError as e:
         return f"cannot look at it ({e.strerror or e}): use another name"
     finally:
-        b.close(fd)
-    if uid != b.geteuid():
+        backend.close(fd)
+    if uid != backend.geteuid():
         return (
-            f"it belongs to uid {uid} ({_user_name(b, uid)}), not to this user "
-            f"(uid {b.geteuid()}): cleanup never removes another user's file; use "
+            f"it belongs to uid {uid} ({_user_name(backend, uid)}), not to this user "
+            f"(uid {backend.geteuid()}): cleanup never removes another user's file; use "
             f"another name, or ask that user (or root) to remove /dev/shm/{pname}"
         )
     return ""
 
 
-def _process_name(b: Backend, pid: str) -> str:
+def _process_name(backend: Backend, pid: str) -> str:
     """``pid`` with its command and real uid, as far as /proc shows them."""
-    comm = (b.read_optional(f"/proc/{pid}/comm") or "?").strip()
+    comm = (backend.read_optional(f"/proc/{pid}/comm") or "?").strip()
     uid = "?"
-    for line in (b.read_optional(f"/proc/{pid}/status") or "").splitlines():
+    for line in (backend.read_optional(f"/proc/{pid}/status") or "").splitlines():
         if line.startswith("Uid:") and len(line.split()) > 1:
             uid = line.split()[1]
     return f"pid {pid} ({comm!r}, uid {uid})"
 
 
-def _lock_holder(b: Backend, fd: int) -> str:
+def _lock_holder(backend: Backend, fd: int) -> str:
     """Who holds the exclusive flock on file ``fd``, from /proc/locks (fs/locks.c
     lock_get_status: "ID: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE START END")."""
-    st = b.fstat(fd)
+    st = backend.fstat(fd)
     want = f"{os.major(st.dev):02x}:{os.minor(st.dev):02x}:{st.ino}"
-    for line in (b.read_optional("/proc/locks") or "").splitlines():
+    for line in (backend.read_optional("/proc/locks") or "").splitlines():
         f = line.split()
         if len(f) > 5 and f[1:4] == ["FLOCK", "ADVISORY", "WRITE"] and f[5] == want:
-            return _process_name(b, f[4])
+            return _process_name(backend, f[4])
     return "a process not listed in this namespace's /proc/locks"
 
 
@@ -6022,7 +6053,7 @@ def _lock_holder(b: Backend, fd: int) -> str:
 _LOCK_WAIT = 5.0
 
 
-def _flock_shared(b: Backend, fd: int, what: str) -> None:
+def _flock_shared(backend: Backend, fd: int, what: str) -> None:
     """flock(LOCK_SH) on region file ``fd``, waiting at most _LOCK_WAIT seconds for
     an exclusive lock to go; TimeoutError naming its holder after that."""
     import time
@@ -6030,7 +6061,7 @@ def _flock_shared(b: Backend, fd: int, what: str) -> None:
     deadline = time.monotonic() + _LOCK_WAIT
     while True:
         try:
-            b.flock(fd, LOCK_SH | LOCK_NB)
+            backend.flock(fd, LOCK_SH | LOCK_NB)
             return
         except BlockingIOError:
             if time.monotonic() > deadline:
@@ -6038,7 +6069,7 @@ def _flock_shared(b: Backend, fd: int, what: str) -> None:
         time.sleep(0.01)
     raise TimeoutError(
         errno.ETIMEDOUT,
-        f"{what}: exclusively locked for {_LOCK_WAIT:g} s by {_lock_holder(b, fd)}; "
+        f"{what}: exclusively locked for {_LOCK_WAIT:g} s by {_lock_holder(backend, fd)}; "
         "a region's users take shared locks only: stop that process",
     )
 
@@ -6080,18 +6111,18 @@ def _waiting(attach_once: Callable[[], Any], wait: float, what: str) -> Any:
         time.sleep(min(_ATTACH_POLL, max(deadline - time.monotonic(), 0)))
 
 
-def _vma_entry(b: Backend, addr: int) -> Optional[NumaMapsEntry]:
+def _vma_entry(backend: Backend, addr: int) -> Optional[NumaMapsEntry]:
     """This process's numa_maps line of the VMA starting at ``addr``; None when there
     is no numa_maps (a kernel without NUMA) or no such line."""
     try:
-        text = b.read_text(_maps_path("self"))
+        text = backend.read_text(_maps_path("self"))
     except OSError:
         return None
     first, last = _line_at(text, addr)
     if last <= first:
         return None
     try:
-        entry = _parse_maps_line(text[first:last], _page_kb(b))
+        entry = _parse_maps_line(text[first:last], _page_kb(backend))
     except ValueError:
         return None
     if entry.start != addr:
@@ -6099,14 +6130,14 @@ def _vma_entry(b: Backend, addr: int) -> Optional[NumaMapsEntry]:
     return entry
 
 
-def _record_page_check(b: Backend, addr: int, kind: str, page: int, what: str) -> None:
+def _record_page_check(backend: Backend, addr: int, kind: str, page: int, what: str) -> None:
     """ValueError unless ``page``, a record's page_size, is the page the kernel maps the
     region at ``addr`` with.  mbind and prefault are aimed by it: a forged one would
     aim them outside the mapping."""
     vma = None
     if kind == "sysv":
-        vma = _vma_entry(b, addr)
-    base = b.page_size
+        vma = _vma_entry(backend, addr)
+    base = backend.page_size
     aligned = addr % page == 0
     big = page > base and aligned  # a huge page aligns its mapping
     if vma is not None and vma.huge:
@@ -6124,7 +6155,7 @@ def _record_page_check(b: Backend, addr: int, kind: str, page: int, what: str) -
         raise ValueError(f"{what}: damaged identity record (page_size: not the mapping's)")
 
 
-def _room_apply(b: Backend, addr: int, length: int, lay: Layout) -> None:
+def _room_apply(backend: Backend, addr: int, length: int, lay: Layout) -> None:
     """Set the policy of the record's room, [addr, addr+length), in every process that
     maps it: preferred on the
     lowest usable node of those the data's last extent names (else those any extent
@@ -6133,11 +6164,11 @@ def _room_apply(b: Backend, addr: int, length: int, lay: Layout) -> None:
     merges with a neighbour of the same policy, and numa_maps would count the room as
     data.  Where policies are denied (EPERM, ENOSYS, a saved tree) the data's results
     say so already; the room's page then lands as the data's would."""
-    mem, allowed, _ = _memory_nodes(b)
+    mem, allowed, _ = _memory_nodes(backend)
     usable = mem & allowed
     if not usable:
         return
-    if not b.abi.supported:
+    if not backend.abi.supported:
         return
     last = lay[len(lay) - 1]
     named = last.nodes or lay.nodes or usable
@@ -6147,7 +6178,7 @@ def _room_apply(b: Backend, addr: int, length: int, lay: Layout) -> None:
     if last.policy == "prefer" and last.nodes == {node}:
         mode = Mode.BIND
     try:
-        mbind(addr, length, mode, [node], backend=b)
+        mbind(addr, length, mode, [node], backend=backend)
     except OSError as e:
         import logging
 
@@ -6178,81 +6209,81 @@ def _companion_key(ikey: int) -> int:
     return _COMPANION_PREFIX | ikey & ~SYSV_KEY_MASK & 0xFFFFFFFF
 
 
-def _room_rmid(b: Backend, shmid: int) -> None:
+def _room_rmid(backend: Backend, shmid: int) -> None:
     """Remove record segment ``shmid`` (-1: none); gone already is no error."""
     try:
         if shmid >= 0:
-            b.shm_rmid(shmid)
+            backend.shm_rmid(shmid)
     except OSError as e:
         if e.errno not in (errno.ENOENT, errno.EINVAL, errno.EIDRM):
             raise
 
 
-def _huge_vma(b: Backend, addr: int) -> Optional[bool]:
+def _huge_vma(backend: Backend, addr: int) -> Optional[bool]:
     """Whether this process maps huge pages (hugetlb) at ``addr``, as numa_maps says;
     None without numa_maps (a kernel without NUMA)."""
-    vma = _vma_entry(b, addr)
+    vma = _vma_entry(backend, addr)
     if vma is None:
         return None
     return vma.huge
 
 
 def _room_peek(
-    b: Backend, ckey: int
+    backend: Backend, ckey: int
 ) -> Tuple[Optional[ShmStat], Optional[Dict[str, Any]], bytes, bool]:
     """(its stat, record, last-use slot, made) of this user's record segment under
     SysV key ``ckey``, read through a read-only attach; the stat None when there is
     none of this user's, the record None when it is no record segment; ``made`` False
     while its record is being made.  ValueError when damaged."""
-    euid = b.geteuid()
+    euid = backend.geteuid()
     try:
-        st = b.shm_stat(b.shmget(ckey, 0, 0))
+        st = backend.shm_stat(backend.shmget(ckey, 0, 0))
     except (FileNotFoundError, PermissionError):
         return None, None, b"", False
     if st.uid != euid or st.cuid != euid:
         return None, None, b"", False
     what = f"SysV segment 0x{ckey:08x} (shmid {st.id})"
-    addr = b.shmat(st.id, SHM_RDONLY)
+    addr = backend.shmat(st.id, SHM_RDONLY)
     try:
         rec = _record_read(addr, st.size, what)
         if rec is None or "data_key" not in rec:
             return st, None, b"", False
         return st, rec, ctypes.string_at(addr, _SLOT.size), not rec.get("making")
     finally:
-        b.shmdt(addr)
+        backend.shmdt(addr)
 
 
 def _peek_region(
-    b: Backend, st: ShmStat, what: str, making: bool = False
+    backend: Backend, st: ShmStat, what: str, making: bool = False
 ) -> Tuple[Optional[Dict[str, Any]], bytes]:
     """The identity record and last-use slot (_slot_bytes) of SysV segment ``st``, read
     through read-only attaches, which write neither: a huge-page segment's from its
     record segment (``making``: a record being made too), whose data_key names it.
     A huge-page segment's own bytes are never read: a read faults a huge page in."""
     try:
-        _, rec, slot, made = _room_peek(b, _companion_key(st.key))
+        _, rec, slot, made = _room_peek(backend, _companion_key(st.key))
     except ValueError:  # damaged: judged by its own row
         rec = None
     if rec is not None and rec["data_key"] == st.key and st.key:
         if made or making:
             return rec, slot
         return None, b""
-    addr = b.shmat(st.id, SHM_RDONLY)
+    addr = backend.shmat(st.id, SHM_RDONLY)
     try:
-        if _huge_vma(b, addr):
+        if _huge_vma(backend, addr):
             return None, b""
         rec = _record_read(addr, st.size, what)
         return rec, _slot_bytes(addr, st.size, rec)
     finally:
-        b.shmdt(addr)
+        backend.shmdt(addr)
 
 
-def _room_holder(b: Backend, ckey: int, key: Union[int, str]) -> str:
+def _room_holder(backend: Backend, ckey: int, key: Union[int, str]) -> str:
     """'' when region ``key`` may pass SysV key ``ckey`` (a record segment's key) by:
     another user's segment, another region's record segment; else why not."""
     what = f"SysV key 0x{ckey:08x}, the key of the record segment,"
     try:
-        st, rec, _, _ = _room_peek(b, ckey)
+        st, rec, _, _ = _room_peek(backend, ckey)
     except ValueError as e:
         return f"{e}; `ipcrm -M 0x{ckey:08x}` removes it"
     except OSError as e:
@@ -6489,7 +6520,7 @@ def _ns_name(number: int) -> str:
 
 
 def _gone_why(
-    b: Backend,
+    backend: Backend,
     who: str,
     proc: Mapping[str, Any],
     me: Mapping[str, Any],
@@ -6516,7 +6547,7 @@ def _gone_why(
         return f"{who} is not visible from this PID namespace: it may be alive"
     if pid == me["pid"]:
         return f"{who} (pid {pid}) is this process"
-    now = b.pid_start(pid)
+    now = backend.pid_start(pid)
     if now is None:
         return ""
     if not proc["start"] or not now or now == proc["start"]:
@@ -6530,7 +6561,7 @@ def _gone_why(
 
 
 def _idle_why(
-    b: Backend,
+    backend: Backend,
     rec: Mapping[str, Any],
     raw_slot: bytes,
     me: Mapping[str, Any],
@@ -6554,14 +6585,14 @@ def _idle_why(
         idle = now - slot["used"]
         if idle < min_age:
             return f"used {max(idle, 0):.0f} s ago (minimum age {min_age:g} s)"
-    why = _gone_why(b, "creator", _who(rec), me, cpid)
+    why = _gone_why(backend, "creator", _who(rec), me, cpid)
     if why or slot is None:
         return why
-    return _gone_why(b, "last user", slot, me)
+    return _gone_why(backend, "last user", slot, me)
 
 
 def _sysv_verdict(
-    b: Backend,
+    backend: Backend,
     st: ShmStat,
     keys: Optional[Sequence[Union[int, str]]],
     me: Mapping[str, Any],
@@ -6574,7 +6605,7 @@ def _sysv_verdict(
     own attach and close write."""
     what = f"SysV segment 0x{st.key:08x} (shmid {st.id})"
     try:
-        rec, slot = _peek_region(b, st, what, making=True)
+        rec, slot = _peek_region(backend, st, what, making=True)
     except (OSError, ValueError) as e:
         return f"identity record unreadable: {e}", None
     if rec is None:
@@ -6589,11 +6620,11 @@ def _sysv_verdict(
         return f"holds region {rec['key']!r}, not one asked for", rec
     if st.nattch:
         return f"in use: {st.nattch} attached", rec
-    return _idle_why(b, rec, slot, me, now, min_age, st.cpid), rec
+    return _idle_why(backend, rec, slot, me, now, min_age, st.cpid), rec
 
 
 def _posix_verdict(
-    b: Backend,
+    backend: Backend,
     fd: int,
     st: ShmStat,
     name: str,
@@ -6607,12 +6638,12 @@ def _posix_verdict(
     rec, slot = None, b""
     if st.size >= _RECORD_END.size:
         try:
-            addr = b.mmap(st.size, fd)
+            addr = backend.mmap(st.size, fd)
             try:
                 rec = _record_read(addr, st.size, f"/dev/shm/{name}")
                 slot = _slot_bytes(addr, st.size, rec)
             finally:
-                b.munmap(addr, st.size)
+                backend.munmap(addr, st.size)
         except (OSError, ValueError) as e:
             return f"identity record unreadable: {e}", None
     if rec is None:
@@ -6628,19 +6659,19 @@ def _posix_verdict(
     if users:
         return f"in use: mapped by {users} process(es)", rec
     try:
-        b.flock(fd, LOCK_EX | LOCK_NB)
+        backend.flock(fd, LOCK_EX | LOCK_NB)
     except OSError as e:
         if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
             return "in use: a process holds its lock", rec
         return f"cannot lock it: {e.strerror or e}", rec
-    return _idle_why(b, rec, slot, me, now, min_age), rec
+    return _idle_why(backend, rec, slot, me, now, min_age), rec
 
 
 _DATA_JUDGES = "its data segment's row judges it"
 
 
 def _room_row(
-    b: Backend,
+    backend: Backend,
     st: ShmStat,
     keys: Optional[Sequence[Union[int, str]]],
     want: Optional[Set[int]],
@@ -6659,7 +6690,7 @@ def _room_row(
     if want is not None and st.key not in want:
         return None
     try:
-        now_st, rec, slot, made = _room_peek(b, st.key)
+        now_st, rec, slot, made = _room_peek(backend, st.key)
     except (OSError, ValueError):
         return None  # gone, or no record segment of ours to judge
     if now_st is None or rec is None or now_st.id != st.id:
@@ -6668,7 +6699,7 @@ def _room_row(
         return f"holds region {rec['key']!r}, not one asked for", rec
     data = rec["data_key"]
     try:
-        b.shmget(data, 0, 0)
+        backend.shmget(data, 0, 0)
         return _DATA_JUDGES, rec
     except FileNotFoundError:
         pass
@@ -6679,23 +6710,23 @@ def _room_row(
         return f"{gone}: in use: {st.nattch} attached", rec
     if not made:
         slot = b""  # a record being made has no last use
-    why = _idle_why(b, rec, slot, me, now, min_age, st.cpid)
+    why = _idle_why(backend, rec, slot, me, now, min_age, st.cpid)
     if why:
         return f"{gone}: {why}", rec
     return "", rec
 
 
-def _room_drop(b: Backend, ikey: int) -> None:
+def _room_drop(backend: Backend, ikey: int) -> None:
     """Remove the record segment of the segment that was under SysV key ``ikey``."""
     try:
-        st, rec, _, _ = _room_peek(b, _companion_key(ikey))
+        st, rec, _, _ = _room_peek(backend, _companion_key(ikey))
     except ValueError:
         return  # damaged: its own row says so
     if st is not None and rec is not None and rec["data_key"] == ikey:
-        _room_rmid(b, st.id)
+        _room_rmid(backend, st.id)
 
 
-def _dev_shm_users(b: Backend, files: Mapping[str, ShmStat]) -> Dict[str, int]:
+def _dev_shm_users(backend: Backend, files: Mapping[str, ShmStat]) -> Dict[str, int]:
     """How many processes map each /dev/shm file (from /proc/<pid>/maps).
 
     Matched by device and inode, not by name: the name field escapes only "\\n"
@@ -6708,11 +6739,11 @@ def _dev_shm_users(b: Backend, files: Mapping[str, ShmStat]) -> Dict[str, int]:
     }
     counts: Dict[str, int] = {}
     try:
-        pids = [p for p in b.listdir("/proc") if p.isascii() and p.isdigit()]
+        pids = [p for p in backend.listdir("/proc") if p.isascii() and p.isdigit()]
     except OSError:
         return counts
     for pid in pids:
-        text = b.read_optional(f"/proc/{pid}/maps")
+        text = backend.read_optional(f"/proc/{pid}/maps")
         if not text or "/dev/shm/" not in text:
             continue
         seen = set()
@@ -6737,7 +6768,7 @@ def _action(why: str, remove: bool) -> str:
 
 
 def _our_segments(
-    b: Backend,
+    backend: Backend,
     keys: Optional[Sequence[Union[int, str]]] = None,
     *,
     remove: bool = False,
@@ -6759,7 +6790,7 @@ def _our_segments(
     ``keys`` (names or int keys): only their regions, under any key."""
     import time
 
-    euid, me, now = b.geteuid(), _who(b.whoami()), time.time()
+    euid, me, now = backend.geteuid(), _who(backend.whoami()), time.time()
     want_sysv = None if keys is None else {k for key in keys for k in _sysv_keys(key)}
     want_posix = None if keys is None else {_posix_name(k) for k in keys}
     out: List[Dict[str, Any]] = []
@@ -6774,14 +6805,14 @@ def _our_segments(
 
     sysv_rows = ""
     if kind != "posix":
-        sysv_rows = b.read_optional("/proc/sysvipc/shm") or ""
+        sysv_rows = backend.read_optional("/proc/sysvipc/shm") or ""
     want_rooms = None
     if want_sysv is not None:
         want_rooms = {_companion_key(k) for k in want_sysv}
     for st in _sysvipc_rows(sysv_rows):
         if st.uid != euid or st.cuid != euid or not st.key:
             continue
-        room = _room_row(b, st, keys, want_rooms, me, now, min_age)
+        room = _room_row(backend, st, keys, want_rooms, me, now, min_age)
         if room is not None:  # a record segment: its data's row judges it, or its own
             why, rec = room
         elif (
@@ -6792,7 +6823,7 @@ def _our_segments(
             continue
         else:
             try:
-                why, rec = _sysv_verdict(b, st, keys, me, now, min_age)
+                why, rec = _sysv_verdict(backend, st, keys, me, now, min_age)
             except (ValueError, TypeError, OverflowError) as e:  # one line, and on
                 why, rec = f"cannot judge it: {e}", None
         if why == _DATA_JUDGES:
@@ -6800,11 +6831,11 @@ def _our_segments(
 
         def drop(st: ShmStat = st) -> str:
             try:
-                again = b.shm_stat(st.id)  # someone may have come since: look last
+                again = backend.shm_stat(st.id)  # someone may have come since: look last
                 if again.nattch or again.key != st.key or again.lpid not in (st.lpid, me["pid"]):
                     return "in use: attached since it was judged"
-                b.shm_rmid(st.id)
-                _room_drop(b, st.key)  # its record segment, if any: the data is gone
+                backend.shm_rmid(st.id)
+                _room_drop(backend, st.key)  # its record segment, if any: the data is gone
             except OSError as e:
                 return f"failed: {e.strerror or e}"
             return ""
@@ -6828,7 +6859,7 @@ def _our_segments(
         if kind != "sysv":
             names = sorted(
                 n
-                for n in b.listdir("/dev/shm")
+                for n in backend.listdir("/dev/shm")
                 if n.startswith(POSIX_PREFIX) and (want_posix is None or n in want_posix)
             )
     except OSError:
@@ -6837,27 +6868,29 @@ def _our_segments(
     try:
         for name in names:
             try:
-                fd = b.shm_open(name, os.O_RDWR, 0)
+                fd = backend.shm_open(name, os.O_RDWR, 0)
             except OSError:
                 continue  # gone, or not a regular file: not a region
             try:
-                fst: Optional[ShmStat] = b.fstat(fd)
+                fst: Optional[ShmStat] = backend.fstat(fd)
             except OSError:
                 fst = None
             if fst is None or fst.uid != euid:
-                b.close(fd)
+                backend.close(fd)
                 continue
             files[name] = (fd, fst)
-        users = _dev_shm_users(b, {n: st for n, (_, st) in files.items()}) if files else {}
+        users = _dev_shm_users(backend, {n: st for n, (_, st) in files.items()}) if files else {}
         for name, (fd, st) in files.items():
             try:
-                why, rec = _posix_verdict(b, fd, st, name, users.get(name, 0), me, now, min_age)
+                why, rec = _posix_verdict(
+                    backend, fd, st, name, users.get(name, 0), me, now, min_age
+                )
             except (ValueError, TypeError, OverflowError) as e:  # one line, and on
                 why, rec = f"cannot judge it: {e}", None
 
             def unlink(name: str = name) -> str:
                 try:
-                    b.shm_unlink(name)  # under the exclusive lock: nobody came
+                    backend.shm_unlink(name)  # under the exclusive lock: nobody came
                 except OSError as e:
                     return f"failed: {e.strerror or e}"
                 return ""
@@ -6878,17 +6911,17 @@ def _our_segments(
             )
     finally:
         for fd, _ in files.values():
-            _quietly(b.close, fd)
+            _quietly(backend.close, fd)
     return out
 
 
-def _replace_stale(b: Backend, key: Union[int, str], kind: str) -> None:
+def _replace_stale(backend: Backend, key: Union[int, str], kind: str) -> None:
     """Remove region ``key`` of ``kind`` for create(existing="replace") when cleanup's
     proof says it is stale; FileExistsError saying why not when it is not."""
     import time
 
     for attempt in range(_REPLACE_TRIES):
-        rows = _our_segments(b, [key], remove=True, min_age=0, kind=kind)
+        rows = _our_segments(backend, [key], remove=True, min_age=0, kind=kind)
         held = [row for row in rows if _same_key(row["region"], key)]
         held = [row for row in held if row["action"] != "removed"]
         if not held:
@@ -6920,20 +6953,20 @@ def _prog() -> str:
     return f"{py} -m {__name__}"
 
 
-def _sysv_holder(b: Backend, ikey: int, key: Union[int, str]) -> str:
+def _sysv_holder(backend: Backend, ikey: int, key: Union[int, str]) -> str:
     """'' when region ``key`` may take SysV key ``ikey`` or pass it by (free, another
     user's, another region's by its record); else why not, saying what to do."""
     try:
-        shmid = b.shmget(ikey, 0, 0)
-        st = b.shm_stat(shmid)
+        shmid = backend.shmget(ikey, 0, 0)
+        st = backend.shm_stat(shmid)
     except (FileNotFoundError, PermissionError):
         return ""
-    euid = b.geteuid()
+    euid = backend.geteuid()
     if st.uid != euid or st.cuid != euid:
         return ""
     what = f"SysV key 0x{ikey:08x} (shmid {shmid})"
     try:
-        rec = _peek_region(b, st, what)[0]
+        rec = _peek_region(backend, st, what)[0]
     except ValueError as e:
         return f"{e}; `ipcrm -m {shmid}` removes it"
     except OSError as e:
@@ -7006,13 +7039,13 @@ def _posix_create(r: SharedRegion, flags: int, replace: bool) -> None:
     r._address = b.mmap(r._mapped, fd)
 
 
-def _identity(r: SharedRegion, seg: int, what: str, why: str) -> Dict[str, Any]:
+def _identity(region: SharedRegion, seg: int, what: str, why: str) -> Dict[str, Any]:
     """The identity record of ``r``'s ``seg`` mapped bytes (none while unmapped): its
     record segment's, or the one ending them."""
-    if r._room_id >= 0:
-        rec = r._room_record(seg, what)
+    if region._room_id >= 0:
+        rec = region._room_record(seg, what)
     else:
-        rec = r._own_record(seg, what)
+        rec = region._own_record(seg, what)
     if rec is None:
         raise FileNotFoundError(errno.ENOENT, f"{what} has no numa_utils identity record: {why}")
     return rec
@@ -7106,7 +7139,7 @@ def _per_extent(
 
 
 def _layout_apply(
-    b: Backend, addr: int, page: int, lay: Layout, strict: bool, known: Dict[str, Any]
+    backend: Backend, addr: int, page: int, lay: Layout, strict: bool, known: Dict[str, Any]
 ) -> List[PolicyResult]:
     """Each extent's policy on its part of the data at ``addr`` (the record's room
     after the data has its own: _room_apply).  A default extent is left alone: a
@@ -7129,7 +7162,7 @@ def _layout_apply(
                 nodes=e.nodes or None,
                 strict=strict,
                 page_size=page,
-                backend=b,
+                backend=backend,
                 count_resident=False,
                 known=known,
             )
@@ -7138,14 +7171,14 @@ def _layout_apply(
 
 
 def _extent_cpus(
-    b: Backend, lay: Layout, topo: Optional[Topology] = None
+    backend: Backend, lay: Layout, topo: Optional[Topology] = None
 ) -> Dict[FrozenSet[int], FrozenSet[int]]:
     """{nodes: the CPUs of those nodes, or of the nearest with CPUs} per node set the
     extents name, within this thread's affinity; empty: run as the caller is.  Read
     before a region is made: the interruptible prefault then does no more."""
     if topo is None:
-        topo = read_topology(backend=b)
-    mine = b.sched_getaffinity(0)
+        topo = read_topology(backend=backend)
+    mine = backend.sched_getaffinity(0)
     out: Dict[FrozenSet[int], FrozenSet[int]] = {}
     for nodes in dict.fromkeys(e.nodes for e in lay):
         near = (
@@ -7154,14 +7187,16 @@ def _extent_cpus(
             else topo.nearest(min(nodes or {0}), topo.nodes_with_cpus)[:1]
         )
         out[nodes] = (
-            frozenset().union(*(topo.nodes[n].cpus for n in near if nodes and n in topo.nodes))
+            frozenset().union(
+                *(topo.nodes[node].cpus for node in near if nodes and node in topo.nodes)
+            )
             & mine
         )
     return out
 
 
 def _layout_prefault(
-    b: Backend,
+    backend: Backend,
     addr: int,
     lay: Layout,
     page: int,
@@ -7178,15 +7213,15 @@ def _layout_prefault(
     interruptible while a second signal cannot strike between the first and the undo."""
     import time
 
-    cpus = cpus if cpus is not None else _extent_cpus(b, lay)
+    cpus = cpus if cpus is not None else _extent_cpus(backend, lay)
     t0, done, total = time.monotonic(), 0, lay.size or 0
     out: Dict[str, Any] = {"bytes": 0, "threads": 0, "method": "none"}
-    before = b.sched_getaffinity(0) if any(cpus.values()) else frozenset()
+    before = backend.sched_getaffinity(0) if any(cpus.values()) else frozenset()
     try:
         for nodes, want in cpus.items():
             want = want or before
-            if want and want != b.sched_getaffinity(0):
-                b.sched_setaffinity(0, want)
+            if want and want != backend.sched_getaffinity(0):
+                backend.sched_setaffinity(0, want)
             for e in (e for e in lay if e.nodes == nodes):
 
                 def step(d: int, _: int, base: int = done) -> None:
@@ -7198,7 +7233,7 @@ def _layout_prefault(
                     addr + e.offset,
                     e.length,
                     threads,
-                    backend=b,
+                    backend=backend,
                     progress=step,
                     page_size=page,
                     shared=True,
@@ -7210,8 +7245,8 @@ def _layout_prefault(
                     threads=max(out["threads"], r["threads"]),
                 )
     finally:
-        if before and b.sched_getaffinity(0) != before:
-            b.sched_setaffinity(0, before)
+        if before and backend.sched_getaffinity(0) != before:
+            backend.sched_setaffinity(0, before)
     out.update(seconds=time.monotonic() - t0, extents=len(lay))
     return out
 
@@ -7224,13 +7259,13 @@ class ExtentPlacement(Dict[int, int]):
     verdict: str = ""
 
 
-def _extent_placement(b: Backend, addr: int, seg: int, lay: Layout) -> List[ExtentPlacement]:
+def _extent_placement(backend: Backend, addr: int, seg: int, lay: Layout) -> List[ExtentPlacement]:
     """Per extent from one numa_maps read: a VMA inside one extent counts for it.  A
     VMA over several (adjacent extents of one policy merge into one VMA, and the last
     extent's VMA holds the identity record) is split by move_pages, or where that is
     denied, by the extents' share of its length (the verdict then says so)."""
-    text = b.read_text(_maps_path("self"))
-    kb, end = _page_kb(b), addr + seg
+    text = backend.read_text(_maps_path("self"))
+    kb, end = _page_kb(backend), addr + seg
     vmas: List[Tuple[int, int, Dict[int, int]]] = []
     for line in text.splitlines():
         start = int(line[: line.index(" ")], 16) if " " in line else -1
@@ -7245,7 +7280,7 @@ def _extent_placement(b: Backend, addr: int, seg: int, lay: Layout) -> List[Exte
         pl, note = ExtentPlacement(), ""
         if not mine or any(v[0] < lo or hi < v[1] for v in mine):
             try:
-                pl.update(_placement_move_pages(b, 0, lo, e.length))
+                pl.update(_placement_move_pages(backend, 0, lo, e.length))
                 mine = []
             except OSError:
                 note = " (shared with neighbours: approximate)"
@@ -7280,16 +7315,16 @@ def _extent_placement(b: Backend, addr: int, seg: int, lay: Layout) -> List[Exte
 _TWIN_WAIT = 5.0
 
 
-def _twin(b: Backend, ikey: int, key: Union[int, str]) -> str:
+def _twin(backend: Backend, ikey: int, key: Union[int, str]) -> str:
     """What SysV key ``ikey`` holds of region ``key``: "" (nothing of it, or a segment
     not named yet: its creator's check will see ours), "making" or "made"."""
-    euid = b.geteuid()
+    euid = backend.geteuid()
     try:
-        shmid = b.shmget(ikey, 0, 0)
-        st = b.shm_stat(shmid)
+        shmid = backend.shmget(ikey, 0, 0)
+        st = backend.shm_stat(shmid)
         if st.uid != euid or st.cuid != euid:
             return ""
-        rec, slot = _peek_region(b, st, f"SysV key 0x{ikey:08x}")
+        rec, slot = _peek_region(backend, st, f"SysV key 0x{ikey:08x}")
     except (FileNotFoundError, PermissionError, ValueError):
         return ""  # none, another user's, or damaged: never made by a creator of ours
     except OSError as e:
@@ -7303,14 +7338,14 @@ def _twin(b: Backend, ikey: int, key: Union[int, str]) -> str:
     return "making"
 
 
-def _sysv_twins(r: SharedRegion) -> None:
+def _sysv_twins(region: SharedRegion) -> None:
     """FileExistsError when region ``r.key``, named under ``r.ipc_key`` and not yet
     made, is not to be the one region of its name (see _TWIN_WAIT)."""
     import time
 
-    b, key = r._b, r._key
+    b, key = region._b, region._key
     keys = _sysv_keys(key)
-    mine = keys.index(r._ipc_key)
+    mine = keys.index(region._ipc_key)
     deadline = time.monotonic() + _TWIN_WAIT
     for i, ikey in enumerate(keys):
         if i == mine:
@@ -7344,7 +7379,7 @@ class SharedRegion(_RecordRoom):
 
     def __init__(
         self,
-        b: Backend,
+        backend: Backend,
         kind: str,
         key: Union[int, str],
         created: bool,
@@ -7352,7 +7387,7 @@ class SharedRegion(_RecordRoom):
     ) -> None:
         """Made empty by _open: its ``make`` fills in the mapping part by part (each
         part made is one close() or remove() undoes), then the record and layout."""
-        self._b, self.kind, self._key, self.created = b, kind, key, created
+        self._b, self.kind, self._key, self.created = backend, kind, key, created
         self.shmid, self._ipc_key, self._fd = -1, 0, -1  # _fd: holds the POSIX flock
         self.name = ""  # POSIX: the file name in /dev/shm
         self._address = self._mapped = 0  # _mapped: data + identity record
@@ -7479,17 +7514,17 @@ class SharedRegion(_RecordRoom):
         """
         import time
 
-        b = _b(backend)
-        _region_args(b, kind, size, 1)  # before fit() weighs it
+        backend = _b(backend)
+        _region_args(backend, kind, size, 1)  # before fit() weighs it
         if existing not in ("error", "replace", "reuse"):
             raise ValueError(f'existing={existing!r}: "error", "replace" or "reuse"')
         if mode & ~0o777:
             raise ValueError(f"mode {mode:o}: permission bits only")
         # The one read of the topology and of NUMA_NODES, for fit() and what follows.
-        topo = read_topology(backend=b)
+        topo = read_topology(backend=backend)
         known: Dict[str, Any] = {"topology": topo}
-        pmode, pnodes, strict_, _ = _region_policy(policy, nodes, strict, b, known)
-        fits = _fit(b, topo, size, pmode, pnodes, hugepages, kind, False, hugepages_required)
+        pmode, pnodes, strict_, _ = _region_policy(policy, nodes, strict, backend, known)
+        fits = _fit(backend, topo, size, pmode, pnodes, hugepages, kind, False, hugepages_required)
         hugepages, huge_note = _fit_or_raise(fits, size)
         if layout is not None and (policy is not None or nodes is not None):
             raise ValueError("give layout= or policy=/nodes=, not both")
@@ -7497,7 +7532,9 @@ class SharedRegion(_RecordRoom):
         placed: Optional[FrozenSet[int]] = pnodes or default_memory_nodes(topo)  # must be there
         if pmode in _SPILL_MODES:
             placed = None  # first-touch, preferred: pages come from where they are
-        huge, page = _region_page(hugepages, kind, b, lay.nodes if lay is not None else placed)
+        huge, page = _region_page(
+            hugepages, kind, backend, lay.nodes if lay is not None else placed
+        )
         size = (size + page - 1) // page * page
         if lay is None:
             lay = Layout.extents(
@@ -7509,9 +7546,9 @@ class SharedRegion(_RecordRoom):
                     )
                 ]
             )  # as mbind: nodes ignored there
-        lay = lay.bound(size, page, _memory_nodes(b)[0])
+        lay = lay.bound(size, page, _memory_nodes(backend)[0])
         seg = _region_mapped(size, page, huge)
-        _region_args(b, kind, seg, 1)
+        _region_args(backend, kind, seg, 1)
         if huge and isinstance(key, int) and key & SYSV_KEY_MASK == _COMPANION_PREFIX:
             raise ValueError(
                 f"SysV key 0x{key:08x}: keys 0x4f000000-0x4fffffff hold huge-page regions' "
@@ -7523,8 +7560,8 @@ class SharedRegion(_RecordRoom):
             "size": size,
             "page_size": page,
             "created": round(time.time(), 3),
-            "uid": b.geteuid(),
-            **b.whoami(),
+            "uid": backend.geteuid(),
+            **backend.whoami(),
             "layout": str(lay),
         }
         flags = IPC_CREAT | IPC_EXCL | mode
@@ -7537,7 +7574,7 @@ class SharedRegion(_RecordRoom):
 
         def create_once() -> SharedRegion:
             return cls._open(
-                b,
+                backend,
                 kind,
                 key,
                 make,
@@ -7563,7 +7600,7 @@ class SharedRegion(_RecordRoom):
             threads=threads,
             strict=strict,
             progress=progress,
-            backend=b,
+            backend=backend,
             wait=wait,
         )
         if (region.size, region.page_size, str(region.layout)) != (size, page, str(lay)):
@@ -7615,17 +7652,17 @@ class SharedRegion(_RecordRoom):
         waited past), so a worker that starts before its creator never maps the
         region a crashed run left.
         """
-        b = _b(backend)
-        _region_args(b, kind, 0 if size is None else size, 0)
+        backend = _b(backend)
+        _region_args(backend, kind, 0 if size is None else size, 0)
         if created_after is not None and _seconds(created_after) is None:
             raise ValueError(f"created_after={created_after!r}: a time.time() value")
         known: Dict[str, Any] = {}  # NUMA_NODES, read once for the policy and the layout
-        pmode, pnodes, strict_, explicit = _region_policy(policy, nodes, strict, b, known)
-        _region_page(hugepages, kind, b, pnodes)  # the region's record says its page
+        pmode, pnodes, strict_, explicit = _region_policy(policy, nodes, strict, backend, known)
+        _region_page(hugepages, kind, backend, pnodes)  # the region's record says its page
 
         def make(r: SharedRegion) -> None:
             rec, what = (_sysv_attach if kind == "sysv" else _posix_attach)(r, trust)
-            _record_page_check(b, r._address, kind, rec["page_size"], what)
+            _record_page_check(backend, r._address, kind, rec["page_size"], what)
             _check_made_after(rec, created_after, what)
             data = rec["size"]
             try:
@@ -7643,11 +7680,11 @@ class SharedRegion(_RecordRoom):
             ):
                 lay = Layout.extents([(data, _MODE_WORDS[pmode].word, pnodes)])
             r.identity, r._layout, r._size = rec, lay, data
-            _slot_write(b, r._room()[0])
+            _slot_write(backend, r._room()[0])
 
         def attach_once() -> SharedRegion:
             return cls._open(
-                b,
+                backend,
                 kind,
                 key,
                 make,
@@ -7668,7 +7705,7 @@ class SharedRegion(_RecordRoom):
     @classmethod
     def _open(
         cls,
-        b: Backend,
+        backend: Backend,
         kind: str,
         key: Union[int, str],
         make: Callable[[SharedRegion], None],
@@ -7695,36 +7732,36 @@ class SharedRegion(_RecordRoom):
         that came meanwhile runs before they are let go (_run_pending: between
         prefault's chunks, and at the end), so that what it raises is undone here
         with nothing let go."""
-        region = cls(b, kind, key, created, note)
+        region = cls(backend, kind, key, created, note)
         held = _hold_signals()
         try:
             make(region)
             rec, lay, addr = region.identity, region._layout, region._address
             region._size, region.page_size = rec["size"], rec["page_size"]
             page = region.page_size
-            lay, fallback = _layout_within_map_count(b, lay, strict)
+            lay, fallback = _layout_within_map_count(backend, lay, strict)
             if fallback:
                 region._layout = lay
                 if created:  # attachers apply what was applied
                     rec["layout"] = str(lay)
-            cpus = _extent_cpus(b, lay, known.get("topology")) if prefault else None
-            region.policies = _layout_apply(b, addr, page, lay, strict, known)
+            cpus = _extent_cpus(backend, lay, known.get("topology")) if prefault else None
+            region.policies = _layout_apply(backend, addr, page, lay, strict, known)
             region._policy = _whole_policy(region.policies, lay, fallback)
             at, room = region._room()
-            _room_apply(b, at, room, lay)
+            _room_apply(backend, at, room, lay)
             if created:  # the room's pages, then the record: nobody can attach before
-                b.touch(at, room)
+                backend.touch(at, room)
                 _record_write(at, room, rec)
                 if kind == "sysv":
                     _sysv_twins(region)  # named first: a twin being made sees this one
-                _slot_write(b, at)  # made: the one region of its name
+                _slot_write(backend, at)  # made: the one region of its name
             if thp:
-                b.madvise(addr, region._mapped, MADV_HUGEPAGE)
+                backend.madvise(addr, region._mapped, MADV_HUGEPAGE)
             if remove and kind == "sysv":
                 region.remove()
             if prefault:
                 region.prefaulted = _layout_prefault(
-                    b, addr, lay, page, threads, progress, cpus, held
+                    backend, addr, lay, page, threads, progress, cpus, held
                 )
             _run_pending(held)
             # Inside the try: an interrupt the release lets in undoes the region.
@@ -7961,13 +7998,13 @@ def _torch_bus_id(device: int) -> Optional[str]:
 # ---------------------------------------------------------------------------
 
 
-def _planning_topology(b: Backend) -> Topology:
+def _planning_topology(backend: Backend) -> Topology:
     """The topology with ``allowed_cpus`` widened from this thread's affinity
     (Cpus_allowed_list) to the cpuset when that is readable: after a first binding the
     affinity is the bound set, and plans and re-binding must still see every CPU the
     process may use.  A narrower affinity set before (taskset) is replaced by binding."""
-    topo = read_topology(backend=b)
-    cs = b.cpuset_cpus()
+    topo = read_topology(backend=backend)
+    cs = backend.cpuset_cpus()
     if cs is not None and cs & topo.online_cpus:
         return topo._replace(allowed_cpus=frozenset(cs & topo.online_cpus))
     return topo
@@ -7975,8 +8012,8 @@ def _planning_topology(b: Backend) -> Topology:
 
 def gpus(*, backend: Optional[Backend] = None) -> List[GpuInfo]:
     """The GPUs in sysfs (NVIDIA, AMD, Intel), in PCI order, with their nodes."""
-    b = _b(backend)
-    return _gpu_infos(read_topology(backend=b), b)
+    backend = _b(backend)
+    return _gpu_infos(read_topology(backend=backend), backend)
 
 
 # ---------------------------------------------------------------------------
@@ -7994,7 +8031,7 @@ def device_distance(
     A saved tree that kept no links has no paths: NODE or SYS.  ``a``/``b``: Devices
     or PCI addresses."""
     if isinstance(a, str) or isinstance(b, str):
-        found = {d.address: d for d in devices(backend=backend)}
+        found = {device.address: device for device in devices(backend=backend)}
         try:
             if isinstance(a, str):
                 a = found[_norm_bus_id(a)]
@@ -8035,18 +8072,18 @@ def local_devices(
     SNC/NPS) or "remote"; ranked by relation, NUMA distance, then PCI address.  When
     none is local, ``strict=False`` lists every device of the kind, ``fell_back``
     set, so a transfer never waits for want of a local NIC; ``strict=True`` lists none."""
-    b = _b(backend)
-    t = read_topology(backend=b)
+    backend = _b(backend)
+    topo = read_topology(backend=backend)
     if isinstance(where, int) and not isinstance(where, bool):
         nodes = frozenset({where})
     elif isinstance(where, (set, frozenset, list, tuple)):
         nodes = frozenset(where)
     else:
-        nodes = frozenset(placement(where, backend=b)) or frozenset(
-            n for n in (node_of(where, backend=b),) if n is not None
+        nodes = frozenset(placement(where, backend=backend)) or frozenset(
+            n for n in (node_of(where, backend=backend),) if n is not None
         )
-    pkg = {n: p for p, ns in t.package_nodes.items() for n in ns}
-    home = {n: pkg.get(_nearest_cpu_node(t, n)) for n in t.nodes}  # type: ignore[arg-type]
+    pkg = {n: p for p, ns in topo.package_nodes.items() for n in ns}
+    home = {n: pkg.get(_nearest_cpu_node(topo, n)) for n in topo.nodes}  # type: ignore[arg-type]
     mine = {home.get(n) for n in nodes} - {None}
 
     def rank(d: Device) -> Tuple[int, int, str]:
@@ -8060,12 +8097,12 @@ def local_devices(
         distances = []
         if d.node is not None:
             for node in nodes:
-                distance = t.distance(node, d.node)
+                distance = topo.distance(node, d.node)
                 if distance is not None:
                     distances.append(distance)
         return relation, min(distances, default=1 << 16), d.address
 
-    ranked = sorted((rank(d), d) for d in _devices(t, b) if d.kind == kind)
+    ranked = sorted((rank(d), d) for d in _devices(topo, backend) if d.kind == kind)
     fell_back = not strict and all(r[0] for r, _ in ranked)
     out = LocalDevices((d, _RELATIONS[r[0]]) for r, d in ranked if fell_back or r[0] == 0)
     out.fell_back = fell_back
@@ -8116,9 +8153,9 @@ def _apply_visible(
                     None, "uuid unknown: no NVML and no NVIDIA driver entries to match it against"
                 )
         elif t[:4].upper() == "MIG-":
-            m = re.match(r"^MIG-(GPU-[0-9a-fA-F-]+)/\d+/\d+$", t)
-            if m and m.group(1).lower() in uuids:
-                got = _Resolved(uuids[m.group(1).lower()], "mig (parent uuid)")
+            match = re.match(r"^MIG-(GPU-[0-9a-fA-F-]+)/\d+/\d+$", t)
+            if match and match.group(1).lower() in uuids:
+                got = _Resolved(uuids[match.group(1).lower()], "mig (parent uuid)")
             elif t.lower() in migs:
                 got = _Resolved(migs[t.lower()], "mig (nvml)")
             else:
@@ -8148,7 +8185,7 @@ def _visible_gpus(
     """The GPUs a CUDA (HIP) process started with ``env`` numbers 0, 1, ... and notes."""
     fam = _family(infos)
     notes: List[str] = []
-    base = [_Resolved(g, "pci order") for g in fam]
+    base = [_Resolved(gpu, "pci order") for gpu in fam]
     if not fam or fam[0].vendor == "intel":  # Intel: no remapping
         return base, notes
     if fam[0].vendor == "amd":
@@ -8162,15 +8199,15 @@ def _visible_gpus(
                 base = _apply_visible(base, raw, {}, {}, notes)
         return base, notes
     order = env.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST").strip().upper()
-    if order != "PCI_BUS_ID" and len({g.device_id for g in fam}) > 1:
+    if order != "PCI_BUS_ID" and len({gpu.device_id for gpu in fam}) > 1:
         base = [v._replace(how="pci order (assumed)") for v in base]
         notes.append(
             "CUDA_DEVICE_ORDER is not PCI_BUS_ID and the GPUs are of different "
             "models: CUDA may number them fastest first, so device indexes are "
             "a guess; set CUDA_DEVICE_ORDER=PCI_BUS_ID"
         )
-    uuids = {g.uuid.lower(): g for g in fam if g.uuid}
-    by_pci = {g.pci: g for g in fam}
+    uuids = {gpu.uuid.lower(): gpu for gpu in fam if gpu.uuid}
+    by_pci = {gpu.pci: gpu for gpu in fam}
     migs = {
         mig.lower(): by_pci[nv.pci] for nv in nvml or () if nv.pci in by_pci for mig in nv.mig_uuids
     }
@@ -8194,12 +8231,12 @@ def _resolve(
     device: int,
     pci_bus_id: Optional[str],
     infos: List[GpuInfo],
-    b: Backend,
+    backend: Backend,
     env: Optional[Mapping[str, str]],
 ) -> _Resolved:
     if isinstance(device, bool) or not isinstance(device, int) or device < 0:
         raise ValueError(f"invalid CUDA device index {device!r}")
-    by_pci = {g.pci: g for g in infos}
+    by_pci = {gpu.pci: gpu for gpu in infos}
     if pci_bus_id is not None:
         bus = _norm_bus_id(pci_bus_id)
         return _Resolved(
@@ -8207,12 +8244,12 @@ def _resolve(
             "pci_bus_id" if bus in by_pci else f"pci_bus_id {bus} is not a GPU in sysfs",
         )
     torch_gpu = None
-    if b.is_live:
+    if backend.is_live:
         torch_gpu = by_pci.get(_torch_bus_id(device) or "")
     if torch_gpu is not None:
         return _Resolved(torch_gpu, "torch")
     env = os.environ if env is None else env
-    vis, notes = _visible_gpus(infos, _nvml_devices(b), env)
+    vis, notes = _visible_gpus(infos, _nvml_devices(backend), env)
     for note in notes:  # once each, however often the device is looked up
         _fail(False, note)
     if device >= len(vis):
@@ -8240,8 +8277,10 @@ def gpu_node(
     from ``environ`` (default os.environ).  ``pci_bus_id`` short-cuts the lookup.
     None when unknown (strict: OSError).
     """
-    b = _b(backend)
-    r = _resolve(device, pci_bus_id, _gpu_infos(read_topology(backend=b), b), b, environ)
+    backend = _b(backend)
+    r = _resolve(
+        device, pci_bus_id, _gpu_infos(read_topology(backend=backend), backend), backend, environ
+    )
     st = _strict_or_env(strict)
     if r.gpu is None or r.gpu.cpu_node is None:
         why = r.how if r.gpu is None else f"GPU {r.gpu.pci}: {r.gpu.node_source}"
@@ -8260,8 +8299,10 @@ def cuda_device(
     """The GPU that is CUDA device ``device`` for this process, as gpu_node finds it
     (CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER from ``environ``, default os.environ).
     ValueError when there is no such device, saying how many are visible."""
-    b = _b(backend)
-    r = _resolve(device, pci_bus_id, _gpu_infos(read_topology(backend=b), b), b, environ)
+    backend = _b(backend)
+    r = _resolve(
+        device, pci_bus_id, _gpu_infos(read_topology(backend=backend), backend), backend, environ
+    )
     if r.gpu is None:
         raise ValueError(r.how)
     return r.gpu
@@ -8305,14 +8346,14 @@ def _plan_memory(
         return ()
     usable = default_memory_nodes(topo)
     if memory in ("interleave", "weighted-interleave"):
-        return tuple(sorted(usable - {n for g in infos for n in g.memory_nodes}))
+        return tuple(sorted(usable - {n for gpu in infos for n in gpu.memory_nodes}))
     nodes = (
         (node,)
         if node in usable
         else _nearest_tied(topo, node, (usable & topo.nodes_with_cpus) or usable)
     )
     if memory == "socket":  # preferred-many over the package's memory nodes
-        pk = {topo.cpus[c].package for c in topo.nodes[node].cpus if c in topo.cpus}
+        pk = {topo.cpus[cpu].package for cpu in topo.nodes[node].cpus if cpu in topo.cpus}
         mine = {n for p, ns in topo.package_nodes.items() if p in pk for n in ns}
         return tuple(sorted(usable & mine)) or nodes
     return nodes[:1] if memory == "prefer" else nodes
@@ -8496,18 +8537,20 @@ def gpu_plans(
     backend: Optional[Backend] = None,
 ) -> List[GpuPlan]:
     """One plan per CUDA device this process sees (CUDA_VISIBLE_DEVICES applied)."""
-    b = _b(backend)
+    backend = _b(backend)
     pol, res, mem, st = _plan_args(policy, reserve, memory, strict)
     pol = "node" if pol == "none" else pol
-    topo = _planning_topology(b)
-    infos = _gpu_infos(topo, b)
-    vis, notes = _visible_gpus(infos, _nvml_devices(b), os.environ if environ is None else environ)
+    topo = _planning_topology(backend)
+    infos = _gpu_infos(topo, backend)
+    vis, notes = _visible_gpus(
+        infos, _nvml_devices(backend), os.environ if environ is None else environ
+    )
     planned = _plan_all(topo, infos, pol, res, st) if vis else {}
     return [_plan_for(topo, infos, v, i, pol, mem, notes, planned) for i, v in enumerate(vis)]
 
 
 def _device_plan(
-    b: Backend,
+    backend: Backend,
     device: int,
     pci_bus_id: Optional[str],
     environ: Optional[Mapping[str, str]],
@@ -8518,9 +8561,9 @@ def _device_plan(
 ) -> Tuple[Topology, List[GpuInfo], _Resolved, GpuPlan]:
     """CUDA device ``device``'s GPU (the notes on finding it logged once) and its plan,
     on the planning topology; policy "none" plans as "node"."""
-    topo = _planning_topology(b)
-    infos = _gpu_infos(topo, b)
-    r = _resolve(device, pci_bus_id, infos, b, environ)
+    topo = _planning_topology(backend)
+    infos = _gpu_infos(topo, backend)
+    r = _resolve(device, pci_bus_id, infos, backend, environ)
     policy = "node" if policy == "none" else policy
     planned = _plan_all(topo, infos, policy, reserve, strict) if r.gpu is not None else {}
     return topo, infos, r, _plan_for(topo, infos, r, device, policy, memory, (), planned)
@@ -8544,9 +8587,9 @@ def cpus_for_gpu(
     cores per node are left out.  Defaults come from the NUMA_UTILS_* variables.  When the
     cpuset leaves nothing on the GPU's node, the nearest node is used (strict: OSError).
     """
-    b = _b(backend)
+    backend = _b(backend)
     pol, res, _, st = _plan_args(policy, reserve, None, strict)
-    r, plan = _device_plan(b, device, pci_bus_id, environ, pol, res, None, st)[2:]
+    r, plan = _device_plan(backend, device, pci_bus_id, environ, pol, res, None, st)[2:]
     if r.gpu is None:
         _fail(st, f"CUDA device {device}: not identified ({r.how}); all allowed CPUs")
     return plan.cpus
@@ -8587,26 +8630,26 @@ class BindResult(_Record):
 
 
 def _set_affinity(
-    b: Backend, cpus: FrozenSet[int], threads: str, notes: List[str]
+    backend: Backend, cpus: FrozenSet[int], threads: str, notes: List[str]
 ) -> Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[Tuple[int, int], ...]]:
     """Pin the calling thread, and with threads="all" every other thread of the process
     that is not pinned already (affinity narrower than the calling thread's was)."""
-    before = b.sched_getaffinity(0)
-    me = b.gettid()
-    b.sched_setaffinity(0, cpus)
+    before = backend.sched_getaffinity(0)
+    me = backend.gettid()
+    backend.sched_setaffinity(0, cpus)
     changed, skipped, failed = [me], [], []
     if threads == "all":
         try:
-            tids = b.threads()
+            tids = backend.threads()
         except OSError as e:
             tids = []
             notes.append(f"cannot list this process's threads: {e.strerror or e}")
         for tid in (t for t in tids if t != me):
             try:
-                if not b.sched_getaffinity(tid) >= before:
+                if not backend.sched_getaffinity(tid) >= before:
                     skipped.append(tid)
                     continue
-                b.sched_setaffinity(tid, cpus)
+                backend.sched_setaffinity(tid, cpus)
                 changed.append(tid)
             except ProcessLookupError:
                 continue  # the thread exited meanwhile
@@ -8616,7 +8659,7 @@ def _set_affinity(
 
 
 def _bind_node(
-    b: Backend,
+    backend: Backend,
     topo: Topology,
     node: int,
     cpus: Union[bool, Iterable[int]],
@@ -8663,7 +8706,7 @@ def _bind_node(
                 f"CPUs {format_cpulist(allowed)}",
             )
     if mem in ("interleave", "weighted-interleave") and infos is None:
-        infos = _gpu_infos(topo, b)
+        infos = _gpu_infos(topo, backend)
     pres: Optional[PolicyResult] = None
     if mem is not None:
         mnodes = _plan_memory(topo, infos or [], node, mem) if mem != "local" else ()
@@ -8689,7 +8732,7 @@ def _bind_node(
             )
         else:
             pres = set_thread_policy(
-                mode, mnodes if mode != Mode.LOCAL else None, strict=st, backend=b
+                mode, mnodes if mode != Mode.LOCAL else None, strict=st, backend=backend
             )
     if cpus is False:
         reason: Optional[str] = "not requested"
@@ -8700,7 +8743,7 @@ def _bind_node(
     done: Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[Tuple[int, int], ...]] = ((), (), ())
     if reason is None:
         try:
-            done = _set_affinity(b, want, threads, notes)
+            done = _set_affinity(backend, want, threads, notes)
         except OSError as e:
             if st:
                 raise
@@ -8750,9 +8793,9 @@ def bind_to_node(
     elsewhere already; "current" only the calling thread.  Memory is applied before
     CPUs, so a strict failure leaves both alone.
     """
-    b = _b(backend)
+    backend = _b(backend)
     st, mem = _strict_or_env(strict), _memory_or_env(memory)
-    return _bind_node(b, _planning_topology(b), node, cpus, mem, threads, st)
+    return _bind_node(backend, _planning_topology(backend), node, cpus, mem, threads, st)
 
 
 def bind_for_gpu(
@@ -8772,16 +8815,16 @@ def bind_for_gpu(
     ``policy`` as in cpus_for_gpu; "none" (NUMA_BIND_POLICY's default when no argument is
     given) leaves CPU affinity alone and only sets the memory policy.
     """
-    b = _b(backend)
+    backend = _b(backend)
     pol, res, mem, st = _plan_args(policy, reserve, memory, strict)
-    topo, infos, r, plan = _device_plan(b, device, pci_bus_id, environ, pol, res, mem, st)
+    topo, infos, r, plan = _device_plan(backend, device, pci_bus_id, environ, pol, res, mem, st)
     if plan.cpu_node is None:
         _fail(st, f"CUDA device {device}: no node to bind to ({r.how})")
         return BindResult(
             None, frozenset(), False, "unknown-node", None, plan=plan, notes=plan.notes
         )
     out = _bind_node(
-        b, topo, plan.cpu_node, False if pol == "none" else plan.cpus, mem, threads, st, infos
+        backend, topo, plan.cpu_node, False if pol == "none" else plan.cpus, mem, threads, st, infos
     )
     return out._replace(plan=plan, notes=plan.notes + out.notes)
 
@@ -8917,7 +8960,7 @@ def _omp_env(cpus: FrozenSet[int]) -> Dict[str, str]:
 
 
 def _gpu_slice(
-    b: Backend,
+    backend: Backend,
     topo: Topology,
     gpu: int,
     pci_bus_id: Optional[str],
@@ -8928,8 +8971,8 @@ def _gpu_slice(
 ) -> Tuple[Optional[str], Optional[int], FrozenSet[int], Dict[str, FrozenSet[int]]]:
     """CUDA device ``gpu``'s (pci, node, CPUs) from the `exclusive` plan of every GPU,
     and why its node's other CPUs are not in it."""
-    infos = _gpu_infos(topo, b)
-    found = _resolve(gpu, pci_bus_id, infos, b, environ)
+    infos = _gpu_infos(topo, backend)
+    found = _resolve(gpu, pci_bus_id, infos, backend, environ)
     notes.extend(found.notes)
     if found.gpu is None:
         _fail(strict, f"CUDA device {gpu}: not identified ({found.how}); no thread plan", notes)
@@ -9003,13 +9046,15 @@ def thread_plan(
     if smt not in SMT_RULES:
         raise ValueError(f"smt must be one of {', '.join(SMT_RULES)}, not {smt!r}")
     wanted = _role_counts(roles)
-    b = _b(backend)
+    backend = _b(backend)
     _, res, _, st = _plan_args("exclusive", reserve, None, strict)
-    topo = _planning_topology(b)
+    topo = _planning_topology(backend)
     notes: List[str] = []
     pci: Optional[str] = None
     if gpu is not None:
-        pci, cpu_node, cpus, why = _gpu_slice(b, topo, gpu, pci_bus_id, environ, res, st, notes)
+        pci, cpu_node, cpus, why = _gpu_slice(
+            backend, topo, gpu, pci_bus_id, environ, res, st, notes
+        )
     else:
         cpu_node, cpus, why = _node_slice(topo, node, res, st, notes)  # type: ignore[arg-type]
     if cpu_node is not None:
@@ -9045,7 +9090,7 @@ _SHARED_PAGES_HINT = (
 )
 
 
-def _move_buffer(b: Backend, buf: Any, order: List[int]) -> int:
+def _move_buffer(backend: Backend, buf: Any, order: List[int]) -> int:
     """move_pages(2) for ``buf``'s pages, spread over ``order``, 64 Ki pages a call;
     the pages the kernel did not put there (those not faulted in yet do not count).
     ``buf``: a buffer, or (address, length)."""
@@ -9053,13 +9098,13 @@ def _move_buffer(b: Backend, buf: Any, order: List[int]) -> int:
         addr, length = buffer_range(buf[0], buf[1])
     else:
         addr, length = buffer_range(buf)
-    start, size = _page_range(addr, length, b.page_size)
-    step = _MOVE_PAGES_LIMIT * b.page_size
+    start, size = _page_range(addr, length, backend.page_size)
+    step = _MOVE_PAGES_LIMIT * backend.page_size
     unmoved = 0
     for first in range(start, start + size, step):
-        pages = list(range(first, min(first + step, start + size), b.page_size))
+        pages = list(range(first, min(first + step, start + size), backend.page_size))
         targets = [order[at % len(order)] for at in range(len(pages))]
-        status = move_pages(0, pages, targets, MbindFlag.MOVE, backend=b)
+        status = move_pages(0, pages, targets, MbindFlag.MOVE, backend=backend)
         unmoved += sum(1 for got in status if got not in order and got != -errno.ENOENT)
     return unmoved
 
@@ -9081,7 +9126,7 @@ def settle(
     need CAP_SYS_NICE: ``hint`` says so).  Denied (Docker's default seccomp profile:
     EPERM) or unsupported: falsy with the fix (strict: OSError).
     """
-    b = _b(backend)
+    backend = _b(backend)
     st = _strict_or_env(strict)
     target = frozenset(nodes)
     if not target:
@@ -9091,16 +9136,16 @@ def settle(
     buffers = list(buffers)
     try:
         if buffers:
-            unmoved = sum(_move_buffer(b, buf, order) for buf in buffers)
+            unmoved = sum(_move_buffer(backend, buf, order) for buf in buffers)
         else:
-            others = default_memory_nodes(backend=b) - target
-            unmoved = migrate_pages(0, others, target, backend=b)
+            others = default_memory_nodes(backend=backend) - target
+            unmoved = migrate_pages(0, others, target, backend=backend)
     except OSError as e:
         err = e.errno or errno.EIO
         return _fallback(result, st, "settle", _errno_reason(err), err)
     if unmoved:
         left = result._replace(
-            reason="unmoved", resident_unmoved=unmoved * b.page_size, hint=_SHARED_PAGES_HINT
+            reason="unmoved", resident_unmoved=unmoved * backend.page_size, hint=_SHARED_PAGES_HINT
         )
         return _fallback(left, st, "settle")
     return result._replace(applied=True)
@@ -9163,12 +9208,12 @@ def _role_patterns(
     return patterns
 
 
-def _thread_name(b: Backend, tid: int) -> str:
-    return _clean(b.read_optional(f"/proc/self/task/{tid}/comm") or "")
+def _thread_name(backend: Backend, tid: int) -> str:
+    return _clean(backend.read_optional(f"/proc/self/task/{tid}/comm") or "")
 
 
 def _pin_thread(
-    b: Backend,
+    backend: Backend,
     plan: ThreadPlan,
     patterns: Mapping[str, re.Pattern[str]],
     default: Optional[str],
@@ -9176,7 +9221,7 @@ def _pin_thread(
 ) -> ThreadPin:
     """Thread ``tid`` pinned to the CPUs of the first role whose pattern its name
     matches (``default`` when none does)."""
-    name = _thread_name(b, tid)
+    name = _thread_name(backend, tid)
     role = default
     for candidate, pattern in patterns.items():
         if pattern.search(name):
@@ -9184,7 +9229,7 @@ def _pin_thread(
             break
     nothing: FrozenSet[int] = frozenset()
     try:
-        before = b.sched_getaffinity(tid)
+        before = backend.sched_getaffinity(tid)
     except ProcessLookupError:
         return ThreadPin(tid, name, role, nothing, nothing, False, "exited")
     if role is None:
@@ -9193,8 +9238,8 @@ def _pin_thread(
     if not want:
         return ThreadPin(tid, name, role, before, before, False, "role has no CPUs")
     try:
-        b.sched_setaffinity(tid, want)
-        after = b.sched_getaffinity(tid)
+        backend.sched_setaffinity(tid, want)
+        after = backend.sched_getaffinity(tid)
     except ProcessLookupError:
         return ThreadPin(tid, name, role, before, nothing, False, "exited")
     except OSError as e:
@@ -9225,21 +9270,21 @@ def pin_threads(
     placed elsewhere to the plan's memory nodes (see settle; ``settled``).  Strict:
     OSError when a matched thread could not be pinned.
     """
-    b = _b(backend)
+    backend = _b(backend)
     st = _strict_or_env(strict)
     patterns = _role_patterns(plan, match or {}, default)
     seen: Dict[int, ThreadPin] = {}
     late: List[int] = []
     notes: List[str] = []
     passes = 0
-    new = b.threads()
+    new = backend.threads()
     while new and passes < _PIN_PASSES:
         passes += 1
         if passes > 1:
             late.extend(new)
         for tid in new:
-            seen[tid] = _pin_thread(b, plan, patterns, default, tid)
-        new = [tid for tid in b.threads() if tid not in seen]
+            seen[tid] = _pin_thread(backend, plan, patterns, default, tid)
+        new = [tid for tid in backend.threads() if tid not in seen]
     if new:
         _fail(st, f"threads kept starting: {len(new)} not pinned after {passes} passes", notes)
     for pin in seen.values():
@@ -9249,7 +9294,7 @@ def pin_threads(
     unmatched = tuple(pin.tid for pin in seen.values() if pin.role is None)
     moved = None
     if settle and plan.memory_nodes:
-        moved = _settle(plan.memory_nodes, strict=st, backend=b)
+        moved = _settle(plan.memory_nodes, strict=st, backend=backend)
     elif settle:
         _fail(st, "settle: the plan names no memory node; the pages stay where they are", notes)
     threads = tuple(seen.values())
@@ -9291,13 +9336,13 @@ class pinned:
         return self.result
 
     def __exit__(self, *exc: Any) -> None:
-        b = _b(self.backend)
+        backend = _b(self.backend)
         changed = []
         if self.result is not None:
             changed = [pin for pin in self.result.threads if pin.before and pin.after != pin.before]
         for pin in changed:
             try:
-                b.sched_setaffinity(pin.tid, pin.before)
+                backend.sched_setaffinity(pin.tid, pin.before)
                 self.restored.append(pin.tid)
             except ProcessLookupError:
                 continue
@@ -9317,7 +9362,7 @@ _WORKER_ROLES: Mapping[str, Union[int, str]] = MappingProxyType({"worker": "rest
 
 def _start_bound(
     start: Callable[[], None],
-    b: Backend,
+    backend: Backend,
     cpus: FrozenSet[int],
     memory: Optional[str],
     nodes: Tuple[int, ...],
@@ -9326,17 +9371,17 @@ def _start_bound(
     """``start()`` run with the calling thread on ``cpus`` under memory policy
     ``memory`` on ``nodes``, both put back after: a process forked meanwhile starts
     with them, before its first page or thread exists."""
-    before = b.sched_getaffinity(0)
+    before = backend.sched_getaffinity(0)
     policy = None
     if memory is not None and nodes:
-        policy = thread_policy(memory, nodes, strict=strict, backend=b)
+        policy = thread_policy(memory, nodes, strict=strict, backend=backend)
         policy.__enter__()
     try:
         if cpus:
-            b.sched_setaffinity(0, cpus)
+            backend.sched_setaffinity(0, cpus)
         start()
     finally:
-        b.sched_setaffinity(0, before)
+        backend.sched_setaffinity(0, before)
         if policy is not None:
             policy.__exit__(None, None, None)
 
@@ -9511,12 +9556,12 @@ def instance_plans(
     per = gpus_per_instance
     if isinstance(per, bool) or not isinstance(per, int) or per < 0:
         raise ValueError(f"gpus_per_instance must be an integer >= 0, not {per!r}")
-    b = _b(backend)
+    backend = _b(backend)
     _, res, _, st = _plan_args("exclusive", reserve, None, strict)
-    topo = _planning_topology(b)
+    topo = _planning_topology(backend)
     if per == 0:
         return _note_shared_memory(_node_instances(topo, n))
-    infos = _gpu_infos(topo, b)
+    infos = _gpu_infos(topo, backend)
     return _note_shared_memory(_gpu_instances(topo, infos, n, per, res, st))
 
 
@@ -9556,7 +9601,7 @@ class RemoteShare(_Record):
 
     @property
     def remote_bytes(self) -> int:
-        return sum(v for n, v in self.bytes_by_node.items() if n not in self.local_nodes)
+        return sum(v for node, v in self.bytes_by_node.items() if node not in self.local_nodes)
 
     @property
     def local_bytes(self) -> int:
@@ -9615,7 +9660,11 @@ def _local_memory(topo: Topology, cpus: FrozenSet[int]) -> FrozenSet[int]:
 
 
 def _remote_share(
-    pid: Union[int, str], maps: Union[str, OSError], threshold: float, topo: Topology, b: Backend
+    pid: Union[int, str],
+    maps: Union[str, OSError],
+    threshold: float,
+    topo: Topology,
+    backend: Backend,
 ) -> Tuple[RemoteShare, List[NumaMapsEntry]]:
     """remote_share on numa_maps text already read (or the error reading it), and the
     entries parsed from it."""
@@ -9625,11 +9674,11 @@ def _remote_share(
         error = f"cannot read /proc/{pid}/numa_maps: {maps.strerror or maps}"
     else:
         try:
-            entries = parse_numa_maps(maps, page_size_kb=_page_kb(b))
+            entries = parse_numa_maps(maps, page_size_kb=_page_kb(backend))
         except ValueError as e:  # a malformed line (parse_numa_maps names it)
             error = str(e)
     try:
-        cpus: Optional[FrozenSet[int]] = _allowed_from_status(b, pid)[0]
+        cpus: Optional[FrozenSet[int]] = _allowed_from_status(backend, pid)[0]
     except ValueError:
         cpus = None
     if cpus is None:
@@ -9658,13 +9707,13 @@ def remote_share(
     """The share of ``pid``'s pages (numa_maps) that sit off the nodes of the CPUs it
     may run on (Cpus_allowed_list).  Never raises: an unreadable process gives a
     result with ``error`` set and no pages.  Warns once when above ``threshold``."""
-    b = _b(backend)
-    topo = topology if topology is not None else read_topology(backend=b)
+    backend = _b(backend)
+    topo = topology if topology is not None else read_topology(backend=backend)
     try:
-        maps: Union[str, OSError] = b.read_text(_maps_path(pid))
+        maps: Union[str, OSError] = backend.read_text(_maps_path(pid))
     except OSError as e:
         maps = e
-    return _remote_share(pid, maps, threshold, topo, b)[0]
+    return _remote_share(pid, maps, threshold, topo, backend)[0]
 
 
 # ---------------------------------------------------------------------------
@@ -9708,18 +9757,22 @@ class NodeChoice(_Record):
 
 
 def _resolve_gpu(
-    gpu: Any, topo: Topology, b: Backend, environ: Optional[Mapping[str, str]]
+    gpu: Any, topo: Topology, backend: Backend, environ: Optional[Mapping[str, str]]
 ) -> Tuple[Optional[int], str]:
     """(the GPU's own node, label) for a CUDA device index (as this process numbers
     it: CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER honoured), a PCI address or a
     GpuInfo.  The node may be memory-only (GPU memory exposed as a node)."""
     if isinstance(gpu, GpuInfo):
         return gpu.node, f"GPU {gpu.pci}"
-    infos = _gpu_infos(topo, b)
+    infos = _gpu_infos(topo, backend)
     if isinstance(gpu, bool) or not isinstance(gpu, (int, str)):
         raise TypeError(f"gpu must be a CUDA device index, a PCI address or a GpuInfo, not {gpu!r}")
     by_bus = isinstance(gpu, str)
-    r = _resolve(0, gpu, infos, b, environ) if by_bus else _resolve(gpu, None, infos, b, environ)
+    r = (
+        _resolve(0, gpu, infos, backend, environ)
+        if by_bus
+        else _resolve(gpu, None, infos, backend, environ)
+    )
     if r.gpu is None:
         raise ValueError(
             f"no GPU at PCI address {gpu!r} ({r.how}); GPUs: "
@@ -9750,30 +9803,30 @@ def choose_node(
     index (CUDA_VISIBLE_DEVICES from ``environ``, default os.environ), a PCI address
     or a GpuInfo.
     """
-    b = _b(backend)
+    backend = _b(backend)
     # The cpuset, not this thread's affinity: after bind_to_node the affinity is one
     # node, and a new worker may still go anywhere the cpuset allows.
-    topo = _planning_topology(b)
-    snap = counters(backend=b)
+    topo = _planning_topology(backend)
+    snap = counters(backend=backend)
     excluded = frozenset(exclude)
     usable_mem = default_memory_nodes(topo)
     nodes = (
         sorted(
-            n
-            for n in topo.nodes_with_cpus
-            if n in topo.nodes and topo.nodes[n].cpus & topo.allowed_cpus
+            node
+            for node in topo.nodes_with_cpus
+            if node in topo.nodes and topo.nodes[node].cpus & topo.allowed_cpus
         )
         if topo.has_node_dir
         else [0]
     )
-    skipped = [n for n in nodes if n in excluded]
-    nodes = [n for n in nodes if n not in excluded]
-    gnode, glabel = _resolve_gpu(gpu, topo, b, environ) if gpu is not None else (None, "")
+    skipped = [node for node in nodes if node in excluded]
+    nodes = [node for node in nodes if node not in excluded]
+    gnode, glabel = _resolve_gpu(gpu, topo, backend, environ) if gpu is not None else (None, "")
 
     need_kb = (max(int(need_bytes), 0) + 1023) // 1024
     cands: List[NodeCandidate] = []
-    for n in nodes:
-        mnode = next(iter(_nearest_tied(topo, n, usable_mem)), None)
+    for node in nodes:
+        mnode = next(iter(_nearest_tied(topo, node, usable_mem)), None)
         c = snap.nodes.get(mnode) if mnode is not None else None
         # counters' meminfo, else the topology's free memory (no nodeN/meminfo)
         if c is not None and c.meminfo:
@@ -9784,12 +9837,12 @@ def choose_node(
             avail = 0
         cands.append(
             NodeCandidate(
-                n,
+                node,
                 mnode,
                 avail,
-                int((loads or {}).get(n, 0)),
-                topo.distance(gnode, n) if gnode is not None else None,
-                topo.distance(n, mnode) if mnode is not None else None,
+                int((loads or {}).get(node, 0)),
+                topo.distance(gnode, node) if gnode is not None else None,
+                topo.distance(node, mnode) if mnode is not None else None,
                 avail >= need_kb,
             )
         )
@@ -9975,7 +10028,7 @@ class _PinCalls:
             self.last_error()
 
 
-def _cudart_candidates(b: Backend) -> List[str]:
+def _cudart_candidates(backend: Backend) -> List[str]:
     """Where libcudart may be, best first: the copy this process already loaded
     (torch imported it: /proc/self/maps), torch's lib dir and the nvidia-cuda-runtime
     wheel beside it, ctypes.util.find_library, then sonames (libamdhip64's last)."""
@@ -9983,8 +10036,8 @@ def _cudart_candidates(b: Backend) -> List[str]:
     import glob
 
     out: List[str] = []
-    if "torch" in sys.modules and b.is_live:
-        maps = b.read_optional("/proc/self/maps") or ""
+    if "torch" in sys.modules and backend.is_live:
+        maps = backend.read_optional("/proc/self/maps") or ""
         # the path: the sixth field, the rest of the line (it may hold spaces)
         out += dict.fromkeys(
             re.findall(r"^(?:\S+ +){5}(.*/libcudart\.so[0-9.]*)$", maps, re.MULTILINE)
@@ -10017,12 +10070,12 @@ def _in_library_path(names: List[str]) -> List[str]:
     return out
 
 
-def _load_cudart(cudart: Any, b: Backend) -> Tuple[Optional[_PinCalls], str]:
+def _load_cudart(cudart: Any, backend: Backend) -> Tuple[Optional[_PinCalls], str]:
     """(the runtime's calls, where it was found) or (None, why not)."""
     if isinstance(cudart, ctypes.CDLL):
         lib, where = cudart, getattr(cudart, "_name", "libcudart")
     else:
-        names = [os.fspath(cudart)] if cudart is not None else _cudart_candidates(b)
+        names = [os.fspath(cudart)] if cudart is not None else _cudart_candidates(backend)
         found, where, errors = _dlopen(_in_library_path(names))
         if found is None and cudart is None:
             return None, "neither libcudart nor libamdhip64 found (tried " + ", ".join(names) + ")"
@@ -10494,13 +10547,13 @@ def pin_for_cuda(
     thread that cannot start or an exception undoes every chunk, and
     KeyboardInterrupt is raised again once they are undone.
     """
-    b = _b(backend)
+    backend = _b(backend)
     strict = _strict_or_env(strict)
     addr, size = buffer_range(buf, length)
-    page = b.page_size
+    page = backend.page_size
     if chunk <= 0:
         raise ValueError(f"chunk must be positive, not {chunk}")
-    calls, where = _load_cudart(cudart, b)
+    calls, where = _load_cudart(cudart, backend)
     # Interior chunk edges on page boundaries: two registrations must never share a
     # page (CUDA pins whole pages; overlapping ones fail as already registered).
     step = max(min(chunk, _PIN_CALL_MAX) // page * page, page)
@@ -10518,7 +10571,7 @@ def pin_for_cuda(
     # on GPU 0 (hundreds of MiB there) for an engine that runs on GPU 3.  Each worker
     # first selects the caller's device.
     device = _cuda_current_device(calls)
-    fault = (lambda: _do_prefault(addr, size, backend=b)) if prefault else None
+    fault = (lambda: _do_prefault(addr, size, backend=backend)) if prefault else None
     if not background:
         try:
             pin._run(pieces, nthreads, device, fault, strict)
@@ -10547,11 +10600,11 @@ def pin_for_cuda(
 # ---------------------------------------------------------------------------
 
 
-def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
+def _status_extra(report: Dict[str, Any], topo: Topology, backend: Backend) -> None:
     """Add counters, the process's remote share and advice to the status report."""
     warnings: List[str] = report["warnings"]
     text: List[str] = report.setdefault("extra_text", [])
-    snap = counters(backend=b)
+    snap = counters(backend=backend)
     report["counters"] = snap.to_json()
     warnings.extend(
         f"could not read: {p}" for p in snap.problems if f"could not read: {p}" not in warnings
@@ -10571,10 +10624,10 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
             text.append(f"  {per_node.node:>4}" + "".join(cells))
         text.append(f"  remote allocations (other_node): {snap.remote_ratio:.2%} of pages")
     # The process's own pages (the running system, or the simulated process).
-    maps = b.read_optional(_maps_path("self")) if b.has_process else None
+    maps = backend.read_optional(_maps_path("self")) if backend.has_process else None
     if maps is not None:
         # Read and parsed once, for the remote share and the interleave check.
-        rs, entries = _remote_share("self", maps, REMOTE_SHARE_THRESHOLD, topo, b)
+        rs, entries = _remote_share("self", maps, REMOTE_SHARE_THRESHOLD, topo, backend)
         report["process"]["remote_share"] = rs.to_json()
         if rs.total_bytes:
             per = ", ".join(
@@ -10612,8 +10665,8 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
                 f"hugepages-{sz}kB/nr_hugepages)"
             )
     # GPUs whose node has (almost) no free memory.
-    for g in report["gpus"]:
-        node = g.get("node")
+    for gpu in report["gpus"]:
+        node = gpu.get("node")
         c = snap.nodes.get(node)
         if c is None:
             continue
@@ -10623,14 +10676,14 @@ def _status_extra(report: Dict[str, Any], topo: Topology, b: Backend) -> None:
             and c.available_kb < 0.05 * c.mem_total_kb
         ):
             warnings.append(
-                f"GPU {g['address']}: its node {node} has {format_kib(c.available_kb)}"
+                f"GPU {gpu['address']}: its node {node} has {format_kib(c.available_kb)}"
                 f" available of {format_kib(c.mem_total_kb)} (< 5%): pinned host "
                 "buffers for it will come from another node"
             )
         elif topo.nodes_with_memory and node not in topo.nodes_with_memory:
             near = topo.nearest(node, topo.nodes_with_memory)
             warnings.append(
-                f"GPU {g['address']}: its node {node} has no memory; host "
+                f"GPU {gpu['address']}: its node {node} has no memory; host "
                 f"buffers for it come from node {near[0] if near else '?'}"
             )
 
@@ -10663,21 +10716,22 @@ def configure(*, env_prefix: str) -> str:
 # ===========================================================================
 
 
-def _tree_machine(b: Backend) -> Tuple[Optional[str], Optional[str], Optional[int]]:
+def _tree_machine(backend: Backend) -> Tuple[Optional[str], Optional[str], Optional[int]]:
     """(release, machine, page size) of the machine a saved tree was taken on, as far
     as the tree tells: proc/sys/kernel/osrelease and arch (Linux 6.1+; gather.py
     saves both) and the smallest kernelpagesize_kB of a saved proc/self/numa_maps.
     None for what it does not tell (never this host's values)."""
 
     def word(path: str) -> Optional[str]:
-        t = _clean(b.read_optional(path) or "")
+        t = _clean(backend.read_optional(path) or "")
         return t if 0 < len(t) <= 64 and t.isprintable() and " " not in t else None
 
     kb = min(
         map(
             int,
             re.findall(
-                r" kernelpagesize_kB=([0-9]{1,8})\b", b.read_optional("/proc/self/numa_maps") or ""
+                r" kernelpagesize_kB=([0-9]{1,8})\b",
+                backend.read_optional("/proc/self/numa_maps") or "",
             ),
         ),
         default=0,
@@ -10686,14 +10740,14 @@ def _tree_machine(b: Backend) -> Tuple[Optional[str], Optional[str], Optional[in
     return word("/proc/sys/kernel/osrelease"), word("/proc/sys/kernel/arch"), page
 
 
-def _package_layout(t: Topology) -> Dict[str, Any]:
+def _package_layout(topo: Topology) -> Dict[str, Any]:
     """Nodes per package with its evidence: the distances inside a package against
     those between packages (SNC on Intel, NPS on AMD split a package into nodes)."""
-    pk, k = t.package_nodes, t.nodes_per_package
-    pkg = {n: p for p, ns in pk.items() for n in ns}
+    pk, k = topo.package_nodes, topo.nodes_per_package
+    pkg = {node: p for p, ns in pk.items() for node in ns}
     same: Tuple[Set[int], Set[int]] = (set(), set())  # (between, inside)
     for a, p in pkg.items():
-        for m, d in (t.nodes[a].distances if a in t.nodes else {}).items():
+        for m, d in (topo.nodes[a].distances if a in topo.nodes else {}).items():
             if m != a and m in pkg:
                 same[pkg[m] == p].add(d)
     inside, between = sorted(same[1]), sorted(same[0])
@@ -10722,63 +10776,65 @@ def _package_layout(t: Topology) -> Dict[str, Any]:
 
 def _parse_cache_kb(text: str, *, source: Optional[str] = None) -> int:
     """A cache's size file (cacheinfo prints "32K"; "1M" and a bare count also seen) in kB."""
-    m = re.match(r"^([0-9]{1,12})([KMG]?)$", _clean(text).upper())
-    if not m:
+    match = re.match(r"^([0-9]{1,12})([KMG]?)$", _clean(text).upper())
+    if not match:
         raise ValueError(f"invalid cache size{_where(source)}: {_short(text)}")
-    return int(m.group(1)) << {"": 0, "K": 0, "M": 10, "G": 20}[m.group(2)]
+    return int(match.group(1)) << {"": 0, "K": 0, "M": 10, "G": 20}[match.group(2)]
 
 
-def _llc_json(topo: Topology, b: Backend, warnings: List[str]) -> List[Dict[str, Any]]:
+def _llc_json(topo: Topology, backend: Backend, warnings: List[str]) -> List[Dict[str, Any]]:
     """Each last-level cache once: level, size (kB, None if sysfs omits it), CPUs."""
     out = []
-    r = _Reader(b)
-    for llc in sorted({c.llc for c in topo.cpus.values() if c.llc}, key=min):
+    reader = _Reader(backend)
+    for llc in sorted({cpu.llc for cpu in topo.cpus.values() if cpu.llc}, key=min):
         d = f"{_CPU_DIR}/cpu{min(llc)}/cache"
         level: Optional[int] = None
         size: Optional[int] = None
-        for idx in r.listdir(d):
-            lvl = r.integer(f"{d}/{idx}/level") if idx.startswith("index") else None
+        for idx in reader.listdir(d):
+            lvl = reader.integer(f"{d}/{idx}/level") if idx.startswith("index") else None
             if lvl is not None and (level is None or lvl > level):
-                level, size = lvl, r.parsed(f"{d}/{idx}/size", _parse_cache_kb)
+                level, size = lvl, reader.parsed(f"{d}/{idx}/size", _parse_cache_kb)
         out.append({"level": level, "size_kb": size, "cpus": sorted(llc)})
-    warnings.extend(f"could not read: {p}" for p in r.problems)
+    warnings.extend(f"could not read: {p}" for p in reader.problems)
     return out
 
 
 def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     """Everything ``status --json`` prints, as a dict."""
-    b = _b(backend)
-    topo = read_topology(backend=b)
+    backend = _b(backend)
+    topo = read_topology(backend=backend)
     tj = _topology_json(topo)
     warnings: List[str] = []
     multi = len(topo.nodes_with_memory) > 1 or len(topo.nodes_with_cpus) > 1
-    gpu_rows = [dict(_pci_json(g), node=g.node, node_source=g.node_source) for g in topo.gpus]
-    for g in topo.gpus if multi else ():
-        if g.numa_node < 0:
+    gpu_rows = [
+        dict(_pci_json(gpu), node=gpu.node, node_source=gpu.node_source) for gpu in topo.gpus
+    ]
+    for gpu in topo.gpus if multi else ():
+        if gpu.numa_node < 0:
             warnings.append(
-                f"GPU {g.address}: firmware reports no NUMA node (numa_node=-1)"
+                f"GPU {gpu.address}: firmware reports no NUMA node (numa_node=-1)"
                 + (
                     " and its local CPUs span several nodes; pass the node "
                     "explicitly when binding workers"
-                    if g.node is None
-                    else f"; using node {g.node} from its local CPUs"
+                    if gpu.node is None
+                    else f"; using node {gpu.node} from its local CPUs"
                 )
             )
-        if g.node is not None:
-            ncpus = topo.nodes[g.node].cpus if g.node in topo.nodes else frozenset()
+        if gpu.node is not None:
+            ncpus = topo.nodes[gpu.node].cpus if gpu.node in topo.nodes else frozenset()
             if ncpus and not (ncpus & topo.allowed_cpus):
                 warnings.append(
-                    f"GPU {g.address} hangs off node {g.node} but this "
+                    f"GPU {gpu.address} hangs off node {gpu.node} but this "
                     "process's cpuset allows none of its CPUs "
                     f"({format_cpulist(ncpus)}): its worker will run remote"
                 )
-            if g.node in topo.nodes_with_memory and g.node not in topo.allowed_mems:
+            if gpu.node in topo.nodes_with_memory and gpu.node not in topo.allowed_mems:
                 warnings.append(
-                    f"GPU {g.address} hangs off node {g.node} but this process's "
+                    f"GPU {gpu.address} hangs off node {gpu.node} but this process's "
                     f"cpuset (Mems_allowed_list {format_cpulist(topo.allowed_mems)})"
                     " excludes that node's memory: host buffers for it will be remote"
                 )
-    devs = _devices(topo, b)
+    devs = _devices(topo, backend)
     layout = _package_layout(topo)
     if layout["nodes_per_package"] and layout["nodes_per_package"] > 1:
         warnings.append(
@@ -10799,33 +10855,34 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
             f"the cpuset limits memory to {_nodes_txt(topo.allowed_mems)}; "
             f"{_nodes_txt(restricted)} cannot be used for interleave"
         )
-    for n in sorted(topo.nodes_with_cpus - topo.nodes_with_memory):
+    for node in sorted(topo.nodes_with_cpus - topo.nodes_with_memory):
         warnings.append(
-            f"node {n} has CPUs but no memory: its threads always allocate from another node"
+            f"node {node} has CPUs but no memory: its threads always allocate from another node"
         )
-    if b.has_process and not b.abi.supported:
+    if backend.has_process and not backend.abi.supported:
         warnings.append(
-            f"no syscall table for the {b.abi.name!r} ABI: memory policies fall back to first-touch"
+            f"no syscall table for the {backend.abi.name!r} ABI: "
+            "memory policies fall back to first-touch"
         )
     warnings.extend(f"could not read: {p}" for p in topo.problems)
     policy: Optional[Dict[str, Any]] = None
-    policy_error = None if b.has_process else "not the running system"
-    if b.has_process:
+    policy_error = None if backend.has_process else "not the running system"
+    if backend.has_process:
         try:
-            policy = get_policy(backend=b).to_json()
+            policy = get_policy(backend=backend).to_json()
         except OSError as e:
             policy_error = f"{_errno_reason(e.errno or 0)}: {e.strerror or e}"
     release: Optional[str]
     machine: Optional[str]
     page_size: Optional[int]
-    if b.is_live:
-        release, machine, page_size = os.uname()[2], os.uname()[4], b.page_size
-    elif b.has_process:  # a simulated process: no kernel of its own to name
-        release, machine, page_size = None, None, b.page_size
+    if backend.is_live:
+        release, machine, page_size = os.uname()[2], os.uname()[4], backend.page_size
+    elif backend.has_process:  # a simulated process: no kernel of its own to name
+        release, machine, page_size = None, None, backend.page_size
     else:
-        release, machine, page_size = _tree_machine(b)
-    abi: Optional[Abi] = b.abi
-    if not b.has_process:
+        release, machine, page_size = _tree_machine(backend)
+    abi: Optional[Abi] = backend.abi
+    if not backend.has_process:
         # A saved tree: its own machine's facts, or None ("unknown"), never ours.
         abi = (
             abi_for(machine, 64 if "64" in machine or machine == "s390x" else 32)
@@ -10843,17 +10900,17 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
                 "policies fall back to first-touch"
             )
     on_node: Dict[Optional[int], List[str]] = {}  # node -> its devices' addresses
-    for d in devs:
-        on_node.setdefault(d.node, []).append(d.address)
+    for device in devs:
+        on_node.setdefault(device.node, []).append(device.address)
     report: Dict[str, Any] = {
         "version": __version__,
-        "root": b.root,
-        "nodes": [dict(n, devices=on_node.get(n["id"], [])) for n in tj["nodes"]],
+        "root": backend.root,
+        "nodes": [dict(node, devices=on_node.get(node["id"], [])) for node in tj["nodes"]],
         "gpus": gpu_rows,
-        "devices": [d.to_json() for d in devs],
+        "devices": [device.to_json() for device in devs],
         "packages": layout,
         "process": {
-            "pid": os.getpid() if b.is_live else None,
+            "pid": os.getpid() if backend.is_live else None,
             "allowed_cpus": tj["allowed_cpus"],
             "allowed_mems": tj["allowed_mems"],
             "policy": policy,
@@ -10878,7 +10935,7 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
             },
             "numa_balancing": topo.numa_balancing,
             "thp": topo.thp,
-            "thp_settings": _thp_settings(b),
+            "thp_settings": _thp_settings(backend),
         },
         **{f: tj[f] for f in ("cpus", "memory_tiers", "interleave_weights", "interleave_auto")},
         "default_memory_nodes": memory_node_choice(topo).to_json(),
@@ -10892,14 +10949,14 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
             "source": "env" if os.environ.get(name, "").strip() else "default",
         }
         try:
-            row["value"] = to_json(_env_nodes(b) if suffix == "NUMA_NODES" else _env(suffix))
+            row["value"] = to_json(_env_nodes(backend) if suffix == "NUMA_NODES" else _env(suffix))
         except ValueError as e:  # worded as the calls that read it refuse it
             report.setdefault("config_error", str(e))
             warnings.append(f"configuration: {e}")
             row["error"] = str(e)
-    report["last_level_caches"] = _llc_json(topo, b, warnings)
-    _status_extra(report, topo, b)
-    _status_regions(report, b)
+    report["last_level_caches"] = _llc_json(topo, backend, warnings)
+    _status_extra(report, topo, backend)
+    _status_regions(report, backend)
     return report
 
 
@@ -10928,14 +10985,14 @@ def _node_how(d: Dict[str, Any]) -> str:
 def _render_tiers(rep: Dict[str, Any]) -> List[str]:
     """MEMORY: kind, tier, HMAT figures and weight per node, and the default nodes."""
     out: List[str] = []
-    nodes = [n for n in rep["nodes"] if n.get("kind") not in (None, "no-memory")]
+    nodes = [node for node in rep["nodes"] if node.get("kind") not in (None, "no-memory")]
     weights = rep.get("interleave_weights")
     if len(nodes) > 1 or rep.get("memory_tiers"):
         out.append(
             "MEMORY (tier: lower is faster; HMAT access class 0; weighted-interleave weight)"
         )
-        for n in nodes:
-            a = n.get("access")
+        for node in nodes:
+            a = node.get("access")
             perf = (
                 (
                     f"{a['read_bandwidth_mbps'] or '?'}/{a['write_bandwidth_mbps'] or '?'}"
@@ -10945,11 +11002,11 @@ def _render_tiers(rep: Dict[str, Any]) -> List[str]:
                 if a
                 else "no HMAT figures"
             )
-            tier = "-" if n.get("tier") is None else n["tier"]
-            w = "-" if weights is None else weights.get(str(n["id"]), "-")
+            tier = "-" if node.get("tier") is None else node["tier"]
+            w = "-" if weights is None else weights.get(str(node["id"]), "-")
             out.append(
-                f"  {n['id']:>4}  {n['kind']:<12} tier {tier!s:<3} weight {w!s:<3} "
-                f"{perf}; {n['kind_evidence']}"
+                f"  {node['id']:>4}  {node['kind']:<12} tier {tier!s:<3} weight {w!s:<3} "
+                f"{perf}; {node['kind_evidence']}"
             )
         if weights is None:
             out.append("  weighted interleave: not in this kernel (Linux 6.9+)")
@@ -10980,10 +11037,10 @@ def _cpu_summary(rep: Dict[str, Any]) -> str:
     lscpu and lstopo summarise a machine (from status_report's cpus and caches)."""
     cores: Dict[Any, Set[Any]] = {}
     threads: Set[int] = set()
-    for c in rep["cpus"].values():
-        if c["online"]:
-            cores.setdefault(c["package"], set()).add(c["core"])
-            threads.add(len(c["siblings"]) or 1)
+    for cpu in rep["cpus"].values():
+        if cpu["online"]:
+            cores.setdefault(cpu["package"], set()).add(cpu["core"])
+            threads.add(len(cpu["siblings"]) or 1)
     if not cores:
         return "CPUs: none online"
 
@@ -11061,10 +11118,10 @@ def _render_status(rep: Dict[str, Any]) -> str:
     out += _section(
         "GPUS",
         [
-            f"  {g['address']}  {g['vendor_name']:<6} {g['device']}  node "
-            f"{_node_of(g)}{_node_how(g)}  local cpus "
-            f"{format_cpulist(g['local_cpus']) or '-'}"
-            for g in rep["gpus"]
+            f"  {gpu['address']}  {gpu['vendor_name']:<6} {gpu['device']}  node "
+            f"{_node_of(gpu)}{_node_how(gpu)}  local cpus "
+            f"{format_cpulist(gpu['local_cpus']) or '-'}"
+            for gpu in rep["gpus"]
         ],
     )
     p = rep["process"]

@@ -303,7 +303,9 @@ CEILINGS = {
     "tokens_per_line": 7.80,
     "median_function_density": 9.5,
     "conditionals_per_kloc": 33.5,
-    "one_letter_share": 0.165,
+    # 16.4% until the backends, readers, regions, GPUs, nodes, CPUs, devices, regex
+    # matches and topologies bound to one letter got their names (11.9%).
+    "one_letter_share": 0.12,
     # Counts are exact.
     # After the file was put in dependency order (each definition above its users):
     # what is left are mutual references (SharedRegion and the functions that take
