@@ -648,8 +648,8 @@ class _Reader:
             return fn(path)
         except FileNotFoundError:
             return None
-        except OSError as e:
-            self.problems.append(f"cannot {verb} {path}: {e.strerror or e}")
+        except OSError as err:
+            self.problems.append(f"cannot {verb} {path}: {err.strerror or err}")
             return None
 
     def text(self, path: str) -> Optional[str]:
@@ -661,8 +661,8 @@ class _Reader:
             return default
         try:
             return parser(t, source=path)
-        except ValueError as e:
-            self.problems.append(str(e))
+        except ValueError as err:
+            self.problems.append(str(err))
             return default
 
     def cpus(self, cpulist: str, cpumap: str) -> Optional[FrozenSet[int]]:
@@ -1054,23 +1054,23 @@ _SHMID_DS_GENERIC64 = frozenset({"x86_64", "aarch64", "riscv64", "loongarch64"})
 def _sysvipc_rows(text: str) -> Iterator[ShmStat]:
     """Rows of /proc/sysvipc/shm (ipc/shm.c sysvipc_shm_proc_show)."""
     for line in text.splitlines()[1:]:
-        f = line.split()
-        if len(f) < 11:
+        fields = line.split()
+        if len(fields) < 11:
             continue
         try:
             yield ShmStat(
-                int(f[0]) & 0xFFFFFFFF,
-                int(f[1]),
-                int(f[7]),
-                int(f[8]),
-                int(f[9]),
-                int(f[10]),
-                int(f[2], 8),
-                int(f[3]),
-                int(f[6]),
-                int(f[4]),
-                int(f[5]),
-                used=max(int(t) for t in f[11:14]) if len(f) > 13 else 0,
+                int(fields[0]) & 0xFFFFFFFF,
+                int(fields[1]),
+                int(fields[7]),
+                int(fields[8]),
+                int(fields[9]),
+                int(fields[10]),
+                int(fields[2], 8),
+                int(fields[3]),
+                int(fields[6]),
+                int(fields[4]),
+                int(fields[5]),
+                used=max(int(t) for t in fields[11:14]) if len(fields) > 13 else 0,
             )
         except ValueError:
             raise ValueError(f"invalid /proc/sysvipc/shm line: {_short(line)}") from None
@@ -1228,8 +1228,8 @@ class LinuxBackend(Backend):
         limit = self._SYSFS_MAX_READ if path.startswith("/sys/") else self._TREE_MAX_READ
         try:
             return self._tree.read(self._rel(self._tree, path, False), path, limit)
-        except OSError as e:
-            if e.errno != errno.ELOOP:
+        except OSError as err:
+            if err.errno != errno.ELOOP:
                 raise
         return self._tree.read(self._rel(self._tree, path), path, limit)
 
@@ -1245,8 +1245,8 @@ class LinuxBackend(Backend):
             return os.access(path, os.F_OK)
         try:
             rel = self._rel(self._tree, path)
-        except OSError as e:
-            if e.errno == errno.ELOOP:  # a loop is worth a warning, not "absent"
+        except OSError as err:
+            if err.errno == errno.ELOOP:  # a loop is worth a warning, not "absent"
                 raise
             return False
         return bool(self._tree.exists(rel))
@@ -1450,11 +1450,11 @@ class LinuxBackend(Backend):
             pass
         # proc(5): state is field 3, starttime field 22; the command (field 2) may
         # hold ") ".  A zombie (Z) or dead (X) task has exited: its memory is gone.
-        f = (self.read_optional(f"/proc/{pid}/stat") or "").rpartition(")")[2].split()
-        if f and f[0] in ("Z", "X"):
+        fields = (self.read_optional(f"/proc/{pid}/stat") or "").rpartition(")")[2].split()
+        if fields and fields[0] in ("Z", "X"):
             return None
-        if len(f) > 19:
-            return f[19]
+        if len(fields) > 19:
+            return fields[19]
         return ""
 
     def whoami(self) -> Dict[str, Any]:
@@ -2078,8 +2078,8 @@ def node_of(buf: Any, *, backend: Optional[Backend] = None) -> Optional[int]:
     try:
         st = move_pages(0, [page], backend=backend)[0]
         return st if st >= 0 else None
-    except OSError as e:
-        if e.errno not in (errno.EPERM, errno.ENOSYS):
+    except OSError as err:
+        if err.errno not in (errno.EPERM, errno.ENOSYS):
             raise
     return get_mempolicy(page, GetFlag.NODE, backend=backend)[0]
 
@@ -2111,13 +2111,17 @@ def _read_cpus(
                 # sysfs gives every CPU the same attributes and cache folders (or none):
                 # what the first online CPU lacks (old kernels' *_list files, a VM's
                 # cacheinfo) is not looked for in the others.
-                lacks = {f for f in _CPU_OPTIONAL if not reader.exists(f"{cpu_dir}/{f}")}
+                lacks = {
+                    field for field in _CPU_OPTIONAL if not reader.exists(f"{cpu_dir}/{field}")
+                }
             core = reader.integer(f"{topo}/core_id")
             if cpu in pkg_of:
                 package, siblings = pkg_of[cpu]
             else:
                 package = reader.integer(f"{topo}/physical_package_id")
-                sibling_files = [f"{cpu_dir}/{f}" for f in _CPU_OPTIONAL[:2] if f not in lacks]
+                sibling_files = [
+                    f"{cpu_dir}/{field}" for field in _CPU_OPTIONAL[:2] if field not in lacks
+                ]
                 siblings = _first_parsed(reader, sibling_files, nonempty=True) or frozenset()
                 if cpu in siblings:
                     for other in siblings & online:
@@ -2345,8 +2349,8 @@ def _dlopen(names: Iterable[Optional[str]]) -> Tuple[Optional[ctypes.CDLL], str,
     for name in dict.fromkeys(n for n in names if n is not None):
         try:
             return ctypes.CDLL(name), name, errors
-        except OSError as e:
-            errors.append(str(e))
+        except OSError as err:
+            errors.append(str(err))
     return None, "", errors
 
 
@@ -2365,8 +2369,8 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
         _fields_ = [
             ("busIdLegacy", ctypes.c_char * 16),
             *(
-                (f, ctypes.c_uint)
-                for f in ("domain", "bus", "device", "pciDeviceId", "pciSubSystemId")
+                (field, ctypes.c_uint)
+                for field in ("domain", "bus", "device", "pciDeviceId", "pciSubSystemId")
             ),
             ("busId", ctypes.c_char * 32),
         ]
@@ -2515,13 +2519,13 @@ def to_json(obj: Any) -> Any:
     if hasattr(obj, "to_json") and callable(obj.to_json):
         return obj.to_json()
     if isinstance(obj, tuple) and hasattr(obj, "_asdict"):
-        return {k: to_json(v) for k, v in obj._asdict().items()}
+        return {key: to_json(value) for key, value in obj._asdict().items()}
     if isinstance(obj, enum.Enum):
         return obj.name.lower()
     if isinstance(obj, (frozenset, set)):
         return sorted(map(to_json, obj))
     if isinstance(obj, _abc.Mapping):  # typing.Mapping's check is Python code
-        return {str(k): to_json(v) for k, v in obj.items()}
+        return {str(key): to_json(value) for key, value in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [to_json(x) for x in obj]
     return obj
@@ -2531,8 +2535,8 @@ def _record_json(rec: Any, **replace: Dict[str, Any]) -> Dict[str, Any]:
     """to_json() of ``rec``'s fields, in order; ``replace``: field -> the keys that
     stand in its place (another name or form, or extra keys beside it)."""
     out: Dict[str, Any] = {}
-    for k, v in rec._asdict().items():
-        out.update(replace[k] if k in replace else {k: to_json(v)})
+    for key, value in rec._asdict().items():
+        out.update(replace[key] if key in replace else {key: to_json(value)})
     return out
 
 
@@ -2743,7 +2747,7 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     cpus, online_cpus = _read_cpus(reader, node_of)
     if not has_node_dir:
         node_cpus[0] = online_cpus
-        cpus = {c: v._replace(node=0) for c, v in cpus.items()}
+        cpus = {c: value._replace(node=0) for c, value in cpus.items()}
     order = sorted(online)
     nodes: Dict[int, Node] = {}
     for n in order:
@@ -2773,8 +2777,8 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
         )
     try:
         allowed_cpus, allowed_mems = _allowed_from_status(backend)
-    except ValueError as e:
-        reader.problems.append(str(e))
+    except ValueError as err:
+        reader.problems.append(str(err))
         allowed_cpus = allowed_mems = None
     # Memory tiers, HMAT and weighted interleave.
     tiers = _read_tiers(reader, online) if has_node_dir else {}
@@ -2823,17 +2827,17 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     )
     k = topo.nodes_per_package
     if k and k > 1:  # several nodes per package: say so where the kind is read
-        pkg = {n: p for p, ns in topo.package_nodes.items() for n in ns}
+        pkg = {n: package for package, ns in topo.package_nodes.items() for n in ns}
         topo = topo._replace(
             nodes=MappingProxyType(
                 {
-                    n: v._replace(
-                        kind_evidence=f"{v.kind_evidence}; package {pkg[n]}, one of {k} nodes "
+                    n: value._replace(
+                        kind_evidence=f"{value.kind_evidence}; package {pkg[n]}, one of {k} nodes "
                         f"(SNC{k}/NPS{k})"
                     )
-                    if v.kind == "dram" and n in pkg
-                    else v
-                    for n, v in nodes.items()
+                    if value.kind == "dram" and n in pkg
+                    else value
+                    for n, value in nodes.items()
                 }
             )
         )
@@ -3391,7 +3395,7 @@ def _strict_or_env(strict: Optional[bool]) -> bool:
 def _devices(topo: Topology, backend: Backend) -> Tuple[Device, ...]:
     return _read_devices(
         _Reader(backend),
-        {c: v.node for c, v in topo.cpus.items() if v.node is not None},
+        {c: value.node for c, value in topo.cpus.items() if value.node is not None},
         topo.nodes_with_cpus,
         topo.online_nodes,
     )
@@ -3560,8 +3564,8 @@ def _env_nodes(
         return None
     try:
         return parse_nodestring(text, backend=backend, topology=topo)
-    except ValueError as e:
-        raise ValueError(f"{_env_prefix}NUMA_NODES={_short(text)}: {_cut(str(e))}") from None
+    except ValueError as err:
+        raise ValueError(f"{_env_prefix}NUMA_NODES={_short(text)}: {_cut(str(err))}") from None
 
 
 def _apply_policy(
@@ -3800,11 +3804,11 @@ class thread_policy:
         try:  # the mode with its flags: set_mempolicy's value
             if self.result and self._old is not None:
                 set_mempolicy(*self._old, backend=self.kw.get("backend"))
-        except OSError as e:
+        except OSError as err:
             _warn_once(
                 "thread_policy-restore",
                 "numa_utils: could not restore the thread memory policy: %s",
-                e,
+                err,
             )
 
 
@@ -3840,20 +3844,20 @@ def set_interleave_weights(
         raise OSError(
             errno.ENOTSUP, f"this kernel has no weighted interleave (Linux 6.9+: {_WI_DIR})"
         )
-    for node, w in weights.items():
+    for node, weight in weights.items():
         # True == 1 and 1.0 == 1 pass the lookup below, then name file "nodeTrue".
         if isinstance(node, bool) or not isinstance(node, int):
             raise ValueError(f"interleave weight node id must be an int, not {node!r}")
-        if isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= 255:
-            raise ValueError(f"interleave weight for node {node} must be 1-255, not {w!r}")
+        if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 255:
+            raise ValueError(f"interleave weight for node {node} must be 1-255, not {weight!r}")
         if node not in before:
             raise OSError(
                 errno.ENOENT,
                 f"no weighted-interleave weight for node {node}",
                 f"{_WI_DIR}/node{node}",
             )
-    for node, w in sorted(weights.items()):
-        backend.write_text(f"{_WI_DIR}/node{node}", f"{w}\n")
+    for node, weight in sorted(weights.items()):
+        backend.write_text(f"{_WI_DIR}/node{node}", f"{weight}\n")
     return before
 
 
@@ -3882,7 +3886,7 @@ def suggest_weights(
     total = sum(bw.values())
     if not total:
         return {}
-    out = {n: max(32 * v // total, 1) for n, v in bw.items()}
+    out = {n: max(32 * value // total, 1) for n, value in bw.items()}
     g = reduce(math.gcd, out.values())
     return {n: w // g for n, w in out.items()}
 
@@ -4157,8 +4161,8 @@ def _line_at(text: str, addr: int) -> Tuple[int, int]:
 def _entries_bytes(entries: Iterable[NumaMapsEntry]) -> Dict[int, int]:
     out: Dict[int, int] = {}
     for e in entries:
-        for n, v in e.bytes_per_node.items():
-            out[n] = out.get(n, 0) + v
+        for n, value in e.bytes_per_node.items():
+            out[n] = out.get(n, 0) + value
     return out
 
 
@@ -4540,23 +4544,29 @@ class Layout:
         head = body.partition(":")[0]
         try:
             if head in ("parts", "blocks"):
-                f = body.split(":", 3 if head == "blocks" else 2)[1:]
-                block = parse_size(f.pop(0)) if head == "blocks" and len(f) == 3 else 0
-                if len(f) != 2:
+                fields = body.split(":", 3 if head == "blocks" else 2)[1:]
+                block = parse_size(fields.pop(0)) if head == "blocks" and len(fields) == 3 else 0
+                if len(fields) != 2:
                     raise ValueError(f"expected {head}:POLICY:NODES[/NODES...]")
                 return cls(
                     head,
-                    [(block, f[0], _parse_nodelist(e)) for e in f[1].split("/")],
+                    [(block, fields[0], _parse_nodelist(e)) for e in fields[1].split("/")],
                     parse_size(size) if at else None,
                 )
             if at:
                 raise ValueError("@SIZE follows only parts: and blocks:")
             ext = []
             for item in body.split(";"):
-                f = item.strip().split(":")
-                if len(f) not in (2, 3):
+                fields = item.strip().split(":")
+                if len(fields) not in (2, 3):
                     raise ValueError(f"extent {item!r}: expected SIZE:POLICY[:NODES]")
-                ext.append((parse_size(f[0]), f[1], _parse_nodelist(f[2] if len(f) == 3 else "")))
+                ext.append(
+                    (
+                        parse_size(fields[0]),
+                        fields[1],
+                        _parse_nodelist(fields[2] if len(fields) == 3 else ""),
+                    )
+                )
             return cls("extents", ext)
         except ValueError as e:
             msg = str(e).replace("layout: ", "")
@@ -4810,8 +4820,8 @@ def _status_regions(report: Dict[str, Any], backend: Backend) -> None:
             row["size"], rec = _file_record(path)
             if rec is not None:
                 row.update(name=rec["key"], size=rec["size"], layout=str(_record_layout(rec)))
-        except (OSError, ValueError) as e:
-            row["error"] = str(e)
+        except (OSError, ValueError) as err:
+            row["error"] = str(err)
         rows.append(row)
     if rows:
         report.setdefault("extra_text", []).extend(
@@ -4957,8 +4967,8 @@ def prefault(
     # cannot populate) -> touch pages instead.  Other errors are real (ENOMEM, EFAULT).
     try:
         backend.madvise(start, pg, MADV_POPULATE_WRITE)
-    except OSError as e:
-        if e.errno != errno.EINVAL:
+    except OSError as err:
+        if err.errno != errno.EINVAL:
             raise
         method = "touch"
     chunk = max(pg, min(64 << 20, span // (4 * n)) // pg * pg)
@@ -4983,8 +4993,8 @@ def prefault(
                 p = q
                 if n == 1 and progress is not None:  # one slice: run here
                     progress(sum(done), span)
-        except BaseException as e:  # re-raised in the calling thread
-            errors.append(e)
+        except BaseException as err:  # re-raised in the calling thread
+            errors.append(err)
             stop.set()
 
     workers = (
@@ -5238,7 +5248,7 @@ class FitResult(_Record):
         return self.ok
 
     def to_json(self) -> Dict[str, Any]:
-        return {k: to_json(v) for k, v in self._asdict().items()}
+        return {key: to_json(value) for key, value in self._asdict().items()}
 
 
 def _selected(text: Optional[str]) -> Optional[str]:
@@ -5471,7 +5481,7 @@ class NodeCounters(_Record):
                 stat[name] = value - before
             else:
                 stat[name] = value
-        mem = {k: v - other.meminfo.get(k, 0) for k, v in self.meminfo.items()}
+        mem = {key: v - other.meminfo.get(key, 0) for key, v in self.meminfo.items()}
         return NodeCounters(self.node, MappingProxyType(stat), MappingProxyType(mem))
 
     def to_json(self) -> Dict[str, Any]:
@@ -5672,8 +5682,8 @@ def _fit(
         placed = None if mode in _SPILL_MODES else frozenset(targets)
         try:
             huge = _region_page(True if want == "auto" else want, kind, backend, placed)[0]
-        except OSError as e:
-            want, fallback = ("thp", None) if want == "auto" else (want, str(e.args[-1]))
+        except OSError as err:
+            want, fallback = ("thp", None) if want == "auto" else (want, str(err.args[-1]))
     page = huge or backend.page_size
     npages = -(-size // page)
     share = _fit_share(mode, targets, npages, page)
@@ -5847,7 +5857,7 @@ def placement_verdict(per_node: Mapping[int, int], mode: str = "") -> str:
     names an interleave), "split 75.0/25.0 over nodes 0-1", "all on node 0",
     "nothing faulted in".  ``per_node``: bytes (or pages) per node."""
     total = sum(per_node.values())
-    used = sorted(node for node, v in per_node.items() if v)
+    used = sorted(node for node, value in per_node.items() if value)
     if not total:
         return "nothing faulted in"
     if len(used) == 1:
@@ -5996,9 +6006,9 @@ def _user_name(backend: Backend, uid: int) -> str:
     """The user name of ``uid`` from /etc/passwd (no NSS: no network behind an
     error message); "not in /etc/passwd" else."""
     for line in (backend.read_optional("/etc/passwd") or "").splitlines():
-        f = line.split(":")
-        if len(f) > 2 and f[2] == str(uid):
-            return f"user {f[0]}"
+        fields = line.split(":")
+        if len(fields) > 2 and fields[2] == str(uid):
+            return f"user {fields[0]}"
     return "not in /etc/passwd"
 
 
@@ -6007,14 +6017,14 @@ def _posix_holder(backend: Backend, pname: str) -> str:
     another user's file), and what to do; "" when it may be one."""
     try:
         fd = backend.shm_open(pname, getattr(os, "O_PATH", 0), 0)  # any owner, any mode
-    except OSError as e:
-        if e.errno == errno.EINVAL:  # a FIFO, symlink, device...
+    except OSError as err:
+        if err.errno == errno.EINVAL:  # a FIFO, symlink, device...
             return "it is not a region (not a regular file): use another name"
-        return f"cannot look at it ({e.strerror or e}): use another name"
+        return f"cannot look at it ({err.strerror or err}): use another name"
     try:
         uid = backend.fstat(fd).uid
-    except OSError as e:
-        return f"cannot look at it ({e.strerror or e}): use another name"
+    except OSError as err:
+        return f"cannot look at it ({err.strerror or err}): use another name"
     finally:
         backend.close(fd)
     if uid != backend.geteuid():
@@ -6042,9 +6052,9 @@ def _lock_holder(backend: Backend, fd: int) -> str:
     st = backend.fstat(fd)
     want = f"{os.major(st.dev):02x}:{os.minor(st.dev):02x}:{st.ino}"
     for line in (backend.read_optional("/proc/locks") or "").splitlines():
-        f = line.split()
-        if len(f) > 5 and f[1:4] == ["FLOCK", "ADVISORY", "WRITE"] and f[5] == want:
-            return _process_name(backend, f[4])
+        fields = line.split()
+        if len(fields) > 5 and fields[1:4] == ["FLOCK", "ADVISORY", "WRITE"] and fields[5] == want:
+            return _process_name(backend, fields[4])
     return "a process not listed in this namespace's /proc/locks"
 
 
@@ -6103,10 +6113,10 @@ def _waiting(attach_once: Callable[[], Any], wait: float, what: str) -> Any:
     while True:
         try:
             return attach_once()
-        except FileNotFoundError as e:
+        except FileNotFoundError as err:
             if time.monotonic() >= deadline:
                 raise TimeoutError(
-                    errno.ETIMEDOUT, f"{what} not made within {wait:g} s: {e.strerror or e}"
+                    errno.ETIMEDOUT, f"{what} not made within {wait:g} s: {err.strerror or err}"
                 ) from None
         time.sleep(min(_ATTACH_POLL, max(deadline - time.monotonic(), 0)))
 
@@ -6179,10 +6189,10 @@ def _room_apply(backend: Backend, addr: int, length: int, lay: Layout) -> None:
         mode = Mode.BIND
     try:
         mbind(addr, length, mode, [node], backend=backend)
-    except OSError as e:
+    except OSError as err:
         import logging
 
-        logging.getLogger(__name__).debug("numa_utils: record room policy: %s", e)
+        logging.getLogger(__name__).debug("numa_utils: record room policy: %s", err)
 
 
 # A huge-page (SHM_HUGETLB) region keeps no room after its data: that room would cost
@@ -6214,8 +6224,8 @@ def _room_rmid(backend: Backend, shmid: int) -> None:
     try:
         if shmid >= 0:
             backend.shm_rmid(shmid)
-    except OSError as e:
-        if e.errno not in (errno.ENOENT, errno.EINVAL, errno.EIDRM):
+    except OSError as err:
+        if err.errno not in (errno.ENOENT, errno.EINVAL, errno.EIDRM):
             raise
 
 
@@ -6284,10 +6294,10 @@ def _room_holder(backend: Backend, ckey: int, key: Union[int, str]) -> str:
     what = f"SysV key 0x{ckey:08x}, the key of the record segment,"
     try:
         st, rec, _, _ = _room_peek(backend, ckey)
-    except ValueError as e:
-        return f"{e}; `ipcrm -M 0x{ckey:08x}` removes it"
-    except OSError as e:
-        return f"{what} is taken: {e.strerror or e}"
+    except ValueError as err:
+        return f"{err}; `ipcrm -M 0x{ckey:08x}` removes it"
+    except OSError as err:
+        return f"{what} is taken: {err.strerror or err}"
     if st is None:
         return ""
     if rec is None:
@@ -6478,11 +6488,11 @@ def _release_signals(held: Optional[Tuple[Any, Callable[[], Any]]]) -> None:
 def _quietly(fn: Callable[..., Any], *args: Any) -> None:
     try:
         fn(*args)
-    except OSError as e:
+    except OSError as err:
         import logging
 
         logging.getLogger(__name__).debug(
-            "numa_utils: cleanup %s%r failed: %s", fn.__name__, args, e
+            "numa_utils: cleanup %s%r failed: %s", fn.__name__, args, err
         )
 
 
@@ -6574,8 +6584,8 @@ def _idle_why(
     creator and last user gone.  ``cpid``: the kernel's shm_cpid (SysV)."""
     try:
         slot = _slot_read(raw_slot)
-    except ValueError as e:
-        return f"{e}: attaching and closing it rewrites it"
+    except ValueError as err:
+        return f"{err}: attaching and closing it rewrites it"
     if slot is None:
         made = _seconds(rec.get("created"))
         age = 0.0 if made is None else now - made
@@ -6606,8 +6616,8 @@ def _sysv_verdict(
     what = f"SysV segment 0x{st.key:08x} (shmid {st.id})"
     try:
         rec, slot = _peek_region(backend, st, what, making=True)
-    except (OSError, ValueError) as e:
-        return f"identity record unreadable: {e}", None
+    except (OSError, ValueError) as err:
+        return f"identity record unreadable: {err}", None
     if rec is None:
         return "no numa_utils identity record: not made by SharedRegion.create", None
     try:
@@ -6644,8 +6654,8 @@ def _posix_verdict(
                 slot = _slot_bytes(addr, st.size, rec)
             finally:
                 backend.munmap(addr, st.size)
-        except (OSError, ValueError) as e:
-            return f"identity record unreadable: {e}", None
+        except (OSError, ValueError) as err:
+            return f"identity record unreadable: {err}", None
     if rec is None:
         return (
             "no numa_utils identity record: not made by SharedRegion.create, or being made"
@@ -6660,10 +6670,10 @@ def _posix_verdict(
         return f"in use: mapped by {users} process(es)", rec
     try:
         backend.flock(fd, LOCK_EX | LOCK_NB)
-    except OSError as e:
-        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+    except OSError as err:
+        if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
             return "in use: a process holds its lock", rec
-        return f"cannot lock it: {e.strerror or e}", rec
+        return f"cannot lock it: {err.strerror or err}", rec
     return _idle_why(backend, rec, slot, me, now, min_age), rec
 
 
@@ -6748,9 +6758,13 @@ def _dev_shm_users(backend: Backend, files: Mapping[str, ShmStat]) -> Dict[str, 
             continue
         seen = set()
         for line in text.splitlines():
-            f = line.split(None, 5)
-            if len(f) == 6 and f[5].startswith("/dev/shm/") and (f[3], f[4]) in want:
-                seen.add(want[f[3], f[4]])
+            fields = line.split(None, 5)
+            if (
+                len(fields) == 6
+                and fields[5].startswith("/dev/shm/")
+                and (fields[3], fields[4]) in want
+            ):
+                seen.add(want[fields[3], fields[4]])
         for n in seen:
             counts[n] = counts.get(n, 0) + 1
     return counts
@@ -6824,8 +6838,8 @@ def _our_segments(
         else:
             try:
                 why, rec = _sysv_verdict(backend, st, keys, me, now, min_age)
-            except (ValueError, TypeError, OverflowError) as e:  # one line, and on
-                why, rec = f"cannot judge it: {e}", None
+            except (ValueError, TypeError, OverflowError) as err:  # one line, and on
+                why, rec = f"cannot judge it: {err}", None
         if why == _DATA_JUDGES:
             continue
 
@@ -6836,8 +6850,8 @@ def _our_segments(
                     return "in use: attached since it was judged"
                 backend.shm_rmid(st.id)
                 _room_drop(backend, st.key)  # its record segment, if any: the data is gone
-            except OSError as e:
-                return f"failed: {e.strerror or e}"
+            except OSError as err:
+                return f"failed: {err.strerror or err}"
             return ""
 
         verdict(
@@ -6885,14 +6899,14 @@ def _our_segments(
                 why, rec = _posix_verdict(
                     backend, fd, st, name, users.get(name, 0), me, now, min_age
                 )
-            except (ValueError, TypeError, OverflowError) as e:  # one line, and on
-                why, rec = f"cannot judge it: {e}", None
+            except (ValueError, TypeError, OverflowError) as err:  # one line, and on
+                why, rec = f"cannot judge it: {err}", None
 
             def unlink(name: str = name) -> str:
                 try:
                     backend.shm_unlink(name)  # under the exclusive lock: nobody came
-                except OSError as e:
-                    return f"failed: {e.strerror or e}"
+                except OSError as err:
+                    return f"failed: {err.strerror or err}"
                 return ""
 
             verdict(
@@ -6967,10 +6981,10 @@ def _sysv_holder(backend: Backend, ikey: int, key: Union[int, str]) -> str:
     what = f"SysV key 0x{ikey:08x} (shmid {shmid})"
     try:
         rec = _peek_region(backend, st, what)[0]
-    except ValueError as e:
-        return f"{e}; `ipcrm -m {shmid}` removes it"
-    except OSError as e:
-        return f"{what}: cannot read its identity record: {e.strerror or e}"
+    except ValueError as err:
+        return f"{err}; `ipcrm -m {shmid}` removes it"
+    except OSError as err:
+        return f"{what}: cannot read its identity record: {err.strerror or err}"
     if rec is None:
         return (
             f"{what} is taken by a segment without a numa_utils identity record: "
@@ -7075,8 +7089,8 @@ def _sysv_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
                 return rec, what
             if isinstance(key, int):  # a str key tries its next key
                 raise ValueError(f"{what}: its identity record names region {rec['key']!r}")
-        except (PermissionError, FileNotFoundError, ValueError) as e:
-            first = first or e
+        except (PermissionError, FileNotFoundError, ValueError) as err:
+            first = first or err
         if r._address:
             b.shmdt(r._address)
             r._address = 0
@@ -7327,8 +7341,8 @@ def _twin(backend: Backend, ikey: int, key: Union[int, str]) -> str:
         rec, slot = _peek_region(backend, st, f"SysV key 0x{ikey:08x}")
     except (FileNotFoundError, PermissionError, ValueError):
         return ""  # none, another user's, or damaged: never made by a creator of ours
-    except OSError as e:
-        if e.errno in (errno.EINVAL, errno.EIDRM):  # removed while we looked
+    except OSError as err:
+        if err.errno in (errno.EINVAL, errno.EIDRM):  # removed while we looked
             return ""
         raise
     if rec is None or rec["kind"] != "sysv" or not _same_key(rec["key"], key):
@@ -7667,8 +7681,8 @@ class SharedRegion(_RecordRoom):
             data = rec["size"]
             try:
                 lay = _record_layout(rec)
-            except (ValueError, TypeError) as e:
-                raise ValueError(f"{what}: damaged identity record ({e})") from None
+            except (ValueError, TypeError) as err:
+                raise ValueError(f"{what}: damaged identity record ({err})") from None
             if size is not None and size > data:
                 raise ValueError(f"{what} holds {data} bytes, fewer than the {size} asked for")
             # The creator's layout, re-applied to this mapping before any touch (hugetlb
@@ -7809,9 +7823,9 @@ class SharedRegion(_RecordRoom):
                     self._b.shm_rmid(self.shmid)
                 elif self.name:
                     self._b.shm_unlink(self.name)
-            except OSError as e:
+            except OSError as err:
                 # Already removed (by `cleanup`, or another process): nothing to do.
-                if e.errno not in (errno.ENOENT, errno.EINVAL, errno.EIDRM):
+                if err.errno not in (errno.ENOENT, errno.EINVAL, errno.EIDRM):
                     raise
             if self._room_id >= 0:  # the record segment last: the data never lacks it
                 _room_rmid(self._b, self._room_id)
@@ -8037,8 +8051,8 @@ def device_distance(
                 a = found[_norm_bus_id(a)]
             if isinstance(b, str):
                 b = found[_norm_bus_id(b)]
-        except KeyError as e:
-            raise ValueError(f"no PCI device {e.args[0]} (see devices())") from None
+        except KeyError as err:
+            raise ValueError(f"no PCI device {err.args[0]} (see devices())") from None
     path_a, path_b = a.path, b.path
     if path_a[:1] == path_b[:1] and path_a[0].startswith("pci"):
         shared = len(os.path.commonprefix([path_a, path_b]))
@@ -8082,7 +8096,7 @@ def local_devices(
         nodes = frozenset(placement(where, backend=backend)) or frozenset(
             n for n in (node_of(where, backend=backend),) if n is not None
         )
-    pkg = {n: p for p, ns in topo.package_nodes.items() for n in ns}
+    pkg = {n: package for package, ns in topo.package_nodes.items() for n in ns}
     home = {n: pkg.get(_nearest_cpu_node(topo, n)) for n in topo.nodes}  # type: ignore[arg-type]
     mine = {home.get(n) for n in nodes} - {None}
 
@@ -8354,7 +8368,7 @@ def _plan_memory(
     )
     if memory == "socket":  # preferred-many over the package's memory nodes
         pk = {topo.cpus[cpu].package for cpu in topo.nodes[node].cpus if cpu in topo.cpus}
-        mine = {n for p, ns in topo.package_nodes.items() if p in pk for n in ns}
+        mine = {n for package, ns in topo.package_nodes.items() if package in pk for n in ns}
         return tuple(sorted(usable & mine)) or nodes
     return nodes[:1] if memory == "prefer" else nodes
 
@@ -8641,9 +8655,9 @@ def _set_affinity(
     if threads == "all":
         try:
             tids = backend.threads()
-        except OSError as e:
+        except OSError as err:
             tids = []
-            notes.append(f"cannot list this process's threads: {e.strerror or e}")
+            notes.append(f"cannot list this process's threads: {err.strerror or err}")
         for tid in (t for t in tids if t != me):
             try:
                 if not backend.sched_getaffinity(tid) >= before:
@@ -8653,8 +8667,8 @@ def _set_affinity(
                 changed.append(tid)
             except ProcessLookupError:
                 continue  # the thread exited meanwhile
-            except OSError as e:
-                failed.append((tid, e.errno or errno.EIO))
+            except OSError as err:
+                failed.append((tid, err.errno or errno.EIO))
     return tuple(changed), tuple(skipped), tuple(failed)
 
 
@@ -8744,19 +8758,19 @@ def _bind_node(
     if reason is None:
         try:
             done = _set_affinity(backend, want, threads, notes)
-        except OSError as e:
+        except OSError as err:
             if st:
                 raise
-            if isinstance(e, NotLiveError):
+            if isinstance(err, NotLiveError):
                 reason = "not-live"
-                notes.append(str(e))
+                notes.append(str(err))
             else:
-                reason = _errno_reason(e.errno or errno.EIO)
+                reason = _errno_reason(err.errno or errno.EIO)
                 _warn_once(
                     f"bind:affinity:{reason}",
                     "numa_utils: CPU binding to %s not applied: %s",
                     format_cpulist(want),
-                    e,
+                    err,
                 )
     return BindResult(
         used,
@@ -9203,8 +9217,8 @@ def _role_patterns(
     for role, text in match.items():
         try:
             patterns[role] = re.compile(text)
-        except re.error as e:
-            raise ValueError(f"role {role!r}: invalid thread-name pattern {text!r}: {e}") from e
+        except re.error as err:
+            raise ValueError(f"role {role!r}: invalid thread-name pattern {text!r}: {err}") from err
     return patterns
 
 
@@ -9242,8 +9256,8 @@ def _pin_thread(
         after = backend.sched_getaffinity(tid)
     except ProcessLookupError:
         return ThreadPin(tid, name, role, before, nothing, False, "exited")
-    except OSError as e:
-        reason = _errno_reason(e.errno or errno.EIO)
+    except OSError as err:
+        reason = _errno_reason(err.errno or errno.EIO)
         return ThreadPin(tid, name, role, before, before, False, reason)
     if after != want:
         return ThreadPin(tid, name, role, before, after, False, "the kernel applied other CPUs")
@@ -9346,12 +9360,12 @@ class pinned:
                 self.restored.append(pin.tid)
             except ProcessLookupError:
                 continue
-            except OSError as e:
+            except OSError as err:
                 _warn_once(
                     f"pinned-restore:{pin.tid}",
                     "numa_utils: could not restore thread %s's CPU mask: %s",
                     pin.tid,
-                    e,
+                    err,
                 )
         if self._policy is not None:
             self._policy.__exit__(*exc)
@@ -9601,7 +9615,9 @@ class RemoteShare(_Record):
 
     @property
     def remote_bytes(self) -> int:
-        return sum(v for node, v in self.bytes_by_node.items() if node not in self.local_nodes)
+        return sum(
+            value for node, value in self.bytes_by_node.items() if node not in self.local_nodes
+        )
 
     @property
     def local_bytes(self) -> int:
@@ -9675,8 +9691,8 @@ def _remote_share(
     else:
         try:
             entries = parse_numa_maps(maps, page_size_kb=_page_kb(backend))
-        except ValueError as e:  # a malformed line (parse_numa_maps names it)
-            error = str(e)
+        except ValueError as err:  # a malformed line (parse_numa_maps names it)
+            error = str(err)
     try:
         cpus: Optional[FrozenSet[int]] = _allowed_from_status(backend, pid)[0]
     except ValueError:
@@ -9711,8 +9727,8 @@ def remote_share(
     topo = topology if topology is not None else read_topology(backend=backend)
     try:
         maps: Union[str, OSError] = backend.read_text(_maps_path(pid))
-    except OSError as e:
-        maps = e
+    except OSError as err:
+        maps = err
     return _remote_share(pid, maps, threshold, topo, backend)[0]
 
 
@@ -10314,8 +10330,8 @@ class CudaPin:
                 if rc != 0:
                     calls.clear_error()
                 self._record(me, piece, rc, took)
-        except BaseException as e:
-            self._stopped_by(f"registering stopped by {e!r}", e)
+        except BaseException as err:
+            self._stopped_by(f"registering stopped by {err!r}", err)
 
     def _pool_worker(self, todo: Iterator[Tuple[int, int]], device: Optional[int]) -> None:
         """A thread of the pool: counted in ``_running`` while it may register."""
@@ -10376,10 +10392,10 @@ class CudaPin:
             pool.append(t)
             try:
                 t.start()
-            except RuntimeError as e:  # "can't start new thread": a pids or memory limit
+            except RuntimeError as err:  # "can't start new thread": a pids or memory limit
                 self._stopped_by(
-                    f"could not start registering thread {i + 1} of {nthreads}: {e}",
-                    e,
+                    f"could not start registering thread {i + 1} of {nthreads}: {err}",
+                    err,
                     errno.EAGAIN,
                 )
                 break
@@ -10433,8 +10449,8 @@ class CudaPin:
                     undone = max(undone, len(self._registered))
                 self._release()
                 return undone, late
-            except BaseException as e:
-                late = late or e
+            except BaseException as err:
+                late = late or err
 
     def _run(
         self,
@@ -10451,8 +10467,8 @@ class CudaPin:
         if fault is not None:
             try:
                 fault()
-            except Exception as e:  # nothing was registered yet
-                self._give_up(f"prefault before registering failed: {e}", strict, e)
+            except Exception as err:  # nothing was registered yet
+                self._give_up(f"prefault before registering failed: {err}", strict, err)
                 return
         pool: List[threading.Thread] = []
         finished = False
@@ -10465,8 +10481,8 @@ class CudaPin:
             _join(pool)
             self._map_for_device()
             finished = True
-        except BaseException as e:  # an interrupt between the steps
-            self._stopped_by(f"registering stopped by {e!r}", e)
+        except BaseException as err:  # an interrupt between the steps
+            self._stopped_by(f"registering stopped by {err!r}", err)
         finally:
             # Also reached when a second interrupt cuts the handler above short: the
             # chunks are undone and that interrupt goes on.
@@ -10587,8 +10603,8 @@ def pin_for_cuda(
     )
     try:
         pin._worker.start()
-    except RuntimeError as e:  # "can't start new thread": a pids or memory limit
-        pin._give_up(f"could not start the registering thread: {e}", strict, e, errno.EAGAIN)
+    except RuntimeError as err:  # "can't start new thread": a pids or memory limit
+        pin._give_up(f"could not start the registering thread: {err}", strict, err, errno.EAGAIN)
     except BaseException:  # an interrupt inside start(): the thread may run; undo it
         pin.close()
         raise
@@ -10607,7 +10623,9 @@ def _status_extra(report: Dict[str, Any], topo: Topology, backend: Backend) -> N
     snap = counters(backend=backend)
     report["counters"] = snap.to_json()
     warnings.extend(
-        f"could not read: {p}" for p in snap.problems if f"could not read: {p}" not in warnings
+        f"could not read: {problem}"
+        for problem in snap.problems
+        if f"could not read: {problem}" not in warnings
     )
     if any(c.numastat for c in snap):
         text += ["", "COUNTERS (numastat since boot, pages)"]
@@ -10744,12 +10762,12 @@ def _package_layout(topo: Topology) -> Dict[str, Any]:
     """Nodes per package with its evidence: the distances inside a package against
     those between packages (SNC on Intel, NPS on AMD split a package into nodes)."""
     pk, k = topo.package_nodes, topo.nodes_per_package
-    pkg = {node: p for p, ns in pk.items() for node in ns}
+    pkg = {node: package for package, ns in pk.items() for node in ns}
     same: Tuple[Set[int], Set[int]] = (set(), set())  # (between, inside)
-    for a, p in pkg.items():
+    for a, package in pkg.items():
         for m, d in (topo.nodes[a].distances if a in topo.nodes else {}).items():
             if m != a and m in pkg:
-                same[pkg[m] == p].add(d)
+                same[pkg[m] == package].add(d)
     inside, between = sorted(same[1]), sorted(same[0])
     if not pk:
         ev = "no package known"
@@ -10767,7 +10785,7 @@ def _package_layout(topo: Topology) -> Dict[str, Any]:
     ev += ": distance " + ", ".join(dist) if dist else ""
     return {
         "nodes_per_package": k,
-        "nodes": {str(p): sorted(ns) for p, ns in pk.items()},
+        "nodes": {str(package): sorted(ns) for package, ns in pk.items()},
         "distance_inside": inside,
         "distance_between": between,
         "evidence": ev,
@@ -10795,7 +10813,7 @@ def _llc_json(topo: Topology, backend: Backend, warnings: List[str]) -> List[Dic
             if lvl is not None and (level is None or lvl > level):
                 level, size = lvl, reader.parsed(f"{d}/{idx}/size", _parse_cache_kb)
         out.append({"level": level, "size_kb": size, "cpus": sorted(llc)})
-    warnings.extend(f"could not read: {p}" for p in reader.problems)
+    warnings.extend(f"could not read: {problem}" for problem in reader.problems)
     return out
 
 
@@ -10864,14 +10882,14 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
             f"no syscall table for the {backend.abi.name!r} ABI: "
             "memory policies fall back to first-touch"
         )
-    warnings.extend(f"could not read: {p}" for p in topo.problems)
+    warnings.extend(f"could not read: {problem}" for problem in topo.problems)
     policy: Optional[Dict[str, Any]] = None
     policy_error = None if backend.has_process else "not the running system"
     if backend.has_process:
         try:
             policy = get_policy(backend=backend).to_json()
-        except OSError as e:
-            policy_error = f"{_errno_reason(e.errno or 0)}: {e.strerror or e}"
+        except OSError as err:
+            policy_error = f"{_errno_reason(err.errno or 0)}: {err.strerror or err}"
     release: Optional[str]
     machine: Optional[str]
     page_size: Optional[int]
@@ -10924,8 +10942,8 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
             "page_size": page_size,
             "numa": topo.has_node_dir,
             **{
-                f: tj[f]
-                for f in (
+                field: tj[field]
+                for field in (
                     "online_nodes",
                     "possible_nodes",
                     "nodes_with_cpus",
@@ -10937,7 +10955,10 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
             "thp": topo.thp,
             "thp_settings": _thp_settings(backend),
         },
-        **{f: tj[f] for f in ("cpus", "memory_tiers", "interleave_weights", "interleave_auto")},
+        **{
+            field: tj[field]
+            for field in ("cpus", "memory_tiers", "interleave_weights", "interleave_auto")
+        },
         "default_memory_nodes": memory_node_choice(topo).to_json(),
         "warnings": warnings,
     }
@@ -10950,10 +10971,10 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
         }
         try:
             row["value"] = to_json(_env_nodes(backend) if suffix == "NUMA_NODES" else _env(suffix))
-        except ValueError as e:  # worded as the calls that read it refuse it
-            report.setdefault("config_error", str(e))
-            warnings.append(f"configuration: {e}")
-            row["error"] = str(e)
+        except ValueError as err:  # worded as the calls that read it refuse it
+            report.setdefault("config_error", str(err))
+            warnings.append(f"configuration: {err}")
+            row["error"] = str(err)
     report["last_level_caches"] = _llc_json(topo, backend, warnings)
     _status_extra(report, topo, backend)
     _status_regions(report, backend)
@@ -11016,7 +11037,7 @@ def _render_tiers(rep: Dict[str, Any]) -> List[str]:
         out += [
             f"  default memory nodes (nodes=None, NUMA_NODES unset): "
             f"{format_cpulist(d['nodes'])} ({d['basis']})",
-            *(f"    left out: node {k}: {why}" for k, why in d["left_out"].items()),
+            *(f"    left out: node {key}: {why}" for key, why in d["left_out"].items()),
             f"    to use them anyway pass nodes=[...] or set NUMA_NODES (e.g. NUMA_NODES={every})",
         ]
     return out + [""] if out else out
@@ -11153,7 +11174,9 @@ def _render_status(rep: Dict[str, Any]) -> str:
         "KERNEL",
         f"  numa_balancing {balancing}",
         f"  THP            {k['thp'] or '-'}"
-        + "".join(f", {n} {v}" for n, v in k.get("thp_settings", {}).items() if n != "enabled"),
+        + "".join(
+            f", {n} {value}" for n, value in k.get("thp_settings", {}).items() if n != "enabled"
+        ),
     ]
     out += [
         *rep.get("extra_text", []),
@@ -11161,8 +11184,9 @@ def _render_status(rep: Dict[str, Any]) -> str:
         *_section(
             "CONFIGURATION (environment)",
             [
-                f"  {name:<34} {_env_shown(v):<12} ({'invalid' if 'error' in v else v['source']})"
-                for name, v in rep.get("config", {}).items()
+                f"  {name:<34} {_env_shown(value):<12} "
+                f"({'invalid' if 'error' in value else value['source']})"
+                for name, value in rep.get("config", {}).items()
             ],
         ),
         "WARNINGS" if rep["warnings"] else "WARNINGS: none",
@@ -11333,8 +11357,8 @@ def _call(prog: str, args: Any) -> int:
         return 0
     except KeyboardInterrupt:
         return 130
-    except (OSError, ValueError) as e:
-        sys.stderr.write(f"{prog} {args.command}: {e}\n")
+    except (OSError, ValueError) as err:
+        sys.stderr.write(f"{prog} {args.command}: {err}\n")
         return 2
 
 
@@ -11354,12 +11378,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if word != "status":
         try:
             return int(_commands(word).main(raw))
-        except ImportError as e:  # a numa_utils_cli of another version
-            sys.stderr.write(f"{_prog()}: {e}\n")
+        except ImportError as err:  # a numa_utils_cli of another version
+            sys.stderr.write(f"{_prog()}: {err}\n")
             return 2
-        except ValueError as e:  # no numa_utils_cli (the CLI's main raises none)
+        except ValueError as err:  # no numa_utils_cli (the CLI's main raises none)
             if word in _CLI_COMMANDS:
-                sys.stderr.write(f"{_prog()} {word}: {e}\n")
+                sys.stderr.write(f"{_prog()} {word}: {err}\n")
                 return 2
     return _run(raw, ())
 
