@@ -104,6 +104,7 @@ __all__ = [
     "parse_distance_row",
     "parse_numa_maps",
     "iter_numa_maps",
+    "parse_sysvipc_shm",
     "parse_size",
     "printable",
     "format_size",
@@ -1051,8 +1052,10 @@ _MAP_SHARED, _MAP_HUGETLB = 0x01, 0x40000  # MAP_HUGETLB: x86, arm, ppc, s390, r
 _SHMID_DS_GENERIC64 = frozenset({"x86_64", "aarch64", "riscv64", "loongarch64"})
 
 
-def _sysvipc_rows(text: str) -> Iterator[ShmStat]:
-    """Rows of /proc/sysvipc/shm (ipc/shm.c sysvipc_shm_proc_show)."""
+def parse_sysvipc_shm(text: str) -> Iterator[ShmStat]:
+    """The SysV segments /proc/sysvipc/shm lists (ipc/shm.c sysvipc_shm_proc_show), one
+    ShmStat each: the header and short lines skipped, a malformed row a ValueError.
+    Every segment of this IPC namespace, whoever owns it, as ipcs -m shows them."""
     for line in text.splitlines()[1:]:
         fields = line.split()
         if len(fields) < 11:
@@ -1077,7 +1080,7 @@ def _sysvipc_rows(text: str) -> Iterator[ShmStat]:
 
 
 def _sysvipc_stat(text: str, shmid: int) -> ShmStat:
-    for row in _sysvipc_rows(text):
+    for row in parse_sysvipc_shm(text):
         if row.id == shmid:
             return row
     raise _oserror(errno.EINVAL, "shmctl(IPC_STAT)", f"no segment {shmid}")
@@ -4784,7 +4787,7 @@ def _status_regions(report: Dict[str, Any], backend: Backend) -> None:
     if not backend.is_live:
         return
     euid = os.geteuid()
-    for st in _sysvipc_rows(backend.read_optional("/proc/sysvipc/shm") or ""):
+    for st in parse_sysvipc_shm(backend.read_optional("/proc/sysvipc/shm") or ""):
         if st.uid == euid and st.key & SYSV_KEY_MASK == SYSV_KEY_PREFIX:
             rows.append(
                 {
@@ -5345,7 +5348,7 @@ def _fit_limits(backend: Backend, huge: int, kind: str, pin: bool, need: int) ->
         if shmall is not None:
             used = sum(
                 -(-s.size // backend.page_size)
-                for s in _sysvipc_rows(backend.read_optional("/proc/sysvipc/shm") or "")
+                for s in parse_sysvipc_shm(backend.read_optional("/proc/sysvipc/shm") or "")
             )
             out.append(
                 FitLimit(
@@ -6823,7 +6826,7 @@ def _our_segments(
     want_rooms = None
     if want_sysv is not None:
         want_rooms = {_companion_key(k) for k in want_sysv}
-    for st in _sysvipc_rows(sysv_rows):
+    for st in parse_sysvipc_shm(sysv_rows):
         if st.uid != euid or st.cuid != euid or not st.key:
             continue
         room = _room_row(backend, st, keys, want_rooms, me, now, min_age)

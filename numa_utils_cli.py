@@ -79,6 +79,8 @@ if _nu.__version__ != __version__:
 
 BIND_POLICIES = _nu.BIND_POLICIES
 Backend = _nu.Backend
+parse_numa_maps = _nu.parse_numa_maps
+parse_sysvipc_shm = _nu.parse_sysvipc_shm
 cuda_device = _nu.cuda_device
 bind_policy = _nu.bind_policy
 placement_verdict = _nu.placement_verdict
@@ -111,8 +113,6 @@ format_size = _nu.format_size
 parse_size = _nu.parse_size
 CLEANUP_MIN_AGE = _nu.CLEANUP_MIN_AGE
 _record_layout = _nu._record_layout
-_sysvipc_rows = _nu._sysvipc_rows
-_parse_maps_line = _nu._parse_maps_line
 _print_json = _nu._print_json
 _prog = _nu._prog
 _strtoul = _nu._strtoul
@@ -167,8 +167,12 @@ class _MapsScan:
         if got is None:
             if len(self.known) > 4096:  # bounded: a file of all-distinct lines
                 self.known.clear()
-            got = self.known[rest] = (_parse_maps_line("0 " + rest, self.default_kb), None)
+            got = self.known[rest] = (self.entry_of("0 " + rest), None)
         return got
+
+    def entry_of(self, line: str) -> NumaMapsEntry:
+        """One whole numa_maps line parsed (ValueError naming it when malformed)."""
+        return parse_numa_maps(line, page_size_kb=self.default_kb)[0]
 
     def chunk(self, text: str, addresses: bool = False) -> List[Tuple[str, str]]:
         """Add one chunk of whole lines to the totals; returns its (address in hex,
@@ -187,7 +191,7 @@ class _MapsScan:
             # A line the expression did not take (malformed, empty, an upper-case
             # address): the full parser names a bad one.
             pairs = [
-                (f"{_parse_maps_line(line, self.default_kb).start:x}", line.partition(" ")[2])
+                (f"{self.entry_of(line).start:x}", line.partition(" ")[2])
                 for line in text.split("\n")
                 if line
             ]
@@ -201,7 +205,7 @@ class _MapsScan:
                 e = self.entry(rest)[0]
             except ValueError:  # name the whole line, address included
                 for a, r in self.lines_of({rest}):
-                    _parse_maps_line(a + " " + r, self.default_kb)
+                    self.entry_of(a + " " + r)
                 raise
             if e.file is not None and _region_file(e.file, e.deleted):
                 ours[rest] = e.file
@@ -469,7 +473,7 @@ def _maps_regions(b: Backend, pid: str, seen: Mapping[str, List[int]]) -> List[D
     mappings: Dict[Tuple[str, int, int, int], List[_Vma]] = {}
     for v in sorted(_region_vmas(b, pid, set(files)).values()):
         mappings.setdefault((files[v.start], v.dev, v.ino, v.base), []).append(v)
-    shm = {st.id: st for st in _sysvipc_rows(b.read_optional("/proc/sysvipc/shm") or "")}
+    shm = {st.id: st for st in parse_sysvipc_shm(b.read_optional("/proc/sysvipc/shm") or "")}
     out: List[Dict[str, Any]] = []
     for (path, _, _, base), vmas in sorted(mappings.items(), key=lambda m: m[0][3]):
         sysv = not path.startswith("/dev/")

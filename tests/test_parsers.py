@@ -132,3 +132,32 @@ def test_parse_distance_row():
 def test_parse_distance_row_rejects_garbage(text):
     with pytest.raises(ValueError, match="node3/distance"):
         nu.parse_distance_row(text, source="node3/distance")
+
+
+# /proc/sysvipc/shm as ipc/shm.c prints it (a 64-bit kernel; the header, then one row
+# per segment: key shmid perms size cpid lpid nattch uid gid cuid cgid atime dtime
+# ctime rss swap).  A negative key is the kernel's signed print of a key >= 2**31.
+SYSVIPC_SHM = (
+    "       key      shmid perms                  size  cpid  lpid nattch   uid   gid  "
+    "cuid  cgid      atime      dtime      ctime                   rss                  "
+    "swap\n"
+    "1308622848      32768   600               2097152  4242  4243      1  1000  1000  "
+    "1000  1000 1764650000 1764650100 1764649000               2097152                     0\n"
+    "-1          32769  1666                  4096   100   100      0     0     0     "
+    "0     0          0          0 1764640000                     0                     0\n"
+)
+
+
+def test_parse_sysvipc_shm_reads_every_segment():
+    first, second = nu.parse_sysvipc_shm(SYSVIPC_SHM)
+    assert (first.key, first.id, first.mode, first.size) == (0x4E000000, 32768, 0o600, 2097152)
+    assert (first.cpid, first.lpid, first.nattch) == (4242, 4243, 1)
+    assert (first.uid, first.gid, first.cuid, first.cgid) == (1000, 1000, 1000, 1000)
+    assert first.used == 1764650100  # the latest of atime, dtime, ctime
+    assert (second.key, second.mode, second.used) == (0xFFFFFFFF, 0o1666, 1764640000)
+
+
+def test_parse_sysvipc_shm_names_a_malformed_row():
+    bad = SYSVIPC_SHM.replace("32769", "3276x")
+    with pytest.raises(ValueError, match="invalid /proc/sysvipc/shm line"):
+        list(nu.parse_sysvipc_shm(bad))

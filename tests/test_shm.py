@@ -309,7 +309,7 @@ def test_remove_after_attach():
 def test_sysvipc_rendering_parses():
     s = sim("single-node")
     with nu.SharedRegion.create("v", MiB, backend=s) as r:
-        (row,) = nu._sysvipc_rows(s.read_text("/proc/sysvipc/shm"))
+        (row,) = nu.parse_sysvipc_shm(s.read_text("/proc/sysvipc/shm"))
         # the data, then 16 KiB for the identity record
         assert row.id == r.shmid and row.key == r.ipc_key and row.size == MiB + 16384
         assert row.nattch == 1 and row.mode == 0o600 and row.used > 0
