@@ -2194,28 +2194,28 @@ def _read_devices(
     node is found as for -1: from the local CPUs."""
     out = []
     for addr in sorted(reader.listdir(_PCI_DIR)):
-        d = f"{_PCI_DIR}/{addr}"
-        vendor = reader.integer(f"{d}/vendor")
-        cls = reader.integer(f"{d}/class")
+        folder = f"{_PCI_DIR}/{addr}"
+        vendor = reader.integer(f"{folder}/vendor")
+        cls = reader.integer(f"{folder}/class")
         if vendor is None or cls is None or cls >> 16 == 0x06:
             continue
         gpu = vendor in GPU_VENDORS and cls >> 16 in _GPU_CLASSES
         if gpus_only and not gpu:
             continue
-        numa: int = reader.parsed(f"{d}/numa_node", _parse_int, -1)
-        local = reader.cpus(f"{d}/local_cpulist", f"{d}/local_cpus") or frozenset()
+        numa: int = reader.parsed(f"{folder}/numa_node", _parse_int, -1)
+        local = reader.cpus(f"{folder}/local_cpulist", f"{folder}/local_cpus") or frozenset()
         hits = {node_of.get(c) for c in local} - {None}
         named = numa >= 0 and numa in online
         if numa >= 0 and not named:
             reader.problems.append(
-                f"{d}/numa_node names node {numa}, which is not online here: "
+                f"{folder}/numa_node names node {numa}, which is not online here: "
                 "its node is taken from local_cpulist"
             )
         node, how = _device_node(numa if named else None, hits, cpu_nodes)
-        sub = {c: sorted(reader.listdir(f"{d}/{c}")) for c in _NAME_CLASSES}
+        sub = {c: sorted(reader.listdir(f"{folder}/{c}")) for c in _NAME_CLASSES}
         kind = _device_kind(cls, gpu, bool(sub["infiniband"]))
         try:
-            parts = reader.b.realpath(d).split("/")
+            parts = reader.b.realpath(folder).split("/")
         except OSError:
             parts = []
         top = [i for i, p in enumerate(parts) if re.match(r"^pci[0-9a-f]{4,}:[0-9a-f]{2}$", p)]
@@ -2224,7 +2224,7 @@ def _read_devices(
                 addr,
                 kind,
                 vendor,
-                reader.integer(f"{d}/device") or 0,
+                reader.integer(f"{folder}/device") or 0,
                 cls,
                 numa,
                 node,
@@ -2242,17 +2242,17 @@ _WI_DIR = "/sys/kernel/mm/mempolicy/weighted_interleave"  # Linux 6.9+
 
 
 def _read_access(reader: _Reader, n: int, online: FrozenSet[int]) -> Optional[MemoryAccess]:
-    d = f"{_NODE_DIR}/node{n}/access0/initiators"
-    names = reader.listdir(d)
+    folder = f"{_NODE_DIR}/node{n}/access0/initiators"
+    names = reader.listdir(folder)
     if not names:
         return None
     ids = [_id_of(name, "node") for name in names]
-    inits = reader.online(frozenset(i for i in ids if i is not None), online, f"{d}/node*")
+    inits = reader.online(frozenset(i for i in ids if i is not None), online, f"{folder}/node*")
     return MemoryAccess(
-        reader.integer(f"{d}/read_bandwidth"),
-        reader.integer(f"{d}/write_bandwidth"),
-        reader.integer(f"{d}/read_latency"),
-        reader.integer(f"{d}/write_latency"),
+        reader.integer(f"{folder}/read_bandwidth"),
+        reader.integer(f"{folder}/write_bandwidth"),
+        reader.integer(f"{folder}/read_latency"),
+        reader.integer(f"{folder}/write_latency"),
         inits,
     )
 
@@ -5597,14 +5597,14 @@ def counters(*, backend: Optional[Backend] = None) -> Counters:
     if reader.exists(_NODE_DIR):
         online = reader.parsed(f"{_NODE_DIR}/online", _parse_nodelist)
         for n in sorted(_node_dirs(reader) if online is None else online):
-            d = f"{_NODE_DIR}/node{n}"
-            stat = reader.parsed(f"{d}/numastat", _parse_numastat)
+            folder = f"{_NODE_DIR}/node{n}"
+            stat = reader.parsed(f"{folder}/numastat", _parse_numastat)
             if stat is None:
                 # Missing: no counters.  Malformed (the problem is recorded): keep
                 # the lines that do parse rather than lose the whole node.
-                t = reader.text(f"{d}/numastat")
+                t = reader.text(f"{folder}/numastat")
                 stat = _parse_numastat(t, lenient=True) if t is not None else {}
-            mi = reader.parsed(f"{d}/meminfo", parse_meminfo) or {}
+            mi = reader.parsed(f"{folder}/meminfo", parse_meminfo) or {}
             nodes[n] = NodeCounters(n, MappingProxyType(stat), MappingProxyType(mi))
     else:
         mi = reader.parsed("/proc/meminfo", parse_meminfo) or {}
@@ -9771,7 +9771,7 @@ class NodeChoice(_Record):
             "node": self.node,
             "reason": self.reason,
             "gpu_node": self.gpu_node,
-            "candidates": [c.to_json() for c in self.candidates],
+            "candidates": [candidate.to_json() for candidate in self.candidates],
         }
 
 
@@ -10808,13 +10808,13 @@ def _llc_json(topo: Topology, backend: Backend, warnings: List[str]) -> List[Dic
     out = []
     reader = _Reader(backend)
     for llc in sorted({cpu.llc for cpu in topo.cpus.values() if cpu.llc}, key=min):
-        d = f"{_CPU_DIR}/cpu{min(llc)}/cache"
+        folder = f"{_CPU_DIR}/cpu{min(llc)}/cache"
         level: Optional[int] = None
         size: Optional[int] = None
-        for idx in reader.listdir(d):
-            lvl = reader.integer(f"{d}/{idx}/level") if idx.startswith("index") else None
+        for idx in reader.listdir(folder):
+            lvl = reader.integer(f"{folder}/{idx}/level") if idx.startswith("index") else None
             if lvl is not None and (level is None or lvl > level):
-                level, size = lvl, reader.parsed(f"{d}/{idx}/size", _parse_cache_kb)
+                level, size = lvl, reader.parsed(f"{folder}/{idx}/size", _parse_cache_kb)
         out.append({"level": level, "size_kb": size, "cpus": sorted(llc)})
     warnings.extend(f"could not read: {problem}" for problem in reader.problems)
     return out
@@ -10997,13 +10997,13 @@ def _section(title: str, rows: List[str]) -> List[str]:
     return [title, *rows, ""] if rows else []
 
 
-def _node_of(d: Dict[str, Any]) -> str:
-    return "?" if d["node"] is None else str(d["node"])
+def _node_of(data: Dict[str, Any]) -> str:
+    return "?" if data["node"] is None else str(data["node"])
 
 
-def _node_how(d: Dict[str, Any]) -> str:
+def _node_how(data: Dict[str, Any]) -> str:
     """How a device's node was found, when not from its numa_node file."""
-    return "" if d["node_source"] == "numa_node" else f" ({d['node_source']})"
+    return "" if data["node_source"] == "numa_node" else f" ({data['node_source']})"
 
 
 def _render_tiers(rep: Dict[str, Any]) -> List[str]:
