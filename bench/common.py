@@ -566,11 +566,8 @@ def which(name: str) -> Optional[str]:
 
 
 def parse_size(text: str) -> int:
-    t = text.strip().upper().rstrip("B").rstrip("I")
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    if t and t[-1] in mult:
-        return int(float(t[:-1]) * mult[t[-1]])
-    return int(t)
+    """A --size argument ("4G", "64M", "1.5g"), read as the library reads sizes."""
+    return int(numa_utils().parse_size(text))
 
 
 def fmt_size(n: int) -> str:
