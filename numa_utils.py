@@ -697,7 +697,7 @@ class _Reader:
 
 class ShmStat(_Record):
     """What IPC_STAT (or fstat, for POSIX) says about a segment: what
-    ``Backend.shm_stat`` and ``Backend.fstat`` return."""
+    the kernel calls "shm_stat" and "fstat" (``Backend.call``) return."""
 
     key: int
     id: int
@@ -723,9 +723,10 @@ class ShmStat(_Record):
 class Backend:
     """Interface of a backend.  ``LinuxBackend`` and ``SimulatedBackend`` implement it.
 
-    Paths are absolute system paths ("/sys/devices/system/node/online"); a backend
-    maps them onto its root.  Syscall arguments are plain ints (addresses included),
-    exactly what the kernel receives.
+    Files: ``read_text``, ``listdir``, ``exists``, ``realpath`` and ``write_text`` take
+    absolute system paths ("/sys/devices/system/node/online"); a backend maps them
+    onto its root.  The kernel: ``call(name, *args)``, and ``touch`` (a first touch,
+    one byte per page).
 
     ``is_live``: the backend is the running system itself, so what describes only the
     running system (NVML, torch's devices, opening a file for reading in place) is
@@ -757,19 +758,6 @@ class Backend:
         tree); ``path`` itself where the backend keeps no links."""
         return path
 
-    def syscall(self, nr: int, *args: int) -> int:
-        """Make syscall ``nr``; return its non-negative result or raise OSError."""
-        raise NotImplementedError
-
-    def madvise(self, addr: int, length: int, advice: int) -> None:
-        raise NotImplementedError
-
-    def sched_getaffinity(self, pid: int = 0) -> FrozenSet[int]:
-        raise NotImplementedError
-
-    def sched_setaffinity(self, pid: int, cpus: Iterable[int]) -> None:
-        raise NotImplementedError
-
     def write_text(self, path: str, text: str) -> None:
         """Write a sysfs/procfs file (the weighted-interleave weights)."""
         raise NotImplementedError
@@ -778,39 +766,85 @@ class Backend:
         """Write one byte per page of [addr, addr+length): a first touch."""
         raise NotImplementedError
 
-    def mincore(self, addr: int, length: int) -> int:
-        """How many pages of [addr, addr+length) (``addr`` page-aligned) are in
-        memory, as mincore(2) counts them: for shared memory, pages of the object
-        whether or not this process has touched them."""
-        raise NotImplementedError
+    def call(self, name: str, *args: Any) -> Any:
+        """The kernel operation ``name`` with ``args``, each an int (addresses
+        included, exactly what the kernel receives) unless said otherwise; an error
+        is the OSError the kernel's errno makes.  A backend implements operation
+        ``name`` as its method ``_call_<name>``; a test that wants a call to fail or
+        to see it overrides this one method.
 
-    def gettid(self) -> int:
-        """The calling thread's id (what sched_setaffinity(0, ...) pins)."""
+        ==================  =========================  ===============================
+        name                arguments                  result
+        ==================  =========================  ===============================
+        syscall             nr, *args                  its non-negative result
+        madvise             addr, length, advice
+        mincore             addr, length               pages of the range in memory,
+                                                       as mincore(2) counts them: for
+                                                       shared memory, the object's
+                                                       pages, touched here or not
+        sched_getaffinity   pid (0: the caller)        frozenset of CPUs
+        sched_setaffinity   pid, cpus (an iterable)
+        gettid                                         the calling thread's id (what
+                                                       sched_setaffinity(0) pins)
+        threads                                        this process's thread ids,
+                                                       sorted
+        cpuset_cpus                                    frozenset: the cgroup cpuset,
+                                                       the most sched_setaffinity may
+                                                       give; None when unreadable
+        statvfs             path                       (size, bytes free to
+                                                       unprivileged users) of its file
+                                                       system; None when unknown
+        geteuid                                        the effective uid
+        shmget              key, size, flags           shmid
+        shmat               shmid, flags               address
+        shmdt               addr
+        shm_stat            shmid                      ShmStat (shmctl IPC_STAT)
+        shm_rmid            shmid                      (shmctl IPC_RMID: gone now, or
+                                                       at the last detach; the key is
+                                                       free now)
+        shm_open            name (no "/"), flags,      fd of /dev/shm/<name>
+                            mode
+        shm_unlink          name
+        ftruncate           fd, size
+        fstat               fd                         ShmStat
+        close               fd
+        mmap                length, fd, huge=False     address of a shared read-write
+                                                       mapping of fd
+        munmap              addr, length
+        flock               fd, op (LOCK_SH or
+                            LOCK_EX, | LOCK_NB)
+        pid_start           pid (of this namespace)    a token for when it started,
+                                                       which differs once the pid is
+                                                       reused: None when there is no
+                                                       such process or it has exited
+                                                       (a zombie), "" when it exists
+                                                       but its start cannot be read
+        whoami                                         this process for identity
+                                                       records: a dict of pid, start
+                                                       (as pid_start), boot (the boot
+                                                       id), pidns and timens (as
+                                                       /proc/self/ns names them; ""
+                                                       where unknown)
+        ==================  =========================  ===============================
+        """
+        return getattr(self, "_call_" + name)(*args)
+
+    # Operations every backend can answer the same way.
+    def _call_gettid(self) -> int:
         return threading.get_native_id()
 
-    def threads(self) -> List[int]:
-        """Thread ids of this process, from /proc/self/task."""
+    def _call_threads(self) -> List[int]:
         return sorted(
             int(t) for t in self.listdir("/proc/self/task") if t.isascii() and t.isdigit()
         )
 
-    # Convenience shared by all backends ------------------------------------------------
-    def statvfs(self, path: str) -> Optional[Tuple[int, int]]:
-        """(size, bytes free to unprivileged users) of the file system at ``path``;
-        None when unknown (a saved tree)."""
+    def _call_statvfs(self, path: str) -> Optional[Tuple[int, int]]:
         return None
 
-    def read_optional(self, path: str) -> Optional[str]:
-        try:
-            return self.read_text(path)
-        except OSError:
-            return None
-
-    def cpuset_cpus(self) -> Optional[FrozenSet[int]]:
-        """This process's cgroup cpuset (the most sched_setaffinity may ever give it), or
-        None when it cannot be read.  Cgroup v2: <path>/cpuset.cpus.effective; v1:
-        cpuset/<path>/cpuset.effective_cpus (Documentation/admin-guide/cgroup-v2.rst,
-        cgroup-v1/cpusets.rst); the path comes from /proc/self/cpuset."""
+    def _call_cpuset_cpus(self) -> Optional[FrozenSet[int]]:
+        """Cgroup v2: <path>/cpuset.cpus.effective; v1: cpuset/<path>/cpuset.effective_cpus
+        (Documentation/admin-guide/cgroup-v2.rst, cgroup-v1/cpusets.rst); the path
+        comes from /proc/self/cpuset."""
         reader = _Reader(self)
         path = _clean(reader.text("/proc/self/cpuset") or "")
         if not path.startswith("/"):
@@ -827,67 +861,13 @@ class Backend:
                 return found  # type: ignore[no-any-return]
         return None
 
-    # Shared memory, for SharedRegion.  SysV: ipc/shm.c; POSIX: a file in the
-    # tmpfs at /dev/shm, as glibc's shm_open does.  Addresses and fds are plain ints.
-    def geteuid(self) -> int:
-        raise NotImplementedError
 
-    def shmget(self, key: int, size: int, flags: int) -> int:
-        raise NotImplementedError
-
-    def shmat(self, shmid: int, flags: int = 0) -> int:
-        raise NotImplementedError
-
-    def shmdt(self, addr: int) -> None:
-        raise NotImplementedError
-
-    def shm_stat(self, shmid: int) -> ShmStat:
-        """shmctl(IPC_STAT)."""
-        raise NotImplementedError
-
-    def shm_rmid(self, shmid: int) -> None:
-        """shmctl(IPC_RMID): gone now, or at the last detach (the key is freed now)."""
-        raise NotImplementedError
-
-    def shm_open(self, name: str, flags: int, mode: int) -> int:
-        """Open /dev/shm/<name> (no slash in name); the fd."""
-        raise NotImplementedError
-
-    def shm_unlink(self, name: str) -> None:
-        raise NotImplementedError
-
-    def ftruncate(self, fd: int, size: int) -> None:
-        raise NotImplementedError
-
-    def fstat(self, fd: int) -> ShmStat:
-        raise NotImplementedError
-
-    def close(self, fd: int) -> None:
-        raise NotImplementedError
-
-    def mmap(self, length: int, fd: int, *, huge: bool = False) -> int:
-        """A shared read-write mapping of ``fd``; its address."""
-        raise NotImplementedError
-
-    def munmap(self, addr: int, length: int) -> None:
-        raise NotImplementedError
-
-    def flock(self, fd: int, op: int) -> None:
-        """flock(2) on an open /dev/shm file: LOCK_SH or LOCK_EX, | LOCK_NB."""
-        raise NotImplementedError
-
-    def pid_start(self, pid: int) -> Optional[str]:
-        """When process ``pid`` (a pid of this namespace) started, as a token that
-        differs once the pid is reused (read in this process's time namespace): None
-        when there is no such process or it has exited (a zombie), "" when it exists
-        but its start cannot be read."""
-        raise NotImplementedError
-
-    def whoami(self) -> Dict[str, Any]:
-        """This process for identity records: pid, start (as pid_start), boot (the
-        kernel's boot id), pidns and timens (its PID and time namespaces, as
-        /proc/self/ns/pid and /proc/self/ns/time name them; "" where unknown)."""
-        raise NotImplementedError
+def _read_optional(backend: Backend, path: str) -> Optional[str]:
+    """The text of ``path``; None when it cannot be read (absent, denied)."""
+    try:
+        return backend.read_text(path)
+    except OSError:
+        return None
 
 
 _libc_lock = threading.Lock()
@@ -940,11 +920,11 @@ def _read_regular(path: str, limit: int, flags: int = 0) -> bytes:
         # One read of the size fstat gave (a 1 MiB buffer per small file costs more than
         # reading it), then MiB reads until a short one (a regular file's end) or more
         # than ``limit``.
-        n = min(max(st.st_size, 1 << 16), limit) + 1
-        chunks = [os.read(fd, n)]
-        while len(chunks[-1]) == n and sum(map(len, chunks)) <= limit:
-            n = 1 << 20
-            chunks.append(os.read(fd, n))
+        want = min(max(st.st_size, 1 << 16), limit) + 1
+        chunks = [os.read(fd, want)]
+        while len(chunks[-1]) == want and sum(map(len, chunks)) <= limit:
+            want = 1 << 20
+            chunks.append(os.read(fd, want))
         data = b"".join(chunks)
         if len(data) > limit:
             raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB")
@@ -1026,7 +1006,7 @@ def _allowed_from_status(
     or line that is not there.  A malformed list raises ValueError naming it."""
     path = f"/proc/{pid}/status"
     fields = {}
-    for line in (backend.read_optional(path) or "").splitlines():
+    for line in (_read_optional(backend, path) or "").splitlines():
         name, _, value = line.partition(":")
         fields[name] = value
 
@@ -1113,13 +1093,15 @@ def _touch_iov(addr: int, length: int, page: int, write: bool = True) -> None:
     r, w = os.pipe()
     try:
         for i in range(0, len(starts), _IOV_MAX):
-            n = min(_IOV_MAX, len(starts) - i)
+            count = min(_IOV_MAX, len(starts) - i)
             ptr = base + 16 * i
             ctypes.set_errno(0)
-            if libc.writev(w, ptr, n) != n or (write and libc.readv(r, ptr, n) != n):
+            if libc.writev(w, ptr, count) != count or (
+                write and libc.readv(r, ptr, count) != count
+            ):
                 raise _oserror(ctypes.get_errno() or errno.EIO, "prefault (touch)")
             if not write:
-                os.read(r, n)  # drain: the bytes were only read
+                os.read(r, count)  # drain: the bytes were only read
     finally:
         os.close(r)
         os.close(w)
@@ -1266,19 +1248,19 @@ class LinuxBackend(Backend):
                 f"{what}: backend reads the saved tree {self.root!r}, not the running system",
             )
 
-    def syscall(self, nr: int, *args: int) -> int:
+    def _call_syscall(self, nr: int, *args: int) -> int:
         # c_long wraps an unsigned value (an address, -1 as a u64) as C would.
         return int(self._libc_call(f"syscall {nr}", *[ctypes.c_long(a) for a in (nr, *args)]))
 
-    def madvise(self, addr: int, length: int, advice: int) -> None:
+    def _call_madvise(self, addr: int, length: int, advice: int) -> None:
         self._libc_call("madvise", addr, length, advice)
 
-    def sched_getaffinity(self, pid: int = 0) -> FrozenSet[int]:
+    def _call_sched_getaffinity(self, pid: int = 0) -> FrozenSet[int]:
         if not self.is_live:
             return frozenset(_allowed_from_status(self)[0] or ())
         return frozenset(os.sched_getaffinity(pid))
 
-    def sched_setaffinity(self, pid: int, cpus: Iterable[int]) -> None:
+    def _call_sched_setaffinity(self, pid: int, cpus: Iterable[int]) -> None:
         self._refuse("sched_setaffinity")
         os.sched_setaffinity(pid, set(cpus))
 
@@ -1293,25 +1275,25 @@ class LinuxBackend(Backend):
 
     _RESIDENT = bytes(i & 1 for i in range(256))  # mincore's bit 0; others reserved
 
-    def mincore(self, addr: int, length: int) -> int:
+    def _call_mincore(self, addr: int, length: int) -> int:
         self._refuse("mincore")
         page = self.page_size
         vec = ctypes.create_string_buffer(min((length + page - 1) // page, 1 << 20))
         step = len(vec) * page  # 4 GiB of 4 KiB pages per call, 1 MiB of vector
         count = 0
-        for a in range(addr, addr + length, step):
-            n = min(step, addr + length - a)
-            self._libc_call("mincore", a, n, vec)
+        for start in range(addr, addr + length, step):
+            chunk = min(step, addr + length - start)
+            self._libc_call("mincore", start, chunk, vec)
             count += (
-                ctypes.string_at(vec, (n + page - 1) // page).translate(self._RESIDENT).count(1)
+                ctypes.string_at(vec, (chunk + page - 1) // page).translate(self._RESIDENT).count(1)
             )
         return count
 
     # -- shared memory -----------------------------------------------------------------
-    def geteuid(self) -> int:
+    def _call_geteuid(self) -> int:
         return os.geteuid()
 
-    def statvfs(self, path: str) -> Optional[Tuple[int, int]]:
+    def _call_statvfs(self, path: str) -> Optional[Tuple[int, int]]:
         if not self.is_live:
             return None
         st = os.statvfs(path)
@@ -1329,17 +1311,17 @@ class LinuxBackend(Backend):
             raise _oserror(ctypes.get_errno() or errno.EIO, what)
         return res
 
-    def shmget(self, key: int, size: int, flags: int) -> int:
+    def _call_shmget(self, key: int, size: int, flags: int) -> int:
         # key_t is a C int: 0..2**32-1 wraps to its signed value.
         return int(self._libc_call("shmget", ctypes.c_int(key).value, size, flags))
 
-    def shmat(self, shmid: int, flags: int = 0) -> int:
+    def _call_shmat(self, shmid: int, flags: int = 0) -> int:
         return int(self._libc_call("shmat", shmid, None, flags))
 
-    def shmdt(self, addr: int) -> None:
+    def _call_shmdt(self, addr: int) -> None:
         self._libc_call("shmdt", addr)
 
-    def shm_stat(self, shmid: int) -> ShmStat:
+    def _call_shm_stat(self, shmid: int) -> ShmStat:
         self._refuse("shmctl(IPC_STAT)")
         if self.abi.name not in _SHMID_DS_GENERIC64:
             # Other layouts of struct shmid_ds (ppc64, s390x, 32-bit): the same facts,
@@ -1367,7 +1349,7 @@ class LinuxBackend(Backend):
             used=max(atime, dtime, ctime),
         )
 
-    def shm_rmid(self, shmid: int) -> None:
+    def _call_shm_rmid(self, shmid: int) -> None:
         self._libc_call("shmctl(IPC_RMID)", shmid, IPC_RMID, None)
 
     def _shm_path(self, name: str) -> str:
@@ -1375,7 +1357,7 @@ class LinuxBackend(Backend):
             raise _oserror(errno.EINVAL, "shm_open", repr(name))
         return "/dev/shm/" + name
 
-    def shm_open(self, name: str, flags: int, mode: int) -> int:
+    def _call_shm_open(self, name: str, flags: int, mode: int) -> int:
         # Anyone can put a FIFO, a symlink or a device node in /dev/shm under one of
         # our names: O_NONBLOCK|O_NOFOLLOW so that opening it cannot block or leave
         # /dev/shm, then a regular file or nothing.
@@ -1399,15 +1381,15 @@ class LinuxBackend(Backend):
                 raise
         return fd
 
-    def shm_unlink(self, name: str) -> None:
+    def _call_shm_unlink(self, name: str) -> None:
         self._refuse("shm_unlink")
         os.unlink(self._shm_path(name))
 
-    def ftruncate(self, fd: int, size: int) -> None:
+    def _call_ftruncate(self, fd: int, size: int) -> None:
         self._refuse("ftruncate")
         os.ftruncate(fd, size)
 
-    def fstat(self, fd: int) -> ShmStat:
+    def _call_fstat(self, fd: int) -> ShmStat:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise _oserror(errno.EINVAL, "fstat", "not a regular file")
@@ -1427,23 +1409,23 @@ class LinuxBackend(Backend):
             st.st_dev,
         )
 
-    def close(self, fd: int) -> None:
+    def _call_close(self, fd: int) -> None:
         os.close(fd)
 
-    def mmap(self, length: int, fd: int, *, huge: bool = False) -> int:
+    def _call_mmap(self, length: int, fd: int, huge: bool = False) -> int:
         flags = _MAP_SHARED | (_MAP_HUGETLB if huge else 0)
         return int(self._libc_call("mmap", None, length, _PROT_READ | _PROT_WRITE, flags, fd, 0))
 
-    def munmap(self, addr: int, length: int) -> None:
+    def _call_munmap(self, addr: int, length: int) -> None:
         self._libc_call("munmap", addr, length)
 
-    def flock(self, fd: int, op: int) -> None:
+    def _call_flock(self, fd: int, op: int) -> None:
         self._refuse("flock")
         import fcntl
 
         fcntl.flock(fd, op)
 
-    def pid_start(self, pid: int) -> Optional[str]:
+    def _call_pid_start(self, pid: int) -> Optional[str]:
         self._refuse("kill")
         try:
             os.kill(pid, 0)
@@ -1453,23 +1435,23 @@ class LinuxBackend(Backend):
             pass
         # proc(5): state is field 3, starttime field 22; the command (field 2) may
         # hold ") ".  A zombie (Z) or dead (X) task has exited: its memory is gone.
-        fields = (self.read_optional(f"/proc/{pid}/stat") or "").rpartition(")")[2].split()
+        fields = (_read_optional(self, f"/proc/{pid}/stat") or "").rpartition(")")[2].split()
         if fields and fields[0] in ("Z", "X"):
             return None
         if len(fields) > 19:
             return fields[19]
         return ""
 
-    def whoami(self) -> Dict[str, Any]:
+    def _call_whoami(self) -> Dict[str, Any]:
         # Read once per process (again after a fork): every attach and close writes
         # it into the last-use slot.  Start and timens are read together, so they
         # still belong together after a later setns() into another time namespace.
         pid = os.getpid()
         if self._me.get("pid") != pid:
-            boot = self.read_optional("/proc/sys/kernel/random/boot_id") or ""
+            boot = _read_optional(self, "/proc/sys/kernel/random/boot_id") or ""
             self._me = {
                 "pid": pid,
-                "start": self.pid_start(pid) or "",
+                "start": self.call("pid_start", pid) or "",
                 "boot": boot.strip(),
                 "pidns": _ns_link("pid"),
                 "timens": _ns_link("time"),
@@ -1858,8 +1840,10 @@ def _swap_words(raw: bytes, abi: Abi) -> bytes:
 
 def _encode_nodemask(nodes: Iterable[int], words: int, abi: Abi) -> bytes:
     """``words`` unsigned longs in the ABI's byte order; nodes beyond them are left out."""
-    n = words * abi.word_bits
-    return _swap_words(sum(1 << i for i in set(nodes) if i < n).to_bytes(n // 8, "little"), abi)
+    bits = words * abi.word_bits
+    return _swap_words(
+        sum(1 << i for i in set(nodes) if i < bits).to_bytes(bits // 8, "little"), abi
+    )
 
 
 def decode_nodemask(raw: bytes, abi: Abi) -> FrozenSet[int]:
@@ -1927,7 +1911,8 @@ def get_mempolicy(
     # An int the kernel writes, decoded in the ABI's byte order (the same as the
     # host's on a real kernel; a simulated big-endian kernel writes big-endian).
     pol = ctypes.create_string_buffer(4)
-    backend.syscall(
+    backend.call(
+        "syscall",
         backend.abi.number("get_mempolicy"),
         ctypes.addressof(pol),
         mask.address,
@@ -1969,7 +1954,8 @@ def move_pages(
     )
     narr = _c_array(struct.pack(ints, *nodes)) if nodes is not None else None
     status = _c_array(bytes(4 * count))
-    backend.syscall(
+    backend.call(
+        "syscall",
         backend.abi.number("move_pages"),
         pid,
         count,
@@ -2463,7 +2449,7 @@ def _driver_gpus(backend: Backend) -> Dict[str, Optional[str]]:
             continue
         match = re.search(
             r"^GPU UUID:\s*(\S+)",
-            backend.read_optional(f"{_NVIDIA_PROC}/{name}/information") or "",
+            _read_optional(backend, f"{_NVIDIA_PROC}/{name}/information") or "",
             re.MULTILINE,
         )
         out[bus] = match.group(1) if match else None
@@ -3113,7 +3099,8 @@ def mbind(
     backend = _b(backend)
     ids = frozenset(nodes)
     mask = NodeMask(ids, abi=backend.abi) if ids else None  # no nodes: a NULL mask
-    backend.syscall(
+    backend.call(
+        "syscall",
         backend.abi.number("mbind"),
         addr,
         length,
@@ -3131,7 +3118,8 @@ def set_mempolicy(
     backend = _b(backend)
     ids = frozenset(nodes)
     mask = NodeMask(ids, abi=backend.abi) if ids else None
-    backend.syscall(
+    backend.call(
+        "syscall",
         backend.abi.number("set_mempolicy"),
         int(mode) | int(mode_flags),
         mask.address if mask else 0,
@@ -3151,9 +3139,8 @@ def migrate_pages(
     old, new = frozenset(old_nodes), frozenset(new_nodes)
     bits = max(old | new, default=0) + 1  # one mask size for both
     om, nm = NodeMask(old, abi=backend.abi, bits=bits), NodeMask(new, abi=backend.abi, bits=bits)
-    return backend.syscall(
-        backend.abi.number("migrate_pages"), pid, om.maxnode, om.address, nm.address
-    )
+    nr = backend.abi.number("migrate_pages")
+    return int(backend.call("syscall", nr, pid, om.maxnode, om.address, nm.address))
 
 
 def set_mempolicy_home_node(
@@ -3161,7 +3148,9 @@ def set_mempolicy_home_node(
 ) -> None:
     """set_mempolicy_home_node(2) (Linux 5.17+), for BIND / PREFERRED_MANY ranges."""
     backend = _b(backend)
-    backend.syscall(backend.abi.number("set_mempolicy_home_node"), addr, length, home_node, flags)
+    backend.call(
+        "syscall", backend.abi.number("set_mempolicy_home_node"), addr, length, home_node, flags
+    )
 
 
 # ===========================================================================
@@ -3669,7 +3658,7 @@ def _apply_policy(
     res = res._replace(applied=True)
     if size and not move and count_resident and m != Mode.DEFAULT:
         try:  # mincore counts base pages, also in a hugetlb mapping
-            resident = backend.mincore(start, size) * backend.page_size
+            resident = backend.call("mincore", start, size) * backend.page_size
         except (OSError, NotImplementedError):
             resident = 0  # unknown: claim nothing
         if resident:
@@ -4128,7 +4117,8 @@ def _placement_move_pages(backend: Backend, pid: int, addr: int, size: int) -> D
         status = array.array("i", bytes(4 * len(ptrs)))
         if swap:
             ptrs.byteswap()
-        backend.syscall(
+        backend.call(
+            "syscall",
             backend.abi.number("move_pages"),
             pid,
             len(ptrs),
@@ -4248,7 +4238,7 @@ def placement(
 #   24  Q    its PID namespace: the number in /proc/self/ns/pid's "pid:[N]" (0: unknown)
 #   32  Q    its time namespace, from /proc/self/ns/time (0: unknown, or no such namespaces)
 #   40  I    CRC-32 of its kernel's boot id (0: unknown)
-#   44  16s  its start time as Backend.pid_start reads it: ASCII, NUL-padded
+#   44  16s  its start time as the kernel call "pid_start" reads it: ASCII, NUL-padded
 #   60  I    CRC-32 of bytes 0-59: a torn or damaged slot proves nothing
 _RECORD_END = struct.Struct("<8sIII")
 
@@ -4375,10 +4365,10 @@ def _tail_record(
     raw = read(end, _RECORD_END.size) if end >= 0 else b""
     if len(raw) != _RECORD_END.size or raw[:8] != _RECORD_MAGIC:
         return None
-    n = _RECORD_END.unpack(raw)[2]
-    tail = read(end - n, n) + raw if n <= min(end, _RECORD_MAX) else b""
-    if len(tail) != n + _RECORD_END.size:
-        raise ValueError(f"{what}: damaged identity record (length {n} in {seg} bytes)")
+    size = _RECORD_END.unpack(raw)[2]
+    tail = read(end - size, size) + raw if size <= min(end, _RECORD_MAX) else b""
+    if len(tail) != size + _RECORD_END.size:
+        raise ValueError(f"{what}: damaged identity record (length {size} in {seg} bytes)")
     buf = ctypes.create_string_buffer(tail, len(tail))  # _record_read reads memory
     return _record_read(ctypes.addressof(buf) + len(tail) - seg, seg, what)
 
@@ -4787,7 +4777,7 @@ def _status_regions(report: Dict[str, Any], backend: Backend) -> None:
     if not backend.is_live:
         return
     euid = os.geteuid()
-    for st in parse_sysvipc_shm(backend.read_optional("/proc/sysvipc/shm") or ""):
+    for st in parse_sysvipc_shm(_read_optional(backend, "/proc/sysvipc/shm") or ""):
         if st.uid == euid and st.key & SYSV_KEY_MASK == SYSV_KEY_PREFIX:
             rows.append(
                 {
@@ -4801,7 +4791,7 @@ def _status_regions(report: Dict[str, Any], backend: Backend) -> None:
             )
     locks = [
         ln.split()
-        for ln in (backend.read_optional("/proc/locks") or "").splitlines()
+        for ln in (_read_optional(backend, "/proc/locks") or "").splitlines()
         if "->" not in ln
     ]  # every attacher of a file holds a shared flock
     for name in sorted(n for n in backend.listdir("/dev/shm") if n.startswith(POSIX_PREFIX)):
@@ -4956,7 +4946,7 @@ def prefault(
     want = threads if threads is not None else _env("NUMA_PREFAULT_THREADS")
     if want is None:
         try:
-            cpus = len(backend.sched_getaffinity(0))
+            cpus = len(backend.call("sched_getaffinity", 0))
         except OSError:
             cpus = os.cpu_count() or 1
         # Page population scales with cores until memory bandwidth runs out.
@@ -4964,22 +4954,22 @@ def prefault(
     if want < 1:
         raise ValueError("threads must be >= 1")
     # Slices of at least 16 MiB: below that a thread costs more than it saves.
-    n = max(1, min(int(want), span // max(pg, 16 << 20) or 1))
+    threads_used = max(1, min(int(want), span // max(pg, 16 << 20) or 1))
     method = "populate_write"
     # Probe on the first page: EINVAL means no MADV_POPULATE_WRITE (or a mapping it
     # cannot populate) -> touch pages instead.  Other errors are real (ENOMEM, EFAULT).
     try:
-        backend.madvise(start, pg, MADV_POPULATE_WRITE)
+        backend.call("madvise", start, pg, MADV_POPULATE_WRITE)
     except OSError as err:
         if err.errno != errno.EINVAL:
             raise
         method = "touch"
-    chunk = max(pg, min(64 << 20, span // (4 * n)) // pg * pg)
-    done = [0] * n
+    chunk = max(pg, min(64 << 20, span // (4 * threads_used)) // pg * pg)
+    done = [0] * threads_used
     errors: List[BaseException] = []
     stop = threading.Event()
 
-    bounds = [start + (span // pg * i // n) * pg for i in range(n + 1)]
+    bounds = [start + (span // pg * i // threads_used) * pg for i in range(threads_used + 1)]
 
     def work(i: int) -> None:
         try:
@@ -4987,14 +4977,14 @@ def prefault(
             while p < hi and not stop.is_set():
                 q = min(hi, p + chunk)
                 if method == "populate_write":
-                    backend.madvise(p, q - p, MADV_POPULATE_WRITE)
+                    backend.call("madvise", p, q - p, MADV_POPULATE_WRITE)
                 elif backend.is_live:
                     _touch_iov(p, q - p, pg, write=not shared)
                 else:
                     backend.touch(p, q - p)
                 done[i] += q - p
                 p = q
-                if n == 1 and progress is not None:  # one slice: run here
+                if threads_used == 1 and progress is not None:  # one slice: run here
                     progress(sum(done), span)
         except BaseException as err:  # re-raised in the calling thread
             errors.append(err)
@@ -5003,9 +4993,9 @@ def prefault(
     workers = (
         [
             threading.Thread(target=work, args=(i,), name=f"numa_utils-prefault-{i}", daemon=True)
-            for i in range(n)
+            for i in range(threads_used)
         ]
-        if n > 1
+        if threads_used > 1
         else []
     )
     try:
@@ -5029,9 +5019,14 @@ def prefault(
                 t.join()
     if errors:
         raise errors[0]
-    if progress is not None and n > 1:
+    if progress is not None and threads_used > 1:
         progress(span, span)
-    return {"bytes": span, "threads": n, "method": method, "seconds": time.monotonic() - t0}
+    return {
+        "bytes": span,
+        "threads": threads_used,
+        "method": method,
+        "seconds": time.monotonic() - t0,
+    }
 
 
 _do_prefault = prefault  # SharedRegion.create's ``prefault`` argument shadows it
@@ -5166,8 +5161,8 @@ _MAP_COUNT_SPARE_MIN = 1024
 def _map_count_room(backend: Backend) -> Optional[Tuple[int, int]]:
     """(vm.max_map_count, the VMAs this process maps now); None where either cannot be
     read (a simulated or saved machine without them)."""
-    limit = backend.read_optional("/proc/sys/vm/max_map_count")
-    maps = backend.read_optional("/proc/self/maps")
+    limit = _read_optional(backend, "/proc/sys/vm/max_map_count")
+    maps = _read_optional(backend, "/proc/self/maps")
     if limit is None or maps is None:
         return None
     try:
@@ -5263,7 +5258,7 @@ def _thp_settings(backend: Backend) -> Dict[str, str]:
     return {
         n: w
         for n in ("enabled", "defrag", "shmem_enabled")
-        if (w := _selected(backend.read_optional(f"{_THP_DIR}/{n}")))
+        if (w := _selected(_read_optional(backend, f"{_THP_DIR}/{n}")))
     }
 
 
@@ -5278,7 +5273,7 @@ def _layout_arg(layout: Union[Layout, str, None]) -> Optional[Layout]:
 def _cgroup_dirs(backend: Backend) -> List[str]:
     """This process's cgroup v2 directory and its ancestors up to the root, innermost
     first; [] when /proc/self/cgroup names no v2 cgroup."""
-    match = re.search(r"^0::\s*(/.*)", backend.read_optional("/proc/self/cgroup") or "", re.M)
+    match = re.search(r"^0::\s*(/.*)", _read_optional(backend, "/proc/self/cgroup") or "", re.M)
     if match is None:
         return []
     parts = [p for p in match.group(1).strip().split("/") if p]
@@ -5310,9 +5305,9 @@ def _fit_limits(backend: Backend, huge: int, kind: str, pin: bool, need: int) ->
                 )
     if pin:
         lim = re.search(
-            r"^Max locked memory\s+(\S+)", backend.read_optional("/proc/self/limits") or "", re.M
+            r"^Max locked memory\s+(\S+)", _read_optional(backend, "/proc/self/limits") or "", re.M
         )
-        if lim and lim.group(1).isdigit() and backend.geteuid() != 0:
+        if lim and lim.group(1).isdigit() and backend.call("geteuid") != 0:
             out.append(
                 FitLimit(
                     "RLIMIT_MEMLOCK",
@@ -5322,7 +5317,7 @@ def _fit_limits(backend: Backend, huge: int, kind: str, pin: bool, need: int) ->
                 )
             )
     if kind == "posix":
-        vfs = backend.statvfs("/dev/shm")
+        vfs = backend.call("statvfs", "/dev/shm")
         if vfs is not None:
             out.append(
                 FitLimit(
@@ -5348,7 +5343,7 @@ def _fit_limits(backend: Backend, huge: int, kind: str, pin: bool, need: int) ->
         if shmall is not None:
             used = sum(
                 -(-s.size // backend.page_size)
-                for s in parse_sysvipc_shm(backend.read_optional("/proc/sysvipc/shm") or "")
+                for s in parse_sysvipc_shm(_read_optional(backend, "/proc/sysvipc/shm") or "")
             )
             out.append(
                 FitLimit(
@@ -5359,7 +5354,7 @@ def _fit_limits(backend: Backend, huge: int, kind: str, pin: bool, need: int) ->
                 )
             )
     oc = num("/proc/sys/vm/overcommit_memory")
-    mi = parse_meminfo(backend.read_optional("/proc/meminfo") or "")
+    mi = parse_meminfo(_read_optional(backend, "/proc/meminfo") or "")
     if oc == 2 and not huge:
         out.append(
             FitLimit(
@@ -5957,7 +5952,7 @@ def _slot_write(backend: Backend, addr: int) -> None:
     import time
     import zlib
 
-    me = _who(backend.whoami())
+    me = _who(backend.call("whoami"))
     body = _SLOT.pack(
         _SLOT_MAGIC,
         _SLOT_FORMAT,
@@ -6008,7 +6003,7 @@ def _slot_read(raw: bytes) -> Optional[Dict[str, Any]]:
 def _user_name(backend: Backend, uid: int) -> str:
     """The user name of ``uid`` from /etc/passwd (no NSS: no network behind an
     error message); "not in /etc/passwd" else."""
-    for line in (backend.read_optional("/etc/passwd") or "").splitlines():
+    for line in (_read_optional(backend, "/etc/passwd") or "").splitlines():
         fields = line.split(":")
         if len(fields) > 2 and fields[2] == str(uid):
             return f"user {fields[0]}"
@@ -6019,21 +6014,21 @@ def _posix_holder(backend: Backend, pname: str) -> str:
     """Why /dev/shm/``pname``, which exists, is no region of this user's (a FIFO,
     another user's file), and what to do; "" when it may be one."""
     try:
-        fd = backend.shm_open(pname, getattr(os, "O_PATH", 0), 0)  # any owner, any mode
+        fd = backend.call("shm_open", pname, getattr(os, "O_PATH", 0), 0)  # any owner, any mode
     except OSError as err:
         if err.errno == errno.EINVAL:  # a FIFO, symlink, device...
             return "it is not a region (not a regular file): use another name"
         return f"cannot look at it ({err.strerror or err}): use another name"
     try:
-        uid = backend.fstat(fd).uid
+        uid = backend.call("fstat", fd).uid
     except OSError as err:
         return f"cannot look at it ({err.strerror or err}): use another name"
     finally:
-        backend.close(fd)
-    if uid != backend.geteuid():
+        backend.call("close", fd)
+    if uid != backend.call("geteuid"):
         return (
             f"it belongs to uid {uid} ({_user_name(backend, uid)}), not to this user "
-            f"(uid {backend.geteuid()}): cleanup never removes another user's file; use "
+            f"(uid {backend.call('geteuid')}): cleanup never removes another user's file; use "
             f"another name, or ask that user (or root) to remove /dev/shm/{pname}"
         )
     return ""
@@ -6041,9 +6036,9 @@ def _posix_holder(backend: Backend, pname: str) -> str:
 
 def _process_name(backend: Backend, pid: str) -> str:
     """``pid`` with its command and real uid, as far as /proc shows them."""
-    comm = (backend.read_optional(f"/proc/{pid}/comm") or "?").strip()
+    comm = (_read_optional(backend, f"/proc/{pid}/comm") or "?").strip()
     uid = "?"
-    for line in (backend.read_optional(f"/proc/{pid}/status") or "").splitlines():
+    for line in (_read_optional(backend, f"/proc/{pid}/status") or "").splitlines():
         if line.startswith("Uid:") and len(line.split()) > 1:
             uid = line.split()[1]
     return f"pid {pid} ({comm!r}, uid {uid})"
@@ -6052,9 +6047,9 @@ def _process_name(backend: Backend, pid: str) -> str:
 def _lock_holder(backend: Backend, fd: int) -> str:
     """Who holds the exclusive flock on file ``fd``, from /proc/locks (fs/locks.c
     lock_get_status: "ID: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE START END")."""
-    st = backend.fstat(fd)
+    st = backend.call("fstat", fd)
     want = f"{os.major(st.dev):02x}:{os.minor(st.dev):02x}:{st.ino}"
-    for line in (backend.read_optional("/proc/locks") or "").splitlines():
+    for line in (_read_optional(backend, "/proc/locks") or "").splitlines():
         fields = line.split()
         if len(fields) > 5 and fields[1:4] == ["FLOCK", "ADVISORY", "WRITE"] and fields[5] == want:
             return _process_name(backend, fields[4])
@@ -6074,7 +6069,7 @@ def _flock_shared(backend: Backend, fd: int, what: str) -> None:
     deadline = time.monotonic() + _LOCK_WAIT
     while True:
         try:
-            backend.flock(fd, LOCK_SH | LOCK_NB)
+            backend.call("flock", fd, LOCK_SH | LOCK_NB)
             return
         except BlockingIOError:
             if time.monotonic() > deadline:
@@ -6226,7 +6221,7 @@ def _room_rmid(backend: Backend, shmid: int) -> None:
     """Remove record segment ``shmid`` (-1: none); gone already is no error."""
     try:
         if shmid >= 0:
-            backend.shm_rmid(shmid)
+            backend.call("shm_rmid", shmid)
     except OSError as err:
         if err.errno not in (errno.ENOENT, errno.EINVAL, errno.EIDRM):
             raise
@@ -6248,22 +6243,22 @@ def _room_peek(
     SysV key ``ckey``, read through a read-only attach; the stat None when there is
     none of this user's, the record None when it is no record segment; ``made`` False
     while its record is being made.  ValueError when damaged."""
-    euid = backend.geteuid()
+    euid = backend.call("geteuid")
     try:
-        st = backend.shm_stat(backend.shmget(ckey, 0, 0))
+        st = backend.call("shm_stat", backend.call("shmget", ckey, 0, 0))
     except (FileNotFoundError, PermissionError):
         return None, None, b"", False
     if st.uid != euid or st.cuid != euid:
         return None, None, b"", False
     what = f"SysV segment 0x{ckey:08x} (shmid {st.id})"
-    addr = backend.shmat(st.id, SHM_RDONLY)
+    addr = backend.call("shmat", st.id, SHM_RDONLY)
     try:
         rec = _record_read(addr, st.size, what)
         if rec is None or "data_key" not in rec:
             return st, None, b"", False
         return st, rec, ctypes.string_at(addr, _SLOT.size), not rec.get("making")
     finally:
-        backend.shmdt(addr)
+        backend.call("shmdt", addr)
 
 
 def _peek_region(
@@ -6281,14 +6276,14 @@ def _peek_region(
         if made or making:
             return rec, slot
         return None, b""
-    addr = backend.shmat(st.id, SHM_RDONLY)
+    addr = backend.call("shmat", st.id, SHM_RDONLY)
     try:
         if _huge_vma(backend, addr):
             return None, b""
         rec = _record_read(addr, st.size, what)
         return rec, _slot_bytes(addr, st.size, rec)
     finally:
-        backend.shmdt(addr)
+        backend.call("shmdt", addr)
 
 
 def _room_holder(backend: Backend, ckey: int, key: Union[int, str]) -> str:
@@ -6357,7 +6352,7 @@ class _RecordRoom:
         """Detach the record segment, when mapped."""
         if self._room_at:
             at, self._room_at = self._room_at, 0
-            self._b.shmdt(at)
+            self._b.call("shmdt", at)
 
     def _room_make(self, ikey: int, mode: int) -> str:
         """Make the record segment of this huge-page region for data key ``ikey``, its
@@ -6368,11 +6363,11 @@ class _RecordRoom:
         ckey = _companion_key(ikey)
         size = _room_size(b.page_size)
         try:
-            shmid = b.shmget(ckey, size, IPC_CREAT | IPC_EXCL | mode)
+            shmid = b.call("shmget", ckey, size, IPC_CREAT | IPC_EXCL | mode)
         except FileExistsError:
             return _room_holder(b, ckey, self._key)
         self._room_id, self._room_len = shmid, size
-        self._room_at = b.shmat(shmid)
+        self._room_at = b.call("shmat", shmid)
         _room_apply(b, self._room_at, size, self._layout)  # before its pages are touched
         self.identity["data_key"] = ikey
         _record_write(self._room_at, size, dict(self.identity, making=True))
@@ -6384,13 +6379,13 @@ class _RecordRoom:
         b = self._b
         ckey = _companion_key(self._ipc_key)
         try:
-            shmid = b.shmget(ckey, 0, 0)
+            shmid = b.call("shmget", ckey, 0, 0)
         except FileNotFoundError:
             return
-        st = b.shm_stat(shmid)
-        _check_trust(st, b.geteuid(), trust, f"SysV segment 0x{ckey:08x} (shmid {shmid})")
+        st = b.call("shm_stat", shmid)
+        _check_trust(st, b.call("geteuid"), trust, f"SysV segment 0x{ckey:08x} (shmid {shmid})")
         self._room_id, self._room_len = shmid, st.size
-        self._room_at = b.shmat(shmid)
+        self._room_at = b.call("shmat", shmid)
 
     def _room_record(self, seg: int, what: str) -> Optional[Dict[str, Any]]:
         """The record in the record segment when it is the one of the ``seg``-byte data
@@ -6560,7 +6555,7 @@ def _gone_why(
         return f"{who} is not visible from this PID namespace: it may be alive"
     if pid == me["pid"]:
         return f"{who} (pid {pid}) is this process"
-    now = backend.pid_start(pid)
+    now = backend.call("pid_start", pid)
     if now is None:
         return ""
     if not proc["start"] or not now or now == proc["start"]:
@@ -6651,12 +6646,12 @@ def _posix_verdict(
     rec, slot = None, b""
     if st.size >= _RECORD_END.size:
         try:
-            addr = backend.mmap(st.size, fd)
+            addr = backend.call("mmap", st.size, fd)
             try:
                 rec = _record_read(addr, st.size, f"/dev/shm/{name}")
                 slot = _slot_bytes(addr, st.size, rec)
             finally:
-                backend.munmap(addr, st.size)
+                backend.call("munmap", addr, st.size)
         except (OSError, ValueError) as err:
             return f"identity record unreadable: {err}", None
     if rec is None:
@@ -6672,7 +6667,7 @@ def _posix_verdict(
     if users:
         return f"in use: mapped by {users} process(es)", rec
     try:
-        backend.flock(fd, LOCK_EX | LOCK_NB)
+        backend.call("flock", fd, LOCK_EX | LOCK_NB)
     except OSError as err:
         if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
             return "in use: a process holds its lock", rec
@@ -6712,7 +6707,7 @@ def _room_row(
         return f"holds region {rec['key']!r}, not one asked for", rec
     data = rec["data_key"]
     try:
-        backend.shmget(data, 0, 0)
+        backend.call("shmget", data, 0, 0)
         return _DATA_JUDGES, rec
     except FileNotFoundError:
         pass
@@ -6756,7 +6751,7 @@ def _dev_shm_users(backend: Backend, files: Mapping[str, ShmStat]) -> Dict[str, 
     except OSError:
         return counts
     for pid in pids:
-        text = backend.read_optional(f"/proc/{pid}/maps")
+        text = _read_optional(backend, f"/proc/{pid}/maps")
         if not text or "/dev/shm/" not in text:
             continue
         seen = set()
@@ -6807,7 +6802,7 @@ def _our_segments(
     ``keys`` (names or int keys): only their regions, under any key."""
     import time
 
-    euid, me, now = backend.geteuid(), _who(backend.whoami()), time.time()
+    euid, me, now = backend.call("geteuid"), _who(backend.call("whoami")), time.time()
     want_sysv = None if keys is None else {k for key in keys for k in _sysv_keys(key)}
     want_posix = None if keys is None else {_posix_name(k) for k in keys}
     out: List[Dict[str, Any]] = []
@@ -6822,7 +6817,7 @@ def _our_segments(
 
     sysv_rows = ""
     if kind != "posix":
-        sysv_rows = backend.read_optional("/proc/sysvipc/shm") or ""
+        sysv_rows = _read_optional(backend, "/proc/sysvipc/shm") or ""
     want_rooms = None
     if want_sysv is not None:
         want_rooms = {_companion_key(k) for k in want_sysv}
@@ -6848,10 +6843,10 @@ def _our_segments(
 
         def drop(st: ShmStat = st) -> str:
             try:
-                again = backend.shm_stat(st.id)  # someone may have come since: look last
+                again = backend.call("shm_stat", st.id)  # someone may have come since: look last
                 if again.nattch or again.key != st.key or again.lpid not in (st.lpid, me["pid"]):
                     return "in use: attached since it was judged"
-                backend.shm_rmid(st.id)
+                backend.call("shm_rmid", st.id)
                 _room_drop(backend, st.key)  # its record segment, if any: the data is gone
             except OSError as err:
                 return f"failed: {err.strerror or err}"
@@ -6885,15 +6880,15 @@ def _our_segments(
     try:
         for name in names:
             try:
-                fd = backend.shm_open(name, os.O_RDWR, 0)
+                fd = backend.call("shm_open", name, os.O_RDWR, 0)
             except OSError:
                 continue  # gone, or not a regular file: not a region
             try:
-                fst: Optional[ShmStat] = backend.fstat(fd)
+                fst: Optional[ShmStat] = backend.call("fstat", fd)
             except OSError:
                 fst = None
             if fst is None or fst.uid != euid:
-                backend.close(fd)
+                backend.call("close", fd)
                 continue
             files[name] = (fd, fst)
         users = _dev_shm_users(backend, {n: st for n, (_, st) in files.items()}) if files else {}
@@ -6907,7 +6902,7 @@ def _our_segments(
 
             def unlink(name: str = name) -> str:
                 try:
-                    backend.shm_unlink(name)  # under the exclusive lock: nobody came
+                    backend.call("shm_unlink", name)  # under the exclusive lock: nobody came
                 except OSError as err:
                     return f"failed: {err.strerror or err}"
                 return ""
@@ -6928,7 +6923,7 @@ def _our_segments(
             )
     finally:
         for fd, _ in files.values():
-            _quietly(backend.close, fd)
+            _quietly(backend.call, "close", fd)
     return out
 
 
@@ -6974,11 +6969,11 @@ def _sysv_holder(backend: Backend, ikey: int, key: Union[int, str]) -> str:
     """'' when region ``key`` may take SysV key ``ikey`` or pass it by (free, another
     user's, another region's by its record); else why not, saying what to do."""
     try:
-        shmid = backend.shmget(ikey, 0, 0)
-        st = backend.shm_stat(shmid)
+        shmid = backend.call("shmget", ikey, 0, 0)
+        st = backend.call("shm_stat", shmid)
     except (FileNotFoundError, PermissionError):
         return ""
-    euid = backend.geteuid()
+    euid = backend.call("geteuid")
     if st.uid != euid or st.cuid != euid:
         return ""
     what = f"SysV key 0x{ikey:08x} (shmid {shmid})"
@@ -7017,7 +7012,7 @@ def _sysv_create(r: SharedRegion, flags: int, replace: bool) -> None:
             if r._room_id < 0:  # another region's record segment holds its key
                 continue
         try:
-            r.shmid = b.shmget(ikey, r._mapped, flags)
+            r.shmid = b.call("shmget", ikey, r._mapped, flags)
             break
         except FileExistsError:
             r._room_close()
@@ -7033,7 +7028,7 @@ def _sysv_create(r: SharedRegion, flags: int, replace: bool) -> None:
             f"{keys[0]:08x}, ...) all hold other regions: use another name",
         )
     r._ipc_key = ikey
-    r._address = b.shmat(r.shmid)
+    r._address = b.call("shmat", r.shmid)
 
 
 def _posix_create(r: SharedRegion, flags: int, replace: bool) -> None:
@@ -7043,7 +7038,7 @@ def _posix_create(r: SharedRegion, flags: int, replace: bool) -> None:
     if replace:
         _replace_stale(b, r._key, "posix")
     try:
-        r._fd = fd = b.shm_open(pname, os.O_RDWR | os.O_CREAT | os.O_EXCL, flags & 0o777)
+        r._fd = fd = b.call("shm_open", pname, os.O_RDWR | os.O_CREAT | os.O_EXCL, flags & 0o777)
     except FileExistsError:
         why = _posix_holder(b, pname) or (
             f"attach it, or remove a stale one with `{_prog()} cleanup "
@@ -7052,8 +7047,8 @@ def _posix_create(r: SharedRegion, flags: int, replace: bool) -> None:
         raise FileExistsError(errno.EEXIST, f"/dev/shm/{pname} exists: {why}") from None
     r.name = pname  # ours now: removed on any error below
     _flock_shared(b, fd, f"/dev/shm/{pname}")  # before it has a size: never stale
-    b.ftruncate(fd, r._mapped)
-    r._address = b.mmap(r._mapped, fd)
+    b.call("ftruncate", fd, r._mapped)
+    r._address = b.call("mmap", r._mapped, fd)
 
 
 def _identity(region: SharedRegion, seg: int, what: str, why: str) -> Dict[str, Any]:
@@ -7074,15 +7069,15 @@ def _sysv_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
     first: Optional[Exception] = None
     for ikey in _sysv_keys(key):
         try:
-            shmid = b.shmget(ikey, 0, 0)
+            shmid = b.call("shmget", ikey, 0, 0)
         except FileNotFoundError:
             continue
         what = f"SysV segment 0x{ikey:08x} (shmid {shmid})"
         try:
-            st = b.shm_stat(shmid)
-            _check_trust(st, b.geteuid(), trust, what)
+            st = b.call("shm_stat", shmid)
+            _check_trust(st, b.call("geteuid"), trust, what)
             r.shmid, r._ipc_key, r._mapped = shmid, ikey, st.size
-            r._address = b.shmat(shmid)
+            r._address = b.call("shmat", shmid)
             if _huge_vma(b, r._address) is not False:  # huge, or unknown: its record segment
                 r._room_attach(trust)
             rec = _identity(
@@ -7095,7 +7090,7 @@ def _sysv_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
         except (PermissionError, FileNotFoundError, ValueError) as err:
             first = first or err
         if r._address:
-            b.shmdt(r._address)
+            b.call("shmdt", r._address)
             r._address = 0
         r._room_close()
         r._room_id = -1
@@ -7109,18 +7104,18 @@ def _posix_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
     b, name = r._b, _posix_name(r._key)
     what = f"/dev/shm/{name}"
     try:
-        r._fd = fd = b.shm_open(name, os.O_RDWR, 0)
+        r._fd = fd = b.call("shm_open", name, os.O_RDWR, 0)
     except FileNotFoundError:
         raise FileNotFoundError(errno.ENOENT, f"no {what}") from None
     r.name = name
-    _check_trust(b.fstat(fd), b.geteuid(), trust, what)
+    _check_trust(b.call("fstat", fd), b.call("geteuid"), trust, what)
     _flock_shared(b, fd, what)  # waits while a cleanup decides on it
-    st = b.fstat(fd)
+    st = b.call("fstat", fd)
     if not st.nattch:
         raise FileNotFoundError(errno.ENOENT, f"{what} was removed (stale) while attaching")
     r._mapped = seg = st.size
     if seg >= _RECORD_END.size:
-        r._address = b.mmap(seg, fd)
+        r._address = b.call("mmap", seg, fd)
     rec = _identity(r, seg, what, "not made by SharedRegion.create, or still being created")
     if rec["kind"] != "posix" or _posix_name(rec["key"]) != name:
         raise ValueError(f"{what}: its identity record names {rec['kind']} region {rec['key']!r}")
@@ -7195,7 +7190,7 @@ def _extent_cpus(
     before a region is made: the interruptible prefault then does no more."""
     if topo is None:
         topo = read_topology(backend=backend)
-    mine = backend.sched_getaffinity(0)
+    mine = backend.call("sched_getaffinity", 0)
     out: Dict[FrozenSet[int], FrozenSet[int]] = {}
     for nodes in dict.fromkeys(e.nodes for e in lay):
         near = (
@@ -7233,12 +7228,12 @@ def _layout_prefault(
     cpus = cpus if cpus is not None else _extent_cpus(backend, lay)
     t0, done, total = time.monotonic(), 0, lay.size or 0
     out: Dict[str, Any] = {"bytes": 0, "threads": 0, "method": "none"}
-    before = backend.sched_getaffinity(0) if any(cpus.values()) else frozenset()
+    before = backend.call("sched_getaffinity", 0) if any(cpus.values()) else frozenset()
     try:
         for nodes, want in cpus.items():
             want = want or before
-            if want and want != backend.sched_getaffinity(0):
-                backend.sched_setaffinity(0, want)
+            if want and want != backend.call("sched_getaffinity", 0):
+                backend.call("sched_setaffinity", 0, want)
             for e in (e for e in lay if e.nodes == nodes):
 
                 def step(d: int, _: int, base: int = done) -> None:
@@ -7262,8 +7257,8 @@ def _layout_prefault(
                     threads=max(out["threads"], r["threads"]),
                 )
     finally:
-        if before and backend.sched_getaffinity(0) != before:
-            backend.sched_setaffinity(0, before)
+        if before and backend.call("sched_getaffinity", 0) != before:
+            backend.call("sched_setaffinity", 0, before)
     out.update(seconds=time.monotonic() - t0, extents=len(lay))
     return out
 
@@ -7335,10 +7330,10 @@ _TWIN_WAIT = 5.0
 def _twin(backend: Backend, ikey: int, key: Union[int, str]) -> str:
     """What SysV key ``ikey`` holds of region ``key``: "" (nothing of it, or a segment
     not named yet: its creator's check will see ours), "making" or "made"."""
-    euid = backend.geteuid()
+    euid = backend.call("geteuid")
     try:
-        shmid = backend.shmget(ikey, 0, 0)
-        st = backend.shm_stat(shmid)
+        shmid = backend.call("shmget", ikey, 0, 0)
+        st = backend.call("shm_stat", shmid)
         if st.uid != euid or st.cuid != euid:
             return ""
         rec, slot = _peek_region(backend, st, f"SysV key 0x{ikey:08x}")
@@ -7577,8 +7572,8 @@ class SharedRegion(_RecordRoom):
             "size": size,
             "page_size": page,
             "created": round(time.time(), 3),
-            "uid": backend.geteuid(),
-            **backend.whoami(),
+            "uid": backend.call("geteuid"),
+            **backend.call("whoami"),
             "layout": str(lay),
         }
         flags = IPC_CREAT | IPC_EXCL | mode
@@ -7773,7 +7768,7 @@ class SharedRegion(_RecordRoom):
                     _sysv_twins(region)  # named first: a twin being made sees this one
                 _slot_write(backend, at)  # made: the one region of its name
             if thp:
-                backend.madvise(addr, region._mapped, MADV_HUGEPAGE)
+                backend.call("madvise", addr, region._mapped, MADV_HUGEPAGE)
             if remove and kind == "sysv":
                 region.remove()
             if prefault:
@@ -7823,9 +7818,9 @@ class SharedRegion(_RecordRoom):
                 return
             try:
                 if self.kind == "sysv" and self.shmid >= 0:
-                    self._b.shm_rmid(self.shmid)
+                    self._b.call("shm_rmid", self.shmid)
                 elif self.name:
-                    self._b.shm_unlink(self.name)
+                    self._b.call("shm_unlink", self.name)
             except OSError as err:
                 # Already removed (by `cleanup`, or another process): nothing to do.
                 if err.errno not in (errno.ENOENT, errno.EINVAL, errno.EIDRM):
@@ -7845,14 +7840,14 @@ class SharedRegion(_RecordRoom):
             if self._size and self._room()[0]:
                 _slot_write(self._b, self._room()[0])  # its last use
             if self.kind == "sysv" and self._address:
-                self._b.shmdt(self._address)
+                self._b.call("shmdt", self._address)
             elif self._address:
-                self._b.munmap(self._address, self._mapped)
+                self._b.call("munmap", self._address, self._mapped)
             self._room_close()
             self._closed = True
             if self._fd >= 0:  # drops the flock: cleanup may judge it
                 fd, self._fd = self._fd, -1
-                _quietly(self._b.close, fd)
+                _quietly(self._b.call, "close", fd)
         finally:
             _release_signals(held)
 
@@ -8021,7 +8016,7 @@ def _planning_topology(backend: Backend) -> Topology:
     affinity is the bound set, and plans and re-binding must still see every CPU the
     process may use.  A narrower affinity set before (taskset) is replaced by binding."""
     topo = read_topology(backend=backend)
-    cs = backend.cpuset_cpus()
+    cs = backend.call("cpuset_cpus")
     if cs is not None and cs & topo.online_cpus:
         return topo._replace(allowed_cpus=frozenset(cs & topo.online_cpus))
     return topo
@@ -8398,7 +8393,7 @@ def _plan_all(
     """pci -> (cpu node, CPUs, notes) for every GPU of the family, planned together."""
     fam = _family(infos)
     allowed = topo.allowed_cpus & topo.online_cpus
-    notes: Dict[str, List[str]] = {g.pci: [] for g in fam}
+    notes: Dict[str, List[str]] = {gpu.pci: [] for gpu in fam}
     # reserve: the first ``reserve`` usable cores of every node (core 0 of a node takes
     # most interrupts and housekeeping), kept out of every policy; one core stays.
     reserved: Set[int] = set()
@@ -8411,77 +8406,78 @@ def _plan_all(
                 f"({len(cores)} usable); keeping one",
             )
         reserved.update(c for core in cores[: min(reserve, len(cores) - 1)] for c in core)
-    pool = {n: topo.nodes[n].cpus & allowed - reserved for n in topo.nodes}
-    usable = [n for n in sorted(pool) if pool[n]]
+    pool = {node: topo.nodes[node].cpus & allowed - reserved for node in topo.nodes}
+    usable = [node for node in sorted(pool) if pool[node]]
     eff: Dict[str, Optional[int]] = {}
-    for g in fam:
-        n: Optional[int] = g.cpu_node
-        if n is not None and not pool.get(n):
-            near = topo.nearest(n, usable)
+    for gpu in fam:
+        node: Optional[int] = gpu.cpu_node
+        if node is not None and not pool.get(node):
+            near = topo.nearest(node, usable)
             _fail(
                 strict,
-                f"GPU {g.pci}: this process's cpuset allows no CPU on its node {n}"
+                f"GPU {gpu.pci}: this process's cpuset allows no CPU on its node {node}"
                 + (f"; using the nearest node {near[0]}" if near else ""),
-                notes[g.pci],
+                notes[gpu.pci],
             )
-            n = near[0] if near else None
-        eff[g.pci] = n
+            node = near[0] if near else None
+        eff[gpu.pci] = node
     # GPUs with unknown nodes go, in PCI order, where cores per GPU are highest.
-    for g in fam:
-        if eff[g.pci] is None and usable:
+    for gpu in fam:
+        if eff[gpu.pci] is None and usable:
             placed = list(eff.values())
             best = max(
-                usable, key=lambda n: (len(topo.cores_of(pool[n])) / (placed.count(n) + 1), -n)
+                usable,
+                key=lambda node: (len(topo.cores_of(pool[node])) / (placed.count(node) + 1), -node),
             )
             _fail(
                 strict,
-                f"GPU {g.pci}: NUMA node unknown ({g.node_source}); planned on "
+                f"GPU {gpu.pci}: NUMA node unknown ({gpu.node_source}); planned on "
                 f"node {best}, the node with the most cores per GPU",
-                notes[g.pci],
+                notes[gpu.pci],
             )
-            eff[g.pci] = best
+            eff[gpu.pci] = best
     out: Dict[str, Tuple[Optional[int], FrozenSet[int], List[str]]] = {}
-    for g in fam:
-        n = eff[g.pci]
-        if n is None:
-            out[g.pci] = (
+    for gpu in fam:
+        node = eff[gpu.pci]
+        if node is None:
+            out[gpu.pci] = (
                 None,
                 frozenset(allowed),
-                notes[g.pci] + ["no usable node: all allowed CPUs"],
+                notes[gpu.pci] + ["no usable node: all allowed CPUs"],
             )
             continue
-        group = [p for p, m in eff.items() if m == n]
-        rank, k = group.index(g.pci), len(group)
+        group = [p for p, m in eff.items() if m == node]
+        rank, k = group.index(gpu.pci), len(group)
         if policy == "node":
-            cpus = frozenset(pool[n])
+            cpus = frozenset(pool[node])
         elif policy == "socket":
-            pkgs = {topo.cpus[c].package for c in topo.nodes[n].cpus if c in topo.cpus}
+            pkgs = {topo.cpus[c].package for c in topo.nodes[node].cpus if c in topo.cpus}
             cpus = frozenset(
                 c for c in allowed - reserved if c in topo.cpus and topo.cpus[c].package in pkgs
-            ) or frozenset(pool[n])
+            ) or frozenset(pool[node])
         else:
             # exclusive: physical cores; core-complex: whole last-level-cache domains
-            units: List[Tuple[int, ...]] = topo.cores_of(pool[n])
+            units: List[Tuple[int, ...]] = topo.cores_of(pool[node])
             if policy == "core-complex":
-                units = _cache_domains(topo, pool[n])
+                units = _cache_domains(topo, pool[node])
             if len(units) >= k:  # chunk ``rank`` of k near-equal ones, first ones longer
                 q, r = divmod(len(units), k)
                 mine = units[rank * q + min(rank, r) :][: q + (rank < r)]
             elif policy == "exclusive":
                 _fail(
                     strict,
-                    f"node {n} has {len(units)} usable cores for {k} GPUs: "
+                    f"node {node} has {len(units)} usable cores for {k} GPUs: "
                     "exclusive plans share cores",
-                    notes[g.pci],
+                    notes[gpu.pci],
                 )
                 mine = [units[rank % len(units)]]
             else:
                 mine = [units[rank * len(units) // k]]
-                notes[g.pci].append(
-                    f"node {n} has {len(units)} last-level caches for {k} GPUs: they are shared"
+                notes[gpu.pci].append(
+                    f"node {node} has {len(units)} last-level caches for {k} GPUs: they are shared"
                 )
             cpus = frozenset(c for u in mine for c in u)
-        out[g.pci] = (n, cpus, notes[g.pci])
+        out[gpu.pci] = (node, cpus, notes[gpu.pci])
     return out
 
 
@@ -8651,22 +8647,22 @@ def _set_affinity(
 ) -> Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[Tuple[int, int], ...]]:
     """Pin the calling thread, and with threads="all" every other thread of the process
     that is not pinned already (affinity narrower than the calling thread's was)."""
-    before = backend.sched_getaffinity(0)
-    me = backend.gettid()
-    backend.sched_setaffinity(0, cpus)
+    before = backend.call("sched_getaffinity", 0)
+    me = backend.call("gettid")
+    backend.call("sched_setaffinity", 0, cpus)
     changed, skipped, failed = [me], [], []
     if threads == "all":
         try:
-            tids = backend.threads()
+            tids = backend.call("threads")
         except OSError as err:
             tids = []
             notes.append(f"cannot list this process's threads: {err.strerror or err}")
         for tid in (t for t in tids if t != me):
             try:
-                if not backend.sched_getaffinity(tid) >= before:
+                if not backend.call("sched_getaffinity", tid) >= before:
                     skipped.append(tid)
                     continue
-                backend.sched_setaffinity(tid, cpus)
+                backend.call("sched_setaffinity", tid, cpus)
                 changed.append(tid)
             except ProcessLookupError:
                 continue  # the thread exited meanwhile
@@ -9226,7 +9222,7 @@ def _role_patterns(
 
 
 def _thread_name(backend: Backend, tid: int) -> str:
-    return _clean(backend.read_optional(f"/proc/self/task/{tid}/comm") or "")
+    return _clean(_read_optional(backend, f"/proc/self/task/{tid}/comm") or "")
 
 
 def _pin_thread(
@@ -9246,7 +9242,7 @@ def _pin_thread(
             break
     nothing: FrozenSet[int] = frozenset()
     try:
-        before = backend.sched_getaffinity(tid)
+        before = backend.call("sched_getaffinity", tid)
     except ProcessLookupError:
         return ThreadPin(tid, name, role, nothing, nothing, False, "exited")
     if role is None:
@@ -9255,8 +9251,8 @@ def _pin_thread(
     if not want:
         return ThreadPin(tid, name, role, before, before, False, "role has no CPUs")
     try:
-        backend.sched_setaffinity(tid, want)
-        after = backend.sched_getaffinity(tid)
+        backend.call("sched_setaffinity", tid, want)
+        after = backend.call("sched_getaffinity", tid)
     except ProcessLookupError:
         return ThreadPin(tid, name, role, before, nothing, False, "exited")
     except OSError as err:
@@ -9294,14 +9290,14 @@ def pin_threads(
     late: List[int] = []
     notes: List[str] = []
     passes = 0
-    new = backend.threads()
+    new = backend.call("threads")
     while new and passes < _PIN_PASSES:
         passes += 1
         if passes > 1:
             late.extend(new)
         for tid in new:
             seen[tid] = _pin_thread(backend, plan, patterns, default, tid)
-        new = [tid for tid in backend.threads() if tid not in seen]
+        new = [tid for tid in backend.call("threads") if tid not in seen]
     if new:
         _fail(st, f"threads kept starting: {len(new)} not pinned after {passes} passes", notes)
     for pin in seen.values():
@@ -9359,7 +9355,7 @@ class pinned:
             changed = [pin for pin in self.result.threads if pin.before and pin.after != pin.before]
         for pin in changed:
             try:
-                backend.sched_setaffinity(pin.tid, pin.before)
+                backend.call("sched_setaffinity", pin.tid, pin.before)
                 self.restored.append(pin.tid)
             except ProcessLookupError:
                 continue
@@ -9388,17 +9384,17 @@ def _start_bound(
     """``start()`` run with the calling thread on ``cpus`` under memory policy
     ``memory`` on ``nodes``, both put back after: a process forked meanwhile starts
     with them, before its first page or thread exists."""
-    before = backend.sched_getaffinity(0)
+    before = backend.call("sched_getaffinity", 0)
     policy = None
     if memory is not None and nodes:
         policy = thread_policy(memory, nodes, strict=strict, backend=backend)
         policy.__enter__()
     try:
         if cpus:
-            backend.sched_setaffinity(0, cpus)
+            backend.call("sched_setaffinity", 0, cpus)
         start()
     finally:
-        backend.sched_setaffinity(0, before)
+        backend.call("sched_setaffinity", 0, before)
         if policy is not None:
             policy.__exit__(None, None, None)
 
@@ -9846,10 +9842,10 @@ def choose_node(
     cands: List[NodeCandidate] = []
     for node in nodes:
         mnode = next(iter(_nearest_tied(topo, node, usable_mem)), None)
-        c = snap.nodes.get(mnode) if mnode is not None else None
+        candidate = snap.nodes.get(mnode) if mnode is not None else None
         # counters' meminfo, else the topology's free memory (no nodeN/meminfo)
-        if c is not None and c.meminfo:
-            avail = c.available_kb
+        if candidate is not None and candidate.meminfo:
+            avail = candidate.available_kb
         elif mnode is not None and mnode in topo.nodes:
             avail = topo.nodes[mnode].mem_free_kb
         else:
@@ -9877,20 +9873,24 @@ def choose_node(
         )
     far = 1 << 16
 
-    def key(c: NodeCandidate) -> Tuple[int, ...]:
+    def key(candidate: NodeCandidate) -> Tuple[int, ...]:
         # (without a GPU, gd is the same for every node)
-        if c.gpu_distance is not None:
-            gd = c.gpu_distance
-        elif c.node == gnode:
+        if candidate.gpu_distance is not None:
+            gd = candidate.gpu_distance
+        elif candidate.node == gnode:
             gd = 0
         else:
             gd = far
-        md = c.memory_distance if c.memory_distance is not None else far
+        md = candidate.memory_distance if candidate.memory_distance is not None else far
         # Last: more memory available, then the lower id (a stable answer).
-        return (not c.fits, gd, c.load, md, -c.available_kb, c.node)
+        return (not candidate.fits, gd, candidate.load, md, -candidate.available_kb, candidate.node)
 
-    fitting = [c for c in cands if c.fits]
-    best = min(fitting, key=key) if fitting else max(cands, key=lambda c: (c.available_kb, -c.node))
+    fitting = [candidate for candidate in cands if candidate.fits]
+    best = (
+        min(fitting, key=key)
+        if fitting
+        else max(cands, key=lambda candidate: (candidate.available_kb, -candidate.node))
+    )
     if gnode is None:
         parts = (
             [f"{glabel}'s node is unknown (firmware reports numa_node=-1), so it did not count"]
@@ -9909,7 +9909,7 @@ def choose_node(
             f"{glabel} is on node {gnode}, which was excluded;"
             f" node {best.node} is the nearest other usable node"
         ]
-    elif not any(c.node == gnode for c in cands):
+    elif not any(candidate.node == gnode for candidate in cands):
         parts = [
             f"{glabel} is on node {gnode} but this process's cpuset allows none of its CPUs;"
             f" node {best.node} is the nearest allowed node"
@@ -10056,7 +10056,7 @@ def _cudart_candidates(backend: Backend) -> List[str]:
 
     out: List[str] = []
     if "torch" in sys.modules and backend.is_live:
-        maps = backend.read_optional("/proc/self/maps") or ""
+        maps = _read_optional(backend, "/proc/self/maps") or ""
         # the path: the sixth field, the rest of the line (it may hold spaces)
         out += dict.fromkeys(
             re.findall(r"^(?:\S+ +){5}(.*/libcudart\.so[0-9.]*)$", maps, re.MULTILINE)
@@ -10645,7 +10645,7 @@ def _status_extra(report: Dict[str, Any], topo: Topology, backend: Backend) -> N
             text.append(f"  {per_node.node:>4}" + "".join(cells))
         text.append(f"  remote allocations (other_node): {snap.remote_ratio:.2%} of pages")
     # The process's own pages (the running system, or the simulated process).
-    maps = backend.read_optional(_maps_path("self")) if backend.has_process else None
+    maps = _read_optional(backend, _maps_path("self")) if backend.has_process else None
     if maps is not None:
         # Read and parsed once, for the remote share and the interleave check.
         rs, entries = _remote_share("self", maps, REMOTE_SHARE_THRESHOLD, topo, backend)
@@ -10744,7 +10744,7 @@ def _tree_machine(backend: Backend) -> Tuple[Optional[str], Optional[str], Optio
     None for what it does not tell (never this host's values)."""
 
     def word(path: str) -> Optional[str]:
-        t = _clean(backend.read_optional(path) or "")
+        t = _clean(_read_optional(backend, path) or "")
         return t if 0 < len(t) <= 64 and t.isprintable() and " " not in t else None
 
     kb = min(
@@ -10752,7 +10752,7 @@ def _tree_machine(backend: Backend) -> Tuple[Optional[str], Optional[str], Optio
             int,
             re.findall(
                 r" kernelpagesize_kB=([0-9]{1,8})\b",
-                backend.read_optional("/proc/self/numa_maps") or "",
+                _read_optional(backend, "/proc/self/numa_maps") or "",
             ),
         ),
         default=0,

@@ -136,6 +136,15 @@ counters = _nu.counters
 remote_share = _nu.remote_share
 REMOTE_SHARE_THRESHOLD = _nu.REMOTE_SHARE_THRESHOLD
 
+
+def _read_optional(backend: Backend, path: str) -> Optional[str]:
+    """The text of ``path``; None when it cannot be read (absent, denied, gone)."""
+    try:
+        return backend.read_text(path)
+    except OSError:
+        return None
+
+
 _MAPS_CATS = ("Huge", "Heap", "Stack", "Private")
 
 
@@ -473,7 +482,7 @@ def _maps_regions(b: Backend, pid: str, seen: Mapping[str, List[int]]) -> List[D
     mappings: Dict[Tuple[str, int, int, int], List[_Vma]] = {}
     for v in sorted(_region_vmas(b, pid, set(files)).values()):
         mappings.setdefault((files[v.start], v.dev, v.ino, v.base), []).append(v)
-    shm = {st.id: st for st in parse_sysvipc_shm(b.read_optional("/proc/sysvipc/shm") or "")}
+    shm = {st.id: st for st in parse_sysvipc_shm(_read_optional(b, "/proc/sysvipc/shm") or "")}
     out: List[Dict[str, Any]] = []
     for (path, _, _, base), vmas in sorted(mappings.items(), key=lambda m: m[0][3]):
         sysv = not path.startswith("/dev/")
@@ -732,7 +741,7 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
         return 0
     out = [
         "Our regions: SysV keys 0x4exxxxxx (any key with --key) and "
-        f"/dev/shm/numa_utils-* owned by uid {b.geteuid()}; others' are never listed "
+        f"/dev/shm/numa_utils-* owned by uid {b.call('geteuid')}; others' are never listed "
         "or touched.  Removed only when proven unused: nobody attached, its creator "
         f"and last user gone, unused for {args.min_age:g} s (--min-age)."
     ]
@@ -1308,7 +1317,7 @@ def _nvidia_minor(backend: Backend, pci: Optional[str]) -> Optional[int]:
     """The /dev/nvidiaN minor the NVIDIA driver gave the GPU at ``pci``, or None."""
     if pci is None:
         return None
-    text = backend.read_optional(f"/proc/driver/nvidia/gpus/{pci}/information") or ""
+    text = _read_optional(backend, f"/proc/driver/nvidia/gpus/{pci}/information") or ""
     match = re.search(r"^Device Minor:\s*([0-9]+)\s*$", text, re.MULTILINE)
     return None if match is None else int(match.group(1))
 
@@ -2076,7 +2085,7 @@ def _numactl_mask(name: str, ids: Iterable[int]) -> str:
 
 def _numactl_show(b: Backend, t: Topology) -> Tuple[str, int]:
     """numactl --show's text, from this process's policy and affinity."""
-    aff = b.sched_getaffinity(0)
+    aff = b.call("sched_getaffinity", 0)
     try:
         pol, nodes = get_mempolicy(backend=b)
     except OSError as e:
@@ -2283,7 +2292,7 @@ class _Numactl:
 
     def setaffinity(self, cpus: FrozenSet[int], libnuma: str = "") -> None:
         self.cpubind = True
-        self.call("sched_setaffinity", lambda: self.b.sched_setaffinity(0, cpus), libnuma)
+        self.call("sched_setaffinity", lambda: self.b.call("sched_setaffinity", 0, cpus), libnuma)
 
     def run(self, argv: List[str], execvp: Callable[[str, List[str]], Any]) -> int:
         import getopt
@@ -2500,7 +2509,7 @@ class _Numactl:
         # record (SharedRegion's would make them larger than asked).
         b = self.b
         try:
-            shmid = b.shmget(key, 0, 0)
+            shmid = b.call("shmget", key, 0, 0)
         except FileNotFoundError:
             if not self.length:
                 self.complain("need a --length to create a sysv shared memory segment")
@@ -2513,7 +2522,7 @@ class _Numactl:
             try:
                 if self.huge:
                     flags |= SHM_HUGETLB  # the default huge page size, as numactl asks
-                shmid = b.shmget(key, self.length, flags)
+                shmid = b.call("shmget", key, self.length, flags)
             except (OSError, ValueError, OverflowError) as e:  # shmget's size_t
                 self.complain(
                     "cannot create shared memory segment: "
@@ -2521,7 +2530,7 @@ class _Numactl:
                         getattr(e, "errno", None) or (errno.ENOMEM if self.huge else errno.EINVAL)
                     )
                 )
-        return b.shmat(shmid), b.shm_stat(shmid).size
+        return b.call("shmat", shmid), b.call("shm_stat", shmid).size
 
     def attach_file(self, name: str) -> Tuple[int, int]:
         """numactl --file /dev/shm/NAME, created or grown to --length."""
@@ -2534,26 +2543,26 @@ class _Numactl:
         if os.path.isdir(name):
             self.complain(f"cannot create file {name}: {os.strerror(errno.EISDIR)}")
         try:
-            fd = b.shm_open(leaf, os.O_RDWR, 0)
+            fd = b.call("shm_open", leaf, os.O_RDWR, 0)
         except FileNotFoundError:
             if not self.length:
                 self.complain("need a --length to create a shared file")
-            fd = b.shm_open(leaf, os.O_RDWR | os.O_CREAT, self.shmmode)
+            fd = b.call("shm_open", leaf, os.O_RDWR | os.O_CREAT, self.shmmode)
         except OSError as e:  # a FIFO: numactl opens it, then its ftruncate fails
             self.err.write(f"ftruncate: {os.strerror(e.errno or errno.EINVAL)}\n")
             raise _NumactlExit(1) from None
         try:
-            size = b.fstat(fd).size
+            size = b.call("fstat", fd).size
             if self.length > size:
                 try:
-                    b.ftruncate(fd, self.length)
+                    b.call("ftruncate", fd, self.length)
                 except (OSError, OverflowError):  # off_t: negative past 2**63
                     self.err.write(f"ftruncate: {os.strerror(errno.EINVAL)}\n")
                     raise _NumactlExit(1) from None
             size = self.length or size
-            return b.mmap(size, fd), size
+            return b.call("mmap", size, fd), size
         finally:
-            b.close(fd)
+            b.call("close", fd)
 
     def region(self, addr: int, size: int) -> Tuple[int, int]:
         """--offset and --length within the region mapped: the range the policy options
@@ -2643,7 +2652,7 @@ def _device_node(spec: str, b: Backend) -> FrozenSet[int]:
             names = [
                 n
                 for n in b.listdir("/sys/class/block")
-                if (b.read_optional(f"/sys/class/block/{n}/dev") or "").strip() == want
+                if (_read_optional(b, f"/sys/class/block/{n}/dev") or "").strip() == want
             ]
             if not names:
                 raise NodeListError(f"Cannot find block device {want} in sysfs for `{dev}'")
@@ -2653,9 +2662,9 @@ def _device_node(spec: str, b: Backend) -> FrozenSet[int]:
         if "/" in dev or "." in dev:
             raise NodeListError(f"Illegal characters in `{dev}' specification")
         path = f"/sys/class/{cls}/{dev}/device/numa_node"
-    text = b.read_optional(path)
+    text = _read_optional(b, path)
     if text is None and kind != "pci":  # a virtio device: its PCI parent knows
-        text = b.read_optional(f"/sys/class/{cls}/{dev}/device/../numa_node")
+        text = _read_optional(b, f"/sys/class/{cls}/{dev}/device/../numa_node")
     try:
         node = int(text.strip()) if text is not None else None
     except ValueError:
@@ -2684,7 +2693,7 @@ def _route_device(host: str, b: Backend) -> str:
             raise NodeListError(f"Cannot resolve {host}") from None
     addr = struct.unpack("<I", packed)[0]
     best: Tuple[int, str] = (-1, "")
-    for line in (b.read_optional("/proc/net/route") or "").splitlines()[1:]:
+    for line in (_read_optional(b, "/proc/net/route") or "").splitlines()[1:]:
         f = line.split()
         try:
             dst, mask = int(f[1], 16), int(f[7], 16)
@@ -2842,18 +2851,18 @@ def _thread_rows(b: Backend, pid: str, plan: Optional[ThreadPlan]) -> List[Dict[
     tids = sorted(int(tid) for tid in b.listdir(base) if tid.isdigit())
     rows = []
     for tid in tids:
-        status = b.read_optional(f"{base}/{tid}/status") or ""
+        status = _read_optional(b, f"{base}/{tid}/status") or ""
         found = re.search(r"^Cpus_allowed_list:\s*(\S+)", status, re.M)
         allowed: FrozenSet[int] = frozenset()
         if found:
             allowed = parse_cpulist(found.group(1))
-        last = _last_cpu(b.read_optional(f"{base}/{tid}/stat") or "")
+        last = _last_cpu(_read_optional(b, f"{base}/{tid}/stat") or "")
         node = None
         if last is not None:
             node = topo.node_of_cpu(last)
         row: Dict[str, Any] = {
             "tid": tid,
-            "name": (b.read_optional(f"{base}/{tid}/comm") or "").strip(),
+            "name": (_read_optional(b, f"{base}/{tid}/comm") or "").strip(),
             "cpus": format_cpulist(allowed),
             "last_cpu": last,
             "node": node,

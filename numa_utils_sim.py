@@ -772,7 +772,7 @@ class _SimKernel:
         )
         kbs = [int(d[10:-2]) for d in listed if re.fullmatch(r"hugepages-\d+kB", d)]
         self.huge_sizes = frozenset(kbs) | frozenset(self.huge_free)
-        meminfo = _nu.parse_meminfo(files.read_optional("/proc/meminfo") or "")
+        meminfo = _nu.parse_meminfo(_nu._read_optional(files, "/proc/meminfo") or "")
         self.huge_default_kb = meminfo.get("Hugepagesize", 2048)
 
     def reserve(self, obj: _SimObject, pages: int) -> None:
@@ -943,10 +943,10 @@ class SimulatedBackend(Backend):
         """Thread ``tid`` exits."""
         del self.thread_affinity[tid]
 
-    def gettid(self) -> int:
+    def _call_gettid(self) -> int:
         return self.pid
 
-    def threads(self) -> List[int]:
+    def _call_threads(self) -> List[int]:
         return sorted([self.pid, *self.thread_affinity])
 
     @property
@@ -977,7 +977,7 @@ class SimulatedBackend(Backend):
         if self._is_own_proc(path, "status"):
             return self._render_status()
         comm = re.match(r"^/proc/(?:self|\d+)/task/(\d+)/comm$", path)
-        if comm and int(comm.group(1)) in self.threads():
+        if comm and int(comm.group(1)) in self.call("threads"):
             return self.thread_names.get(int(comm.group(1)), "") + "\n"
         if path == "/proc/sysvipc/shm":
             return self._render_sysvipc()
@@ -1103,14 +1103,14 @@ class SimulatedBackend(Backend):
         if path.rstrip("/") == _WI_DIR:
             return self.kernel.wi
         if path.startswith(_WI_DIR + "/"):
-            return self.read_optional(path) is not None
+            return _nu._read_optional(self, path) is not None
         return self._files.exists(path)
 
     def realpath(self, path: str) -> str:
         return self._files.realpath(path)
 
     def _render_status(self) -> str:
-        base = self._files.read_optional("/proc/self/status") or ""
+        base = _nu._read_optional(self._files, "/proc/self/status") or ""
         lines = [
             ln
             for ln in base.splitlines()
@@ -1159,7 +1159,7 @@ class SimulatedBackend(Backend):
                 raise _oserror(errno.EFAULT, "copy_to_user") from None
 
     # -- syscall entry --------------------------------------------------------------------
-    def syscall(self, nr: int, *args: int) -> int:
+    def _call_syscall(self, nr: int, *args: int) -> int:
         name = self._numbers.get(nr)
         k = self.kernel
         k.calls.append((name or str(nr), tuple(args)))
@@ -1917,7 +1917,7 @@ class SimulatedBackend(Backend):
     def touch(self, addr: int, length: int) -> None:
         self._populate(addr, length, True)
 
-    def mincore(self, addr: int, length: int) -> int:
+    def _call_mincore(self, addr: int, length: int) -> int:
         err = self._take_failure("mincore")  # injectable; not a policy syscall
         if err is not None:
             raise _oserror(err, "mincore")
@@ -1954,12 +1954,12 @@ class SimulatedBackend(Backend):
                 count += (hi - lo + base - 1) // base
         return count
 
-    def madvise(self, addr: int, length: int, advice: int) -> None:
+    def _call_madvise(self, addr: int, length: int, advice: int) -> None:
         self._maybe_fail("madvise")
         if addr % self.page_size:
             raise _oserror(errno.EINVAL, "madvise")
         if advice == MADV_HUGEPAGE:  # shmem THP serves only where enabled
-            on = _selected(self.read_optional(f"{_THP_DIR}/shmem_enabled")) in (
+            on = _selected(_nu._read_optional(self, f"{_THP_DIR}/shmem_enabled")) in (
                 "advise",
                 "within_size",
                 "always",
@@ -1981,17 +1981,17 @@ class SimulatedBackend(Backend):
                         a, z = max(addr, mp.start), min(addr + length, mp.end)
                         self._populate(a, z - a, False)
 
-    def sched_getaffinity(self, pid: int = 0) -> FrozenSet[int]:
+    def _call_sched_getaffinity(self, pid: int = 0) -> FrozenSet[int]:
         if pid in (0, self.pid):
             return self.affinity
         if pid in self.thread_affinity:
             return self.thread_affinity[pid]
         raise _oserror(errno.ESRCH, "sched_getaffinity")
 
-    def cpuset_cpus(self) -> Optional[FrozenSet[int]]:
+    def _call_cpuset_cpus(self) -> Optional[FrozenSet[int]]:
         return self.cpus_allowed
 
-    def sched_setaffinity(self, pid: int, cpus: Iterable[int]) -> None:
+    def _call_sched_setaffinity(self, pid: int, cpus: Iterable[int]) -> None:
         want = frozenset(cpus) & self.cpus_allowed & self.kernel.topo.online_cpus
         if pid not in (0, self.pid) and pid not in self.thread_affinity:
             raise _oserror(errno.ESRCH, "sched_setaffinity")
@@ -2024,10 +2024,10 @@ class SimulatedBackend(Backend):
         if err is not None:
             raise _oserror(err, name)
 
-    def geteuid(self) -> int:
+    def _call_geteuid(self) -> int:
         return self.uid
 
-    def statvfs(self, path: str) -> Optional[Tuple[int, int]]:
+    def _call_statvfs(self, path: str) -> Optional[Tuple[int, int]]:
         size = self.kernel.shm_size if path == "/dev/shm" else None
         return None if size is None else (size, size - self.kernel.charged.get("/dev/shm", 0))
 
@@ -2048,7 +2048,7 @@ class SimulatedBackend(Backend):
         self.kernel.shm.pop(seg.shmid, None)
         self.remove_object(seg.obj.name)
 
-    def shmget(self, key: int, size: int, flags: int) -> int:
+    def _call_shmget(self, key: int, size: int, flags: int) -> int:
         self._maybe_fail("shmget")
         k = self.kernel
         key &= 0xFFFFFFFF
@@ -2119,7 +2119,7 @@ class SimulatedBackend(Backend):
                 f"{allowed} free on the allowed nodes",
             )
 
-    def shmat(self, shmid: int, flags: int = 0) -> int:
+    def _call_shmat(self, shmid: int, flags: int = 0) -> int:
         self._maybe_fail("shmat")
         seg = self._shm_lookup(shmid, "shmat")
         want = 4 if flags & SHM_RDONLY else 6
@@ -2132,7 +2132,7 @@ class SimulatedBackend(Backend):
         self.shm_attached[addr] = shmid
         return addr
 
-    def shmdt(self, addr: int) -> None:
+    def _call_shmdt(self, addr: int) -> None:
         self._maybe_fail("shmdt")
         shmid = self.shm_attached.get(addr)
         if shmid is None:
@@ -2150,7 +2150,7 @@ class SimulatedBackend(Backend):
             if seg.dest and seg.nattch <= 0:
                 self._shm_destroy(seg)
 
-    def shm_stat(self, shmid: int) -> ShmStat:
+    def _call_shm_stat(self, shmid: int) -> ShmStat:
         self._maybe_fail("shm_stat")
         seg = self._shm_lookup(shmid, "shmctl(IPC_STAT)")
         if not self._perm_ok(seg.uid, seg.gid, seg.mode, 4):
@@ -2170,7 +2170,7 @@ class SimulatedBackend(Backend):
             used=seg.used,
         )
 
-    def shm_rmid(self, shmid: int) -> None:
+    def _call_shm_rmid(self, shmid: int) -> None:
         self._maybe_fail("shm_rmid")
         seg = self._shm_lookup(shmid, "shmctl(IPC_RMID)")
         if self.uid not in (0, seg.uid, seg.cuid):
@@ -2195,7 +2195,7 @@ class SimulatedBackend(Backend):
             )
         return "".join(out)
 
-    def shm_open(self, name: str, flags: int, mode: int) -> int:
+    def _call_shm_open(self, name: str, flags: int, mode: int) -> int:
         self._maybe_fail("shm_open")
         k = self.kernel
         if not name or "/" in name or name in (".", ".."):
@@ -2229,7 +2229,7 @@ class SimulatedBackend(Backend):
             raise _oserror(errno.EBADF, what)
         return f
 
-    def ftruncate(self, fd: int, size: int) -> None:
+    def _call_ftruncate(self, fd: int, size: int) -> None:
         self._maybe_fail("ftruncate")
         f = self._file(fd, "ftruncate")
         obj = f.obj
@@ -2244,17 +2244,17 @@ class SimulatedBackend(Backend):
         if size:
             obj.address()
 
-    def fstat(self, fd: int) -> ShmStat:
+    def _call_fstat(self, fd: int) -> ShmStat:
         f = self._file(fd, "fstat")
         linked = 1 if self.kernel.files.get(f.name) is f else 0  # st_nlink
         return ShmStat(0, fd, f.uid, f.gid, f.uid, f.gid, f.mode, f.obj.size, linked, 0, 0)
 
-    def close(self, fd: int) -> None:
+    def _call_close(self, fd: int) -> None:
         f = self._file(fd, "close")
         self.kernel.flocks.get(f.obj.name, {}).pop((self.pid, fd), None)
         del self.fds[fd]
 
-    def flock(self, fd: int, op: int) -> None:
+    def _call_flock(self, fd: int, op: int) -> None:
         """fs/locks.c flock: one lock per open file; shared ones coexist.  A call
         that would block fails with EDEADLK (one simulated thread cannot wait)."""
         self._maybe_fail("flock")
@@ -2270,14 +2270,14 @@ class SimulatedBackend(Backend):
 
     # Start times as /proc/PID/stat shows them: since boot, as the reader's time
     # namespace counts it (``boottime``: its offset, as `unshare --time --boottime`).
-    def pid_start(self, pid: int) -> Optional[str]:
+    def _call_pid_start(self, pid: int) -> Optional[str]:
         for ref in self.kernel.procs:
             p = ref()
             if p is not None and p.pid == pid and not p.dead:
                 return str(100 * pid + self.boottime)
         return None
 
-    def whoami(self) -> Dict[str, Any]:
+    def _call_whoami(self) -> Dict[str, Any]:
         timens = "time:[4026531834]"
         if self.boottime:
             timens = f"time:[{4026540000 + self.pid}]"
@@ -2293,14 +2293,14 @@ class SimulatedBackend(Backend):
         """This process dies (as by kill -9): its SysV segments are detached, its
         files closed (their flocks dropped) and unmapped."""
         for addr in list(self.shm_attached):
-            self.shmdt(addr)
+            self.call("shmdt", addr)
         for fd in list(self.fds):
-            self.close(fd)
+            self.call("close", fd)
         for m in [m for m in self.mappings if m.obj is not None]:
-            self.munmap(m.start, m.end - m.start)
+            self.call("munmap", m.start, m.end - m.start)
         self.dead = True
 
-    def shm_unlink(self, name: str) -> None:
+    def _call_shm_unlink(self, name: str) -> None:
         self._maybe_fail("shm_unlink")
         f = self.kernel.files.get(name)
         if f is None:
@@ -2321,7 +2321,7 @@ class SimulatedBackend(Backend):
                 return
         self.remove_object(obj.name)
 
-    def mmap(self, length: int, fd: int, *, huge: bool = False) -> int:
+    def _call_mmap(self, length: int, fd: int, huge: bool = False) -> int:
         self._maybe_fail("mmap")
         f = self._file(fd, "mmap")
         if length <= 0 or length > f.obj.npages * f.obj.page:
@@ -2330,7 +2330,7 @@ class SimulatedBackend(Backend):
             raise _oserror(errno.EINVAL, "mmap", "MAP_HUGETLB on a tmpfs file")
         return self.map_object(f.obj.name, f.obj.size)
 
-    def munmap(self, addr: int, length: int) -> None:
+    def _call_munmap(self, addr: int, length: int) -> None:
         self._maybe_fail("munmap")
         if self.dup_maps.get(addr):
             self.dup_maps[addr] -= 1

@@ -1,5 +1,6 @@
 """Shared test setup.  The suite reaches the module under test through ONE line:"""
 
+import functools
 import os
 import pathlib
 import re
@@ -52,6 +53,21 @@ def fixture_tree(name: str, dst, sub: str = "root") -> str:
         if rel.startswith(pre):
             os.symlink(target, dst / rel[len(pre) :])
     return str(dst)
+
+
+def hook_call(backend, name, replacement):
+    """Make ``backend.call(name, *args)`` return ``replacement(*args)``, on this one
+    backend object; its other calls go on as before.  Returns the original operation,
+    ``original(*args)``, for a replacement that wraps it."""
+    original = backend.call
+
+    def call(called, *args):
+        if called == name:
+            return replacement(*args)
+        return original(called, *args)
+
+    backend.call = call
+    return functools.partial(original, name)
 
 
 def sim(name: str, **kw):
@@ -325,9 +341,9 @@ class MapLimited(nusim.SimulatedBackend):
         super().__init__(root)
         self._limit, self._mapped = limit, mapped
 
-    def read_optional(self, path):
+    def read_text(self, path):
         if path == "/proc/sys/vm/max_map_count":
             return f"{self._limit}\n"
         if path == "/proc/self/maps":
             return "00400000-00401000 r-xp 00000000 00:00 0\n" * self._mapped
-        return super().read_optional(path)
+        return super().read_text(path)

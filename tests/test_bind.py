@@ -27,7 +27,7 @@ def test_bind_to_node_cpus_and_memory():
     topo = b.topology
     r = nu.bind_to_node(1, backend=b)
     assert r and r.cpus_applied and r.cpus == topo.nodes[1].cpus
-    assert b.sched_getaffinity(0) == topo.nodes[1].cpus
+    assert b.call("sched_getaffinity", 0) == topo.nodes[1].cpus
     assert r.memory.applied and r.memory.mode == "preferred" and r.memory.nodes == {1}
     pol = nu.get_policy(backend=b)
     assert (pol.mode, pol.nodes) == (nu.Mode.PREFERRED, {1})
@@ -53,10 +53,10 @@ def test_bind_memory_modes(memory, mode, nodes):
 
 def test_memory_none_and_cpus_false_touch_nothing():
     b = sim("dual-socket-8gpu")
-    before = b.sched_getaffinity(0)
+    before = b.call("sched_getaffinity", 0)
     r = nu.bind_to_node(1, cpus=False, memory=None, backend=b)
     assert r and r.memory is None and not r.cpus_applied and r.cpu_reason == "not requested"
-    assert b.sched_getaffinity(0) == before
+    assert b.call("sched_getaffinity", 0) == before
     assert not [c for c in b.kernel.calls if c[0] == "set_mempolicy"]
 
 
@@ -64,7 +64,7 @@ def test_eperm_on_set_mempolicy_still_binds_cpus(caplog):
     b = sim("dual-socket-8gpu")
     b.fail("set_mempolicy", errno.EPERM)
     r = nu.bind_to_node(1, memory="bind", backend=b)
-    assert r.cpus_applied and b.sched_getaffinity(0) == b.topology.nodes[1].cpus
+    assert r.cpus_applied and b.call("sched_getaffinity", 0) == b.topology.nodes[1].cpus
     assert not r.memory.applied and r.memory.reason == "EPERM"
     assert "CAP_SYS_NICE" in r.memory.hint
     assert not r  # not everything asked was applied
@@ -74,10 +74,10 @@ def test_eperm_on_set_mempolicy_still_binds_cpus(caplog):
 def test_eperm_strict_raises_before_touching_cpus():
     b = sim("dual-socket-8gpu")
     b.fail("set_mempolicy", errno.EPERM)
-    before = b.sched_getaffinity(0)
+    before = b.call("sched_getaffinity", 0)
     with pytest.raises(PermissionError):
         nu.bind_to_node(1, memory="bind", strict=True, backend=b)
-    assert b.sched_getaffinity(0) == before
+    assert b.call("sched_getaffinity", 0) == before
 
 
 def test_strict_from_envs(monkeypatch):
@@ -98,7 +98,7 @@ def test_threads_pinned_elsewhere_are_left_alone():
     r = nu.bind_to_node(1, backend=b)
     node1 = b.topology.nodes[1].cpus
     assert set(r.threads_changed) == {b.pid, free} and r.threads_skipped == (pinned,)
-    assert b.sched_getaffinity(free) == node1 and b.sched_getaffinity(pinned) == {5}
+    assert b.call("sched_getaffinity", free) == node1 and b.call("sched_getaffinity", pinned) == {5}
 
 
 def test_threads_current_only():
@@ -106,7 +106,7 @@ def test_threads_current_only():
     other = b.add_thread()
     r = nu.bind_to_node(1, threads="current", backend=b)
     assert r.threads_changed == (b.pid,)
-    assert b.sched_getaffinity(other) == b.cpus_allowed
+    assert b.call("sched_getaffinity", other) == b.cpus_allowed
     with pytest.raises(ValueError):
         nu.bind_to_node(1, threads="some", backend=b)
 
@@ -114,7 +114,7 @@ def test_threads_current_only():
 def test_explicit_cpu_set_is_intersected_with_allowed():
     b = sim("container-cpuset")
     r = nu.bind_to_node(1, cpus={0, 1, 20, 21}, memory=None, backend=b)
-    assert r.cpus == {20, 21} and b.sched_getaffinity(0) == {20, 21}
+    assert r.cpus == {20, 21} and b.call("sched_getaffinity", 0) == {20, 21}
     r = nu.bind_to_node(1, cpus={0, 1}, memory=None, backend=b)
     assert not r.cpus_applied and r.cpu_reason == "cpuset"
     with pytest.raises(OSError):
@@ -161,7 +161,7 @@ def test_bind_for_gpu_exclusive():
     b = sim("dual-socket-8gpu")
     want = nu.cpus_for_gpu(5, "exclusive", environ={}, backend=b)
     r = nu.bind_for_gpu(5, "exclusive", memory="bind", environ={}, backend=b)
-    assert r and r.cpus == want and b.sched_getaffinity(0) == want
+    assert r and r.cpus == want and b.call("sched_getaffinity", 0) == want
     assert r.plan.pci == "0000:bb:00.0" and r.plan.node == 1
     assert nu.get_policy(backend=b).nodes == {1}
 
@@ -186,14 +186,14 @@ def test_bind_for_gpu_reordered_visible_devices():
     env = {"CUDA_VISIBLE_DEVICES": "GPU-5eed0007,GPU-5eed0000"}
     r = nu.bind_for_gpu(0, "node", environ=env, backend=b)
     assert r.plan.pci == "0000:db:00.0" and r.node == 1
-    assert b.sched_getaffinity(0) == b.topology.nodes[1].cpus
+    assert b.call("sched_getaffinity", 0) == b.topology.nodes[1].cpus
 
 
 def test_bind_for_gpu_policy_none_leaves_cpus(monkeypatch):
     b = sim("dual-socket-8gpu")
-    before = b.sched_getaffinity(0)
+    before = b.call("sched_getaffinity", 0)
     r = nu.bind_for_gpu(6, environ={}, backend=b)  # envs.py default: none
-    assert b.sched_getaffinity(0) == before and r.cpu_reason == "not requested"
+    assert b.call("sched_getaffinity", 0) == before and r.cpu_reason == "not requested"
     assert r.memory.applied and r.memory.nodes == {1}
     monkeypatch.setenv("NUMA_UTILS_NUMA_BIND_POLICY", "exclusive")
     r = nu.bind_for_gpu(6, environ={}, backend=b)

@@ -13,6 +13,7 @@ from conftest import (
     IN_PRIVATE_SHM,
     MapLimited,
     fixture_root,
+    hook_call,
     nu,
     saved_backend,
     sim,
@@ -225,7 +226,7 @@ def test_overcommit_shmmax_and_memlock_limits(tmp_path):
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(text)
     b = saved_backend(str(root))
-    b.geteuid = lambda: 1000  # root (CAP_IPC_LOCK) has no memlock limit
+    hook_call(b, "geteuid", lambda: 1000)  # root (CAP_IPC_LOCK) has no memlock limit
     r = nu.fit(64 * MiB, policy="default", kind="sysv", pin=True, backend=b)
     names = {x.name: x.allows for x in r.limits}
     assert names["kernel.shmmax"] == 32 * MiB and names["RLIMIT_MEMLOCK"] == 8 * MiB

@@ -6,9 +6,10 @@ find the record; a crash at any step leaves what cleanup judges; a record segmen
 removed by hand is a clear error, never a read of the data's huge pages."""
 
 import errno
+import functools
 
 import pytest
-from conftest import nu
+from conftest import hook_call, nu
 
 MiB = 1 << 20
 HUGE = 2 * MiB
@@ -121,14 +122,14 @@ def _crash_at(monkeypatch, proc, where):
     if where == "record":
         monkeypatch.setattr(nu, "_layout_apply", die)
         return
-    real = proc.shmget
+    real = functools.partial(proc.call, "shmget")
 
     def shmget(key, size, flags):
         if flags & nu.SHM_HUGETLB:
             die()
         return real(key, size, flags)
 
-    monkeypatch.setattr(proc, "shmget", shmget)
+    hook_call(proc, "shmget", shmget)
 
 
 @pytest.mark.parametrize("where", ["data", "record"])
@@ -161,7 +162,7 @@ def test_a_crash_between_the_two_removals_leaves_what_cleanup_removes():
     s = _sim()
     p = s.process()
     r = _make(p, "half")
-    p.shm_rmid(r.shmid)  # the data went; its remover died before the record segment
+    p.call("shm_rmid", r.shmid)  # the data went; its remover died before the record segment
     p.exit()
     (row,) = nu.cleanup(min_age=0, backend=s)
     assert row["key"] == f"0x{nu._companion_key(r.ipc_key):08x}", row
@@ -175,7 +176,7 @@ def test_a_missing_record_segment_is_a_clear_error():
     s = _sim()
     r = _make(s, "lost", prefault=False)
     try:
-        s.shm_rmid(r._room_id)  # removed by hand
+        s.call("shm_rmid", r._room_id)  # removed by hand
         with pytest.raises(ValueError, match=r"holds huge pages and its record segment .* missing"):
             nu.SharedRegion.attach("lost", backend=s.process())
         # cleanup never reads the data's huge pages, and never removes what it cannot

@@ -6,11 +6,12 @@ namespaces (conftest.private_shm) with a creator and an attacher process.
 """
 
 import errno
+import functools
 import json
 import os
 
 import pytest
-from conftest import MapLimited, fixture_root, nu, run_private_shm, sim
+from conftest import MapLimited, fixture_root, hook_call, nu, run_private_shm, sim
 
 MiB = 1 << 20
 
@@ -217,14 +218,14 @@ def test_prefault_runs_on_each_extents_node():
     # that local.  Here: the affinity seen during each extent's prefault.
     s = sim("dual-socket-8gpu")
     seen = []
-    real = s.madvise
+    real = functools.partial(s.call, "madvise")
 
     def spy(addr, length, advice):
         seen.append((addr, frozenset(s.affinity)))
         return real(addr, length, advice)
 
-    s.madvise = spy
-    before = s.sched_getaffinity(0)
+    hook_call(s, "madvise", spy)
+    before = s.call("sched_getaffinity", 0)
     with nu.SharedRegion.create("pf", 64 * MiB, layout="parts:prefer:0/1", backend=s) as r:
         cpus = {n: s.topology.nodes[n].cpus for n in (0, 1)}
         for addr, aff in seen:
@@ -232,7 +233,7 @@ def test_prefault_runs_on_each_extents_node():
             assert aff <= cpus[node], (hex(addr), node)
         assert {0 if a < r.address + 32 * MiB else 1 for a, _ in seen} == {0, 1}
         assert r.prefaulted["extents"] == 2 and r.prefaulted["bytes"] == 64 * MiB
-    assert s.sched_getaffinity(0) == before
+    assert s.call("sched_getaffinity", 0) == before
 
 
 # -- hostile: the record, other users, interrupts ----------------------------------------
@@ -522,20 +523,20 @@ def test_rule_index_and_extents_without_listing_them(monkeypatch):
 
 def _mbinds_to_create(s, layout, size):
     calls = []
-    syscall, nr = s.syscall, s.abi.number("mbind")
+    syscall, nr = functools.partial(s.call, "syscall"), s.abi.number("mbind")
 
     def counted(number, *args):
         if number == nr:
             calls.append(args[:2])
         return syscall(number, *args)
 
-    s.syscall = counted
+    hook_call(s, "syscall", counted)
     try:
         with nu.SharedRegion.create("runs", size, layout=layout, prefault=False, backend=s) as r:
             policies = r.policies
             data_end = r.address + r.size
     finally:
-        del s.syscall
+        del s.call  # the hook_call above
     # The data's calls only: the record's room after the data has a policy of its own.
     return [c for c in calls if c[0] < data_end], policies
 
@@ -601,14 +602,14 @@ def test_layout_vmas_of_a_huge_rule_is_arithmetic():
 def test_layout_past_max_map_count_is_refused_before_any_mbind():
     b = MapLimited(fixture_root("dual-socket-8gpu"), limit=3000, mapped=500)
     calls = []
-    syscall, nr = b.syscall, b.abi.number("mbind")
+    syscall, nr = functools.partial(b.call, "syscall"), b.abi.number("mbind")
 
     def counted(number, *args):
         if number == nr:
             calls.append(args[:2])
         return syscall(number, *args)
 
-    b.syscall = counted
+    hook_call(b, "syscall", counted)
     # 4,096 alternating blocks: 4,097 VMAs with the room; 3000 - 500 - 750 = 1,750 free.
     with pytest.raises(OSError) as e:
         nu.SharedRegion.create(

@@ -209,7 +209,7 @@ def test_first_touch_follows_the_cpu(region):
     b = sim("dual-socket-8gpu")
     t = b.topology
     cpu1 = min(t.nodes[1].cpus)
-    b.sched_setaffinity(0, [cpu1])
+    b.call("sched_setaffinity", 0, [cpu1])
     r = region(MiB)
     b.touch(r.addr, MiB)
     assert counts(b, r.addr, MiB) == {1: 256}
@@ -408,14 +408,14 @@ def test_get_mempolicy_maxnode_rule():
     assert value == nu.Mode.DEFAULT and nodes == set()
     m = nu.NodeMask((), abi=b.abi, bits=64)
     with pytest.raises(OSError) as ei:
-        b.syscall(b.abi.number("get_mempolicy"), 0, m.address, 65, 0, 0)
+        b.call("syscall", b.abi.number("get_mempolicy"), 0, m.address, 65, 0, 0)
     assert ei.value.errno == errno.EINVAL
 
 
 def test_bad_pointer_is_efault_not_a_crash():
     b = sim("dual-socket-8gpu")
     with pytest.raises(OSError) as ei:
-        b.syscall(b.abi.number("set_mempolicy"), nu.Mode.BIND, 8, 65)
+        b.call("syscall", b.abi.number("set_mempolicy"), nu.Mode.BIND, 8, 65)
     assert ei.value.errno == errno.EFAULT
 
 
@@ -537,12 +537,12 @@ def test_linux_mincore_counts_resident_pages():
     m = mmap.mmap(-1, 64 * page)
     try:
         addr = nu.buffer_range(m)[0]
-        assert b.mincore(addr, 64 * page) == 0
+        assert b.call("mincore", addr, 64 * page) == 0
         for i in (0, 5, 63):
             m[i * page] = 1
-        assert b.mincore(addr, 64 * page) == 3
-        assert b.mincore(addr + page, 4 * page) == 0
+        assert b.call("mincore", addr, 64 * page) == 3
+        assert b.call("mincore", addr + page, 4 * page) == 0
     finally:
         m.close()
     with pytest.raises(nu.NotLiveError):
-        nu.LinuxBackend("/tmp").mincore(0, page)
+        nu.LinuxBackend("/tmp").call("mincore", 0, page)

@@ -222,7 +222,7 @@ def test_record_never_written_over_the_last_use_slot():
     with nu.SharedRegion.create("ok", 1 * MiB, backend=s) as r:
         slot = ctypes.string_at(r.address + r.size, nu._RECORD_SLOT)
         # The slot holds the last use (its own magic and checksum), no record bytes.
-        assert nu._slot_read(slot)["pid"] == s.whoami()["pid"]
+        assert nu._slot_read(slot)["pid"] == s.call("whoami")["pid"]
         # Every byte of it is the slot's: its last four are the CRC-32 of the other 60,
         # so a record byte written over any of them would show. (A byte-pattern check
         # such as b"{" not in slot fails when the time or a checksum holds that byte.)

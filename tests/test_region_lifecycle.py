@@ -112,11 +112,13 @@ class _Hooked(nusim.SimulatedBackend):
 
     hooks: dict = {}
 
-    def shmget(self, key, size, flags):
-        hook = self.hooks.pop((key, flags), None)
-        if hook is not None:
-            hook()
-        return super().shmget(key, size, flags)
+    def call(self, name, *args):
+        if name == "shmget":
+            key, _, flags = args
+            hook = self.hooks.pop((key, flags), None)
+            if hook is not None:
+                hook()
+        return super().call(name, *args)
 
 
 def test_two_creates_of_one_name_never_both_succeed_sim():
@@ -142,9 +144,9 @@ def test_two_creates_of_one_name_never_both_succeed_sim():
 
 def _named(s, ikey, name):
     """A segment under ``ikey`` named ``name`` by its record, not yet made (no slot)."""
-    shmid = s.shmget(ikey, 3 * 4096 + nu._RECORD_ROOM, nu.IPC_CREAT | nu.IPC_EXCL | 0o600)
-    addr = s.shmat(shmid)
-    rec = {"key": name, "kind": "sysv", "size": 3 * 4096, "page_size": 4096, **s.whoami()}
+    shmid = s.call("shmget", ikey, 3 * 4096 + nu._RECORD_ROOM, nu.IPC_CREAT | nu.IPC_EXCL | 0o600)
+    addr = s.call("shmat", shmid)
+    rec = {"key": name, "kind": "sysv", "size": 3 * 4096, "page_size": 4096, **s.call("whoami")}
     nu._record_write(addr, 3 * 4096 + nu._RECORD_ROOM, rec)
     return shmid, addr
 
@@ -155,11 +157,11 @@ def test_racing_creators_the_earlier_key_wins(monkeypatch):
     keys = nu._sysv_keys("race")
     # Being made under an earlier key: the later one gives way at once.
     other, stranger = s.process(), s.process(uid=1001)
-    theirs = stranger.shmget(keys[0], MiB, nu.IPC_CREAT | 0o600)  # passed by
+    theirs = stranger.call("shmget", keys[0], MiB, nu.IPC_CREAT | 0o600)  # passed by
     early = []
 
     def name_first_key():
-        stranger.shm_rmid(theirs)
+        stranger.call("shm_rmid", theirs)
         early.append(_named(other, keys[0], "race"))
 
     hook = _Hooked(fixture_root("single-node"), _kernel=s.kernel)
@@ -168,8 +170,8 @@ def test_racing_creators_the_earlier_key_wins(monkeypatch):
     with pytest.raises(FileExistsError, match=f"region 'race' exists .*0x{keys[0]:08x}"):
         _made(hook, "race", "sysv")
     assert early and time.monotonic() - t0 < 0.3
-    other.shmdt(early[0][1])
-    other.shm_rmid(early[0][0])
+    other.call("shmdt", early[0][1])
+    other.call("shm_rmid", early[0][0])
     shmid, addr = _named(other, keys[1], "race")
     # Being made under a later key: the earlier waits; one that never ends loses it.
     t0 = time.monotonic()
@@ -181,14 +183,14 @@ def test_racing_creators_the_earlier_key_wins(monkeypatch):
 
     def undo():
         gone.append(1)
-        other.shmdt(addr)
-        other.shm_rmid(shmid)
+        other.call("shmdt", addr)
+        other.call("shm_rmid", shmid)
 
     class Undoing(nusim.SimulatedBackend):
-        def shm_stat(self, sid):
-            if sid == shmid and not gone:
+        def call(self, name, *args):
+            if name == "shm_stat" and args[0] == shmid and not gone:
                 undo()
-            return super().shm_stat(sid)
+            return super().call(name, *args)
 
     r = _made(Undoing(fixture_root("single-node"), _kernel=s.kernel), "race", "sysv")
     assert r.ipc_key == keys[0] and gone
@@ -216,12 +218,12 @@ def test_creator_in_another_time_namespace_is_not_judged_gone(kind):
 def test_another_users_file_under_the_name_says_whose():
     s = sim("single-node")
     other = s.process(uid=1001)
-    other.close(other.shm_open("numa_utils-theirs", os.O_RDWR | os.O_CREAT, 0o600))
+    other.call("close", other.call("shm_open", "numa_utils-theirs", os.O_RDWR | os.O_CREAT, 0o600))
     with pytest.raises(FileExistsError) as e:
         _made(s.process(), "theirs", "posix")
     assert "belongs to uid 1001" in str(e.value), e.value
     assert "cleanup --remove" not in str(e.value), e.value
-    other.shm_unlink("numa_utils-theirs")
+    other.call("shm_unlink", "numa_utils-theirs")
 
 
 def test_posix_attach_waits_for_a_lock_a_bounded_time(monkeypatch):
@@ -229,14 +231,14 @@ def test_posix_attach_waits_for_a_lock_a_bounded_time(monkeypatch):
     s = sim("single-node")
     r = _made(s.process(), "locked", "posix")
     hostile = s.process()
-    fd = hostile.shm_open("numa_utils-locked", os.O_RDONLY, 0)
+    fd = hostile.call("shm_open", "numa_utils-locked", os.O_RDONLY, 0)
     r.close()
-    hostile.flock(fd, nu.LOCK_EX)
+    hostile.call("flock", fd, nu.LOCK_EX)
     t0 = time.monotonic()
     with pytest.raises(TimeoutError, match="exclusively locked for 0.3 s by"):
         nu.SharedRegion.attach("locked", kind="posix", backend=s.process())
     assert time.monotonic() - t0 < 5
-    hostile.close(fd)
+    hostile.call("close", fd)
     _drop(s, "locked", "posix")
 
 
@@ -339,12 +341,13 @@ import numa_utils as nu
 keys = nu._sysv_keys("twin")
 made = []
 class A(nu.LinuxBackend):
-    def shmget(self, key, size, flags):
+    def call(self, name, *args):
+        key, flags = (args[0], args[2]) if name == "shmget" else (None, 0)
         if key == keys[0] and flags == 0 and b1:
             b1.pop().destroy()                         # B1 goes while A looks at it
         if key == keys[1] and flags & nu.IPC_CREAT and not made:
             made.append(nu.SharedRegion.create("twin", 1 << 20, prefault=False))  # B2
-        return super().shmget(key, size, flags)
+        return super().call(name, *args)
 b1 = [nu.SharedRegion.create("twin", 1 << 20, prefault=False)]
 try:
     nu.SharedRegion.create("twin", 1 << 20, prefault=False, backend=A())
@@ -447,18 +450,16 @@ class _LateCreator(nusim.SimulatedBackend):
 
     looks = 0
 
-    def shm_open(self, name, flags, mode):
-        self.looks += 1
-        if self.looks == 3:
-            _made(self.creator, "late", "posix").close()
-        return super().shm_open(name, flags, mode)
-
-    def shmget(self, key, size, flags):
-        if key == nu._sysv_key("late") and not flags:
+    def call(self, name, *args):
+        if name == "shm_open":
+            self.looks += 1
+            if self.looks == 3:
+                _made(self.creator, "late", "posix").close()
+        elif name == "shmget" and args[0] == nu._sysv_key("late") and not args[2]:
             self.looks += 1
             if self.looks == 3:
                 _made(self.creator, "late", "sysv").close()
-        return super().shmget(key, size, flags)
+        return super().call(name, *args)
 
 
 @pytest.mark.parametrize("kind", ["sysv", "posix"])

@@ -287,11 +287,11 @@ def test_attach_refuses_other_owner_and_writable_mode(kind):
 def test_created_0600_by_default():
     s = sim("single-node")
     with nu.SharedRegion.create("m", MiB, backend=s) as r:
-        assert s.shm_stat(r.shmid).mode & 0o777 == 0o600
+        assert s.call("shm_stat", r.shmid).mode & 0o777 == 0o600
     with nu.SharedRegion.create("m", MiB, kind="posix", backend=s) as r:
-        fd = s.shm_open(r.name, os.O_RDONLY, 0)
-        assert s.fstat(fd).mode & 0o777 == 0o600
-        s.close(fd)
+        fd = s.call("shm_open", r.name, os.O_RDONLY, 0)
+        assert s.call("fstat", fd).mode & 0o777 == 0o600
+        s.call("close", fd)
 
 
 def test_remove_after_attach():
@@ -378,16 +378,16 @@ def test_cleanup_lists_ours_only():
     crashed.exit()  # died without destroying it
     busy = nu.SharedRegion.create("busy", MiB, backend=s)
     other = s.process(uid=1001)
-    foreign = other.shmget(nu._sysv_key("x"), MiB, nu.IPC_CREAT | 0o600)
-    plain = s.shmget(0x1234, MiB, nu.IPC_CREAT | 0o600)
+    foreign = other.call("shmget", nu._sysv_key("x"), MiB, nu.IPC_CREAT | 0o600)
+    plain = s.call("shmget", 0x1234, MiB, nu.IPC_CREAT | 0o600)
     rows = nu._our_segments(s, min_age=0)
     assert {r["shmid"] for r in rows} == {mine.shmid, busy.shmid}
     assert [r["stale"] for r in rows if r["shmid"] == mine.shmid] == [True]
     assert [r["why"] for r in rows if r["shmid"] == busy.shmid] == ["in use: 1 attached"]
     busy.destroy()
-    other.shm_rmid(foreign)
-    s.shm_rmid(plain)
-    s.shm_rmid(mine.shmid)
+    other.call("shm_rmid", foreign)
+    s.call("shm_rmid", plain)
+    s.call("shm_rmid", mine.shmid)
 
 
 # -- the real kernel ------------------------------------------------------------------
@@ -434,9 +434,9 @@ def test_real_create_attach_placement_destroy(kind):
         assert out.returncode == 0, out.stderr
         assert eval(out.stdout) == sorted(where.items())
         if kind == "sysv":
-            assert nu.default_backend().shm_stat(r.shmid).mode & 0o777 == 0o600
+            assert nu.default_backend().call("shm_stat", r.shmid).mode & 0o777 == 0o600
             # IPC_STAT through ctypes agrees with the kernel's text table
-            st = nu.default_backend().shm_stat(r.shmid)
+            st = nu.default_backend().call("shm_stat", r.shmid)
             row = nu._sysvipc_stat(open("/proc/sysvipc/shm").read(), r.shmid)
             assert (st.key, st.uid, st.mode, st.size, st.nattch) == (
                 row.key,
@@ -604,19 +604,19 @@ def test_key_collision_every_key_taken_fails_clearly(monkeypatch):
     s = sim("single-node")
     monkeypatch.setattr(nu, "_SYSV_PROBES", 2)
     keys = nu._sysv_keys("n")
-    others = [s.shmget(k, MiB, nu.IPC_CREAT | 0o600) for k in keys]
+    others = [s.call("shmget", k, MiB, nu.IPC_CREAT | 0o600) for k in keys]
     # other programs' segments: no record
     with pytest.raises(
         FileExistsError, match=f"0x{keys[0]:08x}.*without a numa_utils identity record"
     ):
         nu.SharedRegion.create("n", MiB, backend=s)
-    s.shm_rmid(others[0])
+    s.call("shm_rmid", others[0])
     # A segment without a record under a later key is no region of this name (a
     # creator of it names it before its twin check, which would then see this one).
     r = nu.SharedRegion.create("n", MiB, backend=s)
     assert r.ipc_key == keys[0]
     r.destroy()
-    s.shm_rmid(others[1])
+    s.call("shm_rmid", others[1])
     assert _sim_counts(s) == (0, 0, 0)
 
 
@@ -657,18 +657,18 @@ def test_int_key_region_carries_identity():
         assert r.ipc_key == 0x1234 and r.identity["key"] == 0x1234
         r.buffer()[:2] = b"ok"
         p = s.process()  # an engine attaching the key itself
-        addr = p.shmat(p.shmget(0x1234, MiB, 0))
+        addr = p.call("shmat", p.call("shmget", 0x1234, MiB, 0))
         assert bytes(nu.SharedRegion.attach(0x1234, backend=s.process()).buffer()[:2]) == b"ok"
         import ctypes
 
         assert ctypes.string_at(addr, 2) == b"ok"  # the data at offset 0
-        p.shmdt(addr)
+        p.call("shmdt", addr)
         with pytest.raises(FileNotFoundError):  # the name "4660" is another region
             nu.SharedRegion.attach("4660", backend=s.process())
-    plain = s.shmget(0x5678, MiB, nu.IPC_CREAT | 0o600)
+    plain = s.call("shmget", 0x5678, MiB, nu.IPC_CREAT | 0o600)
     with pytest.raises(FileNotFoundError, match="no numa_utils identity record"):
         nu.SharedRegion.attach(0x5678, backend=s.process())
-    s.shm_rmid(plain)
+    s.call("shm_rmid", plain)
 
 
 @pytest.mark.parametrize("kind", ["sysv", "posix"])
@@ -719,19 +719,11 @@ import numa_utils as nu
 import numa_utils_cli as cli
 D = 0.3
 class Slow(nu.LinuxBackend):
-    def shmat(self, shmid, flags=0):
-        if not flags:
-            time.sleep(D)                        # between shmget and shmat
-        return super().shmat(shmid, flags)
-    def ftruncate(self, fd, size):
-        time.sleep(D)
-        super().ftruncate(fd, size)
-    def shm_rmid(self, shmid):
-        time.sleep(D)                            # between judging and removing
-        super().shm_rmid(shmid)
-    def shm_unlink(self, name):
-        time.sleep(D)
-        super().shm_unlink(name)
+    def call(self, name, *args):
+        # shmat: between shmget and shmat; shm_rmid: between judging and removing
+        if name == "shmat" and not any(args[1:]) or name in ("ftruncate", "shm_rmid", "shm_unlink"):
+            time.sleep(D)
+        return super().call(name, *args)
 what, kind, name = sys.argv[1:4]
 if what == "create":
     made = [nu.SharedRegion.create(f"{name}-{i}", 1 << 20, kind=kind, prefault=False,

@@ -55,8 +55,8 @@ def test_sim_region_larger_than_host_ram_places_touched_pages_and_stays_small(ki
         maps = s.render_numa_maps()
         line = next(x for x in maps.splitlines() if x.startswith(f"{r.address:08x} "))
         assert " bind:1 " in line and " dirty=16384 " in line and " N1=16384 " in line, line
-        assert s.mincore(r.address, size) == 32768  # the record's room is past size
-        assert s.mincore(r.address, r._mapped) == 32768 + (r._mapped - size) // 4096
+        assert s.call("mincore", r.address, size) == 32768  # the record's room is past size
+        assert s.call("mincore", r.address, r._mapped) == 32768 + (r._mapped - size) // 4096
         grown = _rss_kib() - before
         assert grown < 64 * 1024, f"RSS grew {grown} KiB for a {size >> 30} GiB region"
         # The pages go back to the nodes they came from when the region goes.
@@ -80,9 +80,9 @@ def test_sim_sparse_objects_model_pages_as_dense_ones_do():
         nu.mbind(addr + 4 * MiB, 4 * MiB, nu.Mode.BIND, [0], nu.MbindFlag.MOVE, backend=a)
         nu.mbind(addr, 2 * MiB, nu.Mode.BIND, [1], nu.MbindFlag.MOVE, backend=b)
         where = nu.move_pages(0, [addr + i * 4096 for i in range(0, 2048, 7)], backend=b)
-        out = [a.render_numa_maps(), b.render_numa_maps(), where, a.mincore(addr, 8 * MiB)]
+        out = [a.render_numa_maps(), b.render_numa_maps(), where, a.call("mincore", addr, 8 * MiB)]
         out += [dict(s.kernel.free_pages), s.read_text("/proc/sysvipc/shm")]
-        b.munmap(addr, 8 * MiB)
+        b.call("munmap", addr, 8 * MiB)
         out += [a.render_numa_maps(), b.render_numa_maps()]
         a.remove_object("obj")  # still mapped by a: its pages are gone
         return out + [dict(s.kernel.free_pages), a.render_numa_maps()]
@@ -148,31 +148,31 @@ def test_sim_1g_region_takes_1g_pages_from_its_node():
 
 def test_sim_shm_hugetlb_size_flag_rounds_up_and_reserves():
     s = sim("dual-socket-8gpu")
-    shmid = s.shmget(0, GiB + 1, _huge_flags(30))  # rounded up to two 1 GiB pages
-    assert s.shm_stat(shmid).size == GiB + 1  # shm_segsz keeps the size asked
+    shmid = s.call("shmget", 0, GiB + 1, _huge_flags(30))  # rounded up to two 1 GiB pages
+    assert s.call("shm_stat", shmid).size == GiB + 1  # shm_segsz keeps the size asked
     assert s.read_text(ALL_1G.format("resv")) == "2\n"
     assert s.read_text(ALL_1G.format("free")) == "60\n"  # reserved is still free
-    addr = s.shmat(shmid)
+    addr = s.call("shmat", shmid)
     assert addr % GiB == 0
     s.touch(addr, 1)
     assert s.read_text(ALL_1G.format("resv")) == "1\n"  # a fault uses a reserved page
     s.touch(addr + GiB, 1)
     assert s.read_text(ALL_1G.format("resv")) == "0\n"
     assert sum(_free_1g(s)) == 58
-    s.shmdt(addr)
-    s.shm_rmid(shmid)
+    s.call("shmdt", addr)
+    s.call("shm_rmid", shmid)
     assert _free_1g(s) == [30, 30]
     # Reservations count across segments: 40 of 60 free pages, then 40 more fails.
-    first = s.shmget(0, 40 * GiB, _huge_flags(30))
+    first = s.call("shmget", 0, 40 * GiB, _huge_flags(30))
     with pytest.raises(OSError) as e:
-        s.shmget(0, 40 * GiB, _huge_flags(30))
+        s.call("shmget", 0, 40 * GiB, _huge_flags(30))
     assert e.value.errno == 12 and "20 free and unreserved" in str(e.value)
-    s.shm_rmid(first)  # never attached: its reservation goes back
+    s.call("shm_rmid", first)  # never attached: its reservation goes back
     assert s.read_text(ALL_1G.format("resv")) == "0\n"
-    s.shm_rmid(s.shmget(0, 40 * GiB, _huge_flags(30)))
+    s.call("shm_rmid", s.call("shmget", 0, 40 * GiB, _huge_flags(30)))
     # A process allowed only node 0 (30 free) cannot reserve 40.
     with pytest.raises(OSError) as e:
-        s.process(mems_allowed=[0]).shmget(0, 40 * GiB, _huge_flags(30))
+        s.process(mems_allowed=[0]).call("shmget", 0, 40 * GiB, _huge_flags(30))
     assert e.value.errno == 12
 
 
@@ -180,16 +180,16 @@ def test_sim_shm_hugetlb_default_and_unknown_sizes():
     # No size in the flags: the machine's default (Hugepagesize), 512 MiB on GH200.
     g = sim("gh200", arch="aarch64")
     assert "Hugepagesize:     524288 kB" in g.read_text("/proc/meminfo")
-    addr = g.shmat(g.shmget(0, 600 * MiB, _huge_flags(0)))
+    addr = g.call("shmat", g.call("shmget", 0, 600 * MiB, _huge_flags(0)))
     g.touch(addr, 600 * MiB)
     line = next(x for x in g.render_numa_maps().splitlines() if x.startswith(f"{addr:08x} "))
     assert "kernelpagesize_kB=524288" in line and " N0=2 " in line, line
     assert "HugePages_Rsvd:        0" in g.read_text("/proc/meminfo")
     s = sim("dual-socket-8gpu")
     with pytest.raises(OSError) as e:  # no 32 MiB hstate on x86: EINVAL
-        s.shmget(0, 64 * MiB, _huge_flags(25))
+        s.call("shmget", 0, 64 * MiB, _huge_flags(25))
     assert e.value.errno == 22
     one = sim("single-node")  # a 1 GiB hstate with no pages: the reservation fails
     with pytest.raises(OSError) as e:
-        one.shmget(0, GiB, _huge_flags(30))
+        one.call("shmget", 0, GiB, _huge_flags(30))
     assert e.value.errno == 12

@@ -3,6 +3,7 @@ simulator and on real threads (in a child process, so the test process is never
 pinned), and instance_plans."""
 
 import errno
+import functools
 import json
 import os
 import re
@@ -11,7 +12,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import FIXTURES, REPO, fixture_root, nu, saved_backend, sim
+from conftest import FIXTURES, REPO, fixture_root, hook_call, nu, saved_backend, sim
 
 _ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES")
 
@@ -245,10 +246,10 @@ def test_pin_threads_by_name_and_lists_the_rest():
     plan = nu.thread_plan(0, environ={}, backend=b)
     r = nu.pin_threads(plan, MATCH, backend=b)
     assert r and r.passes == 1 and not r.late
-    assert b.sched_getaffinity(nccl) == plan.roles["copy"]
-    assert b.sched_getaffinity(ucx) == plan.roles["progress"]
+    assert b.call("sched_getaffinity", nccl) == plan.roles["copy"]
+    assert b.call("sched_getaffinity", ucx) == plan.roles["progress"]
     assert set(r.unmatched) == {b.pid, other}
-    assert b.sched_getaffinity(other) == b.topology.allowed_cpus  # left alone
+    assert b.call("sched_getaffinity", other) == b.topology.allowed_cpus  # left alone
     by_tid = {pin.tid: pin for pin in r.threads}
     assert by_tid[nccl].name == "NCCL WatchDog" and by_tid[nccl].role == "copy"
     assert by_tid[nccl].before == b.topology.allowed_cpus and by_tid[nccl].ok
@@ -262,14 +263,14 @@ def test_default_role_takes_every_other_thread():
     plan = nu.thread_plan(0, environ={}, backend=b)
     r = nu.pin_threads(plan, MATCH, default="compute", backend=b)
     assert r and not r.unmatched
-    assert b.sched_getaffinity(other) == plan.roles["compute"]
-    assert b.sched_getaffinity(0) == plan.roles["compute"]
+    assert b.call("sched_getaffinity", other) == plan.roles["compute"]
+    assert b.call("sched_getaffinity", 0) == plan.roles["compute"]
 
 
 def test_threads_that_start_during_a_pass_are_pinned_by_the_next():
     b, nccl, ucx, other = _engine()
     plan = nu.thread_plan(0, environ={}, backend=b)
-    real = b.sched_setaffinity
+    real = functools.partial(b.call, "sched_setaffinity")
     started = []
 
     def start_one_then_pin(tid, cpus):
@@ -277,7 +278,7 @@ def test_threads_that_start_during_a_pass_are_pinned_by_the_next():
             started.append(b.add_thread(name="NCCL late"))
         real(tid, cpus)
 
-    b.sched_setaffinity = start_one_then_pin
+    hook_call(b, "sched_setaffinity", start_one_then_pin)
     r = nu.pin_threads(plan, MATCH, backend=b)
     assert r and r.passes == 2 and r.late == tuple(started)
     assert b.thread_affinity[started[0]] == plan.roles["copy"]
@@ -286,13 +287,13 @@ def test_threads_that_start_during_a_pass_are_pinned_by_the_next():
 def test_threads_that_never_stop_starting():
     b, nccl, ucx, other = _engine()
     plan = nu.thread_plan(0, environ={}, backend=b)
-    real = b.sched_setaffinity
+    real = functools.partial(b.call, "sched_setaffinity")
 
     def always_one_more(tid, cpus):
         b.add_thread(name="NCCL spawner")
         real(tid, cpus)
 
-    b.sched_setaffinity = always_one_more
+    hook_call(b, "sched_setaffinity", always_one_more)
     r = nu.pin_threads(plan, MATCH, backend=b)
     assert r.passes == nu._PIN_PASSES and any("kept starting" in n for n in r.notes)
     with pytest.raises(OSError, match="kept starting"):
@@ -302,14 +303,14 @@ def test_threads_that_never_stop_starting():
 def test_a_thread_that_exits_is_not_a_failure():
     b, nccl, ucx, other = _engine()
     plan = nu.thread_plan(0, environ={}, backend=b)
-    real = b.sched_setaffinity
+    real = functools.partial(b.call, "sched_setaffinity")
 
     def exits_first(tid, cpus):
         if tid == nccl:
             b.end_thread(nccl)
         real(tid, cpus)
 
-    b.sched_setaffinity = exits_first
+    hook_call(b, "sched_setaffinity", exits_first)
     r = nu.pin_threads(plan, MATCH, backend=b)
     by_tid = {pin.tid: pin for pin in r.threads}
     assert r and by_tid[nccl].reason == "exited"
@@ -322,7 +323,7 @@ def test_denied_pinning_is_falsy_or_strict_error():
     def denied(tid, cpus):
         raise PermissionError(errno.EPERM, "Operation not permitted")
 
-    b.sched_setaffinity = denied
+    hook_call(b, "sched_setaffinity", denied)
     r = nu.pin_threads(plan, MATCH, backend=b)
     assert not r
     assert {pin.reason for pin in r.threads if pin.role} == {"EPERM"}
@@ -347,16 +348,16 @@ def test_pin_threads_rejects_bad_roles(match, default, msg):
 
 def test_pinned_restores_every_mask_and_the_memory_policy():
     b, nccl, ucx, other = _engine()
-    b.sched_setaffinity(other, {5, 6})
-    before = {tid: b.sched_getaffinity(tid) for tid in b.threads()}
+    b.call("sched_setaffinity", other, {5, 6})
+    before = {tid: b.call("sched_getaffinity", tid) for tid in b.call("threads")}
     policy_before = nu.get_policy(backend=b)
     plan = nu.thread_plan(0, environ={}, backend=b)
     with nu.pinned(plan, MATCH, default="compute", memory="prefer", backend=b) as r:
         assert r
-        assert b.sched_getaffinity(other) == plan.roles["compute"]
+        assert b.call("sched_getaffinity", other) == plan.roles["compute"]
         pol = nu.get_policy(backend=b)
         assert (pol.mode, pol.nodes) == (nu.Mode.PREFERRED, {0})
-    after = {tid: b.sched_getaffinity(tid) for tid in b.threads()}
+    after = {tid: b.call("sched_getaffinity", tid) for tid in b.call("threads")}
     assert after == before
     pol = nu.get_policy(backend=b)
     assert (pol.mode, pol.nodes) == (policy_before.mode, policy_before.nodes)
@@ -552,16 +553,16 @@ def test_pin_threads_settles_when_asked(anon):
 
 def test_start_bound_binds_the_starting_thread_only_for_the_start():
     b = sim("dual-socket-8gpu")
-    before = b.sched_getaffinity(0)
+    before = b.call("sched_getaffinity", 0)
     seen = []
 
     def start():
         pol = nu.get_policy(backend=b)
-        seen.append((b.sched_getaffinity(0), pol.mode, pol.nodes))
+        seen.append((b.call("sched_getaffinity", 0), pol.mode, pol.nodes))
 
     nu._start_bound(start, b, frozenset({50, 51}), "prefer", (1,), None)
     assert seen == [({50, 51}, nu.Mode.PREFERRED, {1})]
-    assert b.sched_getaffinity(0) == before
+    assert b.call("sched_getaffinity", 0) == before
     assert nu.get_policy(backend=b).mode == nu.Mode.DEFAULT
 
 

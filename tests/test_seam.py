@@ -1,0 +1,115 @@
+"""The backend seam (issue 28 §5): five file methods, ``touch`` and one kernel entry,
+``call(name, *args)``, whose operations the docstring of ``Backend.call`` lists."""
+
+import ast
+import errno
+import inspect
+
+import pytest
+from conftest import REPO, fixture_root, hook_call, nu, nusim, saved_backend, sim
+
+# What a backend is, written out here: not read from the library.
+FILES = {"read_text", "listdir", "exists", "realpath", "write_text"}
+KERNEL = {"call", "touch"}
+DESCRIPTION = {"root", "abi", "page_size", "is_live", "has_process"}
+
+
+def _class(tree, name):
+    return next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
+
+
+def test_backend_has_at_most_8_public_methods():
+    cls = _class(ast.parse((REPO / "numa_utils.py").read_text(encoding="utf-8")), "Backend")
+    methods = {
+        n.name for n in cls.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")
+    }
+    attributes = {
+        n.target.id
+        for n in cls.body
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    }
+    assert len(methods) <= 8, sorted(methods)
+    assert methods | attributes == FILES | KERNEL | DESCRIPTION
+
+
+def _documented_calls():
+    """The names in the table of Backend.call's docstring."""
+    lines = inspect.getdoc(nu.Backend.call).splitlines()
+    rules = [i for i, line in enumerate(lines) if line.startswith("====")]
+    assert len(rules) == 3, "the table: a rule, the header, a rule, the rows, a rule"
+    rows = lines[rules[1] + 1 : rules[2]]
+    return {row.split()[0] for row in rows if row and not row[0].isspace()}
+
+
+def _calls_made(path):
+    """The operations a file asks of a backend: ``.call("name", ...)``."""
+    tree = ast.parse((REPO / path).read_text(encoding="utf-8"))
+    made = set()
+    for n in ast.walk(tree):
+        if (
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "call"
+            and n.args
+            and isinstance(n.args[0], ast.Constant)
+            and isinstance(n.args[0].value, str)
+        ):
+            made.add(n.args[0].value)
+    return made
+
+
+def test_the_table_lists_25_operations():
+    # 25 when the seam was cut: a new operation is added to the table and to both
+    # backends, and to this count.
+    assert len(_documented_calls()) == 25, sorted(_documented_calls())
+
+
+@pytest.mark.parametrize("backend", ["LinuxBackend", "SimulatedBackend"])
+def test_every_documented_operation_is_implemented(backend):
+    cls = getattr(nu, backend, None) or getattr(nusim, backend)
+    missing = sorted(
+        n for n in _documented_calls() if not callable(getattr(cls, f"_call_{n}", None))
+    )
+    assert not missing, f"{backend} lacks {missing}"
+
+
+@pytest.mark.parametrize("path", ["numa_utils.py", "numa_utils_cli.py"])
+def test_the_library_makes_only_documented_calls(path):
+    undocumented = _calls_made(path) - _documented_calls()
+    assert not undocumented, f"{path} calls {sorted(undocumented)}, not in Backend.call's table"
+
+
+def test_an_unknown_operation_is_an_error_not_a_silent_none():
+    with pytest.raises(AttributeError, match="_call_shmgte"):
+        sim("single-node").call("shmgte", 1, 2, 3)
+
+
+def test_a_saved_tree_refuses_every_kernel_operation():
+    saved = saved_backend(fixture_root("single-node"))
+    for name, args in [("shmget", (0, 4096, 0)), ("madvise", (0, 4096, 0)), ("syscall", (39,))]:
+        with pytest.raises(nu.NotLiveError):
+            saved.call(name, *args)
+
+
+def test_one_overridden_call_sees_every_shared_memory_operation():
+    seen = []
+
+    class Watching(nusim.SimulatedBackend):
+        def call(self, name, *args):
+            seen.append(name)
+            return super().call(name, *args)
+
+    region = nu.SharedRegion.create(
+        "watched", 1 << 20, kind="posix", backend=Watching(fixture_root("single-node"))
+    )
+    region.destroy()
+    assert {"shm_open", "ftruncate", "mmap", "munmap", "close", "shm_unlink"} <= set(seen), seen
+
+
+def test_hook_call_makes_one_operation_fail_and_leaves_the_rest():
+    s = sim("single-node")
+    hook_call(s, "shmget", lambda *args: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full")))
+    with pytest.raises(OSError) as err:
+        nu.SharedRegion.create("full", 1 << 20, kind="sysv", backend=s)
+    assert err.value.errno == errno.ENOSPC
+    assert s.call("geteuid") == s.uid
