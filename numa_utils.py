@@ -455,8 +455,8 @@ def parse_meminfo(text: str, *, source: Optional[str] = None) -> Dict[str, int]:
         r"(?: kB)?[ \t]*$",
         s,
     )
-    if len(pairs) == s.count("\n") + 1 and not any(k.startswith("Node ") for k, _ in pairs):
-        return {k.strip(): int(v) for k, v in pairs}
+    if len(pairs) == s.count("\n") + 1 and not any(field.startswith("Node ") for field, _ in pairs):
+        return {field.strip(): int(amount) for field, amount in pairs}
     out: Dict[str, int] = {}
     for line in s.splitlines():
         line = line.strip()
@@ -1699,7 +1699,7 @@ class Topology(_Record):
     def nodes_per_package(self) -> Optional[int]:
         """Nodes with CPUs per package: 1, or 2-4 with Intel SNC / AMD NPS; None when
         packages differ or sysfs does not tell."""
-        counts = {len(v) for v in self.package_nodes.values()}
+        counts = {len(value) for value in self.package_nodes.values()}
         return counts.pop() if len(counts) == 1 else None
 
     def distance(self, a: int, b: int) -> Optional[int]:
@@ -1822,9 +1822,9 @@ class GetFlag(enum.IntFlag):
 def _node_ids(nodes: Iterable[int]) -> FrozenSet[int]:
     """``nodes`` as a frozenset; ValueError for anything but an int >= 0."""
     ids = frozenset(nodes)
-    for n in ids:
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-            raise ValueError(f"invalid NUMA node id {n!r}")
+    for node in ids:
+        if not isinstance(node, int) or isinstance(node, bool) or node < 0:
+            raise ValueError(f"invalid NUMA node id {node!r}")
     return ids
 
 
@@ -2477,7 +2477,7 @@ def _cpu_json(cpu: Cpu) -> Dict[str, Any]:
 def _topology_json(topo: Topology) -> Dict[str, Any]:
     weights = None
     if topo.interleave_weights is not None:
-        weights = {str(k): v for k, v in sorted(topo.interleave_weights.items())}
+        weights = {str(key): value for key, value in sorted(topo.interleave_weights.items())}
     return {
         "nodes": [_node_json(topo.nodes[i]) for i in sorted(topo.nodes)],
         "online_nodes": sorted(topo.online_nodes),
@@ -2492,7 +2492,9 @@ def _topology_json(topo: Topology) -> Dict[str, Any]:
         "nodes_per_package": topo.nodes_per_package,
         "numa_balancing": topo.numa_balancing,
         "thp": topo.thp,
-        "memory_tiers": {str(k): sorted(v) for k, v in sorted(topo.memory_tiers.items())},
+        "memory_tiers": {
+            str(key): sorted(value) for key, value in sorted(topo.memory_tiers.items())
+        },
         "interleave_weights": weights,
         "interleave_auto": topo.interleave_auto,
         "problems": list(topo.problems),
@@ -2614,7 +2616,7 @@ def _attribute_gpu_memory(
     and the counts divide, the nodes go in id order to the GPUs in (node, PCI) order,
     which is the order the driver onlines them.  Anything else stays unattributed.
     """
-    pcis = {g.pci for g in infos}
+    pcis = {gpu.pci for gpu in infos}
     claimed: Dict[str, Tuple[Tuple[int, ...], str]] = {}
     for nv in nvml or ():
         if nv.numa_node is None or nv.pci not in pcis:
@@ -2627,22 +2629,22 @@ def _attribute_gpu_memory(
     free = sorted((topo.nodes_with_memory - topo.nodes_with_cpus) - taken)
     driver = set(driver)
     cands = [
-        g
-        for g in infos
-        if g.vendor == "nvidia"
-        and g.pci in driver
-        and g.pci not in claimed
-        and g.cpu_node is not None
+        gpu
+        for gpu in infos
+        if gpu.vendor == "nvidia"
+        and gpu.pci in driver
+        and gpu.pci not in claimed
+        and gpu.cpu_node is not None
     ]
     if free and cands:
         for pci, nodes in _share_by_shape(topo, free, cands).items():
             claimed[pci] = (nodes, "driver")
     out = []
-    for g in infos:
-        if g.pci in claimed:
-            nodes, source = claimed[g.pci]
-            g = g._replace(memory_nodes=nodes, memory_source=source)
-        out.append(g)
+    for gpu in infos:
+        if gpu.pci in claimed:
+            nodes, source = claimed[gpu.pci]
+            gpu = gpu._replace(memory_nodes=nodes, memory_source=source)
+        out.append(gpu)
     return out
 
 
@@ -2695,8 +2697,8 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     hp: Dict[int, Dict[int, HugePages]] = {}
     rows: Dict[int, Optional[Tuple[int, ...]]] = {0: (10,)}
     lacks: Optional[Set[str]] = None
-    for n in sorted(online):
-        d = f"{_NODE_DIR}/node{n}" if has_node_dir else ""
+    for node in sorted(online):
+        d = f"{_NODE_DIR}/node{node}" if has_node_dir else ""
         if has_node_dir:
             # As for CPUs: a name the first node lacks (old kernels' cpulist, hugetlbfs
             # configured out) is not looked for in the others.
@@ -2705,20 +2707,20 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
                 if lacks is not None
                 else {f for f in ("cpulist", "hugepages") if not reader.exists(f"{d}/{f}")}
             )
-            node_cpus[n] = (
+            node_cpus[node] = (
                 reader.cpus(f"{d}/cpulist", f"{d}/cpumap")
                 if "cpulist" not in lacks
                 else reader.parsed(f"{d}/cpumap", parse_cpumap)
             ) or frozenset()
         mi = reader.parsed(f"{d}/meminfo" if d else "/proc/meminfo", parse_meminfo) or {}
-        mem[n] = (mi.get("MemTotal", 0), mi.get("MemFree", 0))
-        hp[n] = (
+        mem[node] = (mi.get("MemTotal", 0), mi.get("MemFree", 0))
+        hp[node] = (
             {}
             if lacks and "hugepages" in lacks
             else _hugepages(reader, f"{d}/hugepages" if d else "/sys/kernel/mm/hugepages")
         )
         if d:
-            rows[n] = reader.parsed(f"{d}/distance", parse_distance_row)
+            rows[node] = reader.parsed(f"{d}/distance", parse_distance_row)
 
     def listed(name: str, default: Any) -> Any:
         """A node list of the node directory, cut to the online nodes (once, here)."""
@@ -2727,23 +2729,25 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
         return got if got is None else reader.online(got, online, path)
 
     with_cpus: FrozenSet[int] = listed(
-        "has_cpu", frozenset(n for n, c in node_cpus.items() if c) if has_node_dir else online
+        "has_cpu",
+        frozenset(node for node, cpu in node_cpus.items() if cpu) if has_node_dir else online,
     )
     with_mem: FrozenSet[int] = listed(
-        "has_memory", frozenset(n for n, (t, _) in mem.items() if t > 0) if has_node_dir else online
+        "has_memory",
+        frozenset(node for node, (t, _) in mem.items() if t > 0) if has_node_dir else online,
     )
-    node_of = {c: n for n, cl in node_cpus.items() for c in cl}
+    node_of = {cpu: node for node, cl in node_cpus.items() for cpu in cl}
     cpus, online_cpus = _read_cpus(reader, node_of)
     if not has_node_dir:
         node_cpus[0] = online_cpus
-        cpus = {c: value._replace(node=0) for c, value in cpus.items()}
+        cpus = {cpu: value._replace(node=0) for cpu, value in cpus.items()}
     order = sorted(online)
     nodes: Dict[int, Node] = {}
-    for n in order:
-        row = rows.get(n)
+    for node in order:
+        row = rows.get(node)
         dist: Dict[int, int] = {}
         if row is not None:
-            where = f"{_NODE_DIR}/node{n}/distance"
+            where = f"{_NODE_DIR}/node{node}/distance"
             if len(row) == len(order):
                 dist = dict(zip(order, row))
             elif len(row) == len(possible) and online <= possible:
@@ -2755,14 +2759,14 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
                     f"{where} has {len(row)} entries for {len(order)} "
                     "online nodes; distances ignored"
                 )
-        t, f = mem.get(n, (0, 0))
-        nodes[n] = Node(
-            n,
-            node_cpus.get(n, frozenset()),
+        t, f = mem.get(node, (0, 0))
+        nodes[node] = Node(
+            node,
+            node_cpus.get(node, frozenset()),
             t,
             f,
             MappingProxyType(dist),
-            MappingProxyType(hp.get(n, {})),
+            MappingProxyType(hp.get(node, {})),
         )
     try:
         allowed_cpus, allowed_mems = _allowed_from_status(backend)
@@ -2777,18 +2781,20 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     links: Dict[int, List[str]] = {}
     for dev in _read_devices(reader, node_of, with_cpus, online) if gi else ():
         links.setdefault(dev.numa_node, []).append(dev.address)
-    for n, nd in nodes.items():
+    for node, nd in nodes.items():
         nd = nd._replace(
-            tier=tier_of.get(n),
-            access=_read_access(reader, n, online) if has_node_dir and n in with_mem else None,
-            has_normal_memory=None if normal is None else n in normal,
+            tier=tier_of.get(node),
+            access=_read_access(reader, node, online)
+            if has_node_dir and node in with_mem
+            else None,
+            has_normal_memory=None if normal is None else node in normal,
         )
         kind, why = _node_kind(nd, with_mem, normal, gi)
-        if n in gi:
+        if node in gi:
             why += "; standing for " + (
-                ", ".join(links[n]) if n in links else "a device no PCI numa_node names"
+                ", ".join(links[node]) if node in links else "a device no PCI numa_node names"
             )
-        nodes[n] = nd._replace(kind=kind, kind_evidence=why)
+        nodes[node] = nd._replace(kind=kind, kind_evidence=why)
     weights, auto = _read_weights(reader, online, possible)
     nb = reader.integer("/proc/sys/kernel/numa_balancing")
     thp_text = reader.text("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -2816,20 +2822,13 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     )
     k = topo.nodes_per_package
     if k and k > 1:  # several nodes per package: say so where the kind is read
-        pkg = {n: package for package, ns in topo.package_nodes.items() for n in ns}
-        topo = topo._replace(
-            nodes=MappingProxyType(
-                {
-                    n: value._replace(
-                        kind_evidence=f"{value.kind_evidence}; package {pkg[n]}, one of {k} nodes "
-                        f"(SNC{k}/NPS{k})"
-                    )
-                    if value.kind == "dram" and n in pkg
-                    else value
-                    for n, value in nodes.items()
-                }
-            )
-        )
+        pkg = {node: package for package, ns in topo.package_nodes.items() for node in ns}
+        marked = dict(nodes)
+        for node, value in nodes.items():
+            if value.kind == "dram" and node in pkg:
+                note = f"package {pkg[node]}, one of {k} nodes (SNC{k}/NPS{k})"
+                marked[node] = value._replace(kind_evidence=f"{value.kind_evidence}; {note}")
+        topo = topo._replace(nodes=MappingProxyType(marked))
     # GPU memory onlined as a node: CPU-less memory nodes the GPU section attributes
     # to a GPU (NVML or the NVIDIA driver's /proc entries; never by shape alone).
     if topo.nodes_with_memory - topo.nodes_with_cpus and any(
@@ -2902,80 +2901,84 @@ def memory_node_choice(
     CPU-less tiers (HBM in flat mode: small, for explicit use) are left out.  Without
     tier data, a CPU-less node with no HMAT figures is left out when it is farther
     from every CPU node than the CPU nodes are from each other."""
-    t = topology if topology is not None else read_topology(backend=backend)
-    cands = set(t.usable_memory_nodes)
+    topo = topology if topology is not None else read_topology(backend=backend)
+    cands = set(topo.usable_memory_nodes)
     left = {
-        n: (f"outside this process's cpuset (Mems_allowed_list {format_cpulist(t.allowed_mems)})")
-        for n in sorted(t.nodes_with_memory - cands)
+        nid: (
+            f"outside this process's cpuset (Mems_allowed_list {format_cpulist(topo.allowed_mems)})"
+        )
+        for nid in sorted(topo.nodes_with_memory - cands)
     }
     basis = ["nodes with memory in the cpuset"]
 
     def drop(test: Callable[[Node], bool], why: Callable[[Node], str], because: str = "") -> None:
         """Leave out the nodes ``test`` picks (for ``why``), unless that would leave nothing."""
-        out = [n for n in sorted(cands) if n in t.nodes and test(t.nodes[n])]
+        out = [nid for nid in sorted(cands) if nid in topo.nodes and test(topo.nodes[nid])]
         if not out or len(out) == len(cands):
             return
-        for n in out:
-            left[n] = why(t.nodes[n])
-            cands.discard(n)
+        for nid in out:
+            left[nid] = why(topo.nodes[nid])
+            cands.discard(nid)
         if because:
             basis.append(because)
 
     drop(
-        lambda v: v.kind == "generic-initiator",
-        lambda v: "a generic-initiator node: a device's, not the CPUs' memory",
+        lambda info: info.kind == "generic-initiator",
+        lambda info: "a generic-initiator node: a device's, not the CPUs' memory",
         "generic initiators",
     )
     drop(
-        lambda v: v.kind == "gpu",
-        lambda v: (
-            f"GPU memory ({v.kind_evidence.split(';')[0]}): host buffers "
+        lambda info: info.kind == "gpu",
+        lambda info: (
+            f"GPU memory ({info.kind_evidence.split(';')[0]}): host buffers "
             "there take the GPU's own HBM"
         ),
         "GPU memory nodes",
     )
     drop(
-        lambda v: v.has_normal_memory is False,
-        lambda v: (
+        lambda info: info.has_normal_memory is False,
+        lambda info: (
             "movable-only memory (not in has_normal_memory; CXL expanders "
             "and GPU memory come up this way)"
         ),
         "has_normal_memory",
     )
-    known_tiers = {n: v for n in cands if (v := t.nodes[n].tier) is not None}
-    with_cpus = cands & t.nodes_with_cpus
+    known_tiers = {nid: tier for nid in cands if (tier := topo.nodes[nid].tier) is not None}
+    with_cpus = cands & topo.nodes_with_cpus
     if len(known_tiers) == len(cands) and len(set(known_tiers.values())) > 1:
         basis.append("memory tiers")
-        ref = min(known_tiers[n] for n in (with_cpus or cands))
+        ref = min(known_tiers[nid] for nid in (with_cpus or cands))
         drop(
-            lambda v: known_tiers[v.id] > ref,
-            lambda v: f"slower memory tier {v.tier} (the default uses tier {ref}, the CPUs' DRAM)",
+            lambda info: known_tiers[info.id] > ref,
+            lambda info: (
+                f"slower memory tier {info.tier} (the default uses tier {ref}, the CPUs' DRAM)"
+            ),
         )
         drop(
-            lambda v: known_tiers[v.id] < ref and v.id not in t.nodes_with_cpus,
-            lambda v: (
-                f"faster CPU-less tier {v.tier} (HBM-like and small: for "
+            lambda info: known_tiers[info.id] < ref and info.id not in topo.nodes_with_cpus,
+            lambda info: (
+                f"faster CPU-less tier {info.tier} (HBM-like and small: for "
                 f"explicit use; the default uses tier {ref}, the CPUs' DRAM)"
             ),
         )
     else:
-        cpu_set = with_cpus or (t.nodes_with_cpus & set(t.nodes))
+        cpu_set = with_cpus or (topo.nodes_with_cpus & set(topo.nodes))
         cpu_nodes = sorted(cpu_set)
-        remote = _widest_cpu_distance(t, cpu_nodes)
+        remote = _widest_cpu_distance(topo, cpu_nodes)
         if remote is not None:
             # A CPU-less node without HMAT figures, farther than any CPU node pair.
             far = {}
-            for node in cands - t.nodes_with_cpus:
-                if t.nodes[node].access is not None:
+            for node in cands - topo.nodes_with_cpus:
+                if topo.nodes[node].access is not None:
                     continue
-                known = [t.distance(cpu_node, node) for cpu_node in cpu_nodes]
+                known = [topo.distance(cpu_node, node) for cpu_node in cpu_nodes]
                 distances = [d for d in known if d is not None]
                 if len(distances) == len(cpu_nodes) and min(distances) > remote:
                     far[node] = min(distances)
             drop(
-                lambda v: v.id in far,
-                lambda v: (
-                    f"CPU-less and far (distance {far[v.id]} from the nearest "
+                lambda info: info.id in far,
+                lambda info: (
+                    f"CPU-less and far (distance {far[info.id]} from the nearest "
                     f"CPU node, > {remote} between CPU nodes); no tier or HMAT "
                     "data to say it is fast"
                 ),
@@ -3473,16 +3476,16 @@ def parse_nodestring(
     node or CPU the machine has.  An empty text is the empty set.  Raises ValueError
     with libnuma's reason."""
     backend = _b(backend)
-    t = topology if topology is not None else read_topology(backend=backend)
+    topo = topology if topology is not None else read_topology(backend=backend)
     what = "cpu" if cpus else "node"
-    top = max(t.cpus if cpus else t.nodes, default=0) + 1
-    conf = top if cpus else len(t.nodes_with_memory)  # numa_num_configured_cpus/_nodes (sic)
+    top = max(topo.cpus if cpus else topo.nodes, default=0) + 1
+    conf = top if cpus else len(topo.nodes_with_memory)  # numa_num_configured_cpus/_nodes (sic)
     if possible:
         allowed = frozenset(range(top))
     elif cpus:
-        allowed = frozenset(cpu for cpu in t.allowed_cpus if cpu < top)
+        allowed = frozenset(cpu for cpu in topo.allowed_cpus if cpu < top)
     else:
-        allowed = t.allowed_mems
+        allowed = topo.allowed_mems
     order = sorted(allowed)
     s = text
     if not s:
@@ -3536,7 +3539,7 @@ def parse_nodestring(
             v2, i = number(i + 1, f"missing {what} argument {s[i + 1 :]}", "out of range")
             lo = v & 0xFFFFFFFF
             hi = lo + v2 - v  # the loop's int wraps: ids lo..hi modulo 2**32
-            mask.update(n for n in order if lo <= n <= hi or n <= hi - (1 << 32))
+            mask.update(node for node in order if lo <= node <= hi or node <= hi - (1 << 32))
         if not s.startswith(",", i):
             break
         i += 1
@@ -3866,10 +3869,10 @@ def suggest_weights(
     import math
     from functools import reduce
 
-    t = topology if topology is not None else read_topology(backend=backend)
+    topo = topology if topology is not None else read_topology(backend=backend)
     bw = {}
-    for node in sorted(t.nodes_with_memory):
-        access = t.nodes[node].access if node in t.nodes else None
+    for node in sorted(topo.nodes_with_memory):
+        access = topo.nodes[node].access if node in topo.nodes else None
         if access is None or (initiator is not None and initiator not in access.initiators):
             continue
         known = [x for x in (access.read_bandwidth_mbps, access.write_bandwidth_mbps) if x]
@@ -3878,9 +3881,9 @@ def suggest_weights(
     total = sum(bw.values())
     if not total:
         return {}
-    out = {n: max(32 * value // total, 1) for n, value in bw.items()}
+    out = {nid: max(32 * value // total, 1) for nid, value in bw.items()}
     g = reduce(math.gcd, out.values())
-    return {n: w // g for n, w in out.items()}
+    return {nid: weight // g for nid, weight in out.items()}
 
 
 # ===========================================================================
@@ -3937,7 +3940,7 @@ class NumaMapsEntry(_Record):
     @property
     def bytes_per_node(self) -> Dict[int, int]:
         unit = self.page_size_kb * 1024
-        return {n: c * unit for n, c in self.pages.items()}
+        return {node: count * unit for node, count in self.pages.items()}
 
     @property
     def kind(self) -> str:
@@ -3957,8 +3960,8 @@ class NumaMapsEntry(_Record):
             start=f"0x{self.start:x}",
             nodes=sorted(self.nodes),
             flags=list(self.flags),
-            pages={str(n): c for n, c in pages},
-            kb={str(n): c * self.page_size_kb for n, c in pages},
+            pages={str(node): c for node, c in pages},
+            kb={str(node): c * self.page_size_kb for node, c in pages},
         )
         d["other"] = dict(d.pop("other"))
         return d
@@ -4153,9 +4156,9 @@ def _line_at(text: str, addr: int) -> Tuple[int, int]:
 
 def _entries_bytes(entries: Iterable[NumaMapsEntry]) -> Dict[int, int]:
     out: Dict[int, int] = {}
-    for e in entries:
-        for n, value in e.bytes_per_node.items():
-            out[n] = out.get(n, 0) + value
+    for entry in entries:
+        for node, value in entry.bytes_per_node.items():
+            out[node] = out.get(node, 0) + value
     return out
 
 
@@ -4468,7 +4471,7 @@ class Layout:
         for length, pol, nodes in entries:
             w = _mode_of(str(pol))
             ids = frozenset([nodes] if isinstance(nodes, int) else nodes or ())
-            if not all(_is_node_id(n) for n in ids):
+            if not all(_is_node_id(node) for node in ids):
                 raise ValueError(f"layout: invalid node list {nodes!r}: ids 0 to {MAX_NODES - 1}")
             if (w in (Mode.DEFAULT, Mode.LOCAL)) == bool(ids) and (ids or kind != "extents"):
                 raise ValueError(
@@ -5002,21 +5005,21 @@ def prefault(
         if not workers:
             # One slice: run it here, calling progress between chunks.
             work(0)
-        for t in workers:
-            t.start()
+        for worker in workers:
+            worker.start()
         # Wait on each worker in turn: joining one that has already ended returns at
         # once, and waiting on it would spin (and call progress) until the slowest
         # slice is done.
-        for t in workers:
-            while t.is_alive():
-                t.join(0.05)
+        for worker in workers:
+            while worker.is_alive():
+                worker.join(0.05)
                 if progress is not None and not errors:
                     progress(sum(done), span)
     finally:
         stop.set()
-        for t in workers:
-            if t.ident is not None:  # started (joining one never started raises)
-                t.join()
+        for worker in workers:
+            if worker.ident is not None:  # started (joining one never started raises)
+                worker.join()
     if errors:
         raise errors[0]
     if progress is not None and threads_used > 1:
@@ -5342,8 +5345,8 @@ def _fit_limits(backend: Backend, huge: int, kind: str, pin: bool, need: int) ->
             )
         if shmall is not None:
             used = sum(
-                -(-s.size // backend.page_size)
-                for s in parse_sysvipc_shm(_read_optional(backend, "/proc/sysvipc/shm") or "")
+                -(-seg.size // backend.page_size)
+                for seg in parse_sysvipc_shm(_read_optional(backend, "/proc/sysvipc/shm") or "")
             )
             out.append(
                 FitLimit(
@@ -5591,8 +5594,8 @@ def counters(*, backend: Optional[Backend] = None) -> Counters:
     nodes: Dict[int, NodeCounters] = {}
     if reader.exists(_NODE_DIR):
         online = reader.parsed(f"{_NODE_DIR}/online", _parse_nodelist)
-        for n in sorted(_node_dirs(reader) if online is None else online):
-            folder = f"{_NODE_DIR}/node{n}"
+        for node in sorted(_node_dirs(reader) if online is None else online):
+            folder = f"{_NODE_DIR}/node{node}"
             stat = reader.parsed(f"{folder}/numastat", _parse_numastat)
             if stat is None:
                 # Missing: no counters.  Malformed (the problem is recorded): keep
@@ -5600,7 +5603,7 @@ def counters(*, backend: Optional[Backend] = None) -> Counters:
                 t = reader.text(f"{folder}/numastat")
                 stat = _parse_numastat(t, lenient=True) if t is not None else {}
             mi = reader.parsed(f"{folder}/meminfo", parse_meminfo) or {}
-            nodes[n] = NodeCounters(n, MappingProxyType(stat), MappingProxyType(mi))
+            nodes[node] = NodeCounters(node, MappingProxyType(stat), MappingProxyType(mi))
     else:
         mi = reader.parsed("/proc/meminfo", parse_meminfo) or {}
         nodes[0] = NodeCounters(0, MappingProxyType({}), MappingProxyType(mi))
@@ -6742,8 +6745,8 @@ def _dev_shm_users(backend: Backend, files: Mapping[str, ShmStat]) -> Dict[str, 
     told from another file's; and a mapping of a removed file of the same name is
     another inode."""
     want = {
-        (f"{os.major(st.dev):02x}:{os.minor(st.dev):02x}", str(st.ino)): n
-        for n, st in files.items()
+        (f"{os.major(st.dev):02x}:{os.minor(st.dev):02x}", str(st.ino)): name
+        for name, st in files.items()
     }
     counts: Dict[str, int] = {}
     try:
@@ -6763,8 +6766,8 @@ def _dev_shm_users(backend: Backend, files: Mapping[str, ShmStat]) -> Dict[str, 
                 and (fields[3], fields[4]) in want
             ):
                 seen.add(want[fields[3], fields[4]])
-        for n in seen:
-            counts[n] = counts.get(n, 0) + 1
+        for name in seen:
+            counts[name] = counts.get(name, 0) + 1
     return counts
 
 
@@ -6997,27 +7000,27 @@ def _sysv_holder(backend: Backend, ikey: int, key: Union[int, str]) -> str:
     return ""
 
 
-def _sysv_create(r: SharedRegion, flags: int, replace: bool) -> None:
+def _sysv_create(region: SharedRegion, flags: int, replace: bool) -> None:
     """Make the segment of region ``r.key`` under the first of its keys free for it
     (``replace``: after removing a stale one)."""
-    b, key = r._b, r._key
+    b, key = region._b, region._key
     if replace:
         _replace_stale(b, key, "sysv")
     keys = _sysv_keys(key)
     for ikey in keys:
         if flags & SHM_HUGETLB:  # its record segment first (see _companion_key)
-            why = r._room_make(ikey, flags & 0o777)
+            why = region._room_make(ikey, flags & 0o777)
             if why:
                 raise FileExistsError(errno.EEXIST, why)
-            if r._room_id < 0:  # another region's record segment holds its key
+            if region._room_id < 0:  # another region's record segment holds its key
                 continue
         try:
-            r.shmid = b.call("shmget", ikey, r._mapped, flags)
+            region.shmid = b.call("shmget", ikey, region._mapped, flags)
             break
         except FileExistsError:
-            r._room_close()
-            _room_rmid(b, r._room_id)
-            r._room_id = -1
+            region._room_close()
+            _room_rmid(b, region._room_id)
+            region._room_id = -1
             why = _sysv_holder(b, ikey, key)
             if why:
                 raise FileExistsError(errno.EEXIST, why) from None
@@ -7027,28 +7030,30 @@ def _sysv_create(r: SharedRegion, flags: int, replace: bool) -> None:
             f"the {len(keys)} SysV keys of {key!r} (0x"
             f"{keys[0]:08x}, ...) all hold other regions: use another name",
         )
-    r._ipc_key = ikey
-    r._address = b.call("shmat", r.shmid)
+    region._ipc_key = ikey
+    region._address = b.call("shmat", region.shmid)
 
 
-def _posix_create(r: SharedRegion, flags: int, replace: bool) -> None:
+def _posix_create(region: SharedRegion, flags: int, replace: bool) -> None:
     """Make /dev/shm/numa_utils-``r.key`` with the permission bits of ``flags``
     (``replace``: after removing a stale one)."""
-    b, pname = r._b, _posix_name(r._key)
+    b, pname = region._b, _posix_name(region._key)
     if replace:
-        _replace_stale(b, r._key, "posix")
+        _replace_stale(b, region._key, "posix")
     try:
-        r._fd = fd = b.call("shm_open", pname, os.O_RDWR | os.O_CREAT | os.O_EXCL, flags & 0o777)
+        region._fd = fd = b.call(
+            "shm_open", pname, os.O_RDWR | os.O_CREAT | os.O_EXCL, flags & 0o777
+        )
     except FileExistsError:
         why = _posix_holder(b, pname) or (
             f"attach it, or remove a stale one with `{_prog()} cleanup "
-            f"--remove --key {_key_arg(r._key)}`"
+            f"--remove --key {_key_arg(region._key)}`"
         )
         raise FileExistsError(errno.EEXIST, f"/dev/shm/{pname} exists: {why}") from None
-    r.name = pname  # ours now: removed on any error below
+    region.name = pname  # ours now: removed on any error below
     _flock_shared(b, fd, f"/dev/shm/{pname}")  # before it has a size: never stale
-    b.call("ftruncate", fd, r._mapped)
-    r._address = b.call("mmap", r._mapped, fd)
+    b.call("ftruncate", fd, region._mapped)
+    region._address = b.call("mmap", region._mapped, fd)
 
 
 def _identity(region: SharedRegion, seg: int, what: str, why: str) -> Dict[str, Any]:
@@ -7063,9 +7068,9 @@ def _identity(region: SharedRegion, seg: int, what: str, why: str) -> Dict[str, 
     return rec
 
 
-def _sysv_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
+def _sysv_attach(region: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
     """Map the segment whose identity record names region ``r.key``: (record, what)."""
-    b, key = r._b, r._key
+    b, key = region._b, region._key
     first: Optional[Exception] = None
     for ikey in _sysv_keys(key):
         try:
@@ -7076,12 +7081,12 @@ def _sysv_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
         try:
             st = b.call("shm_stat", shmid)
             _check_trust(st, b.call("geteuid"), trust, what)
-            r.shmid, r._ipc_key, r._mapped = shmid, ikey, st.size
-            r._address = b.call("shmat", shmid)
-            if _huge_vma(b, r._address) is not False:  # huge, or unknown: its record segment
-                r._room_attach(trust)
+            region.shmid, region._ipc_key, region._mapped = shmid, ikey, st.size
+            region._address = b.call("shmat", shmid)
+            if _huge_vma(b, region._address) is not False:  # huge, or unknown: its record segment
+                region._room_attach(trust)
             rec = _identity(
-                r, st.size, what, "another program's segment, or one still being created"
+                region, st.size, what, "another program's segment, or one still being created"
             )
             if _same_key(rec["key"], key) and rec["kind"] == "sysv":
                 return rec, what
@@ -7089,34 +7094,34 @@ def _sysv_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
                 raise ValueError(f"{what}: its identity record names region {rec['key']!r}")
         except (PermissionError, FileNotFoundError, ValueError) as err:
             first = first or err
-        if r._address:
-            b.call("shmdt", r._address)
-            r._address = 0
-        r._room_close()
-        r._room_id = -1
+        if region._address:
+            b.call("shmdt", region._address)
+            region._address = 0
+        region._room_close()
+        region._room_id = -1
     raise first or FileNotFoundError(
         errno.ENOENT, f"no SysV segment with key 0x{_sysv_key(key):08x} ({key!r}) or its other keys"
     )
 
 
-def _posix_attach(r: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
+def _posix_attach(region: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
     """Map /dev/shm/numa_utils-``r.key``, holding its shared flock: (record, what)."""
-    b, name = r._b, _posix_name(r._key)
+    b, name = region._b, _posix_name(region._key)
     what = f"/dev/shm/{name}"
     try:
-        r._fd = fd = b.call("shm_open", name, os.O_RDWR, 0)
+        region._fd = fd = b.call("shm_open", name, os.O_RDWR, 0)
     except FileNotFoundError:
         raise FileNotFoundError(errno.ENOENT, f"no {what}") from None
-    r.name = name
+    region.name = name
     _check_trust(b.call("fstat", fd), b.call("geteuid"), trust, what)
     _flock_shared(b, fd, what)  # waits while a cleanup decides on it
     st = b.call("fstat", fd)
     if not st.nattch:
         raise FileNotFoundError(errno.ENOENT, f"{what} was removed (stale) while attaching")
-    r._mapped = seg = st.size
+    region._mapped = seg = st.size
     if seg >= _RECORD_END.size:
-        r._address = b.call("mmap", seg, fd)
-    rec = _identity(r, seg, what, "not made by SharedRegion.create, or still being created")
+        region._address = b.call("mmap", seg, fd)
+    rec = _identity(region, seg, what, "not made by SharedRegion.create, or still being created")
     if rec["kind"] != "posix" or _posix_name(rec["key"]) != name:
         raise ValueError(f"{what}: its identity record names {rec['kind']} region {rec['key']!r}")
     return rec, what
@@ -7298,9 +7303,9 @@ def _extent_placement(backend: Backend, addr: int, seg: int, lay: Layout) -> Lis
                 note = " (shared with neighbours: approximate)"
         for v0, v1, per in mine:  # a VMA inside the extent: share 1
             share = (min(v1, hi) - max(v0, lo)) / (v1 - v0)
-            for n, nb in per.items():
-                pl[n] = pl.get(n, 0) + int(nb * share) // kb // 1024 * kb * 1024
-        used = frozenset(n for n, v in pl.items() if v)
+            for node, nb in per.items():
+                pl[node] = pl.get(node, 0) + int(nb * share) // kb // 1024 * kb * 1024
+        used = frozenset(node for node, v in pl.items() if v)
         pl.ok = (
             not note
             and sum(pl.values()) == e.length
@@ -7580,9 +7585,9 @@ class SharedRegion(_RecordRoom):
         if huge:
             flags |= SHM_HUGETLB | ((huge.bit_length() - 1) << SHM_HUGE_SHIFT)
 
-        def make(r: SharedRegion) -> None:
-            r._mapped, r.identity, r._layout = seg, ident, lay
-            (_sysv_create if kind == "sysv" else _posix_create)(r, flags, existing == "replace")
+        def make(made: SharedRegion) -> None:
+            made._mapped, made.identity, made._layout = seg, ident, lay
+            (_sysv_create if kind == "sysv" else _posix_create)(made, flags, existing == "replace")
 
         def create_once() -> SharedRegion:
             return cls._open(
@@ -7672,9 +7677,9 @@ class SharedRegion(_RecordRoom):
         pmode, pnodes, strict_, explicit = _region_policy(policy, nodes, strict, backend, known)
         _region_page(hugepages, kind, backend, pnodes)  # the region's record says its page
 
-        def make(r: SharedRegion) -> None:
-            rec, what = (_sysv_attach if kind == "sysv" else _posix_attach)(r, trust)
-            _record_page_check(backend, r._address, kind, rec["page_size"], what)
+        def make(attached: SharedRegion) -> None:
+            rec, what = (_sysv_attach if kind == "sysv" else _posix_attach)(attached, trust)
+            _record_page_check(backend, attached._address, kind, rec["page_size"], what)
             _check_made_after(rec, created_after, what)
             data = rec["size"]
             try:
@@ -7691,8 +7696,8 @@ class SharedRegion(_RecordRoom):
                 explicit or (len(lay) == 1 and lay[0].policy == "default")
             ):
                 lay = Layout.extents([(data, _MODE_WORDS[pmode].word, pnodes)])
-            r.identity, r._layout, r._size = rec, lay, data
-            _slot_write(backend, r._room()[0])
+            attached.identity, attached._layout, attached._size = rec, lay, data
+            _slot_write(backend, attached._room()[0])
 
         def attach_once() -> SharedRegion:
             return cls._open(
@@ -8092,31 +8097,33 @@ def local_devices(
         nodes = frozenset(where)
     else:
         nodes = frozenset(placement(where, backend=backend)) or frozenset(
-            n for n in (node_of(where, backend=backend),) if n is not None
+            nid for nid in (node_of(where, backend=backend),) if nid is not None
         )
-    pkg = {n: package for package, ns in topo.package_nodes.items() for n in ns}
-    home = {n: pkg.get(_nearest_cpu_node(topo, n)) for n in topo.nodes}  # type: ignore[arg-type]
-    mine = {home.get(n) for n in nodes} - {None}
+    pkg = {nid: package for package, ns in topo.package_nodes.items() for nid in ns}
+    home = {nid: pkg.get(_nearest_cpu_node(topo, nid)) for nid in topo.nodes}  # type: ignore[arg-type]
+    mine = {home.get(nid) for nid in nodes} - {None}
 
-    def rank(d: Device) -> Tuple[int, int, str]:
+    def rank(device: Device) -> Tuple[int, int, str]:
         """(relation: 0 local, 1 near, 2 remote; the NUMA distance; PCI address)."""
-        if d.node in nodes:
+        if device.node in nodes:
             relation = 0
-        elif d.node is not None and home.get(d.node) in mine:
+        elif device.node is not None and home.get(device.node) in mine:
             relation = 1
         else:
             relation = 2
         distances = []
-        if d.node is not None:
+        if device.node is not None:
             for node in nodes:
-                distance = topo.distance(node, d.node)
+                distance = topo.distance(node, device.node)
                 if distance is not None:
                     distances.append(distance)
-        return relation, min(distances, default=1 << 16), d.address
+        return relation, min(distances, default=1 << 16), device.address
 
-    ranked = sorted((rank(d), d) for d in _devices(topo, backend) if d.kind == kind)
+    ranked = sorted(
+        (rank(device), device) for device in _devices(topo, backend) if device.kind == kind
+    )
     fell_back = not strict and all(r[0] for r, _ in ranked)
-    out = LocalDevices((d, _RELATIONS[r[0]]) for r, d in ranked if fell_back or r[0] == 0)
+    out = LocalDevices((device, _RELATIONS[r[0]]) for r, device in ranked if fell_back or r[0] == 0)
     out.fell_back = fell_back
     return out
 
@@ -8135,9 +8142,9 @@ class _Resolved(_Record):
 def _family(infos: List[GpuInfo]) -> List[GpuInfo]:
     """The GPUs CUDA (or HIP) numbers: NVIDIA if any, else AMD, else Intel."""
     for vendor in _CUDA_FAMILY_ORDER:
-        fam = [g for g in infos if g.vendor == vendor]
+        fam = [gpu for gpu in infos if gpu.vendor == vendor]
         if fam:
-            return sorted(fam, key=lambda g: g.pci)
+            return sorted(fam, key=lambda gpu: gpu.pci)
     return []
 
 
@@ -8358,7 +8365,7 @@ def _plan_memory(
         return ()
     usable = default_memory_nodes(topo)
     if memory in ("interleave", "weighted-interleave"):
-        return tuple(sorted(usable - {n for gpu in infos for n in gpu.memory_nodes}))
+        return tuple(sorted(usable - {nid for gpu in infos for nid in gpu.memory_nodes}))
     nodes = (
         (node,)
         if node in usable
@@ -8366,7 +8373,7 @@ def _plan_memory(
     )
     if memory == "socket":  # preferred-many over the package's memory nodes
         pk = {topo.cpus[cpu].package for cpu in topo.nodes[node].cpus if cpu in topo.cpus}
-        mine = {n for package, ns in topo.package_nodes.items() if package in pk for n in ns}
+        mine = {nid for package, ns in topo.package_nodes.items() if package in pk for nid in ns}
         return tuple(sorted(usable & mine)) or nodes
     return nodes[:1] if memory == "prefer" else nodes
 
@@ -8405,7 +8412,7 @@ def _plan_all(
                 f"reserve={reserve} would leave no core on node {nid} "
                 f"({len(cores)} usable); keeping one",
             )
-        reserved.update(c for core in cores[: min(reserve, len(cores) - 1)] for c in core)
+        reserved.update(cpu for core in cores[: min(reserve, len(cores) - 1)] for cpu in core)
     pool = {node: topo.nodes[node].cpus & allowed - reserved for node in topo.nodes}
     usable = [node for node in sorted(pool) if pool[node]]
     eff: Dict[str, Optional[int]] = {}
@@ -8451,9 +8458,11 @@ def _plan_all(
         if policy == "node":
             cpus = frozenset(pool[node])
         elif policy == "socket":
-            pkgs = {topo.cpus[c].package for c in topo.nodes[node].cpus if c in topo.cpus}
+            pkgs = {topo.cpus[cpu].package for cpu in topo.nodes[node].cpus if cpu in topo.cpus}
             cpus = frozenset(
-                c for c in allowed - reserved if c in topo.cpus and topo.cpus[c].package in pkgs
+                cpu
+                for cpu in allowed - reserved
+                if cpu in topo.cpus and topo.cpus[cpu].package in pkgs
             ) or frozenset(pool[node])
         else:
             # exclusive: physical cores; core-complex: whole last-level-cache domains
@@ -8476,7 +8485,7 @@ def _plan_all(
                 notes[gpu.pci].append(
                     f"node {node} has {len(units)} last-level caches for {k} GPUs: they are shared"
                 )
-            cpus = frozenset(c for u in mine for c in u)
+            cpus = frozenset(cpu for u in mine for cpu in u)
         out[gpu.pci] = (node, cpus, notes[gpu.pci])
     return out
 
@@ -9648,8 +9657,8 @@ class RemoteShare(_Record):
         return _record_json(
             self,
             bytes_by_node={
-                "bytes_by_node": {str(n): v for n, v in by},
-                "share_by_node": {str(n): (v / total if total else 0.0) for n, v in by},
+                "bytes_by_node": {str(node): v for node, v in by},
+                "share_by_node": {str(node): (v / total if total else 0.0) for node, v in by},
             },
             threshold={
                 "total_bytes": total,
@@ -10652,7 +10661,8 @@ def _status_extra(report: Dict[str, Any], topo: Topology, backend: Backend) -> N
         report["process"]["remote_share"] = rs.to_json()
         if rs.total_bytes:
             per = ", ".join(
-                f"node {n}: {format_kib(v // 1024)}" for n, v in sorted(rs.bytes_by_node.items())
+                f"node {nid}: {format_kib(v // 1024)}"
+                for nid, v in sorted(rs.bytes_by_node.items())
             )
             text += [
                 "",
@@ -10664,7 +10674,7 @@ def _status_extra(report: Dict[str, Any], topo: Topology, backend: Backend) -> N
         if (
             topo.thp == "always"
             and len(topo.nodes_with_memory) > 1
-            and any(e.mode in ("interleave", "weighted interleave") for e in entries)
+            and any(entry.mode in ("interleave", "weighted interleave") for entry in entries)
         ):
             warnings.append(
                 "THP is 'always' and this process has interleaved regions: a "
@@ -10675,9 +10685,11 @@ def _status_extra(report: Dict[str, Any], topo: Topology, backend: Backend) -> N
     # Huge pages reserved on one general-purpose node only.
     general = sorted(topo.nodes_with_cpus & topo.nodes_with_memory)
     for sz in sorted(
-        {sz for n in general for sz in topo.nodes[n].hugepages} if len(general) > 1 else ()
+        {sz for nid in general for sz in topo.nodes[nid].hugepages} if len(general) > 1 else ()
     ):
-        on = [n for n in general if topo.nodes[n].hugepages.get(sz, HugePages(0, 0)).total > 0]
+        on = [
+            nid for nid in general if topo.nodes[nid].hugepages.get(sz, HugePages(0, 0)).total > 0
+        ]
         if len(on) == 1:
             warnings.append(
                 f"{format_kib(sz).replace('.0 ', ' ')} huge pages are configured "
@@ -11074,7 +11086,7 @@ def _cpu_summary(rep: Dict[str, Any]) -> str:
 
     out = (
         f"CPUs: {count([len(cores)], 'package')} x "
-        f"{count([len(v) for v in cores.values()], 'core')} x {count(threads, 'thread')}"
+        f"{count([len(value) for value in cores.values()], 'core')} x {count(threads, 'thread')}"
     )
     llcs = rep.get("last_level_caches") or []
     if llcs:
@@ -11111,33 +11123,33 @@ def _render_status(rep: Dict[str, Any]) -> str:
     ]
     if rep.get("packages"):
         out.append(f"PACKAGES: {rep['packages']['evidence']}")
-    w = max([len(format_cpulist(n["cpus"])) for n in nodes] + [4])
+    w = max([len(format_cpulist(node["cpus"])) for node in nodes] + [4])
     out.append(
         f"  {'node':>4}  {'cpus':<{w}}  {'memory':>11}  {'free':>11}  hugepages (free/total)"
     )
-    for n in nodes:
+    for node in nodes:
         hp = (
             "  ".join(
                 f"{format_size(int(sz) << 10)}: {h['free']} free/{h['total']}"
-                for sz, h in n["hugepages"].items()
+                for sz, h in node["hugepages"].items()
                 if h["total"]
             )
             or "-"
         )
         out.append(
-            f"  {n['id']:>4}  {format_cpulist(n['cpus']) or '-':<{w}}  "
-            f"{format_kib(n['mem_total_kb']):>11}  {format_kib(n['mem_free_kb']):>11}  "
+            f"  {node['id']:>4}  {format_cpulist(node['cpus']) or '-':<{w}}  "
+            f"{format_kib(node['mem_total_kb']):>11}  {format_kib(node['mem_free_kb']):>11}  "
             f"{hp}"
         )
     out.append("")
-    ids = [n["id"] for n in nodes]
+    ids = [node["id"] for node in nodes]
     cw = max([4] + [len(str(i)) + 1 for i in ids])
     row, keys = "  " + f"{{:>{cw}}}" * (len(ids) + 1), [str(j) for j in ids]
     table = []
     if len(ids) > 1:
         table.append(row.format("", *ids))
-        for n in nodes:
-            table.append(row.format(n["id"], *(n["distances"].get(k, "?") for k in keys)))
+        for node in nodes:
+            table.append(row.format(node["id"], *(node["distances"].get(k, "?") for k in keys)))
     out += _section("DISTANCES", table)
     out += _section(
         "GPUS",
@@ -11178,7 +11190,9 @@ def _render_status(rep: Dict[str, Any]) -> str:
         f"  numa_balancing {balancing}",
         f"  THP            {k['thp'] or '-'}"
         + "".join(
-            f", {n} {value}" for n, value in k.get("thp_settings", {}).items() if n != "enabled"
+            f", {node} {value}"
+            for node, value in k.get("thp_settings", {}).items()
+            if node != "enabled"
         ),
     ]
     out += [

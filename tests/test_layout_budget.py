@@ -302,12 +302,6 @@ CEILINGS = {
     "tokens_per_line": 7.80,
     "median_function_density": 9.5,
     "conditionals_per_kloc": 33.5,
-    # 16.4% until the backends, readers, regions, GPUs, nodes, CPUs, devices, regex
-    # matches, topologies, caught exceptions, items' keys and values, fields, weights,
-    # packages, problems, candidates and sysfs folders bound to one letter got their
-    # names (10.7%); then the GPUs and nodes of the exclusive planner, counts and
-    # candidates (10.3%).
-    "one_letter_share": 0.103,
     # Counts are exact.
     # After the file was put in dependency order (each definition above its users):
     # what is left are mutual references (SharedRegion and the functions that take
