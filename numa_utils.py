@@ -118,6 +118,7 @@ __all__ = [
     "ShmStat",
     "NotLiveError",
     "default_backend",
+    "backend_for_root",
     "use_backend",
     # topology
     "Topology",
@@ -175,6 +176,9 @@ __all__ = [
     "FitNode",
     "FitLimit",
     "cleanup",
+    "read_identity_record",
+    "record_layout",
+    "record_segment_key",
     # GPU locality and binding
     "gpus",
     "gpu_node",
@@ -4216,7 +4220,7 @@ def placement(
 # format, JSON length, CRC-32) in its last bytes.  It lives inside the segment or file,
 # after the `size` bytes of data (which start at offset 0, where engines that attach
 # the key themselves expect them), in its room: _RECORD_ROOM rounded up to a page (a
-# huge-page region's: see _companion_key), mapped at address + size in every process.  The
+# huge-page region's: see record_segment_key), mapped at address + size in every process.  The
 # room's first _RECORD_SLOT bytes are kept for the region's last use; the record ends
 # the room.  The room has a policy of its own (_room_policy), set before its page is
 # touched, so it is a VMA and a numa_maps line of its own, on a node the data's policy
@@ -4224,7 +4228,7 @@ def placement(
 # only who can write the region can write it.  Readers ignore fields they do not know
 # (more can be added within the room) and check every field they act on against the
 # kernel's own facts: the size mapped (_record_read), the mapping's page size
-# (_record_page_check), the node ids (_record_layout).
+# (_record_page_check), the node ids (record_layout).
 #
 # The creator's time namespace is in the record too ("timens", /proc/self/ns/time).
 # The record room's first 64 bytes (at address + size, right after the data) are the
@@ -4359,11 +4363,15 @@ def _record_read(addr: int, seg: int, what: str) -> Optional[Dict[str, Any]]:
 # by its locks, so a look must not look like a use.
 
 
-def _tail_record(
+def read_identity_record(
     read: Callable[[int, int], bytes], seg: int, what: str
 ) -> Optional[Dict[str, Any]]:
     """The identity record of a ``seg``-byte region whose bytes ``read(offset, n)``
-    gives (a file's, another process's memory); None when it has none."""
+    gives: a /dev/shm file's (os.pread), another process's memory (/proc/PID/mem).
+    A dict: the region's name ("key"), "size", "page_size", its "layout" when it has
+    more than one extent (record_layout reads it), who made it.  None when the bytes
+    end in no record (not made by SharedRegion.create); ValueError when the record
+    is damaged.  Only the record's bytes are read: no mapping, no attach."""
     end = seg - _RECORD_END.size
     raw = read(end, _RECORD_END.size) if end >= 0 else b""
     if len(raw) != _RECORD_END.size or raw[:8] != _RECORD_MAGIC:
@@ -4381,7 +4389,7 @@ def _file_record(path: str) -> Tuple[int, Optional[Dict[str, Any]]]:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         size = os.fstat(fd).st_size
-        return size, _tail_record(lambda off, n: os.pread(fd, n, off), size, path)
+        return size, read_identity_record(lambda off, n: os.pread(fd, n, off), size, path)
     finally:
         os.close(fd)
 
@@ -4745,7 +4753,7 @@ class Layout:
         )
 
 
-def _record_layout(rec: Mapping[str, Any]) -> Layout:
+def record_layout(rec: Mapping[str, Any]) -> Layout:
     """The layout a record publishes (one default extent when it names none); a
     ValueError when it names a node no kernel has (Layout.parse refuses MAX_NODES and
     above), or more node ids than a layout can use (what reading it costs stays
@@ -4815,7 +4823,7 @@ def _status_regions(report: Dict[str, Any], backend: Backend) -> None:
             row["attached"] = sum(f[1:2] == ["FLOCK"] and ino in f for f in locks)
             row["size"], rec = _file_record(path)
             if rec is not None:
-                row.update(name=rec["key"], size=rec["size"], layout=str(_record_layout(rec)))
+                row.update(name=rec["key"], size=rec["size"], layout=str(record_layout(rec)))
         except (OSError, ValueError) as err:
             row["error"] = str(err)
         rows.append(row)
@@ -6200,7 +6208,7 @@ def _room_apply(backend: Backend, addr: int, length: int, lay: Layout) -> None:
 # one more huge page (a 1 GiB region on 1 GiB pages took 2 GiB, and a reservation of
 # exactly its pages passed fit() and failed in create).  Its room, the same 16 KiB of
 # base pages in the same format (slot first, record last), is a SysV segment of its
-# own, the record segment, under the key _companion_key gives: "O" (0x4f) in the top 8
+# own, the record segment, under the key record_segment_key gives: "O" (0x4f) in the top 8
 # bits, the data segment's key's low 24 bits below.  Names take 0x4exxxxxx keys, so two
 # named regions' record segments never collide; an int key whose low 24 bits another
 # region's key shares finds its record key taken (FileExistsError), and an int key of
@@ -6215,8 +6223,10 @@ def _room_apply(backend: Backend, addr: int, length: int, lay: Layout) -> None:
 _COMPANION_PREFIX = 0x4F000000
 
 
-def _companion_key(ikey: int) -> int:
-    """The SysV key of the record segment of the huge-page segment under ``ikey``."""
+def record_segment_key(ikey: int) -> int:
+    """The SysV key of the record segment of the huge-page SysV region under key
+    ``ikey``: such a region's identity record is kept out of its huge pages, in a
+    small segment of its own (what `maps` and `cleanup` look for)."""
     return _COMPANION_PREFIX | ikey & ~SYSV_KEY_MASK & 0xFFFFFFFF
 
 
@@ -6272,7 +6282,7 @@ def _peek_region(
     record segment (``making``: a record being made too), whose data_key names it.
     A huge-page segment's own bytes are never read: a read faults a huge page in."""
     try:
-        _, rec, slot, made = _room_peek(backend, _companion_key(st.key))
+        _, rec, slot, made = _room_peek(backend, record_segment_key(st.key))
     except ValueError:  # damaged: judged by its own row
         rec = None
     if rec is not None and rec["data_key"] == st.key and st.key:
@@ -6331,7 +6341,7 @@ def _check_trust(st: ShmStat, euid: int, trust: bool, what: str) -> None:
 
 class _RecordRoom:
     """What a SharedRegion keeps of its record's room: after the data, or a huge-page
-    region's record segment (see _companion_key): its shmid, address and bytes."""
+    region's record segment (see record_segment_key): its shmid, address and bytes."""
 
     _b: Backend
     _layout: Layout
@@ -6363,7 +6373,7 @@ class _RecordRoom:
         segment holds its key (none made: _room_id stays -1); else why the key is not
         to be passed by."""
         b = self._b
-        ckey = _companion_key(ikey)
+        ckey = record_segment_key(ikey)
         size = _room_size(b.page_size)
         try:
             shmid = b.call("shmget", ckey, size, IPC_CREAT | IPC_EXCL | mode)
@@ -6378,9 +6388,9 @@ class _RecordRoom:
 
     def _room_attach(self, trust: bool) -> None:
         """Map the record segment of the segment under SysV key _ipc_key, when there
-        is one (a huge-page region's: see _companion_key)."""
+        is one (a huge-page region's: see record_segment_key)."""
         b = self._b
-        ckey = _companion_key(self._ipc_key)
+        ckey = record_segment_key(self._ipc_key)
         try:
             shmid = b.call("shmget", ckey, 0, 0)
         except FileNotFoundError:
@@ -6394,7 +6404,7 @@ class _RecordRoom:
         """The record in the record segment when it is the one of the ``seg``-byte data
         segment (else the segment is let go: another's).  Its data_key and size must be
         the data segment's own."""
-        room = f"{what}, its record segment 0x{_companion_key(self._ipc_key):08x}"
+        room = f"{what}, its record segment 0x{record_segment_key(self._ipc_key):08x}"
         rec = _record_read(self._room_at, self._room_len, room)
         if rec is None or rec.get("data_key") != self._ipc_key:
             self._room_close()
@@ -6413,9 +6423,10 @@ class _RecordRoom:
         if not self._address:
             return None
         if self.kind == "sysv" and _huge_vma(self._b, self._address):
+            room_key = record_segment_key(self._ipc_key)
             raise ValueError(
                 f"{what} holds huge pages and its record segment (SysV key "
-                f"0x{_companion_key(self._ipc_key):08x}) is missing: removed by hand? Nothing can "
+                f"0x{room_key:08x}) is missing: removed by hand? Nothing can "
                 f"attach it; `ipcrm -m {self.shmid}` removes it"
             )
         return _record_read(self._address, seg, what)
@@ -6691,7 +6702,7 @@ def _room_row(
     min_age: float,
 ) -> Optional[Tuple[str, Optional[Dict[str, Any]]]]:
     """Cleanup's verdict on segment ``st`` when it is a record segment (see
-    _companion_key) of ``keys`` (or, with none, under a 0x4fxxxxxx key): _DATA_JUDGES
+    record_segment_key) of ``keys`` (or, with none, under a 0x4fxxxxxx key): _DATA_JUDGES
     while its data segment lives; once that is gone (a creator that died before
     making it, or between the two removals), '' when proven stale as a region is:
     nobody attached, unused for ``min_age``, its creator and last user gone.  None
@@ -6730,7 +6741,7 @@ def _room_row(
 def _room_drop(backend: Backend, ikey: int) -> None:
     """Remove the record segment of the segment that was under SysV key ``ikey``."""
     try:
-        st, rec, _, _ = _room_peek(backend, _companion_key(ikey))
+        st, rec, _, _ = _room_peek(backend, record_segment_key(ikey))
     except ValueError:
         return  # damaged: its own row says so
     if st is not None and rec is not None and rec["data_key"] == ikey:
@@ -6823,7 +6834,7 @@ def _our_segments(
         sysv_rows = _read_optional(backend, "/proc/sysvipc/shm") or ""
     want_rooms = None
     if want_sysv is not None:
-        want_rooms = {_companion_key(k) for k in want_sysv}
+        want_rooms = {record_segment_key(k) for k in want_sysv}
     for st in parse_sysvipc_shm(sysv_rows):
         if st.uid != euid or st.cuid != euid or not st.key:
             continue
@@ -7008,7 +7019,7 @@ def _sysv_create(region: SharedRegion, flags: int, replace: bool) -> None:
         _replace_stale(b, key, "sysv")
     keys = _sysv_keys(key)
     for ikey in keys:
-        if flags & SHM_HUGETLB:  # its record segment first (see _companion_key)
+        if flags & SHM_HUGETLB:  # its record segment first (see record_segment_key)
             why = region._room_make(ikey, flags & 0o777)
             if why:
                 raise FileExistsError(errno.EEXIST, why)
@@ -7683,7 +7694,7 @@ class SharedRegion(_RecordRoom):
             _check_made_after(rec, created_after, what)
             data = rec["size"]
             try:
-                lay = _record_layout(rec)
+                lay = record_layout(rec)
             except (ValueError, TypeError) as err:
                 raise ValueError(f"{what}: damaged identity record ({err})") from None
             if size is not None and size > data:
@@ -11226,8 +11237,13 @@ def _render_status(rep: Dict[str, Any]) -> str:
 # ===========================================================================
 
 
-def _backend_from_args(args: argparse.Namespace) -> Backend:
-    root = getattr(args, "root", None) or "/"
+def backend_for_root(root: Optional[str] = None) -> Backend:
+    """The backend for ``root`` as ``--root`` takes it: the running system for None
+    or "/"; else a saved tree, a folder (holding sys/ and proc/) or a tree saved in
+    one file (read by numa_utils_sim.py, which must be beside this file).  A folder
+    that is not a saved tree is a ValueError that says so (and names DIR/root, where
+    tools/gather.py puts the tree); a missing one, FileNotFoundError."""
+    root = root or "/"
     if root == "/":
         return default_backend()
     if not os.path.exists(root):
@@ -11291,7 +11307,7 @@ def _cmd_status(args: Any) -> int:
     fmt = getattr(args, "format", None) or ("json" if args.json else "text")
     if getattr(args, "write", None) is not None and fmt != "nfd":
         raise ValueError("--write goes with --format nfd")
-    rep = status_report(backend=_backend_from_args(args))
+    rep = status_report(backend=backend_for_root(args.root))
     if fmt == "json":
         rep.pop("extra_text", None)
         _print_json(rep)

@@ -107,17 +107,17 @@ NUMASTAT_FIELDS = _nu.NUMASTAT_FIELDS
 MODE_NAMES = _nu.MODE_NAMES
 ShmStat = _nu.ShmStat
 NodeListError = _nu.NodeListError
-_backend_from_args = _nu._backend_from_args
+backend_for_root = _nu.backend_for_root
 format_kib = _nu.format_kib
 format_size = _nu.format_size
 parse_size = _nu.parse_size
 CLEANUP_MIN_AGE = _nu.CLEANUP_MIN_AGE
-_record_layout = _nu._record_layout
+record_layout = _nu.record_layout
 _print_json = _nu._print_json
 _prog = _nu._prog
 _strtoul = _nu._strtoul
-_tail_record = _nu._tail_record
-_companion_key = _nu._companion_key
+read_identity_record = _nu.read_identity_record
+record_segment_key = _nu.record_segment_key
 _whole_lines = _nu._whole_lines
 bind_for_gpu = _nu.bind_for_gpu
 bind_to_node = _nu.bind_to_node
@@ -378,7 +378,9 @@ def _mapped_file_record(pid: str, path: str, vma: _Vma) -> Tuple[int, Optional[D
     try:
         st = os.fstat(fd)
         _check_mapped_file(st, path, vma)
-        return st.st_size, _tail_record(lambda off, n: os.pread(fd, n, off), st.st_size, path)
+        return st.st_size, read_identity_record(
+            lambda off, n: os.pread(fd, n, off), st.st_size, path
+        )
     finally:
         os.close(fd)
 
@@ -406,7 +408,7 @@ def _sysv_record(
     """(size, identity record, removed) of the SysV segment mapped at ``vma``: the
     segment is found by its shmid (the VMA's inode), as IPC_RMID sets its key to 0
     (removed, still attached); its record is read from /proc/PID/mem (never an
-    attach: see _tail_record)."""
+    attach: see read_identity_record)."""
     key = int(path[5:], 16)
     row = shm.get(vma.ino)
     if row is None or not _same_ipc_namespace(pid) or row.key not in (0, key):
@@ -418,18 +420,18 @@ def _sysv_record(
             return lambda off, n: os.pread(f.fileno(), n, base + off)
 
         if room is not None:  # a huge-page region's record segment
-            rec = _tail_record(read_at(room[0]), room[1], f"record segment of {path}")
+            rec = read_identity_record(read_at(room[0]), room[1], f"record segment of {path}")
             if rec is not None and rec.get("data_key") == key and rec["size"] == row.size:
                 return row.size, rec, row.key == 0
-        rec = _tail_record(read_at(vma.base), row.size, f"{path} at {vma.base:#x}")
+        rec = read_identity_record(read_at(vma.base), row.size, f"{path} at {vma.base:#x}")
     return row.size, rec, row.key == 0
 
 
 def _room_mapping(pid: str, key: int) -> Optional[Tuple[int, int]]:
     """(address, bytes) of process ``pid``'s mapping of the record segment of the
-    huge-page segment that was made under SysV key ``key`` (numa_utils._companion_key:
+    huge-page segment that was made under SysV key ``key`` (numa_utils.record_segment_key:
     its path keeps that key after a removal); None when it maps none."""
-    want = f" /SYSV{_companion_key(key):08x} (deleted)"
+    want = f" /SYSV{record_segment_key(key):08x} (deleted)"
     with open(f"/proc/{pid}/maps") as f:
         for line in f:
             m = _PROC_MAPS_RE.match(line)
@@ -508,7 +510,7 @@ def _maps_regions(b: Backend, pid: str, seen: Mapping[str, List[int]]) -> List[D
         except (OSError, ValueError) as e:
             row["error"] = str(e)
         try:
-            lay = _record_layout(rec) if rec is not None else None
+            lay = record_layout(rec) if rec is not None else None
         except ValueError as e:
             rec, lay, row["error"] = None, None, f"damaged identity record ({e})"
         if rec is not None and lay is not None:
@@ -594,7 +596,7 @@ def _cmd_maps(args: argparse.Namespace) -> int:
         chunks = _read_chunks(LinuxBackend(), args.file)
         what = printable(args.file)
     elif args.pid is not None:
-        b = _backend_from_args(args)
+        b = backend_for_root(args.root)
         if not (args.pid == "self" or args.pid.isdigit()):
             raise ValueError(f"invalid pid {args.pid!r}")
         chunks = _read_chunks(b, f"/proc/{args.pid}/numa_maps")
@@ -732,7 +734,7 @@ def _key_args(texts: Optional[Sequence[str]]) -> Optional[List[Union[int, str]]]
 
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:
-    b = _backend_from_args(args)
+    b = backend_for_root(args.root)
     if not args.min_age >= 0:
         raise ValueError(f"--min-age {args.min_age}: a number of seconds >= 0")
     rows = _nu.cleanup(_key_args(args.key), args.remove, args.min_age, backend=b)
@@ -788,7 +790,7 @@ def _progress_bar(stream: Any) -> Callable[[int, int], None]:
 
 
 def _cmd_region(args: argparse.Namespace) -> int:
-    b = _backend_from_args(args)
+    b = backend_for_root(args.root)
     nodes = parse_nodestring(args.nodes, backend=b) if args.nodes else None
     if nodes is not None:
         have = read_topology(backend=b).nodes_with_memory
@@ -1386,7 +1388,7 @@ def _cli_policy(args: argparse.Namespace) -> str:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    b = _backend_from_args(args)
+    b = backend_for_root(args.root)
     if args.roles is not None or args.node is not None:
         return _cmd_role_plan(args, b)
     if args.format == "env":
@@ -1432,7 +1434,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise ValueError("no command given: run (--gpu N | --node N) [options] -- CMD ...")
     if getattr(args, "root", None) not in (None, "/"):
         raise ValueError("run binds the running system; --root is for plan and status")
-    b = _backend_from_args(args)
+    b = backend_for_root(args.root)
     strict = True if args.strict else None
     if args.gpu is not None:
         cuda_device(args.gpu, backend=b)  # no such device: a usage error, as --node 99
@@ -1664,7 +1666,7 @@ def _render_watch(sample: Dict[str, Any], first: bool) -> str:
 def _cmd_watch(args: argparse.Namespace) -> int:
     import json
 
-    b = _backend_from_args(args)
+    b = backend_for_root(args.root)
     pid: Optional[Union[int, str]] = args.pid
     if args.pid is not None and args.pid != "self":
         text = str(args.pid)
@@ -1739,7 +1741,7 @@ def _cli_watch(sub: Any) -> None:
 
 
 def _cmd_fit(args: argparse.Namespace) -> int:
-    b = _backend_from_args(args)
+    b = backend_for_root(args.root)
     r = _nu.fit(
         parse_size(args.size),
         nodes=parse_nodestring(args.nodes, backend=b) if args.nodes else None,
@@ -2876,7 +2878,7 @@ def _thread_rows(b: Backend, pid: str, plan: Optional[ThreadPlan]) -> List[Dict[
 
 
 def _cmd_threads(args: argparse.Namespace) -> int:
-    b = _backend_from_args(args)
+    b = backend_for_root(args.root)
     pid = str(args.pid)
     if not b.exists(f"/proc/{pid}/task"):
         raise ValueError(f"no process {pid}")

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """A huge-page region's identity record lives in a record segment of base pages (see
-numa_utils._companion_key), so a region of N huge pages needs exactly N: fit() and
+numa_utils.record_segment_key), so a region of N huge pages needs exactly N: fit() and
 create() agree on an exact reservation; every attacher, cleanup and create(existing=)
 find the record; a crash at any step leaves what cleanup judges; a record segment
 removed by hand is a clear error, never a read of the data's huge pages."""
@@ -47,8 +47,8 @@ def test_exact_huge_reservation_fits_and_creates():
         ikey = r.ipc_key
         # The data segment is the region's pages and nothing more; its record segment
         # (base pages) is under the key with "O" in the top byte.
-        assert _segments(s) == {ikey: 4 * HUGE, nu._companion_key(ikey): nu._RECORD_ROOM}
-        assert nu._companion_key(ikey) == 0x4F000000 | ikey & 0xFFFFFF
+        assert _segments(s) == {ikey: 4 * HUGE, nu.record_segment_key(ikey): nu._RECORD_ROOM}
+        assert nu.record_segment_key(ikey) == 0x4F000000 | ikey & 0xFFFFFF
         maps = nu.parse_numa_maps(s.read_text("/proc/self/numa_maps"))
         (data,) = [e for e in maps if e.start == r.address]
         (room,) = [e for e in maps if e.start == r._room()[0]]
@@ -165,7 +165,7 @@ def test_a_crash_between_the_two_removals_leaves_what_cleanup_removes():
     p.call("shm_rmid", r.shmid)  # the data went; its remover died before the record segment
     p.exit()
     (row,) = nu.cleanup(min_age=0, backend=s)
-    assert row["key"] == f"0x{nu._companion_key(r.ipc_key):08x}", row
+    assert row["key"] == f"0x{nu.record_segment_key(r.ipc_key):08x}", row
     assert "whose data segment" in row["why"] or row["action"] == "would remove", row
     (row,) = nu.cleanup("half", remove=True, min_age=0, backend=s)
     assert row["action"] == "removed", row

@@ -228,13 +228,11 @@ def test_no_isinstance_on_backend_classes(name):
     assert not checks, f"{name} tests a backend by its class: {checks}"
 
 
-# Issue 28 §5: what the CLI needs from the library is public API.  The target is 5
-# private names; the ceiling is today's count, which no change may raise.  Left today:
-# the command framework status shares with the CLI (_backend_from_args, _print_json,
-# _prog, _run), numactl's strtoul, the identity records `maps` reads (_companion_key,
-# _record_layout, _tail_record) and its line splitter (_whole_lines).
+# Issue 28 §5: what the CLI needs from the library is public API: at most 5 private
+# names.  The 5 left: the command framework status shares with the CLI (_print_json,
+# _prog, _run), numactl's strtoul (_strtoul, which parse_nodestring shares) and the
+# numa_maps line splitter (_whole_lines).
 MAX_CLI_PRIVATE_NAMES = 5
-CLI_PRIVATE_NAMES_CEILING = 9
 
 
 def _cli_private_names():
@@ -254,12 +252,6 @@ def _cli_private_names():
     )
 
 
-def test_cli_private_library_names_never_grow():
-    names = _cli_private_names()
-    assert len(names) <= CLI_PRIVATE_NAMES_CEILING, names
-
-
-@pytest.mark.xfail(strict=True, reason="issue 28 §5 under way: 9 private names left")
 def test_cli_uses_at_most_5_private_library_names():
     names = _cli_private_names()
     assert len(names) <= MAX_CLI_PRIVATE_NAMES, names

@@ -2,6 +2,7 @@
 ``call(name, *args)``, whose operations the docstring of ``Backend.call`` lists."""
 
 import ast
+import ctypes
 import errno
 import inspect
 
@@ -113,3 +114,44 @@ def test_hook_call_makes_one_operation_fail_and_leaves_the_rest():
         nu.SharedRegion.create("full", 1 << 20, kind="sysv", backend=s)
     assert err.value.errno == errno.ENOSPC
     assert s.call("geteuid") == s.uid
+
+
+# -- the public calls the CLI is built on -----------------------------------------------
+
+
+def test_backend_for_root_reads_this_system_or_a_saved_tree(tmp_path):
+    assert nu.backend_for_root(None) is nu.default_backend()
+    assert nu.backend_for_root("/") is nu.default_backend()
+    saved = nu.backend_for_root(fixture_root("single-node"))
+    assert not saved.is_live
+    assert nu.read_topology(backend=saved).nodes_with_memory == frozenset({0})
+    with pytest.raises(FileNotFoundError):
+        nu.backend_for_root(str(tmp_path / "absent"))
+    (tmp_path / "root" / "sys").mkdir(parents=True)
+    with pytest.raises(ValueError, match=r"not a saved tree .*did you mean .*/root\?"):
+        nu.backend_for_root(str(tmp_path))
+
+
+def test_identity_record_read_from_the_bytes_alone():
+    s = sim("dual-socket-8gpu")
+    region = nu.SharedRegion.create("kv-rec", 3 << 20, layout="parts:bind:0/1", backend=s)
+    try:
+        mapped = region._mapped  # the data and the record after it
+
+        def read(offset, n):
+            return ctypes.string_at(region.address + offset, n)
+
+        record = nu.read_identity_record(read, mapped, "kv-rec")
+        assert record["key"] == "kv-rec" and record["size"] == 3 << 20
+        assert str(nu.record_layout(record)) == str(region.layout)
+        # The same bytes cut short of their record: none, not an error.
+        assert nu.read_identity_record(read, mapped - 4096, "kv-rec") is None
+    finally:
+        region.destroy()
+
+
+def test_record_segment_key_keeps_the_name_bits_under_its_own_prefix():
+    key = nu.SYSV_KEY_PREFIX | 0x123456
+    room = nu.record_segment_key(key)
+    assert room & 0xFFFFFF == 0x123456
+    assert room & nu.SYSV_KEY_MASK != nu.SYSV_KEY_PREFIX  # never a data segment's key
