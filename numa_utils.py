@@ -251,23 +251,28 @@ def _warn_once(key: str, msg: str, *args: Any) -> None:
     import logging
 
     if _cli_verbose is not None:  # the command line: its format, set when first needed
-        logging.basicConfig(
-            level=logging.INFO if _cli_verbose else logging.WARNING,
-            format="%(levelname)s %(message)s",
-        )
+        if _cli_verbose:
+            level = logging.INFO
+        else:
+            level = logging.WARNING
+        logging.basicConfig(level=level, format="%(levelname)s %(message)s")
     logging.getLogger(__name__).warning(msg, *args)
 
 
 def _oserror(err: int, what: str, extra: str = "") -> OSError:
     """errno-first OSError, so callers get PermissionError & co for free."""
-    return OSError(err, f"{what}: {os.strerror(err)}" + (f" ({extra})" if extra else ""))
+    if extra:
+        return OSError(err, f"{what}: {os.strerror(err)} ({extra})")
+    return OSError(err, f"{what}: {os.strerror(err)}")
 
 
 def format_kib(kb: int) -> str:
     """A size in KiB for people: "512 KiB", "1.5 GiB" (one decimal, binary units up
     to TiB).  Use format_size for a size that must read back exactly."""
-    e = min(3, (kb.bit_length() - 1) // 10) if kb >= 1024 else 0
-    return f"{kb / (1 << 10 * e):.1f} {'KMGT'[e]}iB" if e else f"{kb} KiB"
+    if kb < 1024:
+        return f"{kb} KiB"
+    power = min(3, (kb.bit_length() - 1) // 10)  # of 1024: 1 for MiB, up to 3 for TiB
+    return f"{kb / (1 << 10 * power):.1f} {'KMGT'[power]}iB"
 
 
 class NotLiveError(OSError):
@@ -286,7 +291,9 @@ def _clean(text: str) -> str:
 
 
 def _where(source: Optional[str]) -> str:
-    return f" in {source}" if source else ""
+    if source:
+        return f" in {source}"
+    return ""
 
 
 _CHUNK_RE = re.compile(r"^([0-9]{1,9})(?:-([0-9]{1,9})(?::([0-9]{1,9})/([0-9]{1,9}))?)?$")
@@ -301,7 +308,9 @@ MAX_NODES = 1024
 
 def _short(text: str, n: int = 80) -> str:
     """repr() of ``text``, cut to ``n`` characters (error messages stay one line)."""
-    return repr(text) if len(text) <= n else repr(text[:n]) + f"... ({len(text)} chars)"
+    if len(text) <= n:
+        return repr(text)
+    return repr(text[:n]) + f"... ({len(text)} chars)"
 
 
 def _set_bits(value: int) -> FrozenSet[int]:
@@ -327,10 +336,14 @@ def parse_cpulist(
         g = match.groups() if match else ("1", "0", None, None)  # no match: refused below
         lo, used, group = int(g[0]), int(g[2] or 1), int(g[3] or 1)
         hi = int(g[1] or lo)
-        if match is None or hi < lo or used == 0 or group == 0 or used > group or hi >= limit:
+        if hi >= limit:
             raise ValueError(
                 f"invalid CPU/node list{_where(source)}: chunk {chunk[:40]!r} of "
-                f"{_short(text)}" + (f" (ids must be < {limit})" if hi >= limit else "")
+                f"{_short(text)} (ids must be < {limit})"
+            )
+        if match is None or hi < lo or used == 0 or group == 0 or used > group:
+            raise ValueError(
+                f"invalid CPU/node list{_where(source)}: chunk {chunk[:40]!r} of {_short(text)}"
             )
         if group == 1 or used == group:
             bits |= ((1 << (hi - lo + 1)) - 1) << lo
@@ -424,11 +437,10 @@ def parse_cpumap(
             f"invalid CPU mask{_where(source)}: {len(words)} words, more "
             f"than {limit} bits: {_short(text)}"
         )
-    bad = (
-        [w for w in words if not _HEX_WORD.fullmatch(w)]
-        if len(s) != 9 * len(words) - 1 or not re.fullmatch(r"[0-9a-fA-F,]*", s)
-        else []
-    )  # the kernel's: 8 digits each
+    bad: List[str] = []
+    # The kernel's words are 8 digits each; only another text needs a look at each word.
+    if len(s) != 9 * len(words) - 1 or not re.fullmatch(r"[0-9a-fA-F,]*", s):
+        bad = [w for w in words if not _HEX_WORD.fullmatch(w)]
     if bad:
         raise ValueError(
             f"invalid CPU mask{_where(source)}: word {bad[0][:40]!r} of {_short(text)}"
@@ -488,8 +500,11 @@ def parse_meminfo(text: str, *, source: Optional[str] = None) -> Dict[str, int]:
 def parse_distance_row(text: str, *, source: Optional[str] = None) -> Tuple[int, ...]:
     """Parse nodeN/distance ("10 21 21") into a tuple of ints (online-node order)."""
     s = _clean(text)
-    parts = s.split() if re.fullmatch(r"(?a)[0-9]{1,3}(?:\s+[0-9]{1,3})*", s) else ()
-    row = tuple(map(int, parts)) if len(parts) <= MAX_NODES else ()
+    row: Tuple[int, ...] = ()
+    if re.fullmatch(r"(?a)[0-9]{1,3}(?:\s+[0-9]{1,3})*", s):
+        parts = s.split()
+        if len(parts) <= MAX_NODES:
+            row = tuple(map(int, parts))
     if not row or min(row) < 1 or max(row) > 255:
         raise ValueError(f"invalid distance row{_where(source)}: {_short(text)}")
     return row
@@ -499,7 +514,9 @@ def _uint(s: str) -> Optional[int]:
     """An unsigned decimal of 1-20 ASCII digits (a u64), else None.  isdigit() alone
     passes "³", which int() refuses, and int() alone takes "٣", " 1_0 " and, slowly,
     thousands of digits."""
-    return int(s) if 0 < len(s) <= 20 and s.isascii() and s.isdigit() else None
+    if 0 < len(s) <= 20 and s.isascii() and s.isdigit():
+        return int(s)
+    return None
 
 
 _INT_RE = re.compile(r"-?[0-9]{1,20}|0[xX][0-9a-fA-F]{1,16}")
@@ -509,7 +526,9 @@ def _parse_int(text: str, source: str) -> int:
     s = _clean(text)
     if not _INT_RE.fullmatch(s):
         raise ValueError(f"invalid integer in {source}: {_short(text)}")
-    return int(s, 16) if s[1:2] in ("x", "X") else int(s)
+    if s[1:2] in ("x", "X"):
+        return int(s, 16)
+    return int(s)
 
 
 # ===========================================================================
@@ -632,7 +651,11 @@ def abi_for(machine: Optional[str] = None, pointer_bits: Optional[int] = None) -
 def _nodes_txt(ids: Iterable[int]) -> str:
     """ "node 0" / "nodes 0-1,4": the word agrees with the count."""
     some = sorted(ids)
-    return ("node " if len(some) == 1 else "nodes ") + (format_cpulist(some) or "-")
+    if not some:
+        return "nodes -"
+    if len(some) == 1:
+        return f"node {some[0]}"
+    return f"nodes {format_cpulist(some)}"
 
 
 class _Reader:
@@ -670,7 +693,9 @@ class _Reader:
         """A CPU list file, else the hex mask beside it (all that old kernels print:
         POWER7 dumps)."""
         got: Optional[FrozenSet[int]] = self.parsed(cpulist, parse_cpulist)
-        return got if got is not None else self.parsed(cpumap, parse_cpumap)
+        if got is not None:
+            return got
+        return self.parsed(cpumap, parse_cpumap)  # type: ignore[no-any-return]
 
     def integer(self, path: str) -> Optional[int]:
         return self.parsed(path, _parse_int)  # type: ignore[no-any-return]
@@ -911,12 +936,10 @@ def _read_regular(path: str, limit: int, flags: int = 0) -> bytes:
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | flags)
     try:
         st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise OSError(errno.EISDIR, os.strerror(errno.EISDIR))
         if not stat.S_ISREG(st.st_mode):
-            raise (
-                OSError(errno.EISDIR, os.strerror(errno.EISDIR))
-                if stat.S_ISDIR(st.st_mode)
-                else OSError(errno.EINVAL, "not a regular file")
-            )
+            raise OSError(errno.EINVAL, "not a regular file")
         # One read of the size fstat gave (a 1 MiB buffer per small file costs more than
         # reading it), then MiB reads until a short one (a regular file's end) or more
         # than ``limit``.
@@ -1041,6 +1064,9 @@ def parse_sysvipc_shm(text: str) -> Iterator[ShmStat]:
         if len(fields) < 11:
             continue
         try:
+            used = 0
+            if len(fields) > 13:
+                used = max(int(t) for t in fields[11:14])
             yield ShmStat(
                 int(fields[0]) & 0xFFFFFFFF,
                 int(fields[1]),
@@ -1053,7 +1079,7 @@ def parse_sysvipc_shm(text: str) -> Iterator[ShmStat]:
                 int(fields[6]),
                 int(fields[4]),
                 int(fields[5]),
-                used=max(int(t) for t in fields[11:14]) if len(fields) > 13 else 0,
+                used=used,
             )
         except ValueError:
             raise ValueError(f"invalid /proc/sysvipc/shm line: {_short(line)}") from None
@@ -1173,7 +1199,10 @@ class LinuxBackend(Backend):
             links += 1
             if links > 40:
                 raise _oserror(errno.ELOOP, path, f"in {self.root}")
-            cur = [] if link.startswith("/") else cur[:-1]
+            if link.startswith("/"):
+                cur = []  # from the tree's root
+            else:
+                cur = cur[:-1]  # from the link's folder
             todo.extend(link.split("/")[::-1])
         return "/".join(cur)
 
@@ -1188,11 +1217,11 @@ class LinuxBackend(Backend):
             head, _, leaf = rel.rpartition("/")
             base = self._real_paths.get(head)
             if base is None:
-                base = (
-                    self._rel(tree, head)
-                    if 0 < head.count("/") < 64
-                    else self._real_paths.setdefault(head, self._walk(tree, head))
-                )
+                if 0 < head.count("/") < 64:
+                    base = self._rel(tree, head)
+                else:
+                    base = self._real_paths.setdefault(head, self._walk(tree, head))
+
             got = f"{base}/{leaf}" if base else leaf  # most leaves: a plain name
             if leaf in ("", ".", "..") or leaf_too and tree.link(got) is not None:
                 got = self._walk(tree, leaf, base)
@@ -1413,7 +1442,9 @@ class LinuxBackend(Backend):
         os.close(fd)
 
     def _call_mmap(self, length: int, fd: int, huge: bool = False) -> int:
-        flags = _MAP_SHARED | (_MAP_HUGETLB if huge else 0)
+        flags = _MAP_SHARED
+        if huge:
+            flags |= _MAP_HUGETLB
         return int(self._libc_call("mmap", None, length, _PROT_READ | _PROT_WRITE, flags, fd, 0))
 
     def _call_munmap(self, addr: int, length: int) -> None:
@@ -1507,7 +1538,10 @@ def _sibling(module: str) -> Any:
     uses, never a module of the engine that has the library's name."""
     import importlib.util
 
-    for name in ([f"{__package__}.{module}"] if __package__ else []) + [module]:
+    names = [module]
+    if __package__:
+        names = [f"{__package__}.{module}", module]
+    for name in names:
         if name in sys.modules:
             return sys.modules[name]
         spec = importlib.util.find_spec(name)
@@ -1669,13 +1703,18 @@ class Topology(_Record):
             if c not in left:
                 continue
             info = self.cpus.get(c)
-            sib = {c, *(info.siblings if info is not None else ())} & left
+            sib = {c}
+            if info is not None:
+                sib.update(info.siblings)
+            sib &= left
             left -= sib
             out.append(tuple(sorted(sib)))
         return out
 
     def node_of_cpu(self, cpu: int) -> Optional[int]:
-        return self.cpus[cpu].node if cpu in self.cpus else None
+        if cpu not in self.cpus:
+            return None
+        return self.cpus[cpu].node
 
     @property
     def mems_allowed(self) -> FrozenSet[int]:
@@ -1700,10 +1739,14 @@ class Topology(_Record):
         """Nodes with CPUs per package: 1, or 2-4 with Intel SNC / AMD NPS; None when
         packages differ or sysfs does not tell."""
         counts = {len(value) for value in self.package_nodes.values()}
-        return counts.pop() if len(counts) == 1 else None
+        if len(counts) != 1:
+            return None
+        return counts.pop()
 
     def distance(self, a: int, b: int) -> Optional[int]:
-        return self.nodes[a].distances.get(b) if a in self.nodes else None
+        if a not in self.nodes:
+            return None
+        return self.nodes[a].distances.get(b)
 
     def nearest(self, node: int, among: Iterable[int]) -> List[int]:
         """``among`` sorted by distance from ``node`` (unknown distances last), then id."""
@@ -1714,7 +1757,9 @@ class Topology(_Record):
 def _id_of(name: str, prefix: str) -> Optional[int]:
     """7 for "node7" with prefix "node"; None for anything else ("node³", "nodes")."""
     tail = name[len(prefix) :]
-    return _uint(tail) if name.startswith(prefix) and len(tail) <= 9 else None
+    if not name.startswith(prefix) or len(tail) > 9:
+        return None
+    return _uint(tail)
 
 
 def _node_dirs(reader: _Reader) -> List[int]:
@@ -1830,12 +1875,10 @@ def _node_ids(nodes: Iterable[int]) -> FrozenSet[int]:
 
 def _swap_words(raw: bytes, abi: Abi) -> bytes:
     """Little-endian bytes as the ABI's words, and back (the same on little-endian ABIs)."""
+    if abi.byteorder == "little":
+        return raw
     wb = abi.word_bits // 8
-    return (
-        raw
-        if abi.byteorder == "little"
-        else b"".join(raw[i : i + wb][::-1] for i in range(0, len(raw), wb))
-    )
+    return b"".join(raw[i : i + wb][::-1] for i in range(0, len(raw), wb))
 
 
 def _encode_nodemask(nodes: Iterable[int], words: int, abi: Abi) -> bytes:
@@ -1866,7 +1909,9 @@ class NodeMask:
         self.abi = abi if abi is not None else abi_for()
         self.nodes = ids = _node_ids(nodes)
         w = self.abi.word_bits
-        need = max(max(ids) + 1 if ids else 0, bits, 1)
+        need = max(bits, 1)
+        if ids:
+            need = max(need, max(ids) + 1)
         self.words = (need + w - 1) // w
         self.bits = self.words * w
         # Room for what get_mempolicy writes: ALIGN(maxnode - 1, 64) / 8 bytes.
@@ -1911,6 +1956,9 @@ def get_mempolicy(
     # An int the kernel writes, decoded in the ABI's byte order (the same as the
     # host's on a real kernel; a simulated big-endian kernel writes big-endian).
     pol = ctypes.create_string_buffer(4)
+    call_flags = int(flags)
+    if addr is not None:
+        call_flags |= GetFlag.ADDR
     backend.call(
         "syscall",
         backend.abi.number("get_mempolicy"),
@@ -1918,7 +1966,7 @@ def get_mempolicy(
         mask.address,
         mask.maxnode,
         addr or 0,
-        int(flags) | (GetFlag.ADDR if addr is not None else 0),
+        call_flags,
     )
     return int.from_bytes(pol.raw, backend.abi.byteorder, signed=True), mask.read()
 
@@ -1948,11 +1996,18 @@ def move_pages(
     if nodes is not None and len(nodes) != count:
         raise ValueError("move_pages: pages and nodes differ in length")
     bits = _pointer_bits(backend.abi)
-    ints = (">" if backend.abi.byteorder == "big" else "<") + f"{count}i"
+    if backend.abi.byteorder == "big":
+        ints = f">{count}i"
+    else:
+        ints = f"<{count}i"
     parr = _c_array(
         b"".join((v & ((1 << bits) - 1)).to_bytes(bits // 8, backend.abi.byteorder) for v in pages)
     )
-    narr = _c_array(struct.pack(ints, *nodes)) if nodes is not None else None
+    narr = None  # held until the call returns
+    nodes_address = 0
+    if nodes is not None:
+        narr = _c_array(struct.pack(ints, *nodes))
+        nodes_address = ctypes.addressof(narr)
     status = _c_array(bytes(4 * count))
     backend.call(
         "syscall",
@@ -1960,7 +2015,7 @@ def move_pages(
         pid,
         count,
         ctypes.addressof(parr),
-        ctypes.addressof(narr) if narr is not None else 0,
+        nodes_address,
         ctypes.addressof(status),
         int(flags),
     )
@@ -2054,6 +2109,13 @@ def buffer_range(buf: Any, length: Optional[int] = None) -> Tuple[int, int]:
     return addr, size
 
 
+def _first_byte(buf: Any) -> int:
+    """The address of ``buf``'s first byte (an int is that address)."""
+    if isinstance(buf, int):
+        return buffer_range(buf, 1)[0]
+    return buffer_range(buf)[0]
+
+
 def node_of(buf: Any, *, backend: Optional[Backend] = None) -> Optional[int]:
     """The node holding the page of ``buf``'s first byte; None if not faulted in.
 
@@ -2062,11 +2124,14 @@ def node_of(buf: Any, *, backend: Optional[Backend] = None) -> Optional[int]:
     page in.
     """
     backend = _b(backend)
-    addr = buffer_range(buf, 1 if isinstance(buf, int) else None)[0]
+    addr = _first_byte(buf)
     page = addr - addr % backend.page_size
     try:
         st = move_pages(0, [page], backend=backend)[0]
-        return st if st >= 0 else None
+        if st < 0:
+            return None
+        return st
+
     except OSError as err:
         if err.errno not in (errno.EPERM, errno.ENOSYS):
             raise
@@ -3809,8 +3874,11 @@ class thread_policy:
 
 def get_policy(buf: Any = None, *, backend: Optional[Backend] = None) -> PolicyInfo:
     """The policy of the page holding ``buf``'s first byte (or of the calling thread)."""
-    addr = None if buf is None else buffer_range(buf, 1 if isinstance(buf, int) else None)[0]
+    addr = None  # the calling thread's policy
+    if buf is not None:
+        addr = _first_byte(buf)
     value, nodes = get_mempolicy(addr, backend=backend)
+
     return PolicyInfo(Mode(value & ~_MODE_FLAGS_MASK), value & _MODE_FLAGS_MASK, nodes)
 
 
