@@ -2262,7 +2262,10 @@ def _read_devices(
                 f"{folder}/numa_node names node {numa}, which is not online here: "
                 "its node is taken from local_cpulist"
             )
-        node, how = _device_node(numa if named else None, hits, cpu_nodes)
+        if named:
+            node, how = _device_node(numa, hits, cpu_nodes)
+        else:
+            node, how = _device_node(None, hits, cpu_nodes)
         sub = {c: sorted(reader.listdir(f"{folder}/{c}")) for c in _NAME_CLASSES}
         kind = _device_kind(cls, gpu, bool(sub["infiniband"]))
         try:
@@ -2270,6 +2273,9 @@ def _read_devices(
         except OSError:
             parts = []
         top = [i for i, p in enumerate(parts) if re.match(r"^pci[0-9a-f]{4,}:[0-9a-f]{2}$", p)]
+        path: Tuple[str, ...] = (addr,)  # no host bridge in the link (a saved tree)
+        if top:
+            path = tuple(parts[top[0] :])
         out.append(
             Device(
                 addr,
@@ -2282,7 +2288,7 @@ def _read_devices(
                 how,
                 local,
                 tuple(n for c in _NAME_CLASSES for n in sub[c]),
-                tuple(parts[top[0] :]) if top else (addr,),
+                path,
             )
         )
     return tuple(out)
@@ -2354,16 +2360,16 @@ def _node_kind(
 ) -> Tuple[str, str]:
     """(kind, evidence) from sysfs alone; GPU memory is told apart afterwards."""
     if node.id in gi:  # ACPI SRAT generic initiator (Linux 5.10+): a device's node
-        return "generic-initiator", "in has_generic_initiator" + (
-            "" if node.cpus or node.id in with_mem else "; no CPUs, no memory"
-        )
+        if node.cpus or node.id in with_mem:
+            return "generic-initiator", "in has_generic_initiator"
+        return "generic-initiator", "in has_generic_initiator; no CPUs, no memory"
     if node.id not in with_mem:
         return "no-memory", "not in has_memory"
     if normal is not None and node.id not in normal:
-        return "movable-only", (
-            "memory only in ZONE_MOVABLE (not in has_normal_memory)"
-            + ("" if node.cpus else "; no CPUs")
-        )
+        if node.cpus:
+            return "movable-only", "memory only in ZONE_MOVABLE (not in has_normal_memory)"
+        return "movable-only", "memory only in ZONE_MOVABLE (not in has_normal_memory); no CPUs"
+
     if node.cpus:
         return "dram", f"CPUs {format_cpulist(node.cpus)} and normal memory"
     return "cpu-less", "memory but no CPUs"
@@ -2432,12 +2438,17 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
     def ask(fn: Any, *args: Any, out: Any = None) -> Any:
         """``out`` (default an unsigned int) as NVML function ``fn`` fills it through
         its last argument; None when it fails or this NVML lacks it (``fn`` None)."""
-        out = ctypes.c_uint(0) if out is None else out
-        return out if fn is not None and fn(*args, ctypes.byref(out)) == 0 else None
+        if out is None:
+            out = ctypes.c_uint(0)
+        if fn is None or fn(*args, ctypes.byref(out)) != 0:
+            return None
+        return out
 
     def uuid_of(h: Any) -> Optional[str]:
         buf = ctypes.create_string_buffer(96)
-        return buf.value.decode() if lib.nvmlDeviceGetUUID(h, buf, 96) == 0 else None
+        if lib.nvmlDeviceGetUUID(h, buf, 96) != 0:
+            return None
+        return buf.value.decode()
 
     try:
         if (getattr(lib, "nvmlInit_v2", None) or lib.nvmlInit)() != 0:
@@ -2452,11 +2463,19 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
         get_pci = getattr(lib, "nvmlDeviceGetPciInfo_v3", None) or lib.nvmlDeviceGetPciInfo_v2
         for i in range(count.value):
             h = ask(lib.nvmlDeviceGetHandleByIndex_v2, ctypes.c_uint(i), out=ctypes.c_void_p())
-            pci = ask(get_pci, h, out=PciInfo()) if h is not None else None
+            if h is None:
+                continue
+            pci = ask(get_pci, h, out=PciInfo())
             if pci is None:
                 continue
             node = ask(getattr(lib, "nvmlDeviceGetNumaNodeId", None), h)
+            node_id = None  # not a coherent platform's GPU, or NVML does not say
+            if node is not None:
+                node_id = int(node.value)
             maxmig = ask(getattr(lib, "nvmlDeviceGetMaxMigDeviceCount", None), h)
+            mig_count = 0
+            if maxmig:
+                mig_count = maxmig.value
             mhs = [
                 ask(
                     lib.nvmlDeviceGetMigDeviceHandleByIndex,
@@ -2464,14 +2483,14 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
                     ctypes.c_uint(j),
                     out=ctypes.c_void_p(),
                 )
-                for j in range(maxmig.value if maxmig else 0)
+                for j in range(mig_count)
             ]
             migs = (uuid_of(mh) for mh in mhs if mh is not None)
             out.append(
                 _NvmlGpu(
                     f"{pci.domain:04x}:{pci.bus:02x}:{pci.device:02x}.0",
                     uuid_of(h) or "",
-                    None if node is None else int(node.value),
+                    node_id,
                     tuple(m for m in migs if m is not None),
                 )
             )
@@ -2592,7 +2611,10 @@ def _record_json(rec: Any, **replace: Dict[str, Any]) -> Dict[str, Any]:
     stand in its place (another name or form, or extra keys beside it)."""
     out: Dict[str, Any] = {}
     for key, value in rec._asdict().items():
-        out.update(replace[key] if key in replace else {key: to_json(value)})
+        if key in replace:
+            out.update(replace[key])
+        else:
+            out[key] = to_json(value)
     return out
 
 
@@ -2720,9 +2742,12 @@ def _gpu_infos(topo: Topology, backend: Backend) -> List[GpuInfo]:
     out = []
     for dev in topo.gpus:
         node, how = dev.node, dev.node_source
-        cpu_node = _nearest_cpu_node(topo, node) if node is not None else None
+        cpu_node = None
+        if node is not None:
+            cpu_node = _nearest_cpu_node(topo, node)
         if node is not None and cpu_node != node:
             how += f", CPU-less: nearest node with CPUs is {cpu_node}"
+
         pci = _norm_bus_id(dev.address)
         out.append(
             GpuInfo(
@@ -2763,44 +2788,52 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     rows: Dict[int, Optional[Tuple[int, ...]]] = {0: (10,)}
     lacks: Optional[Set[str]] = None
     for node in sorted(online):
-        d = f"{_NODE_DIR}/node{node}" if has_node_dir else ""
+        folder = f"{_NODE_DIR}/node{node}"
+        meminfo = "/proc/meminfo"
+        hugepages = "/sys/kernel/mm/hugepages"
         if has_node_dir:
+            meminfo = f"{folder}/meminfo"
+            hugepages = f"{folder}/hugepages"
             # As for CPUs: a name the first node lacks (old kernels' cpulist, hugetlbfs
             # configured out) is not looked for in the others.
-            lacks = (
-                lacks
-                if lacks is not None
-                else {f for f in ("cpulist", "hugepages") if not reader.exists(f"{d}/{f}")}
-            )
-            node_cpus[node] = (
-                reader.cpus(f"{d}/cpulist", f"{d}/cpumap")
-                if "cpulist" not in lacks
-                else reader.parsed(f"{d}/cpumap", parse_cpumap)
-            ) or frozenset()
-        mi = reader.parsed(f"{d}/meminfo" if d else "/proc/meminfo", parse_meminfo) or {}
+            if lacks is None:
+                lacks = set()
+                for name in ("cpulist", "hugepages"):
+                    if not reader.exists(f"{folder}/{name}"):
+                        lacks.add(name)
+            found: Optional[FrozenSet[int]]
+            if "cpulist" in lacks:
+                found = reader.parsed(f"{folder}/cpumap", parse_cpumap)
+            else:
+                found = reader.cpus(f"{folder}/cpulist", f"{folder}/cpumap")
+            node_cpus[node] = found or frozenset()
+        mi = reader.parsed(meminfo, parse_meminfo) or {}
         mem[node] = (mi.get("MemTotal", 0), mi.get("MemFree", 0))
-        hp[node] = (
-            {}
-            if lacks and "hugepages" in lacks
-            else _hugepages(reader, f"{d}/hugepages" if d else "/sys/kernel/mm/hugepages")
-        )
-        if d:
-            rows[node] = reader.parsed(f"{d}/distance", parse_distance_row)
+        if lacks and "hugepages" in lacks:
+            hp[node] = {}
+        else:
+            hp[node] = _hugepages(reader, hugepages)
+        if has_node_dir:
+            rows[node] = reader.parsed(f"{folder}/distance", parse_distance_row)
 
     def listed(name: str, default: Any) -> Any:
         """A node list of the node directory, cut to the online nodes (once, here)."""
         path = f"{_NODE_DIR}/{name}"
-        got = reader.parsed(path, _parse_nodelist, default) if has_node_dir else default
-        return got if got is None else reader.online(got, online, path)
+        got = default
+        if has_node_dir:
+            got = reader.parsed(path, _parse_nodelist, default)
+        if got is None:
+            return None
+        return reader.online(got, online, path)
 
-    with_cpus: FrozenSet[int] = listed(
-        "has_cpu",
-        frozenset(node for node, cpu in node_cpus.items() if cpu) if has_node_dir else online,
-    )
-    with_mem: FrozenSet[int] = listed(
-        "has_memory",
-        frozenset(node for node, (t, _) in mem.items() if t > 0) if has_node_dir else online,
-    )
+    # What listed() falls back to when has_cpu or has_memory cannot be read: the nodes
+    # the per-node files showed CPUs and memory on.
+    found_cpus = found_mem = online
+    if has_node_dir:
+        found_cpus = frozenset(node for node, cpu in node_cpus.items() if cpu)
+        found_mem = frozenset(node for node, (total, _) in mem.items() if total > 0)
+    with_cpus: FrozenSet[int] = listed("has_cpu", found_cpus)
+    with_mem: FrozenSet[int] = listed("has_memory", found_mem)
     node_of = {cpu: node for node, cl in node_cpus.items() for cpu in cl}
     cpus, online_cpus = _read_cpus(reader, node_of)
     if not has_node_dir:
@@ -2844,28 +2877,39 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     normal: Optional[FrozenSet[int]] = listed("has_normal_memory", None)
     gi: FrozenSet[int] = listed("has_generic_initiator", frozenset())
     links: Dict[int, List[str]] = {}
-    for dev in _read_devices(reader, node_of, with_cpus, online) if gi else ():
-        links.setdefault(dev.numa_node, []).append(dev.address)
+    if gi:
+        for dev in _read_devices(reader, node_of, with_cpus, online):
+            links.setdefault(dev.numa_node, []).append(dev.address)
     for node, nd in nodes.items():
-        nd = nd._replace(
-            tier=tier_of.get(node),
-            access=_read_access(reader, node, online)
-            if has_node_dir and node in with_mem
-            else None,
-            has_normal_memory=None if normal is None else node in normal,
-        )
+        access = None
+        if has_node_dir and node in with_mem:
+            access = _read_access(reader, node, online)
+        has_normal = None
+        if normal is not None:
+            has_normal = node in normal
+        nd = nd._replace(tier=tier_of.get(node), access=access, has_normal_memory=has_normal)
         kind, why = _node_kind(nd, with_mem, normal, gi)
-        if node in gi:
-            why += "; standing for " + (
-                ", ".join(links[node]) if node in links else "a device no PCI numa_node names"
-            )
+        if node in gi and node in links:
+            why += "; standing for " + ", ".join(links[node])
+        elif node in gi:
+            why += "; standing for a device no PCI numa_node names"
         nodes[node] = nd._replace(kind=kind, kind_evidence=why)
     weights, auto = _read_weights(reader, online, possible)
     nb = reader.integer("/proc/sys/kernel/numa_balancing")
     thp_text = reader.text("/sys/kernel/mm/transparent_hugepage/enabled")
     thp = re.search(r"\[(\w+)\]", thp_text or "")
-    if thp_text is not None and not thp:
+    thp_mode = None
+    if thp:
+        thp_mode = thp.group(1)
+    elif thp_text is not None:
         reader.problems.append(f"no [selected] THP mode in {thp_text.strip()!r}")
+    if allowed_cpus is None:
+        allowed_cpus = online_cpus
+    if allowed_mems is None:
+        allowed_mems = with_mem
+    frozen_weights = None
+    if weights is not None:
+        frozen_weights = MappingProxyType(weights)
     topo = Topology(
         nodes=MappingProxyType(nodes),
         online_nodes=online,
@@ -2874,15 +2918,15 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
         nodes_with_memory=with_mem,
         cpus=MappingProxyType(cpus),
         online_cpus=online_cpus,
-        allowed_cpus=online_cpus if allowed_cpus is None else allowed_cpus,
-        allowed_mems=with_mem if allowed_mems is None else allowed_mems,
+        allowed_cpus=allowed_cpus,
+        allowed_mems=allowed_mems,
         gpus=_read_devices(reader, node_of, with_cpus, online, True),
         numa_balancing=nb,
-        thp=thp.group(1) if thp else None,
+        thp=thp_mode,
         problems=tuple(reader.problems),
         has_node_dir=has_node_dir,
         memory_tiers=MappingProxyType(tiers),
-        interleave_weights=None if weights is None else MappingProxyType(weights),
+        interleave_weights=frozen_weights,
         interleave_auto=auto,
     )
     k = topo.nodes_per_package
