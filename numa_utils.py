@@ -2964,6 +2964,13 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
 # ---------------------------------------------------------------------------
 
 
+def _topology_or_read(topology: Optional[Topology], backend: Optional[Backend]) -> Topology:
+    """``topology`` when the caller passed one, else the system's, read now."""
+    if topology is not None:
+        return topology
+    return read_topology(backend=backend)
+
+
 class MemoryNodeChoice(_Record):
     """The nodes default_memory_nodes() chose, those it left out (node -> why) and
     what the choice rests on ("memory tiers", "distances (no tier or HMAT data)" ...)."""
@@ -3010,7 +3017,7 @@ def memory_node_choice(
     CPU-less tiers (HBM in flat mode: small, for explicit use) are left out.  Without
     tier data, a CPU-less node with no HMAT figures is left out when it is farther
     from every CPU node than the CPU nodes are from each other."""
-    topo = topology if topology is not None else read_topology(backend=backend)
+    topo = _topology_or_read(topology, backend)
     cands = set(topo.usable_memory_nodes)
     left = {
         nid: (
@@ -3210,15 +3217,20 @@ def mbind(
     """mbind(2): set the policy of [addr, addr+length).  ``addr`` must be page aligned."""
     backend = _b(backend)
     ids = frozenset(nodes)
-    mask = NodeMask(ids, abi=backend.abi) if ids else None  # no nodes: a NULL mask
+    mask = None  # no nodes: a NULL mask
+    mask_address = maxnode = 0
+    if ids:
+        mask = NodeMask(ids, abi=backend.abi)
+        mask_address = mask.address
+        maxnode = mask.maxnode
     backend.call(
         "syscall",
         backend.abi.number("mbind"),
         addr,
         length,
         int(mode) | int(mode_flags),
-        mask.address if mask else 0,
-        mask.maxnode if mask else 0,
+        mask_address,
+        maxnode,
         int(flags),
     )
 
@@ -3229,13 +3241,18 @@ def set_mempolicy(
     """set_mempolicy(2): the calling THREAD's policy (threads it creates inherit it)."""
     backend = _b(backend)
     ids = frozenset(nodes)
-    mask = NodeMask(ids, abi=backend.abi) if ids else None
+    mask = None  # no nodes: a NULL mask
+    mask_address = maxnode = 0
+    if ids:
+        mask = NodeMask(ids, abi=backend.abi)
+        mask_address = mask.address
+        maxnode = mask.maxnode
     backend.call(
         "syscall",
         backend.abi.number("set_mempolicy"),
         int(mode) | int(mode_flags),
-        mask.address if mask else 0,
-        mask.maxnode if mask else 0,
+        mask_address,
+        maxnode,
     )
 
 
@@ -3387,7 +3404,8 @@ def _memory_nodes(backend: Backend) -> Tuple[FrozenSet[int], FrozenSet[int], Fro
         _, allowed = _allowed_from_status(backend)
     except ValueError:
         allowed = None
-    allowed = allowed if allowed is not None else mem
+    if allowed is None:
+        allowed = mem
     texts = tuple(reader.text(f"{_NODE_DIR}/{name}") for name in ("has_cpu", "has_normal_memory"))
     tiers = tuple(sorted(x for x in reader.listdir(_TIER_DIR) if x.startswith("memory_tier")))
     try:  # every memory node has CPUs and normal memory
@@ -3493,7 +3511,9 @@ def _env(suffix: str) -> Any:
 
 
 def _strict_or_env(strict: Optional[bool]) -> bool:
-    return bool(strict) if strict is not None else bool(_env("NUMA_STRICT"))
+    if strict is not None:
+        return bool(strict)
+    return bool(_env("NUMA_STRICT"))
 
 
 def _devices(topo: Topology, backend: Backend) -> Tuple[Device, ...]:
@@ -3526,7 +3546,9 @@ class NodeListError(ValueError):
 
     def __init__(self, msg: str, warn: bool = True, blank: bool = False) -> None:
         super().__init__(msg)
-        self.warn = (msg + "\n" * blank) if warn else ""
+        self.warn = ""
+        if warn:
+            self.warn = msg + "\n" * blank
 
 
 # libnuma's device forms (netdev:eth0, ...): the numactl command line resolves them
@@ -3585,10 +3607,15 @@ def parse_nodestring(
     node or CPU the machine has.  An empty text is the empty set.  Raises ValueError
     with libnuma's reason."""
     backend = _b(backend)
-    topo = topology if topology is not None else read_topology(backend=backend)
-    what = "cpu" if cpus else "node"
-    top = max(topo.cpus if cpus else topo.nodes, default=0) + 1
-    conf = top if cpus else len(topo.nodes_with_memory)  # numa_num_configured_cpus/_nodes (sic)
+    topo = _topology_or_read(topology, backend)
+    if cpus:
+        what = "cpu"
+        top = max(topo.cpus, default=0) + 1
+        conf = top  # numa_num_configured_cpus
+    else:
+        what = "node"
+        top = max(topo.nodes, default=0) + 1
+        conf = len(topo.nodes_with_memory)  # numa_num_configured_nodes (sic)
     if possible:
         allowed = frozenset(range(top))
     elif cpus:
@@ -3703,16 +3730,16 @@ def _apply_policy(
         nodes = known["env"]
     mname = _MODE_WORDS[m].result
     what = f"{mname} policy"
-    start, size = (
-        (0, 0)
-        if buf is None
-        else _page_range(*buffer_range(buf, length), page_size or backend.page_size)
-    )
+    start = size = 0  # no buffer: the calling thread's policy
+    if buf is not None:
+        start, size = _page_range(*buffer_range(buf, length), page_size or backend.page_size)
     explicit = nodes is not None
     if "memory" not in known:
         known["memory"] = _memory_nodes(backend)
     mem, allowed, default = known["memory"]
-    want = _node_ids(nodes) if nodes is not None else default
+    want = default
+    if nodes is not None:
+        want = _node_ids(nodes)
     res = PolicyResult(False, mname, want, start, size)
     if not enabled:
         return res._replace(reason="disabled", hint=_HINTS["disabled"])
@@ -3735,10 +3762,10 @@ def _apply_policy(
             )
         want = want - dropped
         res = res._replace(nodes=want, dropped=dropped)
+        if not want and forbidden:
+            return _fallback(res, strict_, what, "cpuset", errno.EINVAL)
         if not want:
-            return _fallback(
-                res, strict_, what, "cpuset" if forbidden else "no-memory-node", errno.EINVAL
-            )
+            return _fallback(res, strict_, what, "no-memory-node", errno.EINVAL)
         if not explicit and len(want) < 2 and m in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
             return res._replace(reason="single-node", hint=_HINTS["single-node"])
         if m == Mode.PREFERRED and len(want) > 1:
@@ -3749,24 +3776,18 @@ def _apply_policy(
         if buf is None:
             set_mempolicy(m, want, mode_flags=mode_flags, backend=backend)
         elif size:
-            mbind(
-                start,
-                size,
-                m,
-                want,
-                MbindFlag.MOVE if move else 0,
-                mode_flags=mode_flags,
-                backend=backend,
-            )
+            mbind_flags = 0
+            if move:
+                mbind_flags = MbindFlag.MOVE
+            mbind(start, size, m, want, mbind_flags, mode_flags=mode_flags, backend=backend)
     except NotLiveError as e:
         return _fallback(res, strict_, what, "not-live", e.errno)
     except OSError as e:
         err = e.errno or errno.EIO
         # Before 6.9 mode 6 is an invalid mode: never a silent plain interleave.
-        wi = err == errno.EINVAL and m == Mode.WEIGHTED_INTERLEAVE
-        return _fallback(
-            res, strict_, what, "no-weighted-interleave" if wi else _errno_reason(err), err
-        )
+        if err == errno.EINVAL and m == Mode.WEIGHTED_INTERLEAVE:
+            return _fallback(res, strict_, what, "no-weighted-interleave", err)
+        return _fallback(res, strict_, what, _errno_reason(err), err)
     res = res._replace(applied=True)
     if size and not move and count_resident and m != Mode.DEFAULT:
         try:  # mincore counts base pages, also in a hugetlb mapping
@@ -3981,10 +4002,12 @@ def suggest_weights(
     import math
     from functools import reduce
 
-    topo = topology if topology is not None else read_topology(backend=backend)
+    topo = _topology_or_read(topology, backend)
     bw = {}
     for node in sorted(topo.nodes_with_memory):
-        access = topo.nodes[node].access if node in topo.nodes else None
+        if node not in topo.nodes:
+            continue
+        access = topo.nodes[node].access
         if access is None or (initiator is not None and initiator not in access.initiators):
             continue
         known = [x for x in (access.read_bandwidth_mbps, access.write_bandwidth_mbps) if x]
@@ -4225,10 +4248,11 @@ def _placement_move_pages(backend: Backend, pid: int, addr: int, size: int) -> D
     swap = backend.abi.byteorder != sys.byteorder
     seen: collections.Counter[int] = collections.Counter()
     step = page * 16384  # pages per call
+    typecode = "I"  # the ABI's pointers
+    if _pointer_bits(backend.abi) == 64:
+        typecode = "Q"
     for lo in range(addr - addr % page, end, step):
-        ptrs = array.array(
-            "Q" if _pointer_bits(backend.abi) == 64 else "I", range(lo, min(end, lo + step), page)
-        )
+        ptrs = array.array(typecode, range(lo, min(end, lo + step), page))
         status = array.array("i", bytes(4 * len(ptrs)))
         if swap:
             ptrs.byteswap()
@@ -4314,8 +4338,12 @@ def placement(
     if method == "move_pages" or (
         method == "auto" and npages <= _MOVE_PAGES_LIMIT and backend.abi.supported
     ):
+        target = 0  # move_pages' pid 0: this process
+        if pid != "self":
+            target = int(pid)
         try:
-            return _placement_move_pages(backend, 0 if pid == "self" else int(pid), addr, size)
+            return _placement_move_pages(backend, target, addr, size)
+
         except OSError:
             if method == "move_pages":
                 raise
