@@ -4610,19 +4610,25 @@ class Layout:
         items = []
         for length, pol, nodes in entries:
             w = _mode_of(str(pol))
-            ids = frozenset([nodes] if isinstance(nodes, int) else nodes or ())
+            if isinstance(nodes, int):
+                ids = frozenset([nodes])
+            else:
+                ids = frozenset(nodes or ())
             if not all(_is_node_id(node) for node in ids):
                 raise ValueError(f"layout: invalid node list {nodes!r}: ids 0 to {MAX_NODES - 1}")
             if (w in (Mode.DEFAULT, Mode.LOCAL)) == bool(ids) and (ids or kind != "extents"):
-                raise ValueError(
-                    f"layout: policy {_MODE_WORDS[w].word} {'takes no' if ids else 'needs'} nodes"
-                )
+                if ids:
+                    raise ValueError(f"layout: policy {_MODE_WORDS[w].word} takes no nodes")
+                raise ValueError(f"layout: policy {_MODE_WORDS[w].word} needs nodes")
             if w == Mode.PREFERRED and len(ids) != 1:
                 raise ValueError("layout: prefer takes one node (prefer-many: several)")
-            if kind != "parts" and not _is_size(length):
+            if kind == "blocks" and not _is_size(length):
                 raise ValueError(
-                    f"layout: {'block size' if kind == 'blocks' else 'extent length'}"
-                    f" {length!r} is not an int from 1 to {_LAYOUT_MAX}"
+                    f"layout: block size {length!r} is not an int from 1 to {_LAYOUT_MAX}"
+                )
+            if kind == "extents" and not _is_size(length):
+                raise ValueError(
+                    f"layout: extent length {length!r} is not an int from 1 to {_LAYOUT_MAX}"
                 )
             items.append((length, _MODE_WORDS[w].word, ids))
         if not items:
@@ -4680,15 +4686,20 @@ class Layout:
         head = body.partition(":")[0]
         try:
             if head in ("parts", "blocks"):
-                fields = body.split(":", 3 if head == "blocks" else 2)[1:]
-                block = parse_size(fields.pop(0)) if head == "blocks" and len(fields) == 3 else 0
+                maxsplit = 2  # parts:POLICY:NODES
+                if head == "blocks":
+                    maxsplit = 3  # blocks:SIZE:POLICY:NODES
+                fields = body.split(":", maxsplit)[1:]
+                block = 0
+                if head == "blocks" and len(fields) == 3:
+                    block = parse_size(fields.pop(0))
                 if len(fields) != 2:
                     raise ValueError(f"expected {head}:POLICY:NODES[/NODES...]")
-                return cls(
-                    head,
-                    [(block, fields[0], _parse_nodelist(e)) for e in fields[1].split("/")],
-                    parse_size(size) if at else None,
-                )
+                entries = [(block, fields[0], _parse_nodelist(e)) for e in fields[1].split("/")]
+                whole = None  # without @SIZE: the size of the region it is given to
+                if at:
+                    whole = parse_size(size)
+                return cls(head, entries, whole)
             if at:
                 raise ValueError("@SIZE follows only parts: and blocks:")
             ext = []
@@ -4696,13 +4707,10 @@ class Layout:
                 fields = item.strip().split(":")
                 if len(fields) not in (2, 3):
                     raise ValueError(f"extent {item!r}: expected SIZE:POLICY[:NODES]")
-                ext.append(
-                    (
-                        parse_size(fields[0]),
-                        fields[1],
-                        _parse_nodelist(fields[2] if len(fields) == 3 else ""),
-                    )
-                )
+                nodelist = ""  # SIZE:POLICY names no nodes
+                if len(fields) == 3:
+                    nodelist = fields[2]
+                ext.append((parse_size(fields[0]), fields[1], _parse_nodelist(nodelist)))
             return cls("extents", ext)
         except ValueError as e:
             msg = str(e).replace("layout: ", "")
@@ -4711,16 +4719,21 @@ class Layout:
     def __str__(self) -> str:
         es = self._entries
         if self._kind == "extents":
-            return ";".join(
-                f"{format_size(n)}:{p}" + (f":{format_cpulist(ids)}" if ids else "")
-                for n, p, ids in es
-            )
-        block = f"{format_size(es[0][0])}:" if self._kind == "blocks" else ""
-        return (
-            f"{self._kind}:{block}{es[0][1]}:"
-            + "/".join(format_cpulist(e[2]) for e in es)
-            + (f"@{format_size(self._size)}" if self._size is not None else "")
-        )
+            texts = []
+            for length, policy, ids in es:
+                if ids:
+                    texts.append(f"{format_size(length)}:{policy}:{format_cpulist(ids)}")
+                else:
+                    texts.append(f"{format_size(length)}:{policy}")
+            return ";".join(texts)
+        rule = f"{es[0][1]}:" + "/".join(format_cpulist(e[2]) for e in es)
+        if self._kind == "blocks":
+            rule = f"blocks:{format_size(es[0][0])}:{rule}"
+        else:
+            rule = f"parts:{rule}"
+        if self._size is not None:
+            rule += f"@{format_size(self._size)}"
+        return rule
 
     def __repr__(self) -> str:
         return f"Layout.parse({str(self)!r})"
@@ -4744,11 +4757,14 @@ class Layout:
     def bound(self, size: int, page: int, nodes: Optional[FrozenSet[int]] = None) -> Layout:
         """This layout for a region of ``size`` bytes of ``page``-byte pages; one
         ValueError says what does not fit (alignment, size, unknown nodes)."""
-        if self._size is not None and self._size != size:
+        if self._size is not None and self._size > size:
             raise ValueError(
-                f"layout {self} covers {self._size} bytes of a {size}-byte "
-                "region: "
-                + ("past the size" if self._size > size else "the rest would have no policy")
+                f"layout {self} covers {self._size} bytes of a {size}-byte region: past the size"
+            )
+        if self._size is not None and self._size < size:
+            raise ValueError(
+                f"layout {self} covers {self._size} bytes of a {size}-byte region: "
+                "the rest would have no policy"
             )
         k, unit = len(self._entries), format_size(page)
         if self._kind == "parts" and size % (k * page):
@@ -4756,7 +4772,10 @@ class Layout:
                 f"layout {self}: {size} bytes do not split into {k} equal "
                 f"parts of whole {unit} pages"
             )
-        lay = self if self._size is not None else Layout(self._kind, self._entries, size)
+        lay = self
+        if self._size is None:  # a rule: bound to this region's size
+            lay = Layout(self._kind, self._entries, size)
+
         if any(i[0] % page for i in self._entries):
             raise ValueError(f"layout {lay}: extents must be whole {unit} pages")
         if nodes is not None and self.nodes - nodes:
@@ -4960,18 +4979,21 @@ def _status_regions(report: Dict[str, Any], backend: Backend) -> None:
             row["error"] = str(err)
         rows.append(row)
     if rows:
-        report.setdefault("extra_text", []).extend(
-            ["", "REGIONS (this user's numa_utils shared memory)"]
-            + [
-                printable(
-                    f"  {r['kind']:<5}  {r['name'] or r['key']:<24}  "
-                    f"{'?' if r['size'] is None else format_size(r['size']):>8}  "
-                    f"{'?' if r['attached'] is None else r['attached']} attached  "
-                    + (r["layout"] or r.get("error") or "layout: `maps PID` or `cleanup` shows it")
-                )
-                for r in rows
-            ]
-        )
+        lines = ["", "REGIONS (this user's numa_utils shared memory)"]
+        for region in rows:
+            size = "?"
+            if region["size"] is not None:
+                size = format_size(region["size"])
+            attached = "?"
+            if region["attached"] is not None:
+                attached = region["attached"]
+            layout = region["layout"] or region.get("error")
+            if not layout:
+                layout = "layout: `maps PID` or `cleanup` shows it"
+            label = region["name"] or region["key"]
+            line = f"  {region['kind']:<5}  {label:<24}  {size:>8}  {attached} attached  {layout}"
+            lines.append(printable(line))
+        report.setdefault("extra_text", []).extend(lines)
 
 
 # ===========================================================================
@@ -5133,14 +5155,12 @@ def prefault(
             errors.append(err)
             stop.set()
 
-    workers = (
-        [
+    workers: List[threading.Thread] = []  # one slice: run here
+    if threads_used > 1:
+        workers = [
             threading.Thread(target=work, args=(i,), name=f"numa_utils-prefault-{i}", daemon=True)
             for i in range(threads_used)
         ]
-        if threads_used > 1
-        else []
-    )
     try:
         if not workers:
             # One slice: run it here, calling progress between chunks.
@@ -5258,8 +5278,13 @@ def _huge_size(
                 f"on ({seen}): reserve one size on all of "
                 f"{_nodes_txt(targets)}, or use hugepages=False",
             )
-        return (2048 if 2048 in sizes_kb else min(sizes_kb)) * 1024
-    nbytes = parse_size(hugepages) if isinstance(hugepages, str) else int(hugepages or 0)
+        if 2048 in sizes_kb:
+            return 2048 * 1024
+        return min(sizes_kb) * 1024
+    if isinstance(hugepages, str):
+        nbytes = parse_size(hugepages)
+    else:
+        nbytes = int(hugepages or 0)
     kb = nbytes // 1024
     if kb not in sizes_kb:
         short = [node for node in targets if kb not in have[node]]
@@ -5430,8 +5455,11 @@ def _fit_limits(backend: Backend, huge: int, kind: str, pin: bool, need: int) ->
     """The limits beyond free memory, each with the file it came from."""
     num = _Reader(backend).integer  # None: absent, unreadable or "max"
     out: List[FitLimit] = []
-    # hugetlb.2MB.max: mm/hugetlb_cgroup.c mem_fmt, as format_size for powers of two < 1 TiB
-    names = [f"hugetlb.{format_size(huge)}B.max"] if huge else ["memory.max", "memory.high"]
+    if huge:
+        # hugetlb.2MB.max: mm/hugetlb_cgroup.c mem_fmt, as format_size for powers of two < 1 TiB
+        names = [f"hugetlb.{format_size(huge)}B.max"]
+    else:
+        names = ["memory.max", "memory.high"]
     for d in _cgroup_dirs(backend):
         for name in names:
             # memory.max/.high -> memory.current, hugetlb.2MB.max -> hugetlb.2MB.current
@@ -5661,7 +5689,9 @@ class Counters:
         self.seconds = seconds  # set on a difference
 
     def __repr__(self) -> str:
-        kind = f"delta over {self.seconds:.3f}s" if self.seconds is not None else "snapshot"
+        kind = "snapshot"
+        if self.seconds is not None:
+            kind = f"delta over {self.seconds:.3f}s"
         return (
             f"Counters({kind}, nodes {format_cpulist(self.nodes)}, remote {self.remote_ratio:.2%})"
         )
@@ -5689,15 +5719,19 @@ class Counters:
     def remote_ratio(self) -> float:
         """other_node / (local_node + other_node); 0.0 when nothing was counted."""
         local, remote = self.total("local_node"), self.total("other_node")
-        return remote / (local + remote) if local + remote else 0.0
+        if not local + remote:
+            return 0.0
+        return remote / (local + remote)
 
     def __sub__(self, other: object) -> Counters:
         if not isinstance(other, Counters):
             return NotImplemented
-        nodes = {
-            node: (c - other.nodes[node] if node in other.nodes else c)
-            for node, c in self.nodes.items()
-        }
+        nodes = {}
+        for node, counted in self.nodes.items():
+            if node in other.nodes:
+                nodes[node] = counted - other.nodes[node]
+            else:
+                nodes[node] = counted
         return Counters(
             self.timestamp,
             self.monotonic,
@@ -5734,14 +5768,18 @@ def counters(*, backend: Optional[Backend] = None) -> Counters:
     nodes: Dict[int, NodeCounters] = {}
     if reader.exists(_NODE_DIR):
         online = reader.parsed(f"{_NODE_DIR}/online", _parse_nodelist)
-        for node in sorted(_node_dirs(reader) if online is None else online):
+        if online is None:
+            online = _node_dirs(reader)
+        for node in sorted(online):
             folder = f"{_NODE_DIR}/node{node}"
             stat = reader.parsed(f"{folder}/numastat", _parse_numastat)
             if stat is None:
                 # Missing: no counters.  Malformed (the problem is recorded): keep
                 # the lines that do parse rather than lose the whole node.
                 t = reader.text(f"{folder}/numastat")
-                stat = _parse_numastat(t, lenient=True) if t is not None else {}
+                stat = {}
+                if t is not None:
+                    stat = _parse_numastat(t, lenient=True)
             mi = reader.parsed(f"{folder}/meminfo", parse_meminfo) or {}
             nodes[node] = NodeCounters(node, MappingProxyType(stat), MappingProxyType(mi))
     else:
@@ -5808,7 +5846,9 @@ def _fit(
     targets = _fit_targets(topo, mode, ids)
     # hugepages=None: NUMA_UTILS_NUMA_HUGEPAGES ("off" unless set).
     # "off" and "" reach _region_page, which takes them as base pages.
-    want = _env("NUMA_HUGEPAGES") if hugepages is None else hugepages
+    want = hugepages
+    if hugepages is None:
+        want = _env("NUMA_HUGEPAGES")
     thp = _thp_settings(backend)
     short: List[str] = []  # why the pages would not all land as asked
     fallback = None
@@ -5820,11 +5860,19 @@ def _fit(
                 f"({_THP_DIR}/shmem_enabled): echo advise there"
             )
     elif want:
-        placed = None if mode in _SPILL_MODES else frozenset(targets)
+        placed = None  # _SPILL_MODES: huge pages from any allowed node
+        if mode not in _SPILL_MODES:
+            placed = frozenset(targets)
+        asked = want
+        if want == "auto":
+            asked = True
         try:
-            huge = _region_page(True if want == "auto" else want, kind, backend, placed)[0]
+            huge = _region_page(asked, kind, backend, placed)[0]
         except OSError as err:
-            want, fallback = ("thp", None) if want == "auto" else (want, str(err.args[-1]))
+            if want == "auto":
+                want = "thp"  # auto: THP when no huge pages are reserved
+            else:
+                fallback = str(err.args[-1])
     page = huge or backend.page_size
     npages = -(-size // page)
     share = _fit_share(mode, targets, npages, page)
@@ -5833,13 +5881,19 @@ def _fit(
     snap = counters(backend=backend)
     fnodes = []
     for node in sorted(set(targets) | allowed):
-        hp = topo.nodes[node].hugepages if node in topo.nodes else MappingProxyType({})
+        hp: Mapping[int, HugePages] = MappingProxyType({})
+        if node in topo.nodes:
+            hp = topo.nodes[node].hugepages
         avail = _fit_available(snap, node, hp, huge)
         fnodes.append(FitNode(node, share.get(node, 0), avail, hp))
-        if share.get(node, 0) > avail:
+        if share.get(node, 0) > avail and huge:
             short.append(
-                f"node {node} has {format_kib(avail >> 10)} free"
-                f"{f' in {huge >> 10} kB huge pages' if huge else ''} of the "
+                f"node {node} has {format_kib(avail >> 10)} free in {huge >> 10} kB huge pages"
+                f" of the {format_kib(share[node] >> 10)} it should hold"
+            )
+        elif share.get(node, 0) > avail:
+            short.append(
+                f"node {node} has {format_kib(avail >> 10)} free of the "
                 f"{format_kib(share[node] >> 10)} it should hold"
             )
     outside = set(targets) - allowed
@@ -5876,17 +5930,24 @@ def _fit(
     if map_short:
         short.append(map_short)
     need = _region_mapped(size, page, huge)
-    pool = frozenset(targets) if mode == Mode.BIND else allowed
+    if mode == Mode.BIND:
+        pool = frozenset(targets)
+        pool_name = f"memory of bound node(s) {format_cpulist(pool)}"
+    else:
+        pool = allowed
+        pool_name = f"memory of allowed node(s) {format_cpulist(pool)}"
+    counted_in = f"{_NODE_DIR}/node*/meminfo"
+    if huge:
+        counted_in = f"{_NODE_DIR}/node*/hugepages"
     limits = [
         FitLimit(
-            "memory of "
-            + ("bound" if mode == Mode.BIND else "allowed")
-            + f" node(s) {format_cpulist(pool)}",
-            f"{_NODE_DIR}/node*/" + ("hugepages" if huge else "meminfo"),
+            pool_name,
+            counted_in,
             sum(f.available for f in fnodes if f.node in pool),
             "free memory there, or choose other nodes",
         )
     ]
+
     limits += _fit_limits(backend, huge, kind, pin, need)
     tight = min(
         (x for x in limits if x.allows is not None and x.allows < need),
