@@ -1221,7 +1221,6 @@ class LinuxBackend(Backend):
                     base = self._rel(tree, head)
                 else:
                     base = self._real_paths.setdefault(head, self._walk(tree, head))
-
             got = f"{base}/{leaf}" if base else leaf  # most leaves: a plain name
             if leaf in ("", ".", "..") or leaf_too and tree.link(got) is not None:
                 got = self._walk(tree, leaf, base)
@@ -2131,7 +2130,6 @@ def node_of(buf: Any, *, backend: Optional[Backend] = None) -> Optional[int]:
         if st < 0:
             return None
         return st
-
     except OSError as err:
         if err.errno not in (errno.EPERM, errno.ENOSYS):
             raise
@@ -2369,7 +2367,6 @@ def _node_kind(
         if node.cpus:
             return "movable-only", "memory only in ZONE_MOVABLE (not in has_normal_memory)"
         return "movable-only", "memory only in ZONE_MOVABLE (not in has_normal_memory); no CPUs"
-
     if node.cpus:
         return "dram", f"CPUs {format_cpulist(node.cpus)} and normal memory"
     return "cpu-less", "memory but no CPUs"
@@ -2747,7 +2744,6 @@ def _gpu_infos(topo: Topology, backend: Backend) -> List[GpuInfo]:
             cpu_node = _nearest_cpu_node(topo, node)
         if node is not None and cpu_node != node:
             how += f", CPU-less: nearest node with CPUs is {cpu_node}"
-
         pci = _norm_bus_id(dev.address)
         out.append(
             GpuInfo(
@@ -3943,7 +3939,6 @@ def get_policy(buf: Any = None, *, backend: Optional[Backend] = None) -> PolicyI
     if buf is not None:
         addr = _first_byte(buf)
     value, nodes = get_mempolicy(addr, backend=backend)
-
     return PolicyInfo(Mode(value & ~_MODE_FLAGS_MASK), value & _MODE_FLAGS_MASK, nodes)
 
 
@@ -4343,7 +4338,6 @@ def placement(
             target = int(pid)
         try:
             return _placement_move_pages(backend, target, addr, size)
-
         except OSError:
             if method == "move_pages":
                 raise
@@ -4505,11 +4499,15 @@ def _tail_record(
     """The identity record of a ``seg``-byte region whose bytes ``read(offset, n)``
     gives (a file's, another process's memory); None when it has none."""
     end = seg - _RECORD_END.size
-    raw = read(end, _RECORD_END.size) if end >= 0 else b""
+    if end < 0:  # smaller than a record's end
+        return None
+    raw = read(end, _RECORD_END.size)
     if len(raw) != _RECORD_END.size or raw[:8] != _RECORD_MAGIC:
         return None
     size = _RECORD_END.unpack(raw)[2]
-    tail = read(end - size, size) + raw if size <= min(end, _RECORD_MAX) else b""
+    tail = b""  # a length past the region or _RECORD_MAX: damaged
+    if size <= min(end, _RECORD_MAX):
+        tail = read(end - size, size) + raw
     if len(tail) != size + _RECORD_END.size:
         raise ValueError(f"{what}: damaged identity record (length {size} in {seg} bytes)")
     buf = ctypes.create_string_buffer(tail, len(tail))  # _record_read reads memory
@@ -4775,7 +4773,6 @@ class Layout:
         lay = self
         if self._size is None:  # a rule: bound to this region's size
             lay = Layout(self._kind, self._entries, size)
-
         if any(i[0] % page for i in self._entries):
             raise ValueError(f"layout {lay}: extents must be whole {unit} pages")
         if nodes is not None and self.nodes - nodes:
@@ -5947,7 +5944,6 @@ def _fit(
             "free memory there, or choose other nodes",
         )
     ]
-
     limits += _fit_limits(backend, huge, kind, pin, need)
     tight = min(
         (x for x in limits if x.allows is not None and x.allows < need),
