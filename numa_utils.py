@@ -255,23 +255,28 @@ def _warn_once(key: str, msg: str, *args: Any) -> None:
     import logging
 
     if _cli_verbose is not None:  # the command line: its format, set when first needed
-        logging.basicConfig(
-            level=logging.INFO if _cli_verbose else logging.WARNING,
-            format="%(levelname)s %(message)s",
-        )
+        if _cli_verbose:
+            level = logging.INFO
+        else:
+            level = logging.WARNING
+        logging.basicConfig(level=level, format="%(levelname)s %(message)s")
     logging.getLogger(__name__).warning(msg, *args)
 
 
 def _oserror(err: int, what: str, extra: str = "") -> OSError:
     """errno-first OSError, so callers get PermissionError & co for free."""
-    return OSError(err, f"{what}: {os.strerror(err)}" + (f" ({extra})" if extra else ""))
+    if extra:
+        return OSError(err, f"{what}: {os.strerror(err)} ({extra})")
+    return OSError(err, f"{what}: {os.strerror(err)}")
 
 
 def format_kib(kb: int) -> str:
     """A size in KiB for people: "512 KiB", "1.5 GiB" (one decimal, binary units up
     to TiB).  Use format_size for a size that must read back exactly."""
-    e = min(3, (kb.bit_length() - 1) // 10) if kb >= 1024 else 0
-    return f"{kb / (1 << 10 * e):.1f} {'KMGT'[e]}iB" if e else f"{kb} KiB"
+    if kb < 1024:
+        return f"{kb} KiB"
+    power = min(3, (kb.bit_length() - 1) // 10)  # of 1024: 1 for MiB, up to 3 for TiB
+    return f"{kb / (1 << 10 * power):.1f} {'KMGT'[power]}iB"
 
 
 class NotLiveError(OSError):
@@ -290,7 +295,9 @@ def _clean(text: str) -> str:
 
 
 def _where(source: Optional[str]) -> str:
-    return f" in {source}" if source else ""
+    if source:
+        return f" in {source}"
+    return ""
 
 
 _CHUNK_RE = re.compile(r"^([0-9]{1,9})(?:-([0-9]{1,9})(?::([0-9]{1,9})/([0-9]{1,9}))?)?$")
@@ -305,7 +312,9 @@ MAX_NODES = 1024
 
 def _short(text: str, n: int = 80) -> str:
     """repr() of ``text``, cut to ``n`` characters (error messages stay one line)."""
-    return repr(text) if len(text) <= n else repr(text[:n]) + f"... ({len(text)} chars)"
+    if len(text) <= n:
+        return repr(text)
+    return repr(text[:n]) + f"... ({len(text)} chars)"
 
 
 def _set_bits(value: int) -> FrozenSet[int]:
@@ -331,10 +340,14 @@ def parse_cpulist(
         g = match.groups() if match else ("1", "0", None, None)  # no match: refused below
         lo, used, group = int(g[0]), int(g[2] or 1), int(g[3] or 1)
         hi = int(g[1] or lo)
-        if match is None or hi < lo or used == 0 or group == 0 or used > group or hi >= limit:
+        if hi >= limit:
             raise ValueError(
                 f"invalid CPU/node list{_where(source)}: chunk {chunk[:40]!r} of "
-                f"{_short(text)}" + (f" (ids must be < {limit})" if hi >= limit else "")
+                f"{_short(text)} (ids must be < {limit})"
+            )
+        if match is None or hi < lo or used == 0 or group == 0 or used > group:
+            raise ValueError(
+                f"invalid CPU/node list{_where(source)}: chunk {chunk[:40]!r} of {_short(text)}"
             )
         if group == 1 or used == group:
             bits |= ((1 << (hi - lo + 1)) - 1) << lo
@@ -428,11 +441,10 @@ def parse_cpumap(
             f"invalid CPU mask{_where(source)}: {len(words)} words, more "
             f"than {limit} bits: {_short(text)}"
         )
-    bad = (
-        [w for w in words if not _HEX_WORD.fullmatch(w)]
-        if len(s) != 9 * len(words) - 1 or not re.fullmatch(r"[0-9a-fA-F,]*", s)
-        else []
-    )  # the kernel's: 8 digits each
+    bad: List[str] = []
+    # The kernel's words are 8 digits each; only another text needs a look at each word.
+    if len(s) != 9 * len(words) - 1 or not re.fullmatch(r"[0-9a-fA-F,]*", s):
+        bad = [w for w in words if not _HEX_WORD.fullmatch(w)]
     if bad:
         raise ValueError(
             f"invalid CPU mask{_where(source)}: word {bad[0][:40]!r} of {_short(text)}"
@@ -492,8 +504,11 @@ def parse_meminfo(text: str, *, source: Optional[str] = None) -> Dict[str, int]:
 def parse_distance_row(text: str, *, source: Optional[str] = None) -> Tuple[int, ...]:
     """Parse nodeN/distance ("10 21 21") into a tuple of ints (online-node order)."""
     s = _clean(text)
-    parts = s.split() if re.fullmatch(r"(?a)[0-9]{1,3}(?:\s+[0-9]{1,3})*", s) else ()
-    row = tuple(map(int, parts)) if len(parts) <= MAX_NODES else ()
+    row: Tuple[int, ...] = ()
+    if re.fullmatch(r"(?a)[0-9]{1,3}(?:\s+[0-9]{1,3})*", s):
+        parts = s.split()
+        if len(parts) <= MAX_NODES:
+            row = tuple(map(int, parts))
     if not row or min(row) < 1 or max(row) > 255:
         raise ValueError(f"invalid distance row{_where(source)}: {_short(text)}")
     return row
@@ -503,7 +518,9 @@ def _uint(s: str) -> Optional[int]:
     """An unsigned decimal of 1-20 ASCII digits (a u64), else None.  isdigit() alone
     passes "³", which int() refuses, and int() alone takes "٣", " 1_0 " and, slowly,
     thousands of digits."""
-    return int(s) if 0 < len(s) <= 20 and s.isascii() and s.isdigit() else None
+    if 0 < len(s) <= 20 and s.isascii() and s.isdigit():
+        return int(s)
+    return None
 
 
 _INT_RE = re.compile(r"-?[0-9]{1,20}|0[xX][0-9a-fA-F]{1,16}")
@@ -513,7 +530,9 @@ def _parse_int(text: str, source: str) -> int:
     s = _clean(text)
     if not _INT_RE.fullmatch(s):
         raise ValueError(f"invalid integer in {source}: {_short(text)}")
-    return int(s, 16) if s[1:2] in ("x", "X") else int(s)
+    if s[1:2] in ("x", "X"):
+        return int(s, 16)
+    return int(s)
 
 
 # ===========================================================================
@@ -636,7 +655,11 @@ def abi_for(machine: Optional[str] = None, pointer_bits: Optional[int] = None) -
 def _nodes_txt(ids: Iterable[int]) -> str:
     """ "node 0" / "nodes 0-1,4": the word agrees with the count."""
     some = sorted(ids)
-    return ("node " if len(some) == 1 else "nodes ") + (format_cpulist(some) or "-")
+    if not some:
+        return "nodes -"
+    if len(some) == 1:
+        return f"node {some[0]}"
+    return f"nodes {format_cpulist(some)}"
 
 
 class _Reader:
@@ -674,7 +697,9 @@ class _Reader:
         """A CPU list file, else the hex mask beside it (all that old kernels print:
         POWER7 dumps)."""
         got: Optional[FrozenSet[int]] = self.parsed(cpulist, parse_cpulist)
-        return got if got is not None else self.parsed(cpumap, parse_cpumap)
+        if got is not None:
+            return got
+        return self.parsed(cpumap, parse_cpumap)  # type: ignore[no-any-return]
 
     def integer(self, path: str) -> Optional[int]:
         return self.parsed(path, _parse_int)  # type: ignore[no-any-return]
@@ -915,12 +940,10 @@ def _read_regular(path: str, limit: int, flags: int = 0) -> bytes:
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | flags)
     try:
         st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise OSError(errno.EISDIR, os.strerror(errno.EISDIR))
         if not stat.S_ISREG(st.st_mode):
-            raise (
-                OSError(errno.EISDIR, os.strerror(errno.EISDIR))
-                if stat.S_ISDIR(st.st_mode)
-                else OSError(errno.EINVAL, "not a regular file")
-            )
+            raise OSError(errno.EINVAL, "not a regular file")
         # One read of the size fstat gave (a 1 MiB buffer per small file costs more than
         # reading it), then MiB reads until a short one (a regular file's end) or more
         # than ``limit``.
@@ -1045,6 +1068,9 @@ def parse_sysvipc_shm(text: str) -> Iterator[ShmStat]:
         if len(fields) < 11:
             continue
         try:
+            used = 0
+            if len(fields) > 13:
+                used = max(int(t) for t in fields[11:14])
             yield ShmStat(
                 int(fields[0]) & 0xFFFFFFFF,
                 int(fields[1]),
@@ -1057,7 +1083,7 @@ def parse_sysvipc_shm(text: str) -> Iterator[ShmStat]:
                 int(fields[6]),
                 int(fields[4]),
                 int(fields[5]),
-                used=max(int(t) for t in fields[11:14]) if len(fields) > 13 else 0,
+                used=used,
             )
         except ValueError:
             raise ValueError(f"invalid /proc/sysvipc/shm line: {_short(line)}") from None
@@ -1177,7 +1203,10 @@ class LinuxBackend(Backend):
             links += 1
             if links > 40:
                 raise _oserror(errno.ELOOP, path, f"in {self.root}")
-            cur = [] if link.startswith("/") else cur[:-1]
+            if link.startswith("/"):
+                cur = []  # from the tree's root
+            else:
+                cur = cur[:-1]  # from the link's folder
             todo.extend(link.split("/")[::-1])
         return "/".join(cur)
 
@@ -1192,11 +1221,10 @@ class LinuxBackend(Backend):
             head, _, leaf = rel.rpartition("/")
             base = self._real_paths.get(head)
             if base is None:
-                base = (
-                    self._rel(tree, head)
-                    if 0 < head.count("/") < 64
-                    else self._real_paths.setdefault(head, self._walk(tree, head))
-                )
+                if 0 < head.count("/") < 64:
+                    base = self._rel(tree, head)
+                else:
+                    base = self._real_paths.setdefault(head, self._walk(tree, head))
             got = f"{base}/{leaf}" if base else leaf  # most leaves: a plain name
             if leaf in ("", ".", "..") or leaf_too and tree.link(got) is not None:
                 got = self._walk(tree, leaf, base)
@@ -1417,7 +1445,9 @@ class LinuxBackend(Backend):
         os.close(fd)
 
     def _call_mmap(self, length: int, fd: int, huge: bool = False) -> int:
-        flags = _MAP_SHARED | (_MAP_HUGETLB if huge else 0)
+        flags = _MAP_SHARED
+        if huge:
+            flags |= _MAP_HUGETLB
         return int(self._libc_call("mmap", None, length, _PROT_READ | _PROT_WRITE, flags, fd, 0))
 
     def _call_munmap(self, addr: int, length: int) -> None:
@@ -1511,7 +1541,10 @@ def _sibling(module: str) -> Any:
     uses, never a module of the engine that has the library's name."""
     import importlib.util
 
-    for name in ([f"{__package__}.{module}"] if __package__ else []) + [module]:
+    names = [module]
+    if __package__:
+        names = [f"{__package__}.{module}", module]
+    for name in names:
         if name in sys.modules:
             return sys.modules[name]
         spec = importlib.util.find_spec(name)
@@ -1673,13 +1706,18 @@ class Topology(_Record):
             if c not in left:
                 continue
             info = self.cpus.get(c)
-            sib = {c, *(info.siblings if info is not None else ())} & left
+            sib = {c}
+            if info is not None:
+                sib.update(info.siblings)
+            sib &= left
             left -= sib
             out.append(tuple(sorted(sib)))
         return out
 
     def node_of_cpu(self, cpu: int) -> Optional[int]:
-        return self.cpus[cpu].node if cpu in self.cpus else None
+        if cpu not in self.cpus:
+            return None
+        return self.cpus[cpu].node
 
     @property
     def mems_allowed(self) -> FrozenSet[int]:
@@ -1704,10 +1742,14 @@ class Topology(_Record):
         """Nodes with CPUs per package: 1, or 2-4 with Intel SNC / AMD NPS; None when
         packages differ or sysfs does not tell."""
         counts = {len(value) for value in self.package_nodes.values()}
-        return counts.pop() if len(counts) == 1 else None
+        if len(counts) != 1:
+            return None
+        return counts.pop()
 
     def distance(self, a: int, b: int) -> Optional[int]:
-        return self.nodes[a].distances.get(b) if a in self.nodes else None
+        if a not in self.nodes:
+            return None
+        return self.nodes[a].distances.get(b)
 
     def nearest(self, node: int, among: Iterable[int]) -> List[int]:
         """``among`` sorted by distance from ``node`` (unknown distances last), then id."""
@@ -1718,7 +1760,9 @@ class Topology(_Record):
 def _id_of(name: str, prefix: str) -> Optional[int]:
     """7 for "node7" with prefix "node"; None for anything else ("node³", "nodes")."""
     tail = name[len(prefix) :]
-    return _uint(tail) if name.startswith(prefix) and len(tail) <= 9 else None
+    if not name.startswith(prefix) or len(tail) > 9:
+        return None
+    return _uint(tail)
 
 
 def _node_dirs(reader: _Reader) -> List[int]:
@@ -1834,12 +1878,10 @@ def _node_ids(nodes: Iterable[int]) -> FrozenSet[int]:
 
 def _swap_words(raw: bytes, abi: Abi) -> bytes:
     """Little-endian bytes as the ABI's words, and back (the same on little-endian ABIs)."""
+    if abi.byteorder == "little":
+        return raw
     wb = abi.word_bits // 8
-    return (
-        raw
-        if abi.byteorder == "little"
-        else b"".join(raw[i : i + wb][::-1] for i in range(0, len(raw), wb))
-    )
+    return b"".join(raw[i : i + wb][::-1] for i in range(0, len(raw), wb))
 
 
 def _encode_nodemask(nodes: Iterable[int], words: int, abi: Abi) -> bytes:
@@ -1870,7 +1912,9 @@ class NodeMask:
         self.abi = abi if abi is not None else abi_for()
         self.nodes = ids = _node_ids(nodes)
         w = self.abi.word_bits
-        need = max(max(ids) + 1 if ids else 0, bits, 1)
+        need = max(bits, 1)
+        if ids:
+            need = max(need, max(ids) + 1)
         self.words = (need + w - 1) // w
         self.bits = self.words * w
         # Room for what get_mempolicy writes: ALIGN(maxnode - 1, 64) / 8 bytes.
@@ -1915,6 +1959,9 @@ def get_mempolicy(
     # An int the kernel writes, decoded in the ABI's byte order (the same as the
     # host's on a real kernel; a simulated big-endian kernel writes big-endian).
     pol = ctypes.create_string_buffer(4)
+    call_flags = int(flags)
+    if addr is not None:
+        call_flags |= GetFlag.ADDR
     backend.call(
         "syscall",
         backend.abi.number("get_mempolicy"),
@@ -1922,7 +1969,7 @@ def get_mempolicy(
         mask.address,
         mask.maxnode,
         addr or 0,
-        int(flags) | (GetFlag.ADDR if addr is not None else 0),
+        call_flags,
     )
     return int.from_bytes(pol.raw, backend.abi.byteorder, signed=True), mask.read()
 
@@ -1952,11 +1999,18 @@ def move_pages(
     if nodes is not None and len(nodes) != count:
         raise ValueError("move_pages: pages and nodes differ in length")
     bits = _pointer_bits(backend.abi)
-    ints = (">" if backend.abi.byteorder == "big" else "<") + f"{count}i"
+    if backend.abi.byteorder == "big":
+        ints = f">{count}i"
+    else:
+        ints = f"<{count}i"
     parr = _c_array(
         b"".join((v & ((1 << bits) - 1)).to_bytes(bits // 8, backend.abi.byteorder) for v in pages)
     )
-    narr = _c_array(struct.pack(ints, *nodes)) if nodes is not None else None
+    narr = None  # held until the call returns
+    nodes_address = 0
+    if nodes is not None:
+        narr = _c_array(struct.pack(ints, *nodes))
+        nodes_address = ctypes.addressof(narr)
     status = _c_array(bytes(4 * count))
     backend.call(
         "syscall",
@@ -1964,7 +2018,7 @@ def move_pages(
         pid,
         count,
         ctypes.addressof(parr),
-        ctypes.addressof(narr) if narr is not None else 0,
+        nodes_address,
         ctypes.addressof(status),
         int(flags),
     )
@@ -2058,6 +2112,13 @@ def buffer_range(buf: Any, length: Optional[int] = None) -> Tuple[int, int]:
     return addr, size
 
 
+def _first_byte(buf: Any) -> int:
+    """The address of ``buf``'s first byte (an int is that address)."""
+    if isinstance(buf, int):
+        return buffer_range(buf, 1)[0]
+    return buffer_range(buf)[0]
+
+
 def node_of(buf: Any, *, backend: Optional[Backend] = None) -> Optional[int]:
     """The node holding the page of ``buf``'s first byte; None if not faulted in.
 
@@ -2066,11 +2127,13 @@ def node_of(buf: Any, *, backend: Optional[Backend] = None) -> Optional[int]:
     page in.
     """
     backend = _b(backend)
-    addr = buffer_range(buf, 1 if isinstance(buf, int) else None)[0]
+    addr = _first_byte(buf)
     page = addr - addr % backend.page_size
     try:
         st = move_pages(0, [page], backend=backend)[0]
-        return st if st >= 0 else None
+        if st < 0:
+            return None
+        return st
     except OSError as err:
         if err.errno not in (errno.EPERM, errno.ENOSYS):
             raise
@@ -2201,7 +2264,10 @@ def _read_devices(
                 f"{folder}/numa_node names node {numa}, which is not online here: "
                 "its node is taken from local_cpulist"
             )
-        node, how = _device_node(numa if named else None, hits, cpu_nodes)
+        if named:
+            node, how = _device_node(numa, hits, cpu_nodes)
+        else:
+            node, how = _device_node(None, hits, cpu_nodes)
         sub = {c: sorted(reader.listdir(f"{folder}/{c}")) for c in _NAME_CLASSES}
         kind = _device_kind(cls, gpu, bool(sub["infiniband"]))
         try:
@@ -2209,6 +2275,9 @@ def _read_devices(
         except OSError:
             parts = []
         top = [i for i, p in enumerate(parts) if re.match(r"^pci[0-9a-f]{4,}:[0-9a-f]{2}$", p)]
+        path: Tuple[str, ...] = (addr,)  # no host bridge in the link (a saved tree)
+        if top:
+            path = tuple(parts[top[0] :])
         out.append(
             Device(
                 addr,
@@ -2221,7 +2290,7 @@ def _read_devices(
                 how,
                 local,
                 tuple(n for c in _NAME_CLASSES for n in sub[c]),
-                tuple(parts[top[0] :]) if top else (addr,),
+                path,
             )
         )
     return tuple(out)
@@ -2293,16 +2362,15 @@ def _node_kind(
 ) -> Tuple[str, str]:
     """(kind, evidence) from sysfs alone; GPU memory is told apart afterwards."""
     if node.id in gi:  # ACPI SRAT generic initiator (Linux 5.10+): a device's node
-        return "generic-initiator", "in has_generic_initiator" + (
-            "" if node.cpus or node.id in with_mem else "; no CPUs, no memory"
-        )
+        if node.cpus or node.id in with_mem:
+            return "generic-initiator", "in has_generic_initiator"
+        return "generic-initiator", "in has_generic_initiator; no CPUs, no memory"
     if node.id not in with_mem:
         return "no-memory", "not in has_memory"
     if normal is not None and node.id not in normal:
-        return "movable-only", (
-            "memory only in ZONE_MOVABLE (not in has_normal_memory)"
-            + ("" if node.cpus else "; no CPUs")
-        )
+        if node.cpus:
+            return "movable-only", "memory only in ZONE_MOVABLE (not in has_normal_memory)"
+        return "movable-only", "memory only in ZONE_MOVABLE (not in has_normal_memory); no CPUs"
     if node.cpus:
         return "dram", f"CPUs {format_cpulist(node.cpus)} and normal memory"
     return "cpu-less", "memory but no CPUs"
@@ -2371,12 +2439,17 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
     def ask(fn: Any, *args: Any, out: Any = None) -> Any:
         """``out`` (default an unsigned int) as NVML function ``fn`` fills it through
         its last argument; None when it fails or this NVML lacks it (``fn`` None)."""
-        out = ctypes.c_uint(0) if out is None else out
-        return out if fn is not None and fn(*args, ctypes.byref(out)) == 0 else None
+        if out is None:
+            out = ctypes.c_uint(0)
+        if fn is None or fn(*args, ctypes.byref(out)) != 0:
+            return None
+        return out
 
     def uuid_of(h: Any) -> Optional[str]:
         buf = ctypes.create_string_buffer(96)
-        return buf.value.decode() if lib.nvmlDeviceGetUUID(h, buf, 96) == 0 else None
+        if lib.nvmlDeviceGetUUID(h, buf, 96) != 0:
+            return None
+        return buf.value.decode()
 
     try:
         if (getattr(lib, "nvmlInit_v2", None) or lib.nvmlInit)() != 0:
@@ -2391,11 +2464,19 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
         get_pci = getattr(lib, "nvmlDeviceGetPciInfo_v3", None) or lib.nvmlDeviceGetPciInfo_v2
         for i in range(count.value):
             h = ask(lib.nvmlDeviceGetHandleByIndex_v2, ctypes.c_uint(i), out=ctypes.c_void_p())
-            pci = ask(get_pci, h, out=PciInfo()) if h is not None else None
+            if h is None:
+                continue
+            pci = ask(get_pci, h, out=PciInfo())
             if pci is None:
                 continue
             node = ask(getattr(lib, "nvmlDeviceGetNumaNodeId", None), h)
+            node_id = None  # not a coherent platform's GPU, or NVML does not say
+            if node is not None:
+                node_id = int(node.value)
             maxmig = ask(getattr(lib, "nvmlDeviceGetMaxMigDeviceCount", None), h)
+            mig_count = 0
+            if maxmig:
+                mig_count = maxmig.value
             mhs = [
                 ask(
                     lib.nvmlDeviceGetMigDeviceHandleByIndex,
@@ -2403,14 +2484,14 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
                     ctypes.c_uint(j),
                     out=ctypes.c_void_p(),
                 )
-                for j in range(maxmig.value if maxmig else 0)
+                for j in range(mig_count)
             ]
             migs = (uuid_of(mh) for mh in mhs if mh is not None)
             out.append(
                 _NvmlGpu(
                     f"{pci.domain:04x}:{pci.bus:02x}:{pci.device:02x}.0",
                     uuid_of(h) or "",
-                    None if node is None else int(node.value),
+                    node_id,
                     tuple(m for m in migs if m is not None),
                 )
             )
@@ -2531,7 +2612,10 @@ def _record_json(rec: Any, **replace: Dict[str, Any]) -> Dict[str, Any]:
     stand in its place (another name or form, or extra keys beside it)."""
     out: Dict[str, Any] = {}
     for key, value in rec._asdict().items():
-        out.update(replace[key] if key in replace else {key: to_json(value)})
+        if key in replace:
+            out.update(replace[key])
+        else:
+            out[key] = to_json(value)
     return out
 
 
@@ -2659,7 +2743,9 @@ def _gpu_infos(topo: Topology, backend: Backend) -> List[GpuInfo]:
     out = []
     for dev in topo.gpus:
         node, how = dev.node, dev.node_source
-        cpu_node = _nearest_cpu_node(topo, node) if node is not None else None
+        cpu_node = None
+        if node is not None:
+            cpu_node = _nearest_cpu_node(topo, node)
         if node is not None and cpu_node != node:
             how += f", CPU-less: nearest node with CPUs is {cpu_node}"
         pci = _norm_bus_id(dev.address)
@@ -2702,44 +2788,52 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     rows: Dict[int, Optional[Tuple[int, ...]]] = {0: (10,)}
     lacks: Optional[Set[str]] = None
     for node in sorted(online):
-        d = f"{_NODE_DIR}/node{node}" if has_node_dir else ""
+        folder = f"{_NODE_DIR}/node{node}"
+        meminfo = "/proc/meminfo"
+        hugepages = "/sys/kernel/mm/hugepages"
         if has_node_dir:
+            meminfo = f"{folder}/meminfo"
+            hugepages = f"{folder}/hugepages"
             # As for CPUs: a name the first node lacks (old kernels' cpulist, hugetlbfs
             # configured out) is not looked for in the others.
-            lacks = (
-                lacks
-                if lacks is not None
-                else {f for f in ("cpulist", "hugepages") if not reader.exists(f"{d}/{f}")}
-            )
-            node_cpus[node] = (
-                reader.cpus(f"{d}/cpulist", f"{d}/cpumap")
-                if "cpulist" not in lacks
-                else reader.parsed(f"{d}/cpumap", parse_cpumap)
-            ) or frozenset()
-        mi = reader.parsed(f"{d}/meminfo" if d else "/proc/meminfo", parse_meminfo) or {}
+            if lacks is None:
+                lacks = set()
+                for name in ("cpulist", "hugepages"):
+                    if not reader.exists(f"{folder}/{name}"):
+                        lacks.add(name)
+            found: Optional[FrozenSet[int]]
+            if "cpulist" in lacks:
+                found = reader.parsed(f"{folder}/cpumap", parse_cpumap)
+            else:
+                found = reader.cpus(f"{folder}/cpulist", f"{folder}/cpumap")
+            node_cpus[node] = found or frozenset()
+        mi = reader.parsed(meminfo, parse_meminfo) or {}
         mem[node] = (mi.get("MemTotal", 0), mi.get("MemFree", 0))
-        hp[node] = (
-            {}
-            if lacks and "hugepages" in lacks
-            else _hugepages(reader, f"{d}/hugepages" if d else "/sys/kernel/mm/hugepages")
-        )
-        if d:
-            rows[node] = reader.parsed(f"{d}/distance", parse_distance_row)
+        if lacks and "hugepages" in lacks:
+            hp[node] = {}
+        else:
+            hp[node] = _hugepages(reader, hugepages)
+        if has_node_dir:
+            rows[node] = reader.parsed(f"{folder}/distance", parse_distance_row)
 
     def listed(name: str, default: Any) -> Any:
         """A node list of the node directory, cut to the online nodes (once, here)."""
         path = f"{_NODE_DIR}/{name}"
-        got = reader.parsed(path, _parse_nodelist, default) if has_node_dir else default
-        return got if got is None else reader.online(got, online, path)
+        got = default
+        if has_node_dir:
+            got = reader.parsed(path, _parse_nodelist, default)
+        if got is None:
+            return None
+        return reader.online(got, online, path)
 
-    with_cpus: FrozenSet[int] = listed(
-        "has_cpu",
-        frozenset(node for node, cpu in node_cpus.items() if cpu) if has_node_dir else online,
-    )
-    with_mem: FrozenSet[int] = listed(
-        "has_memory",
-        frozenset(node for node, (t, _) in mem.items() if t > 0) if has_node_dir else online,
-    )
+    # What listed() falls back to when has_cpu or has_memory cannot be read: the nodes
+    # the per-node files showed CPUs and memory on.
+    found_cpus = found_mem = online
+    if has_node_dir:
+        found_cpus = frozenset(node for node, cpu in node_cpus.items() if cpu)
+        found_mem = frozenset(node for node, (total, _) in mem.items() if total > 0)
+    with_cpus: FrozenSet[int] = listed("has_cpu", found_cpus)
+    with_mem: FrozenSet[int] = listed("has_memory", found_mem)
     node_of = {cpu: node for node, cl in node_cpus.items() for cpu in cl}
     cpus, online_cpus = _read_cpus(reader, node_of)
     if not has_node_dir:
@@ -2783,28 +2877,39 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     normal: Optional[FrozenSet[int]] = listed("has_normal_memory", None)
     gi: FrozenSet[int] = listed("has_generic_initiator", frozenset())
     links: Dict[int, List[str]] = {}
-    for dev in _read_devices(reader, node_of, with_cpus, online) if gi else ():
-        links.setdefault(dev.numa_node, []).append(dev.address)
+    if gi:
+        for dev in _read_devices(reader, node_of, with_cpus, online):
+            links.setdefault(dev.numa_node, []).append(dev.address)
     for node, nd in nodes.items():
-        nd = nd._replace(
-            tier=tier_of.get(node),
-            access=_read_access(reader, node, online)
-            if has_node_dir and node in with_mem
-            else None,
-            has_normal_memory=None if normal is None else node in normal,
-        )
+        access = None
+        if has_node_dir and node in with_mem:
+            access = _read_access(reader, node, online)
+        has_normal = None
+        if normal is not None:
+            has_normal = node in normal
+        nd = nd._replace(tier=tier_of.get(node), access=access, has_normal_memory=has_normal)
         kind, why = _node_kind(nd, with_mem, normal, gi)
-        if node in gi:
-            why += "; standing for " + (
-                ", ".join(links[node]) if node in links else "a device no PCI numa_node names"
-            )
+        if node in gi and node in links:
+            why += "; standing for " + ", ".join(links[node])
+        elif node in gi:
+            why += "; standing for a device no PCI numa_node names"
         nodes[node] = nd._replace(kind=kind, kind_evidence=why)
     weights, auto = _read_weights(reader, online, possible)
     nb = reader.integer("/proc/sys/kernel/numa_balancing")
     thp_text = reader.text("/sys/kernel/mm/transparent_hugepage/enabled")
     thp = re.search(r"\[(\w+)\]", thp_text or "")
-    if thp_text is not None and not thp:
+    thp_mode = None
+    if thp:
+        thp_mode = thp.group(1)
+    elif thp_text is not None:
         reader.problems.append(f"no [selected] THP mode in {thp_text.strip()!r}")
+    if allowed_cpus is None:
+        allowed_cpus = online_cpus
+    if allowed_mems is None:
+        allowed_mems = with_mem
+    frozen_weights = None
+    if weights is not None:
+        frozen_weights = MappingProxyType(weights)
     topo = Topology(
         nodes=MappingProxyType(nodes),
         online_nodes=online,
@@ -2813,15 +2918,15 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
         nodes_with_memory=with_mem,
         cpus=MappingProxyType(cpus),
         online_cpus=online_cpus,
-        allowed_cpus=online_cpus if allowed_cpus is None else allowed_cpus,
-        allowed_mems=with_mem if allowed_mems is None else allowed_mems,
+        allowed_cpus=allowed_cpus,
+        allowed_mems=allowed_mems,
         gpus=_read_devices(reader, node_of, with_cpus, online, True),
         numa_balancing=nb,
-        thp=thp.group(1) if thp else None,
+        thp=thp_mode,
         problems=tuple(reader.problems),
         has_node_dir=has_node_dir,
         memory_tiers=MappingProxyType(tiers),
-        interleave_weights=None if weights is None else MappingProxyType(weights),
+        interleave_weights=frozen_weights,
         interleave_auto=auto,
     )
     k = topo.nodes_per_package
@@ -2857,6 +2962,13 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
 # 4) and HMAT drive the kernel's own demotion; we follow them, and without them fall
 # back to evidence that has no false positives on plain machines.
 # ---------------------------------------------------------------------------
+
+
+def _topology_or_read(topology: Optional[Topology], backend: Optional[Backend]) -> Topology:
+    """``topology`` when the caller passed one, else the system's, read now."""
+    if topology is not None:
+        return topology
+    return read_topology(backend=backend)
 
 
 class MemoryNodeChoice(_Record):
@@ -2905,7 +3017,7 @@ def memory_node_choice(
     CPU-less tiers (HBM in flat mode: small, for explicit use) are left out.  Without
     tier data, a CPU-less node with no HMAT figures is left out when it is farther
     from every CPU node than the CPU nodes are from each other."""
-    topo = topology if topology is not None else read_topology(backend=backend)
+    topo = _topology_or_read(topology, backend)
     cands = set(topo.usable_memory_nodes)
     left = {
         nid: (
@@ -3105,15 +3217,20 @@ def mbind(
     """mbind(2): set the policy of [addr, addr+length).  ``addr`` must be page aligned."""
     backend = _b(backend)
     ids = frozenset(nodes)
-    mask = NodeMask(ids, abi=backend.abi) if ids else None  # no nodes: a NULL mask
+    mask = None  # no nodes: a NULL mask
+    mask_address = maxnode = 0
+    if ids:
+        mask = NodeMask(ids, abi=backend.abi)
+        mask_address = mask.address
+        maxnode = mask.maxnode
     backend.call(
         "syscall",
         backend.abi.number("mbind"),
         addr,
         length,
         int(mode) | int(mode_flags),
-        mask.address if mask else 0,
-        mask.maxnode if mask else 0,
+        mask_address,
+        maxnode,
         int(flags),
     )
 
@@ -3124,13 +3241,18 @@ def set_mempolicy(
     """set_mempolicy(2): the calling THREAD's policy (threads it creates inherit it)."""
     backend = _b(backend)
     ids = frozenset(nodes)
-    mask = NodeMask(ids, abi=backend.abi) if ids else None
+    mask = None  # no nodes: a NULL mask
+    mask_address = maxnode = 0
+    if ids:
+        mask = NodeMask(ids, abi=backend.abi)
+        mask_address = mask.address
+        maxnode = mask.maxnode
     backend.call(
         "syscall",
         backend.abi.number("set_mempolicy"),
         int(mode) | int(mode_flags),
-        mask.address if mask else 0,
-        mask.maxnode if mask else 0,
+        mask_address,
+        maxnode,
     )
 
 
@@ -3282,7 +3404,8 @@ def _memory_nodes(backend: Backend) -> Tuple[FrozenSet[int], FrozenSet[int], Fro
         _, allowed = _allowed_from_status(backend)
     except ValueError:
         allowed = None
-    allowed = allowed if allowed is not None else mem
+    if allowed is None:
+        allowed = mem
     texts = tuple(reader.text(f"{_NODE_DIR}/{name}") for name in ("has_cpu", "has_normal_memory"))
     tiers = tuple(sorted(x for x in reader.listdir(_TIER_DIR) if x.startswith("memory_tier")))
     try:  # every memory node has CPUs and normal memory
@@ -3388,7 +3511,9 @@ def _env(suffix: str) -> Any:
 
 
 def _strict_or_env(strict: Optional[bool]) -> bool:
-    return bool(strict) if strict is not None else bool(_env("NUMA_STRICT"))
+    if strict is not None:
+        return bool(strict)
+    return bool(_env("NUMA_STRICT"))
 
 
 def _devices(topo: Topology, backend: Backend) -> Tuple[Device, ...]:
@@ -3421,7 +3546,9 @@ class NodeListError(ValueError):
 
     def __init__(self, msg: str, warn: bool = True, blank: bool = False) -> None:
         super().__init__(msg)
-        self.warn = (msg + "\n" * blank) if warn else ""
+        self.warn = ""
+        if warn:
+            self.warn = msg + "\n" * blank
 
 
 # libnuma's device forms (netdev:eth0, ...): the numactl command line resolves them
@@ -3480,10 +3607,15 @@ def parse_nodestring(
     node or CPU the machine has.  An empty text is the empty set.  Raises ValueError
     with libnuma's reason."""
     backend = _b(backend)
-    topo = topology if topology is not None else read_topology(backend=backend)
-    what = "cpu" if cpus else "node"
-    top = max(topo.cpus if cpus else topo.nodes, default=0) + 1
-    conf = top if cpus else len(topo.nodes_with_memory)  # numa_num_configured_cpus/_nodes (sic)
+    topo = _topology_or_read(topology, backend)
+    if cpus:
+        what = "cpu"
+        top = max(topo.cpus, default=0) + 1
+        conf = top  # numa_num_configured_cpus
+    else:
+        what = "node"
+        top = max(topo.nodes, default=0) + 1
+        conf = len(topo.nodes_with_memory)  # numa_num_configured_nodes (sic)
     if possible:
         allowed = frozenset(range(top))
     elif cpus:
@@ -3598,16 +3730,16 @@ def _apply_policy(
         nodes = known["env"]
     mname = _MODE_WORDS[m].result
     what = f"{mname} policy"
-    start, size = (
-        (0, 0)
-        if buf is None
-        else _page_range(*buffer_range(buf, length), page_size or backend.page_size)
-    )
+    start = size = 0  # no buffer: the calling thread's policy
+    if buf is not None:
+        start, size = _page_range(*buffer_range(buf, length), page_size or backend.page_size)
     explicit = nodes is not None
     if "memory" not in known:
         known["memory"] = _memory_nodes(backend)
     mem, allowed, default = known["memory"]
-    want = _node_ids(nodes) if nodes is not None else default
+    want = default
+    if nodes is not None:
+        want = _node_ids(nodes)
     res = PolicyResult(False, mname, want, start, size)
     if not enabled:
         return res._replace(reason="disabled", hint=_HINTS["disabled"])
@@ -3630,10 +3762,10 @@ def _apply_policy(
             )
         want = want - dropped
         res = res._replace(nodes=want, dropped=dropped)
+        if not want and forbidden:
+            return _fallback(res, strict_, what, "cpuset", errno.EINVAL)
         if not want:
-            return _fallback(
-                res, strict_, what, "cpuset" if forbidden else "no-memory-node", errno.EINVAL
-            )
+            return _fallback(res, strict_, what, "no-memory-node", errno.EINVAL)
         if not explicit and len(want) < 2 and m in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
             return res._replace(reason="single-node", hint=_HINTS["single-node"])
         if m == Mode.PREFERRED and len(want) > 1:
@@ -3644,24 +3776,18 @@ def _apply_policy(
         if buf is None:
             set_mempolicy(m, want, mode_flags=mode_flags, backend=backend)
         elif size:
-            mbind(
-                start,
-                size,
-                m,
-                want,
-                MbindFlag.MOVE if move else 0,
-                mode_flags=mode_flags,
-                backend=backend,
-            )
+            mbind_flags = 0
+            if move:
+                mbind_flags = MbindFlag.MOVE
+            mbind(start, size, m, want, mbind_flags, mode_flags=mode_flags, backend=backend)
     except NotLiveError as e:
         return _fallback(res, strict_, what, "not-live", e.errno)
     except OSError as e:
         err = e.errno or errno.EIO
         # Before 6.9 mode 6 is an invalid mode: never a silent plain interleave.
-        wi = err == errno.EINVAL and m == Mode.WEIGHTED_INTERLEAVE
-        return _fallback(
-            res, strict_, what, "no-weighted-interleave" if wi else _errno_reason(err), err
-        )
+        if err == errno.EINVAL and m == Mode.WEIGHTED_INTERLEAVE:
+            return _fallback(res, strict_, what, "no-weighted-interleave", err)
+        return _fallback(res, strict_, what, _errno_reason(err), err)
     res = res._replace(applied=True)
     if size and not move and count_resident and m != Mode.DEFAULT:
         try:  # mincore counts base pages, also in a hugetlb mapping
@@ -3813,7 +3939,9 @@ class thread_policy:
 
 def get_policy(buf: Any = None, *, backend: Optional[Backend] = None) -> PolicyInfo:
     """The policy of the page holding ``buf``'s first byte (or of the calling thread)."""
-    addr = None if buf is None else buffer_range(buf, 1 if isinstance(buf, int) else None)[0]
+    addr = None  # the calling thread's policy
+    if buf is not None:
+        addr = _first_byte(buf)
     value, nodes = get_mempolicy(addr, backend=backend)
     return PolicyInfo(Mode(value & ~_MODE_FLAGS_MASK), value & _MODE_FLAGS_MASK, nodes)
 
@@ -3873,10 +4001,12 @@ def suggest_weights(
     import math
     from functools import reduce
 
-    topo = topology if topology is not None else read_topology(backend=backend)
+    topo = _topology_or_read(topology, backend)
     bw = {}
     for node in sorted(topo.nodes_with_memory):
-        access = topo.nodes[node].access if node in topo.nodes else None
+        if node not in topo.nodes:
+            continue
+        access = topo.nodes[node].access
         if access is None or (initiator is not None and initiator not in access.initiators):
             continue
         known = [x for x in (access.read_bandwidth_mbps, access.write_bandwidth_mbps) if x]
@@ -4117,10 +4247,11 @@ def _placement_move_pages(backend: Backend, pid: int, addr: int, size: int) -> D
     swap = backend.abi.byteorder != sys.byteorder
     seen: collections.Counter[int] = collections.Counter()
     step = page * 16384  # pages per call
+    typecode = "I"  # the ABI's pointers
+    if _pointer_bits(backend.abi) == 64:
+        typecode = "Q"
     for lo in range(addr - addr % page, end, step):
-        ptrs = array.array(
-            "Q" if _pointer_bits(backend.abi) == 64 else "I", range(lo, min(end, lo + step), page)
-        )
+        ptrs = array.array(typecode, range(lo, min(end, lo + step), page))
         status = array.array("i", bytes(4 * len(ptrs)))
         if swap:
             ptrs.byteswap()
@@ -4206,8 +4337,11 @@ def placement(
     if method == "move_pages" or (
         method == "auto" and npages <= _MOVE_PAGES_LIMIT and backend.abi.supported
     ):
+        target = 0  # move_pages' pid 0: this process
+        if pid != "self":
+            target = int(pid)
         try:
-            return _placement_move_pages(backend, 0 if pid == "self" else int(pid), addr, size)
+            return _placement_move_pages(backend, target, addr, size)
         except OSError:
             if method == "move_pages":
                 raise
@@ -4373,11 +4507,15 @@ def read_identity_record(
     end in no record (not made by SharedRegion.create); ValueError when the record
     is damaged.  Only the record's bytes are read: no mapping, no attach."""
     end = seg - _RECORD_END.size
-    raw = read(end, _RECORD_END.size) if end >= 0 else b""
+    if end < 0:  # smaller than a record's end
+        return None
+    raw = read(end, _RECORD_END.size)
     if len(raw) != _RECORD_END.size or raw[:8] != _RECORD_MAGIC:
         return None
     size = _RECORD_END.unpack(raw)[2]
-    tail = read(end - size, size) + raw if size <= min(end, _RECORD_MAX) else b""
+    tail = b""  # a length past the region or _RECORD_MAX: damaged
+    if size <= min(end, _RECORD_MAX):
+        tail = read(end - size, size) + raw
     if len(tail) != size + _RECORD_END.size:
         raise ValueError(f"{what}: damaged identity record (length {size} in {seg} bytes)")
     buf = ctypes.create_string_buffer(tail, len(tail))  # _record_read reads memory
@@ -4478,19 +4616,25 @@ class Layout:
         items = []
         for length, pol, nodes in entries:
             w = _mode_of(str(pol))
-            ids = frozenset([nodes] if isinstance(nodes, int) else nodes or ())
+            if isinstance(nodes, int):
+                ids = frozenset([nodes])
+            else:
+                ids = frozenset(nodes or ())
             if not all(_is_node_id(node) for node in ids):
                 raise ValueError(f"layout: invalid node list {nodes!r}: ids 0 to {MAX_NODES - 1}")
             if (w in (Mode.DEFAULT, Mode.LOCAL)) == bool(ids) and (ids or kind != "extents"):
-                raise ValueError(
-                    f"layout: policy {_MODE_WORDS[w].word} {'takes no' if ids else 'needs'} nodes"
-                )
+                if ids:
+                    raise ValueError(f"layout: policy {_MODE_WORDS[w].word} takes no nodes")
+                raise ValueError(f"layout: policy {_MODE_WORDS[w].word} needs nodes")
             if w == Mode.PREFERRED and len(ids) != 1:
                 raise ValueError("layout: prefer takes one node (prefer-many: several)")
-            if kind != "parts" and not _is_size(length):
+            if kind == "blocks" and not _is_size(length):
                 raise ValueError(
-                    f"layout: {'block size' if kind == 'blocks' else 'extent length'}"
-                    f" {length!r} is not an int from 1 to {_LAYOUT_MAX}"
+                    f"layout: block size {length!r} is not an int from 1 to {_LAYOUT_MAX}"
+                )
+            if kind == "extents" and not _is_size(length):
+                raise ValueError(
+                    f"layout: extent length {length!r} is not an int from 1 to {_LAYOUT_MAX}"
                 )
             items.append((length, _MODE_WORDS[w].word, ids))
         if not items:
@@ -4548,15 +4692,20 @@ class Layout:
         head = body.partition(":")[0]
         try:
             if head in ("parts", "blocks"):
-                fields = body.split(":", 3 if head == "blocks" else 2)[1:]
-                block = parse_size(fields.pop(0)) if head == "blocks" and len(fields) == 3 else 0
+                maxsplit = 2  # parts:POLICY:NODES
+                if head == "blocks":
+                    maxsplit = 3  # blocks:SIZE:POLICY:NODES
+                fields = body.split(":", maxsplit)[1:]
+                block = 0
+                if head == "blocks" and len(fields) == 3:
+                    block = parse_size(fields.pop(0))
                 if len(fields) != 2:
                     raise ValueError(f"expected {head}:POLICY:NODES[/NODES...]")
-                return cls(
-                    head,
-                    [(block, fields[0], _parse_nodelist(e)) for e in fields[1].split("/")],
-                    parse_size(size) if at else None,
-                )
+                entries = [(block, fields[0], _parse_nodelist(e)) for e in fields[1].split("/")]
+                whole = None  # without @SIZE: the size of the region it is given to
+                if at:
+                    whole = parse_size(size)
+                return cls(head, entries, whole)
             if at:
                 raise ValueError("@SIZE follows only parts: and blocks:")
             ext = []
@@ -4564,13 +4713,10 @@ class Layout:
                 fields = item.strip().split(":")
                 if len(fields) not in (2, 3):
                     raise ValueError(f"extent {item!r}: expected SIZE:POLICY[:NODES]")
-                ext.append(
-                    (
-                        parse_size(fields[0]),
-                        fields[1],
-                        _parse_nodelist(fields[2] if len(fields) == 3 else ""),
-                    )
-                )
+                nodelist = ""  # SIZE:POLICY names no nodes
+                if len(fields) == 3:
+                    nodelist = fields[2]
+                ext.append((parse_size(fields[0]), fields[1], _parse_nodelist(nodelist)))
             return cls("extents", ext)
         except ValueError as e:
             msg = str(e).replace("layout: ", "")
@@ -4579,16 +4725,21 @@ class Layout:
     def __str__(self) -> str:
         es = self._entries
         if self._kind == "extents":
-            return ";".join(
-                f"{format_size(n)}:{p}" + (f":{format_cpulist(ids)}" if ids else "")
-                for n, p, ids in es
-            )
-        block = f"{format_size(es[0][0])}:" if self._kind == "blocks" else ""
-        return (
-            f"{self._kind}:{block}{es[0][1]}:"
-            + "/".join(format_cpulist(e[2]) for e in es)
-            + (f"@{format_size(self._size)}" if self._size is not None else "")
-        )
+            texts = []
+            for length, policy, ids in es:
+                if ids:
+                    texts.append(f"{format_size(length)}:{policy}:{format_cpulist(ids)}")
+                else:
+                    texts.append(f"{format_size(length)}:{policy}")
+            return ";".join(texts)
+        rule = f"{es[0][1]}:" + "/".join(format_cpulist(e[2]) for e in es)
+        if self._kind == "blocks":
+            rule = f"blocks:{format_size(es[0][0])}:{rule}"
+        else:
+            rule = f"parts:{rule}"
+        if self._size is not None:
+            rule += f"@{format_size(self._size)}"
+        return rule
 
     def __repr__(self) -> str:
         return f"Layout.parse({str(self)!r})"
@@ -4612,11 +4763,14 @@ class Layout:
     def bound(self, size: int, page: int, nodes: Optional[FrozenSet[int]] = None) -> Layout:
         """This layout for a region of ``size`` bytes of ``page``-byte pages; one
         ValueError says what does not fit (alignment, size, unknown nodes)."""
-        if self._size is not None and self._size != size:
+        if self._size is not None and self._size > size:
             raise ValueError(
-                f"layout {self} covers {self._size} bytes of a {size}-byte "
-                "region: "
-                + ("past the size" if self._size > size else "the rest would have no policy")
+                f"layout {self} covers {self._size} bytes of a {size}-byte region: past the size"
+            )
+        if self._size is not None and self._size < size:
+            raise ValueError(
+                f"layout {self} covers {self._size} bytes of a {size}-byte region: "
+                "the rest would have no policy"
             )
         k, unit = len(self._entries), format_size(page)
         if self._kind == "parts" and size % (k * page):
@@ -4624,7 +4778,9 @@ class Layout:
                 f"layout {self}: {size} bytes do not split into {k} equal "
                 f"parts of whole {unit} pages"
             )
-        lay = self if self._size is not None else Layout(self._kind, self._entries, size)
+        lay = self
+        if self._size is None:  # a rule: bound to this region's size
+            lay = Layout(self._kind, self._entries, size)
         if any(i[0] % page for i in self._entries):
             raise ValueError(f"layout {lay}: extents must be whole {unit} pages")
         if nodes is not None and self.nodes - nodes:
@@ -4828,18 +4984,21 @@ def _status_regions(report: Dict[str, Any], backend: Backend) -> None:
             row["error"] = str(err)
         rows.append(row)
     if rows:
-        report.setdefault("extra_text", []).extend(
-            ["", "REGIONS (this user's numa_utils shared memory)"]
-            + [
-                printable(
-                    f"  {r['kind']:<5}  {r['name'] or r['key']:<24}  "
-                    f"{'?' if r['size'] is None else format_size(r['size']):>8}  "
-                    f"{'?' if r['attached'] is None else r['attached']} attached  "
-                    + (r["layout"] or r.get("error") or "layout: `maps PID` or `cleanup` shows it")
-                )
-                for r in rows
-            ]
-        )
+        lines = ["", "REGIONS (this user's numa_utils shared memory)"]
+        for region in rows:
+            size = "?"
+            if region["size"] is not None:
+                size = format_size(region["size"])
+            attached = "?"
+            if region["attached"] is not None:
+                attached = region["attached"]
+            layout = region["layout"] or region.get("error")
+            if not layout:
+                layout = "layout: `maps PID` or `cleanup` shows it"
+            label = region["name"] or region["key"]
+            line = f"  {region['kind']:<5}  {label:<24}  {size:>8}  {attached} attached  {layout}"
+            lines.append(printable(line))
+        report.setdefault("extra_text", []).extend(lines)
 
 
 # ===========================================================================
@@ -5001,14 +5160,12 @@ def prefault(
             errors.append(err)
             stop.set()
 
-    workers = (
-        [
+    workers: List[threading.Thread] = []  # one slice: run here
+    if threads_used > 1:
+        workers = [
             threading.Thread(target=work, args=(i,), name=f"numa_utils-prefault-{i}", daemon=True)
             for i in range(threads_used)
         ]
-        if threads_used > 1
-        else []
-    )
     try:
         if not workers:
             # One slice: run it here, calling progress between chunks.
@@ -5126,8 +5283,13 @@ def _huge_size(
                 f"on ({seen}): reserve one size on all of "
                 f"{_nodes_txt(targets)}, or use hugepages=False",
             )
-        return (2048 if 2048 in sizes_kb else min(sizes_kb)) * 1024
-    nbytes = parse_size(hugepages) if isinstance(hugepages, str) else int(hugepages or 0)
+        if 2048 in sizes_kb:
+            return 2048 * 1024
+        return min(sizes_kb) * 1024
+    if isinstance(hugepages, str):
+        nbytes = parse_size(hugepages)
+    else:
+        nbytes = int(hugepages or 0)
     kb = nbytes // 1024
     if kb not in sizes_kb:
         short = [node for node in targets if kb not in have[node]]
@@ -5298,8 +5460,11 @@ def _fit_limits(backend: Backend, huge: int, kind: str, pin: bool, need: int) ->
     """The limits beyond free memory, each with the file it came from."""
     num = _Reader(backend).integer  # None: absent, unreadable or "max"
     out: List[FitLimit] = []
-    # hugetlb.2MB.max: mm/hugetlb_cgroup.c mem_fmt, as format_size for powers of two < 1 TiB
-    names = [f"hugetlb.{format_size(huge)}B.max"] if huge else ["memory.max", "memory.high"]
+    if huge:
+        # hugetlb.2MB.max: mm/hugetlb_cgroup.c mem_fmt, as format_size for powers of two < 1 TiB
+        names = [f"hugetlb.{format_size(huge)}B.max"]
+    else:
+        names = ["memory.max", "memory.high"]
     for d in _cgroup_dirs(backend):
         for name in names:
             # memory.max/.high -> memory.current, hugetlb.2MB.max -> hugetlb.2MB.current
@@ -5529,7 +5694,9 @@ class Counters:
         self.seconds = seconds  # set on a difference
 
     def __repr__(self) -> str:
-        kind = f"delta over {self.seconds:.3f}s" if self.seconds is not None else "snapshot"
+        kind = "snapshot"
+        if self.seconds is not None:
+            kind = f"delta over {self.seconds:.3f}s"
         return (
             f"Counters({kind}, nodes {format_cpulist(self.nodes)}, remote {self.remote_ratio:.2%})"
         )
@@ -5557,15 +5724,19 @@ class Counters:
     def remote_ratio(self) -> float:
         """other_node / (local_node + other_node); 0.0 when nothing was counted."""
         local, remote = self.total("local_node"), self.total("other_node")
-        return remote / (local + remote) if local + remote else 0.0
+        if not local + remote:
+            return 0.0
+        return remote / (local + remote)
 
     def __sub__(self, other: object) -> Counters:
         if not isinstance(other, Counters):
             return NotImplemented
-        nodes = {
-            node: (c - other.nodes[node] if node in other.nodes else c)
-            for node, c in self.nodes.items()
-        }
+        nodes = {}
+        for node, counted in self.nodes.items():
+            if node in other.nodes:
+                nodes[node] = counted - other.nodes[node]
+            else:
+                nodes[node] = counted
         return Counters(
             self.timestamp,
             self.monotonic,
@@ -5602,14 +5773,18 @@ def counters(*, backend: Optional[Backend] = None) -> Counters:
     nodes: Dict[int, NodeCounters] = {}
     if reader.exists(_NODE_DIR):
         online = reader.parsed(f"{_NODE_DIR}/online", _parse_nodelist)
-        for node in sorted(_node_dirs(reader) if online is None else online):
+        if online is None:
+            online = _node_dirs(reader)
+        for node in sorted(online):
             folder = f"{_NODE_DIR}/node{node}"
             stat = reader.parsed(f"{folder}/numastat", _parse_numastat)
             if stat is None:
                 # Missing: no counters.  Malformed (the problem is recorded): keep
                 # the lines that do parse rather than lose the whole node.
                 t = reader.text(f"{folder}/numastat")
-                stat = _parse_numastat(t, lenient=True) if t is not None else {}
+                stat = {}
+                if t is not None:
+                    stat = _parse_numastat(t, lenient=True)
             mi = reader.parsed(f"{folder}/meminfo", parse_meminfo) or {}
             nodes[node] = NodeCounters(node, MappingProxyType(stat), MappingProxyType(mi))
     else:
@@ -5676,7 +5851,9 @@ def _fit(
     targets = _fit_targets(topo, mode, ids)
     # hugepages=None: NUMA_UTILS_NUMA_HUGEPAGES ("off" unless set).
     # "off" and "" reach _region_page, which takes them as base pages.
-    want = _env("NUMA_HUGEPAGES") if hugepages is None else hugepages
+    want = hugepages
+    if hugepages is None:
+        want = _env("NUMA_HUGEPAGES")
     thp = _thp_settings(backend)
     short: List[str] = []  # why the pages would not all land as asked
     fallback = None
@@ -5688,11 +5865,19 @@ def _fit(
                 f"({_THP_DIR}/shmem_enabled): echo advise there"
             )
     elif want:
-        placed = None if mode in _SPILL_MODES else frozenset(targets)
+        placed = None  # _SPILL_MODES: huge pages from any allowed node
+        if mode not in _SPILL_MODES:
+            placed = frozenset(targets)
+        asked = want
+        if want == "auto":
+            asked = True
         try:
-            huge = _region_page(True if want == "auto" else want, kind, backend, placed)[0]
+            huge = _region_page(asked, kind, backend, placed)[0]
         except OSError as err:
-            want, fallback = ("thp", None) if want == "auto" else (want, str(err.args[-1]))
+            if want == "auto":
+                want = "thp"  # auto: THP when no huge pages are reserved
+            else:
+                fallback = str(err.args[-1])
     page = huge or backend.page_size
     npages = -(-size // page)
     share = _fit_share(mode, targets, npages, page)
@@ -5701,13 +5886,19 @@ def _fit(
     snap = counters(backend=backend)
     fnodes = []
     for node in sorted(set(targets) | allowed):
-        hp = topo.nodes[node].hugepages if node in topo.nodes else MappingProxyType({})
+        hp: Mapping[int, HugePages] = MappingProxyType({})
+        if node in topo.nodes:
+            hp = topo.nodes[node].hugepages
         avail = _fit_available(snap, node, hp, huge)
         fnodes.append(FitNode(node, share.get(node, 0), avail, hp))
-        if share.get(node, 0) > avail:
+        if share.get(node, 0) > avail and huge:
             short.append(
-                f"node {node} has {format_kib(avail >> 10)} free"
-                f"{f' in {huge >> 10} kB huge pages' if huge else ''} of the "
+                f"node {node} has {format_kib(avail >> 10)} free in {huge >> 10} kB huge pages"
+                f" of the {format_kib(share[node] >> 10)} it should hold"
+            )
+        elif share.get(node, 0) > avail:
+            short.append(
+                f"node {node} has {format_kib(avail >> 10)} free of the "
                 f"{format_kib(share[node] >> 10)} it should hold"
             )
     outside = set(targets) - allowed
@@ -5744,13 +5935,19 @@ def _fit(
     if map_short:
         short.append(map_short)
     need = _region_mapped(size, page, huge)
-    pool = frozenset(targets) if mode == Mode.BIND else allowed
+    if mode == Mode.BIND:
+        pool = frozenset(targets)
+        pool_name = f"memory of bound node(s) {format_cpulist(pool)}"
+    else:
+        pool = allowed
+        pool_name = f"memory of allowed node(s) {format_cpulist(pool)}"
+    counted_in = f"{_NODE_DIR}/node*/meminfo"
+    if huge:
+        counted_in = f"{_NODE_DIR}/node*/hugepages"
     limits = [
         FitLimit(
-            "memory of "
-            + ("bound" if mode == Mode.BIND else "allowed")
-            + f" node(s) {format_cpulist(pool)}",
-            f"{_NODE_DIR}/node*/" + ("hugepages" if huge else "meminfo"),
+            pool_name,
+            counted_in,
             sum(f.available for f in fnodes if f.node in pool),
             "free memory there, or choose other nodes",
         )
