@@ -6782,6 +6782,14 @@ def _action(why: str, remove: bool) -> str:
     return "would remove"
 
 
+def _region_fields(rec: Optional[Dict[str, Any]], size: int) -> Dict[str, Any]:
+    """A cleanup row's region, size and layout: from its record, or (none read) the
+    segment's own ``size``."""
+    if not rec:
+        return {"region": None, "size": size, "layout": None}
+    return {"region": rec["key"], "size": rec["size"], "layout": rec.get("layout")}
+
+
 def _our_segments(
     backend: Backend,
     keys: Optional[Sequence[Union[int, str]]] = None,
@@ -6806,8 +6814,11 @@ def _our_segments(
     import time
 
     euid, me, now = backend.call("geteuid"), _who(backend.call("whoami")), time.time()
-    want_sysv = None if keys is None else {k for key in keys for k in _sysv_keys(key)}
-    want_posix = None if keys is None else {_posix_name(k) for k in keys}
+    want_sysv = None
+    want_posix = None
+    if keys is not None:
+        want_sysv = {k for key in keys for k in _sysv_keys(key)}
+        want_posix = {_posix_name(k) for k in keys}
     out: List[Dict[str, Any]] = []
 
     def verdict(row: Dict[str, Any], why: str, drop: Callable[[], str]) -> None:
@@ -6827,14 +6838,14 @@ def _our_segments(
     for st in parse_sysvipc_shm(sysv_rows):
         if st.uid != euid or st.cuid != euid or not st.key:
             continue
+        if want_sysv is None:
+            listed = st.key & SYSV_KEY_MASK == SYSV_KEY_PREFIX
+        else:
+            listed = st.key in want_sysv
         room = _room_row(backend, st, keys, want_rooms, me, now, min_age)
         if room is not None:  # a record segment: its data's row judges it, or its own
             why, rec = room
-        elif (
-            st.key & SYSV_KEY_MASK != SYSV_KEY_PREFIX
-            if want_sysv is None
-            else st.key not in want_sysv
-        ):
+        elif not listed:
             continue
         else:
             try:
@@ -6860,9 +6871,7 @@ def _our_segments(
                 "kind": "sysv",
                 "key": f"0x{st.key:08x}",
                 "shmid": st.id,
-                "region": rec["key"] if rec else None,
-                "size": rec["size"] if rec else st.size,
-                "layout": rec.get("layout") if rec else None,
+                **_region_fields(rec, st.size),
                 "mode": f"{st.mode & 0o777:03o}",
                 "attached": st.nattch,
             },
@@ -6894,7 +6903,9 @@ def _our_segments(
                 backend.call("close", fd)
                 continue
             files[name] = (fd, fst)
-        users = _dev_shm_users(backend, {n: st for n, (_, st) in files.items()}) if files else {}
+        users: Dict[str, int] = {}
+        if files:
+            users = _dev_shm_users(backend, {n: st for n, (_, st) in files.items()})
         for name, (fd, st) in files.items():
             try:
                 why, rec = _posix_verdict(
@@ -6915,9 +6926,7 @@ def _our_segments(
                     "kind": "posix",
                     "name": name,
                     "path": f"/dev/shm/{name}",
-                    "region": rec["key"] if rec else None,
-                    "size": rec["size"] if rec else st.size,
-                    "layout": rec.get("layout") if rec else None,
+                    **_region_fields(rec, st.size),
                     "mode": f"{st.mode & 0o777:03o}",
                     "attached": users.get(name, 0),
                 },
@@ -9791,20 +9800,16 @@ def _resolve_gpu(
     infos = _gpu_infos(topo, backend)
     if isinstance(gpu, bool) or not isinstance(gpu, (int, str)):
         raise TypeError(f"gpu must be a CUDA device index, a PCI address or a GpuInfo, not {gpu!r}")
-    by_bus = isinstance(gpu, str)
-    r = (
-        _resolve(0, gpu, infos, backend, environ)
-        if by_bus
-        else _resolve(gpu, None, infos, backend, environ)
-    )
+    if isinstance(gpu, str):
+        r = _resolve(0, gpu, infos, backend, environ)
+        if r.gpu is None:
+            known = ", ".join(g.pci for g in infos) or "none"
+            raise ValueError(f"no GPU at PCI address {gpu!r} ({r.how}); GPUs: {known}")
+        return r.gpu.node, f"GPU {r.gpu.pci}"
+    r = _resolve(gpu, None, infos, backend, environ)
     if r.gpu is None:
-        raise ValueError(
-            f"no GPU at PCI address {gpu!r} ({r.how}); GPUs: "
-            f"{', '.join(g.pci for g in infos) or 'none'}"
-            if by_bus
-            else f"no GPU {gpu}: {r.how}"
-        )
-    return r.gpu.node, f"GPU {r.gpu.pci}" if by_bus else f"CUDA device {gpu} (GPU {r.gpu.pci})"
+        raise ValueError(f"no GPU {gpu}: {r.how}")
+    return r.gpu.node, f"CUDA device {gpu} (GPU {r.gpu.pci})"
 
 
 def choose_node(
@@ -9834,24 +9839,33 @@ def choose_node(
     snap = counters(backend=backend)
     excluded = frozenset(exclude)
     usable_mem = default_memory_nodes(topo)
-    nodes = (
-        sorted(
+    if topo.has_node_dir:
+        nodes = sorted(
             node
             for node in topo.nodes_with_cpus
             if node in topo.nodes and topo.nodes[node].cpus & topo.allowed_cpus
         )
-        if topo.has_node_dir
-        else [0]
-    )
+    else:
+        nodes = [0]
     skipped = [node for node in nodes if node in excluded]
     nodes = [node for node in nodes if node not in excluded]
-    gnode, glabel = _resolve_gpu(gpu, topo, backend, environ) if gpu is not None else (None, "")
+    gnode: Optional[int] = None
+    glabel = ""
+    if gpu is not None:
+        gnode, glabel = _resolve_gpu(gpu, topo, backend, environ)
 
     need_kb = (max(int(need_bytes), 0) + 1023) // 1024
     cands: List[NodeCandidate] = []
     for node in nodes:
         mnode = next(iter(_nearest_tied(topo, node, usable_mem)), None)
-        candidate = snap.nodes.get(mnode) if mnode is not None else None
+        candidate = None
+        memory_distance = None
+        if mnode is not None:
+            candidate = snap.nodes.get(mnode)
+            memory_distance = topo.distance(node, mnode)
+        gpu_distance = None
+        if gnode is not None:
+            gpu_distance = topo.distance(gnode, node)
         # counters' meminfo, else the topology's free memory (no nodeN/meminfo)
         if candidate is not None and candidate.meminfo:
             avail = candidate.available_kb
@@ -9861,25 +9875,25 @@ def choose_node(
             avail = 0
         cands.append(
             NodeCandidate(
-                node,
-                mnode,
-                avail,
-                int((loads or {}).get(node, 0)),
-                topo.distance(gnode, node) if gnode is not None else None,
-                topo.distance(node, mnode) if mnode is not None else None,
-                avail >= need_kb,
+                node=node,
+                memory_node=mnode,
+                available_kb=avail,
+                load=int((loads or {}).get(node, 0)),
+                gpu_distance=gpu_distance,
+                memory_distance=memory_distance,
+                fits=avail >= need_kb,
             )
         )
     if not cands:
-        return NodeChoice(
-            None,
-            "no node with CPUs is usable"
-            + (f" (excluded: {format_cpulist(skipped)})" if skipped else "")
-            + "; this process may run on CPUs "
-            + (format_cpulist(topo.allowed_cpus) or "-"),
-            (),
-            gnode,
-        )
+        allowed = format_cpulist(topo.allowed_cpus) or "-"
+        if skipped:
+            reason = (
+                f"no node with CPUs is usable (excluded: {format_cpulist(skipped)});"
+                f" this process may run on CPUs {allowed}"
+            )
+        else:
+            reason = f"no node with CPUs is usable; this process may run on CPUs {allowed}"
+        return NodeChoice(None, reason, (), gnode)
     far = 1 << 16
 
     def key(candidate: NodeCandidate) -> Tuple[int, ...]:
@@ -9890,22 +9904,24 @@ def choose_node(
             gd = 0
         else:
             gd = far
-        md = candidate.memory_distance if candidate.memory_distance is not None else far
+        if candidate.memory_distance is not None:
+            md = candidate.memory_distance
+        else:
+            md = far
         # Last: more memory available, then the lower id (a stable answer).
         return (not candidate.fits, gd, candidate.load, md, -candidate.available_kb, candidate.node)
 
     fitting = [candidate for candidate in cands if candidate.fits]
-    best = (
-        min(fitting, key=key)
-        if fitting
-        else max(cands, key=lambda candidate: (candidate.available_kb, -candidate.node))
-    )
+    if fitting:
+        best = min(fitting, key=key)
+    else:
+        best = max(cands, key=lambda candidate: (candidate.available_kb, -candidate.node))
+    parts: List[str] = []
     if gnode is None:
-        parts = (
-            [f"{glabel}'s node is unknown (firmware reports numa_node=-1), so it did not count"]
-            if gpu is not None
-            else []
-        )
+        if gpu is not None:
+            parts = [
+                f"{glabel}'s node is unknown (firmware reports numa_node=-1), so it did not count"
+            ]
     elif best.node == gnode:
         parts = [f"{glabel} is on node {gnode}"]
     elif gnode not in topo.nodes_with_cpus:
@@ -9928,27 +9944,28 @@ def choose_node(
             f"{glabel} is on node {gnode}, which lacks the memory;"
             f" node {best.node} is the nearest node that has it"
         ]
-    mem_txt = format_kib(best.available_kb) + (
-        f" on its nearest memory node {best.memory_node}"
-        if best.memory_node not in (None, best.node)
-        else ""
-    )
+    mem_txt = format_kib(best.available_kb)
+    if best.memory_node not in (None, best.node):
+        mem_txt = f"{mem_txt} on its nearest memory node {best.memory_node}"
     if not fitting:
         parts.append(
             f"no node has {format_kib(need_kb)} available; "
             f"node {best.node} has the most ({mem_txt})"
         )
     else:
-        parts += [
-            f"{mem_txt} available (MemFree + reclaimable page cache)"
-            + (f" for the {format_kib(need_kb)} needed" if need_kb else ""),
-            f"{best.load} worker(s) already there"
-            + (
-                f" (fewest among {len(fitting)} fitting node(s))"
-                if len(fitting) > 1 and gnode is None
-                else ""
-            ),
-        ]
+        if need_kb:
+            parts.append(
+                f"{mem_txt} available (MemFree + reclaimable page cache)"
+                f" for the {format_kib(need_kb)} needed"
+            )
+        else:
+            parts.append(f"{mem_txt} available (MemFree + reclaimable page cache)")
+        if len(fitting) > 1 and gnode is None:
+            parts.append(
+                f"{best.load} worker(s) already there (fewest among {len(fitting)} fitting node(s))"
+            )
+        else:
+            parts.append(f"{best.load} worker(s) already there")
     if len(cands) == 1:
         parts.append("it is the only usable node with CPUs")
     return NodeChoice(best.node, f"node {best.node}: " + "; ".join(parts), tuple(cands), gnode)
@@ -10842,31 +10859,36 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     gpu_rows = [
         dict(_pci_json(gpu), node=gpu.node, node_source=gpu.node_source) for gpu in topo.gpus
     ]
-    for gpu in topo.gpus if multi else ():
-        if gpu.numa_node < 0:
-            warnings.append(
-                f"GPU {gpu.address}: firmware reports no NUMA node (numa_node=-1)"
-                + (
-                    " and its local CPUs span several nodes; pass the node "
-                    "explicitly when binding workers"
-                    if gpu.node is None
-                    else f"; using node {gpu.node} from its local CPUs"
-                )
-            )
-        if gpu.node is not None:
-            ncpus = topo.nodes[gpu.node].cpus if gpu.node in topo.nodes else frozenset()
-            if ncpus and not (ncpus & topo.allowed_cpus):
-                warnings.append(
-                    f"GPU {gpu.address} hangs off node {gpu.node} but this "
-                    "process's cpuset allows none of its CPUs "
-                    f"({format_cpulist(ncpus)}): its worker will run remote"
-                )
-            if gpu.node in topo.nodes_with_memory and gpu.node not in topo.allowed_mems:
-                warnings.append(
-                    f"GPU {gpu.address} hangs off node {gpu.node} but this process's "
-                    f"cpuset (Mems_allowed_list {format_cpulist(topo.allowed_mems)})"
-                    " excludes that node's memory: host buffers for it will be remote"
-                )
+    if multi:
+        for gpu in topo.gpus:
+            if gpu.numa_node < 0:
+                if gpu.node is None:
+                    warnings.append(
+                        f"GPU {gpu.address}: firmware reports no NUMA node (numa_node=-1)"
+                        " and its local CPUs span several nodes; pass the node "
+                        "explicitly when binding workers"
+                    )
+                else:
+                    warnings.append(
+                        f"GPU {gpu.address}: firmware reports no NUMA node (numa_node=-1);"
+                        f" using node {gpu.node} from its local CPUs"
+                    )
+            if gpu.node is not None:
+                ncpus: FrozenSet[int] = frozenset()
+                if gpu.node in topo.nodes:
+                    ncpus = topo.nodes[gpu.node].cpus
+                if ncpus and not (ncpus & topo.allowed_cpus):
+                    warnings.append(
+                        f"GPU {gpu.address} hangs off node {gpu.node} but this "
+                        "process's cpuset allows none of its CPUs "
+                        f"({format_cpulist(ncpus)}): its worker will run remote"
+                    )
+                if gpu.node in topo.nodes_with_memory and gpu.node not in topo.allowed_mems:
+                    warnings.append(
+                        f"GPU {gpu.address} hangs off node {gpu.node} but this process's "
+                        f"cpuset (Mems_allowed_list {format_cpulist(topo.allowed_mems)})"
+                        " excludes that node's memory: host buffers for it will be remote"
+                    )
     devs = _devices(topo, backend)
     layout = _package_layout(topo)
     if layout["nodes_per_package"] and layout["nodes_per_package"] > 1:
@@ -10899,8 +10921,9 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
         )
     warnings.extend(f"could not read: {problem}" for problem in topo.problems)
     policy: Optional[Dict[str, Any]] = None
-    policy_error = None if backend.has_process else "not the running system"
+    policy_error: Optional[str] = "not the running system"
     if backend.has_process:
+        policy_error = None
         try:
             policy = get_policy(backend=backend).to_json()
         except OSError as err:
@@ -10917,11 +10940,12 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     abi: Optional[Abi] = backend.abi
     if not backend.has_process:
         # A saved tree: its own machine's facts, or None ("unknown"), never ours.
-        abi = (
-            abi_for(machine, 64 if "64" in machine or machine == "s390x" else 32)
-            if machine
-            else None
-        )
+        abi = None
+        if machine:
+            if "64" in machine or machine == "s390x":
+                abi = abi_for(machine, 64)
+            else:
+                abi = abi_for(machine, 32)
         if abi is None:
             warnings.append(
                 "the saved tree does not record its machine "
@@ -10935,6 +10959,15 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     on_node: Dict[Optional[int], List[str]] = {}  # node -> its devices' addresses
     for device in devs:
         on_node.setdefault(device.node, []).append(device.address)
+    own_pid = None
+    if backend.is_live:
+        own_pid = os.getpid()
+    abi_name = None
+    syscalls = None
+    if abi is not None:
+        abi_name = abi.name
+        if abi.syscalls:
+            syscalls = dict(abi.syscalls)
     report: Dict[str, Any] = {
         "version": __version__,
         "root": backend.root,
@@ -10943,7 +10976,7 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
         "devices": [device.to_json() for device in devs],
         "packages": layout,
         "process": {
-            "pid": os.getpid() if backend.is_live else None,
+            "pid": own_pid,
             "allowed_cpus": tj["allowed_cpus"],
             "allowed_mems": tj["allowed_mems"],
             "policy": policy,
@@ -10952,8 +10985,8 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
         "kernel": {
             "release": release,
             "machine": machine,
-            "abi": abi.name if abi is not None else None,
-            "syscalls": dict(abi.syscalls) if abi is not None and abi.syscalls else None,
+            "abi": abi_name,
+            "syscalls": syscalls,
             "page_size": page_size,
             "numa": topo.has_node_dir,
             **{
@@ -10980,12 +11013,17 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     report["config"] = config = {}
     for suffix in _ENV_VARS:  # each read alone: every invalid one is its own warning
         name = _env_prefix + suffix
-        row = config[name] = {
-            "value": os.environ.get(name),
-            "source": "env" if os.environ.get(name, "").strip() else "default",
-        }
+        if os.environ.get(name, "").strip():
+            source = "env"
+        else:
+            source = "default"
+        row = config[name] = {"value": os.environ.get(name), "source": source}
         try:
-            row["value"] = to_json(_env_nodes(backend) if suffix == "NUMA_NODES" else _env(suffix))
+            if suffix == "NUMA_NODES":
+                value = _env_nodes(backend)
+            else:
+                value = _env(suffix)
+            row["value"] = to_json(value)
         except ValueError as err:  # worded as the calls that read it refuse it
             report.setdefault("config_error", str(err))
             warnings.append(f"configuration: {err}")
@@ -11004,18 +11042,31 @@ def _env_shown(row: Mapping[str, Any]) -> str:
     return str(row["value"])
 
 
+def _env_source(row: Mapping[str, Any]) -> str:
+    """A status config row's source as text: "invalid" for a value that was refused."""
+    if "error" in row:
+        return "invalid"
+    return str(row["source"])
+
+
 def _section(title: str, rows: List[str]) -> List[str]:
     """A titled block of the status text with its blank line; nothing without rows."""
-    return [title, *rows, ""] if rows else []
+    if not rows:
+        return []
+    return [title, *rows, ""]
 
 
 def _node_of(data: Dict[str, Any]) -> str:
-    return "?" if data["node"] is None else str(data["node"])
+    if data["node"] is None:
+        return "?"
+    return str(data["node"])
 
 
 def _node_how(data: Dict[str, Any]) -> str:
     """How a device's node was found, when not from its numa_node file."""
-    return "" if data["node_source"] == "numa_node" else f" ({data['node_source']})"
+    if data["node_source"] == "numa_node":
+        return ""
+    return f" ({data['node_source']})"
 
 
 def _render_tiers(rep: Dict[str, Any]) -> List[str]:
@@ -11029,17 +11080,21 @@ def _render_tiers(rep: Dict[str, Any]) -> List[str]:
         )
         for node in nodes:
             a = node.get("access")
-            perf = (
-                (
+            if a:
+                perf = (
                     f"{a['read_bandwidth_mbps'] or '?'}/{a['write_bandwidth_mbps'] or '?'}"
                     f" MB/s r/w, {a['read_latency_ns'] or '?'}/{a['write_latency_ns'] or '?'}"
                     f" ns from node {format_cpulist(a['initiators']) or '?'}"
                 )
-                if a
-                else "no HMAT figures"
-            )
-            tier = "-" if node.get("tier") is None else node["tier"]
-            w = "-" if weights is None else weights.get(str(node["id"]), "-")
+            else:
+                perf = "no HMAT figures"
+            tier = node.get("tier")
+            if tier is None:
+                tier = "-"
+            if weights is None:
+                w = "-"
+            else:
+                w = weights.get(str(node["id"]), "-")
             out.append(
                 f"  {node['id']:>4}  {node['kind']:<12} tier {tier!s:<3} weight {w!s:<3} "
                 f"{perf}; {node['kind_evidence']}"
@@ -11055,7 +11110,9 @@ def _render_tiers(rep: Dict[str, Any]) -> List[str]:
             *(f"    left out: node {key}: {why}" for key, why in d["left_out"].items()),
             f"    to use them anyway pass nodes=[...] or set NUMA_NODES (e.g. NUMA_NODES={every})",
         ]
-    return out + [""] if out else out
+    if out:
+        out.append("")
+    return out
 
 
 def _cores_in(cpu_rows: Mapping[str, Any], cpus: Iterable[int]) -> Set[Tuple[Any, Any]]:
@@ -11082,7 +11139,13 @@ def _cpu_summary(rep: Dict[str, Any]) -> str:
 
     def count(ns: Iterable[int], one: str) -> str:  # "2 packages", "5-6 cores"
         lo, hi = min(ns), max(ns)
-        return f"{lo}{'' if lo == hi else f'-{hi}'} {one}{'s' * (hi != 1)}"
+        if lo == hi:
+            span = str(lo)
+        else:
+            span = f"{lo}-{hi}"
+        if hi == 1:
+            return f"{span} {one}"
+        return f"{span} {one}s"
 
     out = (
         f"CPUs: {count([len(cores)], 'package')} x "
@@ -11092,27 +11155,44 @@ def _cpu_summary(rep: Dict[str, Any]) -> str:
     if llcs:
         kinds = sorted({(x["size_kb"], x["level"]) for x in llcs}, key=str)
         per = {len(_cores_in(rep["cpus"], x["cpus"])) for x in llcs}
-        what = ", ".join(
-            ((format_kib(kb).replace(".0 ", " ") + " ") if kb else "")
-            + (f"L{lvl}" if lvl else "cache")
-            for kb, lvl in kinds
-        )
+        names: List[str] = []
+        for kb, lvl in kinds:
+            if lvl:
+                name = f"L{lvl}"
+            else:
+                name = "cache"
+            if kb:
+                name = format_kib(kb).replace(".0 ", " ") + " " + name
+            names.append(name)
+        what = ", ".join(names)
         out += f"; LLC: {len(llcs)} x {what} (per {count(per, 'core')})"
     return out
 
 
 def _render_status(rep: Dict[str, Any]) -> str:
     k = rep["kernel"]
-    where = "this machine" if rep["root"] == "/" else f"saved tree {rep['root']}"
+    if rep["root"] == "/":
+        where = "this machine"
+    else:
+        where = f"saved tree {rep['root']}"
     head = f"numa_utils {rep['version']} status: {where}"
     if k.get("release") or k.get("machine"):
         head += f" (Linux {k['release'] or '?'}, {k['machine'] or '?'})"
-    page = "unknown" if k["page_size"] is None else f"{k['page_size'] // 1024} KiB"
+    if k["page_size"] is None:
+        page = "unknown"
+    else:
+        page = f"{k['page_size'] // 1024} KiB"
+    if k["numa"]:
+        abi_line = f"ABI {k['abi'] or 'unknown'}, page size {page}"
+    else:
+        abi_line = (
+            f"ABI {k['abi'] or 'unknown'}, page size {page};"
+            " kernel without NUMA (no node directory)"
+        )
     nodes = rep["nodes"]
     out = [
         head,
-        f"ABI {k['abi'] or 'unknown'}, page size {page}"
-        + ("" if k["numa"] else "; kernel without NUMA (no node directory)"),
+        abi_line,
         "",
         f"NODES: {len(nodes)} online ({format_cpulist(k['online_nodes']) or '-'}) "
         f"of {len(k['possible_nodes'])} possible "
@@ -11161,11 +11241,27 @@ def _render_status(rep: Dict[str, Any]) -> str:
         ],
     )
     p = rep["process"]
-    pol = p["policy"]["text"] if p["policy"] else f"unknown ({p['policy_error']})"
+    if p["policy"]:
+        pol = p["policy"]["text"]
+    else:
+        pol = f"unknown ({p['policy_error']})"
     nb = k["numa_balancing"]
-    balancing = "-"
-    if nb is not None:
-        balancing = f"{nb} (on)" if nb else f"{nb} (off)"
+    if nb is None:
+        balancing = "-"
+    elif nb:
+        balancing = f"{nb} (on)"
+    else:
+        balancing = f"{nb} (off)"
+    if p["pid"]:
+        process_head = f"PROCESS (pid {p['pid']})"
+    else:
+        process_head = "PROCESS"
+    allowed_cpus = f"  allowed cpus   {format_cpulist(p['allowed_cpus']) or '-'}"
+    if p["allowed_cpus"] == k["online_cpus"]:
+        allowed_cpus += " (all online)"
+    allowed_mems = f"  allowed mems   {format_cpulist(p['allowed_mems']) or '-'}"
+    if p["allowed_mems"] == k["nodes_with_memory"]:
+        allowed_mems += " (all)"
     devs = sorted(
         rep.get("devices") or [], key=lambda d: (d["node"] is None, d["node"] or 0, d["address"])
     )
@@ -11179,11 +11275,9 @@ def _render_status(rep: Dict[str, Any]) -> str:
             ],
         ),
         *_render_tiers(rep),
-        "PROCESS" + (f" (pid {p['pid']})" if p["pid"] else ""),
-        f"  allowed cpus   {format_cpulist(p['allowed_cpus']) or '-'}"
-        + (" (all online)" if p["allowed_cpus"] == k["online_cpus"] else ""),
-        f"  allowed mems   {format_cpulist(p['allowed_mems']) or '-'}"
-        + (" (all)" if p["allowed_mems"] == k["nodes_with_memory"] else ""),
+        process_head,
+        allowed_cpus,
+        allowed_mems,
         f"  memory policy  {pol}",
         "",
         "KERNEL",
@@ -11195,18 +11289,21 @@ def _render_status(rep: Dict[str, Any]) -> str:
             if node != "enabled"
         ),
     ]
+    if rep["warnings"]:
+        warnings_head = "WARNINGS"
+    else:
+        warnings_head = "WARNINGS: none"
     out += [
         *rep.get("extra_text", []),
         "",
         *_section(
             "CONFIGURATION (environment)",
             [
-                f"  {name:<34} {_env_shown(value):<12} "
-                f"({'invalid' if 'error' in value else value['source']})"
+                f"  {name:<34} {_env_shown(value):<12} ({_env_source(value)})"
                 for name, value in rep.get("config", {}).items()
             ],
         ),
-        "WARNINGS" if rep["warnings"] else "WARNINGS: none",
+        warnings_head,
         *(f"  - {wtext}" for wtext in rep["warnings"]),
     ]
     # A saved tree is anyone's, and names in it (and regions') reach these lines:
