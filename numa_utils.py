@@ -7990,7 +7990,8 @@ def bind_policy(policy: Optional[str] = None) -> str:
     """The bind policy in effect: ``policy``, else NUMA_BIND_POLICY, as one of
     BIND_POLICIES or "none" (the variable's default: leave CPU affinity alone).
     Case and "_" for "-" do not matter; anything else is a ValueError."""
-    policy = _env("NUMA_BIND_POLICY") if policy is None else policy
+    if policy is None:
+        policy = _env("NUMA_BIND_POLICY")
     p = str(policy).lower().replace("_", "-")
     if p not in BIND_POLICIES + ("none",):
         raise ValueError(f"unknown bind policy {policy!r}; one of {', '.join(BIND_POLICIES)}, none")
@@ -8171,7 +8172,8 @@ def _apply_visible(
     for t in (tok.strip() for tok in raw.split(",")):
         got: Optional[_Resolved] = None
         if re.match(r"^-?\d+$", t):
-            got = base[int(t)] if 0 <= int(t) < len(base) else None
+            if 0 <= int(t) < len(base):
+                got = base[int(t)]
         elif t[:4].upper() == "GPU-":
             hits = [g for u, g in uuids.items() if u.startswith(t.lower())]
             if len(hits) == 1:
@@ -8195,7 +8197,10 @@ def _apply_visible(
                     "CUDA ignores it and every entry after it"
                 )
             break
-        key = got.gpu.pci if got.gpu is not None else t
+        if got.gpu is not None:
+            key = got.gpu.pci
+        else:
+            key = t
         if key in seen:
             entry = _short(t)
             notes.append(
@@ -8240,7 +8245,9 @@ def _visible_gpus(
         mig.lower(): by_pci[nv.pci] for nv in nvml or () if nv.pci in by_pci for mig in nv.mig_uuids
     }
     raw = env.get("CUDA_VISIBLE_DEVICES")
-    return (base if raw is None else _apply_visible(base, raw, uuids, migs, notes)), notes
+    if raw is not None:
+        base = _apply_visible(base, raw, uuids, migs, notes)
+    return base, notes
 
 
 def _fail(
@@ -8267,27 +8274,26 @@ def _resolve(
     by_pci = {gpu.pci: gpu for gpu in infos}
     if pci_bus_id is not None:
         bus = _norm_bus_id(pci_bus_id)
-        return _Resolved(
-            by_pci.get(bus),
-            "pci_bus_id" if bus in by_pci else f"pci_bus_id {bus} is not a GPU in sysfs",
-        )
+        if bus in by_pci:
+            return _Resolved(by_pci[bus], "pci_bus_id")
+        return _Resolved(None, f"pci_bus_id {bus} is not a GPU in sysfs")
     torch_gpu = None
     if backend.is_live:
         torch_gpu = by_pci.get(_torch_bus_id(device) or "")
     if torch_gpu is not None:
         return _Resolved(torch_gpu, "torch")
-    env = os.environ if env is None else env
+    if env is None:
+        env = os.environ
     vis, notes = _visible_gpus(infos, _nvml_devices(backend), env)
     for note in notes:  # once each, however often the device is looked up
         _fail(False, note)
     if device >= len(vis):
         cvd = env.get("CUDA_VISIBLE_DEVICES")
-        return _Resolved(
-            None,
-            f"no CUDA device {device}: {len(vis)} visible"
-            + (f" (CUDA_VISIBLE_DEVICES={cvd!r})" if cvd is not None else ""),
-            tuple(notes),
-        )
+        if cvd is not None:
+            how = f"no CUDA device {device}: {len(vis)} visible (CUDA_VISIBLE_DEVICES={cvd!r})"
+        else:
+            how = f"no CUDA device {device}: {len(vis)} visible"
+        return _Resolved(None, how, tuple(notes))
     return vis[device]._replace(notes=tuple(notes))
 
 
@@ -8311,7 +8317,10 @@ def gpu_node(
     )
     st = _strict_or_env(strict)
     if r.gpu is None or r.gpu.cpu_node is None:
-        why = r.how if r.gpu is None else f"GPU {r.gpu.pci}: {r.gpu.node_source}"
+        if r.gpu is None:
+            why = r.how
+        else:
+            why = f"GPU {r.gpu.pci}: {r.gpu.node_source}"
         _fail(st, f"CUDA device {device}: node unknown ({why})")
         return None
     return r.gpu.cpu_node
@@ -8375,16 +8384,17 @@ def _plan_memory(
     usable = default_memory_nodes(topo)
     if memory in ("interleave", "weighted-interleave"):
         return tuple(sorted(usable - {nid for gpu in infos for nid in gpu.memory_nodes}))
-    nodes = (
-        (node,)
-        if node in usable
-        else _nearest_tied(topo, node, (usable & topo.nodes_with_cpus) or usable)
-    )
+    if node in usable:
+        nodes: Tuple[int, ...] = (node,)
+    else:
+        nodes = _nearest_tied(topo, node, (usable & topo.nodes_with_cpus) or usable)
     if memory == "socket":  # preferred-many over the package's memory nodes
         pk = {topo.cpus[cpu].package for cpu in topo.nodes[node].cpus if cpu in topo.cpus}
         mine = {nid for package, ns in topo.package_nodes.items() if package in pk for nid in ns}
         return tuple(sorted(usable & mine)) or nodes
-    return nodes[:1] if memory == "prefer" else nodes
+    if memory == "prefer":
+        return nodes[:1]
+    return nodes
 
 
 def _cache_domains(topo: Topology, cpus: Iterable[int]) -> List[Tuple[int, ...]]:
@@ -8429,13 +8439,21 @@ def _plan_all(
         node: Optional[int] = gpu.cpu_node
         if node is not None and not pool.get(node):
             near = topo.nearest(node, usable)
-            _fail(
-                strict,
-                f"GPU {gpu.pci}: this process's cpuset allows no CPU on its node {node}"
-                + (f"; using the nearest node {near[0]}" if near else ""),
-                notes[gpu.pci],
-            )
-            node = near[0] if near else None
+            if near:
+                _fail(
+                    strict,
+                    f"GPU {gpu.pci}: this process's cpuset allows no CPU on its node {node};"
+                    f" using the nearest node {near[0]}",
+                    notes[gpu.pci],
+                )
+                node = near[0]
+            else:
+                _fail(
+                    strict,
+                    f"GPU {gpu.pci}: this process's cpuset allows no CPU on its node {node}",
+                    notes[gpu.pci],
+                )
+                node = None
         eff[gpu.pci] = node
     # GPUs with unknown nodes go, in PCI order, where cores per GPU are highest.
     for gpu in fam:
@@ -8552,7 +8570,8 @@ def _plan_args(
     """A plan's policy, reserve, memory policy and strictness; the unset ones from the
     environment."""
     pol = bind_policy(policy)
-    reserve = _env("NUMA_RESERVED_CORES") if reserve is None else reserve
+    if reserve is None:
+        reserve = _env("NUMA_RESERVED_CORES")
     if int(reserve) < 0:
         raise ValueError(f"reserve must be >= 0, not {reserve!r}")
     return pol, int(reserve), _memory_or_env(memory), _strict_or_env(strict)
@@ -8570,13 +8589,17 @@ def gpu_plans(
     """One plan per CUDA device this process sees (CUDA_VISIBLE_DEVICES applied)."""
     backend = _b(backend)
     pol, res, mem, st = _plan_args(policy, reserve, memory, strict)
-    pol = "node" if pol == "none" else pol
+    if pol == "none":
+        pol = "node"
+    if environ is None:
+        environ = os.environ
     topo = _planning_topology(backend)
     infos = _gpu_infos(topo, backend)
-    vis, notes = _visible_gpus(
-        infos, _nvml_devices(backend), os.environ if environ is None else environ
-    )
-    planned = _plan_all(topo, infos, pol, res, st) if vis else {}
+    vis, notes = _visible_gpus(infos, _nvml_devices(backend), environ)
+    if vis:
+        planned = _plan_all(topo, infos, pol, res, st)
+    else:
+        planned = {}
     return [_plan_for(topo, infos, v, i, pol, mem, notes, planned) for i, v in enumerate(vis)]
 
 
@@ -8595,8 +8618,12 @@ def _device_plan(
     topo = _planning_topology(backend)
     infos = _gpu_infos(topo, backend)
     r = _resolve(device, pci_bus_id, infos, backend, environ)
-    policy = "node" if policy == "none" else policy
-    planned = _plan_all(topo, infos, policy, reserve, strict) if r.gpu is not None else {}
+    if policy == "none":
+        policy = "node"
+    if r.gpu is not None:
+        planned = _plan_all(topo, infos, policy, reserve, strict)
+    else:
+        planned = {}
     return topo, infos, r, _plan_for(topo, infos, r, device, policy, memory, (), planned)
 
 
@@ -8712,21 +8739,23 @@ def _bind_node(
         cnode = _nearest_cpu_node(topo, node)
         if cnode is not None and cnode != node:
             notes.append(f"node {node} has no CPUs: using node {cnode}'s")
-        want = topo.nodes[cnode].cpus & allowed if cnode is not None else frozenset()
+        if cnode is not None:
+            want = topo.nodes[cnode].cpus & allowed
         if not want:
             near = [
                 m for m in topo.nearest(node, topo.nodes_with_cpus) if topo.nodes[m].cpus & allowed
             ]
-            _fail(
-                st,
-                f"this process's cpuset allows no CPU on node {node}"
-                + (f"; using the nearest node {near[0]}" if near else ""),
-                notes,
-            )
-            want = frozenset()
             if near:
+                _fail(
+                    st,
+                    f"this process's cpuset allows no CPU on node {node};"
+                    f" using the nearest node {near[0]}",
+                    notes,
+                )
                 used = near[0]
                 want = topo.nodes[used].cpus & allowed
+            else:
+                _fail(st, f"this process's cpuset allows no CPU on node {node}", notes)
     elif cpus is not False:
         asked = frozenset(cpus)
         want = asked & allowed
@@ -8740,7 +8769,10 @@ def _bind_node(
         infos = _gpu_infos(topo, backend)
     pres: Optional[PolicyResult] = None
     if mem is not None:
-        mnodes = _plan_memory(topo, infos or [], node, mem) if mem != "local" else ()
+        if mem == "local":
+            mnodes: Tuple[int, ...] = ()
+        else:
+            mnodes = _plan_memory(topo, infos or [], node, mem)
         if mem in ("prefer", "bind") and mnodes and node not in mnodes:
             msg = (
                 f"node {node} has no memory this process may use; memory policy "
@@ -8752,7 +8784,10 @@ def _bind_node(
                     used = min(mnodes)
             notes.append(msg)
         # "socket" is preferred-many over the package's nodes; the rest name their mode
-        mode = Mode.PREFERRED_MANY if mem == "socket" else MODE_NAMES[mem]
+        if mem == "socket":
+            mode = Mode.PREFERRED_MANY
+        else:
+            mode = MODE_NAMES[mem]
         if mode != Mode.LOCAL and not mnodes:
             pres = _fallback(
                 PolicyResult(False, _MODE_WORDS[mode].result, frozenset()),
@@ -8761,10 +8796,10 @@ def _bind_node(
                 "no-memory-node",
                 errno.EINVAL,
             )
+        elif mode == Mode.LOCAL:
+            pres = set_thread_policy(mode, None, strict=st, backend=backend)
         else:
-            pres = set_thread_policy(
-                mode, mnodes if mode != Mode.LOCAL else None, strict=st, backend=backend
-            )
+            pres = set_thread_policy(mode, mnodes, strict=st, backend=backend)
     if cpus is False:
         reason: Optional[str] = "not requested"
     elif want:
@@ -8789,9 +8824,11 @@ def _bind_node(
                     format_cpulist(want),
                     err,
                 )
+    if reason is not None:
+        want = frozenset()  # nothing bound
     return BindResult(
         used,
-        want if reason is None else frozenset(),
+        want,
         reason is None,
         reason,
         pres,
@@ -8854,9 +8891,11 @@ def bind_for_gpu(
         return BindResult(
             None, frozenset(), False, "unknown-node", None, plan=plan, notes=plan.notes
         )
-    out = _bind_node(
-        backend, topo, plan.cpu_node, False if pol == "none" else plan.cpus, mem, threads, st, infos
-    )
+    if pol == "none":
+        cpus: Union[bool, FrozenSet[int]] = False  # memory policy only
+    else:
+        cpus = plan.cpus
+    out = _bind_node(backend, topo, plan.cpu_node, cpus, mem, threads, st, infos)
     return out._replace(plan=plan, notes=plan.notes + out.notes)
 
 
@@ -9741,7 +9780,9 @@ def remote_share(
     may run on (Cpus_allowed_list).  Never raises: an unreadable process gives a
     result with ``error`` set and no pages.  Warns once when above ``threshold``."""
     backend = _b(backend)
-    topo = topology if topology is not None else read_topology(backend=backend)
+    topo = topology
+    if topo is None:
+        topo = read_topology(backend=backend)
     try:
         maps: Union[str, OSError] = backend.read_text(_maps_path(pid))
     except OSError as err:
