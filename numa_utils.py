@@ -5827,10 +5827,11 @@ def _fit_or_raise(r: FitResult, size: int) -> Tuple[Union[bool, int, str], Optio
     """SharedRegion.create's check of fit's answer: (the hugepages mode to use, why it
     fell back) or OSError naming the tightest limit, before anything is made."""
     if not r:
-        raise OSError(
-            errno.ENOSPC if "/dev/shm allows" in r.reason else errno.ENOMEM,
-            f"cannot create a {format_kib(size >> 10)} region: {r.reason}",
-        )
+        if "/dev/shm allows" in r.reason:
+            err = errno.ENOSPC
+        else:
+            err = errno.ENOMEM
+        raise OSError(err, f"cannot create a {format_kib(size >> 10)} region: {r.reason}")
     pages: Union[bool, int, str] = False  # base pages
     if r.hugepages == "thp":
         pages = "thp"
@@ -6967,11 +6968,14 @@ def _prog() -> str:
     installed script), "python3 -m numa_utils" (or a vendored copy's module path),
     "python3 numa_utils.py"."""
     py = os.path.basename(sys.executable or "") or "python3"
+    script = ""
+    if sys.argv and sys.argv[0]:
+        script = sys.argv[0]
     if __name__ == "__main__":
         if __spec__ is not None and __spec__.name:
             return f"{py} -m {__spec__.name}"
-        return f"{py} {sys.argv[0] if sys.argv and sys.argv[0] else 'numa_utils.py'}"
-    argv0 = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+        return f"{py} {script or 'numa_utils.py'}"
+    argv0 = os.path.basename(script)
     if argv0 in ("numa-utils", "numa_utils"):
         return argv0
     return f"{py} -m {__name__}"
@@ -7178,21 +7182,22 @@ def _layout_apply(
     runs = _policy_runs(lay)
     for e in runs:
         a, n = addr + e.offset, e.length
-        out.append(
-            PolicyResult(True, "default", frozenset(), a, n)
-            if e.policy == "default"
-            else _apply_policy(
-                a,
-                n,
-                mode=e.policy,
-                nodes=e.nodes or None,
-                strict=strict,
-                page_size=page,
-                backend=backend,
-                count_resident=False,
-                known=known,
+        if e.policy == "default":
+            out.append(PolicyResult(True, "default", frozenset(), a, n))
+        else:
+            out.append(
+                _apply_policy(
+                    a,
+                    n,
+                    mode=e.policy,
+                    nodes=e.nodes or None,
+                    strict=strict,
+                    page_size=page,
+                    backend=backend,
+                    count_resident=False,
+                    known=known,
+                )
             )
-        )
     return _per_extent(lay, runs, out, addr)
 
 
@@ -7207,11 +7212,10 @@ def _extent_cpus(
     mine = backend.call("sched_getaffinity", 0)
     out: Dict[FrozenSet[int], FrozenSet[int]] = {}
     for nodes in dict.fromkeys(e.nodes for e in lay):
-        near = (
-            sorted(nodes)
-            if nodes & topo.nodes_with_cpus
-            else topo.nearest(min(nodes or {0}), topo.nodes_with_cpus)[:1]
-        )
+        if nodes & topo.nodes_with_cpus:
+            near = sorted(nodes)
+        else:
+            near = topo.nearest(min(nodes or {0}), topo.nodes_with_cpus)[:1]
         out[nodes] = (
             frozenset().union(
                 *(topo.nodes[node].cpus for node in near if nodes and node in topo.nodes)
@@ -7239,10 +7243,14 @@ def _layout_prefault(
     interruptible while a second signal cannot strike between the first and the undo."""
     import time
 
-    cpus = cpus if cpus is not None else _extent_cpus(backend, lay)
+    if cpus is None:
+        cpus = _extent_cpus(backend, lay)
     t0, done, total = time.monotonic(), 0, lay.size or 0
     out: Dict[str, Any] = {"bytes": 0, "threads": 0, "method": "none"}
-    before = backend.call("sched_getaffinity", 0) if any(cpus.values()) else frozenset()
+    if any(cpus.values()):
+        before = backend.call("sched_getaffinity", 0)
+    else:
+        before = frozenset()
     try:
         for nodes, want in cpus.items():
             want = want or before
@@ -7475,7 +7483,10 @@ class SharedRegion(_RecordRoom):
         return memoryview((ctypes.c_ubyte * self._size).from_address(self._address)).cast("B")
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else f"at 0x{self._address:x}"
+        if self._closed:
+            state = "closed"
+        else:
+            state = f"at 0x{self._address:x}"
         if len(self._layout) > 1:
             pol = f"layout {self._layout}"
         elif self._policy.nodes:
@@ -7484,15 +7495,15 @@ class SharedRegion(_RecordRoom):
             pol = self._policy.mode
         if not self._policy:
             pol += f" (not applied: {self._policy.reason})"
-        ident = (
-            f"key=0x{self.ipc_key:08x} shmid={self.shmid}"
-            if self.kind == "sysv"
-            else f"name={self.name!r}"
-        )
+        if self.kind == "sysv":
+            ident = f"key=0x{self.ipc_key:08x} shmid={self.shmid}"
+        else:
+            ident = f"name={self.name!r}"
+        if self.created:
+            state += ", owner"
         return (
             f"SharedRegion({self.kind} {ident} {self._key!r}, {format_kib(self._size // 1024)}, "
-            f"page {self.page_size // 1024} KiB, policy {pol}, {state}"
-            f"{', owner' if self.created else ''})"
+            f"page {self.page_size // 1024} KiB, policy {pol}, {state})"
         )
 
     # -- create / attach -----------------------------------------------------------------
@@ -7558,20 +7569,18 @@ class SharedRegion(_RecordRoom):
         placed: Optional[FrozenSet[int]] = pnodes or default_memory_nodes(topo)  # must be there
         if pmode in _SPILL_MODES:
             placed = None  # first-touch, preferred: pages come from where they are
-        huge, page = _region_page(
-            hugepages, kind, backend, lay.nodes if lay is not None else placed
-        )
+        if lay is not None:
+            page_nodes: Optional[FrozenSet[int]] = lay.nodes
+        else:
+            page_nodes = placed
+        huge, page = _region_page(hugepages, kind, backend, page_nodes)
         size = (size + page - 1) // page * page
         if lay is None:
-            lay = Layout.extents(
-                [
-                    (
-                        size,
-                        _MODE_WORDS[pmode].word,
-                        pnodes if pmode not in (Mode.DEFAULT, Mode.LOCAL) else (),
-                    )
-                ]
-            )  # as mbind: nodes ignored there
+            if pmode in (Mode.DEFAULT, Mode.LOCAL):
+                extent_nodes: Optional[Iterable[int]] = ()  # as mbind: nodes ignored there
+            else:
+                extent_nodes = pnodes
+            lay = Layout.extents([(size, _MODE_WORDS[pmode].word, extent_nodes)])
         lay = lay.bound(size, page, _memory_nodes(backend)[0])
         seg = _region_mapped(size, page, huge)
         _region_args(backend, kind, seg, 1)
@@ -7596,7 +7605,10 @@ class SharedRegion(_RecordRoom):
 
         def make(made: SharedRegion) -> None:
             made._mapped, made.identity, made._layout = seg, ident, lay
-            (_sysv_create if kind == "sysv" else _posix_create)(made, flags, existing == "replace")
+            if kind == "sysv":
+                _sysv_create(made, flags, existing == "replace")
+            else:
+                _posix_create(made, flags, existing == "replace")
 
         def create_once() -> SharedRegion:
             return cls._open(
@@ -7679,7 +7691,7 @@ class SharedRegion(_RecordRoom):
         region a crashed run left.
         """
         backend = _b(backend)
-        _region_args(backend, kind, 0 if size is None else size, 0)
+        _region_args(backend, kind, size or 0, 0)
         if created_after is not None and _seconds(created_after) is None:
             raise ValueError(f"created_after={created_after!r}: a time.time() value")
         known: Dict[str, Any] = {}  # NUMA_NODES, read once for the policy and the layout
@@ -7687,7 +7699,10 @@ class SharedRegion(_RecordRoom):
         _region_page(hugepages, kind, backend, pnodes)  # the region's record says its page
 
         def make(attached: SharedRegion) -> None:
-            rec, what = (_sysv_attach if kind == "sysv" else _posix_attach)(attached, trust)
+            if kind == "sysv":
+                rec, what = _sysv_attach(attached, trust)
+            else:
+                rec, what = _posix_attach(attached, trust)
             _record_page_check(backend, attached._address, kind, rec["page_size"], what)
             _check_made_after(rec, created_after, what)
             data = rec["size"]
@@ -7770,7 +7785,9 @@ class SharedRegion(_RecordRoom):
                 region._layout = lay
                 if created:  # attachers apply what was applied
                     rec["layout"] = str(lay)
-            cpus = _extent_cpus(backend, lay, known.get("topology")) if prefault else None
+            cpus = None
+            if prefault:
+                cpus = _extent_cpus(backend, lay, known.get("topology"))
             region.policies = _layout_apply(backend, addr, page, lay, strict, known)
             region._policy = _whole_policy(region.policies, lay, fallback)
             at, room = region._room()
