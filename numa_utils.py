@@ -9672,6 +9672,13 @@ REMOTE_SHARE_THRESHOLD = 0.10
 # ---------------------------------------------------------------------------
 
 
+def _fraction(part: int, total: int) -> float:
+    """``part`` / ``total``; 0.0 when ``total`` is 0 (nothing mapped or measured)."""
+    if not total:
+        return 0.0
+    return part / total
+
+
 class RemoteShare(_Record):
     """Where a process's pages are, against the nodes of the CPUs it may run on."""
 
@@ -9699,8 +9706,7 @@ class RemoteShare(_Record):
     @property
     def share(self) -> float:
         """Remote bytes / all bytes (0.0 when nothing is mapped or measured)."""
-        total = self.total_bytes
-        return self.remote_bytes / total if total else 0.0
+        return _fraction(self.remote_bytes, self.total_bytes)
 
     @property
     def over_threshold(self) -> bool:
@@ -9723,7 +9729,7 @@ class RemoteShare(_Record):
             self,
             bytes_by_node={
                 "bytes_by_node": {str(node): v for node, v in by},
-                "share_by_node": {str(node): (v / total if total else 0.0) for node, v in by},
+                "share_by_node": {str(node): _fraction(v, total) for node, v in by},
             },
             threshold={
                 "total_bytes": total,
@@ -10155,7 +10161,9 @@ def _cudart_candidates(backend: Backend) -> List[str]:
                     glob.glob(os.path.join(glob.escape(d), "libcudart.so*")), reverse=True
                 )
     found = ctypes.util.find_library("cudart")
-    return out + ([found] if found else []) + list(_CUDART_SONAMES)
+    if found:
+        out.append(found)
+    return out + list(_CUDART_SONAMES)
 
 
 def _in_library_path(names: List[str]) -> List[str]:
@@ -10178,7 +10186,10 @@ def _load_cudart(cudart: Any, backend: Backend) -> Tuple[Optional[_PinCalls], st
     if isinstance(cudart, ctypes.CDLL):
         lib, where = cudart, getattr(cudart, "_name", "libcudart")
     else:
-        names = [os.fspath(cudart)] if cudart is not None else _cudart_candidates(backend)
+        if cudart is not None:
+            names = [os.fspath(cudart)]
+        else:
+            names = _cudart_candidates(backend)
         found, where, errors = _dlopen(_in_library_path(names))
         if found is None and cudart is None:
             return None, "neither libcudart nor libamdhip64 found (tried " + ", ".join(names) + ")"
@@ -10219,8 +10230,10 @@ def _join(threads: List[threading.Thread]) -> None:
 
 
 def _cuda_error(calls: _PinCalls, rc: int) -> str:
+    text = None
     try:
-        text = calls.error_string(rc) if calls.error_string is not None else None
+        if calls.error_string is not None:
+            text = calls.error_string(rc)
     except Exception:  # a foreign library; its message is a nicety
         text = None
     if not text:
@@ -10454,10 +10467,12 @@ class CudaPin:
             else:
                 self._failed.append((*piece, rc))
             del self._in_call[me]
+            if rc:
+                pinned = 0
+            else:
+                pinned = piece[1]
             p = self.progress
-            self.progress = CudaPinProgress(
-                p.bytes + (0 if rc else piece[1]), p.calls + 1, max(p.longest_s, took)
-            )
+            self.progress = CudaPinProgress(p.bytes + pinned, p.calls + 1, max(p.longest_s, took))
 
     def _start_threads(
         self,
@@ -10563,8 +10578,10 @@ class CudaPin:
             todo = iter(pieces)
             self._start_threads(pool, todo, nthreads, device)
             # the caller's thread has its device; the background one starts on GPU 0
-            in_background = threading.current_thread() is self._worker
-            self._register_chunks(todo, device if in_background else None)
+            select: Optional[int] = None
+            if threading.current_thread() is self._worker:
+                select = device
+            self._register_chunks(todo, select)
             _join(pool)
             self._map_for_device()
             finished = True
@@ -10662,8 +10679,13 @@ def pin_for_cuda(
     step = max(min(chunk, _PIN_CALL_MAX) // page * page, page)
     edges = [addr, *range(addr - addr % page + step, addr + size, step), addr + size]
     pieces = [(a, z - a) for a, z in zip(edges, edges[1:]) if z > a]
-    nthreads = min(max(1, threads or 1), len(pieces)) if calls is not None else 0
-    pin = CudaPin(addr, size, int(flags), calls, where if calls is not None else None, nthreads)
+    if calls is not None:
+        nthreads = min(max(1, threads or 1), len(pieces))
+        loaded: Optional[str] = where
+    else:
+        nthreads = 0
+        loaded = None
+    pin = CudaPin(addr, size, int(flags), calls, loaded, nthreads)
     if calls is None or not pieces:
         if calls is None:
             pin._give_up(f"CUDA not available: {where}", strict)
@@ -10729,7 +10751,9 @@ def _status_extra(report: Dict[str, Any], topo: Topology, backend: Backend) -> N
             text.append(f"  {per_node.node:>4}" + "".join(cells))
         text.append(f"  remote allocations (other_node): {snap.remote_ratio:.2%} of pages")
     # The process's own pages (the running system, or the simulated process).
-    maps = _read_optional(backend, _maps_path("self")) if backend.has_process else None
+    maps = None
+    if backend.has_process:
+        maps = _read_optional(backend, _maps_path("self"))
     if maps is not None:
         # Read and parsed once, for the remote share and the interleave check.
         rs, entries = _remote_share("self", maps, REMOTE_SHARE_THRESHOLD, topo, backend)
@@ -10759,9 +10783,10 @@ def _status_extra(report: Dict[str, Any], topo: Topology, backend: Backend) -> N
             )
     # Huge pages reserved on one general-purpose node only.
     general = sorted(topo.nodes_with_cpus & topo.nodes_with_memory)
-    for sz in sorted(
-        {sz for nid in general for sz in topo.nodes[nid].hugepages} if len(general) > 1 else ()
-    ):
+    sizes: Set[int] = set()
+    if len(general) > 1:
+        sizes = {sz for nid in general for sz in topo.nodes[nid].hugepages}
+    for sz in sorted(sizes):
         on = [
             nid for nid in general if topo.nodes[nid].hugepages.get(sz, HugePages(0, 0)).total > 0
         ]
@@ -10790,10 +10815,16 @@ def _status_extra(report: Dict[str, Any], topo: Topology, backend: Backend) -> N
             )
         elif topo.nodes_with_memory and node not in topo.nodes_with_memory:
             near = topo.nearest(node, topo.nodes_with_memory)
-            warnings.append(
-                f"GPU {gpu['address']}: its node {node} has no memory; host "
-                f"buffers for it come from node {near[0] if near else '?'}"
-            )
+            if near:
+                warnings.append(
+                    f"GPU {gpu['address']}: its node {node} has no memory; host "
+                    f"buffers for it come from node {near[0]}"
+                )
+            else:
+                warnings.append(
+                    f"GPU {gpu['address']}: its node {node} has no memory; host "
+                    "buffers for it come from node ?"
+                )
 
 
 # -- end of observation section --------------------------------------------------------
@@ -10832,7 +10863,9 @@ def _tree_machine(backend: Backend) -> Tuple[Optional[str], Optional[str], Optio
 
     def word(path: str) -> Optional[str]:
         t = _clean(_read_optional(backend, path) or "")
-        return t if 0 < len(t) <= 64 and t.isprintable() and " " not in t else None
+        if 0 < len(t) <= 64 and t.isprintable() and " " not in t:
+            return t
+        return None
 
     kb = min(
         map(
@@ -10844,7 +10877,9 @@ def _tree_machine(backend: Backend) -> Tuple[Optional[str], Optional[str], Optio
         ),
         default=0,
     )
-    page = kb * 1024 if kb >= 4 and kb & (kb - 1) == 0 else None
+    page = None
+    if kb >= 4 and kb & (kb - 1) == 0:  # a power of two
+        page = kb * 1024
     return word("/proc/sys/kernel/osrelease"), word("/proc/sys/kernel/arch"), page
 
 
@@ -10855,7 +10890,9 @@ def _package_layout(topo: Topology) -> Dict[str, Any]:
     pkg = {node: package for package, ns in pk.items() for node in ns}
     same: Tuple[Set[int], Set[int]] = (set(), set())  # (between, inside)
     for a, package in pkg.items():
-        for m, d in (topo.nodes[a].distances if a in topo.nodes else {}).items():
+        if a not in topo.nodes:
+            continue
+        for m, d in topo.nodes[a].distances.items():
             if m != a and m in pkg:
                 same[pkg[m] == package].add(d)
     inside, between = sorted(same[1]), sorted(same[0])
@@ -10872,7 +10909,8 @@ def _package_layout(topo: Topology) -> Dict[str, Any]:
         for v, where in ((inside, "inside a package"), (between, "between packages"))
         if v
     ]
-    ev += ": distance " + ", ".join(dist) if dist else ""
+    if dist:
+        ev += ": distance " + ", ".join(dist)
     return {
         "nodes_per_package": k,
         "nodes": {str(package): sorted(ns) for package, ns in pk.items()},
@@ -10899,7 +10937,9 @@ def _llc_json(topo: Topology, backend: Backend, warnings: List[str]) -> List[Dic
         level: Optional[int] = None
         size: Optional[int] = None
         for idx in reader.listdir(folder):
-            lvl = reader.integer(f"{folder}/{idx}/level") if idx.startswith("index") else None
+            if not idx.startswith("index"):
+                continue
+            lvl = reader.integer(f"{folder}/{idx}/level")
             if lvl is not None and (level is None or lvl > level):
                 level, size = lvl, reader.parsed(f"{folder}/{idx}/size", _parse_cache_kb)
         out.append({"level": level, "size_kb": size, "cpus": sorted(llc)})
@@ -11393,8 +11433,11 @@ def _backend_from_args(args: argparse.Namespace) -> Backend:
         os.path.isdir(os.path.join(root, d)) for d in ("sys", "proc")
     ):
         sub = os.path.join(root, "root")
-        hint = f"; did you mean {sub}?" if os.path.isdir(sub) else ""
-        raise ValueError(f"--root {root}: not a saved tree (no sys/ or proc/ in it){hint}")
+        if os.path.isdir(sub):
+            raise ValueError(
+                f"--root {root}: not a saved tree (no sys/ or proc/ in it); did you mean {sub}?"
+            )
+        raise ValueError(f"--root {root}: not a saved tree (no sys/ or proc/ in it)")
     if os.path.isfile(root):
         # A tree saved in one file: the simulator's file reads archives.
         sim = _sibling("numa_utils_sim")
@@ -11416,7 +11459,10 @@ def _print_json(data: Any) -> None:
         tty = sys.stdout.isatty()
     except (AttributeError, ValueError):
         tty = False
-    text = json.dumps(data, indent=2) if tty else json.dumps(data, separators=(",", ":"))
+    if tty:
+        text = json.dumps(data, indent=2)
+    else:
+        text = json.dumps(data, separators=(",", ":"))
     sys.stdout.write(text + "\n")
 
 
@@ -11443,7 +11489,11 @@ def _commands(what: str) -> Any:
 def _cmd_status(args: Any) -> int:
     if args.env_prefix is not None:
         configure(env_prefix=args.env_prefix)
-    fmt = getattr(args, "format", None) or ("json" if args.json else "text")
+    fmt = getattr(args, "format", None)
+    if not fmt and args.json:
+        fmt = "json"
+    elif not fmt:
+        fmt = "text"
     if getattr(args, "write", None) is not None and fmt != "nfd":
         raise ValueError("--write goes with --format nfd")
     rep = status_report(backend=_backend_from_args(args))
@@ -11542,7 +11592,9 @@ def _run(raw: List[str], commands: Sequence[Callable[[Any], None]]) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Command-line entry point; returns the exit status.  ``status`` is served here;
     every other command, and the full help, by numa_utils_cli when it is there."""
-    raw = list(sys.argv[1:] if argv is None else argv)
+    if argv is None:
+        argv = sys.argv[1:]
+    raw = list(argv)
     lead = 0
     while raw[lead : lead + 1] in (["-v"], ["--verbose"]):
         lead += 1
