@@ -301,7 +301,9 @@ CEILINGS = {
     # Ratios keep a little slack (naming a step as a small helper can nudge a median).
     "tokens_per_line": 7.80,
     "median_function_density": 9.5,
-    "conditionals_per_kloc": 33.5,
+    # 18.1 after part B of issue 28 §3 wrote 119 of the 128 conditional expressions
+    # from fit() to the end of the file as statements (33 per 1,000 lines before).
+    "conditionals_per_kloc": 18.1,
     # Counts are exact.
     # After the file was put in dependency order (each definition above its users):
     # what is left are mutual references (SharedRegion and the functions that take
