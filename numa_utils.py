@@ -6032,10 +6032,11 @@ def _fit_or_raise(r: FitResult, size: int) -> Tuple[Union[bool, int, str], Optio
     """SharedRegion.create's check of fit's answer: (the hugepages mode to use, why it
     fell back) or OSError naming the tightest limit, before anything is made."""
     if not r:
-        raise OSError(
-            errno.ENOSPC if "/dev/shm allows" in r.reason else errno.ENOMEM,
-            f"cannot create a {format_kib(size >> 10)} region: {r.reason}",
-        )
+        if "/dev/shm allows" in r.reason:
+            err = errno.ENOSPC
+        else:
+            err = errno.ENOMEM
+        raise OSError(err, f"cannot create a {format_kib(size >> 10)} region: {r.reason}")
     pages: Union[bool, int, str] = False  # base pages
     if r.hugepages == "thp":
         pages = "thp"
@@ -6990,6 +6991,14 @@ def _action(why: str, remove: bool) -> str:
     return "would remove"
 
 
+def _region_fields(rec: Optional[Dict[str, Any]], size: int) -> Dict[str, Any]:
+    """A cleanup row's region, size and layout: from its record, or (none read) the
+    segment's own ``size``."""
+    if not rec:
+        return {"region": None, "size": size, "layout": None}
+    return {"region": rec["key"], "size": rec["size"], "layout": rec.get("layout")}
+
+
 def _our_segments(
     backend: Backend,
     keys: Optional[Sequence[Union[int, str]]] = None,
@@ -7014,8 +7023,11 @@ def _our_segments(
     import time
 
     euid, me, now = backend.call("geteuid"), _who(backend.call("whoami")), time.time()
-    want_sysv = None if keys is None else {k for key in keys for k in _sysv_keys(key)}
-    want_posix = None if keys is None else {_posix_name(k) for k in keys}
+    want_sysv = None
+    want_posix = None
+    if keys is not None:
+        want_sysv = {k for key in keys for k in _sysv_keys(key)}
+        want_posix = {_posix_name(k) for k in keys}
     out: List[Dict[str, Any]] = []
 
     def verdict(row: Dict[str, Any], why: str, drop: Callable[[], str]) -> None:
@@ -7035,14 +7047,14 @@ def _our_segments(
     for st in parse_sysvipc_shm(sysv_rows):
         if st.uid != euid or st.cuid != euid or not st.key:
             continue
+        if want_sysv is None:
+            listed = st.key & SYSV_KEY_MASK == SYSV_KEY_PREFIX
+        else:
+            listed = st.key in want_sysv
         room = _room_row(backend, st, keys, want_rooms, me, now, min_age)
         if room is not None:  # a record segment: its data's row judges it, or its own
             why, rec = room
-        elif (
-            st.key & SYSV_KEY_MASK != SYSV_KEY_PREFIX
-            if want_sysv is None
-            else st.key not in want_sysv
-        ):
+        elif not listed:
             continue
         else:
             try:
@@ -7068,9 +7080,7 @@ def _our_segments(
                 "kind": "sysv",
                 "key": f"0x{st.key:08x}",
                 "shmid": st.id,
-                "region": rec["key"] if rec else None,
-                "size": rec["size"] if rec else st.size,
-                "layout": rec.get("layout") if rec else None,
+                **_region_fields(rec, st.size),
                 "mode": f"{st.mode & 0o777:03o}",
                 "attached": st.nattch,
             },
@@ -7102,7 +7112,9 @@ def _our_segments(
                 backend.call("close", fd)
                 continue
             files[name] = (fd, fst)
-        users = _dev_shm_users(backend, {n: st for n, (_, st) in files.items()}) if files else {}
+        users: Dict[str, int] = {}
+        if files:
+            users = _dev_shm_users(backend, {n: st for n, (_, st) in files.items()})
         for name, (fd, st) in files.items():
             try:
                 why, rec = _posix_verdict(
@@ -7123,9 +7135,7 @@ def _our_segments(
                     "kind": "posix",
                     "name": name,
                     "path": f"/dev/shm/{name}",
-                    "region": rec["key"] if rec else None,
-                    "size": rec["size"] if rec else st.size,
-                    "layout": rec.get("layout") if rec else None,
+                    **_region_fields(rec, st.size),
                     "mode": f"{st.mode & 0o777:03o}",
                     "attached": users.get(name, 0),
                 },
@@ -7166,11 +7176,14 @@ def _prog() -> str:
     installed script), "python3 -m numa_utils" (or a vendored copy's module path),
     "python3 numa_utils.py"."""
     py = os.path.basename(sys.executable or "") or "python3"
+    script = ""
+    if sys.argv and sys.argv[0]:
+        script = sys.argv[0]
     if __name__ == "__main__":
         if __spec__ is not None and __spec__.name:
             return f"{py} -m {__spec__.name}"
-        return f"{py} {sys.argv[0] if sys.argv and sys.argv[0] else 'numa_utils.py'}"
-    argv0 = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+        return f"{py} {script or 'numa_utils.py'}"
+    argv0 = os.path.basename(script)
     if argv0 in ("numa-utils", "numa_utils"):
         return argv0
     return f"{py} -m {__name__}"
@@ -7377,21 +7390,22 @@ def _layout_apply(
     runs = _policy_runs(lay)
     for e in runs:
         a, n = addr + e.offset, e.length
-        out.append(
-            PolicyResult(True, "default", frozenset(), a, n)
-            if e.policy == "default"
-            else _apply_policy(
-                a,
-                n,
-                mode=e.policy,
-                nodes=e.nodes or None,
-                strict=strict,
-                page_size=page,
-                backend=backend,
-                count_resident=False,
-                known=known,
+        if e.policy == "default":
+            out.append(PolicyResult(True, "default", frozenset(), a, n))
+        else:
+            out.append(
+                _apply_policy(
+                    a,
+                    n,
+                    mode=e.policy,
+                    nodes=e.nodes or None,
+                    strict=strict,
+                    page_size=page,
+                    backend=backend,
+                    count_resident=False,
+                    known=known,
+                )
             )
-        )
     return _per_extent(lay, runs, out, addr)
 
 
@@ -7406,11 +7420,10 @@ def _extent_cpus(
     mine = backend.call("sched_getaffinity", 0)
     out: Dict[FrozenSet[int], FrozenSet[int]] = {}
     for nodes in dict.fromkeys(e.nodes for e in lay):
-        near = (
-            sorted(nodes)
-            if nodes & topo.nodes_with_cpus
-            else topo.nearest(min(nodes or {0}), topo.nodes_with_cpus)[:1]
-        )
+        if nodes & topo.nodes_with_cpus:
+            near = sorted(nodes)
+        else:
+            near = topo.nearest(min(nodes or {0}), topo.nodes_with_cpus)[:1]
         out[nodes] = (
             frozenset().union(
                 *(topo.nodes[node].cpus for node in near if nodes and node in topo.nodes)
@@ -7438,10 +7451,14 @@ def _layout_prefault(
     interruptible while a second signal cannot strike between the first and the undo."""
     import time
 
-    cpus = cpus if cpus is not None else _extent_cpus(backend, lay)
+    if cpus is None:
+        cpus = _extent_cpus(backend, lay)
     t0, done, total = time.monotonic(), 0, lay.size or 0
     out: Dict[str, Any] = {"bytes": 0, "threads": 0, "method": "none"}
-    before = backend.call("sched_getaffinity", 0) if any(cpus.values()) else frozenset()
+    if any(cpus.values()):
+        before = backend.call("sched_getaffinity", 0)
+    else:
+        before = frozenset()
     try:
         for nodes, want in cpus.items():
             want = want or before
@@ -7674,7 +7691,10 @@ class SharedRegion(_RecordRoom):
         return memoryview((ctypes.c_ubyte * self._size).from_address(self._address)).cast("B")
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else f"at 0x{self._address:x}"
+        if self._closed:
+            state = "closed"
+        else:
+            state = f"at 0x{self._address:x}"
         if len(self._layout) > 1:
             pol = f"layout {self._layout}"
         elif self._policy.nodes:
@@ -7683,15 +7703,15 @@ class SharedRegion(_RecordRoom):
             pol = self._policy.mode
         if not self._policy:
             pol += f" (not applied: {self._policy.reason})"
-        ident = (
-            f"key=0x{self.ipc_key:08x} shmid={self.shmid}"
-            if self.kind == "sysv"
-            else f"name={self.name!r}"
-        )
+        if self.kind == "sysv":
+            ident = f"key=0x{self.ipc_key:08x} shmid={self.shmid}"
+        else:
+            ident = f"name={self.name!r}"
+        if self.created:
+            state += ", owner"
         return (
             f"SharedRegion({self.kind} {ident} {self._key!r}, {format_kib(self._size // 1024)}, "
-            f"page {self.page_size // 1024} KiB, policy {pol}, {state}"
-            f"{', owner' if self.created else ''})"
+            f"page {self.page_size // 1024} KiB, policy {pol}, {state})"
         )
 
     # -- create / attach -----------------------------------------------------------------
@@ -7757,20 +7777,18 @@ class SharedRegion(_RecordRoom):
         placed: Optional[FrozenSet[int]] = pnodes or default_memory_nodes(topo)  # must be there
         if pmode in _SPILL_MODES:
             placed = None  # first-touch, preferred: pages come from where they are
-        huge, page = _region_page(
-            hugepages, kind, backend, lay.nodes if lay is not None else placed
-        )
+        if lay is not None:
+            page_nodes: Optional[FrozenSet[int]] = lay.nodes
+        else:
+            page_nodes = placed
+        huge, page = _region_page(hugepages, kind, backend, page_nodes)
         size = (size + page - 1) // page * page
         if lay is None:
-            lay = Layout.extents(
-                [
-                    (
-                        size,
-                        _MODE_WORDS[pmode].word,
-                        pnodes if pmode not in (Mode.DEFAULT, Mode.LOCAL) else (),
-                    )
-                ]
-            )  # as mbind: nodes ignored there
+            if pmode in (Mode.DEFAULT, Mode.LOCAL):
+                extent_nodes: Optional[Iterable[int]] = ()  # as mbind: nodes ignored there
+            else:
+                extent_nodes = pnodes
+            lay = Layout.extents([(size, _MODE_WORDS[pmode].word, extent_nodes)])
         lay = lay.bound(size, page, _memory_nodes(backend)[0])
         seg = _region_mapped(size, page, huge)
         _region_args(backend, kind, seg, 1)
@@ -7795,7 +7813,10 @@ class SharedRegion(_RecordRoom):
 
         def make(made: SharedRegion) -> None:
             made._mapped, made.identity, made._layout = seg, ident, lay
-            (_sysv_create if kind == "sysv" else _posix_create)(made, flags, existing == "replace")
+            if kind == "sysv":
+                _sysv_create(made, flags, existing == "replace")
+            else:
+                _posix_create(made, flags, existing == "replace")
 
         def create_once() -> SharedRegion:
             return cls._open(
@@ -7878,7 +7899,7 @@ class SharedRegion(_RecordRoom):
         region a crashed run left.
         """
         backend = _b(backend)
-        _region_args(backend, kind, 0 if size is None else size, 0)
+        _region_args(backend, kind, size or 0, 0)
         if created_after is not None and _seconds(created_after) is None:
             raise ValueError(f"created_after={created_after!r}: a time.time() value")
         known: Dict[str, Any] = {}  # NUMA_NODES, read once for the policy and the layout
@@ -7886,7 +7907,10 @@ class SharedRegion(_RecordRoom):
         _region_page(hugepages, kind, backend, pnodes)  # the region's record says its page
 
         def make(attached: SharedRegion) -> None:
-            rec, what = (_sysv_attach if kind == "sysv" else _posix_attach)(attached, trust)
+            if kind == "sysv":
+                rec, what = _sysv_attach(attached, trust)
+            else:
+                rec, what = _posix_attach(attached, trust)
             _record_page_check(backend, attached._address, kind, rec["page_size"], what)
             _check_made_after(rec, created_after, what)
             data = rec["size"]
@@ -7969,7 +7993,9 @@ class SharedRegion(_RecordRoom):
                 region._layout = lay
                 if created:  # attachers apply what was applied
                     rec["layout"] = str(lay)
-            cpus = _extent_cpus(backend, lay, known.get("topology")) if prefault else None
+            cpus = None
+            if prefault:
+                cpus = _extent_cpus(backend, lay, known.get("topology"))
             region.policies = _layout_apply(backend, addr, page, lay, strict, known)
             region._policy = _whole_policy(region.policies, lay, fallback)
             at, room = region._room()
@@ -8189,7 +8215,8 @@ def bind_policy(policy: Optional[str] = None) -> str:
     """The bind policy in effect: ``policy``, else NUMA_BIND_POLICY, as one of
     BIND_POLICIES or "none" (the variable's default: leave CPU affinity alone).
     Case and "_" for "-" do not matter; anything else is a ValueError."""
-    policy = _env("NUMA_BIND_POLICY") if policy is None else policy
+    if policy is None:
+        policy = _env("NUMA_BIND_POLICY")
     p = str(policy).lower().replace("_", "-")
     if p not in BIND_POLICIES + ("none",):
         raise ValueError(f"unknown bind policy {policy!r}; one of {', '.join(BIND_POLICIES)}, none")
@@ -8370,7 +8397,8 @@ def _apply_visible(
     for t in (tok.strip() for tok in raw.split(",")):
         got: Optional[_Resolved] = None
         if re.match(r"^-?\d+$", t):
-            got = base[int(t)] if 0 <= int(t) < len(base) else None
+            if 0 <= int(t) < len(base):
+                got = base[int(t)]
         elif t[:4].upper() == "GPU-":
             hits = [g for u, g in uuids.items() if u.startswith(t.lower())]
             if len(hits) == 1:
@@ -8394,7 +8422,10 @@ def _apply_visible(
                     "CUDA ignores it and every entry after it"
                 )
             break
-        key = got.gpu.pci if got.gpu is not None else t
+        if got.gpu is not None:
+            key = got.gpu.pci
+        else:
+            key = t
         if key in seen:
             entry = _short(t)
             notes.append(
@@ -8439,7 +8470,9 @@ def _visible_gpus(
         mig.lower(): by_pci[nv.pci] for nv in nvml or () if nv.pci in by_pci for mig in nv.mig_uuids
     }
     raw = env.get("CUDA_VISIBLE_DEVICES")
-    return (base if raw is None else _apply_visible(base, raw, uuids, migs, notes)), notes
+    if raw is not None:
+        base = _apply_visible(base, raw, uuids, migs, notes)
+    return base, notes
 
 
 def _fail(
@@ -8466,27 +8499,26 @@ def _resolve(
     by_pci = {gpu.pci: gpu for gpu in infos}
     if pci_bus_id is not None:
         bus = _norm_bus_id(pci_bus_id)
-        return _Resolved(
-            by_pci.get(bus),
-            "pci_bus_id" if bus in by_pci else f"pci_bus_id {bus} is not a GPU in sysfs",
-        )
+        if bus in by_pci:
+            return _Resolved(by_pci[bus], "pci_bus_id")
+        return _Resolved(None, f"pci_bus_id {bus} is not a GPU in sysfs")
     torch_gpu = None
     if backend.is_live:
         torch_gpu = by_pci.get(_torch_bus_id(device) or "")
     if torch_gpu is not None:
         return _Resolved(torch_gpu, "torch")
-    env = os.environ if env is None else env
+    if env is None:
+        env = os.environ
     vis, notes = _visible_gpus(infos, _nvml_devices(backend), env)
     for note in notes:  # once each, however often the device is looked up
         _fail(False, note)
     if device >= len(vis):
         cvd = env.get("CUDA_VISIBLE_DEVICES")
-        return _Resolved(
-            None,
-            f"no CUDA device {device}: {len(vis)} visible"
-            + (f" (CUDA_VISIBLE_DEVICES={cvd!r})" if cvd is not None else ""),
-            tuple(notes),
-        )
+        if cvd is not None:
+            how = f"no CUDA device {device}: {len(vis)} visible (CUDA_VISIBLE_DEVICES={cvd!r})"
+        else:
+            how = f"no CUDA device {device}: {len(vis)} visible"
+        return _Resolved(None, how, tuple(notes))
     return vis[device]._replace(notes=tuple(notes))
 
 
@@ -8510,7 +8542,10 @@ def gpu_node(
     )
     st = _strict_or_env(strict)
     if r.gpu is None or r.gpu.cpu_node is None:
-        why = r.how if r.gpu is None else f"GPU {r.gpu.pci}: {r.gpu.node_source}"
+        if r.gpu is None:
+            why = r.how
+        else:
+            why = f"GPU {r.gpu.pci}: {r.gpu.node_source}"
         _fail(st, f"CUDA device {device}: node unknown ({why})")
         return None
     return r.gpu.cpu_node
@@ -8574,16 +8609,17 @@ def _plan_memory(
     usable = default_memory_nodes(topo)
     if memory in ("interleave", "weighted-interleave"):
         return tuple(sorted(usable - {nid for gpu in infos for nid in gpu.memory_nodes}))
-    nodes = (
-        (node,)
-        if node in usable
-        else _nearest_tied(topo, node, (usable & topo.nodes_with_cpus) or usable)
-    )
+    if node in usable:
+        nodes: Tuple[int, ...] = (node,)
+    else:
+        nodes = _nearest_tied(topo, node, (usable & topo.nodes_with_cpus) or usable)
     if memory == "socket":  # preferred-many over the package's memory nodes
         pk = {topo.cpus[cpu].package for cpu in topo.nodes[node].cpus if cpu in topo.cpus}
         mine = {nid for package, ns in topo.package_nodes.items() if package in pk for nid in ns}
         return tuple(sorted(usable & mine)) or nodes
-    return nodes[:1] if memory == "prefer" else nodes
+    if memory == "prefer":
+        return nodes[:1]
+    return nodes
 
 
 def _cache_domains(topo: Topology, cpus: Iterable[int]) -> List[Tuple[int, ...]]:
@@ -8628,13 +8664,21 @@ def _plan_all(
         node: Optional[int] = gpu.cpu_node
         if node is not None and not pool.get(node):
             near = topo.nearest(node, usable)
-            _fail(
-                strict,
-                f"GPU {gpu.pci}: this process's cpuset allows no CPU on its node {node}"
-                + (f"; using the nearest node {near[0]}" if near else ""),
-                notes[gpu.pci],
-            )
-            node = near[0] if near else None
+            if near:
+                _fail(
+                    strict,
+                    f"GPU {gpu.pci}: this process's cpuset allows no CPU on its node {node};"
+                    f" using the nearest node {near[0]}",
+                    notes[gpu.pci],
+                )
+                node = near[0]
+            else:
+                _fail(
+                    strict,
+                    f"GPU {gpu.pci}: this process's cpuset allows no CPU on its node {node}",
+                    notes[gpu.pci],
+                )
+                node = None
         eff[gpu.pci] = node
     # GPUs with unknown nodes go, in PCI order, where cores per GPU are highest.
     for gpu in fam:
@@ -8751,7 +8795,8 @@ def _plan_args(
     """A plan's policy, reserve, memory policy and strictness; the unset ones from the
     environment."""
     pol = bind_policy(policy)
-    reserve = _env("NUMA_RESERVED_CORES") if reserve is None else reserve
+    if reserve is None:
+        reserve = _env("NUMA_RESERVED_CORES")
     if int(reserve) < 0:
         raise ValueError(f"reserve must be >= 0, not {reserve!r}")
     return pol, int(reserve), _memory_or_env(memory), _strict_or_env(strict)
@@ -8769,13 +8814,17 @@ def gpu_plans(
     """One plan per CUDA device this process sees (CUDA_VISIBLE_DEVICES applied)."""
     backend = _b(backend)
     pol, res, mem, st = _plan_args(policy, reserve, memory, strict)
-    pol = "node" if pol == "none" else pol
+    if pol == "none":
+        pol = "node"
+    if environ is None:
+        environ = os.environ
     topo = _planning_topology(backend)
     infos = _gpu_infos(topo, backend)
-    vis, notes = _visible_gpus(
-        infos, _nvml_devices(backend), os.environ if environ is None else environ
-    )
-    planned = _plan_all(topo, infos, pol, res, st) if vis else {}
+    vis, notes = _visible_gpus(infos, _nvml_devices(backend), environ)
+    if vis:
+        planned = _plan_all(topo, infos, pol, res, st)
+    else:
+        planned = {}
     return [_plan_for(topo, infos, v, i, pol, mem, notes, planned) for i, v in enumerate(vis)]
 
 
@@ -8794,8 +8843,12 @@ def _device_plan(
     topo = _planning_topology(backend)
     infos = _gpu_infos(topo, backend)
     r = _resolve(device, pci_bus_id, infos, backend, environ)
-    policy = "node" if policy == "none" else policy
-    planned = _plan_all(topo, infos, policy, reserve, strict) if r.gpu is not None else {}
+    if policy == "none":
+        policy = "node"
+    if r.gpu is not None:
+        planned = _plan_all(topo, infos, policy, reserve, strict)
+    else:
+        planned = {}
     return topo, infos, r, _plan_for(topo, infos, r, device, policy, memory, (), planned)
 
 
@@ -8911,21 +8964,23 @@ def _bind_node(
         cnode = _nearest_cpu_node(topo, node)
         if cnode is not None and cnode != node:
             notes.append(f"node {node} has no CPUs: using node {cnode}'s")
-        want = topo.nodes[cnode].cpus & allowed if cnode is not None else frozenset()
+        if cnode is not None:
+            want = topo.nodes[cnode].cpus & allowed
         if not want:
             near = [
                 m for m in topo.nearest(node, topo.nodes_with_cpus) if topo.nodes[m].cpus & allowed
             ]
-            _fail(
-                st,
-                f"this process's cpuset allows no CPU on node {node}"
-                + (f"; using the nearest node {near[0]}" if near else ""),
-                notes,
-            )
-            want = frozenset()
             if near:
+                _fail(
+                    st,
+                    f"this process's cpuset allows no CPU on node {node};"
+                    f" using the nearest node {near[0]}",
+                    notes,
+                )
                 used = near[0]
                 want = topo.nodes[used].cpus & allowed
+            else:
+                _fail(st, f"this process's cpuset allows no CPU on node {node}", notes)
     elif cpus is not False:
         asked = frozenset(cpus)
         want = asked & allowed
@@ -8939,7 +8994,10 @@ def _bind_node(
         infos = _gpu_infos(topo, backend)
     pres: Optional[PolicyResult] = None
     if mem is not None:
-        mnodes = _plan_memory(topo, infos or [], node, mem) if mem != "local" else ()
+        if mem == "local":
+            mnodes: Tuple[int, ...] = ()
+        else:
+            mnodes = _plan_memory(topo, infos or [], node, mem)
         if mem in ("prefer", "bind") and mnodes and node not in mnodes:
             msg = (
                 f"node {node} has no memory this process may use; memory policy "
@@ -8951,7 +9009,10 @@ def _bind_node(
                     used = min(mnodes)
             notes.append(msg)
         # "socket" is preferred-many over the package's nodes; the rest name their mode
-        mode = Mode.PREFERRED_MANY if mem == "socket" else MODE_NAMES[mem]
+        if mem == "socket":
+            mode = Mode.PREFERRED_MANY
+        else:
+            mode = MODE_NAMES[mem]
         if mode != Mode.LOCAL and not mnodes:
             pres = _fallback(
                 PolicyResult(False, _MODE_WORDS[mode].result, frozenset()),
@@ -8960,10 +9021,10 @@ def _bind_node(
                 "no-memory-node",
                 errno.EINVAL,
             )
+        elif mode == Mode.LOCAL:
+            pres = set_thread_policy(mode, None, strict=st, backend=backend)
         else:
-            pres = set_thread_policy(
-                mode, mnodes if mode != Mode.LOCAL else None, strict=st, backend=backend
-            )
+            pres = set_thread_policy(mode, mnodes, strict=st, backend=backend)
     if cpus is False:
         reason: Optional[str] = "not requested"
     elif want:
@@ -8988,9 +9049,11 @@ def _bind_node(
                     format_cpulist(want),
                     err,
                 )
+    if reason is not None:
+        want = frozenset()  # nothing bound
     return BindResult(
         used,
-        want if reason is None else frozenset(),
+        want,
         reason is None,
         reason,
         pres,
@@ -9053,9 +9116,11 @@ def bind_for_gpu(
         return BindResult(
             None, frozenset(), False, "unknown-node", None, plan=plan, notes=plan.notes
         )
-    out = _bind_node(
-        backend, topo, plan.cpu_node, False if pol == "none" else plan.cpus, mem, threads, st, infos
-    )
+    if pol == "none":
+        cpus: Union[bool, FrozenSet[int]] = False  # memory policy only
+    else:
+        cpus = plan.cpus
+    out = _bind_node(backend, topo, plan.cpu_node, cpus, mem, threads, st, infos)
     return out._replace(plan=plan, notes=plan.notes + out.notes)
 
 
@@ -9815,6 +9880,13 @@ REMOTE_SHARE_THRESHOLD = 0.10
 # ---------------------------------------------------------------------------
 
 
+def _fraction(part: int, total: int) -> float:
+    """``part`` / ``total``; 0.0 when ``total`` is 0 (nothing mapped or measured)."""
+    if not total:
+        return 0.0
+    return part / total
+
+
 class RemoteShare(_Record):
     """Where a process's pages are, against the nodes of the CPUs it may run on."""
 
@@ -9842,8 +9914,7 @@ class RemoteShare(_Record):
     @property
     def share(self) -> float:
         """Remote bytes / all bytes (0.0 when nothing is mapped or measured)."""
-        total = self.total_bytes
-        return self.remote_bytes / total if total else 0.0
+        return _fraction(self.remote_bytes, self.total_bytes)
 
     @property
     def over_threshold(self) -> bool:
@@ -9866,7 +9937,7 @@ class RemoteShare(_Record):
             self,
             bytes_by_node={
                 "bytes_by_node": {str(node): v for node, v in by},
-                "share_by_node": {str(node): (v / total if total else 0.0) for node, v in by},
+                "share_by_node": {str(node): _fraction(v, total) for node, v in by},
             },
             threshold={
                 "total_bytes": total,
@@ -9940,7 +10011,9 @@ def remote_share(
     may run on (Cpus_allowed_list).  Never raises: an unreadable process gives a
     result with ``error`` set and no pages.  Warns once when above ``threshold``."""
     backend = _b(backend)
-    topo = topology if topology is not None else read_topology(backend=backend)
+    topo = topology
+    if topo is None:
+        topo = read_topology(backend=backend)
     try:
         maps: Union[str, OSError] = backend.read_text(_maps_path(pid))
     except OSError as err:
@@ -9999,20 +10072,16 @@ def _resolve_gpu(
     infos = _gpu_infos(topo, backend)
     if isinstance(gpu, bool) or not isinstance(gpu, (int, str)):
         raise TypeError(f"gpu must be a CUDA device index, a PCI address or a GpuInfo, not {gpu!r}")
-    by_bus = isinstance(gpu, str)
-    r = (
-        _resolve(0, gpu, infos, backend, environ)
-        if by_bus
-        else _resolve(gpu, None, infos, backend, environ)
-    )
+    if isinstance(gpu, str):
+        r = _resolve(0, gpu, infos, backend, environ)
+        if r.gpu is None:
+            known = ", ".join(g.pci for g in infos) or "none"
+            raise ValueError(f"no GPU at PCI address {gpu!r} ({r.how}); GPUs: {known}")
+        return r.gpu.node, f"GPU {r.gpu.pci}"
+    r = _resolve(gpu, None, infos, backend, environ)
     if r.gpu is None:
-        raise ValueError(
-            f"no GPU at PCI address {gpu!r} ({r.how}); GPUs: "
-            f"{', '.join(g.pci for g in infos) or 'none'}"
-            if by_bus
-            else f"no GPU {gpu}: {r.how}"
-        )
-    return r.gpu.node, f"GPU {r.gpu.pci}" if by_bus else f"CUDA device {gpu} (GPU {r.gpu.pci})"
+        raise ValueError(f"no GPU {gpu}: {r.how}")
+    return r.gpu.node, f"CUDA device {gpu} (GPU {r.gpu.pci})"
 
 
 def choose_node(
@@ -10042,24 +10111,33 @@ def choose_node(
     snap = counters(backend=backend)
     excluded = frozenset(exclude)
     usable_mem = default_memory_nodes(topo)
-    nodes = (
-        sorted(
+    if topo.has_node_dir:
+        nodes = sorted(
             node
             for node in topo.nodes_with_cpus
             if node in topo.nodes and topo.nodes[node].cpus & topo.allowed_cpus
         )
-        if topo.has_node_dir
-        else [0]
-    )
+    else:
+        nodes = [0]
     skipped = [node for node in nodes if node in excluded]
     nodes = [node for node in nodes if node not in excluded]
-    gnode, glabel = _resolve_gpu(gpu, topo, backend, environ) if gpu is not None else (None, "")
+    gnode: Optional[int] = None
+    glabel = ""
+    if gpu is not None:
+        gnode, glabel = _resolve_gpu(gpu, topo, backend, environ)
 
     need_kb = (max(int(need_bytes), 0) + 1023) // 1024
     cands: List[NodeCandidate] = []
     for node in nodes:
         mnode = next(iter(_nearest_tied(topo, node, usable_mem)), None)
-        candidate = snap.nodes.get(mnode) if mnode is not None else None
+        candidate = None
+        memory_distance = None
+        if mnode is not None:
+            candidate = snap.nodes.get(mnode)
+            memory_distance = topo.distance(node, mnode)
+        gpu_distance = None
+        if gnode is not None:
+            gpu_distance = topo.distance(gnode, node)
         # counters' meminfo, else the topology's free memory (no nodeN/meminfo)
         if candidate is not None and candidate.meminfo:
             avail = candidate.available_kb
@@ -10069,25 +10147,25 @@ def choose_node(
             avail = 0
         cands.append(
             NodeCandidate(
-                node,
-                mnode,
-                avail,
-                int((loads or {}).get(node, 0)),
-                topo.distance(gnode, node) if gnode is not None else None,
-                topo.distance(node, mnode) if mnode is not None else None,
-                avail >= need_kb,
+                node=node,
+                memory_node=mnode,
+                available_kb=avail,
+                load=int((loads or {}).get(node, 0)),
+                gpu_distance=gpu_distance,
+                memory_distance=memory_distance,
+                fits=avail >= need_kb,
             )
         )
     if not cands:
-        return NodeChoice(
-            None,
-            "no node with CPUs is usable"
-            + (f" (excluded: {format_cpulist(skipped)})" if skipped else "")
-            + "; this process may run on CPUs "
-            + (format_cpulist(topo.allowed_cpus) or "-"),
-            (),
-            gnode,
-        )
+        allowed = format_cpulist(topo.allowed_cpus) or "-"
+        if skipped:
+            reason = (
+                f"no node with CPUs is usable (excluded: {format_cpulist(skipped)});"
+                f" this process may run on CPUs {allowed}"
+            )
+        else:
+            reason = f"no node with CPUs is usable; this process may run on CPUs {allowed}"
+        return NodeChoice(None, reason, (), gnode)
     far = 1 << 16
 
     def key(candidate: NodeCandidate) -> Tuple[int, ...]:
@@ -10098,22 +10176,24 @@ def choose_node(
             gd = 0
         else:
             gd = far
-        md = candidate.memory_distance if candidate.memory_distance is not None else far
+        if candidate.memory_distance is not None:
+            md = candidate.memory_distance
+        else:
+            md = far
         # Last: more memory available, then the lower id (a stable answer).
         return (not candidate.fits, gd, candidate.load, md, -candidate.available_kb, candidate.node)
 
     fitting = [candidate for candidate in cands if candidate.fits]
-    best = (
-        min(fitting, key=key)
-        if fitting
-        else max(cands, key=lambda candidate: (candidate.available_kb, -candidate.node))
-    )
+    if fitting:
+        best = min(fitting, key=key)
+    else:
+        best = max(cands, key=lambda candidate: (candidate.available_kb, -candidate.node))
+    parts: List[str] = []
     if gnode is None:
-        parts = (
-            [f"{glabel}'s node is unknown (firmware reports numa_node=-1), so it did not count"]
-            if gpu is not None
-            else []
-        )
+        if gpu is not None:
+            parts = [
+                f"{glabel}'s node is unknown (firmware reports numa_node=-1), so it did not count"
+            ]
     elif best.node == gnode:
         parts = [f"{glabel} is on node {gnode}"]
     elif gnode not in topo.nodes_with_cpus:
@@ -10136,27 +10216,28 @@ def choose_node(
             f"{glabel} is on node {gnode}, which lacks the memory;"
             f" node {best.node} is the nearest node that has it"
         ]
-    mem_txt = format_kib(best.available_kb) + (
-        f" on its nearest memory node {best.memory_node}"
-        if best.memory_node not in (None, best.node)
-        else ""
-    )
+    mem_txt = format_kib(best.available_kb)
+    if best.memory_node not in (None, best.node):
+        mem_txt = f"{mem_txt} on its nearest memory node {best.memory_node}"
     if not fitting:
         parts.append(
             f"no node has {format_kib(need_kb)} available; "
             f"node {best.node} has the most ({mem_txt})"
         )
     else:
-        parts += [
-            f"{mem_txt} available (MemFree + reclaimable page cache)"
-            + (f" for the {format_kib(need_kb)} needed" if need_kb else ""),
-            f"{best.load} worker(s) already there"
-            + (
-                f" (fewest among {len(fitting)} fitting node(s))"
-                if len(fitting) > 1 and gnode is None
-                else ""
-            ),
-        ]
+        if need_kb:
+            parts.append(
+                f"{mem_txt} available (MemFree + reclaimable page cache)"
+                f" for the {format_kib(need_kb)} needed"
+            )
+        else:
+            parts.append(f"{mem_txt} available (MemFree + reclaimable page cache)")
+        if len(fitting) > 1 and gnode is None:
+            parts.append(
+                f"{best.load} worker(s) already there (fewest among {len(fitting)} fitting node(s))"
+            )
+        else:
+            parts.append(f"{best.load} worker(s) already there")
     if len(cands) == 1:
         parts.append("it is the only usable node with CPUs")
     return NodeChoice(best.node, f"node {best.node}: " + "; ".join(parts), tuple(cands), gnode)
@@ -10288,7 +10369,9 @@ def _cudart_candidates(backend: Backend) -> List[str]:
                     glob.glob(os.path.join(glob.escape(d), "libcudart.so*")), reverse=True
                 )
     found = ctypes.util.find_library("cudart")
-    return out + ([found] if found else []) + list(_CUDART_SONAMES)
+    if found:
+        out.append(found)
+    return out + list(_CUDART_SONAMES)
 
 
 def _in_library_path(names: List[str]) -> List[str]:
@@ -10311,7 +10394,10 @@ def _load_cudart(cudart: Any, backend: Backend) -> Tuple[Optional[_PinCalls], st
     if isinstance(cudart, ctypes.CDLL):
         lib, where = cudart, getattr(cudart, "_name", "libcudart")
     else:
-        names = [os.fspath(cudart)] if cudart is not None else _cudart_candidates(backend)
+        if cudart is not None:
+            names = [os.fspath(cudart)]
+        else:
+            names = _cudart_candidates(backend)
         found, where, errors = _dlopen(_in_library_path(names))
         if found is None and cudart is None:
             return None, "neither libcudart nor libamdhip64 found (tried " + ", ".join(names) + ")"
@@ -10352,8 +10438,10 @@ def _join(threads: List[threading.Thread]) -> None:
 
 
 def _cuda_error(calls: _PinCalls, rc: int) -> str:
+    text = None
     try:
-        text = calls.error_string(rc) if calls.error_string is not None else None
+        if calls.error_string is not None:
+            text = calls.error_string(rc)
     except Exception:  # a foreign library; its message is a nicety
         text = None
     if not text:
@@ -10587,10 +10675,12 @@ class CudaPin:
             else:
                 self._failed.append((*piece, rc))
             del self._in_call[me]
+            if rc:
+                pinned = 0
+            else:
+                pinned = piece[1]
             p = self.progress
-            self.progress = CudaPinProgress(
-                p.bytes + (0 if rc else piece[1]), p.calls + 1, max(p.longest_s, took)
-            )
+            self.progress = CudaPinProgress(p.bytes + pinned, p.calls + 1, max(p.longest_s, took))
 
     def _start_threads(
         self,
@@ -10696,8 +10786,10 @@ class CudaPin:
             todo = iter(pieces)
             self._start_threads(pool, todo, nthreads, device)
             # the caller's thread has its device; the background one starts on GPU 0
-            in_background = threading.current_thread() is self._worker
-            self._register_chunks(todo, device if in_background else None)
+            select: Optional[int] = None
+            if threading.current_thread() is self._worker:
+                select = device
+            self._register_chunks(todo, select)
             _join(pool)
             self._map_for_device()
             finished = True
@@ -10795,8 +10887,13 @@ def pin_for_cuda(
     step = max(min(chunk, _PIN_CALL_MAX) // page * page, page)
     edges = [addr, *range(addr - addr % page + step, addr + size, step), addr + size]
     pieces = [(a, z - a) for a, z in zip(edges, edges[1:]) if z > a]
-    nthreads = min(max(1, threads or 1), len(pieces)) if calls is not None else 0
-    pin = CudaPin(addr, size, int(flags), calls, where if calls is not None else None, nthreads)
+    if calls is not None:
+        nthreads = min(max(1, threads or 1), len(pieces))
+        loaded: Optional[str] = where
+    else:
+        nthreads = 0
+        loaded = None
+    pin = CudaPin(addr, size, int(flags), calls, loaded, nthreads)
     if calls is None or not pieces:
         if calls is None:
             pin._give_up(f"CUDA not available: {where}", strict)
@@ -10862,7 +10959,9 @@ def _status_extra(report: Dict[str, Any], topo: Topology, backend: Backend) -> N
             text.append(f"  {per_node.node:>4}" + "".join(cells))
         text.append(f"  remote allocations (other_node): {snap.remote_ratio:.2%} of pages")
     # The process's own pages (the running system, or the simulated process).
-    maps = _read_optional(backend, _maps_path("self")) if backend.has_process else None
+    maps = None
+    if backend.has_process:
+        maps = _read_optional(backend, _maps_path("self"))
     if maps is not None:
         # Read and parsed once, for the remote share and the interleave check.
         rs, entries = _remote_share("self", maps, REMOTE_SHARE_THRESHOLD, topo, backend)
@@ -10892,9 +10991,10 @@ def _status_extra(report: Dict[str, Any], topo: Topology, backend: Backend) -> N
             )
     # Huge pages reserved on one general-purpose node only.
     general = sorted(topo.nodes_with_cpus & topo.nodes_with_memory)
-    for sz in sorted(
-        {sz for nid in general for sz in topo.nodes[nid].hugepages} if len(general) > 1 else ()
-    ):
+    sizes: Set[int] = set()
+    if len(general) > 1:
+        sizes = {sz for nid in general for sz in topo.nodes[nid].hugepages}
+    for sz in sorted(sizes):
         on = [
             nid for nid in general if topo.nodes[nid].hugepages.get(sz, HugePages(0, 0)).total > 0
         ]
@@ -10923,10 +11023,16 @@ def _status_extra(report: Dict[str, Any], topo: Topology, backend: Backend) -> N
             )
         elif topo.nodes_with_memory and node not in topo.nodes_with_memory:
             near = topo.nearest(node, topo.nodes_with_memory)
-            warnings.append(
-                f"GPU {gpu['address']}: its node {node} has no memory; host "
-                f"buffers for it come from node {near[0] if near else '?'}"
-            )
+            if near:
+                warnings.append(
+                    f"GPU {gpu['address']}: its node {node} has no memory; host "
+                    f"buffers for it come from node {near[0]}"
+                )
+            else:
+                warnings.append(
+                    f"GPU {gpu['address']}: its node {node} has no memory; host "
+                    "buffers for it come from node ?"
+                )
 
 
 # -- end of observation section --------------------------------------------------------
@@ -10965,7 +11071,9 @@ def _tree_machine(backend: Backend) -> Tuple[Optional[str], Optional[str], Optio
 
     def word(path: str) -> Optional[str]:
         t = _clean(_read_optional(backend, path) or "")
-        return t if 0 < len(t) <= 64 and t.isprintable() and " " not in t else None
+        if 0 < len(t) <= 64 and t.isprintable() and " " not in t:
+            return t
+        return None
 
     kb = min(
         map(
@@ -10977,7 +11085,9 @@ def _tree_machine(backend: Backend) -> Tuple[Optional[str], Optional[str], Optio
         ),
         default=0,
     )
-    page = kb * 1024 if kb >= 4 and kb & (kb - 1) == 0 else None
+    page = None
+    if kb >= 4 and kb & (kb - 1) == 0:  # a power of two
+        page = kb * 1024
     return word("/proc/sys/kernel/osrelease"), word("/proc/sys/kernel/arch"), page
 
 
@@ -10988,7 +11098,9 @@ def _package_layout(topo: Topology) -> Dict[str, Any]:
     pkg = {node: package for package, ns in pk.items() for node in ns}
     same: Tuple[Set[int], Set[int]] = (set(), set())  # (between, inside)
     for a, package in pkg.items():
-        for m, d in (topo.nodes[a].distances if a in topo.nodes else {}).items():
+        if a not in topo.nodes:
+            continue
+        for m, d in topo.nodes[a].distances.items():
             if m != a and m in pkg:
                 same[pkg[m] == package].add(d)
     inside, between = sorted(same[1]), sorted(same[0])
@@ -11005,7 +11117,8 @@ def _package_layout(topo: Topology) -> Dict[str, Any]:
         for v, where in ((inside, "inside a package"), (between, "between packages"))
         if v
     ]
-    ev += ": distance " + ", ".join(dist) if dist else ""
+    if dist:
+        ev += ": distance " + ", ".join(dist)
     return {
         "nodes_per_package": k,
         "nodes": {str(package): sorted(ns) for package, ns in pk.items()},
@@ -11032,7 +11145,9 @@ def _llc_json(topo: Topology, backend: Backend, warnings: List[str]) -> List[Dic
         level: Optional[int] = None
         size: Optional[int] = None
         for idx in reader.listdir(folder):
-            lvl = reader.integer(f"{folder}/{idx}/level") if idx.startswith("index") else None
+            if not idx.startswith("index"):
+                continue
+            lvl = reader.integer(f"{folder}/{idx}/level")
             if lvl is not None and (level is None or lvl > level):
                 level, size = lvl, reader.parsed(f"{folder}/{idx}/size", _parse_cache_kb)
         out.append({"level": level, "size_kb": size, "cpus": sorted(llc)})
@@ -11050,31 +11165,36 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     gpu_rows = [
         dict(_pci_json(gpu), node=gpu.node, node_source=gpu.node_source) for gpu in topo.gpus
     ]
-    for gpu in topo.gpus if multi else ():
-        if gpu.numa_node < 0:
-            warnings.append(
-                f"GPU {gpu.address}: firmware reports no NUMA node (numa_node=-1)"
-                + (
-                    " and its local CPUs span several nodes; pass the node "
-                    "explicitly when binding workers"
-                    if gpu.node is None
-                    else f"; using node {gpu.node} from its local CPUs"
-                )
-            )
-        if gpu.node is not None:
-            ncpus = topo.nodes[gpu.node].cpus if gpu.node in topo.nodes else frozenset()
-            if ncpus and not (ncpus & topo.allowed_cpus):
-                warnings.append(
-                    f"GPU {gpu.address} hangs off node {gpu.node} but this "
-                    "process's cpuset allows none of its CPUs "
-                    f"({format_cpulist(ncpus)}): its worker will run remote"
-                )
-            if gpu.node in topo.nodes_with_memory and gpu.node not in topo.allowed_mems:
-                warnings.append(
-                    f"GPU {gpu.address} hangs off node {gpu.node} but this process's "
-                    f"cpuset (Mems_allowed_list {format_cpulist(topo.allowed_mems)})"
-                    " excludes that node's memory: host buffers for it will be remote"
-                )
+    if multi:
+        for gpu in topo.gpus:
+            if gpu.numa_node < 0:
+                if gpu.node is None:
+                    warnings.append(
+                        f"GPU {gpu.address}: firmware reports no NUMA node (numa_node=-1)"
+                        " and its local CPUs span several nodes; pass the node "
+                        "explicitly when binding workers"
+                    )
+                else:
+                    warnings.append(
+                        f"GPU {gpu.address}: firmware reports no NUMA node (numa_node=-1);"
+                        f" using node {gpu.node} from its local CPUs"
+                    )
+            if gpu.node is not None:
+                ncpus: FrozenSet[int] = frozenset()
+                if gpu.node in topo.nodes:
+                    ncpus = topo.nodes[gpu.node].cpus
+                if ncpus and not (ncpus & topo.allowed_cpus):
+                    warnings.append(
+                        f"GPU {gpu.address} hangs off node {gpu.node} but this "
+                        "process's cpuset allows none of its CPUs "
+                        f"({format_cpulist(ncpus)}): its worker will run remote"
+                    )
+                if gpu.node in topo.nodes_with_memory and gpu.node not in topo.allowed_mems:
+                    warnings.append(
+                        f"GPU {gpu.address} hangs off node {gpu.node} but this process's "
+                        f"cpuset (Mems_allowed_list {format_cpulist(topo.allowed_mems)})"
+                        " excludes that node's memory: host buffers for it will be remote"
+                    )
     devs = _devices(topo, backend)
     layout = _package_layout(topo)
     if layout["nodes_per_package"] and layout["nodes_per_package"] > 1:
@@ -11107,8 +11227,9 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
         )
     warnings.extend(f"could not read: {problem}" for problem in topo.problems)
     policy: Optional[Dict[str, Any]] = None
-    policy_error = None if backend.has_process else "not the running system"
+    policy_error: Optional[str] = "not the running system"
     if backend.has_process:
+        policy_error = None
         try:
             policy = get_policy(backend=backend).to_json()
         except OSError as err:
@@ -11125,11 +11246,12 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     abi: Optional[Abi] = backend.abi
     if not backend.has_process:
         # A saved tree: its own machine's facts, or None ("unknown"), never ours.
-        abi = (
-            abi_for(machine, 64 if "64" in machine or machine == "s390x" else 32)
-            if machine
-            else None
-        )
+        abi = None
+        if machine:
+            if "64" in machine or machine == "s390x":
+                abi = abi_for(machine, 64)
+            else:
+                abi = abi_for(machine, 32)
         if abi is None:
             warnings.append(
                 "the saved tree does not record its machine "
@@ -11143,6 +11265,15 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     on_node: Dict[Optional[int], List[str]] = {}  # node -> its devices' addresses
     for device in devs:
         on_node.setdefault(device.node, []).append(device.address)
+    own_pid = None
+    if backend.is_live:
+        own_pid = os.getpid()
+    abi_name = None
+    syscalls = None
+    if abi is not None:
+        abi_name = abi.name
+        if abi.syscalls:
+            syscalls = dict(abi.syscalls)
     report: Dict[str, Any] = {
         "version": __version__,
         "root": backend.root,
@@ -11151,7 +11282,7 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
         "devices": [device.to_json() for device in devs],
         "packages": layout,
         "process": {
-            "pid": os.getpid() if backend.is_live else None,
+            "pid": own_pid,
             "allowed_cpus": tj["allowed_cpus"],
             "allowed_mems": tj["allowed_mems"],
             "policy": policy,
@@ -11160,8 +11291,8 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
         "kernel": {
             "release": release,
             "machine": machine,
-            "abi": abi.name if abi is not None else None,
-            "syscalls": dict(abi.syscalls) if abi is not None and abi.syscalls else None,
+            "abi": abi_name,
+            "syscalls": syscalls,
             "page_size": page_size,
             "numa": topo.has_node_dir,
             **{
@@ -11188,12 +11319,17 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     report["config"] = config = {}
     for suffix in _ENV_VARS:  # each read alone: every invalid one is its own warning
         name = _env_prefix + suffix
-        row = config[name] = {
-            "value": os.environ.get(name),
-            "source": "env" if os.environ.get(name, "").strip() else "default",
-        }
+        if os.environ.get(name, "").strip():
+            source = "env"
+        else:
+            source = "default"
+        row = config[name] = {"value": os.environ.get(name), "source": source}
         try:
-            row["value"] = to_json(_env_nodes(backend) if suffix == "NUMA_NODES" else _env(suffix))
+            if suffix == "NUMA_NODES":
+                value = _env_nodes(backend)
+            else:
+                value = _env(suffix)
+            row["value"] = to_json(value)
         except ValueError as err:  # worded as the calls that read it refuse it
             report.setdefault("config_error", str(err))
             warnings.append(f"configuration: {err}")
@@ -11212,18 +11348,31 @@ def _env_shown(row: Mapping[str, Any]) -> str:
     return str(row["value"])
 
 
+def _env_source(row: Mapping[str, Any]) -> str:
+    """A status config row's source as text: "invalid" for a value that was refused."""
+    if "error" in row:
+        return "invalid"
+    return str(row["source"])
+
+
 def _section(title: str, rows: List[str]) -> List[str]:
     """A titled block of the status text with its blank line; nothing without rows."""
-    return [title, *rows, ""] if rows else []
+    if not rows:
+        return []
+    return [title, *rows, ""]
 
 
 def _node_of(data: Dict[str, Any]) -> str:
-    return "?" if data["node"] is None else str(data["node"])
+    if data["node"] is None:
+        return "?"
+    return str(data["node"])
 
 
 def _node_how(data: Dict[str, Any]) -> str:
     """How a device's node was found, when not from its numa_node file."""
-    return "" if data["node_source"] == "numa_node" else f" ({data['node_source']})"
+    if data["node_source"] == "numa_node":
+        return ""
+    return f" ({data['node_source']})"
 
 
 def _render_tiers(rep: Dict[str, Any]) -> List[str]:
@@ -11237,17 +11386,21 @@ def _render_tiers(rep: Dict[str, Any]) -> List[str]:
         )
         for node in nodes:
             a = node.get("access")
-            perf = (
-                (
+            if a:
+                perf = (
                     f"{a['read_bandwidth_mbps'] or '?'}/{a['write_bandwidth_mbps'] or '?'}"
                     f" MB/s r/w, {a['read_latency_ns'] or '?'}/{a['write_latency_ns'] or '?'}"
                     f" ns from node {format_cpulist(a['initiators']) or '?'}"
                 )
-                if a
-                else "no HMAT figures"
-            )
-            tier = "-" if node.get("tier") is None else node["tier"]
-            w = "-" if weights is None else weights.get(str(node["id"]), "-")
+            else:
+                perf = "no HMAT figures"
+            tier = node.get("tier")
+            if tier is None:
+                tier = "-"
+            if weights is None:
+                w = "-"
+            else:
+                w = weights.get(str(node["id"]), "-")
             out.append(
                 f"  {node['id']:>4}  {node['kind']:<12} tier {tier!s:<3} weight {w!s:<3} "
                 f"{perf}; {node['kind_evidence']}"
@@ -11263,7 +11416,9 @@ def _render_tiers(rep: Dict[str, Any]) -> List[str]:
             *(f"    left out: node {key}: {why}" for key, why in d["left_out"].items()),
             f"    to use them anyway pass nodes=[...] or set NUMA_NODES (e.g. NUMA_NODES={every})",
         ]
-    return out + [""] if out else out
+    if out:
+        out.append("")
+    return out
 
 
 def _cores_in(cpu_rows: Mapping[str, Any], cpus: Iterable[int]) -> Set[Tuple[Any, Any]]:
@@ -11290,7 +11445,13 @@ def _cpu_summary(rep: Dict[str, Any]) -> str:
 
     def count(ns: Iterable[int], one: str) -> str:  # "2 packages", "5-6 cores"
         lo, hi = min(ns), max(ns)
-        return f"{lo}{'' if lo == hi else f'-{hi}'} {one}{'s' * (hi != 1)}"
+        if lo == hi:
+            span = str(lo)
+        else:
+            span = f"{lo}-{hi}"
+        if hi == 1:
+            return f"{span} {one}"
+        return f"{span} {one}s"
 
     out = (
         f"CPUs: {count([len(cores)], 'package')} x "
@@ -11300,27 +11461,44 @@ def _cpu_summary(rep: Dict[str, Any]) -> str:
     if llcs:
         kinds = sorted({(x["size_kb"], x["level"]) for x in llcs}, key=str)
         per = {len(_cores_in(rep["cpus"], x["cpus"])) for x in llcs}
-        what = ", ".join(
-            ((format_kib(kb).replace(".0 ", " ") + " ") if kb else "")
-            + (f"L{lvl}" if lvl else "cache")
-            for kb, lvl in kinds
-        )
+        names: List[str] = []
+        for kb, lvl in kinds:
+            if lvl:
+                name = f"L{lvl}"
+            else:
+                name = "cache"
+            if kb:
+                name = format_kib(kb).replace(".0 ", " ") + " " + name
+            names.append(name)
+        what = ", ".join(names)
         out += f"; LLC: {len(llcs)} x {what} (per {count(per, 'core')})"
     return out
 
 
 def _render_status(rep: Dict[str, Any]) -> str:
     k = rep["kernel"]
-    where = "this machine" if rep["root"] == "/" else f"saved tree {rep['root']}"
+    if rep["root"] == "/":
+        where = "this machine"
+    else:
+        where = f"saved tree {rep['root']}"
     head = f"numa_utils {rep['version']} status: {where}"
     if k.get("release") or k.get("machine"):
         head += f" (Linux {k['release'] or '?'}, {k['machine'] or '?'})"
-    page = "unknown" if k["page_size"] is None else f"{k['page_size'] // 1024} KiB"
+    if k["page_size"] is None:
+        page = "unknown"
+    else:
+        page = f"{k['page_size'] // 1024} KiB"
+    if k["numa"]:
+        abi_line = f"ABI {k['abi'] or 'unknown'}, page size {page}"
+    else:
+        abi_line = (
+            f"ABI {k['abi'] or 'unknown'}, page size {page};"
+            " kernel without NUMA (no node directory)"
+        )
     nodes = rep["nodes"]
     out = [
         head,
-        f"ABI {k['abi'] or 'unknown'}, page size {page}"
-        + ("" if k["numa"] else "; kernel without NUMA (no node directory)"),
+        abi_line,
         "",
         f"NODES: {len(nodes)} online ({format_cpulist(k['online_nodes']) or '-'}) "
         f"of {len(k['possible_nodes'])} possible "
@@ -11369,11 +11547,27 @@ def _render_status(rep: Dict[str, Any]) -> str:
         ],
     )
     p = rep["process"]
-    pol = p["policy"]["text"] if p["policy"] else f"unknown ({p['policy_error']})"
+    if p["policy"]:
+        pol = p["policy"]["text"]
+    else:
+        pol = f"unknown ({p['policy_error']})"
     nb = k["numa_balancing"]
-    balancing = "-"
-    if nb is not None:
-        balancing = f"{nb} (on)" if nb else f"{nb} (off)"
+    if nb is None:
+        balancing = "-"
+    elif nb:
+        balancing = f"{nb} (on)"
+    else:
+        balancing = f"{nb} (off)"
+    if p["pid"]:
+        process_head = f"PROCESS (pid {p['pid']})"
+    else:
+        process_head = "PROCESS"
+    allowed_cpus = f"  allowed cpus   {format_cpulist(p['allowed_cpus']) or '-'}"
+    if p["allowed_cpus"] == k["online_cpus"]:
+        allowed_cpus += " (all online)"
+    allowed_mems = f"  allowed mems   {format_cpulist(p['allowed_mems']) or '-'}"
+    if p["allowed_mems"] == k["nodes_with_memory"]:
+        allowed_mems += " (all)"
     devs = sorted(
         rep.get("devices") or [], key=lambda d: (d["node"] is None, d["node"] or 0, d["address"])
     )
@@ -11387,11 +11581,9 @@ def _render_status(rep: Dict[str, Any]) -> str:
             ],
         ),
         *_render_tiers(rep),
-        "PROCESS" + (f" (pid {p['pid']})" if p["pid"] else ""),
-        f"  allowed cpus   {format_cpulist(p['allowed_cpus']) or '-'}"
-        + (" (all online)" if p["allowed_cpus"] == k["online_cpus"] else ""),
-        f"  allowed mems   {format_cpulist(p['allowed_mems']) or '-'}"
-        + (" (all)" if p["allowed_mems"] == k["nodes_with_memory"] else ""),
+        process_head,
+        allowed_cpus,
+        allowed_mems,
         f"  memory policy  {pol}",
         "",
         "KERNEL",
@@ -11403,18 +11595,21 @@ def _render_status(rep: Dict[str, Any]) -> str:
             if node != "enabled"
         ),
     ]
+    if rep["warnings"]:
+        warnings_head = "WARNINGS"
+    else:
+        warnings_head = "WARNINGS: none"
     out += [
         *rep.get("extra_text", []),
         "",
         *_section(
             "CONFIGURATION (environment)",
             [
-                f"  {name:<34} {_env_shown(value):<12} "
-                f"({'invalid' if 'error' in value else value['source']})"
+                f"  {name:<34} {_env_shown(value):<12} ({_env_source(value)})"
                 for name, value in rep.get("config", {}).items()
             ],
         ),
-        "WARNINGS" if rep["warnings"] else "WARNINGS: none",
+        warnings_head,
         *(f"  - {wtext}" for wtext in rep["warnings"]),
     ]
     # A saved tree is anyone's, and names in it (and regions') reach these lines:
@@ -11451,8 +11646,11 @@ def backend_for_root(root: Optional[str] = None) -> Backend:
         os.path.isdir(os.path.join(root, d)) for d in ("sys", "proc")
     ):
         sub = os.path.join(root, "root")
-        hint = f"; did you mean {sub}?" if os.path.isdir(sub) else ""
-        raise ValueError(f"--root {root}: not a saved tree (no sys/ or proc/ in it){hint}")
+        if os.path.isdir(sub):
+            raise ValueError(
+                f"--root {root}: not a saved tree (no sys/ or proc/ in it); did you mean {sub}?"
+            )
+        raise ValueError(f"--root {root}: not a saved tree (no sys/ or proc/ in it)")
     if os.path.isfile(root):
         # A tree saved in one file: the simulator's file reads archives.
         sim = _sibling("numa_utils_sim")
@@ -11474,7 +11672,10 @@ def _print_json(data: Any) -> None:
         tty = sys.stdout.isatty()
     except (AttributeError, ValueError):
         tty = False
-    text = json.dumps(data, indent=2) if tty else json.dumps(data, separators=(",", ":"))
+    if tty:
+        text = json.dumps(data, indent=2)
+    else:
+        text = json.dumps(data, separators=(",", ":"))
     sys.stdout.write(text + "\n")
 
 
@@ -11501,7 +11702,11 @@ def _commands(what: str) -> Any:
 def _cmd_status(args: Any) -> int:
     if args.env_prefix is not None:
         configure(env_prefix=args.env_prefix)
-    fmt = getattr(args, "format", None) or ("json" if args.json else "text")
+    fmt = getattr(args, "format", None)
+    if not fmt and args.json:
+        fmt = "json"
+    elif not fmt:
+        fmt = "text"
     if getattr(args, "write", None) is not None and fmt != "nfd":
         raise ValueError("--write goes with --format nfd")
     rep = status_report(backend=backend_for_root(args.root))
@@ -11600,7 +11805,9 @@ def _run(raw: List[str], commands: Sequence[Callable[[Any], None]]) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Command-line entry point; returns the exit status.  ``status`` is served here;
     every other command, and the full help, by numa_utils_cli when it is there."""
-    raw = list(sys.argv[1:] if argv is None else argv)
+    if argv is None:
+        argv = sys.argv[1:]
+    raw = list(argv)
     lead = 0
     while raw[lead : lead + 1] in (["-v"], ["--verbose"]):
         lead += 1
