@@ -662,68 +662,6 @@ def _nodes_txt(ids: Iterable[int]) -> str:
     return f"nodes {format_cpulist(some)}"
 
 
-class _Reader:
-    """Collects problems (unreadable or malformed files) as warnings, never crashes."""
-
-    def __init__(self, backend: Backend) -> None:
-        self.b = backend
-        self.problems: List[str] = []
-
-    def _get(self, fn: Callable[[str], Any], path: str, verb: str = "read") -> Any:
-        """fn(path); None for a missing file, None and a problem for another failure
-        (a saved tree's link loop: ELOOP)."""
-        try:
-            return fn(path)
-        except FileNotFoundError:
-            return None
-        except OSError as err:
-            self.problems.append(f"cannot {verb} {path}: {err.strerror or err}")
-            return None
-
-    def text(self, path: str) -> Optional[str]:
-        return self._get(self.b.read_text, path)  # type: ignore[no-any-return]
-
-    def parsed(self, path: str, parser: Callable[..., Any], default: Any = None) -> Any:
-        t = self.text(path)
-        if t is None:
-            return default
-        try:
-            return parser(t, source=path)
-        except ValueError as err:
-            self.problems.append(str(err))
-            return default
-
-    def cpus(self, cpulist: str, cpumap: str) -> Optional[FrozenSet[int]]:
-        """A CPU list file, else the hex mask beside it (all that old kernels print:
-        POWER7 dumps)."""
-        got: Optional[FrozenSet[int]] = self.parsed(cpulist, parse_cpulist)
-        if got is not None:
-            return got
-        return self.parsed(cpumap, parse_cpumap)  # type: ignore[no-any-return]
-
-    def integer(self, path: str) -> Optional[int]:
-        return self.parsed(path, _parse_int)  # type: ignore[no-any-return]
-
-    def listdir(self, path: str) -> List[str]:
-        return self._get(self.b.listdir, path, "list") or []
-
-    def exists(self, path: str) -> bool:
-        return bool(self._get(self.b.exists, path))
-
-    def online(self, ids: FrozenSet[int], online: FrozenSet[int], what: str) -> FrozenSet[int]:
-        """``ids`` (read from ``what``) that are online nodes.  The kernel's node lists
-        can name a node that is offline or has no directory (hwloc's snapshot
-        offline-cpu0-node0 lists node 0 in has_memory with only node 1 online):
-        every later lookup by node id assumes it is in Topology.nodes."""
-        extra = ids - online
-        if extra:
-            self.problems.append(
-                f"{what} names {_nodes_txt(extra)}, not online "
-                f"(online: {format_cpulist(online) or 'none'}); ignored"
-            )
-        return ids & online
-
-
 class ShmStat(_Record):
     """What IPC_STAT (or fstat, for POSIX) says about a segment: what
     the kernel calls "shm_stat" and "fstat" (``Backend.call``) return."""
@@ -870,26 +808,6 @@ class Backend:
     def _call_statvfs(self, path: str) -> Optional[Tuple[int, int]]:
         return None
 
-    def _call_cpuset_cpus(self) -> Optional[FrozenSet[int]]:
-        """Cgroup v2: <path>/cpuset.cpus.effective; v1: cpuset/<path>/cpuset.effective_cpus
-        (Documentation/admin-guide/cgroup-v2.rst, cgroup-v1/cpusets.rst); the path
-        comes from /proc/self/cpuset."""
-        reader = _Reader(self)
-        path = _clean(reader.text("/proc/self/cpuset") or "")
-        if not path.startswith("/"):
-            return None
-        path = path.rstrip("/")
-        candidates = (
-            f"/sys/fs/cgroup{path}/cpuset.cpus.effective",
-            f"/sys/fs/cgroup/cpuset{path}/cpuset.effective_cpus",
-            f"/sys/fs/cgroup/cpuset{path}/cpuset.cpus",
-        )
-        for candidate in candidates:
-            found = reader.parsed(candidate, parse_cpulist)
-            if found:
-                return found  # type: ignore[no-any-return]
-        return None
-
 
 def _read_optional(backend: Backend, path: str) -> Optional[str]:
     """The text of ``path``; None when it cannot be read (absent, denied)."""
@@ -897,6 +815,68 @@ def _read_optional(backend: Backend, path: str) -> Optional[str]:
         return backend.read_text(path)
     except OSError:
         return None
+
+
+class _Reader:
+    """Collects problems (unreadable or malformed files) as warnings, never crashes."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.b = backend
+        self.problems: List[str] = []
+
+    def _get(self, fn: Callable[[str], Any], path: str, verb: str = "read") -> Any:
+        """fn(path); None for a missing file, None and a problem for another failure
+        (a saved tree's link loop: ELOOP)."""
+        try:
+            return fn(path)
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            self.problems.append(f"cannot {verb} {path}: {err.strerror or err}")
+            return None
+
+    def text(self, path: str) -> Optional[str]:
+        return self._get(self.b.read_text, path)  # type: ignore[no-any-return]
+
+    def parsed(self, path: str, parser: Callable[..., Any], default: Any = None) -> Any:
+        t = self.text(path)
+        if t is None:
+            return default
+        try:
+            return parser(t, source=path)
+        except ValueError as err:
+            self.problems.append(str(err))
+            return default
+
+    def cpus(self, cpulist: str, cpumap: str) -> Optional[FrozenSet[int]]:
+        """A CPU list file, else the hex mask beside it (all that old kernels print:
+        POWER7 dumps)."""
+        got: Optional[FrozenSet[int]] = self.parsed(cpulist, parse_cpulist)
+        if got is not None:
+            return got
+        return self.parsed(cpumap, parse_cpumap)  # type: ignore[no-any-return]
+
+    def integer(self, path: str) -> Optional[int]:
+        return self.parsed(path, _parse_int)  # type: ignore[no-any-return]
+
+    def listdir(self, path: str) -> List[str]:
+        return self._get(self.b.listdir, path, "list") or []
+
+    def exists(self, path: str) -> bool:
+        return bool(self._get(self.b.exists, path))
+
+    def online(self, ids: FrozenSet[int], online: FrozenSet[int], what: str) -> FrozenSet[int]:
+        """``ids`` (read from ``what``) that are online nodes.  The kernel's node lists
+        can name a node that is offline or has no directory (hwloc's snapshot
+        offline-cpu0-node0 lists node 0 in has_memory with only node 1 online):
+        every later lookup by node id assumes it is in Topology.nodes."""
+        extra = ids - online
+        if extra:
+            self.problems.append(
+                f"{what} names {_nodes_txt(extra)}, not online "
+                f"(online: {format_cpulist(online) or 'none'}); ignored"
+            )
+        return ids & online
 
 
 _libc_lock = threading.Lock()
@@ -1330,6 +1310,26 @@ class LinuxBackend(Backend):
             return None
         st = os.statvfs(path)
         return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+
+    def _call_cpuset_cpus(self) -> Optional[FrozenSet[int]]:
+        """This process's cgroup cpuset.  Cgroup v2: <path>/cpuset.cpus.effective;
+        v1: cpuset/<path>/cpuset.effective_cpus (Documentation/admin-guide/cgroup-v2.rst,
+        cgroup-v1/cpusets.rst); the path comes from /proc/self/cpuset."""
+        reader = _Reader(self)
+        path = _clean(reader.text("/proc/self/cpuset") or "")
+        if not path.startswith("/"):
+            return None
+        path = path.rstrip("/")
+        candidates = (
+            f"/sys/fs/cgroup{path}/cpuset.cpus.effective",
+            f"/sys/fs/cgroup/cpuset{path}/cpuset.effective_cpus",
+            f"/sys/fs/cgroup/cpuset{path}/cpuset.cpus",
+        )
+        for candidate in candidates:
+            found = reader.parsed(candidate, parse_cpulist)
+            if found:
+                return found  # type: ignore[no-any-return]
+        return None
 
     def _libc_call(self, what: str, *args: Any) -> Any:
         """libc's function named by the first word of ``what``, called with ``args``."""
@@ -10199,7 +10199,8 @@ def choose_node(
     elif gnode not in topo.nodes_with_cpus:
         parts = [
             f"{glabel} is on node {gnode}, which has no CPUs;"
-            f" node {best.node} is the nearest usable node with CPUs (distance {best.gpu_distance})"
+            f" node {best.node} is the nearest node with CPUs this process may use"
+            f" (distance {best.gpu_distance})"
         ]
     elif gnode in excluded:
         parts = [
