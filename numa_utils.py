@@ -6256,7 +6256,7 @@ def _process_name(backend: Backend, pid: str) -> str:
 def _lock_holder(backend: Backend, fd: int) -> str:
     """Who holds the exclusive flock on file ``fd``, from /proc/locks (fs/locks.c
     lock_get_status: "ID: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE START END")."""
-    st = backend.call("fstat", fd)
+    st: ShmStat = backend.call("fstat", fd)
     want = f"{os.major(st.dev):02x}:{os.minor(st.dev):02x}:{st.ino}"
     for line in (_read_optional(backend, "/proc/locks") or "").splitlines():
         fields = line.split()
@@ -6456,7 +6456,7 @@ def _room_peek(
     while its record is being made.  ValueError when damaged."""
     euid = backend.call("geteuid")
     try:
-        st = backend.call("shm_stat", backend.call("shmget", ckey, 0, 0))
+        st: ShmStat = backend.call("shm_stat", backend.call("shmget", ckey, 0, 0))
     except (FileNotFoundError, PermissionError):
         return None, None, b"", False
     if st.uid != euid or st.cuid != euid:
@@ -6593,7 +6593,7 @@ class _RecordRoom:
             shmid = b.call("shmget", ckey, 0, 0)
         except FileNotFoundError:
             return
-        st = b.call("shm_stat", shmid)
+        st: ShmStat = b.call("shm_stat", shmid)
         _check_trust(st, b.call("geteuid"), trust, f"SysV segment 0x{ckey:08x} (shmid {shmid})")
         self._room_id, self._room_len = shmid, st.size
         self._room_at = b.call("shmat", shmid)
@@ -7066,7 +7066,9 @@ def _our_segments(
 
         def drop(st: ShmStat = st) -> str:
             try:
-                again = backend.call("shm_stat", st.id)  # someone may have come since: look last
+                again: ShmStat = backend.call(
+                    "shm_stat", st.id
+                )  # someone may have come since: look last
                 if again.nattch or again.key != st.key or again.lpid not in (st.lpid, me["pid"]):
                     return "in use: attached since it was judged"
                 backend.call("shm_rmid", st.id)
@@ -7194,7 +7196,7 @@ def _sysv_holder(backend: Backend, ikey: int, key: Union[int, str]) -> str:
     user's, another region's by its record); else why not, saying what to do."""
     try:
         shmid = backend.call("shmget", ikey, 0, 0)
-        st = backend.call("shm_stat", shmid)
+        st: ShmStat = backend.call("shm_stat", shmid)
     except (FileNotFoundError, PermissionError):
         return ""
     euid = backend.call("geteuid")
@@ -7300,7 +7302,7 @@ def _sysv_attach(region: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str
             continue
         what = f"SysV segment 0x{ikey:08x} (shmid {shmid})"
         try:
-            st = b.call("shm_stat", shmid)
+            st: ShmStat = b.call("shm_stat", shmid)
             _check_trust(st, b.call("geteuid"), trust, what)
             region.shmid, region._ipc_key, region._mapped = shmid, ikey, st.size
             region._address = b.call("shmat", shmid)
@@ -7336,7 +7338,7 @@ def _posix_attach(region: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], st
     region.name = name
     _check_trust(b.call("fstat", fd), b.call("geteuid"), trust, what)
     _flock_shared(b, fd, what)  # waits while a cleanup decides on it
-    st = b.call("fstat", fd)
+    st: ShmStat = b.call("fstat", fd)
     if not st.nattch:
         raise FileNotFoundError(errno.ENOENT, f"{what} was removed (stale) while attaching")
     region._mapped = seg = st.size
@@ -7563,7 +7565,7 @@ def _twin(backend: Backend, ikey: int, key: Union[int, str]) -> str:
     euid = backend.call("geteuid")
     try:
         shmid = backend.call("shmget", ikey, 0, 0)
-        st = backend.call("shm_stat", shmid)
+        st: ShmStat = backend.call("shm_stat", shmid)
         if st.uid != euid or st.cuid != euid:
             return ""
         rec, slot = _peek_region(backend, st, f"SysV key 0x{ikey:08x}")
