@@ -339,8 +339,8 @@ def test_ast_nodes_within_the_round_budget(figures):
 # -137 for the backend seam (33 public members to 8: the forwarding methods and their
 # stubs gone) and the CLI's 4 new public names, together.
 # +704 and +649 for conditional expressions written as statements (issue 28 §3, parts
-# A and B: 241 of 274).
-MAX_AST_NODES_NOW = 67_191 + 5_436 + 383 + 138 + 52 + 2_175 + 347 + 111 - 137 + 704 + 649
+# A and B: 241 of 274).  +16: the segments call() returns declared ShmStat for mypy.
+MAX_AST_NODES_NOW = 67_191 + 5_436 + 383 + 138 + 52 + 2_175 + 347 + 111 - 137 + 704 + 649 + 16
 
 
 def test_ast_nodes_never_grow(figures):
