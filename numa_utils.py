@@ -2372,7 +2372,8 @@ def _node_kind(
             return "movable-only", "memory only in ZONE_MOVABLE (not in has_normal_memory)"
         return "movable-only", "memory only in ZONE_MOVABLE (not in has_normal_memory); no CPUs"
     if node.cpus:
-        return "dram", f"CPUs {format_cpulist(node.cpus)} and normal memory"
+        cpus = format_cpulist(node.cpus)
+        return "dram", f"CPUs {cpus} and normal memory"
     return "cpu-less", "memory but no CPUs"
 
 
@@ -3204,6 +3205,17 @@ MADV_POPULATE_WRITE = 23  # Linux 5.14+
 # ===========================================================================
 
 
+def _mask_args(nodes: Iterable[int], abi: Abi) -> Tuple[Optional[NodeMask], int, int]:
+    """(mask, its address, maxnode) for a policy syscall's node list; no nodes is a
+    NULL mask (address and maxnode 0).  The caller holds the mask until the call
+    returns: the kernel reads its buffer."""
+    ids = frozenset(nodes)
+    if not ids:
+        return None, 0, 0
+    mask = NodeMask(ids, abi=abi)
+    return mask, mask.address, mask.maxnode
+
+
 def mbind(
     addr: int,
     length: int,
@@ -3216,13 +3228,7 @@ def mbind(
 ) -> None:
     """mbind(2): set the policy of [addr, addr+length).  ``addr`` must be page aligned."""
     backend = _b(backend)
-    ids = frozenset(nodes)
-    mask = None  # no nodes: a NULL mask
-    mask_address = maxnode = 0
-    if ids:
-        mask = NodeMask(ids, abi=backend.abi)
-        mask_address = mask.address
-        maxnode = mask.maxnode
+    mask, mask_address, maxnode = _mask_args(nodes, backend.abi)  # mask: alive until the call
     backend.call(
         "syscall",
         backend.abi.number("mbind"),
@@ -3240,13 +3246,7 @@ def set_mempolicy(
 ) -> None:
     """set_mempolicy(2): the calling THREAD's policy (threads it creates inherit it)."""
     backend = _b(backend)
-    ids = frozenset(nodes)
-    mask = None  # no nodes: a NULL mask
-    mask_address = maxnode = 0
-    if ids:
-        mask = NodeMask(ids, abi=backend.abi)
-        mask_address = mask.address
-        maxnode = mask.maxnode
+    mask, mask_address, maxnode = _mask_args(nodes, backend.abi)  # mask: alive until the call
     backend.call(
         "syscall",
         backend.abi.number("set_mempolicy"),
@@ -4007,17 +4007,20 @@ def suggest_weights(
         if node not in topo.nodes:
             continue
         access = topo.nodes[node].access
-        if access is None or (initiator is not None and initiator not in access.initiators):
+        if access is None:
             continue
-        known = [x for x in (access.read_bandwidth_mbps, access.write_bandwidth_mbps) if x]
+        if initiator is not None and initiator not in access.initiators:
+            continue
+        measured = (access.read_bandwidth_mbps, access.write_bandwidth_mbps)
+        known = [mbps for mbps in measured if mbps]
         if known:
             bw[node] = min(known)
     total = sum(bw.values())
     if not total:
         return {}
     out = {nid: max(32 * value // total, 1) for nid, value in bw.items()}
-    g = reduce(math.gcd, out.values())
-    return {nid: weight // g for nid, weight in out.items()}
+    divisor = reduce(math.gcd, out.values())
+    return {nid: weight // divisor for nid, weight in out.items()}
 
 
 # ===========================================================================
@@ -4243,14 +4246,16 @@ def _placement_move_pages(backend: Backend, pid: int, addr: int, size: int) -> D
     import array
     import collections
 
-    page, end = backend.page_size, addr + max(size, 1)
+    page = backend.page_size
+    end = addr + max(size, 1)
     swap = backend.abi.byteorder != sys.byteorder
     seen: collections.Counter[int] = collections.Counter()
     step = page * 16384  # pages per call
     typecode = "I"  # the ABI's pointers
     if _pointer_bits(backend.abi) == 64:
         typecode = "Q"
-    for lo in range(addr - addr % page, end, step):
+    first_page = addr - addr % page
+    for lo in range(first_page, end, step):
         ptrs = array.array(typecode, range(lo, min(end, lo + step), page))
         status = array.array("i", bytes(4 * len(ptrs)))
         if swap:
@@ -4944,7 +4949,8 @@ def _status_regions(report: Dict[str, Any], backend: Backend) -> None:
     if not backend.is_live:
         return
     euid = os.geteuid()
-    for st in parse_sysvipc_shm(_read_optional(backend, "/proc/sysvipc/shm") or ""):
+    sysvipc = _read_optional(backend, "/proc/sysvipc/shm") or ""
+    for st in parse_sysvipc_shm(sysvipc):
         if st.uid == euid and st.key & SYSV_KEY_MASK == SYSV_KEY_PREFIX:
             rows.append(
                 {
@@ -4975,7 +4981,9 @@ def _status_regions(report: Dict[str, Any], backend: Backend) -> None:
             st_ = os.stat(path, follow_symlinks=False)
             if st_.st_uid != euid:
                 continue
-            ino = f"{os.major(st_.st_dev):02x}:{os.minor(st_.st_dev):02x}:{st_.st_ino}"
+            major = os.major(st_.st_dev)
+            minor = os.minor(st_.st_dev)
+            ino = f"{major:02x}:{minor:02x}:{st_.st_ino}"
             row["attached"] = sum(f[1:2] == ["FLOCK"] and ino in f for f in locks)
             row["size"], rec = _file_record(path)
             if rec is not None:
@@ -7575,7 +7583,9 @@ def _twin(backend: Backend, ikey: int, key: Union[int, str]) -> str:
         if err.errno in (errno.EINVAL, errno.EIDRM):  # removed while we looked
             return ""
         raise
-    if rec is None or rec["kind"] != "sysv" or not _same_key(rec["key"], key):
+    if rec is None or rec["kind"] != "sysv":
+        return ""
+    if not _same_key(rec["key"], key):
         return ""
     if slot[:8] == _SLOT_MAGIC:
         return "made"
@@ -8238,11 +8248,10 @@ def _torch_bus_id(device: int) -> Optional[str]:
     try:
         if cuda is None or not cuda.is_initialized():
             return None
-        p = cuda.get_device_properties(device)
-        return (
-            f"{int(getattr(p, 'pci_domain_id', 0) or 0):04x}:{int(p.pci_bus_id):02x}:"
-            f"{int(getattr(p, 'pci_device_id', 0) or 0):02x}.0"
-        )
+        props = cuda.get_device_properties(device)
+        domain = int(getattr(props, "pci_domain_id", 0) or 0)
+        slot = int(getattr(props, "pci_device_id", 0) or 0)
+        return f"{domain:04x}:{int(props.pci_bus_id):02x}:{slot:02x}.0"
     except Exception:  # any torch failure (no pci_bus_id either) means: torch cannot tell
         return None
 
@@ -8354,7 +8363,8 @@ def local_devices(
                 distance = topo.distance(node, device.node)
                 if distance is not None:
                     distances.append(distance)
-        return relation, min(distances, default=1 << 16), device.address
+        nearest = min(distances, default=1 << 16)  # no distance known: after every known one
+        return relation, nearest, device.address
 
     ranked = sorted(
         (rank(device), device) for device in _devices(topo, backend) if device.kind == kind
@@ -8506,12 +8516,14 @@ def _resolve(
         return _Resolved(None, f"pci_bus_id {bus} is not a GPU in sysfs")
     torch_gpu = None
     if backend.is_live:
-        torch_gpu = by_pci.get(_torch_bus_id(device) or "")
+        torch_bus = _torch_bus_id(device) or ""
+        torch_gpu = by_pci.get(torch_bus)
     if torch_gpu is not None:
         return _Resolved(torch_gpu, "torch")
     if env is None:
         env = os.environ
-    vis, notes = _visible_gpus(infos, _nvml_devices(backend), env)
+    nvml = _nvml_devices(backend)
+    vis, notes = _visible_gpus(infos, nvml, env)
     for note in notes:  # once each, however often the device is looked up
         _fail(False, note)
     if device >= len(vis):
@@ -8801,7 +8813,9 @@ def _plan_args(
         reserve = _env("NUMA_RESERVED_CORES")
     if int(reserve) < 0:
         raise ValueError(f"reserve must be >= 0, not {reserve!r}")
-    return pol, int(reserve), _memory_or_env(memory), _strict_or_env(strict)
+    memory_policy = _memory_or_env(memory)
+    strictness = _strict_or_env(strict)
+    return pol, int(reserve), memory_policy, strictness
 
 
 def gpu_plans(
@@ -9614,8 +9628,12 @@ class pinned:
         strict: Optional[bool] = None,
         backend: Optional[Backend] = None,
     ) -> None:
-        self.plan, self.match, self.default = plan, match, default
-        self.memory, self.strict, self.backend = memory, strict, backend
+        self.plan = plan
+        self.match = match
+        self.default = default
+        self.memory = memory
+        self.strict = strict
+        self.backend = backend
         self.result: Optional[PinResult] = None
         self.restored: List[int] = []  # tids whose mask was put back
         self._policy: Optional[thread_policy] = None
@@ -9709,7 +9727,8 @@ def spawn_context(
         raise ValueError(f"spawn_context: method must be 'spawn' or 'fork', not {method!r}")
     plan = thread_plan(gpu, node=node, roles=roles, strict=strict, environ=environ, backend=backend)
     if role not in plan.roles:
-        raise ValueError(f"role {role!r} is not in the plan ({', '.join(plan.roles)})")
+        known = ", ".join(plan.roles)
+        raise ValueError(f"role {role!r} is not in the plan ({known})")
     import multiprocessing
 
     base: Any = multiprocessing.get_context(method)
@@ -9765,14 +9784,16 @@ def _gpu_instances(
 ) -> List[InstancePlan]:
     """Instance i: GPUs i*per ... (PCI order), with their `exclusive` CPUs."""
     fam = _family(infos)
-    if n * per > len(fam):
+    needed = n * per
+    if needed > len(fam):
         raise ValueError(
-            f"{n} instances of {per} GPUs need {n * per} GPUs; this host has {len(fam)}"
+            f"{n} instances of {per} GPUs need {needed} GPUs; this host has {len(fam)}"
         )
     planned = _plan_all(topo, infos, "exclusive", reserve, strict)
     out = []
     for index in range(n):
-        picked = range(index * per, (index + 1) * per)
+        first = index * per
+        picked = range(first, first + per)
         cpus: Set[int] = set()
         nodes: Set[int] = set()
         memory: Set[int] = set()
@@ -10395,7 +10416,8 @@ def _in_library_path(names: List[str]) -> List[str]:
 def _load_cudart(cudart: Any, backend: Backend) -> Tuple[Optional[_PinCalls], str]:
     """(the runtime's calls, where it was found) or (None, why not)."""
     if isinstance(cudart, ctypes.CDLL):
-        lib, where = cudart, getattr(cudart, "_name", "libcudart")
+        lib = cudart
+        where = getattr(cudart, "_name", "libcudart")
     else:
         if cudart is not None:
             names = [os.fspath(cudart)]
@@ -10403,7 +10425,8 @@ def _load_cudart(cudart: Any, backend: Backend) -> Tuple[Optional[_PinCalls], st
             names = _cudart_candidates(backend)
         found, where, errors = _dlopen(_in_library_path(names))
         if found is None and cudart is None:
-            return None, "neither libcudart nor libamdhip64 found (tried " + ", ".join(names) + ")"
+            tried = ", ".join(names)
+            return None, f"neither libcudart nor libamdhip64 found (tried {tried})"
         if found is None:
             return None, f"cannot load {cudart}: {errors[-1]}"
         lib = found
@@ -10635,8 +10658,9 @@ class CudaPin:
                     if piece is None:
                         return
                     self._in_call[me] = piece
+                address, length = piece
                 t0 = time.monotonic()
-                rc = calls.register(ctypes.c_void_p(piece[0]), piece[1], self.flags)
+                rc = calls.register(ctypes.c_void_p(address), length, self.flags)
                 took = time.monotonic() - t0
                 if rc != 0:
                     calls.clear_error()
@@ -11388,12 +11412,16 @@ def _render_tiers(rep: Dict[str, Any]) -> List[str]:
             "MEMORY (tier: lower is faster; HMAT access class 0; weighted-interleave weight)"
         )
         for node in nodes:
-            a = node.get("access")
-            if a:
+            access = node.get("access")
+            if access:
+                read_mbps = access["read_bandwidth_mbps"] or "?"
+                write_mbps = access["write_bandwidth_mbps"] or "?"
+                read_ns = access["read_latency_ns"] or "?"
+                write_ns = access["write_latency_ns"] or "?"
+                initiators = format_cpulist(access["initiators"]) or "?"
                 perf = (
-                    f"{a['read_bandwidth_mbps'] or '?'}/{a['write_bandwidth_mbps'] or '?'}"
-                    f" MB/s r/w, {a['read_latency_ns'] or '?'}/{a['write_latency_ns'] or '?'}"
-                    f" ns from node {format_cpulist(a['initiators']) or '?'}"
+                    f"{read_mbps}/{write_mbps} MB/s r/w, {read_ns}/{write_ns} ns "
+                    f"from node {initiators}"
                 )
             else:
                 perf = "no HMAT figures"
