@@ -7425,8 +7425,7 @@ def _extent_cpus(
     """{nodes: the CPUs of those nodes, or of the nearest with CPUs} per node set the
     extents name, within this thread's affinity; empty: run as the caller is.  Read
     before a region is made: the interruptible prefault then does no more."""
-    if topo is None:
-        topo = read_topology(backend=backend)
+    topo = _topology_or_read(topo, backend)
     mine = backend.call("sched_getaffinity", 0)
     out: Dict[FrozenSet[int], FrozenSet[int]] = {}
     for nodes in dict.fromkeys(e.nodes for e in lay):
@@ -10034,9 +10033,7 @@ def remote_share(
     may run on (Cpus_allowed_list).  Never raises: an unreadable process gives a
     result with ``error`` set and no pages.  Warns once when above ``threshold``."""
     backend = _b(backend)
-    topo = topology
-    if topo is None:
-        topo = read_topology(backend=backend)
+    topo = _topology_or_read(topology, backend)
     try:
         maps: Union[str, OSError] = backend.read_text(_maps_path(pid))
     except OSError as err:
