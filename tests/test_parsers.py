@@ -83,6 +83,14 @@ def test_parse_cpumap_rejects_garbage(text):
         nu.parse_cpumap(text, source="node0/cpumap")
 
 
+@pytest.mark.parametrize("text", ["1234567,123456789", "0000000,000000001"])
+def test_parse_cpumap_rejects_a_word_longer_than_8_digits(text):
+    # As long as the kernel's "xxxxxxxx,xxxxxxxx" (two words of 8), yet one word has 9
+    # digits: its bits would land in the wrong places.
+    with pytest.raises(ValueError, match="word '123456789'|word '000000001'"):
+        nu.parse_cpumap(text, source="node0/cpumap")
+
+
 NODE_MEMINFO = """Node 1 MemTotal:       263782656 kB
 Node 1 MemFree:        250000000 kB
 Node 1 Active(file):       12345 kB
