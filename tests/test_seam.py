@@ -92,6 +92,14 @@ def test_a_saved_tree_refuses_every_kernel_operation():
             saved.call(name, *args)
 
 
+def test_a_saved_tree_refuses_a_write_and_its_file_stays():
+    saved = saved_backend(fixture_root("single-node"))
+    before = saved.read_text("/sys/devices/system/node/online")
+    with pytest.raises(nu.NotLiveError):
+        saved.write_text("/sys/devices/system/node/online", "0-7\n")
+    assert saved.read_text("/sys/devices/system/node/online") == before
+
+
 def test_one_overridden_call_sees_every_shared_memory_operation():
     seen = []
 
