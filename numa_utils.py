@@ -454,6 +454,15 @@ def parse_cpumap(
     return _set_bits(value)
 
 
+def _uint(s: str) -> Optional[int]:
+    """An unsigned decimal of 1-20 ASCII digits (a u64), else None.  isdigit() alone
+    passes "³", which int() refuses, and int() alone takes "٣", " 1_0 " and, slowly,
+    thousands of digits."""
+    if 0 < len(s) <= 20 and s.isascii() and s.isdigit():
+        return int(s)
+    return None
+
+
 def parse_meminfo(text: str, *, source: Optional[str] = None) -> Dict[str, int]:
     """Parse /proc/meminfo or nodeN/meminfo into {"MemTotal": kB, ...}.
 
@@ -492,9 +501,10 @@ def parse_meminfo(text: str, *, source: Optional[str] = None) -> Dict[str, int]:
             raise ValueError(f"invalid meminfo line{_where(source)}: {_short(line)}")
         # Values are unsigned longs: 20 digits at most (a longer one is corrupt, and
         # int() of a huge digit string is slow and overflows later formatting).
-        if not fields[0].isascii() or not fields[0].isdigit() or len(fields[0]) > 20:
+        value = _uint(fields[0])
+        if value is None:
             raise ValueError(f"invalid meminfo value{_where(source)}: {_short(line)}")
-        out[key.strip()] = int(fields[0])
+        out[key.strip()] = value
     return out
 
 
@@ -509,15 +519,6 @@ def parse_distance_row(text: str, *, source: Optional[str] = None) -> Tuple[int,
     if not row or min(row) < 1 or max(row) > 255:
         raise ValueError(f"invalid distance row{_where(source)}: {_short(text)}")
     return row
-
-
-def _uint(s: str) -> Optional[int]:
-    """An unsigned decimal of 1-20 ASCII digits (a u64), else None.  isdigit() alone
-    passes "³", which int() refuses, and int() alone takes "٣", " 1_0 " and, slowly,
-    thousands of digits."""
-    if 0 < len(s) <= 20 and s.isascii() and s.isdigit():
-        return int(s)
-    return None
 
 
 _INT_RE = re.compile(r"-?[0-9]{1,20}|0[xX][0-9a-fA-F]{1,16}")
