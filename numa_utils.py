@@ -582,10 +582,6 @@ _MACHINE_ALIASES = MappingProxyType(
         "i686": "i386",
         "x86": "i386",
         "arm64": "aarch64",
-        "armv8l": "arm",
-        "armv7l": "arm",
-        "armv6l": "arm",
-        "armhf": "arm",
         "ppc64el": "ppc64le",
         "powerpc64le": "ppc64le",
         "powerpc64": "ppc64",
@@ -627,7 +623,8 @@ def abi_for(machine: Optional[str] = None, pointer_bits: Optional[int] = None) -
     if pointer_bits is None:
         pointer_bits = struct.calcsize("P") * 8
     table_name = _MACHINE_ALIASES.get(machine.lower(), machine.lower())
-    # A 32-bit process on arm64 makes arm's calls; the other 64-bit ABIs have none.
+    # Every 32-bit arm name (armv7l, armv6l, armhf, ...) is arm, and so is a 32-bit
+    # process on arm64, which makes arm's calls; the other 64-bit ABIs have none.
     if table_name.startswith("arm") or (table_name == "aarch64" and pointer_bits == 32):
         table_name = "arm"
     known = table_name in SYSCALL_TABLES

@@ -546,3 +546,22 @@ def test_linux_mincore_counts_resident_pages():
         m.close()
     with pytest.raises(nu.NotLiveError):
         nu.LinuxBackend("/tmp").call("mincore", 0, page)
+
+
+@pytest.mark.parametrize(
+    "machine,bits,name",
+    [
+        ("armv7l", 32, "arm"),
+        ("armv6l", 32, "arm"),
+        ("armhf", 32, "arm"),
+        ("armv8l", 32, "arm"),
+        ("armv5tel", 32, "arm"),
+        ("arm64", 64, "aarch64"),
+        ("ARM64", 32, "arm"),
+        ("aarch64", 32, "arm"),
+    ],
+)
+def test_abi_for_arm_machine_names(machine, bits, name):
+    abi = nu.abi_for(machine, bits)
+    assert abi.name == name
+    assert dict(abi.syscalls) == dict(nu.SYSCALL_TABLES[name])
