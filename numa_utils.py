@@ -557,6 +557,7 @@ def _table(*nums: int) -> Mapping[str, int]:
 
 
 _GENERIC = _table(235, 237, 236, 238, 239, 450)
+_POWERPC = _table(259, 261, 260, 258, 301, 450)  # one table, either byte order
 
 SYSCALL_TABLES: Mapping[str, Mapping[str, int]] = MappingProxyType(
     {
@@ -567,8 +568,8 @@ SYSCALL_TABLES: Mapping[str, Mapping[str, int]] = MappingProxyType(
         "loongarch64": _GENERIC,
         "arm": _table(319, 321, 320, 400, 344, 450),
         "s390x": _table(268, 270, 269, 287, 310, 450),
-        "ppc64": _table(259, 261, 260, 258, 301, 450),
-        "ppc64le": _table(259, 261, 260, 258, 301, 450),
+        "ppc64": _POWERPC,
+        "ppc64le": _POWERPC,
     }
 )
 
