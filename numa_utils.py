@@ -1400,7 +1400,7 @@ class LinuxBackend(Backend):
                 os.fchmod(fd, mode)  # exactly ``mode``, whatever the umask
             except OSError:
                 os.close(fd)
-                os.unlink(self._shm_path(name))
+                os.unlink(path)
                 raise
         return fd
 
