@@ -1131,7 +1131,7 @@ class LinuxBackend(Backend):
         self.root = os.path.abspath(root) if root else "/"
         self.is_live = self.root == "/" and tree is None
         self.abi = abi if abi is not None else abi_for()
-        self.page_size = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        self.page_size = os.sysconf("SC_PAGE_SIZE")
         self._real_paths: Dict[str, str] = {}
         self._steps = 0
         if tree is None and not self.is_live:
