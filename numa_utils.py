@@ -2542,51 +2542,6 @@ def _driver_gpus(backend: Backend) -> Dict[str, Optional[str]]:
     return out
 
 
-def _node_json(node: Node) -> Dict[str, Any]:
-    """Node's fields in order, its two mappings sorted by key."""
-    out = {}
-    for name, value in node._asdict().items():
-        if name == "distances":
-            out[name] = {str(other): d for other, d in sorted(value.items())}
-        elif name == "hugepages":
-            out[name] = to_json(dict(sorted(value.items())))
-        else:
-            out[name] = to_json(value)
-    return out
-
-
-def _cpu_json(cpu: Cpu) -> Dict[str, Any]:
-    """Cpu's fields but its id (the key it is listed under)."""
-    return {name: to_json(value) for name, value in zip(Cpu._fields[1:], cpu[1:])}
-
-
-def _topology_json(topo: Topology) -> Dict[str, Any]:
-    weights = None
-    if topo.interleave_weights is not None:
-        weights = {str(key): value for key, value in sorted(topo.interleave_weights.items())}
-    return {
-        "nodes": [_node_json(topo.nodes[i]) for i in sorted(topo.nodes)],
-        "online_nodes": sorted(topo.online_nodes),
-        "possible_nodes": sorted(topo.possible_nodes),
-        "nodes_with_cpus": sorted(topo.nodes_with_cpus),
-        "nodes_with_memory": sorted(topo.nodes_with_memory),
-        "cpus": {str(i): _cpu_json(topo.cpus[i]) for i in sorted(topo.cpus)},
-        "online_cpus": sorted(topo.online_cpus),
-        "allowed_cpus": sorted(topo.allowed_cpus),
-        "allowed_mems": sorted(topo.allowed_mems),
-        "gpus": [_pci_json(gpu) for gpu in topo.gpus],
-        "nodes_per_package": topo.nodes_per_package,
-        "numa_balancing": topo.numa_balancing,
-        "thp": topo.thp,
-        "memory_tiers": {
-            str(key): sorted(value) for key, value in sorted(topo.memory_tiers.items())
-        },
-        "interleave_weights": weights,
-        "interleave_auto": topo.interleave_auto,
-        "problems": list(topo.problems),
-    }
-
-
 def to_json(obj: Any) -> Any:
     """JSON-ready data for any numa_utils value (Topology, results, entries ...)."""
     if obj is None or type(obj) in (int, str, float, bool):  # most calls: a leaf
@@ -2606,6 +2561,52 @@ def to_json(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [to_json(x) for x in obj]
     return obj
+
+
+def _sorted_json(mapping: Mapping[int, Any]) -> Dict[str, Any]:
+    """to_json() of ``mapping`` with its keys in order (to_json keeps a mapping's own)."""
+    return {str(key): to_json(value) for key, value in sorted(mapping.items())}
+
+
+def _node_json(node: Node) -> Dict[str, Any]:
+    """Node's fields in order, its two mappings sorted by key."""
+    out = {}
+    for name, value in node._asdict().items():
+        if name in ("distances", "hugepages"):
+            out[name] = _sorted_json(value)
+        else:
+            out[name] = to_json(value)
+    return out
+
+
+def _cpu_json(cpu: Cpu) -> Dict[str, Any]:
+    """Cpu's fields but its id (the key it is listed under)."""
+    return {name: to_json(value) for name, value in zip(Cpu._fields[1:], cpu[1:])}
+
+
+def _topology_json(topo: Topology) -> Dict[str, Any]:
+    weights = None
+    if topo.interleave_weights is not None:
+        weights = _sorted_json(topo.interleave_weights)
+    return {
+        "nodes": [_node_json(topo.nodes[i]) for i in sorted(topo.nodes)],
+        "online_nodes": sorted(topo.online_nodes),
+        "possible_nodes": sorted(topo.possible_nodes),
+        "nodes_with_cpus": sorted(topo.nodes_with_cpus),
+        "nodes_with_memory": sorted(topo.nodes_with_memory),
+        "cpus": {str(i): _cpu_json(topo.cpus[i]) for i in sorted(topo.cpus)},
+        "online_cpus": sorted(topo.online_cpus),
+        "allowed_cpus": sorted(topo.allowed_cpus),
+        "allowed_mems": sorted(topo.allowed_mems),
+        "gpus": [_pci_json(gpu) for gpu in topo.gpus],
+        "nodes_per_package": topo.nodes_per_package,
+        "numa_balancing": topo.numa_balancing,
+        "thp": topo.thp,
+        "memory_tiers": _sorted_json(topo.memory_tiers),
+        "interleave_weights": weights,
+        "interleave_auto": topo.interleave_auto,
+        "problems": list(topo.problems),
+    }
 
 
 def _record_json(rec: Any, **replace: Dict[str, Any]) -> Dict[str, Any]:
@@ -2984,7 +2985,7 @@ class MemoryNodeChoice(_Record):
         return {
             "nodes": sorted(self.nodes),
             "basis": self.basis,
-            "left_out": {str(k): v for k, v in sorted(self.left_out.items())},
+            "left_out": _sorted_json(self.left_out),
         }
 
 
