@@ -1604,9 +1604,6 @@ class MemoryAccess(_Record):
     write_latency_ns: Optional[int]
     initiators: FrozenSet[int]
 
-    def to_json(self) -> Dict[str, Any]:
-        return dict(self._asdict(), initiators=sorted(self.initiators))
-
 
 class Node(_Record):
     id: int

@@ -100,6 +100,20 @@ def test_json_lists_every_mapping_in_key_order():
     assert list(nu.to_json(choice)["left_out"].items()) == [("1", "GPU"), ("2", "far")]
 
 
+def test_json_of_memory_access_lists_its_initiators_in_order():
+    access = nu.MemoryAccess(1000, 900, None, 80, frozenset({12, 3, 7}))
+    assert nu.to_json(access) == {
+        "read_bandwidth_mbps": 1000,
+        "write_bandwidth_mbps": 900,
+        "read_latency_ns": None,
+        "write_latency_ns": 80,
+        "initiators": [3, 7, 12],
+    }
+    node = _read("qemu-x86_64-hmat-tiers").nodes[0]
+    assert node.access is not None
+    assert nu.to_json(node)["access"] == nu.to_json(node.access)
+
+
 def test_cpuset_smaller_than_machine():
     t = _read("container-cpuset")
     assert t.allowed_cpus < t.online_cpus
