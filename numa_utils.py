@@ -2841,7 +2841,7 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     order = sorted(online)
     nodes: Dict[int, Node] = {}
     for node in order:
-        row = rows.get(node)
+        row = rows[node]
         dist: Dict[int, int] = {}
         if row is not None:
             where = f"{_NODE_DIR}/node{node}/distance"
@@ -2856,14 +2856,14 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
                     f"{where} has {len(row)} entries for {len(order)} "
                     "online nodes; distances ignored"
                 )
-        t, f = mem.get(node, (0, 0))
+        total, free = mem[node]
         nodes[node] = Node(
             node,
-            node_cpus.get(node, frozenset()),
-            t,
-            f,
+            node_cpus[node],
+            total,
+            free,
             MappingProxyType(dist),
-            MappingProxyType(hp.get(node, {})),
+            MappingProxyType(hp[node]),
         )
     try:
         allowed_cpus, allowed_mems = _allowed_from_status(backend)
