@@ -2354,9 +2354,7 @@ def _read_weights(
     return weights, auto
 
 
-def _node_kind(
-    node: Node, with_mem: FrozenSet[int], normal: Optional[FrozenSet[int]], gi: FrozenSet[int]
-) -> Tuple[str, str]:
+def _node_kind(node: Node, with_mem: FrozenSet[int], gi: FrozenSet[int]) -> Tuple[str, str]:
     """(kind, evidence) from sysfs alone; GPU memory is told apart afterwards."""
     if node.id in gi:  # ACPI SRAT generic initiator (Linux 5.10+): a device's node
         if node.cpus or node.id in with_mem:
@@ -2364,7 +2362,7 @@ def _node_kind(
         return "generic-initiator", "in has_generic_initiator; no CPUs, no memory"
     if node.id not in with_mem:
         return "no-memory", "not in has_memory"
-    if normal is not None and node.id not in normal:
+    if node.has_normal_memory is False:
         if node.cpus:
             return "movable-only", "memory only in ZONE_MOVABLE (not in has_normal_memory)"
         return "movable-only", "memory only in ZONE_MOVABLE (not in has_normal_memory); no CPUs"
@@ -2887,7 +2885,7 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
         if normal is not None:
             has_normal = node in normal
         nd = nd._replace(tier=tier_of.get(node), access=access, has_normal_memory=has_normal)
-        kind, why = _node_kind(nd, with_mem, normal, gi)
+        kind, why = _node_kind(nd, with_mem, gi)
         if node in gi and node in links:
             why += "; standing for " + ", ".join(links[node])
         elif node in gi:
