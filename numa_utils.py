@@ -2201,13 +2201,13 @@ def _read_cpus(
 
 
 def _device_node(
-    named: Optional[int], hits: Set[Optional[int]], cpu_nodes: FrozenSet[int]
+    numa: int, online: FrozenSet[int], hits: Set[Optional[int]], cpu_nodes: FrozenSet[int]
 ) -> Tuple[Optional[int], str]:
     """A PCI device's node and how it was found: its numa_node when that names an
     online node, else the one node of its local CPUs, else the machine's only CPU
     node; (None, "unknown") when none of these tells."""
-    if named is not None:
-        return named, "numa_node"
+    if numa in online:
+        return numa, "numa_node"
     if len(hits) == 1:
         return next(iter(hits)), "local_cpulist"
     if len(cpu_nodes) == 1:
@@ -2255,16 +2255,12 @@ def _read_devices(
         numa: int = reader.parsed(f"{folder}/numa_node", _parse_int, -1)
         local = reader.cpus(f"{folder}/local_cpulist", f"{folder}/local_cpus") or frozenset()
         hits = {node_of.get(c) for c in local} - {None}
-        named = numa >= 0 and numa in online
-        if numa >= 0 and not named:
+        if numa >= 0 and numa not in online:
             reader.problems.append(
                 f"{folder}/numa_node names node {numa}, which is not online here: "
                 "its node is taken from local_cpulist"
             )
-        if named:
-            node, how = _device_node(numa, hits, cpu_nodes)
-        else:
-            node, how = _device_node(None, hits, cpu_nodes)
+        node, how = _device_node(numa, online, hits, cpu_nodes)
         sub = {c: sorted(reader.listdir(f"{folder}/{c}")) for c in _NAME_CLASSES}
         kind = _device_kind(cls, gpu, bool(sub["infiniband"]))
         try:
