@@ -2699,14 +2699,13 @@ def _attribute_gpu_memory(
     """
     pcis = {gpu.pci for gpu in infos}
     claimed: Dict[str, Tuple[Tuple[int, ...], str]] = {}
+    taken: Set[int] = set()
     for nv in nvml or ():
         if nv.numa_node is None or nv.pci not in pcis:
             continue
         if nv.numa_node not in topo.nodes_with_cpus:
             claimed[nv.pci] = ((nv.numa_node,), "nvml")
-    taken: Set[int] = set()
-    for nodes, _ in claimed.values():
-        taken.update(nodes)
+            taken.add(nv.numa_node)
     free = sorted((topo.nodes_with_memory - topo.nodes_with_cpus) - taken)
     driver = set(driver)
     cands = [
