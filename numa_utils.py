@@ -1786,17 +1786,11 @@ def _hugepages(reader: _Reader, base: str) -> Dict[int, HugePages]:
 _CPU_OPTIONAL = ("topology/thread_siblings_list", "topology/core_cpus_list", "cache")
 
 
-def _first_parsed(
-    reader: _Reader,
-    paths: Iterable[str],
-    parser: Callable[..., Any] = parse_cpulist,
-    *,
-    nonempty: bool = False,
-) -> Any:
-    """What the first of ``paths`` that parses holds (with ``nonempty``: the first
-    that is not empty); None when none does."""
+def _first_parsed(reader: _Reader, paths: Iterable[str], *, nonempty: bool = False) -> Any:
+    """The CPU list the first of ``paths`` that parses holds (with ``nonempty``: the
+    first that is not empty); None when none does."""
     for path in paths:
-        got = reader.parsed(path, parser)
+        got = reader.parsed(path, parse_cpulist)
         if got is None or (nonempty and not got):
             continue
         return got
