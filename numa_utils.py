@@ -1595,9 +1595,6 @@ class MemoryAccess(_Record):
     write_latency_ns: Optional[int]
     initiators: FrozenSet[int]
 
-    def to_json(self) -> Dict[str, Any]:
-        return dict(self._asdict(), initiators=sorted(self.initiators))
-
 
 class Node(_Record):
     id: int
@@ -1780,17 +1777,11 @@ def _hugepages(reader: _Reader, base: str) -> Dict[int, HugePages]:
 _CPU_OPTIONAL = ("topology/thread_siblings_list", "topology/core_cpus_list", "cache")
 
 
-def _first_parsed(
-    reader: _Reader,
-    paths: Iterable[str],
-    parser: Callable[..., Any] = parse_cpulist,
-    *,
-    nonempty: bool = False,
-) -> Any:
-    """What the first of ``paths`` that parses holds (with ``nonempty``: the first
-    that is not empty); None when none does."""
+def _first_parsed(reader: _Reader, paths: Iterable[str], *, nonempty: bool = False) -> Any:
+    """The CPU list the first of ``paths`` that parses holds (with ``nonempty``: the
+    first that is not empty); None when none does."""
     for path in paths:
-        got = reader.parsed(path, parser)
+        got = reader.parsed(path, parse_cpulist)
         if got is None or (nonempty and not got):
             continue
         return got
@@ -2195,13 +2186,13 @@ def _read_cpus(
 
 
 def _device_node(
-    named: Optional[int], hits: Set[Optional[int]], cpu_nodes: FrozenSet[int]
+    numa: int, online: FrozenSet[int], hits: Set[Optional[int]], cpu_nodes: FrozenSet[int]
 ) -> Tuple[Optional[int], str]:
     """A PCI device's node and how it was found: its numa_node when that names an
     online node, else the one node of its local CPUs, else the machine's only CPU
     node; (None, "unknown") when none of these tells."""
-    if named is not None:
-        return named, "numa_node"
+    if numa in online:
+        return numa, "numa_node"
     if len(hits) == 1:
         return next(iter(hits)), "local_cpulist"
     if len(cpu_nodes) == 1:
@@ -2249,16 +2240,12 @@ def _read_devices(
         numa: int = reader.parsed(f"{folder}/numa_node", _parse_int, -1)
         local = reader.cpus(f"{folder}/local_cpulist", f"{folder}/local_cpus") or frozenset()
         hits = {node_of.get(c) for c in local} - {None}
-        named = numa >= 0 and numa in online
-        if numa >= 0 and not named:
+        if numa >= 0 and numa not in online:
             reader.problems.append(
                 f"{folder}/numa_node names node {numa}, which is not online here: "
                 "its node is taken from local_cpulist"
             )
-        if named:
-            node, how = _device_node(numa, hits, cpu_nodes)
-        else:
-            node, how = _device_node(None, hits, cpu_nodes)
+        node, how = _device_node(numa, online, hits, cpu_nodes)
         sub = {c: sorted(reader.listdir(f"{folder}/{c}")) for c in _NAME_CLASSES}
         kind = _device_kind(cls, gpu, bool(sub["infiniband"]))
         try:
@@ -2348,9 +2335,7 @@ def _read_weights(
     return weights, auto
 
 
-def _node_kind(
-    node: Node, with_mem: FrozenSet[int], normal: Optional[FrozenSet[int]], gi: FrozenSet[int]
-) -> Tuple[str, str]:
+def _node_kind(node: Node, with_mem: FrozenSet[int], gi: FrozenSet[int]) -> Tuple[str, str]:
     """(kind, evidence) from sysfs alone; GPU memory is told apart afterwards."""
     if node.id in gi:  # ACPI SRAT generic initiator (Linux 5.10+): a device's node
         if node.cpus or node.id in with_mem:
@@ -2358,7 +2343,7 @@ def _node_kind(
         return "generic-initiator", "in has_generic_initiator; no CPUs, no memory"
     if node.id not in with_mem:
         return "no-memory", "not in has_memory"
-    if normal is not None and node.id not in normal:
+    if node.has_normal_memory is False:
         if node.cpus:
             return "movable-only", "memory only in ZONE_MOVABLE (not in has_normal_memory)"
         return "movable-only", "memory only in ZONE_MOVABLE (not in has_normal_memory); no CPUs"
@@ -2533,51 +2518,6 @@ def _driver_gpus(backend: Backend) -> Dict[str, Optional[str]]:
     return out
 
 
-def _node_json(node: Node) -> Dict[str, Any]:
-    """Node's fields in order, its two mappings sorted by key."""
-    out = {}
-    for name, value in node._asdict().items():
-        if name == "distances":
-            out[name] = {str(other): d for other, d in sorted(value.items())}
-        elif name == "hugepages":
-            out[name] = to_json(dict(sorted(value.items())))
-        else:
-            out[name] = to_json(value)
-    return out
-
-
-def _cpu_json(cpu: Cpu) -> Dict[str, Any]:
-    """Cpu's fields but its id (the key it is listed under)."""
-    return {name: to_json(value) for name, value in zip(Cpu._fields[1:], cpu[1:])}
-
-
-def _topology_json(topo: Topology) -> Dict[str, Any]:
-    weights = None
-    if topo.interleave_weights is not None:
-        weights = {str(key): value for key, value in sorted(topo.interleave_weights.items())}
-    return {
-        "nodes": [_node_json(topo.nodes[i]) for i in sorted(topo.nodes)],
-        "online_nodes": sorted(topo.online_nodes),
-        "possible_nodes": sorted(topo.possible_nodes),
-        "nodes_with_cpus": sorted(topo.nodes_with_cpus),
-        "nodes_with_memory": sorted(topo.nodes_with_memory),
-        "cpus": {str(i): _cpu_json(topo.cpus[i]) for i in sorted(topo.cpus)},
-        "online_cpus": sorted(topo.online_cpus),
-        "allowed_cpus": sorted(topo.allowed_cpus),
-        "allowed_mems": sorted(topo.allowed_mems),
-        "gpus": [_pci_json(gpu) for gpu in topo.gpus],
-        "nodes_per_package": topo.nodes_per_package,
-        "numa_balancing": topo.numa_balancing,
-        "thp": topo.thp,
-        "memory_tiers": {
-            str(key): sorted(value) for key, value in sorted(topo.memory_tiers.items())
-        },
-        "interleave_weights": weights,
-        "interleave_auto": topo.interleave_auto,
-        "problems": list(topo.problems),
-    }
-
-
 def to_json(obj: Any) -> Any:
     """JSON-ready data for any numa_utils value (Topology, results, entries ...)."""
     if obj is None or type(obj) in (int, str, float, bool):  # most calls: a leaf
@@ -2597,6 +2537,52 @@ def to_json(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [to_json(x) for x in obj]
     return obj
+
+
+def _sorted_json(mapping: Mapping[int, Any]) -> Dict[str, Any]:
+    """to_json() of ``mapping`` with its keys in order (to_json keeps a mapping's own)."""
+    return {str(key): to_json(value) for key, value in sorted(mapping.items())}
+
+
+def _node_json(node: Node) -> Dict[str, Any]:
+    """Node's fields in order, its two mappings sorted by key."""
+    out = {}
+    for name, value in node._asdict().items():
+        if name in ("distances", "hugepages"):
+            out[name] = _sorted_json(value)
+        else:
+            out[name] = to_json(value)
+    return out
+
+
+def _cpu_json(cpu: Cpu) -> Dict[str, Any]:
+    """Cpu's fields but its id (the key it is listed under)."""
+    return {name: to_json(value) for name, value in zip(Cpu._fields[1:], cpu[1:])}
+
+
+def _topology_json(topo: Topology) -> Dict[str, Any]:
+    weights = None
+    if topo.interleave_weights is not None:
+        weights = _sorted_json(topo.interleave_weights)
+    return {
+        "nodes": [_node_json(topo.nodes[i]) for i in sorted(topo.nodes)],
+        "online_nodes": sorted(topo.online_nodes),
+        "possible_nodes": sorted(topo.possible_nodes),
+        "nodes_with_cpus": sorted(topo.nodes_with_cpus),
+        "nodes_with_memory": sorted(topo.nodes_with_memory),
+        "cpus": {str(i): _cpu_json(topo.cpus[i]) for i in sorted(topo.cpus)},
+        "online_cpus": sorted(topo.online_cpus),
+        "allowed_cpus": sorted(topo.allowed_cpus),
+        "allowed_mems": sorted(topo.allowed_mems),
+        "gpus": [_pci_json(gpu) for gpu in topo.gpus],
+        "nodes_per_package": topo.nodes_per_package,
+        "numa_balancing": topo.numa_balancing,
+        "thp": topo.thp,
+        "memory_tiers": _sorted_json(topo.memory_tiers),
+        "interleave_weights": weights,
+        "interleave_auto": topo.interleave_auto,
+        "problems": list(topo.problems),
+    }
 
 
 def _record_json(rec: Any, **replace: Dict[str, Any]) -> Dict[str, Any]:
@@ -2698,14 +2684,13 @@ def _attribute_gpu_memory(
     """
     pcis = {gpu.pci for gpu in infos}
     claimed: Dict[str, Tuple[Tuple[int, ...], str]] = {}
+    taken: Set[int] = set()
     for nv in nvml or ():
         if nv.numa_node is None or nv.pci not in pcis:
             continue
         if nv.numa_node not in topo.nodes_with_cpus:
             claimed[nv.pci] = ((nv.numa_node,), "nvml")
-    taken: Set[int] = set()
-    for nodes, _ in claimed.values():
-        taken.update(nodes)
+            taken.add(nv.numa_node)
     free = sorted((topo.nodes_with_memory - topo.nodes_with_cpus) - taken)
     driver = set(driver)
     cands = [
@@ -2834,7 +2819,7 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     order = sorted(online)
     nodes: Dict[int, Node] = {}
     for node in order:
-        row = rows.get(node)
+        row = rows[node]
         dist: Dict[int, int] = {}
         if row is not None:
             where = f"{_NODE_DIR}/node{node}/distance"
@@ -2849,14 +2834,14 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
                     f"{where} has {len(row)} entries for {len(order)} "
                     "online nodes; distances ignored"
                 )
-        t, f = mem.get(node, (0, 0))
+        total, free = mem[node]
         nodes[node] = Node(
             node,
-            node_cpus.get(node, frozenset()),
-            t,
-            f,
+            node_cpus[node],
+            total,
+            free,
             MappingProxyType(dist),
-            MappingProxyType(hp.get(node, {})),
+            MappingProxyType(hp[node]),
         )
     try:
         allowed_cpus, allowed_mems = _allowed_from_status(backend)
@@ -2880,7 +2865,7 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
         if normal is not None:
             has_normal = node in normal
         nd = nd._replace(tier=tier_of.get(node), access=access, has_normal_memory=has_normal)
-        kind, why = _node_kind(nd, with_mem, normal, gi)
+        kind, why = _node_kind(nd, with_mem, gi)
         if node in gi and node in links:
             why += "; standing for " + ", ".join(links[node])
         elif node in gi:
@@ -2975,7 +2960,7 @@ class MemoryNodeChoice(_Record):
         return {
             "nodes": sorted(self.nodes),
             "basis": self.basis,
-            "left_out": {str(k): v for k, v in sorted(self.left_out.items())},
+            "left_out": _sorted_json(self.left_out),
         }
 
 

@@ -215,3 +215,23 @@ def test_snc_guest():
         t = nu.read_topology(backend=b)
         assert t.nodes_per_package == 2 and t.package_nodes == {0: {0, 1}, 1: {2, 3}}
         assert nu.default_memory_nodes(t) == frozenset(range(4))
+
+
+def test_numa_node_naming_no_online_node_is_a_problem_and_falls_back(tmp_path):
+    """A numa_node of 7 on a two-node machine is reported and the node is taken from
+    local_cpulist, as for -1 (which is no problem); an online numa_node is used."""
+    root = fixture_tree("dual-socket-8gpu", tmp_path)
+    bus = os.path.join(root, "sys/bus/pci/devices")
+    for addr, value in (("0000:19:00.0", "7"), ("0000:9b:00.0", "-1")):
+        with open(os.path.join(bus, addr, "numa_node"), "w") as f:
+            f.write(value + "\n")
+    t = nu.read_topology(backend=saved_backend(root))
+    got = {g.address: (g.numa_node, g.node, g.node_source) for g in t.gpus}
+    assert got["0000:19:00.0"] == (7, 0, "local_cpulist")
+    assert got["0000:9b:00.0"] == (-1, 1, "local_cpulist")
+    assert got["0000:3b:00.0"] == (0, 0, "numa_node")
+    named = [p for p in t.problems if "numa_node names node" in p]
+    assert named == [
+        f"{nu._PCI_DIR}/0000:19:00.0/numa_node names node 7, which is not online here: "
+        "its node is taken from local_cpulist"
+    ]

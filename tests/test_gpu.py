@@ -916,3 +916,23 @@ def test_numa_node_naming_no_node_takes_local_cpus(raw):
     b.files[f"{gpu}/local_cpulist"] = every + "\n"
     (g,) = [x for x in nu.gpus(backend=b) if x.pci == "0000:19:00.0"]
     assert (g.node, g.node_source) == (None, "unknown")
+
+
+def test_driver_share_leaves_out_the_nodes_nvml_attributed():
+    """NVML names the memory node of two GPUs; the driver lists all six: the other four
+    GPUs share out only the CPU-less nodes NVML did not attribute, one each."""
+    b = tree("sparse-ids")
+    topo = nu.read_topology(backend=b)
+    infos = nu._gpu_infos(topo, b)
+    assert all(x.memory_nodes == () for x in infos)
+    pcis = [x.pci for x in infos]
+    nvml = [nu._NvmlGpu(pcis[0], "GPU-0", numa_node=255), nu._NvmlGpu(pcis[1], "GPU-1", 254)]
+    got = nu._attribute_gpu_memory(topo, infos, nvml, pcis)
+    assert [(x.memory_nodes, x.memory_source) for x in got[:2]] == [
+        ((255,), "nvml"),
+        ((254,), "nvml"),
+    ]
+    shared = [x.memory_nodes for x in got[2:]]
+    assert {x.memory_source for x in got[2:]} == {"driver"}
+    assert sorted(n for nodes in shared for n in nodes) == [250, 251, 252, 253]
+    assert all(len(nodes) == 1 for nodes in shared)

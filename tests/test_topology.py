@@ -66,6 +66,54 @@ def test_memory_only_and_memoryless_nodes():
     assert memless and all(ml.nodes[n].mem_total_kb == 0 for n in memless)
 
 
+def _reversed(mapping):
+    return nu.MappingProxyType(dict(sorted(mapping.items(), reverse=True)))
+
+
+def test_json_lists_every_mapping_in_key_order():
+    """Distances, huge pages, memory tiers, interleave weights and left_out come out in
+    key order, whatever order they were built in; each value as to_json() gives it."""
+    t = _read("cxl-memory-node")
+    nodes = {
+        n: v._replace(distances=_reversed(v.distances), hugepages=_reversed(v.hugepages))
+        for n, v in t.nodes.items()
+    }
+    t = t._replace(
+        nodes=nodes,
+        memory_tiers=_reversed(t.memory_tiers),
+        interleave_weights=_reversed(t.interleave_weights),
+    )
+    got = nu.to_json(t)
+    for node in got["nodes"]:
+        assert list(node["distances"]) == [str(n) for n in sorted(t.nodes)]
+        assert list(node["distances"].values()) == [
+            t.distance(node["id"], n) for n in sorted(t.nodes)
+        ]
+        sizes = sorted(t.nodes[node["id"]].hugepages)
+        assert list(node["hugepages"]) == [str(kb) for kb in sizes] and len(sizes) > 1
+        for kb in sizes:
+            assert node["hugepages"][str(kb)] == t.nodes[node["id"]].hugepages[kb]._asdict()
+    assert got["memory_tiers"] == {"4": [0, 1], "22": [2]}
+    assert list(got["memory_tiers"]) == ["4", "22"]
+    assert list(got["interleave_weights"]) == ["0", "1", "2"]
+    choice = nu.MemoryNodeChoice(frozenset({0}), _reversed({2: "far", 1: "GPU"}), "test")
+    assert list(nu.to_json(choice)["left_out"].items()) == [("1", "GPU"), ("2", "far")]
+
+
+def test_json_of_memory_access_lists_its_initiators_in_order():
+    access = nu.MemoryAccess(1000, 900, None, 80, frozenset({12, 3, 7}))
+    assert nu.to_json(access) == {
+        "read_bandwidth_mbps": 1000,
+        "write_bandwidth_mbps": 900,
+        "read_latency_ns": None,
+        "write_latency_ns": 80,
+        "initiators": [3, 7, 12],
+    }
+    node = _read("qemu-x86_64-hmat-tiers").nodes[0]
+    assert node.access is not None
+    assert nu.to_json(node)["access"] == nu.to_json(node.access)
+
+
 def test_cpuset_smaller_than_machine():
     t = _read("container-cpuset")
     assert t.allowed_cpus < t.online_cpus
