@@ -4465,34 +4465,6 @@ def _record_fields_ok(rec: Any, seg: int) -> bool:
     return size + _room_size(page) == seg
 
 
-def _record_read(addr: int, seg: int, what: str) -> Optional[Dict[str, Any]]:
-    """The record of the ``seg`` bytes mapped at ``addr``; None when there is none
-    (not made by SharedRegion.create, or still being made); ValueError when damaged."""
-    import zlib
-
-    end = seg - _RECORD_END.size
-    if end < 0:
-        return None
-    magic, fmt, n, crc = _RECORD_END.unpack(ctypes.string_at(addr + end, _RECORD_END.size))
-    if magic != _RECORD_MAGIC:
-        return None
-    bad = f"{what}: damaged identity record"
-    if fmt != _RECORD_FORMAT:
-        raise ValueError(
-            f"{what}: identity record format {fmt}, not {_RECORD_FORMAT}: "
-            "made by another numa_utils version"
-        )
-    if n > min(end, _RECORD_MAX):
-        raise ValueError(f"{bad} (length {n} in {seg} bytes)")
-    raw = ctypes.string_at(addr + end - n, n)
-    if zlib.crc32(raw) != crc:
-        raise ValueError(f"{bad} (checksum mismatch)")
-    rec: Dict[str, Any] = _record_parse(raw, bad)
-    if not _record_fields_ok(rec, seg):
-        raise ValueError(f"{bad} (fields)")
-    return rec
-
-
 # -- end of numa_maps section ----------------------------------------------------------
 
 
@@ -4509,22 +4481,40 @@ def read_identity_record(
     gives: a /dev/shm file's (os.pread), another process's memory (/proc/PID/mem).
     A dict: the region's name ("key"), "size", "page_size", its "layout" when it has
     more than one extent (record_layout reads it), who made it.  None when the bytes
-    end in no record (not made by SharedRegion.create); ValueError when the record
-    is damaged.  Only the record's bytes are read: no mapping, no attach."""
+    end in no record (not made by SharedRegion.create, or still being made);
+    ValueError when the record is damaged.  Only the record's bytes are read: no
+    mapping, no attach."""
+    import zlib
+
     end = seg - _RECORD_END.size
     if end < 0:  # smaller than a record's end
         return None
-    raw = read(end, _RECORD_END.size)
-    if len(raw) != _RECORD_END.size or raw[:8] != _RECORD_MAGIC:
+    trailer = read(end, _RECORD_END.size)
+    if len(trailer) != _RECORD_END.size or trailer[:8] != _RECORD_MAGIC:
         return None
-    size = _RECORD_END.unpack(raw)[2]
-    tail = b""  # a length past the region or _RECORD_MAX: damaged
-    if size <= min(end, _RECORD_MAX):
-        tail = read(end - size, size) + raw
-    if len(tail) != size + _RECORD_END.size:
-        raise ValueError(f"{what}: damaged identity record (length {size} in {seg} bytes)")
-    buf = ctypes.create_string_buffer(tail, len(tail))  # _record_read reads memory
-    return _record_read(ctypes.addressof(buf) + len(tail) - seg, seg, what)
+    _, fmt, n, crc = _RECORD_END.unpack(trailer)
+    bad = f"{what}: damaged identity record"
+    if fmt != _RECORD_FORMAT:
+        raise ValueError(
+            f"{what}: identity record format {fmt}, not {_RECORD_FORMAT}: "
+            "made by another numa_utils version"
+        )
+    raw = b""  # a length past the region or _RECORD_MAX: damaged
+    if n <= min(end, _RECORD_MAX):
+        raw = read(end - n, n)
+    if len(raw) != n:
+        raise ValueError(f"{bad} (length {n} in {seg} bytes)")
+    if zlib.crc32(raw) != crc:
+        raise ValueError(f"{bad} (checksum mismatch)")
+    rec: Dict[str, Any] = _record_parse(raw, bad)
+    if not _record_fields_ok(rec, seg):
+        raise ValueError(f"{bad} (fields)")
+    return rec
+
+
+def _record_read(addr: int, seg: int, what: str) -> Optional[Dict[str, Any]]:
+    """The identity record of the ``seg`` bytes mapped at ``addr`` (read_identity_record)."""
+    return read_identity_record(lambda offset, n: ctypes.string_at(addr + offset, n), seg, what)
 
 
 def _file_record(path: str) -> Tuple[int, Optional[Dict[str, Any]]]:
