@@ -4876,25 +4876,14 @@ class Layout:
         return changes + 1
 
     def _extents_before(self, offset: int) -> int:
-        """How many extents start below ``offset`` (at the size: all of them),
-        counted without building them: a blocks layout of a few GiB has millions,
+        """How many extents start below ``offset`` (at the size: all of them), counted
+        without building a rule's (index): a blocks layout of a few GiB has millions,
         and `maps` reads layouts from records anyone who can write a region wrote."""
-        import bisect
-
-        size = self._size or 0
-        share = max(size // len(self._entries), 1)  # a part's length
-        ends = []
-        end = 0
-        for length, _, _ in self._entries:
-            end += length or share
-            ends.append(end)
-        offset = min(max(offset, 0), size)
-        cycles, rest = divmod(offset, end)
-        count = cycles * len(ends)
-        count += bisect.bisect_left(ends, rest)
-        if rest:
-            count += 1
-        return count
+        if offset <= 0:
+            return 0
+        if offset >= self._bound_size():
+            return len(self)
+        return self.index(offset - 1) + 1
 
     def location(self) -> str:
         """Mooncake-style: one "cpu:NODES" per extent, as "OFFSET+LENGTH@cpu:NODES"
