@@ -4338,7 +4338,7 @@ def placement(
     backend = _b(backend)
     addr, size = buffer_range(buf, length)
     path = _maps_path(pid)
-    npages = (addr % backend.page_size + size + backend.page_size - 1) // backend.page_size
+    npages = _page_range(addr, size, backend.page_size)[1] // backend.page_size
     if method == "move_pages" or (
         method == "auto" and npages <= _MOVE_PAGES_LIMIT and backend.abi.supported
     ):
