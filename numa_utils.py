@@ -3148,6 +3148,11 @@ class ModeFlag(enum.IntFlag):
 _MODE_FLAGS_MASK = sum(ModeFlag)  # every mode flag
 
 
+# The flags' words in numa_maps, ModeFlag's members from the highest bit: the
+# kernel's order (mpol_to_str).
+_MAPS_FLAG_NAMES = ("static", "relative", "balancing")
+
+
 class _ModeWords(_Record):
     """How one mode is spelled.  Every spelling is read back as that mode, by every
     input that takes one (mode=, policy=, memory=, layouts, NUMA_MEMORY_POLICY, the
@@ -3355,12 +3360,7 @@ class PolicyInfo(_Record):
         """The policy as /proc/<pid>/numa_maps prints it (mpol_to_str; the kernel
         never sets both static and relative)."""
         s = _MODE_WORDS[self.mode].kernel
-        # ModeFlag's members from the highest bit: the kernel's order.
-        words = [
-            w
-            for f, w in zip(reversed(ModeFlag), ("static", "relative", "balancing"))
-            if self.flags & f
-        ]
+        words = [w for f, w in zip(reversed(ModeFlag), _MAPS_FLAG_NAMES) if self.flags & f]
         if words:
             s += "=" + "|".join(words)
         if self.mode not in (Mode.DEFAULT, Mode.LOCAL) and self.nodes:
@@ -4036,7 +4036,6 @@ def suggest_weights(
 # octal escapes (\012 \011 \075 \040); d_path appends " (deleted)" -> "\040(deleted)".
 
 _MAPS_COUNTERS = ("anon", "dirty", "mapped", "mapmax", "swapcache", "active", "writeback")
-_MAPS_FLAG_NAMES = ("static", "relative", "balancing")
 _OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
 
 
