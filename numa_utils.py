@@ -3124,6 +3124,11 @@ class ModeFlag(enum.IntFlag):
 _MODE_FLAGS_MASK = sum(ModeFlag)  # every mode flag
 
 
+# The flags' words in numa_maps, ModeFlag's members from the highest bit: the
+# kernel's order (mpol_to_str).
+_MAPS_FLAG_NAMES = ("static", "relative", "balancing")
+
+
 class _ModeWords(_Record):
     """How one mode is spelled.  Every spelling is read back as that mode, by every
     input that takes one (mode=, policy=, memory=, layouts, NUMA_MEMORY_POLICY, the
@@ -3331,12 +3336,7 @@ class PolicyInfo(_Record):
         """The policy as /proc/<pid>/numa_maps prints it (mpol_to_str; the kernel
         never sets both static and relative)."""
         s = _MODE_WORDS[self.mode].kernel
-        # ModeFlag's members from the highest bit: the kernel's order.
-        words = [
-            w
-            for f, w in zip(reversed(ModeFlag), ("static", "relative", "balancing"))
-            if self.flags & f
-        ]
+        words = [w for f, w in zip(reversed(ModeFlag), _MAPS_FLAG_NAMES) if self.flags & f]
         if words:
             s += "=" + "|".join(words)
         if self.mode not in (Mode.DEFAULT, Mode.LOCAL) and self.nodes:
@@ -4012,7 +4012,6 @@ def suggest_weights(
 # octal escapes (\012 \011 \075 \040); d_path appends " (deleted)" -> "\040(deleted)".
 
 _MAPS_COUNTERS = ("anon", "dirty", "mapped", "mapmax", "swapcache", "active", "writeback")
-_MAPS_FLAG_NAMES = ("static", "relative", "balancing")
 _OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
 
 
@@ -4314,7 +4313,7 @@ def placement(
     backend = _b(backend)
     addr, size = buffer_range(buf, length)
     path = _maps_path(pid)
-    npages = (addr % backend.page_size + size + backend.page_size - 1) // backend.page_size
+    npages = _page_range(addr, size, backend.page_size)[1] // backend.page_size
     if method == "move_pages" or (
         method == "auto" and npages <= _MOVE_PAGES_LIMIT and backend.abi.supported
     ):
@@ -4441,34 +4440,6 @@ def _record_fields_ok(rec: Any, seg: int) -> bool:
     return size + _room_size(page) == seg
 
 
-def _record_read(addr: int, seg: int, what: str) -> Optional[Dict[str, Any]]:
-    """The record of the ``seg`` bytes mapped at ``addr``; None when there is none
-    (not made by SharedRegion.create, or still being made); ValueError when damaged."""
-    import zlib
-
-    end = seg - _RECORD_END.size
-    if end < 0:
-        return None
-    magic, fmt, n, crc = _RECORD_END.unpack(ctypes.string_at(addr + end, _RECORD_END.size))
-    if magic != _RECORD_MAGIC:
-        return None
-    bad = f"{what}: damaged identity record"
-    if fmt != _RECORD_FORMAT:
-        raise ValueError(
-            f"{what}: identity record format {fmt}, not {_RECORD_FORMAT}: "
-            "made by another numa_utils version"
-        )
-    if n > min(end, _RECORD_MAX):
-        raise ValueError(f"{bad} (length {n} in {seg} bytes)")
-    raw = ctypes.string_at(addr + end - n, n)
-    if zlib.crc32(raw) != crc:
-        raise ValueError(f"{bad} (checksum mismatch)")
-    rec: Dict[str, Any] = _record_parse(raw, bad)
-    if not _record_fields_ok(rec, seg):
-        raise ValueError(f"{bad} (fields)")
-    return rec
-
-
 # -- end of numa_maps section ----------------------------------------------------------
 
 
@@ -4485,22 +4456,40 @@ def read_identity_record(
     gives: a /dev/shm file's (os.pread), another process's memory (/proc/PID/mem).
     A dict: the region's name ("key"), "size", "page_size", its "layout" when it has
     more than one extent (record_layout reads it), who made it.  None when the bytes
-    end in no record (not made by SharedRegion.create); ValueError when the record
-    is damaged.  Only the record's bytes are read: no mapping, no attach."""
+    end in no record (not made by SharedRegion.create, or still being made);
+    ValueError when the record is damaged.  Only the record's bytes are read: no
+    mapping, no attach."""
+    import zlib
+
     end = seg - _RECORD_END.size
     if end < 0:  # smaller than a record's end
         return None
-    raw = read(end, _RECORD_END.size)
-    if len(raw) != _RECORD_END.size or raw[:8] != _RECORD_MAGIC:
+    trailer = read(end, _RECORD_END.size)
+    if len(trailer) != _RECORD_END.size or trailer[:8] != _RECORD_MAGIC:
         return None
-    size = _RECORD_END.unpack(raw)[2]
-    tail = b""  # a length past the region or _RECORD_MAX: damaged
-    if size <= min(end, _RECORD_MAX):
-        tail = read(end - size, size) + raw
-    if len(tail) != size + _RECORD_END.size:
-        raise ValueError(f"{what}: damaged identity record (length {size} in {seg} bytes)")
-    buf = ctypes.create_string_buffer(tail, len(tail))  # _record_read reads memory
-    return _record_read(ctypes.addressof(buf) + len(tail) - seg, seg, what)
+    _, fmt, n, crc = _RECORD_END.unpack(trailer)
+    bad = f"{what}: damaged identity record"
+    if fmt != _RECORD_FORMAT:
+        raise ValueError(
+            f"{what}: identity record format {fmt}, not {_RECORD_FORMAT}: "
+            "made by another numa_utils version"
+        )
+    raw = b""  # a length past the region or _RECORD_MAX: damaged
+    if n <= min(end, _RECORD_MAX):
+        raw = read(end - n, n)
+    if len(raw) != n:
+        raise ValueError(f"{bad} (length {n} in {seg} bytes)")
+    if zlib.crc32(raw) != crc:
+        raise ValueError(f"{bad} (checksum mismatch)")
+    rec: Dict[str, Any] = _record_parse(raw, bad)
+    if not _record_fields_ok(rec, seg):
+        raise ValueError(f"{bad} (fields)")
+    return rec
+
+
+def _record_read(addr: int, seg: int, what: str) -> Optional[Dict[str, Any]]:
+    """The identity record of the ``seg`` bytes mapped at ``addr`` (read_identity_record)."""
+    return read_identity_record(lambda offset, n: ctypes.string_at(addr + offset, n), seg, what)
 
 
 def _file_record(path: str) -> Tuple[int, Optional[Dict[str, Any]]]:
@@ -4862,25 +4851,14 @@ class Layout:
         return changes + 1
 
     def _extents_before(self, offset: int) -> int:
-        """How many extents start below ``offset`` (at the size: all of them),
-        counted without building them: a blocks layout of a few GiB has millions,
+        """How many extents start below ``offset`` (at the size: all of them), counted
+        without building a rule's (index): a blocks layout of a few GiB has millions,
         and `maps` reads layouts from records anyone who can write a region wrote."""
-        import bisect
-
-        size = self._size or 0
-        share = max(size // len(self._entries), 1)  # a part's length
-        ends = []
-        end = 0
-        for length, _, _ in self._entries:
-            end += length or share
-            ends.append(end)
-        offset = min(max(offset, 0), size)
-        cycles, rest = divmod(offset, end)
-        count = cycles * len(ends)
-        count += bisect.bisect_left(ends, rest)
-        if rest:
-            count += 1
-        return count
+        if offset <= 0:
+            return 0
+        if offset >= self._bound_size():
+            return len(self)
+        return self.index(offset - 1) + 1
 
     def location(self) -> str:
         """Mooncake-style: one "cpu:NODES" per extent, as "OFFSET+LENGTH@cpu:NODES"

@@ -521,6 +521,20 @@ def test_rule_index_and_extents_without_listing_them(monkeypatch):
     assert [e.length for e in parts] == [4, 4, 4] and parts.index(11) == 2
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["blocks:12K:bind:0/1@40K", "parts:bind:0/1/0@12K", "4K:bind:0;8K:interleave:0-1;4K:local"],
+)
+def test_extents_before_counts_the_listed_starts(text):
+    # What `maps` shows per VMA: the extents starting below each offset, the size included.
+    lay = nu.Layout.parse(text)
+    starts = [e.offset for e in lay]
+    for offset in range(-1, lay.size + 4096, 1024):
+        assert lay._extents_before(offset) == len([s for s in starts if s < offset])
+    huge = nu.Layout.blocks(4096, [0, 1], size=2**50)
+    assert huge._extents_before(2**50) == 2**38 and huge._extents_before(4097) == 2
+
+
 def _mbinds_to_create(s, layout, size):
     calls = []
     syscall, nr = functools.partial(s.call, "syscall"), s.abi.number("mbind")

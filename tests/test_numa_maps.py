@@ -353,6 +353,26 @@ def test_placement_methods_agree_and_fall_back():
         r.destroy()
 
 
+def test_placement_auto_counts_every_page_the_range_touches(monkeypatch):
+    """ "auto" asks move_pages up to 64 Ki pages, counting the pages the range
+    touches (an unaligned start adds one), and reads numa_maps beyond."""
+    b = sim("four-node-asym")
+    asked = []
+
+    def move_pages(backend, pid, addr, size):
+        asked.append(size)
+        return {}
+
+    monkeypatch.setattr(nu, "_placement_move_pages", move_pages)
+    base, limit = 1 << 32, (1 << 16) * 4096
+    nu.placement(base, limit, backend=b)
+    nu.placement(base + 1, limit - 4096, backend=b)
+    assert asked == [limit, limit - 4096]
+    nu.placement(base + 1, limit, backend=b)  # 64 Ki + 1 pages: numa_maps
+    nu.placement(base, limit + 1, backend=b)
+    assert asked == [limit, limit - 4096]
+
+
 def test_placement_methods_agree_on_this_kernel():
     import mmap
 
