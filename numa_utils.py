@@ -6455,6 +6455,19 @@ def _huge_vma(backend: Backend, addr: int) -> Optional[bool]:
     return vma.huge
 
 
+def _own_segment(backend: Backend, ikey: int) -> Optional[ShmStat]:
+    """The SysV segment under key ``ikey`` when this user owns and created it; None
+    when there is none, or it is another user's (or one it cannot see)."""
+    try:
+        st: ShmStat = backend.call("shm_stat", backend.call("shmget", ikey, 0, 0))
+    except (FileNotFoundError, PermissionError):
+        return None
+    euid = backend.call("geteuid")
+    if st.uid != euid or st.cuid != euid:
+        return None
+    return st
+
+
 def _room_peek(
     backend: Backend, ckey: int
 ) -> Tuple[Optional[ShmStat], Optional[Dict[str, Any]], bytes, bool]:
@@ -6462,12 +6475,8 @@ def _room_peek(
     SysV key ``ckey``, read through a read-only attach; the stat None when there is
     none of this user's, the record None when it is no record segment; ``made`` False
     while its record is being made.  ValueError when damaged."""
-    euid = backend.call("geteuid")
-    try:
-        st: ShmStat = backend.call("shm_stat", backend.call("shmget", ckey, 0, 0))
-    except (FileNotFoundError, PermissionError):
-        return None, None, b"", False
-    if st.uid != euid or st.cuid != euid:
+    st = _own_segment(backend, ckey)
+    if st is None:
         return None, None, b"", False
     what = f"SysV segment 0x{ckey:08x} (shmid {st.id})"
     addr = backend.call("shmat", st.id, SHM_RDONLY)
@@ -7202,26 +7211,21 @@ def _prog() -> str:
 def _sysv_holder(backend: Backend, ikey: int, key: Union[int, str]) -> str:
     """'' when region ``key`` may take SysV key ``ikey`` or pass it by (free, another
     user's, another region's by its record); else why not, saying what to do."""
-    try:
-        shmid = backend.call("shmget", ikey, 0, 0)
-        st: ShmStat = backend.call("shm_stat", shmid)
-    except (FileNotFoundError, PermissionError):
+    st = _own_segment(backend, ikey)
+    if st is None:
         return ""
-    euid = backend.call("geteuid")
-    if st.uid != euid or st.cuid != euid:
-        return ""
-    what = f"SysV key 0x{ikey:08x} (shmid {shmid})"
+    what = f"SysV key 0x{ikey:08x} (shmid {st.id})"
     try:
         rec = _peek_region(backend, st, what)[0]
     except ValueError as err:
-        return f"{err}; `ipcrm -m {shmid}` removes it"
+        return f"{err}; `ipcrm -m {st.id}` removes it"
     except OSError as err:
         return f"{what}: cannot read its identity record: {err.strerror or err}"
     if rec is None:
         return (
             f"{what} is taken by a segment without a numa_utils identity record: "
             f"another program's, or {key!r} being created right now; "
-            f"`ipcs -m -i {shmid}` shows it"
+            f"`ipcs -m -i {st.id}` shows it"
         )
     if rec["kind"] == "sysv" and _same_key(rec["key"], key):
         return (
@@ -7569,11 +7573,9 @@ _TWIN_WAIT = 5.0
 def _twin(backend: Backend, ikey: int, key: Union[int, str]) -> str:
     """What SysV key ``ikey`` holds of region ``key``: "" (nothing of it, or a segment
     not named yet: its creator's check will see ours), "making" or "made"."""
-    euid = backend.call("geteuid")
     try:
-        shmid = backend.call("shmget", ikey, 0, 0)
-        st: ShmStat = backend.call("shm_stat", shmid)
-        if st.uid != euid or st.cuid != euid:
+        st = _own_segment(backend, ikey)
+        if st is None:
             return ""
         rec, slot = _peek_region(backend, st, f"SysV key 0x{ikey:08x}")
     except (FileNotFoundError, PermissionError, ValueError):
