@@ -6024,8 +6024,6 @@ def fit(
     """
     backend = _b(backend)
     _region_args(backend, kind, size, 1)
-    if kind not in ("sysv", "posix"):
-        raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
     if layout is not None and nodes is not None:
         raise ValueError("give layout= or nodes=, not both")
     lay = _layout_arg(layout)
