@@ -5898,16 +5898,17 @@ def _fit(
         if node in topo.nodes:
             hp = topo.nodes[node].hugepages
         avail = _fit_available(snap, node, hp, huge)
-        fnodes.append(FitNode(node, share.get(node, 0), avail, hp))
-        if share.get(node, 0) > avail and huge:
+        needed = share.get(node, 0)
+        fnodes.append(FitNode(node, needed, avail, hp))
+        if needed > avail and huge:
             short.append(
                 f"node {node} has {format_kib(avail >> 10)} free in {huge >> 10} kB huge pages"
-                f" of the {format_kib(share[node] >> 10)} it should hold"
+                f" of the {format_kib(needed >> 10)} it should hold"
             )
-        elif share.get(node, 0) > avail:
+        elif needed > avail:
             short.append(
                 f"node {node} has {format_kib(avail >> 10)} free of the "
-                f"{format_kib(share[node] >> 10)} it should hold"
+                f"{format_kib(needed >> 10)} it should hold"
             )
     outside = set(targets) - allowed
     if outside:
@@ -5934,7 +5935,7 @@ def _fit(
     if fallback is not None and huge:
         again = _fit(backend, topo, size, mode, ids, False, kind, pin, True, lay)
         return again._replace(hugepages_fallback=fallback)
-    rounded = -(-size // page) * page
+    rounded = npages * page
     if lay is None:
         lay = Layout.extents([(rounded, "default", ())])
     lay = lay.bound(rounded, page, topo.nodes_with_memory)
