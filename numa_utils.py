@@ -6969,11 +6969,13 @@ def _dev_shm_users(backend: Backend, files: Mapping[str, ShmStat]) -> Dict[str, 
     and appends " (deleted)", so "x (deleted)" or a name with a newline cannot be
     told from another file's; and a mapping of a removed file of the same name is
     another inode."""
+    import collections
+
     want = {
         (f"{os.major(st.dev):02x}:{os.minor(st.dev):02x}", str(st.ino)): name
         for name, st in files.items()
     }
-    counts: Dict[str, int] = {}
+    counts: collections.Counter[str] = collections.Counter()
     try:
         pids = [p for p in backend.listdir("/proc") if p.isascii() and p.isdigit()]
     except OSError:
@@ -6991,8 +6993,7 @@ def _dev_shm_users(backend: Backend, files: Mapping[str, ShmStat]) -> Dict[str, 
                 and (fields[3], fields[4]) in want
             ):
                 seen.add(want[fields[3], fields[4]])
-        for name in seen:
-            counts[name] = counts.get(name, 0) + 1
+        counts.update(seen)
     return counts
 
 
