@@ -5852,16 +5852,17 @@ def _fit(
         if node in topo.nodes:
             hp = topo.nodes[node].hugepages
         avail = _fit_available(snap, node, hp, huge)
-        fnodes.append(FitNode(node, share.get(node, 0), avail, hp))
-        if share.get(node, 0) > avail and huge:
+        needed = share.get(node, 0)
+        fnodes.append(FitNode(node, needed, avail, hp))
+        if needed > avail and huge:
             short.append(
                 f"node {node} has {format_kib(avail >> 10)} free in {huge >> 10} kB huge pages"
-                f" of the {format_kib(share[node] >> 10)} it should hold"
+                f" of the {format_kib(needed >> 10)} it should hold"
             )
-        elif share.get(node, 0) > avail:
+        elif needed > avail:
             short.append(
                 f"node {node} has {format_kib(avail >> 10)} free of the "
-                f"{format_kib(share[node] >> 10)} it should hold"
+                f"{format_kib(needed >> 10)} it should hold"
             )
     outside = set(targets) - allowed
     if outside:
@@ -5888,7 +5889,7 @@ def _fit(
     if fallback is not None and huge:
         again = _fit(backend, topo, size, mode, ids, False, kind, pin, True, lay)
         return again._replace(hugepages_fallback=fallback)
-    rounded = -(-size // page) * page
+    rounded = npages * page
     if lay is None:
         lay = Layout.extents([(rounded, "default", ())])
     lay = lay.bound(rounded, page, topo.nodes_with_memory)
@@ -5978,8 +5979,6 @@ def fit(
     """
     backend = _b(backend)
     _region_args(backend, kind, size, 1)
-    if kind not in ("sysv", "posix"):
-        raise ValueError(f"kind must be 'sysv' or 'posix', not {kind!r}")
     if layout is not None and nodes is not None:
         raise ValueError("give layout= or nodes=, not both")
     lay = _layout_arg(layout)
@@ -6409,6 +6408,19 @@ def _huge_vma(backend: Backend, addr: int) -> Optional[bool]:
     return vma.huge
 
 
+def _own_segment(backend: Backend, ikey: int) -> Optional[ShmStat]:
+    """The SysV segment under key ``ikey`` when this user owns and created it; None
+    when there is none, or it is another user's (or one it cannot see)."""
+    try:
+        st: ShmStat = backend.call("shm_stat", backend.call("shmget", ikey, 0, 0))
+    except (FileNotFoundError, PermissionError):
+        return None
+    euid = backend.call("geteuid")
+    if st.uid != euid or st.cuid != euid:
+        return None
+    return st
+
+
 def _room_peek(
     backend: Backend, ckey: int
 ) -> Tuple[Optional[ShmStat], Optional[Dict[str, Any]], bytes, bool]:
@@ -6416,12 +6428,8 @@ def _room_peek(
     SysV key ``ckey``, read through a read-only attach; the stat None when there is
     none of this user's, the record None when it is no record segment; ``made`` False
     while its record is being made.  ValueError when damaged."""
-    euid = backend.call("geteuid")
-    try:
-        st: ShmStat = backend.call("shm_stat", backend.call("shmget", ckey, 0, 0))
-    except (FileNotFoundError, PermissionError):
-        return None, None, b"", False
-    if st.uid != euid or st.cuid != euid:
+    st = _own_segment(backend, ckey)
+    if st is None:
         return None, None, b"", False
     what = f"SysV segment 0x{ckey:08x} (shmid {st.id})"
     addr = backend.call("shmat", st.id, SHM_RDONLY)
@@ -6915,11 +6923,13 @@ def _dev_shm_users(backend: Backend, files: Mapping[str, ShmStat]) -> Dict[str, 
     and appends " (deleted)", so "x (deleted)" or a name with a newline cannot be
     told from another file's; and a mapping of a removed file of the same name is
     another inode."""
+    import collections
+
     want = {
         (f"{os.major(st.dev):02x}:{os.minor(st.dev):02x}", str(st.ino)): name
         for name, st in files.items()
     }
-    counts: Dict[str, int] = {}
+    counts: collections.Counter[str] = collections.Counter()
     try:
         pids = [p for p in backend.listdir("/proc") if p.isascii() and p.isdigit()]
     except OSError:
@@ -6937,8 +6947,7 @@ def _dev_shm_users(backend: Backend, files: Mapping[str, ShmStat]) -> Dict[str, 
                 and (fields[3], fields[4]) in want
             ):
                 seen.add(want[fields[3], fields[4]])
-        for name in seen:
-            counts[name] = counts.get(name, 0) + 1
+        counts.update(seen)
     return counts
 
 
@@ -7156,26 +7165,21 @@ def _prog() -> str:
 def _sysv_holder(backend: Backend, ikey: int, key: Union[int, str]) -> str:
     """'' when region ``key`` may take SysV key ``ikey`` or pass it by (free, another
     user's, another region's by its record); else why not, saying what to do."""
-    try:
-        shmid = backend.call("shmget", ikey, 0, 0)
-        st: ShmStat = backend.call("shm_stat", shmid)
-    except (FileNotFoundError, PermissionError):
+    st = _own_segment(backend, ikey)
+    if st is None:
         return ""
-    euid = backend.call("geteuid")
-    if st.uid != euid or st.cuid != euid:
-        return ""
-    what = f"SysV key 0x{ikey:08x} (shmid {shmid})"
+    what = f"SysV key 0x{ikey:08x} (shmid {st.id})"
     try:
         rec = _peek_region(backend, st, what)[0]
     except ValueError as err:
-        return f"{err}; `ipcrm -m {shmid}` removes it"
+        return f"{err}; `ipcrm -m {st.id}` removes it"
     except OSError as err:
         return f"{what}: cannot read its identity record: {err.strerror or err}"
     if rec is None:
         return (
             f"{what} is taken by a segment without a numa_utils identity record: "
             f"another program's, or {key!r} being created right now; "
-            f"`ipcs -m -i {shmid}` shows it"
+            f"`ipcs -m -i {st.id}` shows it"
         )
     if rec["kind"] == "sysv" and _same_key(rec["key"], key):
         return (
@@ -7523,11 +7527,9 @@ _TWIN_WAIT = 5.0
 def _twin(backend: Backend, ikey: int, key: Union[int, str]) -> str:
     """What SysV key ``ikey`` holds of region ``key``: "" (nothing of it, or a segment
     not named yet: its creator's check will see ours), "making" or "made"."""
-    euid = backend.call("geteuid")
     try:
-        shmid = backend.call("shmget", ikey, 0, 0)
-        st: ShmStat = backend.call("shm_stat", shmid)
-        if st.uid != euid or st.cuid != euid:
+        st = _own_segment(backend, ikey)
+        if st is None:
             return ""
         rec, slot = _peek_region(backend, st, f"SysV key 0x{ikey:08x}")
     except (FileNotFoundError, PermissionError, ValueError):
