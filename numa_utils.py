@@ -8635,6 +8635,18 @@ def _plan_memory(
     return nodes
 
 
+def _chunks(count: int, parts: int) -> List[range]:
+    """``range(count)`` cut into ``parts`` near-equal runs, the first ones longer."""
+    size, longer = divmod(count, parts)
+    out = []
+    start = 0
+    for part in range(parts):
+        end = start + size + int(part < longer)
+        out.append(range(start, end))
+        start = end
+    return out
+
+
 def _cache_domains(topo: Topology, cpus: Iterable[int]) -> List[Tuple[int, ...]]:
     """``cpus`` grouped by last-level cache (a CPU without cache data counts as
     sharing one with all of ``cpus``), each group sorted, the groups sorted."""
@@ -8735,8 +8747,8 @@ def _plan_all(
             if policy == "core-complex":
                 units = _cache_domains(topo, pool[node])
             if len(units) >= k:  # chunk ``rank`` of k near-equal ones, first ones longer
-                q, r = divmod(len(units), k)
-                mine = units[rank * q + min(rank, r) :][: q + (rank < r)]
+                run = _chunks(len(units), k)[rank]
+                mine = units[run.start : run.stop]
             elif policy == "exclusive":
                 _fail(
                     strict,
@@ -9764,18 +9776,6 @@ class InstancePlan(_Record):
         return _record_json(
             self, cpus={"cpus": sorted(self.cpus), "cpulist": format_cpulist(self.cpus)}
         )
-
-
-def _chunks(count: int, parts: int) -> List[range]:
-    """``range(count)`` cut into ``parts`` near-equal runs, the first ones longer."""
-    size, longer = divmod(count, parts)
-    out = []
-    start = 0
-    for part in range(parts):
-        end = start + size + int(part < longer)
-        out.append(range(start, end))
-        start = end
-    return out
 
 
 def _gpu_instances(
