@@ -8968,6 +8968,12 @@ def _set_affinity(
     return tuple(changed), tuple(skipped), tuple(failed)
 
 
+def _check_node(topo: Topology, node: int) -> None:
+    """ValueError unless ``node`` is the id of a node of ``topo``."""
+    if isinstance(node, bool) or not isinstance(node, int) or node not in topo.nodes:
+        raise ValueError(f"no NUMA node {node!r} (online: {format_cpulist(topo.online_nodes)})")
+
+
 def _bind_node(
     backend: Backend,
     topo: Topology,
@@ -8981,8 +8987,7 @@ def _bind_node(
     """bind_to_node on a topology (and GPU list) the caller has already read."""
     if threads not in ("all", "current"):
         raise ValueError(f"threads must be 'all' or 'current', not {threads!r}")
-    if isinstance(node, bool) or not isinstance(node, int) or node not in topo.nodes:
-        raise ValueError(f"no NUMA node {node!r} (online: {format_cpulist(topo.online_nodes)})")
+    _check_node(topo, node)
     notes: List[str] = []
     allowed = topo.allowed_cpus & topo.online_cpus
     want: FrozenSet[int] = frozenset()
@@ -9321,8 +9326,7 @@ def _node_slice(
 ) -> Tuple[int, FrozenSet[int], Dict[str, FrozenSet[int]]]:
     """Node ``node``'s allowed CPUs (the nearest node's when it has none) but the first
     ``reserve`` cores (one core stays), and the reserved ones."""
-    if isinstance(node, bool) or not isinstance(node, int) or node not in topo.nodes:
-        raise ValueError(f"no NUMA node {node!r} (online: {format_cpulist(topo.online_nodes)})")
+    _check_node(topo, node)
     cpu_node = _nearest_cpu_node(topo, node)
     if cpu_node is None:
         _fail(strict, f"node {node}: no node with CPUs near it; no thread plan", notes)
