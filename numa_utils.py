@@ -9491,6 +9491,11 @@ class ThreadPin(_Record):
     ok: bool  # pinned to its role's CPUs
     reason: Optional[str] = None  # why not: "no role", "exited", "EPERM", ...
 
+    @property
+    def failed(self) -> bool:
+        """It matched a role, did not exit meanwhile, and is not on the role's CPUs."""
+        return self.role is not None and not self.ok and self.reason != "exited"
+
     def to_json(self) -> Dict[str, Any]:
         return _record_json(
             self,
@@ -9512,10 +9517,7 @@ class PinResult(_Record):
     settled: Optional[PolicyResult] = None  # settle=True: the pages moved to the plan's
 
     def __bool__(self) -> bool:
-        for pin in self.threads:
-            if pin.role is not None and not pin.ok and pin.reason != "exited":
-                return False
-        return True
+        return not any(pin.failed for pin in self.threads)
 
 
 def _role_patterns(
@@ -9614,7 +9616,7 @@ def pin_threads(
     if new:
         _fail(st, f"threads kept starting: {len(new)} not pinned after {passes} passes", notes)
     for pin in seen.values():
-        if pin.role is not None and not pin.ok and pin.reason != "exited":
+        if pin.failed:
             msg = f"thread {pin.tid} ({pin.name}): not pinned to role {pin.role}: {pin.reason}"
             _fail(st, msg, notes)
     unmatched = tuple(pin.tid for pin in seen.values() if pin.role is None)
