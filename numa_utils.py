@@ -8650,15 +8650,12 @@ def _chunks(count: int, parts: int) -> List[range]:
 def _cache_domains(topo: Topology, cpus: Iterable[int]) -> List[Tuple[int, ...]]:
     """``cpus`` grouped by last-level cache (a CPU without cache data counts as
     sharing one with all of ``cpus``), each group sorted, the groups sorted."""
-    cpus = list(cpus)
-    domain_of = {}
-    for cpu in cpus:
-        if cpu in topo.cpus and topo.cpus[cpu].llc:
-            domain_of[cpu] = topo.cpus[cpu].llc
-        else:
-            domain_of[cpu] = frozenset(cpus)
+    whole = frozenset(cpus)
     groups: Dict[FrozenSet[int], List[int]] = {}
-    for cpu, domain in domain_of.items():
+    for cpu in whole:
+        domain = whole
+        if cpu in topo.cpus and topo.cpus[cpu].llc:
+            domain = topo.cpus[cpu].llc
         groups.setdefault(domain, []).append(cpu)
     return sorted(tuple(sorted(members)) for members in groups.values())
 
