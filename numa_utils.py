@@ -9023,10 +9023,7 @@ def _bind_node(
         infos = _gpu_infos(topo, backend)
     pres: Optional[PolicyResult] = None
     if mem is not None:
-        if mem == "local":
-            mnodes: Tuple[int, ...] = ()
-        else:
-            mnodes = _plan_memory(topo, infos or [], node, mem)
+        mnodes = _plan_memory(topo, infos or [], node, mem)
         if mem in ("prefer", "bind") and mnodes and node not in mnodes:
             msg = (
                 f"node {node} has no memory this process may use; memory policy "
@@ -9042,7 +9039,9 @@ def _bind_node(
             mode = Mode.PREFERRED_MANY
         else:
             mode = MODE_NAMES[mem]
-        if mode != Mode.LOCAL and not mnodes:
+        if mode == Mode.LOCAL:  # takes no nodes
+            pres = set_thread_policy(mode, None, strict=st, backend=backend)
+        elif not mnodes:
             pres = _fallback(
                 PolicyResult(False, _MODE_WORDS[mode].result, frozenset()),
                 st,
@@ -9050,8 +9049,6 @@ def _bind_node(
                 "no-memory-node",
                 errno.EINVAL,
             )
-        elif mode == Mode.LOCAL:
-            pres = set_thread_policy(mode, None, strict=st, backend=backend)
         else:
             pres = set_thread_policy(mode, mnodes, strict=st, backend=backend)
     if cpus is False:
