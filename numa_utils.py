@@ -7829,7 +7829,7 @@ class SharedRegion(_RecordRoom):
             else:
                 _posix_create(made, flags, existing == "replace")
 
-        def create_once() -> SharedRegion:
+        try:
             return cls._open(
                 backend,
                 kind,
@@ -7844,9 +7844,6 @@ class SharedRegion(_RecordRoom):
                 thp=hugepages == "thp",
                 note=huge_note,
             )
-
-        try:
-            return create_once()
         except FileExistsError:
             if existing != "reuse":
                 raise
