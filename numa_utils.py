@@ -8547,9 +8547,7 @@ def gpu_node(
     None when unknown (strict: OSError).
     """
     backend = _b(backend)
-    r = _resolve(
-        device, pci_bus_id, _gpu_infos(read_topology(backend=backend), backend), backend, environ
-    )
+    r = _resolve(device, pci_bus_id, gpus(backend=backend), backend, environ)
     st = _strict_or_env(strict)
     if r.gpu is None or r.gpu.cpu_node is None:
         if r.gpu is None:
@@ -8572,9 +8570,7 @@ def cuda_device(
     (CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER from ``environ``, default os.environ).
     ValueError when there is no such device, saying how many are visible."""
     backend = _b(backend)
-    r = _resolve(
-        device, pci_bus_id, _gpu_infos(read_topology(backend=backend), backend), backend, environ
-    )
+    r = _resolve(device, pci_bus_id, gpus(backend=backend), backend, environ)
     if r.gpu is None:
         raise ValueError(r.how)
     return r.gpu
