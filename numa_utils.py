@@ -8483,13 +8483,11 @@ def _visible_gpus(
     return base, notes
 
 
-def _fail(
-    strict: bool, msg: str, notes: Optional[List[str]] = None, err: int = errno.EINVAL
-) -> None:
-    """Raise in strict mode; otherwise log once per distinct message (fallback is a
-    value, not a log storm) and add it to ``notes``."""
+def _fail(strict: bool, msg: str, notes: Optional[List[str]] = None) -> None:
+    """Raise (EINVAL) in strict mode; otherwise log once per distinct message (fallback
+    is a value, not a log storm) and add it to ``notes``."""
     if strict:
-        raise OSError(err, msg)
+        raise OSError(errno.EINVAL, msg)
     _warn_once(msg, "numa_utils: %s", msg)
     if notes is not None:
         notes.append(msg)
