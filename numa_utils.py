@@ -7785,13 +7785,13 @@ class SharedRegion(_RecordRoom):
         if layout is not None and (policy is not None or nodes is not None):
             raise ValueError("give layout= or policy=/nodes=, not both")
         lay = _layout_arg(layout)
-        placed: Optional[FrozenSet[int]] = pnodes or default_memory_nodes(topo)  # must be there
-        if pmode in _SPILL_MODES:
-            placed = None  # first-touch, preferred: pages come from where they are
+        # The nodes the pages come from, where _region_page looks for huge pages.
         if lay is not None:
             page_nodes: Optional[FrozenSet[int]] = lay.nodes
+        elif pmode in _SPILL_MODES:
+            page_nodes = None  # first-touch, preferred: pages come from where they are
         else:
-            page_nodes = placed
+            page_nodes = pnodes or default_memory_nodes(topo)
         huge, page = _region_page(hugepages, kind, backend, page_nodes)
         size = (size + page - 1) // page * page
         if lay is None:
