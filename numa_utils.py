@@ -8982,10 +8982,10 @@ def _bind_node(
     used = node  # the node bound in the end: another when the cpuset forbids this one
     if cpus is True:
         cnode = _nearest_cpu_node(topo, node)
-        if cnode is not None and cnode != node:
-            notes.append(f"node {node} has no CPUs: using node {cnode}'s")
         if cnode is not None:
             want = topo.nodes[cnode].cpus & allowed
+            if cnode != node:
+                notes.append(f"node {node} has no CPUs: using node {cnode}'s")
         if not want:
             near = [
                 m for m in topo.nearest(node, topo.nodes_with_cpus) if topo.nodes[m].cpus & allowed
