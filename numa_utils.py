@@ -8147,7 +8147,7 @@ def cleanup(
     those regions.  Other users' and other programs' regions are never touched."""
     if isinstance(min_age, bool) or not isinstance(min_age, (int, float)) or not min_age >= 0:
         raise ValueError(f"min_age={min_age!r}: a number of seconds >= 0")
-    if keys is not None and isinstance(keys, (int, str)):
+    if isinstance(keys, (int, str)):
         keys = [keys]
     wanted = None if keys is None else list(keys)
     return _our_segments(_b(backend), wanted, remove=remove, min_age=min_age)
