@@ -8678,20 +8678,15 @@ def _plan_all(
         if node is not None and not pool.get(node):
             near = topo.nearest(node, usable)
             if near:
-                _fail(
-                    strict,
+                msg = (
                     f"GPU {gpu.pci}: this process's cpuset allows no CPU on its node {node};"
-                    f" using the nearest node {near[0]}",
-                    notes[gpu.pci],
+                    f" using the nearest node {near[0]}"
                 )
                 node = near[0]
             else:
-                _fail(
-                    strict,
-                    f"GPU {gpu.pci}: this process's cpuset allows no CPU on its node {node}",
-                    notes[gpu.pci],
-                )
+                msg = f"GPU {gpu.pci}: this process's cpuset allows no CPU on its node {node}"
                 node = None
+            _fail(strict, msg, notes[gpu.pci])
         eff[gpu.pci] = node
     # GPUs with unknown nodes go, in PCI order, where cores per GPU are highest.
     for gpu in fam:
