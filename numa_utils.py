@@ -8508,12 +8508,10 @@ def _resolve(
         if bus in by_pci:
             return _Resolved(by_pci[bus], "pci_bus_id")
         return _Resolved(None, f"pci_bus_id {bus} is not a GPU in sysfs")
-    torch_gpu = None
     if backend.is_live:
-        torch_bus = _torch_bus_id(device) or ""
-        torch_gpu = by_pci.get(torch_bus)
-    if torch_gpu is not None:
-        return _Resolved(torch_gpu, "torch")
+        torch_gpu = by_pci.get(_torch_bus_id(device) or "")
+        if torch_gpu is not None:
+            return _Resolved(torch_gpu, "torch")
     if env is None:
         env = os.environ
     nvml = _nvml_devices(backend)
