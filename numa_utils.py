@@ -9224,7 +9224,7 @@ def _split_roles(
 ) -> Tuple[Dict[str, FrozenSet[int]], Tuple[str, ...]]:
     """Whole ``units`` (cores) for each role in the order given, the "rest" role taking
     what the others leave; a role left without one shares the last unit (strict:
-    OSError)."""
+    OSError).  No units: every role gets none, and none is counted as sharing."""
     fixed = sum(want for want in roles.values() if isinstance(want, int))
     left = list(units)
     out: Dict[str, FrozenSet[int]] = {}
@@ -9368,10 +9368,7 @@ def thread_plan(
     if smt == "one":
         units = [core[:1] for core in units]
         why["SMT sibling (smt='one')"] = cpus - frozenset(core[0] for core in units)
-    if cpus:
-        got, shared = _split_roles(units, wanted, st, notes)
-    else:
-        got, shared = {role: frozenset() for role in wanted}, ()
+    got, shared = _split_roles(units, wanted, st, notes)  # no units: every role empty
     left_out = {reason: found for reason, found in why.items() if found}
     memory = _plan_memory(topo, [], cpu_node, "prefer")
     return ThreadPlan(
