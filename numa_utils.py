@@ -7741,13 +7741,13 @@ class SharedRegion(_RecordRoom):
         if layout is not None and (policy is not None or nodes is not None):
             raise ValueError("give layout= or policy=/nodes=, not both")
         lay = _layout_arg(layout)
-        placed: Optional[FrozenSet[int]] = pnodes or default_memory_nodes(topo)  # must be there
-        if pmode in _SPILL_MODES:
-            placed = None  # first-touch, preferred: pages come from where they are
+        # The nodes the pages come from, where _region_page looks for huge pages.
         if lay is not None:
             page_nodes: Optional[FrozenSet[int]] = lay.nodes
+        elif pmode in _SPILL_MODES:
+            page_nodes = None  # first-touch, preferred: pages come from where they are
         else:
-            page_nodes = placed
+            page_nodes = pnodes or default_memory_nodes(topo)
         huge, page = _region_page(hugepages, kind, backend, page_nodes)
         size = (size + page - 1) // page * page
         if lay is None:
@@ -7785,7 +7785,7 @@ class SharedRegion(_RecordRoom):
             else:
                 _posix_create(made, flags, existing == "replace")
 
-        def create_once() -> SharedRegion:
+        try:
             return cls._open(
                 backend,
                 kind,
@@ -7800,9 +7800,6 @@ class SharedRegion(_RecordRoom):
                 thp=hugepages == "thp",
                 note=huge_note,
             )
-
-        try:
-            return create_once()
         except FileExistsError:
             if existing != "reuse":
                 raise
@@ -8106,7 +8103,7 @@ def cleanup(
     those regions.  Other users' and other programs' regions are never touched."""
     if isinstance(min_age, bool) or not isinstance(min_age, (int, float)) or not min_age >= 0:
         raise ValueError(f"min_age={min_age!r}: a number of seconds >= 0")
-    if keys is not None and isinstance(keys, (int, str)):
+    if isinstance(keys, (int, str)):
         keys = [keys]
     wanted = None if keys is None else list(keys)
     return _our_segments(_b(backend), wanted, remove=remove, min_age=min_age)
@@ -8442,13 +8439,11 @@ def _visible_gpus(
     return base, notes
 
 
-def _fail(
-    strict: bool, msg: str, notes: Optional[List[str]] = None, err: int = errno.EINVAL
-) -> None:
-    """Raise in strict mode; otherwise log once per distinct message (fallback is a
-    value, not a log storm) and add it to ``notes``."""
+def _fail(strict: bool, msg: str, notes: Optional[List[str]] = None) -> None:
+    """Raise (EINVAL) in strict mode; otherwise log once per distinct message (fallback
+    is a value, not a log storm) and add it to ``notes``."""
     if strict:
-        raise OSError(err, msg)
+        raise OSError(errno.EINVAL, msg)
     _warn_once(msg, "numa_utils: %s", msg)
     if notes is not None:
         notes.append(msg)
@@ -8469,12 +8464,10 @@ def _resolve(
         if bus in by_pci:
             return _Resolved(by_pci[bus], "pci_bus_id")
         return _Resolved(None, f"pci_bus_id {bus} is not a GPU in sysfs")
-    torch_gpu = None
     if backend.is_live:
-        torch_bus = _torch_bus_id(device) or ""
-        torch_gpu = by_pci.get(torch_bus)
-    if torch_gpu is not None:
-        return _Resolved(torch_gpu, "torch")
+        torch_gpu = by_pci.get(_torch_bus_id(device) or "")
+        if torch_gpu is not None:
+            return _Resolved(torch_gpu, "torch")
     if env is None:
         env = os.environ
     nvml = _nvml_devices(backend)
@@ -8506,9 +8499,7 @@ def gpu_node(
     None when unknown (strict: OSError).
     """
     backend = _b(backend)
-    r = _resolve(
-        device, pci_bus_id, _gpu_infos(read_topology(backend=backend), backend), backend, environ
-    )
+    r = _resolve(device, pci_bus_id, gpus(backend=backend), backend, environ)
     st = _strict_or_env(strict)
     if r.gpu is None or r.gpu.cpu_node is None:
         if r.gpu is None:
@@ -8531,9 +8522,7 @@ def cuda_device(
     (CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER from ``environ``, default os.environ).
     ValueError when there is no such device, saying how many are visible."""
     backend = _b(backend)
-    r = _resolve(
-        device, pci_bus_id, _gpu_infos(read_topology(backend=backend), backend), backend, environ
-    )
+    r = _resolve(device, pci_bus_id, gpus(backend=backend), backend, environ)
     if r.gpu is None:
         raise ValueError(r.how)
     return r.gpu
@@ -8591,18 +8580,27 @@ def _plan_memory(
     return nodes
 
 
+def _chunks(count: int, parts: int) -> List[range]:
+    """``range(count)`` cut into ``parts`` near-equal runs, the first ones longer."""
+    size, longer = divmod(count, parts)
+    out = []
+    start = 0
+    for part in range(parts):
+        end = start + size + int(part < longer)
+        out.append(range(start, end))
+        start = end
+    return out
+
+
 def _cache_domains(topo: Topology, cpus: Iterable[int]) -> List[Tuple[int, ...]]:
     """``cpus`` grouped by last-level cache (a CPU without cache data counts as
     sharing one with all of ``cpus``), each group sorted, the groups sorted."""
-    cpus = list(cpus)
-    domain_of = {}
-    for cpu in cpus:
-        if cpu in topo.cpus and topo.cpus[cpu].llc:
-            domain_of[cpu] = topo.cpus[cpu].llc
-        else:
-            domain_of[cpu] = frozenset(cpus)
+    whole = frozenset(cpus)
     groups: Dict[FrozenSet[int], List[int]] = {}
-    for cpu, domain in domain_of.items():
+    for cpu in whole:
+        domain = whole
+        if cpu in topo.cpus and topo.cpus[cpu].llc:
+            domain = topo.cpus[cpu].llc
         groups.setdefault(domain, []).append(cpu)
     return sorted(tuple(sorted(members)) for members in groups.values())
 
@@ -8634,20 +8632,15 @@ def _plan_all(
         if node is not None and not pool.get(node):
             near = topo.nearest(node, usable)
             if near:
-                _fail(
-                    strict,
+                msg = (
                     f"GPU {gpu.pci}: this process's cpuset allows no CPU on its node {node};"
-                    f" using the nearest node {near[0]}",
-                    notes[gpu.pci],
+                    f" using the nearest node {near[0]}"
                 )
                 node = near[0]
             else:
-                _fail(
-                    strict,
-                    f"GPU {gpu.pci}: this process's cpuset allows no CPU on its node {node}",
-                    notes[gpu.pci],
-                )
+                msg = f"GPU {gpu.pci}: this process's cpuset allows no CPU on its node {node}"
                 node = None
+            _fail(strict, msg, notes[gpu.pci])
         eff[gpu.pci] = node
     # GPUs with unknown nodes go, in PCI order, where cores per GPU are highest.
     for gpu in fam:
@@ -8691,8 +8684,8 @@ def _plan_all(
             if policy == "core-complex":
                 units = _cache_domains(topo, pool[node])
             if len(units) >= k:  # chunk ``rank`` of k near-equal ones, first ones longer
-                q, r = divmod(len(units), k)
-                mine = units[rank * q + min(rank, r) :][: q + (rank < r)]
+                run = _chunks(len(units), k)[rank]
+                mine = units[run.start : run.stop]
             elif policy == "exclusive":
                 _fail(
                     strict,
@@ -8912,6 +8905,12 @@ def _set_affinity(
     return tuple(changed), tuple(skipped), tuple(failed)
 
 
+def _check_node(topo: Topology, node: int) -> None:
+    """ValueError unless ``node`` is the id of a node of ``topo``."""
+    if isinstance(node, bool) or not isinstance(node, int) or node not in topo.nodes:
+        raise ValueError(f"no NUMA node {node!r} (online: {format_cpulist(topo.online_nodes)})")
+
+
 def _bind_node(
     backend: Backend,
     topo: Topology,
@@ -8925,18 +8924,17 @@ def _bind_node(
     """bind_to_node on a topology (and GPU list) the caller has already read."""
     if threads not in ("all", "current"):
         raise ValueError(f"threads must be 'all' or 'current', not {threads!r}")
-    if isinstance(node, bool) or not isinstance(node, int) or node not in topo.nodes:
-        raise ValueError(f"no NUMA node {node!r} (online: {format_cpulist(topo.online_nodes)})")
+    _check_node(topo, node)
     notes: List[str] = []
     allowed = topo.allowed_cpus & topo.online_cpus
     want: FrozenSet[int] = frozenset()
     used = node  # the node bound in the end: another when the cpuset forbids this one
     if cpus is True:
         cnode = _nearest_cpu_node(topo, node)
-        if cnode is not None and cnode != node:
-            notes.append(f"node {node} has no CPUs: using node {cnode}'s")
         if cnode is not None:
             want = topo.nodes[cnode].cpus & allowed
+            if cnode != node:
+                notes.append(f"node {node} has no CPUs: using node {cnode}'s")
         if not want:
             near = [
                 m for m in topo.nearest(node, topo.nodes_with_cpus) if topo.nodes[m].cpus & allowed
@@ -8965,10 +8963,7 @@ def _bind_node(
         infos = _gpu_infos(topo, backend)
     pres: Optional[PolicyResult] = None
     if mem is not None:
-        if mem == "local":
-            mnodes: Tuple[int, ...] = ()
-        else:
-            mnodes = _plan_memory(topo, infos or [], node, mem)
+        mnodes = _plan_memory(topo, infos or [], node, mem)
         if mem in ("prefer", "bind") and mnodes and node not in mnodes:
             msg = (
                 f"node {node} has no memory this process may use; memory policy "
@@ -8984,7 +8979,9 @@ def _bind_node(
             mode = Mode.PREFERRED_MANY
         else:
             mode = MODE_NAMES[mem]
-        if mode != Mode.LOCAL and not mnodes:
+        if mode == Mode.LOCAL:  # takes no nodes
+            pres = set_thread_policy(mode, None, strict=st, backend=backend)
+        elif not mnodes:
             pres = _fallback(
                 PolicyResult(False, _MODE_WORDS[mode].result, frozenset()),
                 st,
@@ -8992,8 +8989,6 @@ def _bind_node(
                 "no-memory-node",
                 errno.EINVAL,
             )
-        elif mode == Mode.LOCAL:
-            pres = set_thread_policy(mode, None, strict=st, backend=backend)
         else:
             pres = set_thread_policy(mode, mnodes, strict=st, backend=backend)
     if cpus is False:
@@ -9185,7 +9180,7 @@ def _split_roles(
 ) -> Tuple[Dict[str, FrozenSet[int]], Tuple[str, ...]]:
     """Whole ``units`` (cores) for each role in the order given, the "rest" role taking
     what the others leave; a role left without one shares the last unit (strict:
-    OSError)."""
+    OSError).  No units: every role gets none, and none is counted as sharing."""
     fixed = sum(want for want in roles.values() if isinstance(want, int))
     left = list(units)
     out: Dict[str, FrozenSet[int]] = {}
@@ -9265,8 +9260,7 @@ def _node_slice(
 ) -> Tuple[int, FrozenSet[int], Dict[str, FrozenSet[int]]]:
     """Node ``node``'s allowed CPUs (the nearest node's when it has none) but the first
     ``reserve`` cores (one core stays), and the reserved ones."""
-    if isinstance(node, bool) or not isinstance(node, int) or node not in topo.nodes:
-        raise ValueError(f"no NUMA node {node!r} (online: {format_cpulist(topo.online_nodes)})")
+    _check_node(topo, node)
     cpu_node = _nearest_cpu_node(topo, node)
     if cpu_node is None:
         _fail(strict, f"node {node}: no node with CPUs near it; no thread plan", notes)
@@ -9330,10 +9324,7 @@ def thread_plan(
     if smt == "one":
         units = [core[:1] for core in units]
         why["SMT sibling (smt='one')"] = cpus - frozenset(core[0] for core in units)
-    if cpus:
-        got, shared = _split_roles(units, wanted, st, notes)
-    else:
-        got, shared = {role: frozenset() for role in wanted}, ()
+    got, shared = _split_roles(units, wanted, st, notes)  # no units: every role empty
     left_out = {reason: found for reason, found in why.items() if found}
     memory = _plan_memory(topo, [], cpu_node, "prefer")
     return ThreadPlan(
@@ -9431,6 +9422,11 @@ class ThreadPin(_Record):
     ok: bool  # pinned to its role's CPUs
     reason: Optional[str] = None  # why not: "no role", "exited", "EPERM", ...
 
+    @property
+    def failed(self) -> bool:
+        """It matched a role, did not exit meanwhile, and is not on the role's CPUs."""
+        return self.role is not None and not self.ok and self.reason != "exited"
+
     def to_json(self) -> Dict[str, Any]:
         return _record_json(
             self,
@@ -9452,10 +9448,7 @@ class PinResult(_Record):
     settled: Optional[PolicyResult] = None  # settle=True: the pages moved to the plan's
 
     def __bool__(self) -> bool:
-        for pin in self.threads:
-            if pin.role is not None and not pin.ok and pin.reason != "exited":
-                return False
-        return True
+        return not any(pin.failed for pin in self.threads)
 
 
 def _role_patterns(
@@ -9554,7 +9547,7 @@ def pin_threads(
     if new:
         _fail(st, f"threads kept starting: {len(new)} not pinned after {passes} passes", notes)
     for pin in seen.values():
-        if pin.role is not None and not pin.ok and pin.reason != "exited":
+        if pin.failed:
             msg = f"thread {pin.tid} ({pin.name}): not pinned to role {pin.role}: {pin.reason}"
             _fail(st, msg, notes)
     unmatched = tuple(pin.tid for pin in seen.values() if pin.role is None)
@@ -9720,18 +9713,6 @@ class InstancePlan(_Record):
         return _record_json(
             self, cpus={"cpus": sorted(self.cpus), "cpulist": format_cpulist(self.cpus)}
         )
-
-
-def _chunks(count: int, parts: int) -> List[range]:
-    """``range(count)`` cut into ``parts`` near-equal runs, the first ones longer."""
-    size, longer = divmod(count, parts)
-    out = []
-    start = 0
-    for part in range(parts):
-        end = start + size + int(part < longer)
-        out.append(range(start, end))
-        start = end
-    return out
 
 
 def _gpu_instances(

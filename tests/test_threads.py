@@ -727,6 +727,9 @@ def test_a_node_the_cpuset_forbids_is_a_falsy_plan_that_says_why():
     b = sim("dual-socket-8gpu", cpus_allowed=range(0, 48))
     plan = nu.thread_plan(node=1, roles=SMALL_ROLES, backend=b)
     assert not plan and not plan.cpus
+    # every role present and empty, none counted as sharing, no OpenMP variables
+    assert plan.roles == {role: frozenset() for role in SMALL_ROLES}
+    assert plan.shared == () and plan.omp_env == {}
     assert any("allows no CPU on node 1" in note for note in plan.notes)
     assert plan.left_out["outside this process's cpuset"] == b.topology.nodes[1].cpus
     with pytest.raises(OSError, match="allows no CPU on node 1"):
