@@ -11046,17 +11046,12 @@ def _status_extra(report: Dict[str, Any], topo: Topology, backend: Backend) -> N
                 "buffers for it will come from another node"
             )
         elif topo.nodes_with_memory and node not in topo.nodes_with_memory:
-            near = topo.nearest(node, topo.nodes_with_memory)
-            if near:
-                warnings.append(
-                    f"GPU {gpu['address']}: its node {node} has no memory; host "
-                    f"buffers for it come from node {near[0]}"
-                )
-            else:
-                warnings.append(
-                    f"GPU {gpu['address']}: its node {node} has no memory; host "
-                    "buffers for it come from node ?"
-                )
+            # nearest() sorts all of its (non-empty) pool: there is a first
+            near = topo.nearest(node, topo.nodes_with_memory)[0]
+            warnings.append(
+                f"GPU {gpu['address']}: its node {node} has no memory; host "
+                f"buffers for it come from node {near}"
+            )
 
 
 # -- end of observation section --------------------------------------------------------

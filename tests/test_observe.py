@@ -840,7 +840,9 @@ def test_status_gpu_node_without_free_memory():
     assert w.count("its node 1 has") == 4 and "(< 5%)" in w
     assert "its node 0 has" not in w
     assert "(< 5%)" not in _warnings(tree("dual-socket-8gpu"))
-    assert "its node 0 has no memory" in _warnings(tree("memoryless-cpu-node"))
+    assert "its node 0 has no memory; host buffers for it come from node 1" in _warnings(
+        tree("memoryless-cpu-node")
+    )
 
 
 def test_status_thp_always_with_interleaved_region():
