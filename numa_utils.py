@@ -11239,11 +11239,6 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
         warnings.append(
             f"node {node} has CPUs but no memory: its threads always allocate from another node"
         )
-    if backend.has_process and not backend.abi.supported:
-        warnings.append(
-            f"no syscall table for the {backend.abi.name!r} ABI: "
-            "memory policies fall back to first-touch"
-        )
     warnings.extend(f"could not read: {problem}" for problem in topo.problems)
     policy: Optional[Dict[str, Any]] = None
     policy_error: Optional[str] = "not the running system"
@@ -11276,11 +11271,10 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
                 "the saved tree does not record its machine "
                 "(proc/sys/kernel/arch): ABI and syscall numbers unknown"
             )
-        elif not abi.supported:
-            warnings.append(
-                f"no syscall table for the {abi.name!r} ABI: memory "
-                "policies fall back to first-touch"
-            )
+    if abi is not None and not abi.supported:
+        warnings.append(
+            f"no syscall table for the {abi.name!r} ABI: memory policies fall back to first-touch"
+        )
     on_node: Dict[Optional[int], List[str]] = {}  # node -> its devices' addresses
     for device in devs:
         on_node.setdefault(device.node, []).append(device.address)
