@@ -10617,8 +10617,6 @@ class CudaPin:
         """Unregister what was registered, then raise (strict) or log ``reason``."""
         self.reason = reason
         self._release()
-        if self._calls is None:
-            err = errno.ENOENT
         if strict:
             raise OSError(err, f"host memory not pinned for CUDA: {reason}") from cause
         _fail(False, f"host memory not pinned for CUDA: {reason}")
@@ -10911,17 +10909,14 @@ def pin_for_cuda(
     step = max(min(chunk, _PIN_CALL_MAX) // page * page, page)
     edges = [addr, *range(addr - addr % page + step, addr + size, step), addr + size]
     pieces = [(a, z - a) for a, z in zip(edges, edges[1:]) if z > a]
-    if calls is not None:
-        nthreads = min(max(1, threads or 1), len(pieces))
-        loaded: Optional[str] = where
-    else:
-        nthreads = 0
-        loaded = None
-    pin = CudaPin(addr, size, int(flags), calls, loaded, nthreads)
-    if calls is None or not pieces:
-        if calls is None:
-            pin._give_up(f"CUDA not available: {where}", strict)
-        pin.ok = calls is not None
+    if calls is None:
+        pin = CudaPin(addr, size, int(flags), None, None)
+        pin._give_up(f"CUDA not available: {where}", strict, err=errno.ENOENT)
+        return pin
+    nthreads = min(max(1, threads or 1), len(pieces))
+    pin = CudaPin(addr, size, int(flags), calls, where, nthreads)
+    if not pieces:  # a zero length: nothing to register
+        pin.ok = True
         pin._ended.set()
         return pin
     # A new thread's current device is 0: registering from it would create a context

@@ -639,6 +639,7 @@ def test_pin_for_cuda_error_rolls_back(fake_cudart):
 def test_pin_for_cuda_accepts_a_loaded_library_and_empty_buffers(fake_cudart):
     pin = nu.pin_for_cuda(bytearray(0), cudart=fake_cudart.lib)
     assert pin and pin.chunks == () and fake_cudart.n_calls == 0
+    assert pin.ready and not pin.closed
     with pytest.raises(ValueError):
         nu.pin_for_cuda(bytearray(10), chunk=0, cudart=fake_cudart.lib)
 
@@ -651,7 +652,8 @@ def test_pin_for_cuda_not_available_is_a_value():
     if libc:
         pin = nu.pin_for_cuda(buf, cudart=libc)
         assert not pin and "lacks the CUDA runtime API" in pin.reason
-    with pytest.raises(OSError):
+    assert pin.ready and pin.closed and pin.chunks == ()
+    with pytest.raises(FileNotFoundError):  # ENOENT: no runtime to register with
         nu.pin_for_cuda(buf, cudart="libcudart-does-not-exist.so", strict=True)
     # The default search never raises: registered where CUDA works, a reason otherwise.
     pin = nu.pin_for_cuda(buf)
