@@ -10465,8 +10465,8 @@ def _cuda_error(calls: _PinCalls, rc: int) -> str:
     try:
         if calls.error_string is not None:
             text = calls.error_string(rc)
-    except Exception:  # a foreign library; its message is a nicety
-        text = None
+    except Exception:  # a foreign library; its message is a nicety (text stays None)
+        pass
     if not text:
         return f"{calls.api.runtime} error {rc}"
     return f"{calls.api.runtime} error {rc} ({text.decode('utf-8', 'replace')})"
@@ -10692,15 +10692,13 @@ class CudaPin:
 
     def _record(self, me: int, piece: Tuple[int, int], rc: int, took: float) -> None:
         with self._lock:
+            pinned = 0
             if rc == 0:
                 self._registered.append(piece)
+                pinned = piece[1]
             else:
                 self._failed.append((*piece, rc))
             del self._in_call[me]
-            if rc:
-                pinned = 0
-            else:
-                pinned = piece[1]
             p = self.progress
             self.progress = CudaPinProgress(p.bytes + pinned, p.calls + 1, max(p.longest_s, took))
 

@@ -628,6 +628,7 @@ def test_pin_for_cuda_error_rolls_back(fake_cudart):
     assert pin.chunks == ()
     ok = [a for a, _ in fake_cudart.registered()]
     assert fake_cudart.n_ok >= 3
+    assert pin.progress.bytes == fake_cudart.n_ok * MiB  # the failed call pinned nothing
     assert sorted(fake_cudart.array("unreg_ptr", fake_cudart.n_unreg)) == sorted(ok)
     pin.close()
     assert fake_cudart.n_unreg == len(ok)
