@@ -11712,12 +11712,10 @@ def _commands(what: str) -> Any:
 def _cmd_status(args: Any) -> int:
     if args.env_prefix is not None:
         configure(env_prefix=args.env_prefix)
-    fmt = getattr(args, "format", None)
-    if not fmt and args.json:
+    fmt = args.format  # None: text, or json with --json
+    if fmt is None and args.json:
         fmt = "json"
-    elif not fmt:
-        fmt = "text"
-    if getattr(args, "write", None) is not None and fmt != "nfd":
+    if args.write is not None and fmt != "nfd":
         raise ValueError("--write goes with --format nfd")
     rep = status_report(backend=backend_for_root(args.root))
     if fmt == "json":
