@@ -11498,13 +11498,9 @@ def _render_status(rep: Dict[str, Any]) -> str:
         page = "unknown"
     else:
         page = f"{k['page_size'] // 1024} KiB"
-    if k["numa"]:
-        abi_line = f"ABI {k['abi'] or 'unknown'}, page size {page}"
-    else:
-        abi_line = (
-            f"ABI {k['abi'] or 'unknown'}, page size {page};"
-            " kernel without NUMA (no node directory)"
-        )
+    abi_line = f"ABI {k['abi'] or 'unknown'}, page size {page}"
+    if not k["numa"]:
+        abi_line += "; kernel without NUMA (no node directory)"
     nodes = rep["nodes"]
     out = [
         head,

@@ -538,6 +538,8 @@ def test_status_root_describes_the_trees_machine(name, machine):
     assert k["page_size"] is None  # the tree does not say: not ours
     text = nu._render_status(rep)
     assert f"ABI {k['abi']}, page size unknown" in text
+    no_numa = "page size unknown; kernel without NUMA (no node directory)"
+    assert (no_numa in text) == (name == "qemu-s390x-no-numa")
 
 
 def test_status_root_says_what_it_cannot_know(tmp_path):
