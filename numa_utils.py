@@ -10330,15 +10330,12 @@ _PIN_APIS = (
 )
 
 
-def _proto(fn: Any, restype: Any, *argtypes: Any) -> None:
-    fn.restype, fn.argtypes = restype, list(argtypes)
-
-
 def _entry(lib: ctypes.CDLL, name: str, restype: Any, *argtypes: Any) -> Any:
     """``lib``'s function ``name`` with its prototype set, or None where it lacks it."""
     fn = getattr(lib, name, None)
     if fn is not None:
-        _proto(fn, restype, *argtypes)
+        fn.restype = restype
+        fn.argtypes = list(argtypes)
     return fn
 
 

@@ -641,6 +641,10 @@ def test_pin_for_cuda_accepts_a_loaded_library_and_empty_buffers(fake_cudart):
     pin = nu.pin_for_cuda(bytearray(0), cudart=fake_cudart.lib)
     assert pin and pin.chunks == () and fake_cudart.n_calls == 0
     assert pin.ready and not pin.closed
+    # the prototype is set: a length past 4 GiB reaches the runtime whole
+    register = fake_cudart.lib.cudaHostRegister
+    assert register.argtypes == [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
+    assert register.restype is ctypes.c_int
     with pytest.raises(ValueError):
         nu.pin_for_cuda(bytearray(10), chunk=0, cudart=fake_cudart.lib)
 
