@@ -10642,7 +10642,7 @@ class CudaPin:
         assert calls is not None
         me = threading.get_ident()
         try:
-            if device is not None and calls.set_device is not None:
+            if device is not None:  # _cuda_current_device: None without cudaSetDevice
                 calls.set_device(device)
             while True:
                 with self._lock:
@@ -10847,7 +10847,8 @@ class CudaPin:
 
 
 def _cuda_current_device(calls: _PinCalls) -> Optional[int]:
-    """The calling thread's device, or None (no cudaGetDevice, or it failed)."""
+    """The calling thread's device, or None: no cudaGetDevice, or it failed, or no
+    cudaSetDevice to select it with in another thread."""
     if calls.get_device is None or calls.set_device is None:
         return None
     dev = ctypes.c_int(-1)
