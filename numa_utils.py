@@ -10246,19 +10246,13 @@ def choose_node(
             f"node {best.node} has the most ({mem_txt})"
         )
     else:
+        available = f"{mem_txt} available (MemFree + reclaimable page cache)"
         if need_kb:
-            parts.append(
-                f"{mem_txt} available (MemFree + reclaimable page cache)"
-                f" for the {format_kib(need_kb)} needed"
-            )
-        else:
-            parts.append(f"{mem_txt} available (MemFree + reclaimable page cache)")
+            available += f" for the {format_kib(need_kb)} needed"
+        workers = f"{best.load} worker(s) already there"
         if len(fitting) > 1 and gnode is None:
-            parts.append(
-                f"{best.load} worker(s) already there (fewest among {len(fitting)} fitting node(s))"
-            )
-        else:
-            parts.append(f"{best.load} worker(s) already there")
+            workers += f" (fewest among {len(fitting)} fitting node(s))"
+        parts += [available, workers]
     if len(cands) == 1:
         parts.append("it is the only usable node with CPUs")
     return NodeChoice(best.node, f"node {best.node}: " + "; ".join(parts), tuple(cands), gnode)

@@ -438,17 +438,22 @@ def test_choose_node_dual_socket_loads_gpu_and_memory():
     assert nu.choose_node(loads={0: 4, 1: 3}, backend=b).node == 1
     res = nu.choose_node(loads={0: 3, 1: 4}, backend=b)
     assert res.node == 0 and "3 worker(s)" in res.reason
+    assert "; 3 worker(s) already there (fewest among 2 fitting node(s))" in res.reason
+    assert "page cache); 3 worker(s)" in res.reason  # no need_bytes: nothing needed
     # Equal loads and distances: the node with more memory available (node 1).
     assert nu.choose_node(loads={0: 2, 1: 2}, backend=b).node == 1
     # GPU 4 in PCI order is 0000:9b:00.0 on node 1: the GPU wins over loads.
     res = nu.choose_node(gpu=4, loads={1: 10}, backend=b)
     assert res.node == 1 and "9b:00.0" in res.reason
+    assert res.reason.endswith("; 10 worker(s) already there")  # the GPU decided
     snap = nu.counters(backend=b)
     a0, a1 = snap[0].available_kb, snap[1].available_kb
     assert a0 < a1
     need = (a0 + 1) * 1024  # only node 1 fits
     res = nu.choose_node(need_bytes=need, loads={1: 5}, backend=b)
     assert res.node == 1 and [c.fits for c in res.candidates] == [False, True]
+    needed = f"(MemFree + reclaimable page cache) for the {nu.format_kib(a0 + 1)} needed; "
+    assert res.reason.endswith(needed + "5 worker(s) already there")
     res = nu.choose_node(gpu=0, need_bytes=need, backend=b)  # GPU 0 is on node 0
     assert res.node == 1 and "lacks the memory" in res.reason
     res = nu.choose_node(need_bytes=(a1 + 1) * 1024, backend=b)
