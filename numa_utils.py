@@ -10058,7 +10058,7 @@ class NodeCandidate(_Record):
     fits: bool  # available_kb covers need_bytes
 
     def to_json(self) -> Dict[str, Any]:
-        return dict(self._asdict())
+        return _record_json(self)
 
 
 class NodeChoice(_Record):
@@ -10073,12 +10073,7 @@ class NodeChoice(_Record):
         return self.node is not None
 
     def to_json(self) -> Dict[str, Any]:
-        return {
-            "node": self.node,
-            "reason": self.reason,
-            "gpu_node": self.gpu_node,
-            "candidates": [candidate.to_json() for candidate in self.candidates],
-        }
+        return _record_json(self)
 
 
 def _resolve_gpu(

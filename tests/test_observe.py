@@ -371,7 +371,12 @@ def test_choose_node_every_fixture(name):
     if topo.has_node_dir:
         for n in considered:
             assert topo.nodes[n].cpus & topo.allowed_cpus, (n, "has no allowed CPU")
-    json.dumps(res.to_json())
+    assert json.loads(json.dumps(res.to_json())) == {
+        "node": res.node,
+        "reason": res.reason,
+        "gpu_node": res.gpu_node,
+        "candidates": [dict(c._asdict()) for c in res.candidates],
+    }
     for g in nu.gpus(backend=b):
         r = nu.choose_node(gpu=g.pci, backend=b)
         assert r.node in considered and f"GPU {g.pci}" in r.reason
