@@ -11047,10 +11047,8 @@ def configure(*, env_prefix: str) -> str:
     "LIGHTLLM_")`` makes LIGHTLLM_NUMA_STRICT count instead of NUMA_UTILS_NUMA_STRICT.
     Returns the previous prefix.  Variables are read when a call needs them."""
     global _env_prefix
-    if (
-        not isinstance(env_prefix, str)
-        or not re.fullmatch(r"([A-Za-z_]\w*)?", env_prefix)
-        or not env_prefix.isascii()
+    if not isinstance(env_prefix, str) or not re.fullmatch(
+        r"([A-Za-z_][A-Za-z0-9_]*)?", env_prefix
     ):
         raise ValueError(f"invalid environment variable prefix {env_prefix!r}")
     old, _env_prefix = _env_prefix, env_prefix
