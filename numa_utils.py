@@ -11369,14 +11369,14 @@ def _node_how(data: Dict[str, Any]) -> str:
 def _render_tiers(rep: Dict[str, Any]) -> List[str]:
     """MEMORY: kind, tier, HMAT figures and weight per node, and the default nodes."""
     out: List[str] = []
-    nodes = [node for node in rep["nodes"] if node.get("kind") not in (None, "no-memory")]
-    weights = rep.get("interleave_weights")
-    if len(nodes) > 1 or rep.get("memory_tiers"):
+    nodes = [node for node in rep["nodes"] if node["kind"] not in (None, "no-memory")]
+    weights = rep["interleave_weights"]
+    if len(nodes) > 1 or rep["memory_tiers"]:
         out.append(
             "MEMORY (tier: lower is faster; HMAT access class 0; weighted-interleave weight)"
         )
         for node in nodes:
-            access = node.get("access")
+            access = node["access"]
             if access:
                 read_mbps = access["read_bandwidth_mbps"] or "?"
                 write_mbps = access["write_bandwidth_mbps"] or "?"
@@ -11389,7 +11389,7 @@ def _render_tiers(rep: Dict[str, Any]) -> List[str]:
                 )
             else:
                 perf = "no HMAT figures"
-            tier = node.get("tier")
+            tier = node["tier"]
             if tier is None:
                 tier = "-"
             if weights is None:
@@ -11402,8 +11402,8 @@ def _render_tiers(rep: Dict[str, Any]) -> List[str]:
             )
         if weights is None:
             out.append("  weighted interleave: not in this kernel (Linux 6.9+)")
-    d = rep.get("default_memory_nodes")
-    if d and d["left_out"]:
+    d = rep["default_memory_nodes"]
+    if d["left_out"]:
         every = format_cpulist([*map(int, d["left_out"]), *d["nodes"]])
         out += [
             f"  default memory nodes (nodes=None, NUMA_NODES unset): "
@@ -11452,7 +11452,7 @@ def _cpu_summary(rep: Dict[str, Any]) -> str:
         f"CPUs: {count([len(cores)], 'package')} x "
         f"{count([len(value) for value in cores.values()], 'core')} x {count(threads, 'thread')}"
     )
-    llcs = rep.get("last_level_caches") or []
+    llcs = rep["last_level_caches"]
     if llcs:
         kinds = sorted({(x["size_kb"], x["level"]) for x in llcs}, key=str)
         per = {len(_cores_in(rep["cpus"], x["cpus"])) for x in llcs}
@@ -11477,7 +11477,7 @@ def _render_status(rep: Dict[str, Any]) -> str:
     else:
         where = f"saved tree {rep['root']}"
     head = f"numa_utils {rep['version']} status: {where}"
-    if k.get("release") or k.get("machine"):
+    if k["release"] or k["machine"]:
         head += f" (Linux {k['release'] or '?'}, {k['machine'] or '?'})"
     if k["page_size"] is None:
         page = "unknown"
@@ -11498,8 +11498,7 @@ def _render_status(rep: Dict[str, Any]) -> str:
         f"{_nodes_txt(k['nodes_with_memory'])}",
         _cpu_summary(rep),
     ]
-    if rep.get("packages"):
-        out.append(f"PACKAGES: {rep['packages']['evidence']}")
+    out.append(f"PACKAGES: {rep['packages']['evidence']}")
     w = max([len(format_cpulist(node["cpus"])) for node in nodes] + [4])
     out.append(
         f"  {'node':>4}  {'cpus':<{w}}  {'memory':>11}  {'free':>11}  hugepages (free/total)"
@@ -11559,9 +11558,7 @@ def _render_status(rep: Dict[str, Any]) -> str:
     allowed_mems = f"  allowed mems   {format_cpulist(p['allowed_mems']) or '-'}"
     if p["allowed_mems"] == k["nodes_with_memory"]:
         allowed_mems += " (all)"
-    devs = sorted(
-        rep.get("devices") or [], key=lambda d: (d["node"] is None, d["node"] or 0, d["address"])
-    )
+    devs = sorted(rep["devices"], key=lambda d: (d["node"] is None, d["node"] or 0, d["address"]))
     out += [
         *_section(
             "DEVICES (PCI functions by node)",
@@ -11581,9 +11578,7 @@ def _render_status(rep: Dict[str, Any]) -> str:
         f"  numa_balancing {balancing}",
         f"  THP            {k['thp'] or '-'}"
         + "".join(
-            f", {node} {value}"
-            for node, value in k.get("thp_settings", {}).items()
-            if node != "enabled"
+            f", {node} {value}" for node, value in k["thp_settings"].items() if node != "enabled"
         ),
     ]
     if rep["warnings"]:
@@ -11591,13 +11586,13 @@ def _render_status(rep: Dict[str, Any]) -> str:
     else:
         warnings_head = "WARNINGS: none"
     out += [
-        *rep.get("extra_text", []),
+        *rep["extra_text"],
         "",
         *_section(
             "CONFIGURATION (environment)",
             [
                 f"  {name:<34} {_env_shown(value):<12} ({_env_source(value)})"
-                for name, value in rep.get("config", {}).items()
+                for name, value in rep["config"].items()
             ],
         ),
         warnings_head,
