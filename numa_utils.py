@@ -9995,7 +9995,7 @@ class NodeCandidate(_Record):
     fits: bool  # available_kb covers need_bytes
 
     def to_json(self) -> Dict[str, Any]:
-        return dict(self._asdict())
+        return _record_json(self)
 
 
 class NodeChoice(_Record):
@@ -10010,12 +10010,7 @@ class NodeChoice(_Record):
         return self.node is not None
 
     def to_json(self) -> Dict[str, Any]:
-        return {
-            "node": self.node,
-            "reason": self.reason,
-            "gpu_node": self.gpu_node,
-            "candidates": [candidate.to_json() for candidate in self.candidates],
-        }
+        return _record_json(self)
 
 
 def _resolve_gpu(
@@ -10183,19 +10178,13 @@ def choose_node(
             f"node {best.node} has the most ({mem_txt})"
         )
     else:
+        available = f"{mem_txt} available (MemFree + reclaimable page cache)"
         if need_kb:
-            parts.append(
-                f"{mem_txt} available (MemFree + reclaimable page cache)"
-                f" for the {format_kib(need_kb)} needed"
-            )
-        else:
-            parts.append(f"{mem_txt} available (MemFree + reclaimable page cache)")
+            available += f" for the {format_kib(need_kb)} needed"
+        workers = f"{best.load} worker(s) already there"
         if len(fitting) > 1 and gnode is None:
-            parts.append(
-                f"{best.load} worker(s) already there (fewest among {len(fitting)} fitting node(s))"
-            )
-        else:
-            parts.append(f"{best.load} worker(s) already there")
+            workers += f" (fewest among {len(fitting)} fitting node(s))"
+        parts += [available, workers]
     if len(cands) == 1:
         parts.append("it is the only usable node with CPUs")
     return NodeChoice(best.node, f"node {best.node}: " + "; ".join(parts), tuple(cands), gnode)
@@ -10267,15 +10256,12 @@ _PIN_APIS = (
 )
 
 
-def _proto(fn: Any, restype: Any, *argtypes: Any) -> None:
-    fn.restype, fn.argtypes = restype, list(argtypes)
-
-
 def _entry(lib: ctypes.CDLL, name: str, restype: Any, *argtypes: Any) -> Any:
     """``lib``'s function ``name`` with its prototype set, or None where it lacks it."""
     fn = getattr(lib, name, None)
     if fn is not None:
-        _proto(fn, restype, *argtypes)
+        fn.restype = restype
+        fn.argtypes = list(argtypes)
     return fn
 
 
@@ -10402,8 +10388,8 @@ def _cuda_error(calls: _PinCalls, rc: int) -> str:
     try:
         if calls.error_string is not None:
             text = calls.error_string(rc)
-    except Exception:  # a foreign library; its message is a nicety
-        text = None
+    except Exception:  # a foreign library; its message is a nicety (text stays None)
+        pass
     if not text:
         return f"{calls.api.runtime} error {rc}"
     return f"{calls.api.runtime} error {rc} ({text.decode('utf-8', 'replace')})"
@@ -10554,8 +10540,6 @@ class CudaPin:
         """Unregister what was registered, then raise (strict) or log ``reason``."""
         self.reason = reason
         self._release()
-        if self._calls is None:
-            err = errno.ENOENT
         if strict:
             raise OSError(err, f"host memory not pinned for CUDA: {reason}") from cause
         _fail(False, f"host memory not pinned for CUDA: {reason}")
@@ -10584,7 +10568,7 @@ class CudaPin:
         assert calls is not None
         me = threading.get_ident()
         try:
-            if device is not None and calls.set_device is not None:
+            if device is not None:  # _cuda_current_device: None without cudaSetDevice
                 calls.set_device(device)
             while True:
                 with self._lock:
@@ -10631,15 +10615,13 @@ class CudaPin:
 
     def _record(self, me: int, piece: Tuple[int, int], rc: int, took: float) -> None:
         with self._lock:
+            pinned = 0
             if rc == 0:
                 self._registered.append(piece)
+                pinned = piece[1]
             else:
                 self._failed.append((*piece, rc))
             del self._in_call[me]
-            if rc:
-                pinned = 0
-            else:
-                pinned = piece[1]
             p = self.progress
             self.progress = CudaPinProgress(p.bytes + pinned, p.calls + 1, max(p.longest_s, took))
 
@@ -10791,7 +10773,8 @@ class CudaPin:
 
 
 def _cuda_current_device(calls: _PinCalls) -> Optional[int]:
-    """The calling thread's device, or None (no cudaGetDevice, or it failed)."""
+    """The calling thread's device, or None: no cudaGetDevice, or it failed, or no
+    cudaSetDevice to select it with in another thread."""
     if calls.get_device is None or calls.set_device is None:
         return None
     dev = ctypes.c_int(-1)
@@ -10848,17 +10831,14 @@ def pin_for_cuda(
     step = max(min(chunk, _PIN_CALL_MAX) // page * page, page)
     edges = [addr, *range(addr - addr % page + step, addr + size, step), addr + size]
     pieces = [(a, z - a) for a, z in zip(edges, edges[1:]) if z > a]
-    if calls is not None:
-        nthreads = min(max(1, threads or 1), len(pieces))
-        loaded: Optional[str] = where
-    else:
-        nthreads = 0
-        loaded = None
-    pin = CudaPin(addr, size, int(flags), calls, loaded, nthreads)
-    if calls is None or not pieces:
-        if calls is None:
-            pin._give_up(f"CUDA not available: {where}", strict)
-        pin.ok = calls is not None
+    if calls is None:
+        pin = CudaPin(addr, size, int(flags), None, None)
+        pin._give_up(f"CUDA not available: {where}", strict, err=errno.ENOENT)
+        return pin
+    nthreads = min(max(1, threads or 1), len(pieces))
+    pin = CudaPin(addr, size, int(flags), calls, where, nthreads)
+    if not pieces:  # a zero length: nothing to register
+        pin.ok = True
         pin._ended.set()
         return pin
     # A new thread's current device is 0: registering from it would create a context
@@ -10983,17 +10963,12 @@ def _status_extra(report: Dict[str, Any], topo: Topology, backend: Backend) -> N
                 "buffers for it will come from another node"
             )
         elif topo.nodes_with_memory and node not in topo.nodes_with_memory:
-            near = topo.nearest(node, topo.nodes_with_memory)
-            if near:
-                warnings.append(
-                    f"GPU {gpu['address']}: its node {node} has no memory; host "
-                    f"buffers for it come from node {near[0]}"
-                )
-            else:
-                warnings.append(
-                    f"GPU {gpu['address']}: its node {node} has no memory; host "
-                    "buffers for it come from node ?"
-                )
+            # nearest() sorts all of its (non-empty) pool: there is a first
+            near = topo.nearest(node, topo.nodes_with_memory)[0]
+            warnings.append(
+                f"GPU {gpu['address']}: its node {node} has no memory; host "
+                f"buffers for it come from node {near}"
+            )
 
 
 # -- end of observation section --------------------------------------------------------
@@ -11009,10 +10984,8 @@ def configure(*, env_prefix: str) -> str:
     "LIGHTLLM_")`` makes LIGHTLLM_NUMA_STRICT count instead of NUMA_UTILS_NUMA_STRICT.
     Returns the previous prefix.  Variables are read when a call needs them."""
     global _env_prefix
-    if (
-        not isinstance(env_prefix, str)
-        or not re.fullmatch(r"([A-Za-z_]\w*)?", env_prefix)
-        or not env_prefix.isascii()
+    if not isinstance(env_prefix, str) or not re.fullmatch(
+        r"([A-Za-z_][A-Za-z0-9_]*)?", env_prefix
     ):
         raise ValueError(f"invalid environment variable prefix {env_prefix!r}")
     old, _env_prefix = _env_prefix, env_prefix
@@ -11181,11 +11154,6 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
         warnings.append(
             f"node {node} has CPUs but no memory: its threads always allocate from another node"
         )
-    if backend.has_process and not backend.abi.supported:
-        warnings.append(
-            f"no syscall table for the {backend.abi.name!r} ABI: "
-            "memory policies fall back to first-touch"
-        )
     warnings.extend(f"could not read: {problem}" for problem in topo.problems)
     policy: Optional[Dict[str, Any]] = None
     policy_error: Optional[str] = "not the running system"
@@ -11218,11 +11186,10 @@ def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
                 "the saved tree does not record its machine "
                 "(proc/sys/kernel/arch): ABI and syscall numbers unknown"
             )
-        elif not abi.supported:
-            warnings.append(
-                f"no syscall table for the {abi.name!r} ABI: memory "
-                "policies fall back to first-touch"
-            )
+    if abi is not None and not abi.supported:
+        warnings.append(
+            f"no syscall table for the {abi.name!r} ABI: memory policies fall back to first-touch"
+        )
     on_node: Dict[Optional[int], List[str]] = {}  # node -> its devices' addresses
     for device in devs:
         on_node.setdefault(device.node, []).append(device.address)
@@ -11339,14 +11306,14 @@ def _node_how(data: Dict[str, Any]) -> str:
 def _render_tiers(rep: Dict[str, Any]) -> List[str]:
     """MEMORY: kind, tier, HMAT figures and weight per node, and the default nodes."""
     out: List[str] = []
-    nodes = [node for node in rep["nodes"] if node.get("kind") not in (None, "no-memory")]
-    weights = rep.get("interleave_weights")
-    if len(nodes) > 1 or rep.get("memory_tiers"):
+    nodes = [node for node in rep["nodes"] if node["kind"] not in (None, "no-memory")]
+    weights = rep["interleave_weights"]
+    if len(nodes) > 1 or rep["memory_tiers"]:
         out.append(
             "MEMORY (tier: lower is faster; HMAT access class 0; weighted-interleave weight)"
         )
         for node in nodes:
-            access = node.get("access")
+            access = node["access"]
             if access:
                 read_mbps = access["read_bandwidth_mbps"] or "?"
                 write_mbps = access["write_bandwidth_mbps"] or "?"
@@ -11359,7 +11326,7 @@ def _render_tiers(rep: Dict[str, Any]) -> List[str]:
                 )
             else:
                 perf = "no HMAT figures"
-            tier = node.get("tier")
+            tier = node["tier"]
             if tier is None:
                 tier = "-"
             if weights is None:
@@ -11372,8 +11339,8 @@ def _render_tiers(rep: Dict[str, Any]) -> List[str]:
             )
         if weights is None:
             out.append("  weighted interleave: not in this kernel (Linux 6.9+)")
-    d = rep.get("default_memory_nodes")
-    if d and d["left_out"]:
+    d = rep["default_memory_nodes"]
+    if d["left_out"]:
         every = format_cpulist([*map(int, d["left_out"]), *d["nodes"]])
         out += [
             f"  default memory nodes (nodes=None, NUMA_NODES unset): "
@@ -11422,7 +11389,7 @@ def _cpu_summary(rep: Dict[str, Any]) -> str:
         f"CPUs: {count([len(cores)], 'package')} x "
         f"{count([len(value) for value in cores.values()], 'core')} x {count(threads, 'thread')}"
     )
-    llcs = rep.get("last_level_caches") or []
+    llcs = rep["last_level_caches"]
     if llcs:
         kinds = sorted({(x["size_kb"], x["level"]) for x in llcs}, key=str)
         per = {len(_cores_in(rep["cpus"], x["cpus"])) for x in llcs}
@@ -11447,19 +11414,15 @@ def _render_status(rep: Dict[str, Any]) -> str:
     else:
         where = f"saved tree {rep['root']}"
     head = f"numa_utils {rep['version']} status: {where}"
-    if k.get("release") or k.get("machine"):
+    if k["release"] or k["machine"]:
         head += f" (Linux {k['release'] or '?'}, {k['machine'] or '?'})"
     if k["page_size"] is None:
         page = "unknown"
     else:
         page = f"{k['page_size'] // 1024} KiB"
-    if k["numa"]:
-        abi_line = f"ABI {k['abi'] or 'unknown'}, page size {page}"
-    else:
-        abi_line = (
-            f"ABI {k['abi'] or 'unknown'}, page size {page};"
-            " kernel without NUMA (no node directory)"
-        )
+    abi_line = f"ABI {k['abi'] or 'unknown'}, page size {page}"
+    if not k["numa"]:
+        abi_line += "; kernel without NUMA (no node directory)"
     nodes = rep["nodes"]
     out = [
         head,
@@ -11472,8 +11435,7 @@ def _render_status(rep: Dict[str, Any]) -> str:
         f"{_nodes_txt(k['nodes_with_memory'])}",
         _cpu_summary(rep),
     ]
-    if rep.get("packages"):
-        out.append(f"PACKAGES: {rep['packages']['evidence']}")
+    out.append(f"PACKAGES: {rep['packages']['evidence']}")
     w = max([len(format_cpulist(node["cpus"])) for node in nodes] + [4])
     out.append(
         f"  {'node':>4}  {'cpus':<{w}}  {'memory':>11}  {'free':>11}  hugepages (free/total)"
@@ -11533,9 +11495,7 @@ def _render_status(rep: Dict[str, Any]) -> str:
     allowed_mems = f"  allowed mems   {format_cpulist(p['allowed_mems']) or '-'}"
     if p["allowed_mems"] == k["nodes_with_memory"]:
         allowed_mems += " (all)"
-    devs = sorted(
-        rep.get("devices") or [], key=lambda d: (d["node"] is None, d["node"] or 0, d["address"])
-    )
+    devs = sorted(rep["devices"], key=lambda d: (d["node"] is None, d["node"] or 0, d["address"]))
     out += [
         *_section(
             "DEVICES (PCI functions by node)",
@@ -11555,9 +11515,7 @@ def _render_status(rep: Dict[str, Any]) -> str:
         f"  numa_balancing {balancing}",
         f"  THP            {k['thp'] or '-'}"
         + "".join(
-            f", {node} {value}"
-            for node, value in k.get("thp_settings", {}).items()
-            if node != "enabled"
+            f", {node} {value}" for node, value in k["thp_settings"].items() if node != "enabled"
         ),
     ]
     if rep["warnings"]:
@@ -11565,13 +11523,13 @@ def _render_status(rep: Dict[str, Any]) -> str:
     else:
         warnings_head = "WARNINGS: none"
     out += [
-        *rep.get("extra_text", []),
+        *rep["extra_text"],
         "",
         *_section(
             "CONFIGURATION (environment)",
             [
                 f"  {name:<34} {_env_shown(value):<12} ({_env_source(value)})"
-                for name, value in rep.get("config", {}).items()
+                for name, value in rep["config"].items()
             ],
         ),
         warnings_head,
@@ -11667,12 +11625,10 @@ def _commands(what: str) -> Any:
 def _cmd_status(args: Any) -> int:
     if args.env_prefix is not None:
         configure(env_prefix=args.env_prefix)
-    fmt = getattr(args, "format", None)
-    if not fmt and args.json:
+    fmt = args.format  # None: text, or json with --json
+    if fmt is None and args.json:
         fmt = "json"
-    elif not fmt:
-        fmt = "text"
-    if getattr(args, "write", None) is not None and fmt != "nfd":
+    if args.write is not None and fmt != "nfd":
         raise ValueError("--write goes with --format nfd")
     rep = status_report(backend=backend_for_root(args.root))
     if fmt == "json":

@@ -616,3 +616,29 @@ def test_memory_policy_socket_is_taken_where_memory_socket_is(monkeypatch):
     monkeypatch.setenv("NUMA_UTILS_NUMA_MEMORY_POLICY", "socket")
     assert envs_mod.numa_memory_policy() == "socket"
     assert (planned(), bound()) == by_argument
+
+
+@pytest.mark.parametrize("prefix", ["", "LIGHTLLM_", "_x9_"])
+def test_configure_accepts_a_variable_name_prefix(prefix):
+    import numa_utils as nu
+
+    old = nu.configure(env_prefix=prefix)
+    try:
+        assert nu.configure(env_prefix=prefix) == prefix
+    finally:
+        nu.configure(env_prefix=old)
+
+
+@pytest.mark.parametrize(
+    "prefix", ["9X_", "A-B_", "A B", "\u00c9T\u00c9_", "X\u0661_", "X_\n", None, 5]
+)
+def test_configure_refuses_what_is_no_ascii_variable_name(prefix):
+    import numa_utils as nu
+
+    old = nu.configure(env_prefix="NUMA_UTILS_")
+    try:
+        with pytest.raises(ValueError, match="invalid environment variable prefix"):
+            nu.configure(env_prefix=prefix)
+        assert nu.configure(env_prefix="NUMA_UTILS_") == "NUMA_UTILS_"  # kept
+    finally:
+        nu.configure(env_prefix=old)

@@ -459,6 +459,8 @@ def test_status_nfd_write_expiry_and_read_back(tmp_path):
         (["--format", "nfd", "--expiry", "1w"], "--expiry '1w': give a positive time"),
         (["--format", "nfd", "--expiry=-1h"], "--expiry '-1h': give a positive time"),
         (["--format", "json", "--write", "/nonexistent"], "--write goes with --format nfd"),
+        (["--write", "/nonexistent"], "--write goes with --format nfd"),
+        (["--json", "--write", "/nonexistent"], "--write goes with --format nfd"),
         (
             ["--format", "nfd", "--write", "/nonexistent-numa-utils"],
             "--write /nonexistent-numa-utils: no such directory",

@@ -538,6 +538,8 @@ def test_status_root_describes_the_trees_machine(name, machine):
     assert k["page_size"] is None  # the tree does not say: not ours
     text = nu._render_status(rep)
     assert f"ABI {k['abi']}, page size unknown" in text
+    no_numa = "page size unknown; kernel without NUMA (no node directory)"
+    assert (no_numa in text) == (name == "qemu-s390x-no-numa")
 
 
 def test_status_root_says_what_it_cannot_know(tmp_path):
@@ -553,6 +555,23 @@ def test_status_root_says_what_it_cannot_know(tmp_path):
     )
     rep = nu.status_report(backend=saved_backend(str(d)))
     assert rep["kernel"]["page_size"] == 65536
+
+
+def test_status_names_an_abi_without_syscall_table_once(tmp_path):
+    # A saved tree from a machine numa_utils has no table for, and a process on one.
+    d = tmp_path / "t"
+    fixture_tree("sparse-ids", d)
+    (d / "proc/sys/kernel/arch").write_text("sparc64\n")
+    saved = nu.status_report(backend=saved_backend(str(d)))["warnings"]
+    s = sim("dual-socket-8gpu")
+    s.abi = nu.abi_for("sparc64", 64)
+    live = nu.status_report(backend=s)["warnings"]
+    for warnings in (saved, live):
+        hits = [w for w in warnings if "no syscall table for the 'sparc64' ABI" in w]
+        assert len(hits) == 1, warnings
+    assert not any(
+        "no syscall table" in w for w in nu.status_report(backend=sim("gh200"))["warnings"]
+    )
 
 
 def test_gather_saves_arch_and_page_size(tmp_path):

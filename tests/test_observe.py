@@ -371,7 +371,12 @@ def test_choose_node_every_fixture(name):
     if topo.has_node_dir:
         for n in considered:
             assert topo.nodes[n].cpus & topo.allowed_cpus, (n, "has no allowed CPU")
-    json.dumps(res.to_json())
+    assert json.loads(json.dumps(res.to_json())) == {
+        "node": res.node,
+        "reason": res.reason,
+        "gpu_node": res.gpu_node,
+        "candidates": [dict(c._asdict()) for c in res.candidates],
+    }
     for g in nu.gpus(backend=b):
         r = nu.choose_node(gpu=g.pci, backend=b)
         assert r.node in considered and f"GPU {g.pci}" in r.reason
@@ -438,17 +443,22 @@ def test_choose_node_dual_socket_loads_gpu_and_memory():
     assert nu.choose_node(loads={0: 4, 1: 3}, backend=b).node == 1
     res = nu.choose_node(loads={0: 3, 1: 4}, backend=b)
     assert res.node == 0 and "3 worker(s)" in res.reason
+    assert "; 3 worker(s) already there (fewest among 2 fitting node(s))" in res.reason
+    assert "page cache); 3 worker(s)" in res.reason  # no need_bytes: nothing needed
     # Equal loads and distances: the node with more memory available (node 1).
     assert nu.choose_node(loads={0: 2, 1: 2}, backend=b).node == 1
     # GPU 4 in PCI order is 0000:9b:00.0 on node 1: the GPU wins over loads.
     res = nu.choose_node(gpu=4, loads={1: 10}, backend=b)
     assert res.node == 1 and "9b:00.0" in res.reason
+    assert res.reason.endswith("; 10 worker(s) already there")  # the GPU decided
     snap = nu.counters(backend=b)
     a0, a1 = snap[0].available_kb, snap[1].available_kb
     assert a0 < a1
     need = (a0 + 1) * 1024  # only node 1 fits
     res = nu.choose_node(need_bytes=need, loads={1: 5}, backend=b)
     assert res.node == 1 and [c.fits for c in res.candidates] == [False, True]
+    needed = f"(MemFree + reclaimable page cache) for the {nu.format_kib(a0 + 1)} needed; "
+    assert res.reason.endswith(needed + "5 worker(s) already there")
     res = nu.choose_node(gpu=0, need_bytes=need, backend=b)  # GPU 0 is on node 0
     assert res.node == 1 and "lacks the memory" in res.reason
     res = nu.choose_node(need_bytes=(a1 + 1) * 1024, backend=b)
@@ -628,6 +638,7 @@ def test_pin_for_cuda_error_rolls_back(fake_cudart):
     assert pin.chunks == ()
     ok = [a for a, _ in fake_cudart.registered()]
     assert fake_cudart.n_ok >= 3
+    assert pin.progress.bytes == fake_cudart.n_ok * MiB  # the failed call pinned nothing
     assert sorted(fake_cudart.array("unreg_ptr", fake_cudart.n_unreg)) == sorted(ok)
     pin.close()
     assert fake_cudart.n_unreg == len(ok)
@@ -639,6 +650,11 @@ def test_pin_for_cuda_error_rolls_back(fake_cudart):
 def test_pin_for_cuda_accepts_a_loaded_library_and_empty_buffers(fake_cudart):
     pin = nu.pin_for_cuda(bytearray(0), cudart=fake_cudart.lib)
     assert pin and pin.chunks == () and fake_cudart.n_calls == 0
+    assert pin.ready and not pin.closed
+    # the prototype is set: a length past 4 GiB reaches the runtime whole
+    register = fake_cudart.lib.cudaHostRegister
+    assert register.argtypes == [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
+    assert register.restype is ctypes.c_int
     with pytest.raises(ValueError):
         nu.pin_for_cuda(bytearray(10), chunk=0, cudart=fake_cudart.lib)
 
@@ -651,7 +667,8 @@ def test_pin_for_cuda_not_available_is_a_value():
     if libc:
         pin = nu.pin_for_cuda(buf, cudart=libc)
         assert not pin and "lacks the CUDA runtime API" in pin.reason
-    with pytest.raises(OSError):
+    assert pin.ready and pin.closed and pin.chunks == ()
+    with pytest.raises(FileNotFoundError):  # ENOENT: no runtime to register with
         nu.pin_for_cuda(buf, cudart="libcudart-does-not-exist.so", strict=True)
     # The default search never raises: registered where CUDA works, a reason otherwise.
     pin = nu.pin_for_cuda(buf)
@@ -840,7 +857,9 @@ def test_status_gpu_node_without_free_memory():
     assert w.count("its node 1 has") == 4 and "(< 5%)" in w
     assert "its node 0 has" not in w
     assert "(< 5%)" not in _warnings(tree("dual-socket-8gpu"))
-    assert "its node 0 has no memory" in _warnings(tree("memoryless-cpu-node"))
+    assert "its node 0 has no memory; host buffers for it come from node 1" in _warnings(
+        tree("memoryless-cpu-node")
+    )
 
 
 def test_status_thp_always_with_interleaved_region():

@@ -18,7 +18,9 @@ def _status_text(name):
 @pytest.mark.parametrize("name", FIXTURES)
 def test_nodes_line_counts_and_lists(name):
     rep = nu.status_report(backend=saved_backend(fixture_root(name)))
-    line = next(ln for ln in nu._render_status(rep).splitlines() if ln.startswith("NODES:"))
+    lines = nu._render_status(rep).splitlines()
+    line = next(ln for ln in lines if ln.startswith("NODES:"))
+    assert f"PACKAGES: {rep['packages']['evidence']}" in lines  # every machine has one
     k = rep["kernel"]
     m = re.match(
         r"NODES: (\d+) online \((.*?)\) of (\d+) possible \((.*?)\); CPUs on "

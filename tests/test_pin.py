@@ -191,6 +191,25 @@ def test_pin_background_thread_selects_the_callers_device(fake):
     pin.close()
 
 
+def test_pin_without_set_device_registers_from_every_thread(fake):
+    # A runtime with cudaGetDevice but no cudaSetDevice: no thread selects a device,
+    # and the pool still registers every chunk.
+    class NoSetDevice(ctypes.CDLL):
+        def __getattr__(self, name):
+            if name == "cudaSetDevice":
+                raise AttributeError(name)
+            return super().__getattr__(name)
+
+    fake.set("current_device", 3)
+    lib = NoSetDevice(fake.path)
+    pin = nu.pin_for_cuda(BASE, 4 * MiB, chunk=MiB, threads=2, cudart=lib)
+    assert pin and len(pin.chunks) == 4 and fake.n_set_device == 0
+    pin.close()
+    pin = nu.pin_for_cuda(BASE, 4 * MiB, chunk=MiB, background=True, cudart=lib)
+    assert pin.wait(10) and pin and fake.n_set_device == 0
+    pin.close()
+
+
 # -- an exception or an interrupt midway ----------------------------------------------
 
 
