@@ -2230,6 +2230,11 @@ def _read_devices(
     out = []
     for addr in sorted(reader.listdir(_PCI_DIR)):
         folder = f"{_PCI_DIR}/{addr}"
+        # The kernel names each function DDDD:BB:DD.F (pci_setup_device); anything
+        # else is a damaged tree, and no bus id can be made from it.
+        if not re.match(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$", addr, re.I):
+            reader.problems.append(f"{folder}: not a PCI bus id, left out")
+            continue
         vendor = reader.integer(f"{folder}/vendor")
         cls = reader.integer(f"{folder}/class")
         if vendor is None or cls is None or cls >> 16 == 0x06:
@@ -9238,7 +9243,10 @@ def _gpu_slice(
     if found.gpu is None:
         _fail(strict, f"CUDA device {gpu}: not identified ({found.how}); no thread plan", notes)
         return None, None, frozenset(), {}
-    planned = _plan_all(topo, infos, "exclusive", reserve, strict)
+    # Planned with its maker's GPUs: pci_bus_id= may name one outside the family
+    # CUDA numbers (an AMD GPU on a host with NVIDIA ones).
+    makers = [info for info in infos if info.vendor == found.gpu.vendor]
+    planned = _plan_all(topo, makers, "exclusive", reserve, strict)
     node, cpus, gpu_notes = planned[found.gpu.pci]
     notes.extend(gpu_notes)
     others: Set[int] = set()

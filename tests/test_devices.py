@@ -235,3 +235,21 @@ def test_numa_node_naming_no_online_node_is_a_problem_and_falls_back(tmp_path):
         f"{nu._PCI_DIR}/0000:19:00.0/numa_node names node 7, which is not online here: "
         "its node is taken from local_cpulist"
     ]
+
+
+def test_a_pci_folder_not_named_as_a_bus_id_is_a_problem_not_a_crash(tmp_path):
+    """A damaged tree with a GPU-like folder that no bus id can be made from: topology
+    and GPUs are still read (read_topology never raises), the folder is named in the
+    problems and left out, and the real GPUs stay."""
+    root = fixture_tree("sparse-ids", tmp_path / "t")
+    before = [gpu.pci for gpu in nu.gpus(backend=nu.LinuxBackend(root))]
+    bad = tmp_path / "t" / "sys" / "bus" / "pci" / "devices" / "not-a-bus-id"
+    bad.mkdir()
+    for name, value in (("class", "0x030200"), ("vendor", "0x10de"), ("device", "0x2330")):
+        (bad / name).write_text(value + "\n")
+    (bad / "numa_node").write_text("0\n")
+    backend = nu.LinuxBackend(root)
+    topo = nu.read_topology(backend=backend)
+    assert any("not-a-bus-id: not a PCI bus id" in p for p in topo.problems), topo.problems
+    assert all("not-a-bus-id" not in dev.address for dev in nu.devices(backend=backend))
+    assert [gpu.pci for gpu in nu.gpus(backend=backend)] == before

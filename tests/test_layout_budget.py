@@ -340,7 +340,9 @@ def test_ast_nodes_within_the_round_budget(figures):
 # the topology through _topology_or_read, as their neighbours do.
 # -1,066 for one pass of simplifications over every section (a repeated check or
 # lookup written once, dead branches and unused parameters gone, one identity-record
-# reader, one even-split helper, one JSON helper for key-ordered mappings).
+# reader, one even-split helper, one JSON helper for key-ordered mappings).  +52 for
+# two faults that pass found: a PCI folder not named as a bus id (a damaged tree)
+# crashed read_topology; thread_plan(pci_bus_id=) of another maker's GPU, a KeyError.
 MAX_AST_NODES_NOW = (
     67_191
     + 5_436
@@ -358,6 +360,7 @@ MAX_AST_NODES_NOW = (
     + 13
     - 15
     - 1_066
+    + 52
 )
 
 

@@ -762,3 +762,26 @@ def test_settle_leaves_gpu_memory_alone(anon):
     assert _where(b, addr, size) == {1: size}
     assert nu.settle([0], backend=b)
     assert _where(b, addr, size) == {1: size}
+
+
+def test_a_gpu_of_another_maker_named_by_bus_id_gets_its_own_makers_plan(tmp_path):
+    """pci_bus_id= may name a GPU outside the family CUDA numbers (an AMD GPU on a
+    host with NVIDIA ones): it is planned with its own maker's GPUs, on its node, not
+    a KeyError."""
+    from conftest import fixture_tree
+
+    root = fixture_tree("dual-socket-8gpu", tmp_path / "t")
+    backend = nu.LinuxBackend(root)
+    topo = nu.read_topology(backend=backend)
+    node = max(topo.nodes_with_cpus)
+    amd = tmp_path / "t" / "sys" / "bus" / "pci" / "devices" / "0000:f0:00.0"
+    amd.mkdir()
+    for name, value in (("class", "0x038000"), ("vendor", "0x1002"), ("device", "0x74a1")):
+        (amd / name).write_text(value + "\n")
+    (amd / "numa_node").write_text(f"{node}\n")
+    (amd / "local_cpulist").write_text(nu.format_cpulist(topo.nodes[node].cpus) + "\n")
+    plan = nu.thread_plan(0, pci_bus_id="0000:f0:00.0", reserve=0, backend=backend)
+    assert plan.pci == "0000:f0:00.0"
+    assert plan.node == node
+    # the only GPU of its maker: every allowed CPU of its node is its own
+    assert plan.cpus == topo.nodes[node].cpus & topo.allowed_cpus
