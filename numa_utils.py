@@ -3520,6 +3520,13 @@ def devices(kind: Optional[str] = None, *, backend: Optional[Backend] = None) ->
     ]
 
 
+# ===========================================================================
+# numactl's node/CPU list grammar, read as libnuma reads it (the numactl front end in
+# numa_utils_cli.py takes its options, exit statuses and --show/--hardware formats).
+# Facts from numactl.c, libnuma.c and affinity.c (numactl 2.0.16-2.0.19).
+# ===========================================================================
+
+
 class NodeListError(ValueError):
     """A node/CPU list libnuma rejects (what parse_nodestring raises).  ``warn``: what
     libnuma prints about it on stderr (nothing for trailing characters; an empty line
@@ -11546,13 +11553,6 @@ def _render_status(rep: Dict[str, Any]) -> str:
     # A saved tree is anyone's, and names in it (and regions') reach these lines:
     # each line is escaped whole, a newline in a name included.
     return "\n".join(map(printable, out)) + "\n"
-
-
-# ===========================================================================
-# numactl's node/CPU list grammar, read as libnuma reads it (the numactl front end in
-# numa_utils_cli.py takes its options, exit statuses and --show/--hardware formats).
-# Facts from numactl.c, libnuma.c and affinity.c (numactl 2.0.16-2.0.19).
-# ===========================================================================
 
 
 # ===========================================================================
