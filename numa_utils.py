@@ -8716,6 +8716,13 @@ def _plan_all(
     return out
 
 
+def _same_maker(infos: List[GpuInfo], gpu: GpuInfo) -> List[GpuInfo]:
+    """The GPUs of ``gpu``'s maker, which a plan for it shares CPUs among: pci_bus_id=
+    may name one outside the family CUDA numbers (an AMD GPU on a host with NVIDIA
+    ones), planned then with its own kind."""
+    return [info for info in infos if info.vendor == gpu.vendor]
+
+
 def _plan_for(
     topo: Topology,
     infos: List[GpuInfo],
@@ -8822,7 +8829,7 @@ def _device_plan(
     if policy == "none":
         policy = "node"
     if r.gpu is not None:
-        planned = _plan_all(topo, infos, policy, reserve, strict)
+        planned = _plan_all(topo, _same_maker(infos, r.gpu), policy, reserve, strict)
     else:
         planned = {}
     return topo, infos, r, _plan_for(topo, infos, r, device, policy, memory, (), planned)
@@ -9250,10 +9257,7 @@ def _gpu_slice(
     if found.gpu is None:
         _fail(strict, f"CUDA device {gpu}: not identified ({found.how}); no thread plan", notes)
         return None, None, frozenset(), {}
-    # Planned with its maker's GPUs: pci_bus_id= may name one outside the family
-    # CUDA numbers (an AMD GPU on a host with NVIDIA ones).
-    makers = [info for info in infos if info.vendor == found.gpu.vendor]
-    planned = _plan_all(topo, makers, "exclusive", reserve, strict)
+    planned = _plan_all(topo, _same_maker(infos, found.gpu), "exclusive", reserve, strict)
     node, cpus, gpu_notes = planned[found.gpu.pci]
     notes.extend(gpu_notes)
     others: Set[int] = set()

@@ -785,3 +785,22 @@ def test_a_gpu_of_another_maker_named_by_bus_id_gets_its_own_makers_plan(tmp_pat
     assert plan.node == node
     # the only GPU of its maker: every allowed CPU of its node is its own
     assert plan.cpus == topo.nodes[node].cpus & topo.allowed_cpus
+
+
+def test_cpus_for_gpu_of_another_maker_named_by_bus_id_is_planned_on_its_node(tmp_path):
+    """cpus_for_gpu agrees with thread_plan for such a GPU: its node's CPUs, not the
+    "GPU not planned" fallback of every allowed CPU."""
+    from conftest import fixture_tree
+
+    root = fixture_tree("dual-socket-8gpu", tmp_path / "t")
+    backend = nu.LinuxBackend(root)
+    topo = nu.read_topology(backend=backend)
+    node = max(topo.nodes_with_cpus)
+    amd = tmp_path / "t" / "sys" / "bus" / "pci" / "devices" / "0000:f0:00.0"
+    amd.mkdir()
+    for name, value in (("class", "0x038000"), ("vendor", "0x1002"), ("device", "0x74a1")):
+        (amd / name).write_text(value + "\n")
+    (amd / "numa_node").write_text(f"{node}\n")
+    (amd / "local_cpulist").write_text(nu.format_cpulist(topo.nodes[node].cpus) + "\n")
+    cpus = nu.cpus_for_gpu(0, pci_bus_id="0000:f0:00.0", reserve=0, backend=backend)
+    assert set(cpus) == topo.nodes[node].cpus & topo.allowed_cpus
