@@ -507,14 +507,14 @@ def test_a_root_neither_folder_nor_file_is_refused(tmp_path):
 
 def test_status_escapes_names_a_saved_tree_holds(tmp_path):
     """A saved tree is anyone's: a PCI folder named with ESC and BEL (which set a
-    terminal's title) was printed raw."""
+    terminal's title) was printed raw.  No bus id, it is left out, and named escaped."""
     root = fixture_tree("qemu-x86_64-pci-devices", tmp_path / "t")
     devices = os.path.join(root, "sys/bus/pci/devices")
     os.symlink("0000:81:00.0", os.path.join(devices, "0000:81:00.0\x1b]0;owned\x07\n"))
     rc, _, _, text = _status(root, "--format", "text")
     assert rc == 0
     assert "\x1b" not in text and "\x07" not in text
-    assert "0000:81:00.0\\x1b]0;owned\\x07\\n " in text
+    assert "0000:81:00.0\\x1b]0;owned\\x07\\n: not a PCI bus id, left out" in text
 
 
 def test_packages_line_of_a_tree_without_packages(tmp_path):
