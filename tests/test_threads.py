@@ -12,7 +12,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import FIXTURES, REPO, fixture_root, hook_call, nu, saved_backend, sim
+from conftest import FIXTURES, REPO, fixture_root, fixture_tree, hook_call, nu, saved_backend, sim
 
 _ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES")
 
@@ -764,12 +764,9 @@ def test_settle_leaves_gpu_memory_alone(anon):
     assert _where(b, addr, size) == {1: size}
 
 
-def test_a_gpu_of_another_maker_named_by_bus_id_gets_its_own_makers_plan(tmp_path):
-    """pci_bus_id= may name a GPU outside the family CUDA numbers (an AMD GPU on a
-    host with NVIDIA ones): it is planned with its own maker's GPUs, on its node, not
-    a KeyError."""
-    from conftest import fixture_tree
-
+def _tree_with_an_amd_gpu(tmp_path):
+    """An NVIDIA host (dual-socket-8gpu) with one AMD GPU, 0000:f0:00.0, added on its
+    last node with CPUs: (backend, topology read before the addition, that node)."""
     root = fixture_tree("dual-socket-8gpu", tmp_path / "t")
     backend = nu.LinuxBackend(root)
     topo = nu.read_topology(backend=backend)
@@ -780,6 +777,14 @@ def test_a_gpu_of_another_maker_named_by_bus_id_gets_its_own_makers_plan(tmp_pat
         (amd / name).write_text(value + "\n")
     (amd / "numa_node").write_text(f"{node}\n")
     (amd / "local_cpulist").write_text(nu.format_cpulist(topo.nodes[node].cpus) + "\n")
+    return backend, topo, node
+
+
+def test_a_gpu_of_another_maker_named_by_bus_id_gets_its_own_makers_plan(tmp_path):
+    """pci_bus_id= may name a GPU outside the family CUDA numbers (an AMD GPU on a
+    host with NVIDIA ones): it is planned with its own maker's GPUs, on its node, not
+    a KeyError."""
+    backend, topo, node = _tree_with_an_amd_gpu(tmp_path)
     plan = nu.thread_plan(0, pci_bus_id="0000:f0:00.0", reserve=0, backend=backend)
     assert plan.pci == "0000:f0:00.0"
     assert plan.node == node
@@ -790,17 +795,6 @@ def test_a_gpu_of_another_maker_named_by_bus_id_gets_its_own_makers_plan(tmp_pat
 def test_cpus_for_gpu_of_another_maker_named_by_bus_id_is_planned_on_its_node(tmp_path):
     """cpus_for_gpu agrees with thread_plan for such a GPU: its node's CPUs, not the
     "GPU not planned" fallback of every allowed CPU."""
-    from conftest import fixture_tree
-
-    root = fixture_tree("dual-socket-8gpu", tmp_path / "t")
-    backend = nu.LinuxBackend(root)
-    topo = nu.read_topology(backend=backend)
-    node = max(topo.nodes_with_cpus)
-    amd = tmp_path / "t" / "sys" / "bus" / "pci" / "devices" / "0000:f0:00.0"
-    amd.mkdir()
-    for name, value in (("class", "0x038000"), ("vendor", "0x1002"), ("device", "0x74a1")):
-        (amd / name).write_text(value + "\n")
-    (amd / "numa_node").write_text(f"{node}\n")
-    (amd / "local_cpulist").write_text(nu.format_cpulist(topo.nodes[node].cpus) + "\n")
+    backend, topo, node = _tree_with_an_amd_gpu(tmp_path)
     cpus = nu.cpus_for_gpu(0, pci_bus_id="0000:f0:00.0", reserve=0, backend=backend)
     assert set(cpus) == topo.nodes[node].cpus & topo.allowed_cpus
