@@ -2216,6 +2216,18 @@ def _device_kind(cls: int, gpu: bool, infiniband: bool) -> str:
     return "other"
 
 
+def _norm_bus_id(text: str) -> str:
+    """ "00000000:17:00.0" (NVML), "0000:17:00.0" (sysfs), "17:00.0" -> "0000:17:00.0"."""
+    s = text.strip().lower()
+    match = re.match(r"^(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})(?:\.([0-7]))?$", s)
+    if match is None:
+        raise ValueError(f"invalid PCI bus id {text!r}")
+    return (
+        f"{int(match.group(1) or '0', 16):04x}:{int(match.group(2), 16):02x}:"
+        f"{int(match.group(3), 16):02x}.{int(match.group(4) or '0')}"
+    )
+
+
 def _read_devices(
     reader: _Reader,
     node_of: Mapping[int, int],
@@ -2232,7 +2244,9 @@ def _read_devices(
         folder = f"{_PCI_DIR}/{addr}"
         # The kernel names each function DDDD:BB:DD.F (pci_setup_device); anything
         # else is a damaged tree, and no bus id can be made from it.
-        if not re.match(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$", addr, re.I):
+        try:
+            _norm_bus_id(addr)
+        except ValueError:
             reader.problems.append(f"{folder}: not a PCI bus id, left out")
             continue
         vendor = reader.integer(f"{folder}/vendor")
@@ -2356,18 +2370,6 @@ def _node_kind(node: Node, with_mem: FrozenSet[int], gi: FrozenSet[int]) -> Tupl
         cpus = format_cpulist(node.cpus)
         return "dram", f"CPUs {cpus} and normal memory"
     return "cpu-less", "memory but no CPUs"
-
-
-def _norm_bus_id(text: str) -> str:
-    """ "00000000:17:00.0" (NVML), "0000:17:00.0" (sysfs), "17:00.0" -> "0000:17:00.0"."""
-    s = text.strip().lower()
-    match = re.match(r"^(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})(?:\.([0-7]))?$", s)
-    if match is None:
-        raise ValueError(f"invalid PCI bus id {text!r}")
-    return (
-        f"{int(match.group(1) or '0', 16):04x}:{int(match.group(2), 16):02x}:"
-        f"{int(match.group(3), 16):02x}.{int(match.group(4) or '0')}"
-    )
 
 
 class _NvmlGpu(_Record):
