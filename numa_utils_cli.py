@@ -77,67 +77,15 @@ if _nu.__version__ != __version__:
         f"not {_nu.__version__} ({_nu.__file__}): copy both from one release"
     )
 
-BIND_POLICIES = _nu.BIND_POLICIES
-Backend = _nu.Backend
-parse_numa_maps = _nu.parse_numa_maps
-parse_sysvipc_shm = _nu.parse_sysvipc_shm
-cuda_device = _nu.cuda_device
-bind_policy = _nu.bind_policy
-placement_verdict = _nu.placement_verdict
-printable = _nu.printable
-default_backend = _nu.default_backend
-GetFlag = _nu.GetFlag
-GpuPlan = _nu.GpuPlan
-IPC_CREAT = _nu.IPC_CREAT
-LinuxBackend = _nu.LinuxBackend
-LOCK_EX = _nu.LOCK_EX
-LOCK_NB = _nu.LOCK_NB
-MbindFlag = _nu.MbindFlag
-Mode = _nu.Mode
-ModeFlag = _nu.ModeFlag
-NumaMapsEntry = _nu.NumaMapsEntry
-POSIX_PREFIX = _nu.POSIX_PREFIX
-SHM_HUGETLB = _nu.SHM_HUGETLB
-SharedRegion = _nu.SharedRegion
-SYSV_KEY_MASK = _nu.SYSV_KEY_MASK
-SYSV_KEY_PREFIX = _nu.SYSV_KEY_PREFIX
-Topology = _nu.Topology
-MEMORY_WORDS = _nu.MEMORY_WORDS
-NUMASTAT_FIELDS = _nu.NUMASTAT_FIELDS
-MODE_NAMES = _nu.MODE_NAMES
-ShmStat = _nu.ShmStat
-NodeListError = _nu.NodeListError
-backend_for_root = _nu.backend_for_root
-format_kib = _nu.format_kib
-format_size = _nu.format_size
-parse_size = _nu.parse_size
-CLEANUP_MIN_AGE = _nu.CLEANUP_MIN_AGE
-record_layout = _nu.record_layout
-_print_json = _nu._print_json
-_prog = _nu._prog
-_strtoul = _nu._strtoul
-read_identity_record = _nu.read_identity_record
-record_segment_key = _nu.record_segment_key
-_whole_lines = _nu._whole_lines
-bind_for_gpu = _nu.bind_for_gpu
-bind_to_node = _nu.bind_to_node
-format_cpulist = _nu.format_cpulist
-get_mempolicy = _nu.get_mempolicy
-gpu_plans = _nu.gpu_plans
-parse_cpulist = _nu.parse_cpulist
-thread_plan = _nu.thread_plan
-ThreadPlan = _nu.ThreadPlan
-SMT_RULES = _nu.SMT_RULES
-mbind = _nu.mbind
-parse_nodestring = _nu.parse_nodestring
-read_topology = _nu.read_topology
-set_mempolicy = _nu.set_mempolicy
-counters = _nu.counters
-remote_share = _nu.remote_share
-REMOTE_SHARE_THRESHOLD = _nu.REMOTE_SHARE_THRESHOLD
+if TYPE_CHECKING:
+    import numa_utils_regions as _nur
+    import numa_utils_threads as _nut
+else:
+    _nur = _nu._sibling("numa_utils_regions")
+    _nut = _nu._sibling("numa_utils_threads")
 
 
-def _read_optional(backend: Backend, path: str) -> Optional[str]:
+def _read_optional(backend: _nu.Backend, path: str) -> Optional[str]:
     """The text of ``path``; None when it cannot be read (absent, denied, gone)."""
     try:
         return backend.read_text(path)
@@ -148,7 +96,7 @@ def _read_optional(backend: Backend, path: str) -> Optional[str]:
 _MAPS_CATS = ("Huge", "Heap", "Stack", "Private")
 
 
-def _maps_cat(e: NumaMapsEntry) -> str:
+def _maps_cat(e: _nu.NumaMapsEntry) -> str:
     return "Huge" if e.huge else "Heap" if e.heap else "Stack" if e.stack else "Private"
 
 
@@ -165,13 +113,13 @@ class _MapsScan:
         self.totals: Dict[int, int] = {}
         self.cats: Dict[str, Dict[int, int]] = {c: {} for c in _MAPS_CATS}
         self.nvmas = 0
-        self.known: Dict[str, Tuple[NumaMapsEntry, Any]] = {}  # rest -> (entry, JSON)
+        self.known: Dict[str, Tuple[_nu.NumaMapsEntry, Any]] = {}  # rest -> (entry, JSON)
         self.rests: Dict[str, int] = {}  # the last chunk's distinct rests
         self.regions: Dict[str, List[int]] = {}  # region file -> its VMAs' starts
         self.text = ""  # the last chunk, and its pairs when taken
         self.pairs: List[Tuple[str, str]] = []
 
-    def entry(self, rest: str) -> Tuple[NumaMapsEntry, Any]:
+    def entry(self, rest: str) -> Tuple[_nu.NumaMapsEntry, Any]:
         got = self.known.get(rest)
         if got is None:
             if len(self.known) > 4096:  # bounded: a file of all-distinct lines
@@ -179,9 +127,9 @@ class _MapsScan:
             got = self.known[rest] = (self.entry_of("0 " + rest), None)
         return got
 
-    def entry_of(self, line: str) -> NumaMapsEntry:
+    def entry_of(self, line: str) -> _nu.NumaMapsEntry:
         """One whole numa_maps line parsed (ValueError naming it when malformed)."""
-        return parse_numa_maps(line, page_size_kb=self.default_kb)[0]
+        return _nu.parse_numa_maps(line, page_size_kb=self.default_kb)[0]
 
     def chunk(self, text: str, addresses: bool = False) -> List[Tuple[str, str]]:
         """Add one chunk of whole lines to the totals; returns its (address in hex,
@@ -260,10 +208,12 @@ class _MapsScan:
                 if len(name) > 28:  # keep the verdict column in line: the
                     name = "..." + name[-25:]  # end of a path says the most
                 verdict = (
-                    placement_verdict(e.bytes_per_node, e.mode) if e.pages else "nothing faulted in"
+                    _nur.placement_verdict(e.bytes_per_node, e.mode)
+                    if e.pages
+                    else "nothing faulted in"
                 )
                 tails[r] = (
-                    f"{format_kib(e.pages_total * e.page_size_kb):>10}  "
+                    f"{_nu.format_kib(e.pages_total * e.page_size_kb):>10}  "
                     f"{e.policy:<22}  {name:<28}  {verdict}\n"
                 )
         return [f"  {a:>14}  " + tails[r] for a, r in self.lines_of(set(tails))]
@@ -280,7 +230,7 @@ class _MapsScan:
             e, frag = self.entry(rest)
             if frag is None:
                 d = e.to_json()
-                d["verdict"] = placement_verdict(e.bytes_per_node, e.mode) if e.pages else None
+                d["verdict"] = _nur.placement_verdict(e.bytes_per_node, e.mode) if e.pages else None
                 del d["start"]
                 frag = (
                     json.dumps(d, indent=2).replace("\n", "\n    ")[1:]
@@ -301,12 +251,12 @@ class _MapsScan:
         )
 
 
-def _maps_name(e: NumaMapsEntry) -> str:
+def _maps_name(e: _nu.NumaMapsEntry) -> str:
     """What a VMA maps, for the table: its file (escaped: another user names it) or
     its kind."""
     name = e.kind
     if e.file is not None:
-        name = printable(e.file)
+        name = _nu.printable(e.file)
     if e.deleted:
         name += " (deleted)"
     if e.huge:
@@ -318,17 +268,15 @@ def _region_file(path: str, deleted: bool) -> bool:
     """Whether a numa_maps path is a numa_utils region's: /dev/shm/numa_utils-NAME, or
     a SysV segment (/SYSV<key> (deleted)) of our key family."""
     return (
-        path.startswith("/dev/shm/" + POSIX_PREFIX)
+        path.startswith("/dev/shm/" + _nur.POSIX_PREFIX)
         and not deleted
         or (
             deleted
             and re.fullmatch("/SYSV[0-9a-f]{8}", path) is not None
-            and int(path[5:], 16) & SYSV_KEY_MASK == SYSV_KEY_PREFIX
+            and int(path[5:], 16) & _nur.SYSV_KEY_MASK == _nur.SYSV_KEY_PREFIX
         )
     )
 
-
-Layout = _nu.Layout
 
 # A line of /proc/PID/maps (fs/proc/task_mmu.c show_map_vma): start-end, permissions,
 # file offset, device major:minor, inode.  A SysV segment's inode is its shmid.
@@ -347,10 +295,10 @@ class _Vma(NamedTuple):
     ino: int
 
 
-def _region_vmas(b: Backend, pid: str, starts: Set[int]) -> Dict[int, _Vma]:
+def _region_vmas(b: _nu.Backend, pid: str, starts: Set[int]) -> Dict[int, _Vma]:
     """The VMAs of /proc/PID/maps that start at one of ``starts``, by start."""
     out: Dict[int, _Vma] = {}
-    for text in _whole_lines(_read_chunks(b, f"/proc/{pid}/maps")):
+    for text in _nu._whole_lines(_read_chunks(b, f"/proc/{pid}/maps")):
         for m in _PROC_MAPS_RE.finditer(text):
             start = int(m.group(1), 16)
             if start in starts:
@@ -378,7 +326,7 @@ def _mapped_file_record(pid: str, path: str, vma: _Vma) -> Tuple[int, Optional[D
     try:
         st = os.fstat(fd)
         _check_mapped_file(st, path, vma)
-        return st.st_size, read_identity_record(
+        return st.st_size, _nur.read_identity_record(
             lambda off, n: os.pread(fd, n, off), st.st_size, path
         )
     finally:
@@ -403,7 +351,7 @@ def _same_ipc_namespace(pid: str) -> bool:
 
 
 def _sysv_record(
-    pid: str, path: str, vma: _Vma, shm: Mapping[int, ShmStat]
+    pid: str, path: str, vma: _Vma, shm: Mapping[int, _nu.ShmStat]
 ) -> Tuple[int, Optional[Dict[str, Any]], bool]:
     """(size, identity record, removed) of the SysV segment mapped at ``vma``: the
     segment is found by its shmid (the VMA's inode), as IPC_RMID sets its key to 0
@@ -420,10 +368,10 @@ def _sysv_record(
             return lambda off, n: os.pread(f.fileno(), n, base + off)
 
         if room is not None:  # a huge-page region's record segment
-            rec = read_identity_record(read_at(room[0]), room[1], f"record segment of {path}")
+            rec = _nur.read_identity_record(read_at(room[0]), room[1], f"record segment of {path}")
             if rec is not None and rec.get("data_key") == key and rec["size"] == row.size:
                 return row.size, rec, row.key == 0
-        rec = read_identity_record(read_at(vma.base), row.size, f"{path} at {vma.base:#x}")
+        rec = _nur.read_identity_record(read_at(vma.base), row.size, f"{path} at {vma.base:#x}")
     return row.size, rec, row.key == 0
 
 
@@ -431,7 +379,7 @@ def _room_mapping(pid: str, key: int) -> Optional[Tuple[int, int]]:
     """(address, bytes) of process ``pid``'s mapping of the record segment of the
     huge-page segment that was made under SysV key ``key`` (numa_utils.record_segment_key:
     its path keeps that key after a removal); None when it maps none."""
-    want = f" /SYSV{record_segment_key(key):08x} (deleted)"
+    want = f" /SYSV{_nur.record_segment_key(key):08x} (deleted)"
     with open(f"/proc/{pid}/maps") as f:
         for line in f:
             m = _PROC_MAPS_RE.match(line)
@@ -440,7 +388,7 @@ def _room_mapping(pid: str, key: int) -> Optional[Tuple[int, int]]:
     return None
 
 
-def _layout_rows(row: Dict[str, Any], lay: Layout, vmas: List[_Vma]) -> None:
+def _layout_rows(row: Dict[str, Any], lay: _nur.Layout, vmas: List[_Vma]) -> None:
     """``row``'s extents, one per extent with the VMAs it spans when the layout has
     no more extents than the mapping has VMAs, and its VMAs with the extents each
     holds: the lines shown stay as many as the VMAs, whatever the record says."""
@@ -473,7 +421,7 @@ def _layout_rows(row: Dict[str, Any], lay: Layout, vmas: List[_Vma]) -> None:
         )
 
 
-def _maps_regions(b: Backend, pid: str, seen: Mapping[str, List[int]]) -> List[Dict[str, Any]]:
+def _maps_regions(b: _nu.Backend, pid: str, seen: Mapping[str, List[int]]) -> List[Dict[str, Any]]:
     """Each mapping of a region among ``seen`` (numa_maps path -> VMA starts) with
     the layout from its identity record.  A mapping is the VMAs of one file (device
     and inode from /proc/PID/maps) at one base; the record is that file's, never the
@@ -484,7 +432,7 @@ def _maps_regions(b: Backend, pid: str, seen: Mapping[str, List[int]]) -> List[D
     mappings: Dict[Tuple[str, int, int, int], List[_Vma]] = {}
     for v in sorted(_region_vmas(b, pid, set(files)).values()):
         mappings.setdefault((files[v.start], v.dev, v.ino, v.base), []).append(v)
-    shm = {st.id: st for st in parse_sysvipc_shm(_read_optional(b, "/proc/sysvipc/shm") or "")}
+    shm = {st.id: st for st in _nu.parse_sysvipc_shm(_read_optional(b, "/proc/sysvipc/shm") or "")}
     out: List[Dict[str, Any]] = []
     for (path, _, _, base), vmas in sorted(mappings.items(), key=lambda m: m[0][3]):
         sysv = not path.startswith("/dev/")
@@ -510,7 +458,7 @@ def _maps_regions(b: Backend, pid: str, seen: Mapping[str, List[int]]) -> List[D
         except (OSError, ValueError) as e:
             row["error"] = str(e)
         try:
-            lay = record_layout(rec) if rec is not None else None
+            lay = _nur.record_layout(rec) if rec is not None else None
         except ValueError as e:
             rec, lay, row["error"] = None, None, f"damaged identity record ({e})"
         if rec is not None and lay is not None:
@@ -526,19 +474,19 @@ def _maps_regions_text(rows: List[Dict[str, Any]]) -> str:
     """The regions part of `maps`: every name and path escaped (printable)."""
     out = []
     for r in rows:
-        head = f"region {r['name']!r} ({r['kind']} {printable(r['file'])}"
+        head = f"region {r['name']!r} ({r['kind']} {_nu.printable(r['file'])}"
         if r["removed"]:
             head += ", removed, still attached"
         head += f") at {r['start']}"
         if r["size"]:
-            head += f", {format_size(r['size'])}: layout {r['layout']}"
+            head += f", {_nu.format_size(r['size'])}: layout {r['layout']}"
         if r["error"]:
-            head += f": {printable(r['error'])}"
+            head += f": {_nu.printable(r['error'])}"
         out.append(head)
         for i, e in enumerate(r["extents"]):
             out.append(
-                f"  extent {i} {e['offset']:#x}+{format_size(e['length'])} {e['policy']}:"
-                f"{format_cpulist(e['nodes']) or '-'}  at {e['start']}  VMAs "
+                f"  extent {i} {e['offset']:#x}+{_nu.format_size(e['length'])} {e['policy']}:"
+                f"{_nu.format_cpulist(e['nodes']) or '-'}  at {e['start']}  VMAs "
                 + " ".join(v[2:] for v in e["vmas"])
             )
         if r["extent_count"] is not None and not r["extents"]:
@@ -557,7 +505,7 @@ def _vma_line(vma: Mapping[str, Any]) -> str:
     return where + f"  extents {held[0]}-{held[1]}"
 
 
-def _read_chunks(b: Backend, path: str) -> Iterator[str]:
+def _read_chunks(b: _nu.Backend, path: str) -> Iterator[str]:
     """A file in decoded pieces of about 1 MiB (numa_maps of a large process: bounded
     memory).  On the running system opened now, non-blocking, and refused unless a
     regular file: a FIFO or a device (/dev/zero) would block or never end."""
@@ -593,8 +541,8 @@ def _read_chunks(b: Backend, path: str) -> Iterator[str]:
 def _cmd_maps(args: argparse.Namespace) -> int:
     b = None
     if args.file is not None:
-        chunks = _read_chunks(LinuxBackend(), args.file)
-        what = printable(args.file)
+        chunks = _read_chunks(_nu.LinuxBackend(), args.file)
+        what = _nu.printable(args.file)
     elif args.pid is not None:
         b = backend_for_root(args.root)
         if not (args.pid == "self" or args.pid.isdigit()):
@@ -618,7 +566,7 @@ def _cmd_maps(args: argparse.Namespace) -> int:
         except (AttributeError, ValueError):
             tty = False
         write('{\n  "vmas": [' if tty else '{"vmas":[')
-        for text in _whole_lines(chunks):
+        for text in _nu._whole_lines(chunks):
             before = scan.nvmas
             part = scan.json(scan.chunk(text, addresses=True), tty)
             write(part if before else part[1:])
@@ -635,11 +583,11 @@ def _cmd_maps(args: argparse.Namespace) -> int:
     # Most VMAs of a big process are small: their counters are summed without an
     # entry each, and only the lines shown are parsed in full.  Rows are written as
     # they come (memory bounded), the counts after them.
-    min_bytes = 0 if args.all else parse_size(args.min_size)
+    min_bytes = 0 if args.all else _nu.parse_size(args.min_size)
     min_kb = 0 if args.all else max(min_bytes // 1024, 1)
     write(f"numa_maps of {what}:\n")
     nshown = 0
-    for text in _whole_lines(chunks):
+    for text in _nu._whole_lines(chunks):
         scan.chunk(text)
         rows = scan.rows(min_kb)
         if rows and not nshown:
@@ -651,7 +599,7 @@ def _cmd_maps(args: argparse.Namespace) -> int:
         + (
             "all shown"
             if args.all
-            else f"{nshown} with >= {format_kib(min_bytes // 1024)} resident shown "
+            else f"{nshown} with >= {_nu.format_kib(min_bytes // 1024)} resident shown "
             "(--all for every VMA)"
         )
         + "\n"
@@ -682,7 +630,7 @@ def _print_maps_totals(totals: Dict[int, int], cats: Dict[str, Dict[int, int]], 
         + f"{sum(totals.values()) / 1024:>15.2f}"
     )
     if totals:
-        out.append(f"process: {placement_verdict({n: kb * 1024 for n, kb in totals.items()})}")
+        out.append(f"process: {_nur.placement_verdict({n: kb * 1024 for n, kb in totals.items()})}")
     sys.stdout.write("\n".join(out) + "\n")
 
 
@@ -737,9 +685,9 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
     b = backend_for_root(args.root)
     if not args.min_age >= 0:
         raise ValueError(f"--min-age {args.min_age}: a number of seconds >= 0")
-    rows = _nu.cleanup(_key_args(args.key), args.remove, args.min_age, backend=b)
+    rows = _nur.cleanup(_key_args(args.key), args.remove, args.min_age, backend=b)
     if args.json:
-        _print_json({"regions": rows, "removed": bool(args.remove)})
+        _nu._print_json({"regions": rows, "removed": bool(args.remove)})
         return 0
     out = [
         "Our regions: SysV keys 0x4exxxxxx (any key with --key) and "
@@ -754,7 +702,7 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
             f"sysv {r['key']} shmid {r['shmid']}" if r["kind"] == "sysv" else f"posix {r['path']}"
         )
         out.append(
-            f"  {ident:<36} {format_kib(r['size'] // 1024):>10}  mode {r['mode']}  "
+            f"  {ident:<36} {_nu.format_kib(r['size'] // 1024):>10}  mode {r['mode']}  "
             f"attached {r['attached']}  {r['action']}"
             + (f": {r['why']}" if r["action"] == "keep" else "")
         )
@@ -791,19 +739,19 @@ def _progress_bar(stream: Any) -> Callable[[int, int], None]:
 
 def _cmd_region(args: argparse.Namespace) -> int:
     b = backend_for_root(args.root)
-    nodes = parse_nodestring(args.nodes, backend=b) if args.nodes else None
+    nodes = _nu.parse_nodestring(args.nodes, backend=b) if args.nodes else None
     if nodes is not None:
-        have = read_topology(backend=b).nodes_with_memory
+        have = _nu.read_topology(backend=b).nodes_with_memory
         if not nodes or nodes - have:
             raise ValueError(
                 f"--nodes {args.nodes}: no memory node "
-                f"{format_cpulist(nodes - have) or '(empty list)'} on this "
-                f"machine (memory nodes: {format_cpulist(have) or '-'})"
+                f"{_nu.format_cpulist(nodes - have) or '(empty list)'} on this "
+                f"machine (memory nodes: {_nu.format_cpulist(have) or '-'})"
             )
     hp: Union[bool, str] = args.hugepages if args.hugepages else False
-    region = SharedRegion.create(
+    region = _nur.SharedRegion.create(
         args.key,
-        parse_size(args.size),
+        _nu.parse_size(args.size),
         policy=args.policy,
         nodes=nodes,
         kind=args.kind,
@@ -821,7 +769,7 @@ def _cmd_region(args: argparse.Namespace) -> int:
         rep.update(
             prefault=region.prefaulted,
             placement={str(n): v for n, v in sorted(where.items())},
-            verdict=placement_verdict(where, region.policy.mode),
+            verdict=_nur.placement_verdict(where, region.policy.mode),
             kept=args.keep,
             extents=[
                 dict(
@@ -835,7 +783,7 @@ def _cmd_region(args: argparse.Namespace) -> int:
             ],
         )
         if args.json:
-            _print_json(rep)
+            _nu._print_json(rep)
         else:
             pf = region.prefaulted
             lines = [repr(region)]
@@ -846,10 +794,10 @@ def _cmd_region(args: argparse.Namespace) -> int:
                     f"{pf['seconds']:.3f} s, {gbs:.2f} GiB/s"
                 )
             per = ", ".join(
-                f"node {n}: {format_kib(v // 1024)}" for n, v in sorted(where.items()) if v
+                f"node {n}: {_nu.format_kib(v // 1024)}" for n, v in sorted(where.items()) if v
             )
             lines.append(
-                f"placement: {placement_verdict(where, region.policy.mode)}"
+                f"placement: {_nur.placement_verdict(where, region.policy.mode)}"
                 + (
                     f" ({per})"
                     if per
@@ -860,12 +808,12 @@ def _cmd_region(args: argparse.Namespace) -> int:
             )
             if len(per_ext) > 1:
                 lines += [
-                    f"  extent {i} {e.offset:#x}+{format_size(e.length)} {e.policy}:"
-                    f"{format_cpulist(e.nodes) or '-'}  {p.verdict}"
+                    f"  extent {i} {e.offset:#x}+{_nu.format_size(e.length)} {e.policy}:"
+                    f"{_nu.format_cpulist(e.nodes) or '-'}  {p.verdict}"
                     for i, (e, p) in enumerate(zip(region.extents, per_ext))
                 ]
             lines.append(
-                f"kept: remove with `{_prog()} cleanup --remove --key "
+                f"kept: remove with `{_nu._prog()} cleanup --remove --key "
                 f"{_cleanup_key(region.key)}` once detached"
                 if args.keep
                 else "destroyed"
@@ -899,9 +847,9 @@ def _cli_cleanup(sub: Any) -> None:
     p.add_argument(
         "--min-age",
         type=float,
-        default=CLEANUP_MIN_AGE,
+        default=_nur.CLEANUP_MIN_AGE,
         metavar="SECONDS",
-        help=f"remove only regions unused for this long (default {CLEANUP_MIN_AGE:g})",
+        help=f"remove only regions unused for this long (default {_nur.CLEANUP_MIN_AGE:g})",
     )
     p.set_defaults(func=_cmd_cleanup)
     p = sub.add_parser(
@@ -912,7 +860,7 @@ def _cli_cleanup(sub: Any) -> None:
     )
     p.add_argument("key", help="region name (SysV key 0x4exxxxxx / /dev/shm/numa_utils-KEY)")
     p.add_argument("size", help="size: 4G, 512M, bytes")
-    p.add_argument("--policy", choices=sorted(MODE_NAMES), default=None)
+    p.add_argument("--policy", choices=sorted(_nu.MODE_NAMES), default=None)
     p.add_argument(
         "--layout",
         default=None,
@@ -946,30 +894,30 @@ _NUMACTL_OPTION = MappingProxyType(
 )
 
 
-def _render_plan_text(plans: List[GpuPlan], policy: str, root: str) -> str:
+def _render_plan_text(plans: List[_nu.GpuPlan], policy: str, root: str) -> str:
     where = "this machine" if root == "/" else f"saved tree {root}"
     if not plans:
         return f"numa_utils plan: {where}, policy {policy}\n  no GPUs found\n"
     memory = plans[0].memory or "unchanged"
     out = [f"numa_utils plan: {where}, policy {plans[0].policy}, memory {memory}"]
-    w = max(len(format_cpulist(p.cpus)) for p in plans)
+    w = max(len(_nu.format_cpulist(p.cpus)) for p in plans)
     w = max(w, 4)
     out.append(f"  {'gpu':>3}  {'pci':<12}  {'node':>4}  {'cpus':<{w}}  memory")
     for p in plans:
         node = "?" if p.cpu_node is None else str(p.cpu_node)
         memtxt = (
-            f"{p.memory} {format_cpulist(p.memory_nodes)}"
+            f"{p.memory} {_nu.format_cpulist(p.memory_nodes)}"
             if p.memory and (p.memory_nodes or p.memory == "local")
             else "unchanged"
         )
         extra = (
-            f"  (GPU memory on node {format_cpulist(p.gpu_memory_nodes)})"
+            f"  (GPU memory on node {_nu.format_cpulist(p.gpu_memory_nodes)})"
             if p.gpu_memory_nodes
             else ""
         )
         out.append(
             f"  {p.gpu!s:>3}  {p.pci or '?':<12}  {node:>4}  "
-            f"{format_cpulist(p.cpus):<{w}}  {memtxt}{extra}"
+            f"{_nu.format_cpulist(p.cpus):<{w}}  {memtxt}{extra}"
         )
     notes = sorted({n for p in plans for n in p.notes})
     if notes:
@@ -987,7 +935,7 @@ def _drop_in_name(unit: str, index: Optional[int]) -> str:
     return f"{name}.d/50-numa.conf"
 
 
-def _render_plan_systemd(plans: List[GpuPlan], unit: str) -> str:
+def _render_plan_systemd(plans: List[_nu.GpuPlan], unit: str) -> str:
     out = []
     for p in plans:
         out.append(
@@ -995,7 +943,7 @@ def _render_plan_systemd(plans: List[GpuPlan], unit: str) -> str:
             f"{'?' if p.cpu_node is None else p.cpu_node}, policy {p.policy}"
         )
         out.append("[Service]")
-        out.append(f"CPUAffinity={format_cpulist(p.cpus)}")
+        out.append(f"CPUAffinity={_nu.format_cpulist(p.cpus)}")
         if (
             p.memory is not None
             and p.memory in _SYSTEMD_POLICY
@@ -1003,12 +951,12 @@ def _render_plan_systemd(plans: List[GpuPlan], unit: str) -> str:
         ):
             out.append(f"NUMAPolicy={_SYSTEMD_POLICY[p.memory]}")
             if p.memory != "local":
-                out.append(f"NUMAMask={format_cpulist(p.memory_nodes)}")
+                out.append(f"NUMAMask={_nu.format_cpulist(p.memory_nodes)}")
         out.append("")
     return "\n".join(out)
 
 
-def _render_plan_cmd(plans: List[GpuPlan], fmt: str) -> str:
+def _render_plan_cmd(plans: List[_nu.GpuPlan], fmt: str) -> str:
     out = []
     for p in plans:
         out.append(
@@ -1016,11 +964,11 @@ def _render_plan_cmd(plans: List[GpuPlan], fmt: str) -> str:
             f"{'?' if p.cpu_node is None else p.cpu_node}, policy {p.policy}"
         )
         if fmt == "taskset":
-            out.append(f"taskset -c {format_cpulist(p.cpus)}")
+            out.append(f"taskset -c {_nu.format_cpulist(p.cpus)}")
             continue
-        args = [f"--physcpubind={format_cpulist(p.cpus)}"]
+        args = [f"--physcpubind={_nu.format_cpulist(p.cpus)}"]
         if p.memory is not None and p.memory in _NUMACTL_OPTION and p.memory_nodes:
-            args.append(f"{_NUMACTL_OPTION[p.memory]}={format_cpulist(p.memory_nodes)}")
+            args.append(f"{_NUMACTL_OPTION[p.memory]}={_nu.format_cpulist(p.memory_nodes)}")
         elif p.memory == "local":
             args.append("--localalloc")
         out.append("numactl " + " ".join(args) + " --")
@@ -1051,7 +999,7 @@ _EXPIRY_UNITS = MappingProxyType({"s": 1, "m": 60, "h": 3600, "d": 86400})
 
 def _label_list(ids: Iterable[int]) -> str:
     """Ids as a label value: "0-3,8" becomes "0-3_8" (a label value has no comma)."""
-    return format_cpulist(ids).replace(",", "_")
+    return _nu.format_cpulist(ids).replace(",", "_")
 
 
 def _hugepage_name(size_kb: int) -> str:
@@ -1232,7 +1180,7 @@ _OCI_MODE = MappingProxyType(
 )
 
 
-def _oci_memory_policy(plan: GpuPlan) -> Optional[Dict[str, str]]:
+def _oci_memory_policy(plan: _nu.GpuPlan) -> Optional[Dict[str, str]]:
     """The plan's memory policy as linux.memoryPolicy; None: the plan leaves memory be."""
     if plan.memory == "local":
         return {"mode": "MPOL_LOCAL"}
@@ -1244,14 +1192,14 @@ def _oci_memory_policy(plan: GpuPlan) -> Optional[Dict[str, str]]:
         mode = _OCI_MODE[plan.memory]
     else:
         return None
-    return {"mode": mode, "nodes": format_cpulist(plan.memory_nodes)}
+    return {"mode": mode, "nodes": _nu.format_cpulist(plan.memory_nodes)}
 
 
-def _oci_linux(plan: GpuPlan) -> Dict[str, Any]:
+def _oci_linux(plan: _nu.GpuPlan) -> Dict[str, Any]:
     """The config.json "linux" fragment for one GPU's container: its cpuset and its
     memory policy.  cpuset.mems only for a bind: a cpuset limit would turn a preference
     into a bind and forbid interleave's other nodes."""
-    cpu: Dict[str, str] = {"cpus": format_cpulist(plan.cpus)}
+    cpu: Dict[str, str] = {"cpus": _nu.format_cpulist(plan.cpus)}
     policy = _oci_memory_policy(plan)
     if policy is not None and policy["mode"] == "MPOL_BIND":
         cpu["mems"] = policy["nodes"]
@@ -1261,7 +1209,7 @@ def _oci_linux(plan: GpuPlan) -> Dict[str, Any]:
     return linux
 
 
-def _render_plan_oci(plans: List[GpuPlan]) -> List[Dict[str, Any]]:
+def _render_plan_oci(plans: List[_nu.GpuPlan]) -> List[Dict[str, Any]]:
     return [{"gpu": plan.gpu, "pci": plan.pci, "linux": _oci_linux(plan)} for plan in plans]
 
 
@@ -1274,7 +1222,7 @@ def _render_plan_oci(plans: List[GpuPlan]) -> List[Dict[str, Any]]:
 _NRI_KEY = "policy.memory-policy.nri.io"
 
 
-def _render_plan_nri(plans: List[GpuPlan], one_pod: bool) -> Dict[str, Any]:
+def _render_plan_nri(plans: List[_nu.GpuPlan], one_pod: bool) -> Dict[str, Any]:
     """{"metadata": {"annotations": {...}}}: the pod-level key for one GPU (plan --gpu
     N), else a key per container named gpu-N."""
     annotations: Dict[str, str] = {}
@@ -1291,7 +1239,7 @@ def _render_plan_nri(plans: List[GpuPlan], one_pod: bool) -> Dict[str, Any]:
 # ids: core 0 is the first core of the first socket, counted as hwloc's lstopo shows
 # them (Core L#), so a hyperthreaded machine's CPUs 0-47,96-143 are cores 0-47.
 # srun --cpu-bind=mask_cpu:M0,M1,... gives task i the hexadecimal CPU mask Mi.
-def _logical_cores(topo: Topology) -> Dict[int, int]:
+def _logical_cores(topo: _nu.Topology) -> Dict[int, int]:
     """CPU id -> Slurm's (hwloc's) logical core index.  hwloc orders objects by their
     first CPU: packages by theirs, then the cores of a package by theirs; a CPU whose
     core is unknown counts as a core of its own."""
@@ -1315,7 +1263,7 @@ def _logical_cores(topo: Topology) -> Dict[int, int]:
     return index
 
 
-def _nvidia_minor(backend: Backend, pci: Optional[str]) -> Optional[int]:
+def _nvidia_minor(backend: _nu.Backend, pci: Optional[str]) -> Optional[int]:
     """The /dev/nvidiaN minor the NVIDIA driver gave the GPU at ``pci``, or None."""
     if pci is None:
         return None
@@ -1324,21 +1272,20 @@ def _nvidia_minor(backend: Backend, pci: Optional[str]) -> Optional[int]:
     return None if match is None else int(match.group(1))
 
 
-def _render_plan_gres(plans: List[GpuPlan], backend: Backend) -> str:
-    topo = read_topology(backend=backend)
+def _render_plan_gres(plans: List[_nu.GpuPlan], backend: _nu.Backend) -> str:
+    topo = _nu.read_topology(backend=backend)
     cores = _logical_cores(topo)
     out = []
     for plan in plans:
         minor = _nvidia_minor(backend, plan.pci)
         core_ids = {cores[cpu] for cpu in plan.cpus if cpu in cores}
-        out.append(
-            f"# GPU {plan.gpu} ({plan.pci or '?'}), node "
-            f"{'?' if plan.cpu_node is None else plan.cpu_node}, CPUs {format_cpulist(plan.cpus)}"
-        )
-        line = f"Name=gpu File=/dev/nvidia{minor} Cores={format_cpulist(core_ids)}"
+        cpus = _nu.format_cpulist(plan.cpus)
+        node = "?" if plan.cpu_node is None else plan.cpu_node
+        out.append(f"# GPU {plan.gpu} ({plan.pci or '?'}), node {node}, CPUs {cpus}")
+        line = f"Name=gpu File=/dev/nvidia{minor} Cores={_nu.format_cpulist(core_ids)}"
         if minor is None:
             out.append("# no /dev/nvidiaN minor known for this GPU (not NVIDIA's driver):")
-            line = f"# Name=gpu File=DEVICE Cores={format_cpulist(core_ids)}"
+            line = f"# Name=gpu File=DEVICE Cores={_nu.format_cpulist(core_ids)}"
         out.append(line)
     return "\n".join(out) + ("\n" if out else "")
 
@@ -1347,13 +1294,13 @@ def _cpu_mask(cpus: Iterable[int]) -> str:
     return hex(sum(1 << cpu for cpu in set(cpus)))
 
 
-def _render_plan_srun(plans: List[GpuPlan]) -> str:
+def _render_plan_srun(plans: List[_nu.GpuPlan]) -> str:
     """One srun option line: task i runs on GPU i's CPUs; a bind plan adds
     --mem-bind=map_mem (task i's memory on its one node)."""
     if not plans:
         return ""
     out = [
-        f"# task {task}: GPU {plan.gpu} ({plan.pci or '?'}), CPUs {format_cpulist(plan.cpus)}"
+        f"# task {task}: GPU {plan.gpu} ({plan.pci or '?'}), CPUs {_nu.format_cpulist(plan.cpus)}"
         for task, plan in enumerate(plans)
     ]
     option = "--cpu-bind=mask_cpu:" + ",".join(_cpu_mask(plan.cpus) for plan in plans)
@@ -1363,7 +1310,7 @@ def _render_plan_srun(plans: List[GpuPlan]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _render_plan_ray(plans: List[GpuPlan]) -> Dict[str, int]:
+def _render_plan_ray(plans: List[_nu.GpuPlan]) -> Dict[str, int]:
     """Ray custom resources: numa_node_N, the number of GPUs whose workers run on node
     N's CPUs (``ray start --resources=...``; an actor asks for {"numa_node_0": 1})."""
     counts: Dict[str, int] = {}
@@ -1383,7 +1330,7 @@ def _cli_policy(args: argparse.Namespace) -> str:
     """The CLI binds when asked to: NUMA_BIND_POLICY's default "none" means "node" here."""
     if args.policy is not None:
         return str(args.policy)
-    pol = bind_policy()
+    pol = _nu.bind_policy()
     return "node" if pol == "none" else pol
 
 
@@ -1393,7 +1340,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         return _cmd_role_plan(args, b)
     if args.format == "env":
         raise ValueError("--format env is the OpenMP environment of a role plan: add --roles")
-    plans = gpu_plans(
+    plans = _nu.gpu_plans(
         _cli_policy(args),
         reserve=args.reserve,
         strict=True if args.strict else None,
@@ -1406,21 +1353,21 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             raise ValueError(f"no CUDA device {args.gpu} in the plan")
     fmt = args.format or ("json" if args.json else "text")
     if fmt == "json":
-        _print_json([p.to_json() for p in plans])
+        _nu._print_json([p.to_json() for p in plans])
     elif fmt == "systemd":
         sys.stdout.write(_render_plan_systemd(plans, args.unit))
     elif fmt in ("numactl", "taskset"):
         sys.stdout.write(_render_plan_cmd(plans, fmt))
     elif fmt == "oci":
-        _print_json(_render_plan_oci(plans))
+        _nu._print_json(_render_plan_oci(plans))
     elif fmt == "nri":
-        _print_json(_render_plan_nri(plans, args.gpu is not None))
+        _nu._print_json(_render_plan_nri(plans, args.gpu is not None))
     elif fmt == "gres":
         sys.stdout.write(_render_plan_gres(plans, b))
     elif fmt == "srun":
         sys.stdout.write(_render_plan_srun(plans))
     elif fmt == "ray":
-        _print_json(_render_plan_ray(plans))
+        _nu._print_json(_render_plan_ray(plans))
     else:
         sys.stdout.write(_render_plan_text(plans, _cli_policy(args), b.root))
     return 0
@@ -1437,8 +1384,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     b = backend_for_root(args.root)
     strict = True if args.strict else None
     if args.gpu is not None:
-        cuda_device(args.gpu, backend=b)  # no such device: a usage error, as --node 99
-        res = bind_for_gpu(
+        _nu.cuda_device(args.gpu, backend=b)  # no such device: a usage error, as --node 99
+        res = _nu.bind_for_gpu(
             args.gpu,
             _cli_policy(args),
             reserve=args.reserve,
@@ -1453,7 +1400,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             raise ValueError(
                 f"--node takes --policy node or none, not {pol!r} (the GPU policies need --gpu)"
             )
-        res = bind_to_node(
+        res = _nu.bind_to_node(
             _single_node(args.node, b),
             cpus=pol != "none",
             threads="all",
@@ -1482,7 +1429,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _add_plan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--policy",
-        choices=BIND_POLICIES + ("none",),
+        choices=_nu.BIND_POLICIES + ("none",),
         default=None,
         help="CPU policy (default: NUMA_BIND_POLICY, else node)",
     )
@@ -1495,7 +1442,7 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--memory",
-        choices=MEMORY_WORDS,
+        choices=_nu.MEMORY_WORDS,
         default=None,
         metavar="MODE",
         help="memory policy: prefer, bind, interleave, weighted-interleave, local, socket, "
@@ -1519,7 +1466,10 @@ def _cli_plan(sub: Any) -> None:
         "(the GPU's exclusive share; --policy and --memory do not apply)",
     )
     p.add_argument(
-        "--smt", choices=SMT_RULES, default="core", help="whole cores per role, or one CPU each"
+        "--smt",
+        choices=_nut.SMT_RULES,
+        default="core",
+        help="whole cores per role, or one CPU each",
     )
     p.add_argument(
         "--format",
@@ -1574,8 +1524,8 @@ def watch(
     interval: float = 1.0,
     count: Optional[int] = None,
     pid: Optional[Union[int, str]] = None,
-    threshold: float = REMOTE_SHARE_THRESHOLD,
-    backend: Optional[Backend] = None,
+    threshold: float = _nut.REMOTE_SHARE_THRESHOLD,
+    backend: Optional[_nu.Backend] = None,
     sleep: Optional[Callable[[float], None]] = None,
 ) -> Iterator[Dict[str, Any]]:
     """Yield one sample per ``interval`` seconds (``count`` samples, or forever):
@@ -1583,20 +1533,20 @@ def watch(
     bytes per node and remote share (``RemoteShare.to_json()``).  JSON-ready dicts."""
     import time
 
-    b = backend if backend is not None else default_backend()
+    b = backend if backend is not None else _nu.default_backend()
     pause = sleep if sleep is not None else time.sleep
-    topo = read_topology(backend=b)
-    before = counters(backend=b)
+    topo = _nu.read_topology(backend=b)
+    before = _nur.counters(backend=b)
     i = 0
     while count is None or i < count:
         pause(max(interval, 0.0))
-        after = counters(backend=b)
+        after = _nur.counters(backend=b)
         delta = after - before
         rows = []
         for c in after:
             d = delta.nodes.get(c.node)
             row: Dict[str, Any] = {"node": c.node}
-            for k in NUMASTAT_FIELDS:
+            for k in _nur.NUMASTAT_FIELDS:
                 row[k] = d.numastat.get(k) if d is not None else None
             row.update(
                 mem_total_kb=c.mem_total_kb, mem_free_kb=c.mem_free_kb, available_kb=c.available_kb
@@ -1609,7 +1559,7 @@ def watch(
             "remote_ratio": delta.remote_ratio,
         }
         if pid is not None:
-            sample["process"] = remote_share(
+            sample["process"] = _nut.remote_share(
                 pid, threshold=threshold, topology=topo, backend=b
             ).to_json()
         yield sample
@@ -1637,17 +1587,17 @@ def _render_watch(sample: Dict[str, Any], first: bool) -> str:
         out.append(f"-- {stamp} (+{secs:.2f}s)")
     total = proc["total_bytes"] if proc else 0
     for r in sample["nodes"]:
-        v = {k: "-" if r[k] is None else str(r[k]) for k in NUMASTAT_FIELDS}
+        v = {k: "-" if r[k] is None else str(r[k]) for k in _nur.NUMASTAT_FIELDS}
         line = (
             f"{r['node']:>5} {v['numa_hit']:>10} {v['numa_miss']:>8} "
             f"{v['numa_foreign']:>8} {v['interleave_hit']:>8} {v['local_node']:>10} "
-            f"{v['other_node']:>8} {format_kib(r['mem_free_kb']):>11} "
-            f"{format_kib(r['available_kb']):>11}"
+            f"{v['other_node']:>8} {_nu.format_kib(r['mem_free_kb']):>11} "
+            f"{_nu.format_kib(r['available_kb']):>11}"
         )
         if proc is not None:
             nb = proc["bytes_by_node"].get(str(r["node"]), 0)
             pct = f"{100.0 * nb / total:.1f}" if total else "-"
-            line += f" {format_kib(nb // 1024):>11} {pct:>6}"
+            line += f" {_nu.format_kib(nb // 1024):>11} {pct:>6}"
         out.append(line)
     if proc is not None:
         if proc["error"]:
@@ -1655,10 +1605,10 @@ def _render_watch(sample: Dict[str, Any], first: bool) -> str:
         else:
             flag = "  ABOVE THRESHOLD" if proc["over_threshold"] else ""
             out.append(
-                f"  pid {proc['pid']}: {format_kib(total // 1024)} mapped, "
+                f"  pid {proc['pid']}: {_nu.format_kib(total // 1024)} mapped, "
                 f"{100.0 * proc['remote_share']:.1f}% remote (CPUs "
-                f"{format_cpulist(proc['cpus']) or '-'} -> local memory "
-                f"nodes {format_cpulist(proc['local_nodes']) or '-'}){flag}"
+                f"{_nu.format_cpulist(proc['cpus']) or '-'} -> local memory "
+                f"nodes {_nu.format_cpulist(proc['local_nodes']) or '-'}){flag}"
             )
     return "\n".join(out) + "\n"
 
@@ -1742,9 +1692,9 @@ def _cli_watch(sub: Any) -> None:
 
 def _cmd_fit(args: argparse.Namespace) -> int:
     b = backend_for_root(args.root)
-    r = _nu.fit(
-        parse_size(args.size),
-        nodes=parse_nodestring(args.nodes, backend=b) if args.nodes else None,
+    r = _nur.fit(
+        _nu.parse_size(args.size),
+        nodes=_nu.parse_nodestring(args.nodes, backend=b) if args.nodes else None,
         policy=args.policy,
         hugepages=args.huge or False,
         kind=args.kind,
@@ -1753,7 +1703,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         layout=args.layout,
     )
     if args.json:
-        _print_json(r.to_json())
+        _nu._print_json(r.to_json())
         return 0 if r else 1
     print(("fits: " if r else "does not fit: ") + r.reason)
     for n in r.nodes:
@@ -1761,13 +1711,13 @@ def _cmd_fit(args: argparse.Namespace) -> int:
             f"{kb} kB: {h.free}/{h.total} free" for kb, h in n.hugepages.items() if h.total
         )
         print(
-            f"  node {n.node}: needs {format_kib(n.needed >> 10)}, has "
-            f"{format_kib(n.available >> 10)}" + (f" (huge pages {huge})" if huge else "")
+            f"  node {n.node}: needs {_nu.format_kib(n.needed >> 10)}, has "
+            f"{_nu.format_kib(n.available >> 10)}" + (f" (huge pages {huge})" if huge else "")
         )
     for x in r.limits:
         print(
             f"  {x.name}: allows "
-            + (format_kib(max(x.allows, 0) >> 10) if x.allows is not None else "?")
+            + (_nu.format_kib(max(x.allows, 0) >> 10) if x.allows is not None else "?")
             + f" ({x.source})"
         )
     print("  THP: " + ", ".join(f"{k} [{v}]" for k, v in r.thp.items()))
@@ -1784,7 +1734,7 @@ def _cli_fit(sub: Any) -> None:
     )
     p.add_argument("size", metavar="SIZE", help="bytes (64G, 512M, ...)")
     p.add_argument("--nodes", default=None, help="memory nodes (numactl grammar)")
-    p.add_argument("--policy", default="interleave", choices=sorted(MODE_NAMES))
+    p.add_argument("--policy", default="interleave", choices=sorted(_nu.MODE_NAMES))
     p.add_argument("--huge", default=None, help="huge pages: 2M, 1G, thp")
     p.add_argument("--kind", choices=("sysv", "posix"), default="sysv")
     p.add_argument("--pin", action="store_true", help="also pinned with pin_for_cuda")
@@ -1909,7 +1859,7 @@ def _render_prometheus(rep: Dict[str, Any]) -> str:
             c["available_kb"] * 1024,
             node=node,
         )
-        for f in NUMASTAT_FIELDS:
+        for f in _nur.NUMASTAT_FIELDS:
             w.add(
                 f"numa_utils_node_{f}_pages_total",
                 "counter",
@@ -1995,9 +1945,9 @@ def _render_prometheus(rep: Dict[str, Any]) -> str:
     return w.text()
 
 
-def _single_node(text: str, b: Backend) -> int:
+def _single_node(text: str, b: _nu.Backend) -> int:
     """A node option that takes one node (``run --node``) in numactl's grammar."""
-    nodes = parse_nodestring(str(text), backend=b)
+    nodes = _nu.parse_nodestring(str(text), backend=b)
     if len(nodes) != 1:
         raise ValueError(f"{text!r} is {len(nodes)} nodes, not one")
     return next(iter(nodes))
@@ -2085,11 +2035,11 @@ def _numactl_mask(name: str, ids: Iterable[int]) -> str:
     return f"{name}: " + "".join(f"{i} " for i in sorted(ids)) + "\n"
 
 
-def _numactl_show(b: Backend, t: Topology) -> Tuple[str, int]:
+def _numactl_show(b: _nu.Backend, t: _nu.Topology) -> Tuple[str, int]:
     """numactl --show's text, from this process's policy and affinity."""
     aff = b.call("sched_getaffinity", 0)
     try:
-        pol, nodes = get_mempolicy(backend=b)
+        pol, nodes = _nu.get_mempolicy(backend=b)
     except OSError as e:
         if e.errno in (errno.ENOSYS, errno.EPERM):
             return (
@@ -2097,22 +2047,22 @@ def _numactl_show(b: Backend, t: Topology) -> Tuple[str, int]:
             ), 1
         pol, nodes = 0, frozenset()
     try:
-        cur = get_mempolicy(flags=GetFlag.NODE, backend=b)[0]
+        cur = _nu.get_mempolicy(flags=_nu.GetFlag.NODE, backend=b)[0]
     except OSError:
         cur = 0
-    membind = nodes if pol == Mode.BIND else t.allowed_mems
+    membind = nodes if pol == _nu.Mode.BIND else t.allowed_mems
     pref = {
-        int(Mode.PREFERRED): f"{min(nodes, default=0)}\n",
-        Mode.DEFAULT: "current\n",
-        Mode.INTERLEAVE: f"{cur} (interleave next)\n",
-        Mode.BIND: f"{min(membind, default=-1)}\n",
-        Mode.PREFERRED_MANY: f"{cur} (preferred-many)\n",
+        int(_nu.Mode.PREFERRED): f"{min(nodes, default=0)}\n",
+        _nu.Mode.DEFAULT: "current\n",
+        _nu.Mode.INTERLEAVE: f"{cur} (interleave next)\n",
+        _nu.Mode.BIND: f"{min(membind, default=-1)}\n",
+        _nu.Mode.PREFERRED_MANY: f"{cur} (preferred-many)\n",
     }.get(pol, "")
     out = [
         f"policy: {_NUMACTL_POLICY[pol] if 0 <= pol < len(_NUMACTL_POLICY) else f'[{pol}]'}"
         f"\npreferred node: {pref}"
     ]
-    if pol == Mode.INTERLEAVE:
+    if pol == _nu.Mode.INTERLEAVE:
         out.append(_numactl_mask("interleavemask", nodes) + f"interleavenode: {cur}\n")
     run_nodes = [n for n in sorted(t.allowed_mems) if n in t.nodes and t.nodes[n].cpus & aff]
     out += [
@@ -2125,11 +2075,11 @@ def _numactl_show(b: Backend, t: Topology) -> Tuple[str, int]:
     return "".join(out), 0
 
 
-def _numactl_hardware(t: Topology) -> str:
+def _numactl_hardware(t: _nu.Topology) -> str:
     """numactl --hardware's text.  The distance table is print_distances()'s
     printf("% 3d ") (numactl.c): a blank, then at least 3 columns in all."""
     ids = sorted(t.nodes)
-    out = [f"available: {len(ids)} nodes ({format_cpulist(ids)})\n"]
+    out = [f"available: {len(ids)} nodes ({_nu.format_cpulist(ids)})\n"]
     for n in ids:
         node = t.nodes[n]
         out.append(f"node {n} cpus:" + "".join(f" {c}" for c in sorted(node.cpus)) + "\n")
@@ -2151,7 +2101,7 @@ def _numactl_hardware(t: Topology) -> str:
 
 def _memsize(text: str) -> int:
     """numactl's memsize(): strtoul base 0, then an optional k/m/g (anything else ignored)."""
-    v, end = _strtoul(text, 0)
+    v, end = _nu._strtoul(text, 0)
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[end : end + 1].upper(), 1)
     return (v or 0) * mult % (1 << 64)  # C's unsigned long
 
@@ -2159,13 +2109,13 @@ def _memsize(text: str) -> int:
 def _cmd_numactl(
     argv: Sequence[str],
     *,
-    backend: Optional[Backend] = None,
+    backend: Optional[_nu.Backend] = None,
     execvp: Callable[[str, List[str]], Any] = os.execvp,
 ) -> int:
     """``numa_utils numactl ARGS``: numactl's options parsed left to right with
     getopt (stopping at the command), applied as numactl applies them, then exec."""
     try:
-        return _Numactl(backend if backend is not None else default_backend()).run(
+        return _Numactl(backend if backend is not None else _nu.default_backend()).run(
             list(argv), execvp
         )
     except _NumactlExit as e:
@@ -2176,11 +2126,11 @@ class _Numactl:
     """numactl's main(): its options applied in order, with the state they leave for
     the options after them (a policy set, --all, --shm's region, the shm options)."""
 
-    def __init__(self, b: Backend) -> None:
+    def __init__(self, b: _nu.Backend) -> None:
         self.b, self.out, self.err = b, sys.stdout, sys.stderr
         self.ver = _numactl_version()
         self.fallback = False  # --fallback: run the command despite failures
-        self.topo: Optional[Topology] = None
+        self.topo: Optional[_nu.Topology] = None
         self.mode: Optional[int] = None  # the memory policy an option set
         self.task: Optional[Tuple[int, FrozenSet[int], int]] = None  # set_mempolicy's
         self.all = self.parsed = self.cpubind = self.balancing = False
@@ -2202,14 +2152,14 @@ class _Numactl:
         self.err.write(f"numactl: {msg}\n")
         raise _NumactlExit(1)
 
-    def tp(self) -> Topology:
+    def tp(self) -> _nu.Topology:
         if self.topo is None:
-            self.topo = read_topology(backend=self.b)
+            self.topo = _nu.read_topology(backend=self.b)
         return self.topo
 
     def available(self) -> bool:
         try:
-            get_mempolicy(backend=self.b)
+            _nu.get_mempolicy(backend=self.b)
         except OSError as e:
             return e.errno not in (errno.ENOSYS, errno.EPERM)
         return True
@@ -2229,7 +2179,7 @@ class _Numactl:
 
     def nodes(self, arg: str, cpus: bool = False) -> FrozenSet[int]:
         try:
-            got = parse_nodestring(
+            got = _nu.parse_nodestring(
                 arg,
                 cpus=cpus,
                 possible=self.all,
@@ -2278,7 +2228,7 @@ class _Numactl:
         if shm is None:
             self.call(
                 what,
-                lambda: set_mempolicy(mode, mask, mode_flags=flags, backend=b),
+                lambda: _nu.set_mempolicy(mode, mask, mode_flags=flags, backend=b),
                 "set_mempolicy",
             )
             self.task = (mode, mask, flags)
@@ -2286,8 +2236,8 @@ class _Numactl:
             addr, size = shm
             self.call(
                 what,
-                lambda: mbind(
-                    addr, size, mode, mask, MbindFlag.STRICT if self.strict else 0, backend=b
+                lambda: _nu.mbind(
+                    addr, size, mode, mask, _nu.MbindFlag.STRICT if self.strict else 0, backend=b
                 ),
                 "mbind",
             )
@@ -2350,12 +2300,12 @@ class _Numactl:
             self.usage(f"shm related option {self.shmopt} for process")
         if not cmd:
             self.usage()
-        if self.task and self.task[0] in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
+        if self.task and self.task[0] in (_nu.Mode.INTERLEAVE, _nu.Mode.WEIGHTED_INTERLEAVE):
             # Setting the policy again restarts the interleave cursor (il_prev): what
             # Python allocated since would move the child's "interleave next" (which
             # still moves with every page faulted before it asks, ASLR included).
             try:
-                set_mempolicy(self.task[0], self.task[1], backend=self.b)
+                _nu.set_mempolicy(self.task[0], self.task[1], backend=self.b)
             except OSError:
                 pass
         failed = _exec(cmd, execvp)
@@ -2374,10 +2324,10 @@ class _Numactl:
         elif c in "wi":
             self.checknuma()
             mask = self.nodes(arg)
-            mode = Mode.WEIGHTED_INTERLEAVE if c == "w" else Mode.INTERLEAVE
+            mode = _nu.Mode.WEIGHTED_INTERLEAVE if c == "w" else _nu.Mode.INTERLEAVE
             self.setpolicy(mode)
             self.policy(
-                Mode.INTERLEAVE if shm else mode if mask else Mode.DEFAULT,
+                _nu.Mode.INTERLEAVE if shm else mode if mask else _nu.Mode.DEFAULT,
                 mask,
                 "setting interleave mask",
             )
@@ -2399,41 +2349,41 @@ class _Numactl:
             )
         elif c == "m":
             self.checknuma()
-            self.setpolicy(Mode.BIND)
+            self.setpolicy(_nu.Mode.BIND)
             mask = self.nodes(arg)
-            flags = ModeFlag.NUMA_BALANCING if self.balancing and not shm else 0
+            flags = _nu.ModeFlag.NUMA_BALANCING if self.balancing and not shm else 0
             try:
                 if flags:  # numa_set_membind_balancing: plain bind where unsupported
-                    set_mempolicy(Mode.BIND, mask, mode_flags=flags, backend=self.b)
-                    self.task = (Mode.BIND, mask, flags)
+                    _nu.set_mempolicy(_nu.Mode.BIND, mask, mode_flags=flags, backend=self.b)
+                    self.task = (_nu.Mode.BIND, mask, flags)
                     return
             except OSError as e:
                 if e.errno == errno.EINVAL:  # the kernel predates the flag
                     flags = 0
-            self.policy(Mode.BIND, mask, "setting membind", flags)
+            self.policy(_nu.Mode.BIND, mask, "setting membind", flags)
         elif c in "pP":
             self.checknuma()
             mask = self.nodes(arg)
             if shm:  # libnuma's numa_tonode_memory passes preferred-many an
-                self.setpolicy(Mode.PREFERRED_MANY)  # empty mask: EINVAL (2.0.16, kept)
-                self.policy(Mode.PREFERRED_MANY, frozenset(), "setting preferred node")
+                self.setpolicy(_nu.Mode.PREFERRED_MANY)  # empty mask: EINVAL (2.0.16, kept)
+                self.policy(_nu.Mode.PREFERRED_MANY, frozenset(), "setting preferred node")
             elif c == "p":
                 if len(mask) != 1:
                     self.usage()
-                self.setpolicy(Mode.PREFERRED)
-                self.policy(Mode.PREFERRED, mask, "setting preferred node")
+                self.setpolicy(_nu.Mode.PREFERRED)
+                self.policy(_nu.Mode.PREFERRED, mask, "setting preferred node")
             else:
-                self.setpolicy(Mode.PREFERRED_MANY)
+                self.setpolicy(_nu.Mode.PREFERRED_MANY)
                 try:
-                    set_mempolicy(Mode.PREFERRED_MANY, mask, backend=self.b)
+                    _nu.set_mempolicy(_nu.Mode.PREFERRED_MANY, mask, backend=self.b)
                 except OSError as e:
                     if e.errno == errno.EINVAL and mask and not self.fallback:
                         self.complain("preferred-many requested without kernel support")
-                    self.policy(Mode.PREFERRED_MANY, mask, "setting preferred node")
+                    self.policy(_nu.Mode.PREFERRED_MANY, mask, "setting preferred node")
         elif c == "l":
             self.checknuma()
-            self.setpolicy(Mode.LOCAL)
-            self.policy(Mode.LOCAL, frozenset(), "local allocation")
+            self.setpolicy(_nu.Mode.LOCAL)
+            self.policy(_nu.Mode.LOCAL, frozenset(), "local allocation")
         elif c == "a":
             if self.parsed:
                 self.usage("--all/-a option must be before all cpu/node specifications")
@@ -2456,7 +2406,7 @@ class _Numactl:
             else:
                 self.huge = True
         elif c == "I":
-            v, end = _strtoul(arg, 0)
+            v, end = _nu._strtoul(arg, 0)
             if v is None or end != len(arg):
                 self.usage()
             self.shmid = v or 0
@@ -2520,10 +2470,10 @@ class _Numactl:
                 f"{self.shmid} mode {self.shmmode:04o} length "
                 f"{self.length / (1 << 20):.0f}MB\n"
             )
-            flags = IPC_CREAT | self.shmmode
+            flags = _nu.IPC_CREAT | self.shmmode
             try:
                 if self.huge:
-                    flags |= SHM_HUGETLB  # the default huge page size, as numactl asks
+                    flags |= _nu.SHM_HUGETLB  # the default huge page size, as numactl asks
                 shmid = b.call("shmget", key, self.length, flags)
             except (OSError, ValueError, OverflowError) as e:  # shmget's size_t
                 self.complain(
@@ -2623,7 +2573,7 @@ def _refuse_negative(argv: Sequence[str], prog: str) -> None:
 # ---------------------------------------------------------------------------
 
 
-def _device_node(spec: str, b: Backend) -> FrozenSet[int]:
+def _device_node(spec: str, b: _nu.Backend) -> FrozenSet[int]:
     """libnuma's device forms (netdev:, block:, file:, pci:, ip:) -> the device's node
     from sysfs, for parse_nodestring(devices=_device_node).  Only a typed command resolves
     them: they stat files and (ip:) may ask a resolver."""
@@ -2636,11 +2586,11 @@ def _device_node(spec: str, b: Backend) -> FrozenSet[int]:
         try:
             nums = [int(x, 16) for x in parts] + [int(func or "0", 16)]
         except ValueError:
-            raise NodeListError(f"Cannot parse PCI device `{dev}'") from None
+            raise _nu.NodeListError(f"Cannot parse PCI device `{dev}'") from None
         if len(parts) == 2:
             nums.insert(0, 0)
         if len(nums) != 4:
-            raise NodeListError(f"Cannot parse PCI device `{dev}'")
+            raise _nu.NodeListError(f"Cannot parse PCI device `{dev}'")
         seg, bus, slot, fn = nums
         path = f"/sys/bus/pci/devices/{seg:04x}:{bus:02x}:{slot:02x}.{fn:x}/numa_node"
     else:
@@ -2648,7 +2598,7 @@ def _device_node(spec: str, b: Backend) -> FrozenSet[int]:
             try:
                 st = os.stat(dev)
             except OSError:
-                raise NodeListError(f"Cannot stat file {dev}") from None
+                raise _nu.NodeListError(f"Cannot stat file {dev}") from None
             d = st.st_rdev if stat.S_ISBLK(st.st_mode) else st.st_dev
             want = f"{os.major(d)}:{os.minor(d)}"
             names = [
@@ -2657,12 +2607,12 @@ def _device_node(spec: str, b: Backend) -> FrozenSet[int]:
                 if (_read_optional(b, f"/sys/class/block/{n}/dev") or "").strip() == want
             ]
             if not names:
-                raise NodeListError(f"Cannot find block device {want} in sysfs for `{dev}'")
+                raise _nu.NodeListError(f"Cannot find block device {want} in sysfs for `{dev}'")
             dev = names[0]
         elif kind == "ip":  # the interface the route to HOST goes through
             dev = _route_device(dev, b)
         if "/" in dev or "." in dev:
-            raise NodeListError(f"Illegal characters in `{dev}' specification")
+            raise _nu.NodeListError(f"Illegal characters in `{dev}' specification")
         path = f"/sys/class/{cls}/{dev}/device/numa_node"
     text = _read_optional(b, path)
     if text is None and kind != "pci":  # a virtio device: its PCI parent knows
@@ -2672,15 +2622,15 @@ def _device_node(spec: str, b: Backend) -> FrozenSet[int]:
     except ValueError:
         node = None
     if node is None:
-        raise NodeListError(f"Cannot read node mask for {cls} device `{dev}'")
+        raise _nu.NodeListError(f"Cannot read node mask for {cls} device `{dev}'")
     if node < 0:
-        raise NodeListError(
+        raise _nu.NodeListError(
             f"Kernel does not know node mask for {cls + ' ' if cls else ''}device `{dev}'"
         )
     return frozenset({node})
 
 
-def _route_device(host: str, b: Backend) -> str:
+def _route_device(host: str, b: _nu.Backend) -> str:
     """The interface of the longest-prefix IPv4 route to ``host`` (/proc/net/route).
     An address is used as it is; a name is looked up through the system resolver
     (DNS: it can wait on the network), as numactl does, because a person typed it."""
@@ -2692,7 +2642,7 @@ def _route_device(host: str, b: Backend) -> str:
         try:
             packed = socket.inet_aton(socket.gethostbyname(host))
         except (OSError, UnicodeError, ValueError):
-            raise NodeListError(f"Cannot resolve {host}") from None
+            raise _nu.NodeListError(f"Cannot resolve {host}") from None
     addr = struct.unpack("<I", packed)[0]
     best: Tuple[int, str] = (-1, "")
     for line in (_read_optional(b, "/proc/net/route") or "").splitlines()[1:]:
@@ -2704,7 +2654,7 @@ def _route_device(host: str, b: Backend) -> str:
         if addr & mask == dst and bin(mask).count("1") > best[0]:
             best = (bin(mask).count("1"), f[0])
     if not best[1]:
-        raise NodeListError(f"Cannot find a route to {host}")
+        raise _nu.NodeListError(f"Cannot find a route to {host}")
     return best[1]
 
 
@@ -2715,7 +2665,7 @@ def _route_device(host: str, b: Backend) -> str:
 def _parse_roles(text: Optional[str]) -> Dict[str, Union[int, str]]:
     """ "feeder=1,copy=1,compute=rest" -> {"feeder": 1, "copy": 1, "compute": "rest"}."""
     if text is None:
-        return dict(_nu.DEFAULT_ROLES)
+        return dict(_nut.DEFAULT_ROLES)
     roles: Dict[str, Union[int, str]] = {}
     for item in text.split(","):
         name, sep, want = (part.strip() for part in item.partition("="))
@@ -2728,7 +2678,7 @@ def _parse_roles(text: Optional[str]) -> Dict[str, Union[int, str]]:
     return roles
 
 
-def _role_plans(args: argparse.Namespace, b: Backend) -> List[ThreadPlan]:
+def _role_plans(args: argparse.Namespace, b: _nu.Backend) -> List[_nut.ThreadPlan]:
     """One role plan per GPU (or the one --gpu names), or for --node."""
     kw: Dict[str, Any] = {
         "roles": _parse_roles(args.roles),
@@ -2738,48 +2688,48 @@ def _role_plans(args: argparse.Namespace, b: Backend) -> List[ThreadPlan]:
         "backend": b,
     }
     if args.node is not None:
-        return [thread_plan(node=args.node, **kw)]
+        return [_nut.thread_plan(node=args.node, **kw)]
     if args.gpu is not None:
-        return [thread_plan(args.gpu, **kw)]
-    return [thread_plan(plan.gpu, **kw) for plan in gpu_plans(backend=b)]
+        return [_nut.thread_plan(args.gpu, **kw)]
+    return [_nut.thread_plan(plan.gpu, **kw) for plan in _nu.gpu_plans(backend=b)]
 
 
-def _role_plan_title(plan: ThreadPlan) -> str:
+def _role_plan_title(plan: _nut.ThreadPlan) -> str:
     node = "?" if plan.node is None else str(plan.node)
     if plan.gpu is None:
         return f"node {node}, smt {plan.smt}"
     return f"GPU {plan.gpu} ({plan.pci or '?'}), node {node}, smt {plan.smt}"
 
 
-def _render_role_text(plans: List[ThreadPlan], b: Backend) -> str:
-    topo = read_topology(backend=b)
+def _render_role_text(plans: List[_nut.ThreadPlan], b: _nu.Backend) -> str:
+    topo = _nu.read_topology(backend=b)
     out = []
     for plan in plans:
         out.append(f"numa_utils plan --roles: {_role_plan_title(plan)}")
-        width = max([len(format_cpulist(cpus)) for cpus in plan.roles.values()] + [4])
+        width = max([len(_nu.format_cpulist(cpus)) for cpus in plan.roles.values()] + [4])
         out.append(f"  {'role':<12}  {'cpus':<{width}}  cores")
         for role, cpus in plan.roles.items():
             cores = len(topo.cores_of(cpus))
-            out.append(f"  {role:<12}  {format_cpulist(cpus):<{width}}  {cores}")
+            out.append(f"  {role:<12}  {_nu.format_cpulist(cpus):<{width}}  {cores}")
         for why, cpus in plan.left_out.items():
-            out.append(f"  left out: {format_cpulist(cpus)} ({why})")
+            out.append(f"  left out: {_nu.format_cpulist(cpus)} ({why})")
         for note in plan.notes:
             out.append(f"  - {note}")
     return "\n".join(out) + "\n"
 
 
-def _render_role_env(plan: ThreadPlan) -> str:
+def _render_role_env(plan: _nut.ThreadPlan) -> str:
     import shlex
 
     out = [f"# {_role_plan_title(plan)}"]
     for role, cpus in plan.roles.items():
-        out.append(f"# role {role}: CPUs {format_cpulist(cpus)}")
+        out.append(f"# role {role}: CPUs {_nu.format_cpulist(cpus)}")
     for name, value in plan.omp_env.items():
         out.append(f"export {name}={shlex.quote(value)}")
     return "\n".join(out) + "\n"
 
 
-def _render_role_systemd(plans: List[ThreadPlan], unit: str) -> str:
+def _render_role_systemd(plans: List[_nut.ThreadPlan], unit: str) -> str:
     out = []
     for plan in plans:
         index = plan.gpu
@@ -2787,37 +2737,37 @@ def _render_role_systemd(plans: List[ThreadPlan], unit: str) -> str:
             index = plan.node
         out.append(f"# {_drop_in_name(unit, index)}: {_role_plan_title(plan)}")
         for role, cpus in plan.roles.items():
-            out.append(f"# role {role}: CPUs {format_cpulist(cpus)}")
+            out.append(f"# role {role}: CPUs {_nu.format_cpulist(cpus)}")
         out.append("[Service]")
-        out.append(f"CPUAffinity={format_cpulist(plan.cpus)}")
+        out.append(f"CPUAffinity={_nu.format_cpulist(plan.cpus)}")
         if plan.memory_nodes:
             out.append("NUMAPolicy=preferred")
-            out.append(f"NUMAMask={format_cpulist(plan.memory_nodes)}")
+            out.append(f"NUMAMask={_nu.format_cpulist(plan.memory_nodes)}")
         for name, value in plan.omp_env.items():
             out.append(f'Environment="{name}={value}"')
         out.append("")
     return "\n".join(out)
 
 
-def _render_role_taskset(plans: List[ThreadPlan]) -> str:
+def _render_role_taskset(plans: List[_nut.ThreadPlan]) -> str:
     out = []
     for plan in plans:
         out.append(f"# {_role_plan_title(plan)}")
         for role, cpus in plan.roles.items():
-            out.append(f"taskset -c {format_cpulist(cpus)}  # role {role}")
+            out.append(f"taskset -c {_nu.format_cpulist(cpus)}  # role {role}")
     return "\n".join(out) + "\n"
 
 
 _FLEET_FORMATS = ("oci", "nri", "gres", "srun", "ray")  # plan's exports for a fleet
 
 
-def _cmd_role_plan(args: argparse.Namespace, b: Backend) -> int:
+def _cmd_role_plan(args: argparse.Namespace, b: _nu.Backend) -> int:
     if args.node is not None and args.gpu is not None:
         raise ValueError("--gpu and --node: one of the two")
     plans = _role_plans(args, b)
     fmt = args.format or ("json" if args.json else "text")
     if fmt == "json":
-        _print_json([plan.to_json() for plan in plans])
+        _nu._print_json([plan.to_json() for plan in plans])
     elif fmt == "env":
         if len(plans) != 1:
             raise ValueError("--format env is one worker's environment: add --gpu N or --node N")
@@ -2844,11 +2794,11 @@ def _last_cpu(stat: str) -> Optional[int]:
     return None
 
 
-def _thread_rows(b: Backend, pid: str, plan: Optional[ThreadPlan]) -> List[Dict[str, Any]]:
+def _thread_rows(b: _nu.Backend, pid: str, plan: Optional[_nut.ThreadPlan]) -> List[Dict[str, Any]]:
     """One row per thread of ``pid``: tid, name, allowed CPUs, last CPU and its node,
     and under ``plan`` its role (the role whose CPUs are its mask) and whether it
     strays (allowed CPUs outside the plan)."""
-    topo = read_topology(backend=b)
+    topo = _nu.read_topology(backend=b)
     base = f"/proc/{pid}/task"
     tids = sorted(int(tid) for tid in b.listdir(base) if tid.isdigit())
     rows = []
@@ -2857,7 +2807,7 @@ def _thread_rows(b: Backend, pid: str, plan: Optional[ThreadPlan]) -> List[Dict[
         found = re.search(r"^Cpus_allowed_list:\s*(\S+)", status, re.M)
         allowed: FrozenSet[int] = frozenset()
         if found:
-            allowed = parse_cpulist(found.group(1))
+            allowed = _nu.parse_cpulist(found.group(1))
         last = _last_cpu(_read_optional(b, f"{base}/{tid}/stat") or "")
         node = None
         if last is not None:
@@ -2865,7 +2815,7 @@ def _thread_rows(b: Backend, pid: str, plan: Optional[ThreadPlan]) -> List[Dict[
         row: Dict[str, Any] = {
             "tid": tid,
             "name": (_read_optional(b, f"{base}/{tid}/comm") or "").strip(),
-            "cpus": format_cpulist(allowed),
+            "cpus": _nu.format_cpulist(allowed),
             "last_cpu": last,
             "node": node,
         }
@@ -2890,7 +2840,7 @@ def _cmd_threads(args: argparse.Namespace) -> int:
         plan = _role_plans(args, b)[0]
     rows = _thread_rows(b, pid, plan)
     if args.json:
-        _print_json(rows)
+        _nu._print_json(rows)
         return 0
     head = f"  {'tid':>7}  {'name':<16}  {'cpus':<16}  {'last':>4}  {'node':>4}"
     if plan is not None:
@@ -2921,7 +2871,7 @@ def _cli_threads(sub: Any) -> None:
     )
     p.add_argument("--node", type=int, default=None, metavar="N", help="roles of node N's plan")
     p.add_argument("--roles", default=None, metavar="ROLE=N,...", help="as plan --roles")
-    p.add_argument("--smt", choices=SMT_RULES, default="core", help="as plan --smt")
+    p.add_argument("--smt", choices=_nut.SMT_RULES, default="core", help="as plan --smt")
     p.set_defaults(func=_cmd_threads)
 
 
@@ -2948,13 +2898,396 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for stream in (sys.stdout, sys.stderr):  # arguments echoed as the bytes given
             getattr(stream, "reconfigure", lambda **kw: None)(errors="surrogateescape")
         return _cmd_numactl(raw[lead + 1 :])
-    _refuse_negative(raw, _prog())
+    _refuse_negative(raw, _nu._prog())
     # A typed command builds its own parser only; the help, a mistyped word and its
     # error list every command.
     word = raw[lead] if lead < len(raw) else ""
     adders = (_COMMANDS[word],) if word in _COMMANDS else dict.fromkeys(_COMMANDS.values())
-    return _nu._run(raw, tuple(adders))
+    return _nu._run(raw, tuple(adders), _cmd_status)
 
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def _status_regions(report: Dict[str, Any], backend: _nu.Backend) -> None:
+    """``report["regions"]``: this user's regions on the live system, SysV segments of
+    our key family and /dev/shm/numa_utils-* files, with the text part.  A SysV
+    layout is not read here (only an attach reads it, and a status scraped every few
+    seconds would keep a stale segment from cleanup forever): `maps PID` and `cleanup`
+    show it."""
+    rows: List[Dict[str, Any]] = []
+    report["regions"] = rows
+    if not backend.is_live:
+        return
+    euid = os.geteuid()
+    sysvipc = _nu._read_optional(backend, "/proc/sysvipc/shm") or ""
+    for st in _nu.parse_sysvipc_shm(sysvipc):
+        if st.uid == euid and st.key & _nur.SYSV_KEY_MASK == _nur.SYSV_KEY_PREFIX:
+            rows.append(
+                {
+                    "name": None,
+                    "kind": "sysv",
+                    "key": f"0x{st.key:08x}",
+                    "size": st.size,
+                    "attached": st.nattch,
+                    "layout": None,
+                }
+            )
+    locks = [
+        ln.split()
+        for ln in (_nu._read_optional(backend, "/proc/locks") or "").splitlines()
+        if "->" not in ln
+    ]  # every attacher of a file holds a shared flock
+    for name in sorted(n for n in backend.listdir("/dev/shm") if n.startswith(_nur.POSIX_PREFIX)):
+        path = f"/dev/shm/{name}"
+        row: Dict[str, Any] = {
+            "name": name[len(_nur.POSIX_PREFIX) :],
+            "kind": "posix",
+            "key": path,
+            "size": None,
+            "attached": None,
+            "layout": None,
+        }
+        try:
+            st_ = os.stat(path, follow_symlinks=False)
+            if st_.st_uid != euid:
+                continue
+            major = os.major(st_.st_dev)
+            minor = os.minor(st_.st_dev)
+            ino = f"{major:02x}:{minor:02x}:{st_.st_ino}"
+            row["attached"] = sum(f[1:2] == ["FLOCK"] and ino in f for f in locks)
+            row["size"], rec = _nur._file_record(path)
+            if rec is not None:
+                row.update(name=rec["key"], size=rec["size"], layout=str(_nur.record_layout(rec)))
+        except (OSError, ValueError) as err:
+            row["error"] = str(err)
+        rows.append(row)
+    if rows:
+        lines = ["", "REGIONS (this user's numa_utils shared memory)"]
+        for region in rows:
+            size = "?"
+            if region["size"] is not None:
+                size = _nu.format_size(region["size"])
+            attached = "?"
+            if region["attached"] is not None:
+                attached = region["attached"]
+            layout = region["layout"] or region.get("error")
+            if not layout:
+                layout = "layout: `maps PID` or `cleanup` shows it"
+            label = region["name"] or region["key"]
+            line = f"  {region['kind']:<5}  {label:<24}  {size:>8}  {attached} attached  {layout}"
+            lines.append(_nu.printable(line))
+        report.setdefault("extra_text", []).extend(lines)
+
+
+# ---------------------------------------------------------------------------
+# status: counters and advice.
+# ---------------------------------------------------------------------------
+
+
+def _status_extra(report: Dict[str, Any], topo: _nu.Topology, backend: _nu.Backend) -> None:
+    """Add counters, the process's remote share and advice to the status report."""
+    warnings: List[str] = report["warnings"]
+    text: List[str] = report.setdefault("extra_text", [])
+    snap = _nur.counters(backend=backend)
+    report["counters"] = snap.to_json()
+    warnings.extend(
+        f"could not read: {problem}"
+        for problem in snap.problems
+        if f"could not read: {problem}" not in warnings
+    )
+    if any(c.numastat for c in snap):
+        text += ["", "COUNTERS (numastat since boot, pages)"]
+        cols = tuple(
+            zip(
+                _nur.NUMASTAT_FIELDS,
+                ("numa_hit", "numa_miss", "foreign", "interleave", "local_node", "other_node"),
+                (14, 12, 12, 11, 14, 12),
+            )
+        )
+        text.append(f"  {'node':>4}" + "".join(f" {h:>{w}}" for _, h, w in cols))
+        for per_node in snap:
+            cells = [f" {getattr(per_node, k):>{w}}" for k, _, w in cols]
+            text.append(f"  {per_node.node:>4}" + "".join(cells))
+        text.append(f"  remote allocations (other_node): {snap.remote_ratio:.2%} of pages")
+    # The process's own pages (the running system, or the simulated process).
+    maps = None
+    if backend.has_process:
+        maps = _nu._read_optional(backend, _nu._maps_path("self"))
+    if maps is not None:
+        # Read and parsed once, for the remote share and the interleave check.
+        rs, entries = _nut._remote_share("self", maps, _nut.REMOTE_SHARE_THRESHOLD, topo, backend)
+        report["process"]["remote_share"] = rs.to_json()
+        if rs.total_bytes:
+            per = ", ".join(
+                f"node {nid}: {_nu.format_kib(v // 1024)}"
+                for nid, v in sorted(rs.bytes_by_node.items())
+            )
+            text += [
+                "",
+                "PROCESS PAGES",
+                f"  {per}; {rs.share:.1%} remote to the CPUs' {_nu._nodes_txt(rs.local_nodes)}",
+            ]
+        if rs.warning and len(topo.nodes_with_memory) > 1:
+            warnings.append(rs.warning)
+        if (
+            topo.thp == "always"
+            and len(topo.nodes_with_memory) > 1
+            and any(entry.mode in ("interleave", "weighted interleave") for entry in entries)
+        ):
+            warnings.append(
+                "THP is 'always' and this process has interleaved regions: a "
+                "first touch places a whole 2 MiB huge page on one node, so interleave"
+                " spreads huge pages, not 4 KiB pages; use THP 'madvise' or "
+                "madvise(MADV_NOHUGEPAGE) on those regions for an even spread"
+            )
+    # Huge pages reserved on one general-purpose node only.
+    general = sorted(topo.nodes_with_cpus & topo.nodes_with_memory)
+    sizes: Set[int] = set()
+    if len(general) > 1:
+        sizes = {sz for nid in general for sz in topo.nodes[nid].hugepages}
+    for sz in sorted(sizes):
+        on = [
+            nid
+            for nid in general
+            if topo.nodes[nid].hugepages.get(sz, _nu.HugePages(0, 0)).total > 0
+        ]
+        if len(on) == 1:
+            warnings.append(
+                f"{_nu.format_kib(sz).replace('.0 ', ' ')} huge pages are configured "
+                f"on node {on[0]} only: workers on other nodes that use them "
+                "get remote memory; reserve them per node (nodeN/hugepages/"
+                f"hugepages-{sz}kB/nr_hugepages)"
+            )
+    # GPUs whose node has (almost) no free memory.
+    for gpu in report["gpus"]:
+        node = gpu.get("node")
+        c = snap.nodes.get(node)
+        if c is None:
+            continue
+        if (
+            node in topo.nodes_with_memory
+            and c.mem_total_kb
+            and c.available_kb < 0.05 * c.mem_total_kb
+        ):
+            warnings.append(
+                f"GPU {gpu['address']}: its node {node} has {_nu.format_kib(c.available_kb)}"
+                f" available of {_nu.format_kib(c.mem_total_kb)} (< 5%): pinned host "
+                "buffers for it will come from another node"
+            )
+        elif topo.nodes_with_memory and node not in topo.nodes_with_memory:
+            # nearest() sorts all of its (non-empty) pool: there is a first
+            near = topo.nearest(node, topo.nodes_with_memory)[0]
+            warnings.append(
+                f"GPU {gpu['address']}: its node {node} has no memory; host "
+                f"buffers for it come from node {near}"
+            )
+
+
+def _package_layout(topo: _nu.Topology) -> Dict[str, Any]:
+    """Nodes per package with its evidence: the distances inside a package against
+    those between packages (SNC on Intel, NPS on AMD split a package into nodes)."""
+    pk, k = topo.package_nodes, topo.nodes_per_package
+    pkg = {node: package for package, ns in pk.items() for node in ns}
+    same: Tuple[Set[int], Set[int]] = (set(), set())  # (between, inside)
+    for a, package in pkg.items():
+        if a not in topo.nodes:
+            continue
+        for m, d in topo.nodes[a].distances.items():
+            if m != a and m in pkg:
+                same[pkg[m] == package].add(d)
+    inside, between = sorted(same[1]), sorted(same[0])
+    if not pk:
+        ev = "no package known"
+    elif k:
+        ev = f"{k} node{'s' * (k != 1)} per package over {len(pk)} package{'s' * (len(pk) != 1)}"
+    else:
+        ev = f"packages with different node counts over {len(pk)} packages"
+    if k and k > 1:
+        ev += f" (SNC{k} on Intel, NPS{k} on AMD)"
+    dist = [
+        f"{_nu.format_cpulist(v)} {where}"
+        for v, where in ((inside, "inside a package"), (between, "between packages"))
+        if v
+    ]
+    if dist:
+        ev += ": distance " + ", ".join(dist)
+    return {
+        "nodes_per_package": k,
+        "nodes": {str(package): sorted(ns) for package, ns in pk.items()},
+        "distance_inside": inside,
+        "distance_between": between,
+        "evidence": ev,
+    }
+
+
+def _parse_cache_kb(text: str, *, source: Optional[str] = None) -> int:
+    """A cache's size file (cacheinfo prints "32K"; "1M" and a bare count also seen) in kB."""
+    match = re.match(r"^([0-9]{1,12})([KMG]?)$", _nu._clean(text).upper())
+    if not match:
+        raise ValueError(f"invalid cache size{_nu._where(source)}: {_nu._short(text)}")
+    return int(match.group(1)) << {"": 0, "K": 0, "M": 10, "G": 20}[match.group(2)]
+
+
+def _llc_json(
+    topo: _nu.Topology, backend: _nu.Backend, warnings: List[str]
+) -> List[Dict[str, Any]]:
+    """Each last-level cache once: level, size (kB, None if sysfs omits it), CPUs."""
+    out = []
+    reader = _nu._Reader(backend)
+    for llc in sorted({cpu.llc for cpu in topo.cpus.values() if cpu.llc}, key=min):
+        folder = f"{_nu._CPU_DIR}/cpu{min(llc)}/cache"
+        level: Optional[int] = None
+        size: Optional[int] = None
+        for idx in reader.listdir(folder):
+            if not idx.startswith("index"):
+                continue
+            lvl = reader.integer(f"{folder}/{idx}/level")
+            if lvl is not None and (level is None or lvl > level):
+                level, size = lvl, reader.parsed(f"{folder}/{idx}/size", _parse_cache_kb)
+        out.append({"level": level, "size_kb": size, "cpus": sorted(llc)})
+    warnings.extend(f"could not read: {problem}" for problem in reader.problems)
+    return out
+
+
+def _render_tiers(rep: Dict[str, Any]) -> List[str]:
+    """MEMORY: kind, tier, HMAT figures and weight per node, and the default nodes."""
+    out: List[str] = []
+    nodes = [node for node in rep["nodes"] if node["kind"] not in (None, "no-memory")]
+    weights = rep["interleave_weights"]
+    if len(nodes) > 1 or rep["memory_tiers"]:
+        out.append(
+            "MEMORY (tier: lower is faster; HMAT access class 0; weighted-interleave weight)"
+        )
+        for node in nodes:
+            access = node["access"]
+            if access:
+                read_mbps = access["read_bandwidth_mbps"] or "?"
+                write_mbps = access["write_bandwidth_mbps"] or "?"
+                read_ns = access["read_latency_ns"] or "?"
+                write_ns = access["write_latency_ns"] or "?"
+                initiators = _nu.format_cpulist(access["initiators"]) or "?"
+                perf = (
+                    f"{read_mbps}/{write_mbps} MB/s r/w, {read_ns}/{write_ns} ns "
+                    f"from node {initiators}"
+                )
+            else:
+                perf = "no HMAT figures"
+            tier = node["tier"]
+            if tier is None:
+                tier = "-"
+            if weights is None:
+                w = "-"
+            else:
+                w = weights.get(str(node["id"]), "-")
+            out.append(
+                f"  {node['id']:>4}  {node['kind']:<12} tier {tier!s:<3} weight {w!s:<3} "
+                f"{perf}; {node['kind_evidence']}"
+            )
+        if weights is None:
+            out.append("  weighted interleave: not in this kernel (Linux 6.9+)")
+    d = rep["default_memory_nodes"]
+    if d["left_out"]:
+        every = _nu.format_cpulist([*map(int, d["left_out"]), *d["nodes"]])
+        out += [
+            f"  default memory nodes (nodes=None, NUMA_NODES unset): "
+            f"{_nu.format_cpulist(d['nodes'])} ({d['basis']})",
+            *(f"    left out: node {key}: {why}" for key, why in d["left_out"].items()),
+            f"    to use them anyway pass nodes=[...] or set NUMA_NODES (e.g. NUMA_NODES={every})",
+        ]
+    if out:
+        out.append("")
+    return out
+
+
+def _cores_in(cpu_rows: Mapping[str, Any], cpus: Iterable[int]) -> Set[Tuple[Any, Any]]:
+    """The (package, core) pairs of ``cpus`` that status_report's CPU rows name."""
+    cores = set()
+    for cpu in cpus:
+        row = cpu_rows.get(str(cpu))
+        if row is not None:
+            cores.add((row["package"], row["core"]))
+    return cores
+
+
+def _cpu_summary(rep: Dict[str, Any]) -> str:
+    """ "2 packages x 32 cores x 2 threads; LLC: 8 x 32 MiB L3 (per 8 cores)", the way
+    lscpu and lstopo summarise a machine (from status_report's cpus and caches)."""
+    cores: Dict[Any, Set[Any]] = {}
+    threads: Set[int] = set()
+    for cpu in rep["cpus"].values():
+        if cpu["online"]:
+            cores.setdefault(cpu["package"], set()).add(cpu["core"])
+            threads.add(len(cpu["siblings"]) or 1)
+    if not cores:
+        return "CPUs: none online"
+
+    def count(ns: Iterable[int], one: str) -> str:  # "2 packages", "5-6 cores"
+        lo, hi = min(ns), max(ns)
+        if lo == hi:
+            span = str(lo)
+        else:
+            span = f"{lo}-{hi}"
+        if hi == 1:
+            return f"{span} {one}"
+        return f"{span} {one}s"
+
+    out = (
+        f"CPUs: {count([len(cores)], 'package')} x "
+        f"{count([len(value) for value in cores.values()], 'core')} x {count(threads, 'thread')}"
+    )
+    llcs = rep["last_level_caches"]
+    if llcs:
+        kinds = sorted({(x["size_kb"], x["level"]) for x in llcs}, key=str)
+        per = {len(_cores_in(rep["cpus"], x["cpus"])) for x in llcs}
+        names: List[str] = []
+        for kb, lvl in kinds:
+            if lvl:
+                name = f"L{lvl}"
+            else:
+                name = "cache"
+            if kb:
+                name = _nu.format_kib(kb).replace(".0 ", " ") + " " + name
+            names.append(name)
+        what = ", ".join(names)
+        out += f"; LLC: {len(llcs)} x {what} (per {count(per, 'core')})"
+    return out
+
+
+def backend_for_root(root: Optional[str] = None) -> _nu.Backend:
+    """numa_utils.backend_for_root, and a tree saved in one file, which
+    numa_utils_sim reads (beside this file)."""
+    sim = None
+    if root and os.path.isfile(root):
+        sim = _nu._sibling("numa_utils_sim")
+    if sim is None:
+        return _nu.backend_for_root(root)
+    return sim.backend_for_root(root)  # type: ignore[no-any-return]
+
+
+def status_report(*, backend: Optional[_nu.Backend] = None) -> Dict[str, Any]:
+    """Everything ``status --json`` prints: numa_utils.status_report's facts, with
+    the packages and caches, memory tiers, node counters, this process's remote
+    share, this user's regions and advice."""
+    backend = _nu._b(backend)
+    report, topo = _nu._status_facts(backend)
+    warnings: List[str] = report["warnings"]
+    layout = report["packages"] = _package_layout(topo)
+    if layout["nodes_per_package"] and layout["nodes_per_package"] > 1:
+        warnings.append(
+            f"{layout['evidence']}: a 'socket' CPU plan spans all of a "
+            "package's nodes and bind_for_gpu(memory='socket') prefers all of "
+            "them (preferred-many); 'node' keeps a worker on one cluster, "
+            "with that cluster's share of the memory bandwidth"
+        )
+    report["last_level_caches"] = _llc_json(topo, backend, warnings)
+    text = report.setdefault("extra_text", [])
+    text += ["", _cpu_summary(report), f"PACKAGES: {layout['evidence']}", *_render_tiers(report)]
+    _status_extra(report, topo, backend)
+    _status_regions(report, backend)
+    return report
+
+
+def _cmd_status(args: Any) -> int:
+    return _nu._cmd_status(args, status_report, backend_for_root)

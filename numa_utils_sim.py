@@ -2411,3 +2411,11 @@ class SimulatedBackend(Backend):
                     text += f" kernelpagesize_kB={base_kb}"
                 lines.append(text)
         return "".join(line + "\n" for line in lines)
+
+
+def backend_for_root(root: Optional[str] = None) -> _nu.Backend:
+    """numa_utils.backend_for_root, and a tree saved in one file (an archive, as
+    tools/gather.py --archive writes it) too."""
+    if root and os.path.isfile(root):
+        return _nu.LinuxBackend(SavedArchive(root).subtree())
+    return _nu.backend_for_root(root)

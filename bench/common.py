@@ -40,6 +40,14 @@ def numa_utils() -> Any:
     return _nu
 
 
+def sibling(name: str) -> Any:
+    """A file beside numa_utils.py in this checkout: numa_utils_regions, _threads."""
+    numa_utils()  # this checkout first on the path, and checked
+    import importlib  # noqa: PLC0415
+
+    return importlib.import_module(name)
+
+
 def child_env(**extra: str) -> Dict[str, str]:
     """Environment for child Pythons: this checkout first on the path, and bytecode
     caching on (an engine imports numa_utils from its __pycache__; with

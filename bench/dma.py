@@ -341,7 +341,8 @@ def _pin_stalls(nu: Any, cuda: Any, size: int, sec: Section, log: Callable[[str]
     """numa_utils.pin_for_cuda at its default stall budget (1 GiB per call) against
     one call for the whole buffer: total time, longest call (how long every other
     CUDA call of the process waits behind the driver's lock), registered GB/s."""
-    if not hasattr(nu, "CudaPinProgress"):
+    nur = common.sibling("numa_utils_regions")
+    if not hasattr(nur, "CudaPinProgress"):
         sec.skip_contender("pin_for_cuda stalls", "this numa_utils has no progress")
         return
     lib = getattr(cuda, "lib", None) or getattr(getattr(cuda, "cudart", None), "lib", None)
@@ -350,7 +351,7 @@ def _pin_stalls(nu: Any, cuda: Any, size: int, sec: Section, log: Callable[[str]
         try:
             b.touch()
             t0 = time.perf_counter()
-            pin = nu.pin_for_cuda(b.addr, size, chunk=chunk, cudart=lib)
+            pin = nur.pin_for_cuda(b.addr, size, chunk=chunk, cudart=lib)
             total = time.perf_counter() - t0
             if not pin:
                 sec.skip_contender(label, str(pin.reason))

@@ -144,8 +144,9 @@ def dev_shm() -> Set[str]:
 def _feature_check(nu: Any, kind: str) -> Tuple[Optional[str], Optional[str]]:
     """(reason SharedRegion cannot run, reason prefault cannot run); None = fine."""
     region_reason: Optional[str] = None
-    if not callable(getattr(getattr(nu, "SharedRegion", None), "create", None)):
-        region_reason = "numa_utils.SharedRegion.create is missing in this checkout"
+    regions = common.sibling("numa_utils_regions")
+    if not callable(getattr(getattr(regions, "SharedRegion", None), "create", None)):
+        region_reason = "numa_utils_regions.SharedRegion.create is missing in this checkout"
     pre_reason: Optional[str] = None
     fn = getattr(nu, "prefault", None)
     if not callable(fn):
@@ -183,12 +184,16 @@ class NumaUtilsRegion:
     def _create(self, threads: int) -> Any:
         kw = dict(policy="interleave", kind=self.kind, prefault=True, threads=threads)
         try:
-            return self.nu.SharedRegion.create(self._key(), self.size, **kw)
+            return common.sibling("numa_utils_regions").SharedRegion.create(
+                self._key(), self.size, **kw
+            )
         except TypeError:
             if self.int_keys:
                 raise
             self.int_keys = True  # an API that wants SysV integer keys
-            return self.nu.SharedRegion.create(self._key(), self.size, **kw)
+            return common.sibling("numa_utils_regions").SharedRegion.create(
+                self._key(), self.size, **kw
+            )
 
     def run(self, threads: int) -> Dict[str, float]:
         t0 = time.perf_counter()
@@ -481,7 +486,7 @@ def nu_anon(nu: Any, size: int, thp: bool, threads: int) -> Dict[str, float]:
 
 def nu_region(nu: Any, size: int, hugepages: Any, threads: int) -> Dict[str, float]:
     t0 = time.perf_counter()
-    r = nu.SharedRegion.create(
+    r = common.sibling("numa_utils_regions").SharedRegion.create(
         f"bench-modes-{os.getpid()}",
         size,
         policy="interleave",

@@ -38,6 +38,7 @@ def main() -> int:
     size, part = common.parse_size(args.size), common.parse_size(args.slice)
     sys.path.insert(0, common.ROOT)
     import numa_utils as nu
+    import numa_utils_regions as nur
     import numa_utils_sim as nusim
 
     root = os.path.join(common.ROOT, "fake_sysfs", "qemu-x86_64-two-node.txt")
@@ -48,7 +49,7 @@ def main() -> int:
     for _ in range(args.rounds):
         s = nusim.SimulatedBackend(root, free_kb={0: size >> 10, 1: size >> 10})
         t0 = time.perf_counter()
-        r = nu.SharedRegion.create("bench", size, layout=layout, prefault=False, backend=s)
+        r = nur.SharedRegion.create("bench", size, layout=layout, prefault=False, backend=s)
         t1 = time.perf_counter()
         nu.prefault(r.address + part, part, backend=s)
         nu.prefault(r.address + half + part, part, backend=s)

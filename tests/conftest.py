@@ -9,7 +9,9 @@ import pytest
 
 import numa_utils as nu  # noqa: F401  <- point the whole suite at another copy here
 import numa_utils_cli as cli  # noqa: F401  the commands beyond status
+import numa_utils_regions as nur  # noqa: F401  shared-memory regions, counters, CUDA pinning
 import numa_utils_sim as nusim  # noqa: F401  the simulator
+import numa_utils_threads as nut  # noqa: F401  thread roles, settle, remote share
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 FIXTURES_DIR = REPO / "fake_sysfs"

@@ -50,6 +50,13 @@ class Env:
 
     def __init__(self, nu, backend, expect: dict, *, real: bool):
         self.nu = nu
+        # the siblings beside the core: shared-memory regions, and thread roles
+        self.nur = self.nut = None
+        if nu is not None:
+            import numa_utils_regions as nur
+            import numa_utils_threads as nut
+
+            self.nur, self.nut = nur, nut
         self.backend = backend
         self.expect = expect
         self.real = real  # True: a real kernel (guest or native)
@@ -88,10 +95,12 @@ class Env:
 
     def need(self, *names: str):
         """The numa_utils attributes a check uses; Skip when one is missing."""
-        missing = [n for n in names if not hasattr(self.nu, n)]
+        homes = [m for m in (self.nu, self.nur, self.nut) if m is not None]
+        found = {n: m for m in reversed(homes) for n in dir(m) if n in names}
+        missing = [n for n in names if n not in found]
         if self.nu is None or missing:
             raise Skip(f"numa_utils has no {', '.join(missing) or 'module'} yet")
-        return [getattr(self.nu, n) for n in names]
+        return [getattr(found[n], n) for n in names]
 
     def need_real(self, why: str = "raw syscalls need a real kernel"):
         if not self.real:
@@ -1883,7 +1892,7 @@ def _fit_and_create(env, cgroup, size, **kw):
     """In a forked child (inside ``cgroup`` when given): fit()'s verdict, then
     SharedRegion.create + prefault with its up-front checks bypassed.  Returns
     (verdict dict, real outcome: "ok" or what stopped it, a signal included)."""
-    nu = env.nu
+    nu, nur = env.nu, env.nur
     rfd, wfd = os.pipe()
     before = _shm_names()
     pid = os.fork()
@@ -1893,7 +1902,7 @@ def _fit_and_create(env, cgroup, size, **kw):
         try:
             if cgroup:
                 _write(f"{cgroup}/cgroup.procs", os.getpid())
-            r = nu.fit(size, backend=env.backend, **kw)
+            r = nur.fit(size, backend=env.backend, **kw)
             os.write(
                 wfd,
                 (
@@ -1909,13 +1918,13 @@ def _fit_and_create(env, cgroup, size, **kw):
                 ).encode(),
             )
             huge = kw.get("hugepages", False)
-            nu._fit_or_raise = lambda *a: (huge, None)
+            nur._fit_or_raise = lambda *a: (huge, None)
             # create's own "no huge pages on that node" refusal too (asked about node
             # 0, where the check reserves them): the kernel decides.
-            page = nu._region_page
-            nu._region_page = lambda h, k, b, n: page(h, k, b, frozenset([0]))
+            page = nur._region_page
+            nur._region_page = lambda h, k, b, n: page(h, k, b, frozenset([0]))
             key = f"numa_utils_check_{os.getpid()}_fit"
-            region = nu.SharedRegion.create(key, size, prefault=True, backend=env.backend, **kw)
+            region = nur.SharedRegion.create(key, size, prefault=True, backend=env.backend, **kw)
             # All that create maps, the record's room too: what fit() weighs.
             mapped = nu.placement(region.address, region._mapped, backend=env.backend)
             placed = {n: v for n, v in mapped.items() if v}

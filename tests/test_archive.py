@@ -31,6 +31,7 @@ from conftest import (
     fixture_root,
     fixture_tree,
     nu,
+    nur,
     nusim,
     saved_backend,
 )
@@ -628,7 +629,7 @@ def test_damaged_tree_gives_a_report_with_a_short_warning(tmp_path, form, what):
     elif what == "superscript-weight":
         assert sorted(rep["interleave_weights"]) == ["0", "1", "2"]
     elif what in ("superscript-numastat", "5000-digit-numastat"):
-        c = nu.counters(backend=saved_backend(root))
+        c = nur.counters(backend=saved_backend(root))
         assert "numa_hit" not in c.nodes[0].numastat
         assert any("numastat" in p and len(p) < 300 for p in c.problems), c.problems
     elif what == "5000-digit-cache-size":
@@ -650,4 +651,4 @@ def test_int_parsers_take_ascii_digits_only():
     assert nu._uint("18446744073709551615") == 2**64 - 1
     assert nu._id_of(f"node{SUP}", "node") is None and nu._id_of("node7", "node") == 7
     with pytest.raises(ValueError, match=r"\.\.\. \(5009 chars\)"):
-        nu._parse_numastat("numa_hit " + "9" * 5000)
+        nur._parse_numastat("numa_hit " + "9" * 5000)

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import FIXTURES, REPO, fixture_root, nu, saved_backend
+from conftest import FIXTURES, REPO, cli, fixture_root, nu, saved_backend
 
 
 def run(*args, env=None):
@@ -47,7 +47,7 @@ def test_status_this_machine_text_and_json():
 def test_status_every_fixture(name):
     """In-process (cheap) for every fixture: text and JSON agree with the reader."""
     b = saved_backend(fixture_root(name))
-    rep = nu.status_report(backend=b)
+    rep = cli.status_report(backend=b)
     topo = nu.read_topology(backend=b)
     assert [n["id"] for n in rep["nodes"]] == sorted(topo.nodes)
     assert len(rep["gpus"]) == len(topo.gpus)
@@ -68,12 +68,12 @@ def test_status_root_subprocess_and_warnings():
 
 
 def test_status_warns_about_cpuset_excluding_gpu_node():
-    rep = nu.status_report(backend=saved_backend(fixture_root("container-cpuset")))
+    rep = cli.status_report(backend=saved_backend(fixture_root("container-cpuset")))
     assert any("cpuset" in w and "GPU" in w for w in rep["warnings"]), rep["warnings"]
 
 
 def test_status_warns_about_unknown_gpu_node():
-    rep = nu.status_report(backend=saved_backend(fixture_root("gpu-numa-unknown")))
+    rep = cli.status_report(backend=saved_backend(fixture_root("gpu-numa-unknown")))
     assert any("numa_node=-1" in w for w in rep["warnings"]), rep["warnings"]
 
 

@@ -12,6 +12,7 @@ import pytest
 from conftest import (
     FIXTURES,
     FIXTURES_DIR,
+    cli,
     fixture_root,
     fixture_text,
     fixture_tree,
@@ -149,7 +150,7 @@ def test_generic_initiator_node():
         assert gi == [2]
         assert t.nodes[2].kind == "generic-initiator"
         assert 2 not in nu.default_memory_nodes(t)
-        rep = nu.status_report(backend=b)
+        rep = cli.status_report(backend=b)
         assert "generic-initiator" in nu._render_status(rep)
         assert {n["id"]: n["devices"] for n in rep["nodes"]}[1] == sorted(
             a for a, w in ORACLE["pci"].items() if w["root_port"]
@@ -199,7 +200,7 @@ def test_nodes_per_package(tmp_path, packages, per):
     assert t.nodes_per_package == per and nu.to_json(t)["nodes_per_package"] == per
     assert f"SNC{per}/NPS{per}" in t.nodes[0].kind_evidence
     assert nu.default_memory_nodes(t) == frozenset(range(packages * per))
-    rep = nu.status_report(backend=b)
+    rep = cli.status_report(backend=b)
     assert rep["packages"]["distance_inside"] == [11]
     assert rep["packages"]["distance_between"] == [21]
     assert f"{per} nodes per package over {packages} packages" in nu._render_status(rep)

@@ -472,11 +472,11 @@ def test_status_warns_about_each_invalid_variable(name, value, refusal, monkeypa
     """status showed NUMA_UTILS_NUMA_NODES=garbage with no warning while
     SharedRegion.create refused it; each invalid variable is a warning worded as
     the call that reads it refuses it, and the others are still listed."""
-    from conftest import nu, sim
+    from conftest import cli, nur, sim
 
     monkeypatch.setenv(name, value)
     monkeypatch.setenv("NUMA_UTILS_NUMA_HUGEPAGES", "sideways")  # a second one
-    rep = nu.status_report(backend=sim("dual-socket-8gpu"))
+    rep = cli.status_report(backend=sim("dual-socket-8gpu"))
     mine = [w for w in rep["warnings"] if w.startswith(f"configuration: {name}=")]
     assert len(mine) == 1 and refusal in mine[0], rep["warnings"]
     assert any(
@@ -489,7 +489,7 @@ def test_status_warns_about_each_invalid_variable(name, value, refusal, monkeypa
     }
     if name.endswith("NUMA_NODES"):  # the same words as the call that refuses it
         with pytest.raises(ValueError, match=re.escape(refusal)):
-            nu.SharedRegion.create(
+            nur.SharedRegion.create(
                 "kv", 1 << 20, policy="interleave", backend=sim("dual-socket-8gpu")
             )
 
@@ -587,12 +587,10 @@ def test_env_errors_are_cut_and_escaped(monkeypatch, suffix):
 
 
 def test_status_text_shows_an_invalid_value_escaped_and_cut(monkeypatch):
-    from conftest import sim
-
-    import numa_utils as nu
+    from conftest import cli, nu, sim
 
     monkeypatch.setenv("NUMA_UTILS_NUMA_STRICT", LONG_BAD)
-    text = nu._render_status(nu.status_report(backend=sim("dual-socket-8gpu")))
+    text = nu._render_status(cli.status_report(backend=sim("dual-socket-8gpu")))
     line = next(x for x in text.splitlines() if "NUMA_UTILS_NUMA_STRICT" in x)
     assert "(invalid)" in line and len(line) < 300
     assert "\x1b" not in text and "\x07" not in text

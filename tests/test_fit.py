@@ -15,6 +15,7 @@ from conftest import (
     fixture_root,
     hook_call,
     nu,
+    nur,
     saved_backend,
     sim,
 )
@@ -66,9 +67,9 @@ def outcome(name, size, nodes, hugepages, kind, required, monkeypatch):
     """What the simulated kernel does with the allocation when nothing checks first:
     (created and prefaulted, and huge pages as asked on every node; per-node bytes)."""
     b = sim(name, **TREES[name])
-    monkeypatch.setattr(nu, "_fit_or_raise", lambda *a: (hugepages, None))
+    monkeypatch.setattr(nur, "_fit_or_raise", lambda *a: (hugepages, None))
     try:
-        r = nu.SharedRegion.create(
+        r = nur.SharedRegion.create(
             "m", size, policy="interleave", nodes=nodes, hugepages=hugepages, kind=kind, backend=b
         )
     except OSError:
@@ -103,7 +104,7 @@ def test_fit_verdict_is_what_the_simulated_allocation_does(
 ):
     b = sim(tree, **TREES[tree])
     try:
-        verdict = nu.fit(
+        verdict = nur.fit(
             size, nodes=nodes, hugepages=huge, kind=kind, hugepages_required=required, backend=b
         )
     except ValueError:  # hugetlb on /dev/shm: refused as an argument
@@ -127,7 +128,7 @@ def test_matrix_has_both_verdicts():
     seen = {}
     for t, n, h, k, req in CASES:
         try:
-            r = nu.fit(
+            r = nur.fit(
                 20 * MiB,
                 nodes=n,
                 hugepages=h,
@@ -143,7 +144,7 @@ def test_matrix_has_both_verdicts():
 
 def test_limits_name_their_source_and_fix():
     b = sim("qemu-x86_64-two-node", shm_size=64 * MiB, cgroup={"memory.max": 100 * MiB})
-    r = nu.fit(256 * MiB, kind="posix", backend=b)
+    r = nur.fit(256 * MiB, kind="posix", backend=b)
     assert not r
     assert r.reason.startswith("256.0 MiB needed, /dev/shm allows 64.0 MiB")
     # 256 MiB of data and the record's room: 257m.
@@ -152,37 +153,37 @@ def test_limits_name_their_source_and_fix():
     names = {x.name: x for x in r.limits}
     assert names["cgroup memory.max"].source == "/sys/fs/cgroup/sim/memory.max"
     assert names["cgroup memory.max"].allows == 100 * MiB
-    r = nu.fit(200 * MiB, kind="sysv", backend=b)  # /dev/shm does not apply
+    r = nur.fit(200 * MiB, kind="sysv", backend=b)  # /dev/shm does not apply
     assert not r and "memory.max allows 100.0 MiB" in r.reason and "docker" in r.reason
 
 
 def test_memory_current_is_subtracted_and_nodes_report_both_sides():
     b = sim("qemu-x86_64-two-node", cgroup={"memory.max": 40 * MiB})
-    with nu.SharedRegion.create("a", 16 * MiB, policy="interleave", backend=b):
-        r = nu.fit(30 * MiB, backend=b.process())
+    with nur.SharedRegion.create("a", 16 * MiB, policy="interleave", backend=b):
+        r = nur.fit(30 * MiB, backend=b.process())
         assert not r and "allows 24.0 MiB" in r.reason
         # Both regions' records' rooms count: 40 MiB - 16 MiB - two rooms.
-        assert nu.fit(24 * MiB - 2 * nu._RECORD_ROOM, backend=b.process())
-        assert not nu.fit(24 * MiB - nu._RECORD_ROOM + 4096, backend=b.process())
-    n = {f.node: f for f in nu.fit(8 * MiB, backend=b).nodes}
-    assert n[0].needed == 4 * MiB + nu._RECORD_ROOM and n[1].needed == 4 * MiB
+        assert nur.fit(24 * MiB - 2 * nur._RECORD_ROOM, backend=b.process())
+        assert not nur.fit(24 * MiB - nur._RECORD_ROOM + 4096, backend=b.process())
+    n = {f.node: f for f in nur.fit(8 * MiB, backend=b).nodes}
+    assert n[0].needed == 4 * MiB + nur._RECORD_ROOM and n[1].needed == 4 * MiB
     assert n[0].available > 4 * MiB
 
 
 def test_hugepages_required_names_node_and_counts_and_fallback_says_why():
     b = sim("sparse-ids")  # 2 MiB pages on node 0 only
-    r = nu.fit(8 * MiB, nodes=[0, 250], hugepages="2M", backend=b)
+    r = nur.fit(8 * MiB, nodes=[0, 250], hugepages="2M", backend=b)
     assert not r and "250" in r.reason and "hugepages_required=False" in r.reason
-    r = nu.fit(8 * MiB, nodes=[0, 250], hugepages="2M", hugepages_required=False, backend=b)
+    r = nur.fit(8 * MiB, nodes=[0, 250], hugepages="2M", hugepages_required=False, backend=b)
     assert r and r.hugepages == "off" and "250" in r.hugepages_fallback
-    ok = nu.fit(8 * MiB, nodes=[0], hugepages="2M", backend=b)
+    ok = nur.fit(8 * MiB, nodes=[0], hugepages="2M", backend=b)
     # 8 MiB of data: the record is in a record segment of base pages, no huge page
     assert ok and ok.hugepages == "2048kB" and ok.nodes[0].needed == 8 * MiB
     with pytest.raises(OSError, match="node.*250"):
-        nu.SharedRegion.create(
+        nur.SharedRegion.create(
             "h", 8 * MiB, nodes=[0, 250], hugepages="2M", policy="interleave", backend=b
         )
-    with nu.SharedRegion.create(
+    with nur.SharedRegion.create(
         "h",
         8 * MiB,
         nodes=[0, 250],
@@ -197,17 +198,17 @@ def test_hugepages_required_names_node_and_counts_and_fallback_says_why():
 def test_create_refuses_before_making_anything():
     b = sim("qemu-x86_64-two-node", shm_size=64 * MiB)
     with pytest.raises(OSError) as e:
-        nu.SharedRegion.create("big", 256 * MiB, kind="posix", backend=b)
+        nur.SharedRegion.create("big", 256 * MiB, kind="posix", backend=b)
     assert e.value.errno == errno.ENOSPC and "--shm-size" in str(e.value)
     assert not b.kernel.files and not b.kernel.objects and not b.kernel.calls
 
 
 def test_thp_mode_and_env_default(monkeypatch):
     b = sim("qemu-x86_64-two-node")
-    r = nu.fit(8 * MiB, hugepages="thp", backend=b)
+    r = nur.fit(8 * MiB, hugepages="thp", backend=b)
     assert not r and "shmem_enabled" in r.reason
     monkeypatch.setenv("NUMA_UTILS_NUMA_HUGEPAGES", "thp")
-    r = nu.fit(8 * MiB, hugepages_required=False, backend=b)
+    r = nur.fit(8 * MiB, hugepages_required=False, backend=b)
     assert r and r.hugepages == "off" and "shmem THP" in r.hugepages_fallback
     assert r.thp == {"enabled": nu.read_topology(backend=b).thp, "defrag": r.thp["defrag"]}
 
@@ -227,7 +228,7 @@ def test_overcommit_shmmax_and_memlock_limits(tmp_path):
         (root / path).write_text(text)
     b = saved_backend(str(root))
     hook_call(b, "geteuid", lambda: 1000)  # root (CAP_IPC_LOCK) has no memlock limit
-    r = nu.fit(64 * MiB, policy="default", kind="sysv", pin=True, backend=b)
+    r = nur.fit(64 * MiB, policy="default", kind="sysv", pin=True, backend=b)
     names = {x.name: x.allows for x in r.limits}
     assert names["kernel.shmmax"] == 32 * MiB and names["RLIMIT_MEMLOCK"] == 8 * MiB
     assert names["vm.overcommit_memory=2"] == 20000 * 1024
@@ -262,13 +263,13 @@ def test_host_small_dev_shm_refuses_posix_region_and_leaves_nothing():
     if p.returncode != 0:
         pytest.skip(f"cannot remount /dev/shm with 64 MiB: {p.stderr.strip()}")
     before = sorted(os.listdir("/dev/shm"))
-    r = nu.fit(256 * MiB, kind="posix")
+    r = nur.fit(256 * MiB, kind="posix")
     assert not r and "/dev/shm is a 64.0 MiB tmpfs" in r.reason
     with pytest.raises(OSError) as e:
-        nu.SharedRegion.create("fit-test", 256 * MiB, kind="posix")
+        nur.SharedRegion.create("fit-test", 256 * MiB, kind="posix")
     assert e.value.errno == errno.ENOSPC and "--shm-size" in str(e.value)
     assert sorted(os.listdir("/dev/shm")) == before
-    with nu.SharedRegion.create("fit-test", 32 * MiB, kind="posix") as ok:
+    with nur.SharedRegion.create("fit-test", 32 * MiB, kind="posix") as ok:
         assert ok.prefaulted["bytes"] == 32 * MiB
     assert sorted(os.listdir("/dev/shm")) == before
 
@@ -278,12 +279,12 @@ def test_fit_refuses_a_size_create_refuses(size):
     # 26.19: fit(-5), fit(0) and fit(True) said "fits"; fit(1.5) and fit("1G") raised
     # TypeErrors from deep inside.  fit checks the size as create does.
     with pytest.raises(ValueError, match="size"):
-        nu.fit(size, backend=sim("dual-socket-8gpu"))
+        nur.fit(size, backend=sim("dual-socket-8gpu"))
 
 
 def test_fit_refuses_an_unknown_kind():
     with pytest.raises(ValueError, match="kind must be 'sysv' or 'posix'"):
-        nu.fit(4096, kind="file", backend=sim("dual-socket-8gpu"))
+        nur.fit(4096, kind="file", backend=sim("dual-socket-8gpu"))
 
 
 def test_fit_counts_a_layouts_vmas_against_max_map_count():
@@ -293,26 +294,26 @@ def test_fit_counts_a_layouts_vmas_against_max_map_count():
         fixture_root("dual-socket-8gpu"), limit=3000, mapped=500
     )  # 3000 - 500 - 750 kept: 1,750 free
     lay = "blocks:4K:bind:0/1"
-    many = nu.fit(16 * MiB, layout=lay, backend=b)  # 4,096 alternating blocks
+    many = nur.fit(16 * MiB, layout=lay, backend=b)  # 4,096 alternating blocks
     assert (many.vmas, many.vmas_free) == (
-        nu.Layout.parse(lay).bound(16 * MiB, 4096).vmas + 1,
+        nur.Layout.parse(lay).bound(16 * MiB, 4096).vmas + 1,
         1750,
     )
     assert many and not many.exact and "4097 memory mappings (VMAs)" in many.reason
     assert many.to_json()["vmas"] == 4097 and many.to_json()["vmas_free"] == 1750
     with pytest.raises(OSError) as e:
-        nu.SharedRegion.create("many", 16 * MiB, layout=lay, strict=True, backend=b)
+        nur.SharedRegion.create("many", 16 * MiB, layout=lay, strict=True, backend=b)
     assert e.value.errno == errno.ENOMEM
-    few = nu.fit(1 * MiB, layout=nu.Layout.parse(lay), backend=b)
+    few = nur.fit(1 * MiB, layout=nur.Layout.parse(lay), backend=b)
     assert few.exact and (few.vmas, few.vmas_free) == (257, 1750)
-    with nu.SharedRegion.create("few", 1 * MiB, layout=lay, strict=True, backend=b) as r:
+    with nur.SharedRegion.create("few", 1 * MiB, layout=lay, strict=True, backend=b) as r:
         assert r.policy and r.to_json()["vmas"] + 1 == few.vmas
-    plain = nu.fit(16 * MiB, policy="interleave", nodes=[0, 1], backend=b)
+    plain = nur.fit(16 * MiB, policy="interleave", nodes=[0, 1], backend=b)
     assert plain.exact and plain.vmas == 2
     with pytest.raises(ValueError, match="layout= or nodes="):
-        nu.fit(1 * MiB, layout=lay, nodes=[0], backend=b)
+        nur.fit(1 * MiB, layout=lay, nodes=[0], backend=b)
     with pytest.raises(ValueError, match="whole 4K pages"):
-        nu.fit(1 * MiB, layout="blocks:6K:bind:0/1", backend=b)
+        nur.fit(1 * MiB, layout="blocks:6K:bind:0/1", backend=b)
 
 
 def test_cli_fit_layout_json_carries_vmas():

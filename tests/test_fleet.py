@@ -290,7 +290,7 @@ def check_ray(out, plans):
 def render_all(name):
     """{case: output} for one saved machine, rendered in-process."""
     b = saved_backend(fixture_root(name))
-    rep = nu.status_report(backend=b)
+    rep = cli.status_report(backend=b)
     out = {"nfd": cli._render_nfd(rep, FIXED_EXPIRY)}
     plans = {pol: nu.gpu_plans(pol, backend=b) for pol in ("node", "exclusive")}
     for pol, fmt in PLAN_CASES:
@@ -385,7 +385,7 @@ def check_labels_say_what_status_says(labels, rep):
 
 def test_snc_machine_labels_its_clusters():
     """SNC2 over two packages: nodes-per-package 2, and the clusters' hugepages apart."""
-    rep = nu.status_report(backend=saved_backend(fixture_root("qemu-x86_64-snc-2x2")))
+    rep = cli.status_report(backend=saved_backend(fixture_root("qemu-x86_64-snc-2x2")))
     labels, _ = parse_feature_file(cli._render_nfd(rep, FIXED_EXPIRY))
     assert labels["numa-utils.io/nodes-per-package"] == "2"
     assert labels["numa-utils.io/packages"] == "2"
@@ -393,19 +393,19 @@ def test_snc_machine_labels_its_clusters():
 
 
 def test_cxl_and_gpu_memory_nodes_by_kind():
-    cxl = nu.status_report(backend=saved_backend(fixture_root("cxl-qemu-6.12")))
+    cxl = cli.status_report(backend=saved_backend(fixture_root("cxl-qemu-6.12")))
     labels, _ = parse_feature_file(cli._render_nfd(cxl, FIXED_EXPIRY))
     assert labels["numa-utils.io/memory-nodes.cpu-less"] == "2"
     assert labels["numa-utils.io/memory-nodes.lower-tier"] == "2"  # the CXL expander
     assert labels["numa-utils.io/weighted-interleave"] == "true"
-    gh = nu.status_report(backend=saved_backend(fixture_root("gh200")))
+    gh = cli.status_report(backend=saved_backend(fixture_root("gh200")))
     labels, _ = parse_feature_file(cli._render_nfd(gh, FIXED_EXPIRY))
     assert labels["numa-utils.io/memory-nodes.gpu"] == "1"
     assert labels["numa-utils.io/node.0.hugepages-512Mi"] == "64"
 
 
 def test_a_long_list_is_left_out_not_cut():
-    rep = nu.status_report(backend=saved_backend(fixture_root("dual-socket-8gpu")))
+    rep = cli.status_report(backend=saved_backend(fixture_root("dual-socket-8gpu")))
     many = [dict(rep["nodes"][0], id=i * 2) for i in range(40)]  # 0_2_4_..._78
     rep = dict(rep, nodes=many)
     text = cli._render_nfd(rep, FIXED_EXPIRY)
@@ -521,7 +521,7 @@ def test_plan_formats_from_the_command_line():
         assert p.returncode == 0, p.stderr
         assert p.stdout.strip()
     b = saved_backend(root)
-    rep = nu.status_report(backend=b)
+    rep = cli.status_report(backend=b)
     one = [p for p in nu.gpu_plans("node", memory="bind", backend=b) if p.gpu == 5]
     oci = run("plan", "--root", root, "--format", "oci", "--memory", "bind", "--gpu", "5")
     check_oci(oci.stdout, rep, one)

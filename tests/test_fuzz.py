@@ -23,6 +23,7 @@ from conftest import (
     fixture_text,
     fixture_tree,
     nu,
+    nur,
     nusim,
     saved_backend,
 )
@@ -132,9 +133,9 @@ def test_corrupted_fixture_trees(tmp_path, name):
         b = saved_backend(str(root))
         with deadline(20, f"seed {seed} ({done})"):
             topo = nu.read_topology(backend=b)
-            rep = nu.status_report(backend=b)
+            rep = cli.status_report(backend=b)
             text = nu._render_status(rep) + cli._render_prometheus(rep)
-            nu.counters(backend=b)
+            nur.counters(backend=b)
         assert SECRET not in text + repr(topo), seed
         assert all(c < nu.MAX_CPUS for c in topo.cpus), seed
         assert all(n < nu.MAX_NODES for n in topo.nodes), seed

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import FIXTURES, fixture_root, fixture_tree, nu, nusim, saved_backend
+from conftest import FIXTURES, fixture_root, fixture_tree, nu, nur, nusim, saved_backend
 
 # Configuration must come from the test, never from the shell running it.
 _ENV_NAMES = (
@@ -789,7 +789,7 @@ def test_pin_never_makes_a_call_of_512_gib_whatever_chunk_says(stall_cudart):
     # An address range nobody maps: the fake never touches memory, and nothing here
     # faults pages, so 1.5 TiB costs nothing.
     base, length = 1 << 44, 3 << 39
-    pin = nu.pin_for_cuda(base, length, chunk=1 << 40, cudart=stall_cudart.path)
+    pin = nur.pin_for_cuda(base, length, chunk=1 << 40, cudart=stall_cudart.path)
     regs = stall_cudart.registers()
     assert pin and pin.reason is None, pin.reason
     assert regs and all(n < 512 * GiB for n, *_ in regs)
@@ -801,17 +801,17 @@ def test_pin_never_makes_a_call_of_512_gib_whatever_chunk_says(stall_cudart):
 
 def test_pin_default_calls_are_at_most_1_gib_and_portable_only(stall_cudart):
     base, length = 1 << 44, 5 * GiB + 12345
-    with nu.pin_for_cuda(base, length, cudart=stall_cudart.path) as pin:
+    with nur.pin_for_cuda(base, length, cudart=stall_cudart.path) as pin:
         regs = stall_cudart.registers()
         assert pin and max(n for n, *_ in regs) <= GiB and len(regs) == 6
-        assert pin.flags == int(nu.CudaHostRegisterFlag.PORTABLE) == 1
+        assert pin.flags == int(nur.CudaHostRegisterFlag.PORTABLE) == 1
         assert {int(c[5]) for c in stall_cudart.calls() if c[0] == "register"} == {1}
         assert pin.progress.bytes == length and pin.progress.calls == 6
-    mapped = nu.pin_for_cuda(
+    mapped = nur.pin_for_cuda(
         base,
         GiB,
         cudart=stall_cudart.path,
-        flags=nu.CudaHostRegisterFlag.PORTABLE | nu.CudaHostRegisterFlag.MAPPED,
+        flags=nur.CudaHostRegisterFlag.PORTABLE | nur.CudaHostRegisterFlag.MAPPED,
     )
     assert mapped.flags == 3
     mapped.close()
@@ -821,7 +821,7 @@ def test_pin_stall_budget_bounds_the_longest_call(stall_cudart):
     # 2 ms per MiB: one 64 MiB call would hold the driver lock ~128 ms; 8 MiB chunks
     # keep every call near 16 ms, and progress reports the longest one.
     stall_cudart.set("ns_per_mib", 2_000_000)
-    pin = nu.pin_for_cuda(1 << 44, 64 << 20, chunk=8 << 20, cudart=stall_cudart.path)
+    pin = nur.pin_for_cuda(1 << 44, 64 << 20, chunk=8 << 20, cudart=stall_cudart.path)
     regs = stall_cudart.registers()
     assert pin and len(regs) == 8
     longest = max(s for _, _, s, *_ in regs)
@@ -832,7 +832,7 @@ def test_pin_stall_budget_bounds_the_longest_call(stall_cudart):
 
 def test_pin_failure_in_call_k_unregisters_the_rest_and_clears_the_error(stall_cudart):
     stall_cudart.set("fail_call", 4)
-    pin = nu.pin_for_cuda(1 << 44, 6 * GiB, cudart=stall_cudart.path)
+    pin = nur.pin_for_cuda(1 << 44, 6 * GiB, cudart=stall_cudart.path)
     assert not pin and pin.ready and pin.error == 2 and "out of memory (fake)" in pin.reason
     assert pin.failed_chunk == ((1 << 44) + 3 * GiB, GiB)
     calls = stall_cudart.calls()
@@ -846,7 +846,7 @@ def test_pin_failure_in_call_k_unregisters_the_rest_and_clears_the_error(stall_c
     assert unreg == [(1 << 44) + i * GiB for i in range(3)]
     stall_cudart.set("fail_call", 6)  # the second call of the next pin
     with pytest.raises(OSError, match="cudaHostRegister"):
-        nu.pin_for_cuda(1 << 44, 2 * GiB, strict=True, cudart=stall_cudart.path)
+        nur.pin_for_cuda(1 << 44, 2 * GiB, strict=True, cudart=stall_cudart.path)
 
 
 def test_pin_background_returns_at_once_and_becomes_ready(stall_cudart):
@@ -854,7 +854,7 @@ def test_pin_background_returns_at_once_and_becomes_ready(stall_cudart):
 
     stall_cudart.set("ns_per_mib", 1_000_000)  # 1 ms per MiB: 256 ms in all
     t0 = time.monotonic()
-    pin = nu.pin_for_cuda(
+    pin = nur.pin_for_cuda(
         1 << 44, 256 << 20, chunk=16 << 20, background=True, cudart=stall_cudart.path
     )
     assert time.monotonic() - t0 < 0.1 and not pin.ready and not pin
@@ -869,12 +869,12 @@ def test_pin_background_returns_at_once_and_becomes_ready(stall_cudart):
 def test_pin_background_failure_and_close_while_running(stall_cudart):
     stall_cudart.set("ns_per_mib", 1_000_000)
     stall_cudart.set("fail_call", 3)
-    pin = nu.pin_for_cuda(
+    pin = nur.pin_for_cuda(
         1 << 44, 64 << 20, chunk=8 << 20, background=True, cudart=stall_cudart.path
     )
     assert pin.wait(10) and not pin and pin.error == 2 and pin.failed_chunk[1] == 8 << 20
     stall_cudart.set("fail_call", -1)
-    pin = nu.pin_for_cuda(
+    pin = nur.pin_for_cuda(
         1 << 44, 1 << 30, chunk=8 << 20, background=True, cudart=stall_cudart.path
     )
     pin.close()  # stops it; what it made is undone
@@ -888,7 +888,7 @@ def test_pin_prefault_faults_pages_before_registering(stall_cudart):
     import mmap
 
     buf = mmap.mmap(-1, 8 << 20)
-    pin = nu.pin_for_cuda(buf, prefault=True, cudart=stall_cudart.path)
+    pin = nur.pin_for_cuda(buf, prefault=True, cudart=stall_cudart.path)
     assert pin
     with open("/proc/self/smaps") as f:
         text = f.read()

@@ -13,10 +13,12 @@ import time
 import pytest
 from conftest import (
     REPO,
+    cli,
     fixture_root,
     fixture_text,
     fixture_tree,
     nu,
+    nur,
     run_private_shm,
     saved_backend,
     sim,
@@ -244,7 +246,7 @@ def test_watch_interval_inf_and_nan():
 def test_size_beyond_size_t_refused_before_any_syscall(kind):
     s = sim("single-node")
     with pytest.raises(ValueError, match="size_t"):
-        nu.SharedRegion.create("big", 2**64 + 2**20, kind=kind, backend=s)
+        nur.SharedRegion.create("big", 2**64 + 2**20, kind=kind, backend=s)
     assert not s.kernel.objects and not s.listdir("/dev/shm")
     assert len(s.read_text("/proc/sysvipc/shm").splitlines()) == 1
 
@@ -262,7 +264,7 @@ for args in (["cleanup"], ["cleanup", "--remove", "--json"]):
     assert "numa_utils-x" not in out.stdout and "numa_utils-y" not in out.stdout, out.stdout
 for name in ("x", "y", "z"):
     try:
-        nu.SharedRegion.attach(name, kind="posix")
+        nur.SharedRegion.attach(name, kind="posix")
         raise SystemExit("attached a non-regular file")
     except OSError:
         pass
@@ -285,10 +287,10 @@ _DELETED = r"""
 import json, os, subprocess, sys
 import numa_utils as nu
 names = ["nl\nx", "d (deleted)", "tab\tx"]
-held = [nu.SharedRegion.create(n, 1 << 20, kind="posix", prefault=False) for n in names]
+held = [nur.SharedRegion.create(n, 1 << 20, kind="posix", prefault=False) for n in names]
 # A stale one of a confusable name: "d" is not mapped, "d (deleted)" is.  Its owner
 # died without destroying it.
-subprocess.run([sys.executable, "-c", "import os, numa_utils as nu; nu.SharedRegion.create("
+subprocess.run([sys.executable, "-c", "import os, numa_utils as nu; nur.SharedRegion.create("
                 "'d', 1 << 20, kind='posix', prefault=False); os._exit(0)"], check=True)
 out = subprocess.run([sys.executable, "-m", "numa_utils", "cleanup", "--remove", "--json",
                       "--min-age", "0"], capture_output=True, text=True, timeout=30)
@@ -320,11 +322,11 @@ import itertools, os, signal, sys
 import numa_utils as nu
 kind, mask, what = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
 if not mask:
-    nu._hold_signals = lambda: None          # the behaviour before issue 12
+    nur._hold_signals = lambda: None          # the behaviour before issue 12
 # Interrupts count (and raise) only inside the calls measured: create, or the
 # teardown (close, remove) of a region made with signals quiet.
-CREATE = {nu.SharedRegion.create.__func__.__code__} if what != "destroy" else \
-    {nu.SharedRegion.close.__code__, nu.SharedRegion.remove.__code__}
+CREATE = {nur.SharedRegion.create.__func__.__code__} if what != "destroy" else \
+    {nur.SharedRegion.close.__code__, nur.SharedRegion.remove.__code__}
 hits = [0]
 retry_errors = [0]
 released = [False]
@@ -333,7 +335,7 @@ if what != "destroy":
     # returns the region (or has undone it), and an interrupt in its last bytecodes,
     # or just after it returned and before `r =` binds the region, is the caller's
     # to handle, as with open().
-    hold, release = nu._hold_signals, nu._release_signals
+    hold, release = nur._hold_signals, nur._release_signals
 
     def _hold():
         released[0] = False
@@ -342,7 +344,7 @@ if what != "destroy":
     def _release(held):
         released[0] = True
         release(held)
-    nu._hold_signals, nu._release_signals = _hold, _release
+    nur._hold_signals, nur._release_signals = _hold, _release
 
 
 def on_sigint(signum, frame):
@@ -362,7 +364,7 @@ signal.signal(signal.SIGINT, on_sigint)
 # First use imports ctypes and loads libc: an interrupt inside Python's import
 # machinery (3.8) can leave a half-made module behind, which is Python's to fix and
 # not the window measured here.
-nu.SharedRegion.create("warm", 1 << 16, kind=kind, prefault=False).destroy()
+nur.SharedRegion.create("warm", 1 << 16, kind=kind, prefault=False).destroy()
 made = 0
 print("ready", flush=True)
 for i in itertools.count():
@@ -370,7 +372,7 @@ for i in itertools.count():
         break
     r = None
     if what == "destroy":
-        r = nu.SharedRegion.create(f"s{i}", 1 << 16, kind=kind, prefault=False)
+        r = nur.SharedRegion.create(f"s{i}", 1 << 16, kind=kind, prefault=False)
         made += 1
         while True:                 # interrupted teardown: finishing it must work
             try:
@@ -383,7 +385,7 @@ for i in itertools.count():
                 break
         continue
     try:
-        r = nu.SharedRegion.create(f"s{i}", 1 << 16, kind=kind,
+        r = nur.SharedRegion.create(f"s{i}", 1 << 16, kind=kind,
                                    prefault=what == "prefault")
     except KeyboardInterrupt:
         pass
@@ -529,7 +531,7 @@ def test_status_root_without_sys_or_proc(tmp_path, folder):
     ],
 )
 def test_status_root_describes_the_trees_machine(name, machine):
-    rep = nu.status_report(backend=saved_backend(fixture_root(name)))
+    rep = cli.status_report(backend=saved_backend(fixture_root(name)))
     k = rep["kernel"]
     release = fixture_text(name, "root/proc/sys/kernel/osrelease")
     assert k["release"] == release.strip()
@@ -545,7 +547,7 @@ def test_status_root_describes_the_trees_machine(name, machine):
 def test_status_root_says_what_it_cannot_know(tmp_path):
     d = tmp_path / "t"
     fixture_tree("sparse-ids", d)  # a 5.14 kernel: no arch
-    rep = nu.status_report(backend=saved_backend(str(d)))
+    rep = cli.status_report(backend=saved_backend(str(d)))
     assert rep["kernel"]["abi"] is None and rep["kernel"]["machine"] is None
     assert any("does not record its machine" in w for w in rep["warnings"])
     (d / "proc/self").mkdir(exist_ok=True)
@@ -553,7 +555,7 @@ def test_status_root_says_what_it_cannot_know(tmp_path):
         "10000000 default heap anon=2 dirty=2 N0=2 kernelpagesize_kB=64\n"
         "7fff00000000 default file=/x huge anon=1 dirty=1 N0=1 kernelpagesize_kB=2048\n"
     )
-    rep = nu.status_report(backend=saved_backend(str(d)))
+    rep = cli.status_report(backend=saved_backend(str(d)))
     assert rep["kernel"]["page_size"] == 65536
 
 
@@ -562,15 +564,15 @@ def test_status_names_an_abi_without_syscall_table_once(tmp_path):
     d = tmp_path / "t"
     fixture_tree("sparse-ids", d)
     (d / "proc/sys/kernel/arch").write_text("sparc64\n")
-    saved = nu.status_report(backend=saved_backend(str(d)))["warnings"]
+    saved = cli.status_report(backend=saved_backend(str(d)))["warnings"]
     s = sim("dual-socket-8gpu")
     s.abi = nu.abi_for("sparc64", 64)
-    live = nu.status_report(backend=s)["warnings"]
+    live = cli.status_report(backend=s)["warnings"]
     for warnings in (saved, live):
         hits = [w for w in warnings if "no syscall table for the 'sparc64' ABI" in w]
         assert len(hits) == 1, warnings
     assert not any(
-        "no syscall table" in w for w in nu.status_report(backend=sim("gh200"))["warnings"]
+        "no syscall table" in w for w in cli.status_report(backend=sim("gh200"))["warnings"]
     )
 
 
@@ -582,7 +584,7 @@ def test_gather_saves_arch_and_page_size(tmp_path):
         timeout=120,
     )
     assert out.returncode == 0, out.stderr
-    rep = nu.status_report(backend=saved_backend(str(tmp_path / "g/root")))
+    rep = cli.status_report(backend=saved_backend(str(tmp_path / "g/root")))
     if os.path.exists("/proc/sys/kernel/arch"):
         assert rep["kernel"]["machine"] == os.uname().machine
     if os.path.exists("/proc/self/numa_maps"):

@@ -9,7 +9,7 @@ import errno
 import functools
 
 import pytest
-from conftest import hook_call, nu
+from conftest import hook_call, nu, nur
 
 MiB = 1 << 20
 HUGE = 2 * MiB
@@ -34,12 +34,12 @@ def _segments(s):
 def _make(proc, name, pages=4, **kw):
     kw.setdefault("policy", "bind")
     kw.setdefault("nodes", [0])
-    return nu.SharedRegion.create(name, pages * HUGE, hugepages="2M", backend=proc, **kw)
+    return nur.SharedRegion.create(name, pages * HUGE, hugepages="2M", backend=proc, **kw)
 
 
 def test_exact_huge_reservation_fits_and_creates():
     s = _sim({0: 4})  # exactly 4 pages, all on node 0
-    verdict = nu.fit(4 * HUGE, policy="bind", nodes=[0], hugepages="2M", backend=s)
+    verdict = nur.fit(4 * HUGE, policy="bind", nodes=[0], hugepages="2M", backend=s)
     assert verdict.ok and verdict.exact, verdict.reason
     with _make(s, "exact") as r:
         assert r.placement() == {0: 4 * HUGE}
@@ -47,13 +47,13 @@ def test_exact_huge_reservation_fits_and_creates():
         ikey = r.ipc_key
         # The data segment is the region's pages and nothing more; its record segment
         # (base pages) is under the key with "O" in the top byte.
-        assert _segments(s) == {ikey: 4 * HUGE, nu.record_segment_key(ikey): nu._RECORD_ROOM}
-        assert nu.record_segment_key(ikey) == 0x4F000000 | ikey & 0xFFFFFF
+        assert _segments(s) == {ikey: 4 * HUGE, nur.record_segment_key(ikey): nur._RECORD_ROOM}
+        assert nur.record_segment_key(ikey) == 0x4F000000 | ikey & 0xFFFFFF
         maps = nu.parse_numa_maps(s.read_text("/proc/self/numa_maps"))
         (data,) = [e for e in maps if e.start == r.address]
         (room,) = [e for e in maps if e.start == r._room()[0]]
         assert data.huge and data.pages_total == 4 and data.bytes_per_node == {0: 4 * HUGE}
-        assert not room.huge and room.pages_total * s.page_size == nu._RECORD_ROOM
+        assert not room.huge and room.pages_total * s.page_size == nur._RECORD_ROOM
         assert r.identity["data_key"] == ikey
     assert _segments(s) == {} and not s.kernel.objects  # destroy removed both
     assert s.kernel.huge_free[2048][0] == 4
@@ -65,7 +65,7 @@ def test_another_process_finds_the_record():
     r.buffer()[HUGE] = 9
     try:
         p = s.process()
-        a = nu.SharedRegion.attach("shared", backend=p, wait=1)
+        a = nur.SharedRegion.attach("shared", backend=p, wait=1)
         assert (a.size, a.page_size, str(a.layout)) == (r.size, HUGE, str(r.layout))
         assert a.identity["key"] == "shared" and a.buffer()[HUGE] == 9
         assert a.shmid == r.shmid and a._room_id == r._room_id
@@ -87,9 +87,9 @@ def test_cleanup_removes_data_and_record_segment():
     creator = s.process()
     _make(creator, "gone").close()
     creator.exit()
-    rows = nu.cleanup(min_age=0, backend=s)
+    rows = nur.cleanup(min_age=0, backend=s)
     assert [(r["region"], r["action"]) for r in rows] == [("gone", "would remove")], rows
-    rows = nu.cleanup("gone", remove=True, min_age=0, backend=s)
+    rows = nur.cleanup("gone", remove=True, min_age=0, backend=s)
     assert [(r["region"], r["action"]) for r in rows] == [("gone", "removed")], rows
     assert _segments(s) == {} and not s.kernel.objects
 
@@ -97,7 +97,7 @@ def test_cleanup_removes_data_and_record_segment():
 def test_cleanup_keeps_a_live_pair_and_replace_takes_a_stale_one():
     s = _sim()
     live = _make(s.process(), "kept")
-    (row,) = nu.cleanup(remove=True, min_age=0, backend=s)
+    (row,) = nur.cleanup(remove=True, min_age=0, backend=s)
     assert row["action"] == "keep" and row["why"].startswith("in use"), row
     assert len(_segments(s)) == 2
     live._b.exit()  # its creator dies without destroying it
@@ -114,13 +114,13 @@ class _Crash(Exception):
 def _crash_at(monkeypatch, proc, where):
     """Make ``proc`` die (no undo runs) at ``where``: "data" (the data segment's
     shmget, after its record segment) or "record" (the policies, after both)."""
-    monkeypatch.setattr(nu, "_undo", lambda held, region: nu._release_signals(held))
+    monkeypatch.setattr(nur, "_undo", lambda held, region: nur._release_signals(held))
 
     def die(*a, **kw):
         raise _Crash
 
     if where == "record":
-        monkeypatch.setattr(nu, "_layout_apply", die)
+        monkeypatch.setattr(nur, "_layout_apply", die)
         return
     real = functools.partial(proc.call, "shmget")
 
@@ -144,15 +144,15 @@ def test_a_crash_at_any_step_leaves_what_cleanup_removes(monkeypatch, where):
     assert len(left) == (1 if where == "data" else 2), left
     # Nobody attaches a region still being made: attach waits, then times out.
     with pytest.raises(TimeoutError, match="not made within"):
-        nu.SharedRegion.attach("crash", backend=s.process(), wait=0.2)
+        nur.SharedRegion.attach("crash", backend=s.process(), wait=0.2)
     # While its creator lives, cleanup keeps it; a create of the name is refused.
-    (row,) = nu.cleanup(remove=True, min_age=0, backend=s)
+    (row,) = nur.cleanup(remove=True, min_age=0, backend=s)
     assert row["region"] == "crash" and row["action"] == "keep", row
     assert "in use: 1 attached" in row["why"], row  # by the creator, alive
     with pytest.raises(FileExistsError, match="crash"):
         _make(s.process(), "crash")
     creator.exit()
-    (row,) = nu.cleanup(remove=True, min_age=0, backend=s)
+    (row,) = nur.cleanup(remove=True, min_age=0, backend=s)
     assert row["action"] == "removed", row
     assert _segments(s) == {} and not s.kernel.objects
     _make(s.process(), "crash").destroy()  # the name is free again
@@ -164,10 +164,10 @@ def test_a_crash_between_the_two_removals_leaves_what_cleanup_removes():
     r = _make(p, "half")
     p.call("shm_rmid", r.shmid)  # the data went; its remover died before the record segment
     p.exit()
-    (row,) = nu.cleanup(min_age=0, backend=s)
-    assert row["key"] == f"0x{nu.record_segment_key(r.ipc_key):08x}", row
+    (row,) = nur.cleanup(min_age=0, backend=s)
+    assert row["key"] == f"0x{nur.record_segment_key(r.ipc_key):08x}", row
     assert "whose data segment" in row["why"] or row["action"] == "would remove", row
-    (row,) = nu.cleanup("half", remove=True, min_age=0, backend=s)
+    (row,) = nur.cleanup("half", remove=True, min_age=0, backend=s)
     assert row["action"] == "removed", row
     assert _segments(s) == {}
 
@@ -178,10 +178,10 @@ def test_a_missing_record_segment_is_a_clear_error():
     try:
         s.call("shm_rmid", r._room_id)  # removed by hand
         with pytest.raises(ValueError, match=r"holds huge pages and its record segment .* missing"):
-            nu.SharedRegion.attach("lost", backend=s.process())
+            nur.SharedRegion.attach("lost", backend=s.process())
         # cleanup never reads the data's huge pages, and never removes what it cannot
         # prove is ours
-        (row,) = nu.cleanup(remove=True, min_age=0, backend=s)
+        (row,) = nur.cleanup(remove=True, min_age=0, backend=s)
         assert row["action"] == "keep" and "no numa_utils identity record" in row["why"], row
     finally:
         r.destroy()
@@ -191,18 +191,18 @@ def test_a_missing_record_segment_is_a_clear_error():
 def test_record_segment_keys_never_collide_with_names_and_int_keys_say_so():
     s = _sim()
     with pytest.raises(ValueError, match="0x4f000000-0x4fffffff"):
-        nu.SharedRegion.create(0x4F000123, HUGE, hugepages="2M", backend=s)
-    a = nu.SharedRegion.create(0x12000123, HUGE, hugepages="2M", backend=s)
+        nur.SharedRegion.create(0x4F000123, HUGE, hugepages="2M", backend=s)
+    a = nur.SharedRegion.create(0x12000123, HUGE, hugepages="2M", backend=s)
     try:
         # Another int key with the same low 24 bits: its record key is taken.
         with pytest.raises(FileExistsError, match="0x4f000123, the key of the record") as e:
-            nu.SharedRegion.create(0x13000123, HUGE, hugepages="2M", backend=s.process())
+            nur.SharedRegion.create(0x13000123, HUGE, hugepages="2M", backend=s.process())
         assert e.value.errno == errno.EEXIST and "holds region 301990179's record" in str(e.value)
         # A base-page region may take a 0x4f key (no record segment needs it) ...
-        nu.SharedRegion.create(0x4F000124, MiB, backend=s).destroy()
+        nur.SharedRegion.create(0x4F000124, MiB, backend=s).destroy()
         # ... but not one a record segment holds.
         with pytest.raises(FileExistsError, match="hold other regions"):
-            nu.SharedRegion.create(0x4F000123, MiB, backend=s)
+            nur.SharedRegion.create(0x4F000123, MiB, backend=s)
     finally:
         a.destroy()
     assert _segments(s) == {}
@@ -210,7 +210,7 @@ def test_record_segment_keys_never_collide_with_names_and_int_keys_say_so():
 
 def test_a_data_segment_the_kernel_refuses_leaves_no_record_segment(monkeypatch):
     s = _sim({0: 3})  # one page short, fit() bypassed: the kernel's shmget says ENOMEM
-    monkeypatch.setattr(nu, "_fit_or_raise", lambda *a: ("2M", None))
+    monkeypatch.setattr(nur, "_fit_or_raise", lambda *a: ("2M", None))
     with pytest.raises(OSError) as e:
         _make(s, "short")
     assert e.value.errno == errno.ENOMEM
@@ -219,9 +219,9 @@ def test_a_data_segment_the_kernel_refuses_leaves_no_record_segment(monkeypatch)
 
 def test_base_page_regions_keep_their_room_after_the_data():
     s = _sim()
-    with nu.SharedRegion.create("small", MiB, backend=s) as r:
-        assert r._room_id < 0 and r._room() == (r.address + r.size, nu._RECORD_ROOM)
-        assert _segments(s) == {r.ipc_key: MiB + nu._RECORD_ROOM}
+    with nur.SharedRegion.create("small", MiB, backend=s) as r:
+        assert r._room_id < 0 and r._room() == (r.address + r.size, nur._RECORD_ROOM)
+        assert _segments(s) == {r.ipc_key: MiB + nur._RECORD_ROOM}
         assert "data_key" not in r.identity
 
 
@@ -232,8 +232,8 @@ def _gh200_region(**kw):
     from conftest import sim
 
     s = sim("gh200")  # 512 MiB pages reserved on node 0 only; node 1 is GPU memory
-    verdict = nu.fit(HUGE, hugepages=True, backend=s, **kw)
-    r = nu.SharedRegion.create("gh", HUGE, hugepages=True, backend=s, **kw)  # prefaulted
+    verdict = nur.fit(HUGE, hugepages=True, backend=s, **kw)
+    r = nur.SharedRegion.create("gh", HUGE, hugepages=True, backend=s, **kw)  # prefaulted
     try:
         return verdict, r.page_size, r.placement()
     finally:
@@ -257,10 +257,10 @@ def test_gh200_refusal_names_the_nodes_with_and_without_huge_pages(policy, nodes
     from conftest import sim
 
     s = sim("gh200")
-    verdict = nu.fit(HUGE, policy=policy, nodes=nodes, hugepages=True, backend=s)
+    verdict = nur.fit(HUGE, policy=policy, nodes=nodes, hugepages=True, backend=s)
     assert not verdict
     assert "huge pages are not reserved on node 1" in verdict.reason, verdict.reason
     assert "(524288 kB pages on node 0; none on node 1)" in verdict.reason
     assert "no huge pages reserved" not in verdict.reason
     with pytest.raises(OSError, match=r"524288 kB pages on node 0; none on node 1"):
-        nu.SharedRegion.create("gh", HUGE, policy=policy, nodes=nodes, hugepages=True, backend=s)
+        nur.SharedRegion.create("gh", HUGE, policy=policy, nodes=nodes, hugepages=True, backend=s)

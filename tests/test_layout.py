@@ -11,7 +11,7 @@ import json
 import os
 
 import pytest
-from conftest import MapLimited, fixture_root, hook_call, nu, run_private_shm, sim
+from conftest import MapLimited, fixture_root, hook_call, nu, nur, run_private_shm, sim
 
 MiB = 1 << 20
 
@@ -43,35 +43,35 @@ MACHINES = [
     ],
 )
 def test_text_round_trips_exactly(text):
-    lay = nu.Layout.parse(text)
+    lay = nur.Layout.parse(text)
     assert str(lay) == text
-    assert nu.Layout.parse(str(lay)) == lay
+    assert nur.Layout.parse(str(lay)) == lay
 
 
 def test_constructors_match_their_text():
-    assert str(nu.Layout.parts([0, 0, 1, 1])) == "parts:bind:0/0/1/1"
+    assert str(nur.Layout.parts([0, 0, 1, 1])) == "parts:bind:0/0/1/1"
     assert (
-        str(nu.Layout.parts([[0, 1], [2, 3]], "interleave", size=GiB))
+        str(nur.Layout.parts([[0, 1], [2, 3]], "interleave", size=GiB))
         == "parts:interleave:0-1/2-3@1G"
     )
-    assert str(nu.Layout.blocks(2 * MiB, [0, 1])) == "blocks:2M:bind:0/1"
+    assert str(nur.Layout.blocks(2 * MiB, [0, 1])) == "blocks:2M:bind:0/1"
     assert (
-        str(nu.Layout.extents([(GiB, "bind", 0), (GiB, "preferred", [1])]))
+        str(nur.Layout.extents([(GiB, "bind", 0), (GiB, "preferred", [1])]))
         == "1G:bind:0;1G:prefer:1"
     )
-    assert nu.Layout.parse("parts:bind:0/1") != nu.Layout.parse("parts:bind:1/0")
+    assert nur.Layout.parse("parts:bind:0/1") != nur.Layout.parse("parts:bind:1/0")
 
 
 def test_bound_extents_offsets_and_node_of():
-    lay = nu.Layout.parts([0, 0, 0, 0, 1, 1, 1, 1]).bound(GiB, 4 * KiB)
+    lay = nur.Layout.parts([0, 0, 0, 0, 1, 1, 1, 1]).bound(GiB, 4 * KiB)
     assert [(e.offset, e.length) for e in lay] == [(i * 128 * MiB, 128 * MiB) for i in range(8)]
     assert [e.nodes for e in lay] == [frozenset({0})] * 4 + [frozenset({1})] * 4
     assert lay.index(512 * MiB) == 4 and lay.index(512 * MiB - 1) == 3
     # 1 GiB of 3 MiB blocks: 341 whole blocks and one of 1 MiB at the end.
-    blk = nu.Layout.blocks(3 * MiB, [0, 1]).bound(GiB, 4 * KiB)
-    assert len(blk) == 342 and blk[-1] == nu.Extent(341 * 3 * MiB, MiB, "bind", frozenset({1}))
+    blk = nur.Layout.blocks(3 * MiB, [0, 1]).bound(GiB, 4 * KiB)
+    assert len(blk) == 342 and blk[-1] == nur.Extent(341 * 3 * MiB, MiB, "bind", frozenset({1}))
     assert blk.index(GiB - 1) == 341 and blk[blk.index(7 * MiB)].nodes == {0}
-    ext = nu.Layout.parse("1M:bind:0;3M:interleave:0-1").bound(4 * MiB, 4 * KiB)
+    ext = nur.Layout.parse("1M:bind:0;3M:interleave:0-1").bound(4 * MiB, 4 * KiB)
     assert [e.offset for e in ext] == [0, MiB] and ext.index(MiB) == 1
     assert ext.location() == "0+100000@cpu:0;100000+300000@cpu:0-1"
 
@@ -89,7 +89,7 @@ def test_bound_extents_offsets_and_node_of():
 )
 def test_bad_layouts_are_one_clear_value_error(text, size, page, nodes, match):
     with pytest.raises(ValueError, match=match):
-        nu.Layout.parse(text).bound(size, page, frozenset(nodes) if nodes else None)
+        nur.Layout.parse(text).bound(size, page, frozenset(nodes) if nodes else None)
 
 
 @pytest.mark.parametrize(
@@ -109,7 +109,7 @@ def test_bad_layouts_are_one_clear_value_error(text, size, page, nodes, match):
 )
 def test_bad_text_is_a_value_error(text, match):
     with pytest.raises(ValueError, match=match):
-        nu.Layout.parse(text)
+        nur.Layout.parse(text)
 
 
 # -- simulated machines: every extent lands where its policy says -----------------------
@@ -128,10 +128,10 @@ def _land_exactly(r, want_nodes):
 @pytest.mark.parametrize("kind", ["sysv", "posix"])
 def test_parts_land_exactly_creator_and_attacher(name, nodes, kind):
     s = sim(name)
-    with nu.SharedRegion.create(
-        "kv", GiB, layout=nu.Layout.parts(nodes), kind=kind, backend=s
+    with nur.SharedRegion.create(
+        "kv", GiB, layout=nur.Layout.parts(nodes), kind=kind, backend=s
     ) as r:
-        assert r.layout == nu.Layout.parse(f"parts:bind:{'/'.join(map(str, nodes))}@1G")
+        assert r.layout == nur.Layout.parse(f"parts:bind:{'/'.join(map(str, nodes))}@1G")
         _land_exactly(r, nodes)
         part = GiB // len(nodes)
         assert r.node_of(0) == {nodes[0]} and r.node_of(GiB - 1) == {nodes[-1]}
@@ -141,7 +141,7 @@ def test_parts_land_exactly_creator_and_attacher(name, nodes, kind):
         view[0] = 0x5A
         assert r.buffer()[part] == 0x5A
         p = s.process()
-        with nu.SharedRegion.attach("kv", kind=kind, prefault=True, backend=p) as a:
+        with nur.SharedRegion.attach("kv", kind=kind, prefault=True, backend=p) as a:
             assert a.layout == r.layout and str(a.layout) == str(r.layout)
             _land_exactly(a, nodes)
             assert [x.mode for x in a.policies] == ["bind"] * len(nodes)
@@ -150,12 +150,12 @@ def test_parts_land_exactly_creator_and_attacher(name, nodes, kind):
 @pytest.mark.parametrize("name,nodes", MACHINES, ids=[m[0] for m in MACHINES])
 def test_blocks_land_exactly_round_robin(name, nodes):
     s = sim(name)
-    with nu.SharedRegion.create(
+    with nur.SharedRegion.create(
         "rows", GiB, layout=f"blocks:4M:bind:{'/'.join(map(str, nodes))}", backend=s
     ) as r:
         assert len(r.extents) == 256
         _land_exactly(r, [nodes[i % len(nodes)] for i in range(256)])
-        with nu.SharedRegion.attach("rows", prefault=True, backend=s.process()) as a:
+        with nur.SharedRegion.attach("rows", prefault=True, backend=s.process()) as a:
             assert a.layout == r.layout
             _land_exactly(a, [nodes[i % len(nodes)] for i in range(256)])
 
@@ -164,12 +164,12 @@ def test_hugetlb_parts_land_per_node_in_every_attacher():
     # hugetlb keeps no shared policy: each attacher applies the layout itself, read
     # from the record; a process told nothing still faults its pages per extent.
     s = sim("dual-socket-8gpu")
-    with nu.SharedRegion.create(
+    with nur.SharedRegion.create(
         "huge", GiB, layout="parts:bind:0/0/1/1", hugepages="2M", prefault=False, backend=s
     ) as r:
         assert r.page_size == 2 * MiB
         p = s.process()
-        with nu.SharedRegion.attach("huge", prefault=True, backend=p) as a:
+        with nur.SharedRegion.attach("huge", prefault=True, backend=p) as a:
             assert a.layout == r.layout
             _land_exactly(a, [0, 0, 1, 1])
             text = p.read_text("/proc/self/numa_maps")
@@ -184,7 +184,7 @@ def test_hugetlb_parts_land_per_node_in_every_attacher():
 def test_hugetlb_layout_must_be_whole_huge_pages():
     s = sim("dual-socket-8gpu")
     with pytest.raises(ValueError, match="whole 2M pages"):
-        nu.SharedRegion.create(
+        nur.SharedRegion.create(
             "huge", 4 * MiB, layout="1M:bind:0;3M:bind:1", hugepages="2M", backend=s
         )
     assert s.kernel.shm == {}
@@ -192,7 +192,7 @@ def test_hugetlb_layout_must_be_whole_huge_pages():
 
 def test_mixed_extents_and_interleave_split():
     s = sim("four-node-asym")
-    with nu.SharedRegion.create(
+    with nur.SharedRegion.create(
         "mix", GiB, layout="256M:bind:3;512M:interleave:0-1;256M:prefer:2", backend=s
     ) as r:
         got = [dict(p) for p in r.placement(by_extent=True)]
@@ -202,12 +202,12 @@ def test_mixed_extents_and_interleave_split():
 
 def test_one_policy_region_is_the_one_extent_layout():
     s = sim("dual-socket-8gpu")
-    with nu.SharedRegion.create("one", 8 * MiB, policy="bind", nodes=[1], backend=s) as r:
+    with nur.SharedRegion.create("one", 8 * MiB, policy="bind", nodes=[1], backend=s) as r:
         assert str(r.layout) == "8M:bind:1" and len(r.extents) == 1
         assert r.identity["layout"] == "8M:bind:1"
         assert r.placement() == {1: 8 * MiB}
     with pytest.raises(ValueError, match="not both"):
-        nu.SharedRegion.create(
+        nur.SharedRegion.create(
             "x", 8 * MiB, policy="bind", nodes=[1], layout="8M:bind:1", backend=s
         )
 
@@ -226,7 +226,7 @@ def test_prefault_runs_on_each_extents_node():
 
     hook_call(s, "madvise", spy)
     before = s.call("sched_getaffinity", 0)
-    with nu.SharedRegion.create("pf", 64 * MiB, layout="parts:prefer:0/1", backend=s) as r:
+    with nur.SharedRegion.create("pf", 64 * MiB, layout="parts:prefer:0/1", backend=s) as r:
         cpus = {n: s.topology.nodes[n].cpus for n in (0, 1)}
         for addr, aff in seen:
             node = 0 if addr < r.address + 32 * MiB else 1
@@ -243,8 +243,8 @@ def _record_of(r):
     """(json bytes start, json bytes) of region ``r``'s identity record."""
     import ctypes
 
-    end = r._mapped - nu._RECORD_END.size
-    n = nu._RECORD_END.unpack(ctypes.string_at(r.address + end, nu._RECORD_END.size))[2]
+    end = r._mapped - nur._RECORD_END.size
+    n = nur._RECORD_END.unpack(ctypes.string_at(r.address + end, nur._RECORD_END.size))[2]
     return end - n, ctypes.string_at(r.address + end - n, n)
 
 
@@ -253,7 +253,7 @@ def test_record_altered_or_removed_is_a_clear_error_nothing_leaked(kind):
     import ctypes
 
     s = sim("dual-socket-8gpu")
-    with nu.SharedRegion.create("t", 8 * MiB, layout="parts:bind:0/1", kind=kind, backend=s) as r:
+    with nur.SharedRegion.create("t", 8 * MiB, layout="parts:bind:0/1", kind=kind, backend=s) as r:
         off, raw = _record_of(r)
         assert b'"layout":"parts:bind:0/1@8M"' in raw
         # The layout changed in place, checksum not updated: damaged.
@@ -261,21 +261,21 @@ def test_record_altered_or_removed_is_a_clear_error_nothing_leaked(kind):
         ctypes.memmove(r.address + off, bad, len(bad))
         p = s.process()
         with pytest.raises(ValueError, match="damaged identity record"):
-            nu.SharedRegion.attach("t", kind=kind, backend=p)
+            nur.SharedRegion.attach("t", kind=kind, backend=p)
         assert p.mappings == [] and p.shm_attached == {}  # unmapped again
         # Rewritten with a valid checksum but a layout that does not fit the region.
         rec = dict(json.loads(raw), layout="parts:bind:0/1/2@8M")
-        nu._record_write(r.address, r._mapped, rec)
+        nur._record_write(r.address, r._mapped, rec)
         with pytest.raises(ValueError, match="damaged identity record.*3 equal parts"):
-            nu.SharedRegion.attach("t", kind=kind, backend=p)
+            nur.SharedRegion.attach("t", kind=kind, backend=p)
         rec["layout"] = "parts:bind:0/1@8M"
-        nu._record_write(r.address, r._mapped, rec)
-        with nu.SharedRegion.attach("t", kind=kind, backend=p) as a:
+        nur._record_write(r.address, r._mapped, rec)
+        with nur.SharedRegion.attach("t", kind=kind, backend=p) as a:
             assert str(a.layout) == "parts:bind:0/1@8M"
         # The record wiped: no region of that name any more, for an attacher.
-        ctypes.memset(r.address + r._mapped - nu._RECORD_END.size, 0, nu._RECORD_END.size)
+        ctypes.memset(r.address + r._mapped - nur._RECORD_END.size, 0, nur._RECORD_END.size)
         with pytest.raises(FileNotFoundError, match="no numa_utils identity record"):
-            nu.SharedRegion.attach("t", kind=kind, backend=p)
+            nur.SharedRegion.attach("t", kind=kind, backend=p)
         assert p.mappings == [] and p.shm_attached == {}
     assert s.kernel.shm == {} and not [
         n for n in s.kernel.objects if "numa_utils" in n or "SYSV" in n
@@ -285,13 +285,13 @@ def test_record_altered_or_removed_is_a_clear_error_nothing_leaked(kind):
 @pytest.mark.parametrize("kind", ["sysv", "posix"])
 def test_attacher_of_another_user_is_refused(kind):
     s = sim("dual-socket-8gpu", uid=1000)
-    with nu.SharedRegion.create("t", 8 * MiB, layout="parts:bind:0/1", kind=kind, backend=s):
+    with nur.SharedRegion.create("t", 8 * MiB, layout="parts:bind:0/1", kind=kind, backend=s):
         with pytest.raises(PermissionError):  # 0600
-            nu.SharedRegion.attach("t", kind=kind, backend=s.process(uid=1001))
+            nur.SharedRegion.attach("t", kind=kind, backend=s.process(uid=1001))
         with pytest.raises(PermissionError, match="uid 1000"):
-            nu.SharedRegion.attach("t", kind=kind, backend=s.process(uid=0))
+            nur.SharedRegion.attach("t", kind=kind, backend=s.process(uid=0))
         # Root may attach when it says it trusts the owner; it reads the same layout.
-        with nu.SharedRegion.attach("t", kind=kind, trust=True, backend=s.process(uid=0)) as a:
+        with nur.SharedRegion.attach("t", kind=kind, trust=True, backend=s.process(uid=0)) as a:
             assert str(a.layout) == "parts:bind:0/1@8M"
 
 
@@ -299,7 +299,7 @@ def test_bad_layout_at_create_leaves_nothing():
     s = sim("dual-socket-8gpu")
     for bad in ("parts:bind:0/9", "parts:bind:0/1/1", "9M:bind:0"):
         with pytest.raises(ValueError):
-            nu.SharedRegion.create("t", 8 * MiB, layout=bad, backend=s)
+            nur.SharedRegion.create("t", 8 * MiB, layout=bad, backend=s)
     assert s.kernel.shm == {} and s.mappings == []
 
 
@@ -310,13 +310,13 @@ import json, subprocess, sys
 import numa_utils as nu
 kind = sys.argv[1]
 node = min(nu.read_topology().nodes_with_memory)
-r = nu.SharedRegion.create("lay", 8 << 20, kind=kind,
+r = nur.SharedRegion.create("lay", 8 << 20, kind=kind,
                            layout=f"parts:bind:{node}/{node}/{node}/{node}")
 r.view(2)[0] = 0x42
 child = '''
 import json, sys
 import numa_utils as nu
-a = nu.SharedRegion.attach("lay", kind=sys.argv[1], prefault=True)
+a = nur.SharedRegion.attach("lay", kind=sys.argv[1], prefault=True)
 pl = a.placement(by_extent=True)
 print(json.dumps({"layout": str(a.layout), "byte": a.view(2)[0],
                   "per": [dict(p) for p in pl], "ok": [p.ok for p in pl]}))
@@ -409,8 +409,8 @@ def _reads_to_create(s, layout, size):
 
     s.read_text, s.listdir = counted, counted_dir
     try:
-        with nu.SharedRegion.create("many", size, layout=layout, prefault=False, backend=s):
-            with nu.SharedRegion.attach("many", backend=s):
+        with nur.SharedRegion.create("many", size, layout=layout, prefault=False, backend=s):
+            with nur.SharedRegion.attach("many", backend=s):
                 pass
     finally:
         del s.read_text, s.listdir
@@ -442,24 +442,27 @@ def test_numa_nodes_is_resolved_once_per_call(monkeypatch):
 @pytest.mark.parametrize(
     "make,match",
     [
-        (lambda: nu.Layout.parts([0, 1, 2], size=10), "do not split into 3 equal parts"),
-        (lambda: nu.Layout.parts([0], size=0), "size 0 is not an int"),
-        (lambda: nu.Layout.parts([0], size=-4096), "size -4096 is not an int"),
-        (lambda: nu.Layout.blocks(4096, [0], size=2**70), "is not an int from 1 to 9223372036"),
-        (lambda: nu.Layout.blocks(4096, [0], size=True), "size True is not an int"),
-        (lambda: nu.Layout.blocks(4096, [0], size=1.5), "size 1.5 is not an int"),
-        (lambda: nu.Layout.blocks(2**64, [0]), "block size"),
-        (lambda: nu.Layout.extents([(-1, "bind", 0)]), "extent length -1"),
-        (lambda: nu.Layout.extents([(2**62, "bind", 0)] * 2), "is not an int from 1 to 9223372036"),
-        (lambda: nu.Layout.parse("blocks:1:bind:0@18446744073709551615"), "size 1844674"),
-        (lambda: nu.Layout.parts([5000]), "invalid node list 5000"),
-        (lambda: nu.Layout.parts([10**30]), "invalid node list"),
-        (lambda: nu.Layout.parts([[0, nu.MAX_NODES]], "interleave"), "invalid node list"),
-        (lambda: nu.Layout.parse("parts:bind:5000"), "ids must be < 1024"),
-        (lambda: nu.Layout.parse("4K:bind:1024"), "ids must be < 1024"),
-        (lambda: nu.Layout("rows", [(0, "bind", 0)]), "kind 'rows'"),
-        (lambda: nu.Layout("parts", [(4096, "bind", 0)]), "parts take their length"),
-        (lambda: nu.Layout("blocks", [(4096, "bind", 0), (8192, "bind", 1)]), "one size"),
+        (lambda: nur.Layout.parts([0, 1, 2], size=10), "do not split into 3 equal parts"),
+        (lambda: nur.Layout.parts([0], size=0), "size 0 is not an int"),
+        (lambda: nur.Layout.parts([0], size=-4096), "size -4096 is not an int"),
+        (lambda: nur.Layout.blocks(4096, [0], size=2**70), "is not an int from 1 to 9223372036"),
+        (lambda: nur.Layout.blocks(4096, [0], size=True), "size True is not an int"),
+        (lambda: nur.Layout.blocks(4096, [0], size=1.5), "size 1.5 is not an int"),
+        (lambda: nur.Layout.blocks(2**64, [0]), "block size"),
+        (lambda: nur.Layout.extents([(-1, "bind", 0)]), "extent length -1"),
+        (
+            lambda: nur.Layout.extents([(2**62, "bind", 0)] * 2),
+            "is not an int from 1 to 9223372036",
+        ),
+        (lambda: nur.Layout.parse("blocks:1:bind:0@18446744073709551615"), "size 1844674"),
+        (lambda: nur.Layout.parts([5000]), "invalid node list 5000"),
+        (lambda: nur.Layout.parts([10**30]), "invalid node list"),
+        (lambda: nur.Layout.parts([[0, nu.MAX_NODES]], "interleave"), "invalid node list"),
+        (lambda: nur.Layout.parse("parts:bind:5000"), "ids must be < 1024"),
+        (lambda: nur.Layout.parse("4K:bind:1024"), "ids must be < 1024"),
+        (lambda: nur.Layout("rows", [(0, "bind", 0)]), "kind 'rows'"),
+        (lambda: nur.Layout("parts", [(4096, "bind", 0)]), "parts take their length"),
+        (lambda: nur.Layout("blocks", [(4096, "bind", 0), (8192, "bind", 1)]), "one size"),
     ],
 )
 def test_layout_refuses_what_its_text_cannot_say(make, match):
@@ -477,11 +480,13 @@ def _random_layout(rng):
     kind = rng.choice(["parts", "blocks", "extents"])
     if kind == "parts":
         size = size - size % count or count
-        return nu.Layout.parts(nodes, policy, size=rng.choice([None, size]))
+        return nur.Layout.parts(nodes, policy, size=rng.choice([None, size]))
     if kind == "blocks":
-        return nu.Layout.blocks(rng.choice(sizes[:4]), nodes, policy, size=rng.choice([None, size]))
+        return nur.Layout.blocks(
+            rng.choice(sizes[:4]), nodes, policy, size=rng.choice([None, size])
+        )
     items = [(rng.choice([1, 4096, 5 << 20]), policy, n) for n in nodes]
-    return nu.Layout.extents(items + [(rng.choice([1, 4096]), "default", ())])
+    return nur.Layout.extents(items + [(rng.choice([1, 4096]), "default", ())])
 
 
 def test_every_layout_parses_back_equal():
@@ -490,7 +495,7 @@ def test_every_layout_parses_back_equal():
     rng = random.Random(2617)
     for _ in range(2000):
         lay = _random_layout(rng)
-        back = nu.Layout.parse(str(lay))
+        back = nur.Layout.parse(str(lay))
         assert back == lay and str(back) == str(lay) and back.size == lay.size
         if lay.size is not None and len(lay) < 64:
             assert list(back) == list(lay)
@@ -499,25 +504,25 @@ def test_every_layout_parses_back_equal():
 def test_rule_index_and_extents_without_listing_them(monkeypatch):
     # 26.17: index() of a 1 PiB blocks layout listed 2**38 extents first.
     made = []
-    real = nu.Extent
+    real = nur.Extent
 
     def counted(*args):
         made.append(args)
         assert len(made) < 1000, "the layout lists its extents"
         return real(*args)
 
-    monkeypatch.setattr(nu, "Extent", counted)
-    lay = nu.Layout.blocks(4096, [0, 1, 2], size=2**50)
+    monkeypatch.setattr(nur, "Extent", counted)
+    lay = nur.Layout.blocks(4096, [0, 1, 2], size=2**50)
     assert lay.index(2**50 - 1) == 2**38 - 1 and len(lay) == 2**38
     assert lay[-1] == real(2**50 - 4096, 4096, "bind", frozenset({(2**38 - 1) % 3}))
     assert lay[lay.index(5 * 4096 + 7)] == real(5 * 4096, 4096, "bind", frozenset({2}))
     with pytest.raises(IndexError):
         lay[2**38]
     monkeypatch.undo()
-    odd = nu.Layout.blocks(3 * MiB, [0, 1], size=GiB)
+    odd = nur.Layout.blocks(3 * MiB, [0, 1], size=GiB)
     assert [odd[i] for i in range(len(odd))] == list(odd) and odd[-1].length == MiB
     assert all(odd[odd.index(e.offset + e.length - 1)] == e for e in odd)
-    parts = nu.Layout.parts([0, 1, 2], size=12)
+    parts = nur.Layout.parts([0, 1, 2], size=12)
     assert [e.length for e in parts] == [4, 4, 4] and parts.index(11) == 2
 
 
@@ -527,11 +532,11 @@ def test_rule_index_and_extents_without_listing_them(monkeypatch):
 )
 def test_extents_before_counts_the_listed_starts(text):
     # What `maps` shows per VMA: the extents starting below each offset, the size included.
-    lay = nu.Layout.parse(text)
+    lay = nur.Layout.parse(text)
     starts = [e.offset for e in lay]
     for offset in range(-1, lay.size + 4096, 1024):
         assert lay._extents_before(offset) == len([s for s in starts if s < offset])
-    huge = nu.Layout.blocks(4096, [0, 1], size=2**50)
+    huge = nur.Layout.blocks(4096, [0, 1], size=2**50)
     assert huge._extents_before(2**50) == 2**38 and huge._extents_before(4097) == 2
 
 
@@ -546,7 +551,7 @@ def _mbinds_to_create(s, layout, size):
 
     hook_call(s, "syscall", counted)
     try:
-        with nu.SharedRegion.create("runs", size, layout=layout, prefault=False, backend=s) as r:
+        with nur.SharedRegion.create("runs", size, layout=layout, prefault=False, backend=s) as r:
             policies = r.policies
             data_end = r.address + r.size
     finally:
@@ -598,7 +603,7 @@ def _runs_listed(lay):
 )
 @pytest.mark.parametrize("size", [4096, 20480, 1 << 20, 5 << 20])
 def test_layout_vmas_counts_runs_without_listing(text, size):
-    lay = nu.Layout.parse(text)
+    lay = nur.Layout.parse(text)
     if lay.size is not None and lay.size != size:
         return
     if text.startswith("parts") and size % 3:
@@ -608,9 +613,9 @@ def test_layout_vmas_counts_runs_without_listing(text, size):
 
 
 def test_layout_vmas_of_a_huge_rule_is_arithmetic():
-    lay = nu.Layout.blocks(4096, [0, 1], size=1 << 50)
+    lay = nur.Layout.blocks(4096, [0, 1], size=1 << 50)
     assert lay.vmas == (1 << 50) // 4096  # alternating nodes: one VMA per block
-    assert nu.Layout.blocks(4096, [0], size=1 << 50).vmas == 1
+    assert nur.Layout.blocks(4096, [0], size=1 << 50).vmas == 1
 
 
 def test_layout_past_max_map_count_is_refused_before_any_mbind():
@@ -626,23 +631,23 @@ def test_layout_past_max_map_count_is_refused_before_any_mbind():
     hook_call(b, "syscall", counted)
     # 4,096 alternating blocks: 4,097 VMAs with the room; 3000 - 500 - 750 = 1,750 free.
     with pytest.raises(OSError) as e:
-        nu.SharedRegion.create(
+        nur.SharedRegion.create(
             "many", 16 * MiB, layout="blocks:4K:bind:0/1", strict=True, backend=b
         )
     assert e.value.errno == errno.ENOMEM and "vm.max_map_count 3000" in str(e.value)
     assert not calls and not b.kernel.objects
     # Without strict: interleave over the same nodes, and a result that says why.
-    with nu.SharedRegion.create(
+    with nur.SharedRegion.create(
         "many", 16 * MiB, layout="blocks:4K:bind:0/1", prefault=False, backend=b
     ) as r:
         assert not r.policy and r.policy.reason == "max-map-count"
         assert "4097 memory mappings" in r.policy.hint
         assert str(r.layout) != "blocks:4K:bind:0/1" and r.layout.nodes == {0, 1}
         assert len(calls) <= 2  # the data's one interleave and the room's own
-        with nu.SharedRegion.attach("many", backend=b.process()) as other:
+        with nur.SharedRegion.attach("many", backend=b.process()) as other:
             assert other.layout == r.layout  # the record says what was applied
     # Within the limit the layout lands as asked.
-    with nu.SharedRegion.create(
+    with nur.SharedRegion.create(
         "few", 1 * MiB, layout="blocks:4K:bind:0/1", prefault=False, backend=b
     ) as r:
         assert r.policy and str(r.layout).startswith("blocks:4K:bind:0/1")
@@ -653,12 +658,12 @@ def test_layout_within_a_low_max_map_count_lands():
     quarter of it, not the 1,024 of a default limit, which left no room at all."""
     b = MapLimited(fixture_root("dual-socket-8gpu"), limit=1000, mapped=150)
     # 100 alternating blocks: 101 VMAs with the room; 1000 - 150 - 250 = 600 free.
-    with nu.SharedRegion.create(
+    with nur.SharedRegion.create(
         "few", 400 * 1024, layout="blocks:4K:bind:0/1", strict=True, prefault=False, backend=b
     ) as r:
         assert r.policy and str(r.layout).startswith("blocks:4K:bind:0/1")
     with pytest.raises(OSError) as e:  # 1,601 VMAs do not fit in those 600
-        nu.SharedRegion.create(
+        nur.SharedRegion.create(
             "many", 1600 * 4096, layout="blocks:4K:bind:0/1", strict=True, backend=b
         )
     assert "leaves 600:" in str(e.value) and "250 kept for the engine" in str(e.value)
@@ -666,13 +671,13 @@ def test_layout_within_a_low_max_map_count_lands():
 
 def test_region_policy_describes_the_whole_layout():
     b = sim("dual-socket-8gpu")
-    with nu.SharedRegion.create(
+    with nur.SharedRegion.create(
         "two", 4 * MiB, layout="2M:bind:0;2M:bind:1", prefault=False, backend=b
     ) as r:
         assert r.policy and r.policy.mode == "layout" and r.policy.nodes == {0, 1}
         assert r.policy.length == 4 * MiB and "layout 2M:bind:0;2M:bind:1" in repr(r)
     b.fail("mbind", errno.EPERM)
-    with nu.SharedRegion.create(
+    with nur.SharedRegion.create(
         "two", 4 * MiB, layout="2M:default;2M:bind:1", prefault=False, backend=b
     ) as r:
         assert r.policies[0] and not r.policies[1]

@@ -20,7 +20,7 @@ import tokenize
 from dataclasses import dataclass
 
 import pytest
-from conftest import REPO, nu
+from conftest import REPO, nu, nur
 
 LIBRARY = REPO / "numa_utils.py"
 MAX_TRACKED_FILES = 1000
@@ -430,7 +430,7 @@ def test_no_module_or_record_level_getattr():
     for record in records:
         methods = [m.name for m in record.body if isinstance(m, ast.FunctionDef)]
         assert "__getattr__" not in methods, record.name
-    counters = nu.NodeCounters(0, {"numa_hit": 5}, {"MemFree": 7})
+    counters = nur.NodeCounters(0, {"numa_hit": 5}, {"MemFree": 7})
     assert (counters.numa_hit, counters.numa_miss, counters.mem_free_kb) == (5, 0, 7)
     with pytest.raises(AttributeError):
         counters.numa_hti  # noqa: B018  (a typo is an error, not 0)

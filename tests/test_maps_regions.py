@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, nu
+from conftest import REPO, cli, nu, nur
 
 pytestmark = pytest.mark.private_shm
 
@@ -38,8 +38,8 @@ _HOLDER = r"""
 import json, sys
 import numa_utils as nu
 kind, page = sys.argv[1], int(sys.argv[2])
-layout = nu.Layout.extents([(4 * page, "bind", [0]), (12 * page, "interleave", [0])])
-r = nu.SharedRegion.create(f"maps-{kind}", 16 * page, kind=kind, layout=layout)
+layout = nur.Layout.extents([(4 * page, "bind", [0]), (12 * page, "interleave", [0])])
+r = nur.SharedRegion.create(f"maps-{kind}", 16 * page, kind=kind, layout=layout)
 print(json.dumps({"address": r.address, "shmid": r.shmid}), flush=True)
 sys.stdin.read()
 r.destroy()
@@ -96,7 +96,7 @@ def test_maps_without_regions_prints_no_region_part():
 
 
 def test_maps_reports_a_damaged_record_and_keeps_going():
-    r = nu.SharedRegion.create("maps-bad", 4 * PAGE, kind="posix")
+    r = nur.SharedRegion.create("maps-bad", 4 * PAGE, kind="posix")
     try:
         path = "/dev/shm/numa_utils-maps-bad"
         size = os.path.getsize(path)
@@ -112,12 +112,12 @@ def test_maps_reports_a_damaged_record_and_keeps_going():
 
 
 def test_status_lists_this_users_regions():
-    layout = nu.Layout.parts([0, 0])
-    a = nu.SharedRegion.create("status-p", 8 * PAGE, kind="posix", layout=layout)
-    s = nu.SharedRegion.create("status-s", 8 * PAGE, kind="sysv")
+    layout = nur.Layout.parts([0, 0])
+    a = nur.SharedRegion.create("status-p", 8 * PAGE, kind="posix", layout=layout)
+    s = nur.SharedRegion.create("status-s", 8 * PAGE, kind="sysv")
     try:
         before = nu.default_backend().call("shm_stat", s.shmid)
-        rep = nu.status_report()
+        rep = cli.status_report()
         after = nu.default_backend().call("shm_stat", s.shmid)
         assert (after.lpid, after.used) == (before.lpid, before.used)
         rows = {r["kind"]: r for r in rep["regions"]}
@@ -139,7 +139,7 @@ def test_status_lists_this_users_regions():
     finally:
         a.destroy()
         s.destroy()
-    assert nu.status_report()["regions"] == []
+    assert cli.status_report()["regions"] == []
 
 
 # A process mapping a /dev/shm file whose identity record says what the test wants:
@@ -224,7 +224,7 @@ def test_maps_escapes_names_other_users_chose():
 def test_status_escapes_record_keys():
     holder, _ = _forged("/dev/shm/numa_utils-st", "st\x1b[2J\x07", "parts:bind:0", 4 * PAGE)
     try:
-        text = nu._render_status(nu.status_report())
+        text = nu._render_status(cli.status_report())
     finally:
         holder.communicate("", timeout=600)
     assert "st\\x1b[2J\\x07" in text and "\x1b" not in text and "\x07" not in text
@@ -283,8 +283,8 @@ _REMOVED = r"""
 import json, sys
 import numa_utils as nu
 page = int(sys.argv[1])
-layout = nu.Layout.extents([(4 * page, "bind", [0]), (12 * page, "interleave", [0])])
-r = nu.SharedRegion.create("maps-rm", 16 * page, kind="sysv", layout=layout)
+layout = nur.Layout.extents([(4 * page, "bind", [0]), (12 * page, "interleave", [0])])
+r = nur.SharedRegion.create("maps-rm", 16 * page, kind="sysv", layout=layout)
 r.remove()  # IPC_RMID: key 0 in /proc/sysvipc/shm, still attached here
 print(json.dumps({"address": r.address, "shmid": r.shmid}), flush=True)
 sys.stdin.read()

@@ -10,7 +10,7 @@ library's own table.
 import json
 
 import pytest
-from conftest import cli, fixture_root, nu, sim
+from conftest import cli, fixture_root, nu, nur, sim
 
 import envs as envs_mod
 
@@ -63,7 +63,7 @@ def _reported_words(mode):
     info = nu.get_policy(backend=b)
     text = str(info)  # numa_maps' form: "prefer (many):0-1", "bind=static:0"
     line = f"7f0000000000 {text} anon=1 dirty=1 N0=1 kernelpagesize_kB=4\n"
-    layout = nu.Layout.extents([(4096, LAYOUT_WORD[mode], _nodes(mode))])
+    layout = nur.Layout.extents([(4096, LAYOUT_WORD[mode], _nodes(mode))])
     words = {
         "PolicyResult.mode": res.mode,
         "PolicyResult.to_json": res.to_json()["mode"],
@@ -119,11 +119,11 @@ def test_layouts_take_every_reported_word(mode, word):
     if word == "socket":
         pytest.skip("socket is a memory= plan (prefer-many over a package), not a mode")
     nodes = _nodes(mode)
-    want = str(nu.Layout.extents([(4096, LAYOUT_WORD[mode], nodes)]))
-    assert str(nu.Layout.extents([(4096, word, nodes)])) == want
+    want = str(nur.Layout.extents([(4096, LAYOUT_WORD[mode], nodes)]))
+    assert str(nur.Layout.extents([(4096, word, nodes)])) == want
     listed = ",".join(map(str, nodes or []))
     text = f"4K:{word}:{listed}" if listed else f"4K:{word}"
-    assert str(nu.Layout.parse(text)) == want
+    assert str(nur.Layout.parse(text)) == want
 
 
 def _memory_mode(mode, word):

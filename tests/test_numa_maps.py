@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, nu, sim
+from conftest import REPO, nu, nur, sim
 
 # (line, expected fields) -- formats from fs/proc/task_mmu.c show_numa_map and
 # mm/mempolicy.c mpol_to_str, across kernel versions.
@@ -186,7 +186,7 @@ def test_placement_binary_search(n):
 
 def test_placement_via_simulator_and_fast_render():
     s = sim("four-node-asym")
-    r = nu.SharedRegion.create("big", 1 << 30, policy="interleave", backend=s)
+    r = nur.SharedRegion.create("big", 1 << 30, policy="interleave", backend=s)
     try:
         t = time.perf_counter()
         text = s.read_text("/proc/self/numa_maps")
@@ -258,11 +258,12 @@ def test_maps_cli_self_pid():
 
 def test_verdicts():
     assert (
-        nu.placement_verdict({0: 50, 1: 50}, "interleave") == "interleaved 50.0/50.0 over nodes 0-1"
+        nur.placement_verdict({0: 50, 1: 50}, "interleave")
+        == "interleaved 50.0/50.0 over nodes 0-1"
     )
-    assert nu.placement_verdict({0: 10}) == "all on node 0"
-    assert nu.placement_verdict({}) == "nothing faulted in"
-    assert nu.placement_verdict({0: 75, 2: 25}, "bind") == "split 75.0/25.0 over nodes 0,2"
+    assert nur.placement_verdict({0: 10}) == "all on node 0"
+    assert nur.placement_verdict({}) == "nothing faulted in"
+    assert nur.placement_verdict({0: 75, 2: 25}, "bind") == "split 75.0/25.0 over nodes 0,2"
 
 
 def test_maps_text_fast_path_agrees_with_full_parse(tmp_path, capsys):
@@ -337,7 +338,7 @@ def test_placement_methods_agree_and_fall_back():
     from conftest import sim
 
     b = sim("four-node-asym")
-    r = nu.SharedRegion.create("placement-methods", 64 * 4096 * 4, policy="interleave", backend=b)
+    r = nur.SharedRegion.create("placement-methods", 64 * 4096 * 4, policy="interleave", backend=b)
     try:
         want = {n: 64 * 4096 for n in range(4)}
         assert nu.placement(r.address, r.size, backend=b, method="move_pages") == want
@@ -463,7 +464,7 @@ def test_maps_json_streamed_matches_entries(upper, tmp_path, capsys):
     totals = {}
     for e in entries:
         d = e.to_json()
-        d["verdict"] = nu.placement_verdict(e.bytes_per_node, e.mode) if e.pages else None
+        d["verdict"] = nur.placement_verdict(e.bytes_per_node, e.mode) if e.pages else None
         want.append(d)
         for n, kb in d["kb"].items():
             totals[n] = totals.get(n, 0) + kb

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, cli, fixture_root, fixture_tree, nu, saved_backend, sim
+from conftest import REPO, cli, fixture_root, fixture_tree, nu, nur, saved_backend, sim
 
 FOUR = "four-node-asym"  # nodes 0-3, 16 CPUs each, all with memory
 
@@ -437,10 +437,10 @@ def test_numa_nodes_takes_numactls_grammar(value, want, monkeypatch):
     """NUMA_NODES goes through the same parser (resolved against the region's machine)."""
     monkeypatch.setenv("NUMA_UTILS_NUMA_NODES", value)
     b = sim(FOUR)
-    assert nu._region_policy("interleave", None, None, b, {})[1] == want
+    assert nur._region_policy("interleave", None, None, b, {})[1] == want
     monkeypatch.setenv("NUMA_UTILS_NUMA_NODES", "+9")
     with pytest.raises(ValueError, match="NUMA_NODES='\\+9'.*out of range"):
-        nu._region_policy("interleave", None, None, b, {})
+        nur._region_policy("interleave", None, None, b, {})
 
 
 @pytest.mark.parametrize(
@@ -476,11 +476,11 @@ def test_numa_nodes_device_forms_never_reach_the_network(value, monkeypatch):
     b = sim(FOUR)
     form = value.split(",")[-1].split(":")[0]
     with pytest.raises(ValueError, match=f"NUMA_NODES=.*device form `{form}:' is refused"):
-        nu.SharedRegion.create("kv", 1 << 20, policy="interleave", backend=b)
+        nur.SharedRegion.create("kv", 1 << 20, policy="interleave", backend=b)
     assert calls == []
     with pytest.raises(ValueError, match="device form"):
         nu.parse_nodestring(value, backend=b)  # every library path
-    rep = nu.status_report(backend=b)
+    rep = cli.status_report(backend=b)
     assert any(
         w.startswith("configuration: NUMA_UTILS_NUMA_NODES=") and "device form" in w
         for w in rep["warnings"]

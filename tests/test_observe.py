@@ -22,7 +22,9 @@ from conftest import (
     fixture_text,
     fixture_tree,
     nu,
+    nur,
     nusim,
+    nut,
     saved_backend,
     sim,
 )
@@ -79,21 +81,21 @@ def no_sleep(_seconds):
     ],
 )
 def test_parse_numastat(text, want):
-    assert nu._parse_numastat(text) == want
+    assert nur._parse_numastat(text) == want
 
 
 @pytest.mark.parametrize("text", ["numa_hit\n", "numa_hit -1\n", "numa_hit 1 2\n", "numa_hit x\n"])
 def test_parse_numastat_rejects_garbage(text):
     with pytest.raises(ValueError, match="invalid numastat line in F"):
-        nu._parse_numastat(text, source="F")
-    assert nu._parse_numastat("numa_miss 3\n" + text, lenient=True) == {"numa_miss": 3}
+        nur._parse_numastat(text, source="F")
+    assert nur._parse_numastat("numa_miss 3\n" + text, lenient=True) == {"numa_miss": 3}
 
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_counters_every_fixture(name):
     b = tree(name)
     topo = nu.read_topology(backend=b)
-    snap = nu.counters(backend=b)
+    snap = nur.counters(backend=b)
     assert set(snap.nodes) == set(topo.online_nodes)
     assert snap.page_size == b.page_size and not snap.is_delta
     for c in snap:
@@ -101,7 +103,7 @@ def test_counters_every_fixture(name):
         assert c.available_kb >= c.mem_free_kb >= 0
     if name in NUMA_FIXTURES:
         assert snap.total("numa_hit") > 0
-        assert any(set(nu.NUMASTAT_FIELDS) <= set(c.numastat) for c in snap)
+        assert any(set(nur.NUMASTAT_FIELDS) <= set(c.numastat) for c in snap)
     else:
         # No node directory: node 0 from /proc/meminfo, no numastat (documented).
         assert list(snap.nodes) == [0] and snap[0].numastat == {}
@@ -119,7 +121,7 @@ def test_counters_missing_and_malformed_files_do_not_crash():
             f"{node}/node1/meminfo": PermissionError(errno.EACCES, "denied"),
         },
     )
-    snap = nu.counters(backend=b)
+    snap = nur.counters(backend=b)
     assert snap[0].numastat == {} and snap[0].numa_hit == 0  # missing: empty
     assert dict(snap[1].numastat) == {"numa_hit": 10, "other_node": 4}  # good lines kept
     assert snap[1].meminfo == {} and snap[1].available_kb == 0
@@ -137,19 +139,19 @@ def test_bad_numastat_line_keeps_the_good_ones(tmp_path):
         "local_node -17\nother_node 17\n"
     )
     b = saved_backend(str(root))
-    snap = nu.counters(backend=b)
+    snap = nur.counters(backend=b)
     assert snap[0].numa_miss == 17 and "local_node" not in snap[0].numastat
     assert snap.problems
     assert "could not read: invalid numastat line" in _warnings(b)
-    assert not nu.counters(backend=tree("memoryless-cpu-node")).problems
+    assert not nur.counters(backend=tree("memoryless-cpu-node")).problems
 
 
 def _nc(node, stat, mem):
-    return nu.NodeCounters(node, stat, mem)
+    return nur.NodeCounters(node, stat, mem)
 
 
 def test_difference_operator():
-    before = nu.Counters(
+    before = nur.Counters(
         100.0,
         10.0,
         {
@@ -158,7 +160,7 @@ def test_difference_operator():
         },
         4096,
     )
-    after = nu.Counters(
+    after = nur.Counters(
         102.5,
         12.5,
         {
@@ -185,9 +187,9 @@ def test_difference_operator():
 def test_counters_live_difference():
     if not os.path.isdir("/sys/devices/system/node"):
         pytest.skip("this machine has no /sys/devices/system/node")
-    before = nu.counters()
+    before = nur.counters()
     bytearray(8 * MiB)
-    after = nu.counters()
+    after = nur.counters()
     d = after - before
     assert d.seconds is not None and d.seconds >= 0
     assert all(v >= 0 for c in d for v in c.numastat.values())
@@ -236,7 +238,7 @@ def test_watch_pid_interleaved_region_is_half_remote():
     other = base.process(cpus_allowed=_node_cpus(base, 1))
     addr = other.map_object("kv-cache", 256 * 4096, create=False)
     other.touch(addr, 256 * 4096)
-    rs = nu.remote_share(other.pid, backend=other)
+    rs = nut.remote_share(other.pid, backend=other)
     assert dict(rs.bytes_by_node) == {0: 128 * 4096, 1: 128 * 4096}
     assert rs.local_nodes == {1} and rs.share == pytest.approx(0.5)
 
@@ -246,12 +248,12 @@ def test_watch_pid_shared_region_from_the_shm_section():
     SharedRegion, a worker bound to node 0 attaches and prefaults it."""
     base = sim("dual-socket-8gpu")
     owner = base.process()
-    with nu.SharedRegion.create(
+    with nur.SharedRegion.create(
         "obs-kv", 512 * 4096, policy="interleave", nodes=[0, 1], backend=owner
     ) as region:
         assert region.policy
         worker = base.process(cpus_allowed=_node_cpus(base, 0))
-        with nu.SharedRegion.attach("obs-kv", prefault=True, backend=worker) as mine:
+        with nur.SharedRegion.attach("obs-kv", prefault=True, backend=worker) as mine:
             proc = next(
                 cli.watch(count=1, interval=0, pid=worker.pid, backend=worker, sleep=no_sleep)
             )["process"]
@@ -269,16 +271,16 @@ def test_remote_share_bound_memory_is_local_or_remote():
     buf = mmap.mmap(-1, 64 * 4096)
     assert nu.bind(buf, [0], backend=p)
     p.touch(nu.buffer_range(buf)[0], 64 * 4096)
-    rs = nu.remote_share("self", backend=p)
+    rs = nut.remote_share("self", backend=p)
     assert rs.share == 0.0 and rs.warning is None and rs.cpus == _node_cpus(base, 0)
     q = base.process(cpus_allowed=_node_cpus(base, 0))
     buf2 = mmap.mmap(-1, 64 * 4096)
     assert nu.bind(buf2, [1], backend=q)
     q.touch(nu.buffer_range(buf2)[0], 64 * 4096)
-    rs = nu.remote_share(q.pid, backend=q)
+    rs = nut.remote_share(q.pid, backend=q)
     assert rs.share == 1.0 and rs.remote_bytes == 64 * 4096
     assert rs.warning and "100%" in rs.warning
-    assert not nu.remote_share(q.pid, threshold=1.0, backend=q).over_threshold
+    assert not nut.remote_share(q.pid, threshold=1.0, backend=q).over_threshold
 
 
 def test_remote_share_memoryless_cpu_node_counts_nearest_memory_as_local():
@@ -286,15 +288,15 @@ def test_remote_share_memoryless_cpu_node_counts_nearest_memory_as_local():
     p = base.process(cpus_allowed=_node_cpus(base, 0))  # node 0 has no memory
     buf = mmap.mmap(-1, 16 * 4096)
     p.touch(nu.buffer_range(buf)[0], 16 * 4096)
-    rs = nu.remote_share("self", backend=p)
+    rs = nut.remote_share("self", backend=p)
     assert rs.local_nodes == {1, 2}  # both at distance 12
     assert rs.total_bytes == 16 * 4096 and rs.share == 0.0
 
 
 def test_remote_share_unreadable_process_is_a_value():
-    rs = nu.remote_share(1 << 30, backend=nu.LinuxBackend("/"))
+    rs = nut.remote_share(1 << 30, backend=nu.LinuxBackend("/"))
     assert rs.error and rs.total_bytes == 0 and rs.share == 0.0
-    rs = nu.remote_share("self", backend=tree("dual-socket-8gpu"))  # no numa_maps saved
+    rs = nut.remote_share("self", backend=tree("dual-socket-8gpu"))  # no numa_maps saved
     assert rs.error and "numa_maps" in rs.error
 
 
@@ -364,7 +366,7 @@ def test_watch_cli_saved_tree(capsys):
 def test_choose_node_every_fixture(name):
     b = tree(name)
     topo = nu.read_topology(backend=b)
-    res = nu.choose_node(backend=b)
+    res = nut.choose_node(backend=b)
     assert res and res.reason.startswith(f"node {res.node}: ")
     considered = {c.node for c in res.candidates}
     assert res.node in considered
@@ -378,15 +380,15 @@ def test_choose_node_every_fixture(name):
         "candidates": [dict(c._asdict()) for c in res.candidates],
     }
     for g in nu.gpus(backend=b):
-        r = nu.choose_node(gpu=g.pci, backend=b)
+        r = nut.choose_node(gpu=g.pci, backend=b)
         assert r.node in considered and f"GPU {g.pci}" in r.reason
     if nu.gpus(backend=b):
-        assert "CUDA device 0 (GPU" in nu.choose_node(gpu=0, environ={}, backend=b).reason
+        assert "CUDA device 0 (GPU" in nut.choose_node(gpu=0, environ={}, backend=b).reason
 
 
 def test_choose_node_gh200_gpu_memory_nodes_are_never_candidates():
     b = tree("gh200")
-    res = nu.choose_node(gpu=0, backend=b)
+    res = nut.choose_node(gpu=0, backend=b)
     assert res.node == 0 and res.gpu_node == 0
     assert [c.node for c in res.candidates] == [0]  # HBM node 1, MIG nodes 2-8
     assert "GPU 0009:01:00.0) is on node 0" in res.reason
@@ -395,103 +397,103 @@ def test_choose_node_gh200_gpu_memory_nodes_are_never_candidates():
 def test_choose_node_gpu_on_memory_only_node_takes_nearest_cpu_node():
     pci = "/sys/bus/pci/devices"
     b = Overlay(fixture_root("gh200"), {f"{pci}/0009:01:00.0/numa_node": "1\n"})
-    res = nu.choose_node(gpu="0009:01:00.0", backend=b)
+    res = nut.choose_node(gpu="0009:01:00.0", backend=b)
     assert res.node == 0 and res.gpu_node == 1
     assert "has no CPUs" in res.reason
     # cxl: the expander (node 2) is nearer to node 0 (50) than to node 1 (60).
     b = Overlay(fixture_root("cxl-memory-node"), {f"{pci}/0000:c1:00.0/numa_node": "2\n"})
-    res = nu.choose_node(gpu="c1:00.0", backend=b)
+    res = nut.choose_node(gpu="c1:00.0", backend=b)
     assert res.node == 0 and "nearest" in res.reason
 
 
 def test_choose_node_cxl_never_picks_the_memory_only_node():
     b = tree("cxl-memory-node")
-    assert {c.node for c in nu.choose_node(backend=b).candidates} == {0, 1}
-    assert nu.choose_node(gpu="0000:c1:00.0", backend=b).node == 1
-    assert nu.choose_node(loads={0: 1}, backend=b).node == 1
+    assert {c.node for c in nut.choose_node(backend=b).candidates} == {0, 1}
+    assert nut.choose_node(gpu="0000:c1:00.0", backend=b).node == 1
+    assert nut.choose_node(loads={0: 1}, backend=b).node == 1
 
 
 def test_choose_node_container_cpuset():
     b = tree("container-cpuset")  # CPUs 20-27,52-59: node 1
-    res = nu.choose_node(backend=b)
+    res = nut.choose_node(backend=b)
     assert res.node == 1 and [c.node for c in res.candidates] == [1]
-    res = nu.choose_node(gpu="0000:17:00.0", backend=b)  # GPU on node 0
+    res = nut.choose_node(gpu="0000:17:00.0", backend=b)  # GPU on node 0
     assert res.node == 1 and res.gpu_node == 0 and "cpuset" in res.reason
-    res = nu.choose_node(exclude=[1], backend=b)
+    res = nut.choose_node(exclude=[1], backend=b)
     assert not res and res.node is None and "excluded: 1" in res.reason
 
 
 def test_choose_node_after_binding_still_sees_the_cpuset():
     b = sim("dual-socket-8gpu")
     assert nu.bind_to_node(0, memory=None, backend=b)  # affinity now node 0 only
-    res = nu.choose_node(loads={0: 5}, backend=b)
+    res = nut.choose_node(loads={0: 5}, backend=b)
     assert [c.node for c in res.candidates] == [0, 1] and res.node == 1
 
 
 def test_choose_node_sparse_ids():
     b = tree("sparse-ids")
-    assert {c.node for c in nu.choose_node(backend=b).candidates} == {0, 8}
-    assert nu.choose_node(gpu="0035:03:00.0", backend=b).node == 8
-    assert nu.choose_node(loads={0: 3}, backend=b).node == 8
-    assert nu.choose_node(loads={8: 3}, backend=b).node == 0
-    assert nu.choose_node(exclude=[0], backend=b).node == 8
-    assert nu.choose_node(exclude=[8], loads={0: 9}, backend=b).node == 0
+    assert {c.node for c in nut.choose_node(backend=b).candidates} == {0, 8}
+    assert nut.choose_node(gpu="0035:03:00.0", backend=b).node == 8
+    assert nut.choose_node(loads={0: 3}, backend=b).node == 8
+    assert nut.choose_node(loads={8: 3}, backend=b).node == 0
+    assert nut.choose_node(exclude=[0], backend=b).node == 8
+    assert nut.choose_node(exclude=[8], loads={0: 9}, backend=b).node == 0
 
 
 def test_choose_node_dual_socket_loads_gpu_and_memory():
     b = tree("dual-socket-8gpu")
-    assert nu.choose_node(loads={0: 4, 1: 3}, backend=b).node == 1
-    res = nu.choose_node(loads={0: 3, 1: 4}, backend=b)
+    assert nut.choose_node(loads={0: 4, 1: 3}, backend=b).node == 1
+    res = nut.choose_node(loads={0: 3, 1: 4}, backend=b)
     assert res.node == 0 and "3 worker(s)" in res.reason
     assert "; 3 worker(s) already there (fewest among 2 fitting node(s))" in res.reason
     assert "page cache); 3 worker(s)" in res.reason  # no need_bytes: nothing needed
     # Equal loads and distances: the node with more memory available (node 1).
-    assert nu.choose_node(loads={0: 2, 1: 2}, backend=b).node == 1
+    assert nut.choose_node(loads={0: 2, 1: 2}, backend=b).node == 1
     # GPU 4 in PCI order is 0000:9b:00.0 on node 1: the GPU wins over loads.
-    res = nu.choose_node(gpu=4, loads={1: 10}, backend=b)
+    res = nut.choose_node(gpu=4, loads={1: 10}, backend=b)
     assert res.node == 1 and "9b:00.0" in res.reason
     assert res.reason.endswith("; 10 worker(s) already there")  # the GPU decided
-    snap = nu.counters(backend=b)
+    snap = nur.counters(backend=b)
     a0, a1 = snap[0].available_kb, snap[1].available_kb
     assert a0 < a1
     need = (a0 + 1) * 1024  # only node 1 fits
-    res = nu.choose_node(need_bytes=need, loads={1: 5}, backend=b)
+    res = nut.choose_node(need_bytes=need, loads={1: 5}, backend=b)
     assert res.node == 1 and [c.fits for c in res.candidates] == [False, True]
     needed = f"(MemFree + reclaimable page cache) for the {nu.format_kib(a0 + 1)} needed; "
     assert res.reason.endswith(needed + "5 worker(s) already there")
-    res = nu.choose_node(gpu=0, need_bytes=need, backend=b)  # GPU 0 is on node 0
+    res = nut.choose_node(gpu=0, need_bytes=need, backend=b)  # GPU 0 is on node 0
     assert res.node == 1 and "lacks the memory" in res.reason
-    res = nu.choose_node(need_bytes=(a1 + 1) * 1024, backend=b)
+    res = nut.choose_node(need_bytes=(a1 + 1) * 1024, backend=b)
     assert res.node == 1 and "no node has" in res.reason
 
 
 def test_choose_node_memoryless_cpu_nodes_lose_on_distance():
     b = tree("memoryless-cpu-node")
-    res = nu.choose_node(backend=b)
+    res = nut.choose_node(backend=b)
     assert res.node in (1, 2)
     c0 = next(c for c in res.candidates if c.node == 0)
     assert c0.memory_node in (1, 2) and c0.memory_distance == 12
-    res = nu.choose_node(gpu=0, backend=b)  # GPU on memoryless node 0
+    res = nut.choose_node(gpu=0, backend=b)  # GPU on memoryless node 0
     assert res.node == 0 and "nearest memory node" in res.reason
 
 
 def test_choose_node_unknown_gpu_node_and_bad_gpu():
     b = tree("gpu-numa-unknown")
-    res = nu.choose_node(gpu="0000:00:05.0", backend=b)
+    res = nut.choose_node(gpu="0000:00:05.0", backend=b)
     assert res.gpu_node is None and "unknown" in res.reason
-    assert nu.choose_node(gpu="0000:80:00.0", loads={1: 3}, backend=b).node == 1
+    assert nut.choose_node(gpu="0000:80:00.0", loads={1: 3}, backend=b).node == 1
     with pytest.raises(ValueError, match="no GPU 99"):
-        nu.choose_node(gpu=99, backend=b)
+        nut.choose_node(gpu=99, backend=b)
     with pytest.raises(ValueError, match="no GPU at PCI address"):
-        nu.choose_node(gpu="0000:ff:00.0", backend=b)
+        nut.choose_node(gpu="0000:ff:00.0", backend=b)
     with pytest.raises(TypeError):
-        nu.choose_node(gpu=1.5, backend=b)
+        nut.choose_node(gpu=1.5, backend=b)
 
 
 def test_choose_node_other_gpu_fixtures():
-    assert nu.choose_node(gpu="0000:c1:00.0", backend=tree("four-node-asym")).node == 3
-    assert nu.choose_node(gpu=4, backend=tree("mi300x-8gpu")).node == 1
-    assert nu.choose_node(backend=tree("no-node-dir")).node == 0
+    assert nut.choose_node(gpu="0000:c1:00.0", backend=tree("four-node-asym")).node == 3
+    assert nut.choose_node(gpu=4, backend=tree("mi300x-8gpu")).node == 1
+    assert nut.choose_node(backend=tree("no-node-dir")).node == 0
 
 
 # ---------------------------------------------------------------------------
@@ -587,7 +589,7 @@ def test_pin_for_cuda_chunks_flags_threads_and_close(fake_cudart):
     buf = mmap.mmap(-1, length)
     addr = nu.buffer_range(buf)[0]
     fake_cudart.set("delay_us", 20000)
-    with nu.pin_for_cuda(buf, chunk=MiB, threads=4, cudart=fake_cudart.path) as pin:
+    with nur.pin_for_cuda(buf, chunk=MiB, threads=4, cudart=fake_cudart.path) as pin:
         assert pin and pin.reason is None and pin.threads == 4
         assert pin.flags == 1  # portable only
         regs = fake_cudart.registered()
@@ -614,12 +616,12 @@ def test_pin_for_cuda_chunks_flags_threads_and_close(fake_cudart):
 def test_pin_for_cuda_unaligned_start_and_flags(fake_cudart):
     buf = mmap.mmap(-1, 4 * MiB)
     base = nu.buffer_range(buf)[0]
-    pin = nu.pin_for_cuda(
+    pin = nur.pin_for_cuda(
         base + 100,
         3 * MiB,
         chunk=MiB + 5,
         threads=1,
-        flags=nu.CudaHostRegisterFlag.PORTABLE,
+        flags=nur.CudaHostRegisterFlag.PORTABLE,
         cudart=fake_cudart.path,
     )
     regs = fake_cudart.registered()
@@ -633,7 +635,7 @@ def test_pin_for_cuda_unaligned_start_and_flags(fake_cudart):
 def test_pin_for_cuda_error_rolls_back(fake_cudart):
     buf = mmap.mmap(-1, 8 * MiB)
     fake_cudart.set("fail_at", 3)
-    pin = nu.pin_for_cuda(buf, chunk=MiB, threads=2, cudart=fake_cudart.path)
+    pin = nur.pin_for_cuda(buf, chunk=MiB, threads=2, cudart=fake_cudart.path)
     assert not pin and pin.error == 2 and "out of memory (fake)" in pin.reason
     assert pin.chunks == ()
     ok = [a for a, _ in fake_cudart.registered()]
@@ -644,11 +646,11 @@ def test_pin_for_cuda_error_rolls_back(fake_cudart):
     assert fake_cudart.n_unreg == len(ok)
     fake_cudart.set("fail_at", fake_cudart.n_calls)  # the next call fails
     with pytest.raises(OSError, match="cudaHostRegister"):
-        nu.pin_for_cuda(buf, chunk=MiB, threads=1, strict=True, cudart=fake_cudart.path)
+        nur.pin_for_cuda(buf, chunk=MiB, threads=1, strict=True, cudart=fake_cudart.path)
 
 
 def test_pin_for_cuda_accepts_a_loaded_library_and_empty_buffers(fake_cudart):
-    pin = nu.pin_for_cuda(bytearray(0), cudart=fake_cudart.lib)
+    pin = nur.pin_for_cuda(bytearray(0), cudart=fake_cudart.lib)
     assert pin and pin.chunks == () and fake_cudart.n_calls == 0
     assert pin.ready and not pin.closed
     # the prototype is set: a length past 4 GiB reaches the runtime whole
@@ -656,22 +658,22 @@ def test_pin_for_cuda_accepts_a_loaded_library_and_empty_buffers(fake_cudart):
     assert register.argtypes == [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
     assert register.restype is ctypes.c_int
     with pytest.raises(ValueError):
-        nu.pin_for_cuda(bytearray(10), chunk=0, cudart=fake_cudart.lib)
+        nur.pin_for_cuda(bytearray(10), chunk=0, cudart=fake_cudart.lib)
 
 
 def test_pin_for_cuda_not_available_is_a_value():
     buf = bytearray(MiB)
-    pin = nu.pin_for_cuda(buf, cudart=os.path.join(os.sep, "nonexistent", "libcudart.so"))
+    pin = nur.pin_for_cuda(buf, cudart=os.path.join(os.sep, "nonexistent", "libcudart.so"))
     assert not pin and "CUDA not available" in pin.reason and "repr" not in repr(pin)
     libc = ctypes.util.find_library("c")
     if libc:
-        pin = nu.pin_for_cuda(buf, cudart=libc)
+        pin = nur.pin_for_cuda(buf, cudart=libc)
         assert not pin and "lacks the CUDA runtime API" in pin.reason
     assert pin.ready and pin.closed and pin.chunks == ()
     with pytest.raises(FileNotFoundError):  # ENOENT: no runtime to register with
-        nu.pin_for_cuda(buf, cudart="libcudart-does-not-exist.so", strict=True)
+        nur.pin_for_cuda(buf, cudart="libcudart-does-not-exist.so", strict=True)
     # The default search never raises: registered where CUDA works, a reason otherwise.
-    pin = nu.pin_for_cuda(buf)
+    pin = nur.pin_for_cuda(buf)
     try:
         assert bool(pin) or pin.reason
     finally:
@@ -680,7 +682,7 @@ def test_pin_for_cuda_not_available_is_a_value():
 
 def test_cudart_search_names_no_absolute_paths_without_torch(monkeypatch):
     monkeypatch.delitem(__import__("sys").modules, "torch", raising=False)
-    names = nu._cudart_candidates(nu.LinuxBackend("/"))
+    names = nur._cudart_candidates(nu.LinuxBackend("/"))
     assert "libcudart.so.12" in names and "libcudart.so.13" in names
     assert not any(n.startswith("/") for n in names if n != ctypes.util.find_library("cudart"))
 
@@ -806,14 +808,14 @@ def test_prometheus_every_fixture(name, capsys):
 
 def test_prometheus_live_and_simulated():
     for b in (nu.LinuxBackend("/"), sim("dual-socket-8gpu")):
-        text = cli._render_prometheus(nu.status_report(backend=b))
+        text = cli._render_prometheus(cli.status_report(backend=b))
         assert check_textfile(text) == [], text
         assert "numa_utils_policy_syscalls_usable{" in text
-    text = cli._render_prometheus(nu.status_report(backend=sim("dual-socket-8gpu")))
+    text = cli._render_prometheus(cli.status_report(backend=sim("dual-socket-8gpu")))
     assert 'numa_utils_policy_syscalls_usable{reason="ok"} 1' in text
     s = sim("dual-socket-8gpu")
     s.fail("get_mempolicy", errno.EPERM)
-    text = cli._render_prometheus(nu.status_report(backend=s))
+    text = cli._render_prometheus(cli.status_report(backend=s))
     assert re.search(r'numa_utils_policy_syscalls_usable\{reason="EPERM: [^"]*"\} 0', text)
 
 
@@ -831,7 +833,7 @@ def test_prometheus_label_escaping():
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_status_has_counters_every_fixture(name):
-    rep = nu.status_report(backend=tree(name))
+    rep = cli.status_report(backend=tree(name))
     assert {n["node"] for n in rep["counters"]["nodes"]} == {n["id"] for n in rep["nodes"]}
     text = nu._render_status(rep)
     assert ("COUNTERS (numastat since boot, pages)" in text) == (name in NUMA_FIXTURES)
@@ -839,7 +841,7 @@ def test_status_has_counters_every_fixture(name):
 
 
 def _warnings(b):
-    return "\n".join(nu.status_report(backend=b)["warnings"])
+    return "\n".join(cli.status_report(backend=b)["warnings"])
 
 
 def test_status_hugepages_on_one_node_only():
@@ -867,7 +869,7 @@ def test_status_thp_always_with_interleaved_region():
     buf = mmap.mmap(-1, 32 * 4096)
     assert nu.interleave(buf, nodes=[0, 1], backend=s)
     s.touch(nu.buffer_range(buf)[0], 32 * 4096)
-    rep = nu.status_report(backend=s)
+    rep = cli.status_report(backend=s)
     assert any("THP is 'always'" in w for w in rep["warnings"])
     assert rep["process"]["remote_share"]["total_bytes"] == 32 * 4096
     assert "PROCESS PAGES" in nu._render_status(rep)
@@ -879,7 +881,7 @@ def test_status_thp_always_with_interleaved_region():
         return real(path)
 
     s.read_text = counting  # status reads and parses numa_maps once
-    nu.status_report(backend=s)
+    cli.status_report(backend=s)
     assert reads.count("/proc/self/numa_maps") == 1
     s2 = sim("four-node-asym")  # THP [madvise]
     buf2 = mmap.mmap(-1, 32 * 4096)

@@ -11,7 +11,7 @@ import collections
 import os
 
 import pytest
-from conftest import nu, sim
+from conftest import nur, sim
 
 NODE_DIR = "/sys/devices/system/node"
 NODES_VAR = "NUMA_UTILS_NUMA_NODES"
@@ -75,7 +75,7 @@ def test_create_reads_the_topology_once_and_numa_nodes_once(monkeypatch, name, n
     backend, seen = _counting_backend()
     kw = dict(prefault=False, backend=backend)
     kw.update(CREATES[name])
-    region = nu.SharedRegion.create("kv", 4 << 20, **kw)
+    region = nur.SharedRegion.create("kv", 4 << 20, **kw)
     region.close()
     assert seen["node directory"] == 1, seen
     assert seen["distance row"] == 1, seen
@@ -89,10 +89,10 @@ def test_attach_reads_numa_nodes_once(monkeypatch):
     makes (nodes: the default ones) is applied without a second read."""
     monkeypatch.delenv(NODES_VAR, raising=False)
     backend, _ = _counting_backend()
-    with nu.SharedRegion.create("kv", 4 << 20, prefault=False, backend=backend):
+    with nur.SharedRegion.create("kv", 4 << 20, prefault=False, backend=backend):
         environ = _CountingEnviron(os.environ)
         monkeypatch.setattr(os, "environ", environ)
-        other = nu.SharedRegion.attach("kv", policy="interleave", backend=backend.process())
+        other = nur.SharedRegion.attach("kv", policy="interleave", backend=backend.process())
         other.close()
     assert other.policy.applied and other.policy.mode == "interleave", other.policy
     assert environ.asked[NODES_VAR] == 1, environ.asked

@@ -12,12 +12,12 @@ from conftest import FIXTURES, cli, fixture_root, fixture_text, nu, nusim, saved
 
 
 def _status_text(name):
-    return nu._render_status(nu.status_report(backend=saved_backend(fixture_root(name))))
+    return nu._render_status(cli.status_report(backend=saved_backend(fixture_root(name))))
 
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_nodes_line_counts_and_lists(name):
-    rep = nu.status_report(backend=saved_backend(fixture_root(name)))
+    rep = cli.status_report(backend=saved_backend(fixture_root(name)))
     lines = nu._render_status(rep).splitlines()
     line = next(ln for ln in lines if ln.startswith("NODES:"))
     assert f"PACKAGES: {rep['packages']['evidence']}" in lines  # every machine has one
@@ -70,7 +70,7 @@ def _llc_from_files(root, cpu):
 )
 def test_cpu_summary_like_lscpu(name):
     root = fixture_root(name)
-    rep = nu.status_report(backend=saved_backend(root))
+    rep = cli.status_report(backend=saved_backend(root))
     line = next(ln for ln in nu._render_status(rep).splitlines() if ln.startswith("CPUs:"))
     cpus = [c for c in rep["cpus"].values() if c["online"]]
     packages = {c["package"] for c in cpus}

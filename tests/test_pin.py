@@ -16,7 +16,7 @@ import threading
 import time
 
 import pytest
-from conftest import nu
+from conftest import nu, nur
 
 FAKE_RUNTIME = r"""
 #include <pthread.h>
@@ -153,7 +153,7 @@ def _calls_after_return(fake, pin):
 def test_pin_thread_that_cannot_start_unregisters_all_and_names_it(fake, monkeypatch):
     fake.set("delay_us", 2000)
     monkeypatch.setattr(threading.Thread, "start", _failing_start("pin_for_cuda-2"))
-    pin = nu.pin_for_cuda(BASE, 64 * MiB, chunk=MiB, threads=4, cudart=fake.path)
+    pin = nur.pin_for_cuda(BASE, 64 * MiB, chunk=MiB, threads=4, cudart=fake.path)
     assert _calls_after_return(fake, pin) == 0  # no thread left registering
     assert not pin and pin.ready and pin.chunks == ()
     assert fake.n_registered == 0 and fake.n_unregister_errors == 0
@@ -162,7 +162,7 @@ def test_pin_thread_that_cannot_start_unregisters_all_and_names_it(fake, monkeyp
     pin.close()
     assert fake.n_registered == 0
     with pytest.raises(OSError, match="can't start new thread") as caught:
-        nu.pin_for_cuda(BASE, 64 * MiB, chunk=MiB, threads=4, strict=True, cudart=fake.path)
+        nur.pin_for_cuda(BASE, 64 * MiB, chunk=MiB, threads=4, strict=True, cudart=fake.path)
     assert caught.value.errno == errno.EAGAIN
     assert isinstance(caught.value.__cause__, RuntimeError)
     assert fake.n_registered == 0
@@ -170,12 +170,12 @@ def test_pin_thread_that_cannot_start_unregisters_all_and_names_it(fake, monkeyp
 
 def test_pin_background_thread_that_cannot_start_is_a_reason(fake, monkeypatch):
     monkeypatch.setattr(threading.Thread, "start", _failing_start("pin_for_cuda"))
-    pin = nu.pin_for_cuda(BASE, 8 * MiB, chunk=MiB, background=True, cudart=fake.path)
+    pin = nur.pin_for_cuda(BASE, 8 * MiB, chunk=MiB, background=True, cudart=fake.path)
     assert not pin and pin.ready and fake.n_calls == 0
     assert "could not start the registering thread: can't start new thread" in pin.reason
     pin.close()
     with pytest.raises(OSError) as caught:
-        nu.pin_for_cuda(BASE, MiB, background=True, strict=True, cudart=fake.path)
+        nur.pin_for_cuda(BASE, MiB, background=True, strict=True, cudart=fake.path)
     assert caught.value.errno == errno.EAGAIN
 
 
@@ -183,10 +183,10 @@ def test_pin_background_thread_selects_the_callers_device(fake):
     # A new thread's current device is 0: the background thread, like each of the
     # pool's, selects the caller's first; the caller's own thread never needs to.
     fake.set("current_device", 3)
-    pin = nu.pin_for_cuda(BASE, 4 * MiB, chunk=MiB, background=True, cudart=fake.path)
+    pin = nur.pin_for_cuda(BASE, 4 * MiB, chunk=MiB, background=True, cudart=fake.path)
     assert pin.wait(10) and pin and fake.n_set_device == 1
     pin.close()
-    pin = nu.pin_for_cuda(BASE, 4 * MiB, chunk=MiB, threads=2, cudart=fake.path)
+    pin = nur.pin_for_cuda(BASE, 4 * MiB, chunk=MiB, threads=2, cudart=fake.path)
     assert pin and fake.n_set_device == 2
     pin.close()
 
@@ -202,10 +202,10 @@ def test_pin_without_set_device_registers_from_every_thread(fake):
 
     fake.set("current_device", 3)
     lib = NoSetDevice(fake.path)
-    pin = nu.pin_for_cuda(BASE, 4 * MiB, chunk=MiB, threads=2, cudart=lib)
+    pin = nur.pin_for_cuda(BASE, 4 * MiB, chunk=MiB, threads=2, cudart=lib)
     assert pin and len(pin.chunks) == 4 and fake.n_set_device == 0
     pin.close()
-    pin = nu.pin_for_cuda(BASE, 4 * MiB, chunk=MiB, background=True, cudart=lib)
+    pin = nur.pin_for_cuda(BASE, 4 * MiB, chunk=MiB, background=True, cudart=lib)
     assert pin.wait(10) and pin and fake.n_set_device == 0
     pin.close()
 
@@ -236,7 +236,7 @@ def _raising_register(fake, exc, at):
 def test_pin_exception_midway_unregisters_all_and_names_it(fake, threads):
     fake.set("delay_us", 1000)
     lib = _raising_register(fake, ValueError("a wrapper broke"), 5)
-    pin = nu.pin_for_cuda(BASE, 64 * MiB, chunk=MiB, threads=threads, cudart=lib)
+    pin = nur.pin_for_cuda(BASE, 64 * MiB, chunk=MiB, threads=threads, cudart=lib)
     assert _calls_after_return(fake, pin) == 0
     assert not pin and pin.ready and pin.chunks == ()
     assert fake.n_registered == 0 and fake.n_calls < 64
@@ -248,7 +248,7 @@ def test_pin_keyboard_interrupt_midway_is_raised_with_nothing_registered(fake, t
     fake.set("delay_us", 1000)
     lib = _raising_register(fake, KeyboardInterrupt(), 5)
     with pytest.raises(KeyboardInterrupt):
-        nu.pin_for_cuda(BASE, 64 * MiB, chunk=MiB, threads=threads, cudart=lib)
+        nur.pin_for_cuda(BASE, 64 * MiB, chunk=MiB, threads=threads, cudart=lib)
     assert fake.n_registered == 0 and fake.n_calls < 64
     assert fake.n_unregister_errors == 0  # the cut-short chunk was registered: undone once
 
@@ -270,7 +270,7 @@ else:
     threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
 interrupted = False
 try:
-    pin = nu.pin_for_cuda(1 << 44, 64 << 20, chunk=1 << 20, threads=threads, cudart=lib)
+    pin = nur.pin_for_cuda(1 << 44, 64 << 20, chunk=1 << 20, threads=threads, cudart=lib)
 except KeyboardInterrupt:
     interrupted = True
 read = lambda name: ctypes.c_int.in_dll(fake, name).value
@@ -305,7 +305,7 @@ spec.loader.exec_module(nu)
 fake = ctypes.CDLL(lib)
 ctypes.c_int.in_dll(fake, "delay_us").value = 300
 registered = ctypes.c_int.in_dll(fake, "n_registered")
-code = nu.pin_for_cuda.__code__
+code = nur.pin_for_cuda.__code__
 
 
 def on_sigint(signum, frame):
@@ -329,7 +329,7 @@ for i in range(rounds):
     sender.start()
     pin = None
     try:
-        pin = nu.pin_for_cuda(1 << 44, 64 << 20, chunk=1 << 20, threads=threads, cudart=lib)
+        pin = nur.pin_for_cuda(1 << 44, 64 << 20, chunk=1 << 20, threads=threads, cudart=lib)
     except KeyboardInterrupt:
         interrupted += 1
     stop.set()
@@ -359,10 +359,10 @@ def test_pin_honours_numa_strict(fake, monkeypatch):
     monkeypatch.setenv("NUMA_UTILS_NUMA_STRICT", "1")
     fake.set("fail_at", 2)
     with pytest.raises(OSError, match="out of memory"):
-        nu.pin_for_cuda(BASE, 8 * MiB, chunk=MiB, cudart=fake.path)
+        nur.pin_for_cuda(BASE, 8 * MiB, chunk=MiB, cudart=fake.path)
     assert fake.n_registered == 0
     fake.set("fail_at", fake.n_calls + 2)
-    pin = nu.pin_for_cuda(BASE, 8 * MiB, chunk=MiB, strict=False, cudart=fake.path)
+    pin = nur.pin_for_cuda(BASE, 8 * MiB, chunk=MiB, strict=False, cudart=fake.path)
     assert not pin and "out of memory" in pin.reason and fake.n_registered == 0
 
 
@@ -371,23 +371,23 @@ def test_pin_honours_numa_strict(fake, monkeypatch):
 
 def test_pin_mapped_returns_the_device_pointer(fake):
     fake.set("device_offset", 1 << 40)
-    mapped = nu.CudaHostRegisterFlag.PORTABLE | nu.CudaHostRegisterFlag.MAPPED
-    with nu.pin_for_cuda(BASE, 8 * MiB, chunk=MiB, flags=mapped, cudart=fake.path) as pin:
+    mapped = nur.CudaHostRegisterFlag.PORTABLE | nur.CudaHostRegisterFlag.MAPPED
+    with nur.pin_for_cuda(BASE, 8 * MiB, chunk=MiB, flags=mapped, cudart=fake.path) as pin:
         assert pin and pin.device_pointer == BASE + (1 << 40)
         assert fake.n_device_pointer == 8 and pin.to_json()["device_pointer"] == BASE + (1 << 40)
     assert fake.n_registered == 0
-    plain = nu.pin_for_cuda(BASE, 8 * MiB, chunk=MiB, cudart=fake.path)
+    plain = nur.pin_for_cuda(BASE, 8 * MiB, chunk=MiB, cudart=fake.path)
     assert plain and plain.device_pointer is None and fake.n_device_pointer == 8
     plain.close()
 
 
 def test_pin_mapped_chunks_apart_on_the_device_are_refused(fake):
     fake.set("device_skew", 1 << 30)  # each chunk's device address elsewhere
-    mapped = nu.CudaHostRegisterFlag.MAPPED
-    pin = nu.pin_for_cuda(BASE, 4 * MiB, chunk=MiB, flags=mapped, cudart=fake.path)
+    mapped = nur.CudaHostRegisterFlag.MAPPED
+    pin = nur.pin_for_cuda(BASE, 4 * MiB, chunk=MiB, flags=mapped, cudart=fake.path)
     assert not pin and "device addresses are not contiguous" in pin.reason
     assert pin.device_pointer is None and fake.n_registered == 0
-    one = nu.pin_for_cuda(BASE, 4 * MiB, chunk=4 * MiB, flags=mapped, cudart=fake.path)
+    one = nur.pin_for_cuda(BASE, 4 * MiB, chunk=4 * MiB, flags=mapped, cudart=fake.path)
     assert one and one.device_pointer == BASE
     one.close()
 
@@ -397,14 +397,14 @@ def test_pin_mapped_chunks_apart_on_the_device_are_refused(fake):
 
 def test_pin_through_hip(fake_hip):
     fake_hip.set("device_offset", 1 << 41)
-    mapped = nu.CudaHostRegisterFlag.PORTABLE | nu.CudaHostRegisterFlag.MAPPED
-    pin = nu.pin_for_cuda(BASE, 6 * MiB, chunk=MiB, threads=2, flags=mapped, cudart=fake_hip.path)
+    mapped = nur.CudaHostRegisterFlag.PORTABLE | nur.CudaHostRegisterFlag.MAPPED
+    pin = nur.pin_for_cuda(BASE, 6 * MiB, chunk=MiB, threads=2, flags=mapped, cudart=fake_hip.path)
     assert pin and len(pin.chunks) == 6 and fake_hip.n_registered == 6
     assert pin.library == fake_hip.path and pin.device_pointer == BASE + (1 << 41)
     pin.close()
     assert fake_hip.n_registered == 0 and fake_hip.n_unregister_errors == 0
     fake_hip.set("fail_at", fake_hip.n_calls + 3)
-    pin = nu.pin_for_cuda(BASE, 6 * MiB, chunk=MiB, cudart=fake_hip.path)
+    pin = nur.pin_for_cuda(BASE, 6 * MiB, chunk=MiB, cudart=fake_hip.path)
     assert not pin and pin.error == 2 and fake_hip.n_registered == 0
     assert "hipHostRegister(0x" in pin.reason and "out of memory (fake)" in pin.reason
 
@@ -416,7 +416,7 @@ def test_pin_named_soname_is_found_in_ld_library_path_set_now(fake, monkeypatch)
     # The loader read LD_LIBRARY_PATH when this process started; a test kit sets it
     # later and names the soname: that copy, not the system's, is the one used.
     monkeypatch.setenv("LD_LIBRARY_PATH", os.path.dirname(fake.path))
-    pin = nu.pin_for_cuda(BASE, 2 * MiB, chunk=MiB, cudart="libcudart.so.12")
+    pin = nur.pin_for_cuda(BASE, 2 * MiB, chunk=MiB, cudart="libcudart.so.12")
     assert pin and pin.library == fake.path and fake.n_registered == 2
     pin.close()
     assert fake.n_registered == 0

@@ -9,7 +9,7 @@ import sys
 import threading
 
 import pytest
-from conftest import nu, sim
+from conftest import nu, nur, sim
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -481,7 +481,7 @@ def test_numa_nodes_env_applies_to_interleave(monkeypatch):
 def test_every_reported_policy_name_is_accepted_by_regions(name):
     s = sim("dual-socket-8gpu", weighted_interleave=True)
     nodes = [0] if name.startswith("prefer") else [0, 1]
-    with nu.SharedRegion.create("names", 4 << 20, policy=name, nodes=nodes, backend=s) as r:
+    with nur.SharedRegion.create("names", 4 << 20, policy=name, nodes=nodes, backend=s) as r:
         assert r.policy.mode == nu.apply_policy(mode=name, nodes=nodes, backend=s).mode
 
 
@@ -524,7 +524,7 @@ def test_resident_count_unknown_claims_nothing_and_regions_skip_it(region):
     assert res.applied and res.resident_unmoved == 0 and res.reason is None
     b.clear_failures()
     b.fail("mincore", errno.EIO)  # a region's policy never walks its pages
-    with nu.SharedRegion.create("fresh", 4 * MiB, policy="bind", nodes=[2], backend=b) as reg:
+    with nur.SharedRegion.create("fresh", 4 * MiB, policy="bind", nodes=[2], backend=b) as reg:
         assert reg.policy.applied and reg.policy.resident_unmoved == 0
     assert b.kernel.fail.get("mincore"), "create called mincore"
 

@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from conftest import hook_call, nu, saved_backend, sim
+from conftest import hook_call, nu, nur, saved_backend, sim
 
 MiB = 1 << 20
 
@@ -177,7 +177,7 @@ def test_removing_an_already_removed_region_is_quiet():
     from conftest import sim
 
     b = sim("dual-socket-8gpu")
-    r = nu.SharedRegion.create("gone-already", 1 << 20, prefault=False, backend=b)
+    r = nur.SharedRegion.create("gone-already", 1 << 20, prefault=False, backend=b)
     r.close()
     b.call("shm_rmid", r.shmid)  # `cleanup` (or another process) got there
     with pytest.raises(OSError) as ei:  # what remove() now meets ...

@@ -10,7 +10,7 @@ import struct
 import zlib
 
 import pytest
-from conftest import nu, run_private_shm, sim
+from conftest import nu, nur, run_private_shm, sim
 
 MiB = 1 << 20
 PAGE = 4096
@@ -48,10 +48,10 @@ CASES = [
 @pytest.mark.parametrize("policy,nodes,want", CASES)
 def test_record_room_is_its_own_vma_on_an_allowed_node(kind, policy, nodes, want):
     s = sim("qemu-x86_64-two-node", free_kb={0: 200 << 10, 1: 200 << 10})
-    r = nu.SharedRegion.create("rr", 16 * MiB, policy=policy, nodes=nodes, kind=kind, backend=s)
+    r = nur.SharedRegion.create("rr", 16 * MiB, policy=policy, nodes=nodes, kind=kind, backend=s)
     try:
         p = s.process()
-        a = nu.SharedRegion.attach("rr", kind=kind, prefault=True, backend=p)
+        a = nur.SharedRegion.attach("rr", kind=kind, prefault=True, backend=p)
         for b, reg in ((s, r), (p, a)):
             data, room = region_lines(b, reg)
             assert data.start == reg.address and room.start == reg.address + reg.size
@@ -75,7 +75,7 @@ def test_record_room_is_its_own_vma_on_an_allowed_node(kind, policy, nodes, want
 def test_record_room_of_hugetlb_region_is_no_huge_page():
     # Its room is a record segment of base pages (test_huge_record.py has the rest).
     s = sim("dual-socket-8gpu")
-    with nu.SharedRegion.create(
+    with nur.SharedRegion.create(
         "hr", 8 * MiB, policy="interleave", nodes=[0, 1], hugepages="2M", backend=s
     ) as r:
         (data,) = region_lines(s, r)
@@ -90,9 +90,9 @@ def test_record_written_after_the_room_policy():
     # is written once the policies are set, so the room's page is placed by them.
     s = sim("qemu-x86_64-two-node", cap_sys_nice=False)
     s.fail("mbind", errno.EPERM)
-    with nu.SharedRegion.create("np", 1 * MiB, policy="interleave", backend=s) as r:
+    with nur.SharedRegion.create("np", 1 * MiB, policy="interleave", backend=s) as r:
         assert not r.policy and r.policy.reason
-        with nu.SharedRegion.attach("np", backend=s.process()) as a:
+        with nur.SharedRegion.attach("np", backend=s.process()) as a:
             assert a.identity["key"] == "np"
 
 
@@ -102,16 +102,16 @@ def test_record_written_after_the_room_policy():
 @pytest.mark.parametrize("kind", ["sysv", "posix"])
 def test_nested_record_is_damage_not_a_crash(kind):
     s = sim("qemu-x86_64-two-node")
-    r = nu.SharedRegion.create("nest", 1 * MiB, kind=kind, prefault=False, backend=s)
+    r = nur.SharedRegion.create("nest", 1 * MiB, kind=kind, prefault=False, backend=s)
     try:
         forge(r, b"[" * 3000 + b"]" * 3000)
         with pytest.raises(ValueError, match="damaged identity record"):
-            nu.SharedRegion.attach("nest", kind=kind, backend=s.process())
+            nur.SharedRegion.attach("nest", kind=kind, backend=s.process())
         # "nested too deeply" where json's decoder gives up (RecursionError); Python
         # 3.13's decodes 3,000 levels, and the record's fields are then the damage.
         with pytest.raises(ValueError, match=r"damaged identity record \((nested|fields)"):
-            nu._record_read(r.address, r._mapped, "x")
-        rows = nu._our_segments(s.process(), min_age=0)
+            nur._record_read(r.address, r._mapped, "x")
+        rows = nur._our_segments(s.process(), min_age=0)
         assert [x for x in rows if "unreadable" in str(x.get("why", ""))], rows
     finally:
         r.destroy()
@@ -126,7 +126,7 @@ def test_nested_record_in_a_file_read_in_place(tmp_path):
     data[-len(blob) :] = blob
     path.write_bytes(bytes(data))
     with pytest.raises(ValueError, match="damaged identity record"):
-        nu._file_record(str(path))
+        nur._file_record(str(path))
 
 
 # -- 26.12: forged fields ----------------------------------------------------------------
@@ -144,13 +144,13 @@ def test_forged_page_size_of_a_size_that_fits_is_refused(kind):
     # 4 MiB - 16 KiB of data: 4 MiB mapped, so a 2 MiB page_size with size 2 MiB adds
     # up (size + one 2 MiB room == mapped); only the kernel's page size refutes it.
     s = sim("qemu-x86_64-two-node")
-    r = nu.SharedRegion.create("pg", 4 * MiB - 16 * 1024, kind=kind, prefault=False, backend=s)
+    r = nur.SharedRegion.create("pg", 4 * MiB - 16 * 1024, kind=kind, prefault=False, backend=s)
     try:
         assert r._mapped == 4 * MiB
         forge(r, _good(r, page_size=2 * MiB, size=2 * MiB, layout=f"{2 * MiB}:interleave:0-1"))
         before = [c for c in s.kernel.calls if c[0] == "mbind"]
         with pytest.raises(ValueError, match="page_size"):
-            nu.SharedRegion.attach("pg", kind=kind, backend=s.process())
+            nur.SharedRegion.attach("pg", kind=kind, backend=s.process())
         assert [c for c in s.kernel.calls if c[0] == "mbind"] == before  # none aimed
     finally:
         r.destroy()
@@ -171,11 +171,11 @@ def test_forged_page_size_of_a_size_that_fits_is_refused(kind):
 )
 def test_forged_fields_are_refused(change):
     s = sim("qemu-x86_64-two-node")
-    r = nu.SharedRegion.create("ff", 1 * MiB, prefault=False, backend=s)
+    r = nur.SharedRegion.create("ff", 1 * MiB, prefault=False, backend=s)
     try:
         forge(r, _good(r, **change))
         with pytest.raises(ValueError, match="damaged identity record"):
-            nu.SharedRegion.attach("ff", backend=s.process())
+            nur.SharedRegion.attach("ff", backend=s.process())
     finally:
         r.destroy()
 
@@ -184,17 +184,17 @@ def test_forged_layout_of_many_node_ids_is_refused_before_it_is_parsed(monkeypat
     # Under 16 KiB of text naming 1,024 ids per extent, a thousand times over: the
     # attach refuses it by its text, before Layout.parse builds a set for each list.
     s = sim("qemu-x86_64-two-node")
-    r = nu.SharedRegion.create("ids", 1 * MiB, prefault=False, backend=s)
+    r = nur.SharedRegion.create("ids", 1 * MiB, prefault=False, backend=s)
     try:
         many = "/".join(["1k:interleave:0-1023"] * 700)
         forge(r, _good(r, layout=many))
         parsed = []
-        real_parse = nu.Layout.parse
+        real_parse = nur.Layout.parse
         monkeypatch.setattr(
-            nu.Layout, "parse", lambda text: parsed.append(text) or real_parse(text)
+            nur.Layout, "parse", lambda text: parsed.append(text) or real_parse(text)
         )
         with pytest.raises(ValueError, match="node ids"):
-            nu.SharedRegion.attach("ids", backend=s.process())
+            nur.SharedRegion.attach("ids", backend=s.process())
         assert parsed == []
     finally:
         r.destroy()
@@ -203,12 +203,12 @@ def test_forged_layout_of_many_node_ids_is_refused_before_it_is_parsed(monkeypat
 def test_forged_huge_length_is_refused():
     # A 48 MiB record (valid JSON, checksum and fields) ending a 64 MiB region.
     s = sim("qemu-x86_64-two-node", free_kb={0: 200 << 10, 1: 200 << 10})
-    r = nu.SharedRegion.create("big", 64 * MiB, prefault=False, backend=s)
+    r = nur.SharedRegion.create("big", 64 * MiB, prefault=False, backend=s)
     try:
         raw = _good(r, size=8 * MiB)
         forge(r, raw[:-1] + b" " * (48 * MiB - len(raw)) + b"}")
         with pytest.raises(ValueError, match="length"):
-            nu.SharedRegion.attach("big", backend=s.process())
+            nur.SharedRegion.attach("big", backend=s.process())
     finally:
         r.destroy()
 
@@ -219,10 +219,10 @@ def test_record_never_written_over_the_last_use_slot():
     import zlib
 
     s = sim("qemu-x86_64-two-node")
-    with nu.SharedRegion.create("ok", 1 * MiB, backend=s) as r:
-        slot = ctypes.string_at(r.address + r.size, nu._RECORD_SLOT)
+    with nur.SharedRegion.create("ok", 1 * MiB, backend=s) as r:
+        slot = ctypes.string_at(r.address + r.size, nur._RECORD_SLOT)
         # The slot holds the last use (its own magic and checksum), no record bytes.
-        assert nu._slot_read(slot)["pid"] == s.call("whoami")["pid"]
+        assert nur._slot_read(slot)["pid"] == s.call("whoami")["pid"]
         # Every byte of it is the slot's: its last four are the CRC-32 of the other 60,
         # so a record byte written over any of them would show. (A byte-pattern check
         # such as b"{" not in slot fails when the time or a checksum holds that byte.)
@@ -230,9 +230,9 @@ def test_record_never_written_over_the_last_use_slot():
         assert struct.unpack("<I", slot[-4:])[0] == zlib.crc32(slot[:-4])
         rest = len(_good(r)) - len("ok")  # the record's bytes besides its key
     # A record that would reach into the slot (it fits the room less the trailer).
-    key = "k" * (nu._RECORD_ROOM - 16 - rest - 8)
+    key = "k" * (nur._RECORD_ROOM - 16 - rest - 8)
     with pytest.raises(ValueError, match="does not fit"):
-        nu.SharedRegion.create(key, 1 * MiB, backend=s)
+        nur.SharedRegion.create(key, 1 * MiB, backend=s)
     assert not s.kernel.objects
 
 
@@ -241,27 +241,27 @@ def test_record_never_written_over_the_last_use_slot():
 
 def test_fit_weighs_the_record_room_on_a_small_dev_shm():
     s = sim("qemu-x86_64-two-node", shm_size=1 * MiB)
-    verdict = nu.fit(1 * MiB, kind="posix", backend=s)
+    verdict = nur.fit(1 * MiB, kind="posix", backend=s)
     assert not verdict and "/dev/shm" in verdict.reason
     with pytest.raises(OSError) as e:
-        nu.SharedRegion.create("small", 1 * MiB, kind="posix", prefault=False, backend=s)
+        nur.SharedRegion.create("small", 1 * MiB, kind="posix", prefault=False, backend=s)
     assert e.value.errno == errno.ENOSPC and "/dev/shm" in str(e.value)
-    assert nu._region_mapped(1 * MiB, PAGE, 0) == 1 * MiB + nu._RECORD_ROOM
-    assert nu.fit(1 * MiB - nu._RECORD_ROOM, kind="posix", backend=s)
+    assert nur._region_mapped(1 * MiB, PAGE, 0) == 1 * MiB + nur._RECORD_ROOM
+    assert nur.fit(1 * MiB - nur._RECORD_ROOM, kind="posix", backend=s)
 
 
 def test_fit_counts_the_room_on_its_node():
     s = sim("qemu-x86_64-two-node")
-    got = {f.node: f.needed for f in nu.fit(8 * MiB, nodes=[0, 1], backend=s).nodes}
-    assert got == {0: 4 * MiB + nu._RECORD_ROOM, 1: 4 * MiB}
+    got = {f.node: f.needed for f in nur.fit(8 * MiB, nodes=[0, 1], backend=s).nodes}
+    assert got == {0: 4 * MiB + nur._RECORD_ROOM, 1: 4 * MiB}
 
 
 def test_huge_pages_missing_names_the_node_that_is_short():
     b = sim("sparse-ids")  # 2 MiB pages reserved on node 0 only
-    r = nu.fit(64 * MiB, nodes=[0, 250], hugepages="2M", backend=b)
+    r = nur.fit(64 * MiB, nodes=[0, 250], hugepages="2M", backend=b)
     assert not r and "reserved on node 250" in r.reason and "0,250" not in r.reason
     with pytest.raises(OSError, match="reserved on node 250"):
-        nu._huge_size(True, b, frozenset({0, 250}))
+        nur._huge_size(True, b, frozenset({0, 250}))
 
 
 _SMALL_SHM = r"""
@@ -269,7 +269,7 @@ import errno, subprocess, sys
 import numa_utils as nu
 subprocess.run(["mount", "-o", "remount,size=1m", "/dev/shm"], check=True)
 try:
-    nu.SharedRegion.create("tiny", 1 << 20, kind="posix", prefault=False)
+    nur.SharedRegion.create("tiny", 1 << 20, kind="posix", prefault=False)
 except OSError as e:
     print("errno", e.errno, "/dev/shm" in str(e))
 else:

@@ -12,17 +12,17 @@ import time
 import zlib
 
 import pytest
-from conftest import fixture_root, nu, nusim, run_private_shm, sim
+from conftest import fixture_root, nu, nur, nusim, run_private_shm, sim
 
 MiB = 1 << 20
 
 
 def _made(proc, name, kind):
-    return nu.SharedRegion.create(name, MiB, kind=kind, prefault=False, backend=proc)
+    return nur.SharedRegion.create(name, MiB, kind=kind, prefault=False, backend=proc)
 
 
 def _row(s, name, **kw):
-    (row,) = nu._our_segments(s, [name], **kw)
+    (row,) = nur._our_segments(s, [name], **kw)
     return row
 
 
@@ -35,7 +35,7 @@ def _counts(s):
 
 
 def _drop(s, name, kind):
-    with nu.SharedRegion.attach(name, kind=kind, backend=s.process()) as r:
+    with nur.SharedRegion.attach(name, kind=kind, backend=s.process()) as r:
         r.remove()
 
 
@@ -50,13 +50,13 @@ def test_cleanup_keeps_a_region_its_last_user_closed_just_now(kind):
     creator.exit()
     time.sleep(0.6)  # older than the minimum age below
     worker = s.process()
-    nu.SharedRegion.attach("lu", kind=kind, backend=worker).close()
+    nur.SharedRegion.attach("lu", kind=kind, backend=worker).close()
     worker.exit()  # detached just now, then gone
     row = _row(s, "lu", remove=True, min_age=0.5)
     assert row["action"] == "keep", row
     assert row["why"].startswith("used 0 s ago (minimum age 0.5 s)"), row
     alive = s.process()  # a last user still running keeps it past the minimum age
-    nu.SharedRegion.attach("lu", kind=kind, backend=alive).close()
+    nur.SharedRegion.attach("lu", kind=kind, backend=alive).close()
     time.sleep(0.6)
     row = _row(s, "lu", remove=True, min_age=0.5)
     assert row["action"] == "keep", row
@@ -93,9 +93,9 @@ def test_last_use_slot_layout():
     # damaged: proves nothing, so the region stays (and says how to fix it)
     nu.ctypes.memmove(r.address + r.size + 16, b"\xff", 1)
     r.close()  # rewrites the slot: damage it after
-    nu.SharedRegion.attach("slot", backend=s.process()).close()
+    nur.SharedRegion.attach("slot", backend=s.process()).close()
     q = s.process()
-    a = nu.SharedRegion.attach("slot", backend=q)
+    a = nur.SharedRegion.attach("slot", backend=q)
     nu.ctypes.memmove(a.address + a.size + 16, b"\xff", 1)
     q.exit()
     p.exit()
@@ -123,7 +123,7 @@ class _Hooked(nusim.SimulatedBackend):
 
 def test_two_creates_of_one_name_never_both_succeed_sim():
     s = sim("single-node")
-    keys = nu._sysv_keys("twin")
+    keys = nur._sysv_keys("twin")
     b1 = _made(s.process(), "twin", "sysv")  # B1 holds the first key
     a = _Hooked(fixture_root("single-node"), _kernel=s.kernel)
     made = []
@@ -136,7 +136,7 @@ def test_two_creates_of_one_name_never_both_succeed_sim():
     with pytest.raises(FileExistsError, match="exists"):
         _made(a, "twin", "sysv")
     assert a.hooks == {} and made[0].ipc_key == keys[0]
-    rows = nu._our_segments(s, ["twin"])
+    rows = nur._our_segments(s, ["twin"])
     assert [r["key"] for r in rows] == [f"0x{keys[0]:08x}"], rows
     made[0].destroy()
     assert _counts(s) == (0, 0, 0)
@@ -144,17 +144,17 @@ def test_two_creates_of_one_name_never_both_succeed_sim():
 
 def _named(s, ikey, name):
     """A segment under ``ikey`` named ``name`` by its record, not yet made (no slot)."""
-    shmid = s.call("shmget", ikey, 3 * 4096 + nu._RECORD_ROOM, nu.IPC_CREAT | nu.IPC_EXCL | 0o600)
+    shmid = s.call("shmget", ikey, 3 * 4096 + nur._RECORD_ROOM, nu.IPC_CREAT | nu.IPC_EXCL | 0o600)
     addr = s.call("shmat", shmid)
     rec = {"key": name, "kind": "sysv", "size": 3 * 4096, "page_size": 4096, **s.call("whoami")}
-    nu._record_write(addr, 3 * 4096 + nu._RECORD_ROOM, rec)
+    nur._record_write(addr, 3 * 4096 + nur._RECORD_ROOM, rec)
     return shmid, addr
 
 
 def test_racing_creators_the_earlier_key_wins(monkeypatch):
-    monkeypatch.setattr(nu, "_TWIN_WAIT", 0.3)
+    monkeypatch.setattr(nur, "_TWIN_WAIT", 0.3)
     s = sim("single-node")
-    keys = nu._sysv_keys("race")
+    keys = nur._sysv_keys("race")
     # Being made under an earlier key: the later one gives way at once.
     other, stranger = s.process(), s.process(uid=1001)
     theirs = stranger.call("shmget", keys[0], MiB, nu.IPC_CREAT | 0o600)  # passed by
@@ -227,7 +227,7 @@ def test_another_users_file_under_the_name_says_whose():
 
 
 def test_posix_attach_waits_for_a_lock_a_bounded_time(monkeypatch):
-    monkeypatch.setattr(nu, "_LOCK_WAIT", 0.3)
+    monkeypatch.setattr(nur, "_LOCK_WAIT", 0.3)
     s = sim("single-node")
     r = _made(s.process(), "locked", "posix")
     hostile = s.process()
@@ -236,7 +236,7 @@ def test_posix_attach_waits_for_a_lock_a_bounded_time(monkeypatch):
     hostile.call("flock", fd, nu.LOCK_EX)
     t0 = time.monotonic()
     with pytest.raises(TimeoutError, match="exclusively locked for 0.3 s by"):
-        nu.SharedRegion.attach("locked", kind="posix", backend=s.process())
+        nur.SharedRegion.attach("locked", kind="posix", backend=s.process())
     assert time.monotonic() - t0 < 5
     hostile.call("close", fd)
     _drop(s, "locked", "posix")
@@ -252,15 +252,15 @@ import numa_utils as nu, numa_utils_cli as cli
 out = {}
 
 def rows(name, min_age=0.5):
-    return {r["region"]: r for r in nu._our_segments(nu.LinuxBackend(), [name], remove=True,
+    return {r["region"]: r for r in nur._our_segments(nu.LinuxBackend(), [name], remove=True,
                                                      min_age=min_age)}
 
 # 26.1: a POSIX region whose worker detached just now
 subprocess.run([sys.executable, "-c", "import numa_utils as nu\n"
-    "nu.SharedRegion.create('lu', 1 << 20, prefault=False, kind='posix').close()"], check=True)
+    "nur.SharedRegion.create('lu', 1 << 20, prefault=False, kind='posix').close()"], check=True)
 time.sleep(0.7)
 w = subprocess.Popen([sys.executable, "-c", "import numa_utils as nu, sys\n"
-    "nu.SharedRegion.attach('lu', kind='posix').close(); print('closed', flush=True)\n"
+    "nur.SharedRegion.attach('lu', kind='posix').close(); print('closed', flush=True)\n"
     "sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 assert w.stdout.readline().strip() == "closed"
 out["used"] = rows("lu").get("lu", {}).get("why")
@@ -272,23 +272,23 @@ out["gone"] = rows("lu").get("lu", {}).get("action")
 # 26.2: a dry run, then --remove
 for kind in ("sysv", "posix"):
     subprocess.run([sys.executable, "-c", "import numa_utils as nu, os\n"
-        f"nu.SharedRegion.create('dry-{kind}', 1 << 20, prefault=False, kind='{kind}')\n"
+        f"nur.SharedRegion.create('dry-{kind}', 1 << 20, prefault=False, kind='{kind}')\n"
         "os._exit(0)"], check=True)
 time.sleep(1.6)  # shm_atime and shm_dtime count whole seconds
 for kind in ("sysv", "posix"):
     name = f"dry-{kind}"
-    dry = nu._our_segments(nu.LinuxBackend(), [name], min_age=1.5)[0]["action"]
+    dry = nur._our_segments(nu.LinuxBackend(), [name], min_age=1.5)[0]["action"]
     out[name] = [dry, rows(name, 1.5).get(name, {}).get("action")]
 
 # 26.5: a forked child leaving the creator's `with`
 for kind in ("sysv", "posix"):
-    with nu.SharedRegion.create(f"fork-{kind}", 1 << 20, prefault=False, kind=kind) as r:
+    with nur.SharedRegion.create(f"fork-{kind}", 1 << 20, prefault=False, kind=kind) as r:
         pid = os.fork()
         if pid == 0:
             sys.exit(0)
         os.waitpid(pid, 0)
         try:
-            nu.SharedRegion.attach(f"fork-{kind}", kind=kind).close()
+            nur.SharedRegion.attach(f"fork-{kind}", kind=kind).close()
             out[f"fork-{kind}"] = "attached"
         except OSError as e:
             out[f"fork-{kind}"] = repr(e)
@@ -296,13 +296,13 @@ for kind in ("sysv", "posix"):
 # 26.19: a zombie creator, and a record whose pid is 2**70 (the run goes on)
 zombie = os.fork()
 if zombie == 0:
-    nu.SharedRegion.create("zombie", 1 << 20, prefault=False, kind="posix").close()
+    nur.SharedRegion.create("zombie", 1 << 20, prefault=False, kind="posix").close()
     os._exit(0)
 while open(f"/proc/{zombie}/stat").read().rpartition(")")[2].split()[0] != "Z":
     time.sleep(0.01)
-nu.SharedRegion.create("huge-pid", 1 << 20, prefault=False, kind="posix").close()
+nur.SharedRegion.create("huge-pid", 1 << 20, prefault=False, kind="posix").close()
 path = "/dev/shm/numa_utils-huge-pid"
-rec = nu._file_record(path)[1]
+rec = nur._file_record(path)[1]
 rec["pid"] = 2 ** 70
 raw = json.dumps(rec).encode()
 blob = raw + struct.pack("<8sIII", b"numa_utl", 1, len(raw), zlib.crc32(raw))
@@ -310,7 +310,7 @@ fd = os.open(path, os.O_RDWR)
 os.pwrite(fd, blob, os.fstat(fd).st_size - len(blob))
 os.close(fd)
 time.sleep(0.7)
-got = {r["region"]: r for r in nu._our_segments(nu.LinuxBackend(), remove=True, min_age=0.5)}
+got = {r["region"]: r for r in nur._our_segments(nu.LinuxBackend(), remove=True, min_age=0.5)}
 out["zombie"] = got.get("zombie", {}).get("action")
 out["huge-pid"] = got.get("huge-pid", {}).get("why")
 os.waitpid(zombie, 0)
@@ -338,7 +338,7 @@ def test_real_lifecycle_repros():
 _TWINS = r"""
 import json
 import numa_utils as nu
-keys = nu._sysv_keys("twin")
+keys = nur._sysv_keys("twin")
 made = []
 class A(nu.LinuxBackend):
     def call(self, name, *args):
@@ -346,11 +346,11 @@ class A(nu.LinuxBackend):
         if key == keys[0] and flags == 0 and b1:
             b1.pop().destroy()                         # B1 goes while A looks at it
         if key == keys[1] and flags & nu.IPC_CREAT and not made:
-            made.append(nu.SharedRegion.create("twin", 1 << 20, prefault=False))  # B2
+            made.append(nur.SharedRegion.create("twin", 1 << 20, prefault=False))  # B2
         return super().call(name, *args)
-b1 = [nu.SharedRegion.create("twin", 1 << 20, prefault=False)]
+b1 = [nur.SharedRegion.create("twin", 1 << 20, prefault=False)]
 try:
-    nu.SharedRegion.create("twin", 1 << 20, prefault=False, backend=A())
+    nur.SharedRegion.create("twin", 1 << 20, prefault=False, backend=A())
     result = "A made it too"
 except FileExistsError as e:
     result = str(e)
@@ -377,7 +377,7 @@ made = []
 for kind in ("sysv", "posix"):
     p = subprocess.Popen(["unshare", "--time", "--boottime", "100000", "--fork", sys.executable,
         "-c", "import numa_utils as nu, sys\n"
-        f"r = nu.SharedRegion.create('tns-{kind}', 1 << 20, prefault=False, kind='{kind}')\n"
+        f"r = nur.SharedRegion.create('tns-{kind}', 1 << 20, prefault=False, kind='{kind}')\n"
         "r.close(); print('made', flush=True); sys.stdin.read()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = p.stdout.readline().strip()
@@ -385,11 +385,11 @@ for kind in ("sysv", "posix"):
         print(json.dumps({"skip": p.stderr.read().strip()[-300:]}))
         sys.exit(0)
     made.append(p)
-got = {r["region"]: r["why"] for r in nu._our_segments(nu.LinuxBackend(), remove=True,
+got = {r["region"]: r["why"] for r in nur._our_segments(nu.LinuxBackend(), remove=True,
                                                         min_age=0)}
 for p in made:
     p.stdin.close(); p.wait()
-gone = {r["region"]: r["action"] for r in nu._our_segments(nu.LinuxBackend(), remove=True,
+gone = {r["region"]: r["action"] for r in nur._our_segments(nu.LinuxBackend(), remove=True,
                                                              min_age=0)}
 print(json.dumps({"kept": got, "after": gone}))
 """
@@ -410,8 +410,8 @@ def test_real_creator_in_a_time_namespace_is_kept():
 _LOCKED = r"""
 import fcntl, json, os, subprocess, sys, time
 import numa_utils as nu
-nu._LOCK_WAIT = 0.5
-nu.SharedRegion.create("locked", 1 << 20, prefault=False, kind="posix", mode=0o644).close()
+nur._LOCK_WAIT = 0.5
+nur.SharedRegion.create("locked", 1 << 20, prefault=False, kind="posix", mode=0o644).close()
 holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys\n"
     "os.setgroups([]); os.setresgid(65534, 65534, 65534); os.setresuid(65534, 65534, 65534)\n"
     "fd = os.open('/dev/shm/numa_utils-locked', os.O_RDONLY)\n"
@@ -420,7 +420,7 @@ holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys\n"
 assert holder.stdout.readline().strip() == "locked"
 t0 = time.monotonic()
 try:
-    nu.SharedRegion.attach("locked", kind="posix").close()
+    nur.SharedRegion.attach("locked", kind="posix").close()
     result = "attached"
 except TimeoutError as e:
     result = str(e)
@@ -455,7 +455,7 @@ class _LateCreator(nusim.SimulatedBackend):
             self.looks += 1
             if self.looks == 3:
                 _made(self.creator, "late", "posix").close()
-        elif name == "shmget" and args[0] == nu._sysv_key("late") and not args[2]:
+        elif name == "shmget" and args[0] == nur._sysv_key("late") and not args[2]:
             self.looks += 1
             if self.looks == 3:
                 _made(self.creator, "late", "sysv").close()
@@ -468,17 +468,17 @@ def test_attach_waits_for_a_region_being_made(kind):
     late = _LateCreator(fixture_root("single-node"), _kernel=s.kernel)
     late.creator = s.process()
     with pytest.raises(FileNotFoundError):
-        nu.SharedRegion.attach("late", kind=kind, backend=late)  # no wait: at once
-    r = nu.SharedRegion.attach("late", kind=kind, backend=late, wait=5)
+        nur.SharedRegion.attach("late", kind=kind, backend=late)  # no wait: at once
+    r = nur.SharedRegion.attach("late", kind=kind, backend=late, wait=5)
     assert r.size == MiB and late.looks >= 3
     r.close()
     t0 = time.monotonic()
     with pytest.raises(TimeoutError, match=r"region 'never' not made within 0.2 s: no "):
-        nu.SharedRegion.attach("never", kind=kind, backend=s.process(), wait=0.2)
+        nur.SharedRegion.attach("never", kind=kind, backend=s.process(), wait=0.2)
     assert 0.2 <= time.monotonic() - t0 < 2
     for bad in (-1, True, "1", float("nan")):
         with pytest.raises(ValueError, match="a number of seconds"):
-            nu.SharedRegion.attach("late", kind=kind, backend=s.process(), wait=bad)
+            nur.SharedRegion.attach("late", kind=kind, backend=s.process(), wait=bad)
     _drop(s, "late", kind)
     assert _counts(s) == (0, 0, 0)
 
@@ -493,22 +493,22 @@ def test_library_cleanup_returns_one_verdict_per_region():
     _made(dead, "lib-dead", "posix").close()
     dead.exit()
     busy = _made(s.process(), "lib-busy", "posix")
-    rows = nu.cleanup(min_age=0, backend=s)
+    rows = nur.cleanup(min_age=0, backend=s)
     got = {(r["region"], r["kind"]): (r["action"], r["why"]) for r in rows}
     assert got == {
         ("lib-dead", "sysv"): ("would remove", ""),
         ("lib-dead", "posix"): ("would remove", ""),
         ("lib-busy", "posix"): ("keep", "in use: a process holds its lock"),
     }, got
-    rows = nu.cleanup("lib-dead", True, 0, backend=s)  # one key, positional arguments
+    rows = nur.cleanup("lib-dead", True, 0, backend=s)  # one key, positional arguments
     assert sorted((r["kind"], r["action"]) for r in rows) == [
         ("posix", "removed"),
         ("sysv", "removed"),
     ]
-    assert nu.cleanup(["lib-dead"], remove=True, backend=s) == []
+    assert nur.cleanup(["lib-dead"], remove=True, backend=s) == []
     for bad in (-1, True, float("nan"), "30"):
         with pytest.raises(ValueError, match="a number of seconds"):
-            nu.cleanup(min_age=bad, backend=s)
+            nur.cleanup(min_age=bad, backend=s)
     busy.destroy()
     assert _counts(s) == (0, 0, 0)
 
@@ -520,19 +520,19 @@ def test_create_existing_replace_and_reuse(kind):
     old = _made(crashed, "restart", kind)
     old.buffer()[0] = 7
     with pytest.raises(ValueError, match="existing="):
-        nu.SharedRegion.create("restart", MiB, kind=kind, backend=s.process(), existing="x")
+        nur.SharedRegion.create("restart", MiB, kind=kind, backend=s.process(), existing="x")
     alive = s.process()
     with pytest.raises(FileExistsError, match=r"not proven stale \(in use"):
-        nu.SharedRegion.create("restart", MiB, kind=kind, backend=alive, existing="replace")
+        nur.SharedRegion.create("restart", MiB, kind=kind, backend=alive, existing="replace")
     peer = s.process()
-    same = nu.SharedRegion.create("restart", MiB, kind=kind, backend=peer, existing="reuse")
+    same = nur.SharedRegion.create("restart", MiB, kind=kind, backend=peer, existing="reuse")
     assert same.buffer()[0] == 7 and not same.created
     same.close()
     with pytest.raises(FileExistsError, match="existing='reuse' attaches only"):
-        nu.SharedRegion.create("restart", 2 * MiB, kind=kind, backend=peer, existing="reuse")
+        nur.SharedRegion.create("restart", 2 * MiB, kind=kind, backend=peer, existing="reuse")
     peer.exit()
     crashed.exit()  # its engine died: the restart replaces it
-    new = nu.SharedRegion.create("restart", MiB, kind=kind, backend=alive, existing="replace")
+    new = nur.SharedRegion.create("restart", MiB, kind=kind, backend=alive, existing="replace")
     assert new.created and new.buffer()[0] == 0
     new.destroy()
     assert _counts(s) == (0, 0, 0)
@@ -553,18 +553,18 @@ def test_attach_created_after_skips_a_crashed_runs_region(kind):
     start = time.time()
     worker = s.process()
     with pytest.raises(FileNotFoundError, match="earlier run"):
-        nu.SharedRegion.attach("again", kind=kind, backend=worker, created_after=start)
+        nur.SharedRegion.attach("again", kind=kind, backend=worker, created_after=start)
     with pytest.raises(TimeoutError, match="not made within"):
-        nu.SharedRegion.attach("again", kind=kind, backend=worker, created_after=start, wait=0.2)
+        nur.SharedRegion.attach("again", kind=kind, backend=worker, created_after=start, wait=0.2)
     creator = s.process()
-    new = nu.SharedRegion.create("again", MiB, kind=kind, backend=creator, existing="replace")
+    new = nur.SharedRegion.create("again", MiB, kind=kind, backend=creator, existing="replace")
     assert new.created
-    got = nu.SharedRegion.attach("again", kind=kind, backend=worker, created_after=start, wait=1)
+    got = nur.SharedRegion.attach("again", kind=kind, backend=worker, created_after=start, wait=1)
     assert got.buffer()[0] == 0 and got.identity["created"] >= start
     got.close()
     for bad in (True, "soon", float("nan")):
         with pytest.raises(ValueError, match="created_after="):
-            nu.SharedRegion.attach("again", kind=kind, backend=worker, created_after=bad)
+            nur.SharedRegion.attach("again", kind=kind, backend=worker, created_after=bad)
     new.destroy()
     assert _counts(s) == (0, 0, 0)
 
@@ -573,19 +573,19 @@ def test_create_existing_reuse_waits_for_a_peer_making_it(monkeypatch):
     s = sim("single-node")
     first = _made(s.process(), "peer", "posix")
     seen = []
-    real_attach = nu.SharedRegion.attach.__func__
+    real_attach = nur.SharedRegion.attach.__func__
 
     def attach(cls, key, *args, **kw):
         seen.append(kw.get("wait"))
         return real_attach(cls, key, *args, **kw)
 
-    monkeypatch.setattr(nu.SharedRegion, "attach", classmethod(attach))
+    monkeypatch.setattr(nur.SharedRegion, "attach", classmethod(attach))
     peer = s.process()
-    same = nu.SharedRegion.create("peer", MiB, kind="posix", backend=peer, existing="reuse")
-    again = nu.SharedRegion.create(
+    same = nur.SharedRegion.create("peer", MiB, kind="posix", backend=peer, existing="reuse")
+    again = nur.SharedRegion.create(
         "peer", MiB, kind="posix", backend=peer, existing="reuse", wait=3
     )
-    assert not same.created and seen == [nu._REUSE_WAIT, 3]
+    assert not same.created and seen == [nur._REUSE_WAIT, 3]
     same.close()
     again.close()
     first.destroy()

@@ -7,7 +7,7 @@ import errno
 import inspect
 
 import pytest
-from conftest import REPO, fixture_root, hook_call, nu, nusim, saved_backend, sim
+from conftest import REPO, fixture_root, hook_call, nu, nur, nusim, saved_backend, sim
 
 # What a backend is, written out here: not read from the library.
 FILES = {"read_text", "listdir", "exists", "realpath", "write_text"}
@@ -108,7 +108,7 @@ def test_one_overridden_call_sees_every_shared_memory_operation():
             seen.append(name)
             return super().call(name, *args)
 
-    region = nu.SharedRegion.create(
+    region = nur.SharedRegion.create(
         "watched", 1 << 20, kind="posix", backend=Watching(fixture_root("single-node"))
     )
     region.destroy()
@@ -119,7 +119,7 @@ def test_hook_call_makes_one_operation_fail_and_leaves_the_rest():
     s = sim("single-node")
     hook_call(s, "shmget", lambda *args: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full")))
     with pytest.raises(OSError) as err:
-        nu.SharedRegion.create("full", 1 << 20, kind="sysv", backend=s)
+        nur.SharedRegion.create("full", 1 << 20, kind="sysv", backend=s)
     assert err.value.errno == errno.ENOSPC
     assert s.call("geteuid") == s.uid
 
@@ -142,24 +142,24 @@ def test_backend_for_root_reads_this_system_or_a_saved_tree(tmp_path):
 
 def test_identity_record_read_from_the_bytes_alone():
     s = sim("dual-socket-8gpu")
-    region = nu.SharedRegion.create("kv-rec", 3 << 20, layout="parts:bind:0/1", backend=s)
+    region = nur.SharedRegion.create("kv-rec", 3 << 20, layout="parts:bind:0/1", backend=s)
     try:
         mapped = region._mapped  # the data and the record after it
 
         def read(offset, n):
             return ctypes.string_at(region.address + offset, n)
 
-        record = nu.read_identity_record(read, mapped, "kv-rec")
+        record = nur.read_identity_record(read, mapped, "kv-rec")
         assert record["key"] == "kv-rec" and record["size"] == 3 << 20
-        assert str(nu.record_layout(record)) == str(region.layout)
+        assert str(nur.record_layout(record)) == str(region.layout)
         # The same bytes cut short of their record: none, not an error.
-        assert nu.read_identity_record(read, mapped - 4096, "kv-rec") is None
+        assert nur.read_identity_record(read, mapped - 4096, "kv-rec") is None
     finally:
         region.destroy()
 
 
 def test_record_segment_key_keeps_the_name_bits_under_its_own_prefix():
-    key = nu.SYSV_KEY_PREFIX | 0x123456
-    room = nu.record_segment_key(key)
+    key = nur.SYSV_KEY_PREFIX | 0x123456
+    room = nur.record_segment_key(key)
     assert room & 0xFFFFFF == 0x123456
-    assert room & nu.SYSV_KEY_MASK != nu.SYSV_KEY_PREFIX  # never a data segment's key
+    assert room & nur.SYSV_KEY_MASK != nur.SYSV_KEY_PREFIX  # never a data segment's key

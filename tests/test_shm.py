@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, nu, run_private_shm, sim
+from conftest import REPO, nu, nur, run_private_shm, sim
 
 MiB = 1 << 20
 
@@ -28,12 +28,12 @@ def _ours_real():
         with open("/proc/sysvipc/shm") as f:
             for line in f.read().splitlines()[1:]:
                 key = int(line.split()[0]) & 0xFFFFFFFF
-                if key & nu.SYSV_KEY_MASK == nu.SYSV_KEY_PREFIX or key == 0:
+                if key & nur.SYSV_KEY_MASK == nur.SYSV_KEY_PREFIX or key == 0:
                     segs.add(int(line.split()[1]))
     except OSError:
         pass
     try:
-        files = {n for n in os.listdir("/dev/shm") if n.startswith(nu.POSIX_PREFIX)}
+        files = {n for n in os.listdir("/dev/shm") if n.startswith(nur.POSIX_PREFIX)}
     except OSError:
         files = set()
     return segs, files
@@ -48,7 +48,7 @@ def _no_real_leaks():
     left = [n for n in _ours_real()[1] if tag in n]
     assert not left, f"/dev/shm files leaked: {left}"
     text = open("/proc/sysvipc/shm").read() if os.path.exists("/proc/sysvipc/shm") else ""
-    keys = {nu._sysv_key(f"{tag}-{k}") for k in REAL_KEYS}
+    keys = {nur._sysv_key(f"{tag}-{k}") for k in REAL_KEYS}
     leaked = [ln for ln in text.splitlines()[1:] if int(ln.split()[0]) & 0xFFFFFFFF in keys]
     assert not leaked, f"SysV segments leaked: {leaked}"
 
@@ -74,14 +74,14 @@ def _sim_counts(s):
 def test_interleave_exact_split_seen_by_attachers(fixture, nodes, kind):
     s = sim(fixture, free_kb={n: 8 << 20 for n in nodes})
     size = 1 << 30 if kind == "sysv" else 64 * MiB
-    r = nu.SharedRegion.create("kv", size, policy="interleave", kind=kind, backend=s)
+    r = nur.SharedRegion.create("kv", size, policy="interleave", kind=kind, backend=s)
     try:
         assert r.policy and r.policy.nodes == frozenset(nodes)
         want = {n: size // len(nodes) for n in nodes}
         assert r.placement() == want
         for _ in range(2):  # two more processes
             p = s.process()
-            a = nu.SharedRegion.attach("kv", kind=kind, prefault=True, backend=p)
+            a = nur.SharedRegion.attach("kv", kind=kind, prefault=True, backend=p)
             assert a.policy.mode == "interleave" and a.policy.nodes == frozenset(nodes)
             assert a.placement() == want
             maps = nu.parse_numa_maps(p.read_text("/proc/self/numa_maps"))
@@ -105,11 +105,11 @@ def test_interleave_exact_split_seen_by_attachers(fixture, nodes, kind):
 )
 def test_every_policy(policy, nodes, want):
     s = sim("dual-socket-8gpu")
-    with nu.SharedRegion.create("p", 16 * MiB, policy=policy, nodes=nodes, backend=s) as r:
+    with nur.SharedRegion.create("p", 16 * MiB, policy=policy, nodes=nodes, backend=s) as r:
         assert r.policy
         assert r.placement() == want
         p = s.process(cpus_allowed=[100])  # a CPU on node 1
-        with nu.SharedRegion.attach("p", prefault=True, backend=p) as a:
+        with nur.SharedRegion.attach("p", prefault=True, backend=p) as a:
             assert a.placement() == want  # pages are where the creator put them
     assert _sim_counts(s) == (0, 0, 0)
 
@@ -117,21 +117,21 @@ def test_every_policy(policy, nodes, want):
 def test_policy_default_from_envs(monkeypatch):
     s = sim("dual-socket-8gpu")
     monkeypatch.setenv("NUMA_UTILS_ENABLE_NUMA_INTERLEAVE", "1")
-    with nu.SharedRegion.create("env", 8 * MiB, backend=s) as r:
+    with nur.SharedRegion.create("env", 8 * MiB, backend=s) as r:
         assert r.policy.mode == "interleave"
         assert r.placement() == {0: 4 * MiB, 1: 4 * MiB}
     monkeypatch.delenv("NUMA_UTILS_ENABLE_NUMA_INTERLEAVE")
-    with nu.SharedRegion.create("env", 8 * MiB, backend=s) as r:
+    with nur.SharedRegion.create("env", 8 * MiB, backend=s) as r:
         assert r.policy.mode == "default"
 
 
 def test_attach_does_not_reset_shared_policy():
     s = sim("dual-socket-8gpu")
-    with nu.SharedRegion.create(
+    with nur.SharedRegion.create(
         "keep", 8 * MiB, policy="bind", nodes=[1], prefault=False, backend=s
     ):
         p = s.process()
-        a = nu.SharedRegion.attach("keep", policy="default", prefault=True, backend=p)
+        a = nur.SharedRegion.attach("keep", policy="default", prefault=True, backend=p)
         assert a.policy.mode == "bind" and a.placement() == {1: 8 * MiB}
         a.close()
 
@@ -140,12 +140,12 @@ def test_hugetlb_every_attacher_applies_policy():
     # hugetlbfs has no shared policy: an attacher that does not mbind its own
     # mapping faults pages under first-touch.
     s = sim("dual-socket-8gpu")
-    with nu.SharedRegion.create(
+    with nur.SharedRegion.create(
         "huge", 5 * MiB, policy="interleave", hugepages=True, prefault=False, backend=s
     ) as r:
         assert r.page_size == 2 * MiB and r.size == 6 * MiB
         p = s.process()
-        with nu.SharedRegion.attach(
+        with nur.SharedRegion.attach(
             "huge", policy="interleave", hugepages=True, prefault=True, backend=p
         ) as a:
             assert a.placement() == {0: 2 * MiB, 1: 4 * MiB} or a.placement() == {
@@ -158,7 +158,7 @@ def test_hugetlb_every_attacher_applies_policy():
         # Not told the policy, an attacher takes it from the region's layout and
         # applies it to its own VMA (the kernel keeps none on the hugetlb object).
         q = s.process(cpus_allowed=[0])
-        with nu.SharedRegion.attach("huge", backend=q) as a2:
+        with nur.SharedRegion.attach("huge", backend=q) as a2:
             assert a2.policy.mode == "interleave" and a2.policy.applied
             q.touch(a2.address, a2.size)
             assert a2.placement() == {0: 2 * MiB, 1: 4 * MiB} or a2.placement() == {
@@ -171,15 +171,15 @@ def test_posix_refuses_hugepages_on_attach_too():
     # /dev/shm is tmpfs: a huge-page-sized mapping of it would run past the file's
     # end (SIGBUS on touch), so attach refuses hugepages as create does.
     s = sim("dual-socket-8gpu")
-    with nu.SharedRegion.create("p", 8192, kind="posix", prefault=False, backend=s):
-        for fn in (nu.SharedRegion.create, nu.SharedRegion.attach):
+    with nur.SharedRegion.create("p", 8192, kind="posix", prefault=False, backend=s):
+        for fn in (nur.SharedRegion.create, nur.SharedRegion.attach):
             with pytest.raises(ValueError, match="kind='sysv'"):
                 fn("p", 8192, kind="posix", hugepages=True, backend=s.process())
 
 
 def test_sizes_round_to_pages():
     s = sim("single-node")
-    with nu.SharedRegion.create("r", 5000, backend=s) as r:
+    with nur.SharedRegion.create("r", 5000, backend=s) as r:
         assert r.size == 8192
         assert "SharedRegion(sysv" in repr(r) and "owner" in repr(r)
     assert "closed" in repr(r)
@@ -205,11 +205,11 @@ def test_failure_at_each_step_leaks_nothing(kind, step):
     before = _sim_counts(s)
     s.fail(step, errno.ENOMEM)
     with pytest.raises(OSError) as ei:
-        nu.SharedRegion.create("f", 8 * MiB, policy="interleave", kind=kind, backend=s)
+        nur.SharedRegion.create("f", 8 * MiB, policy="interleave", kind=kind, backend=s)
     assert ei.value.errno == errno.ENOMEM
     assert _sim_counts(s) == before
     s.clear_failures()
-    with nu.SharedRegion.create("f", 8 * MiB, kind=kind, backend=s):
+    with nur.SharedRegion.create("f", 8 * MiB, kind=kind, backend=s):
         pass
     assert _sim_counts(s) == before
 
@@ -219,10 +219,12 @@ def test_policy_denied(kind):
     s = sim("dual-socket-8gpu")
     s.fail("mbind", errno.EPERM)
     with pytest.raises(PermissionError):
-        nu.SharedRegion.create("d", 8 * MiB, policy="interleave", strict=True, kind=kind, backend=s)
+        nur.SharedRegion.create(
+            "d", 8 * MiB, policy="interleave", strict=True, kind=kind, backend=s
+        )
     assert _sim_counts(s) == (0, 0, 0)
     # Not strict: the region exists, under first-touch, and says why.
-    with nu.SharedRegion.create("d", 8 * MiB, policy="interleave", kind=kind, backend=s) as r:
+    with nur.SharedRegion.create("d", 8 * MiB, policy="interleave", kind=kind, backend=s) as r:
         assert not r.policy and r.policy.reason == "EPERM" and "CAP_SYS_NICE" in r.policy.hint
         assert r.placement() == {0: 8 * MiB}
     assert _sim_counts(s) == (0, 0, 0)
@@ -238,7 +240,7 @@ def test_prefault_interrupted_leaks_nothing(exc, threads):
             raise exc("stop")
 
     with pytest.raises(exc):
-        nu.SharedRegion.create(
+        nur.SharedRegion.create(
             "i", 256 * MiB, policy="interleave", threads=threads, progress=progress, backend=s
         )
     assert _sim_counts(s) == (0, 0, 0)
@@ -249,15 +251,15 @@ def test_prefault_interrupted_leaks_nothing(exc, threads):
 
 def test_create_existing_and_attach_missing():
     s = sim("single-node")
-    with nu.SharedRegion.create("x", MiB, backend=s):
+    with nur.SharedRegion.create("x", MiB, backend=s):
         with pytest.raises(FileExistsError, match="cleanup"):
-            nu.SharedRegion.create("x", MiB, backend=s)
+            nur.SharedRegion.create("x", MiB, backend=s)
         with pytest.raises(ValueError, match="fewer"):
-            nu.SharedRegion.attach("x", 2 * MiB, backend=s.process())
+            nur.SharedRegion.attach("x", 2 * MiB, backend=s.process())
     with pytest.raises(FileNotFoundError):
-        nu.SharedRegion.attach("x", backend=s)
+        nur.SharedRegion.attach("x", backend=s)
     with pytest.raises(FileNotFoundError):
-        nu.SharedRegion.attach("x", kind="posix", backend=s)
+        nur.SharedRegion.attach("x", kind="posix", backend=s)
     assert _sim_counts(s) == (0, 0, 0)
 
 
@@ -267,28 +269,28 @@ def test_create_existing_and_attach_missing():
 @pytest.mark.parametrize("kind", ["sysv", "posix"])
 def test_attach_refuses_other_owner_and_writable_mode(kind):
     s = sim("single-node", uid=1000)
-    with nu.SharedRegion.create("t", MiB, kind=kind, backend=s):
+    with nur.SharedRegion.create("t", MiB, kind=kind, backend=s):
         other = s.process(uid=1001)
         with pytest.raises(PermissionError):  # 0600: the kernel says no
-            nu.SharedRegion.attach("t", kind=kind, backend=other)
+            nur.SharedRegion.attach("t", kind=kind, backend=other)
         root = s.process(uid=0)
         with pytest.raises(PermissionError, match="uid 1000"):
-            nu.SharedRegion.attach("t", kind=kind, backend=root)
-        with nu.SharedRegion.attach("t", kind=kind, trust=True, backend=root) as a:
+            nur.SharedRegion.attach("t", kind=kind, backend=root)
+        with nur.SharedRegion.attach("t", kind=kind, trust=True, backend=root) as a:
             assert a.size == MiB
-    with nu.SharedRegion.create("w", MiB, kind=kind, mode=0o666, backend=s):
+    with nur.SharedRegion.create("w", MiB, kind=kind, mode=0o666, backend=s):
         with pytest.raises(PermissionError, match="666"):
-            nu.SharedRegion.attach("w", kind=kind, backend=s.process())
-        with nu.SharedRegion.attach("w", kind=kind, trust=True, backend=s.process()):
+            nur.SharedRegion.attach("w", kind=kind, backend=s.process())
+        with nur.SharedRegion.attach("w", kind=kind, trust=True, backend=s.process()):
             pass
     assert _sim_counts(s) == (0, 0, 0)
 
 
 def test_created_0600_by_default():
     s = sim("single-node")
-    with nu.SharedRegion.create("m", MiB, backend=s) as r:
+    with nur.SharedRegion.create("m", MiB, backend=s) as r:
         assert s.call("shm_stat", r.shmid).mode & 0o777 == 0o600
-    with nu.SharedRegion.create("m", MiB, kind="posix", backend=s) as r:
+    with nur.SharedRegion.create("m", MiB, kind="posix", backend=s) as r:
         fd = s.call("shm_open", r.name, os.O_RDONLY, 0)
         assert s.call("fstat", fd).mode & 0o777 == 0o600
         s.call("close", fd)
@@ -296,11 +298,11 @@ def test_created_0600_by_default():
 
 def test_remove_after_attach():
     s = sim("single-node")
-    r = nu.SharedRegion.create("rm", MiB, backend=s)
-    a = nu.SharedRegion.attach("rm", remove=True, backend=s.process())
+    r = nur.SharedRegion.create("rm", MiB, backend=s)
+    a = nur.SharedRegion.attach("rm", remove=True, backend=s.process())
     assert _sim_counts(s)[0] == 1  # still there, key freed
     with pytest.raises(FileNotFoundError):
-        nu.SharedRegion.attach("rm", backend=s.process())
+        nur.SharedRegion.attach("rm", backend=s.process())
     r.close()
     a.close()  # last detach: gone
     assert _sim_counts(s) == (0, 0, 0)
@@ -308,7 +310,7 @@ def test_remove_after_attach():
 
 def test_sysvipc_rendering_parses():
     s = sim("single-node")
-    with nu.SharedRegion.create("v", MiB, backend=s) as r:
+    with nur.SharedRegion.create("v", MiB, backend=s) as r:
         (row,) = nu.parse_sysvipc_shm(s.read_text("/proc/sysvipc/shm"))
         # the data, then 16 KiB for the identity record
         assert row.id == r.shmid and row.key == r.ipc_key and row.size == MiB + 16384
@@ -321,13 +323,13 @@ def test_sysvipc_rendering_parses():
 @pytest.mark.parametrize("kind", ["sysv", "posix"])
 def test_buffer_is_writable_unsigned_bytes_shared_with_attachers(kind):
     s = sim("dual-socket-8gpu")
-    with nu.SharedRegion.create("buf", MiB, policy="interleave", kind=kind, backend=s) as r:
+    with nur.SharedRegion.create("buf", MiB, policy="interleave", kind=kind, backend=s) as r:
         view = r.buffer()
         assert (view.format, view.itemsize, view.readonly) == ("B", 1, False)
         assert view.nbytes == r.size and view.c_contiguous
         view[10:13] = b"abc"  # slice assignment
         view[0] = 255
-        a = nu.SharedRegion.attach("buf", kind=kind, backend=s.process())
+        a = nur.SharedRegion.attach("buf", kind=kind, backend=s.process())
         assert bytes(a.buffer()[10:13]) == b"abc" and a.buffer()[0] == 255
         a.buffer()[-1] = 9
         assert view[-1] == 9
@@ -338,7 +340,7 @@ def test_buffer_is_writable_unsigned_bytes_shared_with_attachers(kind):
 def test_buffer_numpy_without_copy():
     np = pytest.importorskip("numpy")
     s = sim("dual-socket-8gpu")
-    with nu.SharedRegion.create("np", MiB, policy="interleave", backend=s) as r:
+    with nur.SharedRegion.create("np", MiB, policy="interleave", backend=s) as r:
         arr = np.frombuffer(r.buffer(), dtype="u1")
         arr[:] = 7
         assert arr.ctypes.data == r.address and arr.nbytes == r.size
@@ -354,7 +356,7 @@ def test_buffer_numpy_without_copy():
 def test_buffer_torch_without_copy():
     torch = pytest.importorskip("torch")
     s = sim("dual-socket-8gpu")
-    with nu.SharedRegion.create("pt", MiB, policy="interleave", backend=s) as r:
+    with nur.SharedRegion.create("pt", MiB, policy="interleave", backend=s) as r:
         t = torch.frombuffer(r.buffer(), dtype=torch.uint8)  # no "non-writable" warning
         t.fill_(5)
         assert t.data_ptr() == r.address and t.numel() == r.size
@@ -365,7 +367,7 @@ def test_buffer_torch_without_copy():
 
 def test_buffer_after_close_is_refused():
     s = sim("single-node")
-    r = nu.SharedRegion.create("closed", MiB, backend=s)
+    r = nur.SharedRegion.create("closed", MiB, backend=s)
     r.destroy()
     with pytest.raises(ValueError, match="closed"):
         r.buffer()
@@ -374,13 +376,13 @@ def test_buffer_after_close_is_refused():
 def test_cleanup_lists_ours_only():
     s = sim("single-node")
     crashed = s.process()
-    mine = nu.SharedRegion.create("stale", MiB, backend=crashed)
+    mine = nur.SharedRegion.create("stale", MiB, backend=crashed)
     crashed.exit()  # died without destroying it
-    busy = nu.SharedRegion.create("busy", MiB, backend=s)
+    busy = nur.SharedRegion.create("busy", MiB, backend=s)
     other = s.process(uid=1001)
-    foreign = other.call("shmget", nu._sysv_key("x"), MiB, nu.IPC_CREAT | 0o600)
+    foreign = other.call("shmget", nur._sysv_key("x"), MiB, nu.IPC_CREAT | 0o600)
     plain = s.call("shmget", 0x1234, MiB, nu.IPC_CREAT | 0o600)
-    rows = nu._our_segments(s, min_age=0)
+    rows = nur._our_segments(s, min_age=0)
     assert {r["shmid"] for r in rows} == {mine.shmid, busy.shmid}
     assert [r["stale"] for r in rows if r["shmid"] == mine.shmid] == [True]
     assert [r["why"] for r in rows if r["shmid"] == busy.shmid] == ["in use: 1 attached"]
@@ -402,7 +404,7 @@ _ATTACH = """
 import sys
 sys.path.insert(0, {repo!r})
 import numa_utils as nu
-r = nu.SharedRegion.attach({key!r}, kind={kind!r}, prefault=True)
+r = nur.SharedRegion.attach({key!r}, kind={kind!r}, prefault=True)
 assert r.buffer()[0] == ord("Z"), r.buffer()[0]
 print(sorted(r.placement().items()))
 r.close()
@@ -417,7 +419,7 @@ def test_real_create_attach_placement_destroy(kind):
     _real_ok()
     key = f"t{os.getpid()}-real-{kind}"
     size = 32 * MiB
-    with nu.SharedRegion.create(key, size, policy="interleave", kind=kind) as r:
+    with nur.SharedRegion.create(key, size, policy="interleave", kind=kind) as r:
         assert r.prefaulted and r.prefaulted["bytes"] == size
         r.buffer()[0] = ord("Z")
         where = r.placement()
@@ -462,13 +464,13 @@ def test_real_prefault_interrupt_leaks_nothing():
 
     for kind in ("sysv", "posix"):
         with pytest.raises(KeyboardInterrupt):
-            nu.SharedRegion.create(key, 64 * MiB, kind=kind, threads=2, progress=progress)
+            nur.SharedRegion.create(key, 64 * MiB, kind=kind, threads=2, progress=progress)
     # Other tests (and other sessions) may create segments meanwhile: look for ours.
-    assert nu.POSIX_PREFIX + key not in _ours_real()[1]
+    assert nur.POSIX_PREFIX + key not in _ours_real()[1]
     keys = [
         int(ln.split()[0]) & 0xFFFFFFFF for ln in open("/proc/sysvipc/shm").read().splitlines()[1:]
     ]
-    assert nu._sysv_key(key) not in keys
+    assert nur._sysv_key(key) not in keys
 
 
 @pytest.mark.realkernel
@@ -483,7 +485,7 @@ def test_real_cleanup_cli_removes_only_stale_ours():
             "-c",
             (
                 "import os, numa_utils as nu\n"
-                f"r = nu.SharedRegion.create({key!r}, 1 << 20, prefault=False)\n"
+                f"r = nur.SharedRegion.create({key!r}, 1 << 20, prefault=False)\n"
                 "print(r.shmid, r.ipc_key, flush=True)\n"
                 "os._exit(0)"
             ),
@@ -519,7 +521,7 @@ def test_real_cleanup_cli_removes_only_stale_ours():
     rows = [x for x in json.loads(out.stdout)["regions"] if x.get("shmid") == shmid]
     assert rows and rows[0]["action"] == "removed" and rows[0]["region"] == key, rows
     with pytest.raises(FileNotFoundError):
-        nu.SharedRegion.attach(key)
+        nur.SharedRegion.attach(key)
 
 
 @pytest.mark.realkernel
@@ -551,10 +553,10 @@ def test_real_region_cli_progress():
 def test_sysv_keys_from_names_rarely_collide():
     """24 bits of name hash: 2,000 region names give no collision (16 bits would
     give ~30); an int key is used as given."""
-    keys = {nu._sysv_key(f"kvcache-{i}") for i in range(2000)}
+    keys = {nur._sysv_key(f"kvcache-{i}") for i in range(2000)}
     assert len(keys) == 2000
-    assert all(k & nu.SYSV_KEY_MASK == nu.SYSV_KEY_PREFIX for k in keys)
-    assert nu._sysv_key(0x1234) == 0x1234
+    assert all(k & nur.SYSV_KEY_MASK == nur.SYSV_KEY_PREFIX for k in keys)
+    assert nur._sysv_key(0x1234) == 0x1234
 
 
 # -- identity records and colliding keys (issue 19 items 1, 2, 9) -------------------------
@@ -563,57 +565,57 @@ A, B = "kvcache-708a", "kvcache-80060"  # found by a search: one 24-bit key
 
 
 def test_key_collision_never_maps_other_region():
-    assert nu._sysv_key(A) == nu._sysv_key(B) == 0x4EA2A476
+    assert nur._sysv_key(A) == nur._sysv_key(B) == 0x4EA2A476
     s = sim("single-node")
-    a = nu.SharedRegion.create(A, MiB, backend=s)
+    a = nur.SharedRegion.create(A, MiB, backend=s)
     a.buffer()[:4] = b"AAAA"
     with pytest.raises(FileNotFoundError):  # never created: not A's
-        nu.SharedRegion.attach(B, backend=s.process())
-    b = nu.SharedRegion.create(B, MiB, backend=s)  # the next key of B's
-    assert b.ipc_key != a.ipc_key and b.ipc_key == nu._sysv_keys(B)[1]
+        nur.SharedRegion.attach(B, backend=s.process())
+    b = nur.SharedRegion.create(B, MiB, backend=s)  # the next key of B's
+    assert b.ipc_key != a.ipc_key and b.ipc_key == nur._sysv_keys(B)[1]
     b.buffer()[:4] = b"BBBB"
     with pytest.raises(FileExistsError, match="exists.*attach it"):
-        nu.SharedRegion.create(B, MiB, backend=s)
+        nur.SharedRegion.create(B, MiB, backend=s)
     for name, data in ((A, b"AAAA"), (B, b"BBBB")):
-        with nu.SharedRegion.attach(name, backend=s.process()) as r:
+        with nur.SharedRegion.attach(name, backend=s.process()) as r:
             assert bytes(r.buffer()[:4]) == data and r.identity["key"] == name
     # A goes: B's first key is free, B is still found, and no twin of B is made there.
     a.destroy()
-    with nu.SharedRegion.attach(B, backend=s.process()) as r:
+    with nur.SharedRegion.attach(B, backend=s.process()) as r:
         assert bytes(r.buffer()[:4]) == b"BBBB"
     with pytest.raises(FileExistsError, match="exists"):
-        nu.SharedRegion.create(B, MiB, backend=s)
+        nur.SharedRegion.create(B, MiB, backend=s)
     b.destroy()
     assert _sim_counts(s) == (0, 0, 0)
     # cleanup --remove --key B, both owners dead: B's region goes, never A's
     pa, pb = s.process(), s.process()
-    nu.SharedRegion.create(A, MiB, backend=pa)
-    nu.SharedRegion.create(B, MiB, backend=pb)
+    nur.SharedRegion.create(A, MiB, backend=pa)
+    nur.SharedRegion.create(B, MiB, backend=pb)
     pa.exit()
     pb.exit()
-    rows = {r["region"]: r for r in nu._our_segments(s, [B], remove=True, min_age=0)}
+    rows = {r["region"]: r for r in nur._our_segments(s, [B], remove=True, min_age=0)}
     assert rows[B]["action"] == "removed"
     assert rows[A]["action"] == "keep" and "not one asked for" in rows[A]["why"]
     with pytest.raises(FileNotFoundError):
-        nu.SharedRegion.attach(B, backend=s.process())
-    nu.SharedRegion.attach(A, backend=s.process()).destroy()
+        nur.SharedRegion.attach(B, backend=s.process())
+    nur.SharedRegion.attach(A, backend=s.process()).destroy()
     assert _sim_counts(s) == (0, 0, 0)
 
 
 def test_key_collision_every_key_taken_fails_clearly(monkeypatch):
     s = sim("single-node")
-    monkeypatch.setattr(nu, "_SYSV_PROBES", 2)
-    keys = nu._sysv_keys("n")
+    monkeypatch.setattr(nur, "_SYSV_PROBES", 2)
+    keys = nur._sysv_keys("n")
     others = [s.call("shmget", k, MiB, nu.IPC_CREAT | 0o600) for k in keys]
     # other programs' segments: no record
     with pytest.raises(
         FileExistsError, match=f"0x{keys[0]:08x}.*without a numa_utils identity record"
     ):
-        nu.SharedRegion.create("n", MiB, backend=s)
+        nur.SharedRegion.create("n", MiB, backend=s)
     s.call("shm_rmid", others[0])
     # A segment without a record under a later key is no region of this name (a
     # creator of it names it before its twin check, which would then see this one).
-    r = nu.SharedRegion.create("n", MiB, backend=s)
+    r = nur.SharedRegion.create("n", MiB, backend=s)
     assert r.ipc_key == keys[0]
     r.destroy()
     s.call("shm_rmid", others[1])
@@ -625,17 +627,17 @@ def test_identity_record_damaged_or_missing_is_a_clear_error(kind):
     import ctypes
 
     s = sim("single-node")
-    r = nu.SharedRegion.create("id", MiB, kind=kind, backend=s)
+    r = nur.SharedRegion.create("id", MiB, kind=kind, backend=s)
     rec = r.identity
     assert (rec["key"], rec["kind"], rec["size"], rec["page_size"]) == ("id", kind, MiB, 4096)
     assert rec["pid"] == s.pid and rec["start"] and rec["boot"] and rec["created"] > 0
     end = r.address + r._mapped  # the record's end marker is last
-    ctypes.memset(end - nu._RECORD_END.size - 3, ord("x"), 1)  # in the JSON
+    ctypes.memset(end - nur._RECORD_END.size - 3, ord("x"), 1)  # in the JSON
     with pytest.raises(ValueError, match="damaged identity record .checksum"):
-        nu.SharedRegion.attach("id", kind=kind, backend=s.process())
-    ctypes.memset(end - nu._RECORD_END.size, 0, nu._RECORD_END.size)  # truncated
+        nur.SharedRegion.attach("id", kind=kind, backend=s.process())
+    ctypes.memset(end - nur._RECORD_END.size, 0, nur._RECORD_END.size)  # truncated
     with pytest.raises(FileNotFoundError, match="no numa_utils identity record"):
-        nu.SharedRegion.attach("id", kind=kind, backend=s.process())
+        nur.SharedRegion.attach("id", kind=kind, backend=s.process())
     r.destroy()
     assert _sim_counts(s) == (0, 0, 0)
 
@@ -643,31 +645,31 @@ def test_identity_record_damaged_or_missing_is_a_clear_error(kind):
 def test_record_room_holds_a_few_kb_more():
     # the layout (issue 20) goes into the same record: a few KB fit, more is an error
     s = sim("single-node")
-    with nu.SharedRegion.create("room", MiB, backend=s) as r:
+    with nur.SharedRegion.create("room", MiB, backend=s) as r:
         rec = dict(r.identity, layout="x" * 12000)
-        nu._record_write(r.address, r._mapped, rec)
-        assert nu._record_read(r.address, r._mapped, "r")["layout"] == "x" * 12000
+        nur._record_write(r.address, r._mapped, rec)
+        assert nur._record_read(r.address, r._mapped, "r")["layout"] == "x" * 12000
         with pytest.raises(ValueError, match="does not fit"):
-            nu._record_write(r.address, r._mapped, dict(rec, layout="x" * 17000))
+            nur._record_write(r.address, r._mapped, dict(rec, layout="x" * 17000))
 
 
 def test_int_key_region_carries_identity():
     s = sim("single-node")
-    with nu.SharedRegion.create(0x1234, MiB, backend=s) as r:
+    with nur.SharedRegion.create(0x1234, MiB, backend=s) as r:
         assert r.ipc_key == 0x1234 and r.identity["key"] == 0x1234
         r.buffer()[:2] = b"ok"
         p = s.process()  # an engine attaching the key itself
         addr = p.call("shmat", p.call("shmget", 0x1234, MiB, 0))
-        assert bytes(nu.SharedRegion.attach(0x1234, backend=s.process()).buffer()[:2]) == b"ok"
+        assert bytes(nur.SharedRegion.attach(0x1234, backend=s.process()).buffer()[:2]) == b"ok"
         import ctypes
 
         assert ctypes.string_at(addr, 2) == b"ok"  # the data at offset 0
         p.call("shmdt", addr)
         with pytest.raises(FileNotFoundError):  # the name "4660" is another region
-            nu.SharedRegion.attach("4660", backend=s.process())
+            nur.SharedRegion.attach("4660", backend=s.process())
     plain = s.call("shmget", 0x5678, MiB, nu.IPC_CREAT | 0o600)
     with pytest.raises(FileNotFoundError, match="no numa_utils identity record"):
-        nu.SharedRegion.attach(0x5678, backend=s.process())
+        nur.SharedRegion.attach(0x5678, backend=s.process())
     s.call("shm_rmid", plain)
 
 
@@ -676,7 +678,7 @@ def test_cleanup_removes_only_proven_stale(kind):
     s = sim("single-node")
 
     def made_by(proc, name):
-        return nu.SharedRegion.create(name, MiB, kind=kind, prefault=False, backend=proc)
+        return nur.SharedRegion.create(name, MiB, kind=kind, prefault=False, backend=proc)
 
     alive = made_by(s.process(), "alive")  # creator alive, detached
     alive.close()
@@ -685,19 +687,19 @@ def test_cleanup_removes_only_proven_stale(kind):
     dead_p.exit()
     held_p, holder = s.process(), s.process()
     made_by(held_p, "held")
-    kept = nu.SharedRegion.attach("held", kind=kind, backend=holder)
+    kept = nur.SharedRegion.attach("held", kind=kind, backend=holder)
     held_p.exit()  # creator dead, a user holds it
-    rows = {r["region"]: r for r in nu._our_segments(s, remove=True, min_age=0)}
+    rows = {r["region"]: r for r in nur._our_segments(s, remove=True, min_age=0)}
     assert rows["alive"]["action"] == "keep" and "creator (pid" in rows["alive"]["why"]
     assert rows["dead"]["action"] == "removed"
     assert rows["held"]["action"] == "keep" and rows["held"]["why"].startswith("in use")
     young = s.process()
     made_by(young, "young")
     young.exit()
-    (row,) = nu._our_segments(s, ["young"], remove=True)
+    (row,) = nur._our_segments(s, ["young"], remove=True)
     assert row["action"] == "keep" and "minimum age 30 s" in row["why"]
     for name in ("alive", "held", "young"):
-        with nu.SharedRegion.attach(name, kind=kind, backend=s.process()) as r:
+        with nur.SharedRegion.attach(name, kind=kind, backend=s.process()) as r:
             r.remove()
     kept.close()
     assert _sim_counts(s) == (0, 0, 0)
@@ -726,34 +728,34 @@ class Slow(nu.LinuxBackend):
         return super().call(name, *args)
 what, kind, name = sys.argv[1:4]
 if what == "create":
-    made = [nu.SharedRegion.create(f"{name}-{i}", 1 << 20, kind=kind, prefault=False,
+    made = [nur.SharedRegion.create(f"{name}-{i}", 1 << 20, kind=kind, prefault=False,
                                    backend=Slow()) for i in range(3)]
     for r in made:
         r.buffer()[0] = 7
     print("made", flush=True)
     sys.stdin.read()
 elif what == "crash":                            # dies without destroying it
-    nu.SharedRegion.create(name, 1 << 20, kind=kind, prefault=False)
+    nur.SharedRegion.create(name, 1 << 20, kind=kind, prefault=False)
     os._exit(0)
 elif what == "hold":
     if kind.startswith("nd-"):                   # nobody may read our /proc/PID/maps
         ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)   # PR_SET_DUMPABLE
         kind = kind[3:]
-    r = nu.SharedRegion.attach(name, kind=kind) if name.startswith("old") else \
-        nu.SharedRegion.create(name, 1 << 20, kind=kind, prefault=False)
+    r = nur.SharedRegion.attach(name, kind=kind) if name.startswith("old") else \
+        nur.SharedRegion.create(name, 1 << 20, kind=kind, prefault=False)
     print("held", flush=True)
     sys.stdin.read()
 elif what == "cleanup":                          # until /dev/shm/stop exists
     rows = []
     while True:
         stop = os.path.exists("/dev/shm/stop")
-        rows = nu._our_segments(Slow(), remove=True, min_age=0)
+        rows = nur._our_segments(Slow(), remove=True, min_age=0)
         print(json.dumps([r for r in rows if r["action"] == "removed"]), flush=True)
         if stop:
             break
     print(json.dumps(rows), flush=True)
 elif what == "cleanup-once":
-    print(json.dumps(nu._our_segments(nu.LinuxBackend(), remove=True, min_age=0)))
+    print(json.dumps(nur._our_segments(nu.LinuxBackend(), remove=True, min_age=0)))
 """
 # The children become uid 65534 only after this interpreter, its standard library and
 # numa_utils are loaded as root: the interpreter may live where that user cannot read
@@ -818,7 +820,7 @@ lost = []
 for name in alive:
     kind = name.rsplit("-", 2)[1] if name.startswith("live") else name.rsplit("-", 1)[1]
     try:
-        r = nu.SharedRegion.attach(name, kind=kind, trust=True)
+        r = nur.SharedRegion.attach(name, kind=kind, trust=True)
     except OSError as e:
         lost.append((name, str(e), last.get(name)))
         continue
@@ -834,7 +836,7 @@ if pidns:
     cross = {r["region"]: r["why"] for r in json.loads(once.stdout.read())}
     assert once.wait() == 0
     for name in ("old-cross-sysv", "old-cross-posix", "old-held-posix"):
-        nu.SharedRegion.attach(name, kind=name.rsplit("-", 1)[1], trust=True).close()
+        nur.SharedRegion.attach(name, kind=name.rsplit("-", 1)[1], trust=True).close()
 print(json.dumps({"lost": lost, "removed": removed, "pidns": pidns, "cross": cross,
                   "why": {k: v["why"] for k, v in last.items()}}))
 for p in creators + holders:
@@ -872,10 +874,10 @@ _ADVICE = r"""
 import json, os, re, subprocess, sys
 import numa_utils as nu
 for key in (0x1234, "kv-advice"):
-    subprocess.run([sys.executable, "-c", "import os, numa_utils as nu; nu.SharedRegion."
+    subprocess.run([sys.executable, "-c", "import os, numa_utils as nu; nur.SharedRegion."
                     f"create({key!r}, 1 << 20, prefault=False); os._exit(0)"], check=True)
     try:
-        nu.SharedRegion.create(key, 1 << 20, prefault=False)
+        nur.SharedRegion.create(key, 1 << 20, prefault=False)
         raise SystemExit("created over a leftover")
     except FileExistsError as e:
         (cmd,) = re.findall(r"`([^`]*cleanup[^`]*)`", str(e))
@@ -887,7 +889,7 @@ for key in (0x1234, "kv-advice"):
                           capture_output=True, text=True)
     (row,) = json.loads(gone.stdout)["regions"]
     assert row["action"] == "removed" and row["region"] == key, row
-    nu.SharedRegion.create(key, 1 << 20, prefault=False).destroy()
+    nur.SharedRegion.create(key, 1 << 20, prefault=False).destroy()
     print(cmd)
 """
 

@@ -12,7 +12,7 @@ libc = ctypes.CDLL(None, use_errno=True)
 real = libc.shmget(0, 4096, 0o1600)             # IPC_PRIVATE, IPC_CREAT | 0600
 assert real >= 0
 b = sim("four-node-asym")
-region = nu.SharedRegion.create("kv-test", 1 << 20, backend=b, kind="sysv")
+region = nur.SharedRegion.create("kv-test", 1 << 20, backend=b, kind="sysv")
 fds = [b.call("shm_open", "kv-fd", os.O_RDWR | os.O_CREAT, 0o600)]
 libc.shmctl.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
 print("shmctl", libc.shmctl(region.shmid, 0, None),          # IPC_RMID

@@ -6,7 +6,7 @@ the saved machine has, 1 GiB included."""
 import os
 
 import pytest
-from conftest import nu, nusim, sim
+from conftest import nu, nur, nusim, sim
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -35,7 +35,7 @@ def test_sim_region_larger_than_host_ram_places_touched_pages_and_stays_small(ki
     s = sim("qemu-x86_64-two-node", free_kb={0: size >> 10, 1: size >> 10})
     layout = f"{half >> 20}M:bind:1;{half >> 20}M:interleave:0-1"
     before = _rss_kib()
-    with nu.SharedRegion.create(
+    with nur.SharedRegion.create(
         "big", size, kind=kind, layout=layout, prefault=False, backend=s
     ) as r:
         assert r.size == size
@@ -123,7 +123,7 @@ def test_sim_1g_region_takes_1g_pages_from_its_node():
     s = sim("dual-socket-8gpu")  # 1 GiB pages: 30 free of 32 on each node
     free_2m = s.read_text(HUGE_1G.format(1).replace("1048576", "2048"))
     assert _free_1g(s) == [30, 30]
-    r = nu.SharedRegion.create("g", 3 * GiB, hugepages="1G", policy="bind", nodes=[1], backend=s)
+    r = nur.SharedRegion.create("g", 3 * GiB, hugepages="1G", policy="bind", nodes=[1], backend=s)
     used = r._mapped // GiB  # the data's pages and the identity record's
     assert r.page_size == GiB and used >= 3
     assert _free_1g(s) == [30, 30 - used]

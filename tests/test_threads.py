@@ -12,7 +12,17 @@ import sys
 import textwrap
 
 import pytest
-from conftest import FIXTURES, REPO, fixture_root, fixture_tree, hook_call, nu, saved_backend, sim
+from conftest import (
+    FIXTURES,
+    REPO,
+    fixture_root,
+    fixture_tree,
+    hook_call,
+    nu,
+    nut,
+    saved_backend,
+    sim,
+)
 
 _ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES")
 
@@ -123,12 +133,12 @@ def check_plan(topo, plan, smt):
 
 
 @pytest.mark.parametrize("name", GPU_FIXTURES)
-@pytest.mark.parametrize("smt", nu.SMT_RULES)
+@pytest.mark.parametrize("smt", nut.SMT_RULES)
 def test_gpu_roles_disjoint_within_and_across_gpus(name, smt):
     b = tree(name)
     topo = nu.read_topology(backend=b)
     plans = [
-        nu.thread_plan(gpu, roles=SMALL_ROLES, smt=smt, environ={}, backend=b)
+        nut.thread_plan(gpu, roles=SMALL_ROLES, smt=smt, environ={}, backend=b)
         for gpu in range(_gpu_count(name))
     ]
     shared_cores = any("exclusive plans share cores" in n for p in plans for n in p.notes)
@@ -150,15 +160,15 @@ def test_slices_by_physical_gpu_whatever_cuda_visible_devices_says(name):
     b = tree(name)
     count = _gpu_count(name)
     for physical in range(count):
-        alone = nu.thread_plan(
+        alone = nut.thread_plan(
             0, roles=SMALL_ROLES, environ={"CUDA_VISIBLE_DEVICES": str(physical)}, backend=b
         )
-        full = nu.thread_plan(physical, roles=SMALL_ROLES, environ={}, backend=b)
+        full = nut.thread_plan(physical, roles=SMALL_ROLES, environ={}, backend=b)
         assert alone.pci == full.pci and alone.roles == full.roles
 
 
 @pytest.mark.parametrize("name", FIXTURES)
-@pytest.mark.parametrize("smt", nu.SMT_RULES)
+@pytest.mark.parametrize("smt", nut.SMT_RULES)
 def test_node_roles_on_every_node_of_every_machine(name, smt):
     b = tree(name)
     topo = nu.read_topology(backend=b)
@@ -166,7 +176,7 @@ def test_node_roles_on_every_node_of_every_machine(name, smt):
     for node in sorted(topo.nodes_with_cpus):
         if not topo.nodes[node].cpus & allowed:
             continue
-        plan = nu.thread_plan(node=node, roles=SMALL_ROLES, smt=smt, backend=b)
+        plan = nut.thread_plan(node=node, roles=SMALL_ROLES, smt=smt, backend=b)
         if len(topo.cores_of(topo.nodes[node].cpus & allowed)) < 2:
             assert not plan and plan.shared == ("compute",)
             continue
@@ -176,7 +186,7 @@ def test_node_roles_on_every_node_of_every_machine(name, smt):
 
 def test_default_roles_on_a_big_gpu_share():
     b = tree("dual-socket-8gpu")
-    plan = nu.thread_plan(0, environ={}, backend=b)
+    plan = nut.thread_plan(0, environ={}, backend=b)
     assert list(plan.roles) == ["feeder", "copy", "progress", "compute"]
     cores = {role: len(nu.read_topology(backend=b).cores_of(c)) for role, c in plan.roles.items()}
     assert cores == {"feeder": 1, "copy": 1, "progress": 1, "compute": 9}
@@ -187,18 +197,18 @@ def test_default_roles_on_a_big_gpu_share():
 def test_cpuset_cpus_are_left_out_with_the_reason():
     b = tree("container-cpuset")
     topo = nu.read_topology(backend=b)
-    plan = nu.thread_plan(node=0, roles=SMALL_ROLES, backend=b)
+    plan = nut.thread_plan(node=0, roles=SMALL_ROLES, backend=b)
     outside = plan.left_out["outside this process's cpuset"]
     assert outside and not outside & topo.allowed_cpus and plan.cpus <= topo.allowed_cpus
 
 
 def test_too_few_cores_shares_and_says_so():
     b = tree("qemu-x86_64-two-node")  # one CPU per node
-    plan = nu.thread_plan(node=0, backend=b)
+    plan = nut.thread_plan(node=0, backend=b)
     assert not plan and plan.shared == ("copy", "progress", "compute")
     assert any("no core left" in n for n in plan.notes)
     with pytest.raises(OSError, match="no core left"):
-        nu.thread_plan(node=0, strict=True, backend=b)
+        nut.thread_plan(node=0, strict=True, backend=b)
 
 
 @pytest.mark.parametrize(
@@ -216,15 +226,15 @@ def test_too_few_cores_shares_and_says_so():
 )
 def test_thread_plan_rejects_bad_input(kw, msg):
     with pytest.raises(ValueError, match=msg):
-        nu.thread_plan(backend=tree("dual-socket-8gpu"), **kw)
+        nut.thread_plan(backend=tree("dual-socket-8gpu"), **kw)
 
 
 def test_unknown_gpu_is_a_falsy_plan_or_strict_error():
     b = tree("dual-socket-8gpu")
-    plan = nu.thread_plan(0, environ={"CUDA_VISIBLE_DEVICES": "GPU-nosuch"}, backend=b)
+    plan = nut.thread_plan(0, environ={"CUDA_VISIBLE_DEVICES": "GPU-nosuch"}, backend=b)
     assert not plan and not plan.cpus and plan.pci is None
     with pytest.raises(OSError, match="not identified"):
-        nu.thread_plan(0, environ={"CUDA_VISIBLE_DEVICES": ""}, strict=True, backend=b)
+        nut.thread_plan(0, environ={"CUDA_VISIBLE_DEVICES": ""}, strict=True, backend=b)
 
 
 # -- pin_threads and pinned on the simulator ----------------------------------------------
@@ -243,8 +253,8 @@ MATCH = {"copy": "^NCCL", "progress": "ucx"}
 
 def test_pin_threads_by_name_and_lists_the_rest():
     b, nccl, ucx, other = _engine()
-    plan = nu.thread_plan(0, environ={}, backend=b)
-    r = nu.pin_threads(plan, MATCH, backend=b)
+    plan = nut.thread_plan(0, environ={}, backend=b)
+    r = nut.pin_threads(plan, MATCH, backend=b)
     assert r and r.passes == 1 and not r.late
     assert b.call("sched_getaffinity", nccl) == plan.roles["copy"]
     assert b.call("sched_getaffinity", ucx) == plan.roles["progress"]
@@ -260,8 +270,8 @@ def test_pin_threads_by_name_and_lists_the_rest():
 
 def test_default_role_takes_every_other_thread():
     b, nccl, ucx, other = _engine()
-    plan = nu.thread_plan(0, environ={}, backend=b)
-    r = nu.pin_threads(plan, MATCH, default="compute", backend=b)
+    plan = nut.thread_plan(0, environ={}, backend=b)
+    r = nut.pin_threads(plan, MATCH, default="compute", backend=b)
     assert r and not r.unmatched
     assert b.call("sched_getaffinity", other) == plan.roles["compute"]
     assert b.call("sched_getaffinity", 0) == plan.roles["compute"]
@@ -269,7 +279,7 @@ def test_default_role_takes_every_other_thread():
 
 def test_threads_that_start_during_a_pass_are_pinned_by_the_next():
     b, nccl, ucx, other = _engine()
-    plan = nu.thread_plan(0, environ={}, backend=b)
+    plan = nut.thread_plan(0, environ={}, backend=b)
     real = functools.partial(b.call, "sched_setaffinity")
     started = []
 
@@ -279,14 +289,14 @@ def test_threads_that_start_during_a_pass_are_pinned_by_the_next():
         real(tid, cpus)
 
     hook_call(b, "sched_setaffinity", start_one_then_pin)
-    r = nu.pin_threads(plan, MATCH, backend=b)
+    r = nut.pin_threads(plan, MATCH, backend=b)
     assert r and r.passes == 2 and r.late == tuple(started)
     assert b.thread_affinity[started[0]] == plan.roles["copy"]
 
 
 def test_threads_that_never_stop_starting():
     b, nccl, ucx, other = _engine()
-    plan = nu.thread_plan(0, environ={}, backend=b)
+    plan = nut.thread_plan(0, environ={}, backend=b)
     real = functools.partial(b.call, "sched_setaffinity")
 
     def always_one_more(tid, cpus):
@@ -294,15 +304,15 @@ def test_threads_that_never_stop_starting():
         real(tid, cpus)
 
     hook_call(b, "sched_setaffinity", always_one_more)
-    r = nu.pin_threads(plan, MATCH, backend=b)
-    assert r.passes == nu._PIN_PASSES and any("kept starting" in n for n in r.notes)
+    r = nut.pin_threads(plan, MATCH, backend=b)
+    assert r.passes == nut._PIN_PASSES and any("kept starting" in n for n in r.notes)
     with pytest.raises(OSError, match="kept starting"):
-        nu.pin_threads(plan, MATCH, strict=True, backend=b)
+        nut.pin_threads(plan, MATCH, strict=True, backend=b)
 
 
 def test_a_thread_that_exits_is_not_a_failure():
     b, nccl, ucx, other = _engine()
-    plan = nu.thread_plan(0, environ={}, backend=b)
+    plan = nut.thread_plan(0, environ={}, backend=b)
     real = functools.partial(b.call, "sched_setaffinity")
 
     def exits_first(tid, cpus):
@@ -311,24 +321,24 @@ def test_a_thread_that_exits_is_not_a_failure():
         real(tid, cpus)
 
     hook_call(b, "sched_setaffinity", exits_first)
-    r = nu.pin_threads(plan, MATCH, backend=b)
+    r = nut.pin_threads(plan, MATCH, backend=b)
     by_tid = {pin.tid: pin for pin in r.threads}
     assert r and by_tid[nccl].reason == "exited"
 
 
 def test_denied_pinning_is_falsy_or_strict_error():
     b, nccl, ucx, other = _engine()
-    plan = nu.thread_plan(0, environ={}, backend=b)
+    plan = nut.thread_plan(0, environ={}, backend=b)
 
     def denied(tid, cpus):
         raise PermissionError(errno.EPERM, "Operation not permitted")
 
     hook_call(b, "sched_setaffinity", denied)
-    r = nu.pin_threads(plan, MATCH, backend=b)
+    r = nut.pin_threads(plan, MATCH, backend=b)
     assert not r
     assert {pin.reason for pin in r.threads if pin.role} == {"EPERM"}
     with pytest.raises(OSError, match="not pinned to role copy: EPERM"):
-        nu.pin_threads(plan, MATCH, strict=True, backend=b)
+        nut.pin_threads(plan, MATCH, strict=True, backend=b)
 
 
 @pytest.mark.parametrize(
@@ -341,9 +351,9 @@ def test_denied_pinning_is_falsy_or_strict_error():
 )
 def test_pin_threads_rejects_bad_roles(match, default, msg):
     b, *_ = _engine()
-    plan = nu.thread_plan(0, environ={}, backend=b)
+    plan = nut.thread_plan(0, environ={}, backend=b)
     with pytest.raises(ValueError, match=msg):
-        nu.pin_threads(plan, match, default=default, backend=b)
+        nut.pin_threads(plan, match, default=default, backend=b)
 
 
 def test_pinned_restores_every_mask_and_the_memory_policy():
@@ -351,8 +361,8 @@ def test_pinned_restores_every_mask_and_the_memory_policy():
     b.call("sched_setaffinity", other, {5, 6})
     before = {tid: b.call("sched_getaffinity", tid) for tid in b.call("threads")}
     policy_before = nu.get_policy(backend=b)
-    plan = nu.thread_plan(0, environ={}, backend=b)
-    with nu.pinned(plan, MATCH, default="compute", memory="prefer", backend=b) as r:
+    plan = nut.thread_plan(0, environ={}, backend=b)
+    with nut.pinned(plan, MATCH, default="compute", memory="prefer", backend=b) as r:
         assert r
         assert b.call("sched_getaffinity", other) == plan.roles["compute"]
         pol = nu.get_policy(backend=b)
@@ -375,7 +385,7 @@ REAL_THREADS = textwrap.dedent(
     libc = ctypes.CDLL(None, use_errno=True)
     cpus = sorted(os.sched_getaffinity(0))
     first, last = {cpus[0]}, {cpus[-1]}
-    plan = nu.ThreadPlan(None, None, 0, {"copy": frozenset(first), "compute": frozenset(last)},
+    plan = nut.ThreadPlan(None, None, 0, {"copy": frozenset(first), "compute": frozenset(last)},
                          "core", {}, {})
     ready, go, done = threading.Barrier(3), threading.Event(), threading.Event()
     seen = {}
@@ -395,7 +405,7 @@ REAL_THREADS = textwrap.dedent(
     for w in workers:
         w.start()
     ready.wait()
-    with nu.pinned(plan, {"copy": "^NCCL"}, default="compute") as r:
+    with nut.pinned(plan, {"copy": "^NCCL"}, default="compute") as r:
         go.set()
         while len(seen) < 4:
             pass
@@ -439,7 +449,7 @@ def test_instances_disjoint_on_every_gpu_machine(name):
     b = tree(name)
     count = _gpu_count(name)
     for per in range(1, count + 1):
-        plans = nu.instance_plans(count // per, gpus_per_instance=per, backend=b)
+        plans = nut.instance_plans(count // per, gpus_per_instance=per, backend=b)
         gpus, pcis, cpus = set(), set(), set()
         for plan in plans:
             assert len(plan.gpus) == per and not set(plan.gpus) & gpus
@@ -464,7 +474,7 @@ def test_cpu_only_instances_get_whole_nodes(name):
     topo = nu.read_topology(backend=b)
     usable = [n for n in topo.nodes_with_cpus if topo.nodes[n].cpus & topo.allowed_cpus]
     for n in range(1, len(usable) + 1):
-        plans = nu.instance_plans(n, gpus_per_instance=0, backend=b)
+        plans = nut.instance_plans(n, gpus_per_instance=0, backend=b)
         seen_cpus, seen_nodes = set(), set()
         for plan in plans:
             assert plan.cpus and not plan.cpus & seen_cpus
@@ -474,17 +484,17 @@ def test_cpu_only_instances_get_whole_nodes(name):
             assert plan.cpus <= topo.allowed_cpus
         assert seen_nodes == set(usable)
     with pytest.raises(ValueError, match="CPU-only instances need"):
-        nu.instance_plans(len(usable) + 1, gpus_per_instance=0, backend=b)
+        nut.instance_plans(len(usable) + 1, gpus_per_instance=0, backend=b)
 
 
 def test_instance_plans_rejects_bad_input():
     b = tree("dual-socket-8gpu")
     with pytest.raises(ValueError, match="need 9 GPUs"):
-        nu.instance_plans(9, backend=b)
+        nut.instance_plans(9, backend=b)
     with pytest.raises(ValueError, match="n must be"):
-        nu.instance_plans(0, backend=b)
+        nut.instance_plans(0, backend=b)
     with pytest.raises(ValueError, match="gpus_per_instance"):
-        nu.instance_plans(1, gpus_per_instance=-1, backend=b)
+        nut.instance_plans(1, gpus_per_instance=-1, backend=b)
 
 
 # -- settle: pages first-touched before binding ----------------------------------------
@@ -500,7 +510,7 @@ def test_settle_moves_the_whole_process(anon):
     nu.bind_to_node(0, memory=None, backend=b)
     b.touch(addr, size)  # first touch on node 0, before the plan
     assert set(_where(b, addr, size)) == {0}
-    r = nu.settle([1], backend=b)
+    r = nut.settle([1], backend=b)
     assert r and r.mode == "migrate" and r.nodes == {1}
     assert _where(b, addr, size) == {1: size}
 
@@ -511,7 +521,7 @@ def test_settle_moves_only_the_buffers_given(anon):
     (one, size), (two, _) = anon(16 * 4096), anon(16 * 4096)
     b.touch(one, size)
     b.touch(two, size)
-    r = nu.settle({1}, [(one, size)], backend=b)
+    r = nut.settle({1}, [(one, size)], backend=b)
     assert r
     assert _where(b, one, size) == {1: size}
     assert _where(b, two, size) == {0: size}
@@ -520,18 +530,18 @@ def test_settle_moves_only_the_buffers_given(anon):
 def test_settle_denied_is_falsy_with_the_fix(anon):
     b = sim("dual-socket-8gpu")
     b.fail("migrate_pages", errno.EPERM)
-    r = nu.settle([1], backend=b)
+    r = nut.settle([1], backend=b)
     assert not r and r.reason == "EPERM" and "SYS_NICE" in r.hint
     with pytest.raises(OSError, match="EPERM"):
-        nu.settle([1], strict=True, backend=b)
+        nut.settle([1], strict=True, backend=b)
     with pytest.raises(ValueError, match="no node"):
-        nu.settle([], backend=b)
+        nut.settle([], backend=b)
 
 
 def test_settle_counts_pages_the_kernel_left(monkeypatch):
     b = sim("dual-socket-8gpu")
     monkeypatch.setattr(nu, "migrate_pages", lambda *a, **kw: 3)  # 3 shared pages stayed
-    r = nu.settle([1], backend=b)
+    r = nut.settle([1], backend=b)
     assert not r and r.reason == "unmoved" and r.resident_unmoved == 3 * b.page_size
     assert "CAP_SYS_NICE" in r.hint
 
@@ -541,11 +551,11 @@ def test_pin_threads_settles_when_asked(anon):
     addr, size = anon(32 * 4096)
     nu.bind_to_node(0, memory=None, backend=b)
     b.touch(addr, size)
-    plan = nu.thread_plan(7, environ={}, backend=b)  # GPU 7 is on node 1
-    r = nu.pin_threads(plan, MATCH, settle=True, backend=b)
+    plan = nut.thread_plan(7, environ={}, backend=b)  # GPU 7 is on node 1
+    r = nut.pin_threads(plan, MATCH, settle=True, backend=b)
     assert r and r.settled and r.settled.nodes == {1}
     assert _where(b, addr, size) == {1: size}
-    assert nu.pin_threads(plan, MATCH, backend=b).settled is None
+    assert nut.pin_threads(plan, MATCH, backend=b).settled is None
 
 
 # -- spawn_context: children bound before they start --------------------------------------
@@ -637,7 +647,7 @@ def cli_run(*args):
 
 def test_cli_plan_roles_formats_match_the_library():
     root = fixture_root("dual-socket-8gpu")
-    plan = nu.thread_plan(
+    plan = nut.thread_plan(
         1, roles={"feeder": 1, "compute": "rest"}, environ={}, backend=tree("dual-socket-8gpu")
     )
     base = ("plan", "--root", root, "--roles", "feeder=1,compute=rest", "--gpu", "1")
@@ -696,7 +706,7 @@ THREADS_TARGET = textwrap.dedent(
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux threads")
 def test_cli_threads_lists_names_masks_roles_and_strays():
-    plan = nu.thread_plan(node=0, roles={"copy": 1, "rest": "rest"})
+    plan = nut.thread_plan(node=0, roles={"copy": 1, "rest": "rest"})
     copy = sorted(plan.roles["copy"])
     target = subprocess.Popen(
         [sys.executable, "-c", THREADS_TARGET, *map(str, copy)],
@@ -725,7 +735,7 @@ def test_cli_threads_lists_names_masks_roles_and_strays():
 
 def test_a_node_the_cpuset_forbids_is_a_falsy_plan_that_says_why():
     b = sim("dual-socket-8gpu", cpus_allowed=range(0, 48))
-    plan = nu.thread_plan(node=1, roles=SMALL_ROLES, backend=b)
+    plan = nut.thread_plan(node=1, roles=SMALL_ROLES, backend=b)
     assert not plan and not plan.cpus
     # every role present and empty, none counted as sharing, no OpenMP variables
     assert plan.roles == {role: frozenset() for role in SMALL_ROLES}
@@ -733,7 +743,7 @@ def test_a_node_the_cpuset_forbids_is_a_falsy_plan_that_says_why():
     assert any("allows no CPU on node 1" in note for note in plan.notes)
     assert plan.left_out["outside this process's cpuset"] == b.topology.nodes[1].cpus
     with pytest.raises(OSError, match="allows no CPU on node 1"):
-        nu.thread_plan(node=1, roles=SMALL_ROLES, strict=True, backend=b)
+        nut.thread_plan(node=1, roles=SMALL_ROLES, strict=True, backend=b)
 
 
 def test_settle_moves_a_big_buffer_in_bounded_calls(anon, monkeypatch):
@@ -749,7 +759,7 @@ def test_settle_moves_a_big_buffer_in_bounded_calls(anon, monkeypatch):
     nu.bind_to_node(0, memory=None, backend=b)
     addr, size = anon(18 * 4096)
     b.touch(addr, size)
-    assert nu.settle([1], [(addr, size)], backend=b)
+    assert nut.settle([1], [(addr, size)], backend=b)
     assert calls == [4, 4, 4, 4, 2]
     assert _where(b, addr, size) == {1: size}
 
@@ -760,7 +770,7 @@ def test_settle_leaves_gpu_memory_alone(anon):
     nu.bind(addr, [1], size, backend=b)
     b.touch(addr, size)
     assert _where(b, addr, size) == {1: size}
-    assert nu.settle([0], backend=b)
+    assert nut.settle([0], backend=b)
     assert _where(b, addr, size) == {1: size}
 
 
@@ -785,7 +795,7 @@ def test_a_gpu_of_another_maker_named_by_bus_id_gets_its_own_makers_plan(tmp_pat
     host with NVIDIA ones): it is planned with its own maker's GPUs, on its node, not
     a KeyError."""
     backend, topo, node = _tree_with_an_amd_gpu(tmp_path)
-    plan = nu.thread_plan(0, pci_bus_id="0000:f0:00.0", reserve=0, backend=backend)
+    plan = nut.thread_plan(0, pci_bus_id="0000:f0:00.0", reserve=0, backend=backend)
     assert plan.pci == "0000:f0:00.0"
     assert plan.node == node
     # the only GPU of its maker: every allowed CPU of its node is its own

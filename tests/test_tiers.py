@@ -7,7 +7,7 @@ import os
 import re
 
 import pytest
-from conftest import fixture_root, fixture_tree, nu, saved_backend, sim
+from conftest import fixture_root, fixture_tree, nu, nur, nut, saved_backend, sim
 
 MiB = 1 << 20
 
@@ -176,7 +176,7 @@ def test_cpuset_limits_and_never_empty():
 )
 def test_done_when_region_and_interleave_use_fast_nodes(name, fast, every, anon):
     b = sim(name)
-    with nu.SharedRegion.create("t", 64 * MiB, policy="interleave", backend=b) as r:
+    with nur.SharedRegion.create("t", 64 * MiB, policy="interleave", backend=b) as r:
         assert set(r.policy.nodes) == fast
         assert r.policy if len(fast) > 1 else r.policy.reason == "single-node"
         assert set(r.placement()) == fast
@@ -197,7 +197,7 @@ def test_done_when_region_and_interleave_use_fast_nodes(name, fast, every, anon)
 
 def test_gpu_plans_and_choose_node_avoid_gpu_memory():
     b = sim("gh200")
-    choice = nu.choose_node(backend=b)
+    choice = nut.choose_node(backend=b)
     assert choice.node == 0
     for p in nu.gpu_plans("none", backend=b):
         assert 1 not in p.memory_nodes
@@ -277,7 +277,7 @@ def test_numa_strict_accepts_the_fallback_asked_for(anon, monkeypatch):
 def test_shared_region_weighted_policy():
     b = sim("cxl-memory-node", uid=0)
     nu.set_interleave_weights({0: 3, 1: 1}, backend=b)
-    with nu.SharedRegion.create("w", 64 * MiB, policy="weighted-interleave", backend=b) as r:
+    with nur.SharedRegion.create("w", 64 * MiB, policy="weighted-interleave", backend=b) as r:
         assert r.policy and r.policy.nodes == {0, 1}
         assert r.placement() == {0: 48 * MiB, 1: 16 * MiB}
 
@@ -297,7 +297,7 @@ def test_old_kernel_says_why_and_fallback_is_explicit(anon):
     with pytest.raises(OSError) as e:
         nu.set_interleave_weights({0: 2}, backend=b)
     assert e.value.errno == errno.ENOTSUP
-    r = nu.SharedRegion.create("old", 8 * MiB, policy="weighted-interleave", backend=b)
+    r = nur.SharedRegion.create("old", 8 * MiB, policy="weighted-interleave", backend=b)
     try:
         assert not r.policy and r.policy.reason == "no-weighted-interleave"
     finally:

@@ -16,7 +16,7 @@ SNIPPET = """\
 import numa_utils as nu
 
 
-def use(region: nu.SharedRegion, counters: nu.NodeCounters) -> int:
+def use(region: nur.SharedRegion, counters: nur.NodeCounters) -> int:
     reveal_type(region.address)
     reveal_type(region.layout)
     reveal_type(region.size)

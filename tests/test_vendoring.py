@@ -110,11 +110,11 @@ def test_engine_prefix_set_with_configure(tmp_path):
         from engine.utils import numa_utils as nu
         nu.configure(env_prefix="LIGHTLLM_")
         os.environ["LIGHTLLM_ENABLE_NUMA_INTERLEAVE"] = "yes"
-        rep = nu.status_report(backend=nu.LinuxBackend({one!r}))
+        rep = cli.status_report(backend=nu.LinuxBackend({one!r}))
         cfg = rep["config"]
         assert cfg["LIGHTLLM_ENABLE_NUMA_INTERLEAVE"] == {{"value": True, "source": "env"}}, cfg
         os.environ["LIGHTLLM_NUMA_STRICT"] = "maybe"
-        rep = nu.status_report(backend=nu.LinuxBackend({one!r}))
+        rep = cli.status_report(backend=nu.LinuxBackend({one!r}))
         assert "LIGHTLLM_NUMA_STRICT" in rep["config_error"], rep.get("config_error")
         print("ok")
     """,
@@ -255,9 +255,9 @@ def test_foreign_envs_beside_a_vendored_copy_is_never_executed(tmp_path):
         from other.utils import numa_utils as nu
         from other.utils.numa_utils_sim import SimulatedBackend
         s = SimulatedBackend({fixture_root("dual-socket-8gpu")!r})
-        with nu.SharedRegion.create("kv", 8 << 20, backend=s) as r:
+        with nur.SharedRegion.create("kv", 8 << 20, backend=s) as r:
             assert r.policy.mode == "interleave", r.policy
-        rep = nu.status_report(backend=s)
+        rep = cli.status_report(backend=s)
         assert rep["config"]["NUMA_UTILS_ENABLE_NUMA_INTERLEAVE"]["value"] is True
         print("ok")
     """,
@@ -346,7 +346,7 @@ def test_vendored_in_a_vendor_subpackage_works_as_pip_does(tmp_path):
         from engine._vendor.numa_utils_sim import SimulatedBackend
         from engine._vendor import numa_utils_cli as cli
         assert cli._nu is nu and sys.modules["engine._vendor.numa_utils_sim"]._nu is nu
-        with nu.SharedRegion.create("kv", 4 << 20, layout="parts:bind:0/1/2/3",
+        with nur.SharedRegion.create("kv", 4 << 20, layout="parts:bind:0/1/2/3",
                                     backend=SimulatedBackend({archive!r})) as r:
             assert r.policy and r.layout.nodes == {{0, 1, 2, 3}}
         assert nu.main(["fit", "8M", "--root", {tree!r}]) == 0

@@ -26,7 +26,7 @@ import warnings
 
 import kernel_checks as kc
 import pytest
-from conftest import FIXTURES, fixture_root, fixture_text, nu, nusim
+from conftest import FIXTURES, fixture_root, fixture_text, nu, nur, nusim
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -473,7 +473,7 @@ def test_huge_record_guest():
     assert made["placement"] == {"0": 8 << 20} and made["free_node0"] == 0, made
     key = made["ipc_key"]
     room_key = f"0x4f{key[4:]}"
-    assert made["segments"] == {key: 8 << 20, room_key: nu._RECORD_ROOM}, made
+    assert made["segments"] == {key: 8 << 20, room_key: nur._RECORD_ROOM}, made
     (data,) = made["data_line"]
     assert " huge " in data and "N0=4" in data and "kernelpagesize_kB=2048" in data, data
     (room,) = made["room_line"]

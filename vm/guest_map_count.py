@@ -22,6 +22,7 @@ import threading
 import traceback
 
 import numa_utils as nu
+import numa_utils_regions as nur
 
 PAGE = mmap.PAGESIZE
 LIMIT = 1000
@@ -88,7 +89,7 @@ def check_strict_refusal(lay):
     b = CountingBackend()
     before, policies = maps_count(), policies_set()
     try:
-        region = nu.SharedRegion.create(
+        region = nur.SharedRegion.create(
             "mc-strict", len(lay) * PAGE, layout=lay, strict=True, backend=b
         )
     except OSError as e:
@@ -98,7 +99,7 @@ def check_strict_refusal(lay):
         region.destroy()
         refused, detail = False, "created"
     try:
-        nu.SharedRegion.attach("mc-strict", backend=b).close()
+        nur.SharedRegion.attach("mc-strict", backend=b).close()
         left = True
     except FileNotFoundError:
         left = False
@@ -112,7 +113,7 @@ def check_strict_refusal(lay):
 def check_fallback(lay):
     b = CountingBackend()
     before = maps_count()
-    with nu.SharedRegion.create("mc-fallback", len(lay) * PAGE, layout=lay, backend=b) as region:
+    with nur.SharedRegion.create("mc-fallback", len(lay) * PAGE, layout=lay, backend=b) as region:
         pol = region.policy
         lo, hi = region.address, region.address + region.size
         rows = [r for r in numa_maps() if lo <= r[0] < hi]
@@ -131,9 +132,9 @@ def check_fallback(lay):
 
 
 def check_within(block, count):
-    lay = nu.Layout.blocks(block, [0, 1])
+    lay = nur.Layout.blocks(block, [0, 1])
     per_block = block // PAGE
-    with nu.SharedRegion.create("mc-within", block * count, layout=lay, strict=True) as region:
+    with nur.SharedRegion.create("mc-within", block * count, layout=lay, strict=True) as region:
         lo = region.address
         rows = {r[0]: r for r in numa_maps() if lo <= r[0] < lo + region.size}
         wrong = []
@@ -151,7 +152,7 @@ def main():
     with open("/proc/sys/vm/max_map_count", "w") as fh:
         fh.write(f"{LIMIT}\n")
     # 200 rows x 8 ranks, the ranks' nodes alternating: no two neighbours merge.
-    rows = nu.Layout.blocks(PAGE, [0, 1, 0, 1, 0, 1, 0, 1], size=200 * 8 * PAGE)
+    rows = nur.Layout.blocks(PAGE, [0, 1, 0, 1, 0, 1, 0, 1], size=200 * 8 * PAGE)
     # The layout within the limit first: its create and destroy load what the library
     # maps lazily (ctypes, libc), so the refusal below is measured against a warm process.
     checks = [

@@ -13,6 +13,7 @@ import sys
 import threading
 
 import numa_utils as nu
+import numa_utils_threads as nut
 
 MIB = 1 << 20
 libc = ctypes.CDLL(None, use_errno=True)
@@ -88,14 +89,14 @@ def main():
         worker.ready.wait()
     report["masks_before"] = masks()
 
-    plan = nu.thread_plan(node=1, roles={"comm": 1, "compute": "rest"})
+    plan = nut.thread_plan(node=1, roles={"comm": 1, "compute": "rest"})
     report["plan"] = plan.to_json()
     match = {"comm": "^(NCCL|ucx)"}
-    with nu.pinned(plan, match, default="compute", memory="bind") as pins:
+    with nut.pinned(plan, match, default="compute", memory="bind") as pins:
         report["pinned_ok"] = bool(pins)
         report["pins"] = [nu.to_json(p) for p in pins.threads]
         report["masks_pinned"] = masks()
-        settled = nu.settle(plan.memory_nodes)
+        settled = nut.settle(plan.memory_nodes)
         report["settled"] = nu.to_json(settled)
         report["after"] = nu.placement(buf, method="move_pages")
         for worker in workers:

@@ -16,6 +16,7 @@ import sys
 
 sys.path.insert(0, "/vmtest")
 import numa_utils as nu  # noqa: E402
+import numa_utils_regions as nur
 
 N = 4
 HUGE = 2 << 20
@@ -47,8 +48,8 @@ def vma_lines(starts):
 
 
 def creator(ready_w, go_r):
-    verdict = nu.fit(N * HUGE, policy="bind", nodes=[0], hugepages="2M")
-    r = nu.SharedRegion.create(NAME, N * HUGE, policy="bind", nodes=[0], hugepages="2M")
+    verdict = nur.fit(N * HUGE, policy="bind", nodes=[0], hugepages="2M")
+    r = nur.SharedRegion.create(NAME, N * HUGE, policy="bind", nodes=[0], hugepages="2M")
     room = r._room()[0]
     maps = nu.parse_numa_maps(open("/proc/self/numa_maps").read())
     huge_lines = [
@@ -87,7 +88,7 @@ def creator(ready_w, go_r):
 
 
 def attacher():
-    a = nu.SharedRegion.attach(NAME, prefault=True)
+    a = nur.SharedRegion.attach(NAME, prefault=True)
     report(
         "attach",
         identity_key=a.identity.get("key"),
@@ -127,7 +128,7 @@ def main():
         report("attach", error=child.stderr[-2000:])
     os.write(go_w, b"1")
     os.waitpid(pid, 0)
-    rows = nu.cleanup(NAME, remove=True, min_age=0)
+    rows = nur.cleanup(NAME, remove=True, min_age=0)
     report(
         "cleanup",
         rows=[{k: x.get(k) for k in ("region", "key", "action", "why")} for x in rows],

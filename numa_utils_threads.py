@@ -1,0 +1,1034 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Threads for numa_utils: CPUs per thread role (thread_plan), every thread pinned by
+its name (pin_threads, pinned), pages moved after a late bind (settle), instances
+sharing a host (instance_plans), and where a process's pages sit against its CPUs
+(remote_share, choose_node).
+
+Vendor it beside numa_utils.py (the core, which it imports) when an engine manages its
+threads; binding a worker to its GPU's node needs the core alone (bind_for_gpu).
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+from types import MappingProxyType
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Dict,
+    FrozenSet,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Set,
+    Tuple,
+    Union,
+)
+
+__version__ = "0.1.0"
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    import ctypes
+    from typing import NamedTuple as _Record
+
+    import numa_utils as nu
+else:
+    nu = globals().get("_NUMA_UTILS_LIBRARY")  # a core that loaded this file, by any name
+    if nu is None:
+        try:  # beside this file in the engine's package (vendored), else the top-level one
+            from . import numa_utils as nu
+        except ImportError:
+            import numa_utils as nu
+
+    ctypes = nu.ctypes  # the core's: loaded on first use
+    _Record = nu._Record
+if nu.__version__ != __version__:
+    raise ImportError(
+        f"{__name__} {__version__} needs numa_utils {__version__}, "
+        f"not {nu.__version__} ({nu.__file__}): copy both from one release"
+    )
+
+__all__ = [
+    "thread_plan",
+    "ThreadPlan",
+    "pin_threads",
+    "pinned",
+    "PinResult",
+    "ThreadPin",
+    "instance_plans",
+    "InstancePlan",
+    "settle",
+    "DEFAULT_ROLES",
+    "SMT_RULES",
+    "RemoteShare",
+    "remote_share",
+    "NodeCandidate",
+    "NodeChoice",
+    "choose_node",
+    "REMOTE_SHARE_THRESHOLD",
+]
+
+
+# -- end of GPU section ----------------------------------------------------------------
+
+
+# -- thread roles section --------------------------------------------------------------
+#
+# One worker's CPUs split by what its threads do, and every thread pinned by its name.
+# Engines bound late (after NCCL, UCX and ZMQ threads had started and first-touched
+# their pages) or let two busy threads take two SMT siblings of one core.  Here:
+#
+# - thread_plan() cuts the GPU's `exclusive` plan (_plan_all: disjoint across every GPU
+#   of the machine, whatever CUDA_VISIBLE_DEVICES says), or a node's CPUs, into whole
+#   cores per role, under one SMT rule for every role.
+# - pin_threads() pins each thread of the process by its name (/proc/self/task/TID/comm),
+#   passing again until no new thread appears; pinned() puts every mask back.
+# - instance_plans() splits one host among several engines.
+#
+# A thread's CPU mask is inherited by the threads it starts (sched_setaffinity(2), and
+# clone(2) copies it): threads started after pinning get their creator's role.
+
+DEFAULT_ROLES: Mapping[str, Union[int, str]] = MappingProxyType(
+    {"feeder": 1, "copy": 1, "progress": 1, "compute": "rest"}
+)
+SMT_RULES = ("core", "one")  # a role gets whole cores / one CPU of each core
+_PIN_PASSES = 16  # passes over /proc/self/task before giving up on threads still starting
+_INHERIT_NOTE = (
+    "threads started from now on inherit the CPU mask of the thread that starts them: "
+    "start each from a thread pinned to the role it needs"
+)
+
+
+def _cpulists(sets: Mapping[str, FrozenSet[int]]) -> Dict[str, str]:
+    """``{name: CPUs}`` -> ``{name: "0-3,8"}``."""
+    return {name: nu.format_cpulist(cpus) for name, cpus in sets.items()}
+
+
+class ThreadPlan(_Record):
+    """CPUs per thread role for one worker.  Truthy when every role has cores of its
+    own."""
+
+    gpu: Optional[int]  # the CUDA index asked for; None: planned by node
+    pci: Optional[str]
+    node: Optional[int]  # the node whose CPUs the roles use
+    roles: Dict[str, FrozenSet[int]]
+    smt: str  # "core": whole cores per role; "one": one CPU of each core
+    left_out: Dict[str, FrozenSet[int]]  # why -> the node's CPUs in no role
+    omp_env: Dict[str, str]  # OpenMP variables placing the OpenMP role's threads
+    memory_nodes: Tuple[int, ...] = ()  # where its memory should come from
+    shared: Tuple[str, ...] = ()  # roles that got no core of their own
+    notes: Tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return all(self.roles.values()) and not self.shared
+
+    @property
+    def cpus(self) -> FrozenSet[int]:
+        """Every CPU of every role."""
+        return frozenset().union(*self.roles.values())
+
+    def to_json(self) -> Dict[str, Any]:
+        return nu._record_json(
+            self,
+            roles={"roles": _cpulists(self.roles)},
+            left_out={"left_out": _cpulists(self.left_out)},
+        )
+
+
+def _role_counts(roles: Mapping[str, Union[int, str]]) -> Dict[str, Union[int, str]]:
+    """``roles`` checked: each a number of cores >= 1, or "rest" for one role."""
+    if not roles:
+        raise ValueError("thread_plan: no roles given")
+    rest = [role for role, want in roles.items() if want == "rest"]
+    for role, want in roles.items():
+        if not isinstance(role, str) or not role:
+            raise ValueError(f"a role is named by a non-empty string, not {role!r}")
+        count_ok = isinstance(want, int) and not isinstance(want, bool) and want >= 1
+        if not count_ok and want != "rest":
+            raise ValueError(f"role {role!r}: a number of cores >= 1 or 'rest', not {want!r}")
+    if len(rest) > 1:
+        raise ValueError(f"roles {', '.join(rest)}: only one role may take the 'rest'")
+    return dict(roles)
+
+
+def _split_roles(
+    units: List[Tuple[int, ...]],
+    roles: Mapping[str, Union[int, str]],
+    strict: bool,
+    notes: List[str],
+) -> Tuple[Dict[str, FrozenSet[int]], Tuple[str, ...]]:
+    """Whole ``units`` (cores) for each role in the order given, the "rest" role taking
+    what the others leave; a role left without one shares the last unit (strict:
+    OSError).  No units: every role gets none, and none is counted as sharing."""
+    fixed = sum(want for want in roles.values() if isinstance(want, int))
+    left = list(units)
+    out: Dict[str, FrozenSet[int]] = {}
+    shared: List[str] = []
+    for role, want in roles.items():
+        count = len(units) - fixed
+        if isinstance(want, int):
+            count = want
+        taken, left = left[: max(count, 0)], left[max(count, 0) :]
+        if not taken and units:
+            taken = [units[-1]]
+            shared.append(role)
+            nu._fail(
+                strict,
+                f"role {role!r}: no core left of the {len(units)} planned; "
+                f"it shares CPUs {nu.format_cpulist(units[-1])} with another role",
+                notes,
+            )
+        out[role] = frozenset(cpu for unit in taken for cpu in unit)
+    return out, tuple(shared)
+
+
+def _omp_env(cpus: FrozenSet[int]) -> Dict[str, str]:
+    """OpenMP variables that put one thread on each of ``cpus``, in CPU order: the
+    standard's (OMP_*), GNU libgomp's (GOMP_CPU_AFFINITY) and Intel/LLVM libomp's
+    (KMP_AFFINITY); {} when there is no CPU."""
+    if not cpus:
+        return {}
+    ordered = sorted(cpus)
+    places = ",".join("{" + str(cpu) + "}" for cpu in ordered)
+    return {
+        "OMP_NUM_THREADS": str(len(ordered)),
+        "OMP_PLACES": places,
+        "OMP_PROC_BIND": "close",
+        "GOMP_CPU_AFFINITY": nu.format_cpulist(ordered),
+        "KMP_AFFINITY": f"granularity=fine,explicit,proclist=[{nu.format_cpulist(ordered)}]",
+    }
+
+
+def thread_plan(
+    gpu: Optional[int] = None,
+    *,
+    node: Optional[int] = None,
+    roles: Mapping[str, Union[int, str]] = DEFAULT_ROLES,
+    smt: str = "core",
+    omp_role: str = "compute",
+    reserve: Optional[int] = None,
+    strict: Optional[bool] = None,
+    pci_bus_id: Optional[str] = None,
+    environ: Optional[Mapping[str, str]] = None,
+    backend: Optional[nu.Backend] = None,
+) -> ThreadPlan:
+    """CPUs per thread role for CUDA device ``gpu``'s worker, or for a worker on
+    ``node`` (CPU-only engines, hosts without a GPU).
+
+    A GPU's CPUs are its `exclusive` plan (cpus_for_gpu): whole cores of its node,
+    disjoint from every other GPU's whatever CUDA_VISIBLE_DEVICES says, inside the
+    cpuset.  ``roles`` maps a role to a number of cores, or "rest" (one role) for those
+    left; roles get whole cores in the order given.  ``smt``: "core" gives a role every
+    SMT sibling of its cores, "one" one CPU of each core (the siblings are left out).
+    ``left_out`` says which CPUs of the node are in no role and why; ``omp_env`` holds
+    the OpenMP variables for role ``omp_role``.  Too few cores: a role shares the last
+    core and the plan is falsy (strict: OSError).
+    """
+    if smt not in SMT_RULES:
+        raise ValueError(f"smt must be one of {', '.join(SMT_RULES)}, not {smt!r}")
+    wanted = _role_counts(roles)
+    backend = nu._b(backend)
+    share = nu._worker_share(
+        "thread_plan", gpu, node, reserve, strict, pci_bus_id, environ, backend
+    )
+    topo, pci, cpu_node, cpus, why, notes, st = share
+    units = topo.cores_of(cpus)
+    if smt == "one":
+        units = [core[:1] for core in units]
+        why["SMT sibling (smt='one')"] = cpus - frozenset(core[0] for core in units)
+    got, shared = _split_roles(units, wanted, st, notes)  # no units: every role empty
+    left_out = {reason: found for reason, found in why.items() if found}
+    memory = nu._plan_memory(topo, [], cpu_node, "prefer")
+    return ThreadPlan(
+        gpu,
+        pci,
+        cpu_node,
+        got,
+        smt,
+        left_out,
+        _omp_env(got.get(omp_role, frozenset())),
+        memory,
+        shared,
+        tuple(notes),
+    )
+
+
+_SHARED_PAGES_HINT = (
+    "pages that other processes map too move only with CAP_SYS_NICE (docker run "
+    "--cap-add SYS_NICE); pages of files and shared memory may stay"
+)
+
+
+def _move_buffer(backend: nu.Backend, buf: Any, order: List[int]) -> int:
+    """move_pages(2) for ``buf``'s pages, spread over ``order``, 64 Ki pages a call;
+    the pages the kernel did not put there (those not faulted in yet do not count).
+    ``buf``: a buffer, or (address, length)."""
+    if isinstance(buf, tuple):
+        addr, length = nu.buffer_range(buf[0], buf[1])
+    else:
+        addr, length = nu.buffer_range(buf)
+    start, size = nu._page_range(addr, length, backend.page_size)
+    step = nu._MOVE_PAGES_LIMIT * backend.page_size
+    unmoved = 0
+    for first in range(start, start + size, step):
+        pages = list(range(first, min(first + step, start + size), backend.page_size))
+        targets = [order[at % len(order)] for at in range(len(pages))]
+        status = nu.move_pages(0, pages, targets, nu.MbindFlag.MOVE, backend=backend)
+        unmoved += sum(1 for got in status if got not in order and got != -errno.ENOENT)
+    return unmoved
+
+
+def settle(
+    nodes: Iterable[int],
+    buffers: Iterable[Any] = (),
+    *,
+    strict: Optional[bool] = None,
+    backend: Optional[nu.Backend] = None,
+) -> nu.PolicyResult:
+    """Move the pages this process first-touched before it was bound onto ``nodes``.
+
+    Without ``buffers``: every page of the process on the other DRAM nodes it may use
+    (default_memory_nodes: GPU memory and slower tiers hold pages put there on
+    purpose), with migrate_pages(2); with them (each a buffer or (address, length)):
+    only their pages, with move_pages(2).  Truthy when every page asked for moved;
+    ``resident_unmoved`` counts the bytes that stayed (pages other processes map too
+    need CAP_SYS_NICE: ``hint`` says so).  Denied (Docker's default seccomp profile:
+    EPERM) or unsupported: falsy with the fix (strict: OSError).
+    """
+    backend = nu._b(backend)
+    st = nu._strict_or_env(strict)
+    target = frozenset(nodes)
+    if not target:
+        raise ValueError("settle: no node to move pages to")
+    order = sorted(target)
+    result = nu.PolicyResult(False, "migrate", target)
+    buffers = list(buffers)
+    try:
+        if buffers:
+            unmoved = sum(_move_buffer(backend, buf, order) for buf in buffers)
+        else:
+            others = nu.default_memory_nodes(backend=backend) - target
+            unmoved = nu.migrate_pages(0, others, target, backend=backend)
+    except OSError as e:
+        err = e.errno or errno.EIO
+        return nu._fallback(result, st, "settle", nu._errno_reason(err), err)
+    if unmoved:
+        left = result._replace(
+            reason="unmoved", resident_unmoved=unmoved * backend.page_size, hint=_SHARED_PAGES_HINT
+        )
+        return nu._fallback(left, st, "settle")
+    return result._replace(applied=True)
+
+
+_settle = settle  # pin_threads' ``settle`` argument hides the function
+
+
+class ThreadPin(_Record):
+    """One thread as pin_threads found and left it."""
+
+    tid: int
+    name: str  # /proc/self/task/TID/comm ("" when unreadable)
+    role: Optional[str]  # None: its name matched no role, and there is no default
+    before: FrozenSet[int]
+    after: FrozenSet[int]
+    ok: bool  # pinned to its role's CPUs
+    reason: Optional[str] = None  # why not: "no role", "exited", "EPERM", ...
+
+    @property
+    def failed(self) -> bool:
+        """It matched a role, did not exit meanwhile, and is not on the role's CPUs."""
+        return self.role is not None and not self.ok and self.reason != "exited"
+
+    def to_json(self) -> Dict[str, Any]:
+        return nu._record_json(
+            self,
+            before={"before": nu.format_cpulist(self.before)},
+            after={"after": nu.format_cpulist(self.after)},
+        )
+
+
+class PinResult(_Record):
+    """What pin_threads did to each thread of the process.  Truthy when every thread
+    that matched a role (and did not exit meanwhile) is pinned to its role's CPUs."""
+
+    threads: Tuple[ThreadPin, ...]  # every thread seen, in the order pinned
+    unmatched: Tuple[int, ...]  # tids whose name matched no role (left alone)
+    late: Tuple[int, ...]  # tids that appeared during a pass (pinned by a later one)
+    passes: int
+    inherit: str = _INHERIT_NOTE
+    notes: Tuple[str, ...] = ()
+    settled: Optional[nu.PolicyResult] = None  # settle=True: the pages moved to the plan's
+
+    def __bool__(self) -> bool:
+        return not any(pin.failed for pin in self.threads)
+
+
+def _role_patterns(
+    plan: ThreadPlan, match: Mapping[str, str], default: Optional[str]
+) -> Dict[str, re.Pattern[str]]:
+    """``match``'s regular expressions compiled, each naming a role of ``plan``."""
+    for role in [*match, default]:
+        if role is not None and role not in plan.roles:
+            raise ValueError(f"role {role!r} is not in the plan ({', '.join(plan.roles)})")
+    patterns: Dict[str, re.Pattern[str]] = {}
+    for role, text in match.items():
+        try:
+            patterns[role] = re.compile(text)
+        except re.error as err:
+            raise ValueError(f"role {role!r}: invalid thread-name pattern {text!r}: {err}") from err
+    return patterns
+
+
+def _thread_name(backend: nu.Backend, tid: int) -> str:
+    return nu._clean(nu._read_optional(backend, f"/proc/self/task/{tid}/comm") or "")
+
+
+def _pin_thread(
+    backend: nu.Backend,
+    plan: ThreadPlan,
+    patterns: Mapping[str, re.Pattern[str]],
+    default: Optional[str],
+    tid: int,
+) -> ThreadPin:
+    """Thread ``tid`` pinned to the CPUs of the first role whose pattern its name
+    matches (``default`` when none does)."""
+    name = _thread_name(backend, tid)
+    role = default
+    for candidate, pattern in patterns.items():
+        if pattern.search(name):
+            role = candidate
+            break
+    nothing: FrozenSet[int] = frozenset()
+    try:
+        before = backend.call("sched_getaffinity", tid)
+    except ProcessLookupError:
+        return ThreadPin(tid, name, role, nothing, nothing, False, "exited")
+    if role is None:
+        return ThreadPin(tid, name, None, before, before, False, "no role")
+    want = plan.roles[role]
+    if not want:
+        return ThreadPin(tid, name, role, before, before, False, "role has no CPUs")
+    try:
+        backend.call("sched_setaffinity", tid, want)
+        after = backend.call("sched_getaffinity", tid)
+    except ProcessLookupError:
+        return ThreadPin(tid, name, role, before, nothing, False, "exited")
+    except OSError as err:
+        reason = nu._errno_reason(err.errno or errno.EIO)
+        return ThreadPin(tid, name, role, before, before, False, reason)
+    if after != want:
+        return ThreadPin(tid, name, role, before, after, False, "the kernel applied other CPUs")
+    return ThreadPin(tid, name, role, before, after, True)
+
+
+def pin_threads(
+    plan: ThreadPlan,
+    match: Optional[Mapping[str, str]] = None,
+    *,
+    default: Optional[str] = None,
+    settle: bool = False,
+    strict: Optional[bool] = None,
+    backend: Optional[nu.Backend] = None,
+) -> PinResult:
+    """Pin every thread of this process to the CPUs of its role in ``plan``.
+
+    ``match`` maps a role to a regular expression searched in each thread's name
+    (/proc/self/task/TID/comm: "NCCL", "ucx", "ZMQbg"); the first role that matches
+    wins, ``default`` takes the rest (None: they are left alone and listed in
+    ``unmatched``).  Threads that appear while it works are pinned by another pass,
+    until a pass finds none new.  Threads started afterwards inherit the mask of the
+    thread that starts them (``inherit``).  ``settle``: then move the pages the process
+    placed elsewhere to the plan's memory nodes (see settle; ``settled``).  Strict:
+    OSError when a matched thread could not be pinned.
+    """
+    backend = nu._b(backend)
+    st = nu._strict_or_env(strict)
+    patterns = _role_patterns(plan, match or {}, default)
+    seen: Dict[int, ThreadPin] = {}
+    late: List[int] = []
+    notes: List[str] = []
+    passes = 0
+    new = backend.call("threads")
+    while new and passes < _PIN_PASSES:
+        passes += 1
+        if passes > 1:
+            late.extend(new)
+        for tid in new:
+            seen[tid] = _pin_thread(backend, plan, patterns, default, tid)
+        new = [tid for tid in backend.call("threads") if tid not in seen]
+    if new:
+        nu._fail(st, f"threads kept starting: {len(new)} not pinned after {passes} passes", notes)
+    for pin in seen.values():
+        if pin.failed:
+            msg = f"thread {pin.tid} ({pin.name}): not pinned to role {pin.role}: {pin.reason}"
+            nu._fail(st, msg, notes)
+    unmatched = tuple(pin.tid for pin in seen.values() if pin.role is None)
+    moved = None
+    if settle and plan.memory_nodes:
+        moved = _settle(plan.memory_nodes, strict=st, backend=backend)
+    elif settle:
+        nu._fail(st, "settle: the plan names no memory node; the pages stay where they are", notes)
+    threads = tuple(seen.values())
+    return PinResult(threads, unmatched, tuple(late), passes, notes=tuple(notes), settled=moved)
+
+
+class pinned:
+    """Context manager: pin_threads(plan, match, ...) on entry (the PinResult is what
+    ``as`` gets); on exit every thread mask it changed is put back (threads that exited
+    meanwhile are skipped), and the calling thread's memory policy when ``memory``
+    ("prefer", "bind", ...) set it to the plan's memory nodes."""
+
+    def __init__(
+        self,
+        plan: ThreadPlan,
+        match: Optional[Mapping[str, str]] = None,
+        *,
+        default: Optional[str] = None,
+        memory: Optional[str] = None,
+        strict: Optional[bool] = None,
+        backend: Optional[nu.Backend] = None,
+    ) -> None:
+        self.plan = plan
+        self.match = match
+        self.default = default
+        self.memory = memory
+        self.strict = strict
+        self.backend = backend
+        self.result: Optional[PinResult] = None
+        self.restored: List[int] = []  # tids whose mask was put back
+        self._policy: Optional[nu.thread_policy] = None
+
+    def __enter__(self) -> PinResult:
+        if self.memory is not None:
+            policy = nu.thread_policy(
+                self.memory, self.plan.memory_nodes, strict=self.strict, backend=self.backend
+            )
+            policy.__enter__()
+            self._policy = policy
+        self.result = pin_threads(
+            self.plan, self.match, default=self.default, strict=self.strict, backend=self.backend
+        )
+        return self.result
+
+    def __exit__(self, *exc: Any) -> None:
+        backend = nu._b(self.backend)
+        changed = []
+        if self.result is not None:
+            changed = [pin for pin in self.result.threads if pin.before and pin.after != pin.before]
+        for pin in changed:
+            try:
+                backend.call("sched_setaffinity", pin.tid, pin.before)
+                self.restored.append(pin.tid)
+            except ProcessLookupError:
+                continue
+            except OSError as err:
+                nu._warn_once(
+                    f"pinned-restore:{pin.tid}",
+                    "numa_utils: could not restore thread %s's CPU mask: %s",
+                    pin.tid,
+                    err,
+                )
+        if self._policy is not None:
+            self._policy.__exit__(*exc)
+
+
+class InstancePlan(_Record):
+    """One engine's share of the host, disjoint from every other instance's."""
+
+    instance: int  # 0, 1, ...
+    gpus: Tuple[int, ...]  # GPU indexes in PCI order (CUDA_DEVICE_ORDER=PCI_BUS_ID)
+    pcis: Tuple[str, ...]
+    cpus: FrozenSet[int]
+    nodes: Tuple[int, ...]  # the nodes of its CPUs
+    memory_nodes: Tuple[int, ...]
+    environ: Dict[str, str]  # the variables its process starts with
+    notes: Tuple[str, ...] = ()
+
+    def to_json(self) -> Dict[str, Any]:
+        return nu._record_json(
+            self, cpus={"cpus": sorted(self.cpus), "cpulist": nu.format_cpulist(self.cpus)}
+        )
+
+
+def _gpu_instances(
+    topo: nu.Topology, infos: List[nu.GpuInfo], n: int, per: int, reserve: int, strict: bool
+) -> List[InstancePlan]:
+    """Instance i: GPUs i*per ... (PCI order), with their `exclusive` CPUs."""
+    fam = nu._family(infos)
+    needed = n * per
+    if needed > len(fam):
+        raise ValueError(
+            f"{n} instances of {per} GPUs need {needed} GPUs; this host has {len(fam)}"
+        )
+    planned = nu._plan_all(topo, infos, "exclusive", reserve, strict)
+    out = []
+    for index in range(n):
+        first = index * per
+        picked = range(first, first + per)
+        cpus: Set[int] = set()
+        nodes: Set[int] = set()
+        memory: Set[int] = set()
+        for gpu in picked:
+            node, their_cpus, _ = planned[fam[gpu].pci]
+            cpus |= their_cpus
+            nodes |= {node} - {None}  # type: ignore[arg-type]
+            memory.update(nu._plan_memory(topo, infos, node, "prefer"))
+        visible = ",".join(str(gpu) for gpu in picked)
+        env = {"CUDA_VISIBLE_DEVICES": visible, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+        pcis = tuple(fam[gpu].pci for gpu in picked)
+        out.append(
+            InstancePlan(
+                index,
+                tuple(picked),
+                pcis,
+                frozenset(cpus),
+                tuple(sorted(nodes)),
+                tuple(sorted(memory)),
+                env,
+            )
+        )
+    return out
+
+
+def _node_instances(topo: nu.Topology, n: int) -> List[InstancePlan]:
+    """Instance i: a run of whole nodes (those with CPUs this process may use)."""
+    allowed = topo.allowed_cpus & topo.online_cpus
+    usable = [node for node in sorted(topo.nodes_with_cpus) if topo.nodes[node].cpus & allowed]
+    if n > len(usable):
+        raise ValueError(
+            f"{n} CPU-only instances need {n} nodes with CPUs; this process may use {len(usable)}"
+        )
+    out = []
+    for index, run in enumerate(nu._chunks(len(usable), n)):
+        nodes = [usable[at] for at in run]
+        cpus = frozenset(cpu for node in nodes for cpu in topo.nodes[node].cpus & allowed)
+        memory: Set[int] = set()
+        for node in nodes:
+            memory.update(nu._plan_memory(topo, [], node, "prefer"))
+        out.append(InstancePlan(index, (), (), cpus, tuple(nodes), tuple(sorted(memory)), {}))
+    return out
+
+
+def _note_shared_memory(plans: List[InstancePlan]) -> List[InstancePlan]:
+    """``plans`` with a note on each instance whose memory nodes another one uses."""
+    out = []
+    for plan in plans:
+        shared: Set[int] = set()
+        for other in plans:
+            if other.instance != plan.instance:
+                shared |= set(plan.memory_nodes) & set(other.memory_nodes)
+        if shared:
+            note = f"memory on nodes {nu.format_cpulist(shared)} is shared with another instance"
+            plan = plan._replace(notes=plan.notes + (note,))
+        out.append(plan)
+    return out
+
+
+def instance_plans(
+    n: int,
+    *,
+    gpus_per_instance: int = 1,
+    reserve: Optional[int] = None,
+    strict: Optional[bool] = None,
+    backend: Optional[nu.Backend] = None,
+) -> List[InstancePlan]:
+    """Disjoint shares of this host for ``n`` engines: GPUs, CPUs and memory nodes.
+
+    With ``gpus_per_instance`` >= 1, instance i gets the GPUs i*g ... i*g+g-1 in PCI
+    order (``environ`` names them for its process) and their `exclusive` CPUs;
+    memory comes from their nodes, shared (and noted) when two instances' GPUs sit on
+    one node.  With 0 (CPU-only engines) each instance gets a run of whole nodes.
+    Too few GPUs or nodes: ValueError.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"instance_plans: n must be an integer >= 1, not {n!r}")
+    per = gpus_per_instance
+    if isinstance(per, bool) or not isinstance(per, int) or per < 0:
+        raise ValueError(f"gpus_per_instance must be an integer >= 0, not {per!r}")
+    backend = nu._b(backend)
+    _, res, _, st = nu._plan_args("exclusive", reserve, None, strict)
+    topo = nu._planning_topology(backend)
+    if per == 0:
+        return _note_shared_memory(_node_instances(topo, n))
+    infos = nu._gpu_infos(topo, backend)
+    return _note_shared_memory(_gpu_instances(topo, infos, n, per, res, st))
+
+
+# -- end of thread roles section -------------------------------------------------------
+
+
+# ===========================================================================
+# Observation: counters, remote share, node chooser, CUDA pinning.
+# ===========================================================================
+
+# -- observation section ---------------------------------------------------------------
+
+
+# The share of a process's pages that may sit off its CPUs' nodes before we warn
+# (the seed write-up alerts above 10%).
+REMOTE_SHARE_THRESHOLD = 0.10
+
+
+# ---------------------------------------------------------------------------
+# Remote share: where a process's pages are against where its CPUs are.
+# ---------------------------------------------------------------------------
+
+
+def _fraction(part: int, total: int) -> float:
+    """``part`` / ``total``; 0.0 when ``total`` is 0 (nothing mapped or measured)."""
+    if not total:
+        return 0.0
+    return part / total
+
+
+class RemoteShare(_Record):
+    """Where a process's pages are, against the nodes of the CPUs it may run on."""
+
+    pid: Union[int, str]
+    bytes_by_node: Mapping[int, int]
+    cpus: FrozenSet[int]  # Cpus_allowed_list
+    local_nodes: FrozenSet[int]  # memory nodes local to those CPUs
+    threshold: float = REMOTE_SHARE_THRESHOLD
+    error: Optional[str] = None  # why nothing could be measured
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.bytes_by_node.values())
+
+    @property
+    def remote_bytes(self) -> int:
+        return sum(
+            value for node, value in self.bytes_by_node.items() if node not in self.local_nodes
+        )
+
+    @property
+    def local_bytes(self) -> int:
+        return self.total_bytes - self.remote_bytes
+
+    @property
+    def share(self) -> float:
+        """Remote bytes / all bytes (0.0 when nothing is mapped or measured)."""
+        return _fraction(self.remote_bytes, self.total_bytes)
+
+    @property
+    def over_threshold(self) -> bool:
+        return self.total_bytes > 0 and self.share > self.threshold
+
+    @property
+    def warning(self) -> Optional[str]:
+        if not self.over_threshold:
+            return None
+        return (
+            f"process {self.pid}: {self.share:.0%} of its pages "
+            f"({nu.format_kib(self.remote_bytes // 1024)}) sit off the nodes of its CPUs "
+            f"({nu._nodes_txt(self.local_nodes)}); above the {self.threshold:.0%} threshold: "
+            "bind its memory to its CPUs' node or move its CPUs to where the memory is"
+        )
+
+    def to_json(self) -> Dict[str, Any]:
+        total, by = self.total_bytes, sorted(self.bytes_by_node.items())
+        return nu._record_json(
+            self,
+            bytes_by_node={
+                "bytes_by_node": {str(node): v for node, v in by},
+                "share_by_node": {str(node): _fraction(v, total) for node, v in by},
+            },
+            threshold={
+                "total_bytes": total,
+                "remote_bytes": self.remote_bytes,
+                "remote_share": self.share,
+                "threshold": self.threshold,
+                "over_threshold": self.over_threshold,
+            },
+        )
+
+
+def _local_memory(topo: nu.Topology, cpus: FrozenSet[int]) -> FrozenSet[int]:
+    """The memory nodes local to ``cpus``: their nodes, and for a CPU node without
+    memory the nearest with memory (where the kernel's local allocation goes)."""
+    if not topo.has_node_dir:
+        return frozenset({0})
+    local: Set[int] = set()
+    for cpu in cpus:
+        node = topo.node_of_cpu(cpu)
+        if node is not None:
+            local.update(nu._nearest_tied(topo, node, topo.nodes_with_memory))
+    return frozenset(local)
+
+
+def _remote_share(
+    pid: Union[int, str],
+    maps: Union[str, OSError],
+    threshold: float,
+    topo: nu.Topology,
+    backend: nu.Backend,
+) -> Tuple[RemoteShare, List[nu.NumaMapsEntry]]:
+    """remote_share on numa_maps text already read (or the error reading it), and the
+    entries parsed from it."""
+    entries: List[nu.NumaMapsEntry] = []
+    error = None
+    if isinstance(maps, OSError):
+        error = f"cannot read /proc/{pid}/numa_maps: {maps.strerror or maps}"
+    else:
+        try:
+            entries = nu.parse_numa_maps(maps, page_size_kb=nu._page_kb(backend))
+        except ValueError as err:  # a malformed line (parse_numa_maps names it)
+            error = str(err)
+    try:
+        cpus: Optional[FrozenSet[int]] = nu._allowed_from_status(backend, pid)[0]
+    except ValueError:
+        cpus = None
+    if cpus is None:
+        cpus = topo.allowed_cpus if pid == "self" else frozenset()
+        error = error or f"cannot read Cpus_allowed_list of /proc/{pid}/status"
+    res = RemoteShare(
+        pid,
+        MappingProxyType(nu._entries_bytes(entries)),
+        frozenset(cpus),
+        _local_memory(topo, cpus),
+        threshold,
+        error,
+    )
+    if res.warning:
+        nu._warn_once(f"remote-share:{pid}", "numa_utils: %s", res.warning)
+    return res, entries
+
+
+def remote_share(
+    pid: Union[int, str] = "self",
+    *,
+    threshold: float = REMOTE_SHARE_THRESHOLD,
+    topology: Optional[nu.Topology] = None,
+    backend: Optional[nu.Backend] = None,
+) -> RemoteShare:
+    """The share of ``pid``'s pages (numa_maps) that sit off the nodes of the CPUs it
+    may run on (Cpus_allowed_list).  Never raises: an unreadable process gives a
+    result with ``error`` set and no pages.  Warns once when above ``threshold``."""
+    backend = nu._b(backend)
+    topo = nu._topology_or_read(topology, backend)
+    try:
+        maps: Union[str, OSError] = backend.read_text(nu._maps_path(pid))
+    except OSError as err:
+        maps = err
+    return _remote_share(pid, maps, threshold, topo, backend)[0]
+
+
+# ---------------------------------------------------------------------------
+# Node chooser.
+# ---------------------------------------------------------------------------
+
+
+class NodeCandidate(_Record):
+    """One node considered by ``choose_node``."""
+
+    node: int
+    memory_node: Optional[int]  # where its allocations go (itself, or nearest)
+    available_kb: int  # MemFree + reclaimable file pages of memory_node
+    load: int  # workers already placed there (``loads``)
+    gpu_distance: Optional[int]  # distance from the GPU's node (None: no GPU)
+    memory_distance: Optional[int]  # distance to memory_node
+    fits: bool  # available_kb covers need_bytes
+
+    def to_json(self) -> Dict[str, Any]:
+        return nu._record_json(self)
+
+
+class NodeChoice(_Record):
+    """What ``choose_node`` picked and why.  Falsy when no node could be chosen."""
+
+    node: Optional[int]
+    reason: str
+    candidates: Tuple[NodeCandidate, ...] = ()
+    gpu_node: Optional[int] = None
+
+    def __bool__(self) -> bool:
+        return self.node is not None
+
+    def to_json(self) -> Dict[str, Any]:
+        return nu._record_json(self)
+
+
+def _resolve_gpu(
+    gpu: Any, topo: nu.Topology, backend: nu.Backend, environ: Optional[Mapping[str, str]]
+) -> Tuple[Optional[int], str]:
+    """(the GPU's own node, label) for a CUDA device index (as this process numbers
+    it: CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER honoured), a PCI address or a
+    GpuInfo.  The node may be memory-only (GPU memory exposed as a node)."""
+    if isinstance(gpu, nu.GpuInfo):
+        return gpu.node, f"GPU {gpu.pci}"
+    infos = nu._gpu_infos(topo, backend)
+    if isinstance(gpu, bool) or not isinstance(gpu, (int, str)):
+        raise TypeError(f"gpu must be a CUDA device index, a PCI address or a GpuInfo, not {gpu!r}")
+    if isinstance(gpu, str):
+        r = nu._resolve(0, gpu, infos, backend, environ)
+        if r.gpu is None:
+            known = ", ".join(g.pci for g in infos) or "none"
+            raise ValueError(f"no GPU at PCI address {gpu!r} ({r.how}); GPUs: {known}")
+        return r.gpu.node, f"GPU {r.gpu.pci}"
+    r = nu._resolve(gpu, None, infos, backend, environ)
+    if r.gpu is None:
+        raise ValueError(f"no GPU {gpu}: {r.how}")
+    return r.gpu.node, f"CUDA device {gpu} (GPU {r.gpu.pci})"
+
+
+def choose_node(
+    *,
+    gpu: Any = None,
+    need_bytes: int = 0,
+    exclude: Iterable[int] = (),
+    loads: Optional[Mapping[int, int]] = None,
+    environ: Optional[Mapping[str, str]] = None,
+    backend: Optional[nu.Backend] = None,
+) -> NodeChoice:
+    """Pick the node for a new worker the way a careful operator would.
+
+    Only nodes with CPUs that this process's cpuset allows are candidates (never
+    assuming contiguous ids).  Order: the GPU's node when ``gpu`` is given (the
+    nearest node with CPUs when the GPU hangs off a memory-only node), enough memory
+    for ``need_bytes`` (MemFree plus reclaimable file pages), fewest workers already
+    there (``loads``: node -> count), then the shortest distance to memory.  The
+    result says why in ``reason`` and lists every candidate.  ``gpu``: a CUDA device
+    index (CUDA_VISIBLE_DEVICES from ``environ``, default os.environ), a PCI address
+    or a GpuInfo.
+    """
+    backend = nu._b(backend)
+    # The cpuset, not this thread's affinity: after bind_to_node the affinity is one
+    # node, and a new worker may still go anywhere the cpuset allows.
+    topo = nu._planning_topology(backend)
+    # Per-node free memory with reclaimable page cache: numa_utils_regions' counters
+    # when that file is here, else the topology's MemFree.
+    regions = nu._sibling("numa_utils_regions")
+    meminfo: Mapping[int, Any] = {}
+    if regions is not None:
+        meminfo = regions.counters(backend=backend).nodes
+    excluded = frozenset(exclude)
+    usable_mem = nu.default_memory_nodes(topo)
+    if topo.has_node_dir:
+        nodes = sorted(
+            node
+            for node in topo.nodes_with_cpus
+            if node in topo.nodes and topo.nodes[node].cpus & topo.allowed_cpus
+        )
+    else:
+        nodes = [0]
+    skipped = [node for node in nodes if node in excluded]
+    nodes = [node for node in nodes if node not in excluded]
+    gnode: Optional[int] = None
+    glabel = ""
+    if gpu is not None:
+        gnode, glabel = _resolve_gpu(gpu, topo, backend, environ)
+
+    need_kb = (max(int(need_bytes), 0) + 1023) // 1024
+    cands: List[NodeCandidate] = []
+    for node in nodes:
+        mnode = next(iter(nu._nearest_tied(topo, node, usable_mem)), None)
+        candidate = None
+        memory_distance = None
+        if mnode is not None:
+            candidate = meminfo.get(mnode)
+            memory_distance = topo.distance(node, mnode)
+        gpu_distance = None
+        if gnode is not None:
+            gpu_distance = topo.distance(gnode, node)
+        # counters' meminfo, else the topology's free memory (no nodeN/meminfo)
+        if candidate is not None and candidate.meminfo:
+            avail = candidate.available_kb
+        elif mnode is not None and mnode in topo.nodes:
+            avail = topo.nodes[mnode].mem_free_kb
+        else:
+            avail = 0
+        cands.append(
+            NodeCandidate(
+                node=node,
+                memory_node=mnode,
+                available_kb=avail,
+                load=int((loads or {}).get(node, 0)),
+                gpu_distance=gpu_distance,
+                memory_distance=memory_distance,
+                fits=avail >= need_kb,
+            )
+        )
+    if not cands:
+        allowed = nu.format_cpulist(topo.allowed_cpus) or "-"
+        if skipped:
+            reason = (
+                f"no node with CPUs is usable (excluded: {nu.format_cpulist(skipped)});"
+                f" this process may run on CPUs {allowed}"
+            )
+        else:
+            reason = f"no node with CPUs is usable; this process may run on CPUs {allowed}"
+        return NodeChoice(None, reason, (), gnode)
+    far = 1 << 16
+
+    def key(candidate: NodeCandidate) -> Tuple[int, ...]:
+        # (without a GPU, gd is the same for every node)
+        if candidate.gpu_distance is not None:
+            gd = candidate.gpu_distance
+        elif candidate.node == gnode:
+            gd = 0
+        else:
+            gd = far
+        if candidate.memory_distance is not None:
+            md = candidate.memory_distance
+        else:
+            md = far
+        # Last: more memory available, then the lower id (a stable answer).
+        return (not candidate.fits, gd, candidate.load, md, -candidate.available_kb, candidate.node)
+
+    fitting = [candidate for candidate in cands if candidate.fits]
+    if fitting:
+        best = min(fitting, key=key)
+    else:
+        best = max(cands, key=lambda candidate: (candidate.available_kb, -candidate.node))
+    parts: List[str] = []
+    if gnode is None:
+        if gpu is not None:
+            parts = [
+                f"{glabel}'s node is unknown (firmware reports numa_node=-1), so it did not count"
+            ]
+    elif best.node == gnode:
+        parts = [f"{glabel} is on node {gnode}"]
+    elif gnode not in topo.nodes_with_cpus:
+        parts = [
+            f"{glabel} is on node {gnode}, which has no CPUs;"
+            f" node {best.node} is the nearest node with CPUs this process may use"
+            f" (distance {best.gpu_distance})"
+        ]
+    elif gnode in excluded:
+        parts = [
+            f"{glabel} is on node {gnode}, which was excluded;"
+            f" node {best.node} is the nearest other usable node"
+        ]
+    elif not any(candidate.node == gnode for candidate in cands):
+        parts = [
+            f"{glabel} is on node {gnode} but this process's cpuset allows none of its CPUs;"
+            f" node {best.node} is the nearest allowed node"
+        ]
+    else:
+        parts = [
+            f"{glabel} is on node {gnode}, which lacks the memory;"
+            f" node {best.node} is the nearest node that has it"
+        ]
+    mem_txt = nu.format_kib(best.available_kb)
+    if best.memory_node not in (None, best.node):
+        mem_txt = f"{mem_txt} on its nearest memory node {best.memory_node}"
+    if not fitting:
+        parts.append(
+            f"no node has {nu.format_kib(need_kb)} available; "
+            f"node {best.node} has the most ({mem_txt})"
+        )
+    else:
+        available = f"{mem_txt} available (MemFree + reclaimable page cache)"
+        if need_kb:
+            available += f" for the {nu.format_kib(need_kb)} needed"
+        workers = f"{best.load} worker(s) already there"
+        if len(fitting) > 1 and gnode is None:
+            workers += f" (fewest among {len(fitting)} fitting node(s))"
+        parts += [available, workers]
+    if len(cands) == 1:
+        parts.append("it is the only usable node with CPUs")
+    return NodeChoice(best.node, f"node {best.node}: " + "; ".join(parts), tuple(cands), gnode)
