@@ -83,6 +83,10 @@ if TYPE_CHECKING:
 else:
     _nur = _nu._sibling("numa_utils_regions")
     _nut = _nu._sibling("numa_utils_threads")
+    if _nur is None or _nut is None:
+        raise ImportError(
+            "numa_utils_cli needs numa_utils_regions.py and numa_utils_threads.py beside it"
+        )
 
 
 def _read_optional(backend: _nu.Backend, path: str) -> Optional[str]:

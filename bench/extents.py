@@ -27,7 +27,7 @@ from . import common
 _CHILD = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
-import numa_utils as nu
+import numa_utils as nu, numa_utils_regions as nur, numa_utils_threads as nut
 size, block = int(sys.argv[2]), int(sys.argv[3])
 node = min(nu.read_topology().mems_allowed)
 lay = f"blocks:{block}:bind:{node}"

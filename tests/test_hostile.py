@@ -253,7 +253,7 @@ def test_size_beyond_size_t_refused_before_any_syscall(kind):
 
 _FIFO = r"""
 import os, subprocess, sys
-import numa_utils as nu
+import numa_utils as nu, numa_utils_regions as nur, numa_utils_threads as nut
 os.mkfifo("/dev/shm/numa_utils-x")
 os.symlink("/etc/hostname", "/dev/shm/numa_utils-y")
 os.mknod("/dev/shm/numa_utils-z", 0o666 | 0o020000, os.makedev(1, 5))   # /dev/zero
@@ -285,13 +285,14 @@ def test_cleanup_immune_to_fifo_symlink_device_in_dev_shm():
 
 _DELETED = r"""
 import json, os, subprocess, sys
-import numa_utils as nu
+import numa_utils as nu, numa_utils_regions as nur, numa_utils_threads as nut
 names = ["nl\nx", "d (deleted)", "tab\tx"]
 held = [nur.SharedRegion.create(n, 1 << 20, kind="posix", prefault=False) for n in names]
 # A stale one of a confusable name: "d" is not mapped, "d (deleted)" is.  Its owner
 # died without destroying it.
-subprocess.run([sys.executable, "-c", "import os, numa_utils as nu; nur.SharedRegion.create("
-                "'d', 1 << 20, kind='posix', prefault=False); os._exit(0)"], check=True)
+subprocess.run([sys.executable, "-c", "import os, numa_utils_regions as nur; "
+                "nur.SharedRegion.create('d', 1 << 20, kind='posix', prefault=False); "
+                "os._exit(0)"], check=True)
 out = subprocess.run([sys.executable, "-m", "numa_utils", "cleanup", "--remove", "--json",
                       "--min-age", "0"], capture_output=True, text=True, timeout=30)
 assert out.returncode == 0, out.stderr
@@ -319,7 +320,7 @@ import json, os, random, signal, subprocess, sys, time
 kind, mask, n, what = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3]), sys.argv[4]
 child = r'''
 import itertools, os, signal, sys
-import numa_utils as nu
+import numa_utils as nu, numa_utils_regions as nur, numa_utils_threads as nut
 kind, mask, what = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
 if not mask:
     nur._hold_signals = lambda: None          # the behaviour before issue 12

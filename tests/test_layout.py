@@ -307,7 +307,7 @@ def test_bad_layout_at_create_leaves_nothing():
 
 _REAL = r"""
 import json, subprocess, sys
-import numa_utils as nu
+import numa_utils as nu, numa_utils_regions as nur, numa_utils_threads as nut
 kind = sys.argv[1]
 node = min(nu.read_topology().nodes_with_memory)
 r = nur.SharedRegion.create("lay", 8 << 20, kind=kind,
@@ -315,7 +315,7 @@ r = nur.SharedRegion.create("lay", 8 << 20, kind=kind,
 r.view(2)[0] = 0x42
 child = '''
 import json, sys
-import numa_utils as nu
+import numa_utils as nu, numa_utils_regions as nur, numa_utils_threads as nut
 a = nur.SharedRegion.attach("lay", kind=sys.argv[1], prefault=True)
 pl = a.placement(by_extent=True)
 print(json.dumps({"layout": str(a.layout), "byte": a.view(2)[0],

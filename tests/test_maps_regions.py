@@ -36,7 +36,7 @@ def _maps(pid, *args, prefix=()):
 # on Python < 3.10 opens every attached segment in the child), whatever maps does.
 _HOLDER = r"""
 import json, sys
-import numa_utils as nu
+import numa_utils as nu, numa_utils_regions as nur, numa_utils_threads as nut
 kind, page = sys.argv[1], int(sys.argv[2])
 layout = nur.Layout.extents([(4 * page, "bind", [0]), (12 * page, "interleave", [0])])
 r = nur.SharedRegion.create(f"maps-{kind}", 16 * page, kind=kind, layout=layout)
@@ -281,7 +281,7 @@ def test_maps_reads_the_file_a_process_maps_not_the_one_its_path_names(tmp_path)
 
 _REMOVED = r"""
 import json, sys
-import numa_utils as nu
+import numa_utils as nu, numa_utils_regions as nur, numa_utils_threads as nut
 page = int(sys.argv[1])
 layout = nur.Layout.extents([(4 * page, "bind", [0]), (12 * page, "interleave", [0])])
 r = nur.SharedRegion.create("maps-rm", 16 * page, kind="sysv", layout=layout)

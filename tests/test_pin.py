@@ -258,9 +258,8 @@ def test_pin_keyboard_interrupt_midway_is_raised_with_nothing_registered(fake, t
 _CHILD = r"""
 import ctypes, importlib.util, json, os, signal, sys, threading
 module, lib, threads, when = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-spec = importlib.util.spec_from_file_location("nu_child", module)
-nu = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(nu)
+sys.path.insert(0, os.path.dirname(module))
+import numa_utils_regions as nur
 signal.signal(signal.SIGINT, signal.default_int_handler)
 fake = ctypes.CDLL(lib)
 ctypes.c_int.in_dll(fake, "delay_us").value = 20000
@@ -299,9 +298,8 @@ def test_pin_ctrl_c_in_a_foreground_pin_leaves_nothing_registered(fake, threads,
 _STORM = r"""
 import ctypes, importlib.util, json, os, random, signal, sys, threading, time
 module, lib, threads, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-spec = importlib.util.spec_from_file_location("nu_child", module)
-nu = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(nu)
+sys.path.insert(0, os.path.dirname(module))
+import numa_utils_regions as nur
 fake = ctypes.CDLL(lib)
 ctypes.c_int.in_dll(fake, "delay_us").value = 300
 registered = ctypes.c_int.in_dll(fake, "n_registered")

@@ -266,7 +266,7 @@ def test_huge_pages_missing_names_the_node_that_is_short():
 
 _SMALL_SHM = r"""
 import errno, subprocess, sys
-import numa_utils as nu
+import numa_utils as nu, numa_utils_regions as nur, numa_utils_threads as nut
 subprocess.run(["mount", "-o", "remount,size=1m", "/dev/shm"], check=True)
 try:
     nur.SharedRegion.create("tiny", 1 << 20, kind="posix", prefault=False)

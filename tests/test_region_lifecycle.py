@@ -248,7 +248,7 @@ def test_posix_attach_waits_for_a_lock_a_bounded_time(monkeypatch):
 
 _REPROS = r"""
 import json, os, struct, subprocess, sys, time, zlib
-import numa_utils as nu, numa_utils_cli as cli
+import numa_utils as nu, numa_utils_cli as cli, numa_utils_regions as nur, numa_utils_threads as nut
 out = {}
 
 def rows(name, min_age=0.5):
@@ -256,10 +256,10 @@ def rows(name, min_age=0.5):
                                                      min_age=min_age)}
 
 # 26.1: a POSIX region whose worker detached just now
-subprocess.run([sys.executable, "-c", "import numa_utils as nu\n"
+subprocess.run([sys.executable, "-c", "import numa_utils as nu, numa_utils_regions as nur\n"
     "nur.SharedRegion.create('lu', 1 << 20, prefault=False, kind='posix').close()"], check=True)
 time.sleep(0.7)
-w = subprocess.Popen([sys.executable, "-c", "import numa_utils as nu, sys\n"
+w = subprocess.Popen([sys.executable, "-c", "import numa_utils_regions as nur, sys\n"
     "nur.SharedRegion.attach('lu', kind='posix').close(); print('closed', flush=True)\n"
     "sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 assert w.stdout.readline().strip() == "closed"
@@ -271,7 +271,7 @@ out["gone"] = rows("lu").get("lu", {}).get("action")
 
 # 26.2: a dry run, then --remove
 for kind in ("sysv", "posix"):
-    subprocess.run([sys.executable, "-c", "import numa_utils as nu, os\n"
+    subprocess.run([sys.executable, "-c", "import numa_utils as nu, numa_utils_regions as nur, os\n"
         f"nur.SharedRegion.create('dry-{kind}', 1 << 20, prefault=False, kind='{kind}')\n"
         "os._exit(0)"], check=True)
 time.sleep(1.6)  # shm_atime and shm_dtime count whole seconds
@@ -337,7 +337,7 @@ def test_real_lifecycle_repros():
 
 _TWINS = r"""
 import json
-import numa_utils as nu
+import numa_utils as nu, numa_utils_regions as nur, numa_utils_threads as nut
 keys = nur._sysv_keys("twin")
 made = []
 class A(nu.LinuxBackend):
@@ -372,11 +372,11 @@ def test_real_two_creates_of_one_name_never_both_succeed():
 
 _TIMENS = r"""
 import json, subprocess, sys, time
-import numa_utils as nu, numa_utils_cli as cli
+import numa_utils as nu, numa_utils_cli as cli, numa_utils_regions as nur, numa_utils_threads as nut
 made = []
 for kind in ("sysv", "posix"):
     p = subprocess.Popen(["unshare", "--time", "--boottime", "100000", "--fork", sys.executable,
-        "-c", "import numa_utils as nu, sys\n"
+        "-c", "import numa_utils as nu, numa_utils_regions as nur, numa_utils_threads as nut, sys\n"
         f"r = nur.SharedRegion.create('tns-{kind}', 1 << 20, prefault=False, kind='{kind}')\n"
         "r.close(); print('made', flush=True); sys.stdin.read()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -409,7 +409,7 @@ def test_real_creator_in_a_time_namespace_is_kept():
 
 _LOCKED = r"""
 import fcntl, json, os, subprocess, sys, time
-import numa_utils as nu
+import numa_utils as nu, numa_utils_regions as nur, numa_utils_threads as nut
 nur._LOCK_WAIT = 0.5
 nur.SharedRegion.create("locked", 1 << 20, prefault=False, kind="posix", mode=0o644).close()
 holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys\n"

@@ -7,7 +7,7 @@ import errno
 import inspect
 
 import pytest
-from conftest import REPO, fixture_root, hook_call, nu, nur, nusim, saved_backend, sim
+from conftest import REPO, fixture_root, fixture_tree, hook_call, nu, nur, nusim, saved_backend, sim
 
 # What a backend is, written out here: not read from the library.
 FILES = {"read_text", "listdir", "exists", "realpath", "write_text"}
@@ -130,9 +130,13 @@ def test_hook_call_makes_one_operation_fail_and_leaves_the_rest():
 def test_backend_for_root_reads_this_system_or_a_saved_tree(tmp_path):
     assert nu.backend_for_root(None) is nu.default_backend()
     assert nu.backend_for_root("/") is nu.default_backend()
-    saved = nu.backend_for_root(fixture_root("single-node"))
+    with pytest.raises(ValueError, match="numa_utils_sim.backend_for_root"):
+        nu.backend_for_root(fixture_root("single-node"))  # a tree saved in one file
+    saved = nusim.backend_for_root(fixture_root("single-node"))
     assert not saved.is_live
     assert nu.read_topology(backend=saved).nodes_with_memory == frozenset({0})
+    folder = nu.backend_for_root(fixture_tree("single-node", tmp_path / "tree"))
+    assert nu.read_topology(backend=folder).nodes_with_memory == frozenset({0})
     with pytest.raises(FileNotFoundError):
         nu.backend_for_root(str(tmp_path / "absent"))
     (tmp_path / "root" / "sys").mkdir(parents=True)

@@ -403,7 +403,7 @@ def _real_ok():
 _ATTACH = """
 import sys
 sys.path.insert(0, {repo!r})
-import numa_utils as nu
+import numa_utils as nu, numa_utils_regions as nur, numa_utils_threads as nut
 r = nur.SharedRegion.attach({key!r}, kind={kind!r}, prefault=True)
 assert r.buffer()[0] == ord("Z"), r.buffer()[0]
 print(sorted(r.placement().items()))
@@ -484,7 +484,7 @@ def test_real_cleanup_cli_removes_only_stale_ours():
             sys.executable,
             "-c",
             (
-                "import os, numa_utils as nu\n"
+                "import os, numa_utils as nu, numa_utils_regions as nur\n"
                 f"r = nur.SharedRegion.create({key!r}, 1 << 20, prefault=False)\n"
                 "print(r.shmid, r.ipc_key, flush=True)\n"
                 "os._exit(0)"
@@ -713,11 +713,11 @@ def test_cleanup_removes_only_proven_stale(kind):
 # may be lost; only the regions whose owners died go.
 _RACE = r'''
 import json, os, shutil, subprocess, sys, time
-import numa_utils as nu
+import numa_utils as nu, numa_utils_regions as nur, numa_utils_threads as nut
 D = 0.3
 CHILD = r"""
 import ctypes, json, os, sys, time
-import numa_utils as nu
+import numa_utils as nu, numa_utils_regions as nur, numa_utils_threads as nut
 import numa_utils_cli as cli
 D = 0.3
 class Slow(nu.LinuxBackend):
@@ -765,7 +765,7 @@ NOBODY = r"""
 import array, bisect, collections, ctypes, ctypes.util, errno, fcntl, functools, json
 import logging, math, os, signal, struct, sys, threading, time, zlib
 import importlib
-import numa_utils as nu
+import numa_utils as nu, numa_utils_regions as nur, numa_utils_threads as nut
 import numa_utils_cli
 nu._get_libc()
 os.setgroups([])
@@ -872,9 +872,9 @@ def test_cleanup_race_with_injected_delays_loses_nothing():
 
 _ADVICE = r"""
 import json, os, re, subprocess, sys
-import numa_utils as nu
+import numa_utils as nu, numa_utils_regions as nur, numa_utils_threads as nut
 for key in (0x1234, "kv-advice"):
-    subprocess.run([sys.executable, "-c", "import os, numa_utils as nu; nur.SharedRegion."
+    subprocess.run([sys.executable, "-c", "import os, numa_utils_regions as nur; nur.SharedRegion."
                     f"create({key!r}, 1 << 20, prefault=False); os._exit(0)"], check=True)
     try:
         nur.SharedRegion.create(key, 1 << 20, prefault=False)

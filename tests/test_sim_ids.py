@@ -6,7 +6,7 @@ from conftest import run_private_shm
 CODE = r"""
 import ctypes, errno, os, sys
 sys.path.insert(0, "tests")
-import numa_utils as nu
+import numa_utils as nu, numa_utils_regions as nur, numa_utils_threads as nut
 from conftest import sim
 libc = ctypes.CDLL(None, use_errno=True)
 real = libc.shmget(0, 4096, 0o1600)             # IPC_PRIVATE, IPC_CREAT | 0600

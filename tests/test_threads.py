@@ -380,7 +380,7 @@ REAL_THREADS = textwrap.dedent(
     """
     import ctypes, json, os, sys, threading
     sys.path.insert(0, sys.argv[1])
-    import numa_utils as nu
+    import numa_utils as nu, numa_utils_threads as nut, numa_utils_regions as nur
 
     libc = ctypes.CDLL(None, use_errno=True)
     cpus = sorted(os.sched_getaffinity(0))
@@ -580,8 +580,8 @@ def test_spawn_context_rejects_bad_input():
     b = sim("dual-socket-8gpu")
     with pytest.raises(ValueError, match="method must be"):
         nu.spawn_context(node=0, method="forkserver", backend=b)
-    with pytest.raises(ValueError, match="not in the plan"):
-        nu.spawn_context(node=0, role="nosuch", backend=b)
+    with pytest.raises(ValueError, match="give a CUDA device index or node="):
+        nu.spawn_context(0, node=0, backend=b)
 
 
 SPAWN = textwrap.dedent(
@@ -597,15 +597,16 @@ SPAWN = textwrap.dedent(
 
     if __name__ == "__main__":
         got = {}
+        os.environ["NUMA_UTILS_NUMA_RESERVED_CORES"] = "1"  # the plan leaves one core out
         for method in ("spawn", "fork"):
-            ctx = nu.spawn_context(node=0, roles={"main": 1, "worker": "rest"}, method=method)
+            ctx = nu.spawn_context(node=0, method=method)
             queue = ctx.Queue()
             proc = ctx.Process(target=child, args=(queue,))
             proc.start()
             got[method] = queue.get(timeout=120)
             proc.join(120)
             got[method + " exit"] = proc.exitcode
-            got["planned"] = sorted(ctx.plan.roles["worker"])
+            got["planned"] = sorted(ctx.plan.cpus)
         got["parent"] = sorted(os.sched_getaffinity(0))
         print(json.dumps(got))
     """

@@ -13,7 +13,7 @@ import pytest
 from conftest import REPO
 
 SNIPPET = """\
-import numa_utils as nu
+import numa_utils as nu, numa_utils_regions as nur, numa_utils_threads as nut
 
 
 def use(region: nur.SharedRegion, counters: nur.NodeCounters) -> int:
@@ -61,7 +61,9 @@ def _about(lines, number):
 
 def test_mypy_sees_the_region_address_and_layout_types(mypy_says):
     assert any('Revealed type is "builtins.int"' in line for line in _about(mypy_says, 5))
-    assert any('Revealed type is "numa_utils.Layout"' in line for line in _about(mypy_says, 6))
+    assert any(
+        'Revealed type is "numa_utils_regions.Layout"' in line for line in _about(mypy_says, 6)
+    )
     assert any('Revealed type is "builtins.int"' in line for line in _about(mypy_says, 7))
     assert any("numa_utils.PolicyResult" in line for line in _about(mypy_says, 8))
     assert not _about(mypy_says, 9), mypy_says  # address + 1 is an int

@@ -110,11 +110,11 @@ def test_engine_prefix_set_with_configure(tmp_path):
         from engine.utils import numa_utils as nu
         nu.configure(env_prefix="LIGHTLLM_")
         os.environ["LIGHTLLM_ENABLE_NUMA_INTERLEAVE"] = "yes"
-        rep = cli.status_report(backend=nu.LinuxBackend({one!r}))
+        rep = nu.status_report(backend=nu.LinuxBackend({one!r}))
         cfg = rep["config"]
         assert cfg["LIGHTLLM_ENABLE_NUMA_INTERLEAVE"] == {{"value": True, "source": "env"}}, cfg
         os.environ["LIGHTLLM_NUMA_STRICT"] = "maybe"
-        rep = cli.status_report(backend=nu.LinuxBackend({one!r}))
+        rep = nu.status_report(backend=nu.LinuxBackend({one!r}))
         assert "LIGHTLLM_NUMA_STRICT" in rep["config_error"], rep.get("config_error")
         print("ok")
     """,
@@ -161,7 +161,15 @@ def test_copy_alone_answers_other_commands_with_one_line(tmp_path):
 
 
 def test_cli_and_sim_found_as_siblings_in_a_package(tmp_path):
-    _vendor(tmp_path, "engine", "numa_utils.py", "numa_utils_cli.py", "numa_utils_sim.py")
+    _vendor(
+        tmp_path,
+        "engine",
+        "numa_utils.py",
+        "numa_utils_cli.py",
+        "numa_utils_regions.py",
+        "numa_utils_threads.py",
+        "numa_utils_sim.py",
+    )
     p = _run(
         f"""
         import io, contextlib, json, sys
@@ -241,7 +249,7 @@ def test_foreign_envs_beside_a_vendored_copy_is_never_executed(tmp_path):
     """numa_utils imports or executes no file found by its name: an engine's own
     envs module (in the package, or top level) that does work or raises at import
     leaves SharedRegion.create and status alone."""
-    _vendor(tmp_path, "other", "numa_utils.py", "numa_utils_sim.py")
+    _vendor(tmp_path, "other", "numa_utils.py", "numa_utils_regions.py", "numa_utils_sim.py")
     marker = tmp_path / "executed"
     bad = f"open({str(marker)!r}, 'w').close()\nraise RuntimeError('engine envs broke')\n"
     (tmp_path / "other" / "utils" / "envs.py").write_text(bad)
@@ -252,12 +260,12 @@ def test_foreign_envs_beside_a_vendored_copy_is_never_executed(tmp_path):
         f"""
         import os
         os.environ["NUMA_UTILS_ENABLE_NUMA_INTERLEAVE"] = "1"
-        from other.utils import numa_utils as nu
+        from other.utils import numa_utils as nu, numa_utils_regions as nur
         from other.utils.numa_utils_sim import SimulatedBackend
         s = SimulatedBackend({fixture_root("dual-socket-8gpu")!r})
         with nur.SharedRegion.create("kv", 8 << 20, backend=s) as r:
             assert r.policy.mode == "interleave", r.policy
-        rep = cli.status_report(backend=s)
+        rep = nu.status_report(backend=s)
         assert rep["config"]["NUMA_UTILS_ENABLE_NUMA_INTERLEAVE"]["value"] is True
         print("ok")
     """,
@@ -320,7 +328,13 @@ def _engine_tree(tmp_path, folder, files):
         (tmp_path / "engine" / folder / name).write_text((REPO / source).read_text())
     if "numa_utils.py" not in files or folder != "utils":
         (tmp_path / "engine" / "utils" / "numa_utils.py").write_text(decoy)
-    for name in ("numa_utils.py", "numa_utils_cli.py", "numa_utils_sim.py"):
+    for name in (
+        "numa_utils.py",
+        "numa_utils_cli.py",
+        "numa_utils_regions.py",
+        "numa_utils_threads.py",
+        "numa_utils_sim.py",
+    ):
         (tmp_path / name).write_text(decoy)
     return marker
 
@@ -330,7 +344,13 @@ def test_vendored_in_a_vendor_subpackage_works_as_pip_does(tmp_path):
     numa_utils_sim.py beside it: the CLI, the simulator and `python -m` all find the
     library as engine._vendor.numa_utils, never the engine's own utils/numa_utils.py
     nor a top-level numa_utils."""
-    names = ("numa_utils.py", "numa_utils_cli.py", "numa_utils_sim.py")
+    names = (
+        "numa_utils.py",
+        "numa_utils_cli.py",
+        "numa_utils_regions.py",
+        "numa_utils_threads.py",
+        "numa_utils_sim.py",
+    )
     marker = _engine_tree(tmp_path, "_vendor", {n: n for n in names})
     tree = fixture_tree("dual-socket-8gpu", tmp_path / "tree")
     archive = fixture_root("four-node-asym")
@@ -345,7 +365,9 @@ def test_vendored_in_a_vendor_subpackage_works_as_pip_does(tmp_path):
         from engine._vendor import numa_utils as nu
         from engine._vendor.numa_utils_sim import SimulatedBackend
         from engine._vendor import numa_utils_cli as cli
+        from engine._vendor import numa_utils_regions as nur
         assert cli._nu is nu and sys.modules["engine._vendor.numa_utils_sim"]._nu is nu
+        assert nur.nu is nu and cli._nur is nur
         with nur.SharedRegion.create("kv", 4 << 20, layout="parts:bind:0/1/2/3",
                                     backend=SimulatedBackend({archive!r})) as r:
             assert r.policy and r.layout.nodes == {{0, 1, 2, 3}}
@@ -364,7 +386,12 @@ def test_renamed_copy_serves_status_and_hands_itself_to_its_cli(tmp_path):
     beside it, as that line says, they use the renamed copy, never the engine's
     numa_utils (before: an AttributeError traceback from the engine's module)."""
     marker = _engine_tree(tmp_path, "utils", {"numa_place.py": "numa_utils.py"})
-    for name in ("numa_utils_cli.py", "numa_utils_sim.py"):  # an installed CLI would serve
+    for name in (
+        "numa_utils_cli.py",
+        "numa_utils_regions.py",
+        "numa_utils_threads.py",
+        "numa_utils_sim.py",
+    ):  # an installed CLI would serve
         (tmp_path / name).unlink()
     (tmp_path / "engine" / "utils" / "numa_utils.py").write_text(
         (tmp_path / "numa_utils.py").read_text()
@@ -385,7 +412,12 @@ def test_renamed_copy_serves_status_and_hands_itself_to_its_cli(tmp_path):
     p = _clean_run(["-c", textwrap.dedent(code)], tmp_path)
     assert p.returncode == 0 and "ok" in p.stdout, p.stderr
     assert not marker.exists(), marker.read_text()
-    for name in ("numa_utils_cli.py", "numa_utils_sim.py"):
+    for name in (
+        "numa_utils_cli.py",
+        "numa_utils_regions.py",
+        "numa_utils_threads.py",
+        "numa_utils_sim.py",
+    ):
         (tmp_path / "engine" / "utils" / name).write_text((REPO / name).read_text())
     p = _clean_run([*run, "plan", "--root", tree, "--json"], tmp_path)
     assert p.returncode == 0 and len(json.loads(p.stdout)) == 8, p.stderr
