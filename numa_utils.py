@@ -331,21 +331,6 @@ def _printable_char(char: str) -> str:
     return repr(char)[1:-1]
 
 
-def _seconds(value: Any) -> Optional[float]:
-    """A time from a record as a finite float; None for anything else."""
-    import math
-
-    if type(value) not in (int, float):
-        return None
-    try:
-        out = float(value)
-    except OverflowError:
-        return None
-    if not math.isfinite(out):
-        return None
-    return out
-
-
 def printable(text: str) -> str:
     """``text`` for a terminal: each character that str.isprintable() refuses (control
     characters such as ESC and BEL, a newline, bidirectional overrides) as its
@@ -1488,6 +1473,16 @@ class use_backend:
         global _default
         with _default_lock:
             _default = self.previous
+
+
+def _check_sibling(module: str, version: str) -> None:
+    """Called by numa_utils_regions, _threads and _cli as each loads: one line naming
+    both files when this core is of another release."""
+    if version != __version__:
+        raise ImportError(
+            f"{module.rpartition('.')[2]} {version} needs numa_utils {version}, "
+            f"not {__version__} ({__file__}): copy both from one release"
+        )
 
 
 def _sibling(module: str) -> Any:
@@ -5712,57 +5707,10 @@ def _status_facts(backend: Backend) -> Tuple[Dict[str, Any], Topology]:
     topo = read_topology(backend=backend)
     tj = _topology_json(topo)
     warnings: List[str] = []
-    multi = len(topo.nodes_with_memory) > 1 or len(topo.nodes_with_cpus) > 1
     gpu_rows = [
         dict(_pci_json(gpu), node=gpu.node, node_source=gpu.node_source) for gpu in topo.gpus
     ]
-    if multi:
-        for gpu in topo.gpus:
-            if gpu.numa_node < 0:
-                if gpu.node is None:
-                    warnings.append(
-                        f"GPU {gpu.address}: firmware reports no NUMA node (numa_node=-1)"
-                        " and its local CPUs span several nodes; pass the node "
-                        "explicitly when binding workers"
-                    )
-                else:
-                    warnings.append(
-                        f"GPU {gpu.address}: firmware reports no NUMA node (numa_node=-1);"
-                        f" using node {gpu.node} from its local CPUs"
-                    )
-            if gpu.node is not None:
-                ncpus: FrozenSet[int] = frozenset()
-                if gpu.node in topo.nodes:
-                    ncpus = topo.nodes[gpu.node].cpus
-                if ncpus and not (ncpus & topo.allowed_cpus):
-                    warnings.append(
-                        f"GPU {gpu.address} hangs off node {gpu.node} but this "
-                        "process's cpuset allows none of its CPUs "
-                        f"({format_cpulist(ncpus)}): its worker will run remote"
-                    )
-                if gpu.node in topo.nodes_with_memory and gpu.node not in topo.allowed_mems:
-                    warnings.append(
-                        f"GPU {gpu.address} hangs off node {gpu.node} but this process's "
-                        f"cpuset (Mems_allowed_list {format_cpulist(topo.allowed_mems)})"
-                        " excludes that node's memory: host buffers for it will be remote"
-                    )
     devs = _devices(topo, backend)
-    if topo.numa_balancing and len(topo.nodes_with_memory) > 1:
-        warnings.append(
-            "numa_balancing is on: the kernel migrates pages behind the "
-            "engine's back, which costs tail latency; for serving set "
-            "`sysctl -w kernel.numa_balancing=0`"
-        )
-    restricted = topo.nodes_with_memory - topo.allowed_mems
-    if restricted and topo.allowed_mems & topo.nodes_with_memory:
-        warnings.append(
-            f"the cpuset limits memory to {_nodes_txt(topo.allowed_mems)}; "
-            f"{_nodes_txt(restricted)} cannot be used for interleave"
-        )
-    for node in sorted(topo.nodes_with_cpus - topo.nodes_with_memory):
-        warnings.append(
-            f"node {node} has CPUs but no memory: its threads always allocate from another node"
-        )
     warnings.extend(f"could not read: {problem}" for problem in topo.problems)
     policy: Optional[Dict[str, Any]] = None
     policy_error: Optional[str] = "not the running system"

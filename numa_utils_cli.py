@@ -44,38 +44,19 @@ if TYPE_CHECKING:
 
     import numa_utils as _nu
 else:
-
-    def _library():
-        """The numa_utils that loaded this file (a copy under any name hands itself
-        over), else ``pkg.numa_utils`` beside it, else the top-level one."""
-        import importlib
-
-        given = globals().get("_NUMA_UTILS_LIBRARY")
-        if given is not None:
-            return given
-        for name in ([__package__ + ".numa_utils"] if __package__ else []) + ["numa_utils"]:
-            try:
-                found = importlib.import_module(name)
-            except ModuleNotFoundError as e:
-                if e.name != name:
-                    raise
-                continue
-            if not hasattr(found, "__version__"):
-                raise ImportError(
-                    f"numa_utils_cli found {found.__name__} ({getattr(found, '__file__', '?')}), "
-                    "which is not numa_utils: keep the library's file name beside it, or "
-                    "import it through the library (a renamed copy hands itself over)"
-                )
-            return found
-        raise ImportError("numa_utils_cli needs numa_utils.py beside it (or installed)")
-
-    _nu = _library()
-
-if _nu.__version__ != __version__:
-    raise ImportError(
-        f"numa_utils_cli {__version__} needs numa_utils {__version__}, "
-        f"not {_nu.__version__} ({_nu.__file__}): copy both from one release"
-    )
+    _nu = globals().get("_NUMA_UTILS_LIBRARY")  # the core that loaded this file, by any name
+    if _nu is None:
+        try:  # beside this file in the engine's package (vendored), else the top-level one
+            from . import numa_utils as _nu
+        except ImportError:
+            import numa_utils as _nu
+    if not hasattr(_nu, "_check_sibling"):
+        raise ImportError(
+            f"{__name__.rpartition('.')[2]} found {_nu.__name__} "
+            f"({getattr(_nu, '__file__', '?')}), which is not numa_utils: keep the "
+            "library's file name beside it, or import it through the library"
+        )
+    _nu._check_sibling(__name__, __version__)
 
 if TYPE_CHECKING:
     import numa_utils_regions as _nur
@@ -3285,6 +3266,7 @@ def status_report(*, backend: Optional[_nu.Backend] = None) -> Dict[str, Any]:
             "them (preferred-many); 'node' keeps a worker on one cluster, "
             "with that cluster's share of the memory bandwidth"
         )
+    _status_advice(warnings, topo)
     report["last_level_caches"] = _llc_json(topo, backend, warnings)
     text = report.setdefault("extra_text", [])
     text += ["", _cpu_summary(report), f"PACKAGES: {layout['evidence']}", *_render_tiers(report)]
@@ -3295,3 +3277,55 @@ def status_report(*, backend: Optional[_nu.Backend] = None) -> Dict[str, Any]:
 
 def _cmd_status(args: Any) -> int:
     return _nu._cmd_status(args, status_report, backend_for_root)
+
+
+def _status_advice(warnings: List[str], topo: _nu.Topology) -> None:
+    """The status report's advice on the machine: GPUs without a node or outside the
+    cpuset, automatic NUMA balancing, a cpuset that limits memory, CPU-only nodes."""
+    multi = len(topo.nodes_with_memory) > 1 or len(topo.nodes_with_cpus) > 1
+    if multi:
+        for gpu in topo.gpus:
+            if gpu.numa_node < 0:
+                if gpu.node is None:
+                    warnings.append(
+                        f"GPU {gpu.address}: firmware reports no NUMA node (numa_node=-1)"
+                        " and its local CPUs span several nodes; pass the node "
+                        "explicitly when binding workers"
+                    )
+                else:
+                    warnings.append(
+                        f"GPU {gpu.address}: firmware reports no NUMA node (numa_node=-1);"
+                        f" using node {gpu.node} from its local CPUs"
+                    )
+            if gpu.node is not None:
+                ncpus: FrozenSet[int] = frozenset()
+                if gpu.node in topo.nodes:
+                    ncpus = topo.nodes[gpu.node].cpus
+                if ncpus and not (ncpus & topo.allowed_cpus):
+                    warnings.append(
+                        f"GPU {gpu.address} hangs off node {gpu.node} but this "
+                        "process's cpuset allows none of its CPUs "
+                        f"({_nu.format_cpulist(ncpus)}): its worker will run remote"
+                    )
+                if gpu.node in topo.nodes_with_memory and gpu.node not in topo.allowed_mems:
+                    warnings.append(
+                        f"GPU {gpu.address} hangs off node {gpu.node} but this process's "
+                        f"cpuset (Mems_allowed_list {_nu.format_cpulist(topo.allowed_mems)})"
+                        " excludes that node's memory: host buffers for it will be remote"
+                    )
+    if topo.numa_balancing and len(topo.nodes_with_memory) > 1:
+        warnings.append(
+            "numa_balancing is on: the kernel migrates pages behind the "
+            "engine's back, which costs tail latency; for serving set "
+            "`sysctl -w kernel.numa_balancing=0`"
+        )
+    restricted = topo.nodes_with_memory - topo.allowed_mems
+    if restricted and topo.allowed_mems & topo.nodes_with_memory:
+        warnings.append(
+            f"the cpuset limits memory to {_nu._nodes_txt(topo.allowed_mems)}; "
+            f"{_nu._nodes_txt(restricted)} cannot be used for interleave"
+        )
+    for node in sorted(topo.nodes_with_cpus - topo.nodes_with_memory):
+        warnings.append(
+            f"node {node} has CPUs but no memory: its threads always allocate from another node"
+        )

@@ -50,20 +50,22 @@ if TYPE_CHECKING:
 
     import numa_utils as nu
 else:
-    nu = globals().get("_NUMA_UTILS_LIBRARY")  # a core that loaded this file, by any name
+    nu = globals().get("_NUMA_UTILS_LIBRARY")  # the core that loaded this file, by any name
     if nu is None:
         try:  # beside this file in the engine's package (vendored), else the top-level one
             from . import numa_utils as nu
         except ImportError:
             import numa_utils as nu
+    if not hasattr(nu, "_check_sibling"):
+        raise ImportError(
+            f"{__name__.rpartition('.')[2]} found {nu.__name__} "
+            f"({getattr(nu, '__file__', '?')}), which is not numa_utils: keep the "
+            "library's file name beside it, or import it through the library"
+        )
+    nu._check_sibling(__name__, __version__)
 
     ctypes = nu.ctypes  # the core's: loaded on first use
     _Record = nu._Record
-if nu.__version__ != __version__:
-    raise ImportError(
-        f"{__name__} {__version__} needs numa_utils {__version__}, "
-        f"not {nu.__version__} ({nu.__file__}): copy both from one release"
-    )
 
 __all__ = [
     "SharedRegion",
@@ -140,6 +142,21 @@ _RECORD_MAX = _RECORD_ROOM - _RECORD_SLOT - _RECORD_END.size
 
 
 _RECORD_FORMAT = 1
+
+
+def _seconds(value: Any) -> Optional[float]:
+    """A time from a record as a finite float; None for anything else."""
+    import math
+
+    if type(value) not in (int, float):
+        return None
+    try:
+        out = float(value)
+    except OverflowError:
+        return None
+    if not math.isfinite(out):
+        return None
+    return out
 
 
 def _record_parse(raw: bytes, bad: str) -> Any:
@@ -1789,7 +1806,7 @@ def _check_made_after(rec: Mapping[str, Any], after: Optional[float], what: str)
     (attach's ``created_after``): an earlier run's region is not the one awaited."""
     if after is None:
         return
-    made = nu._seconds(rec.get("created"))
+    made = _seconds(rec.get("created"))
     if made is None or made < after:
         raise FileNotFoundError(
             errno.ENOENT,
@@ -2295,7 +2312,7 @@ def _idle_why(
     except ValueError as err:
         return f"{err}: attaching and closing it rewrites it"
     if slot is None:
-        made = nu._seconds(rec.get("created"))
+        made = _seconds(rec.get("created"))
         age = 0.0 if made is None else now - made
         if age < min_age:
             return f"created {max(age, 0):.0f} s ago (minimum age {min_age:g} s)"
@@ -3376,7 +3393,7 @@ class SharedRegion(_RecordRoom):
         """
         backend = nu._b(backend)
         _region_args(backend, kind, size or 0, 0)
-        if created_after is not None and nu._seconds(created_after) is None:
+        if created_after is not None and _seconds(created_after) is None:
             raise ValueError(f"created_after={created_after!r}: a time.time() value")
         known: Dict[str, Any] = {}  # NUMA_NODES, read once for the policy and the layout
         pmode, pnodes, strict_, explicit = _region_policy(policy, nodes, strict, backend, known)

@@ -51,32 +51,18 @@ if TYPE_CHECKING:
 
     import numa_utils as _nu
 else:
-
-    def _library():
-        """The numa_utils that loaded this file (a copy under any name hands itself
-        over), else ``pkg.numa_utils`` beside it, else the top-level one."""
-        import importlib
-
-        given = globals().get("_NUMA_UTILS_LIBRARY")
-        if given is not None:
-            return given
-        for name in ([__package__ + ".numa_utils"] if __package__ else []) + ["numa_utils"]:
-            try:
-                found = importlib.import_module(name)
-            except ModuleNotFoundError as e:
-                if e.name != name:
-                    raise
-                continue
-            if not hasattr(found, "__version__"):
-                raise ImportError(
-                    f"numa_utils_sim found {found.__name__} ({getattr(found, '__file__', '?')}), "
-                    "which is not numa_utils: keep the library's file name beside it, or "
-                    "import it through the library (a renamed copy hands itself over)"
-                )
-            return found
-        raise ImportError("numa_utils_sim needs numa_utils.py beside it (or installed)")
-
-    _nu = _library()
+    _nu = globals().get("_NUMA_UTILS_LIBRARY")  # the core that loaded this file, by any name
+    if _nu is None:
+        try:  # beside this file in the engine's package (vendored), else the top-level one
+            from . import numa_utils as _nu
+        except ImportError:
+            import numa_utils as _nu
+    if not hasattr(_nu, "_check_sibling"):
+        raise ImportError(
+            f"{__name__.rpartition('.')[2]} found {_nu.__name__} "
+            f"({getattr(_nu, '__file__', '?')}), which is not numa_utils: keep the "
+            "library's file name beside it, or import it through the library"
+        )
     _Record = _nu._Record
 
 Backend = _nu.Backend

@@ -37,20 +37,22 @@ if TYPE_CHECKING:
 
     import numa_utils as nu
 else:
-    nu = globals().get("_NUMA_UTILS_LIBRARY")  # a core that loaded this file, by any name
+    nu = globals().get("_NUMA_UTILS_LIBRARY")  # the core that loaded this file, by any name
     if nu is None:
         try:  # beside this file in the engine's package (vendored), else the top-level one
             from . import numa_utils as nu
         except ImportError:
             import numa_utils as nu
+    if not hasattr(nu, "_check_sibling"):
+        raise ImportError(
+            f"{__name__.rpartition('.')[2]} found {nu.__name__} "
+            f"({getattr(nu, '__file__', '?')}), which is not numa_utils: keep the "
+            "library's file name beside it, or import it through the library"
+        )
+    nu._check_sibling(__name__, __version__)
 
     ctypes = nu.ctypes  # the core's: loaded on first use
     _Record = nu._Record
-if nu.__version__ != __version__:
-    raise ImportError(
-        f"{__name__} {__version__} needs numa_utils {__version__}, "
-        f"not {nu.__version__} ({nu.__file__}): copy both from one release"
-    )
 
 __all__ = [
     "thread_plan",
