@@ -118,7 +118,6 @@ __all__ = [
     "ShmStat",
     "NotLiveError",
     "default_backend",
-    "backend_for_root",
     "use_backend",
     # topology
     "Topology",
@@ -5991,7 +5990,7 @@ def _render_status(rep: Dict[str, Any]) -> str:
 # ===========================================================================
 
 
-def backend_for_root(root: Optional[str] = None) -> Backend:
+def _root_backend(root: Optional[str] = None) -> Backend:
     """The backend for ``root`` as ``--root`` takes it: the running system for None
     or "/"; else a saved tree, a folder (holding sys/ and proc/) or a tree saved in
     one file: numa_utils_sim.backend_for_root reads those.  A folder
@@ -6061,7 +6060,7 @@ def _commands(what: str) -> Any:
 def _cmd_status(
     args: Any,
     report: Callable[..., Dict[str, Any]] = status_report,
-    root: Callable[[Optional[str]], Backend] = backend_for_root,
+    root: Callable[[Optional[str]], Backend] = _root_backend,
 ) -> int:
     """``status``: the facts from this file alone; numa_utils_cli serves it with its
     ``report`` (advice, counters, regions) and ``root`` (saved trees in one file)."""

@@ -2400,8 +2400,10 @@ class SimulatedBackend(Backend):
 
 
 def backend_for_root(root: Optional[str] = None) -> _nu.Backend:
-    """numa_utils.backend_for_root, and a tree saved in one file (an archive, as
-    tools/gather.py --archive writes it) too."""
+    """The backend for ``root`` as ``--root`` takes it: the running system for None
+    or "/"; else a saved tree, a folder (holding sys/ and proc/) or a tree saved in
+    one file (an archive, as tools/gather.py --archive writes it).  A folder that is
+    not a saved tree is a ValueError that says so; a missing one, FileNotFoundError."""
     if root and os.path.isfile(root):
         return _nu.LinuxBackend(SavedArchive(root).subtree())
-    return _nu.backend_for_root(root)
+    return _nu._root_backend(root)

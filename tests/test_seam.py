@@ -128,20 +128,20 @@ def test_hook_call_makes_one_operation_fail_and_leaves_the_rest():
 
 
 def test_backend_for_root_reads_this_system_or_a_saved_tree(tmp_path):
-    assert nu.backend_for_root(None) is nu.default_backend()
-    assert nu.backend_for_root("/") is nu.default_backend()
+    assert nusim.backend_for_root(None) is nu.default_backend()
+    assert nusim.backend_for_root("/") is nu.default_backend()
     with pytest.raises(ValueError, match="numa_utils_sim.backend_for_root"):
-        nu.backend_for_root(fixture_root("single-node"))  # a tree saved in one file
+        nu._root_backend(fixture_root("single-node"))  # the core alone: no archives
     saved = nusim.backend_for_root(fixture_root("single-node"))
     assert not saved.is_live
     assert nu.read_topology(backend=saved).nodes_with_memory == frozenset({0})
-    folder = nu.backend_for_root(fixture_tree("single-node", tmp_path / "tree"))
+    folder = nusim.backend_for_root(fixture_tree("single-node", tmp_path / "tree"))
     assert nu.read_topology(backend=folder).nodes_with_memory == frozenset({0})
     with pytest.raises(FileNotFoundError):
-        nu.backend_for_root(str(tmp_path / "absent"))
+        nusim.backend_for_root(str(tmp_path / "absent"))
     (tmp_path / "root" / "sys").mkdir(parents=True)
     with pytest.raises(ValueError, match=r"not a saved tree .*did you mean .*/root\?"):
-        nu.backend_for_root(str(tmp_path))
+        nusim.backend_for_root(str(tmp_path))
 
 
 def test_identity_record_read_from_the_bytes_alone():

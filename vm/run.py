@@ -4,8 +4,8 @@
 NUMA topology and run a command in it.
 
 The guest's initramfs is the cached base archive from vm/build.py followed by a
-small per-run archive holding /init, the current numa_utils.py (with envs.py,
-numa_utils_cli.py and numa_utils_sim.py when present), tests/kernel_checks.py,
+small per-run archive holding /init, the current numa_utils.py (with envs.py and
+every numa_utils_*.py beside it), tests/kernel_checks.py,
 vm/guest_runner.py and the expected topology (/vmtest/expect.json). /init mounts
 proc, sysfs, devtmpfs, a tmpfs on /dev/shm and /tmp (and cgroup2 for the ``cpuset``
 topology), runs the command between markers on the console and powers off.
@@ -448,7 +448,10 @@ def _guest_files(
         if patch_module is not None:
             module = patch_module(module.decode()).encode()
         out["/vmtest/numa_utils.py"] = module
-    for name in ("envs.py", "numa_utils_cli.py", "numa_utils_sim.py"):
+    siblings = sorted(
+        n for n in os.listdir(REPO) if n.startswith("numa_utils_") and n.endswith(".py")
+    )
+    for name in ("envs.py", *siblings):
         if os.path.exists(os.path.join(REPO, name)):
             out["/vmtest/" + name] = read(os.path.join(REPO, name))
     out["/vmtest/kernel_checks.py"] = read(os.path.join(REPO, "tests", "kernel_checks.py"))
