@@ -852,93 +852,6 @@ def _get_libc() -> ctypes.CDLL:
         return _libc
 
 
-# Saved trees: every lookup walks the tree's own links (LinuxBackend._walk).
-_TREE_MAX_STEPS = 1 << 21  # path components one backend walks, all lookups together
-
-
-def _read_regular(path: str, limit: int, flags: int = 0) -> bytes:
-    """At most ``limit`` bytes of a regular file (EFBIG past it); a FIFO or a device
-    is refused before it can block or never end."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | flags)
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise OSError(errno.EISDIR, os.strerror(errno.EISDIR))
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        # One read of the size fstat gave (a 1 MiB buffer per small file costs more than
-        # reading it), then MiB reads until a short one (a regular file's end) or more
-        # than ``limit``.
-        want = min(max(st.st_size, 1 << 16), limit) + 1
-        chunks = [os.read(fd, want)]
-        while len(chunks[-1]) == want and sum(map(len, chunks)) <= limit:
-            want = 1 << 20
-            chunks.append(os.read(fd, want))
-        data = b"".join(chunks)
-        if len(data) > limit:
-            raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB")
-        return data
-    finally:
-        os.close(fd)
-
-
-class _SavedFolder:
-    """A saved tree in a folder, read-only: each file read when first asked for (the
-    small ones kept).  LinuxBackend walks its links itself (``link``); a saved tree
-    in one file (text archive, tar) is numa_utils_sim.SavedArchive, which has the
-    same five methods."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._kept: Dict[str, bytes] = {}
-
-    def link(self, rel: str) -> Optional[str]:
-        """The target of ``rel`` when it is a symbolic link."""
-        try:
-            return os.readlink(f"{self.path}/{rel}")
-        except OSError:  # not a link, or not there
-            return None
-
-    def exists(self, rel: str) -> bool:
-        return os.access(f"{self.path}/{rel}", os.F_OK, follow_symlinks=False)
-
-    def read(self, rel: str, path: str, limit: int) -> str:
-        """``rel``'s text; ELOOP when it is a link (LinuxBackend then follows it)."""
-        data = self._kept.get(rel)
-        if data is None:
-            try:
-                data = _read_regular(f"{self.path}/{rel}", limit, os.O_NOFOLLOW)
-            except OSError as e:
-                e.filename = path  # the tree's path, not the disk's
-                raise
-            # Kept: 64 KiB at most, under every ``limit`` LinuxBackend asks (1 MiB and
-            # up), so a kept file never needs the size check _read_regular makes.
-            if len(data) <= 1 << 16:
-                self._kept[rel] = data
-        return data.decode("utf-8", "replace")
-
-    def listdir(self, rel: str, path: str) -> List[str]:
-        try:
-            return os.listdir(f"{self.path}/{rel}")
-        except OSError as e:
-            e.filename = path
-            raise
-
-
-def _saved_folder(path: str) -> _SavedFolder:
-    """The saved tree in folder ``path``; ValueError for anything else (a file: an
-    archive, which numa_utils_sim.SavedArchive reads)."""
-    mode = os.stat(path).st_mode  # a stat opens nothing: a FIFO, a device
-    if stat.S_ISREG(mode):
-        raise ValueError(
-            f"{path}: a saved tree in one file (text archive or tar) is read by "
-            "numa_utils_sim.py: LinuxBackend(numa_utils_sim.SavedArchive(path))"
-        )
-    if not stat.S_ISDIR(mode):
-        raise ValueError(f"{path}: not a saved tree (neither a folder nor a regular file)")
-    return _SavedFolder(path)
-
-
 def _ns_link(kind: str) -> str:
     """This process's namespace of ``kind``, as /proc/self/ns/KIND names it
     ("time:[4026531834]"); "" where the kernel has none (time: before Linux 5.6)."""
@@ -1066,133 +979,56 @@ def _touch_iov(addr: int, length: int, page: int, write: bool = True) -> None:
 class LinuxBackend(Backend):
     """The Linux kernel, or a saved tree of it.
 
-    ``root="/"`` is the running system.  Any other root is a saved tree: a directory
-    holding ``sys/`` and ``proc/``, or a tree object with the methods of
-    _SavedFolder (``path``, ``link``, ``exists``, ``read``, ``listdir``), such as
-    numa_utils_sim.SavedArchive for a tree saved in one file.  Files are read from
-    there and every syscall is refused with NotLiveError, so a tree gathered on
-    another machine never drives this machine's kernel.
+    ``root="/"`` is the running system.  A saved tree (a folder holding ``sys/`` and
+    ``proc/``, or a tree saved in one file) is read through numa_utils_sim, which
+    walks its links inside it: ``LinuxBackend(numa_utils_sim.open_tree(path))``, or
+    any object with ``path`` and the file methods below (``read_text``, ``listdir``,
+    ``exists``, ``realpath``).  Files are then read from the tree and every syscall
+    is refused with NotLiveError, so a tree gathered on another machine never drives
+    this machine's kernel.
     """
 
     def __init__(self, root: Any = "/", *, abi: Optional[Abi] = None) -> None:
         tree: Any = None
         if not isinstance(root, str):
             tree, root = root, root.path
-        self.root = os.path.abspath(root) if root else "/"
-        self.is_live = self.root == "/" and tree is None
+        elif os.path.abspath(root or "/") != "/":
+            raise ValueError(
+                f"LinuxBackend({root!r}): a saved tree is read by numa_utils_sim: "
+                "LinuxBackend(numa_utils_sim.open_tree(path))"
+            )
+        self.root = os.path.abspath(root or "/")
+        self.is_live = tree is None
         self.abi = abi if abi is not None else abi_for()
         self.page_size = os.sysconf("SC_PAGE_SIZE")
-        self._real_paths: Dict[str, str] = {}
-        self._steps = 0
-        if tree is None and not self.is_live:
-            tree = _saved_folder(self.root)
-        self._tree: Optional[_SavedFolder] = tree  # or any object with its methods
+        self._tree = tree
         self._me: Dict[str, Any] = {}  # whoami(), until a fork changes the pid
 
     def __repr__(self) -> str:
         return f"LinuxBackend(root={self.root!r})"
 
-    # A saved tree can come from anyone (a bug report, a shared folder, an archive), so
-    # it is read as if it were "/": every path goes through _walk, which follows links
-    # inside the tree (".." stops at its root, an absolute target names a file of the
-    # tree); a file is opened with O_NOFOLLOW first and walked only when that says it
-    # is a link (ELOOP).  Only regular files are opened (O_NONBLOCK, then fstat: a FIFO
-    # would block, /dev/zero never ends), at most _TREE_MAX_READ bytes of each, and of
-    # a sysfs file 1 MiB: the kernel prints an attribute into one page (fs/sysfs/file.c),
-    # so 64 links to one huge file cost 64 short refusals, not 64 huge parses.
-    # Resolved paths are cached: the tree is taken to stay put while it is read.
-    _TREE_MAX_READ = 64 << 20
-    _SYSFS_MAX_READ = 1 << 20
-
-    def _walk(self, tree: _SavedFolder, path: str, base: str = "") -> str:
-        """``path`` inside the tree with every link followed, iteratively: at most 40
-        links per lookup (the kernel's MAXSYMLINKS), 512 components deep, and
-        _TREE_MAX_STEPS components walked by this backend in all, so that no tree of
-        links (chains that double, loops, 2,000-component targets) costs more.
-        ``base``: an already resolved folder to start from."""
-        cur = base.split("/") if base else []
-        todo = path.split("/")[::-1]
-        links = 0
-        while todo:
-            c = todo.pop()
-            self._steps += 1
-            if self._steps > _TREE_MAX_STEPS or len(cur) > 512 or len(todo) > 4096:
-                raise _oserror(errno.ELOOP, path, f"links too deep or too many in {self.root}")
-            if c in ("", ".", ".."):
-                if c == ".." and cur:
-                    cur.pop()
-                continue
-            cur.append(c)
-            link = tree.link("/".join(cur))
-            if link is None:
-                continue
-            links += 1
-            if links > 40:
-                raise _oserror(errno.ELOOP, path, f"in {self.root}")
-            if link.startswith("/"):
-                cur = []  # from the tree's root
-            else:
-                cur = cur[:-1]  # from the link's folder
-            todo.extend(link.split("/")[::-1])
-        return "/".join(cur)
-
-    def _rel(self, tree: _SavedFolder, path: str, leaf_too: bool = True) -> str:
-        """The tree-relative path of ``path`` with its links followed; with
-        ``leaf_too=False`` but for its last component (a reader that opens it with
-        O_NOFOLLOW learns that from ELOOP, without a lookup of its own)."""
-        rel = path.strip("/")
-        got = self._real_paths.get(rel)
-        if got is None:
-            # Each folder resolved once, whatever the file: sysfs paths share them.
-            head, _, leaf = rel.rpartition("/")
-            base = self._real_paths.get(head)
-            if base is None:
-                if 0 < head.count("/") < 64:
-                    base = self._rel(tree, head)
-                else:
-                    base = self._real_paths.setdefault(head, self._walk(tree, head))
-            got = f"{base}/{leaf}" if base else leaf  # most leaves: a plain name
-            if leaf in ("", ".", "..") or leaf_too and tree.link(got) is not None:
-                got = self._walk(tree, leaf, base)
-            elif not leaf_too:
-                return got
-            self._real_paths[rel] = got
-        return got
-
     def read_text(self, path: str) -> str:
-        if self._tree is None:
-            with open(path, "rb") as f:
-                return f.read().decode("utf-8", "replace")
-        limit = self._SYSFS_MAX_READ if path.startswith("/sys/") else self._TREE_MAX_READ
-        try:
-            return self._tree.read(self._rel(self._tree, path, False), path, limit)
-        except OSError as err:
-            if err.errno != errno.ELOOP:
-                raise
-        return self._tree.read(self._rel(self._tree, path), path, limit)
+        if self._tree is not None:
+            return str(self._tree.read_text(path))
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
 
     def listdir(self, path: str) -> List[str]:
-        if self._tree is None:
-            return os.listdir(path)
-        return self._tree.listdir(self._rel(self._tree, path), path)
+        if self._tree is not None:
+            return list(self._tree.listdir(path))
+        return os.listdir(path)
 
     def exists(self, path: str) -> bool:
-        if self._tree is None:
-            # access, not stat: on CPython 3.8-3.10 a signal handled while os.stat
-            # builds its result leaves a SystemError in place of the KeyboardInterrupt.
-            return os.access(path, os.F_OK)
-        try:
-            rel = self._rel(self._tree, path)
-        except OSError as err:
-            if err.errno == errno.ELOOP:  # a loop is worth a warning, not "absent"
-                raise
-            return False
-        return bool(self._tree.exists(rel))
+        if self._tree is not None:
+            return bool(self._tree.exists(path))
+        # access, not stat: on CPython 3.8-3.10 a signal handled while os.stat
+        # builds its result leaves a SystemError in place of the KeyboardInterrupt.
+        return os.access(path, os.F_OK)
 
     def realpath(self, path: str) -> str:
-        if self._tree is None:
-            return os.path.realpath(path)
-        return "/" + self._rel(self._tree, path)
+        if self._tree is not None:
+            return str(self._tree.realpath(path))
+        return os.path.realpath(path)
 
     def _refuse(self, what: str) -> None:
         if not self.is_live:
@@ -5992,33 +5828,17 @@ def _render_status(rep: Dict[str, Any]) -> str:
 
 def _root_backend(root: Optional[str] = None) -> Backend:
     """The backend for ``root`` as ``--root`` takes it: the running system for None
-    or "/"; else a saved tree, a folder (holding sys/ and proc/) or a tree saved in
-    one file: numa_utils_sim.backend_for_root reads those.  A folder
-    that is not a saved tree is a ValueError that says so (and names DIR/root, where
-    tools/gather.py puts the tree); a missing one, FileNotFoundError."""
-    root = root or "/"
-    if root == "/":
+    or "/"; a saved tree through numa_utils_sim.backend_for_root, when that file is
+    beside this one."""
+    if (root or "/") == "/":
         return default_backend()
-    if not os.path.exists(root):
-        raise FileNotFoundError(errno.ENOENT, "no such tree", root)
-    # A folder without sys/ or proc/ would read as an empty one-node machine;
-    # tools/gather.py puts the tree in DIR/root: say so.
-    if os.path.isdir(root) and not any(
-        os.path.isdir(os.path.join(root, d)) for d in ("sys", "proc")
-    ):
-        sub = os.path.join(root, "root")
-        if os.path.isdir(sub):
-            raise ValueError(
-                f"--root {root}: not a saved tree (no sys/ or proc/ in it); did you mean {sub}?"
-            )
-        raise ValueError(f"--root {root}: not a saved tree (no sys/ or proc/ in it)")
-    if os.path.isfile(root):
+    sim = _sibling("numa_utils_sim")
+    if sim is None:
         raise ValueError(
-            f"--root {root}: a saved tree in one file is read by numa_utils_sim.backend_for_root"
-            f" (copy numa_utils_sim.py beside {os.path.basename(__file__)}), or unpack it"
-            " and give its folder"
+            f"--root {root}: a saved tree is read by numa_utils_sim.py: copy it beside "
+            f"{os.path.basename(__file__)}"
         )
-    return LinuxBackend(root)
+    return sim.backend_for_root(root)  # type: ignore[no-any-return]
 
 
 def _print_json(data: Any) -> None:
@@ -6060,10 +5880,9 @@ def _commands(what: str) -> Any:
 def _cmd_status(
     args: Any,
     report: Callable[..., Dict[str, Any]] = status_report,
-    root: Callable[[Optional[str]], Backend] = _root_backend,
 ) -> int:
     """``status``: the facts from this file alone; numa_utils_cli serves it with its
-    ``report`` (advice, counters, regions) and ``root`` (saved trees in one file)."""
+    ``report`` (advice, counters, regions)."""
     if args.env_prefix is not None:
         configure(env_prefix=args.env_prefix)
     fmt = args.format  # None: text, or json with --json
@@ -6071,7 +5890,7 @@ def _cmd_status(
         fmt = "json"
     if args.write is not None and fmt != "nfd":
         raise ValueError("--write goes with --format nfd")
-    rep = report(backend=root(args.root))
+    rep = report(backend=_root_backend(args.root))
     if fmt == "json":
         rep.pop("extra_text", None)
         _print_json(rep)

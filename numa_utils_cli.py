@@ -529,7 +529,7 @@ def _cmd_maps(args: argparse.Namespace) -> int:
         chunks = _read_chunks(_nu.LinuxBackend(), args.file)
         what = _nu.printable(args.file)
     elif args.pid is not None:
-        b = _root_backend(args.root)
+        b = _nu._root_backend(args.root)
         if not (args.pid == "self" or args.pid.isdigit()):
             raise ValueError(f"invalid pid {args.pid!r}")
         chunks = _read_chunks(b, f"/proc/{args.pid}/numa_maps")
@@ -667,7 +667,7 @@ def _key_args(texts: Optional[Sequence[str]]) -> Optional[List[Union[int, str]]]
 
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:
-    b = _root_backend(args.root)
+    b = _nu._root_backend(args.root)
     if not args.min_age >= 0:
         raise ValueError(f"--min-age {args.min_age}: a number of seconds >= 0")
     rows = _nur.cleanup(_key_args(args.key), args.remove, args.min_age, backend=b)
@@ -723,7 +723,7 @@ def _progress_bar(stream: Any) -> Callable[[int, int], None]:
 
 
 def _cmd_region(args: argparse.Namespace) -> int:
-    b = _root_backend(args.root)
+    b = _nu._root_backend(args.root)
     nodes = _nu.parse_nodestring(args.nodes, backend=b) if args.nodes else None
     if nodes is not None:
         have = _nu.read_topology(backend=b).nodes_with_memory
@@ -1320,7 +1320,7 @@ def _cli_policy(args: argparse.Namespace) -> str:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    b = _root_backend(args.root)
+    b = _nu._root_backend(args.root)
     if args.roles is not None or args.node is not None:
         return _cmd_role_plan(args, b)
     if args.format == "env":
@@ -1366,7 +1366,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise ValueError("no command given: run (--gpu N | --node N) [options] -- CMD ...")
     if getattr(args, "root", None) not in (None, "/"):
         raise ValueError("run binds the running system; --root is for plan and status")
-    b = _root_backend(args.root)
+    b = _nu._root_backend(args.root)
     strict = True if args.strict else None
     if args.gpu is not None:
         _nu.cuda_device(args.gpu, backend=b)  # no such device: a usage error, as --node 99
@@ -1601,7 +1601,7 @@ def _render_watch(sample: Dict[str, Any], first: bool) -> str:
 def _cmd_watch(args: argparse.Namespace) -> int:
     import json
 
-    b = _root_backend(args.root)
+    b = _nu._root_backend(args.root)
     pid: Optional[Union[int, str]] = args.pid
     if args.pid is not None and args.pid != "self":
         text = str(args.pid)
@@ -1676,7 +1676,7 @@ def _cli_watch(sub: Any) -> None:
 
 
 def _cmd_fit(args: argparse.Namespace) -> int:
-    b = _root_backend(args.root)
+    b = _nu._root_backend(args.root)
     r = _nur.fit(
         _nu.parse_size(args.size),
         nodes=_nu.parse_nodestring(args.nodes, backend=b) if args.nodes else None,
@@ -2813,7 +2813,7 @@ def _thread_rows(b: _nu.Backend, pid: str, plan: Optional[_nut.ThreadPlan]) -> L
 
 
 def _cmd_threads(args: argparse.Namespace) -> int:
-    b = _root_backend(args.root)
+    b = _nu._root_backend(args.root)
     pid = str(args.pid)
     if not b.exists(f"/proc/{pid}/task"):
         raise ValueError(f"no process {pid}")
@@ -3240,17 +3240,6 @@ def _cpu_summary(rep: Dict[str, Any]) -> str:
     return out
 
 
-def _root_backend(root: Optional[str] = None) -> _nu.Backend:
-    """--root's backend: this system, a saved tree in a folder, or one saved in one
-    file, which numa_utils_sim reads (beside this file)."""
-    sim = None
-    if root and os.path.isfile(root):
-        sim = _nu._sibling("numa_utils_sim")
-    if sim is None:
-        return _nu._root_backend(root)
-    return sim.backend_for_root(root)  # type: ignore[no-any-return]
-
-
 def status_report(*, backend: Optional[_nu.Backend] = None) -> Dict[str, Any]:
     """Everything ``status --json`` prints: numa_utils.status_report's facts, with
     the packages and caches, memory tiers, node counters, this process's remote
@@ -3276,7 +3265,7 @@ def status_report(*, backend: Optional[_nu.Backend] = None) -> Dict[str, Any]:
 
 
 def _cmd_status(args: Any) -> int:
-    return _nu._cmd_status(args, status_report, _root_backend)
+    return _nu._cmd_status(args, status_report)
 
 
 def _status_advice(warnings: List[str], topo: _nu.Topology) -> None:

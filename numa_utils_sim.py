@@ -127,15 +127,202 @@ def _unquote(b: bytes) -> str:
     return b.decode("utf-8", "surrogateescape")
 
 
+# Saved trees: every lookup walks the tree's own links (SavedTree._walk).
+_TREE_MAX_STEPS = 1 << 21  # path components one backend walks, all lookups together
+
+
+def _read_regular(path: str, limit: int, flags: int = 0) -> bytes:
+    """At most ``limit`` bytes of a regular file (EFBIG past it); a FIFO or a device
+    is refused before it can block or never end."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | flags)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise OSError(errno.EISDIR, os.strerror(errno.EISDIR))
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        # One read of the size fstat gave (a 1 MiB buffer per small file costs more than
+        # reading it), then MiB reads until a short one (a regular file's end) or more
+        # than ``limit``.
+        want = min(max(st.st_size, 1 << 16), limit) + 1
+        chunks = [os.read(fd, want)]
+        while len(chunks[-1]) == want and sum(map(len, chunks)) <= limit:
+            want = 1 << 20
+            chunks.append(os.read(fd, want))
+        data = b"".join(chunks)
+        if len(data) > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB")
+        return data
+    finally:
+        os.close(fd)
+
+
+class _SavedFolder:
+    """A saved tree in a folder, read-only: each file read when first asked for (the
+    small ones kept).  SavedTree walks its links itself (``link``); a saved tree in
+    one file (text archive, tar) is a SavedArchive, which has the same five methods."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._kept: Dict[str, bytes] = {}
+
+    def link(self, rel: str) -> Optional[str]:
+        """The target of ``rel`` when it is a symbolic link."""
+        try:
+            return os.readlink(f"{self.path}/{rel}")
+        except OSError:  # not a link, or not there
+            return None
+
+    def exists(self, rel: str) -> bool:
+        return os.access(f"{self.path}/{rel}", os.F_OK, follow_symlinks=False)
+
+    def read(self, rel: str, path: str, limit: int) -> str:
+        """``rel``'s text; ELOOP when it is a link (LinuxBackend then follows it)."""
+        data = self._kept.get(rel)
+        if data is None:
+            try:
+                data = _read_regular(f"{self.path}/{rel}", limit, os.O_NOFOLLOW)
+            except OSError as e:
+                e.filename = path  # the tree's path, not the disk's
+                raise
+            # Kept: 64 KiB at most, under every ``limit`` LinuxBackend asks (1 MiB and
+            # up), so a kept file never needs the size check _read_regular makes.
+            if len(data) <= 1 << 16:
+                self._kept[rel] = data
+        return data.decode("utf-8", "replace")
+
+    def listdir(self, rel: str, path: str) -> List[str]:
+        try:
+            return os.listdir(f"{self.path}/{rel}")
+        except OSError as e:
+            e.filename = path
+            raise
+
+
+def _saved_folder(path: str) -> _SavedFolder:
+    """The saved tree in folder ``path``; ValueError for anything else (a file: an
+    archive, which SavedArchive reads)."""
+    mode = os.stat(path).st_mode  # a stat opens nothing: a FIFO, a device
+    if stat.S_ISREG(mode):
+        raise ValueError(
+            f"{path}: a saved tree in one file (text archive or tar): open_tree(path) reads it"
+        )
+    if not stat.S_ISDIR(mode):
+        raise ValueError(f"{path}: not a saved tree (neither a folder nor a regular file)")
+    return _SavedFolder(path)
+
+
+class SavedTree:
+    """A saved tree read as if it were "/", for ``LinuxBackend(tree)``: absolute
+    paths ("/sys/devices/system/node/online") looked up in ``source`` (a folder, or a
+    SavedArchive) with every link followed inside it."""
+
+    # A saved tree can come from anyone (a bug report, a shared folder, an archive), so
+    # it is read as if it were "/": every path goes through _walk, which follows links
+    # inside the tree (".." stops at its root, an absolute target names a file of the
+    # tree); a file is opened with O_NOFOLLOW first and walked only when that says it
+    # is a link (ELOOP).  Only regular files are opened (O_NONBLOCK, then fstat: a FIFO
+    # would block, /dev/zero never ends), at most _TREE_MAX_READ bytes of each, and of
+    # a sysfs file 1 MiB: the kernel prints an attribute into one page (fs/sysfs/file.c),
+    # so 64 links to one huge file cost 64 short refusals, not 64 huge parses.
+    # Resolved paths are cached: the tree is taken to stay put while it is read.
+    _TREE_MAX_READ = 64 << 20
+    _SYSFS_MAX_READ = 1 << 20
+
+    def _walk(self, path: str, base: str = "") -> str:
+        """``path`` inside the tree with every link followed, iteratively: at most 40
+        links per lookup (the kernel's MAXSYMLINKS), 512 components deep, and
+        _TREE_MAX_STEPS components walked in this tree in all, so that no tree of
+        links (chains that double, loops, 2,000-component targets) costs more.
+        ``base``: an already resolved folder to start from."""
+        cur = base.split("/") if base else []
+        todo = path.split("/")[::-1]
+        links = 0
+        while todo:
+            c = todo.pop()
+            self._steps += 1
+            if self._steps > _TREE_MAX_STEPS or len(cur) > 512 or len(todo) > 4096:
+                raise _nu._oserror(errno.ELOOP, path, f"links too deep or too many in {self.path}")
+            if c in ("", ".", ".."):
+                if c == ".." and cur:
+                    cur.pop()
+                continue
+            cur.append(c)
+            link = self.source.link("/".join(cur))
+            if link is None:
+                continue
+            links += 1
+            if links > 40:
+                raise _nu._oserror(errno.ELOOP, path, f"in {self.path}")
+            if link.startswith("/"):
+                cur = []  # from the tree's root
+            else:
+                cur = cur[:-1]  # from the link's folder
+            todo.extend(link.split("/")[::-1])
+        return "/".join(cur)
+
+    def _rel(self, path: str, leaf_too: bool = True) -> str:
+        """The tree-relative path of ``path`` with its links followed; with
+        ``leaf_too=False`` but for its last component (a reader that opens it with
+        O_NOFOLLOW learns that from ELOOP, without a lookup of its own)."""
+        rel = path.strip("/")
+        got = self._real_paths.get(rel)
+        if got is None:
+            # Each folder resolved once, whatever the file: sysfs paths share them.
+            head, _, leaf = rel.rpartition("/")
+            base = self._real_paths.get(head)
+            if base is None:
+                if 0 < head.count("/") < 64:
+                    base = self._rel(head)
+                else:
+                    base = self._real_paths.setdefault(head, self._walk(head))
+            got = f"{base}/{leaf}" if base else leaf  # most leaves: a plain name
+            if leaf in ("", ".", "..") or leaf_too and self.source.link(got) is not None:
+                got = self._walk(leaf, base)
+            elif not leaf_too:
+                return got
+            self._real_paths[rel] = got
+        return got
+
+    def __init__(self, source: Any) -> None:
+        self.source = source
+        self.path: str = source.path
+        self._real_paths: Dict[str, str] = {}
+        self._steps = 0
+
+    def read_text(self, path: str) -> str:
+        limit = self._SYSFS_MAX_READ if path.startswith("/sys/") else self._TREE_MAX_READ
+        try:
+            return str(self.source.read(self._rel(path, False), path, limit))
+        except OSError as err:
+            if err.errno != errno.ELOOP:
+                raise
+        return str(self.source.read(self._rel(path), path, limit))
+
+    def listdir(self, path: str) -> List[str]:
+        return list(self.source.listdir(self._rel(path), path))
+
+    def exists(self, path: str) -> bool:
+        try:
+            rel = self._rel(path)
+        except OSError as err:
+            if err.errno == errno.ELOOP:  # a loop is worth a warning, not "absent"
+                raise
+            return False
+        return bool(self.source.exists(rel))
+
+    def realpath(self, path: str) -> str:
+        return "/" + self._rel(path)
+
+
 class SavedArchive:
     """A saved tree in one file, read-only: a text archive (one ``>>> PATH`` line per
     entry, then its contents: fake_sysfs/README.md has the format) or a tar, plain or
     compressed (tools/gather.py --archive), held in memory and never unpacked, so no
     member name or link can reach outside it.  Names are relative, without ".." and
     at most 4,096 bytes and 128 components; only files, folders and symbolic links
-    (followed by LinuxBackend inside the tree).  ``LinuxBackend(SavedArchive(path)
-    .subtree())`` reads it as numa_utils reads a saved folder; SimulatedBackend takes
-    the path itself."""
+    (followed by SavedTree inside the tree).  ``LinuxBackend(open_tree(path))``
+    reads it as a saved folder is read; SimulatedBackend takes the path itself."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -147,7 +334,7 @@ class SavedArchive:
         if not stat.S_ISREG(mode):
             self._bad("not a regular file")
         try:
-            data = _nu._read_regular(path, _TREE_MAX_TOTAL)
+            data = _read_regular(path, _TREE_MAX_TOTAL)
         except OSError as e:
             if e.errno != errno.EFBIG:
                 raise
@@ -332,12 +519,12 @@ class SavedArchive:
         return list(names)
 
 
-def open_tree(path: str) -> Any:
-    """What LinuxBackend reads for ``path``: the path of a saved folder as it is, a
-    saved tree in one file as its SavedArchive."""
+def open_tree(path: str) -> SavedTree:
+    """The saved tree at ``path`` for LinuxBackend: a folder, or a tree saved in one
+    file (text archive or tar, as its SavedArchive)."""
     if os.path.isfile(path):
-        return SavedArchive(path).subtree()
-    return path
+        return SavedTree(SavedArchive(path).subtree())
+    return SavedTree(_saved_folder(os.path.abspath(path)))
 
 
 class _Pol(_Record):
@@ -2403,7 +2590,22 @@ def backend_for_root(root: Optional[str] = None) -> _nu.Backend:
     """The backend for ``root`` as ``--root`` takes it: the running system for None
     or "/"; else a saved tree, a folder (holding sys/ and proc/) or a tree saved in
     one file (an archive, as tools/gather.py --archive writes it).  A folder that is
-    not a saved tree is a ValueError that says so; a missing one, FileNotFoundError."""
-    if root and os.path.isfile(root):
-        return _nu.LinuxBackend(SavedArchive(root).subtree())
-    return _nu._root_backend(root)
+    not a saved tree is a ValueError that says so (and names DIR/root, where
+    tools/gather.py puts the tree); a missing one, FileNotFoundError."""
+    root = root or "/"
+    if root == "/":
+        return _nu.default_backend()
+    if not os.path.exists(root):
+        raise FileNotFoundError(errno.ENOENT, "no such tree", root)
+    # A folder without sys/ or proc/ would read as an empty one-node machine;
+    # tools/gather.py puts the tree in DIR/root: say so.
+    if os.path.isdir(root) and not any(
+        os.path.isdir(os.path.join(root, d)) for d in ("sys", "proc")
+    ):
+        sub = os.path.join(root, "root")
+        if os.path.isdir(sub):
+            raise ValueError(
+                f"--root {root}: not a saved tree (no sys/ or proc/ in it); did you mean {sub}?"
+            )
+        raise ValueError(f"--root {root}: not a saved tree (no sys/ or proc/ in it)")
+    return _nu.LinuxBackend(open_tree(root))

@@ -40,6 +40,7 @@ def run(*, rounds: int, quick: bool = False, log: Callable[[str], None] = common
         "(64 nodes x 2 packages x 2 single-thread cores), generated"
     )
     nu = common.numa_utils()
+    sim = common.sibling("numa_utils_sim")
     # Two x86 trees for the growth in CPUs, then the hwloc-like many-node shape
     # (gen_topology.describe_many_nodes: 256 CPUs on 64 nodes, 2 packages per node).
     shapes = (
@@ -73,7 +74,7 @@ def run(*, rounds: int, quick: bool = False, log: Callable[[str], None] = common
 
             def read(dest: str = dest) -> Dict[str, float]:
                 t0 = time.perf_counter()
-                nu.read_topology(backend=nu.LinuxBackend(dest))
+                nu.read_topology(backend=nu.LinuxBackend(sim.open_tree(dest)))
                 return {"s": time.perf_counter() - t0}
 
             n = names["read", cpus] = f"read_topology() in-process, {cpus} CPUs"

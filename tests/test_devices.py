@@ -243,13 +243,13 @@ def test_a_pci_folder_not_named_as_a_bus_id_is_a_problem_not_a_crash(tmp_path):
     and GPUs are still read (read_topology never raises), the folder is named in the
     problems and left out, and the real GPUs stay."""
     root = fixture_tree("sparse-ids", tmp_path / "t")
-    before = [gpu.pci for gpu in nu.gpus(backend=nu.LinuxBackend(root))]
+    before = [gpu.pci for gpu in nu.gpus(backend=saved_backend(root))]
     bad = tmp_path / "t" / "sys" / "bus" / "pci" / "devices" / "not-a-bus-id"
     bad.mkdir()
     for name, value in (("class", "0x030200"), ("vendor", "0x10de"), ("device", "0x2330")):
         (bad / name).write_text(value + "\n")
     (bad / "numa_node").write_text("0\n")
-    backend = nu.LinuxBackend(root)
+    backend = saved_backend(root)
     topo = nu.read_topology(backend=backend)
     assert any("not-a-bus-id: not a PCI bus id" in p for p in topo.problems), topo.problems
     assert all("not-a-bus-id" not in dev.address for dev in nu.devices(backend=backend))

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import FIXTURES, fixture_root, fixture_tree, nu, nur, nusim, saved_backend
+from conftest import FIXTURES, REPO, fixture_root, fixture_tree, nu, nur, nusim, saved_backend
 
 # Configuration must come from the test, never from the shell running it.
 _ENV_NAMES = (
@@ -270,7 +270,9 @@ def test_never_imports_torch_or_loads_nvml_for_a_tree(tmp_path):
     code = (
         "import sys, importlib.util as u; s = u.spec_from_file_location('nux', sys.argv[1]);"
         "m = u.module_from_spec(s); sys.modules['nux'] = m; s.loader.exec_module(m);"
-        "b = m.LinuxBackend(sys.argv[2]); m.gpu_plans('exclusive', backend=b);"
+        f"sys.path.insert(0, {str(REPO)!r}); import numa_utils_sim;"
+        "b = m.LinuxBackend(numa_utils_sim.open_tree(sys.argv[2]));"
+        "m.gpu_plans('exclusive', backend=b);"
         "m.gpu_node(0, backend=b);"
         "assert 'torch' not in sys.modules; assert not m._nvml_cache; print('ok')"
     )
@@ -444,7 +446,8 @@ def test_copy_alone_reads_its_own_variables(tmp_path):
     tree = fixture_tree("gh200", tmp_path / "gh200")
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); import vendored_numa as m;"
-        "b = m.LinuxBackend(sys.argv[2]);"
+        f"sys.path.insert(0, {str(REPO)!r}); import numa_utils_sim;"
+        "b = m.LinuxBackend(numa_utils_sim.open_tree(sys.argv[2]));"
         "print(sorted(m.cpus_for_gpu(0, backend=b, environ={})))"
     )
     for policy, rc in (("bogus", 1), ("node", 0)):

@@ -19,6 +19,7 @@ from conftest import (
     fixture_tree,
     nu,
     nur,
+    nusim,
     run_private_shm,
     saved_backend,
     sim,
@@ -53,8 +54,9 @@ def tree(tmp_path):
 def _topology_in_child(root, timeout=20):
     """read_topology over ``root`` in a child: a hang fails the test, not the run."""
     code = (
-        "import json, numa_utils as nu; t = nu.read_topology(backend=nu.LinuxBackend("
-        f"{str(root)!r})); print(json.dumps(list(t.problems)))"
+        "import json, numa_utils as nu, numa_utils_sim as nusim; t = nu.read_topology("
+        f"backend=nu.LinuxBackend(nusim.open_tree({str(root)!r}))); "
+        "print(json.dumps(list(t.problems)))"
     )
     t0 = time.monotonic()
     out = subprocess.run(
@@ -120,7 +122,7 @@ def test_symlink_loop_in_tree_is_an_error_not_a_recursion(tree):
 
 def test_oversized_file_in_saved_tree_is_refused(tree):
     with open(tree / CPU / "online", "wb") as f:
-        f.truncate(nu.LinuxBackend._TREE_MAX_READ + 4096)
+        f.truncate(nusim.SavedTree._TREE_MAX_READ + 4096)
     with pytest.raises(OSError) as e:
         saved_backend(str(tree)).read_text(f"/{CPU}/online")
     assert "larger than" in str(e.value)

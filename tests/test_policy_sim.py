@@ -9,7 +9,7 @@ import sys
 import threading
 
 import pytest
-from conftest import nu, nur, sim
+from conftest import fixture_root, nu, nur, saved_backend, sim
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -545,7 +545,7 @@ def test_linux_mincore_counts_resident_pages():
     finally:
         m.close()
     with pytest.raises(nu.NotLiveError):
-        nu.LinuxBackend("/tmp").call("mincore", 0, page)
+        saved_backend(fixture_root("single-node")).call("mincore", 0, page)
 
 
 @pytest.mark.parametrize(

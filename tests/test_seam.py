@@ -130,8 +130,6 @@ def test_hook_call_makes_one_operation_fail_and_leaves_the_rest():
 def test_backend_for_root_reads_this_system_or_a_saved_tree(tmp_path):
     assert nusim.backend_for_root(None) is nu.default_backend()
     assert nusim.backend_for_root("/") is nu.default_backend()
-    with pytest.raises(ValueError, match="numa_utils_sim.backend_for_root"):
-        nu._root_backend(fixture_root("single-node"))  # the core alone: no archives
     saved = nusim.backend_for_root(fixture_root("single-node"))
     assert not saved.is_live
     assert nu.read_topology(backend=saved).nodes_with_memory == frozenset({0})

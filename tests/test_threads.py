@@ -779,7 +779,7 @@ def _tree_with_an_amd_gpu(tmp_path):
     """An NVIDIA host (dual-socket-8gpu) with one AMD GPU, 0000:f0:00.0, added on its
     last node with CPUs: (backend, topology read before the addition, that node)."""
     root = fixture_tree("dual-socket-8gpu", tmp_path / "t")
-    backend = nu.LinuxBackend(root)
+    backend = saved_backend(root)
     topo = nu.read_topology(backend=backend)
     node = max(topo.nodes_with_cpus)
     amd = tmp_path / "t" / "sys" / "bus" / "pci" / "devices" / "0000:f0:00.0"
