@@ -2906,7 +2906,7 @@ def _status_regions(report: Dict[str, Any], backend: _nu.Backend) -> None:
     if not backend.is_live:
         return
     euid = os.geteuid()
-    sysvipc = _nu._read_optional(backend, "/proc/sysvipc/shm") or ""
+    sysvipc = _read_optional(backend, "/proc/sysvipc/shm") or ""
     for st in _nu.parse_sysvipc_shm(sysvipc):
         if st.uid == euid and st.key & _nur.SYSV_KEY_MASK == _nur.SYSV_KEY_PREFIX:
             rows.append(
@@ -2921,7 +2921,7 @@ def _status_regions(report: Dict[str, Any], backend: _nu.Backend) -> None:
             )
     locks = [
         ln.split()
-        for ln in (_nu._read_optional(backend, "/proc/locks") or "").splitlines()
+        for ln in (_read_optional(backend, "/proc/locks") or "").splitlines()
         if "->" not in ln
     ]  # every attacher of a file holds a shared flock
     for name in sorted(n for n in backend.listdir("/dev/shm") if n.startswith(_nur.POSIX_PREFIX)):
@@ -2999,7 +2999,7 @@ def _status_extra(report: Dict[str, Any], topo: _nu.Topology, backend: _nu.Backe
     # The process's own pages (the running system, or the simulated process).
     maps = None
     if backend.has_process:
-        maps = _nu._read_optional(backend, _nu._maps_path("self"))
+        maps = _read_optional(backend, _nu._maps_path("self"))
     if maps is not None:
         # Read and parsed once, for the remote share and the interleave check.
         rs, entries = _nut._remote_share("self", maps, _nut.REMOTE_SHARE_THRESHOLD, topo, backend)

@@ -1174,6 +1174,82 @@ def check_shared_regions(env):
     return out
 
 
+def check_own_mapping_flow(env):
+    """The seeds' flow with the core alone (issue 37 section 4): the engine keeps its
+    own mapping, a SysV segment (shmget/shmat, as LightLLM makes its KV cache) or a
+    /dev/shm file it maps (as vLLM's offload tier does); the creator and every
+    attacher interleave their mapping with nu.interleave, an attacher prefaults it
+    with nu.prefault, and nu.placement reads back the exact split."""
+    nu = env.nu
+    env.need("interleave", "prefault", "placement")
+    env.need_numa()
+    nodes = env.default_nodes
+    if len(nodes) < 2:
+        raise Skip("one usable memory node")
+    npages = 8 * len(nodes)
+    size = npages * env.page_size
+    want = even_split(nodes, npages, env.page_size)
+    b = env.backend
+
+    def place(backend, addr):
+        res = nu.interleave(addr, size, nodes=nodes, backend=backend)
+        assert res, f"interleave not applied: {res.reason} {res.errno}"
+        nu.prefault(addr, size, threads=1, backend=backend, shared=True)
+        return {int(k): v for k, v in nu.placement(addr, size, backend=backend).items() if v}
+
+    def attached(fn):
+        """fn(backend) in a second process: a forked child, or the model's."""
+        if env.real:
+            return {int(k): v for k, v in in_child(lambda: fn(b)).items()}
+        return fn(b.process())
+
+    out = {}
+    shmid = b.call("shmget", 0, size, 0o1000 | 0o600)  # IPC_PRIVATE, IPC_CREAT
+    addr = b.call("shmat", shmid, 0)
+    try:
+        res = nu.interleave(addr, size, nodes=nodes, backend=b)
+        assert res, f"creator's interleave not applied: {res.reason}"
+
+        def sysv(backend):
+            a = backend.call("shmat", shmid, 0)
+            try:
+                return place(backend, a)
+            finally:
+                backend.call("shmdt", a)
+
+        out["sysv"] = attached(sysv)
+    finally:
+        b.call("shmdt", addr)
+        b.call("shm_rmid", shmid)
+    name = f"numa_utils_check_{os.getpid()}_own"
+    fd = b.call("shm_open", name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        b.call("ftruncate", fd, size)
+        addr = b.call("mmap", size, fd)
+        try:
+            res = nu.interleave(addr, size, nodes=nodes, backend=b)
+            assert res, f"creator's interleave not applied: {res.reason}"
+
+            def posix(backend):
+                fd2 = backend.call("shm_open", name, os.O_RDWR, 0)
+                a = backend.call("mmap", size, fd2)
+                try:
+                    return place(backend, a)
+                finally:
+                    backend.call("munmap", a, size)
+                    backend.call("close", fd2)
+
+            out["posix"] = attached(posix)
+        finally:
+            b.call("munmap", addr, size)
+    finally:
+        b.call("close", fd)
+        b.call("shm_unlink", name)
+    for kind, got in out.items():
+        assert got == want, f"{kind}: the attacher's placement {got} != {want}"
+    return out
+
+
 def _raw_hugepages(nodes, count=8, kb=2048):
     """Reserve ``count`` huge pages on each node (root in a guest); False when the
     kernel would not give them all."""

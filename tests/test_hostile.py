@@ -208,7 +208,7 @@ def test_node_dir_unreadable_is_a_problem(tree):
             return super().listdir(path)
 
     (tree / NODE / "online").unlink()
-    t = nu.read_topology(backend=Denied(str(tree)))
+    t = nu.read_topology(backend=Denied(nusim.open_tree(str(tree))))
     assert any("cannot list" in p and NODE in p for p in t.problems), t.problems
 
 
