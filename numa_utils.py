@@ -5872,7 +5872,7 @@ def _commands(what: str) -> Any:
     if cli is None:
         raise ValueError(
             f"{what} needs numa_utils_cli.py: copy it beside "
-            f"{os.path.basename(__file__)}, or `pip install numa-utils`"
+            f"{os.path.basename(__file__)}, or `pip install .` from a numa_utils checkout"
         )
     return cli
 

@@ -394,6 +394,8 @@ def test_renamed_copy_serves_status_and_hands_itself_to_its_cli(tmp_path):
     p = _clean_run([*run, "plan", "--root", tree], tmp_path)
     assert p.returncode == 2 and len(p.stderr.splitlines()) == 1, p.stderr
     assert "numa_utils_cli.py: copy it beside numa_place.py" in p.stderr
+    # No package index has numa_utils: the other way is a checkout's `pip install .`.
+    assert "`pip install .` from a numa_utils checkout" in p.stderr, p.stderr
     code = """
         from engine.utils import numa_place as nu
         assert nu.read_topology().nodes
