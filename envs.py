@@ -16,7 +16,7 @@ variables by changing the prefix once at start-up::
     envs.get("NUMA_NODES", prefix="VLLM_")  # one-off lookup under another prefix
     envs.effective()                        # {"LIGHTLLM_NUMA_STRICT": (False, "default"), ...}
 
-``python envs.py --markdown`` prints the README table; ``python envs.py`` prints
+``python envs.py --markdown`` prints the table of docs/environment.md; ``python envs.py`` prints
 the effective configuration of this shell.
 
 The prefix is state of this module object.  Several vendored copies loaded in one
@@ -91,7 +91,7 @@ class EnvVar(NamedTuple):
     minimum: int | None = None  # smallest accepted value, for kind "int"
 
 
-# Order here is the order of the README table and of `status`.
+# Order here is the order of the table in docs/environment.md and of `status`.
 _VARS = (
     EnvVar(
         "ENABLE_NUMA_INTERLEAVE",
@@ -437,7 +437,7 @@ def numa_memory_policy(
 
 
 # ---------------------------------------------------------------------------
-# README table and CLI
+# The table of docs/environment.md, and the CLI
 # ---------------------------------------------------------------------------
 
 
@@ -462,7 +462,7 @@ def _format_kind(var: EnvVar) -> str:
 
 
 def markdown_table(prefix: str | None = None) -> str:
-    """The README table of variables (default prefix unless ``prefix`` is given).
+    """The table of variables in docs/environment.md (default prefix unless ``prefix`` is given).
 
     Regenerate with ``python envs.py --markdown``.
     """
@@ -489,13 +489,13 @@ def main(argv: list[str] | None = None) -> int:
     import argparse  # only the CLI needs it
 
     parser = argparse.ArgumentParser(
-        description="numa_utils environment variables: effective values or README table"
+        description="numa_utils environment variables: effective values or the docs' table"
     )
     parser.add_argument(
         "--prefix", default=None, help=f"variable prefix (default {DEFAULT_PREFIX})"
     )
     parser.add_argument(
-        "--markdown", action="store_true", help="print the README table of variables"
+        "--markdown", action="store_true", help="print the table of variables (docs/environment.md)"
     )
     args = parser.parse_args(argv)
     try:

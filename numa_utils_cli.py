@@ -851,7 +851,7 @@ def _cli_cleanup(sub: Any) -> None:
         default=None,
         metavar="TEXT",
         help="a policy per extent: parts:bind:0/0/1/1, blocks:2M:bind:0/1, "
-        "1G:bind:0;1G:interleave:0-1 (README: layouts)",
+        "1G:bind:0;1G:interleave:0-1 (docs/regions.md: layouts)",
     )
     p.add_argument(
         "--nodes",

@@ -288,7 +288,7 @@ def _matrix():
     return mod
 
 
-# The real binary: a wrapper on PATH (the README's shim runs numa_utils) would make
+# The real binary: a wrapper on PATH (the docs' shim runs numa_utils) would make
 # these tests compare numa_utils with itself.
 NUMACTL, NO_NUMACTL = _matrix().real_numactl()
 LIVE = [

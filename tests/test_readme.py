@@ -148,7 +148,22 @@ def test_every_block_is_classified():
                     f"{b.doc}:{b.line + n}: show what a block prints in an output block "
                     "after it (<!-- output -->), where the test checks it"
                 )
+        if b.lang == "text" and "output" in b.marks:
+            assert b.code.strip().strip(".").strip(), f"{b.where}: an output of only `...`"
     assert PY_DOCS and SH_BLOCKS, "no runnable block"
+
+
+def test_readme_is_short_and_links_every_doc():
+    """The README is the first page (at most 200 lines); the rest is in docs/, each
+    page reachable from it, and every relative link leads to a file that exists."""
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 200
+    for doc in DOCS[1:]:
+        assert f"](docs/{doc.name})" in text, f"README.md does not link docs/{doc.name}"
+    for doc in DOCS:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", doc.read_text(encoding="utf-8")):
+            if "://" not in target:
+                assert (doc.parent / target).exists(), f"{doc.name}: link to {target}"
 
 
 def vendored_files(code):

@@ -14,7 +14,7 @@ not compared (messages may be worded differently). When numa_utils has no
 ``numactl`` subcommand one ``NUMACTL {"skip": reason}`` line is printed instead.
 NUMACTL_MATRIX_SELFTEST=1 compares numactl with itself (every line must match: a
 check of the harness).  "numactl" is the real binary (real_numactl): a wrapper
-script on PATH, such as the README's shim around numa_utils, is refused, since
+script on PATH, such as the docs' shim around numa_utils, is refused, since
 comparing numa_utils with itself proves nothing.
 
     python3 /vmtest/numactl_matrix.py /vmtest/numactl_matrix.txt
