@@ -150,6 +150,8 @@ def _child(nu, block, machine, out_dir):
 def _run(nu, block, machine, scratch):
     """One block on one machine, in a forked child; its result."""
     out_dir = tempfile.mkdtemp(dir=scratch)
+    for name in ("stdout", "stderr"):
+        open(os.path.join(out_dir, name), "w").close()
     sys.stdout.flush()
     sys.stderr.flush()
     start = time.monotonic()
@@ -170,7 +172,7 @@ def _run(nu, block, machine, scratch):
     except FileNotFoundError:
         result = {"error": f"the block's process ended ({status:#x}) before it finished"}
         result.update(missing=None, loaded=[], left=[])
-    if result["error"] and signal.SIGALRM == os.WTERMSIG(status):
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGALRM:
         result["error"] = f"timed out after {BLOCK_SECONDS} s"
     result.update(stdout=stdout, stderr=stderr, seconds=round(time.monotonic() - start, 2))
     return result
