@@ -205,6 +205,57 @@ def _omp_env(cpus: FrozenSet[int]) -> Dict[str, str]:
     }
 
 
+def _worker_share(
+    caller: str,
+    gpu: Optional[int],
+    node: Optional[int],
+    reserve: Optional[int],
+    strict: Optional[bool],
+    pci_bus_id: Optional[str],
+    environ: Optional[Mapping[str, str]],
+    backend: nu.Backend,
+) -> Tuple[
+    nu.Topology,
+    Optional[str],
+    Optional[int],
+    FrozenSet[int],
+    Dict[str, FrozenSet[int]],
+    List[str],
+    bool,
+]:
+    """One worker's CPUs (thread_plan's): CUDA device ``gpu``'s share of the
+    `exclusive` plan, or the CPUs of ``node``, whole cores inside the cpuset.  Returns
+    (topology, pci, CPU node, CPUs, why each other CPU of the node is left out, notes,
+    strict)."""
+    if (gpu is None) == (node is None):
+        raise ValueError(f"{caller}: give a CUDA device index or node=, one of the two")
+    _, res, _, st = nu._plan_args("exclusive", reserve, None, strict)
+    topo = nu._planning_topology(backend)
+    notes: List[str] = []
+    pci: Optional[str] = None
+    cpus: Optional[FrozenSet[int]] = None
+    if gpu is not None:
+        _, _, found, plan = nu._device_plan(
+            backend, gpu, pci_bus_id, environ, "exclusive", res, None, st
+        )
+        pci, node, cpus = plan.pci, plan.cpu_node, plan.cpus
+        notes.extend(found.notes)
+        if found.gpu is None:
+            nu._fail(st, f"CUDA device {gpu}: not identified ({found.how}); no thread plan", notes)
+            cpus = frozenset()
+        else:
+            notes.extend(plan.notes)
+    why: Dict[str, FrozenSet[int]] = {}
+    if node is not None:
+        node, kept, why = nu._node_slice(topo, node, res, st, notes)
+        if cpus is None:
+            cpus = kept
+        why["planned for another GPU"] = kept - cpus
+        online = topo.nodes[node].cpus & topo.online_cpus
+        why["outside this process's cpuset"] = online - topo.allowed_cpus
+    return topo, pci, node, cpus or frozenset(), why, notes, st
+
+
 def thread_plan(
     gpu: Optional[int] = None,
     *,
@@ -234,9 +285,7 @@ def thread_plan(
         raise ValueError(f"smt must be one of {', '.join(SMT_RULES)}, not {smt!r}")
     wanted = _role_counts(roles)
     backend = nu._b(backend)
-    share = nu._worker_share(
-        "thread_plan", gpu, node, reserve, strict, pci_bus_id, environ, backend
-    )
+    share = _worker_share("thread_plan", gpu, node, reserve, strict, pci_bus_id, environ, backend)
     topo, pci, cpu_node, cpus, why, notes, st = share
     units = topo.cores_of(cpus)
     if smt == "one":
