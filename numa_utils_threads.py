@@ -11,6 +11,8 @@ threads; binding a worker to its GPU's node needs the core alone (bind_for_gpu).
 from __future__ import annotations
 
 import errno
+import itertools
+import os
 import re
 from types import MappingProxyType
 from typing import (
@@ -63,6 +65,9 @@ __all__ = [
     "ThreadPin",
     "instance_plans",
     "InstancePlan",
+    "process_tree_plan",
+    "ProcessTreePlan",
+    "TreeGroup",
     "settle",
     "DEFAULT_ROLES",
     "SMT_RULES",
@@ -707,6 +712,153 @@ def instance_plans(
         return _note_shared_memory(_node_instances(topo, n))
     infos = nu._gpu_infos(topo, backend)
     return _note_shared_memory(_gpu_instances(topo, infos, n, per, res, st))
+
+
+# -- process trees ------------------------------------------------------------------------
+#
+# An engine's processes: an API server starts an engine core (or scheduler) for each
+# data-parallel group, and each engine core its tensor-parallel workers.  A child's CPU
+# list must lie inside its parent's (vLLM checks it), groups must not pile onto one node,
+# and no plan may widen what this process was given (an NRI balloon's or taskset's
+# affinity): process_tree_plan plans from this process's own affinity, not the cpuset.
+
+
+class TreeGroup(_Record):
+    """One data-parallel group of process_tree_plan: its engine core's share."""
+
+    rank: int  # the data-parallel rank
+    cpus: FrozenSet[int]  # the engine core's: every CPU of its workers
+    nodes: Tuple[int, ...]  # the nodes of its workers' CPUs
+    memory_nodes: Tuple[int, ...]
+    workers: Tuple[nu.GpuPlan, ...]  # one per tensor-parallel rank
+
+
+def _worker_json(plan: nu.GpuPlan) -> Dict[str, Any]:
+    nodes = [plan.cpu_node] if plan.cpu_node is not None else []
+    return {
+        "gpu": plan.gpu,
+        "pci": plan.pci,
+        "cpus": nu.format_cpulist(plan.cpus),
+        "nodes": nodes,
+        "memory_nodes": list(plan.memory_nodes),
+    }
+
+
+class ProcessTreePlan(_Record):
+    """process_tree_plan's answer: the groups, in data-parallel rank order."""
+
+    groups: Tuple[TreeGroup, ...]
+    notes: Tuple[str, ...] = ()
+
+    def to_json(self) -> Dict[str, Any]:
+        """``{"groups": [{"rank", "cpus", "nodes", "memory_nodes", "workers": [...]}],
+        "notes": [...]}``, CPU lists in the kernel's list format ("0-11,96-107")."""
+        groups = []
+        for group in self.groups:
+            row = nu._record_json(group, cpus={"cpus": nu.format_cpulist(group.cpus)})
+            row["workers"] = [_worker_json(plan) for plan in group.workers]
+            groups.append(row)
+        return {"groups": groups, "notes": list(self.notes)}
+
+
+def _gpu_workers(
+    topo: nu.Topology,
+    infos: List[nu.GpuInfo],
+    visible: List[Any],
+    count: int,
+    reserve: int,
+    strict: bool,
+) -> List[nu.GpuPlan]:
+    """The first ``count`` CUDA devices' `exclusive` shares, planned with every GPU of
+    the machine (disjoint within a node, whatever CUDA_VISIBLE_DEVICES shows)."""
+    if count > len(visible):
+        raise ValueError(f"{count} workers need {count} GPUs; this process sees {len(visible)}")
+    planned = nu._plan_all(topo, infos, "exclusive", reserve, strict)
+    return [
+        nu._plan_for(topo, infos, found, index, "exclusive", "prefer", (), planned)
+        for index, found in enumerate(visible[:count])
+    ]
+
+
+def _cpu_workers(
+    topo: nu.Topology, count: int, reserve: int, strict: bool, notes: List[str]
+) -> List[nu.GpuPlan]:
+    """``count`` workers without GPUs: worker w on usable node w * nodes // count, so a
+    group's workers sit together and groups take runs of nodes of their own when there
+    are enough; each node's whole cores are split among the workers on it."""
+    allowed = topo.allowed_cpus & topo.online_cpus
+    usable = [node for node in sorted(topo.nodes_with_cpus) if topo.nodes[node].cpus & allowed]
+    homes = [usable[worker * len(usable) // count] for worker in range(count)]
+    out = []
+    for worker, node in enumerate(homes):
+        units = topo.cores_of(nu._node_slice(topo, node, reserve, strict, notes)[1])
+        mates = [other for other, home in enumerate(homes) if home == node]
+        rank = mates.index(worker)
+        if len(units) >= len(mates):
+            run = nu._chunks(len(units), len(mates))[rank]
+            mine = units[run.start : run.stop]
+        else:
+            nu._fail(
+                strict,
+                f"node {node} has {len(units)} usable cores for {len(mates)} workers: "
+                "they share cores",
+                notes,
+            )
+            mine = [units[rank % len(units)]]
+        cpus = frozenset(cpu for unit in mine for cpu in unit)
+        memory = nu._plan_memory(topo, [], node, "prefer")
+        out.append(nu.GpuPlan(None, None, None, node, cpus, "prefer", memory, "exclusive"))
+    return out
+
+
+def process_tree_plan(
+    dp: int = 1,
+    tp: int = 1,
+    *,
+    reserve: Optional[int] = None,
+    strict: Optional[bool] = None,
+    environ: Optional[Mapping[str, str]] = None,
+    backend: Optional[nu.Backend] = None,
+) -> ProcessTreePlan:
+    """A plan for an engine's process tree: ``dp`` data-parallel groups of ``tp``
+    tensor-parallel workers, an engine core (scheduler, API server's child) above each.
+
+    Group g's workers are CUDA devices g*tp ... g*tp+tp-1 as this process numbers them
+    (CUDA_VISIBLE_DEVICES, ``environ``), each on its GPU's node with its `exclusive`
+    share; without a visible GPU, CPU workers spread over the nodes, whole cores each.
+    A group's CPUs are every CPU of its workers (a parent holds its children's), so
+    groups are disjoint wherever the workers are.  Everything lies inside this
+    process's own affinity, never widened to the cpuset.  ``notes`` says where the
+    machine forced sharing.  More workers than GPUs: ValueError.
+    """
+    for name, value in (("dp", dp), ("tp", tp)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"process_tree_plan: {name} must be an integer >= 1, not {value!r}")
+    backend = nu._b(backend)
+    _, res, _, st = nu._plan_args("exclusive", reserve, None, strict)
+    topo = nu.read_topology(backend=backend)  # allowed_cpus: this process's affinity
+    infos = nu._gpu_infos(topo, backend)
+    if environ is None:
+        environ = os.environ
+    visible, notes = nu._visible_gpus(infos, nu._nvml_devices(backend), environ)
+    if visible:
+        workers = _gpu_workers(topo, infos, visible, dp * tp, res, st)
+    else:
+        workers = _cpu_workers(topo, dp * tp, res, st, notes)
+    groups = []
+    for rank in range(dp):
+        mine = tuple(workers[rank * tp : rank * tp + tp])
+        cpus = frozenset().union(*(plan.cpus for plan in mine))
+        nodes = {plan.cpu_node for plan in mine} - {None}
+        memory = {node for plan in mine for node in plan.memory_nodes}
+        groups.append(TreeGroup(rank, cpus, tuple(sorted(nodes)), tuple(sorted(memory)), mine))
+    for first, second in itertools.combinations(groups, 2):
+        shared = first.cpus & second.cpus
+        if shared:
+            notes.append(
+                f"groups {first.rank} and {second.rank} share CPUs {nu.format_cpulist(shared)}"
+            )
+    return ProcessTreePlan(tuple(groups), tuple(dict.fromkeys(notes)))
 
 
 # -- end of thread roles section -------------------------------------------------------
