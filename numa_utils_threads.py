@@ -849,7 +849,7 @@ def process_tree_plan(
     for rank in range(dp):
         mine = tuple(workers[rank * tp : rank * tp + tp])
         cpus = frozenset().union(*(plan.cpus for plan in mine))
-        nodes = {plan.cpu_node for plan in mine} - {None}
+        nodes = {plan.cpu_node for plan in mine if plan.cpu_node is not None}
         memory = {node for plan in mine for node in plan.memory_nodes}
         groups.append(TreeGroup(rank, cpus, tuple(sorted(nodes)), tuple(sorted(memory)), mine))
     for first, second in itertools.combinations(groups, 2):
