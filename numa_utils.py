@@ -5372,43 +5372,45 @@ def _cpu_rung(backend: Backend, cpus: FrozenSet[int]) -> Optional[str]:
     return None
 
 
-def _memory_rung(
-    backend: Backend, rung: str, nodes: Tuple[int, ...]
-) -> Tuple[Optional[str], Optional[thread_policy]]:
-    """Put the calling thread under memory policy ``rung`` ("preferred" over several
-    nodes: preferred-many) on ``nodes``: (None, the policy to undo), or (why, None)."""
+def _rung_policy(rung: str, nodes: Tuple[int, ...], backend: Backend) -> thread_policy:
+    """A thread_policy for memory rung ``rung`` on ``nodes``, never strict (its result
+    says why not); "preferred" over several nodes is preferred-many."""
     mode = _mode_of(rung)
     if mode == Mode.PREFERRED and len(nodes) > 1:
         mode = Mode.PREFERRED_MANY
-    policy = thread_policy(mode, nodes, strict=False, backend=backend)
-    if policy.__enter__():
-        return None, policy
-    return policy.result.reason, None  # type: ignore[union-attr]
+    return thread_policy(mode, nodes, strict=False, backend=backend)
 
 
 def _probe_node(backend: Backend, node: int) -> BindCheck:
-    """can_bind's trial, in a thread of its own.  What it changes is put back: a
+    """can_bind's trial, in a thread of its own.  It puts back what it changes: a
     backend with one mask and policy per process (the simulator) must still find the
     caller's."""
     topo = _planning_topology(backend)
     if node not in topo.nodes:
-        return BindCheck(node, reason="no-node", hint=_HINTS["no-node"])
+        missing = _HINTS["no-node"]
+        return BindCheck(node, reason="no-node", hint=missing)
+    own = topo.nodes[node].cpus
+    allowed = own & topo.allowed_cpus
     before = backend.call("sched_getaffinity", 0)
-    reasons = [_cpu_rung(backend, topo.nodes[node].cpus & topo.allowed_cpus)]
-    if reasons[0] is None:
+    cpu = _cpu_rung(backend, allowed)
+    if cpu is None:
         backend.call("sched_setaffinity", 0, before)
-    elif not topo.nodes[node].cpus:
-        reasons[0] = "no-cpus"
-    for mode in ("bind", "preferred", "interleave"):
-        why, policy = _memory_rung(backend, mode, (node,))
-        if policy is not None:
-            policy.__exit__(None, None, None)
-        reasons.append(why)
-    if reasons[3] is None and len(topo.usable_memory_nodes) < 2:
+    if not own:
+        cpu = "no-cpus"
+    reasons = [cpu]
+    for word in ("bind", "preferred", "interleave"):
+        policy = _rung_policy(word, (node,), backend)
+        result = policy.__enter__()
+        policy.__exit__(None, None, None)
+        reasons.append(result.reason)
+    spread = len(topo.usable_memory_nodes) > 1
+    if reasons[3] is None and not spread:
         reasons[3] = "single-node"
-    first = next((reason for reason in reasons if reason is not None), None)
-    cpu, bind, preferred, interleave = [reason is None for reason in reasons]
-    return BindCheck(node, cpu, bind, preferred, interleave, first, _HINTS.get(first or ""))
+    first = next(filter(None, reasons), None)
+    hint = _HINTS.get(first or "")
+    works = [reason is None for reason in reasons]
+    cpu_ok, bind, preferred, interleave = works
+    return BindCheck(node, cpu_ok, bind, preferred, interleave, first, hint)
 
 
 _bind_checks: Dict[Tuple[int, int, int], Tuple[Backend, BindCheck]] = {}
@@ -5422,19 +5424,23 @@ def can_bind(node: int, *, backend: Optional[Backend] = None) -> BindCheck:
     "single-node", "no-cpus", ...) and ``hint`` the fix.  Cached per node and
     process; never raises."""
     b = _b(backend)
-    if isinstance(node, bool) or not isinstance(node, int):
-        return BindCheck(node, reason="no-node", hint=_HINTS["no-node"])
-    key = (os.getpid(), id(b), node)  # a child may live under another seccomp filter
-    if key not in _bind_checks:
-        from concurrent.futures import ThreadPoolExecutor
+    if type(node) is not int:
+        hint = _HINTS["no-node"]
+        return BindCheck(node, reason="no-node", hint=hint)
+    pid = os.getpid()  # a child may live under another seccomp filter
+    key = pid, id(b), node
+    if key in _bind_checks:
+        return _bind_checks[key][1]
+    from concurrent.futures import ThreadPoolExecutor
 
-        try:
-            with ThreadPoolExecutor(1, "numa_utils can_bind") as pool:
-                found = pool.submit(_probe_node, b, node).result()
-        except (OSError, ValueError, RuntimeError) as err:  # no topology, no thread
-            found = BindCheck(node, reason="unreadable", hint=str(err))
-        _bind_checks[key] = (b, found)  # the backend held: its id stays its own
-    return _bind_checks[key][1]
+    try:
+        with ThreadPoolExecutor(1, "numa_utils can_bind") as pool:
+            future = pool.submit(_probe_node, b, node)
+            found = future.result()
+    except (OSError, ValueError, RuntimeError) as err:  # no topology, no thread
+        found = BindCheck(node, reason="unreadable", hint=str(err))
+    _bind_checks[key] = b, found  # the backend held: its id stays its own
+    return found
 
 
 class StartRecord(_Record):
@@ -5454,14 +5460,27 @@ _NO_MEMORY_RUNGS = ("cpu", "none")
 
 def _ladder(fallback: Iterable[str], strict: bool) -> Tuple[str, ...]:
     """The rungs of ``fallback`` checked; the first alone when ``strict``."""
+    if isinstance(fallback, str):
+        raise ValueError(f"fallback={fallback!r}: give a sequence of rungs")
     rungs = tuple(fallback)
-    if not rungs or isinstance(fallback, str):
-        raise ValueError(f"fallback {fallback!r}: give rungs: cpu, none or memory policies")
-    for rung in set(rungs) - set(_NO_MEMORY_RUNGS):
-        _mode_of(rung)  # ValueError: unknown memory policy
+    if not rungs:
+        raise ValueError("fallback: give at least one rung")
+    for rung in rungs:
+        if rung not in _NO_MEMORY_RUNGS:
+            _mode_of(rung)  # ValueError: unknown memory policy
     if strict:
-        rungs = rungs[:1]
+        return rungs[:1]
     return rungs
+
+
+def _own_memory(topo: Topology, held: Set[int]) -> Tuple[int, ...]:
+    """Memory for a process on nodes ``held``: theirs (a cpuset that forbids it is
+    the policy's to report), else the nearest nodes with memory."""
+    own = held & topo.nodes_with_memory
+    if not own:
+        for node in held:
+            own.update(_plan_memory(topo, [], node, "bind"))
+    return tuple(sorted(own))
 
 
 def _start_plan(
@@ -5474,30 +5493,34 @@ def _start_plan(
 ) -> GpuPlan:
     """bound_start's plan for ``where`` (gpu, node, nodes, cpus; one given): a GPU's
     share under ``policy``, the CPUs of the nodes (whole cores; NUMA_RESERVED_CORES
-    left out) or the CPUs given, with memory on their nodes."""
+    left out), or the CPUs given (the kernel keeps those in the cpuset), with memory
+    on their nodes."""
     gpu, node, nodes, cpus = where
-    if len(where) - where.count(None) != 1:
+    given = len(where) - where.count(None)
+    if given != 1:
         raise ValueError("bound_start: give one of a CUDA device index, node=, nodes= or cpus=")
     pol, res, mem, st = _plan_args(policy, None, memory, strict)
     if gpu is not None:
-        return _device_plan(backend, gpu, None, environ, pol, res, mem, st)[3]
+        _, _, _, plan = _device_plan(backend, gpu, None, environ, pol, res, mem, st)
+        return plan
     topo = _planning_topology(backend)
     notes: List[str] = []
     want: FrozenSet[int] = frozenset()
+    held: Set[int] = set()
     if cpus is None:
-        held = set(nodes or [node])
+        held.update(nodes or [node])
         for each in sorted(held):
-            want |= _node_slice(topo, each, res, st, notes)[1]
-    else:  # the kernel keeps those inside the cpuset (none: EINVAL, the start's record)
+            _, share, _ = _node_slice(topo, each, res, st, notes)
+            want |= share
+    else:
         want = frozenset(cpus)
-        held = {topo.node_of_cpu(cpu) for cpu in want} - {None}
-    # The nodes' own memory (a cpuset that forbids it is the policy's to report),
-    # else the nearest.
-    memory_nodes = held & topo.nodes_with_memory
-    if not memory_nodes:
-        memory_nodes = {near for each in held for near in _plan_memory(topo, [], each, "bind")}
-    memory_nodes_ = tuple(sorted(memory_nodes))
-    return GpuPlan(None, None, None, None, want, mem, memory_nodes_, pol, (), tuple(notes))
+        for cpu in want:
+            found = topo.node_of_cpu(cpu)
+            if found is not None:
+                held.add(found)
+    memory_nodes = _own_memory(topo, held)
+    noted = tuple(notes)
+    return GpuPlan(None, None, None, None, want, mem, memory_nodes, pol, (), noted)
 
 
 class bound_start:
@@ -5530,36 +5553,53 @@ class bound_start:
         backend: Optional[Backend] = None,
     ) -> None:
         self.backend = _b(backend)
-        self.fallback = _ladder(fallback, _strict_or_env(strict))
-        memory = next((rung for rung in self.fallback if rung not in _NO_MEMORY_RUNGS), None)
-        where = (gpu, node, nodes, cpus)
+        strictly = _strict_or_env(strict)
+        self.fallback = _ladder(fallback, strictly)
+        memory = None  # the first memory rung's word plans the memory nodes
+        for rung in self.fallback:
+            if memory is None and rung not in _NO_MEMORY_RUNGS:
+                memory = rung
+        where = gpu, node, nodes, cpus
         self.plan = _start_plan(self.backend, where, policy, memory, strict, environ)
         self.starts: List[StartRecord] = []
         self._undo = threading.local()  # what each thread in a block puts back
 
-    def __enter__(self) -> bound_start:
-        before = self.backend.call("sched_getaffinity", 0)
-        applied, policy, failed = "none", None, []
-        for rung in self.fallback:  # memory first: a rung that fails leaves no mask
-            why, policy = None, None
+    def _climb(self) -> Tuple[str, Optional[thread_policy], Optional[str]]:
+        """Walk the ladder, memory before CPUs: the rung that took ("none" when none
+        did; a rung that fails leaves nothing changed), its policy to undo, and why
+        the first rung failed."""
+        plan = self.plan
+        backend = self.backend
+        first = None
+        for rung in self.fallback:
+            policy = None
+            why = None
             if rung not in _NO_MEMORY_RUNGS:
-                why, policy = _memory_rung(self.backend, rung, self.plan.memory_nodes)
+                policy = _rung_policy(rung, plan.memory_nodes, backend)
+                why = policy.__enter__().reason
             if why is None and rung != "none":
-                why = _cpu_rung(self.backend, self.plan.cpus)
+                why = _cpu_rung(backend, plan.cpus)
             if why is None:
-                applied = rung
-                break
+                return rung, policy, first
             if policy is not None:
                 policy.__exit__(None, None, None)
-            failed.append(why)
-        first = next(iter(failed), None)
-        record = StartRecord(self.fallback[0], applied, first, _HINTS.get(first or ""))
+            if first is None:
+                first = why
+        return "none", None, first
+
+    def __enter__(self) -> bound_start:
+        before = self.backend.call("sched_getaffinity", 0)
+        applied, policy, first = self._climb()
+        hint = _HINTS.get(first or "")
+        asked = self.fallback[0]
+        record = StartRecord(asked, applied, first, hint)
         self.starts.append(record)  # a start refused has its record too
-        if len(failed) == len(self.fallback):
-            raise OSError(getattr(errno, failed[0], errno.EINVAL), f"bound start: {record}")
-        if failed:
+        if applied not in self.fallback:  # no rung took, not even "none"
+            err = getattr(errno, first or "", errno.EINVAL)
+            raise OSError(err, f"bound start: {record}")
+        if first:
             _warn_once(str(record), "numa_utils: bound start fell back: %s", record)
-        self._undo.state = (applied, before, policy)
+        self._undo.state = applied, before, policy
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -5593,7 +5633,7 @@ def spawn_context(gpu: Optional[int] = None, *, method: str = "spawn", **where: 
 
         def __reduce__(self) -> Any:
             # a spawned child unpickles a process of the plain kind: this class is local
-            return (object.__new__, (base.Process,), self.__dict__)
+            return object.__new__, (base.Process,), self.__dict__
 
     context = type(base)()
     context.Process = BoundProcess

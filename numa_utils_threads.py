@@ -210,6 +210,28 @@ def _omp_env(cpus: FrozenSet[int]) -> Dict[str, str]:
     }
 
 
+def _gpu_share(
+    backend: nu.Backend,
+    gpu: int,
+    pci_bus_id: Optional[str],
+    environ: Optional[Mapping[str, str]],
+    reserve: int,
+    strict: bool,
+    notes: List[str],
+) -> nu.GpuPlan:
+    """CUDA device ``gpu``'s `exclusive` plan; no CPUs when it is not identified."""
+    _, _, found, plan = nu._device_plan(
+        backend, gpu, pci_bus_id, environ, "exclusive", reserve, None, strict
+    )
+    notes.extend(found.notes)
+    if found.gpu is not None:
+        notes.extend(plan.notes)
+        return plan
+    message = f"CUDA device {gpu}: not identified ({found.how}); no thread plan"
+    nu._fail(strict, message, notes)
+    return plan._replace(cpus=frozenset())
+
+
 def _worker_share(
     caller: str,
     gpu: Optional[int],
@@ -238,27 +260,22 @@ def _worker_share(
     topo = nu._planning_topology(backend)
     notes: List[str] = []
     pci: Optional[str] = None
-    cpus: Optional[FrozenSet[int]] = None
+    cpus: FrozenSet[int] = frozenset()
     if gpu is not None:
-        _, _, found, plan = nu._device_plan(
-            backend, gpu, pci_bus_id, environ, "exclusive", res, None, st
-        )
-        pci, node, cpus = plan.pci, plan.cpu_node, plan.cpus
-        notes.extend(found.notes)
-        if found.gpu is None:
-            nu._fail(st, f"CUDA device {gpu}: not identified ({found.how}); no thread plan", notes)
-            cpus = frozenset()
-        else:
-            notes.extend(plan.notes)
+        plan = _gpu_share(backend, gpu, pci_bus_id, environ, res, st, notes)
+        pci = plan.pci
+        node = plan.cpu_node
+        cpus = plan.cpus
     why: Dict[str, FrozenSet[int]] = {}
     if node is not None:
         node, kept, why = nu._node_slice(topo, node, res, st, notes)
-        if cpus is None:
+        if gpu is None:
             cpus = kept
         why["planned for another GPU"] = kept - cpus
-        online = topo.nodes[node].cpus & topo.online_cpus
+        node_cpus = topo.nodes[node].cpus
+        online = node_cpus & topo.online_cpus
         why["outside this process's cpuset"] = online - topo.allowed_cpus
-    return topo, pci, node, cpus or frozenset(), why, notes, st
+    return topo, pci, node, cpus, why, notes, st
 
 
 def thread_plan(
@@ -723,18 +740,10 @@ def instance_plans(
 # affinity): process_tree_plan plans from this process's own affinity, not the cpuset.
 
 
-class TreeGroup(_Record):
-    """One data-parallel group of process_tree_plan: its engine core's share."""
-
-    rank: int  # the data-parallel rank
-    cpus: FrozenSet[int]  # the engine core's: every CPU of its workers
-    nodes: Tuple[int, ...]  # the nodes of its workers' CPUs
-    memory_nodes: Tuple[int, ...]
-    workers: Tuple[nu.GpuPlan, ...]  # one per tensor-parallel rank
-
-
 def _worker_json(plan: nu.GpuPlan) -> Dict[str, Any]:
-    nodes = [plan.cpu_node] if plan.cpu_node is not None else []
+    nodes = []
+    if plan.cpu_node is not None:
+        nodes.append(plan.cpu_node)
     return {
         "gpu": plan.gpu,
         "pci": plan.pci,
@@ -744,71 +753,119 @@ def _worker_json(plan: nu.GpuPlan) -> Dict[str, Any]:
     }
 
 
+class TreeGroup(_Record):
+    """One data-parallel group of process_tree_plan: its engine core's share."""
+
+    rank: int  # the data-parallel rank
+    cpus: FrozenSet[int]  # the engine core's: every CPU of its workers
+    nodes: Tuple[int, ...]  # the nodes of its workers' CPUs
+    workers: Tuple[nu.GpuPlan, ...]  # one per tensor-parallel rank
+
+    def to_json(self) -> Dict[str, Any]:
+        cpulist = nu.format_cpulist(self.cpus)
+        rows = [_worker_json(plan) for plan in self.workers]
+        return nu._record_json(self, cpus={"cpus": cpulist}, workers={"workers": rows})
+
+
 class ProcessTreePlan(_Record):
-    """process_tree_plan's answer: the groups, in data-parallel rank order."""
+    """process_tree_plan's answer: the groups, in data-parallel rank order.  JSON:
+    ``{"groups": [{"rank", "cpus", "nodes", "workers": [{"gpu", "pci", "cpus",
+    "nodes", "memory_nodes"}]}], "notes"}``, CPU lists in the kernel's list format."""
 
     groups: Tuple[TreeGroup, ...]
     notes: Tuple[str, ...] = ()
 
     def to_json(self) -> Dict[str, Any]:
-        """``{"groups": [{"rank", "cpus", "nodes", "memory_nodes", "workers": [...]}],
-        "notes": [...]}``, CPU lists in the kernel's list format ("0-11,96-107")."""
-        groups = []
-        for group in self.groups:
-            row = nu._record_json(group, cpus={"cpus": nu.format_cpulist(group.cpus)})
-            row["workers"] = [_worker_json(plan) for plan in group.workers]
-            groups.append(row)
-        return {"groups": groups, "notes": list(self.notes)}
+        return nu._record_json(self)
 
 
 def _gpu_workers(
     topo: nu.Topology,
-    infos: List[nu.GpuInfo],
-    visible: List[Any],
+    backend: nu.Backend,
+    environ: Mapping[str, str],
     count: int,
     reserve: int,
     strict: bool,
+    notes: List[str],
 ) -> List[nu.GpuPlan]:
     """The first ``count`` CUDA devices' `exclusive` shares, planned with every GPU of
     the machine (disjoint within a node, whatever CUDA_VISIBLE_DEVICES shows)."""
+    infos = nu._gpu_infos(topo, backend)
+    nvml = nu._nvml_devices(backend)
+    visible, seen = nu._visible_gpus(infos, nvml, environ)
+    notes.extend(seen)
+    if not visible:
+        return []
     if count > len(visible):
         raise ValueError(f"{count} workers need {count} GPUs; this process sees {len(visible)}")
     planned = nu._plan_all(topo, infos, "exclusive", reserve, strict)
-    return [
-        nu._plan_for(topo, infos, found, index, "exclusive", "prefer", (), planned)
-        for index, found in enumerate(visible[:count])
-    ]
-
-
-def _cpu_workers(
-    topo: nu.Topology, count: int, reserve: int, strict: bool, notes: List[str]
-) -> List[nu.GpuPlan]:
-    """``count`` workers without GPUs: worker w on usable node w * nodes // count, so a
-    group's workers sit together and groups take runs of nodes of their own when there
-    are enough; each node's whole cores are split among the workers on it."""
-    allowed = topo.allowed_cpus & topo.online_cpus
-    usable = [node for node in sorted(topo.nodes_with_cpus) if topo.nodes[node].cpus & allowed]
-    homes = [usable[worker * len(usable) // count] for worker in range(count)]
     out = []
-    for worker, node in enumerate(homes):
-        units = topo.cores_of(nu._node_slice(topo, node, reserve, strict, notes)[1])
-        mates = [other for other, home in enumerate(homes) if home == node]
-        rank = mates.index(worker)
-        if len(units) >= len(mates):
-            run = nu._chunks(len(units), len(mates))[rank]
-            mine = units[run.start : run.stop]
-        else:
-            nu._fail(
-                strict,
-                f"node {node} has {len(units)} usable cores for {len(mates)} workers: "
-                "they share cores",
-                notes,
-            )
-            mine = [units[rank % len(units)]]
-        cpus = frozenset(cpu for unit in mine for cpu in unit)
-        memory = nu._plan_memory(topo, [], node, "prefer")
-        out.append(nu.GpuPlan(None, None, None, node, cpus, "prefer", memory, "exclusive"))
+    for index in range(count):
+        found = visible[index]
+        plan = nu._plan_for(topo, infos, found, index, "exclusive", "prefer", (), planned)
+        out.append(plan)
     return out
+
+
+def _cpu_homes(topo: nu.Topology, count: int) -> List[int]:
+    """The node of each of ``count`` CPU workers: worker w on usable node
+    w * nodes // count, so a group's workers sit together and groups take runs of
+    nodes of their own when there are enough."""
+    allowed = topo.allowed_cpus & topo.online_cpus
+    usable = []
+    for node in sorted(topo.nodes_with_cpus):
+        if topo.nodes[node].cpus & allowed:
+            usable.append(node)
+    homes = []
+    for worker in range(count):
+        at = worker * len(usable) // count
+        homes.append(usable[at])
+    return homes
+
+
+def _node_workers(
+    topo: nu.Topology, node: int, mates: int, reserve: int, strict: bool, notes: List[str]
+) -> List[nu.GpuPlan]:
+    """``mates`` CPU workers on ``node``: its whole cores (NUMA_RESERVED_CORES left
+    out) split into runs, one each; fewer cores than workers: one core each, shared."""
+    node_cpus = nu._node_slice(topo, node, reserve, strict, notes)[1]
+    cores = topo.cores_of(node_cpus)
+    if len(cores) < mates:
+        message = f"node {node} has {len(cores)} usable cores for {mates} workers"
+        nu._fail(strict, message + ": they share cores", notes)
+    memory = nu._plan_memory(topo, [], node, "prefer")
+    base = nu.GpuPlan(None, None, None, node, frozenset(), "prefer", memory, "exclusive")
+    out = []
+    runs = nu._chunks(len(cores), mates)
+    for rank, run in enumerate(runs):
+        mine = cores[run.start : run.stop]
+        if not mine:  # fewer cores than workers
+            mine = [cores[rank % len(cores)]]
+        cpus = frozenset(itertools.chain(*mine))
+        out.append(base._replace(cpus=cpus))
+    return out
+
+
+def _tree_group(rank: int, workers: List[nu.GpuPlan]) -> TreeGroup:
+    """Group ``rank``: every CPU and node of its workers."""
+    cpus: Set[int] = set()
+    nodes: Set[int] = set()
+    for plan in workers:
+        cpus |= plan.cpus
+        if plan.cpu_node is not None:
+            nodes.add(plan.cpu_node)
+    found = tuple(sorted(nodes))
+    return TreeGroup(rank, frozenset(cpus), found, tuple(workers))
+
+
+def _overlaps(groups: List[TreeGroup]) -> List[str]:
+    """A note for each two groups that share CPUs (the machine left no other way)."""
+    notes = []
+    for first, second in itertools.combinations(groups, 2):
+        shared = nu.format_cpulist(first.cpus & second.cpus)
+        if shared:
+            notes.append(f"groups {first.rank} and {second.rank} share CPUs {shared}")
+    return notes
 
 
 def process_tree_plan(
@@ -831,34 +888,29 @@ def process_tree_plan(
     process's own affinity, never widened to the cpuset.  ``notes`` says where the
     machine forced sharing.  More workers than GPUs: ValueError.
     """
-    for name, value in (("dp", dp), ("tp", tp)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"process_tree_plan: {name} must be an integer >= 1, not {value!r}")
+    for value in (dp, tp):
+        if type(value) is not int or value < 1:
+            raise ValueError(f"process_tree_plan: dp={dp!r}, tp={tp!r}: each an integer >= 1")
     backend = nu._b(backend)
-    _, res, _, st = nu._plan_args("exclusive", reserve, None, strict)
-    topo = nu.read_topology(backend=backend)  # allowed_cpus: this process's affinity
-    infos = nu._gpu_infos(topo, backend)
     if environ is None:
         environ = os.environ
-    visible, notes = nu._visible_gpus(infos, nu._nvml_devices(backend), environ)
-    if visible:
-        workers = _gpu_workers(topo, infos, visible, dp * tp, res, st)
-    else:
-        workers = _cpu_workers(topo, dp * tp, res, st, notes)
+    _, res, _, st = nu._plan_args("exclusive", reserve, None, strict)
+    topo = nu.read_topology(backend=backend)  # allowed_cpus: this process's affinity
+    notes: List[str] = []
+    count = dp * tp
+    workers = _gpu_workers(topo, backend, environ, count, res, st, notes)
+    if not workers:  # no GPU: workers spread over the nodes, a node's together
+        homes = _cpu_homes(topo, count)
+        for node in sorted(set(homes)):
+            mates = homes.count(node)
+            workers += _node_workers(topo, node, mates, res, st, notes)
     groups = []
     for rank in range(dp):
-        mine = tuple(workers[rank * tp : rank * tp + tp])
-        cpus = frozenset().union(*(plan.cpus for plan in mine))
-        nodes = {plan.cpu_node for plan in mine if plan.cpu_node is not None}
-        memory = {node for plan in mine for node in plan.memory_nodes}
-        groups.append(TreeGroup(rank, cpus, tuple(sorted(nodes)), tuple(sorted(memory)), mine))
-    for first, second in itertools.combinations(groups, 2):
-        shared = first.cpus & second.cpus
-        if shared:
-            notes.append(
-                f"groups {first.rank} and {second.rank} share CPUs {nu.format_cpulist(shared)}"
-            )
-    return ProcessTreePlan(tuple(groups), tuple(dict.fromkeys(notes)))
+        first = rank * tp
+        mine = workers[first : first + tp]
+        groups.append(_tree_group(rank, mine))
+    notes.extend(_overlaps(groups))
+    return ProcessTreePlan(tuple(groups), tuple(notes))
 
 
 # -- end of thread roles section -------------------------------------------------------
