@@ -5376,7 +5376,8 @@ def _rung_policy(rung: str, nodes: Tuple[int, ...], backend: Backend) -> thread_
     """A thread_policy for memory rung ``rung`` on ``nodes``, never strict (its result
     says why not); "preferred" over several nodes is preferred-many."""
     mode = _mode_of(rung)
-    if mode == Mode.PREFERRED and len(nodes) > 1:
+    many = len(nodes) > 1
+    if mode == Mode.PREFERRED and many:
         mode = Mode.PREFERRED_MANY
     return thread_policy(mode, nodes, strict=False, backend=backend)
 
@@ -5438,7 +5439,8 @@ def can_bind(node: int, *, backend: Optional[Backend] = None) -> BindCheck:
             future = pool.submit(_probe_node, b, node)
             found = future.result()
     except (OSError, ValueError, RuntimeError) as err:  # no topology, no thread
-        found = BindCheck(node, reason="unreadable", hint=str(err))
+        why = str(err)
+        found = BindCheck(node, reason="unreadable", hint=why)
     _bind_checks[key] = b, found  # the backend held: its id stays its own
     return found
 
@@ -5479,7 +5481,8 @@ def _own_memory(topo: Topology, held: Set[int]) -> Tuple[int, ...]:
     own = held & topo.nodes_with_memory
     if not own:
         for node in held:
-            own.update(_plan_memory(topo, [], node, "bind"))
+            nearest = _plan_memory(topo, [], node, "bind")
+            own.update(nearest)
     return tuple(sorted(own))
 
 
@@ -5496,7 +5499,8 @@ def _start_plan(
     left out), or the CPUs given (the kernel keeps those in the cpuset), with memory
     on their nodes."""
     gpu, node, nodes, cpus = where
-    given = len(where) - where.count(None)
+    missing = where.count(None)
+    given = len(where) - missing
     if given != 1:
         raise ValueError("bound_start: give one of a CUDA device index, node=, nodes= or cpus=")
     pol, res, mem, st = _plan_args(policy, None, memory, strict)
@@ -5552,7 +5556,8 @@ class bound_start:
         environ: Optional[Mapping[str, str]] = None,
         backend: Optional[Backend] = None,
     ) -> None:
-        self.backend = _b(backend)
+        backend = _b(backend)
+        self.backend = backend
         strictly = _strict_or_env(strict)
         self.fallback = _ladder(fallback, strictly)
         memory = None  # the first memory rung's word plans the memory nodes
@@ -5560,7 +5565,7 @@ class bound_start:
             if memory is None and rung not in _NO_MEMORY_RUNGS:
                 memory = rung
         where = gpu, node, nodes, cpus
-        self.plan = _start_plan(self.backend, where, policy, memory, strict, environ)
+        self.plan = _start_plan(backend, where, policy, memory, strict, environ)
         self.starts: List[StartRecord] = []
         self._undo = threading.local()  # what each thread in a block puts back
 
@@ -5588,14 +5593,16 @@ class bound_start:
         return "none", None, first
 
     def __enter__(self) -> bound_start:
-        before = self.backend.call("sched_getaffinity", 0)
+        backend = self.backend
+        before = backend.call("sched_getaffinity", 0)
         applied, policy, first = self._climb()
         hint = _HINTS.get(first or "")
         asked = self.fallback[0]
         record = StartRecord(asked, applied, first, hint)
         self.starts.append(record)  # a start refused has its record too
         if applied not in self.fallback:  # no rung took, not even "none"
-            err = getattr(errno, first or "", errno.EINVAL)
+            name = first or ""
+            err = getattr(errno, name, errno.EINVAL)
             raise OSError(err, f"bound start: {record}")
         if first:
             _warn_once(str(record), "numa_utils: bound start fell back: %s", record)
