@@ -178,7 +178,11 @@ __all__ = [
     "gpu_plans",
     "BIND_POLICIES",
     "bind_policy",
-    # thread roles: CPUs per thread role, every thread pinned by name
+    # starting processes bound: what works here, any start, a multiprocessing context
+    "can_bind",
+    "BindCheck",
+    "bound_start",
+    "StartRecord",
     "spawn_context",
     # PCI devices: NICs, RDMA, NVMe, GPUs
     "Device",
@@ -3090,12 +3094,15 @@ _HINTS = MappingProxyType(
         "get_mempolicy",
         "ENOSYS": "the kernel has no NUMA memory policy support (CONFIG_NUMA off)",
         "unsupported-arch": "no syscall table for this CPU architecture/ABI",
-        "cpuset": "the cpuset (Mems_allowed_list) forbids every requested node",
+        "cpuset": "the cpuset (Cpus_allowed_list, Mems_allowed_list) forbids the requested "
+        "nodes: start the process in a cgroup whose cpuset.cpus and cpuset.mems include them",
         "single-node": "only one memory node is usable: nothing to spread",
         "not-live": "the backend reads a saved tree, not the running system",
         "disabled": "disabled by configuration",
         "EINVAL": "the kernel rejected the policy (EINVAL)",
         "no-memory-node": "the requested nodes have no memory or do not exist",
+        "no-cpus": "the node has no CPUs: run on the CPUs of its nearest node (bind_to_node does)",
+        "no-node": "no such NUMA node: read_topology().online_nodes lists them",
         "no-weighted-interleave": "the kernel lacks MPOL_WEIGHTED_INTERLEAVE (Linux 6.9+); "
         "pass fallback='interleave' to accept a plain interleave",
         "resident-unmoved": "the policy places pages faulted from now on; pages already in "
@@ -5305,41 +5312,6 @@ def bind_for_gpu(
     return out._replace(plan=plan, notes=plan.notes + out.notes)
 
 
-def _gpu_slice(
-    backend: Backend,
-    topo: Topology,
-    gpu: int,
-    pci_bus_id: Optional[str],
-    environ: Optional[Mapping[str, str]],
-    reserve: int,
-    strict: bool,
-    notes: List[str],
-) -> Tuple[Optional[str], Optional[int], FrozenSet[int], Dict[str, FrozenSet[int]]]:
-    """CUDA device ``gpu``'s (pci, node, CPUs) from the `exclusive` plan of every GPU,
-    and why its node's other CPUs are not in it."""
-    infos = _gpu_infos(topo, backend)
-    found = _resolve(gpu, pci_bus_id, infos, backend, environ)
-    notes.extend(found.notes)
-    if found.gpu is None:
-        _fail(strict, f"CUDA device {gpu}: not identified ({found.how}); no thread plan", notes)
-        return None, None, frozenset(), {}
-    planned = _plan_all(topo, _same_maker(infos, found.gpu), "exclusive", reserve, strict)
-    node, cpus, gpu_notes = planned[found.gpu.pci]
-    notes.extend(gpu_notes)
-    others: Set[int] = set()
-    for pci, (_, their_cpus, _) in planned.items():
-        if pci != found.gpu.pci:
-            others |= their_cpus
-    if node is None:
-        return found.gpu.pci, None, cpus, {}
-    node_cpus = topo.nodes[node].cpus & topo.allowed_cpus & topo.online_cpus
-    why = {
-        "planned for another GPU": (node_cpus & others) - cpus,
-        f"reserved (reserve={reserve})": node_cpus - others - cpus,
-    }
-    return found.gpu.pci, node, cpus, why
-
-
 def _node_slice(
     topo: Topology, node: int, reserve: int, strict: bool, notes: List[str]
 ) -> Tuple[int, FrozenSet[int], Dict[str, FrozenSet[int]]]:
@@ -5361,117 +5333,319 @@ def _node_slice(
     return cpu_node, cpus, {f"reserved (reserve={reserve})": reserved}
 
 
-def _start_bound(
-    start: Callable[[], None],
-    backend: Backend,
-    cpus: FrozenSet[int],
-    memory: Optional[str],
-    nodes: Tuple[int, ...],
-    strict: Optional[bool],
-) -> None:
-    """``start()`` run with the calling thread on ``cpus`` under memory policy
-    ``memory`` on ``nodes``, both put back after: a process forked meanwhile starts
-    with them, before its first page or thread exists."""
-    before = backend.call("sched_getaffinity", 0)
-    policy = None
-    if memory is not None and nodes:
-        policy = thread_policy(memory, nodes, strict=strict, backend=backend)
-        policy.__enter__()
+# ---------------------------------------------------------------------------
+# Starting processes bound.  A child inherits the CPU mask and the memory policy of
+# the thread that starts it (fork and exec keep both): binding that thread for the
+# start binds the child from its first instruction, with no numactl binary and no
+# change at the call site.  can_bind says beforehand what works; bound_start binds a
+# block's starts down a fallback ladder and records what each got; spawn_context is
+# a multiprocessing context whose Process.start goes through bound_start.
+# ---------------------------------------------------------------------------
+
+
+class BindCheck(_Record):
+    """What binding to one node can do in this process (can_bind).  Truthy when CPU
+    binding and every memory policy work."""
+
+    node: Any  # the node asked about
+    cpu: bool = False  # the calling thread can run on the node's CPUs
+    bind: bool = False  # MPOL_BIND on the node
+    preferred: bool = False  # MPOL_PREFERRED
+    interleave: bool = False  # MPOL_INTERLEAVE, with another node to spread over
+    reason: Optional[str] = None  # why the first of them fails: "EPERM", "cpuset", ...
+    hint: Optional[str] = None  # the fix
+
+    def __bool__(self) -> bool:
+        return self.cpu and self.bind and self.preferred and self.interleave
+
+
+def _cpu_rung(backend: Backend, cpus: FrozenSet[int]) -> Optional[str]:
+    """Put the calling thread on ``cpus``; why it cannot be (None: it is)."""
+    if not cpus:
+        return "cpuset"
     try:
-        if cpus:
-            backend.call("sched_setaffinity", 0, cpus)
-        start()
-    finally:
+        backend.call("sched_setaffinity", 0, cpus)
+    except NotLiveError:
+        return "not-live"
+    except OSError as err:
+        return _errno_reason(err.errno or errno.EIO)
+    return None
+
+
+def _rung_policy(rung: str, nodes: Tuple[int, ...], backend: Backend) -> thread_policy:
+    """A thread_policy for memory rung ``rung`` on ``nodes``, never strict (its result
+    says why not); "preferred" over several nodes is preferred-many."""
+    mode = _mode_of(rung)
+    many = len(nodes) > 1
+    if mode == Mode.PREFERRED and many:
+        mode = Mode.PREFERRED_MANY
+    return thread_policy(mode, nodes, strict=False, backend=backend)
+
+
+def _probe_node(backend: Backend, node: int) -> BindCheck:
+    """can_bind's trial, in a thread of its own.  It puts back what it changes: a
+    backend with one mask and policy per process (the simulator) must still find the
+    caller's."""
+    topo = _planning_topology(backend)
+    if node not in topo.nodes:
+        missing = _HINTS["no-node"]
+        return BindCheck(node, reason="no-node", hint=missing)
+    own = topo.nodes[node].cpus
+    allowed = own & topo.allowed_cpus
+    before = backend.call("sched_getaffinity", 0)
+    cpu = _cpu_rung(backend, allowed)
+    if cpu is None:
         backend.call("sched_setaffinity", 0, before)
+    if not own:
+        cpu = "no-cpus"
+    reasons = [cpu]
+    for word in ("bind", "preferred", "interleave"):
+        policy = _rung_policy(word, (node,), backend)
+        result = policy.__enter__()
+        policy.__exit__(None, None, None)
+        reasons.append(result.reason)
+    spread = len(topo.usable_memory_nodes) > 1
+    if reasons[3] is None and not spread:
+        reasons[3] = "single-node"
+    first = next(filter(None, reasons), None)
+    hint = _HINTS.get(first or "")
+    works = [reason is None for reason in reasons]
+    cpu_ok, bind, preferred, interleave = works
+    return BindCheck(node, cpu_ok, bind, preferred, interleave, first, hint)
+
+
+_bind_checks: Dict[Tuple[int, int, int], Tuple[Backend, BindCheck]] = {}
+
+
+def can_bind(node: int, *, backend: Optional[Backend] = None) -> BindCheck:
+    """Whether this process can bind to ``node``: CPU binding, and the bind, preferred
+    and interleave memory policies, each tried in a throwaway thread (the caller's
+    mask and policy stay as they are; no process is started).  ``reason`` names the
+    first that fails ("EPERM": seccomp or no CAP_SYS_NICE, "cpuset", "ENOSYS",
+    "single-node", "no-cpus", ...) and ``hint`` the fix.  Cached per node and
+    process; never raises."""
+    b = _b(backend)
+    if type(node) is not int:
+        hint = _HINTS["no-node"]
+        return BindCheck(node, reason="no-node", hint=hint)
+    pid = os.getpid()  # a child may live under another seccomp filter
+    key = pid, id(b), node
+    if key in _bind_checks:
+        return _bind_checks[key][1]
+    from concurrent.futures import ThreadPoolExecutor
+
+    try:
+        with ThreadPoolExecutor(1, "numa_utils can_bind") as pool:
+            future = pool.submit(_probe_node, b, node)
+            found = future.result()
+    except (OSError, ValueError, RuntimeError) as err:  # no topology, no thread
+        why = str(err)
+        found = BindCheck(node, reason="unreadable", hint=why)
+    _bind_checks[key] = b, found  # the backend held: its id stays its own
+    return found
+
+
+class StartRecord(_Record):
+    """What one bound start got (bound_start's block, a spawn_context child)."""
+
+    asked: str  # the ladder's first rung: "bind", "preferred", "cpu", ...
+    applied: str  # the first rung that applied; "none": the start ran unbound
+    reason: Optional[str] = None  # why the rung asked failed: "EPERM", "cpuset", ...
+    hint: Optional[str] = None  # the fix
+
+
+# The ladder bound_start walks by default: the worker's memory preferred on its node
+# with its CPUs, else its CPUs alone, else unbound (recorded, logged once).
+_FALLBACK = ("preferred", "cpu", "none")
+_NO_MEMORY_RUNGS = ("cpu", "none")
+
+
+def _ladder(fallback: Iterable[str], strict: bool) -> Tuple[str, ...]:
+    """The rungs of ``fallback`` checked; the first alone when ``strict``."""
+    if isinstance(fallback, str):
+        raise ValueError(f"fallback={fallback!r}: give a sequence of rungs")
+    rungs = tuple(fallback)
+    if not rungs:
+        raise ValueError("fallback: give at least one rung")
+    for rung in rungs:
+        if rung not in _NO_MEMORY_RUNGS:
+            _mode_of(rung)  # ValueError: unknown memory policy
+    if strict:
+        return rungs[:1]
+    return rungs
+
+
+def _own_memory(topo: Topology, held: Set[int]) -> Tuple[int, ...]:
+    """Memory for a process on nodes ``held``: theirs (a cpuset that forbids it is
+    the policy's to report), else the nearest nodes with memory."""
+    own = held & topo.nodes_with_memory
+    if not own:
+        for node in held:
+            nearest = _plan_memory(topo, [], node, "bind")
+            own.update(nearest)
+    return tuple(sorted(own))
+
+
+def _start_plan(
+    backend: Backend,
+    where: Tuple[Any, ...],
+    policy: str,
+    memory: Optional[str],
+    strict: Optional[bool],
+    environ: Optional[Mapping[str, str]],
+) -> GpuPlan:
+    """bound_start's plan for ``where`` (gpu, node, nodes, cpus; one given): a GPU's
+    share under ``policy``, the CPUs of the nodes (whole cores; NUMA_RESERVED_CORES
+    left out), or the CPUs given (the kernel keeps those in the cpuset), with memory
+    on their nodes."""
+    gpu, node, nodes, cpus = where
+    missing = where.count(None)
+    given = len(where) - missing
+    if given != 1:
+        raise ValueError("bound_start: give one of a CUDA device index, node=, nodes= or cpus=")
+    pol, res, mem, st = _plan_args(policy, None, memory, strict)
+    if gpu is not None:
+        _, _, _, plan = _device_plan(backend, gpu, None, environ, pol, res, mem, st)
+        return plan
+    topo = _planning_topology(backend)
+    notes: List[str] = []
+    want: FrozenSet[int] = frozenset()
+    held: Set[int] = set()
+    if cpus is None:
+        held.update(nodes or [node])
+        for each in sorted(held):
+            _, share, _ = _node_slice(topo, each, res, st, notes)
+            want |= share
+    else:
+        want = frozenset(cpus)
+        for cpu in want:
+            found = topo.node_of_cpu(cpu)
+            if found is not None:
+                held.add(found)
+    memory_nodes = _own_memory(topo, held)
+    noted = tuple(notes)
+    return GpuPlan(None, None, None, None, want, mem, memory_nodes, pol, (), noted)
+
+
+class bound_start:
+    """Context manager: every process the calling thread starts in the block
+    (``Process.start()``, ``subprocess.Popen``, ``os.fork``) starts bound, CPUs and
+    memory policy, from its first instruction; the thread's own are put back after.
+
+    Where: CUDA device ``gpu``'s share under plan ``policy`` (one of BIND_POLICIES,
+    as cpus_for_gpu), the CPUs of ``node`` or of the node set ``nodes``, or ``cpus``
+    (an operator's list); memory on their nodes.  ``fallback``: the rungs tried in
+    order until one applies: a memory policy ("bind", "preferred", "interleave", ...)
+    with the CPUs, "cpu" (CPUs alone) or "none" (unbound).  Each entry adds a
+    StartRecord to ``starts`` (``asked``, ``applied``, ``reason``, ``hint``); a
+    fallback is logged once.  When no rung applies, or ``strict`` and the first does
+    not, entering raises OSError: in the parent, before any child exists.  ``plan``
+    is the GpuPlan.
+    """
+
+    def __init__(
+        self,
+        gpu: Optional[int] = None,
+        *,
+        node: Optional[int] = None,
+        nodes: Optional[Iterable[int]] = None,
+        cpus: Optional[Iterable[int]] = None,
+        policy: str = "exclusive",
+        fallback: Iterable[str] = _FALLBACK,
+        strict: Optional[bool] = None,
+        environ: Optional[Mapping[str, str]] = None,
+        backend: Optional[Backend] = None,
+    ) -> None:
+        backend = _b(backend)
+        self.backend = backend
+        strictly = _strict_or_env(strict)
+        self.fallback = _ladder(fallback, strictly)
+        memory = None  # the first memory rung's word plans the memory nodes
+        for rung in self.fallback:
+            if memory is None and rung not in _NO_MEMORY_RUNGS:
+                memory = rung
+        where = gpu, node, nodes, cpus
+        self.plan = _start_plan(backend, where, policy, memory, strict, environ)
+        self.starts: List[StartRecord] = []
+        self._undo = threading.local()  # what each thread in a block puts back
+
+    def _climb(self) -> Tuple[str, Optional[thread_policy], Optional[str]]:
+        """Walk the ladder, memory before CPUs: the rung that took ("none" when none
+        did; a rung that fails leaves nothing changed), its policy to undo, and why
+        the first rung failed."""
+        plan = self.plan
+        backend = self.backend
+        first = None
+        for rung in self.fallback:
+            policy = None
+            why = None
+            if rung not in _NO_MEMORY_RUNGS:
+                policy = _rung_policy(rung, plan.memory_nodes, backend)
+                why = policy.__enter__().reason
+            if why is None and rung != "none":
+                why = _cpu_rung(backend, plan.cpus)
+            if why is None:
+                return rung, policy, first
+            if policy is not None:
+                policy.__exit__(None, None, None)
+            if first is None:
+                first = why
+        return "none", None, first
+
+    def __enter__(self) -> bound_start:
+        backend = self.backend
+        before = backend.call("sched_getaffinity", 0)
+        applied, policy, first = self._climb()
+        hint = _HINTS.get(first or "")
+        asked = self.fallback[0]
+        record = StartRecord(asked, applied, first, hint)
+        self.starts.append(record)  # a start refused has its record too
+        if applied not in self.fallback:  # no rung took, not even "none"
+            name = first or ""
+            err = getattr(errno, name, errno.EINVAL)
+            raise OSError(err, f"bound start: {record}")
+        if first:
+            _warn_once(str(record), "numa_utils: bound start fell back: %s", record)
+        self._undo.state = applied, before, policy
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        applied, before, policy = self._undo.state
+        if applied != "none":
+            self.backend.call("sched_setaffinity", 0, before)
         if policy is not None:
             policy.__exit__(None, None, None)
 
 
-def _worker_share(
-    caller: str,
-    gpu: Optional[int],
-    node: Optional[int],
-    reserve: Optional[int],
-    strict: Optional[bool],
-    pci_bus_id: Optional[str],
-    environ: Optional[Mapping[str, str]],
-    backend: Backend,
-) -> Tuple[
-    Topology,
-    Optional[str],
-    Optional[int],
-    FrozenSet[int],
-    Dict[str, FrozenSet[int]],
-    List[str],
-    bool,
-]:
-    """One worker's CPUs: CUDA device ``gpu``'s share of the `exclusive` plan, or the
-    CPUs of ``node``, whole cores inside the cpuset (thread_plan's and spawn_context's).
-    Returns (topology, pci, CPU node, CPUs, why each other CPU of the node is left
-    out, notes, strict)."""
-    if (gpu is None) == (node is None):
-        raise ValueError(f"{caller}: give a CUDA device index or node=, one of the two")
-    _, res, _, st = _plan_args("exclusive", reserve, None, strict)
-    topo = _planning_topology(backend)
-    notes: List[str] = []
-    pci: Optional[str] = None
-    if gpu is not None:
-        pci, cpu_node, cpus, why = _gpu_slice(
-            backend, topo, gpu, pci_bus_id, environ, res, st, notes
-        )
-    else:
-        cpu_node, cpus, why = _node_slice(topo, node, res, st, notes)  # type: ignore[arg-type]
-    if cpu_node is not None:
-        online = topo.nodes[cpu_node].cpus & topo.online_cpus
-        why["outside this process's cpuset"] = online - topo.allowed_cpus
-    return topo, pci, cpu_node, cpus, why, notes, st
-
-
-def spawn_context(
-    gpu: Optional[int] = None,
-    *,
-    node: Optional[int] = None,
-    memory: Optional[str] = "prefer",
-    method: str = "spawn",
-    strict: Optional[bool] = None,
-    environ: Optional[Mapping[str, str]] = None,
-    backend: Optional[Backend] = None,
-) -> Any:
-    """A multiprocessing context whose children start bound: on CUDA device ``gpu``'s
-    worker CPUs (or node ``node``'s), the `exclusive` plan thread_plan gives a worker,
-    under memory policy ``memory`` on the plan's memory nodes, from their first
-    instruction (no numactl binary).
-
-    The thread that starts a child binds itself for the fork and then puts its own
-    mask and policy back; the child inherits both.  ``method``: "spawn" or "fork" (a
-    forkserver's children are forked by the server, which this cannot bind).
-    ``ctx.plan`` is the plan (a GpuPlan); use the context as multiprocessing's own
-    (``ctx.Process``, ``ctx.Pool``, ``ProcessPoolExecutor(mp_context=ctx)``).
+def spawn_context(gpu: Optional[int] = None, *, method: str = "spawn", **where: Any) -> Any:
+    """A multiprocessing context whose children start bound: each ``Process.start()``
+    runs in a ``bound_start(gpu, **where)`` block (``node=``, ``nodes=``, ``cpus=``,
+    ``policy=``, ``fallback=``, ...).  ``ctx.plan`` is the plan (a GpuPlan),
+    ``ctx.starts`` a StartRecord per start.  ``method``: "spawn" or "fork" (a
+    forkserver's children are forked by the server, which this cannot bind).  Use
+    the context as multiprocessing's own (``ctx.Process``, ``ctx.Pool``,
+    ``ProcessPoolExecutor(mp_context=ctx)``).
     """
     if method not in ("spawn", "fork"):
         raise ValueError(f"spawn_context: method must be 'spawn' or 'fork', not {method!r}")
-    b = _b(backend)
-    share = _worker_share("spawn_context", gpu, node, None, strict, None, environ, b)
-    topo, pci, cpu_node, cpus, _, notes, _ = share
-    memory_nodes = _plan_memory(topo, [], cpu_node, "prefer")
-    plan = GpuPlan(
-        gpu, pci, cpu_node, cpu_node, cpus, memory, memory_nodes, "exclusive", (), tuple(notes)
-    )
+    starter = bound_start(gpu, **where)
     import multiprocessing
 
     base: Any = multiprocessing.get_context(method)
 
     class BoundProcess(base.Process):  # type: ignore[misc]
         def start(self) -> None:
-            _start_bound(super().start, b, plan.cpus, memory, plan.memory_nodes, strict)
+            with starter:
+                super().start()
 
         def __reduce__(self) -> Any:
             # a spawned child unpickles a process of the plain kind: this class is local
-            return (object.__new__, (base.Process,), self.__dict__)
+            return object.__new__, (base.Process,), self.__dict__
 
     context = type(base)()
     context.Process = BoundProcess
-    context.plan = plan
+    context.plan = starter.plan
+    context.starts = starter.starts
     return context
 
 

@@ -1321,6 +1321,8 @@ def _cli_policy(args: argparse.Namespace) -> str:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     b = _nu._root_backend(args.root)
+    if args.tree or args.dp is not None or args.tp is not None:
+        return _cmd_tree_plan(args, b)
     if args.roles is not None or args.node is not None:
         return _cmd_role_plan(args, b)
     if args.format == "env":
@@ -1468,6 +1470,16 @@ def _cli_plan(sub: Any) -> None:
         default="worker@.service",
         metavar="NAME",
         help="template unit named in --format systemd headers",
+    )
+    p.add_argument(
+        "--tree",
+        action="store_true",
+        help="an engine's process tree: --dp groups of --tp workers, an engine core above "
+        "each (text or json)",
+    )
+    p.add_argument("--dp", type=int, default=None, metavar="N", help="--tree groups (default 1)")
+    p.add_argument(
+        "--tp", type=int, default=None, metavar="N", help="--tree workers per group (default 1)"
     )
     p.set_defaults(func=_cmd_plan)
 
@@ -2767,6 +2779,49 @@ def _cmd_role_plan(args: argparse.Namespace, b: _nu.Backend) -> int:
         raise ValueError(f"--format {fmt} exports the GPU plans: leave out --roles and --node")
     else:
         sys.stdout.write(_render_role_text(plans, b))
+    return 0
+
+
+def _render_tree_text(tree: _nut.ProcessTreePlan) -> str:
+    size = len(tree.groups[0].workers)
+    out = [f"numa_utils plan --tree: {len(tree.groups)} groups of {size} workers"]
+    for group in tree.groups:
+        nodes = ",".join(str(node) for node in group.nodes) or "?"
+        out.append(f"  group {group.rank}: CPUs {_nu.format_cpulist(group.cpus)}, nodes {nodes}")
+        for index, plan in enumerate(group.workers):
+            name = f"worker {index}"
+            if plan.gpu is not None:
+                name = f"GPU {plan.gpu} ({plan.pci or '?'})"
+            node = "?" if plan.cpu_node is None else plan.cpu_node
+            out.append(f"    {name}: CPUs {_nu.format_cpulist(plan.cpus)}, node {node}")
+    for note in tree.notes:
+        out.append(f"  - {note}")
+    return "\n".join(out) + "\n"
+
+
+def _cmd_tree_plan(args: argparse.Namespace, b: _nu.Backend) -> int:
+    """plan --tree: process_tree_plan, as an operator reads it before launching."""
+    if not args.tree:
+        raise ValueError("--dp and --tp size a --tree plan: add --tree")
+    if any(arg is not None for arg in (args.roles, args.node, args.gpu, args.policy, args.memory)):
+        raise ValueError(
+            "--tree plans every worker's exclusive share: leave out --gpu, --node, --roles, "
+            "--policy and --memory"
+        )
+    fmt = args.format or ("json" if args.json else "text")
+    if fmt not in ("text", "json"):
+        raise ValueError(f"--tree prints text or json, not --format {fmt}")
+    tree = _nut.process_tree_plan(
+        dp=1 if args.dp is None else args.dp,
+        tp=1 if args.tp is None else args.tp,
+        reserve=args.reserve,
+        strict=True if args.strict else None,
+        backend=b,
+    )
+    if fmt == "json":
+        _nu._print_json(tree.to_json())
+    else:
+        sys.stdout.write(_render_tree_text(tree))
     return 0
 
 

@@ -11,6 +11,8 @@ threads; binding a worker to its GPU's node needs the core alone (bind_for_gpu).
 from __future__ import annotations
 
 import errno
+import itertools
+import os
 import re
 from types import MappingProxyType
 from typing import (
@@ -63,6 +65,9 @@ __all__ = [
     "ThreadPin",
     "instance_plans",
     "InstancePlan",
+    "process_tree_plan",
+    "ProcessTreePlan",
+    "TreeGroup",
     "settle",
     "DEFAULT_ROLES",
     "SMT_RULES",
@@ -205,6 +210,74 @@ def _omp_env(cpus: FrozenSet[int]) -> Dict[str, str]:
     }
 
 
+def _gpu_share(
+    backend: nu.Backend,
+    gpu: int,
+    pci_bus_id: Optional[str],
+    environ: Optional[Mapping[str, str]],
+    reserve: int,
+    strict: bool,
+    notes: List[str],
+) -> nu.GpuPlan:
+    """CUDA device ``gpu``'s `exclusive` plan; no CPUs when it is not identified."""
+    _, _, found, plan = nu._device_plan(
+        backend, gpu, pci_bus_id, environ, "exclusive", reserve, None, strict
+    )
+    notes.extend(found.notes)
+    if found.gpu is not None:
+        notes.extend(plan.notes)
+        return plan
+    message = f"CUDA device {gpu}: not identified ({found.how}); no thread plan"
+    nu._fail(strict, message, notes)
+    return plan._replace(cpus=frozenset())
+
+
+def _worker_share(
+    caller: str,
+    gpu: Optional[int],
+    node: Optional[int],
+    reserve: Optional[int],
+    strict: Optional[bool],
+    pci_bus_id: Optional[str],
+    environ: Optional[Mapping[str, str]],
+    backend: nu.Backend,
+) -> Tuple[
+    nu.Topology,
+    Optional[str],
+    Optional[int],
+    FrozenSet[int],
+    Dict[str, FrozenSet[int]],
+    List[str],
+    bool,
+]:
+    """One worker's CPUs (thread_plan's): CUDA device ``gpu``'s share of the
+    `exclusive` plan, or the CPUs of ``node``, whole cores inside the cpuset.  Returns
+    (topology, pci, CPU node, CPUs, why each other CPU of the node is left out, notes,
+    strict)."""
+    if (gpu is None) == (node is None):
+        raise ValueError(f"{caller}: give a CUDA device index or node=, one of the two")
+    _, res, _, st = nu._plan_args("exclusive", reserve, None, strict)
+    topo = nu._planning_topology(backend)
+    notes: List[str] = []
+    pci: Optional[str] = None
+    cpus: FrozenSet[int] = frozenset()
+    if gpu is not None:
+        plan = _gpu_share(backend, gpu, pci_bus_id, environ, res, st, notes)
+        pci = plan.pci
+        node = plan.cpu_node
+        cpus = plan.cpus
+    why: Dict[str, FrozenSet[int]] = {}
+    if node is not None:
+        node, kept, why = nu._node_slice(topo, node, res, st, notes)
+        if gpu is None:
+            cpus = kept
+        why["planned for another GPU"] = kept - cpus
+        node_cpus = topo.nodes[node].cpus
+        online = node_cpus & topo.online_cpus
+        why["outside this process's cpuset"] = online - topo.allowed_cpus
+    return topo, pci, node, cpus, why, notes, st
+
+
 def thread_plan(
     gpu: Optional[int] = None,
     *,
@@ -234,9 +307,7 @@ def thread_plan(
         raise ValueError(f"smt must be one of {', '.join(SMT_RULES)}, not {smt!r}")
     wanted = _role_counts(roles)
     backend = nu._b(backend)
-    share = nu._worker_share(
-        "thread_plan", gpu, node, reserve, strict, pci_bus_id, environ, backend
-    )
+    share = _worker_share("thread_plan", gpu, node, reserve, strict, pci_bus_id, environ, backend)
     topo, pci, cpu_node, cpus, why, notes, st = share
     units = topo.cores_of(cpus)
     if smt == "one":
@@ -658,6 +729,188 @@ def instance_plans(
         return _note_shared_memory(_node_instances(topo, n))
     infos = nu._gpu_infos(topo, backend)
     return _note_shared_memory(_gpu_instances(topo, infos, n, per, res, st))
+
+
+# -- process trees ------------------------------------------------------------------------
+#
+# An engine's processes: an API server starts an engine core (or scheduler) for each
+# data-parallel group, and each engine core its tensor-parallel workers.  A child's CPU
+# list must lie inside its parent's (vLLM checks it), groups must not pile onto one node,
+# and no plan may widen what this process was given (an NRI balloon's or taskset's
+# affinity): process_tree_plan plans from this process's own affinity, not the cpuset.
+
+
+def _worker_json(plan: nu.GpuPlan) -> Dict[str, Any]:
+    nodes = []
+    if plan.cpu_node is not None:
+        nodes.append(plan.cpu_node)
+    return {
+        "gpu": plan.gpu,
+        "pci": plan.pci,
+        "cpus": nu.format_cpulist(plan.cpus),
+        "nodes": nodes,
+        "memory_nodes": list(plan.memory_nodes),
+    }
+
+
+class TreeGroup(_Record):
+    """One data-parallel group of process_tree_plan: its engine core's share."""
+
+    rank: int  # the data-parallel rank
+    cpus: FrozenSet[int]  # the engine core's: every CPU of its workers
+    nodes: Tuple[int, ...]  # the nodes of its workers' CPUs
+    workers: Tuple[nu.GpuPlan, ...]  # one per tensor-parallel rank
+
+    def to_json(self) -> Dict[str, Any]:
+        cpulist = nu.format_cpulist(self.cpus)
+        rows = [_worker_json(plan) for plan in self.workers]
+        return nu._record_json(self, cpus={"cpus": cpulist}, workers={"workers": rows})
+
+
+class ProcessTreePlan(_Record):
+    """process_tree_plan's answer: the groups, in data-parallel rank order.  JSON:
+    ``{"groups": [{"rank", "cpus", "nodes", "workers": [{"gpu", "pci", "cpus",
+    "nodes", "memory_nodes"}]}], "notes"}``, CPU lists in the kernel's list format."""
+
+    groups: Tuple[TreeGroup, ...]
+    notes: Tuple[str, ...] = ()
+
+    def to_json(self) -> Dict[str, Any]:
+        return nu._record_json(self)
+
+
+def _gpu_workers(
+    topo: nu.Topology,
+    backend: nu.Backend,
+    environ: Mapping[str, str],
+    count: int,
+    reserve: int,
+    strict: bool,
+    notes: List[str],
+) -> List[nu.GpuPlan]:
+    """The first ``count`` CUDA devices' `exclusive` shares, planned with every GPU of
+    the machine (disjoint within a node, whatever CUDA_VISIBLE_DEVICES shows)."""
+    infos = nu._gpu_infos(topo, backend)
+    nvml = nu._nvml_devices(backend)
+    visible, seen = nu._visible_gpus(infos, nvml, environ)
+    notes.extend(seen)
+    if not visible:
+        return []
+    if count > len(visible):
+        raise ValueError(f"{count} workers need {count} GPUs; this process sees {len(visible)}")
+    planned = nu._plan_all(topo, infos, "exclusive", reserve, strict)
+    out = []
+    for index in range(count):
+        found = visible[index]
+        plan = nu._plan_for(topo, infos, found, index, "exclusive", "prefer", (), planned)
+        out.append(plan)
+    return out
+
+
+def _cpu_homes(topo: nu.Topology, count: int) -> List[int]:
+    """The node of each of ``count`` CPU workers: worker w on usable node
+    w * nodes // count, so a group's workers sit together and groups take runs of
+    nodes of their own when there are enough."""
+    allowed = topo.allowed_cpus & topo.online_cpus
+    usable = []
+    for node in sorted(topo.nodes_with_cpus):
+        if topo.nodes[node].cpus & allowed:
+            usable.append(node)
+    homes = []
+    for worker in range(count):
+        at = worker * len(usable) // count
+        homes.append(usable[at])
+    return homes
+
+
+def _node_workers(
+    topo: nu.Topology, node: int, mates: int, reserve: int, strict: bool, notes: List[str]
+) -> List[nu.GpuPlan]:
+    """``mates`` CPU workers on ``node``: its whole cores (NUMA_RESERVED_CORES left
+    out) split into runs, one each; fewer cores than workers: one core each, shared."""
+    node_cpus = nu._node_slice(topo, node, reserve, strict, notes)[1]
+    cores = topo.cores_of(node_cpus)
+    if len(cores) < mates:
+        message = f"node {node} has {len(cores)} usable cores for {mates} workers"
+        nu._fail(strict, message + ": they share cores", notes)
+    memory = nu._plan_memory(topo, [], node, "prefer")
+    base = nu.GpuPlan(None, None, None, node, frozenset(), "prefer", memory, "exclusive")
+    out = []
+    runs = nu._chunks(len(cores), mates)
+    for rank, run in enumerate(runs):
+        mine = cores[run.start : run.stop]
+        if not mine:  # fewer cores than workers
+            mine = [cores[rank % len(cores)]]
+        cpus = frozenset(itertools.chain(*mine))
+        out.append(base._replace(cpus=cpus))
+    return out
+
+
+def _tree_group(rank: int, workers: List[nu.GpuPlan]) -> TreeGroup:
+    """Group ``rank``: every CPU and node of its workers."""
+    cpus: Set[int] = set()
+    nodes: Set[int] = set()
+    for plan in workers:
+        cpus |= plan.cpus
+        if plan.cpu_node is not None:
+            nodes.add(plan.cpu_node)
+    found = tuple(sorted(nodes))
+    return TreeGroup(rank, frozenset(cpus), found, tuple(workers))
+
+
+def _overlaps(groups: List[TreeGroup]) -> List[str]:
+    """A note for each two groups that share CPUs (the machine left no other way)."""
+    notes = []
+    for first, second in itertools.combinations(groups, 2):
+        shared = nu.format_cpulist(first.cpus & second.cpus)
+        if shared:
+            notes.append(f"groups {first.rank} and {second.rank} share CPUs {shared}")
+    return notes
+
+
+def process_tree_plan(
+    dp: int = 1,
+    tp: int = 1,
+    *,
+    reserve: Optional[int] = None,
+    strict: Optional[bool] = None,
+    environ: Optional[Mapping[str, str]] = None,
+    backend: Optional[nu.Backend] = None,
+) -> ProcessTreePlan:
+    """A plan for an engine's process tree: ``dp`` data-parallel groups of ``tp``
+    tensor-parallel workers, an engine core (scheduler, API server's child) above each.
+
+    Group g's workers are CUDA devices g*tp ... g*tp+tp-1 as this process numbers them
+    (CUDA_VISIBLE_DEVICES, ``environ``), each on its GPU's node with its `exclusive`
+    share; without a visible GPU, CPU workers spread over the nodes, whole cores each.
+    A group's CPUs are every CPU of its workers (a parent holds its children's), so
+    groups are disjoint wherever the workers are.  Everything lies inside this
+    process's own affinity, never widened to the cpuset.  ``notes`` says where the
+    machine forced sharing.  More workers than GPUs: ValueError.
+    """
+    for value in (dp, tp):
+        if type(value) is not int or value < 1:
+            raise ValueError(f"process_tree_plan: dp={dp!r}, tp={tp!r}: each an integer >= 1")
+    backend = nu._b(backend)
+    if environ is None:
+        environ = os.environ
+    _, res, _, st = nu._plan_args("exclusive", reserve, None, strict)
+    topo = nu.read_topology(backend=backend)  # allowed_cpus: this process's affinity
+    notes: List[str] = []
+    count = dp * tp
+    workers = _gpu_workers(topo, backend, environ, count, res, st, notes)
+    if not workers:  # no GPU: workers spread over the nodes, a node's together
+        homes = _cpu_homes(topo, count)
+        for node in sorted(set(homes)):
+            mates = homes.count(node)
+            workers += _node_workers(topo, node, mates, res, st, notes)
+    groups = []
+    for rank in range(dp):
+        first = rank * tp
+        mine = workers[first : first + tp]
+        groups.append(_tree_group(rank, mine))
+    notes.extend(_overlaps(groups))
+    return ProcessTreePlan(tuple(groups), tuple(notes))
 
 
 # -- end of thread roles section -------------------------------------------------------

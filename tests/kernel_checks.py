@@ -2154,3 +2154,138 @@ def check_fit_real(env):
     verdicts = [v["fit"] for v in out.values() if isinstance(v, dict)]
     assert True in verdicts and False in verdicts, f"no case of each verdict: {out}"
     return out
+
+
+# --------------------------------------------------------------------------
+# Launching bound (issue 41): can_bind, bound_start, spawn_context
+
+
+def _status_cpus(pid):
+    """The Cpus_allowed_list a process runs with, from /proc/<pid>/status."""
+    for line in _read(f"/proc/{pid}/status").splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return _cpulist(line.split(":", 1)[1])
+    raise AssertionError(f"/proc/{pid}/status has no Cpus_allowed_list")
+
+
+def _sleeper_cpus(how, nu, kw):
+    """Start a child that sleeps (os.fork, subprocess.Popen, or a spawn_context
+    Process), read its CPUs from /proc/<pid>/status, stop it."""
+    if how == "fork":
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(600)
+            os._exit(0)
+        try:
+            return _status_cpus(pid)
+        finally:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+    if how == "popen":
+        child = subprocess.Popen([sys.executable, "-S", "-c", "import time; time.sleep(600)"])
+        try:
+            return _status_cpus(child.pid)
+        finally:
+            child.kill()
+            child.wait()
+    ctx = nu.spawn_context(method="fork", **kw)
+    proc = ctx.Process(target=time.sleep, args=(600,))
+    proc.start()
+    try:
+        return _status_cpus(proc.pid), [tuple(r[:3]) for r in ctx.starts]
+    finally:
+        proc.kill()
+        proc.join()
+
+
+def _launch(env, node, want):
+    """bound_start(nodes=[node]) with the ladder bind -> cpu: what it recorded, where
+    its children ran (a real kernel), and whether the strict ladder (bind alone)
+    refused in the parent.  ``want``: the reason bind must fail with (None: it works)."""
+    nu = env.nu
+    kw = {"nodes": [node], "fallback": ("bind", "cpu"), "backend": env.backend}
+    applied = "cpu" if want else "bind"
+    out = {}
+    with nu.bound_start(**kw) as starter:
+        planned = sorted(starter.plan.cpus)
+        if env.real:
+            out["fork"] = _sleeper_cpus("fork", nu, kw)
+            out["popen"] = _sleeper_cpus("popen", nu, kw)
+        else:
+            out["inside"] = sorted(env.backend.call("sched_getaffinity", 0))
+    if env.real:
+        out["context"], context_starts = _sleeper_cpus("context", nu, kw)
+        assert context_starts == [("bind", applied, want)], context_starts
+    for how in ("fork", "popen", "context", "inside"):
+        assert out.get(how, planned) == planned, f"{how} child on {out[how]}, planned {planned}"
+    starts = [tuple(r[:3]) for r in starter.starts]
+    assert starts == [("bind", applied, want)], starts
+    ran = []
+    try:
+        with nu.bound_start(**dict(kw, fallback=("bind",))):
+            ran.append("the start")
+        strict = "started"
+    except OSError as err:
+        strict = errno.errorcode.get(err.errno, err.errno)
+    assert (strict == "started") == (want is None) and ran == ["the start"] * (want is None)
+    return dict(out, planned=planned, starts=starts, strict=strict)
+
+
+def _bind_check(env, node, want):
+    check = env.nu.can_bind(node, backend=env.backend)
+    assert check.cpu, check
+    assert check.bind == check.preferred == (want is None), check
+    if want is not None:
+        assert check.reason == want and check.hint, check
+    else:
+        assert check.reason in (None, "single-node"), check
+    return check._asdict()
+
+
+def check_launch(env):
+    """can_bind says what binding to a node can do here, and why not; children started
+    inside bound_start (os.fork, Popen) and by a spawn_context run on the planned CPUs
+    (/proc/<pid>/status); each start records the rung it got and why; a strict ladder
+    fails in the parent, before any child.  Also with the policy syscalls denied
+    (seccomp on a real kernel, SimulatedBackend.fail in the simulator), and in the
+    cpuset guest, whose cgroup has no memory on node 1."""
+    env.need("can_bind", "bound_start", "spawn_context")
+    nodes = env.expect["nodes"]
+    affinity = set(env.backend.call("sched_getaffinity", 0))
+    placed = [n for n in env.expected_nodes if set(nodes[str(n)]["cpus"]) & affinity]
+    node = ([n for n in placed if nodes[str(n)]["mem_mb"]] or placed)[-1]
+    allowed = env.expect.get("allowed_mems")
+    want = None
+    if not env.numa:
+        want = "ENOSYS"
+    elif allowed is not None and node not in allowed:
+        want = "cpuset"
+    out = {"node": node, "can_bind": _bind_check(env, node, want)}
+    out["launch"] = _launch(env, node, want)
+    if not env.numa:
+        return out
+    denied = want or "EPERM"  # the cpuset is seen before any syscall
+    if env.real:
+        arch = platform.machine()
+
+        def child():
+            _seccomp_deny(arch, RAW_SYSCALLS[arch])
+            return {
+                "can_bind": _bind_check(env, node, denied),
+                "launch": _launch(env, node, denied),
+            }
+
+        out["seccomp"] = in_child(child, timeout=300)
+        return out
+    backend = env.backend
+    env.backend = backend.process()  # another process: can_bind caches per process
+    backend.fail("*", errno.EPERM)
+    try:
+        out["denied"] = {
+            "can_bind": _bind_check(env, node, denied),
+            "launch": _launch(env, node, denied),
+        }
+    finally:
+        backend.clear_failures()
+        env.backend = backend
+    return out

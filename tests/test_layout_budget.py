@@ -31,7 +31,9 @@ MAX_TRACKED_FILES = 1000
 # issue (28), which hold in every file.
 BUDGETS = {
     # file: (AST nodes, lines (all of them; None: no limit), public names)
-    "numa_utils.py": (38_000, 6_000, 85),
+    # 89 public names: issue 41 added can_bind, bound_start and their records
+    # (BindCheck, StartRecord) to the 85 of issue 37.
+    "numa_utils.py": (38_000, 6_000, 89),
     "numa_utils_regions.py": (30_000, None, None),
     "numa_utils_threads.py": (9_000, None, None),
 }
@@ -309,9 +311,15 @@ DENSITY_TARGETS = {
 # too), topology, GPU discovery, plans and binding, which the issue keeps in the core.
 # The token density rose from 7.46 to 7.66 because the code that left (regions,
 # threads, saved trees) was sparser than what stays; no line was packed or unpacked.
+# Issue 41 grew the core by 939 nodes and 174 lines (of the 1,000 nodes it allowed):
+# can_bind (what binding works for a node, tried in a throwaway thread), bound_start
+# (any start bound down a fallback ladder, a record per start; spawn_context is
+# bound_start around Process.start, and _start_bound went), paid in part by moving
+# thread_plan's _worker_share to numa_utils_threads, its only caller, rewritten on
+# _device_plan (_gpu_slice went).
 CEILINGS = {
-    ("numa_utils.py", "ast_nodes"): 38_610,
-    ("numa_utils.py", "lines"): 6_016,
+    ("numa_utils.py", "ast_nodes"): 39_549,
+    ("numa_utils.py", "lines"): 6_190,
     ("numa_utils.py", "tokens_per_line"): 7.66,
 }
 
@@ -359,7 +367,7 @@ def test_figure_never_grows_past_its_ceiling(figures, file, name):
 
 
 def test_core_public_names():
-    """At most 85 public names in the core, each defined there."""
+    """At most 89 public names in the core, each defined there."""
     limit = BUDGETS["numa_utils.py"][2]
     assert len(nu.__all__) <= limit, len(nu.__all__)
     assert all(hasattr(nu, name) for name in nu.__all__)

@@ -62,7 +62,7 @@ GUESTS = [
 ]
 
 # Checks that must have run (passed, not skipped) in a guest of that kind.
-_ALWAYS = {"raw_sysfs_topology", "topology"}
+_ALWAYS = {"raw_sysfs_topology", "topology", "launch"}
 _NUMA = {
     "raw_interleave_split",
     "raw_bind_prefer_get",

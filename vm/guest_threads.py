@@ -116,7 +116,7 @@ def main():
     for worker in workers:
         worker.done.set()
 
-    ctx = nu.spawn_context(node=1, memory="bind")
+    ctx = nu.spawn_context(node=1, fallback=("bind",))
     queue = ctx.Queue()
     proc = ctx.Process(target=spawned_child, args=(queue,))
     proc.start()
