@@ -21,6 +21,15 @@ Usage::
 
 Every file read and every syscall goes through a backend object (``LinuxBackend`` for
 the running system or a saved tree, ``SimulatedBackend`` for a model of the kernel).
+
+Nodes: one rule for every function that takes them (ids, or a list as text: "0-1,4").
+A node this machine does not have (not online) is a mistake in the program or its
+configuration: ValueError naming it and the nodes that exist, strict or not.  A node it
+has that this process's cpuset forbids is a fact of the environment: a call that places
+memory or CPUs leaves it out (``dropped``, reason "cpuset" with a hint; falsy when
+nothing is left) and raises OSError only under strict; a call that only asks about a
+node (local_devices, choose_node) answers.  The raw syscalls (mbind, ...) pass ids to
+the kernel, and parse_nodestring keeps numactl's grammar and refusals.
 """
 
 from __future__ import annotations
@@ -1556,6 +1565,17 @@ def _node_dirs(reader: _Reader) -> List[int]:
     return sorted(i for i in ids if i is not None and i < MAX_NODES)
 
 
+def _online_nodes(reader: _Reader) -> FrozenSet[int]:
+    """The nodes this machine has, as read_topology() finds them: the online ones
+    (node 0 without a node directory), cheaply."""
+    if not reader.exists(_NODE_DIR):
+        return frozenset({0})
+    online: Optional[FrozenSet[int]] = reader.parsed(f"{_NODE_DIR}/online", _parse_nodelist)
+    if online is None:
+        online = frozenset(_node_dirs(reader))
+    return online
+
+
 def _hugepages(reader: _Reader, base: str) -> Dict[int, HugePages]:
     out: Dict[int, HugePages] = {}
     for name in sorted(reader.listdir(base)):
@@ -1651,6 +1671,20 @@ def _node_ids(nodes: Iterable[int]) -> FrozenSet[int]:
     for node in ids:
         if not isinstance(node, int) or isinstance(node, bool) or node < 0:
             raise ValueError(f"invalid NUMA node id {node!r}")
+    return ids
+
+
+def _check_nodes(nodes: Union[str, Iterable[int]], online: FrozenSet[int]) -> FrozenSet[int]:
+    """``nodes`` (ids, or a list as text: "0-1,4") as a frozenset of nodes this machine
+    has; ValueError naming those it lacks and the nodes it has (the module's rule)."""
+    if isinstance(nodes, str):
+        nodes = parse_cpulist(nodes, source="nodes", limit=MAX_NODES)
+    ids = _node_ids(nodes)
+    if ids - online:
+        raise ValueError(
+            f"no NUMA {_nodes_txt(ids - online)} (this machine's nodes: "
+            f"{format_cpulist(online) or '-'})"
+        )
     return ids
 
 
@@ -3078,9 +3112,10 @@ def _page_range(addr: int, length: int, page: int) -> Tuple[int, int]:
 
 
 # ===========================================================================
-# Memory policy: the safe layer engines call.  Never raises unless strict=True;
-# returns a PolicyResult that is truthy when the policy was applied and otherwise
-# says why, with the memory left usable under the kernel's first-touch default.
+# Memory policy: the safe layer engines call.  Never raises for the machine or the
+# environment unless strict=True (a wrong argument, such as a node the machine does not
+# have, is a ValueError); returns a PolicyResult that is truthy when the policy was
+# applied and otherwise says why, with the memory left usable under first-touch.
 # ===========================================================================
 
 _HINTS = MappingProxyType(
@@ -3090,12 +3125,14 @@ _HINTS = MappingProxyType(
         "get_mempolicy",
         "ENOSYS": "the kernel has no NUMA memory policy support (CONFIG_NUMA off)",
         "unsupported-arch": "no syscall table for this CPU architecture/ABI",
-        "cpuset": "the cpuset (Mems_allowed_list) forbids every requested node",
+        "cpuset": "this process's cpuset (Mems_allowed_list in /proc/self/status) forbids "
+        "the requested nodes (dropped): ask for allowed ones, or widen the cpuset's mems",
         "single-node": "only one memory node is usable: nothing to spread",
         "not-live": "the backend reads a saved tree, not the running system",
         "disabled": "disabled by configuration",
         "EINVAL": "the kernel rejected the policy (EINVAL)",
-        "no-memory-node": "the requested nodes have no memory or do not exist",
+        "no-memory-node": "the requested nodes have no memory (CPUs only): ask for nodes "
+        "with memory",
         "no-weighted-interleave": "the kernel lacks MPOL_WEIGHTED_INTERLEAVE (Linux 6.9+); "
         "pass fallback='interleave' to accept a plain interleave",
         "resident-unmoved": "the policy places pages faulted from now on; pages already in "
@@ -3113,10 +3150,12 @@ class PolicyResult(_Record):
     nodes: FrozenSet[int]
     start: int = 0  # covered range (whole pages); 0/0 for thread policy
     length: int = 0
-    reason: Optional[str] = None  # why not applied: "EPERM", "single-node", ...
+    # Why not applied ("EPERM", "single-node", ...), or why not all as asked: "cpuset"
+    # or "no-memory-node" for the ``dropped`` nodes, "resident-unmoved".
+    reason: Optional[str] = None
     errno: Optional[int] = None
     hint: Optional[str] = None
-    dropped: FrozenSet[int] = frozenset()  # requested nodes the cpuset forbids
+    dropped: FrozenSet[int] = frozenset()  # requested nodes left out (cpuset, no memory)
     # Bytes of the range already in memory that the call left where they are (a
     # policy places new pages; move=True migrates these).  Reason "resident-unmoved".
     resident_unmoved: int = 0
@@ -3169,13 +3208,16 @@ def _mode_of(mode: Union[str, int]) -> Mode:
 _default_cache: Dict[Tuple[Any, ...], FrozenSet[int]] = {}
 
 
-def _memory_nodes(backend: Backend) -> Tuple[FrozenSet[int], FrozenSet[int], FrozenSet[int]]:
-    """(nodes with memory, Mems_allowed, default_memory_nodes) cheaply: the whole
-    topology is read only when a memory node lacks CPUs or normal memory or the
-    kernel has several memory tiers (otherwise the default is every allowed node)."""
+def _memory_nodes(
+    backend: Backend,
+) -> Tuple[FrozenSet[int], FrozenSet[int], FrozenSet[int], FrozenSet[int]]:
+    """(nodes with memory, Mems_allowed, default_memory_nodes, online nodes) cheaply:
+    the whole topology is read only when a memory node lacks CPUs or normal memory or
+    the kernel has several memory tiers (otherwise the default is every allowed node)."""
     reader = _Reader(backend)  # what it cannot read is read_topology's to report
+    online = _online_nodes(reader)
     if not reader.exists(_NODE_DIR):
-        return frozenset({0}), frozenset({0}), frozenset({0})
+        return online, online, online, online
     mem = reader.parsed(f"{_NODE_DIR}/has_memory", _parse_nodelist)
     if mem is None:
         mem = frozenset(_node_dirs(reader))
@@ -3192,7 +3234,7 @@ def _memory_nodes(backend: Backend) -> Tuple[FrozenSet[int], FrozenSet[int], Fro
     except ValueError:
         plain = False
     if plain and len(tiers) < 2:
-        return mem, allowed, (mem & allowed or mem)
+        return mem, allowed, (mem & allowed or mem), online
     # A tiered machine: the whole topology decides (~10 ms), once per distinct state
     # of these files (an engine may interleave every layer of every request).
     # Each dict operation is atomic: two threads at worst both read the topology.
@@ -3202,7 +3244,7 @@ def _memory_nodes(backend: Backend) -> Tuple[FrozenSet[int], FrozenSet[int], Fro
         if len(_default_cache) > 64:
             _default_cache.clear()
         default = _default_cache[key] = default_memory_nodes(backend=backend)
-    return mem, allowed, default
+    return mem, allowed, default, online
 
 
 def _errno_reason(err: int) -> str:
@@ -3475,14 +3517,21 @@ def parse_nodestring(
 def _env_nodes(
     backend: Optional[Backend], topo: Optional[Topology] = None
 ) -> Optional[FrozenSet[int]]:
-    """NUMA_NODES resolved on the machine (on ``topo`` when given), or None when unset."""
+    """NUMA_NODES resolved on the machine (on ``topo`` when given), or None when unset:
+    against every node it has ("all", "!0", "+1"), as nodes passed to a call are; the
+    call then applies the cpuset."""
     text = _env("NUMA_NODES")
     if text is None:
         return None
+    topo = _topology_or_read(topo, backend)
+    every = frozenset(topo.nodes)
     try:
-        return parse_nodestring(text, backend=backend, topology=topo)
+        return parse_nodestring(text, backend=backend, topology=topo._replace(allowed_mems=every))
     except ValueError as err:
-        raise ValueError(f"{_env_prefix}NUMA_NODES={_short(text)}: {_cut(str(err))}") from None
+        raise ValueError(
+            f"{_env_prefix}NUMA_NODES={_short(text)}: {_cut(str(err))} (this machine's nodes: "
+            f"{format_cpulist(every) or '-'})"
+        ) from None
 
 
 def _apply_policy(
@@ -3522,10 +3571,10 @@ def _apply_policy(
     explicit = nodes is not None
     if "memory" not in known:
         known["memory"] = _memory_nodes(backend)
-    mem, allowed, default = known["memory"]
+    mem, allowed, default, online = known["memory"]
     want = default
     if nodes is not None:
-        want = _node_ids(nodes)
+        want = _check_nodes(nodes, online)
     res = PolicyResult(False, mname, want, start, size)
     if not enabled:
         return res._replace(reason="disabled", hint=_HINTS["disabled"])
@@ -3548,10 +3597,13 @@ def _apply_policy(
             )
         want = want - dropped
         res = res._replace(nodes=want, dropped=dropped)
-        if not want and forbidden:
-            return _fallback(res, strict_, what, "cpuset", errno.EINVAL)
+        why = "no-memory-node"
+        if forbidden:
+            why = "cpuset"
         if not want:
-            return _fallback(res, strict_, what, "no-memory-node", errno.EINVAL)
+            return _fallback(res, strict_, what, why, errno.EINVAL)
+        if dropped:  # applied over the rest: the result says which were left out, and why
+            res = res._replace(reason=why, hint=_HINTS[why])
         if not explicit and len(want) < 2 and m in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
             return res._replace(reason="single-node", hint=_HINTS["single-node"])
         if m == Mode.PREFERRED and len(want) > 1:
@@ -3580,12 +3632,9 @@ def _apply_policy(
             resident = backend.call("mincore", start, size) * backend.page_size
         except (OSError, NotImplementedError):
             resident = 0  # unknown: claim nothing
-        if resident:
-            res = res._replace(
-                resident_unmoved=resident,
-                reason="resident-unmoved",
-                hint=_HINTS["resident-unmoved"],
-            )
+        res = res._replace(resident_unmoved=resident)
+        if resident and res.reason is None:
+            res = res._replace(reason="resident-unmoved", hint=_HINTS["resident-unmoved"])
     return res
 
 
@@ -3750,19 +3799,22 @@ def set_interleave_weights(
     The whole mapping is checked before the first write, so a bad entry writes
     nothing.  Raises OSError: ENOTSUP without weighted interleave, EACCES without
     root, ENOENT for a node the kernel has no weight for; ValueError for a node id
-    that is not an int (True, 1.0) or a weight outside 1-255."""
+    that is not an int (True, 1.0) or not a node of this machine, or a weight
+    outside 1-255."""
     backend = _b(backend)
-    before = interleave_weights(backend=backend)
-    if before is None:
-        raise OSError(
-            errno.ENOTSUP, f"this kernel has no weighted interleave (Linux 6.9+: {_WI_DIR})"
-        )
     for node, weight in weights.items():
         # True == 1 and 1.0 == 1 pass the lookup below, then name file "nodeTrue".
         if isinstance(node, bool) or not isinstance(node, int):
             raise ValueError(f"interleave weight node id must be an int, not {node!r}")
         if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 255:
             raise ValueError(f"interleave weight for node {node} must be 1-255, not {weight!r}")
+    _check_nodes(weights, _online_nodes(_Reader(backend)))
+    before = interleave_weights(backend=backend)
+    if before is None:
+        raise OSError(
+            errno.ENOTSUP, f"this kernel has no weighted interleave (Linux 6.9+: {_WI_DIR})"
+        )
+    for node in weights:
         if node not in before:
             raise OSError(
                 errno.ENOENT,
@@ -4498,9 +4550,9 @@ def local_devices(
     backend = _b(backend)
     topo = read_topology(backend=backend)
     if isinstance(where, int) and not isinstance(where, bool):
-        nodes = frozenset({where})
-    elif isinstance(where, (set, frozenset, list, tuple)):
-        nodes = frozenset(where)
+        where = [where]
+    if isinstance(where, (set, frozenset, list, tuple)):
+        nodes = _check_nodes(where, topo.online_nodes)
     else:
         nodes = frozenset(placement(where, backend=backend)) or frozenset(
             nid for nid in (node_of(where, backend=backend),) if nid is not None
@@ -5070,7 +5122,7 @@ class BindResult(_Record):
     node: Optional[int]
     cpus: FrozenSet[int]  # the CPU set applied (empty: none)
     cpus_applied: bool
-    cpu_reason: Optional[str]  # why not: "not requested", "EPERM", ...
+    cpu_reason: Optional[str]  # why not as asked: "not requested", "EPERM", "cpuset", ...
     memory: Optional[PolicyResult]  # None: memory policy not requested
     threads_changed: Tuple[int, ...] = ()  # tids whose affinity was set
     threads_skipped: Tuple[int, ...] = ()  # pinned elsewhere already: left alone
@@ -5120,12 +5172,6 @@ def _set_affinity(
     return tuple(changed), tuple(skipped), tuple(failed)
 
 
-def _check_node(topo: Topology, node: int) -> None:
-    """ValueError unless ``node`` is the id of a node of ``topo``."""
-    if isinstance(node, bool) or not isinstance(node, int) or node not in topo.nodes:
-        raise ValueError(f"no NUMA node {node!r} (online: {format_cpulist(topo.online_nodes)})")
-
-
 def _bind_node(
     backend: Backend,
     topo: Topology,
@@ -5139,7 +5185,7 @@ def _bind_node(
     """bind_to_node on a topology (and GPU list) the caller has already read."""
     if threads not in ("all", "current"):
         raise ValueError(f"threads must be 'all' or 'current', not {threads!r}")
-    _check_node(topo, node)
+    _check_nodes([node], topo.online_nodes)
     notes: List[str] = []
     allowed = topo.allowed_cpus & topo.online_cpus
     want: FrozenSet[int] = frozenset()
@@ -5230,12 +5276,15 @@ def _bind_node(
                     format_cpulist(want),
                     err,
                 )
-    if reason is not None:
+    applied = reason is None
+    if not applied:
         want = frozenset()  # nothing bound
+    elif used != node:  # bound, on the nearest node the cpuset allows
+        reason = "cpuset"
     return BindResult(
         used,
         want,
-        reason is None,
+        applied,
         reason,
         pres,
         *done,
@@ -5345,7 +5394,7 @@ def _node_slice(
 ) -> Tuple[int, FrozenSet[int], Dict[str, FrozenSet[int]]]:
     """Node ``node``'s allowed CPUs (the nearest node's when it has none) but the first
     ``reserve`` cores (one core stays), and the reserved ones."""
-    _check_node(topo, node)
+    _check_nodes([node], topo.online_nodes)
     cpu_node = _nearest_cpu_node(topo, node)
     if cpu_node is None:
         _fail(strict, f"node {node}: no node with CPUs near it; no thread plan", notes)
