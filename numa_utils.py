@@ -3302,11 +3302,45 @@ _ENV_VARS: Mapping[str, Tuple[Any, Any]] = MappingProxyType(
 _env_prefix = "NUMA_UTILS_"
 
 
+def _env_ignored() -> Dict[str, str]:
+    """{variable set that numa_utils does not read: the name it reads closest to it}:
+    one of ours without the prefix in effect (NUMA_NODES), or a name under the prefix
+    close to one of ours (NUMA_UTILS_INTERLAVE).  Only close names: an engine's prefix
+    holds the engine's own variables, ours the test and command-line ones."""
+    import difflib
+
+    spelled = {}  # another spelling of one of ours -> ours
+    words = {}  # a suffix, and its words after NUMA_ (what a typo keeps) -> ours
+    for suffix in _ENV_VARS:
+        ours = _env_prefix + suffix
+        spelled[suffix] = spelled["NUMA_UTILS_" + suffix] = ours
+        words[suffix] = words[suffix.split("NUMA_", 1)[-1]] = ours
+    found = {}
+    for name in os.environ:
+        rest = name[len(_env_prefix) :]
+        if name.startswith(_env_prefix) and rest in _ENV_VARS:
+            continue
+        if name in spelled:
+            found[name] = spelled[name]
+        elif _env_prefix and name.startswith(_env_prefix):
+            close = difflib.get_close_matches(rest, words, n=1, cutoff=0.8)
+            if close:
+                found[name] = words[close[0]]
+    return found
+
+
 def _env(suffix: str) -> Any:
     """The typed value of <prefix><suffix>, read now; its default when unset or empty.
-    A malformed value raises ValueError naming the variable."""
+    A malformed value raises ValueError naming the variable.  The first read under a
+    prefix warns about each variable set that is not read (_env_ignored)."""
     default, kind = _ENV_VARS[suffix]
     name = _env_prefix + suffix
+    if "env:" + _env_prefix not in _warned:
+        for ignored, ours in _env_ignored().items():
+            _warn_once(
+                f"env:{ignored}", "numa_utils: %s is not read; did you mean %s?", ignored, ours
+            )
+        _warned.add("env:" + _env_prefix)
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
@@ -5685,6 +5719,7 @@ def _status_facts(backend: Backend) -> Tuple[Dict[str, Any], Topology]:
         "warnings": warnings,
     }
     report["config"] = config = {}
+    report["config_ignored"] = _env_ignored()
     for suffix in _ENV_VARS:  # each read alone: every invalid one is its own warning
         name = _env_prefix + suffix
         if os.environ.get(name, "").strip():
@@ -5858,8 +5893,14 @@ def _render_status(rep: Dict[str, Any]) -> str:
         *_section(
             "CONFIGURATION (environment)",
             [
-                f"  {name:<34} {_env_shown(value):<12} ({_env_source(value)})"
-                for name, value in rep["config"].items()
+                *(
+                    f"  {name:<34} {_env_shown(value):<12} ({_env_source(value)})"
+                    for name, value in rep["config"].items()
+                ),
+                *(
+                    f"  ignored: {name} (not read; did you mean {ours}?)"
+                    for name, ours in rep["config_ignored"].items()
+                ),
             ],
         ),
         warnings_head,

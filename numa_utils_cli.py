@@ -1416,14 +1416,15 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
         "--policy",
         choices=_nu.BIND_POLICIES + ("none",),
         default=None,
-        help="CPU policy (default: NUMA_BIND_POLICY, else node)",
+        help="CPU policy (default: NUMA_UTILS_NUMA_BIND_POLICY, else node)",
     )
     p.add_argument(
         "--reserve",
         type=int,
         default=None,
         metavar="N",
-        help="physical cores per node left for the OS (default: NUMA_RESERVED_CORES, else 0)",
+        help="physical cores per node left for the OS "
+        "(default: NUMA_UTILS_NUMA_RESERVED_CORES, else 0)",
     )
     p.add_argument(
         "--memory",
@@ -1431,7 +1432,8 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="MODE",
         help="memory policy: prefer, bind, interleave, weighted-interleave, local, socket, "
-        "none, or any mode word a result reports (default: NUMA_MEMORY_POLICY, else prefer)",
+        "none, or any mode word a result reports "
+        "(default: NUMA_UTILS_NUMA_MEMORY_POLICY, else prefer)",
     )
     p.add_argument("--strict", action="store_true", help="fail instead of falling back")
 
@@ -3175,11 +3177,12 @@ def _render_tiers(rep: Dict[str, Any]) -> List[str]:
     d = rep["default_memory_nodes"]
     if d["left_out"]:
         every = _nu.format_cpulist([*map(int, d["left_out"]), *d["nodes"]])
+        var = next(name for name in rep["config"] if name.endswith("NUMA_NODES"))
         out += [
-            f"  default memory nodes (nodes=None, NUMA_NODES unset): "
+            f"  default memory nodes (nodes=None, {var} unset): "
             f"{_nu.format_cpulist(d['nodes'])} ({d['basis']})",
             *(f"    left out: node {key}: {why}" for key, why in d["left_out"].items()),
-            f"    to use them anyway pass nodes=[...] or set NUMA_NODES (e.g. NUMA_NODES={every})",
+            f"    to use them anyway pass nodes=[...] or set {var} (e.g. {var}={every})",
         ]
     if out:
         out.append("")
