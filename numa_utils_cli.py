@@ -686,13 +686,23 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
         ident = (
             f"sysv {r['key']} shmid {r['shmid']}" if r["kind"] == "sysv" else f"posix {r['path']}"
         )
+        name = "?"  # no identity record read: the region's name is unknown
+        if r["region"] is not None:
+            name = _cleanup_key(r["region"])  # as --key takes it
         out.append(
-            f"  {ident:<36} {_nu.format_kib(r['size'] // 1024):>10}  mode {r['mode']}  "
-            f"attached {r['attached']}  {r['action']}"
+            f"  {name:<16} {ident:<36} {_nu.format_kib(r['size'] // 1024):>10}  "
+            f"mode {r['mode']}  attached {r['attached']}  {r['action']}"
             + (f": {r['why']}" if r["action"] == "keep" else "")
         )
     if not args.remove and any(r["stale"] for r in rows):
         out.append("dry run: add --remove to remove the stale ones")
+    young = [r for r in rows if r["action"] == "keep" and "(minimum age" in r["why"]]
+    if args.remove and young:
+        out.append(
+            f"kept {len(young)} used in the last {args.min_age:g} s (--min-age): a region "
+            "just closed may be attached again at once; --min-age 0 removes it now if "
+            "nobody uses it"
+        )
     sys.stdout.write("\n".join(out) + "\n")
     return 0
 

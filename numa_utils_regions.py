@@ -2062,6 +2062,18 @@ def _check_trust(st: nu.ShmStat, euid: int, trust: bool, what: str) -> None:
     raise PermissionError(errno.EPERM, f"{what} {why}; pass trust=True to attach anyway")
 
 
+def _denied(key: Union[int, str], kind: str, euid: int, err: OSError) -> PermissionError:
+    """The kernel's EACCES on attaching ``key``, with the fix: its mode lets only its
+    owner map it."""
+    return PermissionError(
+        errno.EACCES,
+        f"{kind} region {key!r}: {err.strerror or err}: its mode does not let this user "
+        f"(uid {euid}) map it; to share it with other users the creator passes "
+        "mode=0o660 (its group) or mode=0o666 to SharedRegion.create, and they attach "
+        "with trust=True",
+    )
+
+
 class _RecordRoom:
     """What a SharedRegion keeps of its record's room: after the data, or a huge-page
     region's record segment (see record_segment_key): its shmid, address and bytes."""
@@ -3410,10 +3422,15 @@ class SharedRegion(_RecordRoom):
         _region_page(hugepages, kind, backend, pnodes)  # the region's record says its page
 
         def make(attached: SharedRegion) -> None:
-            if kind == "sysv":
-                rec, what = _sysv_attach(attached, trust)
-            else:
-                rec, what = _posix_attach(attached, trust)
+            try:
+                if kind == "sysv":
+                    rec, what = _sysv_attach(attached, trust)
+                else:
+                    rec, what = _posix_attach(attached, trust)
+            except PermissionError as err:
+                if err.errno != errno.EACCES:  # _check_trust's refusal says what to do
+                    raise
+                raise _denied(key, kind, backend.call("geteuid"), err) from None
             _record_page_check(backend, attached._address, kind, rec["page_size"], what)
             _check_made_after(rec, created_after, what)
             data = rec["size"]
