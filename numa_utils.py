@@ -98,6 +98,7 @@ else:
                 name, fields, defaults=defaults, module=ns.get("__module__")
             )
             ns["__slots__"] = ()
+            ns.setdefault("__repr__", _record_repr)
             return type(name, (base,), ns)
 
     class _Record(metaclass=_RecordMeta):
@@ -375,6 +376,51 @@ def format_cpulist(ids: Iterable[int]) -> str:
         else:
             parts.append(f"{span[0]}-{span[-1]}")
     return ",".join(parts)
+
+
+# -- how records print: a log line -------------------------------------------------
+# Sets of ids as lists ({0-47,96-143}), fields at their default left out, and, while
+# the line is longer than _REPR_MAX, the longest value cut to its kind and size: the
+# detail is in the fields and to_json().
+_REPR_MAX = 300
+
+
+def _repr_value(value: Any) -> str:
+    """A record's field as the record's repr writes it."""
+    if isinstance(value, (set, frozenset)) and all(type(item) is int for item in value):
+        return "{" + format_cpulist(value) + "}"
+    if isinstance(value, _abc.Mapping):
+        return "{" + ", ".join(f"{key!r}: {_repr_value(value[key])}" for key in value) + "}"
+    return repr(value)
+
+
+def _repr_cut(value: Any) -> str:
+    """A field's value cut to what it is: a text's start, a record's type, how many
+    items anything else holds."""
+    if isinstance(value, str):
+        return repr(value[:40] + "...")
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return f"{type(value).__name__}(...)"
+    if isinstance(value, _abc.Sized):
+        return f"<{len(value)} ...>"
+    return "..."
+
+
+def _record_repr(record: Any) -> str:
+    """Every record's repr (_RecordMeta installs it)."""
+    head, defaults = type(record).__name__, record._field_defaults
+    shown = {}
+    for name, value in zip(record._fields, record):
+        if name not in defaults or value != defaults[name]:
+            shown[name] = _repr_value(value)
+    # The longest first, while the line is too long: each field costs its name, its
+    # text, "=" and ", " (the last one's ", " pays for the parentheses).
+    for name in sorted(shown, key=lambda name: -len(shown[name])):
+        if len(head) + sum(len(n) + len(t) + 3 for n, t in shown.items()) <= _REPR_MAX:
+            break
+        shown[name] = _repr_cut(getattr(record, name))
+    fields = ", ".join(f"{name}={text}" for name, text in shown.items())
+    return f"{head}({fields})"
 
 
 _HEX_WORD = re.compile("[0-9a-fA-F]{1,8}")
@@ -1678,7 +1724,7 @@ def _check_nodes(nodes: Union[str, Iterable[int]], online: FrozenSet[int]) -> Fr
     """``nodes`` (ids, or a list as text: "0-1,4") as a frozenset of nodes this machine
     has; ValueError naming those it lacks and the nodes it has (the module's rule)."""
     if isinstance(nodes, str):
-        nodes = parse_cpulist(nodes, source="nodes", limit=MAX_NODES)
+        nodes = _parse_nodelist(nodes, source="nodes")
     ids = _node_ids(nodes)
     if ids - online:
         raise ValueError(
@@ -3620,22 +3666,14 @@ def _apply_policy(
             return _fallback(res, strict_, what, "EINVAL", errno.EINVAL)
         # Intersect with the cpuset first (the kernel would fail the whole call with
         # EINVAL only when nothing is left, silently dropping the rest).
-        forbidden = (want & mem) - allowed
         dropped = want - (mem & allowed)
-        if dropped and explicit and strict_:
-            raise OSError(
-                errno.EINVAL,
-                f"{what}: {_nodes_txt(dropped)} not "
-                "usable (no memory, or outside this process's cpuset: "
-                f"Mems_allowed_list {format_cpulist(allowed)})",
-            )
         want = want - dropped
         res = res._replace(nodes=want, dropped=dropped)
         why = "no-memory-node"
-        if forbidden:
+        if dropped & mem:  # nodes with memory the cpuset forbids
             why = "cpuset"
-        if not want:
-            return _fallback(res, strict_, what, why, errno.EINVAL)
+        if dropped and (strict_ or not want):
+            return _fallback(res, strict_, f"{what} on {_nodes_txt(dropped)}", why, errno.EINVAL)
         if dropped:  # applied over the rest: the result says which were left out, and why
             res = res._replace(reason=why, hint=_HINTS[why])
         if not explicit and len(want) < 2 and m in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
@@ -4566,6 +4604,10 @@ class LocalDevices(List[Tuple[Device, str]]):
     ``fell_back``: no device of the kind was local, so all of them are listed."""
 
     fell_back: bool = False
+
+    def __repr__(self) -> str:
+        pairs = ", ".join(f"{device.address} {relation}" for device, relation in self)
+        return _cut(f"LocalDevices([{pairs}], fell_back={self.fell_back})", _REPR_MAX - 20)
 
 
 _RELATIONS = ("local", "near", "remote")
@@ -5768,11 +5810,21 @@ def _node_of(data: Dict[str, Any]) -> str:
     return str(data["node"])
 
 
+# How a device's node was found, in words, when its numa_node file does not say.
+_NODE_HOW = MappingProxyType(
+    {
+        "local_cpulist": "node from its local CPUs: numa_node is -1",
+        "single node": "the only node with CPUs: numa_node is -1",
+        "unknown": "numa_node is -1 and its local CPUs do not tell",
+    }
+)
+
+
 def _node_how(data: Dict[str, Any]) -> str:
     """How a device's node was found, when not from its numa_node file."""
     if data["node_source"] == "numa_node":
         return ""
-    return f" ({data['node_source']})"
+    return f"  ({_NODE_HOW.get(data['node_source'], data['node_source'])})"
 
 
 def _render_status(rep: Dict[str, Any]) -> str:
@@ -5864,7 +5916,8 @@ def _render_status(rep: Dict[str, Any]) -> str:
     devs = sorted(rep["devices"], key=lambda d: (d["node"] is None, d["node"] or 0, d["address"]))
     out += [
         *_section(
-            "DEVICES (PCI functions by node)",
+            "DEVICES (PCI functions by node: node, address, kind, vendor:device, "
+            "kernel names (-: none))",
             [
                 f"  {_node_of(d):>4}  {d['address']}  {d['kind']:<7} {d['vendor'][2:]}:"
                 f"{d['device'][2:]}  {' '.join(d['names']) or '-'}{_node_how(d)}"

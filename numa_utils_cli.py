@@ -3154,9 +3154,11 @@ def _render_tiers(rep: Dict[str, Any]) -> List[str]:
     nodes = [node for node in rep["nodes"] if node["kind"] not in (None, "no-memory")]
     weights = rep["interleave_weights"]
     if len(nodes) > 1 or rep["memory_tiers"]:
-        out.append(
-            "MEMORY (tier: lower is faster; HMAT access class 0; weighted-interleave weight)"
-        )
+        out += [
+            "MEMORY (node, kind, tier, weighted-interleave weight, HMAT access class 0 figures)",
+            "  tier: the kernel's memory tier, its abstract distance / 128: DRAM is tier 4, "
+            "lower is faster",
+        ]
         for node in nodes:
             access = node["access"]
             if access:
