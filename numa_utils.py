@@ -390,35 +390,52 @@ def _repr_value(value: Any) -> str:
     if isinstance(value, (set, frozenset)) and all(type(item) is int for item in value):
         return "{" + format_cpulist(value) + "}"
     if isinstance(value, _abc.Mapping):
-        return "{" + ", ".join(f"{key!r}: {_repr_value(value[key])}" for key in value) + "}"
+        items = ", ".join(f"{key!r}: {_repr_value(value[key])}" for key in value)
+        return "{" + items + "}"
     return repr(value)
 
 
 def _repr_cut(value: Any) -> str:
-    """A field's value cut to what it is: a text's start, a record's type, how many
-    items anything else holds."""
+    """A field's value cut to what it is: a text's start, how many items a collection
+    holds, the type of anything else (a record, a number)."""
     if isinstance(value, str):
         return repr(value[:40] + "...")
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return f"{type(value).__name__}(...)"
-    if isinstance(value, _abc.Sized):
+    if isinstance(value, _abc.Sized) and not hasattr(value, "_fields"):
         return f"<{len(value)} ...>"
-    return "..."
+    return f"{type(value).__name__}(...)"
 
 
-def _record_repr(record: Any) -> str:
-    """Every record's repr (_RecordMeta installs it)."""
-    head, defaults = type(record).__name__, record._field_defaults
+def _repr_fields(record: Any) -> Dict[str, str]:
+    """A record's fields that are not at their default, as its repr writes them."""
+    defaults = record._field_defaults
     shown = {}
     for name, value in zip(record._fields, record):
         if name not in defaults or value != defaults[name]:
             shown[name] = _repr_value(value)
-    # The longest first, while the line is too long: each field costs its name, its
-    # text, "=" and ", " (the last one's ", " pays for the parentheses).
+    return shown
+
+
+def _repr_width(head: str, shown: Dict[str, str]) -> int:
+    """The length of the line ``head(name=text, ...)``: each field costs its name, its
+    text, "=" and ", " (the last one's ", " pays for the parentheses)."""
+    fields = sum(len(name) + len(text) + 3 for name, text in shown.items())
+    return len(head) + fields
+
+
+def _cut_to_fit(record: Any, head: str, shown: Dict[str, str]) -> None:
+    """Cut ``shown``, the fields of ``record`` (named ``head``) as text, the longest
+    first, until its line is at most _REPR_MAX."""
     for name in sorted(shown, key=lambda name: -len(shown[name])):
-        if len(head) + sum(len(n) + len(t) + 3 for n, t in shown.items()) <= _REPR_MAX:
-            break
+        if _repr_width(head, shown) <= _REPR_MAX:
+            return
         shown[name] = _repr_cut(getattr(record, name))
+
+
+def _record_repr(record: Any) -> str:
+    """Every record's repr (_RecordMeta installs it)."""
+    head = type(record).__name__
+    shown = _repr_fields(record)
+    _cut_to_fit(record, head, shown)
     fields = ", ".join(f"{name}={text}" for name, text in shown.items())
     return f"{head}({fields})"
 
@@ -1616,10 +1633,10 @@ def _online_nodes(reader: _Reader) -> FrozenSet[int]:
     (node 0 without a node directory), cheaply."""
     if not reader.exists(_NODE_DIR):
         return frozenset({0})
-    online: Optional[FrozenSet[int]] = reader.parsed(f"{_NODE_DIR}/online", _parse_nodelist)
+    online = reader.parsed(f"{_NODE_DIR}/online", _parse_nodelist)
     if online is None:
-        online = frozenset(_node_dirs(reader))
-    return online
+        online = _node_dirs(reader)
+    return frozenset(online)
 
 
 def _hugepages(reader: _Reader, base: str) -> Dict[int, HugePages]:
@@ -1715,22 +1732,20 @@ def _node_ids(nodes: Iterable[int]) -> FrozenSet[int]:
     """``nodes`` as a frozenset; ValueError for anything but an int >= 0."""
     ids = frozenset(nodes)
     for node in ids:
-        if not isinstance(node, int) or isinstance(node, bool) or node < 0:
+        if type(node) is not int or node < 0:  # True is not node 1
             raise ValueError(f"invalid NUMA node id {node!r}")
     return ids
 
 
-def _check_nodes(nodes: Union[str, Iterable[int]], online: FrozenSet[int]) -> FrozenSet[int]:
+def _check_nodes(nodes: Union[str, Iterable[int]], have: FrozenSet[int]) -> FrozenSet[int]:
     """``nodes`` (ids, or a list as text: "0-1,4") as a frozenset of nodes this machine
-    has; ValueError naming those it lacks and the nodes it has (the module's rule)."""
+    has (``have``: the online ones); ValueError naming those it lacks and the nodes it
+    has (the module's rule)."""
     if isinstance(nodes, str):
         nodes = _parse_nodelist(nodes, source="nodes")
     ids = _node_ids(nodes)
-    if ids - online:
-        raise ValueError(
-            f"no NUMA {_nodes_txt(ids - online)} (this machine's nodes: "
-            f"{format_cpulist(online) or '-'})"
-        )
+    if ids - have:
+        raise ValueError(f"no NUMA {_nodes_txt(ids - have)} (this machine has {_nodes_txt(have)})")
     return ids
 
 
@@ -3254,16 +3269,23 @@ def _mode_of(mode: Union[str, int]) -> Mode:
 _default_cache: Dict[Tuple[Any, ...], FrozenSet[int]] = {}
 
 
-def _memory_nodes(
-    backend: Backend,
-) -> Tuple[FrozenSet[int], FrozenSet[int], FrozenSet[int], FrozenSet[int]]:
-    """(nodes with memory, Mems_allowed, default_memory_nodes, online nodes) cheaply:
-    the whole topology is read only when a memory node lacks CPUs or normal memory or
-    the kernel has several memory tiers (otherwise the default is every allowed node)."""
+class _MemoryNodes(_Record):
+    """The machine's nodes as a policy call weighs them (_memory_nodes)."""
+
+    mem: FrozenSet[int]  # the nodes with memory
+    allowed: FrozenSet[int]  # Mems_allowed: those the cpuset allows
+    default: FrozenSet[int]  # default_memory_nodes()
+    online: FrozenSet[int]  # the nodes the machine has
+
+
+def _memory_nodes(backend: Backend) -> _MemoryNodes:
+    """The machine's nodes with memory, allowed, by default and online, cheaply: the
+    whole topology is read only when a memory node lacks CPUs or normal memory or the
+    kernel has several memory tiers (otherwise the default is every allowed node)."""
     reader = _Reader(backend)  # what it cannot read is read_topology's to report
     online = _online_nodes(reader)
     if not reader.exists(_NODE_DIR):
-        return online, online, online, online
+        return _MemoryNodes(online, online, online, online)
     mem = reader.parsed(f"{_NODE_DIR}/has_memory", _parse_nodelist)
     if mem is None:
         mem = frozenset(_node_dirs(reader))
@@ -3280,7 +3302,8 @@ def _memory_nodes(
     except ValueError:
         plain = False
     if plain and len(tiers) < 2:
-        return mem, allowed, (mem & allowed or mem), online
+        default = mem & allowed or mem  # every allowed one (all, if the cpuset allows none)
+        return _MemoryNodes(mem, allowed, default, online)
     # A tiered machine: the whole topology decides (~10 ms), once per distinct state
     # of these files (an engine may interleave every layer of every request).
     # Each dict operation is atomic: two threads at worst both read the topology.
@@ -3290,7 +3313,7 @@ def _memory_nodes(
         if len(_default_cache) > 64:
             _default_cache.clear()
         default = _default_cache[key] = default_memory_nodes(backend=backend)
-    return mem, allowed, default, online
+    return _MemoryNodes(mem, allowed, default, online)
 
 
 def _errno_reason(err: int) -> str:
@@ -3348,6 +3371,17 @@ _ENV_VARS: Mapping[str, Tuple[Any, Any]] = MappingProxyType(
 _env_prefix = "NUMA_UTILS_"
 
 
+def _env_spellings() -> Tuple[Dict[str, str], Dict[str, str]]:
+    """({another spelling of one of our variables: ours}, {a suffix, and its words after
+    NUMA_, which a typo keeps: ours}) for the prefix in effect."""
+    spelled, words = {}, {}
+    for suffix in _ENV_VARS:
+        ours = _env_prefix + suffix
+        spelled[suffix] = spelled["NUMA_UTILS_" + suffix] = ours
+        words[suffix] = words[suffix.split("NUMA_", 1)[-1]] = ours
+    return spelled, words
+
+
 def _env_ignored() -> Dict[str, str]:
     """{variable set that numa_utils does not read: the name it reads closest to it}:
     one of ours without the prefix in effect (NUMA_NODES), or a name under the prefix
@@ -3355,24 +3389,28 @@ def _env_ignored() -> Dict[str, str]:
     holds the engine's own variables, ours the test and command-line ones."""
     import difflib
 
-    spelled = {}  # another spelling of one of ours -> ours
-    words = {}  # a suffix, and its words after NUMA_ (what a typo keeps) -> ours
-    for suffix in _ENV_VARS:
-        ours = _env_prefix + suffix
-        spelled[suffix] = spelled["NUMA_UTILS_" + suffix] = ours
-        words[suffix] = words[suffix.split("NUMA_", 1)[-1]] = ours
+    spelled, words = _env_spellings()
     found = {}
     for name in os.environ:
         rest = name[len(_env_prefix) :]
         if name.startswith(_env_prefix) and rest in _ENV_VARS:
-            continue
+            continue  # ours
         if name in spelled:
             found[name] = spelled[name]
-        elif _env_prefix and name.startswith(_env_prefix):
+            continue
+        close = []
+        if _env_prefix and name.startswith(_env_prefix):
             close = difflib.get_close_matches(rest, words, n=1, cutoff=0.8)
-            if close:
-                found[name] = words[close[0]]
+        if close:
+            found[name] = words[close[0]]
     return found
+
+
+def _warn_env_ignored() -> None:
+    """Warn once about each variable set that is not read, once per prefix."""
+    for name, ours in _env_ignored().items():
+        _warn_once(f"env:{name}", "numa_utils: %s is not read; did you mean %s?", name, ours)
+    _warned.add("env:" + _env_prefix)
 
 
 def _env(suffix: str) -> Any:
@@ -3382,11 +3420,7 @@ def _env(suffix: str) -> Any:
     default, kind = _ENV_VARS[suffix]
     name = _env_prefix + suffix
     if "env:" + _env_prefix not in _warned:
-        for ignored, ours in _env_ignored().items():
-            _warn_once(
-                f"env:{ignored}", "numa_utils: %s is not read; did you mean %s?", ignored, ours
-            )
-        _warned.add("env:" + _env_prefix)
+        _warn_env_ignored()
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
@@ -3604,14 +3638,34 @@ def _env_nodes(
     if text is None:
         return None
     topo = _topology_or_read(topo, backend)
-    every = frozenset(topo.nodes)
+    unrestricted = topo._replace(allowed_mems=frozenset(topo.nodes))
     try:
-        return parse_nodestring(text, backend=backend, topology=topo._replace(allowed_mems=every))
+        return parse_nodestring(text, backend=backend, topology=unrestricted)
     except ValueError as err:
         raise ValueError(
-            f"{_env_prefix}NUMA_NODES={_short(text)}: {_cut(str(err))} (this machine's nodes: "
-            f"{format_cpulist(every) or '-'})"
+            f"{_env_prefix}NUMA_NODES={_short(text)}: {_cut(str(err))} "
+            f"(this machine has {_nodes_txt(topo.nodes)})"
         ) from None
+
+
+def _left_out(res: PolicyResult, memory: _MemoryNodes, strict: bool, what: str) -> PolicyResult:
+    """``res`` over the nodes it asks for that have memory the cpuset allows; the rest
+    ``dropped``, with the reason: "cpuset" when the cpuset forbids some, else
+    "no-memory-node".  None left, or any dropped under strict: the fallback (OSError
+    under strict)."""
+    usable = memory.mem & memory.allowed
+    dropped = res.nodes - usable
+    if not dropped:
+        return res
+    kept = res.nodes - dropped
+    res = res._replace(nodes=kept, dropped=dropped)
+    why = "no-memory-node"
+    if dropped & memory.mem:
+        why = "cpuset"
+    if strict or not res.nodes:
+        what = f"{what} on {_nodes_txt(dropped)}"
+        return _fallback(res, strict, what, why, errno.EINVAL)
+    return res._replace(reason=why, hint=_HINTS[why])
 
 
 def _apply_policy(
@@ -3647,14 +3701,15 @@ def _apply_policy(
     what = f"{mname} policy"
     start = size = 0  # no buffer: the calling thread's policy
     if buf is not None:
-        start, size = _page_range(*buffer_range(buf, length), page_size or backend.page_size)
+        page = page_size or backend.page_size
+        start, size = _page_range(*buffer_range(buf, length), page)
     explicit = nodes is not None
     if "memory" not in known:
         known["memory"] = _memory_nodes(backend)
-    mem, allowed, default, online = known["memory"]
-    want = default
+    memory = known["memory"]
+    want = memory.default
     if nodes is not None:
-        want = _check_nodes(nodes, online)
+        want = _check_nodes(nodes, memory.online)
     res = PolicyResult(False, mname, want, start, size)
     if not enabled:
         return res._replace(reason="disabled", hint=_HINTS["disabled"])
@@ -3666,16 +3721,10 @@ def _apply_policy(
             return _fallback(res, strict_, what, "EINVAL", errno.EINVAL)
         # Intersect with the cpuset first (the kernel would fail the whole call with
         # EINVAL only when nothing is left, silently dropping the rest).
-        dropped = want - (mem & allowed)
-        want = want - dropped
-        res = res._replace(nodes=want, dropped=dropped)
-        why = "no-memory-node"
-        if dropped & mem:  # nodes with memory the cpuset forbids
-            why = "cpuset"
-        if dropped and (strict_ or not want):
-            return _fallback(res, strict_, f"{what} on {_nodes_txt(dropped)}", why, errno.EINVAL)
-        if dropped:  # applied over the rest: the result says which were left out, and why
-            res = res._replace(reason=why, hint=_HINTS[why])
+        res = _left_out(res, memory, strict_, what)
+        want = res.nodes
+        if not want:
+            return res
         if not explicit and len(want) < 2 and m in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
             return res._replace(reason="single-node", hint=_HINTS["single-node"])
         if m == Mode.PREFERRED and len(want) > 1:
@@ -3704,9 +3753,12 @@ def _apply_policy(
             resident = backend.call("mincore", start, size) * backend.page_size
         except (OSError, NotImplementedError):
             resident = 0  # unknown: claim nothing
+        if resident and res.reason is None:  # a reason given already ("cpuset") stays
+            res = res._replace(
+                reason="resident-unmoved",
+                hint=_HINTS["resident-unmoved"],
+            )
         res = res._replace(resident_unmoved=resident)
-        if resident and res.reason is None:
-            res = res._replace(reason="resident-unmoved", hint=_HINTS["resident-unmoved"])
     return res
 
 
@@ -4630,9 +4682,12 @@ def local_devices(
     if isinstance(where, (set, frozenset, list, tuple)):
         nodes = _check_nodes(where, topo.online_nodes)
     else:
-        nodes = frozenset(placement(where, backend=backend)) or frozenset(
-            nid for nid in (node_of(where, backend=backend),) if nid is not None
-        )
+        nodes = frozenset(placement(where, backend=backend))
+        first = None
+        if not nodes:  # no page placed yet: the node of its first page, if any
+            first = node_of(where, backend=backend)
+        if first is not None:
+            nodes = frozenset({first})
     pkg = {nid: package for package, ns in topo.package_nodes.items() for nid in ns}
     home = {nid: pkg.get(_nearest_cpu_node(topo, nid)) for nid in topo.nodes}  # type: ignore[arg-type]
     mine = {home.get(nid) for nid in nodes} - {None}

@@ -1897,7 +1897,7 @@ def _room_apply(backend: nu.Backend, addr: int, length: int, lay: Layout) -> Non
     merges with a neighbour of the same policy, and numa_maps would count the room as
     data.  Where policies are denied (EPERM, ENOSYS, a saved tree) the data's results
     say so already; the room's page then lands as the data's would."""
-    mem, allowed = nu._memory_nodes(backend)[:2]
+    mem, allowed, _, _ = nu._memory_nodes(backend)
     usable = mem & allowed
     if not usable:
         return
@@ -3307,7 +3307,7 @@ class SharedRegion(_RecordRoom):
             else:
                 extent_nodes = pnodes
             lay = Layout.extents([(size, nu._MODE_WORDS[pmode].word, extent_nodes)])
-        lay = lay.bound(size, page, nu._memory_nodes(backend)[0])
+        lay = lay.bound(size, page, nu._memory_nodes(backend).mem)
         seg = _region_mapped(size, page, huge)
         _region_args(backend, kind, seg, 1)
         if huge and isinstance(key, int) and key & SYSV_KEY_MASK == _COMPANION_PREFIX:

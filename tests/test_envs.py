@@ -665,6 +665,7 @@ NOT_OURS = [
     ("LIGHTLLM_", "LIGHTLLM_CPU_OMP_THREADS_BIND"),
     ("LIGHTLLM_", "LIGHTLLM_USE_V1"),
     ("", "NUMA_NODES_EXTRA"),
+    ("", "NUMA_NODES"),  # ours, with an empty prefix
 ]
 
 

@@ -315,7 +315,7 @@ def test_set_weights_needs_root_and_valid_weights():
     for bad in (0, 256, "3", True):
         with pytest.raises(ValueError):
             nu.set_interleave_weights({0: bad}, backend=root)
-    with pytest.raises(ValueError, match=r"no NUMA node 7 \(this machine's nodes: 0-2\)"):
+    with pytest.raises(ValueError, match=r"no NUMA node 7 \(this machine has nodes 0-2\)"):
         nu.set_interleave_weights({7: 2}, backend=root)
     assert nu.interleave_weights(backend=root) == {0: 1, 1: 1, 2: 1}
 
@@ -363,7 +363,7 @@ def test_gather_saves_tier_files(tmp_path):
         ({0: 7, 1: 0}, "must be 1-255, not 0"),
         ({0: 7, 1: 256}, "must be 1-255, not 256"),
         ({0: 7, 1: True}, "must be 1-255, not True"),
-        ({0: 7, 9: 3}, "no NUMA node 9 (this machine's nodes: 0-2)"),
+        ({0: 7, 9: 3}, "no NUMA node 9 (this machine has nodes 0-2)"),
     ],
 )
 def test_set_interleave_weights_is_all_or_nothing(weights, match):
