@@ -21,6 +21,15 @@ Usage::
 
 Every file read and every syscall goes through a backend object (``LinuxBackend`` for
 the running system or a saved tree, ``SimulatedBackend`` for a model of the kernel).
+
+Nodes: one rule for every function that takes them (ids, or a list as text: "0-1,4").
+A node this machine does not have (not online) is a mistake in the program or its
+configuration: ValueError naming it and the nodes that exist, strict or not.  A node it
+has that this process's cpuset forbids is a fact of the environment: a call that places
+memory or CPUs leaves it out (``dropped``, reason "cpuset" with a hint; falsy when
+nothing is left) and raises OSError only under strict; a call that only asks about a
+node (local_devices, choose_node) answers.  The raw syscalls (mbind, ...) pass ids to
+the kernel, and parse_nodestring keeps numactl's grammar and refusals.
 """
 
 from __future__ import annotations
@@ -89,6 +98,7 @@ else:
                 name, fields, defaults=defaults, module=ns.get("__module__")
             )
             ns["__slots__"] = ()
+            ns.setdefault("__repr__", _record_repr)
             return type(name, (base,), ns)
 
     class _Record(metaclass=_RecordMeta):
@@ -370,6 +380,68 @@ def format_cpulist(ids: Iterable[int]) -> str:
         else:
             parts.append(f"{span[0]}-{span[-1]}")
     return ",".join(parts)
+
+
+# -- how records print: a log line -------------------------------------------------
+# Sets of ids as lists ({0-47,96-143}), fields at their default left out, and, while
+# the line is longer than _REPR_MAX, the longest value cut to its kind and size: the
+# detail is in the fields and to_json().
+_REPR_MAX = 300
+
+
+def _repr_value(value: Any) -> str:
+    """A record's field as the record's repr writes it."""
+    if isinstance(value, (set, frozenset)) and all(type(item) is int for item in value):
+        return "{" + format_cpulist(value) + "}"
+    if isinstance(value, _abc.Mapping):
+        items = ", ".join(f"{key!r}: {_repr_value(value[key])}" for key in value)
+        return "{" + items + "}"
+    return repr(value)
+
+
+def _repr_cut(value: Any) -> str:
+    """A field's value cut to what it is: a text's start, how many items a collection
+    holds, the type of anything else (a record, a number)."""
+    if isinstance(value, str):
+        return repr(value[:40] + "...")
+    if isinstance(value, _abc.Sized) and not hasattr(value, "_fields"):
+        return f"<{len(value)} ...>"
+    return f"{type(value).__name__}(...)"
+
+
+def _repr_fields(record: Any) -> Dict[str, str]:
+    """A record's fields that are not at their default, as its repr writes them."""
+    defaults = record._field_defaults
+    shown = {}
+    for name, value in zip(record._fields, record):
+        if name not in defaults or value != defaults[name]:
+            shown[name] = _repr_value(value)
+    return shown
+
+
+def _repr_width(head: str, shown: Dict[str, str]) -> int:
+    """The length of the line ``head(name=text, ...)``: each field costs its name, its
+    text, "=" and ", " (the last one's ", " pays for the parentheses)."""
+    fields = sum(len(name) + len(text) + 3 for name, text in shown.items())
+    return len(head) + fields
+
+
+def _cut_to_fit(record: Any, head: str, shown: Dict[str, str]) -> None:
+    """Cut ``shown``, the fields of ``record`` (named ``head``) as text, the longest
+    first, until its line is at most _REPR_MAX."""
+    for name in sorted(shown, key=lambda name: -len(shown[name])):
+        if _repr_width(head, shown) <= _REPR_MAX:
+            return
+        shown[name] = _repr_cut(getattr(record, name))
+
+
+def _record_repr(record: Any) -> str:
+    """Every record's repr (_RecordMeta installs it)."""
+    head = type(record).__name__
+    shown = _repr_fields(record)
+    _cut_to_fit(record, head, shown)
+    fields = ", ".join(f"{name}={text}" for name, text in shown.items())
+    return f"{head}({fields})"
 
 
 _HEX_WORD = re.compile("[0-9a-fA-F]{1,8}")
@@ -1560,6 +1632,17 @@ def _node_dirs(reader: _Reader) -> List[int]:
     return sorted(i for i in ids if i is not None and i < MAX_NODES)
 
 
+def _online_nodes(reader: _Reader) -> FrozenSet[int]:
+    """The nodes this machine has, as read_topology() finds them: the online ones
+    (node 0 without a node directory), cheaply."""
+    if not reader.exists(_NODE_DIR):
+        return frozenset({0})
+    online = reader.parsed(f"{_NODE_DIR}/online", _parse_nodelist)
+    if online is None:
+        online = _node_dirs(reader)
+    return frozenset(online)
+
+
 def _hugepages(reader: _Reader, base: str) -> Dict[int, HugePages]:
     out: Dict[int, HugePages] = {}
     for name in sorted(reader.listdir(base)):
@@ -1653,8 +1736,20 @@ def _node_ids(nodes: Iterable[int]) -> FrozenSet[int]:
     """``nodes`` as a frozenset; ValueError for anything but an int >= 0."""
     ids = frozenset(nodes)
     for node in ids:
-        if not isinstance(node, int) or isinstance(node, bool) or node < 0:
+        if type(node) is not int or node < 0:  # True is not node 1
             raise ValueError(f"invalid NUMA node id {node!r}")
+    return ids
+
+
+def _check_nodes(nodes: Union[str, Iterable[int]], have: FrozenSet[int]) -> FrozenSet[int]:
+    """``nodes`` (ids, or a list as text: "0-1,4") as a frozenset of nodes this machine
+    has (``have``: the online ones); ValueError naming those it lacks and the nodes it
+    has (the module's rule)."""
+    if isinstance(nodes, str):
+        nodes = _parse_nodelist(nodes, source="nodes")
+    ids = _node_ids(nodes)
+    if ids - have:
+        raise ValueError(f"no NUMA {_nodes_txt(ids - have)} (this machine has {_nodes_txt(have)})")
     return ids
 
 
@@ -3082,9 +3177,10 @@ def _page_range(addr: int, length: int, page: int) -> Tuple[int, int]:
 
 
 # ===========================================================================
-# Memory policy: the safe layer engines call.  Never raises unless strict=True;
-# returns a PolicyResult that is truthy when the policy was applied and otherwise
-# says why, with the memory left usable under the kernel's first-touch default.
+# Memory policy: the safe layer engines call.  Never raises for the machine or the
+# environment unless strict=True (a wrong argument, such as a node the machine does not
+# have, is a ValueError); returns a PolicyResult that is truthy when the policy was
+# applied and otherwise says why, with the memory left usable under first-touch.
 # ===========================================================================
 
 _HINTS = MappingProxyType(
@@ -3094,13 +3190,15 @@ _HINTS = MappingProxyType(
         "get_mempolicy",
         "ENOSYS": "the kernel has no NUMA memory policy support (CONFIG_NUMA off)",
         "unsupported-arch": "no syscall table for this CPU architecture/ABI",
-        "cpuset": "the cpuset (Cpus_allowed_list, Mems_allowed_list) forbids the requested "
-        "nodes: start the process in a cgroup whose cpuset.cpus and cpuset.mems include them",
+        "cpuset": "this process's cpuset (Cpus_allowed_list, Mems_allowed_list in "
+        "/proc/self/status) forbids the requested nodes (dropped): ask for allowed ones, or "
+        "start the process in a cgroup whose cpuset.cpus and cpuset.mems include them",
         "single-node": "only one memory node is usable: nothing to spread",
         "not-live": "the backend reads a saved tree, not the running system",
         "disabled": "disabled by configuration",
         "EINVAL": "the kernel rejected the policy (EINVAL)",
-        "no-memory-node": "the requested nodes have no memory or do not exist",
+        "no-memory-node": "the requested nodes have no memory (CPUs only): ask for nodes "
+        "with memory",
         "no-cpus": "the node has no CPUs: run on the CPUs of its nearest node (bind_to_node does)",
         "no-node": "no such NUMA node: read_topology().online_nodes lists them",
         "no-weighted-interleave": "the kernel lacks MPOL_WEIGHTED_INTERLEAVE (Linux 6.9+); "
@@ -3120,10 +3218,12 @@ class PolicyResult(_Record):
     nodes: FrozenSet[int]
     start: int = 0  # covered range (whole pages); 0/0 for thread policy
     length: int = 0
-    reason: Optional[str] = None  # why not applied: "EPERM", "single-node", ...
+    # Why not applied ("EPERM", "single-node", ...), or why not all as asked: "cpuset"
+    # or "no-memory-node" for the ``dropped`` nodes, "resident-unmoved".
+    reason: Optional[str] = None
     errno: Optional[int] = None
     hint: Optional[str] = None
-    dropped: FrozenSet[int] = frozenset()  # requested nodes the cpuset forbids
+    dropped: FrozenSet[int] = frozenset()  # requested nodes left out (cpuset, no memory)
     # Bytes of the range already in memory that the call left where they are (a
     # policy places new pages; move=True migrates these).  Reason "resident-unmoved".
     resident_unmoved: int = 0
@@ -3176,13 +3276,23 @@ def _mode_of(mode: Union[str, int]) -> Mode:
 _default_cache: Dict[Tuple[Any, ...], FrozenSet[int]] = {}
 
 
-def _memory_nodes(backend: Backend) -> Tuple[FrozenSet[int], FrozenSet[int], FrozenSet[int]]:
-    """(nodes with memory, Mems_allowed, default_memory_nodes) cheaply: the whole
-    topology is read only when a memory node lacks CPUs or normal memory or the
+class _MemoryNodes(_Record):
+    """The machine's nodes as a policy call weighs them (_memory_nodes)."""
+
+    mem: FrozenSet[int]  # the nodes with memory
+    allowed: FrozenSet[int]  # Mems_allowed: those the cpuset allows
+    default: FrozenSet[int]  # default_memory_nodes()
+    online: FrozenSet[int]  # the nodes the machine has
+
+
+def _memory_nodes(backend: Backend) -> _MemoryNodes:
+    """The machine's nodes with memory, allowed, by default and online, cheaply: the
+    whole topology is read only when a memory node lacks CPUs or normal memory or the
     kernel has several memory tiers (otherwise the default is every allowed node)."""
     reader = _Reader(backend)  # what it cannot read is read_topology's to report
+    online = _online_nodes(reader)
     if not reader.exists(_NODE_DIR):
-        return frozenset({0}), frozenset({0}), frozenset({0})
+        return _MemoryNodes(online, online, online, online)
     mem = reader.parsed(f"{_NODE_DIR}/has_memory", _parse_nodelist)
     if mem is None:
         mem = frozenset(_node_dirs(reader))
@@ -3199,7 +3309,8 @@ def _memory_nodes(backend: Backend) -> Tuple[FrozenSet[int], FrozenSet[int], Fro
     except ValueError:
         plain = False
     if plain and len(tiers) < 2:
-        return mem, allowed, (mem & allowed or mem)
+        default = mem & allowed or mem  # every allowed one (all, if the cpuset allows none)
+        return _MemoryNodes(mem, allowed, default, online)
     # A tiered machine: the whole topology decides (~10 ms), once per distinct state
     # of these files (an engine may interleave every layer of every request).
     # Each dict operation is atomic: two threads at worst both read the topology.
@@ -3209,7 +3320,7 @@ def _memory_nodes(backend: Backend) -> Tuple[FrozenSet[int], FrozenSet[int], Fro
         if len(_default_cache) > 64:
             _default_cache.clear()
         default = _default_cache[key] = default_memory_nodes(backend=backend)
-    return mem, allowed, default
+    return _MemoryNodes(mem, allowed, default, online)
 
 
 def _errno_reason(err: int) -> str:
@@ -3267,11 +3378,56 @@ _ENV_VARS: Mapping[str, Tuple[Any, Any]] = MappingProxyType(
 _env_prefix = "NUMA_UTILS_"
 
 
+def _env_spellings() -> Tuple[Dict[str, str], Dict[str, str]]:
+    """({another spelling of one of our variables: ours}, {a suffix, and its words after
+    NUMA_, which a typo keeps: ours}) for the prefix in effect."""
+    spelled, words = {}, {}
+    for suffix in _ENV_VARS:
+        ours = _env_prefix + suffix
+        spelled[suffix] = spelled["NUMA_UTILS_" + suffix] = ours
+        words[suffix] = words[suffix.split("NUMA_", 1)[-1]] = ours
+    return spelled, words
+
+
+def _env_ignored() -> Dict[str, str]:
+    """{variable set that numa_utils does not read: the name it reads closest to it}:
+    one of ours without the prefix in effect (NUMA_NODES), or a name under the prefix
+    close to one of ours (NUMA_UTILS_INTERLAVE).  Only close names: an engine's prefix
+    holds the engine's own variables, ours the test and command-line ones."""
+    import difflib
+
+    spelled, words = _env_spellings()
+    found = {}
+    for name in os.environ:
+        rest = name[len(_env_prefix) :]
+        if name.startswith(_env_prefix) and rest in _ENV_VARS:
+            continue  # ours
+        if name in spelled:
+            found[name] = spelled[name]
+            continue
+        close = []
+        if _env_prefix and name.startswith(_env_prefix):
+            close = difflib.get_close_matches(rest, words, n=1, cutoff=0.8)
+        if close:
+            found[name] = words[close[0]]
+    return found
+
+
+def _warn_env_ignored() -> None:
+    """Warn once about each variable set that is not read, once per prefix."""
+    for name, ours in _env_ignored().items():
+        _warn_once(f"env:{name}", "numa_utils: %s is not read; did you mean %s?", name, ours)
+    _warned.add("env:" + _env_prefix)
+
+
 def _env(suffix: str) -> Any:
     """The typed value of <prefix><suffix>, read now; its default when unset or empty.
-    A malformed value raises ValueError naming the variable."""
+    A malformed value raises ValueError naming the variable.  The first read under a
+    prefix warns about each variable set that is not read (_env_ignored)."""
     default, kind = _ENV_VARS[suffix]
     name = _env_prefix + suffix
+    if "env:" + _env_prefix not in _warned:
+        _warn_env_ignored()
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
@@ -3482,14 +3638,41 @@ def parse_nodestring(
 def _env_nodes(
     backend: Optional[Backend], topo: Optional[Topology] = None
 ) -> Optional[FrozenSet[int]]:
-    """NUMA_NODES resolved on the machine (on ``topo`` when given), or None when unset."""
+    """NUMA_NODES resolved on the machine (on ``topo`` when given), or None when unset:
+    against every node it has ("all", "!0", "+1"), as nodes passed to a call are; the
+    call then applies the cpuset."""
     text = _env("NUMA_NODES")
     if text is None:
         return None
+    topo = _topology_or_read(topo, backend)
+    unrestricted = topo._replace(allowed_mems=frozenset(topo.nodes))
     try:
-        return parse_nodestring(text, backend=backend, topology=topo)
+        return parse_nodestring(text, backend=backend, topology=unrestricted)
     except ValueError as err:
-        raise ValueError(f"{_env_prefix}NUMA_NODES={_short(text)}: {_cut(str(err))}") from None
+        raise ValueError(
+            f"{_env_prefix}NUMA_NODES={_short(text)}: {_cut(str(err))} "
+            f"(this machine has {_nodes_txt(topo.nodes)})"
+        ) from None
+
+
+def _left_out(res: PolicyResult, memory: _MemoryNodes, strict: bool, what: str) -> PolicyResult:
+    """``res`` over the nodes it asks for that have memory the cpuset allows; the rest
+    ``dropped``, with the reason: "cpuset" when the cpuset forbids some, else
+    "no-memory-node".  None left, or any dropped under strict: the fallback (OSError
+    under strict)."""
+    usable = memory.mem & memory.allowed
+    dropped = res.nodes - usable
+    if not dropped:
+        return res
+    kept = res.nodes - dropped
+    res = res._replace(nodes=kept, dropped=dropped)
+    why = "no-memory-node"
+    if dropped & memory.mem:
+        why = "cpuset"
+    if strict or not res.nodes:
+        what = f"{what} on {_nodes_txt(dropped)}"
+        return _fallback(res, strict, what, why, errno.EINVAL)
+    return res._replace(reason=why, hint=_HINTS[why])
 
 
 def _apply_policy(
@@ -3525,14 +3708,15 @@ def _apply_policy(
     what = f"{mname} policy"
     start = size = 0  # no buffer: the calling thread's policy
     if buf is not None:
-        start, size = _page_range(*buffer_range(buf, length), page_size or backend.page_size)
+        page = page_size or backend.page_size
+        start, size = _page_range(*buffer_range(buf, length), page)
     explicit = nodes is not None
     if "memory" not in known:
         known["memory"] = _memory_nodes(backend)
-    mem, allowed, default = known["memory"]
-    want = default
+    memory = known["memory"]
+    want = memory.default
     if nodes is not None:
-        want = _node_ids(nodes)
+        want = _check_nodes(nodes, memory.online)
     res = PolicyResult(False, mname, want, start, size)
     if not enabled:
         return res._replace(reason="disabled", hint=_HINTS["disabled"])
@@ -3544,21 +3728,10 @@ def _apply_policy(
             return _fallback(res, strict_, what, "EINVAL", errno.EINVAL)
         # Intersect with the cpuset first (the kernel would fail the whole call with
         # EINVAL only when nothing is left, silently dropping the rest).
-        forbidden = (want & mem) - allowed
-        dropped = want - (mem & allowed)
-        if dropped and explicit and strict_:
-            raise OSError(
-                errno.EINVAL,
-                f"{what}: {_nodes_txt(dropped)} not "
-                "usable (no memory, or outside this process's cpuset: "
-                f"Mems_allowed_list {format_cpulist(allowed)})",
-            )
-        want = want - dropped
-        res = res._replace(nodes=want, dropped=dropped)
-        if not want and forbidden:
-            return _fallback(res, strict_, what, "cpuset", errno.EINVAL)
+        res = _left_out(res, memory, strict_, what)
+        want = res.nodes
         if not want:
-            return _fallback(res, strict_, what, "no-memory-node", errno.EINVAL)
+            return res
         if not explicit and len(want) < 2 and m in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
             return res._replace(reason="single-node", hint=_HINTS["single-node"])
         if m == Mode.PREFERRED and len(want) > 1:
@@ -3587,12 +3760,12 @@ def _apply_policy(
             resident = backend.call("mincore", start, size) * backend.page_size
         except (OSError, NotImplementedError):
             resident = 0  # unknown: claim nothing
-        if resident:
+        if resident and res.reason is None:  # a reason given already ("cpuset") stays
             res = res._replace(
-                resident_unmoved=resident,
                 reason="resident-unmoved",
                 hint=_HINTS["resident-unmoved"],
             )
+        res = res._replace(resident_unmoved=resident)
     return res
 
 
@@ -3757,19 +3930,22 @@ def set_interleave_weights(
     The whole mapping is checked before the first write, so a bad entry writes
     nothing.  Raises OSError: ENOTSUP without weighted interleave, EACCES without
     root, ENOENT for a node the kernel has no weight for; ValueError for a node id
-    that is not an int (True, 1.0) or a weight outside 1-255."""
+    that is not an int (True, 1.0) or not a node of this machine, or a weight
+    outside 1-255."""
     backend = _b(backend)
-    before = interleave_weights(backend=backend)
-    if before is None:
-        raise OSError(
-            errno.ENOTSUP, f"this kernel has no weighted interleave (Linux 6.9+: {_WI_DIR})"
-        )
     for node, weight in weights.items():
         # True == 1 and 1.0 == 1 pass the lookup below, then name file "nodeTrue".
         if isinstance(node, bool) or not isinstance(node, int):
             raise ValueError(f"interleave weight node id must be an int, not {node!r}")
         if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 255:
             raise ValueError(f"interleave weight for node {node} must be 1-255, not {weight!r}")
+    _check_nodes(weights, _online_nodes(_Reader(backend)))
+    before = interleave_weights(backend=backend)
+    if before is None:
+        raise OSError(
+            errno.ENOTSUP, f"this kernel has no weighted interleave (Linux 6.9+: {_WI_DIR})"
+        )
+    for node in weights:
         if node not in before:
             raise OSError(
                 errno.ENOENT,
@@ -4488,6 +4664,10 @@ class LocalDevices(List[Tuple[Device, str]]):
 
     fell_back: bool = False
 
+    def __repr__(self) -> str:
+        pairs = ", ".join(f"{device.address} {relation}" for device, relation in self)
+        return _cut(f"LocalDevices([{pairs}], fell_back={self.fell_back})", _REPR_MAX - 20)
+
 
 _RELATIONS = ("local", "near", "remote")
 
@@ -4505,13 +4685,16 @@ def local_devices(
     backend = _b(backend)
     topo = read_topology(backend=backend)
     if isinstance(where, int) and not isinstance(where, bool):
-        nodes = frozenset({where})
-    elif isinstance(where, (set, frozenset, list, tuple)):
-        nodes = frozenset(where)
+        where = [where]
+    if isinstance(where, (set, frozenset, list, tuple)):
+        nodes = _check_nodes(where, topo.online_nodes)
     else:
-        nodes = frozenset(placement(where, backend=backend)) or frozenset(
-            nid for nid in (node_of(where, backend=backend),) if nid is not None
-        )
+        nodes = frozenset(placement(where, backend=backend))
+        first = None
+        if not nodes:  # no page placed yet: the node of its first page, if any
+            first = node_of(where, backend=backend)
+        if first is not None:
+            nodes = frozenset({first})
     pkg = {nid: package for package, ns in topo.package_nodes.items() for nid in ns}
     home = {nid: pkg.get(_nearest_cpu_node(topo, nid)) for nid in topo.nodes}  # type: ignore[arg-type]
     mine = {home.get(nid) for nid in nodes} - {None}
@@ -5077,7 +5260,7 @@ class BindResult(_Record):
     node: Optional[int]
     cpus: FrozenSet[int]  # the CPU set applied (empty: none)
     cpus_applied: bool
-    cpu_reason: Optional[str]  # why not: "not requested", "EPERM", ...
+    cpu_reason: Optional[str]  # why not as asked: "not requested", "EPERM", "cpuset", ...
     memory: Optional[PolicyResult]  # None: memory policy not requested
     threads_changed: Tuple[int, ...] = ()  # tids whose affinity was set
     threads_skipped: Tuple[int, ...] = ()  # pinned elsewhere already: left alone
@@ -5127,12 +5310,6 @@ def _set_affinity(
     return tuple(changed), tuple(skipped), tuple(failed)
 
 
-def _check_node(topo: Topology, node: int) -> None:
-    """ValueError unless ``node`` is the id of a node of ``topo``."""
-    if isinstance(node, bool) or not isinstance(node, int) or node not in topo.nodes:
-        raise ValueError(f"no NUMA node {node!r} (online: {format_cpulist(topo.online_nodes)})")
-
-
 def _bind_node(
     backend: Backend,
     topo: Topology,
@@ -5146,7 +5323,7 @@ def _bind_node(
     """bind_to_node on a topology (and GPU list) the caller has already read."""
     if threads not in ("all", "current"):
         raise ValueError(f"threads must be 'all' or 'current', not {threads!r}")
-    _check_node(topo, node)
+    _check_nodes([node], topo.online_nodes)
     notes: List[str] = []
     allowed = topo.allowed_cpus & topo.online_cpus
     want: FrozenSet[int] = frozenset()
@@ -5237,12 +5414,15 @@ def _bind_node(
                     format_cpulist(want),
                     err,
                 )
-    if reason is not None:
+    applied = reason is None
+    if not applied:
         want = frozenset()  # nothing bound
+    elif used != node:  # bound, on the nearest node the cpuset allows
+        reason = "cpuset"
     return BindResult(
         used,
         want,
-        reason is None,
+        applied,
         reason,
         pres,
         *done,
@@ -5317,7 +5497,7 @@ def _node_slice(
 ) -> Tuple[int, FrozenSet[int], Dict[str, FrozenSet[int]]]:
     """Node ``node``'s allowed CPUs (the nearest node's when it has none) but the first
     ``reserve`` cores (one core stays), and the reserved ones."""
-    _check_node(topo, node)
+    _check_nodes([node], topo.online_nodes)
     cpu_node = _nearest_cpu_node(topo, node)
     if cpu_node is None:
         _fail(strict, f"node {node}: no node with CPUs near it; no thread plan", notes)
@@ -5810,6 +5990,7 @@ def _status_facts(backend: Backend) -> Tuple[Dict[str, Any], Topology]:
         "warnings": warnings,
     }
     report["config"] = config = {}
+    report["config_ignored"] = _env_ignored()
     for suffix in _ENV_VARS:  # each read alone: every invalid one is its own warning
         name = _env_prefix + suffix
         if os.environ.get(name, "").strip():
@@ -5858,11 +6039,21 @@ def _node_of(data: Dict[str, Any]) -> str:
     return str(data["node"])
 
 
+# How a device's node was found, in words, when its numa_node file does not say.
+_NODE_HOW = MappingProxyType(
+    {
+        "local_cpulist": "node from its local CPUs: numa_node is -1",
+        "single node": "the only node with CPUs: numa_node is -1",
+        "unknown": "numa_node is -1 and its local CPUs do not tell",
+    }
+)
+
+
 def _node_how(data: Dict[str, Any]) -> str:
     """How a device's node was found, when not from its numa_node file."""
     if data["node_source"] == "numa_node":
         return ""
-    return f" ({data['node_source']})"
+    return f"  ({_NODE_HOW.get(data['node_source'], data['node_source'])})"
 
 
 def _render_status(rep: Dict[str, Any]) -> str:
@@ -5954,7 +6145,8 @@ def _render_status(rep: Dict[str, Any]) -> str:
     devs = sorted(rep["devices"], key=lambda d: (d["node"] is None, d["node"] or 0, d["address"]))
     out += [
         *_section(
-            "DEVICES (PCI functions by node)",
+            "DEVICES (PCI functions by node: node, address, kind, vendor:device, "
+            "kernel names (-: none))",
             [
                 f"  {_node_of(d):>4}  {d['address']}  {d['kind']:<7} {d['vendor'][2:]}:"
                 f"{d['device'][2:]}  {' '.join(d['names']) or '-'}{_node_how(d)}"
@@ -5983,8 +6175,14 @@ def _render_status(rep: Dict[str, Any]) -> str:
         *_section(
             "CONFIGURATION (environment)",
             [
-                f"  {name:<34} {_env_shown(value):<12} ({_env_source(value)})"
-                for name, value in rep["config"].items()
+                *(
+                    f"  {name:<34} {_env_shown(value):<12} ({_env_source(value)})"
+                    for name, value in rep["config"].items()
+                ),
+                *(
+                    f"  ignored: {name} (not read; did you mean {ours}?)"
+                    for name, ours in rep["config_ignored"].items()
+                ),
             ],
         ),
         warnings_head,

@@ -686,13 +686,23 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
         ident = (
             f"sysv {r['key']} shmid {r['shmid']}" if r["kind"] == "sysv" else f"posix {r['path']}"
         )
+        name = "?"  # no identity record read: the region's name is unknown
+        if r["region"] is not None:
+            name = _cleanup_key(r["region"])  # as --key takes it
         out.append(
-            f"  {ident:<36} {_nu.format_kib(r['size'] // 1024):>10}  mode {r['mode']}  "
-            f"attached {r['attached']}  {r['action']}"
+            f"  {name:<16} {ident:<36} {_nu.format_kib(r['size'] // 1024):>10}  "
+            f"mode {r['mode']}  attached {r['attached']}  {r['action']}"
             + (f": {r['why']}" if r["action"] == "keep" else "")
         )
     if not args.remove and any(r["stale"] for r in rows):
         out.append("dry run: add --remove to remove the stale ones")
+    young = [r for r in rows if r["action"] == "keep" and "(minimum age" in r["why"]]
+    if args.remove and young:
+        out.append(
+            f"kept {len(young)} used in the last {args.min_age:g} s (--min-age): a region "
+            "just closed may be attached again at once; --min-age 0 removes it now if "
+            "nobody uses it"
+        )
     sys.stdout.write("\n".join(out) + "\n")
     return 0
 
@@ -1418,14 +1428,15 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
         "--policy",
         choices=_nu.BIND_POLICIES + ("none",),
         default=None,
-        help="CPU policy (default: NUMA_BIND_POLICY, else node)",
+        help="CPU policy (default: NUMA_UTILS_NUMA_BIND_POLICY, else node)",
     )
     p.add_argument(
         "--reserve",
         type=int,
         default=None,
         metavar="N",
-        help="physical cores per node left for the OS (default: NUMA_RESERVED_CORES, else 0)",
+        help="physical cores per node left for the OS "
+        "(default: NUMA_UTILS_NUMA_RESERVED_CORES, else 0)",
     )
     p.add_argument(
         "--memory",
@@ -1433,7 +1444,8 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="MODE",
         help="memory policy: prefer, bind, interleave, weighted-interleave, local, socket, "
-        "none, or any mode word a result reports (default: NUMA_MEMORY_POLICY, else prefer)",
+        "none, or any mode word a result reports "
+        "(default: NUMA_UTILS_NUMA_MEMORY_POLICY, else prefer)",
     )
     p.add_argument("--strict", action="store_true", help="fail instead of falling back")
 
@@ -3197,9 +3209,11 @@ def _render_tiers(rep: Dict[str, Any]) -> List[str]:
     nodes = [node for node in rep["nodes"] if node["kind"] not in (None, "no-memory")]
     weights = rep["interleave_weights"]
     if len(nodes) > 1 or rep["memory_tiers"]:
-        out.append(
-            "MEMORY (tier: lower is faster; HMAT access class 0; weighted-interleave weight)"
-        )
+        out += [
+            "MEMORY (node, kind, tier, weighted-interleave weight, HMAT access class 0 figures)",
+            "  tier: the kernel's memory tier, its abstract distance / 128: DRAM is tier 4, "
+            "lower is faster",
+        ]
         for node in nodes:
             access = node["access"]
             if access:
@@ -3230,11 +3244,12 @@ def _render_tiers(rep: Dict[str, Any]) -> List[str]:
     d = rep["default_memory_nodes"]
     if d["left_out"]:
         every = _nu.format_cpulist([*map(int, d["left_out"]), *d["nodes"]])
+        var = next(name for name in rep["config"] if name.endswith("NUMA_NODES"))
         out += [
-            f"  default memory nodes (nodes=None, NUMA_NODES unset): "
+            f"  default memory nodes (nodes=None, {var} unset): "
             f"{_nu.format_cpulist(d['nodes'])} ({d['basis']})",
             *(f"    left out: node {key}: {why}" for key, why in d["left_out"].items()),
-            f"    to use them anyway pass nodes=[...] or set NUMA_NODES (e.g. NUMA_NODES={every})",
+            f"    to use them anyway pass nodes=[...] or set {var} (e.g. {var}={every})",
         ]
     if out:
         out.append("")

@@ -751,7 +751,14 @@ def _region_policy(
         if "env" not in known:
             known["env"] = nu._env_nodes(backend, known.get("topology"))
         nodes = known["env"] or None
-    ids = frozenset(nodes) if nodes is not None else None
+    ids = None
+    if nodes is not None:
+        topo = known.get("topology")
+        if topo is None:
+            online = nu._online_nodes(nu._Reader(backend))
+        else:
+            online = topo.online_nodes
+        ids = nu._check_nodes(nodes, online)
     if mode == nu.Mode.PREFERRED and (ids is None or len(ids) != 1):
         raise ValueError("policy='prefer' needs nodes=[one node]")
     return mode, ids, nu._strict_or_env(strict), policy is not None
@@ -939,11 +946,14 @@ class FitResult(_Record):
         return {key: nu.to_json(value) for key, value in self._asdict().items()}
 
 
-def _layout_arg(layout: Union[Layout, str, None]) -> Optional[Layout]:
-    """create's and fit's ``layout``: a Layout, its text (parsed), or None."""
+def _layout_arg(layout: Union[Layout, str, None], online: FrozenSet[int]) -> Optional[Layout]:
+    """create's and fit's ``layout``: a Layout, its text (parsed), or None; ValueError
+    for a node the machine lacks (``online``: the nodes it has)."""
     lay = Layout.parse(layout) if isinstance(layout, str) else layout
     if lay is not None and not isinstance(lay, Layout):
         raise ValueError(f"layout must be a Layout or its text, not {lay!r}")
+    if lay is not None:
+        nu._check_nodes(lay.nodes, online)
     return lay
 
 
@@ -1526,10 +1536,10 @@ def fit(
     _region_args(backend, kind, size, 1)
     if layout is not None and nodes is not None:
         raise ValueError("give layout= or nodes=, not both")
-    lay = _layout_arg(layout)
+    topo = nu.read_topology(backend=backend)
+    lay = _layout_arg(layout, topo.online_nodes)
     if lay is not None:
         policy = None  # create weighs a layout's memory as first-touch
-    topo = nu.read_topology(backend=backend)
     mode, ids, _, _ = _region_policy(policy, nodes, None, backend, {"topology": topo})
     return _fit(backend, topo, size, mode, ids, hugepages, kind, pin, hugepages_required, lay)
 
@@ -1887,7 +1897,7 @@ def _room_apply(backend: nu.Backend, addr: int, length: int, lay: Layout) -> Non
     merges with a neighbour of the same policy, and numa_maps would count the room as
     data.  Where policies are denied (EPERM, ENOSYS, a saved tree) the data's results
     say so already; the room's page then lands as the data's would."""
-    mem, allowed, _ = nu._memory_nodes(backend)
+    mem, allowed, _, _ = nu._memory_nodes(backend)
     usable = mem & allowed
     if not usable:
         return
@@ -2050,6 +2060,18 @@ def _check_trust(st: nu.ShmStat, euid: int, trust: bool, what: str) -> None:
     else:
         return
     raise PermissionError(errno.EPERM, f"{what} {why}; pass trust=True to attach anyway")
+
+
+def _denied(key: Union[int, str], kind: str, euid: int, err: OSError) -> PermissionError:
+    """The kernel's EACCES on attaching ``key``, with the fix: its mode lets only its
+    owner map it."""
+    return PermissionError(
+        errno.EACCES,
+        f"{kind} region {key!r}: {err.strerror or err}: its mode does not let this user "
+        f"(uid {euid}) map it; to share it with other users the creator passes "
+        "mode=0o660 (its group) or mode=0o666 to SharedRegion.create, and they attach "
+        "with trust=True",
+    )
 
 
 class _RecordRoom:
@@ -3269,7 +3291,7 @@ class SharedRegion(_RecordRoom):
         hugepages, huge_note = _fit_or_raise(fits, size)
         if layout is not None and (policy is not None or nodes is not None):
             raise ValueError("give layout= or policy=/nodes=, not both")
-        lay = _layout_arg(layout)
+        lay = _layout_arg(layout, topo.online_nodes)
         # The nodes the pages come from, where _region_page looks for huge pages.
         if lay is not None:
             page_nodes: Optional[FrozenSet[int]] = lay.nodes
@@ -3285,7 +3307,7 @@ class SharedRegion(_RecordRoom):
             else:
                 extent_nodes = pnodes
             lay = Layout.extents([(size, nu._MODE_WORDS[pmode].word, extent_nodes)])
-        lay = lay.bound(size, page, nu._memory_nodes(backend)[0])
+        lay = lay.bound(size, page, nu._memory_nodes(backend).mem)
         seg = _region_mapped(size, page, huge)
         _region_args(backend, kind, seg, 1)
         if huge and isinstance(key, int) and key & SYSV_KEY_MASK == _COMPANION_PREFIX:
@@ -3400,10 +3422,15 @@ class SharedRegion(_RecordRoom):
         _region_page(hugepages, kind, backend, pnodes)  # the region's record says its page
 
         def make(attached: SharedRegion) -> None:
-            if kind == "sysv":
-                rec, what = _sysv_attach(attached, trust)
-            else:
-                rec, what = _posix_attach(attached, trust)
+            try:
+                if kind == "sysv":
+                    rec, what = _sysv_attach(attached, trust)
+                else:
+                    rec, what = _posix_attach(attached, trust)
+            except PermissionError as err:
+                if err.errno != errno.EACCES:  # _check_trust's refusal says what to do
+                    raise
+                raise _denied(key, kind, backend.call("geteuid"), err) from None
             _record_page_check(backend, attached._address, kind, rec["page_size"], what)
             _check_made_after(rec, created_after, what)
             data = rec["size"]

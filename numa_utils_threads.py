@@ -374,17 +374,24 @@ def settle(
     """
     backend = nu._b(backend)
     st = nu._strict_or_env(strict)
-    target = frozenset(nodes)
-    if not target:
+    _, allowed, default, online = nu._memory_nodes(backend)
+    asked = nu._check_nodes(nodes, online)
+    if not asked:
         raise ValueError("settle: no node to move pages to")
+    # Nodes the cpuset forbids are left out, as the policy calls leave them out.
+    target = asked & allowed
+    result = nu.PolicyResult(False, "migrate", target, dropped=asked - target)
+    if not target or (result.dropped and st):
+        return nu._fallback(result, st, "settle", "cpuset", errno.EINVAL)
+    if result.dropped:
+        result = result._replace(reason="cpuset", hint=nu._HINTS["cpuset"])
     order = sorted(target)
-    result = nu.PolicyResult(False, "migrate", target)
     buffers = list(buffers)
     try:
         if buffers:
             unmoved = sum(_move_buffer(backend, buf, order) for buf in buffers)
         else:
-            others = nu.default_memory_nodes(backend=backend) - target
+            others = default - target
             unmoved = nu.migrate_pages(0, others, target, backend=backend)
     except OSError as e:
         err = e.errno or errno.EIO
@@ -1160,7 +1167,8 @@ def choose_node(
     meminfo: Mapping[int, Any] = {}
     if regions is not None:
         meminfo = regions.counters(backend=backend).nodes
-    excluded = frozenset(exclude)
+    excluded = nu._check_nodes(exclude, topo.online_nodes)
+    nu._check_nodes(loads or {}, topo.online_nodes)
     usable_mem = nu.default_memory_nodes(topo)
     if topo.has_node_dir:
         nodes = sorted(

@@ -637,3 +637,91 @@ def test_configure_refuses_what_is_no_ascii_variable_name(prefix):
         assert nu.configure(env_prefix="NUMA_UTILS_") == "NUMA_UTILS_"  # kept
     finally:
         nu.configure(env_prefix=old)
+
+
+# ---------------------------------------------------------------------------
+# A variable set but not read is named once, with the known name closest to it
+# ---------------------------------------------------------------------------
+
+IGNORED = [
+    # (prefix in effect, the name set, the name numa_utils reads that it resembles)
+    ("NUMA_UTILS_", "NUMA_UTILS_INTERLAVE", "NUMA_UTILS_ENABLE_NUMA_INTERLEAVE"),
+    ("NUMA_UTILS_", "NUMA_UTILS_NUMA_NODE", "NUMA_UTILS_NUMA_NODES"),
+    ("NUMA_UTILS_", "NUMA_UTILS_STRICT", "NUMA_UTILS_NUMA_STRICT"),
+    ("NUMA_UTILS_", "NUMA_NODES", "NUMA_UTILS_NUMA_NODES"),
+    ("NUMA_UTILS_", "ENABLE_NUMA_INTERLEAVE", "NUMA_UTILS_ENABLE_NUMA_INTERLEAVE"),
+    ("LIGHTLLM_", "LIGHTLLM_NUMA_STRCT", "LIGHTLLM_NUMA_STRICT"),
+    ("LIGHTLLM_", "NUMA_UTILS_NUMA_NODES", "LIGHTLLM_NUMA_NODES"),
+]
+# Names that are someone else's: the engine's own under its prefix, the test and
+# command-line variables under ours (the numactl front end reads NUMACTL_VERSION).
+NOT_OURS = [
+    ("NUMA_UTILS_", "NUMA_UTILS_VM_CACHE"),
+    ("NUMA_UTILS_", "NUMA_UTILS_NUMACTL_VERSION"),
+    ("NUMA_UTILS_", "NUMA_UTILS_TEST_IN_PRIVATE_SHM"),
+    ("LIGHTLLM_", "LIGHTLLM_CPU_OMP_THREADS_BIND"),
+    ("LIGHTLLM_", "LIGHTLLM_USE_V1"),
+    ("", "NUMA_NODES_EXTRA"),
+    ("", "NUMA_NODES"),  # ours, with an empty prefix
+]
+
+
+@pytest.fixture
+def prefix_of():
+    import numa_utils as nu
+
+    old = nu.configure(env_prefix="NUMA_UTILS_")
+    yield lambda prefix: nu.configure(env_prefix=prefix)
+    nu.configure(env_prefix=old)
+
+
+def _ignored_warnings(caplog, name):
+    return [r.getMessage() for r in caplog.records if f" {name} " in r.getMessage()]
+
+
+@pytest.mark.parametrize("prefix, name, closest", IGNORED)
+def test_a_variable_set_but_not_read_is_named_once_with_the_closest(
+    prefix, name, closest, monkeypatch, caplog, prefix_of
+):
+    import logging
+
+    from conftest import nu, sim
+
+    prefix_of(prefix)
+    monkeypatch.setenv(name, "1")
+    b = sim("qemu-x86_64-two-node")
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            nu.set_thread_policy("local", backend=b)
+    said = _ignored_warnings(caplog, name)
+    assert len(said) == 1 and said[0].endswith(f"did you mean {closest}?"), said
+    rep = nu.status_report(backend=b)
+    assert rep["config_ignored"] == {name: closest}
+    text = nu._render_status(rep)
+    assert f"  ignored: {name} (not read; did you mean {closest}?)" in text, text
+
+
+@pytest.mark.parametrize("prefix, name", NOT_OURS)
+def test_other_programs_variables_are_not_named(prefix, name, monkeypatch, caplog, prefix_of):
+    import logging
+
+    from conftest import nu, sim
+
+    prefix_of(prefix)
+    monkeypatch.setenv(name, "1")
+    b = sim("qemu-x86_64-two-node")
+    with caplog.at_level(logging.WARNING):
+        nu.set_thread_policy("local", backend=b)
+    assert not _ignored_warnings(caplog, name)
+    assert name not in nu.status_report(backend=b)["config_ignored"]
+
+
+def test_status_names_variables_as_they_are_read(prefix_of):
+    """The status text's advice names NUMA_NODES with the prefix in effect: the bare
+    name it printed is one numa_utils ignores."""
+    from conftest import cli, nu, sim
+
+    rep = cli.status_report(backend=sim("qemu-x86_64-hmat-tiers"))
+    text = nu._render_status(rep)
+    assert "set NUMA_UTILS_NUMA_NODES (e.g. NUMA_UTILS_NUMA_NODES=0-2)" in text, text
+    assert not re.search(r"(?<![A-Z_])NUMA_NODES", text), text

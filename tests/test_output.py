@@ -157,3 +157,23 @@ def test_node_word_agrees_with_count():
     text = _status_text("single-node")
     assert "CPUs on node 0; memory on node 0" in text
     assert "nodes 0" not in text
+
+
+def test_status_says_how_a_device_node_was_found_in_words():
+    """A device whose firmware gives no node showed "- (local_cpulist)": the words say
+    where its node came from, and the DEVICES head what "-" stands for."""
+    text = _status_text("gpu-numa-unknown")
+    assert "local_cpulist" not in text, text
+    gpu = next(line for line in text.splitlines() if line.startswith("  0000:00:07.0"))
+    assert "node 1  (node from its local CPUs: numa_node is -1)  local" in gpu, gpu
+    device = next(line for line in text.splitlines() if "0000:00:07.0  gpu" in line)
+    assert device.endswith("  -  (node from its local CPUs: numa_node is -1)"), device
+    assert "kernel names (-: none)" in text, text
+    assert "local_cpulist" not in _status_text("single-node")
+
+
+def test_status_says_what_a_memory_tier_is():
+    text = _status_text("qemu-x86_64-hmat-tiers")
+    assert "tier 4 " in text and "tier 54 " in text, text
+    legend = "  tier: the kernel's memory tier, its abstract distance / 128: DRAM is tier 4, "
+    assert legend + "lower is faster\n" in text, text

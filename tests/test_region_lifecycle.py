@@ -590,3 +590,27 @@ def test_create_existing_reuse_waits_for_a_peer_making_it(monkeypatch):
     again.close()
     first.destroy()
     assert _counts(s) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("kind", ["sysv", "posix"])
+def test_cleanup_command_names_regions_and_says_how_to_remove_a_young_one(kind, capsys):
+    """`cleanup --remove --key kv` right after `region kv --keep` keeps it for the
+    minimum age: the row names the region (what --key takes) and the command says
+    why it stayed and how to remove it now."""
+    from conftest import cli
+
+    s = sim("single-node")
+    maker = s.process()
+    _made(maker, "kv", kind).close()
+    maker.exit()
+    with nu.use_backend(s):
+        assert cli.main(["cleanup", "--remove", "--key", "kv"]) == 0
+        kept = capsys.readouterr().out
+        row = [line for line in kept.splitlines() if "keep:" in line]
+        assert len(row) == 1 and row[0].split()[0] == "kv", kept
+        assert "minimum age 30 s" in row[0], kept
+        assert "--min-age 0 removes it now if nobody uses it" in kept, kept
+        assert cli.main(["cleanup", "--remove", "--key", "kv", "--min-age", "0"]) == 0
+        removed = capsys.readouterr().out
+    assert "kv" in removed and "removed" in removed and "--min-age 0" not in removed, removed
+    assert _counts(s) == (0, 0, 0)

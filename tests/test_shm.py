@@ -286,6 +286,20 @@ def test_attach_refuses_other_owner_and_writable_mode(kind):
     assert _sim_counts(s) == (0, 0, 0)
 
 
+@pytest.mark.parametrize("kind", ["sysv", "posix"])
+def test_attach_as_another_user_says_how_to_share(kind):
+    """The kernel's EACCES alone (shmctl(IPC_STAT), open) does not say what to do: the
+    error names the region, this user and both halves of the fix."""
+    s = sim("single-node", uid=1000)
+    with nur.SharedRegion.create("t", MiB, kind=kind, backend=s):
+        with pytest.raises(PermissionError) as refused:
+            nur.SharedRegion.attach("t", kind=kind, backend=s.process(uid=1001))
+    text = str(refused.value)
+    assert refused.value.errno == errno.EACCES, text
+    assert "'t'" in text and "uid 1001" in text, text
+    assert "mode=0o660" in text and "trust=True" in text, text
+
+
 def test_created_0600_by_default():
     s = sim("single-node")
     with nur.SharedRegion.create("m", MiB, backend=s) as r:
@@ -762,7 +776,7 @@ elif what == "cleanup-once":
 # (pyenv under /root), as tox's does.  A uid change clears the dumpable flag, so it is
 # set again: only the "nd-" holders are non-dumpable.
 NOBODY = r"""
-import array, bisect, collections, ctypes, ctypes.util, errno, fcntl, functools, json
+import array, bisect, collections, ctypes, ctypes.util, difflib, errno, fcntl, functools, json
 import logging, math, os, signal, struct, sys, threading, time, zlib
 import importlib
 import numa_utils as nu, numa_utils_regions as nur, numa_utils_threads as nut

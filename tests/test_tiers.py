@@ -270,8 +270,11 @@ def test_numa_strict_accepts_the_fallback_asked_for(anon, monkeypatch):
     assert nu.get_policy(addr, backend=b).mode == nu.Mode.INTERLEAVE
     with pytest.raises(OSError):  # without the fallback: strict, so it raises
         nu.weighted_interleave(addr, size, nodes=[0, 1], backend=b)
-    with pytest.raises(OSError):  # the fallback asked for, but it fails too
+    with pytest.raises(ValueError, match="no NUMA node 77"):  # a typo: strict or not
         nu.weighted_interleave(addr, size, nodes=[0, 77], fallback="interleave", backend=b)
+    b.fail("mbind", errno.EPERM)
+    with pytest.raises(PermissionError):  # the fallback asked for, but it fails too
+        nu.weighted_interleave(addr, size, nodes=[0, 1], fallback="interleave", backend=b)
 
 
 def test_shared_region_weighted_policy():
@@ -312,7 +315,7 @@ def test_set_weights_needs_root_and_valid_weights():
     for bad in (0, 256, "3", True):
         with pytest.raises(ValueError):
             nu.set_interleave_weights({0: bad}, backend=root)
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(ValueError, match=r"no NUMA node 7 \(this machine has nodes 0-2\)"):
         nu.set_interleave_weights({7: 2}, backend=root)
     assert nu.interleave_weights(backend=root) == {0: 1, 1: 1, 2: 1}
 
@@ -360,7 +363,7 @@ def test_gather_saves_tier_files(tmp_path):
         ({0: 7, 1: 0}, "must be 1-255, not 0"),
         ({0: 7, 1: 256}, "must be 1-255, not 256"),
         ({0: 7, 1: True}, "must be 1-255, not True"),
-        ({0: 7, 9: 3}, "no weighted-interleave weight for node 9"),
+        ({0: 7, 9: 3}, "no NUMA node 9 (this machine has nodes 0-2)"),
     ],
 )
 def test_set_interleave_weights_is_all_or_nothing(weights, match):
