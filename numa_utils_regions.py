@@ -3882,6 +3882,7 @@ class CudaPin:
         self._registered: List[Tuple[int, int]] = []
         self._in_call: Dict[int, Tuple[int, int]] = {}  # thread id -> its chunk
         self._unsure: Set[int] = set()  # starts of chunks left in a call
+        self._releasing: Dict[int, Tuple[int, int]] = {}  # thread id -> chunk it unregisters
         self._failed: List[Tuple[int, int, int]] = []  # (address, bytes, error)
         self._running = 0  # pool threads that may still register
         # what stopped it: (reason, the exception, errno for strict)
@@ -3918,20 +3919,29 @@ class CudaPin:
         self._release()
 
     def _release(self) -> None:
-        """Unregister every chunk, the last first.  A chunk leaves the list only after
-        its call: an interrupt between the two costs a second call, never a chunk left
-        registered with nothing to release it."""
+        """Unregister every chunk, the last first, from any number of threads at once.
+        A thread claims a chunk (moves it from the list to ``_releasing``) under the
+        lock before its call, so no two threads unregister one chunk.  An interrupt
+        before the call returns puts the chunk back, marked unsure: a second call,
+        never a chunk left registered with nothing to release it."""
         calls = self._calls
+        me = threading.get_ident()
         while True:
+            try:
+                with self._lock:
+                    self.ok = False
+                    if not self._registered:
+                        break
+                    self._releasing[me] = self._registered[-1]
+                    del self._registered[-1]
+                start = self._releasing[me][0]
+                assert calls is not None
+                rc = calls.unregister(ctypes.c_void_p(start))
+            except BaseException:
+                self._unclaim(me)
+                raise
             with self._lock:
-                self.ok = False
-                if not self._registered:
-                    break
-                start = self._registered[-1][0]
-            assert calls is not None
-            rc = calls.unregister(ctypes.c_void_p(start))
-            with self._lock:
-                self._registered.pop()
+                del self._releasing[me]
             if rc == 0:
                 continue
             calls.clear_error()
@@ -3943,6 +3953,14 @@ class CudaPin:
                     _cuda_error(calls, rc),
                 )
         self._ended.set()
+
+    def _unclaim(self, me: int) -> None:
+        """Put back the chunk an interrupted thread claimed (its call may not have run)."""
+        with self._lock:
+            piece = self._releasing.pop(me, None)
+            if piece is not None and piece not in self._registered:
+                self._unsure.add(piece[0])
+                self._registered.append(piece)
 
     def __enter__(self) -> CudaPin:
         return self
