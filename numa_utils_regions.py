@@ -2040,10 +2040,15 @@ def _room_holder(backend: nu.Backend, ckey: int, key: Union[int, str]) -> str:
     return ""
 
 
+def _theirs(st: nu.ShmStat, euid: int) -> bool:
+    """Whether segment or file ``st`` is another user's: owned or made by another uid."""
+    return {st.uid, st.cuid} != {euid}
+
+
 def _check_trust(st: nu.ShmStat, euid: int, trust: bool, what: str) -> None:
     if trust:
         return
-    if {st.uid, st.cuid} != {euid}:
+    if _theirs(st, euid):
         why = f"belongs to uid {st.uid} (created by uid {st.cuid}), not to this user (uid {euid})"
     elif st.mode & 0o022:
         why = f"has mode {st.mode & 0o777:03o}: other users can write it"
@@ -2784,10 +2789,30 @@ def _identity(region: SharedRegion, seg: int, what: str, why: str) -> Dict[str, 
     return rec
 
 
-def _sysv_attach(region: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
-    """Map the segment whose identity record names region ``r.key``: (record, what)."""
+def _why(err: Exception) -> str:
+    return getattr(err, "strerror", None) or str(err)
+
+
+def _attach_failed(found: List[Tuple[Exception, bool]], patient: bool, none: str) -> Exception:
+    """What an attach raises when no key held its region.  ``found``: why each thing
+    under its keys was not it, and whether that may change ("not yet": another user's
+    segment or file, another region, a region without its record yet).  Nothing found:
+    FileNotFoundError ``none``.  A waiting attach (``patient``) that found only what
+    may change: FileNotFoundError naming each, so it waits on and, at its deadline,
+    says them all.  Else the first error found."""
+    if not found:
+        return FileNotFoundError(errno.ENOENT, none)
+    if patient and all(later for _, later in found):
+        return FileNotFoundError(errno.ENOENT, "; ".join(_why(err) for err, _ in found))
+    return found[0][0]
+
+
+def _sysv_attach(region: SharedRegion, trust: bool, patient: bool) -> Tuple[Dict[str, Any], str]:
+    """Map the segment whose identity record names region ``r.key``: (record, what).
+    ``patient``: a waiting attach (see _attach_failed)."""
     b, key = region._b, region._key
-    first: Optional[Exception] = None
+    euid = b.call("geteuid")
+    found: List[Tuple[Exception, bool]] = []
     for ikey in _sysv_keys(key):
         try:
             shmid = b.call("shmget", ikey, 0, 0)
@@ -2796,7 +2821,16 @@ def _sysv_attach(region: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str
         what = f"SysV segment 0x{ikey:08x} (shmid {shmid})"
         try:
             st: nu.ShmStat = b.call("shm_stat", shmid)
-            _check_trust(st, b.call("geteuid"), trust, what)
+        except PermissionError as err:  # unreadable: another user's (root reads any)
+            mine = f"{what}: {err.strerror}: another user's segment under the name's key"
+            found.append((PermissionError(err.errno, mine), True))
+            continue
+        except OSError as err:
+            if err.errno in (errno.EINVAL, errno.EIDRM):  # removed while we looked
+                continue
+            raise
+        try:
+            _check_trust(st, euid, trust, what)
             region.shmid, region._ipc_key, region._mapped = shmid, ikey, st.size
             region._address = b.call("shmat", shmid)
             if _huge_vma(b, region._address) is not False:  # huge, or unknown: its record segment
@@ -2807,31 +2841,47 @@ def _sysv_attach(region: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str
             if _same_key(rec["key"], key) and rec["kind"] == "sysv":
                 return rec, what
             if isinstance(key, int):  # a str key tries its next key
-                raise ValueError(f"{what}: its identity record names region {rec['key']!r}")
-        except (PermissionError, FileNotFoundError, ValueError) as err:
-            first = first or err
+                other = ValueError(f"{what}: its identity record names region {rec['key']!r}")
+                found.append((other, True))
+        except PermissionError as err:
+            found.append((err, _theirs(st, euid)))
+        except FileNotFoundError as err:
+            found.append((err, True))
+        except ValueError as err:
+            found.append((err, False))
         if region._address:
             b.call("shmdt", region._address)
             region._address = 0
         region._room_close()
         region._room_id = -1
-    raise first or FileNotFoundError(
-        errno.ENOENT, f"no SysV segment with key 0x{_sysv_key(key):08x} ({key!r}) or its other keys"
+    raise _attach_failed(
+        found,
+        patient,
+        f"no SysV segment with key 0x{_sysv_key(key):08x} ({key!r}) or its other keys",
     )
 
 
-def _posix_attach(region: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
-    """Map /dev/shm/numa_utils-``r.key``, holding its shared flock: (record, what)."""
+def _posix_attach(region: SharedRegion, trust: bool, patient: bool) -> Tuple[Dict[str, Any], str]:
+    """Map /dev/shm/numa_utils-``r.key``, holding its shared flock: (record, what).
+    ``patient``: a waiting attach (see _attach_failed)."""
     b, name = region._b, _posix_name(region._key)
     what = f"/dev/shm/{name}"
     try:
         region._fd = fd = b.call("shm_open", name, os.O_RDWR, 0)
     except FileNotFoundError:
         raise FileNotFoundError(errno.ENOENT, f"no {what}") from None
+    except PermissionError as err:  # another user's file (root opens any)
+        theirs = PermissionError(err.errno, f"{what}: {err.strerror}: another user's file")
+        raise _attach_failed([(theirs, True)], patient, "") from None
     region.name = name
-    _check_trust(b.call("fstat", fd), b.call("geteuid"), trust, what)
-    _flock_shared(b, fd, what)  # waits while a cleanup decides on it
     st: nu.ShmStat = b.call("fstat", fd)
+    euid = b.call("geteuid")
+    try:
+        _check_trust(st, euid, trust, what)
+    except PermissionError as err:
+        raise _attach_failed([(err, _theirs(st, euid))], patient, "") from None
+    _flock_shared(b, fd, what)  # waits while a cleanup decides on it
+    st = b.call("fstat", fd)
     if not st.nattch:
         raise FileNotFoundError(errno.ENOENT, f"{what} was removed (stale) while attaching")
     region._mapped = seg = st.size
@@ -3385,7 +3435,10 @@ class SharedRegion(_RecordRoom):
         (one extent) if given, and ENABLE_NUMA_INTERLEAVE for a first-touch region.
         ``remove=True`` marks a SysV segment for removal after attaching (see class).
         ``wait``: seconds to wait for a region not made yet (or still without its
-        record), polling; TimeoutError after that.  ``created_after`` (a time.time()
+        record), polling; TimeoutError after that, naming everything found under the
+        name.  While waiting, a segment or file under the name that is another user's
+        (whatever its record says), or another region's, counts as not made yet:
+        another user cannot make a waiting worker fail at once.  ``created_after`` (a time.time()
         value, such as the engine's start): a region its record says was made before
         then is an earlier run's and counts as not made yet (FileNotFoundError, or
         waited past), so a worker that starts before its creator never maps the
@@ -3401,9 +3454,9 @@ class SharedRegion(_RecordRoom):
 
         def make(attached: SharedRegion) -> None:
             if kind == "sysv":
-                rec, what = _sysv_attach(attached, trust)
+                rec, what = _sysv_attach(attached, trust, wait is not None)
             else:
-                rec, what = _posix_attach(attached, trust)
+                rec, what = _posix_attach(attached, trust, wait is not None)
             _record_page_check(backend, attached._address, kind, rec["page_size"], what)
             _check_made_after(rec, created_after, what)
             data = rec["size"]
