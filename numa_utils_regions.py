@@ -2331,6 +2331,23 @@ def _idle_why(
     return _gone_why(backend, "last user", slot, me)
 
 
+def _unnamed_why(
+    backend: nu.Backend, st: nu.ShmStat, me: Mapping[str, Any], now: float, min_age: float
+) -> str:
+    """'' when SysV segment ``st``, without a record, is proven what a creator killed
+    before the region's first record leaves: nobody attached, no attach or detach for
+    ``min_age`` (the kernel's times), and its creator (shm_cpid, as this PID namespace
+    sees it) gone.  Only its creator writes a record, so once it is gone nobody can
+    attach the segment; else why it is kept."""
+    if st.nattch:
+        return f"in use: {st.nattch} attached"
+    idle = now - st.used
+    if idle < min_age:
+        return f"used {max(idle, 0):.0f} s ago (minimum age {min_age:g} s)"
+    creator = {"pid": st.cpid, "start": "", "boot": "", "pidns": 0, "timens": 0}
+    return _gone_why(backend, "creator", creator, me, st.cpid)
+
+
 def _sysv_verdict(
     backend: nu.Backend,
     st: nu.ShmStat,
@@ -2349,7 +2366,13 @@ def _sysv_verdict(
     except (OSError, ValueError) as err:
         return f"identity record unreadable: {err}", None
     if rec is None:
-        return "no numa_utils identity record: not made by SharedRegion.create", None
+        unnamed = "no numa_utils identity record: not made by SharedRegion.create"
+        if keys is None:  # under no key asked for: maybe another program's (ftok)
+            return unnamed, None
+        why = _unnamed_why(backend, st, me, now, min_age)
+        if why:
+            why = f"{unnamed}, or being made: {why}"
+        return why, None
     try:
         mine = rec["kind"] == "sysv" and st.key in _sysv_keys(rec["key"])
     except ValueError:
@@ -2372,9 +2395,13 @@ def _posix_verdict(
     me: Mapping[str, Any],
     now: float,
     min_age: float,
+    asked: bool,
 ) -> Tuple[str, Optional[Dict[str, Any]]]:
     """As _sysv_verdict for the /dev/shm file open at ``fd``; when stale, the
-    exclusive lock taken stays held (until ``fd`` is closed) for the removal."""
+    exclusive lock taken stays held (until ``fd`` is closed) for the removal.  A file
+    without a record, of a region ``asked`` for, is what a creator killed before its
+    first record leaves when nobody maps it or holds its lock: its creator locks it
+    before it has a size, and checks after that it still has its name."""
     rec, slot = None, b""
     if st.size >= _RECORD_END.size:
         try:
@@ -2386,12 +2413,11 @@ def _posix_verdict(
                 backend.call("munmap", addr, st.size)
         except (OSError, ValueError) as err:
             return f"identity record unreadable: {err}", None
-    if rec is None:
-        return (
-            "no numa_utils identity record: not made by SharedRegion.create, or being made"
-        ), None
+    unnamed = "no numa_utils identity record: not made by SharedRegion.create, or being made"
+    if rec is None and not asked:
+        return unnamed, None
     try:
-        mine = rec["kind"] == "posix" and _posix_name(rec["key"]) == name
+        mine = rec is None or rec["kind"] == "posix" and _posix_name(rec["key"]) == name
     except ValueError:
         mine = False
     if not mine:
@@ -2404,6 +2430,8 @@ def _posix_verdict(
         if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
             return "in use: a process holds its lock", rec
         return f"cannot lock it: {err.strerror or err}", rec
+    if rec is None:
+        return "", None
     return _idle_why(backend, rec, slot, me, now, min_age), rec
 
 
@@ -2540,7 +2568,15 @@ def _our_segments(
     record saying it is the region of its key.  A pid not visible here is no proof,
     nor a start time read in another time namespace.  Listed: SysV keys
     0x4exxxxxx and /dev/shm/numa_utils-* owned (SysV: also created) by this user;
-    ``keys`` (names or int keys): only their regions, under any key."""
+    ``keys`` (names or int keys): only their regions, under any key.
+
+    A creator killed before the region's first record (a base-page region is named
+    "making" before its policies; a killed creator may leave less: a bare segment
+    or an empty file) leaves one without a record: under a key asked for it is
+    proven stale by the kernel's facts (_unnamed_why; a file: nobody maps it or
+    holds its lock, which its creator takes before it has a size).  Without
+    ``keys``, one without a record is kept: ftok(path, 'N') makes keys 0x4exxxxxx
+    too, and another program's segment is never removed."""
     import time
 
     euid, me, now = backend.call("geteuid"), _who(backend.call("whoami")), time.time()
@@ -2641,7 +2677,7 @@ def _our_segments(
         for name, (fd, st) in files.items():
             try:
                 why, rec = _posix_verdict(
-                    backend, fd, st, name, users.get(name, 0), me, now, min_age
+                    backend, fd, st, name, users.get(name, 0), me, now, min_age, keys is not None
                 )
             except (ValueError, TypeError, OverflowError) as err:  # one line, and on
                 why, rec = f"cannot judge it: {err}", None
@@ -2773,6 +2809,11 @@ def _posix_create(region: SharedRegion, flags: int, replace: bool) -> None:
         raise FileExistsError(errno.EEXIST, f"/dev/shm/{pname} exists: {why}") from None
     region.name = pname  # ours now: removed on any error below
     _flock_shared(b, fd, f"/dev/shm/{pname}")  # before it has a size: never stale
+    if not b.call("fstat", fd).nattch:  # unlinked before the lock: a cleanup took it
+        region.name = ""  # the name may be another region's by now
+        raise FileExistsError(
+            errno.EEXIST, f"/dev/shm/{pname} was removed while being made: made again meanwhile?"
+        )
     b.call("ftruncate", fd, region._mapped)
     region._address = b.call("mmap", region._mapped, fd)
 
@@ -2786,6 +2827,8 @@ def _identity(region: SharedRegion, seg: int, what: str, why: str) -> Dict[str, 
         rec = region._own_record(seg, what)
     if rec is None:
         raise FileNotFoundError(errno.ENOENT, f"{what} has no numa_utils identity record: {why}")
+    if rec.get("making"):
+        raise FileNotFoundError(errno.ENOENT, f"{what} is still being made")
     return rec
 
 
@@ -3117,8 +3160,8 @@ def _twin(backend: nu.Backend, ikey: int, key: Union[int, str]) -> str:
         if err.errno in (errno.EINVAL, errno.EIDRM):  # removed while we looked
             return ""
         raise
-    if rec is None or rec["kind"] != "sysv":
-        return ""
+    if rec is None or rec["kind"] != "sysv" or rec.get("making"):
+        return ""  # not named yet: its record is still marked being made
     if not _same_key(rec["key"], key):
         return ""
     if slot[:8] == _SLOT_MAGIC:
@@ -3521,7 +3564,10 @@ class SharedRegion(_RecordRoom):
         record room's own (before anything touches the room: the creator writes the
         record after it), THP advice and prefault.  Nothing stays behind when any step
         fails (_undo: close(), and remove() of a region made here); an attach never
-        removes the region.
+        removes the region.  A region of base pages made here is named being made
+        ("making": true in its record, as a huge-page region's record segment is)
+        before its policies, whose mbind calls may take long: a creator killed
+        meanwhile leaves what cleanup judges by its record.
 
         SIGINT/SIGTERM wait until the region is returned or undone; a handler for one
         that came meanwhile runs before they are let go (_run_pending: between
@@ -3542,10 +3588,12 @@ class SharedRegion(_RecordRoom):
             cpus = None
             if prefault:
                 cpus = _extent_cpus(backend, lay, known.get("topology"))
-            region.policies = _layout_apply(backend, addr, page, lay, strict, known)
-            region._policy = _whole_policy(region.policies, lay, fallback)
             at, room = region._room()
             _room_apply(backend, at, room, lay)
+            if created and region._room_id < 0:  # named before its policies are applied
+                _record_write(at, room, dict(rec, making=True))
+            region.policies = _layout_apply(backend, addr, page, lay, strict, known)
+            region._policy = _whole_policy(region.policies, lay, fallback)
             if created:  # the room's pages, then the record: nobody can attach before
                 backend.touch(at, room)
                 _record_write(at, room, rec)

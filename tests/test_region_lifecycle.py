@@ -625,6 +625,165 @@ def test_real_attach_waits_past_another_users_squatter():
         assert run["creator"] == second and run["worker"][0] == second, out
 
 
+# -- a creator killed before the region's first record ------------------------------
+
+
+class _Killed(Exception):
+    """The creator dies here (kill -9): nothing of it runs afterwards."""
+
+
+def _kill_at(monkeypatch, proc, step):
+    """Make ``proc``'s create die (no undo runs) right after its call ``step``
+    returns, or in its layout apply ("layout")."""
+    from conftest import hook_call
+
+    monkeypatch.setattr(nur, "_undo", lambda held, region: nur._release_signals(held))
+
+    def die(*args, **kw):
+        raise _Killed
+
+    if step == "layout":
+        monkeypatch.setattr(nur, "_layout_apply", die)
+        return
+    real = None
+
+    def then_die(*args):
+        real(*args)
+        die()
+
+    real = hook_call(proc, step, then_die)
+
+
+_STEPS = [
+    ("sysv", "shmget"),
+    ("sysv", "shmat"),
+    ("sysv", "layout"),
+    ("posix", "shm_open"),
+    ("posix", "flock"),
+    ("posix", "ftruncate"),
+    ("posix", "mmap"),
+    ("posix", "layout"),
+]
+
+
+@pytest.mark.parametrize("kind, step", _STEPS, ids=[f"{k}-{s}" for k, s in _STEPS])
+def test_a_creator_killed_before_the_first_record_leaves_what_replace_frees(
+    monkeypatch, kind, step
+):
+    s = sim("single-node")
+    creator = s.process()
+    _kill_at(monkeypatch, creator, step)
+    with pytest.raises(_Killed):
+        nur.SharedRegion.create("oom", MiB, kind=kind, layout="parts:bind:0", backend=creator)
+    monkeypatch.undo()
+    assert _counts(s) != (0, 0, 0)
+    # While its creator lives, the half-made region is kept and the name refused;
+    # but a file not yet locked (its creator checks after its lock that it still has
+    # its name: the next test).
+    (row,) = nur.cleanup("oom", min_age=0, backend=s)
+    if step == "shm_open":
+        assert row["action"] == "would remove", row
+    else:
+        assert row["action"] == "keep", row
+    with pytest.raises(FileExistsError):
+        _made(s.process(), "oom", kind)
+    creator.exit()  # killed
+    (row,) = nur.cleanup("oom", min_age=0, backend=s)
+    assert row["action"] == "would remove", row
+    new = nur.SharedRegion.create("oom", MiB, kind=kind, backend=s.process(), existing="replace")
+    assert new.created
+    new.destroy()
+    assert _counts(s) == (0, 0, 0)
+
+
+def test_a_posix_creator_whose_file_is_taken_before_its_lock_leaves_the_new_one(monkeypatch):
+    from conftest import hook_call
+
+    s = sim("single-node")
+    slow, fast = s.process(), s.process()
+    made = []
+
+    def shm_open(*args):
+        fd = real(*args)
+        if args[1] & os.O_CREAT and not made:  # between its open and its lock
+            made.append(
+                nur.SharedRegion.create("race", MiB, kind="posix", backend=fast, existing="replace")
+            )
+        return fd
+
+    real = hook_call(slow, "shm_open", shm_open)
+    with pytest.raises(FileExistsError, match="was removed while being made"):
+        nur.SharedRegion.create("race", MiB, kind="posix", backend=slow)
+    made[0].buffer()[0] = 5
+    with nur.SharedRegion.attach("race", kind="posix", backend=s.process()) as r:
+        assert r.buffer()[0] == 5
+    assert slow.fds == {} and slow.mappings == []
+    made[0].destroy()
+    assert _counts(s) == (0, 0, 0)
+
+
+# SIGKILL right after each step of a create of base pages (or inside its layout
+# apply), then cleanup of the name, and again, then create(existing="replace").
+_KILLED = r"""
+import json, os, signal
+import numa_utils as nu, numa_utils_regions as nur
+
+
+class Dying(nu.LinuxBackend):
+    step = ""
+
+    def call(self, name, *args):
+        out = super().call(name, *args)
+        if name == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return out
+
+
+def killed_at(kind, step):
+    pid = os.fork()
+    if pid == 0:
+        backend = Dying()
+        backend.step = step
+        if step == "layout":
+            nur._layout_apply = lambda *a: os.kill(os.getpid(), signal.SIGKILL)
+        try:
+            nur.SharedRegion.create("oom", 1 << 20, kind=kind, layout="parts:bind:0",
+                                    backend=backend)
+        finally:
+            os._exit(3)
+    status = os.waitpid(pid, 0)[1]
+    return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+
+
+out = {}
+for kind, step in [("sysv", "shmget"), ("sysv", "shmat"), ("sysv", "layout"),
+                   ("posix", "shm_open"), ("posix", "flock"), ("posix", "ftruncate"),
+                   ("posix", "mmap"), ("posix", "layout")]:
+    row = out[f"{kind}-{step}"] = {"killed": [killed_at(kind, step)]}
+    row["cleanup"] = [r["action"] for r in nur.cleanup("oom", remove=True, min_age=0)]
+    row["killed"].append(killed_at(kind, step))
+    try:
+        nur.SharedRegion.create("oom", 1 << 20, kind=kind, existing="replace").destroy()
+        row["replace"] = "made"
+    except OSError as e:
+        row["replace"] = repr(e)
+    row["left"] = [r["action"] for r in nur.cleanup(min_age=0)]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.realkernel
+def test_real_a_creator_killed_at_each_step_leaves_what_replace_frees():
+    got = run_private_shm(_KILLED, timeout=600)
+    assert got.returncode == 0, got.stdout + got.stderr
+    out = json.loads(got.stdout.strip().splitlines()[-1])
+    assert len(out) == 8, out
+    for step, row in out.items():
+        assert row["killed"] == [True, True], (step, row)
+        assert row["cleanup"] == ["removed"], (step, row)
+        assert row["replace"] == "made" and row["left"] == [], (step, row)
+
+
 # -- the library's cleanup, and create(existing=) --------------------------------------
 
 
