@@ -2012,6 +2012,26 @@ def _peek_region(
         backend.call("shmdt", addr)
 
 
+def _held_by_another(backend: nu.Backend, ikey: int, key: Union[int, str], what: str) -> str:
+    """For an int ``key``, which has no other key to try: that ``what`` (SysV key
+    ``ikey``) is another user's, and whose, from /proc/sysvipc/shm (which lists every
+    segment, whatever its mode); '' for a str key, or when none is listed there."""
+    if not isinstance(key, int):
+        return ""
+    try:
+        rows = list(nu.parse_sysvipc_shm(nu._read_optional(backend, "/proc/sysvipc/shm") or ""))
+    except ValueError:
+        rows = []
+    for st in rows:
+        if st.key == ikey:
+            return (
+                f"{what} belongs to uid {st.uid} ({_user_name(backend, st.uid)}; created by "
+                f"uid {st.cuid}), not to this user (uid {backend.call('geteuid')}): use "
+                f"another key, or ask that user (or root) to run `ipcrm -M 0x{ikey:08x}`"
+            )
+    return ""
+
+
 def _room_holder(backend: nu.Backend, ckey: int, key: Union[int, str]) -> str:
     """'' when region ``key`` may pass SysV key ``ckey`` (a record segment's key) by:
     another user's segment, another region's record segment; else why not."""
@@ -2023,7 +2043,7 @@ def _room_holder(backend: nu.Backend, ckey: int, key: Union[int, str]) -> str:
     except OSError as err:
         return f"{what} is taken: {err.strerror or err}"
     if st is None:
-        return ""
+        return _held_by_another(backend, ckey, key, what)
     if rec is None:
         return (
             f"{what} is taken by a segment without a numa_utils record: another "
@@ -2735,7 +2755,7 @@ def _sysv_holder(backend: nu.Backend, ikey: int, key: Union[int, str]) -> str:
     user's, another region's by its record); else why not, saying what to do."""
     st = _own_segment(backend, ikey)
     if st is None:
-        return ""
+        return _held_by_another(backend, ikey, key, f"SysV key 0x{ikey:08x}")
     what = f"SysV key 0x{ikey:08x} (shmid {st.id})"
     try:
         rec = _peek_region(backend, st, what)[0]
