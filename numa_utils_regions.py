@@ -141,6 +141,24 @@ _RECORD_SLOT = 64
 _RECORD_MAX = _RECORD_ROOM - _RECORD_SLOT - _RECORD_END.size
 
 
+# What a record's fields other than its layout may take (about 300 bytes with a short
+# key): fit(), which knows no key, weighs a layout's text against the rest.
+_RECORD_OTHERS = 512
+
+
+def _record_too_long(layout: str, others: int) -> str:
+    """Why a record carrying ``layout`` (its text) and ``others`` bytes of other fields
+    would not fit its room; '' when it fits.  The room is fixed: its size is part of
+    what every reader checks (see _record_fields_ok)."""
+    if len(layout) + others <= _RECORD_MAX:
+        return ""
+    return (
+        f"a layout of {len(layout)} bytes of text does not fit the identity record, which "
+        f"holds {_RECORD_MAX} bytes ({others} of them for its other fields): join "
+        "neighbouring extents of one policy, or use a parts: or blocks: rule"
+    )
+
+
 _RECORD_FORMAT = 1
 
 
@@ -709,6 +727,19 @@ def _region_mapped(size: int, page: int, huge: int) -> int:
     if huge:
         return data
     return data + _room_size(page)
+
+
+def _record_room_check(ident: Mapping[str, Any]) -> None:
+    """ValueError, before anything is made, when record ``ident`` would not fit its
+    room in its largest form (marked being made; a huge-page region's names its data
+    key too)."""
+    import json
+
+    widest = dict(ident, layout="", making=True, data_key=0xFFFFFFFF)
+    others = len(json.dumps(widest, sort_keys=True, separators=(",", ":")))
+    why = _record_too_long(ident["layout"], others)
+    if why:
+        raise ValueError(why)
 
 
 def _record_write(addr: int, seg: int, rec: Mapping[str, Any]) -> None:
@@ -1438,6 +1469,7 @@ def _fit(
     if lay is None:
         lay = Layout.extents([(rounded, "default", ())])
     lay = lay.bound(rounded, page, topo.nodes_with_memory)
+    too_long = _record_too_long(str(lay), _RECORD_OTHERS)
     vmas = lay.vmas + 1
     vmas_free, map_short = _map_count_check(backend, vmas, str(lay))
     if map_short:
@@ -1473,6 +1505,8 @@ def _fit(
             f"{nu.format_kib(need >> 10)} needed, {tight.name} allows "
             f"{nu.format_kib(max(tight.allows or 0, 0) >> 10)} ({tight.source}): {tight.fix}"
         )
+    if too_long:  # create would refuse it whatever the memory
+        reason = too_long
     if huge:
         pages = f"{huge >> 10}kB"
     elif want == "thp" and fallback is None:
@@ -1480,8 +1514,8 @@ def _fit(
     else:
         pages = "off"
     return FitResult(
-        tight is None,
-        tight is None and not short,
+        tight is None and not too_long,
+        tight is None and not short and not too_long,
         reason,
         size,
         kind,
@@ -1520,7 +1554,11 @@ def fit(
     create weighs a layout's (over the allowed nodes), and ``vmas``, the memory
     mappings it takes, against ``vmas_free``, what vm.max_map_count leaves this
     process: past it, not ``exact`` (create interleaves instead, or refuses under
-    strict) and ``reason`` says so.
+    strict) and ``reason`` says so.  The layout's text goes into the region's identity
+    record, whose room is fixed (16,300 bytes of JSON): a layout whose text
+    takes more than that less 512 bytes for the other fields (about 1,300 extents of
+    irregular lengths; a parts: or blocks: rule of any count is short) is refused,
+    and ``reason`` names the limit; create refuses it before making anything.
     """
     backend = nu._b(backend)
     _region_args(backend, kind, size, 1)
@@ -3416,6 +3454,7 @@ class SharedRegion(_RecordRoom):
             **backend.call("whoami"),
             "layout": str(lay),
         }
+        _record_room_check(ident)
         flags = nu.IPC_CREAT | nu.IPC_EXCL | mode
         if huge:
             flags |= nu.SHM_HUGETLB | ((huge.bit_length() - 1) << nu.SHM_HUGE_SHIFT)
