@@ -72,6 +72,7 @@ __all__ = [
     "Layout",
     "Extent",
     "ExtentPlacement",
+    "RegionPlacement",
     "placement_verdict",
     "fit",
     "FitResult",
@@ -2474,12 +2475,13 @@ def _posix_verdict(
     unnamed = "no numa_utils identity record: not made by SharedRegion.create, or being made"
     if rec is None and not asked:
         return unnamed, None
-    try:
-        mine = rec is None or rec["kind"] == "posix" and _posix_name(rec["key"]) == name
-    except ValueError:
-        mine = False
-    if not mine:
-        return f"its identity record names {rec['kind']} region {rec['key']!r}", rec
+    if rec is not None:
+        try:
+            mine = rec["kind"] == "posix" and _posix_name(rec["key"]) == name
+        except ValueError:
+            mine = False
+        if not mine:
+            return f"its identity record names {rec['kind']} region {rec['key']!r}", rec
     if users:
         return f"in use: mapped by {users} process(es)", rec
     try:
@@ -3138,12 +3140,42 @@ def _layout_prefault(
     return out
 
 
-class ExtentPlacement(Dict[int, int]):
+class RegionPlacement(Dict[int, int]):
+    """Bytes per node of a region's pages (SharedRegion.placement), with ``counted``:
+    "mapping" (the pages this process has mapped: a process that touched nothing
+    counts none) or "object" (the region's pages, whoever touched them)."""
+
+    counted: str = "mapping"
+
+
+class ExtentPlacement(RegionPlacement):
     """Bytes per node of one extent, with ``ok`` (every page faulted in, each on a
     node of the extent's policy) and a ``verdict`` in words."""
 
     ok: bool = False
     verdict: str = ""
+
+
+_MADV_POPULATE_READ = 22  # Linux 5.14+
+
+
+def _map_resident(backend: nu.Backend, addr: int, length: int) -> None:
+    """Map into [addr, addr+length), a mapping of shared memory (SysV or tmpfs), the
+    pages its object holds in memory, and no others: mincore counts the object's
+    pages whether this process touched them or not, and each run it finds whole is
+    read-faulted (MADV_POPULATE_READ), which maps the pages there.  A run with a
+    hole is halved until it has none: a read fault on shared memory fills a hole
+    with a new page.  OSError where madvise refuses (EINVAL before Linux 5.14)."""
+    page = backend.page_size
+    todo = [(addr, length)]
+    while todo:
+        lo, n = todo.pop()
+        there = backend.call("mincore", lo, n) * page
+        if there >= n:
+            backend.call("madvise", lo, n, _MADV_POPULATE_READ)
+        elif there:  # 0 < there < n: two pages or more
+            half = n // page // 2 * page
+            todo += [(lo, half), (lo + half, n - half)]
 
 
 def _extent_placement(
@@ -3680,14 +3712,63 @@ class SharedRegion(_RecordRoom):
         if self._closed:
             raise ValueError(f"{self!r} is closed")
 
-    def placement(self, by_extent: bool = False) -> Any:
-        """Bytes per node of this region's pages, measured (this process's numa_maps);
-        ``by_extent=True``: one ExtentPlacement ({node: bytes}, with ``ok`` and
-        ``verdict``) per extent."""
+    def placement(self, by_extent: bool = False, *, of: str = "mapping") -> Any:
+        """Bytes per node of this region's pages, measured: a RegionPlacement whose
+        ``counted`` says what it counts.  ``of="mapping"`` (default): the pages this
+        process has mapped (its page tables, as numa_maps and move_pages see them): an
+        attacher that touched nothing counts none.  ``of="object"``: the region's
+        pages, whoever touched them, from any attacher: read through a temporary
+        read-only mapping into which only the pages already in memory are mapped
+        (_map_resident; no page is faulted in), unmapped again.  A huge-page region
+        (mincore sees only this process's huge pages), or a kernel without
+        MADV_POPULATE_READ (before 5.14), gives the mapping's count, ``counted``
+        "mapping".  ``by_extent=True``: one ExtentPlacement ({node: bytes}, with
+        ``ok``, ``verdict`` and ``counted``) per extent."""
         self._check_open()
-        if not by_extent:
-            return nu.placement(self._address, self._size, backend=self._b)
-        return _extent_placement(self._b, self._address, self._mapped, self._layout)
+        if of not in ("mapping", "object"):
+            raise ValueError(f'of={of!r}: "mapping" or "object"')
+        addr, counted, unmap = self._address, "mapping", None
+        if of == "object" and self.page_size == self._b.page_size:
+            try:
+                addr, unmap = self._object_view()
+                counted = "object"
+            except OSError as err:
+                import logging
+
+                logging.getLogger(__name__).debug("numa_utils: object placement: %s", err)
+        out: Sequence[RegionPlacement]
+        try:
+            if by_extent:
+                out = _extent_placement(self._b, addr, self._mapped, self._layout)
+            else:
+                out = [RegionPlacement(nu.placement(addr, self._size, backend=self._b))]
+        finally:
+            if unmap is not None:
+                unmap()
+        for pl in out:
+            pl.counted = counted
+        if by_extent:
+            return out
+        return out[0]
+
+    def _object_view(self) -> Tuple[int, Callable[[], Any]]:
+        """A temporary read-only mapping of the region's object holding the pages it
+        has in memory (_map_resident): (its address, what unmaps it)."""
+        import functools
+
+        b = self._b
+        if self.kind == "sysv":
+            at = b.call("shmat", self.shmid, nu.SHM_RDONLY)
+            unmap = functools.partial(b.call, "shmdt", at)
+        else:
+            at = b.call("mmap", self._mapped, self._fd)
+            unmap = functools.partial(b.call, "munmap", at, self._mapped)
+        try:
+            _map_resident(b, at, self._size)
+        except BaseException:
+            unmap()
+            raise
+        return at, unmap
 
     def prefault(
         self, threads: Optional[int] = None, *, progress: Optional[Callable[[int, int], Any]] = None
