@@ -2893,6 +2893,7 @@ def _identity(region: SharedRegion, seg: int, what: str, why: str) -> Dict[str, 
 
 
 def _why(err: Exception) -> str:
+    """An error's message without its errno."""
     return getattr(err, "strerror", None) or str(err)
 
 
@@ -2925,8 +2926,8 @@ def _sysv_attach(region: SharedRegion, trust: bool, patient: bool) -> Tuple[Dict
         try:
             st: nu.ShmStat = b.call("shm_stat", shmid)
         except PermissionError as err:  # unreadable: another user's (root reads any)
-            mine = f"{what}: {err.strerror}: another user's segment under the name's key"
-            found.append((PermissionError(err.errno, mine), True))
+            why = f"{what}: {err.strerror}: another user's segment under the name's key"
+            found.append((PermissionError(err.errno, why), True))
             continue
         except OSError as err:
             if err.errno in (errno.EINVAL, errno.EIDRM):  # removed while we looked
@@ -3572,8 +3573,8 @@ class SharedRegion(_RecordRoom):
         record), polling; TimeoutError after that, naming everything found under the
         name.  While waiting, a segment or file under the name that is another user's
         (whatever its record says), or another region's, counts as not made yet:
-        another user cannot make a waiting worker fail at once.  ``created_after`` (a time.time()
-        value, such as the engine's start): a region its record says was made before
+        another user cannot make a waiting worker fail at once.  ``created_after`` (a
+        time.time() value, such as the engine's start): a region its record says was made before
         then is an earlier run's and counts as not made yet (FileNotFoundError, or
         waited past), so a worker that starts before its creator never maps the
         region a crashed run left.
