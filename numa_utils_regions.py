@@ -72,6 +72,7 @@ __all__ = [
     "Layout",
     "Extent",
     "ExtentPlacement",
+    "RegionPlacement",
     "placement_verdict",
     "fit",
     "FitResult",
@@ -139,6 +140,24 @@ _RECORD_SLOT = 64
 
 # The most JSON a record may hold: its room less the slot and the trailer.
 _RECORD_MAX = _RECORD_ROOM - _RECORD_SLOT - _RECORD_END.size
+
+
+# What a record's fields other than its layout may take (about 300 bytes with a short
+# key): fit(), which knows no key, weighs a layout's text against the rest.
+_RECORD_OTHERS = 512
+
+
+def _record_too_long(layout: str, others: int) -> str:
+    """Why a record carrying ``layout`` (its text) and ``others`` bytes of other fields
+    would not fit its room; '' when it fits.  The room is fixed: its size is part of
+    what every reader checks (see _record_fields_ok)."""
+    if len(layout) + others <= _RECORD_MAX:
+        return ""
+    return (
+        f"a layout of {len(layout)} bytes of text does not fit the identity record, which "
+        f"holds {_RECORD_MAX} bytes ({others} of them for its other fields): join "
+        "neighbouring extents of one policy, or use a parts: or blocks: rule"
+    )
 
 
 _RECORD_FORMAT = 1
@@ -709,6 +728,19 @@ def _region_mapped(size: int, page: int, huge: int) -> int:
     if huge:
         return data
     return data + _room_size(page)
+
+
+def _record_room_check(ident: Mapping[str, Any]) -> None:
+    """ValueError, before anything is made, when record ``ident`` would not fit its
+    room in its largest form (marked being made; a huge-page region's names its data
+    key too)."""
+    import json
+
+    widest = dict(ident, layout="", making=True, data_key=0xFFFFFFFF)
+    others = len(json.dumps(widest, sort_keys=True, separators=(",", ":")))
+    why = _record_too_long(ident["layout"], others)
+    if why:
+        raise ValueError(why)
 
 
 def _record_write(addr: int, seg: int, rec: Mapping[str, Any]) -> None:
@@ -1448,6 +1480,7 @@ def _fit(
     if lay is None:
         lay = Layout.extents([(rounded, "default", ())])
     lay = lay.bound(rounded, page, topo.nodes_with_memory)
+    too_long = _record_too_long(str(lay), _RECORD_OTHERS)
     vmas = lay.vmas + 1
     vmas_free, map_short = _map_count_check(backend, vmas, str(lay))
     if map_short:
@@ -1483,6 +1516,8 @@ def _fit(
             f"{nu.format_kib(need >> 10)} needed, {tight.name} allows "
             f"{nu.format_kib(max(tight.allows or 0, 0) >> 10)} ({tight.source}): {tight.fix}"
         )
+    if too_long:  # create would refuse it whatever the memory
+        reason = too_long
     if huge:
         pages = f"{huge >> 10}kB"
     elif want == "thp" and fallback is None:
@@ -1490,8 +1525,8 @@ def _fit(
     else:
         pages = "off"
     return FitResult(
-        tight is None,
-        tight is None and not short,
+        tight is None and not too_long,
+        tight is None and not short and not too_long,
         reason,
         size,
         kind,
@@ -1530,7 +1565,11 @@ def fit(
     create weighs a layout's (over the allowed nodes), and ``vmas``, the memory
     mappings it takes, against ``vmas_free``, what vm.max_map_count leaves this
     process: past it, not ``exact`` (create interleaves instead, or refuses under
-    strict) and ``reason`` says so.
+    strict) and ``reason`` says so.  The layout's text goes into the region's identity
+    record, whose room is fixed (16,300 bytes of JSON): a layout whose text
+    takes more than that less 512 bytes for the other fields (about 1,300 extents of
+    irregular lengths; a parts: or blocks: rule of any count is short) is refused,
+    and ``reason`` names the limit; create refuses it before making anything.
     """
     backend = nu._b(backend)
     _region_args(backend, kind, size, 1)
@@ -2022,6 +2061,26 @@ def _peek_region(
         backend.call("shmdt", addr)
 
 
+def _held_by_another(backend: nu.Backend, ikey: int, key: Union[int, str], what: str) -> str:
+    """For an int ``key``, which has no other key to try: that ``what`` (SysV key
+    ``ikey``) is another user's, and whose, from /proc/sysvipc/shm (which lists every
+    segment, whatever its mode); '' for a str key, or when none is listed there."""
+    if not isinstance(key, int):
+        return ""
+    try:
+        rows = list(nu.parse_sysvipc_shm(nu._read_optional(backend, "/proc/sysvipc/shm") or ""))
+    except ValueError:
+        rows = []
+    for st in rows:
+        if st.key == ikey:
+            return (
+                f"{what} belongs to uid {st.uid} ({_user_name(backend, st.uid)}; created by "
+                f"uid {st.cuid}), not to this user (uid {backend.call('geteuid')}): use "
+                f"another key, or ask that user (or root) to run `ipcrm -M 0x{ikey:08x}`"
+            )
+    return ""
+
+
 def _room_holder(backend: nu.Backend, ckey: int, key: Union[int, str]) -> str:
     """'' when region ``key`` may pass SysV key ``ckey`` (a record segment's key) by:
     another user's segment, another region's record segment; else why not."""
@@ -2033,7 +2092,7 @@ def _room_holder(backend: nu.Backend, ckey: int, key: Union[int, str]) -> str:
     except OSError as err:
         return f"{what} is taken: {err.strerror or err}"
     if st is None:
-        return ""
+        return _held_by_another(backend, ckey, key, what)
     if rec is None:
         return (
             f"{what} is taken by a segment without a numa_utils record: another "
@@ -2050,10 +2109,15 @@ def _room_holder(backend: nu.Backend, ckey: int, key: Union[int, str]) -> str:
     return ""
 
 
+def _theirs(st: nu.ShmStat, euid: int) -> bool:
+    """Whether segment or file ``st`` is another user's: owned or made by another uid."""
+    return {st.uid, st.cuid} != {euid}
+
+
 def _check_trust(st: nu.ShmStat, euid: int, trust: bool, what: str) -> None:
     if trust:
         return
-    if {st.uid, st.cuid} != {euid}:
+    if _theirs(st, euid):
         why = f"belongs to uid {st.uid} (created by uid {st.cuid}), not to this user (uid {euid})"
     elif st.mode & 0o022:
         why = f"has mode {st.mode & 0o777:03o}: other users can write it"
@@ -2348,6 +2412,23 @@ def _idle_why(
     return _gone_why(backend, "last user", slot, me)
 
 
+def _unnamed_why(
+    backend: nu.Backend, st: nu.ShmStat, me: Mapping[str, Any], now: float, min_age: float
+) -> str:
+    """'' when SysV segment ``st``, without a record, is proven what a creator killed
+    before the region's first record leaves: nobody attached, no attach or detach for
+    ``min_age`` (the kernel's times), and its creator (shm_cpid, as this PID namespace
+    sees it) gone.  Only its creator writes a record, so once it is gone nobody can
+    attach the segment; else why it is kept."""
+    if st.nattch:
+        return f"in use: {st.nattch} attached"
+    idle = now - st.used
+    if idle < min_age:
+        return f"used {max(idle, 0):.0f} s ago (minimum age {min_age:g} s)"
+    creator = {"pid": st.cpid, "start": "", "boot": "", "pidns": 0, "timens": 0}
+    return _gone_why(backend, "creator", creator, me, st.cpid)
+
+
 def _sysv_verdict(
     backend: nu.Backend,
     st: nu.ShmStat,
@@ -2366,7 +2447,13 @@ def _sysv_verdict(
     except (OSError, ValueError) as err:
         return f"identity record unreadable: {err}", None
     if rec is None:
-        return "no numa_utils identity record: not made by SharedRegion.create", None
+        unnamed = "no numa_utils identity record: not made by SharedRegion.create"
+        if keys is None:  # under no key asked for: maybe another program's (ftok)
+            return unnamed, None
+        why = _unnamed_why(backend, st, me, now, min_age)
+        if why:
+            why = f"{unnamed}, or being made: {why}"
+        return why, None
     try:
         mine = rec["kind"] == "sysv" and st.key in _sysv_keys(rec["key"])
     except ValueError:
@@ -2389,9 +2476,13 @@ def _posix_verdict(
     me: Mapping[str, Any],
     now: float,
     min_age: float,
+    asked: bool,
 ) -> Tuple[str, Optional[Dict[str, Any]]]:
     """As _sysv_verdict for the /dev/shm file open at ``fd``; when stale, the
-    exclusive lock taken stays held (until ``fd`` is closed) for the removal."""
+    exclusive lock taken stays held (until ``fd`` is closed) for the removal.  A file
+    without a record, of a region ``asked`` for, is what a creator killed before its
+    first record leaves when nobody maps it or holds its lock: its creator locks it
+    before it has a size, and checks after that it still has its name."""
     rec, slot = None, b""
     if st.size >= _RECORD_END.size:
         try:
@@ -2403,16 +2494,16 @@ def _posix_verdict(
                 backend.call("munmap", addr, st.size)
         except (OSError, ValueError) as err:
             return f"identity record unreadable: {err}", None
-    if rec is None:
-        return (
-            "no numa_utils identity record: not made by SharedRegion.create, or being made"
-        ), None
-    try:
-        mine = rec["kind"] == "posix" and _posix_name(rec["key"]) == name
-    except ValueError:
-        mine = False
-    if not mine:
-        return f"its identity record names {rec['kind']} region {rec['key']!r}", rec
+    unnamed = "no numa_utils identity record: not made by SharedRegion.create, or being made"
+    if rec is None and not asked:
+        return unnamed, None
+    if rec is not None:
+        try:
+            mine = rec["kind"] == "posix" and _posix_name(rec["key"]) == name
+        except ValueError:
+            mine = False
+        if not mine:
+            return f"its identity record names {rec['kind']} region {rec['key']!r}", rec
     if users:
         return f"in use: mapped by {users} process(es)", rec
     try:
@@ -2421,6 +2512,8 @@ def _posix_verdict(
         if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
             return "in use: a process holds its lock", rec
         return f"cannot lock it: {err.strerror or err}", rec
+    if rec is None:
+        return "", None
     return _idle_why(backend, rec, slot, me, now, min_age), rec
 
 
@@ -2557,7 +2650,15 @@ def _our_segments(
     record saying it is the region of its key.  A pid not visible here is no proof,
     nor a start time read in another time namespace.  Listed: SysV keys
     0x4exxxxxx and /dev/shm/numa_utils-* owned (SysV: also created) by this user;
-    ``keys`` (names or int keys): only their regions, under any key."""
+    ``keys`` (names or int keys): only their regions, under any key.
+
+    A creator killed before the region's first record (a base-page region is named
+    "making" before its policies; a killed creator may leave less: a bare segment
+    or an empty file) leaves one without a record: under a key asked for it is
+    proven stale by the kernel's facts (_unnamed_why; a file: nobody maps it or
+    holds its lock, which its creator takes before it has a size).  Without
+    ``keys``, one without a record is kept: ftok(path, 'N') makes keys 0x4exxxxxx
+    too, and another program's segment is never removed."""
     import time
 
     euid, me, now = backend.call("geteuid"), _who(backend.call("whoami")), time.time()
@@ -2658,7 +2759,7 @@ def _our_segments(
         for name, (fd, st) in files.items():
             try:
                 why, rec = _posix_verdict(
-                    backend, fd, st, name, users.get(name, 0), me, now, min_age
+                    backend, fd, st, name, users.get(name, 0), me, now, min_age, keys is not None
                 )
             except (ValueError, TypeError, OverflowError) as err:  # one line, and on
                 why, rec = f"cannot judge it: {err}", None
@@ -2716,7 +2817,7 @@ def _sysv_holder(backend: nu.Backend, ikey: int, key: Union[int, str]) -> str:
     user's, another region's by its record); else why not, saying what to do."""
     st = _own_segment(backend, ikey)
     if st is None:
-        return ""
+        return _held_by_another(backend, ikey, key, f"SysV key 0x{ikey:08x}")
     what = f"SysV key 0x{ikey:08x} (shmid {st.id})"
     try:
         rec = _peek_region(backend, st, what)[0]
@@ -2790,6 +2891,11 @@ def _posix_create(region: SharedRegion, flags: int, replace: bool) -> None:
         raise FileExistsError(errno.EEXIST, f"/dev/shm/{pname} exists: {why}") from None
     region.name = pname  # ours now: removed on any error below
     _flock_shared(b, fd, f"/dev/shm/{pname}")  # before it has a size: never stale
+    if not b.call("fstat", fd).nattch:  # unlinked before the lock: a cleanup took it
+        region.name = ""  # the name may be another region's by now
+        raise FileExistsError(
+            errno.EEXIST, f"/dev/shm/{pname} was removed while being made: made again meanwhile?"
+        )
     b.call("ftruncate", fd, region._mapped)
     region._address = b.call("mmap", region._mapped, fd)
 
@@ -2803,13 +2909,36 @@ def _identity(region: SharedRegion, seg: int, what: str, why: str) -> Dict[str, 
         rec = region._own_record(seg, what)
     if rec is None:
         raise FileNotFoundError(errno.ENOENT, f"{what} has no numa_utils identity record: {why}")
+    if rec.get("making"):
+        raise FileNotFoundError(errno.ENOENT, f"{what} is still being made")
     return rec
 
 
-def _sysv_attach(region: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
-    """Map the segment whose identity record names region ``r.key``: (record, what)."""
+def _why(err: Exception) -> str:
+    """An error's message without its errno."""
+    return getattr(err, "strerror", None) or str(err)
+
+
+def _attach_failed(found: List[Tuple[Exception, bool]], patient: bool, none: str) -> Exception:
+    """What an attach raises when no key held its region.  ``found``: why each thing
+    under its keys was not it, and whether that may change ("not yet": another user's
+    segment or file, another region, a region without its record yet).  Nothing found:
+    FileNotFoundError ``none``.  A waiting attach (``patient``) that found only what
+    may change: FileNotFoundError naming each, so it waits on and, at its deadline,
+    says them all.  Else the first error found."""
+    if not found:
+        return FileNotFoundError(errno.ENOENT, none)
+    if patient and all(later for _, later in found):
+        return FileNotFoundError(errno.ENOENT, "; ".join(_why(err) for err, _ in found))
+    return found[0][0]
+
+
+def _sysv_attach(region: SharedRegion, trust: bool, patient: bool) -> Tuple[Dict[str, Any], str]:
+    """Map the segment whose identity record names region ``r.key``: (record, what).
+    ``patient``: a waiting attach (see _attach_failed)."""
     b, key = region._b, region._key
-    first: Optional[Exception] = None
+    euid = b.call("geteuid")
+    found: List[Tuple[Exception, bool]] = []
     for ikey in _sysv_keys(key):
         try:
             shmid = b.call("shmget", ikey, 0, 0)
@@ -2818,7 +2947,16 @@ def _sysv_attach(region: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str
         what = f"SysV segment 0x{ikey:08x} (shmid {shmid})"
         try:
             st: nu.ShmStat = b.call("shm_stat", shmid)
-            _check_trust(st, b.call("geteuid"), trust, what)
+        except PermissionError as err:  # unreadable: another user's (root reads any)
+            why = f"{what}: {err.strerror}: another user's segment under the name's key"
+            found.append((PermissionError(err.errno, why), True))
+            continue
+        except OSError as err:
+            if err.errno in (errno.EINVAL, errno.EIDRM):  # removed while we looked
+                continue
+            raise
+        try:
+            _check_trust(st, euid, trust, what)
             region.shmid, region._ipc_key, region._mapped = shmid, ikey, st.size
             region._address = b.call("shmat", shmid)
             if _huge_vma(b, region._address) is not False:  # huge, or unknown: its record segment
@@ -2829,31 +2967,47 @@ def _sysv_attach(region: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str
             if _same_key(rec["key"], key) and rec["kind"] == "sysv":
                 return rec, what
             if isinstance(key, int):  # a str key tries its next key
-                raise ValueError(f"{what}: its identity record names region {rec['key']!r}")
-        except (PermissionError, FileNotFoundError, ValueError) as err:
-            first = first or err
+                other = ValueError(f"{what}: its identity record names region {rec['key']!r}")
+                found.append((other, True))
+        except PermissionError as err:
+            found.append((err, _theirs(st, euid)))
+        except FileNotFoundError as err:
+            found.append((err, True))
+        except ValueError as err:
+            found.append((err, False))
         if region._address:
             b.call("shmdt", region._address)
             region._address = 0
         region._room_close()
         region._room_id = -1
-    raise first or FileNotFoundError(
-        errno.ENOENT, f"no SysV segment with key 0x{_sysv_key(key):08x} ({key!r}) or its other keys"
+    raise _attach_failed(
+        found,
+        patient,
+        f"no SysV segment with key 0x{_sysv_key(key):08x} ({key!r}) or its other keys",
     )
 
 
-def _posix_attach(region: SharedRegion, trust: bool) -> Tuple[Dict[str, Any], str]:
-    """Map /dev/shm/numa_utils-``r.key``, holding its shared flock: (record, what)."""
+def _posix_attach(region: SharedRegion, trust: bool, patient: bool) -> Tuple[Dict[str, Any], str]:
+    """Map /dev/shm/numa_utils-``r.key``, holding its shared flock: (record, what).
+    ``patient``: a waiting attach (see _attach_failed)."""
     b, name = region._b, _posix_name(region._key)
     what = f"/dev/shm/{name}"
     try:
         region._fd = fd = b.call("shm_open", name, os.O_RDWR, 0)
     except FileNotFoundError:
         raise FileNotFoundError(errno.ENOENT, f"no {what}") from None
+    except PermissionError as err:  # another user's file (root opens any)
+        theirs = PermissionError(err.errno, f"{what}: {err.strerror}: another user's file")
+        raise _attach_failed([(theirs, True)], patient, "") from None
     region.name = name
-    _check_trust(b.call("fstat", fd), b.call("geteuid"), trust, what)
-    _flock_shared(b, fd, what)  # waits while a cleanup decides on it
     st: nu.ShmStat = b.call("fstat", fd)
+    euid = b.call("geteuid")
+    try:
+        _check_trust(st, euid, trust, what)
+    except PermissionError as err:
+        raise _attach_failed([(err, _theirs(st, euid))], patient, "") from None
+    _flock_shared(b, fd, what)  # waits while a cleanup decides on it
+    st = b.call("fstat", fd)
     if not st.nattch:
         raise FileNotFoundError(errno.ENOENT, f"{what} was removed (stale) while attaching")
     region._mapped = seg = st.size
@@ -3009,12 +3163,42 @@ def _layout_prefault(
     return out
 
 
-class ExtentPlacement(Dict[int, int]):
+class RegionPlacement(Dict[int, int]):
+    """Bytes per node of a region's pages (SharedRegion.placement), with ``counted``:
+    "mapping" (the pages this process has mapped: a process that touched nothing
+    counts none) or "object" (the region's pages, whoever touched them)."""
+
+    counted: str = "mapping"
+
+
+class ExtentPlacement(RegionPlacement):
     """Bytes per node of one extent, with ``ok`` (every page faulted in, each on a
     node of the extent's policy) and a ``verdict`` in words."""
 
     ok: bool = False
     verdict: str = ""
+
+
+_MADV_POPULATE_READ = 22  # Linux 5.14+
+
+
+def _map_resident(backend: nu.Backend, addr: int, length: int) -> None:
+    """Map into [addr, addr+length), a mapping of shared memory (SysV or tmpfs), the
+    pages its object holds in memory, and no others: mincore counts the object's
+    pages whether this process touched them or not, and each run it finds whole is
+    read-faulted (MADV_POPULATE_READ), which maps the pages there.  A run with a
+    hole is halved until it has none: a read fault on shared memory fills a hole
+    with a new page.  OSError where madvise refuses (EINVAL before Linux 5.14)."""
+    page = backend.page_size
+    todo = [(addr, length)]
+    while todo:
+        lo, n = todo.pop()
+        there = backend.call("mincore", lo, n) * page
+        if there >= n:
+            backend.call("madvise", lo, n, _MADV_POPULATE_READ)
+        elif there:  # 0 < there < n: two pages or more
+            half = n // page // 2 * page
+            todo += [(lo, half), (lo + half, n - half)]
 
 
 def _extent_placement(
@@ -3089,8 +3273,8 @@ def _twin(backend: nu.Backend, ikey: int, key: Union[int, str]) -> str:
         if err.errno in (errno.EINVAL, errno.EIDRM):  # removed while we looked
             return ""
         raise
-    if rec is None or rec["kind"] != "sysv":
-        return ""
+    if rec is None or rec["kind"] != "sysv" or rec.get("making"):
+        return ""  # not named yet: its record is still marked being made
     if not _same_key(rec["key"], key):
         return ""
     if slot[:8] == _SLOT_MAGIC:
@@ -3325,6 +3509,7 @@ class SharedRegion(_RecordRoom):
             **backend.call("whoami"),
             "layout": str(lay),
         }
+        _record_room_check(ident)
         flags = nu.IPC_CREAT | nu.IPC_EXCL | mode
         if huge:
             flags |= nu.SHM_HUGETLB | ((huge.bit_length() - 1) << nu.SHM_HUGE_SHIFT)
@@ -3407,8 +3592,11 @@ class SharedRegion(_RecordRoom):
         (one extent) if given, and ENABLE_NUMA_INTERLEAVE for a first-touch region.
         ``remove=True`` marks a SysV segment for removal after attaching (see class).
         ``wait``: seconds to wait for a region not made yet (or still without its
-        record), polling; TimeoutError after that.  ``created_after`` (a time.time()
-        value, such as the engine's start): a region its record says was made before
+        record), polling; TimeoutError after that, naming everything found under the
+        name.  While waiting, a segment or file under the name that is another user's
+        (whatever its record says), or another region's, counts as not made yet:
+        another user cannot make a waiting worker fail at once.  ``created_after`` (a
+        time.time() value, such as the engine's start): a region its record says was made before
         then is an earlier run's and counts as not made yet (FileNotFoundError, or
         waited past), so a worker that starts before its creator never maps the
         region a crashed run left.
@@ -3422,11 +3610,12 @@ class SharedRegion(_RecordRoom):
         _region_page(hugepages, kind, backend, pnodes)  # the region's record says its page
 
         def make(attached: SharedRegion) -> None:
+            waiting = wait is not None
             try:
                 if kind == "sysv":
-                    rec, what = _sysv_attach(attached, trust)
+                    rec, what = _sysv_attach(attached, trust, waiting)
                 else:
-                    rec, what = _posix_attach(attached, trust)
+                    rec, what = _posix_attach(attached, trust, waiting)
             except PermissionError as err:
                 if err.errno != errno.EACCES:  # _check_trust's refusal says what to do
                     raise
@@ -3495,7 +3684,10 @@ class SharedRegion(_RecordRoom):
         record room's own (before anything touches the room: the creator writes the
         record after it), THP advice and prefault.  Nothing stays behind when any step
         fails (_undo: close(), and remove() of a region made here); an attach never
-        removes the region.
+        removes the region.  A region of base pages made here is named being made
+        ("making": true in its record, as a huge-page region's record segment is)
+        before its policies, whose mbind calls may take long: a creator killed
+        meanwhile leaves what cleanup judges by its record.
 
         SIGINT/SIGTERM wait until the region is returned or undone; a handler for one
         that came meanwhile runs before they are let go (_run_pending: between
@@ -3516,10 +3708,12 @@ class SharedRegion(_RecordRoom):
             cpus = None
             if prefault:
                 cpus = _extent_cpus(backend, lay, known.get("topology"))
-            region.policies = _layout_apply(backend, addr, page, lay, strict, known)
-            region._policy = _whole_policy(region.policies, lay, fallback)
             at, room = region._room()
             _room_apply(backend, at, room, lay)
+            if created and region._room_id < 0:  # named before its policies are applied
+                _record_write(at, room, dict(rec, making=True))
+            region.policies = _layout_apply(backend, addr, page, lay, strict, known)
+            region._policy = _whole_policy(region.policies, lay, fallback)
             if created:  # the room's pages, then the record: nobody can attach before
                 backend.touch(at, room)
                 _record_write(at, room, rec)
@@ -3547,14 +3741,63 @@ class SharedRegion(_RecordRoom):
         if self._closed:
             raise ValueError(f"{self!r} is closed")
 
-    def placement(self, by_extent: bool = False) -> Any:
-        """Bytes per node of this region's pages, measured (this process's numa_maps);
-        ``by_extent=True``: one ExtentPlacement ({node: bytes}, with ``ok`` and
-        ``verdict``) per extent."""
+    def placement(self, by_extent: bool = False, *, of: str = "mapping") -> Any:
+        """Bytes per node of this region's pages, measured: a RegionPlacement whose
+        ``counted`` says what it counts.  ``of="mapping"`` (default): the pages this
+        process has mapped (its page tables, as numa_maps and move_pages see them): an
+        attacher that touched nothing counts none.  ``of="object"``: the region's
+        pages, whoever touched them, from any attacher: read through a temporary
+        read-only mapping into which only the pages already in memory are mapped
+        (_map_resident; no page is faulted in), unmapped again.  A huge-page region
+        (mincore sees only this process's huge pages), or a kernel without
+        MADV_POPULATE_READ (before 5.14), gives the mapping's count, ``counted``
+        "mapping".  ``by_extent=True``: one ExtentPlacement ({node: bytes}, with
+        ``ok``, ``verdict`` and ``counted``) per extent."""
         self._check_open()
-        if not by_extent:
-            return nu.placement(self._address, self._size, backend=self._b)
-        return _extent_placement(self._b, self._address, self._mapped, self._layout)
+        if of not in ("mapping", "object"):
+            raise ValueError(f'of={of!r}: "mapping" or "object"')
+        addr, counted, unmap = self._address, "mapping", None
+        if of == "object" and self.page_size == self._b.page_size:
+            try:
+                addr, unmap = self._object_view()
+                counted = "object"
+            except OSError as err:
+                import logging
+
+                logging.getLogger(__name__).debug("numa_utils: object placement: %s", err)
+        out: Sequence[RegionPlacement]
+        try:
+            if by_extent:
+                out = _extent_placement(self._b, addr, self._mapped, self._layout)
+            else:
+                out = [RegionPlacement(nu.placement(addr, self._size, backend=self._b))]
+        finally:
+            if unmap is not None:
+                unmap()
+        for pl in out:
+            pl.counted = counted
+        if by_extent:
+            return out
+        return out[0]
+
+    def _object_view(self) -> Tuple[int, Callable[[], Any]]:
+        """A temporary read-only mapping of the region's object holding the pages it
+        has in memory (_map_resident): (its address, what unmaps it)."""
+        import functools
+
+        b = self._b
+        if self.kind == "sysv":
+            at = b.call("shmat", self.shmid, nu.SHM_RDONLY)
+            unmap = functools.partial(b.call, "shmdt", at)
+        else:
+            at = b.call("mmap", self._mapped, self._fd)
+            unmap = functools.partial(b.call, "munmap", at, self._mapped)
+        try:
+            _map_resident(b, at, self._size)
+        except BaseException:
+            unmap()
+            raise
+        return at, unmap
 
     def prefault(
         self, threads: Optional[int] = None, *, progress: Optional[Callable[[int, int], Any]] = None
@@ -3909,6 +4152,7 @@ class CudaPin:
         self._registered: List[Tuple[int, int]] = []
         self._in_call: Dict[int, Tuple[int, int]] = {}  # thread id -> its chunk
         self._unsure: Set[int] = set()  # starts of chunks left in a call
+        self._releasing: Dict[int, Tuple[int, int]] = {}  # thread id -> chunk it unregisters
         self._failed: List[Tuple[int, int, int]] = []  # (address, bytes, error)
         self._running = 0  # pool threads that may still register
         # what stopped it: (reason, the exception, errno for strict)
@@ -3945,20 +4189,29 @@ class CudaPin:
         self._release()
 
     def _release(self) -> None:
-        """Unregister every chunk, the last first.  A chunk leaves the list only after
-        its call: an interrupt between the two costs a second call, never a chunk left
-        registered with nothing to release it."""
+        """Unregister every chunk, the last first, from any number of threads at once.
+        A thread claims a chunk (moves it from the list to ``_releasing``) under the
+        lock before its call, so no two threads unregister one chunk.  An interrupt
+        before the call returns puts the chunk back, marked unsure: a second call,
+        never a chunk left registered with nothing to release it."""
         calls = self._calls
+        me = threading.get_ident()
         while True:
+            try:
+                with self._lock:
+                    self.ok = False
+                    if not self._registered:
+                        break
+                    self._releasing[me] = self._registered[-1]
+                    del self._registered[-1]
+                start = self._releasing[me][0]
+                assert calls is not None
+                rc = calls.unregister(ctypes.c_void_p(start))
+            except BaseException:
+                self._unclaim(me)
+                raise
             with self._lock:
-                self.ok = False
-                if not self._registered:
-                    break
-                start = self._registered[-1][0]
-            assert calls is not None
-            rc = calls.unregister(ctypes.c_void_p(start))
-            with self._lock:
-                self._registered.pop()
+                del self._releasing[me]
             if rc == 0:
                 continue
             calls.clear_error()
@@ -3970,6 +4223,14 @@ class CudaPin:
                     _cuda_error(calls, rc),
                 )
         self._ended.set()
+
+    def _unclaim(self, me: int) -> None:
+        """Put back the chunk an interrupted thread claimed (its call may not have run)."""
+        with self._lock:
+            piece = self._releasing.pop(me, None)
+            if piece is not None and piece not in self._registered:
+                self._unsure.add(piece[0])
+                self._registered.append(piece)
 
     def __enter__(self) -> CudaPin:
         return self

@@ -324,3 +324,29 @@ def test_cli_fit_layout_json_carries_vmas():
     assert data["vmas"] == 4097 and "vmas_free" in data
     p = _cli("fit", "16M", "--root", root, "--layout", "blocks:4K:bind:0/1")
     assert "memory mappings (VMAs): needs 4097" in p.stdout, p.stdout + p.stderr
+
+
+def _irregular(count):
+    """``count`` extents of 4, 8 and 12 KiB bound in turn to nodes 0 and 1."""
+    return nur.Layout.extents([((i % 3 + 1) * 4096, "bind", i % 2) for i in range(count)])
+
+
+def test_fit_weighs_the_identity_record_a_layout_takes():
+    # The layout's text goes into the identity record, whose room is fixed: fit
+    # refuses a layout whose record would not fit it, naming the limit, and create
+    # refuses it before making anything.
+    b = sim("dual-socket-8gpu")
+    lay = _irregular(3000)
+    verdict = nur.fit(lay.size, layout=lay, backend=b)
+    assert not verdict and not verdict.exact, verdict.reason
+    assert "identity record" in verdict.reason and f"{nur._RECORD_MAX} bytes" in verdict.reason
+    with pytest.raises(ValueError, match="identity record") as e:
+        nur.SharedRegion.create("long", lay.size, layout=lay, backend=b)
+    assert f"{nur._RECORD_MAX} bytes" in str(e.value)
+    assert not b.kernel.shm and not b.kernel.objects
+    assert "shmget" not in [name for name, _ in b.kernel.calls]
+    # What fit accepts, create makes.
+    lay = _irregular(1000)
+    assert nur.fit(lay.size, layout=lay, backend=b).exact
+    with nur.SharedRegion.create("long", lay.size, layout=lay, backend=b) as r:
+        assert len(r.layout) == 1000

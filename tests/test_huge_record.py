@@ -208,6 +208,26 @@ def test_record_segment_keys_never_collide_with_names_and_int_keys_say_so():
     assert _segments(s) == {}
 
 
+@pytest.mark.parametrize("huge", [True, False])
+def test_an_int_key_another_user_holds_is_named_with_its_owner(huge):
+    # An int key has no other key to try: the key another user holds (a huge-page
+    # region's record key, or the data key itself) is named, with its owner.
+    s = _sim()
+    ikey = 0x12000123
+    taken = ikey
+    if huge:
+        taken = nur.record_segment_key(ikey)
+    other = s.process(uid=1001)
+    shmid = other.call("shmget", taken, nur._RECORD_ROOM, nu.IPC_CREAT | 0o600)
+    kw = {"hugepages": "2M"} if huge else {}
+    with pytest.raises(FileExistsError) as e:
+        nur.SharedRegion.create(ikey, HUGE, backend=s.process(), **kw)
+    assert f"0x{taken:08x}" in str(e.value) and "uid 1001" in str(e.value), e.value
+    assert "hold other regions" not in str(e.value), e.value
+    other.call("shm_rmid", shmid)
+    assert _segments(s) == {}
+
+
 def test_a_data_segment_the_kernel_refuses_leaves_no_record_segment(monkeypatch):
     s = _sim({0: 3})  # one page short, fit() bypassed: the kernel's shmget says ENOMEM
     monkeypatch.setattr(nur, "_fit_or_raise", lambda *a: ("2M", None))

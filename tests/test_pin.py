@@ -39,6 +39,7 @@ int n_device_pointer = 0;        /* device-pointer calls made */
 int fail_at = -1;                /* this register call (from 0) fails: out of memory */
 int sigint_at = -1;              /* this one succeeds, then raises SIGINT in its thread */
 int delay_us = 0;                /* each register call takes this long */
+int unregister_delay_us = 0;     /* each unregister call takes this long */
 long long device_offset = 0;     /* a registered address's device address: + this */
 long long device_skew = 0;       /* ... + this times its row in the table */
 
@@ -60,6 +61,7 @@ int API(HostRegister)(void *p, size_t n, unsigned int flags) {
     return rc;
 }
 int API(HostUnregister)(void *p) {
+    if (unregister_delay_us) usleep(unregister_delay_us);
     pthread_mutex_lock(&mu);
     int i = row(p), rc = 0;
     if (i < 0) { rc = 713; n_unregister_errors++; last_error = rc; }
@@ -348,6 +350,41 @@ def test_pin_sigint_storm_leaves_nothing_registered(fake, threads):
     got = json.loads(out.stdout)
     assert got["interrupted"] >= 100, got  # the storm did land
     assert got["leaked"] == 0, got
+
+
+# -- close() from several threads at once ----------------------------------------------
+
+
+def _close_from(pin, nthreads):
+    """Close ``pin`` from ``nthreads`` threads released at once: what they raised."""
+    barrier = threading.Barrier(nthreads)
+    errors = []
+
+    def close():
+        barrier.wait()
+        try:
+            pin.close()
+        except BaseException as err:  # any error fails the test
+            errors.append(err)
+
+    closers = [threading.Thread(target=close) for _ in range(nthreads)]
+    for t in closers:
+        t.start()
+    for t in closers:
+        t.join()
+    return errors
+
+
+def test_pin_concurrent_close_unregisters_each_chunk_once(fake):
+    # An engine's shutdown path, its signal handler and atexit may all close one
+    # background pin: each chunk is unregistered by exactly one of them, none raises.
+    fake.set("unregister_delay_us", 50)
+    for _ in range(30):
+        pin = nur.pin_for_cuda(BASE, 16 * MiB, chunk=MiB, background=True, cudart=fake.path)
+        assert pin.wait(10) and pin and fake.n_registered == 16
+        assert _close_from(pin, 6) == []
+        assert fake.n_registered == 0 and fake.n_unregister_errors == 0
+        assert pin.closed and pin.chunks == ()
 
 
 # -- NUMA_STRICT ----------------------------------------------------------------------

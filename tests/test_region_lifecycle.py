@@ -483,6 +483,307 @@ def test_attach_waits_for_a_region_being_made(kind):
     assert _counts(s) == (0, 0, 0)
 
 
+class _LateAfterSquatter(nusim.SimulatedBackend):
+    """An attacher whose third look at the name's first SysV key (another user's
+    segment) has its region made meanwhile, under the name's second key."""
+
+    looks = 0
+
+    def call(self, name, *args):
+        if name == "shmget" and args[0] == nur._sysv_key("sq") and not args[2]:
+            self.looks += 1
+            if self.looks == 3:
+                _made(self.creator, "sq", "sysv").close()
+        return super().call(name, *args)
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o600])
+def test_attach_waits_past_another_users_segment_under_the_name(mode):
+    # Another user holds the name's first key with a record naming the region: that
+    # segment is not this user's region, so a waiting attach waits past it (create
+    # passes it by), and at the deadline names what it found.
+    s = sim("single-node")
+    squatter = nur.SharedRegion.create(
+        "sq", MiB, mode=mode, prefault=False, backend=s.process(uid=1001)
+    )
+    assert squatter.ipc_key == nur._sysv_key("sq")
+    late = _LateAfterSquatter(fixture_root("single-node"), _kernel=s.kernel)
+    late.creator = s.process()
+    with pytest.raises(PermissionError):  # no wait: at once, as before
+        nur.SharedRegion.attach("sq", backend=s.process())
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError) as e:
+        nur.SharedRegion.attach("sq", backend=s.process(), wait=0.3)
+    assert time.monotonic() - t0 >= 0.3
+    assert f"SysV segment 0x{nur._sysv_key('sq'):08x}" in str(e.value), e.value
+    assert "uid 1001" in str(e.value) or "Permission denied" in str(e.value), e.value
+    r = nur.SharedRegion.attach("sq", backend=late, wait=8)
+    assert late.looks >= 3 and r.ipc_key == nur._sysv_keys("sq")[1]
+    r.close()
+    _drop(s, "sq", "sysv")
+    squatter.destroy()
+    assert _counts(s) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o600])
+def test_posix_attach_waits_past_another_users_file(mode):
+    s = sim("single-node")
+    other = s.process(uid=1001)
+    squatter = nur.SharedRegion.create(
+        "psq", MiB, mode=mode, kind="posix", prefault=False, backend=other
+    )
+    with pytest.raises(PermissionError):
+        nur.SharedRegion.attach("psq", kind="posix", backend=s.process())
+    with pytest.raises(TimeoutError, match="/dev/shm/numa_utils-psq"):
+        nur.SharedRegion.attach("psq", kind="posix", backend=s.process(), wait=0.2)
+    squatter.destroy()
+    assert _counts(s) == (0, 0, 0)
+
+
+# Another user (65534) holds the name's first SysV key with a record naming it; a
+# worker of user 1000 waits while that user's creator makes the region 0.5 s later.
+_SQUATTED = r"""
+import json, os, sys, time
+import numa_utils_regions as nur
+
+# The other users may not read this interpreter's library: every import first, as root.
+with nur.SharedRegion.create("warm", 1 << 20, prefault=False):
+    nur.SharedRegion.attach("warm", wait=1).close()
+
+
+def as_user(uid, fn):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        os.setgroups([]); os.setresgid(uid, uid, uid); os.setresuid(uid, uid, uid)
+        try:
+            out = fn()
+        except BaseException as e:
+            out = repr(e)
+        os.write(w, json.dumps(out).encode()); os._exit(0)
+    os.close(w)
+    return pid, r
+
+
+def result(child):
+    pid, r = child
+    with os.fdopen(r) as f:
+        out = json.loads(f.read())
+    os.waitpid(pid, 0)
+    return out
+
+
+def squat(mode):
+    nur.SharedRegion.create("sq", 1 << 20, mode=mode, prefault=False).close()
+    return hex(nur._sysv_key("sq"))
+
+
+def worker(wait):
+    t0 = time.monotonic()
+    try:
+        with nur.SharedRegion.attach("sq", wait=wait) as r:
+            got = hex(r.ipc_key)
+    except OSError as e:
+        got = repr(e)
+    return [got, time.monotonic() - t0]
+
+
+def creator():
+    time.sleep(0.5)
+    with nur.SharedRegion.create("sq", 1 << 20, prefault=False) as r:
+        time.sleep(2)  # the worker attaches meanwhile
+        return hex(r.ipc_key)
+
+
+out = {}
+for mode in (0o644, 0o600):
+    out[oct(mode)] = {"squatter": result(as_user(65534, lambda: squat(mode)))}
+    out[oct(mode)]["alone"] = result(as_user(1000, lambda: worker(0.5)))
+    w = as_user(1000, lambda: worker(8))
+    c = as_user(1000, creator)
+    out[oct(mode)]["worker"], out[oct(mode)]["creator"] = result(w), result(c)
+    os.system("ipcrm --all=shm")
+out["keys"] = [hex(k) for k in nur._sysv_keys("sq")[:2]]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.realkernel
+def test_real_attach_waits_past_another_users_squatter():
+    if os.geteuid() != 0:
+        pytest.skip("needs root to act as two other users")
+    got = run_private_shm(_SQUATTED, timeout=600)
+    assert got.returncode == 0, got.stdout + got.stderr
+    out = json.loads(got.stdout.strip().splitlines()[-1])
+    first, second = out["keys"]
+    for mode in ("0o644", "0o600"):
+        run = out[mode]
+        assert run["squatter"] == first, out
+        alone, took = run["alone"]
+        assert alone.startswith("TimeoutError") and first[2:] in alone and took >= 0.5, out
+        assert run["creator"] == second and run["worker"][0] == second, out
+
+
+# -- a creator killed before the region's first record ------------------------------
+
+
+class _Killed(Exception):
+    """The creator dies here (kill -9): nothing of it runs afterwards."""
+
+
+def _kill_at(monkeypatch, proc, step):
+    """Make ``proc``'s create die (no undo runs) right after its call ``step``
+    returns, or in its layout apply ("layout")."""
+    from conftest import hook_call
+
+    monkeypatch.setattr(nur, "_undo", lambda held, region: nur._release_signals(held))
+
+    def die(*args, **kw):
+        raise _Killed
+
+    if step == "layout":
+        monkeypatch.setattr(nur, "_layout_apply", die)
+        return
+    real = None
+
+    def then_die(*args):
+        real(*args)
+        die()
+
+    real = hook_call(proc, step, then_die)
+
+
+_STEPS = [
+    ("sysv", "shmget"),
+    ("sysv", "shmat"),
+    ("sysv", "layout"),
+    ("posix", "shm_open"),
+    ("posix", "flock"),
+    ("posix", "ftruncate"),
+    ("posix", "mmap"),
+    ("posix", "layout"),
+]
+
+
+@pytest.mark.parametrize("kind, step", _STEPS, ids=[f"{k}-{s}" for k, s in _STEPS])
+def test_a_creator_killed_before_the_first_record_leaves_what_replace_frees(
+    monkeypatch, kind, step
+):
+    s = sim("single-node")
+    creator = s.process()
+    _kill_at(monkeypatch, creator, step)
+    with pytest.raises(_Killed):
+        nur.SharedRegion.create("oom", MiB, kind=kind, layout="parts:bind:0", backend=creator)
+    monkeypatch.undo()
+    assert _counts(s) != (0, 0, 0)
+    # While its creator lives, the half-made region is kept and the name refused;
+    # but a file not yet locked (its creator checks after its lock that it still has
+    # its name: the next test).
+    (row,) = nur.cleanup("oom", min_age=0, backend=s)
+    if step == "shm_open":
+        assert row["action"] == "would remove", row
+    else:
+        assert row["action"] == "keep", row
+    with pytest.raises(FileExistsError):
+        _made(s.process(), "oom", kind)
+    creator.exit()  # killed
+    (row,) = nur.cleanup("oom", min_age=0, backend=s)
+    assert row["action"] == "would remove", row
+    new = nur.SharedRegion.create("oom", MiB, kind=kind, backend=s.process(), existing="replace")
+    assert new.created
+    new.destroy()
+    assert _counts(s) == (0, 0, 0)
+
+
+def test_a_posix_creator_whose_file_is_taken_before_its_lock_leaves_the_new_one(monkeypatch):
+    from conftest import hook_call
+
+    s = sim("single-node")
+    slow, fast = s.process(), s.process()
+    made = []
+
+    def shm_open(*args):
+        fd = real(*args)
+        if args[1] & os.O_CREAT and not made:  # between its open and its lock
+            made.append(
+                nur.SharedRegion.create("race", MiB, kind="posix", backend=fast, existing="replace")
+            )
+        return fd
+
+    real = hook_call(slow, "shm_open", shm_open)
+    with pytest.raises(FileExistsError, match="was removed while being made"):
+        nur.SharedRegion.create("race", MiB, kind="posix", backend=slow)
+    made[0].buffer()[0] = 5
+    with nur.SharedRegion.attach("race", kind="posix", backend=s.process()) as r:
+        assert r.buffer()[0] == 5
+    assert slow.fds == {} and slow.mappings == []
+    made[0].destroy()
+    assert _counts(s) == (0, 0, 0)
+
+
+# SIGKILL right after each step of a create of base pages (or inside its layout
+# apply), then cleanup of the name, and again, then create(existing="replace").
+_KILLED = r"""
+import json, os, signal
+import numa_utils as nu, numa_utils_regions as nur
+
+
+class Dying(nu.LinuxBackend):
+    step = ""
+
+    def call(self, name, *args):
+        out = super().call(name, *args)
+        if name == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return out
+
+
+def killed_at(kind, step):
+    pid = os.fork()
+    if pid == 0:
+        backend = Dying()
+        backend.step = step
+        if step == "layout":
+            nur._layout_apply = lambda *a: os.kill(os.getpid(), signal.SIGKILL)
+        try:
+            nur.SharedRegion.create("oom", 1 << 20, kind=kind, layout="parts:bind:0",
+                                    backend=backend)
+        finally:
+            os._exit(3)
+    status = os.waitpid(pid, 0)[1]
+    return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+
+
+out = {}
+for kind, step in [("sysv", "shmget"), ("sysv", "shmat"), ("sysv", "layout"),
+                   ("posix", "shm_open"), ("posix", "flock"), ("posix", "ftruncate"),
+                   ("posix", "mmap"), ("posix", "layout")]:
+    row = out[f"{kind}-{step}"] = {"killed": [killed_at(kind, step)]}
+    row["cleanup"] = [r["action"] for r in nur.cleanup("oom", remove=True, min_age=0)]
+    row["killed"].append(killed_at(kind, step))
+    try:
+        nur.SharedRegion.create("oom", 1 << 20, kind=kind, existing="replace").destroy()
+        row["replace"] = "made"
+    except OSError as e:
+        row["replace"] = repr(e)
+    row["left"] = [r["action"] for r in nur.cleanup(min_age=0)]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.realkernel
+def test_real_a_creator_killed_at_each_step_leaves_what_replace_frees():
+    got = run_private_shm(_KILLED, timeout=600)
+    assert got.returncode == 0, got.stdout + got.stderr
+    out = json.loads(got.stdout.strip().splitlines()[-1])
+    assert len(out) == 8, out
+    for step, row in out.items():
+        assert row["killed"] == [True, True], (step, row)
+        assert row["cleanup"] == ["removed"], (step, row)
+        assert row["replace"] == "made" and row["left"] == [], (step, row)
+
+
 # -- the library's cleanup, and create(existing=) --------------------------------------
 
 

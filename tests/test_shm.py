@@ -167,6 +167,58 @@ def test_hugetlb_every_attacher_applies_policy():
             }
 
 
+@pytest.mark.parametrize("kind", ["sysv", "posix"])
+def test_an_attacher_reads_the_objects_placement_without_faulting_it(kind):
+    # A worker that touched nothing maps no page: placement() counts what this
+    # process maps ({} here) and says so; of="object" reads the region's pages,
+    # whoever touched them, and faults in no page that was not there.
+    s = sim("dual-socket-8gpu")
+    r = nur.SharedRegion.create(
+        "obj", 64 * MiB, policy="interleave", nodes=[0, 1], kind=kind, prefault=False, backend=s
+    )
+    r.prefault()
+    w = s.process()
+    a = nur.SharedRegion.attach("obj", kind=kind, backend=w)
+    mapped = a.placement()
+    assert mapped == {} and mapped.counted == "mapping"
+    whole = a.placement(of="object")
+    assert whole == {0: 32 * MiB, 1: 32 * MiB} and whole.counted == "object"
+    (ext,) = a.placement(by_extent=True, of="object")
+    assert ext.ok and ext.counted == "object" and ext.verdict.startswith("ok: interleaved")
+    # The look's mapping is gone again.  (The model maps an object at one address per
+    # process, so the look shares the region's own page table here: the real kernel's
+    # test checks that the attacher's mapping still holds no page.)
+    assert len(w.mappings) == 2 and not w.dup_maps.get(a.address)
+    with pytest.raises(ValueError, match="of="):
+        a.placement(of="process")
+    a.close()
+    r.destroy()
+    # Half the region in memory: the other half is a hole, which a read fault on
+    # shared memory would fill; the look maps only what is there.
+    r = nur.SharedRegion.create("obj", 8 * MiB, kind=kind, prefault=False, backend=s)
+    s.touch(r.address, 4 * MiB)
+    a = nur.SharedRegion.attach("obj", kind=kind, backend=s.process())
+    assert a.placement(of="object") == {0: 4 * MiB}
+    assert s.call("mincore", r.address, r.size) == 4 * MiB // s.page_size
+    a.close()
+    r.destroy()
+    assert _sim_counts(s) == (0, 0, 0)
+
+
+def test_object_placement_of_huge_pages_says_it_counts_the_mapping():
+    # mincore sees a hugetlb mapping's own page tables only: the object's pages
+    # cannot be found without faulting them, so the mapping's count, said so.
+    s = sim("dual-socket-8gpu")
+    with nur.SharedRegion.create(
+        "hobj", 4 * MiB, hugepages=True, policy="bind", nodes=[1], backend=s
+    ) as r:
+        a = nur.SharedRegion.attach("hobj", backend=s.process())
+        got = a.placement(of="object")
+        assert got == {} and got.counted == "mapping"
+        assert r.placement(of="object").counted == "mapping"
+        a.close()
+
+
 def test_posix_refuses_hugepages_on_attach_too():
     # /dev/shm is tmpfs: a huge-page-sized mapping of it would run past the file's
     # end (SIGBUS on touch), so attach refuses hugepages as create does.
@@ -412,6 +464,49 @@ def test_cleanup_lists_ours_only():
 def _real_ok():
     if not os.path.isdir("/dev/shm") or not os.path.exists("/proc/sysvipc/shm"):
         pytest.skip("no /dev/shm or SysV IPC here")
+
+
+_WORKER_LOOKS = """
+import json, sys
+sys.path.insert(0, {repo!r})
+import numa_utils_regions as nur
+r = nur.SharedRegion.attach({key!r}, kind={kind!r})
+mine = r.placement()
+whole = r.placement(of="object")
+(ext,) = r.placement(by_extent=True, of="object")
+after = r.placement()
+print(json.dumps([mine.counted, sum(mine.values()), whole.counted, sum(whole.values()),
+                  ext.counted, sum(ext.values()), sum(after.values())]))
+r.close()
+"""
+
+
+@pytest.mark.realkernel
+@pytest.mark.private_shm
+@pytest.mark.xdist_group("realshm")
+@pytest.mark.parametrize("kind", ["sysv", "posix"])
+def test_real_attacher_reads_the_objects_placement_without_faulting_it(kind):
+    _real_ok()
+    key = f"t{os.getpid()}-obj-{kind}"
+
+    def worker():
+        code = _WORKER_LOOKS.format(repo=str(REPO), key=key, kind=kind)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    with nur.SharedRegion.create(key, 64 * MiB, kind=kind) as r:
+        assert sum(r.placement().values()) == 64 * MiB
+        # The worker maps no page of its own (but the few that reading the record
+        # brought in by fault-around, within 64 KiB); the object holds 64 MiB; the
+        # look leaves the worker's own mapping as it was.
+        got = worker()
+        assert got[1] < 64 << 10 and got[6] == got[1], got
+        assert got[:1] + got[2:6] == ["mapping", "object", 64 * MiB, "object", 64 * MiB], got
+    with nur.SharedRegion.create(key, 8 * MiB, kind=kind, prefault=False) as r:
+        nu.prefault(r.address, 4 * MiB)
+        assert worker()[3] == 4 * MiB  # the hole stays a hole
+        assert r._b.call("mincore", r.address, r.size) * r._b.page_size == 4 * MiB
 
 
 _ATTACH = """
