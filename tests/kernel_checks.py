@@ -1250,6 +1250,119 @@ def check_own_mapping_flow(env):
     return out
 
 
+def _paused_child(first, then):
+    """Fork a child that runs first() and then waits: the function returned lets it
+    go on, and returns what then() returned (JSON) or raises what went wrong.  Call
+    it on every way out, or the child waits for ever."""
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+    out_r, out_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        for fd in (ready_r, go_w, out_r):
+            os.close(fd)
+        try:
+            first()
+            os.write(ready_w, b"1")
+            os.read(go_r, 1)
+            res = {"ok": True, "value": _jsonable(then())}
+        except BaseException as e:  # noqa: BLE001
+            res = {
+                "ok": False,
+                "error": f"{type(e).__name__}: {e}",
+                "tb": traceback.format_exc(limit=6),
+            }
+        os.write(out_w, json.dumps(res).encode())
+        os._exit(0)
+    for fd in (ready_w, go_r, out_w):
+        os.close(fd)
+    os.read(ready_r, 1)  # nothing when first() failed: the child has written why
+    os.close(ready_r)
+
+    def finish():
+        try:
+            os.write(go_w, b"1")
+        except BrokenPipeError:
+            pass
+        os.close(go_w)
+        data = _read_all(out_r)
+        os.waitpid(pid, 0)
+        res = json.loads(data or b'{"ok": false, "error": "child died"}')
+        if not res["ok"]:
+            raise AssertionError(f"in child: {res['error']}\n{res.get('tb', '')}")
+        return res["value"]
+
+    return finish
+
+
+def check_settle_scope(env):
+    """settle() moves only what this process first-touched by accident (issue 38
+    section 1).  This process interleaves a SysV segment over the first and last
+    node and touches it; a second process attaches and prefaults it; this process
+    binds a buffer to the last node and first-touches another there, then calls
+    settle([first]): the second process's pages stay split, the bound buffer stays,
+    the other buffer moves.  (As root, the whole-process migrate_pages(2) settle
+    used to take MPOL_MF_MOVE_ALL and moved the first two as well.)"""
+    nu = env.nu
+    (settle,) = env.need("settle")
+    env.need_numa()
+    nodes = env.default_nodes
+    if len(nodes) < 2:
+        raise Skip("one usable memory node")
+    pair = [nodes[0], nodes[-1]]
+    first, last = pair
+    b = env.backend
+    npages = 16
+    size = npages * env.page_size
+    split = even_split(pair, npages, env.page_size)
+    seen = {}
+
+    def attach(backend):
+        seen["addr"] = backend.call("shmat", shmid, 0)
+        nu.prefault(seen["addr"], size, threads=1, backend=backend, shared=True)
+
+    def placed(backend, addr, length):
+        got = nu.placement(addr, length, method="move_pages", backend=backend)
+        return {int(k): v for k, v in got.items() if v}
+
+    shmid = b.call("shmget", 0, size, 0o1000 | 0o600)  # IPC_PRIVATE, IPC_CREAT
+    addr = b.call("shmat", shmid, 0)
+    try:
+        res = nu.interleave(addr, size, nodes=pair, backend=b)
+        assert res, f"interleave not applied: {res.reason} {res.errno}"
+        b.touch(addr, size)
+        with _ApiBuffer(env, npages) as bound, _ApiBuffer(env, npages) as loose:
+            res = nu.bind(bound.addr, [last], bound.length, backend=b)
+            assert res, f"bind not applied: {res.reason} {res.errno}"
+            b.touch(bound.addr, bound.length)
+            with nu.thread_policy("bind", [last], backend=b):
+                b.touch(loose.addr, loose.length)
+            assert placed(b, loose.addr, loose.length) == {last: loose.length}
+            if env.real:
+                finish = _paused_child(lambda: attach(b), lambda: placed(b, seen["addr"], size))
+                try:
+                    r = settle([first], budget_ms=None, backend=b)
+                finally:
+                    second = {int(k): v for k, v in finish().items()}
+            else:
+                other = b.process()
+                attach(other)
+                r = settle([first], budget_ms=None, backend=b)
+                second = placed(other, seen["addr"], size)
+            kept = placed(b, bound.addr, bound.length)
+            moved = placed(b, loose.addr, loose.length)
+    finally:
+        b.call("shmdt", addr)
+        b.call("shm_rmid", shmid)
+    assert second == split, f"the second process's pages moved: {second} != {split}"
+    assert kept == {last: size}, f"the bound buffer moved: {kept}"
+    assert moved == {first: size}, f"the first-touched buffer did not move: {moved}"
+    assert r.finished and r.scope == "private", r
+    assert r.skipped.get("shared", 0) >= size // 2 and r.skipped.get("policy", 0) >= size, r
+    assert sum(r.moved.values()) >= size, r
+    return {"second": second, "bound": kept, "moved": moved, "result": nu.to_json(r)}
+
+
 def _raw_hugepages(nodes, count=8, kb=2048):
     """Reserve ``count`` huge pages on each node (root in a guest); False when the
     kernel would not give them all."""

@@ -497,67 +497,6 @@ def test_instance_plans_rejects_bad_input():
         nut.instance_plans(1, gpus_per_instance=-1, backend=b)
 
 
-# -- settle: pages first-touched before binding ----------------------------------------
-
-
-def _where(b, addr, size):
-    return nu.placement(addr, size, method="move_pages", backend=b)
-
-
-def test_settle_moves_the_whole_process(anon):
-    b = sim("dual-socket-8gpu")
-    addr, size = anon(64 * 4096)
-    nu.bind_to_node(0, memory=None, backend=b)
-    b.touch(addr, size)  # first touch on node 0, before the plan
-    assert set(_where(b, addr, size)) == {0}
-    r = nut.settle([1], backend=b)
-    assert r and r.mode == "migrate" and r.nodes == {1}
-    assert _where(b, addr, size) == {1: size}
-
-
-def test_settle_moves_only_the_buffers_given(anon):
-    b = sim("dual-socket-8gpu")
-    nu.bind_to_node(0, memory=None, backend=b)
-    (one, size), (two, _) = anon(16 * 4096), anon(16 * 4096)
-    b.touch(one, size)
-    b.touch(two, size)
-    r = nut.settle({1}, [(one, size)], backend=b)
-    assert r
-    assert _where(b, one, size) == {1: size}
-    assert _where(b, two, size) == {0: size}
-
-
-def test_settle_denied_is_falsy_with_the_fix(anon):
-    b = sim("dual-socket-8gpu")
-    b.fail("migrate_pages", errno.EPERM)
-    r = nut.settle([1], backend=b)
-    assert not r and r.reason == "EPERM" and "SYS_NICE" in r.hint
-    with pytest.raises(OSError, match="EPERM"):
-        nut.settle([1], strict=True, backend=b)
-    with pytest.raises(ValueError, match="no node"):
-        nut.settle([], backend=b)
-
-
-def test_settle_counts_pages_the_kernel_left(monkeypatch):
-    b = sim("dual-socket-8gpu")
-    monkeypatch.setattr(nu, "migrate_pages", lambda *a, **kw: 3)  # 3 shared pages stayed
-    r = nut.settle([1], backend=b)
-    assert not r and r.reason == "unmoved" and r.resident_unmoved == 3 * b.page_size
-    assert "CAP_SYS_NICE" in r.hint
-
-
-def test_pin_threads_settles_when_asked(anon):
-    b, nccl, ucx, other = _engine()
-    addr, size = anon(32 * 4096)
-    nu.bind_to_node(0, memory=None, backend=b)
-    b.touch(addr, size)
-    plan = nut.thread_plan(7, environ={}, backend=b)  # GPU 7 is on node 1
-    r = nut.pin_threads(plan, MATCH, settle=True, backend=b)
-    assert r and r.settled and r.settled.nodes == {1}
-    assert _where(b, addr, size) == {1: size}
-    assert nut.pin_threads(plan, MATCH, backend=b).settled is None
-
-
 # -- spawn_context: children bound before they start --------------------------------------
 
 
@@ -745,34 +684,6 @@ def test_a_node_the_cpuset_forbids_is_a_falsy_plan_that_says_why():
     assert plan.left_out["outside this process's cpuset"] == b.topology.nodes[1].cpus
     with pytest.raises(OSError, match="allows no CPU on node 1"):
         nut.thread_plan(node=1, roles=SMALL_ROLES, strict=True, backend=b)
-
-
-def test_settle_moves_a_big_buffer_in_bounded_calls(anon, monkeypatch):
-    b = sim("dual-socket-8gpu")
-    monkeypatch.setattr(nu, "_MOVE_PAGES_LIMIT", 4)
-    calls = []
-    real = nu.move_pages
-    monkeypatch.setattr(
-        nu,
-        "move_pages",
-        lambda pid, pages, *a, **kw: calls.append(len(pages)) or real(pid, pages, *a, **kw),
-    )
-    nu.bind_to_node(0, memory=None, backend=b)
-    addr, size = anon(18 * 4096)
-    b.touch(addr, size)
-    assert nut.settle([1], [(addr, size)], backend=b)
-    assert calls == [4, 4, 4, 4, 2]
-    assert _where(b, addr, size) == {1: size}
-
-
-def test_settle_leaves_gpu_memory_alone(anon):
-    b = sim("gh200")  # node 1: the H100's HBM
-    addr, size = anon(16 * 4096)
-    nu.bind(addr, [1], size, backend=b)
-    b.touch(addr, size)
-    assert _where(b, addr, size) == {1: size}
-    assert nut.settle([0], backend=b)
-    assert _where(b, addr, size) == {1: size}
 
 
 def _tree_with_an_amd_gpu(tmp_path):
