@@ -610,6 +610,7 @@ class ThreadPin(_Record):
     after: FrozenSet[int]
     ok: bool  # pinned to its role's CPUs
     reason: Optional[str] = None  # why not: "no role", "exited", "EPERM", ...
+    start: Optional[str] = None  # when it started (stat field 22): its id alone may be reused
 
     @property
     def failed(self) -> bool:
@@ -660,6 +661,17 @@ def _thread_name(backend: nu.Backend, tid: int) -> str:
     return nu._clean(nu._read_optional(backend, f"/proc/self/task/{tid}/comm") or "")
 
 
+def _thread_start(backend: nu.Backend, tid: int) -> Optional[str]:
+    """When thread ``tid`` of this process started (proc(5) stat field 22, counted
+    after the name, which may hold ") "); None when this process has no such thread
+    (it exited: its id may be another task's by now)."""
+    stat = nu._read_optional(backend, f"/proc/self/task/{tid}/stat") or ""
+    fields = stat.rpartition(")")[2].split()
+    if len(fields) < 20:
+        return None
+    return fields[19]
+
+
 def _pin_thread(
     backend: nu.Backend,
     plan: ThreadPlan,
@@ -670,32 +682,36 @@ def _pin_thread(
     """Thread ``tid`` pinned to the CPUs of the first role whose pattern its name
     matches (``default`` when none does)."""
     name = _thread_name(backend, tid)
+    start = _thread_start(backend, tid)
     role = default
     for candidate, pattern in patterns.items():
         if pattern.search(name):
             role = candidate
             break
     nothing: FrozenSet[int] = frozenset()
+    if start is None:
+        return ThreadPin(tid, name, role, nothing, nothing, False, "exited")
     try:
         before = backend.call("sched_getaffinity", tid)
     except ProcessLookupError:
-        return ThreadPin(tid, name, role, nothing, nothing, False, "exited")
+        return ThreadPin(tid, name, role, nothing, nothing, False, "exited", start)
     if role is None:
-        return ThreadPin(tid, name, None, before, before, False, "no role")
+        return ThreadPin(tid, name, None, before, before, False, "no role", start)
     want = plan.roles[role]
     if not want:
-        return ThreadPin(tid, name, role, before, before, False, "role has no CPUs")
+        return ThreadPin(tid, name, role, before, before, False, "role has no CPUs", start)
     try:
         backend.call("sched_setaffinity", tid, want)
         after = backend.call("sched_getaffinity", tid)
     except ProcessLookupError:
-        return ThreadPin(tid, name, role, before, nothing, False, "exited")
+        return ThreadPin(tid, name, role, before, nothing, False, "exited", start)
     except OSError as err:
         reason = nu._errno_reason(err.errno or errno.EIO)
-        return ThreadPin(tid, name, role, before, before, False, reason)
+        return ThreadPin(tid, name, role, before, before, False, reason, start)
     if after != want:
-        return ThreadPin(tid, name, role, before, after, False, "the kernel applied other CPUs")
-    return ThreadPin(tid, name, role, before, after, True)
+        why = "the kernel applied other CPUs"
+        return ThreadPin(tid, name, role, before, after, False, why, start)
+    return ThreadPin(tid, name, role, before, after, True, None, start)
 
 
 def pin_threads(
@@ -752,9 +768,16 @@ def pin_threads(
 
 class pinned:
     """Context manager: pin_threads(plan, match, ...) on entry (the PinResult is what
-    ``as`` gets); on exit every thread mask it changed is put back (threads that exited
-    meanwhile are skipped), and the calling thread's memory policy when ``memory``
-    ("prefer", "bind", ...) set it to the plan's memory nodes."""
+    ``as`` gets); on exit every thread mask it changed is put back (``restored``), and
+    the calling thread's memory policy when ``memory`` ("prefer", "bind", ...) set it
+    to the plan's memory nodes.
+
+    A thread is put back only while it is still one of this process's
+    (/proc/self/task) and started when the one pinned did: once a thread exits, its
+    id may name a new thread or another process (as root, any process's mask could be
+    overwritten).  The others are listed in ``exited``.  (A thread that exits and
+    whose id is taken again between that check and the call is beyond any check:
+    sched_setaffinity(2) takes an id, not a handle.)"""
 
     def __init__(
         self,
@@ -774,6 +797,7 @@ class pinned:
         self.backend = backend
         self.result: Optional[PinResult] = None
         self.restored: List[int] = []  # tids whose mask was put back
+        self.exited: List[int] = []  # tids that exited meanwhile: left alone
         self._policy: Optional[nu.thread_policy] = None
 
     def __enter__(self) -> PinResult:
@@ -794,11 +818,14 @@ class pinned:
         if self.result is not None:
             changed = [pin for pin in self.result.threads if pin.before and pin.after != pin.before]
         for pin in changed:
+            if pin.start is None or _thread_start(backend, pin.tid) != pin.start:
+                self.exited.append(pin.tid)
+                continue
             try:
                 backend.call("sched_setaffinity", pin.tid, pin.before)
                 self.restored.append(pin.tid)
             except ProcessLookupError:
-                continue
+                self.exited.append(pin.tid)
             except OSError as err:
                 nu._warn_once(
                     f"pinned-restore:{pin.tid}",

@@ -34,6 +34,7 @@ import platform
 import struct
 import subprocess
 import sys
+import threading
 import time
 import traceback
 
@@ -1292,6 +1293,7 @@ def _paused_child(first, then):
             raise AssertionError(f"in child: {res['error']}\n{res.get('tb', '')}")
         return res["value"]
 
+    finish.pid = pid
     return finish
 
 
@@ -1361,6 +1363,78 @@ def check_settle_scope(env):
     assert r.skipped.get("shared", 0) >= size // 2 and r.skipped.get("policy", 0) >= size, r
     assert sum(r.moved.values()) >= size, r
     return {"second": second, "bound": kept, "moved": moved, "result": nu.to_json(r)}
+
+
+def _named_thread(name):
+    """A real thread named ``name`` (PR_SET_NAME) that waits: (thread, its tid, the
+    event that ends it)."""
+    named, end = threading.Event(), threading.Event()
+    tids = []
+
+    def run():
+        libc().prctl(15, name.encode(), 0, 0, 0)  # PR_SET_NAME
+        tids.append(threading.get_native_id())
+        named.set()
+        end.wait()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    named.wait()
+    return thread, tids[0], end
+
+
+def _child_with_pid(pid, first):
+    """_paused_child(first, ...) given ``pid`` through ns_last_pid (root), once the
+    task that had it is gone; Skip when the kernel will not give it."""
+    for _ in range(50):
+        try:
+            _write("/proc/sys/kernel/ns_last_pid", str(pid - 1))
+        except OSError as err:
+            raise Skip(f"cannot choose the next pid (ns_last_pid: {err})") from None
+        finish = _paused_child(first, lambda: None)
+        if finish.pid == pid:
+            return finish
+        finish()
+        time.sleep(0.02)
+    raise Skip(f"pid {pid} was not given again")
+
+
+def check_pinned_reused_id(env):
+    """pinned() puts back only the threads it pinned (issue 38 section 3): a pinned
+    thread exits and another process is given its id (ns_last_pid, root); leaving
+    pinned() leaves that process's CPU mask alone and lists the id as exited."""
+    nut = env.nut
+    env.need("pinned", "ThreadPlan")
+    b = env.backend
+    cpus = sorted(b.call("sched_getaffinity", 0))
+    if len(cpus) < 2:
+        raise Skip("one CPU: a pinned mask is the mask it had")
+    plan = nut.ThreadPlan(None, None, 0, {"copy": frozenset(cpus[:1])}, "core", {}, {})
+    own = {cpus[-1]}  # the other process's mask
+    pins = nut.pinned(plan, {"copy": "^NCCL gone"}, backend=b)
+    if env.real:
+        thread, tid, end = _named_thread("NCCL gone")
+        with pins as r:
+            pinned = [pin.tid for pin in r.threads if pin.ok]
+            end.set()
+            thread.join()
+            finish = _child_with_pid(tid, lambda: os.sched_setaffinity(0, own))
+        try:
+            mask = os.sched_getaffinity(finish.pid)
+        finally:
+            finish()
+    else:
+        tid = b.add_thread(name="NCCL gone")
+        with pins as r:
+            pinned = [pin.tid for pin in r.threads if pin.ok]
+            b.end_thread(tid)
+            stranger = b.process(pid=tid)
+            stranger.call("sched_setaffinity", 0, own)
+        mask = stranger.call("sched_getaffinity", 0)
+    assert pinned == [tid], f"pinned {pinned}, not the thread {tid}"
+    assert mask == own, f"pid {tid}, reused by another process, got mask {sorted(mask)}"
+    assert pins.exited == [tid] and not pins.restored, (pins.exited, pins.restored)
+    return {"tid": tid, "mask": sorted(mask), "exited": pins.exited}
 
 
 def _raw_hugepages(nodes, count=8, kb=2048):

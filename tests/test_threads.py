@@ -373,6 +373,44 @@ def test_pinned_restores_every_mask_and_the_memory_policy():
     assert (pol.mode, pol.nodes) == (policy_before.mode, policy_before.nodes)
 
 
+def test_pinned_leaves_an_exited_thread_s_id_when_another_process_reuses_it():
+    """A pinned thread exits and an unrelated process gets its id (a small pid_max, a
+    PID namespace): leaving pinned() must not overwrite that process's CPU mask (as
+    root, any process's)."""
+    b, nccl, ucx, other = _engine()
+    plan = nut.thread_plan(0, environ={}, backend=b)
+    pins = nut.pinned(plan, MATCH, backend=b)
+    with pins as r:
+        assert {pin.tid for pin in r.threads if pin.ok} == {nccl, ucx}
+        b.end_thread(nccl)
+        stranger = b.process(pid=nccl)
+        stranger.call("sched_setaffinity", 0, {5})
+    assert stranger.call("sched_getaffinity", 0) == {5}
+    assert pins.exited == [nccl] and pins.restored == [ucx]
+    assert b.call("sched_getaffinity", ucx) == b.topology.allowed_cpus
+
+
+def test_pinned_leaves_a_new_thread_that_got_an_exited_one_s_id():
+    b, nccl, ucx, other = _engine()
+    plan = nut.thread_plan(0, environ={}, backend=b)
+    pins = nut.pinned(plan, MATCH, backend=b)
+    with pins:
+        b.end_thread(ucx)
+        assert b.add_thread({7}, name="ucx-progress", tid=ucx) == ucx  # started later
+    assert b.call("sched_getaffinity", ucx) == {7}
+    assert pins.exited == [ucx] and pins.restored == [nccl]
+
+
+def test_pin_threads_records_each_thread_s_start_time():
+    b, nccl, ucx, other = _engine()
+    plan = nut.thread_plan(0, environ={}, backend=b)
+    r = nut.pin_threads(plan, MATCH, backend=b)
+    starts = {pin.tid: pin.start for pin in r.threads}
+    assert all(starts.values()) and len(set(starts.values())) == len(starts)
+    stat = b.read_text(f"/proc/self/task/{nccl}/stat")
+    assert starts[nccl] == stat.rpartition(")")[2].split()[19]
+
+
 # -- real threads of a real process ---------------------------------------------------
 
 
@@ -569,6 +607,51 @@ def test_spawned_children_start_on_the_planned_cpus(tmp_path):
     assert got["spawn"] == got["planned"] and got["fork"] == got["planned"]
     assert got["spawn exit"] == 0 and got["fork exit"] == 0
     assert got["parent"] == cpus  # the parent's own mask was put back
+
+
+EXITED_THREAD = textwrap.dedent(
+    """
+    import ctypes, json, os, sys, threading
+    sys.path.insert(0, sys.argv[1])
+    import numa_utils_threads as nut
+
+    cpus = sorted(os.sched_getaffinity(0))
+    plan = nut.ThreadPlan(None, None, 0, {"copy": frozenset(cpus[:1])}, "core", {}, {})
+    named, end, tids = threading.Event(), threading.Event(), []
+
+    def worker():
+        ctypes.CDLL(None).prctl(15, b"NCCL gone", 0, 0, 0)  # PR_SET_NAME
+        tids.append(threading.get_native_id())
+        named.set()
+        end.wait()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    named.wait()
+    pins = nut.pinned(plan, {"copy": "^NCCL gone"})
+    with pins as r:
+        pinned = [pin.tid for pin in r.threads if pin.ok]
+        end.set()
+        thread.join()
+    print(json.dumps({"tid": tids[0], "pinned": pinned, "exited": pins.exited,
+                      "restored": pins.restored}))
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux threads")
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: nothing to pin")
+def test_real_thread_that_exits_while_pinned_is_left_alone_and_listed():
+    p = subprocess.run(
+        [sys.executable, "-c", EXITED_THREAD, str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
+    assert got["pinned"] == [got["tid"]]
+    assert got["exited"] == [got["tid"]] and got["restored"] == []
 
 
 # -- the command line: plan --roles and threads PID --------------------------------------

@@ -93,6 +93,7 @@ def required_checks(arch, topology):
             "layout_regions",
             "record_room",
             "settle_scope",
+            "pinned_reused_id",
         }
     if arch == "aarch64":
         need.add("raw_wrong_number_is_caught")
