@@ -340,7 +340,8 @@ def _left_alone(backend: nu.Backend, entry: nu.NumaMapsEntry, vma: _Vma) -> Opti
     anonymous memory without one."""
     if vma.shared:
         return "shared"
-    if entry.file is not None or entry.huge or not _ANONYMOUS_NAME.fullmatch(vma.name):
+    anonymous = entry.file is None and not entry.huge
+    if not anonymous or not _ANONYMOUS_NAME.fullmatch(vma.name):
         return "file"
     if entry.mode in ("default", "local"):
         return None
@@ -689,29 +690,29 @@ def _pin_thread(
             role = candidate
             break
     nothing: FrozenSet[int] = frozenset()
+    gone = ThreadPin(tid, name, role, nothing, nothing, False, "exited", start)
     if start is None:
-        return ThreadPin(tid, name, role, nothing, nothing, False, "exited")
+        return gone
     try:
         before = backend.call("sched_getaffinity", tid)
     except ProcessLookupError:
-        return ThreadPin(tid, name, role, nothing, nothing, False, "exited", start)
+        return gone
+    left = gone._replace(before=before, after=before)
     if role is None:
-        return ThreadPin(tid, name, None, before, before, False, "no role", start)
+        return left._replace(reason="no role")
     want = plan.roles[role]
     if not want:
-        return ThreadPin(tid, name, role, before, before, False, "role has no CPUs", start)
+        return left._replace(reason="role has no CPUs")
     try:
         backend.call("sched_setaffinity", tid, want)
         after = backend.call("sched_getaffinity", tid)
     except ProcessLookupError:
-        return ThreadPin(tid, name, role, before, nothing, False, "exited", start)
+        return gone._replace(before=before)
     except OSError as err:
-        reason = nu._errno_reason(err.errno or errno.EIO)
-        return ThreadPin(tid, name, role, before, before, False, reason, start)
+        return left._replace(reason=nu._errno_reason(err.errno or errno.EIO))
     if after != want:
-        why = "the kernel applied other CPUs"
-        return ThreadPin(tid, name, role, before, after, False, why, start)
-    return ThreadPin(tid, name, role, before, after, True, None, start)
+        return left._replace(after=after, reason="the kernel applied other CPUs")
+    return left._replace(after=after, ok=True, reason=None)
 
 
 def pin_threads(
