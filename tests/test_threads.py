@@ -756,6 +756,42 @@ def test_cli_threads_lists_names_masks_roles_and_strays():
     assert gone.returncode == 2 and "no process" in gone.stderr
 
 
+HOSTILE_NAME = b"x\x1b[2J\n9 fake "  # clears the screen, then forges a row
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux threads")
+def test_cli_threads_escapes_names_as_maps_does():
+    """A thread's name is the process's choice (any byte but NUL, 15 of them): escape
+    sequences must not reach the terminal of whoever runs `threads PID` (root), and a
+    newline must not forge a row."""
+    target = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            THREADS_TARGET.replace('b"NCCL WatchDog"', repr(HOSTILE_NAME)),
+            *map(str, os.sched_getaffinity(0)),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert target.stdout.readline().strip() == "ready"
+        text = cli_run("threads", str(target.pid))
+        js = cli_run("threads", str(target.pid), "--json")
+    finally:
+        target.stdin.write("\n")
+        target.stdin.flush()
+        target.wait(60)
+    assert text.returncode == 0, text.stderr
+    assert "\x1b" not in text.stdout
+    rows = text.stdout.splitlines()[2:]
+    assert len(rows) == 2  # the main thread and the worker, one line each
+    assert any(row.split()[1:3] == ["x\\x1b[2J\\n9", "fake"] for row in rows), rows
+    names = [row["name"] for row in json.loads(js.stdout)]
+    assert HOSTILE_NAME.decode() in names  # JSON escapes it itself: the name as it is
+
+
 def test_a_node_the_cpuset_forbids_is_a_falsy_plan_that_says_why():
     b = sim("dual-socket-8gpu", cpus_allowed=range(0, 48))
     plan = nut.thread_plan(node=1, roles=SMALL_ROLES, backend=b)
