@@ -461,8 +461,8 @@ class _Settling:
         return any(start <= page < end for start, end in self.pinned)
 
     def count(self, tally: Dict[str, int], key: str, pages: int) -> None:
-        tally.setdefault(key, 0)
-        tally[key] += pages * self.page
+        if pages:
+            tally[key] = tally.get(key, 0) + pages * self.page
 
     def batch(self, pages: List[int], kind: str) -> None:
         """Ask where ``pages`` are, then move the misplaced ones (pinned ones aside)."""
@@ -476,28 +476,28 @@ class _Settling:
                 self.count(self.skipped, "pinned", 1)
             else:
                 todo.append(page)
-        if not todo:
-            return
-        unmoved = self.move(todo)
-        self.unmoved += unmoved
-        if len(todo) > unmoved:
-            self.count(self.moved, kind, len(todo) - unmoved)
+        if todo:
+            self.count(self.moved, kind, self.move(todo))
 
     def move(self, pages: List[int]) -> int:
-        """Move ``pages`` onto the target nodes in turn; how many stayed off them."""
+        """Move ``pages`` onto the target nodes in turn; how many moved.  A page another
+        process maps too (a forked child's copy-on-write copy) stays, as MPOL_MF_MOVE
+        leaves it (EACCES): shared; any other page that stayed: unmoved."""
         order = self.order
         targets = [order[at % len(order)] for at in range(len(pages))]
         status = nu.move_pages(0, pages, targets, nu.MbindFlag.MOVE, backend=self.backend)
+        shared = status.count(-errno.EACCES)
         left = []
         for page, node in zip(pages, status):
-            if node not in self.target:
+            if node not in self.target and node != -errno.EACCES:
                 left.append(page)
-        if not left:
-            return 0
-        # The other pages of a huge page that moved whole say "busy": ask again.
-        now = nu.move_pages(0, left, backend=self.backend)
-        stayed = [node for node in now if self.misplaced(node)]
-        return len(stayed)
+        unmoved = 0
+        if left:  # the other pages of a huge page that moved whole say "busy": ask again
+            now = nu.move_pages(0, left, backend=self.backend)
+            unmoved = sum(1 for node in now if self.misplaced(node))
+        self.count(self.skipped, "shared", shared)
+        self.unmoved += unmoved
+        return len(pages) - shared - unmoved
 
     def result(self, scope: str, strict: bool, err: Optional[int] = None) -> SettleResult:
         res = SettleResult(

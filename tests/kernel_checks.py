@@ -900,10 +900,13 @@ class _ApiBuffer:
     a guard page either side. On a real kernel THP is turned off for it so one
     fault places one page. ``addr``/``length`` are what the checks pass on."""
 
-    def __init__(self, env, npages):
+    def __init__(self, env, npages, private=False):
         self.env = env
         self.page = env.page_size
-        self.mm = mmap.mmap(-1, (npages + 3) * self.page)
+        flags = mmap.MAP_SHARED  # Python's default for anonymous memory
+        if private:
+            flags = mmap.MAP_PRIVATE
+        self.mm = mmap.mmap(-1, (npages + 3) * self.page, flags=flags | mmap.MAP_ANONYMOUS)
         if env.real and hasattr(mmap, "MADV_NOHUGEPAGE"):
             self.mm.madvise(mmap.MADV_NOHUGEPAGE)
         self._ref = ctypes.c_char.from_buffer(self.mm)
@@ -1329,33 +1332,40 @@ def check_settle_scope(env):
 
     shmid = b.call("shmget", 0, size, 0o1000 | 0o600)  # IPC_PRIVATE, IPC_CREAT
     addr = b.call("shmat", shmid, 0)
+    finish = None
     try:
         res = nu.interleave(addr, size, nodes=pair, backend=b)
         assert res, f"interleave not applied: {res.reason} {res.errno}"
         b.touch(addr, size)
-        with _ApiBuffer(env, npages) as bound, _ApiBuffer(env, npages) as loose:
-            res = nu.bind(bound.addr, [last], bound.length, backend=b)
-            assert res, f"bind not applied: {res.reason} {res.errno}"
-            b.touch(bound.addr, bound.length)
-            with nu.thread_policy("bind", [last], backend=b):
-                b.touch(loose.addr, loose.length)
-            assert placed(b, loose.addr, loose.length) == {last: loose.length}
-            if env.real:
-                finish = _paused_child(lambda: attach(b), lambda: placed(b, seen["addr"], size))
-                try:
-                    r = settle([first], budget_ms=None, backend=b)
-                finally:
-                    second = {int(k): v for k, v in finish().items()}
-            else:
-                other = b.process()
-                attach(other)
+        if env.real:
+            finish = _paused_child(lambda: attach(b), lambda: placed(b, seen["addr"], size))
+        else:
+            other = b.process()
+            attach(other)
+        # Private memory made after the fork: a page made before it is the child's too
+        # (copy-on-write), which MPOL_MF_MOVE leaves where it is.
+        with _ApiBuffer(env, npages, private=True) as bound:
+            with _ApiBuffer(env, npages, private=True) as loose:
+                res = nu.bind(bound.addr, [last], bound.length, backend=b)
+                assert res, f"bind not applied: {res.reason} {res.errno}"
+                b.touch(bound.addr, bound.length)
+                with nu.thread_policy("bind", [last], backend=b):
+                    b.touch(loose.addr, loose.length)
+                assert placed(b, loose.addr, loose.length) == {last: loose.length}
                 r = settle([first], budget_ms=None, backend=b)
-                second = placed(other, seen["addr"], size)
-            kept = placed(b, bound.addr, bound.length)
-            moved = placed(b, loose.addr, loose.length)
+                kept = placed(b, bound.addr, bound.length)
+                moved = placed(b, loose.addr, loose.length)
+        if env.real:
+            second = finish()
+            finish = None
+        else:
+            second = placed(other, seen["addr"], size)
     finally:
+        if finish is not None:
+            finish()
         b.call("shmdt", addr)
         b.call("shm_rmid", shmid)
+    second = {int(k): v for k, v in second.items()}
     assert second == split, f"the second process's pages moved: {second} != {split}"
     assert kept == {last: size}, f"the bound buffer moved: {kept}"
     assert moved == {first: size}, f"the first-touched buffer did not move: {moved}"
@@ -1372,7 +1382,7 @@ def _named_thread(name):
     tids = []
 
     def run():
-        libc().prctl(15, name.encode(), 0, 0, 0)  # PR_SET_NAME
+        ctypes.CDLL(None).prctl(15, name.encode(), 0, 0, 0)  # PR_SET_NAME
         tids.append(threading.get_native_id())
         named.set()
         end.wait()

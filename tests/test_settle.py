@@ -184,6 +184,24 @@ def test_settle_counts_pages_the_kernel_would_not_move(anon, monkeypatch):
         nut.settle([1], budget_ms=None, strict=True, backend=b)
 
 
+def test_settle_counts_pages_another_process_maps_too_as_shared(anon, monkeypatch):
+    """A private page a forked child maps too (copy-on-write) is EACCES for
+    MPOL_MF_MOVE: shared, left alone, not a failure."""
+    b = sim("dual-socket-8gpu")
+    addr, size = anon(8 * PAGE)
+    _touch_on(b, addr, size, 0)
+    real = nu.move_pages
+
+    def forked(pid, pages, nodes=None, *args, **kw):
+        if nodes is None:
+            return real(pid, pages, None, *args, **kw)
+        return [-errno.EACCES for _ in pages]
+
+    monkeypatch.setattr(nu, "move_pages", forked)
+    r = nut.settle([1], budget_ms=None, backend=b)
+    assert r and r.skipped == {"shared": size} and r.moved == {}
+
+
 def test_settle_denied_is_falsy_with_the_fix(anon):
     b = sim("dual-socket-8gpu")
     addr, size = anon(8 * PAGE)
