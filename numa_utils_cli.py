@@ -2864,9 +2864,14 @@ def _thread_rows(b: _nu.Backend, pid: str, plan: Optional[_nut.ThreadPlan]) -> L
         node = None
         if last is not None:
             node = topo.node_of_cpu(last)
+        # The name is the process's own choice: any byte but NUL (prctl PR_SET_NAME);
+        # the kernel adds one newline.
+        name = _read_optional(b, f"{base}/{tid}/comm") or ""
+        if name.endswith("\n"):
+            name = name[:-1]
         row: Dict[str, Any] = {
             "tid": tid,
-            "name": (_read_optional(b, f"{base}/{tid}/comm") or "").strip(),
+            "name": name,
             "cpus": _nu.format_cpulist(allowed),
             "last_cpu": last,
             "node": node,
@@ -2901,7 +2906,8 @@ def _cmd_threads(args: argparse.Namespace) -> int:
     for row in rows:
         last = "?" if row["last_cpu"] is None else str(row["last_cpu"])
         node = "?" if row["node"] is None else str(row["node"])
-        line = f"  {row['tid']:>7}  {row['name']:<16}  {row['cpus']:<16}  {last:>4}  {node:>4}"
+        name = _nu.printable(row["name"])  # escaped, as `maps` escapes file names
+        line = f"  {row['tid']:>7}  {name:<16}  {row['cpus']:<16}  {last:>4}  {node:>4}"
         if plan is not None:
             line += f"  {row['role'] or '-'}"
             if row["stray"]:

@@ -903,6 +903,7 @@ class _SimKernel:
         self.objects: Dict[str, _SimObject] = {}
         self.fail: Dict[str, Tuple[int, Optional[int]]] = {}  # name -> (errno, times)
         self.next_pid = 4242
+        self.clock = 0  # thread starts so far: each new thread's start time differs
         self.calls: List[Tuple[str, Tuple[int, ...]]] = []
         # Shared memory: SysV segments by shmid, /dev/shm files by name.
         self.shm: Dict[int, _SimShm] = {}
@@ -935,6 +936,17 @@ class _SimKernel:
 
     def sparse(self, size: int) -> bool:
         return size > self.sparse_above
+
+    def task(self, tid: int) -> Optional[SimulatedBackend]:
+        """The live process one of whose threads has id ``tid`` (ids are kernel-wide:
+        a process's and its threads' come from one space)."""
+        for ref in self.procs:
+            proc: Optional[SimulatedBackend] = ref()
+            if proc is None or proc.dead:
+                continue
+            if tid == proc.pid or tid in proc.thread_affinity:
+                return proc
+        return None
 
     def read_huge_sizes(self, files: Backend) -> None:
         """The huge page sizes and the default one, as the saved machine has them."""
@@ -1019,6 +1031,7 @@ class SimulatedBackend(Backend):
         cgroup: Optional[Mapping[str, int]] = None,
         shm_size: Optional[int] = None,
         sparse_above: int = SPARSE_ABOVE,
+        pid: Optional[int] = None,
         _kernel: Optional[_SimKernel] = None,
     ) -> None:
         if ".".join(_nu.__version__.split(".")[:2]) not in _MODELS:
@@ -1054,8 +1067,12 @@ class SimulatedBackend(Backend):
             _kernel.read_huge_sizes(self._files)
         self.kernel = _kernel
         topo = _kernel.topo
-        self.pid = _kernel.next_pid
-        _kernel.next_pid += 1
+        if pid is None:
+            pid = _kernel.next_pid
+            _kernel.next_pid += 1
+        elif _kernel.task(pid) is not None:
+            raise ValueError(f"pid {pid} is in use")
+        self.pid = pid  # given: a pid reused after its task exited
         self.cap_sys_nice = cap_sys_nice
         self.populate = populate
         self.cpus_allowed = (
@@ -1067,6 +1084,7 @@ class SimulatedBackend(Backend):
         self.affinity = self.cpus_allowed
         self.thread_affinity: Dict[int, FrozenSet[int]] = {}  # other threads: tid ->
         self.thread_names: Dict[int, str] = {self.pid: "python3"}  # tid -> comm
+        self.thread_start: Dict[int, int] = {}  # other threads: tid -> start time
         self.mappings: List[_SimMapping] = []
         self.policy = _Intervals()  # private ranges: by address
         self.pages: Dict[int, int] = {}  # private: page address -> node
@@ -1091,7 +1109,8 @@ class SimulatedBackend(Backend):
 
     # -- processes, failures, inspection ---------------------------------------------
     def process(self, **kw: Any) -> SimulatedBackend:
-        """Another process on the same simulated kernel."""
+        """Another process on the same simulated kernel (``pid=``: reusing the id of
+        a task that has exited)."""
         return SimulatedBackend(
             self.root, arch=self.abi.name, page_size=self.page_size, _kernel=self.kernel, **kw
         )
@@ -1103,13 +1122,25 @@ class SimulatedBackend(Backend):
     def clear_failures(self) -> None:
         self.kernel.fail.clear()
 
-    def add_thread(self, affinity: Optional[Iterable[int]] = None, name: str = "python3") -> int:
+    def add_thread(
+        self,
+        affinity: Optional[Iterable[int]] = None,
+        name: str = "python3",
+        tid: Optional[int] = None,
+    ) -> int:
         """Another thread in this process (for binding tests) named ``name`` (its
-        /proc/self/task/TID/comm); returns its tid."""
-        tid = self.kernel.next_pid
-        self.kernel.next_pid += 1
+        /proc/self/task/TID/comm); returns its tid.  ``tid``: the id of a task that
+        has exited, reused (its start time differs)."""
+        k = self.kernel
+        if tid is None:
+            tid = k.next_pid
+            k.next_pid += 1
+        elif k.task(tid) is not None:
+            raise ValueError(f"tid {tid} is in use")
         self.thread_affinity[tid] = frozenset(affinity) if affinity is not None else self.affinity
         self.thread_names[tid] = name
+        k.clock += 1
+        self.thread_start[tid] = 100 * tid + k.clock
         return tid
 
     def end_thread(self, tid: int) -> None:
@@ -1147,11 +1178,16 @@ class SimulatedBackend(Backend):
             if not self.kernel.numa:
                 raise FileNotFoundError(errno.ENOENT, "no numa_maps (kernel without NUMA)", path)
             return self.render_numa_maps()
+        if self._is_own_proc(path, "maps"):
+            return self.render_maps()
         if self._is_own_proc(path, "status"):
             return self._render_status()
         comm = re.match(r"^/proc/(?:self|\d+)/task/(\d+)/comm$", path)
         if comm and int(comm.group(1)) in self.call("threads"):
             return self.thread_names.get(int(comm.group(1)), "") + "\n"
+        task = re.match(rf"^/proc/(?:self|{self.pid})/task/(\d+)/stat$", path)
+        if task and int(task.group(1)) in self.call("threads"):
+            return self._render_task_stat(int(task.group(1)))
         if path == "/proc/sysvipc/shm":
             return self._render_sysvipc()
         k = self.kernel
@@ -1281,6 +1317,14 @@ class SimulatedBackend(Backend):
 
     def realpath(self, path: str) -> str:
         return self._files.realpath(path)
+
+    def _render_task_stat(self, tid: int) -> str:
+        """/proc/self/task/TID/stat (proc(5)) with the fields numa_utils reads: the
+        state (field 3), the start time (22) and the CPU it last ran on (39)."""
+        fields = ["S"] + ["0"] * 49  # fields 3-52
+        fields[19] = str(self.thread_start.get(tid, 100 * self.pid + self.boottime))
+        fields[36] = str(min(self.call("sched_getaffinity", tid), default=0))
+        return f"{tid} ({self.thread_names.get(tid, '')}) {' '.join(fields)}\n"
 
     def _render_status(self) -> str:
         base = _nu._read_optional(self._files, "/proc/self/status") or ""
@@ -1453,7 +1497,9 @@ class SimulatedBackend(Backend):
             misplaced = self._misplaced(start, end, pol)
             if flags & (MbindFlag.MOVE | MbindFlag.MOVE_ALL):
                 for addr in misplaced:
-                    self._move_page(addr, self._alloc(pol, self._ilx(addr), self._pool_at(addr)))
+                    if self._may_move(addr, flags):
+                        node = self._alloc(pol, self._ilx(addr), self._pool_at(addr))
+                        self._move_page(addr, node)
             elif misplaced:
                 raise _oserror(errno.EIO, "mbind", "MPOL_MF_STRICT: misplaced pages")
         return 0
@@ -1564,6 +1610,9 @@ class SimulatedBackend(Backend):
                 continue
             node = found
             if targets is not None and targets[i] != node:
+                if not self._may_move(page, flags):
+                    out.append(-errno.EACCES)  # mm/migrate.c add_page_for_migration
+                    continue
                 if self._pool_at(page).get(targets[i], 0) <= 0:
                     out.append(-errno.ENOMEM)
                     continue
@@ -1586,8 +1635,13 @@ class SimulatedBackend(Backend):
         if not src or not dst:
             return 0
         remap = {s: dst[i % len(dst)] for i, s in enumerate(src)}
+        # Every page of the process on the old nodes, whatever its mapping's policy;
+        # with CAP_SYS_NICE the kernel asks for MPOL_MF_MOVE_ALL (kernel_migrate_pages).
+        flags = MbindFlag.MOVE
+        if self.cap_sys_nice:
+            flags = MbindFlag.MOVE_ALL
         for page, node in list(self._all_pages()):
-            if node in remap and remap[node] != node:
+            if node in remap and remap[node] != node and self._may_move(page, flags):
                 self._move_page(page, remap[node])
         return 0
 
@@ -1849,6 +1903,17 @@ class SimulatedBackend(Backend):
                     if node >= 0:
                         yield mp.start + idx * mp.page, node
 
+    def _may_move(self, page: int, flags: int) -> bool:
+        """Whether a migration with ``flags`` moves ``page``: MPOL_MF_MOVE only the
+        pages no other page table maps (another process's mapping of the same
+        shared memory), MPOL_MF_MOVE_ALL every page (mm/mempolicy.c
+        migrate_folio_add)."""
+        mp = self._find_mapping(page)
+        if flags & MbindFlag.MOVE_ALL or mp is None or mp.obj is None:
+            return True
+        count: int = mp.obj.mapcount[mp.obj_page + (page - mp.start) // mp.page]
+        return count <= 1
+
     def _move_page(self, page: int, node: Optional[int]) -> None:
         if node is None:
             return
@@ -2090,6 +2155,18 @@ class SimulatedBackend(Backend):
     def touch(self, addr: int, length: int) -> None:
         self._populate(addr, length, True)
 
+    def map_private(self, addr: int, length: int, label: str = "") -> None:
+        """[addr, addr+length) of this process's memory (a test's buffer) as one
+        private mapping that numa_maps labels ``label``: "" (anonymous), "heap",
+        "stack", or "file=PATH" (a file's private copy-on-write pages).  Its pages
+        are placed as anonymous pages are; what the simulator saw there is gone."""
+        page = self.page_size
+        start = addr - addr % page
+        end = -(-(addr + length) // page) * page
+        self._drop_private(start, end)
+        self.mappings.append(_SimMapping(start, end, label=label, page=page))
+        self.mappings.sort(key=lambda m: m.start)
+
     def _call_mincore(self, addr: int, length: int) -> int:
         err = self._take_failure("mincore")  # injectable; not a policy syscall
         if err is not None:
@@ -2154,26 +2231,37 @@ class SimulatedBackend(Backend):
                         a, z = max(addr, mp.start), min(addr + length, mp.end)
                         self._populate(a, z - a, False)
 
+    def _task(self, tid: int, what: str) -> SimulatedBackend:
+        """The process of thread ``tid`` (0: this thread), any process's: a thread id
+        names one task in the whole pid namespace (kernel/sched/core.c find_process_by_pid)."""
+        if tid == 0:
+            return self
+        proc = self.kernel.task(tid)
+        if proc is None:
+            raise _oserror(errno.ESRCH, what)
+        return proc
+
     def _call_sched_getaffinity(self, pid: int = 0) -> FrozenSet[int]:
-        if pid in (0, self.pid):
-            return self.affinity
-        if pid in self.thread_affinity:
-            return self.thread_affinity[pid]
-        raise _oserror(errno.ESRCH, "sched_getaffinity")
+        proc = self._task(pid, "sched_getaffinity")
+        if pid in (0, proc.pid):
+            return proc.affinity
+        return proc.thread_affinity[pid]
 
     def _call_cpuset_cpus(self) -> Optional[FrozenSet[int]]:
         return self.cpus_allowed
 
     def _call_sched_setaffinity(self, pid: int, cpus: Iterable[int]) -> None:
-        want = frozenset(cpus) & self.cpus_allowed & self.kernel.topo.online_cpus
-        if pid not in (0, self.pid) and pid not in self.thread_affinity:
-            raise _oserror(errno.ESRCH, "sched_setaffinity")
+        proc = self._task(pid, "sched_setaffinity")
+        # Another user's task needs CAP_SYS_NICE (check_same_owner).
+        if proc.uid != self.uid and not self.cap_sys_nice:
+            raise _oserror(errno.EPERM, "sched_setaffinity")
+        want = frozenset(cpus) & proc.cpus_allowed & self.kernel.topo.online_cpus
         if not want:
             raise _oserror(errno.EINVAL, "sched_setaffinity", "no allowed CPU in the set")
-        if pid in (0, self.pid):
-            self.affinity = want
+        if pid in (0, proc.pid):
+            proc.affinity = want
         else:
-            self.thread_affinity[pid] = want
+            proc.thread_affinity[pid] = want
 
     # -- shared memory: SysV (ipc/shm.c) and POSIX (/dev/shm on tmpfs) ---------------
     def _take_failure(self, key: str) -> Optional[int]:
@@ -2584,6 +2672,29 @@ class SimulatedBackend(Backend):
                     text += f" kernelpagesize_kB={base_kb}"
                 lines.append(text)
         return "".join(line + "\n" for line in lines)
+
+    def render_maps(self) -> str:
+        """/proc/self/maps (fs/proc/task_mmu.c show_map_vma): the VMAs of
+        render_numa_maps, each "start-end perms offset dev inode path"; shared
+        memory objects are shared mappings (s), the rest private (p)."""
+        lines = []
+        for mp in sorted(self.mappings, key=lambda m: m.start):
+            if mp.obj is not None:
+                path = mp.obj.path + " (deleted)" * mp.obj.deleted
+                offset = mp.obj_page * mp.page
+                head = f"{mp.start:08x}-{mp.end:08x} rw-s {offset:08x} 00:01 1"
+                lines.append(f"{head} {path.replace(chr(10), _NEWLINE_ESCAPE)}")
+                continue
+            path = _MAPS_LABELS.get(mp.label or "", (mp.label or "")[len("file=") :])
+            for a, z, _ in self.policy.pieces(mp.start, mp.end):
+                lines.append(f"{a:08x}-{z:08x} rw-p 00000000 00:00 0 {path}")
+        return "".join(line + "\n" for line in lines)
+
+
+# What /proc/PID/maps names a private mapping that numa_maps labels so; a file's path
+# is written with its newlines escaped (seq_file_path(m, file, "\n")).
+_MAPS_LABELS = {"": "", "heap": "[heap]", "stack": "[stack]"}
+_NEWLINE_ESCAPE = "\\012"
 
 
 def backend_for_root(root: Optional[str] = None) -> _nu.Backend:

@@ -14,6 +14,7 @@ import errno
 import itertools
 import os
 import re
+import time
 from types import MappingProxyType
 from typing import (
     TYPE_CHECKING,
@@ -69,6 +70,8 @@ __all__ = [
     "ProcessTreePlan",
     "TreeGroup",
     "settle",
+    "SettleResult",
+    "SETTLE_SCOPES",
     "DEFAULT_ROLES",
     "SMT_RULES",
     "RemoteShare",
@@ -330,47 +333,317 @@ def thread_plan(
     )
 
 
-_SHARED_PAGES_HINT = (
-    "pages that other processes map too move only with CAP_SYS_NICE (docker run "
-    "--cap-add SYS_NICE); pages of files and shared memory may stay"
+# -- settle: pages first-touched before the process was bound --------------------------
+#
+# settle() moves what this process first-touched by accident, and nothing else.  By
+# default: its private anonymous memory (heap, stacks, anonymous mmap) whose mapping
+# has no policy of its own, read from its own /proc/self/maps and numa_maps.  Never:
+# - shared memory (SysV, /dev/shm, memfd, shared anonymous): other processes map its
+#   pages, and with CAP_SYS_NICE migrate_pages(2) takes MPOL_MF_MOVE_ALL and moves
+#   them under those processes too;
+# - a mapping with a policy of its own (bound or interleaved on purpose):
+#   migrate_pages(2) ignores policies;
+# - a file's pages, hugetlb, the kernel's own mappings ([vdso]), a range pinned for DMA.
+# Pages move with move_pages(2) and MPOL_MF_MOVE (never MOVE_ALL), a batch per call,
+# and one settle() call stops at its budget, so that a 200 GiB process never waits
+# minutes behind one call: the result says where to go on from.
+
+SETTLE_SCOPES = ("private", "process")
+SETTLE_BUDGET_MS = 20.0
+_SETTLE_BATCH = 4 << 20  # bytes per move_pages call: a few milliseconds of copying
+# A line of /proc/PID/maps (fs/proc/task_mmu.c show_map_vma): start-end perms offset
+# dev inode [name]; the fourth permission is "s" for a shared mapping.
+_MAPS_LINE = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) \S{3}(\S) \S+ \S+ \S+ *(.*)$", re.M)
+# The names it gives private anonymous memory ("[stack:TID]" before Linux 4.5,
+# "[anon:NAME]" from prctl(PR_SET_VMA_ANON_NAME)); "" for none.
+_ANONYMOUS_NAME = re.compile(r"|\[heap\]|\[stack\]|\[stack:\d+\]|\[anon:.*\]")
+_UNMOVED_HINT = (
+    "the kernel kept these pages where they are (pinned by a driver, locked or busy): "
+    "settle again later, or leave them"
 )
+_BUDGET_HINT = "the budget ended first: settle(..., start=next_address) goes on from there"
 
 
-def _move_buffer(backend: nu.Backend, buf: Any, order: List[int]) -> int:
-    """move_pages(2) for ``buf``'s pages, spread over ``order``, 64 Ki pages a call;
-    the pages the kernel did not put there (those not faulted in yet do not count).
-    ``buf``: a buffer, or (address, length)."""
-    if isinstance(buf, tuple):
-        addr, length = nu.buffer_range(buf[0], buf[1])
-    else:
-        addr, length = nu.buffer_range(buf)
-    start, size = nu._page_range(addr, length, backend.page_size)
-    step = nu._MOVE_PAGES_LIMIT * backend.page_size
-    unmoved = 0
-    for first in range(start, start + size, step):
-        pages = list(range(first, min(first + step, start + size), backend.page_size))
+class SettleResult(_Record):
+    """What settle did.  Truthy when it went through its whole scope within the budget
+    and every page there that sat off ``nodes`` is on them now."""
+
+    applied: bool
+    nodes: FrozenSet[int]
+    scope: str  # "private" (the default), "buffers" (those named) or "process"
+    moved: Dict[str, int]  # bytes moved onto ``nodes``, by kind: heap, stack, anon ...
+    skipped: Dict[str, int]  # bytes off ``nodes`` left alone: shared, policy, pinned, file
+    finished: bool  # the whole scope was gone through within the budget
+    seconds: float
+    next_address: int = 0  # not finished: pass it as ``start`` to go on from there
+    resident_unmoved: int = 0  # bytes in scope the kernel would not move
+    reason: Optional[str] = None  # why falsy: "budget", "unmoved", "EPERM", ...
+    errno: Optional[int] = None
+    hint: Optional[str] = None
+
+    def __bool__(self) -> bool:
+        return self.applied
+
+    def to_json(self) -> Dict[str, Any]:
+        return nu._record_json(self)
+
+
+class _Vma(_Record):
+    """A line of /proc/self/maps, as much as settle needs."""
+
+    end: int
+    shared: bool
+    name: str  # a file's path, "[heap]", "[vdso]" ...; "" for anonymous memory
+
+
+def _maps_vmas(text: str) -> Dict[int, _Vma]:
+    """/proc/PID/maps by start address."""
+    vmas = {}
+    for found in _MAPS_LINE.finditer(text):
+        start, end, share, name = found.groups()
+        vmas[int(start, 16)] = _Vma(int(end, 16), share == "s", name)
+    return vmas
+
+
+def _left_alone(backend: nu.Backend, entry: nu.NumaMapsEntry, vma: _Vma) -> Optional[str]:
+    """Why the default scope leaves a mapping alone: "shared", "file" (a file's pages,
+    hugetlb, the kernel's [vdso]) or "policy" (a policy of its own); None for private
+    anonymous memory without one."""
+    if vma.shared:
+        return "shared"
+    anonymous = entry.file is None and not entry.huge
+    if not anonymous or not _ANONYMOUS_NAME.fullmatch(vma.name):
+        return "file"
+    if entry.mode in ("default", "local"):
+        return None
+    # numa_maps prints the task's policy for a mapping without one: ask the mapping's.
+    try:
+        value = nu.get_mempolicy(entry.start, backend=backend)[0]
+    except OSError:
+        return "policy"  # unknown: left alone
+    if value & ~nu._MODE_FLAGS_MASK in (nu.Mode.DEFAULT, nu.Mode.LOCAL):
+        return None
+    return "policy"
+
+
+def _bytes_on(entry: nu.NumaMapsEntry, nodes: FrozenSet[int]) -> int:
+    """The bytes of a mapping's pages that sit on ``nodes``."""
+    return sum(size for node, size in entry.bytes_per_node.items() if node in nodes)
+
+
+def _private_ranges(
+    backend: nu.Backend, away: FrozenSet[int], skipped: Dict[str, int]
+) -> List[Tuple[int, int, str]]:
+    """(start, end, kind) of the default scope's mappings that hold pages on ``away``,
+    by address; the bytes on ``away`` of those it leaves go into ``skipped``."""
+    vmas = _maps_vmas(backend.read_text("/proc/self/maps"))
+    text = backend.read_text(nu._maps_path("self"))
+    entries = nu.parse_numa_maps(text, page_size_kb=nu._page_kb(backend))
+    ranges = []
+    for entry in entries:
+        vma = vmas.get(entry.start)
+        held = _bytes_on(entry, away)
+        if vma is None or not held:
+            continue
+        why = _left_alone(backend, entry, vma)
+        if why is None:
+            ranges.append((entry.start, vma.end, entry.kind))
+            continue
+        skipped.setdefault(why, 0)
+        skipped[why] += held
+    return ranges
+
+
+def _page_ranges(backend: nu.Backend, bufs: Iterable[Any]) -> List[Tuple[int, int]]:
+    """(start, end) of the whole pages of each buffer or (address, length), sorted."""
+    ranges = []
+    for buf in bufs:
+        if not isinstance(buf, tuple):
+            buf = (buf,)
+        addr, length = nu.buffer_range(*buf)
+        start, size = nu._page_range(addr, length, backend.page_size)
+        ranges.append((start, start + size))
+    ranges.sort()
+    return ranges
+
+
+def _settle_failed(
+    res: SettleResult, strict: bool, reason: str, err: int, hint: Optional[str]
+) -> SettleResult:
+    """``res`` failed for ``reason``: falsy, logged once, or raised (strict)."""
+    if strict:
+        raise OSError(err, f"settle: {reason}: {hint}")
+    nu._warn_once(f"settle:{reason}", "numa_utils: settle: %s. %s", reason, hint)
+    return res._replace(reason=reason, errno=err, hint=hint)
+
+
+class _Settling:
+    """One settle call: the misplaced pages of address ranges moved onto ``target``
+    with move_pages(2), a batch of pages per call, until the budget ends."""
+
+    def __init__(
+        self,
+        backend: nu.Backend,
+        target: FrozenSet[int],
+        pinned: List[Tuple[int, int]],
+        budget_ms: Optional[float],
+    ) -> None:
+        self.backend = backend
+        self.page = backend.page_size
+        self.target = target
+        self.order = sorted(target)
+        self.away: Optional[FrozenSet[int]] = None  # pages there move; None: any not on target
+        self.pinned = pinned
+        self.budget_ms = budget_ms
+        self.started = time.monotonic()
+        self.moved: Dict[str, int] = {}
+        self.skipped: Dict[str, int] = {}
+        self.unmoved = 0  # pages
+        self.batches = 0
+        self.stopped_at = 0  # where the budget ended it; 0: it went through
+
+    def out_of_time(self) -> bool:
+        """The budget has ended (never before the first batch)."""
+        if self.budget_ms is None or not self.batches:
+            return False
+        return time.monotonic() - self.started >= self.budget_ms / 1000
+
+    def run(self, ranges: List[Tuple[int, int, str]], start: int) -> None:
+        """Go through ``ranges`` ((start, end, kind) by address) from ``start`` on."""
+        step = max(_SETTLE_BATCH // self.page, 1) * self.page
+        start -= start % self.page
+        for first, end, kind in ranges:
+            addr = max(first, start)
+            while addr < end:
+                if self.out_of_time():
+                    self.stopped_at = addr
+                    return
+                stop = min(addr + step, end)
+                self.batch(list(range(addr, stop, self.page)), kind)
+                addr = stop
+
+    def misplaced(self, node: int) -> bool:
+        """Whether a page on ``node`` (move_pages' status: < 0 for none) is to move."""
+        if node < 0 or node in self.target:
+            return False
+        return self.away is None or node in self.away
+
+    def is_pinned(self, page: int) -> bool:
+        return any(start <= page < end for start, end in self.pinned)
+
+    def count(self, tally: Dict[str, int], key: str, pages: int) -> None:
+        if pages:
+            tally[key] = tally.get(key, 0) + pages * self.page
+
+    def batch(self, pages: List[int], kind: str) -> None:
+        """Ask where ``pages`` are, then move the misplaced ones (pinned ones aside)."""
+        self.batches += 1
+        where = nu.move_pages(0, pages, backend=self.backend)
+        todo = []
+        for page, node in zip(pages, where):
+            if not self.misplaced(node):
+                continue
+            if self.is_pinned(page):
+                self.count(self.skipped, "pinned", 1)
+            else:
+                todo.append(page)
+        if todo:
+            self.count(self.moved, kind, self.move(todo))
+
+    def move(self, pages: List[int]) -> int:
+        """Move ``pages`` onto the target nodes in turn; how many moved.  A page another
+        process maps too (a forked child's copy-on-write copy) stays, as MPOL_MF_MOVE
+        leaves it (EACCES): shared; any other page that stayed: unmoved."""
+        order = self.order
         targets = [order[at % len(order)] for at in range(len(pages))]
-        status = nu.move_pages(0, pages, targets, nu.MbindFlag.MOVE, backend=backend)
-        unmoved += sum(1 for got in status if got not in order and got != -errno.ENOENT)
-    return unmoved
+        status = nu.move_pages(0, pages, targets, nu.MbindFlag.MOVE, backend=self.backend)
+        shared = status.count(-errno.EACCES)
+        left = []
+        for page, node in zip(pages, status):
+            if node not in self.target and node != -errno.EACCES:
+                left.append(page)
+        unmoved = 0
+        if left:  # the other pages of a huge page that moved whole say "busy": ask again
+            now = nu.move_pages(0, left, backend=self.backend)
+            unmoved = sum(1 for node in now if self.misplaced(node))
+        self.count(self.skipped, "shared", shared)
+        self.unmoved += unmoved
+        return len(pages) - shared - unmoved
+
+    def result(self, scope: str, strict: bool, err: Optional[int] = None) -> SettleResult:
+        res = SettleResult(
+            False,
+            self.target,
+            scope,
+            self.moved,
+            self.skipped,
+            not self.stopped_at and err is None,
+            time.monotonic() - self.started,
+            self.stopped_at,
+            self.unmoved * self.page,
+        )
+        if err is not None:
+            reason = nu._errno_reason(err)
+            return _settle_failed(res, strict, reason, err, nu._HINTS.get(reason))
+        if self.unmoved:
+            return _settle_failed(res, strict, "unmoved", errno.EBUSY, _UNMOVED_HINT)
+        if self.stopped_at:
+            return res._replace(reason="budget", hint=_BUDGET_HINT)
+        return res._replace(applied=True)
+
+
+def _settle_scope(scope: Optional[str], buffers: List[Any], budget_ms: Optional[float]) -> str:
+    """The scope settle works in ("private", "buffers" or "process"), its arguments
+    checked."""
+    if budget_ms is not None and not budget_ms >= 0:
+        raise ValueError(f"settle: budget_ms must be >= 0 or None, not {budget_ms!r}")
+    if scope is None and buffers:
+        return "buffers"
+    if scope is None:
+        return "private"
+    if scope not in SETTLE_SCOPES:
+        raise ValueError(f"settle: scope must be one of {', '.join(SETTLE_SCOPES)}, not {scope!r}")
+    if buffers:
+        raise ValueError(f"settle: buffers and scope={scope!r}: give one of the two")
+    return scope
 
 
 def settle(
     nodes: Iterable[int],
     buffers: Iterable[Any] = (),
     *,
+    scope: Optional[str] = None,
+    pinned: Iterable[Any] = (),
+    budget_ms: Optional[float] = SETTLE_BUDGET_MS,
+    start: int = 0,
     strict: Optional[bool] = None,
     backend: Optional[nu.Backend] = None,
-) -> nu.PolicyResult:
+) -> SettleResult:
     """Move the pages this process first-touched before it was bound onto ``nodes``.
 
-    Without ``buffers``: every page of the process on the other DRAM nodes it may use
-    (default_memory_nodes: GPU memory and slower tiers hold pages put there on
-    purpose), with migrate_pages(2); with them (each a buffer or (address, length)):
-    only their pages, with move_pages(2).  Truthy when every page asked for moved;
-    ``resident_unmoved`` counts the bytes that stayed (pages other processes map too
-    need CAP_SYS_NICE: ``hint`` says so).  Denied (Docker's default seccomp profile:
-    EPERM) or unsupported: falsy with the fix (strict: OSError).
+    By default (scope "private") only its own private anonymous memory (heap, stacks,
+    anonymous mmap) whose mapping has no policy of its own, from the other default
+    memory nodes (GPU memory and slower tiers hold pages put there on purpose).
+    ``skipped`` counts what it leaves, by why: shared memory other processes may map
+    ("shared"), mappings with a policy ("policy"), files, hugetlb and the kernel's own
+    ("file"), and ``pinned`` ranges, buffers or (address, length) such as a CudaPin's
+    ``chunks`` ("pinned").  With ``buffers`` (each a buffer or (address, length)):
+    exactly their pages, from any other node.  Pages move with move_pages(2)
+    (MPOL_MF_MOVE, never MOVE_ALL); ``moved`` counts them by kind.
+
+    One call works for about ``budget_ms`` (None: until done), a batch of pages per
+    kernel call; when the budget ends first, ``finished`` is False and settle(...,
+    start=result.next_address) goes on from there.
+
+    ``scope="process"`` is migrate_pages(2) over the whole process instead: every
+    mapping's policy is ignored, and with CAP_SYS_NICE (root) the kernel moves the
+    pages of shared memory that other processes map too (MPOL_MF_MOVE_ALL), under
+    them; the kernel does not say what moved.
+
+    Truthy when the whole scope was gone through and every page in it moved;
+    ``resident_unmoved`` counts the bytes the kernel kept.  Denied (Docker's default
+    seccomp profile: EPERM) or unsupported: falsy with the fix (strict: OSError,
+    except when only the budget ended).
     """
     backend = nu._b(backend)
     st = nu._strict_or_env(strict)
@@ -380,28 +653,30 @@ def settle(
         raise ValueError("settle: no node to move pages to")
     # Nodes the cpuset forbids are left out, as the policy calls leave them out.
     target = asked & allowed
-    result = nu.PolicyResult(False, "migrate", target, dropped=asked - target)
-    if not target or (result.dropped and st):
-        return nu._fallback(result, st, "settle", "cpuset", errno.EINVAL)
-    if result.dropped:
-        result = result._replace(reason="cpuset", hint=nu._HINTS["cpuset"])
-    order = sorted(target)
     buffers = list(buffers)
-    try:
-        if buffers:
-            unmoved = sum(_move_buffer(backend, buf, order) for buf in buffers)
-        else:
-            others = default - target
-            unmoved = nu.migrate_pages(0, others, target, backend=backend)
-    except OSError as e:
-        err = e.errno or errno.EIO
-        return nu._fallback(result, st, "settle", nu._errno_reason(err), err)
-    if unmoved:
-        left = result._replace(
-            reason="unmoved", resident_unmoved=unmoved * backend.page_size, hint=_SHARED_PAGES_HINT
+    where = _settle_scope(scope, buffers, budget_ms)
+    run = _Settling(backend, target, _page_ranges(backend, pinned), budget_ms)
+    if not target or (asked - target and st):
+        return _settle_failed(
+            run.result(where, st), st, "cpuset", errno.EINVAL, nu._HINTS["cpuset"]
         )
-        return nu._fallback(left, st, "settle")
-    return result._replace(applied=True)
+    try:
+        if where == "buffers":
+            named = _page_ranges(backend, buffers)
+            run.run([(first, end, "buffers") for first, end in named], start)
+        else:
+            away = default - target
+            run.away = away
+        if where == "private":
+            run.run(_private_ranges(backend, away, run.skipped), start)
+        if where == "process":
+            run.unmoved = nu.migrate_pages(0, away, target, backend=backend)
+    except OSError as err:
+        return run.result(where, st, err.errno or errno.EIO)
+    res = run.result(where, st)
+    if asked - target and res:
+        return res._replace(reason="cpuset", hint=nu._HINTS["cpuset"])
+    return res
 
 
 _settle = settle  # pin_threads' ``settle`` argument hides the function
@@ -417,6 +692,7 @@ class ThreadPin(_Record):
     after: FrozenSet[int]
     ok: bool  # pinned to its role's CPUs
     reason: Optional[str] = None  # why not: "no role", "exited", "EPERM", ...
+    start: Optional[str] = None  # when it started (stat field 22): its id alone may be reused
 
     @property
     def failed(self) -> bool:
@@ -441,7 +717,7 @@ class PinResult(_Record):
     passes: int
     inherit: str = _INHERIT_NOTE
     notes: Tuple[str, ...] = ()
-    settled: Optional[nu.PolicyResult] = None  # settle=True: the pages moved to the plan's
+    settled: Optional[SettleResult] = None  # settle=True: the pages moved to the plan's
 
     def __bool__(self) -> bool:
         return not any(pin.failed for pin in self.threads)
@@ -467,6 +743,17 @@ def _thread_name(backend: nu.Backend, tid: int) -> str:
     return nu._clean(nu._read_optional(backend, f"/proc/self/task/{tid}/comm") or "")
 
 
+def _thread_start(backend: nu.Backend, tid: int) -> Optional[str]:
+    """When thread ``tid`` of this process started (proc(5) stat field 22, counted
+    after the name, which may hold ") "); None when this process has no such thread
+    (it exited: its id may be another task's by now)."""
+    stat = nu._read_optional(backend, f"/proc/self/task/{tid}/stat") or ""
+    fields = stat.rpartition(")")[2].split()
+    if len(fields) < 20:
+        return None
+    return fields[19]
+
+
 def _pin_thread(
     backend: nu.Backend,
     plan: ThreadPlan,
@@ -477,32 +764,36 @@ def _pin_thread(
     """Thread ``tid`` pinned to the CPUs of the first role whose pattern its name
     matches (``default`` when none does)."""
     name = _thread_name(backend, tid)
+    start = _thread_start(backend, tid)
     role = default
     for candidate, pattern in patterns.items():
         if pattern.search(name):
             role = candidate
             break
     nothing: FrozenSet[int] = frozenset()
+    gone = ThreadPin(tid, name, role, nothing, nothing, False, "exited", start)
+    if start is None:
+        return gone
     try:
         before = backend.call("sched_getaffinity", tid)
     except ProcessLookupError:
-        return ThreadPin(tid, name, role, nothing, nothing, False, "exited")
+        return gone
+    left = gone._replace(before=before, after=before)
     if role is None:
-        return ThreadPin(tid, name, None, before, before, False, "no role")
+        return left._replace(reason="no role")
     want = plan.roles[role]
     if not want:
-        return ThreadPin(tid, name, role, before, before, False, "role has no CPUs")
+        return left._replace(reason="role has no CPUs")
     try:
         backend.call("sched_setaffinity", tid, want)
         after = backend.call("sched_getaffinity", tid)
     except ProcessLookupError:
-        return ThreadPin(tid, name, role, before, nothing, False, "exited")
+        return gone._replace(before=before)
     except OSError as err:
-        reason = nu._errno_reason(err.errno or errno.EIO)
-        return ThreadPin(tid, name, role, before, before, False, reason)
+        return left._replace(reason=nu._errno_reason(err.errno or errno.EIO))
     if after != want:
-        return ThreadPin(tid, name, role, before, after, False, "the kernel applied other CPUs")
-    return ThreadPin(tid, name, role, before, after, True)
+        return left._replace(after=after, reason="the kernel applied other CPUs")
+    return left._replace(after=after, ok=True, reason=None)
 
 
 def pin_threads(
@@ -522,7 +813,8 @@ def pin_threads(
     ``unmatched``).  Threads that appear while it works are pinned by another pass,
     until a pass finds none new.  Threads started afterwards inherit the mask of the
     thread that starts them (``inherit``).  ``settle``: then move the pages the process
-    placed elsewhere to the plan's memory nodes (see settle; ``settled``).  Strict:
+    first-touched elsewhere to the plan's memory nodes, all of them (settle's default
+    scope, no budget: ``settled``).  Strict:
     OSError when a matched thread could not be pinned.
     """
     backend = nu._b(backend)
@@ -549,7 +841,7 @@ def pin_threads(
     unmatched = tuple(pin.tid for pin in seen.values() if pin.role is None)
     moved = None
     if settle and plan.memory_nodes:
-        moved = _settle(plan.memory_nodes, strict=st, backend=backend)
+        moved = _settle(plan.memory_nodes, budget_ms=None, strict=st, backend=backend)
     elif settle:
         nu._fail(st, "settle: the plan names no memory node; the pages stay where they are", notes)
     threads = tuple(seen.values())
@@ -558,9 +850,16 @@ def pin_threads(
 
 class pinned:
     """Context manager: pin_threads(plan, match, ...) on entry (the PinResult is what
-    ``as`` gets); on exit every thread mask it changed is put back (threads that exited
-    meanwhile are skipped), and the calling thread's memory policy when ``memory``
-    ("prefer", "bind", ...) set it to the plan's memory nodes."""
+    ``as`` gets); on exit every thread mask it changed is put back (``restored``), and
+    the calling thread's memory policy when ``memory`` ("prefer", "bind", ...) set it
+    to the plan's memory nodes.
+
+    A thread is put back only while it is still one of this process's
+    (/proc/self/task) and started when the one pinned did: once a thread exits, its
+    id may name a new thread or another process (as root, any process's mask could be
+    overwritten).  The others are listed in ``exited``.  (A thread that exits and
+    whose id is taken again between that check and the call is beyond any check:
+    sched_setaffinity(2) takes an id, not a handle.)"""
 
     def __init__(
         self,
@@ -580,6 +879,7 @@ class pinned:
         self.backend = backend
         self.result: Optional[PinResult] = None
         self.restored: List[int] = []  # tids whose mask was put back
+        self.exited: List[int] = []  # tids that exited meanwhile: left alone
         self._policy: Optional[nu.thread_policy] = None
 
     def __enter__(self) -> PinResult:
@@ -600,11 +900,14 @@ class pinned:
         if self.result is not None:
             changed = [pin for pin in self.result.threads if pin.before and pin.after != pin.before]
         for pin in changed:
+            if pin.start is None or _thread_start(backend, pin.tid) != pin.start:
+                self.exited.append(pin.tid)
+                continue
             try:
                 backend.call("sched_setaffinity", pin.tid, pin.before)
                 self.restored.append(pin.tid)
             except ProcessLookupError:
-                continue
+                self.exited.append(pin.tid)
             except OSError as err:
                 nu._warn_once(
                     f"pinned-restore:{pin.tid}",

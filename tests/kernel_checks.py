@@ -34,6 +34,7 @@ import platform
 import struct
 import subprocess
 import sys
+import threading
 import time
 import traceback
 
@@ -899,10 +900,13 @@ class _ApiBuffer:
     a guard page either side. On a real kernel THP is turned off for it so one
     fault places one page. ``addr``/``length`` are what the checks pass on."""
 
-    def __init__(self, env, npages):
+    def __init__(self, env, npages, private=False):
         self.env = env
         self.page = env.page_size
-        self.mm = mmap.mmap(-1, (npages + 3) * self.page)
+        flags = mmap.MAP_SHARED  # Python's default for anonymous memory
+        if private:
+            flags = mmap.MAP_PRIVATE
+        self.mm = mmap.mmap(-1, (npages + 3) * self.page, flags=flags | mmap.MAP_ANONYMOUS)
         if env.real and hasattr(mmap, "MADV_NOHUGEPAGE"):
             self.mm.madvise(mmap.MADV_NOHUGEPAGE)
         self._ref = ctypes.c_char.from_buffer(self.mm)
@@ -1248,6 +1252,199 @@ def check_own_mapping_flow(env):
     for kind, got in out.items():
         assert got == want, f"{kind}: the attacher's placement {got} != {want}"
     return out
+
+
+def _paused_child(first, then):
+    """Fork a child that runs first() and then waits: the function returned lets it
+    go on, and returns what then() returned (JSON) or raises what went wrong.  Call
+    it on every way out, or the child waits for ever."""
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+    out_r, out_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        for fd in (ready_r, go_w, out_r):
+            os.close(fd)
+        try:
+            first()
+            os.write(ready_w, b"1")
+            os.read(go_r, 1)
+            res = {"ok": True, "value": _jsonable(then())}
+        except BaseException as e:  # noqa: BLE001
+            res = {
+                "ok": False,
+                "error": f"{type(e).__name__}: {e}",
+                "tb": traceback.format_exc(limit=6),
+            }
+        os.write(out_w, json.dumps(res).encode())
+        os._exit(0)
+    for fd in (ready_w, go_r, out_w):
+        os.close(fd)
+    os.read(ready_r, 1)  # nothing when first() failed: the child has written why
+    os.close(ready_r)
+
+    def finish():
+        try:
+            os.write(go_w, b"1")
+        except BrokenPipeError:
+            pass
+        os.close(go_w)
+        data = _read_all(out_r)
+        os.waitpid(pid, 0)
+        res = json.loads(data or b'{"ok": false, "error": "child died"}')
+        if not res["ok"]:
+            raise AssertionError(f"in child: {res['error']}\n{res.get('tb', '')}")
+        return res["value"]
+
+    finish.pid = pid
+    return finish
+
+
+def check_settle_scope(env):
+    """settle() moves only what this process first-touched by accident (issue 38
+    section 1).  This process interleaves a SysV segment over the first and last
+    node and touches it; a second process attaches and prefaults it; this process
+    binds a buffer to the last node and first-touches another there, then calls
+    settle([first]): the second process's pages stay split, the bound buffer stays,
+    the other buffer moves.  (As root, the whole-process migrate_pages(2) settle
+    used to take MPOL_MF_MOVE_ALL and moved the first two as well.)"""
+    nu = env.nu
+    (settle,) = env.need("settle")
+    env.need_numa()
+    nodes = env.default_nodes
+    if len(nodes) < 2:
+        raise Skip("one usable memory node")
+    pair = [nodes[0], nodes[-1]]
+    first, last = pair
+    b = env.backend
+    npages = 16
+    size = npages * env.page_size
+    split = even_split(pair, npages, env.page_size)
+    seen = {}
+
+    def attach(backend):
+        seen["addr"] = backend.call("shmat", shmid, 0)
+        nu.prefault(seen["addr"], size, threads=1, backend=backend, shared=True)
+
+    def placed(backend, addr, length):
+        got = nu.placement(addr, length, method="move_pages", backend=backend)
+        return {int(k): v for k, v in got.items() if v}
+
+    shmid = b.call("shmget", 0, size, 0o1000 | 0o600)  # IPC_PRIVATE, IPC_CREAT
+    addr = b.call("shmat", shmid, 0)
+    finish = None
+    try:
+        res = nu.interleave(addr, size, nodes=pair, backend=b)
+        assert res, f"interleave not applied: {res.reason} {res.errno}"
+        b.touch(addr, size)
+        if env.real:
+            finish = _paused_child(lambda: attach(b), lambda: placed(b, seen["addr"], size))
+        else:
+            other = b.process()
+            attach(other)
+        # Private memory made after the fork: a page made before it is the child's too
+        # (copy-on-write), which MPOL_MF_MOVE leaves where it is.
+        with _ApiBuffer(env, npages, private=True) as bound:
+            with _ApiBuffer(env, npages, private=True) as loose:
+                res = nu.bind(bound.addr, [last], bound.length, backend=b)
+                assert res, f"bind not applied: {res.reason} {res.errno}"
+                b.touch(bound.addr, bound.length)
+                with nu.thread_policy("bind", [last], backend=b):
+                    b.touch(loose.addr, loose.length)
+                assert placed(b, loose.addr, loose.length) == {last: loose.length}
+                r = settle([first], budget_ms=None, backend=b)
+                kept = placed(b, bound.addr, bound.length)
+                moved = placed(b, loose.addr, loose.length)
+        if env.real:
+            second = finish()
+            finish = None
+        else:
+            second = placed(other, seen["addr"], size)
+    finally:
+        if finish is not None:
+            finish()
+        b.call("shmdt", addr)
+        b.call("shm_rmid", shmid)
+    second = {int(k): v for k, v in second.items()}
+    assert second == split, f"the second process's pages moved: {second} != {split}"
+    assert kept == {last: size}, f"the bound buffer moved: {kept}"
+    assert moved == {first: size}, f"the first-touched buffer did not move: {moved}"
+    assert r.finished and r.scope == "private", r
+    assert r.skipped.get("shared", 0) >= size // 2 and r.skipped.get("policy", 0) >= size, r
+    assert sum(r.moved.values()) >= size, r
+    return {"second": second, "bound": kept, "moved": moved, "result": nu.to_json(r)}
+
+
+def _named_thread(name):
+    """A real thread named ``name`` (PR_SET_NAME) that waits: (thread, its tid, the
+    event that ends it)."""
+    named, end = threading.Event(), threading.Event()
+    tids = []
+
+    def run():
+        ctypes.CDLL(None).prctl(15, name.encode(), 0, 0, 0)  # PR_SET_NAME
+        tids.append(threading.get_native_id())
+        named.set()
+        end.wait()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    named.wait()
+    return thread, tids[0], end
+
+
+def _child_with_pid(pid, first):
+    """_paused_child(first, ...) given ``pid`` through ns_last_pid (root), once the
+    task that had it is gone; Skip when the kernel will not give it."""
+    for _ in range(50):
+        try:
+            _write("/proc/sys/kernel/ns_last_pid", str(pid - 1))
+        except OSError as err:
+            raise Skip(f"cannot choose the next pid (ns_last_pid: {err})") from None
+        finish = _paused_child(first, lambda: None)
+        if finish.pid == pid:
+            return finish
+        finish()
+        time.sleep(0.02)
+    raise Skip(f"pid {pid} was not given again")
+
+
+def check_pinned_reused_id(env):
+    """pinned() puts back only the threads it pinned (issue 38 section 3): a pinned
+    thread exits and another process is given its id (ns_last_pid, root); leaving
+    pinned() leaves that process's CPU mask alone and lists the id as exited."""
+    nut = env.nut
+    env.need("pinned", "ThreadPlan")
+    b = env.backend
+    cpus = sorted(b.call("sched_getaffinity", 0))
+    if len(cpus) < 2:
+        raise Skip("one CPU: a pinned mask is the mask it had")
+    plan = nut.ThreadPlan(None, None, 0, {"copy": frozenset(cpus[:1])}, "core", {}, {})
+    own = {cpus[-1]}  # the other process's mask
+    pins = nut.pinned(plan, {"copy": "^NCCL gone"}, backend=b)
+    if env.real:
+        thread, tid, end = _named_thread("NCCL gone")
+        with pins as r:
+            pinned = [pin.tid for pin in r.threads if pin.ok]
+            end.set()
+            thread.join()
+            finish = _child_with_pid(tid, lambda: os.sched_setaffinity(0, own))
+        try:
+            mask = os.sched_getaffinity(finish.pid)
+        finally:
+            finish()
+    else:
+        tid = b.add_thread(name="NCCL gone")
+        with pins as r:
+            pinned = [pin.tid for pin in r.threads if pin.ok]
+            b.end_thread(tid)
+            stranger = b.process(pid=tid)
+            stranger.call("sched_setaffinity", 0, own)
+        mask = stranger.call("sched_getaffinity", 0)
+    assert pinned == [tid], f"pinned {pinned}, not the thread {tid}"
+    assert mask == own, f"pid {tid}, reused by another process, got mask {sorted(mask)}"
+    assert pins.exited == [tid] and not pins.restored, (pins.exited, pins.restored)
+    return {"tid": tid, "mask": sorted(mask), "exited": pins.exited}
 
 
 def _raw_hugepages(nodes, count=8, kb=2048):

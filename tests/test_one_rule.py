@@ -118,8 +118,8 @@ def _says(value):
             return value.policy.reason or ""
         finally:
             value.close()
-    if isinstance(value, nur.FitResult):
-        return value.reason
+    if isinstance(value, (nur.FitResult, nut.SettleResult)):
+        return value.reason or ""
     return " ".join(value.notes)  # plans: GpuPlan, ThreadPlan
 
 

@@ -373,6 +373,44 @@ def test_pinned_restores_every_mask_and_the_memory_policy():
     assert (pol.mode, pol.nodes) == (policy_before.mode, policy_before.nodes)
 
 
+def test_pinned_leaves_an_exited_thread_s_id_when_another_process_reuses_it():
+    """A pinned thread exits and an unrelated process gets its id (a small pid_max, a
+    PID namespace): leaving pinned() must not overwrite that process's CPU mask (as
+    root, any process's)."""
+    b, nccl, ucx, other = _engine()
+    plan = nut.thread_plan(0, environ={}, backend=b)
+    pins = nut.pinned(plan, MATCH, backend=b)
+    with pins as r:
+        assert {pin.tid for pin in r.threads if pin.ok} == {nccl, ucx}
+        b.end_thread(nccl)
+        stranger = b.process(pid=nccl)
+        stranger.call("sched_setaffinity", 0, {5})
+    assert stranger.call("sched_getaffinity", 0) == {5}
+    assert pins.exited == [nccl] and pins.restored == [ucx]
+    assert b.call("sched_getaffinity", ucx) == b.topology.allowed_cpus
+
+
+def test_pinned_leaves_a_new_thread_that_got_an_exited_one_s_id():
+    b, nccl, ucx, other = _engine()
+    plan = nut.thread_plan(0, environ={}, backend=b)
+    pins = nut.pinned(plan, MATCH, backend=b)
+    with pins:
+        b.end_thread(ucx)
+        assert b.add_thread({7}, name="ucx-progress", tid=ucx) == ucx  # started later
+    assert b.call("sched_getaffinity", ucx) == {7}
+    assert pins.exited == [ucx] and pins.restored == [nccl]
+
+
+def test_pin_threads_records_each_thread_s_start_time():
+    b, nccl, ucx, other = _engine()
+    plan = nut.thread_plan(0, environ={}, backend=b)
+    r = nut.pin_threads(plan, MATCH, backend=b)
+    starts = {pin.tid: pin.start for pin in r.threads}
+    assert all(starts.values()) and len(set(starts.values())) == len(starts)
+    stat = b.read_text(f"/proc/self/task/{nccl}/stat")
+    assert starts[nccl] == stat.rpartition(")")[2].split()[19]
+
+
 # -- real threads of a real process ---------------------------------------------------
 
 
@@ -497,67 +535,6 @@ def test_instance_plans_rejects_bad_input():
         nut.instance_plans(1, gpus_per_instance=-1, backend=b)
 
 
-# -- settle: pages first-touched before binding ----------------------------------------
-
-
-def _where(b, addr, size):
-    return nu.placement(addr, size, method="move_pages", backend=b)
-
-
-def test_settle_moves_the_whole_process(anon):
-    b = sim("dual-socket-8gpu")
-    addr, size = anon(64 * 4096)
-    nu.bind_to_node(0, memory=None, backend=b)
-    b.touch(addr, size)  # first touch on node 0, before the plan
-    assert set(_where(b, addr, size)) == {0}
-    r = nut.settle([1], backend=b)
-    assert r and r.mode == "migrate" and r.nodes == {1}
-    assert _where(b, addr, size) == {1: size}
-
-
-def test_settle_moves_only_the_buffers_given(anon):
-    b = sim("dual-socket-8gpu")
-    nu.bind_to_node(0, memory=None, backend=b)
-    (one, size), (two, _) = anon(16 * 4096), anon(16 * 4096)
-    b.touch(one, size)
-    b.touch(two, size)
-    r = nut.settle({1}, [(one, size)], backend=b)
-    assert r
-    assert _where(b, one, size) == {1: size}
-    assert _where(b, two, size) == {0: size}
-
-
-def test_settle_denied_is_falsy_with_the_fix(anon):
-    b = sim("dual-socket-8gpu")
-    b.fail("migrate_pages", errno.EPERM)
-    r = nut.settle([1], backend=b)
-    assert not r and r.reason == "EPERM" and "SYS_NICE" in r.hint
-    with pytest.raises(OSError, match="EPERM"):
-        nut.settle([1], strict=True, backend=b)
-    with pytest.raises(ValueError, match="no node"):
-        nut.settle([], backend=b)
-
-
-def test_settle_counts_pages_the_kernel_left(monkeypatch):
-    b = sim("dual-socket-8gpu")
-    monkeypatch.setattr(nu, "migrate_pages", lambda *a, **kw: 3)  # 3 shared pages stayed
-    r = nut.settle([1], backend=b)
-    assert not r and r.reason == "unmoved" and r.resident_unmoved == 3 * b.page_size
-    assert "CAP_SYS_NICE" in r.hint
-
-
-def test_pin_threads_settles_when_asked(anon):
-    b, nccl, ucx, other = _engine()
-    addr, size = anon(32 * 4096)
-    nu.bind_to_node(0, memory=None, backend=b)
-    b.touch(addr, size)
-    plan = nut.thread_plan(7, environ={}, backend=b)  # GPU 7 is on node 1
-    r = nut.pin_threads(plan, MATCH, settle=True, backend=b)
-    assert r and r.settled and r.settled.nodes == {1}
-    assert _where(b, addr, size) == {1: size}
-    assert nut.pin_threads(plan, MATCH, backend=b).settled is None
-
-
 # -- spawn_context: children bound before they start --------------------------------------
 
 
@@ -615,6 +592,51 @@ def test_spawned_children_start_on_the_planned_cpus(tmp_path):
     assert got["spawn"] == got["planned"] and got["fork"] == got["planned"]
     assert got["spawn exit"] == 0 and got["fork exit"] == 0
     assert got["parent"] == cpus  # the parent's own mask was put back
+
+
+EXITED_THREAD = textwrap.dedent(
+    """
+    import ctypes, json, os, sys, threading
+    sys.path.insert(0, sys.argv[1])
+    import numa_utils_threads as nut
+
+    cpus = sorted(os.sched_getaffinity(0))
+    plan = nut.ThreadPlan(None, None, 0, {"copy": frozenset(cpus[:1])}, "core", {}, {})
+    named, end, tids = threading.Event(), threading.Event(), []
+
+    def worker():
+        ctypes.CDLL(None).prctl(15, b"NCCL gone", 0, 0, 0)  # PR_SET_NAME
+        tids.append(threading.get_native_id())
+        named.set()
+        end.wait()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    named.wait()
+    pins = nut.pinned(plan, {"copy": "^NCCL gone"})
+    with pins as r:
+        pinned = [pin.tid for pin in r.threads if pin.ok]
+        end.set()
+        thread.join()
+    print(json.dumps({"tid": tids[0], "pinned": pinned, "exited": pins.exited,
+                      "restored": pins.restored}))
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux threads")
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: nothing to pin")
+def test_real_thread_that_exits_while_pinned_is_left_alone_and_listed():
+    p = subprocess.run(
+        [sys.executable, "-c", EXITED_THREAD, str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
+    assert got["pinned"] == [got["tid"]]
+    assert got["exited"] == [got["tid"]] and got["restored"] == []
 
 
 # -- the command line: plan --roles and threads PID --------------------------------------
@@ -719,6 +741,42 @@ def test_cli_threads_lists_names_masks_roles_and_strays():
     assert gone.returncode == 2 and "no process" in gone.stderr
 
 
+HOSTILE_NAME = b"x\x1b[2J\n9 fake "  # clears the screen, then forges a row
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux threads")
+def test_cli_threads_escapes_names_as_maps_does():
+    """A thread's name is the process's choice (any byte but NUL, 15 of them): escape
+    sequences must not reach the terminal of whoever runs `threads PID` (root), and a
+    newline must not forge a row."""
+    target = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            THREADS_TARGET.replace('b"NCCL WatchDog"', repr(HOSTILE_NAME)),
+            *map(str, os.sched_getaffinity(0)),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert target.stdout.readline().strip() == "ready"
+        text = cli_run("threads", str(target.pid))
+        js = cli_run("threads", str(target.pid), "--json")
+    finally:
+        target.stdin.write("\n")
+        target.stdin.flush()
+        target.wait(60)
+    assert text.returncode == 0, text.stderr
+    assert "\x1b" not in text.stdout
+    rows = text.stdout.splitlines()[2:]
+    assert len(rows) == 2  # the main thread and the worker, one line each
+    assert any(row.split()[1:3] == ["x\\x1b[2J\\n9", "fake"] for row in rows), rows
+    names = [row["name"] for row in json.loads(js.stdout)]
+    assert HOSTILE_NAME.decode() in names  # JSON escapes it itself: the name as it is
+
+
 def test_a_node_the_cpuset_forbids_is_a_falsy_plan_that_says_why():
     b = sim("dual-socket-8gpu", cpus_allowed=range(0, 48))
     plan = nut.thread_plan(node=1, roles=SMALL_ROLES, backend=b)
@@ -730,34 +788,6 @@ def test_a_node_the_cpuset_forbids_is_a_falsy_plan_that_says_why():
     assert plan.left_out["outside this process's cpuset"] == b.topology.nodes[1].cpus
     with pytest.raises(OSError, match="allows no CPU on node 1"):
         nut.thread_plan(node=1, roles=SMALL_ROLES, strict=True, backend=b)
-
-
-def test_settle_moves_a_big_buffer_in_bounded_calls(anon, monkeypatch):
-    b = sim("dual-socket-8gpu")
-    monkeypatch.setattr(nu, "_MOVE_PAGES_LIMIT", 4)
-    calls = []
-    real = nu.move_pages
-    monkeypatch.setattr(
-        nu,
-        "move_pages",
-        lambda pid, pages, *a, **kw: calls.append(len(pages)) or real(pid, pages, *a, **kw),
-    )
-    nu.bind_to_node(0, memory=None, backend=b)
-    addr, size = anon(18 * 4096)
-    b.touch(addr, size)
-    assert nut.settle([1], [(addr, size)], backend=b)
-    assert calls == [4, 4, 4, 4, 2]
-    assert _where(b, addr, size) == {1: size}
-
-
-def test_settle_leaves_gpu_memory_alone(anon):
-    b = sim("gh200")  # node 1: the H100's HBM
-    addr, size = anon(16 * 4096)
-    nu.bind(addr, [1], size, backend=b)
-    b.touch(addr, size)
-    assert _where(b, addr, size) == {1: size}
-    assert nut.settle([0], backend=b)
-    assert _where(b, addr, size) == {1: size}
 
 
 def _tree_with_an_amd_gpu(tmp_path):

@@ -87,7 +87,14 @@ def required_checks(arch, topology):
     else:
         # Interleaving a shared region needs two usable memory nodes; the cpuset
         # guest has one (shared_regions skips there, rightly).
-        need |= {"seccomp_fallback", "shared_regions", "layout_regions", "record_room"}
+        need |= {
+            "seccomp_fallback",
+            "shared_regions",
+            "layout_regions",
+            "record_room",
+            "settle_scope",
+            "pinned_reused_id",
+        }
     if arch == "aarch64":
         need.add("raw_wrong_number_is_caught")
     if len([n for n in topo["nodes"].values() if n["mem_mb"]]) >= 2 and topo["cgroup_mems"] is None:

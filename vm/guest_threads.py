@@ -96,7 +96,7 @@ def main():
         report["pinned_ok"] = bool(pins)
         report["pins"] = [nu.to_json(p) for p in pins.threads]
         report["masks_pinned"] = masks()
-        settled = nut.settle(plan.memory_nodes)
+        settled = nut.settle(plan.memory_nodes, budget_ms=None)
         report["settled"] = nu.to_json(settled)
         report["after"] = nu.placement(buf, method="move_pages")
         for worker in workers:
