@@ -1248,13 +1248,24 @@ def _logical_cores(topo: _nu.Topology) -> Dict[int, int]:
     return index
 
 
-def _nvidia_minor(backend: _nu.Backend, pci: Optional[str]) -> Optional[int]:
-    """The /dev/nvidiaN minor the NVIDIA driver gave the GPU at ``pci``, or None."""
+# nvidia.ko numbers the GPUs /dev/nvidia0 to /dev/nvidia254; minor 255 is /dev/nvidiactl.
+_NVIDIA_GPU_MINORS = range(255)
+
+
+def _nvidia_minor(backend: _nu.Backend, pci: Optional[str]) -> Tuple[Optional[int], str]:
+    """(the /dev/nvidiaN minor the NVIDIA driver gave the GPU at ``pci``, ""), or
+    (None, why it is unknown)."""
     if pci is None:
-        return None
+        return None, "not NVIDIA's driver"
     text = _read_optional(backend, f"/proc/driver/nvidia/gpus/{pci}/information") or ""
-    match = re.search(r"^Device Minor:\s*([0-9]+)\s*$", text, re.MULTILINE)
-    return None if match is None else int(match.group(1))
+    match = re.search(r"^Device Minor:(.*)$", text, re.MULTILINE)
+    if match is None:
+        return None, "not NVIDIA's driver"
+    word = match.group(1).strip()
+    if re.fullmatch("[0-9]{1,3}", word) is None or int(word) not in _NVIDIA_GPU_MINORS:
+        shown = _nu.printable(word if len(word) <= 24 else word[:21] + "...")
+        return None, f"Device Minor {shown} is not 0-254"
+    return int(word), ""
 
 
 def _render_plan_gres(plans: List[_nu.GpuPlan], backend: _nu.Backend) -> str:
@@ -1262,14 +1273,14 @@ def _render_plan_gres(plans: List[_nu.GpuPlan], backend: _nu.Backend) -> str:
     cores = _logical_cores(topo)
     out = []
     for plan in plans:
-        minor = _nvidia_minor(backend, plan.pci)
+        minor, unknown = _nvidia_minor(backend, plan.pci)
         core_ids = {cores[cpu] for cpu in plan.cpus if cpu in cores}
         cpus = _nu.format_cpulist(plan.cpus)
         node = "?" if plan.cpu_node is None else plan.cpu_node
         out.append(f"# GPU {plan.gpu} ({plan.pci or '?'}), node {node}, CPUs {cpus}")
         line = f"Name=gpu File=/dev/nvidia{minor} Cores={_nu.format_cpulist(core_ids)}"
         if minor is None:
-            out.append("# no /dev/nvidiaN minor known for this GPU (not NVIDIA's driver):")
+            out.append(f"# no /dev/nvidiaN minor known for this GPU ({unknown}):")
             line = f"# Name=gpu File=DEVICE Cores={_nu.format_cpulist(core_ids)}"
         out.append(line)
     return "\n".join(out) + ("\n" if out else "")
