@@ -1090,6 +1090,10 @@ def _expiry_seconds(text: str) -> int:
     return int(match.group(1)) * _EXPIRY_UNITS[match.group(2) or "s"]
 
 
+# RFC 3339 writes a four-digit year: 10000-01-01T00:00:00Z is past its last second.
+_RFC3339_END = 253402300800
+
+
 def _rfc3339_utc(when: float) -> str:
     """The time as NFD's expiry-time directive reads it (Go's time.RFC3339), in UTC."""
     import time
@@ -1139,7 +1143,13 @@ def _status_nfd(rep: Dict[str, Any], args: argparse.Namespace) -> int:
     """status --format nfd: print the feature file, or write it into --write DIR."""
     import time
 
-    text = _render_nfd(rep, time.time() + _expiry_seconds(args.expiry))
+    expires = time.time() + _expiry_seconds(args.expiry)
+    if expires >= _RFC3339_END:
+        raise ValueError(
+            f"--expiry {args.expiry!r}: the labels would expire after the year 9999, "
+            "which RFC 3339 cannot write (NFD refuses the file): give a shorter time"
+        )
+    text = _render_nfd(rep, expires)
     if len(text.encode()) > _NFD_MAX_BYTES:
         raise ValueError(
             f"the feature file would be {len(text.encode())} bytes: "

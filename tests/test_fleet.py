@@ -459,6 +459,14 @@ def test_status_nfd_write_expiry_and_read_back(tmp_path):
         (["--format", "nfd", "--expiry", "0"], "--expiry '0': give a positive time"),
         (["--format", "nfd", "--expiry", "1w"], "--expiry '1w': give a positive time"),
         (["--format", "nfd", "--expiry=-1h"], "--expiry '-1h': give a positive time"),
+        (
+            ["--format", "nfd", "--expiry", "999999999d"],
+            "--expiry '999999999d': the labels would expire after the year 9999",
+        ),
+        (
+            ["--format", "nfd", "--expiry", "2940000d", "--write", "/nonexistent-numa-utils"],
+            "--expiry '2940000d': the labels would expire after the year 9999",
+        ),
         (["--format", "json", "--write", "/nonexistent"], "--write goes with --format nfd"),
         (["--write", "/nonexistent"], "--write goes with --format nfd"),
         (["--json", "--write", "/nonexistent"], "--write goes with --format nfd"),
@@ -473,6 +481,14 @@ def test_status_nfd_refuses_bad_options(args, message):
     assert p.returncode == 2
     assert message in p.stderr
     assert p.stdout == ""
+
+
+def test_status_nfd_expiry_up_to_the_year_9999():
+    """The latest expiry RFC 3339 can write is accepted and read back as NFD reads it."""
+    p = run("status", "--root", fixture_root("single-node"), "--format", "nfd", "--expiry", "2900000d")
+    assert p.returncode == 0, p.stderr
+    _, expiry = parse_feature_file(p.stdout)
+    assert datetime.datetime.fromtimestamp(expiry, datetime.timezone.utc).year >= 9900
 
 
 def test_write_is_whole_or_nothing(tmp_path, monkeypatch):
