@@ -485,7 +485,9 @@ def test_status_nfd_refuses_bad_options(args, message):
 
 def test_status_nfd_expiry_up_to_the_year_9999():
     """The latest expiry RFC 3339 can write is accepted and read back as NFD reads it."""
-    p = run("status", "--root", fixture_root("single-node"), "--format", "nfd", "--expiry", "2900000d")
+    p = run(
+        "status", "--root", fixture_root("single-node"), "--format", "nfd", "--expiry", "2900000d"
+    )
     assert p.returncode == 0, p.stderr
     _, expiry = parse_feature_file(p.stdout)
     assert datetime.datetime.fromtimestamp(expiry, datetime.timezone.utc).year >= 9900
