@@ -2968,10 +2968,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return _nu._run(raw, tuple(adders), _cmd_status)
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
-
-
 def _status_regions(report: Dict[str, Any], backend: _nu.Backend) -> None:
     """``report["regions"]``: this user's regions on the live system, SysV segments of
     our key family and /dev/shm/numa_utils-* files, with the text part.  A SysV
@@ -3395,3 +3391,8 @@ def _status_advice(warnings: List[str], topo: _nu.Topology) -> None:
         warnings.append(
             f"node {node} has CPUs but no memory: its threads always allocate from another node"
         )
+
+
+# Last: `python numa_utils_cli.py CMD` runs main() once every name above is defined.
+if __name__ == "__main__":
+    raise SystemExit(main())
