@@ -552,8 +552,6 @@ def _read_chunks(b: _nu.Backend, path: str) -> Iterator[str]:
     regular file: a FIFO or a device (/dev/zero) would block or never end."""
     if not b.is_live:
         return iter((b.read_text(path),))
-    import codecs
-
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -561,22 +559,29 @@ def _read_chunks(b: _nu.Backend, path: str) -> Iterator[str]:
     except BaseException:
         os.close(fd)
         raise
-    f = os.fdopen(fd, "rb", buffering=0)
+    return _pieces(fd)
 
-    def pieces() -> Iterator[str]:
-        dec = codecs.getincrementaldecoder("utf-8")("replace")
-        with f:
-            end = False
-            while not end:
-                parts: List[bytes] = []
-                size = 0
-                while size < 1 << 20 and not end:  # /proc gives a page per read
-                    parts.append(f.read(1 << 20))
-                    size += len(parts[-1])
-                    end = not parts[-1]
-                yield dec.decode(b"".join(parts), end)
 
-    return pieces()
+def _pieces(fd: int) -> Iterator[str]:
+    """``fd``'s text 1 MiB at a time, then ``fd`` closed.  /proc gives a page per read:
+    every read goes into one buffer, as a new 1 MiB buffer per read cost the kernel a
+    mapping, its page faults and an unmapping each time."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    buf = bytearray(1 << 20)
+    view = memoryview(buf)
+    try:
+        end = False
+        while not end:
+            size = 0
+            while size < len(buf) and not end:
+                got = os.readv(fd, [view[size:]])
+                size += got
+                end = not got
+            yield decoder.decode(view[:size], end)
+    finally:
+        os.close(fd)
 
 
 def _cmd_maps(args: argparse.Namespace) -> int:
