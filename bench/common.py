@@ -148,13 +148,13 @@ def spawn(
 
 
 def whole_process(
-    argv: List[str], env: Optional[Dict[str, str]] = None, what: str = ""
+    argv: List[str], env: Optional[Dict[str, str]] = None, what: str = "", cwd: str = ROOT
 ) -> Callable[[], Dict[str, float]]:
-    """A contender that runs ``argv`` as a whole process (start-up included) and
-    reports its seconds; a non-zero exit is a Skip naming ``what``."""
+    """A contender that runs ``argv`` as a whole process (start-up included) in
+    ``cwd`` and reports its seconds; a non-zero exit is a Skip naming ``what``."""
 
     def fn() -> Dict[str, float]:
-        r = spawn(argv, cwd=ROOT, env=env)
+        r = spawn(argv, cwd=cwd, env=env)
         if r.rc != 0:
             tail = r.stderr.decode(errors="replace").strip().splitlines()[-1:]
             raise Skip(f"{what or argv[0]} exited {r.rc}: {' '.join(tail)}")
