@@ -204,6 +204,13 @@ def run(
             target=f"<= {target}" if judged else None,
             ok=(lambda x, t=target: x <= t) if judged else None,
         )
+        sec.compare(
+            f"{cmd} own CPU time / {names[ref]} CPU time",
+            "cpu time",
+            own_work(a, floor, "cpu_s"),
+            b,
+            key="cpu_s",
+        )
         sec.compare(f"{cmd} whole process / {names[ref]}", "time", a, b, key="s")
         sec.compare(f"floor / {names[ref]}", "time", floor, b, key="s")
     base_floor, base_maps = (
@@ -222,8 +229,22 @@ def run(
                 samples[names["numastat"]],
                 key="s",
             )
+            sec.compare(
+                f"maps own CPU time [baseline] / {names['numastat']} CPU time",
+                "cpu time",
+                own_work(base_maps, base_floor, "cpu_s"),
+                samples[names["numastat"]],
+                key="cpu_s",
+            )
         if after is not None:
             sec.compare("maps own work / maps own work [baseline]", "time", after, before, key="s")
+            sec.compare(
+                "maps own CPU time / maps own CPU time [baseline]",
+                "cpu time",
+                own_work(samples[names["maps"]], floor, "cpu_s"),
+                own_work(base_maps, base_floor, "cpu_s"),
+                key="cpu_s",
+            )
     sec.notes.append(
         "own work = the command's wall time less `python -c 'import "
         "numa_utils'` in the same round; the reference tools are whole runs"
