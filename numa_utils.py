@@ -4890,23 +4890,21 @@ def gpu_node(
     environ: Optional[Mapping[str, str]] = None,
     backend: Optional[Backend] = None,
 ) -> Optional[int]:
-    """The node (with CPUs) of CUDA device ``device`` as this process numbers it.
-
-    Honours CUDA_VISIBLE_DEVICES (indexes, GPU UUIDs, MIG ids) and CUDA_DEVICE_ORDER
-    from ``environ`` (default os.environ).  ``pci_bus_id`` short-cuts the lookup.
-    None when unknown (strict: OSError).
-    """
+    """The node whose CPUs every plan gives CUDA device ``device``'s worker, as _plan_all
+    decides for them all: the GPU's node with CPUs, else (a cpuset without it) the nearest
+    allowed node, else (numa_node -1) the node with the most cores per GPU; each fallback
+    logged once (strict: OSError); None when the GPU is not found or no node is allowed.
+    CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER from ``environ`` (default os.environ);
+    ``pci_bus_id`` short-cuts the lookup."""
     backend = _b(backend)
-    r = _resolve(device, pci_bus_id, gpus(backend=backend), backend, environ)
     st = _strict_or_env(strict)
-    if r.gpu is None or r.gpu.cpu_node is None:
-        if r.gpu is None:
-            why = r.how
-        else:
-            why = f"GPU {r.gpu.pci}: {r.gpu.node_source}"
-        _fail(st, f"CUDA device {device}: node unknown ({why})")
+    _, _, found, plan = _device_plan(
+        backend, device, pci_bus_id, environ, policy="node", reserve=0, memory=None, strict=st
+    )
+    if found.gpu is None:
+        _fail(st, f"CUDA device {device}: node unknown ({found.how})")
         return None
-    return r.gpu.cpu_node
+    return plan.cpu_node
 
 
 def cuda_device(
@@ -5010,11 +5008,12 @@ def _plan_all(
     fam = _family(infos)
     allowed = topo.allowed_cpus & topo.online_cpus
     notes: Dict[str, List[str]] = {gpu.pci: [] for gpu in fam}
+    free = {nid: topo.nodes[nid].cpus & allowed for nid in topo.nodes}
     # reserve: the first ``reserve`` usable cores of every node (core 0 of a node takes
     # most interrupts and housekeeping), kept out of every policy; one core stays.
     reserved: Set[int] = set()
     for nid in topo.nodes:
-        cores = topo.cores_of(topo.nodes[nid].cpus & allowed)
+        cores = topo.cores_of(free[nid])
         if reserve >= len(cores) > 0:
             _fail(
                 strict,
@@ -5022,7 +5021,7 @@ def _plan_all(
                 f"({len(cores)} usable); keeping one",
             )
         reserved.update(cpu for core in cores[: min(reserve, len(cores) - 1)] for cpu in core)
-    pool = {node: topo.nodes[node].cpus & allowed - reserved for node in topo.nodes}
+    pool = {node: free[node] - reserved for node in free}
     usable = [node for node in sorted(pool) if pool[node]]
     eff: Dict[str, Optional[int]] = {}
     for gpu in fam:
@@ -5040,13 +5039,14 @@ def _plan_all(
                 node = None
             _fail(strict, msg, notes[gpu.pci])
         eff[gpu.pci] = node
-    # GPUs with unknown nodes go, in PCI order, where cores per GPU are highest.
+    # GPUs with unknown nodes go, in PCI order, where allowed cores per GPU are highest
+    # (whatever the reserve: gpu_node names the same node).
     for gpu in fam:
         if eff[gpu.pci] is None and usable:
             placed = list(eff.values())
             best = max(
                 usable,
-                key=lambda node: (len(topo.cores_of(pool[node])) / (placed.count(node) + 1), -node),
+                key=lambda node: (len(topo.cores_of(free[node])) / (placed.count(node) + 1), -node),
             )
             _fail(
                 strict,

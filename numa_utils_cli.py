@@ -294,19 +294,22 @@ def _region_vmas(b: _nu.Backend, pid: str, starts: Set[int]) -> Dict[int, _Vma]:
 
 
 def _mapped_file_record(pid: str, path: str, vma: _Vma) -> Tuple[int, Optional[Dict[str, Any]]]:
-    """(size, identity record) of the file that ``vma`` of process ``pid`` maps, read
-    with no lock and no mapping.  Opened through /proc/PID/map_files, which is that
-    file whatever its path names here (another mount namespace, a folder replaced by
-    a link); where that is refused (it needs CAP_SYS_ADMIN), by ``path`` only while
-    it is a regular file of the VMA's device and inode, checked before the open and
-    after it.  Else ValueError: layout unknown."""
+    """(size, identity record) of the tmpfs file that ``vma`` of process ``pid`` maps,
+    read with no lock and no mapping.  Opened through /proc/PID/map_files, which is
+    that file whatever its path names here (another mount namespace, a folder
+    replaced by a link); where that is refused (it needs CAP_SYS_ADMIN), by ``path``
+    only while it is a regular file of /dev/shm here with the VMA's device and inode,
+    checked before the open (lstat: no link followed) and after it.  Else ValueError:
+    layout unknown."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         fd = os.open(f"/proc/{pid}/map_files/{vma.start:x}-{vma.end:x}", flags)
     except PermissionError:
         fd = -1
     if fd < 0:
-        _check_mapped_file(os.stat(path), path, vma)  # a stat opens nothing
+        if os.path.dirname(path) != "/dev/shm":  # a folder on the way could be a link
+            raise ValueError(f"layout unknown: {path} is not a file of /dev/shm here")
+        _check_mapped_file(os.stat(path, follow_symlinks=False), path, vma)
         fd = os.open(path, flags | os.O_NOFOLLOW)
     try:
         st = os.fstat(fd)
@@ -336,41 +339,89 @@ def _same_ipc_namespace(pid: str) -> bool:
 
 
 def _sysv_record(
-    pid: str, path: str, vma: _Vma, shm: Mapping[int, _nu.ShmStat]
+    pid: str, path: str, vma: _Vma, shm: Mapping[int, _nu.ShmStat], shmem: Optional[int]
 ) -> Tuple[int, Optional[Dict[str, Any]], bool]:
     """(size, identity record, removed) of the SysV segment mapped at ``vma``: the
     segment is found by its shmid (the VMA's inode), as IPC_RMID sets its key to 0
     (removed, still attached); its record is read from /proc/PID/mem (never an
-    attach: see read_identity_record)."""
+    attach: see read_identity_record), and only at a mapping on ``shmem``, the
+    kernel's shared-memory mount."""
     key = int(path[5:], 16)
     row = shm.get(vma.ino)
     if row is None or not _same_ipc_namespace(pid) or row.key not in (0, key):
         raise ValueError(f"layout unknown: shmid {vma.ino} is not in /proc/sysvipc/shm here")
-    room = _room_mapping(pid, key)
-    with open(f"/proc/{pid}/mem", "rb", buffering=0) as f:
+    room = _room_mapping(pid, key, shmem)
+    if room is None and vma.dev != shmem:
+        raise _not_shared_memory(path, vma.dev)
+    fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+    try:
 
         def read_at(base: int) -> Callable[[int, int], bytes]:
-            return lambda off, n: os.pread(f.fileno(), n, base + off)
+            return lambda off, n: os.pread(fd, n, base + off)
 
         if room is not None:  # a huge-page region's record segment
             rec = _nur.read_identity_record(read_at(room[0]), room[1], f"record segment of {path}")
             if rec is not None and rec.get("data_key") == key and rec["size"] == row.size:
                 return row.size, rec, row.key == 0
+        if vma.dev != shmem:
+            raise _not_shared_memory(path, vma.dev)
         rec = _nur.read_identity_record(read_at(vma.base), row.size, f"{path} at {vma.base:#x}")
+    finally:
+        os.close(fd)
     return row.size, rec, row.key == 0
 
 
-def _room_mapping(pid: str, key: int) -> Optional[Tuple[int, int]]:
-    """(address, bytes) of process ``pid``'s mapping of the record segment of the
-    huge-page segment that was made under SysV key ``key`` (numa_utils.record_segment_key:
-    its path keeps that key after a removal); None when it maps none."""
+def _not_shared_memory(path: str, dev: int) -> ValueError:
+    return ValueError(
+        f"layout unknown: {path} is not on shared memory (device "
+        f"{os.major(dev)}:{os.minor(dev)}), so it was not opened"
+    )
+
+
+def _room_mapping(pid: str, key: int, shmem: Optional[int]) -> Optional[Tuple[int, int]]:
+    """(address, bytes) of process ``pid``'s mapping, on ``shmem`` (the kernel's
+    shared-memory mount), of the record segment of the huge-page segment that was
+    made under SysV key ``key`` (numa_utils.record_segment_key: its path keeps that
+    key after a removal); None when it maps none."""
     want = f" /SYSV{_nur.record_segment_key(key):08x} (deleted)"
     with open(f"/proc/{pid}/maps") as f:
         for line in f:
             m = _PROC_MAPS_RE.match(line)
-            if m and line.rstrip("\n").endswith(want) and int(m.group(3), 16) == 0:
+            if m is None or not line.rstrip("\n").endswith(want) or int(m.group(3), 16):
+                continue
+            if os.makedev(int(m.group(4), 16), int(m.group(5), 16)) == shmem:
                 return int(m.group(1), 16), int(m.group(2), 16) - int(m.group(1), 16)
     return None
+
+
+def _shmem_device() -> Optional[int]:
+    """The device of the kernel's internal shared-memory mount, where every SysV
+    segment of base pages lives, as every memfd does: a memfd's, made and closed
+    here (None where memfd_create is refused)."""
+    try:
+        fd = os.memfd_create("numa_utils-probe", os.MFD_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.fstat(fd).st_dev
+    finally:
+        os.close(fd)
+
+
+def _tmpfs_devices(b: _nu.Backend, pid: str) -> Set[int]:
+    """The devices of the tmpfs mounts process ``pid`` sees: /proc/PID/mountinfo
+    (fs/proc_namespace.c show_mountinfo: major:minor third, the file system type
+    first after " - "; a path's spaces are escaped, so " - " is the separator)."""
+    out: Set[int] = set()
+    for line in (_read_optional(b, f"/proc/{pid}/mountinfo") or "").splitlines():
+        head, sep, tail = line.partition(" - ")
+        fields = head.split()
+        if not sep or len(fields) < 3 or tail.split(" ", 1)[0] != "tmpfs":
+            continue
+        major, _, minor = fields[2].partition(":")
+        if major.isdigit() and minor.isdigit():
+            out.add(os.makedev(int(major), int(minor)))
+    return out
 
 
 def _layout_rows(row: Dict[str, Any], lay: _nur.Layout, vmas: List[_Vma]) -> None:
@@ -418,6 +469,9 @@ def _maps_regions(b: _nu.Backend, pid: str, seen: Mapping[str, List[int]]) -> Li
     for v in sorted(_region_vmas(b, pid, set(files)).values()):
         mappings.setdefault((files[v.start], v.dev, v.ino, v.base), []).append(v)
     shm = {st.id: st for st in _nu.parse_sysvipc_shm(_read_optional(b, "/proc/sysvipc/shm") or "")}
+    # Only shared memory is opened or read: a file of any other file system may be
+    # served by a process (FUSE) that never answers the open or the page fault.
+    shmem, tmpfs = _shmem_device(), _tmpfs_devices(b, pid)
     out: List[Dict[str, Any]] = []
     for (path, _, _, base), vmas in sorted(mappings.items(), key=lambda m: m[0][3]):
         sysv = not path.startswith("/dev/")
@@ -437,7 +491,9 @@ def _maps_regions(b: _nu.Backend, pid: str, seen: Mapping[str, List[int]]) -> Li
         rec = None
         try:
             if sysv:
-                seg, rec, row["removed"] = _sysv_record(pid, path, vmas[0], shm)
+                seg, rec, row["removed"] = _sysv_record(pid, path, vmas[0], shm, shmem)
+            elif vmas[0].dev not in tmpfs:
+                raise _not_shared_memory(path, vmas[0].dev)
             else:
                 seg, rec = _mapped_file_record(pid, path, vmas[0])
         except (OSError, ValueError) as e:
@@ -491,13 +547,11 @@ def _vma_line(vma: Mapping[str, Any]) -> str:
 
 
 def _read_chunks(b: _nu.Backend, path: str) -> Iterator[str]:
-    """A file in decoded pieces of about 1 MiB (numa_maps of a large process: bounded
+    """A file in decoded pieces of 256 KiB (numa_maps of a large process: bounded
     memory).  On the running system opened now, non-blocking, and refused unless a
     regular file: a FIFO or a device (/dev/zero) would block or never end."""
     if not b.is_live:
         return iter((b.read_text(path),))
-    import codecs
-
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -505,22 +559,30 @@ def _read_chunks(b: _nu.Backend, path: str) -> Iterator[str]:
     except BaseException:
         os.close(fd)
         raise
-    f = os.fdopen(fd, "rb", buffering=0)
+    return _pieces(fd)
 
-    def pieces() -> Iterator[str]:
-        dec = codecs.getincrementaldecoder("utf-8")("replace")
-        with f:
-            end = False
-            while not end:
-                parts: List[bytes] = []
-                size = 0
-                while size < 1 << 20 and not end:  # /proc gives a page per read
-                    parts.append(f.read(1 << 20))
-                    size += len(parts[-1])
-                    end = not parts[-1]
-                yield dec.decode(b"".join(parts), end)
 
-    return pieces()
+def _pieces(fd: int) -> Iterator[str]:
+    """``fd``'s text 256 KiB at a time, then ``fd`` closed.  /proc gives a page per
+    read: every read goes into one buffer (a new buffer per read cost the kernel a
+    mapping, its page faults and an unmapping each time), small enough that a piece is
+    still in the cache when it is decoded and parsed (1 MiB pieces: 6% slower)."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    buf = bytearray(1 << 18)
+    view = memoryview(buf)
+    try:
+        end = False
+        while not end:
+            size = 0
+            while size < len(buf) and not end:
+                got = os.readv(fd, [view[size:]])
+                size += got
+                end = not got
+            yield decoder.decode(view[:size], end)
+    finally:
+        os.close(fd)
 
 
 def _cmd_maps(args: argparse.Namespace) -> int:
@@ -1100,6 +1162,10 @@ def _expiry_seconds(text: str) -> int:
     return int(match.group(1)) * _EXPIRY_UNITS[match.group(2) or "s"]
 
 
+# RFC 3339 writes a four-digit year: 10000-01-01T00:00:00Z is past its last second.
+_RFC3339_END = 253402300800
+
+
 def _rfc3339_utc(when: float) -> str:
     """The time as NFD's expiry-time directive reads it (Go's time.RFC3339), in UTC."""
     import time
@@ -1149,7 +1215,13 @@ def _status_nfd(rep: Dict[str, Any], args: argparse.Namespace) -> int:
     """status --format nfd: print the feature file, or write it into --write DIR."""
     import time
 
-    text = _render_nfd(rep, time.time() + _expiry_seconds(args.expiry))
+    expires = time.time() + _expiry_seconds(args.expiry)
+    if expires >= _RFC3339_END:
+        raise ValueError(
+            f"--expiry {args.expiry!r}: the labels would expire after the year 9999, "
+            "which RFC 3339 cannot write (NFD refuses the file): give a shorter time"
+        )
+    text = _render_nfd(rep, expires)
     if len(text.encode()) > _NFD_MAX_BYTES:
         raise ValueError(
             f"the feature file would be {len(text.encode())} bytes: "
@@ -1258,13 +1330,24 @@ def _logical_cores(topo: _nu.Topology) -> Dict[int, int]:
     return index
 
 
-def _nvidia_minor(backend: _nu.Backend, pci: Optional[str]) -> Optional[int]:
-    """The /dev/nvidiaN minor the NVIDIA driver gave the GPU at ``pci``, or None."""
+# nvidia.ko numbers the GPUs /dev/nvidia0 to /dev/nvidia254; minor 255 is /dev/nvidiactl.
+_NVIDIA_GPU_MINORS = range(255)
+
+
+def _nvidia_minor(backend: _nu.Backend, pci: Optional[str]) -> Tuple[Optional[int], str]:
+    """(the /dev/nvidiaN minor the NVIDIA driver gave the GPU at ``pci``, ""), or
+    (None, why it is unknown)."""
     if pci is None:
-        return None
+        return None, "not NVIDIA's driver"
     text = _read_optional(backend, f"/proc/driver/nvidia/gpus/{pci}/information") or ""
-    match = re.search(r"^Device Minor:\s*([0-9]+)\s*$", text, re.MULTILINE)
-    return None if match is None else int(match.group(1))
+    match = re.search(r"^Device Minor:(.*)$", text, re.MULTILINE)
+    if match is None:
+        return None, "not NVIDIA's driver"
+    word = match.group(1).strip()
+    if re.fullmatch("[0-9]{1,3}", word) is None or int(word) not in _NVIDIA_GPU_MINORS:
+        shown = _nu.printable(word if len(word) <= 24 else word[:21] + "...")
+        return None, f"Device Minor {shown} is not 0-254"
+    return int(word), ""
 
 
 def _render_plan_gres(plans: List[_nu.GpuPlan], backend: _nu.Backend) -> str:
@@ -1272,14 +1355,14 @@ def _render_plan_gres(plans: List[_nu.GpuPlan], backend: _nu.Backend) -> str:
     cores = _logical_cores(topo)
     out = []
     for plan in plans:
-        minor = _nvidia_minor(backend, plan.pci)
+        minor, unknown = _nvidia_minor(backend, plan.pci)
         core_ids = {cores[cpu] for cpu in plan.cpus if cpu in cores}
         cpus = _nu.format_cpulist(plan.cpus)
         node = "?" if plan.cpu_node is None else plan.cpu_node
         out.append(f"# GPU {plan.gpu} ({plan.pci or '?'}), node {node}, CPUs {cpus}")
         line = f"Name=gpu File=/dev/nvidia{minor} Cores={_nu.format_cpulist(core_ids)}"
         if minor is None:
-            out.append("# no /dev/nvidiaN minor known for this GPU (not NVIDIA's driver):")
+            out.append(f"# no /dev/nvidiaN minor known for this GPU ({unknown}):")
             line = f"# Name=gpu File=DEVICE Cores={_nu.format_cpulist(core_ids)}"
         out.append(line)
     return "\n".join(out) + ("\n" if out else "")
@@ -2964,10 +3047,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return _nu._run(raw, tuple(adders), _cmd_status)
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
-
-
 def _status_regions(report: Dict[str, Any], backend: _nu.Backend) -> None:
     """``report["regions"]``: this user's regions on the live system, SysV segments of
     our key family and /dev/shm/numa_utils-* files, with the text part.  A SysV
@@ -3394,3 +3473,8 @@ def _status_advice(warnings: List[str], topo: _nu.Topology) -> None:
         warnings.append(
             f"node {node} has CPUs but no memory: its threads always allocate from another node"
         )
+
+
+# Last: `python numa_utils_cli.py CMD` runs main() once every name above is defined.
+if __name__ == "__main__":
+    raise SystemExit(main())

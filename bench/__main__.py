@@ -68,6 +68,7 @@ def _run_one(name: str, args: argparse.Namespace) -> Section:
             rounds=_rounds(args, 9, 2),
             snapshot=args.hwloc_snapshot,
             quick=args.quick,
+            baseline=args.baseline,
         )
     if name == "dma":
         from . import dma
@@ -98,9 +99,9 @@ def _portable(argv: Sequence[str]) -> List[str]:
     for a in argv:
         if hide:
             a, hide = "DIR", False
-        elif a in ("--out", "--hwloc-snapshot"):
+        elif a in ("--out", "--hwloc-snapshot", "--baseline"):
             hide = True
-        elif a.startswith(("--out=", "--hwloc-snapshot=")):
+        elif a.startswith(("--out=", "--hwloc-snapshot=", "--baseline=")):
             a = a.split("=", 1)[0] + "=DIR"
         out.append(a)
     return out
@@ -141,6 +142,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="hwloc's 256ia64-64n2s2c saved machine (.tar.bz2 or folder) for "
         "`hot` (default $NUMA_UTILS_BENCH_HWLOC_SNAPSHOT; without it a "
         "generated tree of its shape stands in)",
+    )
+    p.add_argument(
+        "--baseline",
+        default=None,
+        metavar="DIR",
+        help="`hot`: another checkout (git worktree add DIR COMMIT) whose maps PID and "
+        "import floor alternate with this one's: before and after in one run",
     )
     p.add_argument(
         "--out", default=None, help="output folder for JSON and Markdown (default bench/results)"

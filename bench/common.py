@@ -93,11 +93,18 @@ class Skip(Exception):
 
 class ChildResult:
     def __init__(
-        self, rc: int, seconds: float, maxrss_kb: int, stdout: bytes, stderr: bytes
+        self,
+        rc: int,
+        seconds: float,
+        maxrss_kb: int,
+        stdout: bytes,
+        stderr: bytes,
+        cpu_seconds: float = 0.0,
     ) -> None:
         self.rc = rc
         self.seconds = seconds
         self.maxrss_kb = maxrss_kb
+        self.cpu_seconds = cpu_seconds  # user + system, the child's own (wait4)
         self.stdout = stdout
         self.stderr = stderr
 
@@ -144,21 +151,30 @@ def spawn(
         p.returncode = rc  # reaped by wait4: tell Popen not to wait again
         out.seek(0)
         err.seek(0)
-        return ChildResult(rc, dt, int(ru.ru_maxrss), out.read() if capture else b"", err.read())
+        return ChildResult(
+            rc,
+            dt,
+            int(ru.ru_maxrss),
+            out.read() if capture else b"",
+            err.read(),
+            ru.ru_utime + ru.ru_stime,
+        )
 
 
 def whole_process(
-    argv: List[str], env: Optional[Dict[str, str]] = None, what: str = ""
+    argv: List[str], env: Optional[Dict[str, str]] = None, what: str = "", cwd: str = ROOT
 ) -> Callable[[], Dict[str, float]]:
-    """A contender that runs ``argv`` as a whole process (start-up included) and
-    reports its seconds; a non-zero exit is a Skip naming ``what``."""
+    """A contender that runs ``argv`` as a whole process (start-up included) in
+    ``cwd`` and reports its wall seconds ("s") and CPU seconds ("cpu_s": user and
+    system, which other work on a shared machine moves far less); a non-zero exit is
+    a Skip naming ``what``."""
 
     def fn() -> Dict[str, float]:
-        r = spawn(argv, cwd=ROOT, env=env)
+        r = spawn(argv, cwd=cwd, env=env)
         if r.rc != 0:
             tail = r.stderr.decode(errors="replace").strip().splitlines()[-1:]
             raise Skip(f"{what or argv[0]} exited {r.rc}: {' '.join(tail)}")
-        return {"s": r.seconds}
+        return {"s": r.seconds, "cpu_s": r.cpu_seconds}
 
     return fn
 

@@ -93,3 +93,21 @@ def test_main_in_process(capsys):
     assert nu.main(["status", "--json", "--root", fixture_root("sparse-ids")]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert [n["id"] for n in rep["nodes"]] == [0, 8, 250, 251, 252, 253, 254, 255]
+
+
+def test_cli_file_runs_as_a_script(tmp_path):
+    """`python numa_utils_cli.py CMD` (the file itself, as the guests run it): main()
+    runs after every name it reaches is defined."""
+    saved = tmp_path / "numa_maps"
+    saved.write_text("7f0000000000 default anon=2 dirty=2 N0=2 kernelpagesize_kB=4\n")
+    for args in (["maps", "--file", str(saved)], ["status", "--root", fixture_root("single-node")]):
+        p = subprocess.run(
+            [sys.executable, str(REPO / "numa_utils_cli.py"), *args],
+            capture_output=True,
+            text=True,
+            cwd=str(tmp_path),
+            env=dict(os.environ, PYTHONPATH=str(REPO)),
+            timeout=600,
+        )
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.strip()

@@ -25,6 +25,7 @@ import errno
 import io
 import json
 import os
+import pathlib
 import re
 import stat
 import subprocess
@@ -34,7 +35,7 @@ import types
 from contextlib import redirect_stdout
 
 import pytest
-from conftest import FIXTURES, REPO, cli, fixture_root, nu, saved_backend
+from conftest import FIXTURES, REPO, cli, fixture_root, fixture_tree, nu, saved_backend
 
 GOLDEN = REPO / "tests" / "fleet_golden.json"
 FIXED_EXPIRY = calendar.timegm((2030, 1, 2, 3, 4, 5, 0, 0, 0))
@@ -458,6 +459,14 @@ def test_status_nfd_write_expiry_and_read_back(tmp_path):
         (["--format", "nfd", "--expiry", "0"], "--expiry '0': give a positive time"),
         (["--format", "nfd", "--expiry", "1w"], "--expiry '1w': give a positive time"),
         (["--format", "nfd", "--expiry=-1h"], "--expiry '-1h': give a positive time"),
+        (
+            ["--format", "nfd", "--expiry", "999999999d"],
+            "--expiry '999999999d': the labels would expire after the year 9999",
+        ),
+        (
+            ["--format", "nfd", "--expiry", "2940000d", "--write", "/nonexistent-numa-utils"],
+            "--expiry '2940000d': the labels would expire after the year 9999",
+        ),
         (["--format", "json", "--write", "/nonexistent"], "--write goes with --format nfd"),
         (["--write", "/nonexistent"], "--write goes with --format nfd"),
         (["--json", "--write", "/nonexistent"], "--write goes with --format nfd"),
@@ -472,6 +481,16 @@ def test_status_nfd_refuses_bad_options(args, message):
     assert p.returncode == 2
     assert message in p.stderr
     assert p.stdout == ""
+
+
+def test_status_nfd_expiry_up_to_the_year_9999():
+    """The latest expiry RFC 3339 can write is accepted and read back as NFD reads it."""
+    p = run(
+        "status", "--root", fixture_root("single-node"), "--format", "nfd", "--expiry", "2900000d"
+    )
+    assert p.returncode == 0, p.stderr
+    _, expiry = parse_feature_file(p.stdout)
+    assert datetime.datetime.fromtimestamp(expiry, datetime.timezone.utc).year >= 9900
 
 
 def test_write_is_whole_or_nothing(tmp_path, monkeypatch):
@@ -537,6 +556,37 @@ def test_plan_formats_from_the_command_line():
     bind = run("plan", "--root", root, "--format", "srun", "--memory", "bind")
     check_srun(bind.stdout, nu.gpu_plans("node", memory="bind", backend=b))
     assert "--mem-bind=map_mem:0,0,0,0,1,1,1,1" in bind.stdout
+
+
+def test_gres_takes_only_a_minor_the_driver_can_give(tmp_path):
+    """The NVIDIA driver numbers GPUs /dev/nvidia0-254 (255 is nvidiactl): any other
+    Device Minor is unknown, and its gres line is left out with a comment."""
+    tree = fixture_tree("dual-socket-8gpu", tmp_path / "t")
+    gpus = pathlib.Path(tree, "proc/driver/nvidia/gpus")
+    minors = {"0000:19:00.0": "99999999999999999999", "0000:3b:00.0": "255"}
+    minors.update({"0000:4c:00.0": "254", "0000:5d:00.0": "9" * 5000})
+    for pci, minor in minors.items():
+        info = gpus / pci / "information"
+        info.write_text(re.sub(r"Device Minor:.*", f"Device Minor: \t {minor}", info.read_text()))
+    out = captured(["plan", "--root", tree, "--format", "gres", "--policy", "node"])
+    blocks = {}  # PCI address -> the lines under its "# GPU" header
+    for line in out.splitlines():
+        head = re.fullmatch(r"# GPU \d+ \((\S+)\), .*", line)
+        if head:
+            pci = head.group(1)
+            blocks[pci] = []
+        else:
+            blocks[pci].append(line)
+    assert blocks["0000:4c:00.0"][0].startswith("Name=gpu File=/dev/nvidia254 Cores=")
+    for pci in ("0000:19:00.0", "0000:3b:00.0", "0000:5d:00.0"):
+        comment, line = blocks[pci]
+        assert comment.startswith("# no /dev/nvidiaN minor known for this GPU (Device Minor ")
+        assert comment.endswith(" is not 0-254):"), comment
+        assert len(comment) < 120
+        assert line.startswith("# Name=gpu File=DEVICE Cores=")
+    assert "/dev/nvidia255" not in out and "/dev/nvidia9999" not in out
+    b = saved_backend(tree)
+    check_gres(out, nu.read_topology(backend=b), nu.gpu_plans("node", backend=b))
 
 
 # --- a real kernel: the file written in a QEMU guest and read back ----------------

@@ -8,7 +8,18 @@ import subprocess
 import sys
 
 import pytest
-from conftest import FIXTURES, REPO, fixture_root, fixture_tree, nu, nur, nusim, saved_backend
+from conftest import (
+    FIXTURES,
+    REPO,
+    fixture_root,
+    fixture_tree,
+    nu,
+    nur,
+    nusim,
+    nut,
+    saved_backend,
+    sim,
+)
 
 # Configuration must come from the test, never from the shell running it.
 _ENV_NAMES = (
@@ -226,9 +237,13 @@ def test_pci_bus_id_argument():
         nu.gpu_node(0, pci_bus_id="nonsense", backend=b)
 
 
-def test_unknown_node_is_none_and_strict_raises():
+def test_unknown_node_is_the_planned_node_and_strict_raises():
+    # numa_node -1: gpu_node names the node the plans put the GPU's worker on (the
+    # one with the most cores per GPU), as they do; strict refuses to guess.
     b = tree("gpu-numa-unknown")
-    assert nu.gpu_node(0, environ={}, backend=b) is None
+    planned = nu.gpu_plans("node", memory=None, environ={}, backend=b)[0]
+    assert "NUMA node unknown" in " ".join(planned.notes)
+    assert nu.gpu_node(0, environ={}, backend=b) == planned.cpu_node is not None
     with pytest.raises(OSError) as ei:
         nu.gpu_node(0, environ={}, strict=True, backend=b)
     assert ei.value.errno == errno.EINVAL
@@ -939,3 +954,59 @@ def test_driver_share_leaves_out_the_nodes_nvml_attributed():
     assert {x.memory_source for x in got[2:]} == {"driver"}
     assert sorted(n for nodes in shared for n in nodes) == [250, 251, 252, 253]
     assert all(len(nodes) == 1 for nodes in shared)
+
+
+# -- gpu_node: the node every planner uses ---------------------------------------------
+
+
+def _planners(s, i):
+    """The node each planner gives CUDA device ``i``'s worker on backend ``s``."""
+    topo = nu.read_topology(backend=s)
+    cpus = nu.cpus_for_gpu(i, "node", strict=False, environ={}, backend=s)
+    bound = nu.bind_for_gpu(i, "node", memory=None, strict=False, environ={}, backend=s)
+    return {
+        "gpu_plans": nu.gpu_plans("exclusive", memory=None, strict=False, environ={}, backend=s)[
+            i
+        ].cpu_node,
+        "cpus_for_gpu": next(n for n in topo.nodes if cpus and cpus <= topo.nodes[n].cpus),
+        "bind_for_gpu": bound.node,
+        "thread_plan": nut.thread_plan(i, strict=False, environ={}, backend=s).node,
+        "spawn_context": nu.spawn_context(i, strict=False, environ={}, backend=s).plan.cpu_node,
+    }
+
+
+def _cpusets(name):
+    """(None: no cpuset) and, per node with CPUs that holds a GPU, every online CPU but
+    that node's: a cpuset that forbids the GPU's node."""
+    topo = nu.read_topology(backend=tree(name))
+    out = [None]
+    for node in sorted({g.cpu_node for g in nu.gpus(backend=tree(name))} - {None}):
+        rest = topo.online_cpus - topo.nodes[node].cpus
+        if rest:
+            out.append((node, rest))
+    return out
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_gpu_node_is_the_node_every_planner_uses(name):
+    """With and without a cpuset that forbids a GPU's node, and for a GPU whose node
+    the firmware does not give (numa_node -1): gpu_node(i) is the node whose CPUs
+    gpu_plans, cpus_for_gpu, bind_for_gpu, thread_plan and spawn_context give CUDA
+    device i's worker, and a node this process may run on."""
+    checked = 0
+    for case in _cpusets(name):
+        forbidden, allowed = (None, None) if case is None else case
+        s = sim(name, cpus_allowed=allowed)
+        topo = nu.read_topology(backend=s)
+        count = len(nu.gpu_plans(environ={}, strict=False, backend=s))
+        assert nu.gpu_node(count, environ={}, strict=False, backend=s) is None  # no such GPU
+        for i in range(count):
+            node = nu.gpu_node(i, environ={}, strict=False, backend=s)
+            assert node is not None and node != forbidden
+            if allowed is not None:
+                assert topo.nodes[node].cpus & allowed
+            planners = _planners(sim(name, cpus_allowed=allowed), i)
+            assert planners == dict.fromkeys(planners, node), (case, i)
+            checked += 1
+    if name in GPU_FIXTURES:
+        assert checked, "no CUDA device planned"

@@ -607,3 +607,67 @@ def test_hints_name_the_command_the_user_ran(tmp_path):
     )
     _, out, _ = _cli("--help", prefix=(sys.executable, str(script)))
     assert out.splitlines()[0].startswith("usage: numa-utils ")
+
+
+# -- maps PID: what it opens of another process's mappings -------------------------------
+
+
+def _dev_hex(dev):
+    return f"{os.major(dev):02x}:{os.minor(dev):02x}"
+
+
+def test_maps_opens_only_mappings_on_shared_memory(tmp_path, monkeypatch):
+    """A region's record is read only from a mapping that /proc/PID/maps puts on shared
+    memory: a SysV segment on the kernel's shm mount, a file on a tmpfs of the process's
+    mountinfo.  Anything else (a FUSE server can block an open or a page fault forever)
+    is named, never opened through /proc/PID/map_files nor read in /proc/PID/mem."""
+    pid = str(os.getpid())  # a live process: an open that ought not happen would work
+    probe = os.memfd_create("probe")
+    shm = os.fstat(probe).st_dev  # every memfd and SysV segment lives on that mount
+    os.close(probe)
+    fuse, tmpfs = os.makedev(0, 0x2A), os.makedev(0, 0x17)
+    key = nur.SYSV_KEY_PREFIX | 7
+    lines = [  # start, device, inode, path
+        (0x7F0000000000, fuse, 123, "/dev/shm/numa_utils-on-fuse"),
+        (0x7F0000010000, tmpfs, 124, "/dev/shm/numa_utils-on-tmpfs"),
+        (0x7F0000020000, fuse, 32768, f"/SYSV{key:08x} (deleted)"),
+        (0x7F0000030000, shm, 32769, f"/SYSV{key + 1:08x} (deleted)"),
+    ]
+    root = tmp_path / "root"
+    (root / "proc" / pid).mkdir(parents=True)
+    (root / "proc" / "sysvipc").mkdir()
+    (root / "proc" / pid / "maps").write_text(
+        "".join(
+            f"{s:x}-{s + 0x4000:x} rw-s 00000000 {_dev_hex(d)} {i}  {p}\n" for s, d, i, p in lines
+        )
+    )
+    (root / "proc" / pid / "mountinfo").write_text(
+        "22 27 0:21 / /proc rw,relatime - proc proc rw\n"
+        "25 24 0:23 / /dev/shm rw,relatime - tmpfs tmpfs rw\n"
+        "40 25 0:42 / /dev/shm/x rw shared:9 - fuse.evil evil rw,user_id=1000\n"
+    )
+    (root / "proc" / "sysvipc" / "shm").write_text(
+        "       key      shmid perms                  size  cpid  lpid nattch   uid   gid  "
+        "cuid  cgid      atime      dtime      ctime\n"
+        f"{key} 32768 600 16384 1 1 1 0 0 0 0 0 0 0\n"
+        f"{key + 1} 32769 600 16384 1 1 1 0 0 0 0 0 0 0\n"
+    )
+    opened = []
+    real_open = os.open
+
+    def hooked_open(path, *args, **kw):
+        if str(path).startswith(str(root)):  # the saved tree's own files
+            return real_open(path, *args, **kw)
+        opened.append(str(path))
+        raise OSError(5, "hooked: not opened in this test")
+
+    seen = {p.replace(" (deleted)", ""): [s] for s, _, _, p in lines}
+    monkeypatch.setattr(os, "open", hooked_open)
+    rows = {r["file"]: r for r in cli._maps_regions(saved_backend(root), pid, seen)}
+    monkeypatch.undo()
+    assert opened == [f"/proc/{pid}/map_files/7f0000010000-7f0000014000", f"/proc/{pid}/mem"]
+    for path in ("/dev/shm/numa_utils-on-fuse", f"/SYSV{key:08x}"):
+        assert rows[path]["name"] is None and "not on shared memory" in rows[path]["error"]
+        assert "device 0:42" in rows[path]["error"], rows[path]["error"]
+    assert "hooked" in rows["/dev/shm/numa_utils-on-tmpfs"]["error"]
+    assert "hooked" in rows[f"/SYSV{key + 1:08x}"]["error"]

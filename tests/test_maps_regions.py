@@ -310,3 +310,36 @@ def test_maps_shows_a_removed_sysv_region_once():
     assert row["name"] == "maps-rm" and row["removed"] and row["error"] is None
     assert row["start"] == f"0x{r['address']:x}" and len(row["extents"]) == 2
     assert text.count("region 'maps-rm' (sysv ") == 1 and ", removed, still attached)" in text
+
+
+def test_maps_does_not_open_a_mapped_file_that_is_not_shared_memory(tmp_path):
+    # A holder maps a disk file bind-mounted at /dev/shm/numa_utils-disk in a mount
+    # namespace of its own: numa_maps names it as a region's file, /proc/PID/maps puts
+    # it on the disk's device.  A file system other than tmpfs may be a FUSE server that
+    # never answers an open: maps names it (layout unknown) and opens nothing of it,
+    # neither /proc/PID/map_files nor the path (strace says what it opened).
+    if shutil.which("strace") is None:
+        pytest.skip("no strace(1)")
+    disk = tmp_path / "on-disk"
+    disk.write_bytes(b"")
+    bind = (
+        'touch /dev/shm/numa_utils-disk && mount --bind "$0" /dev/shm/numa_utils-disk && exec "$@"'
+    )
+    prefix = ["unshare", "--mount", "--propagation", "private", "sh", "-c", bind, str(disk)]
+    holder, pid = _forged(
+        "/dev/shm/numa_utils-disk", "disk", "parts:bind:0", 4 * PAGE, prefix=prefix
+    )
+    log = tmp_path / "strace.log"
+    trace = ["strace", "-f", "-qq", "-e", "trace=open,openat,openat2,stat,newfstatat,lstat"]
+    try:
+        (row,) = json.loads(_maps(pid, "--json", prefix=[*trace, "-o", str(log)]))["regions"]
+        text = _maps(pid)
+    finally:
+        holder.communicate("", timeout=600)
+        os.unlink("/dev/shm/numa_utils-disk")
+    assert row["file"] == "/dev/shm/numa_utils-disk" and row["name"] is None
+    assert "is not on shared memory (device " in row["error"] and "not opened" in row["error"]
+    assert "is not on shared memory" in text
+    calls = log.read_text()
+    assert "openat(" in calls  # the trace saw the command's own opens
+    assert "map_files" not in calls and "numa_utils-disk" not in calls, calls[-2000:]
