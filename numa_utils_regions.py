@@ -89,6 +89,9 @@ __all__ = [
     "CudaHostRegisterFlag",
     "CudaPinProgress",
     "pin_for_cuda",
+    "PinnedPool",
+    "PinnedBlock",
+    "PoolExhausted",
 ]
 
 
@@ -4315,3 +4318,314 @@ def pin_for_cuda(
         pin.close()
         raise
     return pin
+
+
+# ---------------------------------------------------------------------------
+# Pinned host memory per node (PinnedPool): placed before it is pinned, exact in
+# size, never lent across nodes.
+# ---------------------------------------------------------------------------
+
+
+class PoolExhausted(MemoryError):
+    """A node of a PinnedPool has no free extent for a block, and its budget forbids
+    mapping more: the pool never hands out another node's memory instead."""
+
+
+class PinnedBlock(_Record):
+    """A block of a PinnedPool: ``length`` bytes at ``address`` on ``node``;
+    ``size``: what it takes from the node (``length`` rounded up to a page)."""
+
+    address: int
+    length: int
+    node: int
+    size: int
+
+    def buffer(self) -> memoryview:
+        """The block's bytes as a writable memoryview (no copy)."""
+        return memoryview((ctypes.c_char * self.length).from_address(self.address)).cast("B")
+
+
+class _Arena:
+    """One mapping of a pool: bound to its node, prefaulted, then pinned."""
+
+    def __init__(self, mem: Any, addr: int, size: int, node: int, pin: Optional[CudaPin]) -> None:
+        self.mem, self.addr, self.size, self.node, self.pin = mem, addr, size, node, pin
+
+
+def _pool_nodes(spec: Any, topo: nu.Topology, backend: nu.Backend) -> Tuple[FrozenSet[int], str]:
+    """(the nodes of a pool, how they were chosen).  "gpu-local": nodes with CPUs and
+    memory that host a GPU (each GPU's node as the planners find it); without GPUs,
+    every node with CPUs and memory the cpuset allows."""
+    dram = topo.nodes_with_cpus & topo.usable_memory_nodes
+    if spec in ("all", "cpu"):
+        return frozenset(dram), "every node with CPUs and memory the cpuset allows"
+    if spec != "gpu-local":
+        if isinstance(spec, str):
+            ids = nu.parse_nodestring(spec, backend=backend, topology=topo)
+        else:
+            ids = frozenset(int(n) for n in spec)
+        missing = ids - topo.nodes_with_memory
+        if not ids or missing:
+            raise ValueError(f"PinnedPool nodes {sorted(ids)}: no memory on {sorted(missing)}")
+        return ids, "named"
+    hosts = {g.cpu_node for g in nu.gpus(backend=backend)}
+    local = frozenset(n for n in hosts if n in dram)
+    if local:
+        return local, "nodes with CPUs that host a GPU"
+    if hosts:
+        why = "the GPUs' nodes have no memory this process may use: every node with CPUs"
+        return frozenset(dram), why
+    return frozenset(dram), "no GPU: every node with CPUs and memory the cpuset allows"
+
+
+def _pool_register(register: Optional[str], backend: nu.Backend) -> Tuple[Optional[str], str]:
+    """(the runtime that pins, "cuda" | "hip" | None; why)."""
+    if register not in ("auto", "cuda", "hip", None):
+        raise ValueError(f"register must be 'auto', 'cuda', 'hip' or None, not {register!r}")
+    if register is None:
+        return None, "register=None: a host pool, not pinned"
+    if not backend.is_live:
+        return None, "a simulated machine: no runtime to pin with"
+    calls, where = _load_cudart(None, backend)
+    if calls is None:
+        if register != "auto":
+            raise OSError(errno.ENOENT, f"PinnedPool(register={register!r}): {where}")
+        return None, f"not pinned: {where}"
+    found = calls.api.runtime.lower()
+    if register not in ("auto", found):
+        raise OSError(errno.ENOENT, f"PinnedPool(register={register!r}): {where} is {found}")
+    return found, f"pinned with {where}"
+
+
+class PinnedPool:
+    """Host memory per NUMA node, pinned for the GPU (cudaHostRegister, ROCm's
+    hipHostRegister) when a runtime loads.
+
+    ``nodes``: "gpu-local" (default: the nodes with CPUs that host a GPU; on a
+    machine without GPUs every node with CPUs and memory the cpuset allows), "all",
+    a numactl node list ("0,2-3") or node ids.  ``register``: "auto" (default: CUDA's
+    or HIP's runtime when one loads, else none), "cuda", "hip" or None (a host pool);
+    ``registered`` says which and ``register_why`` why.  ``budget``: the most bytes
+    mapped per node (None: no limit), ``reserve``: bytes mapped per node at once.
+
+    Memory is mapped per node, bound there (MPOL_BIND), prefaulted from several
+    threads and only then pinned (pinned pages never move), through ``pin_for_cuda``.
+    A block takes its length rounded up to a page, never a power of two, and goes
+    back to its own node's free list: a node with no room grows within its budget or
+    raises PoolExhausted; it never hands out another node's memory.
+    """
+
+    def __init__(
+        self,
+        nodes: Any = "gpu-local",
+        register: Optional[str] = "auto",
+        backend: Optional[nu.Backend] = None,
+        *,
+        budget: Optional[int] = None,
+        reserve: int = 0,
+        chunk: int = 1 << 30,
+    ) -> None:
+        self._backend = nu._b(backend)
+        self._topo = nu.read_topology(backend=self._backend)
+        self.nodes, self.nodes_why = _pool_nodes(nodes, self._topo, self._backend)
+        self.registered, self.register_why = _pool_register(register, self._backend)
+        self.page = self._backend.page_size
+        self.budget, self.chunk = budget, chunk
+        self._lock = threading.Lock()
+        self._arenas: List[_Arena] = []
+        self._free: Dict[int, List[Tuple[int, int, int]]] = {n: [] for n in self.nodes}
+        self._live: Dict[int, Tuple[PinnedBlock, int]] = {}  # address -> (block, its base)
+        self._mapped: Dict[int, int] = dict.fromkeys(self.nodes, 0)
+        self._tensors: Dict[int, int] = {}
+        if reserve > 0:
+            for node in sorted(self.nodes):
+                self._grow(node, reserve)
+
+    def __repr__(self) -> str:
+        nodes = nu.format_cpulist(self.nodes)
+        return (
+            f"PinnedPool(nodes={nodes}, registered={self.registered}, {len(self._live)} block(s))"
+        )
+
+    def __enter__(self) -> PinnedPool:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _round(self, nbytes: int) -> int:
+        return -(-nbytes // self.page) * self.page
+
+    def _node_for(self, node: Optional[int], gpu: Optional[int]) -> int:
+        """The node a block is for: ``node``, GPU ``gpu``'s node, or this thread's."""
+        if gpu is not None and node is not None:
+            raise ValueError("give node= or gpu=, not both")
+        if gpu is not None:
+            node = nu.gpu_node(gpu, strict=True, backend=self._backend)
+            if node not in self.nodes:
+                raise ValueError(f"GPU {gpu}'s node {node} is not in the pool's nodes")
+        if node is None:
+            cpus = self._backend.call("sched_getaffinity", 0)
+            here = {self._topo.node_of_cpu(c) for c in cpus} & self.nodes
+            if len(here) != 1:
+                raise ValueError(
+                    f"alloc: give node= or gpu= (this thread's CPUs are on "
+                    f"{sorted(n for n in here if n is not None) or 'no node of the pool'})"
+                )
+            node = here.pop()
+        if node not in self.nodes:
+            raise ValueError(f"node {node} is not in the pool's nodes {sorted(self.nodes)}")
+        return node
+
+    def _grow(self, node: int, size: int) -> None:
+        """Map ``size`` bytes (rounded to a page) for ``node``: bind, prefault, pin."""
+        import mmap
+
+        size = self._round(size)
+        if self.budget is not None and self._mapped[node] + size > self.budget:
+            raise PoolExhausted(
+                f"node {node}: no free extent of {size} bytes and its budget "
+                f"({self.budget} bytes, {self._mapped[node]} mapped) forbids more"
+            )
+        mem = mmap.mmap(-1, size)
+        addr = nu.buffer_range(mem)[0]
+        try:
+            nu.bind(addr, [node], size, strict=True, backend=self._backend)
+            nu.prefault(addr, size, backend=self._backend)
+            pin = None
+            if self.registered is not None:
+                pin = pin_for_cuda(addr, size, chunk=self.chunk, strict=True)
+        except BaseException:
+            mem.close()
+            raise
+        self._arenas.append(_Arena(mem, addr, size, node, pin))
+        self._mapped[node] += size
+        self._put(node, addr, size, addr)
+
+    def _put(self, node: int, addr: int, size: int, base: int) -> None:
+        """Return an extent of the mapping at ``base`` to ``node``'s free list, merged
+        with its neighbours in that mapping."""
+        import bisect
+
+        free = self._free[node]
+        i = bisect.bisect_left(free, (addr, 0, 0))
+        if i < len(free) and free[i][0] == addr + size and free[i][2] == base:
+            size += free.pop(i)[1]
+        before = free[i - 1] if i else None
+        if before is not None and before[0] + before[1] == addr and before[2] == base:
+            addr, size = before[0], before[1] + size
+            i -= 1
+            free.pop(i)
+        free.insert(i, (addr, size, base))
+
+    def _take(self, node: int, size: int) -> Optional[Tuple[int, int]]:
+        """(address, base) in the smallest free extent of ``node`` that holds ``size``."""
+        free = self._free[node]
+        fits = [i for i, extent in enumerate(free) if extent[1] >= size]
+        if not fits:
+            return None
+        i = min(fits, key=lambda j: free[j][1])
+        addr, n, base = free[i]
+        if n == size:
+            free.pop(i)
+        else:
+            free[i] = (addr + size, n - size, base)
+        return addr, base
+
+    def alloc(
+        self, nbytes: int, node: Optional[int] = None, gpu: Optional[int] = None
+    ) -> PinnedBlock:
+        """A block of ``nbytes`` on ``node`` (or GPU ``gpu``'s node; default: the node
+        of this thread's CPUs); PoolExhausted when that node has no room."""
+        if nbytes <= 0:
+            raise ValueError(f"alloc: nbytes must be positive, not {nbytes}")
+        node = self._node_for(node, gpu)
+        size = self._round(nbytes)
+        with self._lock:
+            got = self._take(node, size)
+            if got is None:
+                self._grow(node, size)
+                got = self._take(node, size)
+            assert got is not None
+            blk = PinnedBlock(got[0], nbytes, node, size)
+            self._live[got[0]] = (blk, got[1])
+        return blk
+
+    def free(self, blk: Any) -> None:
+        """Give a block (or a tensor from ``tensor``) back to its node's free list."""
+        addr = getattr(blk, "address", None)
+        if addr is None and hasattr(blk, "data_ptr"):
+            addr = self._tensors.pop(int(blk.data_ptr()), None)
+        with self._lock:
+            got = self._live.pop(addr, None) if addr is not None else None
+            if got is None:
+                raise ValueError(f"free: {blk!r} is not a live block of this pool")
+            self._put(got[0].node, got[0].address, got[0].size, got[1])
+
+    def stats(self) -> Dict[int, Dict[str, Any]]:
+        """Per node: bytes mapped, used (blocks' sizes) and free, the largest free
+        extent, blocks, budget."""
+        out: Dict[int, Dict[str, Any]] = {}
+        with self._lock:
+            for node in sorted(self.nodes):
+                free = [extent[1] for extent in self._free[node]]
+                used = [b.size for b, _ in self._live.values() if b.node == node]
+                out[node] = {
+                    "bytes": self._mapped[node],
+                    "used": sum(used),
+                    "free": sum(free),
+                    "largest_free": max(free, default=0),
+                    "blocks": len(used),
+                    "budget": self.budget,
+                }
+        return out
+
+    def placement(self) -> Dict[int, Dict[int, int]]:
+        """Per pool node, where its mapped pages are, read back from the kernel
+        (bytes per node): every byte of node N's memory should be on N."""
+        out: Dict[int, Dict[int, int]] = {n: {} for n in sorted(self.nodes)}
+        for ar in list(self._arenas):
+            got = nu.placement(ar.addr, ar.size, backend=self._backend)
+            for where, n in got.items():
+                out[ar.node][where] = out[ar.node].get(where, 0) + n
+        return out
+
+    def fit(self, nbytes: int, node: Optional[int] = None) -> Dict[int, FitResult]:
+        """Per node (or for ``node``): would ``nbytes`` more fit there, pinned when the
+        pool pins?  Reads only; nothing is mapped."""
+        nodes = sorted(self.nodes) if node is None else [self._node_for(node, None)]
+        pin = self.registered is not None
+        return {
+            n: fit(self._round(nbytes), nodes=[n], policy="bind", pin=pin, backend=self._backend)
+            for n in nodes
+        }
+
+    def tensor(
+        self, shape: Any, dtype: Any, node: Optional[int] = None, gpu: Optional[int] = None
+    ) -> Any:
+        """A torch tensor over a new block (torch.frombuffer: no copy); give it back
+        with ``free(tensor)``.  torch is imported here, only when called."""
+        import torch  # type: ignore[import-not-found]
+
+        dims = (shape,) if isinstance(shape, int) else tuple(shape)
+        count = 1
+        for d in dims:
+            count *= int(d)
+        item = torch.empty((), dtype=dtype).element_size()
+        blk = self.alloc(max(count * item, 1), node=node, gpu=gpu)
+        t = torch.frombuffer(blk.buffer(), dtype=dtype, count=count).view(dims)
+        self._tensors[int(t.data_ptr())] = blk.address
+        return t
+
+    def close(self) -> None:
+        """Unpin and unmap everything (every block becomes invalid)."""
+        with self._lock:
+            for ar in self._arenas:
+                if ar.pin is not None:
+                    ar.pin.close()
+                ar.mem.close()
+            self._arenas.clear()
+            self._live.clear()
+            self._tensors.clear()
+            self._free = {n: [] for n in self.nodes}
+            self._mapped = dict.fromkeys(self.nodes, 0)
