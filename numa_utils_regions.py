@@ -4378,15 +4378,17 @@ def _pool_nodes(spec: Any, topo: nu.Topology, backend: nu.Backend) -> Tuple[Froz
     return frozenset(dram), "no GPU: every node with CPUs and memory the cpuset allows"
 
 
-def _pool_register(register: Optional[str], backend: nu.Backend) -> Tuple[Optional[str], str]:
+def _pool_register(
+    register: Optional[str], cudart: Any, backend: nu.Backend
+) -> Tuple[Optional[str], str]:
     """(the runtime that pins, "cuda" | "hip" | None; why)."""
     if register not in ("auto", "cuda", "hip", None):
         raise ValueError(f"register must be 'auto', 'cuda', 'hip' or None, not {register!r}")
     if register is None:
         return None, "register=None: a host pool, not pinned"
-    if not backend.is_live:
+    if not backend.is_live and cudart is None:
         return None, "a simulated machine: no runtime to pin with"
-    calls, where = _load_cudart(None, backend)
+    calls, where = _load_cudart(cudart, backend)
     if calls is None:
         if register != "auto":
             raise OSError(errno.ENOENT, f"PinnedPool(register={register!r}): {where}")
@@ -4424,11 +4426,13 @@ class PinnedPool:
         budget: Optional[int] = None,
         reserve: int = 0,
         chunk: int = 1 << 30,
+        cudart: Any = None,
     ) -> None:
         self._backend = nu._b(backend)
         self._topo = nu.read_topology(backend=self._backend)
         self.nodes, self.nodes_why = _pool_nodes(nodes, self._topo, self._backend)
-        self.registered, self.register_why = _pool_register(register, self._backend)
+        self.registered, self.register_why = _pool_register(register, cudart, self._backend)
+        self._cudart = cudart
         self.page = self._backend.page_size
         self.budget, self.chunk = budget, chunk
         self._lock = threading.Lock()
@@ -4490,11 +4494,20 @@ class PinnedPool:
         mem = mmap.mmap(-1, size)
         addr = nu.buffer_range(mem)[0]
         try:
-            nu.bind(addr, [node], size, strict=True, backend=self._backend)
+            # one node with memory (or a kernel without NUMA): nothing to bind to
+            one = len(self._topo.nodes_with_memory) < 2
+            nu.bind(addr, [node], size, strict=not one, backend=self._backend)
             nu.prefault(addr, size, backend=self._backend)
             pin = None
             if self.registered is not None:
-                pin = pin_for_cuda(addr, size, chunk=self.chunk, strict=True)
+                pin = pin_for_cuda(
+                    addr,
+                    size,
+                    chunk=self.chunk,
+                    strict=True,
+                    cudart=self._cudart,
+                    backend=self._backend,
+                )
         except BaseException:
             mem.close()
             raise
@@ -4582,10 +4595,14 @@ class PinnedPool:
 
     def placement(self) -> Dict[int, Dict[int, int]]:
         """Per pool node, where its mapped pages are, read back from the kernel
-        (bytes per node): every byte of node N's memory should be on N."""
+        (bytes per node): every byte of node N's memory should be on N.  Empty where
+        the kernel cannot say (no NUMA: no numa_maps, no move_pages)."""
         out: Dict[int, Dict[int, int]] = {n: {} for n in sorted(self.nodes)}
         for ar in list(self._arenas):
-            got = nu.placement(ar.addr, ar.size, backend=self._backend)
+            try:
+                got = nu.placement(ar.addr, ar.size, backend=self._backend)
+            except OSError:
+                continue
             for where, n in got.items():
                 out[ar.node][where] = out[ar.node].get(where, 0) + n
         return out
