@@ -4441,9 +4441,47 @@ class PinnedPool:
         self._live: Dict[int, Tuple[PinnedBlock, int]] = {}  # address -> (block, its base)
         self._mapped: Dict[int, int] = dict.fromkeys(self.nodes, 0)
         self._tensors: Dict[int, int] = {}
+        self.region: Optional[SharedRegion] = None  # the shared form's region
         if reserve > 0:
             for node in sorted(self.nodes):
                 self._grow(node, reserve)
+
+    @classmethod
+    def shared(
+        cls,
+        region: SharedRegion,
+        nodes: Optional[Iterable[int]] = None,
+        register: Optional[str] = "auto",
+        *,
+        extents: Optional[Iterable[int]] = None,
+        chunk: int = 1 << 30,
+        cudart: Any = None,
+    ) -> PinnedPool:
+        """A pool carved from ``region`` (created or attached, e.g. with
+        ``layout=Layout.parts([0, 2, 3, 5])``): each extent bound to one node is that
+        node's part.  Every process that attaches the region makes its own pool over
+        the parts it allocates from: ``nodes`` (default: every node with a part) or
+        the extents numbered in ``extents`` (two processes on one node: one part
+        each).  Two pools over one part would hand out the same bytes.  The region
+        placed and prefaulted its memory; this process pins its parts (pins are per
+        process).  A part never grows: a full one raises PoolExhausted.  ``close()``
+        unpins; the region stays mapped until its own close()."""
+        chosen = []
+        for i, ext in enumerate(region.layout):
+            if extents is not None and i not in set(extents):
+                continue
+            if len(ext.nodes) == 1 and (nodes is None or ext.nodes <= set(nodes)):
+                chosen.append(ext)
+        if not chosen:
+            raise ValueError(
+                f"PinnedPool.shared: no extent of {region!r} is bound to one node asked"
+            )
+        own = sorted({n for ext in chosen for n in ext.nodes})
+        pool = cls(own, register, region._b, chunk=chunk, cudart=cudart)
+        pool.region, pool.budget = region, 0
+        for ext in chosen:
+            pool._add(region.address + ext.offset, ext.length, min(ext.nodes), None)
+        return pool
 
     def __repr__(self) -> str:
         nodes = nu.format_cpulist(self.nodes)
@@ -4486,6 +4524,10 @@ class PinnedPool:
         import mmap
 
         size = self._round(size)
+        if self.region is not None:
+            raise PoolExhausted(
+                f"node {node}: its part of {self.region!r} has no free {size} bytes"
+            )
         if self.budget is not None and self._mapped[node] + size > self.budget:
             raise PoolExhausted(
                 f"node {node}: no free extent of {size} bytes and its budget "
@@ -4498,19 +4540,23 @@ class PinnedPool:
             one = len(self._topo.nodes_with_memory) < 2
             nu.bind(addr, [node], size, strict=not one, backend=self._backend)
             nu.prefault(addr, size, backend=self._backend)
-            pin = None
-            if self.registered is not None:
-                pin = pin_for_cuda(
-                    addr,
-                    size,
-                    chunk=self.chunk,
-                    strict=True,
-                    cudart=self._cudart,
-                    backend=self._backend,
-                )
+            self._add(addr, size, node, mem)
         except BaseException:
             mem.close()
             raise
+
+    def _add(self, addr: int, size: int, node: int, mem: Any) -> None:
+        """Pin placed memory (when the pool pins) and make it ``node``'s to hand out."""
+        pin = None
+        if self.registered is not None:
+            pin = pin_for_cuda(
+                addr,
+                size,
+                chunk=self.chunk,
+                strict=True,
+                cudart=self._cudart,
+                backend=self._backend,
+            )
         self._arenas.append(_Arena(mem, addr, size, node, pin))
         self._mapped[node] += size
         self._put(node, addr, size, addr)
@@ -4640,7 +4686,8 @@ class PinnedPool:
             for ar in self._arenas:
                 if ar.pin is not None:
                     ar.pin.close()
-                ar.mem.close()
+                if ar.mem is not None:
+                    ar.mem.close()
             self._arenas.clear()
             self._live.clear()
             self._tensors.clear()

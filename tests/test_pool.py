@@ -259,3 +259,41 @@ def test_this_machine_a_64_mib_block_raises_rss_by_64_mib():
     # the process: 64 MiB, plus what the interpreter itself allocates meanwhile (a few
     # pages of its heap), far from the 128 MiB of a power-of-two allocator
     assert 0 <= grew - 64 * MiB <= 4 * PAGE, grew
+
+
+def test_shared_form_each_process_allocates_from_its_nodes_part():
+    """One region, parts on nodes 0, 2, 3, 5; two processes attach it, each allocating
+    from its own node's part; a full part raises, never lends another part."""
+    b = sim("b200-snc3")
+    size = 4 * 16 * PAGE
+    lay = nur.Layout.parts([0, 2, 3, 5])
+    with nur.SharedRegion.create("pool", size, layout=lay, kind="posix", backend=b) as region:
+        first = nur.PinnedPool.shared(region, nodes=[0])
+        other = b.process()
+        theirs = nur.SharedRegion.attach("pool", kind="posix", backend=other)
+        second = nur.PinnedPool.shared(theirs, nodes=[5])
+        assert first.nodes == {0} and second.nodes == {5}
+        x = first.alloc(3 * PAGE + 1, node=0)
+        y = second.alloc(16 * PAGE, node=5)
+        assert region.address <= x.address < region.address + 16 * PAGE  # part 0
+        assert y.address - theirs.address == 3 * 16 * PAGE  # part 3: node 5's
+        mine = region.address + (y.address - theirs.address)  # the creator faulted it in
+        assert nu.placement(mine, y.size, backend=b) == {5: 16 * PAGE}
+        with pytest.raises(nur.PoolExhausted, match="node 5"):
+            second.alloc(PAGE, node=5)  # its part is full: no growth, no lending
+        assert first.stats()[0] == {
+            "bytes": 16 * PAGE,
+            "used": 4 * PAGE,
+            "free": 12 * PAGE,
+            "largest_free": 12 * PAGE,
+            "blocks": 1,
+            "budget": 0,
+        }
+        first.close()
+        second.close()
+        theirs.close()
+    with pytest.raises(ValueError):
+        with nur.SharedRegion.create(
+            "pool2", size, policy="interleave", kind="posix", backend=b
+        ) as r:
+            nur.PinnedPool.shared(r)  # no extent bound to one node
