@@ -4432,19 +4432,30 @@ class PinnedPool:
         self._topo = nu.read_topology(backend=self._backend)
         self.nodes, self.nodes_why = _pool_nodes(nodes, self._topo, self._backend)
         self.registered, self.register_why = _pool_register(register, cudart, self._backend)
-        self._cudart = cudart
         self.page = self._backend.page_size
-        self.budget, self.chunk = budget, chunk
+        self.budget = budget
+        self.chunk = chunk
+        self.region: Optional[SharedRegion] = None  # the shared form's region
+        self._cudart = cudart
         self._lock = threading.Lock()
         self._arenas: List[_Arena] = []
-        self._free: Dict[int, List[Tuple[int, int, int]]] = {n: [] for n in self.nodes}
         self._live: Dict[int, Tuple[PinnedBlock, int]] = {}  # address -> (block, its base)
-        self._mapped: Dict[int, int] = dict.fromkeys(self.nodes, 0)
-        self._tensors: Dict[int, int] = {}
-        self.region: Optional[SharedRegion] = None  # the shared form's region
+        self._tensors: Dict[int, int] = {}  # a tensor's data_ptr -> its block's address
+        self._free: Dict[int, List[Tuple[int, int, int]]] = {}  # (address, bytes, base)
+        self._mapped: Dict[int, int] = {}
+        self._forget()
         if reserve > 0:
             for node in sorted(self.nodes):
                 self._grow(node, reserve)
+
+    def _forget(self) -> None:
+        """No mapping, no block, no free extent."""
+        self._arenas.clear()
+        self._live.clear()
+        self._tensors.clear()
+        for node in self.nodes:
+            self._free[node] = []
+            self._mapped[node] = 0
 
     @classmethod
     def shared(
@@ -4504,20 +4515,24 @@ class PinnedPool:
             raise ValueError("give node= or gpu=, not both")
         if gpu is not None:
             node = nu.gpu_node(gpu, strict=True, backend=self._backend)
-            if node not in self.nodes:
-                raise ValueError(f"GPU {gpu}'s node {node} is not in the pool's nodes")
         if node is None:
-            cpus = self._backend.call("sched_getaffinity", 0)
-            here = {self._topo.node_of_cpu(c) for c in cpus} & self.nodes
-            if len(here) != 1:
-                raise ValueError(
-                    f"alloc: give node= or gpu= (this thread's CPUs are on "
-                    f"{sorted(n for n in here if n is not None) or 'no node of the pool'})"
-                )
-            node = here.pop()
+            node = self._thread_node()
         if node not in self.nodes:
-            raise ValueError(f"node {node} is not in the pool's nodes {sorted(self.nodes)}")
+            pool = nu.format_cpulist(self.nodes)
+            raise ValueError(f"node {node} is not in the pool's nodes ({pool})")
         return node
+
+    def _thread_node(self) -> int:
+        """The one node of the pool that the calling thread's CPUs are on."""
+        here: Set[int] = set()
+        for cpu in self._backend.call("sched_getaffinity", 0):
+            node = self._topo.node_of_cpu(cpu)
+            if node in self.nodes:
+                here.add(node)
+        if len(here) != 1:
+            where = nu.format_cpulist(here) or "no node of the pool"
+            raise ValueError(f"alloc: give node= or gpu= (this thread's CPUs are on {where})")
+        return here.pop()
 
     def _grow(self, node: int, size: int) -> None:
         """Map ``size`` bytes (rounded to a page) for ``node``: bind, prefault, pin."""
@@ -4568,27 +4583,33 @@ class PinnedPool:
 
         free = self._free[node]
         i = bisect.bisect_left(free, (addr, 0, 0))
-        if i < len(free) and free[i][0] == addr + size and free[i][2] == base:
-            size += free.pop(i)[1]
-        before = free[i - 1] if i else None
-        if before is not None and before[0] + before[1] == addr and before[2] == base:
-            addr, size = before[0], before[1] + size
-            i -= 1
-            free.pop(i)
+        if i < len(free):
+            after, after_size, after_base = free[i]
+            if after == addr + size and after_base == base:
+                size += after_size
+                del free[i]
+        if i > 0:
+            before, before_size, before_base = free[i - 1]
+            if before + before_size == addr and before_base == base:
+                addr = before
+                size += before_size
+                i -= 1
+                del free[i]
         free.insert(i, (addr, size, base))
 
     def _take(self, node: int, size: int) -> Optional[Tuple[int, int]]:
         """(address, base) in the smallest free extent of ``node`` that holds ``size``."""
         free = self._free[node]
-        fits = [i for i, extent in enumerate(free) if extent[1] >= size]
+        fits = [extent for extent in free if extent[1] >= size]
         if not fits:
             return None
-        i = min(fits, key=lambda j: free[j][1])
-        addr, n, base = free[i]
-        if n == size:
-            free.pop(i)
+        best = min(fits, key=lambda extent: extent[1])
+        i = free.index(best)
+        addr, length, base = best
+        if length == size:
+            del free[i]
         else:
-            free[i] = (addr + size, n - size, base)
+            free[i] = (addr + size, length - size, base)
         return addr, base
 
     def alloc(
@@ -4616,10 +4637,13 @@ class PinnedPool:
         if addr is None and hasattr(blk, "data_ptr"):
             addr = self._tensors.pop(int(blk.data_ptr()), None)
         with self._lock:
-            got = self._live.pop(addr, None) if addr is not None else None
+            got = None
+            if addr is not None:
+                got = self._live.pop(addr, None)
             if got is None:
                 raise ValueError(f"free: {blk!r} is not a live block of this pool")
-            self._put(got[0].node, got[0].address, got[0].size, got[1])
+            block, base = got
+            self._put(block.node, block.address, block.size, base)
 
     def stats(self) -> Dict[int, Dict[str, Any]]:
         """Per node: bytes mapped, used (blocks' sizes) and free, the largest free
@@ -4627,30 +4651,36 @@ class PinnedPool:
         out: Dict[int, Dict[str, Any]] = {}
         with self._lock:
             for node in sorted(self.nodes):
-                free = [extent[1] for extent in self._free[node]]
-                used = [b.size for b, _ in self._live.values() if b.node == node]
+                sizes = [extent[1] for extent in self._free[node]]
                 out[node] = {
                     "bytes": self._mapped[node],
-                    "used": sum(used),
-                    "free": sum(free),
-                    "largest_free": max(free, default=0),
-                    "blocks": len(used),
+                    "used": 0,
+                    "free": sum(sizes),
+                    "largest_free": max(sizes, default=0),
+                    "blocks": 0,
                     "budget": self.budget,
                 }
+            for block, _ in self._live.values():
+                row = out[block.node]
+                row["used"] += block.size
+                row["blocks"] += 1
         return out
 
     def placement(self) -> Dict[int, Dict[int, int]]:
         """Per pool node, where its mapped pages are, read back from the kernel
         (bytes per node): every byte of node N's memory should be on N.  Empty where
         the kernel cannot say (no NUMA: no numa_maps, no move_pages)."""
-        out: Dict[int, Dict[int, int]] = {n: {} for n in sorted(self.nodes)}
-        for ar in list(self._arenas):
+        out: Dict[int, Dict[int, int]] = {}
+        for node in sorted(self.nodes):
+            out[node] = {}
+        for arena in list(self._arenas):
             try:
-                got = nu.placement(ar.addr, ar.size, backend=self._backend)
+                found = nu.placement(arena.addr, arena.size, backend=self._backend)
             except OSError:
                 continue
-            for where, n in got.items():
-                out[ar.node][where] = out[ar.node].get(where, 0) + n
+            mine = out[arena.node]
+            for where, nbytes in found.items():
+                mine[where] = mine.get(where, 0) + nbytes
         return out
 
     def fit(self, nbytes: int, node: Optional[int] = None) -> Dict[int, FitResult]:
@@ -4668,28 +4698,26 @@ class PinnedPool:
     ) -> Any:
         """A torch tensor over a new block (torch.frombuffer: no copy); give it back
         with ``free(tensor)``.  torch is imported here, only when called."""
+        import math
+
         import torch  # type: ignore[import-not-found]
 
-        dims = (shape,) if isinstance(shape, int) else tuple(shape)
-        count = 1
-        for d in dims:
-            count *= int(d)
-        item = torch.empty((), dtype=dtype).element_size()
-        blk = self.alloc(max(count * item, 1), node=node, gpu=gpu)
-        t = torch.frombuffer(blk.buffer(), dtype=dtype, count=count).view(dims)
-        self._tensors[int(t.data_ptr())] = blk.address
-        return t
+        if isinstance(shape, int):
+            shape = (shape,)
+        dims = tuple(shape)
+        count = math.prod(dims)
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        blk = self.alloc(max(count * itemsize, 1), node=node, gpu=gpu)
+        flat = torch.frombuffer(blk.buffer(), dtype=dtype, count=count)
+        self._tensors[int(flat.data_ptr())] = blk.address
+        return flat.view(dims)
 
     def close(self) -> None:
         """Unpin and unmap everything (every block becomes invalid)."""
         with self._lock:
-            for ar in self._arenas:
-                if ar.pin is not None:
-                    ar.pin.close()
-                if ar.mem is not None:
-                    ar.mem.close()
-            self._arenas.clear()
-            self._live.clear()
-            self._tensors.clear()
-            self._free = {n: [] for n in self.nodes}
-            self._mapped = dict.fromkeys(self.nodes, 0)
+            for arena in self._arenas:
+                if arena.pin is not None:
+                    arena.pin.close()
+                if arena.mem is not None:
+                    arena.mem.close()
+            self._forget()
