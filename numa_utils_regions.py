@@ -4394,9 +4394,27 @@ def _pool_register(
             raise OSError(errno.ENOENT, f"PinnedPool(register={register!r}): {where}")
         return None, f"not pinned: {where}"
     found = calls.api.runtime.lower()
+    if register == "auto":
+        why = _pin_probe(calls)
+        if why:
+            return None, f"not pinned: {where} loads but {why}"
     if register not in ("auto", found):
         raise OSError(errno.ENOENT, f"PinnedPool(register={register!r}): {where} is {found}")
     return found, f"pinned with {where}"
+
+
+def _pin_probe(calls: _PinCalls) -> str:
+    """Why ``calls`` cannot pin a page (a runtime without a driver or a GPU), or ""."""
+    import mmap
+
+    with mmap.mmap(-1, mmap.PAGESIZE) as page:
+        addr = ctypes.c_void_p(nu.buffer_range(page)[0])
+        rc = calls.register(addr, mmap.PAGESIZE, 0)
+        if rc != 0:
+            calls.clear_error()
+            return f"cannot pin a page: {_cuda_error(calls, rc)}"
+        calls.unregister(addr)
+    return ""
 
 
 class PinnedPool:

@@ -179,10 +179,17 @@ def test_place_before_pin(monkeypatch):
     class Calls:
         api = nur._PIN_APIS[0]
 
+        def register(self, addr, size, flags):
+            events.append("probe")
+            return 0
+
+        def unregister(self, addr):
+            return 0
+
     monkeypatch.setattr(nur, "_load_cudart", lambda cudart, b: (Calls(), "fake libcudart"))
     monkeypatch.setattr(nur, "pin_for_cuda", pin_for_cuda)
     pool = nur.PinnedPool(backend=backend, cudart="fake")
-    assert pool.registered == "cuda"
+    assert pool.registered == "cuda" and events == ["probe"]  # "auto": a page pins
     pool.alloc(8 * PAGE, node=5)
     assert "pin" in events and "bind" in events and "prefault" in events
     pin_at = events.index("pin")
@@ -198,6 +205,28 @@ def test_register_auto_without_a_runtime_is_a_host_pool(monkeypatch, tmp_path):
     with pytest.raises(OSError):
         nur.PinnedPool("all", register="cuda", backend=nu.LinuxBackend())
     assert nur.PinnedPool("all", register=None, backend=nu.LinuxBackend()).registered is None
+
+
+def test_register_auto_with_a_runtime_that_cannot_pin_is_a_host_pool(monkeypatch):
+    """A libcudart without a driver (or a GPU) loads, but registering fails: "auto"
+    makes a host pool and says why; the runtime's error is cleared."""
+    cleared = []
+
+    class Calls:
+        api = nur._PIN_APIS[0]
+
+        def register(self, addr, size, flags):
+            return 35
+
+        def clear_error(self):
+            cleared.append(True)
+
+        error_string = None
+
+    monkeypatch.setattr(nur, "_load_cudart", lambda cudart, b: (Calls(), "libcudart.so.12"))
+    pool = nur.PinnedPool("all", backend=nu.LinuxBackend())
+    assert pool.registered is None and "cannot pin a page" in pool.register_why
+    assert "CUDA error 35" in pool.register_why and cleared == [True]
 
 
 def test_fit_answers_per_node_before_anything_is_mapped():
