@@ -4460,6 +4460,7 @@ class PinnedPool:
         self._live: Dict[int, Tuple[PinnedBlock, int]] = {}  # address -> (block, its base)
         self._tensors: Dict[int, int] = {}  # a tensor's data_ptr -> its block's address
         self._free: Dict[int, List[Tuple[int, int, int]]] = {}  # (address, bytes, base)
+        self._by_size: Dict[int, List[Tuple[int, int, int]]] = {}  # (bytes, address, base)
         self._mapped: Dict[int, int] = {}
         self._forget()
         if reserve > 0:
@@ -4473,6 +4474,7 @@ class PinnedPool:
         self._tensors.clear()
         for node in self.nodes:
             self._free[node] = []
+            self._by_size[node] = []
             self._mapped[node] = 0
 
     @classmethod
@@ -4592,10 +4594,10 @@ class PinnedPool:
             )
         self._arenas.append(_Arena(mem, addr, size, node, pin))
         self._mapped[node] += size
-        self._put(node, addr, size, addr)
+        self._list(node, addr, size, addr)
 
     def _put(self, node: int, addr: int, size: int, base: int) -> None:
-        """Return an extent of the mapping at ``base`` to ``node``'s free list, merged
+        """Return an extent of the mapping at ``base`` to ``node``'s free lists, merged
         with its neighbours in that mapping."""
         import bisect
 
@@ -4604,30 +4606,44 @@ class PinnedPool:
         if i < len(free):
             after, after_size, after_base = free[i]
             if after == addr + size and after_base == base:
+                self._unlist(node, after, after_size, base)
                 size += after_size
-                del free[i]
         if i > 0:
             before, before_size, before_base = free[i - 1]
             if before + before_size == addr and before_base == base:
+                self._unlist(node, before, before_size, base)
                 addr = before
                 size += before_size
-                i -= 1
-                del free[i]
-        free.insert(i, (addr, size, base))
+        self._list(node, addr, size, base)
+
+    def _list(self, node: int, addr: int, size: int, base: int) -> None:
+        """A free extent into both of ``node``'s lists: by address, and by size."""
+        import bisect
+
+        bisect.insort(self._free[node], (addr, size, base))
+        bisect.insort(self._by_size[node], (size, addr, base))
+
+    def _unlist(self, node: int, addr: int, size: int, base: int) -> None:
+        import bisect
+
+        free = self._free[node]
+        del free[bisect.bisect_left(free, (addr, size, base))]
+        sizes = self._by_size[node]
+        del sizes[bisect.bisect_left(sizes, (size, addr, base))]
 
     def _take(self, node: int, size: int) -> Optional[Tuple[int, int]]:
-        """(address, base) in the smallest free extent of ``node`` that holds ``size``."""
-        free = self._free[node]
-        fits = [extent for extent in free if extent[1] >= size]
-        if not fits:
+        """(address, base) in the smallest free extent of ``node`` that holds ``size``
+        (the lowest address among those of that size)."""
+        import bisect
+
+        sizes = self._by_size[node]
+        i = bisect.bisect_left(sizes, (size, 0, 0))
+        if i == len(sizes):
             return None
-        best = min(fits, key=lambda extent: extent[1])
-        i = free.index(best)
-        addr, length, base = best
-        if length == size:
-            del free[i]
-        else:
-            free[i] = (addr + size, length - size, base)
+        length, addr, base = sizes[i]
+        self._unlist(node, addr, length, base)
+        if length > size:
+            self._list(node, addr + size, length - size, base)
         return addr, base
 
     def alloc(
