@@ -4568,8 +4568,11 @@ class PinnedPool:
                 f"node {node}: no free extent of {size} bytes and its budget "
                 f"({self.budget} bytes, {self._mapped[node]} mapped) forbids more"
             )
-        mem = mmap.mmap(-1, size)
-        addr = nu.buffer_range(mem)[0]
+        extra = 0
+        if self.page > mmap.PAGESIZE:  # a simulated machine's pages larger than ours
+            extra = self.page
+        mem = mmap.mmap(-1, size + extra)
+        addr = self._round(nu.buffer_range(mem)[0])
         try:
             # one node with memory (or a kernel without NUMA): nothing to bind to
             one = len(self._topo.nodes_with_memory) < 2

@@ -310,13 +310,13 @@ DENSITY_TARGETS = {
 # The token density rose from 7.46 to 7.66 because the code that left (regions,
 # threads, saved trees) was sparser than what stays; no line was packed or unpacked.
 # Regions: 27,435 nodes before issue 42; PinnedPool (pinned host memory per node) adds
-# 3,298, and its functions (typed signatures, f-string errors) move the file's
+# 3,329, and its functions (typed signatures, f-string errors) move the file's
 # median function density from 8.89 to 9.19.  For the lead to accept or cut.
 CEILINGS = {
     ("numa_utils.py", "ast_nodes"): 38_610,
     ("numa_utils.py", "lines"): 6_016,
     ("numa_utils.py", "tokens_per_line"): 7.66,
-    ("numa_utils_regions.py", "ast_nodes"): 30_733,
+    ("numa_utils_regions.py", "ast_nodes"): 30_764,
     ("numa_utils_regions.py", "median_function_density"): 9.2,
 }
 
