@@ -90,6 +90,9 @@ __all__ = [
     "CudaHostRegisterFlag",
     "CudaPinProgress",
     "pin_for_cuda",
+    "PinnedPool",
+    "PinnedBlock",
+    "PoolExhausted",
 ]
 
 
@@ -4603,3 +4606,443 @@ def pin_for_cuda(
         pin.close()
         raise
     return pin
+
+
+# ---------------------------------------------------------------------------
+# Pinned host memory per node (PinnedPool): placed before it is pinned, exact in
+# size, never lent across nodes.
+# ---------------------------------------------------------------------------
+
+
+class PoolExhausted(MemoryError):
+    """A node of a PinnedPool has no free extent for a block, and its budget forbids
+    mapping more: the pool never hands out another node's memory instead."""
+
+
+class PinnedBlock(_Record):
+    """A block of a PinnedPool: ``length`` bytes at ``address`` on ``node``;
+    ``size``: what it takes from the node (``length`` rounded up to a page)."""
+
+    address: int
+    length: int
+    node: int
+    size: int
+
+    def buffer(self) -> memoryview:
+        """The block's bytes as a writable memoryview (no copy)."""
+        return memoryview((ctypes.c_char * self.length).from_address(self.address)).cast("B")
+
+
+class _Arena:
+    """One mapping of a pool: bound to its node, prefaulted, then pinned."""
+
+    def __init__(self, mem: Any, addr: int, size: int, node: int, pin: Optional[CudaPin]) -> None:
+        self.mem, self.addr, self.size, self.node, self.pin = mem, addr, size, node, pin
+
+
+def _pool_nodes(spec: Any, topo: nu.Topology, backend: nu.Backend) -> Tuple[FrozenSet[int], str]:
+    """(the nodes of a pool, how they were chosen).  "gpu-local": nodes with CPUs and
+    memory that host a GPU (each GPU's node as the planners find it); without GPUs,
+    every node with CPUs and memory the cpuset allows."""
+    dram = topo.nodes_with_cpus & topo.usable_memory_nodes
+    if spec in ("all", "cpu"):
+        return frozenset(dram), "every node with CPUs and memory the cpuset allows"
+    if spec != "gpu-local":
+        if isinstance(spec, str):
+            ids = nu.parse_nodestring(spec, backend=backend, topology=topo)
+        else:
+            ids = frozenset(int(n) for n in spec)
+        missing = ids - topo.nodes_with_memory
+        if not ids or missing:
+            raise ValueError(f"PinnedPool nodes {sorted(ids)}: no memory on {sorted(missing)}")
+        return ids, "named"
+    hosts = {g.cpu_node for g in nu.gpus(backend=backend)}
+    local = frozenset(n for n in hosts if n in dram)
+    if local:
+        return local, "nodes with CPUs that host a GPU"
+    if hosts:
+        why = "the GPUs' nodes have no memory this process may use: every node with CPUs"
+        return frozenset(dram), why
+    return frozenset(dram), "no GPU: every node with CPUs and memory the cpuset allows"
+
+
+def _pool_register(
+    register: Optional[str], cudart: Any, backend: nu.Backend
+) -> Tuple[Optional[str], str]:
+    """(the runtime that pins, "cuda" | "hip" | None; why)."""
+    if register not in ("auto", "cuda", "hip", None):
+        raise ValueError(f"register must be 'auto', 'cuda', 'hip' or None, not {register!r}")
+    if register is None:
+        return None, "register=None: a host pool, not pinned"
+    if not backend.is_live and cudart is None:
+        return None, "a simulated machine: no runtime to pin with"
+    calls, where = _load_cudart(cudart, backend)
+    if calls is None:
+        if register != "auto":
+            raise OSError(errno.ENOENT, f"PinnedPool(register={register!r}): {where}")
+        return None, f"not pinned: {where}"
+    found = calls.api.runtime.lower()
+    if register == "auto":
+        why = _pin_probe(calls)
+        if why:
+            return None, f"not pinned: {where} loads but {why}"
+    if register not in ("auto", found):
+        raise OSError(errno.ENOENT, f"PinnedPool(register={register!r}): {where} is {found}")
+    return found, f"pinned with {where}"
+
+
+def _pin_probe(calls: _PinCalls) -> str:
+    """Why ``calls`` cannot pin a page (a runtime without a driver or a GPU), or ""."""
+    import mmap
+
+    with mmap.mmap(-1, mmap.PAGESIZE) as page:
+        addr = ctypes.c_void_p(nu.buffer_range(page)[0])
+        rc = calls.register(addr, mmap.PAGESIZE, 0)
+        if rc != 0:
+            calls.clear_error()
+            return f"cannot pin a page: {_cuda_error(calls, rc)}"
+        calls.unregister(addr)
+    return ""
+
+
+class PinnedPool:
+    """Host memory per NUMA node, pinned for the GPU (cudaHostRegister, ROCm's
+    hipHostRegister) when a runtime loads.
+
+    ``nodes``: "gpu-local" (default: the nodes with CPUs that host a GPU; on a
+    machine without GPUs every node with CPUs and memory the cpuset allows), "all",
+    a numactl node list ("0,2-3") or node ids.  ``register``: "auto" (default: CUDA's
+    or HIP's runtime when one loads, else none), "cuda", "hip" or None (a host pool);
+    ``registered`` says which and ``register_why`` why.  ``budget``: the most bytes
+    mapped per node (None: no limit), ``reserve``: bytes mapped per node at once.
+
+    Memory is mapped per node, bound there (MPOL_BIND), prefaulted from several
+    threads and only then pinned (pinned pages never move), through ``pin_for_cuda``.
+    A block takes its length rounded up to a page, never a power of two, and goes
+    back to its own node's free list: a node with no room grows within its budget or
+    raises PoolExhausted; it never hands out another node's memory.
+    """
+
+    def __init__(
+        self,
+        nodes: Any = "gpu-local",
+        register: Optional[str] = "auto",
+        backend: Optional[nu.Backend] = None,
+        *,
+        budget: Optional[int] = None,
+        reserve: int = 0,
+        chunk: int = 1 << 30,
+        cudart: Any = None,
+    ) -> None:
+        self._backend = nu._b(backend)
+        self._topo = nu.read_topology(backend=self._backend)
+        self.nodes, self.nodes_why = _pool_nodes(nodes, self._topo, self._backend)
+        self.registered, self.register_why = _pool_register(register, cudart, self._backend)
+        self.page = self._backend.page_size
+        self.budget = budget
+        self.chunk = chunk
+        self.region: Optional[SharedRegion] = None  # the shared form's region
+        self._cudart = cudart
+        self._lock = threading.Lock()
+        self._arenas: List[_Arena] = []
+        self._live: Dict[int, Tuple[PinnedBlock, int]] = {}  # address -> (block, its base)
+        self._tensors: Dict[int, int] = {}  # a tensor's data_ptr -> its block's address
+        self._free: Dict[int, List[Tuple[int, int, int]]] = {}  # (address, bytes, base)
+        self._by_size: Dict[int, List[Tuple[int, int, int]]] = {}  # (bytes, address, base)
+        self._mapped: Dict[int, int] = {}
+        self._forget()
+        if reserve > 0:
+            for node in sorted(self.nodes):
+                self._grow(node, reserve)
+
+    def _forget(self) -> None:
+        """No mapping, no block, no free extent."""
+        self._arenas.clear()
+        self._live.clear()
+        self._tensors.clear()
+        for node in self.nodes:
+            self._free[node] = []
+            self._by_size[node] = []
+            self._mapped[node] = 0
+
+    @classmethod
+    def shared(
+        cls,
+        region: SharedRegion,
+        nodes: Optional[Iterable[int]] = None,
+        register: Optional[str] = "auto",
+        *,
+        extents: Optional[Iterable[int]] = None,
+        chunk: int = 1 << 30,
+        cudart: Any = None,
+    ) -> PinnedPool:
+        """A pool carved from ``region`` (created or attached, e.g. with
+        ``layout=Layout.parts([0, 2, 3, 5])``): each extent bound to one node is that
+        node's part.  Every process that attaches the region makes its own pool over
+        the parts it allocates from: ``nodes`` (default: every node with a part) or
+        the extents numbered in ``extents`` (two processes on one node: one part
+        each).  Two pools over one part would hand out the same bytes.  The region
+        placed and prefaulted its memory; this process pins its parts (pins are per
+        process).  A part never grows: a full one raises PoolExhausted.  ``close()``
+        unpins; the region stays mapped until its own close()."""
+        chosen = []
+        for i, ext in enumerate(region.layout):
+            if extents is not None and i not in set(extents):
+                continue
+            if len(ext.nodes) == 1 and (nodes is None or ext.nodes <= set(nodes)):
+                chosen.append(ext)
+        if not chosen:
+            raise ValueError(
+                f"PinnedPool.shared: no extent of {region!r} is bound to one node asked"
+            )
+        own = sorted({n for ext in chosen for n in ext.nodes})
+        pool = cls(own, register, region._b, chunk=chunk, cudart=cudart)
+        pool.region, pool.budget = region, 0
+        for ext in chosen:
+            pool._add(region.address + ext.offset, ext.length, min(ext.nodes), None)
+        return pool
+
+    def __repr__(self) -> str:
+        nodes = nu.format_cpulist(self.nodes)
+        return (
+            f"PinnedPool(nodes={nodes}, registered={self.registered}, {len(self._live)} block(s))"
+        )
+
+    def __enter__(self) -> PinnedPool:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _round(self, nbytes: int) -> int:
+        return -(-nbytes // self.page) * self.page
+
+    def _node_for(self, node: Optional[int], gpu: Optional[int]) -> int:
+        """The node a block is for: ``node``, GPU ``gpu``'s node, or this thread's."""
+        if gpu is not None and node is not None:
+            raise ValueError("give node= or gpu=, not both")
+        if gpu is not None:
+            node = nu.gpu_node(gpu, strict=True, backend=self._backend)
+        if node is None:
+            node = self._thread_node()
+        if node not in self.nodes:
+            pool = nu.format_cpulist(self.nodes)
+            raise ValueError(f"node {node} is not in the pool's nodes ({pool})")
+        return node
+
+    def _thread_node(self) -> int:
+        """The one node of the pool that the calling thread's CPUs are on."""
+        here: Set[int] = set()
+        for cpu in self._backend.call("sched_getaffinity", 0):
+            node = self._topo.node_of_cpu(cpu)
+            if node in self.nodes:
+                here.add(node)
+        if len(here) != 1:
+            where = nu.format_cpulist(here) or "no node of the pool"
+            raise ValueError(f"alloc: give node= or gpu= (this thread's CPUs are on {where})")
+        return here.pop()
+
+    def _grow(self, node: int, size: int) -> None:
+        """Map ``size`` bytes (rounded to a page) for ``node``: bind, prefault, pin."""
+        import mmap
+
+        size = self._round(size)
+        if self.region is not None:
+            raise PoolExhausted(
+                f"node {node}: its part of {self.region!r} has no free {size} bytes"
+            )
+        if self.budget is not None and self._mapped[node] + size > self.budget:
+            raise PoolExhausted(
+                f"node {node}: no free extent of {size} bytes and its budget "
+                f"({self.budget} bytes, {self._mapped[node]} mapped) forbids more"
+            )
+        extra = 0
+        if self.page > mmap.PAGESIZE:  # a simulated machine's pages larger than ours
+            extra = self.page
+        mem = mmap.mmap(-1, size + extra)
+        addr = self._round(nu.buffer_range(mem)[0])
+        try:
+            # one node with memory (or a kernel without NUMA): nothing to bind to
+            one = len(self._topo.nodes_with_memory) < 2
+            nu.bind(addr, [node], size, strict=not one, backend=self._backend)
+            nu.prefault(addr, size, backend=self._backend)
+            self._add(addr, size, node, mem)
+        except BaseException:
+            mem.close()
+            raise
+
+    def _add(self, addr: int, size: int, node: int, mem: Any) -> None:
+        """Pin placed memory (when the pool pins) and make it ``node``'s to hand out."""
+        pin = None
+        if self.registered is not None:
+            pin = pin_for_cuda(
+                addr,
+                size,
+                chunk=self.chunk,
+                strict=True,
+                cudart=self._cudart,
+                backend=self._backend,
+            )
+        self._arenas.append(_Arena(mem, addr, size, node, pin))
+        self._mapped[node] += size
+        self._list(node, addr, size, addr)
+
+    def _put(self, node: int, addr: int, size: int, base: int) -> None:
+        """Return an extent of the mapping at ``base`` to ``node``'s free lists, merged
+        with its neighbours in that mapping."""
+        import bisect
+
+        free = self._free[node]
+        i = bisect.bisect_left(free, (addr, 0, 0))
+        if i < len(free):
+            after, after_size, after_base = free[i]
+            if after == addr + size and after_base == base:
+                self._unlist(node, after, after_size, base)
+                size += after_size
+        if i > 0:
+            before, before_size, before_base = free[i - 1]
+            if before + before_size == addr and before_base == base:
+                self._unlist(node, before, before_size, base)
+                addr = before
+                size += before_size
+        self._list(node, addr, size, base)
+
+    def _list(self, node: int, addr: int, size: int, base: int) -> None:
+        """A free extent into both of ``node``'s lists: by address, and by size."""
+        import bisect
+
+        bisect.insort(self._free[node], (addr, size, base))
+        bisect.insort(self._by_size[node], (size, addr, base))
+
+    def _unlist(self, node: int, addr: int, size: int, base: int) -> None:
+        import bisect
+
+        free = self._free[node]
+        del free[bisect.bisect_left(free, (addr, size, base))]
+        sizes = self._by_size[node]
+        del sizes[bisect.bisect_left(sizes, (size, addr, base))]
+
+    def _take(self, node: int, size: int) -> Optional[Tuple[int, int]]:
+        """(address, base) in the smallest free extent of ``node`` that holds ``size``
+        (the lowest address among those of that size)."""
+        import bisect
+
+        sizes = self._by_size[node]
+        i = bisect.bisect_left(sizes, (size, 0, 0))
+        if i == len(sizes):
+            return None
+        length, addr, base = sizes[i]
+        self._unlist(node, addr, length, base)
+        if length > size:
+            self._list(node, addr + size, length - size, base)
+        return addr, base
+
+    def alloc(
+        self, nbytes: int, node: Optional[int] = None, gpu: Optional[int] = None
+    ) -> PinnedBlock:
+        """A block of ``nbytes`` on ``node`` (or GPU ``gpu``'s node; default: the node
+        of this thread's CPUs); PoolExhausted when that node has no room."""
+        if nbytes <= 0:
+            raise ValueError(f"alloc: nbytes must be positive, not {nbytes}")
+        node = self._node_for(node, gpu)
+        size = self._round(nbytes)
+        with self._lock:
+            got = self._take(node, size)
+            if got is None:
+                self._grow(node, size)
+                got = self._take(node, size)
+            assert got is not None
+            blk = PinnedBlock(got[0], nbytes, node, size)
+            self._live[got[0]] = (blk, got[1])
+        return blk
+
+    def free(self, blk: Any) -> None:
+        """Give a block (or a tensor from ``tensor``) back to its node's free list."""
+        addr = getattr(blk, "address", None)
+        if addr is None and hasattr(blk, "data_ptr"):
+            addr = self._tensors.pop(int(blk.data_ptr()), None)
+        with self._lock:
+            got = None
+            if addr is not None:
+                got = self._live.pop(addr, None)
+            if got is None:
+                raise ValueError(f"free: {blk!r} is not a live block of this pool")
+            block, base = got
+            self._put(block.node, block.address, block.size, base)
+
+    def stats(self) -> Dict[int, Dict[str, Any]]:
+        """Per node: bytes mapped, used (blocks' sizes) and free, the largest free
+        extent, blocks, budget."""
+        out: Dict[int, Dict[str, Any]] = {}
+        with self._lock:
+            for node in sorted(self.nodes):
+                sizes = [extent[1] for extent in self._free[node]]
+                out[node] = {
+                    "bytes": self._mapped[node],
+                    "used": 0,
+                    "free": sum(sizes),
+                    "largest_free": max(sizes, default=0),
+                    "blocks": 0,
+                    "budget": self.budget,
+                }
+            for block, _ in self._live.values():
+                row = out[block.node]
+                row["used"] += block.size
+                row["blocks"] += 1
+        return out
+
+    def placement(self) -> Dict[int, Dict[int, int]]:
+        """Per pool node, where its mapped pages are, read back from the kernel
+        (bytes per node): every byte of node N's memory should be on N.  Empty where
+        the kernel cannot say (no NUMA: no numa_maps, no move_pages)."""
+        out: Dict[int, Dict[int, int]] = {}
+        for node in sorted(self.nodes):
+            out[node] = {}
+        for arena in list(self._arenas):
+            try:
+                found = nu.placement(arena.addr, arena.size, backend=self._backend)
+            except OSError:
+                continue
+            mine = out[arena.node]
+            for where, nbytes in found.items():
+                mine[where] = mine.get(where, 0) + nbytes
+        return out
+
+    def fit(self, nbytes: int, node: Optional[int] = None) -> Dict[int, FitResult]:
+        """Per node (or for ``node``): would ``nbytes`` more fit there, pinned when the
+        pool pins?  Reads only; nothing is mapped."""
+        nodes = sorted(self.nodes) if node is None else [self._node_for(node, None)]
+        pin = self.registered is not None
+        return {
+            n: fit(self._round(nbytes), nodes=[n], policy="bind", pin=pin, backend=self._backend)
+            for n in nodes
+        }
+
+    def tensor(
+        self, shape: Any, dtype: Any, node: Optional[int] = None, gpu: Optional[int] = None
+    ) -> Any:
+        """A torch tensor over a new block (torch.frombuffer: no copy); give it back
+        with ``free(tensor)``.  torch is imported here, only when called."""
+        import math
+
+        import torch  # type: ignore[import-not-found]
+
+        if isinstance(shape, int):
+            shape = (shape,)
+        dims = tuple(shape)
+        count = math.prod(dims)
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        blk = self.alloc(max(count * itemsize, 1), node=node, gpu=gpu)
+        flat = torch.frombuffer(blk.buffer(), dtype=dtype, count=count)
+        self._tensors[int(flat.data_ptr())] = blk.address
+        return flat.view(dims)
+
+    def close(self) -> None:
+        """Unpin and unmap everything (every block becomes invalid)."""
+        with self._lock:
+            for arena in self._arenas:
+                if arena.pin is not None:
+                    arena.pin.close()
+                if arena.mem is not None:
+                    arena.mem.close()
+            self._forget()

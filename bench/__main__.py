@@ -1,4 +1,5 @@
-"""python -m bench (all | prefault | maps | topology | import | hot | dma | page_modes) [options]"""
+"""python -m bench (all | prefault | maps | topology | import | hot | dma | page_modes | pool)
+[options]"""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ TITLES = {
     "hot": "6. Hot commands' own work",
     "dma": "5. Pinned host buffers: H2D/D2H by placement",
     "page_modes": "1b. Prefault by page mode against the physical floor",
+    "pool": "7. Pinned pool: alloc/free against a plain free list and torch",
 }
 
 
@@ -75,6 +77,10 @@ def _run_one(name: str, args: argparse.Namespace) -> Section:
 
         size = common.parse_size(args.size) if args.size else (64 << 20 if args.quick else 1 << 30)
         return dma.run(size=size, rounds=_rounds(args, 6, 2))
+    if name == "pool":
+        from . import pool
+
+        return pool.run(blocks=200 if args.quick else 2000, rounds=_rounds(args, 7, 2))
     raise ValueError(name)
 
 
@@ -111,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument(
         "what",
-        choices=("all",) + BENCHES + ("dma", "page_modes"),
+        choices=("all",) + BENCHES + ("dma", "page_modes", "pool"),
         help="all = prefault, maps, maps_file, topology, import and hot (not "
         "dma, not page_modes: it reserves huge pages as root)",
     )

@@ -2486,3 +2486,98 @@ def check_launch(env):
         backend.clear_failures()
         env.backend = backend
     return out
+
+
+# --------------------------------------------------------------------------
+# PinnedPool (issue 42): placed on the node asked, before it is pinned.
+
+IO_URING_SETUP, IO_URING_REGISTER = 425, 427  # one number on every arch (Linux 5.1+)
+IORING_REGISTER_BUFFERS = 0
+
+
+def check_pool_cross_node(env):
+    """A thread whose CPUs are all on the first node allocates a PinnedPool block
+    for the last memory node: every page is there (first touch would put them on
+    the thread's node)."""
+    nu, nur = env.nu, env.nur
+    env.need("PinnedPool", "placement")
+    env.need_numa()
+    nodes = env.memory_nodes
+    first, last = nodes[0], nodes[-1]
+    cpus = env.expect["nodes"][str(first)]["cpus"]
+    if len(nodes) < 2 or not cpus:
+        raise Skip("needs two memory nodes, the first with CPUs")
+    backend = env.backend
+    before = backend.call("sched_getaffinity", 0)
+    backend.call("sched_setaffinity", 0, cpus)
+    try:
+        pool = nur.PinnedPool([first, last], register=None, backend=backend)
+        page = backend.page_size
+        blk = pool.alloc(64 * page + 1, node=last)
+        got = nu.placement(blk.address, blk.size, backend=backend)
+        by_pool = pool.placement()[last]
+        pool.close()
+    finally:
+        backend.call("sched_setaffinity", 0, before)
+    assert blk.node == last and blk.size == 65 * page, blk
+    assert got == {last: 65 * page}, got
+    assert by_pool == {last: 65 * page}, by_pool
+    return {"thread_on": first, "asked": last, "placement": got}
+
+
+def _raw_move_pages_to(addr, npages, page, node):
+    """move_pages(MPOL_MF_MOVE) of each page to ``node``: its return value."""
+    pages = (ctypes.c_void_p * npages)(*[addr + i * page for i in range(npages)])
+    nodes = (ctypes.c_int * npages)(*([node] * npages))
+    status = (ctypes.c_int * npages)()
+    r, err = raw_syscall(
+        raw_nr("move_pages"),
+        0,
+        npages,
+        ctypes.addressof(pages),
+        ctypes.addressof(nodes),
+        ctypes.addressof(status),
+        MPOL_MF_MOVE,
+    )
+    if r < 0:
+        raise OSError(err, f"move_pages: {os.strerror(err)}")
+    return r
+
+
+def check_raw_pinned_cannot_move(env):
+    """A long-term pin (io_uring registered buffers pin as cudaHostRegister does,
+    FOLL_LONGTERM) keeps move_pages from moving a page; the unpinned buffer beside
+    it moves.  So a pinned pool must be placed before it is pinned."""
+    env.need_real()
+    env.need_numa()
+    nodes = env.memory_nodes
+    if len(nodes) < 2:
+        raise Skip("needs two memory nodes")
+    src, dst = nodes[0], nodes[-1]
+    params = (ctypes.c_uint32 * 30)()  # struct io_uring_params: 120 bytes
+    fd, err = raw_syscall(IO_URING_SETUP, 4, ctypes.addressof(params))
+    if fd < 0:
+        raise Skip(f"no io_uring in this kernel: io_uring_setup: {errno.errorcode.get(err)}")
+    pinned, loose = RawBuffer(8), RawBuffer(8)
+    try:
+        for buf in (pinned, loose):
+            r, err = raw_mbind(buf.addr, buf.length, MPOL_BIND, [src])
+            assert r == 0, f"mbind: {os.strerror(err)}"
+            buf.touch()
+        iov = (ctypes.c_uint64 * 2)(pinned.addr, pinned.length)  # struct iovec
+        r, err = raw_syscall(
+            IO_URING_REGISTER, fd, IORING_REGISTER_BUFFERS, ctypes.addressof(iov), 1
+        )
+        assert r == 0, f"IORING_REGISTER_BUFFERS: {os.strerror(err)}"
+        unmoved = {}
+        after = {}
+        for name, buf in (("pinned", pinned), ("loose", loose)):
+            unmoved[name] = _raw_move_pages_to(buf.addr, buf.npages, buf.page, dst)
+            after[name] = raw_move_pages_query(buf.addr, buf.npages, buf.page)
+    finally:
+        os.close(fd)  # unregisters the buffers
+        pinned.close()
+        loose.close()
+    assert after["loose"] == [dst] * 8, after
+    assert after["pinned"] == [src] * 8, after
+    return {"from": src, "to": dst, "not_moved": unmoved, "nodes_after": after}

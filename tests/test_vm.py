@@ -111,6 +111,10 @@ def required_checks(arch, topology):
         need |= {"raw_cxl_node", "cxl_api", "weighted_interleave_api"}
     if arch.startswith("x86_64") and topology in ("two-node", "cxl"):
         need.add("fit_real")  # fit() against a cgroup, huge pages, a small /dev/shm
+    if arch == "x86_64" and topology == "two-node":
+        # PinnedPool places on the node asked; a long-term pin (io_uring) stops
+        # move_pages, so placing after pinning is too late (issue 42)
+        need |= {"pool_cross_node", "raw_pinned_cannot_move"}
     return need
 
 

@@ -750,6 +750,44 @@ def xeon_max_hbm_flat():
     )
 
 
+def b200_snc3():
+    # pegaflow #293's shape: 2 packages x SNC3 = 6 nodes with CPUs, 8 GPUs local to 4.
+    topo = x86_smp(2, 48, 2, llc_per_socket=3)
+    hp = {2048: (0, 0, 0), 1048576: (0, 0, 0)}
+    nodes = {}
+    for n in range(6):
+        cores = range(16 * n, 16 * n + 16)
+        cpus = list(cores) + [96 + c for c in cores]
+        nodes[n] = node(cpus, 352321536, 340000000 - n * 1000000, hp)
+    rows = [[10 if a == b else 12 if a // 3 == b // 3 else 21 for b in range(6)] for a in range(6)]
+    gpus = {
+        "0000:1a:00.0": 0,
+        "0000:2a:00.0": 0,
+        "0000:5d:00.0": 2,
+        "0000:6d:00.0": 2,
+        "0000:9a:00.0": 3,
+        "0000:aa:00.0": 3,
+        "0000:cd:00.0": 5,
+        "0000:dd:00.0": 5,
+    }
+    devs = [pci("0000:00:00.0", 0x8086, 0x09A2, 0x060000, 0)]
+    devs += [pci(a, 0x10DE, 0x2901, 0x030200, n) for a, n in gpus.items()]
+    return base(
+        "b200-snc3",
+        source=(
+            "B200 host in pegaflow #293's shape: 2 packages x 48 cores x 2 threads, "
+            "sub-NUMA clustering 3 per package (SNC3): 6 nodes of 16 cores with CPUs "
+            "and DRAM, 8 B200 (10de:2901) two each on nodes 0, 2, 3 and 5; nodes 1 "
+            "and 4 have CPUs and memory but no GPU. Distances 10 / 12 (same package) "
+            "/ 21. A GPU pool belongs on nodes 0, 2, 3, 5 only."
+        ),
+        topo=topo,
+        nodes=nodes,
+        distance=matrix(list(range(6)), rows),
+        pci=devs,
+    )
+
+
 MACHINES = [
     h100_box,
     four_node_asym,
@@ -763,6 +801,7 @@ MACHINES = [
     old_kernel_cpumap,
     mi300x,
     xeon_max_hbm_flat,
+    b200_snc3,
 ]
 
 
