@@ -70,6 +70,14 @@ def _made(machine):
         out += [plan, pinned, pinned.threads[0], nut.instance_plans(1, gpus_per_instance=0)[0]]
         choice = nut.choose_node()
         out += [nut.remote_share(), choice, choice.candidates[0]]
+        out += [nu.can_bind(cpu_node), nut.settle(memory)]
+        with nu.bound_start(node=cpu_node) as started:
+            pass
+        tree = nut.process_tree_plan()
+        out += [*started.starts, tree, *tree.groups[:1]]
+        with nur.PinnedPool(register=None) as pool:
+            if pool.nodes:
+                out.append(pool.alloc(1 << 16, node=min(pool.nodes)))
     return out
 
 
