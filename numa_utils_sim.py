@@ -87,6 +87,7 @@ SHM_RDONLY = _nu.SHM_RDONLY
 Topology = _nu.Topology
 _CGROUP = _nu._CGROUP
 _DEFAULT_PAGE = {"ppc64": 65536, "ppc64le": 65536}  # page size where not 4 KiB
+_MAX_MAP_COUNT = 65530  # vm.max_map_count by default (DEFAULT_MAX_MAP_COUNT, include/linux/mm.h)
 _MODE_FLAGS_MASK = _nu._MODE_FLAGS_MASK
 _NODE_DIR = _nu._NODE_DIR
 ShmStat = _nu.ShmStat
@@ -932,6 +933,7 @@ class _SimKernel:
         self.huge_sizes = frozenset(self.huge_free)
         self.huge_default_kb = 2048
         self.huge_resv: Dict[int, int] = {}
+        self.max_map_count = _MAX_MAP_COUNT  # VMAs a process may hold
 
     def sparse(self, size: int) -> bool:
         return size > self.sparse_above
@@ -991,10 +993,12 @@ class SimulatedBackend(Backend):
     memory).  Shared memory objects larger than ``sparse_above`` bytes (default
     SPARSE_ABOVE, 2 GiB) are sparse: address space only, real memory for the
     pages touched for real, placement still page by page (kept as runs), so a
-    test can make an engine's 32 GiB region on a smaller host.  Policies,
-    first-touch, interleave by page offset, bind, preferred, spill to the nearest
-    node when one is full, and the cpuset are modelled; the placement is rendered
-    as /proc/self/numa_maps.
+    test can make an engine's 32 GiB region on a smaller host.  Policies (of a
+    range, and of each Python thread), first touch by the faulting thread's CPUs,
+    interleave by page offset, bind, preferred, spill to the nearest node when one
+    is full, the cpuset and vm.max_map_count (the saved machine's, else 65530) are
+    modelled; the placement is rendered as /proc/self/numa_maps, the VMAs as
+    /proc/self/maps.
     """
 
     is_live = False
@@ -1052,6 +1056,9 @@ class SimulatedBackend(Backend):
             _kernel.cgroup, _kernel.shm_size = dict(cgroup or {}), shm_size
             _kernel.sparse_above = sparse_above
             _kernel.read_huge_sizes(self._files)
+            # The saved machine's vm.max_map_count, else the kernel's default.
+            limit = _nu._read_optional(self._files, "/proc/sys/vm/max_map_count") or ""
+            _kernel.max_map_count = _nu._uint(limit.strip()) or _MAX_MAP_COUNT
         self.kernel = _kernel
         topo = _kernel.topo
         self.pid = _kernel.next_pid
@@ -1064,13 +1071,18 @@ class SimulatedBackend(Backend):
         self.mems_allowed = (
             frozenset(mems_allowed) if mems_allowed is not None else topo.allowed_mems
         )
+        # The main thread's CPUs and policy (the one that made this process), and the
+        # others' own: a Python thread that set none has the main thread's (the kernel
+        # gives a new thread its creator's), and its own die with it.
         self.affinity = self.cpus_allowed
+        self.main_thread = threading.get_ident()
+        self.main_policy: Optional[_Pol] = None
+        self._own = threading.local()
         self.thread_affinity: Dict[int, FrozenSet[int]] = {}  # other threads: tid ->
         self.thread_names: Dict[int, str] = {self.pid: "python3"}  # tid -> comm
         self.mappings: List[_SimMapping] = []
         self.policy = _Intervals()  # private ranges: by address
         self.pages: Dict[int, int] = {}  # private: page address -> node
-        self.thread_policy: Dict[int, _Pol] = {}
         self._il_prev: Dict[int, int] = {}
         self._il_weight: Dict[int, int] = {}  # tid -> weight left at _il_prev
         self._numbers = {v: k for k, v in (self.abi.syscalls or {}).items()}
@@ -1126,8 +1138,20 @@ class SimulatedBackend(Backend):
     def topology(self) -> Topology:
         return self.kernel.topo
 
+    def thread_cpus(self) -> FrozenSet[int]:
+        """The calling thread's CPUs (first touch is per thread)."""
+        mine: FrozenSet[int] = getattr(self._own, "cpus", self.affinity)
+        return mine
+
+    def thread_policy(self) -> Optional[_Pol]:
+        """The calling thread's policy (set_mempolicy is per thread)."""
+        if threading.get_ident() == self.main_thread:
+            return self.main_policy
+        pol: Optional[_Pol] = getattr(self._own, "policy", self.main_policy)
+        return pol
+
     def current_cpu(self) -> Optional[int]:
-        return min(self.affinity) if self.affinity else None
+        return min(self.thread_cpus(), default=None)
 
     def local_node(self) -> int:
         cpu = self.current_cpu()
@@ -1152,6 +1176,10 @@ class SimulatedBackend(Backend):
         comm = re.match(r"^/proc/(?:self|\d+)/task/(\d+)/comm$", path)
         if comm and int(comm.group(1)) in self.call("threads"):
             return self.thread_names.get(int(comm.group(1)), "") + "\n"
+        if path == "/proc/sys/vm/max_map_count":
+            return f"{self.kernel.max_map_count}\n"
+        if self._is_own_proc(path, "maps"):  # one line per VMA, as the kernel counts them
+            return "".join(f"{m.start:x}-{m.end:x} rw-s 00000000 00:00 0\n" for m in self.mappings)
         if path == "/proc/sysvipc/shm":
             return self._render_sysvipc()
         k = self.kernel
@@ -1412,11 +1440,10 @@ class SimulatedBackend(Backend):
         m, f = self._sanitize(self._signed(mode))
         nodes = self._get_nodes(nmask, maxnode)
         pol = self._mpol_new(m, f, nodes)
-        tid = threading.get_ident()
-        if pol is None:
-            self.thread_policy.pop(tid, None)
+        if threading.get_ident() == self.main_thread:
+            self.main_policy = pol
         else:
-            self.thread_policy[tid] = pol
+            self._own.policy = pol
         return 0
 
     def _sys_mbind(
@@ -1480,7 +1507,7 @@ class SimulatedBackend(Backend):
             elif addr:
                 raise _oserror(errno.EINVAL, "get_mempolicy", "address without MPOL_F_ADDR")
             else:
-                pol = self.thread_policy.get(tid)
+                pol = self.thread_policy()
             if flags & GetFlag.NODE:
                 if flags & GetFlag.ADDR:
                     page = addr - addr % self.page_size
@@ -1642,6 +1669,7 @@ class SimulatedBackend(Backend):
             # kernel gives another address, this model shares one and counts it.
             self.dup_maps[addr] = self.dup_maps.get(addr, 0) + 1
             return addr
+        self._vma_room("mmap")
         k.next_attach += 1
         mp = _SimMapping(
             addr,
@@ -1758,11 +1786,18 @@ class SimulatedBackend(Backend):
                 return m
         return None
 
+    def _vma_room(self, what: str) -> None:
+        """ENOMEM when this process holds vm.max_map_count VMAs (mm/vma.c
+        __split_vma; mm/mmap.c do_mmap): a split, a mapping or a thread stack fails."""
+        if len(self.mappings) >= self.kernel.max_map_count:
+            raise _oserror(errno.ENOMEM, what, "vm.max_map_count VMAs mapped")
+
     def _split(self, addr: int) -> None:
         """Split the object mapping holding ``addr`` there (mbind splits VMAs)."""
         mp = self._find_mapping(addr)
         if mp is None or mp.obj is None or mp.start == addr:
             return
+        self._vma_room("mbind")
         if (addr - mp.start) % mp.page:
             # hugetlb VMAs split only at huge page boundaries (hugetlb_vm_op_split).
             raise _oserror(errno.EINVAL, "mbind", "not aligned to the huge page size")
@@ -1936,8 +1971,7 @@ class SimulatedBackend(Backend):
             return None
 
         if pol is None:
-            tid_pol = self.thread_policy.get(threading.get_ident())
-            pol = tid_pol
+            pol = self.thread_policy()
         if pol is None or pol.mode in (Mode.DEFAULT, Mode.LOCAL):
             return nearest_with_room(local, allowed)
         if pol.mode in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
@@ -2155,7 +2189,9 @@ class SimulatedBackend(Backend):
                         self._populate(a, z - a, False)
 
     def _call_sched_getaffinity(self, pid: int = 0) -> FrozenSet[int]:
-        if pid in (0, self.pid):
+        if pid == 0:
+            return self.thread_cpus()
+        if pid == self.pid:
             return self.affinity
         if pid in self.thread_affinity:
             return self.thread_affinity[pid]
@@ -2170,7 +2206,9 @@ class SimulatedBackend(Backend):
             raise _oserror(errno.ESRCH, "sched_setaffinity")
         if not want:
             raise _oserror(errno.EINVAL, "sched_setaffinity", "no allowed CPU in the set")
-        if pid in (0, self.pid):
+        if pid == 0 and threading.get_ident() != self.main_thread:
+            self._own.cpus = want
+        elif pid in (0, self.pid):
             self.affinity = want
         else:
             self.thread_affinity[pid] = want
@@ -2544,7 +2582,7 @@ class SimulatedBackend(Backend):
         import collections
 
         lines = []
-        default = self.thread_policy.get(threading.get_ident())
+        default = self.thread_policy()
         base_kb = self.page_size // 1024
         private = sorted(self.pages.items())
         keys = [p for p, _ in private]
