@@ -1374,7 +1374,8 @@ class SimulatedBackend(Backend):
         # host keeps host-sized pointers (its "user memory" is the host's).
         width = _pointer_bits(self.abi)
         words = [a & ((1 << width) - 1) for a in args] + [0] * 6
-        return int(getattr(self, "_sys_" + name)(*words[:6]))
+        with k.lock:  # threads call at once (prefault's); user memory goes through one pipe
+            return int(getattr(self, "_sys_" + name)(*words[:6]))
 
     def _signed(self, v: int, bits: int = 32) -> int:
         v &= (1 << bits) - 1

@@ -8,7 +8,7 @@ import errno
 import threading
 
 import pytest
-from conftest import nu, nusim, sim
+from conftest import nu, nur, nusim, sim
 
 MiB = 1 << 20
 PAGE = 4096
@@ -172,6 +172,10 @@ def test_sim_first_touch_is_per_thread():
     assert other == [b.cpus_allowed]
 
 
+def _mode_into(b, out):
+    out.append(nu.get_policy(backend=b).mode)
+
+
 def test_sim_thread_policy_dies_with_its_thread():
     b = sim("dual-socket-8gpu")
 
@@ -183,7 +187,7 @@ def test_sim_thread_policy_dies_with_its_thread():
         t.start()
         t.join()
         got = []
-        t = threading.Thread(target=lambda: got.append(nu.get_policy(backend=b).mode))
+        t = threading.Thread(target=_mode_into, args=(b, got))
         t.start()
         t.join()
         assert got == [nu.Mode.DEFAULT]
@@ -213,3 +217,102 @@ def test_sim_takes_a_saved_machines_max_map_count(tmp_path):
     b = nusim.SimulatedBackend(root)
     assert b.kernel.max_map_count == 1000
     assert b.read_text("/proc/sys/vm/max_map_count") == "1000\n"
+
+
+# -- regions: the mechanism per region, ranks, the vLLM port --------------------------------
+
+
+def _vmas(b):
+    return b.read_text("/proc/self/maps").count("\n")
+
+
+def test_region_past_the_map_count_is_placed_by_thread_per_cell():
+    """A vLLM-shaped layout whose runs would take more VMAs than vm.max_map_count leaves:
+    no mbind per cell, each cell on its rank's node, the VMA count up by at most 2."""
+    b = sim("dual-socket-8gpu")
+    b.kernel.max_map_count = 2000  # 4,096 alternating cells: 4,097 VMAs by policy
+    lay = nur.Layout.blocks(PAGE, [0, 1])
+    before = _vmas(b)
+    with nur.SharedRegion.create("vllm", 4096 * PAGE, layout=lay, backend=b) as r:
+        assert r.policy and r.policy.placed_by == "thread" and r.policy.reason == "max-map-count"
+        assert {p.placed_by for p in r.policies} == {"thread"}
+        assert _vmas(b) - before <= 2
+        assert all(p.ok for p in r.placement(by_extent=True))
+        assert r.to_json()["policy"]["placed_by"] == "thread"
+
+
+def test_each_rank_places_its_own_cells():
+    """The creator makes the region without prefault; each rank attaches and faults its
+    own cells from its own node (region.prefault(rank=)), even under EPERM with every
+    process bound to one node."""
+    b = sim("dual-socket-8gpu")
+    b.fail("*", errno.EPERM)
+    lay = nur.Layout.blocks(16 * PAGE, [0, 1])
+    with nur.SharedRegion.create("ranks", 64 * 16 * PAGE, layout=lay, prefault=False, backend=b):
+        for rank in (0, 1):
+            worker = b.process(cpus_allowed=b.topology.nodes[rank].cpus)
+            with nur.SharedRegion.attach("ranks", backend=worker) as mine:
+                got = mine.prefault(rank=rank)
+                assert got["bytes"] == 32 * 16 * PAGE and got["extents"] == 32
+                assert mine.layout.of_rank(rank) == list(range(rank, 64, 2))
+        b.clear_failures()
+        with nur.SharedRegion.attach("ranks", backend=b.process(), prefault=True) as whole:
+            assert all(p.ok for p in whole.placement(by_extent=True))
+    with pytest.raises(ValueError, match="no rank 2"):
+        lay.bound(64 * 16 * PAGE, PAGE).of_rank(2)
+
+
+def test_layout_blocks_takes_each_ranks_node_from_the_gpu_plans():
+    b = sim("dual-socket-8gpu")
+    lay = nur.Layout.blocks(256 * 1024, gpus=range(8), backend=b)
+    plans = nu.gpu_plans(memory="prefer", backend=b)
+    assert str(lay) == "blocks:256K:bind:" + "/".join(str(p.memory_nodes[0]) for p in plans)
+    assert str(lay) == "blocks:256K:bind:0/0/0/0/1/1/1/1"
+    assert nur.Layout.blocks(256 * 1024, [0, 1]) == nur.Layout.parse("blocks:256K:bind:0/1")
+    with pytest.raises(ValueError, match="CUDA device 8"):
+        nur.Layout.blocks(256 * 1024, gpus=range(9), backend=b)
+    with pytest.raises(ValueError, match="nodes or gpus"):
+        nur.Layout.blocks(256 * 1024)
+
+
+def test_the_vllm_ports_eperm_case_gives_4_and_4():
+    """vLLM's shared CPU offload buffer on the dual-socket 8-GPU machine, in a container
+    that denies the policy syscalls: rank 0 makes it bound to node 0, every worker
+    attaches it bound to its GPU's node and faults its own cells: 4 workers' cells on
+    node 0, 4 on node 1 (the port had put all 8 on node 0)."""
+    b = sim("dual-socket-8gpu")
+    cell, rows = 64 * 1024, 16
+    lay = nur.Layout.blocks(cell, gpus=range(8), backend=b)
+    b.call("sched_setaffinity", 0, b.topology.nodes[0].cpus)
+    b.fail("*", errno.EPERM)
+    with nur.SharedRegion.create("offload", 8 * rows * cell, layout=lay, prefault=False, backend=b):
+        for rank in range(8):
+            plan = nu.gpu_plans(backend=b)[rank]
+            worker = b.process(cpus_allowed=plan.cpus)
+            with nur.SharedRegion.attach("offload", backend=worker) as mine:
+                mine.prefault(rank=rank)
+        b.clear_failures()
+        with nur.SharedRegion.attach("offload", backend=b.process(), prefault=True) as whole:
+            per = whole.placement(by_extent=True)
+            nodes = [sorted(k for k, v in per[rank].items() if v) for rank in range(8)]
+    assert nodes == [[0]] * 4 + [[1]] * 4
+
+
+def test_one_extent_on_a_forbidden_node_no_longer_voids_the_layout():
+    """Issue 38 section 7: the cpuset forbids node 1's CPUs and the policy syscalls are
+    denied: every other extent is placed as asked, the one on node 1 is reported."""
+    whole = sim("dual-socket-8gpu")
+    b = sim("dual-socket-8gpu", cpus_allowed=whole.topology.nodes[0].cpus)
+    b.fail("*", errno.EPERM)
+    with nur.SharedRegion.create("part", 4 * MiB, layout="parts:bind:0/0/1/0", backend=b) as r:
+        assert [p.applied for p in r.policies] == [True, True, False, True]
+        assert r.policies[2].reason == "no-cpu" and "cpuset" in r.policies[2].hint
+        assert not r.policy and r.policy.reason == "no-cpu" and r.policy.dropped == {1}
+        b.clear_failures()
+        per = [dict(p) for p in r.placement(by_extent=True)]
+        assert per[0] == per[1] == per[3] == {0: MiB}
+    with pytest.raises(OSError, match="bind over node 1"):
+        b.fail("*", errno.EPERM)
+        nur.SharedRegion.create(
+            "part", 4 * MiB, layout="parts:bind:0/0/1/0", strict=True, backend=b
+        )
