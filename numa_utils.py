@@ -1111,7 +1111,7 @@ class LinuxBackend(Backend):
     def _libc_call(self, what: str, *args: Any) -> Any:
         """libc's function named by the first word of ``what``, called with ``args``."""
         self._refuse(what)
-        fn = getattr(_get_libc(), re.match(r"\w+", what).group())  # type: ignore[union-attr]
+        fn = getattr(_get_libc(), what.partition(" ")[0])
         ctypes.set_errno(0)
         res = fn(*args)
         # -1 for the int-returning calls; NULL or MAP_FAILED ((void *) -1, unsigned
@@ -4189,8 +4189,7 @@ def format_size(n: int) -> str:
 
 
 class _Place(_Record):
-    """How a prefault thread places the pages it faults: ``mode`` over ``nodes`` as its
-    own policy (None: the one it inherits), on ``cpus`` (empty: the ones it inherits)."""
+    """A prefault thread's own policy (None: its creator's) and CPUs (empty: idem)."""
 
     mode: Optional[Mode]
     nodes: FrozenSet[int]
@@ -4203,9 +4202,8 @@ _AS_MADE = _Place(None, frozenset(), frozenset())
 def _places(
     topo: Topology, cpus: FrozenSet[int], by_policy: bool, mode: Mode, nodes: FrozenSet[int]
 ) -> Tuple[Tuple[_Place, ...], str]:
-    """Where the threads faulting an extent of ``mode`` over ``nodes`` are, in turn
-    granule by granule, and "no-cpu" when, placed by CPU, a node has none in ``cpus``
-    (the cpuset's) ("" when none is missing)."""
+    """Where the threads faulting an extent of ``mode`` over ``nodes`` are, granule by
+    granule, and "no-cpu" when, placed by CPU, a node has none in ``cpus`` (else "")."""
     if mode in (Mode.DEFAULT, Mode.LOCAL) or not nodes:
         return (_AS_MADE,), ""
     groups = [nodes]
@@ -4256,8 +4254,11 @@ def _fault_plan(
             step = max(page, min(2 << 20, length // len(places)) // page * page)
             facts["granularity"] = step
         for turn, at in enumerate(range(lo, hi, step)):
-            place = places[turn % len(places)]
-            groups.setdefault(place, []).append((at, min(step, hi - at)))
+            end = min(at + step, hi)
+            ranges = groups.setdefault(places[turn % len(places)], [])
+            if ranges and sum(ranges[-1]) == at:  # the place's last range ends here: join it
+                at = ranges.pop()[0]
+            ranges.append((at, end - at))
     return groups, facts
 
 
