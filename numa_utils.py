@@ -1111,7 +1111,7 @@ class LinuxBackend(Backend):
     def _libc_call(self, what: str, *args: Any) -> Any:
         """libc's function named by the first word of ``what``, called with ``args``."""
         self._refuse(what)
-        fn = getattr(_get_libc(), what.partition(" ")[0])
+        fn = getattr(_get_libc(), what.replace("(", " ").split()[0])  # "shmctl(IPC_STAT)"
         ctypes.set_errno(0)
         res = fn(*args)
         # -1 for the int-returning calls; NULL or MAP_FAILED ((void *) -1, unsigned
@@ -4184,8 +4184,8 @@ def format_size(n: int) -> str:
 # -- prefault ----------------------------------------------------------------------------
 # A new page goes where the range's policy (mbind) says, else the faulting thread's
 # (set_mempolicy), else to its CPU's node (mm/mempolicy.c): threads whose policy, or
-# where that is denied (EPERM) whose CPUs, are on an extent's nodes place its pages
-# with no VMA of its own (the pages prefaulted; not those faulted later elsewhere).
+# (EPERM) whose CPUs, are on an extent's nodes place the pages they prefault there.
+_Extents = Iterable[Tuple[int, int, Any, Iterable[int]]]  # (offset, length, policy, nodes)
 
 
 class _Place(_Record):
@@ -4222,16 +4222,16 @@ def _places(
 
 
 def _fault_plan(
-    backend: Backend, start: int, extents: Iterable[Tuple[int, int, Any, Iterable[int]]], page: int
+    backend: Backend, start: int, extents: _Extents, page: int, topo: Optional[Topology]
 ) -> Tuple[Dict[_Place, List[Tuple[int, int]]], Dict[str, Any]]:
     """The page ranges of ``extents`` (offsets from ``start``) by the place of the
-    threads that fault them, and what prefault reports of it."""
+    threads that fault them, and what prefault reports of it (``topo``: None: read)."""
     how = "set_mempolicy"
     try:  # a thread that cannot set its policy (EPERM: seccomp; ENOSYS) places by CPU
         set_mempolicy(*get_mempolicy(backend=backend), backend=backend)
     except OSError:
         how = "sched_setaffinity"
-    topo = read_topology(backend=backend)
+    topo = _topology_or_read(topo, backend)
     cpus = frozenset(backend.call("cpuset_cpus") or topo.allowed_cpus) & topo.online_cpus
     mem, allowed, _ = _memory_nodes(backend)
     known: Dict[Tuple[Any, FrozenSet[int]], Tuple[Tuple[_Place, ...], str]] = {}
@@ -4271,7 +4271,8 @@ def prefault(
     progress: Optional[Callable[[int, int], Any]] = None,
     page_size: Optional[int] = None,
     shared: bool = False,
-    extents: Optional[Iterable[Tuple[int, int, Any, Iterable[int]]]] = None,
+    extents: Optional[_Extents] = None,
+    topology: Optional[Topology] = None,
 ) -> Dict[str, Any]:
     """Fault every page of ``buf`` in, for writing, under the range's memory policy.
 
@@ -4288,9 +4289,9 @@ def prefault(
     ``extents`` ([(offset, length, policy, nodes)], as a Layout): only those, each by
     threads (one per node at least) on its nodes by their own policy or, where that
     is denied (EPERM), their CPUs (any the cpuset allows; an interleave goes node by
-    node), as is a buffer whose policy interleave() etc. could not set (EPERM).  The
-    result adds "placed_by": "thread", "thread_placement" (set_mempolicy or
-    sched_setaffinity), "granularity" and "unplaced" ({extent: "cpuset" or "no-cpu"}).
+    node), as is a buffer whose policy interleave() could not set (EPERM); the result
+    adds "placed_by": "thread", "thread_placement" (set_mempolicy, sched_setaffinity),
+    "granularity", "unplaced" ({extent: "cpuset"/"no-cpu"}).  ``topology``: if read.
     """
     import time
 
@@ -4318,7 +4319,7 @@ def prefault(
     _remember_denied(backend, start, start + span)  # placed now
     groups = {_AS_MADE: [(start, span)]}
     if extents is not None:
-        groups, facts = _fault_plan(backend, start, extents, pg)
+        groups, facts = _fault_plan(backend, start, extents, pg, topology)
         out.update(facts)
     total = sum(count for ranges in groups.values() for at, count in ranges)
     # Pieces of at least 16 MiB per thread: below that a thread costs more than it saves.
@@ -4370,8 +4371,7 @@ def prefault(
             errors.append(err)
             stop.set()
 
-    # Threads, even one: each starts with the caller's policy and CPUs, and the
-    # caller's own are never changed.
+    # Threads, even one: the caller's own policy and CPUs are never changed.
     workers = [
         threading.Thread(target=work, args=(job,), name=f"numa_utils-prefault-{job}", daemon=True)
         for job in range(len(jobs))

@@ -1629,11 +1629,16 @@ _NO_CPU_HINT = (
 
 
 def _resolved(
-    backend: nu.Backend, lay: Layout, only: Optional[Iterable[int]] = None
+    backend: nu.Backend, lay: Layout, only: Optional[Iterable[int]], known: Dict[str, Any]
 ) -> List[Extent]:
     """``lay``'s extents (those numbered in ``only``) as prefault takes them: one that
-    names no nodes has NUMA_NODES, else default_memory_nodes(), as its policy would."""
-    default = nu._env_nodes(backend) or nu._memory_nodes(backend)[2]
+    names no nodes has NUMA_NODES, else default_memory_nodes(), as its policy would
+    (read once for a create: ``known``, as _apply_policy's)."""
+    if "env" not in known:
+        known["env"] = nu._env_nodes(backend, known.get("topology"))
+    if "memory" not in known:
+        known["memory"] = nu._memory_nodes(backend)
+    default = known["env"] or known["memory"][2]
     chosen = list(lay) if only is None else [lay[number] for number in only]
     return [
         e._replace(nodes=default) if not e.nodes and e.policy not in ("default", "local") else e
@@ -1642,16 +1647,23 @@ def _resolved(
 
 
 def _thread_results(
-    backend: nu.Backend, addr: int, page: int, lay: Layout, reason: str, why: str, strict: bool
+    backend: nu.Backend,
+    addr: int,
+    page: int,
+    lay: Layout,
+    reason: str,
+    why: str,
+    strict: bool,
+    known: Dict[str, Any],
 ) -> List[nu.PolicyResult]:
     """Each extent's result when the region is placed by thread (``reason``, ``why``:
     why not by policy), from prefault's own plan for one page of each kind of extent:
     an extent it cannot place (no allowed CPU on its node under EPERM, or its nodes
     outside Mems_allowed) is reported and left first-touch, OSError under ``strict``."""
-    extents = _resolved(backend, lay)
+    extents = _resolved(backend, lay, None, known)
     kinds = list(dict.fromkeys((e.policy, e.nodes) for e in extents))
     one_page = [(0, page, policy, nodes) for policy, nodes in kinds]
-    unplaced = nu._fault_plan(backend, 0, one_page, page)[1]["unplaced"]
+    unplaced = nu._fault_plan(backend, 0, one_page, page, known.get("topology"))[1]["unplaced"]
     results = {}
     for number, (policy, nodes) in enumerate(kinds):
         res = nu.PolicyResult(True, policy, nodes, reason=reason, hint=f"{_THREAD_HINT} ({why})")
@@ -2990,14 +3002,25 @@ def _layout_prefault(
     progress: Optional[Callable[[int, int], Any]],
     held: Optional[Tuple[Any, Callable[[], Any]]] = None,
     only: Optional[Iterable[int]] = None,
+    known: Optional[Dict[str, Any]] = None,
+    results: Optional[List[nu.PolicyResult]] = None,
 ) -> Dict[str, Any]:
     """prefault() of ``lay``'s extents (those numbered in ``only``), each from threads
     on its nodes: their own policy, or their CPUs (which zero its pages where they
     land, and place them where the range has no policy).  ``held``: signals held by
     _open, whose handlers run between progress calls (_run_pending): a long prefault
     stays interruptible while a second signal cannot strike between the first and the
-    undo."""
-    extents = _resolved(backend, lay, only)
+    undo.  ``known``: create's and attach's (the topology and NUMA_NODES read once).
+    An extent whose policy ``results`` say was refused (not by EPERM: a mode this
+    kernel lacks, a node outside the cpuset) is first-touch, as they say."""
+    known = known or {}
+    numbers = None if only is None else list(only)
+    extents = _resolved(backend, lay, numbers, known)
+    if results is not None:
+        refused = {n for n, res in enumerate(results) if not res.applied}
+        for at, number in enumerate(numbers or range(len(extents))):
+            if number in refused:
+                extents[at] = extents[at]._replace(policy="default", nodes=frozenset())
 
     def step(done: int, total: int) -> None:
         _run_pending(held)
@@ -3013,6 +3036,7 @@ def _layout_prefault(
         page_size=page,
         shared=True,
         extents=extents,
+        topology=known.get("topology"),
     )
     return dict(out, extents=len(extents))
 
@@ -3266,7 +3290,15 @@ class SharedRegion(_RecordRoom):
 
         ``layout`` (a Layout or its text) gives each extent its policy; ``policy`` and
         ``nodes`` make the one-extent layout.  The layout goes into the identity
-        record, where every attacher reads it.
+        record, where every attacher reads it.  Each run of extents with one policy
+        gets it with mbind (``policy.placed_by`` "policy") where the VMAs that takes
+        fit what vm.max_map_count leaves and the policy syscalls are allowed; else the
+        threads that prefault the region place each extent (placed_by "thread",
+        reason "max-map-count" or "EPERM"): no VMA per run, but only the pages
+        prefaulted are placed, so a region whose pages another process may fault
+        first, or that can be reclaimed and faulted again, needs the policy.  With
+        ``prefault=False`` each rank then faults its own extents
+        (``region.prefault(rank=r)``).
         ``hugepages``: False (base pages), True or "2M"/"1G" (hugetlb, kind="sysv"),
         "thp" (MADV_HUGEPAGE before prefault, where shmem THP is advise/within_size/
         always), None: NUMA_UTILS_NUMA_HUGEPAGES ("off" unless set; set it to "off",
@@ -3519,7 +3551,7 @@ class SharedRegion(_RecordRoom):
             if results is None:
                 reason = "max-map-count" if why else "EPERM"
                 why = why or "the policy syscalls are denied: add CAP_SYS_NICE for a policy"
-                results = _thread_results(backend, addr, page, lay, reason, why, strict)
+                results = _thread_results(backend, addr, page, lay, reason, why, strict, known)
                 placed_by = "thread"
             region.policies = results
             region._policy = _whole_policy(results, lay, placed_by)
@@ -3537,7 +3569,7 @@ class SharedRegion(_RecordRoom):
                 region.remove()
             if prefault:
                 region.prefaulted = _layout_prefault(
-                    backend, addr, lay, page, threads, progress, held
+                    backend, addr, lay, page, threads, progress, held, None, known, results
                 )
             _run_pending(held)
             # Inside the try: an interrupt the release lets in undoes the region.
@@ -3576,7 +3608,16 @@ class SharedRegion(_RecordRoom):
         if rank is not None:
             extents = self._layout.of_rank(rank)
         return _layout_prefault(
-            self._b, self._address, self._layout, self.page_size, threads, progress, None, extents
+            self._b,
+            self._address,
+            self._layout,
+            self.page_size,
+            threads,
+            progress,
+            None,
+            extents,
+            None,
+            self.policies,
         )
 
     # remove() and close() act and record it with SIGINT/SIGTERM held: interrupted

@@ -8,7 +8,7 @@ import errno
 import threading
 
 import pytest
-from conftest import nu, nur, nusim, sim
+from conftest import fixture_root, fixture_tree, nu, nur, nusim, saved_backend, sim
 
 MiB = 1 << 20
 PAGE = 4096
@@ -209,8 +209,6 @@ def test_sim_models_the_map_count_limit():
 
 
 def test_sim_takes_a_saved_machines_max_map_count(tmp_path):
-    from conftest import fixture_tree
-
     root = fixture_tree("qemu-x86_64-two-node", tmp_path)
     (tmp_path / "proc" / "sys" / "vm").mkdir(parents=True, exist_ok=True)
     (tmp_path / "proc" / "sys" / "vm" / "max_map_count").write_text("1000\n")
@@ -316,3 +314,19 @@ def test_one_extent_on_a_forbidden_node_no_longer_voids_the_layout():
         nur.SharedRegion.create(
             "part", 4 * MiB, layout="parts:bind:0/0/1/0", strict=True, backend=b
         )
+
+
+def test_fit_weighs_a_saved_machines_max_map_count(tmp_path):
+    """fit() on a saved machine: its own vm.max_map_count when the tree has the file,
+    else the kernel's default, and the mechanism create would use."""
+    lay = "blocks:4K:bind:0/1"  # 16 MiB: 4,096 alternating blocks, 4,097 VMAs by policy
+    plain = nur.fit(
+        16 * MiB, layout=lay, backend=saved_backend(fixture_root("qemu-x86_64-two-node"))
+    )
+    assert (plain.vmas_free, plain.placed_by) == (65530 - 4095, "policy")
+    root = fixture_tree("qemu-x86_64-two-node", tmp_path)
+    (tmp_path / "proc" / "sys" / "vm").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "proc" / "sys" / "vm" / "max_map_count").write_text("1000\n")
+    low = nur.fit(16 * MiB, layout=lay, backend=saved_backend(root))
+    assert (low.vmas, low.vmas_free, low.placed_by) == (4097, 750, "thread")
+    assert low.exact  # placed as asked, by the threads that prefault it
