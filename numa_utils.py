@@ -3486,19 +3486,9 @@ def _env_nodes(
         raise ValueError(f"{_env_prefix}NUMA_NODES={_short(text)}: {_cut(str(err))}") from None
 
 
-# Page ranges whose policy call was denied (EPERM), for prefault() to place by thread:
-# (backend, start, end, mode, nodes), the latest last, at most 64.
-_denied: List[Tuple[Backend, int, int, Mode, FrozenSet[int]]] = []
-
-
-def _remember_denied(backend: Backend, start: int, end: int, *denied: Any) -> None:
-    """Forget the denied ranges met by [start, end); ``denied``: (mode, nodes) of it."""
-    _denied[:] = [
-        kept for kept in _denied if kept[0] is not backend or kept[2] <= start or kept[1] >= end
-    ]
-    if denied:
-        _denied.append((backend, start, end, *denied))
-    del _denied[:-64]
+# The last page range each backend was denied a policy for (EPERM, a container's seccomp
+# profile): the next prefault() of it places its pages by thread.
+_denied: Dict[Backend, Tuple[int, int, Mode, FrozenSet[int]]] = {}
 
 
 def _apply_policy(
@@ -3587,7 +3577,9 @@ def _apply_policy(
     except OSError as e:
         err = e.errno or errno.EIO
         if err == errno.EPERM and size and want:  # prefault() places it by thread
-            _remember_denied(backend, start, start + size, m, want)
+            if len(_denied) > 64:  # backends made and dropped (the simulator's)
+                _denied.clear()
+            _denied[backend] = (start, start + size, m, want)
         # Before 6.9 mode 6 is an invalid mode: never a silent plain interleave.
         if err == errno.EINVAL and m == Mode.WEIGHTED_INTERLEAVE:
             return _fallback(res, strict_, what, "no-weighted-interleave", err)
@@ -4313,10 +4305,10 @@ def prefault(
         want = max(1, min(cpus, 32))
     if want < 1:
         raise ValueError("threads must be >= 1")
-    for denied in _denied:
-        if denied[:2] == (backend, start) and start + span <= denied[2] and extents is None:
-            extents = [(0, span, *denied[3:])]
-    _remember_denied(backend, start, start + span)  # placed now
+    denied = _denied.get(backend)
+    if extents is None and denied and denied[0] <= start and start + span <= denied[1]:
+        extents = [(0, span, *denied[2:])]
+        del _denied[backend]  # placed now
     groups = {_AS_MADE: [(start, span)]}
     if extents is not None:
         groups, facts = _fault_plan(backend, start, extents, pg, topology)
