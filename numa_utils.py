@@ -4214,10 +4214,11 @@ def _places(
 
 
 def _fault_plan(
-    backend: Backend, start: int, extents: _Extents, page: int, topo: Optional[Topology]
+    backend: Backend, start: int, span: int, extents: _Extents, page: int, topo: Optional[Topology]
 ) -> Tuple[Dict[_Place, List[Tuple[int, int]]], Dict[str, Any]]:
-    """The page ranges of ``extents`` (offsets from ``start``) by the place of the
-    threads that fault them, and what prefault reports of it (``topo``: None: read)."""
+    """The page ranges of ``extents`` (offsets from ``start``, within ``span`` bytes) by
+    the place of the threads that fault them, and what prefault reports of it (``topo``:
+    None: read)."""
     how = "set_mempolicy"
     try:  # a thread that cannot set its policy (EPERM: seccomp; ENOSYS) places by CPU
         set_mempolicy(*get_mempolicy(backend=backend), backend=backend)
@@ -4231,6 +4232,8 @@ def _fault_plan(
     unplaced: Dict[int, str] = {}
     facts = {"placed_by": "thread", "thread_placement": how, "unplaced": unplaced, "granularity": 0}
     for number, (offset, length, policy, nodes) in enumerate(extents):
+        if not 0 <= offset <= offset + length <= span:
+            raise ValueError(f"extent {number} ({offset}+{length}) is not in the {span} bytes")
         key = (policy, frozenset(nodes))
         if key not in known:
             usable = key[1] & mem & allowed
@@ -4241,7 +4244,7 @@ def _fault_plan(
         if why:
             unplaced[number] = why
         lo, hi = start + offset, start + offset + length
-        step = length
+        step = max(length, page)
         if len(places) > 1:  # an interleave by CPU: node by node, at most 2 MiB at a time
             step = max(page, min(2 << 20, length // len(places)) // page * page)
             facts["granularity"] = step
@@ -4311,7 +4314,7 @@ def prefault(
         del _denied[backend]  # placed now
     groups = {_AS_MADE: [(start, span)]}
     if extents is not None:
-        groups, facts = _fault_plan(backend, start, extents, pg, topology)
+        groups, facts = _fault_plan(backend, start, span, extents, pg, topology)
         out.update(facts)
     total = sum(count for ranges in groups.values() for at, count in ranges)
     # Pieces of at least 16 MiB per thread: below that a thread costs more than it saves.

@@ -1663,7 +1663,8 @@ def _thread_results(
     extents = _resolved(backend, lay, None, known)
     kinds = list(dict.fromkeys((e.policy, e.nodes) for e in extents))
     one_page = [(0, page, policy, nodes) for policy, nodes in kinds]
-    unplaced = nu._fault_plan(backend, 0, one_page, page, known.get("topology"))[1]["unplaced"]
+    plan = nu._fault_plan(backend, 0, page, one_page, page, known.get("topology"))
+    unplaced = plan[1]["unplaced"]
     results = {}
     for number, (policy, nodes) in enumerate(kinds):
         res = nu.PolicyResult(True, policy, nodes, reason=reason, hint=f"{_THREAD_HINT} ({why})")

@@ -330,3 +330,13 @@ def test_fit_weighs_a_saved_machines_max_map_count(tmp_path):
     low = nur.fit(16 * MiB, layout=lay, backend=saved_backend(root))
     assert (low.vmas, low.vmas_free, low.placed_by) == (4097, 750, "thread")
     assert low.exact  # placed as asked, by the threads that prefault it
+
+
+def test_extents_outside_the_buffer_are_a_clear_error():
+    b = sim("dual-socket-8gpu")
+    addr = b.map_object("small", MiB)
+    for bad in ([(0, 2 * MiB, "bind", {0})], [(-PAGE, PAGE, "bind", {0})]):
+        with pytest.raises(ValueError, match="is not in the 1048576 bytes"):
+            nu.prefault(addr, MiB, backend=b, extents=bad)
+    assert nu.prefault(addr, MiB, backend=b, extents=[(PAGE, 0, "bind", {1})])["bytes"] == 0
+    assert nu.placement(addr, MiB, backend=b) == {}
