@@ -1187,7 +1187,7 @@ class LinuxBackend(Backend):
     def _libc_call(self, what: str, *args: Any) -> Any:
         """libc's function named by the first word of ``what``, called with ``args``."""
         self._refuse(what)
-        fn = getattr(_get_libc(), re.match(r"\w+", what).group())  # type: ignore[union-attr]
+        fn = getattr(_get_libc(), what.replace("(", " ").split()[0])  # "shmctl(IPC_STAT)"
         ctypes.set_errno(0)
         res = fn(*args)
         # -1 for the int-returning calls; NULL or MAP_FAILED ((void *) -1, unsigned
@@ -3227,6 +3227,7 @@ class PolicyResult(_Record):
     # Bytes of the range already in memory that the call left where they are (a
     # policy places new pages; move=True migrates these).  Reason "resident-unmoved".
     resident_unmoved: int = 0
+    placed_by: str = ""  # "policy": the kernel's; "thread": by prefault's threads (regions)
 
     def __bool__(self) -> bool:
         return self.applied
@@ -3675,6 +3676,11 @@ def _left_out(res: PolicyResult, memory: _MemoryNodes, strict: bool, what: str) 
     return res._replace(reason=why, hint=_HINTS[why])
 
 
+# The last page range each backend was denied a policy for (EPERM, a container's seccomp
+# profile): the next prefault() of it places its pages by thread.
+_denied: Dict[Backend, Tuple[int, int, Mode, FrozenSet[int]]] = {}
+
+
 def _apply_policy(
     buf: Any,
     length: Optional[int],
@@ -3750,11 +3756,15 @@ def _apply_policy(
         return _fallback(res, strict_, what, "not-live", e.errno)
     except OSError as e:
         err = e.errno or errno.EIO
+        if err == errno.EPERM and size and want:  # prefault() places it by thread
+            if len(_denied) > 64:  # backends made and dropped (the simulator's)
+                _denied.clear()
+            _denied[backend] = (start, start + size, m, want)
         # Before 6.9 mode 6 is an invalid mode: never a silent plain interleave.
         if err == errno.EINVAL and m == Mode.WEIGHTED_INTERLEAVE:
             return _fallback(res, strict_, what, "no-weighted-interleave", err)
         return _fallback(res, strict_, what, _errno_reason(err), err)
-    res = res._replace(applied=True)
+    res = res._replace(applied=True, placed_by="policy")
     if size and not move and count_resident and m != Mode.DEFAULT:
         try:  # mincore counts base pages, also in a hugetlb mapping
             resident = backend.call("mincore", start, size) * backend.page_size
@@ -4347,6 +4357,87 @@ def format_size(n: int) -> str:
 
 
 # -- prefault ----------------------------------------------------------------------------
+# A new page goes where the range's policy (mbind) says, else the faulting thread's
+# (set_mempolicy), else to its CPU's node (mm/mempolicy.c): threads whose policy, or
+# (EPERM) whose CPUs, are on an extent's nodes place the pages they prefault there.
+_Extents = Iterable[Tuple[int, int, Any, Iterable[int]]]  # (offset, length, policy, nodes)
+
+
+class _Place(_Record):
+    """A prefault thread's own policy (None: its creator's) and CPUs (empty: idem)."""
+
+    mode: Optional[Mode]
+    nodes: FrozenSet[int]
+    cpus: FrozenSet[int]
+
+
+_AS_MADE = _Place(None, frozenset(), frozenset())
+
+
+def _places(
+    topo: Topology, cpus: FrozenSet[int], by_policy: bool, mode: Mode, nodes: FrozenSet[int]
+) -> Tuple[Tuple[_Place, ...], str]:
+    """Where the threads faulting an extent of ``mode`` over ``nodes`` are, granule by
+    granule, and "no-cpu" when, placed by CPU, a node has none in ``cpus`` (else "")."""
+    if mode in (Mode.DEFAULT, Mode.LOCAL) or not nodes:
+        return (_AS_MADE,), ""
+    groups = [nodes]
+    if mode in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE) and not by_policy:
+        groups = [frozenset({node}) for node in sorted(nodes)]
+    places = []
+    for group in groups:
+        on = frozenset().union(*(topo.nodes[node].cpus for node in group if node in topo.nodes))
+        if by_policy:
+            places.append(_Place(mode, group, on & cpus))
+        elif on & cpus:
+            places.append(_Place(None, group, on & cpus))
+    if len(places) < len(groups):
+        return tuple(places) or (_AS_MADE,), "no-cpu"
+    return tuple(places), ""
+
+
+def _fault_plan(
+    backend: Backend, start: int, span: int, extents: _Extents, page: int, topo: Optional[Topology]
+) -> Tuple[Dict[_Place, List[Tuple[int, int]]], Dict[str, Any]]:
+    """The page ranges of ``extents`` (offsets from ``start``, within ``span`` bytes) by
+    the place of the threads that fault them, and what prefault reports of it (``topo``:
+    None: read)."""
+    how = "set_mempolicy"
+    try:  # a thread that cannot set its policy (EPERM: seccomp; ENOSYS) places by CPU
+        set_mempolicy(*get_mempolicy(backend=backend), backend=backend)
+    except OSError:
+        how = "sched_setaffinity"
+    topo = _topology_or_read(topo, backend)
+    cpus = frozenset(backend.call("cpuset_cpus") or topo.allowed_cpus) & topo.online_cpus
+    mem, allowed, _ = _memory_nodes(backend)
+    known: Dict[Tuple[Any, FrozenSet[int]], Tuple[Tuple[_Place, ...], str]] = {}
+    groups: Dict[_Place, List[Tuple[int, int]]] = {}
+    unplaced: Dict[int, str] = {}
+    facts = {"placed_by": "thread", "thread_placement": how, "unplaced": unplaced, "granularity": 0}
+    for number, (offset, length, policy, nodes) in enumerate(extents):
+        if not 0 <= offset <= offset + length <= span:
+            raise ValueError(f"extent {number} ({offset}+{length}) is not in the {span} bytes")
+        key = (policy, frozenset(nodes))
+        if key not in known:
+            usable = key[1] & mem & allowed
+            known[key] = _places(topo, cpus, how == "set_mempolicy", _mode_of(policy), usable)
+            if key[1] and not usable:  # Mems_allowed forbids them all
+                known[key] = ((_AS_MADE,), "cpuset")
+        places, why = known[key]
+        if why:
+            unplaced[number] = why
+        lo, hi = start + offset, start + offset + length
+        step = max(length, page)
+        if len(places) > 1:  # an interleave by CPU: node by node, at most 2 MiB at a time
+            step = max(page, min(2 << 20, length // len(places)) // page * page)
+            facts["granularity"] = step
+        for turn, at in enumerate(range(lo, hi, step)):
+            end = min(at + step, hi)
+            ranges = groups.setdefault(places[turn % len(places)], [])
+            if ranges and sum(ranges[-1]) == at:  # the place's last range ends here: join it
+                at = ranges.pop()[0]
+            ranges.append((at, end - at))
+    return groups, facts
 
 
 def prefault(
@@ -4358,11 +4449,13 @@ def prefault(
     progress: Optional[Callable[[int, int], Any]] = None,
     page_size: Optional[int] = None,
     shared: bool = False,
+    extents: Optional[_Extents] = None,
+    topology: Optional[Topology] = None,
 ) -> Dict[str, Any]:
     """Fault every page of ``buf`` in, for writing, under the range's memory policy.
 
     MADV_POPULATE_WRITE (Linux 5.14+) in ``threads`` threads (default: the allowed
-    CPUs, at most 32; NUMA_PREFAULT_THREADS) on disjoint page-aligned slices; the
+    CPUs, at most 32; NUMA_PREFAULT_THREADS) on disjoint page-aligned pieces; the
     calls release the GIL.  Older kernels: a write of each page's own byte, done in
     C (contents are kept).  ``progress(done_bytes, total_bytes)`` is called from the
     calling thread; an exception it raises (KeyboardInterrupt included) stops the
@@ -4370,6 +4463,13 @@ def prefault(
     ``shared=True`` (shared memory): the old-kernel fallback only reads each page,
     which allocates it there, so a concurrent writer's data is never rewritten.
     Returns {"bytes", "threads", "method", "seconds"}.
+
+    ``extents`` ([(offset, length, policy, nodes)], as a Layout): only those, each by
+    threads (one per node at least) on its nodes by their own policy or, where that
+    is denied (EPERM), their CPUs (any the cpuset allows; an interleave goes node by
+    node), as is a buffer whose policy interleave() could not set (EPERM); the result
+    adds "placed_by": "thread", "thread_placement" (set_mempolicy, sched_setaffinity),
+    "granularity", "unplaced" ({extent: "cpuset"/"no-cpu"}).  ``topology``: if read.
     """
     import time
 
@@ -4378,8 +4478,9 @@ def prefault(
     pg = page_size or backend.page_size
     start, span = _page_range(addr, size, pg)
     t0 = time.monotonic()
+    out: Dict[str, Any] = {"bytes": 0, "threads": 0, "method": "none", "seconds": 0.0}
     if span == 0:
-        return {"bytes": 0, "threads": 0, "method": "none", "seconds": 0.0}
+        return out
     want = threads if threads is not None else _env("NUMA_PREFAULT_THREADS")
     if want is None:
         try:
@@ -4390,63 +4491,79 @@ def prefault(
         want = max(1, min(cpus, 32))
     if want < 1:
         raise ValueError("threads must be >= 1")
-    # Slices of at least 16 MiB: below that a thread costs more than it saves.
-    threads_used = max(1, min(int(want), span // max(pg, 16 << 20) or 1))
-    method = "populate_write"
-    # Probe on the first page: EINVAL means no MADV_POPULATE_WRITE (or a mapping it
-    # cannot populate) -> touch pages instead.  Other errors are real (ENOMEM, EFAULT).
-    try:
-        backend.call("madvise", start, pg, MADV_POPULATE_WRITE)
-    except OSError as err:
-        if err.errno != errno.EINVAL:
-            raise
-        method = "touch"
-    chunk = max(pg, min(64 << 20, span // (4 * threads_used)) // pg * pg)
-    done = [0] * threads_used
+    denied = _denied.get(backend)
+    if extents is None and denied and denied[0] <= start and start + span <= denied[1]:
+        extents = [(0, span, *denied[2:])]
+        del _denied[backend]  # placed now
+    groups = {_AS_MADE: [(start, span)]}
+    if extents is not None:
+        groups, facts = _fault_plan(backend, start, span, extents, pg, topology)
+        out.update(facts)
+    total = sum(count for ranges in groups.values() for at, count in ranges)
+    # Pieces of at least 16 MiB per thread: below that a thread costs more than it saves.
+    want = max(1, min(int(want), total // max(pg, 16 << 20) or 1))
+    chunk = max(pg, min(64 << 20, total // (4 * want)) // pg * pg)
+    jobs: List[Tuple[_Place, List[Tuple[int, int]], Iterator[int]]] = []
+    for place, ranges in groups.items():
+        pieces: List[Tuple[int, int]] = []
+        for lo, count in ranges:
+            pieces += [(at, min(chunk, lo + count - at)) for at in range(lo, lo + count, chunk)]
+        share = max(1, want * sum(count for at, count in ranges) // total)
+        if place.cpus:
+            share = min(share, len(place.cpus))
+        # next() on one counter is atomic: the place's threads share its pieces.
+        jobs += [(place, pieces, itertools.count())] * min(share, len(pieces))
+    method = ["populate_write"]
+    done = [0] * len(jobs)
     errors: List[BaseException] = []
     stop = threading.Event()
 
-    bounds = [start + (span // pg * i // threads_used) * pg for i in range(threads_used + 1)]
+    def fault(at: int, count: int) -> None:
+        # EINVAL: no MADV_POPULATE_WRITE (or a mapping it cannot populate): touch pages.
+        if method[0] == "populate_write":
+            try:
+                backend.call("madvise", at, count, MADV_POPULATE_WRITE)
+                return
+            except OSError as err:
+                if err.errno != errno.EINVAL:
+                    raise
+                method[0] = "touch"
+        if backend.is_live:
+            _touch_iov(at, count, pg, write=not shared)
+        else:
+            backend.touch(at, count)
 
-    def work(i: int) -> None:
+    def work(job: int) -> None:
+        place, pieces, counter = jobs[job]
         try:
-            p, hi = bounds[i], bounds[i + 1]
-            while p < hi and not stop.is_set():
-                q = min(hi, p + chunk)
-                if method == "populate_write":
-                    backend.call("madvise", p, q - p, MADV_POPULATE_WRITE)
-                elif backend.is_live:
-                    _touch_iov(p, q - p, pg, write=not shared)
-                else:
-                    backend.touch(p, q - p)
-                done[i] += q - p
-                p = q
-                if threads_used == 1 and progress is not None:  # one slice: run here
-                    progress(sum(done), span)
+            if place.cpus:
+                backend.call("sched_setaffinity", 0, place.cpus)
+            if place.mode is not None:
+                set_mempolicy(place.mode, place.nodes, backend=backend)
+            piece = next(counter)
+            while piece < len(pieces) and not stop.is_set():
+                fault(*pieces[piece])
+                done[job] += pieces[piece][1]
+                piece = next(counter)
         except BaseException as err:  # re-raised in the calling thread
             errors.append(err)
             stop.set()
 
-    workers: List[threading.Thread] = []  # one slice: run here
-    if threads_used > 1:
-        workers = [
-            threading.Thread(target=work, args=(i,), name=f"numa_utils-prefault-{i}", daemon=True)
-            for i in range(threads_used)
-        ]
+    # Threads, even one: the caller's own policy and CPUs are never changed.
+    workers = [
+        threading.Thread(target=work, args=(job,), name=f"numa_utils-prefault-{job}", daemon=True)
+        for job in range(len(jobs))
+    ]
     try:
-        if not workers:
-            # One slice: run it here, calling progress between chunks.
-            work(0)
         for worker in workers:
             worker.start()
-        # Wait on each worker in turn: joining one that has already ended returns at
-        # once, and waiting on it would spin (and call progress) until the slowest
-        # slice is done.
+        # Wait on each worker in turn: waiting on one that has ended would spin (and
+        # call progress) until the slowest piece is done.
         for worker in workers:
             while worker.is_alive():
                 worker.join(0.05)
                 if progress is not None and not errors:
-                    progress(sum(done), span)
+                    progress(sum(done), total)
     finally:
         stop.set()
         for worker in workers:
@@ -4454,14 +4571,10 @@ def prefault(
                 worker.join()
     if errors:
         raise errors[0]
-    if progress is not None and threads_used > 1:
-        progress(span, span)
-    return {
-        "bytes": span,
-        "threads": threads_used,
-        "method": method,
-        "seconds": time.monotonic() - t0,
-    }
+    if progress is not None:
+        progress(total, total)
+    out.update(bytes=total, threads=len(jobs), method=method[0])
+    return dict(out, seconds=time.monotonic() - t0)
 
 
 # -- fit: will an allocation succeed, checked before anything is made -------------------

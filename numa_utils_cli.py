@@ -1815,6 +1815,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     print("  THP: " + ", ".join(f"{k} [{v}]" for k, v in r.thp.items()))
     free = "?" if r.vmas_free is None else r.vmas_free
     print(f"  memory mappings (VMAs): needs {r.vmas}, vm.max_map_count leaves {free}")
+    print(f"  placed by: {r.placed_by}")
     return 0 if r else 1
 
 

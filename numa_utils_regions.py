@@ -333,6 +333,18 @@ def _is_node_id(value: Any) -> bool:
     return type(value) is int and 0 <= value < nu.MAX_NODES
 
 
+def _gpu_memory_nodes(gpus: List[int], backend: Optional[nu.Backend]) -> List[int]:
+    """The host memory node the GPU plans give the worker of each CUDA device in
+    ``gpus`` (the one the binding planners use); ValueError for one unknown."""
+    plans = nu.gpu_plans(memory="prefer", backend=backend)
+    nodes = []
+    for gpu in gpus:
+        if not 0 <= gpu < len(plans) or not plans[gpu].memory_nodes:
+            raise ValueError(f"layout: no host memory node known for CUDA device {gpu!r}")
+        nodes.append(plans[gpu].memory_nodes[0])
+    return nodes
+
+
 class Extent(_Record):
     offset: int
     length: int
@@ -418,13 +430,22 @@ class Layout:
     def blocks(
         cls,
         block_size: int,
-        nodes: Sequence[Union[int, Iterable[int]]],
+        nodes: Optional[Sequence[Union[int, Iterable[int]]]] = None,
         policy: str = "bind",
         *,
         size: Optional[int] = None,
+        gpus: Optional[Iterable[int]] = None,
+        backend: Optional[nu.Backend] = None,
     ) -> Layout:
-        """Blocks of ``block_size`` bytes, block i on ``nodes[i % len(nodes)]``."""
-        return cls("blocks", [(block_size, policy, node) for node in nodes], size)
+        """Blocks of ``block_size`` bytes, block i on ``nodes[i % len(nodes)]``: rank
+        i % len(nodes) owns it (of_rank).  ``gpus`` (CUDA devices, one per rank, e.g.
+        ``range(world)``) instead of ``nodes``: each rank's node is the host memory
+        node the GPU plans give its worker (nu.gpu_plans)."""
+        if (nodes is None) == (gpus is None):
+            raise ValueError("layout: give nodes or gpus")
+        if gpus is not None:
+            nodes = _gpu_memory_nodes(list(gpus), backend)
+        return cls("blocks", [(block_size, policy, node) for node in nodes or ()], size)
 
     @classmethod
     def extents(cls, items: Iterable[Tuple[int, str, Union[int, Iterable[int], None]]]) -> Layout:
@@ -627,6 +648,15 @@ class Layout:
             elif j <= count - 1:
                 changes += (count - 1 - j) // len(keys) + 1
         return changes + 1
+
+    def of_rank(self, rank: int) -> List[int]:
+        """The numbers of the extents of entry ``rank`` of a parts or blocks rule (a
+        rank's cells in a layout made for ranks), which SharedRegion.prefault(rank=)
+        faults."""
+        count = len(self._entries)
+        if self._kind == "extents" or not 0 <= rank < count:
+            raise ValueError(f"layout {self}: no rank {rank!r} (a rule of {count} entries has)")
+        return list(range(rank, len(self), count))
 
     def _extents_before(self, offset: int) -> int:
         """How many extents start below ``offset`` (at the size: all of them), counted
@@ -897,17 +927,12 @@ def _region_args(backend: nu.Backend, kind: str, size: Any, least: int) -> None:
 _MAP_COUNT_SPARE_MIN = 1024
 
 
-def _map_count_room(backend: nu.Backend) -> Optional[Tuple[int, int]]:
-    """(vm.max_map_count, the VMAs this process maps now); None where either cannot be
-    read (a simulated or saved machine without them)."""
-    limit = nu._read_optional(backend, "/proc/sys/vm/max_map_count")
-    maps = nu._read_optional(backend, "/proc/self/maps")
-    if limit is None or maps is None:
-        return None
-    try:
-        return int(limit), maps.count("\n")
-    except ValueError:
-        return None
+def _map_count_room(backend: nu.Backend) -> Tuple[int, int]:
+    """(vm.max_map_count, the VMAs this process maps now): a saved machine's own limit
+    when it has the file, else the kernel's default (65530); 0 where no maps are read."""
+    limit = nu._read_optional(backend, "/proc/sys/vm/max_map_count") or ""
+    maps = nu._read_optional(backend, "/proc/self/maps") or ""
+    return nu._uint(limit.strip()) or 65530, maps.count("\n")
 
 
 def _map_count_spare(limit: int) -> int:
@@ -918,23 +943,19 @@ def _map_count_spare(limit: int) -> int:
     return min(spare, limit // 4)
 
 
-def _map_count_check(backend: nu.Backend, need: int, layout: str) -> Tuple[Optional[int], str]:
-    """(the VMAs vm.max_map_count leaves this process with room kept for the engine,
-    None where either cannot be read; why the ``need`` VMAs a region of ``layout``
-    takes, its runs and the record room's one, do not fit there, "" when they do)."""
-    room = _map_count_room(backend)
-    if room is None:
-        return None, ""
-    limit, mapped = room
+def _map_count_check(backend: nu.Backend, need: int, layout: str) -> Tuple[int, str]:
+    """(the VMAs vm.max_map_count leaves this process with room kept for the engine;
+    why the ``need`` VMAs a policy per run of ``layout`` takes, its runs and the
+    record room's one, do not fit there, "" when they do)."""
+    limit, mapped = _map_count_room(backend)
     spare = _map_count_spare(limit)
     free = max(limit - mapped - spare, 0)
     if need <= free:
         return free, ""
     why = (
-        f"layout {layout} takes {need} memory mappings (VMAs); vm.max_map_count {limit}, "
-        f"less the {mapped} this process maps and {spare} kept for the engine, leaves "
-        f"{free}: raise vm.max_map_count (sysctl -w vm.max_map_count=N) or use "
-        "fewer, larger blocks"
+        f"layout {layout} takes {need} memory mappings (VMAs) with a policy per run; "
+        f"vm.max_map_count {limit}, less the {mapped} this process maps and {spare} kept "
+        f"for the engine, leaves {free}"
     )
     return free, why
 
@@ -971,8 +992,9 @@ class FitResult(_Record):
     limits: Tuple[FitLimit, ...]
     thp: Mapping[str, str]  # enabled, defrag, shmem_enabled: the selected words
     hugepages_fallback: Optional[str] = None  # why base pages instead of huge ones
-    vmas: int = 2  # memory mappings the region takes: its layout's runs, the record room
-    vmas_free: Optional[int] = None  # what vm.max_map_count leaves it (None: unknown)
+    vmas: int = 2  # memory mappings a policy per run takes: the layout's runs, the record room
+    vmas_free: Optional[int] = None  # what vm.max_map_count leaves it
+    placed_by: str = "policy"  # or "thread": past vm.max_map_count, or policy calls denied
 
     def __bool__(self) -> bool:
         return self.ok
@@ -1485,9 +1507,15 @@ def _fit(
     lay = lay.bound(rounded, page, topo.nodes_with_memory)
     too_long = _record_too_long(str(lay), _RECORD_OTHERS)
     vmas = lay.vmas + 1
-    vmas_free, map_short = _map_count_check(backend, vmas, str(lay))
-    if map_short:
-        short.append(map_short)
+    vmas_free, past = _map_count_check(backend, vmas, str(lay))
+    placed_by = "policy"
+    try:
+        nu.get_mempolicy(backend=backend)
+    except OSError as err:  # EPERM: the policy syscalls are denied (seccomp)
+        if err.errno == errno.EPERM:
+            placed_by = "thread"
+    if past:
+        placed_by = "thread"
     need = _region_mapped(size, page, huge)
     if mode == nu.Mode.BIND:
         pool = frozenset(targets)
@@ -1541,6 +1569,7 @@ def _fit(
         fallback,
         vmas,
         vmas_free,
+        placed_by,
     )
 
 
@@ -1566,13 +1595,16 @@ def fit(
     ``size`` and ``kind`` are checked as create checks them (ValueError).
     ``layout`` (instead of ``nodes``; ``policy`` is then ignored): memory is weighed as
     create weighs a layout's (over the allowed nodes), and ``vmas``, the memory
-    mappings it takes, against ``vmas_free``, what vm.max_map_count leaves this
-    process: past it, not ``exact`` (create interleaves instead, or refuses under
-    strict) and ``reason`` says so.  The layout's text goes into the region's identity
-    record, whose room is fixed (16,300 bytes of JSON): a layout whose text
-    takes more than that less 512 bytes for the other fields (about 1,300 extents of
-    irregular lengths; a parts: or blocks: rule of any count is short) is refused,
-    and ``reason`` names the limit; create refuses it before making anything.
+    mappings a policy per run of it takes, against ``vmas_free``, what
+    vm.max_map_count (the machine's, else the kernel's default) leaves this process.
+    ``placed_by``: how create will place it, "policy" (mbind), or "thread" past that
+    limit or where the policy syscalls are denied (EPERM): the threads that prefault
+    it place its pages, with no VMA per run (pages faulted later are not placed).
+    The layout's text goes into the region's identity record, whose room is fixed
+    (16,300 bytes of JSON): a layout whose text takes more than that less 512 bytes
+    for the other fields (about 1,300 extents of irregular lengths; a parts: or
+    blocks: rule of any count is short) is refused, and ``reason`` names the limit;
+    create refuses it before making anything.
     """
     backend = nu._b(backend)
     _region_args(backend, kind, size, 1)
@@ -1615,8 +1647,9 @@ def _fit_or_raise(r: FitResult, size: int) -> Tuple[Union[bool, int, str], Optio
 # "@SIZE" is the region size a rule was bound to (create adds it).  An extent without
 # NODES takes default_memory_nodes() where its policy needs nodes.  A blocks rule is
 # kept as the rule, not as one extent per block; a size that is not a whole number of
-# blocks ends in a shorter block.  Each extent is one mbind, and a mapping holds at
-# most vm.max_map_count (65530) VMAs: keep blocks that alternate nodes fewer than that.
+# blocks ends in a shorter block.  Each run of extents with one policy is one mbind and
+# one VMA where vm.max_map_count leaves room; past it the threads that prefault the
+# region place its pages (see _THREAD_HINT).
 def placement_verdict(per_node: Mapping[int, int], mode: str = "") -> str:
     """Where bytes landed, in words: "interleaved 50.0/50.0 over nodes 0-1" (``mode``
     names an interleave), "split 75.0/25.0 over nodes 0-1", "all on node 0",
@@ -1632,46 +1665,99 @@ def placement_verdict(per_node: Mapping[int, int], mode: str = "") -> str:
     return f"{word} {shares} over nodes {nu.format_cpulist(used)}"
 
 
-def _layout_within_map_count(backend: nu.Backend, lay: Layout, strict: bool) -> Tuple[Layout, str]:
-    """``lay`` when the VMAs it takes (and the record room's one) fit in what
-    vm.max_map_count leaves this process, with room kept for the engine; else, before
-    any mbind, OSError(ENOMEM) under ``strict`` or interleave over the same nodes and
-    why (a process left at its mapping limit cannot start a thread or map a file)."""
-    need = lay.vmas + 1
-    _, why = _map_count_check(backend, need, str(lay))
-    if not why:
-        return lay, ""
-    if strict:
-        raise OSError(errno.ENOMEM, why)
-    size = lay._bound_size()
-    if lay.nodes:
-        fallback = Layout.extents([(size, "interleave", lay.nodes)])
-    else:
-        fallback = Layout.extents([(size, "default", ())])
-    nu._warn_once(f"map-count:{need}", "numa_utils: %s; interleaving over its nodes instead", why)
-    return fallback, why
+# How a region's extents are placed (its policy result's placed_by): by a policy per run
+# of the layout ("policy", mbind), which also governs pages faulted later (after a
+# swap-in, or in a region not prefaulted), within what vm.max_map_count leaves and where
+# the policy syscalls are allowed; else by the threads that prefault it ("thread": no
+# VMA per run, but only the pages prefaulted are placed).
+_THREAD_HINT = (
+    "placed by the threads that prefault it, with no policy on the range: pages faulted "
+    "later by another thread (never prefaulted, or reclaimed and faulted again) land "
+    "where that thread runs, so prefault it (each rank its own extents)"
+)
+_NO_CPU_HINT = (
+    "placing pages by thread without the policy syscalls (EPERM) needs a CPU of the node "
+    "that this process may run on: the node has none, or the cpuset forbids them"
+)
 
 
-def _whole_policy(results: List[nu.PolicyResult], lay: Layout, fallback: str) -> nu.PolicyResult:
-    """One result for a region's whole layout: its extents' result when it has one,
-    else mode "layout" over every node it names, applied only when every extent's
-    policy was (the first failure's reason); never applied after a fallback."""
-    whole = results[0]
-    if len(results) > 1:
-        failed = [r for r in results if not r.applied]
-        whole = nu.PolicyResult(
-            applied=not failed,
-            mode="layout",
-            nodes=lay.nodes,
-            start=results[0].start,
-            length=sum(r.length for r in results),
-        )
-        if failed:
-            first = failed[0]
-            whole = whole._replace(reason=first.reason, errno=first.errno, hint=first.hint)
-    if fallback:
-        whole = whole._replace(applied=False, reason="max-map-count", hint=fallback)
-    return whole
+def _resolved(
+    backend: nu.Backend, lay: Layout, only: Optional[Iterable[int]], known: Dict[str, Any]
+) -> List[Extent]:
+    """``lay``'s extents (those numbered in ``only``) as prefault takes them: one that
+    names no nodes has NUMA_NODES, else default_memory_nodes(), as its policy would
+    (read once for a create: ``known``, as _apply_policy's)."""
+    if "env" not in known:
+        known["env"] = nu._env_nodes(backend, known.get("topology"))
+    if "memory" not in known:
+        known["memory"] = nu._memory_nodes(backend)
+    default = known["env"] or known["memory"][2]
+    chosen = list(lay) if only is None else [lay[number] for number in only]
+    return [
+        e._replace(nodes=default) if not e.nodes and e.policy not in ("default", "local") else e
+        for e in chosen
+    ]
+
+
+def _thread_results(
+    backend: nu.Backend,
+    addr: int,
+    page: int,
+    lay: Layout,
+    reason: str,
+    why: str,
+    strict: bool,
+    known: Dict[str, Any],
+) -> List[nu.PolicyResult]:
+    """Each extent's result when the region is placed by thread (``reason``, ``why``:
+    why not by policy), from prefault's own plan for one page of each kind of extent:
+    an extent it cannot place (no allowed CPU on its node under EPERM, or its nodes
+    outside Mems_allowed) is reported and left first-touch, OSError under ``strict``."""
+    extents = _resolved(backend, lay, None, known)
+    kinds = list(dict.fromkeys((e.policy, e.nodes) for e in extents))
+    one_page = [(0, page, policy, nodes) for policy, nodes in kinds]
+    plan = nu._fault_plan(backend, 0, page, one_page, page, known.get("topology"))
+    unplaced = plan[1]["unplaced"]
+    results = {}
+    for number, (policy, nodes) in enumerate(kinds):
+        res = nu.PolicyResult(True, policy, nodes, reason=reason, hint=f"{_THREAD_HINT} ({why})")
+        if number in unplaced:
+            missing = unplaced[number]
+            hint = nu._HINTS["cpuset"] if missing == "cpuset" else _NO_CPU_HINT
+            res = res._replace(applied=False, reason=missing, errno=errno.EINVAL, hint=hint)
+            res = res._replace(dropped=nodes)
+            if strict:
+                raise OSError(
+                    errno.EINVAL, f"layout {lay}: {policy} over {nu._nodes_txt(nodes)}: {hint}"
+                )
+        if policy == "default":
+            res = nu.PolicyResult(True, "default", frozenset())
+        results[policy, nodes] = res._replace(placed_by="thread")
+    return [
+        results[e.policy, e.nodes]._replace(start=addr + e.offset, length=e.length) for e in extents
+    ]
+
+
+def _whole_policy(results: List[nu.PolicyResult], lay: Layout, placed_by: str) -> nu.PolicyResult:
+    """One result for a region's whole layout: its extent's result when it has one,
+    else mode "layout" over every node it names, applied when every extent's policy
+    was, with the first failure's reason (else the first extent's: why by thread)."""
+    if len(results) == 1:
+        return results[0]
+    failed = [r for r in results if not r.applied]
+    first = (failed or results)[0]
+    return nu.PolicyResult(
+        applied=not failed,
+        mode="layout",
+        nodes=lay.nodes,
+        start=results[0].start,
+        length=sum(r.length for r in results),
+        reason=first.reason,
+        errno=first.errno,
+        hint=first.hint,
+        dropped=frozenset().union(*(r.dropped | r.nodes for r in failed)),
+        placed_by=placed_by,
+    )
 
 
 # -- the last-use slot (laid out in the identity record section) ----------------------
@@ -3052,9 +3138,10 @@ def _per_extent(
 
 def _layout_apply(
     backend: nu.Backend, addr: int, page: int, lay: Layout, strict: bool, known: Dict[str, Any]
-) -> List[nu.PolicyResult]:
+) -> Optional[List[nu.PolicyResult]]:
     """Each extent's policy on its part of the data at ``addr`` (the record's room
-    after the data has its own: _room_apply).  A default extent is left alone: a
+    after the data has its own: _room_apply); None as soon as one is denied (EPERM:
+    the region is placed by thread instead).  A default extent is left alone: a
     fresh mapping is first-touch already, and an mbind(MPOL_DEFAULT) on an attached
     one would wipe the creator's shared policy.  The machine's memory nodes, this
     process's allowed ones and NUMA_NODES are read once for all extents (a blocks
@@ -3066,44 +3153,25 @@ def _layout_apply(
         a, n = addr + e.offset, e.length
         if e.policy == "default":
             out.append(nu.PolicyResult(True, "default", frozenset(), a, n))
-        else:
-            out.append(
-                nu._apply_policy(
-                    a,
-                    n,
-                    mode=e.policy,
-                    nodes=e.nodes or None,
-                    strict=strict,
-                    page_size=page,
-                    backend=backend,
-                    count_resident=False,
-                    known=known,
-                )
+            continue
+        try:
+            res = nu._apply_policy(
+                a,
+                n,
+                mode=e.policy,
+                nodes=e.nodes or None,
+                strict=strict,
+                page_size=page,
+                backend=backend,
+                count_resident=False,
+                known=known,
             )
+        except PermissionError:  # strict: denied
+            return None
+        if res.errno == errno.EPERM:
+            return None
+        out.append(res)
     return _per_extent(lay, runs, out, addr)
-
-
-def _extent_cpus(
-    backend: nu.Backend, lay: Layout, topo: Optional[nu.Topology] = None
-) -> Dict[FrozenSet[int], FrozenSet[int]]:
-    """{nodes: the CPUs of those nodes, or of the nearest with CPUs} per node set the
-    extents name, within this thread's affinity; empty: run as the caller is.  Read
-    before a region is made: the interruptible prefault then does no more."""
-    topo = nu._topology_or_read(topo, backend)
-    mine = backend.call("sched_getaffinity", 0)
-    out: Dict[FrozenSet[int], FrozenSet[int]] = {}
-    for nodes in dict.fromkeys(e.nodes for e in lay):
-        if nodes & topo.nodes_with_cpus:
-            near = sorted(nodes)
-        else:
-            near = topo.nearest(min(nodes or {0}), topo.nodes_with_cpus)[:1]
-        out[nodes] = (
-            frozenset().union(
-                *(topo.nodes[node].cpus for node in near if nodes and node in topo.nodes)
-            )
-            & mine
-        )
-    return out
 
 
 def _layout_prefault(
@@ -3113,57 +3181,45 @@ def _layout_prefault(
     page: int,
     threads: Optional[int],
     progress: Optional[Callable[[int, int], Any]],
-    cpus: Optional[Dict[FrozenSet[int], FrozenSet[int]]] = None,
     held: Optional[Tuple[Any, Callable[[], Any]]] = None,
+    only: Optional[Iterable[int]] = None,
+    known: Optional[Dict[str, Any]] = None,
+    results: Optional[List[nu.PolicyResult]] = None,
 ) -> Dict[str, Any]:
-    """prefault() over each extent with the calling thread (and so the workers it
-    starts) bound to ``cpus[extent.nodes]`` (_extent_cpus): first touches come from
-    local CPUs (``prefer`` lands there, zeroing runs on the socket that owns the
-    memory).  Extents without nodes run as the caller does.  ``held``: signals held
-    by _open, whose handlers run between chunks (_run_pending): a long prefault stays
-    interruptible while a second signal cannot strike between the first and the undo."""
-    import time
+    """prefault() of ``lay``'s extents (those numbered in ``only``), each from threads
+    on its nodes: their own policy, or their CPUs (which zero its pages where they
+    land, and place them where the range has no policy).  ``held``: signals held by
+    _open, whose handlers run between progress calls (_run_pending): a long prefault
+    stays interruptible while a second signal cannot strike between the first and the
+    undo.  ``known``: create's and attach's (the topology and NUMA_NODES read once).
+    An extent whose policy ``results`` say was refused (not by EPERM: a mode this
+    kernel lacks, a node outside the cpuset) is first-touch, as they say."""
+    known = known or {}
+    numbers = None if only is None else list(only)
+    extents = _resolved(backend, lay, numbers, known)
+    if results is not None:
+        refused = {n for n, res in enumerate(results) if not res.applied}
+        for at, number in enumerate(numbers or range(len(extents))):
+            if number in refused:
+                extents[at] = extents[at]._replace(policy="default", nodes=frozenset())
 
-    if cpus is None:
-        cpus = _extent_cpus(backend, lay)
-    t0, done, total = time.monotonic(), 0, lay.size or 0
-    out: Dict[str, Any] = {"bytes": 0, "threads": 0, "method": "none"}
-    if any(cpus.values()):
-        before = backend.call("sched_getaffinity", 0)
-    else:
-        before = frozenset()
-    try:
-        for nodes, want in cpus.items():
-            want = want or before
-            if want and want != backend.call("sched_getaffinity", 0):
-                backend.call("sched_setaffinity", 0, want)
-            for e in (e for e in lay if e.nodes == nodes):
+    def step(done: int, total: int) -> None:
+        _run_pending(held)
+        if progress is not None:
+            progress(done, total)
 
-                def step(d: int, _: int, base: int = done) -> None:
-                    _run_pending(held)
-                    if progress is not None:
-                        progress(base + d, total)
-
-                r = nu.prefault(
-                    addr + e.offset,
-                    e.length,
-                    threads,
-                    backend=backend,
-                    progress=step,
-                    page_size=page,
-                    shared=True,
-                )
-                done += e.length
-                out.update(
-                    bytes=out["bytes"] + r["bytes"],
-                    method=r["method"],
-                    threads=max(out["threads"], r["threads"]),
-                )
-    finally:
-        if before and backend.call("sched_getaffinity", 0) != before:
-            backend.call("sched_setaffinity", 0, before)
-    out.update(seconds=time.monotonic() - t0, extents=len(lay))
-    return out
+    out = nu.prefault(
+        addr,
+        lay._bound_size(),
+        threads,
+        backend=backend,
+        progress=step,
+        page_size=page,
+        shared=True,
+        extents=extents,
+        topology=known.get("topology"),
+    )
+    return dict(out, extents=len(extents))
 
 
 class RegionPlacement(Dict[int, int]):
@@ -3445,7 +3501,15 @@ class SharedRegion(_RecordRoom):
 
         ``layout`` (a Layout or its text) gives each extent its policy; ``policy`` and
         ``nodes`` make the one-extent layout.  The layout goes into the identity
-        record, where every attacher reads it.
+        record, where every attacher reads it.  Each run of extents with one policy
+        gets it with mbind (``policy.placed_by`` "policy") where the VMAs that takes
+        fit what vm.max_map_count leaves and the policy syscalls are allowed; else the
+        threads that prefault the region place each extent (placed_by "thread",
+        reason "max-map-count" or "EPERM"): no VMA per run, but only the pages
+        prefaulted are placed, so a region whose pages another process may fault
+        first, or that can be reclaimed and faulted again, needs the policy.  With
+        ``prefault=False`` each rank then faults its own extents
+        (``region.prefault(rank=r)``).
         ``hugepages``: False (base pages), True or "2M"/"1G" (hugetlb, kind="sysv"),
         "thp" (MADV_HUGEPAGE before prefault, where shmem THP is advise/within_size/
         always), None: NUMA_UTILS_NUMA_HUGEPAGES ("off" unless set; set it to "off",
@@ -3703,20 +3767,22 @@ class SharedRegion(_RecordRoom):
             rec, lay, addr = region.identity, region._layout, region._address
             region._size, region.page_size = rec["size"], rec["page_size"]
             page = region.page_size
-            lay, fallback = _layout_within_map_count(backend, lay, strict)
-            if fallback:
-                region._layout = lay
-                if created:  # attachers apply what was applied
-                    rec["layout"] = str(lay)
-            cpus = None
-            if prefault:
-                cpus = _extent_cpus(backend, lay, known.get("topology"))
             at, room = region._room()
             _room_apply(backend, at, room, lay)
             if created and region._room_id < 0:  # named before its policies are applied
                 _record_write(at, room, dict(rec, making=True))
-            region.policies = _layout_apply(backend, addr, page, lay, strict, known)
-            region._policy = _whole_policy(region.policies, lay, fallback)
+            # A policy per run where the VMAs fit, else (or where it is denied) by thread.
+            placed_by, why = "policy", _map_count_check(backend, lay.vmas + 1, str(lay))[1]
+            results = None
+            if not why:
+                results = _layout_apply(backend, addr, page, lay, strict, known)
+            if results is None:
+                reason = "max-map-count" if why else "EPERM"
+                why = why or "the policy syscalls are denied: add CAP_SYS_NICE for a policy"
+                results = _thread_results(backend, addr, page, lay, reason, why, strict, known)
+                placed_by = "thread"
+            region.policies = results
+            region._policy = _whole_policy(results, lay, placed_by)
             if created:  # the room's pages, then the record: nobody can attach before
                 backend.touch(at, room)
                 _record_write(at, room, rec)
@@ -3729,7 +3795,7 @@ class SharedRegion(_RecordRoom):
                 region.remove()
             if prefault:
                 region.prefaulted = _layout_prefault(
-                    backend, addr, lay, page, threads, progress, cpus, held
+                    backend, addr, lay, page, threads, progress, held, None, known, results
                 )
             _run_pending(held)
             # Inside the try: an interrupt the release lets in undoes the region.
@@ -3803,12 +3869,30 @@ class SharedRegion(_RecordRoom):
         return at, unmap
 
     def prefault(
-        self, threads: Optional[int] = None, *, progress: Optional[Callable[[int, int], Any]] = None
+        self,
+        threads: Optional[int] = None,
+        *,
+        progress: Optional[Callable[[int, int], Any]] = None,
+        extents: Optional[Iterable[int]] = None,
+        rank: Optional[int] = None,
     ) -> Dict[str, Any]:
-        """Fault every page in, each extent from threads bound to its nodes' CPUs."""
+        """Fault every page in, or those of the extents numbered in ``extents``, or of
+        ``rank``'s (Layout.of_rank), each extent from threads on its nodes: so a rank
+        that attached a region made without prefault places its own cells."""
         self._check_open()
+        if rank is not None:
+            extents = self._layout.of_rank(rank)
         return _layout_prefault(
-            self._b, self._address, self._layout, self.page_size, threads, progress
+            self._b,
+            self._address,
+            self._layout,
+            self.page_size,
+            threads,
+            progress,
+            None,
+            extents,
+            None,
+            self.policies,
         )
 
     # remove() and close() act and record it with SIGINT/SIGTERM held: interrupted
@@ -4534,11 +4618,14 @@ def pin_for_cuda(
     strict: Optional[bool] = None,
     cudart: Any = None,
     backend: Optional[nu.Backend] = None,
+    layout: Optional[Layout] = None,
 ) -> CudaPin:
-    """Pin ``buf`` (or an address and ``length``) for DMA with cudaHostRegister (or
-    ROCm's hipHostRegister), one call per ``chunk`` bytes (default 1 GiB; never 512
-    GiB or more).  Each call holds the driver's lock, so the chunk bounds how long any
-    other GPU call of the process (a kernel launch, a copy) waits behind it.
+    """Pin ``buf`` (or an address and ``length``; or a SharedRegion) for DMA with
+    cudaHostRegister (or ROCm's hipHostRegister), one call per ``chunk`` bytes (default
+    1 GiB; never 512 GiB or more).  Each call holds the driver's lock, so the chunk
+    bounds how long any other GPU call of the process (a kernel launch, a copy) waits
+    behind it.  On a ``layout`` (a region's by default) each chunk is whole rows (a
+    block of every rank's, or a part): no row crosses a registration's edge.
 
     ``flags``: PORTABLE by default; add CudaHostRegisterFlag.MAPPED only when the GPU
     must address the memory directly (that mapping costs device memory); the pin's
@@ -4560,6 +4647,9 @@ def pin_for_cuda(
     """
     backend = nu._b(backend)
     strict = nu._strict_or_env(strict)
+    if isinstance(buf, SharedRegion):
+        layout = layout or buf.layout
+        buf = buf.buffer()
     addr, size = nu.buffer_range(buf, length)
     page = backend.page_size
     if chunk <= 0:
@@ -4568,6 +4658,13 @@ def pin_for_cuda(
     # Interior chunk edges on page boundaries: two registrations must never share a
     # page (CUDA pins whole pages; overlapping ones fail as already registered).
     step = max(min(chunk, _PIN_CALL_MAX) // page * page, page)
+    if layout is not None:  # whole rows: a blocks rule's one block per entry, a part
+        if layout.size is None:
+            layout = layout.bound(size, page)
+        row = layout._step() or page
+        if layout._kind == "blocks":
+            row *= len(layout._entries)
+        step = max(step // row, 1) * row
     edges = [addr, *range(addr - addr % page + step, addr + size, step), addr + size]
     pieces = [(a, z - a) for a, z in zip(edges, edges[1:]) if z > a]
     if calls is None:

@@ -87,6 +87,7 @@ SHM_RDONLY = _nu.SHM_RDONLY
 Topology = _nu.Topology
 _CGROUP = _nu._CGROUP
 _DEFAULT_PAGE = {"ppc64": 65536, "ppc64le": 65536}  # page size where not 4 KiB
+_MAX_MAP_COUNT = 65530  # vm.max_map_count by default (DEFAULT_MAX_MAP_COUNT, include/linux/mm.h)
 _MODE_FLAGS_MASK = _nu._MODE_FLAGS_MASK
 _NODE_DIR = _nu._NODE_DIR
 ShmStat = _nu.ShmStat
@@ -933,6 +934,7 @@ class _SimKernel:
         self.huge_sizes = frozenset(self.huge_free)
         self.huge_default_kb = 2048
         self.huge_resv: Dict[int, int] = {}
+        self.max_map_count = _MAX_MAP_COUNT  # VMAs a process may hold
 
     def sparse(self, size: int) -> bool:
         return size > self.sparse_above
@@ -1003,10 +1005,12 @@ class SimulatedBackend(Backend):
     memory).  Shared memory objects larger than ``sparse_above`` bytes (default
     SPARSE_ABOVE, 2 GiB) are sparse: address space only, real memory for the
     pages touched for real, placement still page by page (kept as runs), so a
-    test can make an engine's 32 GiB region on a smaller host.  Policies,
-    first-touch, interleave by page offset, bind, preferred, spill to the nearest
-    node when one is full, and the cpuset are modelled; the placement is rendered
-    as /proc/self/numa_maps.
+    test can make an engine's 32 GiB region on a smaller host.  Policies (of a
+    range, and of each Python thread), first touch by the faulting thread's CPUs,
+    interleave by page offset, bind, preferred, spill to the nearest node when one
+    is full, the cpuset and vm.max_map_count (the saved machine's, else 65530) are
+    modelled; the placement is rendered as /proc/self/numa_maps, the VMAs as
+    /proc/self/maps.
     """
 
     is_live = False
@@ -1065,6 +1069,9 @@ class SimulatedBackend(Backend):
             _kernel.cgroup, _kernel.shm_size = dict(cgroup or {}), shm_size
             _kernel.sparse_above = sparse_above
             _kernel.read_huge_sizes(self._files)
+            # The saved machine's vm.max_map_count, else the kernel's default.
+            limit = _nu._read_optional(self._files, "/proc/sys/vm/max_map_count") or ""
+            _kernel.max_map_count = _nu._uint(limit.strip()) or _MAX_MAP_COUNT
         self.kernel = _kernel
         topo = _kernel.topo
         if pid is None:
@@ -1081,14 +1088,19 @@ class SimulatedBackend(Backend):
         self.mems_allowed = (
             frozenset(mems_allowed) if mems_allowed is not None else topo.allowed_mems
         )
+        # The main thread's CPUs and policy (the one that made this process), and the
+        # others' own: a Python thread that set none has the main thread's (the kernel
+        # gives a new thread its creator's), and its own die with it.
         self.affinity = self.cpus_allowed
+        self.main_thread = threading.get_ident()
+        self.main_policy: Optional[_Pol] = None
+        self._own = threading.local()
         self.thread_affinity: Dict[int, FrozenSet[int]] = {}  # other threads: tid ->
         self.thread_names: Dict[int, str] = {self.pid: "python3"}  # tid -> comm
         self.thread_start: Dict[int, int] = {}  # other threads: tid -> start time
         self.mappings: List[_SimMapping] = []
         self.policy = _Intervals()  # private ranges: by address
         self.pages: Dict[int, int] = {}  # private: page address -> node
-        self.thread_policy: Dict[int, _Pol] = {}
         self._il_prev: Dict[int, int] = {}
         self._il_weight: Dict[int, int] = {}  # tid -> weight left at _il_prev
         self._numbers = {v: k for k, v in (self.abi.syscalls or {}).items()}
@@ -1157,8 +1169,20 @@ class SimulatedBackend(Backend):
     def topology(self) -> Topology:
         return self.kernel.topo
 
+    def thread_cpus(self) -> FrozenSet[int]:
+        """The calling thread's CPUs (first touch is per thread)."""
+        mine: FrozenSet[int] = getattr(self._own, "cpus", self.affinity)
+        return mine
+
+    def thread_policy(self) -> Optional[_Pol]:
+        """The calling thread's policy (set_mempolicy is per thread)."""
+        if threading.get_ident() == self.main_thread:
+            return self.main_policy
+        pol: Optional[_Pol] = getattr(self._own, "policy", self.main_policy)
+        return pol
+
     def current_cpu(self) -> Optional[int]:
-        return min(self.affinity) if self.affinity else None
+        return min(self.thread_cpus(), default=None)
 
     def local_node(self) -> int:
         cpu = self.current_cpu()
@@ -1188,6 +1212,8 @@ class SimulatedBackend(Backend):
         task = re.match(rf"^/proc/(?:self|{self.pid})/task/(\d+)/stat$", path)
         if task and int(task.group(1)) in self.call("threads"):
             return self._render_task_stat(int(task.group(1)))
+        if path == "/proc/sys/vm/max_map_count":
+            return f"{self.kernel.max_map_count}\n"
         if path == "/proc/sysvipc/shm":
             return self._render_sysvipc()
         k = self.kernel
@@ -1390,7 +1416,8 @@ class SimulatedBackend(Backend):
         # host keeps host-sized pointers (its "user memory" is the host's).
         width = _pointer_bits(self.abi)
         words = [a & ((1 << width) - 1) for a in args] + [0] * 6
-        return int(getattr(self, "_sys_" + name)(*words[:6]))
+        with k.lock:  # threads call at once (prefault's); user memory goes through one pipe
+            return int(getattr(self, "_sys_" + name)(*words[:6]))
 
     def _signed(self, v: int, bits: int = 32) -> int:
         v &= (1 << bits) - 1
@@ -1456,11 +1483,10 @@ class SimulatedBackend(Backend):
         m, f = self._sanitize(self._signed(mode))
         nodes = self._get_nodes(nmask, maxnode)
         pol = self._mpol_new(m, f, nodes)
-        tid = threading.get_ident()
-        if pol is None:
-            self.thread_policy.pop(tid, None)
+        if threading.get_ident() == self.main_thread:
+            self.main_policy = pol
         else:
-            self.thread_policy[tid] = pol
+            self._own.policy = pol
         return 0
 
     def _sys_mbind(
@@ -1526,7 +1552,7 @@ class SimulatedBackend(Backend):
             elif addr:
                 raise _oserror(errno.EINVAL, "get_mempolicy", "address without MPOL_F_ADDR")
             else:
-                pol = self.thread_policy.get(tid)
+                pol = self.thread_policy()
             if flags & GetFlag.NODE:
                 if flags & GetFlag.ADDR:
                     page = addr - addr % self.page_size
@@ -1696,6 +1722,7 @@ class SimulatedBackend(Backend):
             # kernel gives another address, this model shares one and counts it.
             self.dup_maps[addr] = self.dup_maps.get(addr, 0) + 1
             return addr
+        self._vma_room("mmap")
         k.next_attach += 1
         mp = _SimMapping(
             addr,
@@ -1812,11 +1839,18 @@ class SimulatedBackend(Backend):
                 return m
         return None
 
+    def _vma_room(self, what: str) -> None:
+        """ENOMEM when this process holds vm.max_map_count VMAs (mm/vma.c
+        __split_vma; mm/mmap.c do_mmap): a split, a mapping or a thread stack fails."""
+        if len(self.mappings) >= self.kernel.max_map_count:
+            raise _oserror(errno.ENOMEM, what, "vm.max_map_count VMAs mapped")
+
     def _split(self, addr: int) -> None:
         """Split the object mapping holding ``addr`` there (mbind splits VMAs)."""
         mp = self._find_mapping(addr)
         if mp is None or mp.obj is None or mp.start == addr:
             return
+        self._vma_room("mbind")
         if (addr - mp.start) % mp.page:
             # hugetlb VMAs split only at huge page boundaries (hugetlb_vm_op_split).
             raise _oserror(errno.EINVAL, "mbind", "not aligned to the huge page size")
@@ -2001,8 +2035,7 @@ class SimulatedBackend(Backend):
             return None
 
         if pol is None:
-            tid_pol = self.thread_policy.get(threading.get_ident())
-            pol = tid_pol
+            pol = self.thread_policy()
         if pol is None or pol.mode in (Mode.DEFAULT, Mode.LOCAL):
             return nearest_with_room(local, allowed)
         if pol.mode in (Mode.INTERLEAVE, Mode.WEIGHTED_INTERLEAVE):
@@ -2243,7 +2276,9 @@ class SimulatedBackend(Backend):
 
     def _call_sched_getaffinity(self, pid: int = 0) -> FrozenSet[int]:
         proc = self._task(pid, "sched_getaffinity")
-        if pid in (0, proc.pid):
+        if pid == 0:
+            return self.thread_cpus()
+        if pid == proc.pid:
             return proc.affinity
         return proc.thread_affinity[pid]
 
@@ -2258,7 +2293,9 @@ class SimulatedBackend(Backend):
         want = frozenset(cpus) & proc.cpus_allowed & self.kernel.topo.online_cpus
         if not want:
             raise _oserror(errno.EINVAL, "sched_setaffinity", "no allowed CPU in the set")
-        if pid in (0, proc.pid):
+        if pid == 0 and threading.get_ident() != self.main_thread:
+            self._own.cpus = want
+        elif pid in (0, proc.pid):
             proc.affinity = want
         else:
             proc.thread_affinity[pid] = want
@@ -2632,7 +2669,7 @@ class SimulatedBackend(Backend):
         import collections
 
         lines = []
-        default = self.thread_policy.get(threading.get_ident())
+        default = self.thread_policy()
         base_kb = self.page_size // 1024
         private = sorted(self.pages.items())
         keys = [p for p, _ in private]

@@ -16,7 +16,7 @@ import threading
 import time
 
 import pytest
-from conftest import nu, nur
+from conftest import nu, nur, sim
 
 FAKE_RUNTIME = r"""
 #include <pthread.h>
@@ -455,3 +455,34 @@ def test_pin_named_soname_is_found_in_ld_library_path_set_now(fake, monkeypatch)
     assert pin and pin.library == fake.path and fake.n_registered == 2
     pin.close()
     assert fake.n_registered == 0
+
+
+# -- issue 40: chunks of whole rows on a layout ----------------------------------------------
+
+
+def test_pin_on_a_layout_registers_whole_rows(fake):
+    """A row of vLLM's buffer is one cell of each worker: no registration's edge may
+    cut one (vLLM computed chunk = k * row_stride by hand)."""
+    cell = 64 * 1024
+    lay = nur.Layout.blocks(cell, [0, 1, 0])  # rows of 192 KiB
+    size = 40 * 3 * cell
+    for chunk, rows in ((100 * 1024, 1), (MiB, 5)):
+        pin = nur.pin_for_cuda(BASE, size, chunk=chunk, layout=lay, cudart=fake.path)
+        assert pin and {n for _, n in pin.chunks[:-1]} == {rows * 3 * cell}
+        assert all((a - BASE) % (3 * cell) == 0 for a, _ in pin.chunks)
+        assert sum(n for _, n in pin.chunks) == size
+        pin.close()
+    pin = nur.pin_for_cuda(BASE, size, chunk=MiB, cudart=fake.path)  # no layout: 1 MiB
+    assert {n for _, n in pin.chunks[:-1]} == {MiB}
+    pin.close()
+
+
+def test_pin_a_region_takes_its_layouts_rows(fake):
+    s = sim("qemu-x86_64-two-node")
+    with nur.SharedRegion.create(
+        "pinned", 12 * 2 * 4096, layout="blocks:4K:bind:0/1", prefault=False, backend=s
+    ) as r:
+        pin = nur.pin_for_cuda(r, chunk=3 * 4096, backend=s, cudart=fake.path)
+        assert pin and [n for _, n in pin.chunks] == [2 * 4096] * 12
+        assert pin.chunks[0][0] == r.address
+        pin.close()

@@ -370,19 +370,30 @@ def test_mode_flags_and_numa_maps_text(region):
 
 
 def test_set_mempolicy_is_per_thread():
+    """A thread's own policy is its alone; a thread made while the main one has a
+    policy starts with it (clone() copies the creator's, KERNEL_FACTS section 12)."""
     b = sim("dual-socket-8gpu")
     seen = {}
+
+    def own():
+        nu.set_thread_policy("bind", [0], backend=b)
+        seen["own"] = nu.get_policy(backend=b).mode
+
+    t = threading.Thread(target=own)
+    t.start()
+    t.join()
+    assert seen["own"] == nu.Mode.BIND and nu.get_policy(backend=b).mode == nu.Mode.DEFAULT
     with nu.thread_policy("bind", [1], backend=b) as res:
         assert res
         assert nu.get_policy(backend=b).mode == nu.Mode.BIND
 
         def other():
-            seen["mode"] = nu.get_policy(backend=b).mode
+            seen["made"] = nu.get_policy(backend=b)
 
         t = threading.Thread(target=other)
         t.start()
         t.join()
-    assert seen["mode"] == nu.Mode.DEFAULT
+    assert (seen["made"].mode, seen["made"].nodes) == (nu.Mode.BIND, {1})
     assert nu.get_policy(backend=b).mode == nu.Mode.DEFAULT  # restored
 
 

@@ -91,7 +91,7 @@ def test_record_written_after_the_room_policy():
     s = sim("qemu-x86_64-two-node", cap_sys_nice=False)
     s.fail("mbind", errno.EPERM)
     with nur.SharedRegion.create("np", 1 * MiB, policy="interleave", backend=s) as r:
-        assert not r.policy and r.policy.reason
+        assert r.policy.placed_by == "thread" and r.policy.reason == "EPERM"
         with nur.SharedRegion.attach("np", backend=s.process()) as a:
             assert a.identity["key"] == "np"
 

@@ -268,17 +268,31 @@ def test_failure_at_each_step_leaks_nothing(kind, step):
 
 @pytest.mark.parametrize("kind", ["sysv", "posix"])
 def test_policy_denied(kind):
+    """Issue 40: a policy the kernel denies (EPERM, a container's seccomp profile) is
+    given by the threads that prefault the region instead, strict or not, and the
+    result says so; where even that cannot give it (no CPU of the node allowed),
+    strict refuses and leaves nothing behind."""
     s = sim("dual-socket-8gpu")
-    s.fail("mbind", errno.EPERM)
-    with pytest.raises(PermissionError):
+    s.fail("*", errno.EPERM)
+    with nur.SharedRegion.create(
+        "d", 8 * MiB, policy="interleave", strict=True, kind=kind, backend=s
+    ) as r:
+        assert r.policy and r.policy.placed_by == "thread" and r.policy.reason == "EPERM"
+        assert "CAP_SYS_NICE" in r.policy.hint and "faulted later" in r.policy.hint
+        s.clear_failures()
+        assert r.placement() == {0: 4 * MiB, 1: 4 * MiB}
+        s.fail("*", errno.EPERM)
+    assert _sim_counts(s) == (0, 0, 0)
+    s = sim("dual-socket-8gpu", cpus_allowed=s.topology.nodes[0].cpus)
+    s.fail("*", errno.EPERM)
+    with pytest.raises(OSError, match="a CPU of the node"):
         nur.SharedRegion.create(
             "d", 8 * MiB, policy="interleave", strict=True, kind=kind, backend=s
         )
     assert _sim_counts(s) == (0, 0, 0)
-    # Not strict: the region exists, under first-touch, and says why.
+    # Not strict: the region exists, node 0 gets its share, and the result says why.
     with nur.SharedRegion.create("d", 8 * MiB, policy="interleave", kind=kind, backend=s) as r:
-        assert not r.policy and r.policy.reason == "EPERM" and "CAP_SYS_NICE" in r.policy.hint
-        assert r.placement() == {0: 8 * MiB}
+        assert not r.policy and r.policy.reason == "no-cpu" and r.policy.dropped == {0, 1}
     assert _sim_counts(s) == (0, 0, 0)
 
 

@@ -431,10 +431,11 @@ def test_guest_thread_roles():
 
 @pytest.mark.vm
 def test_guest_max_map_count():
-    """Issue 27 section 1 on a real kernel (vm/guest_map_count.py): with
-    vm.max_map_count 1000 a 200 x 8 alternating layout is refused under strict before
-    any mbind, interleaved with reason "max-map-count" without it, the process still
-    starts threads and maps files, and a layout within the limit lands exactly."""
+    """Issues 27 and 40 on a real kernel (vm/guest_map_count.py): with
+    vm.max_map_count 1000 a 200 x 8 alternating layout is placed by thread under
+    strict with no mbind on its data, every block on its node, the VMA count up by at
+    most 2, the process still starts threads and maps files; a layout within the limit
+    lands exactly by policy."""
     ok, console, records, seconds = _boot(
         "x86_64",
         "two-node",
@@ -444,7 +445,39 @@ def test_guest_max_map_count():
     summary = _summary("x86_64", "two-node (vm.max_map_count 1000)", records, seconds)
     print(summary)
     status = {r["name"]: r["status"] for r in records}
-    want = {"map_count_strict_refused", "map_count_fallback", "map_count_within_lands"}
+    want = {"map_count_by_thread", "map_count_within_lands"}
+    assert status == dict.fromkeys(want, "pass"), (
+        summary + "\n" + json.dumps([r for r in records if r["status"] != "pass"], indent=1)
+    )
+
+
+# ---------------------------------------------------------------- placement by thread
+
+
+@pytest.mark.vm
+def test_guest_placement_by_thread():
+    """Issue 40 section 4 on a real kernel (vm/guest_placement.py), default
+    vm.max_map_count: 100,000 one-page cells over 2 ranks land on their ranks' nodes
+    page by page, the region at most 2 VMAs in each process; with seccomp denying the
+    policy syscalls, the same layout made by a creator bound to node 0, a plain
+    interleaved region and the seeds' own mapping land exactly by thread."""
+    ok, console, records, seconds = _boot(
+        "x86_64",
+        "two-node",
+        files={"/vmtest/guest_placement.py": str(REPO / "vm" / "guest_placement.py")},
+        # cgroup2 mounted, as a container runtime mounts it: the cpuset is readable
+        command="mount -t cgroup2 none /sys/fs/cgroup; python3 /vmtest/guest_placement.py",
+        timeout=1800,
+    )
+    summary = _summary("x86_64", "two-node (placement by thread)", records, seconds)
+    print(summary)
+    status = {r["name"]: r["status"] for r in records}
+    want = {
+        "placement_ranks",
+        "placement_seccomp",
+        "placement_seccomp_interleave",
+        "placement_seccomp_seeds",
+    }
     assert status == dict.fromkeys(want, "pass"), (
         summary + "\n" + json.dumps([r for r in records if r["status"] != "pass"], indent=1)
     )

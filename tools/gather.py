@@ -75,11 +75,13 @@ PCI_FILES = (
     "local_cpulist",
     "local_cpus",
 )
-# osrelease and arch (Linux 6.1+) tell `status --root` which machine the tree is from.
+# osrelease and arch (Linux 6.1+) tell `status --root` which machine the tree is from;
+# max_map_count is the limit fit() weighs a layout's memory mappings against.
 PROC_FILES = (
     "proc/meminfo",
     "proc/version",
     "proc/sys/kernel/numa_balancing",
+    "proc/sys/vm/max_map_count",
     "proc/sys/kernel/osrelease",
     "proc/sys/kernel/ostype",
     "proc/sys/kernel/arch",
