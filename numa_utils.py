@@ -4409,7 +4409,7 @@ def _fault_plan(
         how = "sched_setaffinity"
     topo = _topology_or_read(topo, backend)
     cpus = frozenset(backend.call("cpuset_cpus") or topo.allowed_cpus) & topo.online_cpus
-    mem, allowed, _ = _memory_nodes(backend)
+    mem, allowed = _memory_nodes(backend)[:2]
     known: Dict[Tuple[Any, FrozenSet[int]], Tuple[Tuple[_Place, ...], str]] = {}
     groups: Dict[_Place, List[Tuple[int, int]]] = {}
     unplaced: Dict[int, str] = {}
