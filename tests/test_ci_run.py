@@ -1,9 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """.ci/run checks for the commands the tests run and installs a package only where
 its command is missing, never upgrading: its package step runs here on a PATH of
-stand-ins (id, apt-get, python3 and the commands a host "has").  Then conftest's
-session check: the suite leaves the host as it found it."""
+stand-ins (id, apt-get, python3 and the commands a host "has").  The whole script
+builds no guest image: tox's vm environment does (tox.ini).  Then conftest's session
+check: the suite leaves the host as it found it."""
 
+import configparser
 import os
 import re
 import shutil
@@ -144,6 +146,53 @@ def test_not_root_installs_nothing_and_says_what_is_missing(tmp_path):
     out, calls = _run(tmp_path, ["strace"], uid=1000)
     assert calls == []
     assert "not root (or no apt-get): not installing strace" in out
+
+
+# -- the guest images: built by the vm environment, and only there ------------------------
+
+
+def _whole_run(tmp_path, *args):
+    """.ci/run, whole, copied into a repository of its own that has a vm/build.py, and
+    a .ci/.venv whose python logs its arguments instead of running tox: what .ci/run
+    asked of it, one line a call."""
+    if shutil.which("bash") is None or shutil.which("timeout") is None:
+        pytest.skip("no bash or no timeout(1)")
+    repo = tmp_path / "repo"
+    (repo / ".ci" / ".venv" / "bin").mkdir(parents=True)
+    (repo / "vm").mkdir()
+    (repo / "vm" / "build.py").write_text("raise SystemExit('not to be run')\n")
+    shutil.copy(RUN, repo / ".ci" / "run")
+    log = tmp_path / "python.log"
+    _stub(repo / ".ci" / ".venv" / "bin" / "python", 'echo "$*" >> "$LOG"\n')
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LOG": str(log), "CI_SKIP_APT": "1"}
+    out = subprocess.run(
+        [shutil.which("bash"), str(repo / ".ci" / "run"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    return log.read_text().splitlines()
+
+
+@pytest.mark.parametrize("args", [(), ("-e", "py311,lint")])
+def test_ci_run_builds_no_image_itself(tmp_path, args):
+    want = ["-m tox --version", "-m tox --version", " ".join(["-m", "tox", *args])]
+    assert _whole_run(tmp_path, *args) == want  # is tox there; its version; tox itself
+
+
+def test_only_the_vm_environment_builds_the_images_capped_at_40_minutes():
+    ini = configparser.ConfigParser(interpolation=None)
+    ini.read(REPO / "tox.ini")
+    for name in ini.sections():
+        env = ini[name]
+        if name == "testenv:vm":
+            assert env["commands_pre"].split() == ["timeout", "40m", "python", "vm/build.py"]
+            assert "timeout" in env["allowlist_externals"].split()
+            assert "NUMA_UTILS_VM_*" in env["pass_env"].split()  # NUMA_UTILS_VM_CACHE
+        else:
+            assert "build.py" not in env.get("commands_pre", "") + env.get("commands", ""), name
 
 
 # -- conftest's session check: the host as the suite found it ---------------------------
