@@ -195,6 +195,28 @@ def test_only_the_vm_environment_builds_the_images_capped_at_40_minutes():
             assert "build.py" not in env.get("commands_pre", "") + env.get("commands", ""), name
 
 
+def test_every_python_runs_the_unit_tier_and_one_the_slow_tests():
+    """Each py3X line of [testenv] commands (tox's factor conditions, "py311:" and
+    "!py311:"): every Python runs everything but the guests; one of them, the tests
+    marked slow too (their subject does not depend on the Python)."""
+    ini = configparser.ConfigParser(interpolation=None)
+    ini.read(REPO / "tox.ini")
+    pythons = [
+        e.strip() for e in ini["tox"]["envlist"].split(",") if re.fullmatch(r"py3\d+", e.strip())
+    ]
+    lines = [ln.strip() for ln in ini["testenv"]["commands"].splitlines() if ln.strip()]
+    marks = {}
+    for py in pythons:
+        (line,) = [
+            ln
+            for ln in lines
+            if ln.startswith(f"{py}:") or ln.startswith("!") and not ln.startswith(f"!{py}:")
+        ]
+        marks[py] = re.search(r'-m "([^"]+)"', line).group(1)
+    assert set(marks.values()) == {"not vm", "not vm and not slow"}, marks
+    assert [py for py, m in marks.items() if m == "not vm"] == ["py311"], marks
+
+
 # -- conftest's session check: the host as the suite found it ---------------------------
 
 LEAKY = """
@@ -254,6 +276,8 @@ def _session(tmp_path, body):
             "no:xdist",
             "--rootdir",
             str(tmp_path),
+            "--basetemp",  # not one more in the system's temporary folder
+            str(tmp_path / "basetemp"),
             str(tmp_path / "test_probe.py"),
         ],
         capture_output=True,
