@@ -4,6 +4,7 @@ import functools
 import os
 import pathlib
 import re
+from types import MappingProxyType
 
 import pytest
 
@@ -21,6 +22,53 @@ FIXTURES = sorted(p.name[:-4] for p in FIXTURES_DIR.glob("*.txt")) if FIXTURES_D
 assert FIXTURES, "no fixtures found under fake_sysfs/"
 
 
+# -- the saved machines, each parsed once per process -----------------------------------
+# A SimulatedBackend, LinuxBackend(open_tree(...)) and --root parse their archive each
+# time (0.05-0.1 s, more than most tests take): test_fit alone makes 1,200 backends.
+# The archives under fake_sysfs/ are parsed once per process instead, keyed by the
+# file's identity, time and size (an edited one is parsed again), and held read-only;
+# each caller still gets a SavedTree of its own (its link cache and walk budget
+# fresh).  Every other tree (the damaged copies test_hostile and test_archive make,
+# folders, temporary archives) is read by numa_utils_sim itself, every time.
+_parsed = {}
+
+
+def _parsed_archive(path: str, root_only: bool) -> "nusim.SavedArchive":
+    st = os.stat(path)
+    key = (path, root_only, st.st_ino, st.st_mtime_ns, st.st_size)
+    got = _parsed.get(key)
+    if got is None:
+        got = nusim.SavedArchive(path)
+        if root_only:
+            got.subtree()
+        got.files, got.links = MappingProxyType(got.files), MappingProxyType(got.links)
+        got.dirs = MappingProxyType(got.dirs)
+        _parsed[key] = got
+    return got
+
+
+def _is_fixture(path) -> bool:
+    path = os.path.abspath(path)
+    return os.path.dirname(path) == str(FIXTURES_DIR) and os.path.isfile(path)
+
+
+_open_tree = nusim.open_tree
+
+
+def _open_tree_parsed_once(path: str) -> "nusim.SavedTree":
+    if _is_fixture(path):
+        return nusim.SavedTree(_parsed_archive(os.path.abspath(path), True))
+    return _open_tree(path)
+
+
+nusim.open_tree = _open_tree_parsed_once
+
+
+def fixture_archive(name: str) -> "nusim.SavedArchive":
+    """Fixture ``name``'s whole archive (root/, SOURCE.md, expected.json), read-only."""
+    return _parsed_archive(fixture_root(name), False)
+
+
 def fixture_root(name: str) -> str:
     """The saved machine ``name``: its archive, which --root, LinuxBackend and
     SimulatedBackend read as they read a folder."""
@@ -35,13 +83,68 @@ def saved_backend(path) -> "nu.LinuxBackend":
 
 def fixture_text(name: str, rel: str) -> str:
     """One file of fixture ``name``: "SOURCE.md", "expected.json", "root/proc/meminfo"."""
-    return nusim.SavedArchive(fixture_root(name)).files[rel].decode()
+    return fixture_archive(name).files[rel].decode()
+
+
+# A copy of a tree is one new file per entry: dual-socket-8gpu's 3,435 cost 1-2 s of
+# CPU on a busy disk, more than the test that damages the copy.  A hard link costs
+# about a thirtieth of that, so each process writes each fixture out once, whole (its
+# "pristine" folder, under the session's temporary folder), and a copy links its files
+# to those, making only its folders and symbolic links.  A test that writes into a
+# linked file in place writes into the pristine one too: every pristine file is
+# written with modification time 0, and one whose time, size or mode is no longer
+# what it was written with is written again before the next copy links to it.
+_pristine = {}
+_pristine_base = []
+_session_tmp = []  # the session's tmp_path_factory, for the hook below (pytest_pyfunc_call)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_folders(tmp_path_factory):
+    _session_tmp.append(tmp_path_factory)
+    _pristine_base.append(tmp_path_factory.mktemp("pristine"))
+    yield
+    _pristine_base.clear()
+    _pristine.clear()
+    _session_tmp.clear()
+
+
+def _write_pristine(path: pathlib.Path, data: bytes) -> None:
+    if path.exists():
+        path.unlink()
+    path.write_bytes(data)
+    os.chmod(path, 0o644)
+    os.utime(path, ns=(0, 0))
+
+
+def _pristine_tree(name: str):
+    """Fixture ``name`` written out whole, checked: the folder, or None outside a session."""
+    if not _pristine_base:
+        return None
+    a = fixture_archive(name)
+    base = _pristine.get(name)
+    if base is None:
+        base = _pristine_base[0] / name
+        for rel in a.dirs:
+            (base / rel).mkdir(parents=True, exist_ok=True)
+        for rel, data in a.files.items():
+            _write_pristine(base / rel, data)
+        _pristine[name] = base
+        return base
+    for rel, data in a.files.items():
+        st = os.lstat(base / rel)
+        if (st.st_mtime_ns, st.st_size, st.st_mode) != (0, len(data), 0o100644):
+            _write_pristine(base / rel, data)
+    return base
 
 
 def fixture_tree(name: str, dst, sub: str = "root") -> str:
     """A writable copy of fixture ``name``'s ``sub`` folder made at ``dst`` (for tests
-    that damage a tree); ``dst`` as a string."""
-    a = nusim.SavedArchive(fixture_root(name))
+    that damage a tree); ``dst`` as a string.  Its files are hard links to the
+    process's pristine copy (see above): two copies made in one test share them, so a
+    write in place into one shows in the other (unlink the file first to part them)."""
+    a = fixture_archive(name)
+    src = _pristine_tree(name)
     dst = pathlib.Path(dst)
     pre = sub + "/" if sub else ""
     dst.mkdir(parents=True, exist_ok=True)
@@ -50,7 +153,12 @@ def fixture_tree(name: str, dst, sub: str = "root") -> str:
             (dst / rel[len(pre) :]).mkdir(parents=True, exist_ok=True)
     for rel, data in a.files.items():
         if rel.startswith(pre):
-            (dst / rel[len(pre) :]).write_bytes(data)
+            try:
+                if src is None:  # outside a pytest session
+                    raise FileNotFoundError
+                os.link(src / rel, dst / rel[len(pre) :])
+            except OSError:  # no pristine copy, or another file system
+                (dst / rel[len(pre) :]).write_bytes(data)
     for rel, target in a.links.items():
         if rel.startswith(pre):
             os.symlink(target, dst / rel[len(pre) :])
@@ -201,6 +309,9 @@ def pytest_pyfunc_call(pyfuncitem):
     if why:
         pytest.skip(why)
     env = dict(os.environ, **{PRIVATE_SHM_ENV: "1"})
+    # Its temporary folders in this session's: a pytest of its own would make one more
+    # under the system's temporary folder and, at its end, delete the oldest there.
+    basetemp = ["--basetemp", str(_session_tmp[0].mktemp("private"))] if _session_tmp else []
     out = subprocess.run(
         private_shm_command(
             [
@@ -210,6 +321,7 @@ def pytest_pyfunc_call(pyfuncitem):
                 "-q",
                 "-p",
                 "no:cacheprovider",
+                *basetemp,
                 # older pytest-xdist appends "@<xdist_group>" to the node id
                 "-rs",
                 re.sub(r"@\w+$", "", pyfuncitem.nodeid),

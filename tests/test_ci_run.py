@@ -1,9 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """.ci/run checks for the commands the tests run and installs a package only where
 its command is missing, never upgrading: its package step runs here on a PATH of
-stand-ins (id, apt-get, python3 and the commands a host "has").  Then conftest's
-session check: the suite leaves the host as it found it."""
+stand-ins (id, apt-get, python3 and the commands a host "has").  The whole script
+builds no guest image: tox's vm environment does (tox.ini).  Then conftest's session
+check: the suite leaves the host as it found it."""
 
+import configparser
 import os
 import re
 import shutil
@@ -146,6 +148,75 @@ def test_not_root_installs_nothing_and_says_what_is_missing(tmp_path):
     assert "not root (or no apt-get): not installing strace" in out
 
 
+# -- the guest images: built by the vm environment, and only there ------------------------
+
+
+def _whole_run(tmp_path, *args):
+    """.ci/run, whole, copied into a repository of its own that has a vm/build.py, and
+    a .ci/.venv whose python logs its arguments instead of running tox: what .ci/run
+    asked of it, one line a call."""
+    if shutil.which("bash") is None or shutil.which("timeout") is None:
+        pytest.skip("no bash or no timeout(1)")
+    repo = tmp_path / "repo"
+    (repo / ".ci" / ".venv" / "bin").mkdir(parents=True)
+    (repo / "vm").mkdir()
+    (repo / "vm" / "build.py").write_text("raise SystemExit('not to be run')\n")
+    shutil.copy(RUN, repo / ".ci" / "run")
+    log = tmp_path / "python.log"
+    _stub(repo / ".ci" / ".venv" / "bin" / "python", 'echo "$*" >> "$LOG"\n')
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LOG": str(log), "CI_SKIP_APT": "1"}
+    out = subprocess.run(
+        [shutil.which("bash"), str(repo / ".ci" / "run"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    return log.read_text().splitlines()
+
+
+@pytest.mark.parametrize("args", [(), ("-e", "py311,lint")])
+def test_ci_run_builds_no_image_itself(tmp_path, args):
+    want = ["-m tox --version", "-m tox --version", " ".join(["-m", "tox", *args])]
+    assert _whole_run(tmp_path, *args) == want  # is tox there; its version; tox itself
+
+
+def test_only_the_vm_environment_builds_the_images_capped_at_40_minutes():
+    ini = configparser.ConfigParser(interpolation=None)
+    ini.read(REPO / "tox.ini")
+    for name in ini.sections():
+        env = ini[name]
+        if name == "testenv:vm":
+            assert env["commands_pre"].split() == ["timeout", "40m", "python", "vm/build.py"]
+            assert "timeout" in env["allowlist_externals"].split()
+            assert "NUMA_UTILS_VM_*" in env["pass_env"].split()  # NUMA_UTILS_VM_CACHE
+        else:
+            assert "build.py" not in env.get("commands_pre", "") + env.get("commands", ""), name
+
+
+def test_every_python_runs_the_unit_tier_and_one_the_slow_tests():
+    """Each py3X line of [testenv] commands (tox's factor conditions, "py311:" and
+    "!py311:"): every Python runs everything but the guests; one of them, the tests
+    marked slow too (their subject does not depend on the Python)."""
+    ini = configparser.ConfigParser(interpolation=None)
+    ini.read(REPO / "tox.ini")
+    pythons = [
+        e.strip() for e in ini["tox"]["envlist"].split(",") if re.fullmatch(r"py3\d+", e.strip())
+    ]
+    lines = [ln.strip() for ln in ini["testenv"]["commands"].splitlines() if ln.strip()]
+    marks = {}
+    for py in pythons:
+        (line,) = [
+            ln
+            for ln in lines
+            if ln.startswith(f"{py}:") or ln.startswith("!") and not ln.startswith(f"!{py}:")
+        ]
+        marks[py] = re.search(r'-m "([^"]+)"', line).group(1)
+    assert set(marks.values()) == {"not vm", "not vm and not slow"}, marks
+    assert [py for py, m in marks.items() if m == "not vm"] == ["py311"], marks
+
+
 # -- conftest's session check: the host as the suite found it ---------------------------
 
 LEAKY = """
@@ -205,6 +276,8 @@ def _session(tmp_path, body):
             "no:xdist",
             "--rootdir",
             str(tmp_path),
+            "--basetemp",  # not one more in the system's temporary folder
+            str(tmp_path / "basetemp"),
             str(tmp_path / "test_probe.py"),
         ],
         capture_output=True,

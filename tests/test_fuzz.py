@@ -19,12 +19,12 @@ import pytest
 from conftest import (
     FIXTURES,
     cli,
+    fixture_archive,
     fixture_root,
     fixture_text,
     fixture_tree,
     nu,
     nur,
-    nusim,
     saved_backend,
 )
 
@@ -149,7 +149,7 @@ def _samples(relname):
     """Real texts of one kind of file, from every fixture."""
     out = []
     for name in FIXTURES:
-        for rel, data in sorted(nusim.SavedArchive(fixture_root(name)).files.items()):
+        for rel, data in sorted(fixture_archive(name).files.items()):
             if rel.rpartition("/")[2] == relname:
                 out.append(data.decode("utf-8", "replace"))
                 if len(out) > 40:

@@ -6,21 +6,31 @@ Every case runs the real command, in private namespaces with their own /dev/shm 
 SysV IPC, with stdout in strict UTF-8, from an empty working folder."""
 
 import json
+import os
 
 import pytest
 from conftest import run_private_shm
 
 RUN = r"""
 import json, os, subprocess, sys, tempfile
-os.chdir(tempfile.mkdtemp())
 os.mkfifo("/dev/shm/fifo")
 os.mkdir("/dev/shm/dir")
 argv = [os.fsencode(a.encode("latin-1")) for a in json.loads(sys.argv[1])]
 env = dict(os.environ, PYTHONIOENCODING="utf-8:strict")
-p = subprocess.run([sys.executable.encode(), b"-m", b"numa_utils", b"numactl"] + argv,
-                   capture_output=True, env=env, timeout=60)
+with tempfile.TemporaryDirectory() as empty:  # removed with the key files made there
+    p = subprocess.run([sys.executable.encode(), b"-m", b"numa_utils", b"numactl"] + argv,
+                       capture_output=True, env=env, timeout=60, cwd=empty)
 print(json.dumps([p.returncode, p.stdout.decode("latin-1"), p.stderr.decode("latin-1")]))
 """
+
+
+@pytest.fixture(autouse=True)
+def _own_tmpdir(tmp_path, monkeypatch):
+    """The runs' temporary folder: empty again after each (it was left in /tmp with the
+    key file numactl made there, one a case)."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    yield
+    assert os.listdir(tmp_path) == []
 
 
 def _numactl(argv):

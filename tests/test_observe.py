@@ -18,6 +18,7 @@ import pytest
 from conftest import (
     FIXTURES,
     cli,
+    fixture_archive,
     fixture_root,
     fixture_text,
     fixture_tree,
@@ -29,11 +30,7 @@ from conftest import (
     sim,
 )
 
-NUMA_FIXTURES = [
-    f
-    for f in FIXTURES
-    if "root/sys/devices/system/node" in nusim.SavedArchive(fixture_root(f)).dirs
-]
+NUMA_FIXTURES = [f for f in FIXTURES if "root/sys/devices/system/node" in fixture_archive(f).dirs]
 MiB = 1 << 20
 
 

@@ -26,7 +26,7 @@ import warnings
 
 import kernel_checks as kc
 import pytest
-from conftest import FIXTURES, fixture_root, fixture_text, nu, nur, nusim
+from conftest import FIXTURES, fixture_archive, fixture_root, fixture_text, nu, nur, nusim
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -178,7 +178,7 @@ def test_guest_catches_wrong_syscall_number():
 
 # ---------------------------------------------------------------- simulator
 
-SIM_FIXTURES = [f for f in FIXTURES if "expected.json" in nusim.SavedArchive(fixture_root(f)).files]
+SIM_FIXTURES = [f for f in FIXTURES if "expected.json" in fixture_archive(f).files]
 SIM_ARCHES = ("x86_64", "aarch64", "ppc64le")
 
 
@@ -205,7 +205,7 @@ def expect_from_fixture(name, arch):
     exp = json.loads(fixture_text(name, "expected.json"))
     nodes = sorted(exp["nodes"], key=lambda n: n["id"])
     ids = [n["id"] for n in nodes]
-    has_dir = "root/sys/devices/system/node" in nusim.SavedArchive(fixture_root(name)).dirs
+    has_dir = "root/sys/devices/system/node" in fixture_archive(name).dirs
     tiers = {}
     if "memory_tiers" in exp:  # issue 11 keys: the tiers fastest first, HMAT access0
         tiers["tiers"] = [
