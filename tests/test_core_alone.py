@@ -76,9 +76,11 @@ def _lone_copy(tmp_path, name="vendored_numa"):
 
 
 def _run(folder, *args):
+    """The lone copy run as an engine would: -S, no site-packages, where an installed
+    numa_utils_cli (pip install ., as tox does) would rightly serve its commands."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "NUMA_UTILS_"))}
     return subprocess.run(
-        [sys.executable, "-E", "-s", *args],
+        [sys.executable, "-E", "-S", *args],
         cwd=str(folder),
         capture_output=True,
         text=True,
