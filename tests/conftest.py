@@ -165,6 +165,39 @@ def fixture_tree(name: str, dst, sub: str = "root") -> str:
     return str(dst)
 
 
+# The fake GPU runtimes (test_pin, test_observe, test_gpu) are C built as shared
+# libraries, one per test: their counters are the library's globals, fresh in each
+# loaded copy.  The compiler runs once per process for each source; each test gets a
+# copy of the file (a copy, not a link: the loader takes a second path to the same
+# file for the library it already loaded, counters and all).
+_built = {}
+
+
+def shared_library(source: str, dst, *flags: str) -> str:
+    """C ``source`` built as a shared library at ``dst`` (with -lpthread and
+    ``flags``), a file of its own; skips the calling test without a C compiler."""
+    import shutil
+    import subprocess
+
+    key = (source, flags)
+    if key not in _built:
+        cc = shutil.which("cc") or shutil.which("gcc")
+        if cc is None:
+            pytest.skip("no C compiler (cc or gcc) to build a fake GPU runtime")
+        where = _session_tmp[0].mktemp("lib") if _session_tmp else pathlib.Path(dst).parent
+        (where / "lib.c").write_text(source)
+        out = where / "lib.so"
+        subprocess.run(
+            [cc, "-shared", "-fPIC", "-O1", "-o", str(out), str(where / "lib.c"), "-lpthread"]
+            + list(flags),
+            check=True,
+            capture_output=True,
+        )
+        _built[key] = out
+    shutil.copyfile(_built[key], dst)
+    return str(dst)
+
+
 def hook_call(backend, name, replacement):
     """Make ``backend.call(name, *args)`` return ``replacement(*args)``, on this one
     backend object; its other calls go on as before.  Returns the original operation,

@@ -8,7 +8,17 @@ import subprocess
 import sys
 
 import pytest
-from conftest import FIXTURES, REPO, fixture_root, fixture_tree, nu, nur, nusim, saved_backend
+from conftest import (
+    FIXTURES,
+    REPO,
+    fixture_root,
+    fixture_tree,
+    nu,
+    nur,
+    nusim,
+    saved_backend,
+    shared_library,
+)
 
 # Configuration must come from the test, never from the shell running it.
 _ENV_NAMES = (
@@ -752,16 +762,7 @@ class StallCudart:
     def __init__(self, tmp_path):
         import ctypes
 
-        cc = shutil.which("gcc") or shutil.which("cc")
-        if cc is None:
-            pytest.skip("no C compiler (gcc) to build the fake libcudart")
-        src, self.path = tmp_path / "cudart.c", str(tmp_path / "libcudart_stall.so")
-        src.write_text(STALL_CUDART)
-        subprocess.run(
-            [cc, "-shared", "-fPIC", "-O1", "-o", self.path, str(src), "-lpthread"],
-            check=True,
-            capture_output=True,
-        )
+        self.path = shared_library(STALL_CUDART, tmp_path / "libcudart_stall.so")
         self.lib = ctypes.CDLL(self.path)
         self.log = tmp_path / "calls.log"
         assert self.lib.fake_log(str(self.log).encode()) == 0
