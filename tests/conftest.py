@@ -220,9 +220,13 @@ def sim(name: str, **kw):
 
 def pytest_configure(config):
     for marker, text in (
-        ("vm", "boots real kernels under QEMU (tox -e vm)"),
+        ("vm", "boots real kernels under QEMU (tox -e vm); vm(long=True): starts first"),
         ("realkernel", "needs the running kernel's NUMA syscalls"),
-        ("slow", "takes more than a few seconds"),
+        (
+            "slow",
+            "takes more than a few seconds and checks what does not depend on the "
+            "Python running it: tox runs it in py311 only",
+        ),
         (
             "private_shm",
             "runs in private IPC+mount namespaces (own /dev/shm, own SysV "
@@ -230,6 +234,13 @@ def pytest_configure(config):
         ),
     ):
         config.addinivalue_line("markers", f"{marker}: {text}")
+
+
+def pytest_collection_modifyitems(items):
+    """The guests marked vm(long=True) (the numactl matrices: 3-5 minutes each under
+    TCG, a third of the tier) start first: with two workers the tier then ends about
+    when half its work is done, not one long guest after everything else."""
+    items.sort(key=lambda item: not any(m.kwargs.get("long") for m in item.iter_markers("vm")))
 
 
 @pytest.fixture
