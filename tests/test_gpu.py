@@ -512,10 +512,13 @@ def test_done_when_exclusive_plan_for_8_gpus():
 
 
 @pytest.mark.parametrize("name", GPU_FIXTURES)
-def test_plan_cli_every_fixture(name):
-    out = _cli("plan", "--root", fixture_root(name), "--format", "text").stdout
+def test_plan_cli_every_fixture(name, capsys):
+    # In this process: `plan` as a command of its own is test_plan_numactl_and_taskset_formats'.
+    assert nu.main(["plan", "--root", fixture_root(name), "--format", "text"]) == 0
+    out = capsys.readouterr().out
     assert "gpu" in out and "pci" in out
-    data = json.loads(_cli("plan", "--root", fixture_root(name), "--json").stdout)
+    assert nu.main(["plan", "--root", fixture_root(name), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
     assert data and all(p["cpus"] for p in data)
 
 
