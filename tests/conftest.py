@@ -165,6 +165,39 @@ def fixture_tree(name: str, dst, sub: str = "root") -> str:
     return str(dst)
 
 
+# The fake GPU runtimes (test_pin, test_observe, test_gpu) are C built as shared
+# libraries, one per test: their counters are the library's globals, fresh in each
+# loaded copy.  The compiler runs once per process for each source; each test gets a
+# copy of the file (a copy, not a link: the loader takes a second path to the same
+# file for the library it already loaded, counters and all).
+_built = {}
+
+
+def shared_library(source: str, dst, *flags: str) -> str:
+    """C ``source`` built as a shared library at ``dst`` (with -lpthread and
+    ``flags``), a file of its own; skips the calling test without a C compiler."""
+    import shutil
+    import subprocess
+
+    key = (source, flags)
+    if key not in _built:
+        cc = shutil.which("cc") or shutil.which("gcc")
+        if cc is None:
+            pytest.skip("no C compiler (cc or gcc) to build a fake GPU runtime")
+        where = _session_tmp[0].mktemp("lib") if _session_tmp else pathlib.Path(dst).parent
+        (where / "lib.c").write_text(source)
+        out = where / "lib.so"
+        subprocess.run(
+            [cc, "-shared", "-fPIC", "-O1", "-o", str(out), str(where / "lib.c"), "-lpthread"]
+            + list(flags),
+            check=True,
+            capture_output=True,
+        )
+        _built[key] = out
+    shutil.copyfile(_built[key], dst)
+    return str(dst)
+
+
 def hook_call(backend, name, replacement):
     """Make ``backend.call(name, *args)`` return ``replacement(*args)``, on this one
     backend object; its other calls go on as before.  Returns the original operation,
@@ -187,9 +220,13 @@ def sim(name: str, **kw):
 
 def pytest_configure(config):
     for marker, text in (
-        ("vm", "boots real kernels under QEMU (tox -e vm)"),
+        ("vm", "boots real kernels under QEMU (tox -e vm); vm(long=True): starts first"),
         ("realkernel", "needs the running kernel's NUMA syscalls"),
-        ("slow", "takes more than a few seconds"),
+        (
+            "slow",
+            "takes more than a few seconds and checks what does not depend on the "
+            "Python running it: tox runs it in py311 only",
+        ),
         (
             "private_shm",
             "runs in private IPC+mount namespaces (own /dev/shm, own SysV "
@@ -197,6 +234,13 @@ def pytest_configure(config):
         ),
     ):
         config.addinivalue_line("markers", f"{marker}: {text}")
+
+
+def pytest_collection_modifyitems(items):
+    """The guests marked vm(long=True) (the numactl matrices: 3-5 minutes each under
+    TCG, a third of the tier) start first: with two workers the tier then ends about
+    when half its work is done, not one long guest after everything else."""
+    items.sort(key=lambda item: not any(m.kwargs.get("long") for m in item.iter_markers("vm")))
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from conftest import (
     nusim,
     nut,
     saved_backend,
+    shared_library,
     sim,
 )
 
@@ -517,10 +518,13 @@ def test_done_when_exclusive_plan_for_8_gpus():
 
 
 @pytest.mark.parametrize("name", GPU_FIXTURES)
-def test_plan_cli_every_fixture(name):
-    out = _cli("plan", "--root", fixture_root(name), "--format", "text").stdout
+def test_plan_cli_every_fixture(name, capsys):
+    # In this process: `plan` as a command of its own is test_plan_numactl_and_taskset_formats'.
+    assert nu.main(["plan", "--root", fixture_root(name), "--format", "text"]) == 0
+    out = capsys.readouterr().out
     assert "gpu" in out and "pci" in out
-    data = json.loads(_cli("plan", "--root", fixture_root(name), "--json").stdout)
+    assert nu.main(["plan", "--root", fixture_root(name), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
     assert data and all(p["cpus"] for p in data)
 
 
@@ -767,16 +771,7 @@ class StallCudart:
     def __init__(self, tmp_path):
         import ctypes
 
-        cc = shutil.which("gcc") or shutil.which("cc")
-        if cc is None:
-            pytest.skip("no C compiler (gcc) to build the fake libcudart")
-        src, self.path = tmp_path / "cudart.c", str(tmp_path / "libcudart_stall.so")
-        src.write_text(STALL_CUDART)
-        subprocess.run(
-            [cc, "-shared", "-fPIC", "-O1", "-o", self.path, str(src), "-lpthread"],
-            check=True,
-            capture_output=True,
-        )
+        self.path = shared_library(STALL_CUDART, tmp_path / "libcudart_stall.so")
         self.lib = ctypes.CDLL(self.path)
         self.log = tmp_path / "calls.log"
         assert self.lib.fake_log(str(self.log).encode()) == 0

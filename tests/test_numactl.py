@@ -4,6 +4,7 @@ Expected values are derived from numactl's and libnuma's sources (numactl.c, lib
 numa_parse_nodestring/numa_parse_cpustring), not from this implementation; the live
 tests compare with the numactl binary when the host has one."""
 
+import functools
 import importlib.util
 import os
 import subprocess
@@ -329,18 +330,20 @@ def _numactl_unusable():
 NUMACTL_UNUSABLE = _numactl_unusable()
 
 
+@functools.lru_cache(maxsize=None)
+def _numactl_version():
+    """The installed numactl's version as dpkg has it (asked once), else 2.0.19."""
+    out = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Version}", "numactl"], capture_output=True, text=True
+    )
+    return out.stdout.split("-")[0] or "2.0.19"
+
+
 @pytest.mark.realkernel
 @pytest.mark.skipif(NUMACTL_UNUSABLE is not None, reason=str(NUMACTL_UNUSABLE))
 @pytest.mark.parametrize("args", LIVE, ids=" ".join)
 def test_child_show_equals_numactls(args):
-    env = dict(
-        os.environ,
-        PYTHONPATH=str(REPO),
-        NUMA_UTILS_NUMACTL_VERSION=subprocess.run(
-            ["dpkg-query", "-W", "-f=${Version}", "numactl"], capture_output=True, text=True
-        ).stdout.split("-")[0]
-        or "2.0.19",
-    )
+    env = dict(os.environ, PYTHONPATH=str(REPO), NUMA_UTILS_NUMACTL_VERSION=_numactl_version())
     want = subprocess.run(
         ["numactl"] + args + [NUMACTL, "--show"],
         executable=NUMACTL,

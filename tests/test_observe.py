@@ -11,8 +11,6 @@ import math
 import mmap
 import os
 import re
-import shutil
-import subprocess
 
 import pytest
 from conftest import (
@@ -27,6 +25,7 @@ from conftest import (
     nusim,
     nut,
     saved_backend,
+    shared_library,
     sim,
 )
 
@@ -567,18 +566,7 @@ class FakeCudart:
 
 @pytest.fixture
 def fake_cudart(tmp_path):
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler (cc) to build the fake libcudart")
-    src = tmp_path / "fake_cudart.c"
-    src.write_text(FAKE_CUDART)
-    lib = tmp_path / "libcudart_fake.so"
-    subprocess.run(
-        [cc, "-shared", "-fPIC", "-O1", "-o", str(lib), str(src), "-lpthread"],
-        check=True,
-        capture_output=True,
-    )
-    return FakeCudart(lib)
+    return FakeCudart(shared_library(FAKE_CUDART, tmp_path / "libcudart_fake.so"))
 
 
 def test_pin_for_cuda_chunks_flags_threads_and_close(fake_cudart):

@@ -9,14 +9,13 @@ import ctypes
 import errno
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
 import time
 
 import pytest
-from conftest import nu, nur, sim
+from conftest import nu, nur, shared_library, sim
 
 FAKE_RUNTIME = r"""
 #include <pthread.h>
@@ -101,15 +100,8 @@ class FakeRuntime:
     """The fake built as ``soname`` in its own folder; its counters read live."""
 
     def __init__(self, folder, soname="libcudart.so.12", hip=False):
-        cc = shutil.which("cc") or shutil.which("gcc")
-        if cc is None:
-            pytest.skip("no C compiler (cc) to build the fake GPU runtime")
         folder.mkdir(parents=True, exist_ok=True)
-        src = folder / "fake_runtime.c"
-        src.write_text(FAKE_RUNTIME)
-        self.path = str(folder / soname)
-        cmd = [cc, "-shared", "-fPIC", "-O1", "-o", self.path, str(src), "-lpthread"]
-        subprocess.run(cmd + (["-DHIP"] if hip else []), check=True, capture_output=True)
+        self.path = shared_library(FAKE_RUNTIME, folder / soname, *(["-DHIP"] if hip else []))
         self.lib = ctypes.CDLL(self.path)  # the same handle pin_for_cuda gets
 
     def __getattr__(self, name):

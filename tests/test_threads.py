@@ -596,7 +596,7 @@ def test_spawned_children_start_on_the_planned_cpus(tmp_path):
 
 EXITED_THREAD = textwrap.dedent(
     """
-    import ctypes, json, os, sys, threading
+    import ctypes, json, os, sys, threading, time
     sys.path.insert(0, sys.argv[1])
     import numa_utils_threads as nut
 
@@ -618,6 +618,12 @@ EXITED_THREAD = textwrap.dedent(
         pinned = [pin.tid for pin in r.threads if pin.ok]
         end.set()
         thread.join()
+        # join() returns when the Python thread is done, a moment before the kernel
+        # task is gone (seen on 3.8): wait for the task itself, as the test is about
+        # a thread that no longer exists.
+        deadline = time.monotonic() + 10
+        while os.path.exists(f"/proc/self/task/{tids[0]}") and time.monotonic() < deadline:
+            time.sleep(0.001)
     print(json.dumps({"tid": tids[0], "pinned": pinned, "exited": pins.exited,
                       "restored": pins.restored}))
     """

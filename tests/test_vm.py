@@ -348,7 +348,7 @@ def _matrix_summary(records):
     return "\n".join(lines)
 
 
-@pytest.mark.vm
+@pytest.mark.vm(long=True)
 @pytest.mark.parametrize("arch,topology", MATRIX_GUESTS, ids=[f"{a}-{t}" for a, t in MATRIX_GUESTS])
 def test_numactl_matrix(arch, topology):
     """Issue 13: >= 40 numactl command lines give the same exit status and the same
@@ -566,3 +566,24 @@ def test_console_times_out_a_command_that_never_ends():
     )
     assert timed_out
     assert status is not None
+
+
+def test_the_long_guests_start_first():
+    """The numactl matrices (marked vm(long=True)) are the first guests collected, so
+    xdist hands them out first (conftest.pytest_collection_modifyitems)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
+        + ["-m", "vm", "tests/test_fleet.py", "tests/test_vm.py"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(REPO),
+    )
+    ids = [line for line in out.stdout.splitlines() if "::" in line]
+    assert len(ids) > len(MATRIX_GUESTS), out.stdout + out.stderr
+    assert ids[: len(MATRIX_GUESTS)] == [
+        f"tests/test_vm.py::test_numactl_matrix[{a}-{t}]" for a, t in MATRIX_GUESTS
+    ]
