@@ -208,9 +208,7 @@ __all__ = [
     "configure",
 ]
 
-if TYPE_CHECKING:  # imported lazily at run time: importing numa_utils stays cheap
-    import argparse
-
+if TYPE_CHECKING:
     from typing_extensions import Literal
 
     ByteOrder = Literal["little", "big"]
@@ -6124,188 +6122,6 @@ def _status_facts(backend: Backend) -> Tuple[Dict[str, Any], Topology]:
     return report, topo
 
 
-def _env_shown(row: Mapping[str, Any]) -> str:
-    """A status config row's value as text: an invalid one is the user's raw text,
-    shown escaped and cut as error messages show it (_short)."""
-    if "error" in row and isinstance(row["value"], str):
-        return _short(row["value"])
-    return str(row["value"])
-
-
-def _env_source(row: Mapping[str, Any]) -> str:
-    """A status config row's source as text: "invalid" for a value that was refused."""
-    if "error" in row:
-        return "invalid"
-    return str(row["source"])
-
-
-def _section(title: str, rows: List[str]) -> List[str]:
-    """A titled block of the status text with its blank line; nothing without rows."""
-    if not rows:
-        return []
-    return [title, *rows, ""]
-
-
-def _node_of(data: Dict[str, Any]) -> str:
-    if data["node"] is None:
-        return "?"
-    return str(data["node"])
-
-
-# How a device's node was found, in words, when its numa_node file does not say.
-_NODE_HOW = MappingProxyType(
-    {
-        "local_cpulist": "node from its local CPUs: numa_node is -1",
-        "single node": "the only node with CPUs: numa_node is -1",
-        "unknown": "numa_node is -1 and its local CPUs do not tell",
-    }
-)
-
-
-def _node_how(data: Dict[str, Any]) -> str:
-    """How a device's node was found, when not from its numa_node file."""
-    if data["node_source"] == "numa_node":
-        return ""
-    return f"  ({_NODE_HOW.get(data['node_source'], data['node_source'])})"
-
-
-def _render_status(rep: Dict[str, Any]) -> str:
-    k = rep["kernel"]
-    if rep["root"] == "/":
-        where = "this machine"
-    else:
-        where = f"saved tree {rep['root']}"
-    head = f"numa_utils {rep['version']} status: {where}"
-    if k["release"] or k["machine"]:
-        head += f" (Linux {k['release'] or '?'}, {k['machine'] or '?'})"
-    if k["page_size"] is None:
-        page = "unknown"
-    else:
-        page = f"{k['page_size'] // 1024} KiB"
-    abi_line = f"ABI {k['abi'] or 'unknown'}, page size {page}"
-    if not k["numa"]:
-        abi_line += "; kernel without NUMA (no node directory)"
-    nodes = rep["nodes"]
-    out = [
-        head,
-        abi_line,
-        "",
-        f"NODES: {len(nodes)} online ({format_cpulist(k['online_nodes']) or '-'}) "
-        f"of {len(k['possible_nodes'])} possible "
-        f"({format_cpulist(k['possible_nodes']) or '-'}); CPUs on "
-        f"{_nodes_txt(k['nodes_with_cpus'])}; memory on "
-        f"{_nodes_txt(k['nodes_with_memory'])}",
-    ]
-    w = max([len(format_cpulist(node["cpus"])) for node in nodes] + [4])
-    out.append(
-        f"  {'node':>4}  {'cpus':<{w}}  {'memory':>11}  {'free':>11}  hugepages (free/total)"
-    )
-    for node in nodes:
-        hp = (
-            "  ".join(
-                f"{format_size(int(sz) << 10)}: {h['free']} free/{h['total']}"
-                for sz, h in node["hugepages"].items()
-                if h["total"]
-            )
-            or "-"
-        )
-        out.append(
-            f"  {node['id']:>4}  {format_cpulist(node['cpus']) or '-':<{w}}  "
-            f"{format_kib(node['mem_total_kb']):>11}  {format_kib(node['mem_free_kb']):>11}  "
-            f"{hp}"
-        )
-    out.append("")
-    ids = [node["id"] for node in nodes]
-    cw = max([4] + [len(str(i)) + 1 for i in ids])
-    row, keys = "  " + f"{{:>{cw}}}" * (len(ids) + 1), [str(j) for j in ids]
-    table = []
-    if len(ids) > 1:
-        table.append(row.format("", *ids))
-        for node in nodes:
-            table.append(row.format(node["id"], *(node["distances"].get(k, "?") for k in keys)))
-    out += _section("DISTANCES", table)
-    out += _section(
-        "GPUS",
-        [
-            f"  {gpu['address']}  {gpu['vendor_name']:<6} {gpu['device']}  node "
-            f"{_node_of(gpu)}{_node_how(gpu)}  local cpus "
-            f"{format_cpulist(gpu['local_cpus']) or '-'}"
-            for gpu in rep["gpus"]
-        ],
-    )
-    p = rep["process"]
-    if p["policy"]:
-        pol = p["policy"]["text"]
-    else:
-        pol = f"unknown ({p['policy_error']})"
-    nb = k["numa_balancing"]
-    if nb is None:
-        balancing = "-"
-    elif nb:
-        balancing = f"{nb} (on)"
-    else:
-        balancing = f"{nb} (off)"
-    if p["pid"]:
-        process_head = f"PROCESS (pid {p['pid']})"
-    else:
-        process_head = "PROCESS"
-    allowed_cpus = f"  allowed cpus   {format_cpulist(p['allowed_cpus']) or '-'}"
-    if p["allowed_cpus"] == k["online_cpus"]:
-        allowed_cpus += " (all online)"
-    allowed_mems = f"  allowed mems   {format_cpulist(p['allowed_mems']) or '-'}"
-    if p["allowed_mems"] == k["nodes_with_memory"]:
-        allowed_mems += " (all)"
-    devs = sorted(rep["devices"], key=lambda d: (d["node"] is None, d["node"] or 0, d["address"]))
-    out += [
-        *_section(
-            "DEVICES (PCI functions by node: node, address, kind, vendor:device, "
-            "kernel names (-: none))",
-            [
-                f"  {_node_of(d):>4}  {d['address']}  {d['kind']:<7} {d['vendor'][2:]}:"
-                f"{d['device'][2:]}  {' '.join(d['names']) or '-'}{_node_how(d)}"
-                for d in devs
-            ],
-        ),
-        process_head,
-        allowed_cpus,
-        allowed_mems,
-        f"  memory policy  {pol}",
-        "",
-        "KERNEL",
-        f"  numa_balancing {balancing}",
-        f"  THP            {k['thp'] or '-'}"
-        + "".join(
-            f", {node} {value}" for node, value in k["thp_settings"].items() if node != "enabled"
-        ),
-    ]
-    if rep["warnings"]:
-        warnings_head = "WARNINGS"
-    else:
-        warnings_head = "WARNINGS: none"
-    out += [
-        *rep.get("extra_text", ()),
-        "",
-        *_section(
-            "CONFIGURATION (environment)",
-            [
-                *(
-                    f"  {name:<34} {_env_shown(value):<12} ({_env_source(value)})"
-                    for name, value in rep["config"].items()
-                ),
-                *(
-                    f"  ignored: {name} (not read; did you mean {ours}?)"
-                    for name, ours in rep["config_ignored"].items()
-                ),
-            ],
-        ),
-        warnings_head,
-        *(f"  - {wtext}" for wtext in rep["warnings"]),
-    ]
-    # A saved tree is anyone's, and names in it (and regions') reach these lines:
-    # each line is escaped whole, a newline in a name included.
-    return "\n".join(map(printable, out)) + "\n"
-
-
 # ===========================================================================
 # Command line.
 # ===========================================================================
@@ -6362,125 +6178,82 @@ def _commands(what: str) -> Any:
     return cli
 
 
-def _cmd_status(
-    args: Any,
-    report: Callable[..., Dict[str, Any]] = status_report,
-) -> int:
-    """``status``: the facts from this file alone; numa_utils_cli serves it with its
-    ``report`` (advice, counters, regions)."""
-    if args.env_prefix is not None:
-        configure(env_prefix=args.env_prefix)
-    fmt = args.format  # None: text, or json with --json
-    if fmt is None and args.json:
-        fmt = "json"
-    if args.write is not None and fmt != "nfd":
-        raise ValueError("--write goes with --format nfd")
-    rep = report(backend=_root_backend(args.root))
-    if fmt == "json":
-        rep.pop("extra_text", None)
-        _print_json(rep)
-    elif fmt == "prometheus":
-        sys.stdout.write(_commands("status --format prometheus")._render_prometheus(rep))
-    elif fmt == "nfd":
-        return int(_commands("status --format nfd")._status_nfd(rep, args))
-    else:
-        sys.stdout.write(_render_status(rep))
-    return 0
+def _render_facts(report: Mapping[str, Any]) -> str:
+    """The status facts as an outline, one fact per line and a list of ids as a range
+    list ("0-3,8"): what this file alone prints (numa_utils_cli draws them as tables
+    and adds its advice).  A saved tree is anyone's, and names in it reach these
+    lines: each line is escaped whole, a newline in a name included."""
+    out: List[str] = []
+
+    def put(key: str, value: Any, indent: str) -> None:
+        if isinstance(value, list) and value and all(type(v) is int for v in value):
+            value = format_cpulist(value)
+        elif isinstance(value, list) and not any(isinstance(v, dict) for v in value):
+            value = ", ".join(map(str, value))
+        elif isinstance(value, list):  # rows: each by its id or address
+            value = {row.get("id", row.get("address", i)): row for i, row in enumerate(value)}
+        if not isinstance(value, dict):
+            out.append(f"{indent}{key}: {'-' if value is None or value == '' else value}")
+        elif not value:
+            out.append(f"{indent}{key}: -")
+        else:
+            out.append(f"{indent}{key}:")
+            for name, item in value.items():
+                put(str(name), item, indent + "  ")
+
+    for key, value in report.items():
+        put(key.upper(), value, "")
+    return "\n".join(map(printable, out)) + "\n"
 
 
-def _build_parser(
-    commands: Sequence[Callable[[Any], None]] = (), status: Callable[[Any], int] = _cmd_status
-) -> argparse.ArgumentParser:
+def _lone_status(raw: List[str]) -> int:
+    """``status`` served by this file alone: the facts as an outline or JSON."""
     import argparse
 
+    global _cli_verbose
     parser = argparse.ArgumentParser(
         prog=_prog(),
-        description="NUMA topology, memory policy and placement for inference engines.",
+        description="NUMA facts of this machine.  Every other command, and the advice in "
+        "status, come from numa_utils_cli.py beside this file.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log details")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    # The flags the commands share: --root and --json; --json alone for the commands
-    # that act on this system (numa_utils_cli's run).
-    common, live = (argparse.ArgumentParser(add_help=False) for _ in range(2))
-    common.add_argument(
-        "--root",
-        metavar="TREE",
-        default=None,
-        help="read a saved sysfs/procfs tree (a folder, or the one file "
-        "tools/gather.py --archive writes: .txt or .tar.gz) instead "
-        "of this system",
-    )
-    for c in (common, live):
-        c.add_argument("--json", action="store_true", help="print JSON")
-    p = sub.add_parser("status", parents=[common], help="topology, GPUs, process limits and advice")
-    p.add_argument(
-        "--format",
-        choices=["text", "json", "prometheus", "nfd"],
-        default=None,
-        help="output format (default text; --json is --format json)",
-    )
-    p.add_argument(
-        "--write",
-        metavar="DIR",
-        default=None,
-        help="--format nfd: write DIR/numa-utils atomically (NFD's features.d)",
-    )
-    p.add_argument(
-        "--expiry",
-        metavar="TIME",
-        default="1h",
-        help="--format nfd: the labels expire after TIME (90s, 30m, 1h, 2d; default 1h)",
-    )
+    p = sub.add_parser("status", help="topology, GPUs, devices, process limits, configuration")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--root", metavar="TREE", help="read a saved tree (needs numa_utils_sim.py)")
     p.add_argument(
         "--env-prefix",
         metavar="PREFIX",
-        default=None,
-        help="read the variables under this prefix, as the engine's "
-        "nu.configure(env_prefix=...) does (default NUMA_UTILS_)",
+        help="read the variables under this prefix, as nu.configure(env_prefix=...) does",
     )
-    p.set_defaults(func=status)
-    sub.common = common  # type: ignore[attr-defined]
-    sub.common_live = live  # type: ignore[attr-defined]
-    for add in commands:
-        add(sub)
-    return parser
+    args = parser.parse_args(raw)
+    _cli_verbose = args.verbose
+    try:
+        if args.env_prefix is not None:
+            configure(env_prefix=args.env_prefix)
+        report = status_report(backend=_root_backend(args.root))
+        if args.json:
+            _print_json(report)
+        else:
+            sys.stdout.write(_render_facts(report))
+    except BrokenPipeError:
+        return 0
+    except (OSError, ValueError) as err:
+        sys.stderr.write(f"{_prog()} status: {err}\n")
+        return 2
+    return 0
 
 
 # The commands numa_utils_cli.py serves; a copy of numa_utils.py alone serves status.
 _CLI_COMMANDS = ("numactl", "run", "plan", "region", "maps", "cleanup", "watch", "fit", "threads")
 
 
-def _call(prog: str, args: Any) -> int:
-    global _cli_verbose
-    _cli_verbose = bool(args.verbose)
-    try:
-        return int(args.func(args) or 0)
-    except BrokenPipeError:
-        return 0
-    except KeyboardInterrupt:
-        return 130
-    except (OSError, ValueError) as err:
-        sys.stderr.write(f"{prog} {args.command}: {err}\n")
-        return 2
-
-
-def _run(
-    raw: List[str],
-    commands: Sequence[Callable[[Any], None]],
-    status: Callable[[Any], int] = _cmd_status,
-) -> int:
-    parser = _build_parser(commands, status)
-    return _call(parser.prog, parser.parse_args(raw))
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Command-line entry point; returns the exit status.  numa_utils_cli serves every
     command when it is beside this file; without it, ``status`` (the facts) is served
     here and every other command names the file to copy."""
-    if argv is None:
-        argv = sys.argv[1:]
-    raw = list(argv)
+    raw = list(sys.argv[1:] if argv is None else argv)
     lead = 0
     while raw[lead : lead + 1] in (["-v"], ["--verbose"]):
         lead += 1
@@ -6494,7 +6267,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if word in _CLI_COMMANDS:
             sys.stderr.write(f"{_prog()} {word}: {err}\n")
             return 2
-    return _run(raw, ())
+    return _lone_status(raw)
 
 
 if __name__ == "__main__":

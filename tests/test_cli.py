@@ -51,7 +51,7 @@ def test_status_every_fixture(name):
     topo = nu.read_topology(backend=b)
     assert [n["id"] for n in rep["nodes"]] == sorted(topo.nodes)
     assert len(rep["gpus"]) == len(topo.gpus)
-    text = nu._render_status(rep)
+    text = cli._render_status(rep)
     assert "NODES" in text and "WARNINGS" in text
     json.dumps(rep)
 

@@ -93,7 +93,7 @@ def test_lone_copy_under_another_name_serves_status_and_json(tmp_path):
     folder = _lone_copy(tmp_path)
     p = _run(folder, "vendored_numa.py", "status")
     assert p.returncode == 0, p.stderr
-    assert "NODES:" in p.stdout and "PROCESS" in p.stdout and "CONFIGURATION" in p.stdout
+    assert "NODES:" in p.stdout and "PROCESS:" in p.stdout and "CONFIG:" in p.stdout
     p = _run(folder, "-m", "vendored_numa", "status", "--json")
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stdout)

@@ -151,7 +151,7 @@ def test_generic_initiator_node():
         assert t.nodes[2].kind == "generic-initiator"
         assert 2 not in nu.default_memory_nodes(t)
         rep = cli.status_report(backend=b)
-        assert "generic-initiator" in nu._render_status(rep)
+        assert "generic-initiator" in cli._render_status(rep)
         assert {n["id"]: n["devices"] for n in rep["nodes"]}[1] == sorted(
             a for a, w in ORACLE["pci"].items() if w["root_port"]
         )
@@ -203,7 +203,7 @@ def test_nodes_per_package(tmp_path, packages, per):
     rep = cli.status_report(backend=b)
     assert rep["packages"]["distance_inside"] == [11]
     assert rep["packages"]["distance_between"] == [21]
-    assert f"{per} nodes per package over {packages} packages" in nu._render_status(rep)
+    assert f"{per} nodes per package over {packages} packages" in cli._render_status(rep)
     package0 = [c for n in range(per) for c in nodes[n]]
     assert sorted(nu.cpus_for_gpu(0, "socket", backend=b, environ={})) == package0
     res = nu.bind_for_gpu(0, "socket", memory="socket", backend=b, environ={})

@@ -587,7 +587,7 @@ def test_status_text_shows_an_invalid_value_escaped_and_cut(monkeypatch):
     from conftest import cli, nu, sim
 
     monkeypatch.setenv("NUMA_UTILS_NUMA_STRICT", LONG_BAD)
-    text = nu._render_status(cli.status_report(backend=sim("dual-socket-8gpu")))
+    text = cli._render_status(cli.status_report(backend=sim("dual-socket-8gpu")))
     line = next(x for x in text.splitlines() if "NUMA_UTILS_NUMA_STRICT" in x)
     assert "(invalid)" in line and len(line) < 300
     assert "\x1b" not in text and "\x07" not in text
@@ -685,7 +685,7 @@ def test_a_variable_set_but_not_read_is_named_once_with_the_closest(
 ):
     import logging
 
-    from conftest import nu, sim
+    from conftest import cli, nu, sim
 
     prefix_of(prefix)
     monkeypatch.setenv(name, "1")
@@ -697,7 +697,7 @@ def test_a_variable_set_but_not_read_is_named_once_with_the_closest(
     assert len(said) == 1 and said[0].endswith(f"did you mean {closest}?"), said
     rep = nu.status_report(backend=b)
     assert rep["config_ignored"] == {name: closest}
-    text = nu._render_status(rep)
+    text = cli._render_status(rep)
     assert f"  ignored: {name} (not read; did you mean {closest}?)" in text, text
 
 
@@ -722,6 +722,6 @@ def test_status_names_variables_as_they_are_read(prefix_of):
     from conftest import cli, nu, sim
 
     rep = cli.status_report(backend=sim("qemu-x86_64-hmat-tiers"))
-    text = nu._render_status(rep)
+    text = cli._render_status(rep)
     assert "set NUMA_UTILS_NUMA_NODES (e.g. NUMA_UTILS_NUMA_NODES=0-2)" in text, text
     assert not re.search(r"(?<![A-Z_])NUMA_NODES", text), text

@@ -134,7 +134,7 @@ def test_corrupted_fixture_trees(tmp_path, name):
         with deadline(20, f"seed {seed} ({done})"):
             topo = nu.read_topology(backend=b)
             rep = cli.status_report(backend=b)
-            text = nu._render_status(rep) + cli._render_prometheus(rep)
+            text = cli._render_status(rep) + cli._render_prometheus(rep)
             nur.counters(backend=b)
         assert SECRET not in text + repr(topo), seed
         assert all(c < nu.MAX_CPUS for c in topo.cpus), seed

@@ -541,7 +541,7 @@ def test_status_root_describes_the_trees_machine(name, machine):
     assert k["machine"] == machine and k["abi"] == nu.abi_for(machine, 64).name
     assert k["syscalls"] == dict(nu.abi_for(machine, 64).syscalls)
     assert k["page_size"] is None  # the tree does not say: not ours
-    text = nu._render_status(rep)
+    text = cli._render_status(rep)
     assert f"ABI {k['abi']}, page size unknown" in text
     no_numa = "page size unknown; kernel without NUMA (no node directory)"
     assert (no_numa in text) == (name == "qemu-s390x-no-numa")

@@ -245,8 +245,8 @@ def test_no_isinstance_on_backend_classes(name):
 # facts), and the CLI is refused by a core of another release (_check_sibling), so it
 # may use the core's internals; these are the ones it uses, each for a reason:
 CLI_PRIVATE_NAMES = {
-    # the command framework status shares with the CLI
-    "_cmd_status", "_run", "_print_json", "_prog", "_root_backend", "_status_facts",
+    # what the CLI's status and its commands share with the core's own status
+    "_print_json", "_prog", "_root_backend", "_status_facts", "_cli_verbose",
     # finding the core and its siblings
     "_check_sibling", "_sibling",
     # text: escaping, cutting, naming the source of a bad value; numactl's strtoul

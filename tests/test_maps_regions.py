@@ -133,7 +133,7 @@ def test_status_lists_this_users_regions():
         # shm_nattch counts VMAs (ipc/shm.c shm_open runs on each split): the data's
         # and the record room's of this one process.
         assert rows["sysv"]["attached"] == 2 and rows["sysv"]["layout"] is None
-        text = nu._render_status(rep)
+        text = cli._render_status(rep)
         assert "REGIONS (this user's numa_utils shared memory)" in text
         assert "status-p" in text and "1 attached  parts:bind:0/0@" in text
     finally:
@@ -224,7 +224,7 @@ def test_maps_escapes_names_other_users_chose():
 def test_status_escapes_record_keys():
     holder, _ = _forged("/dev/shm/numa_utils-st", "st\x1b[2J\x07", "parts:bind:0", 4 * PAGE)
     try:
-        text = nu._render_status(cli.status_report())
+        text = cli._render_status(cli.status_report())
     finally:
         holder.communicate("", timeout=600)
     assert "st\\x1b[2J\\x07" in text and "\x1b" not in text and "\x07" not in text

@@ -820,7 +820,7 @@ def test_prometheus_label_escaping():
 def test_status_has_counters_every_fixture(name):
     rep = cli.status_report(backend=tree(name))
     assert {n["node"] for n in rep["counters"]["nodes"]} == {n["id"] for n in rep["nodes"]}
-    text = nu._render_status(rep)
+    text = cli._render_status(rep)
     assert ("COUNTERS (numastat since boot, pages)" in text) == (name in NUMA_FIXTURES)
     json.dumps(rep)
 
@@ -857,7 +857,7 @@ def test_status_thp_always_with_interleaved_region():
     rep = cli.status_report(backend=s)
     assert any("THP is 'always'" in w for w in rep["warnings"])
     assert rep["process"]["remote_share"]["total_bytes"] == 32 * 4096
-    assert "PROCESS PAGES" in nu._render_status(rep)
+    assert "PROCESS PAGES" in cli._render_status(rep)
     reads = []
     real = s.read_text
 

@@ -12,13 +12,13 @@ from conftest import FIXTURES, cli, fixture_root, fixture_text, nu, nusim, saved
 
 
 def _status_text(name):
-    return nu._render_status(cli.status_report(backend=saved_backend(fixture_root(name))))
+    return cli._render_status(cli.status_report(backend=saved_backend(fixture_root(name))))
 
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_nodes_line_counts_and_lists(name):
     rep = cli.status_report(backend=saved_backend(fixture_root(name)))
-    lines = nu._render_status(rep).splitlines()
+    lines = cli._render_status(rep).splitlines()
     line = next(ln for ln in lines if ln.startswith("NODES:"))
     assert f"PACKAGES: {rep['packages']['evidence']}" in lines  # every machine has one
     k = rep["kernel"]
@@ -71,7 +71,7 @@ def _llc_from_files(root, cpu):
 def test_cpu_summary_like_lscpu(name):
     root = fixture_root(name)
     rep = cli.status_report(backend=saved_backend(root))
-    line = next(ln for ln in nu._render_status(rep).splitlines() if ln.startswith("CPUs:"))
+    line = next(ln for ln in cli._render_status(rep).splitlines() if ln.startswith("CPUs:"))
     cpus = [c for c in rep["cpus"].values() if c["online"]]
     packages = {c["package"] for c in cpus}
     cores = {p: {c["core"] for c in cpus if c["package"] == p} for p in packages}
