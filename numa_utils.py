@@ -39,7 +39,6 @@ import errno
 import itertools
 import os
 import re
-import stat
 import struct
 import sys
 import threading
@@ -114,7 +113,6 @@ __all__ = [
     "parse_distance_row",
     "parse_numa_maps",
     "iter_numa_maps",
-    "parse_sysvipc_shm",
     "parse_size",
     "printable",
     "format_size",
@@ -125,7 +123,6 @@ __all__ = [
     "abi_for",
     "Backend",
     "LinuxBackend",
-    "ShmStat",
     "NotLiveError",
     "default_backend",
     "use_backend",
@@ -678,26 +675,6 @@ def _nodes_txt(ids: Iterable[int]) -> str:
     return f"nodes {format_cpulist(some)}"
 
 
-class ShmStat(_Record):
-    """What IPC_STAT (or fstat, for POSIX) says about a segment: what
-    the kernel calls "shm_stat" and "fstat" (``Backend.call``) return."""
-
-    key: int
-    id: int
-    uid: int
-    gid: int
-    cuid: int
-    cgid: int
-    mode: int
-    size: int
-    nattch: int
-    cpid: int
-    lpid: int
-    ino: int = 0  # POSIX: the file's inode and device, to find its mappings
-    dev: int = 0
-    used: int = 0  # SysV: the latest of shm_atime, shm_dtime, shm_ctime (epoch s)
-
-
 # ===========================================================================
 # Backends: the one seam through which every file read and every syscall goes.
 # ===========================================================================
@@ -754,7 +731,8 @@ class Backend:
         included, exactly what the kernel receives) unless said otherwise; an error
         is the OSError the kernel's errno makes.  A backend implements operation
         ``name`` as its method ``_call_<name>``; a test that wants a call to fail or
-        to see it overrides this one method.
+        to see it overrides this one method.  numa_utils_regions adds the shared-memory
+        operations (shmget, shm_open, mmap, ...; its _serve_shared_memory lists them).
 
         ==================  =========================  ===============================
         name                arguments                  result
@@ -778,36 +756,6 @@ class Backend:
                                                        unprivileged users) of its file
                                                        system; None when unknown
         geteuid                                        the effective uid
-        shmget              key, size, flags           shmid
-        shmat               shmid, flags               address
-        shmdt               addr
-        shm_stat            shmid                      ShmStat (shmctl IPC_STAT)
-        shm_rmid            shmid                      (shmctl IPC_RMID: gone now, or
-                                                       at the last detach; the key is
-                                                       free now)
-        shm_open            name (no "/"), flags,      fd of /dev/shm/<name>
-                            mode
-        shm_unlink          name
-        ftruncate           fd, size
-        fstat               fd                         ShmStat
-        close               fd
-        mmap                length, fd, huge=False     address of a shared read-write
-                                                       mapping of fd
-        munmap              addr, length
-        flock               fd, op (LOCK_SH or
-                            LOCK_EX, | LOCK_NB)
-        pid_start           pid (of this namespace)    a token for when it started,
-                                                       which differs once the pid is
-                                                       reused: None when there is no
-                                                       such process or it has exited
-                                                       (a zombie), "" when it exists
-                                                       but its start cannot be read
-        whoami                                         this process for identity
-                                                       records: a dict of pid, start
-                                                       (as pid_start), boot (the boot
-                                                       id), pidns and timens (as
-                                                       /proc/self/ns names them; ""
-                                                       where unknown)
         ==================  =========================  ===============================
         """
         return getattr(self, "_call_" + name)(*args)
@@ -926,15 +874,6 @@ def _get_libc() -> ctypes.CDLL:
         return _libc
 
 
-def _ns_link(kind: str) -> str:
-    """This process's namespace of ``kind``, as /proc/self/ns/KIND names it
-    ("time:[4026531834]"); "" where the kernel has none (time: before Linux 5.6)."""
-    try:
-        return os.readlink(f"/proc/self/ns/{kind}")
-    except OSError:
-        return ""
-
-
 def _allowed_from_status(
     backend: Backend, pid: Union[int, str] = "self"
 ) -> Tuple[Optional[FrozenSet[int]], Optional[FrozenSet[int]]]:
@@ -952,61 +891,6 @@ def _allowed_from_status(
         return parse_cpulist(fields[name], source=f"{path} {name}", limit=limit)
 
     return allowed("Cpus_allowed_list", MAX_CPUS), allowed("Mems_allowed_list", MAX_NODES)
-
-
-IPC_CREAT, IPC_EXCL, IPC_RMID, IPC_STAT = 0o1000, 0o2000, 0, 2
-SHM_RDONLY, SHM_HUGETLB, SHM_HUGE_SHIFT = 0o10000, 0o4000, 26
-LOCK_SH, LOCK_EX, LOCK_NB, LOCK_UN = 1, 2, 4, 8  # include/uapi/asm-generic/fcntl.h
-MADV_HUGEPAGE = 14
-_CGROUP = "/sys/fs/cgroup"
-
-
-_PROT_READ, _PROT_WRITE = 1, 2
-
-
-_MAP_SHARED, _MAP_HUGETLB = 0x01, 0x40000  # MAP_HUGETLB: x86, arm, ppc, s390, riscv alike
-
-
-# struct shmid_ds as glibc lays it out on 64-bit little-endian ABIs with the
-# asm-generic ipc structures (x86_64 differs only in a u16 mode + padding).
-_SHMID_DS_GENERIC64 = frozenset({"x86_64", "aarch64", "riscv64", "loongarch64"})
-
-
-def parse_sysvipc_shm(text: str) -> Iterator[ShmStat]:
-    """The SysV segments /proc/sysvipc/shm lists (ipc/shm.c sysvipc_shm_proc_show), one
-    ShmStat each: the header and short lines skipped, a malformed row a ValueError.
-    Every segment of this IPC namespace, whoever owns it, as ipcs -m shows them."""
-    for line in text.splitlines()[1:]:
-        fields = line.split()
-        if len(fields) < 11:
-            continue
-        try:
-            used = 0
-            if len(fields) > 13:
-                used = max(int(t) for t in fields[11:14])
-            yield ShmStat(
-                int(fields[0]) & 0xFFFFFFFF,
-                int(fields[1]),
-                int(fields[7]),
-                int(fields[8]),
-                int(fields[9]),
-                int(fields[10]),
-                int(fields[2], 8),
-                int(fields[3]),
-                int(fields[6]),
-                int(fields[4]),
-                int(fields[5]),
-                used=used,
-            )
-        except ValueError:
-            raise ValueError(f"invalid /proc/sysvipc/shm line: {_short(line)}") from None
-
-
-def _sysvipc_stat(text: str, shmid: int) -> ShmStat:
-    for row in parse_sysvipc_shm(text):
-        if row.id == shmid:
-            return row
-    raise _oserror(errno.EINVAL, "shmctl(IPC_STAT)", f"no segment {shmid}")
 
 
 _IOV_MAX = 1024
@@ -1050,6 +934,12 @@ def _touch_iov(addr: int, length: int, page: int, write: bool = True) -> None:
         os.close(w)
 
 
+# Kernel operations a sibling serves on the running system, by name: what
+# numa_utils_regions adds (shared memory), which no engine that keeps its own mapping
+# needs.  A backend's own _call_<name> comes first: the simulator models them.
+_LINUX_OPERATIONS: Dict[str, Callable[..., Any]] = {}
+
+
 class LinuxBackend(Backend):
     """The Linux kernel, or a saved tree of it.
 
@@ -1057,9 +947,9 @@ class LinuxBackend(Backend):
     ``proc/``, or a tree saved in one file) is read through numa_utils_sim, which
     walks its links inside it: ``LinuxBackend(numa_utils_sim.open_tree(path))``, or
     any object with ``path`` and the file methods below (``read_text``, ``listdir``,
-    ``exists``, ``realpath``).  Files are then read from the tree and every syscall
-    is refused with NotLiveError, so a tree gathered on another machine never drives
-    this machine's kernel.
+    ``exists``, ``realpath``; ``machine()``, what it knows of its machine).
+    Files are then read from the tree and every syscall is refused with NotLiveError,
+    so a tree gathered on another machine never drives this machine's kernel.
     """
 
     def __init__(self, root: Any = "/", *, abi: Optional[Abi] = None) -> None:
@@ -1076,10 +966,15 @@ class LinuxBackend(Backend):
         self.abi = abi if abi is not None else abi_for()
         self.page_size = os.sysconf("SC_PAGE_SIZE")
         self._tree = tree
-        self._me: Dict[str, Any] = {}  # whoami(), until a fork changes the pid
 
     def __repr__(self) -> str:
         return f"LinuxBackend(root={self.root!r})"
+
+    def call(self, name: str, *args: Any) -> Any:
+        served = _LINUX_OPERATIONS.get(name)
+        if served is None or hasattr(self, "_call_" + name):
+            return super().call(name, *args)
+        return served(self, *args)
 
     def read_text(self, path: str) -> str:
         if self._tree is not None:
@@ -1193,155 +1088,6 @@ class LinuxBackend(Backend):
         if res in (-1, None, (1 << (ctypes.sizeof(ctypes.c_void_p) * 8)) - 1):
             raise _oserror(ctypes.get_errno() or errno.EIO, what)
         return res
-
-    def _call_shmget(self, key: int, size: int, flags: int) -> int:
-        # key_t is a C int: 0..2**32-1 wraps to its signed value.
-        return int(self._libc_call("shmget", ctypes.c_int(key).value, size, flags))
-
-    def _call_shmat(self, shmid: int, flags: int = 0) -> int:
-        return int(self._libc_call("shmat", shmid, None, flags))
-
-    def _call_shmdt(self, addr: int) -> None:
-        self._libc_call("shmdt", addr)
-
-    def _call_shm_stat(self, shmid: int) -> ShmStat:
-        self._refuse("shmctl(IPC_STAT)")
-        if self.abi.name not in _SHMID_DS_GENERIC64:
-            # Other layouts of struct shmid_ds (ppc64, s390x, 32-bit): the same facts,
-            # as text, from the kernel's own table.
-            return _sysvipc_stat(self.read_text("/proc/sysvipc/shm"), shmid)
-        buf = ctypes.create_string_buffer(256)
-        self._libc_call("shmctl(IPC_STAT)", shmid, IPC_STAT, buf)
-        # struct shmid_ds, generic 64-bit layout: ipc64_perm (key, uid, gid, cuid,
-        # cgid, mode) at 0, shm_segsz and the three times at 48, cpid/lpid/nattch at 80.
-        key, uid, gid, cuid, cgid, mode = struct.unpack_from("<iIIIIH", buf.raw, 0)
-        size, atime, dtime, ctime = struct.unpack_from("<Qqqq", buf.raw, 48)
-        cpid, lpid, nattch = struct.unpack_from("<iiQ", buf.raw, 80)
-        return ShmStat(
-            key & 0xFFFFFFFF,
-            shmid,
-            uid,
-            gid,
-            cuid,
-            cgid,
-            mode,
-            size,
-            nattch,
-            cpid,
-            lpid,
-            used=max(atime, dtime, ctime),
-        )
-
-    def _call_shm_rmid(self, shmid: int) -> None:
-        self._libc_call("shmctl(IPC_RMID)", shmid, IPC_RMID, None)
-
-    def _shm_path(self, name: str) -> str:
-        if not name or "/" in name or name in (".", ".."):
-            raise _oserror(errno.EINVAL, "shm_open", repr(name))
-        return "/dev/shm/" + name
-
-    def _call_shm_open(self, name: str, flags: int, mode: int) -> int:
-        # Anyone can put a FIFO, a symlink or a device node in /dev/shm under one of
-        # our names: O_NONBLOCK|O_NOFOLLOW so that opening it cannot block or leave
-        # /dev/shm, then a regular file or nothing.
-        self._refuse("shm_open")
-        path = self._shm_path(name)
-        odd = _oserror(errno.EINVAL, "shm_open", f"{path} is not a regular file")
-        # Not even opened: opening a device can act already.  A missing file raises
-        # here the FileNotFoundError that opening it without O_CREAT would.
-        if not flags & os.O_CREAT and not stat.S_ISREG(os.lstat(path).st_mode):
-            raise odd
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise odd
-        if flags & os.O_CREAT and flags & os.O_EXCL:
-            try:
-                os.fchmod(fd, mode)  # exactly ``mode``, whatever the umask
-            except OSError:
-                os.close(fd)
-                os.unlink(path)
-                raise
-        return fd
-
-    def _call_shm_unlink(self, name: str) -> None:
-        self._refuse("shm_unlink")
-        os.unlink(self._shm_path(name))
-
-    def _call_ftruncate(self, fd: int, size: int) -> None:
-        self._refuse("ftruncate")
-        os.ftruncate(fd, size)
-
-    def _call_fstat(self, fd: int) -> ShmStat:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise _oserror(errno.EINVAL, "fstat", "not a regular file")
-        return ShmStat(
-            0,
-            fd,
-            st.st_uid,
-            st.st_gid,
-            st.st_uid,
-            st.st_gid,
-            st.st_mode & 0o7777,
-            st.st_size,
-            st.st_nlink,
-            0,
-            0,
-            st.st_ino,
-            st.st_dev,
-        )
-
-    def _call_close(self, fd: int) -> None:
-        os.close(fd)
-
-    def _call_mmap(self, length: int, fd: int, huge: bool = False) -> int:
-        flags = _MAP_SHARED
-        if huge:
-            flags |= _MAP_HUGETLB
-        return int(self._libc_call("mmap", None, length, _PROT_READ | _PROT_WRITE, flags, fd, 0))
-
-    def _call_munmap(self, addr: int, length: int) -> None:
-        self._libc_call("munmap", addr, length)
-
-    def _call_flock(self, fd: int, op: int) -> None:
-        self._refuse("flock")
-        import fcntl
-
-        fcntl.flock(fd, op)
-
-    def _call_pid_start(self, pid: int) -> Optional[str]:
-        self._refuse("kill")
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        except PermissionError:  # another user's: it exists
-            pass
-        # proc(5): state is field 3, starttime field 22; the command (field 2) may
-        # hold ") ".  A zombie (Z) or dead (X) task has exited: its memory is gone.
-        fields = (_read_optional(self, f"/proc/{pid}/stat") or "").rpartition(")")[2].split()
-        if fields and fields[0] in ("Z", "X"):
-            return None
-        if len(fields) > 19:
-            return fields[19]
-        return ""
-
-    def _call_whoami(self) -> Dict[str, Any]:
-        # Read once per process (again after a fork): every attach and close writes
-        # it into the last-use slot.  Start and timens are read together, so they
-        # still belong together after a later setns() into another time namespace.
-        pid = os.getpid()
-        if self._me.get("pid") != pid:
-            boot = _read_optional(self, "/proc/sys/kernel/random/boot_id") or ""
-            self._me = {
-                "pid": pid,
-                "start": self.call("pid_start", pid) or "",
-                "boot": boot.strip(),
-                "pidns": _ns_link("pid"),
-                "timens": _ns_link("time"),
-            }
-        return dict(self._me)
 
 
 _default_lock = threading.Lock()
@@ -5966,34 +5712,6 @@ def configure(*, env_prefix: str) -> str:
 # ===========================================================================
 
 
-def _tree_machine(backend: Backend) -> Tuple[Optional[str], Optional[str], Optional[int]]:
-    """(release, machine, page size) of the machine a saved tree was taken on, as far
-    as the tree tells: proc/sys/kernel/osrelease and arch (Linux 6.1+; gather.py
-    saves both) and the smallest kernelpagesize_kB of a saved proc/self/numa_maps.
-    None for what it does not tell (never this host's values)."""
-
-    def word(path: str) -> Optional[str]:
-        t = _clean(_read_optional(backend, path) or "")
-        if 0 < len(t) <= 64 and t.isprintable() and " " not in t:
-            return t
-        return None
-
-    kb = min(
-        map(
-            int,
-            re.findall(
-                r" kernelpagesize_kB=([0-9]{1,8})\b",
-                _read_optional(backend, "/proc/self/numa_maps") or "",
-            ),
-        ),
-        default=0,
-    )
-    page = None
-    if kb >= 4 and kb & (kb - 1) == 0:  # a power of two
-        page = kb * 1024
-    return word("/proc/sys/kernel/osrelease"), word("/proc/sys/kernel/arch"), page
-
-
 def status_report(*, backend: Optional[Backend] = None) -> Dict[str, Any]:
     """The facts ``status --json`` prints, as a dict: nodes, CPUs, memory, distances,
     GPUs and devices by node, the process's cpuset and policy, the kernel and the
@@ -6020,24 +5738,18 @@ def _status_facts(backend: Backend) -> Tuple[Dict[str, Any], Topology]:
             policy = get_policy(backend=backend).to_json()
         except OSError as err:
             policy_error = f"{_errno_reason(err.errno or 0)}: {err.strerror or err}"
-    release: Optional[str]
-    machine: Optional[str]
-    page_size: Optional[int]
-    if backend.is_live:
-        release, machine, page_size = os.uname()[2], os.uname()[4], backend.page_size
-    elif backend.has_process:  # a simulated process: no kernel of its own to name
-        release, machine, page_size = None, None, backend.page_size
-    else:
-        release, machine, page_size = _tree_machine(backend)
+    release: Optional[str] = None
+    machine: Optional[str] = None
+    page_size: Optional[int] = backend.page_size
     abi: Optional[Abi] = backend.abi
-    if not backend.has_process:
-        # A saved tree: its own machine's facts, or None ("unknown"), never ours.
-        abi = None
-        if machine:
-            if "64" in machine or machine == "s390x":
-                abi = abi_for(machine, 64)
-            else:
-                abi = abi_for(machine, 32)
+    own_pid = None
+    if backend.is_live:
+        release, machine, own_pid = os.uname()[2], os.uname()[4], os.getpid()
+    elif not backend.has_process:  # a saved tree: its machine as far as it tells, never ours
+        page_size = abi = None
+        tree: Any = getattr(backend, "_tree", None)
+        if hasattr(tree, "machine"):
+            release, machine, page_size, abi = tree.machine()
         if abi is None:
             warnings.append(
                 "the saved tree does not record its machine "
@@ -6050,9 +5762,6 @@ def _status_facts(backend: Backend) -> Tuple[Dict[str, Any], Topology]:
     on_node: Dict[Optional[int], List[str]] = {}  # node -> its devices' addresses
     for device in devs:
         on_node.setdefault(device.node, []).append(device.address)
-    own_pid = None
-    if backend.is_live:
-        own_pid = os.getpid()
     abi_name = None
     syscalls = None
     if abi is not None:
@@ -6179,31 +5888,45 @@ def _commands(what: str) -> Any:
 
 
 def _render_facts(report: Mapping[str, Any]) -> str:
-    """The status facts as an outline, one fact per line and a list of ids as a range
-    list ("0-3,8"): what this file alone prints (numa_utils_cli draws them as tables
-    and adds its advice).  A saved tree is anyone's, and names in it reach these
-    lines: each line is escaped whole, a newline in a name included."""
+    """The status facts as an outline, one fact per line: what this file alone
+    prints (numa_utils_cli draws them as tables and adds its advice).  A saved tree
+    is anyone's, and names in it reach these lines: each line is escaped whole, a
+    newline in a name included."""
     out: List[str] = []
 
     def put(key: str, value: Any, indent: str) -> None:
-        if isinstance(value, list) and value and all(type(v) is int for v in value):
-            value = format_cpulist(value)
-        elif isinstance(value, list) and not any(isinstance(v, dict) for v in value):
-            value = ", ".join(map(str, value))
-        elif isinstance(value, list):  # rows: each by its id or address
-            value = {row.get("id", row.get("address", i)): row for i, row in enumerate(value)}
-        if not isinstance(value, dict):
-            out.append(f"{indent}{key}: {'-' if value is None or value == '' else value}")
-        elif not value:
-            out.append(f"{indent}{key}: -")
-        else:
+        if isinstance(value, list):
+            value = _outline_list(value)
+        if isinstance(value, dict) and value:
             out.append(f"{indent}{key}:")
             for name, item in value.items():
                 put(str(name), item, indent + "  ")
+        elif value is None or value == "" or value == {}:
+            out.append(f"{indent}{key}: -")
+        else:
+            out.append(f"{indent}{key}: {value}")
 
     for key, value in report.items():
         put(key.upper(), value, "")
     return "\n".join(map(printable, out)) + "\n"
+
+
+def _outline_list(rows: List[Any]) -> Any:
+    """A list as the status outline shows it: ids as a range list ("0-3,8"), words
+    on one line, and rows (dicts) each under its id or address."""
+    if not rows:
+        return None
+    if all(type(row) is int for row in rows):
+        return format_cpulist(rows)
+    if not any(isinstance(row, dict) for row in rows):
+        return ", ".join(map(str, rows))
+    keyed = {}
+    for i, row in enumerate(rows):
+        key = i
+        if isinstance(row, dict):
+            key = row.get("id", row.get("address", i))
+        keyed[key] = row
+    return keyed
 
 
 def _lone_status(raw: List[str]) -> int:

@@ -339,7 +339,7 @@ def _same_ipc_namespace(pid: str) -> bool:
 
 
 def _sysv_record(
-    pid: str, path: str, vma: _Vma, shm: Mapping[int, _nu.ShmStat], shmem: Optional[int]
+    pid: str, path: str, vma: _Vma, shm: Mapping[int, _nur.ShmStat], shmem: Optional[int]
 ) -> Tuple[int, Optional[Dict[str, Any]], bool]:
     """(size, identity record, removed) of the SysV segment mapped at ``vma``: the
     segment is found by its shmid (the VMA's inode), as IPC_RMID sets its key to 0
@@ -468,7 +468,7 @@ def _maps_regions(b: _nu.Backend, pid: str, seen: Mapping[str, List[int]]) -> Li
     mappings: Dict[Tuple[str, int, int, int], List[_Vma]] = {}
     for v in sorted(_region_vmas(b, pid, set(files)).values()):
         mappings.setdefault((files[v.start], v.dev, v.ino, v.base), []).append(v)
-    shm = {st.id: st for st in _nu.parse_sysvipc_shm(_read_optional(b, "/proc/sysvipc/shm") or "")}
+    shm = {st.id: st for st in _nur.parse_sysvipc_shm(_read_optional(b, "/proc/sysvipc/shm") or "")}
     # Only shared memory is opened or read: a file of any other file system may be
     # served by a process (FUSE) that never answers the open or the page fault.
     shmem, tmpfs = _shmem_device(), _tmpfs_devices(b, pid)
@@ -2563,10 +2563,10 @@ class _Numactl:
                 f"{self.shmid} mode {self.shmmode:04o} length "
                 f"{self.length / (1 << 20):.0f}MB\n"
             )
-            flags = _nu.IPC_CREAT | self.shmmode
+            flags = _nur.IPC_CREAT | self.shmmode
             try:
                 if self.huge:
-                    flags |= _nu.SHM_HUGETLB  # the default huge page size, as numactl asks
+                    flags |= _nur.SHM_HUGETLB  # the default huge page size, as numactl asks
                 shmid = b.call("shmget", key, self.length, flags)
             except (OSError, ValueError, OverflowError) as e:  # shmget's size_t
                 self.complain(
@@ -3131,7 +3131,7 @@ def _status_regions(report: Dict[str, Any], backend: _nu.Backend) -> None:
         return
     euid = os.geteuid()
     sysvipc = _read_optional(backend, "/proc/sysvipc/shm") or ""
-    for st in _nu.parse_sysvipc_shm(sysvipc):
+    for st in _nur.parse_sysvipc_shm(sysvipc):
         if st.uid == euid and st.key & _nur.SYSV_KEY_MASK == _nur.SYSV_KEY_PREFIX:
             rows.append(
                 {

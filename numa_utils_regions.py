@@ -19,6 +19,7 @@ import enum
 import errno
 import os
 import re
+import stat
 import struct
 import sys
 import threading
@@ -39,8 +40,6 @@ from typing import (
     Tuple,
     Union,
 )
-
-__version__ = "0.1.0"
 
 __version__ = "0.1.0"
 
@@ -69,6 +68,8 @@ else:
 
 __all__ = [
     "SharedRegion",
+    "ShmStat",
+    "parse_sysvipc_shm",
     "Layout",
     "Extent",
     "ExtentPlacement",
@@ -94,6 +95,328 @@ __all__ = [
     "PinnedBlock",
     "PoolExhausted",
 ]
+
+
+# -- the kernel's shared memory: the operations this file adds to the backend seam ----------
+
+
+class ShmStat(_Record):
+    """What IPC_STAT (or fstat, for POSIX) says about a segment: what
+    the kernel calls "shm_stat" and "fstat" return (_serve_shared_memory)."""
+
+    key: int
+    id: int
+    uid: int
+    gid: int
+    cuid: int
+    cgid: int
+    mode: int
+    size: int
+    nattch: int
+    cpid: int
+    lpid: int
+    ino: int = 0  # POSIX: the file's inode and device, to find its mappings
+    dev: int = 0
+    used: int = 0  # SysV: the latest of shm_atime, shm_dtime, shm_ctime (epoch s)
+
+
+def _ns_link(kind: str) -> str:
+    """This process's namespace of ``kind``, as /proc/self/ns/KIND names it
+    ("time:[4026531834]"); "" where the kernel has none (time: before Linux 5.6)."""
+    try:
+        return os.readlink(f"/proc/self/ns/{kind}")
+    except OSError:
+        return ""
+
+
+IPC_CREAT, IPC_EXCL, IPC_RMID, IPC_STAT = 0o1000, 0o2000, 0, 2
+SHM_RDONLY, SHM_HUGETLB, SHM_HUGE_SHIFT = 0o10000, 0o4000, 26
+LOCK_SH, LOCK_EX, LOCK_NB, LOCK_UN = 1, 2, 4, 8  # include/uapi/asm-generic/fcntl.h
+MADV_HUGEPAGE = 14
+_CGROUP = "/sys/fs/cgroup"
+
+
+_PROT_READ, _PROT_WRITE = 1, 2
+
+
+_MAP_SHARED, _MAP_HUGETLB = 0x01, 0x40000  # MAP_HUGETLB: x86, arm, ppc, s390, riscv alike
+
+
+# struct shmid_ds as glibc lays it out on 64-bit little-endian ABIs with the
+# asm-generic ipc structures (x86_64 differs only in a u16 mode + padding).
+_SHMID_DS_GENERIC64 = frozenset({"x86_64", "aarch64", "riscv64", "loongarch64"})
+
+
+def parse_sysvipc_shm(text: str) -> Iterator[ShmStat]:
+    """The SysV segments /proc/sysvipc/shm lists (ipc/shm.c sysvipc_shm_proc_show), one
+    ShmStat each: the header and short lines skipped, a malformed row a ValueError.
+    Every segment of this IPC namespace, whoever owns it, as ipcs -m shows them."""
+    for line in text.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 11:
+            continue
+        try:
+            used = 0
+            if len(fields) > 13:
+                used = max(int(t) for t in fields[11:14])
+            yield ShmStat(
+                int(fields[0]) & 0xFFFFFFFF,
+                int(fields[1]),
+                int(fields[7]),
+                int(fields[8]),
+                int(fields[9]),
+                int(fields[10]),
+                int(fields[2], 8),
+                int(fields[3]),
+                int(fields[6]),
+                int(fields[4]),
+                int(fields[5]),
+                used=used,
+            )
+        except ValueError:
+            raise ValueError(f"invalid /proc/sysvipc/shm line: {nu._short(line)}") from None
+
+
+def _sysvipc_stat(text: str, shmid: int) -> ShmStat:
+    for row in parse_sysvipc_shm(text):
+        if row.id == shmid:
+            return row
+    raise nu._oserror(errno.EINVAL, "shmctl(IPC_STAT)", f"no segment {shmid}")
+
+
+def _linux_shmget(backend: nu.LinuxBackend, key: int, size: int, flags: int) -> int:
+    # key_t is a C int: 0..2**32-1 wraps to its signed value.
+    return int(backend._libc_call("shmget", ctypes.c_int(key).value, size, flags))
+
+
+def _linux_shmat(backend: nu.LinuxBackend, shmid: int, flags: int = 0) -> int:
+    return int(backend._libc_call("shmat", shmid, None, flags))
+
+
+def _linux_shmdt(backend: nu.LinuxBackend, addr: int) -> None:
+    backend._libc_call("shmdt", addr)
+
+
+def _linux_shm_stat(backend: nu.LinuxBackend, shmid: int) -> ShmStat:
+    backend._refuse("shmctl(IPC_STAT)")
+    if backend.abi.name not in _SHMID_DS_GENERIC64:
+        # Other layouts of struct shmid_ds (ppc64, s390x, 32-bit): the same facts,
+        # as text, from the kernel's own table.
+        return _sysvipc_stat(backend.read_text("/proc/sysvipc/shm"), shmid)
+    buf = ctypes.create_string_buffer(256)
+    backend._libc_call("shmctl(IPC_STAT)", shmid, IPC_STAT, buf)
+    # struct shmid_ds, generic 64-bit layout: ipc64_perm (key, uid, gid, cuid,
+    # cgid, mode) at 0, shm_segsz and the three times at 48, cpid/lpid/nattch at 80.
+    key, uid, gid, cuid, cgid, mode = struct.unpack_from("<iIIIIH", buf.raw, 0)
+    size, atime, dtime, ctime = struct.unpack_from("<Qqqq", buf.raw, 48)
+    cpid, lpid, nattch = struct.unpack_from("<iiQ", buf.raw, 80)
+    return ShmStat(
+        key & 0xFFFFFFFF,
+        shmid,
+        uid,
+        gid,
+        cuid,
+        cgid,
+        mode,
+        size,
+        nattch,
+        cpid,
+        lpid,
+        used=max(atime, dtime, ctime),
+    )
+
+
+def _linux_shm_rmid(backend: nu.LinuxBackend, shmid: int) -> None:
+    backend._libc_call("shmctl(IPC_RMID)", shmid, IPC_RMID, None)
+
+
+def _shm_path(name: str) -> str:
+    if not name or "/" in name or name in (".", ".."):
+        raise nu._oserror(errno.EINVAL, "shm_open", repr(name))
+    return "/dev/shm/" + name
+
+
+def _linux_shm_open(backend: nu.LinuxBackend, name: str, flags: int, mode: int) -> int:
+    # Anyone can put a FIFO, a symlink or a device node in /dev/shm under one of
+    # our names: O_NONBLOCK|O_NOFOLLOW so that opening it cannot block or leave
+    # /dev/shm, then a regular file or nothing.
+    backend._refuse("shm_open")
+    path = _shm_path(name)
+    odd = nu._oserror(errno.EINVAL, "shm_open", f"{path} is not a regular file")
+    # Not even opened: opening a device can act already.  A missing file raises
+    # here the FileNotFoundError that opening it without O_CREAT would.
+    if not flags & os.O_CREAT and not stat.S_ISREG(os.lstat(path).st_mode):
+        raise odd
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise odd
+    if flags & os.O_CREAT and flags & os.O_EXCL:
+        try:
+            os.fchmod(fd, mode)  # exactly ``mode``, whatever the umask
+        except OSError:
+            os.close(fd)
+            os.unlink(path)
+            raise
+    return fd
+
+
+def _linux_shm_unlink(backend: nu.LinuxBackend, name: str) -> None:
+    backend._refuse("shm_unlink")
+    os.unlink(_shm_path(name))
+
+
+def _linux_ftruncate(backend: nu.LinuxBackend, fd: int, size: int) -> None:
+    backend._refuse("ftruncate")
+    os.ftruncate(fd, size)
+
+
+def _linux_fstat(backend: nu.LinuxBackend, fd: int) -> ShmStat:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise nu._oserror(errno.EINVAL, "fstat", "not a regular file")
+    return ShmStat(
+        0,
+        fd,
+        st.st_uid,
+        st.st_gid,
+        st.st_uid,
+        st.st_gid,
+        st.st_mode & 0o7777,
+        st.st_size,
+        st.st_nlink,
+        0,
+        0,
+        st.st_ino,
+        st.st_dev,
+    )
+
+
+def _linux_close(backend: nu.LinuxBackend, fd: int) -> None:
+    os.close(fd)
+
+
+def _linux_mmap(backend: nu.LinuxBackend, length: int, fd: int, huge: bool = False) -> int:
+    flags = _MAP_SHARED
+    if huge:
+        flags |= _MAP_HUGETLB
+    return int(backend._libc_call("mmap", None, length, _PROT_READ | _PROT_WRITE, flags, fd, 0))
+
+
+def _linux_munmap(backend: nu.LinuxBackend, addr: int, length: int) -> None:
+    backend._libc_call("munmap", addr, length)
+
+
+def _linux_flock(backend: nu.LinuxBackend, fd: int, op: int) -> None:
+    backend._refuse("flock")
+    import fcntl
+
+    fcntl.flock(fd, op)
+
+
+def _linux_pid_start(backend: nu.LinuxBackend, pid: int) -> Optional[str]:
+    backend._refuse("kill")
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:  # another user's: it exists
+        pass
+    # proc(5): state is field 3, starttime field 22; the command (field 2) may
+    # hold ") ".  A zombie (Z) or dead (X) task has exited: its memory is gone.
+    fields = (nu._read_optional(backend, f"/proc/{pid}/stat") or "").rpartition(")")[2].split()
+    if fields and fields[0] in ("Z", "X"):
+        return None
+    if len(fields) > 19:
+        return fields[19]
+    return ""
+
+
+_ME: Dict[str, Any] = {}  # whoami(), until a fork changes the pid
+
+
+def _linux_whoami(backend: nu.LinuxBackend) -> Dict[str, Any]:
+    # Read once per process (again after a fork): every attach and close writes
+    # it into the last-use slot.  Start and timens are read together, so they
+    # still belong together after a later setns() into another time namespace.
+    pid = os.getpid()
+    if _ME.get("pid") != pid:
+        boot = nu._read_optional(backend, "/proc/sys/kernel/random/boot_id") or ""
+        _ME.clear()
+        _ME.update(
+            {
+                "pid": pid,
+                "start": backend.call("pid_start", pid) or "",
+                "boot": boot.strip(),
+                "pidns": _ns_link("pid"),
+                "timens": _ns_link("time"),
+            }
+        )
+    return dict(_ME)
+
+
+def _serve_shared_memory() -> None:
+    """The kernel's shared memory, which this file adds to the backend seam (an engine
+    that keeps its own mapping never needs it).  ``backend.call(name, *args)`` takes
+    these as it takes the core's operations (``Backend.call``): a backend that models
+    them (numa_utils_sim) implements each as its method ``_call_<name>``; on the
+    running system LinuxBackend serves them from this file's functions.
+
+    ==================  =========================  ===============================
+    name                arguments                  result
+    ==================  =========================  ===============================
+    shmget              key, size, flags           shmid
+    shmat               shmid, flags               address
+    shmdt               addr
+    shm_stat            shmid                      ShmStat (shmctl IPC_STAT)
+    shm_rmid            shmid                      (shmctl IPC_RMID: gone now, or
+                                                   at the last detach; the key is
+                                                   free now)
+    shm_open            name (no "/"), flags,      fd of /dev/shm/<name>
+                        mode
+    shm_unlink          name
+    ftruncate           fd, size
+    fstat               fd                         ShmStat
+    close               fd
+    mmap                length, fd, huge=False     address of a shared read-write
+                                                   mapping of fd
+    munmap              addr, length
+    flock               fd, op (LOCK_SH or
+                        LOCK_EX, | LOCK_NB)
+    pid_start           pid (of this namespace)    a token for when it started,
+                                                   which differs once the pid is
+                                                   reused: None when there is no
+                                                   such process or it has exited
+                                                   (a zombie), "" when it exists
+                                                   but its start cannot be read
+    whoami                                         this process for identity
+                                                   records: a dict of pid, start
+                                                   (as pid_start), boot (the boot
+                                                   id), pidns and timens (as
+                                                   /proc/self/ns names them; ""
+                                                   where unknown)
+    ==================  =========================  ===============================
+    """
+    nu._LINUX_OPERATIONS.update(
+        shmget=_linux_shmget,
+        shmat=_linux_shmat,
+        shmdt=_linux_shmdt,
+        shm_stat=_linux_shm_stat,
+        shm_rmid=_linux_shm_rmid,
+        shm_open=_linux_shm_open,
+        shm_unlink=_linux_shm_unlink,
+        ftruncate=_linux_ftruncate,
+        fstat=_linux_fstat,
+        close=_linux_close,
+        mmap=_linux_mmap,
+        munmap=_linux_munmap,
+        flock=_linux_flock,
+        pid_start=_linux_pid_start,
+        whoami=_linux_whoami,
+    )
+
+
+_serve_shared_memory()
 
 
 # -- the identity record ----------------------------------------------------------------
@@ -1023,7 +1346,7 @@ def _cgroup_dirs(backend: nu.Backend) -> List[str]:
     parts = [p for p in match.group(1).strip().split("/") if p]
     dirs = []
     for depth in range(len(parts), -1, -1):
-        dirs.append("/".join([nu._CGROUP, *parts[:depth]]))
+        dirs.append("/".join([_CGROUP, *parts[:depth]]))
     return dirs
 
 
@@ -1092,9 +1415,7 @@ def _fit_limits(backend: nu.Backend, huge: int, kind: str, pin: bool, need: int)
         if shmall is not None:
             used = sum(
                 -(-seg.size // backend.page_size)
-                for seg in nu.parse_sysvipc_shm(
-                    nu._read_optional(backend, "/proc/sysvipc/shm") or ""
-                )
+                for seg in parse_sysvipc_shm(nu._read_optional(backend, "/proc/sysvipc/shm") or "")
             )
             out.append(
                 FitLimit(
@@ -1900,7 +2221,7 @@ def _process_name(backend: nu.Backend, pid: str) -> str:
 def _lock_holder(backend: nu.Backend, fd: int) -> str:
     """Who holds the exclusive flock on file ``fd``, from /proc/locks (fs/locks.c
     lock_get_status: "ID: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE START END")."""
-    st: nu.ShmStat = backend.call("fstat", fd)
+    st: ShmStat = backend.call("fstat", fd)
     want = f"{os.major(st.dev):02x}:{os.minor(st.dev):02x}:{st.ino}"
     for line in (nu._read_optional(backend, "/proc/locks") or "").splitlines():
         fields = line.split()
@@ -1922,7 +2243,7 @@ def _flock_shared(backend: nu.Backend, fd: int, what: str) -> None:
     deadline = time.monotonic() + _LOCK_WAIT
     while True:
         try:
-            backend.call("flock", fd, nu.LOCK_SH | nu.LOCK_NB)
+            backend.call("flock", fd, LOCK_SH | LOCK_NB)
             return
         except BlockingIOError:
             if time.monotonic() > deadline:
@@ -2091,11 +2412,11 @@ def _huge_vma(backend: nu.Backend, addr: int) -> Optional[bool]:
     return vma.huge
 
 
-def _own_segment(backend: nu.Backend, ikey: int) -> Optional[nu.ShmStat]:
+def _own_segment(backend: nu.Backend, ikey: int) -> Optional[ShmStat]:
     """The SysV segment under key ``ikey`` when this user owns and created it; None
     when there is none, or it is another user's (or one it cannot see)."""
     try:
-        st: nu.ShmStat = backend.call("shm_stat", backend.call("shmget", ikey, 0, 0))
+        st: ShmStat = backend.call("shm_stat", backend.call("shmget", ikey, 0, 0))
     except (FileNotFoundError, PermissionError):
         return None
     euid = backend.call("geteuid")
@@ -2106,7 +2427,7 @@ def _own_segment(backend: nu.Backend, ikey: int) -> Optional[nu.ShmStat]:
 
 def _room_peek(
     backend: nu.Backend, ckey: int
-) -> Tuple[Optional[nu.ShmStat], Optional[Dict[str, Any]], bytes, bool]:
+) -> Tuple[Optional[ShmStat], Optional[Dict[str, Any]], bytes, bool]:
     """(its stat, record, last-use slot, made) of this user's record segment under
     SysV key ``ckey``, read through a read-only attach; the stat None when there is
     none of this user's, the record None when it is no record segment; ``made`` False
@@ -2115,7 +2436,7 @@ def _room_peek(
     if st is None:
         return None, None, b"", False
     what = f"SysV segment 0x{ckey:08x} (shmid {st.id})"
-    addr = backend.call("shmat", st.id, nu.SHM_RDONLY)
+    addr = backend.call("shmat", st.id, SHM_RDONLY)
     try:
         rec = _record_read(addr, st.size, what)
         if rec is None or "data_key" not in rec:
@@ -2126,7 +2447,7 @@ def _room_peek(
 
 
 def _peek_region(
-    backend: nu.Backend, st: nu.ShmStat, what: str, making: bool = False
+    backend: nu.Backend, st: ShmStat, what: str, making: bool = False
 ) -> Tuple[Optional[Dict[str, Any]], bytes]:
     """The identity record and last-use slot (_slot_bytes) of SysV segment ``st``, read
     through read-only attaches, which write neither: a huge-page segment's from its
@@ -2140,7 +2461,7 @@ def _peek_region(
         if made or making:
             return rec, slot
         return None, b""
-    addr = backend.call("shmat", st.id, nu.SHM_RDONLY)
+    addr = backend.call("shmat", st.id, SHM_RDONLY)
     try:
         if _huge_vma(backend, addr):
             return None, b""
@@ -2157,7 +2478,7 @@ def _held_by_another(backend: nu.Backend, ikey: int, key: Union[int, str], what:
     if not isinstance(key, int):
         return ""
     try:
-        rows = list(nu.parse_sysvipc_shm(nu._read_optional(backend, "/proc/sysvipc/shm") or ""))
+        rows = list(parse_sysvipc_shm(nu._read_optional(backend, "/proc/sysvipc/shm") or ""))
     except ValueError:
         rows = []
     for st in rows:
@@ -2198,12 +2519,12 @@ def _room_holder(backend: nu.Backend, ckey: int, key: Union[int, str]) -> str:
     return ""
 
 
-def _theirs(st: nu.ShmStat, euid: int) -> bool:
+def _theirs(st: ShmStat, euid: int) -> bool:
     """Whether segment or file ``st`` is another user's: owned or made by another uid."""
     return {st.uid, st.cuid} != {euid}
 
 
-def _check_trust(st: nu.ShmStat, euid: int, trust: bool, what: str) -> None:
+def _check_trust(st: ShmStat, euid: int, trust: bool, what: str) -> None:
     if trust:
         return
     if _theirs(st, euid):
@@ -2264,7 +2585,7 @@ class _RecordRoom:
         ckey = record_segment_key(ikey)
         size = _room_size(b.page_size)
         try:
-            shmid = b.call("shmget", ckey, size, nu.IPC_CREAT | nu.IPC_EXCL | mode)
+            shmid = b.call("shmget", ckey, size, IPC_CREAT | IPC_EXCL | mode)
         except FileExistsError:
             return _room_holder(b, ckey, self._key)
         self._room_id, self._room_len = shmid, size
@@ -2283,7 +2604,7 @@ class _RecordRoom:
             shmid = b.call("shmget", ckey, 0, 0)
         except FileNotFoundError:
             return
-        st: nu.ShmStat = b.call("shm_stat", shmid)
+        st: ShmStat = b.call("shm_stat", shmid)
         _check_trust(st, b.call("geteuid"), trust, f"SysV segment 0x{ckey:08x} (shmid {shmid})")
         self._room_id, self._room_len = shmid, st.size
         self._room_at = b.call("shmat", shmid)
@@ -2502,7 +2823,7 @@ def _idle_why(
 
 
 def _unnamed_why(
-    backend: nu.Backend, st: nu.ShmStat, me: Mapping[str, Any], now: float, min_age: float
+    backend: nu.Backend, st: ShmStat, me: Mapping[str, Any], now: float, min_age: float
 ) -> str:
     """'' when SysV segment ``st``, without a record, is proven what a creator killed
     before the region's first record leaves: nobody attached, no attach or detach for
@@ -2520,7 +2841,7 @@ def _unnamed_why(
 
 def _sysv_verdict(
     backend: nu.Backend,
-    st: nu.ShmStat,
+    st: ShmStat,
     keys: Optional[Sequence[Union[int, str]]],
     me: Mapping[str, Any],
     now: float,
@@ -2559,7 +2880,7 @@ def _sysv_verdict(
 def _posix_verdict(
     backend: nu.Backend,
     fd: int,
-    st: nu.ShmStat,
+    st: ShmStat,
     name: str,
     users: int,
     me: Mapping[str, Any],
@@ -2596,7 +2917,7 @@ def _posix_verdict(
     if users:
         return f"in use: mapped by {users} process(es)", rec
     try:
-        backend.call("flock", fd, nu.LOCK_EX | nu.LOCK_NB)
+        backend.call("flock", fd, LOCK_EX | LOCK_NB)
     except OSError as err:
         if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
             return "in use: a process holds its lock", rec
@@ -2611,7 +2932,7 @@ _DATA_JUDGES = "its data segment's row judges it"
 
 def _room_row(
     backend: nu.Backend,
-    st: nu.ShmStat,
+    st: ShmStat,
     keys: Optional[Sequence[Union[int, str]]],
     want: Optional[Set[int]],
     me: Mapping[str, Any],
@@ -2665,7 +2986,7 @@ def _room_drop(backend: nu.Backend, ikey: int) -> None:
         _room_rmid(backend, st.id)
 
 
-def _dev_shm_users(backend: nu.Backend, files: Mapping[str, nu.ShmStat]) -> Dict[str, int]:
+def _dev_shm_users(backend: nu.Backend, files: Mapping[str, ShmStat]) -> Dict[str, int]:
     """How many processes map each /dev/shm file (from /proc/<pid>/maps).
 
     Matched by device and inode, not by name: the name field escapes only "\\n"
@@ -2772,7 +3093,7 @@ def _our_segments(
     want_rooms = None
     if want_sysv is not None:
         want_rooms = {record_segment_key(k) for k in want_sysv}
-    for st in nu.parse_sysvipc_shm(sysv_rows):
+    for st in parse_sysvipc_shm(sysv_rows):
         if st.uid != euid or st.cuid != euid or not st.key:
             continue
         if want_sysv is None:
@@ -2792,9 +3113,9 @@ def _our_segments(
         if why == _DATA_JUDGES:
             continue
 
-        def drop(st: nu.ShmStat = st) -> str:
+        def drop(st: ShmStat = st) -> str:
             try:
-                again: nu.ShmStat = backend.call(
+                again: ShmStat = backend.call(
                     "shm_stat", st.id
                 )  # someone may have come since: look last
                 if again.nattch or again.key != st.key or again.lpid not in (st.lpid, me["pid"]):
@@ -2827,7 +3148,7 @@ def _our_segments(
             )
     except OSError:
         pass
-    files: Dict[str, Tuple[int, nu.ShmStat]] = {}
+    files: Dict[str, Tuple[int, ShmStat]] = {}
     try:
         for name in names:
             try:
@@ -2835,7 +3156,7 @@ def _our_segments(
             except OSError:
                 continue  # gone, or not a regular file: not a region
             try:
-                fst: Optional[nu.ShmStat] = backend.call("fstat", fd)
+                fst: Optional[ShmStat] = backend.call("fstat", fd)
             except OSError:
                 fst = None
             if fst is None or fst.uid != euid:
@@ -2936,7 +3257,7 @@ def _sysv_create(region: SharedRegion, flags: int, replace: bool) -> None:
         _replace_stale(b, key, "sysv")
     keys = _sysv_keys(key)
     for ikey in keys:
-        if flags & nu.SHM_HUGETLB:  # its record segment first (see record_segment_key)
+        if flags & SHM_HUGETLB:  # its record segment first (see record_segment_key)
             why = region._room_make(ikey, flags & 0o777)
             if why:
                 raise FileExistsError(errno.EEXIST, why)
@@ -3035,7 +3356,7 @@ def _sysv_attach(region: SharedRegion, trust: bool, patient: bool) -> Tuple[Dict
             continue
         what = f"SysV segment 0x{ikey:08x} (shmid {shmid})"
         try:
-            st: nu.ShmStat = b.call("shm_stat", shmid)
+            st: ShmStat = b.call("shm_stat", shmid)
         except PermissionError as err:  # unreadable: another user's (root reads any)
             why = f"{what}: {err.strerror}: another user's segment under the name's key"
             found.append((PermissionError(err.errno, why), True))
@@ -3089,7 +3410,7 @@ def _posix_attach(region: SharedRegion, trust: bool, patient: bool) -> Tuple[Dic
         theirs = PermissionError(err.errno, f"{what}: {err.strerror}: another user's file")
         raise _attach_failed([(theirs, True)], patient, "") from None
     region.name = name
-    st: nu.ShmStat = b.call("fstat", fd)
+    st: ShmStat = b.call("fstat", fd)
     euid = b.call("geteuid")
     try:
         _check_trust(st, euid, trust, what)
@@ -3577,9 +3898,9 @@ class SharedRegion(_RecordRoom):
             "layout": str(lay),
         }
         _record_room_check(ident)
-        flags = nu.IPC_CREAT | nu.IPC_EXCL | mode
+        flags = IPC_CREAT | IPC_EXCL | mode
         if huge:
-            flags |= nu.SHM_HUGETLB | ((huge.bit_length() - 1) << nu.SHM_HUGE_SHIFT)
+            flags |= SHM_HUGETLB | ((huge.bit_length() - 1) << SHM_HUGE_SHIFT)
 
         def make(made: SharedRegion) -> None:
             made._mapped, made.identity, made._layout = seg, ident, lay
@@ -3790,7 +4111,7 @@ class SharedRegion(_RecordRoom):
                     _sysv_twins(region)  # named first: a twin being made sees this one
                 _slot_write(backend, at)  # made: the one region of its name
             if thp:
-                backend.call("madvise", addr, region._mapped, nu.MADV_HUGEPAGE)
+                backend.call("madvise", addr, region._mapped, MADV_HUGEPAGE)
             if remove and kind == "sysv":
                 region.remove()
             if prefault:
@@ -3856,7 +4177,7 @@ class SharedRegion(_RecordRoom):
 
         b = self._b
         if self.kind == "sysv":
-            at = b.call("shmat", self.shmid, nu.SHM_RDONLY)
+            at = b.call("shmat", self.shmid, SHM_RDONLY)
             unmap = functools.partial(b.call, "shmdt", at)
         else:
             at = b.call("mmap", self._mapped, self._fd)

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from typing import NamedTuple as _Record
 
     import numa_utils as _nu
+    from numa_utils_regions import ShmStat
 else:
     _nu = globals().get("_NUMA_UTILS_LIBRARY")  # the core that loaded this file, by any name
     if _nu is None:
@@ -66,31 +67,27 @@ else:
     _Record = _nu._Record
 
 Backend = _nu.Backend
+# The kernel's own numbers for the shared memory this file models (uapi ipc.h, shm.h,
+# asm-generic fcntl.h and mman-common.h), stated here rather than taken from the
+# library, so that a wrong number there fails against the model.
+IPC_CREAT, IPC_EXCL = 0o1000, 0o2000
+LOCK_SH, LOCK_EX, LOCK_NB, LOCK_UN = 1, 2, 4, 8
+MADV_HUGEPAGE = 14
+SHM_HUGETLB, SHM_HUGE_SHIFT, SHM_RDONLY = 0o4000, 26, 0o10000
+_CGROUP = "/sys/fs/cgroup"
 GetFlag = _nu.GetFlag
-IPC_CREAT = _nu.IPC_CREAT
-IPC_EXCL = _nu.IPC_EXCL
-LOCK_EX = _nu.LOCK_EX
-LOCK_NB = _nu.LOCK_NB
-LOCK_SH = _nu.LOCK_SH
-LOCK_UN = _nu.LOCK_UN
 LinuxBackend = _nu.LinuxBackend
-MADV_HUGEPAGE = _nu.MADV_HUGEPAGE
 MADV_POPULATE_READ = 22  # Linux 5.14+
 MADV_POPULATE_WRITE = _nu.MADV_POPULATE_WRITE
 MbindFlag = _nu.MbindFlag
 Mode = _nu.Mode
 ModeFlag = _nu.ModeFlag
 SHM_DEST = 0o1000  # in shm_perm.mode: IPC_RMID done, attached still
-SHM_HUGETLB = _nu.SHM_HUGETLB
-SHM_HUGE_SHIFT = _nu.SHM_HUGE_SHIFT
-SHM_RDONLY = _nu.SHM_RDONLY
 Topology = _nu.Topology
-_CGROUP = _nu._CGROUP
 _DEFAULT_PAGE = {"ppc64": 65536, "ppc64le": 65536}  # page size where not 4 KiB
 _MAX_MAP_COUNT = 65530  # vm.max_map_count by default (DEFAULT_MAX_MAP_COUNT, include/linux/mm.h)
 _MODE_FLAGS_MASK = _nu._MODE_FLAGS_MASK
 _NODE_DIR = _nu._NODE_DIR
-ShmStat = _nu.ShmStat
 _THP_DIR = _nu._THP_DIR
 _WI_DIR = _nu._WI_DIR
 _buffer_address = _nu._buffer_address
@@ -314,6 +311,49 @@ class SavedTree:
 
     def realpath(self, path: str) -> str:
         return "/" + self._rel(path)
+
+    def machine(
+        self,
+    ) -> Tuple[Optional[str], Optional[str], Optional[int], Optional[_nu.Abi]]:
+        """(release, machine, page size, ABI) of the machine this tree was taken on, as
+        far as it tells: proc/sys/kernel/osrelease and arch (Linux 6.1+; gather.py
+        saves both), the smallest kernelpagesize_kB of a saved proc/self/numa_maps,
+        and the ABI of that machine.  None for what it does not tell (never this
+        host's values): status shows these."""
+
+        def text(path: str) -> str:
+            try:
+                return self.read_text(path)
+            except OSError:
+                return ""
+
+        def word(path: str) -> Optional[str]:
+            t = _nu._clean(text(path))
+            if 0 < len(t) <= 64 and t.isprintable() and " " not in t:
+                return t
+            return None
+
+        kb = min(
+            map(
+                int,
+                re.findall(
+                    r" kernelpagesize_kB=([0-9]{1,8})\b",
+                    text("/proc/self/numa_maps"),
+                ),
+            ),
+            default=0,
+        )
+        page = None
+        if kb >= 4 and kb & (kb - 1) == 0:  # a power of two
+            page = kb * 1024
+        arch = word("/proc/sys/kernel/arch")
+        abi = None
+        if arch:
+            bits = 32
+            if "64" in arch or arch == "s390x":
+                bits = 64
+            abi = _nu.abi_for(arch, bits)
+        return word("/proc/sys/kernel/osrelease"), arch, page, abi
 
 
 class SavedArchive:
@@ -992,6 +1032,11 @@ class _SimKernel:
         self.charged[name] = used
         if shm:
             self.charged["/dev/shm"] = self.charged.get("/dev/shm", 0) + pages * obj.page
+
+
+def _shm_stat(*fields: Any, **more: Any) -> ShmStat:
+    """A numa_utils_regions.ShmStat: only that file asks the model for one."""
+    return _nu._sibling("numa_utils_regions").ShmStat(*fields, **more)  # type: ignore[no-any-return]
 
 
 class SimulatedBackend(Backend):
@@ -2453,7 +2498,7 @@ class SimulatedBackend(Backend):
         seg = self._shm_lookup(shmid, "shmctl(IPC_STAT)")
         if not self._perm_ok(seg.uid, seg.gid, seg.mode, 4):
             raise _oserror(errno.EACCES, "shmctl(IPC_STAT)")
-        return ShmStat(
+        return _shm_stat(
             0 if seg.dest else seg.key,
             seg.shmid,
             seg.uid,
@@ -2545,7 +2590,7 @@ class SimulatedBackend(Backend):
     def _call_fstat(self, fd: int) -> ShmStat:
         f = self._file(fd, "fstat")
         linked = 1 if self.kernel.files.get(f.name) is f else 0  # st_nlink
-        return ShmStat(0, fd, f.uid, f.gid, f.uid, f.gid, f.mode, f.obj.size, linked, 0, 0)
+        return _shm_stat(0, fd, f.uid, f.gid, f.uid, f.gid, f.mode, f.obj.size, linked, 0, 0)
 
     def _call_close(self, fd: int) -> None:
         f = self._file(fd, "close")

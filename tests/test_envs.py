@@ -584,7 +584,7 @@ def test_env_errors_are_cut_and_escaped(monkeypatch, suffix):
 
 
 def test_status_text_shows_an_invalid_value_escaped_and_cut(monkeypatch):
-    from conftest import cli, nu, sim
+    from conftest import cli, sim
 
     monkeypatch.setenv("NUMA_UTILS_NUMA_STRICT", LONG_BAD)
     text = cli._render_status(cli.status_report(backend=sim("dual-socket-8gpu")))
@@ -719,7 +719,7 @@ def test_other_programs_variables_are_not_named(prefix, name, monkeypatch, caplo
 def test_status_names_variables_as_they_are_read(prefix_of):
     """The status text's advice names NUMA_NODES with the prefix in effect: the bare
     name it printed is one numa_utils ignores."""
-    from conftest import cli, nu, sim
+    from conftest import cli, sim
 
     rep = cli.status_report(backend=sim("qemu-x86_64-hmat-tiers"))
     text = cli._render_status(rep)

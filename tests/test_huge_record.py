@@ -125,7 +125,7 @@ def _crash_at(monkeypatch, proc, where):
     real = functools.partial(proc.call, "shmget")
 
     def shmget(key, size, flags):
-        if flags & nu.SHM_HUGETLB:
+        if flags & nur.SHM_HUGETLB:
             die()
         return real(key, size, flags)
 
@@ -218,7 +218,7 @@ def test_an_int_key_another_user_holds_is_named_with_its_owner(huge):
     if huge:
         taken = nur.record_segment_key(ikey)
     other = s.process(uid=1001)
-    shmid = other.call("shmget", taken, nur._RECORD_ROOM, nu.IPC_CREAT | 0o600)
+    shmid = other.call("shmget", taken, nur._RECORD_ROOM, nur.IPC_CREAT | 0o600)
     kw = {"hugepages": "2M"} if huge else {}
     with pytest.raises(FileExistsError) as e:
         nur.SharedRegion.create(ikey, HUGE, backend=s.process(), **kw)

@@ -1,7 +1,7 @@
 """Pure parsers: good input, and garbage that must raise ValueError naming the source."""
 
 import pytest
-from conftest import nu
+from conftest import nu, nur
 
 CPULISTS = [
     ("0", {0}),
@@ -157,7 +157,7 @@ SYSVIPC_SHM = (
 
 
 def test_parse_sysvipc_shm_reads_every_segment():
-    first, second = nu.parse_sysvipc_shm(SYSVIPC_SHM)
+    first, second = nur.parse_sysvipc_shm(SYSVIPC_SHM)
     assert (first.key, first.id, first.mode, first.size) == (0x4E000000, 32768, 0o600, 2097152)
     assert (first.cpid, first.lpid, first.nattch) == (4242, 4243, 1)
     assert (first.uid, first.gid, first.cuid, first.cgid) == (1000, 1000, 1000, 1000)
@@ -168,4 +168,4 @@ def test_parse_sysvipc_shm_reads_every_segment():
 def test_parse_sysvipc_shm_names_a_malformed_row():
     bad = SYSVIPC_SHM.replace("32769", "3276x")
     with pytest.raises(ValueError, match="invalid /proc/sysvipc/shm line"):
-        list(nu.parse_sysvipc_shm(bad))
+        list(nur.parse_sysvipc_shm(bad))

@@ -129,7 +129,7 @@ def test_two_creates_of_one_name_never_both_succeed_sim():
     made = []
     a.hooks = {
         (keys[0], 0): b1.destroy,  # B1 goes while A looks at it
-        (keys[1], nu.IPC_CREAT | nu.IPC_EXCL | 0o600): lambda: made.append(
+        (keys[1], nur.IPC_CREAT | nur.IPC_EXCL | 0o600): lambda: made.append(
             _made(s.process(), "twin", "sysv")  # B2 takes the first key
         ),
     }
@@ -144,7 +144,9 @@ def test_two_creates_of_one_name_never_both_succeed_sim():
 
 def _named(s, ikey, name):
     """A segment under ``ikey`` named ``name`` by its record, not yet made (no slot)."""
-    shmid = s.call("shmget", ikey, 3 * 4096 + nur._RECORD_ROOM, nu.IPC_CREAT | nu.IPC_EXCL | 0o600)
+    shmid = s.call(
+        "shmget", ikey, 3 * 4096 + nur._RECORD_ROOM, nur.IPC_CREAT | nur.IPC_EXCL | 0o600
+    )
     addr = s.call("shmat", shmid)
     rec = {"key": name, "kind": "sysv", "size": 3 * 4096, "page_size": 4096, **s.call("whoami")}
     nur._record_write(addr, 3 * 4096 + nur._RECORD_ROOM, rec)
@@ -157,7 +159,7 @@ def test_racing_creators_the_earlier_key_wins(monkeypatch):
     keys = nur._sysv_keys("race")
     # Being made under an earlier key: the later one gives way at once.
     other, stranger = s.process(), s.process(uid=1001)
-    theirs = stranger.call("shmget", keys[0], MiB, nu.IPC_CREAT | 0o600)  # passed by
+    theirs = stranger.call("shmget", keys[0], MiB, nur.IPC_CREAT | 0o600)  # passed by
     early = []
 
     def name_first_key():
@@ -165,7 +167,7 @@ def test_racing_creators_the_earlier_key_wins(monkeypatch):
         early.append(_named(other, keys[0], "race"))
 
     hook = _Hooked(fixture_root("single-node"), _kernel=s.kernel)
-    hook.hooks = {(keys[1], nu.IPC_CREAT | nu.IPC_EXCL | 0o600): name_first_key}
+    hook.hooks = {(keys[1], nur.IPC_CREAT | nur.IPC_EXCL | 0o600): name_first_key}
     t0 = time.monotonic()
     with pytest.raises(FileExistsError, match=f"region 'race' exists .*0x{keys[0]:08x}"):
         _made(hook, "race", "sysv")
@@ -233,7 +235,7 @@ def test_posix_attach_waits_for_a_lock_a_bounded_time(monkeypatch):
     hostile = s.process()
     fd = hostile.call("shm_open", "numa_utils-locked", os.O_RDONLY, 0)
     r.close()
-    hostile.call("flock", fd, nu.LOCK_EX)
+    hostile.call("flock", fd, nur.LOCK_EX)
     t0 = time.monotonic()
     with pytest.raises(TimeoutError, match="exclusively locked for 0.3 s by"):
         nur.SharedRegion.attach("locked", kind="posix", backend=s.process())
@@ -345,7 +347,7 @@ class A(nu.LinuxBackend):
         key, flags = (args[0], args[2]) if name == "shmget" else (None, 0)
         if key == keys[0] and flags == 0 and b1:
             b1.pop().destroy()                         # B1 goes while A looks at it
-        if key == keys[1] and flags & nu.IPC_CREAT and not made:
+        if key == keys[1] and flags & nur.IPC_CREAT and not made:
             made.append(nur.SharedRegion.create("twin", 1 << 20, prefault=False))  # B2
         return super().call(name, *args)
 b1 = [nur.SharedRegion.create("twin", 1 << 20, prefault=False)]

@@ -391,7 +391,7 @@ def test_remove_after_attach():
 def test_sysvipc_rendering_parses():
     s = sim("single-node")
     with nur.SharedRegion.create("v", MiB, backend=s) as r:
-        (row,) = nu.parse_sysvipc_shm(s.read_text("/proc/sysvipc/shm"))
+        (row,) = nur.parse_sysvipc_shm(s.read_text("/proc/sysvipc/shm"))
         # the data, then 16 KiB for the identity record
         assert row.id == r.shmid and row.key == r.ipc_key and row.size == MiB + 16384
         assert row.nattch == 1 and row.mode == 0o600 and row.used > 0
@@ -460,8 +460,8 @@ def test_cleanup_lists_ours_only():
     crashed.exit()  # died without destroying it
     busy = nur.SharedRegion.create("busy", MiB, backend=s)
     other = s.process(uid=1001)
-    foreign = other.call("shmget", nur._sysv_key("x"), MiB, nu.IPC_CREAT | 0o600)
-    plain = s.call("shmget", 0x1234, MiB, nu.IPC_CREAT | 0o600)
+    foreign = other.call("shmget", nur._sysv_key("x"), MiB, nur.IPC_CREAT | 0o600)
+    plain = s.call("shmget", 0x1234, MiB, nur.IPC_CREAT | 0o600)
     rows = nur._our_segments(s, min_age=0)
     assert {r["shmid"] for r in rows} == {mine.shmid, busy.shmid}
     assert [r["stale"] for r in rows if r["shmid"] == mine.shmid] == [True]
@@ -562,7 +562,7 @@ def test_real_create_attach_placement_destroy(kind):
             assert nu.default_backend().call("shm_stat", r.shmid).mode & 0o777 == 0o600
             # IPC_STAT through ctypes agrees with the kernel's text table
             st = nu.default_backend().call("shm_stat", r.shmid)
-            row = nu._sysvipc_stat(open("/proc/sysvipc/shm").read(), r.shmid)
+            row = nur._sysvipc_stat(open("/proc/sysvipc/shm").read(), r.shmid)
             assert (st.key, st.uid, st.mode, st.size, st.nattch) == (
                 row.key,
                 row.uid,
@@ -729,7 +729,7 @@ def test_key_collision_every_key_taken_fails_clearly(monkeypatch):
     s = sim("single-node")
     monkeypatch.setattr(nur, "_SYSV_PROBES", 2)
     keys = nur._sysv_keys("n")
-    others = [s.call("shmget", k, MiB, nu.IPC_CREAT | 0o600) for k in keys]
+    others = [s.call("shmget", k, MiB, nur.IPC_CREAT | 0o600) for k in keys]
     # other programs' segments: no record
     with pytest.raises(
         FileExistsError, match=f"0x{keys[0]:08x}.*without a numa_utils identity record"
@@ -790,7 +790,7 @@ def test_int_key_region_carries_identity():
         p.call("shmdt", addr)
         with pytest.raises(FileNotFoundError):  # the name "4660" is another region
             nur.SharedRegion.attach("4660", backend=s.process())
-    plain = s.call("shmget", 0x5678, MiB, nu.IPC_CREAT | 0o600)
+    plain = s.call("shmget", 0x5678, MiB, nur.IPC_CREAT | 0o600)
     with pytest.raises(FileNotFoundError, match="no numa_utils identity record"):
         nur.SharedRegion.attach(0x5678, backend=s.process())
     s.call("shm_rmid", plain)
