@@ -3438,22 +3438,18 @@ def _apply_policy(
     page_size: Optional[int] = None,
     backend: Optional[Backend] = None,
     count_resident: bool = True,
-    known: Optional[Dict[str, Any]] = None,
+    memory: Optional[_MemoryNodes] = None,
 ) -> PolicyResult:
     """apply_policy.  SharedRegion passes ``count_resident=False``: a region it
     creates is fresh, and an attached one's pages were placed by the creator under
     the same shared policy; the mincore walk costs ~50 ms per 8 GiB of shmem.
-    ``known``: a dict kept by a caller that applies many extents, so that the
-    machine's memory nodes and NUMA_NODES are read once for all of them."""
+    ``memory``: the machine's memory nodes, read once by a caller that applies many
+    extents (and passes their nodes, NUMA_NODES resolved once too)."""
     backend = _b(backend)
     strict_ = _strict_or_env(strict)
     m = _mode_of(mode)
-    if known is None:
-        known = {}
     if nodes is None and m not in (Mode.DEFAULT, Mode.LOCAL):
-        if "env" not in known:
-            known["env"] = _env_nodes(backend)
-        nodes = known["env"]
+        nodes = _env_nodes(backend)
     mname = _MODE_WORDS[m].result
     what = f"{mname} policy"
     start = size = 0  # no buffer: the calling thread's policy
@@ -3461,9 +3457,8 @@ def _apply_policy(
         page = page_size or backend.page_size
         start, size = _page_range(*buffer_range(buf, length), page)
     explicit = nodes is not None
-    if "memory" not in known:
-        known["memory"] = _memory_nodes(backend)
-    memory = known["memory"]
+    if memory is None:
+        memory = _memory_nodes(backend)
     want = memory.default
     if nodes is not None:
         want = _check_nodes(nodes, memory.online)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import errno
+import functools
 import os
 import re
 import stat
@@ -1115,18 +1116,36 @@ def _record_write(addr: int, seg: int, rec: Mapping[str, Any]) -> None:
 # -- SharedRegion ----------------------------------------------------------------------
 
 
+class _ReadOnce:
+    """What a create or attach reads once for all its extents (a blocks layout may
+    have tens of thousands), each when first asked: NUMA_NODES resolved on the
+    topology the caller has read (``topology``; None: read when needed), and the
+    machine's memory nodes."""
+
+    def __init__(self, backend: nu.Backend, topology: Optional[nu.Topology] = None) -> None:
+        self.backend = backend
+        self.topology = topology
+
+    @functools.cached_property
+    def env_nodes(self) -> Optional[FrozenSet[int]]:
+        return nu._env_nodes(self.backend, self.topology)
+
+    @functools.cached_property
+    def memory(self) -> nu._MemoryNodes:
+        return nu._memory_nodes(self.backend)
+
+
 def _region_policy(
     policy: Optional[str],
     nodes: Optional[Iterable[int]],
     strict: Optional[bool],
     backend: nu.Backend,
-    known: Dict[str, Any],
+    known: _ReadOnce,
 ) -> Tuple[nu.Mode, Optional[FrozenSet[int]], bool, bool]:
     """(mode, nodes, strict, explicit) from the arguments and the environment:
     policy=None means interleave when ENABLE_NUMA_INTERLEAVE is set, else first-touch;
     nodes=None means NUMA_NODES, else default_memory_nodes(); strict=None: NUMA_STRICT.
-    ``known``: as _apply_policy's, plus "topology": NUMA_NODES is resolved on a
-    topology read already and kept as "env"."""
+    ``known``: NUMA_NODES, read once for the policy and the layout."""
     if policy is not None and not isinstance(policy, str):
         raise ValueError(f"unknown region policy {policy!r}")
     if policy is not None:
@@ -1136,12 +1155,10 @@ def _region_policy(
     else:
         mode = nu.Mode.DEFAULT
     if nodes is None and mode not in (nu.Mode.DEFAULT, nu.Mode.LOCAL):
-        if "env" not in known:
-            known["env"] = nu._env_nodes(backend, known.get("topology"))
-        nodes = known["env"] or None
+        nodes = known.env_nodes or None
     ids = None
     if nodes is not None:
-        topo = known.get("topology")
+        topo = known.topology
         if topo is None:
             online = nu._online_nodes(nu._Reader(backend))
         else:
@@ -1935,7 +1952,7 @@ def fit(
     lay = _layout_arg(layout, topo.online_nodes)
     if lay is not None:
         policy = None  # create weighs a layout's memory as first-touch
-    mode, ids, _, _ = _region_policy(policy, nodes, None, backend, {"topology": topo})
+    mode, ids, _, _ = _region_policy(policy, nodes, None, backend, _ReadOnce(backend, topo))
     return _fit(backend, topo, size, mode, ids, hugepages, kind, pin, hugepages_required, lay)
 
 
@@ -2002,17 +2019,11 @@ _NO_CPU_HINT = (
 )
 
 
-def _resolved(
-    backend: nu.Backend, lay: Layout, only: Optional[Iterable[int]], known: Dict[str, Any]
-) -> List[Extent]:
+def _resolved(lay: Layout, only: Optional[Iterable[int]], known: _ReadOnce) -> List[Extent]:
     """``lay``'s extents (those numbered in ``only``) as prefault takes them: one that
     names no nodes has NUMA_NODES, else default_memory_nodes(), as its policy would
-    (read once for a create: ``known``, as _apply_policy's)."""
-    if "env" not in known:
-        known["env"] = nu._env_nodes(backend, known.get("topology"))
-    if "memory" not in known:
-        known["memory"] = nu._memory_nodes(backend)
-    default = known["env"] or known["memory"][2]
+    (read once for a create: ``known``)."""
+    default = known.env_nodes or known.memory.default
     chosen = list(lay) if only is None else [lay[number] for number in only]
     return [
         e._replace(nodes=default) if not e.nodes and e.policy not in ("default", "local") else e
@@ -2028,16 +2039,16 @@ def _thread_results(
     reason: str,
     why: str,
     strict: bool,
-    known: Dict[str, Any],
+    known: _ReadOnce,
 ) -> List[nu.PolicyResult]:
     """Each extent's result when the region is placed by thread (``reason``, ``why``:
     why not by policy), from prefault's own plan for one page of each kind of extent:
     an extent it cannot place (no allowed CPU on its node under EPERM, or its nodes
     outside Mems_allowed) is reported and left first-touch, OSError under ``strict``."""
-    extents = _resolved(backend, lay, None, known)
+    extents = _resolved(lay, None, known)
     kinds = list(dict.fromkeys((e.policy, e.nodes) for e in extents))
     one_page = [(0, page, policy, nodes) for policy, nodes in kinds]
-    plan = nu._fault_plan(backend, 0, page, one_page, page, known.get("topology"))
+    plan = nu._fault_plan(backend, 0, page, one_page, page, known.topology)
     unplaced = plan[1]["unplaced"]
     results = {}
     for number, (policy, nodes) in enumerate(kinds):
@@ -3458,7 +3469,7 @@ def _per_extent(
 
 
 def _layout_apply(
-    backend: nu.Backend, addr: int, page: int, lay: Layout, strict: bool, known: Dict[str, Any]
+    backend: nu.Backend, addr: int, page: int, lay: Layout, strict: bool, known: _ReadOnce
 ) -> Optional[List[nu.PolicyResult]]:
     """Each extent's policy on its part of the data at ``addr`` (the record's room
     after the data has its own: _room_apply); None as soon as one is denied (EPERM:
@@ -3480,12 +3491,12 @@ def _layout_apply(
                 a,
                 n,
                 mode=e.policy,
-                nodes=e.nodes or None,
+                nodes=e.nodes or known.env_nodes,
                 strict=strict,
                 page_size=page,
                 backend=backend,
                 count_resident=False,
-                known=known,
+                memory=known.memory,
             )
         except PermissionError:  # strict: denied
             return None
@@ -3504,7 +3515,7 @@ def _layout_prefault(
     progress: Optional[Callable[[int, int], Any]],
     held: Optional[Tuple[Any, Callable[[], Any]]] = None,
     only: Optional[Iterable[int]] = None,
-    known: Optional[Dict[str, Any]] = None,
+    known: Optional[_ReadOnce] = None,
     results: Optional[List[nu.PolicyResult]] = None,
 ) -> Dict[str, Any]:
     """prefault() of ``lay``'s extents (those numbered in ``only``), each from threads
@@ -3515,9 +3526,10 @@ def _layout_prefault(
     undo.  ``known``: create's and attach's (the topology and NUMA_NODES read once).
     An extent whose policy ``results`` say was refused (not by EPERM: a mode this
     kernel lacks, a node outside the cpuset) is first-touch, as they say."""
-    known = known or {}
+    if known is None:
+        known = _ReadOnce(backend)
     numbers = None if only is None else list(only)
-    extents = _resolved(backend, lay, numbers, known)
+    extents = _resolved(lay, numbers, known)
     if results is not None:
         refused = {n for n, res in enumerate(results) if not res.applied}
         for at, number in enumerate(numbers or range(len(extents))):
@@ -3538,7 +3550,7 @@ def _layout_prefault(
         page_size=page,
         shared=True,
         extents=extents,
-        topology=known.get("topology"),
+        topology=known.topology,
     )
     return dict(out, extents=len(extents))
 
@@ -3857,7 +3869,7 @@ class SharedRegion(_RecordRoom):
             raise ValueError(f"mode {mode:o}: permission bits only")
         # The one read of the topology and of NUMA_NODES, for fit() and what follows.
         topo = nu.read_topology(backend=backend)
-        known: Dict[str, Any] = {"topology": topo}
+        known = _ReadOnce(backend, topo)
         pmode, pnodes, strict_, _ = _region_policy(policy, nodes, strict, backend, known)
         fits = _fit(backend, topo, size, pmode, pnodes, hugepages, kind, False, hugepages_required)
         hugepages, huge_note = _fit_or_raise(fits, size)
@@ -3993,7 +4005,7 @@ class SharedRegion(_RecordRoom):
         _region_args(backend, kind, size or 0, 0)
         if created_after is not None and _seconds(created_after) is None:
             raise ValueError(f"created_after={created_after!r}: a time.time() value")
-        known: Dict[str, Any] = {}  # NUMA_NODES, read once for the policy and the layout
+        known = _ReadOnce(backend)  # NUMA_NODES, read once for the policy and the layout
         pmode, pnodes, strict_, explicit = _region_policy(policy, nodes, strict, backend, known)
         _region_page(hugepages, kind, backend, pnodes)  # the region's record says its page
 
@@ -4060,7 +4072,7 @@ class SharedRegion(_RecordRoom):
         prefault: bool,
         threads: Optional[int],
         progress: Optional[Callable[[int, int], Any]],
-        known: Dict[str, Any],
+        known: _ReadOnce,
         *,
         thp: bool = False,
         note: Optional[str] = None,

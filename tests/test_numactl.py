@@ -440,10 +440,10 @@ def test_numa_nodes_takes_numactls_grammar(value, want, monkeypatch):
     """NUMA_NODES goes through the same parser (resolved against the region's machine)."""
     monkeypatch.setenv("NUMA_UTILS_NUMA_NODES", value)
     b = sim(FOUR)
-    assert nur._region_policy("interleave", None, None, b, {})[1] == want
+    assert nur._region_policy("interleave", None, None, b, nur._ReadOnce(b))[1] == want
     monkeypatch.setenv("NUMA_UTILS_NUMA_NODES", "+9")
     with pytest.raises(ValueError, match="NUMA_NODES='\\+9'.*out of range"):
-        nur._region_policy("interleave", None, None, b, {})
+        nur._region_policy("interleave", None, None, b, nur._ReadOnce(b))
 
 
 @pytest.mark.parametrize(
