@@ -63,11 +63,28 @@ if TYPE_CHECKING:
     import numa_utils_threads as _nut
 else:
     _nur = _nu._sibling("numa_utils_regions")
-    _nut = _nu._sibling("numa_utils_threads")
-    if _nur is None or _nut is None:
-        raise ImportError(
-            "numa_utils_cli needs numa_utils_regions.py and numa_utils_threads.py beside it"
-        )
+    if _nur is None:
+        raise ImportError("numa_utils_cli needs numa_utils_regions.py beside it")
+
+
+class _LoadedOnUse:
+    """A sibling module loaded when one of its names is first read.  Only the thread
+    commands, ``watch`` and ``status`` use numa_utils_threads; loading it with this
+    module cost every other command 3-4 ms of start-up (``maps`` of a big process is
+    timed against ``numastat -p``)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        module = _nu._sibling(self.name)
+        if module is None:
+            raise ImportError(f"numa_utils_cli needs {self.name}.py beside it")
+        return getattr(module, attr)
+
+
+if not TYPE_CHECKING:
+    _nut = _LoadedOnUse("numa_utils_threads")
 
 
 def _read_optional(backend: _nu.Backend, path: str) -> Optional[str]:
@@ -1616,13 +1633,14 @@ def watch(
     interval: float = 1.0,
     count: Optional[int] = None,
     pid: Optional[Union[int, str]] = None,
-    threshold: float = _nut.REMOTE_SHARE_THRESHOLD,
+    threshold: Optional[float] = None,
     backend: Optional[_nu.Backend] = None,
     sleep: Optional[Callable[[float], None]] = None,
 ) -> Iterator[Dict[str, Any]]:
     """Yield one sample per ``interval`` seconds (``count`` samples, or forever):
     per-node numastat changes over the interval, free memory, and for ``pid`` its
-    bytes per node and remote share (``RemoteShare.to_json()``).  JSON-ready dicts."""
+    bytes per node and remote share (``RemoteShare.to_json()``; ``threshold`` None:
+    numa_utils_threads.REMOTE_SHARE_THRESHOLD).  JSON-ready dicts."""
     import time
 
     b = backend if backend is not None else _nu.default_backend()
@@ -1651,8 +1669,9 @@ def watch(
             "remote_ratio": delta.remote_ratio,
         }
         if pid is not None:
+            limit = _nut.REMOTE_SHARE_THRESHOLD if threshold is None else threshold
             sample["process"] = _nut.remote_share(
-                pid, threshold=threshold, topology=topo, backend=b
+                pid, threshold=limit, topology=topo, backend=b
             ).to_json()
         yield sample
         before = after
@@ -3017,43 +3036,10 @@ def _cli_threads(sub: Any) -> None:
     p.set_defaults(func=_cmd_threads)
 
 
-_COMMANDS = {
-    "maps": _cli_maps,
-    "cleanup": _cli_cleanup,
-    "region": _cli_cleanup,
-    "plan": _cli_plan,
-    "run": _cli_run,
-    "watch": _cli_watch,
-    "numactl": _cli_numactl,
-    "fit": _cli_fit,
-    "threads": _cli_threads,
-}
-
-
-def _build_parser(commands: Sequence[Callable[[Any], None]] = ()) -> argparse.ArgumentParser:
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        prog=_nu._prog(),
-        description="NUMA topology, memory policy and placement for inference engines.",
+def _cli_status(sub: Any) -> None:
+    p = sub.add_parser(
+        "status", parents=[sub.common], help="topology, GPUs, process limits and advice"
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_nu.__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log details")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    # The flags the commands share: --root and --json; --json alone for the commands
-    # that act on this system (numa_utils_cli's run).
-    common, live = (argparse.ArgumentParser(add_help=False) for _ in range(2))
-    common.add_argument(
-        "--root",
-        metavar="TREE",
-        default=None,
-        help="read a saved sysfs/procfs tree (a folder, or the one file "
-        "tools/gather.py --archive writes: .txt or .tar.gz) instead "
-        "of this system",
-    )
-    for c in (common, live):
-        c.add_argument("--json", action="store_true", help="print JSON")
-    p = sub.add_parser("status", parents=[common], help="topology, GPUs, process limits and advice")
     p.add_argument(
         "--format",
         choices=["text", "json", "prometheus", "nfd"],
@@ -3080,6 +3066,71 @@ def _build_parser(commands: Sequence[Callable[[Any], None]] = ()) -> argparse.Ar
         "nu.configure(env_prefix=...) does (default NUMA_UTILS_)",
     )
     p.set_defaults(func=_cmd_status)
+
+
+_COMMANDS = {
+    "status": _cli_status,
+    "maps": _cli_maps,
+    "cleanup": _cli_cleanup,
+    "region": _cli_cleanup,
+    "plan": _cli_plan,
+    "run": _cli_run,
+    "watch": _cli_watch,
+    "numactl": _cli_numactl,
+    "fit": _cli_fit,
+    "threads": _cli_threads,
+}
+
+
+def _terminal_columns() -> int:
+    """The terminal's width as shutil.get_terminal_size() gives it to argparse:
+    $COLUMNS, else standard output's terminal, else 80."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+def _build_parser(commands: Sequence[Callable[[Any], None]] = ()) -> argparse.ArgumentParser:
+    """The parser of ``commands`` (each adds its own subcommand)."""
+    import argparse
+
+    def formatter(prog: str) -> argparse.HelpFormatter:
+        # Given its width: without one, argparse's formatter (made for every
+        # add_argument) measures the terminal through shutil, and importing shutil
+        # imports zlib, bz2 and lzma: 2-3 ms of every command's start-up.
+        return argparse.HelpFormatter(prog, width=_terminal_columns() - 2)
+
+    class Parser(argparse.ArgumentParser):
+        def __init__(self, **kw: Any) -> None:
+            super().__init__(formatter_class=formatter, **kw)
+
+    parser = Parser(
+        prog=_nu._prog(),
+        description="NUMA topology, memory policy and placement for inference engines.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_nu.__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log details")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    # The flags the commands share: --root and --json; --json alone for the commands
+    # that act on this system (numa_utils_cli's run).
+    common, live = (Parser(add_help=False) for _ in range(2))
+    common.add_argument(
+        "--root",
+        metavar="TREE",
+        default=None,
+        help="read a saved sysfs/procfs tree (a folder, or the one file "
+        "tools/gather.py --archive writes: .txt or .tar.gz) instead "
+        "of this system",
+    )
+    for c in (common, live):
+        c.add_argument("--json", action="store_true", help="print JSON")
     sub.common = common  # type: ignore[attr-defined]
     sub.common_live = live  # type: ignore[attr-defined]
     for add in commands:

@@ -111,3 +111,43 @@ def test_cli_file_runs_as_a_script(tmp_path):
         )
         assert p.returncode == 0, p.stderr
         assert p.stdout.strip()
+
+
+def test_maps_loads_only_what_it_uses(tmp_path):
+    """`maps` (timed against `numastat -p` on a process of 60,000 VMAs) loads neither
+    numa_utils_threads nor shutil: argparse's help formatter, made for every
+    add_argument, measured the terminal through shutil, whose import brings zlib, bz2
+    and lzma.  Before 3.9 argparse imports shutil itself."""
+    saved = tmp_path / "numa_maps"
+    saved.write_text("7f0000000000 default anon=2 dirty=2 N0=2 kernelpagesize_kB=4\n")
+    code = (
+        "import sys, numa_utils\n"
+        "rc = numa_utils.main(['maps', '--file', sys.argv[1]])\n"
+        "names = ('numa_utils_cli', 'numa_utils_threads', 'shutil', 'bz2', 'lzma')\n"
+        "print(rc, *[name for name in names if name in sys.modules], file=sys.stderr)\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code, str(saved)],
+        capture_output=True,
+        text=True,
+        cwd=str(tmp_path),
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        timeout=600,
+    )
+    assert "1 VMAs" in p.stdout, p.stderr
+    loaded = p.stderr.split()
+    if sys.version_info < (3, 9):
+        assert loaded[:2] == ["0", "numa_utils_cli"], loaded
+    else:
+        assert loaded == ["0", "numa_utils_cli"]
+
+
+def test_help_follows_columns():
+    """The help is wrapped to $COLUMNS, as argparse's own measure of the terminal
+    (shutil.get_terminal_size) does: the formatter is given that width."""
+    narrow = run("maps", "--help", env={"COLUMNS": "50"})
+    wide = run("maps", "--help", env={"COLUMNS": "200"})
+    assert narrow.returncode == wide.returncode == 0
+    assert max(map(len, narrow.stdout.splitlines())) <= 50
+    assert max(map(len, wide.stdout.splitlines())) > 80
+    assert "  --min-size SIZE  list VMAs with at least this much resident" in wide.stdout
