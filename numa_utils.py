@@ -3444,11 +3444,12 @@ def _apply_policy(
     creates is fresh, and an attached one's pages were placed by the creator under
     the same shared policy; the mincore walk costs ~50 ms per 8 GiB of shmem.
     ``memory``: the machine's memory nodes, read once by a caller that applies many
-    extents (and passes their nodes, NUMA_NODES resolved once too)."""
+    extents; such a caller resolves NUMA_NODES once too, into ``nodes`` (None: unset),
+    and it is not read here."""
     backend = _b(backend)
     strict_ = _strict_or_env(strict)
     m = _mode_of(mode)
-    if nodes is None and m not in (Mode.DEFAULT, Mode.LOCAL):
+    if nodes is None and memory is None and m not in (Mode.DEFAULT, Mode.LOCAL):
         nodes = _env_nodes(backend)
     mname = _MODE_WORDS[m].result
     what = f"{mname} policy"
