@@ -149,17 +149,28 @@ class ThreadPlan(_Record):
         )
 
 
+def _is_count(value: object, least: int) -> bool:
+    """Whether ``value`` is an integer >= ``least`` (True and False are not counts)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return False
+    return value >= least
+
+
+def _cpus_of(cores: Iterable[Tuple[int, ...]]) -> FrozenSet[int]:
+    """Every CPU of ``cores`` (each a tuple of SMT siblings)."""
+    return frozenset(itertools.chain.from_iterable(cores))
+
+
 def _role_counts(roles: Mapping[str, Union[int, str]]) -> Dict[str, Union[int, str]]:
     """``roles`` checked: each a number of cores >= 1, or "rest" for one role."""
     if not roles:
         raise ValueError("thread_plan: no roles given")
-    rest = [role for role, want in roles.items() if want == "rest"]
     for role, want in roles.items():
         if not isinstance(role, str) or not role:
             raise ValueError(f"a role is named by a non-empty string, not {role!r}")
-        count_ok = isinstance(want, int) and not isinstance(want, bool) and want >= 1
-        if not count_ok and want != "rest":
+        if want != "rest" and not _is_count(want, 1):
             raise ValueError(f"role {role!r}: a number of cores >= 1 or 'rest', not {want!r}")
+    rest = [role for role, want in roles.items() if want == "rest"]
     if len(rest) > 1:
         raise ValueError(f"roles {', '.join(rest)}: only one role may take the 'rest'")
     return dict(roles)
@@ -175,14 +186,17 @@ def _split_roles(
     what the others leave; a role left without one shares the last unit (strict:
     OSError).  No units: every role gets none, and none is counted as sharing."""
     fixed = sum(want for want in roles.values() if isinstance(want, int))
+    rest = len(units) - fixed  # what the "rest" role gets
     left = list(units)
     out: Dict[str, FrozenSet[int]] = {}
     shared: List[str] = []
     for role, want in roles.items():
-        count = len(units) - fixed
+        count = rest
         if isinstance(want, int):
             count = want
-        taken, left = left[: max(count, 0)], left[max(count, 0) :]
+        cut = max(count, 0)
+        taken = left[:cut]
+        left = left[cut:]
         if not taken and units:
             taken = [units[-1]]
             shared.append(role)
@@ -192,7 +206,7 @@ def _split_roles(
                 f"it shares CPUs {nu.format_cpulist(units[-1])} with another role",
                 notes,
             )
-        out[role] = frozenset(cpu for unit in taken for cpu in unit)
+        out[role] = _cpus_of(taken)
     return out, tuple(shared)
 
 
@@ -204,12 +218,13 @@ def _omp_env(cpus: FrozenSet[int]) -> Dict[str, str]:
         return {}
     ordered = sorted(cpus)
     places = ",".join("{" + str(cpu) + "}" for cpu in ordered)
+    cpulist = nu.format_cpulist(ordered)
     return {
         "OMP_NUM_THREADS": str(len(ordered)),
         "OMP_PLACES": places,
         "OMP_PROC_BIND": "close",
-        "GOMP_CPU_AFFINITY": nu.format_cpulist(ordered),
-        "KMP_AFFINITY": f"granularity=fine,explicit,proclist=[{nu.format_cpulist(ordered)}]",
+        "GOMP_CPU_AFFINITY": cpulist,
+        "KMP_AFFINITY": f"granularity=fine,explicit,proclist=[{cpulist}]",
     }
 
 
@@ -315,7 +330,7 @@ def thread_plan(
     units = topo.cores_of(cpus)
     if smt == "one":
         units = [core[:1] for core in units]
-        why["SMT sibling (smt='one')"] = cpus - frozenset(core[0] for core in units)
+        why["SMT sibling (smt='one')"] = cpus - _cpus_of(units)
     got, shared = _split_roles(units, wanted, st, notes)  # no units: every role empty
     left_out = {reason: found for reason, found in why.items() if found}
     memory = nu._plan_memory(topo, [], cpu_node, "prefer")
@@ -362,6 +377,7 @@ _UNMOVED_HINT = (
     "settle again later, or leave them"
 )
 _BUDGET_HINT = "the budget ended first: settle(..., start=next_address) goes on from there"
+_SHARED_PAGE = -errno.EACCES  # move_pages(2) status of a page another process maps too
 
 
 class SettleResult(_Record):
@@ -421,14 +437,19 @@ def _left_alone(backend: nu.Backend, entry: nu.NumaMapsEntry, vma: _Vma) -> Opti
         value = nu.get_mempolicy(entry.start, backend=backend)[0]
     except OSError:
         return "policy"  # unknown: left alone
-    if value & ~nu._MODE_FLAGS_MASK in (nu.Mode.DEFAULT, nu.Mode.LOCAL):
+    mode = value & ~nu._MODE_FLAGS_MASK
+    if mode in (nu.Mode.DEFAULT, nu.Mode.LOCAL):
         return None
     return "policy"
 
 
-def _bytes_on(entry: nu.NumaMapsEntry, nodes: FrozenSet[int]) -> int:
-    """The bytes of a mapping's pages that sit on ``nodes``."""
-    return sum(size for node, size in entry.bytes_per_node.items() if node in nodes)
+def _bytes_on(bytes_by_node: Mapping[int, int], nodes: FrozenSet[int]) -> int:
+    """The bytes of ``bytes_by_node`` (node -> bytes) that sit on ``nodes``."""
+    held = 0
+    for node, size in bytes_by_node.items():
+        if node in nodes:
+            held += size
+    return held
 
 
 def _private_ranges(
@@ -442,7 +463,7 @@ def _private_ranges(
     ranges = []
     for entry in entries:
         vma = vmas.get(entry.start)
-        held = _bytes_on(entry, away)
+        held = _bytes_on(entry.bytes_per_node, away)
         if vma is None or not held:
             continue
         why = _left_alone(backend, entry, vma)
@@ -462,9 +483,15 @@ def _page_ranges(backend: nu.Backend, bufs: Iterable[Any]) -> List[Tuple[int, in
             buf = (buf,)
         addr, length = nu.buffer_range(*buf)
         start, size = nu._page_range(addr, length, backend.page_size)
-        ranges.append((start, start + size))
+        end = start + size
+        ranges.append((start, end))
     ranges.sort()
     return ranges
+
+
+def _in_turn(nodes: List[int], count: int) -> List[int]:
+    """``count`` nodes taken from ``nodes`` in turn: 0, 1, 0, 1 ..."""
+    return [nodes[at % len(nodes)] for at in range(count)]
 
 
 def _settle_failed(
@@ -506,11 +533,13 @@ class _Settling:
         """The budget has ended (never before the first batch)."""
         if self.budget_ms is None or not self.batches:
             return False
-        return time.monotonic() - self.started >= self.budget_ms / 1000
+        elapsed = time.monotonic() - self.started
+        return elapsed >= self.budget_ms / 1000
 
     def run(self, ranges: List[Tuple[int, int, str]], start: int) -> None:
         """Go through ``ranges`` ((start, end, kind) by address) from ``start`` on."""
-        step = max(_SETTLE_BATCH // self.page, 1) * self.page
+        pages_per_batch = max(_SETTLE_BATCH // self.page, 1)
+        step = pages_per_batch * self.page
         start -= start % self.page
         for first, end, kind in ranges:
             addr = max(first, start)
@@ -519,7 +548,8 @@ class _Settling:
                     self.stopped_at = addr
                     return
                 stop = min(addr + step, end)
-                self.batch(list(range(addr, stop, self.page)), kind)
+                pages = list(range(addr, stop, self.page))
+                self.batch(pages, kind)
                 addr = stop
 
     def misplaced(self, node: int) -> bool:
@@ -554,13 +584,13 @@ class _Settling:
         """Move ``pages`` onto the target nodes in turn; how many moved.  A page another
         process maps too (a forked child's copy-on-write copy) stays, as MPOL_MF_MOVE
         leaves it (EACCES): shared; any other page that stayed: unmoved."""
-        order = self.order
-        targets = [order[at % len(order)] for at in range(len(pages))]
+        targets = _in_turn(self.order, len(pages))
         status = nu.move_pages(0, pages, targets, nu.MbindFlag.MOVE, backend=self.backend)
-        shared = status.count(-errno.EACCES)
+        shared = status.count(_SHARED_PAGE)
         left = []
         for page, node in zip(pages, status):
-            if node not in self.target and node != -errno.EACCES:
+            stayed = node not in self.target and node != _SHARED_PAGE
+            if stayed:
                 left.append(page)
         unmoved = 0
         if left:  # the other pages of a huge page that moved whole say "busy": ask again
@@ -571,14 +601,16 @@ class _Settling:
         return len(pages) - shared - unmoved
 
     def result(self, scope: str, strict: bool, err: Optional[int] = None) -> SettleResult:
+        finished = not self.stopped_at and err is None
+        seconds = time.monotonic() - self.started
         res = SettleResult(
             False,
             self.target,
             scope,
             self.moved,
             self.skipped,
-            not self.stopped_at and err is None,
-            time.monotonic() - self.started,
+            finished,
+            seconds,
             self.stopped_at,
             self.unmoved * self.page,
         )
@@ -602,7 +634,8 @@ def _settle_scope(scope: Optional[str], buffers: List[Any], budget_ms: Optional[
     if scope is None:
         return "private"
     if scope not in SETTLE_SCOPES:
-        raise ValueError(f"settle: scope must be one of {', '.join(SETTLE_SCOPES)}, not {scope!r}")
+        choices = ", ".join(SETTLE_SCOPES)
+        raise ValueError(f"settle: scope must be one of {choices}, not {scope!r}")
     if buffers:
         raise ValueError(f"settle: buffers and scope={scope!r}: give one of the two")
     return scope
@@ -653,28 +686,28 @@ def settle(
         raise ValueError("settle: no node to move pages to")
     # Nodes the cpuset forbids are left out, as the policy calls leave them out.
     target = asked & allowed
+    forbidden = asked - target
     buffers = list(buffers)
     where = _settle_scope(scope, buffers, budget_ms)
     run = _Settling(backend, target, _page_ranges(backend, pinned), budget_ms)
-    if not target or (asked - target and st):
-        return _settle_failed(
-            run.result(where, st), st, "cpuset", errno.EINVAL, nu._HINTS["cpuset"]
-        )
+    if not target or (forbidden and st):
+        refused = run.result(where, st)
+        return _settle_failed(refused, st, "cpuset", errno.EINVAL, nu._HINTS["cpuset"])
+    away = default - target
     try:
         if where == "buffers":
             named = _page_ranges(backend, buffers)
             run.run([(first, end, "buffers") for first, end in named], start)
-        else:
-            away = default - target
+        elif where == "private":
             run.away = away
-        if where == "private":
             run.run(_private_ranges(backend, away, run.skipped), start)
-        if where == "process":
+        else:
+            run.away = away
             run.unmoved = nu.migrate_pages(0, away, target, backend=backend)
     except OSError as err:
         return run.result(where, st, err.errno or errno.EIO)
     res = run.result(where, st)
-    if asked - target and res:
+    if forbidden and res:
         return res._replace(reason="cpuset", hint=nu._HINTS["cpuset"])
     return res
 
@@ -727,8 +760,11 @@ def _role_patterns(
     plan: ThreadPlan, match: Mapping[str, str], default: Optional[str]
 ) -> Dict[str, re.Pattern[str]]:
     """``match``'s regular expressions compiled, each naming a role of ``plan``."""
-    for role in [*match, default]:
-        if role is not None and role not in plan.roles:
+    named = list(match)
+    if default is not None:
+        named.append(default)
+    for role in named:
+        if role not in plan.roles:
             raise ValueError(f"role {role!r} is not in the plan ({', '.join(plan.roles)})")
     patterns: Dict[str, re.Pattern[str]] = {}
     for role, text in match.items():
@@ -739,16 +775,23 @@ def _role_patterns(
     return patterns
 
 
+def _task_text(backend: nu.Backend, tid: int, name: str) -> str:
+    """/proc/self/task/TID/NAME; "" when it cannot be read (the thread exited)."""
+    text = nu._read_optional(backend, f"/proc/self/task/{tid}/{name}")
+    return text or ""
+
+
 def _thread_name(backend: nu.Backend, tid: int) -> str:
-    return nu._clean(nu._read_optional(backend, f"/proc/self/task/{tid}/comm") or "")
+    return nu._clean(_task_text(backend, tid, "comm"))
 
 
 def _thread_start(backend: nu.Backend, tid: int) -> Optional[str]:
     """When thread ``tid`` of this process started (proc(5) stat field 22, counted
     after the name, which may hold ") "); None when this process has no such thread
     (it exited: its id may be another task's by now)."""
-    stat = nu._read_optional(backend, f"/proc/self/task/{tid}/stat") or ""
-    fields = stat.rpartition(")")[2].split()
+    stat = _task_text(backend, tid, "stat")
+    _, _, after_name = stat.rpartition(")")
+    fields = after_name.split()
     if len(fields) < 20:
         return None
     return fields[19]
@@ -831,20 +874,21 @@ def pin_threads(
             late.extend(new)
         for tid in new:
             seen[tid] = _pin_thread(backend, plan, patterns, default, tid)
-        new = [tid for tid in backend.call("threads") if tid not in seen]
+        running = backend.call("threads")
+        new = [tid for tid in running if tid not in seen]
     if new:
         nu._fail(st, f"threads kept starting: {len(new)} not pinned after {passes} passes", notes)
     for pin in seen.values():
         if pin.failed:
             msg = f"thread {pin.tid} ({pin.name}): not pinned to role {pin.role}: {pin.reason}"
             nu._fail(st, msg, notes)
-    unmatched = tuple(pin.tid for pin in seen.values() if pin.role is None)
+    threads = tuple(seen.values())
+    unmatched = tuple(pin.tid for pin in threads if pin.role is None)
     moved = None
     if settle and plan.memory_nodes:
         moved = _settle(plan.memory_nodes, budget_ms=None, strict=st, backend=backend)
     elif settle:
         nu._fail(st, "settle: the plan names no memory node; the pages stay where they are", notes)
-    threads = tuple(seen.values())
     return PinResult(threads, unmatched, tuple(late), passes, notes=tuple(notes), settled=moved)
 
 
@@ -896,9 +940,10 @@ class pinned:
 
     def __exit__(self, *exc: Any) -> None:
         backend = nu._b(self.backend)
-        changed = []
+        pins: Tuple[ThreadPin, ...] = ()
         if self.result is not None:
-            changed = [pin for pin in self.result.threads if pin.before and pin.after != pin.before]
+            pins = self.result.threads
+        changed = [pin for pin in pins if pin.before and pin.after != pin.before]
         for pin in changed:
             if pin.start is None or _thread_start(backend, pin.tid) != pin.start:
                 self.exited.append(pin.tid)
@@ -937,6 +982,27 @@ class InstancePlan(_Record):
         )
 
 
+def _usable_nodes(topo: nu.Topology) -> List[int]:
+    """The nodes with CPUs this process may use (online, in its cpuset), by id."""
+    usable_cpus = topo.allowed_cpus & topo.online_cpus
+    usable = []
+    for node in sorted(topo.nodes_with_cpus):
+        if topo.nodes[node].cpus & usable_cpus:
+            usable.append(node)
+    return usable
+
+
+def _memory_for(
+    topo: nu.Topology, infos: List[nu.GpuInfo], nodes: Iterable[Optional[int]]
+) -> Tuple[int, ...]:
+    """The memory nodes of workers on ``nodes`` ("prefer": each node's own or its
+    nearest), together, by id."""
+    memory: Set[int] = set()
+    for node in nodes:
+        memory.update(nu._plan_memory(topo, infos, node, "prefer"))
+    return tuple(sorted(memory))
+
+
 def _gpu_instances(
     topo: nu.Topology, infos: List[nu.GpuInfo], n: int, per: int, reserve: int, strict: bool
 ) -> List[InstancePlan]:
@@ -953,13 +1019,12 @@ def _gpu_instances(
         first = index * per
         picked = range(first, first + per)
         cpus: Set[int] = set()
-        nodes: Set[int] = set()
-        memory: Set[int] = set()
+        homes: List[Optional[int]] = []
         for gpu in picked:
             node, their_cpus, _ = planned[fam[gpu].pci]
             cpus |= their_cpus
-            nodes |= {node} - {None}  # type: ignore[arg-type]
-            memory.update(nu._plan_memory(topo, infos, node, "prefer"))
+            homes.append(node)
+        nodes = {node for node in homes if node is not None}
         visible = ",".join(str(gpu) for gpu in picked)
         env = {"CUDA_VISIBLE_DEVICES": visible, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
         pcis = tuple(fam[gpu].pci for gpu in picked)
@@ -970,7 +1035,7 @@ def _gpu_instances(
                 pcis,
                 frozenset(cpus),
                 tuple(sorted(nodes)),
-                tuple(sorted(memory)),
+                _memory_for(topo, infos, homes),
                 env,
             )
         )
@@ -979,20 +1044,20 @@ def _gpu_instances(
 
 def _node_instances(topo: nu.Topology, n: int) -> List[InstancePlan]:
     """Instance i: a run of whole nodes (those with CPUs this process may use)."""
-    allowed = topo.allowed_cpus & topo.online_cpus
-    usable = [node for node in sorted(topo.nodes_with_cpus) if topo.nodes[node].cpus & allowed]
+    usable = _usable_nodes(topo)
     if n > len(usable):
         raise ValueError(
             f"{n} CPU-only instances need {n} nodes with CPUs; this process may use {len(usable)}"
         )
+    allowed = topo.allowed_cpus & topo.online_cpus
     out = []
     for index, run in enumerate(nu._chunks(len(usable), n)):
-        nodes = [usable[at] for at in run]
-        cpus = frozenset(cpu for node in nodes for cpu in topo.nodes[node].cpus & allowed)
-        memory: Set[int] = set()
+        nodes = usable[run.start : run.stop]
+        cpus: Set[int] = set()
         for node in nodes:
-            memory.update(nu._plan_memory(topo, [], node, "prefer"))
-        out.append(InstancePlan(index, (), (), cpus, tuple(nodes), tuple(sorted(memory)), {}))
+            cpus |= topo.nodes[node].cpus & allowed
+        memory = _memory_for(topo, [], nodes)
+        out.append(InstancePlan(index, (), (), frozenset(cpus), tuple(nodes), memory, {}))
     return out
 
 
@@ -1000,10 +1065,11 @@ def _note_shared_memory(plans: List[InstancePlan]) -> List[InstancePlan]:
     """``plans`` with a note on each instance whose memory nodes another one uses."""
     out = []
     for plan in plans:
+        mine = set(plan.memory_nodes)
         shared: Set[int] = set()
         for other in plans:
             if other.instance != plan.instance:
-                shared |= set(plan.memory_nodes) & set(other.memory_nodes)
+                shared |= mine.intersection(other.memory_nodes)
         if shared:
             note = f"memory on nodes {nu.format_cpulist(shared)} is shared with another instance"
             plan = plan._replace(notes=plan.notes + (note,))
@@ -1027,10 +1093,10 @@ def instance_plans(
     one node.  With 0 (CPU-only engines) each instance gets a run of whole nodes.
     Too few GPUs or nodes: ValueError.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+    if not _is_count(n, 1):
         raise ValueError(f"instance_plans: n must be an integer >= 1, not {n!r}")
     per = gpus_per_instance
-    if isinstance(per, bool) or not isinstance(per, int) or per < 0:
+    if not _is_count(per, 0):
         raise ValueError(f"gpus_per_instance must be an integer >= 0, not {per!r}")
     backend = nu._b(backend)
     _, res, _, st = nu._plan_args("exclusive", reserve, None, strict)
@@ -1121,11 +1187,7 @@ def _cpu_homes(topo: nu.Topology, count: int) -> List[int]:
     """The node of each of ``count`` CPU workers: worker w on usable node
     w * nodes // count, so a group's workers sit together and groups take runs of
     nodes of their own when there are enough."""
-    allowed = topo.allowed_cpus & topo.online_cpus
-    usable = []
-    for node in sorted(topo.nodes_with_cpus):
-        if topo.nodes[node].cpus & allowed:
-            usable.append(node)
+    usable = _usable_nodes(topo)
     homes = []
     for worker in range(count):
         at = worker * len(usable) // count
@@ -1138,11 +1200,11 @@ def _node_workers(
 ) -> List[nu.GpuPlan]:
     """``mates`` CPU workers on ``node``: its whole cores (NUMA_RESERVED_CORES left
     out) split into runs, one each; fewer cores than workers: one core each, shared."""
-    node_cpus = nu._node_slice(topo, node, reserve, strict, notes)[1]
+    _, node_cpus, _ = nu._node_slice(topo, node, reserve, strict, notes)
     cores = topo.cores_of(node_cpus)
     if len(cores) < mates:
-        message = f"node {node} has {len(cores)} usable cores for {mates} workers"
-        nu._fail(strict, message + ": they share cores", notes)
+        message = f"node {node} has {len(cores)} usable cores for {mates} workers: they share cores"
+        nu._fail(strict, message, notes)
     memory = nu._plan_memory(topo, [], node, "prefer")
     base = nu.GpuPlan(None, None, None, node, frozenset(), "prefer", memory, "exclusive")
     out = []
@@ -1151,8 +1213,7 @@ def _node_workers(
         mine = cores[run.start : run.stop]
         if not mine:  # fewer cores than workers
             mine = [cores[rank % len(cores)]]
-        cpus = frozenset(itertools.chain(*mine))
-        out.append(base._replace(cpus=cpus))
+        out.append(base._replace(cpus=_cpus_of(mine)))
     return out
 
 
@@ -1266,13 +1327,11 @@ class RemoteShare(_Record):
 
     @property
     def remote_bytes(self) -> int:
-        return sum(
-            value for node, value in self.bytes_by_node.items() if node not in self.local_nodes
-        )
+        return self.total_bytes - self.local_bytes
 
     @property
     def local_bytes(self) -> int:
-        return self.total_bytes - self.remote_bytes
+        return _bytes_on(self.bytes_by_node, self.local_nodes)
 
     @property
     def share(self) -> float:
@@ -1295,12 +1354,13 @@ class RemoteShare(_Record):
         )
 
     def to_json(self) -> Dict[str, Any]:
-        total, by = self.total_bytes, sorted(self.bytes_by_node.items())
+        total = self.total_bytes
+        by = sorted(self.bytes_by_node.items())
         return nu._record_json(
             self,
             bytes_by_node={
-                "bytes_by_node": {str(node): v for node, v in by},
-                "share_by_node": {str(node): _fraction(v, total) for node, v in by},
+                "bytes_by_node": {str(node): size for node, size in by},
+                "share_by_node": {str(node): _fraction(size, total) for node, size in by},
             },
             threshold={
                 "total_bytes": total,
@@ -1429,15 +1489,17 @@ def _resolve_gpu(
     if isinstance(gpu, bool) or not isinstance(gpu, (int, str)):
         raise TypeError(f"gpu must be a CUDA device index, a PCI address or a GpuInfo, not {gpu!r}")
     if isinstance(gpu, str):
-        r = nu._resolve(0, gpu, infos, backend, environ)
-        if r.gpu is None:
-            known = ", ".join(g.pci for g in infos) or "none"
-            raise ValueError(f"no GPU at PCI address {gpu!r} ({r.how}); GPUs: {known}")
-        return r.gpu.node, f"GPU {r.gpu.pci}"
-    r = nu._resolve(gpu, None, infos, backend, environ)
-    if r.gpu is None:
-        raise ValueError(f"no GPU {gpu}: {r.how}")
-    return r.gpu.node, f"CUDA device {gpu} (GPU {r.gpu.pci})"
+        by_address = nu._resolve(0, gpu, infos, backend, environ)
+        found = by_address.gpu
+        if found is None:
+            known = ", ".join(info.pci for info in infos) or "none"
+            raise ValueError(f"no GPU at PCI address {gpu!r} ({by_address.how}); GPUs: {known}")
+        return found.node, f"GPU {found.pci}"
+    by_index = nu._resolve(gpu, None, infos, backend, environ)
+    found = by_index.gpu
+    if found is None:
+        raise ValueError(f"no GPU {gpu}: {by_index.how}")
+    return found.node, f"CUDA device {gpu} (GPU {found.pci})"
 
 
 def choose_node(
@@ -1471,7 +1533,8 @@ def choose_node(
     if regions is not None:
         meminfo = regions.counters(backend=backend).nodes
     excluded = nu._check_nodes(exclude, topo.online_nodes)
-    nu._check_nodes(loads or {}, topo.online_nodes)
+    placed: Mapping[int, int] = loads or {}
+    nu._check_nodes(placed, topo.online_nodes)
     usable_mem = nu.default_memory_nodes(topo)
     if topo.has_node_dir:
         nodes = sorted(
@@ -1488,10 +1551,12 @@ def choose_node(
     if gpu is not None:
         gnode, glabel = _resolve_gpu(gpu, topo, backend, environ)
 
-    need_kb = (max(int(need_bytes), 0) + 1023) // 1024
+    need = max(int(need_bytes), 0)
+    need_kb = (need + 1023) // 1024
     cands: List[NodeCandidate] = []
     for node in nodes:
-        mnode = next(iter(nu._nearest_tied(topo, node, usable_mem)), None)
+        nearest = nu._nearest_tied(topo, node, usable_mem)
+        mnode = next(iter(nearest), None)
         candidate = None
         memory_distance = None
         if mnode is not None:
@@ -1512,7 +1577,7 @@ def choose_node(
                 node=node,
                 memory_node=mnode,
                 available_kb=avail,
-                load=int((loads or {}).get(node, 0)),
+                load=int(placed.get(node, 0)),
                 gpu_distance=gpu_distance,
                 memory_distance=memory_distance,
                 fits=avail >= need_kb,
