@@ -1008,7 +1008,8 @@ class LinuxBackend(Backend):
 
     def _call_syscall(self, nr: int, *args: int) -> int:
         # c_long wraps an unsigned value (an address, -1 as a u64) as C would.
-        return int(self._libc_call(f"syscall {nr}", *[ctypes.c_long(a) for a in (nr, *args)]))
+        words = [ctypes.c_long(a) for a in (nr, *args)]
+        return int(self._libc_call(f"syscall {nr}", *words))
 
     def _call_madvise(self, addr: int, length: int, advice: int) -> None:
         self._libc_call("madvise", addr, length, advice)
@@ -1514,8 +1515,9 @@ def _encode_nodemask(nodes: Iterable[int], words: int, abi: Abi) -> bytes:
 
 
 def decode_nodemask(raw: bytes, abi: Abi) -> FrozenSet[int]:
-    wb = abi.word_bits // 8
-    return _set_bits(int.from_bytes(_swap_words(raw[: len(raw) // wb * wb], abi), "little"))
+    word = abi.word_bits // 8
+    whole_words = raw[: len(raw) // word * word]
+    return _set_bits(int.from_bytes(_swap_words(whole_words, abi), "little"))
 
 
 class NodeMask:
@@ -2917,7 +2919,8 @@ def set_mempolicy_home_node(
 def _page_range(addr: int, length: int, page: int) -> Tuple[int, int]:
     """The whole pages covering [addr, addr+length): mbind needs an aligned start."""
     start = addr - addr % page
-    return start, -(-(addr + length) // page) * page - start
+    end = -(-(addr + length) // page) * page  # rounded up
+    return start, end - start
 
 
 # ===========================================================================
