@@ -5743,7 +5743,8 @@ def _status_facts(backend: Backend) -> Tuple[Dict[str, Any], Topology]:
     abi: Optional[Abi] = backend.abi
     own_pid = None
     if backend.is_live:
-        release, machine, own_pid = os.uname()[2], os.uname()[4], os.getpid()
+        uts = os.uname()
+        release, machine, own_pid = uts.release, uts.machine, os.getpid()
     elif not backend.has_process:  # a saved tree: its machine as far as it tells, never ours
         page_size = abi = None
         tree: Any = getattr(backend, "_tree", None)
