@@ -354,7 +354,7 @@ DENSITY_TARGETS = {
 # (the core prints its facts as a plain outline); the kernel's shared memory moved
 # to numa_utils_regions, which serves it to LinuxBackend (_LINUX_OPERATIONS); a saved
 # tree's machine moved to numa_utils_sim (SavedTree.machine); _apply_policy takes the
-# memory nodes, not a cache dict.  The core: 39086 nodes and 5,997 lines.  Its
+# memory nodes, not a cache dict.  The core: 39,086 nodes and 5,997 lines.  Its
 # densities rose (7.757 -> 7.915 tokens per line, median function
 # 9.07 -> 9.4) because the code that left was the file's sparsest (the status code
 # 5.52 tokens per line and a median function of 7.8; the shared memory 7.54 and 7.4:
