@@ -79,6 +79,14 @@ def test_cleanup_dry_run_changes_nothing_remove_does(kind):
     assert _counts(s) == (0, 0, 0)
 
 
+def _flip_byte(address):
+    """Damage one byte for sure: every bit of it inverted (writing a fixed value
+    leaves it as it was when it already held that value: 1 run in 256 here, where
+    the byte is the low one of a time stamp)."""
+    cell = nu.ctypes.c_ubyte.from_address(address)
+    cell.value ^= 0xFF
+
+
 def test_last_use_slot_layout():
     s = sim("single-node")
     p = s.process()
@@ -91,12 +99,12 @@ def test_last_use_slot_layout():
     assert boot == zlib.crc32(b"simulated") and start.rstrip(b"\0") == str(100 * p.pid).encode()
     assert crc == zlib.crc32(raw[:60])
     # damaged: proves nothing, so the region stays (and says how to fix it)
-    nu.ctypes.memmove(r.address + r.size + 16, b"\xff", 1)
+    _flip_byte(r.address + r.size + 16)
     r.close()  # rewrites the slot: damage it after
     nur.SharedRegion.attach("slot", backend=s.process()).close()
     q = s.process()
     a = nur.SharedRegion.attach("slot", backend=q)
-    nu.ctypes.memmove(a.address + a.size + 16, b"\xff", 1)
+    _flip_byte(a.address + a.size + 16)
     q.exit()
     p.exit()
     row = _row(s, "slot", remove=True, min_age=0)
