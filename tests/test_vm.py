@@ -434,8 +434,8 @@ def test_guest_max_map_count():
     """Issues 27 and 40 on a real kernel (vm/guest_map_count.py): with
     vm.max_map_count 1000 a 200 x 8 alternating layout is placed by thread under
     strict with no mbind on its data, every block on its node, the data one VMA, the
-    VMA count up by at most 2 beyond the prefault threads' stacks, the process still starts threads and maps files; a layout within the limit
-    lands exactly by policy."""
+    VMA count up by at most 2 beyond the prefault threads' stacks, the process still
+    starts threads and maps files; a layout within the limit lands exactly by policy."""
     ok, console, records, seconds = _boot(
         "x86_64",
         "two-node",
