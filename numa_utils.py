@@ -198,7 +198,6 @@ __all__ = [
     "device_distance",
     "local_devices",
     "LocalDevices",
-    # observation
     # numactl's node/CPU list grammar; CLI
     "parse_nodestring",
     "main",
@@ -458,12 +457,13 @@ def parse_cpumap(
             f"invalid CPU mask{_where(source)}: {len(words)} words, more "
             f"than {limit} bits: {_short(text)}"
         )
-    bad = [w for w in words if not _HEX_WORD.fullmatch(w)]
-    if bad:
-        raise ValueError(
-            f"invalid CPU mask{_where(source)}: word {bad[0][:40]!r} of {_short(text)}"
-        )
-    value = int("".join(w.rjust(8, "0") for w in words), 16)
+    for word in words:
+        if not _HEX_WORD.fullmatch(word):
+            raise ValueError(
+                f"invalid CPU mask{_where(source)}: word {word[:40]!r} of {_short(text)}"
+            )
+    hex_digits = "".join(word.rjust(8, "0") for word in words)
+    value = int(hex_digits, 16)
     if value >> limit:
         raise ValueError(
             f"invalid CPU mask{_where(source)}: bits at or above {limit}: {_short(text)}"
@@ -657,11 +657,11 @@ def abi_for(machine: Optional[str] = None, pointer_bits: Optional[int] = None) -
             name = "x32"
         else:
             name = table_name + "-32"
-    if known:
-        big_endian = table_name in _BIG_ENDIAN
-    else:
-        big_endian = sys.byteorder == "big"
-    byteorder: ByteOrder = "big" if big_endian else "little"
+    byteorder: ByteOrder = sys.byteorder  # an unknown machine: this interpreter's
+    if table_name in _BIG_ENDIAN:
+        byteorder = "big"
+    elif known:
+        byteorder = "little"
     return Abi(name, pointer_bits, byteorder, table)
 
 
@@ -911,16 +911,17 @@ def _touch_iov(addr: int, length: int, page: int, write: bool = True) -> None:
 
     libc = _get_libc()
     starts = array.array("Q", range(addr - addr % page, addr + length, page))
-    if starts and starts[0] < addr:
-        starts[0] = addr
-    iov = array.array("Q", bytes(16 * len(starts)))
+    pages = len(starts)
+    if pages:
+        starts[0] = addr  # the first page from addr itself
+    iov = array.array("Q", bytes(16 * pages))
     iov[0::2] = starts
-    iov[1::2] = array.array("Q", [1]) * len(starts)
+    iov[1::2] = array.array("Q", [1]) * pages
     base = iov.buffer_info()[0]
     r, w = os.pipe()
     try:
-        for i in range(0, len(starts), _IOV_MAX):
-            count = min(_IOV_MAX, len(starts) - i)
+        for i in range(0, pages, _IOV_MAX):
+            count = min(_IOV_MAX, pages - i)
             ptr = base + 16 * i
             ctypes.set_errno(0)
             if libc.writev(w, ptr, count) != count or (
@@ -963,7 +964,9 @@ class LinuxBackend(Backend):
             )
         self.root = os.path.abspath(root or "/")
         self.is_live = tree is None
-        self.abi = abi if abi is not None else abi_for()
+        if abi is None:
+            abi = abi_for()
+        self.abi = abi
         self.page_size = os.sysconf("SC_PAGE_SIZE")
         self._tree = tree
 
@@ -1021,7 +1024,7 @@ class LinuxBackend(Backend):
 
     def _call_sched_setaffinity(self, pid: int, cpus: Iterable[int]) -> None:
         self._refuse("sched_setaffinity")
-        os.sched_setaffinity(pid, set(cpus))
+        os.sched_setaffinity(pid, cpus)
 
     def write_text(self, path: str, text: str) -> None:
         self._refuse(f"write {path}")  # only the running system is written: no tree
@@ -1086,7 +1089,7 @@ class LinuxBackend(Backend):
         res = fn(*args)
         # -1 for the int-returning calls; NULL or MAP_FAILED ((void *) -1, unsigned
         # through c_void_p) for shmat and mmap.
-        if res in (-1, None, (1 << (ctypes.sizeof(ctypes.c_void_p) * 8)) - 1):
+        if res in (-1, None, ctypes.c_void_p(-1).value):
             raise _oserror(ctypes.get_errno() or errno.EIO, what)
         return res
 
@@ -1393,7 +1396,8 @@ def _hugepages(reader: _Reader, base: str) -> Dict[int, HugePages]:
     for name in sorted(reader.listdir(base)):
         m = re.match(r"^hugepages-([0-9]+)kB$", name)
         if m:
-            out[int(m.group(1))] = HugePages(
+            size_kb = int(m.group(1))
+            out[size_kb] = HugePages(
                 *(
                     reader.integer(f"{base}/{name}/{k}_hugepages") or 0
                     for k in ("nr", "free", "surplus")
@@ -1461,7 +1465,7 @@ def _cpu_node(reader: _Reader, cpu: int, cpu_dir: str, listed: Mapping[int, int]
     CPUs may be missing from the node cpulists; the link still says where they
     belong)."""
     if cpu in listed:
-        return listed.get(cpu)
+        return listed[cpu]
     for name in reader.listdir(cpu_dir):
         node = _id_of(name, "node")
         if node is not None:
@@ -1553,7 +1557,7 @@ class NodeMask:
 
     def read(self) -> FrozenSet[int]:
         """Decode the buffer (after the kernel wrote into it)."""
-        return decode_nodemask(self.buffer.raw[: self.words * self.abi.word_bits // 8], self.abi)
+        return decode_nodemask(self.buffer.raw[: self.bits // 8], self.abi)
 
     def __repr__(self) -> str:
         return f"NodeMask({format_cpulist(self.nodes)!r}, bits={self.bits})"
@@ -1767,7 +1771,7 @@ def _read_cpus(
     reader: _Reader, node_of: Mapping[int, int]
 ) -> Tuple[Dict[int, Cpu], FrozenSet[int]]:
     possible = _possible_cpus(reader)
-    online = reader.parsed(f"{_CPU_DIR}/online", parse_cpulist, frozenset(possible))
+    online = reader.parsed(f"{_CPU_DIR}/online", parse_cpulist, possible)
     cpus: Dict[int, Cpu] = {}
     # Sharing is symmetric: an online CPU listed in another's thread siblings has the
     # same package and siblings, and one listed in another's last-level cache set has
@@ -1823,7 +1827,7 @@ def _read_cpus(
                         llc_of[other] = llc
         node = _cpu_node(reader, cpu, cpu_dir, node_of)
         cpus[cpu] = Cpu(cpu, node, cpu in online, core, package, siblings, llc)
-    return cpus, frozenset(online) & frozenset(possible)
+    return cpus, online & possible
 
 
 def _device_node(
@@ -2271,7 +2275,8 @@ def _nearest_tied(topo: Topology, node: int, pool: Iterable[int]) -> Tuple[int, 
     if node in pool:
         return (node,)
     near = topo.nearest(node, pool)
-    return tuple(n for n in near if topo.distance(node, n) == topo.distance(node, near[0]))
+    shortest = topo.distance(node, near[0])
+    return tuple(n for n in near if topo.distance(node, n) == shortest)
 
 
 def _nearest_cpu_node(topo: Topology, node: int) -> Optional[int]:
@@ -2476,7 +2481,7 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
             elif len(row) == len(possible) and online <= possible:
                 # One entry per possible node (a node taken offline): keep the online.
                 dist = {m: d for m, d in zip(sorted(possible), row) if m in online}
-                reader.online(frozenset(possible), online, f"{where} (a column per possible node)")
+                reader.online(possible, online, f"{where} (a column per possible node)")
             else:
                 reader.problems.append(
                     f"{where} has {len(row)} entries for {len(order)} "
@@ -2736,11 +2741,6 @@ def default_memory_nodes(
     cpuset, never GPU memory or a slower tier.  memory_node_choice() says what it
     left out and why; pass ``nodes=[...]`` (or NUMA_NODES) to use other nodes."""
     return memory_node_choice(topology, backend=backend).nodes
-
-
-# ---------------------------------------------------------------------------
-# JSON: one function turns every public type into JSON-ready data.
-# ---------------------------------------------------------------------------
 
 
 # ===========================================================================
