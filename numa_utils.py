@@ -91,7 +91,7 @@ else:
         def __new__(mcls, name, bases, ns):
             if not bases:
                 return super().__new__(mcls, name, bases, ns)
-            fields = list(ns.get("__annotations__", {}))
+            fields = ns.get("__annotations__", {})
             defaults = [ns.pop(f) for f in fields if f in ns]
             base = collections.namedtuple(
                 name, fields, defaults=defaults, module=ns.get("__module__")
@@ -224,10 +224,9 @@ def _warn_once(key: str, msg: str, *args: Any) -> None:
     import logging
 
     if _cli_verbose is not None:  # the command line: its format, set when first needed
+        level = logging.WARNING
         if _cli_verbose:
             level = logging.INFO
-        else:
-            level = logging.WARNING
         logging.basicConfig(level=level, format="%(levelname)s %(message)s")
     logging.getLogger(__name__).warning(msg, *args)
 
@@ -640,7 +639,8 @@ def abi_for(machine: Optional[str] = None, pointer_bits: Optional[int] = None) -
         machine = os.uname().machine
     if pointer_bits is None:
         pointer_bits = struct.calcsize("P") * 8
-    table_name = _MACHINE_ALIASES.get(machine.lower(), machine.lower())
+    lowered = machine.lower()
+    table_name = _MACHINE_ALIASES.get(lowered, lowered)
     # Every 32-bit arm name (armv7l, armv6l, armhf, ...) is arm, and so is a 32-bit
     # process on arm64, which makes arm's calls; the other 64-bit ABIs have none.
     if table_name.startswith("arm") or (table_name == "aarch64" and pointer_bits == 32):
@@ -869,7 +869,8 @@ def _get_libc() -> ctypes.CDLL:
                 ("writev", [i, vp, i], ctypes.c_ssize_t),
             ):
                 fn = getattr(lib, name)
-                fn.argtypes, fn.restype = args, res
+                fn.argtypes = args
+                fn.restype = res
             _libc = lib
         return _libc
 
@@ -880,17 +881,15 @@ def _allowed_from_status(
     """(Cpus_allowed_list, Mems_allowed_list) of /proc/<pid>/status; None for a file
     or line that is not there.  A malformed list raises ValueError naming it."""
     path = f"/proc/{pid}/status"
-    fields = {}
+    cpus: Optional[FrozenSet[int]] = None
+    mems: Optional[FrozenSet[int]] = None
     for line in (_read_optional(backend, path) or "").splitlines():
         name, _, value = line.partition(":")
-        fields[name] = value
-
-    def allowed(name: str, limit: int) -> Optional[FrozenSet[int]]:
-        if name not in fields:
-            return None
-        return parse_cpulist(fields[name], source=f"{path} {name}", limit=limit)
-
-    return allowed("Cpus_allowed_list", MAX_CPUS), allowed("Mems_allowed_list", MAX_NODES)
+        if name == "Cpus_allowed_list":
+            cpus = parse_cpulist(value, source=f"{path} {name}")
+        elif name == "Mems_allowed_list":
+            mems = _parse_nodelist(value, source=f"{path} {name}")
+    return cpus, mems
 
 
 _IOV_MAX = 1024
@@ -1536,12 +1535,12 @@ class NodeMask:
     def __init__(
         self, nodes: Iterable[int] = (), *, abi: Optional[Abi] = None, bits: int = 0
     ) -> None:
-        self.abi = abi if abi is not None else abi_for()
+        if abi is None:
+            abi = abi_for()
+        self.abi = abi
         self.nodes = ids = _node_ids(nodes)
         w = self.abi.word_bits
-        need = max(bits, 1)
-        if ids:
-            need = max(need, max(ids) + 1)
+        need = max(bits, max(ids, default=0) + 1)
         self.words = (need + w - 1) // w
         self.bits = self.words * w
         # Room for what get_mempolicy writes: ALIGN(maxnode - 1, 64) / 8 bytes.
@@ -1809,8 +1808,9 @@ def _read_cpus(
                 if cpu in siblings:
                     for other in siblings & online:
                         pkg_of[other] = (package, siblings)
-            llc = llc_of.get(cpu, frozenset())
-            if cpu not in llc_of:
+            if cpu in llc_of:
+                llc = llc_of[cpu]
+            else:
                 # Which index is which level is read once per set of index folders, not
                 # per CPU (cacheinfo builds every CPU's leaves the same way): 4 fewer
                 # files per CPU where CPUs share no last-level cache.
@@ -1916,10 +1916,11 @@ def _read_devices(
             parts = reader.b.realpath(folder).split("/")
         except OSError:
             parts = []
-        top = [i for i, p in enumerate(parts) if re.match(r"^pci[0-9a-f]{4,}:[0-9a-f]{2}$", p)]
         path: Tuple[str, ...] = (addr,)  # no host bridge in the link (a saved tree)
-        if top:
-            path = tuple(parts[top[0] :])
+        for i, part in enumerate(parts):
+            if re.match(r"^pci[0-9a-f]{4,}:[0-9a-f]{2}$", part):
+                path = tuple(parts[i:])
+                break
         out.append(
             Device(
                 addr,
@@ -2170,6 +2171,18 @@ def _driver_gpus(backend: Backend) -> Dict[str, Optional[str]]:
     return out
 
 
+def _record_json(rec: Any, **replace: Dict[str, Any]) -> Dict[str, Any]:
+    """to_json() of ``rec``'s fields, in order; ``replace``: field -> the keys that
+    stand in its place (another name or form, or extra keys beside it)."""
+    out: Dict[str, Any] = {}
+    for key, value in rec._asdict().items():
+        if key in replace:
+            out.update(replace[key])
+        else:
+            out[key] = to_json(value)
+    return out
+
+
 def to_json(obj: Any) -> Any:
     """JSON-ready data for any numa_utils value (Topology, results, entries ...)."""
     if obj is None or type(obj) in (int, str, float, bool):  # most calls: a leaf
@@ -2179,7 +2192,7 @@ def to_json(obj: Any) -> Any:
     if hasattr(obj, "to_json") and callable(obj.to_json):
         return obj.to_json()
     if isinstance(obj, tuple) and hasattr(obj, "_asdict"):
-        return {key: to_json(value) for key, value in obj._asdict().items()}
+        return _record_json(obj)
     if isinstance(obj, enum.Enum):
         return obj.name.lower()
     if isinstance(obj, (frozenset, set)):
@@ -2198,18 +2211,14 @@ def _sorted_json(mapping: Mapping[int, Any]) -> Dict[str, Any]:
 
 def _node_json(node: Node) -> Dict[str, Any]:
     """Node's fields in order, its two mappings sorted by key."""
-    out = {}
-    for name, value in node._asdict().items():
-        if name in ("distances", "hugepages"):
-            out[name] = _sorted_json(value)
-        else:
-            out[name] = to_json(value)
-    return out
+    distances = {"distances": _sorted_json(node.distances)}
+    hugepages = {"hugepages": _sorted_json(node.hugepages)}
+    return _record_json(node, distances=distances, hugepages=hugepages)
 
 
 def _cpu_json(cpu: Cpu) -> Dict[str, Any]:
-    """Cpu's fields but its id (the key it is listed under)."""
-    return {name: to_json(value) for name, value in zip(Cpu._fields[1:], cpu[1:])}
+    """Cpu's fields but its id (the key it is listed under: no keys in its place)."""
+    return _record_json(cpu, id={})
 
 
 def _topology_json(topo: Topology) -> Dict[str, Any]:
@@ -2235,18 +2244,6 @@ def _topology_json(topo: Topology) -> Dict[str, Any]:
         "interleave_auto": topo.interleave_auto,
         "problems": list(topo.problems),
     }
-
-
-def _record_json(rec: Any, **replace: Dict[str, Any]) -> Dict[str, Any]:
-    """to_json() of ``rec``'s fields, in order; ``replace``: field -> the keys that
-    stand in its place (another name or form, or extra keys beside it)."""
-    out: Dict[str, Any] = {}
-    for key, value in rec._asdict().items():
-        if key in replace:
-            out.update(replace[key])
-        else:
-            out[key] = to_json(value)
-    return out
 
 
 class GpuInfo(_Record):
@@ -2369,7 +2366,10 @@ def _attribute_gpu_memory(
 def _gpu_infos(topo: Topology, backend: Backend) -> List[GpuInfo]:
     nvml = _nvml_devices(backend)
     driver = _driver_gpus(backend)
-    uuids = {**driver, **{nv.pci: nv.uuid for nv in nvml or () if nv.uuid}}
+    uuids = dict(driver)
+    for nv in nvml or ():
+        if nv.uuid:
+            uuids[nv.pci] = nv.uuid
     out = []
     for dev in topo.gpus:
         node, how = dev.node, dev.node_source
@@ -2406,11 +2406,9 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     has_node_dir = reader.exists(_NODE_DIR)
     # No node directory (kernel without CONFIG_NUMA): one node 0 with every CPU and
     # all memory.
-    online = possible = frozenset({0})
+    online = _online_nodes(reader)
+    possible = online
     if has_node_dir:
-        online = reader.parsed(
-            f"{_NODE_DIR}/online", _parse_nodelist, frozenset(_node_dirs(reader))
-        )
         possible = reader.parsed(f"{_NODE_DIR}/possible", _parse_nodelist, online)
     node_cpus: Dict[int, FrozenSet[int]] = {}
     mem: Dict[int, Tuple[int, int]] = {}
@@ -2587,10 +2585,9 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
 
 
 # ---------------------------------------------------------------------------
-# The default memory nodes: where a KV cache and every ``nodes=None``
-# call go.  Memory tiers (mm/memory-tiers.c: a lower tier id is faster; DRAM is tier
-# 4) and HMAT drive the kernel's own demotion; we follow them, and without them fall
-# back to evidence that has no false positives on plain machines.
+# The default memory nodes.  Memory tiers (mm/memory-tiers.c: a lower tier id is faster;
+# DRAM is tier 4) and HMAT drive the kernel's own demotion; we follow them, and without
+# them fall back to evidence that has no false positives on plain machines.
 # ---------------------------------------------------------------------------
 
 
@@ -2659,7 +2656,7 @@ def memory_node_choice(
 
     def drop(test: Callable[[Node], bool], why: Callable[[Node], str], because: str = "") -> None:
         """Leave out the nodes ``test`` picks (for ``why``), unless that would leave nothing."""
-        out = [nid for nid in sorted(cands) if nid in topo.nodes and test(topo.nodes[nid])]
+        out = [nid for nid in sorted(cands) if test(topo.nodes[nid])]
         if not out or len(out) == len(cands):
             return
         for nid in out:
@@ -2689,7 +2686,11 @@ def memory_node_choice(
         ),
         "has_normal_memory",
     )
-    known_tiers = {nid: tier for nid in cands if (tier := topo.nodes[nid].tier) is not None}
+    known_tiers = {}
+    for nid in cands:
+        tier = topo.nodes[nid].tier
+        if tier is not None:
+            known_tiers[nid] = tier
     with_cpus = cands & topo.nodes_with_cpus
     if len(known_tiers) == len(cands) and len(set(known_tiers.values())) > 1:
         basis.append("memory tiers")
@@ -2708,8 +2709,7 @@ def memory_node_choice(
             ),
         )
     else:
-        cpu_set = with_cpus or (topo.nodes_with_cpus & set(topo.nodes))
-        cpu_nodes = sorted(cpu_set)
+        cpu_nodes = sorted(with_cpus or (topo.nodes_with_cpus & set(topo.nodes)))
         remote = _widest_cpu_distance(topo, cpu_nodes)
         if remote is not None:
             # A CPU-less node without HMAT figures, farther than any CPU node pair.
