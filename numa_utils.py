@@ -869,8 +869,7 @@ def _get_libc() -> ctypes.CDLL:
                 ("writev", [i, vp, i], ctypes.c_ssize_t),
             ):
                 fn = getattr(lib, name)
-                fn.argtypes = args
-                fn.restype = res
+                fn.argtypes, fn.restype = args, res
             _libc = lib
         return _libc
 
@@ -1413,9 +1412,8 @@ def _first_parsed(reader: _Reader, paths: Iterable[str], *, nonempty: bool = Fal
     first that is not empty); None when none does."""
     for path in paths:
         got = reader.parsed(path, parse_cpulist)
-        if got is None or (nonempty and not got):
-            continue
-        return got
+        if got is not None and (got or not nonempty):
+            return got
     return None
 
 
@@ -2406,9 +2404,11 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     has_node_dir = reader.exists(_NODE_DIR)
     # No node directory (kernel without CONFIG_NUMA): one node 0 with every CPU and
     # all memory.
-    online = _online_nodes(reader)
-    possible = online
+    online = possible = frozenset({0})
     if has_node_dir:
+        online = reader.parsed(
+            f"{_NODE_DIR}/online", _parse_nodelist, frozenset(_node_dirs(reader))
+        )
         possible = reader.parsed(f"{_NODE_DIR}/possible", _parse_nodelist, online)
     node_cpus: Dict[int, FrozenSet[int]] = {}
     mem: Dict[int, Tuple[int, int]] = {}
