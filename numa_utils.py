@@ -2896,9 +2896,12 @@ def migrate_pages(
     backend = _b(backend)
     old, new = frozenset(old_nodes), frozenset(new_nodes)
     bits = max(old | new, default=0) + 1  # one mask size for both
-    om, nm = NodeMask(old, abi=backend.abi, bits=bits), NodeMask(new, abi=backend.abi, bits=bits)
+    old_mask = NodeMask(old, abi=backend.abi, bits=bits)
+    new_mask = NodeMask(new, abi=backend.abi, bits=bits)
     nr = backend.abi.number("migrate_pages")
-    return int(backend.call("syscall", nr, pid, om.maxnode, om.address, nm.address))
+    return int(
+        backend.call("syscall", nr, pid, old_mask.maxnode, old_mask.address, new_mask.address)
+    )
 
 
 def set_mempolicy_home_node(
@@ -3062,7 +3065,7 @@ def _memory_nodes(backend: Backend) -> _MemoryNodes:
     # A tiered machine: the whole topology decides (~10 ms), once per distinct state
     # of these files (an engine may interleave every layer of every request).
     # Each dict operation is atomic: two threads at worst both read the topology.
-    key = (type(backend).__name__, backend.root, mem, allowed, tuple(texts), tiers)
+    key = (type(backend).__name__, backend.root, mem, allowed, texts, tiers)
     default = _default_cache.get(key)
     if default is None:
         if len(_default_cache) > 64:
@@ -3181,8 +3184,10 @@ def _env(suffix: str) -> Any:
         return default
     word = raw.lower()
     if kind == "bool":
-        if word in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-            return word in ("1", "true", "yes", "on")
+        if word in ("1", "true", "yes", "on"):
+            return True
+        if word in ("0", "false", "no", "off"):
+            return False
         raise ValueError(
             f"{name}={_short(raw)}: expected a boolean (1/0, true/false, yes/no, on/off)"
         )
@@ -3265,13 +3270,13 @@ def _strtoul(s: str, i: int) -> Tuple[Optional[int], int]:
     match = re.compile(_STRTOUL).match(s, i)
     if not match:
         return None, i
-    sign, digits = match.group(1), match.group(2)
+    sign, digits = match.groups()
     if digits[1:2] in ("x", "X"):
         value = int(digits, 16)
     elif digits[0] == "0":
         value = int(digits, 8)
     else:
-        value = int(digits, 10)
+        value = int(digits)
     # C's unsigned long: ULONG_MAX past it (ERANGE), a minus sign wraps
     if value >> 64:
         value = _ULONG_MAX
@@ -3865,12 +3870,9 @@ def _parse_maps_line(line: str, default_kb: int) -> NumaMapsEntry:
         raise ValueError(f"invalid numa_maps line: bad start address: {_short(line)}") from None
     i, pol = 2, parts[1]
     # Two policy names contain a space (mpol_to_str's policy_modes[] table).
-    if (
-        (pol == "prefer" or pol == "weighted")
-        and len(parts) > 2
-        and parts[2].startswith("(many)" if pol == "prefer" else "interleave")
-    ):
-        i, pol = 3, pol + " " + parts[2]
+    spaced = " ".join(parts[1:3])
+    if spaced.startswith(("prefer (many)", "weighted interleave")):
+        i, pol = 3, spaced
     parsed = _POLICIES.get(pol)
     if parsed is None:
         if len(_POLICIES) > 256:
@@ -3880,19 +3882,22 @@ def _parse_maps_line(line: str, default_kb: int) -> NumaMapsEntry:
     kw: Dict[str, Any] = {"page_size_kb": default_kb}  # fields the line sets
     for tok in parts[i:]:
         key, eq, val = tok.partition("=")
-        if not eq:
-            if tok in ("heap", "stack", "huge") or (tok[:6] == "stack:" and tok[6:].isdigit()):
-                kw[tok[:5]] = True  # "stack:<tid>": kernels before 3.x
-            elif tok:
-                raise ValueError(f"invalid numa_maps line: token {_short(tok)}: {_short(line)}")
+        if not tok:
+            continue  # two spaces in a row
+        if tok in ("heap", "stack", "huge"):
+            kw[tok] = True
+        elif tok.startswith("stack:") and tok[6:].isdigit():
+            kw["stack"] = True  # "stack:<tid>": kernels before 3.x
+        elif not key or not eq:
+            raise ValueError(f"invalid numa_maps line: token {_short(tok)}: {_short(line)}")
         elif key[:1] == "N" and key[1:].isdigit() and val.isdigit():
             pages[int(key[1:])] = int(val)
         elif key == "file":
-            path = _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), val) if "\\" in val else val
-            kw["deleted"] = path.endswith(" (deleted)")
-            kw["file"] = path[:-10] if kw["deleted"] else path
-        elif not key:
-            raise ValueError(f"invalid numa_maps line: token {_short(tok)}: {_short(line)}")
+            path = _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), val)
+            deleted = path.endswith(" (deleted)")
+            if deleted:
+                path = path[:-10]
+            kw.update(file=path, deleted=deleted)
         elif not val.isdigit():
             raise ValueError(f"invalid numa_maps line: value of {key!r}: {_short(line)}")
         elif key == "kernelpagesize_kB":
@@ -3964,36 +3969,13 @@ _MOVE_PAGES_LIMIT = 1 << 16  # pages: above this, one numa_maps read is cheaper
 
 def _placement_move_pages(backend: Backend, pid: int, addr: int, size: int) -> Dict[int, int]:
     """Bytes per node of [addr, addr+size) from move_pages queries, in batches."""
-    import array
     import collections
 
     page = backend.page_size
-    end = addr + max(size, 1)
-    swap = backend.abi.byteorder != sys.byteorder
+    pages = range(addr - addr % page, addr + max(size, 1), page)
     seen: collections.Counter[int] = collections.Counter()
-    step = page * 16384  # pages per call
-    typecode = "I"  # the ABI's pointers
-    if _pointer_bits(backend.abi) == 64:
-        typecode = "Q"
-    first_page = addr - addr % page
-    for lo in range(first_page, end, step):
-        ptrs = array.array(typecode, range(lo, min(end, lo + step), page))
-        status = array.array("i", bytes(4 * len(ptrs)))
-        if swap:
-            ptrs.byteswap()
-        backend.call(
-            "syscall",
-            backend.abi.number("move_pages"),
-            pid,
-            len(ptrs),
-            ptrs.buffer_info()[0],
-            0,
-            status.buffer_info()[0],
-            0,
-        )
-        if swap:
-            status.byteswap()
-        seen.update(status)
+    for lo in range(0, len(pages), 16384):  # pages per call
+        seen.update(move_pages(pid, pages[lo : lo + 16384], backend=backend))
     return {n: c * page for n, c in sorted(seen.items()) if n >= 0}
 
 
@@ -4075,6 +4057,7 @@ def placement(
 
 
 _SIZE_MAX = (1 << 64) - 1  # the largest size_t of any ABI; Abi.bits narrows it
+_SIZE_SHIFTS = MappingProxyType({"T": 40, "G": 30, "M": 20, "K": 10})  # binary units
 
 
 def parse_size(text: str) -> int:
@@ -4083,9 +4066,11 @@ def parse_size(text: str) -> int:
     match = re.match(r"^\s*([0-9]{1,20}(?:\.[0-9]{1,20})?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*$", text)
     if not match:
         raise ValueError(f"invalid size {_short(text)} (e.g. 4G, 512M, 1048576)")
-    unit = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}[match.group(2).lower()]
     whole, _, frac = match.group(1).partition(".")
-    n: int = (int(whole) << unit) + (int(frac or 0) << unit) // 10 ** len(frac)
+    shift = _SIZE_SHIFTS.get(match.group(2).upper(), 0)
+    n = int(whole) << shift
+    if frac:  # rounded down to a byte
+        n += (int(frac) << shift) // 10 ** len(frac)
     if n > _SIZE_MAX:
         raise ValueError(f"invalid size {_short(text)}: more than 2**64-1 bytes")
     return n
@@ -4093,7 +4078,7 @@ def parse_size(text: str) -> int:
 
 def format_size(n: int) -> str:
     """The shortest exact form parse_size reads back: 2M, 1536K, 4097."""
-    for shift, unit in ((40, "T"), (30, "G"), (20, "M"), (10, "K")):
+    for unit, shift in _SIZE_SHIFTS.items():
         if n and n % (1 << shift) == 0:
             return f"{n >> shift}{unit}"
     return str(n)
@@ -4152,7 +4137,7 @@ def _fault_plan(
         how = "sched_setaffinity"
     topo = _topology_or_read(topo, backend)
     cpus = frozenset(backend.call("cpuset_cpus") or topo.allowed_cpus) & topo.online_cpus
-    mem, allowed = _memory_nodes(backend)[:2]
+    memory = _memory_nodes(backend)
     known: Dict[Tuple[Any, FrozenSet[int]], Tuple[Tuple[_Place, ...], str]] = {}
     groups: Dict[_Place, List[Tuple[int, int]]] = {}
     unplaced: Dict[int, str] = {}
@@ -4162,21 +4147,23 @@ def _fault_plan(
             raise ValueError(f"extent {number} ({offset}+{length}) is not in the {span} bytes")
         key = (policy, frozenset(nodes))
         if key not in known:
-            usable = key[1] & mem & allowed
+            usable = key[1] & memory.mem & memory.allowed
             known[key] = _places(topo, cpus, how == "set_mempolicy", _mode_of(policy), usable)
             if key[1] and not usable:  # Mems_allowed forbids them all
                 known[key] = ((_AS_MADE,), "cpuset")
         places, why = known[key]
         if why:
             unplaced[number] = why
-        lo, hi = start + offset, start + offset + length
+        lo = start + offset
+        hi = lo + length
         step = max(length, page)
         if len(places) > 1:  # an interleave by CPU: node by node, at most 2 MiB at a time
-            step = max(page, min(2 << 20, length // len(places)) // page * page)
+            share = min(2 << 20, length // len(places))
+            step = max(page, share // page * page)
             facts["granularity"] = step
-        for turn, at in enumerate(range(lo, hi, step)):
+        for place, at in zip(itertools.cycle(places), range(lo, hi, step)):
             end = min(at + step, hi)
-            ranges = groups.setdefault(places[turn % len(places)], [])
+            ranges = groups.setdefault(place, [])
             if ranges and sum(ranges[-1]) == at:  # the place's last range ends here: join it
                 at = ranges.pop()[0]
             ranges.append((at, end - at))
@@ -4221,10 +4208,11 @@ def prefault(
     pg = page_size or backend.page_size
     start, span = _page_range(addr, size, pg)
     t0 = time.monotonic()
-    out: Dict[str, Any] = {"bytes": 0, "threads": 0, "method": "none", "seconds": 0.0}
     if span == 0:
-        return out
-    want = threads if threads is not None else _env("NUMA_PREFAULT_THREADS")
+        return {"bytes": 0, "threads": 0, "method": "none", "seconds": 0.0}
+    want = threads
+    if want is None:
+        want = _env("NUMA_PREFAULT_THREADS")
     if want is None:
         try:
             cpus = len(backend.call("sched_getaffinity", 0))
@@ -4239,14 +4227,14 @@ def prefault(
         extents = [(0, span, *denied[2:])]
         del _denied[backend]  # placed now
     groups = {_AS_MADE: [(start, span)]}
+    facts: Dict[str, Any] = {}
     if extents is not None:
         groups, facts = _fault_plan(backend, start, span, extents, pg, topology)
-        out.update(facts)
     total = sum(count for ranges in groups.values() for at, count in ranges)
     # Pieces of at least 16 MiB per thread: below that a thread costs more than it saves.
-    want = max(1, min(int(want), total // max(pg, 16 << 20) or 1))
+    want = min(int(want), total // max(pg, 16 << 20) or 1)
     chunk = max(pg, min(64 << 20, total // (4 * want)) // pg * pg)
-    jobs: List[Tuple[_Place, List[Tuple[int, int]], Iterator[int]]] = []
+    jobs: List[Tuple[_Place, Iterator[Tuple[int, int]]]] = []
     for place, ranges in groups.items():
         pieces: List[Tuple[int, int]] = []
         for lo, count in ranges:
@@ -4254,8 +4242,8 @@ def prefault(
         share = max(1, want * sum(count for at, count in ranges) // total)
         if place.cpus:
             share = min(share, len(place.cpus))
-        # next() on one counter is atomic: the place's threads share its pieces.
-        jobs += [(place, pieces, itertools.count())] * min(share, len(pieces))
+        # next() on one iterator is atomic: the place's threads share its pieces.
+        jobs += [(place, iter(pieces))] * min(share, len(pieces))
     method = ["populate_write"]
     done = [0] * len(jobs)
     errors: List[BaseException] = []
@@ -4277,17 +4265,17 @@ def prefault(
             backend.touch(at, count)
 
     def work(job: int) -> None:
-        place, pieces, counter = jobs[job]
+        place, pieces = jobs[job]
         try:
             if place.cpus:
                 backend.call("sched_setaffinity", 0, place.cpus)
             if place.mode is not None:
                 set_mempolicy(place.mode, place.nodes, backend=backend)
-            piece = next(counter)
-            while piece < len(pieces) and not stop.is_set():
-                fault(*pieces[piece])
-                done[job] += pieces[piece][1]
-                piece = next(counter)
+            for at, count in pieces:
+                if stop.is_set():
+                    break
+                fault(at, count)
+                done[job] += count
         except BaseException as err:  # re-raised in the calling thread
             errors.append(err)
             stop.set()
@@ -4316,8 +4304,8 @@ def prefault(
         raise errors[0]
     if progress is not None:
         progress(total, total)
-    out.update(bytes=total, threads=len(jobs), method=method[0])
-    return dict(out, seconds=time.monotonic() - t0)
+    seconds = time.monotonic() - t0
+    return {"bytes": total, "threads": len(jobs), "method": method[0], "seconds": seconds, **facts}
 
 
 # -- fit: will an allocation succeed, checked before anything is made -------------------
