@@ -3156,11 +3156,9 @@ def _env_ignored() -> Dict[str, str]:
         if name in spelled:
             found[name] = spelled[name]
             continue
-        close = []
         if _env_prefix and name.startswith(_env_prefix):
-            close = difflib.get_close_matches(rest, words, n=1, cutoff=0.8)
-        if close:
-            found[name] = words[close[0]]
+            for close in difflib.get_close_matches(rest, words, n=1, cutoff=0.8):
+                found[name] = words[close]
     return found
 
 
@@ -3325,18 +3323,17 @@ def parse_nodestring(
     else:
         allowed = topo.allowed_mems
     order = sorted(allowed)
-    s = text
-    if not s:
+    if not text:
         return frozenset()
-    invert = s.startswith("!")
-    relative = s.startswith("+", invert)
+    invert = text.startswith("!")
+    relative = text.startswith("+", invert)
     i = invert + relative
     mask: Set[int] = set()
 
     def number(j: int, missing: str, out_of_range: str) -> Tuple[int, int]:
-        """The id at s[j:] (the v-th allowed id for "+LIST") and where it ends;
+        """The id at text[j:] (the v-th allowed id for "+LIST") and where it ends;
         libnuma's refusals name the text (CPUs) or its "%ld" (nodes)."""
-        value, end = _strtoul(s, j)
+        value, end = _strtoul(text, j)
         if value is None:
             raise NodeListError(missing, blank=True)
         if relative:
@@ -3347,7 +3344,7 @@ def parse_nodestring(
         # numa_bitmask_isbitset() takes an unsigned int: ids are read modulo 2**32
         if value & 0xFFFFFFFF not in allowed:
             if cpus:
-                shown: object = s[j:]
+                shown: object = text[j:]
             elif value >> 63:
                 shown = value - (1 << 64)  # as libnuma's "%ld" prints it
             else:
@@ -3356,7 +3353,7 @@ def parse_nodestring(
         return value, end
 
     while True:
-        rest = s[i:]
+        rest = text[i:]
         kind, colon, _ = rest.partition(":")
         if rest == "all" or (colon and kind in _DEVICE_FORMS and not cpus):
             if rest == "all":
@@ -3369,20 +3366,20 @@ def parse_nodestring(
                     "(0-1,4, !0, +0-1) and all only; netdev:, block:, file:, "
                     "pci: and ip: belong to the numactl command line"
                 )
-            i = len(s)
+            i = len(text)
             break
         v, i = number(i, f"unparseable {what} description `{rest}'", "is out of range")
         mask.add(v & 0xFFFFFFFF)
-        if s.startswith("-", i):
-            v2, i = number(i + 1, f"missing {what} argument {s[i + 1 :]}", "out of range")
+        if text.startswith("-", i):
+            v2, i = number(i + 1, f"missing {what} argument {text[i + 1 :]}", "out of range")
             lo = v & 0xFFFFFFFF
             hi = lo + v2 - v  # the loop's int wraps: ids lo..hi modulo 2**32
             mask.update(node for node in order if lo <= node <= hi or node <= hi - (1 << 32))
-        if not s.startswith(",", i):
+        if not text.startswith(",", i):
             break
         i += 1
-    if i != len(s):
-        raise NodeListError(f"trailing characters in {what} list {s!r}", warn=False)
+    if i != len(text):
+        raise NodeListError(f"trailing characters in {what} list {text!r}", warn=False)
     if invert:  # libnuma flips ids below the count, not the allowed set
         mask ^= set(range(conf))
     return frozenset(mask)
@@ -3417,8 +3414,7 @@ def _left_out(res: PolicyResult, memory: _MemoryNodes, strict: bool, what: str) 
     dropped = res.nodes - usable
     if not dropped:
         return res
-    kept = res.nodes - dropped
-    res = res._replace(nodes=kept, dropped=dropped)
+    res = res._replace(nodes=res.nodes & usable, dropped=dropped)
     why = "no-memory-node"
     if dropped & memory.mem:
         why = "cpuset"
@@ -3457,24 +3453,24 @@ def _apply_policy(
     backend = _b(backend)
     strict_ = _strict_or_env(strict)
     m = _mode_of(mode)
-    if nodes is None and memory is None and m not in (Mode.DEFAULT, Mode.LOCAL):
+    takes_nodes = m not in (Mode.DEFAULT, Mode.LOCAL)
+    if nodes is None and memory is None and takes_nodes:
         nodes = _env_nodes(backend)
     mname = _MODE_WORDS[m].result
     what = f"{mname} policy"
     start = size = 0  # no buffer: the calling thread's policy
     if buf is not None:
-        page = page_size or backend.page_size
-        start, size = _page_range(*buffer_range(buf, length), page)
+        start, size = _page_range(*buffer_range(buf, length), page_size or backend.page_size)
     explicit = nodes is not None
     if memory is None:
         memory = _memory_nodes(backend)
     want = memory.default
-    if nodes is not None:
+    if explicit:
         want = _check_nodes(nodes, memory.online)
     res = PolicyResult(False, mname, want, start, size)
     if not enabled:
         return res._replace(reason="disabled", hint=_HINTS["disabled"])
-    if m in (Mode.DEFAULT, Mode.LOCAL):
+    if not takes_nodes:
         want = frozenset()
         res = res._replace(nodes=want)
     else:
@@ -3508,10 +3504,11 @@ def _apply_policy(
             if len(_denied) > 64:  # backends made and dropped (the simulator's)
                 _denied.clear()
             _denied[backend] = (start, start + size, m, want)
+        reason = _errno_reason(err)
         # Before 6.9 mode 6 is an invalid mode: never a silent plain interleave.
         if err == errno.EINVAL and m == Mode.WEIGHTED_INTERLEAVE:
-            return _fallback(res, strict_, what, "no-weighted-interleave", err)
-        return _fallback(res, strict_, what, _errno_reason(err), err)
+            reason = "no-weighted-interleave"
+        return _fallback(res, strict_, what, reason, err)
     res = res._replace(applied=True, placed_by="policy")
     if size and not move and count_resident and m != Mode.DEFAULT:
         try:  # mincore counts base pages, also in a hugetlb mapping
@@ -3599,7 +3596,7 @@ def weighted_interleave(
         strict=strict and fallback is None,
         **kw,
     )
-    if not res and fallback and res.reason == "no-weighted-interleave":
+    if fallback and res.reason == "no-weighted-interleave":
         return apply_policy(buf, length, mode=Mode.INTERLEAVE, nodes=nodes, strict=strict, **kw)
     if not res and strict and res.reason not in ("disabled", "single-node"):
         return _fallback(res, True, "weighted_interleave policy")
@@ -3637,7 +3634,9 @@ class thread_policy:
     def __init__(
         self, mode: Union[str, int], nodes: Optional[Iterable[int]] = None, **kw: Any
     ) -> None:
-        self.mode, self.nodes, self.kw = mode, nodes, kw
+        self.mode = mode
+        self.nodes = nodes
+        self.kw = kw
         self.result: Optional[PolicyResult] = None
         self._old: Optional[Tuple[int, FrozenSet[int]]] = None
 
@@ -3667,7 +3666,7 @@ def get_policy(buf: Any = None, *, backend: Optional[Backend] = None) -> PolicyI
     if buf is not None:
         addr = _first_byte(buf)
     value, nodes = get_mempolicy(addr, backend=backend)
-    return PolicyInfo(Mode(value & ~_MODE_FLAGS_MASK), value & _MODE_FLAGS_MASK, nodes)
+    return PolicyInfo(_mode_of(value), value & _MODE_FLAGS_MASK, nodes)
 
 
 # -- weighted interleave weights ---------------------------------------------------
@@ -4223,7 +4222,7 @@ def prefault(
     if want < 1:
         raise ValueError("threads must be >= 1")
     denied = _denied.get(backend)
-    if extents is None and denied and denied[0] <= start and start + span <= denied[1]:
+    if extents is None and denied and denied[0] <= start <= start + span <= denied[1]:
         extents = [(0, span, *denied[2:])]
         del _denied[backend]  # placed now
     groups = {_AS_MADE: [(start, span)]}
