@@ -2997,7 +2997,8 @@ class PolicyInfo(_Record):
         """The policy as /proc/<pid>/numa_maps prints it (mpol_to_str; the kernel
         never sets both static and relative)."""
         s = _MODE_WORDS[self.mode].kernel
-        words = [w for f, w in zip(reversed(ModeFlag), _MAPS_FLAG_NAMES) if self.flags & f]
+        flag_words = zip(reversed(ModeFlag), _MAPS_FLAG_NAMES)
+        words = [word for flag, word in flag_words if self.flags & flag]
         if words:
             s += "=" + "|".join(words)
         if self.mode not in (Mode.DEFAULT, Mode.LOCAL) and self.nodes:
@@ -3054,7 +3055,8 @@ def _memory_nodes(backend: Backend) -> _MemoryNodes:
     if allowed is None:
         allowed = mem
     texts = tuple(reader.text(f"{_NODE_DIR}/{name}") for name in ("has_cpu", "has_normal_memory"))
-    tiers = tuple(sorted(x for x in reader.listdir(_TIER_DIR) if x.startswith("memory_tier")))
+    tier_dirs = reader.listdir(_TIER_DIR)
+    tiers = tuple(sorted(name for name in tier_dirs if name.startswith("memory_tier")))
     try:  # every memory node has CPUs and normal memory
         plain = all(t is None or mem <= parse_cpulist(t) for t in texts)
     except ValueError:
@@ -3210,12 +3212,8 @@ def _strict_or_env(strict: Optional[bool]) -> bool:
 
 
 def _devices(topo: Topology, backend: Backend) -> Tuple[Device, ...]:
-    return _read_devices(
-        _Reader(backend),
-        {c: value.node for c, value in topo.cpus.items() if value.node is not None},
-        topo.nodes_with_cpus,
-        topo.online_nodes,
-    )
+    node_of = {cpu: info.node for cpu, info in topo.cpus.items() if info.node is not None}
+    return _read_devices(_Reader(backend), node_of, topo.nodes_with_cpus, topo.online_nodes)
 
 
 def devices(kind: Optional[str] = None, *, backend: Optional[Backend] = None) -> List[Device]:
@@ -3225,11 +3223,8 @@ def devices(kind: Optional[str] = None, *, backend: Optional[Backend] = None) ->
     if kind is not None and kind not in DEVICE_KINDS:
         raise ValueError(f"unknown device kind {kind!r}; one of {', '.join(DEVICE_KINDS)}")
     backend = _b(backend)
-    return [
-        device
-        for device in _devices(read_topology(backend=backend), backend)
-        if kind in (None, device.kind)
-    ]
+    found = _devices(read_topology(backend=backend), backend)
+    return [device for device in found if kind in (None, device.kind)]
 
 
 # ===========================================================================
@@ -3465,7 +3460,7 @@ def _apply_policy(
     if memory is None:
         memory = _memory_nodes(backend)
     want = memory.default
-    if explicit:
+    if nodes is not None:
         want = _check_nodes(nodes, memory.online)
     res = PolicyResult(False, mname, want, start, size)
     if not enabled:
@@ -3839,7 +3834,9 @@ def _parse_policy(text: str, line: str) -> Tuple[str, FrozenSet[int], Tuple[str,
     mode, _, flagtext = name.partition("=")
     if mode not in _POLICY_NAMES:
         raise ValueError(f"invalid numa_maps line: unknown policy {_short(text)}: {_short(line)}")
-    flags = tuple(flagtext.split("|")) if flagtext else ()
+    flags: Tuple[str, ...] = ()
+    if flagtext:
+        flags = tuple(flagtext.split("|"))
     if any(f not in _MAPS_FLAG_NAMES for f in flags):
         raise ValueError(f"invalid numa_maps line: policy flags {_short(text)}: {_short(line)}")
     try:
@@ -3987,12 +3984,14 @@ def _line_at(text: str, addr: int) -> Tuple[int, int]:
     ``addr`` (a binary search: lines are sorted by address); (0, 0) when none does."""
     lo, hi, found = 0, len(text), (0, 0)
     while lo < hi:
-        p = text.rfind("\n", 0, (lo + hi) // 2) + 1  # a line start, >= lo
-        nl = text.find("\n", p) % (len(text) + 1)  # -1: the text's end
-        if int(text[p : text.index(" ", p)], 16) <= addr:
-            found, lo = (p, nl), nl + 1
+        line = text.rfind("\n", 0, (lo + hi) // 2) + 1  # a line start, >= lo
+        end = text.find("\n", line)
+        if end < 0:  # the last line, without its "\n"
+            end = len(text)
+        if int(text[line : text.index(" ", line)], 16) <= addr:
+            found, lo = (line, end), end + 1
         else:
-            hi = p
+            hi = line
     return found
 
 
@@ -4007,11 +4006,9 @@ def _entries_bytes(entries: Iterable[NumaMapsEntry]) -> Dict[int, int]:
 def _placement_in(text: str, start: int, end: int, default_kb: int) -> Dict[int, int]:
     """Bytes per node of the VMAs of address-sorted numa_maps ``text`` that hold
     [start, end): the one holding ``start`` and those starting before ``end``."""
-    return _entries_bytes(
-        iter_numa_maps(
-            text[_line_at(text, start)[0] : _line_at(text, end - 1)[1]], page_size_kb=default_kb
-        )
-    )
+    first = _line_at(text, start)[0]
+    last = _line_at(text, end - 1)[1]
+    return _entries_bytes(iter_numa_maps(text[first:last], page_size_kb=default_kb))
 
 
 def placement(
@@ -4113,7 +4110,8 @@ def _places(
         groups = [frozenset({node}) for node in sorted(nodes)]
     places = []
     for group in groups:
-        on = frozenset().union(*(topo.nodes[node].cpus for node in group if node in topo.nodes))
+        node_cpus = [topo.nodes[node].cpus for node in group if node in topo.nodes]
+        on = frozenset().union(*node_cpus)
         if by_policy:
             places.append(_Place(mode, group, on & cpus))
         elif on & cpus:
@@ -4135,7 +4133,8 @@ def _fault_plan(
     except OSError:
         how = "sched_setaffinity"
     topo = _topology_or_read(topo, backend)
-    cpus = frozenset(backend.call("cpuset_cpus") or topo.allowed_cpus) & topo.online_cpus
+    allowed_cpus = backend.call("cpuset_cpus") or topo.allowed_cpus
+    cpus = frozenset(allowed_cpus) & topo.online_cpus
     memory = _memory_nodes(backend)
     known: Dict[Tuple[Any, FrozenSet[int]], Tuple[Tuple[_Place, ...], str]] = {}
     groups: Dict[_Place, List[Tuple[int, int]]] = {}
@@ -4232,13 +4231,16 @@ def prefault(
     total = sum(count for ranges in groups.values() for at, count in ranges)
     # Pieces of at least 16 MiB per thread: below that a thread costs more than it saves.
     want = min(int(want), total // max(pg, 16 << 20) or 1)
-    chunk = max(pg, min(64 << 20, total // (4 * want)) // pg * pg)
+    quarter = min(64 << 20, total // (4 * want))  # four pieces per thread, at most 64 MiB
+    chunk = max(pg, quarter // pg * pg)
     jobs: List[Tuple[_Place, Iterator[Tuple[int, int]]]] = []
     for place, ranges in groups.items():
         pieces: List[Tuple[int, int]] = []
         for lo, count in ranges:
-            pieces += [(at, min(chunk, lo + count - at)) for at in range(lo, lo + count, chunk)]
-        share = max(1, want * sum(count for at, count in ranges) // total)
+            for at in range(lo, lo + count, chunk):
+                pieces.append((at, min(chunk, lo + count - at)))
+        place_bytes = sum(count for at, count in ranges)
+        share = max(1, want * place_bytes // total)
         if place.cpus:
             share = min(share, len(place.cpus))
         # next() on one iterator is atomic: the place's threads share its pieces.
