@@ -2896,9 +2896,12 @@ def migrate_pages(
     backend = _b(backend)
     old, new = frozenset(old_nodes), frozenset(new_nodes)
     bits = max(old | new, default=0) + 1  # one mask size for both
-    om, nm = NodeMask(old, abi=backend.abi, bits=bits), NodeMask(new, abi=backend.abi, bits=bits)
+    old_mask = NodeMask(old, abi=backend.abi, bits=bits)
+    new_mask = NodeMask(new, abi=backend.abi, bits=bits)
     nr = backend.abi.number("migrate_pages")
-    return int(backend.call("syscall", nr, pid, om.maxnode, om.address, nm.address))
+    return int(
+        backend.call("syscall", nr, pid, old_mask.maxnode, old_mask.address, new_mask.address)
+    )
 
 
 def set_mempolicy_home_node(
@@ -2994,7 +2997,8 @@ class PolicyInfo(_Record):
         """The policy as /proc/<pid>/numa_maps prints it (mpol_to_str; the kernel
         never sets both static and relative)."""
         s = _MODE_WORDS[self.mode].kernel
-        words = [w for f, w in zip(reversed(ModeFlag), _MAPS_FLAG_NAMES) if self.flags & f]
+        flag_words = zip(reversed(ModeFlag), _MAPS_FLAG_NAMES)
+        words = [word for flag, word in flag_words if self.flags & flag]
         if words:
             s += "=" + "|".join(words)
         if self.mode not in (Mode.DEFAULT, Mode.LOCAL) and self.nodes:
@@ -3051,7 +3055,8 @@ def _memory_nodes(backend: Backend) -> _MemoryNodes:
     if allowed is None:
         allowed = mem
     texts = tuple(reader.text(f"{_NODE_DIR}/{name}") for name in ("has_cpu", "has_normal_memory"))
-    tiers = tuple(sorted(x for x in reader.listdir(_TIER_DIR) if x.startswith("memory_tier")))
+    tier_dirs = reader.listdir(_TIER_DIR)
+    tiers = tuple(sorted(name for name in tier_dirs if name.startswith("memory_tier")))
     try:  # every memory node has CPUs and normal memory
         plain = all(t is None or mem <= parse_cpulist(t) for t in texts)
     except ValueError:
@@ -3062,7 +3067,7 @@ def _memory_nodes(backend: Backend) -> _MemoryNodes:
     # A tiered machine: the whole topology decides (~10 ms), once per distinct state
     # of these files (an engine may interleave every layer of every request).
     # Each dict operation is atomic: two threads at worst both read the topology.
-    key = (type(backend).__name__, backend.root, mem, allowed, tuple(texts), tiers)
+    key = (type(backend).__name__, backend.root, mem, allowed, texts, tiers)
     default = _default_cache.get(key)
     if default is None:
         if len(_default_cache) > 64:
@@ -3153,11 +3158,9 @@ def _env_ignored() -> Dict[str, str]:
         if name in spelled:
             found[name] = spelled[name]
             continue
-        close = []
         if _env_prefix and name.startswith(_env_prefix):
-            close = difflib.get_close_matches(rest, words, n=1, cutoff=0.8)
-        if close:
-            found[name] = words[close[0]]
+            for close in difflib.get_close_matches(rest, words, n=1, cutoff=0.8):
+                found[name] = words[close]
     return found
 
 
@@ -3181,8 +3184,10 @@ def _env(suffix: str) -> Any:
         return default
     word = raw.lower()
     if kind == "bool":
-        if word in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-            return word in ("1", "true", "yes", "on")
+        if word in ("1", "true", "yes", "on"):
+            return True
+        if word in ("0", "false", "no", "off"):
+            return False
         raise ValueError(
             f"{name}={_short(raw)}: expected a boolean (1/0, true/false, yes/no, on/off)"
         )
@@ -3207,12 +3212,8 @@ def _strict_or_env(strict: Optional[bool]) -> bool:
 
 
 def _devices(topo: Topology, backend: Backend) -> Tuple[Device, ...]:
-    return _read_devices(
-        _Reader(backend),
-        {c: value.node for c, value in topo.cpus.items() if value.node is not None},
-        topo.nodes_with_cpus,
-        topo.online_nodes,
-    )
+    node_of = {cpu: info.node for cpu, info in topo.cpus.items() if info.node is not None}
+    return _read_devices(_Reader(backend), node_of, topo.nodes_with_cpus, topo.online_nodes)
 
 
 def devices(kind: Optional[str] = None, *, backend: Optional[Backend] = None) -> List[Device]:
@@ -3222,11 +3223,8 @@ def devices(kind: Optional[str] = None, *, backend: Optional[Backend] = None) ->
     if kind is not None and kind not in DEVICE_KINDS:
         raise ValueError(f"unknown device kind {kind!r}; one of {', '.join(DEVICE_KINDS)}")
     backend = _b(backend)
-    return [
-        device
-        for device in _devices(read_topology(backend=backend), backend)
-        if kind in (None, device.kind)
-    ]
+    found = _devices(read_topology(backend=backend), backend)
+    return [device for device in found if kind in (None, device.kind)]
 
 
 # ===========================================================================
@@ -3265,13 +3263,13 @@ def _strtoul(s: str, i: int) -> Tuple[Optional[int], int]:
     match = re.compile(_STRTOUL).match(s, i)
     if not match:
         return None, i
-    sign, digits = match.group(1), match.group(2)
+    sign, digits = match.groups()
     if digits[1:2] in ("x", "X"):
         value = int(digits, 16)
     elif digits[0] == "0":
         value = int(digits, 8)
     else:
-        value = int(digits, 10)
+        value = int(digits)
     # C's unsigned long: ULONG_MAX past it (ERANGE), a minus sign wraps
     if value >> 64:
         value = _ULONG_MAX
@@ -3320,18 +3318,17 @@ def parse_nodestring(
     else:
         allowed = topo.allowed_mems
     order = sorted(allowed)
-    s = text
-    if not s:
+    if not text:
         return frozenset()
-    invert = s.startswith("!")
-    relative = s.startswith("+", invert)
+    invert = text.startswith("!")
+    relative = text.startswith("+", invert)
     i = invert + relative
     mask: Set[int] = set()
 
     def number(j: int, missing: str, out_of_range: str) -> Tuple[int, int]:
-        """The id at s[j:] (the v-th allowed id for "+LIST") and where it ends;
+        """The id at text[j:] (the v-th allowed id for "+LIST") and where it ends;
         libnuma's refusals name the text (CPUs) or its "%ld" (nodes)."""
-        value, end = _strtoul(s, j)
+        value, end = _strtoul(text, j)
         if value is None:
             raise NodeListError(missing, blank=True)
         if relative:
@@ -3342,7 +3339,7 @@ def parse_nodestring(
         # numa_bitmask_isbitset() takes an unsigned int: ids are read modulo 2**32
         if value & 0xFFFFFFFF not in allowed:
             if cpus:
-                shown: object = s[j:]
+                shown: object = text[j:]
             elif value >> 63:
                 shown = value - (1 << 64)  # as libnuma's "%ld" prints it
             else:
@@ -3351,7 +3348,7 @@ def parse_nodestring(
         return value, end
 
     while True:
-        rest = s[i:]
+        rest = text[i:]
         kind, colon, _ = rest.partition(":")
         if rest == "all" or (colon and kind in _DEVICE_FORMS and not cpus):
             if rest == "all":
@@ -3364,20 +3361,20 @@ def parse_nodestring(
                     "(0-1,4, !0, +0-1) and all only; netdev:, block:, file:, "
                     "pci: and ip: belong to the numactl command line"
                 )
-            i = len(s)
+            i = len(text)
             break
         v, i = number(i, f"unparseable {what} description `{rest}'", "is out of range")
         mask.add(v & 0xFFFFFFFF)
-        if s.startswith("-", i):
-            v2, i = number(i + 1, f"missing {what} argument {s[i + 1 :]}", "out of range")
+        if text.startswith("-", i):
+            v2, i = number(i + 1, f"missing {what} argument {text[i + 1 :]}", "out of range")
             lo = v & 0xFFFFFFFF
             hi = lo + v2 - v  # the loop's int wraps: ids lo..hi modulo 2**32
             mask.update(node for node in order if lo <= node <= hi or node <= hi - (1 << 32))
-        if not s.startswith(",", i):
+        if not text.startswith(",", i):
             break
         i += 1
-    if i != len(s):
-        raise NodeListError(f"trailing characters in {what} list {s!r}", warn=False)
+    if i != len(text):
+        raise NodeListError(f"trailing characters in {what} list {text!r}", warn=False)
     if invert:  # libnuma flips ids below the count, not the allowed set
         mask ^= set(range(conf))
     return frozenset(mask)
@@ -3412,8 +3409,7 @@ def _left_out(res: PolicyResult, memory: _MemoryNodes, strict: bool, what: str) 
     dropped = res.nodes - usable
     if not dropped:
         return res
-    kept = res.nodes - dropped
-    res = res._replace(nodes=kept, dropped=dropped)
+    res = res._replace(nodes=res.nodes & usable, dropped=dropped)
     why = "no-memory-node"
     if dropped & memory.mem:
         why = "cpuset"
@@ -3452,14 +3448,14 @@ def _apply_policy(
     backend = _b(backend)
     strict_ = _strict_or_env(strict)
     m = _mode_of(mode)
-    if nodes is None and memory is None and m not in (Mode.DEFAULT, Mode.LOCAL):
+    takes_nodes = m not in (Mode.DEFAULT, Mode.LOCAL)
+    if nodes is None and memory is None and takes_nodes:
         nodes = _env_nodes(backend)
     mname = _MODE_WORDS[m].result
     what = f"{mname} policy"
     start = size = 0  # no buffer: the calling thread's policy
     if buf is not None:
-        page = page_size or backend.page_size
-        start, size = _page_range(*buffer_range(buf, length), page)
+        start, size = _page_range(*buffer_range(buf, length), page_size or backend.page_size)
     explicit = nodes is not None
     if memory is None:
         memory = _memory_nodes(backend)
@@ -3469,7 +3465,7 @@ def _apply_policy(
     res = PolicyResult(False, mname, want, start, size)
     if not enabled:
         return res._replace(reason="disabled", hint=_HINTS["disabled"])
-    if m in (Mode.DEFAULT, Mode.LOCAL):
+    if not takes_nodes:
         want = frozenset()
         res = res._replace(nodes=want)
     else:
@@ -3503,10 +3499,11 @@ def _apply_policy(
             if len(_denied) > 64:  # backends made and dropped (the simulator's)
                 _denied.clear()
             _denied[backend] = (start, start + size, m, want)
+        reason = _errno_reason(err)
         # Before 6.9 mode 6 is an invalid mode: never a silent plain interleave.
         if err == errno.EINVAL and m == Mode.WEIGHTED_INTERLEAVE:
-            return _fallback(res, strict_, what, "no-weighted-interleave", err)
-        return _fallback(res, strict_, what, _errno_reason(err), err)
+            reason = "no-weighted-interleave"
+        return _fallback(res, strict_, what, reason, err)
     res = res._replace(applied=True, placed_by="policy")
     if size and not move and count_resident and m != Mode.DEFAULT:
         try:  # mincore counts base pages, also in a hugetlb mapping
@@ -3594,7 +3591,7 @@ def weighted_interleave(
         strict=strict and fallback is None,
         **kw,
     )
-    if not res and fallback and res.reason == "no-weighted-interleave":
+    if fallback and res.reason == "no-weighted-interleave":
         return apply_policy(buf, length, mode=Mode.INTERLEAVE, nodes=nodes, strict=strict, **kw)
     if not res and strict and res.reason not in ("disabled", "single-node"):
         return _fallback(res, True, "weighted_interleave policy")
@@ -3632,7 +3629,9 @@ class thread_policy:
     def __init__(
         self, mode: Union[str, int], nodes: Optional[Iterable[int]] = None, **kw: Any
     ) -> None:
-        self.mode, self.nodes, self.kw = mode, nodes, kw
+        self.mode = mode
+        self.nodes = nodes
+        self.kw = kw
         self.result: Optional[PolicyResult] = None
         self._old: Optional[Tuple[int, FrozenSet[int]]] = None
 
@@ -3662,7 +3661,7 @@ def get_policy(buf: Any = None, *, backend: Optional[Backend] = None) -> PolicyI
     if buf is not None:
         addr = _first_byte(buf)
     value, nodes = get_mempolicy(addr, backend=backend)
-    return PolicyInfo(Mode(value & ~_MODE_FLAGS_MASK), value & _MODE_FLAGS_MASK, nodes)
+    return PolicyInfo(_mode_of(value), value & _MODE_FLAGS_MASK, nodes)
 
 
 # -- weighted interleave weights ---------------------------------------------------
@@ -3835,7 +3834,9 @@ def _parse_policy(text: str, line: str) -> Tuple[str, FrozenSet[int], Tuple[str,
     mode, _, flagtext = name.partition("=")
     if mode not in _POLICY_NAMES:
         raise ValueError(f"invalid numa_maps line: unknown policy {_short(text)}: {_short(line)}")
-    flags = tuple(flagtext.split("|")) if flagtext else ()
+    flags: Tuple[str, ...] = ()
+    if flagtext:
+        flags = tuple(flagtext.split("|"))
     if any(f not in _MAPS_FLAG_NAMES for f in flags):
         raise ValueError(f"invalid numa_maps line: policy flags {_short(text)}: {_short(line)}")
     try:
@@ -3865,12 +3866,9 @@ def _parse_maps_line(line: str, default_kb: int) -> NumaMapsEntry:
         raise ValueError(f"invalid numa_maps line: bad start address: {_short(line)}") from None
     i, pol = 2, parts[1]
     # Two policy names contain a space (mpol_to_str's policy_modes[] table).
-    if (
-        (pol == "prefer" or pol == "weighted")
-        and len(parts) > 2
-        and parts[2].startswith("(many)" if pol == "prefer" else "interleave")
-    ):
-        i, pol = 3, pol + " " + parts[2]
+    spaced = " ".join(parts[1:3])
+    if spaced.startswith(("prefer (many)", "weighted interleave")):
+        i, pol = 3, spaced
     parsed = _POLICIES.get(pol)
     if parsed is None:
         if len(_POLICIES) > 256:
@@ -3880,19 +3878,22 @@ def _parse_maps_line(line: str, default_kb: int) -> NumaMapsEntry:
     kw: Dict[str, Any] = {"page_size_kb": default_kb}  # fields the line sets
     for tok in parts[i:]:
         key, eq, val = tok.partition("=")
-        if not eq:
-            if tok in ("heap", "stack", "huge") or (tok[:6] == "stack:" and tok[6:].isdigit()):
-                kw[tok[:5]] = True  # "stack:<tid>": kernels before 3.x
-            elif tok:
-                raise ValueError(f"invalid numa_maps line: token {_short(tok)}: {_short(line)}")
+        if not tok:
+            continue  # two spaces in a row
+        if tok in ("heap", "stack", "huge"):
+            kw[tok] = True
+        elif tok.startswith("stack:") and tok[6:].isdigit():
+            kw["stack"] = True  # "stack:<tid>": kernels before 3.x
+        elif not key or not eq:
+            raise ValueError(f"invalid numa_maps line: token {_short(tok)}: {_short(line)}")
         elif key[:1] == "N" and key[1:].isdigit() and val.isdigit():
             pages[int(key[1:])] = int(val)
         elif key == "file":
-            path = _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), val) if "\\" in val else val
-            kw["deleted"] = path.endswith(" (deleted)")
-            kw["file"] = path[:-10] if kw["deleted"] else path
-        elif not key:
-            raise ValueError(f"invalid numa_maps line: token {_short(tok)}: {_short(line)}")
+            path = _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), val)
+            deleted = path.endswith(" (deleted)")
+            if deleted:
+                path = path[:-10]
+            kw.update(file=path, deleted=deleted)
         elif not val.isdigit():
             raise ValueError(f"invalid numa_maps line: value of {key!r}: {_short(line)}")
         elif key == "kernelpagesize_kB":
@@ -3964,36 +3965,13 @@ _MOVE_PAGES_LIMIT = 1 << 16  # pages: above this, one numa_maps read is cheaper
 
 def _placement_move_pages(backend: Backend, pid: int, addr: int, size: int) -> Dict[int, int]:
     """Bytes per node of [addr, addr+size) from move_pages queries, in batches."""
-    import array
     import collections
 
     page = backend.page_size
-    end = addr + max(size, 1)
-    swap = backend.abi.byteorder != sys.byteorder
+    pages = range(addr - addr % page, addr + max(size, 1), page)
     seen: collections.Counter[int] = collections.Counter()
-    step = page * 16384  # pages per call
-    typecode = "I"  # the ABI's pointers
-    if _pointer_bits(backend.abi) == 64:
-        typecode = "Q"
-    first_page = addr - addr % page
-    for lo in range(first_page, end, step):
-        ptrs = array.array(typecode, range(lo, min(end, lo + step), page))
-        status = array.array("i", bytes(4 * len(ptrs)))
-        if swap:
-            ptrs.byteswap()
-        backend.call(
-            "syscall",
-            backend.abi.number("move_pages"),
-            pid,
-            len(ptrs),
-            ptrs.buffer_info()[0],
-            0,
-            status.buffer_info()[0],
-            0,
-        )
-        if swap:
-            status.byteswap()
-        seen.update(status)
+    for lo in range(0, len(pages), 16384):  # pages per call
+        seen.update(move_pages(pid, pages[lo : lo + 16384], backend=backend))
     return {n: c * page for n, c in sorted(seen.items()) if n >= 0}
 
 
@@ -4006,12 +3984,14 @@ def _line_at(text: str, addr: int) -> Tuple[int, int]:
     ``addr`` (a binary search: lines are sorted by address); (0, 0) when none does."""
     lo, hi, found = 0, len(text), (0, 0)
     while lo < hi:
-        p = text.rfind("\n", 0, (lo + hi) // 2) + 1  # a line start, >= lo
-        nl = text.find("\n", p) % (len(text) + 1)  # -1: the text's end
-        if int(text[p : text.index(" ", p)], 16) <= addr:
-            found, lo = (p, nl), nl + 1
+        line = text.rfind("\n", 0, (lo + hi) // 2) + 1  # a line start, >= lo
+        end = text.find("\n", line)
+        if end < 0:  # the last line, without its "\n"
+            end = len(text)
+        if int(text[line : text.index(" ", line)], 16) <= addr:
+            found, lo = (line, end), end + 1
         else:
-            hi = p
+            hi = line
     return found
 
 
@@ -4026,11 +4006,9 @@ def _entries_bytes(entries: Iterable[NumaMapsEntry]) -> Dict[int, int]:
 def _placement_in(text: str, start: int, end: int, default_kb: int) -> Dict[int, int]:
     """Bytes per node of the VMAs of address-sorted numa_maps ``text`` that hold
     [start, end): the one holding ``start`` and those starting before ``end``."""
-    return _entries_bytes(
-        iter_numa_maps(
-            text[_line_at(text, start)[0] : _line_at(text, end - 1)[1]], page_size_kb=default_kb
-        )
-    )
+    first = _line_at(text, start)[0]
+    last = _line_at(text, end - 1)[1]
+    return _entries_bytes(iter_numa_maps(text[first:last], page_size_kb=default_kb))
 
 
 def placement(
@@ -4075,6 +4053,7 @@ def placement(
 
 
 _SIZE_MAX = (1 << 64) - 1  # the largest size_t of any ABI; Abi.bits narrows it
+_SIZE_SHIFTS = MappingProxyType({"T": 40, "G": 30, "M": 20, "K": 10})  # binary units
 
 
 def parse_size(text: str) -> int:
@@ -4083,9 +4062,11 @@ def parse_size(text: str) -> int:
     match = re.match(r"^\s*([0-9]{1,20}(?:\.[0-9]{1,20})?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*$", text)
     if not match:
         raise ValueError(f"invalid size {_short(text)} (e.g. 4G, 512M, 1048576)")
-    unit = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}[match.group(2).lower()]
     whole, _, frac = match.group(1).partition(".")
-    n: int = (int(whole) << unit) + (int(frac or 0) << unit) // 10 ** len(frac)
+    shift = _SIZE_SHIFTS.get(match.group(2).upper(), 0)
+    n = int(whole) << shift
+    if frac:  # rounded down to a byte
+        n += (int(frac) << shift) // 10 ** len(frac)
     if n > _SIZE_MAX:
         raise ValueError(f"invalid size {_short(text)}: more than 2**64-1 bytes")
     return n
@@ -4093,7 +4074,7 @@ def parse_size(text: str) -> int:
 
 def format_size(n: int) -> str:
     """The shortest exact form parse_size reads back: 2M, 1536K, 4097."""
-    for shift, unit in ((40, "T"), (30, "G"), (20, "M"), (10, "K")):
+    for unit, shift in _SIZE_SHIFTS.items():
         if n and n % (1 << shift) == 0:
             return f"{n >> shift}{unit}"
     return str(n)
@@ -4129,7 +4110,8 @@ def _places(
         groups = [frozenset({node}) for node in sorted(nodes)]
     places = []
     for group in groups:
-        on = frozenset().union(*(topo.nodes[node].cpus for node in group if node in topo.nodes))
+        node_cpus = [topo.nodes[node].cpus for node in group if node in topo.nodes]
+        on = frozenset().union(*node_cpus)
         if by_policy:
             places.append(_Place(mode, group, on & cpus))
         elif on & cpus:
@@ -4151,8 +4133,9 @@ def _fault_plan(
     except OSError:
         how = "sched_setaffinity"
     topo = _topology_or_read(topo, backend)
-    cpus = frozenset(backend.call("cpuset_cpus") or topo.allowed_cpus) & topo.online_cpus
-    mem, allowed = _memory_nodes(backend)[:2]
+    allowed_cpus = backend.call("cpuset_cpus") or topo.allowed_cpus
+    cpus = frozenset(allowed_cpus) & topo.online_cpus
+    memory = _memory_nodes(backend)
     known: Dict[Tuple[Any, FrozenSet[int]], Tuple[Tuple[_Place, ...], str]] = {}
     groups: Dict[_Place, List[Tuple[int, int]]] = {}
     unplaced: Dict[int, str] = {}
@@ -4162,21 +4145,23 @@ def _fault_plan(
             raise ValueError(f"extent {number} ({offset}+{length}) is not in the {span} bytes")
         key = (policy, frozenset(nodes))
         if key not in known:
-            usable = key[1] & mem & allowed
+            usable = key[1] & memory.mem & memory.allowed
             known[key] = _places(topo, cpus, how == "set_mempolicy", _mode_of(policy), usable)
             if key[1] and not usable:  # Mems_allowed forbids them all
                 known[key] = ((_AS_MADE,), "cpuset")
         places, why = known[key]
         if why:
             unplaced[number] = why
-        lo, hi = start + offset, start + offset + length
+        lo = start + offset
+        hi = lo + length
         step = max(length, page)
         if len(places) > 1:  # an interleave by CPU: node by node, at most 2 MiB at a time
-            step = max(page, min(2 << 20, length // len(places)) // page * page)
+            share = min(2 << 20, length // len(places))
+            step = max(page, share // page * page)
             facts["granularity"] = step
-        for turn, at in enumerate(range(lo, hi, step)):
+        for place, at in zip(itertools.cycle(places), range(lo, hi, step)):
             end = min(at + step, hi)
-            ranges = groups.setdefault(places[turn % len(places)], [])
+            ranges = groups.setdefault(place, [])
             if ranges and sum(ranges[-1]) == at:  # the place's last range ends here: join it
                 at = ranges.pop()[0]
             ranges.append((at, end - at))
@@ -4221,10 +4206,11 @@ def prefault(
     pg = page_size or backend.page_size
     start, span = _page_range(addr, size, pg)
     t0 = time.monotonic()
-    out: Dict[str, Any] = {"bytes": 0, "threads": 0, "method": "none", "seconds": 0.0}
     if span == 0:
-        return out
-    want = threads if threads is not None else _env("NUMA_PREFAULT_THREADS")
+        return {"bytes": 0, "threads": 0, "method": "none", "seconds": 0.0}
+    want = threads
+    if want is None:
+        want = _env("NUMA_PREFAULT_THREADS")
     if want is None:
         try:
             cpus = len(backend.call("sched_getaffinity", 0))
@@ -4235,27 +4221,30 @@ def prefault(
     if want < 1:
         raise ValueError("threads must be >= 1")
     denied = _denied.get(backend)
-    if extents is None and denied and denied[0] <= start and start + span <= denied[1]:
+    if extents is None and denied and denied[0] <= start <= start + span <= denied[1]:
         extents = [(0, span, *denied[2:])]
         del _denied[backend]  # placed now
     groups = {_AS_MADE: [(start, span)]}
+    facts: Dict[str, Any] = {}
     if extents is not None:
         groups, facts = _fault_plan(backend, start, span, extents, pg, topology)
-        out.update(facts)
     total = sum(count for ranges in groups.values() for at, count in ranges)
     # Pieces of at least 16 MiB per thread: below that a thread costs more than it saves.
-    want = max(1, min(int(want), total // max(pg, 16 << 20) or 1))
-    chunk = max(pg, min(64 << 20, total // (4 * want)) // pg * pg)
-    jobs: List[Tuple[_Place, List[Tuple[int, int]], Iterator[int]]] = []
+    want = min(int(want), total // max(pg, 16 << 20) or 1)
+    quarter = min(64 << 20, total // (4 * want))  # four pieces per thread, at most 64 MiB
+    chunk = max(pg, quarter // pg * pg)
+    jobs: List[Tuple[_Place, Iterator[Tuple[int, int]]]] = []
     for place, ranges in groups.items():
         pieces: List[Tuple[int, int]] = []
         for lo, count in ranges:
-            pieces += [(at, min(chunk, lo + count - at)) for at in range(lo, lo + count, chunk)]
-        share = max(1, want * sum(count for at, count in ranges) // total)
+            for at in range(lo, lo + count, chunk):
+                pieces.append((at, min(chunk, lo + count - at)))
+        place_bytes = sum(count for at, count in ranges)
+        share = max(1, want * place_bytes // total)
         if place.cpus:
             share = min(share, len(place.cpus))
-        # next() on one counter is atomic: the place's threads share its pieces.
-        jobs += [(place, pieces, itertools.count())] * min(share, len(pieces))
+        # next() on one iterator is atomic: the place's threads share its pieces.
+        jobs += [(place, iter(pieces))] * min(share, len(pieces))
     method = ["populate_write"]
     done = [0] * len(jobs)
     errors: List[BaseException] = []
@@ -4277,17 +4266,17 @@ def prefault(
             backend.touch(at, count)
 
     def work(job: int) -> None:
-        place, pieces, counter = jobs[job]
+        place, pieces = jobs[job]
         try:
             if place.cpus:
                 backend.call("sched_setaffinity", 0, place.cpus)
             if place.mode is not None:
                 set_mempolicy(place.mode, place.nodes, backend=backend)
-            piece = next(counter)
-            while piece < len(pieces) and not stop.is_set():
-                fault(*pieces[piece])
-                done[job] += pieces[piece][1]
-                piece = next(counter)
+            for at, count in pieces:
+                if stop.is_set():
+                    break
+                fault(at, count)
+                done[job] += count
         except BaseException as err:  # re-raised in the calling thread
             errors.append(err)
             stop.set()
@@ -4316,8 +4305,8 @@ def prefault(
         raise errors[0]
     if progress is not None:
         progress(total, total)
-    out.update(bytes=total, threads=len(jobs), method=method[0])
-    return dict(out, seconds=time.monotonic() - t0)
+    seconds = time.monotonic() - t0
+    return {"bytes": total, "threads": len(jobs), "method": method[0], "seconds": seconds, **facts}
 
 
 # -- fit: will an allocation succeed, checked before anything is made -------------------
