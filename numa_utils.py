@@ -4344,7 +4344,7 @@ def _prog() -> str:
     "python3 numa_utils.py"."""
     py = os.path.basename(sys.executable or "") or "python3"
     script = ""
-    if sys.argv and sys.argv[0]:
+    if sys.argv:
         script = sys.argv[0]
     if __name__ == "__main__":
         if __spec__ is not None and __spec__.name:
@@ -4354,9 +4354,6 @@ def _prog() -> str:
     if argv0 in ("numa-utils", "numa_utils"):
         return argv0
     return f"{py} -m {__name__}"
-
-
-# -- end of shared-memory section ------------------------------------------------------
 
 
 # ===========================================================================
@@ -4546,11 +4543,10 @@ def local_devices(
         nodes = _check_nodes(where, topo.online_nodes)
     else:
         nodes = frozenset(placement(where, backend=backend))
-        first = None
         if not nodes:  # no page placed yet: the node of its first page, if any
             first = node_of(where, backend=backend)
-        if first is not None:
-            nodes = frozenset({first})
+            if first is not None:
+                nodes = frozenset({first})
     pkg = {nid: package for package, ns in topo.package_nodes.items() for nid in ns}
     home = {nid: pkg.get(_nearest_cpu_node(topo, nid)) for nid in topo.nodes}  # type: ignore[arg-type]
     mine = {home.get(nid) for nid in nodes} - {None}
@@ -4857,9 +4853,12 @@ def _cache_domains(topo: Topology, cpus: Iterable[int]) -> List[Tuple[int, ...]]
     return sorted(tuple(sorted(members)) for members in groups.values())
 
 
+_Planned = Dict[str, Tuple[Optional[int], FrozenSet[int], List[str]]]
+
+
 def _plan_all(
     topo: Topology, infos: List[GpuInfo], policy: str, reserve: int, strict: bool
-) -> Dict[str, Tuple[Optional[int], FrozenSet[int], List[str]]]:
+) -> _Planned:
     """pci -> (cpu node, CPUs, notes) for every GPU of the family, planned together."""
     fam = _family(infos)
     allowed = topo.allowed_cpus & topo.online_cpus
@@ -4911,27 +4910,30 @@ def _plan_all(
                 notes[gpu.pci],
             )
             eff[gpu.pci] = best
-    out: Dict[str, Tuple[Optional[int], FrozenSet[int], List[str]]] = {}
+    out: _Planned = {}
     for gpu in fam:
         node = eff[gpu.pci]
         if node is None:
             out[gpu.pci] = (
                 None,
-                frozenset(allowed),
+                allowed,
                 notes[gpu.pci] + ["no usable node: all allowed CPUs"],
             )
             continue
         group = [p for p, m in eff.items() if m == node]
         rank, k = group.index(gpu.pci), len(group)
         if policy == "node":
-            cpus = frozenset(pool[node])
+            cpus = pool[node]
         elif policy == "socket":
             pkgs = {topo.cpus[cpu].package for cpu in topo.nodes[node].cpus if cpu in topo.cpus}
-            cpus = frozenset(
-                cpu
-                for cpu in allowed - reserved
-                if cpu in topo.cpus and topo.cpus[cpu].package in pkgs
-            ) or frozenset(pool[node])
+            cpus = (
+                frozenset(
+                    cpu
+                    for cpu in allowed - reserved
+                    if cpu in topo.cpus and topo.cpus[cpu].package in pkgs
+                )
+                or pool[node]
+            )
         else:
             # exclusive: physical cores; core-complex: whole last-level-cache domains
             units: List[Tuple[int, ...]] = topo.cores_of(pool[node])
@@ -4973,7 +4975,7 @@ def _plan_for(
     policy: str,
     memory: Optional[str],
     extra: Sequence[str],
-    planned: Dict[str, Tuple[Optional[int], FrozenSet[int], List[str]]],
+    planned: _Planned,
 ) -> GpuPlan:
     """The plan of ``found``'s GPU from _plan_all's ``planned``; ``extra``: notes put
     first."""
@@ -4984,7 +4986,7 @@ def _plan_for(
             None,
             None,
             None,
-            frozenset(topo.allowed_cpus),
+            topo.allowed_cpus,
             memory,
             (),
             policy,
@@ -4994,7 +4996,7 @@ def _plan_for(
                 "GPU not identified: all allowed CPUs, memory policy unchanged",
             ),
         )
-    n, cpus, notes = planned.get(gpu.pci, (None, frozenset(topo.allowed_cpus), []))
+    n, cpus, notes = planned.get(gpu.pci, (None, topo.allowed_cpus, []))
     return GpuPlan(
         index,
         gpu.pci,
@@ -5137,9 +5139,13 @@ class BindResult(_Record):
         )
 
 
+# BindResult's threads_changed, threads_skipped and threads_failed
+_ThreadsSet = Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[Tuple[int, int], ...]]
+
+
 def _set_affinity(
     backend: Backend, cpus: FrozenSet[int], threads: str, notes: List[str]
-) -> Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[Tuple[int, int], ...]]:
+) -> _ThreadsSet:
     """Pin the calling thread, and with threads="all" every other thread of the process
     that is not pinned already (affinity narrower than the calling thread's was)."""
     before = backend.call("sched_getaffinity", 0)
@@ -5252,7 +5258,7 @@ def _bind_node(
         reason = None
     else:
         reason = "cpuset"
-    done: Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[Tuple[int, int], ...]] = ((), (), ())
+    done: _ThreadsSet = ((), (), ())
     if reason is None:
         try:
             done = _set_affinity(backend, want, threads, notes)
@@ -5436,10 +5442,8 @@ def _probe_node(backend: Backend, node: int) -> BindCheck:
         cpu = "no-cpus"
     reasons = [cpu]
     for word in ("bind", "preferred", "interleave"):
-        policy = _rung_policy(word, (node,), backend)
-        result = policy.__enter__()
-        policy.__exit__(None, None, None)
-        reasons.append(result.reason)
+        with _rung_policy(word, (node,), backend) as result:
+            reasons.append(result.reason)
     spread = len(topo.usable_memory_nodes) > 1
     if reasons[3] is None and not spread:
         reasons[3] = "single-node"
@@ -5683,9 +5687,6 @@ def spawn_context(gpu: Optional[int] = None, *, method: str = "spawn", **where: 
     context.plan = starter.plan
     context.starts = starter.starts
     return context
-
-
-# -- end of observation section --------------------------------------------------------
 
 
 # ===========================================================================
@@ -5977,10 +5978,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     command when it is beside this file; without it, ``status`` (the facts) is served
     here and every other command names the file to copy."""
     raw = list(sys.argv[1:] if argv is None else argv)
-    lead = 0
-    while raw[lead : lead + 1] in (["-v"], ["--verbose"]):
-        lead += 1
-    word = raw[lead] if lead < len(raw) else ""
+    word = ""
+    for arg in raw:
+        if arg not in ("-v", "--verbose"):
+            word = arg
+            break
     try:
         return int(_commands(word).main(raw))
     except ImportError as err:  # a numa_utils_cli of another version
