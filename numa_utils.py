@@ -4499,7 +4499,7 @@ def device_distance(
         except KeyError as err:
             raise ValueError(f"no PCI device {err.args[0]} (see devices())") from None
     path_a, path_b = a.path, b.path
-    if path_a[:1] == path_b[:1] and path_a[0].startswith("pci"):
+    if path_a[0] == path_b[0] and path_a[0].startswith("pci"):
         shared = len(os.path.commonprefix([path_a, path_b]))
         if shared == 1:
             return "PHB"  # only the host bridge in common
@@ -4608,7 +4608,8 @@ def _apply_visible(
     list ends at the first invalid entry (CUDA ignores the rest)."""
     out: List[_Resolved] = []
     seen: Set[str] = set()
-    for t in (tok.strip() for tok in raw.split(",")):
+    for item in raw.split(","):
+        t = item.strip()
         got: Optional[_Resolved] = None
         if re.match(r"^-?\d+$", t):
             if 0 <= int(t) < len(base):
@@ -4814,7 +4815,8 @@ def _plan_memory(
         return ()
     usable = default_memory_nodes(topo)
     if memory in ("interleave", "weighted-interleave"):
-        return tuple(sorted(usable - {nid for gpu in infos for nid in gpu.memory_nodes}))
+        gpu_memory = {nid for gpu in infos for nid in gpu.memory_nodes}
+        return tuple(sorted(usable - gpu_memory))
     if node in usable:
         nodes: Tuple[int, ...] = (node,)
     else:
@@ -4936,9 +4938,10 @@ def _plan_all(
             )
         else:
             # exclusive: physical cores; core-complex: whole last-level-cache domains
-            units: List[Tuple[int, ...]] = topo.cores_of(pool[node])
             if policy == "core-complex":
                 units = _cache_domains(topo, pool[node])
+            else:
+                units = topo.cores_of(pool[node])
             if len(units) >= k:  # chunk ``rank`` of k near-equal ones, first ones longer
                 run = _chunks(len(units), k)[rank]
                 mine = units[run.start : run.stop]
@@ -5139,7 +5142,6 @@ class BindResult(_Record):
         )
 
 
-# BindResult's threads_changed, threads_skipped and threads_failed
 _ThreadsSet = Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[Tuple[int, int], ...]]
 
 
@@ -5158,7 +5160,9 @@ def _set_affinity(
         except OSError as err:
             tids = []
             notes.append(f"cannot list this process's threads: {err.strerror or err}")
-        for tid in (t for t in tids if t != me):
+        for tid in tids:
+            if tid == me:
+                continue
             try:
                 if not backend.call("sched_getaffinity", tid) >= before:
                     skipped.append(tid)
@@ -5310,11 +5314,11 @@ def bind_to_node(
     or NUMA_MEMORY_POLICY), "bind", "interleave" or "weighted-interleave" (every
     usable memory node except GPU memory), "socket" (prefer-many over the package's
     nodes), "local" or None (any mode word a result reports is taken); set through
-    the safe layer for the calling thread and
-    the threads it creates later (set_mempolicy is per thread): call this early.
-    ``threads``: "all" also re-pins this process's other threads, except those pinned
-    elsewhere already; "current" only the calling thread.  Memory is applied before
-    CPUs, so a strict failure leaves both alone.
+    the safe layer for the calling thread and the threads it creates later
+    (set_mempolicy is per thread): call this early.  ``threads``: "all" also re-pins
+    this process's other threads, except those pinned elsewhere already; "current"
+    only the calling thread.  Memory is applied before CPUs, so a strict failure
+    leaves both alone.
     """
     backend = _b(backend)
     st, mem = _strict_or_env(strict), _memory_or_env(memory)
@@ -5366,10 +5370,11 @@ def _node_slice(
         return node, frozenset(), {}
     if cpu_node != node:
         notes.append(f"node {node} has no CPUs: using node {cpu_node}'s")
-    cores = topo.cores_of(topo.nodes[cpu_node].cpus & topo.allowed_cpus & topo.online_cpus)
+    usable = topo.nodes[cpu_node].cpus & topo.allowed_cpus & topo.online_cpus
+    cores = topo.cores_of(usable)
     skip = min(reserve, max(len(cores) - 1, 0))
     reserved = frozenset(cpu for core in cores[:skip] for cpu in core)
-    cpus = frozenset(cpu for core in cores[skip:] for cpu in core)
+    cpus = usable - reserved
     if not cpus:
         _fail(strict, f"this process's cpuset allows no CPU on node {cpu_node}", notes)
     return cpu_node, cpus, {f"reserved (reserve={reserve})": reserved}
@@ -5430,8 +5435,7 @@ def _probe_node(backend: Backend, node: int) -> BindCheck:
     caller's."""
     topo = _planning_topology(backend)
     if node not in topo.nodes:
-        missing = _HINTS["no-node"]
-        return BindCheck(node, reason="no-node", hint=missing)
+        return BindCheck(node, reason="no-node", hint=_HINTS["no-node"])
     own = topo.nodes[node].cpus
     allowed = own & topo.allowed_cpus
     before = backend.call("sched_getaffinity", 0)
@@ -5470,8 +5474,9 @@ def can_bind(node: int, *, backend: Optional[Backend] = None) -> BindCheck:
         return BindCheck(node, reason="no-node", hint=hint)
     pid = os.getpid()  # a child may live under another seccomp filter
     key = pid, id(b), node
-    if key in _bind_checks:
-        return _bind_checks[key][1]
+    cached = _bind_checks.get(key)
+    if cached is not None:
+        return cached[1]
     from concurrent.futures import ThreadPoolExecutor
 
     try:
@@ -5539,8 +5544,7 @@ def _start_plan(
     left out), or the CPUs given (the kernel keeps those in the cpuset), with memory
     on their nodes."""
     gpu, node, nodes, cpus = where
-    missing = where.count(None)
-    given = len(where) - missing
+    given = len(where) - where.count(None)
     if given != 1:
         raise ValueError("bound_start: give one of a CUDA device index, node=, nodes= or cpus=")
     pol, res, mem, st = _plan_args(policy, None, memory, strict)
@@ -5602,8 +5606,9 @@ class bound_start:
         self.fallback = _ladder(fallback, strictly)
         memory = None  # the first memory rung's word plans the memory nodes
         for rung in self.fallback:
-            if memory is None and rung not in _NO_MEMORY_RUNGS:
+            if rung not in _NO_MEMORY_RUNGS:
                 memory = rung
+                break
         where = gpu, node, nodes, cpus
         self.plan = _start_plan(backend, where, policy, memory, strict, environ)
         self.starts: List[StartRecord] = []
@@ -5724,12 +5729,11 @@ def _status_facts(backend: Backend) -> Tuple[Dict[str, Any], Topology]:
     """status_report's report, and the topology it was read from."""
     topo = read_topology(backend=backend)
     tj = _topology_json(topo)
-    warnings: List[str] = []
+    warnings = [f"could not read: {problem}" for problem in topo.problems]
     gpu_rows = [
         dict(_pci_json(gpu), node=gpu.node, node_source=gpu.node_source) for gpu in topo.gpus
     ]
     devs = _devices(topo, backend)
-    warnings.extend(f"could not read: {problem}" for problem in topo.problems)
     policy: Optional[Dict[str, Any]] = None
     policy_error: Optional[str] = "not the running system"
     if backend.has_process:
@@ -5745,7 +5749,9 @@ def _status_facts(backend: Backend) -> Tuple[Dict[str, Any], Topology]:
     own_pid = None
     if backend.is_live:
         uts = os.uname()
-        release, machine, own_pid = uts.release, uts.machine, os.getpid()
+        release = uts.release
+        machine = uts.machine
+        own_pid = os.getpid()
     elif not backend.has_process:  # a saved tree: its machine as far as it tells, never ours
         page_size = abi = None
         tree: Any = getattr(backend, "_tree", None)
@@ -5814,11 +5820,11 @@ def _status_facts(backend: Backend) -> Tuple[Dict[str, Any], Topology]:
     report["config_ignored"] = _env_ignored()
     for suffix in _ENV_VARS:  # each read alone: every invalid one is its own warning
         name = _env_prefix + suffix
-        if os.environ.get(name, "").strip():
+        raw = os.environ.get(name)
+        source = "default"
+        if raw and raw.strip():
             source = "env"
-        else:
-            source = "default"
-        row = config[name] = {"value": os.environ.get(name), "source": source}
+        row = config[name] = {"value": raw, "source": source}
         try:
             if suffix == "NUMA_NODES":
                 value = _env_nodes(backend)
