@@ -4559,13 +4559,12 @@ def local_devices(
             relation = 1
         else:
             relation = 2
-        distances = []
+        nearest = 1 << 16  # no distance known: after every known one
         if device.node is not None:
             for node in nodes:
                 distance = topo.distance(node, device.node)
                 if distance is not None:
-                    distances.append(distance)
-        nearest = min(distances, default=1 << 16)  # no distance known: after every known one
+                    nearest = min(nearest, distance)
         return relation, nearest, device.address
 
     ranked = sorted(
@@ -4611,10 +4610,12 @@ def _apply_visible(
     for item in raw.split(","):
         t = item.strip()
         got: Optional[_Resolved] = None
+        prefix = t[:4].upper()
         if re.match(r"^-?\d+$", t):
-            if 0 <= int(t) < len(base):
-                got = base[int(t)]
-        elif t[:4].upper() == "GPU-":
+            index = int(t)
+            if 0 <= index < len(base):
+                got = base[index]
+        elif prefix == "GPU-":
             hits = [g for u, g in uuids.items() if u.startswith(t.lower())]
             if len(hits) == 1:
                 got = _Resolved(hits[0], "uuid")
@@ -4622,7 +4623,7 @@ def _apply_visible(
                 got = _Resolved(
                     None, "uuid unknown: no NVML and no NVIDIA driver entries to match it against"
                 )
-        elif t[:4].upper() == "MIG-":
+        elif prefix == "MIG-":
             match = re.match(r"^MIG-(GPU-[0-9a-fA-F-]+)/\d+/\d+$", t)
             if match and match.group(1).lower() in uuids:
                 got = _Resolved(uuids[match.group(1).lower()], "mig (parent uuid)")
@@ -4815,8 +4816,7 @@ def _plan_memory(
         return ()
     usable = default_memory_nodes(topo)
     if memory in ("interleave", "weighted-interleave"):
-        gpu_memory = {nid for gpu in infos for nid in gpu.memory_nodes}
-        return tuple(sorted(usable - gpu_memory))
+        return tuple(sorted(usable - {nid for gpu in infos for nid in gpu.memory_nodes}))
     if node in usable:
         nodes: Tuple[int, ...] = (node,)
     else:
@@ -4877,7 +4877,8 @@ def _plan_all(
                 f"reserve={reserve} would leave no core on node {nid} "
                 f"({len(cores)} usable); keeping one",
             )
-        reserved.update(cpu for core in cores[: min(reserve, len(cores) - 1)] for cpu in core)
+        skip = min(reserve, len(cores) - 1)
+        reserved.update(cpu for core in cores[:skip] for cpu in core)
     pool = {node: free[node] - reserved for node in free}
     usable = [node for node in sorted(pool) if pool[node]]
     eff: Dict[str, Optional[int]] = {}
@@ -4923,7 +4924,8 @@ def _plan_all(
             )
             continue
         group = [p for p, m in eff.items() if m == node]
-        rank, k = group.index(gpu.pci), len(group)
+        rank = group.index(gpu.pci)
+        k = len(group)
         if policy == "node":
             cpus = pool[node]
         elif policy == "socket":
@@ -4937,7 +4939,6 @@ def _plan_all(
                 or pool[node]
             )
         else:
-            # exclusive: physical cores; core-complex: whole last-level-cache domains
             if policy == "core-complex":
                 units = _cache_domains(topo, pool[node])
             else:
@@ -5010,7 +5011,7 @@ def _plan_for(
         _plan_memory(topo, infos, n, memory),
         policy,
         gpu.memory_nodes,
-        tuple(extra) + tuple(notes),
+        (*extra, *notes),
     )
 
 
@@ -5239,7 +5240,6 @@ def _bind_node(
                 if used == node:
                     used = min(mnodes)
             notes.append(msg)
-        # "socket" is preferred-many over the package's nodes; the rest name their mode
         if mem == "socket":
             mode = Mode.PREFERRED_MANY
         else:
@@ -5310,15 +5310,14 @@ def bind_to_node(
     """Run on ``node``'s CPUs and allocate from its memory; say what was applied.
 
     ``cpus``: True (the node's allowed CPUs), False (leave affinity alone) or an
-    explicit set (intersected with the allowed CPUs).  ``memory``: "prefer" (default,
-    or NUMA_MEMORY_POLICY), "bind", "interleave" or "weighted-interleave" (every
-    usable memory node except GPU memory), "socket" (prefer-many over the package's
-    nodes), "local" or None (any mode word a result reports is taken); set through
-    the safe layer for the calling thread and the threads it creates later
-    (set_mempolicy is per thread): call this early.  ``threads``: "all" also re-pins
-    this process's other threads, except those pinned elsewhere already; "current"
-    only the calling thread.  Memory is applied before CPUs, so a strict failure
-    leaves both alone.
+    explicit set (intersected with the allowed CPUs).  ``memory``: "prefer" (default, or
+    NUMA_MEMORY_POLICY), "bind", "interleave" or "weighted-interleave" (every usable
+    memory node except GPU memory), "socket" (prefer-many over the package's nodes),
+    "local" or None (any mode word a result reports is taken); set through the safe
+    layer for the calling thread and the threads it creates later (set_mempolicy is per
+    thread): call this early.  ``threads``: "all" also re-pins this process's other
+    threads, except those pinned elsewhere already; "current" only the calling thread.
+    Memory is applied before CPUs, so a strict failure leaves both alone.
     """
     backend = _b(backend)
     st, mem = _strict_or_env(strict), _memory_or_env(memory)
@@ -5448,8 +5447,7 @@ def _probe_node(backend: Backend, node: int) -> BindCheck:
     for word in ("bind", "preferred", "interleave"):
         with _rung_policy(word, (node,), backend) as result:
             reasons.append(result.reason)
-    spread = len(topo.usable_memory_nodes) > 1
-    if reasons[3] is None and not spread:
+    if reasons[3] is None and len(topo.usable_memory_nodes) < 2:
         reasons[3] = "single-node"
     first = next(filter(None, reasons), None)
     hint = _HINTS.get(first or "")
@@ -5463,11 +5461,10 @@ _bind_checks: Dict[Tuple[int, int, int], Tuple[Backend, BindCheck]] = {}
 
 def can_bind(node: int, *, backend: Optional[Backend] = None) -> BindCheck:
     """Whether this process can bind to ``node``: CPU binding, and the bind, preferred
-    and interleave memory policies, each tried in a throwaway thread (the caller's
-    mask and policy stay as they are; no process is started).  ``reason`` names the
-    first that fails ("EPERM": seccomp or no CAP_SYS_NICE, "cpuset", "ENOSYS",
-    "single-node", "no-cpus", ...) and ``hint`` the fix.  Cached per node and
-    process; never raises."""
+    and interleave memory policies, each tried in a throwaway thread (the caller's mask
+    and policy stay as they are; no process is started).  ``reason`` names the first
+    that fails ("EPERM": seccomp or no CAP_SYS_NICE, "cpuset", "ENOSYS", "single-node",
+    "no-cpus", ...) and ``hint`` the fix.  Cached per node and process; never raises."""
     b = _b(backend)
     if type(node) is not int:
         hint = _HINTS["no-node"]
@@ -5576,15 +5573,14 @@ class bound_start:
     (``Process.start()``, ``subprocess.Popen``, ``os.fork``) starts bound, CPUs and
     memory policy, from its first instruction; the thread's own are put back after.
 
-    Where: CUDA device ``gpu``'s share under plan ``policy`` (one of BIND_POLICIES,
-    as cpus_for_gpu), the CPUs of ``node`` or of the node set ``nodes``, or ``cpus``
-    (an operator's list); memory on their nodes.  ``fallback``: the rungs tried in
-    order until one applies: a memory policy ("bind", "preferred", "interleave", ...)
-    with the CPUs, "cpu" (CPUs alone) or "none" (unbound).  Each entry adds a
-    StartRecord to ``starts`` (``asked``, ``applied``, ``reason``, ``hint``); a
-    fallback is logged once.  When no rung applies, or ``strict`` and the first does
-    not, entering raises OSError: in the parent, before any child exists.  ``plan``
-    is the GpuPlan.
+    Where: CUDA device ``gpu``'s share under plan ``policy`` (one of BIND_POLICIES, as
+    cpus_for_gpu), the CPUs of ``node`` or of the node set ``nodes``, or ``cpus`` (an
+    operator's list); memory on their nodes.  ``fallback``: the rungs tried in order
+    until one applies: a memory policy ("bind", "preferred", "interleave", ...) with the
+    CPUs, "cpu" (CPUs alone) or "none" (unbound).  Each entry adds a StartRecord to
+    ``starts`` (``asked``, ``applied``, ``reason``, ``hint``); a fallback is logged
+    once.  When no rung applies, or ``strict`` and the first does not, entering raises
+    OSError: in the parent, before any child exists.  ``plan`` is the GpuPlan.
     """
 
     def __init__(
@@ -5646,8 +5642,7 @@ class bound_start:
         record = StartRecord(asked, applied, first, hint)
         self.starts.append(record)  # a start refused has its record too
         if applied not in self.fallback:  # no rung took, not even "none"
-            name = first or ""
-            err = getattr(errno, name, errno.EINVAL)
+            err = getattr(errno, first or "", errno.EINVAL)
             raise OSError(err, f"bound start: {record}")
         if first:
             _warn_once(str(record), "numa_utils: bound start fell back: %s", record)
@@ -5908,7 +5903,7 @@ def _render_facts(report: Mapping[str, Any]) -> str:
             out.append(f"{indent}{key}:")
             for name, item in value.items():
                 put(str(name), item, indent + "  ")
-        elif value is None or value == "" or value == {}:
+        elif value in (None, "", {}):
             out.append(f"{indent}{key}: -")
         else:
             out.append(f"{indent}{key}: {value}")
@@ -5921,8 +5916,6 @@ def _render_facts(report: Mapping[str, Any]) -> str:
 def _outline_list(rows: List[Any]) -> Any:
     """A list as the status outline shows it: ids as a range list ("0-3,8"), words
     on one line, and rows (dicts) each under its id or address."""
-    if not rows:
-        return None
     if all(type(row) is int for row in rows):
         return format_cpulist(rows)
     if not any(isinstance(row, dict) for row in rows):
