@@ -4848,9 +4848,10 @@ def _cache_domains(topo: Topology, cpus: Iterable[int]) -> List[Tuple[int, ...]]
     whole = frozenset(cpus)
     groups: Dict[FrozenSet[int], List[int]] = {}
     for cpu in whole:
+        info = topo.cpus.get(cpu)
         domain = whole
-        if cpu in topo.cpus and topo.cpus[cpu].llc:
-            domain = topo.cpus[cpu].llc
+        if info is not None and info.llc:
+            domain = info.llc
         groups.setdefault(domain, []).append(cpu)
     return sorted(tuple(sorted(members)) for members in groups.values())
 
@@ -5422,8 +5423,7 @@ def _rung_policy(rung: str, nodes: Tuple[int, ...], backend: Backend) -> thread_
     """A thread_policy for memory rung ``rung`` on ``nodes``, never strict (its result
     says why not); "preferred" over several nodes is preferred-many."""
     mode = _mode_of(rung)
-    many = len(nodes) > 1
-    if mode == Mode.PREFERRED and many:
+    if mode == Mode.PREFERRED and len(nodes) > 1:
         mode = Mode.PREFERRED_MANY
     return thread_policy(mode, nodes, strict=False, backend=backend)
 
@@ -5523,8 +5523,7 @@ def _own_memory(topo: Topology, held: Set[int]) -> Tuple[int, ...]:
     own = held & topo.nodes_with_memory
     if not own:
         for node in held:
-            nearest = _plan_memory(topo, [], node, "bind")
-            own.update(nearest)
+            own.update(_plan_memory(topo, [], node, "bind"))
     return tuple(sorted(own))
 
 
