@@ -4553,16 +4553,17 @@ def local_devices(
 
     def rank(device: Device) -> Tuple[int, int, str]:
         """(relation: 0 local, 1 near, 2 remote; the NUMA distance; PCI address)."""
-        if device.node in nodes:
+        device_node = device.node
+        if device_node in nodes:
             relation = 0
-        elif device.node is not None and home.get(device.node) in mine:
+        elif device_node is not None and home.get(device_node) in mine:
             relation = 1
         else:
             relation = 2
         nearest = 1 << 16  # no distance known: after every known one
-        if device.node is not None:
+        if device_node is not None:
             for node in nodes:
-                distance = topo.distance(node, device.node)
+                distance = topo.distance(node, device_node)
                 if distance is not None:
                     nearest = min(nearest, distance)
         return relation, nearest, device.address
@@ -4609,6 +4610,7 @@ def _apply_visible(
     seen: Set[str] = set()
     for item in raw.split(","):
         t = item.strip()
+        folded = t.lower()
         got: Optional[_Resolved] = None
         prefix = t[:4].upper()
         if re.match(r"^-?\d+$", t):
@@ -4616,7 +4618,7 @@ def _apply_visible(
             if 0 <= index < len(base):
                 got = base[index]
         elif prefix == "GPU-":
-            hits = [g for u, g in uuids.items() if u.startswith(t.lower())]
+            hits = [g for u, g in uuids.items() if u.startswith(folded)]
             if len(hits) == 1:
                 got = _Resolved(hits[0], "uuid")
             elif not uuids:
@@ -4627,8 +4629,8 @@ def _apply_visible(
             match = re.match(r"^MIG-(GPU-[0-9a-fA-F-]+)/\d+/\d+$", t)
             if match and match.group(1).lower() in uuids:
                 got = _Resolved(uuids[match.group(1).lower()], "mig (parent uuid)")
-            elif t.lower() in migs:
-                got = _Resolved(migs[t.lower()], "mig (nvml)")
+            elif folded in migs:
+                got = _Resolved(migs[folded], "mig (nvml)")
             else:
                 got = _Resolved(None, "MIG device unknown: needs NVML to find its GPU")
         if got is None:
@@ -4917,18 +4919,20 @@ def _plan_all(
     out: _Planned = {}
     for gpu in fam:
         node = eff[gpu.pci]
+        gpu_notes = notes[gpu.pci]
         if node is None:
             out[gpu.pci] = (
                 None,
                 allowed,
-                notes[gpu.pci] + ["no usable node: all allowed CPUs"],
+                gpu_notes + ["no usable node: all allowed CPUs"],
             )
             continue
+        node_cpus = pool[node]
         group = [p for p, m in eff.items() if m == node]
         rank = group.index(gpu.pci)
         k = len(group)
         if policy == "node":
-            cpus = pool[node]
+            cpus = node_cpus
         elif policy == "socket":
             pkgs = {topo.cpus[cpu].package for cpu in topo.nodes[node].cpus if cpu in topo.cpus}
             cpus = (
@@ -4937,31 +4941,32 @@ def _plan_all(
                     for cpu in allowed - reserved
                     if cpu in topo.cpus and topo.cpus[cpu].package in pkgs
                 )
-                or pool[node]
+                or node_cpus
             )
         else:
             if policy == "core-complex":
-                units = _cache_domains(topo, pool[node])
+                units = _cache_domains(topo, node_cpus)
             else:
-                units = topo.cores_of(pool[node])
-            if len(units) >= k:  # chunk ``rank`` of k near-equal ones, first ones longer
-                run = _chunks(len(units), k)[rank]
+                units = topo.cores_of(node_cpus)
+            unit_count = len(units)
+            if unit_count >= k:  # chunk ``rank`` of k near-equal ones, first ones longer
+                run = _chunks(unit_count, k)[rank]
                 mine = units[run.start : run.stop]
             elif policy == "exclusive":
                 _fail(
                     strict,
-                    f"node {node} has {len(units)} usable cores for {k} GPUs: "
+                    f"node {node} has {unit_count} usable cores for {k} GPUs: "
                     "exclusive plans share cores",
-                    notes[gpu.pci],
+                    gpu_notes,
                 )
-                mine = [units[rank % len(units)]]
+                mine = [units[rank % unit_count]]
             else:
-                mine = [units[rank * len(units) // k]]
-                notes[gpu.pci].append(
-                    f"node {node} has {len(units)} last-level caches for {k} GPUs: they are shared"
+                mine = [units[rank * unit_count // k]]
+                gpu_notes.append(
+                    f"node {node} has {unit_count} last-level caches for {k} GPUs: they are shared"
                 )
             cpus = frozenset(cpu for u in mine for cpu in u)
-        out[gpu.pci] = (node, cpus, notes[gpu.pci])
+        out[gpu.pci] = (node, cpus, gpu_notes)
     return out
 
 
@@ -5372,7 +5377,7 @@ def _node_slice(
         notes.append(f"node {node} has no CPUs: using node {cpu_node}'s")
     usable = topo.nodes[cpu_node].cpus & topo.allowed_cpus & topo.online_cpus
     cores = topo.cores_of(usable)
-    skip = min(reserve, max(len(cores) - 1, 0))
+    skip = min(reserve, len(cores) - 1)
     reserved = frozenset(cpu for core in cores[:skip] for cpu in core)
     cpus = usable - reserved
     if not cpus:
@@ -5436,9 +5441,8 @@ def _probe_node(backend: Backend, node: int) -> BindCheck:
     if node not in topo.nodes:
         return BindCheck(node, reason="no-node", hint=_HINTS["no-node"])
     own = topo.nodes[node].cpus
-    allowed = own & topo.allowed_cpus
     before = backend.call("sched_getaffinity", 0)
-    cpu = _cpu_rung(backend, allowed)
+    cpu = _cpu_rung(backend, own & topo.allowed_cpus)
     if cpu is None:
         backend.call("sched_setaffinity", 0, before)
     if not own:
@@ -5450,10 +5454,9 @@ def _probe_node(backend: Backend, node: int) -> BindCheck:
     if reasons[3] is None and len(topo.usable_memory_nodes) < 2:
         reasons[3] = "single-node"
     first = next(filter(None, reasons), None)
-    hint = _HINTS.get(first or "")
     works = [reason is None for reason in reasons]
     cpu_ok, bind, preferred, interleave = works
-    return BindCheck(node, cpu_ok, bind, preferred, interleave, first, hint)
+    return BindCheck(node, cpu_ok, bind, preferred, interleave, first, _HINTS.get(first or ""))
 
 
 _bind_checks: Dict[Tuple[int, int, int], Tuple[Backend, BindCheck]] = {}
@@ -5563,8 +5566,7 @@ def _start_plan(
             if found is not None:
                 held.add(found)
     memory_nodes = _own_memory(topo, held)
-    noted = tuple(notes)
-    return GpuPlan(None, None, None, None, want, mem, memory_nodes, pol, (), noted)
+    return GpuPlan(None, None, None, None, want, mem, memory_nodes, pol, (), tuple(notes))
 
 
 class bound_start:
@@ -5595,8 +5597,7 @@ class bound_start:
         environ: Optional[Mapping[str, str]] = None,
         backend: Optional[Backend] = None,
     ) -> None:
-        backend = _b(backend)
-        self.backend = backend
+        self.backend = _b(backend)
         strictly = _strict_or_env(strict)
         self.fallback = _ladder(fallback, strictly)
         memory = None  # the first memory rung's word plans the memory nodes
@@ -5605,7 +5606,7 @@ class bound_start:
                 memory = rung
                 break
         where = gpu, node, nodes, cpus
-        self.plan = _start_plan(backend, where, policy, memory, strict, environ)
+        self.plan = _start_plan(self.backend, where, policy, memory, strict, environ)
         self.starts: List[StartRecord] = []
         self._undo = threading.local()  # what each thread in a block puts back
 
@@ -5633,8 +5634,7 @@ class bound_start:
         return "none", None, first
 
     def __enter__(self) -> bound_start:
-        backend = self.backend
-        before = backend.call("sched_getaffinity", 0)
+        before = self.backend.call("sched_getaffinity", 0)
         applied, policy, first = self._climb()
         hint = _HINTS.get(first or "")
         asked = self.fallback[0]
