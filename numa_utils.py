@@ -4409,9 +4409,10 @@ def _memory_or_env(memory: Union[str, None, _Unset]) -> Optional[str]:
         memory = _env("NUMA_MEMORY_POLICY")
     if memory is None:
         return None
-    if str(memory).strip().lower() == "socket":
+    word = str(memory)
+    if word.strip().lower() == "socket":
         return "socket"
-    mode = _mode_of(str(memory))
+    mode = _mode_of(word)
     if mode == Mode.DEFAULT:
         return None
     if mode == Mode.PREFERRED_MANY:
@@ -4664,12 +4665,13 @@ def _visible_gpus(
     base = [_Resolved(gpu, "pci order") for gpu in fam]
     if not fam or fam[0].vendor == "intel":  # Intel: no remapping
         return base, notes
+    cuda_visible = env.get("CUDA_VISIBLE_DEVICES")
     if fam[0].vendor == "amd":
         # HIP: ROCR_VISIBLE_DEVICES first, then HIP_VISIBLE_DEVICES (or
         # CUDA_VISIBLE_DEVICES); indexes are in PCI order.
         for raw in (
             env.get("ROCR_VISIBLE_DEVICES"),
-            env.get("HIP_VISIBLE_DEVICES", env.get("CUDA_VISIBLE_DEVICES")),
+            env.get("HIP_VISIBLE_DEVICES", cuda_visible),
         ):
             if raw is not None:
                 base = _apply_visible(base, raw, {}, {}, notes)
@@ -4687,9 +4689,8 @@ def _visible_gpus(
     migs = {
         mig.lower(): by_pci[nv.pci] for nv in nvml or () if nv.pci in by_pci for mig in nv.mig_uuids
     }
-    raw = env.get("CUDA_VISIBLE_DEVICES")
-    if raw is not None:
-        base = _apply_visible(base, raw, uuids, migs, notes)
+    if cuda_visible is not None:
+        base = _apply_visible(base, cuda_visible, uuids, migs, notes)
     return base, notes
 
 
@@ -4987,8 +4988,7 @@ def _plan_for(
     extra: Sequence[str],
     planned: _Planned,
 ) -> GpuPlan:
-    """The plan of ``found``'s GPU from _plan_all's ``planned``; ``extra``: notes put
-    first."""
+    """The plan of ``found``'s GPU from _plan_all's ``planned``; ``extra``: notes put first."""
     gpu = found.gpu
     if gpu is None:
         return GpuPlan(
