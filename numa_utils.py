@@ -4464,9 +4464,10 @@ def _planning_topology(backend: Backend) -> Topology:
     affinity is the bound set, and plans and re-binding must still see every CPU the
     process may use.  A narrower affinity set before (taskset) is replaced by binding."""
     topo = read_topology(backend=backend)
-    cs = backend.call("cpuset_cpus")
-    if cs is not None and cs & topo.online_cpus:
-        return topo._replace(allowed_cpus=frozenset(cs & topo.online_cpus))
+    cpuset = backend.call("cpuset_cpus") or frozenset()
+    usable = cpuset & topo.online_cpus
+    if usable:
+        return topo._replace(allowed_cpus=usable)
     return topo
 
 
@@ -4484,12 +4485,11 @@ def gpus(*, backend: Optional[Backend] = None) -> List[GpuInfo]:
 def device_distance(
     a: Union[Device, str], b: Union[Device, str], *, backend: Optional[Backend] = None
 ) -> str:
-    """How two devices reach each other, named as ``nvidia-smi topo -m`` does, from
-    their sysfs bus paths: "PIX" (at most one bridge or one switch between them),
-    "PXB" (several bridges, no host bridge), "PHB" (through their host bridge),
-    "NODE" (different host bridges of one node), "SYS" (different or unknown nodes).
-    A saved tree that kept no links has no paths: NODE or SYS.  ``a``/``b``: Devices
-    or PCI addresses."""
+    """How two devices reach each other, named as ``nvidia-smi topo -m`` does, from their
+    sysfs bus paths: "PIX" (at most one bridge or one switch between them), "PXB" (several
+    bridges, no host bridge), "PHB" (through their host bridge), "NODE" (different host
+    bridges of one node), "SYS" (different or unknown nodes).  A saved tree that kept no
+    links has no paths: NODE or SYS.  ``a``/``b``: Devices or PCI addresses."""
     if isinstance(a, str) or isinstance(b, str):
         found = {device.address: device for device in devices(backend=backend)}
         try:
@@ -4499,7 +4499,8 @@ def device_distance(
                 b = found[_norm_bus_id(b)]
         except KeyError as err:
             raise ValueError(f"no PCI device {err.args[0]} (see devices())") from None
-    path_a, path_b = a.path, b.path
+    path_a = a.path
+    path_b = b.path
     if path_a[0] == path_b[0] and path_a[0].startswith("pci"):
         shared = len(os.path.commonprefix([path_a, path_b]))
         if shared == 1:
@@ -4729,14 +4730,15 @@ def _resolve(
     vis, notes = _visible_gpus(infos, nvml, env)
     for note in notes:  # once each, however often the device is looked up
         _fail(False, note)
+    noted = tuple(notes)
     if device >= len(vis):
         cvd = env.get("CUDA_VISIBLE_DEVICES")
         if cvd is not None:
             how = f"no CUDA device {device}: {len(vis)} visible (CUDA_VISIBLE_DEVICES={cvd!r})"
         else:
             how = f"no CUDA device {device}: {len(vis)} visible"
-        return _Resolved(None, how, tuple(notes))
-    return vis[device]._replace(notes=tuple(notes))
+        return _Resolved(None, how, noted)
+    return vis[device]._replace(notes=noted)
 
 
 def gpu_node(
@@ -5160,7 +5162,9 @@ def _set_affinity(
     before = backend.call("sched_getaffinity", 0)
     me = backend.call("gettid")
     backend.call("sched_setaffinity", 0, cpus)
-    changed, skipped, failed = [me], [], []
+    changed = [me]
+    skipped = []
+    failed = []
     if threads == "all":
         try:
             tids = backend.call("threads")
@@ -5326,7 +5330,8 @@ def bind_to_node(
     Memory is applied before CPUs, so a strict failure leaves both alone.
     """
     backend = _b(backend)
-    st, mem = _strict_or_env(strict), _memory_or_env(memory)
+    st = _strict_or_env(strict)
+    mem = _memory_or_env(memory)
     return _bind_node(backend, _planning_topology(backend), node, cpus, mem, threads, st)
 
 
@@ -5434,9 +5439,8 @@ def _rung_policy(rung: str, nodes: Tuple[int, ...], backend: Backend) -> thread_
 
 
 def _probe_node(backend: Backend, node: int) -> BindCheck:
-    """can_bind's trial, in a thread of its own.  It puts back what it changes: a
-    backend with one mask and policy per process (the simulator) must still find the
-    caller's."""
+    """can_bind's trial, in a thread of its own.  It puts back what it changes: a backend
+    with one mask and policy per process (the simulator) must still find the caller's."""
     topo = _planning_topology(backend)
     if node not in topo.nodes:
         return BindCheck(node, reason="no-node", hint=_HINTS["no-node"])
@@ -5454,8 +5458,7 @@ def _probe_node(backend: Backend, node: int) -> BindCheck:
     if reasons[3] is None and len(topo.usable_memory_nodes) < 2:
         reasons[3] = "single-node"
     first = next(filter(None, reasons), None)
-    works = [reason is None for reason in reasons]
-    cpu_ok, bind, preferred, interleave = works
+    cpu_ok, bind, preferred, interleave = [reason is None for reason in reasons]
     return BindCheck(node, cpu_ok, bind, preferred, interleave, first, _HINTS.get(first or ""))
 
 
@@ -5538,10 +5541,9 @@ def _start_plan(
     strict: Optional[bool],
     environ: Optional[Mapping[str, str]],
 ) -> GpuPlan:
-    """bound_start's plan for ``where`` (gpu, node, nodes, cpus; one given): a GPU's
-    share under ``policy``, the CPUs of the nodes (whole cores; NUMA_RESERVED_CORES
-    left out), or the CPUs given (the kernel keeps those in the cpuset), with memory
-    on their nodes."""
+    """bound_start's plan for ``where`` (gpu, node, nodes, cpus; one given): a GPU's share
+    under ``policy``, the CPUs of the nodes (whole cores; NUMA_RESERVED_CORES left out), or
+    the CPUs given (the kernel keeps those in the cpuset), with memory on their nodes."""
     gpu, node, nodes, cpus = where
     given = len(where) - where.count(None)
     if given != 1:
@@ -5598,8 +5600,7 @@ class bound_start:
         backend: Optional[Backend] = None,
     ) -> None:
         self.backend = _b(backend)
-        strictly = _strict_or_env(strict)
-        self.fallback = _ladder(fallback, strictly)
+        self.fallback = _ladder(fallback, _strict_or_env(strict))
         memory = None  # the first memory rung's word plans the memory nodes
         for rung in self.fallback:
             if rung not in _NO_MEMORY_RUNGS:
@@ -5636,9 +5637,7 @@ class bound_start:
     def __enter__(self) -> bound_start:
         before = self.backend.call("sched_getaffinity", 0)
         applied, policy, first = self._climb()
-        hint = _HINTS.get(first or "")
-        asked = self.fallback[0]
-        record = StartRecord(asked, applied, first, hint)
+        record = StartRecord(self.fallback[0], applied, first, _HINTS.get(first or ""))
         self.starts.append(record)  # a start refused has its record too
         if applied not in self.fallback:  # no rung took, not even "none"
             err = getattr(errno, first or "", errno.EINVAL)
@@ -5657,13 +5656,12 @@ class bound_start:
 
 
 def spawn_context(gpu: Optional[int] = None, *, method: str = "spawn", **where: Any) -> Any:
-    """A multiprocessing context whose children start bound: each ``Process.start()``
-    runs in a ``bound_start(gpu, **where)`` block (``node=``, ``nodes=``, ``cpus=``,
-    ``policy=``, ``fallback=``, ...).  ``ctx.plan`` is the plan (a GpuPlan),
-    ``ctx.starts`` a StartRecord per start.  ``method``: "spawn" or "fork" (a
-    forkserver's children are forked by the server, which this cannot bind).  Use
-    the context as multiprocessing's own (``ctx.Process``, ``ctx.Pool``,
-    ``ProcessPoolExecutor(mp_context=ctx)``).
+    """A multiprocessing context whose children start bound: each ``Process.start()`` runs
+    in a ``bound_start(gpu, **where)`` block (``node=``, ``nodes=``, ``cpus=``, ``policy=``,
+    ``fallback=``, ...).  ``ctx.plan`` is the plan (a GpuPlan), ``ctx.starts`` a StartRecord
+    per start.  ``method``: "spawn" or "fork" (a forkserver's children are forked by the
+    server, which this cannot bind).  Use the context as multiprocessing's own
+    (``ctx.Process``, ``ctx.Pool``, ``ProcessPoolExecutor(mp_context=ctx)``).
     """
     if method not in ("spawn", "fork"):
         raise ValueError(f"spawn_context: method must be 'spawn' or 'fork', not {method!r}")
@@ -5702,7 +5700,8 @@ def configure(*, env_prefix: str) -> str:
         r"([A-Za-z_][A-Za-z0-9_]*)?", env_prefix
     ):
         raise ValueError(f"invalid environment variable prefix {env_prefix!r}")
-    old, _env_prefix = _env_prefix, env_prefix
+    old = _env_prefix
+    _env_prefix = env_prefix
     return old
 
 
@@ -5724,9 +5723,6 @@ def _status_facts(backend: Backend) -> Tuple[Dict[str, Any], Topology]:
     topo = read_topology(backend=backend)
     tj = _topology_json(topo)
     warnings = [f"could not read: {problem}" for problem in topo.problems]
-    gpu_rows = [
-        dict(_pci_json(gpu), node=gpu.node, node_source=gpu.node_source) for gpu in topo.gpus
-    ]
     devs = _devices(topo, backend)
     policy: Optional[Dict[str, Any]] = None
     policy_error: Optional[str] = "not the running system"
@@ -5747,7 +5743,8 @@ def _status_facts(backend: Backend) -> Tuple[Dict[str, Any], Topology]:
         machine = uts.machine
         own_pid = os.getpid()
     elif not backend.has_process:  # a saved tree: its machine as far as it tells, never ours
-        page_size = abi = None
+        page_size = None
+        abi = None
         tree: Any = getattr(backend, "_tree", None)
         if hasattr(tree, "machine"):
             release, machine, page_size, abi = tree.machine()
@@ -5773,7 +5770,9 @@ def _status_facts(backend: Backend) -> Tuple[Dict[str, Any], Topology]:
         "version": __version__,
         "root": backend.root,
         "nodes": [dict(node, devices=on_node.get(node["id"], [])) for node in tj["nodes"]],
-        "gpus": gpu_rows,
+        "gpus": [
+            dict(_pci_json(gpu), node=gpu.node, node_source=gpu.node_source) for gpu in topo.gpus
+        ],
         "devices": [device.to_json() for device in devs],
         "process": {
             "pid": own_pid,
@@ -5826,9 +5825,10 @@ def _status_facts(backend: Backend) -> Tuple[Dict[str, Any], Topology]:
                 value = _env(suffix)
             row["value"] = to_json(value)
         except ValueError as err:  # worded as the calls that read it refuse it
-            report.setdefault("config_error", str(err))
-            warnings.append(f"configuration: {err}")
-            row["error"] = str(err)
+            message = str(err)
+            report.setdefault("config_error", message)
+            warnings.append(f"configuration: {message}")
+            row["error"] = message
     return report, topo
 
 
