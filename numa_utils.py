@@ -4501,7 +4501,7 @@ def device_distance(
             raise ValueError(f"no PCI device {err.args[0]} (see devices())") from None
     path_a = a.path
     path_b = b.path
-    if path_a[0] == path_b[0] and path_a[0].startswith("pci"):
+    if path_a[:1] == path_b[:1] and path_a[0].startswith("pci"):
         shared = len(os.path.commonprefix([path_a, path_b]))
         if shared == 1:
             return "PHB"  # only the host bridge in common
@@ -5550,7 +5550,7 @@ def _start_plan(
         raise ValueError("bound_start: give one of a CUDA device index, node=, nodes= or cpus=")
     pol, res, mem, st = _plan_args(policy, None, memory, strict)
     if gpu is not None:
-        _, _, _, plan = _device_plan(backend, gpu, None, environ, pol, res, mem, st)
+        plan = _device_plan(backend, gpu, None, environ, pol, res, mem, st)[3]
         return plan
     topo = _planning_topology(backend)
     notes: List[str] = []
