@@ -4333,7 +4333,7 @@ def _prog() -> str:
     "python3 numa_utils.py"."""
     py = os.path.basename(sys.executable or "") or "python3"
     script = ""
-    if sys.argv and sys.argv[0]:
+    if sys.argv:
         script = sys.argv[0]
     if __name__ == "__main__":
         if __spec__ is not None and __spec__.name:
@@ -4343,9 +4343,6 @@ def _prog() -> str:
     if argv0 in ("numa-utils", "numa_utils"):
         return argv0
     return f"{py} -m {__name__}"
-
-
-# -- end of shared-memory section ------------------------------------------------------
 
 
 # ===========================================================================
@@ -4401,9 +4398,10 @@ def _memory_or_env(memory: Union[str, None, _Unset]) -> Optional[str]:
         memory = _env("NUMA_MEMORY_POLICY")
     if memory is None:
         return None
-    if str(memory).strip().lower() == "socket":
+    word = str(memory)
+    if word.strip().lower() == "socket":
         return "socket"
-    mode = _mode_of(str(memory))
+    mode = _mode_of(word)
     if mode == Mode.DEFAULT:
         return None
     if mode == Mode.PREFERRED_MANY:
@@ -4455,9 +4453,10 @@ def _planning_topology(backend: Backend) -> Topology:
     affinity is the bound set, and plans and re-binding must still see every CPU the
     process may use.  A narrower affinity set before (taskset) is replaced by binding."""
     topo = read_topology(backend=backend)
-    cs = backend.call("cpuset_cpus")
-    if cs is not None and cs & topo.online_cpus:
-        return topo._replace(allowed_cpus=frozenset(cs & topo.online_cpus))
+    cpuset = backend.call("cpuset_cpus") or frozenset()
+    usable = cpuset & topo.online_cpus
+    if usable:
+        return topo._replace(allowed_cpus=usable)
     return topo
 
 
@@ -4475,12 +4474,11 @@ def gpus(*, backend: Optional[Backend] = None) -> List[GpuInfo]:
 def device_distance(
     a: Union[Device, str], b: Union[Device, str], *, backend: Optional[Backend] = None
 ) -> str:
-    """How two devices reach each other, named as ``nvidia-smi topo -m`` does, from
-    their sysfs bus paths: "PIX" (at most one bridge or one switch between them),
-    "PXB" (several bridges, no host bridge), "PHB" (through their host bridge),
-    "NODE" (different host bridges of one node), "SYS" (different or unknown nodes).
-    A saved tree that kept no links has no paths: NODE or SYS.  ``a``/``b``: Devices
-    or PCI addresses."""
+    """How two devices reach each other, named as ``nvidia-smi topo -m`` does, from their
+    sysfs bus paths: "PIX" (at most one bridge or one switch between them), "PXB" (several
+    bridges, no host bridge), "PHB" (through their host bridge), "NODE" (different host
+    bridges of one node), "SYS" (different or unknown nodes).  A saved tree that kept no
+    links has no paths: NODE or SYS.  ``a``/``b``: Devices or PCI addresses."""
     if isinstance(a, str) or isinstance(b, str):
         found = {device.address: device for device in devices(backend=backend)}
         try:
@@ -4490,7 +4488,8 @@ def device_distance(
                 b = found[_norm_bus_id(b)]
         except KeyError as err:
             raise ValueError(f"no PCI device {err.args[0]} (see devices())") from None
-    path_a, path_b = a.path, b.path
+    path_a = a.path
+    path_b = b.path
     if path_a[:1] == path_b[:1] and path_a[0].startswith("pci"):
         shared = len(os.path.commonprefix([path_a, path_b]))
         if shared == 1:
@@ -4535,30 +4534,29 @@ def local_devices(
         nodes = _check_nodes(where, topo.online_nodes)
     else:
         nodes = frozenset(placement(where, backend=backend))
-        first = None
         if not nodes:  # no page placed yet: the node of its first page, if any
             first = node_of(where, backend=backend)
-        if first is not None:
-            nodes = frozenset({first})
+            if first is not None:
+                nodes = frozenset({first})
     pkg = {nid: package for package, ns in topo.package_nodes.items() for nid in ns}
     home = {nid: pkg.get(_nearest_cpu_node(topo, nid)) for nid in topo.nodes}  # type: ignore[arg-type]
     mine = {home.get(nid) for nid in nodes} - {None}
 
     def rank(device: Device) -> Tuple[int, int, str]:
         """(relation: 0 local, 1 near, 2 remote; the NUMA distance; PCI address)."""
-        if device.node in nodes:
+        device_node = device.node
+        if device_node in nodes:
             relation = 0
-        elif device.node is not None and home.get(device.node) in mine:
+        elif device_node is not None and home.get(device_node) in mine:
             relation = 1
         else:
             relation = 2
-        distances = []
-        if device.node is not None:
+        nearest = 1 << 16  # no distance known: after every known one
+        if device_node is not None:
             for node in nodes:
-                distance = topo.distance(node, device.node)
+                distance = topo.distance(node, device_node)
                 if distance is not None:
-                    distances.append(distance)
-        nearest = min(distances, default=1 << 16)  # no distance known: after every known one
+                    nearest = min(nearest, distance)
         return relation, nearest, device.address
 
     ranked = sorted(
@@ -4601,25 +4599,29 @@ def _apply_visible(
     list ends at the first invalid entry (CUDA ignores the rest)."""
     out: List[_Resolved] = []
     seen: Set[str] = set()
-    for t in (tok.strip() for tok in raw.split(",")):
+    for item in raw.split(","):
+        t = item.strip()
+        folded = t.lower()
         got: Optional[_Resolved] = None
+        prefix = t[:4].upper()
         if re.match(r"^-?\d+$", t):
-            if 0 <= int(t) < len(base):
-                got = base[int(t)]
-        elif t[:4].upper() == "GPU-":
-            hits = [g for u, g in uuids.items() if u.startswith(t.lower())]
+            index = int(t)
+            if 0 <= index < len(base):
+                got = base[index]
+        elif prefix == "GPU-":
+            hits = [g for u, g in uuids.items() if u.startswith(folded)]
             if len(hits) == 1:
                 got = _Resolved(hits[0], "uuid")
             elif not uuids:
                 got = _Resolved(
                     None, "uuid unknown: no NVML and no NVIDIA driver entries to match it against"
                 )
-        elif t[:4].upper() == "MIG-":
+        elif prefix == "MIG-":
             match = re.match(r"^MIG-(GPU-[0-9a-fA-F-]+)/\d+/\d+$", t)
             if match and match.group(1).lower() in uuids:
                 got = _Resolved(uuids[match.group(1).lower()], "mig (parent uuid)")
-            elif t.lower() in migs:
-                got = _Resolved(migs[t.lower()], "mig (nvml)")
+            elif folded in migs:
+                got = _Resolved(migs[folded], "mig (nvml)")
             else:
                 got = _Resolved(None, "MIG device unknown: needs NVML to find its GPU")
         if got is None:
@@ -4653,12 +4655,13 @@ def _visible_gpus(
     base = [_Resolved(gpu, "pci order") for gpu in fam]
     if not fam or fam[0].vendor == "intel":  # Intel: no remapping
         return base, notes
+    cuda_visible = env.get("CUDA_VISIBLE_DEVICES")
     if fam[0].vendor == "amd":
         # HIP: ROCR_VISIBLE_DEVICES first, then HIP_VISIBLE_DEVICES (or
         # CUDA_VISIBLE_DEVICES); indexes are in PCI order.
         for raw in (
             env.get("ROCR_VISIBLE_DEVICES"),
-            env.get("HIP_VISIBLE_DEVICES", env.get("CUDA_VISIBLE_DEVICES")),
+            env.get("HIP_VISIBLE_DEVICES", cuda_visible),
         ):
             if raw is not None:
                 base = _apply_visible(base, raw, {}, {}, notes)
@@ -4676,9 +4679,8 @@ def _visible_gpus(
     migs = {
         mig.lower(): by_pci[nv.pci] for nv in nvml or () if nv.pci in by_pci for mig in nv.mig_uuids
     }
-    raw = env.get("CUDA_VISIBLE_DEVICES")
-    if raw is not None:
-        base = _apply_visible(base, raw, uuids, migs, notes)
+    if cuda_visible is not None:
+        base = _apply_visible(base, cuda_visible, uuids, migs, notes)
     return base, notes
 
 
@@ -4717,14 +4719,15 @@ def _resolve(
     vis, notes = _visible_gpus(infos, nvml, env)
     for note in notes:  # once each, however often the device is looked up
         _fail(False, note)
+    noted = tuple(notes)
     if device >= len(vis):
         cvd = env.get("CUDA_VISIBLE_DEVICES")
         if cvd is not None:
             how = f"no CUDA device {device}: {len(vis)} visible (CUDA_VISIBLE_DEVICES={cvd!r})"
         else:
             how = f"no CUDA device {device}: {len(vis)} visible"
-        return _Resolved(None, how, tuple(notes))
-    return vis[device]._replace(notes=tuple(notes))
+        return _Resolved(None, how, noted)
+    return vis[device]._replace(notes=noted)
 
 
 def gpu_node(
@@ -4839,16 +4842,20 @@ def _cache_domains(topo: Topology, cpus: Iterable[int]) -> List[Tuple[int, ...]]
     whole = frozenset(cpus)
     groups: Dict[FrozenSet[int], List[int]] = {}
     for cpu in whole:
+        info = topo.cpus.get(cpu)
         domain = whole
-        if cpu in topo.cpus and topo.cpus[cpu].llc:
-            domain = topo.cpus[cpu].llc
+        if info is not None and info.llc:
+            domain = info.llc
         groups.setdefault(domain, []).append(cpu)
     return sorted(tuple(sorted(members)) for members in groups.values())
 
 
+_Planned = Dict[str, Tuple[Optional[int], FrozenSet[int], List[str]]]
+
+
 def _plan_all(
     topo: Topology, infos: List[GpuInfo], policy: str, reserve: int, strict: bool
-) -> Dict[str, Tuple[Optional[int], FrozenSet[int], List[str]]]:
+) -> _Planned:
     """pci -> (cpu node, CPUs, notes) for every GPU of the family, planned together."""
     fam = _family(infos)
     allowed = topo.allowed_cpus & topo.online_cpus
@@ -4865,7 +4872,8 @@ def _plan_all(
                 f"reserve={reserve} would leave no core on node {nid} "
                 f"({len(cores)} usable); keeping one",
             )
-        reserved.update(cpu for core in cores[: min(reserve, len(cores) - 1)] for cpu in core)
+        skip = min(reserve, len(cores) - 1)
+        reserved.update(cpu for core in cores[:skip] for cpu in core)
     pool = {node: free[node] - reserved for node in free}
     usable = [node for node in sorted(pool) if pool[node]]
     eff: Dict[str, Optional[int]] = {}
@@ -4900,50 +4908,57 @@ def _plan_all(
                 notes[gpu.pci],
             )
             eff[gpu.pci] = best
-    out: Dict[str, Tuple[Optional[int], FrozenSet[int], List[str]]] = {}
+    out: _Planned = {}
     for gpu in fam:
         node = eff[gpu.pci]
+        gpu_notes = notes[gpu.pci]
         if node is None:
             out[gpu.pci] = (
                 None,
-                frozenset(allowed),
-                notes[gpu.pci] + ["no usable node: all allowed CPUs"],
+                allowed,
+                gpu_notes + ["no usable node: all allowed CPUs"],
             )
             continue
+        node_cpus = pool[node]
         group = [p for p, m in eff.items() if m == node]
-        rank, k = group.index(gpu.pci), len(group)
+        rank = group.index(gpu.pci)
+        k = len(group)
         if policy == "node":
-            cpus = frozenset(pool[node])
+            cpus = node_cpus
         elif policy == "socket":
             pkgs = {topo.cpus[cpu].package for cpu in topo.nodes[node].cpus if cpu in topo.cpus}
-            cpus = frozenset(
-                cpu
-                for cpu in allowed - reserved
-                if cpu in topo.cpus and topo.cpus[cpu].package in pkgs
-            ) or frozenset(pool[node])
+            cpus = (
+                frozenset(
+                    cpu
+                    for cpu in allowed - reserved
+                    if cpu in topo.cpus and topo.cpus[cpu].package in pkgs
+                )
+                or node_cpus
+            )
         else:
-            # exclusive: physical cores; core-complex: whole last-level-cache domains
-            units: List[Tuple[int, ...]] = topo.cores_of(pool[node])
             if policy == "core-complex":
-                units = _cache_domains(topo, pool[node])
-            if len(units) >= k:  # chunk ``rank`` of k near-equal ones, first ones longer
-                run = _chunks(len(units), k)[rank]
+                units = _cache_domains(topo, node_cpus)
+            else:
+                units = topo.cores_of(node_cpus)
+            unit_count = len(units)
+            if unit_count >= k:  # chunk ``rank`` of k near-equal ones, first ones longer
+                run = _chunks(unit_count, k)[rank]
                 mine = units[run.start : run.stop]
             elif policy == "exclusive":
                 _fail(
                     strict,
-                    f"node {node} has {len(units)} usable cores for {k} GPUs: "
+                    f"node {node} has {unit_count} usable cores for {k} GPUs: "
                     "exclusive plans share cores",
-                    notes[gpu.pci],
+                    gpu_notes,
                 )
-                mine = [units[rank % len(units)]]
+                mine = [units[rank % unit_count]]
             else:
-                mine = [units[rank * len(units) // k]]
-                notes[gpu.pci].append(
-                    f"node {node} has {len(units)} last-level caches for {k} GPUs: they are shared"
+                mine = [units[rank * unit_count // k]]
+                gpu_notes.append(
+                    f"node {node} has {unit_count} last-level caches for {k} GPUs: they are shared"
                 )
             cpus = frozenset(cpu for u in mine for cpu in u)
-        out[gpu.pci] = (node, cpus, notes[gpu.pci])
+        out[gpu.pci] = (node, cpus, gpu_notes)
     return out
 
 
@@ -4962,10 +4977,9 @@ def _plan_for(
     policy: str,
     memory: Optional[str],
     extra: Sequence[str],
-    planned: Dict[str, Tuple[Optional[int], FrozenSet[int], List[str]]],
+    planned: _Planned,
 ) -> GpuPlan:
-    """The plan of ``found``'s GPU from _plan_all's ``planned``; ``extra``: notes put
-    first."""
+    """The plan of ``found``'s GPU from _plan_all's ``planned``; ``extra``: notes put first."""
     gpu = found.gpu
     if gpu is None:
         return GpuPlan(
@@ -4973,7 +4987,7 @@ def _plan_for(
             None,
             None,
             None,
-            frozenset(topo.allowed_cpus),
+            topo.allowed_cpus,
             memory,
             (),
             policy,
@@ -4983,7 +4997,7 @@ def _plan_for(
                 "GPU not identified: all allowed CPUs, memory policy unchanged",
             ),
         )
-    n, cpus, notes = planned.get(gpu.pci, (None, frozenset(topo.allowed_cpus), []))
+    n, cpus, notes = planned.get(gpu.pci, (None, topo.allowed_cpus, []))
     return GpuPlan(
         index,
         gpu.pci,
@@ -4994,7 +5008,7 @@ def _plan_for(
         _plan_memory(topo, infos, n, memory),
         policy,
         gpu.memory_nodes,
-        tuple(extra) + tuple(notes),
+        (*extra, *notes),
     )
 
 
@@ -5126,22 +5140,29 @@ class BindResult(_Record):
         )
 
 
+_ThreadsSet = Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[Tuple[int, int], ...]]
+
+
 def _set_affinity(
     backend: Backend, cpus: FrozenSet[int], threads: str, notes: List[str]
-) -> Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[Tuple[int, int], ...]]:
+) -> _ThreadsSet:
     """Pin the calling thread, and with threads="all" every other thread of the process
     that is not pinned already (affinity narrower than the calling thread's was)."""
     before = backend.call("sched_getaffinity", 0)
     me = backend.call("gettid")
     backend.call("sched_setaffinity", 0, cpus)
-    changed, skipped, failed = [me], [], []
+    changed = [me]
+    skipped = []
+    failed = []
     if threads == "all":
         try:
             tids = backend.call("threads")
         except OSError as err:
             tids = []
             notes.append(f"cannot list this process's threads: {err.strerror or err}")
-        for tid in (t for t in tids if t != me):
+        for tid in tids:
+            if tid == me:
+                continue
             try:
                 if not backend.call("sched_getaffinity", tid) >= before:
                     skipped.append(tid)
@@ -5218,7 +5239,6 @@ def _bind_node(
                 if used == node:
                     used = min(mnodes)
             notes.append(msg)
-        # "socket" is preferred-many over the package's nodes; the rest name their mode
         if mem == "socket":
             mode = Mode.PREFERRED_MANY
         else:
@@ -5241,7 +5261,7 @@ def _bind_node(
         reason = None
     else:
         reason = "cpuset"
-    done: Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[Tuple[int, int], ...]] = ((), (), ())
+    done: _ThreadsSet = ((), (), ())
     if reason is None:
         try:
             done = _set_affinity(backend, want, threads, notes)
@@ -5289,18 +5309,18 @@ def bind_to_node(
     """Run on ``node``'s CPUs and allocate from its memory; say what was applied.
 
     ``cpus``: True (the node's allowed CPUs), False (leave affinity alone) or an
-    explicit set (intersected with the allowed CPUs).  ``memory``: "prefer" (default,
-    or NUMA_MEMORY_POLICY), "bind", "interleave" or "weighted-interleave" (every
-    usable memory node except GPU memory), "socket" (prefer-many over the package's
-    nodes), "local" or None (any mode word a result reports is taken); set through
-    the safe layer for the calling thread and
-    the threads it creates later (set_mempolicy is per thread): call this early.
-    ``threads``: "all" also re-pins this process's other threads, except those pinned
-    elsewhere already; "current" only the calling thread.  Memory is applied before
-    CPUs, so a strict failure leaves both alone.
+    explicit set (intersected with the allowed CPUs).  ``memory``: "prefer" (default, or
+    NUMA_MEMORY_POLICY), "bind", "interleave" or "weighted-interleave" (every usable
+    memory node except GPU memory), "socket" (prefer-many over the package's nodes),
+    "local" or None (any mode word a result reports is taken); set through the safe
+    layer for the calling thread and the threads it creates later (set_mempolicy is per
+    thread): call this early.  ``threads``: "all" also re-pins this process's other
+    threads, except those pinned elsewhere already; "current" only the calling thread.
+    Memory is applied before CPUs, so a strict failure leaves both alone.
     """
     backend = _b(backend)
-    st, mem = _strict_or_env(strict), _memory_or_env(memory)
+    st = _strict_or_env(strict)
+    mem = _memory_or_env(memory)
     return _bind_node(backend, _planning_topology(backend), node, cpus, mem, threads, st)
 
 
@@ -5349,10 +5369,11 @@ def _node_slice(
         return node, frozenset(), {}
     if cpu_node != node:
         notes.append(f"node {node} has no CPUs: using node {cpu_node}'s")
-    cores = topo.cores_of(topo.nodes[cpu_node].cpus & topo.allowed_cpus & topo.online_cpus)
-    skip = min(reserve, max(len(cores) - 1, 0))
+    usable = topo.nodes[cpu_node].cpus & topo.allowed_cpus & topo.online_cpus
+    cores = topo.cores_of(usable)
+    skip = min(reserve, len(cores) - 1)
     reserved = frozenset(cpu for core in cores[:skip] for cpu in core)
-    cpus = frozenset(cpu for core in cores[skip:] for cpu in core)
+    cpus = usable - reserved
     if not cpus:
         _fail(strict, f"this process's cpuset allows no CPU on node {cpu_node}", notes)
     return cpu_node, cpus, {f"reserved (reserve={reserve})": reserved}
@@ -5401,42 +5422,33 @@ def _rung_policy(rung: str, nodes: Tuple[int, ...], backend: Backend) -> thread_
     """A thread_policy for memory rung ``rung`` on ``nodes``, never strict (its result
     says why not); "preferred" over several nodes is preferred-many."""
     mode = _mode_of(rung)
-    many = len(nodes) > 1
-    if mode == Mode.PREFERRED and many:
+    if mode == Mode.PREFERRED and len(nodes) > 1:
         mode = Mode.PREFERRED_MANY
     return thread_policy(mode, nodes, strict=False, backend=backend)
 
 
 def _probe_node(backend: Backend, node: int) -> BindCheck:
-    """can_bind's trial, in a thread of its own.  It puts back what it changes: a
-    backend with one mask and policy per process (the simulator) must still find the
-    caller's."""
+    """can_bind's trial, in a thread of its own.  It puts back what it changes: a backend
+    with one mask and policy per process (the simulator) must still find the caller's."""
     topo = _planning_topology(backend)
     if node not in topo.nodes:
-        missing = _HINTS["no-node"]
-        return BindCheck(node, reason="no-node", hint=missing)
+        return BindCheck(node, reason="no-node", hint=_HINTS["no-node"])
     own = topo.nodes[node].cpus
-    allowed = own & topo.allowed_cpus
     before = backend.call("sched_getaffinity", 0)
-    cpu = _cpu_rung(backend, allowed)
+    cpu = _cpu_rung(backend, own & topo.allowed_cpus)
     if cpu is None:
         backend.call("sched_setaffinity", 0, before)
     if not own:
         cpu = "no-cpus"
     reasons = [cpu]
     for word in ("bind", "preferred", "interleave"):
-        policy = _rung_policy(word, (node,), backend)
-        result = policy.__enter__()
-        policy.__exit__(None, None, None)
-        reasons.append(result.reason)
-    spread = len(topo.usable_memory_nodes) > 1
-    if reasons[3] is None and not spread:
+        with _rung_policy(word, (node,), backend) as result:
+            reasons.append(result.reason)
+    if reasons[3] is None and len(topo.usable_memory_nodes) < 2:
         reasons[3] = "single-node"
     first = next(filter(None, reasons), None)
-    hint = _HINTS.get(first or "")
-    works = [reason is None for reason in reasons]
-    cpu_ok, bind, preferred, interleave = works
-    return BindCheck(node, cpu_ok, bind, preferred, interleave, first, hint)
+    cpu_ok, bind, preferred, interleave = [reason is None for reason in reasons]
+    return BindCheck(node, cpu_ok, bind, preferred, interleave, first, _HINTS.get(first or ""))
 
 
 _bind_checks: Dict[Tuple[int, int, int], Tuple[Backend, BindCheck]] = {}
@@ -5444,19 +5456,19 @@ _bind_checks: Dict[Tuple[int, int, int], Tuple[Backend, BindCheck]] = {}
 
 def can_bind(node: int, *, backend: Optional[Backend] = None) -> BindCheck:
     """Whether this process can bind to ``node``: CPU binding, and the bind, preferred
-    and interleave memory policies, each tried in a throwaway thread (the caller's
-    mask and policy stay as they are; no process is started).  ``reason`` names the
-    first that fails ("EPERM": seccomp or no CAP_SYS_NICE, "cpuset", "ENOSYS",
-    "single-node", "no-cpus", ...) and ``hint`` the fix.  Cached per node and
-    process; never raises."""
+    and interleave memory policies, each tried in a throwaway thread (the caller's mask
+    and policy stay as they are; no process is started).  ``reason`` names the first
+    that fails ("EPERM": seccomp or no CAP_SYS_NICE, "cpuset", "ENOSYS", "single-node",
+    "no-cpus", ...) and ``hint`` the fix.  Cached per node and process; never raises."""
     b = _b(backend)
     if type(node) is not int:
         hint = _HINTS["no-node"]
         return BindCheck(node, reason="no-node", hint=hint)
     pid = os.getpid()  # a child may live under another seccomp filter
     key = pid, id(b), node
-    if key in _bind_checks:
-        return _bind_checks[key][1]
+    cached = _bind_checks.get(key)
+    if cached is not None:
+        return cached[1]
     from concurrent.futures import ThreadPoolExecutor
 
     try:
@@ -5506,8 +5518,7 @@ def _own_memory(topo: Topology, held: Set[int]) -> Tuple[int, ...]:
     own = held & topo.nodes_with_memory
     if not own:
         for node in held:
-            nearest = _plan_memory(topo, [], node, "bind")
-            own.update(nearest)
+            own.update(_plan_memory(topo, [], node, "bind"))
     return tuple(sorted(own))
 
 
@@ -5519,18 +5530,16 @@ def _start_plan(
     strict: Optional[bool],
     environ: Optional[Mapping[str, str]],
 ) -> GpuPlan:
-    """bound_start's plan for ``where`` (gpu, node, nodes, cpus; one given): a GPU's
-    share under ``policy``, the CPUs of the nodes (whole cores; NUMA_RESERVED_CORES
-    left out), or the CPUs given (the kernel keeps those in the cpuset), with memory
-    on their nodes."""
+    """bound_start's plan for ``where`` (gpu, node, nodes, cpus; one given): a GPU's share
+    under ``policy``, the CPUs of the nodes (whole cores; NUMA_RESERVED_CORES left out), or
+    the CPUs given (the kernel keeps those in the cpuset), with memory on their nodes."""
     gpu, node, nodes, cpus = where
-    missing = where.count(None)
-    given = len(where) - missing
+    given = len(where) - where.count(None)
     if given != 1:
         raise ValueError("bound_start: give one of a CUDA device index, node=, nodes= or cpus=")
     pol, res, mem, st = _plan_args(policy, None, memory, strict)
     if gpu is not None:
-        _, _, _, plan = _device_plan(backend, gpu, None, environ, pol, res, mem, st)
+        plan = _device_plan(backend, gpu, None, environ, pol, res, mem, st)[3]
         return plan
     topo = _planning_topology(backend)
     notes: List[str] = []
@@ -5548,8 +5557,7 @@ def _start_plan(
             if found is not None:
                 held.add(found)
     memory_nodes = _own_memory(topo, held)
-    noted = tuple(notes)
-    return GpuPlan(None, None, None, None, want, mem, memory_nodes, pol, (), noted)
+    return GpuPlan(None, None, None, None, want, mem, memory_nodes, pol, (), tuple(notes))
 
 
 class bound_start:
@@ -5557,15 +5565,14 @@ class bound_start:
     (``Process.start()``, ``subprocess.Popen``, ``os.fork``) starts bound, CPUs and
     memory policy, from its first instruction; the thread's own are put back after.
 
-    Where: CUDA device ``gpu``'s share under plan ``policy`` (one of BIND_POLICIES,
-    as cpus_for_gpu), the CPUs of ``node`` or of the node set ``nodes``, or ``cpus``
-    (an operator's list); memory on their nodes.  ``fallback``: the rungs tried in
-    order until one applies: a memory policy ("bind", "preferred", "interleave", ...)
-    with the CPUs, "cpu" (CPUs alone) or "none" (unbound).  Each entry adds a
-    StartRecord to ``starts`` (``asked``, ``applied``, ``reason``, ``hint``); a
-    fallback is logged once.  When no rung applies, or ``strict`` and the first does
-    not, entering raises OSError: in the parent, before any child exists.  ``plan``
-    is the GpuPlan.
+    Where: CUDA device ``gpu``'s share under plan ``policy`` (one of BIND_POLICIES, as
+    cpus_for_gpu), the CPUs of ``node`` or of the node set ``nodes``, or ``cpus`` (an
+    operator's list); memory on their nodes.  ``fallback``: the rungs tried in order
+    until one applies: a memory policy ("bind", "preferred", "interleave", ...) with the
+    CPUs, "cpu" (CPUs alone) or "none" (unbound).  Each entry adds a StartRecord to
+    ``starts`` (``asked``, ``applied``, ``reason``, ``hint``); a fallback is logged
+    once.  When no rung applies, or ``strict`` and the first does not, entering raises
+    OSError: in the parent, before any child exists.  ``plan`` is the GpuPlan.
     """
 
     def __init__(
@@ -5581,16 +5588,15 @@ class bound_start:
         environ: Optional[Mapping[str, str]] = None,
         backend: Optional[Backend] = None,
     ) -> None:
-        backend = _b(backend)
-        self.backend = backend
-        strictly = _strict_or_env(strict)
-        self.fallback = _ladder(fallback, strictly)
+        self.backend = _b(backend)
+        self.fallback = _ladder(fallback, _strict_or_env(strict))
         memory = None  # the first memory rung's word plans the memory nodes
         for rung in self.fallback:
-            if memory is None and rung not in _NO_MEMORY_RUNGS:
+            if rung not in _NO_MEMORY_RUNGS:
                 memory = rung
+                break
         where = gpu, node, nodes, cpus
-        self.plan = _start_plan(backend, where, policy, memory, strict, environ)
+        self.plan = _start_plan(self.backend, where, policy, memory, strict, environ)
         self.starts: List[StartRecord] = []
         self._undo = threading.local()  # what each thread in a block puts back
 
@@ -5618,16 +5624,12 @@ class bound_start:
         return "none", None, first
 
     def __enter__(self) -> bound_start:
-        backend = self.backend
-        before = backend.call("sched_getaffinity", 0)
+        before = self.backend.call("sched_getaffinity", 0)
         applied, policy, first = self._climb()
-        hint = _HINTS.get(first or "")
-        asked = self.fallback[0]
-        record = StartRecord(asked, applied, first, hint)
+        record = StartRecord(self.fallback[0], applied, first, _HINTS.get(first or ""))
         self.starts.append(record)  # a start refused has its record too
         if applied not in self.fallback:  # no rung took, not even "none"
-            name = first or ""
-            err = getattr(errno, name, errno.EINVAL)
+            err = getattr(errno, first or "", errno.EINVAL)
             raise OSError(err, f"bound start: {record}")
         if first:
             _warn_once(str(record), "numa_utils: bound start fell back: %s", record)
@@ -5643,13 +5645,12 @@ class bound_start:
 
 
 def spawn_context(gpu: Optional[int] = None, *, method: str = "spawn", **where: Any) -> Any:
-    """A multiprocessing context whose children start bound: each ``Process.start()``
-    runs in a ``bound_start(gpu, **where)`` block (``node=``, ``nodes=``, ``cpus=``,
-    ``policy=``, ``fallback=``, ...).  ``ctx.plan`` is the plan (a GpuPlan),
-    ``ctx.starts`` a StartRecord per start.  ``method``: "spawn" or "fork" (a
-    forkserver's children are forked by the server, which this cannot bind).  Use
-    the context as multiprocessing's own (``ctx.Process``, ``ctx.Pool``,
-    ``ProcessPoolExecutor(mp_context=ctx)``).
+    """A multiprocessing context whose children start bound: each ``Process.start()`` runs
+    in a ``bound_start(gpu, **where)`` block (``node=``, ``nodes=``, ``cpus=``, ``policy=``,
+    ``fallback=``, ...).  ``ctx.plan`` is the plan (a GpuPlan), ``ctx.starts`` a StartRecord
+    per start.  ``method``: "spawn" or "fork" (a forkserver's children are forked by the
+    server, which this cannot bind).  Use the context as multiprocessing's own
+    (``ctx.Process``, ``ctx.Pool``, ``ProcessPoolExecutor(mp_context=ctx)``).
     """
     if method not in ("spawn", "fork"):
         raise ValueError(f"spawn_context: method must be 'spawn' or 'fork', not {method!r}")
@@ -5674,9 +5675,6 @@ def spawn_context(gpu: Optional[int] = None, *, method: str = "spawn", **where: 
     return context
 
 
-# -- end of observation section --------------------------------------------------------
-
-
 # ===========================================================================
 # Configuration: numa_utils' own environment variables, read when a call needs them.
 # ===========================================================================
@@ -5691,7 +5689,8 @@ def configure(*, env_prefix: str) -> str:
         r"([A-Za-z_][A-Za-z0-9_]*)?", env_prefix
     ):
         raise ValueError(f"invalid environment variable prefix {env_prefix!r}")
-    old, _env_prefix = _env_prefix, env_prefix
+    old = _env_prefix
+    _env_prefix = env_prefix
     return old
 
 
@@ -5712,12 +5711,8 @@ def _status_facts(backend: Backend) -> Tuple[Dict[str, Any], Topology]:
     """status_report's report, and the topology it was read from."""
     topo = read_topology(backend=backend)
     tj = _topology_json(topo)
-    warnings: List[str] = []
-    gpu_rows = [
-        dict(_pci_json(gpu), node=gpu.node, node_source=gpu.node_source) for gpu in topo.gpus
-    ]
+    warnings = [f"could not read: {problem}" for problem in topo.problems]
     devs = _devices(topo, backend)
-    warnings.extend(f"could not read: {problem}" for problem in topo.problems)
     policy: Optional[Dict[str, Any]] = None
     policy_error: Optional[str] = "not the running system"
     if backend.has_process:
@@ -5733,9 +5728,12 @@ def _status_facts(backend: Backend) -> Tuple[Dict[str, Any], Topology]:
     own_pid = None
     if backend.is_live:
         uts = os.uname()
-        release, machine, own_pid = uts.release, uts.machine, os.getpid()
+        release = uts.release
+        machine = uts.machine
+        own_pid = os.getpid()
     elif not backend.has_process:  # a saved tree: its machine as far as it tells, never ours
-        page_size = abi = None
+        page_size = None
+        abi = None
         tree: Any = getattr(backend, "_tree", None)
         if hasattr(tree, "machine"):
             release, machine, page_size, abi = tree.machine()
@@ -5761,7 +5759,9 @@ def _status_facts(backend: Backend) -> Tuple[Dict[str, Any], Topology]:
         "version": __version__,
         "root": backend.root,
         "nodes": [dict(node, devices=on_node.get(node["id"], [])) for node in tj["nodes"]],
-        "gpus": gpu_rows,
+        "gpus": [
+            dict(_pci_json(gpu), node=gpu.node, node_source=gpu.node_source) for gpu in topo.gpus
+        ],
         "devices": [device.to_json() for device in devs],
         "process": {
             "pid": own_pid,
@@ -5802,11 +5802,11 @@ def _status_facts(backend: Backend) -> Tuple[Dict[str, Any], Topology]:
     report["config_ignored"] = _env_ignored()
     for suffix in _ENV_VARS:  # each read alone: every invalid one is its own warning
         name = _env_prefix + suffix
-        if os.environ.get(name, "").strip():
+        raw = os.environ.get(name)
+        source = "default"
+        if raw and raw.strip():
             source = "env"
-        else:
-            source = "default"
-        row = config[name] = {"value": os.environ.get(name), "source": source}
+        row = config[name] = {"value": raw, "source": source}
         try:
             if suffix == "NUMA_NODES":
                 value = _env_nodes(backend)
@@ -5814,9 +5814,10 @@ def _status_facts(backend: Backend) -> Tuple[Dict[str, Any], Topology]:
                 value = _env(suffix)
             row["value"] = to_json(value)
         except ValueError as err:  # worded as the calls that read it refuse it
-            report.setdefault("config_error", str(err))
-            warnings.append(f"configuration: {err}")
-            row["error"] = str(err)
+            message = str(err)
+            report.setdefault("config_error", message)
+            warnings.append(f"configuration: {message}")
+            row["error"] = message
     return report, topo
 
 
@@ -5890,7 +5891,7 @@ def _render_facts(report: Mapping[str, Any]) -> str:
             out.append(f"{indent}{key}:")
             for name, item in value.items():
                 put(str(name), item, indent + "  ")
-        elif value is None or value == "" or value == {}:
+        elif value in (None, "", {}):
             out.append(f"{indent}{key}: -")
         else:
             out.append(f"{indent}{key}: {value}")
@@ -5903,8 +5904,6 @@ def _render_facts(report: Mapping[str, Any]) -> str:
 def _outline_list(rows: List[Any]) -> Any:
     """A list as the status outline shows it: ids as a range list ("0-3,8"), words
     on one line, and rows (dicts) each under its id or address."""
-    if not rows:
-        return None
     if all(type(row) is int for row in rows):
         return format_cpulist(rows)
     if not any(isinstance(row, dict) for row in rows):
@@ -5966,10 +5965,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     command when it is beside this file; without it, ``status`` (the facts) is served
     here and every other command names the file to copy."""
     raw = list(sys.argv[1:] if argv is None else argv)
-    lead = 0
-    while raw[lead : lead + 1] in (["-v"], ["--verbose"]):
-        lead += 1
-    word = raw[lead] if lead < len(raw) else ""
+    word = ""
+    for arg in raw:
+        if arg not in ("-v", "--verbose"):
+            word = arg
+            break
     try:
         return int(_commands(word).main(raw))
     except ImportError as err:  # a numa_utils_cli of another version
