@@ -1618,35 +1618,39 @@ def move_pages(
 ) -> List[int]:
     """move_pages(2).  Without ``nodes``: where each page is (node, or -errno such as
     -ENOENT for a page not yet faulted in).  With ``nodes``: move, return status."""
+    import array
+
     backend = _b(backend)
-    count = len(pages)
-    if nodes is not None and len(nodes) != count:
+    if nodes is not None and len(nodes) != len(pages):
         raise ValueError("move_pages: pages and nodes differ in length")
-    bits = _pointer_bits(backend.abi)
-    if backend.abi.byteorder == "big":
-        ints = f">{count}i"
-    else:
-        ints = f"<{count}i"
-    parr = _c_array(
-        b"".join((v & ((1 << bits) - 1)).to_bytes(bits // 8, backend.abi.byteorder) for v in pages)
-    )
-    narr = None  # held until the call returns
-    nodes_address = 0
+    # The ABI's pointers and ints, in its byte order (a simulated kernel's may differ
+    # from this host's).
+    typecode = "I"
+    if _pointer_bits(backend.abi) == 64:
+        typecode = "Q"
+    addresses = array.array(typecode, pages)
+    targets = array.array("i", [] if nodes is None else nodes)
+    status = array.array("i", bytes(4 * len(pages)))
+    swap = backend.abi.byteorder != sys.byteorder
+    if swap:
+        addresses.byteswap()
+        targets.byteswap()
+    targets_address = 0
     if nodes is not None:
-        narr = _c_array(struct.pack(ints, *nodes))
-        nodes_address = ctypes.addressof(narr)
-    status = _c_array(bytes(4 * count))
+        targets_address = targets.buffer_info()[0]
     backend.call(
         "syscall",
         backend.abi.number("move_pages"),
         pid,
-        count,
-        ctypes.addressof(parr),
-        nodes_address,
-        ctypes.addressof(status),
+        len(pages),
+        addresses.buffer_info()[0],
+        targets_address,
+        status.buffer_info()[0],
         int(flags),
     )
-    return list(struct.unpack(ints, status.raw[: 4 * count]))
+    if swap:
+        status.byteswap()
+    return status.tolist()
 
 
 _py_buffer_api: Optional[Tuple[Any, Any, Any]] = None
