@@ -69,10 +69,10 @@ else:
         res = nu.prefault(r.address, size, extents=cells_of, shared=True)
         out["threads"] = res["threads"]
     if what == "mbind":
-        known = {}
+        memory = nu._memory_nodes(nu.default_backend())  # read once, as a region does
         for off, n, policy, nodes in cells_of:
             at = r.address + off
-            nu._apply_policy(at, n, mode=policy, nodes=nodes, count_resident=False, known=known)
+            nu._apply_policy(at, n, mode=policy, nodes=nodes, count_resident=False, memory=memory)
         nu.prefault(r.address, size, extents=cells_of, shared=True)
     out["seconds"] = time.perf_counter() - t0
     r.destroy()
