@@ -350,6 +350,16 @@ def numa_maps_line(addr: int, pid="self") -> str:
     raise AssertionError(f"no numa_maps line for {addr:#x} (VMA at {start:#x})")
 
 
+def vmas_in(lo: int, hi: int) -> int:
+    """How many VMAs of this process overlap [lo, hi) (/proc/self/maps)."""
+    count = 0
+    with open("/proc/self/maps") as fh:
+        for line in fh:
+            start, end = (int(x, 16) for x in line.split()[0].split("-"))
+            count += start < hi and lo < end
+    return count
+
+
 def raw_counts(line: str) -> dict:
     """{node: bytes} from one numa_maps line (parsed independently of numa_utils)."""
     kb = 4

@@ -40,16 +40,6 @@ def maps_count():
         return fh.read().count("\n")
 
 
-def vmas_in(lo, hi):
-    """The VMAs of this process that overlap [lo, hi)."""
-    count = 0
-    with open("/proc/self/maps") as fh:
-        for line in fh:
-            start, end = (int(x, 16) for x in line.split()[0].split("-"))
-            count += start < hi and lo < end
-    return count
-
-
 def numa_maps():
     """(start address, policy word, {node: pages}) per VMA of this process."""
     rows = []
@@ -106,7 +96,7 @@ def check_by_thread(lay):
             placed_by=pol.placed_by,
             reason=pol.reason,
             mbinds=b.mbinds,
-            data_vmas=vmas_in(lo, lo + size),
+            data_vmas=kc.vmas_in(lo, lo + size),
             maps_grew=maps_count() - before,
             threads=threads,
             wrong=wrong[:5],

@@ -50,11 +50,8 @@ def maps_lines():
 
 
 def region_vmas(region):
-    """The VMAs of this process inside ``region``'s mapping (its data and record room)."""
-    lo, hi = region.address, region.address + region._mapped
-    with open("/proc/self/maps") as fh:
-        starts = [int(line.split("-")[0], 16) for line in fh]
-    return sum(lo <= start < hi for start in starts)
+    """The VMAs of this process over ``region``'s mapping (its data and record room)."""
+    return kc.vmas_in(region.address, region.address + region._mapped)
 
 
 def few_vmas(seen):
