@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, nu, nur, sim
+from conftest import REPO, cli, nu, nur, sim
 
 # (line, expected fields) -- formats from fs/proc/task_mmu.c show_numa_map and
 # mm/mempolicy.c mpol_to_str, across kernel versions.
@@ -539,3 +539,30 @@ def test_maps_file_memory_bounded(tmp_path):
         assert r.returncode == 0, r.stderr[-2000:]
         peak_kb = int(r.stderr.strip().splitlines()[-1])
         assert peak_kb - base_kb < 64 * 1024, (extra, peak_kb, base_kb)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "7f00 default N0=1\n7f01 default N0=1\n",
+        "7f00 \n7f01 default\r N0=1\n",
+        "bogus first line\n7f01 default N0=1\n",
+        "7f00 default N0=1\n7F01 default N0=1\n",
+        "7f00 default N0=1\n\n7f01 default N0=1\n",
+        "7f00 default N0=1\n7f01default\n",
+        "7f00 default file=/a\\0127f01 b N0=1\n",
+    ],
+    ids=["plain", "empty-rest", "first-bad", "upper", "empty-line", "no-space", "escaped-nl"],
+)
+def test_rests_split_agrees_with_the_line_expression(text):
+    """The table's rests (numa_utils_cli._rests) are what the per-line expression
+    takes, and a line it cannot take leaves fewer rests than lines (the full parser
+    then names it)."""
+    import re
+
+    want = re.findall(r"(?am)^[0-9a-f]+ (.*)$", text)
+    got = cli._rests(text)
+    if len(want) == text.count("\n"):
+        assert got == want
+    else:
+        assert len(got) != text.count("\n")
