@@ -2987,7 +2987,7 @@ class PolicyResult(_Record):
         return self.applied
 
     def to_json(self) -> Dict[str, Any]:
-        return {**self._asdict(), "nodes": sorted(self.nodes), "dropped": sorted(self.dropped)}
+        return _record_json(self)
 
 
 class PolicyInfo(_Record):
@@ -3815,17 +3815,13 @@ class NumaMapsEntry(_Record):
         return "anon"
 
     def to_json(self) -> Dict[str, Any]:
-        d = self._asdict()  # the fields in order, "kb" before "other"
-        pages = sorted(self.pages.items())
-        d.update(
-            start=f"0x{self.start:x}",
-            nodes=sorted(self.nodes),
-            flags=list(self.flags),
-            pages={str(node): c for node, c in pages},
-            kb={str(node): c * self.page_size_kb for node, c in pages},
+        kb = {node: count * self.page_size_kb for node, count in self.pages.items()}
+        return _record_json(  # the fields in order, "kb" after "page_size_kb"
+            self,
+            start={"start": f"0x{self.start:x}"},
+            pages={"pages": _sorted_json(self.pages)},
+            page_size_kb={"page_size_kb": self.page_size_kb, "kb": _sorted_json(kb)},
         )
-        d["other"] = dict(d.pop("other"))
-        return d
 
 
 # The policies numa_maps prints: each mode's kernel word, and "unknown" (mpol_to_str).
@@ -4000,11 +3996,12 @@ def _line_at(text: str, addr: int) -> Tuple[int, int]:
 
 
 def _entries_bytes(entries: Iterable[NumaMapsEntry]) -> Dict[int, int]:
-    out: Dict[int, int] = {}
+    import collections
+
+    out: collections.Counter[int] = collections.Counter()
     for entry in entries:
-        for node, value in entry.bytes_per_node.items():
-            out[node] = out.get(node, 0) + value
-    return out
+        out.update(entry.bytes_per_node)
+    return dict(out)
 
 
 def _placement_in(text: str, start: int, end: int, default_kb: int) -> Dict[int, int]:
@@ -4115,11 +4112,11 @@ def _places(
     places = []
     for group in groups:
         node_cpus = [topo.nodes[node].cpus for node in group if node in topo.nodes]
-        on = frozenset().union(*node_cpus)
+        on = cpus & frozenset().union(*node_cpus)
         if by_policy:
-            places.append(_Place(mode, group, on & cpus))
-        elif on & cpus:
-            places.append(_Place(None, group, on & cpus))
+            places.append(_Place(mode, group, on))
+        elif on:
+            places.append(_Place(None, group, on))
     if len(places) < len(groups):
         return tuple(places) or (_AS_MADE,), "no-cpu"
     return tuple(places), ""
@@ -4138,7 +4135,7 @@ def _fault_plan(
         how = "sched_setaffinity"
     topo = _topology_or_read(topo, backend)
     allowed_cpus = backend.call("cpuset_cpus") or topo.allowed_cpus
-    cpus = frozenset(allowed_cpus) & topo.online_cpus
+    cpus = allowed_cpus & topo.online_cpus
     memory = _memory_nodes(backend)
     known: Dict[Tuple[Any, FrozenSet[int]], Tuple[Tuple[_Place, ...], str]] = {}
     groups: Dict[_Place, List[Tuple[int, int]]] = {}
