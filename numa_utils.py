@@ -3826,9 +3826,10 @@ class NumaMapsEntry(_Record):
 
 # The policies numa_maps prints: each mode's kernel word, and "unknown" (mpol_to_str).
 _POLICY_NAMES = frozenset([words.kernel for words in _MODE_WORDS.values()] + ["unknown"])
+_MapsPolicy = Tuple[str, FrozenSet[int], Tuple[str, ...]]  # (mode, nodes, flags)
 
 
-def _parse_policy(text: str, line: str) -> Tuple[str, FrozenSet[int], Tuple[str, ...]]:
+def _parse_policy(text: str, line: str) -> _MapsPolicy:
     """ "bind=relative|balancing:0-1" -> ("bind", {0, 1}, ("relative", "balancing"))."""
     name, _, nodelist = text.partition(":")
     mode, _, flagtext = name.partition("=")
@@ -3852,7 +3853,7 @@ def _parse_policy(text: str, line: str) -> Tuple[str, FrozenSet[int], Tuple[str,
     return mode, nodes, flags
 
 
-_POLICIES: Dict[str, Tuple[str, FrozenSet[int], Tuple[str, ...]]] = {}  # a few per host
+_POLICIES: Dict[str, _MapsPolicy] = {}  # a few per host
 
 
 def _parse_maps_line(line: str, default_kb: int) -> NumaMapsEntry:
@@ -4097,11 +4098,12 @@ class _Place(_Record):
 
 
 _AS_MADE = _Place(None, frozenset(), frozenset())
+_Places = Tuple[Tuple[_Place, ...], str]  # the places of an extent's threads, why not all
 
 
 def _places(
     topo: Topology, cpus: FrozenSet[int], by_policy: bool, mode: Mode, nodes: FrozenSet[int]
-) -> Tuple[Tuple[_Place, ...], str]:
+) -> _Places:
     """Where the threads faulting an extent of ``mode`` over ``nodes`` are, granule by
     granule, and "no-cpu" when, placed by CPU, a node has none in ``cpus`` (else "")."""
     if mode in (Mode.DEFAULT, Mode.LOCAL) or not nodes:
@@ -4137,7 +4139,7 @@ def _fault_plan(
     allowed_cpus = backend.call("cpuset_cpus") or topo.allowed_cpus
     cpus = allowed_cpus & topo.online_cpus
     memory = _memory_nodes(backend)
-    known: Dict[Tuple[Any, FrozenSet[int]], Tuple[Tuple[_Place, ...], str]] = {}
+    known: Dict[Tuple[Any, FrozenSet[int]], _Places] = {}
     groups: Dict[_Place, List[Tuple[int, int]]] = {}
     unplaced: Dict[int, str] = {}
     facts = {"placed_by": "thread", "thread_placement": how, "unplaced": unplaced, "granularity": 0}
