@@ -2987,7 +2987,7 @@ class PolicyResult(_Record):
         return self.applied
 
     def to_json(self) -> Dict[str, Any]:
-        return {**self._asdict(), "nodes": sorted(self.nodes), "dropped": sorted(self.dropped)}
+        return _record_json(self)
 
 
 class PolicyInfo(_Record):
@@ -3815,24 +3815,21 @@ class NumaMapsEntry(_Record):
         return "anon"
 
     def to_json(self) -> Dict[str, Any]:
-        d = self._asdict()  # the fields in order, "kb" before "other"
-        pages = sorted(self.pages.items())
-        d.update(
-            start=f"0x{self.start:x}",
-            nodes=sorted(self.nodes),
-            flags=list(self.flags),
-            pages={str(node): c for node, c in pages},
-            kb={str(node): c * self.page_size_kb for node, c in pages},
+        kb = {node: count * self.page_size_kb for node, count in self.pages.items()}
+        return _record_json(  # the fields in order, "kb" after "page_size_kb"
+            self,
+            start={"start": f"0x{self.start:x}"},
+            pages={"pages": _sorted_json(self.pages)},
+            page_size_kb={"page_size_kb": self.page_size_kb, "kb": _sorted_json(kb)},
         )
-        d["other"] = dict(d.pop("other"))
-        return d
 
 
 # The policies numa_maps prints: each mode's kernel word, and "unknown" (mpol_to_str).
 _POLICY_NAMES = frozenset([words.kernel for words in _MODE_WORDS.values()] + ["unknown"])
+_MapsPolicy = Tuple[str, FrozenSet[int], Tuple[str, ...]]  # (mode, nodes, flags)
 
 
-def _parse_policy(text: str, line: str) -> Tuple[str, FrozenSet[int], Tuple[str, ...]]:
+def _parse_policy(text: str, line: str) -> _MapsPolicy:
     """ "bind=relative|balancing:0-1" -> ("bind", {0, 1}, ("relative", "balancing"))."""
     name, _, nodelist = text.partition(":")
     mode, _, flagtext = name.partition("=")
@@ -3856,7 +3853,7 @@ def _parse_policy(text: str, line: str) -> Tuple[str, FrozenSet[int], Tuple[str,
     return mode, nodes, flags
 
 
-_POLICIES: Dict[str, Tuple[str, FrozenSet[int], Tuple[str, ...]]] = {}  # a few per host
+_POLICIES: Dict[str, _MapsPolicy] = {}  # a few per host
 
 
 def _parse_maps_line(line: str, default_kb: int) -> NumaMapsEntry:
@@ -4000,11 +3997,12 @@ def _line_at(text: str, addr: int) -> Tuple[int, int]:
 
 
 def _entries_bytes(entries: Iterable[NumaMapsEntry]) -> Dict[int, int]:
-    out: Dict[int, int] = {}
+    import collections
+
+    out: collections.Counter[int] = collections.Counter()
     for entry in entries:
-        for node, value in entry.bytes_per_node.items():
-            out[node] = out.get(node, 0) + value
-    return out
+        out.update(entry.bytes_per_node)
+    return dict(out)
 
 
 def _placement_in(text: str, start: int, end: int, default_kb: int) -> Dict[int, int]:
@@ -4100,11 +4098,12 @@ class _Place(_Record):
 
 
 _AS_MADE = _Place(None, frozenset(), frozenset())
+_Places = Tuple[Tuple[_Place, ...], str]  # the places of an extent's threads, why not all
 
 
 def _places(
     topo: Topology, cpus: FrozenSet[int], by_policy: bool, mode: Mode, nodes: FrozenSet[int]
-) -> Tuple[Tuple[_Place, ...], str]:
+) -> _Places:
     """Where the threads faulting an extent of ``mode`` over ``nodes`` are, granule by
     granule, and "no-cpu" when, placed by CPU, a node has none in ``cpus`` (else "")."""
     if mode in (Mode.DEFAULT, Mode.LOCAL) or not nodes:
@@ -4115,11 +4114,11 @@ def _places(
     places = []
     for group in groups:
         node_cpus = [topo.nodes[node].cpus for node in group if node in topo.nodes]
-        on = frozenset().union(*node_cpus)
+        on = cpus & frozenset().union(*node_cpus)
         if by_policy:
-            places.append(_Place(mode, group, on & cpus))
-        elif on & cpus:
-            places.append(_Place(None, group, on & cpus))
+            places.append(_Place(mode, group, on))
+        elif on:
+            places.append(_Place(None, group, on))
     if len(places) < len(groups):
         return tuple(places) or (_AS_MADE,), "no-cpu"
     return tuple(places), ""
@@ -4138,9 +4137,9 @@ def _fault_plan(
         how = "sched_setaffinity"
     topo = _topology_or_read(topo, backend)
     allowed_cpus = backend.call("cpuset_cpus") or topo.allowed_cpus
-    cpus = frozenset(allowed_cpus) & topo.online_cpus
+    cpus = allowed_cpus & topo.online_cpus
     memory = _memory_nodes(backend)
-    known: Dict[Tuple[Any, FrozenSet[int]], Tuple[Tuple[_Place, ...], str]] = {}
+    known: Dict[Tuple[Any, FrozenSet[int]], _Places] = {}
     groups: Dict[_Place, List[Tuple[int, int]]] = {}
     unplaced: Dict[int, str] = {}
     facts = {"placed_by": "thread", "thread_placement": how, "unplaced": unplaced, "granularity": 0}
