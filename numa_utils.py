@@ -4498,7 +4498,7 @@ def device_distance(
         shared = len(os.path.commonprefix([path_a, path_b]))
         if shared == 1:
             return "PHB"  # only the host bridge in common
-        if len(path_a) - shared <= 2 and len(path_b) - shared <= 2:
+        if max(len(path_a), len(path_b)) - shared <= 2:
             return "PIX"
         return "PXB"
     if a.node is not None and a.node == b.node:
@@ -4845,13 +4845,13 @@ def _cache_domains(topo: Topology, cpus: Iterable[int]) -> List[Tuple[int, ...]]
     sharing one with all of ``cpus``), each group sorted, the groups sorted."""
     whole = frozenset(cpus)
     groups: Dict[FrozenSet[int], List[int]] = {}
-    for cpu in whole:
+    for cpu in sorted(whole):
         info = topo.cpus.get(cpu)
         domain = whole
         if info is not None and info.llc:
             domain = info.llc
         groups.setdefault(domain, []).append(cpu)
-    return sorted(tuple(sorted(members)) for members in groups.values())
+    return sorted(map(tuple, groups.values()))
 
 
 _Planned = Dict[str, Tuple[Optional[int], FrozenSet[int], List[str]]]
@@ -4879,7 +4879,7 @@ def _plan_all(
         skip = min(reserve, len(cores) - 1)
         reserved.update(cpu for core in cores[:skip] for cpu in core)
     pool = {node: free[node] - reserved for node in free}
-    usable = [node for node in sorted(pool) if pool[node]]
+    usable = [node for node in pool if pool[node]]
     eff: Dict[str, Optional[int]] = {}
     for gpu in fam:
         node: Optional[int] = gpu.cpu_node
@@ -5247,9 +5247,7 @@ def _bind_node(
             mode = Mode.PREFERRED_MANY
         else:
             mode = MODE_NAMES[mem]
-        if mode == Mode.LOCAL:  # takes no nodes
-            pres = set_thread_policy(mode, None, strict=st, backend=backend)
-        elif not mnodes:
+        if not mnodes and mode != Mode.LOCAL:  # local ignores the nodes
             pres = _fallback(
                 PolicyResult(False, _MODE_WORDS[mode].result, frozenset()),
                 st,
