@@ -4567,7 +4567,7 @@ def local_devices(
         (rank(device), device) for device in _devices(topo, backend) if device.kind == kind
     )
     fell_back = not strict and all(r[0] for r, _ in ranked)
-    out = LocalDevices((device, _RELATIONS[r[0]]) for r, device in ranked if fell_back or r[0] == 0)
+    out = LocalDevices((device, _RELATIONS[r[0]]) for r, device in ranked if fell_back or not r[0])
     out.fell_back = fell_back
     return out
 
@@ -5559,7 +5559,7 @@ def _start_plan(
             if found is not None:
                 held.add(found)
     memory_nodes = _own_memory(topo, held)
-    return GpuPlan(None, None, None, None, want, mem, memory_nodes, pol, (), tuple(notes))
+    return GpuPlan(None, None, None, None, want, mem, memory_nodes, pol, notes=tuple(notes))
 
 
 class bound_start:
