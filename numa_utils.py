@@ -4497,7 +4497,7 @@ def device_distance(
         shared = len(os.path.commonprefix([path_a, path_b]))
         if shared == 1:
             return "PHB"  # only the host bridge in common
-        if len(path_a) - shared <= 2 and len(path_b) - shared <= 2:
+        if max(len(path_a), len(path_b)) - shared <= 2:
             return "PIX"
         return "PXB"
     if a.node is not None and a.node == b.node:
@@ -4566,7 +4566,7 @@ def local_devices(
         (rank(device), device) for device in _devices(topo, backend) if device.kind == kind
     )
     fell_back = not strict and all(r[0] for r, _ in ranked)
-    out = LocalDevices((device, _RELATIONS[r[0]]) for r, device in ranked if fell_back or r[0] == 0)
+    out = LocalDevices((device, _RELATIONS[r[0]]) for r, device in ranked if fell_back or not r[0])
     out.fell_back = fell_back
     return out
 
@@ -4844,13 +4844,13 @@ def _cache_domains(topo: Topology, cpus: Iterable[int]) -> List[Tuple[int, ...]]
     sharing one with all of ``cpus``), each group sorted, the groups sorted."""
     whole = frozenset(cpus)
     groups: Dict[FrozenSet[int], List[int]] = {}
-    for cpu in whole:
+    for cpu in sorted(whole):
         info = topo.cpus.get(cpu)
         domain = whole
         if info is not None and info.llc:
             domain = info.llc
         groups.setdefault(domain, []).append(cpu)
-    return sorted(tuple(sorted(members)) for members in groups.values())
+    return sorted(map(tuple, groups.values()))
 
 
 _Planned = Dict[str, Tuple[Optional[int], FrozenSet[int], List[str]]]
@@ -4878,7 +4878,7 @@ def _plan_all(
         skip = min(reserve, len(cores) - 1)
         reserved.update(cpu for core in cores[:skip] for cpu in core)
     pool = {node: free[node] - reserved for node in free}
-    usable = [node for node in sorted(pool) if pool[node]]
+    usable = [node for node in pool if pool[node]]
     eff: Dict[str, Optional[int]] = {}
     for gpu in fam:
         node: Optional[int] = gpu.cpu_node
@@ -5246,9 +5246,7 @@ def _bind_node(
             mode = Mode.PREFERRED_MANY
         else:
             mode = MODE_NAMES[mem]
-        if mode == Mode.LOCAL:  # takes no nodes
-            pres = set_thread_policy(mode, None, strict=st, backend=backend)
-        elif not mnodes:
+        if not mnodes and mode != Mode.LOCAL:  # local ignores the nodes
             pres = _fallback(
                 PolicyResult(False, _MODE_WORDS[mode].result, frozenset()),
                 st,
@@ -5560,7 +5558,7 @@ def _start_plan(
             if found is not None:
                 held.add(found)
     memory_nodes = _own_memory(topo, held)
-    return GpuPlan(None, None, None, None, want, mem, memory_nodes, pol, (), tuple(notes))
+    return GpuPlan(None, None, None, None, want, mem, memory_nodes, pol, notes=tuple(notes))
 
 
 class bound_start:
