@@ -5547,12 +5547,16 @@ def _start_plan(
     want: FrozenSet[int] = frozenset()
     held: Set[int] = set()
     if cpus is None:
-        held.update(nodes or [node])
+        held.update([node] if nodes is None else nodes)
+        if not held:
+            raise ValueError("bound_start: nodes= names no node")
         for each in sorted(held):
             _, share, _ = _node_slice(topo, each, res, st, notes)
             want |= share
     else:
         want = frozenset(cpus)
+        if not want:
+            raise ValueError("bound_start: cpus= names no CPU")
         for cpu in want:
             found = topo.node_of_cpu(cpu)
             if found is not None:

@@ -219,6 +219,11 @@ def test_bound_start_rejects_bad_input():
         nu.bound_start(node=0, policy="nearby", backend=b)
     with pytest.raises(ValueError, match="no NUMA node"):
         nu.bound_start(node=7, backend=b)
+    for empty in ([], iter([])):  # not "node None", nor a start bound to no CPU
+        with pytest.raises(ValueError, match="nodes= names no node"):
+            nu.bound_start(nodes=empty, backend=b)
+        with pytest.raises(ValueError, match="cpus= names no CPU"):
+            nu.bound_start(cpus=empty, backend=b)
     starter = nu.bound_start(cpus=[999], strict=True, backend=b)  # no such CPU
     with pytest.raises(OSError) as err:
         with starter:
