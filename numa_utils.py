@@ -912,9 +912,8 @@ def _touch_iov(addr: int, length: int, page: int, write: bool = True) -> None:
     pages = len(starts)
     if pages:
         starts[0] = addr  # the first page from addr itself
-    iov = array.array("Q", bytes(16 * pages))
+    iov = array.array("Q", [1]) * (2 * pages)  # (start, length 1) per page
     iov[0::2] = starts
-    iov[1::2] = array.array("Q", [1]) * pages
     base = iov.buffer_info()[0]
     r, w = os.pipe()
     try:
@@ -1537,14 +1536,14 @@ class NodeMask:
             abi = abi_for()
         self.abi = abi
         self.nodes = ids = _node_ids(nodes)
-        w = self.abi.word_bits
+        w = abi.word_bits
         need = max(bits, max(ids, default=0) + 1)
         self.words = (need + w - 1) // w
         self.bits = self.words * w
         # Room for what get_mempolicy writes: ALIGN(maxnode - 1, 64) / 8 bytes.
         self.nbytes = ((self.bits + 63) // 64) * 8
         self.buffer = ctypes.create_string_buffer(
-            _encode_nodemask(ids, self.words, self.abi), self.nbytes
+            _encode_nodemask(ids, self.words, abi), self.nbytes
         )
         self.address = ctypes.addressof(self.buffer)
 
@@ -1602,10 +1601,6 @@ def _pointer_bits(abi: Abi) -> int:
     # Equal to abi.word_bits on a real kernel; a 32-bit ABI simulated on a 64-bit
     # host keeps host-sized pointers.
     return max(abi.word_bits, ctypes.sizeof(ctypes.c_void_p) * 8)
-
-
-def _c_array(raw: bytes) -> ctypes.Array[ctypes.c_char]:
-    return ctypes.create_string_buffer(raw, max(len(raw), 1))
 
 
 def move_pages(
@@ -2313,11 +2308,8 @@ def _share_by_shape(
     if None not in home.values():
         plan: Dict[str, Tuple[int, ...]] = {}
         for cpu_node, members in groups.items():
-            part = _share_out([m for m in free if home[m] == cpu_node], members)
-            if not part:
-                break
-            plan.update(part)
-        else:
+            plan.update(_share_out([m for m in free if home[m] == cpu_node], members))
+        if len(plan) == len(cards):  # every CPU node's GPUs got their share
             return plan
     return _share_out(free, sorted(cards, key=lambda gpu: (gpu.cpu_node, gpu.pci)))
 
@@ -2338,9 +2330,7 @@ def _attribute_gpu_memory(
     claimed: Dict[str, Tuple[Tuple[int, ...], str]] = {}
     taken: Set[int] = set()
     for nv in nvml or ():
-        if nv.numa_node is None or nv.pci not in pcis:
-            continue
-        if nv.numa_node not in topo.nodes_with_cpus:
+        if nv.numa_node is not None and nv.pci in pcis and nv.numa_node not in topo.nodes_with_cpus:
             claimed[nv.pci] = ((nv.numa_node,), "nvml")
             taken.add(nv.numa_node)
     free = sorted((topo.nodes_with_memory - topo.nodes_with_cpus) - taken)
@@ -2622,19 +2612,11 @@ def _widest_cpu_distance(topo: Topology, cpu_nodes: List[int]) -> Optional[int]:
     """The largest distance between two of ``cpu_nodes`` (with one node: its own
     distance to itself); None when the table says nothing."""
     distances = []
-    if len(cpu_nodes) > 1:
-        for node in cpu_nodes:
-            if node not in topo.nodes:
-                continue
-            for other, d in topo.nodes[node].distances.items():
-                if other != node and other in cpu_nodes:
-                    distances.append(d)
-    else:
-        for node in cpu_nodes:
-            own = topo.distance(node, node)
-            if own is not None:
-                distances.append(own)
-    return max(distances, default=None)
+    for node in cpu_nodes:
+        for other in cpu_nodes:
+            if other != node or len(cpu_nodes) == 1:
+                distances.append(topo.distance(node, other))
+    return max((d for d in distances if d is not None), default=None)
 
 
 def memory_node_choice(
