@@ -1421,12 +1421,8 @@ def _possible_cpus(reader: _Reader) -> FrozenSet[int]:
     listed = _first_parsed(reader, (f"{_CPU_DIR}/possible", f"{_CPU_DIR}/present"))
     if listed is not None:
         return frozenset(listed)
-    found = set()
-    for name in reader.listdir(_CPU_DIR):
-        cpu = _id_of(name, "cpu")
-        if cpu is not None and cpu < MAX_CPUS:
-            found.add(cpu)
-    return frozenset(found)
+    ids = (_id_of(name, "cpu") for name in reader.listdir(_CPU_DIR))
+    return frozenset(i for i in ids if i is not None and i < MAX_CPUS)
 
 
 def _cache_order(reader: _Reader, cpu_dir: str, indexes: Tuple[str, ...]) -> List[Tuple[int, str]]:
@@ -2099,7 +2095,7 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
             node = ask(getattr(lib, "nvmlDeviceGetNumaNodeId", None), h)
             node_id = None  # not a coherent platform's GPU, or NVML does not say
             if node is not None:
-                node_id = int(node.value)
+                node_id = node.value
             maxmig = ask(getattr(lib, "nvmlDeviceGetMaxMigDeviceCount", None), h)
             mig_count = 0
             if maxmig:
@@ -2186,7 +2182,7 @@ def to_json(obj: Any) -> Any:
         return obj
     if isinstance(obj, Topology):
         return _topology_json(obj)
-    if hasattr(obj, "to_json") and callable(obj.to_json):
+    if callable(getattr(obj, "to_json", None)):
         return obj.to_json()
     if isinstance(obj, tuple) and hasattr(obj, "_asdict"):
         return _record_json(obj)
@@ -2301,17 +2297,15 @@ def _share_by_shape(
 ) -> Dict[str, Tuple[int, ...]]:
     """CPU-less memory nodes ``free`` shared out to ``cards`` as
     _attribute_gpu_memory describes: per CPU node first, else all in one go."""
+    ordered = sorted(cards, key=lambda gpu: (gpu.cpu_node, gpu.pci))
     home = {m: _home_cpu_node(topo, m) for m in free}
-    groups: Dict[Optional[int], List[GpuInfo]] = {}
-    for g in sorted(cards, key=lambda gpu: gpu.pci):
-        groups.setdefault(g.cpu_node, []).append(g)
     if None not in home.values():
         plan: Dict[str, Tuple[int, ...]] = {}
-        for cpu_node, members in groups.items():
-            plan.update(_share_out([m for m in free if home[m] == cpu_node], members))
+        for cpu_node, members in itertools.groupby(ordered, lambda gpu: gpu.cpu_node):
+            plan.update(_share_out([m for m in free if home[m] == cpu_node], list(members)))
         if len(plan) == len(cards):  # every CPU node's GPUs got their share
             return plan
-    return _share_out(free, sorted(cards, key=lambda gpu: (gpu.cpu_node, gpu.pci)))
+    return _share_out(free, ordered)
 
 
 def _attribute_gpu_memory(
@@ -2368,8 +2362,8 @@ def _gpu_infos(topo: Topology, backend: Backend) -> List[GpuInfo]:
         cpu_node = None
         if node is not None:
             cpu_node = _nearest_cpu_node(topo, node)
-        if node is not None and cpu_node != node:
-            how += f", CPU-less: nearest node with CPUs is {cpu_node}"
+            if cpu_node != node:
+                how += f", CPU-less: nearest node with CPUs is {cpu_node}"
         pci = _norm_bus_id(dev.address)
         out.append(
             GpuInfo(
