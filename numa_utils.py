@@ -287,7 +287,8 @@ def _short(text: str, n: int = 80) -> str:
 
 def _set_bits(value: int) -> FrozenSet[int]:
     """The positions of the 1 bits of ``value`` (bit 0 is CPU/node 0); linear."""
-    return frozenset(m.start() for m in re.finditer("1", bin(value)[:1:-1]))  # LSB first
+    lsb_first = bin(value)[:1:-1]  # "0b110" -> "011"
+    return frozenset(m.start() for m in re.finditer("1", lsb_first))
 
 
 def parse_cpulist(
@@ -306,7 +307,9 @@ def parse_cpulist(
     for chunk in dict.fromkeys(s.split(",")):  # a repeated chunk costs nothing
         match = _CHUNK_RE.match(chunk.strip())
         g = match.groups() if match else ("1", "0", None, None)  # no match: refused below
-        lo, used, group = int(g[0]), int(g[2] or 1), int(g[3] or 1)
+        lo = int(g[0])
+        used = int(g[2] or 1)
+        group = int(g[3] or 1)
         hi = int(g[1] or lo)
         if hi >= limit:
             raise ValueError(
@@ -323,7 +326,8 @@ def parse_cpulist(
             # "lo-hi:used/group": ``used`` ids out of every ``group``; the pattern
             # is doubled until it covers the range (log steps, not one per group).
             span = hi - lo + 1
-            pat, width = (1 << min(used, span)) - 1, group
+            pat = (1 << min(used, span)) - 1
+            width = group
             while width < span:
                 pat |= pat << width
                 width *= 2
@@ -364,7 +368,8 @@ def _parse_nodelist(text: str, *, source: Optional[str] = None) -> FrozenSet[int
 def format_cpulist(ids: Iterable[int]) -> str:
     """Compress ids into the kernel's list format: {0,1,2,3,8} -> "0-3,8"."""
     # Consecutive ids share ``id - position``: each such group is one run.
-    runs = itertools.groupby(enumerate(sorted(set(ids))), lambda pair: pair[1] - pair[0])
+    ordered = sorted(set(ids))
+    runs = itertools.groupby(enumerate(ordered), lambda pair: pair[1] - pair[0])
     parts = []
     for _, run in runs:
         span = [cpu for _, cpu in run]
@@ -493,7 +498,8 @@ def parse_meminfo(text: str, *, source: Optional[str] = None) -> Dict[str, int]:
         r"(?: kB)?[ \t]*$",
         s,
     )
-    if len(pairs) == s.count("\n") + 1 and not any(field.startswith("Node ") for field, _ in pairs):
+    every_line = len(pairs) == s.count("\n") + 1
+    if every_line and not any(field.startswith("Node ") for field, _ in pairs):
         return {field.strip(): int(amount) for field, amount in pairs}
     out: Dict[str, int] = {}
     for line in s.splitlines():
@@ -869,7 +875,8 @@ def _get_libc() -> ctypes.CDLL:
                 ("writev", [i, vp, i], ctypes.c_ssize_t),
             ):
                 fn = getattr(lib, name)
-                fn.argtypes, fn.restype = args, res
+                fn.argtypes = args
+                fn.restype = res
             _libc = lib
         return _libc
 
@@ -1359,7 +1366,8 @@ class Topology(_Record):
     def nearest(self, node: int, among: Iterable[int]) -> List[int]:
         """``among`` sorted by distance from ``node`` (unknown distances last), then id."""
         # Distances are 1-255 (parse_distance_row): ``or`` only replaces None.
-        return sorted(set(among), key=lambda n: (self.distance(node, n) or 1 << 16, n))
+        unknown = 1 << 16
+        return sorted(set(among), key=lambda n: (self.distance(node, n) or unknown, n))
 
 
 def _id_of(name: str, prefix: str) -> Optional[int]:
@@ -1499,21 +1507,22 @@ def _swap_words(raw: bytes, abi: Abi) -> bytes:
     if abi.byteorder == "little":
         return raw
     wb = abi.word_bits // 8
-    return b"".join(raw[i : i + wb][::-1] for i in range(0, len(raw), wb))
+    words = (raw[i : i + wb] for i in range(0, len(raw), wb))
+    return b"".join(word[::-1] for word in words)
 
 
 def _encode_nodemask(nodes: Iterable[int], words: int, abi: Abi) -> bytes:
     """``words`` unsigned longs in the ABI's byte order; nodes beyond them are left out."""
     bits = words * abi.word_bits
-    return _swap_words(
-        sum(1 << i for i in set(nodes) if i < bits).to_bytes(bits // 8, "little"), abi
-    )
+    mask = sum(1 << i for i in set(nodes) if i < bits)
+    return _swap_words(mask.to_bytes(bits // 8, "little"), abi)
 
 
 def decode_nodemask(raw: bytes, abi: Abi) -> FrozenSet[int]:
     word = abi.word_bits // 8
     whole_words = raw[: len(raw) // word * word]
-    return _set_bits(int.from_bytes(_swap_words(whole_words, abi), "little"))
+    little = _swap_words(whole_words, abi)
+    return _set_bits(int.from_bytes(little, "little"))
 
 
 class NodeMask:
@@ -1590,7 +1599,8 @@ def get_mempolicy(
         addr or 0,
         call_flags,
     )
-    return int.from_bytes(pol.raw, backend.abi.byteorder, signed=True), mask.read()
+    value = int.from_bytes(pol.raw, backend.abi.byteorder, signed=True)
+    return value, mask.read()
 
 
 def _pointer_bits(abi: Abi) -> int:
@@ -2358,7 +2368,8 @@ def _gpu_infos(topo: Topology, backend: Backend) -> List[GpuInfo]:
             uuids[nv.pci] = nv.uuid
     out = []
     for dev in topo.gpus:
-        node, how = dev.node, dev.node_source
+        node = dev.node
+        how = dev.node_source
         cpu_node = None
         if node is not None:
             cpu_node = _nearest_cpu_node(topo, node)
@@ -2403,7 +2414,8 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     hp: Dict[int, Dict[int, HugePages]] = {}
     rows: Dict[int, Optional[Tuple[int, ...]]] = {0: (10,)}
     lacks: Optional[Set[str]] = None
-    for node in sorted(online):
+    order = sorted(online)
+    for node in order:
         folder = f"{_NODE_DIR}/node{node}"
         meminfo = "/proc/meminfo"
         hugepages = "/sys/kernel/mm/hugepages"
@@ -2455,7 +2467,6 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     if not has_node_dir:
         node_cpus[0] = online_cpus
         cpus = {cpu: value._replace(node=0) for cpu, value in cpus.items()}
-    order = sorted(online)
     nodes: Dict[int, Node] = {}
     for node in order:
         row = rows[node]
@@ -2505,10 +2516,11 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
             has_normal = node in normal
         nd = nd._replace(tier=tier_of.get(node), access=access, has_normal_memory=has_normal)
         kind, why = _node_kind(nd, with_mem, gi)
-        if node in gi and node in links:
-            why += "; standing for " + ", ".join(links[node])
-        elif node in gi:
-            why += "; standing for a device no PCI numa_node names"
+        if node in gi:
+            if node in links:
+                why += "; standing for " + ", ".join(links[node])
+            else:
+                why += "; standing for a device no PCI numa_node names"
         nodes[node] = nd._replace(kind=kind, kind_evidence=why)
     weights, auto = _read_weights(reader, online, possible)
     nb = reader.integer("/proc/sys/kernel/numa_balancing")
@@ -2672,7 +2684,8 @@ def memory_node_choice(
         if tier is not None:
             known_tiers[nid] = tier
     with_cpus = cands & topo.nodes_with_cpus
-    if len(known_tiers) == len(cands) and len(set(known_tiers.values())) > 1:
+    tiers_tell = len(known_tiers) == len(cands) and len(set(known_tiers.values())) > 1
+    if tiers_tell:
         basis.append("memory tiers")
         ref = min(known_tiers[nid] for nid in (with_cpus or cands))
         drop(
