@@ -1998,7 +1998,8 @@ def _read_weights(
             else:
                 reader.problems.append(f"{_WI_DIR}/auto: unexpected value {_short(t)}")
     if online is not None:
-        keep = reader.online(frozenset(weights) - (possible - online), online, f"{_WI_DIR}/node*")
+        offline = possible - online
+        keep = reader.online(frozenset(weights) - offline, online, f"{_WI_DIR}/node*")
         weights = {n: w for n, w in weights.items() if n in keep}
     return weights, auto
 
@@ -2040,7 +2041,8 @@ _nvml_cache: Dict[str, Optional[List[_NvmlGpu]]] = {}
 def _dlopen(names: Iterable[Optional[str]]) -> Tuple[Optional[ctypes.CDLL], str, List[str]]:
     """The first of ``names`` that loads: (library, its name, the errors before it)."""
     errors: List[str] = []
-    for name in dict.fromkeys(n for n in names if n is not None):
+    candidates = dict.fromkeys(n for n in names if n is not None)  # in order, once each
+    for name in candidates:
         try:
             return ctypes.CDLL(name), name, errors
         except OSError as err:
@@ -2312,7 +2314,8 @@ def _share_by_shape(
     if None not in home.values():
         plan: Dict[str, Tuple[int, ...]] = {}
         for cpu_node, members in itertools.groupby(ordered, lambda gpu: gpu.cpu_node):
-            plan.update(_share_out([m for m in free if home[m] == cpu_node], list(members)))
+            own = [m for m in free if home[m] == cpu_node]
+            plan.update(_share_out(own, list(members)))
         if len(plan) == len(cards):  # every CPU node's GPUs got their share
             return plan
     return _share_out(free, ordered)
