@@ -287,7 +287,8 @@ def _short(text: str, n: int = 80) -> str:
 
 def _set_bits(value: int) -> FrozenSet[int]:
     """The positions of the 1 bits of ``value`` (bit 0 is CPU/node 0); linear."""
-    return frozenset(m.start() for m in re.finditer("1", bin(value)[:1:-1]))  # LSB first
+    lsb_first = bin(value)[:1:-1]  # "0b110" -> "011"
+    return frozenset(m.start() for m in re.finditer("1", lsb_first))
 
 
 def parse_cpulist(
@@ -306,7 +307,9 @@ def parse_cpulist(
     for chunk in dict.fromkeys(s.split(",")):  # a repeated chunk costs nothing
         match = _CHUNK_RE.match(chunk.strip())
         g = match.groups() if match else ("1", "0", None, None)  # no match: refused below
-        lo, used, group = int(g[0]), int(g[2] or 1), int(g[3] or 1)
+        lo = int(g[0])
+        used = int(g[2] or 1)
+        group = int(g[3] or 1)
         hi = int(g[1] or lo)
         if hi >= limit:
             raise ValueError(
@@ -323,7 +326,8 @@ def parse_cpulist(
             # "lo-hi:used/group": ``used`` ids out of every ``group``; the pattern
             # is doubled until it covers the range (log steps, not one per group).
             span = hi - lo + 1
-            pat, width = (1 << min(used, span)) - 1, group
+            pat = (1 << min(used, span)) - 1
+            width = group
             while width < span:
                 pat |= pat << width
                 width *= 2
@@ -364,7 +368,8 @@ def _parse_nodelist(text: str, *, source: Optional[str] = None) -> FrozenSet[int
 def format_cpulist(ids: Iterable[int]) -> str:
     """Compress ids into the kernel's list format: {0,1,2,3,8} -> "0-3,8"."""
     # Consecutive ids share ``id - position``: each such group is one run.
-    runs = itertools.groupby(enumerate(sorted(set(ids))), lambda pair: pair[1] - pair[0])
+    ordered = sorted(set(ids))
+    runs = itertools.groupby(enumerate(ordered), lambda pair: pair[1] - pair[0])
     parts = []
     for _, run in runs:
         span = [cpu for _, cpu in run]
@@ -493,7 +498,8 @@ def parse_meminfo(text: str, *, source: Optional[str] = None) -> Dict[str, int]:
         r"(?: kB)?[ \t]*$",
         s,
     )
-    if len(pairs) == s.count("\n") + 1 and not any(field.startswith("Node ") for field, _ in pairs):
+    every_line = len(pairs) == s.count("\n") + 1
+    if every_line and not any(field.startswith("Node ") for field, _ in pairs):
         return {field.strip(): int(amount) for field, amount in pairs}
     out: Dict[str, int] = {}
     for line in s.splitlines():
@@ -869,7 +875,8 @@ def _get_libc() -> ctypes.CDLL:
                 ("writev", [i, vp, i], ctypes.c_ssize_t),
             ):
                 fn = getattr(lib, name)
-                fn.argtypes, fn.restype = args, res
+                fn.argtypes = args
+                fn.restype = res
             _libc = lib
         return _libc
 
@@ -912,9 +919,8 @@ def _touch_iov(addr: int, length: int, page: int, write: bool = True) -> None:
     pages = len(starts)
     if pages:
         starts[0] = addr  # the first page from addr itself
-    iov = array.array("Q", bytes(16 * pages))
+    iov = array.array("Q", [1]) * (2 * pages)  # (start, length 1) per page
     iov[0::2] = starts
-    iov[1::2] = array.array("Q", [1]) * pages
     base = iov.buffer_info()[0]
     r, w = os.pipe()
     try:
@@ -1360,7 +1366,8 @@ class Topology(_Record):
     def nearest(self, node: int, among: Iterable[int]) -> List[int]:
         """``among`` sorted by distance from ``node`` (unknown distances last), then id."""
         # Distances are 1-255 (parse_distance_row): ``or`` only replaces None.
-        return sorted(set(among), key=lambda n: (self.distance(node, n) or 1 << 16, n))
+        unknown = 1 << 16
+        return sorted(set(among), key=lambda n: (self.distance(node, n) or unknown, n))
 
 
 def _id_of(name: str, prefix: str) -> Optional[int]:
@@ -1422,12 +1429,8 @@ def _possible_cpus(reader: _Reader) -> FrozenSet[int]:
     listed = _first_parsed(reader, (f"{_CPU_DIR}/possible", f"{_CPU_DIR}/present"))
     if listed is not None:
         return frozenset(listed)
-    found = set()
-    for name in reader.listdir(_CPU_DIR):
-        cpu = _id_of(name, "cpu")
-        if cpu is not None and cpu < MAX_CPUS:
-            found.add(cpu)
-    return frozenset(found)
+    ids = (_id_of(name, "cpu") for name in reader.listdir(_CPU_DIR))
+    return frozenset(i for i in ids if i is not None and i < MAX_CPUS)
 
 
 def _cache_order(reader: _Reader, cpu_dir: str, indexes: Tuple[str, ...]) -> List[Tuple[int, str]]:
@@ -1504,21 +1507,22 @@ def _swap_words(raw: bytes, abi: Abi) -> bytes:
     if abi.byteorder == "little":
         return raw
     wb = abi.word_bits // 8
-    return b"".join(raw[i : i + wb][::-1] for i in range(0, len(raw), wb))
+    words = (raw[i : i + wb] for i in range(0, len(raw), wb))
+    return b"".join(word[::-1] for word in words)
 
 
 def _encode_nodemask(nodes: Iterable[int], words: int, abi: Abi) -> bytes:
     """``words`` unsigned longs in the ABI's byte order; nodes beyond them are left out."""
     bits = words * abi.word_bits
-    return _swap_words(
-        sum(1 << i for i in set(nodes) if i < bits).to_bytes(bits // 8, "little"), abi
-    )
+    mask = sum(1 << i for i in set(nodes) if i < bits)
+    return _swap_words(mask.to_bytes(bits // 8, "little"), abi)
 
 
 def decode_nodemask(raw: bytes, abi: Abi) -> FrozenSet[int]:
     word = abi.word_bits // 8
     whole_words = raw[: len(raw) // word * word]
-    return _set_bits(int.from_bytes(_swap_words(whole_words, abi), "little"))
+    little = _swap_words(whole_words, abi)
+    return _set_bits(int.from_bytes(little, "little"))
 
 
 class NodeMask:
@@ -1537,14 +1541,14 @@ class NodeMask:
             abi = abi_for()
         self.abi = abi
         self.nodes = ids = _node_ids(nodes)
-        w = self.abi.word_bits
+        w = abi.word_bits
         need = max(bits, max(ids, default=0) + 1)
         self.words = (need + w - 1) // w
         self.bits = self.words * w
         # Room for what get_mempolicy writes: ALIGN(maxnode - 1, 64) / 8 bytes.
         self.nbytes = ((self.bits + 63) // 64) * 8
         self.buffer = ctypes.create_string_buffer(
-            _encode_nodemask(ids, self.words, self.abi), self.nbytes
+            _encode_nodemask(ids, self.words, abi), self.nbytes
         )
         self.address = ctypes.addressof(self.buffer)
 
@@ -1595,17 +1599,14 @@ def get_mempolicy(
         addr or 0,
         call_flags,
     )
-    return int.from_bytes(pol.raw, backend.abi.byteorder, signed=True), mask.read()
+    value = int.from_bytes(pol.raw, backend.abi.byteorder, signed=True)
+    return value, mask.read()
 
 
 def _pointer_bits(abi: Abi) -> int:
     # Equal to abi.word_bits on a real kernel; a 32-bit ABI simulated on a 64-bit
     # host keeps host-sized pointers.
     return max(abi.word_bits, ctypes.sizeof(ctypes.c_void_p) * 8)
-
-
-def _c_array(raw: bytes) -> ctypes.Array[ctypes.c_char]:
-    return ctypes.create_string_buffer(raw, max(len(raw), 1))
 
 
 def move_pages(
@@ -1997,7 +1998,8 @@ def _read_weights(
             else:
                 reader.problems.append(f"{_WI_DIR}/auto: unexpected value {_short(t)}")
     if online is not None:
-        keep = reader.online(frozenset(weights) - (possible - online), online, f"{_WI_DIR}/node*")
+        offline = possible - online
+        keep = reader.online(frozenset(weights) - offline, online, f"{_WI_DIR}/node*")
         weights = {n: w for n, w in weights.items() if n in keep}
     return weights, auto
 
@@ -2039,7 +2041,8 @@ _nvml_cache: Dict[str, Optional[List[_NvmlGpu]]] = {}
 def _dlopen(names: Iterable[Optional[str]]) -> Tuple[Optional[ctypes.CDLL], str, List[str]]:
     """The first of ``names`` that loads: (library, its name, the errors before it)."""
     errors: List[str] = []
-    for name in dict.fromkeys(n for n in names if n is not None):
+    candidates = dict.fromkeys(n for n in names if n is not None)  # in order, once each
+    for name in candidates:
         try:
             return ctypes.CDLL(name), name, errors
         except OSError as err:
@@ -2104,7 +2107,7 @@ def _nvml_query() -> Optional[List[_NvmlGpu]]:
             node = ask(getattr(lib, "nvmlDeviceGetNumaNodeId", None), h)
             node_id = None  # not a coherent platform's GPU, or NVML does not say
             if node is not None:
-                node_id = int(node.value)
+                node_id = node.value
             maxmig = ask(getattr(lib, "nvmlDeviceGetMaxMigDeviceCount", None), h)
             mig_count = 0
             if maxmig:
@@ -2191,7 +2194,7 @@ def to_json(obj: Any) -> Any:
         return obj
     if isinstance(obj, Topology):
         return _topology_json(obj)
-    if hasattr(obj, "to_json") and callable(obj.to_json):
+    if callable(getattr(obj, "to_json", None)):
         return obj.to_json()
     if isinstance(obj, tuple) and hasattr(obj, "_asdict"):
         return _record_json(obj)
@@ -2306,20 +2309,16 @@ def _share_by_shape(
 ) -> Dict[str, Tuple[int, ...]]:
     """CPU-less memory nodes ``free`` shared out to ``cards`` as
     _attribute_gpu_memory describes: per CPU node first, else all in one go."""
+    ordered = sorted(cards, key=lambda gpu: (gpu.cpu_node, gpu.pci))
     home = {m: _home_cpu_node(topo, m) for m in free}
-    groups: Dict[Optional[int], List[GpuInfo]] = {}
-    for g in sorted(cards, key=lambda gpu: gpu.pci):
-        groups.setdefault(g.cpu_node, []).append(g)
     if None not in home.values():
         plan: Dict[str, Tuple[int, ...]] = {}
-        for cpu_node, members in groups.items():
-            part = _share_out([m for m in free if home[m] == cpu_node], members)
-            if not part:
-                break
-            plan.update(part)
-        else:
+        for cpu_node, members in itertools.groupby(ordered, lambda gpu: gpu.cpu_node):
+            own = [m for m in free if home[m] == cpu_node]
+            plan.update(_share_out(own, list(members)))
+        if len(plan) == len(cards):  # every CPU node's GPUs got their share
             return plan
-    return _share_out(free, sorted(cards, key=lambda gpu: (gpu.cpu_node, gpu.pci)))
+    return _share_out(free, ordered)
 
 
 def _attribute_gpu_memory(
@@ -2338,9 +2337,7 @@ def _attribute_gpu_memory(
     claimed: Dict[str, Tuple[Tuple[int, ...], str]] = {}
     taken: Set[int] = set()
     for nv in nvml or ():
-        if nv.numa_node is None or nv.pci not in pcis:
-            continue
-        if nv.numa_node not in topo.nodes_with_cpus:
+        if nv.numa_node is not None and nv.pci in pcis and nv.numa_node not in topo.nodes_with_cpus:
             claimed[nv.pci] = ((nv.numa_node,), "nvml")
             taken.add(nv.numa_node)
     free = sorted((topo.nodes_with_memory - topo.nodes_with_cpus) - taken)
@@ -2374,12 +2371,13 @@ def _gpu_infos(topo: Topology, backend: Backend) -> List[GpuInfo]:
             uuids[nv.pci] = nv.uuid
     out = []
     for dev in topo.gpus:
-        node, how = dev.node, dev.node_source
+        node = dev.node
+        how = dev.node_source
         cpu_node = None
         if node is not None:
             cpu_node = _nearest_cpu_node(topo, node)
-        if node is not None and cpu_node != node:
-            how += f", CPU-less: nearest node with CPUs is {cpu_node}"
+            if cpu_node != node:
+                how += f", CPU-less: nearest node with CPUs is {cpu_node}"
         pci = _norm_bus_id(dev.address)
         out.append(
             GpuInfo(
@@ -2419,7 +2417,8 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     hp: Dict[int, Dict[int, HugePages]] = {}
     rows: Dict[int, Optional[Tuple[int, ...]]] = {0: (10,)}
     lacks: Optional[Set[str]] = None
-    for node in sorted(online):
+    order = sorted(online)
+    for node in order:
         folder = f"{_NODE_DIR}/node{node}"
         meminfo = "/proc/meminfo"
         hugepages = "/sys/kernel/mm/hugepages"
@@ -2471,7 +2470,6 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
     if not has_node_dir:
         node_cpus[0] = online_cpus
         cpus = {cpu: value._replace(node=0) for cpu, value in cpus.items()}
-    order = sorted(online)
     nodes: Dict[int, Node] = {}
     for node in order:
         row = rows[node]
@@ -2521,10 +2519,11 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
             has_normal = node in normal
         nd = nd._replace(tier=tier_of.get(node), access=access, has_normal_memory=has_normal)
         kind, why = _node_kind(nd, with_mem, gi)
-        if node in gi and node in links:
-            why += "; standing for " + ", ".join(links[node])
-        elif node in gi:
-            why += "; standing for a device no PCI numa_node names"
+        if node in gi:
+            if node in links:
+                why += "; standing for " + ", ".join(links[node])
+            else:
+                why += "; standing for a device no PCI numa_node names"
         nodes[node] = nd._replace(kind=kind, kind_evidence=why)
     weights, auto = _read_weights(reader, online, possible)
     nb = reader.integer("/proc/sys/kernel/numa_balancing")
@@ -2622,19 +2621,11 @@ def _widest_cpu_distance(topo: Topology, cpu_nodes: List[int]) -> Optional[int]:
     """The largest distance between two of ``cpu_nodes`` (with one node: its own
     distance to itself); None when the table says nothing."""
     distances = []
-    if len(cpu_nodes) > 1:
-        for node in cpu_nodes:
-            if node not in topo.nodes:
-                continue
-            for other, d in topo.nodes[node].distances.items():
-                if other != node and other in cpu_nodes:
-                    distances.append(d)
-    else:
-        for node in cpu_nodes:
-            own = topo.distance(node, node)
-            if own is not None:
-                distances.append(own)
-    return max(distances, default=None)
+    for node in cpu_nodes:
+        for other in cpu_nodes:
+            if other != node or len(cpu_nodes) == 1:
+                distances.append(topo.distance(node, other))
+    return max((d for d in distances if d is not None), default=None)
 
 
 def memory_node_choice(
@@ -2696,7 +2687,8 @@ def memory_node_choice(
         if tier is not None:
             known_tiers[nid] = tier
     with_cpus = cands & topo.nodes_with_cpus
-    if len(known_tiers) == len(cands) and len(set(known_tiers.values())) > 1:
+    tiers_tell = len(known_tiers) == len(cands) and len(set(known_tiers.values())) > 1
+    if tiers_tell:
         basis.append("memory tiers")
         ref = min(known_tiers[nid] for nid in (with_cpus or cands))
         drop(
