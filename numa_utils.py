@@ -1044,7 +1044,7 @@ class LinuxBackend(Backend):
     def _call_mincore(self, addr: int, length: int) -> int:
         self._refuse("mincore")
         page = self.page_size
-        vec = ctypes.create_string_buffer(min((length + page - 1) // page, 1 << 20))
+        vec = ctypes.create_string_buffer(max(1, min((length + page - 1) // page, 1 << 20)))
         step = len(vec) * page  # 4 GiB of 4 KiB pages per call, 1 MiB of vector
         count = 0
         for start in range(addr, addr + length, step):
@@ -2277,6 +2277,8 @@ def _nearest_tied(topo: Topology, node: int, pool: Iterable[int]) -> Tuple[int, 
     if node in pool:
         return (node,)
     near = topo.nearest(node, pool)
+    if not near:  # an empty pool (a damaged tree lists no CPU node)
+        return ()
     shortest = topo.distance(node, near[0])
     return tuple(n for n in near if topo.distance(node, n) == shortest)
 
@@ -2554,7 +2556,7 @@ def read_topology(*, backend: Optional[Backend] = None) -> Topology:
         gpus=_read_devices(reader, node_of, with_cpus, online, True),
         numa_balancing=nb,
         thp=thp_mode,
-        problems=tuple(reader.problems),
+        problems=tuple(dict.fromkeys(reader.problems)),  # each once (devices: read twice)
         has_node_dir=has_node_dir,
         memory_tiers=MappingProxyType(tiers),
         interleave_weights=frozen_weights,

@@ -218,10 +218,14 @@ def test_snc_guest():
         assert nu.default_memory_nodes(t) == frozenset(range(4))
 
 
-def test_numa_node_naming_no_online_node_is_a_problem_and_falls_back(tmp_path):
-    """A numa_node of 7 on a two-node machine is reported and the node is taken from
-    local_cpulist, as for -1 (which is no problem); an online numa_node is used."""
+@pytest.mark.parametrize("initiators", ["", "1"])
+def test_numa_node_naming_no_online_node_is_a_problem_and_falls_back(tmp_path, initiators):
+    """A numa_node of 7 on a two-node machine is reported (once, also where a generic
+    initiator node makes read_topology read the devices twice) and the node is taken
+    from local_cpulist, as for -1 (which is no problem); an online numa_node is used."""
     root = fixture_tree("dual-socket-8gpu", tmp_path)
+    with open(os.path.join(root, "sys/devices/system/node/has_generic_initiator"), "w") as f:
+        f.write(initiators + "\n")
     bus = os.path.join(root, "sys/bus/pci/devices")
     for addr, value in (("0000:19:00.0", "7"), ("0000:9b:00.0", "-1")):
         with open(os.path.join(bus, addr, "numa_node"), "w") as f:
@@ -254,3 +258,16 @@ def test_a_pci_folder_not_named_as_a_bus_id_is_a_problem_not_a_crash(tmp_path):
     assert any("not-a-bus-id: not a PCI bus id" in p for p in topo.problems), topo.problems
     assert all("not-a-bus-id" not in dev.address for dev in nu.devices(backend=backend))
     assert [gpu.pci for gpu in nu.gpus(backend=backend)] == before
+
+
+def test_a_tree_listing_no_cpu_node_reads_without_a_crash(tmp_path):
+    """has_cpu empty (a damaged tree) on a machine with a CPU-less GPU memory node:
+    read_topology found no nearest CPU node for it and raised IndexError; now the GPU
+    memory is read with that node unknown, and the GPUs are still planned."""
+    root = fixture_tree("gh200", tmp_path)
+    with open(os.path.join(root, "sys/devices/system/node/has_cpu"), "w") as f:
+        f.write("\n")
+    b = saved_backend(root)
+    t = nu.read_topology(backend=b)
+    assert t.nodes_with_cpus == frozenset() and t.gpus
+    assert nu.gpu_plans(backend=b, environ={})

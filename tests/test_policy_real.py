@@ -136,3 +136,15 @@ def test_saved_tree_refuses_real_syscalls(buf):
     assert not res and res.reason == "not-live"
     with pytest.raises(nu.NotLiveError):
         nu.mbind(nu.buffer_range(buf)[0], MiB, nu.Mode.BIND, [0], backend=b)
+
+
+def test_mincore_counts_what_is_resident(buf):
+    """The live backend's mincore: the pages written, none of a range of no length
+    (which made a vector of no room and a zero step: ValueError from range())."""
+    import ctypes
+
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    b = nu.LinuxBackend()
+    buf[: 3 * mmap.PAGESIZE] = b"x" * (3 * mmap.PAGESIZE)
+    assert b.call("mincore", addr, 4 * MiB) == 3
+    assert b.call("mincore", addr, 0) == 0
